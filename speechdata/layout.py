@@ -1,0 +1,69 @@
+"""Where every product lives under the data root (DESIGN.md "Storage").
+
+All paths are relative to the data root and use forward slashes, so the same layout works on a
+local directory and on object storage (``s3://bucket/prefix``).
+"""
+
+from __future__ import annotations
+
+import re
+
+SHARD_ID_PATTERN = re.compile(r"^[a-z0-9][a-z0-9_-]{0,127}$")
+"""A shard id is safe as a Dagster partition key, a file name and a WebDataset key prefix."""
+
+PARTITION_VALUE_PATTERN = re.compile(r"^[a-z0-9][a-z0-9_-]{0,127}$")
+"""Countries and languages become partition keys too: plain lowercase ``[a-z0-9_-]``."""
+
+LANDING = "landing"
+SHARDS = "shards"
+
+METADATA_FILE = "metadata.parquet"
+AUDIO_DIR = "audio"
+AUDIO_TAR = "audio.tar"
+SUCCESS_MARKER = "_SUCCESS"
+
+
+def is_valid_shard_id(shard_id: str) -> bool:
+    return bool(SHARD_ID_PATTERN.match(shard_id))
+
+
+def landing_dir(shard_id: str) -> str:
+    return f"{LANDING}/{shard_id}"
+
+
+def landing_metadata(shard_id: str) -> str:
+    return f"{LANDING}/{shard_id}/{METADATA_FILE}"
+
+
+def landing_success_marker(shard_id: str) -> str:
+    return f"{LANDING}/{shard_id}/{SUCCESS_MARKER}"
+
+
+def landing_audio_dir(shard_id: str) -> str:
+    return f"{LANDING}/{shard_id}/{AUDIO_DIR}"
+
+
+def landing_audio_tar(shard_id: str) -> str:
+    return f"{LANDING}/{shard_id}/{AUDIO_TAR}"
+
+
+def shard_dir(shard_id: str) -> str:
+    return f"{SHARDS}/{shard_id}"
+
+
+def utterance_index(shard_id: str) -> str:
+    """One row per utterance that passed the landing contract, with its probed audio header."""
+    return f"{SHARDS}/{shard_id}/utterances.parquet"
+
+
+def normalized_audio(shard_id: str) -> str:
+    """The shard's 24 kHz mono audio: one parquet file, one FLAC-encoded row per utterance."""
+    return f"{SHARDS}/{shard_id}/audio_24k.parquet"
+
+
+def rejects_dir(shard_id: str) -> str:
+    return f"{SHARDS}/{shard_id}/rejects"
+
+
+def rejects(shard_id: str, stage: str) -> str:
+    return f"{SHARDS}/{shard_id}/rejects/{stage}.parquet"
