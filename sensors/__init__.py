@@ -1,0 +1,1 @@
+"""Sensors: the landing sensor and the fan-in sensors that refresh country/language products."""

@@ -10,12 +10,12 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-import fsspec
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from speechdata.audio import decode_audio_bytes
+from speechdata.storage import DataRoot
 
 AUDIO_CONTAINER_SCHEMA = pa.schema(
     [
@@ -81,10 +81,10 @@ class AudioContainerWriter:
 
 
 def iter_container_audio(
-    fs: fsspec.AbstractFileSystem, path: str, utt_ids: set[str] | None = None
+    data_root: DataRoot, relative: str, utt_ids: set[str] | None = None
 ) -> Iterator[tuple[str, np.ndarray, int]]:
     """Yield ``(utt_id, samples float32 [n], sample_rate)`` row group by row group."""
-    with fs.open(path, "rb") as handle:
+    with data_root.fs.open(data_root.path(relative), "rb") as handle:
         parquet = pq.ParquetFile(handle)
         for group in range(parquet.num_row_groups):
             table = parquet.read_row_group(group, columns=["utt_id", "flac"])
@@ -95,7 +95,6 @@ def iter_container_audio(
                 yield utt_id, samples, rate
 
 
-def read_container_index(fs: fsspec.AbstractFileSystem, path: str) -> pa.Table:
+def read_container_index(data_root: DataRoot, relative: str) -> pa.Table:
     """``utt_id``, ``sample_rate``, ``n_samples``, ``duration_s`` for every utterance, without the audio."""
-    with fs.open(path, "rb") as handle:
-        return pq.read_table(handle, columns=["utt_id", "sample_rate", "n_samples", "duration_s"])
+    return data_root.read_parquet(relative, columns=["utt_id", "sample_rate", "n_samples", "duration_s"])

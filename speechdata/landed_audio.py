@@ -12,10 +12,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import IO
 
-import fsspec
 import soundfile as sf
 
 from speechdata import layout
+from speechdata.storage import DataRoot
 
 
 class AudioNotFound(FileNotFoundError):
@@ -46,10 +46,10 @@ class LandedAudio:
     Use as a context manager so the tar handle (if any) is closed.
     """
 
-    def __init__(self, fs: fsspec.AbstractFileSystem, root: str, shard_id: str):
-        self.fs = fs
-        self.audio_dir = f"{root}/{layout.landing_audio_dir(shard_id)}"
-        self.tar_path = f"{root}/{layout.landing_audio_tar(shard_id)}"
+    def __init__(self, data_root: DataRoot, shard_id: str):
+        fs = self.fs = data_root.fs
+        self.audio_dir = data_root.path(layout.landing_audio_dir(shard_id))
+        self.tar_path = data_root.path(layout.landing_audio_tar(shard_id))
         self._tar_handle: IO | None = None
         self._tar: tarfile.TarFile | None = None
         self._members: dict[str, tarfile.TarInfo] = {}

@@ -18,6 +18,7 @@ import pyarrow.parquet as pq
 
 from speechdata.layout import PARTITION_VALUE_PATTERN
 from speechdata.rejects import Reject
+from speechdata.storage import read_parquet_handle
 
 UTT_ID_PATTERN = re.compile(r"^[A-Za-z0-9_-]+$")
 LANGUAGE_PATTERN = re.compile(r"^[a-z]{2}$")
@@ -67,7 +68,7 @@ def read_metadata(handle, file_label: str) -> pa.Table:
     the wrong type. Extra columns are kept as they are (they are carried through to the manifests).
     """
     try:
-        table = pq.read_table(handle)
+        table = read_parquet_handle(handle)
     except Exception as exc:  # pyarrow raises several types for a corrupt footer
         raise ContractError(file_label, None, f"not a readable parquet file ({exc})") from exc
     for column, expected in REQUIRED_COLUMNS.items():
@@ -151,3 +152,25 @@ def _row_problem(utt_id, id_counts, audio_path, language, country, start_s, end_
     if start_s is not None and end_s is not None and not start_s < end_s:
         return "segment_start_not_before_end", f"start_s={start_s} must be < end_s={end_s}"
     return None
+
+
+def partition_values(handle, file_label: str) -> tuple[list[str], list[str]]:
+    """The distinct valid ``country`` and ``language`` values of a metadata file (for partitions).
+
+    Values that break the contract are left out here; :func:`check_rows` rejects their rows later.
+    """
+    try:
+        schema = pq.read_schema(handle)
+        columns = [c for c in ("country", "language") if c in schema.names]
+        handle.seek(0)
+        table = read_parquet_handle(handle, columns)
+    except Exception as exc:
+        raise ContractError(file_label, None, f"not a readable parquet file ({exc})") from exc
+
+    def distinct(column: str, pattern: re.Pattern) -> list[str]:
+        if column not in table.column_names:
+            return []
+        values = pc.unique(table[column]).to_pylist()
+        return sorted(v for v in values if isinstance(v, str) and pattern.match(v))
+
+    return distinct("country", PARTITION_VALUE_PATTERN), distinct("language", LANGUAGE_PATTERN)

@@ -10,9 +10,8 @@ from __future__ import annotations
 from collections.abc import Collection
 from dataclasses import dataclass, field
 
-import fsspec
-
 from speechdata import layout
+from speechdata.storage import DataRoot
 
 
 @dataclass(frozen=True)
@@ -27,23 +26,23 @@ class LandingScan:
     """True when the scan stopped at ``limit`` and more complete shards may be waiting."""
 
 
-def list_landing_dirs(fs: fsspec.AbstractFileSystem, root: str) -> list[str]:
-    landing = f"{root}/{layout.LANDING}"
-    if not fs.exists(landing):
+def list_landing_dirs(data_root: DataRoot) -> list[str]:
+    landing = data_root.path(layout.LANDING)
+    if not data_root.fs.exists(landing):
         return []
-    entries = fs.ls(landing, detail=True)
+    entries = data_root.fs.ls(landing, detail=True)
     return sorted(e["name"].rstrip("/").rsplit("/", 1)[-1] for e in entries if e["type"] == "directory")
 
 
 def scan_landing_zone(
-    fs: fsspec.AbstractFileSystem, root: str, registered: Collection[str], limit: int
+    data_root: DataRoot, registered: Collection[str], limit: int
 ) -> LandingScan:
     """Return up to ``limit`` complete shards not in ``registered``, oldest name first."""
     registered = set(registered)
     complete: list[str] = []
     still_landing: list[str] = []
     invalid: list[str] = []
-    for name in list_landing_dirs(fs, root):
+    for name in list_landing_dirs(data_root):
         if name in registered:
             continue
         if not layout.is_valid_shard_id(name):
@@ -51,7 +50,7 @@ def scan_landing_zone(
             continue
         if len(complete) >= limit:
             return LandingScan(complete, still_landing, invalid, more_complete=True)
-        if fs.exists(f"{root}/{layout.landing_success_marker(name)}"):
+        if data_root.exists(layout.landing_success_marker(name)):
             complete.append(name)
         else:
             still_landing.append(name)

@@ -23,7 +23,7 @@ from speechdata.audio import TARGET_SAMPLE_RATE, ResamplerName, encode_flac, rea
 from speechdata.audio_container import EncodedUtterance
 from speechdata.landed_audio import LandedAudio
 from speechdata.rejects import Reject
-from speechdata.storage import filesystem_for
+from speechdata.storage import DataRoot
 
 STAGE = "normalized_audio"
 FILES_PER_TASK = 16
@@ -83,10 +83,9 @@ def _normalize_one(
 _worker_audio: LandedAudio | None = None
 
 
-def _open_worker_audio(root_url: str, shard_id: str) -> None:
+def _open_worker_audio(data_root: DataRoot, shard_id: str) -> None:
     global _worker_audio
-    fs, root = filesystem_for(root_url)
-    _worker_audio = LandedAudio(fs, root, shard_id)
+    _worker_audio = LandedAudio(data_root, shard_id)
 
 
 def _normalize_task(args: tuple[list[SegmentRequest], str, str]) -> list[EncodedUtterance | Reject]:
@@ -96,7 +95,7 @@ def _normalize_task(args: tuple[list[SegmentRequest], str, str]) -> list[Encoded
 
 
 def normalize_shard(
-    root_url: str, shard_id: str, index: pa.Table, *, workers: int = 1,
+    data_root: DataRoot, shard_id: str, index: pa.Table, *, workers: int = 1,
     resampler: ResamplerName = "soxr", flac_subtype: str = "PCM_16",
     on_progress: Callable[[int, int], None] | None = None,
 ) -> Iterator[EncodedUtterance | Reject]:
@@ -114,8 +113,7 @@ def normalize_shard(
     workers = max(1, min(workers or os.cpu_count() or 1, len(tasks)))
     done = 0
     if workers == 1:
-        fs, root = filesystem_for(root_url)
-        with LandedAudio(fs, root, shard_id) as audio:
+        with LandedAudio(data_root, shard_id) as audio:
             for task in tasks:
                 yield from normalize_segments(audio, task, resampler, flac_subtype)
                 done += len(task)
@@ -125,7 +123,7 @@ def normalize_shard(
     # spawn, not fork: the parent may hold torch/thread pools that are unsafe to fork.
     context = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(
-        workers, mp_context=context, initializer=_open_worker_audio, initargs=(root_url, shard_id)
+        workers, mp_context=context, initializer=_open_worker_audio, initargs=(data_root, shard_id)
     ) as pool:
         for task, results in zip(tasks, pool.map(_normalize_task, [(t, resampler, flac_subtype) for t in tasks])):
             yield from results

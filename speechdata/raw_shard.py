@@ -9,13 +9,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import fsspec
 import pyarrow as pa
 
 from speechdata import layout
 from speechdata.landed_audio import AudioHeader, AudioNotFound, LandedAudio
 from speechdata.landing import ContractError, check_rows, read_metadata
 from speechdata.rejects import Reject
+from speechdata.storage import DataRoot
 
 STAGE = "raw_shards"
 
@@ -46,17 +46,17 @@ class ShardValidation:
         return float(sum(self.index["duration_s"].to_pylist())) / 3600.0
 
 
-def validate_landed_shard(fs: fsspec.AbstractFileSystem, root: str, shard_id: str) -> ShardValidation:
+def validate_landed_shard(data_root: DataRoot, shard_id: str) -> ShardValidation:
     """Check ``landing/<shard_id>`` row by row; raise :class:`ContractError` if the shard is unusable."""
     if not layout.is_valid_shard_id(shard_id):
         raise ContractError(
-            f"{root}/{layout.landing_dir(shard_id)}", None,
+            data_root.path(layout.landing_dir(shard_id)), None,
             f"shard id {shard_id!r} must match {layout.SHARD_ID_PATTERN.pattern}",
         )
-    metadata_path = f"{root}/{layout.landing_metadata(shard_id)}"
-    if not fs.exists(metadata_path):
+    metadata_path = data_root.path(layout.landing_metadata(shard_id))
+    if not data_root.fs.exists(metadata_path):
         raise ContractError(metadata_path, None, "file is missing: every shard needs metadata.parquet")
-    with fs.open(metadata_path, "rb") as handle:
+    with data_root.fs.open(metadata_path, "rb") as handle:
         table = read_metadata(handle, metadata_path)
 
     rows = check_rows(table, STAGE)
@@ -69,7 +69,7 @@ def validate_landed_shard(fs: fsspec.AbstractFileSystem, root: str, shard_id: st
     kept: list[int] = []
     probes: dict[str, list] = {field.name: [] for field in PROBE_FIELDS}
     headers: dict[str, AudioHeader | Reject] = {}
-    with LandedAudio(fs, root, shard_id) as audio:
+    with LandedAudio(data_root, shard_id) as audio:
         for row in rows.valid_rows:
             utt_id, path = utt_ids[row], audio_paths[row]
             if path not in headers:

@@ -14,14 +14,13 @@ import tarfile
 from dataclasses import dataclass
 from pathlib import Path
 
-import fsspec
 import numpy as np
 import pyarrow as pa
 import soundfile as sf
 import soxr
 
 from speechdata import layout
-from speechdata.storage import write_bytes_atomic, write_parquet_atomic
+from speechdata.storage import DataRoot
 
 FIXTURES_DIR = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "speech"
 
@@ -77,8 +76,7 @@ def _render(clips: list[Clip], rng: np.random.Generator, rate: int, channels: in
 
 
 def build_sample_shard(
-    fs: fsspec.AbstractFileSystem,
-    root: str,
+    data_root: DataRoot,
     shard_id: str,
     n_utterances: int = 8,
     *,
@@ -87,12 +85,14 @@ def build_sample_shard(
     as_tar: bool = False,
     formats: tuple[str, ...] = ("wav", "flac", "mp3", "opus"),
     complete: bool = True,
+    with_faults: bool = False,
     clips: list[Clip] | None = None,
 ) -> pa.Table:
-    """Land a shard under ``root/landing/<shard_id>`` and return its metadata table.
+    """Land a shard under ``<data root>/landing/<shard_id>`` and return its metadata table.
 
     ``n_utterances`` standalone files, plus ``long_recordings`` recordings of three clips each,
     described by one segment row per clip. ``complete=False`` leaves out ``_SUCCESS``.
+    ``with_faults=True`` adds one row for each of :data:`FAULT_REASONS`, which ingest must reject.
     """
     rng = np.random.default_rng(seed)
     clips = clips or load_clips()
@@ -129,22 +129,24 @@ def build_sample_shard(
         pieces.append(gap)
         files[audio_path] = _encode(np.concatenate(pieces), base_rate, "flac")
 
-    base = f"{root}/{layout.landing_dir(shard_id)}"
+    if with_faults:
+        _add_faults(shard_id, files, rows, rng)
+
     if as_tar:
-        write_bytes_atomic(fs, f"{base}/{layout.AUDIO_TAR}", _tar_bytes(files))
+        data_root.write_bytes(layout.landing_audio_tar(shard_id), _tar_bytes(files))
     else:
         for path, data in files.items():
-            write_bytes_atomic(fs, f"{base}/{layout.AUDIO_DIR}/{path}", data)
+            data_root.write_bytes(f"{layout.landing_audio_dir(shard_id)}/{path}", data)
     table = pa.Table.from_pylist(rows, schema=SAMPLE_METADATA_SCHEMA)
-    write_parquet_atomic(fs, f"{base}/{layout.METADATA_FILE}", table)
+    data_root.write_parquet(layout.landing_metadata(shard_id), table)
     if complete:
-        mark_landed(fs, root, shard_id)
+        mark_landed(data_root, shard_id)
     return table
 
 
-def mark_landed(fs: fsspec.AbstractFileSystem, root: str, shard_id: str) -> None:
+def mark_landed(data_root: DataRoot, shard_id: str) -> None:
     """Write ``_SUCCESS``: the shard is complete and the landing sensor may pick it up."""
-    write_bytes_atomic(fs, f"{root}/{layout.landing_success_marker(shard_id)}", b"")
+    data_root.write_bytes(layout.landing_success_marker(shard_id), b"")
 
 
 SAMPLE_METADATA_SCHEMA = pa.schema(
@@ -176,6 +178,27 @@ def _row(utt_id, audio_path, picked, language, rng, start_s, end_s) -> dict:
         "speaker": f"espeak-{language}",
         "quality_score": round(float(rng.uniform(0.5, 1.0)), 3),
     }
+
+
+FAULT_REASONS = (
+    "utt_id_has_dot", "audio_not_found", "audio_unreadable", "segment_past_end_of_file",
+    "segment_start_not_before_end",
+)
+"""The reject reasons ``with_faults=True`` provokes, one row each."""
+
+
+def _add_faults(shard_id: str, files: dict[str, bytes], rows: list[dict], rng: np.random.Generator) -> None:
+    good = rows[0]
+    files[f"faults/{shard_id}_corrupt.wav"] = b"RIFF\x00\x00\x00\x00WAVEnot really audio"
+    faults = [
+        (f"{shard_id}_fault.dotted", good["audio_path"], None, None),
+        (f"{shard_id}_fault_missing", "faults/does_not_exist.wav", None, None),
+        (f"{shard_id}_fault_corrupt", f"faults/{shard_id}_corrupt.wav", None, None),
+        (f"{shard_id}_fault_past_end", good["audio_path"], 0.0, 3600.0),
+        (f"{shard_id}_fault_reversed", good["audio_path"], 2.0, 1.0),
+    ]
+    for utt_id, audio_path, start_s, end_s in faults:
+        rows.append({**good, "utt_id": utt_id, "audio_path": audio_path, "start_s": start_s, "end_s": end_s})
 
 
 def _tar_bytes(files: dict[str, bytes]) -> bytes:

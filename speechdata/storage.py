@@ -9,7 +9,6 @@ the next run's write replaces, never appends to). On local disks and POSIX files
 from __future__ import annotations
 
 import contextlib
-import io
 import posixpath
 import uuid
 from collections.abc import Iterator
@@ -26,6 +25,46 @@ def filesystem_for(root_url: str) -> tuple[fsspec.AbstractFileSystem, str]:
     """Resolve a data-root URL (local path, ``file://``, ``s3://``...) into a filesystem and root path."""
     fs, root = fsspec.core.url_to_fs(root_url)
     return fs, root.rstrip("/") or "/"
+
+
+class DataRoot:
+    """The data root: an fsspec URL, its filesystem, and paths under it.
+
+    Pickles as its URL only, so it can be handed to worker processes.
+    """
+
+    def __init__(self, url: str):
+        self.url = url
+        self.fs, self.root = filesystem_for(url)
+
+    def __reduce__(self):
+        return (DataRoot, (self.url,))
+
+    def __repr__(self) -> str:
+        return f"DataRoot({self.url!r})"
+
+    def path(self, relative: str) -> str:
+        """The filesystem path of ``relative`` (a path from :mod:`speechdata.layout`)."""
+        return f"{self.root}/{relative}"
+
+    def uri(self, relative: str) -> str:
+        """A URL a person or another tool can open (``file:///...``, ``s3://...``)."""
+        return self.fs.unstrip_protocol(self.path(relative))
+
+    def exists(self, relative: str) -> bool:
+        return self.fs.exists(self.path(relative))
+
+    def read_parquet(self, relative: str, columns: list[str] | None = None) -> pa.Table:
+        return read_parquet(self.fs, self.path(relative), columns)
+
+    def write_parquet(self, relative: str, table: pa.Table, **parquet_options) -> None:
+        write_parquet_atomic(self.fs, self.path(relative), table, **parquet_options)
+
+    def write_bytes(self, relative: str, data: bytes) -> None:
+        write_bytes_atomic(self.fs, self.path(relative), data)
+
+    def parquet_writer(self, relative: str, schema: pa.Schema, **parquet_options):
+        return atomic_parquet_writer(self.fs, self.path(relative), schema, **parquet_options)
 
 
 def _temp_path_beside(path: str) -> str:
@@ -94,4 +133,14 @@ def atomic_parquet_writer(
 
 def read_parquet(fs: fsspec.AbstractFileSystem, path: str, columns: list[str] | None = None) -> pa.Table:
     with fs.open(path, "rb") as handle:
-        return pq.read_table(io.BytesIO(handle.read()) if not _is_local(fs) else handle, columns=columns)
+        return read_parquet_handle(handle, columns)
+
+
+def read_parquet_handle(handle: IO, columns: list[str] | None = None) -> pa.Table:
+    """Read a parquet file from an open Python file object.
+
+    ``pq.ParquetFile`` rather than ``pq.read_table``: the dataset scanner behind ``read_table`` leaves
+    an I/O thread joinable on a Python file object and the interpreter aborts at exit
+    ("terminate called without an active exception"; pyarrow 21-26 on this platform).
+    """
+    return pq.ParquetFile(handle).read(columns=columns)

@@ -1,0 +1,40 @@
+# The README's commands. Each target sets up the virtual environment first when needed.
+PYTHON ?= python3.11
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+export DAGSTER_HOME ?= $(CURDIR)/.dagster_home
+export DATA_ROOT ?= $(CURDIR)/.data
+PORT ?= 3000
+
+.PHONY: setup demo dev test bench clean
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml
+	@command -v $(PYTHON) >/dev/null || { echo "need $(PYTHON) (pyenv, apt or python.org)"; exit 1; }
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip uv
+	# uv resolves and installs the ~6 GB ML stack in a fraction of pip's time.
+	$(BIN)/uv pip install --python $(BIN)/python -e '.[dev]'
+	touch $(STAMP)
+
+$(DAGSTER_HOME)/dagster.yaml: deploy/local/dagster.yaml
+	mkdir -p $(DAGSTER_HOME)
+	cp deploy/local/dagster.yaml $(DAGSTER_HOME)/dagster.yaml
+
+demo: setup $(DAGSTER_HOME)/dagster.yaml
+	SPEECHDATA_PROFILE=tiny $(BIN)/python -m dagster_project.demo
+
+dev: setup $(DAGSTER_HOME)/dagster.yaml
+	$(BIN)/dagster instance concurrency set gpu 1
+	SPEECHDATA_PROFILE=$${SPEECHDATA_PROFILE:-tiny} $(BIN)/dagster dev -w workspace.yaml -p $(PORT)
+
+test: setup
+	SPEECHDATA_PROFILE=tiny $(BIN)/python -m pytest tests
+
+bench: setup
+	SPEECHDATA_PROFILE=tiny $(BIN)/python -m benchmarks.run_all
+
+clean:
+	rm -rf .data .dagster_home .pytest_cache

@@ -1,0 +1,131 @@
+"""[ingest] A landed shard, checked against the contract, and its audio at 24 kHz mono."""
+
+
+import time
+from typing import Literal
+
+import dagster as dg
+from pydantic import Field
+
+from assets.partitions import shard_partitions
+from assets.reporting import markdown_preview, stage_metadata
+from resources.storage import DataRootResource
+from speechdata.ingest import ingest_normalized_audio, ingest_raw_shard
+from speechdata.landing import ContractError
+
+GROUP = "ingest"
+OWNERS = ["team:speech-data"]
+
+RAW_SHARDS_ACCOUNTED = "every_landed_row_accounted_for"
+AUDIO_ACCOUNTED = "every_indexed_utterance_normalized_or_rejected"
+
+
+@dg.asset(
+    partitions_def=shard_partitions,
+    group_name=GROUP,
+    kinds={"parquet"},
+    owners=OWNERS,
+    code_version="raw_shards-v1",
+    check_specs=[
+        dg.AssetCheckSpec(
+            RAW_SHARDS_ACCOUNTED, asset="raw_shards", blocking=True,
+            description="Utterances in the index + rejected rows == rows in metadata.parquet.",
+        )
+    ],
+)
+def raw_shards(context: dg.AssetExecutionContext, data_root: DataRootResource) -> dg.MaterializeResult:
+    """The shard's utterance index: every landed utterance that meets the landing contract.
+
+    Files: `shards/<shard>/utterances.parquet` (contract columns, extra columns carried through, and
+    the probed audio header: `source_sample_rate`, `source_channels`, `source_frames`,
+    `segment_start_s`, `segment_end_s`, `duration_s`) and `shards/<shard>/rejects/raw_shards.parquet`
+    (`utt_id`, `stage`, `reason`, `detail`) for the rows that do not. A shard whose metadata is
+    unusable (missing file, missing or mistyped column) fails with the file, column and rule.
+    """
+    shard_id = context.partition_key
+    try:
+        summary, index = ingest_raw_shard(data_root.get(), shard_id)
+    except ContractError as exc:
+        raise dg.Failure(
+            description=f"Shard {shard_id!r} breaks the landing contract: {exc}",
+            metadata={"file": exc.file, "column": exc.column or "", "rule": exc.rule},
+        ) from exc
+    context.log.info(
+        f"{shard_id}: {summary.rows_out}/{summary.rows_in} utterances indexed, "
+        f"{len(summary.rejects)} rejected {summary.rejects_by_reason}, {summary.hours:.3f} h"
+    )
+    accounted = summary.rows_out + len(summary.rejects) == summary.rows_in
+    return dg.MaterializeResult(
+        metadata={
+            **stage_metadata(summary),
+            "preview": markdown_preview(
+                index, ["utt_id", "language", "country", "source_format", "source_sample_rate", "duration_s", "text"]
+            ),
+        },
+        check_results=[
+            dg.AssetCheckResult(
+                check_name=RAW_SHARDS_ACCOUNTED, passed=accounted,
+                metadata={"landed": summary.rows_in, "indexed": summary.rows_out, "rejected": len(summary.rejects)},
+            )
+        ],
+    )
+
+
+class NormalizedAudioConfig(dg.Config):
+    workers: int = Field(0, description="Decoding processes; 0 = one per CPU core.")
+    resampler: Literal["soxr", "torchaudio"] = Field(
+        "soxr", description="soxr HQ is faster or equal at every common rate and sharper (README, Resampling)."
+    )
+    flac_subtype: Literal["PCM_16", "PCM_24"] = Field("PCM_16", description="Sample format inside the FLAC rows.")
+
+
+@dg.asset(
+    deps=[raw_shards],
+    partitions_def=shard_partitions,
+    group_name=GROUP,
+    kinds={"parquet"},
+    owners=OWNERS,
+    code_version="normalized_audio-v1",
+    check_specs=[
+        dg.AssetCheckSpec(
+            AUDIO_ACCOUNTED, asset="normalized_audio", blocking=True,
+            description="Every utterance of the index is in the audio container or in the rejects.",
+        )
+    ],
+)
+def normalized_audio(
+    context: dg.AssetExecutionContext, config: NormalizedAudioConfig, data_root: DataRootResource
+) -> dg.MaterializeResult:
+    """The shard's audio at 24 kHz mono (Mimi's rate), cut to each utterance's segment.
+
+    File: `shards/<shard>/audio_24k.parquet`, one row per utterance: `utt_id`, `sample_rate`,
+    `n_samples`, `duration_s` and `flac` (the FLAC-encoded samples). Read it with
+    `speechdata.audio_container.iter_container_audio`, or any parquet reader plus soundfile.
+    Utterances that cannot be decoded are in `shards/<shard>/rejects/normalized_audio.parquet`.
+    """
+    shard_id = context.partition_key
+    last_log = [time.monotonic()]
+
+    def log_progress(done: int, total: int) -> None:
+        if time.monotonic() - last_log[0] >= 10 or done == total:
+            last_log[0] = time.monotonic()
+            context.log.info(f"{shard_id}: normalized {done}/{total} utterances")
+
+    summary = ingest_normalized_audio(
+        data_root.get(), shard_id, workers=config.workers, resampler=config.resampler,
+        flac_subtype=config.flac_subtype, on_progress=log_progress,
+    )
+    context.log.info(
+        f"{shard_id}: {summary.rows_out} utterances, {summary.hours:.3f} h at "
+        f"{summary.audio_seconds_per_second:.0f} audio s/s, {len(summary.rejects)} rejected"
+    )
+    accounted = summary.rows_out + len(summary.rejects) == summary.rows_in
+    return dg.MaterializeResult(
+        metadata={**stage_metadata(summary), "sample_rate": 24_000},
+        check_results=[
+            dg.AssetCheckResult(
+                check_name=AUDIO_ACCOUNTED, passed=accounted,
+                metadata={"indexed": summary.rows_in, "normalized": summary.rows_out, "rejected": len(summary.rejects)},
+            )
+        ],
+    )

@@ -1,0 +1,44 @@
+"""Turn a stage summary into the metadata people read in the Dagster UI."""
+
+from __future__ import annotations
+
+import dagster as dg
+import pyarrow as pa
+
+from speechdata.ingest import StageSummary
+
+
+def stage_metadata(summary: StageSummary) -> dict[str, dg.RawMetadataValue]:
+    metadata: dict[str, dg.RawMetadataValue] = {
+        "dagster/row_count": summary.rows_out,
+        "utterances_in": summary.rows_in,
+        "rejects": len(summary.rejects),
+        "reject_share": round(summary.reject_share, 6),
+        "rejects_by_reason": dg.MetadataValue.json(summary.rejects_by_reason),
+        "hours": round(summary.hours, 6),
+        "audio_seconds_per_second": round(summary.audio_seconds_per_second, 2),
+        "compute_seconds": round(summary.compute_seconds, 3),
+    }
+    for name, uri in summary.outputs.items():
+        metadata[f"{name}_uri"] = dg.MetadataValue.path(uri)
+    return metadata
+
+
+def markdown_preview(table: pa.Table, columns: list[str], rows: int = 5) -> dg.MetadataValue:
+    """A few rows as a markdown table, for the asset's materialization page."""
+    shown = table.select([c for c in columns if c in table.column_names]).slice(0, rows).to_pylist()
+    if not shown:
+        return dg.MetadataValue.md("_no rows_")
+    header = list(shown[0])
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for row in shown:
+        lines.append("| " + " | ".join(_cell(row[c]) for c in header) + " |")
+    return dg.MetadataValue.md("\n".join(lines))
+
+
+def _cell(value) -> str:
+    if isinstance(value, float):
+        return f"{value:.3f}"
+    text = "" if value is None else str(value)
+    text = text.replace("|", "\\|")
+    return text if len(text) <= 60 else text[:57] + "..."

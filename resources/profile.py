@@ -1,0 +1,13 @@
+import dagster as dg
+
+from speechdata.profiles import Profile
+
+
+class ModelProfileResource(dg.ConfigurableResource):
+    """Which models the model resources load: ``full`` (production) or ``tiny`` (demo, tests, CI).
+
+    Set from ``SPEECHDATA_PROFILE``. ``tiny`` builds small randomly initialised models of the same
+    classes locally, so its embeddings are not meaningful.
+    """
+
+    profile: Profile = "full"

@@ -1,0 +1,112 @@
+"""The two ingest steps end to end: landed shard -> utterance index -> 24 kHz mono audio container.
+
+Each step reads from and writes to the data root atomically and replaces its own outputs on a
+re-run, and returns a summary for the caller to report.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+
+from speechdata import layout
+from speechdata.audio import ResamplerName
+from speechdata.audio_container import AUDIO_CONTAINER_SCHEMA, AudioContainerWriter
+from speechdata.normalize import STAGE as NORMALIZE_STAGE
+from speechdata.normalize import normalize_shard
+from speechdata.raw_shard import STAGE as RAW_STAGE
+from speechdata.raw_shard import validate_landed_shard
+from speechdata.rejects import Reject, count_by_reason, rejects_table
+from speechdata.storage import DataRoot
+
+
+@dataclass(frozen=True)
+class StageSummary:
+    """What a per-shard stage did: rows in, rows out, and the rejects it recorded."""
+
+    shard_id: str
+    rows_in: int
+    rows_out: int
+    rejects: list[Reject]
+    audio_seconds: float
+    compute_seconds: float
+    outputs: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def rejects_by_reason(self) -> dict[str, int]:
+        return count_by_reason(self.rejects)
+
+    @property
+    def reject_share(self) -> float:
+        return len(self.rejects) / self.rows_in if self.rows_in else 0.0
+
+    @property
+    def hours(self) -> float:
+        return self.audio_seconds / 3600.0
+
+    @property
+    def audio_seconds_per_second(self) -> float:
+        return self.audio_seconds / self.compute_seconds if self.compute_seconds > 0 else 0.0
+
+
+def ingest_raw_shard(data_root: DataRoot, shard_id: str) -> tuple[StageSummary, pa.Table]:
+    """Validate ``landing/<shard_id>``, write its utterance index and ``raw_shards`` rejects."""
+    started = time.perf_counter()
+    validation = validate_landed_shard(data_root, shard_id)
+    data_root.write_parquet(layout.utterance_index(shard_id), validation.index)
+    data_root.write_parquet(layout.rejects(shard_id, RAW_STAGE), rejects_table(validation.rejects))
+    summary = StageSummary(
+        shard_id=shard_id,
+        rows_in=validation.landed_rows,
+        rows_out=validation.index.num_rows,
+        rejects=validation.rejects,
+        audio_seconds=validation.hours * 3600.0,
+        compute_seconds=time.perf_counter() - started,
+        outputs={
+            "index": data_root.uri(layout.utterance_index(shard_id)),
+            "rejects": data_root.uri(layout.rejects(shard_id, RAW_STAGE)),
+        },
+    )
+    return summary, validation.index
+
+
+def ingest_normalized_audio(
+    data_root: DataRoot,
+    shard_id: str,
+    *,
+    workers: int = 1,
+    resampler: ResamplerName = "soxr",
+    flac_subtype: str = "PCM_16",
+    on_progress: Callable[[int, int], None] | None = None,
+) -> StageSummary:
+    """Decode, cut, downmix and resample every indexed utterance into the shard's audio container."""
+    started = time.perf_counter()
+    index = data_root.read_parquet(layout.utterance_index(shard_id))
+    rejects: list[Reject] = []
+    with data_root.parquet_writer(layout.normalized_audio(shard_id), AUDIO_CONTAINER_SCHEMA) as parquet:
+        container = AudioContainerWriter(parquet)
+        for item in normalize_shard(
+            data_root, shard_id, index, workers=workers, resampler=resampler,
+            flac_subtype=flac_subtype, on_progress=on_progress,
+        ):
+            if isinstance(item, Reject):
+                rejects.append(item)
+            else:
+                container.add(item)
+        container.flush()
+    data_root.write_parquet(layout.rejects(shard_id, NORMALIZE_STAGE), rejects_table(rejects))
+    return StageSummary(
+        shard_id=shard_id,
+        rows_in=index.num_rows,
+        rows_out=container.rows,
+        rejects=rejects,
+        audio_seconds=container.audio_seconds,
+        compute_seconds=time.perf_counter() - started,
+        outputs={
+            "audio": data_root.uri(layout.normalized_audio(shard_id)),
+            "rejects": data_root.uri(layout.rejects(shard_id, NORMALIZE_STAGE)),
+        },
+    )
