@@ -1,0 +1,53 @@
+import io
+import os
+
+import numpy as np
+import pyarrow as pa
+import pytest
+import soundfile as sf
+
+from speechdata import layout
+from speechdata.sample_shards import load_clips
+from speechdata.storage import DataRoot
+
+os.environ.setdefault("SPEECHDATA_PROFILE", "tiny")
+
+
+@pytest.fixture
+def data_root(tmp_path) -> DataRoot:
+    return DataRoot(str(tmp_path / "data"))
+
+
+@pytest.fixture(scope="session")
+def clips():
+    return load_clips()
+
+
+def tone(seconds: float, rate: int, freq: float = 440.0, channels: int = 1) -> np.ndarray:
+    t = np.arange(int(round(seconds * rate))) / rate
+    mono = (0.5 * np.sin(2 * np.pi * freq * t)).astype(np.float32)
+    return mono if channels == 1 else np.stack([mono] * channels, axis=1)
+
+
+def encode(samples: np.ndarray, rate: int, container: str = "WAV", subtype: str = "PCM_16") -> bytes:
+    buffer = io.BytesIO()
+    sf.write(buffer, samples, rate, format=container, subtype=subtype)
+    return buffer.getvalue()
+
+
+def land_shard(
+    data_root: DataRoot, shard_id: str, rows: list[dict], files: dict[str, bytes],
+    *, as_tar: bool = False, schema: pa.Schema | None = None, table: pa.Table | None = None,
+) -> None:
+    """Write a shard by hand: metadata rows, audio files (directory or tar), then ``_SUCCESS``."""
+    from speechdata.sample_shards import _tar_bytes
+
+    if as_tar:
+        data_root.write_bytes(layout.landing_audio_tar(shard_id), _tar_bytes(files))
+    else:
+        for path, data in files.items():
+            data_root.write_bytes(f"{layout.landing_audio_dir(shard_id)}/{path}", data)
+    if table is None:
+        table = pa.Table.from_pylist(rows, schema=schema)
+    data_root.write_parquet(layout.landing_metadata(shard_id), table)
+    data_root.write_bytes(layout.landing_success_marker(shard_id), b"")

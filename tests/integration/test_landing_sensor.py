@@ -1,0 +1,80 @@
+"""landing_sensor against an ephemeral instance: half-landed shards wait, complete ones run once."""
+
+import dagster as dg
+import pytest
+
+from resources.storage import DataRootResource
+from sensors.landing import build_landing_sensor
+from speechdata.sample_shards import build_sample_shard, mark_landed
+
+
+@pytest.fixture
+def instance():
+    with dg.instance_for_test() as instance:
+        yield instance
+
+
+def tick(sensor, instance, data_root, cursor=None) -> dg.SensorResult:
+    context = dg.build_sensor_context(
+        instance=instance, cursor=cursor, resources={"data_root": DataRootResource(url=data_root.url)}
+    )
+    result = sensor(context)
+    # The daemon applies partition requests; a test context does not, so apply them here.
+    for request in result.dynamic_partitions_requests or []:
+        instance.add_dynamic_partitions(request.partitions_def_name, list(request.partition_keys))
+    return result
+
+
+def test_half_landed_shard_is_ignored_until_success_marker(instance, data_root):
+    sensor = build_landing_sensor(max_shards_per_tick=10)
+    build_sample_shard(data_root, "s1", 2, seed=1, long_recordings=0, complete=False)
+    first = tick(sensor, instance, data_root)
+    assert first.run_requests == [] and instance.get_dynamic_partitions("shard") == []
+
+    mark_landed(data_root, "s1")
+    second = tick(sensor, instance, data_root, first.cursor)
+    assert [(r.run_key, r.partition_key) for r in second.run_requests] == [("s1", "s1")]
+    assert second.run_requests[0].tags["speechdata/launched_by"] == "landing_sensor"
+    assert instance.get_dynamic_partitions("shard") == ["s1"]
+
+
+def test_complete_shard_is_requested_exactly_once_across_ticks(instance, data_root):
+    sensor = build_landing_sensor(max_shards_per_tick=10)
+    build_sample_shard(data_root, "s1", 2, seed=1, long_recordings=0)
+    requested = []
+    cursor = None
+    for _ in range(3):
+        result = tick(sensor, instance, data_root, cursor)
+        cursor = result.cursor
+        requested += [r.run_key for r in result.run_requests]
+    assert requested == ["s1"]
+
+
+def test_new_countries_and_languages_become_partitions(instance, data_root):
+    sensor = build_landing_sensor(max_shards_per_tick=10)
+    metadata = build_sample_shard(data_root, "s1", 8, seed=2, long_recordings=0)
+    tick(sensor, instance, data_root)
+    assert sorted(instance.get_dynamic_partitions("language")) == sorted(set(metadata["language"].to_pylist()))
+    assert sorted(instance.get_dynamic_partitions("country")) == sorted(set(metadata["country"].to_pylist()))
+
+
+def test_cap_per_tick_holds_and_the_rest_follow_on_later_ticks(instance, data_root):
+    sensor = build_landing_sensor(max_shards_per_tick=2)
+    for i in range(5):
+        build_sample_shard(data_root, f"s{i}", 1, seed=i, long_recordings=0, formats=("wav",))
+    batches = []
+    cursor = None
+    for _ in range(4):
+        result = tick(sensor, instance, data_root, cursor)
+        cursor = result.cursor
+        batches.append([r.run_key for r in result.run_requests])
+    assert batches == [["s0", "s1"], ["s2", "s3"], ["s4"], []]
+
+
+def test_shard_with_unreadable_metadata_is_still_registered_so_the_failure_shows(instance, data_root):
+    from speechdata import layout
+
+    data_root.write_bytes(layout.landing_metadata("broken"), b"not parquet")
+    mark_landed(data_root, "broken")
+    result = tick(build_landing_sensor(), instance, data_root)
+    assert [r.run_key for r in result.run_requests] == ["broken"]

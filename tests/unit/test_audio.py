@@ -1,0 +1,54 @@
+import io
+
+import numpy as np
+import pytest
+import soundfile as sf
+
+from speechdata.audio import downmix_to_mono, encode_flac, resample, resampled_length
+from tests.conftest import tone
+
+
+def level_db(samples: np.ndarray) -> float:
+    core = samples[2400:-2400]
+    return 20 * np.log10(np.sqrt(np.mean(core**2)) / np.sqrt(0.5 * 0.25) + 1e-12)
+
+
+@pytest.mark.parametrize("method", ["soxr", "torchaudio"])
+@pytest.mark.parametrize("rate", [8_000, 16_000, 22_050, 32_000, 44_100, 48_000])
+def test_resample_gives_the_documented_length_and_keeps_a_passband_tone(method, rate):
+    x = tone(1.7, rate, freq=1000)
+    y = resample(x, rate, 24_000, method)
+    assert y.dtype == np.float32
+    assert y.shape[0] == resampled_length(x.shape[0], rate, 24_000)
+    assert abs(level_db(y)) < 0.1
+
+
+@pytest.mark.parametrize("method", ["soxr", "torchaudio"])
+@pytest.mark.parametrize("rate", [32_000, 44_100, 48_000])
+def test_resample_suppresses_content_above_the_new_nyquist(method, rate):
+    aliased = resample(tone(2.0, rate, freq=13_000), rate, 24_000, method)
+    assert level_db(aliased) < -75
+
+
+def test_same_rate_is_a_no_op():
+    x = tone(0.5, 24_000)
+    assert resample(x, 24_000, 24_000) is x or np.array_equal(resample(x, 24_000, 24_000), x)
+
+
+def test_unknown_resampler_is_an_error():
+    with pytest.raises(ValueError, match="unknown resampler"):
+        resample(tone(0.1, 16_000), 16_000, 24_000, "linear")
+
+
+def test_downmix_averages_channels():
+    stereo = np.array([[1.0, 0.0], [0.5, 0.5]], dtype=np.float32)
+    assert downmix_to_mono(stereo).tolist() == [0.5, 0.5]
+    assert downmix_to_mono(stereo[:, :1]).tolist() == [1.0, 0.5]
+
+
+def test_flac_encoding_clips_instead_of_wrapping():
+    loud = np.array([1.5, -1.5, 0.25], dtype=np.float32)
+    decoded, rate = sf.read(io.BytesIO(encode_flac(loud, 24_000)), dtype="float32")
+    assert rate == 24_000
+    assert decoded[0] == pytest.approx(1.0, abs=1e-4) and decoded[1] == pytest.approx(-1.0, abs=1e-4)
+    assert decoded[2] == pytest.approx(0.25, abs=1e-4)

@@ -1,0 +1,33 @@
+from speechdata import layout
+from speechdata.landing_scan import scan_landing_zone
+
+
+def make_dirs(data_root, complete: list[str], landing: list[str]):
+    for name in complete:
+        data_root.write_bytes(layout.landing_success_marker(name), b"")
+    for name in landing:
+        data_root.write_bytes(layout.landing_metadata(name), b"")
+
+
+def test_empty_or_missing_landing_zone(data_root):
+    assert scan_landing_zone(data_root, set(), 10).complete == []
+
+
+def test_only_complete_unregistered_shards_are_returned_in_order(data_root):
+    make_dirs(data_root, ["c", "a", "b"], ["d"])
+    scan = scan_landing_zone(data_root, {"b"}, 10)
+    assert scan.complete == ["a", "c"]
+    assert scan.still_landing == ["d"]
+    assert not scan.more_complete
+
+
+def test_limit_caps_the_shards_per_scan(data_root):
+    make_dirs(data_root, [f"s{i:02d}" for i in range(5)], [])
+    scan = scan_landing_zone(data_root, set(), 2)
+    assert scan.complete == ["s00", "s01"] and scan.more_complete
+
+
+def test_directories_that_are_not_shard_ids_are_never_registered(data_root):
+    make_dirs(data_root, ["Bad.Name", "ok"], [])
+    scan = scan_landing_zone(data_root, set(), 10)
+    assert scan.complete == ["ok"] and scan.invalid_names == ["Bad.Name"]

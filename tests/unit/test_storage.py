@@ -1,0 +1,51 @@
+import pyarrow as pa
+import pytest
+
+from speechdata.storage import TEMP_PREFIX, DataRoot, atomic_open
+
+
+def test_atomic_write_replaces_the_previous_file(data_root):
+    data_root.write_bytes("a/b.bin", b"first")
+    data_root.write_bytes("a/b.bin", b"second")
+    with data_root.fs.open(data_root.path("a/b.bin"), "rb") as handle:
+        assert handle.read() == b"second"
+    assert data_root.fs.ls(data_root.path("a"), detail=False) == [data_root.path("a/b.bin")]
+
+
+def test_failed_write_leaves_neither_the_file_nor_a_temp(data_root):
+    with pytest.raises(RuntimeError):
+        with atomic_open(data_root.fs, data_root.path("x/out.bin")) as handle:
+            handle.write(b"partial")
+            raise RuntimeError("crash mid-write")
+    assert not data_root.exists("x/out.bin")
+    assert not [p for p in data_root.fs.ls(data_root.path("x"), detail=False) if TEMP_PREFIX in p]
+
+
+def test_failed_write_keeps_the_previous_version(data_root):
+    data_root.write_bytes("x/out.bin", b"good")
+    with pytest.raises(RuntimeError):
+        with atomic_open(data_root.fs, data_root.path("x/out.bin")) as handle:
+            handle.write(b"half")
+            raise RuntimeError
+    with data_root.fs.open(data_root.path("x/out.bin"), "rb") as handle:
+        assert handle.read() == b"good"
+
+
+def test_parquet_round_trip_and_uri(data_root):
+    table = pa.table({"a": [1, 2]})
+    data_root.write_parquet("t/p.parquet", table)
+    assert data_root.read_parquet("t/p.parquet").equals(table)
+    assert data_root.uri("t/p.parquet").startswith("file://")
+
+
+def test_data_root_pickles_as_its_url(data_root):
+    import pickle
+
+    clone = pickle.loads(pickle.dumps(data_root))
+    assert isinstance(clone, DataRoot) and clone.url == data_root.url and clone.root == data_root.root
+
+
+def test_atomic_open_refuses_read_modes(data_root):
+    with pytest.raises(ValueError):
+        with atomic_open(data_root.fs, data_root.path("r"), "rb"):
+            pass
