@@ -6,9 +6,11 @@ input in the same run, single-threaded (``torch.set_num_threads(1)``), so the fi
 per core:
 
 * throughput: audio seconds per CPU second (``time.process_time``) of decoding an in-memory file
-  and resampling it with each method, for each source rate. The input is the fixture speech
+  and resampling it with each method, for each source rate; decoding alone is timed too, since
+  it is the part both share. The input is the fixture speech
   (``load_clips()``) concatenated to ``--seconds``, resampled once with soxr to each source rate
-  and encoded as FLAC (or WAV) beforehand; the two methods alternate which goes first each repeat.
+  and encoded as FLAC (or WAV) beforehand. The two methods alternate which goes first each repeat
+  and each figure is the median pass, so a burst of load on a shared machine skews neither.
 * aliasing: the level (dB relative to the input) of a 13 kHz tone after resampling from 32 / 44.1 /
   48 kHz to 24 kHz. 13 kHz lies above the 12 kHz output Nyquist, so whatever is left is alias
   (lower is better). A 10 kHz tone's level (closer to 0 dB is better) shows the passband is kept.
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import io
+import statistics
 import time
 
 import numpy as np
@@ -53,22 +56,29 @@ def speech_at_rates(seconds: float, rates: list[int], container: str) -> dict[in
     return files
 
 
-def decode_and_resample(data: bytes, method: str) -> np.ndarray:
+def decode_and_resample(data: bytes, method: str | None) -> np.ndarray:
+    """Decode the file and resample it with ``method`` (``None``: decode only, the shared part)."""
     samples, rate = read_segment(io.BytesIO(data))
+    if method is None:
+        return samples
     return to_target_mono(samples, rate, TARGET_SAMPLE_RATE, method)
 
 
-def throughput(data: bytes, audio_s: float, repeats: int) -> dict[str, float]:
-    """Audio seconds per CPU second of decode + resample, per method."""
-    for method in METHODS:  # first calls build kernels and warm imports; not counted
+def throughput(data: bytes, audio_s: float, repeats: int) -> dict[str | None, float]:
+    """Audio seconds per CPU second of decode + resample per method, and of decoding alone.
+
+    Each figure is the median of ``repeats`` passes.
+    """
+    passes = (*METHODS, None)
+    for method in passes:  # first calls build kernels and warm imports; not counted
         decode_and_resample(data, method)
-    cpu = dict.fromkeys(METHODS, 0.0)
+    cpu: dict[str | None, list[float]] = {method: [] for method in passes}
     for repeat in range(repeats):
-        for method in METHODS if repeat % 2 == 0 else reversed(METHODS):
+        for method in passes if repeat % 2 == 0 else reversed(passes):
             started = time.process_time()
             decode_and_resample(data, method)
-            cpu[method] += time.process_time() - started
-    return {method: repeats * audio_s / cpu[method] for method in METHODS}
+            cpu[method].append(time.process_time() - started)
+    return {method: audio_s / statistics.median(cpu[method]) for method in passes}
 
 
 def tone_level_db(frequency: float, source_rate: int, method: str, seconds: float = 2.0) -> float:
@@ -86,7 +96,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="a few seconds, for smoke runs")
     parser.add_argument("--seconds", type=float, default=60.0, help="audio seconds per file")
-    parser.add_argument("--repeats", type=int, default=15, help="timed passes per rate and method")
+    parser.add_argument("--repeats", type=int, default=25, help="timed passes per rate and method")
     parser.add_argument("--rates", type=int, nargs="+", default=list(SOURCE_RATES))
     parser.add_argument("--container", choices=sorted(CONTAINERS), default="flac")
     args = parser.parse_args(argv)
@@ -107,6 +117,7 @@ def main(argv: list[str] | None = None) -> None:
                 "torchaudio_x_realtime": round(torch_x, 1),
                 "ratio_torchaudio_over_soxr": ratio(torch_x, soxr_x),
                 "faster": "soxr" if soxr_x >= torch_x else "torchaudio",
+                "decode_only_x_realtime": round(per_method[None], 1),
             }
             progress(f"resample {rate} Hz: {speed[str(rate)]}")
         quality = {}

@@ -29,7 +29,8 @@ def stdout_to_stderr() -> Iterator[None]:
 
 
 def ratio(value: float, baseline: float) -> float | None:
-    return round(value / baseline, 4) if baseline else None
+    """``value / baseline`` to four significant digits (None without a baseline)."""
+    return float(f"{value / baseline:.4g}") if baseline else None
 
 
 def machine() -> dict:

@@ -15,11 +15,13 @@ from speechdata.landing import ContractError, partition_values
 from speechdata.landing_scan import scan_landing_zone
 
 DEFAULT_MAX_SHARDS_PER_TICK = int(os.environ.get("SPEECHDATA_MAX_SHARDS_PER_TICK", "50"))
+DEFAULT_INTERVAL_SECONDS = int(os.environ.get("SPEECHDATA_LANDING_SENSOR_INTERVAL_S", "30"))
 LAUNCHED_BY_TAG = "speechdata/launched_by"
 
 
 def build_landing_sensor(
-    max_shards_per_tick: int = DEFAULT_MAX_SHARDS_PER_TICK, minimum_interval_seconds: int = 30
+    max_shards_per_tick: int = DEFAULT_MAX_SHARDS_PER_TICK,
+    minimum_interval_seconds: int = DEFAULT_INTERVAL_SECONDS,
 ) -> dg.SensorDefinition:
     @dg.sensor(
         name="landing_sensor",

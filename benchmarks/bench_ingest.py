@@ -1,0 +1,184 @@
+"""Ingest throughput against the cost of decoding alone, on one shard of mixed formats.
+
+Why: ingest (``ingest_raw_shard`` then ``ingest_normalized_audio``) should cost little more than
+decoding the landed audio, which no ingest can avoid. This builds a shard of WAV / FLAC / MP3 /
+Ogg-Opus utterances (plus long recordings cut into segments) in a temporary data root and measures,
+on one process, in CPU seconds (``time.process_time``):
+
+* ingest: ``ingest_raw_shard`` + ``ingest_normalized_audio(workers=1)`` (validation, header
+  probing, decode, downmix, resample, FLAC encode, parquet writes);
+* decode only, the baseline: every file the utterance index lists, opened through
+  ``LandedAudio`` and its segments read with ``soundfile``, nothing else, also per format;
+
+and reports audio seconds per CPU second for both and ``overhead_share = (ingest - decode) / ingest``
+(target < 0.25). It also times ``ingest_normalized_audio`` wall-clock with ``workers=2`` against
+``workers=1`` (``time.perf_counter``), the speedup a second core buys including process start-up.
+Every figure is the median of ``--repeats`` passes after one untimed warm-up pass.
+"""
+
+from __future__ import annotations
+
+import argparse
+import posixpath
+import statistics
+import tempfile
+import time
+from collections import defaultdict
+
+import soundfile as sf
+
+from benchmarks.report import emit, progress, ratio, stdout_to_stderr
+from speechdata import layout
+from speechdata.ingest import ingest_normalized_audio, ingest_raw_shard
+from speechdata.landed_audio import LandedAudio
+from speechdata.normalize import FILES_PER_TASK
+from speechdata.sample_shards import build_sample_shard
+from speechdata.storage import DataRoot
+
+SHARD_ID = "bench-ingest"
+FORMATS = ("wav", "flac", "mp3", "opus")
+OVERHEAD_TARGET = 0.25
+
+
+def ingest_cpu(root: DataRoot) -> dict[str, float]:
+    """CPU seconds of the two ingest steps on one process."""
+    started = time.process_time()
+    ingest_raw_shard(root, SHARD_ID)
+    validated = time.process_time()
+    ingest_normalized_audio(root, SHARD_ID, workers=1)
+    done = time.process_time()
+    return {"raw_shard": validated - started, "normalized_audio": done - validated, "total": done - started}
+
+
+def decode_cpu(root: DataRoot, segments: dict[str, list[tuple[int, int]]]) -> dict[str, float]:
+    """CPU seconds of decoding every indexed segment, by file extension and in total.
+
+    Each file is opened once and its segments read in order, as ingest does.
+    """
+    cpu: dict[str, float] = defaultdict(float)
+    with LandedAudio(root, SHARD_ID) as audio:
+        for path, spans in segments.items():
+            started = time.process_time()
+            with audio.open(path) as handle, sf.SoundFile(handle) as sound:
+                for first, last in spans:
+                    sound.seek(first)
+                    sound.read(last - first, dtype="float32", always_2d=True)
+            cpu[extension(path)] += time.process_time() - started
+    cpu["total"] = sum(cpu.values())
+    return dict(cpu)
+
+
+def normalize_wall(root: DataRoot, workers: int) -> float:
+    started = time.perf_counter()
+    ingest_normalized_audio(root, SHARD_ID, workers=workers)
+    return time.perf_counter() - started
+
+
+def extension(path: str) -> str:
+    return posixpath.splitext(path)[1].lstrip(".").lower()
+
+
+def indexed_segments(root: DataRoot) -> tuple[dict[str, list[tuple[int, int]]], dict[str, float]]:
+    """The frames to decode per file (sorted by file and start), and audio seconds per extension."""
+    index = root.read_parquet(layout.utterance_index(SHARD_ID)).sort_by(
+        [("audio_path", "ascending"), ("segment_start_s", "ascending")]
+    )
+    segments: dict[str, list[tuple[int, int]]] = defaultdict(list)
+    seconds: dict[str, float] = defaultdict(float)
+    for row in index.select(
+        ["audio_path", "segment_start_s", "segment_end_s", "source_sample_rate", "source_frames", "duration_s"]
+    ).to_pylist():
+        rate = row["source_sample_rate"]
+        first = int(round(row["segment_start_s"] * rate))
+        last = min(int(round(row["segment_end_s"] * rate)), row["source_frames"])
+        segments[row["audio_path"]].append((first, last))
+        seconds[extension(row["audio_path"])] += row["duration_s"]
+    return dict(segments), dict(seconds)
+
+
+def median_by_key(passes: list[dict[str, float]]) -> dict[str, float]:
+    return {key: statistics.median(p[key] for p in passes) for key in passes[0]}
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="a small shard and one pass, for smoke runs")
+    parser.add_argument("--utterances", type=int, default=60, help="standalone utterance files in the shard")
+    parser.add_argument("--long-recordings", type=int, default=1, help="long recordings (3 segments each)")
+    parser.add_argument("--repeats", type=int, default=3, help="timed passes of each measurement")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.utterances, args.repeats = 8, 1
+
+    with stdout_to_stderr(), tempfile.TemporaryDirectory(prefix="bench-ingest-") as tmp:
+        root = DataRoot(tmp)
+        build_sample_shard(
+            root, SHARD_ID, args.utterances, seed=args.seed, formats=FORMATS,
+            long_recordings=args.long_recordings,
+        )
+        ingest_cpu(root)  # warm-up: imports, first-call set-up, page cache
+        segments, seconds_by_format = indexed_segments(root)
+        audio_s = sum(seconds_by_format.values())
+        decode_cpu(root, segments)
+
+        ingest_passes, decode_passes = [], []
+        for _ in range(args.repeats):
+            ingest_passes.append(ingest_cpu(root))
+            decode_passes.append(decode_cpu(root, segments))
+        ingest, decode = median_by_key(ingest_passes), median_by_key(decode_passes)
+        progress(f"ingest cpu {ingest}, decode cpu {decode}")
+
+        walls: dict[int, list[float]] = {1: [], 2: []}
+        normalize_wall(root, 2)  # warm-up of the spawn path
+        for repeat in range(args.repeats):
+            for workers in (1, 2) if repeat % 2 == 0 else (2, 1):
+                walls[workers].append(normalize_wall(root, workers))
+        wall_1, wall_2 = statistics.median(walls[1]), statistics.median(walls[2])
+        progress(f"normalize wall {walls}")
+
+    ingest_x, decode_x = audio_s / ingest["total"], audio_s / decode["total"]
+    overhead = (ingest["total"] - decode["total"]) / ingest["total"]
+    emit(
+        "ingest",
+        {
+            "quick": args.quick, "utterances": args.utterances, "long_recordings": args.long_recordings,
+            "files": len(segments), "segments": sum(len(s) for s in segments.values()),
+            "formats": list(FORMATS), "repeats": args.repeats, "seed": args.seed,
+            # normalize_shard hands out FILES_PER_TASK files per task, so a small shard may use one worker
+            "workers_2_effective": min(2, -(-len(segments) // FILES_PER_TASK)),
+        },
+        {
+            "audio_seconds": round(audio_s, 2),
+            "cpu_x_realtime": {
+                "ingest_x_realtime": round(ingest_x, 1),
+                "decode_only_x_realtime": round(decode_x, 1),
+                "ratio_ingest_over_decode": ratio(ingest_x, decode_x),
+            },
+            "cpu_seconds": {
+                "ingest": round(ingest["total"], 4),
+                "ingest_raw_shard": round(ingest["raw_shard"], 4),
+                "ingest_normalized_audio": round(ingest["normalized_audio"], 4),
+                "decode_only": round(decode["total"], 4),
+            },
+            "overhead_share": round(overhead, 4),
+            "overhead_share_target": OVERHEAD_TARGET,
+            "overhead_meets_target": overhead < OVERHEAD_TARGET,
+            "decode_x_realtime_by_format": {
+                fmt: {
+                    "audio_seconds": round(seconds_by_format[fmt], 2),
+                    "decode_x_realtime": round(seconds_by_format[fmt] / decode[fmt], 1),
+                }
+                for fmt in sorted(seconds_by_format)
+            },
+            "normalize_wall": {
+                "workers_1_s": round(wall_1, 3),
+                "workers_2_s": round(wall_2, 3),
+                "speedup_workers_2_over_1": ratio(wall_1, wall_2),
+            },
+        },
+    )
+
+
+if __name__ == "__main__":
+    main()
