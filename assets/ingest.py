@@ -76,7 +76,9 @@ class NormalizedAudioConfig(dg.Config):
     resampler: Literal["soxr", "torchaudio"] = Field(
         "soxr", description="soxr HQ is faster or equal at every common rate and sharper (README, Resampling)."
     )
-    flac_subtype: Literal["PCM_16", "PCM_24"] = Field("PCM_16", description="Sample format inside the FLAC rows.")
+    codec: Literal["flac16", "flac24", "pcm16"] = Field(
+        "flac16", description="flac16/flac24: lossless, about half the bytes; pcm16: no encoding CPU (README, Ingest)."
+    )
 
 
 @dg.asset(
@@ -99,7 +101,7 @@ def normalized_audio(
     """The shard's audio at 24 kHz mono (Mimi's rate), cut to each utterance's segment.
 
     File: `shards/<shard>/audio_24k.parquet`, one row per utterance: `utt_id`, `sample_rate`,
-    `n_samples`, `duration_s` and `flac` (the FLAC-encoded samples). Read it with
+    `n_samples`, `duration_s`, `codec` and `audio` (FLAC bytes by default). Read it with
     `speechdata.audio_container.iter_container_audio`, or any parquet reader plus soundfile.
     Utterances that cannot be decoded are in `shards/<shard>/rejects/normalized_audio.parquet`.
     """
@@ -113,7 +115,7 @@ def normalized_audio(
 
     summary = ingest_normalized_audio(
         data_root.get(), shard_id, workers=config.workers, resampler=config.resampler,
-        flac_subtype=config.flac_subtype, on_progress=log_progress,
+        codec=config.codec, on_progress=log_progress,
     )
     context.log.info(
         f"{shard_id}: {summary.rows_out} utterances, {summary.hours:.3f} h at "

@@ -1,4 +1,4 @@
-"""The per-shard audio container: one parquet file, one FLAC-encoded 24 kHz mono row per utterance.
+"""The per-shard audio container: one parquet file, one encoded 24 kHz mono row per utterance.
 
 One object per shard (not one per utterance) keeps object-store listings and small-file overhead
 out of the way; parquet gives column pruning (read ``utt_id``/``n_samples`` without touching the
@@ -14,7 +14,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from speechdata.audio import decode_audio_bytes
+from speechdata.audio import AudioCodec, decode_audio
 from speechdata.storage import DataRoot
 
 AUDIO_CONTAINER_SCHEMA = pa.schema(
@@ -23,9 +23,13 @@ AUDIO_CONTAINER_SCHEMA = pa.schema(
         pa.field("sample_rate", pa.int32(), nullable=False),
         pa.field("n_samples", pa.int64(), nullable=False),
         pa.field("duration_s", pa.float64(), nullable=False),
-        pa.field("flac", pa.binary(), nullable=False),
+        pa.field("codec", pa.string(), nullable=False),
+        pa.field("audio", pa.binary(), nullable=False),
     ]
 )
+
+CONTAINER_PARQUET_OPTIONS = {"compression": {"utt_id": "zstd", "codec": "zstd", "audio": "none"}}
+"""Encoded audio does not compress further; zstd over it only burns CPU."""
 
 ROW_GROUP_BYTES = 64 * 1024 * 1024
 """Flush a row group once this much encoded audio is buffered (bounds memory on any shard size)."""
@@ -36,7 +40,8 @@ class EncodedUtterance:
     utt_id: str
     sample_rate: int
     n_samples: int
-    flac: bytes
+    codec: AudioCodec
+    audio: bytes
 
     @property
     def duration_s(self) -> float:
@@ -56,7 +61,7 @@ class AudioContainerWriter:
 
     def add(self, utterance: EncodedUtterance) -> None:
         self._pending.append(utterance)
-        self._pending_bytes += len(utterance.flac)
+        self._pending_bytes += len(utterance.audio)
         self.rows += 1
         self.audio_seconds += utterance.duration_s
         if self._pending_bytes >= self._row_group_bytes:
@@ -72,7 +77,8 @@ class AudioContainerWriter:
                 pa.array([u.sample_rate for u in rows], pa.int32()),
                 pa.array([u.n_samples for u in rows], pa.int64()),
                 pa.array([u.duration_s for u in rows], pa.float64()),
-                pa.array([u.flac for u in rows], pa.binary()),
+                pa.array([u.codec for u in rows], pa.string()),
+                pa.array([u.audio for u in rows], pa.binary()),
             ],
             schema=AUDIO_CONTAINER_SCHEMA,
         )
@@ -87,12 +93,14 @@ def iter_container_audio(
     with data_root.fs.open(data_root.path(relative), "rb") as handle:
         parquet = pq.ParquetFile(handle)
         for group in range(parquet.num_row_groups):
-            table = parquet.read_row_group(group, columns=["utt_id", "flac"])
-            for utt_id, flac in zip(table["utt_id"].to_pylist(), table["flac"].to_pylist()):
+            table = parquet.read_row_group(group, columns=["utt_id", "sample_rate", "codec", "audio"])
+            for utt_id, rate, codec, data in zip(
+                table["utt_id"].to_pylist(), table["sample_rate"].to_pylist(),
+                table["codec"].to_pylist(), table["audio"].to_pylist(),
+            ):
                 if utt_ids is not None and utt_id not in utt_ids:
                     continue
-                samples, rate = decode_audio_bytes(flac)
-                yield utt_id, samples, rate
+                yield utt_id, decode_audio(data, codec), rate
 
 
 def read_container_index(data_root: DataRoot, relative: str) -> pa.Table:

@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 
 from speechdata import layout
-from speechdata.audio import ResamplerName
-from speechdata.audio_container import AUDIO_CONTAINER_SCHEMA, AudioContainerWriter
+from speechdata.audio import AudioCodec, ResamplerName
+from speechdata.audio_container import AUDIO_CONTAINER_SCHEMA, CONTAINER_PARQUET_OPTIONS, AudioContainerWriter
 from speechdata.normalize import STAGE as NORMALIZE_STAGE
 from speechdata.normalize import normalize_shard
 from speechdata.raw_shard import STAGE as RAW_STAGE
@@ -79,18 +79,20 @@ def ingest_normalized_audio(
     *,
     workers: int = 1,
     resampler: ResamplerName = "soxr",
-    flac_subtype: str = "PCM_16",
+    codec: AudioCodec = "flac16",
     on_progress: Callable[[int, int], None] | None = None,
 ) -> StageSummary:
     """Decode, cut, downmix and resample every indexed utterance into the shard's audio container."""
     started = time.perf_counter()
     index = data_root.read_parquet(layout.utterance_index(shard_id))
     rejects: list[Reject] = []
-    with data_root.parquet_writer(layout.normalized_audio(shard_id), AUDIO_CONTAINER_SCHEMA) as parquet:
+    with data_root.parquet_writer(
+        layout.normalized_audio(shard_id), AUDIO_CONTAINER_SCHEMA, **CONTAINER_PARQUET_OPTIONS
+    ) as parquet:
         container = AudioContainerWriter(parquet)
         for item in normalize_shard(
             data_root, shard_id, index, workers=workers, resampler=resampler,
-            flac_subtype=flac_subtype, on_progress=on_progress,
+            codec=codec, on_progress=on_progress,
         ):
             if isinstance(item, Reject):
                 rejects.append(item)

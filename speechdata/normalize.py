@@ -19,7 +19,14 @@ import pyarrow as pa
 
 import soundfile as sf
 
-from speechdata.audio import TARGET_SAMPLE_RATE, ResamplerName, encode_flac, read_segment_from, to_target_mono
+from speechdata.audio import (
+    TARGET_SAMPLE_RATE,
+    AudioCodec,
+    ResamplerName,
+    encode_audio,
+    read_segment_from,
+    to_target_mono,
+)
 from speechdata.audio_container import EncodedUtterance
 from speechdata.landed_audio import LandedAudio
 from speechdata.rejects import Reject
@@ -49,7 +56,7 @@ def segment_requests(index: pa.Table) -> list[SegmentRequest]:
 
 def normalize_segments(
     audio: LandedAudio, requests: list[SegmentRequest], resampler: ResamplerName = "soxr",
-    flac_subtype: str = "PCM_16",
+    codec: AudioCodec = "flac16",
 ) -> Iterator[EncodedUtterance | Reject]:
     for audio_path, group in groupby(requests, key=lambda r: r.audio_path):
         group = list(group)
@@ -57,7 +64,7 @@ def normalize_segments(
         try:
             with audio.open(audio_path) as handle, sf.SoundFile(handle) as sound:
                 for request in group:
-                    yield _normalize_one(sound, request, resampler, flac_subtype)
+                    yield _normalize_one(sound, request, resampler, codec)
                     finished += 1
         except Exception as exc:  # the file would not open (or close): its remaining segments are lost
             for request in group[finished:]:
@@ -65,7 +72,7 @@ def normalize_segments(
 
 
 def _normalize_one(
-    sound: sf.SoundFile, request: SegmentRequest, resampler: ResamplerName, flac_subtype: str
+    sound: sf.SoundFile, request: SegmentRequest, resampler: ResamplerName, codec: AudioCodec
 ) -> EncodedUtterance | Reject:
     try:
         samples = read_segment_from(sound, request.start_s, request.end_s)
@@ -75,8 +82,8 @@ def _normalize_one(
         return Reject(request.utt_id, STAGE, "audio_empty", f"{request.audio_path}: no samples decoded")
     mono = to_target_mono(samples, sound.samplerate, TARGET_SAMPLE_RATE, resampler)
     return EncodedUtterance(
-        request.utt_id, TARGET_SAMPLE_RATE, int(mono.shape[0]),
-        encode_flac(mono, TARGET_SAMPLE_RATE, flac_subtype),
+        request.utt_id, TARGET_SAMPLE_RATE, int(mono.shape[0]), codec,
+        encode_audio(mono, TARGET_SAMPLE_RATE, codec),
     )
 
 
@@ -89,14 +96,14 @@ def _open_worker_audio(data_root: DataRoot, shard_id: str) -> None:
 
 
 def _normalize_task(args: tuple[list[SegmentRequest], str, str]) -> list[EncodedUtterance | Reject]:
-    requests, resampler, subtype = args
+    requests, resampler, codec = args
     assert _worker_audio is not None, "worker initializer did not run"
-    return list(normalize_segments(_worker_audio, requests, resampler, subtype))
+    return list(normalize_segments(_worker_audio, requests, resampler, codec))
 
 
 def normalize_shard(
     data_root: DataRoot, shard_id: str, index: pa.Table, *, workers: int = 1,
-    resampler: ResamplerName = "soxr", flac_subtype: str = "PCM_16",
+    resampler: ResamplerName = "soxr", codec: AudioCodec = "flac16",
     on_progress: Callable[[int, int], None] | None = None,
 ) -> Iterator[EncodedUtterance | Reject]:
     """Yield one :class:`EncodedUtterance` or :class:`Reject` per index row.
@@ -115,7 +122,7 @@ def normalize_shard(
     if workers == 1:
         with LandedAudio(data_root, shard_id) as audio:
             for task in tasks:
-                yield from normalize_segments(audio, task, resampler, flac_subtype)
+                yield from normalize_segments(audio, task, resampler, codec)
                 done += len(task)
                 if on_progress:
                     on_progress(done, total)
@@ -125,7 +132,7 @@ def normalize_shard(
     with ProcessPoolExecutor(
         workers, mp_context=context, initializer=_open_worker_audio, initargs=(data_root, shard_id)
     ) as pool:
-        for task, results in zip(tasks, pool.map(_normalize_task, [(t, resampler, flac_subtype) for t in tasks])):
+        for task, results in zip(tasks, pool.map(_normalize_task, [(t, resampler, codec) for t in tasks])):
             yield from results
             done += len(task)
             if on_progress:

@@ -52,3 +52,32 @@ def test_flac_encoding_clips_instead_of_wrapping():
     assert rate == 24_000
     assert decoded[0] == pytest.approx(1.0, abs=1e-4) and decoded[1] == pytest.approx(-1.0, abs=1e-4)
     assert decoded[2] == pytest.approx(0.25, abs=1e-4)
+
+
+@pytest.mark.parametrize("codec, tolerance", [("flac16", 1 / 32767), ("flac24", 1e-6), ("pcm16", 1 / 32767)])
+def test_every_codec_round_trips_within_its_quantization_step(codec, tolerance):
+    from speechdata.audio import decode_audio, encode_audio
+
+    x = tone(0.3, 24_000, freq=523.0)
+    y = decode_audio(encode_audio(x, 24_000, codec), codec)
+    assert y.dtype == np.float32 and y.shape == x.shape
+    assert np.max(np.abs(y - x)) <= tolerance
+
+
+def test_pcm16_clips_instead_of_wrapping():
+    from speechdata.audio import decode_audio, encode_audio
+
+    y = decode_audio(encode_audio(np.array([2.0, -2.0], np.float32), 24_000, "pcm16"), "pcm16")
+    assert y.tolist() == [1.0, -1.0]
+
+
+def test_unknown_codec_is_an_error():
+    from speechdata.audio import encode_audio
+
+    with pytest.raises(ValueError, match="unknown audio codec"):
+        encode_audio(tone(0.1, 24_000), 24_000, "mp3")
+
+
+def test_downmix_of_many_channels_is_their_mean():
+    x = np.random.default_rng(0).standard_normal((1000, 6)).astype(np.float32)
+    assert np.allclose(downmix_to_mono(x), x.mean(axis=1), atol=1e-6)

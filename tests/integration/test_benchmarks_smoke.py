@@ -1,0 +1,31 @@
+"""The benchmarks still run (quick sizes) and each prints one JSON record with its baseline."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.parametrize(
+    "name, keys",
+    [
+        ("bench_resample", {"x_realtime_per_cpu_by_source_rate", "tone_13000hz_level_db_by_source_rate"}),
+        ("bench_ingest", {"scenarios", "normalize_wall"}),
+        ("bench_sensor_tick", {"scan", "tick_none_registered", "tick_mostly_registered"}),
+    ],
+)
+def test_benchmark_prints_one_json_record(name, keys):
+    result = subprocess.run(
+        [sys.executable, "-m", f"benchmarks.{name}", "--quick"],
+        cwd=ROOT, capture_output=True, text=True, timeout=600,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    lines = result.stdout.strip().splitlines()
+    assert len(lines) == 1, result.stdout[-2000:]
+    record = json.loads(lines[0])
+    assert record["benchmark"] == name.removeprefix("bench_")
+    assert keys <= set(record)
