@@ -4,16 +4,30 @@ import dagster as dg
 
 from assets import ALL_ASSETS
 from dagster_project.jobs import ALL_JOBS
-from dagster_project.settings import data_root_url, model_profile
+from dagster_project.settings import PROJECT_ROOT, data_root_url, model_profile
+from resources.aligner import DEFAULT_ALIGNMENT_MODELS, CtcAlignerResource
 from resources.profile import ModelProfileResource
 from resources.storage import DataRootResource
+from resources.text_tokenizer import TextTokenizerResource
 from sensors.landing import landing_sensor
 
 
+TINY_ALIGNMENT_LANGUAGES = ("en", "de", "fr")
+"""The tiny CTC model's character set covers these; other sample languages show the no-model reject."""
+
+
 def build_resources(data_root: str | None = None, profile: str | None = None) -> dict:
+    profile = profile or model_profile()
+    tiny = profile == "tiny"
+    cache_dir = str(PROJECT_ROOT / ".cache" / "models")
     return {
         "data_root": DataRootResource(url=data_root or data_root_url()),
-        "model_profile": ModelProfileResource(profile=profile or model_profile()),
+        "model_profile": ModelProfileResource(profile=profile),
+        "aligner": CtcAlignerResource(
+            models={language: "tiny" for language in TINY_ALIGNMENT_LANGUAGES} if tiny else dict(DEFAULT_ALIGNMENT_MODELS),
+            model_cache_dir=cache_dir,
+        ),
+        "text_tokenizer": TextTokenizerResource(model_id="tiny" if tiny else "Qwen/Qwen3-1.7B"),
     }
 
 

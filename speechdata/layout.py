@@ -67,3 +67,28 @@ def rejects_dir(shard_id: str) -> str:
 
 def rejects(shard_id: str, stage: str) -> str:
     return f"{SHARDS}/{shard_id}/rejects/{stage}.parquet"
+
+
+def alignments(shard_id: str) -> str:
+    """Word and token spans of every aligned utterance of the shard (:mod:`speechdata.alignment_table`)."""
+    return f"{SHARDS}/{shard_id}/alignments.parquet"
+
+
+def alignment_scores(shard_id: str) -> str:
+    """One row per aligned utterance: aligner and mean frame log-prob on the path."""
+    return f"{SHARDS}/{shard_id}/alignment_scores.parquet"
+
+
+def ctm(shard_id: str, level: str, utt_id: str) -> str:
+    """NeMo Forced Aligner-format CTM of one utterance, ``level`` = ``words`` or ``tokens``."""
+    return f"{SHARDS}/{shard_id}/ctm/{level}/{utt_id}.ctm"
+
+
+def landing_alignments_dir(shard_id: str) -> str:
+    """Alignments made elsewhere, landed beside the shard: ``<utt_id>.ctm`` or ``<utt_id>.TextGrid``."""
+    return f"{LANDING}/{shard_id}/alignments"
+
+
+def frame_grids(shard_id: str) -> str:
+    """Per utterance ``tokens [T]``, ``grid [F]``, ``dur [T]`` (int32 lists) and counts."""
+    return f"{SHARDS}/{shard_id}/frame_grids.parquet"

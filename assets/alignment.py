@@ -1,0 +1,172 @@
+"""[alignment] Forced alignment and the 12.5 Hz frame grid in text-token space."""
+
+import time
+from typing import Literal
+
+import dagster as dg
+from pydantic import Field
+
+from assets.ingest import normalized_audio
+from assets.partitions import shard_partitions
+from assets.reporting import markdown_preview, stage_metadata
+from resources.aligner import CtcAlignerResource
+from resources.storage import DataRootResource
+from resources.text_tokenizer import TextTokenizerResource
+from speechdata import layout
+from speechdata.alignment_stage import align_shard, import_shard_alignments
+from speechdata.frame_grid_stage import build_shard_frame_grids, verify_frame_grids
+
+GROUP = "alignment"
+OWNERS = ["team:speech-data"]
+
+
+class AlignmentsConfig(dg.Config):
+    source: Literal["nemo", "import"] = Field(
+        "nemo",
+        description=(
+            "nemo: align with the language's NeMo CTC model. import: read alignments landed beside the shard "
+            "(landing/<shard>/alignments/<utt_id>.ctm or .TextGrid)."
+        ),
+    )
+    write_ctm: bool = Field(True, description="Also write NFA-format CTM files per utterance (nemo only).")
+
+
+def _progress_logger(context: dg.AssetExecutionContext, what: str):
+    last = [time.monotonic()]
+
+    def log(done: int, total: int) -> None:
+        if time.monotonic() - last[0] >= 10:
+            last[0] = time.monotonic()
+            context.log.info(f"{context.partition_key}: {what} {done} utterances so far")
+
+    return log
+
+
+@dg.asset(
+    deps=[normalized_audio],
+    partitions_def=shard_partitions,
+    group_name=GROUP,
+    kinds={"pytorch", "parquet"},
+    owners=OWNERS,
+    code_version="alignments-v1",
+)
+def alignments(
+    context: dg.AssetExecutionContext,
+    config: AlignmentsConfig,
+    data_root: DataRootResource,
+    aligner: CtcAlignerResource,
+) -> dg.MaterializeResult:
+    """Word and token time spans of every utterance, from NeMo CTC forced alignment (or imported).
+
+    Files: `shards/<shard>/alignments.parquet` (`utt_id`, `level` word/token, `index`, `text`,
+    `start_ms`, `end_ms`, `score`; integer ms from the start of the utterance's own audio),
+    `shards/<shard>/alignment_scores.parquet` (one row per utterance: `aligner`, `score` = mean frame
+    log-prob on the Viterbi path, for filtering) and NeMo Forced Aligner-format CTMs in
+    `shards/<shard>/ctm/{words,tokens}/<utt_id>.ctm`. Utterances in a language with no configured
+    model, with an empty transcript, or with text the model's vocabulary cannot express are in
+    `shards/<shard>/rejects/alignments.parquet`.
+    """
+    shard_id = context.partition_key
+    root = data_root.get()
+    if config.source == "import":
+        summary = import_shard_alignments(root, shard_id)
+    else:
+        summary = align_shard(
+            root, shard_id, aligner.aligner_for,
+            settings=aligner.log_prob_settings(0.08),
+            write_ctm_files=config.write_ctm,
+            on_progress=_progress_logger(context, "aligned"),
+        )
+    scores = root.read_parquet(layout.alignment_scores(shard_id))
+    context.log.info(
+        f"{shard_id}: {summary.rows_out}/{summary.rows_in} aligned, rejects {summary.rejects_by_reason}, "
+        f"{summary.audio_seconds_per_second:.0f} audio s/s"
+    )
+    return dg.MaterializeResult(
+        metadata={
+            **stage_metadata(summary),
+            "source": config.source,
+            "models": dg.MetadataValue.json(aligner.models),
+            "mean_alignment_score": round(sum(s or 0.0 for s in scores["score"].to_pylist()) / max(scores.num_rows, 1), 4),
+            "preview": markdown_preview(scores, ["utt_id", "aligner", "score", "n_words", "n_frames"]),
+        }
+    )
+
+
+GRID_CHECKS = {
+    "frames_accounted": "sum(dur) + silence frames == F for every utterance",
+    "grid_monotone": "token indices along the grid never decrease",
+    "frame_count_matches_audio": "F == ceil(n_samples / 1920)",
+    "token_count_matches_tokenizer": "tokens equal the tokenizer's tokens of the transcript",
+}
+
+
+@dg.asset(
+    deps=[alignments],
+    partitions_def=shard_partitions,
+    group_name=GROUP,
+    kinds={"parquet"},
+    owners=OWNERS,
+    code_version="frame_grids-v1",
+    check_specs=[
+        dg.AssetCheckSpec(name, asset="frame_grids", blocking=True, description=description)
+        for name, description in GRID_CHECKS.items()
+    ],
+)
+def frame_grids(
+    context: dg.AssetExecutionContext, data_root: DataRootResource, text_tokenizer: TextTokenizerResource
+) -> dg.MaterializeResult:
+    """The 12.5 Hz bridge grid: which text token owns each 80 ms Mimi frame, per utterance.
+
+    File: `shards/<shard>/frame_grids.parquet`, one row per utterance with `tokens` (Qwen token ids,
+    int32 [T]), `grid` (token index per frame, -1 = silence, int32 [F]), `dur` (frames per token, int32
+    [T], may be 0), the token spans in ms, and counts. Rules: DESIGN.md "Bridge tuple semantics".
+    Read it with `pyarrow.parquet.read_table` or DuckDB.
+    """
+    shard_id = context.partition_key
+    root = data_root.get()
+    tokenizer = text_tokenizer.get()
+    summary, totals = build_shard_frame_grids(root, shard_id, tokenizer)
+    table = root.read_parquet(layout.frame_grids(shard_id))
+    index = root.read_parquet(layout.utterance_index(shard_id), columns=["utt_id", "text"])
+    failures = verify_frame_grids(table, dict(zip(index["utt_id"].to_pylist(), index["text"].to_pylist())), tokenizer)
+    failed_by_check = {
+        "frames_accounted": failures.frames_accounted,
+        "grid_monotone": failures.monotone,
+        "frame_count_matches_audio": failures.frame_count,
+        "token_count_matches_tokenizer": failures.token_count,
+    }
+    context.log.info(
+        f"{shard_id}: {summary.rows_out} grids, zero-frame tokens {totals.zero_duration_token_share:.1%}, "
+        f"silence frames {totals.silence_frame_share:.1%}"
+    )
+    return dg.MaterializeResult(
+        metadata={
+            **stage_metadata(summary),
+            "tokenizer": text_tokenizer.identity,
+            "tokens": totals.tokens,
+            "frames": totals.frames,
+            "zero_duration_token_share": round(totals.zero_duration_token_share, 6),
+            "silence_frame_share": round(totals.silence_frame_share, 6),
+            "preview": _grid_preview(table),
+        },
+        check_results=[
+            dg.AssetCheckResult(
+                check_name=name, passed=not failed,
+                metadata={"failing_utterances": len(failed), "examples": dg.MetadataValue.json(failed[:5])},
+            )
+            for name, failed in failed_by_check.items()
+        ],
+    )
+
+
+def _grid_preview(table) -> dg.MetadataValue:
+    """The first utterance's grid as text: one character per frame (token index mod 10, '.' = silence)."""
+    if table.num_rows == 0:
+        return dg.MetadataValue.md("_no grids_")
+    row = table.slice(0, 1).to_pylist()[0]
+    cells = "".join("." if g == -1 else str(g % 10) for g in row["grid"])
+    return dg.MetadataValue.md(
+        f"**{row['utt_id']}**: {row['n_tokens']} tokens, {row['n_frames']} frames "
+        f"({row['silence_frames']} silent, {row['zero_duration_tokens']} zero-frame tokens)\n\n```\n{cells}\n```"
+    )

@@ -1,0 +1,69 @@
+import threading
+
+import dagster as dg
+from pydantic import Field, PrivateAttr
+
+from speechdata.alignment_stage import CtcAligner
+from speechdata.ctc_log_probs import LogProbSettings, model_frame_seconds, nemo_ctc_forward
+from speechdata.ctc_text import vocabulary_of
+
+DEFAULT_ALIGNMENT_MODELS = {"en": "nvidia/parakeet-ctc-1.1b"}
+
+# One load per model and device per process, however many runs or resource instances ask for it.
+_LOADED: dict[tuple[str, str], CtcAligner] = {}
+_LOCK = threading.Lock()
+
+
+def resolve_device(device: str) -> str:
+    if device != "auto":
+        return device
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+class CtcAlignerResource(dg.ConfigurableResource):
+    """NeMo CTC acoustic models for forced alignment, one per language, loaded once per process.
+
+    ``models`` maps ISO 639-1 languages to a pretrained NeMo model name (hub or local cache), a
+    ``.nemo`` path, or ``tiny`` (the small local model of the tiny profile). A language that is not
+    in the map is not aligned: its utterances become ``no_aligner_for_language`` rejects.
+    """
+
+    models: dict[str, str] = Field(default_factory=lambda: dict(DEFAULT_ALIGNMENT_MODELS))
+    device: str = Field("auto", description="auto, cpu or cuda:N")
+    model_cache_dir: str = Field(".cache/models", description="Where the tiny model's .nemo file is kept.")
+    local_files_only: bool = Field(False, description="Never download: use the Hugging Face cache only.")
+    max_batch_s: float = Field(240.0, description="Padded audio seconds per forward call.")
+    max_window_s: float = Field(40.0, description="Longer utterances are aligned from overlapping windows.")
+    context_s: float = Field(4.0, description="Audio context on each side of a window.")
+
+    _resolved_device: str | None = PrivateAttr(default=None)
+
+    def log_prob_settings(self, frame_s: float) -> LogProbSettings:
+        return LogProbSettings(
+            frame_s=frame_s, max_batch_s=self.max_batch_s, max_window_s=self.max_window_s, context_s=self.context_s
+        )
+
+    def aligner_for(self, language: str | None) -> CtcAligner | None:
+        name = self.models.get(language or "")
+        if name is None:
+            return None
+        if self._resolved_device is None:
+            self._resolved_device = resolve_device(self.device)
+        key = (name, self._resolved_device)
+        with _LOCK:
+            if key not in _LOADED:
+                from speechdata.ctc_models import load_ctc_model
+
+                model = load_ctc_model(
+                    name, cache_dir=self.model_cache_dir, device=self._resolved_device,
+                    local_files_only=self.local_files_only,
+                )
+                _LOADED[key] = CtcAligner(
+                    name=name,
+                    forward=nemo_ctc_forward(model, self._resolved_device),
+                    vocabulary=vocabulary_of(model),
+                    frame_s=model_frame_seconds(model),
+                )
+            return _LOADED[key]

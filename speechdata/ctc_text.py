@@ -1,0 +1,93 @@
+"""Transcript text in a CTC model's vocabulary, word by word.
+
+Forced alignment needs every target token to exist in the acoustic model's vocabulary. Each
+whitespace-separated word of the transcript is normalized (Unicode NFKC, lower case, typographic
+apostrophes unified, characters the vocabulary cannot express dropped) and tokenized on its own,
+so the alignment keeps exactly one entry per word; a word that normalizes to nothing (a lone dash)
+keeps an entry with no tokens and gets a zero-length span at the previous word's end.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from dataclasses import dataclass
+
+_APOSTROPHES = str.maketrans({"\u2019": "'", "\u2018": "'", "\u02bc": "'", "`": "'"})
+_WORD = re.compile(r"\S+")
+
+
+@dataclass(frozen=True)
+class CtcTargets:
+    """Target token ids for the whole utterance and which targets belong to which word."""
+
+    words: list[str]
+    """The transcript's words as written (one per whitespace-separated run)."""
+    targets: list[int]
+    """Model token ids without blanks, including word separators for character models."""
+    word_target_ranges: list[tuple[int, int]]
+    """``[first, last)`` indices into ``targets`` per word; empty for a word that normalized to nothing."""
+    token_texts: list[str]
+    """Printable text of each target (for token-level CTM rows)."""
+
+
+def normalize_word(word: str) -> str:
+    return unicodedata.normalize("NFKC", word).translate(_APOSTROPHES).lower()
+
+
+class CharVocabulary:
+    """A character CTC vocabulary (NeMo ``labels``); the blank is the last class."""
+
+    def __init__(self, labels: list[str]):
+        self.labels = list(labels)
+        self.index = {label: i for i, label in enumerate(self.labels)}
+        self.blank_id = len(self.labels)
+        self.separator_id = self.index.get(" ")
+
+    def word_tokens(self, word: str) -> list[int]:
+        return [self.index[c] for c in normalize_word(word) if c in self.index and c != " "]
+
+    def token_text(self, token_id: int) -> str:
+        return "<space>" if token_id == self.separator_id else self.labels[token_id]
+
+
+class SubwordVocabulary:
+    """A SentencePiece/BPE CTC vocabulary (NeMo ``model.tokenizer``); the blank is the last class."""
+
+    def __init__(self, tokenizer):
+        self.tokenizer = tokenizer
+        self.blank_id = tokenizer.vocab_size
+        self.separator_id = None
+        self.unk_id = getattr(tokenizer, "unk_id", None)
+
+    def word_tokens(self, word: str) -> list[int]:
+        kept = "".join(c for c in normalize_word(word) if c.isalnum() or c == "'")
+        if not kept:
+            return []
+        return [t for t in self.tokenizer.text_to_ids(kept) if t != self.unk_id]
+
+    def token_text(self, token_id: int) -> str:
+        return self.tokenizer.ids_to_tokens([token_id])[0]
+
+
+def vocabulary_of(model) -> CharVocabulary | SubwordVocabulary:
+    """The vocabulary a NeMo CTC model emits over (char models have ``decoder.vocabulary`` labels)."""
+    tokenizer = getattr(model, "tokenizer", None)
+    if tokenizer is not None:
+        return SubwordVocabulary(tokenizer)
+    return CharVocabulary(list(model.decoder.vocabulary))
+
+
+def ctc_targets(text: str, vocabulary: CharVocabulary | SubwordVocabulary) -> CtcTargets:
+    """Tokenize ``text`` word by word; character models get a separator token between words."""
+    words = _WORD.findall(text or "")
+    targets: list[int] = []
+    ranges: list[tuple[int, int]] = []
+    for word in words:
+        tokens = vocabulary.word_tokens(word)
+        if tokens and targets and vocabulary.separator_id is not None:
+            targets.append(vocabulary.separator_id)
+        start = len(targets)
+        targets.extend(tokens)
+        ranges.append((start, len(targets)))
+    return CtcTargets(words, targets, ranges, [vocabulary.token_text(t) for t in targets])
