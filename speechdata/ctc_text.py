@@ -59,9 +59,13 @@ class SubwordVocabulary:
         self.blank_id = tokenizer.vocab_size
         self.separator_id = None
         self.unk_id = getattr(tokenizer, "unk_id", None)
+        pieces = tokenizer.ids_to_tokens(list(range(tokenizer.vocab_size)))
+        # Characters some piece spells; anything else would become <unk>, which aligns to nothing real.
+        self.characters = {c for piece in pieces if not (piece.startswith("<") and piece.endswith(">")) for c in piece}
+        self.characters.discard("\u2581")
 
     def word_tokens(self, word: str) -> list[int]:
-        kept = "".join(c for c in normalize_word(word) if c.isalnum() or c == "'")
+        kept = "".join(c for c in normalize_word(word) if c in self.characters)
         if not kept:
             return []
         return [t for t in self.tokenizer.text_to_ids(kept) if t != self.unk_id]

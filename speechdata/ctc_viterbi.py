@@ -1,45 +1,48 @@
-"""Exact CTC forced-alignment Viterbi, path-compatible with NeMo's ``viterbi_decoding``.
+"""Exact CTC forced-alignment Viterbi, path-identical to NeMo's ``viterbi_decoding``.
 
 NeMo's aligner (``nemo.collections.asr.parts.utils.aligner_utils.viterbi_decoding``) loops over
-frames in Python with a handful of tensor ops per frame (~30 ms for a 250-frame utterance on one
-core). This module gets the same path from torchaudio's C++ ``forced_align`` kernel (~0.35 ms) and
-converts its per-frame labels into NeMo's state indices.
+frames in Python with a dozen tensor ops per frame (~30 ms for a 250-frame utterance on one core).
+This module runs the same recurrence, with the same float32 arithmetic and the same tie-breaking, in
+a compiled loop (numba, ``nogil``), so it returns NeMo's path bit for bit, ~100x faster.
 
 Conventions (NeMo's): for target tokens ``t_1..t_L`` (no blanks) the states are
 ``y = [blank, t_1, blank, t_2, ..., blank, t_L, blank]`` (``U = 2L + 1``; empty text: ``U = 1``).
 A path gives one state index per frame; moves are stay, ``u + 1`` and ``u + 2`` (the latter only
-into a token different from the token two states back, i.e. skipping a blank between different
-tokens); the path starts in state 0 or 1 and ends in ``U - 1`` or ``U - 2``. CTC needs a blank
-between two adjacent identical tokens, so an alignment exists only when ``T >= L + repeats``
-(``repeats`` = number of adjacent equal token pairs); otherwise :class:`AlignmentImpossible`.
+when ``y[u] != y[u - 2]``, i.e. skipping a blank between two different tokens); the path starts in
+state 0 or 1 and ends in ``U - 1`` or ``U - 2``. CTC needs a blank between two adjacent identical
+tokens, so an alignment exists only when ``T >= L + repeats`` (``repeats`` = number of adjacent
+equal token pairs); otherwise :class:`AlignmentImpossible`.
 
-Tie-breaking, and the one place the two can differ
---------------------------------------------------
-Both pick, among equal candidates, the lowest backpointer (stay before ``u - 1`` before ``u - 2``;
-``torch.max`` returns the first maximum, torchaudio's comparisons are strict), and at the last
-frame both prefer ``U - 2`` over ``U - 1`` on a tie. Exact ties in the inputs (e.g. quantised
-log-probs) therefore give identical paths. The Viterbi scores (alphas) are identical too, since
-rounding is monotone: ``max_k fl(x_k + e) == fl(max_k x_k + e)``.
+What "exact" means here, step by step as NeMo does it (batch of one, float32):
 
-The arithmetic order differs, though: NeMo adds the frame's log-prob first and then takes the max
-(``max_k fl(x_k + e)``), torchaudio takes the max and then adds. When two candidate scores
-``x_i != x_j`` are within about one float32 ulp of each other and adding ``e`` rounds them to the
-same value (only possible when the sum crosses a power of two), NeMo sees a tie and takes the lower
-index while torchaudio takes the strictly larger candidate. The two paths then have the same
-float32 Viterbi score (the sums differ by about one ulp of the running score, ~1e-4 at -1000), i.e.
-they are equally optimal up to float32 rounding; this is the only way the paths can differ. It
-needs a near-tie on the chosen path itself and was not seen in 200 benchmark utterances (see
-``tests/unit/test_ctc_viterbi.py`` and ``benchmarks/bench_viterbi.py``).
+* ``v[0, u] = log_probs[0, y[u]]`` for ``u < 2``, ``-3.4e38`` (NeMo's ``padding_value``) elsewhere;
+* for ``t >= 1``: with ``e = log_probs[t, y[u]]`` the candidates are ``v[u] + e``,
+  ``v[u-1] + e`` and ``v[u-2] + e`` (a missing or forbidden predecessor reads ``-3.4e38``), each
+  rounded to float32 *before* the max (NeMo adds first, then ``torch.max``); the max's first index
+  wins ties (stay, then ``u - 1``, then ``u - 2``), as ``torch.max`` does;
+* at the last frame ``U - 2`` wins a tie with ``U - 1`` (``torch.argmax``), then backpointers.
+
+Why not ``torchaudio.functional.forced_align``: its C++ kernel is fast (~0.35 ms) but, in the
+torchaudio 2.11 build, falls back to "stay" when the ``u - 1`` and ``u - 2`` candidates tie
+exactly and both beat "stay" (``else if (x1 > x0 && x1 > x2)``), so it can return a clearly worse
+path (on a 4-frame hand-made case: log-prob -23 against NeMo's -4; on random float32 log-probs a
+path 0.37 worse in about 1 utterance in 5,000, where float32 rounding makes such a tie); it also
+takes the max before adding the frame's log-prob, which breaks near-ties differently from NeMo.
+``tests/unit/test_ctc_viterbi.py`` keeps the hand-made case; ``benchmarks/bench_viterbi.py``
+reports torchaudio's speed and mismatches next to ours.
+
+Without numba the same recurrence runs vectorised over states in numpy (same arithmetic, same
+paths, ~10x slower than numba but still faster than NeMo).
 """
 
 from __future__ import annotations
 
-import functools
 import os
-from collections.abc import Iterable, Sequence
+import threading
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Union
+from typing import Union
 
 import numpy as np
 import torch
@@ -55,22 +58,29 @@ __all__ = [
 
 ArrayLike = Union[torch.Tensor, np.ndarray, Sequence[int]]
 
+#: NeMo's ``padding_value`` (a float32 tensor filled with it holds -3.4e38 rounded to float32).
+PADDING_VALUE = np.float32(-3.4e38)
+
 
 class AlignmentImpossible(ValueError):
-    """The text cannot be CTC-aligned to this many frames (``T < L + repeats``)."""
+    """The text cannot be CTC-aligned to these frames (``T < L + repeats``, or no finite path)."""
 
-    def __init__(self, num_frames: int, num_tokens: int, repeats: int):
-        self.num_frames = num_frames
-        self.num_tokens = num_tokens
-        self.repeats = repeats
+    def __init__(self, num_frames: int, num_tokens: int, repeats: int, reason: str | None = None):
+        self.num_frames = int(num_frames)
+        self.num_tokens = int(num_tokens)
+        self.repeats = int(repeats)
+        self.reason = reason
+        what = reason or (
+            f"T={self.num_frames} frames < L + repeats = {self.num_tokens} + {self.repeats} = "
+            f"{self.num_tokens + self.repeats}"
+        )
         super().__init__(
-            f"CTC alignment impossible: T={num_frames} frames < L + repeats = {num_tokens} + {repeats} "
-            f"= {num_tokens + repeats} (L={num_tokens} target tokens, {repeats} adjacent repeated tokens "
-            f"each needing a blank frame between them)"
+            f"CTC alignment impossible: {what} (T={self.num_frames} frames, L={self.num_tokens} target "
+            f"tokens, repeats={self.repeats} adjacent repeated tokens, each needing a blank frame between)"
         )
 
-    def __reduce__(self):  # keep the exception picklable (process pools, Dagster events)
-        return (type(self), (self.num_frames, self.num_tokens, self.repeats))
+    def __reduce__(self):  # keep it picklable (process pools, Dagster events)
+        return (type(self), (self.num_frames, self.num_tokens, self.repeats, self.reason))
 
 
 @dataclass(frozen=True)
@@ -92,7 +102,7 @@ class ViterbiPath:
 
     @property
     def total_log_prob(self) -> float:
-        """Sum of the frame log-probs along the path (the Viterbi path score)."""
+        """Sum of the frame log-probs along the path (the path's log-probability)."""
         return float(np.sum(self.frame_log_probs, dtype=np.float64))
 
     @property
@@ -103,8 +113,8 @@ class ViterbiPath:
     def token_frame_spans(self) -> list[tuple[int, int]]:
         """``(first_frame, last_frame_exclusive)`` of each target token (state ``2k + 1``), in order.
 
-        Every token occupies at least one frame on a valid path, and its frames are contiguous since
-        the path never moves backwards.
+        On a valid path every token holds at least one frame and its frames are contiguous (the
+        path never moves backwards), so the spans are non-empty, ordered and disjoint.
         """
         if self.num_tokens == 0:
             return []
@@ -115,7 +125,7 @@ class ViterbiPath:
 
 
 def state_tokens(targets: ArrayLike, blank: int) -> list[int]:
-    """NeMo's interleaved state labels ``[blank, t_1, blank, ..., t_L, blank]`` (``y_batch[0]``)."""
+    """NeMo's interleaved state labels ``[blank, t_1, blank, ..., t_L, blank]`` (its ``y_batch[0]``)."""
     y = [int(blank)]
     for token in _targets_array(targets).tolist():
         y += [token, int(blank)]
@@ -128,16 +138,21 @@ def count_repeats(targets: ArrayLike) -> int:
     return int(np.count_nonzero(t[1:] == t[:-1])) if t.size > 1 else 0
 
 
-def ctc_viterbi(log_probs: ArrayLike, targets: ArrayLike, blank: int) -> ViterbiPath:
-    """Best CTC path of ``targets`` through ``log_probs`` (float [T, V]), NeMo's state indices.
+def ctc_viterbi(log_probs: ArrayLike, targets: ArrayLike, blank: int, *, backend: str = "auto") -> ViterbiPath:
+    """Best CTC path of ``targets`` through ``log_probs`` [T, V], as NeMo's ``viterbi_decoding``.
 
-    ``blank`` is the blank's column (NeMo's CTC models: ``V - 1``; a negative index counts from
-    the end). Raises :class:`AlignmentImpossible` when ``T < L + repeats`` (also for ``T == 0``),
-    and plain ``ValueError`` for malformed input (wrong shapes, a blank or out-of-range id in
-    ``targets``, non-finite log-probs are *not* checked).
+    ``log_probs`` (torch tensor on any device, or numpy) is cast to float32, the precision NeMo
+    aligns in. ``blank`` is the blank's column (NeMo's CTC models: ``V - 1``; a negative index counts
+    from the end). ``backend``: ``"auto"`` (numba when importable, else numpy), ``"numba"`` or
+    ``"numpy"``; all give the same path.
+
+    Raises :class:`AlignmentImpossible` (a ``ValueError``) when ``T < L + repeats`` (``T == 0``
+    included) or when every path has a ``-inf`` log-prob (where NeMo returns a path that does not
+    start in state 0 or 1), and plain ``ValueError`` for malformed input: wrong shapes, a blank or
+    out-of-range id in ``targets``, NaN log-probs on the target's columns.
     """
-    lp = _log_probs_tensor(log_probs)
-    num_frames, vocab = int(lp.shape[0]), int(lp.shape[1])
+    lp = _log_probs_array(log_probs)
+    num_frames, vocab = lp.shape
     blank = _blank_index(blank, vocab)
     tokens = _targets_array(targets)
     num_tokens = int(tokens.size)
@@ -151,14 +166,13 @@ def ctc_viterbi(log_probs: ArrayLike, targets: ArrayLike, blank: int) -> Viterbi
     if num_frames == 0 or num_frames < num_tokens + repeats:
         raise AlignmentImpossible(num_frames, num_tokens, repeats)
 
-    lp_np = lp.numpy()
-    if num_tokens == 0:
-        states = np.zeros(num_frames, dtype=np.int32)
-        labels = np.full(num_frames, blank, dtype=np.int64)
-    else:
-        labels = _forced_align_labels(lp, tokens, blank)
-        states = _labels_to_states(labels, tokens, blank)
-    frame_log_probs = lp_np[np.arange(num_frames), labels].astype(np.float32, copy=False)
+    y = np.full(2 * num_tokens + 1, blank, dtype=np.int64)
+    y[1::2] = tokens
+    states, frame_log_probs, has_nan = _kernel(backend)(lp, y)
+    if has_nan:
+        raise ValueError("log_probs hold NaN in the blank's or a target token's column")
+    if states[0] > 1 or np.isneginf(frame_log_probs).any():  # NeMo would return a padding path here
+        raise AlignmentImpossible(num_frames, num_tokens, repeats, reason="every path has a -inf log-prob")
     return ViterbiPath(states=states, frame_log_probs=frame_log_probs, num_tokens=num_tokens)
 
 
@@ -167,22 +181,23 @@ def ctc_viterbi_many(
     workers: int = 1,
     *,
     return_errors: bool = False,
+    backend: str = "auto",
 ) -> list[ViterbiPath | AlignmentImpossible]:
     """:func:`ctc_viterbi` over ``(log_probs, targets, blank)`` items, results in input order.
 
-    ``workers > 1`` runs on a thread pool: torchaudio's kernel releases the GIL, and threads avoid
-    pickling the [T, V] log-probs to another process (which costs more than the alignment itself);
-    two threads align ~1.7x as many utterances per second as one on two cores.
-    With ``return_errors`` an :class:`AlignmentImpossible` is put in the result list in place of
-    that item's path; otherwise the first one (in input order) is raised.
+    ``workers > 1`` runs a thread pool (capped at the CPU count): the compiled kernel releases the
+    GIL, and threads avoid pickling each [T, V] log-prob matrix to another process, which would
+    cost more than aligning it. With ``return_errors`` an :class:`AlignmentImpossible` takes that
+    item's place in the result list; otherwise the first one (in input order) is raised.
     """
     items = list(items)
     workers = max(1, min(int(workers), len(items) or 1, os.cpu_count() or 1))
+    _kernel(backend)  # load / compile once, before the threads start
 
     def one(item: tuple[ArrayLike, ArrayLike, int]) -> ViterbiPath | AlignmentImpossible:
         log_probs, targets, blank = item
         try:
-            return ctc_viterbi(log_probs, targets, blank)
+            return ctc_viterbi(log_probs, targets, blank, backend=backend)
         except AlignmentImpossible as error:
             if return_errors:
                 return error
@@ -194,54 +209,153 @@ def ctc_viterbi_many(
         return list(pool.map(one, items))
 
 
-# --- internals ---------------------------------------------------------------------------------
+# --- kernels --------------------------------------------------------------------------------------
+# Both take ``lp`` float32 [T, V] (C-contiguous) and ``y`` int64 [U] (NeMo's state labels, U >= 1)
+# and return ``(states int32 [T], frame_log_probs float32 [T], has_nan)``; ``has_nan`` is set when a
+# column of ``y`` holds a NaN (the states are then meaningless).
+
+Kernel = Callable[[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray, bool]]
 
 
-@functools.lru_cache(maxsize=1)
-def _forced_align_op() -> Any:
-    """torchaudio's CPU kernel, called directly: the Python wrapper's checks cost more than it."""
-    import torchaudio.functional  # noqa: F401  (loads libtorchaudio and registers the op)
+def _viterbi_numpy(lp: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray, bool]:
+    """NeMo's recurrence vectorised over states, one numpy step per frame."""
+    emissions = lp[:, y]
+    num_frames, num_states = emissions.shape
+    has_nan = bool(np.isnan(emissions).any())
+    pad = PADDING_VALUE
+    skip = np.zeros(num_states, dtype=np.bool_)  # u-2 -> u allowed: y[u] != y[u-2], u >= 2
+    skip[2:] = y[2:] != y[:-2]
+    v = np.full(num_states, pad, dtype=np.float32)
+    v[:2] = emissions[0, :2]
+    backpointers = np.zeros((num_frames, num_states), dtype=np.int8)
+    prev1 = np.full(num_states, pad, dtype=np.float32)
+    prev2 = np.full(num_states, pad, dtype=np.float32)
+    no_skip = ~skip
+    with np.errstate(over="ignore", invalid="ignore"):
+        for t in range(1, num_frames):
+            e = emissions[t]
+            prev1[1:] = v[:-1]
+            prev2[2:] = v[:-2]
+            prev2[no_skip] = pad
+            best = v + e
+            c1 = prev1 + e
+            c2 = prev2 + e
+            take1 = c1 > best
+            best = np.where(take1, c1, best)
+            take2 = c2 > best
+            v = np.where(take2, c2, best)
+            backpointers[t] = np.where(take2, 2, take1)
+    u = 0 if num_states == 1 else num_states - 2 if v[num_states - 2] >= v[num_states - 1] else num_states - 1
+    states = np.empty(num_frames, dtype=np.int32)
+    states[-1] = u
+    for t in range(num_frames - 1, 0, -1):
+        u -= int(backpointers[t, u])
+        states[t - 1] = u
+    return states, emissions[np.arange(num_frames), states], has_nan
 
-    return torch.ops.torchaudio.forced_align
 
-
-def _forced_align_labels(lp: torch.Tensor, tokens: np.ndarray, blank: int) -> np.ndarray:
+def _viterbi_numba_source(lp, y):  # pragma: no cover - compiled by numba
+    """NeMo's recurrence, one cell at a time, float32 throughout."""
     num_frames = lp.shape[0]
-    targets = torch.from_numpy(np.ascontiguousarray(tokens, dtype=np.int64)).unsqueeze(0)
-    paths, _ = _forced_align_op()(
-        lp.unsqueeze(0),
-        targets,
-        torch.tensor([num_frames], dtype=torch.int64),
-        torch.tensor([tokens.size], dtype=torch.int64),
-        blank,
-    )
-    return paths[0].numpy()
+    num_states = y.shape[0]
+    pad = np.float32(-3.4e38)
+    has_nan = False
+    skip = np.zeros(num_states, dtype=np.bool_)
+    for u in range(2, num_states):
+        skip[u] = y[u] != y[u - 2]
+    emissions = np.empty((num_frames, num_states), dtype=np.float32)  # lp[:, y], gathered once
+    for t in range(num_frames):
+        for u in range(num_states):
+            emissions[t, u] = lp[t, y[u]]
+    for t in range(num_frames):
+        for u in range(num_states):
+            has_nan |= np.isnan(emissions[t, u])
+    v = np.empty(num_states, dtype=np.float32)
+    nv = np.empty(num_states, dtype=np.float32)
+    for u in range(num_states):
+        v[u] = pad
+    for u in range(min(2, num_states)):
+        v[u] = emissions[0, u]
+    backpointers = np.zeros((num_frames, num_states), dtype=np.int8)
+    for t in range(1, num_frames):
+        for u in range(num_states):
+            e = emissions[t, u]
+            best = v[u] + e
+            b = 0
+            c1 = (v[u - 1] if u >= 1 else pad) + e
+            if c1 > best:
+                best = c1
+                b = 1
+            c2 = (v[u - 2] if skip[u] else pad) + e
+            if c2 > best:
+                best = c2
+                b = 2
+            nv[u] = best
+            backpointers[t, u] = b
+        v, nv = nv, v
+    u = 0
+    if num_states > 1:
+        u = num_states - 2 if v[num_states - 2] >= v[num_states - 1] else num_states - 1
+    states = np.empty(num_frames, dtype=np.int32)
+    frame_log_probs = np.empty(num_frames, dtype=np.float32)
+    states[num_frames - 1] = u
+    frame_log_probs[num_frames - 1] = emissions[num_frames - 1, u]
+    for t in range(num_frames - 1, 0, -1):
+        u -= backpointers[t, u]
+        states[t - 1] = u
+        frame_log_probs[t - 1] = emissions[t - 1, u]
+    return states, frame_log_probs, has_nan
 
 
-def _labels_to_states(labels: np.ndarray, tokens: np.ndarray, blank: int) -> np.ndarray:
-    """Per-frame labels -> NeMo state indices (token ``k`` -> ``2k + 1``, blank after it -> ``2k + 2``).
-
-    A non-blank frame starts a new token unless the previous frame emitted the same label (the same
-    token held: two identical adjacent tokens always have a blank frame between them on a CTC path).
-    """
-    is_token = labels != blank
-    new_token = is_token.copy()
-    new_token[1:] &= ~(is_token[:-1] & (labels[1:] == labels[:-1]))
-    k = np.cumsum(new_token, dtype=np.int64) - 1  # index of the latest token started
-    states = np.where(is_token, 2 * k + 1, 2 * k + 2).astype(np.int32)
-    if int(k[-1]) + 1 != tokens.size or not np.array_equal(labels[new_token], tokens):
-        raise RuntimeError("forced_align returned a path that does not spell the targets")
-    return states
+_numba_lock = threading.Lock()
+_numba_kernel: Kernel | None = None
+_numba_error: BaseException | None = None
 
 
-def _log_probs_tensor(log_probs: ArrayLike) -> torch.Tensor:
-    lp = log_probs if isinstance(log_probs, torch.Tensor) else torch.from_numpy(np.asarray(log_probs))
-    if lp.dim() != 2:
-        raise ValueError(f"log_probs must be 2-D [T, V]; got shape {tuple(lp.shape)}")
-    lp = lp.detach().cpu()
-    if lp.dtype not in (torch.float32, torch.float64):
-        lp = lp.to(torch.float32)
-    return lp.contiguous()
+def _load_numba() -> Kernel | None:
+    """Compile the kernel once per process (cached on disk by numba when the package is writable)."""
+    global _numba_kernel, _numba_error
+    with _numba_lock:
+        if _numba_kernel is None and _numba_error is None:
+            try:
+                import numba
+
+                signature = "Tuple((int32[::1], float32[::1], boolean))(float32[:, ::1], int64[::1])"
+                try:
+                    _numba_kernel = numba.njit(signature, nogil=True, cache=True)(_viterbi_numba_source)
+                except Exception:  # an unwritable cache directory: compile without caching
+                    _numba_kernel = numba.njit(signature, nogil=True)(_viterbi_numba_source)
+            except Exception as error:  # numba missing or broken: numpy fallback
+                _numba_error = error
+        return _numba_kernel
+
+
+def _kernel(backend: str) -> Kernel:
+    if backend == "numpy":
+        return _viterbi_numpy
+    if backend not in ("auto", "numba"):
+        raise ValueError(f"backend must be 'auto', 'numba' or 'numpy'; got {backend!r}")
+    kernel = _load_numba()
+    if kernel is not None:
+        return kernel
+    if backend == "numba":
+        raise RuntimeError(f"numba backend unavailable: {_numba_error!r}")
+    return _viterbi_numpy
+
+
+# --- input handling -------------------------------------------------------------------------------
+
+
+def _log_probs_array(log_probs: ArrayLike) -> np.ndarray:
+    if isinstance(log_probs, torch.Tensor):
+        array = log_probs.detach().to(device="cpu", dtype=torch.float32).numpy()
+    else:
+        array = np.asarray(log_probs, dtype=np.float32)
+    if array.ndim != 2:
+        raise ValueError(f"log_probs must be 2-D [T, V]; got shape {tuple(array.shape)}")
+    if array.shape[1] == 0:
+        raise ValueError("log_probs has no columns (V == 0)")
+    return np.ascontiguousarray(array)
 
 
 def _targets_array(targets: ArrayLike) -> np.ndarray:

@@ -51,3 +51,24 @@ def land_shard(
         table = pa.Table.from_pylist(rows, schema=schema)
     data_root.write_parquet(layout.landing_metadata(shard_id), table)
     data_root.write_bytes(layout.landing_success_marker(shard_id), b"")
+
+
+@pytest.fixture(scope="session")
+def model_cache_dir(tmp_path_factory):
+    """Tiny models are built once per test session (NeMo's save/restore path included)."""
+    return str(tmp_path_factory.mktemp("models"))
+
+
+@pytest.fixture
+def tiny_resources(data_root, model_cache_dir):
+    from resources.aligner import CtcAlignerResource
+    from resources.storage import DataRootResource
+    from resources.text_tokenizer import TextTokenizerResource
+
+    return {
+        "data_root": DataRootResource(url=data_root.url),
+        "aligner": CtcAlignerResource(
+            models={"en": "tiny", "de": "tiny", "fr": "tiny"}, model_cache_dir=model_cache_dir
+        ),
+        "text_tokenizer": TextTokenizerResource(model_id="tiny"),
+    }

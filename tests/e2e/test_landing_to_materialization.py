@@ -10,7 +10,7 @@ from tests.e2e.dagster_dev import DagsterDev
 
 pytestmark = pytest.mark.e2e
 
-SHARD_ASSETS = ("raw_shards", "normalized_audio")
+SHARD_ASSETS = ("raw_shards", "normalized_audio", "alignments", "frame_grids")
 
 
 def wait_for(predicate, dev: DagsterDev, timeout_s: float, what: str):

@@ -14,6 +14,8 @@ EXPECTED_ASSETS = {
     # asset key: (group, partitions)
     "raw_shards": ("ingest", "shard"),
     "normalized_audio": ("ingest", "shard"),
+    "alignments": ("alignment", "shard"),
+    "frame_grids": ("alignment", "shard"),
 }
 
 
