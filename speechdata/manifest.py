@@ -1,0 +1,43 @@
+"""Shard manifests: one parquet row per packed bridge sample, the catalog's source of truth.
+
+``manifests/shard=<shard_id>/part-0.parquet`` under the data root (hive-partitioned by shard, so
+DuckDB and polars can read every shard's manifest with one glob). Columns below are always present;
+the landed metadata's extra columns (quality scores, speaker, ...) follow them, so schemas differ
+between shards and readers should union by name.
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+MANIFEST_COLUMNS = pa.schema(
+    [
+        pa.field("key", pa.string(), nullable=False),
+        pa.field("shard", pa.string(), nullable=False),
+        pa.field("tar_url", pa.string(), nullable=False),
+        pa.field("offset", pa.int64(), nullable=False),
+        pa.field("size", pa.int64(), nullable=False),
+        pa.field("duration_s", pa.float64(), nullable=False),
+        pa.field("n_frames", pa.int32(), nullable=False),
+        pa.field("n_tokens", pa.int32(), nullable=False),
+        pa.field("language", pa.string()),
+        pa.field("country", pa.string()),
+        pa.field("source", pa.string()),
+        pa.field("text", pa.string()),
+        pa.field("alignment_score", pa.float32()),
+        pa.field("zero_duration_token_share", pa.float32()),
+    ]
+)
+"""``offset``/``size``: byte range of the sample's members (headers included) inside ``tar_url``, so
+a reader can fetch one sample with a range request and read it with ``tarfile``."""
+
+MANIFESTS_DIR = "manifests"
+
+
+def manifest_path(shard_id: str) -> str:
+    return f"{MANIFESTS_DIR}/shard={shard_id}/part-0.parquet"
+
+
+def manifests_glob(root_uri: str) -> str:
+    """Glob of every shard manifest under a data root (for DuckDB's ``read_parquet``)."""
+    return f"{root_uri.rstrip('/')}/{MANIFESTS_DIR}/shard=*/part-0.parquet"
