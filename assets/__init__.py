@@ -2,11 +2,12 @@
 through a resource, calls ``speechdata`` and reports what it wrote."""
 
 from assets.alignment import alignments, frame_grids
+from assets.features import qwen_hidden_states, wavlm_features
 from assets.ingest import normalized_audio, raw_shards
 
-ALL_ASSETS = [raw_shards, normalized_audio, alignments, frame_grids]
-
-SHARD_ASSETS = [raw_shards, normalized_audio, alignments, frame_grids]
+SHARD_ASSETS = [raw_shards, normalized_audio, alignments, frame_grids, qwen_hidden_states, wavlm_features]
 """Every shard-partitioned asset: what the per-shard job (launched by the landing sensor) materializes."""
+
+ALL_ASSETS = [*SHARD_ASSETS]
 
 PER_SHARD_JOB_NAME = "per_shard_job"

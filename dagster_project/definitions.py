@@ -7,7 +7,10 @@ from dagster_project.jobs import ALL_JOBS
 from dagster_project.settings import PROJECT_ROOT, data_root_url, model_profile
 from resources.aligner import DEFAULT_ALIGNMENT_MODELS, CtcAlignerResource
 from resources.profile import ModelProfileResource
+from resources.encoders import QwenEncoder, WavLMEncoder
 from resources.storage import DataRootResource
+from resources.torch_device import TorchDeviceResource
+from speechdata.text_tokens import TINY_VOCAB_SIZE
 from resources.text_tokenizer import TextTokenizerResource
 from sensors.landing import landing_sensor
 
@@ -28,6 +31,9 @@ def build_resources(data_root: str | None = None, profile: str | None = None) ->
             model_cache_dir=cache_dir,
         ),
         "text_tokenizer": TextTokenizerResource(model_id="tiny" if tiny else "Qwen/Qwen3-1.7B"),
+        "torch_device": TorchDeviceResource(),
+        "qwen": QwenEncoder(model_id="tiny" if tiny else "Qwen/Qwen3-1.7B", tiny_vocab_size=TINY_VOCAB_SIZE),
+        "wavlm": WavLMEncoder(model_id="tiny" if tiny else "microsoft/wavlm-large"),
     }
 
 

@@ -156,24 +156,29 @@ def ctc_viterbi(log_probs: ArrayLike, targets: ArrayLike, blank: int, *, backend
     blank = _blank_index(blank, vocab)
     tokens = _targets_array(targets)
     num_tokens = int(tokens.size)
-    if num_tokens:
+    y = np.full(2 * num_tokens + 1, blank, dtype=np.int64)
+    y[1::2] = tokens
+    # the checks run inside the kernel (one pass, without the GIL); errors are explained here
+    states, frame_log_probs, status = _kernel(backend)(lp, y)
+    if status != _OK:
+        _raise_for(status, num_frames, vocab, tokens, blank)
+    return ViterbiPath(states=states, frame_log_probs=frame_log_probs, num_tokens=num_tokens)
+
+
+def _raise_for(status: int, num_frames: int, vocab: int, tokens: np.ndarray, blank: int) -> None:
+    if status == _BAD_TOKEN:
         low, high = int(tokens.min()), int(tokens.max())
         if low < 0 or high >= vocab:
             raise ValueError(f"target ids must lie in [0, {vocab}); got min {low}, max {high}")
-        if np.any(tokens == blank):
-            raise ValueError(f"targets must not contain the blank id {blank}")
+        raise ValueError(f"targets must not contain the blank id {blank}")
     repeats = count_repeats(tokens)
-    if num_frames == 0 or num_frames < num_tokens + repeats:
-        raise AlignmentImpossible(num_frames, num_tokens, repeats)
-
-    y = np.full(2 * num_tokens + 1, blank, dtype=np.int64)
-    y[1::2] = tokens
-    states, frame_log_probs, has_nan = _kernel(backend)(lp, y)
-    if has_nan:
+    if status == _TOO_FEW_FRAMES:
+        raise AlignmentImpossible(num_frames, tokens.size, repeats)
+    if status == _NAN:
         raise ValueError("log_probs hold NaN in the blank's or a target token's column")
-    if states[0] > 1 or np.isneginf(frame_log_probs).any():  # NeMo would return a padding path here
-        raise AlignmentImpossible(num_frames, num_tokens, repeats, reason="every path has a -inf log-prob")
-    return ViterbiPath(states=states, frame_log_probs=frame_log_probs, num_tokens=num_tokens)
+    if status == _NO_FINITE_PATH:  # NeMo would return a path through its padding value here
+        raise AlignmentImpossible(num_frames, tokens.size, repeats, reason="every path has a -inf log-prob")
+    raise RuntimeError(f"unexpected kernel status {status}")
 
 
 def ctc_viterbi_many(
@@ -210,18 +215,29 @@ def ctc_viterbi_many(
 
 
 # --- kernels --------------------------------------------------------------------------------------
-# Both take ``lp`` float32 [T, V] (C-contiguous) and ``y`` int64 [U] (NeMo's state labels, U >= 1)
-# and return ``(states int32 [T], frame_log_probs float32 [T], has_nan)``; ``has_nan`` is set when a
-# column of ``y`` holds a NaN (the states are then meaningless).
+# Both take ``lp`` float32 [T, V] (C-contiguous) and ``y`` int64 [U] (NeMo's state labels: blank at
+# even positions, U >= 1) and return ``(states int32 [T], frame_log_probs float32 [T], status)``.
+# ``status`` is one of the codes below; the states are meaningful only with ``_OK``.
 
-Kernel = Callable[[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray, bool]]
+_OK, _BAD_TOKEN, _TOO_FEW_FRAMES, _NAN, _NO_FINITE_PATH = 0, 1, 2, 3, 4
+
+Kernel = Callable[[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray, int]]
 
 
-def _viterbi_numpy(lp: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray, bool]:
+def _viterbi_numpy(lp: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
     """NeMo's recurrence vectorised over states, one numpy step per frame."""
+    num_frames, vocab = lp.shape
+    num_states = y.shape[0]
+    empty = (np.zeros(0, dtype=np.int32), np.zeros(0, dtype=np.float32))
+    tokens = y[1::2]
+    if np.any((tokens < 0) | (tokens >= vocab) | (tokens == y[0])):
+        return (*empty, _BAD_TOKEN)
+    repeats = int(np.count_nonzero(tokens[1:] == tokens[:-1]))
+    if num_frames == 0 or num_frames < tokens.size + repeats:
+        return (*empty, _TOO_FEW_FRAMES)
     emissions = lp[:, y]
-    num_frames, num_states = emissions.shape
-    has_nan = bool(np.isnan(emissions).any())
+    if np.isnan(emissions).any():
+        return (*empty, _NAN)
     pad = PADDING_VALUE
     skip = np.zeros(num_states, dtype=np.bool_)  # u-2 -> u allowed: y[u] != y[u-2], u >= 2
     skip[2:] = y[2:] != y[:-2]
@@ -251,32 +267,46 @@ def _viterbi_numpy(lp: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarra
     for t in range(num_frames - 1, 0, -1):
         u -= int(backpointers[t, u])
         states[t - 1] = u
-    return states, emissions[np.arange(num_frames), states], has_nan
+    frame_log_probs = emissions[np.arange(num_frames), states]
+    if states[0] > 1 or np.isneginf(frame_log_probs).any():
+        return (*empty, _NO_FINITE_PATH)
+    return states, frame_log_probs, _OK
 
 
 def _viterbi_numba_source(lp, y):  # pragma: no cover - compiled by numba
     """NeMo's recurrence, one cell at a time, float32 throughout."""
-    num_frames = lp.shape[0]
+    num_frames, vocab = lp.shape
     num_states = y.shape[0]
-    pad = np.float32(-3.4e38)
-    has_nan = False
-    skip = np.zeros(num_states, dtype=np.bool_)
-    for u in range(2, num_states):
-        skip[u] = y[u] != y[u - 2]
+    blank = y[0]
+    no_states = np.zeros(0, dtype=np.int32)
+    no_scores = np.zeros(0, dtype=np.float32)
+    repeats = 0
+    for u in range(1, num_states, 2):
+        if y[u] < 0 or y[u] >= vocab or y[u] == blank:
+            return no_states, no_scores, 1  # _BAD_TOKEN
+        if u >= 3 and y[u] == y[u - 2]:
+            repeats += 1
+    if num_frames == 0 or num_frames < num_states // 2 + repeats:
+        return no_states, no_scores, 2  # _TOO_FEW_FRAMES
     emissions = np.empty((num_frames, num_states), dtype=np.float32)  # lp[:, y], gathered once
     for t in range(num_frames):
         for u in range(num_states):
             emissions[t, u] = lp[t, y[u]]
     for t in range(num_frames):
         for u in range(num_states):
-            has_nan |= np.isnan(emissions[t, u])
+            if np.isnan(emissions[t, u]):
+                return no_states, no_scores, 3  # _NAN
+    pad = np.float32(-3.4e38)
+    skip = np.zeros(num_states, dtype=np.bool_)
+    for u in range(2, num_states):
+        skip[u] = y[u] != y[u - 2]
     v = np.empty(num_states, dtype=np.float32)
     nv = np.empty(num_states, dtype=np.float32)
     for u in range(num_states):
         v[u] = pad
     for u in range(min(2, num_states)):
         v[u] = emissions[0, u]
-    backpointers = np.zeros((num_frames, num_states), dtype=np.int8)
+    backpointers = np.empty((num_frames, num_states), dtype=np.int8)
     for t in range(1, num_frames):
         for u in range(num_states):
             e = emissions[t, u]
@@ -300,11 +330,15 @@ def _viterbi_numba_source(lp, y):  # pragma: no cover - compiled by numba
     frame_log_probs = np.empty(num_frames, dtype=np.float32)
     states[num_frames - 1] = u
     frame_log_probs[num_frames - 1] = emissions[num_frames - 1, u]
+    finite = frame_log_probs[num_frames - 1] != -np.inf
     for t in range(num_frames - 1, 0, -1):
         u -= backpointers[t, u]
         states[t - 1] = u
         frame_log_probs[t - 1] = emissions[t - 1, u]
-    return states, frame_log_probs, has_nan
+        finite &= frame_log_probs[t - 1] != -np.inf
+    if states[0] > 1 or not finite:
+        return no_states, no_scores, 4  # _NO_FINITE_PATH
+    return states, frame_log_probs, 0  # _OK
 
 
 _numba_lock = threading.Lock()
@@ -320,7 +354,7 @@ def _load_numba() -> Kernel | None:
             try:
                 import numba
 
-                signature = "Tuple((int32[::1], float32[::1], boolean))(float32[:, ::1], int64[::1])"
+                signature = "Tuple((int32[::1], float32[::1], int64))(float32[:, ::1], int64[::1])"
                 try:
                     _numba_kernel = numba.njit(signature, nogil=True, cache=True)(_viterbi_numba_source)
                 except Exception:  # an unwritable cache directory: compile without caching

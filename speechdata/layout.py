@@ -92,3 +92,13 @@ def landing_alignments_dir(shard_id: str) -> str:
 def frame_grids(shard_id: str) -> str:
     """Per utterance ``tokens [T]``, ``grid [F]``, ``dur [T]`` (int32 lists) and counts."""
     return f"{SHARDS}/{shard_id}/frame_grids.parquet"
+
+
+def qwen_hidden_states(shard_id: str) -> str:
+    """float16 ``[T, hidden]`` per utterance (:mod:`speechdata.array_store`)."""
+    return f"{SHARDS}/{shard_id}/qwen_hidden_states.parquet"
+
+
+def wavlm_features(shard_id: str) -> str:
+    """float16 ``[F, hidden]`` per utterance (:mod:`speechdata.array_store`)."""
+    return f"{SHARDS}/{shard_id}/wavlm_features.parquet"

@@ -63,7 +63,10 @@ def model_cache_dir(tmp_path_factory):
 def tiny_resources(data_root, model_cache_dir):
     from resources.aligner import CtcAlignerResource
     from resources.storage import DataRootResource
+    from resources.encoders import QwenEncoder, WavLMEncoder
     from resources.text_tokenizer import TextTokenizerResource
+    from resources.torch_device import TorchDeviceResource
+    from speechdata.text_tokens import TINY_VOCAB_SIZE
 
     return {
         "data_root": DataRootResource(url=data_root.url),
@@ -71,4 +74,7 @@ def tiny_resources(data_root, model_cache_dir):
             models={"en": "tiny", "de": "tiny", "fr": "tiny"}, model_cache_dir=model_cache_dir
         ),
         "text_tokenizer": TextTokenizerResource(model_id="tiny"),
+        "torch_device": TorchDeviceResource(device="cpu"),
+        "qwen": QwenEncoder(model_id="tiny", tiny_vocab_size=TINY_VOCAB_SIZE),
+        "wavlm": WavLMEncoder(model_id="tiny"),
     }

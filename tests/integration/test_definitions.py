@@ -1,5 +1,6 @@
 """The code location loads, and its asset keys, groups and partitions stay what DESIGN.md fixes."""
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -16,6 +17,8 @@ EXPECTED_ASSETS = {
     "normalized_audio": ("ingest", "shard"),
     "alignments": ("alignment", "shard"),
     "frame_grids": ("alignment", "shard"),
+    "qwen_hidden_states": ("features", "shard"),
+    "wavlm_features": ("features", "shard"),
 }
 
 
@@ -55,3 +58,13 @@ def test_dagster_cli_validates_the_workspace():
     )
     assert result.returncode == 0, result.stderr[-3000:]
     assert "Validation successful" in result.stderr + result.stdout
+
+
+def test_gpu_assets_use_the_gpu_pool_and_request_a_gpu_on_kubernetes():
+    for key in ("qwen_hidden_states", "wavlm_features"):
+        assets_def = defs.resolve_assets_def(key)
+        [op] = [assets_def.op]
+        assert op.pool == "gpu"
+        # Dagster stores structured op tags as JSON strings.
+        limits = json.loads(op.tags["dagster-k8s/config"])["container_config"]["resources"]["limits"]
+        assert limits["nvidia.com/gpu"] == "1"

@@ -1,0 +1,212 @@
+"""Catalog queries in DuckDB over the shard manifests, against pandas over one CSV manifest.
+
+Why: seed 004 keeps its manifest as a CSV and answers every question with ``pd.read_csv`` and
+then a pandas groupby or boolean filter; the catalog answers the same questions with DuckDB over
+the per-shard parquet manifests. This writes ``--rows`` synthetic manifest rows (the manifest
+schema plus an extra column that differs between even and odd shards, like landed metadata does),
+split over ``--shards`` manifests in a temporary data root, and the same rows as one CSV file,
+refreshes the catalog (timed once), then times in one process, wall-clock (``time.perf_counter``):
+
+* ``hours_per_language``: DuckDB runs the named query of that name over the ``samples`` view
+  (a full scan of every manifest); pandas reads the CSV and groups by language (samples, hours,
+  mean alignment score). The summary table the refresh wrote is timed too;
+* ``filtered_selection``: ``select_samples(languages=[lang], min_alignment_score=s,
+  min_duration_s=a, max_duration_s=b)`` (values bound as ``?``, all columns, ordered by shard and
+  key); pandas reads the CSV, filters with a boolean mask and sorts the same way.
+
+The summary table ``hours_by_language`` answers the first question without a scan; its read time
+and ratio are reported too, but the headline ratio is the live scan's.
+
+The pandas figures include ``read_csv`` because that is what the seed does for each question;
+``pandas_in_memory_seconds`` (the groupby or filter on an already-loaded frame) is reported
+beside them, so the ratio's source is plain: most of it is CSV parsing against columnar parquet.
+DuckDB uses every core, pandas one. Figures are medians of ``--repeats`` runs (the first DuckDB
+call is reported separately); both sides are checked to return the same answer.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import tempfile
+import time
+
+import duckdb
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.csv as pacsv
+
+from benchmarks.report import emit, progress, ratio, stdout_to_stderr
+from speechdata.catalog import CATALOG_FILE, NAMED_QUERIES, refresh_catalog, run_query, select_samples
+from speechdata.manifest import MANIFEST_COLUMNS, manifest_path
+from speechdata.storage import DataRoot
+
+LANGUAGES = ["en", "de", "fr", "es", "it", "pt", "nl", "pl", "sv", "fi"]
+COUNTRIES = ["us", "gb", "de", "at", "fr", "be", "es", "mx", "it", "br", "pt", "nl", "pl", "se", "fi", "ca", "au", "in", "ie", "ch"]
+FILTER = {"language": "en", "min_alignment_score": -2.5, "min_duration_s": 2.0, "max_duration_s": 15.0}
+TARGET_RATIO = 100.0
+
+
+def shard_manifest(rng: np.random.Generator, shard: str, rows: int, sentences: np.ndarray, index: int) -> pa.Table:
+    """One shard's manifest: 256 samples per tar, random languages, durations and scores."""
+    n = np.arange(rows)
+    duration_s = np.round(rng.gamma(2.0, 3.0, rows) + 0.3, 3)
+    columns = {
+        "key": [f"{shard}_utt{i:07d}" for i in n],
+        "shard": pa.array([shard] * rows, pa.string()),
+        "tar_url": [f"s3://speech/bridge/{shard}-{t:06d}.tar" for t in n // 256],
+        "offset": (n % 256) * 600_000,
+        "size": rng.integers(100_000, 600_000, rows),
+        "duration_s": duration_s,
+        "n_frames": np.ceil(duration_s * 12.5).astype(np.int32),
+        "n_tokens": rng.integers(1, 200, rows, dtype=np.int32),
+        "language": np.array(LANGUAGES)[rng.integers(0, len(LANGUAGES), rows)],
+        "country": np.array(COUNTRIES)[rng.integers(0, len(COUNTRIES), rows)],
+        "source": pa.array(["synthetic"] * rows, pa.string()),
+        "text": sentences[rng.integers(0, len(sentences), rows)],
+        "alignment_score": (-rng.gamma(2.0, 0.8, rows)).astype(np.float32),
+        "zero_duration_token_share": rng.random(rows, dtype=np.float32) * 0.1,
+    }
+    schema = MANIFEST_COLUMNS
+    if index % 2 == 0:
+        columns["snr_db"] = np.round(rng.normal(25.0, 8.0, rows), 2)
+        schema = schema.append(pa.field("snr_db", pa.float64()))
+    else:
+        columns["speaker"] = np.char.add("spk", rng.integers(0, 5000, rows).astype(str))
+        schema = schema.append(pa.field("speaker", pa.string()))
+    return pa.table(columns, schema=schema)
+
+
+def build_data(root: DataRoot, csv_path: str, rows: int, shards: int, seed: int = 0) -> None:
+    rng = np.random.default_rng(seed)
+    words = np.array(["the", "speech", "data", "model", "of", "a", "river", "city", "green", "seven", "quietly", "train"])
+    sentences = np.array([" ".join(rng.choice(words, rng.integers(3, 14))) for _ in range(2000)])
+    per_shard = np.full(shards, rows // shards)
+    per_shard[: rows % shards] += 1
+    tables = []
+    for index, count in enumerate(per_shard):
+        shard = f"shard-{index:05d}"
+        table = shard_manifest(rng, shard, int(count), sentences, index)
+        root.write_parquet(manifest_path(shard), table)
+        tables.append(table)
+    # The seed's single CSV: every row, the union of the shards' columns (empty where absent).
+    pacsv.write_csv(pa.concat_tables(tables, promote_options="default"), csv_path)
+
+
+def timed(fn, repeats: int):
+    """(median seconds, first seconds, last result) of ``repeats`` calls."""
+    seconds, result = [], None
+    for _ in range(repeats):
+        started = time.perf_counter()
+        result = fn()
+        seconds.append(time.perf_counter() - started)
+    return statistics.median(seconds), seconds[0], result
+
+
+def pandas_hours_per_language(frame: pd.DataFrame) -> pd.DataFrame:
+    grouped = frame.groupby("language", dropna=False).agg(
+        samples=("key", "size"), duration_s=("duration_s", "sum"),
+        mean_alignment_score=("alignment_score", "mean"),
+    )
+    grouped["hours"] = grouped.pop("duration_s") / 3600.0
+    return grouped.sort_values("hours", ascending=False)
+
+
+def pandas_filter(frame: pd.DataFrame) -> pd.DataFrame:
+    mask = (
+        (frame["language"] == FILTER["language"])
+        & (frame["alignment_score"] >= FILTER["min_alignment_score"])
+        & frame["duration_s"].between(FILTER["min_duration_s"], FILTER["max_duration_s"])
+    )
+    return frame[mask].sort_values(["shard", "key"])
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="50 000 rows, for smoke runs")
+    parser.add_argument("--rows", type=int, default=1_000_000)
+    parser.add_argument("--shards", type=int, default=100)
+    parser.add_argument("--repeats", type=int, default=5, help="DuckDB runs per query (pandas: --pandas-repeats)")
+    parser.add_argument("--pandas-repeats", type=int, default=3)
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.rows = 50_000
+
+    load_before = os.getloadavg()[0]
+    with stdout_to_stderr(), tempfile.TemporaryDirectory(prefix="bench-catalog-") as tmp:
+        root = DataRoot(os.path.join(tmp, "data"))
+        csv_path = os.path.join(tmp, "manifest.csv")
+        started = time.perf_counter()
+        build_data(root, csv_path, args.rows, args.shards)
+        progress(f"{args.rows} rows in {args.shards} manifests + CSV written in {time.perf_counter() - started:.1f} s")
+        parquet_bytes = sum(root.fs.du(root.path("manifests"), total=False).values())
+        csv_bytes = os.path.getsize(csv_path)
+
+        connection = duckdb.connect(root.path(CATALOG_FILE))
+        started = time.perf_counter()
+        summary = refresh_catalog(connection, root.url)
+        refresh_s = time.perf_counter() - started
+
+        duck_hours_s, duck_hours_first_s, duck_hours = timed(
+            lambda: run_query(connection, NAMED_QUERIES["hours_per_language"]), args.repeats)
+        summary_s, _, _ = timed(lambda: run_query(connection, "SELECT * FROM hours_by_language"), args.repeats)
+        duck_filter_s, duck_filter_first_s, duck_selected = timed(
+            lambda: select_samples(
+                connection, languages=[FILTER["language"]], min_alignment_score=FILTER["min_alignment_score"],
+                min_duration_s=FILTER["min_duration_s"], max_duration_s=FILTER["max_duration_s"],
+            ),
+            args.repeats,
+        )
+        connection.close()
+        progress(f"duckdb: hours {duck_hours_s:.4f} s, selection {duck_filter_s:.4f} s")
+
+        pandas_hours_s, _, pandas_hours = timed(
+            lambda: pandas_hours_per_language(pd.read_csv(csv_path)), args.pandas_repeats)
+        pandas_filter_s, _, pandas_selected = timed(lambda: pandas_filter(pd.read_csv(csv_path)), args.pandas_repeats)
+        frame = pd.read_csv(csv_path)
+        hours_in_memory_s, _, _ = timed(lambda: pandas_hours_per_language(frame), args.pandas_repeats)
+        filter_in_memory_s, _, _ = timed(lambda: pandas_filter(frame), args.pandas_repeats)
+        progress(f"pandas: hours {pandas_hours_s:.3f} s, selection {pandas_filter_s:.3f} s")
+
+        duck_by_language = {r["language"]: r for r in duck_hours.to_pylist()}
+        hours_diff = max(abs(duck_by_language[lang]["hours"] - row["hours"]) for lang, row in pandas_hours.iterrows())
+        samples_agree = all(duck_by_language[lang]["samples"] == row["samples"] for lang, row in pandas_hours.iterrows())
+        selection_agrees = duck_selected.column("key").to_pylist() == pandas_selected["key"].tolist()
+
+    def figure(duck_s, duck_first_s, pandas_s, in_memory_s, **extra) -> dict:
+        speedup = ratio(pandas_s, duck_s)
+        return {
+            "duckdb_seconds": round(duck_s, 5), "duckdb_first_call_seconds": round(duck_first_s, 5),
+            "pandas_seconds": round(pandas_s, 4), "pandas_in_memory_seconds": round(in_memory_s, 4),
+            "ratio_pandas_over_duckdb": speedup, "meets_target": bool(speedup and speedup >= TARGET_RATIO),
+            **extra,
+        }
+
+    emit(
+        "catalog",
+        {"quick": args.quick, "rows": args.rows, "shards": args.shards, "repeats": args.repeats,
+         "pandas_repeats": args.pandas_repeats, "filter": FILTER, "target_ratio": TARGET_RATIO},
+        {
+            "load_average_1m_before": round(load_before, 2),
+            "refresh_seconds": round(refresh_s, 4),
+            "catalog": {"shards": summary.shards, "samples": summary.samples, "hours": round(summary.hours, 2)},
+            "parquet_mb": round(parquet_bytes / 1e6, 1), "csv_mb": round(csv_bytes / 1e6, 1),
+            "hours_per_language": figure(
+                duck_hours_s, duck_hours_first_s, pandas_hours_s, hours_in_memory_s,
+                summary_table_seconds=round(summary_s, 5),
+                ratio_pandas_over_summary_table=ratio(pandas_hours_s, summary_s), max_hours_difference=float(hours_diff),
+                samples_agree=samples_agree,
+            ),
+            "filtered_selection": figure(
+                duck_filter_s, duck_filter_first_s, pandas_filter_s, filter_in_memory_s,
+                rows_selected=duck_selected.num_rows, pandas_rows_selected=len(pandas_selected),
+                same_rows=selection_agrees,
+            ),
+        },
+    )
+
+
+if __name__ == "__main__":
+    main()

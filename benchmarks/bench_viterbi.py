@@ -1,0 +1,224 @@
+"""CTC forced-alignment Viterbi: speechdata.ctc_viterbi against NeMo's viterbi_decoding, same paths.
+
+Why: every aligned utterance goes through a CTC Viterbi; NeMo's ``viterbi_decoding`` (the
+reference the rest of the pipeline was validated with) loops over frames in Python. The issue's
+target is at least 16x NeMo's throughput with identical paths.
+
+Input: ``--utterances`` (200) synthetic utterances of 10-20 s at 80 ms frames (T = 125..250),
+V = 1025 (blank = 1024, NeMo's CTC convention), L = T/3 +- 5 random token ids (adjacent repeats
+occur by chance), log-probs = log_softmax of standard normals; all seeded (``--seed``). Measured,
+wall clock (``time.perf_counter``), ``torch.set_num_threads(1)``:
+
+* ``nemo``: ``viterbi_decoding`` one utterance per call, batch of one, on CPU, one pass;
+* ``ours``: ``ctc_viterbi_many(workers=1)`` (numba kernel), and ``workers=2`` (thread pool), each
+  the median of ``--repeats`` passes after one untimed pass (which also loads / compiles the
+  kernel; that one-off cost is reported as ``kernel_load_s``);
+* ``ours_numpy``: the numpy fallback backend (used when numba cannot be imported), one pass;
+* ``torchaudio``: ``torchaudio.functional.forced_align`` (median of ``--repeats``), for reference
+  only: its 2.11 CPU kernel mishandles exact ties (see ``speechdata/ctc_viterbi.py``).
+
+Every path of ours (each backend, each worker count) is compared with NeMo's state for state;
+``path_mismatches`` counts the utterances whose paths differ anywhere (``identical_paths`` is true
+when every count, tied set included, is 0). For torchaudio, the per-frame labels are compared with
+NeMo's (``label_mismatches``) and ``worse_paths`` counts those whose path log-prob is more than
+1e-3 below NeMo's. Random float32 log-probs almost never tie exactly, so ``tied_log_probs`` re-runs
+the first ``--tied-utterances`` (50) with log-probs rounded to multiples of 1/4, where exact ties
+are everywhere: NeMo, ours and torchaudio on those (paths only, not timed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import numpy as np
+
+from benchmarks.report import emit, progress, ratio, stdout_to_stderr
+
+FRAME_S = 0.08
+VOCAB = 1025
+TARGET_RATIO = 16.0
+
+
+def make_utterances(count: int, seed: int) -> list[tuple]:
+    import torch
+
+    rng = np.random.default_rng(seed)
+    blank = VOCAB - 1
+    items = []
+    for _ in range(count):
+        seconds = rng.uniform(10.0, 20.0)
+        T = int(round(seconds / FRAME_S))
+        L = max(1, T // 3 + int(rng.integers(-5, 6)))
+        targets = rng.integers(0, blank, size=L)  # ids 0..1023, never the blank
+        logits = torch.from_numpy(rng.standard_normal((T, VOCAB)).astype(np.float32))
+        items.append((torch.log_softmax(logits, dim=-1), targets, blank))
+    return items
+
+
+def nemo_paths(items: list[tuple]) -> tuple[list[np.ndarray], float]:
+    import torch
+    from nemo.collections.asr.parts.utils.aligner_utils import viterbi_decoding
+
+    from speechdata.ctc_viterbi import state_tokens
+
+    paths = []
+    started = time.perf_counter()
+    for log_probs, targets, blank in items:
+        y = state_tokens(targets, blank)
+        T = log_probs.shape[0]
+        out = viterbi_decoding(
+            log_probs[None], torch.tensor([y]), torch.tensor([T]), torch.tensor([len(y)]), viterbi_device="cpu"
+        )
+        paths.append(np.asarray(out[0], dtype=np.int64))
+    return paths, time.perf_counter() - started
+
+
+def timed_passes(run, repeats: int) -> tuple[list, float]:
+    """Run once untimed, then ``repeats`` timed passes; the last result and the median seconds."""
+    result = run()
+    seconds = []
+    for _ in range(repeats):
+        started = time.perf_counter()
+        result = run()
+        seconds.append(time.perf_counter() - started)
+    return result, statistics.median(seconds)
+
+
+def mismatches(paths: list, reference: list[np.ndarray]) -> int:
+    return sum(not np.array_equal(path.states, ref) for path, ref in zip(paths, reference))
+
+
+def torchaudio_aligner(items: list[tuple]):
+    """A zero-argument callable returning torchaudio's per-frame labels for every item."""
+    import torch
+    import torchaudio.functional as F
+
+    prepared = [(lp[None].contiguous(), torch.from_numpy(t.astype(np.int32))[None], blank) for lp, t, blank in items]
+    return lambda: [F.forced_align(lp, t, blank=blank)[0][0].numpy() for lp, t, blank in prepared]
+
+
+def compare_labels(items: list[tuple], labels: list[np.ndarray], reference: list[np.ndarray]) -> dict:
+    """torchaudio's labels against NeMo's paths: how many differ, how many score lower (> 1e-3)."""
+    from speechdata.ctc_viterbi import state_tokens
+
+    label_mismatches = worse = 0
+    worst_loss = 0.0
+    for (lp, targets, blank), got, ref in zip(items, labels, reference):
+        want = np.asarray(state_tokens(targets, blank))[ref]
+        if not np.array_equal(got, want):
+            label_mismatches += 1
+            frames = np.arange(len(got))
+            lp64 = lp.numpy().astype(np.float64)
+            loss = float(lp64[frames, want].sum() - lp64[frames, got].sum())
+            worse += loss > 1e-3
+            worst_loss = max(worst_loss, loss)
+    return {"label_mismatches": label_mismatches, "worse_paths": worse, "worst_log_prob_loss": round(worst_loss, 4)}
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="~20 utterances, for smoke runs")
+    parser.add_argument("--utterances", type=int, default=None, help="number of utterances (default 200)")
+    parser.add_argument("--repeats", type=int, default=5, help="timed passes of the fast aligners")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--tied-utterances", type=int, default=None, help="utterances re-run with log-probs rounded to 1/4 (default 50)"
+    )
+    args = parser.parse_args(argv)
+    count = args.utterances or (20 if args.quick else 200)
+    repeats = 2 if args.quick else args.repeats
+    if args.tied_utterances is None:
+        args.tied_utterances = 10 if args.quick else 50
+
+    import torch
+
+    torch.set_num_threads(1)
+    with stdout_to_stderr():
+        from speechdata import ctc_viterbi as cv
+
+        items = make_utterances(count, args.seed)
+        frames = sum(lp.shape[0] for lp, _, _ in items)
+        progress(f"viterbi: {count} utterances, {frames} frames, V={VOCAB}")
+
+        started = time.perf_counter()
+        cv.ctc_viterbi(*items[0], backend="numba")
+        kernel_load_s = time.perf_counter() - started
+
+        import nemo.collections.asr.parts.utils.aligner_utils  # noqa: F401  (~30 s, not timed)
+
+        reference, nemo_s = nemo_paths(items)
+        nemo_ups = count / nemo_s
+        progress(f"viterbi: nemo {nemo_ups:.1f} utt/s")
+
+        ours = {}
+        for workers in (1, 2):
+            paths, seconds = timed_passes(lambda: cv.ctc_viterbi_many(items, workers=workers), repeats)
+            ups = count / seconds
+            ours[workers] = {"ups": ups, "mismatches": mismatches(paths, reference)}
+            progress(f"viterbi: ours workers={workers} {ups:.1f} utt/s, {ours[workers]['mismatches']} mismatches")
+
+        started = time.perf_counter()
+        numpy_paths = cv.ctc_viterbi_many(items, workers=1, backend="numpy")
+        numpy_ups = count / (time.perf_counter() - started)
+        numpy_mismatches = mismatches(numpy_paths, reference)
+        progress(f"viterbi: ours numpy backend {numpy_ups:.1f} utt/s, {numpy_mismatches} mismatches")
+
+        labels, ta_s = timed_passes(torchaudio_aligner(items), repeats)
+        ta_ups = count / ta_s
+        ta = {"utt_per_s": round(ta_ups, 1), "ratio_over_nemo": ratio(ta_ups, nemo_ups)}
+        ta.update(compare_labels(items, labels, reference))
+        progress(f"viterbi: torchaudio {ta}")
+
+        # exact ties: the same utterances with log-probs rounded to quarters
+        tied = [(torch.round(lp * 4) / 4, t, blank) for lp, t, blank in items[: args.tied_utterances]]
+        tied_reference, _ = nemo_paths(tied)
+        tied_ours = mismatches(cv.ctc_viterbi_many(tied), tied_reference)
+        tied_ta = compare_labels(tied, torchaudio_aligner(tied)(), tied_reference)
+        progress(f"viterbi: tied log-probs: ours {tied_ours} mismatches, torchaudio {tied_ta}")
+
+    identical = ours[1]["mismatches"] == 0 and ours[2]["mismatches"] == 0 and numpy_mismatches == 0 and tied_ours == 0
+    emit(
+        "bench_viterbi",
+        {
+            "utterances": count,
+            "frames": frames,
+            "frame_s": FRAME_S,
+            "vocab": VOCAB,
+            "tokens_per_frame": round(sum(len(t) for _, t, _ in items) / frames, 3),
+            "repeats": repeats,
+            "seed": args.seed,
+            "tied_utterances": args.tied_utterances,
+            "torch_threads": 1,
+        },
+        {
+            "nemo_utt_per_s": round(nemo_ups, 2),
+            "ours_utt_per_s": round(ours[1]["ups"], 1),
+            "ours_workers2_utt_per_s": round(ours[2]["ups"], 1),
+            "ratio_ours_over_nemo": ratio(ours[1]["ups"], nemo_ups),
+            "ratio_ours_workers2_over_nemo": ratio(ours[2]["ups"], nemo_ups),
+            "ratio_workers2_over_workers1": ratio(ours[2]["ups"], ours[1]["ups"]),
+            "path_mismatches": ours[1]["mismatches"],
+            "path_mismatches_workers2": ours[2]["mismatches"],
+            "identical_paths": identical,
+            "target_ratio": TARGET_RATIO,
+            "meets_target": identical and ratio(ours[1]["ups"], nemo_ups) >= TARGET_RATIO,
+            "kernel_load_s": round(kernel_load_s, 3),
+            "ours_numpy_backend": {
+                "utt_per_s": round(numpy_ups, 1),
+                "ratio_over_nemo": ratio(numpy_ups, nemo_ups),
+                "path_mismatches": numpy_mismatches,
+            },
+            "torchaudio_forced_align": ta,
+            "tied_log_probs": {
+                "utterances": len(tied),
+                "path_mismatches": tied_ours,
+                "torchaudio_forced_align": tied_ta,
+            },
+        },
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,203 @@
+"""Ask the catalog questions from a terminal: SQL, named queries, exports of a selection.
+
+    python -m dagster_project.catalog "SELECT language, count(*) FROM samples GROUP BY 1"
+    python -m dagster_project.catalog --named hours_per_language
+    python -m dagster_project.catalog --list
+    python -m dagster_project.catalog --language en --min-score -2.5 --limit 20
+    python -m dagster_project.catalog --export-nemo out.jsonl --language en --min-score -2.5
+    python -m dagster_project.catalog --export-urls tars.txt --country us
+    python -m dagster_project.catalog --refresh [--named hours_per_shard]
+
+Reads ``<DATA_ROOT>/catalog.duckdb`` (``DATA_ROOT`` as the code location reads it, or
+``--data-root``) through a read-only connection, so a query cannot change the catalog. Filter
+values are bound as parameters. ``--refresh`` rebuilds the views and summary tables first (it
+needs the catalog's write lock: not while a ``manifest_catalog`` materialization holds it).
+Errors print one line on stderr and exit with status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import sys
+import tempfile
+from collections.abc import Iterator
+
+import duckdb
+
+from dagster_project.settings import data_root_url
+from speechdata.catalog import (
+    CATALOG_FILE,
+    NAMED_QUERIES,
+    export_nemo_manifest,
+    export_tar_urls,
+    format_table,
+    refresh_catalog,
+    run_query,
+    select_samples,
+)
+from speechdata.storage import DataRoot, filesystem_for, write_bytes_atomic
+
+EXIT_ERROR = 2
+
+
+class CatalogCliError(Exception):
+    """A problem the user can fix; printed as one line."""
+
+
+def _is_local(root: DataRoot) -> bool:
+    protocol = root.fs.protocol if isinstance(root.fs.protocol, str) else root.fs.protocol[0]
+    return protocol in ("file", "local")
+
+
+def _load_httpfs(connection: duckdb.DuckDBPyConnection) -> None:
+    try:
+        connection.execute("LOAD httpfs")
+    except duckdb.Error:
+        connection.execute("INSTALL httpfs")
+        connection.execute("LOAD httpfs")
+
+
+@contextlib.contextmanager
+def open_catalog(root: DataRoot) -> Iterator[duckdb.DuckDBPyConnection]:
+    """A read-only connection to the root's catalog (an object-store root is ATTACHed over httpfs)."""
+    if not root.exists(CATALOG_FILE):
+        raise CatalogCliError(
+            f"no catalog at {root.uri(CATALOG_FILE)}: run `python -m dagster_project.catalog --refresh` "
+            "or materialize the manifest_catalog asset"
+        )
+    if _is_local(root):
+        connection = duckdb.connect(root.path(CATALOG_FILE), read_only=True)
+    else:
+        connection = duckdb.connect()
+        _load_httpfs(connection)
+        connection.execute(f"ATTACH '{root.uri(CATALOG_FILE).replace(chr(39), chr(39) * 2)}' AS catalog (READ_ONLY)")
+        connection.execute("USE catalog")
+    try:
+        yield connection
+    finally:
+        connection.close()
+
+
+def refresh(root: DataRoot):
+    """Rebuild the catalog; an object-store root's file is built locally and uploaded whole."""
+    if _is_local(root):
+        root.fs.makedirs(root.root, exist_ok=True)
+        with contextlib.closing(duckdb.connect(root.path(CATALOG_FILE))) as connection:
+            return refresh_catalog(connection, root.url)
+    with tempfile.TemporaryDirectory(prefix="catalog-") as tmp:
+        local = os.path.join(tmp, CATALOG_FILE)
+        with contextlib.closing(duckdb.connect(local)) as connection:
+            _load_httpfs(connection)
+            summary = refresh_catalog(connection, root.url)
+            connection.execute("CHECKPOINT")
+        with open(local, "rb") as handle:
+            root.write_bytes(CATALOG_FILE, handle.read())
+    return summary
+
+
+def parse_where(items: list[str]) -> dict[str, str]:
+    where = {}
+    for item in items:
+        column, sep, value = item.partition("=")
+        if not sep or not column:
+            raise CatalogCliError(f"--where wants COLUMN=VALUE, got {item!r}")
+        where[column.strip()] = value
+    return where
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m dagster_project.catalog",
+        description="Query the DuckDB catalog of shard manifests and rejects ledgers.",
+    )
+    parser.add_argument("sql", nargs="?", help="a SQL query over samples, rejects and the summary tables")
+    actions = parser.add_argument_group("what to do (one of)")
+    actions.add_argument("--named", metavar="NAME", help="run a named query (see --list)")
+    actions.add_argument("--list", action="store_true", help="list the named queries")
+    actions.add_argument("--export-nemo", metavar="PATH", help="write the selection as a NeMo JSONL manifest")
+    actions.add_argument("--export-urls", metavar="PATH", help="write the selection's distinct tar URLs, one a line")
+    parser.add_argument("--refresh", action="store_true", help="rebuild the catalog's views and summary tables first")
+    selection = parser.add_argument_group("selection (printed, or exported with --export-*)")
+    selection.add_argument("--language", action="append", help="keep this language (repeatable)")
+    selection.add_argument("--country", action="append", help="keep this country (repeatable)")
+    selection.add_argument("--min-score", type=float, help="minimum alignment_score (inclusive)")
+    selection.add_argument("--min-duration", type=float, help="minimum duration_s (inclusive)")
+    selection.add_argument("--max-duration", type=float, help="maximum duration_s (inclusive)")
+    selection.add_argument("--where", action="append", default=[], metavar="COLUMN=VALUE", help="equality filter (repeatable)")
+    selection.add_argument("--limit", type=int, help="at most this many samples")
+    parser.add_argument("--max-rows", type=int, default=50, help="rows to print (default 50)")
+    parser.add_argument("--data-root", help="data root URL (default: DATA_ROOT, as the code location reads it)")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    filters = any(
+        value not in (None, []) for value in (
+            args.language, args.country, args.min_score, args.min_duration, args.max_duration, args.where, args.limit,
+        )
+    )
+    chosen = [name for name, on in (
+        ("SQL", args.sql is not None), ("--named", args.named is not None), ("--list", args.list),
+        ("--export-nemo", args.export_nemo is not None), ("--export-urls", args.export_urls is not None),
+    ) if on]
+    if len(chosen) > 1:
+        parser.error(f"choose one of SQL, --named, --list, --export-nemo, --export-urls (got {', '.join(chosen)})")
+    if filters and chosen and chosen[0] in ("SQL", "--named", "--list"):
+        parser.error(f"selection filters apply to a selection or an export, not to {chosen[0]}")
+    if not chosen and not filters and not args.refresh:
+        parser.error("nothing to do: give SQL, --named, --list, --export-*, selection filters or --refresh")
+
+    if args.list:
+        for name, sql in NAMED_QUERIES.items():
+            print(f"{name}\n    {' '.join(sql.split())}")
+        return 0
+    try:
+        root = DataRoot(args.data_root or data_root_url())
+        if args.refresh:
+            summary = refresh(root)
+            print(
+                f"catalog refreshed: {summary.shards} shards, {summary.samples} samples, {summary.hours:.2f} h, "
+                f"{summary.rejected_utterances} rejected utterances; languages: {', '.join(summary.languages) or '-'}; "
+                f"countries: {', '.join(summary.countries) or '-'}"
+            )
+            if not chosen and not filters:
+                return 0
+        with open_catalog(root) as connection:
+            if args.named is not None:
+                if args.named not in NAMED_QUERIES:
+                    raise CatalogCliError(f"no named query {args.named!r}; known: {', '.join(NAMED_QUERIES)}")
+                print(format_table(run_query(connection, NAMED_QUERIES[args.named]), max_rows=args.max_rows))
+                return 0
+            if args.sql is not None:
+                print(format_table(run_query(connection, args.sql), max_rows=args.max_rows))
+                return 0
+            table = select_samples(
+                connection, where=parse_where(args.where), min_alignment_score=args.min_score,
+                min_duration_s=args.min_duration, max_duration_s=args.max_duration,
+                languages=args.language, countries=args.country, limit=args.limit,
+            )
+            if args.export_nemo is not None:
+                lines = export_nemo_manifest(table, args.export_nemo)
+                print(f"wrote {lines} samples to {args.export_nemo}")
+            elif args.export_urls is not None:
+                urls = export_tar_urls(table)
+                fs, path = filesystem_for(args.export_urls)
+                write_bytes_atomic(fs, path, "".join(f"{url}\n" for url in urls).encode("utf-8"))
+                print(f"wrote {len(urls)} tar URLs ({table.num_rows} samples) to {args.export_urls}")
+            else:
+                print(format_table(table, max_rows=args.max_rows))
+    except (CatalogCliError, ValueError, duckdb.Error, OSError) as error:
+        # DuckDB's messages go on with the query and a caret on later lines: the first says what went wrong.
+        lines = str(error).strip().splitlines()
+        message = lines[0] if lines else type(error).__name__
+        print(f"catalog: error: {message}", file=sys.stderr)
+        return EXIT_ERROR
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

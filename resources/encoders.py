@@ -1,0 +1,84 @@
+"""The bridge's encoders, loaded once per process and injected into the feature assets."""
+
+import threading
+
+import dagster as dg
+from pydantic import Field
+
+from resources.torch_device import TorchDeviceResource
+
+_LOADED: dict[tuple, object] = {}
+_LOCK = threading.Lock()
+
+
+def _cached(key: tuple, build):
+    with _LOCK:
+        if key not in _LOADED:
+            _LOADED[key] = build()
+        return _LOADED[key]
+
+
+class QwenEncoder(dg.ConfigurableResource):
+    """Qwen3 hidden states: ``full`` is ``Qwen/Qwen3-1.7B`` via ``AutoModel``; ``tiny`` a small Qwen3Model.
+
+    The model is cut after the layer ``hidden_state_index`` selects (default -2: the un-normed output
+    of layer 27 of 28), so the last layer and the LM head are never computed.
+    """
+
+    model_id: str = "Qwen/Qwen3-1.7B"
+    revision: str | None = None
+    hidden_state_index: int = -2
+    local_files_only: bool = False
+    tiny_vocab_size: int = Field(512, description="Vocabulary of the tiny model (the tiny tokenizer's size).")
+
+    @property
+    def identity(self) -> str:
+        return f"{self.model_id}@{self.revision or 'default'}#hidden_states[{self.hidden_state_index}]"
+
+    def model(self, device: TorchDeviceResource):
+        torch_device, dtype = device.torch_device(), device.dtype()
+
+        def build():
+            from speechdata.feature_models import load_pretrained, tiny_qwen3
+            from speechdata.text_features import keep_layers_through
+
+            if self.model_id == "tiny":
+                model = tiny_qwen3(self.tiny_vocab_size)
+            else:
+                model = load_pretrained("qwen", self.model_id, self.revision, self.local_files_only, dtype)
+            return keep_layers_through(model, self.hidden_state_index).to(torch_device, dtype)
+
+        return _cached(("qwen", self.identity, str(torch_device), str(dtype)), build)
+
+
+class WavLMEncoder(dg.ConfigurableResource):
+    """WavLM features: ``full`` is ``microsoft/wavlm-large``; ``tiny`` a small WavLMModel.
+
+    ``layer`` picks one entry of ``hidden_states`` (default: the last hidden state); ``layer_weights``
+    (one weight per hidden state) gives their weighted sum instead.
+    """
+
+    model_id: str = "microsoft/wavlm-large"
+    revision: str | None = None
+    layer: int | None = None
+    layer_weights: list[float] | None = None
+    local_files_only: bool = False
+
+    @property
+    def identity(self) -> str:
+        choice = f"weights{self.layer_weights}" if self.layer_weights else f"layer{self.layer if self.layer is not None else 'last'}"
+        return f"{self.model_id}@{self.revision or 'default'}#{choice}"
+
+    def model(self, device: TorchDeviceResource):
+        torch_device, dtype = device.torch_device(), device.dtype()
+
+        def build():
+            from speechdata.feature_models import load_pretrained, tiny_wavlm
+
+            if self.model_id == "tiny":
+                model = tiny_wavlm()
+            else:
+                model = load_pretrained("wavlm", self.model_id, self.revision, self.local_files_only, dtype)
+            return model.to(torch_device, dtype)
+
+        return _cached(("wavlm", self.model_id, self.revision, str(torch_device), str(dtype)), build)

@@ -1,0 +1,29 @@
+import dagster as dg
+import torch
+from pydantic import Field
+
+
+class TorchDeviceResource(dg.ConfigurableResource):
+    """Where GPU models run and how big their batches are.
+
+    ``auto`` picks ``cuda`` when a GPU is visible, else the CPU. Models run in bfloat16 on CUDA and
+    float32 on the CPU. Batch limits are in padded tokens (text) and padded audio seconds (speech).
+    """
+
+    device: str = Field("auto", description="auto, cpu or cuda:N")
+    max_batch_tokens: int = Field(16_384, description="Padded text tokens per Qwen forward.")
+    max_batch_audio_s: float = Field(200.0, description="Padded 16 kHz audio seconds per WavLM forward.")
+
+    def torch_device(self) -> torch.device:
+        if self.device == "auto":
+            return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        return torch.device(self.device)
+
+    def dtype(self) -> torch.dtype:
+        return torch.bfloat16 if self.torch_device().type == "cuda" else torch.float32
+
+    def peak_memory_gb(self) -> float | None:
+        device = self.torch_device()
+        if device.type != "cuda":
+            return None
+        return torch.cuda.max_memory_allocated(device) / 1e9

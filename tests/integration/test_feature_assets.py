@@ -1,0 +1,41 @@
+"""qwen_hidden_states and wavlm_features materialized in process with the tiny models."""
+
+import dagster as dg
+import numpy as np
+import pytest
+
+from assets import SHARD_ASSETS
+from assets.partitions import shard_partitions
+from speechdata import layout
+from speechdata.array_store import iter_arrays
+from speechdata.sample_shards import build_sample_shard
+
+
+@pytest.fixture
+def instance():
+    with dg.instance_for_test() as instance:
+        yield instance
+
+
+def test_features_match_the_frame_grids_for_a_sample_shard(instance, data_root, tiny_resources):
+    build_sample_shard(data_root, "s1", 6, seed=7, long_recordings=1)
+    instance.add_dynamic_partitions(shard_partitions.name, ["s1"])
+    result = dg.materialize(SHARD_ASSETS, partition_key="s1", instance=instance, resources=tiny_resources)
+    assert result.success
+    feature_checks = [
+        e for e in result.get_asset_check_evaluations()
+        if e.asset_key.path[0] in ("qwen_hidden_states", "wavlm_features")
+    ]
+    assert len(feature_checks) == 6 and all(e.passed for e in feature_checks)
+
+    grids = {g["utt_id"]: g for g in data_root.read_parquet(layout.frame_grids("s1")).to_pylist()}
+    qwen = dict(iter_arrays(data_root, layout.qwen_hidden_states("s1")))
+    wavlm = dict(iter_arrays(data_root, layout.wavlm_features("s1")))
+    assert set(qwen) == set(wavlm) == set(grids) and grids
+    for utt_id, grid in grids.items():
+        assert qwen[utt_id].shape == (grid["n_tokens"], 64) and qwen[utt_id].dtype == np.float16
+        assert wavlm[utt_id].shape == (grid["n_frames"], 64) and np.isfinite(wavlm[utt_id]).all()
+
+    [event] = result.asset_materializations_for_node("wavlm_features")
+    assert event.metadata["device"].value == "cpu"
+    assert event.metadata["audio_seconds_per_second"].value > 0

@@ -1,0 +1,304 @@
+import io
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import duckdb
+import pyarrow as pa
+import pytest
+
+from speechdata import layout
+from speechdata.catalog import (
+    CATALOG_FILE,
+    NAMED_QUERIES,
+    SUMMARY_TABLES,
+    export_nemo_manifest,
+    export_tar_urls,
+    format_table,
+    refresh_catalog,
+    run_query,
+    select_samples,
+)
+from speechdata.manifest import MANIFEST_COLUMNS, manifest_path
+from speechdata.rejects import Reject, rejects_table
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+HOSTILE = "'; DROP TABLE samples; --"
+
+
+def write_manifest(data_root, shard, rows, extra=None):
+    """rows: (utt, language, country, duration_s, alignment_score, text); extra: column -> (type, values)."""
+    extra = extra or {}
+    columns = {
+        "key": [f"{shard}_{r[0]}" for r in rows],
+        "shard": [shard] * len(rows),
+        "tar_url": [f"file:///data/bridge/{shard}-{i // 2:06d}.tar" for i in range(len(rows))],
+        "offset": [i * 1024 for i in range(len(rows))],
+        "size": [1024] * len(rows),
+        "duration_s": [r[3] for r in rows],
+        "n_frames": [int(r[3] * 12.5) for r in rows],
+        "n_tokens": [5] * len(rows),
+        "language": [r[1] for r in rows],
+        "country": [r[2] for r in rows],
+        "source": ["hand"] * len(rows),
+        "text": [r[5] for r in rows],
+        "alignment_score": [r[4] for r in rows],
+        "zero_duration_token_share": [0.0] * len(rows),
+    }
+    schema = MANIFEST_COLUMNS
+    for name, (dtype, values) in extra.items():
+        columns[name] = values
+        schema = schema.append(pa.field(name, dtype))
+    data_root.write_parquet(manifest_path(shard), pa.table(columns, schema=schema))
+
+
+def write_rejects(data_root, shard, stage, utt_ids, reason="no_model"):
+    table = rejects_table(Reject(u, stage, reason, f"detail of {u}") for u in utt_ids)
+    data_root.write_parquet(layout.rejects(shard, stage), table)
+
+
+SHARD_A = [
+    ("u1", "en", "us", 3.6, -1.0, "hello there"),
+    ("u2", "en", "us", 7.2, -3.0, "general kenobi"),
+    ("u3", "de", "de", 1.8, -0.5, None),
+]
+SHARD_B = [
+    ("v1", "en", "gb", 10.8, -2.0, "tea"),
+    ("v2", "en", "gb", 0.6, -1.5, "biscuit"),
+]
+
+
+@pytest.fixture
+def populated(data_root):
+    write_manifest(data_root, "shard-a", SHARD_A, extra={"snr_db": (pa.float64(), [20.0, 15.0, 30.0])})
+    write_manifest(data_root, "shard-b", SHARD_B, extra={"speaker": (pa.string(), ["s1", "s2"])})
+    write_rejects(data_root, "shard-a", "ingest", ["u9"], reason="unreadable_audio")
+    write_rejects(data_root, "shard-a", "alignment", ["u9", "u8"])
+    # A ledger being written (or left by a crash) must not break or join the view.
+    data_root.write_bytes(f"{layout.rejects_dir('shard-b')}/._tmp-0123456789ab-alignment.parquet", b"half a file")
+    return data_root
+
+
+@pytest.fixture
+def connection(data_root):
+    data_root.fs.makedirs(data_root.root, exist_ok=True)
+    con = duckdb.connect(data_root.path(CATALOG_FILE))
+    yield con
+    con.close()
+
+
+def scalar(connection, sql, params=None):
+    return connection.execute(sql, params or []).fetchone()[0]
+
+
+def test_refresh_summarizes_every_manifest_and_ledger(populated, connection):
+    summary = refresh_catalog(connection, populated.url)
+
+    assert (summary.manifest_files, summary.rejects_files) == (2, 2)
+    assert (summary.shards, summary.samples) == (2, 5)
+    assert summary.hours == pytest.approx((3.6 + 7.2 + 1.8 + 10.8 + 0.6) / 3600)
+    assert (summary.rejects, summary.rejected_utterances) == (3, 2)
+    assert summary.languages == ["de", "en"]
+    assert summary.countries == ["de", "gb", "us"]
+
+    by_language = {r["language"]: r for r in run_query(connection, "SELECT * FROM hours_by_language").to_pylist()}
+    assert by_language["en"]["samples"] == 4
+    assert by_language["en"]["hours"] == pytest.approx((3.6 + 7.2 + 10.8 + 0.6) / 3600)
+    assert by_language["en"]["mean_alignment_score"] == pytest.approx((-1.0 - 3.0 - 2.0 - 1.5) / 4)
+    assert by_language["en"]["shards"] == 2
+    by_country = {r["country"]: r["samples"] for r in run_query(connection, "SELECT * FROM hours_by_country").to_pylist()}
+    assert by_country == {"us": 2, "de": 1, "gb": 2}
+    by_shard = run_query(connection, "SELECT shard, samples, rejected_utterances FROM hours_by_shard ORDER BY shard")
+    assert by_shard.to_pylist() == [
+        {"shard": "shard-a", "samples": 3, "rejected_utterances": 2},
+        {"shard": "shard-b", "samples": 2, "rejected_utterances": 0},
+    ]
+
+
+def test_samples_view_unions_the_shards_differing_extra_columns(populated, connection):
+    refresh_catalog(connection, populated.url)
+    rows = run_query(connection, "SELECT key, snr_db, speaker FROM samples ORDER BY key").to_pylist()
+    assert rows[0] == {"key": "shard-a_u1", "snr_db": 20.0, "speaker": None}
+    assert rows[-1] == {"key": "shard-b_v2", "snr_db": None, "speaker": "s2"}
+
+
+def test_rejects_view_takes_the_shard_from_the_path(populated, connection):
+    refresh_catalog(connection, populated.url)
+    rows = run_query(connection, "SELECT shard, utt_id, stage, reason FROM rejects ORDER BY stage, utt_id").to_pylist()
+    assert rows == [
+        {"shard": "shard-a", "utt_id": "u8", "stage": "alignment", "reason": "no_model"},
+        {"shard": "shard-a", "utt_id": "u9", "stage": "alignment", "reason": "no_model"},
+        {"shard": "shard-a", "utt_id": "u9", "stage": "ingest", "reason": "unreadable_audio"},
+    ]
+    by_reason = run_query(connection, NAMED_QUERIES["rejects_by_reason"]).to_pylist()
+    assert by_reason[0] == {"stage": "alignment", "reason": "no_model", "rejects": 2, "utterances": 2, "shards": 1}
+
+
+def test_summary_tables_are_a_snapshot_until_the_next_refresh(populated, connection):
+    refresh_catalog(connection, populated.url)
+    write_manifest(populated, "shard-c", [("w1", "fr", "fr", 36.0, -1.0, "bonjour")])
+
+    assert scalar(connection, "SELECT count(*) FROM hours_by_shard") == 2
+    summary = refresh_catalog(connection, populated.url)
+    assert summary.shards == 3 and "fr" in summary.languages
+    assert scalar(connection, "SELECT samples FROM hours_by_language WHERE language = 'fr'") == 1
+    assert scalar(connection, "SELECT count(*) FROM samples WHERE shard = 'shard-c'") == 1
+
+
+def test_a_removed_shard_goes_away_after_refresh(populated, connection):
+    refresh_catalog(connection, populated.url)
+    populated.fs.rm(populated.path("manifests/shard=shard-b"), recursive=True)
+
+    summary = refresh_catalog(connection, populated.url)
+    assert (summary.shards, summary.samples) == (1, 3)
+    assert summary.countries == ["de", "us"]
+    assert scalar(connection, "SELECT count(*) FROM samples WHERE shard = 'shard-b'") == 0
+    assert scalar(connection, "SELECT count(*) FROM hours_by_country WHERE country = 'gb'") == 0
+
+
+def test_empty_root_gives_empty_views_with_the_manifest_columns(data_root, connection):
+    summary = refresh_catalog(connection, data_root.url)
+    assert (summary.shards, summary.samples, summary.hours, summary.rejects) == (0, 0, 0.0, 0)
+    assert summary.languages == [] and summary.countries == []
+    samples = run_query(connection, "SELECT * FROM samples")
+    assert samples.num_rows == 0 and samples.column_names == MANIFEST_COLUMNS.names
+    assert run_query(connection, "SELECT * FROM rejects").column_names == ["shard", "utt_id", "stage", "reason", "detail"]
+    for name in NAMED_QUERIES:
+        assert run_query(connection, NAMED_QUERIES[name]).num_rows == 0
+    assert select_samples(connection, languages=["en"]).num_rows == 0
+
+
+def test_a_shard_with_only_rejects_is_accounted_for(data_root, connection):
+    write_rejects(data_root, "shard-z", "alignment", ["a", "b", "c"])
+    refresh_catalog(connection, data_root.url)
+    row = run_query(connection, NAMED_QUERIES["shard_accounting"]).to_pylist()[0]
+    assert row["shard"] == "shard-z" and row["samples"] == 0 and row["accounted_for"] == 3
+
+
+def test_a_failed_refresh_keeps_the_previous_catalog(populated, connection):
+    refresh_catalog(connection, populated.url)
+    # A manifest that is not parquet at all (a hand-copied file, a disk fault) fails the refresh.
+    populated.write_bytes(manifest_path("shard-bad"), b"not parquet")
+    with pytest.raises(duckdb.Error):
+        refresh_catalog(connection, populated.url)
+    assert scalar(connection, "SELECT sum(samples) FROM hours_by_shard") == 5
+    assert scalar(connection, "SELECT manifest_files FROM catalog_info") == 2
+
+
+def test_select_samples_filters(populated, connection):
+    refresh_catalog(connection, populated.url)
+
+    def keys(**filters):
+        return select_samples(connection, **filters).column("key").to_pylist()
+
+    assert keys(languages=["en"]) == ["shard-a_u1", "shard-a_u2", "shard-b_v1", "shard-b_v2"]
+    assert keys(languages=["en"], countries=["gb"], min_alignment_score=-1.8) == ["shard-b_v2"]
+    assert keys(min_duration_s=1.8, max_duration_s=7.2) == ["shard-a_u1", "shard-a_u2", "shard-a_u3"]
+    assert keys(where={"n_frames": "45"}) == ["shard-a_u1"]  # a string cast to the column's type
+    assert keys(where={"speaker": ["s2", "s9"]}) == ["shard-b_v2"]
+    assert keys(where={"text": None}) == ["shard-a_u3"]
+    assert keys(where={"language": []}) == []
+    assert keys(languages=["en"], limit=1) == ["shard-a_u1"]
+    with pytest.raises(ValueError, match="limit"):
+        select_samples(connection, limit=-1)
+
+
+def test_a_hostile_value_is_only_ever_a_value(populated, connection):
+    refresh_catalog(connection, populated.url)
+    assert select_samples(connection, languages=[HOSTILE]).num_rows == 0
+    assert select_samples(connection, where={"country": HOSTILE, "text": [HOSTILE]}).num_rows == 0
+    assert scalar(connection, "SELECT count(*) FROM samples") == 5
+    for table in SUMMARY_TABLES:
+        assert scalar(connection, "SELECT count(*) FROM duckdb_tables() WHERE table_name = ?", [table]) == 1
+
+
+@pytest.mark.parametrize("column", ["no_such_column", "language = 'en' OR 1=1 --", 'language"; DROP TABLE samples; --'])
+def test_unknown_where_columns_are_rejected(populated, connection, column):
+    refresh_catalog(connection, populated.url)
+    with pytest.raises(ValueError, match="unknown column"):
+        select_samples(connection, where={column: "en"})
+    assert scalar(connection, "SELECT count(*) FROM samples") == 5
+
+
+def test_nemo_manifest_export_reads_back(populated, connection, tmp_path):
+    refresh_catalog(connection, populated.url)
+    selection = select_samples(connection, languages=["en", "de"], min_alignment_score=-1.0)
+    out = tmp_path / "out" / "train.jsonl"
+
+    assert export_nemo_manifest(selection, str(out)) == 2
+    lines = [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()]
+    assert lines == [
+        {"audio_filepath": "file:///data/bridge/shard-a-000000.tar#shard-a_u1.wav", "duration": 3.6, "text": "hello there", "lang": "en"},
+        {"audio_filepath": "file:///data/bridge/shard-a-000001.tar#shard-a_u3.wav", "duration": 1.8, "text": "", "lang": "de"},
+    ]
+    handle = io.StringIO()
+    export_nemo_manifest(selection, handle)
+    assert handle.getvalue() == out.read_text(encoding="utf-8")
+    with pytest.raises(ValueError, match="tar_url"):
+        export_nemo_manifest(selection.drop_columns(["tar_url"]), io.StringIO())
+
+
+def test_tar_url_export_is_distinct_and_sorted(populated, connection):
+    refresh_catalog(connection, populated.url)
+    urls = export_tar_urls(select_samples(connection))
+    assert urls == sorted(set(urls)) and len(urls) == 3
+    assert urls[0] == "file:///data/bridge/shard-a-000000.tar"
+
+
+def test_format_table_aligns_columns_and_counts_hidden_rows():
+    table = pa.table({"language": ["en", None, "de"], "hours": [1.5, 22.25, 0.0]})
+    text = format_table(table, max_rows=2)
+    lines = text.splitlines()
+    assert lines[0] == "language    hours"
+    assert lines[2] == "en         1.5000"
+    assert lines[3] == "NULL      22.2500"
+    assert lines[-1] == "(2 of 3 rows shown)"
+
+
+def run_cli(*args, data_root):
+    env = {**os.environ, "DATA_ROOT": data_root.root}
+    return subprocess.run(
+        [sys.executable, "-m", "dagster_project.catalog", *args],
+        cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=120,
+    )
+
+
+def test_cli_runs_a_named_query(populated):
+    refreshed = run_cli("--refresh", data_root=populated)
+    assert refreshed.returncode == 0, refreshed.stderr
+    assert "2 shards, 5 samples" in refreshed.stdout
+
+    proc = run_cli("--named", "hours_per_language", data_root=populated)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[0].split() == ["language", "samples", "hours", "mean_alignment_score"]
+    assert lines[2].split()[:2] == ["en", "4"] and lines[3].split()[:2] == ["de", "1"]
+    assert lines[-1] == "(2 rows)"
+
+
+def test_cli_exports_a_selection(populated, tmp_path):
+    assert run_cli("--refresh", data_root=populated).returncode == 0
+    out = tmp_path / "en.jsonl"
+    proc = run_cli("--export-nemo", str(out), "--language", "en", "--min-score", "-2.5", data_root=populated)
+    assert proc.returncode == 0, proc.stderr
+    assert [json.loads(line)["lang"] for line in out.read_text().splitlines()] == ["en", "en", "en"]
+    urls = tmp_path / "urls.txt"
+    assert run_cli("--export-urls", str(urls), "--language", "en", data_root=populated).returncode == 0
+    assert urls.read_text().splitlines() == ["file:///data/bridge/shard-a-000000.tar", "file:///data/bridge/shard-b-000000.tar"]
+
+
+def test_cli_reports_bad_sql_and_a_missing_catalog_with_status_2(populated):
+    missing = run_cli("SELECT 1", data_root=populated)
+    assert missing.returncode == 2
+    assert missing.stderr.strip().startswith("catalog: error: no catalog at")
+
+    assert run_cli("--refresh", data_root=populated).returncode == 0
+    bad = run_cli("SELEC * FROM samples", data_root=populated)
+    assert bad.returncode == 2 and bad.stdout == ""
+    assert len(bad.stderr.strip().splitlines()) == 1 and "syntax error" in bad.stderr
+    # The connection is read-only: SQL cannot change the catalog.
+    dropped = run_cli("DROP TABLE hours_by_language", data_root=populated)
+    assert dropped.returncode == 2 and "read-only" in dropped.stderr.lower()
+    assert run_cli("--named", "hours_per_country", data_root=populated).returncode == 0
