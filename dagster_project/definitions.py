@@ -1,6 +1,7 @@
 """The one entry point: every asset, check, job, sensor and resource of the code location."""
 
 import dagster as dg
+from dagster_duckdb import DuckDBResource
 
 from assets import ALL_ASSETS
 from dagster_project.jobs import ALL_JOBS
@@ -12,6 +13,7 @@ from resources.storage import DataRootResource
 from resources.torch_device import TorchDeviceResource
 from speechdata.text_tokens import TINY_VOCAB_SIZE
 from resources.text_tokenizer import TextTokenizerResource
+from sensors.catalog import catalog_refresh_sensor
 from sensors.landing import landing_sensor
 
 
@@ -34,12 +36,19 @@ def build_resources(data_root: str | None = None, profile: str | None = None) ->
         "torch_device": TorchDeviceResource(),
         "qwen": QwenEncoder(model_id="tiny" if tiny else "Qwen/Qwen3-1.7B", tiny_vocab_size=TINY_VOCAB_SIZE),
         "wavlm": WavLMEncoder(model_id="tiny" if tiny else "microsoft/wavlm-large"),
+        "catalog": DuckDBResource(database=catalog_database_path(data_root or data_root_url())),
     }
+
+
+def catalog_database_path(root_url: str) -> str:
+    from speechdata.catalog import CATALOG_FILE, duckdb_location
+
+    return f"{duckdb_location(root_url).rstrip('/')}/{CATALOG_FILE}"
 
 
 defs = dg.Definitions(
     assets=ALL_ASSETS,
     jobs=ALL_JOBS,
-    sensors=[landing_sensor],
+    sensors=[landing_sensor, catalog_refresh_sensor],
     resources=build_resources(),
 )

@@ -17,6 +17,7 @@ import dagster as dg
 from assets.partitions import shard_partitions
 from dagster_project.settings import data_root_url
 from speechdata import layout
+from speechdata.manifest import manifest_path
 from speechdata.sample_shards import build_sample_shard
 from speechdata.storage import DataRoot
 
@@ -57,11 +58,28 @@ def main(argv: list[str] | None = None) -> int:
         failed |= not result.success
         print(f"\n== {shard_id}: per_shard_job {status} in {time.perf_counter() - started:.1f} s (run {result.run_id})")
         _print_shard_summary(data_root, shard_id)
+    catalog_job = defs.resolve_job_def("manifest_catalog_job")
+    catalog_run = catalog_job.execute_in_process(
+        instance=instance, resources=resources, raise_on_error=False,
+        tags={"speechdata/launched_by": "demo"},
+        run_config={"loggers": {"console": {"config": {"log_level": "WARNING"}}}},
+    )
+    failed |= not catalog_run.success
+    _print_catalog(resources["catalog"])
     print(
         "\nBrowse the runs, lineage and metadata: make dev, then open http://localhost:3000"
         f"\nDagster instance: {instance.root_directory}"
     )
     return 1 if failed else 0
+
+
+def _print_catalog(catalog) -> None:
+    from speechdata.catalog import NAMED_QUERIES, format_table, run_query
+
+    print(f"\n== Catalog {catalog.database} (hours per language, from DuckDB)")
+    with catalog.get_connection() as connection:
+        print(format_table(run_query(connection, NAMED_QUERIES["hours_per_language"])))
+    print('Query it: .venv/bin/python -m dagster_project.catalog --named hours_per_language')
 
 
 def _print_shard_summary(data_root: DataRoot, shard_id: str) -> None:
@@ -75,6 +93,10 @@ def _print_shard_summary(data_root: DataRoot, shard_id: str) -> None:
         audio = data_root.read_parquet(layout.normalized_audio(shard_id), columns=["duration_s"])
         hours = sum(audio["duration_s"].to_pylist()) / 3600
         print(f"   24 kHz audio: {audio.num_rows} ({hours:.4f} h)  {data_root.uri(layout.normalized_audio(shard_id))}")
+    for path in sorted(data_root.fs.glob(data_root.path(f"{layout.BRIDGE}/{shard_id}-*.tar"))):
+        print(f"   bridge tar: {data_root.fs.unstrip_protocol(path)}")
+    if data_root.exists(manifest_path(shard_id)):
+        print(f"   manifest: {data_root.uri(manifest_path(shard_id))}")
     rejects_dir = data_root.path(layout.rejects_dir(shard_id))
     if data_root.fs.exists(rejects_dir):
         for path in sorted(data_root.fs.glob(f"{rejects_dir}/*.parquet")):

@@ -1,7 +1,8 @@
 import dagster as dg
 
-from assets import PER_SHARD_JOB_NAME, SHARD_ASSETS
+from assets import PER_SHARD_JOB_NAME, SHARD_ASSETS, manifest_catalog
 from assets.partitions import shard_partitions
+from sensors.catalog import CATALOG_JOB_NAME
 
 per_shard_job = dg.define_asset_job(
     PER_SHARD_JOB_NAME,
@@ -10,4 +11,10 @@ per_shard_job = dg.define_asset_job(
     description="Everything one shard feeds, from its landing validation on. Launched by landing_sensor.",
 )
 
-ALL_JOBS = [per_shard_job]
+manifest_catalog_job = dg.define_asset_job(
+    CATALOG_JOB_NAME,
+    selection=dg.AssetSelection.assets(manifest_catalog),
+    description="Refresh the DuckDB catalog over every shard manifest. Launched by catalog_refresh_sensor.",
+)
+
+ALL_JOBS = [per_shard_job, manifest_catalog_job]

@@ -3,7 +3,10 @@
 NeMo's aligner (``nemo.collections.asr.parts.utils.aligner_utils.viterbi_decoding``) loops over
 frames in Python with a dozen tensor ops per frame (~30 ms for a 250-frame utterance on one core).
 This module runs the same recurrence, with the same float32 arithmetic and the same tie-breaking, in
-a compiled loop (numba, ``nogil``), so it returns NeMo's path bit for bit, ~100x faster.
+a compiled loop (numba, ``nogil``), so it returns NeMo's path bit for bit, 200-260x faster on one
+core (``benchmarks/bench_viterbi.py``: ~0.15 ms per 10-20 s utterance at V = 1025). The first call
+in a process pays ~1-3 s once: importing numba and loading the kernel (compiled on first use and
+cached by numba under ``speechdata/__pycache__`` when writable, else recompiled per process).
 
 Conventions (NeMo's): for target tokens ``t_1..t_L`` (no blanks) the states are
 ``y = [blank, t_1, blank, t_2, ..., blank, t_L, blank]`` (``U = 2L + 1``; empty text: ``U = 1``).
@@ -22,17 +25,19 @@ What "exact" means here, step by step as NeMo does it (batch of one, float32):
   wins ties (stay, then ``u - 1``, then ``u - 2``), as ``torch.max`` does;
 * at the last frame ``U - 2`` wins a tie with ``U - 1`` (``torch.argmax``), then backpointers.
 
-Why not ``torchaudio.functional.forced_align``: its C++ kernel is fast (~0.35 ms) but, in the
-torchaudio 2.11 build, falls back to "stay" when the ``u - 1`` and ``u - 2`` candidates tie
-exactly and both beat "stay" (``else if (x1 > x0 && x1 > x2)``), so it can return a clearly worse
-path (on a 4-frame hand-made case: log-prob -23 against NeMo's -4; on random float32 log-probs a
-path 0.37 worse in about 1 utterance in 5,000, where float32 rounding makes such a tie); it also
-takes the max before adding the frame's log-prob, which breaks near-ties differently from NeMo.
-``tests/unit/test_ctc_viterbi.py`` keeps the hand-made case; ``benchmarks/bench_viterbi.py``
-reports torchaudio's speed and mismatches next to ours.
+Why not ``torchaudio.functional.forced_align``: its C++ kernel is fast (~0.5 ms per utterance,
+a third of this one's speed), but the torchaudio 2.11 CPU build behaves as if it kept "stay" when
+the ``u - 1`` and ``u - 2`` candidates tie exactly and both beat "stay" (the upstream
+``else if (x1 > x0 && x1 > x2)``), so it can return a clearly worse path: on a 4-frame hand-made
+case log-prob -23 against NeMo's (optimal) -4; with log-probs rounded to quarters, a worse path in
+8 of 10 benchmark utterances (up to 3.25 nats); on random float32 log-probs a path 0.37 worse in
+1 of 5,000 utterances (a tie made by float32 rounding). It also takes the max before adding the
+frame's log-prob, which breaks near-ties differently from NeMo. ``tests/unit/test_ctc_viterbi.py``
+keeps the hand-made case; ``benchmarks/bench_viterbi.py`` reports torchaudio next to ours.
 
-Without numba the same recurrence runs vectorised over states in numpy (same arithmetic, same
-paths, ~10x slower than numba but still faster than NeMo).
+Without numba (an optional dependency here, installed with nemo_toolkit[asr] through librosa) the
+same recurrence runs vectorised over states in numpy: same arithmetic, same paths, ~25x slower than
+numba and ~9x faster than NeMo.
 """
 
 from __future__ import annotations
@@ -190,10 +195,16 @@ def ctc_viterbi_many(
 ) -> list[ViterbiPath | AlignmentImpossible]:
     """:func:`ctc_viterbi` over ``(log_probs, targets, blank)`` items, results in input order.
 
-    ``workers > 1`` runs a thread pool (capped at the CPU count): the compiled kernel releases the
-    GIL, and threads avoid pickling each [T, V] log-prob matrix to another process, which would
-    cost more than aligning it. With ``return_errors`` an :class:`AlignmentImpossible` takes that
-    item's place in the result list; otherwise the first one (in input order) is raised.
+    ``workers > 1`` runs a thread pool (capped at the CPU count) over contiguous chunks of items
+    (about four per worker): the numba kernel releases the GIL. Not a process pool: pickling each
+    [T, V] log-prob matrix to a worker costs far more than aligning it (measured ~10x slower than
+    one thread). How much a second thread buys depends on the machine: the kernel reads most of the
+    [T, V] matrix (~1 MB per 15 s utterance at V = 1025), so it is memory-bound; on the 2-vCPU VM
+    this was built on, which gets no more memory throughput from two threads than from one, two
+    workers ran at 0.5-1.0x one worker (see ``benchmarks/bench_viterbi.py``).
+
+    With ``return_errors`` an :class:`AlignmentImpossible` takes that item's place in the result
+    list; otherwise the first one (in input order) is raised.
     """
     items = list(items)
     workers = max(1, min(int(workers), len(items) or 1, os.cpu_count() or 1))
@@ -210,8 +221,10 @@ def ctc_viterbi_many(
 
     if workers == 1:
         return [one(item) for item in items]
+    size = -(-len(items) // (4 * workers))
+    chunks = [items[i : i + size] for i in range(0, len(items), size)]
     with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="ctc_viterbi") as pool:
-        return list(pool.map(one, items))
+        return [result for chunk in pool.map(lambda c: [one(item) for item in c], chunks) for result in chunk]
 
 
 # --- kernels --------------------------------------------------------------------------------------
@@ -288,14 +301,10 @@ def _viterbi_numba_source(lp, y):  # pragma: no cover - compiled by numba
             repeats += 1
     if num_frames == 0 or num_frames < num_states // 2 + repeats:
         return no_states, no_scores, 2  # _TOO_FEW_FRAMES
-    emissions = np.empty((num_frames, num_states), dtype=np.float32)  # lp[:, y], gathered once
-    for t in range(num_frames):
-        for u in range(num_states):
-            emissions[t, u] = lp[t, y[u]]
-    for t in range(num_frames):
-        for u in range(num_states):
-            if np.isnan(emissions[t, u]):
-                return no_states, no_scores, 3  # _NAN
+    # lp[:, y] is gathered a block of frames at a time: a tight gather loop is several times faster
+    # than reading lp[t, y[u]] inside the recurrence, and the block keeps memory at O(U), not O(T U)
+    block = 64
+    emissions = np.empty((block, num_states), dtype=np.float32)
     pad = np.float32(-3.4e38)
     skip = np.zeros(num_states, dtype=np.bool_)
     for u in range(2, num_states):
@@ -304,12 +313,25 @@ def _viterbi_numba_source(lp, y):  # pragma: no cover - compiled by numba
     nv = np.empty(num_states, dtype=np.float32)
     for u in range(num_states):
         v[u] = pad
-    for u in range(min(2, num_states)):
-        v[u] = emissions[0, u]
+    for u in range(num_states):
+        e = lp[0, y[u]]
+        if np.isnan(e):
+            return no_states, no_scores, 3  # _NAN
+        if u < 2:
+            v[u] = e
     backpointers = np.empty((num_frames, num_states), dtype=np.int8)
     for t in range(1, num_frames):
+        row = (t - 1) % block
+        if row == 0:
+            for r in range(min(block, num_frames - t)):
+                for u in range(num_states):
+                    emissions[r, u] = lp[t + r, y[u]]
+            for r in range(min(block, num_frames - t)):
+                for u in range(num_states):
+                    if np.isnan(emissions[r, u]):
+                        return no_states, no_scores, 3  # _NAN
         for u in range(num_states):
-            e = emissions[t, u]
+            e = emissions[row, u]
             best = v[u] + e
             b = 0
             c1 = (v[u - 1] if u >= 1 else pad) + e
@@ -329,12 +351,12 @@ def _viterbi_numba_source(lp, y):  # pragma: no cover - compiled by numba
     states = np.empty(num_frames, dtype=np.int32)
     frame_log_probs = np.empty(num_frames, dtype=np.float32)
     states[num_frames - 1] = u
-    frame_log_probs[num_frames - 1] = emissions[num_frames - 1, u]
+    frame_log_probs[num_frames - 1] = lp[num_frames - 1, y[u]]
     finite = frame_log_probs[num_frames - 1] != -np.inf
     for t in range(num_frames - 1, 0, -1):
         u -= backpointers[t, u]
         states[t - 1] = u
-        frame_log_probs[t - 1] = emissions[t - 1, u]
+        frame_log_probs[t - 1] = lp[t - 1, y[u]]
         finite &= frame_log_probs[t - 1] != -np.inf
     if states[0] > 1 or not finite:
         return no_states, no_scores, 4  # _NO_FINITE_PATH

@@ -102,3 +102,21 @@ def qwen_hidden_states(shard_id: str) -> str:
 def wavlm_features(shard_id: str) -> str:
     """float16 ``[F, hidden]`` per utterance (:mod:`speechdata.array_store`)."""
     return f"{SHARDS}/{shard_id}/wavlm_features.parquet"
+
+
+BRIDGE = "bridge"
+
+
+def bridge_tar(shard_id: str, number: int) -> str:
+    """WebDataset tar ``number`` of the shard's bridge samples."""
+    return f"{BRIDGE}/{shard_id}-{number:06d}.tar"
+
+
+def bridge_index(shard_id: str) -> str:
+    """Where each packed sample is: ``key``, ``tar_url``, ``offset``, ``size`` (and the tars' sha256)."""
+    return f"{SHARDS}/{shard_id}/bridge_index.parquet"
+
+
+def catalog_database() -> str:
+    """The DuckDB catalog over every shard manifest."""
+    return "catalog.duckdb"

@@ -1,0 +1,133 @@
+"""[packaging] WebDataset bridge tars and the shard manifest that locates every sample."""
+
+import time
+
+import dagster as dg
+from pydantic import Field
+
+from assets.features import qwen_hidden_states, wavlm_features
+from assets.partitions import shard_partitions
+from assets.reporting import markdown_preview
+from resources.storage import DataRootResource
+from speechdata import layout
+from speechdata.bridge_reader import verify_bridge_tars
+from speechdata.bridge_tars import DEFAULT_MAX_SAMPLES, DEFAULT_MAX_TAR_BYTES, iter_bridge_samples, pack_samples
+from speechdata.manifest import manifest_path
+from speechdata.shard_manifest import account_for_utterances, build_shard_manifest
+
+GROUP = "packaging"
+OWNERS = ["team:speech-data"]
+
+
+class BridgeTarsConfig(dg.Config):
+    max_tar_bytes: int = Field(DEFAULT_MAX_TAR_BYTES, description="Roll over to a new tar before passing this size.")
+    max_samples: int = Field(DEFAULT_MAX_SAMPLES, description="Roll over to a new tar after this many samples.")
+
+
+@dg.asset(
+    deps=[qwen_hidden_states, wavlm_features],
+    partitions_def=shard_partitions,
+    group_name=GROUP,
+    kinds={"webdataset"},
+    owners=OWNERS,
+    code_version="bridge_tars-v1",
+    check_specs=[
+        dg.AssetCheckSpec(
+            "tars_read_back_with_webdataset", asset="bridge_tars", blocking=True,
+            description="Every tar opens with the real webdataset reader, holds exactly the packed keys, and "
+            "every sample's arrays agree (T and F).",
+        )
+    ],
+)
+def bridge_tars(
+    context: dg.AssetExecutionContext, config: BridgeTarsConfig, data_root: DataRootResource
+) -> dg.MaterializeResult:
+    """The shard's bridge tuples as WebDataset tars: `bridge/<shard>-NNNNNN.tar`.
+
+    One sample per utterance that passed every stage: `<key>.wav` (24 kHz mono), `<key>.qwen.npy`
+    (float16 [T, 2048]), `<key>.wavlm.npy` (float16 [F, 1024]), `<key>.dur.npy`, `<key>.tokens.npy`
+    (int32 [T]), `<key>.grid.npy` (int32 [F]) and `<key>.json`. Deterministic: a re-run writes
+    byte-identical tars (their sha256 are in the metadata). Read with
+    `speechdata.bridge_reader.bridge_dataset(urls)` or any WebDataset reader.
+    """
+    shard_id = context.partition_key
+    root = data_root.get()
+    started = time.perf_counter()
+    tars, index = pack_samples(
+        root, shard_id, iter_bridge_samples(root, shard_id),
+        max_tar_bytes=config.max_tar_bytes, max_samples=config.max_samples,
+    )
+    root.write_parquet(layout.bridge_index(shard_id), index)
+    seconds = time.perf_counter() - started
+    total_bytes = sum(t.bytes for t in tars)
+    problems = verify_bridge_tars([t.url for t in tars], set(index["key"].to_pylist()))
+    context.log.info(f"{shard_id}: {index.num_rows} samples in {len(tars)} tars, {total_bytes / 1e6:.1f} MB")
+    return dg.MaterializeResult(
+        metadata={
+            "dagster/row_count": index.num_rows,
+            "tars": len(tars),
+            "bytes": total_bytes,
+            "megabytes_per_second": round(total_bytes / 1e6 / seconds, 2) if seconds else 0.0,
+            "tar_urls": dg.MetadataValue.json({t.url: t.sha256 for t in tars}),
+        },
+        check_results=[
+            dg.AssetCheckResult(
+                check_name="tars_read_back_with_webdataset", passed=not problems,
+                metadata={"problems": dg.MetadataValue.json(problems[:20])},
+            )
+        ],
+    )
+
+
+@dg.asset(
+    deps=[bridge_tars],
+    partitions_def=shard_partitions,
+    group_name=GROUP,
+    kinds={"parquet"},
+    owners=OWNERS,
+    code_version="shard_manifest-v1",
+    check_specs=[
+        dg.AssetCheckSpec(
+            "every_utterance_accounted_for", asset="shard_manifest", blocking=True,
+            description="Utterances landed = packed + distinct rejected (over every stage's ledger), none in both.",
+        )
+    ],
+)
+def shard_manifest(context: dg.AssetExecutionContext, data_root: DataRootResource) -> dg.MaterializeResult:
+    """One parquet row per packed sample: `manifests/shard=<shard>/part-0.parquet`.
+
+    Columns: `key`, `shard`, `tar_url`, `offset` and `size` (the sample's byte range in its tar, so a
+    reader can fetch one sample), `duration_s`, `n_frames`, `n_tokens`, `language`, `country`,
+    `source`, `text`, `alignment_score`, `zero_duration_token_share`, then the landed metadata's extra
+    columns. Query all shards at once through the DuckDB catalog (`manifest_catalog`).
+    """
+    shard_id = context.partition_key
+    root = data_root.get()
+    manifest = build_shard_manifest(root, shard_id)
+    root.write_parquet(manifest_path(shard_id), manifest)
+    accounting = account_for_utterances(root, shard_id, set(manifest["key"].to_pylist()))
+    hours = sum(manifest["duration_s"].to_pylist()) / 3600
+    return dg.MaterializeResult(
+        metadata={
+            "dagster/row_count": manifest.num_rows,
+            "hours": round(hours, 6),
+            "landed": accounting.landed,
+            "rejected": accounting.rejected,
+            "reject_share": round(accounting.rejected / accounting.landed, 6) if accounting.landed else 0.0,
+            "manifest_uri": dg.MetadataValue.path(root.uri(manifest_path(shard_id))),
+            "dagster/column_schema": dg.TableSchema(
+                columns=[dg.TableColumn(f.name, str(f.type)) for f in manifest.schema]
+            ),
+            "preview": markdown_preview(manifest, ["key", "language", "duration_s", "n_frames", "n_tokens", "alignment_score"]),
+        },
+        check_results=[
+            dg.AssetCheckResult(
+                check_name="every_utterance_accounted_for", passed=accounting.balanced,
+                metadata={
+                    "landed": accounting.landed, "packed": accounting.packed, "rejected": accounting.rejected,
+                    "unaccounted": dg.MetadataValue.json(accounting.unaccounted[:20]),
+                    "packed_and_rejected": dg.MetadataValue.json(accounting.packed_and_rejected[:20]),
+                },
+            )
+        ],
+    )
