@@ -1,5 +1,7 @@
 """Fan-in: refresh the manifest catalog after any shard manifest changes, without re-running shards."""
 
+import os
+
 import dagster as dg
 
 CATALOG_JOB_NAME = "manifest_catalog_job"
@@ -9,15 +11,15 @@ SHARD_MANIFEST = dg.AssetKey("shard_manifest")
 @dg.sensor(
     name="catalog_refresh_sensor",
     job_name=CATALOG_JOB_NAME,
-    minimum_interval_seconds=30,
+    minimum_interval_seconds=int(os.environ.get("SPEECHDATA_CATALOG_SENSOR_INTERVAL_S", "30")),
     default_status=dg.DefaultSensorStatus.RUNNING,
     description="Requests one manifest_catalog refresh per batch of new shard_manifest materializations.",
 )
 def catalog_refresh_sensor(context: dg.SensorEvaluationContext) -> dg.SensorResult | dg.SkipReason:
     # The cursor is the storage id of the newest shard_manifest materialization already covered.
     covered = int(context.cursor or 0)
-    event = context.instance.get_latest_materialization_event(SHARD_MANIFEST)
-    latest = event.storage_id if event is not None else 0
+    records = context.instance.fetch_materializations(SHARD_MANIFEST, limit=1).records
+    latest = records[0].storage_id if records else 0
     if latest <= covered:
         return dg.SkipReason("no shard manifest changed since the last refresh")
     return dg.SensorResult(

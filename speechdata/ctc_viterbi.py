@@ -3,8 +3,8 @@
 NeMo's aligner (``nemo.collections.asr.parts.utils.aligner_utils.viterbi_decoding``) loops over
 frames in Python with a dozen tensor ops per frame (~30 ms for a 250-frame utterance on one core).
 This module runs the same recurrence, with the same float32 arithmetic and the same tie-breaking, in
-a compiled loop (numba, ``nogil``), so it returns NeMo's path bit for bit, 200-260x faster on one
-core (``benchmarks/bench_viterbi.py``: ~0.15 ms per 10-20 s utterance at V = 1025). The first call
+a compiled loop (numba, ``nogil``), so it returns NeMo's path bit for bit, 170-260x faster on one
+core (``benchmarks/bench_viterbi.py``: ~0.2 ms per 10-20 s utterance at V = 1025). The first call
 in a process pays ~1-3 s once: importing numba and loading the kernel (compiled on first use and
 cached by numba under ``speechdata/__pycache__`` when writable, else recompiled per process).
 
@@ -30,14 +30,14 @@ a third of this one's speed), but the torchaudio 2.11 CPU build behaves as if it
 the ``u - 1`` and ``u - 2`` candidates tie exactly and both beat "stay" (the upstream
 ``else if (x1 > x0 && x1 > x2)``), so it can return a clearly worse path: on a 4-frame hand-made
 case log-prob -23 against NeMo's (optimal) -4; with log-probs rounded to quarters, a worse path in
-8 of 10 benchmark utterances (up to 3.25 nats); on random float32 log-probs a path 0.37 worse in
+34 of 50 benchmark utterances (up to 3.75 nats); on random float32 log-probs a path 0.37 worse in
 1 of 5,000 utterances (a tie made by float32 rounding). It also takes the max before adding the
 frame's log-prob, which breaks near-ties differently from NeMo. ``tests/unit/test_ctc_viterbi.py``
 keeps the hand-made case; ``benchmarks/bench_viterbi.py`` reports torchaudio next to ours.
 
 Without numba (an optional dependency here, installed with nemo_toolkit[asr] through librosa) the
-same recurrence runs vectorised over states in numpy: same arithmetic, same paths, ~25x slower than
-numba and ~9x faster than NeMo.
+same recurrence runs vectorised over states in numpy: same arithmetic, same paths, ~15-25x slower
+than numba and ~9-10x faster than NeMo.
 """
 
 from __future__ import annotations
@@ -201,7 +201,8 @@ def ctc_viterbi_many(
     one thread). How much a second thread buys depends on the machine: the kernel reads most of the
     [T, V] matrix (~1 MB per 15 s utterance at V = 1025), so it is memory-bound; on the 2-vCPU VM
     this was built on, which gets no more memory throughput from two threads than from one, two
-    workers ran at 0.5-1.0x one worker (see ``benchmarks/bench_viterbi.py``).
+    workers ran at 0.5-0.9x one worker (see ``benchmarks/bench_viterbi.py``; hosts with more
+    memory bandwidth per core were not measured).
 
     With ``return_errors`` an :class:`AlignmentImpossible` takes that item's place in the result
     list; otherwise the first one (in input order) is raised.

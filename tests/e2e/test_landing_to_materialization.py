@@ -10,7 +10,10 @@ from tests.e2e.dagster_dev import DagsterDev
 
 pytestmark = pytest.mark.e2e
 
-SHARD_ASSETS = ("raw_shards", "normalized_audio", "alignments", "frame_grids")
+SHARD_ASSETS = (
+    "raw_shards", "normalized_audio", "alignments", "frame_grids", "qwen_hidden_states", "wavlm_features",
+    "bridge_tars", "shard_manifest",
+)
 
 
 def wait_for(predicate, dev: DagsterDev, timeout_s: float, what: str):
@@ -36,9 +39,23 @@ def done(dev: DagsterDev, shard_id: str) -> bool:
     return bool(finished) and all(shard_id in dev.materialized_partitions(a) for a in SHARD_ASSETS)
 
 
+def catalog_covers(data_root: DataRoot, shards: int) -> bool:
+    import duckdb
+
+    path = data_root.path("catalog.duckdb")
+    if not data_root.fs.exists(path):
+        return False
+    try:
+        with duckdb.connect(path, read_only=True) as connection:
+            [(count,)] = connection.execute("SELECT count(DISTINCT shard) FROM samples").fetchall()
+    except duckdb.Error:  # the refresh run holds the write lock
+        return False
+    return count == shards
+
+
 def test_landed_shards_are_materialized_by_the_sensor_run_once_each(tmp_path):
     data_root = DataRoot(str(tmp_path / "data"))
-    env = {"SPEECHDATA_LANDING_SENSOR_INTERVAL_S": "2"}
+    env = {"SPEECHDATA_LANDING_SENSOR_INTERVAL_S": "2", "SPEECHDATA_CATALOG_SENSOR_INTERVAL_S": "2"}
     with DagsterDev(tmp_path / "dagster_home", tmp_path / "data", env) as dev:
         build_sample_shard(data_root, "e2e-0001", 3, seed=1, long_recordings=1, complete=False)
         time.sleep(6)  # a few sensor ticks over a half-landed shard
@@ -57,6 +74,11 @@ def test_landed_shards_are_materialized_by_the_sensor_run_once_each(tmp_path):
         time.sleep(5)  # more ticks: neither shard may be requested again
         assert len(shard_runs(dev, "e2e-0001")) == 1
         assert len(shard_runs(dev, "e2e-0002")) == 1
-        assert len(dev.runs()) == 2
-        assert all(run["status"] == "SUCCESS" for run in dev.runs())
+        shard_jobs = [run for run in dev.runs() if run["jobName"] == "per_shard_job"]
+        assert len(shard_jobs) == 2
+
+        # The fan-in sensor refreshes the catalog after the manifests, without re-running shards.
+        wait_for(lambda: catalog_covers(data_root, 2), dev, 240, "the catalog to hold both shards")
+        assert not [run for run in dev.runs() if run["status"] in ("FAILURE", "CANCELED")], dev.runs()
+        assert len([run for run in dev.runs() if run["jobName"] == "per_shard_job"]) == 2
     assert dev.process.poll() is not None

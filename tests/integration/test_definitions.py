@@ -19,6 +19,9 @@ EXPECTED_ASSETS = {
     "frame_grids": ("alignment", "shard"),
     "qwen_hidden_states": ("features", "shard"),
     "wavlm_features": ("features", "shard"),
+    "bridge_tars": ("packaging", "shard"),
+    "shard_manifest": ("packaging", "shard"),
+    "manifest_catalog": ("catalog", None),
 }
 
 

@@ -1,0 +1,154 @@
+"""bridge_tars, shard_manifest and manifest_catalog on a sample shard, read back with real readers."""
+
+import hashlib
+
+import dagster as dg
+import duckdb
+import numpy as np
+import pytest
+import torch
+
+from assets import ALL_ASSETS, SHARD_ASSETS, manifest_catalog
+from assets.partitions import shard_partitions
+from sensors.catalog import catalog_refresh_sensor
+from speechdata import layout
+from speechdata.bridge_reader import bridge_dataset, read_sample_at
+from speechdata.catalog import select_samples
+from speechdata.manifest import manifest_path
+from speechdata.sample_shards import build_sample_shard
+
+
+@pytest.fixture(scope="module")
+def packed(tmp_path_factory, model_cache_dir):
+    """Two sample shards taken through the whole per-shard graph once for this module."""
+    from dagster_duckdb import DuckDBResource
+
+    from speechdata.storage import DataRoot
+    from resources.aligner import CtcAlignerResource
+    from resources.encoders import QwenEncoder, WavLMEncoder
+    from resources.storage import DataRootResource
+    from resources.text_tokenizer import TextTokenizerResource
+    from resources.torch_device import TorchDeviceResource
+    from speechdata.text_tokens import TINY_VOCAB_SIZE
+
+    data_root = DataRoot(str(tmp_path_factory.mktemp("packed") / "data"))
+    resources = {
+        "data_root": DataRootResource(url=data_root.url),
+        "aligner": CtcAlignerResource(models={"en": "tiny", "de": "tiny", "fr": "tiny"}, model_cache_dir=model_cache_dir),
+        "text_tokenizer": TextTokenizerResource(model_id="tiny"),
+        "torch_device": TorchDeviceResource(device="cpu"),
+        "qwen": QwenEncoder(model_id="tiny", tiny_vocab_size=TINY_VOCAB_SIZE),
+        "wavlm": WavLMEncoder(model_id="tiny"),
+        "catalog": DuckDBResource(database=f"{data_root.root}/catalog.duckdb"),
+    }
+    with dg.instance_for_test() as instance:
+        landed = {}
+        for shard_id, seed in (("s1", 1), ("s2", 2)):
+            landed[shard_id] = build_sample_shard(data_root, shard_id, 6, seed=seed, long_recordings=1, with_faults=True)
+            instance.add_dynamic_partitions(shard_partitions.name, [shard_id])
+            result = dg.materialize(SHARD_ASSETS, partition_key=shard_id, instance=instance, resources=resources)
+            assert result.success
+        yield data_root, resources, instance, landed
+
+
+def tar_urls(data_root, shard_id):
+    return sorted(data_root.fs.unstrip_protocol(p) for p in data_root.fs.glob(data_root.path(f"bridge/{shard_id}-*.tar")))
+
+
+def test_every_member_decodes_with_the_contract_dtypes_and_shapes(packed):
+    data_root, _, _, landed = packed
+    manifest = data_root.read_parquet(manifest_path("s1")).to_pylist()
+    samples = list(bridge_dataset(tar_urls(data_root, "s1")))
+    assert [s["__key__"] for s in samples] == sorted(m["key"] for m in manifest) and samples
+    by_key = {m["key"]: m for m in manifest}
+    for sample in samples:
+        info, m = sample["json"], by_key[sample["__key__"]]
+        assert "." not in sample["__key__"]
+        assert sample["wav"].dtype == np.float32 and abs(sample["wav"].shape[0] / 24_000 - m["duration_s"]) < 1e-3
+        assert sample["qwen"].dtype == np.float16 and sample["qwen"].shape == (m["n_tokens"], 64)
+        assert sample["wavlm"].dtype == np.float16 and sample["wavlm"].shape == (m["n_frames"], 64)
+        assert sample["tokens"].dtype == sample["grid"].dtype == sample["dur"].dtype == np.int32
+        assert len(sample["grid"]) == info["n_frames"] == m["n_frames"]
+        assert int(sample["dur"].sum()) + int((sample["grid"] == -1).sum()) == info["n_frames"]
+        assert info["sample_rate"] == 24_000 and info["frame_rate"] == 12.5 and info["shard"] == "s1"
+
+
+def test_manifest_byte_ranges_fetch_single_samples(packed):
+    data_root, _, _, _ = packed
+    manifest = data_root.read_parquet(manifest_path("s2")).to_pylist()
+    whole = {s["__key__"]: s for s in bridge_dataset(tar_urls(data_root, "s2"))}
+    for row in manifest[::2]:
+        sample = read_sample_at(row["tar_url"], row["offset"], row["size"])
+        assert sample["__key__"] == row["key"]
+        np.testing.assert_array_equal(sample["qwen"], whole[row["key"]]["qwen"])
+        np.testing.assert_array_equal(sample["grid"], whole[row["key"]]["grid"])
+
+
+def test_every_landed_utterance_is_packed_or_rejected(packed):
+    data_root, _, _, landed = packed
+    manifest_keys = set(data_root.read_parquet(manifest_path("s1"))["key"].to_pylist())
+    rejected = set()
+    for path in data_root.fs.glob(data_root.path("shards/s1/rejects/*.parquet")):
+        rejected |= set(data_root.read_parquet(path[len(data_root.root) + 1 :])["utt_id"].to_pylist())
+    assert set(landed["s1"]["utt_id"].to_pylist()) == manifest_keys | rejected
+    assert not manifest_keys & rejected
+    extras = data_root.read_parquet(manifest_path("s1")).column_names
+    assert "speaker" in extras and "quality_score" in extras  # carried through
+
+
+def test_rematerialization_is_byte_identical(packed):
+    data_root, resources, instance, _ = packed
+    before = {u: hashlib.sha256(data_root.fs.cat_file(u)).hexdigest() for u in tar_urls(data_root, "s1")}
+    from assets.packaging import bridge_tars
+
+    result = dg.materialize([bridge_tars], partition_key="s1", instance=instance, resources=resources)
+    assert result.success
+    after = {u: hashlib.sha256(data_root.fs.cat_file(u)).hexdigest() for u in tar_urls(data_root, "s1")}
+    assert before == after
+    [event] = result.asset_materializations_for_node("bridge_tars")
+    assert set(event.metadata["tar_urls"].value.values()) == set(after.values())
+
+
+def test_small_tar_budget_rolls_over_and_drops_stale_tars(packed):
+    data_root, resources, instance, _ = packed
+    from assets.packaging import bridge_tars
+
+    n_samples = data_root.read_parquet(layout.bridge_index("s2")).num_rows
+    config = {"ops": {"bridge_tars": {"config": {"max_samples": 2}}}}
+    assert dg.materialize([bridge_tars], partition_key="s2", instance=instance, resources=resources, run_config=config).success
+    assert len(tar_urls(data_root, "s2")) == -(-n_samples // 2)
+    assert len(list(bridge_dataset(tar_urls(data_root, "s2")))) == n_samples
+    assert dg.materialize([bridge_tars], partition_key="s2", instance=instance, resources=resources).success
+    assert len(tar_urls(data_root, "s2")) == 1
+
+
+def test_reader_works_with_a_multi_worker_dataloader_and_filters_language(packed):
+    data_root, _, _, _ = packed
+    urls = tar_urls(data_root, "s1") + tar_urls(data_root, "s2")
+    dataset = bridge_dataset(urls, languages=["de"], shuffle=10).map(lambda s: s["__key__"])
+    loader = torch.utils.data.DataLoader(dataset, batch_size=None, num_workers=2)
+    keys = list(loader)
+    expected = [
+        row["key"] for shard in ("s1", "s2") for row in data_root.read_parquet(manifest_path(shard)).to_pylist()
+        if row["language"] == "de"
+    ]
+    assert sorted(keys) == sorted(expected) and keys
+
+
+def test_catalog_refresh_sensor_and_asset_pick_up_manifests(packed):
+    data_root, resources, instance, _ = packed
+    context = dg.build_sensor_context(instance=instance)
+    result = catalog_refresh_sensor(context)
+    assert len(result.run_requests) == 1
+    assert isinstance(catalog_refresh_sensor(dg.build_sensor_context(instance=instance, cursor=result.cursor)), dg.SkipReason)
+
+    materialized = dg.materialize(ALL_ASSETS, selection=dg.AssetSelection.assets(manifest_catalog),
+                                  instance=instance, resources=resources)
+    assert materialized.success
+    with duckdb.connect(f"{data_root.root}/catalog.duckdb", read_only=True) as connection:
+        [(total,)] = connection.execute("SELECT count(*) FROM samples").fetchall()
+        selection = select_samples(connection, languages=["de"])
+    manifests = sum(data_root.read_parquet(manifest_path(s)).num_rows for s in ("s1", "s2"))
+    assert total == manifests
+    assert set(selection["language"].to_pylist()) == {"de"}
+    assert "de" in instance.get_dynamic_partitions("language")
