@@ -24,9 +24,10 @@ Reported: audio seconds per wall second for both, ``batched_over_one_at_a_time``
 helps), forward counts, and ``share_outside_forward = 1 - forward_s / total_s``, where forward_s
 sums the model's own ``forward`` (timed with forward pre/post hooks on the model instance), plus
 ``batched_padded_over_real``: padded over real tokens / samples of the batched budget's batches
-(one at a time pads nothing). Each mode's figures come from its median pass of ``--repeats`` after
-an untimed warm-up on a few utterances; the two modes alternate which goes first, so a burst of load
-on a shared machine skews neither. The 1-minute load average before and after is in ``params``:
+(one at a time pads nothing). Each mode's figures come from its median pass (the faster of the
+middle two for an even count) of ``--repeats`` (``--qwen-repeats`` for Qwen, whose passes are
+short) after an untimed warm-up on a few utterances; the two modes alternate which goes first, so
+a burst of load on a shared machine skews neither. The 1-minute load average before and after is in ``params``:
 other processes on the cores slow multi-threaded torch far more than their share.
 """
 
@@ -34,7 +35,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import time
 from collections.abc import Callable
 
@@ -167,12 +167,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--utterances", type=int, default=200)
     parser.add_argument("--min-s", type=float, default=2.0, help="shortest utterance, seconds")
     parser.add_argument("--max-s", type=float, default=15.0, help="longest utterance, seconds")
-    parser.add_argument("--repeats", type=int, default=2, help="timed passes of each mode")
+    parser.add_argument("--repeats", type=int, default=2, help="timed passes of each WavLM mode")
+    parser.add_argument("--qwen-repeats", type=int, default=7, help="timed passes of each Qwen mode (they are short)")
     parser.add_argument("--threads", type=int, default=2, help="torch.set_num_threads")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     if args.quick:
-        args.utterances, args.repeats = 24, 1
+        args.utterances, args.repeats, args.qwen_repeats = 24, 1, 1
 
     load_before = round(os.getloadavg()[0], 2)
     with stdout_to_stderr():
@@ -195,7 +196,7 @@ def main(argv: list[str] | None = None) -> None:
 
         qwen_figures = measure(
             {"batched": qwen_run(BATCHED_MAX_TOKENS), "one_at_a_time": qwen_run(ONE_MAX_TOKENS)},
-            qwen_timer, len(audios), audio_s, args.repeats,
+            qwen_timer, len(audios), audio_s, args.qwen_repeats,
         )
         qwen_figures["batched_padded_over_real"] = padded_over_real(
             [max(len(t), 1) for t in tokens], BATCHED_MAX_TOKENS
@@ -224,7 +225,8 @@ def main(argv: list[str] | None = None) -> None:
         "features",
         {
             "quick": args.quick, "utterances": args.utterances, "min_s": args.min_s, "max_s": args.max_s,
-            "repeats": args.repeats, "seed": args.seed, "device": "cpu", "dtype": "float32",
+            "repeats": args.repeats, "qwen_repeats": args.qwen_repeats, "seed": args.seed,
+            "device": "cpu", "dtype": "float32",
             "torch_num_threads": args.threads, "models": "tiny_qwen3 (cut at hidden_states[-2]), tiny_wavlm",
             "batched_budgets": {"max_batch_tokens": BATCHED_MAX_TOKENS, "max_batch_s": BATCHED_MAX_AUDIO_S},
             # Other processes competing for the cores slow multi-threaded torch a lot (threads wait

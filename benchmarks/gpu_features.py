@@ -40,7 +40,6 @@ path without a GPU (its speeds mean nothing).
 from __future__ import annotations
 
 import argparse
-import statistics
 import time
 from collections.abc import Callable
 
@@ -196,7 +195,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="a quarter of an hour of input and one pass")
     parser.add_argument("--random-weights", action="store_true", help="build the models from config, no download")
-    parser.add_argument("--hours", type=float, default=2.0, help="hours of synthetic audio")
+    parser.add_argument("--hours", type=float, default=4.0, help="hours of synthetic audio")
     parser.add_argument("--min-s", type=float, default=2.0, help="shortest utterance, seconds")
     parser.add_argument("--max-s", type=float, default=15.0, help="longest utterance, seconds")
     parser.add_argument("--tokens-per-s", type=float, default=3.0, help="Qwen tokens per second of audio")

@@ -131,7 +131,8 @@ def pack_samples(
         tar_rows: list[dict] = []
         with atomic_open(data_root.fs, data_root.path(relative)) as handle:
             writer = _HashingWriter(handle)
-            with tarfile.open(fileobj=writer, mode="w|", format=tarfile.GNU_FORMAT) as tar:
+            # Plain "w" mode writes each member straight through; stream mode ("w|") re-buffers in 10 KiB pieces.
+            with tarfile.open(fileobj=writer, mode="w", format=tarfile.GNU_FORMAT) as tar:
                 while sample is not None:
                     members = sample.members()
                     size = sum(512 + -(-len(data) // 512) * 512 for _, data in members)
