@@ -1,6 +1,7 @@
 """The code location loads, and its asset keys, groups and partitions stay what DESIGN.md fixes."""
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -53,11 +54,13 @@ def test_sensor_targets_the_per_shard_job_covering_every_shard_asset():
     assert defs.resolve_sensor_def("landing_sensor").job_name == "per_shard_job"
 
 
-def test_dagster_cli_validates_the_workspace():
+def test_dagster_cli_validates_the_workspace(tmp_path):
     dagster = Path(sys.executable).parent / "dagster"
+    # An inherited DAGSTER_HOME (make exports one) may not exist yet in a fresh clone.
+    env = {**os.environ, "DAGSTER_HOME": str(tmp_path)}
     result = subprocess.run(
         [str(dagster), "definitions", "validate", "-w", "workspace.yaml"],
-        cwd=ROOT, capture_output=True, text=True, timeout=300,
+        cwd=ROOT, capture_output=True, text=True, timeout=300, env=env,
     )
     assert result.returncode == 0, result.stderr[-3000:]
     assert "Validation successful" in result.stderr + result.stdout
