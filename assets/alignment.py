@@ -1,6 +1,5 @@
 """[alignment] Forced alignment and the 12.5 Hz frame grid in text-token space."""
 
-import time
 from typing import Literal
 
 import dagster as dg
@@ -8,7 +7,7 @@ from pydantic import Field
 
 from assets.ingest import normalized_audio
 from assets.partitions import shard_partitions
-from assets.reporting import markdown_preview, stage_metadata
+from assets.reporting import markdown_preview, progress_logger, stage_metadata
 from resources.aligner import CtcAlignerResource
 from resources.storage import DataRootResource
 from resources.text_tokenizer import TextTokenizerResource
@@ -29,17 +28,6 @@ class AlignmentsConfig(dg.Config):
         ),
     )
     write_ctm: bool = Field(True, description="Also write NFA-format CTM files per utterance (nemo only).")
-
-
-def _progress_logger(context: dg.AssetExecutionContext, what: str):
-    last = [time.monotonic()]
-
-    def log(done: int, total: int) -> None:
-        if time.monotonic() - last[0] >= 10:
-            last[0] = time.monotonic()
-            context.log.info(f"{context.partition_key}: {what} {done} utterances so far")
-
-    return log
 
 
 @dg.asset(
@@ -75,7 +63,7 @@ def alignments(
             root, shard_id, aligner.aligner_for,
             settings=aligner.log_prob_settings(0.08),
             write_ctm_files=config.write_ctm,
-            on_progress=_progress_logger(context, "aligned"),
+            on_progress=progress_logger(context, "aligned"),
         )
     scores = root.read_parquet(layout.alignment_scores(shard_id))
     context.log.info(

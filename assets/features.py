@@ -1,12 +1,10 @@
 """[features] Qwen3 hidden states and pooled WavLM features, on the GPU pool."""
 
-import time
-
 import dagster as dg
 
 from assets.alignment import frame_grids
 from assets.partitions import shard_partitions
-from assets.reporting import stage_metadata
+from assets.reporting import progress_logger, stage_metadata
 from resources.encoders import QwenEncoder, WavLMEncoder
 from resources.storage import DataRootResource
 from resources.torch_device import TorchDeviceResource
@@ -27,20 +25,6 @@ FEATURE_CHECKS = {
     "finite": "no NaN or inf",
     "float16": "stored as float16",
 }
-
-
-def _progress(context: dg.AssetExecutionContext):
-    started, last = time.monotonic(), [time.monotonic()]
-
-    def log(done: int, total: int, audio_s: float) -> None:
-        now = time.monotonic()
-        if now - last[0] >= 10 or done == total:
-            last[0] = now
-            context.log.info(
-                f"{context.partition_key}: {done}/{total} utterances, {audio_s / max(now - started, 1e-9):.1f} audio s/s"
-            )
-
-    return log
 
 
 def _check_results(failures: dict[str, list[str]]) -> list[dg.AssetCheckResult]:
@@ -90,7 +74,7 @@ def qwen_hidden_states(
     model = qwen.model(torch_device)
     summary = compute_qwen_hidden_states(
         root, shard_id, model, device=torch_device.torch_device(),
-        max_batch_tokens=torch_device.max_batch_tokens, on_progress=_progress(context),
+        max_batch_tokens=torch_device.max_batch_tokens, on_progress=progress_logger(context, "encoded"),
     )
     grids = root.read_parquet(layout.frame_grids(shard_id), columns=["utt_id", "n_tokens"])
     failures = check_feature_shapes(
@@ -135,7 +119,7 @@ def wavlm_features(
     summary = compute_wavlm_features(
         root, shard_id, model, device=torch_device.torch_device(), dtype=torch_device.dtype(),
         max_batch_s=torch_device.max_batch_audio_s, layer=wavlm.layer, layer_weights=wavlm.layer_weights,
-        on_progress=_progress(context),
+        on_progress=progress_logger(context, "encoded"),
     )
     grids = root.read_parquet(layout.frame_grids(shard_id), columns=["utt_id", "n_frames"])
     failures = check_feature_shapes(

@@ -1,14 +1,13 @@
 """[ingest] A landed shard, checked against the contract, and its audio at 24 kHz mono."""
 
 
-import time
 from typing import Literal
 
 import dagster as dg
 from pydantic import Field
 
 from assets.partitions import shard_partitions
-from assets.reporting import markdown_preview, stage_metadata
+from assets.reporting import markdown_preview, progress_logger, stage_metadata
 from resources.storage import DataRootResource
 from speechdata.ingest import ingest_normalized_audio, ingest_raw_shard
 from speechdata.landing import ContractError
@@ -106,16 +105,9 @@ def normalized_audio(
     Utterances that cannot be decoded are in `shards/<shard>/rejects/normalized_audio.parquet`.
     """
     shard_id = context.partition_key
-    last_log = [time.monotonic()]
-
-    def log_progress(done: int, total: int) -> None:
-        if time.monotonic() - last_log[0] >= 10 or done == total:
-            last_log[0] = time.monotonic()
-            context.log.info(f"{shard_id}: normalized {done}/{total} utterances")
-
     summary = ingest_normalized_audio(
         data_root.get(), shard_id, workers=config.workers, resampler=config.resampler,
-        codec=config.codec, on_progress=log_progress,
+        codec=config.codec, on_progress=progress_logger(context, "normalized"),
     )
     context.log.info(
         f"{shard_id}: {summary.rows_out} utterances, {summary.hours:.3f} h at "

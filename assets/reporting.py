@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import dagster as dg
 import pyarrow as pa
 
@@ -42,3 +44,20 @@ def _cell(value) -> str:
     text = "" if value is None else str(value)
     text = text.replace("|", "\\|")
     return text if len(text) <= 60 else text[:57] + "..."
+
+
+def progress_logger(context: dg.AssetExecutionContext, verb: str, every_s: float = 10.0):
+    """A ``(done, total[, audio_s])`` callback that logs progress at most every ``every_s`` seconds
+    (and once at the end), with audio seconds per second when the stage reports audio."""
+    started = last = time.monotonic()
+
+    def log(done: int, total: int, audio_s: float | None = None) -> None:
+        nonlocal last
+        now = time.monotonic()
+        if now - last < every_s and done != total:
+            return
+        last = now
+        rate = f", {audio_s / max(now - started, 1e-9):.1f} audio s/s" if audio_s is not None else ""
+        context.log.info(f"{context.partition_key}: {verb} {done}/{total} utterances{rate}")
+
+    return log

@@ -11,7 +11,7 @@ up to ``buffer_s`` seconds, and each buffer is aligned in length-sorted batches.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
