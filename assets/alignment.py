@@ -7,7 +7,7 @@ from pydantic import Field
 
 from assets.ingest import normalized_audio
 from assets.partitions import shard_partitions
-from assets.reporting import markdown_preview, progress_logger, stage_metadata
+from assets.reporting import markdown_preview, progress_logger, stage_metadata, utterance_check_results
 from resources.aligner import CtcAlignerResource
 from resources.storage import DataRootResource
 from resources.text_tokenizer import TextTokenizerResource
@@ -138,13 +138,7 @@ def frame_grids(
             "silence_frame_share": round(totals.silence_frame_share, 6),
             "preview": _grid_preview(table),
         },
-        check_results=[
-            dg.AssetCheckResult(
-                check_name=name, passed=not failed,
-                metadata={"failing_utterances": len(failed), "examples": dg.MetadataValue.json(failed[:5])},
-            )
-            for name, failed in failed_by_check.items()
-        ],
+        check_results=utterance_check_results(failed_by_check),
     )
 
 

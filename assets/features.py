@@ -4,7 +4,7 @@ import dagster as dg
 
 from assets.alignment import frame_grids
 from assets.partitions import shard_partitions
-from assets.reporting import progress_logger, stage_metadata
+from assets.reporting import progress_logger, stage_metadata, utterance_check_results
 from resources.encoders import QwenEncoder, WavLMEncoder
 from resources.storage import DataRootResource
 from resources.torch_device import TorchDeviceResource
@@ -25,16 +25,6 @@ FEATURE_CHECKS = {
     "finite": "no NaN or inf",
     "float16": "stored as float16",
 }
-
-
-def _check_results(failures: dict[str, list[str]]) -> list[dg.AssetCheckResult]:
-    return [
-        dg.AssetCheckResult(
-            check_name=name, passed=not failed,
-            metadata={"failing_utterances": len(failed), "examples": dg.MetadataValue.json(failed[:5])},
-        )
-        for name, failed in failures.items()
-    ]
 
 
 def _device_metadata(device: TorchDeviceResource) -> dict:
@@ -84,7 +74,7 @@ def qwen_hidden_states(
     return dg.MaterializeResult(
         metadata={**stage_metadata(summary), **_device_metadata(torch_device), "model": qwen.identity,
                   "hidden_size": model.config.hidden_size},
-        check_results=_check_results(failures),
+        check_results=utterance_check_results(failures),
     )
 
 
@@ -129,5 +119,5 @@ def wavlm_features(
     return dg.MaterializeResult(
         metadata={**stage_metadata(summary), **_device_metadata(torch_device), "model": wavlm.identity,
                   "hidden_size": model.config.hidden_size},
-        check_results=_check_results(failures),
+        check_results=utterance_check_results(failures),
     )

@@ -61,3 +61,14 @@ def progress_logger(context: dg.AssetExecutionContext, verb: str, every_s: float
         context.log.info(f"{context.partition_key}: {verb} {done}/{total} utterances{rate}")
 
     return log
+
+
+def utterance_check_results(failing: dict[str, list[str]]) -> list[dg.AssetCheckResult]:
+    """One check result per check name: passed when no utterance fails it, with a few examples."""
+    return [
+        dg.AssetCheckResult(
+            check_name=name, passed=not failed,
+            metadata={"failing_utterances": len(failed), "examples": dg.MetadataValue.json(failed[:5])},
+        )
+        for name, failed in failing.items()
+    ]
