@@ -96,6 +96,18 @@ class LandedAudio:
         with handle:
             yield handle
 
+    def size_bytes(self, audio_path: str) -> int:
+        """The file's size as landed (the tar member's size inside a tar)."""
+        if self._tar is not None:
+            member = self._members.get(audio_path)
+            if member is None:
+                raise AudioNotFound(f"{self.tar_path} has no member {audio_path!r}")
+            return int(member.size)
+        try:
+            return int(self.fs.size(f"{self.audio_dir}/{audio_path}"))
+        except FileNotFoundError as exc:
+            raise AudioNotFound(f"{self.audio_dir}/{audio_path} does not exist") from exc
+
     def header(self, audio_path: str) -> AudioHeader:
         with self.open(audio_path) as handle:
             info = sf.info(handle)

@@ -120,3 +120,25 @@ def bridge_index(shard_id: str) -> str:
 def catalog_database() -> str:
     """The DuckDB catalog over every shard manifest."""
     return "catalog.duckdb"
+
+
+HF = "hf"
+
+
+def hf_dataset_dir(dataset: str) -> str:
+    """A Hugging Face dataset in the Hub's layout: ``README.md`` (card) + ``<config>/<split>-NNNNN-of-NNNNN.parquet``."""
+    return f"{HF}/{dataset}"
+
+
+def hf_dataset_file(dataset: str, path_in_repo: str) -> str:
+    return f"{HF}/{dataset}/{path_in_repo}"
+
+
+def hf_build_dir(dataset: str, country: str) -> str:
+    """Where a split's parquet files are written before they replace the published ones."""
+    return f"{HF}/_build/{dataset}/{country}"
+
+
+def hf_state_database(dataset: str, country: str) -> str:
+    """The country's publishing state (:mod:`speechdata.hf_state`): recordings, segments, files."""
+    return f"{HF}/_state/{dataset}/{country}.duckdb"

@@ -66,6 +66,10 @@ class DataRoot:
     def parquet_writer(self, relative: str, schema: pa.Schema, **parquet_options):
         return atomic_parquet_writer(self.fs, self.path(relative), schema, **parquet_options)
 
+    def open_atomic(self, relative: str):
+        """A binary handle whose content appears at ``relative`` only when the block ends without error."""
+        return atomic_open(self.fs, self.path(relative), "wb")
+
 
 def _temp_path_beside(path: str) -> str:
     parent, name = posixpath.split(path)
