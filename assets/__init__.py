@@ -6,6 +6,7 @@ from assets.catalog import manifest_catalog
 from assets.features import qwen_hidden_states, wavlm_features
 from assets.ingest import normalized_audio, raw_shards
 from assets.packaging import bridge_tars, shard_manifest
+from assets.publishing import PUBLISHING_ASSETS, hf_dataset, hf_hub_upload, hf_split_assignments
 
 SHARD_ASSETS = [
     raw_shards, normalized_audio, alignments, frame_grids, qwen_hidden_states, wavlm_features,
@@ -13,6 +14,6 @@ SHARD_ASSETS = [
 ]
 """Every shard-partitioned asset: what the per-shard job (launched by the landing sensor) materializes."""
 
-ALL_ASSETS = [*SHARD_ASSETS, manifest_catalog]
+ALL_ASSETS = [*SHARD_ASSETS, manifest_catalog, *PUBLISHING_ASSETS]
 
 PER_SHARD_JOB_NAME = "per_shard_job"

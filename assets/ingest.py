@@ -60,6 +60,8 @@ def raw_shards(context: dg.AssetExecutionContext, data_root: DataRootResource) -
             "preview": markdown_preview(
                 index, ["utt_id", "language", "country", "source_format", "source_sample_rate", "duration_s", "text"]
             ),
+            # country_dataset_sensor reads this to refresh only the countries this shard feeds.
+            "countries": dg.MetadataValue.json(sorted({c for c in index["country"].to_pylist() if c})),
         },
         check_results=[
             dg.AssetCheckResult(

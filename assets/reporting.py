@@ -28,7 +28,11 @@ def stage_metadata(summary: StageSummary) -> dict[str, dg.RawMetadataValue]:
 
 def markdown_preview(table: pa.Table, columns: list[str], rows: int = 5) -> dg.MetadataValue:
     """A few rows as a markdown table, for the asset's materialization page."""
-    shown = table.select([c for c in columns if c in table.column_names]).slice(0, rows).to_pylist()
+    return markdown_rows(table.select([c for c in columns if c in table.column_names]).slice(0, rows).to_pylist())
+
+
+def markdown_rows(shown: list[dict]) -> dg.MetadataValue:
+    """Rows (dicts with the same keys) as a markdown table."""
     if not shown:
         return dg.MetadataValue.md("_no rows_")
     header = list(shown[0])

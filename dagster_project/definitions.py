@@ -7,6 +7,7 @@ from assets import ALL_ASSETS
 from dagster_project.jobs import ALL_JOBS
 from dagster_project.settings import PROJECT_ROOT, data_root_url, model_profile
 from resources.aligner import DEFAULT_ALIGNMENT_MODELS, CtcAlignerResource
+from resources.hub import HfDatasetSettings, hub_publisher_from_env
 from resources.profile import ModelProfileResource
 from resources.encoders import QwenEncoder, WavLMEncoder
 from resources.storage import DataRootResource
@@ -15,6 +16,7 @@ from speechdata.text_tokens import TINY_VOCAB_SIZE
 from resources.text_tokenizer import TextTokenizerResource
 from sensors.catalog import catalog_refresh_sensor
 from sensors.landing import landing_sensor
+from sensors.publishing import country_dataset_sensor
 
 
 TINY_ALIGNMENT_LANGUAGES = ("en", "de", "fr")
@@ -37,6 +39,8 @@ def build_resources(data_root: str | None = None, profile: str | None = None) ->
         "qwen": QwenEncoder(model_id="tiny" if tiny else "Qwen/Qwen3-1.7B", tiny_vocab_size=TINY_VOCAB_SIZE),
         "wavlm": WavLMEncoder(model_id="tiny" if tiny else "microsoft/wavlm-large"),
         "catalog": DuckDBResource(database=catalog_database_path(data_root or data_root_url())),
+        "hf_dataset_settings": HfDatasetSettings(),
+        "hub": hub_publisher_from_env(),
     }
 
 
@@ -49,6 +53,6 @@ def catalog_database_path(root_url: str) -> str:
 defs = dg.Definitions(
     assets=ALL_ASSETS,
     jobs=ALL_JOBS,
-    sensors=[landing_sensor, catalog_refresh_sensor],
+    sensors=[landing_sensor, catalog_refresh_sensor, country_dataset_sensor],
     resources=build_resources(),
 )

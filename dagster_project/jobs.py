@@ -3,6 +3,7 @@ import dagster as dg
 from assets import PER_SHARD_JOB_NAME, SHARD_ASSETS, manifest_catalog
 from assets.partitions import shard_partitions
 from sensors.catalog import CATALOG_JOB_NAME
+from sensors.publishing import hf_dataset_job, hf_publish_job
 
 per_shard_job = dg.define_asset_job(
     PER_SHARD_JOB_NAME,
@@ -17,4 +18,4 @@ manifest_catalog_job = dg.define_asset_job(
     description="Refresh the DuckDB catalog over every shard manifest. Launched by catalog_refresh_sensor.",
 )
 
-ALL_JOBS = [per_shard_job, manifest_catalog_job]
+ALL_JOBS = [per_shard_job, manifest_catalog_job, hf_dataset_job, hf_publish_job]

@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import os
 import tempfile
+import time
 from collections.abc import Iterator
 
 import duckdb
@@ -68,6 +69,8 @@ CREATE TABLE IF NOT EXISTS files (
 );
 """
 
+LOCK_TIMEOUT_S = 300.0
+
 SEGMENT_STATUSES = ("pending", "uploaded", "filtered", "error")
 FILE_STATUSES = ("pending", "uploaded", "error", "deleted")
 
@@ -78,7 +81,7 @@ def state_connection(data_root: DataRoot, relative: str) -> Iterator[duckdb.Duck
     path = data_root.path(relative)
     if _is_local(data_root.fs):
         os.makedirs(os.path.dirname(path), exist_ok=True)
-        connection = duckdb.connect(path)
+        connection = _connect_waiting(path)
         try:
             connection.execute("BEGIN TRANSACTION")
             connection.execute(SCHEMA)
@@ -103,6 +106,18 @@ def state_connection(data_root: DataRoot, relative: str) -> Iterator[duckdb.Duck
             connection.close()
         with open(local, "rb") as handle:
             data_root.write_bytes(relative, handle.read())
+
+
+def _connect_waiting(path: str, timeout_s: float = LOCK_TIMEOUT_S) -> duckdb.DuckDBPyConnection:
+    """Connect, waiting while another process holds the file (DuckDB allows one writing process)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            return duckdb.connect(path)
+        except duckdb.IOException as exc:
+            if "lock" not in str(exc).lower() or time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
 
 
 def rows_as_dicts(connection: duckdb.DuckDBPyConnection, sql: str, params: list | None = None) -> list[dict]:

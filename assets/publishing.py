@@ -1,0 +1,171 @@
+"""[publishing] Per-country Hugging Face dataset splits, built from every shard of the country (seed 004)."""
+
+import dagster as dg
+
+from assets.ingest import raw_shards
+from assets.partitions import country_partitions
+from assets.reporting import markdown_rows
+from resources.hub import HfDatasetSettings, HubPublisherResource
+from resources.storage import DataRootResource
+from speechdata import layout
+from speechdata.hf_card import write_dataset_card
+from speechdata.hf_dataset import build_country_dataset
+from speechdata.hf_publish import publish_country, register_card
+from speechdata.hf_segments import refresh_split_assignments
+from speechdata.hf_state import rows_as_dicts, state_connection
+
+GROUP = "publishing"
+OWNERS = ["team:speech-data"]
+NO_RECORDING_IN_TWO_SPLITS = "no_recording_in_two_splits"
+
+
+@dg.asset(
+    partitions_def=country_partitions,
+    deps=[dg.AssetDep(raw_shards, partition_mapping=dg.AllPartitionMapping())],
+    group_name=GROUP,
+    kinds={"duckdb"},
+    owners=OWNERS,
+    code_version="hf_split_assignments-v1",
+    check_specs=[dg.AssetCheckSpec(
+        NO_RECORDING_IN_TWO_SPLITS, asset="hf_split_assignments", blocking=True,
+        description="Every segment's split is its recording's split: no recording leaks between splits.",
+    )],
+)
+def hf_split_assignments(
+    context: dg.AssetExecutionContext, data_root: DataRootResource, hf_dataset_settings: HfDatasetSettings,
+) -> dg.MaterializeResult:
+    """Which split (test / validation / train) each source recording of the country belongs to.
+
+    Whole recordings go to one split by duration share (default 1 % test, 1 % validation, the rest
+    train), seeded and stable: a recording once assigned never moves, new recordings are assigned
+    so the shares stay near target. Every segment of the country is recorded with its status
+    (`pending`, `filtered` with reason, `uploaded`, `error`). Tables `recordings` (duration_hours,
+    size_mb, split, subset_id), `segments` and `files` in DuckDB at
+    `hf/_state/<dataset>/<country>.duckdb`: `duckdb.connect(path, read_only=True)`.
+    """
+    country = context.partition_key
+    root = data_root.get()
+    settings = hf_dataset_settings
+    summary = refresh_split_assignments(
+        root, settings.dataset, country, settings.limits(), settings.targets(), settings.split_seed,
+    )
+    context.log.info(
+        f"{country}: {summary.segments} segments ({summary.new_segments} new), new recordings {summary.new_recordings}, "
+        f"hours by split {summary.hours_by_split}, filtered {summary.filtered_by_reason}"
+    )
+    state_path = layout.hf_state_database(settings.dataset, country)
+    with state_connection(root, state_path) as db:
+        leaks = db.execute(
+            "SELECT count(*) FROM segments s JOIN recordings r USING (recording_id) WHERE s.split <> r.split"
+        ).fetchall()[0][0]
+        table = rows_as_dicts(db, "SELECT split, count(*) AS recordings, round(sum(duration_hours), 4) AS hours "
+                                  "FROM recordings GROUP BY split ORDER BY split")
+    return dg.MaterializeResult(
+        metadata={
+            "dagster/row_count": sum(summary.recordings_by_split.values()),
+            "segments": summary.segments,
+            "new_segments": summary.new_segments,
+            "hours": round(sum(summary.hours_by_split.values()), 6),
+            **{f"share_{split}": round(share, 6) for split, share in summary.shares.items()},
+            "filtered_by_reason": dg.MetadataValue.json(summary.filtered_by_reason),
+            "missing_recordings": len(summary.missing_recordings),
+            "splits": markdown_rows(table),
+            "state_uri": dg.MetadataValue.path(root.uri(state_path)),
+        },
+        check_results=[dg.AssetCheckResult(check_name=NO_RECORDING_IN_TWO_SPLITS, passed=leaks == 0, metadata={"leaking_segments": leaks})],
+    )
+
+
+@dg.asset(
+    partitions_def=country_partitions,
+    deps=[hf_split_assignments],
+    group_name=GROUP,
+    kinds={"huggingface", "parquet"},
+    owners=OWNERS,
+    code_version="hf_dataset-v1",
+)
+def hf_dataset(
+    context: dg.AssetExecutionContext, data_root: DataRootResource, hf_dataset_settings: HfDatasetSettings,
+) -> dg.MaterializeResult:
+    """The country's config of the Hugging Face dataset, in the Hub's parquet layout.
+
+    Files: `hf/<dataset>/<country>/{test,validation,train_<n>}-NNNNN-of-NNNNN.parquet` and the card
+    `hf/<dataset>/README.md` whose `configs` list every country's splits. Load with
+    `datasets.load_dataset("<data root>/hf/<dataset>", "<country>")`. Rows: seed 004's features
+    (audio as 16-bit FLAC at the country's rate, key, transcripts, CER, WER, times, indices).
+    Train subsets are sealed once written; test and validation are rebuilt when they change.
+    """
+    country = context.partition_key
+    root = data_root.get()
+    options = hf_dataset_settings.options()
+    summary = build_country_dataset(root, country, options)
+    write_dataset_card(root, options.dataset)
+    register_card(root, options.dataset, country)
+    for split_files in summary.written:
+        context.log.info(f"{country}: wrote {split_files.split}: {split_files.rows} rows in {len(split_files.files)} files, {split_files.bytes / 1e6:.1f} MB")
+    if summary.errors:
+        context.log.warning(f"{country}: {len(summary.errors)} segments could not be cut, e.g. {next(iter(summary.errors.values()))}")
+    with state_connection(root, layout.hf_state_database(options.dataset, country)) as db:
+        by_status = dict(db.execute("SELECT status, count(*) FROM segments GROUP BY status ORDER BY status").fetchall())
+        files = rows_as_dicts(db, "SELECT path_in_repo, split, rows, round(bytes / 1e6, 2) AS mb, status FROM files ORDER BY path_in_repo")
+    dataset_dir = layout.hf_dataset_dir(options.dataset)
+    return dg.MaterializeResult(
+        metadata={
+            "dagster/row_count": sum(r["rows"] for r in files if r["split"]),
+            "sample_rate": summary.sample_rate or 0,
+            "splits_written": dg.MetadataValue.json([s.split for s in summary.written]),
+            "splits_unchanged": dg.MetadataValue.json(summary.unchanged),
+            "segments_by_status": dg.MetadataValue.json(by_status),
+            "cut_errors": len(summary.errors),
+            "recording_already_published": summary.already_published,
+            "audio_hours_written": round(summary.audio_seconds / 3600.0, 6),
+            "max_recording_buffer_mb": round(summary.max_recording_buffer_bytes / 1e6, 3),
+            "files": markdown_rows(files),
+            "dataset_uri": dg.MetadataValue.path(root.uri(dataset_dir)),
+            "load_with": dg.MetadataValue.md(f'```python\ndatasets.load_dataset("{root.uri(dataset_dir)}", "{country}")\n```'),
+        }
+    )
+
+
+@dg.asset(
+    partitions_def=country_partitions,
+    deps=[hf_dataset],
+    group_name=GROUP,
+    kinds={"huggingface"},
+    owners=OWNERS,
+    code_version="hf_hub_upload-v1",
+)
+def hf_hub_upload(
+    context: dg.AssetExecutionContext, data_root: DataRootResource, hf_dataset_settings: HfDatasetSettings,
+    hub: HubPublisherResource,
+) -> dg.MaterializeResult:
+    """The country's files on the Hugging Face Hub (`hub.repo_id`), uploaded resumably.
+
+    One commit per split; per-file status in the country's state database. A re-run uploads only
+    what the Hub lacks. Needs `SPEECHDATA_HF_REPO_ID` and `HF_TOKEN`; the token is never logged.
+    """
+    if not hub.enabled:
+        raise dg.Failure(description="Publishing is off: set SPEECHDATA_HF_REPO_ID (and HF_TOKEN) to name the Hub repo.")
+    country = context.partition_key
+    root = data_root.get()
+    dataset = hf_dataset_settings.dataset
+    summary = publish_country(
+        root, dataset, country, hub.api(), hub.repo_id, revision=hub.revision, private=hub.private,
+        policy=hub.retry_policy(), log=context.log.info,
+    )
+    if summary.errors:
+        raise dg.Failure(
+            description=f"{len(summary.errors)} files of {country} failed to upload; re-run to resume.",
+            metadata={"errors": dg.MetadataValue.json(summary.errors)},
+        )
+    return dg.MaterializeResult(metadata={
+        "repo_id": hub.repo_id,
+        "files_committed": len(summary.committed),
+        "files_already_on_hub": len(summary.already_on_hub),
+        "files_deleted": len(summary.deleted),
+        "commits": summary.commits,
+        "mb_uploaded": round(summary.bytes_uploaded / 1e6, 3),
+    })
+
+
+PUBLISHING_ASSETS = [hf_split_assignments, hf_dataset, hf_hub_upload]

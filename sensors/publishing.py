@@ -1,0 +1,67 @@
+"""Fan-in: refresh a country's Hugging Face dataset whenever a shard of that country is (re)indexed."""
+
+import os
+
+import dagster as dg
+
+from assets.partitions import country_partitions
+from assets.publishing import hf_dataset, hf_hub_upload, hf_split_assignments
+from resources.hub import HubPublisherResource
+
+HF_DATASET_JOB_NAME = "hf_dataset_job"
+HF_PUBLISH_JOB_NAME = "hf_publish_job"
+RAW_SHARDS = dg.AssetKey("raw_shards")
+COUNTRY_TAG = "speechdata/hf_country"
+"""Runs of one country queue behind each other (run queue ``tag_concurrency_limits`` in dagster.yaml):
+a country's state database has one writer at a time."""
+MAX_RECORDS_PER_TICK = 1000
+
+# The jobs live beside the sensor that launches them (a sensor's `jobs` must be definitions).
+hf_dataset_job = dg.define_asset_job(
+    HF_DATASET_JOB_NAME,
+    selection=dg.AssetSelection.assets(hf_split_assignments, hf_dataset),
+    partitions_def=country_partitions,
+    description="Assign new recordings to splits and write the country's HF dataset. Launched by country_dataset_sensor.",
+)
+
+hf_publish_job = dg.define_asset_job(
+    HF_PUBLISH_JOB_NAME,
+    selection=dg.AssetSelection.assets(hf_split_assignments, hf_dataset, hf_hub_upload),
+    partitions_def=country_partitions,
+    description="hf_dataset_job, then upload what the Hub lacks. Launched by country_dataset_sensor when a Hub repo is set.",
+)
+
+
+@dg.sensor(
+    name="country_dataset_sensor",
+    jobs=[hf_dataset_job, hf_publish_job],
+    minimum_interval_seconds=int(os.environ.get("SPEECHDATA_PUBLISHING_SENSOR_INTERVAL_S", "60")),
+    default_status=dg.DefaultSensorStatus.RUNNING,
+    description="One hf_dataset (and, with a Hub repo configured, hf_hub_upload) run per country whose shards changed.",
+)
+def country_dataset_sensor(context: dg.SensorEvaluationContext, hub: HubPublisherResource) -> dg.SensorResult | dg.SkipReason:
+    # The cursor is the storage id of the newest raw_shards materialization already covered.
+    covered = int(context.cursor or 0)
+    records = context.instance.fetch_materializations(
+        dg.AssetRecordsFilter(asset_key=RAW_SHARDS, after_storage_id=covered), limit=MAX_RECORDS_PER_TICK, ascending=True,
+    ).records
+    if not records:
+        return dg.SkipReason("no shard indexed since the last tick")
+    countries: set[str] = set()
+    for record in records:
+        value = record.asset_materialization.metadata.get("countries") if record.asset_materialization else None
+        countries.update(value.value if value is not None else [])
+    latest = records[-1].storage_id
+    known = set(context.instance.get_dynamic_partitions("country"))
+    job_name = HF_PUBLISH_JOB_NAME if hub.enabled else HF_DATASET_JOB_NAME
+    return dg.SensorResult(
+        run_requests=[
+            dg.RunRequest(
+                job_name=job_name, partition_key=country, run_key=f"hf-{country}-{latest}",
+                tags={"speechdata/launched_by": "country_dataset_sensor", COUNTRY_TAG: country},
+            )
+            for country in sorted(countries)
+        ],
+        dynamic_partitions_requests=[dg.AddDynamicPartitionsRequest("country", sorted(countries - known))] if countries - known else [],
+        cursor=str(latest),
+    )
