@@ -348,7 +348,8 @@ class _SplitSink:
         self.result = SplitFiles(split)
 
     def append(self, table: pa.Table, payload: int) -> None:
-        if self._writer is None or self.parts[-1]["payload"] >= self.max_file_bytes:
+        current = self.parts[-1]["payload"] if self.parts else 0
+        if self._writer is None or (current and current + payload > self.max_file_bytes * (1 - PARQUET_RESERVE)):
             self._roll()
         self._writer.write_table(table)
         part = self.parts[-1]

@@ -1,0 +1,79 @@
+"""Seed 004 import: aligned JSONs over long recordings become landing shards, nothing lost."""
+
+import json
+
+import pytest
+
+from speechdata import layout
+from speechdata.hf_import import UnknownCountryError, import_aligned_countries, language_for_country
+from speechdata.ingest import ingest_raw_shard
+from speechdata.sample_seed004 import build_seed004_corpus
+
+
+@pytest.fixture
+def corpus(tmp_path, clips):
+    countries = tmp_path / "countries"
+    build_seed004_corpus(countries, {"germany": 2, "france": 1}, clips=clips, audio_format="flac")
+    return countries
+
+
+def test_every_segment_lands_as_a_row_with_the_seed_fields(corpus, data_root):
+    reports = {r.country: r for r in import_aligned_countries(str(corpus), data_root)}
+    assert reports["germany"].recordings == 2 and reports["france"].recordings == 1
+    [shard] = reports["germany"].shards
+    assert shard.startswith("germany-")
+    rows = {r["utt_id"]: r for r in data_root.read_parquet(layout.landing_metadata(shard)).to_pylist()}
+    for json_path in sorted((corpus / "germany/Alignment/alignment_output").glob("*_aligned.json")):
+        video_id, transcript_id = json_path.name[: -len("_aligned.json")].rsplit("_", 1)
+        for seg in json.loads(json_path.read_text())["segments"]:
+            key = f"germany_{video_id}_{round(seg['start'] * 1000)}_{round(seg['end'] * 1000)}"
+            row = rows.pop(key)
+            assert (row["start_s"], row["end_s"]) == pytest.approx((seg["start"], seg["end"]), abs=5e-4)
+            assert (row["human_text"], row["asr_text"], row["text"]) == (seg["human_text"], seg["asr_text"], seg["human_text"])
+            assert (row["cer"], row["transcript_start_idx"], row["transcript_end_idx"]) == (seg["cer"], seg["start_idx"], seg["end_idx"])
+            assert (row["language"], row["country"], row["video_id"], row["transcript_id"]) == ("de", "germany", video_id, transcript_id)
+    assert rows == {}
+    assert data_root.exists(layout.landing_success_marker(shard))
+    summary, _ = ingest_raw_shard(data_root, shard)
+    assert summary.rejects == [] and summary.rows_out == summary.rows_in
+
+
+def test_a_second_import_lands_only_new_recordings(corpus, data_root, clips):
+    [first] = import_aligned_countries(str(corpus), data_root, ["germany"])
+    [again] = import_aligned_countries(str(corpus), data_root, ["germany"])
+    assert again.shards == [] and again.already_landed == 2
+    build_seed004_corpus(corpus, {"germany": 1}, clips=clips, audio_format="flac", first_recording=10)
+    [more] = import_aligned_countries(str(corpus), data_root, ["germany"])
+    assert more.recordings == 1 and more.already_landed == 2 and set(more.shards).isdisjoint(first.shards)
+
+
+def test_unknown_country_is_an_error_that_lists_the_map(corpus, data_root):
+    (corpus / "atlantis").mkdir()
+    with pytest.raises(UnknownCountryError, match=r"'atlantis'.*germany=de"):
+        import_aligned_countries(str(corpus), data_root)
+    assert not data_root.exists(layout.LANDING)  # nothing landed before the error
+    assert language_for_country("atlantis", {"atlantis": "el"}) == "el"
+
+
+def test_malformed_json_is_reported_with_its_file_and_the_rest_lands(corpus, data_root):
+    broken = corpus / "france/Alignment/alignment_output/broken_t9_aligned.json"
+    broken.write_text('{"audio_file": "audio/x.flac", "segments": [{"start": 1.0}]}')
+    [report] = import_aligned_countries(str(corpus), data_root, ["france"])
+    assert list(report.rejected_files) == [str(broken)]
+    assert "missing key 'end'" in report.rejected_files[str(broken)]
+    assert report.recordings == 1
+
+
+def test_missing_recording_and_segment_past_the_end_become_recorded_rejects(corpus, data_root):
+    json_dir = corpus / "france/Alignment/alignment_output"
+    [good] = sorted(json_dir.glob("*_aligned.json"))
+    document = json.loads(good.read_text())
+    document["segments"].append({**document["segments"][0], "start": 500.0, "end": 505.0})
+    good.write_text(json.dumps(document))
+    (json_dir / "gone_t1_aligned.json").write_text(json.dumps({"audio_file": "audio/gone.opus", "segments": document["segments"][:1]}))
+    [report] = import_aligned_countries(str(corpus), data_root, ["france"])
+    assert report.missing_recordings == [f"{corpus}/france/audio/gone.opus"]
+    [shard] = report.shards
+    summary, _ = ingest_raw_shard(data_root, shard)
+    assert summary.rejects_by_reason == {"audio_not_found": 1, "segment_past_end_of_file": 1}
+    assert summary.rows_out + len(summary.rejects) == summary.rows_in
