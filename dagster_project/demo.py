@@ -66,11 +66,52 @@ def main(argv: list[str] | None = None) -> int:
     )
     failed |= not catalog_run.success
     _print_catalog(resources["catalog"])
+    failed |= not _publish_seed004_countries(data_root, instance, resources, defs)
     print(
         "\nBrowse the runs, lineage and metadata: make dev, then open http://localhost:3000"
         f"\nDagster instance: {instance.root_directory}"
     )
     return 1 if failed else 0
+
+
+def _publish_seed004_countries(data_root: DataRoot, instance, resources, defs) -> bool:
+    """Import a seed-004 corpus (aligned JSONs over long recordings), index its shards, build the HF dataset."""
+    from assets.partitions import country_partitions
+    from speechdata.hf_card import CARD_FILE
+    from speechdata.hf_import import import_aligned_countries
+    from speechdata.sample_seed004 import SAMPLE_COUNTRIES, build_seed004_corpus
+
+    sources = data_root.path("_demo_sources/seed004")
+    if not data_root.fs.exists(sources):
+        build_seed004_corpus(sources, SAMPLE_COUNTRIES)
+    reports = import_aligned_countries(sources, data_root, sorted(SAMPLE_COUNTRIES))
+    shards = [s for r in reports for s in r.shards]
+    instance.add_dynamic_partitions(shard_partitions.name, shards)
+    instance.add_dynamic_partitions(country_partitions.name, sorted(SAMPLE_COUNTRIES))
+    ok = True
+    for shard_id in shards:
+        result = defs.resolve_job_def("per_shard_job").execute_in_process(
+            partition_key=shard_id, instance=instance, resources=resources, raise_on_error=False,
+            tags={"speechdata/launched_by": "demo"}, run_config={"loggers": {"console": {"config": {"log_level": "WARNING"}}}},
+        )
+        ok &= result.success
+        print(f"\n== {shard_id} (seed 004 import): per_shard_job {'ok' if result.success else 'FAILED'}")
+    dataset = resources["hf_dataset_settings"].dataset
+    for country in sorted(SAMPLE_COUNTRIES):
+        result = defs.resolve_job_def("hf_dataset_job").execute_in_process(
+            partition_key=country, instance=instance, resources=resources, raise_on_error=False,
+            tags={"speechdata/launched_by": "demo"}, run_config={"loggers": {"console": {"config": {"log_level": "WARNING"}}}},
+        )
+        ok &= result.success
+        print(f"== {country}: hf_dataset_job {'ok' if result.success else 'FAILED'}")
+    dataset_dir = data_root.path(layout.hf_dataset_dir(dataset))
+    print(f"\n== Hugging Face dataset {data_root.uri(layout.hf_dataset_dir(dataset))} (card: {CARD_FILE})")
+    for path in sorted(data_root.fs.glob(f"{dataset_dir}/*/*.parquet")):
+        print(f"   {path[len(dataset_dir) + 1:]}  {data_root.fs.size(path) / 1e6:.2f} MB")
+    print(f'Load it: datasets.load_dataset("{dataset_dir}", "germany")')
+    if not resources["hub"].enabled:
+        print("Publishing to the Hub is off: set SPEECHDATA_HF_REPO_ID and HF_TOKEN to turn it on (README, Publishing).")
+    return ok
 
 
 def _print_catalog(catalog) -> None:

@@ -23,6 +23,9 @@ EXPECTED_ASSETS = {
     "bridge_tars": ("packaging", "shard"),
     "shard_manifest": ("packaging", "shard"),
     "manifest_catalog": ("catalog", None),
+    "hf_split_assignments": ("publishing", "country"),
+    "hf_dataset": ("publishing", "country"),
+    "hf_hub_upload": ("publishing", "country"),
 }
 
 
@@ -52,6 +55,19 @@ def test_sensor_targets_the_per_shard_job_covering_every_shard_asset():
     }
     assert set(job.asset_layer.executable_asset_keys) == shard_assets
     assert defs.resolve_sensor_def("landing_sensor").job_name == "per_shard_job"
+
+
+def test_country_runs_queue_one_at_a_time_per_country():
+    import yaml
+
+    sensor = defs.resolve_sensor_def("country_dataset_sensor")
+    assert {job.name for job in sensor.jobs} == {"hf_dataset_job", "hf_publish_job"}
+    publish = defs.resolve_job_def("hf_publish_job")
+    assert {k.to_user_string() for k in publish.asset_layer.executable_asset_keys} == {
+        "hf_split_assignments", "hf_dataset", "hf_hub_upload",
+    }
+    limits = yaml.safe_load((ROOT / "deploy/local/dagster.yaml").read_text())["concurrency"]["runs"]["tag_concurrency_limits"]
+    assert {"key": "speechdata/hf_country", "value": {"applyLimitPerUniqueValue": True}, "limit": 1} in limits
 
 
 def test_dagster_cli_validates_the_workspace(tmp_path):
