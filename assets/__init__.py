@@ -6,6 +6,7 @@ from assets.catalog import manifest_catalog
 from assets.features import qwen_hidden_states, wavlm_features
 from assets.ingest import normalized_audio, raw_shards
 from assets.packaging import bridge_tars, shard_manifest
+from assets.translation import qe_scores, streaming_pairs, streaming_segments
 
 SHARD_ASSETS = [
     raw_shards, normalized_audio, alignments, frame_grids, qwen_hidden_states, wavlm_features,
@@ -13,6 +14,11 @@ SHARD_ASSETS = [
 ]
 """Every shard-partitioned asset: what the per-shard job (launched by the landing sensor) materializes."""
 
-ALL_ASSETS = [*SHARD_ASSETS, manifest_catalog]
+ON_DEMAND_SHARD_ASSETS = [streaming_segments, qe_scores, streaming_pairs]
+"""Shard-partitioned, but not in the per-shard job: they need inputs landed later (the LLM
+segmentation JSONs), so they run from the translation job or a backfill for the shards that have them."""
+
+ALL_ASSETS = [*SHARD_ASSETS, manifest_catalog, *ON_DEMAND_SHARD_ASSETS]
 
 PER_SHARD_JOB_NAME = "per_shard_job"
+TRANSLATION_JOB_NAME = "translation_job"
