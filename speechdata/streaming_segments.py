@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from speechdata.alignment_table import TimedUnit
 from speechdata.segmentation_input import LevelChunks, Segmentation
@@ -38,6 +39,7 @@ DEFAULT_STEP_MS = 1000
 DEFAULT_MAX_SKIP_WORDS = 8
 
 _NOT_WORD = re.compile(r"[^\w\s]+|_+")
+_NOT_KEY = re.compile(r"[^\w]+|_+")
 
 
 def normalize_tokens(text: str) -> list[str]:
@@ -47,11 +49,10 @@ def normalize_tokens(text: str) -> list[str]:
 
 def normalize_key(text: str) -> str:
     """The matching key: :func:`normalize_tokens` concatenated without spaces."""
-    return "".join(normalize_tokens(text))
+    return _NOT_KEY.sub("", text.casefold())
 
 
-@dataclass(frozen=True)
-class ChunkTiming:
+class ChunkTiming(NamedTuple):
     """Where a chunk was found: word indices ``[first_word, last_word]`` (inclusive) and its span in ms.
 
     ``match`` is ``exact`` (at the cursor), ``skip`` (after skipping words), ``partial`` (some
@@ -70,9 +71,13 @@ class ChunkTiming:
         return self.end_ms is not None
 
 
-class _WordStream:
-    """The aligned words of one utterance, with matching keys; words that normalize to nothing are
-    left out of matching (a lone dash) but keep their index."""
+class WordStream:
+    """The aligned words of one utterance prepared for matching (built once, shared by all levels).
+
+    ``keys`` are the words' normalized texts; words that normalize to nothing (a lone dash) are
+    left out of matching but keep their index. ``text`` is the keys concatenated and ``offsets[j]``
+    where key ``j`` starts in it, so a run of words is one ``startswith`` at a word boundary.
+    """
 
     def __init__(self, words: list[TimedUnit]):
         self.words = words
@@ -83,17 +88,19 @@ class _WordStream:
             if key:
                 self.keys.append(key)
                 self.index.append(i)
+        self.text = "".join(self.keys)
+        self.offsets = [0] * (len(self.keys) + 1)
+        for j, key in enumerate(self.keys):
+            self.offsets[j + 1] = self.offsets[j] + len(key)
+        self.key_at_offset = {offset: j for j, offset in enumerate(self.offsets)}
+        self.final_ms = max((w.end_ms for w in words), default=0)
 
     def run_at(self, start: int, target: str) -> int | None:
         """End (exclusive) of the run of keys from ``start`` that concatenates to ``target``."""
-        keys, position, j = self.keys, 0, start
-        while position < len(target) and j < len(keys):
-            key = keys[j]
-            if not target.startswith(key, position):
-                return None
-            position += len(key)
-            j += 1
-        return j if position == len(target) else None
+        offset = self.offsets[start]
+        if not self.text.startswith(target, offset):
+            return None
+        return self.key_at_offset.get(offset + len(target))
 
     def timing(self, chunk: str, first: int, last: int, match: str) -> ChunkTiming:
         a, b = self.index[first], self.index[last]
@@ -101,32 +108,32 @@ class _WordStream:
 
 
 def match_chunks(
-    chunks: list[str] | tuple[str, ...], words: list[TimedUnit], max_skip_words: int = DEFAULT_MAX_SKIP_WORDS
+    chunks: list[str] | tuple[str, ...], words: list[TimedUnit] | WordStream,
+    max_skip_words: int = DEFAULT_MAX_SKIP_WORDS,
 ) -> list[ChunkTiming]:
     """Place every chunk on the aligned ``words`` (module docstring, step 1), in chunk order."""
-    stream = _WordStream(words)
-    keys = stream.keys
+    stream = words if isinstance(words, WordStream) else WordStream(words)
+    n_keys = len(stream.keys)
     cursor = 0
     pending_tokens = 0  # tokens of chunks left unmatched since the last match
     timings: list[ChunkTiming] = []
     for chunk in chunks:
-        tokens = normalize_tokens(chunk)
-        target = "".join(tokens)
-        window_end = min(len(keys), cursor + max_skip_words + pending_tokens + 1)
+        target = normalize_key(chunk)
+        window_end = min(n_keys, cursor + max_skip_words + pending_tokens + 1)
         found = None
         if target:
             for start in range(cursor, window_end):
-                if keys[start][0] == target[0]:
-                    end = stream.run_at(start, target)
-                    if end is not None:
-                        found = (start, end)
-                        break
+                end = stream.run_at(start, target)
+                if end is not None:
+                    found = (start, end)
+                    break
         if found is not None:
             start, end = found
             timings.append(stream.timing(chunk, start, end - 1, "exact" if start == cursor else "skip"))
             cursor, pending_tokens = end, 0
             continue
-        placed = _place_tokens(tokens, keys, cursor, window_end + len(tokens))
+        tokens = normalize_tokens(chunk)
+        placed = _place_tokens(tokens, stream.keys, cursor, window_end + len(tokens))
         if placed:
             timings.append(stream.timing(chunk, placed[0], placed[-1], "partial"))
             cursor, pending_tokens = placed[-1] + 1, 0
@@ -160,8 +167,11 @@ def emission_steps(timings: list[ChunkTiming], step_ms: int, final_ms: int) -> l
     steps: list[int | None] = [None] * len(timings)
     previous = 0
     for i, timing in enumerate(timings):
-        if timing.matched:
-            previous = max(previous, emission_step(timing.end_ms, step_ms))
+        end_ms = timing.end_ms
+        if end_ms is not None:
+            step = -(-end_ms // step_ms) - 1  # emission_step, inlined: this loop runs per chunk
+            if step > previous:
+                previous = step
             steps[i] = previous
     following = max(previous, emission_step(final_ms, step_ms))
     for i in range(len(timings) - 1, -1, -1):  # an unmatched chunk waits for the next matched one
@@ -171,8 +181,7 @@ def emission_steps(timings: list[ChunkTiming], step_ms: int, final_ms: int) -> l
     return steps  # type: ignore[return-value]
 
 
-@dataclass(frozen=True)
-class Segment:
+class Segment(NamedTuple):
     """What is emitted at ``emit_ms``: chunks ``[first_chunk, last_chunk]`` in both languages."""
 
     emit_ms: int
@@ -200,10 +209,10 @@ class LevelSegments:
 
 def join_source(chunks: list[str]) -> str:
     """English chunks joined with single spaces (the seed's rule for the source side)."""
-    return " ".join(c.strip() for c in chunks if c.strip())
+    return " ".join(" ".join(chunks).split())
 
 
-def join_target(chunks: list[str]) -> str:
+def join_target(chunks: list[str] | tuple[str, ...]) -> str:
     """Chinese chunks concatenated without spaces (Chinese is written without them)."""
     return "".join(c.strip() for c in chunks)
 
@@ -211,35 +220,32 @@ def join_target(chunks: list[str]) -> str:
 def build_segments(timings: list[ChunkTiming], translations: tuple[str, ...], steps: list[int], step_ms: int) -> list[Segment]:
     """Group consecutive chunks by emission step into bilingual segments (module docstring, step 3)."""
     segments: list[Segment] = []
+    n = len(timings)
     i = 0
-    while i < len(timings):
-        j = i
-        while j + 1 < len(timings) and steps[j + 1] == steps[i]:
+    while i < n:
+        step = steps[i]
+        j = i + 1
+        while j < n and steps[j] == step:
             j += 1
-        segments.append(
-            Segment(
-                emit_ms=steps[i] * step_ms,
-                source=join_source([t.chunk for t in timings[i : j + 1]]),
-                target=join_target(list(translations[i : j + 1])),
-                first_chunk=i,
-                last_chunk=j,
-                n_unmatched=sum(not t.matched for t in timings[i : j + 1]),
-            )
-        )
-        i = j + 1
+        group = timings[i:j]
+        segments.append(Segment(
+            step * step_ms, join_source([t.chunk for t in group]), join_target(translations[i:j]),
+            i, j - 1, sum(t.end_ms is None for t in group),
+        ))
+        i = j
     return segments
 
 
 def level_segments(
-    level: str, chunks: LevelChunks, words: list[TimedUnit],
+    level: str, chunks: LevelChunks, words: list[TimedUnit] | WordStream,
     step_ms: int = DEFAULT_STEP_MS, max_skip_words: int = DEFAULT_MAX_SKIP_WORDS,
 ) -> LevelSegments:
     """Match, time and segment one latency level of one utterance."""
     if step_ms <= 0:
         raise ValueError(f"step_ms must be positive, got {step_ms}")
-    timings = match_chunks(chunks.english, words, max_skip_words)
-    final_ms = max((w.end_ms for w in words), default=0)
-    steps = emission_steps(timings, step_ms, final_ms)
+    stream = words if isinstance(words, WordStream) else WordStream(words)
+    timings = match_chunks(chunks.english, stream, max_skip_words)
+    steps = emission_steps(timings, step_ms, stream.final_ms)
     return LevelSegments(level, timings, chunks.chinese, steps, build_segments(timings, chunks.chinese, steps, step_ms))
 
 
@@ -248,8 +254,9 @@ def utterance_segments(
     step_ms: int = DEFAULT_STEP_MS, max_skip_words: int = DEFAULT_MAX_SKIP_WORDS,
 ) -> dict[str, LevelSegments]:
     """Every latency level of one utterance, in :data:`~speechdata.segmentation_input.LATENCY_LEVELS` order."""
+    stream = WordStream(words)
     return {
-        level: level_segments(level, chunks, words, step_ms, max_skip_words)
+        level: level_segments(level, chunks, stream, step_ms, max_skip_words)
         for level, chunks in segmentation.levels.items()
     }
 
