@@ -7,7 +7,7 @@ from pydantic import Field
 from assets.alignment import alignments
 from assets.features import GPU_OP_TAGS, GPU_POOL
 from assets.partitions import shard_partitions
-from assets.reporting import markdown_preview, progress_logger, stage_metadata
+from assets.reporting import device_metadata, markdown_preview, progress_logger, stage_metadata
 from resources.qe import MetricXResource
 from resources.storage import DataRootResource
 from resources.torch_device import TorchDeviceResource
@@ -102,7 +102,7 @@ def qe_scores(
         metadata={
             "dagster/row_count": summary.segments,
             "model": qe.identity,
-            "device": str(torch_device.torch_device()),
+            **device_metadata(torch_device),
             "mean_prediction": summary.mean_prediction,
             "mean_prediction_by_level": dg.MetadataValue.json(summary.mean_prediction_by_level),
             "segments_per_second": round(summary.segments_per_second, 1),

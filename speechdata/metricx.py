@@ -20,7 +20,6 @@ from __future__ import annotations
 import copy
 import dataclasses
 import os
-import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -31,6 +30,7 @@ from transformers.modeling_outputs import ModelOutput
 from transformers.models.mt5.modeling_mt5 import MT5PreTrainedModel, MT5Stack
 
 from speechdata.gpu_batching import budgeted_batches, run_splitting_on_oom
+from speechdata.local_cache import build_once
 
 SCORE_TOKEN = "<extra_id_10>"
 MT5_SCORE_TOKEN_ID = 250089
@@ -228,19 +228,7 @@ def save_tiny_metricx(directory: str | Path) -> Path:
 
 def tiny_metricx_path(cache_dir: str | os.PathLike) -> Path:
     """Build (once) and save the tiny model and tokenizer under ``cache_dir``; return their folder."""
-    path = Path(cache_dir) / f"{TINY_MODEL_NAME}-seed{TINY_SEED}"
-    if path.exists():
-        return path
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=path.parent) as work:
-        # Build under a temp name and rename: concurrent builders never see half a folder.
-        temp = save_tiny_metricx(Path(work) / path.name)
-        try:
-            os.replace(temp, path)
-        except OSError:  # another process renamed its copy first
-            if not path.exists():
-                raise
-    return path
+    return build_once(Path(cache_dir) / f"{TINY_MODEL_NAME}-seed{TINY_SEED}", save_tiny_metricx)
 
 
 def load_metricx(model_path: str, tokenizer_path: str, *, revision: str | None = None,
