@@ -141,6 +141,8 @@ class MetricXScorer:
         """One error score in [0, 25] per (source, hypothesis) pair, in input order."""
         if len(sources) != len(hypotheses):
             raise ValueError(f"{len(sources)} sources but {len(hypotheses)} hypotheses")
+        if not sources:  # a shard whose utterances were all rejected has no segments
+            return []
         ids = encode_qe_inputs(self.tokenizer, sources, hypotheses, self.max_input_length)
         scores: list[float] = [0.0] * len(ids)
         done = 0

@@ -73,6 +73,7 @@ def test_batched_scores_equal_one_at_a_time_scores(tiny_metricx):
     single = [MetricXScorer(model, tokenizer, torch.device("cpu"))([s], [h])[0] for s, h in zip(SOURCES, HYPOTHESES)]
     assert batched == pytest.approx(single, abs=1e-5)
     assert len(set(round(s, 4) for s in batched)) > 1  # the inputs reach the score
+    assert MetricXScorer(model, tokenizer, torch.device("cpu"))([], []) == []
 
 
 def test_loading_refuses_a_tokenizer_whose_score_token_differs(tiny_metricx, model_cache_dir, tmp_path):
