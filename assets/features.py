@@ -4,7 +4,7 @@ import dagster as dg
 
 from assets.alignment import frame_grids
 from assets.partitions import shard_partitions
-from assets.reporting import progress_logger, stage_metadata, utterance_check_results
+from assets.reporting import device_metadata, progress_logger, stage_metadata, utterance_check_results
 from resources.encoders import QwenEncoder, WavLMEncoder
 from resources.storage import DataRootResource
 from resources.torch_device import TorchDeviceResource
@@ -25,14 +25,6 @@ FEATURE_CHECKS = {
     "finite": "no NaN or inf",
     "float16": "stored as float16",
 }
-
-
-def _device_metadata(device: TorchDeviceResource) -> dict:
-    peak = device.peak_memory_gb()
-    metadata = {"device": str(device.torch_device()), "dtype": str(device.dtype()).removeprefix("torch.")}
-    if peak is not None:
-        metadata["gpu_memory_peak_gb"] = round(peak, 3)
-    return metadata
 
 
 @dg.asset(
@@ -72,7 +64,7 @@ def qwen_hidden_states(
         dict(zip(grids["utt_id"].to_pylist(), grids["n_tokens"].to_pylist())), model.config.hidden_size,
     )
     return dg.MaterializeResult(
-        metadata={**stage_metadata(summary), **_device_metadata(torch_device), "model": qwen.identity,
+        metadata={**stage_metadata(summary), **device_metadata(torch_device), "model": qwen.identity,
                   "hidden_size": model.config.hidden_size},
         check_results=utterance_check_results(failures),
     )
@@ -117,7 +109,7 @@ def wavlm_features(
         dict(zip(grids["utt_id"].to_pylist(), grids["n_frames"].to_pylist())), model.config.hidden_size,
     )
     return dg.MaterializeResult(
-        metadata={**stage_metadata(summary), **_device_metadata(torch_device), "model": wavlm.identity,
+        metadata={**stage_metadata(summary), **device_metadata(torch_device), "model": wavlm.identity,
                   "hidden_size": model.config.hidden_size},
         check_results=utterance_check_results(failures),
     )

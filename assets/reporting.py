@@ -26,6 +26,15 @@ def stage_metadata(summary: StageSummary) -> dict[str, dg.RawMetadataValue]:
     return metadata
 
 
+def device_metadata(device) -> dict:
+    """Where a GPU step ran: device, dtype and (on CUDA) peak memory. ``device``: a TorchDeviceResource."""
+    peak = device.peak_memory_gb()
+    metadata = {"device": str(device.torch_device()), "dtype": str(device.dtype()).removeprefix("torch.")}
+    if peak is not None:
+        metadata["gpu_memory_peak_gb"] = round(peak, 3)
+    return metadata
+
+
 def markdown_preview(table: pa.Table, columns: list[str], rows: int = 5) -> dg.MetadataValue:
     """A few rows as a markdown table, for the asset's materialization page."""
     return markdown_rows(table.select([c for c in columns if c in table.column_names]).slice(0, rows).to_pylist())

@@ -9,6 +9,7 @@ from dagster_project.settings import PROJECT_ROOT, data_root_url, model_profile
 from resources.aligner import DEFAULT_ALIGNMENT_MODELS, CtcAlignerResource
 from resources.hub import HfDatasetSettings, hub_publisher_from_env
 from resources.profile import ModelProfileResource
+from resources.qe import MetricXResource
 from resources.encoders import QwenEncoder, WavLMEncoder
 from resources.storage import DataRootResource
 from resources.torch_device import TorchDeviceResource
@@ -38,6 +39,7 @@ def build_resources(data_root: str | None = None, profile: str | None = None) ->
         "torch_device": TorchDeviceResource(),
         "qwen": QwenEncoder(model_id="tiny" if tiny else "Qwen/Qwen3-1.7B", tiny_vocab_size=TINY_VOCAB_SIZE),
         "wavlm": WavLMEncoder(model_id="tiny" if tiny else "microsoft/wavlm-large"),
+        "qe": MetricXResource(model_path="tiny" if tiny else "google/metricx-24-hybrid-xl-v2p6", model_cache_dir=cache_dir),
         "catalog": DuckDBResource(database=catalog_database_path(data_root or data_root_url())),
         "hf_dataset_settings": HfDatasetSettings(),
         "hub": hub_publisher_from_env(),

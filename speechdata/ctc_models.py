@@ -15,8 +15,9 @@ same reason. Character models are still supported by the aligner (:class:`speech
 from __future__ import annotations
 
 import os
-import tempfile
 from pathlib import Path
+
+from speechdata.local_cache import build_once
 
 TINY_MODEL_NAME = "tiny-ctc-bpe"
 TINY_SEED = 0
@@ -77,24 +78,19 @@ def tiny_ctc_config(tokenizer_dir: str) -> dict:
 
 def tiny_ctc_model_path(cache_dir: str | os.PathLike) -> Path:
     """Build (once) and save the tiny model under ``cache_dir``; return the ``.nemo`` path."""
-    path = Path(cache_dir) / f"{TINY_MODEL_NAME}-seed{TINY_SEED}.nemo"
-    if path.exists():
-        return path
-    import torch
-    from nemo.collections.asr.models import EncDecCTCModelBPE
-    from omegaconf import OmegaConf
 
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=path.parent) as work:
-        tokenizer_dir = train_tiny_sentencepiece(Path(work) / "tokenizer")
+    def build(temp: Path) -> None:
+        import torch
+        from nemo.collections.asr.models import EncDecCTCModelBPE
+        from omegaconf import OmegaConf
+
+        tokenizer_dir = train_tiny_sentencepiece(temp.parent / "tokenizer")
         with torch.random.fork_rng():
             torch.manual_seed(TINY_SEED)
             model = EncDecCTCModelBPE(cfg=OmegaConf.create(tiny_ctc_config(str(tokenizer_dir))))
-        # Save under a temp name and rename: concurrent builders never see half a file.
-        temp = Path(work) / path.name
         model.save_to(str(temp))
-        os.replace(temp, path)
-    return path
+
+    return build_once(Path(cache_dir) / f"{TINY_MODEL_NAME}-seed{TINY_SEED}.nemo", build)
 
 
 def load_ctc_model(name: str, *, cache_dir: str | os.PathLike, device: str = "cpu", local_files_only: bool = False):

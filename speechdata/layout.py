@@ -142,3 +142,53 @@ def hf_build_dir(dataset: str, country: str) -> str:
 def hf_state_database(dataset: str, country: str) -> str:
     """The country's publishing state (:mod:`speechdata.hf_state`): recordings, segments, files."""
     return f"{HF}/_state/{dataset}/{country}.duckdb"
+
+
+# --- translation (seed 002) ----------------------------------------------------------------------
+
+TRANSLATION = "translation"
+
+
+def landing_segmentation_dir(shard_id: str) -> str:
+    """LLM segmentation inputs landed beside the shard: one ``<utt_id>.json`` per utterance."""
+    return f"{LANDING}/{shard_id}/segmentation"
+
+
+def mfa_corpus_dir(shard_id: str) -> str:
+    """The shard exported for the Montreal Forced Aligner: ``<utt_id>.wav`` + ``<utt_id>.lab``."""
+    return f"{TRANSLATION}/mfa_corpus/{shard_id}"
+
+
+def streaming_segments(shard_id: str) -> str:
+    """One row per (utterance, latency level, emitted segment) of the shard."""
+    return f"{TRANSLATION}/segments/shard={shard_id}/segments.parquet"
+
+
+def streaming_segments_json(shard_id: str, utt_id: str) -> str:
+    """One utterance's streaming segments in the seed's per-utterance JSON format."""
+    return f"{TRANSLATION}/segments/shard={shard_id}/json/{utt_id}.json"
+
+
+def metricx_input(shard_id: str) -> str:
+    """The shard's segments flattened to MetricX JSONL (``source``, ``hypothesis``, metadata)."""
+    return f"{TRANSLATION}/qe/shard={shard_id}/metricx_input.jsonl"
+
+
+def metricx_output(shard_id: str) -> str:
+    """MetricX JSONL with a ``prediction`` (error score in [0, 25], lower is better) per line."""
+    return f"{TRANSLATION}/qe/shard={shard_id}/metricx_output.jsonl"
+
+
+def qe_scores(shard_id: str) -> str:
+    """The scored segments as a table (the MetricX output's columns)."""
+    return f"{TRANSLATION}/qe/shard={shard_id}/scores.parquet"
+
+
+def streaming_pairs_jsonl(shard_id: str) -> str:
+    """Segments whose QE score passed the threshold, as JSONL."""
+    return f"{TRANSLATION}/pairs/shard={shard_id}/pairs.jsonl"
+
+
+def streaming_pairs(shard_id: str) -> str:
+    """Segments whose QE score passed the threshold, as parquet."""
+    return f"{TRANSLATION}/pairs/shard={shard_id}/pairs.parquet"

@@ -26,7 +26,12 @@ EXPECTED_ASSETS = {
     "hf_split_assignments": ("publishing", "country"),
     "hf_dataset": ("publishing", "country"),
     "hf_hub_upload": ("publishing", "country"),
+    "streaming_segments": ("translation", "shard"),
+    "qe_scores": ("translation", "shard"),
+    "streaming_pairs": ("translation", "shard"),
 }
+ON_DEMAND = {"streaming_segments", "qe_scores", "streaming_pairs"}
+"""Shard assets the per-shard job leaves out: they wait for the LLM segmentation (translation_job runs them)."""
 
 
 def test_asset_specs_snapshot():
@@ -53,7 +58,9 @@ def test_sensor_targets_the_per_shard_job_covering_every_shard_asset():
         spec.key for spec in defs.resolve_all_asset_specs()
         if isinstance(spec.partitions_def, dg.DynamicPartitionsDefinition) and spec.partitions_def.name == "shard"
     }
-    assert set(job.asset_layer.executable_asset_keys) == shard_assets
+    on_demand = {dg.AssetKey(key) for key in ON_DEMAND}
+    assert set(job.asset_layer.executable_asset_keys) == shard_assets - on_demand
+    assert set(defs.resolve_job_def("translation_job").asset_layer.executable_asset_keys) == on_demand
     assert defs.resolve_sensor_def("landing_sensor").job_name == "per_shard_job"
 
 
@@ -83,7 +90,7 @@ def test_dagster_cli_validates_the_workspace(tmp_path):
 
 
 def test_gpu_assets_use_the_gpu_pool_and_request_a_gpu_on_kubernetes():
-    for key in ("qwen_hidden_states", "wavlm_features"):
+    for key in ("qwen_hidden_states", "wavlm_features", "qe_scores"):
         assets_def = defs.resolve_assets_def(key)
         [op] = [assets_def.op]
         assert op.pool == "gpu"

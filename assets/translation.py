@@ -1,0 +1,152 @@
+"""[translation] Streaming English->Chinese segments from forced alignments, QE-scored and filtered (seed 002)."""
+
+import dagster as dg
+import pyarrow.compute as pc
+from pydantic import Field
+
+from assets.alignment import alignments
+from assets.features import GPU_OP_TAGS, GPU_POOL
+from assets.partitions import shard_partitions
+from assets.reporting import device_metadata, markdown_preview, progress_logger, stage_metadata
+from resources.qe import MetricXResource
+from resources.storage import DataRootResource
+from resources.torch_device import TorchDeviceResource
+from speechdata import layout
+from speechdata.qe_stage import DEFAULT_THRESHOLD, score_shard_segments, write_streaming_pairs
+from speechdata.streaming_segments import DEFAULT_MAX_SKIP_WORDS
+from speechdata.streaming_stage import SegmentSettings, build_shard_streaming_segments
+
+GROUP = "translation"
+OWNERS = ["team:speech-data"]
+
+
+class StreamingSegmentsConfig(dg.Config):
+    step_s: float = Field(1.0, description="Emission step: a chunk is emitted at second S when its end <= S + step.")
+    max_skip_words: int = Field(
+        DEFAULT_MAX_SKIP_WORDS, description="Aligned words a chunk may skip (words the LLM left out) and still match."
+    )
+    allowed_ids: list[str] | None = Field(None, description="Only these utterances (None: every aligned utterance).")
+    min_alignment_score: float | None = Field(
+        None, description="Only utterances whose alignment score (mean frame log-prob) is at least this."
+    )
+
+
+@dg.asset(
+    deps=[alignments],
+    partitions_def=shard_partitions,
+    group_name=GROUP,
+    kinds={"parquet", "json"},
+    owners=OWNERS,
+    code_version="streaming_segments-v1",
+)
+def streaming_segments(
+    context: dg.AssetExecutionContext, config: StreamingSegmentsConfig, data_root: DataRootResource
+) -> dg.MaterializeResult:
+    """Bilingual streaming segments per latency level: what a simultaneous translator could emit each second.
+
+    Inputs: the shard's word alignments (NeMo, or MFA TextGrids imported by `alignments` with
+    `source: import`) and LLM segmentation JSONs landed at `landing/<shard>/segmentation/<utt_id>.json`
+    (`low_latency`/`medium_latency`/`high_latency`, each parallel `English`/`Chinese` chunk lists).
+    Chunks are matched monotonically to the aligned words and emitted at the first second S with
+    `end <= S + step`. Files: `translation/segments/shard=<shard>/json/<utt_id>.json` (seed format)
+    and `.../segments.parquet` (one row per utterance, latency and segment). Malformed inputs,
+    filtered utterances and utterances no chunk matches are in `shards/<shard>/rejects/streaming_segments.parquet`.
+    """
+    shard_id = context.partition_key
+    root = data_root.get()
+    settings = SegmentSettings(
+        step_ms=int(round(config.step_s * 1000)), max_skip_words=config.max_skip_words,
+        allowed_ids=frozenset(config.allowed_ids) if config.allowed_ids is not None else None,
+        min_alignment_score=config.min_alignment_score,
+    )
+    summary, totals = build_shard_streaming_segments(root, shard_id, settings)
+    table = root.read_parquet(layout.streaming_segments(shard_id))
+    context.log.info(f"{shard_id}: {summary.rows_out}/{summary.rows_in} utterances, {table.num_rows} segments, "
+                     f"rejects {summary.rejects_by_reason}")
+    return dg.MaterializeResult(
+        metadata={
+            **stage_metadata(summary),
+            "segments": table.num_rows,
+            "segments_by_level": dg.MetadataValue.json(dict(totals.segments)),
+            "unmatched_chunk_share_by_level": dg.MetadataValue.json(totals.unmatched_share()),
+            "preview": markdown_preview(table, ["utt_id", "latency", "emit_ms", "source", "target"]),
+        }
+    )
+
+
+@dg.asset(
+    deps=[streaming_segments],
+    partitions_def=shard_partitions,
+    group_name=GROUP,
+    kinds={"pytorch", "parquet"},
+    owners=OWNERS,
+    pool=GPU_POOL,
+    op_tags=GPU_OP_TAGS,
+    code_version="qe_scores-v1",
+)
+def qe_scores(
+    context: dg.AssetExecutionContext, data_root: DataRootResource, torch_device: TorchDeviceResource,
+    qe: MetricXResource,
+) -> dg.MaterializeResult:
+    """MetricX-24 QE error scores (0 best, 25 worst) for every streaming segment of the shard.
+
+    Files: `translation/qe/shard=<shard>/metricx_input.jsonl` (one line per segment: `source` =
+    English, `hypothesis` = Chinese, `utt_id`, `latency`, `segment_index`, `emit_ms`),
+    `metricx_output.jsonl` (the same lines plus `prediction`, as `metricx24.predict --qe` writes)
+    and `scores.parquet`. Runs on the GPU pool in production.
+    """
+    shard_id = context.partition_key
+    scorer = qe.scorer(torch_device)
+    summary = score_shard_segments(data_root.get(), shard_id, scorer, on_progress=progress_logger(context, "scored"))
+    return dg.MaterializeResult(
+        metadata={
+            "dagster/row_count": summary.segments,
+            "model": qe.identity,
+            **device_metadata(torch_device),
+            "mean_prediction": summary.mean_prediction,
+            "mean_prediction_by_level": dg.MetadataValue.json(summary.mean_prediction_by_level),
+            "segments_per_second": round(summary.segments_per_second, 1),
+            "compute_seconds": round(summary.compute_seconds, 3),
+            **{f"{name}_uri": dg.MetadataValue.path(uri) for name, uri in summary.outputs.items()},
+        }
+    )
+
+
+class StreamingPairsConfig(dg.Config):
+    threshold: float = Field(DEFAULT_THRESHOLD, description="Keep segments whose MetricX error score is <= this.")
+
+
+@dg.asset(
+    deps=[qe_scores],
+    partitions_def=shard_partitions,
+    group_name=GROUP,
+    kinds={"parquet", "json"},
+    owners=OWNERS,
+    code_version="streaming_pairs-v1",
+)
+def streaming_pairs(
+    context: dg.AssetExecutionContext, config: StreamingPairsConfig, data_root: DataRootResource
+) -> dg.MaterializeResult:
+    """The streaming translation pairs good enough to train on: segments whose MetricX score is <= threshold.
+
+    Files: `translation/pairs/shard=<shard>/pairs.jsonl` and `pairs.parquet` (`utt_id`, `latency`,
+    `segment_index`, `emit_ms`, `source`, `hypothesis`, `prediction`). Lower MetricX is better; the
+    default threshold is 5.0. Metadata shows the kept share per latency level.
+    """
+    shard_id = context.partition_key
+    root = data_root.get()
+    summary = write_streaming_pairs(root, shard_id, config.threshold)
+    kept = root.read_parquet(layout.streaming_pairs(shard_id))
+    context.log.info(f"{shard_id}: kept {summary.kept}/{summary.scored} segments at threshold {summary.threshold}")
+    return dg.MaterializeResult(
+        metadata={
+            "dagster/row_count": summary.kept,
+            "scored": summary.scored,
+            "threshold": summary.threshold,
+            "kept_share": round(summary.kept_share, 6),
+            "kept_share_by_level": dg.MetadataValue.json(summary.kept_share_by_level),
+            "max_kept_prediction": pc.max(kept["prediction"]).as_py() if kept.num_rows else None,
+            **{f"{name}_uri": dg.MetadataValue.path(uri) for name, uri in summary.outputs.items()},
+            "preview": markdown_preview(kept, ["utt_id", "latency", "source", "hypothesis", "prediction"]),
+        }
+    )
