@@ -2,6 +2,7 @@
 through a resource, calls ``speechdata`` and reports what it wrote."""
 
 from assets.alignment import alignments, frame_grids
+from assets.asr_training import asr_flac, asr_manifest
 from assets.catalog import manifest_catalog
 from assets.features import qwen_hidden_states, wavlm_features
 from assets.ingest import normalized_audio, raw_shards
@@ -9,10 +10,10 @@ from assets.packaging import bridge_tars, shard_manifest
 
 SHARD_ASSETS = [
     raw_shards, normalized_audio, alignments, frame_grids, qwen_hidden_states, wavlm_features,
-    bridge_tars, shard_manifest,
+    bridge_tars, shard_manifest, asr_flac,
 ]
 """Every shard-partitioned asset: what the per-shard job (launched by the landing sensor) materializes."""
 
-ALL_ASSETS = [*SHARD_ASSETS, manifest_catalog]
+ALL_ASSETS = [*SHARD_ASSETS, manifest_catalog, asr_manifest]
 
 PER_SHARD_JOB_NAME = "per_shard_job"

@@ -43,6 +43,9 @@ MANIFEST_COLUMNS = [
 ]
 NEMO_COLUMNS = ["audio_filepath", "duration", "text", "lang"]
 
+RECORDING_KEY = pl.coalesce(pl.col("recording_id"), pl.lit("shard:") + pl.col("shard_id"))
+"""What a recording is: its ``recording_id``, else (unknown) the whole shard."""
+
 REMOVAL_REASONS = (
     "no_flac", "missing_language", "duration_out_of_range", "quality_below_minimum", "empty_text",
     "empty_after_cleaning", "duplicate_audio", "duplicate_text_in_recording",
@@ -75,6 +78,11 @@ class AsrManifestBuild:
     def removed_by_reason(self) -> dict[str, int]:
         counts = dict(self.removed.group_by("reason").len().iter_rows())
         return {reason: int(counts.get(reason, 0)) for reason in REMOVAL_REASONS}
+
+    def recordings_in_both_splits(self) -> int:
+        """Recordings with utterances in train and in validation (0 by construction; checked)."""
+        keys = [frame.select(RECORDING_KEY.alias("k")).unique() for frame in (self.train, self.validation)]
+        return keys[0].join(keys[1], on="k", how="inner").height
 
     def hours_by_language_and_split(self) -> pl.DataFrame:
         frames = [
@@ -163,7 +171,7 @@ def build_asr_manifest(
         joined.with_columns(cleaned.alias("clean_text"))
         .with_columns(reason.alias("reason"))
         .with_columns(
-            pl.coalesce(pl.col("recording_id"), pl.lit("shard:") + pl.col("shard_id")).alias("recording_key"),
+            RECORDING_KEY.alias("recording_key"),
             (pl.col("shard_id") + pl.lit("/") + pl.col("utt_id")).alias("key"),
             (pl.col("duration_s") * 1000 / config.dedup_duration_resolution_ms).round().cast(pl.Int64).alias("duration_step"),
         )

@@ -23,6 +23,8 @@ EXPECTED_ASSETS = {
     "bridge_tars": ("packaging", "shard"),
     "shard_manifest": ("packaging", "shard"),
     "manifest_catalog": ("catalog", None),
+    "asr_flac": ("asr_training", "shard"),
+    "asr_manifest": ("asr_training", None),
 }
 
 
