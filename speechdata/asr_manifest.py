@@ -157,7 +157,6 @@ def build_asr_manifest(
     """
     utterances = apply_language_corrections(conform(utterances, UTTERANCE_COLUMNS), corrections)
     joined = utterances.join(conform(flac, FLAC_COLUMNS), on=["shard_id", "utt_id"], how="left")
-    cleaned = clean_transcript_expr(pl.col("text"))
     quality_ok = pl.lit(True) if config.min_quality is None else pl.col("quality") >= config.min_quality
     reason = (
         pl.when(pl.col("flac_path").is_null()).then(pl.lit("no_flac"))
@@ -165,31 +164,34 @@ def build_asr_manifest(
         .when(~pl.col("duration_s").is_between(config.min_duration_s, config.max_duration_s)).then(pl.lit("duration_out_of_range"))
         .when(~quality_ok.fill_null(False)).then(pl.lit("quality_below_minimum"))
         .when(pl.col("text").str.strip_chars().fill_null("") == "").then(pl.lit("empty_text"))
-        .when(pl.col("clean_text") == "").then(pl.lit("empty_after_cleaning"))
     )
-    frame = (
-        joined.with_columns(cleaned.alias("clean_text"))
-        .with_columns(reason.alias("reason"))
-        .with_columns(
-            RECORDING_KEY.alias("recording_key"),
-            (pl.col("shard_id") + pl.lit("/") + pl.col("utt_id")).alias("key"),
-            (pl.col("duration_s") * 1000 / config.dedup_duration_resolution_ms).round().cast(pl.Int64).alias("duration_step"),
-        )
-        .sort("shard_id", "utt_id")
-    )
-    passed = pl.col("reason").is_null()
-    audio_group = [passed, pl.col("audio_sha1")]
-    text_group = [passed, pl.col("recording_key"), pl.col("clean_text"), pl.col("duration_step")]
+    frame = joined.with_columns(reason.alias("reason"))
+    # Clean only what the cheap filters kept: cleaning is most of the build's cost.
+    frame = pl.concat([
+        frame.filter(pl.col("reason").is_null()).with_columns(clean_transcript_expr(pl.col("text")).alias("clean_text")),
+        frame.filter(pl.col("reason").is_not_null()).with_columns(pl.lit(None, pl.String).alias("clean_text")),
+    ])
     frame = frame.with_columns(
-        pl.when(passed & ~pl.struct(audio_group).is_first_distinct()).then(pl.lit("duplicate_audio"))
+        pl.when(pl.col("reason").is_null() & (pl.col("clean_text") == "")).then(pl.lit("empty_after_cleaning"))
         .otherwise(pl.col("reason")).alias("reason"),
-        pl.col("key").first().over(audio_group).alias("_same_audio_as"),
-    )
+        RECORDING_KEY.alias("recording_key"),
+        (pl.col("shard_id") + pl.lit("/") + pl.col("utt_id")).alias("key"),
+    ).sort("shard_id", "utt_id")
+    # Group keys hashed to one u64 for the window functions (only compared within this build, so
+    # polars' hash need not be stable across versions; a 64-bit collision is negligible).
+    duration_step = (pl.col("duration_s") * 1000 / config.dedup_duration_resolution_ms).round().cast(pl.Int64)
     passed = pl.col("reason").is_null()
-    frame = frame.with_columns(
-        pl.when(passed & ~pl.struct([passed, *text_group[1:]]).is_first_distinct()).then(pl.lit("duplicate_text_in_recording"))
+    audio_group = pl.struct(passed, pl.col("audio_sha1")).hash(0)
+    frame = frame.with_columns(audio_group.alias("_audio_group")).with_columns(
+        pl.when(passed & ~pl.col("_audio_group").is_first_distinct()).then(pl.lit("duplicate_audio"))
         .otherwise(pl.col("reason")).alias("reason"),
-        pl.col("key").first().over([passed, *text_group[1:]]).alias("_same_text_as"),
+        pl.col("key").first().over("_audio_group").alias("_same_audio_as"),
+    )
+    text_group = pl.struct(pl.col("reason").is_null(), "recording_key", "clean_text", duration_step).hash(0)
+    frame = frame.with_columns(text_group.alias("_text_group")).with_columns(
+        pl.when(pl.col("reason").is_null() & ~pl.col("_text_group").is_first_distinct())
+        .then(pl.lit("duplicate_text_in_recording")).otherwise(pl.col("reason")).alias("reason"),
+        pl.col("key").first().over("_text_group").alias("_same_text_as"),
     )
     removed = frame.filter(pl.col("reason").is_not_null()).select(
         "shard_id", "utt_id", "reason",
@@ -201,12 +203,11 @@ def build_asr_manifest(
     )
 
     kept = frame.filter(pl.col("reason").is_null())
-    kept = kept.with_columns(
-        stable_hash_column(kept, "recording_key", config.split_salt),
-        stable_hash_column(kept, "key", config.split_salt),
-    )
+    # Hash each recording once (there are far fewer recordings than utterances), then join back.
+    recordings = kept.select("recording_key").unique()
+    recordings = recordings.with_columns(stable_hash_column(recordings, "recording_key", config.split_salt))
     threshold = int(config.validation_share * 1_000_000)
-    manifest = kept.with_columns(
+    manifest = kept.join(recordings, on="recording_key", how="left", maintain_order="left").with_columns(
         tagged_text_expr(pl.col("clean_text"), pl.col("language")).alias("text"),
         pl.col("duration_s").alias("duration"),
         pl.col("language").alias("lang"),
@@ -214,6 +215,7 @@ def build_asr_manifest(
         ((pl.col("recording_key_hash") % 1_000_000) < threshold).alias("_validation"),
     )
     validation = manifest.filter(pl.col("_validation"))
+    validation = validation.with_columns(stable_hash_column(validation, "key", config.split_salt))
     eval_subset = (
         validation.sort("lang", "key_hash", "key").group_by("lang", maintain_order=True).head(config.eval_per_language)
     )

@@ -24,8 +24,8 @@ _INNERMOST_TAG = r"\[[^\[\]]*\]"
 _APOSTROPHES = r"['’‘`]"
 # The seed's set (Latin, danda U+0964, double danda U+0965, the ideographic full stop) plus stray
 # brackets, curly quotes and guillemets, the Devanagari abbreviation sign and Arabic-script marks.
-_PUNCTUATION = (
-    r"[।॥॰.,!?;:\"\-—–()…%/+=$*@#&_^>|\\<~。、，！？：；“”«»„\[\]{}۔،؟]+"
+_PUNCTUATION_OR_SPACE = (
+    r"[\s।॥॰.,!?;:\"\-—–()…%/+=$*@#&_^>|\\<~。、，！？：；“”«»„\[\]{}۔،؟]+"
 )
 
 
@@ -35,8 +35,8 @@ def clean_transcript_expr(text: pl.Expr) -> pl.Expr:
     for _ in range(TAG_NESTING_DEPTH):
         cleaned = cleaned.str.replace_all(_INNERMOST_TAG, " ")
     cleaned = cleaned.str.replace_all(_APOSTROPHES, "")
-    cleaned = cleaned.str.replace_all(_PUNCTUATION, " ")
-    return cleaned.str.replace_all(r"\s+", " ").str.strip_chars()
+    # One pass turns punctuation into spaces and collapses every run of spaces with it.
+    return cleaned.str.replace_all(_PUNCTUATION_OR_SPACE, " ").str.strip_chars()
 
 
 def language_tag_expr(language: pl.Expr) -> pl.Expr:
