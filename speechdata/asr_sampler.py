@@ -67,8 +67,25 @@ def weighted_bucket_order(
     """Utterance indices grouped by bucket (ascending id) and, inside a bucket, by ``U ** (1/w)``
     descending, ties to the larger index."""
     keys = np.power(uniforms, 1.0 / np.maximum(weights, MIN_WEIGHT))
-    index = np.arange(bucket_ids.shape[0])
-    return np.lexsort((-index, -keys, bucket_ids))
+    by_bucket = np.argsort(bucket_ids, kind="stable")  # radix sort on small ints
+    sizes = np.bincount(bucket_ids) if bucket_ids.shape[0] else np.zeros(0, np.int64)
+    parts, start = [], 0
+    for size in sizes.tolist():
+        # Indices descending, then a stable sort by key descending: equal keys stay larger-index first.
+        members = by_bucket[start:start + size][::-1]
+        parts.append(members[_argsort_descending_ties_by_position(keys[members])])
+        start += size
+    return np.concatenate(parts) if parts else by_bucket
+
+
+def _argsort_descending_ties_by_position(values: np.ndarray) -> np.ndarray:
+    """Stable descending argsort. Introsort is ~2x faster than numpy's stable float sort, and exact
+    ties are rare (equal uniforms, or keys that underflow to 0), so fix them only when present."""
+    order = np.argsort(-values, kind="quicksort")
+    ordered = values[order]
+    if ordered.shape[0] > 1 and np.any(ordered[1:] == ordered[:-1]):
+        return np.argsort(-values, kind="stable")
+    return order
 
 
 def pack_greedy(durations_ms: np.ndarray, segment_ends: np.ndarray, cap_ms: int) -> np.ndarray:
@@ -83,13 +100,14 @@ def pack_greedy(durations_ms: np.ndarray, segment_ends: np.ndarray, cap_ms: int)
     prefix = np.concatenate([[0], np.cumsum(durations_ms)])
     # For every possible start s: the first index the batch starting at s cannot take.
     stop = np.searchsorted(prefix, prefix[:-1] + cap_ms, side="right") - 1
-    run_end = segment_ends[np.searchsorted(segment_ends, np.arange(n), side="right")]
-    following = np.minimum(np.maximum(stop, np.arange(n) + 1), run_end).tolist()
+    run_sizes = np.diff(np.concatenate([[0], segment_ends]))
+    run_end = np.repeat(segment_ends, run_sizes)
+    following = np.minimum(np.maximum(stop, np.arange(n) + 1), run_end)
     starts = []
     start = 0
     while start < n:  # one step per batch, not per utterance
         starts.append(start)
-        start = following[start]
+        start = int(following[start])
     return np.array([*starts, n], np.int64)
 
 
