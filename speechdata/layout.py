@@ -192,3 +192,32 @@ def streaming_pairs_jsonl(shard_id: str) -> str:
 def streaming_pairs(shard_id: str) -> str:
     """Segments whose QE score passed the threshold, as parquet."""
     return f"{TRANSLATION}/pairs/shard={shard_id}/pairs.parquet"
+
+
+ASR = "asr"
+
+
+def asr_flac(shard_id: str, utt_id: str) -> str:
+    """One utterance's 16 kHz mono FLAC for ASR training (the file NeMo manifests point at)."""
+    return f"{ASR}/flac/{shard_id}/{utt_id}.flac"
+
+
+def asr_flac_index(shard_id: str) -> str:
+    """One row per extracted FLAC: ``utt_id``, ``flac_path``, ``n_samples``, ``duration_s``, ``audio_sha1``."""
+    return f"{SHARDS}/{shard_id}/asr_flac.parquet"
+
+
+def asr_manifest(split: str, suffix: str = "parquet") -> str:
+    """The ASR training manifests: ``split`` is ``train``, ``validation`` or ``eval``; ``suffix``
+    ``parquet`` (every column) or ``jsonl`` (NeMo: ``audio_filepath``, ``duration``, ``text``, ``lang``)."""
+    return f"{ASR}/manifests/{split}.{suffix}"
+
+
+def asr_manifest_removed() -> str:
+    """Every utterance the ASR manifest build left out, with the filter that removed it."""
+    return f"{ASR}/manifests/removed.parquet"
+
+
+def asr_language_corrections() -> str:
+    """The default language-tag corrections table (``utt_id`` or ``recording_id`` -> ``language``)."""
+    return f"{ASR}/language_corrections.parquet"

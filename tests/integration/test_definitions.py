@@ -29,6 +29,8 @@ EXPECTED_ASSETS = {
     "streaming_segments": ("translation", "shard"),
     "qe_scores": ("translation", "shard"),
     "streaming_pairs": ("translation", "shard"),
+    "asr_flac": ("asr_training", "shard"),
+    "asr_manifest": ("asr_training", None),
 }
 ON_DEMAND = {"streaming_segments", "qe_scores", "streaming_pairs"}
 """Shard assets the per-shard job leaves out: they wait for the LLM segmentation (translation_job runs them)."""

@@ -1,0 +1,153 @@
+"""[asr_training] 16 kHz FLAC per utterance and the ASR fine-tuning manifests (seed 003)."""
+
+import dagster as dg
+import polars as pl
+from pydantic import Field
+
+from assets.ingest import raw_shards
+from assets.partitions import shard_partitions
+from assets.reporting import markdown_preview, progress_logger, stage_metadata
+from resources.storage import DataRootResource
+from speechdata.asr_flac import extract_asr_flac
+from speechdata.asr_manifest import AsrManifestConfig
+from speechdata.asr_manifest_stage import build_and_write_asr_manifests
+
+GROUP = "asr_training"
+OWNERS = ["team:speech-data"]
+FLAC_ACCOUNTED = "every_indexed_utterance_extracted_or_rejected"
+NO_RECORDING_LEAKS = "no_recording_in_two_splits"
+
+
+@dg.asset(
+    deps=[raw_shards],
+    partitions_def=shard_partitions,
+    group_name=GROUP,
+    kinds={"flac", "parquet"},
+    owners=OWNERS,
+    code_version="asr_flac-v1",
+    check_specs=[
+        dg.AssetCheckSpec(
+            FLAC_ACCOUNTED, asset="asr_flac", blocking=True,
+            description="Every utterance of the index has a FLAC file or an asr_flac reject.",
+        )
+    ],
+)
+def asr_flac(context: dg.AssetExecutionContext, data_root: DataRootResource) -> dg.MaterializeResult:
+    """The shard's utterances as 16 kHz mono 16-bit FLAC files, the files ASR training reads.
+
+    Files: `asr/flac/<shard>/<utt_id>.flac`, the index `shards/<shard>/asr_flac.parquet` (`utt_id`,
+    `flac_path`, `n_samples`, `duration_s`, `audio_sha1` of the PCM, used for deduplication) and
+    `shards/<shard>/rejects/asr_flac.parquet`. A landed tar is audited before anything is read: members
+    with `..` or absolute names, links and devices are never read or written, and are listed here
+    (`unsafe_tar_members`); an utterance that points at one is rejected with the reason.
+    """
+    shard_id = context.partition_key
+    summary, unsafe = extract_asr_flac(
+        data_root.get(), shard_id, on_progress=progress_logger(context, "extracted")
+    )
+    for member in unsafe:
+        context.log.warning(f"{shard_id}: unsafe tar member not read: {member.reason}: {member.detail}")
+    accounted = summary.rows_out + len({r.utt_id for r in summary.rejects}) == summary.rows_in
+    return dg.MaterializeResult(
+        metadata={
+            **stage_metadata(summary),
+            "sample_rate": 16_000,
+            "unsafe_tar_members": len(unsafe),
+            "unsafe_tar_member_examples": dg.MetadataValue.json(
+                [{"member": m.name, "reason": m.reason} for m in unsafe[:10]]
+            ),
+        },
+        check_results=[
+            dg.AssetCheckResult(
+                check_name=FLAC_ACCOUNTED, passed=accounted,
+                metadata={"indexed": summary.rows_in, "extracted": summary.rows_out, "rejected": len(summary.rejects)},
+            )
+        ],
+    )
+
+
+class AsrManifestAssetConfig(dg.Config):
+    min_duration_s: float = Field(0.5, description="Shorter utterances are removed (reason duration_out_of_range).")
+    max_duration_s: float = Field(20.0, description="Longer ones too: the sampler's last bucket is 16-20 s.")
+    min_quality: float | None = Field(None, description="Minimum of `quality_column`; null quality fails it. None: no filter.")
+    quality_column: str = Field("tx_quality_score", description="The utterance-index column holding the transcript quality.")
+    validation_share: float = Field(0.05, description="Share of recordings (not utterances) in the validation split.")
+    split_salt: str = Field("asr-split-v1", description="Changing it reshuffles which recordings are held out.")
+    eval_per_language: int = Field(10, description="Utterances per language in the eval subset of validation.")
+    language_corrections: str | None = Field(
+        None, description="Corrections table (parquet or csv; path under the data root or URL). "
+        "None: asr/language_corrections.parquet if it exists.",
+    )
+
+
+@dg.asset(
+    deps=[asr_flac],
+    group_name=GROUP,
+    kinds={"parquet", "polars"},
+    owners=OWNERS,
+    code_version="asr_manifest-v1",
+    check_specs=[
+        dg.AssetCheckSpec(
+            NO_RECORDING_LEAKS, asset="asr_manifest", blocking=True,
+            description="No recording has utterances in both train and validation.",
+        )
+    ],
+)
+def asr_manifest(
+    context: dg.AssetExecutionContext, config: AsrManifestAssetConfig, data_root: DataRootResource
+) -> dg.MaterializeResult:
+    """The ASR fine-tuning manifests over every shard with extracted FLAC (seed 003's `v2` manifests).
+
+    Files under `asr/manifests/`: `train`, `validation` and `eval` (N per language from validation)
+    as `.parquet` (`utt_id`, `shard_id`, `text` = `<|lang|> cleaned transcript`, `duration`, `lang`,
+    `audio_filepath`, `recording_id`, `original_language`, ...) and NeMo `.jsonl` (`audio_filepath`,
+    `duration`, `text`, `lang`); `removed.parquet` holds every utterance left out and the filter that
+    removed it. Language tags are corrected from the corrections table, duplicates (same audio, or
+    same text and duration in one recording) removed, and the split is by recording.
+    Train with `speechdata.asr_dataset.AsrManifestDataset` and `DurationBucketBatchSampler`.
+    """
+    summary = build_and_write_asr_manifests(
+        data_root.get(),
+        AsrManifestConfig(
+            min_duration_s=config.min_duration_s, max_duration_s=config.max_duration_s,
+            min_quality=config.min_quality, validation_share=config.validation_share,
+            split_salt=config.split_salt, eval_per_language=config.eval_per_language,
+        ),
+        quality_column=config.quality_column,
+        corrections_location=config.language_corrections,
+    )
+    build = summary.build
+    leaked = build.recordings_in_both_splits()
+    hours = build.hours_by_language_and_split()
+    context.log.info(
+        f"{summary.shards} shards, {summary.input_rows} utterances -> train {build.train.height}, "
+        f"validation {build.validation.height}, removed {build.removed_by_reason}"
+    )
+    return dg.MaterializeResult(
+        metadata={
+            "dagster/row_count": build.train.height + build.validation.height,
+            "shards": summary.shards,
+            "utterances_in": summary.input_rows,
+            "train_rows": build.train.height,
+            "validation_rows": build.validation.height,
+            "eval_rows": build.eval.height,
+            "hours_train": round(float(build.train["duration"].sum()) / 3600, 6),
+            "hours_validation": round(float(build.validation["duration"].sum()) / 3600, 6),
+            "hours_by_language_and_split": dg.MetadataValue.md(_markdown(hours)),
+            "removed_by_reason": dg.MetadataValue.json(build.removed_by_reason),
+            "languages_relabeled": dg.MetadataValue.json(build.relabeled),
+            "compute_seconds": round(summary.compute_seconds, 3),
+            **{f"{name}_uri": dg.MetadataValue.path(uri) for name, uri in summary.outputs.items()},
+            "preview": markdown_preview(build.train.to_arrow(), ["utt_id", "lang", "duration", "text"]),
+        },
+        check_results=[
+            dg.AssetCheckResult(check_name=NO_RECORDING_LEAKS, passed=leaked == 0, metadata={"recordings_in_both_splits": leaked})
+        ],
+    )
+
+
+def _markdown(frame: pl.DataFrame) -> str:
+    lines = ["| " + " | ".join(frame.columns) + " |", "|" + "---|" * frame.width]
+    for row in frame.iter_rows():
+        lines.append("| " + " | ".join(f"{v:.4f}" if isinstance(v, float) else str(v) for v in row) + " |")
+    return "\n".join(lines)

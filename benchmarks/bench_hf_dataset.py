@@ -1,0 +1,149 @@
+"""Building a country's Hugging Face dataset: streamed per recording, against the seed's in-memory split.
+
+Why: seed 004 loads a whole split's segments into Python (``Dataset.from_list``) and lets
+``push_to_hub`` write parquet, so memory grows with the split and a large country needs the seed's
+RAM-percentage juggling. ``build_country_dataset`` streams one recording at a time into parquet
+writers. This lands a synthetic seed-004 corpus (``--recordings`` FLAC recordings at 16 kHz, six
+segments each) and, for the same segments, times in one process, wall-clock:
+
+* ours: ``build_country_dataset`` (cut, downmix, FLAC-encode, WER, write parquet shards, state);
+* seed: for each recording, decode the whole file (``soundfile.read``, as pydub does), slice and
+  FLAC-encode each segment, WER with jiwer, collect every row, then ``datasets.Dataset.from_list``
+  with the same features and ``to_parquet`` (what ``push_to_hub`` writes before uploading).
+
+Peak Python heap (``tracemalloc``, which numpy buffers report to) is measured for both, at the full
+corpus and at a quarter of it, so the figure shows how memory scales with the split. Both sides
+write the same number of rows (checked).
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import tempfile
+import time
+import tracemalloc
+
+import numpy as np
+import soundfile as sf
+
+from benchmarks.report import emit, progress, ratio, stdout_to_stderr
+
+
+def land_corpus(workdir: str, recordings: int):
+    from speechdata.hf_import import import_aligned_countries
+    from speechdata.ingest import ingest_raw_shard
+    from speechdata.sample_seed004 import build_seed004_corpus
+    from speechdata.storage import DataRoot
+
+    build_seed004_corpus(f"{workdir}/countries", {"germany": recordings}, audio_format="flac", segments_per_recording=6)
+    root = DataRoot(f"{workdir}/data")
+    for report in import_aligned_countries(f"{workdir}/countries", root, recordings_per_shard=16):
+        for shard in report.shards:
+            ingest_raw_shard(root, shard)
+    return root
+
+
+def ours(root) -> tuple[float, int, int]:
+    from speechdata.hf_dataset import DatasetOptions, build_country_dataset
+    from speechdata.hf_segments import refresh_split_assignments
+    from speechdata.hf_splits import SplitTargets
+
+    refresh_split_assignments(root, "bench", "germany", targets=SplitTargets(0.0, 0.0))
+    tracemalloc.start()
+    started = time.perf_counter()
+    summary = build_country_dataset(root, "germany", DatasetOptions(dataset="bench", max_split_size_gb=1.0))
+    seconds = time.perf_counter() - started
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    return seconds, peak, sum(s.rows for s in summary.written)
+
+
+def seed_approach(root, out_path: str) -> tuple[float, int, int]:
+    import datasets
+
+    from speechdata.audio import downmix_to_mono, encode_flac
+    from speechdata.hf_dataset import hf_features
+    from speechdata.hf_segments import SegmentLimits, country_segments, filter_reasons, word_error_rate
+    from speechdata.landed_audio import LandedAudio
+
+    segments = country_segments(root, "germany")
+    keep = [r is None for r in filter_reasons(segments, SegmentLimits())]
+    tracemalloc.start()
+    started = time.perf_counter()
+    rows, by_recording = [], {}
+    for i, row in enumerate(segments.to_pylist()):
+        if keep[i]:
+            by_recording.setdefault((row["shard_id"], row["audio_path"]), []).append(row)
+    for (shard_id, audio_path), segs in sorted(by_recording.items()):
+        with LandedAudio(root, shard_id) as audio, audio.open(audio_path) as handle:
+            whole, rate = sf.read(handle, dtype="float32", always_2d=True)
+        for seg in segs:
+            cut = downmix_to_mono(whole[int(round(seg["start_s"] * rate)):int(round(seg["end_s"] * rate))])
+            rows.append({
+                "audio": {"bytes": encode_flac(np.asarray(cut), rate), "path": f"{seg['key']}.flac"},
+                "key": seg["key"], "country": "germany", "language": seg["language"], "video_id": seg["video_id"],
+                "transcript_id": seg["transcript_id"], "start_seconds": seg["start_s"], "end_seconds": seg["end_s"],
+                "duration_seconds": seg["duration_s"], "asr_transcript": seg["asr_text"],
+                "human_transcript": seg["human_text"], "cer": seg["cer"],
+                "wer": word_error_rate(seg["human_text"], seg["asr_text"]),
+                "original_transcript_start_idx": seg["transcript_start_idx"],
+                "original_transcript_end_idx": seg["transcript_end_idx"],
+            })
+    # from_list would encode Audio values through torchcodec (needs FFmpeg); the same bytes go in as
+    # a struct and become Audio by a storage cast, which is what the seed's files hold.
+    features = hf_features(16_000)
+    plain = datasets.Features({**features, "audio": {"bytes": datasets.Value("binary"), "path": datasets.Value("string")}})
+    dataset = datasets.Dataset.from_list(rows, features=plain).cast_column("audio", features["audio"])
+    dataset.to_parquet(out_path)
+    seconds = time.perf_counter() - started
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    return seconds, peak, len(rows)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--recordings", type=int, default=64)
+    parser.add_argument("--quick", action="store_true", help="8 recordings: a smoke run, not a measurement")
+    args = parser.parse_args()
+    recordings = 8 if args.quick else args.recordings
+    figures = {}
+    with stdout_to_stderr():
+        import datasets  # noqa: F401  (imported before timing: its import is not part of either side)
+
+        datasets.disable_progress_bars()
+        for label, count in (("quarter", max(recordings // 4, 2)), ("full", recordings)):
+            with tempfile.TemporaryDirectory() as workdir:
+                progress(f"landing {count} recordings")
+                root = land_corpus(workdir, count)
+                ours_s, ours_peak, ours_rows = ours(root)
+                seed_s, seed_peak, seed_rows = seed_approach(root, f"{workdir}/seed.parquet")
+                if ours_rows != seed_rows:
+                    raise SystemExit(f"row counts differ: ours {ours_rows}, seed {seed_rows}")
+                audio_s = sum(
+                    sf.info(io.BytesIO(b)).duration for b in _audio_bytes(root)
+                ) if label == "full" else None
+                figures[label] = {
+                    "recordings": count, "rows": ours_rows,
+                    "segments_per_s": round(ours_rows / ours_s, 1), "seed_segments_per_s": round(seed_rows / seed_s, 1),
+                    "ratio_speed_over_seed": ratio(seed_s, ours_s),
+                    "peak_python_mb": round(ours_peak / 1e6, 2), "seed_peak_python_mb": round(seed_peak / 1e6, 2),
+                    "ratio_peak_memory_seed_over_ours": ratio(seed_peak, ours_peak),
+                }
+                if audio_s is not None:
+                    figures[label]["audio_seconds_per_second"] = round(audio_s / ours_s, 1)
+    emit("hf_dataset", {"recordings": recordings, "segments_per_recording": 6, "source": "FLAC 16 kHz"}, figures)
+
+
+def _audio_bytes(root):
+    import pyarrow.parquet as pq
+
+    for path in root.fs.glob(root.path("hf/bench/germany/*.parquet")):
+        with root.fs.open(path, "rb") as handle:
+            for item in pq.ParquetFile(handle).read(columns=["audio"])["audio"].to_pylist():
+                yield item["bytes"]
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,35 @@
+"""Transcript cleaning on the cases the seed's regexes got wrong or never met."""
+
+import pytest
+
+from speechdata.asr_text import clean_transcripts
+
+
+@pytest.mark.parametrize(
+    "raw, cleaned",
+    [
+        ("[laugh] hello [music] world", "hello world"),
+        ("[laugh [loud]] hi there", "hi there"),  # the seed's non-greedy regex leaves "] hi there"
+        ("x [a [b [c]]] y", "x y"),
+        ("नमस्ते। आप कैसे हैं॥", "नमस्ते आप कैसे हैं"),
+        ("है।वह", "है वह"),  # the seed deletes the danda and glues the words
+        ("मैं office जा रहा हूँ, okay?", "मैं office जा रहा हूँ okay"),
+        ("don't stop—now", "dont stop now"),
+        ("“quoted” «text» 50%", "quoted text 50"),
+        ("...!!! ।।", ""),
+        ("  spaced \t out \n text ", "spaced out text"),
+        ("stray ] brackets [ left", "stray brackets left"),
+    ],
+)
+def test_hard_cases(raw, cleaned):
+    assert clean_transcripts([raw]) == [cleaned]
+
+
+def test_nfc_normalization_makes_one_spelling():
+    decomposed = "क\u093c"  # KA + NUKTA
+    precomposed = "\u0958"  # QA
+    assert clean_transcripts([decomposed]) == clean_transcripts([precomposed])
+
+
+def test_null_stays_null():
+    assert clean_transcripts([None]) == [None]
