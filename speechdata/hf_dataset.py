@@ -36,7 +36,7 @@ from speechdata import layout
 from speechdata.audio import downmix_to_mono, encode_flac, read_segment_from, resample
 from speechdata.hf_segments import SegmentLimits, country_segments, word_error_rate
 from speechdata.hf_splits import TEST, TRAIN, VALIDATION, train_subset_name
-from speechdata.hf_state import execute_many, get_setting, rows_as_dicts, set_setting, state_connection
+from speechdata.hf_state import execute_many, get_setting, registered_rows, rows_as_dicts, set_setting, state_connection
 from speechdata.landed_audio import AudioNotFound, LandedAudio
 from speechdata.storage import DataRoot
 
@@ -115,9 +115,11 @@ def build_country_dataset(data_root: DataRoot, country: str, options: DatasetOpt
             if s["split"] == TRAIN and s["file"] is None and s["status"] == "pending"
             and recordings[s["recording_id"]]["subset_id"] is not None
         ]
-        execute_many(
-            db, "UPDATE segments SET status = 'filtered', reason = 'recording_already_published' WHERE key = ?", [[k] for k in late]
-        )
+        with registered_rows(db, "late", {"key": pa.array(late, pa.string())}):
+            db.execute(
+                "UPDATE segments SET status = 'filtered', reason = 'recording_already_published', "
+                "updated_at = current_timestamp FROM late WHERE segments.key = late.key"
+            )
     summary.sample_rate, summary.already_published = sample_rate, len(late)
     late_keys = set(late)
     # Earlier cutting errors are retried whenever their split is written again.
@@ -212,15 +214,20 @@ def _commit_split(
                 [f["path_in_repo"], split_files.split, f["rows"], f["bytes"], f["sha256"],
                  "uploaded" if old.get(f["path_in_repo"]) == "uploaded" and _same_sha(db, f) else "pending"],
             )
-        execute_many(
-            db, "UPDATE segments SET file = ?, subset_id = ?, status = 'pending', error_message = NULL, "
-            "updated_at = current_timestamp WHERE key = ?",
-            [[file_of[s["key"]], subset_id, s["key"]] for s in states if s["key"] in file_of],
-        )
-        execute_many(
-            db, "UPDATE segments SET file = NULL, status = 'error', error_message = ?, updated_at = current_timestamp WHERE key = ?",
-            [[summary.errors[s["key"]], s["key"]] for s in states if s["key"] in summary.errors],
-        )
+        written = [s["key"] for s in states if s["key"] in file_of]
+        placed = {"key": pa.array(written, pa.string()), "file": pa.array([file_of[k] for k in written], pa.string())}
+        with registered_rows(db, "placed", placed):
+            db.execute(
+                "UPDATE segments SET file = placed.file, subset_id = ?, status = 'pending', error_message = NULL, "
+                "updated_at = current_timestamp FROM placed WHERE segments.key = placed.key", [subset_id],
+            )
+        failed = [s["key"] for s in states if s["key"] in summary.errors]
+        errors = {"key": pa.array(failed, pa.string()), "message": pa.array([summary.errors[k] for k in failed], pa.string())}
+        with registered_rows(db, "failed", errors):
+            db.execute(
+                "UPDATE segments SET file = NULL, status = 'error', error_message = failed.message, "
+                "updated_at = current_timestamp FROM failed WHERE segments.key = failed.key"
+            )
         if recording_ids:
             execute_many(db, "UPDATE recordings SET subset_id = ? WHERE recording_id = ?", [[subset_id, r] for r in sorted(recording_ids)])
 
@@ -278,7 +285,7 @@ class _Writer:
             return pending
         rows, payload = [], 0
         try:
-            with self._landed(recording["shard_id"]).open(recording["audio_path"]) as handle, sf.SoundFile(handle) as sound:
+            with self._landed(recording["shard_id"]).sound_file(recording["audio_path"]) as sound:
                 for key in sorted(keys, key=lambda k: self.segments["start_s"][self.position[k]].as_py() or 0.0):
                     try:
                         row = self._row(sound, key)

@@ -15,14 +15,13 @@ from pathlib import PurePosixPath
 import jiwer
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
 from speechdata import layout
 from speechdata.hf_splits import SplitTargets, assign_splits
-from speechdata.hf_state import execute_many, rows_as_dicts, state_connection
+from speechdata.hf_state import execute_many, registered_rows, rows_as_dicts, state_connection
 from speechdata.landed_audio import AudioNotFound, LandedAudio
 from speechdata.storage import DataRoot, read_parquet_handle
-
-import pyarrow.parquet as pq
 
 SEGMENT_SCHEMA = pa.schema([
     pa.field("key", pa.string()), pa.field("shard_id", pa.string()), pa.field("recording_id", pa.string()),
@@ -191,20 +190,30 @@ def refresh_split_assignments(
         keys = segments["key"].to_pylist()
         recording_ids = segments["recording_id"].to_pylist()
         shard_ids = segments["shard_id"].to_pylist()
-        fresh = [
-            [key, rec, shard, splits[rec], "filtered" if reason else "pending", reason]
-            for key, rec, shard, reason in zip(keys, recording_ids, shard_ids, reasons) if key not in known
-        ]
-        execute_many(
-            db, "INSERT INTO segments (key, recording_id, shard_id, split, status, reason) VALUES (?, ?, ?, ?, ?, ?)", fresh
-        )
-        execute_many(
-            db, "UPDATE segments SET status = ?, reason = ?, updated_at = current_timestamp "
-            "WHERE key = ? AND file IS NULL AND status IN ('pending', 'filtered') "
-            "AND coalesce(reason, '') <> 'recording_already_published'",
-            [["filtered" if reason else "pending", reason, key] for key, reason in zip(keys, reasons) if key in known],
-        )
-        summary.new_segments = len(fresh)
+        is_new = [key not in known for key in keys]
+        fresh = {
+            "key": [k for k, n in zip(keys, is_new) if n],
+            "recording_id": [r for r, n in zip(recording_ids, is_new) if n],
+            "shard_id": [s for s, n in zip(shard_ids, is_new) if n],
+            "split": [splits[r] for r, n in zip(recording_ids, is_new) if n],
+            "status": ["filtered" if reason else "pending" for reason, n in zip(reasons, is_new) if n],
+            "reason": [reason for reason, n in zip(reasons, is_new) if n],
+        }
+        with registered_rows(db, "fresh", {name: pa.array(values, pa.string()) for name, values in fresh.items()}):
+            db.execute("INSERT INTO segments (key, recording_id, shard_id, split, status, reason) "
+                       "SELECT key, recording_id, shard_id, split, status, reason FROM fresh")
+        again = {
+            "key": pa.array([k for k, n in zip(keys, is_new) if not n], pa.string()),
+            "reason": pa.array([reason for reason, n in zip(reasons, is_new) if not n], pa.string()),
+        }
+        with registered_rows(db, "again", again):
+            db.execute(
+                "UPDATE segments SET status = CASE WHEN again.reason IS NULL THEN 'pending' ELSE 'filtered' END, "
+                "reason = again.reason, updated_at = current_timestamp FROM again "
+                "WHERE segments.key = again.key AND segments.file IS NULL AND segments.status IN ('pending', 'filtered') "
+                "AND coalesce(segments.reason, '') <> 'recording_already_published'"
+            )
+        summary.new_segments = len(fresh["key"])
         summary.new_recordings = dict(Counter(new.values()))
         for row in rows_as_dicts(db, "SELECT split, count(*) AS n, sum(duration_hours) AS hours FROM recordings GROUP BY split"):
             summary.recordings_by_split[row["split"]] = int(row["n"])

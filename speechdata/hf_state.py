@@ -25,6 +25,7 @@ import time
 from collections.abc import Iterator
 
 import duckdb
+import pyarrow as pa
 
 from speechdata.storage import DataRoot, _is_local
 
@@ -133,6 +134,20 @@ def get_setting(connection: duckdb.DuckDBPyConnection, name: str) -> str | None:
 
 def set_setting(connection: duckdb.DuckDBPyConnection, name: str, value: str) -> None:
     connection.execute("INSERT OR REPLACE INTO settings VALUES (?, ?)", [name, value])
+
+
+@contextlib.contextmanager
+def registered_rows(connection: duckdb.DuckDBPyConnection, name: str, columns: dict[str, pa.Array]) -> Iterator[str]:
+    """Expose ``columns`` to SQL as the relation ``name`` for set-based inserts and updates.
+
+    Per-row ``executemany`` costs about a millisecond a row in DuckDB; a country with a million
+    segments is updated in one statement this way.
+    """
+    connection.register(name, pa.table(columns))
+    try:
+        yield name
+    finally:
+        connection.unregister(name)
 
 
 def execute_many(connection: duckdb.DuckDBPyConnection, sql: str, parameter_sets: list[list]) -> None:

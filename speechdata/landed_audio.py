@@ -15,7 +15,7 @@ from typing import IO
 import soundfile as sf
 
 from speechdata import layout
-from speechdata.storage import DataRoot
+from speechdata.storage import DataRoot, _is_local
 
 
 class AudioNotFound(FileNotFoundError):
@@ -95,6 +95,20 @@ class LandedAudio:
             raise AudioNotFound(f"{path} does not exist") from exc
         with handle:
             yield handle
+
+    @contextlib.contextmanager
+    def sound_file(self, audio_path: str) -> Iterator[sf.SoundFile]:
+        """An open ``soundfile.SoundFile`` on the file: by OS path when the shard is a local folder
+        (libsndfile's own I/O seeks in microseconds), else through a Python file handle."""
+        if self._tar is None and _is_local(self.fs):
+            path = f"{self.audio_dir}/{audio_path}"
+            if not self.fs.exists(path):
+                raise AudioNotFound(f"{path} does not exist")
+            with sf.SoundFile(path) as sound:
+                yield sound
+            return
+        with self.open(audio_path) as handle, sf.SoundFile(handle) as sound:
+            yield sound
 
     def size_bytes(self, audio_path: str) -> int:
         """The file's size as landed (the tar member's size inside a tar)."""
