@@ -11,6 +11,7 @@ from resources.profile import ModelProfileResource
 from resources.encoders import QwenEncoder, WavLMEncoder
 from resources.storage import DataRootResource
 from resources.torch_device import TorchDeviceResource
+from resources.vad import SileroVadResource
 from speechdata.text_tokens import TINY_VOCAB_SIZE
 from resources.text_tokenizer import TextTokenizerResource
 from sensors.catalog import catalog_refresh_sensor
@@ -36,6 +37,7 @@ def build_resources(data_root: str | None = None, profile: str | None = None) ->
         "torch_device": TorchDeviceResource(),
         "qwen": QwenEncoder(model_id="tiny" if tiny else "Qwen/Qwen3-1.7B", tiny_vocab_size=TINY_VOCAB_SIZE),
         "wavlm": WavLMEncoder(model_id="tiny" if tiny else "microsoft/wavlm-large"),
+        "vad": SileroVadResource(),
         "catalog": DuckDBResource(database=catalog_database_path(data_root or data_root_url())),
     }
 

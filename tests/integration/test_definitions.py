@@ -23,6 +23,8 @@ EXPECTED_ASSETS = {
     "bridge_tars": ("packaging", "shard"),
     "shard_manifest": ("packaging", "shard"),
     "manifest_catalog": ("catalog", None),
+    "vad_segments": ("vad", "shard"),
+    "language_shard_index": ("vad", "language"),
 }
 
 
