@@ -86,6 +86,20 @@ def speech_probabilities(model, signals: Sequence[np.ndarray], batch_files: int 
 
     order = sorted(range(len(signals)), key=lambda i: len(signals[i]))
     probabilities: list[np.ndarray] = [np.zeros(0, np.float32)] * len(signals)
+    threads = torch.get_num_threads()
+    # One [batch, 512] window per call is far too small to split: extra intra-op threads only spin
+    # (on a busy 2-core machine they made a call up to 20x slower). Scale out with processes.
+    torch.set_num_threads(1)
+    try:
+        _fill_probabilities(model, signals, order, batch_files, probabilities)
+    finally:
+        torch.set_num_threads(threads)
+    return probabilities
+
+
+def _fill_probabilities(model, signals, order, batch_files, probabilities) -> None:
+    import torch
+
     with torch.inference_mode():
         for first in range(0, len(order), batch_files):
             batch = order[first : first + batch_files]
@@ -105,7 +119,6 @@ def speech_probabilities(model, signals: Sequence[np.ndarray], batch_files: int 
             probs = torch.stack(columns, dim=1).numpy()
             for row, i in enumerate(batch):
                 probabilities[i] = probs[row, : windows[row]].copy()
-    return probabilities
 
 
 def segments_from_probabilities(probs: np.ndarray, n_samples: int, params: VadParams) -> SpeechSegments:
