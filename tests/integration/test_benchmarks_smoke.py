@@ -17,6 +17,7 @@ ROOT = Path(__file__).resolve().parents[2]
         ("bench_ingest", {"scenarios", "normalize_wall"}),
         ("bench_sensor_tick", {"scan", "tick_none_registered", "tick_mostly_registered"}),
         ("bench_frame_grid", {"grid_utt_per_s", "tokenize_utt_per_s", "grids_breaking_invariants"}),
+        ("bench_vad", {"vad", "streaming"}),
     ],
 )
 def test_benchmark_prints_one_json_record(name, keys):
