@@ -33,9 +33,9 @@ import torch
 from benchmarks.report import emit, progress, ratio, stdout_to_stderr
 from speechdata import layout
 from speechdata.audio import downmix_to_mono, resample
-from speechdata.audio_tars import audio_extension
+from speechdata.audio_tars import audio_extension, write_deterministic_tar
 from speechdata.ingest import ingest_raw_shard
-from speechdata.sample_shards import load_clips
+from speechdata.sample_shards import load_clips, mark_landed
 from speechdata.storage import DataRoot
 from speechdata.vad import detect_speech, load_silero_model
 from speechdata.vad_loader import VadChunkDataset, normalize_chunk, shard_of_tar_url
@@ -101,8 +101,6 @@ def measure_vad(files: int, file_s: float, repeats: int, seed: int) -> dict:
 def land_mp3_shards(root: DataRoot, shards: int, files: int, file_s: float, seed: int) -> list[str]:
     """Tar shards of MP3 files with landed segments of 8-40 s of speech separated by pauses."""
     rng = np.random.default_rng(seed)
-    from tests.conftest import land_shard
-
     urls = []
     for s in range(shards):
         shard_id = f"bench-{s}"
@@ -119,7 +117,9 @@ def land_mp3_shards(root: DataRoot, shards: int, files: int, file_s: float, seed
                 bounds.append((t, end))
                 t = end + rng.uniform(0.3, 2.0)
             segments.append({"audio_path": path, "start_s": [a for a, _ in bounds], "end_s": [b for _, b in bounds]})
-        land_shard(root, shard_id, rows, audio, as_tar=True)
+        write_deterministic_tar(root, layout.landing_audio_tar(shard_id), sorted(audio.items()))
+        root.write_parquet(layout.landing_metadata(shard_id), pa.Table.from_pylist(rows))
+        mark_landed(root, shard_id)
         root.write_parquet(layout.landing_vad_segments(shard_id), pa.Table.from_pylist(segments))
         ingest_raw_shard(root, shard_id)
         compute_vad_segments(root, shard_id, model=None)  # every file's segments are landed
