@@ -9,10 +9,11 @@ from assets.ingest import normalized_audio, raw_shards
 from assets.packaging import bridge_tars, shard_manifest
 from assets.publishing import PUBLISHING_ASSETS, hf_dataset, hf_hub_upload, hf_split_assignments
 from assets.translation import qe_scores, streaming_pairs, streaming_segments
+from assets.vad import language_shard_index, vad_segments
 
 SHARD_ASSETS = [
     raw_shards, normalized_audio, alignments, frame_grids, qwen_hidden_states, wavlm_features,
-    bridge_tars, shard_manifest, asr_flac,
+    bridge_tars, shard_manifest, asr_flac, vad_segments,
 ]
 """Every shard-partitioned asset: what the per-shard job (launched by the landing sensor) materializes."""
 
@@ -20,7 +21,9 @@ ON_DEMAND_SHARD_ASSETS = [streaming_segments, qe_scores, streaming_pairs]
 """Shard-partitioned, but not in the per-shard job: they need inputs landed later (the LLM
 segmentation JSONs), so they run from the translation job or a backfill for the shards that have them."""
 
-ALL_ASSETS = [*SHARD_ASSETS, manifest_catalog, asr_manifest, *ON_DEMAND_SHARD_ASSETS, *PUBLISHING_ASSETS]
+ALL_ASSETS = [
+    *SHARD_ASSETS, manifest_catalog, asr_manifest, language_shard_index, *ON_DEMAND_SHARD_ASSETS, *PUBLISHING_ASSETS,
+]
 
 PER_SHARD_JOB_NAME = "per_shard_job"
 TRANSLATION_JOB_NAME = "translation_job"

@@ -13,6 +13,7 @@ from resources.qe import MetricXResource
 from resources.encoders import QwenEncoder, WavLMEncoder
 from resources.storage import DataRootResource
 from resources.torch_device import TorchDeviceResource
+from resources.vad import SileroVadResource
 from speechdata.text_tokens import TINY_VOCAB_SIZE
 from resources.text_tokenizer import TextTokenizerResource
 from sensors.catalog import catalog_refresh_sensor
@@ -40,6 +41,7 @@ def build_resources(data_root: str | None = None, profile: str | None = None) ->
         "qwen": QwenEncoder(model_id="tiny" if tiny else "Qwen/Qwen3-1.7B", tiny_vocab_size=TINY_VOCAB_SIZE),
         "wavlm": WavLMEncoder(model_id="tiny" if tiny else "microsoft/wavlm-large"),
         "qe": MetricXResource(model_path="tiny" if tiny else "google/metricx-24-hybrid-xl-v2p6", model_cache_dir=cache_dir),
+        "vad": SileroVadResource(),
         "catalog": DuckDBResource(database=catalog_database_path(data_root or data_root_url())),
         "hf_dataset_settings": HfDatasetSettings(),
         "hub": hub_publisher_from_env(),

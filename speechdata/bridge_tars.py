@@ -79,7 +79,8 @@ def _wav_bytes(samples: np.ndarray) -> bytes:
     return buffer.getvalue()
 
 
-def _tar_info(name: str, size: int) -> tarfile.TarInfo:
+def deterministic_tar_info(name: str, size: int) -> tarfile.TarInfo:
+    """A member header with mtime 0, root owner, no owner names, mode 0644: same bytes in, same tar out."""
     info = tarfile.TarInfo(name)
     info.size, info.mtime, info.mode = size, 0, 0o644
     info.uid = info.gid = 0
@@ -141,7 +142,7 @@ def pack_samples(
                         break
                     offset = tar.offset
                     for name, data in members:
-                        tar.addfile(_tar_info(name, len(data)), io.BytesIO(data))
+                        tar.addfile(deterministic_tar_info(name, len(data)), io.BytesIO(data))
                     tar_rows.append({"key": sample.key, "tar_url": url, "offset": offset, "size": tar.offset - offset})
                     sample = next(pending, None)
         digest = writer.sha256.hexdigest()

@@ -221,3 +221,26 @@ def asr_manifest_removed() -> str:
 def asr_language_corrections() -> str:
     """The default language-tag corrections table (``utt_id`` or ``recording_id`` -> ``language``)."""
     return f"{ASR}/language_corrections.parquet"
+
+
+def landing_vad_segments(shard_id: str) -> str:
+    """Speech segments computed elsewhere, landed beside the shard (``audio_path``, ``start_s``/``end_s`` lists)."""
+    return f"{LANDING}/{shard_id}/vad_segments.parquet"
+
+
+def vad_segments(shard_id: str) -> str:
+    """One row per audio file of the shard: its speech segments, language and streaming tar key."""
+    return f"{SHARDS}/{shard_id}/vad_segments.parquet"
+
+
+def packed_audio_tar(shard_id: str) -> str:
+    """The landed audio files of a shard that landed them as a directory, packed for streaming."""
+    return f"{SHARDS}/{shard_id}/audio.tar"
+
+
+LANGUAGE_INDEX = "language_index"
+
+
+def language_shard_index(language: str) -> str:
+    """The shards (and their streaming tars and files) that hold ``language``."""
+    return f"{LANGUAGE_INDEX}/language={language}/part-0.parquet"

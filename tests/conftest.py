@@ -66,6 +66,7 @@ def tiny_resources(data_root, model_cache_dir):
     from resources.encoders import QwenEncoder, WavLMEncoder
     from resources.text_tokenizer import TextTokenizerResource
     from resources.torch_device import TorchDeviceResource
+    from resources.vad import SileroVadResource
     from speechdata.text_tokens import TINY_VOCAB_SIZE
 
     return {
@@ -77,4 +78,5 @@ def tiny_resources(data_root, model_cache_dir):
         "torch_device": TorchDeviceResource(device="cpu"),
         "qwen": QwenEncoder(model_id="tiny", tiny_vocab_size=TINY_VOCAB_SIZE),
         "wavlm": WavLMEncoder(model_id="tiny"),
+        "vad": SileroVadResource(),
     }

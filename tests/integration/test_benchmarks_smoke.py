@@ -20,6 +20,7 @@ ROOT = Path(__file__).resolve().parents[2]
         ("bench_streaming_segments", {"utt_per_s", "seed_utt_per_s", "ratio_utt_per_s_over_seed", "misplaced_chunk_share"}),
         ("bench_asr_manifest", {"polars_seconds", "pandas_seed_seconds", "ratio_pandas_over_polars"}),
         ("bench_asr_sampler", {"numpy_epoch_seconds", "reference_seconds", "same_batches_as_reference"}),
+        ("bench_vad", {"vad", "streaming"}),
     ],
 )
 def test_benchmark_prints_one_json_record(name, keys):

@@ -31,6 +31,8 @@ EXPECTED_ASSETS = {
     "streaming_pairs": ("translation", "shard"),
     "asr_flac": ("asr_training", "shard"),
     "asr_manifest": ("asr_training", None),
+    "vad_segments": ("vad", "shard"),
+    "language_shard_index": ("vad", "language"),
 }
 ON_DEMAND = {"streaming_segments", "qe_scores", "streaming_pairs"}
 """Shard assets the per-shard job leaves out: they wait for the LLM segmentation (translation_job runs them)."""

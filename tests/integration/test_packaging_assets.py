@@ -29,6 +29,7 @@ def packed(tmp_path_factory, model_cache_dir):
     from resources.storage import DataRootResource
     from resources.text_tokenizer import TextTokenizerResource
     from resources.torch_device import TorchDeviceResource
+    from resources.vad import SileroVadResource
     from speechdata.text_tokens import TINY_VOCAB_SIZE
 
     data_root = DataRoot(str(tmp_path_factory.mktemp("packed") / "data"))
@@ -39,6 +40,7 @@ def packed(tmp_path_factory, model_cache_dir):
         "torch_device": TorchDeviceResource(device="cpu"),
         "qwen": QwenEncoder(model_id="tiny", tiny_vocab_size=TINY_VOCAB_SIZE),
         "wavlm": WavLMEncoder(model_id="tiny"),
+        "vad": SileroVadResource(),
         "catalog": DuckDBResource(database=f"{data_root.root}/catalog.duckdb"),
     }
     with dg.instance_for_test() as instance:

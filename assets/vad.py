@@ -1,0 +1,139 @@
+"""[vad] Speech segments per shard and the language -> shards index the VAD-chunked loader reads (seed 001)."""
+
+import dagster as dg
+from pydantic import Field
+
+from assets.ingest import raw_shards
+from assets.partitions import language_partitions, shard_partitions
+from assets.reporting import markdown_preview, progress_logger
+from resources.storage import DataRootResource
+from resources.vad import SileroVadResource
+from speechdata import layout
+from speechdata.language_index import build_language_shard_index
+from speechdata.vad_chunks import DEFAULT_CHUNK_S, DEFAULT_NUM_CHUNKS
+from speechdata.vad_stage import compute_vad_segments
+
+GROUP = "vad"
+OWNERS = ["team:speech-data"]
+
+VAD_ACCOUNTED = "every_indexed_utterance_segmented_or_rejected"
+
+
+class ChunkingConfig(dg.Config):
+    chunk_s: float = Field(DEFAULT_CHUNK_S, description="Chunk length the loader cuts (for the usable-hours figures).")
+    num_chunks: int = Field(DEFAULT_NUM_CHUNKS, description="Most chunks the loader takes per file.")
+
+
+@dg.asset(
+    deps=[raw_shards],
+    partitions_def=shard_partitions,
+    group_name=GROUP,
+    kinds={"parquet", "pytorch"},
+    owners=OWNERS,
+    code_version="vad_segments-v1",
+    check_specs=[
+        dg.AssetCheckSpec(
+            VAD_ACCOUNTED, asset="vad_segments", blocking=True,
+            description="Every utterance of the index has its file in the segments table or is rejected.",
+        )
+    ],
+)
+def vad_segments(
+    context: dg.AssetExecutionContext, config: ChunkingConfig, data_root: DataRootResource, vad: SileroVadResource
+) -> dg.MaterializeResult:
+    """Where the speech is in every audio file of the shard, for the VAD-chunked training loader.
+
+    File: `shards/<shard>/vad_segments.parquet`, one row per audio file: `audio_path`, `language`,
+    `utt_ids`, `duration_s`, `speech_s`, `start_s`/`end_s` (lists, seconds from the file's start),
+    `segments_source` (`silero`, or `import` when the shard landed `vad_segments.parquet`), and the
+    tar the loader streams (`tar_path`, `tar_key`). Segments come from Silero VAD at 16 kHz (thresholds
+    on the `vad` resource). A shard that landed an `audio/` directory gets it packed, bytes untouched,
+    into `shards/<shard>/audio.tar`. Undecodable files: `shards/<shard>/rejects/vad_segments.parquet`.
+    """
+    shard_id = context.partition_key
+    root = data_root.get()
+    summary = compute_vad_segments(
+        root, shard_id, vad.model(), vad.params(), batch_files=vad.batch_files,
+        on_progress=progress_logger(context, "segmented files of"),
+    )
+    table = summary.table
+    files = table.num_rows
+    covered = {u for ids in table["utt_ids"].to_pylist() for u in ids} | {r.utt_id for r in summary.rejects}
+    index_ids = set(root.read_parquet(layout.utterance_index(shard_id), columns=["utt_id"])["utt_id"].to_pylist())
+    audio_s, speech_s = summary.audio_seconds, summary.speech_seconds
+    context.log.info(
+        f"{shard_id}: {files} files, {audio_s / 3600:.3f} h, speech share {speech_s / max(audio_s, 1e-9):.3f}, "
+        f"{len(summary.rejects)} utterances rejected, {audio_s / max(summary.compute_seconds, 1e-9):.0f} audio s/s"
+    )
+    return dg.MaterializeResult(
+        metadata={
+            "dagster/row_count": files,
+            "utterances_in": summary.utterances,
+            "rejects": len(summary.rejects),
+            "reject_share": round(len(summary.rejects) / summary.utterances, 6) if summary.utterances else 0.0,
+            "rejects_by_reason": dg.MetadataValue.json(summary.rejects_by_reason),
+            "hours": round(audio_s / 3600.0, 6),
+            "speech_hours": round(speech_s / 3600.0, 6),
+            "speech_share": round(speech_s / audio_s, 4) if audio_s else 0.0,
+            "segments_per_file": round(sum(table["n_segments"].to_pylist()) / files, 3) if files else 0.0,
+            "files_with_no_speech": sum(1 for n in table["n_segments"].to_pylist() if n == 0),
+            "imported_files": summary.imported_files,
+            "dropped_imported_segments": summary.dropped_imported_segments,
+            "files_not_streamable": summary.files_not_streamable,
+            "usable_chunk_hours_by_language": dg.MetadataValue.json(
+                summary.usable_chunk_hours_by_language(config.chunk_s, config.num_chunks)
+            ),
+            "audio_seconds_per_second": round(audio_s / summary.compute_seconds, 2) if summary.compute_seconds else 0.0,
+            "compute_seconds": round(summary.compute_seconds, 3),
+            "vad_params": dg.MetadataValue.json({k: str(v) for k, v in vad.params().as_dict().items()}),
+            **{f"{name}_uri": dg.MetadataValue.path(uri) for name, uri in summary.outputs.items()},
+            "preview": markdown_preview(
+                table, ["audio_path", "language", "duration_s", "speech_s", "n_segments", "segments_source"]
+            ),
+        },
+        check_results=[
+            dg.AssetCheckResult(
+                check_name=VAD_ACCOUNTED, passed=index_ids <= covered,
+                metadata={"indexed": len(index_ids), "unaccounted": len(index_ids - covered)},
+            )
+        ],
+    )
+
+
+@dg.asset(
+    deps=[dg.AssetDep(vad_segments, partition_mapping=dg.AllPartitionMapping())],
+    partitions_def=language_partitions,
+    group_name=GROUP,
+    kinds={"parquet", "duckdb"},
+    owners=OWNERS,
+    code_version="language_shard_index-v1",
+)
+def language_shard_index(
+    context: dg.AssetExecutionContext, config: ChunkingConfig, data_root: DataRootResource
+) -> dg.MaterializeResult:
+    """Which shards (and which tars and files in them) hold this language: what
+    `speechdata.language_index.build_urls(langs, data_root)` answers from.
+
+    File: `language_index/language=<lang>/part-0.parquet`, one row per shard: `tar_path` (the tar the
+    loader streams), `files`, `streamable_files`, `tar_keys`, `hours`, `speech_hours` and
+    `usable_chunk_hours` (what the loader yields per epoch at `chunk_s`/`num_chunks`). Built from every
+    shard's `vad_segments`; re-materialize (or backfill all languages) after new shards are segmented.
+    """
+    language = context.partition_key
+    root = data_root.get()
+    table = build_language_shard_index(root, language, chunk_s=config.chunk_s, num_chunks=config.num_chunks)
+    root.write_parquet(layout.language_shard_index(language), table)
+    total = {c: sum(table[c].to_pylist()) for c in ("files", "streamable_files", "hours", "speech_hours", "usable_chunk_hours")}
+    context.log.info(f"{language}: {table.num_rows} shards, {total['files']} files, {total['usable_chunk_hours']:.3f} usable chunk hours")
+    return dg.MaterializeResult(
+        metadata={
+            "dagster/row_count": table.num_rows,
+            "files": total["files"],
+            "streamable_files": total["streamable_files"],
+            "hours": round(total["hours"], 6),
+            "speech_hours": round(total["speech_hours"], 6),
+            "usable_chunk_hours": round(total["usable_chunk_hours"], 6),
+            "index_uri": dg.MetadataValue.path(root.uri(layout.language_shard_index(language))),
+            "preview": markdown_preview(table, ["shard", "tar_path", "files", "hours", "usable_chunk_hours"]),
+        }
+    )
