@@ -21,6 +21,7 @@ ROOT = Path(__file__).resolve().parents[2]
         ("bench_asr_manifest", {"polars_seconds", "pandas_seed_seconds", "ratio_pandas_over_polars"}),
         ("bench_asr_sampler", {"numpy_epoch_seconds", "reference_seconds", "same_batches_as_reference"}),
         ("bench_vad", {"vad", "streaming"}),
+        ("bench_hf_dataset", {"quarter", "full"}),
     ],
 )
 def test_benchmark_prints_one_json_record(name, keys):
