@@ -67,6 +67,7 @@ def main(argv: list[str] | None = None) -> int:
     failed |= not catalog_run.success
     _print_catalog(resources["catalog"])
     failed |= not _publish_seed004_countries(data_root, instance, resources, defs)
+    failed |= not _run_the_other_products(data_root, instance, resources, defs)
     print(
         "\nBrowse the runs, lineage and metadata: make dev, then open http://localhost:3000"
         f"\nDagster instance: {instance.root_directory}"
@@ -111,6 +112,55 @@ def _publish_seed004_countries(data_root: DataRoot, instance, resources, defs) -
     print(f'Load it: datasets.load_dataset("{dataset_dir}", "germany")')
     if not resources["hub"].enabled:
         print("Publishing to the Hub is off: set SPEECHDATA_HF_REPO_ID and HF_TOKEN to turn it on (README, Publishing).")
+    return ok
+
+
+def _demo_segmentation(text: str) -> dict:
+    """A stand-in for the LLM's chunking (seed 002): English words in runs of 2 / 4 / all, each
+    "translated" as a numbered placeholder. The demo shows the mechanics, not a translation."""
+    words = text.split()
+
+    def level(size: int) -> dict:
+        chunks = [" ".join(words[i:i + size]) for i in range(0, len(words), size)]
+        return {"English": chunks, "Chinese": [f"译{i}" for i in range(len(chunks))]}
+
+    return {"low_latency": level(2), "medium_latency": level(4), "high_latency": level(max(len(words), 1))}
+
+
+def _run_the_other_products(data_root: DataRoot, instance, resources, defs) -> bool:
+    """Streaming translation for demo-0001's English, the ASR manifest, the per-language VAD index."""
+    import json
+
+    from assets.partitions import language_partitions
+    from assets import ALL_ASSETS, asr_manifest, language_shard_index
+
+    shard_id = "demo-0001"
+    index = data_root.read_parquet(layout.utterance_index(shard_id), columns=["utt_id", "language", "text"])
+    for utt_id, language, text in zip(*(index[c].to_pylist() for c in ("utt_id", "language", "text"))):
+        if language == "en" and text:
+            data_root.write_bytes(
+                f"{layout.landing_segmentation_dir(shard_id)}/{utt_id}.json",
+                json.dumps(_demo_segmentation(text), ensure_ascii=False).encode(),
+            )
+    quiet = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
+    ok = True
+    result = defs.resolve_job_def("translation_job").execute_in_process(
+        partition_key=shard_id, instance=instance, resources=resources, raise_on_error=False,
+        tags={"speechdata/launched_by": "demo"}, run_config=quiet,
+    )
+    ok &= result.success
+    print(f"\n== {shard_id}: translation_job {'ok' if result.success else 'FAILED'} "
+          f"(pairs: {data_root.uri(layout.streaming_pairs(shard_id))})")
+    result = dg.materialize(ALL_ASSETS, selection=[asr_manifest], instance=instance, resources=resources,
+                            raise_on_error=False, tags={"speechdata/launched_by": "demo"})
+    ok &= result.success
+    print(f"== asr_manifest {'ok' if result.success else 'FAILED'} ({data_root.uri('asr/manifests')})")
+    for language in sorted(instance.get_dynamic_partitions(language_partitions.name)):
+        result = dg.materialize(ALL_ASSETS, selection=[language_shard_index], partition_key=language, instance=instance,
+                                resources=resources, raise_on_error=False, tags={"speechdata/launched_by": "demo"})
+        ok &= result.success
+        print(f"== language_shard_index[{language}] {'ok' if result.success else 'FAILED'} "
+              f"({data_root.uri(layout.language_shard_index(language))})")
     return ok
 
 
