@@ -1,12 +1,11 @@
 """[asr_training] 16 kHz FLAC per utterance and the ASR fine-tuning manifests (seed 003)."""
 
 import dagster as dg
-import polars as pl
 from pydantic import Field
 
 from assets.ingest import raw_shards
 from assets.partitions import shard_partitions
-from assets.reporting import markdown_preview, progress_logger, stage_metadata
+from assets.reporting import markdown_preview, markdown_rows, progress_logger, stage_metadata
 from resources.storage import DataRootResource
 from speechdata.asr_flac import extract_asr_flac
 from speechdata.asr_manifest import AsrManifestConfig
@@ -133,7 +132,7 @@ def asr_manifest(
             "eval_rows": build.eval.height,
             "hours_train": round(float(build.train["duration"].sum()) / 3600, 6),
             "hours_validation": round(float(build.validation["duration"].sum()) / 3600, 6),
-            "hours_by_language_and_split": dg.MetadataValue.md(_markdown(hours)),
+            "hours_by_language_and_split": markdown_rows(hours.to_dicts()),
             "removed_by_reason": dg.MetadataValue.json(build.removed_by_reason),
             "languages_relabeled": dg.MetadataValue.json(build.relabeled),
             "compute_seconds": round(summary.compute_seconds, 3),
@@ -144,10 +143,3 @@ def asr_manifest(
             dg.AssetCheckResult(check_name=NO_RECORDING_LEAKS, passed=leaked == 0, metadata={"recordings_in_both_splits": leaked})
         ],
     )
-
-
-def _markdown(frame: pl.DataFrame) -> str:
-    lines = ["| " + " | ".join(frame.columns) + " |", "|" + "---|" * frame.width]
-    for row in frame.iter_rows():
-        lines.append("| " + " | ".join(f"{v:.4f}" if isinstance(v, float) else str(v) for v in row) + " |")
-    return "\n".join(lines)
