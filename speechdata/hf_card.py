@@ -14,7 +14,7 @@ import pyarrow.parquet as pq
 import yaml
 
 from speechdata import layout
-from speechdata.hf_dataset import FILE_NAME
+from speechdata.hf_files import FILE_NAME
 from speechdata.storage import DataRoot
 
 CARD_FILE = "README.md"

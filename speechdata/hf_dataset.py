@@ -22,8 +22,6 @@ recording already published are recorded as filtered (``recording_already_publis
 from __future__ import annotations
 
 import contextlib
-import hashlib
-import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
@@ -37,14 +35,11 @@ from speechdata.audio import downmix_to_mono, encode_flac, read_segment_from, re
 from speechdata.hf_segments import SegmentLimits, country_segments, word_error_rate
 from speechdata.hf_splits import TEST, TRAIN, VALIDATION, train_subset_name
 from speechdata.hf_state import execute_many, get_setting, registered_rows, rows_as_dicts, set_setting, state_connection
+from speechdata.hf_files import PARQUET_RESERVE, SplitFiles, SplitSink
 from speechdata.landed_audio import AudioNotFound, LandedAudio
 from speechdata.storage import DataRoot
 
 DEFAULT_DATASET = "speech-segments"
-PARQUET_RESERVE = 0.01
-"""Share of a size budget kept for parquet's own bytes (footer, page headers, text columns' overhead)."""
-
-FILE_NAME = re.compile(r"^(?P<split>\w+(?:\.\w+)*)-(?P<index>\d{5})-of-(?P<count>\d{5})\.parquet$")
 
 
 def hf_features(sample_rate: int) -> datasets.Features:
@@ -70,21 +65,6 @@ class DatasetOptions:
     """Budget of one train subset (its parquet files together)."""
     max_file_mb: float = 500.0
     """Parquet files roll over at this size (the Hub's default shard size)."""
-
-
-@dataclass
-class SplitFiles:
-    split: str
-    files: list[dict] = field(default_factory=list)
-    """``path_in_repo``, ``rows``, ``bytes``, ``sha256`` per file."""
-
-    @property
-    def rows(self) -> int:
-        return sum(f["rows"] for f in self.files)
-
-    @property
-    def bytes(self) -> int:
-        return sum(f["bytes"] for f in self.files)
 
 
 @dataclass
@@ -331,77 +311,11 @@ class _Writer:
         return self._audio
 
     @contextlib.contextmanager
-    def _split_sink(self, split: str) -> Iterator[_SplitSink]:
-        sink = _SplitSink(self.data_root, self.options.dataset, self.country, split, self.schema, self.max_file_bytes)
+    def _split_sink(self, split: str) -> Iterator[SplitSink]:
+        sink = SplitSink(self.data_root, self.options.dataset, self.country, split, self.schema, self.max_file_bytes)
         try:
             yield sink
         except BaseException:
             sink.abort()
             raise
         sink.finish()
-
-
-class _SplitSink:
-    """Parquet files of one split, rolled at ``max_file_bytes``, moved into place when the split is complete."""
-
-    def __init__(self, data_root: DataRoot, dataset: str, country: str, split: str, schema: pa.Schema, max_file_bytes: int):
-        self.data_root, self.dataset, self.country, self.split = data_root, dataset, country, split
-        self.schema, self.max_file_bytes = schema, max_file_bytes
-        self.build_dir = layout.hf_build_dir(dataset, country)
-        self.parts: list[dict] = []
-        self.payload_bytes = 0
-        self._stack = contextlib.ExitStack()
-        self._writer = None
-        self.result = SplitFiles(split)
-
-    def append(self, table: pa.Table, payload: int) -> None:
-        current = self.parts[-1]["payload"] if self.parts else 0
-        if self._writer is None or (current and current + payload > self.max_file_bytes * (1 - PARQUET_RESERVE)):
-            self._roll()
-        self._writer.write_table(table)
-        part = self.parts[-1]
-        part["rows"] += table.num_rows
-        part["payload"] += payload
-        part["keys"].extend(table["key"].to_pylist())
-        self.payload_bytes += payload
-
-    def _roll(self) -> None:
-        self._stack.close()
-        self._stack = contextlib.ExitStack()
-        relative = f"{self.build_dir}/{self.split}-{len(self.parts):05d}.parquet"
-        self._writer = self._stack.enter_context(self.data_root.parquet_writer(relative, self.schema))
-        self.parts.append({"relative": relative, "rows": 0, "payload": 0, "keys": []})
-
-    def abort(self) -> None:
-        with contextlib.suppress(Exception):
-            self._stack.close()
-
-    def finish(self) -> None:
-        self._stack.close()
-        fs = self.data_root.fs
-        count = len(self.parts)
-        final_dir = layout.hf_dataset_file(self.dataset, self.country)
-        stale = {
-            p for p in fs.glob(self.data_root.path(f"{final_dir}/{self.split}-*.parquet"))
-            if (m := FILE_NAME.match(p.rsplit("/", 1)[-1])) and m["split"] == self.split
-        }
-        for index, part in enumerate(self.parts):
-            name = f"{self.split}-{index:05d}-of-{count:05d}.parquet"
-            target = self.data_root.path(f"{final_dir}/{name}")
-            fs.makedirs(self.data_root.path(final_dir), exist_ok=True)
-            fs.mv(self.data_root.path(part["relative"]), target)
-            stale.discard(target)
-            self.result.files.append({
-                "path_in_repo": f"{self.country}/{name}", "rows": part["rows"], "bytes": int(fs.size(target)),
-                "sha256": file_sha256(fs, target), "keys": part["keys"],
-            })
-        for path in stale:
-            fs.rm(path)
-
-
-def file_sha256(fs, path: str) -> str:
-    digest = hashlib.sha256()
-    with fs.open(path, "rb") as handle:
-        while chunk := handle.read(8 << 20):
-            digest.update(chunk)
-    return digest.hexdigest()

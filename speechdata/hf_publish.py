@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 from speechdata import layout
 from speechdata.hf_card import CARD_FILE
-from speechdata.hf_dataset import file_sha256
+from speechdata.hf_files import file_sha256
 from speechdata.hf_state import execute_many, rows_as_dicts, state_connection
 from speechdata.storage import DataRoot
 
