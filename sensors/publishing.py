@@ -32,8 +32,11 @@ hf_publish_job = dg.define_asset_job(
 )
 
 
+SENSOR_NAME = "country_dataset_sensor"
+
+
 @dg.sensor(
-    name="country_dataset_sensor",
+    name=SENSOR_NAME,
     jobs=[hf_dataset_job, hf_publish_job],
     minimum_interval_seconds=int(os.environ.get("SPEECHDATA_PUBLISHING_SENSOR_INTERVAL_S", "60")),
     default_status=dg.DefaultSensorStatus.RUNNING,
@@ -53,14 +56,22 @@ def country_dataset_sensor(context: dg.SensorEvaluationContext, hub: HubPublishe
         countries.update(value.value if value is not None else [])
     latest = records[-1].storage_id
     known = set(context.instance.get_dynamic_partitions("country"))
+    # A country run still waiting in the queue reads every shard when it starts: a second is redundant.
+    waiting = {
+        record.dagster_run.tags.get(COUNTRY_TAG)
+        for record in context.instance.get_run_records(
+            dg.RunsFilter(statuses=[dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.NOT_STARTED], tags={"speechdata/launched_by": SENSOR_NAME})
+        )
+    }
     job_name = HF_PUBLISH_JOB_NAME if hub.enabled else HF_DATASET_JOB_NAME
     return dg.SensorResult(
         run_requests=[
             dg.RunRequest(
                 job_name=job_name, partition_key=country, run_key=f"hf-{country}-{latest}",
-                tags={"speechdata/launched_by": "country_dataset_sensor", COUNTRY_TAG: country},
+                # Shard runs go first: a country refresh is cheap to delay and reads all shards anyway.
+                tags={"speechdata/launched_by": SENSOR_NAME, COUNTRY_TAG: country, "dagster/priority": "-1"},
             )
-            for country in sorted(countries)
+            for country in sorted(countries - waiting)
         ],
         dynamic_partitions_requests=[dg.AddDynamicPartitionsRequest("country", sorted(countries - known))] if countries - known else [],
         cursor=str(latest),

@@ -198,3 +198,23 @@ def test_country_dataset_sensor_requests_the_countries_of_newly_indexed_shards(t
     land(corpus, data_root, instance, ["france"])
     second = tick(first.cursor, repo_id="org/ds")
     assert [(r.partition_key, r.job_name) for r in second.run_requests] == [("france", HF_PUBLISH_JOB_NAME)]
+
+
+def test_country_dataset_sensor_does_not_queue_a_second_run_for_a_waiting_country(tmp_path, data_root, clips, instance):
+    from dagster_project.definitions import defs
+    from sensors.publishing import country_dataset_sensor
+
+    corpus = tmp_path / "countries"
+    build_seed004_corpus(corpus, {"germany": 1}, clips=clips, audio_format="flac")
+    land(corpus, data_root, instance)
+    context = dg.build_sensor_context(instance=instance, resources={"hub": HubPublisherResource()})
+    [request] = country_dataset_sensor(context).run_requests
+    assert request.tags["dagster/priority"] == "-1"
+    instance.create_run_for_job(
+        defs.resolve_job_def("hf_dataset_job"),
+        tags=request.tags, status=dg.DagsterRunStatus.NOT_STARTED,
+    )
+    build_seed004_corpus(corpus, {"germany": 1}, clips=clips, audio_format="flac", first_recording=5)
+    land(corpus, data_root, instance)
+    later = country_dataset_sensor(dg.build_sensor_context(instance=instance, resources={"hub": HubPublisherResource()}))
+    assert later.run_requests == []
