@@ -24,8 +24,8 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-import datasets
 import numpy as np
 import pyarrow as pa
 import soundfile as sf
@@ -39,11 +39,17 @@ from speechdata.hf_files import PARQUET_RESERVE, SplitFiles, SplitSink
 from speechdata.landed_audio import AudioNotFound, LandedAudio
 from speechdata.storage import DataRoot
 
+if TYPE_CHECKING:
+    import datasets
+
 DEFAULT_DATASET = "speech-segments"
 
 
 def hf_features(sample_rate: int) -> datasets.Features:
     """Seed 004's target schema, with the sampling rate found in the data."""
+    # Imported here: `datasets` costs ~3 s, and every Dagster step process imports this module.
+    import datasets
+
     v = datasets.Value
     return datasets.Features({
         "audio": datasets.Audio(sampling_rate=sample_rate),
