@@ -64,13 +64,13 @@ def test_landed_shards_are_materialized_by_the_sensor_run_once_each(tmp_path):
         from speechdata.sample_shards import mark_landed
 
         mark_landed(data_root, "e2e-0001")
-        wait_for(lambda: done(dev, "e2e-0001"), dev, 240, "e2e-0001 materialized")
+        wait_for(lambda: done(dev, "e2e-0001"), dev, 480, "e2e-0001 materialized")
         [first_run] = shard_runs(dev, "e2e-0001")
         assert first_run["jobName"] == "per_shard_job" and first_run["status"] == "SUCCESS"
         assert {"key": "speechdata/launched_by", "value": "landing_sensor"} in first_run["tags"]
 
         build_sample_shard(data_root, "e2e-0002", 2, seed=2, long_recordings=0)
-        wait_for(lambda: done(dev, "e2e-0002"), dev, 240, "e2e-0002 materialized")
+        wait_for(lambda: done(dev, "e2e-0002"), dev, 480, "e2e-0002 materialized")
         time.sleep(5)  # more ticks: neither shard may be requested again
         assert len(shard_runs(dev, "e2e-0001")) == 1
         assert len(shard_runs(dev, "e2e-0002")) == 1

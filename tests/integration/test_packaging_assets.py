@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from assets import ALL_ASSETS, SHARD_ASSETS, manifest_catalog
+from assets import SHARD_ASSETS, manifest_catalog
 from assets.partitions import shard_partitions
 from sensors.catalog import catalog_refresh_sensor
 from speechdata import layout
@@ -144,8 +144,7 @@ def test_catalog_refresh_sensor_and_asset_pick_up_manifests(packed):
     assert len(result.run_requests) == 1
     assert isinstance(catalog_refresh_sensor(dg.build_sensor_context(instance=instance, cursor=result.cursor)), dg.SkipReason)
 
-    materialized = dg.materialize(ALL_ASSETS, selection=dg.AssetSelection.assets(manifest_catalog),
-                                  instance=instance, resources=resources)
+    materialized = dg.materialize([manifest_catalog], instance=instance, resources=resources)
     assert materialized.success
     with duckdb.connect(f"{data_root.root}/catalog.duckdb", read_only=True) as connection:
         [(total,)] = connection.execute("SELECT count(*) FROM samples").fetchall()
