@@ -1,6 +1,10 @@
+from typing import TYPE_CHECKING
+
 import dagster as dg
-import torch
 from pydantic import Field
+
+if TYPE_CHECKING:
+    import torch
 
 
 class TorchDeviceResource(dg.ConfigurableResource):
@@ -14,16 +18,23 @@ class TorchDeviceResource(dg.ConfigurableResource):
     max_batch_tokens: int = Field(16_384, description="Padded text tokens per Qwen forward.")
     max_batch_audio_s: float = Field(200.0, description="Padded 16 kHz audio seconds per WavLM forward.")
 
-    def torch_device(self) -> torch.device:
+    # torch is imported on use: every Dagster step process loads this module, most never touch a model.
+    def torch_device(self) -> "torch.device":
+        import torch
+
         if self.device == "auto":
             return torch.device("cuda" if torch.cuda.is_available() else "cpu")
         return torch.device(self.device)
 
-    def dtype(self) -> torch.dtype:
+    def dtype(self) -> "torch.dtype":
+        import torch
+
         return torch.bfloat16 if self.torch_device().type == "cuda" else torch.float32
 
     def peak_memory_gb(self) -> float | None:
         device = self.torch_device()
         if device.type != "cuda":
             return None
+        import torch
+
         return torch.cuda.max_memory_allocated(device) / 1e9

@@ -47,10 +47,12 @@ import threading
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Union
+from typing import TYPE_CHECKING, Union
 
 import numpy as np
-import torch
+
+if TYPE_CHECKING:
+    import torch
 
 __all__ = [
     "AlignmentImpossible",
@@ -61,7 +63,7 @@ __all__ = [
     "state_tokens",
 ]
 
-ArrayLike = Union[torch.Tensor, np.ndarray, Sequence[int]]
+ArrayLike = Union["torch.Tensor", np.ndarray, Sequence[int]]
 
 #: NeMo's ``padding_value`` (a float32 tensor filled with it holds -3.4e38 rounded to float32).
 PADDING_VALUE = np.float32(-3.4e38)
@@ -404,8 +406,8 @@ def _kernel(backend: str) -> Kernel:
 
 
 def _log_probs_array(log_probs: ArrayLike) -> np.ndarray:
-    if isinstance(log_probs, torch.Tensor):
-        array = log_probs.detach().to(device="cpu", dtype=torch.float32).numpy()
+    if hasattr(log_probs, "detach"):  # a torch tensor; torch itself is not imported for numpy callers
+        array = log_probs.detach().float().cpu().numpy()
     else:
         array = np.asarray(log_probs, dtype=np.float32)
     if array.ndim != 2:
@@ -416,7 +418,7 @@ def _log_probs_array(log_probs: ArrayLike) -> np.ndarray:
 
 
 def _targets_array(targets: ArrayLike) -> np.ndarray:
-    if isinstance(targets, torch.Tensor):
+    if hasattr(targets, "detach"):  # a torch tensor
         targets = targets.detach().cpu().numpy()
     array = np.asarray(targets)
     if array.size == 0:
