@@ -21,18 +21,17 @@ from dagster._core.definitions.asset_checks.asset_check_evaluation import (
 
 from assets.partitions import shard_partitions
 
-GPU_SHARDS_PER_RUN = 2
-"""k for the GPU assets: a backfill of n shards runs ceil(n / k) GPU runs, each loading its models once.
-Small enough that one run's shards finish within a pod's lifetime, large enough to amortise a model load."""
+SHARDS_PER_RUN = 4
+"""k: a backfill of n shards runs ceil(n / k) runs, each carrying its k shards through every shard asset.
 
-GPU_BACKFILL_POLICY = dg.BackfillPolicy.multi_run(max_partitions_per_run=GPU_SHARDS_PER_RUN)
+GPU assets load their models once per k shards. CPU assets use the same k because batching beats a
+run per shard here (benchmarks/bench_backfill_policy.py, README "Operating from the Dagster UI"):
+every step of a run is a process that imports the code location. One k for all also keeps a whole
+backfill in one wave of runs; assets with different policies cannot share a run, and each wave
+waits for a backfill daemon iteration (every 30 s)."""
 
-CPU_SHARDS_PER_RUN = 8
-"""k for the CPU assets, from benchmarks/bench_backfill_policy.py (README, Operating from the UI): every
-step of a run is a process that imports the code location, so batching shards into one run is
-faster than a run per shard until a run's shards no longer fit one worker's time budget."""
-
-CPU_BACKFILL_POLICY = dg.BackfillPolicy.multi_run(max_partitions_per_run=CPU_SHARDS_PER_RUN)
+GPU_SHARDS_PER_RUN = CPU_SHARDS_PER_RUN = SHARDS_PER_RUN
+GPU_BACKFILL_POLICY = CPU_BACKFILL_POLICY = dg.BackfillPolicy.multi_run(max_partitions_per_run=SHARDS_PER_RUN)
 
 # Backfill policies are beta in Dagster 1.13 (pinned); say so once here rather than once per asset.
 warnings.filterwarnings("ignore", message=".*`backfill_policy`.*", category=dg.BetaWarning)

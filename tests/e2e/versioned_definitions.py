@@ -11,7 +11,7 @@ from pathlib import Path
 
 import dagster as dg
 
-from dagster_project.definitions import defs as deployed_defs
+import dagster_project.definitions as deployed
 
 OVERRIDES_ENV = "SPEECHDATA_E2E_CODE_VERSIONS"
 
@@ -31,4 +31,5 @@ def _with_overrides(defs: dg.Definitions, overrides: dict[str, str]) -> dg.Defin
     )
 
 
-defs = _with_overrides(deployed_defs, _code_version_overrides())
+# Only one Definitions object may sit at module scope: the deployed one stays in its module.
+defs = _with_overrides(deployed.defs, _code_version_overrides())
