@@ -11,11 +11,13 @@ registered in a temporary ``DAGSTER_HOME``. The CPU assets (``--assets``) are th
 twice, each run in a fresh process through ``dg.execute_job`` with the multiprocess executor, as
 the daemon's run launcher would:
 
-* ``per_shard``: ``BackfillPolicy.multi_run(1)``, one run per shard, at most ``--concurrent_runs``
-  at a time (deploy/local/dagster.yaml's run queue);
-* ``batched``: ``multi_run(k)`` with k = ``CPU_SHARDS_PER_RUN``, one run per k shards.
+* ``per_shard_multiprocess``: ``BackfillPolicy.multi_run(1)``, one run per shard, at most
+  ``--concurrent_runs`` at a time (deploy/local/dagster.yaml's run queue), a process per step;
+* ``batched_multiprocess``: ``multi_run(k)`` with k = ``CPU_SHARDS_PER_RUN``, one run per k shards;
+* ``batched_in_process``: the same runs with the in-process executor (one process per run), the
+  code location's executor.
 
-Figures: wall seconds of each and ``ratio_per_shard_over_batched`` (> 1: batching is faster).
+Figures: wall seconds of each and their ratios to ``batched_in_process`` (> 1: it is faster).
 """
 
 from __future__ import annotations
@@ -34,10 +36,12 @@ from benchmarks.report import emit, progress, ratio, stdout_to_stderr
 
 RANGE_START, RANGE_END = "dagster/asset_partition_range_start", "dagster/asset_partition_range_end"
 DEFAULT_ASSETS = "raw_shards,normalized_audio,alignments,frame_grids,vad_segments,asr_flac"
+EXECUTORS = {"multiprocess": dg.multiprocess_executor, "in_process": dg.in_process_executor}
 
 
 def benchmark_job() -> dg.JobDefinition:
-    """The CPU assets named by ``BENCH_ASSETS`` as one job (a module-level function: reconstructable)."""
+    """The CPU assets named by ``BENCH_ASSETS`` as one job (a module-level function: reconstructable),
+    on the executor named by ``BENCH_EXECUTOR``."""
     from dagster_project.definitions import build_resources
     from assets import ALL_ASSETS
 
@@ -47,6 +51,7 @@ def benchmark_job() -> dg.JobDefinition:
         assets=selected,
         jobs=[dg.define_asset_job("cpu_backfill", selection=dg.AssetSelection.assets(*selected))],
         resources=build_resources(os.environ["DATA_ROOT"], "tiny"),
+        executor=EXECUTORS[os.environ["BENCH_EXECUTOR"]],
     )
     return defs.resolve_job_def("cpu_backfill")
 
@@ -106,19 +111,24 @@ def main(argv: list[str] | None = None) -> None:
         with dg.DagsterInstance.from_config(tmp) as instance:
             instance.add_dynamic_partitions("shard", shards)
         k = CPU_SHARDS_PER_RUN
-        progress(f"batched: {len(shards)} shards in runs of {k}")
-        batched_s = backfill([shards[i:i + k] for i in range(0, len(shards), k)], args.concurrent_runs, env)
-        progress(f"batched {batched_s:.1f} s; per shard: {len(shards)} runs, {args.concurrent_runs} at a time")
-        per_shard_s = backfill([[s] for s in shards], args.concurrent_runs, env)
-        progress(f"per shard {per_shard_s:.1f} s")
+        batched = [shards[i:i + k] for i in range(0, len(shards), k)]
+        seconds = {}
+        for name, chunks, executor in (
+            ("batched_in_process", batched, "in_process"),
+            ("batched_multiprocess", batched, "multiprocess"),
+            ("per_shard_multiprocess", [[s] for s in shards], "multiprocess"),
+        ):
+            seconds[name] = backfill(chunks, args.concurrent_runs, {**env, "BENCH_EXECUTOR": executor})
+            progress(f"{name}: {len(chunks)} runs, {seconds[name]:.1f} s")
+    base = seconds["batched_in_process"]
     emit(
         "backfill_policy",
         {"shards": args.shards, "utterances_per_shard": args.utterances, "assets": args.assets.split(","),
          "cpu_shards_per_run": k, "concurrent_runs": args.concurrent_runs},
         {
-            "batched_seconds": round(batched_s, 2),
-            "per_shard_seconds": round(per_shard_s, 2),
-            "ratio_per_shard_over_batched": ratio(per_shard_s, batched_s),
+            **{f"{name}_seconds": round(value, 2) for name, value in seconds.items()},
+            "ratio_per_shard_multiprocess_over_batched_in_process": ratio(seconds["per_shard_multiprocess"], base),
+            "ratio_batched_multiprocess_over_batched_in_process": ratio(seconds["batched_multiprocess"], base),
         },
     )
 

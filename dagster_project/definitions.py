@@ -65,4 +65,8 @@ defs = dg.Definitions(
     jobs=ALL_JOBS,
     sensors=[landing_sensor, catalog_refresh_sensor, country_dataset_sensor],
     resources=build_resources(),
+    # One process per run: torch and NeMo are imported, and each model loaded, once per run rather
+    # than once per step (benchmarks/bench_backfill_policy.py). The `gpu` pool still limits GPU
+    # steps across runs. On Kubernetes, k8s_job_executor goes here instead.
+    executor=dg.in_process_executor,
 )

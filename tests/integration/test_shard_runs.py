@@ -44,7 +44,7 @@ def test_a_range_run_records_each_shard_once_with_its_own_metadata_and_checks(in
     assert {s: m["utterances_in"].value for s, m in by_key["normalized_audio"].items()} == {
         s: m["dagster/row_count"].value for s, m in by_key["raw_shards"].items()
     }
-    checks = [e.asset_check_evaluation_data for e in result.get_asset_check_evaluations()]
+    checks = result.get_asset_check_evaluations()
     assert sorted((c.asset_key.to_user_string(), c.partition) for c in checks) == sorted(
         (key, s) for key in ("raw_shards", "normalized_audio") for s in shards
     )
