@@ -30,7 +30,16 @@ dev: setup $(DAGSTER_HOME)/dagster.yaml
 	$(BIN)/dagster instance concurrency set gpu 1
 	SPEECHDATA_PROFILE=$${SPEECHDATA_PROFILE:-tiny} $(BIN)/dagster dev -w workspace.yaml -p $(PORT)
 
-test: setup
+# The browser test drives Debian's Chromium (never a downloaded browser); CI has Debian's registry.
+CHROMIUM := /usr/bin/chromium
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+
+$(CHROMIUM):
+	@command -v apt-get >/dev/null || { echo "need $(CHROMIUM): install Debian's chromium package"; exit 1; }
+	$(SUDO) apt-get update -qq
+	DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq chromium chromium-driver
+
+test: setup $(CHROMIUM)
 	SPEECHDATA_PROFILE=tiny $(BIN)/python -m pytest tests
 
 bench: setup

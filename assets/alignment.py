@@ -7,12 +7,15 @@ from pydantic import Field
 
 from assets.ingest import normalized_audio
 from assets.partitions import shard_partitions
-from assets.reporting import markdown_preview, progress_logger, stage_metadata, utterance_check_results
+from assets.reporting import column_schema, markdown_preview, progress_logger, stage_metadata, utterance_check_results
+from assets.shard_runs import CPU_BACKFILL_POLICY, ShardEvents, ShardResult, materialize_shards, shard_check_specs
 from resources.aligner import CtcAlignerResource
+from resources.model_pins import QWEN
 from resources.storage import DataRootResource
 from resources.text_tokenizer import TextTokenizerResource
 from speechdata import layout
 from speechdata.alignment_stage import align_shard, import_shard_alignments
+from speechdata.frame_grid import GRID_RULE_VERSION
 from speechdata.frame_grid_stage import build_shard_frame_grids, verify_frame_grids
 
 GROUP = "alignment"
@@ -37,13 +40,14 @@ class AlignmentsConfig(dg.Config):
     kinds={"pytorch", "parquet"},
     owners=OWNERS,
     code_version="alignments-v1",
+    backfill_policy=CPU_BACKFILL_POLICY,
 )
 def alignments(
     context: dg.AssetExecutionContext,
     config: AlignmentsConfig,
     data_root: DataRootResource,
     aligner: CtcAlignerResource,
-) -> dg.MaterializeResult:
+) -> ShardEvents:
     """Word and token time spans of every utterance, from NeMo CTC forced alignment (or imported).
 
     Files: `shards/<shard>/alignments.parquet` (`utt_id`, `level` word/token, `index`, `text`,
@@ -54,8 +58,10 @@ def alignments(
     model, with an empty transcript, or with text the model's vocabulary cannot express are in
     `shards/<shard>/rejects/alignments.parquet`.
     """
-    shard_id = context.partition_key
-    root = data_root.get()
+    yield from materialize_shards(context, lambda shard_id: _align_one_shard(context, config, data_root.get(), aligner, shard_id))
+
+
+def _align_one_shard(context, config: AlignmentsConfig, root, aligner: CtcAlignerResource, shard_id: str) -> ShardResult:
     if config.source == "import":
         summary = import_shard_alignments(root, shard_id)
     else:
@@ -63,14 +69,14 @@ def alignments(
             root, shard_id, aligner.aligner_for,
             settings=aligner.log_prob_settings(0.08),
             write_ctm_files=config.write_ctm,
-            on_progress=progress_logger(context, "aligned"),
+            on_progress=progress_logger(context, "aligned", shard_id),
         )
     scores = root.read_parquet(layout.alignment_scores(shard_id))
     context.log.info(
         f"{shard_id}: {summary.rows_out}/{summary.rows_in} aligned, rejects {summary.rejects_by_reason}, "
         f"{summary.audio_seconds_per_second:.0f} audio s/s"
     )
-    return dg.MaterializeResult(
+    return ShardResult(
         metadata={
             **stage_metadata(summary),
             "source": config.source,
@@ -95,15 +101,15 @@ GRID_CHECKS = {
     group_name=GROUP,
     kinds={"parquet"},
     owners=OWNERS,
-    code_version="frame_grids-v1",
-    check_specs=[
-        dg.AssetCheckSpec(name, asset="frame_grids", blocking=True, description=description)
-        for name, description in GRID_CHECKS.items()
-    ],
+    # The grid rule's version and the Qwen tokenizer's pin are part of the code version: changing
+    # either marks every shard's grids stale in the UI, and a backfill of the stale set redoes them.
+    code_version=f"frame_grids-v1+grid-{GRID_RULE_VERSION}+tokenizer-{QWEN.identity}",
+    backfill_policy=CPU_BACKFILL_POLICY,
+    check_specs=shard_check_specs("frame_grids", GRID_CHECKS),
 )
 def frame_grids(
     context: dg.AssetExecutionContext, data_root: DataRootResource, text_tokenizer: TextTokenizerResource
-) -> dg.MaterializeResult:
+) -> ShardEvents:
     """The 12.5 Hz bridge grid: which text token owns each 80 ms Mimi frame, per utterance.
 
     File: `shards/<shard>/frame_grids.parquet`, one row per utterance with `tokens` (Qwen token ids,
@@ -111,9 +117,12 @@ def frame_grids(
     [T], may be 0), the token spans in ms, and counts. Rules: DESIGN.md "Bridge tuple semantics".
     Read it with `pyarrow.parquet.read_table` or DuckDB.
     """
-    shard_id = context.partition_key
     root = data_root.get()
     tokenizer = text_tokenizer.get()
+    yield from materialize_shards(context, lambda shard_id: _grid_one_shard(context, root, tokenizer, text_tokenizer.identity, shard_id))
+
+
+def _grid_one_shard(context, root, tokenizer, tokenizer_identity: str, shard_id: str) -> ShardResult:
     summary, totals = build_shard_frame_grids(root, shard_id, tokenizer)
     table = root.read_parquet(layout.frame_grids(shard_id))
     index = root.read_parquet(layout.utterance_index(shard_id), columns=["utt_id", "text"])
@@ -128,17 +137,19 @@ def frame_grids(
         f"{shard_id}: {summary.rows_out} grids, zero-frame tokens {totals.zero_duration_token_share:.1%}, "
         f"silence frames {totals.silence_frame_share:.1%}"
     )
-    return dg.MaterializeResult(
+    return ShardResult(
         metadata={
             **stage_metadata(summary),
-            "tokenizer": text_tokenizer.identity,
+            "grid_rule_version": GRID_RULE_VERSION,
+            "tokenizer": tokenizer_identity,
             "tokens": totals.tokens,
             "frames": totals.frames,
             "zero_duration_token_share": round(totals.zero_duration_token_share, 6),
             "silence_frame_share": round(totals.silence_frame_share, 6),
+            "dagster/column_schema": column_schema(table.schema),
             "preview": _grid_preview(table),
         },
-        check_results=utterance_check_results(failed_by_check),
+        checks=utterance_check_results(failed_by_check),
     )
 
 

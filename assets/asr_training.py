@@ -5,7 +5,8 @@ from pydantic import Field
 
 from assets.ingest import raw_shards
 from assets.partitions import shard_partitions
-from assets.reporting import markdown_preview, markdown_rows, progress_logger, stage_metadata
+from assets.reporting import column_schema, markdown_preview, markdown_rows, progress_logger, stage_metadata
+from assets.shard_runs import CPU_BACKFILL_POLICY, ShardEvents, ShardResult, materialize_shards, shard_check_specs
 from resources.storage import DataRootResource
 from speechdata.asr_flac import extract_asr_flac
 from speechdata.asr_manifest import AsrManifestConfig
@@ -24,14 +25,10 @@ NO_RECORDING_LEAKS = "no_recording_in_two_splits"
     kinds={"flac", "parquet"},
     owners=OWNERS,
     code_version="asr_flac-v1",
-    check_specs=[
-        dg.AssetCheckSpec(
-            FLAC_ACCOUNTED, asset="asr_flac", blocking=True,
-            description="Every utterance of the index has a FLAC file or an asr_flac reject.",
-        )
-    ],
+    backfill_policy=CPU_BACKFILL_POLICY,
+    check_specs=shard_check_specs("asr_flac", {FLAC_ACCOUNTED: "Every utterance of the index has a FLAC file or an asr_flac reject."}),
 )
-def asr_flac(context: dg.AssetExecutionContext, data_root: DataRootResource) -> dg.MaterializeResult:
+def asr_flac(context: dg.AssetExecutionContext, data_root: DataRootResource) -> ShardEvents:
     """The shard's utterances as 16 kHz mono 16-bit FLAC files, the files ASR training reads.
 
     Files: `asr/flac/<shard>/<utt_id>.flac`, the index `shards/<shard>/asr_flac.parquet` (`utt_id`,
@@ -40,14 +37,17 @@ def asr_flac(context: dg.AssetExecutionContext, data_root: DataRootResource) -> 
     with `..` or absolute names, links and devices are never read or written, and are listed here
     (`unsafe_tar_members`); an utterance that points at one is rejected with the reason.
     """
-    shard_id = context.partition_key
+    yield from materialize_shards(context, lambda shard_id: _extract_one_shard(context, data_root, shard_id))
+
+
+def _extract_one_shard(context: dg.AssetExecutionContext, data_root: DataRootResource, shard_id: str) -> ShardResult:
     summary, unsafe = extract_asr_flac(
-        data_root.get(), shard_id, on_progress=progress_logger(context, "extracted")
+        data_root.get(), shard_id, on_progress=progress_logger(context, "extracted", shard_id)
     )
     for member in unsafe:
         context.log.warning(f"{shard_id}: unsafe tar member not read: {member.reason}: {member.detail}")
     accounted = summary.rows_out + len({r.utt_id for r in summary.rejects}) == summary.rows_in
-    return dg.MaterializeResult(
+    return ShardResult(
         metadata={
             **stage_metadata(summary),
             "sample_rate": 16_000,
@@ -56,7 +56,7 @@ def asr_flac(context: dg.AssetExecutionContext, data_root: DataRootResource) -> 
                 [{"member": m.name, "reason": m.reason} for m in unsafe[:10]]
             ),
         },
-        check_results=[
+        checks=[
             dg.AssetCheckResult(
                 check_name=FLAC_ACCOUNTED, passed=accounted,
                 metadata={"indexed": summary.rows_in, "extracted": summary.rows_out, "rejected": len(summary.rejects)},
@@ -137,6 +137,7 @@ def asr_manifest(
             "languages_relabeled": dg.MetadataValue.json(build.relabeled),
             "compute_seconds": round(summary.compute_seconds, 3),
             **{f"{name}_uri": dg.MetadataValue.path(uri) for name, uri in summary.outputs.items()},
+            "dagster/column_schema": column_schema(build.train.to_arrow().schema),
             "preview": markdown_preview(build.train.to_arrow(), ["utt_id", "lang", "duration", "text"]),
         },
         check_results=[

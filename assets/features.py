@@ -1,11 +1,15 @@
 """[features] Qwen3 hidden states and pooled WavLM features, on the GPU pool."""
 
+import time
+
 import dagster as dg
 
 from assets.alignment import frame_grids
 from assets.partitions import shard_partitions
 from assets.reporting import device_metadata, progress_logger, stage_metadata, utterance_check_results
+from assets.shard_runs import GPU_BACKFILL_POLICY, ShardEvents, ShardResult, materialize_shards, shard_check_specs
 from resources.encoders import QwenEncoder, WavLMEncoder
+from resources.model_pins import QWEN, WAVLM
 from resources.storage import DataRootResource
 from resources.torch_device import TorchDeviceResource
 from speechdata import layout
@@ -35,39 +39,45 @@ FEATURE_CHECKS = {
     owners=OWNERS,
     pool=GPU_POOL,
     op_tags=GPU_OP_TAGS,
-    code_version="qwen_hidden_states-v1",
-    check_specs=[
-        dg.AssetCheckSpec(name, asset="qwen_hidden_states", blocking=True, description=text)
-        for name, text in FEATURE_CHECKS.items()
-    ],
+    # The model pin is part of the code version: a new Qwen revision marks every shard stale.
+    code_version=f"qwen_hidden_states-v1+{QWEN.identity}",
+    backfill_policy=GPU_BACKFILL_POLICY,
+    check_specs=shard_check_specs("qwen_hidden_states", FEATURE_CHECKS),
 )
 def qwen_hidden_states(
     context: dg.AssetExecutionContext, data_root: DataRootResource, torch_device: TorchDeviceResource, qwen: QwenEncoder
-) -> dg.MaterializeResult:
+) -> ShardEvents:
     """Qwen3-1.7B hidden states over exactly each utterance's `tokens` (the bridge's `qwen.npy`).
 
     File: `shards/<shard>/qwen_hidden_states.parquet`, one row per utterance (`utt_id`, `n_rows` = T,
     `dim` = 2048 in production, `data` = float16 C-order bytes). `hidden_states[-2]` of `AutoModel`:
     the un-normed output of layer 27 of 28; the last layer and the LM head are never run. Read with
-    `speechdata.array_store.iter_arrays`.
+    `speechdata.array_store.iter_arrays`. A backfill run computes up to k shards with one model load.
     """
-    shard_id = context.partition_key
     root = data_root.get()
+    started = time.perf_counter()
     model = qwen.model(torch_device)
-    summary = compute_qwen_hidden_states(
-        root, shard_id, model, device=torch_device.torch_device(),
-        max_batch_tokens=torch_device.max_batch_tokens, on_progress=progress_logger(context, "encoded"),
-    )
-    grids = root.read_parquet(layout.frame_grids(shard_id), columns=["utt_id", "n_tokens"])
-    failures = check_feature_shapes(
-        root, layout.qwen_hidden_states(shard_id),
-        dict(zip(grids["utt_id"].to_pylist(), grids["n_tokens"].to_pylist())), model.config.hidden_size,
-    )
-    return dg.MaterializeResult(
-        metadata={**stage_metadata(summary), **device_metadata(torch_device), "model": qwen.identity,
-                  "hidden_size": model.config.hidden_size},
-        check_results=utterance_check_results(failures),
-    )
+    load_s = time.perf_counter() - started
+    context.log.info(f"{qwen.identity} loaded in {load_s:.1f} s for {len(context.partition_keys)} shards")
+
+    def one_shard(shard_id: str) -> ShardResult:
+        torch_device.reset_peak_memory()
+        summary = compute_qwen_hidden_states(
+            root, shard_id, model, device=torch_device.torch_device(),
+            max_batch_tokens=torch_device.max_batch_tokens, on_progress=progress_logger(context, "encoded", shard_id),
+        )
+        grids = root.read_parquet(layout.frame_grids(shard_id), columns=["utt_id", "n_tokens"])
+        failures = check_feature_shapes(
+            root, layout.qwen_hidden_states(shard_id),
+            dict(zip(grids["utt_id"].to_pylist(), grids["n_tokens"].to_pylist())), model.config.hidden_size,
+        )
+        return ShardResult(
+            metadata={**stage_metadata(summary), **device_metadata(torch_device), "model": qwen.identity,
+                      "model_load_seconds": round(load_s, 3), "hidden_size": model.config.hidden_size},
+            checks=utterance_check_results(failures),
+        )
+
+    yield from materialize_shards(context, one_shard)
 
 
 @dg.asset(
@@ -78,38 +88,43 @@ def qwen_hidden_states(
     owners=OWNERS,
     pool=GPU_POOL,
     op_tags=GPU_OP_TAGS,
-    code_version="wavlm_features-v1",
-    check_specs=[
-        dg.AssetCheckSpec(name, asset="wavlm_features", blocking=True, description=text)
-        for name, text in FEATURE_CHECKS.items()
-    ],
+    code_version=f"wavlm_features-v1+{WAVLM.identity}",
+    backfill_policy=GPU_BACKFILL_POLICY,
+    check_specs=shard_check_specs("wavlm_features", FEATURE_CHECKS),
 )
 def wavlm_features(
     context: dg.AssetExecutionContext, data_root: DataRootResource, torch_device: TorchDeviceResource, wavlm: WavLMEncoder
-) -> dg.MaterializeResult:
+) -> ShardEvents:
     """WavLM-Large features on Mimi's 12.5 Hz clock (the bridge's `wavlm.npy`).
 
     File: `shards/<shard>/wavlm_features.parquet`, one float16 `[F, 1024]` matrix per utterance
     (same layout as `qwen_hidden_states`). The 24 kHz audio is resampled to 16 kHz on the device,
     the last hidden state (or a configured layer / weighted sum) is average-pooled with kernel 8,
     stride 4 and 2 frames of padding so that row `i` is centred on Mimi frame `i`, then fitted to
-    exactly `F` frames of the frame grid.
+    exactly `F` frames of the frame grid. A backfill run computes up to k shards with one model load.
     """
-    shard_id = context.partition_key
     root = data_root.get()
+    started = time.perf_counter()
     model = wavlm.model(torch_device)
-    summary = compute_wavlm_features(
-        root, shard_id, model, device=torch_device.torch_device(), dtype=torch_device.dtype(),
-        max_batch_s=torch_device.max_batch_audio_s, layer=wavlm.layer, layer_weights=wavlm.layer_weights,
-        on_progress=progress_logger(context, "encoded"),
-    )
-    grids = root.read_parquet(layout.frame_grids(shard_id), columns=["utt_id", "n_frames"])
-    failures = check_feature_shapes(
-        root, layout.wavlm_features(shard_id),
-        dict(zip(grids["utt_id"].to_pylist(), grids["n_frames"].to_pylist())), model.config.hidden_size,
-    )
-    return dg.MaterializeResult(
-        metadata={**stage_metadata(summary), **device_metadata(torch_device), "model": wavlm.identity,
-                  "hidden_size": model.config.hidden_size},
-        check_results=utterance_check_results(failures),
-    )
+    load_s = time.perf_counter() - started
+    context.log.info(f"{wavlm.identity} loaded in {load_s:.1f} s for {len(context.partition_keys)} shards")
+
+    def one_shard(shard_id: str) -> ShardResult:
+        torch_device.reset_peak_memory()
+        summary = compute_wavlm_features(
+            root, shard_id, model, device=torch_device.torch_device(), dtype=torch_device.dtype(),
+            max_batch_s=torch_device.max_batch_audio_s, layer=wavlm.layer, layer_weights=wavlm.layer_weights,
+            on_progress=progress_logger(context, "encoded", shard_id),
+        )
+        grids = root.read_parquet(layout.frame_grids(shard_id), columns=["utt_id", "n_frames"])
+        failures = check_feature_shapes(
+            root, layout.wavlm_features(shard_id),
+            dict(zip(grids["utt_id"].to_pylist(), grids["n_frames"].to_pylist())), model.config.hidden_size,
+        )
+        return ShardResult(
+            metadata={**stage_metadata(summary), **device_metadata(torch_device), "model": wavlm.identity,
+                      "model_load_seconds": round(load_s, 3), "hidden_size": model.config.hidden_size},
+            checks=utterance_check_results(failures),
+        )
+
+    yield from materialize_shards(context, one_shard)

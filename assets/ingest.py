@@ -7,7 +7,8 @@ import dagster as dg
 from pydantic import Field
 
 from assets.partitions import shard_partitions
-from assets.reporting import markdown_preview, progress_logger, stage_metadata
+from assets.reporting import column_schema, markdown_preview, progress_logger, stage_metadata
+from assets.shard_runs import CPU_BACKFILL_POLICY, ShardEvents, ShardResult, materialize_shards, shard_check_specs
 from resources.storage import DataRootResource
 from speechdata.ingest import ingest_normalized_audio, ingest_raw_shard
 from speechdata.landing import ContractError
@@ -25,14 +26,12 @@ AUDIO_ACCOUNTED = "every_indexed_utterance_normalized_or_rejected"
     kinds={"parquet"},
     owners=OWNERS,
     code_version="raw_shards-v1",
-    check_specs=[
-        dg.AssetCheckSpec(
-            RAW_SHARDS_ACCOUNTED, asset="raw_shards", blocking=True,
-            description="Utterances in the index + rejected rows == rows in metadata.parquet.",
-        )
-    ],
+    backfill_policy=CPU_BACKFILL_POLICY,
+    check_specs=shard_check_specs(
+        "raw_shards", {RAW_SHARDS_ACCOUNTED: "Utterances in the index + rejected rows == rows in metadata.parquet."}
+    ),
 )
-def raw_shards(context: dg.AssetExecutionContext, data_root: DataRootResource) -> dg.MaterializeResult:
+def raw_shards(context: dg.AssetExecutionContext, data_root: DataRootResource) -> ShardEvents:
     """The shard's utterance index: every landed utterance that meets the landing contract.
 
     Files: `shards/<shard>/utterances.parquet` (contract columns, extra columns carried through, and
@@ -41,7 +40,10 @@ def raw_shards(context: dg.AssetExecutionContext, data_root: DataRootResource) -
     (`utt_id`, `stage`, `reason`, `detail`) for the rows that do not. A shard whose metadata is
     unusable (missing file, missing or mistyped column) fails with the file, column and rule.
     """
-    shard_id = context.partition_key
+    yield from materialize_shards(context, lambda shard_id: _raw_shard(context, data_root, shard_id))
+
+
+def _raw_shard(context: dg.AssetExecutionContext, data_root: DataRootResource, shard_id: str) -> ShardResult:
     try:
         summary, index = ingest_raw_shard(data_root.get(), shard_id)
     except ContractError as exc:
@@ -54,16 +56,17 @@ def raw_shards(context: dg.AssetExecutionContext, data_root: DataRootResource) -
         f"{len(summary.rejects)} rejected {summary.rejects_by_reason}, {summary.hours:.3f} h"
     )
     accounted = summary.rows_out + len(summary.rejects) == summary.rows_in
-    return dg.MaterializeResult(
+    return ShardResult(
         metadata={
             **stage_metadata(summary),
+            "dagster/column_schema": column_schema(index.schema),
             "preview": markdown_preview(
                 index, ["utt_id", "language", "country", "source_format", "source_sample_rate", "duration_s", "text"]
             ),
             # country_dataset_sensor reads this to refresh only the countries this shard feeds.
             "countries": dg.MetadataValue.json(sorted({c for c in index["country"].to_pylist() if c})),
         },
-        check_results=[
+        checks=[
             dg.AssetCheckResult(
                 check_name=RAW_SHARDS_ACCOUNTED, passed=accounted,
                 metadata={"landed": summary.rows_in, "indexed": summary.rows_out, "rejected": len(summary.rejects)},
@@ -89,16 +92,14 @@ class NormalizedAudioConfig(dg.Config):
     kinds={"parquet"},
     owners=OWNERS,
     code_version="normalized_audio-v1",
-    check_specs=[
-        dg.AssetCheckSpec(
-            AUDIO_ACCOUNTED, asset="normalized_audio", blocking=True,
-            description="Every utterance of the index is in the audio container or in the rejects.",
-        )
-    ],
+    backfill_policy=CPU_BACKFILL_POLICY,
+    check_specs=shard_check_specs(
+        "normalized_audio", {AUDIO_ACCOUNTED: "Every utterance of the index is in the audio container or in the rejects."}
+    ),
 )
 def normalized_audio(
     context: dg.AssetExecutionContext, config: NormalizedAudioConfig, data_root: DataRootResource
-) -> dg.MaterializeResult:
+) -> ShardEvents:
     """The shard's audio at 24 kHz mono (Mimi's rate), cut to each utterance's segment.
 
     File: `shards/<shard>/audio_24k.parquet`, one row per utterance: `utt_id`, `sample_rate`,
@@ -106,19 +107,26 @@ def normalized_audio(
     `speechdata.audio_container.iter_container_audio`, or any parquet reader plus soundfile.
     Utterances that cannot be decoded are in `shards/<shard>/rejects/normalized_audio.parquet`.
     """
-    shard_id = context.partition_key
-    summary = ingest_normalized_audio(
-        data_root.get(), shard_id, workers=config.workers, resampler=config.resampler,
-        codec=config.codec, on_progress=progress_logger(context, "normalized"),
-    )
+
+    def one_shard(shard_id: str) -> ShardResult:
+        summary = ingest_normalized_audio(
+            data_root.get(), shard_id, workers=config.workers, resampler=config.resampler,
+            codec=config.codec, on_progress=progress_logger(context, "normalized", shard_id),
+        )
+        return _normalized_shard(context, shard_id, summary)
+
+    yield from materialize_shards(context, one_shard)
+
+
+def _normalized_shard(context: dg.AssetExecutionContext, shard_id: str, summary) -> ShardResult:
     context.log.info(
         f"{shard_id}: {summary.rows_out} utterances, {summary.hours:.3f} h at "
         f"{summary.audio_seconds_per_second:.0f} audio s/s, {len(summary.rejects)} rejected"
     )
     accounted = summary.rows_out + len(summary.rejects) == summary.rows_in
-    return dg.MaterializeResult(
+    return ShardResult(
         metadata={**stage_metadata(summary), "sample_rate": 24_000},
-        check_results=[
+        checks=[
             dg.AssetCheckResult(
                 check_name=AUDIO_ACCOUNTED, passed=accounted,
                 metadata={"indexed": summary.rows_in, "normalized": summary.rows_out, "rejected": len(summary.rejects)},

@@ -7,7 +7,8 @@ from pydantic import Field
 
 from assets.features import qwen_hidden_states, wavlm_features
 from assets.partitions import shard_partitions
-from assets.reporting import markdown_preview
+from assets.reporting import column_schema, markdown_preview
+from assets.shard_runs import CPU_BACKFILL_POLICY, ShardEvents, ShardResult, materialize_shards, shard_check_specs
 from resources.storage import DataRootResource
 from speechdata import layout
 from speechdata.bridge_reader import verify_bridge_tars
@@ -31,17 +32,15 @@ class BridgeTarsConfig(dg.Config):
     kinds={"webdataset"},
     owners=OWNERS,
     code_version="bridge_tars-v1",
-    check_specs=[
-        dg.AssetCheckSpec(
-            "tars_read_back_with_webdataset", asset="bridge_tars", blocking=True,
-            description="Every tar opens with the real webdataset reader, holds exactly the packed keys, and "
-            "every sample's arrays agree (T and F).",
-        )
-    ],
+    backfill_policy=CPU_BACKFILL_POLICY,
+    check_specs=shard_check_specs("bridge_tars", {
+        "tars_read_back_with_webdataset": "Every tar opens with the real webdataset reader, holds exactly the "
+        "packed keys, and every sample's arrays agree (T and F).",
+    }),
 )
 def bridge_tars(
     context: dg.AssetExecutionContext, config: BridgeTarsConfig, data_root: DataRootResource
-) -> dg.MaterializeResult:
+) -> ShardEvents:
     """The shard's bridge tuples as WebDataset tars: `bridge/<shard>-NNNNNN.tar`.
 
     One sample per utterance that passed every stage: `<key>.wav` (24 kHz mono), `<key>.qwen.npy`
@@ -50,8 +49,10 @@ def bridge_tars(
     byte-identical tars (their sha256 are in the metadata). Read with
     `speechdata.bridge_reader.bridge_dataset(urls)` or any WebDataset reader.
     """
-    shard_id = context.partition_key
-    root = data_root.get()
+    yield from materialize_shards(context, lambda shard_id: _pack_one_shard(context, config, data_root.get(), shard_id))
+
+
+def _pack_one_shard(context: dg.AssetExecutionContext, config: BridgeTarsConfig, root, shard_id: str) -> ShardResult:
     started = time.perf_counter()
     tars, index = pack_samples(
         root, shard_id, iter_bridge_samples(root, shard_id),
@@ -62,15 +63,20 @@ def bridge_tars(
     total_bytes = sum(t.bytes for t in tars)
     problems = verify_bridge_tars([t.url for t in tars], set(index["key"].to_pylist()))
     context.log.info(f"{shard_id}: {index.num_rows} samples in {len(tars)} tars, {total_bytes / 1e6:.1f} MB")
-    return dg.MaterializeResult(
+    return ShardResult(
         metadata={
             "dagster/row_count": index.num_rows,
             "tars": len(tars),
             "bytes": total_bytes,
             "megabytes_per_second": round(total_bytes / 1e6 / seconds, 2) if seconds else 0.0,
             "tar_urls": dg.MetadataValue.json({t.url: t.sha256 for t in tars}),
+            "first_tar_uri": dg.MetadataValue.path(tars[0].url) if tars else "",
+            "load_with": dg.MetadataValue.md(
+                f"```python\nfrom speechdata.bridge_reader import bridge_dataset\n"
+                f"dataset = bridge_dataset({[t.url for t in tars][:2]!r})\n```"
+            ),
         },
-        check_results=[
+        checks=[
             dg.AssetCheckResult(
                 check_name="tars_read_back_with_webdataset", passed=not problems,
                 metadata={"problems": dg.MetadataValue.json(problems[:20])},
@@ -86,14 +92,13 @@ def bridge_tars(
     kinds={"parquet"},
     owners=OWNERS,
     code_version="shard_manifest-v1",
-    check_specs=[
-        dg.AssetCheckSpec(
-            "every_utterance_accounted_for", asset="shard_manifest", blocking=True,
-            description="Utterances landed = packed + distinct rejected (over every stage's ledger), none in both.",
-        )
-    ],
+    backfill_policy=CPU_BACKFILL_POLICY,
+    check_specs=shard_check_specs("shard_manifest", {
+        "every_utterance_accounted_for": "Utterances landed = packed + distinct rejected (over every stage's "
+        "ledger), none in both.",
+    }),
 )
-def shard_manifest(context: dg.AssetExecutionContext, data_root: DataRootResource) -> dg.MaterializeResult:
+def shard_manifest(context: dg.AssetExecutionContext, data_root: DataRootResource) -> ShardEvents:
     """One parquet row per packed sample: `manifests/shard=<shard>/part-0.parquet`.
 
     Columns: `key`, `shard`, `tar_url`, `offset` and `size` (the sample's byte range in its tar, so a
@@ -101,13 +106,15 @@ def shard_manifest(context: dg.AssetExecutionContext, data_root: DataRootResourc
     `source`, `text`, `alignment_score`, `zero_duration_token_share`, then the landed metadata's extra
     columns. Query all shards at once through the DuckDB catalog (`manifest_catalog`).
     """
-    shard_id = context.partition_key
-    root = data_root.get()
+    yield from materialize_shards(context, lambda shard_id: _manifest_one_shard(data_root.get(), shard_id))
+
+
+def _manifest_one_shard(root, shard_id: str) -> ShardResult:
     manifest = build_shard_manifest(root, shard_id)
     root.write_parquet(manifest_path(shard_id), manifest)
     accounting = account_for_utterances(root, shard_id, set(manifest["key"].to_pylist()))
     hours = sum(manifest["duration_s"].to_pylist()) / 3600
-    return dg.MaterializeResult(
+    return ShardResult(
         metadata={
             "dagster/row_count": manifest.num_rows,
             "hours": round(hours, 6),
@@ -115,12 +122,11 @@ def shard_manifest(context: dg.AssetExecutionContext, data_root: DataRootResourc
             "rejected": accounting.rejected,
             "reject_share": round(accounting.rejected / accounting.landed, 6) if accounting.landed else 0.0,
             "manifest_uri": dg.MetadataValue.path(root.uri(manifest_path(shard_id))),
-            "dagster/column_schema": dg.TableSchema(
-                columns=[dg.TableColumn(f.name, str(f.type)) for f in manifest.schema]
-            ),
+            "zero_duration_token_share": _zero_frame_token_share(manifest),
+            "dagster/column_schema": column_schema(manifest.schema),
             "preview": markdown_preview(manifest, ["key", "language", "duration_s", "n_frames", "n_tokens", "alignment_score"]),
         },
-        check_results=[
+        checks=[
             dg.AssetCheckResult(
                 check_name="every_utterance_accounted_for", passed=accounting.balanced,
                 metadata={
@@ -131,3 +137,11 @@ def shard_manifest(context: dg.AssetExecutionContext, data_root: DataRootResourc
             )
         ],
     )
+
+
+def _zero_frame_token_share(manifest) -> float:
+    """Share of the shard's packed tokens that own no frame (weighted by tokens, not utterances)."""
+    tokens = manifest["n_tokens"].to_pylist()
+    shares = manifest["zero_duration_token_share"].to_pylist()
+    total = sum(tokens)
+    return round(sum(n * (share or 0.0) for n, share in zip(tokens, shares)) / total, 6) if total else 0.0

@@ -35,6 +35,11 @@ def device_metadata(device) -> dict:
     return metadata
 
 
+def column_schema(schema: pa.Schema) -> dg.TableSchema:
+    """A parquet schema as ``dagster/column_schema``: the UI's column table for a manifest or index."""
+    return dg.TableSchema(columns=[dg.TableColumn(f.name, str(f.type)) for f in schema])
+
+
 def markdown_preview(table: pa.Table, columns: list[str], rows: int = 5) -> dg.MetadataValue:
     """A few rows as a markdown table, for the asset's materialization page."""
     return markdown_rows(table.select([c for c in columns if c in table.column_names]).slice(0, rows).to_pylist())
@@ -59,10 +64,11 @@ def _cell(value) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-def progress_logger(context: dg.AssetExecutionContext, verb: str, every_s: float = 10.0):
+def progress_logger(context: dg.AssetExecutionContext, verb: str, shard_id: str | None = None, every_s: float = 10.0):
     """A ``(done, total[, audio_s])`` callback that logs progress at most every ``every_s`` seconds
     (and once at the end), with audio seconds per second when the stage reports audio."""
     started = last = time.monotonic()
+    label = shard_id or context.partition_key
 
     def log(done: int, total: int, audio_s: float | None = None) -> None:
         nonlocal last
@@ -71,7 +77,7 @@ def progress_logger(context: dg.AssetExecutionContext, verb: str, every_s: float
             return
         last = now
         rate = f", {audio_s / max(now - started, 1e-9):.1f} audio s/s" if audio_s is not None else ""
-        context.log.info(f"{context.partition_key}: {verb} {done}/{total} utterances{rate}")
+        context.log.info(f"{label}: {verb} {done}/{total} utterances{rate}")
 
     return log
 

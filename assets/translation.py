@@ -1,5 +1,7 @@
 """[translation] Streaming English->Chinese segments from forced alignments, QE-scored and filtered (seed 002)."""
 
+import time
+
 import dagster as dg
 import pyarrow.compute as pc
 from pydantic import Field
@@ -7,7 +9,8 @@ from pydantic import Field
 from assets.alignment import alignments
 from assets.features import GPU_OP_TAGS, GPU_POOL
 from assets.partitions import shard_partitions
-from assets.reporting import device_metadata, markdown_preview, progress_logger, stage_metadata
+from assets.reporting import column_schema, device_metadata, markdown_preview, progress_logger, stage_metadata
+from assets.shard_runs import CPU_BACKFILL_POLICY, GPU_BACKFILL_POLICY, ShardEvents, ShardResult, materialize_shards
 from resources.qe import MetricXResource
 from resources.storage import DataRootResource
 from resources.torch_device import TorchDeviceResource
@@ -38,10 +41,11 @@ class StreamingSegmentsConfig(dg.Config):
     kinds={"parquet", "json"},
     owners=OWNERS,
     code_version="streaming_segments-v1",
+    backfill_policy=CPU_BACKFILL_POLICY,
 )
 def streaming_segments(
     context: dg.AssetExecutionContext, config: StreamingSegmentsConfig, data_root: DataRootResource
-) -> dg.MaterializeResult:
+) -> ShardEvents:
     """Bilingual streaming segments per latency level: what a simultaneous translator could emit each second.
 
     Inputs: the shard's word alignments (NeMo, or MFA TextGrids imported by `alignments` with
@@ -52,23 +56,27 @@ def streaming_segments(
     and `.../segments.parquet` (one row per utterance, latency and segment). Malformed inputs,
     filtered utterances and utterances no chunk matches are in `shards/<shard>/rejects/streaming_segments.parquet`.
     """
-    shard_id = context.partition_key
     root = data_root.get()
     settings = SegmentSettings(
         step_ms=int(round(config.step_s * 1000)), max_skip_words=config.max_skip_words,
         allowed_ids=frozenset(config.allowed_ids) if config.allowed_ids is not None else None,
         min_alignment_score=config.min_alignment_score,
     )
+    yield from materialize_shards(context, lambda shard_id: _segment_one_shard(context, root, settings, shard_id))
+
+
+def _segment_one_shard(context: dg.AssetExecutionContext, root, settings: SegmentSettings, shard_id: str) -> ShardResult:
     summary, totals = build_shard_streaming_segments(root, shard_id, settings)
     table = root.read_parquet(layout.streaming_segments(shard_id))
     context.log.info(f"{shard_id}: {summary.rows_out}/{summary.rows_in} utterances, {table.num_rows} segments, "
                      f"rejects {summary.rejects_by_reason}")
-    return dg.MaterializeResult(
+    return ShardResult(
         metadata={
             **stage_metadata(summary),
             "segments": table.num_rows,
             "segments_by_level": dg.MetadataValue.json(dict(totals.segments)),
             "unmatched_chunk_share_by_level": dg.MetadataValue.json(totals.unmatched_share()),
+            "dagster/column_schema": column_schema(table.schema),
             "preview": markdown_preview(table, ["utt_id", "latency", "emit_ms", "source", "target"]),
         }
     )
@@ -83,33 +91,46 @@ def streaming_segments(
     pool=GPU_POOL,
     op_tags=GPU_OP_TAGS,
     code_version="qe_scores-v1",
+    backfill_policy=GPU_BACKFILL_POLICY,
 )
 def qe_scores(
     context: dg.AssetExecutionContext, data_root: DataRootResource, torch_device: TorchDeviceResource,
     qe: MetricXResource,
-) -> dg.MaterializeResult:
+) -> ShardEvents:
     """MetricX-24 QE error scores (0 best, 25 worst) for every streaming segment of the shard.
 
     Files: `translation/qe/shard=<shard>/metricx_input.jsonl` (one line per segment: `source` =
     English, `hypothesis` = Chinese, `utt_id`, `latency`, `segment_index`, `emit_ms`),
     `metricx_output.jsonl` (the same lines plus `prediction`, as `metricx24.predict --qe` writes)
-    and `scores.parquet`. Runs on the GPU pool in production.
+    and `scores.parquet`. Runs on the GPU pool; a backfill run scores up to k shards with one model load.
     """
-    shard_id = context.partition_key
+    started = time.perf_counter()
     scorer = qe.scorer(torch_device)
-    summary = score_shard_segments(data_root.get(), shard_id, scorer, on_progress=progress_logger(context, "scored"))
-    return dg.MaterializeResult(
-        metadata={
-            "dagster/row_count": summary.segments,
-            "model": qe.identity,
-            **device_metadata(torch_device),
-            "mean_prediction": summary.mean_prediction,
-            "mean_prediction_by_level": dg.MetadataValue.json(summary.mean_prediction_by_level),
-            "segments_per_second": round(summary.segments_per_second, 1),
-            "compute_seconds": round(summary.compute_seconds, 3),
-            **{f"{name}_uri": dg.MetadataValue.path(uri) for name, uri in summary.outputs.items()},
-        }
-    )
+    load_s = time.perf_counter() - started
+    context.log.info(f"{qe.identity} loaded in {load_s:.1f} s for {len(context.partition_keys)} shards")
+
+    def one_shard(shard_id: str) -> ShardResult:
+        torch_device.reset_peak_memory()
+        summary = score_shard_segments(
+            data_root.get(), shard_id, scorer, on_progress=progress_logger(context, "scored", shard_id)
+        )
+        return ShardResult(metadata=_qe_metadata(summary, qe, torch_device, load_s))
+
+    yield from materialize_shards(context, one_shard)
+
+
+def _qe_metadata(summary, qe: MetricXResource, torch_device: TorchDeviceResource, load_s: float) -> dict:
+    return {
+        "dagster/row_count": summary.segments,
+        "model": qe.identity,
+        **device_metadata(torch_device),
+        "mean_prediction": summary.mean_prediction,
+        "mean_prediction_by_level": dg.MetadataValue.json(summary.mean_prediction_by_level),
+        "segments_per_second": round(summary.segments_per_second, 1),
+        "compute_seconds": round(summary.compute_seconds, 3),
+        "model_load_seconds": round(load_s, 3),
+        **{f"{name}_uri": dg.MetadataValue.path(uri) for name, uri in summary.outputs.items()},
+    }
 
 
 class StreamingPairsConfig(dg.Config):
@@ -123,22 +144,25 @@ class StreamingPairsConfig(dg.Config):
     kinds={"parquet", "json"},
     owners=OWNERS,
     code_version="streaming_pairs-v1",
+    backfill_policy=CPU_BACKFILL_POLICY,
 )
 def streaming_pairs(
     context: dg.AssetExecutionContext, config: StreamingPairsConfig, data_root: DataRootResource
-) -> dg.MaterializeResult:
+) -> ShardEvents:
     """The streaming translation pairs good enough to train on: segments whose MetricX score is <= threshold.
 
     Files: `translation/pairs/shard=<shard>/pairs.jsonl` and `pairs.parquet` (`utt_id`, `latency`,
     `segment_index`, `emit_ms`, `source`, `hypothesis`, `prediction`). Lower MetricX is better; the
     default threshold is 5.0. Metadata shows the kept share per latency level.
     """
-    shard_id = context.partition_key
-    root = data_root.get()
+    yield from materialize_shards(context, lambda shard_id: _pairs_one_shard(context, config, data_root.get(), shard_id))
+
+
+def _pairs_one_shard(context: dg.AssetExecutionContext, config: StreamingPairsConfig, root, shard_id: str) -> ShardResult:
     summary = write_streaming_pairs(root, shard_id, config.threshold)
     kept = root.read_parquet(layout.streaming_pairs(shard_id))
     context.log.info(f"{shard_id}: kept {summary.kept}/{summary.scored} segments at threshold {summary.threshold}")
-    return dg.MaterializeResult(
+    return ShardResult(
         metadata={
             "dagster/row_count": summary.kept,
             "scored": summary.scored,
@@ -147,6 +171,7 @@ def streaming_pairs(
             "kept_share_by_level": dg.MetadataValue.json(summary.kept_share_by_level),
             "max_kept_prediction": pc.max(kept["prediction"]).as_py() if kept.num_rows else None,
             **{f"{name}_uri": dg.MetadataValue.path(uri) for name, uri in summary.outputs.items()},
+            "dagster/column_schema": column_schema(kept.schema),
             "preview": markdown_preview(kept, ["utt_id", "latency", "source", "hypothesis", "prediction"]),
         }
     )

@@ -5,7 +5,8 @@ from pydantic import Field
 
 from assets.ingest import raw_shards
 from assets.partitions import language_partitions, shard_partitions
-from assets.reporting import markdown_preview, progress_logger
+from assets.reporting import column_schema, markdown_preview, progress_logger
+from assets.shard_runs import CPU_BACKFILL_POLICY, ShardEvents, ShardResult, materialize_shards, shard_check_specs
 from resources.storage import DataRootResource
 from resources.vad import SileroVadResource
 from speechdata import layout
@@ -31,16 +32,14 @@ class ChunkingConfig(dg.Config):
     kinds={"parquet", "pytorch"},
     owners=OWNERS,
     code_version="vad_segments-v1",
-    check_specs=[
-        dg.AssetCheckSpec(
-            VAD_ACCOUNTED, asset="vad_segments", blocking=True,
-            description="Every utterance of the index has its file in the segments table or is rejected.",
-        )
-    ],
+    backfill_policy=CPU_BACKFILL_POLICY,
+    check_specs=shard_check_specs(
+        "vad_segments", {VAD_ACCOUNTED: "Every utterance of the index has its file in the segments table or is rejected."}
+    ),
 )
 def vad_segments(
     context: dg.AssetExecutionContext, config: ChunkingConfig, data_root: DataRootResource, vad: SileroVadResource
-) -> dg.MaterializeResult:
+) -> ShardEvents:
     """Where the speech is in every audio file of the shard, for the VAD-chunked training loader.
 
     File: `shards/<shard>/vad_segments.parquet`, one row per audio file: `audio_path`, `language`,
@@ -50,11 +49,15 @@ def vad_segments(
     on the `vad` resource). A shard that landed an `audio/` directory gets it packed, bytes untouched,
     into `shards/<shard>/audio.tar`. Undecodable files: `shards/<shard>/rejects/vad_segments.parquet`.
     """
-    shard_id = context.partition_key
     root = data_root.get()
+    model = vad.model()
+    yield from materialize_shards(context, lambda shard_id: _segment_one_shard(context, config, root, vad, model, shard_id))
+
+
+def _segment_one_shard(context, config: ChunkingConfig, root, vad: SileroVadResource, model, shard_id: str) -> ShardResult:
     summary = compute_vad_segments(
-        root, shard_id, vad.model(), vad.params(), batch_files=vad.batch_files,
-        on_progress=progress_logger(context, "segmented files of"),
+        root, shard_id, model, vad.params(), batch_files=vad.batch_files,
+        on_progress=progress_logger(context, "segmented files of", shard_id),
     )
     table = summary.table
     files = table.num_rows
@@ -65,7 +68,7 @@ def vad_segments(
         f"{shard_id}: {files} files, {audio_s / 3600:.3f} h, speech share {speech_s / max(audio_s, 1e-9):.3f}, "
         f"{len(summary.rejects)} utterances rejected, {audio_s / max(summary.compute_seconds, 1e-9):.0f} audio s/s"
     )
-    return dg.MaterializeResult(
+    return ShardResult(
         metadata={
             "dagster/row_count": files,
             "utterances_in": summary.utterances,
@@ -87,11 +90,12 @@ def vad_segments(
             "compute_seconds": round(summary.compute_seconds, 3),
             "vad_params": dg.MetadataValue.json({k: str(v) for k, v in vad.params().as_dict().items()}),
             **{f"{name}_uri": dg.MetadataValue.path(uri) for name, uri in summary.outputs.items()},
+            "dagster/column_schema": column_schema(table.schema),
             "preview": markdown_preview(
                 table, ["audio_path", "language", "duration_s", "speech_s", "n_segments", "segments_source"]
             ),
         },
-        check_results=[
+        checks=[
             dg.AssetCheckResult(
                 check_name=VAD_ACCOUNTED, passed=index_ids <= covered,
                 metadata={"indexed": len(index_ids), "unaccounted": len(index_ids - covered)},
@@ -134,6 +138,7 @@ def language_shard_index(
             "speech_hours": round(total["speech_hours"], 6),
             "usable_chunk_hours": round(total["usable_chunk_hours"], 6),
             "index_uri": dg.MetadataValue.path(root.uri(layout.language_shard_index(language))),
+            "dagster/column_schema": column_schema(table.schema),
             "preview": markdown_preview(table, ["shard", "tar_path", "files", "hours", "usable_chunk_hours"]),
         }
     )

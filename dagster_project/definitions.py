@@ -8,6 +8,7 @@ from dagster_project.jobs import ALL_JOBS
 from dagster_project.settings import PROJECT_ROOT, data_root_url, model_profile
 from resources.aligner import DEFAULT_ALIGNMENT_MODELS, CtcAlignerResource
 from resources.hub import HfDatasetSettings, hub_publisher_from_env
+from resources.model_pins import QWEN, WAVLM
 from resources.profile import ModelProfileResource
 from resources.qe import MetricXResource
 from resources.encoders import QwenEncoder, WavLMEncoder
@@ -36,10 +37,15 @@ def build_resources(data_root: str | None = None, profile: str | None = None) ->
             models={language: "tiny" for language in TINY_ALIGNMENT_LANGUAGES} if tiny else dict(DEFAULT_ALIGNMENT_MODELS),
             model_cache_dir=cache_dir,
         ),
-        "text_tokenizer": TextTokenizerResource(model_id="tiny" if tiny else "Qwen/Qwen3-1.7B"),
+        "text_tokenizer": TextTokenizerResource(
+            model_id="tiny" if tiny else QWEN.model_id, revision=None if tiny else QWEN.revision
+        ),
         "torch_device": TorchDeviceResource(),
-        "qwen": QwenEncoder(model_id="tiny" if tiny else "Qwen/Qwen3-1.7B", tiny_vocab_size=TINY_VOCAB_SIZE),
-        "wavlm": WavLMEncoder(model_id="tiny" if tiny else "microsoft/wavlm-large"),
+        "qwen": QwenEncoder(
+            model_id="tiny" if tiny else QWEN.model_id, revision=None if tiny else QWEN.revision,
+            tiny_vocab_size=TINY_VOCAB_SIZE,
+        ),
+        "wavlm": WavLMEncoder(model_id="tiny" if tiny else WAVLM.model_id, revision=None if tiny else WAVLM.revision),
         "qe": MetricXResource(model_path="tiny" if tiny else "google/metricx-24-hybrid-xl-v2p6", model_cache_dir=cache_dir),
         "vad": SileroVadResource(),
         "catalog": DuckDBResource(database=catalog_database_path(data_root or data_root_url())),
@@ -59,4 +65,8 @@ defs = dg.Definitions(
     jobs=ALL_JOBS,
     sensors=[landing_sensor, catalog_refresh_sensor, country_dataset_sensor],
     resources=build_resources(),
+    # One process per run: torch and NeMo are imported, and each model loaded, once per run rather
+    # than once per step (benchmarks/bench_backfill_policy.py). The `gpu` pool still limits GPU
+    # steps across runs. On Kubernetes, k8s_job_executor goes here instead.
+    executor=dg.in_process_executor,
 )

@@ -31,6 +31,12 @@ class TorchDeviceResource(dg.ConfigurableResource):
 
         return torch.bfloat16 if self.torch_device().type == "cuda" else torch.float32
 
+    def reset_peak_memory(self) -> None:
+        """Start a new peak-memory window (one per shard when a step computes several)."""
+        device = self.torch_device()
+        if device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(device)
+
     def peak_memory_gb(self) -> float | None:
         device = self.torch_device()
         if device.type != "cuda":

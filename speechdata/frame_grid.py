@@ -26,6 +26,10 @@ FRAME_MS = 80
 FRAME_CENTER_MS = 40
 SILENCE = -1
 
+GRID_RULE_VERSION = "1"
+"""Bump when the rule that gives tokens their spans or frames their owner changes: ``frame_grids``
+carries it in its code version, so every grid built under the old rule shows as stale."""
+
 _WORD = re.compile(r"\S+")
 
 

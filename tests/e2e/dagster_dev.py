@@ -25,11 +25,15 @@ def free_port() -> int:
 class DagsterDev:
     """`dagster dev` in its own process group, with a temporary DAGSTER_HOME and data root."""
 
-    def __init__(self, dagster_home: Path, data_root: Path, env: dict[str, str] | None = None):
+    def __init__(
+        self, dagster_home: Path, data_root: Path, env: dict[str, str] | None = None, workspace: Path | None = None
+    ):
+        self.workspace = workspace or ROOT / "workspace.yaml"
         self.dagster_home = dagster_home
         self.data_root = data_root
         self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}/graphql"
+        self.base_url = f"http://127.0.0.1:{self.port}"
+        self.url = f"{self.base_url}/graphql"
         self.extra_env = env or {}
         self.log_path = dagster_home / "dagster_dev.log"
         self.process: subprocess.Popen | None = None
@@ -47,7 +51,7 @@ class DagsterDev:
         dagster = Path(sys.executable).parent / "dagster"
         self._log = open(self.log_path, "w")
         self.process = subprocess.Popen(
-            [str(dagster), "dev", "-w", "workspace.yaml", "-h", "127.0.0.1", "-p", str(self.port)],
+            [str(dagster), "dev", "-w", str(self.workspace), "-h", "127.0.0.1", "-p", str(self.port)],
             cwd=ROOT, env=env, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True,
         )
         try:
@@ -88,6 +92,11 @@ class DagsterDev:
             raise RuntimeError(payload["errors"])
         return payload["data"]
 
+    def reload_location(self, name: str = "speech_data_platform", timeout_s: float = 240) -> None:
+        """What the UI's Reload button does: restart the code server and load the code again."""
+        self.query(RELOAD_MUTATION, {"name": name})
+        self._wait_until_loaded(timeout_s)
+
     def _wait_until_loaded(self, timeout_s: float) -> None:
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
@@ -120,6 +129,10 @@ class DagsterDev:
 LOCATIONS_QUERY = """
 query { workspaceOrError { __typename ... on Workspace { locationEntries {
   name loadStatus locationOrLoadError { __typename } } } } }
+"""
+
+RELOAD_MUTATION = """
+mutation Reload($name: String!) { reloadRepositoryLocation(repositoryLocationName: $name) { __typename } }
 """
 
 RUNS_QUERY = """

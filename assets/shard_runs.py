@@ -1,0 +1,120 @@
+"""One step, one or many shards: a sensor run brings one shard, a backfill run up to its policy's k.
+
+Every shard-partitioned asset materializes through :func:`materialize_shards`, so the same code
+serves both: it computes each shard of ``context.partition_keys`` in turn (a model loaded by the
+caller before the loop serves all of them), then records one materialization per shard with that
+shard's own metadata, and one evaluation per shard of each asset check.
+"""
+
+import time
+import warnings
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+import dagster as dg
+
+# Dagster builds this pointer itself only for single-partition steps; in a partition-range step we
+# give each shard's check evaluation its shard's materialization so the UI shows it as current.
+from dagster._core.definitions.asset_checks.asset_check_evaluation import (
+    AssetCheckEvaluationTargetMaterializationData,
+)
+
+from assets.partitions import shard_partitions
+
+SHARDS_PER_RUN = 4
+"""k: a backfill of n shards runs ceil(n / k) runs, each carrying its k shards through every shard asset.
+
+GPU assets load their models once per k shards. CPU assets use the same k because batching beats a
+run per shard here (benchmarks/bench_backfill_policy.py, README "Operating from the Dagster UI"):
+every step of a run is a process that imports the code location. One k for all also keeps a whole
+backfill in one wave of runs; assets with different policies cannot share a run, and each wave
+waits for a backfill daemon iteration (every 30 s)."""
+
+GPU_SHARDS_PER_RUN = CPU_SHARDS_PER_RUN = SHARDS_PER_RUN
+GPU_BACKFILL_POLICY = CPU_BACKFILL_POLICY = dg.BackfillPolicy.multi_run(max_partitions_per_run=SHARDS_PER_RUN)
+
+# Backfill policies are beta in Dagster 1.13 (pinned); say so once here rather than once per asset.
+warnings.filterwarnings("ignore", message=".*`backfill_policy`.*", category=dg.BetaWarning)
+
+ShardEvents = Iterator[dg.MaterializeResult | dg.AssetCheckEvaluation | dg.Output]
+
+
+@dataclass
+class ShardResult:
+    """What one shard's materialization reports: its metadata and its asset check results."""
+
+    metadata: dict[str, object]
+    checks: list[dg.AssetCheckResult] = field(default_factory=list)
+
+
+def shard_check_specs(asset: str, descriptions: dict[str, str], blocking: bool = True) -> list[dg.AssetCheckSpec]:
+    """Asset checks evaluated once per shard, so the UI shows them on each partition."""
+    with warnings.catch_warnings():
+        # Partitioned checks are a preview in Dagster 1.13; the pinned version is the one tested here.
+        warnings.simplefilter("ignore", dg.PreviewWarning)
+        return [
+            dg.AssetCheckSpec(name, asset=asset, blocking=blocking, description=text, partitions_def=shard_partitions)
+            for name, text in descriptions.items()
+        ]
+
+
+def materialize_shards(context: dg.AssetExecutionContext, build: Callable[[str], ShardResult]) -> ShardEvents:
+    """Run ``build(shard_id)`` for every shard of the step, then report each shard separately.
+
+    A shard that raises fails the step: no shard of the step is recorded as materialized, so the
+    backfill marks them all failed and a retry redoes them all (their files are replaced, never
+    appended), which neither skips nor duplicates a shard.
+    """
+    shards = list(context.partition_keys)
+    asset = context.asset_key.to_user_string()
+    results: dict[str, ShardResult] = {}
+    started = time.monotonic()
+    for position, shard_id in enumerate(shards, 1):
+        context.log.info(f"{asset}: shard {position}/{len(shards)} {shard_id} started")
+        try:
+            results[shard_id] = build(shard_id)
+        except Exception:
+            context.log.error(
+                f"{asset}: shard {shard_id} ({position}/{len(shards)}) failed; no shard of this step is "
+                f"recorded, a retry redoes {shards}"
+            )
+            raise
+        context.log.info(
+            f"{asset}: shard {position}/{len(shards)} {shard_id} done, {time.monotonic() - started:.1f} s into the step"
+        )
+    for shard_id, result in results.items():
+        context.add_asset_metadata({**result.metadata, "shards_in_step": len(shards)}, partition_key=shard_id)
+    yield dg.MaterializeResult()
+    yield from _check_evaluations(context, results)
+
+
+def _check_evaluations(context: dg.AssetExecutionContext, results: dict[str, ShardResult]) -> ShardEvents:
+    specs = context.assets_def.check_specs_by_output_name
+    output_by_name = {spec.name: output for output, spec in specs.items()}
+    blocking = {spec.name: spec.blocking for spec in specs.values()}
+    selected = {key.name for key in context.selected_asset_check_keys}
+    for shard_id, result in results.items():
+        target = _latest_materialization(context, shard_id)
+        for check in result.checks:
+            if check.check_name not in selected:
+                continue
+            yield dg.AssetCheckEvaluation(
+                asset_key=context.asset_key, check_name=check.check_name, passed=check.passed,
+                metadata=check.metadata, partition=shard_id, blocking=blocking[check.check_name],
+                target_materialization_data=target,
+            )
+    # The evaluations above are the checks' results; the checks' outputs still have to be yielded.
+    for name in sorted(selected):
+        yield dg.Output(None, output_name=output_by_name[name])
+
+
+def _latest_materialization(context: dg.AssetExecutionContext, shard_id: str):
+    records = context.instance.fetch_materializations(
+        dg.AssetRecordsFilter(asset_key=context.asset_key, asset_partitions=[shard_id]), limit=1
+    ).records
+    if not records:
+        return None
+    record = records[0]
+    return AssetCheckEvaluationTargetMaterializationData(
+        storage_id=record.storage_id, run_id=record.run_id, timestamp=record.timestamp
+    )

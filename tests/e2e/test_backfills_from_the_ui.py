@@ -1,0 +1,195 @@
+"""Operating from the UI against a real `dagster dev`: backfills over partly-done shards, a code
+change that marks partitions stale, a backfill of the stale set, and the pages a person reads,
+checked and photographed in headless Chromium. One `dagster dev` serves every test of the module."""
+
+import json
+import math
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from assets.shard_runs import GPU_SHARDS_PER_RUN
+from speechdata.sample_shards import build_sample_shard
+from speechdata.storage import DataRoot
+from tests.e2e.dagster_dev import ROOT, DagsterDev
+from tests.e2e.ui_operations import (
+    add_shard_partition,
+    backfill_runs,
+    code_version,
+    downstream_closure,
+    launch_backfill,
+    materializations_by_partition,
+    stale_status,
+    wait_for_backfill,
+)
+from tests.e2e.versioned_definitions import OVERRIDES_ENV
+
+pytestmark = pytest.mark.e2e
+
+SHARDS = ["ui-0", "ui-1", "ui-2"]
+SHARD_ASSETS = [
+    "raw_shards", "normalized_audio", "alignments", "frame_grids", "qwen_hidden_states", "wavlm_features",
+    "bridge_tars", "shard_manifest", "vad_segments", "asr_flac",
+]
+GPU_ASSETS = {"qwen_hidden_states", "wavlm_features"}
+BACKFILL_TIMEOUT_S = 420
+SCREENSHOTS = ROOT / "docs" / "operator_guide"
+
+
+@pytest.fixture(scope="module")
+def session(tmp_path_factory):
+    """`dagster dev` on a temporary home and data root, three tiny shards registered as partitions.
+
+    Sensors tick once at start and then sleep: the shards are registered through the UI's API and
+    materialized by backfills only, so every run this module sees is one it launched.
+    """
+    tmp = tmp_path_factory.mktemp("ui_session")
+    overrides = tmp / "code_versions.json"
+    workspace = tmp / "workspace.yaml"
+    workspace.write_text(
+        "load_from:\n  - python_module:\n      module_name: tests.e2e.versioned_definitions\n"
+        f"      working_directory: {ROOT}\n      location_name: speech_data_platform\n"
+    )
+    env = {
+        OVERRIDES_ENV: str(overrides),
+        "SPEECHDATA_LANDING_SENSOR_INTERVAL_S": "86400",
+        "SPEECHDATA_CATALOG_SENSOR_INTERVAL_S": "86400",
+        "SPEECHDATA_PUBLISHING_SENSOR_INTERVAL_S": "86400",
+    }
+    data_root = DataRoot(str(tmp / "data"))
+    for i, shard_id in enumerate(SHARDS):
+        # No _SUCCESS marker: the landing sensor leaves them alone; the operator registers them.
+        build_sample_shard(data_root, shard_id, 2, seed=10 + i, long_recordings=0, complete=False)
+    with DagsterDev(tmp / "dagster_home", tmp / "data", env, workspace=workspace) as dev:
+        for shard_id in SHARDS:
+            add_shard_partition(dev, shard_id)
+        yield {"dev": dev, "overrides": overrides, "backfills": {}}
+
+
+def materialize_index_in_process(dev: DagsterDev, shard_id: str) -> None:
+    import dagster as dg
+
+    from assets import raw_shards
+    from dagster_project.definitions import build_resources
+
+    with dg.DagsterInstance.from_config(str(dev.dagster_home)) as instance:
+        result = dg.materialize(
+            [raw_shards], partition_key=shard_id, instance=instance,
+            resources=build_resources(str(dev.data_root), "tiny"), tags={"speechdata/launched_by": "e2e-notebook"},
+        )
+    assert result.success
+
+
+def materialization_counts(dev: DagsterDev, assets: list[str]) -> dict[str, dict[str, int]]:
+    return {
+        asset: {shard: len(runs) for shard, runs in materializations_by_partition(dev, asset).items()}
+        for asset in assets
+    }
+
+
+def test_backfill_over_partly_done_shards_materializes_each_partition_once(session):
+    dev = session["dev"]
+    # Shard ui-0 is partly done: its index was built earlier, on its own (from a notebook, say).
+    materialize_index_in_process(dev, "ui-0")
+    before = materialization_counts(dev, SHARD_ASSETS)
+    assert before["raw_shards"] == {"ui-0": 1}
+
+    started = time.monotonic()
+    backfill_id = launch_backfill(dev, SHARD_ASSETS, SHARDS, {"speechdata/launched_by": "e2e-backfill"})
+    assert wait_for_backfill(dev, backfill_id, BACKFILL_TIMEOUT_S) == "COMPLETED_SUCCESS"
+    session["backfills"]["first"] = backfill_id
+    print(f"backfill of {len(SHARDS)} shards x {len(SHARD_ASSETS)} assets: {time.monotonic() - started:.0f} s")
+
+    after = materialization_counts(dev, SHARD_ASSETS)
+    for asset in SHARD_ASSETS:
+        for shard in SHARDS:
+            # One new materialization per asset and shard: the done one re-runs, none runs twice.
+            assert after[asset].get(shard, 0) - before[asset].get(shard, 0) == 1, (asset, shard, after[asset])
+
+    runs = backfill_runs(dev, backfill_id)
+    assert runs and all(run["status"] == "SUCCESS" for run in runs), runs
+    assert all(run["tags"]["speechdata/launched_by"] == "e2e-backfill" for run in runs)
+    gpu_runs = [run for run in runs if run["assets"] & GPU_ASSETS]
+    assert 1 <= len(gpu_runs) <= math.ceil(len(SHARDS) / GPU_SHARDS_PER_RUN), gpu_runs
+    # Both GPU assets of a run share its shard range: each model loaded once for up to k shards.
+    assert all(run["assets"] & GPU_ASSETS == GPU_ASSETS for run in gpu_runs)
+    assert sum(len(run["assets"]) for run in runs) == len(SHARD_ASSETS) * len(gpu_runs), "one wave of runs"
+    assert {s: v for s, v in stale_status(dev, SHARD_ASSETS, SHARDS).items() if set(v.values()) != {"FRESH"}} == {}
+
+
+def test_code_version_change_marks_partitions_stale_and_a_backfill_reruns_only_them(session):
+    dev = session["dev"]
+    assert "first" in session["backfills"], "needs the first backfill"
+    new_version = code_version(dev, "frame_grids") + "+e2e-rule-2"
+    session["overrides"].write_text(json.dumps({"frame_grids": new_version}))
+    dev.reload_location()
+    assert code_version(dev, "frame_grids") == new_version
+
+    statuses = stale_status(dev, SHARD_ASSETS, SHARDS)
+    stale = {asset for asset, by_shard in statuses.items() if "STALE" in by_shard.values()}
+    assert stale == {"frame_grids"}, statuses
+    assert set(statuses["frame_grids"].values()) == {"STALE"}
+
+    rerun = downstream_closure(dev, stale, SHARD_ASSETS)
+    assert rerun == {"frame_grids", "qwen_hidden_states", "wavlm_features", "bridge_tars", "shard_manifest"}
+    before = materialization_counts(dev, SHARD_ASSETS)
+    started = time.monotonic()
+    backfill_id = launch_backfill(dev, sorted(rerun), SHARDS, {"speechdata/launched_by": "e2e-stale-backfill"})
+    assert wait_for_backfill(dev, backfill_id, BACKFILL_TIMEOUT_S) == "COMPLETED_SUCCESS"
+    session["backfills"]["stale"] = backfill_id
+    print(f"stale backfill: {time.monotonic() - started:.0f} s")
+
+    after = materialization_counts(dev, SHARD_ASSETS)
+    for asset in SHARD_ASSETS:
+        for shard in SHARDS:
+            expected = 1 if asset in rerun else 0
+            assert after[asset][shard] - before[asset][shard] == expected, (asset, shard)
+    statuses = stale_status(dev, SHARD_ASSETS, SHARDS)
+    assert {a: v for a, v in statuses.items() if set(v.values()) != {"FRESH"}} == {}, statuses
+
+
+def test_the_ui_shows_the_asset_graph_a_partition_and_the_backfill_in_chromium(session, tmp_path):
+    """Load the pages an operator reads, find the asset names and statuses in them, and photograph
+    them (into docs/operator_guide/ for the README when SPEECHDATA_UPDATE_SCREENSHOTS=1)."""
+    from tests.e2e.browser import chromium_page
+
+    dev = session["dev"]
+    backfill_id = session["backfills"].get("stale") or session["backfills"].get("first")
+    assert backfill_id, "needs a backfill"
+    out = SCREENSHOTS if os.environ.get("SPEECHDATA_UPDATE_SCREENSHOTS") == "1" else tmp_path
+    out.mkdir(parents=True, exist_ok=True)
+    pages = [
+        # (file, path, texts that must appear: asset names, statuses, metadata and check names)
+        ("asset_graph.png", "/assets/shard_manifest?view=lineage&lineageScope=upstream&lineageDepth=8",
+         ["raw_shards", "normalized_audio", "frame_grids", "qwen_hidden_states", "wavlm_features", "shard_manifest"]),
+        ("partition_page.png", "/assets/frame_grids?view=partitions&partition=ui-1",
+         ["ui-0", "ui-1", "ui-2", "Materialized", "zero_duration_token_share"]),
+        ("backfill.png", f"/runs/b/{backfill_id}", ["Succeeded", "ui-0", "ui-1", "ui-2"]),
+        ("asset_events.png", "/assets/normalized_audio?view=events", ["normalized_audio", "ui-0", "ui-2"]),
+    ]
+    missing_by_page = {}
+    with chromium_page() as page:
+        for name, path, expected in pages:
+            page.goto(dev.base_url + path, wait_until="load", timeout=60_000)
+            missing, text = expected, ""
+            deadline = time.monotonic() + 45
+            while missing and time.monotonic() < deadline:
+                dismiss_welcome_dialog(page)
+                text = page.inner_text("body")
+                missing = [word for word in expected if word.lower() not in text.lower()]
+                page.wait_for_timeout(1000)
+            dismiss_welcome_dialog(page)
+            page.wait_for_timeout(1500)  # let the graph settle before the picture
+            page.screenshot(path=str(out / name))
+            if missing:
+                missing_by_page[path] = (missing, text[:2000])
+    assert not missing_by_page, missing_by_page
+
+
+def dismiss_welcome_dialog(page) -> None:
+    """A fresh browser profile gets Dagster's community dialog once; skip it."""
+    skip = page.get_by_role("button", name="Skip")
+    if skip.count() and skip.first.is_visible():
+        skip.first.click()
