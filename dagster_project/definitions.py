@@ -1,5 +1,7 @@
 """The one entry point: every asset, check, job, sensor and resource of the code location."""
 
+from pathlib import Path
+
 import dagster as dg
 from dagster_duckdb import DuckDBResource
 
@@ -49,9 +51,18 @@ def build_resources(data_root: str | None = None, profile: str | None = None) ->
 
 
 def catalog_database_path(root_url: str) -> str:
-    from speechdata.catalog import CATALOG_FILE, duckdb_location
+    """The catalog DuckDB file the `catalog` resource opens: the root's own file on a local root; on an
+    object store a local working copy (DuckDB writes only local files) that `manifest_catalog` uploads."""
+    import hashlib
+    import tempfile
 
-    return f"{duckdb_location(root_url).rstrip('/')}/{CATALOG_FILE}"
+    from speechdata.catalog import CATALOG_FILE, duckdb_location
+    from speechdata.storage import DataRoot
+
+    if DataRoot(root_url).is_local:
+        return f"{duckdb_location(root_url).rstrip('/')}/{CATALOG_FILE}"
+    digest = hashlib.sha1(root_url.encode()).hexdigest()[:16]
+    return str(Path(tempfile.gettempdir()) / "speechdata-catalog" / digest / CATALOG_FILE)
 
 
 defs = dg.Definitions(
