@@ -5,7 +5,7 @@ import pyarrow.compute as pc
 from pydantic import Field
 
 from assets.alignment import alignments
-from assets.features import GPU_OP_TAGS, GPU_POOL
+from assets.gpu_pool import GPU_OP_TAGS, GPU_POOL
 from assets.partitions import shard_partitions
 from assets.reporting import device_metadata, markdown_preview, progress_logger, stage_metadata
 from resources.qe import MetricXResource

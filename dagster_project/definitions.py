@@ -6,6 +6,7 @@ import dagster as dg
 from dagster_duckdb import DuckDBResource
 
 from assets import ALL_ASSETS
+from dagster_project.execution import executor_from_env
 from dagster_project.jobs import ALL_JOBS
 from dagster_project.settings import PROJECT_ROOT, data_root_url, model_profile
 from resources.aligner import DEFAULT_ALIGNMENT_MODELS, CtcAlignerResource
@@ -70,4 +71,5 @@ defs = dg.Definitions(
     jobs=ALL_JOBS,
     sensors=[landing_sensor, catalog_refresh_sensor, country_dataset_sensor],
     resources=build_resources(),
+    executor=executor_from_env(),
 )

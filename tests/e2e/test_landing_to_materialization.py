@@ -1,4 +1,9 @@
-"""The real daemon: a shard that lands is registered by the sensor and materialized, once."""
+"""The real daemon: a shard that lands is registered by the sensor and materialized, once.
+
+The instance is the production one (deploy/production/dagster.yaml): runs, event logs and sensor
+ticks in a real PostgreSQL server the test starts. The SQLite instance of `make dev` is the one every
+integration test's `instance_for_test` uses.
+"""
 
 import time
 
@@ -6,7 +11,8 @@ import pytest
 
 from speechdata.sample_shards import build_sample_shard
 from speechdata.storage import DataRoot
-from tests.e2e.dagster_dev import DagsterDev
+from tests.e2e.dagster_dev import ROOT, DagsterDev
+from tests.e2e.postgres_server import PostgresServer
 
 pytestmark = pytest.mark.e2e
 
@@ -53,10 +59,26 @@ def catalog_covers(data_root: DataRoot, shards: int) -> bool:
     return count == shards
 
 
+def runs_stored_in_postgres(postgres: PostgresServer) -> dict[str, str]:
+    """Run id -> status, read from the instance's own tables (not through Dagster)."""
+    import psycopg2
+
+    env = postgres.env
+    with psycopg2.connect(
+        host=env["DAGSTER_POSTGRES_HOST"], port=int(env["DAGSTER_POSTGRES_PORT"]),
+        user=env["DAGSTER_POSTGRES_USER"], dbname=env["DAGSTER_POSTGRES_DB"],
+    ) as connection, connection.cursor() as cursor:
+        cursor.execute("SELECT run_id, status FROM runs")
+        return dict(cursor.fetchall())
+
+
 def test_landed_shards_are_materialized_by_the_sensor_run_once_each(tmp_path):
     data_root = DataRoot(str(tmp_path / "data"))
     env = {"SPEECHDATA_LANDING_SENSOR_INTERVAL_S": "2", "SPEECHDATA_CATALOG_SENSOR_INTERVAL_S": "2"}
-    with DagsterDev(tmp_path / "dagster_home", tmp_path / "data", env) as dev:
+    with PostgresServer() as postgres, DagsterDev(
+        tmp_path / "dagster_home", tmp_path / "data", {**env, **postgres.env},
+        instance_yaml=ROOT / "deploy" / "production" / "dagster.yaml",
+    ) as dev:
         build_sample_shard(data_root, "e2e-0001", 3, seed=1, long_recordings=1, complete=False)
         time.sleep(6)  # a few sensor ticks over a half-landed shard
         assert shard_runs(dev, "e2e-0001") == []
@@ -81,4 +103,9 @@ def test_landed_shards_are_materialized_by_the_sensor_run_once_each(tmp_path):
         wait_for(lambda: catalog_covers(data_root, 2), dev, 240, "the catalog to hold both shards")
         assert not [run for run in dev.runs() if run["status"] in ("FAILURE", "CANCELED")], dev.runs()
         assert len([run for run in dev.runs() if run["jobName"] == "per_shard_job"]) == 2
+
+        # Every run the daemon launched is a row in PostgreSQL; no SQLite storage was created.
+        stored = runs_stored_in_postgres(postgres)
+        assert stored == {run["runId"]: run["status"] for run in dev.runs()} and len(stored) >= 3
+        assert not list((tmp_path / "dagster_home").rglob("*.db"))
     assert dev.process.poll() is not None
