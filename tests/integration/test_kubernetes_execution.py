@@ -15,7 +15,7 @@ from dagster_project.definitions import defs
 from dagster_project.execution import executor_from_env, k8s_executor_config, max_concurrent_steps
 
 K8S = {"SPEECHDATA_EXECUTOR": "k8s"}
-GPU_STEPS = {"qwen_hidden_states", "wavlm_features", "qe_scores"}
+GPU_STEPS = {"alignments", "qwen_hidden_states", "wavlm_features", "qe_scores"}
 
 # What the Helm-deployed K8sRunLauncher hands a step (K8sContainerContext.get_k8s_job_config reads these).
 HELM_RUN_LAUNCHER = types.SimpleNamespace(
