@@ -16,6 +16,10 @@ from tests.e2e.postgres_server import PostgresServer
 
 pytestmark = pytest.mark.e2e
 
+# Each step is a fresh process (imports, NeMo's ~30 s) on 2 shared cores, beside the publishing runs the
+# country sensor starts: a shard takes 2-4 minutes here.
+SHARD_TIMEOUT_S = 420
+
 SHARD_ASSETS = (
     "raw_shards", "normalized_audio", "alignments", "frame_grids", "qwen_hidden_states", "wavlm_features",
     "bridge_tars", "shard_manifest",
@@ -86,13 +90,13 @@ def test_landed_shards_are_materialized_by_the_sensor_run_once_each(tmp_path):
         from speechdata.sample_shards import mark_landed
 
         mark_landed(data_root, "e2e-0001")
-        wait_for(lambda: done(dev, "e2e-0001"), dev, 240, "e2e-0001 materialized")
+        wait_for(lambda: done(dev, "e2e-0001"), dev, SHARD_TIMEOUT_S, "e2e-0001 materialized")
         [first_run] = shard_runs(dev, "e2e-0001")
         assert first_run["jobName"] == "per_shard_job" and first_run["status"] == "SUCCESS"
         assert {"key": "speechdata/launched_by", "value": "landing_sensor"} in first_run["tags"]
 
         build_sample_shard(data_root, "e2e-0002", 2, seed=2, long_recordings=0)
-        wait_for(lambda: done(dev, "e2e-0002"), dev, 240, "e2e-0002 materialized")
+        wait_for(lambda: done(dev, "e2e-0002"), dev, SHARD_TIMEOUT_S, "e2e-0002 materialized")
         time.sleep(5)  # more ticks: neither shard may be requested again
         assert len(shard_runs(dev, "e2e-0001")) == 1
         assert len(shard_runs(dev, "e2e-0002")) == 1
@@ -100,7 +104,7 @@ def test_landed_shards_are_materialized_by_the_sensor_run_once_each(tmp_path):
         assert len(shard_jobs) == 2
 
         # The fan-in sensor refreshes the catalog after the manifests, without re-running shards.
-        wait_for(lambda: catalog_covers(data_root, 2), dev, 240, "the catalog to hold both shards")
+        wait_for(lambda: catalog_covers(data_root, 2), dev, SHARD_TIMEOUT_S, "the catalog to hold both shards")
         assert not [run for run in dev.runs() if run["status"] in ("FAILURE", "CANCELED")], dev.runs()
         assert len([run for run in dev.runs() if run["jobName"] == "per_shard_job"]) == 2
 
