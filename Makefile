@@ -6,8 +6,11 @@ STAMP := $(VENV)/.installed
 export DAGSTER_HOME ?= $(CURDIR)/.dagster_home
 export DATA_ROOT ?= $(CURDIR)/.data
 PORT ?= 3000
+# The instance dagster.yaml: deploy/local (SQLite in DAGSTER_HOME) or deploy/production (PostgreSQL,
+# connection from DAGSTER_POSTGRES_*).
+DAGSTER_INSTANCE ?= local
 
-.PHONY: setup demo dev test bench clean
+.PHONY: setup demo dev test bench clean instance postgres-server
 
 setup: $(STAMP)
 
@@ -19,14 +22,21 @@ $(STAMP): pyproject.toml
 	$(BIN)/uv pip install --python $(BIN)/python -e '.[dev]'
 	touch $(STAMP)
 
-$(DAGSTER_HOME)/dagster.yaml: deploy/local/dagster.yaml
+# Copied every time, so that switching DAGSTER_INSTANCE takes effect.
+instance:
 	mkdir -p $(DAGSTER_HOME)
-	cp deploy/local/dagster.yaml $(DAGSTER_HOME)/dagster.yaml
+	cp deploy/$(DAGSTER_INSTANCE)/dagster.yaml $(DAGSTER_HOME)/dagster.yaml
 
-demo: setup $(DAGSTER_HOME)/dagster.yaml
+# The e2e test starts its own PostgreSQL server for the instance: Debian's server binaries.
+postgres-server:
+	@ls /usr/lib/postgresql/*/bin/pg_ctl >/dev/null 2>&1 || { \
+	  SUDO=$$([ "$$(id -u)" = 0 ] || echo sudo); \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq postgresql; }
+
+demo: setup instance
 	SPEECHDATA_PROFILE=tiny $(BIN)/python -m dagster_project.demo
 
-dev: setup $(DAGSTER_HOME)/dagster.yaml
+dev: setup instance
 	$(BIN)/dagster instance concurrency set gpu 1
 	SPEECHDATA_PROFILE=$${SPEECHDATA_PROFILE:-tiny} $(BIN)/dagster dev -w workspace.yaml -p $(PORT)
 
@@ -39,7 +49,7 @@ $(CHROMIUM):
 	$(SUDO) apt-get update -qq
 	DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq chromium chromium-driver
 
-test: setup $(CHROMIUM)
+test: setup $(CHROMIUM) postgres-server
 	SPEECHDATA_PROFILE=tiny $(BIN)/python -m pytest tests
 
 bench: setup

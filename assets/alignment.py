@@ -5,6 +5,7 @@ from typing import Literal
 import dagster as dg
 from pydantic import Field
 
+from assets.gpu_pool import GPU_OP_TAGS, GPU_POOL
 from assets.ingest import normalized_audio
 from assets.partitions import shard_partitions
 from assets.reporting import column_schema, markdown_preview, progress_logger, stage_metadata, utterance_check_results
@@ -39,6 +40,10 @@ class AlignmentsConfig(dg.Config):
     group_name=GROUP,
     kinds={"pytorch", "parquet"},
     owners=OWNERS,
+    # The CTC model (parakeet-ctc-1.1b: ~27 GFLOP per audio second) runs on the GPU when there is one:
+    # on Kubernetes the step goes to a GPU node, and it shares the `gpu` pool with the feature steps.
+    pool=GPU_POOL,
+    op_tags=GPU_OP_TAGS,
     code_version="alignments-v1",
     backfill_policy=CPU_BACKFILL_POLICY,
 )

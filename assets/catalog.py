@@ -1,12 +1,15 @@
 """[catalog] The DuckDB catalog over every shard manifest."""
 
+import os
+
 import dagster as dg
 from dagster_duckdb import DuckDBResource
 
 from assets.packaging import shard_manifest
 from assets.partitions import country_partitions, language_partitions
 from resources.storage import DataRootResource
-from speechdata.catalog import NAMED_QUERIES, format_table, refresh_catalog, run_query
+from speechdata.catalog import CATALOG_FILE, NAMED_QUERIES, format_table, refresh_catalog, run_query
+from speechdata.duckdb_object_store import enable_data_root_reads, upload_database
 
 
 @dg.asset(
@@ -25,13 +28,20 @@ def manifest_catalog(
     Refreshed by `catalog_refresh_sensor` whenever any shard's manifest is materialized (no shard
     asset re-runs). Query it with `python -m dagster_project.catalog --named hours_per_language`,
     `python -m dagster_project.catalog "SELECT ..."`, or `duckdb.connect(path, read_only=True)`.
-    New countries and languages it finds become `country` / `language` partitions.
+    New countries and languages it finds become `country` / `language` partitions. On an object-store
+    data root the views read `s3://...` through DuckDB's httpfs (or the root's fsspec filesystem) and
+    the database is built locally and uploaded whole.
     """
     root = data_root.get()
-    root.fs.makedirs(root.root, exist_ok=True)  # DuckDB creates the file, not its directory
+    os.makedirs(os.path.dirname(os.path.abspath(catalog.database)), exist_ok=True)  # DuckDB creates the file, not its directory
     with catalog.get_connection() as connection:
+        read_through = enable_data_root_reads(connection, root)
         summary = refresh_catalog(connection, root.uri(""))
         by_language = run_query(connection, NAMED_QUERIES["hours_per_language"])
+        connection.execute("CHECKPOINT")
+    if not root.is_local:
+        # DuckDB writes local files only: the resource's file is this worker's copy, the bucket gets it whole.
+        upload_database(root, catalog.database, CATALOG_FILE)
     for partitions, values in ((country_partitions, summary.countries), (language_partitions, summary.languages)):
         known = set(context.instance.get_dynamic_partitions(partitions.name))
         new = sorted(v for v in values if v and v not in known)
@@ -47,5 +57,7 @@ def manifest_catalog(
             "languages": dg.MetadataValue.json(summary.languages),
             "countries": dg.MetadataValue.json(summary.countries),
             "hours_by_language": dg.MetadataValue.md(f"```\n{format_table(by_language)}\n```"),
+            "catalog_uri": dg.MetadataValue.path(root.uri(CATALOG_FILE)),
+            "duckdb_reads_through": read_through,
         }
     )

@@ -5,6 +5,7 @@ import time
 import dagster as dg
 
 from assets.alignment import frame_grids
+from assets.gpu_pool import GPU_OP_TAGS, GPU_POOL
 from assets.partitions import shard_partitions
 from assets.reporting import device_metadata, progress_logger, stage_metadata, utterance_check_results
 from assets.shard_runs import GPU_BACKFILL_POLICY, ShardEvents, ShardResult, materialize_shards, shard_check_specs
@@ -17,13 +18,6 @@ from speechdata.feature_stage import check_feature_shapes, compute_qwen_hidden_s
 
 GROUP = "features"
 OWNERS = ["team:speech-data"]
-GPU_POOL = "gpu"
-# On Kubernetes (k8s_job_executor / K8sRunLauncher) the step's pod asks for one GPU.
-GPU_OP_TAGS = {
-    "dagster-k8s/config": {
-        "container_config": {"resources": {"limits": {"nvidia.com/gpu": "1"}, "requests": {"nvidia.com/gpu": "1"}}}
-    }
-}
 FEATURE_CHECKS = {
     "shape_matches_frame_grid": "rows equal the frame grid (T for Qwen, F for WavLM), columns the hidden size",
     "finite": "no NaN or inf",

@@ -7,7 +7,7 @@ import pyarrow.compute as pc
 from pydantic import Field
 
 from assets.alignment import alignments
-from assets.features import GPU_OP_TAGS, GPU_POOL
+from assets.gpu_pool import GPU_OP_TAGS, GPU_POOL
 from assets.partitions import shard_partitions
 from assets.reporting import column_schema, device_metadata, markdown_preview, progress_logger, stage_metadata
 from assets.shard_runs import CPU_BACKFILL_POLICY, GPU_BACKFILL_POLICY, ShardEvents, ShardResult, materialize_shards

@@ -19,9 +19,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import os
 import sys
-import tempfile
 from collections.abc import Iterator
 
 import duckdb
@@ -37,6 +35,7 @@ from speechdata.catalog import (
     run_query,
     select_samples,
 )
+from speechdata.duckdb_object_store import database_on_root, enable_data_root_reads
 from speechdata.storage import DataRoot, filesystem_for, write_bytes_atomic
 
 EXIT_ERROR = 2
@@ -46,54 +45,31 @@ class CatalogCliError(Exception):
     """A problem the user can fix; printed as one line."""
 
 
-def _is_local(root: DataRoot) -> bool:
-    protocol = root.fs.protocol if isinstance(root.fs.protocol, str) else root.fs.protocol[0]
-    return protocol in ("file", "local")
-
-
-def _load_httpfs(connection: duckdb.DuckDBPyConnection) -> None:
-    try:
-        connection.execute("LOAD httpfs")
-    except duckdb.Error:
-        connection.execute("INSTALL httpfs")
-        connection.execute("LOAD httpfs")
-
-
 @contextlib.contextmanager
 def open_catalog(root: DataRoot) -> Iterator[duckdb.DuckDBPyConnection]:
-    """A read-only connection to the root's catalog (an object-store root is ATTACHed over httpfs)."""
+    """A read-only connection to the root's catalog (from an object-store root: a local copy, whose
+    views read the bucket through httpfs or the root's fsspec filesystem)."""
     if not root.exists(CATALOG_FILE):
         raise CatalogCliError(
             f"no catalog at {root.uri(CATALOG_FILE)}: run `python -m dagster_project.catalog --refresh` "
             "or materialize the manifest_catalog asset"
         )
-    if _is_local(root):
-        connection = duckdb.connect(root.path(CATALOG_FILE), read_only=True)
-    else:
-        connection = duckdb.connect()
-        _load_httpfs(connection)
-        connection.execute(f"ATTACH '{root.uri(CATALOG_FILE).replace(chr(39), chr(39) * 2)}' AS catalog (READ_ONLY)")
-        connection.execute("USE catalog")
-    try:
-        yield connection
-    finally:
-        connection.close()
+    with database_on_root(root, CATALOG_FILE, read_only=True) as local:
+        connection = duckdb.connect(local, read_only=True)
+        try:
+            enable_data_root_reads(connection, root)
+            yield connection
+        finally:
+            connection.close()
 
 
 def refresh(root: DataRoot):
     """Rebuild the catalog; an object-store root's file is built locally and uploaded whole."""
-    if _is_local(root):
-        root.fs.makedirs(root.root, exist_ok=True)
-        with contextlib.closing(duckdb.connect(root.path(CATALOG_FILE))) as connection:
-            return refresh_catalog(connection, root.url)
-    with tempfile.TemporaryDirectory(prefix="catalog-") as tmp:
-        local = os.path.join(tmp, CATALOG_FILE)
+    with database_on_root(root, CATALOG_FILE) as local:
         with contextlib.closing(duckdb.connect(local)) as connection:
-            _load_httpfs(connection)
+            enable_data_root_reads(connection, root)
             summary = refresh_catalog(connection, root.url)
             connection.execute("CHECKPOINT")
-        with open(local, "rb") as handle:
-            root.write_bytes(CATALOG_FILE, handle.read())
     return summary
 
 

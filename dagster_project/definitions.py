@@ -1,9 +1,12 @@
 """The one entry point: every asset, check, job, sensor and resource of the code location."""
 
+from pathlib import Path
+
 import dagster as dg
 from dagster_duckdb import DuckDBResource
 
 from assets import ALL_ASSETS
+from dagster_project.execution import executor_from_env
 from dagster_project.jobs import ALL_JOBS
 from dagster_project.settings import PROJECT_ROOT, data_root_url, model_profile
 from resources.aligner import DEFAULT_ALIGNMENT_MODELS, CtcAlignerResource
@@ -55,9 +58,18 @@ def build_resources(data_root: str | None = None, profile: str | None = None) ->
 
 
 def catalog_database_path(root_url: str) -> str:
-    from speechdata.catalog import CATALOG_FILE, duckdb_location
+    """The catalog DuckDB file the `catalog` resource opens: the root's own file on a local root; on an
+    object store a local working copy (DuckDB writes only local files) that `manifest_catalog` uploads."""
+    import hashlib
+    import tempfile
 
-    return f"{duckdb_location(root_url).rstrip('/')}/{CATALOG_FILE}"
+    from speechdata.catalog import CATALOG_FILE, duckdb_location
+    from speechdata.storage import DataRoot
+
+    if DataRoot(root_url).is_local:
+        return f"{duckdb_location(root_url).rstrip('/')}/{CATALOG_FILE}"
+    digest = hashlib.sha1(root_url.encode()).hexdigest()[:16]
+    return str(Path(tempfile.gettempdir()) / "speechdata-catalog" / digest / CATALOG_FILE)
 
 
 defs = dg.Definitions(
@@ -65,8 +77,5 @@ defs = dg.Definitions(
     jobs=ALL_JOBS,
     sensors=[landing_sensor, catalog_refresh_sensor, country_dataset_sensor],
     resources=build_resources(),
-    # One process per run: torch and NeMo are imported, and each model loaded, once per run rather
-    # than once per step (benchmarks/bench_backfill_policy.py). The `gpu` pool still limits GPU
-    # steps across runs. On Kubernetes, k8s_job_executor goes here instead.
-    executor=dg.in_process_executor,
+    executor=executor_from_env(),
 )

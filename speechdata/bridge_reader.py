@@ -15,6 +15,10 @@ from collections.abc import Iterable
 import numpy as np
 import soundfile as sf
 
+from speechdata.webdataset_fsspec import register_fsspec_schemes, register_if_webdataset_loaded
+
+register_if_webdataset_loaded()
+
 ARRAY_MEMBERS = ("qwen.npy", "wavlm.npy", "tokens.npy", "grid.npy", "dur.npy")
 
 
@@ -49,6 +53,7 @@ def bridge_dataset(
     """
     import webdataset as wds
 
+    register_fsspec_schemes()
     url_list = [urls] if isinstance(urls, str) else list(urls)
     wanted = set(languages) if languages is not None else None
     dataset = wds.WebDataset(

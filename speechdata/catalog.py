@@ -16,7 +16,9 @@ root's absolute location: after moving a data root, refresh.
 
 Everything here takes an open ``duckdb.DuckDBPyConnection`` and returns Arrow tables; the caller
 owns the connection (a Dagster resource, the CLI, a notebook). For an object-store root the
-connection must already be able to read it (``LOAD httpfs`` and a secret).
+connection must already be able to read it: :func:`speechdata.duckdb_object_store.enable_data_root_reads`
+(httpfs with a secret, or the root's fsspec filesystem), and the database file itself is a local
+copy put back with :func:`speechdata.duckdb_object_store.upload_database`.
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ import pyarrow as pa
 from speechdata import layout
 from speechdata.manifest import MANIFEST_COLUMNS, manifest_path
 from speechdata.rejects import REJECTS_SCHEMA
-from speechdata.storage import DataRoot, atomic_open, filesystem_for
+from speechdata.storage import DataRoot, _is_local, atomic_open, filesystem_for
 
 CATALOG_FILE = "catalog.duckdb"
 """The catalog database, relative to the data root."""
@@ -176,8 +178,7 @@ def _summarize(connection: duckdb.DuckDBPyConnection, manifest_files: int, rejec
 def duckdb_location(root_uri: str) -> str:
     """How DuckDB names the root: a plain absolute path for a local root, the URL otherwise."""
     fs, root = filesystem_for(root_uri)
-    protocol = fs.protocol if isinstance(fs.protocol, str) else fs.protocol[0]
-    return root if protocol in ("file", "local") else fs.unstrip_protocol(root)
+    return root if _is_local(fs) else fs.unstrip_protocol(root)
 
 
 def _sql_literal(text: str) -> str:

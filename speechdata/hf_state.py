@@ -20,13 +20,13 @@ from __future__ import annotations
 
 import contextlib
 import os
-import tempfile
 import time
 from collections.abc import Iterator
 
 import duckdb
 import pyarrow as pa
 
+from speechdata.duckdb_object_store import database_on_root
 from speechdata.storage import DataRoot, _is_local
 
 SCHEMA = """
@@ -94,10 +94,7 @@ def state_connection(data_root: DataRoot, relative: str) -> Iterator[duckdb.Duck
         finally:
             connection.close()
         return
-    with tempfile.TemporaryDirectory(prefix="hf-state-") as scratch:
-        local = os.path.join(scratch, "state.duckdb")
-        if data_root.fs.exists(path):
-            data_root.fs.get(path, local)
+    with database_on_root(data_root, relative) as local:
         connection = duckdb.connect(local)
         try:
             connection.execute(SCHEMA)
@@ -105,8 +102,6 @@ def state_connection(data_root: DataRoot, relative: str) -> Iterator[duckdb.Duck
             connection.execute("CHECKPOINT")
         finally:
             connection.close()
-        with open(local, "rb") as handle:
-            data_root.write_bytes(relative, handle.read())
 
 
 def _connect_waiting(path: str, timeout_s: float = LOCK_TIMEOUT_S) -> duckdb.DuckDBPyConnection:

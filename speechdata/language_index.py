@@ -17,6 +17,7 @@ import pyarrow as pa
 
 from speechdata import layout
 from speechdata.catalog import duckdb_location
+from speechdata.duckdb_object_store import enable_data_root_reads
 from speechdata.storage import DataRoot
 from speechdata.vad_chunks import DEFAULT_CHUNK_S, DEFAULT_NUM_CHUNKS, usable_chunk_seconds
 
@@ -45,6 +46,7 @@ def build_language_shard_index(
         return LANGUAGE_INDEX_SCHEMA.empty_table()
     source = f"{duckdb_location(data_root.url)}/{_VAD_GLOB}"
     with duckdb.connect() as connection:
+        enable_data_root_reads(connection, data_root)
         rows = connection.execute(
             "SELECT shard, tar_path, tar_key, duration_s, speech_s, start_s, end_s "
             "FROM read_parquet(?) WHERE language = ? ORDER BY shard, audio_path",

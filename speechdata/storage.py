@@ -43,6 +43,16 @@ class DataRoot:
     def __repr__(self) -> str:
         return f"DataRoot({self.url!r})"
 
+    @property
+    def protocol(self) -> str:
+        """The filesystem's protocol: ``file``, ``s3``, ``gcs``..."""
+        return _protocol(self.fs)
+
+    @property
+    def is_local(self) -> bool:
+        """A local (POSIX) directory: files can be handed to libraries that only open paths."""
+        return _is_local(self.fs)
+
     def path(self, relative: str) -> str:
         """The filesystem path of ``relative`` (a path from :mod:`speechdata.layout`)."""
         return f"{self.root}/{relative}"
@@ -102,9 +112,12 @@ def _replace(fs: fsspec.AbstractFileSystem, temp: str, path: str) -> None:
         fs.mv(temp, path)
 
 
+def _protocol(fs: fsspec.AbstractFileSystem) -> str:
+    return fs.protocol if isinstance(fs.protocol, str) else fs.protocol[0]
+
+
 def _is_local(fs: fsspec.AbstractFileSystem) -> bool:
-    protocol = fs.protocol if isinstance(fs.protocol, str) else fs.protocol[0]
-    return protocol in ("file", "local")
+    return _protocol(fs) in ("file", "local")
 
 
 def write_bytes_atomic(fs: fsspec.AbstractFileSystem, path: str, data: bytes) -> None:

@@ -43,6 +43,7 @@ from speechdata.audio import downmix_to_mono, resample
 from speechdata.audio_tars import audio_extension
 from speechdata.storage import DataRoot
 from speechdata.vad_chunks import DEFAULT_CHUNK_S, DEFAULT_NUM_CHUNKS, chunk_rng, draw_chunk_starts
+from speechdata.webdataset_fsspec import register_fsspec_schemes
 
 SKIP_REASONS = (
     "no_audio_member", "no_vad_data", "language_not_wanted", "no_speech", "no_long_segment", "decode_error",
@@ -128,6 +129,8 @@ class VadChunkDataset(torch.utils.data.IterableDataset):
 
     def _pipeline(self):
         import webdataset as wds
+
+        register_fsspec_schemes()  # in the worker: object-store tar URLs stream through fsspec
 
         return wds.WebDataset(
             self.urls, shardshuffle=self.shardshuffle or False, detshuffle=True, seed=self.seed + self.epoch,

@@ -80,3 +80,45 @@ def tiny_resources(data_root, model_cache_dir):
         "wavlm": WavLMEncoder(model_id="tiny"),
         "vad": SileroVadResource(),
     }
+
+
+@pytest.fixture(scope="session")
+def s3_endpoint():
+    """An S3-compatible server (moto's server mode) on loopback for the session, credentials in the environment.
+
+    s3fs (the data root's filesystem) and the DuckDB fsspec bridge find it through the standard
+    ``AWS_*`` variables, exactly as a production pod finds its bucket.
+    """
+    import logging
+
+    from moto.server import ThreadedMotoServer
+
+    logging.getLogger("werkzeug").setLevel(logging.WARNING)  # one log line per request otherwise
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    endpoint = f"http://{host}:{port}"
+    with pytest.MonkeyPatch.context() as patch:
+        for name, value in {
+            "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
+            "AWS_DEFAULT_REGION": "us-east-1", "AWS_ENDPOINT_URL": endpoint,
+        }.items():
+            patch.setenv(name, value)
+        patch.delenv("AWS_PROFILE", raising=False)
+        patch.delenv("AWS_SESSION_TOKEN", raising=False)
+        yield endpoint
+    server.stop()
+
+
+@pytest.fixture
+def s3_bucket(s3_endpoint, request) -> str:
+    """A fresh bucket on the loopback S3 server: ``s3://<bucket>``."""
+    import re
+    import uuid
+
+    import s3fs
+
+    name = re.sub(r"[^a-z0-9-]", "-", request.node.name.lower())[:40].strip("-") + "-" + uuid.uuid4().hex[:8]
+    fs = s3fs.S3FileSystem()
+    fs.mkdir(name)
+    return f"s3://{name}"

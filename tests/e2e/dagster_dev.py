@@ -23,11 +23,18 @@ def free_port() -> int:
 
 
 class DagsterDev:
-    """`dagster dev` in its own process group, with a temporary DAGSTER_HOME and data root."""
+    """`dagster dev` in its own process group, with a temporary DAGSTER_HOME and data root.
+
+    ``instance_yaml`` is the dagster.yaml copied into DAGSTER_HOME (the local SQLite one by default;
+    deploy/production/dagster.yaml puts the instance on PostgreSQL, with its ``DAGSTER_POSTGRES_*`` in ``env``).
+    ``workspace`` replaces the project's workspace.yaml (the UI test loads versioned definitions).
+    """
 
     def __init__(
-        self, dagster_home: Path, data_root: Path, env: dict[str, str] | None = None, workspace: Path | None = None
+        self, dagster_home: Path, data_root: Path, env: dict[str, str] | None = None,
+        instance_yaml: Path = ROOT / "deploy" / "local" / "dagster.yaml", workspace: Path | None = None,
     ):
+        self.instance_yaml = instance_yaml
         self.workspace = workspace or ROOT / "workspace.yaml"
         self.dagster_home = dagster_home
         self.data_root = data_root
@@ -40,7 +47,7 @@ class DagsterDev:
 
     def __enter__(self) -> DagsterDev:
         self.dagster_home.mkdir(parents=True, exist_ok=True)
-        shutil.copy(ROOT / "deploy" / "local" / "dagster.yaml", self.dagster_home / "dagster.yaml")
+        shutil.copy(self.instance_yaml, self.dagster_home / "dagster.yaml")
         env = {
             **os.environ,
             "DAGSTER_HOME": str(self.dagster_home),

@@ -1,4 +1,9 @@
-"""The real daemon: a shard that lands is registered by the sensor and materialized, once."""
+"""The real daemon: a shard that lands is registered by the sensor and materialized, once.
+
+The instance is the production one (deploy/production/dagster.yaml): runs, event logs and sensor
+ticks in a real PostgreSQL server the test starts. The SQLite instance of `make dev` is the one every
+integration test's `instance_for_test` uses.
+"""
 
 import time
 
@@ -6,9 +11,14 @@ import pytest
 
 from speechdata.sample_shards import build_sample_shard
 from speechdata.storage import DataRoot
-from tests.e2e.dagster_dev import DagsterDev
+from tests.e2e.dagster_dev import ROOT, DagsterDev
+from tests.e2e.postgres_server import PostgresServer
 
 pytestmark = pytest.mark.e2e
+
+# Each step is a fresh process (imports, NeMo's ~30 s) on 2 shared cores, beside the publishing runs the
+# country sensor starts: a shard takes 2-4 minutes here.
+SHARD_TIMEOUT_S = 420
 
 SHARD_ASSETS = (
     "raw_shards", "normalized_audio", "alignments", "frame_grids", "qwen_hidden_states", "wavlm_features",
@@ -53,10 +63,26 @@ def catalog_covers(data_root: DataRoot, shards: int) -> bool:
     return count == shards
 
 
+def runs_stored_in_postgres(postgres: PostgresServer, job_name: str) -> dict[str, str]:
+    """Run id -> status of a job's runs, read from the instance's own tables (not through Dagster)."""
+    import psycopg2
+
+    env = postgres.env
+    with psycopg2.connect(
+        host=env["DAGSTER_POSTGRES_HOST"], port=int(env["DAGSTER_POSTGRES_PORT"]),
+        user=env["DAGSTER_POSTGRES_USER"], dbname=env["DAGSTER_POSTGRES_DB"],
+    ) as connection, connection.cursor() as cursor:
+        cursor.execute("SELECT run_id, status FROM runs WHERE pipeline_name = %s", [job_name])
+        return dict(cursor.fetchall())
+
+
 def test_landed_shards_are_materialized_by_the_sensor_run_once_each(tmp_path):
     data_root = DataRoot(str(tmp_path / "data"))
     env = {"SPEECHDATA_LANDING_SENSOR_INTERVAL_S": "2", "SPEECHDATA_CATALOG_SENSOR_INTERVAL_S": "2"}
-    with DagsterDev(tmp_path / "dagster_home", tmp_path / "data", env) as dev:
+    with PostgresServer() as postgres, DagsterDev(
+        tmp_path / "dagster_home", tmp_path / "data", {**env, **postgres.env},
+        instance_yaml=ROOT / "deploy" / "production" / "dagster.yaml",
+    ) as dev:
         build_sample_shard(data_root, "e2e-0001", 3, seed=1, long_recordings=1, complete=False)
         time.sleep(6)  # a few sensor ticks over a half-landed shard
         assert shard_runs(dev, "e2e-0001") == []
@@ -64,13 +90,13 @@ def test_landed_shards_are_materialized_by_the_sensor_run_once_each(tmp_path):
         from speechdata.sample_shards import mark_landed
 
         mark_landed(data_root, "e2e-0001")
-        wait_for(lambda: done(dev, "e2e-0001"), dev, 480, "e2e-0001 materialized")
+        wait_for(lambda: done(dev, "e2e-0001"), dev, SHARD_TIMEOUT_S, "e2e-0001 materialized")
         [first_run] = shard_runs(dev, "e2e-0001")
         assert first_run["jobName"] == "per_shard_job" and first_run["status"] == "SUCCESS"
         assert {"key": "speechdata/launched_by", "value": "landing_sensor"} in first_run["tags"]
 
         build_sample_shard(data_root, "e2e-0002", 2, seed=2, long_recordings=0)
-        wait_for(lambda: done(dev, "e2e-0002"), dev, 480, "e2e-0002 materialized")
+        wait_for(lambda: done(dev, "e2e-0002"), dev, SHARD_TIMEOUT_S, "e2e-0002 materialized")
         time.sleep(5)  # more ticks: neither shard may be requested again
         assert len(shard_runs(dev, "e2e-0001")) == 1
         assert len(shard_runs(dev, "e2e-0002")) == 1
@@ -78,7 +104,12 @@ def test_landed_shards_are_materialized_by_the_sensor_run_once_each(tmp_path):
         assert len(shard_jobs) == 2
 
         # The fan-in sensor refreshes the catalog after the manifests, without re-running shards.
-        wait_for(lambda: catalog_covers(data_root, 2), dev, 240, "the catalog to hold both shards")
+        wait_for(lambda: catalog_covers(data_root, 2), dev, SHARD_TIMEOUT_S, "the catalog to hold both shards")
         assert not [run for run in dev.runs() if run["status"] in ("FAILURE", "CANCELED")], dev.runs()
         assert len([run for run in dev.runs() if run["jobName"] == "per_shard_job"]) == 2
+
+        # The runs are rows in PostgreSQL, read with psycopg2; no SQLite storage exists in DAGSTER_HOME.
+        shard_runs_in_graphql = {run["runId"]: run["status"] for run in shard_jobs}
+        assert runs_stored_in_postgres(postgres, "per_shard_job") == shard_runs_in_graphql
+        assert not list((tmp_path / "dagster_home").rglob("*.db"))
     assert dev.process.poll() is not None

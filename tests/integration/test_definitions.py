@@ -94,7 +94,7 @@ def test_dagster_cli_validates_the_workspace(tmp_path):
 
 
 def test_gpu_assets_use_the_gpu_pool_and_request_a_gpu_on_kubernetes():
-    for key in ("qwen_hidden_states", "wavlm_features", "qe_scores"):
+    for key in ("alignments", "qwen_hidden_states", "wavlm_features", "qe_scores"):
         assets_def = defs.resolve_assets_def(key)
         [op] = [assets_def.op]
         assert op.pool == "gpu"

@@ -1,0 +1,128 @@
+"""The per-shard graph with the data root on S3 (moto's server on loopback, through s3fs), read back
+with the readers training code uses: WebDataset, byte-range fetches, DuckDB over the bucket, soundfile."""
+
+import io
+
+import dagster as dg
+import duckdb
+import numpy as np
+import pytest
+import soundfile as sf
+
+from assets import SHARD_ASSETS, language_shard_index, manifest_catalog
+from assets.partitions import language_partitions, shard_partitions
+from speechdata import layout
+from speechdata.bridge_reader import bridge_dataset, read_sample_at
+from speechdata.manifest import manifest_path
+from speechdata.sample_shards import build_sample_shard
+from speechdata.storage import TEMP_PREFIX, DataRoot
+
+SHARD = "s3-0001"
+
+
+@pytest.fixture(scope="module")
+def bucket_root(s3_endpoint, model_cache_dir, tmp_path_factory):
+    """One shard landed in ``s3://<bucket>/speech`` and taken through every shard asset, the catalog and
+    the language index, with the same resources the code location builds (only the models are tiny)."""
+    import s3fs
+    from dagster_duckdb import DuckDBResource
+
+    from dagster_project.definitions import build_resources, catalog_database_path
+
+    s3fs.S3FileSystem().mkdir("speech-bucket")
+    root = DataRoot("s3://speech-bucket/speech")
+    landed = build_sample_shard(root, SHARD, 4, seed=3, long_recordings=1, with_faults=True)
+    resources = build_resources(data_root=root.url, profile="tiny")
+    resources["aligner"] = resources["aligner"].model_copy(update={"model_cache_dir": model_cache_dir})
+    resources["torch_device"] = resources["torch_device"].model_copy(update={"device": "cpu"})
+    working_copy = tmp_path_factory.mktemp("catalog") / "catalog.duckdb"
+    resources["catalog"] = DuckDBResource(database=str(working_copy))
+    with dg.instance_for_test() as instance:
+        instance.add_dynamic_partitions(shard_partitions.name, [SHARD])
+        shard = dg.materialize(SHARD_ASSETS, partition_key=SHARD, instance=instance, resources=resources)
+        catalog = dg.materialize([manifest_catalog], instance=instance, resources=resources)
+        languages = sorted(instance.get_dynamic_partitions(language_partitions.name))
+        index = dg.materialize([language_shard_index], partition_key="en", instance=instance, resources=resources)
+    assert shard.success and catalog.success and index.success
+    assert catalog_database_path(root.url) != root.uri("catalog.duckdb")  # DuckDB cannot write to a bucket
+    yield root, landed, shard, catalog, languages
+
+
+def test_every_shard_asset_wrote_to_the_bucket_and_accounts_for_every_utterance(bucket_root):
+    root, landed, shard, _, _ = bucket_root
+    checks = {(e.asset_key.to_user_string(), e.check_name): e.passed for e in shard.get_asset_check_evaluations()}
+    assert checks[("shard_manifest", "every_utterance_accounted_for")] is True
+    assert all(checks.values()), checks
+    keys = root.fs.find(root.root)
+    assert not [k for k in keys if TEMP_PREFIX in k], "an atomic write left its temp object behind"
+    for relative in (
+        layout.utterance_index(SHARD), layout.normalized_audio(SHARD), layout.alignments(SHARD),
+        layout.frame_grids(SHARD), layout.qwen_hidden_states(SHARD), layout.wavlm_features(SHARD),
+        manifest_path(SHARD), layout.vad_segments(SHARD), layout.asr_flac_index(SHARD),
+    ):
+        assert root.path(relative) in keys, relative
+    [event] = shard.asset_materializations_for_node("shard_manifest")
+    assert event.metadata["manifest_uri"].value == f"s3://speech-bucket/speech/{manifest_path(SHARD)}"
+    assert event.metadata["landed"].value == landed.num_rows
+
+
+def test_bridge_tars_stream_from_the_bucket_with_webdataset_and_by_byte_range(bucket_root):
+    root, _, _, _, _ = bucket_root
+    manifest = root.read_parquet(manifest_path(SHARD)).to_pylist()
+    assert manifest and all(row["tar_url"].startswith("s3://speech-bucket/speech/bridge/") for row in manifest)
+    urls = sorted({row["tar_url"] for row in manifest})
+    samples = {s["__key__"]: s for s in bridge_dataset(urls)}
+    assert sorted(samples) == sorted(row["key"] for row in manifest)
+    for row in manifest:
+        sample = samples[row["key"]]
+        assert sample["qwen"].dtype == np.float16 and sample["qwen"].shape[0] == row["n_tokens"]
+        assert len(sample["grid"]) == row["n_frames"] == sample["wavlm"].shape[0]
+        single = read_sample_at(row["tar_url"], row["offset"], row["size"])
+        assert np.array_equal(single["grid"], sample["grid"]) and np.array_equal(single["wav"], sample["wav"])
+
+
+def test_duckdb_reads_the_manifests_in_the_bucket_through_the_catalog(bucket_root):
+    from dagster_project.catalog import main, open_catalog
+
+    root, _, _, catalog, languages = bucket_root
+    manifest = root.read_parquet(manifest_path(SHARD))
+    [event] = catalog.asset_materializations_for_node("manifest_catalog")
+    assert event.metadata["dagster/row_count"].value == manifest.num_rows
+    assert event.metadata["duckdb_reads_through"].value in ("httpfs", "fsspec")
+    assert root.exists("catalog.duckdb")  # the built database was uploaded next to the manifests
+    assert languages == sorted(event.metadata["languages"].value) and "en" in languages
+    with open_catalog(root) as connection:
+        [(samples, shards)] = connection.execute("SELECT count(*), count(DISTINCT shard) FROM samples").fetchall()
+        keys = {row[0] for row in connection.execute("SELECT key FROM samples").fetchall()}
+        rejects = connection.execute("SELECT count(DISTINCT utt_id) FROM rejects").fetchall()[0][0]
+    assert (samples, shards) == (manifest.num_rows, 1) and keys == set(manifest["key"].to_pylist())
+    assert rejects == event.metadata["rejected_utterances"].value > 0
+    with pytest.raises(duckdb.Error):  # the copy a reader gets is read-only
+        with open_catalog(root) as connection:
+            connection.execute("CREATE TABLE scratch AS SELECT 1")
+    out = io.StringIO()
+    import contextlib
+
+    with contextlib.redirect_stdout(out):
+        assert main(["--data-root", root.url, "--named", "hours_per_shard"]) == 0
+    assert SHARD in out.getvalue()
+
+
+def test_asr_flac_and_vad_tars_read_back_from_the_bucket(bucket_root):
+    from speechdata.language_index import build_urls, read_language_shard_index
+    from speechdata.vad_loader import vad_chunk_loader
+
+    root, _, _, _, _ = bucket_root
+    flac = root.read_parquet(layout.asr_flac_index(SHARD)).to_pylist()
+    assert flac
+    for row in flac:
+        with root.fs.open(root.path(layout.asr_flac(SHARD, row["utt_id"])), "rb") as handle:
+            samples, rate = sf.read(handle, dtype="float32")
+        assert rate == 16_000 and len(samples) == row["n_samples"]
+    index = read_language_shard_index(root, "en")
+    assert index.num_rows == 1 and index["shard"].to_pylist() == [SHARD]
+    urls = build_urls(["en"], root)
+    assert urls and all(url.startswith("s3://speech-bucket/speech/") for url in urls)
+    batches = list(vad_chunk_loader(urls, root, languages=["en"], chunk_s=1.0, num_chunks=2, batch_size=4))
+    chunks = sum(batch["input_values"].shape[0] for batch in batches)
+    assert chunks > 0 and all(language == "en" for batch in batches for language in batch["languages"])
