@@ -126,3 +126,40 @@ def test_asr_flac_and_vad_tars_read_back_from_the_bucket(bucket_root):
     batches = list(vad_chunk_loader(urls, root, languages=["en"], chunk_s=1.0, num_chunks=2, batch_size=4))
     chunks = sum(batch["input_values"].shape[0] for batch in batches)
     assert chunks > 0 and all(language == "en" for batch in batches for language in batch["languages"])
+
+
+def test_the_country_dataset_builds_and_publishes_state_with_the_root_in_the_bucket(s3_endpoint, tmp_path, clips):
+    import s3fs
+
+    from speechdata.hf_card import write_dataset_card
+    from speechdata.hf_dataset import DatasetOptions, build_country_dataset
+    from speechdata.hf_import import import_aligned_countries
+    from speechdata.hf_segments import refresh_split_assignments
+    from speechdata.hf_state import state_connection
+    from speechdata.ingest import ingest_raw_shard
+    from speechdata.sample_seed004 import build_seed004_corpus
+
+    s3fs.S3FileSystem().mkdir("hf-bucket")
+    root = DataRoot("s3://hf-bucket/speech")
+    build_seed004_corpus(tmp_path / "countries", {"germany": 3}, clips=clips, audio_format="flac")
+    [report] = import_aligned_countries(str(tmp_path / "countries"), root)
+    for shard in report.shards:
+        ingest_raw_shard(root, shard)
+    summary = refresh_split_assignments(root, "ds", "germany")
+    built = build_country_dataset(root, "germany", DatasetOptions(dataset="ds"))
+    write_dataset_card(root, "ds")
+    written = {f["path_in_repo"]: f["rows"] for split in built.written for f in split.files}
+    assert set(written) == {f"germany/{s}-00000-of-00001.parquet" for s in ("test", "validation", "train_1")}
+    for path, rows in written.items():
+        table = root.read_parquet(layout.hf_dataset_file("ds", path))
+        assert table.num_rows == rows
+        samples, rate = sf.read(io.BytesIO(table["audio"][0].as_py()["bytes"]))
+        assert rate == 16_000 and samples.size > 3 * rate
+    # The state database lives in the bucket and survives the round trip through a local copy.
+    assert root.exists(layout.hf_state_database("ds", "germany"))
+    with state_connection(root, layout.hf_state_database("ds", "germany")) as db:
+        [(recordings,)] = db.execute("SELECT count(*) FROM recordings").fetchall()
+        [(pending,)] = db.execute("SELECT count(*) FROM segments WHERE status = 'pending' AND file IS NOT NULL").fetchall()
+    assert recordings == sum(summary.recordings_by_split.values()) == 3
+    assert pending == sum(written.values())
+    assert not [k for k in root.fs.find(root.root) if TEMP_PREFIX in k]
