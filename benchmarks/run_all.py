@@ -19,7 +19,7 @@ from pathlib import Path
 BENCHMARKS_DIR = Path(__file__).resolve().parent
 REPO_ROOT = BENCHMARKS_DIR.parent
 RESULTS = BENCHMARKS_DIR / "results" / "latest.jsonl"
-TIMEOUT_S = 900
+TIMEOUT_S = 1800  # bench_backfill_policy launches ~20 runs of fresh processes: ~15 min on 2 busy cores
 
 
 def available() -> list[str]:
