@@ -117,10 +117,11 @@ def build_country_dataset(data_root: DataRoot, country: str, options: DatasetOpt
     for split in (TEST, VALIDATION):
         keys = [s for s in usable if s["split"] == split]
         unwritten = [s for s in keys if s["file"] is None and s["status"] != "error"]
-        if keys and not unwritten and _files_present(data_root, options.dataset, _split_files(data_root, state_path, split)):
+        current_files = _split_files(data_root, state_path, split)
+        if keys and not unwritten and _files_present(data_root, options.dataset, current_files):
             summary.unchanged.append(split)
             continue
-        if not keys and not _split_files(data_root, state_path, split):
+        if not keys and not current_files:
             continue
         _commit_split(data_root, state_path, writer.write(split, _by_recording(keys, recordings)), keys, summary)
     pending_train = [
