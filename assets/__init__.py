@@ -7,7 +7,7 @@ from assets.catalog import manifest_catalog
 from assets.features import qwen_hidden_states, wavlm_features
 from assets.ingest import normalized_audio, raw_shards
 from assets.packaging import bridge_tars, shard_manifest
-from assets.publishing import PUBLISHING_ASSETS, hf_dataset, hf_hub_upload, hf_split_assignments
+from assets.publishing import PUBLISHING_ASSETS, hf_dataset, hf_hub_upload, hf_split_assignments  # noqa: F401 (re-exported)
 from assets.translation import qe_scores, streaming_pairs, streaming_segments
 from assets.vad import language_shard_index, vad_segments
 

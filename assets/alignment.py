@@ -14,10 +14,10 @@ from resources.aligner import CtcAlignerResource
 from resources.model_pins import QWEN
 from resources.storage import DataRootResource
 from resources.text_tokenizer import TextTokenizerResource
-from speechdata import layout
-from speechdata.alignment_stage import align_shard, import_shard_alignments
-from speechdata.frame_grid import GRID_RULE_VERSION
-from speechdata.frame_grid_stage import build_shard_frame_grids, verify_frame_grids
+from speechdata.alignment.stage import align_shard, import_shard_alignments
+from speechdata.bridge.frame_grid import GRID_RULE_VERSION
+from speechdata.bridge.grid_stage import build_shard_frame_grids, verify_frame_grids
+from speechdata.io import layout
 
 GROUP = "alignment"
 OWNERS = ["team:speech-data"]

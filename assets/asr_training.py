@@ -8,9 +8,9 @@ from assets.partitions import shard_partitions
 from assets.reporting import column_schema, markdown_preview, markdown_rows, progress_logger, stage_metadata
 from assets.shard_runs import CPU_BACKFILL_POLICY, ShardEvents, ShardResult, materialize_shards, shard_check_specs
 from resources.storage import DataRootResource
-from speechdata.asr_flac import extract_asr_flac
-from speechdata.asr_manifest import AsrManifestConfig
-from speechdata.asr_manifest_stage import build_and_write_asr_manifests
+from speechdata.asr.flac import extract_asr_flac
+from speechdata.asr.manifest import AsrManifestConfig
+from speechdata.asr.manifest_stage import build_and_write_asr_manifests
 
 GROUP = "asr_training"
 OWNERS = ["team:speech-data"]
@@ -103,7 +103,7 @@ def asr_manifest(
     `duration`, `text`, `lang`); `removed.parquet` holds every utterance left out and the filter that
     removed it. Language tags are corrected from the corrections table, duplicates (same audio, or
     same text and duration in one recording) removed, and the split is by recording.
-    Train with `speechdata.asr_dataset.AsrManifestDataset` and `DurationBucketBatchSampler`.
+    Train with `speechdata.asr.dataset.AsrManifestDataset` and `DurationBucketBatchSampler`.
     """
     summary = build_and_write_asr_manifests(
         data_root.get(),

@@ -8,8 +8,8 @@ from dagster_duckdb import DuckDBResource
 from assets.packaging import shard_manifest
 from assets.partitions import country_partitions, language_partitions
 from resources.storage import DataRootResource
-from speechdata.catalog import CATALOG_FILE, NAMED_QUERIES, format_table, refresh_catalog, run_query
-from speechdata.duckdb_object_store import enable_data_root_reads, upload_database
+from speechdata.catalog.views import CATALOG_FILE, NAMED_QUERIES, format_table, refresh_catalog, run_query
+from speechdata.io.duckdb_object_store import enable_data_root_reads, upload_database
 
 
 @dg.asset(

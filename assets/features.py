@@ -13,8 +13,8 @@ from resources.encoders import QwenEncoder, WavLMEncoder
 from resources.model_pins import QWEN, WAVLM
 from resources.storage import DataRootResource
 from resources.torch_device import TorchDeviceResource
-from speechdata import layout
-from speechdata.feature_stage import check_feature_shapes, compute_qwen_hidden_states, compute_wavlm_features
+from speechdata.features.stage import check_feature_shapes, compute_qwen_hidden_states, compute_wavlm_features
+from speechdata.io import layout
 
 GROUP = "features"
 OWNERS = ["team:speech-data"]
@@ -46,7 +46,7 @@ def qwen_hidden_states(
     File: `shards/<shard>/qwen_hidden_states.parquet`, one row per utterance (`utt_id`, `n_rows` = T,
     `dim` = 2048 in production, `data` = float16 C-order bytes). `hidden_states[-2]` of `AutoModel`:
     the un-normed output of layer 27 of 28; the last layer and the LM head are never run. Read with
-    `speechdata.array_store.iter_arrays`. A backfill run computes up to k shards with one model load.
+    `speechdata.features.array_store.iter_arrays`. A backfill run computes up to k shards with one model load.
     """
     root = data_root.get()
     started = time.perf_counter()

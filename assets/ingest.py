@@ -10,8 +10,8 @@ from assets.partitions import shard_partitions
 from assets.reporting import column_schema, markdown_preview, progress_logger, stage_metadata
 from assets.shard_runs import CPU_BACKFILL_POLICY, ShardEvents, ShardResult, materialize_shards, shard_check_specs
 from resources.storage import DataRootResource
-from speechdata.ingest import ingest_normalized_audio, ingest_raw_shard
-from speechdata.landing import ContractError
+from speechdata.landing.contract import ContractError
+from speechdata.landing.ingest import ingest_normalized_audio, ingest_raw_shard
 
 GROUP = "ingest"
 OWNERS = ["team:speech-data"]
@@ -104,7 +104,7 @@ def normalized_audio(
 
     File: `shards/<shard>/audio_24k.parquet`, one row per utterance: `utt_id`, `sample_rate`,
     `n_samples`, `duration_s`, `codec` and `audio` (FLAC bytes by default). Read it with
-    `speechdata.audio_container.iter_container_audio`, or any parquet reader plus soundfile.
+    `speechdata.audio.container.iter_container_audio`, or any parquet reader plus soundfile.
     Utterances that cannot be decoded are in `shards/<shard>/rejects/normalized_audio.parquet`.
     """
 

@@ -10,11 +10,11 @@ from assets.partitions import shard_partitions
 from assets.reporting import column_schema, markdown_preview
 from assets.shard_runs import CPU_BACKFILL_POLICY, ShardEvents, ShardResult, materialize_shards, shard_check_specs
 from resources.storage import DataRootResource
-from speechdata import layout
-from speechdata.bridge_reader import verify_bridge_tars
-from speechdata.bridge_tars import DEFAULT_MAX_SAMPLES, DEFAULT_MAX_TAR_BYTES, iter_bridge_samples, pack_samples
-from speechdata.manifest import manifest_path
-from speechdata.shard_manifest import account_for_utterances, build_shard_manifest
+from speechdata.bridge.manifest import manifest_path
+from speechdata.bridge.reader import verify_bridge_tars
+from speechdata.bridge.shard_manifest import account_for_utterances, build_shard_manifest
+from speechdata.bridge.tars import DEFAULT_MAX_SAMPLES, DEFAULT_MAX_TAR_BYTES, iter_bridge_samples, pack_samples
+from speechdata.io import layout
 
 GROUP = "packaging"
 OWNERS = ["team:speech-data"]
@@ -47,7 +47,7 @@ def bridge_tars(
     (float16 [T, 2048]), `<key>.wavlm.npy` (float16 [F, 1024]), `<key>.dur.npy`, `<key>.tokens.npy`
     (int32 [T]), `<key>.grid.npy` (int32 [F]) and `<key>.json`. Deterministic: a re-run writes
     byte-identical tars (their sha256 are in the metadata). Read with
-    `speechdata.bridge_reader.bridge_dataset(urls)` or any WebDataset reader.
+    `speechdata.bridge.reader.bridge_dataset(urls)` or any WebDataset reader.
     """
     yield from materialize_shards(context, lambda shard_id: _pack_one_shard(context, config, data_root.get(), shard_id))
 
@@ -72,7 +72,7 @@ def _pack_one_shard(context: dg.AssetExecutionContext, config: BridgeTarsConfig,
             "tar_urls": dg.MetadataValue.json({t.url: t.sha256 for t in tars}),
             "first_tar_uri": dg.MetadataValue.path(tars[0].url) if tars else "",
             "load_with": dg.MetadataValue.md(
-                f"```python\nfrom speechdata.bridge_reader import bridge_dataset\n"
+                f"```python\nfrom speechdata.bridge.reader import bridge_dataset\n"
                 f"dataset = bridge_dataset({[t.url for t in tars][:2]!r})\n```"
             ),
         },

@@ -7,12 +7,12 @@ from assets.partitions import country_partitions
 from assets.reporting import markdown_rows
 from resources.hub import HfDatasetSettings, HubPublisherResource
 from resources.storage import DataRootResource
-from speechdata import layout
-from speechdata.hf_card import write_dataset_card
-from speechdata.hf_dataset import build_country_dataset
-from speechdata.hf_publish import publish_country, register_card
-from speechdata.hf_segments import refresh_split_assignments
-from speechdata.hf_state import rows_as_dicts, state_connection
+from speechdata.hf.card import write_dataset_card
+from speechdata.hf.dataset import build_country_dataset
+from speechdata.hf.publish import publish_country, register_card
+from speechdata.hf.segments import refresh_split_assignments
+from speechdata.hf.state import rows_as_dicts, state_connection
+from speechdata.io import layout
 
 GROUP = "publishing"
 OWNERS = ["team:speech-data"]

@@ -7,7 +7,7 @@ import time
 import dagster as dg
 import pyarrow as pa
 
-from speechdata.ingest import StageSummary
+from speechdata.stage import StageSummary
 
 
 def stage_metadata(summary: StageSummary) -> dict[str, dg.RawMetadataValue]:

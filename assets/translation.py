@@ -14,10 +14,10 @@ from assets.shard_runs import CPU_BACKFILL_POLICY, GPU_BACKFILL_POLICY, ShardEve
 from resources.qe import MetricXResource
 from resources.storage import DataRootResource
 from resources.torch_device import TorchDeviceResource
-from speechdata import layout
-from speechdata.qe_stage import DEFAULT_THRESHOLD, score_shard_segments, write_streaming_pairs
-from speechdata.streaming_segments import DEFAULT_MAX_SKIP_WORDS
-from speechdata.streaming_stage import SegmentSettings, build_shard_streaming_segments
+from speechdata.io import layout
+from speechdata.translation.qe_stage import DEFAULT_THRESHOLD, score_shard_segments, write_streaming_pairs
+from speechdata.translation.segments import DEFAULT_MAX_SKIP_WORDS
+from speechdata.translation.stage import SegmentSettings, build_shard_streaming_segments
 
 GROUP = "translation"
 OWNERS = ["team:speech-data"]

@@ -9,10 +9,10 @@ from assets.reporting import column_schema, markdown_preview, progress_logger
 from assets.shard_runs import CPU_BACKFILL_POLICY, ShardEvents, ShardResult, materialize_shards, shard_check_specs
 from resources.storage import DataRootResource
 from resources.vad import SileroVadResource
-from speechdata import layout
-from speechdata.language_index import build_language_shard_index
-from speechdata.vad_chunks import DEFAULT_CHUNK_S, DEFAULT_NUM_CHUNKS
-from speechdata.vad_stage import compute_vad_segments
+from speechdata.io import layout
+from speechdata.vad.chunks import DEFAULT_CHUNK_S, DEFAULT_NUM_CHUNKS
+from speechdata.vad.language_index import build_language_shard_index
+from speechdata.vad.stage import compute_vad_segments
 
 GROUP = "vad"
 OWNERS = ["team:speech-data"]
@@ -116,7 +116,7 @@ def language_shard_index(
     context: dg.AssetExecutionContext, config: ChunkingConfig, data_root: DataRootResource
 ) -> dg.MaterializeResult:
     """Which shards (and which tars and files in them) hold this language: what
-    `speechdata.language_index.build_urls(langs, data_root)` answers from.
+    `speechdata.vad.language_index.build_urls(langs, data_root)` answers from.
 
     File: `language_index/language=<lang>/part-0.parquet`, one row per shard: `tar_path` (the tar the
     loader streams), `files`, `streamable_files`, `tar_keys`, `hours`, `speech_hours` and

@@ -7,7 +7,7 @@ subset) as polars expressions. This makes ``--rows`` synthetic utterances (Hindi
 and mixed-script transcripts with tags and punctuation, 10 segments per recording) as Arrow tables
 and times, wall-clock, one run each:
 
-* ``polars``: ``pl.from_arrow`` of both tables + :func:`speechdata.asr_manifest.build_asr_manifest`;
+* ``polars``: ``pl.from_arrow`` of both tables + :func:`speechdata.asr.manifest.build_asr_manifest`;
 * ``pandas_seed``: ``to_pandas`` of both + the seed's merge, filters and row-wise ``apply`` with
   the seed's own regexes (copied below), nothing more.
 
@@ -80,7 +80,7 @@ def synthetic_inputs(rows: int, seed: int = 0) -> tuple[pa.Table, pa.Table]:
 def run_polars(utterances: pa.Table, flac: pa.Table):
     import polars as pl
 
-    from speechdata.asr_manifest import AsrManifestConfig, build_asr_manifest
+    from speechdata.asr.manifest import AsrManifestConfig, build_asr_manifest
 
     return build_asr_manifest(
         pl.from_arrow(utterances), pl.from_arrow(flac), audio_root="/data",
@@ -112,7 +112,7 @@ def main(argv: list[str] | None = None) -> None:
         import pandas  # noqa: F401  imported before timing: to_pandas would otherwise pay it
         import polars  # noqa: F401
 
-        import speechdata.asr_manifest  # noqa: F401  (DuckDB, polars)
+        import speechdata.asr.manifest  # noqa: F401  (DuckDB, polars)
 
         utterances, flac = synthetic_inputs(args.rows)
         progress(f"{args.rows} rows, {len(set(utterances['text'].to_pylist()[:100_000]))} distinct texts in the first 100k")

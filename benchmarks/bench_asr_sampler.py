@@ -19,7 +19,7 @@ import time
 import numpy as np
 
 from benchmarks.report import emit, progress, ratio, stdout_to_stderr
-from speechdata.asr_sampler import DurationBucketBatchSampler
+from speechdata.asr.sampler import DurationBucketBatchSampler
 from tests.unit.asr_sampler_reference import reference_rank_batches
 
 TARGET_RATIO = 20.0

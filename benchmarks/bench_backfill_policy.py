@@ -42,8 +42,8 @@ EXECUTORS = {"multiprocess": dg.multiprocess_executor, "in_process": dg.in_proce
 def benchmark_job() -> dg.JobDefinition:
     """The CPU assets named by ``BENCH_ASSETS`` as one job (a module-level function: reconstructable),
     on the executor named by ``BENCH_EXECUTOR``."""
-    from dagster_project.definitions import build_resources
     from assets import ALL_ASSETS
+    from dagster_project.definitions import build_resources
 
     names = os.environ["BENCH_ASSETS"].split(",")
     selected = [a for a in ALL_ASSETS if a.key.to_user_string() in names]
@@ -98,8 +98,8 @@ def main(argv: list[str] | None = None) -> None:
         args.shards, args.utterances, args.assets = 2, 2, "raw_shards,normalized_audio"
 
     from assets.shard_runs import CPU_SHARDS_PER_RUN
-    from speechdata.sample_shards import build_sample_shard
-    from speechdata.storage import DataRoot
+    from speechdata.io.storage import DataRoot
+    from speechdata.testing.sample_shards import build_sample_shard
 
     with stdout_to_stderr(), tempfile.TemporaryDirectory() as tmp:
         env = {**os.environ, "DAGSTER_HOME": tmp, "DATA_ROOT": f"{tmp}/data", "BENCH_ASSETS": args.assets,

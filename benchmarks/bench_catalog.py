@@ -39,9 +39,9 @@ import pyarrow as pa
 import pyarrow.csv as pacsv
 
 from benchmarks.report import emit, progress, ratio, stdout_to_stderr
-from speechdata.catalog import CATALOG_FILE, NAMED_QUERIES, refresh_catalog, run_query, select_samples
-from speechdata.manifest import MANIFEST_COLUMNS, manifest_path
-from speechdata.storage import DataRoot
+from speechdata.bridge.manifest import MANIFEST_COLUMNS, manifest_path
+from speechdata.catalog.views import CATALOG_FILE, NAMED_QUERIES, refresh_catalog, run_query, select_samples
+from speechdata.io.storage import DataRoot
 
 LANGUAGES = ["en", "de", "fr", "es", "it", "pt", "nl", "pl", "sv", "fi"]
 COUNTRIES = ["us", "gb", "de", "at", "fr", "be", "es", "mx", "it", "br", "pt", "nl", "pl", "se", "fi", "ca", "au", "in", "ie", "ch"]

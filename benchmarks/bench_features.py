@@ -43,13 +43,13 @@ import soxr
 import torch
 
 from benchmarks.report import emit, progress, ratio, stdout_to_stderr
-from speechdata.feature_models import tiny_qwen3, tiny_wavlm
-from speechdata.frame_grid import n_frames_for
-from speechdata.gpu_batching import budgeted_batches
-from speechdata.sample_shards import load_clips
-from speechdata.speech_features import SOURCE_SAMPLE_RATE, WAVLM_SAMPLE_RATE, wavlm_features
-from speechdata.text_features import keep_layers_through, qwen_hidden_states
-from speechdata.text_tokens import TINY_VOCAB_SIZE, tiny_tokenizer, tokenize_many
+from speechdata.bridge.frame_grid import n_frames_for
+from speechdata.bridge.text_tokens import TINY_VOCAB_SIZE, tiny_tokenizer, tokenize_many
+from speechdata.features.gpu_batching import budgeted_batches
+from speechdata.features.models import tiny_qwen3, tiny_wavlm
+from speechdata.features.speech import SOURCE_SAMPLE_RATE, WAVLM_SAMPLE_RATE, wavlm_features
+from speechdata.features.text import keep_layers_through, qwen_hidden_states
+from speechdata.testing.sample_shards import load_clips
 
 SAMPLE_RATE = 24_000
 BATCHED_MAX_TOKENS = 16_384  # TorchDeviceResource.max_batch_tokens default

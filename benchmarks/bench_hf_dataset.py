@@ -31,10 +31,10 @@ from benchmarks.report import emit, progress, ratio, stdout_to_stderr
 
 
 def land_corpus(workdir: str, recordings: int):
-    from speechdata.hf_import import import_aligned_countries
-    from speechdata.ingest import ingest_raw_shard
-    from speechdata.sample_seed004 import build_seed004_corpus
-    from speechdata.storage import DataRoot
+    from speechdata.importers.seed004 import import_aligned_countries
+    from speechdata.io.storage import DataRoot
+    from speechdata.landing.ingest import ingest_raw_shard
+    from speechdata.testing.sample_seed004 import build_seed004_corpus
 
     build_seed004_corpus(f"{workdir}/countries", {"germany": recordings}, audio_format="flac", segments_per_recording=6)
     root = DataRoot(f"{workdir}/data")
@@ -45,9 +45,9 @@ def land_corpus(workdir: str, recordings: int):
 
 
 def ours(root) -> tuple[float, int, int]:
-    from speechdata.hf_dataset import DatasetOptions, build_country_dataset
-    from speechdata.hf_segments import refresh_split_assignments
-    from speechdata.hf_splits import SplitTargets
+    from speechdata.hf.dataset import DatasetOptions, build_country_dataset
+    from speechdata.hf.segments import refresh_split_assignments
+    from speechdata.hf.splits import SplitTargets
 
     refresh_split_assignments(root, "bench", "germany", targets=SplitTargets(0.0, 0.0))
     tracemalloc.start()
@@ -62,10 +62,10 @@ def ours(root) -> tuple[float, int, int]:
 def seed_approach(root, out_path: str) -> tuple[float, int, int]:
     import datasets
 
-    from speechdata.audio import downmix_to_mono, encode_flac
-    from speechdata.hf_dataset import hf_features
-    from speechdata.hf_segments import SegmentLimits, country_segments, filter_reasons, word_error_rate
-    from speechdata.landed_audio import LandedAudio
+    from speechdata.audio.codec import downmix_to_mono, encode_flac
+    from speechdata.hf.dataset import hf_features
+    from speechdata.hf.segments import SegmentLimits, country_segments, filter_reasons, word_error_rate
+    from speechdata.landing.landed_audio import LandedAudio
 
     segments = country_segments(root, "germany")
     keep = [r is None for r in filter_reasons(segments, SegmentLimits())]

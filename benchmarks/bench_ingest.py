@@ -30,12 +30,12 @@ from collections import defaultdict
 import soundfile as sf
 
 from benchmarks.report import emit, progress, ratio, stdout_to_stderr
-from speechdata import layout
-from speechdata.ingest import ingest_normalized_audio, ingest_raw_shard
-from speechdata.landed_audio import LandedAudio
-from speechdata.normalize import FILES_PER_TASK
-from speechdata.sample_shards import build_sample_shard
-from speechdata.storage import DataRoot
+from speechdata.io import layout
+from speechdata.io.storage import DataRoot
+from speechdata.landing.ingest import ingest_normalized_audio, ingest_raw_shard
+from speechdata.landing.landed_audio import LandedAudio
+from speechdata.landing.normalize import FILES_PER_TASK
+from speechdata.testing.sample_shards import build_sample_shard
 
 SHARD_ID = "bench-ingest"
 FORMATS = ("wav", "flac", "mp3", "opus")

@@ -1,6 +1,6 @@
 """Decode + resample to 24 kHz mono: soxr against torchaudio, per source sample rate.
 
-Why: every landed utterance goes through ``speechdata.audio.resample``; its default (soxr) was
+Why: every landed utterance goes through ``speechdata.audio.codec.resample``; its default (soxr) was
 chosen over torchaudio for speed and stopband rejection. This re-checks both claims on the same
 input in the same run, single-threaded (``torch.set_num_threads(1)``), so the figures are
 per core:
@@ -28,8 +28,8 @@ import soundfile as sf
 import soxr
 
 from benchmarks.report import emit, progress, ratio, stdout_to_stderr
-from speechdata.audio import TARGET_SAMPLE_RATE, read_segment, resample, to_target_mono
-from speechdata.sample_shards import load_clips
+from speechdata.audio.codec import TARGET_SAMPLE_RATE, read_segment, resample, to_target_mono
+from speechdata.testing.sample_shards import load_clips
 
 METHODS = ("soxr", "torchaudio")
 SOURCE_RATES = (8_000, 16_000, 22_050, 32_000, 44_100, 48_000)

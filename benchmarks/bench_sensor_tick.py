@@ -35,9 +35,9 @@ import pyarrow.parquet as pq
 from benchmarks.report import emit, progress, ratio, stdout_to_stderr
 from resources.storage import DataRootResource
 from sensors.landing import build_landing_sensor
-from speechdata import layout
-from speechdata.landing_scan import scan_landing_zone
-from speechdata.storage import DataRoot
+from speechdata.io import layout
+from speechdata.io.storage import DataRoot
+from speechdata.landing.scan import scan_landing_zone
 
 DAGSTER_SENSOR_TIMEOUT_S = 60.0
 """Dagster's default sensor evaluation timeout (``DAGSTER_SENSOR_GRPC_TIMEOUT_SECONDS`` unset)."""

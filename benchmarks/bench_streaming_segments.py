@@ -6,7 +6,7 @@ drawn from the fixture sentences, ordered random word times, three latency level
 4-8 word chunks with placeholder Chinese, 3% of chunks rewritten so they match nothing) and times, in
 one process, on the same inputs:
 
-- ``ours``: :func:`speechdata.streaming_segments.utterance_segments` (monotonic matching,
+- ``ours``: :func:`speechdata.translation.segments.utterance_segments` (monotonic matching,
   conservative timeline, bilingual segments; all three levels);
 - ``seed``: the seed's approach as its README describes it: each chunk's tokens matched against ANY
   aligned word (start = earliest, end = latest match), an ``{english: chinese}`` dict, and a
@@ -26,10 +26,10 @@ import time
 import numpy as np
 
 from benchmarks.report import emit, progress, ratio, stdout_to_stderr
-from speechdata.alignment_table import TimedUnit
-from speechdata.sample_shards import load_clips
-from speechdata.segmentation_input import LATENCY_LEVELS, LevelChunks, Segmentation
-from speechdata.streaming_segments import utterance_segments
+from speechdata.alignment.table import TimedUnit
+from speechdata.testing.sample_shards import load_clips
+from speechdata.translation.segmentation_input import LATENCY_LEVELS, LevelChunks, Segmentation
+from speechdata.translation.segments import utterance_segments
 
 CHUNK_WORDS = {"low_latency": (1, 2), "medium_latency": (2, 4), "high_latency": (4, 8)}
 REWRITTEN_SHARE = 0.03

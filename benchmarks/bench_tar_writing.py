@@ -40,8 +40,8 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks.report import emit, progress, ratio, stdout_to_stderr
-from speechdata.bridge_tars import FRAME_RATE_HZ, SAMPLE_RATE, BridgeSample, pack_samples
-from speechdata.storage import DataRoot
+from speechdata.bridge.tars import FRAME_RATE_HZ, SAMPLE_RATE, BridgeSample, pack_samples
+from speechdata.io.storage import DataRoot
 
 SHARD_ID = "bench-tar"
 WAVLM_DIM = 1024

@@ -4,11 +4,11 @@ Why: seed 001's VAD ran silero one file and one 32 ms window at a time, and its 
 fast as its decoding. This measures, on one process and one torch thread, in CPU seconds
 (``time.process_time``; the machine is shared, so wall time would measure the neighbours):
 
-* VAD, audio seconds per CPU second: :func:`speechdata.vad.detect_speech` (files batched through
+* VAD, audio seconds per CPU second: :func:`speechdata.vad.silero.detect_speech` (files batched through
   the model) against silero's own ``get_speech_timestamps`` called per file, on the same 16 kHz
   signals (the sample speech with silences, concatenated into files), and how many files' segments
   differ between the two (expected: 0);
-* streaming, chunk-seconds of audio per CPU second: :class:`speechdata.vad_loader.VadChunkDataset`
+* streaming, chunk-seconds of audio per CPU second: :class:`speechdata.vad.loader.VadChunkDataset`
   (seek, decode only each chunk, resample, normalize) over landed tars of 44.1 kHz MP3 files, against
   the naive loop over the same tars that decodes each whole file, resamples it to 16 kHz and slices
   the very same chunks. Both yield identical chunk positions; the segments are landed (imported), so
@@ -31,15 +31,16 @@ import soundfile as sf
 import torch
 
 from benchmarks.report import emit, progress, ratio, stdout_to_stderr
-from speechdata import layout
-from speechdata.audio import downmix_to_mono, resample
-from speechdata.audio_tars import audio_extension, write_deterministic_tar
-from speechdata.ingest import ingest_raw_shard
-from speechdata.sample_shards import load_clips, mark_landed
-from speechdata.storage import DataRoot
-from speechdata.vad import detect_speech, load_silero_model
-from speechdata.vad_loader import VadChunkDataset, normalize_chunk, shard_of_tar_url
-from speechdata.vad_stage import compute_vad_segments
+from speechdata.audio.codec import downmix_to_mono, resample
+from speechdata.io import layout
+from speechdata.io.audio_tars import audio_extension, write_deterministic_tar
+from speechdata.io.storage import DataRoot
+from speechdata.landing.ingest import ingest_raw_shard
+from speechdata.landing.mark import mark_landed
+from speechdata.testing.sample_shards import load_clips
+from speechdata.vad.loader import VadChunkDataset, normalize_chunk, shard_of_tar_url
+from speechdata.vad.silero import detect_speech, load_silero_model
+from speechdata.vad.stage import compute_vad_segments
 
 SOURCE_RATE = 44_100
 TARGET_RATE = 16_000
@@ -129,7 +130,7 @@ def land_mp3_shards(root: DataRoot, shards: int, files: int, file_s: float, seed
 
 def naive_chunks(dataset: VadChunkDataset) -> float:
     """Seed-style baseline: decode each whole file, resample it, slice the loader's very chunks."""
-    from speechdata.vad_chunks import chunk_rng, draw_chunk_starts
+    from speechdata.vad.chunks import chunk_rng, draw_chunk_starts
 
     seconds, n = 0.0, int(dataset.chunk_s * dataset.sample_rate)
     for sample in dataset._pipeline():

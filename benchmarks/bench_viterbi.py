@@ -1,4 +1,4 @@
-"""CTC forced-alignment Viterbi: speechdata.ctc_viterbi against NeMo's viterbi_decoding, same paths.
+"""CTC forced-alignment Viterbi: speechdata.alignment.viterbi against NeMo's viterbi_decoding, same paths.
 
 Why: every aligned utterance goes through a CTC Viterbi; NeMo's ``viterbi_decoding`` (the
 reference the rest of the pipeline was validated with) loops over frames in Python. The issue's
@@ -15,7 +15,7 @@ wall clock (``time.perf_counter``), ``torch.set_num_threads(1)``:
   kernel; that one-off cost is reported as ``kernel_load_s``);
 * ``ours_numpy``: the numpy fallback backend (used when numba cannot be imported), one pass;
 * ``torchaudio``: ``torchaudio.functional.forced_align`` (median of ``--repeats``), for reference
-  only: its 2.11 CPU kernel mishandles exact ties (see ``speechdata/ctc_viterbi.py``).
+  only: its 2.11 CPU kernel mishandles exact ties (see ``speechdata/alignment/viterbi.py``).
 
 Every path of ours (each backend, each worker count) is compared with NeMo's state for state;
 ``path_mismatches`` counts the utterances whose paths differ anywhere (``identical_paths`` is true
@@ -61,7 +61,7 @@ def nemo_paths(items: list[tuple]) -> tuple[list[np.ndarray], float]:
     import torch
     from nemo.collections.asr.parts.utils.aligner_utils import viterbi_decoding
 
-    from speechdata.ctc_viterbi import state_tokens
+    from speechdata.alignment.viterbi import state_tokens
 
     paths = []
     started = time.perf_counter()
@@ -101,7 +101,7 @@ def torchaudio_aligner(items: list[tuple]):
 
 def compare_labels(items: list[tuple], labels: list[np.ndarray], reference: list[np.ndarray]) -> dict:
     """torchaudio's labels against NeMo's paths: how many differ, how many score lower (> 1e-3)."""
-    from speechdata.ctc_viterbi import state_tokens
+    from speechdata.alignment.viterbi import state_tokens
 
     label_mismatches = worse = 0
     worst_loss = 0.0
@@ -136,7 +136,7 @@ def main(argv: list[str] | None = None) -> None:
 
     torch.set_num_threads(1)
     with stdout_to_stderr():
-        from speechdata import ctc_viterbi as cv
+        from speechdata.alignment import viterbi as cv
 
         items = make_utterances(count, args.seed)
         frames = sum(lp.shape[0] for lp, _, _ in items)

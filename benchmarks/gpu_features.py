@@ -48,8 +48,8 @@ import torch
 
 from benchmarks.bench_features import ForwardTimer
 from benchmarks.report import emit, progress, stdout_to_stderr
-from speechdata.speech_features import SOURCE_SAMPLE_RATE, WAVLM_SAMPLE_RATE, wavlm_features
-from speechdata.text_features import keep_layers_through, qwen_hidden_states
+from speechdata.features.speech import SOURCE_SAMPLE_RATE, WAVLM_SAMPLE_RATE, wavlm_features
+from speechdata.features.text import keep_layers_through, qwen_hidden_states
 
 BENCHMARK = "gpu_features"
 QWEN_ID = "Qwen/Qwen3-1.7B"
@@ -92,7 +92,7 @@ def build_qwen(random_weights: bool, layers: int | None, device: torch.device, d
         with torch.device(device):
             model = AutoModel.from_config(config, dtype=dtype)
     else:
-        from speechdata.feature_models import load_pretrained
+        from speechdata.features.models import load_pretrained
 
         model = load_pretrained("qwen", QWEN_ID, None, False, dtype)
     return keep_layers_through(model.eval(), -2).to(device, dtype)
@@ -106,7 +106,7 @@ def build_wavlm(random_weights: bool, layers: int | None, device: torch.device, 
         with torch.device(device):
             model = AutoModel.from_config(config, dtype=dtype)
     else:
-        from speechdata.feature_models import load_pretrained
+        from speechdata.features.models import load_pretrained
 
         model = load_pretrained("wavlm", WAVLM_ID, None, False, dtype)
     return model.eval().to(device, dtype)
@@ -240,7 +240,7 @@ def main(argv: list[str] | None = None) -> None:
         qwen_params = qwen_flop_params(qwen)
         qwen_measured = timed_passes(
             lambda idx: qwen_hidden_states(
-                qwen, [tokens[i] for i in idx], device=device, max_batch_tokens=args.max_batch_tokens
+                qwen, [tokens[i] for i in idx], device=device, max_batch_tokens=args.max_batch_tokens  # noqa: F821 (bound above; deleted only after the passes)
             ),
             len(tokens), qwen_timer, args.repeats, on_cuda, warm_up=not args.tiny_dry_run,
         )

@@ -25,7 +25,7 @@ from collections.abc import Iterator
 import duckdb
 
 from dagster_project.settings import data_root_url
-from speechdata.catalog import (
+from speechdata.catalog.views import (
     CATALOG_FILE,
     NAMED_QUERIES,
     export_nemo_manifest,
@@ -35,8 +35,8 @@ from speechdata.catalog import (
     run_query,
     select_samples,
 )
-from speechdata.duckdb_object_store import database_on_root, enable_data_root_reads
-from speechdata.storage import DataRoot, filesystem_for, write_bytes_atomic
+from speechdata.io.duckdb_object_store import database_on_root, enable_data_root_reads
+from speechdata.io.storage import DataRoot, filesystem_for, write_bytes_atomic
 
 EXIT_ERROR = 2
 

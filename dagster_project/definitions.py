@@ -10,20 +10,19 @@ from dagster_project.execution import executor_from_env
 from dagster_project.jobs import ALL_JOBS
 from dagster_project.settings import PROJECT_ROOT, data_root_url, model_profile
 from resources.aligner import DEFAULT_ALIGNMENT_MODELS, CtcAlignerResource
+from resources.encoders import QwenEncoder, WavLMEncoder
 from resources.hub import HfDatasetSettings, hub_publisher_from_env
 from resources.model_pins import QWEN, WAVLM
 from resources.profile import ModelProfileResource
 from resources.qe import MetricXResource
-from resources.encoders import QwenEncoder, WavLMEncoder
 from resources.storage import DataRootResource
+from resources.text_tokenizer import TextTokenizerResource
 from resources.torch_device import TorchDeviceResource
 from resources.vad import SileroVadResource
-from speechdata.text_tokens import TINY_VOCAB_SIZE
-from resources.text_tokenizer import TextTokenizerResource
 from sensors.catalog import catalog_refresh_sensor
 from sensors.landing import landing_sensor
 from sensors.publishing import country_dataset_sensor
-
+from speechdata.bridge.text_tokens import TINY_VOCAB_SIZE
 
 TINY_ALIGNMENT_LANGUAGES = ("en", "de", "fr")
 """The tiny CTC model's character set covers these; other sample languages show the no-model reject."""
@@ -63,8 +62,8 @@ def catalog_database_path(root_url: str) -> str:
     import hashlib
     import tempfile
 
-    from speechdata.catalog import CATALOG_FILE, duckdb_location
-    from speechdata.storage import DataRoot
+    from speechdata.catalog.views import CATALOG_FILE, duckdb_location
+    from speechdata.io.storage import DataRoot
 
     if DataRoot(root_url).is_local:
         return f"{duckdb_location(root_url).rstrip('/')}/{CATALOG_FILE}"

@@ -16,10 +16,10 @@ import dagster as dg
 
 from assets.partitions import shard_partitions
 from dagster_project.settings import data_root_url
-from speechdata import layout
-from speechdata.manifest import manifest_path
-from speechdata.sample_shards import build_sample_shard
-from speechdata.storage import DataRoot
+from speechdata.bridge.manifest import manifest_path
+from speechdata.io import layout
+from speechdata.io.storage import DataRoot
+from speechdata.testing.sample_shards import build_sample_shard
 
 DEMO_SHARDS = {
     # shard id: (standalone utterances, seed, audio in a tar, with faulty rows)
@@ -78,9 +78,9 @@ def main(argv: list[str] | None = None) -> int:
 def _publish_seed004_countries(data_root: DataRoot, instance, resources, defs) -> bool:
     """Import a seed-004 corpus (aligned JSONs over long recordings), index its shards, build the HF dataset."""
     from assets.partitions import country_partitions
-    from speechdata.hf_card import CARD_FILE
-    from speechdata.hf_import import import_aligned_countries
-    from speechdata.sample_seed004 import SAMPLE_COUNTRIES, build_seed004_corpus
+    from speechdata.hf.card import CARD_FILE
+    from speechdata.importers.seed004 import import_aligned_countries
+    from speechdata.testing.sample_seed004 import SAMPLE_COUNTRIES, build_seed004_corpus
 
     sources = data_root.path("_demo_sources/seed004")
     if not data_root.fs.exists(sources):
@@ -131,8 +131,8 @@ def _run_the_other_products(data_root: DataRoot, instance, resources, defs) -> b
     """Streaming translation for demo-0001's English, the ASR manifest, the per-language VAD index."""
     import json
 
-    from assets.partitions import language_partitions
     from assets import ALL_ASSETS, asr_manifest, language_shard_index
+    from assets.partitions import language_partitions
 
     shard_id = "demo-0001"
     index = data_root.read_parquet(layout.utterance_index(shard_id), columns=["utt_id", "language", "text"])
@@ -165,7 +165,7 @@ def _run_the_other_products(data_root: DataRoot, instance, resources, defs) -> b
 
 
 def _print_catalog(catalog) -> None:
-    from speechdata.catalog import NAMED_QUERIES, format_table, run_query
+    from speechdata.catalog.views import NAMED_QUERIES, format_table, run_query
 
     print(f"\n== Catalog {catalog.database} (hours per language, from DuckDB)")
     with catalog.get_connection() as connection:

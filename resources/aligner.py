@@ -3,9 +3,9 @@ import threading
 import dagster as dg
 from pydantic import Field, PrivateAttr
 
-from speechdata.alignment_stage import CtcAligner
-from speechdata.ctc_log_probs import LogProbSettings, model_frame_seconds, nemo_ctc_forward
-from speechdata.ctc_text import vocabulary_of
+from speechdata.alignment.log_probs import LogProbSettings, model_frame_seconds, nemo_ctc_forward
+from speechdata.alignment.stage import CtcAligner
+from speechdata.alignment.transcript_units import vocabulary_of
 
 DEFAULT_ALIGNMENT_MODELS = {"en": "nvidia/parakeet-ctc-1.1b"}
 
@@ -54,7 +54,7 @@ class CtcAlignerResource(dg.ConfigurableResource):
         key = (name, self._resolved_device)
         with _LOCK:
             if key not in _LOADED:
-                from speechdata.ctc_models import load_ctc_model
+                from speechdata.alignment.acoustic_models import load_ctc_model
 
                 model = load_ctc_model(
                     name, cache_dir=self.model_cache_dir, device=self._resolved_device,

@@ -39,8 +39,8 @@ class QwenEncoder(dg.ConfigurableResource):
         torch_device, dtype = device.torch_device(), device.dtype()
 
         def build():
-            from speechdata.feature_models import load_pretrained, tiny_qwen3
-            from speechdata.text_features import keep_layers_through
+            from speechdata.features.models import load_pretrained, tiny_qwen3
+            from speechdata.features.text import keep_layers_through
 
             if self.model_id == "tiny":
                 model = tiny_qwen3(self.tiny_vocab_size)
@@ -73,7 +73,7 @@ class WavLMEncoder(dg.ConfigurableResource):
         torch_device, dtype = device.torch_device(), device.dtype()
 
         def build():
-            from speechdata.feature_models import load_pretrained, tiny_wavlm
+            from speechdata.features.models import load_pretrained, tiny_wavlm
 
             if self.model_id == "tiny":
                 model = tiny_wavlm()

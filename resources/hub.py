@@ -1,13 +1,12 @@
 import os
-from typing import Optional
 
 import dagster as dg
 from pydantic import Field
 
-from speechdata.hf_dataset import DEFAULT_DATASET, DatasetOptions
-from speechdata.hf_publish import RetryPolicy
-from speechdata.hf_segments import SegmentLimits
-from speechdata.hf_splits import SplitTargets
+from speechdata.hf.dataset import DEFAULT_DATASET, DatasetOptions
+from speechdata.hf.publish import RetryPolicy
+from speechdata.hf.segments import SegmentLimits
+from speechdata.hf.splits import SplitTargets
 
 
 class HfDatasetSettings(dg.ConfigurableResource):
@@ -16,11 +15,11 @@ class HfDatasetSettings(dg.ConfigurableResource):
     dataset: str = Field(DEFAULT_DATASET, description="Folder under hf/ and the dataset's pretty name.")
     min_duration_s: float = Field(3.0, description="Shorter segments are filtered (reason too_short).")
     max_duration_s: float = Field(20.0, description="Longer segments are filtered (reason too_long).")
-    max_cer: Optional[float] = Field(None, description="Segments with a higher CER are filtered (cer_above_max); None keeps all.")
+    max_cer: float | None = Field(None, description="Segments with a higher CER are filtered (cer_above_max); None keeps all.")
     test_share: float = Field(0.01, description="Target duration share of the test split (whole recordings).")
     validation_share: float = Field(0.01, description="Target duration share of the validation split.")
     split_seed: int = Field(0, description="Seeds the order in which new recordings are assigned.")
-    sample_rate: Optional[int] = Field(None, description="Output rate; None = the rate carrying most of the country's audio.")
+    sample_rate: int | None = Field(None, description="Output rate; None = the rate carrying most of the country's audio.")
     max_split_size_gb: float = Field(10.0, description="Size budget of one train subset (train_1, train_2...).")
     max_file_mb: float = Field(500.0, description="Parquet files roll over at this size.")
 
@@ -45,8 +44,8 @@ class HubPublisherResource(dg.ConfigurableResource):
     """
 
     repo_id: str = Field("", description="<org>/<dataset> on the Hub; empty turns publishing off.")
-    token: Optional[str] = Field(None, description="A write token; set it with EnvVar('HF_TOKEN').")
-    endpoint: Optional[str] = Field(None, description="Hub URL; None = huggingface.co (or HF_ENDPOINT).")
+    token: str | None = Field(None, description="A write token; set it with EnvVar('HF_TOKEN').")
+    endpoint: str | None = Field(None, description="Hub URL; None = huggingface.co (or HF_ENDPOINT).")
     revision: str = "main"
     private: bool = True
     retry_attempts: int = Field(5, description="Tries per Hub call on transient errors (429, 5xx, dropped connections).")

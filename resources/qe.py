@@ -39,18 +39,18 @@ class MetricXResource(dg.ConfigurableResource):
     def _paths(self) -> tuple[str, str, bool]:
         if self.model_path != "tiny":
             return self.model_path, self.tokenizer_path, self.local_files_only
-        from speechdata.metricx import tiny_metricx_path
+        from speechdata.translation.metricx import tiny_metricx_path
 
         directory = str(tiny_metricx_path(self.model_cache_dir))
         return directory, directory, True
 
     def scorer(self, device: TorchDeviceResource):
-        """A :class:`speechdata.metricx.MetricXScorer` on ``device`` (model loaded once per process)."""
+        """A :class:`speechdata.translation.metricx.MetricXScorer` on ``device`` (model loaded once per process)."""
         torch_device, dtype = device.torch_device(), device.dtype()
         with _LOCK:
             key = (self.identity, self.model_cache_dir, str(torch_device), str(dtype))
             if key not in _LOADED:
-                from speechdata.metricx import load_metricx
+                from speechdata.translation.metricx import load_metricx
 
                 model_path, tokenizer_path, local_only = self._paths()
                 model, tokenizer = load_metricx(
@@ -59,6 +59,6 @@ class MetricXResource(dg.ConfigurableResource):
                 )
                 _LOADED[key] = (model.to(torch_device), tokenizer)
             model, tokenizer = _LOADED[key]
-        from speechdata.metricx import MetricXScorer
+        from speechdata.translation.metricx import MetricXScorer
 
         return MetricXScorer(model, tokenizer, torch_device, self.max_input_length, self.max_batch_tokens)

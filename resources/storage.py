@@ -1,13 +1,13 @@
 import dagster as dg
 from pydantic import PrivateAttr
 
-from speechdata.storage import DataRoot
+from speechdata.io.storage import DataRoot
 
 
 class DataRootResource(dg.ConfigurableResource):
     """The fsspec data root every product lives under (``DATA_ROOT``: a path, ``s3://``, ``gs://``...).
 
-    Writes through it are atomic (temp name, then rename); paths come from ``speechdata.layout``.
+    Writes through it are atomic (temp name, then rename); paths come from ``speechdata.io.layout``.
     """
 
     url: str

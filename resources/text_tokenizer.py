@@ -1,7 +1,7 @@
 import dagster as dg
 from pydantic import Field, PrivateAttr
 
-from speechdata.text_tokens import load_text_tokenizer, tiny_tokenizer
+from speechdata.bridge.text_tokens import load_text_tokenizer, tiny_tokenizer
 
 
 class TextTokenizerResource(dg.ConfigurableResource):

@@ -3,7 +3,7 @@ import math
 import dagster as dg
 from pydantic import Field, PrivateAttr
 
-from speechdata.vad import VadParams, load_silero_model
+from speechdata.vad.silero import VadParams, load_silero_model
 
 
 class SileroVadResource(dg.ConfigurableResource):

@@ -10,9 +10,9 @@ import dagster as dg
 from assets import PER_SHARD_JOB_NAME
 from assets.partitions import country_partitions, language_partitions, shard_partitions
 from resources.storage import DataRootResource
-from speechdata import layout
-from speechdata.landing import ContractError, partition_values
-from speechdata.landing_scan import scan_landing_zone
+from speechdata.io import layout
+from speechdata.landing.contract import ContractError, partition_values
+from speechdata.landing.scan import scan_landing_zone
 
 DEFAULT_MAX_SHARDS_PER_TICK = int(os.environ.get("SPEECHDATA_MAX_SHARDS_PER_TICK", "50"))
 DEFAULT_INTERVAL_SECONDS = int(os.environ.get("SPEECHDATA_LANDING_SENSOR_INTERVAL_S", "30"))

@@ -6,9 +6,9 @@ import pyarrow as pa
 import pytest
 import soundfile as sf
 
-from speechdata import layout
-from speechdata.sample_shards import load_clips
-from speechdata.storage import DataRoot
+from speechdata.io import layout
+from speechdata.io.storage import DataRoot
+from speechdata.testing.sample_shards import load_clips
 
 os.environ.setdefault("SPEECHDATA_PROFILE", "tiny")
 
@@ -40,7 +40,7 @@ def land_shard(
     *, as_tar: bool = False, schema: pa.Schema | None = None, table: pa.Table | None = None,
 ) -> None:
     """Write a shard by hand: metadata rows, audio files (directory or tar), then ``_SUCCESS``."""
-    from speechdata.sample_shards import _tar_bytes
+    from speechdata.testing.sample_shards import _tar_bytes
 
     if as_tar:
         data_root.write_bytes(layout.landing_audio_tar(shard_id), _tar_bytes(files))
@@ -62,12 +62,12 @@ def model_cache_dir(tmp_path_factory):
 @pytest.fixture
 def tiny_resources(data_root, model_cache_dir):
     from resources.aligner import CtcAlignerResource
-    from resources.storage import DataRootResource
     from resources.encoders import QwenEncoder, WavLMEncoder
+    from resources.storage import DataRootResource
     from resources.text_tokenizer import TextTokenizerResource
     from resources.torch_device import TorchDeviceResource
     from resources.vad import SileroVadResource
-    from speechdata.text_tokens import TINY_VOCAB_SIZE
+    from speechdata.bridge.text_tokens import TINY_VOCAB_SIZE
 
     return {
         "data_root": DataRootResource(url=data_root.url),

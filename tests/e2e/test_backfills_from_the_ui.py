@@ -6,13 +6,12 @@ import json
 import math
 import os
 import time
-from pathlib import Path
 
 import pytest
 
 from assets.shard_runs import GPU_SHARDS_PER_RUN
-from speechdata.sample_shards import build_sample_shard
-from speechdata.storage import DataRoot
+from speechdata.io.storage import DataRoot
+from speechdata.testing.sample_shards import build_sample_shard
 from tests.e2e.dagster_dev import ROOT, DagsterDev
 from tests.e2e.ui_operations import (
     add_shard_partition,

@@ -9,8 +9,8 @@ import time
 
 import pytest
 
-from speechdata.sample_shards import build_sample_shard
-from speechdata.storage import DataRoot
+from speechdata.io.storage import DataRoot
+from speechdata.testing.sample_shards import build_sample_shard
 from tests.e2e.dagster_dev import ROOT, DagsterDev
 from tests.e2e.postgres_server import PostgresServer
 
@@ -87,7 +87,7 @@ def test_landed_shards_are_materialized_by_the_sensor_run_once_each(tmp_path):
         time.sleep(6)  # a few sensor ticks over a half-landed shard
         assert shard_runs(dev, "e2e-0001") == []
 
-        from speechdata.sample_shards import mark_landed
+        from speechdata.landing.mark import mark_landed
 
         mark_landed(data_root, "e2e-0001")
         wait_for(lambda: done(dev, "e2e-0001"), dev, SHARD_TIMEOUT_S, "e2e-0001 materialized")

@@ -7,11 +7,11 @@ import pytest
 from assets.alignment import alignments, frame_grids
 from assets.ingest import normalized_audio, raw_shards
 from assets.partitions import shard_partitions
-from speechdata import layout
-from speechdata.alignment_formats import read_ctm
-from speechdata.frame_grid import n_frames_for
-from speechdata.sample_shards import build_sample_shard
-from speechdata.text_tokens import tiny_tokenizer, tokenize_with_offsets
+from speechdata.alignment.formats import read_ctm
+from speechdata.bridge.frame_grid import n_frames_for
+from speechdata.bridge.text_tokens import tiny_tokenizer, tokenize_with_offsets
+from speechdata.io import layout
+from speechdata.testing.sample_shards import build_sample_shard
 from tests.conftest import land_shard
 
 ASSETS = [raw_shards, normalized_audio, alignments, frame_grids]

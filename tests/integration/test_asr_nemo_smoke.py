@@ -10,14 +10,14 @@ duration logits) and the loss is the RNNT model's.
 import pytest
 import torch
 
-from speechdata.asr_dataset import AsrManifestDataset, collate_asr_batch
-from speechdata.asr_flac import extract_asr_flac
-from speechdata.asr_import import build_seed003_sample, import_seed003_shard
-from speechdata.asr_manifest import AsrManifestConfig
-from speechdata.asr_manifest_stage import build_and_write_asr_manifests
-from speechdata import layout
-from speechdata.asr_sampler import DurationBucketBatchSampler
-from speechdata.ingest import ingest_raw_shard
+from speechdata.asr.dataset import AsrManifestDataset, collate_asr_batch
+from speechdata.asr.flac import extract_asr_flac
+from speechdata.asr.manifest import AsrManifestConfig
+from speechdata.asr.manifest_stage import build_and_write_asr_manifests
+from speechdata.asr.sampler import DurationBucketBatchSampler
+from speechdata.importers.seed003 import build_seed003_sample, import_seed003_shard
+from speechdata.io import layout
+from speechdata.landing.ingest import ingest_raw_shard
 
 TDT_DURATIONS = [0, 1, 2, 3, 4]
 
@@ -81,7 +81,7 @@ def tiny_transducer(tokenizer_dir, tdt: bool):
 
 @pytest.fixture(scope="module")
 def sampler_batch(tmp_path_factory, clips):
-    from speechdata.storage import DataRoot
+    from speechdata.io.storage import DataRoot
 
     tmp = tmp_path_factory.mktemp("asr-smoke")
     data_root = DataRoot(str(tmp / "data"))

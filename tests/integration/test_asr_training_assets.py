@@ -7,8 +7,8 @@ from assets.asr_training import asr_flac, asr_manifest
 from assets.ingest import raw_shards
 from assets.partitions import shard_partitions
 from resources.storage import DataRootResource
-from speechdata import layout
-from speechdata.asr_import import build_seed003_sample, import_seed003_shard
+from speechdata.importers.seed003 import build_seed003_sample, import_seed003_shard
+from speechdata.io import layout
 
 
 def test_imported_shard_becomes_flac_and_manifests_with_checks(tmp_path, data_root, clips):

@@ -6,9 +6,9 @@ import pytest
 
 from assets import SHARD_ASSETS
 from assets.partitions import shard_partitions
-from speechdata import layout
-from speechdata.array_store import iter_arrays
-from speechdata.sample_shards import build_sample_shard
+from speechdata.features.array_store import iter_arrays
+from speechdata.io import layout
+from speechdata.testing.sample_shards import build_sample_shard
 
 
 @pytest.fixture

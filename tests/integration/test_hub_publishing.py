@@ -6,21 +6,21 @@ import dagster as dg
 import pytest
 from huggingface_hub import HfApi
 
-import speechdata.hf_publish as hf_publish
+import speechdata.hf.publish as hf_publish
 from assets.partitions import country_partitions
 from assets.publishing import hf_hub_upload
 from resources.hub import HfDatasetSettings, HubPublisherResource
 from resources.storage import DataRootResource
-from speechdata import layout
-from speechdata.hf_card import write_dataset_card
-from speechdata.hf_dataset import DatasetOptions, build_country_dataset
-from speechdata.hf_import import import_aligned_countries
-from speechdata.hf_publish import RetryPolicy, publish_country, register_card
-from speechdata.hf_segments import refresh_split_assignments
-from speechdata.hf_splits import SplitTargets
-from speechdata.hf_state import state_connection
-from speechdata.ingest import ingest_raw_shard
-from speechdata.sample_seed004 import build_seed004_corpus
+from speechdata.hf.card import write_dataset_card
+from speechdata.hf.dataset import DatasetOptions, build_country_dataset
+from speechdata.hf.publish import RetryPolicy, publish_country, register_card
+from speechdata.hf.segments import refresh_split_assignments
+from speechdata.hf.splits import SplitTargets
+from speechdata.hf.state import state_connection
+from speechdata.importers.seed004 import import_aligned_countries
+from speechdata.io import layout
+from speechdata.landing.ingest import ingest_raw_shard
+from speechdata.testing.sample_seed004 import build_seed004_corpus
 from tests.hub_standin import CommitFailure, HubStandIn
 
 DATASET = "ds"

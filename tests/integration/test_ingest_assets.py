@@ -6,9 +6,9 @@ import pytest
 from assets.ingest import normalized_audio, raw_shards
 from assets.partitions import shard_partitions
 from resources.storage import DataRootResource
-from speechdata import layout
-from speechdata.audio_container import iter_container_audio
-from speechdata.sample_shards import FAULT_REASONS, build_sample_shard
+from speechdata.audio.container import iter_container_audio
+from speechdata.io import layout
+from speechdata.testing.sample_shards import FAULT_REASONS, build_sample_shard
 
 
 @pytest.fixture

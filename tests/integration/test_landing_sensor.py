@@ -5,7 +5,8 @@ import pytest
 
 from resources.storage import DataRootResource
 from sensors.landing import build_landing_sensor
-from speechdata.sample_shards import build_sample_shard, mark_landed
+from speechdata.landing.mark import mark_landed
+from speechdata.testing.sample_shards import build_sample_shard
 
 
 @pytest.fixture
@@ -72,7 +73,7 @@ def test_cap_per_tick_holds_and_the_rest_follow_on_later_ticks(instance, data_ro
 
 
 def test_shard_with_unreadable_metadata_is_still_registered_so_the_failure_shows(instance, data_root):
-    from speechdata import layout
+    from speechdata.io import layout
 
     data_root.write_bytes(layout.landing_metadata("broken"), b"not parquet")
     mark_landed(data_root, "broken")

@@ -11,11 +11,11 @@ import soundfile as sf
 
 from assets import SHARD_ASSETS, language_shard_index, manifest_catalog
 from assets.partitions import language_partitions, shard_partitions
-from speechdata import layout
-from speechdata.bridge_reader import bridge_dataset, read_sample_at
-from speechdata.manifest import manifest_path
-from speechdata.sample_shards import build_sample_shard
-from speechdata.storage import TEMP_PREFIX, DataRoot
+from speechdata.bridge.manifest import manifest_path
+from speechdata.bridge.reader import bridge_dataset, read_sample_at
+from speechdata.io import layout
+from speechdata.io.storage import TEMP_PREFIX, DataRoot
+from speechdata.testing.sample_shards import build_sample_shard
 
 SHARD = "s3-0001"
 
@@ -109,8 +109,8 @@ def test_duckdb_reads_the_manifests_in_the_bucket_through_the_catalog(bucket_roo
 
 
 def test_asr_flac_and_vad_tars_read_back_from_the_bucket(bucket_root):
-    from speechdata.language_index import build_urls, read_language_shard_index
-    from speechdata.vad_loader import vad_chunk_loader
+    from speechdata.vad.language_index import build_urls, read_language_shard_index
+    from speechdata.vad.loader import vad_chunk_loader
 
     root, _, _, _, _ = bucket_root
     flac = root.read_parquet(layout.asr_flac_index(SHARD)).to_pylist()
@@ -131,13 +131,13 @@ def test_asr_flac_and_vad_tars_read_back_from_the_bucket(bucket_root):
 def test_the_country_dataset_builds_and_publishes_state_with_the_root_in_the_bucket(s3_endpoint, tmp_path, clips):
     import s3fs
 
-    from speechdata.hf_card import write_dataset_card
-    from speechdata.hf_dataset import DatasetOptions, build_country_dataset
-    from speechdata.hf_import import import_aligned_countries
-    from speechdata.hf_segments import refresh_split_assignments
-    from speechdata.hf_state import state_connection
-    from speechdata.ingest import ingest_raw_shard
-    from speechdata.sample_seed004 import build_seed004_corpus
+    from speechdata.hf.card import write_dataset_card
+    from speechdata.hf.dataset import DatasetOptions, build_country_dataset
+    from speechdata.hf.segments import refresh_split_assignments
+    from speechdata.hf.state import state_connection
+    from speechdata.importers.seed004 import import_aligned_countries
+    from speechdata.landing.ingest import ingest_raw_shard
+    from speechdata.testing.sample_seed004 import build_seed004_corpus
 
     s3fs.S3FileSystem().mkdir("hf-bucket")
     root = DataRoot("s3://hf-bucket/speech")

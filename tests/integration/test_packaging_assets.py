@@ -11,11 +11,11 @@ import torch
 from assets import SHARD_ASSETS, manifest_catalog
 from assets.partitions import shard_partitions
 from sensors.catalog import catalog_refresh_sensor
-from speechdata import layout
-from speechdata.bridge_reader import bridge_dataset, read_sample_at
-from speechdata.catalog import select_samples
-from speechdata.manifest import manifest_path
-from speechdata.sample_shards import build_sample_shard
+from speechdata.bridge.manifest import manifest_path
+from speechdata.bridge.reader import bridge_dataset, read_sample_at
+from speechdata.catalog.views import select_samples
+from speechdata.io import layout
+from speechdata.testing.sample_shards import build_sample_shard
 
 
 @pytest.fixture(scope="module")
@@ -23,14 +23,14 @@ def packed(tmp_path_factory, model_cache_dir):
     """Two sample shards taken through the whole per-shard graph once for this module."""
     from dagster_duckdb import DuckDBResource
 
-    from speechdata.storage import DataRoot
     from resources.aligner import CtcAlignerResource
     from resources.encoders import QwenEncoder, WavLMEncoder
     from resources.storage import DataRootResource
     from resources.text_tokenizer import TextTokenizerResource
     from resources.torch_device import TorchDeviceResource
     from resources.vad import SileroVadResource
-    from speechdata.text_tokens import TINY_VOCAB_SIZE
+    from speechdata.bridge.text_tokens import TINY_VOCAB_SIZE
+    from speechdata.io.storage import DataRoot
 
     data_root = DataRoot(str(tmp_path_factory.mktemp("packed") / "data"))
     resources = {

@@ -16,14 +16,14 @@ from assets.partitions import country_partitions, shard_partitions
 from assets.publishing import hf_dataset, hf_split_assignments
 from resources.hub import HfDatasetSettings, HubPublisherResource
 from resources.storage import DataRootResource
-from speechdata import layout
-from speechdata.hf_dataset import DatasetOptions, build_country_dataset
-from speechdata.hf_import import import_aligned_countries
-from speechdata.hf_segments import SegmentLimits, refresh_split_assignments
-from speechdata.hf_splits import SplitTargets
-from speechdata.hf_state import rows_as_dicts, state_connection
-from speechdata.ingest import ingest_raw_shard
-from speechdata.sample_seed004 import build_seed004_corpus
+from speechdata.hf.dataset import DatasetOptions, build_country_dataset
+from speechdata.hf.segments import SegmentLimits, refresh_split_assignments
+from speechdata.hf.splits import SplitTargets
+from speechdata.hf.state import rows_as_dicts, state_connection
+from speechdata.importers.seed004 import import_aligned_countries
+from speechdata.io import layout
+from speechdata.landing.ingest import ingest_raw_shard
+from speechdata.testing.sample_seed004 import build_seed004_corpus
 
 MAX_CER = 0.1
 

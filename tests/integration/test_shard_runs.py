@@ -3,7 +3,7 @@
 import dagster as dg
 import pytest
 
-from assets import SHARD_ASSETS, ON_DEMAND_SHARD_ASSETS
+from assets import ON_DEMAND_SHARD_ASSETS, SHARD_ASSETS
 from assets.alignment import frame_grids
 from assets.features import qwen_hidden_states
 from assets.ingest import normalized_audio, raw_shards
@@ -11,8 +11,8 @@ from assets.partitions import shard_partitions
 from assets.shard_runs import GPU_SHARDS_PER_RUN
 from resources.model_pins import QWEN
 from resources.storage import DataRootResource
-from speechdata.frame_grid import GRID_RULE_VERSION
-from speechdata.sample_shards import build_sample_shard
+from speechdata.bridge.frame_grid import GRID_RULE_VERSION
+from speechdata.testing.sample_shards import build_sample_shard
 
 RANGE = {"dagster/asset_partition_range_start": "r0", "dagster/asset_partition_range_end": "r2"}
 

@@ -16,11 +16,11 @@ from assets.ingest import normalized_audio, raw_shards
 from assets.partitions import shard_partitions
 from assets.translation import qe_scores, streaming_pairs, streaming_segments
 from resources.qe import MetricXResource
-from speechdata import layout
-from speechdata.granary_import import import_granary_parquet
-from speechdata.mfa_corpus import export_mfa_corpus
-from speechdata.qe_stage import read_jsonl
-from speechdata.segmentation_input import LATENCY_LEVELS
+from speechdata.alignment.mfa_corpus import export_mfa_corpus
+from speechdata.importers.granary import import_granary_parquet
+from speechdata.io import layout
+from speechdata.translation.qe_stage import read_jsonl
+from speechdata.translation.segmentation_input import LATENCY_LEVELS
 
 SHARD = "granary-0001"
 IMPORT_CONFIG = {"ops": {"alignments": {"config": {"source": "import"}}}}

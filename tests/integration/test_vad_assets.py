@@ -2,7 +2,6 @@
 sample shard landed as a directory, then the language index and the loader over what they wrote."""
 
 import io
-import pickle
 import tarfile
 
 import dagster as dg
@@ -15,12 +14,12 @@ from assets.partitions import language_partitions, shard_partitions
 from assets.vad import language_shard_index, vad_segments
 from resources.storage import DataRootResource
 from resources.vad import SileroVadResource
-from speechdata import layout
-from speechdata.audio import resample
-from speechdata.import_language_tars import import_language_tar
-from speechdata.language_index import build_urls
-from speechdata.sample_shards import build_sample_shard
-from speechdata.vad_loader import vad_chunk_loader
+from speechdata.audio.codec import resample
+from speechdata.importers.language_tars import import_language_tar
+from speechdata.io import layout
+from speechdata.testing.sample_shards import build_sample_shard
+from speechdata.vad.language_index import build_urls
+from speechdata.vad.loader import vad_chunk_loader
 
 CHUNK_CONFIG = {"chunk_s": 1.0, "num_chunks": 4}
 

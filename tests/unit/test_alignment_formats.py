@@ -3,7 +3,7 @@ from pathlib import Path
 
 import pytest
 
-from speechdata.alignment_formats import (
+from speechdata.alignment.formats import (
     AlignmentFormatError,
     aligned_json_ids,
     aligned_json_rows,
@@ -14,7 +14,7 @@ from speechdata.alignment_formats import (
     segment_units,
     write_ctm,
 )
-from speechdata.alignment_table import TimedUnit, alignments_table
+from speechdata.alignment.table import TimedUnit, alignments_table
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "alignments"
 ALIGNED_JSON = "xk_9a_B-c3_t0042_aligned.json"

@@ -1,11 +1,10 @@
 """The map-style ASR dataset and collate_asr_batch: what NeMo's transducer training_step receives."""
 
-import numpy as np
 import pyarrow as pa
 import pytest
 import torch
 
-from speechdata.asr_dataset import AsrManifestDataset, collate_asr_batch
+from speechdata.asr.dataset import AsrManifestDataset, collate_asr_batch
 from tests.conftest import encode, tone
 
 

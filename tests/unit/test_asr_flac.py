@@ -7,13 +7,13 @@ import polars as pl
 import pytest
 import soundfile as sf
 
-from speechdata import layout
-from speechdata.asr_flac import extract_asr_flac
-from speechdata.asr_import import build_seed003_sample, import_seed003_shard, seed003_to_landing
-from speechdata.asr_manifest import AsrManifestConfig
-from speechdata.asr_manifest_stage import build_and_write_asr_manifests
-from speechdata.ingest import ingest_raw_shard
-from speechdata.safe_tar import audit_tar, contained_path, member_name_problem
+from speechdata.asr.flac import extract_asr_flac
+from speechdata.asr.manifest import AsrManifestConfig
+from speechdata.asr.manifest_stage import build_and_write_asr_manifests
+from speechdata.importers.seed003 import build_seed003_sample, import_seed003_shard, seed003_to_landing
+from speechdata.io import layout
+from speechdata.io.safe_tar import audit_tar, contained_path, member_name_problem
+from speechdata.landing.ingest import ingest_raw_shard
 
 
 def tar_with(members):

@@ -3,7 +3,7 @@
 import polars as pl
 import pytest
 
-from speechdata.asr_manifest import AsrManifestConfig, apply_language_corrections, build_asr_manifest, nemo_jsonl_bytes
+from speechdata.asr.manifest import AsrManifestConfig, apply_language_corrections, build_asr_manifest, nemo_jsonl_bytes
 
 
 def inputs(n_recordings=40, per_recording=5):

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from speechdata.asr_sampler import DurationBucketBatchSampler, durations_to_ms, pack_greedy
+from speechdata.asr.sampler import DurationBucketBatchSampler, durations_to_ms, pack_greedy
 from tests.unit.asr_sampler_reference import reference_rank_batches
 
 BOUNDARIES = (3.0, 5.0, 8.0, 12.0, 16.0)

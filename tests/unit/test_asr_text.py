@@ -2,7 +2,7 @@
 
 import pytest
 
-from speechdata.asr_text import clean_transcripts
+from speechdata.asr.text import clean_transcripts
 
 
 @pytest.mark.parametrize(

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from speechdata.audio import downmix_to_mono, encode_flac, resample, resampled_length
+from speechdata.audio.codec import downmix_to_mono, encode_flac, resample, resampled_length
 from tests.conftest import tone
 
 
@@ -56,7 +56,7 @@ def test_flac_encoding_clips_instead_of_wrapping():
 
 @pytest.mark.parametrize("codec, tolerance", [("flac16", 1 / 32767), ("flac24", 1e-6), ("pcm16", 1 / 32767)])
 def test_every_codec_round_trips_within_its_quantization_step(codec, tolerance):
-    from speechdata.audio import decode_audio, encode_audio
+    from speechdata.audio.codec import decode_audio, encode_audio
 
     x = tone(0.3, 24_000, freq=523.0)
     y = decode_audio(encode_audio(x, 24_000, codec), codec)
@@ -65,14 +65,14 @@ def test_every_codec_round_trips_within_its_quantization_step(codec, tolerance):
 
 
 def test_pcm16_clips_instead_of_wrapping():
-    from speechdata.audio import decode_audio, encode_audio
+    from speechdata.audio.codec import decode_audio, encode_audio
 
     y = decode_audio(encode_audio(np.array([2.0, -2.0], np.float32), 24_000, "pcm16"), "pcm16")
     assert y.tolist() == [1.0, -1.0]
 
 
 def test_unknown_codec_is_an_error():
-    from speechdata.audio import encode_audio
+    from speechdata.audio.codec import encode_audio
 
     with pytest.raises(ValueError, match="unknown audio codec"):
         encode_audio(tone(0.1, 24_000), 24_000, "mp3")

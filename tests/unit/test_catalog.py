@@ -9,8 +9,8 @@ import duckdb
 import pyarrow as pa
 import pytest
 
-from speechdata import layout
-from speechdata.catalog import (
+from speechdata.bridge.manifest import MANIFEST_COLUMNS, manifest_path
+from speechdata.catalog.views import (
     CATALOG_FILE,
     NAMED_QUERIES,
     SUMMARY_TABLES,
@@ -21,7 +21,7 @@ from speechdata.catalog import (
     run_query,
     select_samples,
 )
-from speechdata.manifest import MANIFEST_COLUMNS, manifest_path
+from speechdata.io import layout
 from speechdata.rejects import Reject, rejects_table
 
 REPO_ROOT = Path(__file__).resolve().parents[2]

@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from speechdata.ctc_log_probs import LogProbSettings, batches_by_length, compute_log_probs
+from speechdata.alignment.log_probs import LogProbSettings, batches_by_length, compute_log_probs
 
 FRAME = 1280  # 80 ms at 16 kHz
 

@@ -1,4 +1,4 @@
-from speechdata.ctc_text import CharVocabulary, ctc_targets, normalize_word
+from speechdata.alignment.transcript_units import CharVocabulary, ctc_targets, normalize_word
 
 
 def test_normalization_lowercases_unifies_apostrophes_and_applies_nfkc():

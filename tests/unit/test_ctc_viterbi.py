@@ -1,4 +1,4 @@
-"""speechdata.ctc_viterbi against NeMo's ``viterbi_decoding`` (the reference), plus its own contract.
+"""speechdata.alignment.viterbi against NeMo's ``viterbi_decoding`` (the reference), plus its own contract.
 
 NeMo is imported once per module (~30 s) by the ``nemo_viterbi`` fixture.
 """
@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from speechdata.ctc_viterbi import (
+from speechdata.alignment.viterbi import (
     AlignmentImpossible,
     ViterbiPath,
     count_repeats,

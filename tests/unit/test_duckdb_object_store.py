@@ -4,8 +4,8 @@ import duckdb
 import pyarrow as pa
 import pytest
 
-from speechdata.duckdb_object_store import database_on_root, enable_data_root_reads, s3_secret_sql
-from speechdata.storage import TEMP_PREFIX, DataRoot
+from speechdata.io.duckdb_object_store import database_on_root, enable_data_root_reads, s3_secret_sql
+from speechdata.io.storage import TEMP_PREFIX, DataRoot
 
 
 @pytest.fixture

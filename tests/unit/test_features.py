@@ -4,10 +4,10 @@ import numpy as np
 import pytest
 import torch
 
-from speechdata.feature_models import tiny_qwen3, tiny_wavlm
-from speechdata.gpu_batching import ItemTooLarge, budgeted_batches, run_splitting_on_oom
-from speechdata.speech_features import pool_to_mimi_frames, wavlm_features
-from speechdata.text_features import keep_layers_through, qwen_hidden_states
+from speechdata.features.gpu_batching import ItemTooLarge, budgeted_batches, run_splitting_on_oom
+from speechdata.features.models import tiny_qwen3, tiny_wavlm
+from speechdata.features.speech import pool_to_mimi_frames, wavlm_features
+from speechdata.features.text import keep_layers_through, qwen_hidden_states
 
 
 def test_pooling_matches_a_hand_computed_example():

@@ -3,8 +3,8 @@
 import numpy as np
 import pytest
 
-from speechdata.ctc_text import CharVocabulary
-from speechdata.forced_alignment import AlignmentRejected, align_transcript
+from speechdata.alignment.forced import AlignmentRejected, align_transcript
+from speechdata.alignment.transcript_units import CharVocabulary
 
 VOCAB = CharVocabulary(list(" ab"))  # ids: space 0, a 1, b 2; blank 3
 

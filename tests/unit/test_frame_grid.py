@@ -5,8 +5,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from speechdata.alignment_table import TimedUnit, seconds_to_ms
-from speechdata.frame_grid import (
+from speechdata.alignment.table import TimedUnit, seconds_to_ms
+from speechdata.bridge.frame_grid import (
     SILENCE,
     GridError,
     build_frame_grid,

@@ -4,10 +4,10 @@ import json
 
 import pytest
 
-from speechdata import layout
-from speechdata.hf_import import UnknownCountryError, import_aligned_countries, language_for_country
-from speechdata.ingest import ingest_raw_shard
-from speechdata.sample_seed004 import build_seed004_corpus
+from speechdata.importers.seed004 import UnknownCountryError, import_aligned_countries, language_for_country
+from speechdata.io import layout
+from speechdata.landing.ingest import ingest_raw_shard
+from speechdata.testing.sample_seed004 import build_seed004_corpus
 
 
 @pytest.fixture

@@ -3,7 +3,7 @@
 import pyarrow as pa
 import pytest
 
-from speechdata.hf_segments import SEGMENT_SCHEMA, SegmentLimits, filter_reasons, word_error_rate
+from speechdata.hf.segments import SEGMENT_SCHEMA, SegmentLimits, filter_reasons, word_error_rate
 
 
 @pytest.mark.parametrize(

@@ -5,7 +5,7 @@ import re
 import numpy as np
 import pytest
 
-from speechdata.hf_splits import SplitTargets, assign_splits, split_shares, train_subset_name
+from speechdata.hf.splits import SplitTargets, assign_splits, split_shares, train_subset_name
 
 
 def synthetic_durations(n: int, seed: int, prefix: str = "rec") -> dict[str, float]:

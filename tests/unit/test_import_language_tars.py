@@ -8,12 +8,16 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from speechdata import layout
-from speechdata.import_language_tars import (
-    import_language_tars, load_language_index, lookup_names, pickled_vad_cache, tar_number_of,
+from speechdata.importers.language_tars import (
+    import_language_tars,
+    load_language_index,
+    lookup_names,
+    pickled_vad_cache,
+    tar_number_of,
 )
-from speechdata.raw_shard import validate_landed_shard
-from speechdata.storage import DataRoot
+from speechdata.io import layout
+from speechdata.io.storage import DataRoot
+from speechdata.landing.raw_shard import validate_landed_shard
 
 
 def mp3(seconds: float, seed: int) -> bytes:

@@ -3,10 +3,10 @@
 import pyarrow as pa
 import pytest
 
-from speechdata import layout
-from speechdata.ingest import ingest_normalized_audio, ingest_raw_shard
-from speechdata.landing import ContractError
-from speechdata.raw_shard import validate_landed_shard
+from speechdata.io import layout
+from speechdata.landing.contract import ContractError
+from speechdata.landing.ingest import ingest_normalized_audio, ingest_raw_shard
+from speechdata.landing.raw_shard import validate_landed_shard
 from tests.conftest import encode, land_shard, tone
 
 
@@ -64,7 +64,7 @@ def test_corrupt_metadata_file_fails(data_root):
 
 
 def test_invalid_shard_id_fails():
-    from speechdata.storage import DataRoot
+    from speechdata.io.storage import DataRoot
 
     with pytest.raises(ContractError, match="shard id"):
         validate_landed_shard(DataRoot("/nonexistent"), "Bad.Shard")
@@ -147,7 +147,7 @@ def test_any_rate_and_stereo_become_24k_mono_of_the_right_length(data_root, rate
 
     normalized = ingest_normalized_audio(data_root, "s1")
     assert normalized.rows_out == 2 and not normalized.rejects
-    from speechdata.audio_container import iter_container_audio
+    from speechdata.audio.container import iter_container_audio
 
     for utt_id, samples, out_rate in iter_container_audio(data_root, layout.normalized_audio("s1")):
         assert out_rate == 24_000 and samples.ndim == 1

@@ -1,5 +1,5 @@
-from speechdata import layout
-from speechdata.landing_scan import scan_landing_zone
+from speechdata.io import layout
+from speechdata.landing.scan import scan_landing_zone
 
 
 def make_dirs(data_root, complete: list[str], landing: list[str]):

@@ -4,7 +4,7 @@ import pyarrow as pa
 import pytest
 import torch
 
-from speechdata.metricx import (
+from speechdata.translation.metricx import (
     SCORE_MAX,
     SCORE_MIN,
     MetricXScorer,
@@ -14,8 +14,15 @@ from speechdata.metricx import (
     qe_input,
     tiny_metricx_path,
 )
-from speechdata.qe_stage import filter_by_threshold, jsonl_bytes, kept_share_by_level, metricx_records, read_jsonl, scored_table
-from speechdata.streaming_stage import SEGMENTS_SCHEMA
+from speechdata.translation.qe_stage import (
+    filter_by_threshold,
+    jsonl_bytes,
+    kept_share_by_level,
+    metricx_records,
+    read_jsonl,
+    scored_table,
+)
+from speechdata.translation.stage import SEGMENTS_SCHEMA
 
 SOURCES = ["which sites have you been using", "good morning everyone", "how did the meeting go today", "", "we went home"]
 HYPOTHESES = ["你一直在用哪些网站", "大家早上好", "今天的会议怎么样", "", "我们回家了"]

@@ -1,7 +1,7 @@
 import pyarrow as pa
 import pytest
 
-from speechdata.storage import TEMP_PREFIX, DataRoot, atomic_open
+from speechdata.io.storage import TEMP_PREFIX, DataRoot, atomic_open
 
 
 @pytest.fixture(params=["local", "s3"])

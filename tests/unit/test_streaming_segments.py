@@ -4,8 +4,8 @@ import json
 
 import pytest
 
-from speechdata.alignment_table import TimedUnit
-from speechdata.segmentation_input import (
+from speechdata.alignment.table import TimedUnit
+from speechdata.translation.segmentation_input import (
     LATENCY_LEVELS,
     LevelChunks,
     Segmentation,
@@ -13,7 +13,7 @@ from speechdata.segmentation_input import (
     read_segmentation,
     segmentation_json,
 )
-from speechdata.streaming_segments import (
+from speechdata.translation.segments import (
     emission_step,
     level_segments,
     match_chunks,

@@ -4,11 +4,11 @@ import json
 
 import pyarrow as pa
 
-from speechdata import layout
-from speechdata.alignment_table import UTTERANCE_SCORES_SCHEMA, TimedUnit, alignment_rows, alignments_table
-from speechdata.audio_container import AUDIO_CONTAINER_SCHEMA
-from speechdata.segmentation_input import LATENCY_LEVELS
-from speechdata.streaming_stage import SegmentSettings, build_shard_streaming_segments
+from speechdata.alignment.table import UTTERANCE_SCORES_SCHEMA, TimedUnit, alignment_rows, alignments_table
+from speechdata.audio.container import AUDIO_CONTAINER_SCHEMA
+from speechdata.io import layout
+from speechdata.translation.segmentation_input import LATENCY_LEVELS
+from speechdata.translation.stage import SegmentSettings, build_shard_streaming_segments
 
 SHARD = "s1"
 UTTERANCES = {

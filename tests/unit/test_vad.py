@@ -4,8 +4,13 @@ import numpy as np
 import pytest
 import torch
 
-from speechdata.vad import (
-    VAD_SAMPLE_RATE, VadParams, detect_speech, load_silero_model, speech_probabilities, to_vad_input,
+from speechdata.vad.silero import (
+    VAD_SAMPLE_RATE,
+    VadParams,
+    detect_speech,
+    load_silero_model,
+    speech_probabilities,
+    to_vad_input,
 )
 
 TOLERANCE_S = 0.25
@@ -15,7 +20,7 @@ decides per 32 ms window and needs 100 ms of silence to close a segment."""
 
 @pytest.fixture(scope="module")
 def model():
-    # The reference paths below call silero one window at a time: on one thread, as speechdata.vad does.
+    # The reference paths below call silero one window at a time: on one thread, as speechdata.vad.silero does.
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     yield load_silero_model()

@@ -8,15 +8,19 @@ import pyarrow as pa
 import pytest
 import soundfile as sf
 
-from speechdata import layout
-from speechdata.ingest import ingest_raw_shard
-from speechdata.language_index import build_language_shard_index, build_urls
-from speechdata.storage import DataRoot
-from speechdata.vad_chunks import chunk_capacity, chunk_rng, draw_chunk_starts
-from speechdata.vad_loader import (
-    VadChunkDataset, collate_chunks, normalize_chunk, read_chunks, vad_chunk_loader,
+from speechdata.io import layout
+from speechdata.io.storage import DataRoot
+from speechdata.landing.ingest import ingest_raw_shard
+from speechdata.vad.chunks import chunk_capacity, chunk_rng, draw_chunk_starts
+from speechdata.vad.language_index import build_language_shard_index, build_urls
+from speechdata.vad.loader import (
+    VadChunkDataset,
+    collate_chunks,
+    normalize_chunk,
+    read_chunks,
+    vad_chunk_loader,
 )
-from speechdata.vad_stage import compute_vad_segments
+from speechdata.vad.stage import compute_vad_segments
 from tests.conftest import land_shard
 
 CHUNK_S, NUM_CHUNKS, RATE = 1.0, 3, 16_000
@@ -150,8 +154,8 @@ def test_two_dataloader_workers_never_yield_the_same_file_twice(streamed):
 
 def test_chunks_decode_only_their_frames_yet_match_the_whole_file():
     # 16 kHz speech at MP3's low bit rate needs the longest preroll after a seek (bit reservoir).
-    from speechdata.audio import resample
-    from speechdata.sample_shards import load_clips
+    from speechdata.audio.codec import resample
+    from speechdata.testing.sample_shards import load_clips
 
     speech = np.concatenate([resample(c.samples, c.sample_rate, RATE) for c in load_clips()])
     starts = sorted(np.random.default_rng(0).uniform(0, len(speech) / RATE - CHUNK_S, 40))
@@ -178,8 +182,8 @@ def test_a_corrupt_file_is_counted_as_a_decode_error(tmp_path):
     root = DataRoot(str(tmp_path / "data"))
     good = encode(noise(3.0, 1), "mp3")
     files = {"good.mp3": good, "bad.mp3": b"ID3" + bytes(random.Random(0).randbytes(4000))}
-    from speechdata.audio_tars import write_deterministic_tar
-    from speechdata.vad_stage import VAD_SEGMENTS_SCHEMA
+    from speechdata.io.audio_tars import write_deterministic_tar
+    from speechdata.vad.stage import VAD_SEGMENTS_SCHEMA
 
     write_deterministic_tar(root, layout.landing_audio_tar("x"), sorted(files.items()))
     rows = [

@@ -1,0 +1,245 @@
+"""The ``alignments`` stage for one shard: align with a NeMo CTC model, or import alignments.
+
+Either way the shard gets one alignments table (word and token rows), one score row per aligned
+utterance, and a ``alignments`` rejects ledger. Aligning also writes NeMo Forced Aligner-format CTM
+files per utterance (words and tokens).
+
+Memory stays bounded: audio is streamed from the shard's audio container, buffered per language
+up to ``buffer_s`` seconds, and each buffer is aligned in length-sorted batches.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+
+from speechdata.alignment.forced import AlignmentRejected, align_transcript
+from speechdata.alignment.formats import AlignmentFormatError, read_ctm, read_textgrid, write_ctm
+from speechdata.alignment.log_probs import MODEL_SAMPLE_RATE, ForwardFn, LogProbSettings, compute_log_probs
+from speechdata.alignment.table import (
+    UTTERANCE_SCORES_SCHEMA,
+    TimedUnit,
+    alignment_rows,
+    alignments_table,
+)
+from speechdata.alignment.transcript_units import CharVocabulary, SubwordVocabulary, ctc_targets
+from speechdata.audio.codec import resample
+from speechdata.audio.container import iter_container_audio
+from speechdata.io import layout
+from speechdata.io.storage import DataRoot
+from speechdata.rejects import Reject, rejects_table
+from speechdata.stage import StageSummary
+
+STAGE = "alignments"
+
+
+@dataclass(frozen=True)
+class CtcAligner:
+    """What aligning one language needs: the model's forward, its vocabulary and frame length."""
+
+    name: str
+    forward: ForwardFn
+    vocabulary: CharVocabulary | SubwordVocabulary
+    frame_s: float
+
+
+@dataclass
+class _Pending:
+    utt_id: str
+    text: str
+    audio_16k: np.ndarray
+    duration_ms: int
+
+
+class _ShardAlignmentWriter:
+    """Collects rows, scores and rejects; writes CTM files as utterances finish."""
+
+    def __init__(self, data_root: DataRoot, shard_id: str, write_ctm_files: bool):
+        self.data_root, self.shard_id, self.write_ctm_files = data_root, shard_id, write_ctm_files
+        self.rows: list[dict] = []
+        self.scores: list[dict] = []
+        self.rejects: list[Reject] = []
+        self.audio_seconds = 0.0
+
+    def add(self, utt_id: str, aligner: str, words: list[TimedUnit], tokens: list[TimedUnit],
+            score: float | None, n_frames: int, duration_s: float) -> None:
+        self.rows += alignment_rows(utt_id, "word", words)
+        self.rows += alignment_rows(utt_id, "token", tokens)
+        self.scores.append(
+            {"utt_id": utt_id, "aligner": aligner, "score": score, "n_words": len(words), "n_frames": n_frames}
+        )
+        self.audio_seconds += duration_s
+        if self.write_ctm_files:
+            self.data_root.write_bytes(
+                layout.ctm(self.shard_id, "words", utt_id), write_ctm(utt_id, _ctm_units(words), "word").encode()
+            )
+            if tokens:
+                self.data_root.write_bytes(
+                    layout.ctm(self.shard_id, "tokens", utt_id), write_ctm(utt_id, tokens, "token").encode()
+                )
+
+    def reject(self, utt_id: str, reason: str, detail: str) -> None:
+        self.rejects.append(Reject(utt_id, STAGE, reason, detail))
+
+    def finish(self, rows_in: int, started: float) -> StageSummary:
+        table = alignments_table(self.rows)
+        self.data_root.write_parquet(layout.alignments(self.shard_id), table)
+        self.data_root.write_parquet(
+            layout.alignment_scores(self.shard_id),
+            pa.Table.from_pylist(sorted(self.scores, key=lambda r: r["utt_id"]), schema=UTTERANCE_SCORES_SCHEMA),
+        )
+        self.data_root.write_parquet(layout.rejects(self.shard_id, STAGE), rejects_table(self.rejects))
+        return StageSummary(
+            shard_id=self.shard_id,
+            rows_in=rows_in,
+            rows_out=len(self.scores),
+            rejects=self.rejects,
+            audio_seconds=self.audio_seconds,
+            compute_seconds=time.perf_counter() - started,
+            outputs={
+                "alignments": self.data_root.uri(layout.alignments(self.shard_id)),
+                "scores": self.data_root.uri(layout.alignment_scores(self.shard_id)),
+                "rejects": self.data_root.uri(layout.rejects(self.shard_id, STAGE)),
+            },
+        )
+
+
+def _ctm_units(words: list[TimedUnit]) -> list[TimedUnit]:
+    return [w for w in words if w.text.strip()]
+
+
+def _utterances(data_root: DataRoot, shard_id: str) -> dict[str, dict]:
+    index = data_root.read_parquet(layout.utterance_index(shard_id), columns=["utt_id", "text", "language"])
+    return {row["utt_id"]: row for row in index.to_pylist()}
+
+
+def align_shard(
+    data_root: DataRoot,
+    shard_id: str,
+    aligner_for: Callable[[str | None], CtcAligner | None],
+    *,
+    settings: LogProbSettings = LogProbSettings(),
+    buffer_s: float = 1800.0,
+    write_ctm_files: bool = True,
+    on_progress: Callable[[int, int], None] | None = None,
+) -> StageSummary:
+    """Force-align every normalized utterance of the shard with the aligner of its language.
+
+    ``aligner_for(language)`` returns the language's aligner, or None when no model is configured
+    (the utterance becomes a ``no_aligner_for_language`` reject).
+    """
+    started = time.perf_counter()
+    utterances = _utterances(data_root, shard_id)
+    writer = _ShardAlignmentWriter(data_root, shard_id, write_ctm_files)
+    buffers: dict[str, list[_Pending]] = {}
+    buffered_s: dict[str, float] = {}
+    aligners: dict[str | None, CtcAligner | None] = {}
+    done = 0
+    total = 0
+
+    def flush(language: str) -> None:
+        nonlocal done
+        pending = buffers.pop(language, [])
+        buffered_s.pop(language, None)
+        if not pending:
+            return
+        aligner = aligners[language]
+        log_probs = compute_log_probs(aligner.forward, [p.audio_16k for p in pending], settings)
+        frame_ms = int(round(aligner.frame_s * 1000))
+        for item, lp in zip(pending, log_probs):
+            try:
+                result = align_transcript(lp, item.text, aligner.vocabulary, frame_ms, item.duration_ms)
+            except AlignmentRejected as exc:
+                writer.reject(item.utt_id, exc.reason, f"{aligner.name}: {exc}")
+                continue
+            writer.add(item.utt_id, aligner.name, result.words, result.tokens, result.score,
+                       result.n_frames, item.duration_ms / 1000.0)
+        done += len(pending)
+        if on_progress:
+            on_progress(done, total)
+
+    for utt_id, samples, rate in iter_container_audio(data_root, layout.normalized_audio(shard_id)):
+        total += 1
+        row = utterances.get(utt_id)
+        if row is None:  # raw_shards and normalized_audio disagree: the index was re-written since
+            writer.reject(utt_id, "not_in_utterance_index", "normalized audio has no index row")
+            continue
+        language = row["language"]
+        if language not in aligners:
+            aligners[language] = aligner_for(language)
+        aligner = aligners[language]
+        if aligner is None:
+            writer.reject(utt_id, "no_aligner_for_language", f"no CTC model is configured for language {language!r}")
+            continue
+        targets = ctc_targets(row["text"] or "", aligner.vocabulary)
+        if not targets.words:
+            writer.reject(utt_id, "empty_transcript", "the transcript has no words")
+            continue
+        if not targets.targets:
+            writer.reject(utt_id, "text_not_in_vocabulary",
+                          f"nothing in {row['text'][:80]!r} can be expressed in {aligner.name}'s vocabulary")
+            continue
+        audio_16k = resample(samples, rate, MODEL_SAMPLE_RATE)
+        buffers.setdefault(language, []).append(
+            _Pending(utt_id, row["text"], audio_16k, int(round(samples.shape[0] * 1000 / rate)))
+        )
+        buffered_s[language] = buffered_s.get(language, 0.0) + samples.shape[0] / rate
+        if buffered_s[language] >= buffer_s:
+            flush(language)
+    for language in list(buffers):
+        flush(language)
+    return writer.finish(total, started)
+
+
+def import_shard_alignments(data_root: DataRoot, shard_id: str) -> StageSummary:
+    """Read alignments landed beside the shard (``<utt_id>.ctm`` word CTM or ``<utt_id>.TextGrid``).
+
+    An utterance with neither file, or with a file that cannot be read, becomes a reject whose
+    detail names the file (and line, where the parser knows it).
+    """
+    started = time.perf_counter()
+    utterances = _utterances(data_root, shard_id)
+    container = data_root.read_parquet(layout.normalized_audio(shard_id), columns=["utt_id", "duration_s"])
+    writer = _ShardAlignmentWriter(data_root, shard_id, write_ctm_files=False)
+    directory = layout.landing_alignments_dir(shard_id)
+    for utt_id, duration_s in zip(container["utt_id"].to_pylist(), container["duration_s"].to_pylist()):
+        ctm_path, grid_path = f"{directory}/{utt_id}.ctm", f"{directory}/{utt_id}.TextGrid"
+        try:
+            if data_root.exists(ctm_path):
+                with data_root.fs.open(data_root.path(ctm_path), "r") as handle:
+                    words = read_ctm(handle.read(), data_root.uri(ctm_path), "word").get(utt_id, [])
+                aligner = "import:ctm"
+            elif data_root.exists(grid_path):
+                with data_root.fs.open(data_root.path(grid_path), "rb") as handle:
+                    words = read_textgrid(handle.read().decode("utf-8-sig"), data_root.uri(grid_path))
+                aligner = "import:textgrid"
+            else:
+                writer.reject(utt_id, "no_imported_alignment", f"neither {ctm_path} nor {grid_path} exists")
+                continue
+        except AlignmentFormatError as exc:
+            writer.reject(utt_id, "malformed_alignment_file", str(exc))
+            continue
+        text = (utterances.get(utt_id) or {}).get("text") or ""
+        words = _match_transcript_words(text, words)
+        if words is None:
+            writer.reject(utt_id, "alignment_does_not_match_transcript",
+                          f"the imported words do not spell the transcript {text[:80]!r}")
+            continue
+        writer.add(utt_id, aligner, words, [], None, int(np.ceil(duration_s / 0.08)), duration_s)
+    return writer.finish(container.num_rows, started)
+
+
+def _match_transcript_words(text: str, imported: list[TimedUnit]) -> list[TimedUnit] | None:
+    """Imported words re-labelled with the transcript's words, or None when the counts differ.
+
+    Aligners drop punctuation and change case, so words are matched by position; a transcript
+    word the aligner dropped entirely is not recoverable, and the utterance is rejected.
+    """
+    words = text.split()
+    if len(words) != len(imported):
+        return None
+    return [TimedUnit(w, u.start_ms, u.end_ms, u.score) for w, u in zip(words, imported)]

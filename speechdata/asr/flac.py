@@ -1,0 +1,205 @@
+"""Extract a shard's utterances as 16 kHz mono FLAC files for ASR training (seed 003 §4's inputs).
+
+The training job reads one FLAC per utterance from disk (seed 003: "each sample reads an extracted
+FLAC directly"), so this writes ``asr/flac/<shard_id>/<utt_id>.flac`` for every indexed utterance:
+cut to its segment, downmixed, resampled to 16 kHz, 16-bit. Output names come from the ``utt_id``
+(validated by the landing contract), never from a tar member name; tar members are audited first
+(:mod:`speechdata.io.safe_tar`) and an utterance whose member is unsafe is rejected with the reason.
+
+Alongside, ``shards/<shard_id>/asr_flac.parquet`` lists each file with its duration and a SHA-1 of
+its PCM samples (the manifest's audio deduplication key: the same audio, whatever container or
+rate it landed in, hashes the same after this normalisation).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import io
+import tarfile
+import time
+from collections.abc import Callable, Iterator
+from itertools import groupby
+from typing import IO
+
+import numpy as np
+import pyarrow as pa
+import soundfile as sf
+
+from speechdata.audio.codec import ResamplerName, read_segment_from, to_target_mono
+from speechdata.io import layout
+from speechdata.io.safe_tar import TarAudit, UnsafeMember, audit_tar, contained_path
+from speechdata.io.storage import DataRoot
+from speechdata.landing.landed_audio import AudioNotFound, LandedAudio
+from speechdata.landing.normalize import SegmentRequest, segment_requests
+from speechdata.rejects import Reject, rejects_table
+from speechdata.stage import StageSummary
+
+STAGE = "asr_flac"
+ASR_SAMPLE_RATE = 16_000
+
+ASR_FLAC_INDEX_SCHEMA = pa.schema(
+    [
+        pa.field("utt_id", pa.string(), nullable=False),
+        pa.field("flac_path", pa.string(), nullable=False),
+        pa.field("sample_rate", pa.int32()),
+        pa.field("n_samples", pa.int64()),
+        pa.field("duration_s", pa.float64()),
+        pa.field("audio_sha1", pa.string()),
+    ]
+)
+
+
+def pcm16(samples: np.ndarray) -> np.ndarray:
+    """Float samples to int16, clipped (never wrapped) at full scale."""
+    return np.rint(np.clip(samples, -1.0, 1.0) * 32767.0).astype(np.int16)
+
+
+def flac_bytes(pcm: np.ndarray, sample_rate: int = ASR_SAMPLE_RATE) -> bytes:
+    buffer = io.BytesIO()
+    sf.write(buffer, pcm, sample_rate, format="FLAC", subtype="PCM_16")
+    return buffer.getvalue()
+
+
+class _ShardAudio:
+    """Handles on a landed shard's audio: the audited tar's regular members, or the ``audio/`` files."""
+
+    def __init__(self, data_root: DataRoot, shard_id: str):
+        self.landed: LandedAudio | None = None
+        self.audit: TarAudit | None = None
+        self._tar: tarfile.TarFile | None = None
+        self._handle: IO | None = None
+        if data_root.exists(layout.landing_audio_tar(shard_id)):
+            self._handle = data_root.fs.open(data_root.path(layout.landing_audio_tar(shard_id)), "rb")
+            self._tar = tarfile.open(fileobj=self._handle, mode="r:")
+            self.audit = audit_tar(self._tar)
+        else:
+            self.landed = LandedAudio(data_root, shard_id)
+
+    def close(self) -> None:
+        for closeable in (self._tar, self._handle, self.landed):
+            if closeable is not None:
+                closeable.close()
+
+    @contextlib.contextmanager
+    def open(self, audio_path: str) -> Iterator[IO]:
+        if self.landed is not None:
+            with self.landed.open(audio_path) as handle:
+                yield handle
+            return
+        if audio_path in self.audit.unsafe:
+            raise _UnsafeAudio(self.audit.unsafe[audio_path])
+        member = self.audit.files.get(audio_path)
+        if member is None:
+            raise AudioNotFound(f"the shard's audio.tar has no member {audio_path!r}")
+        handle = self._tar.extractfile(member)
+        try:
+            yield handle
+        finally:
+            handle.close()
+
+
+class _UnsafeAudio(Exception):
+    def __init__(self, member: UnsafeMember):
+        super().__init__(member.detail)
+        self.member = member
+
+
+def extract_asr_flac(
+    data_root: DataRoot,
+    shard_id: str,
+    *,
+    resampler: ResamplerName = "soxr",
+    on_progress: Callable[[int, int, float], None] | None = None,
+) -> tuple[StageSummary, list[UnsafeMember]]:
+    """Write every indexed utterance's FLAC, the FLAC index and the ``asr_flac`` rejects.
+
+    Returns the summary and every unsafe tar member (referenced or not), for the caller to report.
+    Files of utterances no longer in the index (a re-run after the shard changed) are removed.
+    """
+    started = time.perf_counter()
+    index = data_root.read_parquet(layout.utterance_index(shard_id))
+    requests = segment_requests(index)
+    rows: dict[str, list] = {field.name: [] for field in ASR_FLAC_INDEX_SCHEMA}
+    rejects: list[Reject] = []
+    audio_seconds = 0.0
+    audio = _ShardAudio(data_root, shard_id)
+    try:
+        done = 0
+        for audio_path, group in groupby(requests, key=lambda r: r.audio_path):
+            for request, outcome in _extract_group(audio, audio_path, list(group), resampler):
+                done += 1
+                if isinstance(outcome, Reject):
+                    rejects.append(outcome)
+                    continue
+                pcm, digest = outcome
+                relative = layout.asr_flac(shard_id, request.utt_id)
+                contained_path(layout.ASR, relative.removeprefix(layout.ASR + "/"))
+                data_root.write_bytes(relative, flac_bytes(pcm))
+                for name, value in zip(
+                    rows, (request.utt_id, relative, ASR_SAMPLE_RATE, pcm.shape[0], pcm.shape[0] / ASR_SAMPLE_RATE, digest)
+                ):
+                    rows[name].append(value)
+                audio_seconds += pcm.shape[0] / ASR_SAMPLE_RATE
+            if on_progress:
+                on_progress(done, len(requests), audio_seconds)
+        unsafe = sorted(audio.audit.unsafe.values(), key=lambda m: m.name) if audio.audit else []
+    finally:
+        audio.close()
+
+    table = pa.table(rows, schema=ASR_FLAC_INDEX_SCHEMA).sort_by("utt_id")
+    _remove_stale_files(data_root, shard_id, set(rows["utt_id"]))
+    data_root.write_parquet(layout.asr_flac_index(shard_id), table)
+    data_root.write_parquet(layout.rejects(shard_id, STAGE), rejects_table(rejects))
+    summary = StageSummary(
+        shard_id=shard_id, rows_in=index.num_rows, rows_out=table.num_rows, rejects=rejects,
+        audio_seconds=audio_seconds, compute_seconds=time.perf_counter() - started,
+        outputs={
+            "flac_dir": data_root.uri(f"{layout.ASR}/flac/{shard_id}"),
+            "index": data_root.uri(layout.asr_flac_index(shard_id)),
+            "rejects": data_root.uri(layout.rejects(shard_id, STAGE)),
+        },
+    )
+    return summary, unsafe
+
+
+def _extract_group(
+    audio: _ShardAudio, audio_path: str, group: list[SegmentRequest], resampler: ResamplerName
+) -> Iterator[tuple[SegmentRequest, tuple[np.ndarray, str] | Reject]]:
+    """Each segment of one source file, decoded once per file."""
+    finished = 0
+    try:
+        with audio.open(audio_path) as handle, sf.SoundFile(handle) as sound:
+            for request in group:
+                yield request, _extract_one(sound, request, resampler)
+                finished += 1
+    except _UnsafeAudio as exc:
+        for request in group[finished:]:
+            yield request, Reject(request.utt_id, STAGE, exc.member.reason, exc.member.detail)
+    except AudioNotFound as exc:
+        for request in group[finished:]:
+            yield request, Reject(request.utt_id, STAGE, "audio_not_found", str(exc))
+    except Exception as exc:  # libsndfile raises several types for a file it cannot open
+        for request in group[finished:]:
+            yield request, Reject(request.utt_id, STAGE, "audio_decode_failed", f"{audio_path}: {exc}")
+
+
+def _extract_one(sound: sf.SoundFile, request: SegmentRequest, resampler: ResamplerName) -> tuple[np.ndarray, str] | Reject:
+    try:
+        samples = read_segment_from(sound, request.start_s, request.end_s)
+    except Exception as exc:
+        return Reject(request.utt_id, STAGE, "audio_decode_failed", f"{request.audio_path}: {exc}")
+    if samples.shape[0] == 0:
+        return Reject(request.utt_id, STAGE, "audio_empty", f"{request.audio_path}: no samples decoded")
+    pcm = pcm16(to_target_mono(samples, sound.samplerate, ASR_SAMPLE_RATE, resampler))
+    return pcm, hashlib.sha1(pcm.tobytes()).hexdigest()
+
+
+def _remove_stale_files(data_root: DataRoot, shard_id: str, kept_utt_ids: set[str]) -> None:
+    directory = data_root.path(f"{layout.ASR}/flac/{shard_id}")
+    if not data_root.fs.exists(directory):
+        return
+    for path in data_root.fs.ls(directory, detail=False):
+        name = path.rsplit("/", 1)[-1]
+        if name.endswith(".flac") and name.removesuffix(".flac") not in kept_utt_ids:
+            data_root.fs.rm(path)

@@ -1,0 +1,242 @@
+"""The ASR training manifests (seed 003 §2-3, including its hand-made ``v2`` step, as code).
+
+From every shard's utterance index joined with its extracted FLAC index, in polars (columnar, no
+per-row Python):
+
+1. language-tag corrections from a corrections table (by utterance, else by recording);
+2. filters: FLAC present, language known, duration in range, quality at least the minimum, text
+   non-empty before and after cleaning;
+3. cleaning (:mod:`speechdata.asr.text`) and the ``<|lang|>`` prefix;
+4. deduplication: the same audio content (hash of the 16 kHz PCM), or the same cleaned text and
+   duration within one recording; the first by ``(shard_id, utt_id)`` is kept;
+5. a train/validation split by recording: a recording goes to validation when the MD5 of its key
+   (with a salt) falls under ``validation_share``, so no recording is in both splits and a
+   recording's split never changes when shards are added;
+6. a per-language evaluation subset of the validation split (the ``eval_per_language`` utterances
+   of each language with the smallest MD5 of their key).
+
+Every row left out is in the ``removed`` table with the filter that removed it. A recording key is
+``recording_id`` where the shard has one, else ``shard:<shard_id>`` (a whole shard is then one
+recording: conservative, nothing can leak).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import duckdb
+import polars as pl
+
+from speechdata.asr.text import clean_transcript_expr, tagged_text_expr
+
+UTTERANCE_COLUMNS = {
+    "shard_id": pl.String, "utt_id": pl.String, "text": pl.String, "language": pl.String,
+    "source": pl.String, "recording_id": pl.String, "quality": pl.Float64,
+}
+FLAC_COLUMNS = {
+    "shard_id": pl.String, "utt_id": pl.String, "flac_path": pl.String, "duration_s": pl.Float64,
+    "audio_sha1": pl.String,
+}
+MANIFEST_COLUMNS = [
+    "utt_id", "shard_id", "text", "duration", "lang", "audio_filepath", "flac_path", "source",
+    "recording_id", "original_language", "quality",
+]
+NEMO_COLUMNS = ["audio_filepath", "duration", "text", "lang"]
+
+RECORDING_KEY = pl.coalesce(pl.col("recording_id"), pl.lit("shard:") + pl.col("shard_id"))
+"""What a recording is: its ``recording_id``, else (unknown) the whole shard."""
+
+REMOVAL_REASONS = (
+    "no_flac", "missing_language", "duration_out_of_range", "quality_below_minimum", "empty_text",
+    "empty_after_cleaning", "duplicate_audio", "duplicate_text_in_recording",
+)
+
+
+@dataclass(frozen=True)
+class AsrManifestConfig:
+    min_duration_s: float = 0.5
+    max_duration_s: float = 20.0
+    min_quality: float | None = None
+    """Rows whose quality is below this (or null) are removed; None keeps every row."""
+    validation_share: float = 0.05
+    split_salt: str = "asr-split-v1"
+    eval_per_language: int = 10
+    dedup_duration_resolution_ms: int = 10
+
+
+@dataclass(frozen=True)
+class AsrManifestBuild:
+    train: pl.DataFrame
+    validation: pl.DataFrame
+    eval: pl.DataFrame
+    removed: pl.DataFrame
+    """``shard_id``, ``utt_id``, ``reason``, ``detail``: every input row not in train or validation."""
+    relabeled: dict[str, int]
+    """``"from->to"``: utterances whose language the corrections changed."""
+
+    @property
+    def removed_by_reason(self) -> dict[str, int]:
+        counts = dict(self.removed.group_by("reason").len().iter_rows())
+        return {reason: int(counts.get(reason, 0)) for reason in REMOVAL_REASONS}
+
+    def recordings_in_both_splits(self) -> int:
+        """Recordings with utterances in train and in validation (0 by construction; checked)."""
+        keys = [frame.select(RECORDING_KEY.alias("k")).unique() for frame in (self.train, self.validation)]
+        return keys[0].join(keys[1], on="k", how="inner").height
+
+    def hours_by_language_and_split(self) -> pl.DataFrame:
+        frames = [
+            frame.group_by("lang").agg(pl.len().alias("utterances"), (pl.col("duration").sum() / 3600).alias("hours"))
+            .with_columns(pl.lit(split).alias("split"))
+            for split, frame in (("train", self.train), ("validation", self.validation), ("eval", self.eval))
+        ]
+        return pl.concat(frames).select("split", "lang", "utterances", "hours").sort("split", "lang")
+
+
+def conform(frame: pl.DataFrame, columns: dict[str, pl.DataType]) -> pl.DataFrame:
+    """Exactly ``columns``: absent ones as nulls, every one cast to its type."""
+    return frame.select(
+        [(pl.col(name) if name in frame.columns else pl.lit(None)).cast(dtype).alias(name) for name, dtype in columns.items()]
+    )
+
+
+def apply_language_corrections(rows: pl.DataFrame, corrections: pl.DataFrame | None) -> pl.DataFrame:
+    """Replace ``language`` from the corrections table; keep the old one as ``original_language``.
+
+    ``corrections`` has ``language`` and ``utt_id`` (optionally with ``shard_id``) and/or
+    ``recording_id``; an utterance correction wins over a recording one. Conflicting duplicate keys
+    raise, so a correction can never add or drop rows.
+    """
+    rows = rows.with_columns(pl.col("language").alias("original_language"))
+    if corrections is None or corrections.height == 0:
+        return rows
+    if "language" not in corrections.columns:
+        raise ValueError(f"the corrections table needs a 'language' column (has {corrections.columns})")
+    corrected = pl.lit(None, pl.String)
+    for keys in (["shard_id", "utt_id"], ["utt_id"], ["recording_id"]):
+        if not set(keys) <= set(corrections.columns) or (keys == ["utt_id"] and "shard_id" in corrections.columns):
+            continue
+        table = corrections.select([*keys, "language"]).drop_nulls().cast(pl.String).unique()
+        conflicts = table.filter(pl.len().over(keys) > 1)
+        if conflicts.height:
+            raise ValueError(f"corrections give more than one language for {keys}: {conflicts.head(3).to_dicts()}")
+        name = f"_corrected_by_{'_'.join(keys)}"
+        rows = rows.join(table.rename({"language": name}), on=keys, how="left")
+        corrected = pl.coalesce(corrected, pl.col(name))
+    names = [c for c in rows.columns if c.startswith("_corrected_by_")]
+    # Utterance-level columns were joined first, so coalesce's order is the precedence.
+    return rows.with_columns(pl.coalesce(corrected, pl.col("language")).alias("language")).drop(names)
+
+
+def stable_hash_column(frame: pl.DataFrame, key: str, salt: str) -> pl.Series:
+    """An MD5-based uint64 of ``salt + key`` per row: the same on every machine and library version
+    (polars' own hash is not stable across releases), computed in DuckDB."""
+    keys = frame.select(pl.col(key)).to_arrow()
+    connection = duckdb.connect()
+    try:
+        connection.register("keys_table", keys)
+        values = connection.execute(
+            f'SELECT md5_number_lower(? || "{key}") AS h FROM keys_table', [salt]
+        ).fetchnumpy()["h"]
+    finally:
+        connection.close()
+    return pl.Series(f"{key}_hash", values, dtype=pl.UInt64)
+
+
+def build_asr_manifest(
+    utterances: pl.DataFrame,
+    flac: pl.DataFrame,
+    *,
+    audio_root: str,
+    config: AsrManifestConfig = AsrManifestConfig(),
+    corrections: pl.DataFrame | None = None,
+) -> AsrManifestBuild:
+    """Train, validation, eval and removed tables from the joined inputs (see the module docstring).
+
+    ``audio_root`` prefixes ``flac_path`` to make ``audio_filepath`` (a local directory or a URL).
+    """
+    utterances = apply_language_corrections(conform(utterances, UTTERANCE_COLUMNS), corrections)
+    joined = utterances.join(conform(flac, FLAC_COLUMNS), on=["shard_id", "utt_id"], how="left")
+    quality_ok = pl.lit(True) if config.min_quality is None else pl.col("quality") >= config.min_quality
+    reason = (
+        pl.when(pl.col("flac_path").is_null()).then(pl.lit("no_flac"))
+        .when(pl.col("language").is_null()).then(pl.lit("missing_language"))
+        .when(~pl.col("duration_s").is_between(config.min_duration_s, config.max_duration_s)).then(pl.lit("duration_out_of_range"))
+        .when(~quality_ok.fill_null(False)).then(pl.lit("quality_below_minimum"))
+        .when(pl.col("text").str.strip_chars().fill_null("") == "").then(pl.lit("empty_text"))
+    )
+    frame = joined.with_columns(reason.alias("reason"))
+    # Clean only what the cheap filters kept: cleaning is most of the build's cost.
+    frame = pl.concat([
+        frame.filter(pl.col("reason").is_null()).with_columns(clean_transcript_expr(pl.col("text")).alias("clean_text")),
+        frame.filter(pl.col("reason").is_not_null()).with_columns(pl.lit(None, pl.String).alias("clean_text")),
+    ])
+    frame = frame.with_columns(
+        pl.when(pl.col("reason").is_null() & (pl.col("clean_text") == "")).then(pl.lit("empty_after_cleaning"))
+        .otherwise(pl.col("reason")).alias("reason"),
+        RECORDING_KEY.alias("recording_key"),
+        (pl.col("shard_id") + pl.lit("/") + pl.col("utt_id")).alias("key"),
+    ).sort("shard_id", "utt_id")
+    # Group keys hashed to one u64 for the window functions (only compared within this build, so
+    # polars' hash need not be stable across versions; a 64-bit collision is negligible).
+    duration_step = (pl.col("duration_s") * 1000 / config.dedup_duration_resolution_ms).round().cast(pl.Int64)
+    passed = pl.col("reason").is_null()
+    audio_group = pl.struct(passed, pl.col("audio_sha1")).hash(0)
+    frame = frame.with_columns(audio_group.alias("_audio_group")).with_columns(
+        pl.when(passed & ~pl.col("_audio_group").is_first_distinct()).then(pl.lit("duplicate_audio"))
+        .otherwise(pl.col("reason")).alias("reason"),
+        pl.col("key").first().over("_audio_group").alias("_same_audio_as"),
+    )
+    text_group = pl.struct(pl.col("reason").is_null(), "recording_key", "clean_text", duration_step).hash(0)
+    frame = frame.with_columns(text_group.alias("_text_group")).with_columns(
+        pl.when(pl.col("reason").is_null() & ~pl.col("_text_group").is_first_distinct())
+        .then(pl.lit("duplicate_text_in_recording")).otherwise(pl.col("reason")).alias("reason"),
+        pl.col("key").first().over("_text_group").alias("_same_text_as"),
+    )
+    removed = frame.filter(pl.col("reason").is_not_null()).select(
+        "shard_id", "utt_id", "reason",
+        pl.when(pl.col("reason") == "duplicate_audio").then(pl.lit("same audio as ") + pl.col("_same_audio_as"))
+        .when(pl.col("reason") == "duplicate_text_in_recording").then(pl.lit("same text and duration as ") + pl.col("_same_text_as"))
+        .when(pl.col("reason") == "duration_out_of_range").then(pl.format("duration {} s", pl.col("duration_s").round(3)))
+        .when(pl.col("reason") == "quality_below_minimum").then(pl.format("quality {}", pl.col("quality")))
+        .otherwise(pl.lit("")).alias("detail"),
+    )
+
+    kept = frame.filter(pl.col("reason").is_null())
+    # Hash each recording once (there are far fewer recordings than utterances), then join back.
+    recordings = kept.select("recording_key").unique()
+    recordings = recordings.with_columns(stable_hash_column(recordings, "recording_key", config.split_salt))
+    threshold = int(config.validation_share * 1_000_000)
+    manifest = kept.join(recordings, on="recording_key", how="left", maintain_order="left").with_columns(
+        tagged_text_expr(pl.col("clean_text"), pl.col("language")).alias("text"),
+        pl.col("duration_s").alias("duration"),
+        pl.col("language").alias("lang"),
+        (pl.lit(audio_root.rstrip("/") + "/") + pl.col("flac_path")).alias("audio_filepath"),
+        ((pl.col("recording_key_hash") % 1_000_000) < threshold).alias("_validation"),
+    )
+    validation = manifest.filter(pl.col("_validation"))
+    validation = validation.with_columns(stable_hash_column(validation, "key", config.split_salt))
+    eval_subset = (
+        validation.sort("lang", "key_hash", "key").group_by("lang", maintain_order=True).head(config.eval_per_language)
+    )
+    relabeled = (
+        frame.filter(pl.col("original_language").ne_missing(pl.col("language")))
+        .select((pl.col("original_language").fill_null("null") + "->" + pl.col("language").fill_null("null")).alias("change"))
+        .group_by("change").len().sort("change")
+    )
+    return AsrManifestBuild(
+        train=manifest.filter(~pl.col("_validation")).select(MANIFEST_COLUMNS),
+        validation=validation.select(MANIFEST_COLUMNS),
+        eval=eval_subset.select(MANIFEST_COLUMNS),
+        removed=removed,
+        relabeled={change: int(n) for change, n in relabeled.iter_rows()},
+    )
+
+
+def nemo_jsonl_bytes(manifest: pl.DataFrame) -> bytes:
+    """NeMo's manifest format: one JSON object per line with ``audio_filepath``, ``duration``, ``text``, ``lang``."""
+    import io
+
+    buffer = io.BytesIO()
+    manifest.select(NEMO_COLUMNS).write_ndjson(buffer)
+    return buffer.getvalue()

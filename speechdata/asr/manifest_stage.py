@@ -1,0 +1,116 @@
+"""Read every shard's ASR inputs, build the manifests (:mod:`speechdata.asr.manifest`), write them.
+
+Outputs (atomic, replaced as a whole on a re-run), under ``asr/manifests/``: ``train``,
+``validation`` and ``eval`` as ``.parquet`` (every column) and ``.jsonl`` (NeMo), and
+``removed.parquet`` (every utterance left out, with the filter). Per-shard reading is a handful of
+columnar reads per shard; all row work happens in polars.
+"""
+
+from __future__ import annotations
+
+import posixpath
+import time
+from dataclasses import dataclass, field
+
+import polars as pl
+import pyarrow.csv as pacsv
+
+from speechdata.asr.manifest import (
+    FLAC_COLUMNS,
+    UTTERANCE_COLUMNS,
+    AsrManifestBuild,
+    AsrManifestConfig,
+    build_asr_manifest,
+    conform,
+    nemo_jsonl_bytes,
+)
+from speechdata.io import layout
+from speechdata.io.storage import DataRoot, _is_local, filesystem_for, read_parquet
+
+SPLITS = ("train", "validation", "eval")
+
+
+@dataclass(frozen=True)
+class AsrManifestSummary:
+    build: AsrManifestBuild
+    shards: int
+    input_rows: int
+    compute_seconds: float
+    outputs: dict[str, str] = field(default_factory=dict)
+
+
+def shards_with_asr_flac(data_root: DataRoot) -> list[str]:
+    """Shards whose ``asr_flac`` index exists (the manifest's inputs)."""
+    pattern = data_root.path(layout.asr_flac_index("*"))
+    return sorted(path.split("/")[-2] for path in data_root.fs.glob(pattern))
+
+
+def read_asr_inputs(
+    data_root: DataRoot, shard_ids: list[str], quality_column: str = "tx_quality_score"
+) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """Every shard's utterance index (as ``UTTERANCE_COLUMNS``, ``quality`` from ``quality_column``)
+    and FLAC index (``FLAC_COLUMNS``), concatenated."""
+    utterances, flac = [], []
+    for shard_id in shard_ids:
+        index = pl.from_arrow(data_root.read_parquet(layout.utterance_index(shard_id)))
+        if quality_column in index.columns:
+            index = index.rename({quality_column: "quality"}) if quality_column != "quality" else index
+        else:
+            index = index.drop("quality", strict=False)
+        utterances.append(conform(index.with_columns(pl.lit(shard_id).alias("shard_id")), UTTERANCE_COLUMNS))
+        extracted = pl.from_arrow(data_root.read_parquet(layout.asr_flac_index(shard_id)))
+        flac.append(conform(extracted.with_columns(pl.lit(shard_id).alias("shard_id")), FLAC_COLUMNS))
+    if not shard_ids:
+        return pl.DataFrame(schema=UTTERANCE_COLUMNS), pl.DataFrame(schema=FLAC_COLUMNS)
+    return pl.concat(utterances), pl.concat(flac)
+
+
+def read_language_corrections(data_root: DataRoot, location: str | None) -> pl.DataFrame | None:
+    """The corrections table at ``location`` (relative to the data root, or a URL; ``.parquet`` or
+    ``.csv``). ``None`` reads the default path if it exists."""
+    if location is None:
+        if not data_root.exists(layout.asr_language_corrections()):
+            return None
+        location = layout.asr_language_corrections()
+    if "://" in location or posixpath.isabs(location):
+        fs, path = filesystem_for(location)
+    else:
+        fs, path = data_root.fs, data_root.path(location)
+    if path.endswith(".csv"):
+        with fs.open(path, "rb") as handle:
+            return pl.from_arrow(pacsv.read_csv(handle))
+    return pl.from_arrow(read_parquet(fs, path))
+
+
+def audio_root(data_root: DataRoot) -> str:
+    """What ``audio_filepath`` starts with: a plain path on local disks (what NeMo and soundfile
+    open), the data root's URL elsewhere."""
+    return data_root.root if _is_local(data_root.fs) else data_root.uri("").rstrip("/")
+
+
+def build_and_write_asr_manifests(
+    data_root: DataRoot,
+    config: AsrManifestConfig = AsrManifestConfig(),
+    *,
+    quality_column: str = "tx_quality_score",
+    corrections_location: str | None = None,
+) -> AsrManifestSummary:
+    started = time.perf_counter()
+    shard_ids = shards_with_asr_flac(data_root)
+    utterances, flac = read_asr_inputs(data_root, shard_ids, quality_column)
+    build = build_asr_manifest(
+        utterances, flac, audio_root=audio_root(data_root), config=config,
+        corrections=read_language_corrections(data_root, corrections_location),
+    )
+    outputs = {}
+    for split, frame in zip(SPLITS, (build.train, build.validation, build.eval)):
+        data_root.write_parquet(layout.asr_manifest(split), frame.to_arrow())
+        data_root.write_bytes(layout.asr_manifest(split, "jsonl"), nemo_jsonl_bytes(frame))
+        outputs[f"{split}_parquet"] = data_root.uri(layout.asr_manifest(split))
+        outputs[f"{split}_jsonl"] = data_root.uri(layout.asr_manifest(split, "jsonl"))
+    data_root.write_parquet(layout.asr_manifest_removed(), build.removed.to_arrow())
+    outputs["removed"] = data_root.uri(layout.asr_manifest_removed())
+    return AsrManifestSummary(
+        build=build, shards=len(shard_ids), input_rows=utterances.height,
+        compute_seconds=time.perf_counter() - started, outputs=outputs,
+    )

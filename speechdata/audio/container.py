@@ -1,0 +1,108 @@
+"""The per-shard audio container: one parquet file, one encoded 24 kHz mono row per utterance.
+
+One object per shard (not one per utterance) keeps object-store listings and small-file overhead
+out of the way; parquet gives column pruning (read ``utt_id``/``n_samples`` without touching the
+audio) and row groups for bounded-memory streaming. DuckDB and polars read it as a table.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from speechdata.audio.codec import AudioCodec, decode_audio
+from speechdata.io.storage import DataRoot
+
+AUDIO_CONTAINER_SCHEMA = pa.schema(
+    [
+        pa.field("utt_id", pa.string(), nullable=False),
+        pa.field("sample_rate", pa.int32(), nullable=False),
+        pa.field("n_samples", pa.int64(), nullable=False),
+        pa.field("duration_s", pa.float64(), nullable=False),
+        pa.field("codec", pa.string(), nullable=False),
+        pa.field("audio", pa.binary(), nullable=False),
+    ]
+)
+
+CONTAINER_PARQUET_OPTIONS = {"compression": {"utt_id": "zstd", "codec": "zstd", "audio": "none"}}
+"""Encoded audio does not compress further; zstd over it only burns CPU."""
+
+ROW_GROUP_BYTES = 64 * 1024 * 1024
+"""Flush a row group once this much encoded audio is buffered (bounds memory on any shard size)."""
+
+
+@dataclass(frozen=True)
+class EncodedUtterance:
+    utt_id: str
+    sample_rate: int
+    n_samples: int
+    codec: AudioCodec
+    audio: bytes
+
+    @property
+    def duration_s(self) -> float:
+        return self.n_samples / self.sample_rate
+
+
+class AudioContainerWriter:
+    """Buffer encoded utterances and write them to a ``pq.ParquetWriter`` in bounded row groups."""
+
+    def __init__(self, writer: pq.ParquetWriter, row_group_bytes: int = ROW_GROUP_BYTES):
+        self._writer = writer
+        self._row_group_bytes = row_group_bytes
+        self._pending: list[EncodedUtterance] = []
+        self._pending_bytes = 0
+        self.rows = 0
+        self.audio_seconds = 0.0
+
+    def add(self, utterance: EncodedUtterance) -> None:
+        self._pending.append(utterance)
+        self._pending_bytes += len(utterance.audio)
+        self.rows += 1
+        self.audio_seconds += utterance.duration_s
+        if self._pending_bytes >= self._row_group_bytes:
+            self.flush()
+
+    def flush(self) -> None:
+        if not self._pending:
+            return
+        rows = self._pending
+        batch = pa.record_batch(
+            [
+                pa.array([u.utt_id for u in rows], pa.string()),
+                pa.array([u.sample_rate for u in rows], pa.int32()),
+                pa.array([u.n_samples for u in rows], pa.int64()),
+                pa.array([u.duration_s for u in rows], pa.float64()),
+                pa.array([u.codec for u in rows], pa.string()),
+                pa.array([u.audio for u in rows], pa.binary()),
+            ],
+            schema=AUDIO_CONTAINER_SCHEMA,
+        )
+        self._writer.write_batch(batch)
+        self._pending, self._pending_bytes = [], 0
+
+
+def iter_container_audio(
+    data_root: DataRoot, relative: str, utt_ids: set[str] | None = None
+) -> Iterator[tuple[str, np.ndarray, int]]:
+    """Yield ``(utt_id, samples float32 [n], sample_rate)`` row group by row group."""
+    with data_root.fs.open(data_root.path(relative), "rb") as handle:
+        parquet = pq.ParquetFile(handle)
+        for group in range(parquet.num_row_groups):
+            table = parquet.read_row_group(group, columns=["utt_id", "sample_rate", "codec", "audio"])
+            for utt_id, rate, codec, data in zip(
+                table["utt_id"].to_pylist(), table["sample_rate"].to_pylist(),
+                table["codec"].to_pylist(), table["audio"].to_pylist(),
+            ):
+                if utt_ids is not None and utt_id not in utt_ids:
+                    continue
+                yield utt_id, decode_audio(data, codec), rate
+
+
+def read_container_index(data_root: DataRoot, relative: str) -> pa.Table:
+    """``utt_id``, ``sample_rate``, ``n_samples``, ``duration_s`` for every utterance, without the audio."""
+    return data_root.read_parquet(relative, columns=["utt_id", "sample_rate", "n_samples", "duration_s"])

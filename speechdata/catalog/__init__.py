@@ -1,0 +1,1 @@
+"""The DuckDB catalog over every shard manifest and rejects ledger."""

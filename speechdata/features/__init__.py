@@ -1,0 +1,1 @@
+"""Text (Qwen3) and speech (WavLM) features on the bridge's frames, and their per-shard stores."""

@@ -1,0 +1,160 @@
+"""The feature stages for one shard: Qwen3 hidden states and pooled WavLM features.
+
+Both read the shard's frame grids (which utterances, their tokens and ``F``), process utterances
+in bounded chunks, and stream float16 matrices into the shard's array stores. An utterance that
+does not fit on the device even alone is a ``gpu_out_of_memory`` reject, never a failed shard.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import numpy as np
+import torch
+
+from speechdata.audio.container import iter_container_audio
+from speechdata.bridge.clock import SAMPLE_RATE
+from speechdata.features.array_store import ARRAY_STORE_PARQUET_OPTIONS, ARRAY_STORE_SCHEMA, ArrayStoreWriter
+from speechdata.features.gpu_batching import ItemTooLarge
+from speechdata.features.speech import wavlm_features
+from speechdata.features.text import qwen_hidden_states
+from speechdata.io import layout
+from speechdata.io.storage import DataRoot
+from speechdata.rejects import Reject, rejects_table
+from speechdata.stage import StageSummary
+
+QWEN_STAGE = "qwen_hidden_states"
+WAVLM_STAGE = "wavlm_features"
+CHUNK_UTTERANCES = 1024
+CHUNK_AUDIO_S = 1800.0
+
+Progress = Callable[[int, int, float], None]
+"""``(utterances done, total, audio seconds done)``."""
+
+
+def _one_by_one(items, compute, stage: str, rejects: list[Reject]):
+    """Retry a chunk item by item after :class:`ItemTooLarge`, so only the item itself is lost."""
+    results = []
+    for utt_id, item in items:
+        try:
+            [result] = compute([item])
+        except ItemTooLarge as exc:
+            rejects.append(Reject(utt_id, stage, "gpu_out_of_memory", str(exc)[:500]))
+            result = None
+        results.append(result)
+    return results
+
+
+def compute_qwen_hidden_states(
+    data_root: DataRoot, shard_id: str, model, *, device, max_batch_tokens: int, on_progress: Progress | None = None
+) -> StageSummary:
+    started = time.perf_counter()
+    grids = data_root.read_parquet(layout.frame_grids(shard_id), columns=["utt_id", "tokens", "n_samples"])
+    utt_ids = grids["utt_id"].to_pylist()
+    tokens = grids["tokens"].to_pylist()
+    seconds = [n / SAMPLE_RATE for n in grids["n_samples"].to_pylist()]
+    rejects: list[Reject] = []
+    done, audio_done = 0, 0.0
+
+    def compute(token_lists):
+        return qwen_hidden_states(model, token_lists, device=device, max_batch_tokens=max_batch_tokens)
+
+    with data_root.parquet_writer(
+        layout.qwen_hidden_states(shard_id), ARRAY_STORE_SCHEMA, **ARRAY_STORE_PARQUET_OPTIONS
+    ) as parquet:
+        store = ArrayStoreWriter(parquet)
+        for start in range(0, len(utt_ids), CHUNK_UTTERANCES):
+            chunk = slice(start, start + CHUNK_UTTERANCES)
+            try:
+                states = compute(tokens[chunk])
+            except ItemTooLarge:
+                states = _one_by_one(list(zip(utt_ids[chunk], tokens[chunk])), compute, QWEN_STAGE, rejects)
+            for utt_id, matrix in zip(utt_ids[chunk], states):
+                if matrix is not None:
+                    store.add(utt_id, matrix)
+            done += len(states)
+            audio_done += sum(seconds[chunk])
+            if on_progress:
+                on_progress(done, len(utt_ids), audio_done)
+        store.flush()
+    data_root.write_parquet(layout.rejects(shard_id, QWEN_STAGE), rejects_table(rejects))
+    return StageSummary(
+        shard_id, len(utt_ids), store.count, rejects, sum(seconds), time.perf_counter() - started,
+        {"hidden_states": data_root.uri(layout.qwen_hidden_states(shard_id)),
+         "rejects": data_root.uri(layout.rejects(shard_id, QWEN_STAGE))},
+    )
+
+
+def compute_wavlm_features(
+    data_root: DataRoot, shard_id: str, model, *, device, dtype: torch.dtype, max_batch_s: float,
+    layer: int | None = None, layer_weights: list[float] | None = None, on_progress: Progress | None = None,
+) -> StageSummary:
+    started = time.perf_counter()
+    grids = data_root.read_parquet(layout.frame_grids(shard_id), columns=["utt_id", "n_frames"])
+    n_frames = dict(zip(grids["utt_id"].to_pylist(), grids["n_frames"].to_pylist()))
+    rejects: list[Reject] = []
+    done, audio_done = 0, 0.0
+
+    def compute(items):
+        return wavlm_features(
+            model, [a for a, _ in items], [f for _, f in items], device=device, dtype=dtype,
+            layer=layer, layer_weights=layer_weights, max_batch_s=max_batch_s,
+        )
+
+    with data_root.parquet_writer(
+        layout.wavlm_features(shard_id), ARRAY_STORE_SCHEMA, **ARRAY_STORE_PARQUET_OPTIONS
+    ) as parquet:
+        store = ArrayStoreWriter(parquet)
+
+        def flush(pending: list[tuple[str, np.ndarray]]) -> None:
+            nonlocal done, audio_done
+            items = [(audio, n_frames[utt_id]) for utt_id, audio in pending]
+            try:
+                features = compute(items)
+            except ItemTooLarge:
+                features = _one_by_one(
+                    [(u, item) for (u, _), item in zip(pending, items)], compute, WAVLM_STAGE, rejects
+                )
+            for (utt_id, _), matrix in zip(pending, features):
+                if matrix is not None:
+                    store.add(utt_id, matrix)
+            done += len(pending)
+            audio_done += sum(a.shape[0] for _, a in pending) / SAMPLE_RATE
+            if on_progress:
+                on_progress(done, len(n_frames), audio_done)
+
+        pending: list[tuple[str, np.ndarray]] = []
+        pending_s = 0.0
+        for utt_id, samples, _rate in iter_container_audio(
+            data_root, layout.normalized_audio(shard_id), set(n_frames)
+        ):
+            pending.append((utt_id, samples))
+            pending_s += samples.shape[0] / SAMPLE_RATE
+            if pending_s >= CHUNK_AUDIO_S:
+                flush(pending)
+                pending, pending_s = [], 0.0
+        if pending:
+            flush(pending)
+        store.flush()
+    data_root.write_parquet(layout.rejects(shard_id, WAVLM_STAGE), rejects_table(rejects))
+    return StageSummary(
+        shard_id, len(n_frames), store.count, rejects, audio_done, time.perf_counter() - started,
+        {"features": data_root.uri(layout.wavlm_features(shard_id)),
+         "rejects": data_root.uri(layout.rejects(shard_id, WAVLM_STAGE))},
+    )
+
+
+def check_feature_shapes(data_root: DataRoot, relative: str, expected_rows: dict[str, int], dim: int) -> dict[str, list[str]]:
+    """Utterances failing each feature check: row count, width, finiteness (dtype is float16 by construction)."""
+    from speechdata.features.array_store import iter_arrays
+
+    failures: dict[str, list[str]] = {"shape_matches_frame_grid": [], "finite": [], "float16": []}
+    for utt_id, matrix in iter_arrays(data_root, relative):
+        if matrix.shape != (expected_rows.get(utt_id, -1), dim):
+            failures["shape_matches_frame_grid"].append(utt_id)
+        if matrix.dtype != np.float16:
+            failures["float16"].append(utt_id)
+        if not np.isfinite(matrix).all():
+            failures["finite"].append(utt_id)
+    return failures

@@ -1,0 +1,105 @@
+"""A split's parquet files: written under a build folder, rolled at a size, moved into the Hub layout.
+
+Files are named ``<split>-NNNNN-of-NNNNN.parquet`` (the Hub's convention), which needs the count:
+so each part is written (atomically) as ``<split>-NNNNN.parquet`` in the build folder and renamed
+into ``hf/<dataset>/<country>/`` when the split is complete; the split's old files that the new
+set does not replace are removed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import re
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+
+from speechdata.io import layout
+from speechdata.io.storage import DataRoot
+
+FILE_NAME = re.compile(r"^(?P<split>\w+(?:\.\w+)*)-(?P<index>\d{5})-of-(?P<count>\d{5})\.parquet$")
+PARQUET_RESERVE = 0.01
+"""Share of a size budget kept for parquet's own bytes (footer, page headers, text columns' overhead)."""
+
+
+@dataclass
+class SplitFiles:
+    split: str
+    files: list[dict] = field(default_factory=list)
+    """``path_in_repo``, ``rows``, ``bytes``, ``sha256`` per file."""
+
+    @property
+    def rows(self) -> int:
+        return sum(f["rows"] for f in self.files)
+
+    @property
+    def bytes(self) -> int:
+        return sum(f["bytes"] for f in self.files)
+
+
+
+class SplitSink:
+    """Parquet files of one split, rolled at ``max_file_bytes``, moved into place when the split is complete."""
+
+    def __init__(self, data_root: DataRoot, dataset: str, country: str, split: str, schema: pa.Schema, max_file_bytes: int):
+        self.data_root, self.dataset, self.country, self.split = data_root, dataset, country, split
+        self.schema, self.max_file_bytes = schema, max_file_bytes
+        self.build_dir = layout.hf_build_dir(dataset, country)
+        self.parts: list[dict] = []
+        self.payload_bytes = 0
+        self._stack = contextlib.ExitStack()
+        self._writer = None
+        self.result = SplitFiles(split)
+
+    def append(self, table: pa.Table, payload: int) -> None:
+        current = self.parts[-1]["payload"] if self.parts else 0
+        if self._writer is None or (current and current + payload > self.max_file_bytes * (1 - PARQUET_RESERVE)):
+            self._roll()
+        self._writer.write_table(table)
+        part = self.parts[-1]
+        part["rows"] += table.num_rows
+        part["payload"] += payload
+        part["keys"].extend(table["key"].to_pylist())
+        self.payload_bytes += payload
+
+    def _roll(self) -> None:
+        self._stack.close()
+        self._stack = contextlib.ExitStack()
+        relative = f"{self.build_dir}/{self.split}-{len(self.parts):05d}.parquet"
+        self._writer = self._stack.enter_context(self.data_root.parquet_writer(relative, self.schema))
+        self.parts.append({"relative": relative, "rows": 0, "payload": 0, "keys": []})
+
+    def abort(self) -> None:
+        with contextlib.suppress(Exception):
+            self._stack.close()
+
+    def finish(self) -> None:
+        self._stack.close()
+        fs = self.data_root.fs
+        count = len(self.parts)
+        final_dir = layout.hf_dataset_file(self.dataset, self.country)
+        stale = {
+            p for p in fs.glob(self.data_root.path(f"{final_dir}/{self.split}-*.parquet"))
+            if (m := FILE_NAME.match(p.rsplit("/", 1)[-1])) and m["split"] == self.split
+        }
+        for index, part in enumerate(self.parts):
+            name = f"{self.split}-{index:05d}-of-{count:05d}.parquet"
+            target = self.data_root.path(f"{final_dir}/{name}")
+            fs.makedirs(self.data_root.path(final_dir), exist_ok=True)
+            fs.mv(self.data_root.path(part["relative"]), target)
+            stale.discard(target)
+            self.result.files.append({
+                "path_in_repo": f"{self.country}/{name}", "rows": part["rows"], "bytes": int(fs.size(target)),
+                "sha256": file_sha256(fs, target), "keys": part["keys"],
+            })
+        for path in stale:
+            fs.rm(path)
+
+
+def file_sha256(fs, path: str) -> str:
+    digest = hashlib.sha256()
+    with fs.open(path, "rb") as handle:
+        while chunk := handle.read(8 << 20):
+            digest.update(chunk)
+    return digest.hexdigest()

@@ -1,0 +1,242 @@
+"""A country's segments, the filters that decide which are published, and the split assignment step.
+
+Segments come from every shard's utterance index (``raw_shards``): rows of that country that met
+the landing contract. Seed-004 shards carry ``video_id``, ``transcript_id``, ``human_text``,
+``asr_text``, ``cer`` and the transcript indices; other shards publish too, with ``text`` as the
+human transcript, the audio file as the recording and nulls where they have no value.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import PurePosixPath
+
+import jiwer
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from speechdata.hf.splits import SplitTargets, assign_splits
+from speechdata.hf.state import execute_many, registered_rows, rows_as_dicts, state_connection
+from speechdata.io import layout
+from speechdata.io.storage import DataRoot, read_parquet_handle
+from speechdata.landing.landed_audio import AudioNotFound, LandedAudio
+
+SEGMENT_SCHEMA = pa.schema([
+    pa.field("key", pa.string()), pa.field("shard_id", pa.string()), pa.field("recording_id", pa.string()),
+    pa.field("audio_path", pa.string()), pa.field("video_id", pa.string()), pa.field("transcript_id", pa.string()),
+    pa.field("language", pa.string()), pa.field("start_s", pa.float64()), pa.field("end_s", pa.float64()),
+    pa.field("duration_s", pa.float64()), pa.field("source_sample_rate", pa.int32()),
+    pa.field("human_text", pa.string()), pa.field("asr_text", pa.string()), pa.field("cer", pa.float64()),
+    pa.field("transcript_start_idx", pa.int32()), pa.field("transcript_end_idx", pa.int32()),
+])
+
+
+@dataclass(frozen=True)
+class SegmentLimits:
+    """Which segments a dataset keeps: ``[min_duration_s, max_duration_s]`` and ``cer <= max_cer``."""
+
+    min_duration_s: float = 3.0
+    max_duration_s: float = 20.0
+    max_cer: float | None = None
+    """None keeps every CER (segments without one always pass)."""
+
+
+def country_segments(data_root: DataRoot, country: str) -> pa.Table:
+    """Every indexed segment of ``country`` over all shards, in :data:`SEGMENT_SCHEMA`, sorted by key."""
+    pieces = []
+    for path in sorted(data_root.fs.glob(data_root.path(f"{layout.SHARDS}/*/utterances.parquet"))):
+        shard_id = PurePosixPath(path).parent.name
+        with data_root.fs.open(path, "rb") as handle:
+            names = set(pq.ParquetFile(handle).schema_arrow.names)
+            handle.seek(0)
+            table = read_parquet_handle(handle, [c for c in _INDEX_COLUMNS if c in names])
+        table = table.filter(pc.equal(table["country"], country)) if "country" in names else table.slice(0, 0)
+        if table.num_rows:
+            pieces.append(_as_segments(table, shard_id))
+    if not pieces:
+        return SEGMENT_SCHEMA.empty_table()
+    return pa.concat_tables(pieces).sort_by("key")
+
+
+_INDEX_COLUMNS = [
+    "utt_id", "audio_path", "text", "language", "country", "video_id", "transcript_id", "human_text", "asr_text",
+    "cer", "transcript_start_idx", "transcript_end_idx", "segment_start_s", "segment_end_s", "duration_s",
+    "source_sample_rate",
+]
+
+
+def _column(table: pa.Table, name: str, kind: pa.DataType) -> pa.Array:
+    if name not in table.column_names:
+        return pa.nulls(table.num_rows, kind)
+    return table[name].combine_chunks().cast(kind)
+
+
+def _as_segments(table: pa.Table, shard_id: str) -> pa.Table:
+    n = table.num_rows
+    audio_path = _column(table, "audio_path", pa.string())
+    video_id = _column(table, "video_id", pa.string())
+    fallback_recording = pc.binary_join_element_wise(pa.array([shard_id] * n), audio_path, "/")
+    human = _column(table, "human_text", pa.string())
+    return pa.table({
+        "key": _column(table, "utt_id", pa.string()),
+        "shard_id": pa.array([shard_id] * n),
+        "recording_id": pc.coalesce(video_id, fallback_recording),
+        "audio_path": audio_path,
+        "video_id": pc.coalesce(video_id, pa.array([PurePosixPath(p).stem for p in audio_path.to_pylist()])),
+        "transcript_id": _column(table, "transcript_id", pa.string()),
+        "language": _column(table, "language", pa.string()),
+        "start_s": _column(table, "segment_start_s", pa.float64()),
+        "end_s": _column(table, "segment_end_s", pa.float64()),
+        "duration_s": _column(table, "duration_s", pa.float64()),
+        "source_sample_rate": _column(table, "source_sample_rate", pa.int32()),
+        "human_text": pc.coalesce(human, _column(table, "text", pa.string())),
+        "asr_text": _column(table, "asr_text", pa.string()),
+        "cer": _column(table, "cer", pa.float64()),
+        "transcript_start_idx": _column(table, "transcript_start_idx", pa.int32()),
+        "transcript_end_idx": _column(table, "transcript_end_idx", pa.int32()),
+    }, schema=SEGMENT_SCHEMA)
+
+
+def filter_reasons(segments: pa.Table, limits: SegmentLimits) -> list[str | None]:
+    """Per segment: None when it is kept, else ``too_short``, ``too_long`` or ``cer_above_max``."""
+    reasons: list[str | None] = []
+    for duration, cer in zip(segments["duration_s"].to_pylist(), segments["cer"].to_pylist()):
+        if duration < limits.min_duration_s:
+            reasons.append("too_short")
+        elif duration > limits.max_duration_s:
+            reasons.append("too_long")
+        elif limits.max_cer is not None and cer is not None and cer > limits.max_cer:
+            reasons.append("cer_above_max")
+        else:
+            reasons.append(None)
+    return reasons
+
+
+def word_error_rate(reference: str | None, hypothesis: str | None) -> float | None:
+    """WER of the ASR transcript against the human one (jiwer, words split on whitespace).
+
+    Both empty: 0.0. An empty reference with a non-empty hypothesis: 1.0 (every word inserted; WER
+    is undefined there and 1.0 is the cap a reader expects). No ASR transcript at all: None.
+    """
+    if hypothesis is None:
+        return None
+    reference, hypothesis = (reference or "").strip(), hypothesis.strip()
+    if not reference:
+        return 0.0 if not hypothesis else 1.0
+    if not hypothesis:
+        return 1.0
+    return float(jiwer.wer(reference, hypothesis))
+
+
+@dataclass
+class AssignmentSummary:
+    """What one split-assignment refresh found and did."""
+
+    country: str
+    segments: int = 0
+    new_segments: int = 0
+    new_recordings: dict[str, int] = field(default_factory=dict)
+    recordings_by_split: dict[str, int] = field(default_factory=dict)
+    hours_by_split: dict[str, float] = field(default_factory=dict)
+    filtered_by_reason: dict[str, int] = field(default_factory=dict)
+    missing_recordings: list[str] = field(default_factory=list)
+
+    @property
+    def shares(self) -> dict[str, float]:
+        total = sum(self.hours_by_split.values()) or 1.0
+        return {split: hours / total for split, hours in self.hours_by_split.items()}
+
+
+def refresh_split_assignments(
+    data_root: DataRoot, dataset: str, country: str, limits: SegmentLimits = SegmentLimits(),
+    targets: SplitTargets = SplitTargets(), seed: int = 0,
+) -> AssignmentSummary:
+    """Record every segment of ``country`` and assign every new recording to a split (seed 004 phase 1).
+
+    Existing recordings keep their split; their usable duration is brought up to date. Segments
+    not yet written to a dataset file get their filter status recomputed with ``limits``.
+    """
+    segments = country_segments(data_root, country)
+    reasons = filter_reasons(segments, limits)
+    summary = AssignmentSummary(country, segments=segments.num_rows)
+    usable_s: dict[str, float] = {}
+    first_row: dict[str, int] = {}
+    for i, (recording_id, duration, reason) in enumerate(
+        zip(segments["recording_id"].to_pylist(), segments["duration_s"].to_pylist(), reasons)
+    ):
+        first_row.setdefault(recording_id, i)
+        usable_s[recording_id] = usable_s.get(recording_id, 0.0) + (duration if reason is None else 0.0)
+    with state_connection(data_root, layout.hf_state_database(dataset, country)) as db:
+        existing = dict(db.execute("SELECT recording_id, split FROM recordings").fetchall())
+        new = assign_splits(usable_s, existing, targets, seed)
+        sizes = _recording_sizes(data_root, segments, {r: first_row[r] for r in new}, summary)
+        for recording_id, split in new.items():
+            row = first_row[recording_id]
+            db.execute(
+                "INSERT INTO recordings (recording_id, video_id, shard_id, audio_path, source_sample_rate, "
+                "duration_hours, size_mb, split) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                [recording_id, segments["video_id"][row].as_py(), segments["shard_id"][row].as_py(),
+                 segments["audio_path"][row].as_py(), segments["source_sample_rate"][row].as_py(),
+                 usable_s[recording_id] / 3600.0, sizes.get(recording_id), split],
+            )
+        execute_many(
+            db, "UPDATE recordings SET duration_hours = ? WHERE recording_id = ?",
+            [[usable_s[r] / 3600.0, r] for r in existing if r in usable_s],
+        )
+        splits = {**existing, **new}
+        known = {k for (k,) in db.execute("SELECT key FROM segments").fetchall()}
+        keys = segments["key"].to_pylist()
+        recording_ids = segments["recording_id"].to_pylist()
+        shard_ids = segments["shard_id"].to_pylist()
+        is_new = [key not in known for key in keys]
+        fresh = {
+            "key": [k for k, n in zip(keys, is_new) if n],
+            "recording_id": [r for r, n in zip(recording_ids, is_new) if n],
+            "shard_id": [s for s, n in zip(shard_ids, is_new) if n],
+            "split": [splits[r] for r, n in zip(recording_ids, is_new) if n],
+            "status": ["filtered" if reason else "pending" for reason, n in zip(reasons, is_new) if n],
+            "reason": [reason for reason, n in zip(reasons, is_new) if n],
+        }
+        with registered_rows(db, "fresh", {name: pa.array(values, pa.string()) for name, values in fresh.items()}):
+            db.execute("INSERT INTO segments (key, recording_id, shard_id, split, status, reason) "
+                       "SELECT key, recording_id, shard_id, split, status, reason FROM fresh")
+        again = {
+            "key": pa.array([k for k, n in zip(keys, is_new) if not n], pa.string()),
+            "reason": pa.array([reason for reason, n in zip(reasons, is_new) if not n], pa.string()),
+        }
+        with registered_rows(db, "again", again):
+            db.execute(
+                "UPDATE segments SET status = CASE WHEN again.reason IS NULL THEN 'pending' ELSE 'filtered' END, "
+                "reason = again.reason, updated_at = current_timestamp FROM again "
+                "WHERE segments.key = again.key AND segments.file IS NULL AND segments.status IN ('pending', 'filtered') "
+                "AND coalesce(segments.reason, '') <> 'recording_already_published'"
+            )
+        summary.new_segments = len(fresh["key"])
+        summary.new_recordings = dict(Counter(new.values()))
+        for row in rows_as_dicts(db, "SELECT split, count(*) AS n, sum(duration_hours) AS hours FROM recordings GROUP BY split"):
+            summary.recordings_by_split[row["split"]] = int(row["n"])
+            summary.hours_by_split[row["split"]] = float(row["hours"])
+        summary.filtered_by_reason = dict(
+            db.execute("SELECT reason, count(*) FROM segments WHERE status = 'filtered' GROUP BY reason ORDER BY reason").fetchall()
+        )
+    return summary
+
+
+def _recording_sizes(
+    data_root: DataRoot, segments: pa.Table, rows: dict[str, int], summary: AssignmentSummary
+) -> dict[str, float]:
+    """Size in MB of each recording's landed file (the seed's ``size_mb``)."""
+    sizes: dict[str, float] = {}
+    by_shard: dict[str, list[tuple[str, str]]] = {}
+    for recording_id, row in rows.items():
+        by_shard.setdefault(segments["shard_id"][row].as_py(), []).append((recording_id, segments["audio_path"][row].as_py()))
+    for shard_id, recordings in sorted(by_shard.items()):
+        with LandedAudio(data_root, shard_id) as audio:
+            for recording_id, audio_path in recordings:
+                try:
+                    sizes[recording_id] = audio.size_bytes(audio_path) / 1e6
+                except AudioNotFound as exc:
+                    summary.missing_recordings.append(str(exc))
+    return sizes

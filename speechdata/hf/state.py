@@ -1,0 +1,151 @@
+"""The publishing state of one country's dataset, in DuckDB (the seed's CSV manifests, made transactional).
+
+One database per country (``hf/_state/<dataset>/<country>.duckdb``), so countries publish in
+parallel without contending for one writer. Three tables:
+
+- ``recordings``: one row per source recording: ``duration_hours`` and ``size_mb`` (the seed's
+  ``_splits.csv``), its ``split`` (never changed once set) and, for train, its ``subset_id``.
+- ``segments``: one row per segment key: recording, ``split``, ``subset_id``, the dataset file it
+  is in, ``status`` (``pending`` = written locally, ``uploaded``, ``filtered`` with ``reason``,
+  ``error`` with ``error_message``).
+- ``files``: one row per file of the dataset folder (parquet shards and the card): ``sha256``,
+  ``bytes``, ``rows``, ``status`` (``pending``, ``uploaded``, ``error``, ``deleted`` = removed
+  locally, still to delete on the Hub) and ``error_message``.
+
+A data root on object storage keeps the database there too: it is copied to a local temp file,
+changed, and copied back atomically (DuckDB writes only to local files).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from collections.abc import Iterator
+
+import duckdb
+import pyarrow as pa
+
+from speechdata.io.duckdb_object_store import database_on_root
+from speechdata.io.storage import DataRoot, _is_local
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS settings (
+    name VARCHAR PRIMARY KEY, value VARCHAR NOT NULL
+);
+CREATE TABLE IF NOT EXISTS recordings (
+    recording_id VARCHAR PRIMARY KEY,
+    video_id VARCHAR,
+    shard_id VARCHAR NOT NULL,
+    audio_path VARCHAR NOT NULL,
+    source_sample_rate INTEGER,
+    duration_hours DOUBLE NOT NULL,
+    size_mb DOUBLE,
+    split VARCHAR NOT NULL,
+    subset_id INTEGER,
+    assigned_at TIMESTAMP DEFAULT current_timestamp
+);
+CREATE TABLE IF NOT EXISTS segments (
+    key VARCHAR PRIMARY KEY,
+    recording_id VARCHAR NOT NULL,
+    shard_id VARCHAR NOT NULL,
+    split VARCHAR NOT NULL,
+    subset_id INTEGER,
+    file VARCHAR,
+    status VARCHAR NOT NULL,
+    reason VARCHAR,
+    error_message VARCHAR,
+    updated_at TIMESTAMP DEFAULT current_timestamp
+);
+CREATE TABLE IF NOT EXISTS files (
+    path_in_repo VARCHAR PRIMARY KEY,
+    split VARCHAR,
+    rows BIGINT,
+    bytes BIGINT,
+    sha256 VARCHAR,
+    status VARCHAR NOT NULL,
+    error_message VARCHAR,
+    commit_oid VARCHAR,
+    updated_at TIMESTAMP DEFAULT current_timestamp
+);
+"""
+
+LOCK_TIMEOUT_S = 300.0
+
+SEGMENT_STATUSES = ("pending", "uploaded", "filtered", "error")
+FILE_STATUSES = ("pending", "uploaded", "error", "deleted")
+
+
+@contextlib.contextmanager
+def state_connection(data_root: DataRoot, relative: str) -> Iterator[duckdb.DuckDBPyConnection]:
+    """A connection to the state database at ``relative``; changes persist only if the block succeeds."""
+    path = data_root.path(relative)
+    if _is_local(data_root.fs):
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        connection = _connect_waiting(path)
+        try:
+            connection.execute("BEGIN TRANSACTION")
+            connection.execute(SCHEMA)
+            yield connection
+            connection.execute("COMMIT")
+        except BaseException:
+            connection.execute("ROLLBACK")
+            raise
+        finally:
+            connection.close()
+        return
+    with database_on_root(data_root, relative) as local:
+        connection = duckdb.connect(local)
+        try:
+            connection.execute(SCHEMA)
+            yield connection
+            connection.execute("CHECKPOINT")
+        finally:
+            connection.close()
+
+
+def _connect_waiting(path: str, timeout_s: float = LOCK_TIMEOUT_S) -> duckdb.DuckDBPyConnection:
+    """Connect, waiting while another process holds the file (DuckDB allows one writing process)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            return duckdb.connect(path)
+        except duckdb.IOException as exc:
+            if "lock" not in str(exc).lower() or time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+
+
+def rows_as_dicts(connection: duckdb.DuckDBPyConnection, sql: str, params: list | None = None) -> list[dict]:
+    cursor = connection.execute(sql, params or [])
+    names = [d[0] for d in cursor.description]
+    return [dict(zip(names, row)) for row in cursor.fetchall()]
+
+
+def get_setting(connection: duckdb.DuckDBPyConnection, name: str) -> str | None:
+    rows = connection.execute("SELECT value FROM settings WHERE name = ?", [name]).fetchall()
+    return rows[0][0] if rows else None
+
+
+def set_setting(connection: duckdb.DuckDBPyConnection, name: str, value: str) -> None:
+    connection.execute("INSERT OR REPLACE INTO settings VALUES (?, ?)", [name, value])
+
+
+@contextlib.contextmanager
+def registered_rows(connection: duckdb.DuckDBPyConnection, name: str, columns: dict[str, pa.Array]) -> Iterator[str]:
+    """Expose ``columns`` to SQL as the relation ``name`` for set-based inserts and updates.
+
+    Per-row ``executemany`` costs about a millisecond a row in DuckDB; a country with a million
+    segments is updated in one statement this way.
+    """
+    connection.register(name, pa.table(columns))
+    try:
+        yield name
+    finally:
+        connection.unregister(name)
+
+
+def execute_many(connection: duckdb.DuckDBPyConnection, sql: str, parameter_sets: list[list]) -> None:
+    """``executemany`` that accepts an empty list (DuckDB refuses one)."""
+    if parameter_sets:
+        connection.executemany(sql, parameter_sets)

@@ -1,0 +1,155 @@
+"""Import Granary-style parquet (audio bytes + transcript per row) into a landing shard.
+
+Seed 002's "ASR-only parquet files": one row per utterance with the encoded audio in a column (a
+Hugging Face ``Audio`` struct ``{bytes, path}`` or plain binary) and the transcript in another. The
+shard lands in the landing contract (DESIGN.md): the audio members in ``landing/<shard>/audio.tar``
+(one object, not one per utterance), ``metadata.parquet``, then ``_SUCCESS``. Other scalar columns
+are carried through. Nothing is dropped here: a row without audio bytes is landed with a null
+``audio_path`` and ``raw_shards`` rejects it (``missing_audio_path``); bytes no decoder reads are
+``audio_unreadable`` there. Row groups are streamed, so a large file is never held whole.
+
+    python -m speechdata.importers.granary DATA_ROOT SHARD_ID FILE.parquet [--language en]
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import tarfile
+from dataclasses import dataclass
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from speechdata.io import layout
+from speechdata.io.storage import DataRoot, atomic_open, filesystem_for
+from speechdata.landing.contract import CONTRACT_COLUMNS
+from speechdata.landing.mark import mark_landed
+
+TEXT_COLUMN_CANDIDATES = ("text", "transcript", "answer", "sentence", "pred_text")
+
+_MAGIC_EXTENSIONS = ((b"RIFF", "wav"), (b"fLaC", "flac"), (b"OggS", "ogg"), (b"ID3", "mp3"), (b"\xff\xfb", "mp3"),
+                     (b"\xff\xf3", "mp3"), (b"\xff\xf2", "mp3"))
+
+
+def audio_extension(data: bytes, path: str | None) -> str:
+    """The file extension for encoded audio: from its magic bytes, else from its original path."""
+    for magic, extension in _MAGIC_EXTENSIONS:
+        if data.startswith(magic):
+            return extension
+    suffix = (path or "").rpartition(".")[2].lower()
+    return suffix if suffix.isalnum() and 0 < len(suffix) <= 5 else "bin"
+
+
+def _audio_bytes(value) -> tuple[bytes | None, str | None]:
+    if value is None:
+        return None, None
+    if isinstance(value, dict):  # Hugging Face Audio feature
+        return value.get("bytes") or None, value.get("path")
+    return bytes(value) or None, None
+
+
+@dataclass(frozen=True)
+class GranaryImport:
+    shard_id: str
+    rows: int
+    rows_without_audio: int
+    metadata: pa.Table
+
+
+def _pick_text_column(names: list[str], text_column: str | None) -> str | None:
+    if text_column is not None:
+        if text_column not in names:
+            raise ValueError(f"text column {text_column!r} not in the parquet file (have: {', '.join(names)})")
+        return text_column
+    return next((c for c in TEXT_COLUMN_CANDIDATES if c in names), None)
+
+
+def import_granary_parquet(
+    data_root: DataRoot,
+    shard_id: str,
+    source_url: str,
+    *,
+    audio_column: str = "audio",
+    text_column: str | None = None,
+    id_column: str | None = None,
+    id_prefix: str = "utt",
+    language: str | None = "en",
+    country: str | None = None,
+    source_name: str = "granary",
+) -> GranaryImport:
+    """Land ``source_url`` (a parquet file, any fsspec URL) as shard ``shard_id``.
+
+    ``utt_id`` is ``id_column``'s value when given (``raw_shards`` rejects ids that break the
+    contract), else ``<id_prefix>_<row:06d>`` (``utt_000123``, the seed's naming). The transcript is
+    ``text_column``, else the first of :data:`TEXT_COLUMN_CANDIDATES` present.
+    """
+    if not layout.is_valid_shard_id(shard_id):
+        raise ValueError(f"shard id {shard_id!r} must match {layout.SHARD_ID_PATTERN.pattern}")
+    fs, path = filesystem_for(source_url)
+    rows: list[dict] = []
+    without_audio = 0
+    tar_path = data_root.path(layout.landing_audio_tar(shard_id))
+    with fs.open(path, "rb") as source, atomic_open(data_root.fs, tar_path) as handle:
+        parquet = pq.ParquetFile(source)
+        names = parquet.schema_arrow.names
+        if audio_column not in names:
+            raise ValueError(f"{source_url}: audio column {audio_column!r} missing (have: {', '.join(names)})")
+        text_name = _pick_text_column(names, text_column)
+        carried = [
+            n for n in names
+            if n not in (audio_column, text_name, id_column) and n not in CONTRACT_COLUMNS
+            and not pa.types.is_nested(parquet.schema_arrow.field(n).type)
+            and not pa.types.is_binary(parquet.schema_arrow.field(n).type)
+        ]
+        with tarfile.open(fileobj=handle, mode="w|", format=tarfile.GNU_FORMAT) as tar:
+            for group in range(parquet.num_row_groups):
+                batch = parquet.read_row_group(group).to_pylist()
+                for record in batch:
+                    number = len(rows)
+                    utt_id = str(record[id_column]) if id_column else f"{id_prefix}_{number:06d}"
+                    data, original_path = _audio_bytes(record[audio_column])
+                    audio_path = None
+                    if data is None:
+                        without_audio += 1
+                    else:
+                        audio_path = f"{utt_id}.{audio_extension(data, original_path)}"
+                        info = tarfile.TarInfo(audio_path)
+                        info.size, info.mtime = len(data), 0  # fixed mtime: a re-import is byte-identical
+                        tar.addfile(info, io.BytesIO(data))
+                    rows.append({
+                        "utt_id": utt_id, "audio_path": audio_path,
+                        "text": record[text_name] if text_name else None,
+                        "language": language, "country": country, "start_s": None, "end_s": None,
+                        "source": source_name, **{n: record[n] for n in carried},
+                    })
+    schema = pa.schema([
+        ("utt_id", pa.string()), ("audio_path", pa.string()), ("text", pa.string()), ("language", pa.string()),
+        ("country", pa.string()), ("start_s", pa.float64()), ("end_s", pa.float64()), ("source", pa.string()),
+        *[parquet.schema_arrow.field(n) for n in carried],
+    ])
+    metadata = pa.Table.from_pylist(rows, schema=schema)
+    data_root.write_parquet(layout.landing_metadata(shard_id), metadata)
+    mark_landed(data_root, shard_id)
+    return GranaryImport(shard_id, len(rows), without_audio, metadata)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("data_root")
+    parser.add_argument("shard_id")
+    parser.add_argument("source_url")
+    parser.add_argument("--audio-column", default="audio")
+    parser.add_argument("--text-column")
+    parser.add_argument("--id-column")
+    parser.add_argument("--language", default="en")
+    args = parser.parse_args(argv)
+    result = import_granary_parquet(
+        DataRoot(args.data_root), args.shard_id, args.source_url, audio_column=args.audio_column,
+        text_column=args.text_column, id_column=args.id_column, language=args.language,
+    )
+    print(f"landed {result.rows} rows ({result.rows_without_audio} without audio) as {args.shard_id}")
+
+
+if __name__ == "__main__":
+    main()

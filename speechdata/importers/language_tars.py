@@ -1,0 +1,210 @@
+"""Importer for seed 001's layout: tars of mixed-language audio plus a language index, into landing shards.
+
+Source layout::
+
+    <tars>/<...N...>.tar        audio files (mp3 in the seed; any libsndfile format works), many
+                                languages per tar; N, the tar number, is the last run of digits in the name
+    lid_index                   {(tar_number, filename): language}: seed 001's ``lid_index.pkl``, or a
+                                parquet/CSV/JSON table with columns tar_number, filename, language
+    vad cache (optional)        per tar, {filename: {"segments": [(start_s, end_s), ...]}}
+
+``filename`` is matched the way the seed's loader looked it up (the sample's WebDataset key) and,
+failing that, as the member's name, its base name, or its base name without extension.
+
+Each source tar becomes one landing shard ``<prefix>-<NNNNNN>`` (DESIGN.md "Landing contract"):
+``audio.tar`` with members renamed ``<utt_id>.<ext>`` (bytes untouched, deterministic headers),
+``metadata.parquet`` (``language`` null where the index does not know the file, and counted;
+``source_tar_number``, ``source_member`` carried through) and, when the cache has the tar,
+``vad_segments.parquet`` that ``vad_segments`` uses instead of running the model. ``_SUCCESS`` last.
+
+Pickles run code when loaded: only load a ``lid_index.pkl`` or VAD cache from a source you trust.
+"""
+
+from __future__ import annotations
+
+import pickle
+import posixpath
+import re
+import tarfile
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+import fsspec
+import pyarrow as pa
+
+from speechdata.io import layout
+from speechdata.io.audio_tars import audio_extension, deterministic_tar_writer, webdataset_key
+from speechdata.io.storage import DataRoot, read_parquet_handle
+from speechdata.landing.contract import LANGUAGE_PATTERN
+from speechdata.landing.mark import mark_landed
+
+LanguageIndex = Mapping[tuple[int, str], str]
+VadCache = Callable[[int], Mapping[str, dict] | None]
+"""``tar_number -> {filename: {"segments": [(start_s, end_s), ...]}}``, or None when not cached."""
+
+_UNSAFE_ID_CHARACTERS = re.compile(r"[^A-Za-z0-9_-]+")
+
+IMPORTED_METADATA_SCHEMA = pa.schema(
+    [
+        ("utt_id", pa.string()), ("audio_path", pa.string()), ("text", pa.string()),
+        ("language", pa.string()), ("country", pa.string()), ("start_s", pa.float64()),
+        ("end_s", pa.float64()), ("source", pa.string()), ("source_tar_number", pa.int64()),
+        ("source_member", pa.string()), ("source_language", pa.string()),
+    ]
+)
+IMPORTED_SEGMENTS_SCHEMA = pa.schema(
+    [("audio_path", pa.string()), ("start_s", pa.list_(pa.float64())), ("end_s", pa.list_(pa.float64()))]
+)
+
+
+@dataclass(frozen=True)
+class ImportedShard:
+    shard_id: str
+    source_tar: str
+    files: int
+    unknown_language: int
+    """Files the language index has no valid ISO 639-1 entry for: landed with ``language = null``."""
+    skipped_members: int
+    """Tar members that are not audio files (sidecars, directories)."""
+    vad_files: int
+    """Files with cached VAD segments, landed as ``vad_segments.parquet``."""
+
+
+def tar_number_of(path: str) -> int:
+    digits = re.findall(r"\d+", posixpath.basename(path))
+    if not digits:
+        raise ValueError(f"{path}: a source tar's name must contain its number (e.g. 000123.tar)")
+    return int(digits[-1])
+
+
+def lookup_names(member_name: str) -> list[str]:
+    """The names a source index may use for a member, most specific first."""
+    key, _ = webdataset_key(member_name)
+    base = posixpath.basename(member_name)
+    names = [key, member_name, base, base.split(".", 1)[0]]
+    return [n for i, n in enumerate(names) if n and n not in names[:i]]
+
+
+def import_language_tar(
+    data_root: DataRoot, source_tar: str, language_index: LanguageIndex, *,
+    vad_cache: VadCache | None = None, shard_prefix: str = "lid", source: str = "seed001",
+) -> ImportedShard:
+    """Land one source tar as the shard ``<shard_prefix>-<tar number, 6 digits>``."""
+    number = tar_number_of(source_tar)
+    shard_id = f"{shard_prefix}-{number:06d}"
+    if not layout.is_valid_shard_id(shard_id):
+        raise ValueError(f"shard id {shard_id!r} must match {layout.SHARD_ID_PATTERN.pattern}")
+    if data_root.exists(layout.landing_success_marker(shard_id)):
+        data_root.fs.rm(data_root.path(layout.landing_success_marker(shard_id)))  # a re-import: landing again
+    cached = (vad_cache(number) if vad_cache else None) or {}
+    rows, segments, used_ids = [], [], set()
+    skipped = unknown = 0
+    with fsspec.open(source_tar, "rb") as handle, tarfile.open(fileobj=handle, mode="r|*") as tar:
+        with deterministic_tar_writer(data_root, layout.landing_audio_tar(shard_id)) as add:
+            for member in tar:
+                _, extension = webdataset_key(member.name)
+                fmt = audio_extension(extension) if member.isreg() and extension else None
+                if fmt is None:
+                    skipped += 1
+                    continue
+                names = lookup_names(member.name)
+                utt_id = _unique_id(_UNSAFE_ID_CHARACTERS.sub("_", names[0]).strip("_") or "file", used_ids)
+                audio_path = f"{utt_id}.{fmt}"
+                add(audio_path, tar.extractfile(member).read())
+                raw_language = next((language_index[(number, n)] for n in names if (number, n) in language_index), None)
+                language = raw_language.lower() if isinstance(raw_language, str) else None
+                if language is None or not LANGUAGE_PATTERN.match(language):
+                    language, unknown = None, unknown + 1
+                rows.append(
+                    {
+                        "utt_id": utt_id, "audio_path": audio_path, "text": None, "language": language,
+                        "country": None, "start_s": None, "end_s": None, "source": source,
+                        "source_tar_number": number, "source_member": member.name, "source_language": raw_language,
+                    }
+                )
+                entry = next((cached[n] for n in names if n in cached), None)
+                if entry is not None:
+                    pairs = sorted((float(s), float(e)) for s, e in entry.get("segments", []))
+                    segments.append({"audio_path": audio_path, "start_s": [s for s, _ in pairs], "end_s": [e for _, e in pairs]})
+    data_root.write_parquet(layout.landing_metadata(shard_id), pa.Table.from_pylist(rows, schema=IMPORTED_METADATA_SCHEMA))
+    if segments:
+        data_root.write_parquet(
+            layout.landing_vad_segments(shard_id), pa.Table.from_pylist(segments, schema=IMPORTED_SEGMENTS_SCHEMA)
+        )
+    elif data_root.exists(layout.landing_vad_segments(shard_id)):
+        data_root.fs.rm(data_root.path(layout.landing_vad_segments(shard_id)))  # a re-import without a cache
+    mark_landed(data_root, shard_id)
+    return ImportedShard(shard_id, source_tar, len(rows), unknown, skipped, len(segments))
+
+
+def _unique_id(candidate: str, used: set[str]) -> str:
+    utt_id, n = candidate, 1
+    while utt_id in used:
+        n += 1
+        utt_id = f"{candidate}-{n}"
+    used.add(utt_id)
+    return utt_id
+
+
+def load_language_index(url: str) -> dict[tuple[int, str], str]:
+    """Seed 001's ``lid_index.pkl`` (trusted sources only), or a parquet/CSV/JSON table of it."""
+    if url.endswith(".pkl"):
+        with fsspec.open(url, "rb") as handle:
+            raw = pickle.load(handle)
+        return {(int(number), str(name)): language for (number, name), language in raw.items()}
+    with fsspec.open(url, "rb") as handle:
+        if url.endswith(".parquet"):
+            rows = read_parquet_handle(handle, ["tar_number", "filename", "language"]).to_pylist()
+        elif url.endswith(".csv"):
+            import pyarrow.csv as pacsv
+
+            rows = pacsv.read_csv(handle).select(["tar_number", "filename", "language"]).to_pylist()
+        else:
+            import json
+
+            rows = json.load(handle)
+    return {(int(r["tar_number"]), str(r["filename"])): r["language"] for r in rows}
+
+
+def pickled_vad_cache(url_for_tar: Callable[[int], str]) -> VadCache:
+    """A VAD cache of one pickle per tar (seed 001's ``load_vad_shard``), None where a tar has none."""
+
+    def load(number: int) -> Mapping[str, dict] | None:
+        url = url_for_tar(number)
+        fs, path = fsspec.core.url_to_fs(url)
+        if not fs.exists(path):
+            return None
+        with fs.open(path, "rb") as handle:
+            return pickle.load(handle)
+
+    return load
+
+
+def import_language_tars(
+    data_root: DataRoot, source_tars: list[str], language_index: LanguageIndex, **options
+) -> list[ImportedShard]:
+    """Land every source tar (see :func:`import_language_tar` for ``options``)."""
+    return [import_language_tar(data_root, url, language_index, **options) for url in sorted(source_tars)]
+
+
+def main(argv: list[str] | None = None) -> None:
+    import argparse
+    import json
+    import os
+
+    parser = argparse.ArgumentParser(description="Land seed 001's mixed-language tars as shards.")
+    parser.add_argument("tars", nargs="+", help="source tar URLs or paths (globs are expanded)")
+    parser.add_argument("--index", required=True, help="lid_index.pkl, or a parquet/CSV/JSON table")
+    parser.add_argument("--vad-cache", help="per-tar VAD pickles, e.g. 'vad/{number:06d}.pkl'")
+    parser.add_argument("--data-root", default=None, help="default: DATA_ROOT or ./.data")
+    parser.add_argument("--shard-prefix", default="lid")
+    args = parser.parse_args(argv)
+    root = DataRoot(args.data_root or os.environ.get("DATA_ROOT", "./.data"))
+    urls = [f.full_name for pattern in args.tars for f in fsspec.open_files(pattern)]
+    cache = pickled_vad_cache(lambda n: args.vad_cache.format(number=n)) if args.vad_cache else None
+    for shard in import_language_tars(root, urls, load_language_index(args.index), vad_cache=cache, shard_prefix=args.shard_prefix):
+        print(json.dumps(shard.__dict__))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""Storage under the data root: atomic writes, the layout of every product, object-store DuckDB, tar safety."""

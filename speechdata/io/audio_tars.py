@@ -1,0 +1,63 @@
+"""Tars of audio files that WebDataset streams: deterministic writing and WebDataset's key rule.
+
+The VAD-chunked loader (:mod:`speechdata.vad.loader`) streams one tar per shard: the landed
+``landing/<shard>/audio.tar`` as it is, or, for a shard that landed an ``audio/`` directory, the
+same files packed (bytes untouched) into ``shards/<shard>/audio.tar`` by ``vad_segments``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import re
+import tarfile
+from collections.abc import Callable, Iterable, Iterator
+
+from speechdata.bridge.tars import deterministic_tar_info
+from speechdata.io import layout
+from speechdata.io.storage import DataRoot, atomic_open
+
+AUDIO_EXTENSIONS = ("mp3", "flac", "wav", "ogg", "opus")
+"""Members the loader decodes (libsndfile reads all of them; MP3 since libsndfile 1.1)."""
+
+# webdataset.tariterators.base_plus_ext: the key is everything before the first dot of the file name.
+_KEY_AND_EXTENSION = re.compile(r"^((?:.*/|)[^.]+)[.]([^/]*)$")
+
+
+def webdataset_key(member_name: str) -> tuple[str, str] | tuple[None, None]:
+    """``(key, extension)`` exactly as ``webdataset`` groups tar members into samples."""
+    match = _KEY_AND_EXTENSION.match(member_name)
+    if not match:
+        return None, None
+    return match.group(1), match.group(2)
+
+
+def audio_extension(extension: str) -> str | None:
+    """The audio format of a WebDataset extension (``x.mp3`` -> ``mp3``), or None if not audio."""
+    last = extension.rsplit(".", 1)[-1].lower()
+    return last if last in AUDIO_EXTENSIONS else None
+
+
+@contextlib.contextmanager
+def deterministic_tar_writer(data_root: DataRoot, relative: str) -> Iterator[Callable[[str, bytes], None]]:
+    """Yield ``add(name, data)``; members go straight to disk and the tar appears when the block ends."""
+    with atomic_open(data_root.fs, data_root.path(relative)) as handle:
+        with tarfile.open(fileobj=handle, mode="w", format=tarfile.GNU_FORMAT) as tar:
+
+            def add(name: str, data: bytes) -> None:
+                tar.addfile(deterministic_tar_info(name, len(data)), io.BytesIO(data))
+
+            yield add
+
+
+def write_deterministic_tar(data_root: DataRoot, relative: str, members: Iterable[tuple[str, bytes]]) -> None:
+    """Write ``(name, bytes)`` members, in the order given, atomically."""
+    with deterministic_tar_writer(data_root, relative) as add:
+        for name, data in members:
+            add(name, data)
+
+
+def streaming_tar_path(data_root: DataRoot, shard_id: str) -> str:
+    """The tar the loader streams for a shard: the landed one if the shard landed a tar."""
+    landed = layout.landing_audio_tar(shard_id)
+    return landed if data_root.exists(landed) else layout.packed_audio_tar(shard_id)

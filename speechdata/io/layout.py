@@ -1,0 +1,246 @@
+"""Where every product lives under the data root (DESIGN.md "Storage").
+
+All paths are relative to the data root and use forward slashes, so the same layout works on a
+local directory and on object storage (``s3://bucket/prefix``).
+"""
+
+from __future__ import annotations
+
+import re
+
+SHARD_ID_PATTERN = re.compile(r"^[a-z0-9][a-z0-9_-]{0,127}$")
+"""A shard id is safe as a Dagster partition key, a file name and a WebDataset key prefix."""
+
+PARTITION_VALUE_PATTERN = re.compile(r"^[a-z0-9][a-z0-9_-]{0,127}$")
+"""Countries and languages become partition keys too: plain lowercase ``[a-z0-9_-]``."""
+
+LANDING = "landing"
+SHARDS = "shards"
+
+METADATA_FILE = "metadata.parquet"
+AUDIO_DIR = "audio"
+AUDIO_TAR = "audio.tar"
+SUCCESS_MARKER = "_SUCCESS"
+
+
+def is_valid_shard_id(shard_id: str) -> bool:
+    return bool(SHARD_ID_PATTERN.match(shard_id))
+
+
+def landing_dir(shard_id: str) -> str:
+    return f"{LANDING}/{shard_id}"
+
+
+def landing_metadata(shard_id: str) -> str:
+    return f"{LANDING}/{shard_id}/{METADATA_FILE}"
+
+
+def landing_success_marker(shard_id: str) -> str:
+    return f"{LANDING}/{shard_id}/{SUCCESS_MARKER}"
+
+
+def landing_audio_dir(shard_id: str) -> str:
+    return f"{LANDING}/{shard_id}/{AUDIO_DIR}"
+
+
+def landing_audio_tar(shard_id: str) -> str:
+    return f"{LANDING}/{shard_id}/{AUDIO_TAR}"
+
+
+def shard_dir(shard_id: str) -> str:
+    return f"{SHARDS}/{shard_id}"
+
+
+def utterance_index(shard_id: str) -> str:
+    """One row per utterance that passed the landing contract, with its probed audio header."""
+    return f"{SHARDS}/{shard_id}/utterances.parquet"
+
+
+def normalized_audio(shard_id: str) -> str:
+    """The shard's 24 kHz mono audio: one parquet file, one FLAC-encoded row per utterance."""
+    return f"{SHARDS}/{shard_id}/audio_24k.parquet"
+
+
+def rejects_dir(shard_id: str) -> str:
+    return f"{SHARDS}/{shard_id}/rejects"
+
+
+def rejects(shard_id: str, stage: str) -> str:
+    return f"{SHARDS}/{shard_id}/rejects/{stage}.parquet"
+
+
+def alignments(shard_id: str) -> str:
+    """Word and token spans of every aligned utterance of the shard (:mod:`speechdata.alignment.table`)."""
+    return f"{SHARDS}/{shard_id}/alignments.parquet"
+
+
+def alignment_scores(shard_id: str) -> str:
+    """One row per aligned utterance: aligner and mean frame log-prob on the path."""
+    return f"{SHARDS}/{shard_id}/alignment_scores.parquet"
+
+
+def ctm(shard_id: str, level: str, utt_id: str) -> str:
+    """NeMo Forced Aligner-format CTM of one utterance, ``level`` = ``words`` or ``tokens``."""
+    return f"{SHARDS}/{shard_id}/ctm/{level}/{utt_id}.ctm"
+
+
+def landing_alignments_dir(shard_id: str) -> str:
+    """Alignments made elsewhere, landed beside the shard: ``<utt_id>.ctm`` or ``<utt_id>.TextGrid``."""
+    return f"{LANDING}/{shard_id}/alignments"
+
+
+def frame_grids(shard_id: str) -> str:
+    """Per utterance ``tokens [T]``, ``grid [F]``, ``dur [T]`` (int32 lists) and counts."""
+    return f"{SHARDS}/{shard_id}/frame_grids.parquet"
+
+
+def qwen_hidden_states(shard_id: str) -> str:
+    """float16 ``[T, hidden]`` per utterance (:mod:`speechdata.features.array_store`)."""
+    return f"{SHARDS}/{shard_id}/qwen_hidden_states.parquet"
+
+
+def wavlm_features(shard_id: str) -> str:
+    """float16 ``[F, hidden]`` per utterance (:mod:`speechdata.features.array_store`)."""
+    return f"{SHARDS}/{shard_id}/wavlm_features.parquet"
+
+
+BRIDGE = "bridge"
+
+
+def bridge_tar(shard_id: str, number: int) -> str:
+    """WebDataset tar ``number`` of the shard's bridge samples."""
+    return f"{BRIDGE}/{shard_id}-{number:06d}.tar"
+
+
+def bridge_index(shard_id: str) -> str:
+    """Where each packed sample is: ``key``, ``tar_url``, ``offset``, ``size`` (and the tars' sha256)."""
+    return f"{SHARDS}/{shard_id}/bridge_index.parquet"
+
+
+def catalog_database() -> str:
+    """The DuckDB catalog over every shard manifest."""
+    return "catalog.duckdb"
+
+
+HF = "hf"
+
+
+def hf_dataset_dir(dataset: str) -> str:
+    """A Hugging Face dataset in the Hub's layout: ``README.md`` (card) + ``<config>/<split>-NNNNN-of-NNNNN.parquet``."""
+    return f"{HF}/{dataset}"
+
+
+def hf_dataset_file(dataset: str, path_in_repo: str) -> str:
+    return f"{HF}/{dataset}/{path_in_repo}"
+
+
+def hf_build_dir(dataset: str, country: str) -> str:
+    """Where a split's parquet files are written before they replace the published ones."""
+    return f"{HF}/_build/{dataset}/{country}"
+
+
+def hf_state_database(dataset: str, country: str) -> str:
+    """The country's publishing state (:mod:`speechdata.hf.state`): recordings, segments, files."""
+    return f"{HF}/_state/{dataset}/{country}.duckdb"
+
+
+# --- translation (seed 002) ----------------------------------------------------------------------
+
+TRANSLATION = "translation"
+
+
+def landing_segmentation_dir(shard_id: str) -> str:
+    """LLM segmentation inputs landed beside the shard: one ``<utt_id>.json`` per utterance."""
+    return f"{LANDING}/{shard_id}/segmentation"
+
+
+def mfa_corpus_dir(shard_id: str) -> str:
+    """The shard exported for the Montreal Forced Aligner: ``<utt_id>.wav`` + ``<utt_id>.lab``."""
+    return f"{TRANSLATION}/mfa_corpus/{shard_id}"
+
+
+def streaming_segments(shard_id: str) -> str:
+    """One row per (utterance, latency level, emitted segment) of the shard."""
+    return f"{TRANSLATION}/segments/shard={shard_id}/segments.parquet"
+
+
+def streaming_segments_json(shard_id: str, utt_id: str) -> str:
+    """One utterance's streaming segments in the seed's per-utterance JSON format."""
+    return f"{TRANSLATION}/segments/shard={shard_id}/json/{utt_id}.json"
+
+
+def metricx_input(shard_id: str) -> str:
+    """The shard's segments flattened to MetricX JSONL (``source``, ``hypothesis``, metadata)."""
+    return f"{TRANSLATION}/qe/shard={shard_id}/metricx_input.jsonl"
+
+
+def metricx_output(shard_id: str) -> str:
+    """MetricX JSONL with a ``prediction`` (error score in [0, 25], lower is better) per line."""
+    return f"{TRANSLATION}/qe/shard={shard_id}/metricx_output.jsonl"
+
+
+def qe_scores(shard_id: str) -> str:
+    """The scored segments as a table (the MetricX output's columns)."""
+    return f"{TRANSLATION}/qe/shard={shard_id}/scores.parquet"
+
+
+def streaming_pairs_jsonl(shard_id: str) -> str:
+    """Segments whose QE score passed the threshold, as JSONL."""
+    return f"{TRANSLATION}/pairs/shard={shard_id}/pairs.jsonl"
+
+
+def streaming_pairs(shard_id: str) -> str:
+    """Segments whose QE score passed the threshold, as parquet."""
+    return f"{TRANSLATION}/pairs/shard={shard_id}/pairs.parquet"
+
+
+ASR = "asr"
+
+
+def asr_flac(shard_id: str, utt_id: str) -> str:
+    """One utterance's 16 kHz mono FLAC for ASR training (the file NeMo manifests point at)."""
+    return f"{ASR}/flac/{shard_id}/{utt_id}.flac"
+
+
+def asr_flac_index(shard_id: str) -> str:
+    """One row per extracted FLAC: ``utt_id``, ``flac_path``, ``n_samples``, ``duration_s``, ``audio_sha1``."""
+    return f"{SHARDS}/{shard_id}/asr_flac.parquet"
+
+
+def asr_manifest(split: str, suffix: str = "parquet") -> str:
+    """The ASR training manifests: ``split`` is ``train``, ``validation`` or ``eval``; ``suffix``
+    ``parquet`` (every column) or ``jsonl`` (NeMo: ``audio_filepath``, ``duration``, ``text``, ``lang``)."""
+    return f"{ASR}/manifests/{split}.{suffix}"
+
+
+def asr_manifest_removed() -> str:
+    """Every utterance the ASR manifest build left out, with the filter that removed it."""
+    return f"{ASR}/manifests/removed.parquet"
+
+
+def asr_language_corrections() -> str:
+    """The default language-tag corrections table (``utt_id`` or ``recording_id`` -> ``language``)."""
+    return f"{ASR}/language_corrections.parquet"
+
+
+def landing_vad_segments(shard_id: str) -> str:
+    """Speech segments computed elsewhere, landed beside the shard (``audio_path``, ``start_s``/``end_s`` lists)."""
+    return f"{LANDING}/{shard_id}/vad_segments.parquet"
+
+
+def vad_segments(shard_id: str) -> str:
+    """One row per audio file of the shard: its speech segments, language and streaming tar key."""
+    return f"{SHARDS}/{shard_id}/vad_segments.parquet"
+
+
+def packed_audio_tar(shard_id: str) -> str:
+    """The landed audio files of a shard that landed them as a directory, packed for streaming."""
+    return f"{SHARDS}/{shard_id}/audio.tar"
+
+
+LANGUAGE_INDEX = "language_index"
+
+
+def language_shard_index(language: str) -> str:
+    """The shards (and their streaming tars and files) that hold ``language``."""
+    return f"{LANGUAGE_INDEX}/language={language}/part-0.parquet"

@@ -1,0 +1,163 @@
+"""Atomic, idempotent writes on any fsspec filesystem.
+
+Every product is written under a temporary name beside its final path and then moved into place,
+so a reader never sees half a file and a crashed run leaves at most an orphaned temp file (which
+the next run's write replaces, never appends to). On local disks and POSIX filesystems the move is
+``os.replace``, which is atomic; on object stores it is a server-side copy of a complete object.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import posixpath
+import uuid
+from collections.abc import Iterator
+from typing import IO
+
+import fsspec
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+TEMP_PREFIX = "._tmp-"
+
+
+def filesystem_for(root_url: str) -> tuple[fsspec.AbstractFileSystem, str]:
+    """Resolve a data-root URL (local path, ``file://``, ``s3://``...) into a filesystem and root path."""
+    fs, root = fsspec.core.url_to_fs(root_url)
+    return fs, root.rstrip("/") or "/"
+
+
+class DataRoot:
+    """The data root: an fsspec URL, its filesystem, and paths under it.
+
+    Pickles as its URL only, so it can be handed to worker processes.
+    """
+
+    def __init__(self, url: str):
+        self.url = url
+        self.fs, self.root = filesystem_for(url)
+
+    def __reduce__(self):
+        return (DataRoot, (self.url,))
+
+    def __repr__(self) -> str:
+        return f"DataRoot({self.url!r})"
+
+    @property
+    def protocol(self) -> str:
+        """The filesystem's protocol: ``file``, ``s3``, ``gcs``..."""
+        return _protocol(self.fs)
+
+    @property
+    def is_local(self) -> bool:
+        """A local (POSIX) directory: files can be handed to libraries that only open paths."""
+        return _is_local(self.fs)
+
+    def path(self, relative: str) -> str:
+        """The filesystem path of ``relative`` (a path from :mod:`speechdata.io.layout`)."""
+        return f"{self.root}/{relative}"
+
+    def uri(self, relative: str) -> str:
+        """A URL a person or another tool can open (``file:///...``, ``s3://...``)."""
+        return self.fs.unstrip_protocol(self.path(relative))
+
+    def exists(self, relative: str) -> bool:
+        return self.fs.exists(self.path(relative))
+
+    def read_parquet(self, relative: str, columns: list[str] | None = None) -> pa.Table:
+        return read_parquet(self.fs, self.path(relative), columns)
+
+    def write_parquet(self, relative: str, table: pa.Table, **parquet_options) -> None:
+        write_parquet_atomic(self.fs, self.path(relative), table, **parquet_options)
+
+    def write_bytes(self, relative: str, data: bytes) -> None:
+        write_bytes_atomic(self.fs, self.path(relative), data)
+
+    def parquet_writer(self, relative: str, schema: pa.Schema, **parquet_options):
+        return atomic_parquet_writer(self.fs, self.path(relative), schema, **parquet_options)
+
+    def open_atomic(self, relative: str):
+        """A binary handle whose content appears at ``relative`` only when the block ends without error."""
+        return atomic_open(self.fs, self.path(relative), "wb")
+
+
+def _temp_path_beside(path: str) -> str:
+    parent, name = posixpath.split(path)
+    return posixpath.join(parent, f"{TEMP_PREFIX}{uuid.uuid4().hex[:12]}-{name}")
+
+
+@contextlib.contextmanager
+def atomic_open(fs: fsspec.AbstractFileSystem, path: str, mode: str = "wb") -> Iterator[IO]:
+    """Open ``path`` for writing; the file appears under its final name only if the block succeeds."""
+    if mode not in ("wb", "w"):
+        raise ValueError(f"atomic_open writes only ('wb' or 'w'), got mode {mode!r}")
+    fs.makedirs(posixpath.dirname(path), exist_ok=True)
+    temp = _temp_path_beside(path)
+    try:
+        with fs.open(temp, mode) as handle:
+            yield handle
+        _replace(fs, temp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError, OSError):
+            fs.rm(temp)
+        raise
+
+
+def _replace(fs: fsspec.AbstractFileSystem, temp: str, path: str) -> None:
+    if _is_local(fs):
+        import os
+
+        os.replace(temp, path)
+    else:
+        fs.mv(temp, path)
+
+
+def _protocol(fs: fsspec.AbstractFileSystem) -> str:
+    return fs.protocol if isinstance(fs.protocol, str) else fs.protocol[0]
+
+
+def _is_local(fs: fsspec.AbstractFileSystem) -> bool:
+    return _protocol(fs) in ("file", "local")
+
+
+def write_bytes_atomic(fs: fsspec.AbstractFileSystem, path: str, data: bytes) -> None:
+    with atomic_open(fs, path) as handle:
+        handle.write(data)
+
+
+def write_parquet_atomic(
+    fs: fsspec.AbstractFileSystem, path: str, table: pa.Table, **parquet_options
+) -> None:
+    """Write a whole table as one parquet file, atomically (zstd unless told otherwise)."""
+    parquet_options.setdefault("compression", "zstd")
+    with atomic_open(fs, path) as handle:
+        pq.write_table(table, handle, **parquet_options)
+
+
+@contextlib.contextmanager
+def atomic_parquet_writer(
+    fs: fsspec.AbstractFileSystem, path: str, schema: pa.Schema, **parquet_options
+) -> Iterator[pq.ParquetWriter]:
+    """Stream row groups into one parquet file that appears atomically when the block ends."""
+    parquet_options.setdefault("compression", "zstd")
+    with atomic_open(fs, path) as handle:
+        writer = pq.ParquetWriter(handle, schema, **parquet_options)
+        try:
+            yield writer
+        finally:
+            writer.close()
+
+
+def read_parquet(fs: fsspec.AbstractFileSystem, path: str, columns: list[str] | None = None) -> pa.Table:
+    with fs.open(path, "rb") as handle:
+        return read_parquet_handle(handle, columns)
+
+
+def read_parquet_handle(handle: IO, columns: list[str] | None = None) -> pa.Table:
+    """Read a parquet file from an open Python file object.
+
+    ``pq.ParquetFile`` rather than ``pq.read_table``: the dataset scanner behind ``read_table`` leaves
+    an I/O thread joinable on a Python file object and the interpreter aborts at exit
+    ("terminate called without an active exception"; pyarrow 21-26 on this platform).
+    """
+    return pq.ParquetFile(handle).read(columns=columns)

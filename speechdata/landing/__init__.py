@@ -1,0 +1,1 @@
+"""The landing contract, finding landed shards, validating them and normalizing their audio."""

@@ -1,0 +1,85 @@
+"""The two ingest steps end to end: landed shard -> utterance index -> 24 kHz mono audio container.
+
+Each step reads from and writes to the data root atomically and replaces its own outputs on a
+re-run, and returns a summary for the caller to report.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import pyarrow as pa
+
+from speechdata.audio.codec import AudioCodec, ResamplerName
+from speechdata.audio.container import AUDIO_CONTAINER_SCHEMA, CONTAINER_PARQUET_OPTIONS, AudioContainerWriter
+from speechdata.io import layout
+from speechdata.io.storage import DataRoot
+from speechdata.landing.normalize import STAGE as NORMALIZE_STAGE
+from speechdata.landing.normalize import normalize_shard
+from speechdata.landing.raw_shard import STAGE as RAW_STAGE
+from speechdata.landing.raw_shard import validate_landed_shard
+from speechdata.rejects import Reject, rejects_table
+from speechdata.stage import StageSummary
+
+
+def ingest_raw_shard(data_root: DataRoot, shard_id: str) -> tuple[StageSummary, pa.Table]:
+    """Validate ``landing/<shard_id>``, write its utterance index and ``raw_shards`` rejects."""
+    started = time.perf_counter()
+    validation = validate_landed_shard(data_root, shard_id)
+    data_root.write_parquet(layout.utterance_index(shard_id), validation.index)
+    data_root.write_parquet(layout.rejects(shard_id, RAW_STAGE), rejects_table(validation.rejects))
+    summary = StageSummary(
+        shard_id=shard_id,
+        rows_in=validation.landed_rows,
+        rows_out=validation.index.num_rows,
+        rejects=validation.rejects,
+        audio_seconds=validation.hours * 3600.0,
+        compute_seconds=time.perf_counter() - started,
+        outputs={
+            "index": data_root.uri(layout.utterance_index(shard_id)),
+            "rejects": data_root.uri(layout.rejects(shard_id, RAW_STAGE)),
+        },
+    )
+    return summary, validation.index
+
+
+def ingest_normalized_audio(
+    data_root: DataRoot,
+    shard_id: str,
+    *,
+    workers: int = 1,
+    resampler: ResamplerName = "soxr",
+    codec: AudioCodec = "flac16",
+    on_progress: Callable[[int, int], None] | None = None,
+) -> StageSummary:
+    """Decode, cut, downmix and resample every indexed utterance into the shard's audio container."""
+    started = time.perf_counter()
+    index = data_root.read_parquet(layout.utterance_index(shard_id))
+    rejects: list[Reject] = []
+    with data_root.parquet_writer(
+        layout.normalized_audio(shard_id), AUDIO_CONTAINER_SCHEMA, **CONTAINER_PARQUET_OPTIONS
+    ) as parquet:
+        container = AudioContainerWriter(parquet)
+        for item in normalize_shard(
+            data_root, shard_id, index, workers=workers, resampler=resampler,
+            codec=codec, on_progress=on_progress,
+        ):
+            if isinstance(item, Reject):
+                rejects.append(item)
+            else:
+                container.add(item)
+        container.flush()
+    data_root.write_parquet(layout.rejects(shard_id, NORMALIZE_STAGE), rejects_table(rejects))
+    return StageSummary(
+        shard_id=shard_id,
+        rows_in=index.num_rows,
+        rows_out=container.rows,
+        rejects=rejects,
+        audio_seconds=container.audio_seconds,
+        compute_seconds=time.perf_counter() - started,
+        outputs={
+            "audio": data_root.uri(layout.normalized_audio(shard_id)),
+            "rejects": data_root.uri(layout.rejects(shard_id, NORMALIZE_STAGE)),
+        },
+    )

@@ -1,0 +1,15 @@
+"""Mark a landing shard complete: ``_SUCCESS`` is written last, after every other file of the shard.
+
+The landing sensor ignores a shard until its marker exists (docs/landing-contract.md), so every
+producer (importers, sample data, the ``speechdata land`` command) finishes with this call.
+"""
+
+from __future__ import annotations
+
+from speechdata.io import layout
+from speechdata.io.storage import DataRoot
+
+
+def mark_landed(data_root: DataRoot, shard_id: str) -> None:
+    """Write ``_SUCCESS``: the shard is complete and the landing sensor may pick it up."""
+    data_root.write_bytes(layout.landing_success_marker(shard_id), b"")

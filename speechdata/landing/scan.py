@@ -1,0 +1,57 @@
+"""Find shards that have finished landing and have not been registered yet.
+
+A shard is complete when ``landing/<shard_id>/_SUCCESS`` exists (the producer writes it last).
+One listing of ``landing/`` plus one existence check per *unregistered* directory keeps a tick
+cheap however many shards have already been processed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from dataclasses import dataclass, field
+
+from speechdata.io import layout
+from speechdata.io.storage import DataRoot
+
+
+@dataclass(frozen=True)
+class LandingScan:
+    complete: list[str]
+    """Complete, unregistered shards in sorted order, at most ``limit`` of them."""
+    still_landing: list[str] = field(default_factory=list)
+    """Unregistered shards without ``_SUCCESS`` (checked this scan)."""
+    invalid_names: list[str] = field(default_factory=list)
+    """Directories whose names are not valid shard ids; they are never registered."""
+    more_complete: bool = False
+    """True when the scan stopped at ``limit`` and more complete shards may be waiting."""
+
+
+def list_landing_dirs(data_root: DataRoot) -> list[str]:
+    landing = data_root.path(layout.LANDING)
+    if not data_root.fs.exists(landing):
+        return []
+    entries = data_root.fs.ls(landing, detail=True)
+    return sorted(e["name"].rstrip("/").rsplit("/", 1)[-1] for e in entries if e["type"] == "directory")
+
+
+def scan_landing_zone(
+    data_root: DataRoot, registered: Collection[str], limit: int
+) -> LandingScan:
+    """Return up to ``limit`` complete shards not in ``registered``, oldest name first."""
+    registered = set(registered)
+    complete: list[str] = []
+    still_landing: list[str] = []
+    invalid: list[str] = []
+    for name in list_landing_dirs(data_root):
+        if name in registered:
+            continue
+        if not layout.is_valid_shard_id(name):
+            invalid.append(name)
+            continue
+        if len(complete) >= limit:
+            return LandingScan(complete, still_landing, invalid, more_complete=True)
+        if data_root.exists(layout.landing_success_marker(name)):
+            complete.append(name)
+        else:
+            still_landing.append(name)
+    return LandingScan(complete, still_landing, invalid, more_complete=False)

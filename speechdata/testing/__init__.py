@@ -1,0 +1,1 @@
+"""Sample shards and corpora built from the committed recordings, for the demo and the tests."""

@@ -1,0 +1,179 @@
+"""The ``streaming_segments`` stage for one shard: aligned words + LLM chunks -> bilingual segments.
+
+Reads the shard's alignments table (NeMo alignments, or MFA TextGrids imported by the
+``alignments`` stage), its utterance index (transcripts) and the segmentation JSONs landed at
+``landing/<shard>/segmentation/<utt_id>.json``. Writes one JSON per utterance in the seed's format,
+one segments table for the shard, and the ``streaming_segments`` rejects ledger. Every aligned
+utterance ends up in exactly one of: segments written, or rejected with a reason.
+"""
+
+from __future__ import annotations
+
+import json
+import posixpath
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+
+from speechdata.alignment.table import words_by_utterance
+from speechdata.audio.container import read_container_index
+from speechdata.io import layout
+from speechdata.io.storage import DataRoot
+from speechdata.rejects import Reject, rejects_table
+from speechdata.stage import StageSummary
+from speechdata.translation.segmentation_input import LATENCY_LEVELS, SegmentationError, read_segmentation
+from speechdata.translation.segments import (
+    DEFAULT_MAX_SKIP_WORDS,
+    DEFAULT_STEP_MS,
+    LevelSegments,
+    utterance_document,
+    utterance_segments,
+)
+
+STAGE = "streaming_segments"
+
+SEGMENTS_SCHEMA = pa.schema(
+    [
+        pa.field("utt_id", pa.string(), nullable=False),
+        pa.field("latency", pa.string(), nullable=False),
+        pa.field("segment_index", pa.int32(), nullable=False),
+        pa.field("emit_ms", pa.int32(), nullable=False),
+        pa.field("source", pa.string(), nullable=False),
+        pa.field("target", pa.string(), nullable=False),
+        pa.field("first_chunk", pa.int32(), nullable=False),
+        pa.field("last_chunk", pa.int32(), nullable=False),
+        pa.field("n_unmatched_chunks", pa.int32(), nullable=False),
+    ]
+)
+"""One row per emitted segment; ``emit_ms`` is the start of the second it is emitted at."""
+
+
+@dataclass(frozen=True)
+class SegmentSettings:
+    """How segments are built and which utterances are used.
+
+    ``allowed_ids``: only these utterances (None: all). ``min_alignment_score``: only utterances
+    whose alignment score (mean frame log-prob, ``alignment_scores.parquet``) is at least this;
+    imported alignments have no score and do not pass a threshold.
+    """
+
+    step_ms: int = DEFAULT_STEP_MS
+    max_skip_words: int = DEFAULT_MAX_SKIP_WORDS
+    allowed_ids: frozenset[str] | None = None
+    min_alignment_score: float | None = None
+
+
+@dataclass
+class LevelTotals:
+    """Per latency level: chunks, chunks without times, segments."""
+
+    chunks: Counter = field(default_factory=Counter)
+    unmatched: Counter = field(default_factory=Counter)
+    segments: Counter = field(default_factory=Counter)
+
+    def add(self, level: str, result: LevelSegments) -> None:
+        self.chunks[level] += len(result.timings)
+        self.unmatched[level] += result.n_unmatched
+        self.segments[level] += len(result.segments)
+
+    def unmatched_share(self) -> dict[str, float]:
+        return {lvl: round(self.unmatched[lvl] / self.chunks[lvl], 6) if self.chunks[lvl] else 0.0 for lvl in LATENCY_LEVELS}
+
+
+def segment_rows(utt_id: str, levels: dict[str, LevelSegments]) -> list[dict]:
+    return [
+        {
+            "utt_id": utt_id, "latency": level, "segment_index": k, "emit_ms": s.emit_ms,
+            "source": s.source, "target": s.target, "first_chunk": s.first_chunk,
+            "last_chunk": s.last_chunk, "n_unmatched_chunks": s.n_unmatched,
+        }
+        for level, result in levels.items()
+        for k, s in enumerate(result.segments)
+    ]
+
+
+def _filter_reject(utt_id: str, score: float | None, settings: SegmentSettings) -> Reject | None:
+    if settings.allowed_ids is not None and utt_id not in settings.allowed_ids:
+        return Reject(utt_id, STAGE, "not_in_allowed_ids", "the utterance is not in the configured allowed_ids")
+    threshold = settings.min_alignment_score
+    if threshold is not None and (score is None or score < threshold):
+        return Reject(utt_id, STAGE, "alignment_score_below_threshold", f"alignment score {score} < {threshold}")
+    return None
+
+
+def _landed_segmentation_files(data_root: DataRoot, shard_id: str) -> set[str]:
+    """File names in the segmentation directory, listed once (not one existence check per utterance)."""
+    directory = layout.landing_segmentation_dir(shard_id)
+    if not data_root.exists(directory):
+        return set()
+    return {posixpath.basename(p) for p in data_root.fs.find(data_root.path(directory))}
+
+
+def build_shard_streaming_segments(
+    data_root: DataRoot, shard_id: str, settings: SegmentSettings = SegmentSettings(),
+) -> tuple[StageSummary, LevelTotals]:
+    """Build, write and account for the streaming segments of every aligned utterance of the shard."""
+    started = time.perf_counter()
+    scores = data_root.read_parquet(layout.alignment_scores(shard_id), columns=["utt_id", "score"])
+    words = words_by_utterance(data_root.read_parquet(layout.alignments(shard_id)))
+    index = data_root.read_parquet(layout.utterance_index(shard_id), columns=["utt_id", "text"])
+    texts = dict(zip(index["utt_id"].to_pylist(), index["text"].to_pylist()))
+    container = read_container_index(data_root, layout.normalized_audio(shard_id))
+    durations = dict(zip(container["utt_id"].to_pylist(), container["duration_s"].to_pylist()))
+    landed = _landed_segmentation_files(data_root, shard_id)
+    directory = layout.landing_segmentation_dir(shard_id)
+    json_dir = posixpath.dirname(layout.streaming_segments_json(shard_id, "x"))
+    if data_root.exists(json_dir):  # a re-run replaces the shard's JSONs; none of an earlier run may linger
+        data_root.fs.rm(data_root.path(json_dir), recursive=True)
+
+    rows: list[dict] = []
+    rejects: list[Reject] = []
+    totals = LevelTotals()
+    audio_seconds = 0.0
+    written = 0
+    for utt_id, score in zip(scores["utt_id"].to_pylist(), scores["score"].to_pylist()):
+        reject = _filter_reject(utt_id, score, settings)
+        if reject is None and f"{utt_id}.json" not in landed:
+            reject = Reject(utt_id, STAGE, "no_segmentation", f"{directory}/{utt_id}.json does not exist")
+        if reject is not None:
+            rejects.append(reject)
+            continue
+        path = f"{directory}/{utt_id}.json"
+        with data_root.fs.open(data_root.path(path), "rb") as handle:
+            data = handle.read()
+        try:
+            segmentation = read_segmentation(data, data_root.uri(path))
+        except SegmentationError as exc:
+            rejects.append(Reject(utt_id, STAGE, exc.reason, str(exc)))
+            continue
+        utt_words = words.get(utt_id, [])
+        levels = utterance_segments(segmentation, utt_words, settings.step_ms, settings.max_skip_words)
+        n_chunks = sum(len(r.timings) for r in levels.values())
+        if n_chunks and all(r.n_unmatched == len(r.timings) for r in levels.values()):
+            rejects.append(Reject(utt_id, STAGE, "no_chunk_matched",
+                                  f"none of {n_chunks} chunks matches the {len(utt_words)} aligned words"))
+            continue
+        document = utterance_document(utt_id, texts.get(utt_id) or "", levels, settings.step_ms)
+        data_root.write_bytes(
+            layout.streaming_segments_json(shard_id, utt_id), json.dumps(document, ensure_ascii=False).encode()
+        )
+        rows += segment_rows(utt_id, levels)
+        for level, result in levels.items():
+            totals.add(level, result)
+        audio_seconds += durations.get(utt_id, 0.0)
+        written += 1
+
+    data_root.write_parquet(layout.streaming_segments(shard_id), pa.Table.from_pylist(rows, schema=SEGMENTS_SCHEMA))
+    data_root.write_parquet(layout.rejects(shard_id, STAGE), rejects_table(rejects))
+    summary = StageSummary(
+        shard_id=shard_id, rows_in=scores.num_rows, rows_out=written, rejects=rejects,
+        audio_seconds=audio_seconds, compute_seconds=time.perf_counter() - started,
+        outputs={
+            "segments": data_root.uri(layout.streaming_segments(shard_id)),
+            "json_dir": data_root.uri(json_dir),
+            "rejects": data_root.uri(layout.rejects(shard_id, STAGE)),
+        },
+    )
+    return summary, totals

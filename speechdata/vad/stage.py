@@ -1,0 +1,231 @@
+"""The per-shard VAD step: speech segments for every audio file of a shard, as one table.
+
+Files come from the shard's utterance index (so only audio ``raw_shards`` accepted), one row per
+file however many utterances it holds. Segments come from the landing zone when the shard brought
+them (``landing/<shard>/vad_segments.parquet``: ``audio_path``, ``start_s`` and ``end_s`` lists) and
+from Silero VAD for every other file. A file that cannot be decoded becomes one reject per
+utterance (stage ``vad_segments``). A shard that landed an ``audio/`` directory gets its files packed
+as they are into ``shards/<shard>/audio.tar`` so that every shard has a tar to stream.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+import soundfile as sf
+
+from speechdata.io import layout
+from speechdata.io.audio_tars import deterministic_tar_writer, streaming_tar_path, webdataset_key
+from speechdata.io.storage import DataRoot
+from speechdata.landing.landed_audio import LandedAudio
+from speechdata.rejects import Reject, count_by_reason, rejects_table
+from speechdata.vad.chunks import DEFAULT_CHUNK_S, DEFAULT_NUM_CHUNKS, usable_chunk_seconds
+from speechdata.vad.silero import SpeechSegments, VadParams, detect_speech, to_vad_input
+
+STAGE = "vad_segments"
+
+VAD_SEGMENTS_SCHEMA = pa.schema(
+    [
+        pa.field("shard", pa.string(), nullable=False),
+        pa.field("audio_path", pa.string(), nullable=False),
+        pa.field("tar_path", pa.string(), nullable=False),
+        pa.field("tar_key", pa.string()),  # null: the file's WebDataset key is taken by another file
+        pa.field("language", pa.string()),
+        pa.field("utt_ids", pa.list_(pa.string())),
+        pa.field("duration_s", pa.float64(), nullable=False),
+        pa.field("speech_s", pa.float64(), nullable=False),
+        pa.field("n_segments", pa.int32(), nullable=False),
+        pa.field("start_s", pa.list_(pa.float64())),
+        pa.field("end_s", pa.list_(pa.float64())),
+        pa.field("segments_source", pa.string(), nullable=False),  # "silero" or "import"
+    ]
+)
+
+
+@dataclass(frozen=True)
+class AudioFile:
+    audio_path: str
+    utt_ids: list[str]
+    language: str | None
+    duration_s: float
+
+
+@dataclass(frozen=True)
+class VadSummary:
+    """What the VAD step did for one shard."""
+
+    shard_id: str
+    table: pa.Table
+    utterances: int
+    rejects: list[Reject]
+    compute_seconds: float
+    imported_files: int
+    dropped_imported_segments: int
+    outputs: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def audio_seconds(self) -> float:
+        return float(sum(self.table["duration_s"].to_pylist()))
+
+    @property
+    def speech_seconds(self) -> float:
+        return float(sum(self.table["speech_s"].to_pylist()))
+
+    @property
+    def rejects_by_reason(self) -> dict[str, int]:
+        return count_by_reason(self.rejects)
+
+    @property
+    def files_not_streamable(self) -> int:
+        return self.table["tar_key"].null_count
+
+    def usable_chunk_hours_by_language(
+        self, chunk_s: float = DEFAULT_CHUNK_S, num_chunks: int = DEFAULT_NUM_CHUNKS
+    ) -> dict[str, float]:
+        hours: Counter = Counter()
+        for row in self.table.select(["language", "start_s", "end_s"]).to_pylist():
+            seconds = usable_chunk_seconds(row["start_s"], row["end_s"], chunk_s, num_chunks)
+            hours[row["language"] or "unknown"] += seconds / 3600.0
+        return {language: round(h, 6) for language, h in sorted(hours.items())}
+
+
+def files_of_index(index: pa.Table) -> list[AudioFile]:
+    """One entry per distinct ``audio_path``, sorted by path; the language its utterances mostly have."""
+    rows: dict[str, dict] = {}
+    for row in index.select(["utt_id", "audio_path", "language", "source_frames", "source_sample_rate"]).to_pylist():
+        entry = rows.setdefault(
+            row["audio_path"],
+            {"utt_ids": [], "languages": Counter(), "duration_s": row["source_frames"] / row["source_sample_rate"]},
+        )
+        entry["utt_ids"].append(row["utt_id"])
+        if row["language"] is not None:
+            entry["languages"][row["language"]] += 1
+    return [
+        AudioFile(path, sorted(e["utt_ids"]), e["languages"].most_common(1)[0][0] if e["languages"] else None, e["duration_s"])
+        for path, e in sorted(rows.items())
+    ]
+
+
+def read_imported_segments(
+    data_root: DataRoot, shard_id: str, durations: dict[str, float]
+) -> tuple[dict[str, SpeechSegments], int]:
+    """Landed segments per known file, cleaned: sorted, clamped to the file, empty ones dropped."""
+    if not data_root.exists(layout.landing_vad_segments(shard_id)):
+        return {}, 0
+    table = data_root.read_parquet(layout.landing_vad_segments(shard_id), columns=["audio_path", "start_s", "end_s"])
+    imported: dict[str, SpeechSegments] = {}
+    dropped = 0
+    for row in table.to_pylist():
+        duration = durations.get(row["audio_path"])
+        if duration is None:
+            continue
+        kept = []
+        for start, end in zip(row["start_s"] or [], row["end_s"] or []):
+            start, end = max(float(start), 0.0), min(float(end), duration)
+            if start < end:
+                kept.append((start, end))
+            else:
+                dropped += 1
+        kept.sort()
+        imported[row["audio_path"]] = SpeechSegments(tuple(s for s, _ in kept), tuple(e for _, e in kept))
+    return imported, dropped
+
+
+def compute_vad_segments(
+    data_root: DataRoot,
+    shard_id: str,
+    model,
+    params: VadParams = VadParams(),
+    *,
+    batch_files: int = 64,
+    on_progress: Callable[[int, int, float], None] | None = None,
+) -> VadSummary:
+    """Write ``shards/<shard>/vad_segments.parquet`` and the stage's rejects; pack a tar if needed."""
+    started = time.perf_counter()
+    index = data_root.read_parquet(layout.utterance_index(shard_id))
+    files = files_of_index(index)
+    imported, dropped = read_imported_segments(data_root, shard_id, {f.audio_path: f.duration_s for f in files})
+    tar_path = streaming_tar_path(data_root, shard_id)
+    pack = tar_path == layout.packed_audio_tar(shard_id)
+
+    segments: dict[str, SpeechSegments] = {}
+    rejects: list[Reject] = []
+    done_files, done_s = 0, 0.0
+    with contextlib.ExitStack() as stack:
+        audio = stack.enter_context(LandedAudio(data_root, shard_id))
+        add_to_tar = stack.enter_context(deterministic_tar_writer(data_root, tar_path)) if pack else None
+        for batch in _batches(files, batch_files):
+            signals, waiting = [], []
+            for file in batch:
+                try:
+                    with audio.open(file.audio_path) as handle:
+                        data = handle.read()
+                    if add_to_tar is not None:
+                        add_to_tar(file.audio_path, data)
+                    if file.audio_path in imported:
+                        segments[file.audio_path] = imported[file.audio_path]
+                        continue
+                    samples, rate = sf.read(io.BytesIO(data), dtype="float32", always_2d=True)
+                    signals.append(to_vad_input(samples, rate))
+                    waiting.append(file)
+                except Exception as exc:  # any decoder or storage error costs this file only
+                    rejects += [Reject(u, STAGE, "audio_unreadable", f"{file.audio_path}: {exc}") for u in file.utt_ids]
+            for file, found in zip(waiting, detect_speech(model, signals, params, batch_files)):
+                segments[file.audio_path] = found
+            done_files += len(batch)
+            done_s += sum(f.duration_s for f in batch)
+            if on_progress:
+                on_progress(done_files, len(files), done_s)
+
+    table = _segments_table(shard_id, tar_path, files, segments, set(imported))
+    data_root.write_parquet(layout.vad_segments(shard_id), table)
+    data_root.write_parquet(layout.rejects(shard_id, STAGE), rejects_table(rejects))
+    return VadSummary(
+        shard_id=shard_id,
+        table=table,
+        utterances=index.num_rows,
+        rejects=rejects,
+        compute_seconds=time.perf_counter() - started,
+        imported_files=len(set(imported) & set(segments)),
+        dropped_imported_segments=dropped,
+        outputs={
+            "segments": data_root.uri(layout.vad_segments(shard_id)),
+            "tar": data_root.uri(tar_path),
+            "rejects": data_root.uri(layout.rejects(shard_id, STAGE)),
+        },
+    )
+
+
+def _batches(files: list[AudioFile], size: int) -> Iterator[list[AudioFile]]:
+    for first in range(0, len(files), size):
+        yield files[first : first + size]
+
+
+def _segments_table(
+    shard_id: str, tar_path: str, files: list[AudioFile], segments: dict[str, SpeechSegments], imported: set[str]
+) -> pa.Table:
+    rows, keys_seen = [], set()
+    for file in files:
+        found = segments.get(file.audio_path)
+        if found is None:  # rejected
+            continue
+        key, _ = webdataset_key(file.audio_path)
+        # Two files with one WebDataset key would be merged into one sample when streamed.
+        tar_key = key if key is not None and key not in keys_seen else None
+        keys_seen.add(key)
+        rows.append(
+            {
+                "shard": shard_id, "audio_path": file.audio_path, "tar_path": tar_path, "tar_key": tar_key,
+                "language": file.language, "utt_ids": file.utt_ids, "duration_s": file.duration_s,
+                "speech_s": found.speech_s, "n_segments": len(found),
+                "start_s": list(found.start_s), "end_s": list(found.end_s),
+                "segments_source": "import" if file.audio_path in imported else "silero",
+            }
+        )
+    return pa.Table.from_pylist(rows, schema=VAD_SEGMENTS_SCHEMA)
