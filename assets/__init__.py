@@ -12,8 +12,16 @@ from assets.translation import qe_scores, streaming_pairs, streaming_segments
 from assets.vad import language_shard_index, vad_segments
 
 SHARD_ASSETS = [
-    raw_shards, normalized_audio, alignments, frame_grids, qwen_hidden_states, wavlm_features,
-    bridge_tars, shard_manifest, asr_flac, vad_segments,
+    raw_shards,
+    normalized_audio,
+    alignments,
+    frame_grids,
+    qwen_hidden_states,
+    wavlm_features,
+    bridge_tars,
+    shard_manifest,
+    asr_flac,
+    vad_segments,
 ]
 """Every shard-partitioned asset: what the per-shard job (launched by the landing sensor) materializes."""
 
@@ -22,7 +30,12 @@ ON_DEMAND_SHARD_ASSETS = [streaming_segments, qe_scores, streaming_pairs]
 segmentation JSONs), so they run from the translation job or a backfill for the shards that have them."""
 
 ALL_ASSETS = [
-    *SHARD_ASSETS, manifest_catalog, asr_manifest, language_shard_index, *ON_DEMAND_SHARD_ASSETS, *PUBLISHING_ASSETS,
+    *SHARD_ASSETS,
+    manifest_catalog,
+    asr_manifest,
+    language_shard_index,
+    *ON_DEMAND_SHARD_ASSETS,
+    *PUBLISHING_ASSETS,
 ]
 
 PER_SHARD_JOB_NAME = "per_shard_job"

@@ -63,15 +63,21 @@ def alignments(
     model, with an empty transcript, or with text the model's vocabulary cannot express are in
     `shards/<shard>/rejects/alignments.parquet`.
     """
-    yield from materialize_shards(context, lambda shard_id: _align_one_shard(context, config, data_root.get(), aligner, shard_id))
+    yield from materialize_shards(
+        context, lambda shard_id: _align_one_shard(context, config, data_root.get(), aligner, shard_id)
+    )
 
 
-def _align_one_shard(context, config: AlignmentsConfig, root, aligner: CtcAlignerResource, shard_id: str) -> ShardResult:
+def _align_one_shard(
+    context, config: AlignmentsConfig, root, aligner: CtcAlignerResource, shard_id: str
+) -> ShardResult:
     if config.source == "import":
         summary = import_shard_alignments(root, shard_id)
     else:
         summary = align_shard(
-            root, shard_id, aligner.aligner_for,
+            root,
+            shard_id,
+            aligner.aligner_for,
             settings=aligner.log_prob_settings(0.08),
             write_ctm_files=config.write_ctm,
             on_progress=progress_logger(context, "aligned", shard_id),
@@ -86,7 +92,9 @@ def _align_one_shard(context, config: AlignmentsConfig, root, aligner: CtcAligne
             **stage_metadata(summary),
             "source": config.source,
             "models": dg.MetadataValue.json(aligner.models),
-            "mean_alignment_score": round(sum(s or 0.0 for s in scores["score"].to_pylist()) / max(scores.num_rows, 1), 4),
+            "mean_alignment_score": round(
+                sum(s or 0.0 for s in scores["score"].to_pylist()) / max(scores.num_rows, 1), 4
+            ),
             "preview": markdown_preview(scores, ["utt_id", "aligner", "score", "n_words", "n_frames"]),
         }
     )
@@ -124,7 +132,9 @@ def frame_grids(
     """
     root = data_root.get()
     tokenizer = text_tokenizer.get()
-    yield from materialize_shards(context, lambda shard_id: _grid_one_shard(context, root, tokenizer, text_tokenizer.identity, shard_id))
+    yield from materialize_shards(
+        context, lambda shard_id: _grid_one_shard(context, root, tokenizer, text_tokenizer.identity, shard_id)
+    )
 
 
 def _grid_one_shard(context, root, tokenizer, tokenizer_identity: str, shard_id: str) -> ShardResult:

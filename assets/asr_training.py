@@ -26,7 +26,9 @@ NO_RECORDING_LEAKS = "no_recording_in_two_splits"
     owners=OWNERS,
     code_version="asr_flac-v1",
     backfill_policy=CPU_BACKFILL_POLICY,
-    check_specs=shard_check_specs("asr_flac", {FLAC_ACCOUNTED: "Every utterance of the index has a FLAC file or an asr_flac reject."}),
+    check_specs=shard_check_specs(
+        "asr_flac", {FLAC_ACCOUNTED: "Every utterance of the index has a FLAC file or an asr_flac reject."}
+    ),
 )
 def asr_flac(context: dg.AssetExecutionContext, data_root: DataRootResource) -> ShardEvents:
     """The shard's utterances as 16 kHz mono 16-bit FLAC files, the files ASR training reads.
@@ -58,7 +60,8 @@ def _extract_one_shard(context: dg.AssetExecutionContext, data_root: DataRootRes
         },
         checks=[
             dg.AssetCheckResult(
-                check_name=FLAC_ACCOUNTED, passed=accounted,
+                check_name=FLAC_ACCOUNTED,
+                passed=accounted,
                 metadata={"indexed": summary.rows_in, "extracted": summary.rows_out, "rejected": len(summary.rejects)},
             )
         ],
@@ -68,13 +71,18 @@ def _extract_one_shard(context: dg.AssetExecutionContext, data_root: DataRootRes
 class AsrManifestAssetConfig(dg.Config):
     min_duration_s: float = Field(0.5, description="Shorter utterances are removed (reason duration_out_of_range).")
     max_duration_s: float = Field(20.0, description="Longer ones too: the sampler's last bucket is 16-20 s.")
-    min_quality: float | None = Field(None, description="Minimum of `quality_column`; null quality fails it. None: no filter.")
-    quality_column: str = Field("tx_quality_score", description="The utterance-index column holding the transcript quality.")
+    min_quality: float | None = Field(
+        None, description="Minimum of `quality_column`; null quality fails it. None: no filter."
+    )
+    quality_column: str = Field(
+        "tx_quality_score", description="The utterance-index column holding the transcript quality."
+    )
     validation_share: float = Field(0.05, description="Share of recordings (not utterances) in the validation split.")
     split_salt: str = Field("asr-split-v1", description="Changing it reshuffles which recordings are held out.")
     eval_per_language: int = Field(10, description="Utterances per language in the eval subset of validation.")
     language_corrections: str | None = Field(
-        None, description="Corrections table (parquet or csv; path under the data root or URL). "
+        None,
+        description="Corrections table (parquet or csv; path under the data root or URL). "
         "None: asr/language_corrections.parquet if it exists.",
     )
 
@@ -87,7 +95,9 @@ class AsrManifestAssetConfig(dg.Config):
     code_version="asr_manifest-v1",
     check_specs=[
         dg.AssetCheckSpec(
-            NO_RECORDING_LEAKS, asset="asr_manifest", blocking=True,
+            NO_RECORDING_LEAKS,
+            asset="asr_manifest",
+            blocking=True,
             description="No recording has utterances in both train and validation.",
         )
     ],
@@ -108,9 +118,12 @@ def asr_manifest(
     summary = build_and_write_asr_manifests(
         data_root.get(),
         AsrManifestConfig(
-            min_duration_s=config.min_duration_s, max_duration_s=config.max_duration_s,
-            min_quality=config.min_quality, validation_share=config.validation_share,
-            split_salt=config.split_salt, eval_per_language=config.eval_per_language,
+            min_duration_s=config.min_duration_s,
+            max_duration_s=config.max_duration_s,
+            min_quality=config.min_quality,
+            validation_share=config.validation_share,
+            split_salt=config.split_salt,
+            eval_per_language=config.eval_per_language,
         ),
         quality_column=config.quality_column,
         corrections_location=config.language_corrections,
@@ -141,6 +154,8 @@ def asr_manifest(
             "preview": markdown_preview(build.train.to_arrow(), ["utt_id", "lang", "duration", "text"]),
         },
         check_results=[
-            dg.AssetCheckResult(check_name=NO_RECORDING_LEAKS, passed=leaked == 0, metadata={"recordings_in_both_splits": leaked})
+            dg.AssetCheckResult(
+                check_name=NO_RECORDING_LEAKS, passed=leaked == 0, metadata={"recordings_in_both_splits": leaked}
+            )
         ],
     )

@@ -33,7 +33,9 @@ def manifest_catalog(
     the database is built locally and uploaded whole.
     """
     root = data_root.get()
-    os.makedirs(os.path.dirname(os.path.abspath(catalog.database)), exist_ok=True)  # DuckDB creates the file, not its directory
+    os.makedirs(
+        os.path.dirname(os.path.abspath(catalog.database)), exist_ok=True
+    )  # DuckDB creates the file, not its directory
     with catalog.get_connection() as connection:
         read_through = enable_data_root_reads(connection, root)
         summary = refresh_catalog(connection, root.uri(""))

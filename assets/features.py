@@ -57,17 +57,28 @@ def qwen_hidden_states(
     def one_shard(shard_id: str) -> ShardResult:
         torch_device.reset_peak_memory()
         summary = compute_qwen_hidden_states(
-            root, shard_id, model, device=torch_device.torch_device(),
-            max_batch_tokens=torch_device.max_batch_tokens, on_progress=progress_logger(context, "encoded", shard_id),
+            root,
+            shard_id,
+            model,
+            device=torch_device.torch_device(),
+            max_batch_tokens=torch_device.max_batch_tokens,
+            on_progress=progress_logger(context, "encoded", shard_id),
         )
         grids = root.read_parquet(layout.frame_grids(shard_id), columns=["utt_id", "n_tokens"])
         failures = check_feature_shapes(
-            root, layout.qwen_hidden_states(shard_id),
-            dict(zip(grids["utt_id"].to_pylist(), grids["n_tokens"].to_pylist())), model.config.hidden_size,
+            root,
+            layout.qwen_hidden_states(shard_id),
+            dict(zip(grids["utt_id"].to_pylist(), grids["n_tokens"].to_pylist())),
+            model.config.hidden_size,
         )
         return ShardResult(
-            metadata={**stage_metadata(summary), **device_metadata(torch_device), "model": qwen.identity,
-                      "model_load_seconds": round(load_s, 3), "hidden_size": model.config.hidden_size},
+            metadata={
+                **stage_metadata(summary),
+                **device_metadata(torch_device),
+                "model": qwen.identity,
+                "model_load_seconds": round(load_s, 3),
+                "hidden_size": model.config.hidden_size,
+            },
             checks=utterance_check_results(failures),
         )
 
@@ -87,7 +98,10 @@ def qwen_hidden_states(
     check_specs=shard_check_specs("wavlm_features", FEATURE_CHECKS),
 )
 def wavlm_features(
-    context: dg.AssetExecutionContext, data_root: DataRootResource, torch_device: TorchDeviceResource, wavlm: WavLMEncoder
+    context: dg.AssetExecutionContext,
+    data_root: DataRootResource,
+    torch_device: TorchDeviceResource,
+    wavlm: WavLMEncoder,
 ) -> ShardEvents:
     """WavLM-Large features on Mimi's 12.5 Hz clock (the bridge's `wavlm.npy`).
 
@@ -106,18 +120,31 @@ def wavlm_features(
     def one_shard(shard_id: str) -> ShardResult:
         torch_device.reset_peak_memory()
         summary = compute_wavlm_features(
-            root, shard_id, model, device=torch_device.torch_device(), dtype=torch_device.dtype(),
-            max_batch_s=torch_device.max_batch_audio_s, layer=wavlm.layer, layer_weights=wavlm.layer_weights,
+            root,
+            shard_id,
+            model,
+            device=torch_device.torch_device(),
+            dtype=torch_device.dtype(),
+            max_batch_s=torch_device.max_batch_audio_s,
+            layer=wavlm.layer,
+            layer_weights=wavlm.layer_weights,
             on_progress=progress_logger(context, "encoded", shard_id),
         )
         grids = root.read_parquet(layout.frame_grids(shard_id), columns=["utt_id", "n_frames"])
         failures = check_feature_shapes(
-            root, layout.wavlm_features(shard_id),
-            dict(zip(grids["utt_id"].to_pylist(), grids["n_frames"].to_pylist())), model.config.hidden_size,
+            root,
+            layout.wavlm_features(shard_id),
+            dict(zip(grids["utt_id"].to_pylist(), grids["n_frames"].to_pylist())),
+            model.config.hidden_size,
         )
         return ShardResult(
-            metadata={**stage_metadata(summary), **device_metadata(torch_device), "model": wavlm.identity,
-                      "model_load_seconds": round(load_s, 3), "hidden_size": model.config.hidden_size},
+            metadata={
+                **stage_metadata(summary),
+                **device_metadata(torch_device),
+                "model": wavlm.identity,
+                "model_load_seconds": round(load_s, 3),
+                "hidden_size": model.config.hidden_size,
+            },
             checks=utterance_check_results(failures),
         )
 

@@ -1,6 +1,5 @@
 """[ingest] A landed shard, checked against the contract, and its audio at 24 kHz mono."""
 
-
 from typing import Literal
 
 import dagster as dg
@@ -68,7 +67,8 @@ def _raw_shard(context: dg.AssetExecutionContext, data_root: DataRootResource, s
         },
         checks=[
             dg.AssetCheckResult(
-                check_name=RAW_SHARDS_ACCOUNTED, passed=accounted,
+                check_name=RAW_SHARDS_ACCOUNTED,
+                passed=accounted,
                 metadata={"landed": summary.rows_in, "indexed": summary.rows_out, "rejected": len(summary.rejects)},
             )
         ],
@@ -94,7 +94,8 @@ class NormalizedAudioConfig(dg.Config):
     code_version="normalized_audio-v1",
     backfill_policy=CPU_BACKFILL_POLICY,
     check_specs=shard_check_specs(
-        "normalized_audio", {AUDIO_ACCOUNTED: "Every utterance of the index is in the audio container or in the rejects."}
+        "normalized_audio",
+        {AUDIO_ACCOUNTED: "Every utterance of the index is in the audio container or in the rejects."},
     ),
 )
 def normalized_audio(
@@ -110,8 +111,12 @@ def normalized_audio(
 
     def one_shard(shard_id: str) -> ShardResult:
         summary = ingest_normalized_audio(
-            data_root.get(), shard_id, workers=config.workers, resampler=config.resampler,
-            codec=config.codec, on_progress=progress_logger(context, "normalized", shard_id),
+            data_root.get(),
+            shard_id,
+            workers=config.workers,
+            resampler=config.resampler,
+            codec=config.codec,
+            on_progress=progress_logger(context, "normalized", shard_id),
         )
         return _normalized_shard(context, shard_id, summary)
 
@@ -128,7 +133,8 @@ def _normalized_shard(context: dg.AssetExecutionContext, shard_id: str, summary)
         metadata={**stage_metadata(summary), "sample_rate": 24_000},
         checks=[
             dg.AssetCheckResult(
-                check_name=AUDIO_ACCOUNTED, passed=accounted,
+                check_name=AUDIO_ACCOUNTED,
+                passed=accounted,
                 metadata={"indexed": summary.rows_in, "normalized": summary.rows_out, "rejected": len(summary.rejects)},
             )
         ],

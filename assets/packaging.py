@@ -33,10 +33,13 @@ class BridgeTarsConfig(dg.Config):
     owners=OWNERS,
     code_version="bridge_tars-v1",
     backfill_policy=CPU_BACKFILL_POLICY,
-    check_specs=shard_check_specs("bridge_tars", {
-        "tars_read_back_with_webdataset": "Every tar opens with the real webdataset reader, holds exactly the "
-        "packed keys, and every sample's arrays agree (T and F).",
-    }),
+    check_specs=shard_check_specs(
+        "bridge_tars",
+        {
+            "tars_read_back_with_webdataset": "Every tar opens with the real webdataset reader, holds exactly the "
+            "packed keys, and every sample's arrays agree (T and F).",
+        },
+    ),
 )
 def bridge_tars(
     context: dg.AssetExecutionContext, config: BridgeTarsConfig, data_root: DataRootResource
@@ -55,8 +58,11 @@ def bridge_tars(
 def _pack_one_shard(context: dg.AssetExecutionContext, config: BridgeTarsConfig, root, shard_id: str) -> ShardResult:
     started = time.perf_counter()
     tars, index = pack_samples(
-        root, shard_id, iter_bridge_samples(root, shard_id),
-        max_tar_bytes=config.max_tar_bytes, max_samples=config.max_samples,
+        root,
+        shard_id,
+        iter_bridge_samples(root, shard_id),
+        max_tar_bytes=config.max_tar_bytes,
+        max_samples=config.max_samples,
     )
     root.write_parquet(layout.bridge_index(shard_id), index)
     seconds = time.perf_counter() - started
@@ -78,7 +84,8 @@ def _pack_one_shard(context: dg.AssetExecutionContext, config: BridgeTarsConfig,
         },
         checks=[
             dg.AssetCheckResult(
-                check_name="tars_read_back_with_webdataset", passed=not problems,
+                check_name="tars_read_back_with_webdataset",
+                passed=not problems,
                 metadata={"problems": dg.MetadataValue.json(problems[:20])},
             )
         ],
@@ -93,10 +100,13 @@ def _pack_one_shard(context: dg.AssetExecutionContext, config: BridgeTarsConfig,
     owners=OWNERS,
     code_version="shard_manifest-v1",
     backfill_policy=CPU_BACKFILL_POLICY,
-    check_specs=shard_check_specs("shard_manifest", {
-        "every_utterance_accounted_for": "Utterances landed = packed + distinct rejected (over every stage's "
-        "ledger), none in both.",
-    }),
+    check_specs=shard_check_specs(
+        "shard_manifest",
+        {
+            "every_utterance_accounted_for": "Utterances landed = packed + distinct rejected (over every stage's "
+            "ledger), none in both.",
+        },
+    ),
 )
 def shard_manifest(context: dg.AssetExecutionContext, data_root: DataRootResource) -> ShardEvents:
     """One parquet row per packed sample: `manifests/shard=<shard>/part-0.parquet`.
@@ -124,13 +134,18 @@ def _manifest_one_shard(root, shard_id: str) -> ShardResult:
             "manifest_uri": dg.MetadataValue.path(root.uri(manifest_path(shard_id))),
             "zero_duration_token_share": _zero_frame_token_share(manifest),
             "dagster/column_schema": column_schema(manifest.schema),
-            "preview": markdown_preview(manifest, ["key", "language", "duration_s", "n_frames", "n_tokens", "alignment_score"]),
+            "preview": markdown_preview(
+                manifest, ["key", "language", "duration_s", "n_frames", "n_tokens", "alignment_score"]
+            ),
         },
         checks=[
             dg.AssetCheckResult(
-                check_name="every_utterance_accounted_for", passed=accounting.balanced,
+                check_name="every_utterance_accounted_for",
+                passed=accounting.balanced,
                 metadata={
-                    "landed": accounting.landed, "packed": accounting.packed, "rejected": accounting.rejected,
+                    "landed": accounting.landed,
+                    "packed": accounting.packed,
+                    "rejected": accounting.rejected,
                     "unaccounted": dg.MetadataValue.json(accounting.unaccounted[:20]),
                     "packed_and_rejected": dg.MetadataValue.json(accounting.packed_and_rejected[:20]),
                 },

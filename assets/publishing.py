@@ -26,13 +26,19 @@ NO_RECORDING_IN_TWO_SPLITS = "no_recording_in_two_splits"
     kinds={"duckdb"},
     owners=OWNERS,
     code_version="hf_split_assignments-v1",
-    check_specs=[dg.AssetCheckSpec(
-        NO_RECORDING_IN_TWO_SPLITS, asset="hf_split_assignments", blocking=True,
-        description="Every segment's split is its recording's split: no recording leaks between splits.",
-    )],
+    check_specs=[
+        dg.AssetCheckSpec(
+            NO_RECORDING_IN_TWO_SPLITS,
+            asset="hf_split_assignments",
+            blocking=True,
+            description="Every segment's split is its recording's split: no recording leaks between splits.",
+        )
+    ],
 )
 def hf_split_assignments(
-    context: dg.AssetExecutionContext, data_root: DataRootResource, hf_dataset_settings: HfDatasetSettings,
+    context: dg.AssetExecutionContext,
+    data_root: DataRootResource,
+    hf_dataset_settings: HfDatasetSettings,
 ) -> dg.MaterializeResult:
     """Which split (test / validation / train) each source recording of the country belongs to.
 
@@ -47,7 +53,12 @@ def hf_split_assignments(
     root = data_root.get()
     settings = hf_dataset_settings
     summary = refresh_split_assignments(
-        root, settings.dataset, country, settings.limits(), settings.targets(), settings.split_seed,
+        root,
+        settings.dataset,
+        country,
+        settings.limits(),
+        settings.targets(),
+        settings.split_seed,
     )
     context.log.info(
         f"{country}: {summary.segments} segments ({summary.new_segments} new), new recordings {summary.new_recordings}, "
@@ -58,8 +69,11 @@ def hf_split_assignments(
         leaks = db.execute(
             "SELECT count(*) FROM segments s JOIN recordings r USING (recording_id) WHERE s.split <> r.split"
         ).fetchall()[0][0]
-        table = rows_as_dicts(db, "SELECT split, count(*) AS recordings, round(sum(duration_hours), 4) AS hours "
-                                  "FROM recordings GROUP BY split ORDER BY split")
+        table = rows_as_dicts(
+            db,
+            "SELECT split, count(*) AS recordings, round(sum(duration_hours), 4) AS hours "
+            "FROM recordings GROUP BY split ORDER BY split",
+        )
     return dg.MaterializeResult(
         metadata={
             "dagster/row_count": sum(summary.recordings_by_split.values()),
@@ -72,7 +86,11 @@ def hf_split_assignments(
             "splits": markdown_rows(table),
             "state_uri": dg.MetadataValue.path(root.uri(state_path)),
         },
-        check_results=[dg.AssetCheckResult(check_name=NO_RECORDING_IN_TWO_SPLITS, passed=leaks == 0, metadata={"leaking_segments": leaks})],
+        check_results=[
+            dg.AssetCheckResult(
+                check_name=NO_RECORDING_IN_TWO_SPLITS, passed=leaks == 0, metadata={"leaking_segments": leaks}
+            )
+        ],
     )
 
 
@@ -85,7 +103,9 @@ def hf_split_assignments(
     code_version="hf_dataset-v1",
 )
 def hf_dataset(
-    context: dg.AssetExecutionContext, data_root: DataRootResource, hf_dataset_settings: HfDatasetSettings,
+    context: dg.AssetExecutionContext,
+    data_root: DataRootResource,
+    hf_dataset_settings: HfDatasetSettings,
 ) -> dg.MaterializeResult:
     """The country's config of the Hugging Face dataset, in the Hub's parquet layout.
 
@@ -102,12 +122,18 @@ def hf_dataset(
     write_dataset_card(root, options.dataset)
     register_card(root, options.dataset, country)
     for split_files in summary.written:
-        context.log.info(f"{country}: wrote {split_files.split}: {split_files.rows} rows in {len(split_files.files)} files, {split_files.bytes / 1e6:.1f} MB")
+        context.log.info(
+            f"{country}: wrote {split_files.split}: {split_files.rows} rows in {len(split_files.files)} files, {split_files.bytes / 1e6:.1f} MB"
+        )
     if summary.errors:
-        context.log.warning(f"{country}: {len(summary.errors)} segments could not be cut, e.g. {next(iter(summary.errors.values()))}")
+        context.log.warning(
+            f"{country}: {len(summary.errors)} segments could not be cut, e.g. {next(iter(summary.errors.values()))}"
+        )
     with state_connection(root, layout.hf_state_database(options.dataset, country)) as db:
         by_status = dict(db.execute("SELECT status, count(*) FROM segments GROUP BY status ORDER BY status").fetchall())
-        files = rows_as_dicts(db, "SELECT path_in_repo, split, rows, round(bytes / 1e6, 2) AS mb, status FROM files ORDER BY path_in_repo")
+        files = rows_as_dicts(
+            db, "SELECT path_in_repo, split, rows, round(bytes / 1e6, 2) AS mb, status FROM files ORDER BY path_in_repo"
+        )
     dataset_dir = layout.hf_dataset_dir(options.dataset)
     return dg.MaterializeResult(
         metadata={
@@ -122,7 +148,9 @@ def hf_dataset(
             "max_recording_buffer_mb": round(summary.max_recording_buffer_bytes / 1e6, 3),
             "files": markdown_rows(files),
             "dataset_uri": dg.MetadataValue.path(root.uri(dataset_dir)),
-            "load_with": dg.MetadataValue.md(f'```python\ndatasets.load_dataset("{root.uri(dataset_dir)}", "{country}")\n```'),
+            "load_with": dg.MetadataValue.md(
+                f'```python\ndatasets.load_dataset("{root.uri(dataset_dir)}", "{country}")\n```'
+            ),
         }
     )
 
@@ -136,7 +164,9 @@ def hf_dataset(
     code_version="hf_hub_upload-v1",
 )
 def hf_hub_upload(
-    context: dg.AssetExecutionContext, data_root: DataRootResource, hf_dataset_settings: HfDatasetSettings,
+    context: dg.AssetExecutionContext,
+    data_root: DataRootResource,
+    hf_dataset_settings: HfDatasetSettings,
     hub: HubPublisherResource,
 ) -> dg.MaterializeResult:
     """The country's files on the Hugging Face Hub (`hub.repo_id`), uploaded resumably.
@@ -145,27 +175,38 @@ def hf_hub_upload(
     what the Hub lacks. Needs `SPEECHDATA_HF_REPO_ID` and `HF_TOKEN`; the token is never logged.
     """
     if not hub.enabled:
-        raise dg.Failure(description="Publishing is off: set SPEECHDATA_HF_REPO_ID (and HF_TOKEN) to name the Hub repo.")
+        raise dg.Failure(
+            description="Publishing is off: set SPEECHDATA_HF_REPO_ID (and HF_TOKEN) to name the Hub repo."
+        )
     country = context.partition_key
     root = data_root.get()
     dataset = hf_dataset_settings.dataset
     summary = publish_country(
-        root, dataset, country, hub.api(), hub.repo_id, revision=hub.revision, private=hub.private,
-        policy=hub.retry_policy(), log=context.log.info,
+        root,
+        dataset,
+        country,
+        hub.api(),
+        hub.repo_id,
+        revision=hub.revision,
+        private=hub.private,
+        policy=hub.retry_policy(),
+        log=context.log.info,
     )
     if summary.errors:
         raise dg.Failure(
             description=f"{len(summary.errors)} files of {country} failed to upload; re-run to resume.",
             metadata={"errors": dg.MetadataValue.json(summary.errors)},
         )
-    return dg.MaterializeResult(metadata={
-        "repo_id": hub.repo_id,
-        "files_committed": len(summary.committed),
-        "files_already_on_hub": len(summary.already_on_hub),
-        "files_deleted": len(summary.deleted),
-        "commits": summary.commits,
-        "mb_uploaded": round(summary.bytes_uploaded / 1e6, 3),
-    })
+    return dg.MaterializeResult(
+        metadata={
+            "repo_id": hub.repo_id,
+            "files_committed": len(summary.committed),
+            "files_already_on_hub": len(summary.already_on_hub),
+            "files_deleted": len(summary.deleted),
+            "commits": summary.commits,
+            "mb_uploaded": round(summary.bytes_uploaded / 1e6, 3),
+        }
+    )
 
 
 PUBLISHING_ASSETS = [hf_split_assignments, hf_dataset, hf_hub_upload]

@@ -86,7 +86,8 @@ def utterance_check_results(failing: dict[str, list[str]]) -> list[dg.AssetCheck
     """One check result per check name: passed when no utterance fails it, with a few examples."""
     return [
         dg.AssetCheckResult(
-            check_name=name, passed=not failed,
+            check_name=name,
+            passed=not failed,
             metadata={"failing_utterances": len(failed), "examples": dg.MetadataValue.json(failed[:5])},
         )
         for name, failed in failing.items()

@@ -99,8 +99,12 @@ def _check_evaluations(context: dg.AssetExecutionContext, results: dict[str, Sha
             if check.check_name not in selected:
                 continue
             yield dg.AssetCheckEvaluation(
-                asset_key=context.asset_key, check_name=check.check_name, passed=check.passed,
-                metadata=check.metadata, partition=shard_id, blocking=blocking[check.check_name],
+                asset_key=context.asset_key,
+                check_name=check.check_name,
+                passed=check.passed,
+                metadata=check.metadata,
+                partition=shard_id,
+                blocking=blocking[check.check_name],
                 target_materialization_data=target,
             )
     # The evaluations above are the checks' results; the checks' outputs still have to be yielded.

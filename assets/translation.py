@@ -58,18 +58,23 @@ def streaming_segments(
     """
     root = data_root.get()
     settings = SegmentSettings(
-        step_ms=int(round(config.step_s * 1000)), max_skip_words=config.max_skip_words,
+        step_ms=int(round(config.step_s * 1000)),
+        max_skip_words=config.max_skip_words,
         allowed_ids=frozenset(config.allowed_ids) if config.allowed_ids is not None else None,
         min_alignment_score=config.min_alignment_score,
     )
     yield from materialize_shards(context, lambda shard_id: _segment_one_shard(context, root, settings, shard_id))
 
 
-def _segment_one_shard(context: dg.AssetExecutionContext, root, settings: SegmentSettings, shard_id: str) -> ShardResult:
+def _segment_one_shard(
+    context: dg.AssetExecutionContext, root, settings: SegmentSettings, shard_id: str
+) -> ShardResult:
     summary, totals = build_shard_streaming_segments(root, shard_id, settings)
     table = root.read_parquet(layout.streaming_segments(shard_id))
-    context.log.info(f"{shard_id}: {summary.rows_out}/{summary.rows_in} utterances, {table.num_rows} segments, "
-                     f"rejects {summary.rejects_by_reason}")
+    context.log.info(
+        f"{shard_id}: {summary.rows_out}/{summary.rows_in} utterances, {table.num_rows} segments, "
+        f"rejects {summary.rejects_by_reason}"
+    )
     return ShardResult(
         metadata={
             **stage_metadata(summary),
@@ -94,7 +99,9 @@ def _segment_one_shard(context: dg.AssetExecutionContext, root, settings: Segmen
     backfill_policy=GPU_BACKFILL_POLICY,
 )
 def qe_scores(
-    context: dg.AssetExecutionContext, data_root: DataRootResource, torch_device: TorchDeviceResource,
+    context: dg.AssetExecutionContext,
+    data_root: DataRootResource,
+    torch_device: TorchDeviceResource,
     qe: MetricXResource,
 ) -> ShardEvents:
     """MetricX-24 QE error scores (0 best, 25 worst) for every streaming segment of the shard.
@@ -155,10 +162,14 @@ def streaming_pairs(
     `segment_index`, `emit_ms`, `source`, `hypothesis`, `prediction`). Lower MetricX is better; the
     default threshold is 5.0. Metadata shows the kept share per latency level.
     """
-    yield from materialize_shards(context, lambda shard_id: _pairs_one_shard(context, config, data_root.get(), shard_id))
+    yield from materialize_shards(
+        context, lambda shard_id: _pairs_one_shard(context, config, data_root.get(), shard_id)
+    )
 
 
-def _pairs_one_shard(context: dg.AssetExecutionContext, config: StreamingPairsConfig, root, shard_id: str) -> ShardResult:
+def _pairs_one_shard(
+    context: dg.AssetExecutionContext, config: StreamingPairsConfig, root, shard_id: str
+) -> ShardResult:
     summary = write_streaming_pairs(root, shard_id, config.threshold)
     kept = root.read_parquet(layout.streaming_pairs(shard_id))
     context.log.info(f"{shard_id}: kept {summary.kept}/{summary.scored} segments at threshold {summary.threshold}")

@@ -34,7 +34,8 @@ class ChunkingConfig(dg.Config):
     code_version="vad_segments-v1",
     backfill_policy=CPU_BACKFILL_POLICY,
     check_specs=shard_check_specs(
-        "vad_segments", {VAD_ACCOUNTED: "Every utterance of the index has its file in the segments table or is rejected."}
+        "vad_segments",
+        {VAD_ACCOUNTED: "Every utterance of the index has its file in the segments table or is rejected."},
     ),
 )
 def vad_segments(
@@ -51,12 +52,20 @@ def vad_segments(
     """
     root = data_root.get()
     model = vad.model()
-    yield from materialize_shards(context, lambda shard_id: _segment_one_shard(context, config, root, vad, model, shard_id))
+    yield from materialize_shards(
+        context, lambda shard_id: _segment_one_shard(context, config, root, vad, model, shard_id)
+    )
 
 
-def _segment_one_shard(context, config: ChunkingConfig, root, vad: SileroVadResource, model, shard_id: str) -> ShardResult:
+def _segment_one_shard(
+    context, config: ChunkingConfig, root, vad: SileroVadResource, model, shard_id: str
+) -> ShardResult:
     summary = compute_vad_segments(
-        root, shard_id, model, vad.params(), batch_files=vad.batch_files,
+        root,
+        shard_id,
+        model,
+        vad.params(),
+        batch_files=vad.batch_files,
         on_progress=progress_logger(context, "segmented files of", shard_id),
     )
     table = summary.table
@@ -97,7 +106,8 @@ def _segment_one_shard(context, config: ChunkingConfig, root, vad: SileroVadReso
         },
         checks=[
             dg.AssetCheckResult(
-                check_name=VAD_ACCOUNTED, passed=index_ids <= covered,
+                check_name=VAD_ACCOUNTED,
+                passed=index_ids <= covered,
                 metadata={"indexed": len(index_ids), "unaccounted": len(index_ids - covered)},
             )
         ],
@@ -127,8 +137,13 @@ def language_shard_index(
     root = data_root.get()
     table = build_language_shard_index(root, language, chunk_s=config.chunk_s, num_chunks=config.num_chunks)
     root.write_parquet(layout.language_shard_index(language), table)
-    total = {c: sum(table[c].to_pylist()) for c in ("files", "streamable_files", "hours", "speech_hours", "usable_chunk_hours")}
-    context.log.info(f"{language}: {table.num_rows} shards, {total['files']} files, {total['usable_chunk_hours']:.3f} usable chunk hours")
+    total = {
+        c: sum(table[c].to_pylist())
+        for c in ("files", "streamable_files", "hours", "speech_hours", "usable_chunk_hours")
+    }
+    context.log.info(
+        f"{language}: {table.num_rows} shards, {total['files']} files, {total['usable_chunk_hours']:.3f} usable chunk hours"
+    )
     return dg.MaterializeResult(
         metadata={
             "dagster/row_count": table.num_rows,

@@ -49,31 +49,48 @@ def _make_text(text, lang):
 
 def synthetic_inputs(rows: int, seed: int = 0) -> tuple[pa.Table, pa.Table]:
     rng = np.random.default_rng(seed)
-    sentences = np.array([
-        "[music] नमस्ते। आप कैसे हैं?", "मैं office जा रहा हूँ, okay?", "Hello, world! [laugh] it's fine...",
-        "வணக்கம், எப்படி இருக்கிறீர்கள்?", "यह (एक) परीक्षण है॥ [noise]", "well-known facts: 50% of \"them\".",
-        "[laugh [loud]] हाँ", "(आज)", "[noise]", "the quick brown fox jumps over the lazy dog",
-    ])
+    sentences = np.array(
+        [
+            "[music] नमस्ते। आप कैसे हैं?",
+            "मैं office जा रहा हूँ, okay?",
+            "Hello, world! [laugh] it's fine...",
+            "வணக்கம், எப்படி இருக்கிறீர்கள்?",
+            "यह (एक) परीक्षण है॥ [noise]",
+            'well-known facts: 50% of "them".',
+            "[laugh [loud]] हाँ",
+            "(आज)",
+            "[noise]",
+            "the quick brown fox jumps over the lazy dog",
+        ]
+    )
     # Mostly distinct transcripts, as real ones are: a phrase plus a random number word and words.
     words = np.array(["घर", "पानी", "school", "आज", "kal", "நாள்", "बहुत", "good", "time", "বাংলা", "अच्छा", "road"])
-    tails = np.char.add(np.char.add(words[rng.integers(0, len(words), rows)], " "), rng.integers(0, 10**6, rows).astype(str))
+    tails = np.char.add(
+        np.char.add(words[rng.integers(0, len(words), rows)], " "), rng.integers(0, 10**6, rows).astype(str)
+    )
     tails = np.char.add(np.char.add(tails, " "), words[rng.integers(0, len(words), rows)])
     n = np.arange(rows)
     shard = np.char.add("shard-", (n // 10_000).astype(str))
     utt = np.char.add("u", n.astype(str))
-    utterances = pa.table({
-        "shard_id": shard, "utt_id": utt,
-        "text": np.char.add(np.char.add(sentences[rng.integers(0, len(sentences), rows)], " "), tails),
-        "language": np.array(["hi", "en", "ta", "hi", "bn"])[rng.integers(0, 5, rows)],
-        "recording_id": np.char.add("rec", (n // 10).astype(str)),
-        "quality": np.round(rng.uniform(0, 1, rows), 3),
-    })
-    flac = pa.table({
-        "shard_id": shard, "utt_id": utt,
-        "flac_path": np.char.add(np.char.add(np.char.add("asr/flac/", shard), "/"), np.char.add(utt, ".flac")),
-        "duration_s": np.round(rng.gamma(2.0, 3.0, rows) + 0.2, 3),
-        "audio_sha1": np.char.add("h", rng.integers(0, rows * 2, rows).astype(str)),
-    })
+    utterances = pa.table(
+        {
+            "shard_id": shard,
+            "utt_id": utt,
+            "text": np.char.add(np.char.add(sentences[rng.integers(0, len(sentences), rows)], " "), tails),
+            "language": np.array(["hi", "en", "ta", "hi", "bn"])[rng.integers(0, 5, rows)],
+            "recording_id": np.char.add("rec", (n // 10).astype(str)),
+            "quality": np.round(rng.uniform(0, 1, rows), 3),
+        }
+    )
+    flac = pa.table(
+        {
+            "shard_id": shard,
+            "utt_id": utt,
+            "flac_path": np.char.add(np.char.add(np.char.add("asr/flac/", shard), "/"), np.char.add(utt, ".flac")),
+            "duration_s": np.round(rng.gamma(2.0, 3.0, rows) + 0.2, 3),
+            "audio_sha1": np.char.add("h", rng.integers(0, rows * 2, rows).astype(str)),
+        }
+    )
     return utterances, flac
 
 
@@ -83,7 +100,9 @@ def run_polars(utterances: pa.Table, flac: pa.Table):
     from speechdata.asr.manifest import AsrManifestConfig, build_asr_manifest
 
     return build_asr_manifest(
-        pl.from_arrow(utterances), pl.from_arrow(flac), audio_root="/data",
+        pl.from_arrow(utterances),
+        pl.from_arrow(flac),
+        audio_root="/data",
         config=AsrManifestConfig(min_duration_s=MIN_DURATION, max_duration_s=MAX_DURATION, min_quality=MIN_QUALITY),
     )
 
@@ -93,8 +112,11 @@ def run_pandas_seed(utterances: pa.Table, flac: pa.Table):
     idx_df = flac.select(["shard_id", "utt_id", "flac_path", "duration_s"]).to_pandas()
     df = meta_df.merge(idx_df, on=["shard_id", "utt_id"], how="inner")
     df = df[
-        (df["duration_s"] >= MIN_DURATION) & (df["duration_s"] <= MAX_DURATION)
-        & (df["quality"] >= MIN_QUALITY) & (df["text"].notna()) & (df["text"].str.strip().str.len() > 0)
+        (df["duration_s"] >= MIN_DURATION)
+        & (df["duration_s"] <= MAX_DURATION)
+        & (df["quality"] >= MIN_QUALITY)
+        & (df["text"].notna())
+        & (df["text"].str.strip().str.len() > 0)
     ].copy()
     df["text"] = df.apply(lambda row: _make_text(row["text"], row["language"]), axis=1)
     df["duration"] = df["duration_s"]
@@ -115,7 +137,9 @@ def main(argv: list[str] | None = None) -> None:
         import speechdata.asr.manifest  # noqa: F401  (DuckDB, polars)
 
         utterances, flac = synthetic_inputs(args.rows)
-        progress(f"{args.rows} rows, {len(set(utterances['text'].to_pylist()[:100_000]))} distinct texts in the first 100k")
+        progress(
+            f"{args.rows} rows, {len(set(utterances['text'].to_pylist()[:100_000]))} distinct texts in the first 100k"
+        )
         started = time.perf_counter()
         build = run_polars(utterances, flac)
         polars_s = time.perf_counter() - started
@@ -129,8 +153,10 @@ def main(argv: list[str] | None = None) -> None:
         "asr_manifest",
         {"quick": args.quick, "rows": args.rows, "target_ratio": TARGET_RATIO},
         {
-            "polars_seconds": round(polars_s, 3), "pandas_seed_seconds": round(pandas_s, 3),
-            "ratio_pandas_over_polars": speedup, "meets_target": bool(speedup and speedup >= TARGET_RATIO),
+            "polars_seconds": round(polars_s, 3),
+            "pandas_seed_seconds": round(pandas_s, 3),
+            "ratio_pandas_over_polars": speedup,
+            "meets_target": bool(speedup and speedup >= TARGET_RATIO),
             "polars_rows_per_second": round(args.rows / polars_s),
             "rows_kept_polars": build.train.height + build.validation.height,
             "rows_kept_pandas_seed": len(seed_df),

@@ -67,16 +67,24 @@ def main(argv: list[str] | None = None) -> None:
     speedup = ratio(scaled_reference_s, numpy_s)
     emit(
         "asr_sampler",
-        {"quick": args.quick, "utterances": args.utterances, "reference_utterances": reference_n,
-         "repeats": args.repeats, **SETTINGS, "target_ratio": TARGET_RATIO},
         {
-            "numpy_epoch_seconds": round(numpy_s, 4), "numpy_construct_seconds": round(construct_s, 3),
+            "quick": args.quick,
+            "utterances": args.utterances,
+            "reference_utterances": reference_n,
+            "repeats": args.repeats,
+            **SETTINGS,
+            "target_ratio": TARGET_RATIO,
+        },
+        {
+            "numpy_epoch_seconds": round(numpy_s, 4),
+            "numpy_construct_seconds": round(construct_s, 3),
             "reference_seconds": round(reference_s, 3),
             "reference_seconds_scaled_to_all": round(scaled_reference_s, 3),
             "ratio_reference_over_numpy": speedup,
             "ratio_reference_over_numpy_construct": ratio(scaled_reference_s, construct_s),
             "meets_target": bool(speedup and speedup >= TARGET_RATIO),
-            "batches_rank0": len(sampler), "same_batches_as_reference": same,
+            "batches_rank0": len(sampler),
+            "same_batches_as_reference": same,
         },
     )
 

@@ -70,7 +70,10 @@ def launch(start: str, end: str, env: dict[str, str]) -> float:
     began = time.perf_counter()
     subprocess.run(
         [sys.executable, "-m", "benchmarks.bench_backfill_policy", "--run", start, end],
-        env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        env=env,
+        check=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
     )
     return time.perf_counter() - began
 
@@ -102,8 +105,13 @@ def main(argv: list[str] | None = None) -> None:
     from speechdata.testing.sample_shards import build_sample_shard
 
     with stdout_to_stderr(), tempfile.TemporaryDirectory() as tmp:
-        env = {**os.environ, "DAGSTER_HOME": tmp, "DATA_ROOT": f"{tmp}/data", "BENCH_ASSETS": args.assets,
-               "SPEECHDATA_PROFILE": "tiny"}
+        env = {
+            **os.environ,
+            "DAGSTER_HOME": tmp,
+            "DATA_ROOT": f"{tmp}/data",
+            "BENCH_ASSETS": args.assets,
+            "SPEECHDATA_PROFILE": "tiny",
+        }
         shards = [f"bench-{i:03d}" for i in range(args.shards)]
         root = DataRoot(f"{tmp}/data")
         for i, shard_id in enumerate(shards):
@@ -111,7 +119,7 @@ def main(argv: list[str] | None = None) -> None:
         with dg.DagsterInstance.from_config(tmp) as instance:
             instance.add_dynamic_partitions("shard", shards)
         k = CPU_SHARDS_PER_RUN
-        batched = [shards[i:i + k] for i in range(0, len(shards), k)]
+        batched = [shards[i : i + k] for i in range(0, len(shards), k)]
         seconds = {}
         for name, chunks, executor in (
             ("batched_in_process", batched, "in_process"),
@@ -123,8 +131,13 @@ def main(argv: list[str] | None = None) -> None:
     base = seconds["batched_in_process"]
     emit(
         "backfill_policy",
-        {"shards": args.shards, "utterances_per_shard": args.utterances, "assets": args.assets.split(","),
-         "cpu_shards_per_run": k, "concurrent_runs": args.concurrent_runs},
+        {
+            "shards": args.shards,
+            "utterances_per_shard": args.utterances,
+            "assets": args.assets.split(","),
+            "cpu_shards_per_run": k,
+            "concurrent_runs": args.concurrent_runs,
+        },
         {
             **{f"{name}_seconds": round(value, 2) for name, value in seconds.items()},
             "ratio_per_shard_multiprocess_over_batched_in_process": ratio(seconds["per_shard_multiprocess"], base),

@@ -44,7 +44,28 @@ from speechdata.catalog.views import CATALOG_FILE, NAMED_QUERIES, refresh_catalo
 from speechdata.io.storage import DataRoot
 
 LANGUAGES = ["en", "de", "fr", "es", "it", "pt", "nl", "pl", "sv", "fi"]
-COUNTRIES = ["us", "gb", "de", "at", "fr", "be", "es", "mx", "it", "br", "pt", "nl", "pl", "se", "fi", "ca", "au", "in", "ie", "ch"]
+COUNTRIES = [
+    "us",
+    "gb",
+    "de",
+    "at",
+    "fr",
+    "be",
+    "es",
+    "mx",
+    "it",
+    "br",
+    "pt",
+    "nl",
+    "pl",
+    "se",
+    "fi",
+    "ca",
+    "au",
+    "in",
+    "ie",
+    "ch",
+]
 FILTER = {"language": "en", "min_alignment_score": -2.5, "min_duration_s": 2.0, "max_duration_s": 15.0}
 TARGET_RATIO = 100.0
 
@@ -81,7 +102,9 @@ def shard_manifest(rng: np.random.Generator, shard: str, rows: int, sentences: n
 
 def build_data(root: DataRoot, csv_path: str, rows: int, shards: int, seed: int = 0) -> None:
     rng = np.random.default_rng(seed)
-    words = np.array(["the", "speech", "data", "model", "of", "a", "river", "city", "green", "seven", "quietly", "train"])
+    words = np.array(
+        ["the", "speech", "data", "model", "of", "a", "river", "city", "green", "seven", "quietly", "train"]
+    )
     sentences = np.array([" ".join(rng.choice(words, rng.integers(3, 14))) for _ in range(2000)])
     per_shard = np.full(shards, rows // shards)
     per_shard[: rows % shards] += 1
@@ -107,7 +130,8 @@ def timed(fn, repeats: int):
 
 def pandas_hours_per_language(frame: pd.DataFrame) -> pd.DataFrame:
     grouped = frame.groupby("language", dropna=False).agg(
-        samples=("key", "size"), duration_s=("duration_s", "sum"),
+        samples=("key", "size"),
+        duration_s=("duration_s", "sum"),
         mean_alignment_score=("alignment_score", "mean"),
     )
     grouped["hours"] = grouped.pop("duration_s") / 3600.0
@@ -150,12 +174,16 @@ def main(argv: list[str] | None = None) -> None:
         refresh_s = time.perf_counter() - started
 
         duck_hours_s, duck_hours_first_s, duck_hours = timed(
-            lambda: run_query(connection, NAMED_QUERIES["hours_per_language"]), args.repeats)
+            lambda: run_query(connection, NAMED_QUERIES["hours_per_language"]), args.repeats
+        )
         summary_s, _, _ = timed(lambda: run_query(connection, "SELECT * FROM hours_by_language"), args.repeats)
         duck_filter_s, duck_filter_first_s, duck_selected = timed(
             lambda: select_samples(
-                connection, languages=[FILTER["language"]], min_alignment_score=FILTER["min_alignment_score"],
-                min_duration_s=FILTER["min_duration_s"], max_duration_s=FILTER["max_duration_s"],
+                connection,
+                languages=[FILTER["language"]],
+                min_alignment_score=FILTER["min_alignment_score"],
+                min_duration_s=FILTER["min_duration_s"],
+                max_duration_s=FILTER["max_duration_s"],
             ),
             args.repeats,
         )
@@ -163,7 +191,8 @@ def main(argv: list[str] | None = None) -> None:
         progress(f"duckdb: hours {duck_hours_s:.4f} s, selection {duck_filter_s:.4f} s")
 
         pandas_hours_s, _, pandas_hours = timed(
-            lambda: pandas_hours_per_language(pd.read_csv(csv_path)), args.pandas_repeats)
+            lambda: pandas_hours_per_language(pd.read_csv(csv_path)), args.pandas_repeats
+        )
         pandas_filter_s, _, pandas_selected = timed(lambda: pandas_filter(pd.read_csv(csv_path)), args.pandas_repeats)
         frame = pd.read_csv(csv_path)
         hours_in_memory_s, _, _ = timed(lambda: pandas_hours_per_language(frame), args.pandas_repeats)
@@ -172,36 +201,57 @@ def main(argv: list[str] | None = None) -> None:
 
         duck_by_language = {r["language"]: r for r in duck_hours.to_pylist()}
         hours_diff = max(abs(duck_by_language[lang]["hours"] - row["hours"]) for lang, row in pandas_hours.iterrows())
-        samples_agree = all(duck_by_language[lang]["samples"] == row["samples"] for lang, row in pandas_hours.iterrows())
+        samples_agree = all(
+            duck_by_language[lang]["samples"] == row["samples"] for lang, row in pandas_hours.iterrows()
+        )
         selection_agrees = duck_selected.column("key").to_pylist() == pandas_selected["key"].tolist()
 
     def figure(duck_s, duck_first_s, pandas_s, in_memory_s, **extra) -> dict:
         speedup = ratio(pandas_s, duck_s)
         return {
-            "duckdb_seconds": round(duck_s, 5), "duckdb_first_call_seconds": round(duck_first_s, 5),
-            "pandas_seconds": round(pandas_s, 4), "pandas_in_memory_seconds": round(in_memory_s, 4),
-            "ratio_pandas_over_duckdb": speedup, "meets_target": bool(speedup and speedup >= TARGET_RATIO),
+            "duckdb_seconds": round(duck_s, 5),
+            "duckdb_first_call_seconds": round(duck_first_s, 5),
+            "pandas_seconds": round(pandas_s, 4),
+            "pandas_in_memory_seconds": round(in_memory_s, 4),
+            "ratio_pandas_over_duckdb": speedup,
+            "meets_target": bool(speedup and speedup >= TARGET_RATIO),
             **extra,
         }
 
     emit(
         "catalog",
-        {"quick": args.quick, "rows": args.rows, "shards": args.shards, "repeats": args.repeats,
-         "pandas_repeats": args.pandas_repeats, "filter": FILTER, "target_ratio": TARGET_RATIO},
+        {
+            "quick": args.quick,
+            "rows": args.rows,
+            "shards": args.shards,
+            "repeats": args.repeats,
+            "pandas_repeats": args.pandas_repeats,
+            "filter": FILTER,
+            "target_ratio": TARGET_RATIO,
+        },
         {
             "load_average_1m_before": round(load_before, 2),
             "refresh_seconds": round(refresh_s, 4),
             "catalog": {"shards": summary.shards, "samples": summary.samples, "hours": round(summary.hours, 2)},
-            "parquet_mb": round(parquet_bytes / 1e6, 1), "csv_mb": round(csv_bytes / 1e6, 1),
+            "parquet_mb": round(parquet_bytes / 1e6, 1),
+            "csv_mb": round(csv_bytes / 1e6, 1),
             "hours_per_language": figure(
-                duck_hours_s, duck_hours_first_s, pandas_hours_s, hours_in_memory_s,
+                duck_hours_s,
+                duck_hours_first_s,
+                pandas_hours_s,
+                hours_in_memory_s,
                 summary_table_seconds=round(summary_s, 5),
-                ratio_pandas_over_summary_table=ratio(pandas_hours_s, summary_s), max_hours_difference=float(hours_diff),
+                ratio_pandas_over_summary_table=ratio(pandas_hours_s, summary_s),
+                max_hours_difference=float(hours_diff),
                 samples_agree=samples_agree,
             ),
             "filtered_selection": figure(
-                duck_filter_s, duck_filter_first_s, pandas_filter_s, filter_in_memory_s,
-                rows_selected=duck_selected.num_rows, pandas_rows_selected=len(pandas_selected),
+                duck_filter_s,
+                duck_filter_first_s,
+                pandas_filter_s,
+                filter_in_memory_s,
+                rows_selected=duck_selected.num_rows,
+                pandas_rows_selected=len(pandas_selected),
                 same_rows=selection_agrees,
             ),
         },

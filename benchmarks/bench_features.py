@@ -63,9 +63,7 @@ WARM_UP_UTTERANCES = 8
 def build_utterances(count: int, min_s: float, max_s: float, seed: int) -> tuple[list[np.ndarray], list[str]]:
     """``count`` 24 kHz float32 utterances of min_s..max_s seconds and their transcripts."""
     rng = np.random.default_rng(seed)
-    clips = [
-        (soxr.resample(c.samples, c.sample_rate, SAMPLE_RATE).astype(np.float32), c.text) for c in load_clips()
-    ]
+    clips = [(soxr.resample(c.samples, c.sample_rate, SAMPLE_RATE).astype(np.float32), c.text) for c in load_clips()]
     audios, texts = [], []
     for _ in range(count):
         target = int(rng.uniform(min_s, max_s) * SAMPLE_RATE)
@@ -196,7 +194,10 @@ def main(argv: list[str] | None = None) -> None:
 
         qwen_figures = measure(
             {"batched": qwen_run(BATCHED_MAX_TOKENS), "one_at_a_time": qwen_run(ONE_MAX_TOKENS)},
-            qwen_timer, len(audios), audio_s, args.qwen_repeats,
+            qwen_timer,
+            len(audios),
+            audio_s,
+            args.qwen_repeats,
         )
         qwen_figures["batched_padded_over_real"] = padded_over_real(
             [max(len(t), 1) for t in tokens], BATCHED_MAX_TOKENS
@@ -207,13 +208,20 @@ def main(argv: list[str] | None = None) -> None:
 
         def wavlm_run(max_batch_s: float):
             return lambda indices: wavlm_features(
-                wavlm, [audios[i] for i in indices], [n_frames[i] for i in indices],
-                device=device, dtype=torch.float32, max_batch_s=max_batch_s,
+                wavlm,
+                [audios[i] for i in indices],
+                [n_frames[i] for i in indices],
+                device=device,
+                dtype=torch.float32,
+                max_batch_s=max_batch_s,
             )
 
         wavlm_figures = measure(
             {"batched": wavlm_run(BATCHED_MAX_AUDIO_S), "one_at_a_time": wavlm_run(ONE_MAX_AUDIO_S)},
-            wavlm_timer, len(audios), audio_s, args.repeats,
+            wavlm_timer,
+            len(audios),
+            audio_s,
+            args.repeats,
         )
         wavlm_figures["batched_padded_over_real"] = padded_over_real(
             [-(-a.shape[0] * WAVLM_SAMPLE_RATE // SOURCE_SAMPLE_RATE) for a in audios],
@@ -224,10 +232,17 @@ def main(argv: list[str] | None = None) -> None:
     emit(
         "features",
         {
-            "quick": args.quick, "utterances": args.utterances, "min_s": args.min_s, "max_s": args.max_s,
-            "repeats": args.repeats, "qwen_repeats": args.qwen_repeats, "seed": args.seed,
-            "device": "cpu", "dtype": "float32",
-            "torch_num_threads": args.threads, "models": "tiny_qwen3 (cut at hidden_states[-2]), tiny_wavlm",
+            "quick": args.quick,
+            "utterances": args.utterances,
+            "min_s": args.min_s,
+            "max_s": args.max_s,
+            "repeats": args.repeats,
+            "qwen_repeats": args.qwen_repeats,
+            "seed": args.seed,
+            "device": "cpu",
+            "dtype": "float32",
+            "torch_num_threads": args.threads,
+            "models": "tiny_qwen3 (cut at hidden_states[-2]), tiny_wavlm",
             "batched_budgets": {"max_batch_tokens": BATCHED_MAX_TOKENS, "max_batch_s": BATCHED_MAX_AUDIO_S},
             # Other processes competing for the cores slow multi-threaded torch a lot (threads wait
             # on each other at every op); the 1-minute load average before and after says how busy.

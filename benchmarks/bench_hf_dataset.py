@@ -79,21 +79,32 @@ def seed_approach(root, out_path: str) -> tuple[float, int, int]:
         with LandedAudio(root, shard_id) as audio, audio.open(audio_path) as handle:
             whole, rate = sf.read(handle, dtype="float32", always_2d=True)
         for seg in segs:
-            cut = downmix_to_mono(whole[int(round(seg["start_s"] * rate)):int(round(seg["end_s"] * rate))])
-            rows.append({
-                "audio": {"bytes": encode_flac(np.asarray(cut), rate), "path": f"{seg['key']}.flac"},
-                "key": seg["key"], "country": "germany", "language": seg["language"], "video_id": seg["video_id"],
-                "transcript_id": seg["transcript_id"], "start_seconds": seg["start_s"], "end_seconds": seg["end_s"],
-                "duration_seconds": seg["duration_s"], "asr_transcript": seg["asr_text"],
-                "human_transcript": seg["human_text"], "cer": seg["cer"],
-                "wer": word_error_rate(seg["human_text"], seg["asr_text"]),
-                "original_transcript_start_idx": seg["transcript_start_idx"],
-                "original_transcript_end_idx": seg["transcript_end_idx"],
-            })
+            cut = downmix_to_mono(whole[int(round(seg["start_s"] * rate)) : int(round(seg["end_s"] * rate))])
+            rows.append(
+                {
+                    "audio": {"bytes": encode_flac(np.asarray(cut), rate), "path": f"{seg['key']}.flac"},
+                    "key": seg["key"],
+                    "country": "germany",
+                    "language": seg["language"],
+                    "video_id": seg["video_id"],
+                    "transcript_id": seg["transcript_id"],
+                    "start_seconds": seg["start_s"],
+                    "end_seconds": seg["end_s"],
+                    "duration_seconds": seg["duration_s"],
+                    "asr_transcript": seg["asr_text"],
+                    "human_transcript": seg["human_text"],
+                    "cer": seg["cer"],
+                    "wer": word_error_rate(seg["human_text"], seg["asr_text"]),
+                    "original_transcript_start_idx": seg["transcript_start_idx"],
+                    "original_transcript_end_idx": seg["transcript_end_idx"],
+                }
+            )
     # from_list would encode Audio values through torchcodec (needs FFmpeg); the same bytes go in as
     # a struct and become Audio by a storage cast, which is what the seed's files hold.
     features = hf_features(16_000)
-    plain = datasets.Features({**features, "audio": {"bytes": datasets.Value("binary"), "path": datasets.Value("string")}})
+    plain = datasets.Features(
+        {**features, "audio": {"bytes": datasets.Value("binary"), "path": datasets.Value("string")}}
+    )
     dataset = datasets.Dataset.from_list(rows, features=plain).cast_column("audio", features["audio"])
     dataset.to_parquet(out_path)
     seconds = time.perf_counter() - started
@@ -121,14 +132,15 @@ def main() -> None:
                 seed_s, seed_peak, seed_rows = seed_approach(root, f"{workdir}/seed.parquet")
                 if ours_rows != seed_rows:
                     raise SystemExit(f"row counts differ: ours {ours_rows}, seed {seed_rows}")
-                audio_s = sum(
-                    sf.info(io.BytesIO(b)).duration for b in _audio_bytes(root)
-                ) if label == "full" else None
+                audio_s = sum(sf.info(io.BytesIO(b)).duration for b in _audio_bytes(root)) if label == "full" else None
                 figures[label] = {
-                    "recordings": count, "rows": ours_rows,
-                    "segments_per_s": round(ours_rows / ours_s, 1), "seed_segments_per_s": round(seed_rows / seed_s, 1),
+                    "recordings": count,
+                    "rows": ours_rows,
+                    "segments_per_s": round(ours_rows / ours_s, 1),
+                    "seed_segments_per_s": round(seed_rows / seed_s, 1),
                     "ratio_speed_over_seed": ratio(seed_s, ours_s),
-                    "peak_python_mb": round(ours_peak / 1e6, 2), "seed_peak_python_mb": round(seed_peak / 1e6, 2),
+                    "peak_python_mb": round(ours_peak / 1e6, 2),
+                    "seed_peak_python_mb": round(seed_peak / 1e6, 2),
                     "ratio_peak_memory_seed_over_ours": ratio(seed_peak, ours_peak),
                 }
                 if audio_s is not None:

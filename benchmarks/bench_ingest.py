@@ -167,7 +167,11 @@ def main(argv: list[str] | None = None) -> None:
             with tempfile.TemporaryDirectory(prefix="bench-ingest-") as tmp:
                 root = DataRoot(tmp)
                 build_sample_shard(
-                    root, SHARD_ID, args.utterances, seed=args.seed, formats=formats,
+                    root,
+                    SHARD_ID,
+                    args.utterances,
+                    seed=args.seed,
+                    formats=formats,
                     long_recordings=args.long_recordings,
                 )
                 scenarios[name] = {"formats": list(formats), **measure_cpu(root, args.repeats)}
@@ -188,8 +192,12 @@ def main(argv: list[str] | None = None) -> None:
     emit(
         "ingest",
         {
-            "quick": args.quick, "utterances": args.utterances, "long_recordings": args.long_recordings,
-            "parallel_utterances": args.parallel_utterances, "repeats": args.repeats, "seed": args.seed,
+            "quick": args.quick,
+            "utterances": args.utterances,
+            "long_recordings": args.long_recordings,
+            "parallel_utterances": args.parallel_utterances,
+            "repeats": args.repeats,
+            "seed": args.seed,
             # normalize_shard hands out FILES_PER_TASK files per task, so a small shard may use one worker
             "workers_2_effective": min(2, -(-args.parallel_utterances // FILES_PER_TASK)),
         },

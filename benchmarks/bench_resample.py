@@ -136,8 +136,12 @@ def main(argv: list[str] | None = None) -> None:
     emit(
         "resample",
         {
-            "quick": args.quick, "seconds": args.seconds, "repeats": args.repeats,
-            "container": args.container, "target_rate": TARGET_SAMPLE_RATE, "torch_threads": 1,
+            "quick": args.quick,
+            "seconds": args.seconds,
+            "repeats": args.repeats,
+            "container": args.container,
+            "target_rate": TARGET_SAMPLE_RATE,
+            "torch_threads": 1,
         },
         {
             "x_realtime_per_cpu_by_source_rate": speed,

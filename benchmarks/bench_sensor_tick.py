@@ -132,12 +132,18 @@ def main(argv: list[str] | None = None) -> None:
     emit(
         "sensor_tick",
         {
-            "quick": args.quick, "shards": args.shards, "complete": len(complete),
-            "still_landing": args.shards - len(complete), "limit": args.limit,
-            "registered": len(registered), "repeats": args.repeats,
+            "quick": args.quick,
+            "shards": args.shards,
+            "complete": len(complete),
+            "still_landing": args.shards - len(complete),
+            "limit": args.limit,
+            "registered": len(registered),
+            "repeats": args.repeats,
         },
         {
-            "scan": figure(scan_s, scan_first_s, complete_found=len(scan.complete), still_landing_checked=len(scan.still_landing)),
+            "scan": figure(
+                scan_s, scan_first_s, complete_found=len(scan.complete), still_landing_checked=len(scan.still_landing)
+            ),
             "tick_none_registered": figure(fresh_s, fresh_first_s, **tick_checks(fresh)),
             "tick_mostly_registered": figure(later_s, later_first_s, **tick_checks(later)),
             "ratio_mostly_registered_over_none_registered": ratio(later_s, fresh_s),

@@ -85,14 +85,18 @@ def seed_level(chunks: LevelChunks, words: list[TimedUnit]) -> tuple[list[tuple]
     last_end = max((e for _, _, e in timed if e is not None), default=0.0)
     emitted, segments = set(), []
     for second in range(int(math.ceil(last_end)) + 1):
-        emit_now = [k for k, (_, _, end) in enumerate(timed) if end is not None and k not in emitted and end <= second + 1.0]
+        emit_now = [
+            k for k, (_, _, end) in enumerate(timed) if end is not None and k not in emitted and end <= second + 1.0
+        ]
         if emit_now:
             emitted.update(emit_now)
-            segments.append({
-                "second": second,
-                "source": " ".join(timed[k][0] for k in emit_now),
-                "target": "".join(eng2zh[timed[k][0]] for k in emit_now),
-            })
+            segments.append(
+                {
+                    "second": second,
+                    "source": " ".join(timed[k][0] for k in emit_now),
+                    "target": "".join(eng2zh[timed[k][0]] for k in emit_now),
+                }
+            )
     return timed, segments
 
 
@@ -116,7 +120,9 @@ def main(argv: list[str] | None = None) -> None:
         ours = [utterance_segments(seg, words) for words, seg, _ in utterances]
         ours_s = time.perf_counter() - started
         started = time.perf_counter()
-        seed = [{level: seed_level(seg.levels[level], words) for level in LATENCY_LEVELS} for words, seg, _ in utterances]
+        seed = [
+            {level: seed_level(seg.levels[level], words) for level in LATENCY_LEVELS} for words, seg, _ in utterances
+        ]
         seed_s = time.perf_counter() - started
         ours_segments = sum(len(r.segments) for levels in ours for r in levels.values())
         seed_segments = sum(len(levels[lvl][1]) for levels in seed for lvl in LATENCY_LEVELS)
@@ -132,8 +138,13 @@ def main(argv: list[str] | None = None) -> None:
         progress(f"ours {ours_s:.2f} s ({ours_segments} segments), seed {seed_s:.2f} s ({seed_segments} segments)")
     emit(
         "streaming_segments",
-        {"quick": args.quick, "utterances": args.utterances, "seed": args.seed, "levels": len(LATENCY_LEVELS),
-         "rewritten_chunk_share": REWRITTEN_SHARE},
+        {
+            "quick": args.quick,
+            "utterances": args.utterances,
+            "seed": args.seed,
+            "levels": len(LATENCY_LEVELS),
+            "rewritten_chunk_share": REWRITTEN_SHARE,
+        },
         {
             "utt_per_s": round(args.utterances / ours_s, 1),
             "segments_per_s": round(ours_segments / ours_s, 1),

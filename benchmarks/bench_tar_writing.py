@@ -68,9 +68,15 @@ def build_samples(count: int, min_s: float, max_s: float, qwen_dim: int, seed: i
                 grid=np.sort(rng.integers(-1, n_tokens, n_frames, dtype=np.int32)),
                 dur=rng.integers(0, 8, n_tokens, dtype=np.int32),
                 info={
-                    "text": "synthetic " * n_tokens, "language": "en", "country": "us", "source": "bench",
-                    "shard": SHARD_ID, "sample_rate": SAMPLE_RATE, "frame_rate": FRAME_RATE_HZ,
-                    "n_frames": n_frames, "n_tokens": n_tokens,
+                    "text": "synthetic " * n_tokens,
+                    "language": "en",
+                    "country": "us",
+                    "source": "bench",
+                    "shard": SHARD_ID,
+                    "sample_rate": SAMPLE_RATE,
+                    "frame_rate": FRAME_RATE_HZ,
+                    "n_frames": n_frames,
+                    "n_tokens": n_tokens,
                 },
             )
         )
@@ -124,7 +130,7 @@ def main(argv: list[str] | None = None) -> None:
         seconds: dict[str, list[float]] = {name: [] for name in methods}
         names = list(methods)
         for repeat in range(args.repeats):
-            for name in names[repeat % len(names):] + names[: repeat % len(names)]:
+            for name in names[repeat % len(names) :] + names[: repeat % len(names)]:
                 os.sync()
                 started = time.perf_counter()
                 methods[name]()
@@ -137,9 +143,16 @@ def main(argv: list[str] | None = None) -> None:
     emit(
         "tar_writing",
         {
-            "quick": args.quick, "samples": args.samples, "min_s": args.min_s, "max_s": args.max_s,
-            "qwen_dim": args.qwen_dim, "wavlm_dim": WAVLM_DIM, "tokens_per_s": TOKENS_PER_S,
-            "repeats": args.repeats, "seed": args.seed, "copy_buffer_bytes": COPY_BUFFER,
+            "quick": args.quick,
+            "samples": args.samples,
+            "min_s": args.min_s,
+            "max_s": args.max_s,
+            "qwen_dim": args.qwen_dim,
+            "wavlm_dim": WAVLM_DIM,
+            "tokens_per_s": TOKENS_PER_S,
+            "repeats": args.repeats,
+            "seed": args.seed,
+            "copy_buffer_bytes": COPY_BUFFER,
         },
         {
             "tar_mb": round(total / MB, 1),

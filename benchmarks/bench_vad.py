@@ -91,7 +91,8 @@ def measure_vad(files: int, file_s: float, repeats: int, seed: int) -> dict:
     )
     progress(f"vad: batched {batched_cpu:.2f} cpu s, per file {per_file_cpu:.2f} cpu s for {audio_s:.0f} s")
     return {
-        "files": files, "audio_seconds": round(audio_s, 1),
+        "files": files,
+        "audio_seconds": round(audio_s, 1),
         "batched_x_realtime_per_cpu": round(audio_s / batched_cpu, 1),
         "silero_per_file_x_realtime_per_cpu": round(audio_s / per_file_cpu, 1),
         "speedup": ratio(per_file_cpu, batched_cpu),
@@ -164,7 +165,8 @@ def measure_streaming(root: DataRoot, urls: list[str], chunk_s: float, num_chunk
     audio_s = sum(sum(t["duration_s"].to_pylist()) for t in index)
     progress(f"streaming: loader {loader_cpu:.2f} cpu s, naive {naive_cpu:.2f} cpu s, {chunk_seconds}")
     return {
-        "files": sum(t.num_rows for t in index), "file_audio_seconds": round(audio_s, 1),
+        "files": sum(t.num_rows for t in index),
+        "file_audio_seconds": round(audio_s, 1),
         "chunk_seconds": chunk_seconds["loader"],
         "loader_chunk_s_per_cpu_s": round(chunk_seconds["loader"] / loader_cpu, 1),
         "naive_chunk_s_per_cpu_s": round(chunk_seconds["naive"] / naive_cpu, 1),
@@ -186,7 +188,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     if args.quick:
-        args.vad_files, args.vad_file_s, args.shards, args.files_per_shard, args.file_s, args.repeats = 4, 8.0, 1, 2, 40.0, 1
+        args.vad_files, args.vad_file_s, args.shards, args.files_per_shard, args.file_s, args.repeats = (
+            4,
+            8.0,
+            1,
+            2,
+            40.0,
+            1,
+        )
 
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # both sides on one core

@@ -78,11 +78,13 @@ def capacity(stages: tuple[Stage, ...], cpus: float, gpus: float, shard_hours: f
     rate = rates[limiting]
     slowest = min((s for s in stages if s.pool == limiting), key=lambda s: s.audio_s_per_s)
     result = {
-        "cpus": cpus, "gpus": gpus,
+        "cpus": cpus,
+        "gpus": gpus,
         "audio_hours_per_day": rate * SECONDS_PER_DAY / 3600.0,
         "cpu_hours_per_day": rates["cpu"] * SECONDS_PER_DAY / 3600.0,
         "gpu_hours_per_day": rates["gpu"] * SECONDS_PER_DAY / 3600.0,
-        "bottleneck_pool": limiting, "bottleneck_stage": slowest.name,
+        "bottleneck_pool": limiting,
+        "bottleneck_stage": slowest.name,
     }
     if shard_hours:
         # Per shard: the work itself on one worker of each step vs the steps' fixed costs.
@@ -92,8 +94,10 @@ def capacity(stages: tuple[Stage, ...], cpus: float, gpus: float, shard_hours: f
 
 
 def markdown_table(stages: tuple[Stage, ...], grid: list[tuple[int, int]]) -> str:
-    lines = ["| CPU cores | GPUs | audio h/day (CPU pool) | audio h/day (GPU pool) | audio h/day | first bottleneck |",
-             "|---|---|---|---|---|---|"]
+    lines = [
+        "| CPU cores | GPUs | audio h/day (CPU pool) | audio h/day (GPU pool) | audio h/day | first bottleneck |",
+        "|---|---|---|---|---|---|",
+    ]
     for cpus, gpus in grid:
         c = capacity(stages, cpus, gpus)
         lines.append(
@@ -120,8 +124,10 @@ def main(argv: list[str] | None = None) -> None:
         {"cpus": args.cpus, "gpus": args.gpus, "mfu": args.mfu, "shard_hours": args.shard_hours},
         {
             **capacity(stages, args.cpus, args.gpus, args.shard_hours),
-            "stages": [{"name": s.name, "pool": s.pool, "audio_s_per_s": round(s.audio_s_per_s, 1), "source": s.source}
-                       for s in stages],
+            "stages": [
+                {"name": s.name, "pool": s.pool, "audio_s_per_s": round(s.audio_s_per_s, 1), "source": s.source}
+                for s in stages
+            ],
         },
     )
 

@@ -64,14 +64,27 @@ PEAK_BF16_TFLOPS = (("H100 PCIe", 756.0), ("H100", 989.0), ("H200", 989.0), ("A1
 
 # Qwen/Qwen3-1.7B's config.json sizes.
 QWEN3_1_7B = dict(
-    vocab_size=151_936, hidden_size=2048, intermediate_size=6144, num_hidden_layers=28,
-    num_attention_heads=16, num_key_value_heads=8, head_dim=128, max_position_embeddings=40_960,
-    rope_theta=1_000_000.0, rms_norm_eps=1e-6, tie_word_embeddings=True,
+    vocab_size=151_936,
+    hidden_size=2048,
+    intermediate_size=6144,
+    num_hidden_layers=28,
+    num_attention_heads=16,
+    num_key_value_heads=8,
+    head_dim=128,
+    max_position_embeddings=40_960,
+    rope_theta=1_000_000.0,
+    rms_norm_eps=1e-6,
+    tie_word_embeddings=True,
 )
 # microsoft/wavlm-large's config.json sizes (the conv stack, position conv and buckets are WavLMConfig's defaults).
 WAVLM_LARGE = dict(
-    hidden_size=1024, num_hidden_layers=24, num_attention_heads=16, intermediate_size=4096,
-    feat_extract_norm="layer", do_stable_layer_norm=True, conv_bias=True,
+    hidden_size=1024,
+    num_hidden_layers=24,
+    num_attention_heads=16,
+    intermediate_size=4096,
+    feat_extract_norm="layer",
+    do_stable_layer_norm=True,
+    conv_bias=True,
 )
 TINY_LAYERS = 2
 
@@ -148,8 +161,14 @@ def synthetic_input(hours: float, min_s: float, max_s: float, tokens_per_s: floa
     return audios, tokens
 
 
-def timed_passes(run: Callable[[list[int]], object], count: int, timer: ForwardTimer, repeats: int,
-                 on_cuda: bool, warm_up: bool = True) -> dict:
+def timed_passes(
+    run: Callable[[list[int]], object],
+    count: int,
+    timer: ForwardTimer,
+    repeats: int,
+    on_cuda: bool,
+    warm_up: bool = True,
+) -> dict:
     """Warm up on a few utterances, then ``repeats`` passes over all; the median pass by wall time."""
     if warm_up:
         run(list(range(min(WARM_UP_UTTERANCES, count))))
@@ -172,8 +191,9 @@ def timed_passes(run: Callable[[list[int]], object], count: int, timer: ForwardT
     return middle
 
 
-def figures(measured: dict, audio_s: float, flops: float, units: float, unit_name: str,
-            peak_tflops: float | None, params: int) -> dict:
+def figures(
+    measured: dict, audio_s: float, flops: float, units: float, unit_name: str, peak_tflops: float | None, params: int
+) -> dict:
     wall = measured["wall_s"]
     achieved_tflops = flops / wall / 1e12
     return {
@@ -203,8 +223,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--max-batch-s", type=float, default=DEFAULT_MAX_AUDIO_S)
     parser.add_argument("--peak-tflops", type=float, default=None, help="dense bf16 peak (default: by device name)")
     parser.add_argument("--repeats", type=int, default=3, help="timed passes per model")
-    parser.add_argument("--tiny-dry-run", action="store_true",
-                        help=f"{TINY_LAYERS}-layer models, random weights, one small batch on the CPU")
+    parser.add_argument(
+        "--tiny-dry-run",
+        action="store_true",
+        help=f"{TINY_LAYERS}-layer models, random weights, one small batch on the CPU",
+    )
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     if args.quick:
@@ -231,8 +254,10 @@ def main(argv: list[str] | None = None) -> None:
             args.hours, args.min_s, args.max_s, args.tokens_per_s, QWEN3_1_7B["vocab_size"], args.seed
         )
         audio_s = sum(a.shape[0] for a in audios) / SOURCE_SAMPLE_RATE
-        progress(f"{len(audios)} utterances, {audio_s / 3600:.2f} h, {sum(map(len, tokens))} tokens "
-                 f"({time.perf_counter() - started:.1f} s)")
+        progress(
+            f"{len(audios)} utterances, {audio_s / 3600:.2f} h, {sum(map(len, tokens))} tokens "
+            f"({time.perf_counter() - started:.1f} s)"
+        )
 
         qwen = build_qwen(args.random_weights, layers, device, dtype)
         qwen_timer = ForwardTimer(qwen, sync)
@@ -240,15 +265,24 @@ def main(argv: list[str] | None = None) -> None:
         qwen_params = qwen_flop_params(qwen)
         qwen_measured = timed_passes(
             lambda idx: qwen_hidden_states(
-                qwen, [tokens[i] for i in idx], device=device, max_batch_tokens=args.max_batch_tokens  # noqa: F821 (bound above; deleted only after the passes)
+                qwen,  # noqa: F821 (bound above; deleted only after the passes)
+                [tokens[i] for i in idx],
+                device=device,
+                max_batch_tokens=args.max_batch_tokens,
             ),
-            len(tokens), qwen_timer, args.repeats, on_cuda, warm_up=not args.tiny_dry_run,
+            len(tokens),
+            qwen_timer,
+            args.repeats,
+            on_cuda,
+            warm_up=not args.tiny_dry_run,
         )
         qwen_figures = {
-            "layers_run": len(qwen.layers), "hidden_size": qwen.config.hidden_size,
+            "layers_run": len(qwen.layers),
+            "hidden_size": qwen.config.hidden_size,
             "attn_implementation": qwen.config._attn_implementation,
-            **figures(qwen_measured, audio_s, 2.0 * qwen_params * n_tokens, n_tokens, "tokens",
-                      peak_tflops, qwen_params),
+            **figures(
+                qwen_measured, audio_s, 2.0 * qwen_params * n_tokens, n_tokens, "tokens", peak_tflops, qwen_params
+            ),
         }
         progress(f"qwen {qwen_figures}")
         del qwen
@@ -264,27 +298,53 @@ def main(argv: list[str] | None = None) -> None:
         conv_flops = sum(conv_extractor_flops(wavlm.config, n) for n in samples_16k)
         wavlm_measured = timed_passes(
             lambda idx: wavlm_features(
-                wavlm, [audios[i] for i in idx], [n_frames[i] for i in idx],
-                device=device, dtype=dtype, max_batch_s=args.max_batch_s,
+                wavlm,
+                [audios[i] for i in idx],
+                [n_frames[i] for i in idx],
+                device=device,
+                dtype=dtype,
+                max_batch_s=args.max_batch_s,
             ),
-            len(audios), wavlm_timer, args.repeats, on_cuda, warm_up=not args.tiny_dry_run,
+            len(audios),
+            wavlm_timer,
+            args.repeats,
+            on_cuda,
+            warm_up=not args.tiny_dry_run,
         )
         wavlm_figures = {
-            "layers_run": len(wavlm.encoder.layers), "hidden_size": wavlm.config.hidden_size,
+            "layers_run": len(wavlm.encoder.layers),
+            "hidden_size": wavlm.config.hidden_size,
             "conv_extractor_share_of_flops": round(conv_flops / (2.0 * wavlm_params * frames + conv_flops), 4),
-            **figures(wavlm_measured, audio_s, 2.0 * wavlm_params * frames + conv_flops, frames, "frames_50hz",
-                      peak_tflops, wavlm_params),
+            **figures(
+                wavlm_measured,
+                audio_s,
+                2.0 * wavlm_params * frames + conv_flops,
+                frames,
+                "frames_50hz",
+                peak_tflops,
+                wavlm_params,
+            ),
         }
         progress(f"wavlm {wavlm_figures}")
 
     emit(
         BENCHMARK,
         {
-            "quick": args.quick, "tiny_dry_run": args.tiny_dry_run, "random_weights": args.random_weights,
-            "models": {"qwen": QWEN_ID, "wavlm": WAVLM_ID}, "device": device_name, "dtype": str(dtype),
-            "torch": torch.__version__, "hours": args.hours, "min_s": args.min_s, "max_s": args.max_s,
-            "tokens_per_s": args.tokens_per_s, "max_batch_tokens": args.max_batch_tokens,
-            "max_batch_s": args.max_batch_s, "repeats": args.repeats, "seed": args.seed,
+            "quick": args.quick,
+            "tiny_dry_run": args.tiny_dry_run,
+            "random_weights": args.random_weights,
+            "models": {"qwen": QWEN_ID, "wavlm": WAVLM_ID},
+            "device": device_name,
+            "dtype": str(dtype),
+            "torch": torch.__version__,
+            "hours": args.hours,
+            "min_s": args.min_s,
+            "max_s": args.max_s,
+            "tokens_per_s": args.tokens_per_s,
+            "max_batch_tokens": args.max_batch_tokens,
+            "max_batch_s": args.max_batch_s,
+            "repeats": args.repeats,
+            "seed": args.seed,
             "peak_bf16_tflops": peak_tflops,
         },
         {

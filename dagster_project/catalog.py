@@ -101,7 +101,9 @@ def build_parser() -> argparse.ArgumentParser:
     selection.add_argument("--min-score", type=float, help="minimum alignment_score (inclusive)")
     selection.add_argument("--min-duration", type=float, help="minimum duration_s (inclusive)")
     selection.add_argument("--max-duration", type=float, help="maximum duration_s (inclusive)")
-    selection.add_argument("--where", action="append", default=[], metavar="COLUMN=VALUE", help="equality filter (repeatable)")
+    selection.add_argument(
+        "--where", action="append", default=[], metavar="COLUMN=VALUE", help="equality filter (repeatable)"
+    )
     selection.add_argument("--limit", type=int, help="at most this many samples")
     parser.add_argument("--max-rows", type=int, default=50, help="rows to print (default 50)")
     parser.add_argument("--data-root", help="data root URL (default: DATA_ROOT, as the code location reads it)")
@@ -112,14 +114,28 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     filters = any(
-        value not in (None, []) for value in (
-            args.language, args.country, args.min_score, args.min_duration, args.max_duration, args.where, args.limit,
+        value not in (None, [])
+        for value in (
+            args.language,
+            args.country,
+            args.min_score,
+            args.min_duration,
+            args.max_duration,
+            args.where,
+            args.limit,
         )
     )
-    chosen = [name for name, on in (
-        ("SQL", args.sql is not None), ("--named", args.named is not None), ("--list", args.list),
-        ("--export-nemo", args.export_nemo is not None), ("--export-urls", args.export_urls is not None),
-    ) if on]
+    chosen = [
+        name
+        for name, on in (
+            ("SQL", args.sql is not None),
+            ("--named", args.named is not None),
+            ("--list", args.list),
+            ("--export-nemo", args.export_nemo is not None),
+            ("--export-urls", args.export_urls is not None),
+        )
+        if on
+    ]
     if len(chosen) > 1:
         parser.error(f"choose one of SQL, --named, --list, --export-nemo, --export-urls (got {', '.join(chosen)})")
     if filters and chosen and chosen[0] in ("SQL", "--named", "--list"):
@@ -152,9 +168,14 @@ def main(argv: list[str] | None = None) -> int:
                 print(format_table(run_query(connection, args.sql), max_rows=args.max_rows))
                 return 0
             table = select_samples(
-                connection, where=parse_where(args.where), min_alignment_score=args.min_score,
-                min_duration_s=args.min_duration, max_duration_s=args.max_duration,
-                languages=args.language, countries=args.country, limit=args.limit,
+                connection,
+                where=parse_where(args.where),
+                min_alignment_score=args.min_score,
+                min_duration_s=args.min_duration,
+                max_duration_s=args.max_duration,
+                languages=args.language,
+                countries=args.country,
+                limit=args.limit,
             )
             if args.export_nemo is not None:
                 lines = export_nemo_manifest(table, args.export_nemo)

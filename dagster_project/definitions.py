@@ -36,7 +36,9 @@ def build_resources(data_root: str | None = None, profile: str | None = None) ->
         "data_root": DataRootResource(url=data_root or data_root_url()),
         "model_profile": ModelProfileResource(profile=profile),
         "aligner": CtcAlignerResource(
-            models={language: "tiny" for language in TINY_ALIGNMENT_LANGUAGES} if tiny else dict(DEFAULT_ALIGNMENT_MODELS),
+            models={language: "tiny" for language in TINY_ALIGNMENT_LANGUAGES}
+            if tiny
+            else dict(DEFAULT_ALIGNMENT_MODELS),
             model_cache_dir=cache_dir,
         ),
         "text_tokenizer": TextTokenizerResource(
@@ -44,11 +46,14 @@ def build_resources(data_root: str | None = None, profile: str | None = None) ->
         ),
         "torch_device": TorchDeviceResource(),
         "qwen": QwenEncoder(
-            model_id="tiny" if tiny else QWEN.model_id, revision=None if tiny else QWEN.revision,
+            model_id="tiny" if tiny else QWEN.model_id,
+            revision=None if tiny else QWEN.revision,
             tiny_vocab_size=TINY_VOCAB_SIZE,
         ),
         "wavlm": WavLMEncoder(model_id="tiny" if tiny else WAVLM.model_id, revision=None if tiny else WAVLM.revision),
-        "qe": MetricXResource(model_path="tiny" if tiny else "google/metricx-24-hybrid-xl-v2p6", model_cache_dir=cache_dir),
+        "qe": MetricXResource(
+            model_path="tiny" if tiny else "google/metricx-24-hybrid-xl-v2p6", model_cache_dir=cache_dir
+        ),
         "vad": SileroVadResource(),
         "catalog": DuckDBResource(database=catalog_database_path(data_root or data_root_url())),
         "hf_dataset_settings": HfDatasetSettings(),

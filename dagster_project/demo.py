@@ -50,7 +50,10 @@ def main(argv: list[str] | None = None) -> int:
     for shard_id in DEMO_SHARDS:
         started = time.perf_counter()
         result = job.execute_in_process(
-            partition_key=shard_id, instance=instance, resources=resources, raise_on_error=False,
+            partition_key=shard_id,
+            instance=instance,
+            resources=resources,
+            raise_on_error=False,
             tags={"speechdata/launched_by": "demo"},
             run_config={"loggers": {"console": {"config": {"log_level": "INFO"}}}},
         )
@@ -60,7 +63,9 @@ def main(argv: list[str] | None = None) -> int:
         _print_shard_summary(data_root, shard_id)
     catalog_job = defs.resolve_job_def("manifest_catalog_job")
     catalog_run = catalog_job.execute_in_process(
-        instance=instance, resources=resources, raise_on_error=False,
+        instance=instance,
+        resources=resources,
+        raise_on_error=False,
         tags={"speechdata/launched_by": "demo"},
         run_config={"loggers": {"console": {"config": {"log_level": "WARNING"}}}},
     )
@@ -92,26 +97,36 @@ def _publish_seed004_countries(data_root: DataRoot, instance, resources, defs) -
     ok = True
     for shard_id in shards:
         result = defs.resolve_job_def("per_shard_job").execute_in_process(
-            partition_key=shard_id, instance=instance, resources=resources, raise_on_error=False,
-            tags={"speechdata/launched_by": "demo"}, run_config={"loggers": {"console": {"config": {"log_level": "WARNING"}}}},
+            partition_key=shard_id,
+            instance=instance,
+            resources=resources,
+            raise_on_error=False,
+            tags={"speechdata/launched_by": "demo"},
+            run_config={"loggers": {"console": {"config": {"log_level": "WARNING"}}}},
         )
         ok &= result.success
         print(f"\n== {shard_id} (seed 004 import): per_shard_job {'ok' if result.success else 'FAILED'}")
     dataset = resources["hf_dataset_settings"].dataset
     for country in sorted(SAMPLE_COUNTRIES):
         result = defs.resolve_job_def("hf_dataset_job").execute_in_process(
-            partition_key=country, instance=instance, resources=resources, raise_on_error=False,
-            tags={"speechdata/launched_by": "demo"}, run_config={"loggers": {"console": {"config": {"log_level": "WARNING"}}}},
+            partition_key=country,
+            instance=instance,
+            resources=resources,
+            raise_on_error=False,
+            tags={"speechdata/launched_by": "demo"},
+            run_config={"loggers": {"console": {"config": {"log_level": "WARNING"}}}},
         )
         ok &= result.success
         print(f"== {country}: hf_dataset_job {'ok' if result.success else 'FAILED'}")
     dataset_dir = data_root.path(layout.hf_dataset_dir(dataset))
     print(f"\n== Hugging Face dataset {data_root.uri(layout.hf_dataset_dir(dataset))} (card: {CARD_FILE})")
     for path in sorted(data_root.fs.glob(f"{dataset_dir}/*/*.parquet")):
-        print(f"   {path[len(dataset_dir) + 1:]}  {data_root.fs.size(path) / 1e6:.2f} MB")
+        print(f"   {path[len(dataset_dir) + 1 :]}  {data_root.fs.size(path) / 1e6:.2f} MB")
     print(f'Load it: datasets.load_dataset("{dataset_dir}", "germany")')
     if not resources["hub"].enabled:
-        print("Publishing to the Hub is off: set SPEECHDATA_HF_REPO_ID and HF_TOKEN to turn it on (README, Publishing).")
+        print(
+            "Publishing to the Hub is off: set SPEECHDATA_HF_REPO_ID and HF_TOKEN to turn it on (README, Publishing)."
+        )
     return ok
 
 
@@ -121,7 +136,7 @@ def _demo_segmentation(text: str) -> dict:
     words = text.split()
 
     def level(size: int) -> dict:
-        chunks = [" ".join(words[i:i + size]) for i in range(0, len(words), size)]
+        chunks = [" ".join(words[i : i + size]) for i in range(0, len(words), size)]
         return {"English": chunks, "Chinese": [f"译{i}" for i in range(len(chunks))]}
 
     return {"low_latency": level(2), "medium_latency": level(4), "high_latency": level(max(len(words), 1))}
@@ -145,22 +160,43 @@ def _run_the_other_products(data_root: DataRoot, instance, resources, defs) -> b
     quiet = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
     ok = True
     result = defs.resolve_job_def("translation_job").execute_in_process(
-        partition_key=shard_id, instance=instance, resources=resources, raise_on_error=False,
-        tags={"speechdata/launched_by": "demo"}, run_config=quiet,
+        partition_key=shard_id,
+        instance=instance,
+        resources=resources,
+        raise_on_error=False,
+        tags={"speechdata/launched_by": "demo"},
+        run_config=quiet,
     )
     ok &= result.success
-    print(f"\n== {shard_id}: translation_job {'ok' if result.success else 'FAILED'} "
-          f"(pairs: {data_root.uri(layout.streaming_pairs(shard_id))})")
-    result = dg.materialize(ALL_ASSETS, selection=[asr_manifest], instance=instance, resources=resources,
-                            raise_on_error=False, tags={"speechdata/launched_by": "demo"})
+    print(
+        f"\n== {shard_id}: translation_job {'ok' if result.success else 'FAILED'} "
+        f"(pairs: {data_root.uri(layout.streaming_pairs(shard_id))})"
+    )
+    result = dg.materialize(
+        ALL_ASSETS,
+        selection=[asr_manifest],
+        instance=instance,
+        resources=resources,
+        raise_on_error=False,
+        tags={"speechdata/launched_by": "demo"},
+    )
     ok &= result.success
     print(f"== asr_manifest {'ok' if result.success else 'FAILED'} ({data_root.uri('asr/manifests')})")
     for language in sorted(instance.get_dynamic_partitions(language_partitions.name)):
-        result = dg.materialize(ALL_ASSETS, selection=[language_shard_index], partition_key=language, instance=instance,
-                                resources=resources, raise_on_error=False, tags={"speechdata/launched_by": "demo"})
+        result = dg.materialize(
+            ALL_ASSETS,
+            selection=[language_shard_index],
+            partition_key=language,
+            instance=instance,
+            resources=resources,
+            raise_on_error=False,
+            tags={"speechdata/launched_by": "demo"},
+        )
         ok &= result.success
-        print(f"== language_shard_index[{language}] {'ok' if result.success else 'FAILED'} "
-              f"({data_root.uri(layout.language_shard_index(language))})")
+        print(
+            f"== language_shard_index[{language}] {'ok' if result.success else 'FAILED'} "
+            f"({data_root.uri(layout.language_shard_index(language))})"
+        )
     return ok
 
 
@@ -170,7 +206,7 @@ def _print_catalog(catalog) -> None:
     print(f"\n== Catalog {catalog.database} (hours per language, from DuckDB)")
     with catalog.get_connection() as connection:
         print(format_table(run_query(connection, NAMED_QUERIES["hours_per_language"])))
-    print('Query it: .venv/bin/python -m dagster_project.catalog --named hours_per_language')
+    print("Query it: .venv/bin/python -m dagster_project.catalog --named hours_per_language")
 
 
 def _print_shard_summary(data_root: DataRoot, shard_id: str) -> None:

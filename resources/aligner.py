@@ -57,7 +57,9 @@ class CtcAlignerResource(dg.ConfigurableResource):
                 from speechdata.alignment.acoustic_models import load_ctc_model
 
                 model = load_ctc_model(
-                    name, cache_dir=self.model_cache_dir, device=self._resolved_device,
+                    name,
+                    cache_dir=self.model_cache_dir,
+                    device=self._resolved_device,
                     local_files_only=self.local_files_only,
                 )
                 _LOADED[key] = CtcAligner(

@@ -66,7 +66,11 @@ class WavLMEncoder(dg.ConfigurableResource):
 
     @property
     def identity(self) -> str:
-        choice = f"weights{self.layer_weights}" if self.layer_weights else f"layer{self.layer if self.layer is not None else 'last'}"
+        choice = (
+            f"weights{self.layer_weights}"
+            if self.layer_weights
+            else f"layer{self.layer if self.layer is not None else 'last'}"
+        )
         return f"{self.model_id}@{self.revision or 'default'}#{choice}"
 
     def model(self, device: TorchDeviceResource):

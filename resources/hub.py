@@ -15,11 +15,15 @@ class HfDatasetSettings(dg.ConfigurableResource):
     dataset: str = Field(DEFAULT_DATASET, description="Folder under hf/ and the dataset's pretty name.")
     min_duration_s: float = Field(3.0, description="Shorter segments are filtered (reason too_short).")
     max_duration_s: float = Field(20.0, description="Longer segments are filtered (reason too_long).")
-    max_cer: float | None = Field(None, description="Segments with a higher CER are filtered (cer_above_max); None keeps all.")
+    max_cer: float | None = Field(
+        None, description="Segments with a higher CER are filtered (cer_above_max); None keeps all."
+    )
     test_share: float = Field(0.01, description="Target duration share of the test split (whole recordings).")
     validation_share: float = Field(0.01, description="Target duration share of the validation split.")
     split_seed: int = Field(0, description="Seeds the order in which new recordings are assigned.")
-    sample_rate: int | None = Field(None, description="Output rate; None = the rate carrying most of the country's audio.")
+    sample_rate: int | None = Field(
+        None, description="Output rate; None = the rate carrying most of the country's audio."
+    )
     max_split_size_gb: float = Field(10.0, description="Size budget of one train subset (train_1, train_2...).")
     max_file_mb: float = Field(500.0, description="Parquet files roll over at this size.")
 
@@ -31,8 +35,11 @@ class HfDatasetSettings(dg.ConfigurableResource):
 
     def options(self) -> DatasetOptions:
         return DatasetOptions(
-            dataset=self.dataset, limits=self.limits(), sample_rate=self.sample_rate,
-            max_split_size_gb=self.max_split_size_gb, max_file_mb=self.max_file_mb,
+            dataset=self.dataset,
+            limits=self.limits(),
+            sample_rate=self.sample_rate,
+            max_split_size_gb=self.max_split_size_gb,
+            max_file_mb=self.max_file_mb,
         )
 
 
@@ -48,7 +55,9 @@ class HubPublisherResource(dg.ConfigurableResource):
     endpoint: str | None = Field(None, description="Hub URL; None = huggingface.co (or HF_ENDPOINT).")
     revision: str = "main"
     private: bool = True
-    retry_attempts: int = Field(5, description="Tries per Hub call on transient errors (429, 5xx, dropped connections).")
+    retry_attempts: int = Field(
+        5, description="Tries per Hub call on transient errors (429, 5xx, dropped connections)."
+    )
     retry_base_delay_s: float = Field(2.0, description="First backoff delay; doubles each retry.")
 
     @property

@@ -54,8 +54,11 @@ class MetricXResource(dg.ConfigurableResource):
 
                 model_path, tokenizer_path, local_only = self._paths()
                 model, tokenizer = load_metricx(
-                    model_path, tokenizer_path, revision=None if self.model_path == "tiny" else self.revision,
-                    local_files_only=local_only, dtype=dtype,
+                    model_path,
+                    tokenizer_path,
+                    revision=None if self.model_path == "tiny" else self.revision,
+                    local_files_only=local_only,
+                    dtype=dtype,
                 )
                 _LOADED[key] = (model.to(torch_device), tokenizer)
             model, tokenizer = _LOADED[key]

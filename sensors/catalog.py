@@ -23,6 +23,8 @@ def catalog_refresh_sensor(context: dg.SensorEvaluationContext) -> dg.SensorResu
     if latest <= covered:
         return dg.SkipReason("no shard manifest changed since the last refresh")
     return dg.SensorResult(
-        run_requests=[dg.RunRequest(run_key=f"catalog-{latest}", tags={"speechdata/launched_by": "catalog_refresh_sensor"})],
+        run_requests=[
+            dg.RunRequest(run_key=f"catalog-{latest}", tags={"speechdata/launched_by": "catalog_refresh_sensor"})
+        ],
         cursor=str(latest),
     )

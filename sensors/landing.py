@@ -1,6 +1,5 @@
 """The landing sensor: register each shard that finishes landing and run its per-shard job once."""
 
-
 import json
 import os
 import time
@@ -77,7 +76,8 @@ def build_landing_sensor(
         return dg.SensorResult(
             run_requests=[
                 dg.RunRequest(
-                    run_key=shard_id, partition_key=shard_id,
+                    run_key=shard_id,
+                    partition_key=shard_id,
                     tags={LAUNCHED_BY_TAG: "landing_sensor"},
                 )
                 for shard_id in scan.complete

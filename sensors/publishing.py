@@ -42,11 +42,15 @@ SENSOR_NAME = "country_dataset_sensor"
     default_status=dg.DefaultSensorStatus.RUNNING,
     description="One hf_dataset (and, with a Hub repo configured, hf_hub_upload) run per country whose shards changed.",
 )
-def country_dataset_sensor(context: dg.SensorEvaluationContext, hub: HubPublisherResource) -> dg.SensorResult | dg.SkipReason:
+def country_dataset_sensor(
+    context: dg.SensorEvaluationContext, hub: HubPublisherResource
+) -> dg.SensorResult | dg.SkipReason:
     # The cursor is the storage id of the newest raw_shards materialization already covered.
     covered = int(context.cursor or 0)
     records = context.instance.fetch_materializations(
-        dg.AssetRecordsFilter(asset_key=RAW_SHARDS, after_storage_id=covered), limit=MAX_RECORDS_PER_TICK, ascending=True,
+        dg.AssetRecordsFilter(asset_key=RAW_SHARDS, after_storage_id=covered),
+        limit=MAX_RECORDS_PER_TICK,
+        ascending=True,
     ).records
     if not records:
         return dg.SkipReason("no shard indexed since the last tick")
@@ -60,19 +64,26 @@ def country_dataset_sensor(context: dg.SensorEvaluationContext, hub: HubPublishe
     waiting = {
         record.dagster_run.tags.get(COUNTRY_TAG)
         for record in context.instance.get_run_records(
-            dg.RunsFilter(statuses=[dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.NOT_STARTED], tags={"speechdata/launched_by": SENSOR_NAME})
+            dg.RunsFilter(
+                statuses=[dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.NOT_STARTED],
+                tags={"speechdata/launched_by": SENSOR_NAME},
+            )
         )
     }
     job_name = HF_PUBLISH_JOB_NAME if hub.enabled else HF_DATASET_JOB_NAME
     return dg.SensorResult(
         run_requests=[
             dg.RunRequest(
-                job_name=job_name, partition_key=country, run_key=f"hf-{country}-{latest}",
+                job_name=job_name,
+                partition_key=country,
+                run_key=f"hf-{country}-{latest}",
                 # Shard runs go first: a country refresh is cheap to delay and reads all shards anyway.
                 tags={"speechdata/launched_by": SENSOR_NAME, COUNTRY_TAG: country, "dagster/priority": "-1"},
             )
             for country in sorted(countries - waiting)
         ],
-        dynamic_partitions_requests=[dg.AddDynamicPartitionsRequest("country", sorted(countries - known))] if countries - known else [],
+        dynamic_partitions_requests=[dg.AddDynamicPartitionsRequest("country", sorted(countries - known))]
+        if countries - known
+        else [],
         cursor=str(latest),
     )

@@ -36,8 +36,14 @@ def encode(samples: np.ndarray, rate: int, container: str = "WAV", subtype: str 
 
 
 def land_shard(
-    data_root: DataRoot, shard_id: str, rows: list[dict], files: dict[str, bytes],
-    *, as_tar: bool = False, schema: pa.Schema | None = None, table: pa.Table | None = None,
+    data_root: DataRoot,
+    shard_id: str,
+    rows: list[dict],
+    files: dict[str, bytes],
+    *,
+    as_tar: bool = False,
+    schema: pa.Schema | None = None,
+    table: pa.Table | None = None,
 ) -> None:
     """Write a shard by hand: metadata rows, audio files (directory or tar), then ``_SUCCESS``."""
     from speechdata.testing.sample_shards import _tar_bytes
@@ -100,8 +106,10 @@ def s3_endpoint():
     endpoint = f"http://{host}:{port}"
     with pytest.MonkeyPatch.context() as patch:
         for name, value in {
-            "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
-            "AWS_DEFAULT_REGION": "us-east-1", "AWS_ENDPOINT_URL": endpoint,
+            "AWS_ACCESS_KEY_ID": "testing",
+            "AWS_SECRET_ACCESS_KEY": "testing",
+            "AWS_DEFAULT_REGION": "us-east-1",
+            "AWS_ENDPOINT_URL": endpoint,
         }.items():
             patch.setenv(name, value)
         patch.delenv("AWS_PROFILE", raising=False)

@@ -72,9 +72,13 @@ def make_handler(state: HubState):
             files = state.repos.get(match["repo"])
             if files is None:
                 return self._send(404, {"error": "Repository not found"})
-            return self._send(200, [
-                {"type": "file", "path": path, "size": len(data), "oid": _blob_id(data)} for path, data in sorted(files.items())
-            ])
+            return self._send(
+                200,
+                [
+                    {"type": "file", "path": path, "size": len(data), "oid": _blob_id(data)}
+                    for path, data in sorted(files.items())
+                ],
+            )
 
         def do_POST(self):
             state.authorizations.add(self.headers.get("Authorization", ""))
@@ -90,9 +94,9 @@ def make_handler(state: HubState):
                 return self._validate_card(json.loads(body)["content"])
             if match := _PREUPLOAD.match(self.path):
                 files = json.loads(body)["files"]
-                return self._send(200, {"files": [
-                    {"path": f["path"], "uploadMode": "regular", "shouldIgnore": False} for f in files
-                ]})
+                return self._send(
+                    200, {"files": [{"path": f["path"], "uploadMode": "regular", "shouldIgnore": False} for f in files]}
+                )
             if match := _COMMIT.match(self.path):
                 return self._commit(match["repo"], body)
             return self._send(404, {"error": f"no route {self.path}"})

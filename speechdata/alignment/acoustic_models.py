@@ -37,9 +37,18 @@ def train_tiny_sentencepiece(directory: Path) -> Path:
     lines = [" ".join(normalize_word(w) for w in sentence.split()) for sentence in TINY_CORPUS.split(". ")]
     (directory / "corpus.txt").write_text("\n".join([*lines, " ".join(TINY_ALPHABET)]) + "\n")
     spm.SentencePieceTrainer.train(
-        input=str(directory / "corpus.txt"), model_prefix=str(directory / "tokenizer"),
-        vocab_size=TINY_VOCAB_SIZE, hard_vocab_limit=False, model_type="bpe", character_coverage=1.0,
-        num_threads=1, bos_id=-1, eos_id=-1, pad_id=-1, unk_id=0, minloglevel=2,
+        input=str(directory / "corpus.txt"),
+        model_prefix=str(directory / "tokenizer"),
+        vocab_size=TINY_VOCAB_SIZE,
+        hard_vocab_limit=False,
+        model_type="bpe",
+        character_coverage=1.0,
+        num_threads=1,
+        bos_id=-1,
+        eos_id=-1,
+        pad_id=-1,
+        unk_id=0,
+        minloglevel=2,
     )
     processor = spm.SentencePieceProcessor(model_file=str(directory / "tokenizer.model"))
     # NeMo's BPE models register vocab.txt beside the model as an artifact.
@@ -58,20 +67,39 @@ def tiny_ctc_config(tokenizer_dir: str) -> dict:
         "test_ds": None,
         "preprocessor": {
             "_target_": "nemo.collections.asr.modules.AudioToMelSpectrogramPreprocessor",
-            "sample_rate": 16_000, "normalize": "per_feature", "window_size": 0.025, "window_stride": 0.01,
-            "window": "hann", "features": 80, "n_fft": 512, "dither": 0.0, "pad_to": 0,
+            "sample_rate": 16_000,
+            "normalize": "per_feature",
+            "window_size": 0.025,
+            "window_stride": 0.01,
+            "window": "hann",
+            "features": 80,
+            "n_fft": 512,
+            "dither": 0.0,
+            "pad_to": 0,
         },
         "encoder": {
             "_target_": "nemo.collections.asr.modules.ConformerEncoder",
-            "feat_in": 80, "n_layers": 2, "d_model": 64, "subsampling": "dw_striding",
-            "subsampling_factor": 8, "subsampling_conv_channels": 64, "ff_expansion_factor": 2,
-            "self_attention_model": "rel_pos", "n_heads": 2, "att_context_size": [-1, -1],
-            "conv_kernel_size": 9, "dropout": 0.0, "dropout_pre_encoder": 0.0, "dropout_emb": 0.0,
+            "feat_in": 80,
+            "n_layers": 2,
+            "d_model": 64,
+            "subsampling": "dw_striding",
+            "subsampling_factor": 8,
+            "subsampling_conv_channels": 64,
+            "ff_expansion_factor": 2,
+            "self_attention_model": "rel_pos",
+            "n_heads": 2,
+            "att_context_size": [-1, -1],
+            "conv_kernel_size": 9,
+            "dropout": 0.0,
+            "dropout_pre_encoder": 0.0,
+            "dropout_emb": 0.0,
             "dropout_att": 0.0,
         },
         "decoder": {
             "_target_": "nemo.collections.asr.modules.ConvASRDecoder",
-            "feat_in": 64, "num_classes": -1, "vocabulary": [],
+            "feat_in": 64,
+            "num_classes": -1,
+            "vocabulary": [],
         },
     }
 

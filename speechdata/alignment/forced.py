@@ -59,7 +59,9 @@ def align_transcript(
 
     tokens = [
         TimedUnit(
-            targets.token_texts[k], clamp(first * frame_ms), clamp(last * frame_ms),
+            targets.token_texts[k],
+            clamp(first * frame_ms),
+            clamp(last * frame_ms),
             float(frame_scores[first:last].mean()) if last > first else None,
         )
         for k, (first, last) in enumerate(spans)
@@ -69,7 +71,9 @@ def align_transcript(
     for word, (first, last) in zip(targets.words, targets.word_target_ranges):
         if last > first:
             unit = TimedUnit(
-                word, tokens[first].start_ms, tokens[last - 1].end_ms,
+                word,
+                tokens[first].start_ms,
+                tokens[last - 1].end_ms,
                 float(frame_scores[spans[first][0] : spans[last - 1][1]].mean()),
             )
         else:

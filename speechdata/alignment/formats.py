@@ -228,8 +228,13 @@ def read_textgrid(text_or_path: str | os.PathLike, source: str | None = None) ->
 
 ALIGNED_JSON_SUFFIX = "_aligned.json"
 _SEGMENT_FIELDS = {
-    "start": (int, float), "end": (int, float), "asr_text": str, "human_text": str,
-    "cer": (int, float), "start_idx": int, "end_idx": int,
+    "start": (int, float),
+    "end": (int, float),
+    "asr_text": str,
+    "human_text": str,
+    "cer": (int, float),
+    "start_idx": int,
+    "end_idx": int,
 }
 
 
@@ -305,10 +310,19 @@ def parse_aligned_segment(
             source, None, f"segments[{index}]: start {start_ms} ms is not before end {end_ms} ms"
         )
     return AlignedSegment(
-        key=segment_key(country, video_id, start_ms, end_ms), country=country, video_id=video_id,
-        transcript_id=transcript_id, audio_file=audio_file, index=index, start_ms=start_ms, end_ms=end_ms,
-        asr_text=values["asr_text"], human_text=values["human_text"], cer=float(values["cer"]),
-        start_idx=values["start_idx"], end_idx=values["end_idx"],
+        key=segment_key(country, video_id, start_ms, end_ms),
+        country=country,
+        video_id=video_id,
+        transcript_id=transcript_id,
+        audio_file=audio_file,
+        index=index,
+        start_ms=start_ms,
+        end_ms=end_ms,
+        asr_text=values["asr_text"],
+        human_text=values["human_text"],
+        cer=float(values["cer"]),
+        start_idx=values["start_idx"],
+        end_idx=values["end_idx"],
     )
 
 

@@ -70,9 +70,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("shard_id")
     parser.add_argument("out_dir", nargs="?", help="default: translation/mfa_corpus/<shard> in the data root")
     args = parser.parse_args(argv)
-    result = export_mfa_corpus(DataRoot(args.data_root), args.shard_id, DataRoot(args.out_dir) if args.out_dir else None)
-    print(f"exported {result.utterances} utterances ({result.audio_seconds / 3600:.3f} h) to {result.directory}; "
-          f"skipped {len(result.skipped)}")
+    result = export_mfa_corpus(
+        DataRoot(args.data_root), args.shard_id, DataRoot(args.out_dir) if args.out_dir else None
+    )
+    print(
+        f"exported {result.utterances} utterances ({result.audio_seconds / 3600:.3f} h) to {result.directory}; "
+        f"skipped {len(result.skipped)}"
+    )
 
 
 if __name__ == "__main__":

@@ -65,8 +65,16 @@ class _ShardAlignmentWriter:
         self.rejects: list[Reject] = []
         self.audio_seconds = 0.0
 
-    def add(self, utt_id: str, aligner: str, words: list[TimedUnit], tokens: list[TimedUnit],
-            score: float | None, n_frames: int, duration_s: float) -> None:
+    def add(
+        self,
+        utt_id: str,
+        aligner: str,
+        words: list[TimedUnit],
+        tokens: list[TimedUnit],
+        score: float | None,
+        n_frames: int,
+        duration_s: float,
+    ) -> None:
         self.rows += alignment_rows(utt_id, "word", words)
         self.rows += alignment_rows(utt_id, "token", tokens)
         self.scores.append(
@@ -156,8 +164,15 @@ def align_shard(
             except AlignmentRejected as exc:
                 writer.reject(item.utt_id, exc.reason, f"{aligner.name}: {exc}")
                 continue
-            writer.add(item.utt_id, aligner.name, result.words, result.tokens, result.score,
-                       result.n_frames, item.duration_ms / 1000.0)
+            writer.add(
+                item.utt_id,
+                aligner.name,
+                result.words,
+                result.tokens,
+                result.score,
+                result.n_frames,
+                item.duration_ms / 1000.0,
+            )
         done += len(pending)
         if on_progress:
             on_progress(done, total)
@@ -180,8 +195,11 @@ def align_shard(
             writer.reject(utt_id, "empty_transcript", "the transcript has no words")
             continue
         if not targets.targets:
-            writer.reject(utt_id, "text_not_in_vocabulary",
-                          f"nothing in {row['text'][:80]!r} can be expressed in {aligner.name}'s vocabulary")
+            writer.reject(
+                utt_id,
+                "text_not_in_vocabulary",
+                f"nothing in {row['text'][:80]!r} can be expressed in {aligner.name}'s vocabulary",
+            )
             continue
         audio_16k = resample(samples, rate, MODEL_SAMPLE_RATE)
         buffers.setdefault(language, []).append(
@@ -226,8 +244,11 @@ def import_shard_alignments(data_root: DataRoot, shard_id: str) -> StageSummary:
         text = (utterances.get(utt_id) or {}).get("text") or ""
         words = _match_transcript_words(text, words)
         if words is None:
-            writer.reject(utt_id, "alignment_does_not_match_transcript",
-                          f"the imported words do not spell the transcript {text[:80]!r}")
+            writer.reject(
+                utt_id,
+                "alignment_does_not_match_transcript",
+                f"the imported words do not spell the transcript {text[:80]!r}",
+            )
             continue
         writer.add(utt_id, aligner, words, [], None, int(np.ceil(duration_s / 0.08)), duration_s)
     return writer.finish(container.num_rows, started)

@@ -66,8 +66,13 @@ def alignment_rows(utt_id: str, level: str, units: list[TimedUnit]) -> list[dict
         raise ValueError(f"level must be one of {LEVELS}, got {level!r}")
     return [
         {
-            "utt_id": utt_id, "level": level, "index": i, "text": u.text,
-            "start_ms": u.start_ms, "end_ms": u.end_ms, "score": u.score,
+            "utt_id": utt_id,
+            "level": level,
+            "index": i,
+            "text": u.text,
+            "start_ms": u.start_ms,
+            "end_ms": u.end_ms,
+            "score": u.score,
         }
         for i, u in enumerate(units)
     ]
@@ -79,7 +84,9 @@ def alignments_table(rows: list[dict]) -> pa.Table:
 
 def words_by_utterance(table: pa.Table) -> dict[str, list[TimedUnit]]:
     """The ``word`` rows of an alignments table, grouped by utterance, in index order."""
-    words = table.filter(pa.compute.equal(table["level"], "word")).sort_by([("utt_id", "ascending"), ("index", "ascending")])
+    words = table.filter(pa.compute.equal(table["level"], "word")).sort_by(
+        [("utt_id", "ascending"), ("index", "ascending")]
+    )
     grouped: dict[str, list[TimedUnit]] = {}
     for row in words.to_pylist():
         grouped.setdefault(row["utt_id"], []).append(

@@ -49,7 +49,11 @@ class AsrManifestDataset(torch.utils.data.Dataset):
     """
 
     def __init__(
-        self, manifest: str | pa.Table, tokenizer: Any, *, sample_rate: int = ASR_SAMPLE_RATE,
+        self,
+        manifest: str | pa.Table,
+        tokenizer: Any,
+        *,
+        sample_rate: int = ASR_SAMPLE_RATE,
         max_token_len: int = MAX_TOKEN_LEN,
     ):
         if isinstance(manifest, str):
@@ -103,8 +107,10 @@ def collate_asr_batch(batch: Sequence[dict | None]) -> tuple[torch.Tensor, torch
     items = [item for item in batch if item is not None]
     if not items:
         return (
-            torch.zeros(1, 1), torch.tensor([1], dtype=torch.long),
-            torch.zeros(1, 1, dtype=torch.long), torch.tensor([0], dtype=torch.long),
+            torch.zeros(1, 1),
+            torch.tensor([1], dtype=torch.long),
+            torch.zeros(1, 1, dtype=torch.long),
+            torch.tensor([0], dtype=torch.long),
         )
     signal_lens = torch.tensor([item["signal"].shape[0] for item in items], dtype=torch.long)
     token_lens = torch.tensor([item["tokens"].shape[0] for item in items], dtype=torch.long)

@@ -137,7 +137,8 @@ def extract_asr_flac(
                 contained_path(layout.ASR, relative.removeprefix(layout.ASR + "/"))
                 data_root.write_bytes(relative, flac_bytes(pcm))
                 for name, value in zip(
-                    rows, (request.utt_id, relative, ASR_SAMPLE_RATE, pcm.shape[0], pcm.shape[0] / ASR_SAMPLE_RATE, digest)
+                    rows,
+                    (request.utt_id, relative, ASR_SAMPLE_RATE, pcm.shape[0], pcm.shape[0] / ASR_SAMPLE_RATE, digest),
                 ):
                     rows[name].append(value)
                 audio_seconds += pcm.shape[0] / ASR_SAMPLE_RATE
@@ -152,8 +153,12 @@ def extract_asr_flac(
     data_root.write_parquet(layout.asr_flac_index(shard_id), table)
     data_root.write_parquet(layout.rejects(shard_id, STAGE), rejects_table(rejects))
     summary = StageSummary(
-        shard_id=shard_id, rows_in=index.num_rows, rows_out=table.num_rows, rejects=rejects,
-        audio_seconds=audio_seconds, compute_seconds=time.perf_counter() - started,
+        shard_id=shard_id,
+        rows_in=index.num_rows,
+        rows_out=table.num_rows,
+        rejects=rejects,
+        audio_seconds=audio_seconds,
+        compute_seconds=time.perf_counter() - started,
         outputs={
             "flac_dir": data_root.uri(f"{layout.ASR}/flac/{shard_id}"),
             "index": data_root.uri(layout.asr_flac_index(shard_id)),
@@ -184,7 +189,9 @@ def _extract_group(
             yield request, Reject(request.utt_id, STAGE, "audio_decode_failed", f"{audio_path}: {exc}")
 
 
-def _extract_one(sound: sf.SoundFile, request: SegmentRequest, resampler: ResamplerName) -> tuple[np.ndarray, str] | Reject:
+def _extract_one(
+    sound: sf.SoundFile, request: SegmentRequest, resampler: ResamplerName
+) -> tuple[np.ndarray, str] | Reject:
     try:
         samples = read_segment_from(sound, request.start_s, request.end_s)
     except Exception as exc:

@@ -30,16 +30,33 @@ import polars as pl
 from speechdata.asr.text import clean_transcript_expr, tagged_text_expr
 
 UTTERANCE_COLUMNS = {
-    "shard_id": pl.String, "utt_id": pl.String, "text": pl.String, "language": pl.String,
-    "source": pl.String, "recording_id": pl.String, "quality": pl.Float64,
+    "shard_id": pl.String,
+    "utt_id": pl.String,
+    "text": pl.String,
+    "language": pl.String,
+    "source": pl.String,
+    "recording_id": pl.String,
+    "quality": pl.Float64,
 }
 FLAC_COLUMNS = {
-    "shard_id": pl.String, "utt_id": pl.String, "flac_path": pl.String, "duration_s": pl.Float64,
+    "shard_id": pl.String,
+    "utt_id": pl.String,
+    "flac_path": pl.String,
+    "duration_s": pl.Float64,
     "audio_sha1": pl.String,
 }
 MANIFEST_COLUMNS = [
-    "utt_id", "shard_id", "text", "duration", "lang", "audio_filepath", "flac_path", "source",
-    "recording_id", "original_language", "quality",
+    "utt_id",
+    "shard_id",
+    "text",
+    "duration",
+    "lang",
+    "audio_filepath",
+    "flac_path",
+    "source",
+    "recording_id",
+    "original_language",
+    "quality",
 ]
 NEMO_COLUMNS = ["audio_filepath", "duration", "text", "lang"]
 
@@ -47,8 +64,14 @@ RECORDING_KEY = pl.coalesce(pl.col("recording_id"), pl.lit("shard:") + pl.col("s
 """What a recording is: its ``recording_id``, else (unknown) the whole shard."""
 
 REMOVAL_REASONS = (
-    "no_flac", "missing_language", "duration_out_of_range", "quality_below_minimum", "empty_text",
-    "empty_after_cleaning", "duplicate_audio", "duplicate_text_in_recording",
+    "no_flac",
+    "missing_language",
+    "duration_out_of_range",
+    "quality_below_minimum",
+    "empty_text",
+    "empty_after_cleaning",
+    "duplicate_audio",
+    "duplicate_text_in_recording",
 )
 
 
@@ -86,7 +109,8 @@ class AsrManifestBuild:
 
     def hours_by_language_and_split(self) -> pl.DataFrame:
         frames = [
-            frame.group_by("lang").agg(pl.len().alias("utterances"), (pl.col("duration").sum() / 3600).alias("hours"))
+            frame.group_by("lang")
+            .agg(pl.len().alias("utterances"), (pl.col("duration").sum() / 3600).alias("hours"))
             .with_columns(pl.lit(split).alias("split"))
             for split, frame in (("train", self.train), ("validation", self.validation), ("eval", self.eval))
         ]
@@ -96,7 +120,10 @@ class AsrManifestBuild:
 def conform(frame: pl.DataFrame, columns: dict[str, pl.DataType]) -> pl.DataFrame:
     """Exactly ``columns``: absent ones as nulls, every one cast to its type."""
     return frame.select(
-        [(pl.col(name) if name in frame.columns else pl.lit(None)).cast(dtype).alias(name) for name, dtype in columns.items()]
+        [
+            (pl.col(name) if name in frame.columns else pl.lit(None)).cast(dtype).alias(name)
+            for name, dtype in columns.items()
+        ]
     )
 
 
@@ -135,9 +162,9 @@ def stable_hash_column(frame: pl.DataFrame, key: str, salt: str) -> pl.Series:
     connection = duckdb.connect()
     try:
         connection.register("keys_table", keys)
-        values = connection.execute(
-            f'SELECT md5_number_lower(? || "{key}") AS h FROM keys_table', [salt]
-        ).fetchnumpy()["h"]
+        values = connection.execute(f'SELECT md5_number_lower(? || "{key}") AS h FROM keys_table', [salt]).fetchnumpy()[
+            "h"
+        ]
     finally:
         connection.close()
     return pl.Series(f"{key}_hash", values, dtype=pl.UInt64)
@@ -159,21 +186,32 @@ def build_asr_manifest(
     joined = utterances.join(conform(flac, FLAC_COLUMNS), on=["shard_id", "utt_id"], how="left")
     quality_ok = pl.lit(True) if config.min_quality is None else pl.col("quality") >= config.min_quality
     reason = (
-        pl.when(pl.col("flac_path").is_null()).then(pl.lit("no_flac"))
-        .when(pl.col("language").is_null()).then(pl.lit("missing_language"))
-        .when(~pl.col("duration_s").is_between(config.min_duration_s, config.max_duration_s)).then(pl.lit("duration_out_of_range"))
-        .when(~quality_ok.fill_null(False)).then(pl.lit("quality_below_minimum"))
-        .when(pl.col("text").str.strip_chars().fill_null("") == "").then(pl.lit("empty_text"))
+        pl.when(pl.col("flac_path").is_null())
+        .then(pl.lit("no_flac"))
+        .when(pl.col("language").is_null())
+        .then(pl.lit("missing_language"))
+        .when(~pl.col("duration_s").is_between(config.min_duration_s, config.max_duration_s))
+        .then(pl.lit("duration_out_of_range"))
+        .when(~quality_ok.fill_null(False))
+        .then(pl.lit("quality_below_minimum"))
+        .when(pl.col("text").str.strip_chars().fill_null("") == "")
+        .then(pl.lit("empty_text"))
     )
     frame = joined.with_columns(reason.alias("reason"))
     # Clean only what the cheap filters kept: cleaning is most of the build's cost.
-    frame = pl.concat([
-        frame.filter(pl.col("reason").is_null()).with_columns(clean_transcript_expr(pl.col("text")).alias("clean_text")),
-        frame.filter(pl.col("reason").is_not_null()).with_columns(pl.lit(None, pl.String).alias("clean_text")),
-    ])
+    frame = pl.concat(
+        [
+            frame.filter(pl.col("reason").is_null()).with_columns(
+                clean_transcript_expr(pl.col("text")).alias("clean_text")
+            ),
+            frame.filter(pl.col("reason").is_not_null()).with_columns(pl.lit(None, pl.String).alias("clean_text")),
+        ]
+    )
     frame = frame.with_columns(
-        pl.when(pl.col("reason").is_null() & (pl.col("clean_text") == "")).then(pl.lit("empty_after_cleaning"))
-        .otherwise(pl.col("reason")).alias("reason"),
+        pl.when(pl.col("reason").is_null() & (pl.col("clean_text") == ""))
+        .then(pl.lit("empty_after_cleaning"))
+        .otherwise(pl.col("reason"))
+        .alias("reason"),
         RECORDING_KEY.alias("recording_key"),
         (pl.col("shard_id") + pl.lit("/") + pl.col("utt_id")).alias("key"),
     ).sort("shard_id", "utt_id")
@@ -183,23 +221,34 @@ def build_asr_manifest(
     passed = pl.col("reason").is_null()
     audio_group = pl.struct(passed, pl.col("audio_sha1")).hash(0)
     frame = frame.with_columns(audio_group.alias("_audio_group")).with_columns(
-        pl.when(passed & ~pl.col("_audio_group").is_first_distinct()).then(pl.lit("duplicate_audio"))
-        .otherwise(pl.col("reason")).alias("reason"),
+        pl.when(passed & ~pl.col("_audio_group").is_first_distinct())
+        .then(pl.lit("duplicate_audio"))
+        .otherwise(pl.col("reason"))
+        .alias("reason"),
         pl.col("key").first().over("_audio_group").alias("_same_audio_as"),
     )
     text_group = pl.struct(pl.col("reason").is_null(), "recording_key", "clean_text", duration_step).hash(0)
     frame = frame.with_columns(text_group.alias("_text_group")).with_columns(
         pl.when(pl.col("reason").is_null() & ~pl.col("_text_group").is_first_distinct())
-        .then(pl.lit("duplicate_text_in_recording")).otherwise(pl.col("reason")).alias("reason"),
+        .then(pl.lit("duplicate_text_in_recording"))
+        .otherwise(pl.col("reason"))
+        .alias("reason"),
         pl.col("key").first().over("_text_group").alias("_same_text_as"),
     )
     removed = frame.filter(pl.col("reason").is_not_null()).select(
-        "shard_id", "utt_id", "reason",
-        pl.when(pl.col("reason") == "duplicate_audio").then(pl.lit("same audio as ") + pl.col("_same_audio_as"))
-        .when(pl.col("reason") == "duplicate_text_in_recording").then(pl.lit("same text and duration as ") + pl.col("_same_text_as"))
-        .when(pl.col("reason") == "duration_out_of_range").then(pl.format("duration {} s", pl.col("duration_s").round(3)))
-        .when(pl.col("reason") == "quality_below_minimum").then(pl.format("quality {}", pl.col("quality")))
-        .otherwise(pl.lit("")).alias("detail"),
+        "shard_id",
+        "utt_id",
+        "reason",
+        pl.when(pl.col("reason") == "duplicate_audio")
+        .then(pl.lit("same audio as ") + pl.col("_same_audio_as"))
+        .when(pl.col("reason") == "duplicate_text_in_recording")
+        .then(pl.lit("same text and duration as ") + pl.col("_same_text_as"))
+        .when(pl.col("reason") == "duration_out_of_range")
+        .then(pl.format("duration {} s", pl.col("duration_s").round(3)))
+        .when(pl.col("reason") == "quality_below_minimum")
+        .then(pl.format("quality {}", pl.col("quality")))
+        .otherwise(pl.lit(""))
+        .alias("detail"),
     )
 
     kept = frame.filter(pl.col("reason").is_null())
@@ -221,8 +270,14 @@ def build_asr_manifest(
     )
     relabeled = (
         frame.filter(pl.col("original_language").ne_missing(pl.col("language")))
-        .select((pl.col("original_language").fill_null("null") + "->" + pl.col("language").fill_null("null")).alias("change"))
-        .group_by("change").len().sort("change")
+        .select(
+            (pl.col("original_language").fill_null("null") + "->" + pl.col("language").fill_null("null")).alias(
+                "change"
+            )
+        )
+        .group_by("change")
+        .len()
+        .sort("change")
     )
     return AsrManifestBuild(
         train=manifest.filter(~pl.col("_validation")).select(MANIFEST_COLUMNS),

@@ -99,7 +99,10 @@ def build_and_write_asr_manifests(
     shard_ids = shards_with_asr_flac(data_root)
     utterances, flac = read_asr_inputs(data_root, shard_ids, quality_column)
     build = build_asr_manifest(
-        utterances, flac, audio_root=audio_root(data_root), config=config,
+        utterances,
+        flac,
+        audio_root=audio_root(data_root),
+        config=config,
         corrections=read_language_corrections(data_root, corrections_location),
     )
     outputs = {}
@@ -111,6 +114,9 @@ def build_and_write_asr_manifests(
     data_root.write_parquet(layout.asr_manifest_removed(), build.removed.to_arrow())
     outputs["removed"] = data_root.uri(layout.asr_manifest_removed())
     return AsrManifestSummary(
-        build=build, shards=len(shard_ids), input_rows=utterances.height,
-        compute_seconds=time.perf_counter() - started, outputs=outputs,
+        build=build,
+        shards=len(shard_ids),
+        input_rows=utterances.height,
+        compute_seconds=time.perf_counter() - started,
+        outputs=outputs,
     )

@@ -61,9 +61,7 @@ def language_sample_weights(language_codes: np.ndarray, temperature: float) -> n
     return per_language[language_codes]
 
 
-def weighted_bucket_order(
-    bucket_ids: np.ndarray, weights: np.ndarray, uniforms: np.ndarray
-) -> np.ndarray:
+def weighted_bucket_order(bucket_ids: np.ndarray, weights: np.ndarray, uniforms: np.ndarray) -> np.ndarray:
     """Utterance indices grouped by bucket (ascending id) and, inside a bucket, by ``U ** (1/w)``
     descending, ties to the larger index."""
     keys = np.power(uniforms, 1.0 / np.maximum(weights, MIN_WEIGHT))
@@ -72,7 +70,7 @@ def weighted_bucket_order(
     parts, start = [], 0
     for size in sizes.tolist():
         # Indices descending, then a stable sort by key descending: equal keys stay larger-index first.
-        members = by_bucket[start:start + size][::-1]
+        members = by_bucket[start : start + size][::-1]
         parts.append(members[_argsort_descending_ties_by_position(keys[members])])
         start += size
     return np.concatenate(parts) if parts else by_bucket
@@ -183,7 +181,7 @@ class DurationBucketBatchSampler:
             longest = np.zeros(0, np.int64)
         by_cost = np.argsort(-(lengths * longest), kind="stable")
         usable = (by_cost.shape[0] // self.world_size) * self.world_size
-        mine = by_cost[self.rank:usable:self.world_size]
+        mine = by_cost[self.rank : usable : self.world_size]
         mine = mine[: mine.shape[0] - mine.shape[0] % self.grad_accum]
         mine = mine[rng.permutation(mine.shape[0])]
         my_lengths = lengths[mine]
@@ -200,7 +198,7 @@ class DurationBucketBatchSampler:
     def __iter__(self) -> Iterator[list[int]]:
         flat, offsets = self._flat, self._offsets
         for b in range(len(self)):
-            yield flat[offsets[b]:offsets[b + 1]].tolist()
+            yield flat[offsets[b] : offsets[b + 1]].tolist()
 
     def batches(self) -> list[np.ndarray]:
         """This rank's batches for the current epoch, as index arrays (for inspection and tests)."""

@@ -24,9 +24,7 @@ _INNERMOST_TAG = r"\[[^\[\]]*\]"
 _APOSTROPHES = r"['’‘`]"
 # The seed's set (Latin, danda U+0964, double danda U+0965, the ideographic full stop) plus stray
 # brackets, curly quotes and guillemets, the Devanagari abbreviation sign and Arabic-script marks.
-_PUNCTUATION_OR_SPACE = (
-    r"[\s।॥॰.,!?;:\"\-—–()…%/+=$*@#&_^>|\\<~。、，！？：；“”«»„\[\]{}۔،؟]+"
-)
+_PUNCTUATION_OR_SPACE = r"[\s।॥॰.,!?;:\"\-—–()…%/+=$*@#&_^>|\\<~。、，！？：；“”«»„\[\]{}۔،؟]+"
 
 
 def clean_transcript_expr(text: pl.Expr) -> pl.Expr:

@@ -92,9 +92,7 @@ def downmix_to_mono(samples: np.ndarray) -> np.ndarray:
     return total
 
 
-def read_segment(
-    handle: IO, start_s: float | None = None, end_s: float | None = None
-) -> tuple[np.ndarray, int]:
+def read_segment(handle: IO, start_s: float | None = None, end_s: float | None = None) -> tuple[np.ndarray, int]:
     """Decode ``[start_s, end_s)`` of a file as float32 ``[frames, channels]`` and its sample rate.
 
     Only the segment is decoded where the codec can seek (all libsndfile formats can).
@@ -113,7 +111,9 @@ def read_segment_from(sound: sf.SoundFile, start_s: float | None, end_s: float |
 
 
 def to_target_mono(
-    samples: np.ndarray, source_rate: int, target_rate: int = TARGET_SAMPLE_RATE,
+    samples: np.ndarray,
+    source_rate: int,
+    target_rate: int = TARGET_SAMPLE_RATE,
     method: ResamplerName = DEFAULT_RESAMPLER,
 ) -> np.ndarray:
     return resample(downmix_to_mono(samples), source_rate, target_rate, method)

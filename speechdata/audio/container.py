@@ -95,8 +95,10 @@ def iter_container_audio(
         for group in range(parquet.num_row_groups):
             table = parquet.read_row_group(group, columns=["utt_id", "sample_rate", "codec", "audio"])
             for utt_id, rate, codec, data in zip(
-                table["utt_id"].to_pylist(), table["sample_rate"].to_pylist(),
-                table["codec"].to_pylist(), table["audio"].to_pylist(),
+                table["utt_id"].to_pylist(),
+                table["sample_rate"].to_pylist(),
+                table["codec"].to_pylist(),
+                table["audio"].to_pylist(),
             ):
                 if utt_ids is not None and utt_id not in utt_ids:
                     continue

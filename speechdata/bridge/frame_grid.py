@@ -75,9 +75,7 @@ def word_char_spans(text: str) -> list[tuple[int, int]]:
     return [(m.start(), m.end()) for m in _WORD.finditer(text)]
 
 
-def token_spans_ms(
-    text: str, words: Sequence[TimedUnit], offsets: Sequence[tuple[int, int]]
-) -> list[tuple[int, int]]:
+def token_spans_ms(text: str, words: Sequence[TimedUnit], offsets: Sequence[tuple[int, int]]) -> list[tuple[int, int]]:
     """Each token's ``[start_ms, end_ms)``, from the aligned words through character offsets.
 
     Follows DESIGN.md steps 1-5: characters map linearly into their word's time span; a
@@ -176,8 +174,11 @@ def frame_grid_from_spans(token_ids: Sequence[int], spans_ms: Sequence[tuple[int
 
 
 def build_frame_grid(
-    text: str, words: Sequence[TimedUnit], token_ids: Sequence[int],
-    offsets: Sequence[tuple[int, int]], n_samples: int,
+    text: str,
+    words: Sequence[TimedUnit],
+    token_ids: Sequence[int],
+    offsets: Sequence[tuple[int, int]],
+    n_samples: int,
 ) -> FrameGrid:
     """The whole rule: token spans from words and offsets, then the frame-center quantization."""
     if not text.strip():

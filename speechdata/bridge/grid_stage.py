@@ -75,7 +75,9 @@ def build_shard_frame_grids(data_root: DataRoot, shard_id: str, tokenizer) -> tu
             rejects.append(Reject(utt_id, STAGE, "no_normalized_audio", "aligned but missing from audio_24k.parquet"))
             continue
         try:
-            grid = build_frame_grid(texts.get(utt_id) or "", words.get(utt_id, []), tokens.ids, tokens.offsets, samples[utt_id])
+            grid = build_frame_grid(
+                texts.get(utt_id) or "", words.get(utt_id, []), tokens.ids, tokens.offsets, samples[utt_id]
+            )
         except GridError as exc:
             rejects.append(Reject(utt_id, STAGE, exc.reason, str(exc)))
             continue
@@ -146,4 +148,3 @@ def verify_frame_grids(table: pa.Table, texts: dict[str, str], tokenizer) -> Gri
         if len(row["tokens"]) != len(tokens.ids) or row["tokens"] != tokens.ids:
             failures.token_count.append(row["utt_id"])
     return failures
-

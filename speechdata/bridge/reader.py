@@ -44,8 +44,12 @@ def decode_sample(sample: dict) -> dict:
 
 
 def bridge_dataset(
-    urls: Iterable[str] | str, *, languages: Iterable[str] | None = None, shuffle: int = 0,
-    shardshuffle: bool | int = False, seed: int = 0,
+    urls: Iterable[str] | str,
+    *,
+    languages: Iterable[str] | None = None,
+    shuffle: int = 0,
+    shardshuffle: bool | int = False,
+    seed: int = 0,
 ):
     """A ``webdataset.WebDataset`` of decoded bridge samples, optionally language-filtered and shuffled.
 
@@ -57,8 +61,12 @@ def bridge_dataset(
     url_list = [urls] if isinstance(urls, str) else list(urls)
     wanted = set(languages) if languages is not None else None
     dataset = wds.WebDataset(
-        url_list, shardshuffle=shardshuffle if shardshuffle else False, seed=seed,
-        nodesplitter=wds.split_by_node, workersplitter=wds.split_by_worker, empty_check=False,
+        url_list,
+        shardshuffle=shardshuffle if shardshuffle else False,
+        seed=seed,
+        nodesplitter=wds.split_by_node,
+        workersplitter=wds.split_by_worker,
+        empty_check=False,
     ).map(decode_sample)
     if wanted is not None:
         dataset = dataset.select(lambda sample: sample["json"].get("language") in wanted)
@@ -99,7 +107,12 @@ def verify_bridge_tars(urls: Iterable[str], expected_keys: set[str]) -> list[str
         seen.add(key)
         try:
             qwen, wavlm, tokens, grid, dur, info = (
-                sample["qwen"], sample["wavlm"], sample["tokens"], sample["grid"], sample["dur"], sample["json"]
+                sample["qwen"],
+                sample["wavlm"],
+                sample["tokens"],
+                sample["grid"],
+                sample["dur"],
+                sample["json"],
             )
         except KeyError as exc:
             problems.append(f"{key}: member {exc} missing")

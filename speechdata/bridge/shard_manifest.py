@@ -36,12 +36,22 @@ def build_shard_manifest(data_root: DataRoot, shard_id: str) -> pa.Table:
         grid, meta = grid_by[key], index_by[key]
         rows.append(
             {
-                "key": key, "shard": shard_id, "tar_url": sample["tar_url"],
-                "offset": sample["offset"], "size": sample["size"],
-                "duration_s": grid["n_samples"] / SAMPLE_RATE, "n_frames": grid["n_frames"], "n_tokens": grid["n_tokens"],
-                "language": meta["language"], "country": meta["country"], "source": meta["source"],
-                "text": meta["text"], "alignment_score": score_by.get(key),
-                "zero_duration_token_share": grid["zero_duration_tokens"] / grid["n_tokens"] if grid["n_tokens"] else 0.0,
+                "key": key,
+                "shard": shard_id,
+                "tar_url": sample["tar_url"],
+                "offset": sample["offset"],
+                "size": sample["size"],
+                "duration_s": grid["n_samples"] / SAMPLE_RATE,
+                "n_frames": grid["n_frames"],
+                "n_tokens": grid["n_tokens"],
+                "language": meta["language"],
+                "country": meta["country"],
+                "source": meta["source"],
+                "text": meta["text"],
+                "alignment_score": score_by.get(key),
+                "zero_duration_token_share": grid["zero_duration_tokens"] / grid["n_tokens"]
+                if grid["n_tokens"]
+                else 0.0,
                 **{column: meta[column] for column in extras},
             }
         )

@@ -116,8 +116,12 @@ class PackedTar:
 
 
 def pack_samples(
-    data_root: DataRoot, shard_id: str, samples: Iterator[BridgeSample], *,
-    max_tar_bytes: int = DEFAULT_MAX_TAR_BYTES, max_samples: int = DEFAULT_MAX_SAMPLES,
+    data_root: DataRoot,
+    shard_id: str,
+    samples: Iterator[BridgeSample],
+    *,
+    max_tar_bytes: int = DEFAULT_MAX_TAR_BYTES,
+    max_samples: int = DEFAULT_MAX_SAMPLES,
 ) -> tuple[list[PackedTar], pa.Table]:
     """Write the samples (already sorted by key) into rolling tars; return the tars and the index."""
     tars: list[PackedTar] = []
@@ -166,12 +170,19 @@ def _remove_stale_tars(data_root: DataRoot, shard_id: str, keep: int) -> None:
 def iter_bridge_samples(data_root: DataRoot, shard_id: str) -> Iterator[BridgeSample]:
     """Every utterance with a grid and both feature matrices, sorted by utt_id."""
     grids = data_root.read_parquet(layout.frame_grids(shard_id))
-    index = data_root.read_parquet(layout.utterance_index(shard_id), columns=["utt_id", "text", "language", "country", "source"])
+    index = data_root.read_parquet(
+        layout.utterance_index(shard_id), columns=["utt_id", "text", "language", "country", "source"]
+    )
     info = {row["utt_id"]: row for row in index.to_pylist()}
-    qwen_keys = set(data_root.read_parquet(layout.qwen_hidden_states(shard_id), columns=["utt_id"])["utt_id"].to_pylist())
+    qwen_keys = set(
+        data_root.read_parquet(layout.qwen_hidden_states(shard_id), columns=["utt_id"])["utt_id"].to_pylist()
+    )
     wavlm_keys = set(data_root.read_parquet(layout.wavlm_features(shard_id), columns=["utt_id"])["utt_id"].to_pylist())
     packable = sorted(set(grids["utt_id"].to_pylist()) & qwen_keys & wavlm_keys)
-    grid_rows = {row["utt_id"]: row for row in grids.select(["utt_id", "tokens", "grid", "dur", "n_frames", "n_tokens"]).to_pylist()}
+    grid_rows = {
+        row["utt_id"]: row
+        for row in grids.select(["utt_id", "tokens", "grid", "dur", "n_frames", "n_tokens"]).to_pylist()
+    }
     # Tars are written in key order; load one batch of keys at a time to bound memory.
     for start in range(0, len(packable), 256):
         keys = set(packable[start : start + 256])
@@ -182,11 +193,22 @@ def iter_bridge_samples(data_root: DataRoot, shard_id: str) -> Iterator[BridgeSa
             grid = grid_rows[key]
             meta = info[key]
             yield BridgeSample(
-                key=key, wav=audio[key], qwen=qwen[key], wavlm=wavlm[key],
-                tokens=np.asarray(grid["tokens"]), grid=np.asarray(grid["grid"]), dur=np.asarray(grid["dur"]),
+                key=key,
+                wav=audio[key],
+                qwen=qwen[key],
+                wavlm=wavlm[key],
+                tokens=np.asarray(grid["tokens"]),
+                grid=np.asarray(grid["grid"]),
+                dur=np.asarray(grid["dur"]),
                 info={
-                    "text": meta["text"], "language": meta["language"], "country": meta["country"],
-                    "source": meta["source"], "shard": shard_id, "sample_rate": SAMPLE_RATE,
-                    "frame_rate": FRAME_RATE_HZ, "n_frames": grid["n_frames"], "n_tokens": grid["n_tokens"],
+                    "text": meta["text"],
+                    "language": meta["language"],
+                    "country": meta["country"],
+                    "source": meta["source"],
+                    "shard": shard_id,
+                    "sample_rate": SAMPLE_RATE,
+                    "frame_rate": FRAME_RATE_HZ,
+                    "n_frames": grid["n_frames"],
+                    "n_tokens": grid["n_tokens"],
                 },
             )

@@ -162,16 +162,28 @@ def _summarize(connection: duckdb.DuckDBPyConnection, manifest_files: int, rejec
     rejects, rejected = connection.execute(
         "SELECT count(*), count(DISTINCT (shard, utt_id)) FILTER (WHERE utt_id IS NOT NULL) FROM rejects"
     ).fetchone()
-    languages = [row[0] for row in connection.execute(
-        "SELECT language FROM hours_by_language WHERE language IS NOT NULL ORDER BY language"
-    ).fetchall()]
-    countries = [row[0] for row in connection.execute(
-        "SELECT country FROM hours_by_country WHERE country IS NOT NULL ORDER BY country"
-    ).fetchall()]
+    languages = [
+        row[0]
+        for row in connection.execute(
+            "SELECT language FROM hours_by_language WHERE language IS NOT NULL ORDER BY language"
+        ).fetchall()
+    ]
+    countries = [
+        row[0]
+        for row in connection.execute(
+            "SELECT country FROM hours_by_country WHERE country IS NOT NULL ORDER BY country"
+        ).fetchall()
+    ]
     return CatalogSummary(
-        manifest_files=manifest_files, rejects_files=rejects_files, shards=int(shards),
-        samples=int(samples), hours=float(hours), rejects=int(rejects), rejected_utterances=int(rejected),
-        languages=languages, countries=countries,
+        manifest_files=manifest_files,
+        rejects_files=rejects_files,
+        shards=int(shards),
+        samples=int(samples),
+        hours=float(hours),
+        rejects=int(rejects),
+        rejected_utterances=int(rejected),
+        languages=languages,
+        countries=countries,
     )
 
 
@@ -191,9 +203,7 @@ def _quote_identifier(name: str) -> str:
 
 
 def _empty_select(schema: pa.Schema) -> str:
-    columns = ", ".join(
-        f"CAST(NULL AS {_DUCKDB_TYPES[f.type]}) AS {_quote_identifier(f.name)}" for f in schema
-    )
+    columns = ", ".join(f"CAST(NULL AS {_DUCKDB_TYPES[f.type]}) AS {_quote_identifier(f.name)}" for f in schema)
     return f"SELECT {columns} WHERE false"
 
 
@@ -282,9 +292,7 @@ def select_samples(
 
     for column, value in (where or {}).items():
         if column not in columns:
-            raise ValueError(
-                f"unknown column {column!r} in where: the samples view has {', '.join(columns)}"
-            )
+            raise ValueError(f"unknown column {column!r} in where: the samples view has {', '.join(columns)}")
         if value is None:
             conditions.append(f"{_quote_identifier(column)} IS NULL")
         elif isinstance(value, (list, tuple, set, frozenset)):
@@ -321,7 +329,9 @@ def select_samples(
 # --- exports -------------------------------------------------------------------------------
 
 
-def export_nemo_manifest(table: pa.Table, path_or_handle: str | os.PathLike | IO, audio_url_column: str = "tar_url") -> int:
+def export_nemo_manifest(
+    table: pa.Table, path_or_handle: str | os.PathLike | IO, audio_url_column: str = "tar_url"
+) -> int:
     """Write ``table``'s samples as a NeMo JSONL manifest; return the number of lines.
 
     One line per row: ``{"audio_filepath": "<tar_url>#<key>.wav", "duration": <duration_s>,
@@ -349,7 +359,8 @@ def export_nemo_manifest(table: pa.Table, path_or_handle: str | os.PathLike | IO
                 json.dumps(
                     {"audio_filepath": f"{url}#{key}.wav", "duration": duration, "text": text or "", "lang": lang},
                     ensure_ascii=False,
-                ) + "\n"
+                )
+                + "\n"
                 for url, key, duration, text, lang in zip(urls, keys, durations, texts, langs)
             )
             handle.write(chunk.encode("utf-8") if binary else chunk)
@@ -408,7 +419,16 @@ def _format_cell(value: object, max_width: int) -> str:
 
 
 __all__ = [
-    "CATALOG_FILE", "NAMED_QUERIES", "SUMMARY_TABLES", "CatalogSummary",
-    "duckdb_location", "export_nemo_manifest", "export_tar_urls", "format_table", "refresh_catalog",
-    "run_query", "sample_columns", "select_samples",
+    "CATALOG_FILE",
+    "NAMED_QUERIES",
+    "SUMMARY_TABLES",
+    "CatalogSummary",
+    "duckdb_location",
+    "export_nemo_manifest",
+    "export_tar_urls",
+    "format_table",
+    "refresh_catalog",
+    "run_query",
+    "sample_columns",
+    "select_samples",
 ]

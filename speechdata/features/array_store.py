@@ -24,7 +24,9 @@ ARRAY_STORE_SCHEMA = pa.schema(
         pa.field("data", pa.binary(), nullable=False),
     ]
 )
-ARRAY_STORE_PARQUET_OPTIONS = {"compression": {"utt_id": "zstd", "n_rows": "zstd", "dim": "zstd", "dtype": "zstd", "data": "none"}}
+ARRAY_STORE_PARQUET_OPTIONS = {
+    "compression": {"utt_id": "zstd", "n_rows": "zstd", "dim": "zstd", "dtype": "zstd", "data": "none"}
+}
 ROW_GROUP_BYTES = 128 * 1024 * 1024
 
 
@@ -75,7 +77,9 @@ def write_arrays(data_root: DataRoot, relative: str, items: Iterable[tuple[str, 
     return store.count
 
 
-def iter_arrays(data_root: DataRoot, relative: str, utt_ids: set[str] | None = None) -> Iterator[tuple[str, np.ndarray]]:
+def iter_arrays(
+    data_root: DataRoot, relative: str, utt_ids: set[str] | None = None
+) -> Iterator[tuple[str, np.ndarray]]:
     """Yield ``(utt_id, float16 [n_rows, dim])`` row group by row group."""
     with data_root.fs.open(data_root.path(relative), "rb") as handle:
         parquet = pq.ParquetFile(handle)

@@ -26,9 +26,7 @@ def pool_to_mimi_frames(features: torch.Tensor, n_frames: int) -> torch.Tensor:
     """``[N, D]`` 50 Hz features -> ``[n_frames, D]``: avg-pool k8/s4/pad2 (pads excluded), then fit to F."""
     if features.shape[0] == 0:
         return features.new_zeros((n_frames, features.shape[1]))
-    pooled = F.avg_pool1d(
-        features.T.unsqueeze(0), kernel_size=8, stride=4, padding=2, count_include_pad=False
-    )[0].T
+    pooled = F.avg_pool1d(features.T.unsqueeze(0), kernel_size=8, stride=4, padding=2, count_include_pad=False)[0].T
     if pooled.shape[0] >= n_frames:
         return pooled[:n_frames]
     repeat = pooled[-1:].expand(n_frames - pooled.shape[0], -1)
@@ -40,7 +38,9 @@ def select_layer(outputs, layer: int | None, layer_weights: Sequence[float] | No
     if layer_weights is not None:
         states = torch.stack(outputs.hidden_states, dim=0)
         if len(layer_weights) != states.shape[0]:
-            raise ValueError(f"layer_weights has {len(layer_weights)} entries; the model has {states.shape[0]} hidden states")
+            raise ValueError(
+                f"layer_weights has {len(layer_weights)} entries; the model has {states.shape[0]} hidden states"
+            )
         weights = torch.tensor(layer_weights, dtype=states.dtype, device=states.device).view(-1, 1, 1, 1)
         return (states * weights).sum(dim=0)
     if layer is None:
@@ -80,9 +80,7 @@ def wavlm_features(
             batch[row, : wave.shape[0]] = wave
             mask[row, : wave.shape[0]] = 1
         with torch.inference_mode():
-            outputs = model(
-                batch.to(dtype), attention_mask=mask, output_hidden_states=need_hidden_states
-            )
+            outputs = model(batch.to(dtype), attention_mask=mask, output_hidden_states=need_hidden_states)
             hidden = select_layer(outputs, layer, layer_weights).float()
             valid = model._get_feat_extract_output_lengths(mask.sum(dim=1))
             return [

@@ -80,15 +80,30 @@ def compute_qwen_hidden_states(
         store.flush()
     data_root.write_parquet(layout.rejects(shard_id, QWEN_STAGE), rejects_table(rejects))
     return StageSummary(
-        shard_id, len(utt_ids), store.count, rejects, sum(seconds), time.perf_counter() - started,
-        {"hidden_states": data_root.uri(layout.qwen_hidden_states(shard_id)),
-         "rejects": data_root.uri(layout.rejects(shard_id, QWEN_STAGE))},
+        shard_id,
+        len(utt_ids),
+        store.count,
+        rejects,
+        sum(seconds),
+        time.perf_counter() - started,
+        {
+            "hidden_states": data_root.uri(layout.qwen_hidden_states(shard_id)),
+            "rejects": data_root.uri(layout.rejects(shard_id, QWEN_STAGE)),
+        },
     )
 
 
 def compute_wavlm_features(
-    data_root: DataRoot, shard_id: str, model, *, device, dtype: torch.dtype, max_batch_s: float,
-    layer: int | None = None, layer_weights: list[float] | None = None, on_progress: Progress | None = None,
+    data_root: DataRoot,
+    shard_id: str,
+    model,
+    *,
+    device,
+    dtype: torch.dtype,
+    max_batch_s: float,
+    layer: int | None = None,
+    layer_weights: list[float] | None = None,
+    on_progress: Progress | None = None,
 ) -> StageSummary:
     started = time.perf_counter()
     grids = data_root.read_parquet(layout.frame_grids(shard_id), columns=["utt_id", "n_frames"])
@@ -98,8 +113,14 @@ def compute_wavlm_features(
 
     def compute(items):
         return wavlm_features(
-            model, [a for a, _ in items], [f for _, f in items], device=device, dtype=dtype,
-            layer=layer, layer_weights=layer_weights, max_batch_s=max_batch_s,
+            model,
+            [a for a, _ in items],
+            [f for _, f in items],
+            device=device,
+            dtype=dtype,
+            layer=layer,
+            layer_weights=layer_weights,
+            max_batch_s=max_batch_s,
         )
 
     with data_root.parquet_writer(
@@ -126,9 +147,7 @@ def compute_wavlm_features(
 
         pending: list[tuple[str, np.ndarray]] = []
         pending_s = 0.0
-        for utt_id, samples, _rate in iter_container_audio(
-            data_root, layout.normalized_audio(shard_id), set(n_frames)
-        ):
+        for utt_id, samples, _rate in iter_container_audio(data_root, layout.normalized_audio(shard_id), set(n_frames)):
             pending.append((utt_id, samples))
             pending_s += samples.shape[0] / SAMPLE_RATE
             if pending_s >= CHUNK_AUDIO_S:
@@ -139,13 +158,22 @@ def compute_wavlm_features(
         store.flush()
     data_root.write_parquet(layout.rejects(shard_id, WAVLM_STAGE), rejects_table(rejects))
     return StageSummary(
-        shard_id, len(n_frames), store.count, rejects, audio_done, time.perf_counter() - started,
-        {"features": data_root.uri(layout.wavlm_features(shard_id)),
-         "rejects": data_root.uri(layout.rejects(shard_id, WAVLM_STAGE))},
+        shard_id,
+        len(n_frames),
+        store.count,
+        rejects,
+        audio_done,
+        time.perf_counter() - started,
+        {
+            "features": data_root.uri(layout.wavlm_features(shard_id)),
+            "rejects": data_root.uri(layout.rejects(shard_id, WAVLM_STAGE)),
+        },
     )
 
 
-def check_feature_shapes(data_root: DataRoot, relative: str, expected_rows: dict[str, int], dim: int) -> dict[str, list[str]]:
+def check_feature_shapes(
+    data_root: DataRoot, relative: str, expected_rows: dict[str, int], dim: int
+) -> dict[str, list[str]]:
     """Utterances failing each feature check: row count, width, finiteness (dtype is float16 by construction)."""
     from speechdata.features.array_store import iter_arrays
 

@@ -54,8 +54,7 @@ def dataset_card(dataset: str, found: dict[str, dict[str, dict]], languages: dic
         {
             "config_name": country,
             "data_files": [
-                {"split": split, "path": f"{country}/{split}-*.parquet"}
-                for split in sorted(splits, key=_split_order)
+                {"split": split, "path": f"{country}/{split}-*.parquet"} for split in sorted(splits, key=_split_order)
             ],
         }
         for country, splits in sorted(found.items())
@@ -67,14 +66,23 @@ def dataset_card(dataset: str, found: dict[str, dict[str, dict]], languages: dic
         "pretty_name": dataset,
     }
     lines = [
-        "---", yaml.safe_dump(front, sort_keys=False, allow_unicode=True).rstrip(), "---", "",
-        f"# {dataset}", "",
+        "---",
+        yaml.safe_dump(front, sort_keys=False, allow_unicode=True).rstrip(),
+        "---",
+        "",
+        f"# {dataset}",
+        "",
         "Short segments (3-20 s by default) cut from long recordings, with human and ASR transcripts, "
         "their CER (from the alignment) and WER (ASR against human). Whole recordings belong to one "
-        "split. Train is cut into subsets `train_<n>` by size; each subset is a split.", "",
-        "```python", "import datasets", f'ds = datasets.load_dataset("<repo or folder>", "{next(iter(sorted(found)), "<country>")}")',
-        "```", "",
-        "| config | language | split | rows | files | MB |", "|---|---|---|---:|---:|---:|",
+        "split. Train is cut into subsets `train_<n>` by size; each subset is a split.",
+        "",
+        "```python",
+        "import datasets",
+        f'ds = datasets.load_dataset("<repo or folder>", "{next(iter(sorted(found)), "<country>")}")',
+        "```",
+        "",
+        "| config | language | split | rows | files | MB |",
+        "|---|---|---|---:|---:|---:|",
     ]
     for country, splits in sorted(found.items()):
         for split in sorted(splits, key=_split_order):

@@ -51,14 +51,25 @@ def hf_features(sample_rate: int) -> datasets.Features:
     import datasets
 
     v = datasets.Value
-    return datasets.Features({
-        "audio": datasets.Audio(sampling_rate=sample_rate),
-        "key": v("string"), "country": v("string"), "language": v("string"), "video_id": v("string"),
-        "transcript_id": v("string"), "start_seconds": v("float32"), "end_seconds": v("float32"),
-        "duration_seconds": v("float32"), "asr_transcript": v("string"), "human_transcript": v("string"),
-        "cer": v("float32"), "wer": v("float32"),
-        "original_transcript_start_idx": v("int32"), "original_transcript_end_idx": v("int32"),
-    })
+    return datasets.Features(
+        {
+            "audio": datasets.Audio(sampling_rate=sample_rate),
+            "key": v("string"),
+            "country": v("string"),
+            "language": v("string"),
+            "video_id": v("string"),
+            "transcript_id": v("string"),
+            "start_seconds": v("float32"),
+            "end_seconds": v("float32"),
+            "duration_seconds": v("float32"),
+            "asr_transcript": v("string"),
+            "human_transcript": v("string"),
+            "cer": v("float32"),
+            "wer": v("float32"),
+            "original_transcript_start_idx": v("int32"),
+            "original_transcript_end_idx": v("int32"),
+        }
+    )
 
 
 @dataclass(frozen=True)
@@ -86,7 +97,9 @@ class BuildSummary:
     audio_seconds: float = 0.0
 
 
-def build_country_dataset(data_root: DataRoot, country: str, options: DatasetOptions = DatasetOptions()) -> BuildSummary:
+def build_country_dataset(
+    data_root: DataRoot, country: str, options: DatasetOptions = DatasetOptions()
+) -> BuildSummary:
     """Write the splits of ``country`` whose content changed; record files and segment statuses in the state."""
     summary = BuildSummary(country)
     state_path = layout.hf_state_database(options.dataset, country)
@@ -97,8 +110,11 @@ def build_country_dataset(data_root: DataRoot, country: str, options: DatasetOpt
         states = rows_as_dicts(db, "SELECT key, recording_id, split, file, status FROM segments")
         sample_rate = _country_sample_rate(db, options, segments, states)
         late = [
-            s["key"] for s in states
-            if s["split"] == TRAIN and s["file"] is None and s["status"] == "pending"
+            s["key"]
+            for s in states
+            if s["split"] == TRAIN
+            and s["file"] is None
+            and s["status"] == "pending"
             and recordings[s["recording_id"]]["subset_id"] is not None
         ]
         with registered_rows(db, "late", {"key": pa.array(late, pa.string())}):
@@ -110,7 +126,8 @@ def build_country_dataset(data_root: DataRoot, country: str, options: DatasetOpt
     late_keys = set(late)
     # Earlier cutting errors are retried whenever their split is written again.
     usable = [
-        s for s in states
+        s
+        for s in states
         if s["status"] in ("pending", "uploaded", "error") and s["key"] in position and s["key"] not in late_keys
     ]
     writer = _Writer(data_root, options, country, sample_rate, segments, position, summary)
@@ -125,15 +142,20 @@ def build_country_dataset(data_root: DataRoot, country: str, options: DatasetOpt
             continue
         _commit_split(data_root, state_path, writer.write(split, _by_recording(keys, recordings)), keys, summary)
     pending_train = [
-        s for s in usable
+        s
+        for s in usable
         if s["split"] == TRAIN and s["file"] is None and recordings[s["recording_id"]]["subset_id"] is None
     ]
     with state_connection(data_root, state_path) as db:
         next_subset = (db.execute("SELECT max(subset_id) FROM recordings").fetchall()[0][0] or 0) + 1
     budget = int(options.max_split_size_gb * 1e9 * (1 - PARQUET_RESERVE))
-    for subset_id, recording_ids, files in writer.write_train_subsets(_by_recording(pending_train, recordings), next_subset, budget):
+    for subset_id, recording_ids, files in writer.write_train_subsets(
+        _by_recording(pending_train, recordings), next_subset, budget
+    ):
         subset_keys = [s for s in pending_train if s["recording_id"] in recording_ids]
-        _commit_split(data_root, state_path, files, subset_keys, summary, subset_id=subset_id, recording_ids=recording_ids)
+        _commit_split(
+            data_root, state_path, files, subset_keys, summary, subset_id=subset_id, recording_ids=recording_ids
+        )
     return summary
 
 
@@ -169,9 +191,12 @@ def _by_recording(states: list[dict], recordings: dict[str, dict]) -> list[tuple
 
 def _split_files(data_root: DataRoot, state_path: str, split: str) -> list[str]:
     with state_connection(data_root, state_path) as db:
-        return [p for (p,) in db.execute(
-            "SELECT path_in_repo FROM files WHERE split = ? AND status <> 'deleted'", [split]
-        ).fetchall()]
+        return [
+            p
+            for (p,) in db.execute(
+                "SELECT path_in_repo FROM files WHERE split = ? AND status <> 'deleted'", [split]
+            ).fetchall()
+        ]
 
 
 def _files_present(data_root: DataRoot, dataset: str, db_files: list[str]) -> bool:
@@ -179,8 +204,13 @@ def _files_present(data_root: DataRoot, dataset: str, db_files: list[str]) -> bo
 
 
 def _commit_split(
-    data_root: DataRoot, state_path: str, split_files: SplitFiles, states: list[dict], summary: BuildSummary,
-    subset_id: int | None = None, recording_ids: set[str] | None = None,
+    data_root: DataRoot,
+    state_path: str,
+    split_files: SplitFiles,
+    states: list[dict],
+    summary: BuildSummary,
+    subset_id: int | None = None,
+    recording_ids: set[str] | None = None,
 ) -> None:
     """Record a written split: its files (pending upload), where each segment went, and failed cuts."""
     summary.written.append(split_files)
@@ -191,32 +221,49 @@ def _commit_split(
         for path, status in old.items():
             if path not in new_paths:
                 if status == "uploaded":
-                    db.execute("UPDATE files SET status = 'deleted', updated_at = current_timestamp WHERE path_in_repo = ?", [path])
+                    db.execute(
+                        "UPDATE files SET status = 'deleted', updated_at = current_timestamp WHERE path_in_repo = ?",
+                        [path],
+                    )
                 else:
                     db.execute("DELETE FROM files WHERE path_in_repo = ?", [path])
         for f in split_files.files:
             db.execute(
                 "INSERT OR REPLACE INTO files (path_in_repo, split, rows, bytes, sha256, status, error_message, commit_oid) "
                 "VALUES (?, ?, ?, ?, ?, ?, NULL, NULL)",
-                [f["path_in_repo"], split_files.split, f["rows"], f["bytes"], f["sha256"],
-                 "uploaded" if old.get(f["path_in_repo"]) == "uploaded" and _same_sha(db, f) else "pending"],
+                [
+                    f["path_in_repo"],
+                    split_files.split,
+                    f["rows"],
+                    f["bytes"],
+                    f["sha256"],
+                    "uploaded" if old.get(f["path_in_repo"]) == "uploaded" and _same_sha(db, f) else "pending",
+                ],
             )
         written = [s["key"] for s in states if s["key"] in file_of]
         placed = {"key": pa.array(written, pa.string()), "file": pa.array([file_of[k] for k in written], pa.string())}
         with registered_rows(db, "placed", placed):
             db.execute(
                 "UPDATE segments SET file = placed.file, subset_id = ?, status = 'pending', error_message = NULL, "
-                "updated_at = current_timestamp FROM placed WHERE segments.key = placed.key", [subset_id],
+                "updated_at = current_timestamp FROM placed WHERE segments.key = placed.key",
+                [subset_id],
             )
         failed = [s["key"] for s in states if s["key"] in summary.errors]
-        errors = {"key": pa.array(failed, pa.string()), "message": pa.array([summary.errors[k] for k in failed], pa.string())}
+        errors = {
+            "key": pa.array(failed, pa.string()),
+            "message": pa.array([summary.errors[k] for k in failed], pa.string()),
+        }
         with registered_rows(db, "failed", errors):
             db.execute(
                 "UPDATE segments SET file = NULL, status = 'error', error_message = failed.message, "
                 "updated_at = current_timestamp FROM failed WHERE segments.key = failed.key"
             )
         if recording_ids:
-            execute_many(db, "UPDATE recordings SET subset_id = ? WHERE recording_id = ?", [[subset_id, r] for r in sorted(recording_ids)])
+            execute_many(
+                db,
+                "UPDATE recordings SET subset_id = ? WHERE recording_id = ?",
+                [[subset_id, r] for r in sorted(recording_ids)],
+            )
 
 
 def _same_sha(db, f: dict) -> bool:
@@ -283,7 +330,9 @@ class _Writer:
                     rows.append(row)
         except (AudioNotFound, sf.LibsndfileError, RuntimeError) as exc:
             for key in keys:
-                self.summary.errors.setdefault(key, f"recording {recording['audio_path']} in shard {recording['shard_id']}: {exc}")
+                self.summary.errors.setdefault(
+                    key, f"recording {recording['audio_path']} in shard {recording['shard_id']}: {exc}"
+                )
         self.summary.max_recording_buffer_bytes = max(self.summary.max_recording_buffer_bytes, payload)
         if not rows:
             return None, 0
@@ -302,10 +351,18 @@ class _Writer:
         end = float(value["end_s"]) if value["end_s"] is not None else start + samples.shape[0] / rate
         return {
             "audio": {"bytes": encode_flac(np.asarray(samples, dtype=np.float32), rate), "path": f"{key}.flac"},
-            "key": key, "country": self.country, "language": value["language"], "video_id": value["video_id"],
-            "transcript_id": value["transcript_id"], "start_seconds": start, "end_seconds": end,
-            "duration_seconds": end - start, "asr_transcript": value["asr_text"], "human_transcript": value["human_text"],
-            "cer": value["cer"], "wer": word_error_rate(value["human_text"], value["asr_text"]),
+            "key": key,
+            "country": self.country,
+            "language": value["language"],
+            "video_id": value["video_id"],
+            "transcript_id": value["transcript_id"],
+            "start_seconds": start,
+            "end_seconds": end,
+            "duration_seconds": end - start,
+            "asr_transcript": value["asr_text"],
+            "human_transcript": value["human_text"],
+            "cer": value["cer"],
+            "wer": word_error_rate(value["human_text"], value["asr_text"]),
             "original_transcript_start_idx": value["transcript_start_idx"],
             "original_transcript_end_idx": value["transcript_end_idx"],
         }

@@ -38,11 +38,12 @@ class SplitFiles:
         return sum(f["bytes"] for f in self.files)
 
 
-
 class SplitSink:
     """Parquet files of one split, rolled at ``max_file_bytes``, moved into place when the split is complete."""
 
-    def __init__(self, data_root: DataRoot, dataset: str, country: str, split: str, schema: pa.Schema, max_file_bytes: int):
+    def __init__(
+        self, data_root: DataRoot, dataset: str, country: str, split: str, schema: pa.Schema, max_file_bytes: int
+    ):
         self.data_root, self.dataset, self.country, self.split = data_root, dataset, country, split
         self.schema, self.max_file_bytes = schema, max_file_bytes
         self.build_dir = layout.hf_build_dir(dataset, country)
@@ -80,7 +81,8 @@ class SplitSink:
         count = len(self.parts)
         final_dir = layout.hf_dataset_file(self.dataset, self.country)
         stale = {
-            p for p in fs.glob(self.data_root.path(f"{final_dir}/{self.split}-*.parquet"))
+            p
+            for p in fs.glob(self.data_root.path(f"{final_dir}/{self.split}-*.parquet"))
             if (m := FILE_NAME.match(p.rsplit("/", 1)[-1])) and m["split"] == self.split
         }
         for index, part in enumerate(self.parts):
@@ -89,10 +91,15 @@ class SplitSink:
             fs.makedirs(self.data_root.path(final_dir), exist_ok=True)
             fs.mv(self.data_root.path(part["relative"]), target)
             stale.discard(target)
-            self.result.files.append({
-                "path_in_repo": f"{self.country}/{name}", "rows": part["rows"], "bytes": int(fs.size(target)),
-                "sha256": file_sha256(fs, target), "keys": part["keys"],
-            })
+            self.result.files.append(
+                {
+                    "path_in_repo": f"{self.country}/{name}",
+                    "rows": part["rows"],
+                    "bytes": int(fs.size(target)),
+                    "sha256": file_sha256(fs, target),
+                    "keys": part["keys"],
+                }
+            )
         for path in stale:
             fs.rm(path)
 

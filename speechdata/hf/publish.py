@@ -66,7 +66,9 @@ def with_retries(call: Callable, policy: RetryPolicy, what: str, log: Callable[[
             if attempt == policy.attempts or not is_transient(exc):
                 raise
             delay = policy.delay_s(attempt)
-            log(f"{what}: transient failure ({type(exc).__name__}: {str(exc)[:200]}); retry {attempt}/{policy.attempts - 1} in {delay:.1f} s")
+            log(
+                f"{what}: transient failure ({type(exc).__name__}: {str(exc)[:200]}); retry {attempt}/{policy.attempts - 1} in {delay:.1f} s"
+            )
             sleep(delay)
     raise AssertionError("unreachable")
 
@@ -101,21 +103,36 @@ def register_card(data_root: DataRoot, dataset: str, country: str) -> None:
 
 
 def publish_country(
-    data_root: DataRoot, dataset: str, country: str, api, repo_id: str, *, revision: str = "main",
-    private: bool = True, policy: RetryPolicy = RetryPolicy(), log: Callable[[str], None] = print, sleep=time.sleep,
+    data_root: DataRoot,
+    dataset: str,
+    country: str,
+    api,
+    repo_id: str,
+    *,
+    revision: str = "main",
+    private: bool = True,
+    policy: RetryPolicy = RetryPolicy(),
+    log: Callable[[str], None] = print,
+    sleep=time.sleep,
 ) -> PublishSummary:
     """Upload what the Hub lacks of ``country``'s files. ``api`` is a ``huggingface_hub.HfApi``."""
     summary = PublishSummary()
     state_path = layout.hf_state_database(dataset, country)
     with_retries(
         lambda: api.create_repo(repo_id, repo_type="dataset", private=private, exist_ok=True),
-        policy, f"create {repo_id}", log, sleep,
+        policy,
+        f"create {repo_id}",
+        log,
+        sleep,
     )
     remote = {
         entry.path: entry
         for entry in with_retries(
             lambda: list(api.list_repo_tree(repo_id, repo_type="dataset", revision=revision, recursive=True)),
-            policy, f"list {repo_id}", log, sleep,
+            policy,
+            f"list {repo_id}",
+            log,
+            sleep,
         )
         if hasattr(entry, "blob_id")
     }
@@ -137,7 +154,9 @@ def publish_country(
         to_upload.setdefault(f["split"] or "", []).append(f)
     # The card goes last, so it never lists a split before the split's files are on the Hub.
     for split in sorted(to_upload, key=lambda s: (s == "", s)):
-        _commit_group(data_root, dataset, country, api, repo_id, revision, split, to_upload[split], policy, log, sleep, summary)
+        _commit_group(
+            data_root, dataset, country, api, repo_id, revision, split, to_upload[split], policy, log, sleep, summary
+        )
     return summary
 
 
@@ -151,23 +170,33 @@ def _already_on_hub(data_root: DataRoot, local: str, sha256: str, entry) -> bool
         return git_blob_sha1(handle.read()) == entry.blob_id
 
 
-def _commit_group(data_root, dataset, country, api, repo_id, revision, split, files, policy, log, sleep, summary) -> None:
+def _commit_group(
+    data_root, dataset, country, api, repo_id, revision, split, files, policy, log, sleep, summary
+) -> None:
     from huggingface_hub import CommitOperationAdd, CommitOperationDelete
 
     state_path = layout.hf_state_database(dataset, country)
     adds = [f["path_in_repo"] for f in files if f["status"] != "deleted"]
     deletes = [f["path_in_repo"] for f in files if f["status"] == "deleted"]
     operations = [
-        CommitOperationAdd(path_in_repo=p, path_or_fileobj=data_root.path(layout.hf_dataset_file(dataset, p))) for p in adds
+        CommitOperationAdd(path_in_repo=p, path_or_fileobj=data_root.path(layout.hf_dataset_file(dataset, p)))
+        for p in adds
     ] + [CommitOperationDelete(path_in_repo=p) for p in deletes]
     label = split or CARD_FILE
     log(f"{country}: committing {label} to {repo_id} ({len(adds)} files, {len(deletes)} deletions)")
     try:
         info = with_retries(
             lambda: api.create_commit(
-                repo_id, operations, commit_message=f"{country}: {label}", repo_type="dataset", revision=revision,
+                repo_id,
+                operations,
+                commit_message=f"{country}: {label}",
+                repo_type="dataset",
+                revision=revision,
             ),
-            policy, f"commit {country}/{label}", log, sleep,
+            policy,
+            f"commit {country}/{label}",
+            log,
+            sleep,
         )
     except Exception as exc:
         message = f"{type(exc).__name__}: {str(exc)[:500]}"
@@ -175,7 +204,8 @@ def _commit_group(data_root, dataset, country, api, repo_id, revision, split, fi
             summary.errors[path] = message
         with state_connection(data_root, state_path) as db:
             execute_many(
-                db, "UPDATE files SET status = CASE WHEN status = 'deleted' THEN 'deleted' ELSE 'error' END, "
+                db,
+                "UPDATE files SET status = CASE WHEN status = 'deleted' THEN 'deleted' ELSE 'error' END, "
                 "error_message = ?, updated_at = current_timestamp WHERE path_in_repo = ?",
                 [[message, p] for p in adds + deletes],
             )
@@ -184,7 +214,9 @@ def _commit_group(data_root, dataset, country, api, repo_id, revision, split, fi
     summary.commits += 1
     summary.committed += adds
     summary.deleted += deletes
-    summary.bytes_uploaded += sum(int(data_root.fs.size(data_root.path(layout.hf_dataset_file(dataset, p)))) for p in adds)
+    summary.bytes_uploaded += sum(
+        int(data_root.fs.size(data_root.path(layout.hf_dataset_file(dataset, p)))) for p in adds
+    )
     _mark_uploaded(data_root, state_path, adds, commit_oid=getattr(info, "oid", None))
     _forget(data_root, state_path, deletes)
 
@@ -192,11 +224,14 @@ def _commit_group(data_root, dataset, country, api, repo_id, revision, split, fi
 def _mark_uploaded(data_root: DataRoot, state_path: str, paths: list[str], commit_oid: str | None) -> None:
     with state_connection(data_root, state_path) as db:
         execute_many(
-            db, "UPDATE files SET status = 'uploaded', error_message = NULL, commit_oid = coalesce(?, commit_oid), "
-            "updated_at = current_timestamp WHERE path_in_repo = ?", [[commit_oid, p] for p in paths],
+            db,
+            "UPDATE files SET status = 'uploaded', error_message = NULL, commit_oid = coalesce(?, commit_oid), "
+            "updated_at = current_timestamp WHERE path_in_repo = ?",
+            [[commit_oid, p] for p in paths],
         )
         execute_many(
-            db, "UPDATE segments SET status = 'uploaded', updated_at = current_timestamp WHERE file = ? AND status = 'pending'",
+            db,
+            "UPDATE segments SET status = 'uploaded', updated_at = current_timestamp WHERE file = ? AND status = 'pending'",
             [[p] for p in paths],
         )
 

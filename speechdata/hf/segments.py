@@ -23,14 +23,26 @@ from speechdata.io import layout
 from speechdata.io.storage import DataRoot, read_parquet_handle
 from speechdata.landing.landed_audio import AudioNotFound, LandedAudio
 
-SEGMENT_SCHEMA = pa.schema([
-    pa.field("key", pa.string()), pa.field("shard_id", pa.string()), pa.field("recording_id", pa.string()),
-    pa.field("audio_path", pa.string()), pa.field("video_id", pa.string()), pa.field("transcript_id", pa.string()),
-    pa.field("language", pa.string()), pa.field("start_s", pa.float64()), pa.field("end_s", pa.float64()),
-    pa.field("duration_s", pa.float64()), pa.field("source_sample_rate", pa.int32()),
-    pa.field("human_text", pa.string()), pa.field("asr_text", pa.string()), pa.field("cer", pa.float64()),
-    pa.field("transcript_start_idx", pa.int32()), pa.field("transcript_end_idx", pa.int32()),
-])
+SEGMENT_SCHEMA = pa.schema(
+    [
+        pa.field("key", pa.string()),
+        pa.field("shard_id", pa.string()),
+        pa.field("recording_id", pa.string()),
+        pa.field("audio_path", pa.string()),
+        pa.field("video_id", pa.string()),
+        pa.field("transcript_id", pa.string()),
+        pa.field("language", pa.string()),
+        pa.field("start_s", pa.float64()),
+        pa.field("end_s", pa.float64()),
+        pa.field("duration_s", pa.float64()),
+        pa.field("source_sample_rate", pa.int32()),
+        pa.field("human_text", pa.string()),
+        pa.field("asr_text", pa.string()),
+        pa.field("cer", pa.float64()),
+        pa.field("transcript_start_idx", pa.int32()),
+        pa.field("transcript_end_idx", pa.int32()),
+    ]
+)
 
 
 @dataclass(frozen=True)
@@ -61,8 +73,21 @@ def country_segments(data_root: DataRoot, country: str) -> pa.Table:
 
 
 _INDEX_COLUMNS = [
-    "utt_id", "audio_path", "text", "language", "country", "video_id", "transcript_id", "human_text", "asr_text",
-    "cer", "transcript_start_idx", "transcript_end_idx", "segment_start_s", "segment_end_s", "duration_s",
+    "utt_id",
+    "audio_path",
+    "text",
+    "language",
+    "country",
+    "video_id",
+    "transcript_id",
+    "human_text",
+    "asr_text",
+    "cer",
+    "transcript_start_idx",
+    "transcript_end_idx",
+    "segment_start_s",
+    "segment_end_s",
+    "duration_s",
     "source_sample_rate",
 ]
 
@@ -79,24 +104,27 @@ def _as_segments(table: pa.Table, shard_id: str) -> pa.Table:
     video_id = _column(table, "video_id", pa.string())
     fallback_recording = pc.binary_join_element_wise(pa.array([shard_id] * n), audio_path, "/")
     human = _column(table, "human_text", pa.string())
-    return pa.table({
-        "key": _column(table, "utt_id", pa.string()),
-        "shard_id": pa.array([shard_id] * n),
-        "recording_id": pc.coalesce(video_id, fallback_recording),
-        "audio_path": audio_path,
-        "video_id": pc.coalesce(video_id, pa.array([PurePosixPath(p).stem for p in audio_path.to_pylist()])),
-        "transcript_id": _column(table, "transcript_id", pa.string()),
-        "language": _column(table, "language", pa.string()),
-        "start_s": _column(table, "segment_start_s", pa.float64()),
-        "end_s": _column(table, "segment_end_s", pa.float64()),
-        "duration_s": _column(table, "duration_s", pa.float64()),
-        "source_sample_rate": _column(table, "source_sample_rate", pa.int32()),
-        "human_text": pc.coalesce(human, _column(table, "text", pa.string())),
-        "asr_text": _column(table, "asr_text", pa.string()),
-        "cer": _column(table, "cer", pa.float64()),
-        "transcript_start_idx": _column(table, "transcript_start_idx", pa.int32()),
-        "transcript_end_idx": _column(table, "transcript_end_idx", pa.int32()),
-    }, schema=SEGMENT_SCHEMA)
+    return pa.table(
+        {
+            "key": _column(table, "utt_id", pa.string()),
+            "shard_id": pa.array([shard_id] * n),
+            "recording_id": pc.coalesce(video_id, fallback_recording),
+            "audio_path": audio_path,
+            "video_id": pc.coalesce(video_id, pa.array([PurePosixPath(p).stem for p in audio_path.to_pylist()])),
+            "transcript_id": _column(table, "transcript_id", pa.string()),
+            "language": _column(table, "language", pa.string()),
+            "start_s": _column(table, "segment_start_s", pa.float64()),
+            "end_s": _column(table, "segment_end_s", pa.float64()),
+            "duration_s": _column(table, "duration_s", pa.float64()),
+            "source_sample_rate": _column(table, "source_sample_rate", pa.int32()),
+            "human_text": pc.coalesce(human, _column(table, "text", pa.string())),
+            "asr_text": _column(table, "asr_text", pa.string()),
+            "cer": _column(table, "cer", pa.float64()),
+            "transcript_start_idx": _column(table, "transcript_start_idx", pa.int32()),
+            "transcript_end_idx": _column(table, "transcript_end_idx", pa.int32()),
+        },
+        schema=SEGMENT_SCHEMA,
+    )
 
 
 def filter_reasons(segments: pa.Table, limits: SegmentLimits) -> list[str | None]:
@@ -150,8 +178,12 @@ class AssignmentSummary:
 
 
 def refresh_split_assignments(
-    data_root: DataRoot, dataset: str, country: str, limits: SegmentLimits = SegmentLimits(),
-    targets: SplitTargets = SplitTargets(), seed: int = 0,
+    data_root: DataRoot,
+    dataset: str,
+    country: str,
+    limits: SegmentLimits = SegmentLimits(),
+    targets: SplitTargets = SplitTargets(),
+    seed: int = 0,
 ) -> AssignmentSummary:
     """Record every segment of ``country`` and assign every new recording to a split (seed 004 phase 1).
 
@@ -177,12 +209,20 @@ def refresh_split_assignments(
             db.execute(
                 "INSERT INTO recordings (recording_id, video_id, shard_id, audio_path, source_sample_rate, "
                 "duration_hours, size_mb, split) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                [recording_id, segments["video_id"][row].as_py(), segments["shard_id"][row].as_py(),
-                 segments["audio_path"][row].as_py(), segments["source_sample_rate"][row].as_py(),
-                 usable_s[recording_id] / 3600.0, sizes.get(recording_id), split],
+                [
+                    recording_id,
+                    segments["video_id"][row].as_py(),
+                    segments["shard_id"][row].as_py(),
+                    segments["audio_path"][row].as_py(),
+                    segments["source_sample_rate"][row].as_py(),
+                    usable_s[recording_id] / 3600.0,
+                    sizes.get(recording_id),
+                    split,
+                ],
             )
         execute_many(
-            db, "UPDATE recordings SET duration_hours = ? WHERE recording_id = ?",
+            db,
+            "UPDATE recordings SET duration_hours = ? WHERE recording_id = ?",
             [[usable_s[r] / 3600.0, r] for r in existing if r in usable_s],
         )
         splits = {**existing, **new}
@@ -200,8 +240,10 @@ def refresh_split_assignments(
             "reason": [reason for reason, n in zip(reasons, is_new) if n],
         }
         with registered_rows(db, "fresh", {name: pa.array(values, pa.string()) for name, values in fresh.items()}):
-            db.execute("INSERT INTO segments (key, recording_id, shard_id, split, status, reason) "
-                       "SELECT key, recording_id, shard_id, split, status, reason FROM fresh")
+            db.execute(
+                "INSERT INTO segments (key, recording_id, shard_id, split, status, reason) "
+                "SELECT key, recording_id, shard_id, split, status, reason FROM fresh"
+            )
         again = {
             "key": pa.array([k for k, n in zip(keys, is_new) if not n], pa.string()),
             "reason": pa.array([reason for reason, n in zip(reasons, is_new) if not n], pa.string()),
@@ -215,11 +257,15 @@ def refresh_split_assignments(
             )
         summary.new_segments = len(fresh["key"])
         summary.new_recordings = dict(Counter(new.values()))
-        for row in rows_as_dicts(db, "SELECT split, count(*) AS n, sum(duration_hours) AS hours FROM recordings GROUP BY split"):
+        for row in rows_as_dicts(
+            db, "SELECT split, count(*) AS n, sum(duration_hours) AS hours FROM recordings GROUP BY split"
+        ):
             summary.recordings_by_split[row["split"]] = int(row["n"])
             summary.hours_by_split[row["split"]] = float(row["hours"])
         summary.filtered_by_reason = dict(
-            db.execute("SELECT reason, count(*) FROM segments WHERE status = 'filtered' GROUP BY reason ORDER BY reason").fetchall()
+            db.execute(
+                "SELECT reason, count(*) FROM segments WHERE status = 'filtered' GROUP BY reason ORDER BY reason"
+            ).fetchall()
         )
     return summary
 
@@ -231,7 +277,9 @@ def _recording_sizes(
     sizes: dict[str, float] = {}
     by_shard: dict[str, list[tuple[str, str]]] = {}
     for recording_id, row in rows.items():
-        by_shard.setdefault(segments["shard_id"][row].as_py(), []).append((recording_id, segments["audio_path"][row].as_py()))
+        by_shard.setdefault(segments["shard_id"][row].as_py(), []).append(
+            (recording_id, segments["audio_path"][row].as_py())
+        )
     for shard_id, recordings in sorted(by_shard.items()):
         with LandedAudio(data_root, shard_id) as audio:
             for recording_id, audio_path in recordings:

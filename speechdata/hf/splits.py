@@ -34,7 +34,9 @@ class SplitTargets:
 
     def __post_init__(self):
         if self.test < 0 or self.validation < 0 or self.test + self.validation >= 1:
-            raise ValueError(f"split shares must be >= 0 and leave room for train: test={self.test}, validation={self.validation}")
+            raise ValueError(
+                f"split shares must be >= 0 and leave room for train: test={self.test}, validation={self.validation}"
+            )
 
     def shares(self) -> dict[str, float]:
         return {TRAIN: 1.0 - self.test - self.validation, TEST: self.test, VALIDATION: self.validation}
@@ -46,7 +48,10 @@ def assignment_order(recording_id: str, seed: int) -> str:
 
 
 def assign_splits(
-    durations_s: Mapping[str, float], existing: Mapping[str, str], targets: SplitTargets = SplitTargets(), seed: int = 0,
+    durations_s: Mapping[str, float],
+    existing: Mapping[str, str],
+    targets: SplitTargets = SplitTargets(),
+    seed: int = 0,
 ) -> dict[str, str]:
     """Splits of the recordings in ``durations_s`` that ``existing`` does not assign yet.
 

@@ -28,8 +28,15 @@ from speechdata.landing.mark import mark_landed
 
 TEXT_COLUMN_CANDIDATES = ("text", "transcript", "answer", "sentence", "pred_text")
 
-_MAGIC_EXTENSIONS = ((b"RIFF", "wav"), (b"fLaC", "flac"), (b"OggS", "ogg"), (b"ID3", "mp3"), (b"\xff\xfb", "mp3"),
-                     (b"\xff\xf3", "mp3"), (b"\xff\xf2", "mp3"))
+_MAGIC_EXTENSIONS = (
+    (b"RIFF", "wav"),
+    (b"fLaC", "flac"),
+    (b"OggS", "ogg"),
+    (b"ID3", "mp3"),
+    (b"\xff\xfb", "mp3"),
+    (b"\xff\xf3", "mp3"),
+    (b"\xff\xf2", "mp3"),
+)
 
 
 def audio_extension(data: bytes, path: str | None) -> str:
@@ -97,8 +104,10 @@ def import_granary_parquet(
             raise ValueError(f"{source_url}: audio column {audio_column!r} missing (have: {', '.join(names)})")
         text_name = _pick_text_column(names, text_column)
         carried = [
-            n for n in names
-            if n not in (audio_column, text_name, id_column) and n not in CONTRACT_COLUMNS
+            n
+            for n in names
+            if n not in (audio_column, text_name, id_column)
+            and n not in CONTRACT_COLUMNS
             and not pa.types.is_nested(parquet.schema_arrow.field(n).type)
             and not pa.types.is_binary(parquet.schema_arrow.field(n).type)
         ]
@@ -117,17 +126,32 @@ def import_granary_parquet(
                         info = tarfile.TarInfo(audio_path)
                         info.size, info.mtime = len(data), 0  # fixed mtime: a re-import is byte-identical
                         tar.addfile(info, io.BytesIO(data))
-                    rows.append({
-                        "utt_id": utt_id, "audio_path": audio_path,
-                        "text": record[text_name] if text_name else None,
-                        "language": language, "country": country, "start_s": None, "end_s": None,
-                        "source": source_name, **{n: record[n] for n in carried},
-                    })
-    schema = pa.schema([
-        ("utt_id", pa.string()), ("audio_path", pa.string()), ("text", pa.string()), ("language", pa.string()),
-        ("country", pa.string()), ("start_s", pa.float64()), ("end_s", pa.float64()), ("source", pa.string()),
-        *[parquet.schema_arrow.field(n) for n in carried],
-    ])
+                    rows.append(
+                        {
+                            "utt_id": utt_id,
+                            "audio_path": audio_path,
+                            "text": record[text_name] if text_name else None,
+                            "language": language,
+                            "country": country,
+                            "start_s": None,
+                            "end_s": None,
+                            "source": source_name,
+                            **{n: record[n] for n in carried},
+                        }
+                    )
+    schema = pa.schema(
+        [
+            ("utt_id", pa.string()),
+            ("audio_path", pa.string()),
+            ("text", pa.string()),
+            ("language", pa.string()),
+            ("country", pa.string()),
+            ("start_s", pa.float64()),
+            ("end_s", pa.float64()),
+            ("source", pa.string()),
+            *[parquet.schema_arrow.field(n) for n in carried],
+        ]
+    )
     metadata = pa.Table.from_pylist(rows, schema=schema)
     data_root.write_parquet(layout.landing_metadata(shard_id), metadata)
     mark_landed(data_root, shard_id)
@@ -145,8 +169,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--language", default="en")
     args = parser.parse_args(argv)
     result = import_granary_parquet(
-        DataRoot(args.data_root), args.shard_id, args.source_url, audio_column=args.audio_column,
-        text_column=args.text_column, id_column=args.id_column, language=args.language,
+        DataRoot(args.data_root),
+        args.shard_id,
+        args.source_url,
+        audio_column=args.audio_column,
+        text_column=args.text_column,
+        id_column=args.id_column,
+        language=args.language,
     )
     print(f"landed {result.rows} rows ({result.rows_without_audio} without audio) as {args.shard_id}")
 

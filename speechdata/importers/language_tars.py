@@ -46,10 +46,17 @@ _UNSAFE_ID_CHARACTERS = re.compile(r"[^A-Za-z0-9_-]+")
 
 IMPORTED_METADATA_SCHEMA = pa.schema(
     [
-        ("utt_id", pa.string()), ("audio_path", pa.string()), ("text", pa.string()),
-        ("language", pa.string()), ("country", pa.string()), ("start_s", pa.float64()),
-        ("end_s", pa.float64()), ("source", pa.string()), ("source_tar_number", pa.int64()),
-        ("source_member", pa.string()), ("source_language", pa.string()),
+        ("utt_id", pa.string()),
+        ("audio_path", pa.string()),
+        ("text", pa.string()),
+        ("language", pa.string()),
+        ("country", pa.string()),
+        ("start_s", pa.float64()),
+        ("end_s", pa.float64()),
+        ("source", pa.string()),
+        ("source_tar_number", pa.int64()),
+        ("source_member", pa.string()),
+        ("source_language", pa.string()),
     ]
 )
 IMPORTED_SEGMENTS_SCHEMA = pa.schema(
@@ -86,8 +93,13 @@ def lookup_names(member_name: str) -> list[str]:
 
 
 def import_language_tar(
-    data_root: DataRoot, source_tar: str, language_index: LanguageIndex, *,
-    vad_cache: VadCache | None = None, shard_prefix: str = "lid", source: str = "seed001",
+    data_root: DataRoot,
+    source_tar: str,
+    language_index: LanguageIndex,
+    *,
+    vad_cache: VadCache | None = None,
+    shard_prefix: str = "lid",
+    source: str = "seed001",
 ) -> ImportedShard:
     """Land one source tar as the shard ``<shard_prefix>-<tar number, 6 digits>``."""
     number = tar_number_of(source_tar)
@@ -117,16 +129,28 @@ def import_language_tar(
                     language, unknown = None, unknown + 1
                 rows.append(
                     {
-                        "utt_id": utt_id, "audio_path": audio_path, "text": None, "language": language,
-                        "country": None, "start_s": None, "end_s": None, "source": source,
-                        "source_tar_number": number, "source_member": member.name, "source_language": raw_language,
+                        "utt_id": utt_id,
+                        "audio_path": audio_path,
+                        "text": None,
+                        "language": language,
+                        "country": None,
+                        "start_s": None,
+                        "end_s": None,
+                        "source": source,
+                        "source_tar_number": number,
+                        "source_member": member.name,
+                        "source_language": raw_language,
                     }
                 )
                 entry = next((cached[n] for n in names if n in cached), None)
                 if entry is not None:
                     pairs = sorted((float(s), float(e)) for s, e in entry.get("segments", []))
-                    segments.append({"audio_path": audio_path, "start_s": [s for s, _ in pairs], "end_s": [e for _, e in pairs]})
-    data_root.write_parquet(layout.landing_metadata(shard_id), pa.Table.from_pylist(rows, schema=IMPORTED_METADATA_SCHEMA))
+                    segments.append(
+                        {"audio_path": audio_path, "start_s": [s for s, _ in pairs], "end_s": [e for _, e in pairs]}
+                    )
+    data_root.write_parquet(
+        layout.landing_metadata(shard_id), pa.Table.from_pylist(rows, schema=IMPORTED_METADATA_SCHEMA)
+    )
     if segments:
         data_root.write_parquet(
             layout.landing_vad_segments(shard_id), pa.Table.from_pylist(segments, schema=IMPORTED_SEGMENTS_SCHEMA)
@@ -202,7 +226,9 @@ def main(argv: list[str] | None = None) -> None:
     root = DataRoot(args.data_root or os.environ.get("DATA_ROOT", "./.data"))
     urls = [f.full_name for pattern in args.tars for f in fsspec.open_files(pattern)]
     cache = pickled_vad_cache(lambda n: args.vad_cache.format(number=n)) if args.vad_cache else None
-    for shard in import_language_tars(root, urls, load_language_index(args.index), vad_cache=cache, shard_prefix=args.shard_prefix):
+    for shard in import_language_tars(
+        root, urls, load_language_index(args.index), vad_cache=cache, shard_prefix=args.shard_prefix
+    ):
         print(json.dumps(shard.__dict__))
 
 

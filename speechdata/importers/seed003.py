@@ -39,7 +39,11 @@ _SEGMENT_NUMBER_SUFFIX = r"^(.+?)[_-]\d+$"
 
 
 def import_seed003_shard(
-    source_dir: str, data_root: DataRoot, shard_id: str, *, language: str | None = None,
+    source_dir: str,
+    data_root: DataRoot,
+    shard_id: str,
+    *,
+    language: str | None = None,
     tar_name: str | None = None,
 ) -> int:
     """Land the seed 003 shard at ``source_dir`` (a path or fsspec URL) as ``landing/<shard_id>``.
@@ -53,7 +57,10 @@ def import_seed003_shard(
     audio_index = pl.from_arrow(read_parquet(fs, f"{root}/{SEED_AUDIO_INDEX_FILE}", ["segment_id", "tar_member_name"]))
     landed = seed003_to_landing(metadata, audio_index, language=language, source=posixpath.basename(root))
     tar_path = f"{root}/{tar_name}" if tar_name else _the_one_tar(fs, root)
-    with fs.open(tar_path, "rb") as source, atomic_open(data_root.fs, data_root.path(layout.landing_audio_tar(shard_id))) as target:
+    with (
+        fs.open(tar_path, "rb") as source,
+        atomic_open(data_root.fs, data_root.path(layout.landing_audio_tar(shard_id))) as target,
+    ):
         shutil.copyfileobj(source, target, length=8 << 20)
     data_root.write_parquet(layout.landing_metadata(shard_id), landed.to_arrow())
     mark_landed(data_root, shard_id)
@@ -73,7 +80,9 @@ def seed003_to_landing(
     """The landing metadata table for one seed 003 shard (see the module docstring)."""
     for column in ("segment_id", "transcription_native"):
         if column not in metadata.columns:
-            raise ValueError(f"seed 003 metadata.parquet: required column {column!r} is missing (have {metadata.columns})")
+            raise ValueError(
+                f"seed 003 metadata.parquet: required column {column!r} is missing (have {metadata.columns})"
+            )
     # One audio entry per segment: a duplicated index row would otherwise duplicate the utterance.
     audio_index = audio_index.unique(subset="segment_id", keep="first", maintain_order=True)
     joined = metadata.with_columns(pl.col("segment_id").cast(pl.String)).join(
@@ -98,13 +107,19 @@ def seed003_to_landing(
     reserved = set(CONTRACT_COLUMNS) | {f.name for f in PROBE_FIELDS} | set(landing.columns)
     extras = [
         pl.col(c).alias(f"declared_{c}" if c == "duration_s" else (f"seed_{c}" if c in reserved else c))
-        for c in joined.columns if c not in taken
+        for c in joined.columns
+        if c not in taken
     ]
     return pl.concat([landing, joined.select(pl.col("segment_id"), *extras)], how="horizontal")
 
 
 def build_seed003_sample(
-    target_dir: str, clips, *, n_segments: int = 12, seed: int = 0, tar_name: str = "audio.tar",
+    target_dir: str,
+    clips,
+    *,
+    n_segments: int = 12,
+    seed: int = 0,
+    tar_name: str = "audio.tar",
     extra_members: dict[str, bytes] | None = None,
 ) -> pl.DataFrame:
     """Write a small seed 003 shard (metadata, audio index, FLAC tar) for tests and the demo.
@@ -123,13 +138,15 @@ def build_seed003_sample(
         buffer = io.BytesIO()
         sf.write(buffer, clip.samples, clip.sample_rate, format="FLAC", subtype="PCM_16")
         files[member] = buffer.getvalue()
-        rows.append({
-            "segment_id": f"rec{i // 3:03d}_{i:04d}",
-            "transcription_native": "नमस्ते। [laugh] आप कैसे हैं?" if hindi else f"[music] {clip.text}!",
-            "duration_s": len(clip.samples) / clip.sample_rate,
-            "tx_quality_score": round(float(rng.uniform(0.3, 1.0)), 3),
-            "segment_language": "hi" if hindi else clip.language,
-        })
+        rows.append(
+            {
+                "segment_id": f"rec{i // 3:03d}_{i:04d}",
+                "transcription_native": "नमस्ते। [laugh] आप कैसे हैं?" if hindi else f"[music] {clip.text}!",
+                "duration_s": len(clip.samples) / clip.sample_rate,
+                "tx_quality_score": round(float(rng.uniform(0.3, 1.0)), 3),
+                "segment_language": "hi" if hindi else clip.language,
+            }
+        )
     metadata = pl.DataFrame(rows)
     _write_parquet(fs, f"{root}/{SEED_METADATA_FILE}", metadata)
     index = pl.DataFrame({"segment_id": metadata["segment_id"], "tar_member_name": list(files)})

@@ -40,17 +40,64 @@ from speechdata.io.storage import DataRoot, filesystem_for
 from speechdata.landing.mark import mark_landed
 
 COUNTRY_LANGUAGES: dict[str, str] = {
-    "argentina": "es", "australia": "en", "austria": "de", "bangladesh": "bn", "brazil": "pt",
-    "bulgaria": "bg", "canada": "en", "chile": "es", "china": "zh", "colombia": "es", "croatia": "hr",
-    "czechia": "cs", "denmark": "da", "egypt": "ar", "estonia": "et", "finland": "fi", "france": "fr",
-    "germany": "de", "greece": "el", "hungary": "hu", "india": "hi", "indonesia": "id", "iran": "fa",
-    "ireland": "en", "israel": "he", "italy": "it", "japan": "ja", "kenya": "sw", "latvia": "lv",
-    "lithuania": "lt", "malaysia": "ms", "mexico": "es", "netherlands": "nl", "new_zealand": "en",
-    "nigeria": "en", "norway": "no", "pakistan": "ur", "peru": "es", "philippines": "tl", "poland": "pl",
-    "portugal": "pt", "romania": "ro", "russia": "ru", "saudi_arabia": "ar", "serbia": "sr",
-    "slovakia": "sk", "slovenia": "sl", "south_africa": "en", "south_korea": "ko", "spain": "es",
-    "sweden": "sv", "taiwan": "zh", "thailand": "th", "turkey": "tr", "ukraine": "uk",
-    "united_kingdom": "en", "united_states": "en", "vietnam": "vi",
+    "argentina": "es",
+    "australia": "en",
+    "austria": "de",
+    "bangladesh": "bn",
+    "brazil": "pt",
+    "bulgaria": "bg",
+    "canada": "en",
+    "chile": "es",
+    "china": "zh",
+    "colombia": "es",
+    "croatia": "hr",
+    "czechia": "cs",
+    "denmark": "da",
+    "egypt": "ar",
+    "estonia": "et",
+    "finland": "fi",
+    "france": "fr",
+    "germany": "de",
+    "greece": "el",
+    "hungary": "hu",
+    "india": "hi",
+    "indonesia": "id",
+    "iran": "fa",
+    "ireland": "en",
+    "israel": "he",
+    "italy": "it",
+    "japan": "ja",
+    "kenya": "sw",
+    "latvia": "lv",
+    "lithuania": "lt",
+    "malaysia": "ms",
+    "mexico": "es",
+    "netherlands": "nl",
+    "new_zealand": "en",
+    "nigeria": "en",
+    "norway": "no",
+    "pakistan": "ur",
+    "peru": "es",
+    "philippines": "tl",
+    "poland": "pl",
+    "portugal": "pt",
+    "romania": "ro",
+    "russia": "ru",
+    "saudi_arabia": "ar",
+    "serbia": "sr",
+    "slovakia": "sk",
+    "slovenia": "sl",
+    "south_africa": "en",
+    "south_korea": "ko",
+    "spain": "es",
+    "sweden": "sv",
+    "taiwan": "zh",
+    "thailand": "th",
+    "turkey": "tr",
+    "ukraine": "uk",
+    "united_kingdom": "en",
+    "united_states": "en",
+    "vietnam": "vi",
 }
 """Country folder name -> ISO 639-1 language of its recordings (the seed's ``utils.py`` map).
 
@@ -61,14 +108,25 @@ ALIGNMENT_SUBDIR = "Alignment/alignment_output"
 SOURCE_PREFIX = "seed004:"
 DEFAULT_RECORDINGS_PER_SHARD = 32
 
-LANDING_SCHEMA = pa.schema([
-    pa.field("utt_id", pa.string()), pa.field("audio_path", pa.string()), pa.field("text", pa.string()),
-    pa.field("language", pa.string()), pa.field("country", pa.string()),
-    pa.field("start_s", pa.float64()), pa.field("end_s", pa.float64()), pa.field("source", pa.string()),
-    pa.field("video_id", pa.string()), pa.field("transcript_id", pa.string()),
-    pa.field("human_text", pa.string()), pa.field("asr_text", pa.string()), pa.field("cer", pa.float64()),
-    pa.field("transcript_start_idx", pa.int32()), pa.field("transcript_end_idx", pa.int32()),
-])
+LANDING_SCHEMA = pa.schema(
+    [
+        pa.field("utt_id", pa.string()),
+        pa.field("audio_path", pa.string()),
+        pa.field("text", pa.string()),
+        pa.field("language", pa.string()),
+        pa.field("country", pa.string()),
+        pa.field("start_s", pa.float64()),
+        pa.field("end_s", pa.float64()),
+        pa.field("source", pa.string()),
+        pa.field("video_id", pa.string()),
+        pa.field("transcript_id", pa.string()),
+        pa.field("human_text", pa.string()),
+        pa.field("asr_text", pa.string()),
+        pa.field("cer", pa.float64()),
+        pa.field("transcript_start_idx", pa.int32()),
+        pa.field("transcript_end_idx", pa.int32()),
+    ]
+)
 """The landing contract's columns, then seed 004's fields carried through as extra columns."""
 
 
@@ -114,7 +172,10 @@ class _Recording:
 
 
 def import_aligned_countries(
-    countries_dir: str, data_root: DataRoot, countries: list[str] | None = None, *,
+    countries_dir: str,
+    data_root: DataRoot,
+    countries: list[str] | None = None,
+    *,
     country_languages: Mapping[str, str] = COUNTRY_LANGUAGES,
     recordings_per_shard: int = DEFAULT_RECORDINGS_PER_SHARD,
 ) -> list[CountryImport]:
@@ -135,7 +196,9 @@ def import_aligned_countries(
             )
         language_for_country(country, country_languages)
     return [
-        _import_country(source_fs, f"{source_root}/{country}", country, country_languages[country], data_root, recordings_per_shard)
+        _import_country(
+            source_fs, f"{source_root}/{country}", country, country_languages[country], data_root, recordings_per_shard
+        )
         for country in countries
     ]
 
@@ -151,13 +214,19 @@ def landed_sources(data_root: DataRoot, country: str) -> set[str]:
         if not shard_id.startswith(f"{country}-") or not data_root.exists(layout.landing_success_marker(shard_id)):
             continue
         table = data_root.read_parquet(layout.landing_metadata(shard_id), columns=["source"])
-        sources.update(s[len(SOURCE_PREFIX):] for s in table["source"].to_pylist() if s and s.startswith(SOURCE_PREFIX))
+        sources.update(
+            s[len(SOURCE_PREFIX) :] for s in table["source"].to_pylist() if s and s.startswith(SOURCE_PREFIX)
+        )
     return sources
 
 
 def _import_country(
-    source_fs: fsspec.AbstractFileSystem, country_dir: str, country: str, language: str,
-    data_root: DataRoot, recordings_per_shard: int,
+    source_fs: fsspec.AbstractFileSystem,
+    country_dir: str,
+    country: str,
+    language: str,
+    data_root: DataRoot,
+    recordings_per_shard: int,
 ) -> CountryImport:
     report = CountryImport(country)
     done = landed_sources(data_root, country)
@@ -185,7 +254,7 @@ def _import_country(
         for audio, segs in sorted(segments_by_audio.items(), key=lambda item: item[1][0].video_id)
     ]
     for start in range(0, len(recordings), recordings_per_shard):
-        batch = recordings[start:start + recordings_per_shard]
+        batch = recordings[start : start + recordings_per_shard]
         shard_id = _shard_id(country, [s for r in batch for s in r.sources])
         _land_shard(source_fs, country_dir, language, batch, data_root, shard_id, report)
         report.shards.append(shard_id)
@@ -212,31 +281,48 @@ def _resolve_audio(country_dir: str, audio_file: str) -> str:
 
 
 def _land_shard(
-    source_fs: fsspec.AbstractFileSystem, country_dir: str, language: str, recordings: list[_Recording],
-    data_root: DataRoot, shard_id: str, report: CountryImport,
+    source_fs: fsspec.AbstractFileSystem,
+    country_dir: str,
+    language: str,
+    recordings: list[_Recording],
+    data_root: DataRoot,
+    shard_id: str,
+    report: CountryImport,
 ) -> None:
     rows = []
     for recording in recordings:
         source_audio = _resolve_audio(country_dir, recording.audio_file)
         if source_fs.exists(source_audio):
-            with source_fs.open(source_audio, "rb") as src, data_root.open_atomic(
-                f"{layout.landing_audio_dir(shard_id)}/{recording.audio_path}"
-            ) as dst:
+            with (
+                source_fs.open(source_audio, "rb") as src,
+                data_root.open_atomic(f"{layout.landing_audio_dir(shard_id)}/{recording.audio_path}") as dst,
+            ):
                 while chunk := src.read(16 << 20):
                     dst.write(chunk)
         else:
             report.missing_recordings.append(source_audio)
         source_by_transcript = {Path(s).name: s for s in recording.sources}
         for seg in recording.segments:
-            rows.append({
-                "utt_id": seg.key, "audio_path": recording.audio_path, "text": seg.human_text,
-                "language": language, "country": seg.country,
-                "start_s": seg.start_ms / 1000.0, "end_s": seg.end_ms / 1000.0,
-                "source": SOURCE_PREFIX + source_by_transcript[f"{seg.video_id}_{seg.transcript_id}{ALIGNED_JSON_SUFFIX}"],
-                "video_id": seg.video_id, "transcript_id": seg.transcript_id,
-                "human_text": seg.human_text, "asr_text": seg.asr_text, "cer": seg.cer,
-                "transcript_start_idx": seg.start_idx, "transcript_end_idx": seg.end_idx,
-            })
+            rows.append(
+                {
+                    "utt_id": seg.key,
+                    "audio_path": recording.audio_path,
+                    "text": seg.human_text,
+                    "language": language,
+                    "country": seg.country,
+                    "start_s": seg.start_ms / 1000.0,
+                    "end_s": seg.end_ms / 1000.0,
+                    "source": SOURCE_PREFIX
+                    + source_by_transcript[f"{seg.video_id}_{seg.transcript_id}{ALIGNED_JSON_SUFFIX}"],
+                    "video_id": seg.video_id,
+                    "transcript_id": seg.transcript_id,
+                    "human_text": seg.human_text,
+                    "asr_text": seg.asr_text,
+                    "cer": seg.cer,
+                    "transcript_start_idx": seg.start_idx,
+                    "transcript_end_idx": seg.end_idx,
+                }
+            )
     data_root.write_parquet(layout.landing_metadata(shard_id), pa.Table.from_pylist(rows, schema=LANDING_SCHEMA))
     # _SUCCESS last: the landing sensor ignores the shard until everything above is in place.
     mark_landed(data_root, shard_id)
@@ -247,22 +333,38 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("countries_dir", help="folder (or fsspec URL) holding <country>/Alignment/alignment_output/")
     parser.add_argument("--data-root", required=True, help="the platform's data root (DATA_ROOT)")
     parser.add_argument("--country", action="append", help="import only this country (repeatable)")
-    parser.add_argument("--language", action="append", default=[], metavar="COUNTRY=LANG",
-                        help="add or override a country's language (repeatable)")
+    parser.add_argument(
+        "--language",
+        action="append",
+        default=[],
+        metavar="COUNTRY=LANG",
+        help="add or override a country's language (repeatable)",
+    )
     parser.add_argument("--recordings-per-shard", type=int, default=DEFAULT_RECORDINGS_PER_SHARD)
     args = parser.parse_args(argv)
     mapping = dict(COUNTRY_LANGUAGES)
     mapping.update(dict(item.split("=", 1) for item in args.language))
     reports = import_aligned_countries(
-        args.countries_dir, DataRoot(args.data_root), args.country,
-        country_languages=mapping, recordings_per_shard=args.recordings_per_shard,
+        args.countries_dir,
+        DataRoot(args.data_root),
+        args.country,
+        country_languages=mapping,
+        recordings_per_shard=args.recordings_per_shard,
     )
     for report in reports:
-        print(json.dumps({
-            "country": report.country, "shards": report.shards, "recordings": report.recordings,
-            "segments": report.segments, "already_landed_jsons": report.already_landed,
-            "missing_recordings": report.missing_recordings, "rejected_files": report.rejected_files,
-        }))
+        print(
+            json.dumps(
+                {
+                    "country": report.country,
+                    "shards": report.shards,
+                    "recordings": report.recordings,
+                    "segments": report.segments,
+                    "already_landed_jsons": report.already_landed,
+                    "missing_recordings": report.missing_recordings,
+                    "rejected_files": report.rejected_files,
+                }
+            )
+        )
     return 1 if any(r.rejected_files or r.missing_recordings for r in reports) else 0
 
 

@@ -72,7 +72,8 @@ def s3_secret_sql(environ: Mapping[str, str]) -> str:
         # A custom endpoint (MinIO, Ceph, a local test server) serves path-style URLs.
         parsed = urlparse(endpoint if "://" in endpoint else f"https://{endpoint}")
         options += [
-            f"ENDPOINT {_literal(parsed.netloc)}", "URL_STYLE 'path'",
+            f"ENDPOINT {_literal(parsed.netloc)}",
+            "URL_STYLE 'path'",
             f"USE_SSL {'true' if parsed.scheme == 'https' else 'false'}",
         ]
     return f"CREATE OR REPLACE SECRET speechdata_data_root ({', '.join(options)})"

@@ -125,9 +125,7 @@ def write_bytes_atomic(fs: fsspec.AbstractFileSystem, path: str, data: bytes) ->
         handle.write(data)
 
 
-def write_parquet_atomic(
-    fs: fsspec.AbstractFileSystem, path: str, table: pa.Table, **parquet_options
-) -> None:
+def write_parquet_atomic(fs: fsspec.AbstractFileSystem, path: str, table: pa.Table, **parquet_options) -> None:
     """Write a whole table as one parquet file, atomically (zstd unless told otherwise)."""
     parquet_options.setdefault("compression", "zstd")
     with atomic_open(fs, path) as handle:

@@ -62,8 +62,13 @@ def ingest_normalized_audio(
     ) as parquet:
         container = AudioContainerWriter(parquet)
         for item in normalize_shard(
-            data_root, shard_id, index, workers=workers, resampler=resampler,
-            codec=codec, on_progress=on_progress,
+            data_root,
+            shard_id,
+            index,
+            workers=workers,
+            resampler=resampler,
+            codec=codec,
+            on_progress=on_progress,
         ):
             if isinstance(item, Reject):
                 rejects.append(item)

@@ -46,15 +46,19 @@ class SegmentRequest:
 def segment_requests(index: pa.Table) -> list[SegmentRequest]:
     """The index's utterances ordered by file then start, so each file is opened once."""
     rows = zip(
-        index["utt_id"].to_pylist(), index["audio_path"].to_pylist(),
-        index["segment_start_s"].to_pylist(), index["segment_end_s"].to_pylist(),
+        index["utt_id"].to_pylist(),
+        index["audio_path"].to_pylist(),
+        index["segment_start_s"].to_pylist(),
+        index["segment_end_s"].to_pylist(),
     )
     requests = [SegmentRequest(u, p, s, e) for u, p, s, e in rows]
     return sorted(requests, key=lambda r: (r.audio_path, r.start_s, r.utt_id))
 
 
 def normalize_segments(
-    audio: LandedAudio, requests: list[SegmentRequest], resampler: ResamplerName = "soxr",
+    audio: LandedAudio,
+    requests: list[SegmentRequest],
+    resampler: ResamplerName = "soxr",
     codec: AudioCodec = "flac16",
 ) -> Iterator[EncodedUtterance | Reject]:
     for audio_path, group in groupby(requests, key=lambda r: r.audio_path):
@@ -81,7 +85,10 @@ def _normalize_one(
         return Reject(request.utt_id, STAGE, "audio_empty", f"{request.audio_path}: no samples decoded")
     mono = to_target_mono(samples, sound.samplerate, TARGET_SAMPLE_RATE, resampler)
     return EncodedUtterance(
-        request.utt_id, TARGET_SAMPLE_RATE, int(mono.shape[0]), codec,
+        request.utt_id,
+        TARGET_SAMPLE_RATE,
+        int(mono.shape[0]),
+        codec,
         encode_audio(mono, TARGET_SAMPLE_RATE, codec),
     )
 
@@ -101,8 +108,13 @@ def _normalize_task(args: tuple[list[SegmentRequest], str, str]) -> list[Encoded
 
 
 def normalize_shard(
-    data_root: DataRoot, shard_id: str, index: pa.Table, *, workers: int = 1,
-    resampler: ResamplerName = "soxr", codec: AudioCodec = "flac16",
+    data_root: DataRoot,
+    shard_id: str,
+    index: pa.Table,
+    *,
+    workers: int = 1,
+    resampler: ResamplerName = "soxr",
+    codec: AudioCodec = "flac16",
     on_progress: Callable[[int, int], None] | None = None,
 ) -> Iterator[EncodedUtterance | Reject]:
     """Yield one :class:`EncodedUtterance` or :class:`Reject` per index row.
@@ -113,8 +125,7 @@ def normalize_shard(
     total = len(requests)
     by_file = [list(group) for _, group in groupby(requests, key=lambda r: r.audio_path)]
     tasks = [
-        [r for group in by_file[i : i + FILES_PER_TASK] for r in group]
-        for i in range(0, len(by_file), FILES_PER_TASK)
+        [r for group in by_file[i : i + FILES_PER_TASK] for r in group] for i in range(0, len(by_file), FILES_PER_TASK)
     ]
     workers = max(1, min(workers or os.cpu_count() or 1, len(tasks)))
     done = 0

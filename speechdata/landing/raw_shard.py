@@ -50,7 +50,8 @@ def validate_landed_shard(data_root: DataRoot, shard_id: str) -> ShardValidation
     """Check ``landing/<shard_id>`` row by row; raise :class:`ContractError` if the shard is unusable."""
     if not layout.is_valid_shard_id(shard_id):
         raise ContractError(
-            data_root.path(layout.landing_dir(shard_id)), None,
+            data_root.path(layout.landing_dir(shard_id)),
+            None,
             f"shard id {shard_id!r} must match {layout.SHARD_ID_PATTERN.pattern}",
         )
     metadata_path = data_root.path(layout.landing_metadata(shard_id))
@@ -122,7 +123,11 @@ def _resolve_segment(
     start = 0.0 if start_s is None else start_s
     end = file_s if end_s is None else end_s
     if start >= file_s:
-        return None, None, ("segment_past_end_of_file", f"start_s={start} is at or past the end of the file ({file_s:.3f} s)")
+        return (
+            None,
+            None,
+            ("segment_past_end_of_file", f"start_s={start} is at or past the end of the file ({file_s:.3f} s)"),
+        )
     if end > file_s + SEGMENT_END_TOLERANCE_S:
         return None, None, ("segment_past_end_of_file", f"end_s={end} is past the end of the file ({file_s:.3f} s)")
     end = min(end, file_s)

@@ -34,9 +34,7 @@ def list_landing_dirs(data_root: DataRoot) -> list[str]:
     return sorted(e["name"].rstrip("/").rsplit("/", 1)[-1] for e in entries if e["type"] == "directory")
 
 
-def scan_landing_zone(
-    data_root: DataRoot, registered: Collection[str], limit: int
-) -> LandingScan:
+def scan_landing_zone(data_root: DataRoot, registered: Collection[str], limit: int) -> LandingScan:
     """Return up to ``limit`` complete shards not in ``registered``, oldest name first."""
     registered = set(registered)
     complete: list[str] = []

@@ -26,8 +26,13 @@ SAMPLE_COUNTRIES = {"germany": 3, "france": 3}
 
 
 def build_seed004_corpus(
-    countries_dir: str | Path, recordings: dict[str, int] = SAMPLE_COUNTRIES, *, seed: int = 0,
-    segments_per_recording: int = 3, audio_format: str = "opus", clips: list[Clip] | None = None,
+    countries_dir: str | Path,
+    recordings: dict[str, int] = SAMPLE_COUNTRIES,
+    *,
+    seed: int = 0,
+    segments_per_recording: int = 3,
+    audio_format: str = "opus",
+    clips: list[Clip] | None = None,
     first_recording: int = 0,
 ) -> list[Path]:
     """Write ``<countries_dir>/<country>/...`` for ``recordings`` (country -> count); returns the JSONs.
@@ -44,11 +49,17 @@ def build_seed004_corpus(
             raise ValueError(f"no sample clips in {language!r} for {country!r}")
         for r in range(first_recording, first_recording + count):
             video_id = f"vid{country[:2]}{r:04d}"
-            written.append(_write_recording(Path(countries_dir) / country, video_id, pool, rng, segments_per_recording, audio_format))
+            written.append(
+                _write_recording(
+                    Path(countries_dir) / country, video_id, pool, rng, segments_per_recording, audio_format
+                )
+            )
     return written
 
 
-def _write_recording(country_dir: Path, video_id: str, pool: list[Clip], rng, n_segments: int, audio_format: str) -> Path:
+def _write_recording(
+    country_dir: Path, video_id: str, pool: list[Clip], rng, n_segments: int, audio_format: str
+) -> Path:
     rate = 48_000 if audio_format == "opus" else 16_000
     pieces, segments, position, transcript = [], [], 0.0, ""
     for k in range(n_segments + 1):
@@ -70,10 +81,17 @@ def _write_recording(country_dir: Path, video_id: str, pool: list[Clip], rng, n_
         asr = " ".join(words)
         start_idx = len(transcript) + (1 if transcript else 0)
         transcript = f"{transcript} {human}" if transcript else human
-        segments.append({
-            "start": round(start, 3), "end": round(end, 3), "asr_text": asr, "human_text": human,
-            "cer": round(float(jiwer.cer(human, asr)), 4), "start_idx": start_idx, "end_idx": start_idx + len(human),
-        })
+        segments.append(
+            {
+                "start": round(start, 3),
+                "end": round(end, 3),
+                "asr_text": asr,
+                "human_text": human,
+                "cer": round(float(jiwer.cer(human, asr)), 4),
+                "start_idx": start_idx,
+                "end_idx": start_idx + len(human),
+            }
+        )
     pieces.append(np.zeros(int(0.5 * rate), np.float32))
     audio_dir = country_dir / "audio"
     audio_dir.mkdir(parents=True, exist_ok=True)

@@ -177,7 +177,10 @@ def _row(utt_id, audio_path, picked, language, rng, start_s, end_s) -> dict:
 
 
 FAULT_REASONS = (
-    "utt_id_has_dot", "audio_not_found", "audio_unreadable", "segment_past_end_of_file",
+    "utt_id_has_dot",
+    "audio_not_found",
+    "audio_unreadable",
+    "segment_past_end_of_file",
     "segment_start_not_before_end",
 )
 """The reject reasons ``with_faults=True`` provokes, one row each."""

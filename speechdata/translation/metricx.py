@@ -55,7 +55,10 @@ class MT5ForRegression(MT5PreTrainedModel):
     """
 
     # Both stacks embed with the shared table; the LM head is untied in MetricX checkpoints.
-    _tied_weights_keys = {"encoder.embed_tokens.weight": "shared.weight", "decoder.embed_tokens.weight": "shared.weight"}
+    _tied_weights_keys = {
+        "encoder.embed_tokens.weight": "shared.weight",
+        "decoder.embed_tokens.weight": "shared.weight",
+    }
     _keys_to_ignore_on_load_unexpected = ["decoder.block.0.layer.1.EncDecAttention.relative_attention_bias.weight"]
 
     def __init__(self, config: MT5Config):
@@ -118,7 +121,9 @@ def qe_input(source: str, hypothesis: str) -> str:
     return f"source: {source} candidate: {hypothesis}"
 
 
-def encode_qe_inputs(tokenizer, sources: Sequence[str], hypotheses: Sequence[str], max_input_length: int) -> list[list[int]]:
+def encode_qe_inputs(
+    tokenizer, sources: Sequence[str], hypotheses: Sequence[str], max_input_length: int
+) -> list[list[int]]:
     """Token ids per pair, truncated to ``max_input_length`` and without the final EOS (as MetricX)."""
     encoded = tokenizer(
         [qe_input(s, h) for s, h in zip(sources, hypotheses)], max_length=max_input_length, truncation=True
@@ -130,14 +135,21 @@ def encode_qe_inputs(tokenizer, sources: Sequence[str], hypotheses: Sequence[str
 class MetricXScorer:
     """Batched MetricX-24 QE on one device: length-sorted batches under a padded-token budget."""
 
-    def __init__(self, model: MT5ForRegression, tokenizer, device: torch.device,
-                 max_input_length: int = DEFAULT_MAX_INPUT_LENGTH, max_batch_tokens: int = 16_384):
+    def __init__(
+        self,
+        model: MT5ForRegression,
+        tokenizer,
+        device: torch.device,
+        max_input_length: int = DEFAULT_MAX_INPUT_LENGTH,
+        max_batch_tokens: int = 16_384,
+    ):
         self.model, self.tokenizer, self.device = model, tokenizer, device
         self.max_input_length, self.max_batch_tokens = max_input_length, max_batch_tokens
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
 
-    def __call__(self, sources: Sequence[str], hypotheses: Sequence[str],
-                 on_progress: Callable[[int, int], None] | None = None) -> list[float]:
+    def __call__(
+        self, sources: Sequence[str], hypotheses: Sequence[str], on_progress: Callable[[int, int], None] | None = None
+    ) -> list[float]:
         """One error score in [0, 25] per (source, hypothesis) pair, in input order."""
         if len(sources) != len(hypotheses):
             raise ValueError(f"{len(sources)} sources but {len(hypotheses)} hypotheses")
@@ -200,16 +212,28 @@ def build_tiny_tokenizer():
         single="$A </s>", pair="$A </s> $B </s>", special_tokens=[("</s>", tokenizer.token_to_id("</s>"))]
     )
     return PreTrainedTokenizerFast(
-        tokenizer_object=tokenizer, pad_token="<pad>", eos_token="</s>", unk_token="<unk>",
+        tokenizer_object=tokenizer,
+        pad_token="<pad>",
+        eos_token="</s>",
+        unk_token="<unk>",
         additional_special_tokens=extra_ids,
     )
 
 
 def tiny_metricx_config(vocab_size: int, score_token_id: int) -> MT5Config:
     config = MT5Config(
-        vocab_size=vocab_size, d_model=32, d_kv=8, d_ff=64, num_layers=2, num_decoder_layers=1, num_heads=4,
-        relative_attention_num_buckets=8, relative_attention_max_distance=32, dropout_rate=0.0,
-        feed_forward_proj="gated-gelu", architectures=["MT5ForRegression"],
+        vocab_size=vocab_size,
+        d_model=32,
+        d_kv=8,
+        d_ff=64,
+        num_layers=2,
+        num_decoder_layers=1,
+        num_heads=4,
+        relative_attention_num_buckets=8,
+        relative_attention_max_distance=32,
+        dropout_rate=0.0,
+        feed_forward_proj="gated-gelu",
+        architectures=["MT5ForRegression"],
     )
     config.metricx_score_token_id = score_token_id
     return config
@@ -233,13 +257,21 @@ def tiny_metricx_path(cache_dir: str | os.PathLike) -> Path:
     return build_once(Path(cache_dir) / f"{TINY_MODEL_NAME}-seed{TINY_SEED}", save_tiny_metricx)
 
 
-def load_metricx(model_path: str, tokenizer_path: str, *, revision: str | None = None,
-                 local_files_only: bool = False, dtype: torch.dtype = torch.float32):
+def load_metricx(
+    model_path: str,
+    tokenizer_path: str,
+    *,
+    revision: str | None = None,
+    local_files_only: bool = False,
+    dtype: torch.dtype = torch.float32,
+):
     """``(model, tokenizer)`` from hub names or local folders; checks the score token's id agrees."""
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_path, local_files_only=local_files_only)
-    model = MT5ForRegression.from_pretrained(model_path, revision=revision, local_files_only=local_files_only, dtype=dtype)
+    model = MT5ForRegression.from_pretrained(
+        model_path, revision=revision, local_files_only=local_files_only, dtype=dtype
+    )
     token_id = tokenizer.convert_tokens_to_ids(SCORE_TOKEN)
     if token_id != model.score_token_id:
         raise ValueError(

@@ -118,11 +118,14 @@ def score_shard_segments(
         mean_prediction=None if mean is None else round(mean, 4),
         mean_prediction_by_level=_mean_by_level(table, "prediction"),
         compute_seconds=time.perf_counter() - started,
-        outputs={name: data_root.uri(path) for name, path in (
-            ("metricx_input", layout.metricx_input(shard_id)),
-            ("metricx_output", layout.metricx_output(shard_id)),
-            ("scores", layout.qe_scores(shard_id)),
-        )},
+        outputs={
+            name: data_root.uri(path)
+            for name, path in (
+                ("metricx_input", layout.metricx_input(shard_id)),
+                ("metricx_output", layout.metricx_output(shard_id)),
+                ("scores", layout.qe_scores(shard_id)),
+            )
+        },
     )
 
 
@@ -160,7 +163,9 @@ def write_streaming_pairs(data_root: DataRoot, shard_id: str, threshold: float =
     data_root.write_bytes(layout.streaming_pairs_jsonl(shard_id), jsonl_bytes(kept.to_pylist()))
     data_root.write_parquet(layout.streaming_pairs(shard_id), kept)
     return PairsSummary(
-        scored=scored.num_rows, kept=kept.num_rows, threshold=threshold,
+        scored=scored.num_rows,
+        kept=kept.num_rows,
+        threshold=threshold,
         kept_share_by_level=kept_share_by_level(scored, kept),
         outputs={
             "pairs_jsonl": data_root.uri(layout.streaming_pairs_jsonl(shard_id)),

@@ -82,7 +82,8 @@ def parse_segmentation(document: object, source: str) -> Segmentation:
         chinese = _string_list(entry[TARGET_LANGUAGE], f"{level}.{TARGET_LANGUAGE}", source)
         if len(english) != len(chinese):
             raise SegmentationError(
-                "segmentation_unequal_lengths", source,
+                "segmentation_unequal_lengths",
+                source,
                 f"{level}: {len(english)} {SOURCE_LANGUAGE} chunks but {len(chinese)} {TARGET_LANGUAGE} chunks",
             )
         levels[level] = LevelChunks(english, chinese)

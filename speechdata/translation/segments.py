@@ -108,7 +108,8 @@ class WordStream:
 
 
 def match_chunks(
-    chunks: list[str] | tuple[str, ...], words: list[TimedUnit] | WordStream,
+    chunks: list[str] | tuple[str, ...],
+    words: list[TimedUnit] | WordStream,
     max_skip_words: int = DEFAULT_MAX_SKIP_WORDS,
 ) -> list[ChunkTiming]:
     """Place every chunk on the aligned ``words`` (module docstring, step 1), in chunk order."""
@@ -217,7 +218,9 @@ def join_target(chunks: list[str] | tuple[str, ...]) -> str:
     return "".join(c.strip() for c in chunks)
 
 
-def build_segments(timings: list[ChunkTiming], translations: tuple[str, ...], steps: list[int], step_ms: int) -> list[Segment]:
+def build_segments(
+    timings: list[ChunkTiming], translations: tuple[str, ...], steps: list[int], step_ms: int
+) -> list[Segment]:
     """Group consecutive chunks by emission step into bilingual segments (module docstring, step 3)."""
     segments: list[Segment] = []
     n = len(timings)
@@ -228,17 +231,26 @@ def build_segments(timings: list[ChunkTiming], translations: tuple[str, ...], st
         while j < n and steps[j] == step:
             j += 1
         group = timings[i:j]
-        segments.append(Segment(
-            step * step_ms, join_source([t.chunk for t in group]), join_target(translations[i:j]),
-            i, j - 1, sum(t.end_ms is None for t in group),
-        ))
+        segments.append(
+            Segment(
+                step * step_ms,
+                join_source([t.chunk for t in group]),
+                join_target(translations[i:j]),
+                i,
+                j - 1,
+                sum(t.end_ms is None for t in group),
+            )
+        )
         i = j
     return segments
 
 
 def level_segments(
-    level: str, chunks: LevelChunks, words: list[TimedUnit] | WordStream,
-    step_ms: int = DEFAULT_STEP_MS, max_skip_words: int = DEFAULT_MAX_SKIP_WORDS,
+    level: str,
+    chunks: LevelChunks,
+    words: list[TimedUnit] | WordStream,
+    step_ms: int = DEFAULT_STEP_MS,
+    max_skip_words: int = DEFAULT_MAX_SKIP_WORDS,
 ) -> LevelSegments:
     """Match, time and segment one latency level of one utterance."""
     if step_ms <= 0:
@@ -250,8 +262,10 @@ def level_segments(
 
 
 def utterance_segments(
-    segmentation: Segmentation, words: list[TimedUnit],
-    step_ms: int = DEFAULT_STEP_MS, max_skip_words: int = DEFAULT_MAX_SKIP_WORDS,
+    segmentation: Segmentation,
+    words: list[TimedUnit],
+    step_ms: int = DEFAULT_STEP_MS,
+    max_skip_words: int = DEFAULT_MAX_SKIP_WORDS,
 ) -> dict[str, LevelSegments]:
     """Every latency level of one utterance, in :data:`~speechdata.translation.segmentation_input.LATENCY_LEVELS` order."""
     stream = WordStream(words)
@@ -277,8 +291,12 @@ def utterance_document(utt_id: str, text: str, levels: dict[str, LevelSegments],
         document[f"emit_s_{level}"] = [s.emit_ms / 1000.0 for s in result.segments]
         document[f"chunks_{level}"] = [
             {
-                "chunk": t.chunk, "translation": zh, "start": _seconds(t.start_ms), "end": _seconds(t.end_ms),
-                "emit_s": step * step_ms / 1000.0, "match": t.match,
+                "chunk": t.chunk,
+                "translation": zh,
+                "start": _seconds(t.start_ms),
+                "end": _seconds(t.end_ms),
+                "emit_s": step * step_ms / 1000.0,
+                "match": t.match,
             }
             for t, zh, step in zip(result.timings, result.translations, result.steps)
         ]

@@ -79,15 +79,23 @@ class LevelTotals:
         self.segments[level] += len(result.segments)
 
     def unmatched_share(self) -> dict[str, float]:
-        return {lvl: round(self.unmatched[lvl] / self.chunks[lvl], 6) if self.chunks[lvl] else 0.0 for lvl in LATENCY_LEVELS}
+        return {
+            lvl: round(self.unmatched[lvl] / self.chunks[lvl], 6) if self.chunks[lvl] else 0.0 for lvl in LATENCY_LEVELS
+        }
 
 
 def segment_rows(utt_id: str, levels: dict[str, LevelSegments]) -> list[dict]:
     return [
         {
-            "utt_id": utt_id, "latency": level, "segment_index": k, "emit_ms": s.emit_ms,
-            "source": s.source, "target": s.target, "first_chunk": s.first_chunk,
-            "last_chunk": s.last_chunk, "n_unmatched_chunks": s.n_unmatched,
+            "utt_id": utt_id,
+            "latency": level,
+            "segment_index": k,
+            "emit_ms": s.emit_ms,
+            "source": s.source,
+            "target": s.target,
+            "first_chunk": s.first_chunk,
+            "last_chunk": s.last_chunk,
+            "n_unmatched_chunks": s.n_unmatched,
         }
         for level, result in levels.items()
         for k, s in enumerate(result.segments)
@@ -112,7 +120,9 @@ def _landed_segmentation_files(data_root: DataRoot, shard_id: str) -> set[str]:
 
 
 def build_shard_streaming_segments(
-    data_root: DataRoot, shard_id: str, settings: SegmentSettings = SegmentSettings(),
+    data_root: DataRoot,
+    shard_id: str,
+    settings: SegmentSettings = SegmentSettings(),
 ) -> tuple[StageSummary, LevelTotals]:
     """Build, write and account for the streaming segments of every aligned utterance of the shard."""
     started = time.perf_counter()
@@ -152,8 +162,14 @@ def build_shard_streaming_segments(
         levels = utterance_segments(segmentation, utt_words, settings.step_ms, settings.max_skip_words)
         n_chunks = sum(len(r.timings) for r in levels.values())
         if n_chunks and all(r.n_unmatched == len(r.timings) for r in levels.values()):
-            rejects.append(Reject(utt_id, STAGE, "no_chunk_matched",
-                                  f"none of {n_chunks} chunks matches the {len(utt_words)} aligned words"))
+            rejects.append(
+                Reject(
+                    utt_id,
+                    STAGE,
+                    "no_chunk_matched",
+                    f"none of {n_chunks} chunks matches the {len(utt_words)} aligned words",
+                )
+            )
             continue
         document = utterance_document(utt_id, texts.get(utt_id) or "", levels, settings.step_ms)
         data_root.write_bytes(
@@ -168,8 +184,12 @@ def build_shard_streaming_segments(
     data_root.write_parquet(layout.streaming_segments(shard_id), pa.Table.from_pylist(rows, schema=SEGMENTS_SCHEMA))
     data_root.write_parquet(layout.rejects(shard_id, STAGE), rejects_table(rejects))
     summary = StageSummary(
-        shard_id=shard_id, rows_in=scores.num_rows, rows_out=written, rejects=rejects,
-        audio_seconds=audio_seconds, compute_seconds=time.perf_counter() - started,
+        shard_id=shard_id,
+        rows_in=scores.num_rows,
+        rows_out=written,
+        rejects=rejects,
+        audio_seconds=audio_seconds,
+        compute_seconds=time.perf_counter() - started,
         outputs={
             "segments": data_root.uri(layout.streaming_segments(shard_id)),
             "json_dir": data_root.uri(json_dir),

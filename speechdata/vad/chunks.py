@@ -20,9 +20,7 @@ DEFAULT_CHUNK_S = 10.0
 DEFAULT_NUM_CHUNKS = 16
 
 
-def candidate_windows(
-    start_s: Sequence[float], end_s: Sequence[float], chunk_s: float
-) -> list[tuple[float, float]]:
+def candidate_windows(start_s: Sequence[float], end_s: Sequence[float], chunk_s: float) -> list[tuple[float, float]]:
     """``(first_start_s, last_start_s)`` of every segment at least ``chunk_s`` long."""
     return [(s, e - chunk_s) for s, e in zip(start_s, end_s) if e - s >= chunk_s]
 
@@ -39,7 +37,9 @@ def chunk_count(start_s: Sequence[float], end_s: Sequence[float], chunk_s: float
 
 
 def usable_chunk_seconds(
-    start_s: Sequence[float], end_s: Sequence[float], chunk_s: float = DEFAULT_CHUNK_S,
+    start_s: Sequence[float],
+    end_s: Sequence[float],
+    chunk_s: float = DEFAULT_CHUNK_S,
     num_chunks: int = DEFAULT_NUM_CHUNKS,
 ) -> float:
     """Seconds of audio the loader yields from a file per epoch."""

@@ -66,9 +66,14 @@ def build_language_shard_index(
     return pa.Table.from_pylist(
         [
             {
-                "language": language, "shard": shard, "tar_path": tar_path, "files": e["files"],
-                "streamable_files": len(e["keys"]), "hours": e["audio_s"] / 3600.0,
-                "speech_hours": e["speech_s"] / 3600.0, "usable_chunk_hours": e["usable_s"] / 3600.0,
+                "language": language,
+                "shard": shard,
+                "tar_path": tar_path,
+                "files": e["files"],
+                "streamable_files": len(e["keys"]),
+                "hours": e["audio_s"] / 3600.0,
+                "speech_hours": e["speech_s"] / 3600.0,
+                "usable_chunk_hours": e["usable_s"] / 3600.0,
                 "tar_keys": e["keys"],
             }
             for (shard, tar_path), e in sorted(by_shard.items())

@@ -46,7 +46,12 @@ from speechdata.io.webdataset_fsspec import register_fsspec_schemes
 from speechdata.vad.chunks import DEFAULT_CHUNK_S, DEFAULT_NUM_CHUNKS, chunk_rng, draw_chunk_starts
 
 SKIP_REASONS = (
-    "no_audio_member", "no_vad_data", "language_not_wanted", "no_speech", "no_long_segment", "decode_error",
+    "no_audio_member",
+    "no_vad_data",
+    "language_not_wanted",
+    "no_speech",
+    "no_long_segment",
+    "decode_error",
 )
 """Why a file yields no chunk; the first five are seed 001's checks, in the order they are made."""
 
@@ -111,9 +116,16 @@ class VadChunkDataset(torch.utils.data.IterableDataset):
     """
 
     def __init__(
-        self, urls: Iterable[str], data_root: DataRoot | str, *, languages: Iterable[str] | None = None,
-        chunk_s: float = DEFAULT_CHUNK_S, num_chunks: int = DEFAULT_NUM_CHUNKS, sample_rate: int = 16_000,
-        seed: int = 0, shardshuffle: int | bool = 1000,
+        self,
+        urls: Iterable[str],
+        data_root: DataRoot | str,
+        *,
+        languages: Iterable[str] | None = None,
+        chunk_s: float = DEFAULT_CHUNK_S,
+        num_chunks: int = DEFAULT_NUM_CHUNKS,
+        sample_rate: int = 16_000,
+        seed: int = 0,
+        shardshuffle: int | bool = 1000,
     ):
         super().__init__()
         self.urls = list(urls)
@@ -133,15 +145,21 @@ class VadChunkDataset(torch.utils.data.IterableDataset):
         register_fsspec_schemes()  # in the worker: object-store tar URLs stream through fsspec
 
         return wds.WebDataset(
-            self.urls, shardshuffle=self.shardshuffle or False, detshuffle=True, seed=self.seed + self.epoch,
-            nodesplitter=wds.split_by_node, workersplitter=wds.split_by_worker, empty_check=False,
+            self.urls,
+            shardshuffle=self.shardshuffle or False,
+            detshuffle=True,
+            seed=self.seed + self.epoch,
+            nodesplitter=wds.split_by_node,
+            workersplitter=wds.split_by_worker,
+            empty_check=False,
         )
 
     def _vad_table(self, shard_id: str) -> dict[str, FileVad]:
         table = self.data_root.read_parquet(layout.vad_segments(shard_id), ["tar_key", "language", "start_s", "end_s"])
         return {
             row["tar_key"]: FileVad(row["language"], row["start_s"], row["end_s"])
-            for row in table.to_pylist() if row["tar_key"] is not None
+            for row in table.to_pylist()
+            if row["tar_key"] is not None
         }
 
     def __iter__(self) -> Iterator[dict]:
@@ -161,8 +179,12 @@ class VadChunkDataset(torch.utils.data.IterableDataset):
             yield result
         if pending:
             yield {
-                "input_values": torch.zeros(0, int(round(self.chunk_s * self.sample_rate))), "language": None,
-                "key": None, "url": None, "chunk_start_s": [], "skipped": dict(pending),
+                "input_values": torch.zeros(0, int(round(self.chunk_s * self.sample_rate))),
+                "language": None,
+                "key": None,
+                "url": None,
+                "chunk_start_s": [],
+                "skipped": dict(pending),
             }
 
     def _chunks_of(self, sample: dict, shard_id: str, vad: dict[str, FileVad]) -> dict | str:
@@ -188,8 +210,11 @@ class VadChunkDataset(torch.utils.data.IterableDataset):
             return "decode_error"
         normalized = np.stack([normalize_chunk(chunk) for chunk in chunks])
         return {
-            "input_values": torch.from_numpy(normalized), "language": info.language, "key": key,
-            "url": sample["__url__"], "chunk_start_s": starts,
+            "input_values": torch.from_numpy(normalized),
+            "language": info.language,
+            "key": key,
+            "url": sample["__url__"],
+            "chunk_start_s": starts,
         }
 
 
@@ -205,7 +230,10 @@ def collate_chunks(batch: list[dict]) -> dict:
         skipped.update(sample["skipped"])
     return {
         "input_values": torch.cat([sample["input_values"] for sample in batch], dim=0),
-        "languages": languages, "keys": keys, "chunk_start_s": starts, "skipped": dict(skipped),
+        "languages": languages,
+        "keys": keys,
+        "chunk_start_s": starts,
+        "skipped": dict(skipped),
     }
 
 
@@ -218,6 +246,9 @@ def vad_chunk_loader(
     """
     dataset = VadChunkDataset(urls, data_root, **options)
     return torch.utils.data.DataLoader(
-        dataset, batch_size=batch_size, num_workers=num_workers, collate_fn=collate_chunks,
+        dataset,
+        batch_size=batch_size,
+        num_workers=num_workers,
+        collate_fn=collate_chunks,
         persistent_workers=False,
     )

@@ -107,7 +107,9 @@ def files_of_index(index: pa.Table) -> list[AudioFile]:
         if row["language"] is not None:
             entry["languages"][row["language"]] += 1
     return [
-        AudioFile(path, sorted(e["utt_ids"]), e["languages"].most_common(1)[0][0] if e["languages"] else None, e["duration_s"])
+        AudioFile(
+            path, sorted(e["utt_ids"]), e["languages"].most_common(1)[0][0] if e["languages"] else None, e["duration_s"]
+        )
         for path, e in sorted(rows.items())
     ]
 
@@ -221,10 +223,17 @@ def _segments_table(
         keys_seen.add(key)
         rows.append(
             {
-                "shard": shard_id, "audio_path": file.audio_path, "tar_path": tar_path, "tar_key": tar_key,
-                "language": file.language, "utt_ids": file.utt_ids, "duration_s": file.duration_s,
-                "speech_s": found.speech_s, "n_segments": len(found),
-                "start_s": list(found.start_s), "end_s": list(found.end_s),
+                "shard": shard_id,
+                "audio_path": file.audio_path,
+                "tar_path": tar_path,
+                "tar_key": tar_key,
+                "language": file.language,
+                "utt_ids": file.utt_ids,
+                "duration_s": file.duration_s,
+                "speech_s": found.speech_s,
+                "n_segments": len(found),
+                "start_s": list(found.start_s),
+                "end_s": list(found.end_s),
                 "segments_source": "import" if file.audio_path in imported else "silero",
             }
         )

@@ -31,8 +31,12 @@ class DagsterDev:
     """
 
     def __init__(
-        self, dagster_home: Path, data_root: Path, env: dict[str, str] | None = None,
-        instance_yaml: Path = ROOT / "deploy" / "local" / "dagster.yaml", workspace: Path | None = None,
+        self,
+        dagster_home: Path,
+        data_root: Path,
+        env: dict[str, str] | None = None,
+        instance_yaml: Path = ROOT / "deploy" / "local" / "dagster.yaml",
+        workspace: Path | None = None,
     ):
         self.instance_yaml = instance_yaml
         self.workspace = workspace or ROOT / "workspace.yaml"
@@ -59,7 +63,11 @@ class DagsterDev:
         self._log = open(self.log_path, "w")
         self.process = subprocess.Popen(
             [str(dagster), "dev", "-w", str(self.workspace), "-h", "127.0.0.1", "-p", str(self.port)],
-            cwd=ROOT, env=env, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True,
+            cwd=ROOT,
+            env=env,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
         try:
             self._wait_until_loaded(timeout_s=240)

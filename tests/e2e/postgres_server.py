@@ -43,15 +43,21 @@ class PostgresServer:
     @property
     def env(self) -> dict[str, str]:
         return {
-            "DAGSTER_POSTGRES_HOST": "127.0.0.1", "DAGSTER_POSTGRES_PORT": str(self.port),
-            "DAGSTER_POSTGRES_USER": USER, "DAGSTER_POSTGRES_PASSWORD": "unused-with-trust-auth",
+            "DAGSTER_POSTGRES_HOST": "127.0.0.1",
+            "DAGSTER_POSTGRES_PORT": str(self.port),
+            "DAGSTER_POSTGRES_USER": USER,
+            "DAGSTER_POSTGRES_PASSWORD": "unused-with-trust-auth",
             "DAGSTER_POSTGRES_DB": DATABASE,
         }
 
     def _run(self, *args: str) -> None:
         user = {"user": self.run_as.pw_uid, "group": self.run_as.pw_gid} if self.run_as else {}
         result = subprocess.run(
-            [str(self.bin / args[0]), *args[1:]], capture_output=True, text=True, timeout=120, **user,
+            [str(self.bin / args[0]), *args[1:]],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            **user,
         )
         if result.returncode != 0:
             log = self.directory / "server.log"

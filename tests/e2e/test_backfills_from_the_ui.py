@@ -29,8 +29,16 @@ pytestmark = pytest.mark.e2e
 
 SHARDS = ["ui-0", "ui-1", "ui-2"]
 SHARD_ASSETS = [
-    "raw_shards", "normalized_audio", "alignments", "frame_grids", "qwen_hidden_states", "wavlm_features",
-    "bridge_tars", "shard_manifest", "vad_segments", "asr_flac",
+    "raw_shards",
+    "normalized_audio",
+    "alignments",
+    "frame_grids",
+    "qwen_hidden_states",
+    "wavlm_features",
+    "bridge_tars",
+    "shard_manifest",
+    "vad_segments",
+    "asr_flac",
 ]
 GPU_ASSETS = {"qwen_hidden_states", "wavlm_features"}
 BACKFILL_TIMEOUT_S = 420
@@ -75,8 +83,11 @@ def materialize_index_in_process(dev: DagsterDev, shard_id: str) -> None:
 
     with dg.DagsterInstance.from_config(str(dev.dagster_home)) as instance:
         result = dg.materialize(
-            [raw_shards], partition_key=shard_id, instance=instance,
-            resources=build_resources(str(dev.data_root), "tiny"), tags={"speechdata/launched_by": "e2e-notebook"},
+            [raw_shards],
+            partition_key=shard_id,
+            instance=instance,
+            resources=build_resources(str(dev.data_root), "tiny"),
+            tags={"speechdata/launched_by": "e2e-notebook"},
         )
     assert result.success
 
@@ -161,10 +172,16 @@ def test_the_ui_shows_the_asset_graph_a_partition_and_the_backfill_in_chromium(s
     out.mkdir(parents=True, exist_ok=True)
     pages = [
         # (file, path, texts that must appear: asset names, statuses, metadata and check names)
-        ("asset_graph.png", "/assets/shard_manifest?view=lineage&lineageScope=upstream&lineageDepth=8",
-         ["raw_shards", "normalized_audio", "frame_grids", "qwen_hidden_states", "wavlm_features", "shard_manifest"]),
-        ("partition_page.png", "/assets/frame_grids?view=partitions&partition=ui-1",
-         ["ui-0", "ui-1", "ui-2", "Materialized", "zero_duration_token_share"]),
+        (
+            "asset_graph.png",
+            "/assets/shard_manifest?view=lineage&lineageScope=upstream&lineageDepth=8",
+            ["raw_shards", "normalized_audio", "frame_grids", "qwen_hidden_states", "wavlm_features", "shard_manifest"],
+        ),
+        (
+            "partition_page.png",
+            "/assets/frame_grids?view=partitions&partition=ui-1",
+            ["ui-0", "ui-1", "ui-2", "Materialized", "zero_duration_token_share"],
+        ),
         ("backfill.png", f"/runs/b/{backfill_id}", ["Succeeded", "ui-0", "ui-1", "ui-2"]),
         ("asset_events.png", "/assets/normalized_audio?view=events", ["normalized_audio", "ui-0", "ui-2"]),
     ]

@@ -21,8 +21,14 @@ pytestmark = pytest.mark.e2e
 SHARD_TIMEOUT_S = 420
 
 SHARD_ASSETS = (
-    "raw_shards", "normalized_audio", "alignments", "frame_grids", "qwen_hidden_states", "wavlm_features",
-    "bridge_tars", "shard_manifest",
+    "raw_shards",
+    "normalized_audio",
+    "alignments",
+    "frame_grids",
+    "qwen_hidden_states",
+    "wavlm_features",
+    "bridge_tars",
+    "shard_manifest",
 )
 
 
@@ -37,10 +43,7 @@ def wait_for(predicate, dev: DagsterDev, timeout_s: float, what: str):
 
 
 def shard_runs(dev: DagsterDev, shard_id: str) -> list[dict]:
-    return [
-        run for run in dev.runs()
-        if {"key": "dagster/partition", "value": shard_id} in run["tags"]
-    ]
+    return [run for run in dev.runs() if {"key": "dagster/partition", "value": shard_id} in run["tags"]]
 
 
 def done(dev: DagsterDev, shard_id: str) -> bool:
@@ -68,10 +71,15 @@ def runs_stored_in_postgres(postgres: PostgresServer, job_name: str) -> dict[str
     import psycopg2
 
     env = postgres.env
-    with psycopg2.connect(
-        host=env["DAGSTER_POSTGRES_HOST"], port=int(env["DAGSTER_POSTGRES_PORT"]),
-        user=env["DAGSTER_POSTGRES_USER"], dbname=env["DAGSTER_POSTGRES_DB"],
-    ) as connection, connection.cursor() as cursor:
+    with (
+        psycopg2.connect(
+            host=env["DAGSTER_POSTGRES_HOST"],
+            port=int(env["DAGSTER_POSTGRES_PORT"]),
+            user=env["DAGSTER_POSTGRES_USER"],
+            dbname=env["DAGSTER_POSTGRES_DB"],
+        ) as connection,
+        connection.cursor() as cursor,
+    ):
         cursor.execute("SELECT run_id, status FROM runs WHERE pipeline_name = %s", [job_name])
         return dict(cursor.fetchall())
 
@@ -79,10 +87,15 @@ def runs_stored_in_postgres(postgres: PostgresServer, job_name: str) -> dict[str
 def test_landed_shards_are_materialized_by_the_sensor_run_once_each(tmp_path):
     data_root = DataRoot(str(tmp_path / "data"))
     env = {"SPEECHDATA_LANDING_SENSOR_INTERVAL_S": "2", "SPEECHDATA_CATALOG_SENSOR_INTERVAL_S": "2"}
-    with PostgresServer() as postgres, DagsterDev(
-        tmp_path / "dagster_home", tmp_path / "data", {**env, **postgres.env},
-        instance_yaml=ROOT / "deploy" / "production" / "dagster.yaml",
-    ) as dev:
+    with (
+        PostgresServer() as postgres,
+        DagsterDev(
+            tmp_path / "dagster_home",
+            tmp_path / "data",
+            {**env, **postgres.env},
+            instance_yaml=ROOT / "deploy" / "production" / "dagster.yaml",
+        ) as dev,
+    ):
         build_sample_shard(data_root, "e2e-0001", 3, seed=1, long_recordings=1, complete=False)
         time.sleep(6)  # a few sensor ticks over a half-landed shard
         assert shard_runs(dev, "e2e-0001") == []

@@ -43,7 +43,9 @@ def wait_for_backfill(dev: DagsterDev, backfill_id: str, timeout_s: float) -> st
         if status in FINISHED_BACKFILL:
             return status
         time.sleep(2)
-    raise TimeoutError(f"backfill {backfill_id} still {status} after {timeout_s} s; runs {dev.runs()}\n{dev.log_tail()}")
+    raise TimeoutError(
+        f"backfill {backfill_id} still {status} after {timeout_s} s; runs {dev.runs()}\n{dev.log_tail()}"
+    )
 
 
 def backfill_runs(dev: DagsterDev, backfill_id: str) -> list[dict]:

@@ -32,7 +32,9 @@ def test_sample_shard_is_aligned_and_gridded_and_every_utterance_accounted(insta
     landed = build_sample_shard(data_root, "s1", 8, seed=1, long_recordings=1)
     result = run(instance, tiny_resources, "s1")
     assert result.success
-    checks = {e.check_name: e.passed for e in result.get_asset_check_evaluations() if e.asset_key.path == ["frame_grids"]}
+    checks = {
+        e.check_name: e.passed for e in result.get_asset_check_evaluations() if e.asset_key.path == ["frame_grids"]
+    }
     assert checks == dict.fromkeys(
         ["frames_accounted", "grid_monotone", "frame_count_matches_audio", "token_count_matches_tokenizer"], True
     )
@@ -125,8 +127,10 @@ def test_import_mode_reads_landed_ctm_and_textgrid_files(instance, data_root, ti
     table = data_root.read_parquet(layout.alignments("s4")).to_pylist()
     words = {(r["utt_id"], r["text"]): (r["start_ms"], r["end_ms"]) for r in table if r["level"] == "word"}
     assert words == {
-        ("by_ctm", "Hello,"): (120, 520), ("by_ctm", "world!"): (600, 1150),
-        ("by_grid", "good"): (100, 450), ("by_grid", "morning"): (450, 1000),
+        ("by_ctm", "Hello,"): (120, 520),
+        ("by_ctm", "world!"): (600, 1150),
+        ("by_grid", "good"): (100, 450),
+        ("by_grid", "morning"): (450, 1000),
     }
     rejects = {r["utt_id"]: r for r in data_root.read_parquet(layout.rejects("s4", "alignments")).to_pylist()}
     assert rejects["missing"]["reason"] == "no_imported_alignment"

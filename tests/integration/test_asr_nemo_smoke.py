@@ -28,12 +28,24 @@ def tiny_sentencepiece(directory, texts, languages):
     directory.mkdir(parents=True, exist_ok=True)
     (directory / "corpus.txt").write_text("\n".join(texts * 3) + "\n")
     spm.SentencePieceTrainer.train(
-        input=str(directory / "corpus.txt"), model_prefix=str(directory / "tokenizer"), vocab_size=120,
-        hard_vocab_limit=False, model_type="bpe", character_coverage=1.0, num_threads=1, bos_id=-1,
-        eos_id=-1, pad_id=-1, unk_id=0, minloglevel=2, user_defined_symbols=[f"<|{lang}|>" for lang in languages],
+        input=str(directory / "corpus.txt"),
+        model_prefix=str(directory / "tokenizer"),
+        vocab_size=120,
+        hard_vocab_limit=False,
+        model_type="bpe",
+        character_coverage=1.0,
+        num_threads=1,
+        bos_id=-1,
+        eos_id=-1,
+        pad_id=-1,
+        unk_id=0,
+        minloglevel=2,
+        user_defined_symbols=[f"<|{lang}|>" for lang in languages],
     )
     processor = spm.SentencePieceProcessor(model_file=str(directory / "tokenizer.model"))
-    (directory / "vocab.txt").write_text("\n".join(processor.id_to_piece(i) for i in range(processor.get_piece_size())) + "\n")
+    (directory / "vocab.txt").write_text(
+        "\n".join(processor.id_to_piece(i) for i in range(processor.get_piece_size())) + "\n"
+    )
     return directory
 
 
@@ -43,28 +55,57 @@ def tiny_transducer(tokenizer_dir, tdt: bool):
 
     extra = len(TDT_DURATIONS) if tdt else 0
     config = {
-        "sample_rate": 16_000, "tokenizer": {"dir": str(tokenizer_dir), "type": "bpe"},
-        "train_ds": None, "validation_ds": None, "test_ds": None, "optim": None,
+        "sample_rate": 16_000,
+        "tokenizer": {"dir": str(tokenizer_dir), "type": "bpe"},
+        "train_ds": None,
+        "validation_ds": None,
+        "test_ds": None,
+        "optim": None,
         "model_defaults": {"enc_hidden": 32, "pred_hidden": 32, "joint_hidden": 32},
         "preprocessor": {
-            "_target_": "nemo.collections.asr.modules.AudioToMelSpectrogramPreprocessor", "sample_rate": 16_000,
-            "normalize": "per_feature", "window_size": 0.025, "window_stride": 0.01, "window": "hann",
-            "features": 40, "n_fft": 512, "dither": 0.0, "pad_to": 0,
+            "_target_": "nemo.collections.asr.modules.AudioToMelSpectrogramPreprocessor",
+            "sample_rate": 16_000,
+            "normalize": "per_feature",
+            "window_size": 0.025,
+            "window_stride": 0.01,
+            "window": "hann",
+            "features": 40,
+            "n_fft": 512,
+            "dither": 0.0,
+            "pad_to": 0,
         },
         "encoder": {
-            "_target_": "nemo.collections.asr.modules.ConformerEncoder", "feat_in": 40, "n_layers": 1, "d_model": 32,
-            "subsampling": "dw_striding", "subsampling_factor": 8, "subsampling_conv_channels": 32,
-            "ff_expansion_factor": 2, "self_attention_model": "rel_pos", "n_heads": 2, "att_context_size": [-1, -1],
-            "conv_kernel_size": 9, "dropout": 0.0, "dropout_pre_encoder": 0.0, "dropout_emb": 0.0, "dropout_att": 0.0,
+            "_target_": "nemo.collections.asr.modules.ConformerEncoder",
+            "feat_in": 40,
+            "n_layers": 1,
+            "d_model": 32,
+            "subsampling": "dw_striding",
+            "subsampling_factor": 8,
+            "subsampling_conv_channels": 32,
+            "ff_expansion_factor": 2,
+            "self_attention_model": "rel_pos",
+            "n_heads": 2,
+            "att_context_size": [-1, -1],
+            "conv_kernel_size": 9,
+            "dropout": 0.0,
+            "dropout_pre_encoder": 0.0,
+            "dropout_emb": 0.0,
+            "dropout_att": 0.0,
         },
         "decoder": {
-            "_target_": "nemo.collections.asr.modules.RNNTDecoder", "normalization_mode": None,
-            "random_state_sampling": False, "blank_as_pad": True,
+            "_target_": "nemo.collections.asr.modules.RNNTDecoder",
+            "normalization_mode": None,
+            "random_state_sampling": False,
+            "blank_as_pad": True,
             "prednet": {"pred_hidden": 32, "pred_rnn_layers": 1, "t_max": None, "dropout": 0.0},
         },
         "joint": {
-            "_target_": "nemo.collections.asr.modules.RNNTJoint", "log_softmax": None, "preserve_memory": False,
-            "fuse_loss_wer": False, "fused_batch_size": -1, "num_extra_outputs": extra,
+            "_target_": "nemo.collections.asr.modules.RNNTJoint",
+            "log_softmax": None,
+            "preserve_memory": False,
+            "fuse_loss_wer": False,
+            "fused_batch_size": -1,
+            "num_extra_outputs": extra,
             "jointnet": {"joint_hidden": 32, "activation": "relu", "dropout": 0.0},
         },
         "decoding": {"strategy": "greedy_batch", "greedy": {"max_symbols": 10}},
@@ -90,7 +131,9 @@ def sampler_batch(tmp_path_factory, clips):
     ingest_raw_shard(data_root, "asr-smoke")
     extract_asr_flac(data_root, "asr-smoke")
     build = build_and_write_asr_manifests(data_root, AsrManifestConfig(validation_share=0.0)).build
-    tokenizer_dir = tiny_sentencepiece(tmp / "tokenizer", build.train["text"].to_list(), sorted(set(build.train["lang"])))
+    tokenizer_dir = tiny_sentencepiece(
+        tmp / "tokenizer", build.train["text"].to_list(), sorted(set(build.train["lang"]))
+    )
     return data_root.path(layout.asr_manifest("train")), tokenizer_dir
 
 
@@ -111,7 +154,9 @@ def test_a_sampler_batch_feeds_forward_and_loss(sampler_batch, tdt):
     joint = model.joint(encoder_outputs=encoded, decoder_outputs=decoder)
     vocab_plus_blank = model.tokenizer.vocab_size + 1
     assert joint.shape == (
-        signal.shape[0], int(encoded_len.max()), int(token_len.max()) + 1,
+        signal.shape[0],
+        int(encoded_len.max()),
+        int(token_len.max()) + 1,
         vocab_plus_blank + (len(TDT_DURATIONS) if tdt else 0),
     )
     assert encoded.shape[-1] == int(encoded_len.max()) and bool((encoded_len > 0).all())

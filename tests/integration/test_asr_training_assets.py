@@ -20,7 +20,9 @@ def test_imported_shard_becomes_flac_and_manifests_with_checks(tmp_path, data_ro
         shard = dg.materialize([raw_shards, asr_flac], partition_key="asr-0001", instance=instance, resources=resources)
         assert shard.success
         manifest = dg.materialize(
-            [asr_manifest], instance=instance, resources=resources,
+            [asr_manifest],
+            instance=instance,
+            resources=resources,
             run_config={"ops": {"asr_manifest": {"config": {"validation_share": 0.5, "eval_per_language": 1}}}},
         )
         assert manifest.success
@@ -29,7 +31,9 @@ def test_imported_shard_becomes_flac_and_manifests_with_checks(tmp_path, data_ro
     flac_meta = flac_event.metadata
     assert flac_meta["dagster/row_count"].value == 12 and flac_meta["rejects"].value == 0
     assert flac_meta["unsafe_tar_members"].value == 1
-    assert flac_meta["unsafe_tar_member_examples"].value == [{"member": "../escape.flac", "reason": "tar_member_unsafe_path"}]
+    assert flac_meta["unsafe_tar_member_examples"].value == [
+        {"member": "../escape.flac", "reason": "tar_member_unsafe_path"}
+    ]
     assert not list(tmp_path.rglob("escape.flac"))
 
     [event] = manifest.asset_materializations_for_node("asr_manifest")
@@ -43,7 +47,9 @@ def test_imported_shard_becomes_flac_and_manifests_with_checks(tmp_path, data_ro
     assert sum(meta["removed_by_reason"].value.values()) == removed.height
     assert "| split | lang | utterances | hours |" in meta["hours_by_language_and_split"].value
     assert all(text.startswith(f"<|{lang}|> ") for text, lang in zip(train["text"], train["lang"]))
-    checks = {e.check_name: e.passed for e in [*shard.get_asset_check_evaluations(), *manifest.get_asset_check_evaluations()]}
+    checks = {
+        e.check_name: e.passed for e in [*shard.get_asset_check_evaluations(), *manifest.get_asset_check_evaluations()]
+    }
     assert checks == {
         "every_landed_row_accounted_for": True,
         "every_indexed_utterance_extracted_or_rejected": True,

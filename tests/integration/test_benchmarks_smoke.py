@@ -17,7 +17,10 @@ ROOT = Path(__file__).resolve().parents[2]
         ("bench_ingest", {"scenarios", "normalize_wall"}),
         ("bench_sensor_tick", {"scan", "tick_none_registered", "tick_mostly_registered"}),
         ("bench_frame_grid", {"grid_utt_per_s", "tokenize_utt_per_s", "grids_breaking_invariants"}),
-        ("bench_streaming_segments", {"utt_per_s", "seed_utt_per_s", "ratio_utt_per_s_over_seed", "misplaced_chunk_share"}),
+        (
+            "bench_streaming_segments",
+            {"utt_per_s", "seed_utt_per_s", "ratio_utt_per_s_over_seed", "misplaced_chunk_share"},
+        ),
         ("bench_asr_manifest", {"polars_seconds", "pandas_seed_seconds", "ratio_pandas_over_polars"}),
         ("bench_asr_sampler", {"numpy_epoch_seconds", "reference_seconds", "same_batches_as_reference"}),
         ("bench_vad", {"vad", "streaming"}),
@@ -27,7 +30,10 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_benchmark_prints_one_json_record(name, keys):
     result = subprocess.run(
         [sys.executable, "-m", f"benchmarks.{name}", "--quick"],
-        cwd=ROOT, capture_output=True, text=True, timeout=600,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert result.returncode == 0, result.stderr[-3000:]
     lines = result.stdout.strip().splitlines()

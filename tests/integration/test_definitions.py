@@ -59,7 +59,8 @@ def test_every_asset_has_a_description_owner_and_kind():
 def test_sensor_targets_the_per_shard_job_covering_every_shard_asset():
     job = defs.resolve_job_def("per_shard_job")
     shard_assets = {
-        spec.key for spec in defs.resolve_all_asset_specs()
+        spec.key
+        for spec in defs.resolve_all_asset_specs()
         if isinstance(spec.partitions_def, dg.DynamicPartitionsDefinition) and spec.partitions_def.name == "shard"
     }
     on_demand = {dg.AssetKey(key) for key in ON_DEMAND}
@@ -75,9 +76,13 @@ def test_country_runs_queue_one_at_a_time_per_country():
     assert {job.name for job in sensor.jobs} == {"hf_dataset_job", "hf_publish_job"}
     publish = defs.resolve_job_def("hf_publish_job")
     assert {k.to_user_string() for k in publish.asset_layer.executable_asset_keys} == {
-        "hf_split_assignments", "hf_dataset", "hf_hub_upload",
+        "hf_split_assignments",
+        "hf_dataset",
+        "hf_hub_upload",
     }
-    limits = yaml.safe_load((ROOT / "deploy/local/dagster.yaml").read_text())["concurrency"]["runs"]["tag_concurrency_limits"]
+    limits = yaml.safe_load((ROOT / "deploy/local/dagster.yaml").read_text())["concurrency"]["runs"][
+        "tag_concurrency_limits"
+    ]
     assert {"key": "speechdata/hf_country", "value": {"applyLimitPerUniqueValue": True}, "limit": 1} in limits
 
 
@@ -87,7 +92,11 @@ def test_dagster_cli_validates_the_workspace(tmp_path):
     env = {**os.environ, "DAGSTER_HOME": str(tmp_path)}
     result = subprocess.run(
         [str(dagster), "definitions", "validate", "-w", "workspace.yaml"],
-        cwd=ROOT, capture_output=True, text=True, timeout=300, env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
     )
     assert result.returncode == 0, result.stderr[-3000:]
     assert "Validation successful" in result.stderr + result.stdout

@@ -23,7 +23,8 @@ def test_features_match_the_frame_grids_for_a_sample_shard(instance, data_root, 
     result = dg.materialize(SHARD_ASSETS, partition_key="s1", instance=instance, resources=tiny_resources)
     assert result.success
     feature_checks = [
-        e for e in result.get_asset_check_evaluations()
+        e
+        for e in result.get_asset_check_evaluations()
         if e.asset_key.path[0] in ("qwen_hidden_states", "wavlm_features")
     ]
     assert len(feature_checks) == 6 and all(e.passed for e in feature_checks)

@@ -53,7 +53,7 @@ def built(corpus, data_root):
 
 def local_files(data_root) -> dict[str, bytes]:
     base = data_root.path(layout.hf_dataset_dir(DATASET))
-    return {p[len(base) + 1:]: data_root.fs.cat_file(p) for p in data_root.fs.find(base)}
+    return {p[len(base) + 1 :]: data_root.fs.cat_file(p) for p in data_root.fs.find(base)}
 
 
 def file_statuses(data_root) -> dict[str, str]:
@@ -68,7 +68,9 @@ def segment_statuses(data_root) -> set[str]:
 
 def run(data_root, hub, **kwargs):
     api = HfApi(endpoint=hub.url, token=TOKEN)
-    return publish_country(data_root, DATASET, "germany", api, "org/ds", policy=FAST_RETRIES, log=lambda m: None, **kwargs)
+    return publish_country(
+        data_root, DATASET, "germany", api, "org/ds", policy=FAST_RETRIES, log=lambda m: None, **kwargs
+    )
 
 
 def test_failed_split_is_recorded_then_a_rerun_uploads_only_the_rest_once(built):
@@ -134,9 +136,12 @@ def test_hf_hub_upload_asset_never_logs_the_token(built, caplog):
     with dg.instance_for_test() as instance, HubStandIn() as hub, caplog.at_level(logging.DEBUG):
         instance.add_dynamic_partitions(country_partitions.name, ["germany"])
         result = dg.materialize(
-            [hf_hub_upload], partition_key="germany", instance=instance,
+            [hf_hub_upload],
+            partition_key="germany",
+            instance=instance,
             resources={
-                "data_root": DataRootResource(url=built.url), "hf_dataset_settings": HfDatasetSettings(dataset=DATASET),
+                "data_root": DataRootResource(url=built.url),
+                "hf_dataset_settings": HfDatasetSettings(dataset=DATASET),
                 "hub": HubPublisherResource(repo_id="org/ds", token=TOKEN, endpoint=hub.url, retry_base_delay_s=0.01),
             },
         )

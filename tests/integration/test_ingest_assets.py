@@ -20,8 +20,11 @@ def instance():
 def materialize(instance, data_root, shard_id, selection=(raw_shards, normalized_audio), raise_on_error=True):
     instance.add_dynamic_partitions(shard_partitions.name, [shard_id])
     return dg.materialize(
-        list(selection), partition_key=shard_id, instance=instance,
-        resources={"data_root": DataRootResource(url=data_root.url)}, raise_on_error=raise_on_error,
+        list(selection),
+        partition_key=shard_id,
+        instance=instance,
+        resources={"data_root": DataRootResource(url=data_root.url)},
+        raise_on_error=raise_on_error,
     )
 
 

@@ -19,7 +19,9 @@ GPU_STEPS = {"alignments", "qwen_hidden_states", "wavlm_features", "qe_scores"}
 
 # What the Helm-deployed K8sRunLauncher hands a step (K8sContainerContext.get_k8s_job_config reads these).
 HELM_RUN_LAUNCHER = types.SimpleNamespace(
-    job_image=None, dagster_home="/opt/dagster/dagster_home", instance_config_map="speech-data-dagster-instance",
+    job_image=None,
+    dagster_home="/opt/dagster/dagster_home",
+    instance_config_map="speech-data-dagster-instance",
     postgres_password_secret="dagster-postgresql-secret",
 )
 
@@ -32,8 +34,12 @@ def step_pod_spec(op_tags: dict, executor_config: dict):
     ).merge(K8sContainerContext(run_k8s_config=get_user_defined_k8s_config(op_tags)))
     job_config = context.get_k8s_job_config("registry.example.com/speech-data-platform:0.1.0", HELM_RUN_LAUNCHER)
     job = construct_dagster_k8s_job(
-        job_config=job_config, args=["dagster", "api", "execute_step"], job_name="dagster-step-test",
-        pod_name="dagster-step-test", component="step_worker", user_defined_k8s_config=context.run_k8s_config,
+        job_config=job_config,
+        args=["dagster", "api", "execute_step"],
+        job_name="dagster-step-test",
+        pod_name="dagster-step-test",
+        component="step_worker",
+        user_defined_k8s_config=context.run_k8s_config,
     )
     return job.spec.template.spec
 
@@ -60,7 +66,9 @@ def test_gpu_steps_request_one_gpu_on_gpu_nodes_and_cpu_steps_none():
         if name in GPU_STEPS:
             assert limits["nvidia.com/gpu"] == "1" and requests["nvidia.com/gpu"] == "1", name
             assert spec.node_selector == {"nvidia.com/gpu.present": "true"}, name
-            assert [(t.key, t.operator, t.effect) for t in spec.tolerations] == [("nvidia.com/gpu", "Exists", "NoSchedule")]
+            assert [(t.key, t.operator, t.effect) for t in spec.tolerations] == [
+                ("nvidia.com/gpu", "Exists", "NoSchedule")
+            ]
         else:
             assert "nvidia.com/gpu" not in limits and "nvidia.com/gpu" not in requests, name
             assert not spec.node_selector and not spec.tolerations, name
@@ -69,7 +77,9 @@ def test_gpu_steps_request_one_gpu_on_gpu_nodes_and_cpu_steps_none():
 
 def test_the_gpu_node_selector_is_configurable_per_cluster():
     gke = gpu_node_selector("cloud.google.com/gke-accelerator=nvidia-h100-80gb")
-    spec = step_pod_spec({"dagster-k8s/config": json.dumps(gpu_op_tags(gke)["dagster-k8s/config"])}, k8s_executor_config(K8S))
+    spec = step_pod_spec(
+        {"dagster-k8s/config": json.dumps(gpu_op_tags(gke)["dagster-k8s/config"])}, k8s_executor_config(K8S)
+    )
     assert spec.node_selector == {"cloud.google.com/gke-accelerator": "nvidia-h100-80gb"}
     assert gpu_node_selector(DEFAULT_GPU_NODE_SELECTOR) == {"nvidia.com/gpu.present": "true"}
     with pytest.raises(ValueError, match="key=value"):

@@ -56,9 +56,15 @@ def test_every_shard_asset_wrote_to_the_bucket_and_accounts_for_every_utterance(
     keys = root.fs.find(root.root)
     assert not [k for k in keys if TEMP_PREFIX in k], "an atomic write left its temp object behind"
     for relative in (
-        layout.utterance_index(SHARD), layout.normalized_audio(SHARD), layout.alignments(SHARD),
-        layout.frame_grids(SHARD), layout.qwen_hidden_states(SHARD), layout.wavlm_features(SHARD),
-        manifest_path(SHARD), layout.vad_segments(SHARD), layout.asr_flac_index(SHARD),
+        layout.utterance_index(SHARD),
+        layout.normalized_audio(SHARD),
+        layout.alignments(SHARD),
+        layout.frame_grids(SHARD),
+        layout.qwen_hidden_states(SHARD),
+        layout.wavlm_features(SHARD),
+        manifest_path(SHARD),
+        layout.vad_segments(SHARD),
+        layout.asr_flac_index(SHARD),
     ):
         assert root.path(relative) in keys, relative
     [event] = shard.asset_materializations_for_node("shard_manifest")
@@ -159,7 +165,9 @@ def test_the_country_dataset_builds_and_publishes_state_with_the_root_in_the_buc
     assert root.exists(layout.hf_state_database("ds", "germany"))
     with state_connection(root, layout.hf_state_database("ds", "germany")) as db:
         [(recordings,)] = db.execute("SELECT count(*) FROM recordings").fetchall()
-        [(pending,)] = db.execute("SELECT count(*) FROM segments WHERE status = 'pending' AND file IS NOT NULL").fetchall()
+        [(pending,)] = db.execute(
+            "SELECT count(*) FROM segments WHERE status = 'pending' AND file IS NOT NULL"
+        ).fetchall()
     assert recordings == sum(summary.recordings_by_split.values()) == 3
     assert pending == sum(written.values())
     assert not [k for k in root.fs.find(root.root) if TEMP_PREFIX in k]

@@ -35,7 +35,9 @@ def packed(tmp_path_factory, model_cache_dir):
     data_root = DataRoot(str(tmp_path_factory.mktemp("packed") / "data"))
     resources = {
         "data_root": DataRootResource(url=data_root.url),
-        "aligner": CtcAlignerResource(models={"en": "tiny", "de": "tiny", "fr": "tiny"}, model_cache_dir=model_cache_dir),
+        "aligner": CtcAlignerResource(
+            models={"en": "tiny", "de": "tiny", "fr": "tiny"}, model_cache_dir=model_cache_dir
+        ),
         "text_tokenizer": TextTokenizerResource(model_id="tiny"),
         "torch_device": TorchDeviceResource(device="cpu"),
         "qwen": QwenEncoder(model_id="tiny", tiny_vocab_size=TINY_VOCAB_SIZE),
@@ -46,7 +48,9 @@ def packed(tmp_path_factory, model_cache_dir):
     with dg.instance_for_test() as instance:
         landed = {}
         for shard_id, seed in (("s1", 1), ("s2", 2)):
-            landed[shard_id] = build_sample_shard(data_root, shard_id, 6, seed=seed, long_recordings=1, with_faults=True)
+            landed[shard_id] = build_sample_shard(
+                data_root, shard_id, 6, seed=seed, long_recordings=1, with_faults=True
+            )
             instance.add_dynamic_partitions(shard_partitions.name, [shard_id])
             result = dg.materialize(SHARD_ASSETS, partition_key=shard_id, instance=instance, resources=resources)
             assert result.success
@@ -54,7 +58,9 @@ def packed(tmp_path_factory, model_cache_dir):
 
 
 def tar_urls(data_root, shard_id):
-    return sorted(data_root.fs.unstrip_protocol(p) for p in data_root.fs.glob(data_root.path(f"bridge/{shard_id}-*.tar")))
+    return sorted(
+        data_root.fs.unstrip_protocol(p) for p in data_root.fs.glob(data_root.path(f"bridge/{shard_id}-*.tar"))
+    )
 
 
 def test_every_member_decodes_with_the_contract_dtypes_and_shapes(packed):
@@ -117,7 +123,9 @@ def test_small_tar_budget_rolls_over_and_drops_stale_tars(packed):
 
     n_samples = data_root.read_parquet(layout.bridge_index("s2")).num_rows
     config = {"ops": {"bridge_tars": {"config": {"max_samples": 2}}}}
-    assert dg.materialize([bridge_tars], partition_key="s2", instance=instance, resources=resources, run_config=config).success
+    assert dg.materialize(
+        [bridge_tars], partition_key="s2", instance=instance, resources=resources, run_config=config
+    ).success
     assert len(tar_urls(data_root, "s2")) == -(-n_samples // 2)
     assert len(list(bridge_dataset(tar_urls(data_root, "s2")))) == n_samples
     assert dg.materialize([bridge_tars], partition_key="s2", instance=instance, resources=resources).success
@@ -131,7 +139,9 @@ def test_reader_works_with_a_multi_worker_dataloader_and_filters_language(packed
     loader = torch.utils.data.DataLoader(dataset, batch_size=None, num_workers=2)
     keys = list(loader)
     expected = [
-        row["key"] for shard in ("s1", "s2") for row in data_root.read_parquet(manifest_path(shard)).to_pylist()
+        row["key"]
+        for shard in ("s1", "s2")
+        for row in data_root.read_parquet(manifest_path(shard)).to_pylist()
         if row["language"] == "de"
     ]
     assert sorted(keys) == sorted(expected) and keys
@@ -142,7 +152,9 @@ def test_catalog_refresh_sensor_and_asset_pick_up_manifests(packed):
     context = dg.build_sensor_context(instance=instance)
     result = catalog_refresh_sensor(context)
     assert len(result.run_requests) == 1
-    assert isinstance(catalog_refresh_sensor(dg.build_sensor_context(instance=instance, cursor=result.cursor)), dg.SkipReason)
+    assert isinstance(
+        catalog_refresh_sensor(dg.build_sensor_context(instance=instance, cursor=result.cursor)), dg.SkipReason
+    )
 
     materialized = dg.materialize([manifest_catalog], instance=instance, resources=resources)
     assert materialized.success

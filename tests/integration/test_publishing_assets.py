@@ -39,8 +39,12 @@ def land(corpus_dir, data_root, instance=None, countries=None) -> list[str]:
     if instance is not None:
         instance.add_dynamic_partitions(shard_partitions.name, shards)
         for shard in shards:
-            assert dg.materialize([raw_shards], partition_key=shard, instance=instance,
-                                  resources={"data_root": DataRootResource(url=data_root.url)}).success
+            assert dg.materialize(
+                [raw_shards],
+                partition_key=shard,
+                instance=instance,
+                resources={"data_root": DataRootResource(url=data_root.url)},
+            ).success
     else:
         for shard in shards:
             ingest_raw_shard(data_root, shard)
@@ -50,8 +54,13 @@ def land(corpus_dir, data_root, instance=None, countries=None) -> list[str]:
 def publish(instance, data_root, country, **settings):
     instance.add_dynamic_partitions(country_partitions.name, [country])
     result = dg.materialize(
-        [hf_split_assignments, hf_dataset], partition_key=country, instance=instance,
-        resources={"data_root": DataRootResource(url=data_root.url), "hf_dataset_settings": HfDatasetSettings(max_cer=MAX_CER, **settings)},
+        [hf_split_assignments, hf_dataset],
+        partition_key=country,
+        instance=instance,
+        resources={
+            "data_root": DataRootResource(url=data_root.url),
+            "hf_dataset_settings": HfDatasetSettings(max_cer=MAX_CER, **settings),
+        },
     )
     assert result.success
     return {
@@ -109,27 +118,42 @@ def test_two_countries_load_with_datasets_and_every_row_matches_its_source_json(
                 assert sample_rate == rate and samples.ndim == 1
                 assert samples.shape[0] / rate == pytest.approx(seg["end"] - seg["start"], abs=2 / rate)
                 assert (row["human_transcript"], row["asr_transcript"]) == (seg["human_text"], seg["asr_text"])
-                assert (row["video_id"], row["transcript_id"], row["country"]) == (seg["video_id"], seg["transcript_id"], country)
+                assert (row["video_id"], row["transcript_id"], row["country"]) == (
+                    seg["video_id"],
+                    seg["transcript_id"],
+                    country,
+                )
                 assert row["cer"] == pytest.approx(seg["cer"], abs=1e-6)
                 assert (row["start_seconds"], row["end_seconds"]) == pytest.approx((seg["start"], seg["end"]), abs=1e-3)
-                assert (row["original_transcript_start_idx"], row["original_transcript_end_idx"]) == (seg["start_idx"], seg["end_idx"])
+                assert (row["original_transcript_start_idx"], row["original_transcript_end_idx"]) == (
+                    seg["start_idx"],
+                    seg["end_idx"],
+                )
                 assert 0.0 <= row["wer"] <= 1.0
         assert seen == kept
-        recorded = {r["key"]: r["reason"] for r in state_rows(data_root, country, "SELECT key, reason FROM segments WHERE status = 'filtered'")}
+        recorded = {
+            r["key"]: r["reason"]
+            for r in state_rows(data_root, country, "SELECT key, reason FROM segments WHERE status = 'filtered'")
+        }
         assert recorded == {k: expected_reason(s) for k, s in source.items() if k not in kept}
         reasons |= set(recorded.values())
     assert reasons == {"too_short", "cer_above_max"}
-    card = (data_root.path(layout.hf_dataset_file("speech-segments", "README.md")))
+    card = data_root.path(layout.hf_dataset_file("speech-segments", "README.md"))
     assert "config_name: france" in open(card).read() and "config_name: germany" in open(card).read()
 
 
-def test_new_recordings_never_move_old_ones_and_sealed_train_subsets_stay_byte_identical(tmp_path, data_root, clips, instance):
+def test_new_recordings_never_move_old_ones_and_sealed_train_subsets_stay_byte_identical(
+    tmp_path, data_root, clips, instance
+):
     corpus = tmp_path / "countries"
     build_seed004_corpus(corpus, {"germany": 3}, clips=clips, audio_format="flac")
     land(corpus, data_root, instance)
     publish(instance, data_root, "germany")
     before = {r["recording_id"]: r["split"] for r in state_rows(data_root, "germany", "SELECT * FROM recordings")}
-    train_1 = {r["path_in_repo"]: r["sha256"] for r in state_rows(data_root, "germany", "SELECT * FROM files WHERE split = 'train_1'")}
+    train_1 = {
+        r["path_in_repo"]: r["sha256"]
+        for r in state_rows(data_root, "germany", "SELECT * FROM files WHERE split = 'train_1'")
+    }
 
     build_seed004_corpus(corpus, {"germany": 3}, clips=clips, audio_format="flac", first_recording=10)
     land(corpus, data_root, instance)
@@ -146,7 +170,9 @@ def test_new_recordings_never_move_old_ones_and_sealed_train_subsets_stay_byte_i
 
 
 def traced_build(data_root, country, options) -> tuple:
-    refresh_split_assignments(data_root, options.dataset, country, SegmentLimits(), SplitTargets(test=0.0, validation=0.0))
+    refresh_split_assignments(
+        data_root, options.dataset, country, SegmentLimits(), SplitTargets(test=0.0, validation=0.0)
+    )
     tracemalloc.start()
     try:
         summary = build_country_dataset(data_root, country, options)
@@ -168,7 +194,9 @@ def test_train_subsets_keep_to_the_size_budget_and_memory_does_not_grow_with_the
     total_bytes = sum(s.bytes for s in subsets)
     assert len(subsets) >= 3 and total_bytes >= 3 * budget_gb * 1e9
     with state_connection(data_root, layout.hf_state_database("ds", "germany")) as db:
-        recordings_per_subset = dict(db.execute("SELECT subset_id, count(*) FROM recordings GROUP BY subset_id").fetchall())
+        recordings_per_subset = dict(
+            db.execute("SELECT subset_id, count(*) FROM recordings GROUP BY subset_id").fetchall()
+        )
     for subset in subsets:
         subset_id = int(subset.split.split("_")[1])
         assert subset.bytes <= budget_gb * 1e9 or recordings_per_subset[subset_id] == 1
@@ -188,7 +216,9 @@ def test_country_dataset_sensor_requests_the_countries_of_newly_indexed_shards(t
     land(corpus, data_root, instance, ["germany"])
 
     def tick(cursor=None, repo_id=""):
-        context = dg.build_sensor_context(instance=instance, cursor=cursor, resources={"hub": HubPublisherResource(repo_id=repo_id)})
+        context = dg.build_sensor_context(
+            instance=instance, cursor=cursor, resources={"hub": HubPublisherResource(repo_id=repo_id)}
+        )
         return country_dataset_sensor(context)
 
     first = tick()
@@ -212,9 +242,12 @@ def test_country_dataset_sensor_does_not_queue_a_second_run_for_a_waiting_countr
     assert request.tags["dagster/priority"] == "-1"
     instance.create_run_for_job(
         defs.resolve_job_def("hf_dataset_job"),
-        tags=request.tags, status=dg.DagsterRunStatus.NOT_STARTED,
+        tags=request.tags,
+        status=dg.DagsterRunStatus.NOT_STARTED,
     )
     build_seed004_corpus(corpus, {"germany": 1}, clips=clips, audio_format="flac", first_recording=5)
     land(corpus, data_root, instance)
-    later = country_dataset_sensor(dg.build_sensor_context(instance=instance, resources={"hub": HubPublisherResource()}))
+    later = country_dataset_sensor(
+        dg.build_sensor_context(instance=instance, resources={"hub": HubPublisherResource()})
+    )
     assert later.run_requests == []

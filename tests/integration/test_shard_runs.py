@@ -25,10 +25,14 @@ def instance():
 
 def test_a_range_run_records_each_shard_once_with_its_own_metadata_and_checks(instance, data_root):
     shards = ["r0", "r1", "r2"]
-    landed = {s: build_sample_shard(data_root, s, n, seed=n, long_recordings=0).num_rows for s, n in zip(shards, (1, 2, 3))}
+    landed = {
+        s: build_sample_shard(data_root, s, n, seed=n, long_recordings=0).num_rows for s, n in zip(shards, (1, 2, 3))
+    }
     instance.add_dynamic_partitions(shard_partitions.name, [*shards, "other"])
     result = dg.materialize(
-        [raw_shards, normalized_audio], instance=instance, tags=RANGE,
+        [raw_shards, normalized_audio],
+        instance=instance,
+        tags=RANGE,
         resources={"data_root": DataRootResource(url=data_root.url)},
     )
     assert result.success

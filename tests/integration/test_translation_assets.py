@@ -39,7 +39,9 @@ def resources(tiny_resources, model_cache_dir):
 
 def run(instance, resources, shard_id, assets, run_config=None):
     instance.add_dynamic_partitions(shard_partitions.name, [shard_id])
-    result = dg.materialize(assets, partition_key=shard_id, instance=instance, resources=resources, run_config=run_config)
+    result = dg.materialize(
+        assets, partition_key=shard_id, instance=instance, resources=resources, run_config=run_config
+    )
     assert result.success
     return result
 
@@ -51,8 +53,13 @@ def granary_parquet(tmp_path, clips) -> str:
     for clip in english:
         buffer = io.BytesIO()
         sf.write(buffer, clip.samples, clip.sample_rate, format="FLAC")
-        rows.append({"audio": {"bytes": buffer.getvalue(), "path": f"{clip.utt_id}.flac"}, "text": clip.text,
-                     "duration": len(clip.samples) / clip.sample_rate})
+        rows.append(
+            {
+                "audio": {"bytes": buffer.getvalue(), "path": f"{clip.utt_id}.flac"},
+                "text": clip.text,
+                "duration": len(clip.samples) / clip.sample_rate,
+            }
+        )
     rows.append({"audio": {"bytes": None, "path": "lost.flac"}, "text": "no audio here", "duration": 1.0})
     path = tmp_path / "granary.parquet"
     pq.write_table(pa.Table.from_pylist(rows), path)
@@ -85,8 +92,10 @@ def segmentation(words: list[str], extra_chunk: str | None = None) -> dict:
         low_zh.insert(2, "额外")
     return {
         "low_latency": {"English": low_en, "Chinese": low_zh},
-        "medium_latency": {"English": [" ".join(words[i : i + 2]) for i in range(0, len(words), 2)],
-                           "Chinese": ["".join(zh[i : i + 2]) for i in range(0, len(words), 2)]},
+        "medium_latency": {
+            "English": [" ".join(words[i : i + 2]) for i in range(0, len(words), 2)],
+            "Chinese": ["".join(zh[i : i + 2]) for i in range(0, len(words), 2)],
+        },
         "high_latency": {"English": [" ".join(words)], "Chinese": ["".join(zh)]},
     }
 
@@ -114,25 +123,39 @@ def test_granary_import_mfa_export_and_textgrid_driven_segments_scores_and_pairs
         durations[utt_id] = info.duration
     assert corpus.utterances == 5 and not corpus.skipped
     english = [c for c in clips if c.language == "en"]
-    assert [round(durations[f"utt_{i:06d}"], 2) for i in range(5)] == [round(len(c.samples) / c.sample_rate, 2) for c in english]
+    assert [round(durations[f"utt_{i:06d}"], 2) for i in range(5)] == [
+        round(len(c.samples) / c.sample_rate, 2) for c in english
+    ]
 
     # MFA's TextGrids come back beside the shard; the LLM segmentation lands beside it too.
     words = {u: [w.strip(".,").lower() for w in t.split()] for u, t in texts.items()}
     for utt_id, duration in durations.items():
-        data_root.write_bytes(f"{layout.landing_alignments_dir(SHARD)}/{utt_id}.TextGrid", textgrid(words[utt_id], duration).encode())
+        data_root.write_bytes(
+            f"{layout.landing_alignments_dir(SHARD)}/{utt_id}.TextGrid", textgrid(words[utt_id], duration).encode()
+        )
     seg_dir = layout.landing_segmentation_dir(SHARD)
     data_root.write_bytes(f"{seg_dir}/utt_000000.json", json.dumps(segmentation(words["utt_000000"])).encode())
     data_root.write_bytes(f"{seg_dir}/utt_000001.json", b'{"low_latency": {"English": ["a"')
     unequal = segmentation(words["utt_000002"])
     unequal["medium_latency"]["Chinese"].pop()
     data_root.write_bytes(f"{seg_dir}/utt_000002.json", json.dumps(unequal, ensure_ascii=False).encode())
-    data_root.write_bytes(f"{seg_dir}/utt_000004.json",
-                          json.dumps(segmentation(words["utt_000004"], extra_chunk="um"), ensure_ascii=False).encode())
+    data_root.write_bytes(
+        f"{seg_dir}/utt_000004.json",
+        json.dumps(segmentation(words["utt_000004"], extra_chunk="um"), ensure_ascii=False).encode(),
+    )
 
-    result = run(instance, resources, SHARD, [alignments, streaming_segments, qe_scores, streaming_pairs], IMPORT_CONFIG)
-    rejects = {r["utt_id"]: r["reason"] for r in data_root.read_parquet(layout.rejects(SHARD, "streaming_segments")).to_pylist()}
-    assert rejects == {"utt_000001": "segmentation_malformed_json", "utt_000002": "segmentation_unequal_lengths",
-                       "utt_000003": "no_segmentation"}
+    result = run(
+        instance, resources, SHARD, [alignments, streaming_segments, qe_scores, streaming_pairs], IMPORT_CONFIG
+    )
+    rejects = {
+        r["utt_id"]: r["reason"]
+        for r in data_root.read_parquet(layout.rejects(SHARD, "streaming_segments")).to_pylist()
+    }
+    assert rejects == {
+        "utt_000001": "segmentation_malformed_json",
+        "utt_000002": "segmentation_unequal_lengths",
+        "utt_000003": "no_segmentation",
+    }
     table = data_root.read_parquet(layout.streaming_segments(SHARD))
     assert set(table["utt_id"].to_pylist()) == {"utt_000000", "utt_000004"}
 
@@ -160,7 +183,9 @@ def test_granary_import_mfa_export_and_textgrid_driven_segments_scores_and_pairs
     with data_root.fs.open(data_root.path(layout.metricx_output(SHARD))) as handle:
         scored = read_jsonl(handle.read(), "metricx_output.jsonl")
     assert len(scored) == table.num_rows
-    assert all(0.0 <= r["prediction"] <= 25.0 and {"source", "hypothesis", "utt_id", "latency"} <= set(r) for r in scored)
+    assert all(
+        0.0 <= r["prediction"] <= 25.0 and {"source", "hypothesis", "utt_id", "latency"} <= set(r) for r in scored
+    )
     with data_root.fs.open(data_root.path(layout.metricx_input(SHARD))) as handle:
         assert [{k: v for k, v in r.items() if k != "prediction"} for r in scored] == read_jsonl(handle.read(), "in")
 
@@ -168,7 +193,9 @@ def test_granary_import_mfa_export_and_textgrid_driven_segments_scores_and_pairs
     pairs_config = {"ops": {"streaming_pairs": {"config": {"threshold": threshold}}}}
     result = run(instance, resources, SHARD, [streaming_pairs], pairs_config)
     pairs = data_root.read_parquet(layout.streaming_pairs(SHARD)).to_pylist()
-    assert sorted(p["prediction"] for p in pairs) == sorted(r["prediction"] for r in scored if r["prediction"] <= threshold)
+    assert sorted(p["prediction"] for p in pairs) == sorted(
+        r["prediction"] for r in scored if r["prediction"] <= threshold
+    )
     with data_root.fs.open(data_root.path(layout.streaming_pairs_jsonl(SHARD))) as handle:
         assert read_jsonl(handle.read(), "pairs.jsonl") == pairs
     [event] = result.asset_materializations_for_node("streaming_pairs")
@@ -180,7 +207,11 @@ def test_granary_import_mfa_export_and_textgrid_driven_segments_scores_and_pairs
     run(instance, resources, SHARD, [streaming_segments], config)
     rejects = data_root.read_parquet(layout.rejects(SHARD, "streaming_segments")).to_pylist()
     assert sorted(r["utt_id"] for r in rejects if r["reason"] == "not_in_allowed_ids") == [
-        "utt_000000", "utt_000001", "utt_000002", "utt_000003"]
+        "utt_000000",
+        "utt_000001",
+        "utt_000002",
+        "utt_000003",
+    ]
     assert not data_root.exists(layout.streaming_segments_json(SHARD, "utt_000000"))
     assert data_root.exists(layout.streaming_segments_json(SHARD, "utt_000004"))
 
@@ -193,8 +224,10 @@ def test_segments_read_nemo_alignments_from_the_alignments_table(instance, data_
     land_shard(data_root, "nemo-1", rows, {f"{c.utt_id}.wav": encode(c.samples, c.sample_rate) for c in english})
     for clip in english:
         words = clip.text.split()
-        data_root.write_bytes(f"{layout.landing_segmentation_dir('nemo-1')}/{clip.utt_id}.json",
-                              json.dumps(segmentation(words), ensure_ascii=False).encode())
+        data_root.write_bytes(
+            f"{layout.landing_segmentation_dir('nemo-1')}/{clip.utt_id}.json",
+            json.dumps(segmentation(words), ensure_ascii=False).encode(),
+        )
     run(instance, resources, "nemo-1", [raw_shards, normalized_audio, alignments, streaming_segments])
     table = data_root.read_parquet(layout.alignments("nemo-1")).to_pylist()
     for clip in english:

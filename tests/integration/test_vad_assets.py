@@ -71,7 +71,10 @@ def test_imported_and_sample_shards_are_segmented_indexed_and_streamed(instance,
     for shard_id in ("lid-000005", "dir1"):
         instance.add_dynamic_partitions(shard_partitions.name, [shard_id])
         result = dg.materialize(
-            [raw_shards, vad_segments], partition_key=shard_id, instance=instance, resources=resources,
+            [raw_shards, vad_segments],
+            partition_key=shard_id,
+            instance=instance,
+            resources=resources,
             run_config=run_config,
         )
         assert result.success
@@ -101,7 +104,10 @@ def test_imported_and_sample_shards_are_segmented_indexed_and_streamed(instance,
     instance.add_dynamic_partitions(language_partitions.name, ["en", "fr"])
     for language in ("en", "fr"):
         result = dg.materialize(
-            [language_shard_index], partition_key=language, instance=instance, resources=resources,
+            [language_shard_index],
+            partition_key=language,
+            instance=instance,
+            resources=resources,
             run_config={"ops": {"language_shard_index": {"config": CHUNK_CONFIG}}},
         )
         assert result.success
@@ -110,7 +116,10 @@ def test_imported_and_sample_shards_are_segmented_indexed_and_streamed(instance,
         assert meta["usable_chunk_hours"].value > 0
 
     urls = build_urls(["en"], data_root)
-    assert urls == [data_root.uri(layout.landing_audio_tar("lid-000005")), data_root.uri(layout.packed_audio_tar("dir1"))]
+    assert urls == [
+        data_root.uri(layout.landing_audio_tar("lid-000005")),
+        data_root.uri(layout.packed_audio_tar("dir1")),
+    ]
     loader = vad_chunk_loader(urls, data_root, languages=["en"], chunk_s=1.0, num_chunks=4, batch_size=4)
     batches = list(loader)
     languages = [language for batch in batches for language in batch["languages"]]

@@ -14,8 +14,17 @@ import numpy as np
 
 
 def reference_rank_batches(
-    durations_s, languages, *, boundaries_s=(3.0, 5.0, 8.0, 12.0, 16.0), max_batch_duration_s=90.0,
-    temperature=0.3, world_size=1, rank=0, grad_accum=1, seed=0, epoch=0,
+    durations_s,
+    languages,
+    *,
+    boundaries_s=(3.0, 5.0, 8.0, 12.0, 16.0),
+    max_batch_duration_s=90.0,
+    temperature=0.3,
+    world_size=1,
+    rank=0,
+    grad_accum=1,
+    seed=0,
+    epoch=0,
 ):
     rng = np.random.default_rng(seed + epoch)
     uniforms = rng.random(len(durations_s)).tolist()
@@ -33,7 +42,7 @@ def reference_rank_batches(
     if temperature <= 0:
         lang_w = {lang: 1.0 for lang in lang_counts}
     else:
-        lang_w = {lang: c ** temperature for lang, c in lang_counts.items()}
+        lang_w = {lang: c**temperature for lang, c in lang_counts.items()}
     ws = sum(lang_w.values())
     lang_props = {lang: w / ws for lang, w in lang_w.items()}
     sample_weights = []

@@ -49,7 +49,11 @@ def test_five_column_ctm_rounds_half_up_skips_comments_and_groups_in_file_order(
 def test_nfa_token_ctm_skips_blank_and_space_tokens():
     units = read_ctm(fixture_text("nfa_tokens.ctm"), "nfa_tokens.ctm", "token")
     assert spans(units["en_0002"]) == [
-        ("h", 80, 160), ("i", 160, 240), ("y", 480, 560), ("o", 560, 640), ("u", 640, 720),
+        ("h", 80, 160),
+        ("i", 160, 240),
+        ("y", 480, 560),
+        ("o", 560, 640),
+        ("u", 640, 720),
     ]
 
 
@@ -112,8 +116,7 @@ def test_read_ctm_rejects_unknown_level():
 def test_write_ctm_writes_nfa_eight_column_lines():
     units = [TimedUnit("hello", 320, 560), TimedUnit("world", 640, 1040)]
     assert write_ctm("en_0001", units, "word") == (
-        "en_0001 1 0.32 0.24 hello NA lex NA\n"
-        "en_0001 1 0.64 0.40 world NA lex NA\n"
+        "en_0001 1 0.32 0.24 hello NA lex NA\nen_0001 1 0.64 0.40 world NA lex NA\n"
     )
 
 
@@ -154,18 +157,30 @@ def test_ctm_units_become_alignment_table_rows():
 def long_textgrid(tiers: list[tuple[str, list[tuple[float, float, str]]]], xmax: float = 2.0) -> str:
     """A long-format TextGrid as MFA writes it, for edge cases the fixtures don't cover."""
     lines = [
-        'File type = "ooTextFile"', 'Object class = "TextGrid"', "",
-        "xmin = 0 ", f"xmax = {xmax} ", "tiers? <exists> ", f"size = {len(tiers)} ", "item []: ",
+        'File type = "ooTextFile"',
+        'Object class = "TextGrid"',
+        "",
+        "xmin = 0 ",
+        f"xmax = {xmax} ",
+        "tiers? <exists> ",
+        f"size = {len(tiers)} ",
+        "item []: ",
     ]
     for t, (name, intervals) in enumerate(tiers, start=1):
         lines += [
-            f"    item [{t}]:", '        class = "IntervalTier" ', f'        name = "{name}" ',
-            "        xmin = 0 ", f"        xmax = {xmax} ", f"        intervals: size = {len(intervals)} ",
+            f"    item [{t}]:",
+            '        class = "IntervalTier" ',
+            f'        name = "{name}" ',
+            "        xmin = 0 ",
+            f"        xmax = {xmax} ",
+            f"        intervals: size = {len(intervals)} ",
         ]
         for i, (start, end, label) in enumerate(intervals, start=1):
             lines += [
-                f"        intervals [{i}]:", f"            xmin = {start} ",
-                f"            xmax = {end} ", f'            text = "{label}" ',
+                f"        intervals [{i}]:",
+                f"            xmin = {start} ",
+                f"            xmax = {end} ",
+                f'            text = "{label}" ',
             ]
     return "\n".join(lines) + "\n"
 
@@ -184,8 +199,11 @@ def test_mfa_textgrid_two_speakers_merge_in_time_order_ties_by_speaker():
     units = read_textgrid(fixture_text("mfa_two_speakers.TextGrid"), "two.TextGrid")
     # "morning" (spk1) and "hi" (spk2) both start at 1000 ms: spk1's tier comes first.
     assert spans(units) == [
-        ("good", 500, 1000), ("morning", 1000, 1500), ("hi", 1000, 1400),
-        ("there", 1600, 2250), ("bye", 3000, 4000),
+        ("good", 500, 1000),
+        ("morning", 1000, 1500),
+        ("hi", 1000, 1400),
+        ("there", 1600, 2250),
+        ("bye", 3000, 4000),
     ]
 
 

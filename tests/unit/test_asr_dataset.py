@@ -13,12 +13,14 @@ def manifest(tmp_path):
     (tmp_path / "a.flac").write_bytes(encode(tone(1.0, 16_000), 16_000, "FLAC"))
     (tmp_path / "b.wav").write_bytes(encode(tone(0.5, 24_000, channels=2), 24_000))
     (tmp_path / "bad.flac").write_bytes(b"fLaC but not really")
-    return pa.table({
-        "audio_filepath": [str(tmp_path / n) for n in ("a.flac", "b.wav", "bad.flac", "missing.flac")],
-        "text": ["<|en|> abc", "<|hi|> " + "x" * 40, "<|en|> c", "<|en|> d"],
-        "duration": [1.0, 0.5, 1.0, 1.0],
-        "lang": ["en", "hi", "en", "en"],
-    })
+    return pa.table(
+        {
+            "audio_filepath": [str(tmp_path / n) for n in ("a.flac", "b.wav", "bad.flac", "missing.flac")],
+            "text": ["<|en|> abc", "<|hi|> " + "x" * 40, "<|en|> c", "<|en|> d"],
+            "duration": [1.0, 0.5, 1.0, 1.0],
+            "lang": ["en", "hi", "en", "en"],
+        }
+    )
 
 
 def char_tokenizer(text):
@@ -33,7 +35,12 @@ def test_items_are_mono_16k_with_truncated_tokens_and_bad_files_are_none(manifes
     assert a["tokens"].tolist() == char_tokenizer("<|en|> abc") and b["tokens"].shape == (16,)
     assert bad is None and missing is None
     assert "bad.flac" in caplog.text and "missing.flac" in caplog.text
-    assert dataset.durations_s.tolist() == [1.0, 0.5, 1.0, 1.0] and dataset.languages.tolist() == ["en", "hi", "en", "en"]
+    assert dataset.durations_s.tolist() == [1.0, 0.5, 1.0, 1.0] and dataset.languages.tolist() == [
+        "en",
+        "hi",
+        "en",
+        "en",
+    ]
 
 
 def test_collate_drops_none_and_pads(manifest):
@@ -47,7 +54,9 @@ def test_collate_drops_none_and_pads(manifest):
 
 def test_collate_of_only_broken_items_is_the_seeds_placeholder():
     signal, signal_len, tokens, token_len = collate_asr_batch([None, None])
-    assert signal.shape == (1, 1) and signal_len.tolist() == [1] and tokens.shape == (1, 1) and token_len.tolist() == [0]
+    assert (
+        signal.shape == (1, 1) and signal_len.tolist() == [1] and tokens.shape == (1, 1) and token_len.tolist() == [0]
+    )
 
 
 def test_nemo_style_tokenizer_object_is_accepted(manifest):

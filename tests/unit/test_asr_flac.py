@@ -32,16 +32,28 @@ def member(name, data=b"", kind=tarfile.REGTYPE, link=""):
 
 
 def test_audit_rejects_escaping_names_links_and_devices():
-    audit = audit_tar(tar_with([
-        member("ok/a.flac", b"x"), member("./b.flac", b"y"), member("../escape.flac", b"z"),
-        member("/etc/abs.flac", b"z"), member("link.flac", kind=tarfile.SYMTYPE, link="/etc/passwd"),
-        member("hard.flac", kind=tarfile.LNKTYPE, link="ok/a.flac"), member("dev", kind=tarfile.CHRTYPE),
-        member("twice.flac", b"x"), member("twice.flac", kind=tarfile.SYMTYPE, link="/etc/shadow"),
-    ]))
+    audit = audit_tar(
+        tar_with(
+            [
+                member("ok/a.flac", b"x"),
+                member("./b.flac", b"y"),
+                member("../escape.flac", b"z"),
+                member("/etc/abs.flac", b"z"),
+                member("link.flac", kind=tarfile.SYMTYPE, link="/etc/passwd"),
+                member("hard.flac", kind=tarfile.LNKTYPE, link="ok/a.flac"),
+                member("dev", kind=tarfile.CHRTYPE),
+                member("twice.flac", b"x"),
+                member("twice.flac", kind=tarfile.SYMTYPE, link="/etc/shadow"),
+            ]
+        )
+    )
     assert set(audit.files) == {"ok/a.flac", "b.flac"}
     assert {name: m.reason for name, m in audit.unsafe.items()} == {
-        "../escape.flac": "tar_member_unsafe_path", "/etc/abs.flac": "tar_member_unsafe_path",
-        "link.flac": "tar_member_is_link", "hard.flac": "tar_member_is_link", "dev": "tar_member_is_device",
+        "../escape.flac": "tar_member_unsafe_path",
+        "/etc/abs.flac": "tar_member_unsafe_path",
+        "link.flac": "tar_member_is_link",
+        "hard.flac": "tar_member_is_link",
+        "dev": "tar_member_is_device",
         "twice.flac": "tar_member_is_link",
     }
 
@@ -55,11 +67,21 @@ def test_output_paths_cannot_leave_their_root():
 
 
 def test_seed_columns_map_to_the_landing_contract():
-    metadata = pl.DataFrame({
-        "segment_id": ["vid1_seg.0001", "vid1_seg_0002", "x"], "transcription_native": ["a", "b", "c"],
-        "duration_s": [1.0, 2.0, 3.0], "tx_quality_score": [0.9, 0.8, 0.7], "segment_language": ["HI", None, "ta"],
-    })
-    index = pl.DataFrame({"segment_id": ["vid1_seg.0001", "vid1_seg_0002", "vid1_seg_0002"], "tar_member_name": ["1.flac", "2.flac", "dup.flac"]})
+    metadata = pl.DataFrame(
+        {
+            "segment_id": ["vid1_seg.0001", "vid1_seg_0002", "x"],
+            "transcription_native": ["a", "b", "c"],
+            "duration_s": [1.0, 2.0, 3.0],
+            "tx_quality_score": [0.9, 0.8, 0.7],
+            "segment_language": ["HI", None, "ta"],
+        }
+    )
+    index = pl.DataFrame(
+        {
+            "segment_id": ["vid1_seg.0001", "vid1_seg_0002", "vid1_seg_0002"],
+            "tar_member_name": ["1.flac", "2.flac", "dup.flac"],
+        }
+    )
     landed = seed003_to_landing(metadata, index, language="as", source="shard_7")
     assert landed["utt_id"].to_list() == ["vid1_seg_0001", "vid1_seg_0002", "x"]
     assert landed["audio_path"].to_list() == ["1.flac", "2.flac", None]  # no index entry: raw_shards rejects it
@@ -97,7 +119,10 @@ def test_an_utterance_pointing_at_an_unsafe_member_is_rejected_with_the_reason(t
     # Bypass the landing contract (which already refuses '..' paths) to prove the extractor holds alone.
     index = pl.from_arrow(data_root.read_parquet(layout.utterance_index("asr-0001")))
     index = index.with_columns(
-        pl.when(pl.col("utt_id") == "rec000_0000").then(pl.lit("../escape.flac")).otherwise(pl.col("audio_path")).alias("audio_path")
+        pl.when(pl.col("utt_id") == "rec000_0000")
+        .then(pl.lit("../escape.flac"))
+        .otherwise(pl.col("audio_path"))
+        .alias("audio_path")
     )
     data_root.write_parquet(layout.utterance_index("asr-0001"), index.to_arrow())
     summary, _ = extract_asr_flac(data_root, "asr-0001")
@@ -110,7 +135,9 @@ def test_manifest_build_on_a_sample_shard(imported_shard):
     data_root = imported_shard
     ingest_raw_shard(data_root, "asr-0001")
     extract_asr_flac(data_root, "asr-0001")
-    data_root.write_parquet(layout.asr_language_corrections(), pl.DataFrame({"recording_id": ["rec001"], "language": ["mr"]}).to_arrow())
+    data_root.write_parquet(
+        layout.asr_language_corrections(), pl.DataFrame({"recording_id": ["rec001"], "language": ["mr"]}).to_arrow()
+    )
     summary = build_and_write_asr_manifests(data_root, AsrManifestConfig(validation_share=0.5, min_quality=0.5))
     build = summary.build
     assert summary.shards == 1 and summary.input_rows == 12

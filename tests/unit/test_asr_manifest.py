@@ -11,10 +11,25 @@ def inputs(n_recordings=40, per_recording=5):
     for r in range(n_recordings):
         for k in range(per_recording):
             utt = f"rec{r:03d}_{k}"
-            rows.append({"shard_id": f"s{r % 3}", "utt_id": utt, "text": f"Word{r} number {k}!",
-                         "language": ["hi", "en", "ta"][r % 3], "recording_id": f"rec{r:03d}", "quality": 0.9})
-            flac.append({"shard_id": f"s{r % 3}", "utt_id": utt, "flac_path": f"asr/flac/s{r % 3}/{utt}.flac",
-                         "duration_s": 1.0 + k, "audio_sha1": f"sha-{utt}"})
+            rows.append(
+                {
+                    "shard_id": f"s{r % 3}",
+                    "utt_id": utt,
+                    "text": f"Word{r} number {k}!",
+                    "language": ["hi", "en", "ta"][r % 3],
+                    "recording_id": f"rec{r:03d}",
+                    "quality": 0.9,
+                }
+            )
+            flac.append(
+                {
+                    "shard_id": f"s{r % 3}",
+                    "utt_id": utt,
+                    "flac_path": f"asr/flac/s{r % 3}/{utt}.flac",
+                    "duration_s": 1.0 + k,
+                    "audio_sha1": f"sha-{utt}",
+                }
+            )
     return pl.DataFrame(rows), pl.DataFrame(flac)
 
 
@@ -27,14 +42,23 @@ def test_every_input_row_is_in_exactly_one_output():
     )
     flac = flac.filter(pl.col("utt_id") != "rec002_0").with_columns(
         pl.when(pl.col("utt_id") == "rec003_0").then(pl.lit(30.0)).otherwise(pl.col("duration_s")).alias("duration_s"),
-        pl.when(pl.col("utt_id") == "rec004_1").then(pl.lit("sha-rec005_1")).otherwise(pl.col("audio_sha1")).alias("audio_sha1"),
+        pl.when(pl.col("utt_id") == "rec004_1")
+        .then(pl.lit("sha-rec005_1"))
+        .otherwise(pl.col("audio_sha1"))
+        .alias("audio_sha1"),
     )
-    build = build_asr_manifest(utterances, flac, audio_root="/d", config=AsrManifestConfig(min_quality=0.5, validation_share=0.3))
+    build = build_asr_manifest(
+        utterances, flac, audio_root="/d", config=AsrManifestConfig(min_quality=0.5, validation_share=0.3)
+    )
     assert build.train.height + build.validation.height + build.removed.height == utterances.height
     reasons = dict(zip(build.removed["utt_id"], build.removed["reason"]))
     assert reasons == {
-        "rec000_0": "empty_after_cleaning", "rec000_1": "quality_below_minimum", "rec001_0": "missing_language",
-        "rec002_0": "no_flac", "rec003_0": "duration_out_of_range", "rec005_1": "duplicate_audio",
+        "rec000_0": "empty_after_cleaning",
+        "rec000_1": "quality_below_minimum",
+        "rec001_0": "missing_language",
+        "rec002_0": "no_flac",
+        "rec003_0": "duration_out_of_range",
+        "rec005_1": "duplicate_audio",
     }
     assert build.removed_by_reason["duplicate_audio"] == 1
     [detail] = build.removed.filter(pl.col("utt_id") == "rec005_1")["detail"]
@@ -43,7 +67,9 @@ def test_every_input_row_is_in_exactly_one_output():
 
 def test_text_is_cleaned_and_language_tagged_and_paths_are_absolute():
     utterances, flac = inputs(3, 1)
-    build = build_asr_manifest(utterances, flac, audio_root="/data/root/", config=AsrManifestConfig(validation_share=0.0))
+    build = build_asr_manifest(
+        utterances, flac, audio_root="/data/root/", config=AsrManifestConfig(validation_share=0.0)
+    )
     row = build.train.filter(pl.col("utt_id") == "rec000_0").row(0, named=True)
     assert row["text"] == "<|hi|> Word0 number 0"
     assert row["audio_filepath"] == "/data/root/asr/flac/s0/rec000_0.flac"
@@ -52,14 +78,25 @@ def test_text_is_cleaned_and_language_tagged_and_paths_are_absolute():
 
 
 def test_same_text_and_duration_in_one_recording_is_a_duplicate_but_not_across_recordings():
-    utterances = pl.DataFrame({
-        "shard_id": ["s"] * 4, "utt_id": ["a", "b", "c", "d"], "text": ["yes.", "Yes", "yes", "yes"],
-        "language": ["en"] * 4, "recording_id": ["r1", "r1", "r2", "r1"], "quality": [1.0] * 4,
-    })
-    flac = pl.DataFrame({
-        "shard_id": ["s"] * 4, "utt_id": ["a", "b", "c", "d"], "flac_path": ["p"] * 4,
-        "duration_s": [1.0, 1.0, 1.0, 1.004], "audio_sha1": ["1", "2", "3", "4"],
-    })
+    utterances = pl.DataFrame(
+        {
+            "shard_id": ["s"] * 4,
+            "utt_id": ["a", "b", "c", "d"],
+            "text": ["yes.", "Yes", "yes", "yes"],
+            "language": ["en"] * 4,
+            "recording_id": ["r1", "r1", "r2", "r1"],
+            "quality": [1.0] * 4,
+        }
+    )
+    flac = pl.DataFrame(
+        {
+            "shard_id": ["s"] * 4,
+            "utt_id": ["a", "b", "c", "d"],
+            "flac_path": ["p"] * 4,
+            "duration_s": [1.0, 1.0, 1.0, 1.004],
+            "audio_sha1": ["1", "2", "3", "4"],
+        }
+    )
     build = build_asr_manifest(utterances, flac, audio_root="/", config=AsrManifestConfig(validation_share=0.0))
     # "Yes" differs by case, so only d (same text, duration within 10 ms) duplicates a.
     assert dict(zip(build.removed["utt_id"], build.removed["reason"])) == {"d": "duplicate_text_in_recording"}
@@ -82,9 +119,14 @@ def test_split_is_by_recording_and_stable(salt):
 
 
 def test_corrections_by_utterance_win_over_recording_and_keep_row_count():
-    utterances = pl.DataFrame({
-        "shard_id": ["s", "s", "s"], "utt_id": ["a", "b", "c"], "language": ["en", "en", None], "recording_id": ["r1", "r1", "r2"],
-    })
+    utterances = pl.DataFrame(
+        {
+            "shard_id": ["s", "s", "s"],
+            "utt_id": ["a", "b", "c"],
+            "language": ["en", "en", None],
+            "recording_id": ["r1", "r1", "r2"],
+        }
+    )
     corrections = pl.DataFrame({"utt_id": ["a", None], "recording_id": [None, "r1"], "language": ["ta", "hi"]})
     corrected = apply_language_corrections(utterances, corrections)
     assert corrected.height == 3

@@ -20,16 +20,18 @@ def corpus(seed: int, n: int, languages=("hi", "en", "ta", "as"), shares=(0.6, 0
     return durations, langs
 
 
-sampler_args = st.fixed_dictionaries({
-    "n": st.integers(0, 300),
-    "data_seed": st.integers(0, 10_000),
-    "world_size": st.integers(1, 4),
-    "grad_accum": st.integers(1, 4),
-    "temperature": st.sampled_from([0.0, 0.3, 1.0]),
-    "max_batch_duration_s": st.sampled_from([10.0, 30.0, 90.0]),
-    "seed": st.integers(0, 1000),
-    "epoch": st.integers(0, 5),
-})
+sampler_args = st.fixed_dictionaries(
+    {
+        "n": st.integers(0, 300),
+        "data_seed": st.integers(0, 10_000),
+        "world_size": st.integers(1, 4),
+        "grad_accum": st.integers(1, 4),
+        "temperature": st.sampled_from([0.0, 0.3, 1.0]),
+        "max_batch_duration_s": st.sampled_from([10.0, 30.0, 90.0]),
+        "seed": st.integers(0, 1000),
+        "epoch": st.integers(0, 5),
+    }
+)
 
 
 def build(args, rank=0, **overrides):
@@ -88,7 +90,9 @@ def test_equal_to_the_plain_python_reference(args, rank):
     rank = rank % args["world_size"]
     durations, langs, sampler = build(args, rank=rank)
     expected = reference_rank_batches(
-        durations.tolist(), langs.tolist(), rank=rank,
+        durations.tolist(),
+        langs.tolist(),
+        rank=rank,
         **{k: args[k] for k in ("world_size", "grad_accum", "temperature", "max_batch_duration_s", "seed", "epoch")},
     )
     assert list(sampler) == expected
@@ -114,7 +118,12 @@ def test_languages_weighted_toward_uniform_come_first_inside_a_bucket():
     shares = {}
     for temperature in (1.0, 0.3, 0.0):
         sampler = DurationBucketBatchSampler(
-            durations, langs, temperature=temperature, max_batch_duration_s=20.0, epoch_fraction=0.25, seed=3,
+            durations,
+            langs,
+            temperature=temperature,
+            max_batch_duration_s=20.0,
+            epoch_fraction=0.25,
+            seed=3,
         )
         kept = np.concatenate(sampler.batches())
         shares[temperature] = float(np.mean(langs[kept] == "as"))

@@ -5,7 +5,8 @@ import pytest
 from benchmarks.capacity_model import MEASURED_CPU_STAGES, Stage, capacity, gpu_stages, pool_rate
 
 STAGES = (
-    Stage("decode", "cpu", 500.0, "test"), Stage("pack", "cpu", 500.0, "test"),
+    Stage("decode", "cpu", 500.0, "test"),
+    Stage("pack", "cpu", 500.0, "test"),
     Stage("encode", "gpu", 2000.0, "test"),
 )
 

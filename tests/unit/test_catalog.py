@@ -108,7 +108,9 @@ def test_refresh_summarizes_every_manifest_and_ledger(populated, connection):
     assert by_language["en"]["hours"] == pytest.approx((3.6 + 7.2 + 10.8 + 0.6) / 3600)
     assert by_language["en"]["mean_alignment_score"] == pytest.approx((-1.0 - 3.0 - 2.0 - 1.5) / 4)
     assert by_language["en"]["shards"] == 2
-    by_country = {r["country"]: r["samples"] for r in run_query(connection, "SELECT * FROM hours_by_country").to_pylist()}
+    by_country = {
+        r["country"]: r["samples"] for r in run_query(connection, "SELECT * FROM hours_by_country").to_pylist()
+    }
     assert by_country == {"us": 2, "de": 1, "gb": 2}
     by_shard = run_query(connection, "SELECT shard, samples, rejected_utterances FROM hours_by_shard ORDER BY shard")
     assert by_shard.to_pylist() == [
@@ -164,7 +166,13 @@ def test_empty_root_gives_empty_views_with_the_manifest_columns(data_root, conne
     assert summary.languages == [] and summary.countries == []
     samples = run_query(connection, "SELECT * FROM samples")
     assert samples.num_rows == 0 and samples.column_names == MANIFEST_COLUMNS.names
-    assert run_query(connection, "SELECT * FROM rejects").column_names == ["shard", "utt_id", "stage", "reason", "detail"]
+    assert run_query(connection, "SELECT * FROM rejects").column_names == [
+        "shard",
+        "utt_id",
+        "stage",
+        "reason",
+        "detail",
+    ]
     for name in NAMED_QUERIES:
         assert run_query(connection, NAMED_QUERIES[name]).num_rows == 0
     assert select_samples(connection, languages=["en"]).num_rows == 0
@@ -230,8 +238,18 @@ def test_nemo_manifest_export_reads_back(populated, connection, tmp_path):
     assert export_nemo_manifest(selection, str(out)) == 2
     lines = [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()]
     assert lines == [
-        {"audio_filepath": "file:///data/bridge/shard-a-000000.tar#shard-a_u1.wav", "duration": 3.6, "text": "hello there", "lang": "en"},
-        {"audio_filepath": "file:///data/bridge/shard-a-000001.tar#shard-a_u3.wav", "duration": 1.8, "text": "", "lang": "de"},
+        {
+            "audio_filepath": "file:///data/bridge/shard-a-000000.tar#shard-a_u1.wav",
+            "duration": 3.6,
+            "text": "hello there",
+            "lang": "en",
+        },
+        {
+            "audio_filepath": "file:///data/bridge/shard-a-000001.tar#shard-a_u3.wav",
+            "duration": 1.8,
+            "text": "",
+            "lang": "de",
+        },
     ]
     handle = io.StringIO()
     export_nemo_manifest(selection, handle)
@@ -261,7 +279,11 @@ def run_cli(*args, data_root):
     env = {**os.environ, "DATA_ROOT": data_root.root}
     return subprocess.run(
         [sys.executable, "-m", "dagster_project.catalog", *args],
-        cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=120,
+        cwd=REPO_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
 
 
@@ -286,7 +308,10 @@ def test_cli_exports_a_selection(populated, tmp_path):
     assert [json.loads(line)["lang"] for line in out.read_text().splitlines()] == ["en", "en", "en"]
     urls = tmp_path / "urls.txt"
     assert run_cli("--export-urls", str(urls), "--language", "en", data_root=populated).returncode == 0
-    assert urls.read_text().splitlines() == ["file:///data/bridge/shard-a-000000.tar", "file:///data/bridge/shard-b-000000.tar"]
+    assert urls.read_text().splitlines() == [
+        "file:///data/bridge/shard-a-000000.tar",
+        "file:///data/bridge/shard-b-000000.tar",
+    ]
 
 
 def test_cli_reports_bad_sql_and_a_missing_catalog_with_status_2(populated):

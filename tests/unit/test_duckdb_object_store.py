@@ -47,13 +47,23 @@ def test_a_database_on_the_bucket_is_replaced_whole_and_only_on_success(bucket_r
 
 
 def test_the_httpfs_secret_comes_from_the_standard_aws_variables():
-    sql = s3_secret_sql({
-        "AWS_ACCESS_KEY_ID": "AKIA", "AWS_SECRET_ACCESS_KEY": "it's", "AWS_REGION": "eu-west-1",
-        "AWS_ENDPOINT_URL": "http://127.0.0.1:9000",
-    })
+    sql = s3_secret_sql(
+        {
+            "AWS_ACCESS_KEY_ID": "AKIA",
+            "AWS_SECRET_ACCESS_KEY": "it's",
+            "AWS_REGION": "eu-west-1",
+            "AWS_ENDPOINT_URL": "http://127.0.0.1:9000",
+        }
+    )
     assert sql.startswith("CREATE OR REPLACE SECRET speechdata_data_root (TYPE s3, ")
-    for part in ("KEY_ID 'AKIA'", "SECRET 'it''s'", "REGION 'eu-west-1'", "ENDPOINT '127.0.0.1:9000'",
-                 "URL_STYLE 'path'", "USE_SSL false"):
+    for part in (
+        "KEY_ID 'AKIA'",
+        "SECRET 'it''s'",
+        "REGION 'eu-west-1'",
+        "ENDPOINT '127.0.0.1:9000'",
+        "URL_STYLE 'path'",
+        "USE_SSL false",
+    ):
         assert part in sql
     # A pod with an IAM role (IRSA) has no keys in its environment: the AWS credential chain answers.
     chain = s3_secret_sql({"AWS_DEFAULT_REGION": "us-east-1"})

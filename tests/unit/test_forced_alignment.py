@@ -22,7 +22,9 @@ def test_words_and_tokens_get_frame_times_in_ms():
     result = align_transcript(lp, "a b", VOCAB, frame_ms=80, duration_ms=720)
     assert [(w.text, w.start_ms, w.end_ms) for w in result.words] == [("a", 80, 240), ("b", 400, 640)]
     assert [(t.text, t.start_ms, t.end_ms) for t in result.tokens] == [
-        ("a", 80, 240), ("<space>", 320, 400), ("b", 400, 640)
+        ("a", 80, 240),
+        ("<space>", 320, 400),
+        ("b", 400, 640),
     ]
     assert result.score == pytest.approx(-0.01, abs=1e-4)
     assert result.n_frames == 9

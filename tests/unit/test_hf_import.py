@@ -29,9 +29,22 @@ def test_every_segment_lands_as_a_row_with_the_seed_fields(corpus, data_root):
             key = f"germany_{video_id}_{round(seg['start'] * 1000)}_{round(seg['end'] * 1000)}"
             row = rows.pop(key)
             assert (row["start_s"], row["end_s"]) == pytest.approx((seg["start"], seg["end"]), abs=5e-4)
-            assert (row["human_text"], row["asr_text"], row["text"]) == (seg["human_text"], seg["asr_text"], seg["human_text"])
-            assert (row["cer"], row["transcript_start_idx"], row["transcript_end_idx"]) == (seg["cer"], seg["start_idx"], seg["end_idx"])
-            assert (row["language"], row["country"], row["video_id"], row["transcript_id"]) == ("de", "germany", video_id, transcript_id)
+            assert (row["human_text"], row["asr_text"], row["text"]) == (
+                seg["human_text"],
+                seg["asr_text"],
+                seg["human_text"],
+            )
+            assert (row["cer"], row["transcript_start_idx"], row["transcript_end_idx"]) == (
+                seg["cer"],
+                seg["start_idx"],
+                seg["end_idx"],
+            )
+            assert (row["language"], row["country"], row["video_id"], row["transcript_id"]) == (
+                "de",
+                "germany",
+                video_id,
+                transcript_id,
+            )
     assert rows == {}
     assert data_root.exists(layout.landing_success_marker(shard))
     summary, _ = ingest_raw_shard(data_root, shard)
@@ -70,7 +83,9 @@ def test_missing_recording_and_segment_past_the_end_become_recorded_rejects(corp
     document = json.loads(good.read_text())
     document["segments"].append({**document["segments"][0], "start": 500.0, "end": 505.0})
     good.write_text(json.dumps(document))
-    (json_dir / "gone_t1_aligned.json").write_text(json.dumps({"audio_file": "audio/gone.opus", "segments": document["segments"][:1]}))
+    (json_dir / "gone_t1_aligned.json").write_text(
+        json.dumps({"audio_file": "audio/gone.opus", "segments": document["segments"][:1]})
+    )
     [report] = import_aligned_countries(str(corpus), data_root, ["france"])
     assert report.missing_recordings == [f"{corpus}/france/audio/gone.opus"]
     [shard] = report.shards

@@ -27,11 +27,22 @@ def test_word_error_rate_handles_empty_strings(reference, hypothesis, expected):
 
 def test_filters_name_the_first_reason_that_applies():
     rows = [
-        {"duration_s": 2.99, "cer": 0.0}, {"duration_s": 3.0, "cer": 0.5}, {"duration_s": 20.01, "cer": 0.0},
-        {"duration_s": 10.0, "cer": 0.31}, {"duration_s": 10.0, "cer": None}, {"duration_s": 20.0, "cer": 0.3},
+        {"duration_s": 2.99, "cer": 0.0},
+        {"duration_s": 3.0, "cer": 0.5},
+        {"duration_s": 20.01, "cer": 0.0},
+        {"duration_s": 10.0, "cer": 0.31},
+        {"duration_s": 10.0, "cer": None},
+        {"duration_s": 20.0, "cer": 0.3},
     ]
-    table = pa.Table.from_pylist(rows, schema=pa.schema([SEGMENT_SCHEMA.field("duration_s"), SEGMENT_SCHEMA.field("cer")]))
+    table = pa.Table.from_pylist(
+        rows, schema=pa.schema([SEGMENT_SCHEMA.field("duration_s"), SEGMENT_SCHEMA.field("cer")])
+    )
     assert filter_reasons(table, SegmentLimits(3.0, 20.0, max_cer=0.3)) == [
-        "too_short", "cer_above_max", "too_long", "cer_above_max", None, None,
+        "too_short",
+        "cer_above_max",
+        "too_long",
+        "cer_above_max",
+        None,
+        None,
     ]
     assert filter_reasons(table, SegmentLimits(3.0, 20.0, max_cer=None))[1] is None

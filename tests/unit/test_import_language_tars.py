@@ -39,15 +39,22 @@ def write_source_tar(path, members: dict[str, bytes]) -> None:
 def source(tmp_path):
     """Two source tars in seed 001's layout; the index misses one file and has a bad code for another."""
     (tmp_path / "tars").mkdir()
-    write_source_tar(tmp_path / "tars" / "000007.tar", {
-        "clips/a1.mp3": mp3(1.0, 1), "clips/b2.mp3": mp3(1.0, 2), "clips/c.3.mp3": mp3(1.0, 3),
-        "clips/readme.txt": b"not audio",
-    })
+    write_source_tar(
+        tmp_path / "tars" / "000007.tar",
+        {
+            "clips/a1.mp3": mp3(1.0, 1),
+            "clips/b2.mp3": mp3(1.0, 2),
+            "clips/c.3.mp3": mp3(1.0, 3),
+            "clips/readme.txt": b"not audio",
+        },
+    )
     write_source_tar(tmp_path / "tars" / "000012.tar", {"x.mp3": mp3(1.0, 4), "y.mp3": mp3(1.0, 5)})
     index = {(7, "clips/a1"): "es", (7, "clips/b2"): "AR", (7, "c.3.mp3"): "French", (12, "x"): "fr"}
     (tmp_path / "lid_index.pkl").write_bytes(pickle.dumps(index))
     (tmp_path / "vad").mkdir()
-    (tmp_path / "vad" / "7.pkl").write_bytes(pickle.dumps({"clips/a1": {"segments": [(0.5, 0.9), (0.1, 0.4)]}, "clips/b2": {"segments": []}}))
+    (tmp_path / "vad" / "7.pkl").write_bytes(
+        pickle.dumps({"clips/a1": {"segments": [(0.5, 0.9), (0.1, 0.4)]}, "clips/b2": {"segments": []}})
+    )
     return tmp_path
 
 
@@ -69,8 +76,8 @@ def test_tars_land_as_contract_shards_with_languages_and_cached_segments(source,
     metadata = root.read_parquet(layout.landing_metadata("lid-000007")).to_pylist()
     by_member = {row["source_member"]: row for row in metadata}
     assert by_member["clips/a1.mp3"]["language"] == "es"
-    assert by_member["clips/b2.mp3"]["language"] == "ar"            # lower-cased
-    assert by_member["clips/c.3.mp3"]["language"] is None           # "French" is no ISO 639-1 code: kept, counted
+    assert by_member["clips/b2.mp3"]["language"] == "ar"  # lower-cased
+    assert by_member["clips/c.3.mp3"]["language"] is None  # "French" is no ISO 639-1 code: kept, counted
     assert by_member["clips/c.3.mp3"]["source_language"] == "French"
     assert all("." not in row["utt_id"] for row in metadata)
     with tarfile.open(root.path(layout.landing_audio_tar("lid-000007"))) as tar:

@@ -12,8 +12,14 @@ from tests.conftest import encode, land_shard, tone
 
 def good_row(utt_id: str, path: str | None = None, **overrides) -> dict:
     row = {
-        "utt_id": utt_id, "audio_path": path or f"{utt_id}.wav", "text": "hello world",
-        "language": "en", "country": "us", "start_s": None, "end_s": None, "source": "test",
+        "utt_id": utt_id,
+        "audio_path": path or f"{utt_id}.wav",
+        "text": "hello world",
+        "language": "en",
+        "country": "us",
+        "start_s": None,
+        "end_s": None,
+        "source": "test",
     }
     row.update(overrides)
     return row
@@ -81,7 +87,8 @@ def test_optional_columns_may_be_absent_and_extras_are_carried(data_root):
 def test_bad_rows_are_rejected_and_good_rows_of_the_same_shard_survive(data_root):
     rows = [
         good_row("ok1"),
-        good_row("dup"), good_row("dup", path="ok1.wav"),
+        good_row("dup"),
+        good_row("dup", path="ok1.wav"),
         good_row("has.dot", path="ok1.wav"),
         good_row("bad id!", path="ok1.wav"),
         good_row("missing", path="nowhere.wav"),
@@ -104,20 +111,23 @@ def test_bad_rows_are_rejected_and_good_rows_of_the_same_shard_survive(data_root
     validation = validate_landed_shard(data_root, "s1")
     assert sorted(validation.index["utt_id"].to_pylist()) == ["ok1", "segment"]
     got = [(r.utt_id, r.reason) for r in validation.rejects]
-    assert sorted(got) == sorted([
-        ("dup", "duplicate_utt_id"), ("dup", "duplicate_utt_id"),
-        ("has.dot", "utt_id_has_dot"),
-        ("bad id!", "invalid_utt_id"),
-        ("missing", "audio_not_found"),
-        ("corrupt", "audio_unreadable"),
-        ("empty", "audio_empty"),
-        ("reversed", "segment_start_not_before_end"),
-        ("past_end", "segment_past_end_of_file"),
-        ("starts_after_end", "segment_past_end_of_file"),
-        ("escape", "unsafe_audio_path"),
-        ("absolute", "unsafe_audio_path"),
-        ("bad_lang", "invalid_language"),
-    ])
+    assert sorted(got) == sorted(
+        [
+            ("dup", "duplicate_utt_id"),
+            ("dup", "duplicate_utt_id"),
+            ("has.dot", "utt_id_has_dot"),
+            ("bad id!", "invalid_utt_id"),
+            ("missing", "audio_not_found"),
+            ("corrupt", "audio_unreadable"),
+            ("empty", "audio_empty"),
+            ("reversed", "segment_start_not_before_end"),
+            ("past_end", "segment_past_end_of_file"),
+            ("starts_after_end", "segment_past_end_of_file"),
+            ("escape", "unsafe_audio_path"),
+            ("absolute", "unsafe_audio_path"),
+            ("bad_lang", "invalid_language"),
+        ]
+    )
     assert all(r.stage == "raw_shards" and "metadata row" in r.detail for r in validation.rejects)
     assert validation.landed_rows == len(rows) == validation.index.num_rows + len(validation.rejects)
     segment = validation.index.filter(pa.compute.equal(validation.index["utt_id"], "segment")).to_pylist()[0]

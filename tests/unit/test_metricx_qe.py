@@ -24,7 +24,13 @@ from speechdata.translation.qe_stage import (
 )
 from speechdata.translation.stage import SEGMENTS_SCHEMA
 
-SOURCES = ["which sites have you been using", "good morning everyone", "how did the meeting go today", "", "we went home"]
+SOURCES = [
+    "which sites have you been using",
+    "good morning everyone",
+    "how did the meeting go today",
+    "",
+    "we went home",
+]
 HYPOTHESES = ["你一直在用哪些网站", "大家早上好", "今天的会议怎么样", "", "我们回家了"]
 
 
@@ -97,16 +103,35 @@ def segments_table(rows):
 
 
 def segment(utt, level, k, source, target):
-    return {"utt_id": utt, "latency": level, "segment_index": k, "emit_ms": 1000 * k, "source": source,
-            "target": target, "first_chunk": k, "last_chunk": k, "n_unmatched_chunks": 0}
+    return {
+        "utt_id": utt,
+        "latency": level,
+        "segment_index": k,
+        "emit_ms": 1000 * k,
+        "source": source,
+        "target": target,
+        "first_chunk": k,
+        "last_chunk": k,
+        "n_unmatched_chunks": 0,
+    }
 
 
 def test_metricx_jsonl_round_trips_with_readable_chinese():
-    table = segments_table([segment("u1", "low_latency", 0, "which sites", "哪些网站"),
-                            segment("u1", "high_latency", 0, 'say "hi"\n', "说“嗨”")])
+    table = segments_table(
+        [
+            segment("u1", "low_latency", 0, "which sites", "哪些网站"),
+            segment("u1", "high_latency", 0, 'say "hi"\n', "说“嗨”"),
+        ]
+    )
     records = metricx_records(table)
-    assert records[0] == {"source": "which sites", "hypothesis": "哪些网站", "utt_id": "u1", "latency": "low_latency",
-                          "segment_index": 0, "emit_ms": 0}
+    assert records[0] == {
+        "source": "which sites",
+        "hypothesis": "哪些网站",
+        "utt_id": "u1",
+        "latency": "low_latency",
+        "segment_index": 0,
+        "emit_ms": 0,
+    }
     data = jsonl_bytes(records)
     assert "哪些网站".encode() in data and len(data.decode().splitlines()) == 2
     assert read_jsonl(data, "in.jsonl") == records
@@ -125,14 +150,37 @@ def test_malformed_jsonl_names_file_and_line():
 
 def test_threshold_keeps_exactly_the_rows_at_or_below_it():
     predictions = [0.0, 4.999, 5.0, 5.001, 25.0, 3.2, 5.0000001]
-    levels = ["low_latency", "low_latency", "medium_latency", "medium_latency", "high_latency", "high_latency", "low_latency"]
+    levels = [
+        "low_latency",
+        "low_latency",
+        "medium_latency",
+        "medium_latency",
+        "high_latency",
+        "high_latency",
+        "low_latency",
+    ]
     records = [
-        {"utt_id": f"u{i}", "latency": lvl, "segment_index": 0, "emit_ms": 0, "source": "s", "hypothesis": "h",
-         "prediction": p}
+        {
+            "utt_id": f"u{i}",
+            "latency": lvl,
+            "segment_index": 0,
+            "emit_ms": 0,
+            "source": "s",
+            "hypothesis": "h",
+            "prediction": p,
+        }
         for i, (p, lvl) in enumerate(zip(predictions, levels))
     ]
     scored = scored_table(records)
     kept = filter_by_threshold(scored, 5.0)
-    assert kept["utt_id"].to_pylist() == [f"u{i}" for i, p in enumerate(predictions) if p <= 5.0] == ["u0", "u1", "u2", "u5"]
-    assert kept_share_by_level(scored, kept) == {"low_latency": pytest.approx(2 / 3), "medium_latency": 0.5, "high_latency": 0.5}
+    assert (
+        kept["utt_id"].to_pylist()
+        == [f"u{i}" for i, p in enumerate(predictions) if p <= 5.0]
+        == ["u0", "u1", "u2", "u5"]
+    )
+    assert kept_share_by_level(scored, kept) == {
+        "low_latency": pytest.approx(2 / 3),
+        "medium_latency": 0.5,
+        "high_latency": 0.5,
+    }
     assert filter_by_threshold(scored, 0.0)["utt_id"].to_pylist() == ["u0"]

@@ -31,8 +31,15 @@ def words(*spec):
 # The seed's worked example: "which sites have you been using ..." with word times such that
 # "which" is 0.0-0.11 and "sites" 0.11-0.45 as in the seed's chunk table.
 SEED_WORDS = words(
-    ("Which", 0, 110), ("sites", 110, 450), ("have", 450, 600), ("you", 600, 720), ("been", 720, 980),
-    ("using?", 1020, 1500), ("How", 2050, 2200), ("did", 2200, 2400), ("the", 2400, 2600),
+    ("Which", 0, 110),
+    ("sites", 110, 450),
+    ("have", 450, 600),
+    ("you", 600, 720),
+    ("been", 720, 980),
+    ("using?", 1020, 1500),
+    ("How", 2050, 2200),
+    ("did", 2200, 2400),
+    ("the", 2400, 2600),
 )
 SEED_CHUNKS = ["which", "sites", "have", "you", "been", "using", "how", "did", "the"]
 SEED_CHINESE = ["哪些", "网站", "有", "你", "一直", "在用", "怎么", "是", "那个"]
@@ -61,7 +68,11 @@ def test_emission_rule_is_end_at_or_before_second_plus_step():
 def test_repeated_words_land_on_their_own_occurrence():
     spoken = words(("the", 0, 200), ("cat", 200, 500), ("saw", 1500, 1800), ("the", 1800, 1900), ("cat", 1900, 2300))
     timings = match_chunks(["the cat", "saw", "the cat"], spoken)
-    assert [(t.start_ms, t.end_ms, t.match) for t in timings] == [(0, 500, "exact"), (1500, 1800, "exact"), (1800, 2300, "exact")]
+    assert [(t.start_ms, t.end_ms, t.match) for t in timings] == [
+        (0, 500, "exact"),
+        (1500, 1800, "exact"),
+        (1800, 2300, "exact"),
+    ]
     # The seed's "any word that matches" would give the second "the cat" the span 0-2300.
 
 
@@ -80,7 +91,9 @@ def test_unmatched_chunk_has_no_times_and_is_emitted_with_the_next_matched_chunk
     assert (unmatched.start_ms, unmatched.end_ms, unmatched.match) == (None, None, "none")
     assert result.steps == [0, 2, 2, 3]
     assert [(s.emit_ms, s.source, s.target, s.n_unmatched) for s in result.segments] == [
-        (0, "we went", "我们去了", 0), (2000, "uh well home", "嗯回家", 1), (3000, "today", "今天", 0),
+        (0, "we went", "我们去了", 0),
+        (2000, "uh well home", "嗯回家", 1),
+        (3000, "today", "今天", 0),
     ]
 
 
@@ -93,7 +106,11 @@ def test_trailing_unmatched_chunks_wait_for_the_last_aligned_word():
 def test_skipped_filler_words_and_partial_rewrites_still_place_chunks():
     spoken = words(("I", 0, 100), ("um", 100, 400), ("bought", 400, 800), ("2", 800, 900), ("apples", 900, 1400))
     timings = match_chunks(["I", "bought", "two apples"], spoken)
-    assert [(t.first_word, t.last_word, t.match) for t in timings] == [(0, 0, "exact"), (2, 2, "skip"), (4, 4, "partial")]
+    assert [(t.first_word, t.last_word, t.match) for t in timings] == [
+        (0, 0, "exact"),
+        (2, 2, "skip"),
+        (4, 4, "partial"),
+    ]
 
 
 def test_one_rewritten_chunk_does_not_strand_the_rest_of_the_utterance():
@@ -133,11 +150,23 @@ def test_chinese_is_concatenated_without_spaces_and_english_with_single_spaces()
 
 def test_document_has_the_seed_fields_for_every_level():
     seg = Segmentation({level: LevelChunks(tuple(SEED_CHUNKS), tuple(SEED_CHINESE)) for level in LATENCY_LEVELS})
-    document = utterance_document("utt_000123", "Which sites have you been using?", utterance_segments(seg, SEED_WORDS), 1000)
+    document = utterance_document(
+        "utt_000123", "Which sites have you been using?", utterance_segments(seg, SEED_WORDS), 1000
+    )
     for level in LATENCY_LEVELS:
-        assert len(document[f"source_{level}"]) == len(document[f"target_{level}"]) == len(document[f"emit_s_{level}"]) == 3
+        assert (
+            len(document[f"source_{level}"])
+            == len(document[f"target_{level}"])
+            == len(document[f"emit_s_{level}"])
+            == 3
+        )
     assert document["chunks_low_latency"][0] == {
-        "chunk": "which", "translation": "哪些", "start": 0.0, "end": 0.11, "emit_s": 0.0, "match": "exact",
+        "chunk": "which",
+        "translation": "哪些",
+        "start": 0.0,
+        "end": 0.11,
+        "emit_s": 0.0,
+        "match": "exact",
     }
     assert json.loads(json.dumps(document, ensure_ascii=False)) == document
 
@@ -149,10 +178,14 @@ def test_document_has_the_seed_fields_for_every_level():
         ("[]", "segmentation_not_an_object"),
         ('{"low_latency": {"English": [], "Chinese": []}}', "segmentation_missing_level"),
         ('{"low_latency": {"English": []}, "medium_latency": {}, "high_latency": {}}', "segmentation_missing_language"),
-        ('{"low_latency": {"English": "a b", "Chinese": []}, "medium_latency": {}, "high_latency": {}}',
-         "segmentation_not_a_string_list"),
-        ('{"low_latency": {"English": ["a", "b"], "Chinese": ["甲"]}, "medium_latency": {}, "high_latency": {}}',
-         "segmentation_unequal_lengths"),
+        (
+            '{"low_latency": {"English": "a b", "Chinese": []}, "medium_latency": {}, "high_latency": {}}',
+            "segmentation_not_a_string_list",
+        ),
+        (
+            '{"low_latency": {"English": ["a", "b"], "Chinese": ["甲"]}, "medium_latency": {}, "high_latency": {}}',
+            "segmentation_unequal_lengths",
+        ),
     ],
 )
 def test_malformed_segmentation_is_an_error_with_a_reason(document, reason):

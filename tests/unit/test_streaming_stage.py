@@ -27,13 +27,27 @@ def land(data_root):
         words = [TimedUnit(w, 400 * i, 400 * i + 300) for i, w in enumerate(text.split())]
         rows += alignment_rows(utt_id, "word", words)
         scores.append({"utt_id": utt_id, "aligner": "x", "score": score, "n_words": len(words), "n_frames": 15})
-        container.append({"utt_id": utt_id, "sample_rate": 24_000, "n_samples": 24_000, "duration_s": 1.0,
-                          "codec": "flac16", "audio": b""})
+        container.append(
+            {
+                "utt_id": utt_id,
+                "sample_rate": 24_000,
+                "n_samples": 24_000,
+                "duration_s": 1.0,
+                "codec": "flac16",
+                "audio": b"",
+            }
+        )
     data_root.write_parquet(layout.alignments(SHARD), alignments_table(rows))
-    data_root.write_parquet(layout.alignment_scores(SHARD), pa.Table.from_pylist(scores, schema=UTTERANCE_SCORES_SCHEMA))
-    data_root.write_parquet(layout.normalized_audio(SHARD), pa.Table.from_pylist(container, schema=AUDIO_CONTAINER_SCHEMA))
-    data_root.write_parquet(layout.utterance_index(SHARD), pa.table({
-        "utt_id": list(UTTERANCES), "text": [t for t, _ in UTTERANCES.values()]}))
+    data_root.write_parquet(
+        layout.alignment_scores(SHARD), pa.Table.from_pylist(scores, schema=UTTERANCE_SCORES_SCHEMA)
+    )
+    data_root.write_parquet(
+        layout.normalized_audio(SHARD), pa.Table.from_pylist(container, schema=AUDIO_CONTAINER_SCHEMA)
+    )
+    data_root.write_parquet(
+        layout.utterance_index(SHARD),
+        pa.table({"utt_id": list(UTTERANCES), "text": [t for t, _ in UTTERANCES.values()]}),
+    )
     good = {lvl: {"English": ["hello there", "world"], "Chinese": ["你好", "世界"]} for lvl in LATENCY_LEVELS}
     other = {lvl: {"English": ["goodbye"], "Chinese": ["再见"]} for lvl in LATENCY_LEVELS}
     empty = {lvl: {"English": [], "Chinese": []} for lvl in LATENCY_LEVELS}
@@ -66,8 +80,10 @@ def test_allowed_ids_and_alignment_score_threshold_filter_with_reasons(data_root
         data_root, SHARD, SegmentSettings(allowed_ids=frozenset({"good", "poor", "imported"}), min_alignment_score=-5.0)
     )
     assert reasons(summary) == {
-        "poor": "alignment_score_below_threshold", "imported": "alignment_score_below_threshold",
-        "mismatch": "not_in_allowed_ids", "empty": "not_in_allowed_ids",
+        "poor": "alignment_score_below_threshold",
+        "imported": "alignment_score_below_threshold",
+        "mismatch": "not_in_allowed_ids",
+        "empty": "not_in_allowed_ids",
     }
     assert data_root.read_parquet(layout.streaming_segments(SHARD))["utt_id"].unique().to_pylist() == ["good"]
 

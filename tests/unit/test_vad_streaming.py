@@ -28,12 +28,12 @@ SHARDS = ("t0", "t1", "t2", "t3")
 
 # name: (language, format, seconds, segments); every file's segments are landed ("imported")
 FILES = {
-    "en_long": ("en", "mp3", 4.0, [(0.2, 3.7)]),                   # capacity 3 -> 3 chunks
-    "fr_two": ("fr", "flac", 5.0, [(0.0, 1.4), (2.0, 4.9)]),        # capacity 1 + 2 -> 3 chunks
-    "fr_many": ("fr", "wav", 9.0, [(0.5, 8.9)]),                    # capacity 8 -> capped at 3
-    "en_silent": ("en", "wav", 2.0, []),                            # no_speech
-    "en_short": ("en", "mp3", 2.0, [(0.1, 0.8), (1.0, 1.9)]),       # no_long_segment
-    "es_talk": ("es", "flac", 3.0, [(0.0, 2.5)]),                   # language_not_wanted for en/fr
+    "en_long": ("en", "mp3", 4.0, [(0.2, 3.7)]),  # capacity 3 -> 3 chunks
+    "fr_two": ("fr", "flac", 5.0, [(0.0, 1.4), (2.0, 4.9)]),  # capacity 1 + 2 -> 3 chunks
+    "fr_many": ("fr", "wav", 9.0, [(0.5, 8.9)]),  # capacity 8 -> capped at 3
+    "en_silent": ("en", "wav", 2.0, []),  # no_speech
+    "en_short": ("en", "mp3", 2.0, [(0.1, 0.8), (1.0, 1.9)]),  # no_long_segment
+    "es_talk": ("es", "flac", 3.0, [(0.0, 2.5)]),  # language_not_wanted for en/fr
 }
 EXPECTED_CHUNKS = {"en_long": 3, "fr_two": 3, "fr_many": 3}
 SKIPS_PER_SHARD = ("no_speech", "no_long_segment", "language_not_wanted", "no_vad_data", "no_audio_member")
@@ -62,16 +62,18 @@ def streamed(tmp_path_factory):
             files[path] = encode(noise(seconds, 10 * s + f), fmt)
             rows.append({"utt_id": f"{name}_{shard_id}", "audio_path": path, "language": language})
             segments.append({"audio_path": path, "start_s": [a for a, _ in spans], "end_s": [b for _, b in spans]})
-        files[f"stray_{shard_id}.mp3"] = encode(noise(2.0, 99), "mp3")   # in the tar, not in the metadata
-        files[f"notes_{shard_id}.json"] = b"{}"                          # not audio
+        files[f"stray_{shard_id}.mp3"] = encode(noise(2.0, 99), "mp3")  # in the tar, not in the metadata
+        files[f"notes_{shard_id}.json"] = b"{}"  # not audio
         land_shard(root, shard_id, rows, files, as_tar=True)
         root.write_parquet(layout.landing_vad_segments(shard_id), pa.Table.from_pylist(segments))
         ingest_raw_shard(root, shard_id)
         summary = compute_vad_segments(root, shard_id, model=None)
         assert summary.imported_files == len(FILES) and not summary.rejects
     for language in ("en", "fr", "es"):
-        root.write_parquet(layout.language_shard_index(language), build_language_shard_index(
-            root, language, chunk_s=CHUNK_S, num_chunks=NUM_CHUNKS))
+        root.write_parquet(
+            layout.language_shard_index(language),
+            build_language_shard_index(root, language, chunk_s=CHUNK_S, num_chunks=NUM_CHUNKS),
+        )
     return root
 
 
@@ -137,7 +139,13 @@ def test_two_dataloader_workers_never_yield_the_same_file_twice(streamed):
     urls = build_urls(["en", "fr"], streamed)
     assert len(urls) == len(SHARDS)
     loader = vad_chunk_loader(
-        urls, streamed, languages=["en", "fr"], chunk_s=CHUNK_S, num_chunks=NUM_CHUNKS, batch_size=2, num_workers=2,
+        urls,
+        streamed,
+        languages=["en", "fr"],
+        chunk_s=CHUNK_S,
+        num_chunks=NUM_CHUNKS,
+        batch_size=2,
+        num_workers=2,
     )
     files, chunks, skipped = [], 0, {}
     for batch in loader:
@@ -187,9 +195,20 @@ def test_a_corrupt_file_is_counted_as_a_decode_error(tmp_path):
 
     write_deterministic_tar(root, layout.landing_audio_tar("x"), sorted(files.items()))
     rows = [
-        {"shard": "x", "audio_path": name, "tar_path": layout.landing_audio_tar("x"), "tar_key": name[:-4],
-         "language": "en", "utt_ids": [name[:-4]], "duration_s": 3.0, "speech_s": 2.5, "n_segments": 1,
-         "start_s": [0.0], "end_s": [2.5], "segments_source": "import"}
+        {
+            "shard": "x",
+            "audio_path": name,
+            "tar_path": layout.landing_audio_tar("x"),
+            "tar_key": name[:-4],
+            "language": "en",
+            "utt_ids": [name[:-4]],
+            "duration_s": 3.0,
+            "speech_s": 2.5,
+            "n_segments": 1,
+            "start_s": [0.0],
+            "end_s": [2.5],
+            "segments_source": "import",
+        }
         for name in files
     ]
     root.write_parquet(layout.vad_segments("x"), pa.Table.from_pylist(rows, schema=VAD_SEGMENTS_SCHEMA))
