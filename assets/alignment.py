@@ -14,7 +14,9 @@ from resources.aligner import CtcAlignerResource
 from resources.model_pins import QWEN
 from resources.storage import DataRootResource
 from resources.text_tokenizer import TextTokenizerResource
+from speechdata.alignment.log_probs import CTC_FRAME_S
 from speechdata.alignment.stage import align_shard, import_shard_alignments
+from speechdata.bridge.clock import SAMPLES_PER_FRAME
 from speechdata.bridge.frame_grid import GRID_RULE_VERSION
 from speechdata.bridge.grid_stage import build_shard_frame_grids, verify_frame_grids
 from speechdata.io import layout
@@ -78,7 +80,7 @@ def _align_one_shard(
             root,
             shard_id,
             aligner.aligner_for,
-            settings=aligner.log_prob_settings(0.08),
+            settings=aligner.log_prob_settings(CTC_FRAME_S),
             write_ctm_files=config.write_ctm,
             on_progress=progress_logger(context, "aligned", shard_id),
         )
@@ -103,7 +105,7 @@ def _align_one_shard(
 GRID_CHECKS = {
     "frames_accounted": "sum(dur) + silence frames == F for every utterance",
     "grid_monotone": "token indices along the grid never decrease",
-    "frame_count_matches_audio": "F == ceil(n_samples / 1920)",
+    "frame_count_matches_audio": f"F == ceil(n_samples / {SAMPLES_PER_FRAME})",
     "token_count_matches_tokenizer": "tokens equal the tokenizer's tokens of the transcript",
 }
 

@@ -8,7 +8,9 @@ from dagster_duckdb import DuckDBResource
 from assets.packaging import shard_manifest
 from assets.partitions import country_partitions, language_partitions
 from resources.storage import DataRootResource
-from speechdata.catalog.views import CATALOG_FILE, NAMED_QUERIES, format_table, refresh_catalog, run_query
+from speechdata.catalog.display import format_table
+from speechdata.catalog.queries import NAMED_QUERIES, run_query
+from speechdata.catalog.views import CATALOG_FILE, refresh_catalog
 from speechdata.io.duckdb_object_store import enable_data_root_reads, upload_database
 
 
@@ -26,8 +28,8 @@ def manifest_catalog(
     over every rejects ledger, and tables `hours_by_language`, `hours_by_country`, `hours_by_shard`.
 
     Refreshed by `catalog_refresh_sensor` whenever any shard's manifest is materialized (no shard
-    asset re-runs). Query it with `python -m dagster_project.catalog --named hours_per_language`,
-    `python -m dagster_project.catalog "SELECT ..."`, or `duckdb.connect(path, read_only=True)`.
+    asset re-runs). Query it with `speechdata catalog --named hours_per_language`,
+    `speechdata catalog "SELECT ..."`, or `duckdb.connect(path, read_only=True)`.
     New countries and languages it finds become `country` / `language` partitions. On an object-store
     data root the views read `s3://...` through DuckDB's httpfs (or the root's fsspec filesystem) and
     the database is built locally and uploaded whole.

@@ -9,6 +9,7 @@ from assets.partitions import shard_partitions
 from assets.reporting import column_schema, markdown_preview, progress_logger, stage_metadata
 from assets.shard_runs import CPU_BACKFILL_POLICY, ShardEvents, ShardResult, materialize_shards, shard_check_specs
 from resources.storage import DataRootResource
+from speechdata.bridge.clock import SAMPLE_RATE
 from speechdata.landing.contract import ContractError
 from speechdata.landing.ingest import ingest_normalized_audio, ingest_raw_shard
 
@@ -130,7 +131,7 @@ def _normalized_shard(context: dg.AssetExecutionContext, shard_id: str, summary)
     )
     accounted = summary.rows_out + len(summary.rejects) == summary.rows_in
     return ShardResult(
-        metadata={**stage_metadata(summary), "sample_rate": 24_000},
+        metadata={**stage_metadata(summary), "sample_rate": SAMPLE_RATE},
         checks=[
             dg.AssetCheckResult(
                 check_name=AUDIO_ACCOUNTED,

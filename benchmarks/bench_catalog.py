@@ -40,7 +40,8 @@ import pyarrow.csv as pacsv
 
 from benchmarks.report import emit, progress, ratio, stdout_to_stderr
 from speechdata.bridge.manifest import MANIFEST_COLUMNS, manifest_path
-from speechdata.catalog.views import CATALOG_FILE, NAMED_QUERIES, refresh_catalog, run_query, select_samples
+from speechdata.catalog.queries import NAMED_QUERIES, run_query, select_samples
+from speechdata.catalog.views import CATALOG_FILE, refresh_catalog
 from speechdata.io.storage import DataRoot
 
 LANGUAGES = ["en", "de", "fr", "es", "it", "pt", "nl", "pl", "sv", "fi"]

@@ -201,12 +201,13 @@ def _run_the_other_products(data_root: DataRoot, instance, resources, defs) -> b
 
 
 def _print_catalog(catalog) -> None:
-    from speechdata.catalog.views import NAMED_QUERIES, format_table, run_query
+    from speechdata.catalog.display import format_table
+    from speechdata.catalog.queries import NAMED_QUERIES, run_query
 
     print(f"\n== Catalog {catalog.database} (hours per language, from DuckDB)")
     with catalog.get_connection() as connection:
         print(format_table(run_query(connection, NAMED_QUERIES["hours_per_language"])))
-    print("Query it: .venv/bin/python -m dagster_project.catalog --named hours_per_language")
+    print("Query it: .venv/bin/speechdata catalog --named hours_per_language")
 
 
 def _print_shard_summary(data_root: DataRoot, shard_id: str) -> None:

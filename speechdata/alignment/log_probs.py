@@ -15,6 +15,9 @@ from dataclasses import dataclass
 import numpy as np
 
 MODEL_SAMPLE_RATE = 16_000
+CTC_FRAME_S = 0.08
+"""Output frame of NeMo's CTC models (10 ms stride x 8x subsampling). Equal to Mimi's frame by
+coincidence: it is the acoustic model's clock, not the bridge's (speechdata.bridge.clock)."""
 
 ForwardFn = Callable[[list[np.ndarray]], list[np.ndarray]]
 """Model forward over a batch of 16 kHz mono float32 arrays; returns log-probs ``[T_i, V]`` each."""
@@ -22,7 +25,7 @@ ForwardFn = Callable[[list[np.ndarray]], list[np.ndarray]]
 
 @dataclass(frozen=True)
 class LogProbSettings:
-    frame_s: float = 0.08
+    frame_s: float = CTC_FRAME_S
     """Seconds per output frame of the model (window stride x subsampling)."""
     max_batch_s: float = 240.0
     """Padded audio seconds per forward call."""

@@ -19,7 +19,7 @@ import pyarrow as pa
 
 from speechdata.alignment.forced import AlignmentRejected, align_transcript
 from speechdata.alignment.formats import AlignmentFormatError, read_ctm, read_textgrid, write_ctm
-from speechdata.alignment.log_probs import MODEL_SAMPLE_RATE, ForwardFn, LogProbSettings, compute_log_probs
+from speechdata.alignment.log_probs import CTC_FRAME_S, MODEL_SAMPLE_RATE, ForwardFn, LogProbSettings, compute_log_probs
 from speechdata.alignment.table import (
     UTTERANCE_SCORES_SCHEMA,
     TimedUnit,
@@ -250,7 +250,7 @@ def import_shard_alignments(data_root: DataRoot, shard_id: str) -> StageSummary:
                 f"the imported words do not spell the transcript {text[:80]!r}",
             )
             continue
-        writer.add(utt_id, aligner, words, [], None, int(np.ceil(duration_s / 0.08)), duration_s)
+        writer.add(utt_id, aligner, words, [], None, int(np.ceil(duration_s / CTC_FRAME_S)), duration_s)
     return writer.finish(container.num_rows, started)
 
 

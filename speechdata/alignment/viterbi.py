@@ -3,7 +3,7 @@
 NeMo's aligner (``nemo.collections.asr.parts.utils.aligner_utils.viterbi_decoding``) loops over
 frames in Python with a dozen tensor ops per frame (~30 ms for a 250-frame utterance on one core).
 This module runs the same recurrence, with the same float32 arithmetic and the same tie-breaking, in
-a compiled loop (numba, ``nogil``), so it returns NeMo's path bit for bit, 170-260x faster on one
+a compiled loop (numba, ``nogil``; the kernels are in :mod:`speechdata.alignment.kernels`), so it returns NeMo's path bit for bit, 170-260x faster on one
 core (``benchmarks/bench_viterbi.py``: ~0.2 ms per 10-20 s utterance at V = 1025). The first call
 in a process pays ~1-3 s once: importing numba and loading the kernel (compiled on first use and
 cached by numba under ``speechdata/__pycache__`` when writable, else recompiled per process).
@@ -43,13 +43,14 @@ than numba and ~9-10x faster than NeMo.
 from __future__ import annotations
 
 import os
-import threading
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Union
 
 import numpy as np
+
+from speechdata.alignment.kernels import BAD_TOKEN, NAN, NO_FINITE_PATH, OK, TOO_FEW_FRAMES, kernel_for
 
 if TYPE_CHECKING:
     import torch
@@ -64,9 +65,6 @@ __all__ = [
 ]
 
 ArrayLike = Union["torch.Tensor", np.ndarray, Sequence[int]]
-
-#: NeMo's ``padding_value`` (a float32 tensor filled with it holds -3.4e38 rounded to float32).
-PADDING_VALUE = np.float32(-3.4e38)
 
 
 class AlignmentImpossible(ValueError):
@@ -166,24 +164,24 @@ def ctc_viterbi(log_probs: ArrayLike, targets: ArrayLike, blank: int, *, backend
     y = np.full(2 * num_tokens + 1, blank, dtype=np.int64)
     y[1::2] = tokens
     # the checks run inside the kernel (one pass, without the GIL); errors are explained here
-    states, frame_log_probs, status = _kernel(backend)(lp, y)
-    if status != _OK:
+    states, frame_log_probs, status = kernel_for(backend)(lp, y)
+    if status != OK:
         _raise_for(status, num_frames, vocab, tokens, blank)
     return ViterbiPath(states=states, frame_log_probs=frame_log_probs, num_tokens=num_tokens)
 
 
 def _raise_for(status: int, num_frames: int, vocab: int, tokens: np.ndarray, blank: int) -> None:
-    if status == _BAD_TOKEN:
+    if status == BAD_TOKEN:
         low, high = int(tokens.min()), int(tokens.max())
         if low < 0 or high >= vocab:
             raise ValueError(f"target ids must lie in [0, {vocab}); got min {low}, max {high}")
         raise ValueError(f"targets must not contain the blank id {blank}")
     repeats = count_repeats(tokens)
-    if status == _TOO_FEW_FRAMES:
+    if status == TOO_FEW_FRAMES:
         raise AlignmentImpossible(num_frames, tokens.size, repeats)
-    if status == _NAN:
+    if status == NAN:
         raise ValueError("log_probs hold NaN in the blank's or a target token's column")
-    if status == _NO_FINITE_PATH:  # NeMo would return a path through its padding value here
+    if status == NO_FINITE_PATH:  # NeMo would return a path through its padding value here
         raise AlignmentImpossible(num_frames, tokens.size, repeats, reason="every path has a -inf log-prob")
     raise RuntimeError(f"unexpected kernel status {status}")
 
@@ -211,7 +209,7 @@ def ctc_viterbi_many(
     """
     items = list(items)
     workers = max(1, min(int(workers), len(items) or 1, os.cpu_count() or 1))
-    _kernel(backend)  # load / compile once, before the threads start
+    kernel_for(backend)  # load / compile once, before the threads start
 
     def one(item: tuple[ArrayLike, ArrayLike, int]) -> ViterbiPath | AlignmentImpossible:
         log_probs, targets, blank = item
@@ -228,178 +226,6 @@ def ctc_viterbi_many(
     chunks = [items[i : i + size] for i in range(0, len(items), size)]
     with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="ctc_viterbi") as pool:
         return [result for chunk in pool.map(lambda c: [one(item) for item in c], chunks) for result in chunk]
-
-
-# --- kernels --------------------------------------------------------------------------------------
-# Both take ``lp`` float32 [T, V] (C-contiguous) and ``y`` int64 [U] (NeMo's state labels: blank at
-# even positions, U >= 1) and return ``(states int32 [T], frame_log_probs float32 [T], status)``.
-# ``status`` is one of the codes below; the states are meaningful only with ``_OK``.
-
-_OK, _BAD_TOKEN, _TOO_FEW_FRAMES, _NAN, _NO_FINITE_PATH = 0, 1, 2, 3, 4
-
-Kernel = Callable[[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray, int]]
-
-
-def _viterbi_numpy(lp: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
-    """NeMo's recurrence vectorised over states, one numpy step per frame."""
-    num_frames, vocab = lp.shape
-    num_states = y.shape[0]
-    empty = (np.zeros(0, dtype=np.int32), np.zeros(0, dtype=np.float32))
-    tokens = y[1::2]
-    if np.any((tokens < 0) | (tokens >= vocab) | (tokens == y[0])):
-        return (*empty, _BAD_TOKEN)
-    repeats = int(np.count_nonzero(tokens[1:] == tokens[:-1]))
-    if num_frames == 0 or num_frames < tokens.size + repeats:
-        return (*empty, _TOO_FEW_FRAMES)
-    emissions = lp[:, y]
-    if np.isnan(emissions).any():
-        return (*empty, _NAN)
-    pad = PADDING_VALUE
-    skip = np.zeros(num_states, dtype=np.bool_)  # u-2 -> u allowed: y[u] != y[u-2], u >= 2
-    skip[2:] = y[2:] != y[:-2]
-    v = np.full(num_states, pad, dtype=np.float32)
-    v[:2] = emissions[0, :2]
-    backpointers = np.zeros((num_frames, num_states), dtype=np.int8)
-    prev1 = np.full(num_states, pad, dtype=np.float32)
-    prev2 = np.full(num_states, pad, dtype=np.float32)
-    no_skip = ~skip
-    with np.errstate(over="ignore", invalid="ignore"):
-        for t in range(1, num_frames):
-            e = emissions[t]
-            prev1[1:] = v[:-1]
-            prev2[2:] = v[:-2]
-            prev2[no_skip] = pad
-            best = v + e
-            c1 = prev1 + e
-            c2 = prev2 + e
-            take1 = c1 > best
-            best = np.where(take1, c1, best)
-            take2 = c2 > best
-            v = np.where(take2, c2, best)
-            backpointers[t] = np.where(take2, 2, take1)
-    u = 0 if num_states == 1 else num_states - 2 if v[num_states - 2] >= v[num_states - 1] else num_states - 1
-    states = np.empty(num_frames, dtype=np.int32)
-    states[-1] = u
-    for t in range(num_frames - 1, 0, -1):
-        u -= int(backpointers[t, u])
-        states[t - 1] = u
-    frame_log_probs = emissions[np.arange(num_frames), states]
-    if states[0] > 1 or np.isneginf(frame_log_probs).any():
-        return (*empty, _NO_FINITE_PATH)
-    return states, frame_log_probs, _OK
-
-
-def _viterbi_numba_source(lp, y):  # pragma: no cover - compiled by numba
-    """NeMo's recurrence, one cell at a time, float32 throughout."""
-    num_frames, vocab = lp.shape
-    num_states = y.shape[0]
-    blank = y[0]
-    no_states = np.zeros(0, dtype=np.int32)
-    no_scores = np.zeros(0, dtype=np.float32)
-    repeats = 0
-    for u in range(1, num_states, 2):
-        if y[u] < 0 or y[u] >= vocab or y[u] == blank:
-            return no_states, no_scores, 1  # _BAD_TOKEN
-        if u >= 3 and y[u] == y[u - 2]:
-            repeats += 1
-    if num_frames == 0 or num_frames < num_states // 2 + repeats:
-        return no_states, no_scores, 2  # _TOO_FEW_FRAMES
-    # lp[:, y] is gathered a block of frames at a time: a tight gather loop is several times faster
-    # than reading lp[t, y[u]] inside the recurrence, and the block keeps memory at O(U), not O(T U)
-    block = 64
-    emissions = np.empty((block, num_states), dtype=np.float32)
-    pad = np.float32(-3.4e38)
-    skip = np.zeros(num_states, dtype=np.bool_)
-    for u in range(2, num_states):
-        skip[u] = y[u] != y[u - 2]
-    v = np.empty(num_states, dtype=np.float32)
-    nv = np.empty(num_states, dtype=np.float32)
-    for u in range(num_states):
-        v[u] = pad
-    for u in range(num_states):
-        e = lp[0, y[u]]
-        if np.isnan(e):
-            return no_states, no_scores, 3  # _NAN
-        if u < 2:
-            v[u] = e
-    backpointers = np.empty((num_frames, num_states), dtype=np.int8)
-    for t in range(1, num_frames):
-        row = (t - 1) % block
-        if row == 0:
-            for r in range(min(block, num_frames - t)):
-                for u in range(num_states):
-                    emissions[r, u] = lp[t + r, y[u]]
-            for r in range(min(block, num_frames - t)):
-                for u in range(num_states):
-                    if np.isnan(emissions[r, u]):
-                        return no_states, no_scores, 3  # _NAN
-        for u in range(num_states):
-            e = emissions[row, u]
-            best = v[u] + e
-            b = 0
-            c1 = (v[u - 1] if u >= 1 else pad) + e
-            if c1 > best:
-                best = c1
-                b = 1
-            c2 = (v[u - 2] if skip[u] else pad) + e
-            if c2 > best:
-                best = c2
-                b = 2
-            nv[u] = best
-            backpointers[t, u] = b
-        v, nv = nv, v
-    u = 0
-    if num_states > 1:
-        u = num_states - 2 if v[num_states - 2] >= v[num_states - 1] else num_states - 1
-    states = np.empty(num_frames, dtype=np.int32)
-    frame_log_probs = np.empty(num_frames, dtype=np.float32)
-    states[num_frames - 1] = u
-    frame_log_probs[num_frames - 1] = lp[num_frames - 1, y[u]]
-    finite = frame_log_probs[num_frames - 1] != -np.inf
-    for t in range(num_frames - 1, 0, -1):
-        u -= backpointers[t, u]
-        states[t - 1] = u
-        frame_log_probs[t - 1] = lp[t - 1, y[u]]
-        finite &= frame_log_probs[t - 1] != -np.inf
-    if states[0] > 1 or not finite:
-        return no_states, no_scores, 4  # _NO_FINITE_PATH
-    return states, frame_log_probs, 0  # _OK
-
-
-_numba_lock = threading.Lock()
-_numba_kernel: Kernel | None = None
-_numba_error: BaseException | None = None
-
-
-def _load_numba() -> Kernel | None:
-    """Compile the kernel once per process (cached on disk by numba when the package is writable)."""
-    global _numba_kernel, _numba_error
-    with _numba_lock:
-        if _numba_kernel is None and _numba_error is None:
-            try:
-                import numba
-
-                signature = "Tuple((int32[::1], float32[::1], int64))(float32[:, ::1], int64[::1])"
-                try:
-                    _numba_kernel = numba.njit(signature, nogil=True, cache=True)(_viterbi_numba_source)
-                except Exception:  # an unwritable cache directory: compile without caching
-                    _numba_kernel = numba.njit(signature, nogil=True)(_viterbi_numba_source)
-            except Exception as error:  # numba missing or broken: numpy fallback
-                _numba_error = error
-        return _numba_kernel
-
-
-def _kernel(backend: str) -> Kernel:
-    if backend == "numpy":
-        return _viterbi_numpy
-    if backend not in ("auto", "numba"):
-        raise ValueError(f"backend must be 'auto', 'numba' or 'numpy'; got {backend!r}")
-    kernel = _load_numba()
-    if kernel is not None:
-        return kernel
-    if backend == "numba":
-        raise RuntimeError(f"numba backend unavailable: {_numba_error!r}")
-    return _viterbi_numpy
 
 
 # --- input handling -------------------------------------------------------------------------------

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from speechdata.alignment.table import TimedUnit
-from speechdata.bridge.clock import FRAME_CENTER_MS, FRAME_MS, n_frames_for
+from speechdata.bridge.clock import FRAME_CENTER_MS, FRAME_MS, SAMPLES_PER_FRAME, n_frames_for
 
 SILENCE = -1
 
@@ -192,7 +192,7 @@ def check_grid_invariants(grid: FrameGrid, n_samples: int) -> list[str]:
     """Broken invariants, as sentences (empty when the grid is sound)."""
     problems = []
     if grid.n_frames != n_frames_for(n_samples):
-        problems.append(f"F={grid.n_frames} but ceil({n_samples}/1920)={n_frames_for(n_samples)}")
+        problems.append(f"F={grid.n_frames} but ceil({n_samples}/{SAMPLES_PER_FRAME})={n_frames_for(n_samples)}")
     if int(grid.dur.sum()) + grid.silence_frames != grid.n_frames:
         problems.append(f"sum(dur)={int(grid.dur.sum())} + silence={grid.silence_frames} != F={grid.n_frames}")
     owned = grid.grid[grid.grid != SILENCE]

@@ -1,15 +1,15 @@
 """Ask the catalog questions from a terminal: SQL, named queries, exports of a selection.
 
-    python -m dagster_project.catalog "SELECT language, count(*) FROM samples GROUP BY 1"
-    python -m dagster_project.catalog --named hours_per_language
-    python -m dagster_project.catalog --list
-    python -m dagster_project.catalog --language en --min-score -2.5 --limit 20
-    python -m dagster_project.catalog --export-nemo out.jsonl --language en --min-score -2.5
-    python -m dagster_project.catalog --export-urls tars.txt --country us
-    python -m dagster_project.catalog --refresh [--named hours_per_shard]
+    speechdata catalog "SELECT language, count(*) FROM samples GROUP BY 1"
+    speechdata catalog --named hours_per_language
+    speechdata catalog --list
+    speechdata catalog --language en --min-score -2.5 --limit 20
+    speechdata catalog --export-nemo out.jsonl --language en --min-score -2.5
+    speechdata catalog --export-urls tars.txt --country us
+    speechdata catalog --refresh [--named hours_per_shard]
 
-Reads ``<DATA_ROOT>/catalog.duckdb`` (``DATA_ROOT`` as the code location reads it, or
-``--data-root``) through a read-only connection, so a query cannot change the catalog. Filter
+(``python -m speechdata.catalog.cli`` and ``python -m dagster_project.catalog`` are aliases.)
+Reads ``<DATA_ROOT>/catalog.duckdb`` (``DATA_ROOT``, default ``./.data``, or ``--data-root``) through a read-only connection, so a query cannot change the catalog. Filter
 values are bound as parameters. ``--refresh`` rebuilds the views and summary tables first (it
 needs the catalog's write lock: not while a ``manifest_catalog`` materialization holds it).
 Errors print one line on stderr and exit with status 2.
@@ -24,18 +24,12 @@ from collections.abc import Iterator
 
 import duckdb
 
-from dagster_project.settings import data_root_url
-from speechdata.catalog.views import (
-    CATALOG_FILE,
-    NAMED_QUERIES,
-    export_nemo_manifest,
-    export_tar_urls,
-    format_table,
-    refresh_catalog,
-    run_query,
-    select_samples,
-)
+from speechdata.catalog.display import format_table
+from speechdata.catalog.exports import export_nemo_manifest, export_tar_urls
+from speechdata.catalog.queries import NAMED_QUERIES, run_query, select_samples
+from speechdata.catalog.views import CATALOG_FILE, refresh_catalog
 from speechdata.io.duckdb_object_store import database_on_root, enable_data_root_reads
+from speechdata.io.env import data_root_url
 from speechdata.io.storage import DataRoot, filesystem_for, write_bytes_atomic
 
 EXIT_ERROR = 2
@@ -51,7 +45,7 @@ def open_catalog(root: DataRoot) -> Iterator[duckdb.DuckDBPyConnection]:
     views read the bucket through httpfs or the root's fsspec filesystem)."""
     if not root.exists(CATALOG_FILE):
         raise CatalogCliError(
-            f"no catalog at {root.uri(CATALOG_FILE)}: run `python -m dagster_project.catalog --refresh` "
+            f"no catalog at {root.uri(CATALOG_FILE)}: run `speechdata catalog --refresh` "
             "or materialize the manifest_catalog asset"
         )
     with database_on_root(root, CATALOG_FILE, read_only=True) as local:
@@ -83,11 +77,35 @@ def parse_where(items: list[str]) -> dict[str, str]:
     return where
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="python -m dagster_project.catalog",
-        description="Query the DuckDB catalog of shard manifests and rejects ledgers.",
+DESCRIPTION = "Query the DuckDB catalog of shard manifests and rejects ledgers."
+EPILOG = """examples:
+  speechdata catalog --named hours_per_language
+  speechdata catalog "SELECT language, count(*) FROM samples GROUP BY 1"
+  speechdata catalog --export-nemo en.jsonl --language en --min-score -2.5"""
+
+
+def register(subparsers) -> None:
+    """The ``speechdata catalog`` subcommand."""
+    parser = subparsers.add_parser(
+        "catalog",
+        help="query the DuckDB catalog (SQL, named queries, exports)",
+        description=DESCRIPTION,
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    add_arguments(parser)
+    parser.set_defaults(run=lambda args: run(args, parser))
+
+
+def build_parser(prog: str = "python -m speechdata.catalog.cli") -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog=prog, description=DESCRIPTION, epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    add_arguments(parser)
+    return parser
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("sql", nargs="?", help="a SQL query over samples, rejects and the summary tables")
     actions = parser.add_argument_group("what to do (one of)")
     actions.add_argument("--named", metavar="NAME", help="run a named query (see --list)")
@@ -106,13 +124,16 @@ def build_parser() -> argparse.ArgumentParser:
     )
     selection.add_argument("--limit", type=int, help="at most this many samples")
     parser.add_argument("--max-rows", type=int, default=50, help="rows to print (default 50)")
-    parser.add_argument("--data-root", help="data root URL (default: DATA_ROOT, as the code location reads it)")
-    return parser
+    parser.add_argument("--data-root", help="data root URL (default: DATA_ROOT, else ./.data)")
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    return run(parser.parse_args(argv), parser)
+
+
+def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    """Carry out parsed arguments; ``parser.error`` (exit 2) on bad usage."""
     filters = any(
         value not in (None, [])
         for value in (

@@ -14,7 +14,9 @@ written); the summary tables change only on a refresh, and a refresh replaces al
 transaction so a reader sees either the previous snapshot or the new one. The views name the
 root's absolute location: after moving a data root, refresh.
 
-Everything here takes an open ``duckdb.DuckDBPyConnection`` and returns Arrow tables; the caller
+This module builds the catalog; :mod:`~speechdata.catalog.queries` asks it questions,
+:mod:`~speechdata.catalog.exports` writes selections out, :mod:`~speechdata.catalog.cli` is the
+``speechdata catalog`` command. Everything takes an open ``duckdb.DuckDBPyConnection``; the caller
 owns the connection (a Dagster resource, the CLI, a notebook). For an object-store root the
 connection must already be able to read it: :func:`speechdata.io.duckdb_object_store.enable_data_root_reads`
 (httpfs with a secret, or the root's fsspec filesystem), and the database file itself is a local
@@ -23,19 +25,14 @@ copy put back with :func:`speechdata.io.duckdb_object_store.upload_database`.
 
 from __future__ import annotations
 
-import io
-import json
-import os
-from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import IO
 
 import duckdb
 import pyarrow as pa
 
 from speechdata.bridge.manifest import MANIFEST_COLUMNS, manifest_path
 from speechdata.io import layout
-from speechdata.io.storage import DataRoot, _is_local, atomic_open, filesystem_for
+from speechdata.io.storage import DataRoot, _is_local, filesystem_for
 from speechdata.rejects import REJECTS_SCHEMA
 
 CATALOG_FILE = "catalog.duckdb"
@@ -49,14 +46,14 @@ _MANIFEST_GLOB = manifest_path("*")
 _REJECTS_GLOB = f"{layout.SHARDS}/*/rejects/[!.]*.parquet"
 _SHARD_FROM_REJECTS_PATH = r"/shards/([^/]+)/rejects/[^/]+$"
 
-_DUCKDB_TYPES = {
+DUCKDB_TYPES = {
     pa.string(): "VARCHAR",
     pa.int64(): "BIGINT",
     pa.int32(): "INTEGER",
     pa.float64(): "DOUBLE",
     pa.float32(): "FLOAT",
 }
-_MANIFEST_TYPES = {f.name: _DUCKDB_TYPES[f.type] for f in MANIFEST_COLUMNS}
+MANIFEST_TYPES = {f.name: DUCKDB_TYPES[f.type] for f in MANIFEST_COLUMNS}
 
 
 @dataclass(frozen=True)
@@ -77,9 +74,6 @@ class CatalogSummary:
 
     def as_dict(self) -> dict:
         return asdict(self)
-
-
-# --- refresh -------------------------------------------------------------------------------
 
 
 def refresh_catalog(connection: duckdb.DuckDBPyConnection, root_uri: str) -> CatalogSummary:
@@ -198,237 +192,10 @@ def _sql_literal(text: str) -> str:
     return "'" + text.replace("'", "''") + "'"
 
 
-def _quote_identifier(name: str) -> str:
+def quote_identifier(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
 
 def _empty_select(schema: pa.Schema) -> str:
-    columns = ", ".join(f"CAST(NULL AS {_DUCKDB_TYPES[f.type]}) AS {_quote_identifier(f.name)}" for f in schema)
+    columns = ", ".join(f"CAST(NULL AS {DUCKDB_TYPES[f.type]}) AS {quote_identifier(f.name)}" for f in schema)
     return f"SELECT {columns} WHERE false"
-
-
-# --- queries -------------------------------------------------------------------------------
-
-NAMED_QUERIES: dict[str, str] = {
-    "hours_per_language": """
-        SELECT language, count(*) AS samples, sum(duration_s) / 3600.0 AS hours,
-               avg(alignment_score) AS mean_alignment_score
-        FROM samples GROUP BY language ORDER BY hours DESC, language""",
-    "hours_per_country": """
-        SELECT country, count(*) AS samples, sum(duration_s) / 3600.0 AS hours,
-               avg(alignment_score) AS mean_alignment_score
-        FROM samples GROUP BY country ORDER BY hours DESC, country""",
-    "hours_per_shard": """
-        SELECT shard, count(*) AS samples, sum(duration_s) / 3600.0 AS hours,
-               avg(alignment_score) AS mean_alignment_score, count(DISTINCT tar_url) AS tars
-        FROM samples GROUP BY shard ORDER BY shard""",
-    "samples_per_language_and_country": """
-        SELECT language, country, count(*) AS samples, sum(duration_s) / 3600.0 AS hours
-        FROM samples GROUP BY language, country ORDER BY language, country""",
-    "rejects_by_reason": """
-        SELECT stage, reason, count(*) AS rejects, count(DISTINCT (shard, utt_id)) AS utterances,
-               count(DISTINCT shard) AS shards
-        FROM rejects GROUP BY stage, reason ORDER BY rejects DESC, stage, reason""",
-    "rejects_by_shard": """
-        SELECT shard, count(DISTINCT utt_id) AS rejected_utterances, count(*) AS rejects,
-               string_agg(DISTINCT stage, ',' ORDER BY stage) AS stages
-        FROM rejects GROUP BY shard ORDER BY shard""",
-    "shard_accounting": """
-        SELECT shard, samples, rejected_utterances, samples + rejected_utterances AS accounted_for,
-               hours, mean_alignment_score
-        FROM hours_by_shard ORDER BY shard""",
-}
-"""Queries a person asks often, by name. All but ``shard_accounting`` (which reads the summary
-table of the last refresh) read the live views."""
-
-
-def run_query(connection: duckdb.DuckDBPyConnection, sql: str, params: Sequence | Mapping | None = None) -> pa.Table:
-    """Run ``sql`` with ``params`` bound to its ``?`` (or ``$name``) placeholders; an empty table for DDL."""
-    relation = connection.sql(sql, params=params)
-    if relation is None:
-        return pa.table({})
-    return relation.to_arrow_table() if hasattr(relation, "to_arrow_table") else relation.fetch_arrow_table()
-
-
-def sample_columns(connection: duckdb.DuckDBPyConnection) -> dict[str, str]:
-    """The ``samples`` view's columns and their DuckDB types, in order."""
-    return {row[0]: row[1] for row in connection.execute("DESCRIBE samples").fetchall()}
-
-
-def select_samples(
-    connection: duckdb.DuckDBPyConnection,
-    where: Mapping[str, object] | None = None,
-    min_alignment_score: float | None = None,
-    min_duration_s: float | None = None,
-    max_duration_s: float | None = None,
-    languages: Sequence[str] | None = None,
-    countries: Sequence[str] | None = None,
-    limit: int | None = None,
-    order_by_key: bool = True,
-) -> pa.Table:
-    """Rows of ``samples`` matching every filter, ordered by ``(shard, key)`` unless told not to.
-
-    ``where`` maps a column to a value (``= value``), a list/tuple/set (``IN``; empty matches
-    nothing) or ``None`` (``IS NULL``). Column names are checked against the view's columns and
-    rejected with :class:`ValueError` when unknown; every value reaches DuckDB as a bound
-    parameter, cast to the column's type (so bounds compare at the column's precision: the
-    ``alignment_score`` bound as float32). Scores and durations are inclusive bounds.
-    """
-    # Describing the view reads every manifest's footer: only a ``where`` needs it.
-    columns = sample_columns(connection) if where else dict(_MANIFEST_TYPES)
-    conditions: list[str] = []
-    params: list[object] = []
-
-    def placeholder(column: str) -> str:
-        return f"CAST(? AS {columns[column]})"
-
-    def add_membership(column: str, values) -> None:
-        values = list(values)
-        if not values:
-            conditions.append("false")
-            return
-        conditions.append(f"{_quote_identifier(column)} IN ({', '.join([placeholder(column)] * len(values))})")
-        params.extend(values)
-
-    for column, value in (where or {}).items():
-        if column not in columns:
-            raise ValueError(f"unknown column {column!r} in where: the samples view has {', '.join(columns)}")
-        if value is None:
-            conditions.append(f"{_quote_identifier(column)} IS NULL")
-        elif isinstance(value, (list, tuple, set, frozenset)):
-            add_membership(column, sorted(value, key=repr) if isinstance(value, (set, frozenset)) else value)
-        else:
-            conditions.append(f"{_quote_identifier(column)} = {placeholder(column)}")
-            params.append(value)
-    if languages is not None:
-        add_membership("language", [languages] if isinstance(languages, str) else languages)
-    if countries is not None:
-        add_membership("country", [countries] if isinstance(countries, str) else countries)
-    for bound, column, operator in (
-        (min_alignment_score, "alignment_score", ">="),
-        (min_duration_s, "duration_s", ">="),
-        (max_duration_s, "duration_s", "<="),
-    ):
-        if bound is not None:
-            conditions.append(f"{column} {operator} {placeholder(column)}")
-            params.append(float(bound))
-
-    sql = "SELECT * FROM samples"
-    if conditions:
-        sql += " WHERE " + " AND ".join(conditions)
-    if order_by_key:
-        sql += " ORDER BY shard, key"
-    if limit is not None:
-        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
-            raise ValueError(f"limit must be a non-negative integer, got {limit!r}")
-        sql += " LIMIT ?"
-        params.append(limit)
-    return run_query(connection, sql, params)
-
-
-# --- exports -------------------------------------------------------------------------------
-
-
-def export_nemo_manifest(
-    table: pa.Table, path_or_handle: str | os.PathLike | IO, audio_url_column: str = "tar_url"
-) -> int:
-    """Write ``table``'s samples as a NeMo JSONL manifest; return the number of lines.
-
-    One line per row: ``{"audio_filepath": "<tar_url>#<key>.wav", "duration": <duration_s>,
-    "text": <text or "">, "lang": <language>}``. The ``#<key>.wav`` convention: ``tar_url`` is
-    the WebDataset tar that holds the sample and the fragment after the last ``#`` is the name of
-    its audio member inside that tar (keys have no dots, so ``<key>.wav`` is the whole member
-    name). A loader splits at the last ``#``, opens the tar (or reads the manifest's
-    ``offset``/``size`` byte range) and reads that member. NeMo's own tarred datasets take the tar
-    list and the member name separately (``tarred_audio_filepaths`` and ``audio_filepath``), so
-    feed them ``audio_filepath.rsplit("#", 1)``.
-
-    ``path_or_handle``: a local path or fsspec URL (written atomically) or an open text/binary handle.
-    """
-    needed = [audio_url_column, "key", "duration_s", "text", "language"]
-    missing = [c for c in needed if c not in table.column_names]
-    if missing:
-        raise ValueError(f"cannot export a NeMo manifest: the table lacks column(s) {', '.join(missing)}")
-
-    def write_lines(handle) -> int:
-        binary = not isinstance(handle, io.TextIOBase) and "b" in getattr(handle, "mode", "b")
-        lines = 0
-        for batch in table.select(needed).to_batches(max_chunksize=65_536):
-            urls, keys, durations, texts, langs = (batch.column(i).to_pylist() for i in range(5))
-            chunk = "".join(
-                json.dumps(
-                    {"audio_filepath": f"{url}#{key}.wav", "duration": duration, "text": text or "", "lang": lang},
-                    ensure_ascii=False,
-                )
-                + "\n"
-                for url, key, duration, text, lang in zip(urls, keys, durations, texts, langs)
-            )
-            handle.write(chunk.encode("utf-8") if binary else chunk)
-            lines += batch.num_rows
-        return lines
-
-    if hasattr(path_or_handle, "write"):
-        return write_lines(path_or_handle)
-    fs, path = filesystem_for(os.fspath(path_or_handle))
-    with atomic_open(fs, path, "wb") as handle:
-        return write_lines(handle)
-
-
-def export_tar_urls(table: pa.Table, column: str = "tar_url") -> list[str]:
-    """The distinct tar URLs of ``table``'s samples, sorted (a WebDataset shard list)."""
-    if column not in table.column_names:
-        raise ValueError(f"the table has no {column!r} column")
-    return sorted({url for url in table.column(column).to_pylist() if url is not None})
-
-
-# --- display -------------------------------------------------------------------------------
-
-
-def format_table(table: pa.Table, max_rows: int = 50, max_width: int = 60) -> str:
-    """An aligned plain-text rendering of ``table`` for a terminal (numbers right-aligned)."""
-    names = table.column_names
-    if not names:
-        return "(no columns)"
-    shown = table.slice(0, max_rows).to_pylist() if max_rows >= 0 else table.to_pylist()
-    numeric = [pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_decimal(t) for t in table.schema.types]
-    cells = [[_format_cell(row[name], max_width) for name in names] for row in shown]
-    widths = [max([len(name)] + [len(r[i]) for r in cells]) for i, name in enumerate(names)]
-
-    def line(values: list[str]) -> str:
-        return "  ".join(
-            value.rjust(width) if is_number else value.ljust(width)
-            for value, width, is_number in zip(values, widths, numeric)
-        ).rstrip()
-
-    out = [line(list(names)), "  ".join("-" * w for w in widths)]
-    out.extend(line(r) for r in cells)
-    total = table.num_rows
-    noun = "row" if total == 1 else "rows"
-    out.append(f"({len(shown)} of {total} {noun} shown)" if len(shown) < total else f"({total} {noun})")
-    return "\n".join(out)
-
-
-def _format_cell(value: object, max_width: int) -> str:
-    if value is None:
-        return "NULL"
-    if isinstance(value, float):
-        text = f"{value:.4f}" if abs(value) < 1e9 else f"{value:.4g}"
-    else:
-        text = str(value).replace("\n", "\\n").replace("\t", "\\t")
-    return text if len(text) <= max_width else text[: max_width - 3] + "..."
-
-
-__all__ = [
-    "CATALOG_FILE",
-    "NAMED_QUERIES",
-    "SUMMARY_TABLES",
-    "CatalogSummary",
-    "duckdb_location",
-    "export_nemo_manifest",
-    "export_tar_urls",
-    "format_table",
-    "refresh_catalog",
-    "run_query",
-    "sample_columns",
-    "select_samples",
-]

@@ -88,7 +88,7 @@ def test_bridge_tars_stream_from_the_bucket_with_webdataset_and_by_byte_range(bu
 
 
 def test_duckdb_reads_the_manifests_in_the_bucket_through_the_catalog(bucket_root):
-    from dagster_project.catalog import main, open_catalog
+    from speechdata.catalog.cli import main, open_catalog
 
     root, _, _, catalog, languages = bucket_root
     manifest = root.read_parquet(manifest_path(SHARD))

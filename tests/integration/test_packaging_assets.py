@@ -13,7 +13,7 @@ from assets.partitions import shard_partitions
 from sensors.catalog import catalog_refresh_sensor
 from speechdata.bridge.manifest import manifest_path
 from speechdata.bridge.reader import bridge_dataset, read_sample_at
-from speechdata.catalog.views import select_samples
+from speechdata.catalog.queries import select_samples
 from speechdata.io import layout
 from speechdata.testing.sample_shards import build_sample_shard
 

@@ -10,17 +10,10 @@ import pyarrow as pa
 import pytest
 
 from speechdata.bridge.manifest import MANIFEST_COLUMNS, manifest_path
-from speechdata.catalog.views import (
-    CATALOG_FILE,
-    NAMED_QUERIES,
-    SUMMARY_TABLES,
-    export_nemo_manifest,
-    export_tar_urls,
-    format_table,
-    refresh_catalog,
-    run_query,
-    select_samples,
-)
+from speechdata.catalog.display import format_table
+from speechdata.catalog.exports import export_nemo_manifest, export_tar_urls
+from speechdata.catalog.queries import NAMED_QUERIES, run_query, select_samples
+from speechdata.catalog.views import CATALOG_FILE, SUMMARY_TABLES, refresh_catalog
 from speechdata.io import layout
 from speechdata.rejects import Reject, rejects_table
 
@@ -278,7 +271,7 @@ def test_format_table_aligns_columns_and_counts_hidden_rows():
 def run_cli(*args, data_root):
     env = {**os.environ, "DATA_ROOT": data_root.root}
     return subprocess.run(
-        [sys.executable, "-m", "dagster_project.catalog", *args],
+        [sys.executable, "-m", "speechdata.catalog.cli", *args],
         cwd=REPO_ROOT,
         env=env,
         capture_output=True,

@@ -1,0 +1,130 @@
+"""Questions asked of the catalog: named queries, SQL with bound parameters, filtered selections of samples.
+
+Every function takes an open connection to a refreshed catalog (:mod:`speechdata.catalog.views`)
+and returns an Arrow table.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import duckdb
+import pyarrow as pa
+
+from speechdata.catalog.views import MANIFEST_TYPES, quote_identifier
+
+NAMED_QUERIES: dict[str, str] = {
+    "hours_per_language": """
+        SELECT language, count(*) AS samples, sum(duration_s) / 3600.0 AS hours,
+               avg(alignment_score) AS mean_alignment_score
+        FROM samples GROUP BY language ORDER BY hours DESC, language""",
+    "hours_per_country": """
+        SELECT country, count(*) AS samples, sum(duration_s) / 3600.0 AS hours,
+               avg(alignment_score) AS mean_alignment_score
+        FROM samples GROUP BY country ORDER BY hours DESC, country""",
+    "hours_per_shard": """
+        SELECT shard, count(*) AS samples, sum(duration_s) / 3600.0 AS hours,
+               avg(alignment_score) AS mean_alignment_score, count(DISTINCT tar_url) AS tars
+        FROM samples GROUP BY shard ORDER BY shard""",
+    "samples_per_language_and_country": """
+        SELECT language, country, count(*) AS samples, sum(duration_s) / 3600.0 AS hours
+        FROM samples GROUP BY language, country ORDER BY language, country""",
+    "rejects_by_reason": """
+        SELECT stage, reason, count(*) AS rejects, count(DISTINCT (shard, utt_id)) AS utterances,
+               count(DISTINCT shard) AS shards
+        FROM rejects GROUP BY stage, reason ORDER BY rejects DESC, stage, reason""",
+    "rejects_by_shard": """
+        SELECT shard, count(DISTINCT utt_id) AS rejected_utterances, count(*) AS rejects,
+               string_agg(DISTINCT stage, ',' ORDER BY stage) AS stages
+        FROM rejects GROUP BY shard ORDER BY shard""",
+    "shard_accounting": """
+        SELECT shard, samples, rejected_utterances, samples + rejected_utterances AS accounted_for,
+               hours, mean_alignment_score
+        FROM hours_by_shard ORDER BY shard""",
+}
+"""Queries a person asks often, by name. All but ``shard_accounting`` (which reads the summary
+table of the last refresh) read the live views."""
+
+
+def run_query(connection: duckdb.DuckDBPyConnection, sql: str, params: Sequence | Mapping | None = None) -> pa.Table:
+    """Run ``sql`` with ``params`` bound to its ``?`` (or ``$name``) placeholders; an empty table for DDL."""
+    relation = connection.sql(sql, params=params)
+    if relation is None:
+        return pa.table({})
+    return relation.to_arrow_table() if hasattr(relation, "to_arrow_table") else relation.fetch_arrow_table()
+
+
+def sample_columns(connection: duckdb.DuckDBPyConnection) -> dict[str, str]:
+    """The ``samples`` view's columns and their DuckDB types, in order."""
+    return {row[0]: row[1] for row in connection.execute("DESCRIBE samples").fetchall()}
+
+
+def select_samples(
+    connection: duckdb.DuckDBPyConnection,
+    where: Mapping[str, object] | None = None,
+    min_alignment_score: float | None = None,
+    min_duration_s: float | None = None,
+    max_duration_s: float | None = None,
+    languages: Sequence[str] | None = None,
+    countries: Sequence[str] | None = None,
+    limit: int | None = None,
+    order_by_key: bool = True,
+) -> pa.Table:
+    """Rows of ``samples`` matching every filter, ordered by ``(shard, key)`` unless told not to.
+
+    ``where`` maps a column to a value (``= value``), a list/tuple/set (``IN``; empty matches
+    nothing) or ``None`` (``IS NULL``). Column names are checked against the view's columns and
+    rejected with :class:`ValueError` when unknown; every value reaches DuckDB as a bound
+    parameter, cast to the column's type (so bounds compare at the column's precision: the
+    ``alignment_score`` bound as float32). Scores and durations are inclusive bounds.
+    """
+    # Describing the view reads every manifest's footer: only a ``where`` needs it.
+    columns = sample_columns(connection) if where else dict(MANIFEST_TYPES)
+    conditions: list[str] = []
+    params: list[object] = []
+
+    def placeholder(column: str) -> str:
+        return f"CAST(? AS {columns[column]})"
+
+    def add_membership(column: str, values) -> None:
+        values = list(values)
+        if not values:
+            conditions.append("false")
+            return
+        conditions.append(f"{quote_identifier(column)} IN ({', '.join([placeholder(column)] * len(values))})")
+        params.extend(values)
+
+    for column, value in (where or {}).items():
+        if column not in columns:
+            raise ValueError(f"unknown column {column!r} in where: the samples view has {', '.join(columns)}")
+        if value is None:
+            conditions.append(f"{quote_identifier(column)} IS NULL")
+        elif isinstance(value, (list, tuple, set, frozenset)):
+            add_membership(column, sorted(value, key=repr) if isinstance(value, (set, frozenset)) else value)
+        else:
+            conditions.append(f"{quote_identifier(column)} = {placeholder(column)}")
+            params.append(value)
+    if languages is not None:
+        add_membership("language", [languages] if isinstance(languages, str) else languages)
+    if countries is not None:
+        add_membership("country", [countries] if isinstance(countries, str) else countries)
+    for bound, column, operator in (
+        (min_alignment_score, "alignment_score", ">="),
+        (min_duration_s, "duration_s", ">="),
+        (max_duration_s, "duration_s", "<="),
+    ):
+        if bound is not None:
+            conditions.append(f"{column} {operator} {placeholder(column)}")
+            params.append(float(bound))
+
+    sql = "SELECT * FROM samples"
+    if conditions:
+        sql += " WHERE " + " AND ".join(conditions)
+    if order_by_key:
+        sql += " ORDER BY shard, key"
+    if limit is not None:
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
+            raise ValueError(f"limit must be a non-negative integer, got {limit!r}")
+        sql += " LIMIT ?"
+        params.append(limit)
+    return run_query(connection, sql, params)
