@@ -1,42 +1,51 @@
 """Software-defined assets, one module per asset group. Each asset is thin: it reads its inputs
-through a resource, calls ``speechdata`` and reports what it wrote."""
+through a resource, calls ``speechdata`` and reports what it wrote.
 
-from assets.alignment import alignments, frame_grids
-from assets.asr_training import asr_flac, asr_manifest
-from assets.catalog import manifest_catalog
-from assets.features import qwen_hidden_states, wavlm_features
-from assets.ingest import normalized_audio, raw_shards
-from assets.packaging import bridge_tars, shard_manifest
-from assets.publishing import PUBLISHING_ASSETS, hf_dataset, hf_hub_upload, hf_split_assignments  # noqa: F401 (re-exported)
-from assets.translation import qe_scores, streaming_pairs, streaming_segments
-from assets.vad import language_shard_index, vad_segments
+A group module owns its assets (their checks are declared on them), its jobs, and ends with
+
+* ``defs``: a ``dg.Definitions`` of those assets and jobs;
+* ``RESOURCES``: ``{resource key: factory}``, the resources its assets need (factories live beside
+  their resource classes in ``resources/``).
+
+Its sensors, if any, live in ``sensors/<module>.py`` with the same two names. The code location
+(``dagster_project/definitions.py``) merges every group listed in ``GROUPS`` and every sensor
+module. Adding a group: README, "How to add an asset group".
+"""
+
+import importlib
+
+from assets.partitions import PER_SHARD_TAGS
+
+GROUPS = (
+    "ingest",
+    "alignment",
+    "features",
+    "packaging",
+    "catalog",
+    "publishing",
+    "translation",
+    "asr_training",
+    "vad",
+)
+"""The asset group modules, in the order the UI lists them: one line per group."""
+
+GROUP_MODULES = [importlib.import_module(f"assets.{name}") for name in GROUPS]
+
+ALL_ASSETS = [asset for module in GROUP_MODULES for asset in module.defs.assets]
+
+
+def _partitioned_by(asset, name: str) -> bool:
+    partitions = asset.partitions_def
+    return partitions is not None and getattr(partitions, "name", None) == name
+
 
 SHARD_ASSETS = [
-    raw_shards,
-    normalized_audio,
-    alignments,
-    frame_grids,
-    qwen_hidden_states,
-    wavlm_features,
-    bridge_tars,
-    shard_manifest,
-    asr_flac,
-    vad_segments,
+    asset for asset in ALL_ASSETS if PER_SHARD_TAGS.items() <= dict(asset.specs_by_key[asset.key].tags).items()
 ]
-"""Every shard-partitioned asset: what the per-shard job (launched by the landing sensor) materializes."""
+"""Every asset of the per-shard job (launched by the landing sensor): those tagged ``PER_SHARD_TAGS``."""
 
-ON_DEMAND_SHARD_ASSETS = [streaming_segments, qe_scores, streaming_pairs]
+ON_DEMAND_SHARD_ASSETS = [
+    asset for asset in ALL_ASSETS if _partitioned_by(asset, "shard") and asset not in SHARD_ASSETS
+]
 """Shard-partitioned, but not in the per-shard job: they need inputs landed later (the LLM
 segmentation JSONs), so they run from the translation job or a backfill for the shards that have them."""
-
-ALL_ASSETS = [
-    *SHARD_ASSETS,
-    manifest_catalog,
-    asr_manifest,
-    language_shard_index,
-    *ON_DEMAND_SHARD_ASSETS,
-    *PUBLISHING_ASSETS,
-]
-
-PER_SHARD_JOB_NAME = "per_shard_job"
-TRANSLATION_JOB_NAME = "translation_job"

@@ -7,13 +7,13 @@ from pydantic import Field
 
 from assets.gpu_pool import GPU_OP_TAGS, GPU_POOL
 from assets.ingest import normalized_audio
-from assets.partitions import shard_partitions
+from assets.partitions import PER_SHARD_TAGS, shard_partitions
 from assets.reporting import column_schema, markdown_preview, progress_logger, stage_metadata, utterance_check_results
 from assets.shard_runs import CPU_BACKFILL_POLICY, ShardEvents, ShardResult, materialize_shards, shard_check_specs
-from resources.aligner import CtcAlignerResource
+from resources.aligner import CtcAlignerResource, aligner_resource
 from resources.model_pins import QWEN
-from resources.storage import DataRootResource
-from resources.text_tokenizer import TextTokenizerResource
+from resources.storage import DataRootResource, data_root_resource
+from resources.text_tokenizer import TextTokenizerResource, text_tokenizer_resource
 from speechdata.alignment.log_probs import CTC_FRAME_S
 from speechdata.alignment.stage import align_shard, import_shard_alignments
 from speechdata.bridge.clock import SAMPLES_PER_FRAME
@@ -40,6 +40,7 @@ class AlignmentsConfig(dg.Config):
     deps=[normalized_audio],
     partitions_def=shard_partitions,
     group_name=GROUP,
+    tags=PER_SHARD_TAGS,
     kinds={"pytorch", "parquet"},
     owners=OWNERS,
     # The CTC model (parakeet-ctc-1.1b: ~27 GFLOP per audio second) runs on the GPU when there is one:
@@ -114,6 +115,7 @@ GRID_CHECKS = {
     deps=[alignments],
     partitions_def=shard_partitions,
     group_name=GROUP,
+    tags=PER_SHARD_TAGS,
     kinds={"parquet"},
     owners=OWNERS,
     # The grid rule's version and the Qwen tokenizer's pin are part of the code version: changing
@@ -180,3 +182,9 @@ def _grid_preview(table) -> dg.MetadataValue:
         f"**{row['utt_id']}**: {row['n_tokens']} tokens, {row['n_frames']} frames "
         f"({row['silence_frames']} silent, {row['zero_duration_tokens']} zero-frame tokens)\n\n```\n{cells}\n```"
     )
+
+
+# --- the group: its definitions and the resources they need (assembled by dagster_project/definitions.py)
+
+defs = dg.Definitions(assets=[alignments, frame_grids])
+RESOURCES = {"data_root": data_root_resource, "aligner": aligner_resource, "text_tokenizer": text_tokenizer_resource}

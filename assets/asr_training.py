@@ -4,10 +4,10 @@ import dagster as dg
 from pydantic import Field
 
 from assets.ingest import raw_shards
-from assets.partitions import shard_partitions
+from assets.partitions import PER_SHARD_TAGS, shard_partitions
 from assets.reporting import column_schema, markdown_preview, markdown_rows, progress_logger, stage_metadata
 from assets.shard_runs import CPU_BACKFILL_POLICY, ShardEvents, ShardResult, materialize_shards, shard_check_specs
-from resources.storage import DataRootResource
+from resources.storage import DataRootResource, data_root_resource
 from speechdata.asr.flac import extract_asr_flac
 from speechdata.asr.manifest import AsrManifestConfig
 from speechdata.asr.manifest_stage import build_and_write_asr_manifests
@@ -22,6 +22,7 @@ NO_RECORDING_LEAKS = "no_recording_in_two_splits"
     deps=[raw_shards],
     partitions_def=shard_partitions,
     group_name=GROUP,
+    tags=PER_SHARD_TAGS,
     kinds={"flac", "parquet"},
     owners=OWNERS,
     code_version="asr_flac-v1",
@@ -159,3 +160,9 @@ def asr_manifest(
             )
         ],
     )
+
+
+# --- the group: its definitions and the resources they need (assembled by dagster_project/definitions.py)
+
+defs = dg.Definitions(assets=[asr_flac, asr_manifest])
+RESOURCES = {"data_root": data_root_resource}

@@ -7,7 +7,8 @@ from dagster_duckdb import DuckDBResource
 
 from assets.packaging import shard_manifest
 from assets.partitions import country_partitions, language_partitions
-from resources.storage import DataRootResource
+from resources.catalog import catalog_resource
+from resources.storage import DataRootResource, data_root_resource
 from speechdata.catalog.display import format_table
 from speechdata.catalog.queries import NAMED_QUERIES, run_query
 from speechdata.catalog.views import CATALOG_FILE, refresh_catalog
@@ -65,3 +66,17 @@ def manifest_catalog(
             "duckdb_reads_through": read_through,
         }
     )
+
+
+# --- the group: its definitions and the resources they need (assembled by dagster_project/definitions.py)
+
+CATALOG_JOB_NAME = "manifest_catalog_job"
+
+manifest_catalog_job = dg.define_asset_job(
+    CATALOG_JOB_NAME,
+    selection=dg.AssetSelection.groups("catalog"),
+    description="Refresh the DuckDB catalog over every shard manifest. Launched by catalog_refresh_sensor.",
+)
+
+defs = dg.Definitions(assets=[manifest_catalog], jobs=[manifest_catalog_job])
+RESOURCES = {"data_root": data_root_resource, "catalog": catalog_resource}

@@ -6,13 +6,13 @@ import dagster as dg
 
 from assets.alignment import frame_grids
 from assets.gpu_pool import GPU_OP_TAGS, GPU_POOL
-from assets.partitions import shard_partitions
+from assets.partitions import PER_SHARD_TAGS, shard_partitions
 from assets.reporting import device_metadata, progress_logger, stage_metadata, utterance_check_results
 from assets.shard_runs import GPU_BACKFILL_POLICY, ShardEvents, ShardResult, materialize_shards, shard_check_specs
-from resources.encoders import QwenEncoder, WavLMEncoder
+from resources.encoders import QwenEncoder, WavLMEncoder, qwen_resource, wavlm_resource
 from resources.model_pins import QWEN, WAVLM
-from resources.storage import DataRootResource
-from resources.torch_device import TorchDeviceResource
+from resources.storage import DataRootResource, data_root_resource
+from resources.torch_device import TorchDeviceResource, torch_device_resource
 from speechdata.features.stage import check_feature_shapes, compute_qwen_hidden_states, compute_wavlm_features
 from speechdata.io import layout
 
@@ -29,6 +29,7 @@ FEATURE_CHECKS = {
     deps=[frame_grids],
     partitions_def=shard_partitions,
     group_name=GROUP,
+    tags=PER_SHARD_TAGS,
     kinds={"pytorch", "parquet"},
     owners=OWNERS,
     pool=GPU_POOL,
@@ -89,6 +90,7 @@ def qwen_hidden_states(
     deps=[frame_grids],
     partitions_def=shard_partitions,
     group_name=GROUP,
+    tags=PER_SHARD_TAGS,
     kinds={"pytorch", "parquet"},
     owners=OWNERS,
     pool=GPU_POOL,
@@ -149,3 +151,14 @@ def wavlm_features(
         )
 
     yield from materialize_shards(context, one_shard)
+
+
+# --- the group: its definitions and the resources they need (assembled by dagster_project/definitions.py)
+
+defs = dg.Definitions(assets=[qwen_hidden_states, wavlm_features])
+RESOURCES = {
+    "data_root": data_root_resource,
+    "torch_device": torch_device_resource,
+    "qwen": qwen_resource,
+    "wavlm": wavlm_resource,
+}

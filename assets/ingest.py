@@ -5,10 +5,10 @@ from typing import Literal
 import dagster as dg
 from pydantic import Field
 
-from assets.partitions import shard_partitions
+from assets.partitions import PER_SHARD_JOB_NAME, PER_SHARD_SELECTION, PER_SHARD_TAGS, shard_partitions
 from assets.reporting import column_schema, markdown_preview, progress_logger, stage_metadata
 from assets.shard_runs import CPU_BACKFILL_POLICY, ShardEvents, ShardResult, materialize_shards, shard_check_specs
-from resources.storage import DataRootResource
+from resources.storage import DataRootResource, data_root_resource
 from speechdata.bridge.clock import SAMPLE_RATE
 from speechdata.landing.contract import ContractError
 from speechdata.landing.ingest import ingest_normalized_audio, ingest_raw_shard
@@ -23,6 +23,7 @@ AUDIO_ACCOUNTED = "every_indexed_utterance_normalized_or_rejected"
 @dg.asset(
     partitions_def=shard_partitions,
     group_name=GROUP,
+    tags=PER_SHARD_TAGS,
     kinds={"parquet"},
     owners=OWNERS,
     code_version="raw_shards-v1",
@@ -90,6 +91,7 @@ class NormalizedAudioConfig(dg.Config):
     deps=[raw_shards],
     partitions_def=shard_partitions,
     group_name=GROUP,
+    tags=PER_SHARD_TAGS,
     kinds={"parquet"},
     owners=OWNERS,
     code_version="normalized_audio-v1",
@@ -140,3 +142,16 @@ def _normalized_shard(context: dg.AssetExecutionContext, shard_id: str, summary)
             )
         ],
     )
+
+
+# --- the group: its definitions and the resources they need (assembled by dagster_project/definitions.py)
+
+per_shard_job = dg.define_asset_job(
+    PER_SHARD_JOB_NAME,
+    selection=PER_SHARD_SELECTION,
+    partitions_def=shard_partitions,
+    description="Everything one shard feeds, from its landing validation on. Launched by landing_sensor.",
+)
+
+defs = dg.Definitions(assets=[raw_shards, normalized_audio], jobs=[per_shard_job])
+RESOURCES = {"data_root": data_root_resource}

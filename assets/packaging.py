@@ -6,10 +6,10 @@ import dagster as dg
 from pydantic import Field
 
 from assets.features import qwen_hidden_states, wavlm_features
-from assets.partitions import shard_partitions
+from assets.partitions import PER_SHARD_TAGS, shard_partitions
 from assets.reporting import column_schema, markdown_preview
 from assets.shard_runs import CPU_BACKFILL_POLICY, ShardEvents, ShardResult, materialize_shards, shard_check_specs
-from resources.storage import DataRootResource
+from resources.storage import DataRootResource, data_root_resource
 from speechdata.bridge.manifest import manifest_path
 from speechdata.bridge.reader import verify_bridge_tars
 from speechdata.bridge.shard_manifest import account_for_utterances, build_shard_manifest
@@ -29,6 +29,7 @@ class BridgeTarsConfig(dg.Config):
     deps=[qwen_hidden_states, wavlm_features],
     partitions_def=shard_partitions,
     group_name=GROUP,
+    tags=PER_SHARD_TAGS,
     kinds={"webdataset"},
     owners=OWNERS,
     code_version="bridge_tars-v1",
@@ -96,6 +97,7 @@ def _pack_one_shard(context: dg.AssetExecutionContext, config: BridgeTarsConfig,
     deps=[bridge_tars],
     partitions_def=shard_partitions,
     group_name=GROUP,
+    tags=PER_SHARD_TAGS,
     kinds={"parquet"},
     owners=OWNERS,
     code_version="shard_manifest-v1",
@@ -160,3 +162,9 @@ def _zero_frame_token_share(manifest) -> float:
     shares = manifest["zero_duration_token_share"].to_pylist()
     total = sum(tokens)
     return round(sum(n * (share or 0.0) for n, share in zip(tokens, shares)) / total, 6) if total else 0.0
+
+
+# --- the group: its definitions and the resources they need (assembled by dagster_project/definitions.py)
+
+defs = dg.Definitions(assets=[bridge_tars, shard_manifest])
+RESOURCES = {"data_root": data_root_resource}

@@ -5,8 +5,8 @@ import dagster as dg
 from assets.ingest import raw_shards
 from assets.partitions import country_partitions
 from assets.reporting import markdown_rows
-from resources.hub import HfDatasetSettings, HubPublisherResource
-from resources.storage import DataRootResource
+from resources.hub import HfDatasetSettings, HubPublisherResource, hf_dataset_settings_resource, hub_resource
+from resources.storage import DataRootResource, data_root_resource
 from speechdata.hf.card import write_dataset_card
 from speechdata.hf.dataset import build_country_dataset
 from speechdata.hf.publish import publish_country, register_card
@@ -209,4 +209,28 @@ def hf_hub_upload(
     )
 
 
-PUBLISHING_ASSETS = [hf_split_assignments, hf_dataset, hf_hub_upload]
+# --- the group: its definitions and the resources they need (assembled by dagster_project/definitions.py)
+
+HF_DATASET_JOB_NAME = "hf_dataset_job"
+HF_PUBLISH_JOB_NAME = "hf_publish_job"
+
+hf_dataset_job = dg.define_asset_job(
+    HF_DATASET_JOB_NAME,
+    selection=dg.AssetSelection.groups(GROUP) - dg.AssetSelection.assets(hf_hub_upload),
+    partitions_def=country_partitions,
+    description="Assign new recordings to splits and write the country's HF dataset. Launched by country_dataset_sensor.",
+)
+
+hf_publish_job = dg.define_asset_job(
+    HF_PUBLISH_JOB_NAME,
+    selection=dg.AssetSelection.groups(GROUP),
+    partitions_def=country_partitions,
+    description="hf_dataset_job, then upload what the Hub lacks. Launched by country_dataset_sensor when a Hub repo is set.",
+)
+
+defs = dg.Definitions(assets=[hf_split_assignments, hf_dataset, hf_hub_upload], jobs=[hf_dataset_job, hf_publish_job])
+RESOURCES = {
+    "data_root": data_root_resource,
+    "hf_dataset_settings": hf_dataset_settings_resource,
+    "hub": hub_resource,
+}

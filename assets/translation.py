@@ -11,9 +11,9 @@ from assets.gpu_pool import GPU_OP_TAGS, GPU_POOL
 from assets.partitions import shard_partitions
 from assets.reporting import column_schema, device_metadata, markdown_preview, progress_logger, stage_metadata
 from assets.shard_runs import CPU_BACKFILL_POLICY, GPU_BACKFILL_POLICY, ShardEvents, ShardResult, materialize_shards
-from resources.qe import MetricXResource
-from resources.storage import DataRootResource
-from resources.torch_device import TorchDeviceResource
+from resources.qe import MetricXResource, qe_resource
+from resources.storage import DataRootResource, data_root_resource
+from resources.torch_device import TorchDeviceResource, torch_device_resource
 from speechdata.io import layout
 from speechdata.translation.qe_stage import DEFAULT_THRESHOLD, score_shard_segments, write_streaming_pairs
 from speechdata.translation.segments import DEFAULT_MAX_SKIP_WORDS
@@ -186,3 +186,18 @@ def _pairs_one_shard(
             "preview": markdown_preview(kept, ["utt_id", "latency", "source", "hypothesis", "prediction"]),
         }
     )
+
+
+# --- the group: its definitions and the resources they need (assembled by dagster_project/definitions.py)
+
+TRANSLATION_JOB_NAME = "translation_job"
+
+translation_job = dg.define_asset_job(
+    TRANSLATION_JOB_NAME,
+    selection=dg.AssetSelection.groups(GROUP),
+    partitions_def=shard_partitions,
+    description="Streaming segments, MetricX QE and filtered pairs for a shard whose LLM segmentation has landed.",
+)
+
+defs = dg.Definitions(assets=[streaming_segments, qe_scores, streaming_pairs], jobs=[translation_job])
+RESOURCES = {"data_root": data_root_resource, "qe": qe_resource, "torch_device": torch_device_resource}

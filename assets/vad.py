@@ -4,11 +4,11 @@ import dagster as dg
 from pydantic import Field
 
 from assets.ingest import raw_shards
-from assets.partitions import language_partitions, shard_partitions
+from assets.partitions import PER_SHARD_TAGS, language_partitions, shard_partitions
 from assets.reporting import column_schema, markdown_preview, progress_logger
 from assets.shard_runs import CPU_BACKFILL_POLICY, ShardEvents, ShardResult, materialize_shards, shard_check_specs
-from resources.storage import DataRootResource
-from resources.vad import SileroVadResource
+from resources.storage import DataRootResource, data_root_resource
+from resources.vad import SileroVadResource, vad_resource
 from speechdata.io import layout
 from speechdata.vad.chunks import DEFAULT_CHUNK_S, DEFAULT_NUM_CHUNKS
 from speechdata.vad.language_index import build_language_shard_index
@@ -29,6 +29,7 @@ class ChunkingConfig(dg.Config):
     deps=[raw_shards],
     partitions_def=shard_partitions,
     group_name=GROUP,
+    tags=PER_SHARD_TAGS,
     kinds={"parquet", "pytorch"},
     owners=OWNERS,
     code_version="vad_segments-v1",
@@ -157,3 +158,9 @@ def language_shard_index(
             "preview": markdown_preview(table, ["shard", "tar_path", "files", "hours", "usable_chunk_hours"]),
         }
     )
+
+
+# --- the group: its definitions and the resources they need (assembled by dagster_project/definitions.py)
+
+defs = dg.Definitions(assets=[vad_segments, language_shard_index])
+RESOURCES = {"data_root": data_root_resource, "vad": vad_resource}

@@ -146,8 +146,10 @@ def _run_the_other_products(data_root: DataRoot, instance, resources, defs) -> b
     """Streaming translation for demo-0001's English, the ASR manifest, the per-language VAD index."""
     import json
 
-    from assets import ALL_ASSETS, asr_manifest, language_shard_index
+    from assets import ALL_ASSETS
+    from assets.asr_training import asr_manifest
     from assets.partitions import language_partitions
+    from assets.vad import language_shard_index
 
     shard_id = "demo-0001"
     index = data_root.read_parquet(layout.utterance_index(shard_id), columns=["utt_id", "language", "text"])

@@ -3,11 +3,14 @@ import threading
 import dagster as dg
 from pydantic import Field, PrivateAttr
 
+from resources.settings import ResourceSettings
 from speechdata.alignment.log_probs import LogProbSettings, model_frame_seconds, nemo_ctc_forward
 from speechdata.alignment.stage import CtcAligner
 from speechdata.alignment.transcript_units import vocabulary_of
 
 DEFAULT_ALIGNMENT_MODELS = {"en": "nvidia/parakeet-ctc-1.1b"}
+TINY_ALIGNMENT_LANGUAGES = ("en", "de", "fr")
+"""The tiny CTC model's character set covers these; other sample languages show the no-model reject."""
 
 # One load per model and device per process, however many runs or resource instances ask for it.
 _LOADED: dict[tuple[str, str], CtcAligner] = {}
@@ -69,3 +72,10 @@ class CtcAlignerResource(dg.ConfigurableResource):
                     frame_s=model_frame_seconds(model),
                 )
             return _LOADED[key]
+
+
+def aligner_resource(settings: ResourceSettings) -> CtcAlignerResource:
+    models = (
+        {language: "tiny" for language in TINY_ALIGNMENT_LANGUAGES} if settings.tiny else dict(DEFAULT_ALIGNMENT_MODELS)
+    )
+    return CtcAlignerResource(models=models, model_cache_dir=settings.model_cache_dir)

@@ -5,7 +5,10 @@ import threading
 import dagster as dg
 from pydantic import Field
 
+from resources.model_pins import QWEN, WAVLM
+from resources.settings import ResourceSettings
 from resources.torch_device import TorchDeviceResource
+from speechdata.bridge.text_tokens import TINY_VOCAB_SIZE
 
 _LOADED: dict[tuple, object] = {}
 _LOCK = threading.Lock()
@@ -86,3 +89,15 @@ class WavLMEncoder(dg.ConfigurableResource):
             return model.to(torch_device, dtype)
 
         return _cached(("wavlm", self.model_id, self.revision, str(torch_device), str(dtype)), build)
+
+
+def qwen_resource(settings: ResourceSettings) -> QwenEncoder:
+    if settings.tiny:
+        return QwenEncoder(model_id="tiny", revision=None, tiny_vocab_size=TINY_VOCAB_SIZE)
+    return QwenEncoder(model_id=QWEN.model_id, revision=QWEN.revision, tiny_vocab_size=TINY_VOCAB_SIZE)
+
+
+def wavlm_resource(settings: ResourceSettings) -> WavLMEncoder:
+    if settings.tiny:
+        return WavLMEncoder(model_id="tiny", revision=None)
+    return WavLMEncoder(model_id=WAVLM.model_id, revision=WAVLM.revision)

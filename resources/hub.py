@@ -3,6 +3,7 @@ import os
 import dagster as dg
 from pydantic import Field
 
+from resources.settings import ResourceSettings
 from speechdata.hf.dataset import DEFAULT_DATASET, DatasetOptions
 from speechdata.hf.publish import RetryPolicy
 from speechdata.hf.segments import SegmentLimits
@@ -80,3 +81,11 @@ def hub_publisher_from_env() -> HubPublisherResource:
         token=dg.EnvVar("HF_TOKEN") if os.environ.get("HF_TOKEN") else None,
         endpoint=os.environ.get("SPEECHDATA_HF_ENDPOINT") or None,
     )
+
+
+def hf_dataset_settings_resource(settings: ResourceSettings) -> HfDatasetSettings:
+    return HfDatasetSettings()
+
+
+def hub_resource(settings: ResourceSettings) -> HubPublisherResource:
+    return hub_publisher_from_env()

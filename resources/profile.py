@@ -1,5 +1,6 @@
 import dagster as dg
 
+from resources.settings import ResourceSettings
 from speechdata.profiles import Profile
 
 
@@ -11,3 +12,7 @@ class ModelProfileResource(dg.ConfigurableResource):
     """
 
     profile: Profile = "full"
+
+
+def model_profile_resource(settings: ResourceSettings) -> ModelProfileResource:
+    return ModelProfileResource(profile=settings.profile)

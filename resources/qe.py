@@ -5,6 +5,7 @@ import threading
 import dagster as dg
 from pydantic import Field
 
+from resources.settings import ResourceSettings
 from resources.torch_device import TorchDeviceResource
 
 DEFAULT_METRICX_MODEL = "google/metricx-24-hybrid-xl-v2p6"
@@ -65,3 +66,9 @@ class MetricXResource(dg.ConfigurableResource):
         from speechdata.translation.metricx import MetricXScorer
 
         return MetricXScorer(model, tokenizer, torch_device, self.max_input_length, self.max_batch_tokens)
+
+
+def qe_resource(settings: ResourceSettings) -> MetricXResource:
+    return MetricXResource(
+        model_path="tiny" if settings.tiny else DEFAULT_METRICX_MODEL, model_cache_dir=settings.model_cache_dir
+    )

@@ -1,6 +1,7 @@
 import dagster as dg
 from pydantic import PrivateAttr
 
+from resources.settings import ResourceSettings
 from speechdata.io.storage import DataRoot
 
 
@@ -18,3 +19,7 @@ class DataRootResource(dg.ConfigurableResource):
         if self._data_root is None:
             self._data_root = DataRoot(self.url)
         return self._data_root
+
+
+def data_root_resource(settings: ResourceSettings) -> DataRootResource:
+    return DataRootResource(url=settings.data_root_url)

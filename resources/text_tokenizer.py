@@ -1,6 +1,8 @@
 import dagster as dg
 from pydantic import Field, PrivateAttr
 
+from resources.model_pins import QWEN
+from resources.settings import ResourceSettings
 from speechdata.bridge.text_tokens import load_text_tokenizer, tiny_tokenizer
 
 
@@ -28,3 +30,9 @@ class TextTokenizerResource(dg.ConfigurableResource):
     def identity(self) -> str:
         """Model id and revision, recorded in metadata so a tokenizer change is visible."""
         return f"{self.model_id}@{self.revision or 'default'}"
+
+
+def text_tokenizer_resource(settings: ResourceSettings) -> TextTokenizerResource:
+    if settings.tiny:
+        return TextTokenizerResource(model_id="tiny", revision=None)
+    return TextTokenizerResource(model_id=QWEN.model_id, revision=QWEN.revision)

@@ -3,6 +3,8 @@ from typing import TYPE_CHECKING
 import dagster as dg
 from pydantic import Field
 
+from resources.settings import ResourceSettings
+
 if TYPE_CHECKING:
     import torch
 
@@ -44,3 +46,7 @@ class TorchDeviceResource(dg.ConfigurableResource):
         import torch
 
         return torch.cuda.max_memory_allocated(device) / 1e9
+
+
+def torch_device_resource(settings: ResourceSettings) -> TorchDeviceResource:
+    return TorchDeviceResource()

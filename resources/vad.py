@@ -3,6 +3,7 @@ import math
 import dagster as dg
 from pydantic import Field, PrivateAttr
 
+from resources.settings import ResourceSettings
 from speechdata.vad.silero import VadParams, load_silero_model
 
 
@@ -32,3 +33,7 @@ class SileroVadResource(dg.ConfigurableResource):
             speech_pad_ms=self.speech_pad_ms,
             max_speech_duration_s=self.max_speech_duration_s if self.max_speech_duration_s > 0 else math.inf,
         )
+
+
+def vad_resource(settings: ResourceSettings) -> SileroVadResource:
+    return SileroVadResource()

@@ -4,7 +4,8 @@ import os
 
 import dagster as dg
 
-CATALOG_JOB_NAME = "manifest_catalog_job"
+from assets.catalog import CATALOG_JOB_NAME
+
 SHARD_MANIFEST = dg.AssetKey("shard_manifest")
 
 
@@ -28,3 +29,7 @@ def catalog_refresh_sensor(context: dg.SensorEvaluationContext) -> dg.SensorResu
         ],
         cursor=str(latest),
     )
+
+
+defs = dg.Definitions(sensors=[catalog_refresh_sensor])
+RESOURCES = {}

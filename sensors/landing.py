@@ -6,9 +6,8 @@ import time
 
 import dagster as dg
 
-from assets import PER_SHARD_JOB_NAME
-from assets.partitions import country_partitions, language_partitions, shard_partitions
-from resources.storage import DataRootResource
+from assets.partitions import PER_SHARD_JOB_NAME, country_partitions, language_partitions, shard_partitions
+from resources.storage import DataRootResource, data_root_resource
 from speechdata.io import layout
 from speechdata.landing.contract import ContractError, partition_values
 from speechdata.landing.scan import scan_landing_zone
@@ -96,3 +95,6 @@ def build_landing_sensor(
 
 
 landing_sensor = build_landing_sensor()
+
+defs = dg.Definitions(sensors=[landing_sensor])
+RESOURCES = {"data_root": data_root_resource}

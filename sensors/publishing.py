@@ -4,33 +4,14 @@ import os
 
 import dagster as dg
 
-from assets.partitions import country_partitions
-from assets.publishing import hf_dataset, hf_hub_upload, hf_split_assignments
-from resources.hub import HubPublisherResource
+from assets.publishing import HF_DATASET_JOB_NAME, HF_PUBLISH_JOB_NAME, hf_dataset_job, hf_publish_job
+from resources.hub import HubPublisherResource, hub_resource
 
-HF_DATASET_JOB_NAME = "hf_dataset_job"
-HF_PUBLISH_JOB_NAME = "hf_publish_job"
 RAW_SHARDS = dg.AssetKey("raw_shards")
 COUNTRY_TAG = "speechdata/hf_country"
 """Runs of one country queue behind each other (run queue ``tag_concurrency_limits`` in dagster.yaml):
 a country's state database has one writer at a time."""
 MAX_RECORDS_PER_TICK = 1000
-
-# The jobs live beside the sensor that launches them (a sensor's `jobs` must be definitions).
-hf_dataset_job = dg.define_asset_job(
-    HF_DATASET_JOB_NAME,
-    selection=dg.AssetSelection.assets(hf_split_assignments, hf_dataset),
-    partitions_def=country_partitions,
-    description="Assign new recordings to splits and write the country's HF dataset. Launched by country_dataset_sensor.",
-)
-
-hf_publish_job = dg.define_asset_job(
-    HF_PUBLISH_JOB_NAME,
-    selection=dg.AssetSelection.assets(hf_split_assignments, hf_dataset, hf_hub_upload),
-    partitions_def=country_partitions,
-    description="hf_dataset_job, then upload what the Hub lacks. Launched by country_dataset_sensor when a Hub repo is set.",
-)
-
 
 SENSOR_NAME = "country_dataset_sensor"
 
@@ -87,3 +68,7 @@ def country_dataset_sensor(
         else [],
         cursor=str(latest),
     )
+
+
+defs = dg.Definitions(sensors=[country_dataset_sensor])
+RESOURCES = {"hub": hub_resource}

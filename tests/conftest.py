@@ -67,25 +67,16 @@ def model_cache_dir(tmp_path_factory):
 
 @pytest.fixture
 def tiny_resources(data_root, model_cache_dir):
-    from resources.aligner import CtcAlignerResource
-    from resources.encoders import QwenEncoder, WavLMEncoder
-    from resources.storage import DataRootResource
-    from resources.text_tokenizer import TextTokenizerResource
+    """Every resource the asset groups declare, built for the tiny profile on this test's data root
+    (the groups' own factories), with the models on the CPU."""
+    from dagster_project.loader import resource_factories
+    from resources.settings import ResourceSettings
     from resources.torch_device import TorchDeviceResource
-    from resources.vad import SileroVadResource
-    from speechdata.bridge.text_tokens import TINY_VOCAB_SIZE
 
-    return {
-        "data_root": DataRootResource(url=data_root.url),
-        "aligner": CtcAlignerResource(
-            models={"en": "tiny", "de": "tiny", "fr": "tiny"}, model_cache_dir=model_cache_dir
-        ),
-        "text_tokenizer": TextTokenizerResource(model_id="tiny"),
-        "torch_device": TorchDeviceResource(device="cpu"),
-        "qwen": QwenEncoder(model_id="tiny", tiny_vocab_size=TINY_VOCAB_SIZE),
-        "wavlm": WavLMEncoder(model_id="tiny"),
-        "vad": SileroVadResource(),
-    }
+    settings = ResourceSettings(data_root_url=data_root.url, profile="tiny", model_cache_dir=model_cache_dir)
+    resources = {key: factory(settings) for key, factory in resource_factories().items()}
+    resources["torch_device"] = TorchDeviceResource(device="cpu")
+    return resources
 
 
 @pytest.fixture(scope="session")

@@ -78,7 +78,7 @@ def session(tmp_path_factory):
 def materialize_index_in_process(dev: DagsterDev, shard_id: str) -> None:
     import dagster as dg
 
-    from assets import raw_shards
+    from assets.ingest import raw_shards
     from dagster_project.definitions import build_resources
 
     with dg.DagsterInstance.from_config(str(dev.dagster_home)) as instance:

@@ -9,8 +9,10 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from assets import SHARD_ASSETS, language_shard_index, manifest_catalog
+from assets import SHARD_ASSETS
+from assets.catalog import manifest_catalog
 from assets.partitions import language_partitions, shard_partitions
+from assets.vad import language_shard_index
 from speechdata.bridge.manifest import manifest_path
 from speechdata.bridge.reader import bridge_dataset, read_sample_at
 from speechdata.io import layout

@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 import torch
 
-from assets import SHARD_ASSETS, manifest_catalog
+from assets import SHARD_ASSETS
+from assets.catalog import manifest_catalog
 from assets.partitions import shard_partitions
 from sensors.catalog import catalog_refresh_sensor
 from speechdata.bridge.manifest import manifest_path

@@ -1,0 +1,29 @@
+"""What every resource factory is built from: the data root, the model profile, the model cache.
+
+An asset group declares the resources it needs as ``RESOURCES = {key: factory}``, each factory a
+function of :class:`ResourceSettings` (defined beside its resource class). The code location's
+loader calls each factory once per key, so two groups that need ``data_root`` share one resource.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from speechdata.profiles import Profile
+
+
+@dataclass(frozen=True)
+class ResourceSettings:
+    data_root_url: str
+    profile: Profile
+    model_cache_dir: str
+    """Where locally built models (the tiny profile's, NeMo's save/restore) are kept."""
+
+    @property
+    def tiny(self) -> bool:
+        return self.profile == "tiny"
+
+
+ResourceFactory = Callable[[ResourceSettings], Any]
