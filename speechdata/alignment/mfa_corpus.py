@@ -64,12 +64,38 @@ def export_mfa_corpus(
     return MfaCorpusExport(target.uri(prefix.rstrip("/")), exported, audio_seconds, skipped)
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("data_root")
+DESCRIPTION = __doc__.splitlines()[0]
+EPILOG = """example:
+  speechdata mfa-corpus "$DATA_ROOT" granary-0001 /tmp/corpus   # then: mfa align /tmp/corpus ..."""
+
+
+def register(subparsers) -> None:
+    """The ``speechdata mfa-corpus`` subcommand."""
+    parser = subparsers.add_parser(
+        "mfa-corpus",
+        help="export a shard as an MFA corpus (<utt>.wav 16 kHz + <utt>.lab)",
+        description=DESCRIPTION,
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add_arguments(parser)
+    parser.set_defaults(run=run)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("data_root", help="the platform's data root (path or fsspec URL)")
     parser.add_argument("shard_id")
     parser.add_argument("out_dir", nargs="?", help="default: translation/mfa_corpus/<shard> in the data root")
-    args = parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m speechdata.alignment.mfa_corpus``: an alias of ``speechdata mfa-corpus``."""
+    parser = argparse.ArgumentParser(prog="python -m speechdata.alignment.mfa_corpus", description=DESCRIPTION)
+    add_arguments(parser)
+    return run(parser.parse_args(argv))
+
+
+def run(args: argparse.Namespace) -> int:
     result = export_mfa_corpus(
         DataRoot(args.data_root), args.shard_id, DataRoot(args.out_dir) if args.out_dir else None
     )
@@ -77,7 +103,10 @@ def main(argv: list[str] | None = None) -> None:
         f"exported {result.utterances} utterances ({result.audio_seconds / 3600:.3f} h) to {result.directory}; "
         f"skipped {len(result.skipped)}"
     )
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    import sys
+
+    sys.exit(main())

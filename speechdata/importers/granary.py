@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import io
+import sys
 import tarfile
 from dataclasses import dataclass
 
@@ -158,16 +159,29 @@ def import_granary_parquet(
     return GranaryImport(shard_id, len(rows), without_audio, metadata)
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("data_root")
-    parser.add_argument("shard_id")
-    parser.add_argument("source_url")
+DESCRIPTION = __doc__.splitlines()[0]
+EPILOG = """example:
+  speechdata import granary "$DATA_ROOT" granary-0001 train-00000.parquet --language en"""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("data_root", help="the platform's data root (path or fsspec URL)")
+    parser.add_argument("shard_id", help="the landing shard to write")
+    parser.add_argument("source_url", help="the Granary-style parquet (path or fsspec URL)")
     parser.add_argument("--audio-column", default="audio")
     parser.add_argument("--text-column")
     parser.add_argument("--id-column")
     parser.add_argument("--language", default="en")
-    args = parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m speechdata.importers.granary``: an alias of ``speechdata import granary``."""
+    parser = argparse.ArgumentParser(prog="python -m speechdata.importers.granary", description=DESCRIPTION)
+    add_arguments(parser)
+    return run(parser.parse_args(argv))
+
+
+def run(args: argparse.Namespace) -> int:
     result = import_granary_parquet(
         DataRoot(args.data_root),
         args.shard_id,
@@ -178,7 +192,8 @@ def main(argv: list[str] | None = None) -> None:
         language=args.language,
     )
     print(f"landed {result.rows} rows ({result.rows_without_audio} without audio) as {args.shard_id}")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -211,26 +211,44 @@ def import_language_tars(
     return [import_language_tar(data_root, url, language_index, **options) for url in sorted(source_tars)]
 
 
-def main(argv: list[str] | None = None) -> None:
-    import argparse
-    import json
-    import os
+DESCRIPTION = "Land seed 001's mixed-language tars as shards."
+EPILOG = """example:
+  speechdata import language-tars 'raw/*.tar' --index lid_index.pkl --vad-cache 'vad/{number:06d}.pkl'"""
 
-    parser = argparse.ArgumentParser(description="Land seed 001's mixed-language tars as shards.")
+
+def add_arguments(parser) -> None:
     parser.add_argument("tars", nargs="+", help="source tar URLs or paths (globs are expanded)")
     parser.add_argument("--index", required=True, help="lid_index.pkl, or a parquet/CSV/JSON table")
     parser.add_argument("--vad-cache", help="per-tar VAD pickles, e.g. 'vad/{number:06d}.pkl'")
     parser.add_argument("--data-root", default=None, help="default: DATA_ROOT or ./.data")
     parser.add_argument("--shard-prefix", default="lid")
-    args = parser.parse_args(argv)
-    root = DataRoot(args.data_root or os.environ.get("DATA_ROOT", "./.data"))
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m speechdata.importers.language_tars``: an alias of ``speechdata import language-tars``."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m speechdata.importers.language_tars", description=DESCRIPTION)
+    add_arguments(parser)
+    return run(parser.parse_args(argv))
+
+
+def run(args) -> int:
+    import json
+
+    from speechdata.io.env import data_root_url
+
+    root = DataRoot(args.data_root or data_root_url())
     urls = [f.full_name for pattern in args.tars for f in fsspec.open_files(pattern)]
     cache = pickled_vad_cache(lambda n: args.vad_cache.format(number=n)) if args.vad_cache else None
     for shard in import_language_tars(
         root, urls, load_language_index(args.index), vad_cache=cache, shard_prefix=args.shard_prefix
     ):
         print(json.dumps(shard.__dict__))
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    import sys
+
+    sys.exit(main())

@@ -162,3 +162,45 @@ def build_seed003_sample(
 def _write_parquet(fs, path: str, frame: pl.DataFrame) -> None:
     with fs.open(path, "wb") as handle:
         frame.write_parquet(handle)
+
+
+DESCRIPTION = "Land one seed 003 ASR shard (metadata.parquet, audio_index.parquet, a FLAC tar) as a landing shard."
+EPILOG = """example:
+  speechdata import seed003 /alloc/asr_data/hi/shard_0001 asr-hi-0001 --language hi --data-root "$DATA_ROOT\""""
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("source_dir", help="the seed 003 shard directory (path or fsspec URL)")
+    parser.add_argument("shard_id", help="the landing shard to write")
+    parser.add_argument("--language", help="ISO 639-1 language for rows without segment_language")
+    parser.add_argument("--tar-name", help="the audio tar's name when the directory holds more than one")
+    parser.add_argument("--data-root", help="the platform's data root (default: DATA_ROOT, else ./.data)")
+
+
+def run(args) -> int:
+    from speechdata.io.env import data_root_url
+
+    rows = import_seed003_shard(
+        args.source_dir,
+        DataRoot(args.data_root or data_root_url()),
+        args.shard_id,
+        language=args.language,
+        tar_name=args.tar_name,
+    )
+    print(f"landed {rows} rows as {args.shard_id}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m speechdata.importers.seed003``: an alias of ``speechdata import seed003``."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m speechdata.importers.seed003", description=DESCRIPTION)
+    add_arguments(parser)
+    return run(parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    import sys
+
+    sys.exit(main())

@@ -328,8 +328,19 @@ def _land_shard(
     mark_landed(data_root, shard_id)
 
 
+DESCRIPTION = __doc__.splitlines()[0]
+EPILOG = """example:
+  speechdata import seed004 /data/seed004/countries --data-root "$DATA_ROOT" --country germany"""
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    """``python -m speechdata.importers.seed004``: an alias of ``speechdata import seed004``."""
+    parser = argparse.ArgumentParser(prog="python -m speechdata.importers.seed004", description=DESCRIPTION)
+    add_arguments(parser)
+    return run(parser.parse_args(argv))
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("countries_dir", help="folder (or fsspec URL) holding <country>/Alignment/alignment_output/")
     parser.add_argument("--data-root", required=True, help="the platform's data root (DATA_ROOT)")
     parser.add_argument("--country", action="append", help="import only this country (repeatable)")
@@ -341,7 +352,9 @@ def main(argv: list[str] | None = None) -> int:
         help="add or override a country's language (repeatable)",
     )
     parser.add_argument("--recordings-per-shard", type=int, default=DEFAULT_RECORDINGS_PER_SHARD)
-    args = parser.parse_args(argv)
+
+
+def run(args: argparse.Namespace) -> int:
     mapping = dict(COUNTRY_LANGUAGES)
     mapping.update(dict(item.split("=", 1) for item in args.language))
     reports = import_aligned_countries(

@@ -1,0 +1,55 @@
+"""``speechdata import <format>``: one subcommand per importer module of this package."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from speechdata.landing.contract import ContractError
+
+FORMATS = {
+    "seed003": "speechdata.importers.seed003",
+    "seed004": "speechdata.importers.seed004",
+    "granary": "speechdata.importers.granary",
+    "language-tars": "speechdata.importers.language_tars",
+}
+"""Subcommand -> importer module (each has DESCRIPTION, EPILOG, add_arguments(parser) and run(args))."""
+
+EXIT_FAILED = 1
+
+
+def register(subparsers) -> None:
+    """The ``speechdata import`` command and its per-format subcommands."""
+    parser = subparsers.add_parser(
+        "import",
+        help="land a source dataset as landing shards (seed003, seed004, granary, language-tars)",
+        description="Land a source dataset as shards under landing/ in the data root, each marked _SUCCESS last.",
+        epilog='example:\n  speechdata import granary "$DATA_ROOT" granary-0001 train-00000.parquet --language en',
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    formats = parser.add_subparsers(title="formats", dest="format", metavar="FORMAT", required=True)
+    for name, module_name in FORMATS.items():
+        module = importlib.import_module(module_name)
+        sub = formats.add_parser(
+            name,
+            help=module.DESCRIPTION,
+            description=module.DESCRIPTION,
+            epilog=module.EPILOG,
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
+        module.add_arguments(sub)
+        sub.set_defaults(run=_guarded(name, module.run))
+
+
+def _guarded(name: str, run):
+    """Run an importer; a problem with the input is one line on stderr and exit status 1."""
+
+    def guarded(args: argparse.Namespace) -> int:
+        try:
+            return run(args)
+        except (ContractError, ValueError, FileNotFoundError, OSError) as error:
+            print(f"speechdata import {name}: error: {error}", file=sys.stderr)
+            return EXIT_FAILED
+
+    return guarded
