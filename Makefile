@@ -19,7 +19,7 @@ $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip uv
 	# uv resolves and installs the ~6 GB ML stack in a fraction of pip's time.
-	$(BIN)/uv pip install --python $(BIN)/python -e '.[dev]'
+	$(BIN)/uv pip install --python $(BIN)/python -e '.[platform,dev]'
 	touch $(STAMP)
 
 # Copied every time, so that switching DAGSTER_INSTANCE takes effect.
