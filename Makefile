@@ -10,7 +10,7 @@ PORT ?= 3000
 # connection from DAGSTER_POSTGRES_*).
 DAGSTER_INSTANCE ?= local
 
-.PHONY: setup demo dev test bench clean instance postgres-server
+.PHONY: setup demo dev lint test docs bench clean instance postgres-server
 
 setup: $(STAMP)
 
@@ -49,7 +49,13 @@ $(CHROMIUM):
 	$(SUDO) apt-get update -qq
 	DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq chromium chromium-driver
 
-test: setup $(CHROMIUM) postgres-server
+# Format, lint (isort included) and the import contracts in pyproject.toml; make test runs it first.
+lint: setup
+	$(BIN)/ruff format --check .
+	$(BIN)/ruff check .
+	$(BIN)/lint-imports
+
+test: setup lint $(CHROMIUM) postgres-server
 	SPEECHDATA_PROFILE=tiny $(BIN)/python -m pytest tests
 
 bench: setup

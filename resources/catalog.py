@@ -9,7 +9,8 @@ from pathlib import Path
 from dagster_duckdb import DuckDBResource
 
 from resources.settings import ResourceSettings
-from speechdata.catalog.views import CATALOG_FILE, duckdb_location
+from speechdata.catalog.views import CATALOG_FILE
+from speechdata.io.duckdb_object_store import duckdb_location
 from speechdata.io.storage import DataRoot
 
 

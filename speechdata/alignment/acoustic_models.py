@@ -31,7 +31,7 @@ def train_tiny_sentencepiece(directory: Path) -> Path:
     import sentencepiece as spm
 
     from speechdata.alignment.transcript_units import normalize_word
-    from speechdata.bridge.text_tokens import TINY_CORPUS
+    from speechdata.profiles import TINY_CORPUS
 
     directory.mkdir(parents=True, exist_ok=True)
     lines = [" ".join(normalize_word(w) for w in sentence.split()) for sentence in TINY_CORPUS.split(". ")]

@@ -24,6 +24,7 @@ from speechdata.audio.container import iter_container_audio
 from speechdata.bridge.clock import FRAME_RATE_HZ, SAMPLE_RATE
 from speechdata.features.array_store import iter_arrays
 from speechdata.io import layout
+from speechdata.io.audio_tars import deterministic_tar_info
 from speechdata.io.storage import DataRoot, atomic_open
 
 DEFAULT_MAX_TAR_BYTES = 1_000_000_000
@@ -76,15 +77,6 @@ def _wav_bytes(samples: np.ndarray) -> bytes:
     pcm = np.rint(np.clip(samples, -1.0, 1.0) * 32767.0).astype(np.int16)
     sf.write(buffer, pcm, SAMPLE_RATE, format="WAV", subtype="PCM_16")
     return buffer.getvalue()
-
-
-def deterministic_tar_info(name: str, size: int) -> tarfile.TarInfo:
-    """A member header with mtime 0, root owner, no owner names, mode 0644: same bytes in, same tar out."""
-    info = tarfile.TarInfo(name)
-    info.size, info.mtime, info.mode = size, 0, 0o644
-    info.uid = info.gid = 0
-    info.uname = info.gname = ""
-    return info
 
 
 class _HashingWriter(io.RawIOBase):

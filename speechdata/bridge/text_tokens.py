@@ -12,21 +12,14 @@ import functools
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from speechdata.profiles import TINY_CORPUS
+
 # Qwen2/Qwen3's pre-tokenizer split pattern (tokenizer.json of Qwen/Qwen3-1.7B).
 QWEN_SPLIT_PATTERN = (
     r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
 )
 
 TINY_VOCAB_SIZE = 512
-
-TINY_CORPUS = (
-    "The quick brown fox jumps over the lazy dog. Speech data needs exact alignment between audio and text. "
-    "Every utterance is accounted for, packed or rejected with a reason. We met at twenty past two. "
-    "Please call Stella and ask her to bring these things with her from the store. "
-    "Guten Morgen, wie geht es dir heute? Die Katze schläft auf dem warmen Sofa. "
-    "Bonjour, je voudrais un café, s'il vous plaît. Le train pour Paris part à huit heures. "
-    "El cielo está despejado y hace mucho sol. 0123456789"
-)
 
 
 @dataclass(frozen=True)

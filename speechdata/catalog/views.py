@@ -32,7 +32,8 @@ import pyarrow as pa
 
 from speechdata.bridge.manifest import MANIFEST_COLUMNS, manifest_path
 from speechdata.io import layout
-from speechdata.io.storage import DataRoot, _is_local, filesystem_for
+from speechdata.io.duckdb_object_store import duckdb_location
+from speechdata.io.storage import DataRoot
 from speechdata.rejects import REJECTS_SCHEMA
 
 CATALOG_FILE = "catalog.duckdb"
@@ -179,12 +180,6 @@ def _summarize(connection: duckdb.DuckDBPyConnection, manifest_files: int, rejec
         languages=languages,
         countries=countries,
     )
-
-
-def duckdb_location(root_uri: str) -> str:
-    """How DuckDB names the root: a plain absolute path for a local root, the URL otherwise."""
-    fs, root = filesystem_for(root_uri)
-    return root if _is_local(fs) else fs.unstrip_protocol(root)
 
 
 def _sql_literal(text: str) -> str:

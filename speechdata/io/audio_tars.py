@@ -13,7 +13,6 @@ import re
 import tarfile
 from collections.abc import Callable, Iterable, Iterator
 
-from speechdata.bridge.tars import deterministic_tar_info
 from speechdata.io import layout
 from speechdata.io.storage import DataRoot, atomic_open
 
@@ -61,3 +60,12 @@ def streaming_tar_path(data_root: DataRoot, shard_id: str) -> str:
     """The tar the loader streams for a shard: the landed one if the shard landed a tar."""
     landed = layout.landing_audio_tar(shard_id)
     return landed if data_root.exists(landed) else layout.packed_audio_tar(shard_id)
+
+
+def deterministic_tar_info(name: str, size: int) -> tarfile.TarInfo:
+    """A member header with mtime 0, root owner, no owner names, mode 0644: same bytes in, same tar out."""
+    info = tarfile.TarInfo(name)
+    info.size, info.mtime, info.mode = size, 0, 0o644
+    info.uid = info.gid = 0
+    info.uname = info.gname = ""
+    return info

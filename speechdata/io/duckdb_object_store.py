@@ -21,7 +21,7 @@ from urllib.parse import urlparse
 
 import duckdb
 
-from speechdata.io.storage import DataRoot
+from speechdata.io.storage import DataRoot, _is_local, filesystem_for
 
 S3_PROTOCOLS = ("s3", "s3a")
 
@@ -113,3 +113,9 @@ def upload_database(data_root: DataRoot, local_path: str, relative: str) -> None
 
 
 __all__ = ["database_on_root", "enable_data_root_reads", "s3_secret_sql", "upload_database"]
+
+
+def duckdb_location(root_uri: str) -> str:
+    """How DuckDB names the root: a plain absolute path for a local root, the URL otherwise."""
+    fs, root = filesystem_for(root_uri)
+    return root if _is_local(fs) else fs.unstrip_protocol(root)

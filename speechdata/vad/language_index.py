@@ -15,9 +15,8 @@ from collections.abc import Iterable
 import duckdb
 import pyarrow as pa
 
-from speechdata.catalog.views import duckdb_location
 from speechdata.io import layout
-from speechdata.io.duckdb_object_store import enable_data_root_reads
+from speechdata.io.duckdb_object_store import duckdb_location, enable_data_root_reads
 from speechdata.io.storage import DataRoot
 from speechdata.vad.chunks import DEFAULT_CHUNK_S, DEFAULT_NUM_CHUNKS, usable_chunk_seconds
 
