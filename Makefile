@@ -55,6 +55,11 @@ lint: setup
 	$(BIN)/ruff check .
 	$(BIN)/lint-imports
 
+# The contracts in docs/ as a site in site/ (mkdocs, material theme); --strict fails on a broken link.
+docs: setup
+	$(BIN)/uv pip install --python $(BIN)/python -e '.[platform,dev,docs]'
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
+
 test: setup lint $(CHROMIUM) postgres-server
 	SPEECHDATA_PROFILE=tiny $(BIN)/python -m pytest tests
 

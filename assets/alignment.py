@@ -131,7 +131,7 @@ def frame_grids(
 
     File: `shards/<shard>/frame_grids.parquet`, one row per utterance with `tokens` (Qwen token ids,
     int32 [T]), `grid` (token index per frame, -1 = silence, int32 [F]), `dur` (frames per token, int32
-    [T], may be 0), the token spans in ms, and counts. Rules: DESIGN.md "Bridge tuple semantics".
+    [T], may be 0), the token spans in ms, and counts. Rules: docs/bridge-tuples.md.
     Read it with `pyarrow.parquet.read_table` or DuckDB.
     """
     root = data_root.get()

@@ -2,7 +2,7 @@
 
 Each stage writes ``shards/<shard_id>/rejects/<stage>.parquet`` for a shard, replacing its own file
 on a re-run, so that for every shard: utterances landed = utterances packed + distinct rejected
-utterances (DESIGN.md "Every utterance accounted for").
+utterances (docs/ledgers.md).
 """
 
 from __future__ import annotations

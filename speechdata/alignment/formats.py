@@ -1,7 +1,7 @@
 """Alignments made elsewhere, read into the alignments table; and a CTM writer.
 
 Three formats are read, each into :class:`~speechdata.alignment.table.TimedUnit` lists whose times
-are integer milliseconds (rounded half up by ``seconds_to_ms``, DESIGN.md "Bridge tuple semantics"):
+are integer milliseconds (rounded half up by ``seconds_to_ms``, docs/bridge-tuples.md):
 
 - CTM as NeMo Forced Aligner (NFA) writes it (:func:`read_ctm`, and :func:`write_ctm` back);
 - Montreal Forced Aligner (MFA) long-format TextGrids, word tier only (:func:`read_textgrid`);

@@ -6,7 +6,7 @@ milliseconds from the start of the utterance's own audio, ``start_ms <= end_ms``
 (mean log-probability of the unit's frames on the Viterbi path, null for imported alignments).
 
 Times are integer milliseconds, rounded half up from seconds, before any grid arithmetic
-(DESIGN.md "Bridge tuple semantics": float division misplaces frames).
+(docs/bridge-tuples.md: float division misplaces frames).
 """
 
 from __future__ import annotations

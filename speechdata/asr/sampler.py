@@ -43,7 +43,7 @@ MIN_WEIGHT = 1e-12
 
 
 def durations_to_ms(durations_s: np.ndarray) -> np.ndarray:
-    """Seconds to integer milliseconds, rounded half up (DESIGN.md's time rule)."""
+    """Seconds to integer milliseconds, rounded half up (the time rule of docs/bridge-tuples.md)."""
     return np.floor(np.asarray(durations_s, dtype=np.float64) * 1000.0 + 0.5).astype(np.int64)
 
 

@@ -1,4 +1,4 @@
-"""The 12.5 Hz frame grid: which text token owns each 80 ms Mimi frame (DESIGN.md, decided).
+"""The 12.5 Hz frame grid: which text token owns each 80 ms Mimi frame (docs/bridge-tuples.md).
 
 Inputs per utterance: the transcript, its aligned words (one per whitespace-separated word, times in
 integer ms relative to the utterance's own audio), the text tokenizer's tokens with character
@@ -78,7 +78,7 @@ def word_char_spans(text: str) -> list[tuple[int, int]]:
 def token_spans_ms(text: str, words: Sequence[TimedUnit], offsets: Sequence[tuple[int, int]]) -> list[tuple[int, int]]:
     """Each token's ``[start_ms, end_ms)``, from the aligned words through character offsets.
 
-    Follows DESIGN.md steps 1-5: characters map linearly into their word's time span; a
+    Follows docs/bridge-tuples.md, steps 1-5: characters map linearly into their word's time span; a
     whitespace-only token gets a zero-length span at the start of the next word; ``k`` consecutive
     tokens with the same character span split its time equally; times round half up to integer ms.
     """

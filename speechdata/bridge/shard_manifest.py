@@ -61,7 +61,7 @@ def build_shard_manifest(data_root: DataRoot, shard_id: str) -> pa.Table:
 
 @dataclass(frozen=True)
 class Accounting:
-    """``landed`` utterance ids versus ``packed`` and ``rejected`` ones (DESIGN.md: none may be lost)."""
+    """``landed`` utterance ids versus ``packed`` and ``rejected`` ones (docs/ledgers.md: none may be lost)."""
 
     landed: int
     packed: int

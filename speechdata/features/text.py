@@ -1,6 +1,6 @@
 """Qwen3 hidden states over exactly a transcript's tokens (the bridge's ``qwen.npy``).
 
-DESIGN.md fixes ``hidden_states[-2]`` of ``AutoModel``: the un-normed output of the second-to-last
+docs/bridge-tuples.md fixes ``hidden_states[-2]`` of ``AutoModel``: the un-normed output of the second-to-last
 decoder layer. :func:`keep_layers_through` cuts the model after that layer and drops the final
 norm, so the last layer and the LM head are never computed; its output *is* ``hidden_states[-2]``.
 """

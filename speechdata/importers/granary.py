@@ -2,7 +2,7 @@
 
 Seed 002's "ASR-only parquet files": one row per utterance with the encoded audio in a column (a
 Hugging Face ``Audio`` struct ``{bytes, path}`` or plain binary) and the transcript in another. The
-shard lands in the landing contract (DESIGN.md): the audio members in ``landing/<shard>/audio.tar``
+shard lands in the landing contract (docs/landing-contract.md): the audio members in ``landing/<shard>/audio.tar``
 (one object, not one per utterance), ``metadata.parquet``, then ``_SUCCESS``. Other scalar columns
 are carried through. Nothing is dropped here: a row without audio bytes is landed with a null
 ``audio_path`` and ``raw_shards`` rejects it (``missing_audio_path``); bytes no decoder reads are

@@ -11,7 +11,7 @@ Source layout::
 ``filename`` is matched the way the seed's loader looked it up (the sample's WebDataset key) and,
 failing that, as the member's name, its base name, or its base name without extension.
 
-Each source tar becomes one landing shard ``<prefix>-<NNNNNN>`` (DESIGN.md "Landing contract"):
+Each source tar becomes one landing shard ``<prefix>-<NNNNNN>`` (docs/landing-contract.md):
 ``audio.tar`` with members renamed ``<utt_id>.<ext>`` (bytes untouched, deterministic headers),
 ``metadata.parquet`` (``language`` null where the index does not know the file, and counted;
 ``source_tar_number``, ``source_member`` carried through) and, when the cache has the tar,

@@ -1,4 +1,4 @@
-"""Import seed 003's ASR shard layout into a landing shard (DESIGN.md "Landing contract").
+"""Import seed 003's ASR shard layout into a landing shard (docs/landing-contract.md).
 
 A seed 003 shard directory holds ``metadata.parquet`` (``segment_id``, ``transcription_native``,
 ``duration_s``, ``tx_quality_score``, ``segment_language``, ...), ``audio_index.parquet``

@@ -1,4 +1,4 @@
-"""Where every product lives under the data root (DESIGN.md "Storage").
+"""Where every product lives under the data root (docs/storage-layout.md).
 
 All paths are relative to the data root and use forward slashes, so the same layout works on a
 local directory and on object storage (``s3://bucket/prefix``).

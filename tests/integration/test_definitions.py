@@ -1,4 +1,4 @@
-"""The code location loads, and its asset keys, groups and partitions stay what DESIGN.md fixes."""
+"""The code location loads, and its asset keys, groups and partitions stay what the contracts fix (docs/)."""
 
 import json
 import os

@@ -1,4 +1,4 @@
-"""The 12.5 Hz grid rule of DESIGN.md on hand-computed cases, and its invariants on random input."""
+"""The 12.5 Hz grid rule of docs/bridge-tuples.md on hand-computed cases, and its invariants on random input."""
 
 import numpy as np
 import pytest
