@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 COMMANDS = (
@@ -41,10 +42,30 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
+def run(argv: list[str] | None = None) -> int:
+    """Parse ``argv`` and run the command; its exit status (argparse's SystemExit for usage and --help)."""
     args = build_parser().parse_args(argv)
     return int(args.run(args) or 0)
 
 
+def main(argv: list[str] | None = None) -> int:
+    """The console script: run, then leave without the interpreter's teardown.
+
+    With both polars and pyarrow loaded, the teardown aborts now and then (SIGABRT from a native
+    thread pool's destructor), which would replace the command's exit status with 134. Every file a
+    command writes is closed (and atomically renamed) before it returns, so skipping the teardown
+    loses nothing; output is flushed first.
+    """
+    try:
+        status = run(argv)
+    except SystemExit as exit_:
+        status = exit_.code if isinstance(exit_.code, int) else (0 if exit_.code is None else 1)
+        if exit_.code is not None and not isinstance(exit_.code, int):
+            print(exit_.code, file=sys.stderr)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(status)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

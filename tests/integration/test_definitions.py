@@ -110,3 +110,34 @@ def test_gpu_assets_use_the_gpu_pool_and_request_a_gpu_on_kubernetes():
         # Dagster stores structured op tags as JSON strings.
         limits = json.loads(op.tags["dagster-k8s/config"])["container_config"]["resources"]["limits"]
         assert limits["nvidia.com/gpu"] == "1"
+
+
+def test_a_group_must_declare_the_resources_its_assets_need():
+    import types
+
+    import pytest
+
+    from dagster_project.loader import resource_factories
+    from resources.storage import data_root_resource
+
+    @dg.asset(required_resource_keys={"data_root", "my_model"})
+    def needs_a_model():
+        """An asset of a new group that needs a resource nobody declared yet."""
+
+    group = types.SimpleNamespace(
+        __name__="assets.example",
+        defs=dg.Definitions(assets=[needs_a_model]),
+        RESOURCES={"data_root": data_root_resource},
+    )
+    with pytest.raises(ValueError, match=r"assets\.example: .*\['my_model'\]"):
+        resource_factories([group])
+    group.RESOURCES = {"data_root": data_root_resource, "my_model": lambda settings: "a model"}
+    assert set(resource_factories([group])) == {"model_profile", "data_root", "my_model"}
+
+
+def test_every_group_is_registered_and_owns_its_assets():
+    import assets
+
+    for module in assets.GROUP_MODULES:
+        groups = {spec.group_name for asset in module.defs.assets for spec in asset.specs}
+        assert groups == {module.__name__.removeprefix("assets.")}, module.__name__
