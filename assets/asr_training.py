@@ -10,7 +10,7 @@ from assets.shard_runs import CPU_BACKFILL_POLICY, ShardEvents, ShardResult, mat
 from resources.storage import DataRootResource, data_root_resource
 from speechdata.asr.flac import extract_asr_flac
 from speechdata.asr.manifest import AsrManifestConfig
-from speechdata.asr.manifest_stage import build_and_write_asr_manifests
+from speechdata.asr.stage import build_and_write_asr_manifests
 
 GROUP = "asr_training"
 OWNERS = ["team:speech-data"]

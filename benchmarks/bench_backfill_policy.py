@@ -102,7 +102,7 @@ def main(argv: list[str] | None = None) -> None:
 
     from assets.shard_runs import CPU_SHARDS_PER_RUN
     from speechdata.io.storage import DataRoot
-    from speechdata.testing.sample_shards import build_sample_shard
+    from speechdata.testing.shards import build_sample_shard
 
     with stdout_to_stderr(), tempfile.TemporaryDirectory() as tmp:
         env = {

@@ -49,7 +49,7 @@ from speechdata.features.gpu_batching import budgeted_batches
 from speechdata.features.models import tiny_qwen3, tiny_wavlm
 from speechdata.features.speech import SOURCE_SAMPLE_RATE, WAVLM_SAMPLE_RATE, wavlm_features
 from speechdata.features.text import keep_layers_through, qwen_hidden_states
-from speechdata.testing.sample_shards import load_clips
+from speechdata.testing.shards import load_clips
 
 SAMPLE_RATE = 24_000
 BATCHED_MAX_TOKENS = 16_384  # TorchDeviceResource.max_batch_tokens default

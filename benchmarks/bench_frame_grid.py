@@ -20,7 +20,7 @@ from benchmarks.report import emit, progress, ratio, stdout_to_stderr
 from speechdata.alignment.table import TimedUnit
 from speechdata.bridge.frame_grid import build_frame_grid, check_grid_invariants
 from speechdata.bridge.text_tokens import tiny_tokenizer, tokenize_many
-from speechdata.testing.sample_shards import load_clips
+from speechdata.testing.shards import load_clips
 
 
 def synthetic_utterances(n: int, seed: int) -> list[tuple[str, list[TimedUnit], int]]:

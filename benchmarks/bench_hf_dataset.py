@@ -34,7 +34,7 @@ def land_corpus(workdir: str, recordings: int):
     from speechdata.importers.seed004 import import_aligned_countries
     from speechdata.io.storage import DataRoot
     from speechdata.landing.ingest import ingest_raw_shard
-    from speechdata.testing.sample_seed004 import build_seed004_corpus
+    from speechdata.testing.seed004 import build_seed004_corpus
 
     build_seed004_corpus(f"{workdir}/countries", {"germany": recordings}, audio_format="flac", segments_per_recording=6)
     root = DataRoot(f"{workdir}/data")

@@ -35,7 +35,7 @@ from speechdata.io.storage import DataRoot
 from speechdata.landing.ingest import ingest_normalized_audio, ingest_raw_shard
 from speechdata.landing.landed_audio import LandedAudio
 from speechdata.landing.normalize import FILES_PER_TASK
-from speechdata.testing.sample_shards import build_sample_shard
+from speechdata.testing.shards import build_sample_shard
 
 SHARD_ID = "bench-ingest"
 FORMATS = ("wav", "flac", "mp3", "opus")

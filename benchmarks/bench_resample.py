@@ -29,7 +29,7 @@ import soxr
 
 from benchmarks.report import emit, progress, ratio, stdout_to_stderr
 from speechdata.audio.codec import TARGET_SAMPLE_RATE, read_segment, resample, to_target_mono
-from speechdata.testing.sample_shards import load_clips
+from speechdata.testing.shards import load_clips
 
 METHODS = ("soxr", "torchaudio")
 SOURCE_RATES = (8_000, 16_000, 22_050, 32_000, 44_100, 48_000)

@@ -27,7 +27,7 @@ import numpy as np
 
 from benchmarks.report import emit, progress, ratio, stdout_to_stderr
 from speechdata.alignment.table import TimedUnit
-from speechdata.testing.sample_shards import load_clips
+from speechdata.testing.shards import load_clips
 from speechdata.translation.segmentation_input import LATENCY_LEVELS, LevelChunks, Segmentation
 from speechdata.translation.segments import utterance_segments
 

@@ -37,7 +37,7 @@ from speechdata.io.audio_tars import audio_extension, write_deterministic_tar
 from speechdata.io.storage import DataRoot
 from speechdata.landing.ingest import ingest_raw_shard
 from speechdata.landing.mark import mark_landed
-from speechdata.testing.sample_shards import load_clips
+from speechdata.testing.shards import load_clips
 from speechdata.vad.loader import VadChunkDataset, normalize_chunk, shard_of_tar_url
 from speechdata.vad.silero import detect_speech, load_silero_model
 from speechdata.vad.stage import compute_vad_segments

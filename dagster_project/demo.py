@@ -19,7 +19,7 @@ from dagster_project.settings import data_root_url
 from speechdata.bridge.manifest import manifest_path
 from speechdata.io import layout
 from speechdata.io.storage import DataRoot
-from speechdata.testing.sample_shards import build_sample_shard
+from speechdata.testing.shards import build_sample_shard
 
 DEMO_SHARDS = {
     # shard id: (standalone utterances, seed, audio in a tar, with faulty rows)
@@ -85,7 +85,7 @@ def _publish_seed004_countries(data_root: DataRoot, instance, resources, defs) -
     from assets.partitions import country_partitions
     from speechdata.hf.card import CARD_FILE
     from speechdata.importers.seed004 import import_aligned_countries
-    from speechdata.testing.sample_seed004 import SAMPLE_COUNTRIES, build_seed004_corpus
+    from speechdata.testing.seed004 import SAMPLE_COUNTRIES, build_seed004_corpus
 
     sources = data_root.path("_demo_sources/seed004")
     if not data_root.fs.exists(sources):

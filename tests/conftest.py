@@ -8,7 +8,7 @@ import soundfile as sf
 
 from speechdata.io import layout
 from speechdata.io.storage import DataRoot
-from speechdata.testing.sample_shards import load_clips
+from speechdata.testing.shards import load_clips
 
 os.environ.setdefault("SPEECHDATA_PROFILE", "tiny")
 
@@ -46,7 +46,7 @@ def land_shard(
     table: pa.Table | None = None,
 ) -> None:
     """Write a shard by hand: metadata rows, audio files (directory or tar), then ``_SUCCESS``."""
-    from speechdata.testing.sample_shards import _tar_bytes
+    from speechdata.testing.shards import _tar_bytes
 
     if as_tar:
         data_root.write_bytes(layout.landing_audio_tar(shard_id), _tar_bytes(files))

@@ -11,7 +11,7 @@ import pytest
 
 from assets.shard_runs import GPU_SHARDS_PER_RUN
 from speechdata.io.storage import DataRoot
-from speechdata.testing.sample_shards import build_sample_shard
+from speechdata.testing.shards import build_sample_shard
 from tests.e2e.dagster_dev import ROOT, DagsterDev
 from tests.e2e.ui_operations import (
     add_shard_partition,

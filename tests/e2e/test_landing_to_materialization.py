@@ -10,7 +10,7 @@ import time
 import pytest
 
 from speechdata.io.storage import DataRoot
-from speechdata.testing.sample_shards import build_sample_shard
+from speechdata.testing.shards import build_sample_shard
 from tests.e2e.dagster_dev import ROOT, DagsterDev
 from tests.e2e.postgres_server import PostgresServer
 

@@ -11,7 +11,7 @@ from speechdata.alignment.formats import read_ctm
 from speechdata.bridge.frame_grid import n_frames_for
 from speechdata.bridge.text_tokens import tiny_tokenizer, tokenize_with_offsets
 from speechdata.io import layout
-from speechdata.testing.sample_shards import build_sample_shard
+from speechdata.testing.shards import build_sample_shard
 from tests.conftest import land_shard
 
 ASSETS = [raw_shards, normalized_audio, alignments, frame_grids]

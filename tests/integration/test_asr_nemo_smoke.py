@@ -13,8 +13,8 @@ import torch
 from speechdata.asr.dataset import AsrManifestDataset, collate_asr_batch
 from speechdata.asr.flac import extract_asr_flac
 from speechdata.asr.manifest import AsrManifestConfig
-from speechdata.asr.manifest_stage import build_and_write_asr_manifests
 from speechdata.asr.sampler import DurationBucketBatchSampler
+from speechdata.asr.stage import build_and_write_asr_manifests
 from speechdata.importers.seed003 import build_seed003_sample, import_seed003_shard
 from speechdata.io import layout
 from speechdata.landing.ingest import ingest_raw_shard

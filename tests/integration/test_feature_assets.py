@@ -8,7 +8,7 @@ from assets import SHARD_ASSETS
 from assets.partitions import shard_partitions
 from speechdata.features.array_store import iter_arrays
 from speechdata.io import layout
-from speechdata.testing.sample_shards import build_sample_shard
+from speechdata.testing.shards import build_sample_shard
 
 
 @pytest.fixture

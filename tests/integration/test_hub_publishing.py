@@ -20,7 +20,7 @@ from speechdata.hf.state import state_connection
 from speechdata.importers.seed004 import import_aligned_countries
 from speechdata.io import layout
 from speechdata.landing.ingest import ingest_raw_shard
-from speechdata.testing.sample_seed004 import build_seed004_corpus
+from speechdata.testing.seed004 import build_seed004_corpus
 from tests.hub_standin import CommitFailure, HubStandIn
 
 DATASET = "ds"

@@ -8,7 +8,7 @@ from assets.partitions import shard_partitions
 from resources.storage import DataRootResource
 from speechdata.audio.container import iter_container_audio
 from speechdata.io import layout
-from speechdata.testing.sample_shards import FAULT_REASONS, build_sample_shard
+from speechdata.testing.shards import FAULT_REASONS, build_sample_shard
 
 
 @pytest.fixture

@@ -6,7 +6,7 @@ import pytest
 from resources.storage import DataRootResource
 from sensors.landing import build_landing_sensor
 from speechdata.landing.mark import mark_landed
-from speechdata.testing.sample_shards import build_sample_shard
+from speechdata.testing.shards import build_sample_shard
 
 
 @pytest.fixture

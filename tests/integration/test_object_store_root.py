@@ -17,7 +17,7 @@ from speechdata.bridge.manifest import manifest_path
 from speechdata.bridge.reader import bridge_dataset, read_sample_at
 from speechdata.io import layout
 from speechdata.io.storage import TEMP_PREFIX, DataRoot
-from speechdata.testing.sample_shards import build_sample_shard
+from speechdata.testing.shards import build_sample_shard
 
 SHARD = "s3-0001"
 
@@ -145,7 +145,7 @@ def test_the_country_dataset_builds_and_publishes_state_with_the_root_in_the_buc
     from speechdata.hf.state import state_connection
     from speechdata.importers.seed004 import import_aligned_countries
     from speechdata.landing.ingest import ingest_raw_shard
-    from speechdata.testing.sample_seed004 import build_seed004_corpus
+    from speechdata.testing.seed004 import build_seed004_corpus
 
     s3fs.S3FileSystem().mkdir("hf-bucket")
     root = DataRoot("s3://hf-bucket/speech")

@@ -16,7 +16,7 @@ from speechdata.bridge.manifest import manifest_path
 from speechdata.bridge.reader import bridge_dataset, read_sample_at
 from speechdata.catalog.queries import select_samples
 from speechdata.io import layout
-from speechdata.testing.sample_shards import build_sample_shard
+from speechdata.testing.shards import build_sample_shard
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,7 @@ from assets.shard_runs import GPU_SHARDS_PER_RUN
 from resources.model_pins import QWEN
 from resources.storage import DataRootResource
 from speechdata.bridge.frame_grid import GRID_RULE_VERSION
-from speechdata.testing.sample_shards import build_sample_shard
+from speechdata.testing.shards import build_sample_shard
 
 RANGE = {"dagster/asset_partition_range_start": "r0", "dagster/asset_partition_range_end": "r2"}
 

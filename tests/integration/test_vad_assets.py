@@ -17,7 +17,7 @@ from resources.vad import SileroVadResource
 from speechdata.audio.codec import resample
 from speechdata.importers.language_tars import import_language_tar
 from speechdata.io import layout
-from speechdata.testing.sample_shards import build_sample_shard
+from speechdata.testing.shards import build_sample_shard
 from speechdata.vad.language_index import build_urls
 from speechdata.vad.loader import vad_chunk_loader
 

@@ -9,7 +9,7 @@ import soundfile as sf
 
 from speechdata.asr.flac import extract_asr_flac
 from speechdata.asr.manifest import AsrManifestConfig
-from speechdata.asr.manifest_stage import build_and_write_asr_manifests
+from speechdata.asr.stage import build_and_write_asr_manifests
 from speechdata.importers.seed003 import build_seed003_sample, import_seed003_shard, seed003_to_landing
 from speechdata.io import layout
 from speechdata.io.safe_tar import audit_tar, contained_path, member_name_problem

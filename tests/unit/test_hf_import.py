@@ -7,7 +7,7 @@ import pytest
 from speechdata.importers.seed004 import UnknownCountryError, import_aligned_countries, language_for_country
 from speechdata.io import layout
 from speechdata.landing.ingest import ingest_raw_shard
-from speechdata.testing.sample_seed004 import build_seed004_corpus
+from speechdata.testing.seed004 import build_seed004_corpus
 
 
 @pytest.fixture

@@ -5,7 +5,7 @@ import pyarrow as pa
 import speechdata.landing.normalize as normalize
 from speechdata.io import layout
 from speechdata.landing.ingest import ingest_normalized_audio, ingest_raw_shard
-from speechdata.testing.sample_shards import build_sample_shard
+from speechdata.testing.shards import build_sample_shard
 
 
 def test_a_segment_that_fails_to_decode_is_rejected_and_the_rest_survive(data_root, monkeypatch):

@@ -163,7 +163,7 @@ def test_two_dataloader_workers_never_yield_the_same_file_twice(streamed):
 def test_chunks_decode_only_their_frames_yet_match_the_whole_file():
     # 16 kHz speech at MP3's low bit rate needs the longest preroll after a seek (bit reservoir).
     from speechdata.audio.codec import resample
-    from speechdata.testing.sample_shards import load_clips
+    from speechdata.testing.shards import load_clips
 
     speech = np.concatenate([resample(c.samples, c.sample_rate, RATE) for c in load_clips()])
     starts = sorted(np.random.default_rng(0).uniform(0, len(speech) / RATE - CHUNK_S, 40))

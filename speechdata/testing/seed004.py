@@ -20,7 +20,7 @@ import soundfile as sf
 import soxr
 
 from speechdata.importers.seed004 import ALIGNMENT_SUBDIR, COUNTRY_LANGUAGES
-from speechdata.testing.sample_shards import Clip, load_clips
+from speechdata.testing.shards import Clip, load_clips
 
 SAMPLE_COUNTRIES = {"germany": 3, "france": 3}
 
