@@ -20,10 +20,10 @@ import numpy as np
 import pyarrow as pa
 import soundfile as sf
 
-from speechdata.audio.container import iter_container_audio
+from speechdata.audio.codec import decode_audio
 from speechdata.bridge.clock import FRAME_RATE_HZ, SAMPLE_RATE
-from speechdata.features.array_store import iter_arrays
 from speechdata.io import layout
+from speechdata.io.keyed_stream import KeyedRows, read_keys
 from speechdata.io.storage import DataRoot, atomic_open
 
 DEFAULT_MAX_TAR_BYTES = 1_000_000_000
@@ -168,47 +168,49 @@ def _remove_stale_tars(data_root: DataRoot, shard_id: str, keep: int) -> None:
 
 
 def iter_bridge_samples(data_root: DataRoot, shard_id: str) -> Iterator[BridgeSample]:
-    """Every utterance with a grid and both feature matrices, sorted by utt_id."""
-    grids = data_root.read_parquet(layout.frame_grids(shard_id))
-    index = data_root.read_parquet(
-        layout.utterance_index(shard_id), columns=["utt_id", "text", "language", "country", "source"]
+    """Every utterance with a grid and both feature matrices, sorted by utt_id.
+
+    One pass over each input (:class:`~speechdata.io.keyed_stream.KeyedRows`): cost per utterance
+    does not grow with the shard, and memory holds a row group per file, not the shard.
+    """
+    qwen_keys = set(read_keys(data_root, layout.qwen_hidden_states(shard_id)))
+    wavlm_keys = set(read_keys(data_root, layout.wavlm_features(shard_id)))
+    packable = sorted(set(read_keys(data_root, layout.frame_grids(shard_id))) & qwen_keys & wavlm_keys)
+    del qwen_keys, wavlm_keys
+    streams = zip(
+        KeyedRows(data_root, layout.frame_grids(shard_id), GRID_COLUMNS, packable),
+        KeyedRows(data_root, layout.utterance_index(shard_id), INFO_COLUMNS, packable),
+        KeyedRows(data_root, layout.normalized_audio(shard_id), ["codec", "audio"], packable),
+        KeyedRows(data_root, layout.qwen_hidden_states(shard_id), ARRAY_COLUMNS, packable),
+        KeyedRows(data_root, layout.wavlm_features(shard_id), ARRAY_COLUMNS, packable),
     )
-    info = {row["utt_id"]: row for row in index.to_pylist()}
-    qwen_keys = set(
-        data_root.read_parquet(layout.qwen_hidden_states(shard_id), columns=["utt_id"])["utt_id"].to_pylist()
-    )
-    wavlm_keys = set(data_root.read_parquet(layout.wavlm_features(shard_id), columns=["utt_id"])["utt_id"].to_pylist())
-    packable = sorted(set(grids["utt_id"].to_pylist()) & qwen_keys & wavlm_keys)
-    grid_rows = {
-        row["utt_id"]: row
-        for row in grids.select(["utt_id", "tokens", "grid", "dur", "n_frames", "n_tokens"]).to_pylist()
-    }
-    # Tars are written in key order; load one batch of keys at a time to bound memory.
-    for start in range(0, len(packable), 256):
-        keys = set(packable[start : start + 256])
-        audio = {u: s for u, s, _ in iter_container_audio(data_root, layout.normalized_audio(shard_id), keys)}
-        qwen = dict(iter_arrays(data_root, layout.qwen_hidden_states(shard_id), keys))
-        wavlm = dict(iter_arrays(data_root, layout.wavlm_features(shard_id), keys))
-        for key in sorted(keys):
-            grid = grid_rows[key]
-            meta = info[key]
-            yield BridgeSample(
-                key=key,
-                wav=audio[key],
-                qwen=qwen[key],
-                wavlm=wavlm[key],
-                tokens=np.asarray(grid["tokens"]),
-                grid=np.asarray(grid["grid"]),
-                dur=np.asarray(grid["dur"]),
-                info={
-                    "text": meta["text"],
-                    "language": meta["language"],
-                    "country": meta["country"],
-                    "source": meta["source"],
-                    "shard": shard_id,
-                    "sample_rate": SAMPLE_RATE,
-                    "frame_rate": FRAME_RATE_HZ,
-                    "n_frames": grid["n_frames"],
-                    "n_tokens": grid["n_tokens"],
-                },
-            )
+    for key, (grid, meta, audio, qwen, wavlm) in zip(packable, streams):
+        yield BridgeSample(
+            key=key,
+            wav=decode_audio(audio["audio"], audio["codec"]),
+            qwen=_array(qwen),
+            wavlm=_array(wavlm),
+            tokens=grid["tokens"],
+            grid=grid["grid"],
+            dur=grid["dur"],
+            info={
+                "text": meta["text"],
+                "language": meta["language"],
+                "country": meta["country"],
+                "source": meta["source"],
+                "shard": shard_id,
+                "sample_rate": SAMPLE_RATE,
+                "frame_rate": FRAME_RATE_HZ,
+                "n_frames": grid["n_frames"],
+                "n_tokens": grid["n_tokens"],
+            },
+        )
+
+
+GRID_COLUMNS = ["tokens", "grid", "dur", "n_frames", "n_tokens"]
+INFO_COLUMNS = ["text", "language", "country", "source"]
+ARRAY_COLUMNS = ["n_rows", "dim", "dtype", "data"]
+
+
+def _array(row: dict) -> np.ndarray:
+    return np.frombuffer(row["data"], dtype=row["dtype"]).reshape(row["n_rows"], row["dim"])
