@@ -12,8 +12,12 @@ import numpy as np
 import pyarrow as pa
 
 from speechdata.audio.codec import encode_audio
-from speechdata.audio.container import AUDIO_CONTAINER_SCHEMA, CONTAINER_PARQUET_OPTIONS, AudioContainerWriter
-from speechdata.audio.container import EncodedUtterance
+from speechdata.audio.container import (
+    AUDIO_CONTAINER_SCHEMA,
+    CONTAINER_PARQUET_OPTIONS,
+    AudioContainerWriter,
+    EncodedUtterance,
+)
 from speechdata.bridge.clock import SAMPLE_RATE, SAMPLES_PER_FRAME
 from speechdata.bridge.grid_stage import FRAME_GRIDS_SCHEMA
 from speechdata.features.array_store import ARRAY_STORE_PARQUET_OPTIONS, ARRAY_STORE_SCHEMA, ArrayStoreWriter
