@@ -11,14 +11,17 @@ from __future__ import annotations
 
 import hashlib
 import io
+import os
 import json
+import struct
 import tarfile
+from collections import deque
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
-import soundfile as sf
 
 from speechdata.audio.codec import decode_audio
 from speechdata.bridge.clock import FRAME_RATE_HZ, SAMPLE_RATE
@@ -28,6 +31,7 @@ from speechdata.io.storage import DataRoot, atomic_open
 
 DEFAULT_MAX_TAR_BYTES = 1_000_000_000
 DEFAULT_MAX_SAMPLES = 10_000
+COPY_BYTES = 64 * 1024 * 1024
 
 BRIDGE_INDEX_SCHEMA = pa.schema(
     [
@@ -52,17 +56,21 @@ class BridgeSample:
     info: dict
 
     def members(self) -> list[tuple[str, bytes]]:
-        """(name, bytes) of the sample's files, sorted by name."""
-        files = {
-            f"{self.key}.wav": _wav_bytes(self.wav),
-            f"{self.key}.qwen.npy": _npy_bytes(self.qwen, np.float16),
-            f"{self.key}.wavlm.npy": _npy_bytes(self.wavlm, np.float16),
-            f"{self.key}.tokens.npy": _npy_bytes(self.tokens, np.int32),
-            f"{self.key}.grid.npy": _npy_bytes(self.grid, np.int32),
-            f"{self.key}.dur.npy": _npy_bytes(self.dur, np.int32),
-            f"{self.key}.json": json.dumps(self.info, sort_keys=True, ensure_ascii=False).encode(),
-        }
-        return sorted(files.items())
+        """(name, bytes) of the sample's files, sorted by name (encoded once, then cached)."""
+        cached = self.__dict__.get("_members")
+        if cached is None:
+            files = {
+                f"{self.key}.wav": _wav_bytes(self.wav),
+                f"{self.key}.qwen.npy": _npy_bytes(self.qwen, np.float16),
+                f"{self.key}.wavlm.npy": _npy_bytes(self.wavlm, np.float16),
+                f"{self.key}.tokens.npy": _npy_bytes(self.tokens, np.int32),
+                f"{self.key}.grid.npy": _npy_bytes(self.grid, np.int32),
+                f"{self.key}.dur.npy": _npy_bytes(self.dur, np.int32),
+                f"{self.key}.json": json.dumps(self.info, sort_keys=True, ensure_ascii=False).encode(),
+            }
+            cached = sorted(files.items())
+            object.__setattr__(self, "_members", cached)  # frozen dataclass: set once, bypassing __setattr__
+        return cached
 
 
 def _npy_bytes(array: np.ndarray, dtype) -> bytes:
@@ -72,10 +80,13 @@ def _npy_bytes(array: np.ndarray, dtype) -> bytes:
 
 
 def _wav_bytes(samples: np.ndarray) -> bytes:
-    buffer = io.BytesIO()
-    pcm = np.rint(np.clip(samples, -1.0, 1.0) * 32767.0).astype(np.int16)
-    sf.write(buffer, pcm, SAMPLE_RATE, format="WAV", subtype="PCM_16")
-    return buffer.getvalue()
+    """A 16-bit mono WAV: the 44-byte canonical header libsndfile writes, then the PCM (no soundfile round trip)."""
+    pcm = np.rint(np.clip(samples, -1.0, 1.0) * 32767.0).astype("<i2").tobytes()
+    header = struct.pack(
+        "<4sI4s4sIHHIIHH4sI", b"RIFF", 36 + len(pcm), b"WAVE", b"fmt ", 16, 1, 1, SAMPLE_RATE, 2 * SAMPLE_RATE, 2, 16,
+        b"data", len(pcm),
+    )  # fmt: skip
+    return header + pcm
 
 
 def deterministic_tar_info(name: str, size: int) -> tarfile.TarInfo:
@@ -136,7 +147,8 @@ def pack_samples(
         with atomic_open(data_root.fs, data_root.path(relative)) as handle:
             writer = _HashingWriter(handle)
             # Plain "w" mode writes each member straight through; stream mode ("w|") re-buffers in 10 KiB pieces.
-            with tarfile.open(fileobj=writer, mode="w", format=tarfile.GNU_FORMAT) as tar:
+            # copybufsize: copy each member in one write, not 16 KiB pieces (each one hashed separately).
+            with tarfile.open(fileobj=writer, mode="w", format=tarfile.GNU_FORMAT, copybufsize=COPY_BYTES) as tar:
                 while sample is not None:
                     members = sample.members()
                     size = sum(512 + -(-len(data) // 512) * 512 for _, data in members)
@@ -146,6 +158,7 @@ def pack_samples(
                     offset = tar.offset
                     for name, data in members:
                         tar.addfile(deterministic_tar_info(name, len(data)), io.BytesIO(data))
+                    tar.members.clear()  # TarFile keeps every header; nothing here reads them back
                     tar_rows.append({"key": sample.key, "tar_url": url, "offset": offset, "size": tar.offset - offset})
                     sample = next(pending, None)
         digest = writer.sha256.hexdigest()
@@ -184,8 +197,9 @@ def iter_bridge_samples(data_root: DataRoot, shard_id: str) -> Iterator[BridgeSa
         KeyedRows(data_root, layout.qwen_hidden_states(shard_id), ARRAY_COLUMNS, packable),
         KeyedRows(data_root, layout.wavlm_features(shard_id), ARRAY_COLUMNS, packable),
     )
-    for key, (grid, meta, audio, qwen, wavlm) in zip(packable, streams):
-        yield BridgeSample(
+
+    def build(key: str, grid: dict, meta: dict, audio: dict, qwen: dict, wavlm: dict) -> BridgeSample:
+        sample = BridgeSample(
             key=key,
             wav=decode_audio(audio["audio"], audio["codec"]),
             qwen=_array(qwen),
@@ -205,8 +219,22 @@ def iter_bridge_samples(data_root: DataRoot, shard_id: str) -> Iterator[BridgeSa
                 "n_tokens": grid["n_tokens"],
             },
         )
+        sample.members()  # encode here, in the worker thread
+        return sample
+
+    # Decoding FLAC (libsndfile) and encoding members (numpy) mostly release the GIL: run them
+    # in threads a bounded number of samples ahead, and hand samples on in key order.
+    with ThreadPoolExecutor(DECODE_THREADS) as pool:
+        ahead: deque = deque()
+        for key, rows in zip(packable, streams):
+            ahead.append(pool.submit(build, key, *rows))
+            if len(ahead) > 2 * DECODE_THREADS:
+                yield ahead.popleft().result()
+        while ahead:
+            yield ahead.popleft().result()
 
 
+DECODE_THREADS = min(4, os.cpu_count() or 1)
 GRID_COLUMNS = ["tokens", "grid", "dur", "n_frames", "n_tokens"]
 INFO_COLUMNS = ["text", "language", "country", "source"]
 ARRAY_COLUMNS = ["n_rows", "dim", "dtype", "data"]

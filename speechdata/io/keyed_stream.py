@@ -24,7 +24,8 @@ import pyarrow.parquet as pq
 from speechdata.io.storage import DataRoot
 
 DEFAULT_MAX_BUFFER_BYTES = 256 * 1024 * 1024
-BATCH_ROWS = 256
+BATCH_ROWS = 64
+STREAM_BUFFER_BYTES = 4 * 1024 * 1024
 
 
 def read_keys(data_root: DataRoot, relative: str, key: str = "utt_id") -> list[str]:
@@ -85,7 +86,9 @@ class KeyedRows:
         pending: dict[str, dict] = {}
         turn = 0
         with self.data_root.fs.open(self.data_root.path(self.relative), "rb") as handle:
-            parquet = pq.ParquetFile(handle)
+            # A buffered stream reads a column chunk page by page instead of whole: memory per file
+            # stays near one batch rather than one row group (64-128 MB of payload).
+            parquet = pq.ParquetFile(handle, buffer_size=STREAM_BUFFER_BYTES)
             for batch in parquet.iter_batches(batch_size=BATCH_ROWS, columns=self.columns):
                 for row in _rows(batch):
                     if row[self.key] in wanted_set:
@@ -120,7 +123,8 @@ def _rows(batch: pa.RecordBatch | pa.Table) -> list[dict]:
             column = column.combine_chunks()
         if pa.types.is_list(column.type):
             offsets = column.offsets.to_numpy()
-            values = column.values.to_numpy(zero_copy_only=False)
+            # zero-copy: the default path converts through pandas (and imports it: seconds).
+            values = column.values.to_numpy(zero_copy_only=column.values.null_count == 0)
             columns[name] = [values[offsets[i] : offsets[i + 1]] for i in range(len(column))]
         else:
             columns[name] = column.to_pylist()

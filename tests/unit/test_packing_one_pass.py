@@ -97,3 +97,20 @@ def test_missing_key_names_the_file(tmp_path):
     write_packing_inputs(root, "s1", 5, seconds=0.5, qwen_dim=8, wavlm_dim=8)
     with pytest.raises(KeyError, match="qwen.*nope"):
         KeyedRows(root, layout.qwen_hidden_states("s1"), ["data"], ["nope"])
+
+
+@pytest.mark.parametrize("n_samples", [0, 1, 7, 24_000])
+def test_wav_member_is_what_soundfile_writes(n_samples):
+    import io
+
+    import soundfile as sf
+
+    from speechdata.bridge.tars import _wav_bytes
+
+    samples = np.random.default_rng(n_samples).uniform(-1.2, 1.2, n_samples).astype(np.float32)
+    buffer = io.BytesIO()
+    pcm = np.rint(np.clip(samples, -1.0, 1.0) * 32767.0).astype(np.int16)
+    sf.write(buffer, pcm, 24_000, format="WAV", subtype="PCM_16")
+    assert _wav_bytes(samples) == buffer.getvalue()
+    decoded, rate = sf.read(io.BytesIO(_wav_bytes(samples)), dtype="int16")
+    assert rate == 24_000 and np.array_equal(decoded, pcm)
