@@ -54,10 +54,10 @@ def _child_build(root: str, count: int, args) -> None:
 
 
 def _child_pack(root: str) -> dict:
+    import pandas  # noqa: F401  pyarrow imports it lazily on first read: process start-up, not packing
+
     from speechdata.bridge.tars import iter_bridge_samples, pack_samples
     from speechdata.io.storage import DataRoot
-
-    import pandas  # noqa: F401  pyarrow imports it lazily on first read: process start-up, not packing
 
     data_root = DataRoot(root)
     started = time.perf_counter()

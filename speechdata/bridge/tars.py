@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import hashlib
 import io
-import os
 import json
+import os
 import struct
 import tarfile
 from collections import deque
