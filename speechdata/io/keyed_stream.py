@@ -85,7 +85,7 @@ class KeyedRows:
         wanted_set = set(self.wanted)
         pending: dict[str, dict] = {}
         turn = 0
-        with self.data_root.fs.open(self.data_root.path(self.relative), "rb") as handle:
+        with _open(self.data_root, self.relative) as handle:
             # A buffered stream reads a column chunk page by page instead of whole: memory per file
             # stays near one batch rather than one row group (64-128 MB of payload).
             parquet = pq.ParquetFile(handle, buffer_size=STREAM_BUFFER_BYTES)
@@ -100,7 +100,7 @@ class KeyedRows:
                     return
 
     def _random_access(self) -> Iterator[dict]:
-        with self.data_root.fs.open(self.data_root.path(self.relative), "rb") as handle:
+        with _open(self.data_root, self.relative) as handle:
             parquet = pq.ParquetFile(handle)
             starts = np.cumsum([0] + [parquet.metadata.row_group(g).num_rows for g in range(parquet.num_row_groups)])
             position = {k: i for i, k in enumerate(self.file_keys)}
@@ -112,6 +112,15 @@ class KeyedRows:
                     cached_group, cached = group, parquet.read_row_group(group, columns=self.columns)
                 [found] = _rows(cached.slice(row - int(starts[group]), 1))
                 yield found
+
+
+def _open(data_root: DataRoot, relative: str):
+    """Arrow's own file for a local root: its reads land in Arrow's memory pool, which reuses them.
+    Through a Python file object every read is a new multi-MB ``bytes``, and glibc's heap fragments
+    under them until resident memory grows with the number of row groups read."""
+    if data_root.is_local:
+        return pa.OSFile(data_root.path(relative), "rb")
+    return data_root.fs.open(data_root.path(relative), "rb")
 
 
 def _rows(batch: pa.RecordBatch | pa.Table) -> list[dict]:
