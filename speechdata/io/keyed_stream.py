@@ -46,7 +46,7 @@ def reorder_buffer_rows(file_keys: Sequence[str], wanted: Sequence[str]) -> int:
 
 
 class KeyedRows:
-    """Rows of one parquet file, delivered as ``{column: value}`` in the order of ``wanted``.
+    r"""Rows of one parquet file, delivered as ``{column: value}`` in the order of ``wanted``.
 
     ``wanted`` must be a subset of the file's keys (a :class:`KeyError` names the first missing).
     Binary columns come back as ``memoryview``\ s of the Arrow buffer, list columns as numpy arrays, scalars as Python values.
