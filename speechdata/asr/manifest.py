@@ -215,34 +215,13 @@ def build_asr_manifest(
         RECORDING_KEY.alias("recording_key"),
         (pl.col("shard_id") + pl.lit("/") + pl.col("utt_id")).alias("key"),
     ).sort("shard_id", "utt_id")
-    # Group keys hashed to one u64 for the window functions (only compared within this build, so
-    # polars' hash need not be stable across versions; a 64-bit collision is negligible).
-    duration_step = (pl.col("duration_s") * 1000 / config.dedup_duration_resolution_ms).round().cast(pl.Int64)
-    passed = pl.col("reason").is_null()
-    audio_group = pl.struct(passed, pl.col("audio_sha1")).hash(0)
-    frame = frame.with_columns(audio_group.alias("_audio_group")).with_columns(
-        pl.when(passed & ~pl.col("_audio_group").is_first_distinct())
-        .then(pl.lit("duplicate_audio"))
-        .otherwise(pl.col("reason"))
-        .alias("reason"),
-        pl.col("key").first().over("_audio_group").alias("_same_audio_as"),
-    )
-    text_group = pl.struct(pl.col("reason").is_null(), "recording_key", "clean_text", duration_step).hash(0)
-    frame = frame.with_columns(text_group.alias("_text_group")).with_columns(
-        pl.when(pl.col("reason").is_null() & ~pl.col("_text_group").is_first_distinct())
-        .then(pl.lit("duplicate_text_in_recording"))
-        .otherwise(pl.col("reason"))
-        .alias("reason"),
-        pl.col("key").first().over("_text_group").alias("_same_text_as"),
-    )
+    frame = _mark_duplicates(frame, config)
     removed = frame.filter(pl.col("reason").is_not_null()).select(
         "shard_id",
         "utt_id",
         "reason",
-        pl.when(pl.col("reason") == "duplicate_audio")
-        .then(pl.lit("same audio as ") + pl.col("_same_audio_as"))
-        .when(pl.col("reason") == "duplicate_text_in_recording")
-        .then(pl.lit("same text and duration as ") + pl.col("_same_text_as"))
+        pl.when(pl.col("reason").is_in(["duplicate_audio", "duplicate_text_in_recording"]))
+        .then(pl.col("_duplicate_detail"))
         .when(pl.col("reason") == "duration_out_of_range")
         .then(pl.format("duration {} s", pl.col("duration_s").round(3)))
         .when(pl.col("reason") == "quality_below_minimum")
@@ -285,6 +264,47 @@ def build_asr_manifest(
         eval=eval_subset.select(MANIFEST_COLUMNS),
         removed=removed,
         relabeled={change: int(n) for change, n in relabeled.iter_rows()},
+    )
+
+
+def _mark_duplicates(frame: pl.DataFrame, config: AsrManifestConfig) -> pl.DataFrame:
+    """``duplicate_audio`` then ``duplicate_text_in_recording`` among rows still passing, in frame order.
+
+    The first row of a group (by ``(shard_id, utt_id)``, the frame's order) is kept and named in the
+    others' ``_duplicate_detail``. Only passing rows are grouped, with ``is_first_distinct`` and a
+    join of the duplicates to their group's first row: no window over the whole frame.
+    """
+    duration_step = (pl.col("duration_s") * 1000 / config.dedup_duration_resolution_ms).round().cast(pl.Int64)
+    passing = frame.with_row_index("_row").filter(pl.col("reason").is_null())
+    passing = passing.select(
+        "_row",
+        "key",
+        "audio_sha1",
+        # Group keys hashed to one u64 (only compared within this build, so polars' hash need not be
+        # stable across versions; a 64-bit collision is negligible).
+        pl.struct("recording_key", "clean_text", duration_step).hash(0).alias("_text_group"),
+    )
+    updates = []
+    for group, reason, detail in (
+        ("audio_sha1", "duplicate_audio", "same audio as "),
+        ("_text_group", "duplicate_text_in_recording", "same text and duration as "),
+    ):
+        first = pl.col(group).is_first_distinct()
+        firsts = passing.filter(first).select(group, pl.col("key").alias("_first_key"))
+        duplicates = passing.filter(~first).join(firsts, on=group, how="left", nulls_equal=True)
+        updates.append(
+            duplicates.select(
+                "_row", pl.lit(reason).alias("reason"), (pl.lit(detail) + pl.col("_first_key")).alias("_detail")
+            )
+        )
+        passing = passing.filter(first)
+    changed = pl.concat(updates)
+    rows = changed["_row"].cast(pl.Int64)
+    return frame.with_columns(
+        frame["reason"].scatter(rows, changed["reason"]),
+        pl.repeat(None, frame.height, dtype=pl.String, eager=True)
+        .alias("_duplicate_detail")
+        .scatter(rows, changed["_detail"]),
     )
 
 

@@ -101,12 +101,16 @@ def pack_greedy(durations_ms: np.ndarray, segment_ends: np.ndarray, cap_ms: int)
     run_sizes = np.diff(np.concatenate([[0], segment_ends]))
     run_end = np.repeat(segment_ends, run_sizes)
     following = np.minimum(np.maximum(stop, np.arange(n) + 1), run_end)
+    # One step per batch, not per utterance; a memoryview hands out Python ints without converting
+    # the whole array (tolist) or boxing numpy scalars.
+    following = memoryview(np.ascontiguousarray(following, dtype=np.int64))
     starts = []
     start = 0
-    while start < n:  # one step per batch, not per utterance
+    while start < n:
         starts.append(start)
-        start = int(following[start])
-    return np.array([*starts, n], np.int64)
+        start = following[start]
+    starts.append(n)
+    return np.array(starts, np.int64)
 
 
 class DurationBucketBatchSampler:
@@ -152,7 +156,26 @@ class DurationBucketBatchSampler:
         self.weights = (
             language_sample_weights(self.language_codes, self.temperature) if durations.shape[0] else np.zeros(0)
         )
+        self._prepare_buckets()
         self.set_epoch(epoch)
+
+    def _prepare_buckets(self) -> None:
+        """What every epoch shares: bucket membership, its order, sizes and each utterance's exponent."""
+        n = self.durations_ms.shape[0]
+        # Bucket ids renumbered by first appearance, so batches concatenate in the seed's dict order.
+        present, first_seen = np.unique(self.bucket_ids, return_index=True)
+        appearance_rank = np.empty(present.shape[0], np.int64)
+        appearance_rank[np.argsort(first_seen, kind="stable")] = np.arange(present.shape[0])
+        bucket_order = appearance_rank[np.searchsorted(present, self.bucket_ids)] if n else self.bucket_ids
+        self._bucket_sizes = np.bincount(bucket_order, minlength=present.shape[0]) if n else np.zeros(0, np.int64)
+        by_bucket = np.argsort(bucket_order, kind="stable")  # radix sort on small ints
+        # Each bucket's members by index descending (see weighted_bucket_order), concatenated.
+        self._members, start = [], 0
+        for size in self._bucket_sizes.tolist():
+            self._members.append(by_bucket[start : start + size][::-1].copy())
+            start += size
+        exponents = 1.0 / np.maximum(self.weights, MIN_WEIGHT)
+        self._member_exponents = [exponents[m] for m in self._members]
 
     def set_epoch(self, epoch: int) -> None:
         """Rebuild the batches for ``epoch`` (a different shuffle for every ``seed + epoch``)."""
@@ -163,13 +186,12 @@ class DurationBucketBatchSampler:
         rng = np.random.default_rng(self.seed + self.epoch)
         n = self.durations_ms.shape[0]
         uniforms = rng.random(n)
-        # Bucket ids renumbered by first appearance, so batches concatenate in the seed's dict order.
-        present, first_seen = np.unique(self.bucket_ids, return_index=True)
-        appearance_rank = np.empty(present.shape[0], np.int64)
-        appearance_rank[np.argsort(first_seen, kind="stable")] = np.arange(present.shape[0])
-        bucket_order = appearance_rank[np.searchsorted(present, self.bucket_ids)] if n else self.bucket_ids
-        order = weighted_bucket_order(bucket_order, self.weights, uniforms)
-        bucket_sizes = np.bincount(bucket_order, minlength=present.shape[0]) if n else np.zeros(0, np.int64)
+        parts = [
+            m[_argsort_descending_ties_by_position(np.power(uniforms[m], e))]
+            for m, e in zip(self._members, self._member_exponents)
+        ]
+        order = np.concatenate(parts) if parts else np.zeros(0, np.int64)
+        bucket_sizes = self._bucket_sizes
         if self.epoch_fraction < 1.0:
             order, bucket_sizes = _keep_prefix_of_each_bucket(order, bucket_sizes, self.epoch_fraction)
         ordered_ms = self.durations_ms[order]

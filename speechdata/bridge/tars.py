@@ -12,23 +12,27 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import os
+import struct
 import tarfile
+from collections import deque
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
-import soundfile as sf
 
-from speechdata.audio.container import iter_container_audio
+from speechdata.audio.codec import decode_audio
 from speechdata.bridge.clock import FRAME_RATE_HZ, SAMPLE_RATE
-from speechdata.features.array_store import iter_arrays
 from speechdata.io import layout
 from speechdata.io.audio_tars import deterministic_tar_info
+from speechdata.io.keyed_stream import KeyedRows, read_keys
 from speechdata.io.storage import DataRoot, atomic_open
 
 DEFAULT_MAX_TAR_BYTES = 1_000_000_000
 DEFAULT_MAX_SAMPLES = 10_000
+COPY_BYTES = 64 * 1024 * 1024
 
 BRIDGE_INDEX_SCHEMA = pa.schema(
     [
@@ -53,17 +57,21 @@ class BridgeSample:
     info: dict
 
     def members(self) -> list[tuple[str, bytes]]:
-        """(name, bytes) of the sample's files, sorted by name."""
-        files = {
-            f"{self.key}.wav": _wav_bytes(self.wav),
-            f"{self.key}.qwen.npy": _npy_bytes(self.qwen, np.float16),
-            f"{self.key}.wavlm.npy": _npy_bytes(self.wavlm, np.float16),
-            f"{self.key}.tokens.npy": _npy_bytes(self.tokens, np.int32),
-            f"{self.key}.grid.npy": _npy_bytes(self.grid, np.int32),
-            f"{self.key}.dur.npy": _npy_bytes(self.dur, np.int32),
-            f"{self.key}.json": json.dumps(self.info, sort_keys=True, ensure_ascii=False).encode(),
-        }
-        return sorted(files.items())
+        """(name, bytes) of the sample's files, sorted by name (encoded once, then cached)."""
+        cached = self.__dict__.get("_members")
+        if cached is None:
+            files = {
+                f"{self.key}.wav": _wav_bytes(self.wav),
+                f"{self.key}.qwen.npy": _npy_bytes(self.qwen, np.float16),
+                f"{self.key}.wavlm.npy": _npy_bytes(self.wavlm, np.float16),
+                f"{self.key}.tokens.npy": _npy_bytes(self.tokens, np.int32),
+                f"{self.key}.grid.npy": _npy_bytes(self.grid, np.int32),
+                f"{self.key}.dur.npy": _npy_bytes(self.dur, np.int32),
+                f"{self.key}.json": json.dumps(self.info, sort_keys=True, ensure_ascii=False).encode(),
+            }
+            cached = sorted(files.items())
+            object.__setattr__(self, "_members", cached)  # frozen dataclass: set once, bypassing __setattr__
+        return cached
 
 
 def _npy_bytes(array: np.ndarray, dtype) -> bytes:
@@ -73,10 +81,13 @@ def _npy_bytes(array: np.ndarray, dtype) -> bytes:
 
 
 def _wav_bytes(samples: np.ndarray) -> bytes:
-    buffer = io.BytesIO()
-    pcm = np.rint(np.clip(samples, -1.0, 1.0) * 32767.0).astype(np.int16)
-    sf.write(buffer, pcm, SAMPLE_RATE, format="WAV", subtype="PCM_16")
-    return buffer.getvalue()
+    """A 16-bit mono WAV: the 44-byte canonical header libsndfile writes, then the PCM (no soundfile round trip)."""
+    pcm = np.rint(np.clip(samples, -1.0, 1.0) * 32767.0).astype("<i2").tobytes()
+    header = struct.pack(
+        "<4sI4s4sIHHIIHH4sI", b"RIFF", 36 + len(pcm), b"WAVE", b"fmt ", 16, 1, 1, SAMPLE_RATE, 2 * SAMPLE_RATE, 2, 16,
+        b"data", len(pcm),
+    )  # fmt: skip
+    return header + pcm
 
 
 class _HashingWriter(io.RawIOBase):
@@ -128,7 +139,8 @@ def pack_samples(
         with atomic_open(data_root.fs, data_root.path(relative)) as handle:
             writer = _HashingWriter(handle)
             # Plain "w" mode writes each member straight through; stream mode ("w|") re-buffers in 10 KiB pieces.
-            with tarfile.open(fileobj=writer, mode="w", format=tarfile.GNU_FORMAT) as tar:
+            # copybufsize: copy each member in one write, not 16 KiB pieces (each one hashed separately).
+            with tarfile.open(fileobj=writer, mode="w", format=tarfile.GNU_FORMAT, copybufsize=COPY_BYTES) as tar:
                 while sample is not None:
                     members = sample.members()
                     size = sum(512 + -(-len(data) // 512) * 512 for _, data in members)
@@ -138,6 +150,7 @@ def pack_samples(
                     offset = tar.offset
                     for name, data in members:
                         tar.addfile(deterministic_tar_info(name, len(data)), io.BytesIO(data))
+                    tar.members.clear()  # TarFile keeps every header; nothing here reads them back
                     tar_rows.append({"key": sample.key, "tar_url": url, "offset": offset, "size": tar.offset - offset})
                     sample = next(pending, None)
         digest = writer.sha256.hexdigest()
@@ -160,47 +173,64 @@ def _remove_stale_tars(data_root: DataRoot, shard_id: str, keep: int) -> None:
 
 
 def iter_bridge_samples(data_root: DataRoot, shard_id: str) -> Iterator[BridgeSample]:
-    """Every utterance with a grid and both feature matrices, sorted by utt_id."""
-    grids = data_root.read_parquet(layout.frame_grids(shard_id))
-    index = data_root.read_parquet(
-        layout.utterance_index(shard_id), columns=["utt_id", "text", "language", "country", "source"]
+    """Every utterance with a grid and both feature matrices, sorted by utt_id.
+
+    One pass over each input (:class:`~speechdata.io.keyed_stream.KeyedRows`): cost per utterance
+    does not grow with the shard, and memory holds a row group per file, not the shard.
+    """
+    qwen_keys = set(read_keys(data_root, layout.qwen_hidden_states(shard_id)))
+    wavlm_keys = set(read_keys(data_root, layout.wavlm_features(shard_id)))
+    packable = sorted(set(read_keys(data_root, layout.frame_grids(shard_id))) & qwen_keys & wavlm_keys)
+    del qwen_keys, wavlm_keys
+    streams = zip(
+        KeyedRows(data_root, layout.frame_grids(shard_id), GRID_COLUMNS, packable),
+        KeyedRows(data_root, layout.utterance_index(shard_id), INFO_COLUMNS, packable),
+        KeyedRows(data_root, layout.normalized_audio(shard_id), ["codec", "audio"], packable),
+        KeyedRows(data_root, layout.qwen_hidden_states(shard_id), ARRAY_COLUMNS, packable),
+        KeyedRows(data_root, layout.wavlm_features(shard_id), ARRAY_COLUMNS, packable),
     )
-    info = {row["utt_id"]: row for row in index.to_pylist()}
-    qwen_keys = set(
-        data_root.read_parquet(layout.qwen_hidden_states(shard_id), columns=["utt_id"])["utt_id"].to_pylist()
-    )
-    wavlm_keys = set(data_root.read_parquet(layout.wavlm_features(shard_id), columns=["utt_id"])["utt_id"].to_pylist())
-    packable = sorted(set(grids["utt_id"].to_pylist()) & qwen_keys & wavlm_keys)
-    grid_rows = {
-        row["utt_id"]: row
-        for row in grids.select(["utt_id", "tokens", "grid", "dur", "n_frames", "n_tokens"]).to_pylist()
-    }
-    # Tars are written in key order; load one batch of keys at a time to bound memory.
-    for start in range(0, len(packable), 256):
-        keys = set(packable[start : start + 256])
-        audio = {u: s for u, s, _ in iter_container_audio(data_root, layout.normalized_audio(shard_id), keys)}
-        qwen = dict(iter_arrays(data_root, layout.qwen_hidden_states(shard_id), keys))
-        wavlm = dict(iter_arrays(data_root, layout.wavlm_features(shard_id), keys))
-        for key in sorted(keys):
-            grid = grid_rows[key]
-            meta = info[key]
-            yield BridgeSample(
-                key=key,
-                wav=audio[key],
-                qwen=qwen[key],
-                wavlm=wavlm[key],
-                tokens=np.asarray(grid["tokens"]),
-                grid=np.asarray(grid["grid"]),
-                dur=np.asarray(grid["dur"]),
-                info={
-                    "text": meta["text"],
-                    "language": meta["language"],
-                    "country": meta["country"],
-                    "source": meta["source"],
-                    "shard": shard_id,
-                    "sample_rate": SAMPLE_RATE,
-                    "frame_rate": FRAME_RATE_HZ,
-                    "n_frames": grid["n_frames"],
-                    "n_tokens": grid["n_tokens"],
-                },
-            )
+
+    def build(key: str, grid: dict, meta: dict, audio: dict, qwen: dict, wavlm: dict) -> BridgeSample:
+        sample = BridgeSample(
+            key=key,
+            wav=decode_audio(audio["audio"], audio["codec"]),
+            qwen=_array(qwen),
+            wavlm=_array(wavlm),
+            tokens=grid["tokens"],
+            grid=grid["grid"],
+            dur=grid["dur"],
+            info={
+                "text": meta["text"],
+                "language": meta["language"],
+                "country": meta["country"],
+                "source": meta["source"],
+                "shard": shard_id,
+                "sample_rate": SAMPLE_RATE,
+                "frame_rate": FRAME_RATE_HZ,
+                "n_frames": grid["n_frames"],
+                "n_tokens": grid["n_tokens"],
+            },
+        )
+        sample.members()  # encode here, in the worker thread
+        return sample
+
+    # Decoding FLAC (libsndfile) and encoding members (numpy) mostly release the GIL: run them
+    # in threads a bounded number of samples ahead, and hand samples on in key order.
+    with ThreadPoolExecutor(DECODE_THREADS) as pool:
+        ahead: deque = deque()
+        for key, rows in zip(packable, streams):
+            ahead.append(pool.submit(build, key, *rows))
+            if len(ahead) > 2 * DECODE_THREADS:
+                yield ahead.popleft().result()
+        while ahead:
+            yield ahead.popleft().result()
+
+
+DECODE_THREADS = min(4, os.cpu_count() or 1)
+GRID_COLUMNS = ["tokens", "grid", "dur", "n_frames", "n_tokens"]
+INFO_COLUMNS = ["text", "language", "country", "source"]
+ARRAY_COLUMNS = ["n_rows", "dim", "dtype", "data"]
+
+
+def _array(row: dict) -> np.ndarray:
+    return np.frombuffer(row["data"], dtype=row["dtype"]).reshape(row["n_rows"], row["dim"])

@@ -7,6 +7,7 @@ cheap however many shards have already been processed.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Collection
 from dataclasses import dataclass, field
 
@@ -28,6 +29,14 @@ class LandingScan:
 
 def list_landing_dirs(data_root: DataRoot) -> list[str]:
     landing = data_root.path(layout.LANDING)
+    if data_root.is_local:
+        # scandir's entry types come from the directory itself; fsspec's ls stats every entry
+        # (60 % of a tick at 20 000 shards).
+        try:
+            with os.scandir(landing) as entries:
+                return sorted(e.name for e in entries if e.is_dir())
+        except FileNotFoundError:
+            return []
     if not data_root.fs.exists(landing):
         return []
     entries = data_root.fs.ls(landing, detail=True)

@@ -1,0 +1,239 @@
+"""Seed 004's publishing cycle: its CSV manifest in pandas against the project's DuckDB state.
+
+Why: seed 004 tracks every segment of a country in ``[country]_manifest.csv`` and, on every upload
+batch, reads the whole CSV with pandas, selects, changes a status column and writes the whole CSV
+back. The project keeps the same state in DuckDB (:mod:`speechdata.hf.state`: ``segments`` with
+``split`` and ``status``) and the segment facts (language, duration, CER) in parquet, and changes
+only the rows a batch touched, in a transaction.
+
+Input: ``--segments`` segments of one country (two languages, 10 segments per recording, 80 %
+train, 30 % of them already uploaded), built before timing as (a) the seed's CSV with its columns
+(seed 004 "Central Manifest CSV Schema", transcripts included) and (b) a state database made with
+the project's schema plus a parquet of the facts.
+
+Timed (wall-clock), one cycle each:
+
+* seed: ``pd.read_csv``; hours per language (``groupby``); the pending train segments with
+  ``cer <= --max-cer`` in file order; the first ``--batch`` of them marked ``uploaded``; ``to_csv``;
+* project: :func:`speechdata.hf.state.state_connection` (open, transaction); hours per language
+  from the parquet; the same selection (state ``segments`` joined to the parquet, in key order);
+  ``UPDATE ... WHERE key IN`` the chosen keys via :func:`~speechdata.hf.state.registered_rows`; commit.
+
+Both must choose the same keys and report the same hours (checked). Reported: seconds of each,
+``ratio_seed_over_duckdb`` (target >= 100).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import tempfile
+import time
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from benchmarks.report import emit, progress, ratio, stdout_to_stderr
+
+TARGET_RATIO = 100.0
+FACTS_ROW_GROUP_ROWS = 65_536
+COUNTRY = "india"
+
+
+def synthetic(n: int, seed: int = 0) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    index = np.arange(n)
+    video = index // 10
+    start_ms = (index % 10) * 20_000 + rng.integers(0, 1000, n)
+    duration = np.round(rng.uniform(3.0, 20.0, n), 3)
+    end_ms = start_ms + (duration * 1000).astype(np.int64)
+    video_ids = np.char.add("v", np.char.zfill(video.astype(str), 8))
+    keys = np.char.add(np.char.add(np.char.add(f"{COUNTRY}_", video_ids), "_"), np.char.zfill(start_ms.astype(str), 7))
+    split = np.where(rng.random(video.max() + 1) < 0.8, "train", np.where(rng.random(video.max() + 1) < 0.5, "test", "validation"))[video]  # fmt: skip
+    status = np.where(rng.random(n) < 0.3, "uploaded", "pending")
+    return {
+        "key": keys,
+        "country": np.full(n, COUNTRY),
+        "language": np.where(video % 3 == 0, "en", "hi"),
+        "video_id": video_ids,
+        "transcript_id": np.char.add("t", video.astype(str)),
+        "source_audio_path": np.char.add(np.char.add("countries/india/audio/", video_ids), ".wav"),
+        "start_seconds": start_ms / 1000,
+        "end_seconds": end_ms / 1000,
+        "duration_seconds": duration,
+        "asr_transcript": np.char.add("यह एक परीक्षण वाक्य है number ", index.astype(str)),
+        "human_transcript": np.char.add("यह एक परीक्षण वाक्य है नंबर ", index.astype(str)),
+        "cer": np.round(rng.beta(1.5, 12.0, n), 4),
+        "wer": np.round(rng.beta(2.0, 8.0, n), 4),
+        "original_transcript_start_idx": index * 3,
+        "original_transcript_end_idx": index * 3 + 2,
+        "status": status,
+        "error_message": np.full(n, ""),
+        "batch_id": np.zeros(n, np.int64),
+        "split": split,
+    }
+
+
+def seed_cycle(csv_path: str, max_cer: float, batch: int) -> tuple[dict, list[str]]:
+    import pandas as pd
+
+    df = pd.read_csv(csv_path, keep_default_na=False)
+    hours = (df.groupby("language")["duration_seconds"].sum() / 3600).to_dict()
+    chosen = df[
+        (df["country"] == COUNTRY) & (df["status"] == "pending") & (df["split"] == "train") & (df["cer"] <= max_cer)
+    ].head(batch)
+    df.loc[chosen.index, "status"] = "uploaded"
+    df.to_csv(csv_path, index=False)
+    return hours, chosen["key"].tolist()
+
+
+def duckdb_cycle(root, state: str, facts: str, max_cer: float, batch: int) -> tuple[dict, list[str]]:
+    from speechdata.hf.state import registered_rows, state_connection
+
+    with state_connection(root, state) as connection:
+        hours = dict(
+            connection.execute(
+                "SELECT language, sum(duration_seconds) / 3600 FROM read_parquet(?) GROUP BY language", [facts]
+            ).fetchall()
+        )
+        chosen = choose_batch(connection, facts, max_cer, batch)
+        with registered_rows(connection, "chosen", {"key": chosen["key"]}):
+            connection.execute(
+                "UPDATE segments SET status = 'uploaded', updated_at = current_timestamp "
+                "FROM chosen WHERE segments.key = chosen.key"
+            )
+    return hours, chosen["key"].to_pylist()
+
+
+def choose_batch(connection, facts: str, max_cer: float, batch: int) -> pa.Table:
+    """The first ``batch`` pending train keys (key order) with ``cer <= max_cer``.
+
+    Joining all pending keys to the facts costs a hash table of every pending key; instead take the
+    next candidates in key order (a top-N, no join), look up their CER with a small semi-join, and
+    go on past the last candidate until the batch is full or none are left.
+    """
+    chosen: list[pa.Table] = []
+    need, after = batch, ""
+    while need > 0:
+        candidates = connection.sql(
+            "SELECT key FROM segments WHERE status = 'pending' AND split = 'train' AND key > $after "
+            "ORDER BY key LIMIT $limit",
+            params={"after": after, "limit": 2 * need + 100},
+        ).to_arrow_table()
+        if candidates.num_rows == 0:
+            break
+        connection.register("candidates", candidates)
+        passing = connection.sql(
+            "SELECT f.key FROM read_parquet($facts) f SEMI JOIN candidates c ON c.key = f.key "
+            "WHERE f.cer <= $max_cer AND f.key BETWEEN $low AND $high ORDER BY f.key LIMIT $need",
+            # The key range lets the parquet reader skip row groups by their min/max statistics.
+            params={
+                "facts": facts,
+                "max_cer": max_cer,
+                "need": need,
+                "low": candidates["key"][0].as_py(),
+                "high": candidates["key"][-1].as_py(),
+            },
+        ).to_arrow_table()
+        connection.unregister("candidates")
+        chosen.append(passing)
+        need -= passing.num_rows
+        after = candidates["key"][-1].as_py()
+    return pa.concat_tables(chosen) if chosen else pa.table({"key": pa.array([], pa.string())})
+
+
+def build_state(root, state: str, columns: dict[str, np.ndarray]) -> None:
+    from speechdata.hf.state import registered_rows, state_connection
+
+    recordings = {
+        "recording_id": np.unique(columns["video_id"]),
+    }
+    first = np.searchsorted(columns["video_id"], recordings["recording_id"])
+    with state_connection(root, state) as connection:
+        with registered_rows(
+            connection,
+            "new_recordings",
+            {
+                "recording_id": pa.array(recordings["recording_id"]),
+                "audio_path": pa.array(columns["source_audio_path"][first]),
+                "split": pa.array(columns["split"][first]),
+            },
+        ):
+            connection.execute(
+                "INSERT INTO recordings (recording_id, video_id, shard_id, audio_path, duration_hours, split) "
+                "SELECT recording_id, recording_id, 'shard', audio_path, 0.0, split FROM new_recordings"
+            )
+        with registered_rows(
+            connection,
+            "new_segments",
+            {name: pa.array(columns[name]) for name in ("key", "video_id", "split", "status")},
+        ):
+            connection.execute(
+                "INSERT INTO segments (key, recording_id, shard_id, split, status) "
+                "SELECT key, video_id, 'shard', split, status FROM new_segments"
+            )
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="50 000 segments, for smoke runs")
+    parser.add_argument("--segments", type=int, default=1_000_000)
+    parser.add_argument("--batch", type=int, default=10_000, help="segments marked uploaded")
+    parser.add_argument("--max-cer", type=float, default=0.15)
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.segments, args.batch = 50_000, 1_000
+
+    from speechdata.io.layout import hf_state_database
+    from speechdata.io.storage import DataRoot
+
+    with stdout_to_stderr(), tempfile.TemporaryDirectory(prefix="bench-publish-") as tmp:
+        import pandas as pd
+
+        import speechdata.hf.state  # noqa: F401  imported before timing, as pandas is
+
+        columns = synthetic(args.segments)
+        csv_path = os.path.join(tmp, f"{COUNTRY}_manifest.csv")
+        pd.DataFrame(columns).to_csv(csv_path, index=False)
+        root = DataRoot(tmp)
+        state = hf_state_database("bench", COUNTRY)
+        build_state(root, state, columns)
+        facts = os.path.join(tmp, "segments.parquet")
+        pq.write_table(
+            pa.table({name: columns[name] for name in ("key", "language", "duration_seconds", "cer")}),
+            facts,
+            row_group_size=FACTS_ROW_GROUP_ROWS,
+        )
+        progress(f"{args.segments} segments; CSV {os.path.getsize(csv_path) / 1e6:.0f} MB")
+
+        started = time.perf_counter()
+        seed_hours, seed_keys = seed_cycle(csv_path, args.max_cer, args.batch)
+        seed_s = time.perf_counter() - started
+        started = time.perf_counter()
+        duck_hours, duck_keys = duckdb_cycle(root, state, facts, args.max_cer, args.batch)
+        duck_s = time.perf_counter() - started
+        progress(f"seed {seed_s:.2f} s, duckdb {duck_s:.3f} s")
+        same_keys = seed_keys == duck_keys
+        same_hours = set(seed_hours) == set(duck_hours) and all(
+            abs(seed_hours[k] - duck_hours[k]) < 1e-6 for k in seed_hours
+        )
+        assert same_keys and same_hours, "the two cycles disagree"
+
+    speedup = ratio(seed_s, duck_s)
+    emit(
+        "publish_state",
+        {"quick": args.quick, "segments": args.segments, "batch": args.batch, "max_cer": args.max_cer},
+        {
+            "seed_csv_pandas_seconds": round(seed_s, 3),
+            "duckdb_state_seconds": round(duck_s, 4),
+            "ratio_seed_over_duckdb": speedup,
+            "meets_target": bool(speedup and speedup >= TARGET_RATIO),
+            "marked_uploaded": len(duck_keys),
+            "same_selection_and_hours": same_keys and same_hours,
+        },
+    )
+
+
+if __name__ == "__main__":
+    main()

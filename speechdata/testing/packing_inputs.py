@@ -1,0 +1,124 @@
+"""Synthetic inputs of the packing stage at any size: index, audio container, feature stores, grids.
+
+For tests (exactness of the one-pass reader against whole-file reads) and ``bench_packing`` (cost
+per utterance at production sizes). Audio and feature payloads come from a small pool reused
+across keys, so building 20 000 utterances costs writing their bytes, not encoding them. The audio
+container can be written out of key order, as ingest writes it (by source file and start time).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+
+from speechdata.audio.codec import encode_audio
+from speechdata.audio.container import (
+    AUDIO_CONTAINER_SCHEMA,
+    CONTAINER_PARQUET_OPTIONS,
+    AudioContainerWriter,
+    EncodedUtterance,
+)
+from speechdata.bridge.clock import SAMPLE_RATE, SAMPLES_PER_FRAME
+from speechdata.bridge.grid_stage import FRAME_GRIDS_SCHEMA
+from speechdata.features.array_store import ARRAY_STORE_PARQUET_OPTIONS, ARRAY_STORE_SCHEMA, ArrayStoreWriter
+from speechdata.io import layout
+from speechdata.io.storage import DataRoot
+
+TOKENS_PER_S = 3.0
+
+
+def utterance_key(shard_id: str, n: int) -> str:
+    return f"{shard_id}-{n:07d}"
+
+
+def write_packing_inputs(
+    data_root: DataRoot,
+    shard_id: str,
+    count: int,
+    *,
+    seconds: float = 8.0,
+    qwen_dim: int = 2048,
+    wavlm_dim: int = 1024,
+    codec: str = "flac16",
+    audio_order: str = "sorted",
+    pool: int = 16,
+    seed: int = 0,
+) -> list[str]:
+    """Write the five inputs of ``iter_bridge_samples`` for ``count`` utterances; return the keys.
+
+    ``audio_order``: ``sorted`` (key order), ``blocks`` (keys reversed within blocks of 50, like
+    segment numbers that do not sort as strings), or ``shuffled`` (any order).
+    """
+    rng = np.random.default_rng(seed)
+    keys = [utterance_key(shard_id, n) for n in range(count)]
+    n_samples = int(seconds * SAMPLE_RATE)
+    n_frames = -(-n_samples // SAMPLES_PER_FRAME)
+    n_tokens = max(1, round(seconds * TOKENS_PER_S))
+    t = np.arange(n_samples) / SAMPLE_RATE
+    audio_pool = [
+        encode_audio(
+            (0.3 * np.sin(2 * np.pi * (150 + 40 * p) * t) + 0.02 * rng.standard_normal(n_samples)).astype(np.float32),
+            SAMPLE_RATE,
+            codec,
+        )
+        for p in range(pool)
+    ]
+    qwen_pool = [rng.standard_normal((n_tokens, qwen_dim), dtype=np.float32).astype(np.float16) for _ in range(pool)]
+    wavlm_pool = [rng.standard_normal((n_frames, wavlm_dim), dtype=np.float32).astype(np.float16) for _ in range(pool)]
+
+    data_root.write_parquet(
+        layout.utterance_index(shard_id),
+        pa.table(
+            {
+                "utt_id": keys,
+                "text": [f"utterance number {n} of the synthetic shard" for n in range(count)],
+                "language": ["en"] * count,
+                "country": ["us"] * count,
+                "source": ["synthetic"] * count,
+            }
+        ),
+    )
+    order = list(range(count))
+    if audio_order == "blocks":
+        order = [i for start in range(0, count, 50) for i in reversed(range(start, min(start + 50, count)))]
+    elif audio_order == "shuffled":
+        order = [int(i) for i in rng.permutation(count)]
+    with data_root.parquet_writer(
+        layout.normalized_audio(shard_id), AUDIO_CONTAINER_SCHEMA, **CONTAINER_PARQUET_OPTIONS
+    ) as parquet:
+        container = AudioContainerWriter(parquet)
+        for i in order:
+            container.add(EncodedUtterance(keys[i], SAMPLE_RATE, n_samples, codec, audio_pool[i % pool]))
+        container.flush()
+    for relative, matrices, key_order in (
+        (layout.qwen_hidden_states(shard_id), qwen_pool, range(count)),
+        (layout.wavlm_features(shard_id), wavlm_pool, order),  # the WavLM stage follows the container
+    ):
+        with data_root.parquet_writer(relative, ARRAY_STORE_SCHEMA, **ARRAY_STORE_PARQUET_OPTIONS) as parquet:
+            store = ArrayStoreWriter(parquet)
+            for i in key_order:
+                store.add(keys[i], matrices[i % pool])
+            store.flush()
+    grid = np.minimum(np.arange(n_frames) * n_tokens // n_frames, n_tokens - 1).astype(np.int32)
+    dur = np.bincount(grid, minlength=n_tokens).astype(np.int32)
+    spans = (np.arange(n_tokens) * 1000 * seconds / n_tokens).astype(np.int32)
+    data_root.write_parquet(
+        layout.frame_grids(shard_id),
+        pa.table(
+            {
+                "utt_id": keys,
+                "n_samples": [n_samples] * count,
+                "n_frames": [n_frames] * count,
+                "n_tokens": [n_tokens] * count,
+                "silence_frames": [0] * count,
+                "zero_duration_tokens": [0] * count,
+                "tokens": [((np.arange(n_tokens) + n) % 151_936).astype(np.int32) for n in range(count)],
+                "grid": [grid] * count,
+                "dur": [dur] * count,
+                "token_start_ms": [spans] * count,
+                "token_end_ms": [spans + 1] * count,
+            },
+            schema=FRAME_GRIDS_SCHEMA,
+        ),
+    )
+    return keys
