@@ -4,7 +4,6 @@
     python -m dagster_project.catalog --named hours_per_language
     python -m dagster_project.catalog --list
     python -m dagster_project.catalog --language en --min-score -2.5 --limit 20
-    python -m dagster_project.catalog --export-nemo out.jsonl --language en --min-score -2.5
     python -m dagster_project.catalog --export-urls tars.txt --country us
     python -m dagster_project.catalog --refresh [--named hours_per_shard]
 
@@ -28,7 +27,6 @@ from dagster_project.settings import data_root_url
 from speechdata.catalog.views import (
     CATALOG_FILE,
     NAMED_QUERIES,
-    export_nemo_manifest,
     export_tar_urls,
     format_table,
     refresh_catalog,
@@ -92,7 +90,9 @@ def build_parser() -> argparse.ArgumentParser:
     actions = parser.add_argument_group("what to do (one of)")
     actions.add_argument("--named", metavar="NAME", help="run a named query (see --list)")
     actions.add_argument("--list", action="store_true", help="list the named queries")
-    actions.add_argument("--export-nemo", metavar="PATH", help="write the selection as a NeMo JSONL manifest")
+    actions.add_argument(
+        "--export-nemo", metavar="PATH", help="moved: use `speechdata export nemo` (NeMo tarred or plain datasets)"
+    )
     actions.add_argument("--export-urls", metavar="PATH", help="write the selection's distinct tar URLs, one a line")
     parser.add_argument("--refresh", action="store_true", help="rebuild the catalog's views and summary tables first")
     selection = parser.add_argument_group("selection (printed, or exported with --export-*)")
@@ -143,6 +143,14 @@ def main(argv: list[str] | None = None) -> int:
     if not chosen and not filters and not args.refresh:
         parser.error("nothing to do: give SQL, --named, --list, --export-*, selection filters or --refresh")
 
+    if args.export_nemo is not None:
+        print(
+            "catalog: error: --export-nemo moved: `speechdata export nemo --data-root ROOT --out DIR "
+            "[--plain] [--language L] [--min-score X]` (or `python -m speechdata.export nemo ...`) writes "
+            "a NeMo dataset its loaders read as is",
+            file=sys.stderr,
+        )
+        return EXIT_ERROR
     if args.list:
         for name, sql in NAMED_QUERIES.items():
             print(f"{name}\n    {' '.join(sql.split())}")
@@ -177,11 +185,8 @@ def main(argv: list[str] | None = None) -> int:
                 countries=args.country,
                 limit=args.limit,
             )
-            if args.export_nemo is not None:
-                lines = export_nemo_manifest(table, args.export_nemo)
-                print(f"wrote {lines} samples to {args.export_nemo}")
-            elif args.export_urls is not None:
-                urls = export_tar_urls(table)
+            if args.export_urls is not None:
+                urls = export_tar_urls(table, root.url)
                 fs, path = filesystem_for(args.export_urls)
                 write_bytes_atomic(fs, path, "".join(f"{url}\n" for url in urls).encode("utf-8"))
                 print(f"wrote {len(urls)} tar URLs ({table.num_rows} samples) to {args.export_urls}")

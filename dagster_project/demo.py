@@ -70,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
         run_config={"loggers": {"console": {"config": {"log_level": "WARNING"}}}},
     )
     failed |= not catalog_run.success
-    _print_catalog(resources["catalog"])
+    _print_catalog(resources["catalog"], data_root)
     failed |= not _publish_seed004_countries(data_root, instance, resources, defs)
     failed |= not _run_the_other_products(data_root, instance, resources, defs)
     print(
@@ -200,11 +200,13 @@ def _run_the_other_products(data_root: DataRoot, instance, resources, defs) -> b
     return ok
 
 
-def _print_catalog(catalog) -> None:
+def _print_catalog(catalog, data_root: DataRoot) -> None:
     from speechdata.catalog.views import NAMED_QUERIES, format_table, run_query
+    from speechdata.io.duckdb_object_store import enable_data_root_reads
 
     print(f"\n== Catalog {catalog.database} (hours per language, from DuckDB)")
     with catalog.get_connection() as connection:
+        enable_data_root_reads(connection, data_root)  # the views resolve files under the root it names
         print(format_table(run_query(connection, NAMED_QUERIES["hours_per_language"])))
     print("Query it: .venv/bin/python -m dagster_project.catalog --named hours_per_language")
 

@@ -11,8 +11,17 @@
 
 The views read the files at query time (a new shard is visible as soon as its manifest is
 written); the summary tables change only on a refresh, and a refresh replaces all of them in one
-transaction so a reader sees either the previous snapshot or the new one. The views name the
-root's absolute location: after moving a data root, refresh.
+transaction so a reader sees either the previous snapshot or the new one.
+
+* ``words``: every packed sample's aligned words (``shard``, ``key``, ``word_index``, ``word``,
+  ``start_ms``, ``end_ms``, ``language``), the same words each bridge sample's ``.json`` carries.
+
+The views name files relative to the data root, prefixed at query time with the connection's
+``speechdata_root`` variable (``getvariable('speechdata_root')``), which
+:func:`speechdata.io.duckdb_object_store.enable_data_root_reads` sets to the root being read: a
+copied or moved root (another disk, another bucket) reads without a refresh. Unset (a plain
+``duckdb.connect``), the root the catalog was built at is used; after a move, run
+``SET VARIABLE speechdata_root = '/new/root';`` first.
 
 Everything here takes an open ``duckdb.DuckDBPyConnection`` and returns Arrow tables; the caller
 owns the connection (a Dagster resource, the CLI, a notebook). For an object-store root the
@@ -23,19 +32,15 @@ copy put back with :func:`speechdata.io.duckdb_object_store.upload_database`.
 
 from __future__ import annotations
 
-import io
-import json
-import os
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import IO
 
 import duckdb
 import pyarrow as pa
 
-from speechdata.bridge.manifest import MANIFEST_COLUMNS, manifest_path
+from speechdata.bridge.manifest import MANIFEST_COLUMNS, manifest_path, tar_location
 from speechdata.io import layout
-from speechdata.io.storage import DataRoot, _is_local, atomic_open, filesystem_for
+from speechdata.io.storage import DataRoot, _is_local, filesystem_for
 from speechdata.rejects import REJECTS_SCHEMA
 
 CATALOG_FILE = "catalog.duckdb"
@@ -47,7 +52,20 @@ _MANIFEST_GLOB = manifest_path("*")
 # Atomic writes leave ``._tmp-*`` files beside a ledger while it is written (and after a crash):
 # ``[!.]`` keeps them, half-written, out of the view.
 _REJECTS_GLOB = f"{layout.SHARDS}/*/rejects/[!.]*.parquet"
-_SHARD_FROM_REJECTS_PATH = r"/shards/([^/]+)/rejects/[^/]+$"
+_SHARD_FROM_REJECTS_PATH = r"(?:^|/)shards/([^/]+)/rejects/[^/]+$"
+_ALIGNMENTS_GLOB = f"{layout.SHARDS}/*/alignments.parquet"
+_SHARD_FROM_ALIGNMENTS_PATH = r"(?:^|/)shards/([^/]+)/alignments\.parquet$"
+_WORDS_SCHEMA = pa.schema(
+    [
+        pa.field("shard", pa.string()),
+        pa.field("key", pa.string()),
+        pa.field("word_index", pa.int32()),
+        pa.field("word", pa.string()),
+        pa.field("start_ms", pa.int32()),
+        pa.field("end_ms", pa.int32()),
+        pa.field("language", pa.string()),
+    ]
+)
 
 _DUCKDB_TYPES = {
     pa.string(): "VARCHAR",
@@ -92,11 +110,13 @@ def refresh_catalog(connection: duckdb.DuckDBPyConnection, root_uri: str) -> Cat
     root = DataRoot(root_uri)
     manifest_files = root.fs.glob(root.path(_MANIFEST_GLOB))
     rejects_files = root.fs.glob(root.path(_REJECTS_GLOB))
+    alignment_files = root.fs.glob(root.path(_ALIGNMENTS_GLOB))
     location = duckdb_location(root_uri)
+    set_root_variable(connection, root_uri)
 
     if manifest_files:
         samples_sql = (
-            f"SELECT * FROM read_parquet({_sql_literal(f'{location}/{_MANIFEST_GLOB}')}, "
+            f"SELECT * FROM read_parquet({_under_root(_MANIFEST_GLOB, location)}, "
             "union_by_name = true, hive_partitioning = false)"
         )
     else:
@@ -105,16 +125,29 @@ def refresh_catalog(connection: duckdb.DuckDBPyConnection, root_uri: str) -> Cat
         rejects_sql = (
             f"SELECT regexp_extract(filename, {_sql_literal(_SHARD_FROM_REJECTS_PATH)}, 1) AS shard, "
             "utt_id, stage, reason, detail "
-            f"FROM read_parquet({_sql_literal(f'{location}/{_REJECTS_GLOB}')}, "
+            f"FROM read_parquet({_under_root(_REJECTS_GLOB, location)}, "
             "union_by_name = true, hive_partitioning = false, filename = true)"
         )
     else:
         rejects_sql = _empty_select(pa.schema([pa.field("shard", pa.string()), *REJECTS_SCHEMA]))
 
+    if alignment_files:
+        words_sql = (
+            'SELECT s.shard, a.utt_id AS key, a."index" AS word_index, a.text AS word, a.start_ms, a.end_ms, '
+            "s.language "
+            f"FROM read_parquet({_under_root(_ALIGNMENTS_GLOB, location)}, hive_partitioning = false, filename = true) AS a "
+            "JOIN samples AS s ON s.key = a.utt_id "
+            f"AND s.shard = regexp_extract(a.filename, {_sql_literal(_SHARD_FROM_ALIGNMENTS_PATH)}, 1) "
+            "WHERE a.level = 'word'"
+        )
+    else:
+        words_sql = _empty_select(_WORDS_SCHEMA)
+
     connection.begin()
     try:
         connection.execute(f"CREATE OR REPLACE VIEW samples AS {samples_sql}")
         connection.execute(f"CREATE OR REPLACE VIEW rejects AS {rejects_sql}")
+        connection.execute(f"CREATE OR REPLACE VIEW words AS {words_sql}")
         for group in ("language", "country"):
             connection.execute(
                 f"CREATE OR REPLACE TABLE hours_by_{group} AS "
@@ -184,6 +217,22 @@ def _summarize(connection: duckdb.DuckDBPyConnection, manifest_files: int, rejec
         rejected_utterances=int(rejected),
         languages=languages,
         countries=countries,
+    )
+
+
+ROOT_VARIABLE = "speechdata_root"
+
+
+def set_root_variable(connection: duckdb.DuckDBPyConnection, root_uri: str) -> None:
+    """Point the views at the data root at ``root_uri`` (they read ``getvariable('speechdata_root')``)."""
+    connection.execute(f"SET VARIABLE {ROOT_VARIABLE} = ?", [duckdb_location(root_uri)])
+
+
+def _under_root(relative_glob: str, built_at: str) -> str:
+    """A file-name expression for DDL: the relative glob under the root a reader sets, else under
+    the root the catalog was built at (so a plain ``duckdb.connect`` on an unmoved root still reads)."""
+    return (
+        f"(coalesce(getvariable('{ROOT_VARIABLE}'), {_sql_literal(built_at)}) || '/' || {_sql_literal(relative_glob)})"
     )
 
 
@@ -329,56 +378,12 @@ def select_samples(
 # --- exports -------------------------------------------------------------------------------
 
 
-def export_nemo_manifest(
-    table: pa.Table, path_or_handle: str | os.PathLike | IO, audio_url_column: str = "tar_url"
-) -> int:
-    """Write ``table``'s samples as a NeMo JSONL manifest; return the number of lines.
-
-    One line per row: ``{"audio_filepath": "<tar_url>#<key>.wav", "duration": <duration_s>,
-    "text": <text or "">, "lang": <language>}``. The ``#<key>.wav`` convention: ``tar_url`` is
-    the WebDataset tar that holds the sample and the fragment after the last ``#`` is the name of
-    its audio member inside that tar (keys have no dots, so ``<key>.wav`` is the whole member
-    name). A loader splits at the last ``#``, opens the tar (or reads the manifest's
-    ``offset``/``size`` byte range) and reads that member. NeMo's own tarred datasets take the tar
-    list and the member name separately (``tarred_audio_filepaths`` and ``audio_filepath``), so
-    feed them ``audio_filepath.rsplit("#", 1)``.
-
-    ``path_or_handle``: a local path or fsspec URL (written atomically) or an open text/binary handle.
-    """
-    needed = [audio_url_column, "key", "duration_s", "text", "language"]
-    missing = [c for c in needed if c not in table.column_names]
-    if missing:
-        raise ValueError(f"cannot export a NeMo manifest: the table lacks column(s) {', '.join(missing)}")
-
-    def write_lines(handle) -> int:
-        binary = not isinstance(handle, io.TextIOBase) and "b" in getattr(handle, "mode", "b")
-        lines = 0
-        for batch in table.select(needed).to_batches(max_chunksize=65_536):
-            urls, keys, durations, texts, langs = (batch.column(i).to_pylist() for i in range(5))
-            chunk = "".join(
-                json.dumps(
-                    {"audio_filepath": f"{url}#{key}.wav", "duration": duration, "text": text or "", "lang": lang},
-                    ensure_ascii=False,
-                )
-                + "\n"
-                for url, key, duration, text, lang in zip(urls, keys, durations, texts, langs)
-            )
-            handle.write(chunk.encode("utf-8") if binary else chunk)
-            lines += batch.num_rows
-        return lines
-
-    if hasattr(path_or_handle, "write"):
-        return write_lines(path_or_handle)
-    fs, path = filesystem_for(os.fspath(path_or_handle))
-    with atomic_open(fs, path, "wb") as handle:
-        return write_lines(handle)
-
-
-def export_tar_urls(table: pa.Table, column: str = "tar_url") -> list[str]:
-    """The distinct tar URLs of ``table``'s samples, sorted (a WebDataset shard list)."""
+def export_tar_urls(table: pa.Table, root_uri: str, column: str = "tar_url") -> list[str]:
+    """The distinct tar URLs of ``table``'s samples under the root at ``root_uri``, sorted (a
+    WebDataset shard list). Manifests store ``tar_url`` relative to the root: this resolves it."""
     if column not in table.column_names:
         raise ValueError(f"the table has no {column!r} column")
-    return sorted({url for url in table.column(column).to_pylist() if url is not None})
+    return sorted({tar_location(root_uri, url) for url in table.column(column).to_pylist() if url is not None})
 
 
 # --- display -------------------------------------------------------------------------------
@@ -424,11 +429,11 @@ __all__ = [
     "SUMMARY_TABLES",
     "CatalogSummary",
     "duckdb_location",
-    "export_nemo_manifest",
     "export_tar_urls",
     "format_table",
     "refresh_catalog",
     "run_query",
     "sample_columns",
     "select_samples",
+    "set_root_variable",
 ]
