@@ -25,6 +25,7 @@ ROOT = Path(__file__).resolve().parents[2]
         ("bench_asr_sampler", {"numpy_epoch_seconds", "reference_seconds", "same_batches_as_reference"}),
         ("bench_vad", {"vad", "streaming"}),
         ("bench_hf_dataset", {"quarter", "full"}),
+        ("bench_exports", {"audio_hours_per_minute", "over_copy"}),
     ],
 )
 def test_benchmark_prints_one_json_record(name, keys):
