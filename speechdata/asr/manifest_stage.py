@@ -25,7 +25,7 @@ from speechdata.asr.manifest import (
     nemo_jsonl_bytes,
 )
 from speechdata.io import layout
-from speechdata.io.storage import DataRoot, _is_local, filesystem_for, read_parquet
+from speechdata.io.storage import DataRoot, filesystem_for, read_parquet
 
 SPLITS = ("train", "validation", "eval")
 
