@@ -127,7 +127,7 @@ def dataset_card(
         "```python",
         "import datasets",
         f'ds = datasets.load_dataset("<repo or folder>", "{next(iter(sorted(found)), "<country>")}")',
-        "# decoding `audio` needs torchcodec (and FFmpeg's libraries) in datasets 4 and 5; without them:",
+        "# decoding `audio` needs torchcodec and FFmpeg's shared libraries (datasets 4 and 5); without them:",
         'raw = ds["test"].cast_column("audio", datasets.Audio(decode=False))  # {"bytes", "path"}: FLAC bytes',
         "```",
         "",

@@ -286,6 +286,11 @@ def test_a_rebuilt_split_loads_its_new_rows_through_the_default_datasets_cache(t
     card = open(data_root.path(layout.hf_dataset_file("speech-segments", "README.md"))).read()
     assert "license: other" in card and "size_categories:" in card and "dataset_info:" in card
     assert "sampling_rate: 16000" in card and "num_examples:" in card
+    # datasets' own Audio decoding (torchcodec on FFmpeg's libraries, installed by make setup).
+    row = datasets.load_dataset(dataset_dir, "germany")["test"][0]
+    decoded = row["audio"].get_all_samples()
+    assert decoded.sample_rate == 16_000
+    assert decoded.data.shape[-1] / decoded.sample_rate == pytest.approx(row["duration_seconds"], abs=0.01)
 
 
 def test_country_refresh_is_one_run_per_country_per_settled_batch(tmp_path, data_root, clips, instance, monkeypatch):
