@@ -73,6 +73,12 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _demo(args) -> int:
+    import logging
+
+    # NeMo's logger prints INFO lines on stdout (not stderr): keep the terminal to the demo's own lines.
+    from nemo.utils import logging as nemo_logging
+
+    nemo_logging.set_verbosity(logging.WARNING)
 
     from dagster_project.definitions import build_resources, defs
 
