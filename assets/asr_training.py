@@ -92,7 +92,7 @@ class AsrManifestAssetConfig(dg.Config):
     group_name=GROUP,
     kinds={"parquet", "polars"},
     owners=OWNERS,
-    code_version="asr_manifest-v1",
+    code_version="asr_manifest-v2",  # v2: relative audio paths, held-out rule
     check_specs=[
         dg.AssetCheckSpec(
             NO_RECORDING_LEAKS,

@@ -31,7 +31,7 @@ class BridgeTarsConfig(dg.Config):
     group_name=GROUP,
     kinds={"webdataset"},
     owners=OWNERS,
-    code_version="bridge_tars-v1",
+    code_version="bridge_tars-v2",  # v2: words in each .json, tar_url relative to the root
     backfill_policy=CPU_BACKFILL_POLICY,
     check_specs=shard_check_specs(
         "bridge_tars",
@@ -98,7 +98,7 @@ def _pack_one_shard(context: dg.AssetExecutionContext, config: BridgeTarsConfig,
     group_name=GROUP,
     kinds={"parquet"},
     owners=OWNERS,
-    code_version="shard_manifest-v1",
+    code_version="shard_manifest-v2",  # v2: tar_url relative to the data root
     backfill_policy=CPU_BACKFILL_POLICY,
     check_specs=shard_check_specs(
         "shard_manifest",

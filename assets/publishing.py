@@ -100,7 +100,7 @@ def hf_split_assignments(
     group_name=GROUP,
     kinds={"huggingface", "parquet"},
     owners=OWNERS,
-    code_version="hf_dataset-v1",
+    code_version="hf_dataset-v2",  # v2: content-hash file names, DatasetCardData card
 )
 def hf_dataset(
     context: dg.AssetExecutionContext,
