@@ -15,6 +15,8 @@ import numpy as np
 import pytest
 import soundfile as sf
 
+from speechdata.asr.manifest import AsrManifestConfig
+from speechdata.asr.manifest_stage import build_and_write_asr_manifests
 from speechdata.bridge.clock import SAMPLE_RATE
 from speechdata.bridge.manifest import manifest_path
 from speechdata.bridge.reader import bridge_dataset
@@ -23,7 +25,9 @@ from speechdata.export.moshi import MAIN_SPEAKER, export_moshi
 from speechdata.export.nemo import PLAIN_MANIFEST, TARRED_MANIFEST, export_nemo
 from speechdata.export.output import ExportError
 from speechdata.export.selection import SampleFilter, select_published_samples
+from speechdata.io import layout
 from speechdata.io.storage import DataRoot
+from speechdata.vad.language_index import build_language_shard_index, build_urls
 from tests.integration.exported_root import build_finished_root
 
 SHARDS = ("e1", "e2")
@@ -38,6 +42,9 @@ def moved_root(tmp_path_factory, model_cache_dir):
     original = DataRoot(str(base / "original"))
     build_finished_root(original, model_cache_dir, shards=((SHARDS[0], 1), (SHARDS[1], 2)))
     refresh(original)
+    # The all-shard products too: ASR manifests and the language index, built where the root was.
+    build_and_write_asr_manifests(original, AsrManifestConfig(validation_share=0.3, eval_per_language=1))
+    original.write_parquet(layout.language_shard_index("en"), build_language_shard_index(original, "en"))
     shutil.copytree(original.root, base / "moved")
     shutil.rmtree(original.root)
     return DataRoot(str(base / "moved"))
@@ -79,6 +86,24 @@ def test_manifests_store_tar_references_relative_to_the_root(moved_root):
     for shard in SHARDS:
         urls = set(moved_root.read_parquet(manifest_path(shard))["tar_url"].to_pylist())
         assert urls == {f"bridge/{shard}-000000.tar"}
+
+
+def test_asr_manifests_and_the_language_index_read_from_the_copy(moved_root):
+    import polars as pl
+    import webdataset as wds
+
+    from speechdata.asr.dataset import AsrManifestDataset
+
+    for split in ("train", "validation"):
+        dataset = AsrManifestDataset(moved_root.path(layout.asr_manifest(split)), tokenizer=lambda text: [1, 2])
+        assert len(dataset) > 0 and all(dataset[i] is not None for i in range(len(dataset)))
+        lines = pl.read_ndjson(moved_root.path(layout.asr_manifest(split, "jsonl")))
+        manifests_dir = os.path.dirname(moved_root.path(layout.asr_manifest(split, "jsonl")))
+        # NeMo's rule: relative to the manifest's directory.
+        assert all(os.path.isfile(os.path.join(manifests_dir, p)) for p in lines["audio_filepath"])
+    urls = build_urls(["en"], moved_root)
+    assert urls and all(url.startswith(moved_root.uri("")) for url in urls)
+    assert sum(1 for _ in wds.WebDataset(urls, shardshuffle=False, empty_check=False)) > 0
 
 
 # --- NeMo -------------------------------------------------------------------------------------------
