@@ -10,9 +10,16 @@ PORT ?= 3000
 # connection from DAGSTER_POSTGRES_*).
 DAGSTER_INSTANCE ?= local
 
-.PHONY: setup demo dev lint test docs bench clean instance postgres-server
+.PHONY: setup demo dev lint test docs bench clean instance postgres-server ffmpeg-libs
 
-setup: $(STAMP)
+setup: ffmpeg-libs $(STAMP)
+
+# torchcodec (datasets' Audio decoding) loads FFmpeg's shared libraries; Debian's 5.1 ones work.
+ffmpeg-libs:
+	@ldconfig -p | grep -q 'libavcodec\.so' || { \
+	  SUDO=$$([ "$$(id -u)" = 0 ] || echo sudo); \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq \
+	    libavcodec59 libavformat59 libavutil57 libswresample4 libswscale6 libavfilter8 libavdevice59; }
 
 $(STAMP): pyproject.toml
 	@command -v $(PYTHON) >/dev/null || { echo "need $(PYTHON) (pyenv, apt or python.org)"; exit 1; }

@@ -11,7 +11,7 @@ from assets.partitions import PER_SHARD_TAGS, shard_partitions
 from assets.reporting import column_schema, markdown_preview, progress_logger, stage_metadata, utterance_check_results
 from assets.shard_runs import CPU_BACKFILL_POLICY, ShardEvents, ShardResult, materialize_shards, shard_check_specs
 from resources.aligner import CtcAlignerResource, aligner_resource
-from resources.model_pins import QWEN
+from resources.model_pins import QWEN, model_that_runs
 from resources.storage import DataRootResource, data_root_resource
 from resources.text_tokenizer import TextTokenizerResource, text_tokenizer_resource
 from speechdata.alignment.log_probs import CTC_FRAME_S
@@ -120,7 +120,7 @@ GRID_CHECKS = {
     owners=OWNERS,
     # The grid rule's version and the Qwen tokenizer's pin are part of the code version: changing
     # either marks every shard's grids stale in the UI, and a backfill of the stale set redoes them.
-    code_version=f"frame_grids-v1+grid-{GRID_RULE_VERSION}+tokenizer-{QWEN.identity}",
+    code_version=f"frame_grids-v1+grid-{GRID_RULE_VERSION}+tokenizer-{model_that_runs(QWEN).identity}",
     backfill_policy=CPU_BACKFILL_POLICY,
     check_specs=shard_check_specs("frame_grids", GRID_CHECKS),
 )

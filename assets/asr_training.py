@@ -93,7 +93,7 @@ class AsrManifestAssetConfig(dg.Config):
     group_name=GROUP,
     kinds={"parquet", "polars"},
     owners=OWNERS,
-    code_version="asr_manifest-v1",
+    code_version="asr_manifest-v2",  # v2: relative audio paths, held-out rule
     check_specs=[
         dg.AssetCheckSpec(
             NO_RECORDING_LEAKS,
@@ -150,6 +150,8 @@ def asr_manifest(
             "removed_by_reason": dg.MetadataValue.json(build.removed_by_reason),
             "languages_relabeled": dg.MetadataValue.json(build.relabeled),
             "compute_seconds": round(summary.compute_seconds, 3),
+            "empty_splits": dg.MetadataValue.json(build.empty_splits),
+            "validation_recording_forced": build.forced_validation or "",
             **{f"{name}_uri": dg.MetadataValue.path(uri) for name, uri in summary.outputs.items()},
             "dagster/column_schema": column_schema(build.train.to_arrow().schema),
             "preview": markdown_preview(build.train.to_arrow(), ["utt_id", "lang", "duration", "text"]),

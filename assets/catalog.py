@@ -20,7 +20,7 @@ from speechdata.io.duckdb_object_store import enable_data_root_reads, upload_dat
     group_name="catalog",
     kinds={"duckdb"},
     owners=["team:speech-data"],
-    code_version="manifest_catalog-v1",
+    code_version="manifest_catalog-v2",  # v2: views relative to the root, words view
 )
 def manifest_catalog(
     context: dg.AssetExecutionContext, data_root: DataRootResource, catalog: DuckDBResource

@@ -10,7 +10,7 @@ from assets.partitions import PER_SHARD_TAGS, shard_partitions
 from assets.reporting import device_metadata, progress_logger, stage_metadata, utterance_check_results
 from assets.shard_runs import GPU_BACKFILL_POLICY, ShardEvents, ShardResult, materialize_shards, shard_check_specs
 from resources.encoders import QwenEncoder, WavLMEncoder, qwen_resource, wavlm_resource
-from resources.model_pins import QWEN, WAVLM
+from resources.model_pins import QWEN, WAVLM, model_that_runs
 from resources.storage import DataRootResource, data_root_resource
 from resources.torch_device import TorchDeviceResource, torch_device_resource
 from speechdata.features.stage import check_feature_shapes, compute_qwen_hidden_states, compute_wavlm_features
@@ -35,7 +35,7 @@ FEATURE_CHECKS = {
     pool=GPU_POOL,
     op_tags=GPU_OP_TAGS,
     # The model pin is part of the code version: a new Qwen revision marks every shard stale.
-    code_version=f"qwen_hidden_states-v1+{QWEN.identity}",
+    code_version=f"qwen_hidden_states-v1+{model_that_runs(QWEN).identity}",
     backfill_policy=GPU_BACKFILL_POLICY,
     check_specs=shard_check_specs("qwen_hidden_states", FEATURE_CHECKS),
 )
@@ -95,7 +95,7 @@ def qwen_hidden_states(
     owners=OWNERS,
     pool=GPU_POOL,
     op_tags=GPU_OP_TAGS,
-    code_version=f"wavlm_features-v1+{WAVLM.identity}",
+    code_version=f"wavlm_features-v1+{model_that_runs(WAVLM).identity}",
     backfill_policy=GPU_BACKFILL_POLICY,
     check_specs=shard_check_specs("wavlm_features", FEATURE_CHECKS),
 )

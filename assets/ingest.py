@@ -7,7 +7,14 @@ from pydantic import Field
 
 from assets.partitions import PER_SHARD_JOB_NAME, PER_SHARD_SELECTION, PER_SHARD_TAGS, shard_partitions
 from assets.reporting import column_schema, markdown_preview, progress_logger, stage_metadata
-from assets.shard_runs import CPU_BACKFILL_POLICY, ShardEvents, ShardResult, materialize_shards, shard_check_specs
+from assets.shard_runs import (
+    CPU_BACKFILL_POLICY,
+    ShardEvents,
+    ShardFailure,
+    ShardResult,
+    materialize_shards,
+    shard_check_specs,
+)
 from resources.storage import DataRootResource, data_root_resource
 from speechdata.bridge.clock import SAMPLE_RATE
 from speechdata.landing.contract import ContractError
@@ -48,9 +55,18 @@ def _raw_shard(context: dg.AssetExecutionContext, data_root: DataRootResource, s
     try:
         summary, index = ingest_raw_shard(data_root.get(), shard_id)
     except ContractError as exc:
-        raise dg.Failure(
+        reason = {"file": exc.file, "column": exc.column or "", "rule": exc.rule}
+        raise ShardFailure(
             description=f"Shard {shard_id!r} breaks the landing contract: {exc}",
-            metadata={"file": exc.file, "column": exc.column or "", "rule": exc.rule},
+            metadata=reason,
+            # The one reason, on the shard's own check: not "execution failed" beside a failed step.
+            checks=[
+                dg.AssetCheckResult(
+                    check_name=RAW_SHARDS_ACCOUNTED,
+                    passed=False,
+                    metadata={"landing_contract": str(exc), **reason},
+                )
+            ],
         ) from exc
     context.log.info(
         f"{shard_id}: {summary.rows_out}/{summary.rows_in} utterances indexed, "

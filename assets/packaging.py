@@ -32,7 +32,7 @@ class BridgeTarsConfig(dg.Config):
     tags=PER_SHARD_TAGS,
     kinds={"webdataset"},
     owners=OWNERS,
-    code_version="bridge_tars-v1",
+    code_version="bridge_tars-v2",  # v2: words in each .json, tar_url relative to the root
     backfill_policy=CPU_BACKFILL_POLICY,
     check_specs=shard_check_specs(
         "bridge_tars",
@@ -100,7 +100,7 @@ def _pack_one_shard(context: dg.AssetExecutionContext, config: BridgeTarsConfig,
     tags=PER_SHARD_TAGS,
     kinds={"parquet"},
     owners=OWNERS,
-    code_version="shard_manifest-v1",
+    code_version="shard_manifest-v2",  # v2: tar_url relative to the data root
     backfill_policy=CPU_BACKFILL_POLICY,
     check_specs=shard_check_specs(
         "shard_manifest",

@@ -100,7 +100,7 @@ def hf_split_assignments(
     group_name=GROUP,
     kinds={"huggingface", "parquet"},
     owners=OWNERS,
-    code_version="hf_dataset-v1",
+    code_version="hf_dataset-v2",  # v2: content-hash file names, DatasetCardData card
 )
 def hf_dataset(
     context: dg.AssetExecutionContext,
@@ -109,7 +109,7 @@ def hf_dataset(
 ) -> dg.MaterializeResult:
     """The country's config of the Hugging Face dataset, in the Hub's parquet layout.
 
-    Files: `hf/<dataset>/<country>/{test,validation,train_<n>}-NNNNN-of-NNNNN.parquet` and the card
+    Files: `hf/<dataset>/<country>/{test,validation,train_<n>}-NNNNN-of-NNNNN-<content hash>.parquet` and the card
     `hf/<dataset>/README.md` whose `configs` list every country's splits. Load with
     `datasets.load_dataset("<data root>/hf/<dataset>", "<country>")`. Rows: seed 004's features
     (audio as 16-bit FLAC at the country's rate, key, transcripts, CER, WER, times, indices).
@@ -119,7 +119,9 @@ def hf_dataset(
     root = data_root.get()
     options = hf_dataset_settings.options()
     summary = build_country_dataset(root, country, options)
-    write_dataset_card(root, options.dataset)
+    write_dataset_card(
+        root, options.dataset, license=hf_dataset_settings.license, pretty_name=hf_dataset_settings.pretty_name
+    )
     register_card(root, options.dataset, country)
     for split_files in summary.written:
         context.log.info(

@@ -47,6 +47,19 @@ class ShardResult:
     checks: list[dg.AssetCheckResult] = field(default_factory=list)
 
 
+class ShardFailure(dg.Failure):
+    """A shard that cannot be materialized, with the verdicts of the asset's own checks on it.
+
+    Raised by a shard's build (e.g. metadata that breaks the landing contract): the step still fails,
+    but the checks named in ``checks`` are recorded as failed with the reason, on that partition,
+    instead of reading as "execution failed" beside it.
+    """
+
+    def __init__(self, description: str, metadata: dict, checks: list[dg.AssetCheckResult]):
+        super().__init__(description=description, metadata=metadata)
+        self.checks = checks
+
+
 def shard_check_specs(asset: str, descriptions: dict[str, str], blocking: bool = True) -> list[dg.AssetCheckSpec]:
     """Asset checks evaluated once per shard, so the UI shows them on each partition."""
     with warnings.catch_warnings():
@@ -73,11 +86,13 @@ def materialize_shards(context: dg.AssetExecutionContext, build: Callable[[str],
         context.log.info(f"{asset}: shard {position}/{len(shards)} {shard_id} started")
         try:
             results[shard_id] = build(shard_id)
-        except Exception:
+        except Exception as exc:
             context.log.error(
                 f"{asset}: shard {shard_id} ({position}/{len(shards)}) failed; no shard of this step is "
                 f"recorded, a retry redoes {shards}"
             )
+            if isinstance(exc, ShardFailure) and exc.checks:
+                yield from _check_evaluations(context, {shard_id: ShardResult(metadata={}, checks=exc.checks)})
             raise
         context.log.info(
             f"{asset}: shard {position}/{len(shards)} {shard_id} done, {time.monotonic() - started:.1f} s into the step"

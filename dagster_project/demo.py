@@ -2,15 +2,23 @@
 
 Runs go into the project-local Dagster instance (``DAGSTER_HOME``), so ``make dev`` afterwards shows
 them in the UI. The `tiny` model profile is used: its embeddings are not meaningful.
+
+The terminal gets progress and the per-shard summary only: everything written to stderr (Dagster's
+event log at DEBUG, library warnings, tracebacks) goes to ``<DAGSTER_HOME>/demo.log``, named at
+the start and again when a step fails.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
+import tempfile
 import time
 from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
 
 import dagster as dg
 
@@ -28,11 +36,49 @@ DEMO_SHARDS = {
 }
 
 
+@contextlib.contextmanager
+def stderr_to_file(path: Path) -> Iterator[None]:
+    """Point file descriptor 2 at ``path`` while the block runs (Python, Dagster's loggers, C code)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with open(path, "ab") as log:
+        os.dup2(log.fileno(), 2)
+        try:
+            yield
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--data-root", default=data_root_url(), help="fsspec URL of the data root")
+    parser.add_argument("--log", help="where Dagster's event log goes (default: <DAGSTER_HOME>/demo.log)")
     args = parser.parse_args(argv)
     os.environ.setdefault("SPEECHDATA_PROFILE", "tiny")
+    log_path = Path(args.log or Path(os.environ.get("DAGSTER_HOME") or tempfile.gettempdir()) / "demo.log")
+    log_path.unlink(missing_ok=True)
+    print(f"Dagster's event log (DEBUG and up) and warnings go to {log_path}", flush=True)
+    try:
+        with stderr_to_file(log_path):
+            status = _demo(args)
+    except BaseException:
+        print(f"The demo stopped with an error: see the end of {log_path}", flush=True)
+        raise
+    if status:
+        print(f"Something failed: the details are in {log_path}", flush=True)
+    return status
+
+
+def _demo(args) -> int:
+    import logging
+
+    # NeMo's logger prints INFO lines on stdout (not stderr): keep the terminal to the demo's own lines.
+    from nemo.utils import logging as nemo_logging
+
+    nemo_logging.set_verbosity(logging.WARNING)
 
     from dagster_project.definitions import build_resources, defs
 
@@ -49,28 +95,32 @@ def main(argv: list[str] | None = None) -> int:
     failed = False
     for shard_id in DEMO_SHARDS:
         started = time.perf_counter()
+        print(
+            f"-> {shard_id}: per_shard_job running (ingest, alignment, grids, features, tars, manifest)...", flush=True
+        )
         result = job.execute_in_process(
             partition_key=shard_id,
             instance=instance,
             resources=resources,
             raise_on_error=False,
             tags={"speechdata/launched_by": "demo"},
-            run_config={"loggers": {"console": {"config": {"log_level": "INFO"}}}},
+            run_config={"loggers": {"console": {"config": {"log_level": "DEBUG"}}}},
         )
         status = "ok" if result.success else "FAILED"
         failed |= not result.success
         print(f"\n== {shard_id}: per_shard_job {status} in {time.perf_counter() - started:.1f} s (run {result.run_id})")
         _print_shard_summary(data_root, shard_id)
+    print("-> manifest_catalog_job running...", flush=True)
     catalog_job = defs.resolve_job_def("manifest_catalog_job")
     catalog_run = catalog_job.execute_in_process(
         instance=instance,
         resources=resources,
         raise_on_error=False,
         tags={"speechdata/launched_by": "demo"},
-        run_config={"loggers": {"console": {"config": {"log_level": "WARNING"}}}},
+        run_config={"loggers": {"console": {"config": {"log_level": "DEBUG"}}}},
     )
     failed |= not catalog_run.success
-    _print_catalog(resources["catalog"])
+    _print_catalog(resources["catalog"], data_root)
     failed |= not _publish_seed004_countries(data_root, instance, resources, defs)
     failed |= not _run_the_other_products(data_root, instance, resources, defs)
     print(
@@ -102,7 +152,7 @@ def _publish_seed004_countries(data_root: DataRoot, instance, resources, defs) -
             resources=resources,
             raise_on_error=False,
             tags={"speechdata/launched_by": "demo"},
-            run_config={"loggers": {"console": {"config": {"log_level": "WARNING"}}}},
+            run_config={"loggers": {"console": {"config": {"log_level": "DEBUG"}}}},
         )
         ok &= result.success
         print(f"\n== {shard_id} (seed 004 import): per_shard_job {'ok' if result.success else 'FAILED'}")
@@ -114,7 +164,7 @@ def _publish_seed004_countries(data_root: DataRoot, instance, resources, defs) -
             resources=resources,
             raise_on_error=False,
             tags={"speechdata/launched_by": "demo"},
-            run_config={"loggers": {"console": {"config": {"log_level": "WARNING"}}}},
+            run_config={"loggers": {"console": {"config": {"log_level": "DEBUG"}}}},
         )
         ok &= result.success
         print(f"== {country}: hf_dataset_job {'ok' if result.success else 'FAILED'}")
@@ -159,7 +209,7 @@ def _run_the_other_products(data_root: DataRoot, instance, resources, defs) -> b
                 f"{layout.landing_segmentation_dir(shard_id)}/{utt_id}.json",
                 json.dumps(_demo_segmentation(text), ensure_ascii=False).encode(),
             )
-    quiet = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
+    logged = {"loggers": {"console": {"config": {"log_level": "DEBUG"}}}}
     ok = True
     result = defs.resolve_job_def("translation_job").execute_in_process(
         partition_key=shard_id,
@@ -167,7 +217,7 @@ def _run_the_other_products(data_root: DataRoot, instance, resources, defs) -> b
         resources=resources,
         raise_on_error=False,
         tags={"speechdata/launched_by": "demo"},
-        run_config=quiet,
+        run_config=logged,
     )
     ok &= result.success
     print(
@@ -202,12 +252,14 @@ def _run_the_other_products(data_root: DataRoot, instance, resources, defs) -> b
     return ok
 
 
-def _print_catalog(catalog) -> None:
+def _print_catalog(catalog, data_root: DataRoot) -> None:
     from speechdata.catalog.display import format_table
     from speechdata.catalog.queries import NAMED_QUERIES, run_query
+    from speechdata.io.duckdb_object_store import enable_data_root_reads
 
     print(f"\n== Catalog {catalog.database} (hours per language, from DuckDB)")
     with catalog.get_connection() as connection:
+        enable_data_root_reads(connection, data_root)  # the views resolve files under the root it names
         print(format_table(run_query(connection, NAMED_QUERIES["hours_per_language"])))
     print("Query it: .venv/bin/speechdata catalog --named hours_per_language")
 

@@ -36,6 +36,8 @@ class QwenEncoder(dg.ConfigurableResource):
 
     @property
     def identity(self) -> str:
+        if self.model_id == "tiny":  # name what runs: a small random Qwen3Model, not the production model
+            return f"tiny-qwen3@local-random-seed#hidden_states[{self.hidden_state_index}]"
         return f"{self.model_id}@{self.revision or 'default'}#hidden_states[{self.hidden_state_index}]"
 
     def model(self, device: TorchDeviceResource):
@@ -74,6 +76,8 @@ class WavLMEncoder(dg.ConfigurableResource):
             if self.layer_weights
             else f"layer{self.layer if self.layer is not None else 'last'}"
         )
+        if self.model_id == "tiny":
+            return f"tiny-wavlm@local-random-seed#{choice}"
         return f"{self.model_id}@{self.revision or 'default'}#{choice}"
 
     def model(self, device: TorchDeviceResource):

@@ -9,6 +9,8 @@ stale set recomputes them and nothing else. A deployment may try another revisio
 import os
 from dataclasses import dataclass
 
+from speechdata.profiles import Profile, profile_from_env
+
 
 @dataclass(frozen=True)
 class ModelPin:
@@ -29,3 +31,17 @@ QWEN = _pin("Qwen/Qwen3-1.7B", "SPEECHDATA_QWEN_REVISION")
 
 WAVLM = _pin("microsoft/wavlm-large", "SPEECHDATA_WAVLM_REVISION")
 """WavLM-Large: the bridge's ``wavlm.npy``."""
+
+
+TINY_MODELS = {
+    QWEN.model_id: ModelPin("tiny-qwen3", "local-random-seed"),
+    WAVLM.model_id: ModelPin("tiny-wavlm", "local-random-seed"),
+}
+"""What the tiny profile runs instead (small random models of the same classes, built locally)."""
+
+
+def model_that_runs(pin: ModelPin, profile: Profile | None = None) -> ModelPin:
+    """The model the code location's profile actually runs: the pin (``full``) or its tiny stand-in.
+
+    Code versions name this, so the tiny profile's assets never claim ``Qwen/Qwen3-1.7B@main``."""
+    return pin if (profile or profile_from_env()) == "full" else TINY_MODELS[pin.model_id]

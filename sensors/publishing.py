@@ -1,9 +1,20 @@
-"""Fan-in: refresh a country's Hugging Face dataset whenever a shard of that country is (re)indexed."""
+"""Fan-in: refresh a country's Hugging Face dataset whenever a shard of that country is (re)indexed.
+
+Shards land in batches (a drop of many shards, a backfill), and each shard's ``raw_shards``
+materialization names its countries. A refresh reads every shard of its country, so one run per
+country per *settled* batch is enough: the sensor waits until no shard has been indexed for
+``SPEECHDATA_PUBLISHING_SETTLE_S`` seconds and no ``per_shard_job`` run is queued or starting (a
+batch still arriving), then requests one run per country for everything indexed since its cursor.
+So that a steady stream of shards cannot starve the countries, a batch older than
+``SPEECHDATA_PUBLISHING_MAX_WAIT_S`` is refreshed anyway.
+"""
 
 import os
+import time
 
 import dagster as dg
 
+from assets.partitions import PER_SHARD_JOB_NAME
 from assets.publishing import HF_DATASET_JOB_NAME, HF_PUBLISH_JOB_NAME, hf_dataset_job, hf_publish_job
 from resources.hub import HubPublisherResource, hub_resource
 
@@ -12,6 +23,21 @@ COUNTRY_TAG = "speechdata/hf_country"
 """Runs of one country queue behind each other (run queue ``tag_concurrency_limits`` in dagster.yaml):
 a country's state database has one writer at a time."""
 MAX_RECORDS_PER_TICK = 1000
+DEFAULT_SETTLE_S = 60.0
+DEFAULT_MAX_WAIT_S = 1800.0
+
+
+def _seconds_from_env(name: str, default: float) -> float:
+    """Read at each tick, so an operator (or a test) can change it without reloading the code."""
+    text = os.environ.get(name)
+    try:
+        value = float(text) if text else default
+    except ValueError:
+        raise ValueError(f"{name} must be a number of seconds, got {text!r}") from None
+    if not value >= 0:
+        raise ValueError(f"{name} must be >= 0, got {text!r}")
+    return value
+
 
 SENSOR_NAME = "country_dataset_sensor"
 
@@ -21,7 +47,8 @@ SENSOR_NAME = "country_dataset_sensor"
     jobs=[hf_dataset_job, hf_publish_job],
     minimum_interval_seconds=int(os.environ.get("SPEECHDATA_PUBLISHING_SENSOR_INTERVAL_S", "60")),
     default_status=dg.DefaultSensorStatus.RUNNING,
-    description="One hf_dataset (and, with a Hub repo configured, hf_hub_upload) run per country whose shards changed.",
+    description="One hf_dataset (and, with a Hub repo configured, hf_hub_upload) run per country whose shards "
+    "changed, once the batch of shard events has settled.",
 )
 def country_dataset_sensor(
     context: dg.SensorEvaluationContext, hub: HubPublisherResource
@@ -35,6 +62,26 @@ def country_dataset_sensor(
     ).records
     if not records:
         return dg.SkipReason("no shard indexed since the last tick")
+    settle_s = _seconds_from_env("SPEECHDATA_PUBLISHING_SETTLE_S", DEFAULT_SETTLE_S)
+    max_wait_s = _seconds_from_env("SPEECHDATA_PUBLISHING_MAX_WAIT_S", DEFAULT_MAX_WAIT_S)
+    now = time.time()
+    newest_age_s, oldest_age_s = now - records[-1].timestamp, now - records[0].timestamp
+    shard_runs_pending = bool(
+        context.instance.get_run_records(
+            dg.RunsFilter(
+                job_name=PER_SHARD_JOB_NAME,
+                statuses=[dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.NOT_STARTED, dg.DagsterRunStatus.STARTING],
+            ),
+            limit=1,
+        )
+    )
+    if oldest_age_s < max_wait_s and (newest_age_s < settle_s or shard_runs_pending):
+        # The cursor stays: the next tick sees this batch again, with whatever joined it.
+        return dg.SkipReason(
+            f"{len(records)} shard(s) indexed, batch still settling "
+            f"(last {newest_age_s:.0f} s ago, settle {settle_s:.0f} s"
+            f"{', per_shard_job runs queued' if shard_runs_pending else ''})"
+        )
     countries: set[str] = set()
     for record in records:
         value = record.asset_materialization.metadata.get("countries") if record.asset_materialization else None

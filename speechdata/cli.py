@@ -18,6 +18,7 @@ COMMANDS = (
     "speechdata.catalog.cli",  # speechdata catalog
     "speechdata.alignment.mfa_corpus",  # speechdata mfa-corpus
     "speechdata.landing.cli",  # speechdata land
+    "speechdata.export.command",  # speechdata export nemo|lhotse|moshi
 )
 """Modules with a ``register(subparsers)``, in the order ``--help`` lists them."""
 

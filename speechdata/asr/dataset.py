@@ -15,6 +15,7 @@ pandas frame: workers fork it copy-on-write without touching per-row Python obje
 from __future__ import annotations
 
 import logging
+import posixpath
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -25,7 +26,7 @@ import torch
 
 from speechdata.asr.flac import ASR_SAMPLE_RATE
 from speechdata.audio.codec import downmix_to_mono, resample
-from speechdata.io.storage import filesystem_for, read_parquet
+from speechdata.io.storage import _is_local, filesystem_for, read_parquet
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +46,8 @@ class AsrManifestDataset(torch.utils.data.Dataset):
     """One item per manifest row: ``{"signal", "tokens", "duration", "lang"}`` or ``None``.
 
     ``manifest`` is a parquet path/URL written by the ``asr_manifest`` asset, or an Arrow table with
-    ``audio_filepath``, ``text``, ``duration`` and ``lang``.
+    ``audio_filepath``, ``text``, ``duration`` and ``lang``. A relative ``audio_filepath`` is taken
+    from the manifest's directory (NeMo's rule; ``base_dir`` for a table), so a moved root reads.
     """
 
     def __init__(
@@ -55,11 +57,14 @@ class AsrManifestDataset(torch.utils.data.Dataset):
         *,
         sample_rate: int = ASR_SAMPLE_RATE,
         max_token_len: int = MAX_TOKEN_LEN,
+        base_dir: str | None = None,
     ):
         if isinstance(manifest, str):
             fs, path = filesystem_for(manifest)
             manifest = read_parquet(fs, path, ["audio_filepath", "text", "duration", "lang"])
+            base_dir = fs.unstrip_protocol(posixpath.dirname(path)) if not _is_local(fs) else posixpath.dirname(path)
         self._paths = manifest["audio_filepath"].combine_chunks()
+        self._base_dir = base_dir
         self._texts = manifest["text"].combine_chunks()
         self.durations_s = manifest["duration"].to_numpy().astype(np.float64)
         self.languages = np.asarray(manifest["lang"].to_numpy(zero_copy_only=False)).astype(str)
@@ -71,7 +76,7 @@ class AsrManifestDataset(torch.utils.data.Dataset):
         return len(self._paths)
 
     def __getitem__(self, index: int) -> dict | None:
-        path = self._paths[index].as_py()
+        path = _resolve(self._paths[index].as_py(), self._base_dir)
         try:
             samples, rate = _read_audio(path)
         except Exception as exc:  # libsndfile, fsspec and OS errors all mean the same: skip this item
@@ -90,6 +95,14 @@ class AsrManifestDataset(torch.utils.data.Dataset):
             "duration": float(self.durations_s[index]),
             "lang": str(self.languages[index]),
         }
+
+
+def _resolve(path: str, base_dir: str | None) -> str:
+    if "://" in path or path.startswith("/") or base_dir is None:
+        return path
+    scheme, sep, rest = base_dir.rpartition("://")
+    joined = posixpath.normpath(posixpath.join(rest if sep else base_dir, path))
+    return f"{scheme}://{joined}" if sep else joined
 
 
 def _read_audio(path: str) -> tuple[np.ndarray, int]:

@@ -11,7 +11,9 @@ per-row Python):
    duration within one recording; the first by ``(shard_id, utt_id)`` is kept;
 5. a train/validation split by recording: a recording goes to validation when the MD5 of its key
    (with a salt) falls under ``validation_share``, so no recording is in both splits and a
-   recording's split never changes when shards are added;
+   recording's split never changes when shards are added; with three or more recordings, a
+   non-zero share and none under it, the one with the smallest hash goes to validation (so validation and eval are
+   never empty: it returns to train once a recording falls under the share by itself);
 6. a per-language evaluation subset of the validation split (the ``eval_per_language`` utterances
    of each language with the smallest MD5 of their key).
 
@@ -75,6 +77,10 @@ REMOVAL_REASONS = (
 )
 
 
+MIN_RECORDINGS_FOR_HELD_OUT = 3
+"""With this many recordings, validation (and so eval) always holds at least one (the HF split rule)."""
+
+
 @dataclass(frozen=True)
 class AsrManifestConfig:
     min_duration_s: float = 0.5
@@ -96,6 +102,25 @@ class AsrManifestBuild:
     """``shard_id``, ``utt_id``, ``reason``, ``detail``: every input row not in train or validation."""
     relabeled: dict[str, int]
     """``"from->to"``: utterances whose language the corrections changed."""
+    recordings: int = 0
+    """Recordings among the kept utterances."""
+    validation_share: float = 0.0
+    forced_validation: str | None = None
+    """The recording moved into validation because the hash rule gave it none (see the module docstring)."""
+
+    @property
+    def empty_splits(self) -> dict[str, str]:
+        """Each empty split and why: never silently empty."""
+        if self.recordings == 0:
+            why = "no utterance passed the filters"
+        elif self.validation_share == 0:
+            why = "validation_share is 0"
+        elif self.recordings < MIN_RECORDINGS_FOR_HELD_OUT:
+            why = f"{self.recordings} recording(s): validation and eval need at least {MIN_RECORDINGS_FOR_HELD_OUT}"
+        else:
+            why = "every recording fell in another split"
+        splits = (("train", self.train), ("validation", self.validation), ("eval", self.eval))
+        return {split: why for split, frame in splits if frame.height == 0}
 
     @property
     def removed_by_reason(self) -> dict[str, int]:
@@ -235,12 +260,19 @@ def build_asr_manifest(
     recordings = kept.select("recording_key").unique()
     recordings = recordings.with_columns(stable_hash_column(recordings, "recording_key", config.split_salt))
     threshold = int(config.validation_share * 1_000_000)
+    recordings = recordings.with_columns(((pl.col("recording_key_hash") % 1_000_000) < threshold).alias("_validation"))
+    forced = None
+    # A share of 0 asks for no validation; any other share gets at least one recording.
+    wants_held_out = config.validation_share > 0
+    if wants_held_out and recordings.height >= MIN_RECORDINGS_FOR_HELD_OUT and not recordings["_validation"].any():
+        # The recording the threshold would take next: the smallest hash bucket.
+        forced = recordings.sort(pl.col("recording_key_hash") % 1_000_000, "recording_key")["recording_key"][0]
+        recordings = recordings.with_columns(pl.col("_validation") | (pl.col("recording_key") == forced))
     manifest = kept.join(recordings, on="recording_key", how="left", maintain_order="left").with_columns(
         tagged_text_expr(pl.col("clean_text"), pl.col("language")).alias("text"),
         pl.col("duration_s").alias("duration"),
         pl.col("language").alias("lang"),
         (pl.lit(audio_root.rstrip("/") + "/") + pl.col("flac_path")).alias("audio_filepath"),
-        ((pl.col("recording_key_hash") % 1_000_000) < threshold).alias("_validation"),
     )
     validation = manifest.filter(pl.col("_validation"))
     validation = validation.with_columns(stable_hash_column(validation, "key", config.split_salt))
@@ -264,6 +296,9 @@ def build_asr_manifest(
         eval=eval_subset.select(MANIFEST_COLUMNS),
         removed=removed,
         relabeled={change: int(n) for change, n in relabeled.iter_rows()},
+        recordings=recordings.height,
+        validation_share=config.validation_share,
+        forced_validation=forced,
     )
 
 

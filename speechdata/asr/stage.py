@@ -25,7 +25,7 @@ from speechdata.asr.manifest import (
     nemo_jsonl_bytes,
 )
 from speechdata.io import layout
-from speechdata.io.storage import DataRoot, _is_local, filesystem_for, read_parquet
+from speechdata.io.storage import DataRoot, filesystem_for, read_parquet
 
 SPLITS = ("train", "validation", "eval")
 
@@ -82,10 +82,10 @@ def read_language_corrections(data_root: DataRoot, location: str | None) -> pl.D
     return pl.from_arrow(read_parquet(fs, path))
 
 
-def audio_root(data_root: DataRoot) -> str:
-    """What ``audio_filepath`` starts with: a plain path on local disks (what NeMo and soundfile
-    open), the data root's URL elsewhere."""
-    return data_root.root if _is_local(data_root.fs) else data_root.uri("").rstrip("/")
+MANIFEST_TO_ROOT = "../.."
+"""``audio_filepath`` is relative to the manifest's own directory (``asr/manifests/``): NeMo resolves
+a relative path against the manifest's directory (``get_full_path``), and so does
+:class:`speechdata.asr.dataset.AsrManifestDataset`; the data root can then be copied or moved."""
 
 
 def build_and_write_asr_manifests(
@@ -101,7 +101,7 @@ def build_and_write_asr_manifests(
     build = build_asr_manifest(
         utterances,
         flac,
-        audio_root=audio_root(data_root),
+        audio_root=MANIFEST_TO_ROOT,
         config=config,
         corrections=read_language_corrections(data_root, corrections_location),
     )

@@ -28,7 +28,9 @@ MANIFEST_COLUMNS = pa.schema(
         pa.field("zero_duration_token_share", pa.float32()),
     ]
 )
-"""``offset``/``size``: byte range of the sample's members (headers included) inside ``tar_url``, so
+"""``tar_url`` is relative to the data root (``bridge/<shard>-NNNNNN.tar``), so a copied or moved root
+still reads: resolve it with :func:`tar_location` against the root you read from.
+``offset``/``size``: byte range of the sample's members (headers included) inside ``tar_url``, so
 a reader can fetch one sample with a range request and read it with ``tarfile``."""
 
 MANIFESTS_DIR = "manifests"
@@ -41,3 +43,14 @@ def manifest_path(shard_id: str) -> str:
 def manifests_glob(root_uri: str) -> str:
     """Glob of every shard manifest under a data root (for DuckDB's ``read_parquet``)."""
     return f"{root_uri.rstrip('/')}/{MANIFESTS_DIR}/shard=*/part-0.parquet"
+
+
+def tar_location(root_url: str, tar_url: str) -> str:
+    """The URL of a manifest's ``tar_url`` under the data root at ``root_url``."""
+    if "://" in tar_url or tar_url.startswith("/"):
+        return tar_url  # written before references were relative
+    if ".." in tar_url.split("/"):
+        raise ValueError(f"tar_url {tar_url!r} leaves the data root")
+    from speechdata.io.storage import DataRoot
+
+    return DataRoot(root_url).uri(tar_url)

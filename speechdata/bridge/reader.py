@@ -75,9 +75,19 @@ def bridge_dataset(
     return dataset
 
 
-def read_sample_at(url: str, offset: int, size: int) -> dict:
-    """One sample by its manifest byte range (a ranged read; the rest of the tar is not touched)."""
+def read_sample_at(url: str, offset: int, size: int, data_root: str | None = None) -> dict:
+    """One sample by its manifest byte range (a ranged read; the rest of the tar is not touched).
+
+    ``url``: a manifest's ``tar_url`` (relative to the data root: give ``data_root``) or a full URL.
+    """
     import fsspec
+
+    if data_root is not None:
+        from speechdata.bridge.manifest import tar_location
+
+        url = tar_location(data_root, url)
+    elif "://" not in url and not url.startswith("/"):
+        raise ValueError(f"{url!r} is relative to a data root: pass data_root=")
 
     with fsspec.open(url, "rb") as handle:
         handle.seek(offset)

@@ -1,7 +1,8 @@
 """Pack a shard's bridge tuples into deterministic WebDataset tars.
 
 One sample per utterance: ``<key>.wav`` (24 kHz mono 16-bit), ``<key>.qwen.npy``,
-``<key>.wavlm.npy``, ``<key>.dur.npy``, ``<key>.grid.npy``, ``<key>.tokens.npy`` and ``<key>.json``.
+``<key>.wavlm.npy``, ``<key>.dur.npy``, ``<key>.grid.npy``, ``<key>.tokens.npy`` and ``<key>.json`` (text, language, ..., and ``words``: the word alignment as
+``{"word", "start_ms", "end_ms"}`` dicts).
 Samples are sorted by key and members by name; every header has mtime 0, uid/gid 0, empty owner
 names and mode 0644, so packing the same inputs again gives byte-identical tars. A tar rolls over
 to the next number before it would pass ``max_tar_bytes`` or ``max_samples``.
@@ -22,6 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from speechdata.audio.codec import decode_audio
 from speechdata.bridge.clock import FRAME_RATE_HZ, SAMPLE_RATE
@@ -151,7 +153,9 @@ def pack_samples(
                     for name, data in members:
                         tar.addfile(deterministic_tar_info(name, len(data)), io.BytesIO(data))
                     tar.members.clear()  # TarFile keeps every header; nothing here reads them back
-                    tar_rows.append({"key": sample.key, "tar_url": url, "offset": offset, "size": tar.offset - offset})
+                    tar_rows.append(
+                        {"key": sample.key, "tar_url": relative, "offset": offset, "size": tar.offset - offset}
+                    )
                     sample = next(pending, None)
         digest = writer.sha256.hexdigest()
         for row in tar_rows:
@@ -172,6 +176,21 @@ def _remove_stale_tars(data_root: DataRoot, shard_id: str, keep: int) -> None:
             data_root.fs.rm(path)
 
 
+def word_alignments(data_root: DataRoot, shard_id: str) -> dict[str, list[dict]]:
+    """Per utterance, its aligned words in order: ``{"word", "start_ms", "end_ms"}`` (ms from the
+    start of the utterance's own audio), published in each sample's ``.json`` so that readers
+    (and the moshi export) need no internal file."""
+    table = data_root.read_parquet(
+        layout.alignments(shard_id), columns=["utt_id", "level", "index", "text", "start_ms", "end_ms"]
+    )
+    by_utt: dict[str, list[tuple]] = {}
+    for row in table.filter(pc.equal(table["level"], "word")).to_pylist():
+        by_utt.setdefault(row["utt_id"], []).append((row["index"], row["text"], row["start_ms"], row["end_ms"]))
+    return {
+        utt: [{"word": w, "start_ms": s, "end_ms": e} for _, w, s, e in sorted(rows)] for utt, rows in by_utt.items()
+    }
+
+
 def iter_bridge_samples(data_root: DataRoot, shard_id: str) -> Iterator[BridgeSample]:
     """Every utterance with a grid and both feature matrices, sorted by utt_id.
 
@@ -182,6 +201,7 @@ def iter_bridge_samples(data_root: DataRoot, shard_id: str) -> Iterator[BridgeSa
     wavlm_keys = set(read_keys(data_root, layout.wavlm_features(shard_id)))
     packable = sorted(set(read_keys(data_root, layout.frame_grids(shard_id))) & qwen_keys & wavlm_keys)
     del qwen_keys, wavlm_keys
+    words = word_alignments(data_root, shard_id)
     streams = zip(
         KeyedRows(data_root, layout.frame_grids(shard_id), GRID_COLUMNS, packable),
         KeyedRows(data_root, layout.utterance_index(shard_id), INFO_COLUMNS, packable),
@@ -209,6 +229,7 @@ def iter_bridge_samples(data_root: DataRoot, shard_id: str) -> Iterator[BridgeSa
                 "frame_rate": FRAME_RATE_HZ,
                 "n_frames": grid["n_frames"],
                 "n_tokens": grid["n_tokens"],
+                "words": words.get(key, []),
             },
         )
         sample.members()  # encode here, in the worker thread

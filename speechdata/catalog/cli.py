@@ -4,7 +4,6 @@
     speechdata catalog --named hours_per_language
     speechdata catalog --list
     speechdata catalog --language en --min-score -2.5 --limit 20
-    speechdata catalog --export-nemo out.jsonl --language en --min-score -2.5
     speechdata catalog --export-urls tars.txt --country us
     speechdata catalog --refresh [--named hours_per_shard]
 
@@ -25,7 +24,7 @@ from collections.abc import Iterator
 import duckdb
 
 from speechdata.catalog.display import format_table
-from speechdata.catalog.exports import export_nemo_manifest, export_tar_urls
+from speechdata.catalog.exports import export_tar_urls
 from speechdata.catalog.queries import NAMED_QUERIES, run_query, select_samples
 from speechdata.catalog.views import CATALOG_FILE, refresh_catalog
 from speechdata.io.duckdb_object_store import database_on_root, enable_data_root_reads
@@ -81,7 +80,7 @@ DESCRIPTION = "Query the DuckDB catalog of shard manifests and rejects ledgers."
 EPILOG = """examples:
   speechdata catalog --named hours_per_language
   speechdata catalog "SELECT language, count(*) FROM samples GROUP BY 1"
-  speechdata catalog --export-nemo en.jsonl --language en --min-score -2.5"""
+  speechdata catalog --export-urls en.txt --language en --min-score -2.5"""
 
 
 def register(subparsers) -> None:
@@ -110,7 +109,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     actions = parser.add_argument_group("what to do (one of)")
     actions.add_argument("--named", metavar="NAME", help="run a named query (see --list)")
     actions.add_argument("--list", action="store_true", help="list the named queries")
-    actions.add_argument("--export-nemo", metavar="PATH", help="write the selection as a NeMo JSONL manifest")
+    actions.add_argument(
+        "--export-nemo", metavar="PATH", help="moved: use `speechdata export nemo` (NeMo tarred or plain datasets)"
+    )
     actions.add_argument("--export-urls", metavar="PATH", help="write the selection's distinct tar URLs, one a line")
     parser.add_argument("--refresh", action="store_true", help="rebuild the catalog's views and summary tables first")
     selection = parser.add_argument_group("selection (printed, or exported with --export-*)")
@@ -164,6 +165,13 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     if not chosen and not filters and not args.refresh:
         parser.error("nothing to do: give SQL, --named, --list, --export-*, selection filters or --refresh")
 
+    if args.export_nemo is not None:
+        print(
+            "catalog: error: --export-nemo moved: `speechdata export nemo --data-root ROOT --out DIR "
+            "[--plain] [--language L] [--min-score X]` writes a NeMo dataset its loaders read as is",
+            file=sys.stderr,
+        )
+        return EXIT_ERROR
     if args.list:
         for name, sql in NAMED_QUERIES.items():
             print(f"{name}\n    {' '.join(sql.split())}")
@@ -198,11 +206,8 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
                 countries=args.country,
                 limit=args.limit,
             )
-            if args.export_nemo is not None:
-                lines = export_nemo_manifest(table, args.export_nemo)
-                print(f"wrote {lines} samples to {args.export_nemo}")
-            elif args.export_urls is not None:
-                urls = export_tar_urls(table)
+            if args.export_urls is not None:
+                urls = export_tar_urls(table, root.url)
                 fs, path = filesystem_for(args.export_urls)
                 write_bytes_atomic(fs, path, "".join(f"{url}\n" for url in urls).encode("utf-8"))
                 print(f"wrote {len(urls)} tar URLs ({table.num_rows} samples) to {args.export_urls}")

@@ -11,8 +11,17 @@
 
 The views read the files at query time (a new shard is visible as soon as its manifest is
 written); the summary tables change only on a refresh, and a refresh replaces all of them in one
-transaction so a reader sees either the previous snapshot or the new one. The views name the
-root's absolute location: after moving a data root, refresh.
+transaction so a reader sees either the previous snapshot or the new one.
+
+* ``words``: every packed sample's aligned words (``shard``, ``key``, ``word_index``, ``word``,
+  ``start_ms``, ``end_ms``, ``language``), the same words each bridge sample's ``.json`` carries.
+
+The views name files relative to the data root, prefixed at query time with the connection's
+``speechdata_root`` variable (``getvariable('speechdata_root')``), which
+:func:`speechdata.io.duckdb_object_store.enable_data_root_reads` sets to the root being read: a
+copied or moved root (another disk, another bucket) reads without a refresh. Unset (a plain
+``duckdb.connect``), the root the catalog was built at is used; after a move, run
+``SET VARIABLE speechdata_root = '/new/root';`` first.
 
 This module builds the catalog; :mod:`~speechdata.catalog.queries` asks it questions,
 :mod:`~speechdata.catalog.exports` writes selections out, :mod:`~speechdata.catalog.cli` is the
@@ -45,7 +54,20 @@ _MANIFEST_GLOB = manifest_path("*")
 # Atomic writes leave ``._tmp-*`` files beside a ledger while it is written (and after a crash):
 # ``[!.]`` keeps them, half-written, out of the view.
 _REJECTS_GLOB = f"{layout.SHARDS}/*/rejects/[!.]*.parquet"
-_SHARD_FROM_REJECTS_PATH = r"/shards/([^/]+)/rejects/[^/]+$"
+_SHARD_FROM_REJECTS_PATH = r"(?:^|/)shards/([^/]+)/rejects/[^/]+$"
+_ALIGNMENTS_GLOB = f"{layout.SHARDS}/*/alignments.parquet"
+_SHARD_FROM_ALIGNMENTS_PATH = r"(?:^|/)shards/([^/]+)/alignments\.parquet$"
+_WORDS_SCHEMA = pa.schema(
+    [
+        pa.field("shard", pa.string()),
+        pa.field("key", pa.string()),
+        pa.field("word_index", pa.int32()),
+        pa.field("word", pa.string()),
+        pa.field("start_ms", pa.int32()),
+        pa.field("end_ms", pa.int32()),
+        pa.field("language", pa.string()),
+    ]
+)
 
 DUCKDB_TYPES = {
     pa.string(): "VARCHAR",
@@ -87,11 +109,13 @@ def refresh_catalog(connection: duckdb.DuckDBPyConnection, root_uri: str) -> Cat
     root = DataRoot(root_uri)
     manifest_files = root.fs.glob(root.path(_MANIFEST_GLOB))
     rejects_files = root.fs.glob(root.path(_REJECTS_GLOB))
+    alignment_files = root.fs.glob(root.path(_ALIGNMENTS_GLOB))
     location = duckdb_location(root_uri)
+    set_root_variable(connection, root_uri)
 
     if manifest_files:
         samples_sql = (
-            f"SELECT * FROM read_parquet({_sql_literal(f'{location}/{_MANIFEST_GLOB}')}, "
+            f"SELECT * FROM read_parquet({_under_root(_MANIFEST_GLOB, location)}, "
             "union_by_name = true, hive_partitioning = false)"
         )
     else:
@@ -100,16 +124,29 @@ def refresh_catalog(connection: duckdb.DuckDBPyConnection, root_uri: str) -> Cat
         rejects_sql = (
             f"SELECT regexp_extract(filename, {_sql_literal(_SHARD_FROM_REJECTS_PATH)}, 1) AS shard, "
             "utt_id, stage, reason, detail "
-            f"FROM read_parquet({_sql_literal(f'{location}/{_REJECTS_GLOB}')}, "
+            f"FROM read_parquet({_under_root(_REJECTS_GLOB, location)}, "
             "union_by_name = true, hive_partitioning = false, filename = true)"
         )
     else:
         rejects_sql = _empty_select(pa.schema([pa.field("shard", pa.string()), *REJECTS_SCHEMA]))
 
+    if alignment_files:
+        words_sql = (
+            'SELECT s.shard, a.utt_id AS key, a."index" AS word_index, a.text AS word, a.start_ms, a.end_ms, '
+            "s.language "
+            f"FROM read_parquet({_under_root(_ALIGNMENTS_GLOB, location)}, hive_partitioning = false, filename = true) AS a "
+            "JOIN samples AS s ON s.key = a.utt_id "
+            f"AND s.shard = regexp_extract(a.filename, {_sql_literal(_SHARD_FROM_ALIGNMENTS_PATH)}, 1) "
+            "WHERE a.level = 'word'"
+        )
+    else:
+        words_sql = _empty_select(_WORDS_SCHEMA)
+
     connection.begin()
     try:
         connection.execute(f"CREATE OR REPLACE VIEW samples AS {samples_sql}")
         connection.execute(f"CREATE OR REPLACE VIEW rejects AS {rejects_sql}")
+        connection.execute(f"CREATE OR REPLACE VIEW words AS {words_sql}")
         for group in ("language", "country"):
             connection.execute(
                 f"CREATE OR REPLACE TABLE hours_by_{group} AS "
@@ -179,6 +216,22 @@ def _summarize(connection: duckdb.DuckDBPyConnection, manifest_files: int, rejec
         rejected_utterances=int(rejected),
         languages=languages,
         countries=countries,
+    )
+
+
+ROOT_VARIABLE = "speechdata_root"
+
+
+def set_root_variable(connection: duckdb.DuckDBPyConnection, root_uri: str) -> None:
+    """Point the views at the data root at ``root_uri`` (they read ``getvariable('speechdata_root')``)."""
+    connection.execute(f"SET VARIABLE {ROOT_VARIABLE} = ?", [duckdb_location(root_uri)])
+
+
+def _under_root(relative_glob: str, built_at: str) -> str:
+    """A file-name expression for DDL: the relative glob under the root a reader sets, else under
+    the root the catalog was built at (so a plain ``duckdb.connect`` on an unmoved root still reads)."""
+    return (
+        f"(coalesce(getvariable('{ROOT_VARIABLE}'), {_sql_literal(built_at)}) || '/' || {_sql_literal(relative_glob)})"
     )
 
 

@@ -2,7 +2,10 @@
 
 ``datasets.load_dataset(<dir or repo>, "<country>")`` reads the card's YAML front matter: each
 config lists its splits and the files of each split. The card is written from the files present,
-so it always matches the folder, whichever country was built last.
+so it always matches the folder, whichever country was built last. Its metadata is
+``huggingface_hub.DatasetCardData`` (the Hub's own schema): license and pretty name (configurable),
+languages, task categories, size category, ``configs`` and ``dataset_info`` (each config's
+features, read back from its parquet files, and its splits' rows and bytes).
 """
 
 from __future__ import annotations
@@ -11,7 +14,6 @@ from collections import defaultdict
 from pathlib import PurePosixPath
 
 import pyarrow.parquet as pq
-import yaml
 
 from speechdata.hf.files import FILE_NAME
 from speechdata.io import layout
@@ -25,6 +27,7 @@ def dataset_layout(data_root: DataRoot, dataset: str) -> tuple[dict[str, dict[st
     and each country's language (read from its files)."""
     found: dict[str, dict[str, dict]] = defaultdict(dict)
     languages: dict[str, str] = {}
+    features: dict[str, list] = {}
     base = data_root.path(layout.hf_dataset_dir(dataset))
     for path in sorted(data_root.fs.glob(f"{base}/*/*.parquet")):
         match = FILE_NAME.match(PurePosixPath(path).name)
@@ -37,9 +40,28 @@ def dataset_layout(data_root: DataRoot, dataset: str) -> tuple[dict[str, dict[st
             entry["rows"] += parquet.metadata.num_rows
             if country not in languages and parquet.metadata.num_rows:
                 languages[country] = parquet.read_row_group(0, columns=["language"])["language"][0].as_py() or ""
+            if country not in features:
+                features[country] = _features_yaml(parquet.schema_arrow)
         entry["files"] += 1
         entry["bytes"] += int(data_root.fs.size(path))
-    return dict(found), languages
+    return dict(found), languages, features
+
+
+def _features_yaml(schema) -> list:
+    """The ``dataset_info.features`` YAML of a parquet file ``datasets`` wrote (its schema metadata)."""
+    import datasets
+
+    return datasets.Features.from_arrow_schema(schema)._to_yaml_list()
+
+
+SIZE_CATEGORIES = ((1_000, "n<1K"), (10_000, "1K<n<10K"), (100_000, "10K<n<100K"), (1_000_000, "100K<n<1M"))
+
+
+def size_category(rows: int) -> str:
+    for limit, name in SIZE_CATEGORIES:
+        if rows < limit:
+            return name
+    return "1M<n<10M" if rows < 10_000_000 else "10M<n<100M"
 
 
 def _split_order(split: str) -> tuple[int, int, str]:
@@ -49,7 +71,17 @@ def _split_order(split: str) -> tuple[int, int, str]:
     return (2, int(number) if number.isdigit() else 0, split)
 
 
-def dataset_card(dataset: str, found: dict[str, dict[str, dict]], languages: dict[str, str]) -> str:
+def dataset_card(
+    dataset: str,
+    found: dict[str, dict[str, dict]],
+    languages: dict[str, str],
+    features: dict[str, list] | None = None,
+    *,
+    license: str = "other",
+    pretty_name: str | None = None,
+) -> str:
+    from huggingface_hub import DatasetCardData
+
     configs = [
         {
             "config_name": country,
@@ -59,15 +91,31 @@ def dataset_card(dataset: str, found: dict[str, dict[str, dict]], languages: dic
         }
         for country, splits in sorted(found.items())
     ]
-    front = {
-        "configs": configs,
-        "language": sorted({lang for lang in languages.values() if lang}),
-        "task_categories": ["automatic-speech-recognition"],
-        "pretty_name": dataset,
-    }
+    features = features or {}
+    dataset_info = [
+        {
+            "config_name": country,
+            **({"features": features[country]} if country in features else {}),
+            "splits": [
+                {"name": split, "num_examples": splits[split]["rows"], "num_bytes": splits[split]["bytes"]}
+                for split in sorted(splits, key=_split_order)
+            ],
+        }
+        for country, splits in sorted(found.items())
+    ]
+    total_rows = sum(entry["rows"] for splits in found.values() for entry in splits.values())
+    card_data = DatasetCardData(
+        language=sorted({lang for lang in languages.values() if lang}),
+        license=license,
+        pretty_name=pretty_name or dataset,
+        task_categories=["automatic-speech-recognition"],
+        size_categories=[size_category(total_rows)],
+        configs=configs,
+        dataset_info=dataset_info,
+    )
     lines = [
         "---",
-        yaml.safe_dump(front, sort_keys=False, allow_unicode=True).rstrip(),
+        card_data.to_yaml().rstrip(),
         "---",
         "",
         f"# {dataset}",
@@ -79,6 +127,8 @@ def dataset_card(dataset: str, found: dict[str, dict[str, dict]], languages: dic
         "```python",
         "import datasets",
         f'ds = datasets.load_dataset("<repo or folder>", "{next(iter(sorted(found)), "<country>")}")',
+        "# decoding `audio` needs torchcodec and FFmpeg's shared libraries (datasets 4 and 5); without them:",
+        'raw = ds["test"].cast_column("audio", datasets.Audio(decode=False))  # {"bytes", "path"}: FLAC bytes',
         "```",
         "",
         "| config | language | split | rows | files | MB |",
@@ -93,8 +143,10 @@ def dataset_card(dataset: str, found: dict[str, dict[str, dict]], languages: dic
     return "\n".join(lines) + "\n"
 
 
-def write_dataset_card(data_root: DataRoot, dataset: str) -> str:
+def write_dataset_card(
+    data_root: DataRoot, dataset: str, *, license: str = "other", pretty_name: str | None = None
+) -> str:
     """Write ``hf/<dataset>/README.md`` for the files present; returns its path in the repo."""
-    card = dataset_card(dataset, *dataset_layout(data_root, dataset))
+    card = dataset_card(dataset, *dataset_layout(data_root, dataset), license=license, pretty_name=pretty_name)
     data_root.write_bytes(layout.hf_dataset_file(dataset, CARD_FILE), card.encode("utf-8"))
     return CARD_FILE

@@ -1,9 +1,11 @@
 """A split's parquet files: written under a build folder, rolled at a size, moved into the Hub layout.
 
-Files are named ``<split>-NNNNN-of-NNNNN.parquet`` (the Hub's convention), which needs the count:
-so each part is written (atomically) as ``<split>-NNNNN.parquet`` in the build folder and renamed
-into ``hf/<dataset>/<country>/`` when the split is complete; the split's old files that the new
-set does not replace are removed.
+Files are named ``<split>-NNNNN-of-NNNNN-<content>.parquet``: the Hub's convention (which needs the
+count) plus the first 12 hex digits of the file's SHA-256. A split whose content changes is
+therefore written under new names, so ``datasets``' cache (keyed by the data files) can never
+serve the old rows; a split that does not change keeps its names. Each part is written
+(atomically) as ``<split>-NNNNN.parquet`` in the build folder and renamed into
+``hf/<dataset>/<country>/`` when the split is complete; the split's old files are removed.
 """
 
 from __future__ import annotations
@@ -18,7 +20,10 @@ import pyarrow as pa
 from speechdata.io import layout
 from speechdata.io.storage import DataRoot
 
-FILE_NAME = re.compile(r"^(?P<split>\w+(?:\.\w+)*)-(?P<index>\d{5})-of-(?P<count>\d{5})\.parquet$")
+FILE_NAME = re.compile(
+    r"^(?P<split>\w+(?:\.\w+)*)-(?P<index>\d{5})-of-(?P<count>\d{5})(?:-(?P<content>[0-9a-f]{12}))?\.parquet$"
+)
+CONTENT_DIGITS = 12
 PARQUET_RESERVE = 0.01
 """Share of a size budget kept for parquet's own bytes (footer, page headers, text columns' overhead)."""
 
@@ -86,7 +91,8 @@ class SplitSink:
             if (m := FILE_NAME.match(p.rsplit("/", 1)[-1])) and m["split"] == self.split
         }
         for index, part in enumerate(self.parts):
-            name = f"{self.split}-{index:05d}-of-{count:05d}.parquet"
+            sha256 = file_sha256(fs, self.data_root.path(part["relative"]))
+            name = f"{self.split}-{index:05d}-of-{count:05d}-{sha256[:CONTENT_DIGITS]}.parquet"
             target = self.data_root.path(f"{final_dir}/{name}")
             fs.makedirs(self.data_root.path(final_dir), exist_ok=True)
             fs.mv(self.data_root.path(part["relative"]), target)
@@ -96,7 +102,7 @@ class SplitSink:
                     "path_in_repo": f"{self.country}/{name}",
                     "rows": part["rows"],
                     "bytes": int(fs.size(target)),
-                    "sha256": file_sha256(fs, target),
+                    "sha256": sha256,
                     "keys": part["keys"],
                 }
             )

@@ -29,7 +29,15 @@ S3_PROTOCOLS = ("s3", "s3a")
 def enable_data_root_reads(
     connection: duckdb.DuckDBPyConnection, data_root: DataRoot, *, environ: Mapping[str, str] | None = None
 ) -> str:
-    """Let ``connection`` read files under ``data_root``; returns how: ``local``, ``httpfs`` or ``fsspec``."""
+    """Let ``connection`` read files under ``data_root``; returns how: ``local``, ``httpfs`` or ``fsspec``.
+
+    The catalog's views name files relative to the root (so that a root can move) and read the
+    root's location from the ``speechdata_root`` variable set here; relative file names in ad-hoc
+    queries resolve against it too (``file_search_path``, local roots).
+    """
+    location = data_root.root if data_root.is_local else data_root.fs.unstrip_protocol(data_root.root)
+    connection.execute("SET VARIABLE speechdata_root = ?", [location])
+    connection.execute(f"SET file_search_path = {_literal(location)}")
     if data_root.is_local:
         return "local"
     if data_root.protocol in S3_PROTOCOLS and _load_installed_httpfs(connection):

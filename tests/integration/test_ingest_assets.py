@@ -75,3 +75,20 @@ def test_contract_breach_fails_the_run_with_file_column_and_rule(instance, data_
     assert "audio_path" in info.description and "required column is missing" in info.description
     assert info.metadata["column"].value == "audio_path"
     assert info.metadata["file"].value.endswith("landing/bad/metadata.parquet")
+
+
+def test_contract_breach_shows_its_one_reason_on_the_shards_own_check(instance, data_root):
+    import pyarrow as pa
+
+    data_root.write_parquet(layout.landing_metadata("bad"), pa.table({"utt_id": ["a"]}))
+    result = materialize(instance, data_root, "bad", raise_on_error=False)
+    assert not result.success
+    [evaluation] = [e.event_specific_data for e in result.all_events if e.event_type_value == "ASSET_CHECK_EVALUATION"]
+    assert evaluation.asset_key == raw_shards.key and evaluation.partition == "bad" and not evaluation.passed
+    assert evaluation.metadata["column"].value == "audio_path"
+    assert "required column is missing" in evaluation.metadata["landing_contract"].value
+    # normalized_audio never ran: its check has no verdict (Dagster shows it as not executed).
+    assert not any(
+        e.event_type_value == "ASSET_CHECK_EVALUATION" and e.asset_key == normalized_audio.key
+        for e in result.all_events
+    )

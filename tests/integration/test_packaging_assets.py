@@ -87,7 +87,7 @@ def test_manifest_byte_ranges_fetch_single_samples(packed):
     manifest = data_root.read_parquet(manifest_path("s2")).to_pylist()
     whole = {s["__key__"]: s for s in bridge_dataset(tar_urls(data_root, "s2"))}
     for row in manifest[::2]:
-        sample = read_sample_at(row["tar_url"], row["offset"], row["size"])
+        sample = read_sample_at(row["tar_url"], row["offset"], row["size"], data_root=data_root.url)
         assert sample["__key__"] == row["key"]
         np.testing.assert_array_equal(sample["qwen"], whole[row["key"]]["qwen"])
         np.testing.assert_array_equal(sample["grid"], whole[row["key"]]["grid"])

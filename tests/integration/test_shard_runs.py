@@ -9,7 +9,7 @@ from assets.features import qwen_hidden_states
 from assets.ingest import normalized_audio, raw_shards
 from assets.partitions import shard_partitions
 from assets.shard_runs import GPU_SHARDS_PER_RUN
-from resources.model_pins import QWEN
+from resources.model_pins import QWEN, model_that_runs
 from resources.storage import DataRootResource
 from speechdata.bridge.frame_grid import GRID_RULE_VERSION
 from speechdata.testing.shards import build_sample_shard
@@ -67,5 +67,8 @@ def test_every_shard_asset_has_a_multi_run_policy_and_gpu_assets_batch_k_shards(
 def test_code_versions_carry_the_grid_rule_and_the_qwen_pin():
     [grid_version] = frame_grids.code_versions_by_key.values()
     [qwen_version] = qwen_hidden_states.code_versions_by_key.values()
-    assert f"grid-{GRID_RULE_VERSION}" in grid_version and QWEN.identity in grid_version
-    assert QWEN.identity in qwen_version
+    # The tests run the tiny profile: the versions name the model that runs, never the production pin.
+    ran = model_that_runs(QWEN)
+    assert ran.model_id == "tiny-qwen3" and model_that_runs(QWEN, "full") == QWEN
+    assert f"grid-{GRID_RULE_VERSION}" in grid_version and ran.identity in grid_version
+    assert ran.identity in qwen_version and QWEN.identity not in qwen_version

@@ -1,6 +1,7 @@
 """Seed 003 import, safe tar reading and 16 kHz FLAC extraction, then the manifest on that shard."""
 
 import io
+import os
 import tarfile
 
 import polars as pl
@@ -151,4 +152,7 @@ def test_manifest_build_on_a_sample_shard(imported_shard):
     assert build.recordings_in_both_splits() == 0
     written = pl.read_ndjson(data_root.path(layout.asr_manifest("train", "jsonl")))
     assert written.columns == ["audio_filepath", "duration", "text", "lang"] and written.height == build.train.height
-    assert all(sf.info(p).samplerate == 16_000 for p in written["audio_filepath"])
+    # Relative to the manifest's directory (NeMo's rule), so the root can move.
+    manifests_dir = os.path.dirname(data_root.path(layout.asr_manifest("train", "jsonl")))
+    assert not any(os.path.isabs(p) for p in written["audio_filepath"])
+    assert all(sf.info(os.path.join(manifests_dir, p)).samplerate == 16_000 for p in written["audio_filepath"])

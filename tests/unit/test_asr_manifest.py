@@ -138,3 +138,25 @@ def test_conflicting_corrections_raise():
     utterances = pl.DataFrame({"shard_id": ["s"], "utt_id": ["a"], "language": ["en"], "recording_id": ["r"]})
     with pytest.raises(ValueError, match="more than one language"):
         apply_language_corrections(utterances, pl.DataFrame({"utt_id": ["a", "a"], "language": ["hi", "ta"]}))
+
+
+def test_three_recordings_always_give_validation_and_eval_a_recording():
+    utterances, flac = inputs(3, 2)
+    config = AsrManifestConfig(validation_share=0.01, eval_per_language=1)
+    build = build_asr_manifest(utterances, flac, audio_root="/", config=config)
+    assert build.forced_validation is not None  # 1 % of three recordings is none: the rule steps in
+    assert build.validation.height == 2 and build.eval.height == 1 and build.train.height == 4
+    assert set(build.validation["recording_id"]) == {build.forced_validation}
+    assert build.recordings_in_both_splits() == 0 and build.empty_splits == {}
+    again = build_asr_manifest(utterances, flac, audio_root="/", config=config)
+    assert again.forced_validation == build.forced_validation  # deterministic
+
+
+def test_a_split_that_stays_empty_says_why():
+    utterances, flac = inputs(2, 2)
+    build = build_asr_manifest(utterances, flac, audio_root="/", config=AsrManifestConfig(validation_share=0.01))
+    assert build.validation.height == 0 and build.eval.height == 0
+    assert set(build.empty_splits) == {"validation", "eval"}
+    assert "2 recording(s)" in build.empty_splits["validation"]
+    none = build_asr_manifest(utterances.head(0), flac.head(0), audio_root="/")
+    assert none.empty_splits == {s: "no utterance passed the filters" for s in ("train", "validation", "eval")}

@@ -1,5 +1,3 @@
-import io
-import json
 import os
 import subprocess
 import sys
@@ -11,7 +9,7 @@ import pytest
 
 from speechdata.bridge.manifest import MANIFEST_COLUMNS, manifest_path
 from speechdata.catalog.display import format_table
-from speechdata.catalog.exports import export_nemo_manifest, export_tar_urls
+from speechdata.catalog.exports import export_tar_urls
 from speechdata.catalog.queries import NAMED_QUERIES, run_query, select_samples
 from speechdata.catalog.views import CATALOG_FILE, SUMMARY_TABLES, refresh_catalog
 from speechdata.io import layout
@@ -223,37 +221,9 @@ def test_unknown_where_columns_are_rejected(populated, connection, column):
     assert scalar(connection, "SELECT count(*) FROM samples") == 5
 
 
-def test_nemo_manifest_export_reads_back(populated, connection, tmp_path):
-    refresh_catalog(connection, populated.url)
-    selection = select_samples(connection, languages=["en", "de"], min_alignment_score=-1.0)
-    out = tmp_path / "out" / "train.jsonl"
-
-    assert export_nemo_manifest(selection, str(out)) == 2
-    lines = [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()]
-    assert lines == [
-        {
-            "audio_filepath": "file:///data/bridge/shard-a-000000.tar#shard-a_u1.wav",
-            "duration": 3.6,
-            "text": "hello there",
-            "lang": "en",
-        },
-        {
-            "audio_filepath": "file:///data/bridge/shard-a-000001.tar#shard-a_u3.wav",
-            "duration": 1.8,
-            "text": "",
-            "lang": "de",
-        },
-    ]
-    handle = io.StringIO()
-    export_nemo_manifest(selection, handle)
-    assert handle.getvalue() == out.read_text(encoding="utf-8")
-    with pytest.raises(ValueError, match="tar_url"):
-        export_nemo_manifest(selection.drop_columns(["tar_url"]), io.StringIO())
-
-
 def test_tar_url_export_is_distinct_and_sorted(populated, connection):
     refresh_catalog(connection, populated.url)
-    urls = export_tar_urls(select_samples(connection))
+    urls = export_tar_urls(select_samples(connection), populated.url)
     assert urls == sorted(set(urls)) and len(urls) == 3
     assert urls[0] == "file:///data/bridge/shard-a-000000.tar"
 
@@ -295,10 +265,10 @@ def test_cli_runs_a_named_query(populated):
 
 def test_cli_exports_a_selection(populated, tmp_path):
     assert run_cli("--refresh", data_root=populated).returncode == 0
-    out = tmp_path / "en.jsonl"
-    proc = run_cli("--export-nemo", str(out), "--language", "en", "--min-score", "-2.5", data_root=populated)
-    assert proc.returncode == 0, proc.stderr
-    assert [json.loads(line)["lang"] for line in out.read_text().splitlines()] == ["en", "en", "en"]
+    # NeMo manifests moved to `speechdata export nemo` (paths NeMo's loaders read): the old flag says where.
+    proc = run_cli("--export-nemo", str(tmp_path / "en.jsonl"), "--language", "en", data_root=populated)
+    assert proc.returncode == 2 and "speechdata export nemo" in proc.stderr
+    assert not (tmp_path / "en.jsonl").exists()
     urls = tmp_path / "urls.txt"
     assert run_cli("--export-urls", str(urls), "--language", "en", data_root=populated).returncode == 0
     assert urls.read_text().splitlines() == [
