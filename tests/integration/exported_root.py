@@ -33,7 +33,7 @@ def build_finished_root(data_root: DataRoot, model_cache_dir: str, shards=(("e1"
     """Land ``shards`` (id, seed) and materialize every per-shard asset for each."""
     from assets import SHARD_ASSETS
     from assets.partitions import shard_partitions
-    from speechdata.testing.sample_shards import build_sample_shard
+    from speechdata.testing.shards import build_sample_shard
 
     resources = tiny_resources_for(data_root, model_cache_dir)
     with dg.instance_for_test() as instance:

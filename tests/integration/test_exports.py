@@ -16,7 +16,7 @@ import pytest
 import soundfile as sf
 
 from speechdata.asr.manifest import AsrManifestConfig
-from speechdata.asr.manifest_stage import build_and_write_asr_manifests
+from speechdata.asr.stage import build_and_write_asr_manifests
 from speechdata.bridge.clock import SAMPLE_RATE
 from speechdata.bridge.manifest import manifest_path
 from speechdata.bridge.reader import bridge_dataset
