@@ -89,15 +89,18 @@ class KeyedRows:
             # A buffered stream reads a column chunk page by page instead of whole: memory per file
             # stays near one batch rather than one row group (64-128 MB of payload).
             parquet = pq.ParquetFile(handle, buffer_size=STREAM_BUFFER_BYTES)
-            for batch in parquet.iter_batches(batch_size=BATCH_ROWS, columns=self.columns):
-                for row in _rows(batch):
-                    if row[self.key] in wanted_set:
-                        pending[row[self.key]] = row
-                while turn < len(self.wanted) and self.wanted[turn] in pending:
-                    yield pending.pop(self.wanted[turn])
-                    turn += 1
-                if turn == len(self.wanted):
-                    return
+            # One row group per iter_batches call: over the whole file, Arrow's reader keeps more
+            # and more of it alive (measured: live Arrow memory and RSS grow with the file).
+            for group in range(parquet.num_row_groups):
+                for batch in parquet.iter_batches(batch_size=BATCH_ROWS, row_groups=[group], columns=self.columns):
+                    for row in _rows(batch):
+                        if row[self.key] in wanted_set:
+                            pending[row[self.key]] = row
+                    while turn < len(self.wanted) and self.wanted[turn] in pending:
+                        yield pending.pop(self.wanted[turn])
+                        turn += 1
+                    if turn == len(self.wanted):
+                        return
 
     def _random_access(self) -> Iterator[dict]:
         with _open(self.data_root, self.relative) as handle:
