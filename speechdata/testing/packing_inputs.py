@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
+from speechdata.alignment.table import TimedUnit, alignment_rows, alignments_table
 from speechdata.audio.codec import encode_audio
 from speechdata.audio.container import (
     AUDIO_CONTAINER_SCHEMA,
@@ -18,7 +19,7 @@ from speechdata.audio.container import (
     AudioContainerWriter,
     EncodedUtterance,
 )
-from speechdata.bridge.clock import SAMPLE_RATE, SAMPLES_PER_FRAME
+from speechdata.bridge.clock import SAMPLE_RATE, n_frames_for
 from speechdata.bridge.grid_stage import FRAME_GRIDS_SCHEMA
 from speechdata.features.array_store import ARRAY_STORE_PARQUET_OPTIONS, ARRAY_STORE_SCHEMA, ArrayStoreWriter
 from speechdata.io import layout
@@ -52,7 +53,7 @@ def write_packing_inputs(
     rng = np.random.default_rng(seed)
     keys = [utterance_key(shard_id, n) for n in range(count)]
     n_samples = int(seconds * SAMPLE_RATE)
-    n_frames = -(-n_samples // SAMPLES_PER_FRAME)
+    n_frames = n_frames_for(n_samples)
     n_tokens = max(1, round(seconds * TOKENS_PER_S))
     t = np.arange(n_samples) / SAMPLE_RATE
     audio_pool = [
@@ -66,12 +67,14 @@ def write_packing_inputs(
     qwen_pool = [rng.standard_normal((n_tokens, qwen_dim), dtype=np.float32).astype(np.float16) for _ in range(pool)]
     wavlm_pool = [rng.standard_normal((n_frames, wavlm_dim), dtype=np.float32).astype(np.float16) for _ in range(pool)]
 
+    texts = [f"utterance number {n} of the synthetic shard" for n in range(count)]
+    data_root.write_parquet(layout.alignments(shard_id), _even_word_alignments(keys, texts, n_samples))
     data_root.write_parquet(
         layout.utterance_index(shard_id),
         pa.table(
             {
                 "utt_id": keys,
-                "text": [f"utterance number {n} of the synthetic shard" for n in range(count)],
+                "text": texts,
                 "language": ["en"] * count,
                 "country": ["us"] * count,
                 "source": ["synthetic"] * count,
@@ -122,3 +125,15 @@ def write_packing_inputs(
         ),
     )
     return keys
+
+
+def _even_word_alignments(keys: list[str], texts: list[str], n_samples: int) -> pa.Table:
+    """Each transcript's words spread evenly over the utterance: what the bridge ``.json`` publishes."""
+    duration_ms = n_samples * 1000 // SAMPLE_RATE
+    rows: list[dict] = []
+    for key, text in zip(keys, texts, strict=True):
+        words = text.split()
+        step = duration_ms // len(words)
+        units = [TimedUnit(word, i * step, (i + 1) * step, 0.0) for i, word in enumerate(words)]
+        rows.extend(alignment_rows(key, "word", units))
+    return alignments_table(rows)

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from speechdata.audio.container import iter_container_audio
-from speechdata.bridge.tars import BridgeSample, iter_bridge_samples, pack_samples
+from speechdata.bridge.tars import BridgeSample, iter_bridge_samples, pack_samples, word_alignments
 from speechdata.features.array_store import iter_arrays
 from speechdata.io import layout
 from speechdata.io.keyed_stream import KeyedRows, reorder_buffer_rows
@@ -21,6 +21,7 @@ def reference_samples(root: DataRoot, shard_id: str) -> list[BridgeSample]:
     audio = {u: s for u, s, _ in iter_container_audio(root, layout.normalized_audio(shard_id))}
     qwen = dict(iter_arrays(root, layout.qwen_hidden_states(shard_id)))
     wavlm = dict(iter_arrays(root, layout.wavlm_features(shard_id)))
+    words = word_alignments(root, shard_id)
     samples = []
     for key in sorted(set(grids) & set(qwen) & set(wavlm)):
         grid, meta = grids[key], info[key]
@@ -43,6 +44,7 @@ def reference_samples(root: DataRoot, shard_id: str) -> list[BridgeSample]:
                     "frame_rate": 12.5,
                     "n_frames": grid["n_frames"],
                     "n_tokens": grid["n_tokens"],
+                    "words": words[key],
                 },
             )
         )
