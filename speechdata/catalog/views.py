@@ -5,13 +5,13 @@
 * ``samples``: a view over ``manifests/shard=*/part-0.parquet`` (union by name: the landed
   metadata's extra columns differ between shards and are NULL where a shard lacks them);
 * ``rejects``: a view over ``shards/*/rejects/*.parquet`` with the ``shard`` taken from the path;
-* ``hours_by_language``, ``hours_by_country``, ``hours_by_shard``: summary tables (samples,
-  hours, mean alignment score) and ``catalog_info`` (when and over what the refresh ran), a
-  snapshot taken by :func:`refresh_catalog`.
+* ``hours_by_language``, ``hours_by_country``, ``hours_by_shard``: summary views (samples,
+  hours, mean alignment score); ``product_accounting``: every landed shard's ledger per product
+  line (:mod:`speechdata.catalog.accounting`); ``catalog_info`` (when and over what the refresh ran).
 
-The views read the files at query time (a new shard is visible as soon as its manifest is
-written); the summary tables change only on a refresh, and a refresh replaces all of them in one
-transaction so a reader sees either the previous snapshot or the new one. The views name the
+Everything but ``catalog_info`` is a view reading the files at query time, so a summary never lags
+what it summarizes (a new shard is visible as soon as its manifest is committed, which happens only
+after its checks passed). A refresh replaces all of them in one transaction. The views name the
 root's absolute location: after moving a data root, refresh.
 
 Everything here takes an open ``duckdb.DuckDBPyConnection`` and returns Arrow tables; the caller
@@ -34,6 +34,7 @@ import duckdb
 import pyarrow as pa
 
 from speechdata.bridge.manifest import MANIFEST_COLUMNS, manifest_path
+from speechdata.catalog.accounting import escape_glob, product_accounting_sql
 from speechdata.io import layout
 from speechdata.io.storage import DataRoot, _is_local, atomic_open, filesystem_for
 from speechdata.rejects import REJECTS_SCHEMA
@@ -41,7 +42,9 @@ from speechdata.rejects import REJECTS_SCHEMA
 CATALOG_FILE = "catalog.duckdb"
 """The catalog database, relative to the data root."""
 
-SUMMARY_TABLES = ("hours_by_language", "hours_by_country", "hours_by_shard", "catalog_info")
+SUMMARY_VIEWS = ("hours_by_language", "hours_by_country", "hours_by_shard", "product_accounting")
+"""Summaries are views over the live files, so they never lag what they summarize."""
+SUMMARY_TABLES = (*SUMMARY_VIEWS, "catalog_info")
 
 _MANIFEST_GLOB = manifest_path("*")
 # Atomic writes leave ``._tmp-*`` files beside a ledger while it is written (and after a crash):
@@ -90,13 +93,15 @@ def refresh_catalog(connection: duckdb.DuckDBPyConnection, root_uri: str) -> Cat
     columns. Everything is replaced inside one transaction.
     """
     root = DataRoot(root_uri)
-    manifest_files = root.fs.glob(root.path(_MANIFEST_GLOB))
-    rejects_files = root.fs.glob(root.path(_REJECTS_GLOB))
+    manifest_files = root.fs.glob(f"{escape_glob(root.root)}/{_MANIFEST_GLOB}")
+    rejects_files = root.fs.glob(f"{escape_glob(root.root)}/{_REJECTS_GLOB}")
     location = duckdb_location(root_uri)
+    # A root such as ``/data/run[1]`` must match itself, not a character class.
+    glob_location = escape_glob(location)
 
     if manifest_files:
         samples_sql = (
-            f"SELECT * FROM read_parquet({_sql_literal(f'{location}/{_MANIFEST_GLOB}')}, "
+            f"SELECT * FROM read_parquet({_sql_literal(f'{glob_location}/{_MANIFEST_GLOB}')}, "
             "union_by_name = true, hive_partitioning = false)"
         )
     else:
@@ -105,7 +110,7 @@ def refresh_catalog(connection: duckdb.DuckDBPyConnection, root_uri: str) -> Cat
         rejects_sql = (
             f"SELECT regexp_extract(filename, {_sql_literal(_SHARD_FROM_REJECTS_PATH)}, 1) AS shard, "
             "utt_id, stage, reason, detail "
-            f"FROM read_parquet({_sql_literal(f'{location}/{_REJECTS_GLOB}')}, "
+            f"FROM read_parquet({_sql_literal(f'{glob_location}/{_REJECTS_GLOB}')}, "
             "union_by_name = true, hive_partitioning = false, filename = true)"
         )
     else:
@@ -115,16 +120,19 @@ def refresh_catalog(connection: duckdb.DuckDBPyConnection, root_uri: str) -> Cat
     try:
         connection.execute(f"CREATE OR REPLACE VIEW samples AS {samples_sql}")
         connection.execute(f"CREATE OR REPLACE VIEW rejects AS {rejects_sql}")
+        old_tables = {r[0] for r in connection.execute("SELECT table_name FROM duckdb_tables()").fetchall()}
+        for view in set(SUMMARY_VIEWS) & old_tables:  # catalogs refreshed before summaries became views
+            connection.execute(f"DROP TABLE {view}")
         for group in ("language", "country"):
             connection.execute(
-                f"CREATE OR REPLACE TABLE hours_by_{group} AS "
+                f"CREATE OR REPLACE VIEW hours_by_{group} AS "
                 f"SELECT {group}, count(*) AS samples, sum(duration_s) / 3600.0 AS hours, "
                 "avg(alignment_score) AS mean_alignment_score, count(DISTINCT shard) AS shards "
                 f"FROM samples GROUP BY {group} ORDER BY hours DESC, {group}"
             )
         connection.execute(
             """
-            CREATE OR REPLACE TABLE hours_by_shard AS
+            CREATE OR REPLACE VIEW hours_by_shard AS
             WITH packed AS (
                 SELECT shard, count(*) AS samples, sum(duration_s) / 3600.0 AS hours,
                        avg(alignment_score) AS mean_alignment_score
@@ -141,6 +149,7 @@ def refresh_catalog(connection: duckdb.DuckDBPyConnection, root_uri: str) -> Cat
             ORDER BY shard
             """
         )
+        connection.execute(f"CREATE OR REPLACE VIEW product_accounting AS {product_accounting_sql(root, location)}")
         connection.execute(
             "CREATE OR REPLACE TABLE catalog_info AS SELECT current_timestamp AS refreshed_at, "
             "?::VARCHAR AS data_root, ?::BIGINT AS manifest_files, ?::BIGINT AS rejects_files",
@@ -234,12 +243,11 @@ NAMED_QUERIES: dict[str, str] = {
                string_agg(DISTINCT stage, ',' ORDER BY stage) AS stages
         FROM rejects GROUP BY shard ORDER BY shard""",
     "shard_accounting": """
-        SELECT shard, samples, rejected_utterances, samples + rejected_utterances AS accounted_for,
-               hours, mean_alignment_score
-        FROM hours_by_shard ORDER BY shard""",
+        SELECT shard, product, landed, produced, rejected, produced + rejected AS accounted_for, balanced
+        FROM product_accounting ORDER BY shard, product""",
 }
-"""Queries a person asks often, by name. All but ``shard_accounting`` (which reads the summary
-table of the last refresh) read the live views."""
+"""Queries a person asks often, by name; all read the live views. ``shard_accounting`` lists every
+landed shard once per product line, with that product's own ledger (``speechdata.ledgers``)."""
 
 
 def run_query(connection: duckdb.DuckDBPyConnection, sql: str, params: Sequence | Mapping | None = None) -> pa.Table:

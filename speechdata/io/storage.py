@@ -76,6 +76,11 @@ class DataRoot:
     def parquet_writer(self, relative: str, schema: pa.Schema, **parquet_options):
         return atomic_parquet_writer(self.fs, self.path(relative), schema, **parquet_options)
 
+    def replace(self, source: str, destination: str) -> None:
+        """Move ``source`` over ``destination`` (both relative): atomic on a local disk."""
+        self.fs.makedirs(posixpath.dirname(self.path(destination)), exist_ok=True)
+        _replace(self.fs, self.path(source), self.path(destination))
+
     def open_atomic(self, relative: str):
         """A binary handle whose content appears at ``relative`` only when the block ends without error."""
         return atomic_open(self.fs, self.path(relative), "wb")
