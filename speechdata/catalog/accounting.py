@@ -113,3 +113,24 @@ def product_accounting_sql(root: DataRoot, location: str) -> str:
                produced IS NOT NULL AND landed = produced + rejected AS balanced
         FROM rows ORDER BY shard, product
     """
+
+
+def product_rejects_sql() -> str:
+    """The ``product_rejects`` view: each (shard, product, utterance) rejected by one of the product's
+    stages once, under the reason of the earliest such stage (as :func:`speechdata.ledgers.product_ledger`)."""
+    stages = ", ".join(
+        f"({_literal(p)}, {_literal(s)}, {order})" for p, ss in PRODUCT_STAGES.items() for order, s in enumerate(ss)
+    )
+    return f"""
+        WITH stages(product, stage, stage_order) AS (VALUES {stages})
+        SELECT rejects.shard, stages.product, rejects.utt_id,
+               arg_min(rejects.reason, stages.stage_order) AS reason
+        FROM rejects JOIN stages ON rejects.stage = stages.stage
+        WHERE rejects.utt_id IS NOT NULL
+        GROUP BY rejects.shard, stages.product, rejects.utt_id
+    """
+
+
+REJECTS_BY_PRODUCT = """
+    SELECT product, reason, count(*) AS utterances, count(DISTINCT shard) AS shards
+    FROM product_rejects GROUP BY product, reason ORDER BY product, utterances DESC, reason"""

@@ -34,7 +34,7 @@ import duckdb
 import pyarrow as pa
 
 from speechdata.bridge.manifest import MANIFEST_COLUMNS, manifest_path
-from speechdata.catalog.accounting import escape_glob, product_accounting_sql
+from speechdata.catalog.accounting import REJECTS_BY_PRODUCT, escape_glob, product_accounting_sql, product_rejects_sql
 from speechdata.io import layout
 from speechdata.io.storage import DataRoot, _is_local, atomic_open, filesystem_for
 from speechdata.rejects import REJECTS_SCHEMA
@@ -42,7 +42,7 @@ from speechdata.rejects import REJECTS_SCHEMA
 CATALOG_FILE = "catalog.duckdb"
 """The catalog database, relative to the data root."""
 
-SUMMARY_VIEWS = ("hours_by_language", "hours_by_country", "hours_by_shard", "product_accounting")
+SUMMARY_VIEWS = ("hours_by_language", "hours_by_country", "hours_by_shard", "product_accounting", "product_rejects")
 """Summaries are views over the live files, so they never lag what they summarize."""
 SUMMARY_TABLES = (*SUMMARY_VIEWS, "catalog_info")
 
@@ -150,6 +150,7 @@ def refresh_catalog(connection: duckdb.DuckDBPyConnection, root_uri: str) -> Cat
             """
         )
         connection.execute(f"CREATE OR REPLACE VIEW product_accounting AS {product_accounting_sql(root, location)}")
+        connection.execute(f"CREATE OR REPLACE VIEW product_rejects AS {product_rejects_sql()}")
         connection.execute(
             "CREATE OR REPLACE TABLE catalog_info AS SELECT current_timestamp AS refreshed_at, "
             "?::VARCHAR AS data_root, ?::BIGINT AS manifest_files, ?::BIGINT AS rejects_files",
@@ -242,6 +243,7 @@ NAMED_QUERIES: dict[str, str] = {
         SELECT shard, count(DISTINCT utt_id) AS rejected_utterances, count(*) AS rejects,
                string_agg(DISTINCT stage, ',' ORDER BY stage) AS stages
         FROM rejects GROUP BY shard ORDER BY shard""",
+    "rejects_by_product": REJECTS_BY_PRODUCT,
     "shard_accounting": """
         SELECT shard, product, landed, produced, rejected, produced + rejected AS accounted_for, balanced
         FROM product_accounting ORDER BY shard, product""",

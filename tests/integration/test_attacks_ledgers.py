@@ -60,6 +60,29 @@ def test_materialize_all_without_segmentation_is_green_and_every_ledger_balances
     assert "| bridge |" in event.metadata["ledgers"].value
 
 
+def test_the_catalog_accounting_view_says_the_same_per_product(shard_run):
+    from assets import manifest_catalog
+
+    data_root, resources, instance, _ = shard_run
+    result = dg.materialize([manifest_catalog], instance=instance, resources=resources)
+    assert result.success
+    [event] = result.asset_materializations_for_node("manifest_catalog")
+    ledgers = shard_ledgers(data_root, "good")
+    assert event.metadata["unbalanced_ledgers"].value == 0
+    for product, ledger in ledgers.items():
+        for reason, count in ledger.rejects_by_reason.items():
+            assert event.metadata[f"rejects/{product}/{reason}"].value == count
+    import duckdb
+
+    with duckdb.connect(data_root.path("catalog.duckdb"), read_only=True) as connection:
+        rows = connection.execute(
+            "SELECT product, landed, produced, rejected, balanced FROM product_accounting WHERE shard = 'good'"
+        ).fetchall()
+    assert {r[0]: r[1:] for r in rows} == {
+        p: (ledger.landed, ledger.produced, ledger.rejected, True) for p, ledger in ledgers.items()
+    }
+
+
 def test_translation_then_shard_manifest_alone_is_green(shard_run):
     data_root, resources, instance, _ = shard_run
     assert dg.materialize(ON_DEMAND_SHARD_ASSETS, partition_key="good", instance=instance, resources=resources).success
