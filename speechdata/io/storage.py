@@ -86,9 +86,30 @@ class DataRoot:
         return atomic_open(self.fs, self.path(relative), "wb")
 
 
+MAX_TEMP_NAME_TAIL = 200
+"""Temp names keep at most this much of the final name, so prefix + tail stays under 255 bytes."""
+
+
 def _temp_path_beside(path: str) -> str:
     parent, name = posixpath.split(path)
-    return posixpath.join(parent, f"{TEMP_PREFIX}{uuid.uuid4().hex[:12]}-{name}")
+    return posixpath.join(parent, f"{TEMP_PREFIX}{uuid.uuid4().hex[:12]}-{name[-MAX_TEMP_NAME_TAIL:]}")
+
+
+def remove_orphaned_temps(fs: fsspec.AbstractFileSystem, directory: str) -> int:
+    """Delete ``._tmp-*`` files a killed writer left in ``directory``; return how many.
+
+    Called at the start of a stage's writes: a temp name is never read (readers open final names),
+    and no other writer of the same partition runs at the same time (one run per shard step).
+    """
+    if not fs.exists(directory):
+        return 0
+    removed = 0
+    for path in fs.ls(directory, detail=False):
+        if posixpath.basename(path).startswith(TEMP_PREFIX):
+            with contextlib.suppress(FileNotFoundError):
+                fs.rm(path)
+                removed += 1
+    return removed
 
 
 @contextlib.contextmanager

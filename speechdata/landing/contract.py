@@ -21,6 +21,9 @@ from speechdata.io.storage import read_parquet_handle
 from speechdata.rejects import Reject
 
 UTT_ID_PATTERN = re.compile(r"^[A-Za-z0-9_-]+$")
+MAX_UTT_ID_LENGTH = 200
+"""An utt id names files (``<utt>.ctm``, ``<utt>.flac``, their ``._tmp-<12 hex>-`` temp names): 200
+characters keep every such name under the 255-byte limit of common filesystems."""
 LANGUAGE_PATTERN = re.compile(r"^[a-z]{2}$")
 
 REQUIRED_COLUMNS: dict[str, pa.DataType] = {
@@ -132,6 +135,8 @@ def check_rows(table: pa.Table, stage: str) -> RowCheck:
 def _row_problem(utt_id, id_counts, audio_path, language, country, start_s, end_s):
     if utt_id is None or utt_id == "":
         return "missing_utt_id", "utt_id is null or empty"
+    if len(utt_id) > MAX_UTT_ID_LENGTH:
+        return "utt_id_too_long", f"utt_id of {len(utt_id)} characters is longer than {MAX_UTT_ID_LENGTH}"
     if "." in utt_id:
         return "utt_id_has_dot", f"utt_id {utt_id!r} contains '.', which WebDataset reads as an extension"
     if not UTT_ID_PATTERN.match(utt_id):

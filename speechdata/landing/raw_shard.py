@@ -14,7 +14,7 @@ import pyarrow as pa
 from speechdata.io import layout
 from speechdata.io.storage import DataRoot
 from speechdata.landing.contract import ContractError, check_rows, read_metadata
-from speechdata.landing.landed_audio import AudioHeader, AudioNotFound, LandedAudio
+from speechdata.landing.landed_audio import AudioHeader, AudioNotFound, LandedAudio, UnsafeAudio
 from speechdata.rejects import Reject
 
 STAGE = "raw_shards"
@@ -108,6 +108,8 @@ def _probe(audio: LandedAudio, path: str, utt_id: str) -> AudioHeader | Reject:
         header = audio.header(path)
     except AudioNotFound as exc:
         return Reject(utt_id, STAGE, "audio_not_found", str(exc))
+    except UnsafeAudio as exc:
+        return Reject(utt_id, STAGE, exc.reason, str(exc))
     except Exception as exc:  # libsndfile reports every unreadable header as a RuntimeError/LibsndfileError
         return Reject(utt_id, STAGE, "audio_unreadable", f"{path}: {exc}")
     if header.frames <= 0 or header.sample_rate <= 0:
