@@ -25,8 +25,8 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import posixpath
 import json
+import posixpath
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -38,8 +38,7 @@ import pyarrow as pa
 from speechdata.alignment.formats import ALIGNED_JSON_SUFFIX, AlignedSegment, AlignmentFormatError, read_aligned_json
 from speechdata.io import layout
 from speechdata.io.confinement import ConfinementError, confined_source
-from speechdata.io.storage import _is_local
-from speechdata.io.storage import DataRoot, filesystem_for
+from speechdata.io.storage import DataRoot, _is_local, filesystem_for
 from speechdata.landing.mark import mark_landed
 
 COUNTRY_LANGUAGES: dict[str, str] = {
