@@ -8,10 +8,6 @@ from speechdata.bridge.clock import SAMPLE_RATE
 from speechdata.bridge.manifest import MANIFEST_COLUMNS
 from speechdata.io import layout
 from speechdata.io.storage import DataRoot
-from speechdata.landing.contract import CONTRACT_COLUMNS
-from speechdata.landing.raw_shard import PROBE_FIELDS
-
-_INDEX_INTERNAL = {f.name for f in PROBE_FIELDS} | set(CONTRACT_COLUMNS)
 
 
 def build_shard_manifest(data_root: DataRoot, shard_id: str, packed: pa.Table | None = None) -> pa.Table:
@@ -27,7 +23,8 @@ def build_shard_manifest(data_root: DataRoot, shard_id: str, packed: pa.Table | 
     grid_by = {r["utt_id"]: r for r in grids.to_pylist()}
     index_by = {r["utt_id"]: r for r in index.to_pylist()}
     score_by = dict(zip(scores["utt_id"].to_pylist(), scores["score"].to_pylist()))
-    extras = [c for c in index.column_names if c not in _INDEX_INTERNAL]
+    extras = index["extra"].to_pylist() if "extra" in index.column_names else ["{}"] * index.num_rows
+    extra_by = dict(zip(index["utt_id"].to_pylist(), extras))
 
     rows = []
     for sample in packed.to_pylist():
@@ -51,8 +48,7 @@ def build_shard_manifest(data_root: DataRoot, shard_id: str, packed: pa.Table | 
                 "zero_duration_token_share": grid["zero_duration_tokens"] / grid["n_tokens"]
                 if grid["n_tokens"]
                 else 0.0,
-                **{column: meta[column] for column in extras},
+                "extra": extra_by[key],
             }
         )
-    schema = pa.schema([*MANIFEST_COLUMNS, *(index.schema.field(c) for c in extras)])
-    return pa.Table.from_pylist(rows, schema=schema)
+    return pa.Table.from_pylist(rows, schema=MANIFEST_COLUMNS)

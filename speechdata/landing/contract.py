@@ -18,6 +18,7 @@ import pyarrow.parquet as pq
 
 from speechdata.io.layout import PARTITION_VALUE_PATTERN
 from speechdata.io.storage import read_parquet_handle
+from speechdata.landing.extras import EXTRA_FIELD, pack_extras
 from speechdata.rejects import Reject
 
 UTT_ID_PATTERN = re.compile(r"^[A-Za-z0-9_-]+$")
@@ -67,13 +68,17 @@ def _accepts(actual: pa.DataType, expected: pa.DataType) -> bool:
 def read_metadata(handle, file_label: str) -> pa.Table:
     """Read ``metadata.parquet`` and coerce it to the contract's types.
 
-    Raises :class:`ContractError` for an unreadable file, a missing required column or a column of
-    the wrong type. Extra columns are kept as they are (they are carried through to the manifests).
+    Raises :class:`ContractError` for an unreadable file, a repeated column name, a missing required
+    column or a column of the wrong type. Every other column is packed into the ``extra`` JSON field
+    (:mod:`speechdata.landing.extras`), carried through to the manifests.
     """
     try:
         table = read_parquet_handle(handle)
     except Exception as exc:  # pyarrow raises several types for a corrupt footer
         raise ContractError(file_label, None, f"not a readable parquet file ({exc})") from exc
+    repeated = sorted(name for name, count in Counter(table.column_names).items() if count > 1)
+    if repeated:
+        raise ContractError(file_label, repeated[0], "column names must be unique: the name appears more than once")
     for column, expected in REQUIRED_COLUMNS.items():
         if column not in table.column_names:
             raise ContractError(
@@ -88,9 +93,12 @@ def read_metadata(handle, file_label: str) -> pa.Table:
             raise ContractError(file_label, column, f"must be of type {expected}, found {actual}")
         if not actual.equals(expected):
             index = table.column_names.index(column)
-            table = table.set_column(index, column, pc.cast(table[column], expected))
+            # Integers wider than a float64's mantissa (an int64 start_s of 2**62 + 1) would make a safe
+            # cast raise; the value is absurd as seconds anyway and the row checks reject it by name.
+            table = table.set_column(index, column, pc.cast(table[column], expected, safe=False))
     extras = [c for c in table.column_names if c not in CONTRACT_COLUMNS]
-    return table.select([*CONTRACT_COLUMNS, *extras])
+    # Every other column rides in the one namespace field: it can never shadow a pipeline column.
+    return table.select(CONTRACT_COLUMNS).append_column(EXTRA_FIELD, pack_extras(table, extras))
 
 
 def _safe_relative_path(path: str) -> bool:
