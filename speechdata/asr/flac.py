@@ -27,6 +27,7 @@ import pyarrow as pa
 import soundfile as sf
 
 from speechdata.audio.codec import ResamplerName, read_segment_from, to_target_mono
+from speechdata.audio.truth import truncation_reject
 from speechdata.io import layout
 from speechdata.io.safe_tar import TarAudit, UnsafeMember, audit_tar, contained_path
 from speechdata.io.storage import DataRoot
@@ -198,6 +199,10 @@ def _extract_one(
         return Reject(request.utt_id, STAGE, "audio_decode_failed", f"{request.audio_path}: {exc}")
     if samples.shape[0] == 0:
         return Reject(request.utt_id, STAGE, "audio_empty", f"{request.audio_path}: no samples decoded")
+    expected_s, decoded_s = request.end_s - request.start_s, samples.shape[0] / sound.samplerate
+    truncated = truncation_reject(request.utt_id, STAGE, request.audio_path, expected_s, decoded_s)
+    if truncated is not None:
+        return truncated
     pcm = pcm16(to_target_mono(samples, sound.samplerate, ASR_SAMPLE_RATE, resampler))
     return pcm, hashlib.sha1(pcm.tobytes()).hexdigest()
 

@@ -25,6 +25,7 @@ from speechdata.bridge.tars import (
     pack_samples,
     remove_stale_tars,
 )
+from speechdata.faults import fault_point
 from speechdata.io import layout
 from speechdata.io.storage import DataRoot
 
@@ -48,6 +49,7 @@ def stage_bridge(
     """Pack into the staging folder and verify there; mark ready only when every tar reads back."""
     tars, index = pack_samples(data_root, shard_id, samples, max_tar_bytes=max_tar_bytes, max_samples=max_samples)
     staged_urls = [data_root.uri(layout.staged_bridge_tar(shard_id, n)) for n in range(len(tars))]
+    fault_point("packing")  # tars staged, not yet verified nor marked ready
     keys = set(index["key"].to_pylist())
     problems = verify_bridge_tars(staged_urls, keys) if tars else []
     if problems:
@@ -70,7 +72,9 @@ def commit_bridge(data_root: DataRoot, shard_id: str, index: pa.Table, manifest:
         staged = layout.staged_bridge_tar(shard_id, number)
         if data_root.exists(staged):  # absent: an interrupted commit already moved it
             data_root.replace(staged, layout.bridge_tar(shard_id, number))
-    data_root.write_parquet(layout.bridge_index(shard_id), index)
+            fault_point(
+                "commit"
+            )  # half swapped: the next run must finish the swap    data_root.write_parquet(layout.bridge_index(shard_id), index)
     data_root.write_parquet(manifest_path(shard_id), manifest)
     remove_stale_tars(data_root, shard_id, keep=n_tars)
     data_root.fs.rm(data_root.path(layout.staged_bridge_index(shard_id)))

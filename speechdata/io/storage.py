@@ -68,12 +68,14 @@ class DataRoot:
         return read_parquet(self.fs, self.path(relative), columns)
 
     def write_parquet(self, relative: str, table: pa.Table, **parquet_options) -> None:
+        remove_orphaned_temps_of(self.fs, self.path(relative))
         write_parquet_atomic(self.fs, self.path(relative), table, **parquet_options)
 
     def write_bytes(self, relative: str, data: bytes) -> None:
         write_bytes_atomic(self.fs, self.path(relative), data)
 
     def parquet_writer(self, relative: str, schema: pa.Schema, **parquet_options):
+        remove_orphaned_temps_of(self.fs, self.path(relative))
         return atomic_parquet_writer(self.fs, self.path(relative), schema, **parquet_options)
 
     def replace(self, source: str, destination: str) -> None:
@@ -95,19 +97,23 @@ def _temp_path_beside(path: str) -> str:
     return posixpath.join(parent, f"{TEMP_PREFIX}{uuid.uuid4().hex[:12]}-{name[-MAX_TEMP_NAME_TAIL:]}")
 
 
-def remove_orphaned_temps(fs: fsspec.AbstractFileSystem, directory: str) -> int:
-    """Delete ``._tmp-*`` files a killed writer left in ``directory``; return how many.
+def remove_orphaned_temps_of(fs: fsspec.AbstractFileSystem, path: str) -> int:
+    """Delete the temps of ``path`` a killed writer left beside it; return how many.
 
-    Called at the start of a stage's writes: a temp name is never read (readers open final names),
-    and no other writer of the same partition runs at the same time (one run per shard step).
+    Called at the start of the next write of the same file: only one writer of a file runs at a time
+    (one step per shard and asset), and readers never open temp names, so nothing else needs them.
+    Only this file's temps (``._tmp-<12 hex>-<its name>``) are touched, never another writer's.
     """
-    if not fs.exists(directory):
+    parent, name = posixpath.split(path)
+    if not fs.exists(parent):
         return 0
+    tail = "-" + name[-MAX_TEMP_NAME_TAIL:]
     removed = 0
-    for path in fs.ls(directory, detail=False):
-        if posixpath.basename(path).startswith(TEMP_PREFIX):
+    for candidate in fs.ls(parent, detail=False):
+        base = posixpath.basename(candidate)
+        if base.startswith(TEMP_PREFIX) and base.endswith(tail) and len(base) == len(TEMP_PREFIX) + 12 + len(tail):
             with contextlib.suppress(FileNotFoundError):
-                fs.rm(path)
+                fs.rm(candidate)
                 removed += 1
     return removed
 

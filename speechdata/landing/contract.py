@@ -16,6 +16,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from speechdata.audio.truth import has_words
 from speechdata.io.layout import PARTITION_VALUE_PATTERN
 from speechdata.io.storage import read_parquet_handle
 from speechdata.landing.extras import EXTRA_FIELD, pack_extras
@@ -124,13 +125,14 @@ def check_rows(table: pa.Table, stage: str) -> RowCheck:
     countries = table["country"].to_pylist()
     starts = table["start_s"].to_pylist()
     ends = table["end_s"].to_pylist()
+    texts = table["text"].to_pylist()
     id_counts = Counter(u for u in utt_ids if u is not None)
 
     valid: list[int] = []
     rejects: list[Reject] = []
     for row, utt_id in enumerate(utt_ids):
         problem = _row_problem(
-            utt_id, id_counts, audio_paths[row], languages[row], countries[row], starts[row], ends[row]
+            utt_id, id_counts, audio_paths[row], languages[row], countries[row], starts[row], ends[row], texts[row]
         )
         if problem is None:
             valid.append(row)
@@ -140,7 +142,7 @@ def check_rows(table: pa.Table, stage: str) -> RowCheck:
     return RowCheck(valid, rejects)
 
 
-def _row_problem(utt_id, id_counts, audio_path, language, country, start_s, end_s):
+def _row_problem(utt_id, id_counts, audio_path, language, country, start_s, end_s, text=None):
     if utt_id is None or utt_id == "":
         return "missing_utt_id", "utt_id is null or empty"
     if len(utt_id) > MAX_UTT_ID_LENGTH:
@@ -151,6 +153,8 @@ def _row_problem(utt_id, id_counts, audio_path, language, country, start_s, end_
         return "invalid_utt_id", f"utt_id {utt_id!r} must match [A-Za-z0-9_-]+"
     if id_counts[utt_id] > 1:
         return "duplicate_utt_id", f"utt_id {utt_id!r} appears {id_counts[utt_id]} times in the shard"
+    if text is not None and text.strip() and not has_words(text):
+        return "no_words", f"text {text[:80]!r} has no word character (punctuation or symbols only)"
     if audio_path is None or audio_path == "":
         return "missing_audio_path", "audio_path is null or empty"
     if not _safe_relative_path(audio_path):

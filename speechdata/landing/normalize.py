@@ -27,6 +27,7 @@ from speechdata.audio.codec import (
     to_target_mono,
 )
 from speechdata.audio.container import EncodedUtterance
+from speechdata.audio.truth import truncation_reject
 from speechdata.io.storage import DataRoot
 from speechdata.landing.landed_audio import LandedAudio
 from speechdata.rejects import Reject
@@ -83,6 +84,15 @@ def _normalize_one(
         return Reject(request.utt_id, STAGE, "audio_decode_failed", f"{request.audio_path}: {exc}")
     if samples.shape[0] == 0:
         return Reject(request.utt_id, STAGE, "audio_empty", f"{request.audio_path}: no samples decoded")
+    truncated = truncation_reject(
+        request.utt_id,
+        STAGE,
+        request.audio_path,
+        request.end_s - request.start_s,
+        samples.shape[0] / sound.samplerate,
+    )
+    if truncated is not None:
+        return truncated
     mono = to_target_mono(samples, sound.samplerate, TARGET_SAMPLE_RATE, resampler)
     return EncodedUtterance(
         request.utt_id,

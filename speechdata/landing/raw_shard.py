@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
+from speechdata.audio.truth import sample_rate_problem
 from speechdata.io import layout
 from speechdata.io.storage import DataRoot
 from speechdata.landing.contract import ContractError, check_rows, read_metadata
@@ -114,6 +115,9 @@ def _probe(audio: LandedAudio, path: str, utt_id: str) -> AudioHeader | Reject:
         return Reject(utt_id, STAGE, "audio_unreadable", f"{path}: {exc}")
     if header.frames <= 0 or header.sample_rate <= 0:
         return Reject(utt_id, STAGE, "audio_empty", f"{path}: {header.frames} frames at {header.sample_rate} Hz")
+    rate_problem = sample_rate_problem(header.sample_rate)
+    if rate_problem is not None:
+        return Reject(utt_id, STAGE, rate_problem[0], f"{path}: {rate_problem[1]}")
     return header
 
 
