@@ -25,6 +25,7 @@ from collections.abc import Iterator
 import duckdb
 
 from dagster_project.settings import data_root_url
+from speechdata.catalog.readonly import check_query_only, lock_down
 from speechdata.catalog.views import (
     CATALOG_FILE,
     NAMED_QUERIES,
@@ -58,6 +59,7 @@ def open_catalog(root: DataRoot) -> Iterator[duckdb.DuckDBPyConnection]:
         connection = duckdb.connect(local, read_only=True)
         try:
             enable_data_root_reads(connection, root)
+            lock_down(connection, root)
             yield connection
         finally:
             connection.close()
@@ -165,6 +167,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(format_table(run_query(connection, NAMED_QUERIES[args.named]), max_rows=args.max_rows))
                 return 0
             if args.sql is not None:
+                check_query_only(connection, args.sql)
                 print(format_table(run_query(connection, args.sql), max_rows=args.max_rows))
                 return 0
             table = select_samples(

@@ -9,11 +9,9 @@ escaped root, so a data root whose path holds glob characters (``[1]``) reads it
 
 from __future__ import annotations
 
-import re
-
 from speechdata.bridge.manifest import manifest_path
 from speechdata.io import layout
-from speechdata.io.storage import DataRoot
+from speechdata.io.storage import DataRoot, escape_glob
 from speechdata.ledgers import PRODUCT_STAGES
 
 _SOURCES: dict[str, tuple[str, str]] = {
@@ -31,11 +29,6 @@ _SHARD_FROM_PATH = {
     "translation": r"/segments/shard=([^/]+)/segments\.parquet$",
     "hf": r"/shards/([^/]+)/utterances\.parquet$",
 }
-
-
-def escape_glob(text: str) -> str:
-    """``text`` matched literally by DuckDB's and fsspec's globs (``[1]`` becomes ``[[]1]``)."""
-    return re.sub(r"([*?\[])", r"[\1]", text)
 
 
 def _literal(text: str) -> str:

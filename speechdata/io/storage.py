@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import posixpath
+import re
 import uuid
 from collections.abc import Iterator
 from typing import IO
@@ -19,6 +20,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 TEMP_PREFIX = "._tmp-"
+
+
+def escape_glob(text: str) -> str:
+    """``text`` matched literally by DuckDB's and fsspec's globs (``[1]`` becomes ``[[]1]``): a data
+    root whose path holds glob characters still finds its own files."""
+    return re.sub(r"([*?\[])", r"[\1]", text)
 
 
 def filesystem_for(root_url: str) -> tuple[fsspec.AbstractFileSystem, str]:

@@ -372,3 +372,30 @@ def test_cli_reports_bad_sql_and_a_missing_catalog_with_status_2(populated):
     dropped = run_cli("DROP TABLE hours_by_language", data_root=populated)
     assert dropped.returncode == 2 and "read-only" in dropped.stderr.lower()
     assert run_cli("--named", "hours_per_country", data_root=populated).returncode == 0
+
+
+def test_cli_cannot_write_or_read_files_outside_the_catalog(populated, tmp_path):
+    assert run_cli("--refresh", data_root=populated).returncode == 0
+    target = tmp_path / "stolen.csv"
+    copied = run_cli(f"COPY (SELECT * FROM samples) TO '{target}'", data_root=populated)
+    assert copied.returncode == 2 and not target.exists()
+    assert "read-only catalog: only queries (SELECT, EXPLAIN) run here, refused a COPY statement" in copied.stderr
+    inside = run_cli(f"COPY (SELECT 1) TO '{populated.root}/manifests/evil.csv'", data_root=populated)
+    assert inside.returncode == 2 and not populated.exists("manifests/evil.csv")
+    read = run_cli("SELECT * FROM read_text('/etc/hostname')", data_root=populated)
+    assert read.returncode == 2
+    assert 'Cannot access file "/etc/hostname" - file system operations are disabled' in read.stderr
+    unlock = run_cli("SELECT current_setting('enable_external_access')", data_root=populated)
+    assert unlock.returncode == 0 and "False" in unlock.stdout
+    assert run_cli("--named", "shard_accounting", data_root=populated).returncode == 0
+
+
+def test_cli_works_on_a_data_root_with_glob_characters(tmp_path):
+    from speechdata.io.storage import DataRoot
+
+    root = DataRoot(str(tmp_path / "run[1]"))
+    write_manifest(root, "shard-a", SHARD_A)
+    refreshed = run_cli("--refresh", data_root=root)
+    assert refreshed.returncode == 0 and "1 shards, 3 samples" in refreshed.stdout
+    counted = run_cli("SELECT count(*) AS n FROM samples", data_root=root)
+    assert counted.returncode == 0 and counted.stdout.splitlines()[2].strip() == "3"
