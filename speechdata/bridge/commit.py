@@ -72,9 +72,8 @@ def commit_bridge(data_root: DataRoot, shard_id: str, index: pa.Table, manifest:
         staged = layout.staged_bridge_tar(shard_id, number)
         if data_root.exists(staged):  # absent: an interrupted commit already moved it
             data_root.replace(staged, layout.bridge_tar(shard_id, number))
-            fault_point(
-                "commit"
-            )  # half swapped: the next run must finish the swap    data_root.write_parquet(layout.bridge_index(shard_id), index)
+            fault_point("commit")  # half swapped: the next run must finish the swap
+    data_root.write_parquet(layout.bridge_index(shard_id), index)
     data_root.write_parquet(manifest_path(shard_id), manifest)
     remove_stale_tars(data_root, shard_id, keep=n_tars)
     data_root.fs.rm(data_root.path(layout.staged_bridge_index(shard_id)))
