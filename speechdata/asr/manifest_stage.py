@@ -43,8 +43,7 @@ class AsrManifestSummary:
 
 def shards_with_asr_flac(data_root: DataRoot) -> list[str]:
     """Shards whose ``asr_flac`` index exists (the manifest's inputs)."""
-    pattern = data_root.path(layout.asr_flac_index("*"))
-    return sorted(path.split("/")[-2] for path in data_root.fs.glob(pattern))
+    return sorted(path.split("/")[-2] for path in data_root.glob(layout.asr_flac_index("*")))
 
 
 def read_asr_inputs(

@@ -170,9 +170,8 @@ def pack_samples(
 
 def remove_stale_tars(data_root: DataRoot, shard_id: str, keep: int) -> None:
     """A re-run that packs fewer tars must not leave the old run's extra tars behind."""
-    pattern = data_root.path(f"{layout.BRIDGE}/{shard_id}-*.tar")
     wanted = {data_root.path(layout.bridge_tar(shard_id, n)) for n in range(keep)}
-    for path in data_root.fs.glob(pattern):
+    for path in data_root.glob(f"{layout.BRIDGE}/{shard_id}-*.tar"):
         if path not in wanted and path.rsplit("-", 1)[-1][:-4].isdigit():
             data_root.fs.rm(path)
 

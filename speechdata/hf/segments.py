@@ -59,7 +59,7 @@ class SegmentLimits:
 def country_segments(data_root: DataRoot, country: str) -> pa.Table:
     """Every indexed segment of ``country`` over all shards, in :data:`SEGMENT_SCHEMA`, sorted by key."""
     pieces = []
-    for path in sorted(data_root.fs.glob(data_root.path(f"{layout.SHARDS}/*/utterances.parquet"))):
+    for path in sorted(data_root.glob(f"{layout.SHARDS}/*/utterances.parquet")):
         shard_id = PurePosixPath(path).parent.name
         with data_root.fs.open(path, "rb") as handle:
             names = set(pq.ParquetFile(handle).schema_arrow.names)

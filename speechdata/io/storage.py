@@ -68,6 +68,11 @@ class DataRoot:
         """A URL a person or another tool can open (``file:///...``, ``s3://...``)."""
         return self.fs.unstrip_protocol(self.path(relative))
 
+    def glob(self, pattern: str) -> list[str]:
+        """Filesystem paths matching ``pattern`` (relative, with wildcards) under the root; the root's
+        own path is matched literally, so a root such as ``/data/run[1]`` still finds its files."""
+        return self.fs.glob(f"{escape_glob(self.root)}/{pattern}")
+
     def exists(self, relative: str) -> bool:
         return self.fs.exists(self.path(relative))
 
