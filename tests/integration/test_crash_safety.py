@@ -56,11 +56,16 @@ def test_sigkill_during_ingest_features_and_packing_then_rerun_is_byte_identical
             shutil.rmtree(entry)
 
     # Each run is killed at the next point, on top of what the previous kills left behind.
-    for point in ("ingest", "features", "packing"):
+    left_behind = {
+        "ingest": "shards/crashy/._tmp-*-audio_24k.parquet",  # a half-written temp
+        "features": "shards/crashy/._tmp-*-qwen_hidden_states.parquet",
+        "packing": "shards/crashy/bridge_staged/crashy-000000.tar",  # staged, never marked ready
+    }
+    for point, pattern in left_behind.items():
         killed = materialize(root, model_cache_dir, kill_at=point)
         assert killed.returncode == -signal.SIGKILL, (point, killed.returncode, killed.stderr[-3000:])
-    # What the kills left behind: temp files and half-staged tars.
-    assert any(p.name.startswith(TEMP_PREFIX) for p in root.rglob("*"))
+        assert list(root.glob(pattern)), (point, sorted(str(p.relative_to(root)) for p in root.rglob("*")))
+    assert not (root / "shards/crashy/bridge_staged/bridge_index.parquet").exists()
 
     rerun = materialize(root, model_cache_dir)
     assert rerun.returncode == 0, rerun.stderr[-3000:]
