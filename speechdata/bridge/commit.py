@@ -10,6 +10,7 @@ staged index stays until every piece is in place), so the swap is resumable and 
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -53,7 +54,7 @@ def stage_bridge(
     keys = set(index["key"].to_pylist())
     problems = verify_bridge_tars(staged_urls, keys) if tars else []
     if problems:
-        data_root.fs.rm(data_root.path(layout.bridge_staging_dir(shard_id)), recursive=True)
+        _remove_staging(data_root, shard_id)
     else:
         data_root.write_parquet(layout.staged_bridge_index(shard_id), index)
     return StagedBridge(tars, index, problems)
@@ -77,4 +78,10 @@ def commit_bridge(data_root: DataRoot, shard_id: str, index: pa.Table, manifest:
     data_root.write_parquet(manifest_path(shard_id), manifest)
     remove_stale_tars(data_root, shard_id, keep=n_tars)
     data_root.fs.rm(data_root.path(layout.staged_bridge_index(shard_id)))
-    data_root.fs.rm(data_root.path(layout.bridge_staging_dir(shard_id)), recursive=True)
+    _remove_staging(data_root, shard_id)
+
+
+def _remove_staging(data_root: DataRoot, shard_id: str) -> None:
+    # On an object store an emptied "folder" no longer exists at all.
+    with contextlib.suppress(FileNotFoundError):
+        data_root.fs.rm(data_root.path(layout.bridge_staging_dir(shard_id)), recursive=True)
