@@ -30,7 +30,7 @@ from speechdata.audio.container import EncodedUtterance
 from speechdata.audio.truth import truncation_reject
 from speechdata.io.storage import DataRoot
 from speechdata.landing.landed_audio import LandedAudio
-from speechdata.rejects import Reject
+from speechdata.rejects import Reject, error_text
 
 STAGE = "normalized_audio"
 FILES_PER_TASK = 16
@@ -72,7 +72,7 @@ def normalize_segments(
                     finished += 1
         except Exception as exc:  # the file would not open (or close): its remaining segments are lost
             for request in group[finished:]:
-                yield Reject(request.utt_id, STAGE, "audio_decode_failed", f"{audio_path}: {exc}")
+                yield Reject(request.utt_id, STAGE, "audio_decode_failed", f"{audio_path}: {error_text(exc)}")
 
 
 def _normalize_one(
@@ -81,7 +81,7 @@ def _normalize_one(
     try:
         samples = read_segment_from(sound, request.start_s, request.end_s)
     except Exception as exc:
-        return Reject(request.utt_id, STAGE, "audio_decode_failed", f"{request.audio_path}: {exc}")
+        return Reject(request.utt_id, STAGE, "audio_decode_failed", f"{request.audio_path}: {error_text(exc)}")
     if samples.shape[0] == 0:
         return Reject(request.utt_id, STAGE, "audio_empty", f"{request.audio_path}: no samples decoded")
     truncated = truncation_reject(

@@ -96,3 +96,18 @@ def test_non_utf8_ctm_and_textgrid_are_rejects_naming_the_file_and_the_rule(data
         reason, detail = rejects[utt_id]
         assert reason == "malformed_alignment_file"
         assert name in detail and "not utf-8" in detail.lower()
+
+
+def test_reject_details_are_the_same_on_every_run(data_root):
+    land_shard(
+        data_root,
+        "repeat",
+        [{"utt_id": "bad", "audio_path": "bad.wav"}],
+        {"bad.wav": b"RIFF\x00\x00\x00\x00WAVEjunk"},
+    )
+    ingest_raw_shard(data_root, "repeat")
+    first = data_root.fs.cat_file(data_root.path(layout.rejects("repeat", "raw_shards")))
+    ingest_raw_shard(data_root, "repeat")
+    assert data_root.fs.cat_file(data_root.path(layout.rejects("repeat", "raw_shards"))) == first
+    reason, detail = rejects_of(data_root, "repeat", "raw_shards")["bad"]
+    assert reason == "audio_unreadable" and " at 0x" not in detail
