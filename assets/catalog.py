@@ -26,7 +26,8 @@ def manifest_catalog(
     context: dg.AssetExecutionContext, data_root: DataRootResource, catalog: DuckDBResource
 ) -> dg.MaterializeResult:
     """`catalog.duckdb` in the data root: view `samples` over every shard manifest, view `rejects`
-    over every rejects ledger, and tables `hours_by_language`, `hours_by_country`, `hours_by_shard`.
+    over every rejects ledger, summary views `hours_by_language`, `hours_by_country`, `hours_by_shard`,
+    and `product_accounting` / `product_rejects`: every landed shard's ledger per product line.
 
     Refreshed by `catalog_refresh_sensor` whenever any shard's manifest is materialized (no shard
     asset re-runs). Query it with `speechdata catalog --named hours_per_language`,
@@ -43,6 +44,8 @@ def manifest_catalog(
         read_through = enable_data_root_reads(connection, root)
         summary = refresh_catalog(connection, root.uri(""))
         by_language = run_query(connection, NAMED_QUERIES["hours_per_language"])
+        by_product = run_query(connection, NAMED_QUERIES["rejects_by_product"]).to_pylist()
+        accounting = run_query(connection, NAMED_QUERIES["shard_accounting"])
         connection.execute("CHECKPOINT")
     if not root.is_local:
         # DuckDB writes local files only: the resource's file is this worker's copy, the bucket gets it whole.
@@ -62,6 +65,17 @@ def manifest_catalog(
             "languages": dg.MetadataValue.json(summary.languages),
             "countries": dg.MetadataValue.json(summary.countries),
             "hours_by_language": dg.MetadataValue.md(f"```\n{format_table(by_language)}\n```"),
+            "rejects_by_product": dg.MetadataValue.md(
+                "| product | reason | utterances | shards |\n|---|---|---|---|\n"
+                + "\n".join(
+                    f"| {r['product']} | {r['reason']} | {r['utterances']} | {r['shards']} |" for r in by_product
+                )
+            ),
+            **{f"rejects/{r['product']}/{r['reason']}": int(r["utterances"]) for r in by_product},
+            "unbalanced_ledgers": sum(
+                1 for r in accounting.to_pylist() if r["produced"] is not None and not r["balanced"]
+            ),
+            "shard_accounting": dg.MetadataValue.md(f"```\n{format_table(accounting, max_rows=100)}\n```"),
             "catalog_uri": dg.MetadataValue.path(root.uri(CATALOG_FILE)),
             "duckdb_reads_through": read_through,
         }

@@ -10,11 +10,12 @@ from assets.partitions import PER_SHARD_TAGS, shard_partitions
 from assets.reporting import column_schema, markdown_preview
 from assets.shard_runs import CPU_BACKFILL_POLICY, ShardEvents, ShardResult, materialize_shards, shard_check_specs
 from resources.storage import DataRootResource, data_root_resource
+from speechdata.bridge.commit import commit_bridge, stage_bridge, staged_index
 from speechdata.bridge.manifest import manifest_path
-from speechdata.bridge.reader import verify_bridge_tars
-from speechdata.bridge.shard_manifest import account_for_utterances, build_shard_manifest
-from speechdata.bridge.tars import DEFAULT_MAX_SAMPLES, DEFAULT_MAX_TAR_BYTES, iter_bridge_samples, pack_samples
+from speechdata.bridge.shard_manifest import build_shard_manifest
+from speechdata.bridge.tars import DEFAULT_MAX_SAMPLES, DEFAULT_MAX_TAR_BYTES, iter_bridge_samples
 from speechdata.io import layout
+from speechdata.ledgers import PRODUCT_STAGES, ledger_markdown, ledger_numbers, product_ledger, shard_ledgers
 
 GROUP = "packaging"
 OWNERS = ["team:speech-data"]
@@ -58,23 +59,27 @@ def bridge_tars(
 
 def _pack_one_shard(context: dg.AssetExecutionContext, config: BridgeTarsConfig, root, shard_id: str) -> ShardResult:
     started = time.perf_counter()
-    tars, index = pack_samples(
+    staged = stage_bridge(
         root,
         shard_id,
         iter_bridge_samples(root, shard_id),
         max_tar_bytes=config.max_tar_bytes,
         max_samples=config.max_samples,
     )
-    root.write_parquet(layout.bridge_index(shard_id), index)
+    tars, index = staged.tars, staged.index
     seconds = time.perf_counter() - started
     total_bytes = sum(t.bytes for t in tars)
-    problems = verify_bridge_tars([t.url for t in tars], set(index["key"].to_pylist()))
-    context.log.info(f"{shard_id}: {index.num_rows} samples in {len(tars)} tars, {total_bytes / 1e6:.1f} MB")
+    context.log.info(
+        f"{shard_id}: {index.num_rows} samples staged in {len(tars)} tars, {total_bytes / 1e6:.1f} MB"
+        + ("" if tars else " (no packable utterance: an empty product)")
+    )
     return ShardResult(
         metadata={
             "dagster/row_count": index.num_rows,
             "tars": len(tars),
             "bytes": total_bytes,
+            "staged": not staged.problems,
+            "empty_because": "" if tars else "no utterance passed every stage (see shard_manifest's ledger)",
             "megabytes_per_second": round(total_bytes / 1e6 / seconds, 2) if seconds else 0.0,
             "tar_urls": dg.MetadataValue.json({t.url: t.sha256 for t in tars}),
             "first_tar_uri": dg.MetadataValue.path(tars[0].url) if tars else "",
@@ -86,8 +91,8 @@ def _pack_one_shard(context: dg.AssetExecutionContext, config: BridgeTarsConfig,
         checks=[
             dg.AssetCheckResult(
                 check_name="tars_read_back_with_webdataset",
-                passed=not problems,
-                metadata={"problems": dg.MetadataValue.json(problems[:20])},
+                passed=not staged.problems,
+                metadata={"problems": dg.MetadataValue.json(staged.problems[:20])},
             )
         ],
     )
@@ -105,8 +110,9 @@ def _pack_one_shard(context: dg.AssetExecutionContext, config: BridgeTarsConfig,
     check_specs=shard_check_specs(
         "shard_manifest",
         {
-            "every_utterance_accounted_for": "Utterances landed = packed + distinct rejected (over every stage's "
-            "ledger), none in both.",
+            "every_utterance_accounted_for": "The bridge ledger balances: landed = packed + distinct rejected by "
+            "the stages bridge tuples depend on (speechdata.ledgers.PRODUCT_STAGES), none in both. Checked before "
+            "the manifest is committed: a shard that fails it never reaches the catalog.",
         },
     ),
 )
@@ -122,19 +128,31 @@ def shard_manifest(context: dg.AssetExecutionContext, data_root: DataRootResourc
 
 
 def _manifest_one_shard(root, shard_id: str) -> ShardResult:
-    manifest = build_shard_manifest(root, shard_id)
-    root.write_parquet(manifest_path(shard_id), manifest)
-    accounting = account_for_utterances(root, shard_id, set(manifest["key"].to_pylist()))
+    """Stage, check, commit: the manifest (with the staged tars) is published only when balanced."""
+    staged = staged_index(root, shard_id)
+    index = staged if staged is not None else root.read_parquet(layout.bridge_index(shard_id))
+    manifest = build_shard_manifest(root, shard_id, index)
+    ledger = product_ledger(root, shard_id, "bridge", set(manifest["key"].to_pylist()))
+    if ledger.balanced:
+        if staged is not None:
+            commit_bridge(root, shard_id, index, manifest)
+        else:
+            root.write_parquet(manifest_path(shard_id), manifest)
+    ledgers = {**shard_ledgers(root, shard_id), "bridge": ledger}
     hours = sum(manifest["duration_s"].to_pylist()) / 3600
     return ShardResult(
         metadata={
             "dagster/row_count": manifest.num_rows,
+            "published": ledger.balanced,
+            "empty_because": "" if manifest.num_rows else "no utterance passed every stage: see the ledger",
             "hours": round(hours, 6),
-            "landed": accounting.landed,
-            "rejected": accounting.rejected,
-            "reject_share": round(accounting.rejected / accounting.landed, 6) if accounting.landed else 0.0,
+            "landed": ledger.landed,
+            "rejected": ledger.rejected,
+            "reject_share": round(ledger.rejected / ledger.landed, 6) if ledger.landed else 0.0,
             "manifest_uri": dg.MetadataValue.path(root.uri(manifest_path(shard_id))),
             "zero_duration_token_share": _zero_frame_token_share(manifest),
+            "ledgers": dg.MetadataValue.md(ledger_markdown(ledgers)),
+            **ledger_numbers(ledgers),
             "dagster/column_schema": column_schema(manifest.schema),
             "preview": markdown_preview(
                 manifest, ["key", "language", "duration_s", "n_frames", "n_tokens", "alignment_score"]
@@ -143,13 +161,14 @@ def _manifest_one_shard(root, shard_id: str) -> ShardResult:
         checks=[
             dg.AssetCheckResult(
                 check_name="every_utterance_accounted_for",
-                passed=accounting.balanced,
+                passed=ledger.balanced,
                 metadata={
-                    "landed": accounting.landed,
-                    "packed": accounting.packed,
-                    "rejected": accounting.rejected,
-                    "unaccounted": dg.MetadataValue.json(accounting.unaccounted[:20]),
-                    "packed_and_rejected": dg.MetadataValue.json(accounting.packed_and_rejected[:20]),
+                    "landed": ledger.landed,
+                    "packed": ledger.produced,
+                    "rejected": ledger.rejected,
+                    "stages": dg.MetadataValue.json(list(PRODUCT_STAGES["bridge"])),
+                    "unaccounted": dg.MetadataValue.json(ledger.unaccounted[:20]),
+                    "packed_and_rejected": dg.MetadataValue.json(ledger.produced_and_rejected[:20]),
                 },
             )
         ],

@@ -20,6 +20,7 @@ from dagster._core.definitions.asset_checks.asset_check_evaluation import (
 )
 
 from assets.partitions import shard_partitions
+from speechdata.io.confinement import validate_partition_key
 
 SHARDS_PER_RUN = 4
 """k: a backfill of n shards runs ceil(n / k) runs, each carrying its k shards through every shard asset.
@@ -80,6 +81,8 @@ def materialize_shards(context: dg.AssetExecutionContext, build: Callable[[str],
     """
     shards = list(context.partition_keys)
     asset = context.asset_key.to_user_string()
+    for shard_id in shards:  # a hand-added key like ``../../x`` fails here, before anything is written
+        validate_partition_key(shard_id)
     results: dict[str, ShardResult] = {}
     started = time.monotonic()
     for position, shard_id in enumerate(shards, 1):

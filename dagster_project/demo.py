@@ -281,7 +281,7 @@ def _print_shard_summary(data_root: DataRoot, shard_id: str) -> None:
         print(f"   manifest: {data_root.uri(manifest_path(shard_id))}")
     rejects_dir = data_root.path(layout.rejects_dir(shard_id))
     if data_root.fs.exists(rejects_dir):
-        for path in sorted(data_root.fs.glob(f"{rejects_dir}/*.parquet")):
+        for path in sorted(data_root.fs.glob(f"{rejects_dir}/[!.]*.parquet")):
             stage = path.rsplit("/", 1)[-1].removesuffix(".parquet")
             table = data_root.read_parquet(f"{layout.rejects_dir(shard_id)}/{stage}.parquet")
             reasons = dict(sorted(Counter(table["reason"].to_pylist()).items()))

@@ -10,11 +10,12 @@ from assets.partitions import PER_SHARD_JOB_NAME, country_partitions, language_p
 from resources.storage import DataRootResource, data_root_resource
 from speechdata.io import layout
 from speechdata.landing.contract import ContractError, partition_values
-from speechdata.landing.scan import scan_landing_zone
+from speechdata.landing.scan import landing_fingerprint, relanded_shards, scan_landing_zone, success_marker_times
 
 DEFAULT_MAX_SHARDS_PER_TICK = int(os.environ.get("SPEECHDATA_MAX_SHARDS_PER_TICK", "50"))
 DEFAULT_INTERVAL_SECONDS = int(os.environ.get("SPEECHDATA_LANDING_SENSOR_INTERVAL_S", "30"))
 LAUNCHED_BY_TAG = "speechdata/launched_by"
+RELANDED_TAG = "speechdata/relanded"
 
 
 def build_landing_sensor(
@@ -29,7 +30,8 @@ def build_landing_sensor(
         description=(
             "Registers every shard under landing/ that has its _SUCCESS marker as a `shard` partition "
             "(plus any new `country`/`language` values in its metadata) and launches per_shard_job "
-            f"for it once. At most {max_shards_per_tick} shards per tick."
+            "for it once; a registered shard landed again (a newer _SUCCESS) is requested again under "
+            f"run key <shard>@<landing fingerprint>. At most {max_shards_per_tick} shards per tick."
         ),
     )
     def landing_sensor(context: dg.SensorEvaluationContext, data_root: DataRootResource) -> dg.SensorResult:
@@ -39,6 +41,12 @@ def build_landing_sensor(
         root = data_root.get()
         registered = set(context.instance.get_dynamic_partitions(shard_partitions.name))
         scan = scan_landing_zone(root, registered, max_shards_per_tick)
+        # Re-landing: a registered shard whose _SUCCESS is newer than anything the last tick saw was
+        # landed again; it is requested again under a run key that names this landing's fingerprint.
+        previous = json.loads(context.cursor) if context.cursor and context.cursor.startswith("{") else {}
+        success_times = success_marker_times(root)
+        relanded = relanded_shards(success_times, registered, previous.get("success_mark_s"))[:max_shards_per_tick]
+        success_mark_s = max(success_times.values(), default=previous.get("success_mark_s") or 0.0)
 
         known_countries = set(context.instance.get_dynamic_partitions(country_partitions.name))
         known_languages = set(context.instance.get_dynamic_partitions(language_partitions.name))
@@ -72,6 +80,8 @@ def build_landing_sensor(
             partition_requests.append(country_partitions.build_add_request(sorted(new_countries)))
         if new_languages:
             partition_requests.append(language_partitions.build_add_request(sorted(new_languages)))
+        if relanded:
+            context.log.info(f"{len(relanded)} registered shards landed again: {relanded[:5]}")
         return dg.SensorResult(
             run_requests=[
                 dg.RunRequest(
@@ -80,6 +90,14 @@ def build_landing_sensor(
                     tags={LAUNCHED_BY_TAG: "landing_sensor"},
                 )
                 for shard_id in scan.complete
+            ]
+            + [
+                dg.RunRequest(
+                    run_key=f"{shard_id}@{landing_fingerprint(root, shard_id)}",
+                    partition_key=shard_id,
+                    tags={LAUNCHED_BY_TAG: "landing_sensor", RELANDED_TAG: "true"},
+                )
+                for shard_id in relanded
             ],
             dynamic_partitions_requests=partition_requests,
             cursor=json.dumps(
@@ -87,6 +105,8 @@ def build_landing_sensor(
                     "registered": len(registered) + len(scan.complete),
                     "still_landing": len(scan.still_landing),
                     "more_waiting": scan.more_complete,
+                    "success_mark_s": success_mark_s,
+                    "relanded": len(relanded),
                 }
             ),
         )

@@ -7,6 +7,7 @@ utterances (docs/ledgers.md).
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -44,6 +45,15 @@ def rejects_table(rejects: Iterable[Reject]) -> pa.Table:
         },
         schema=REJECTS_SCHEMA,
     )
+
+
+_OBJECT_REPR = re.compile(r"<[^<>]*? at 0x[0-9a-fA-F]+>")
+
+
+def error_text(exc: BaseException) -> str:
+    """An exception's message without object reprs (``<... at 0x7f...>``): a reject's detail must be
+    the same on every run, so re-runs stay byte-identical."""
+    return _OBJECT_REPR.sub("the file", str(exc))
 
 
 def count_by_reason(rejects: Iterable[Reject]) -> dict[str, int]:

@@ -155,6 +155,19 @@ TEXTGRID_HEADER = 'File type = "ooTextFile'
 _PRAATIO_PARSE_ERRORS = (praatio_errors.PraatioException, ValueError, IndexError, KeyError, TypeError, AttributeError)
 
 
+def decode_ctm(data: bytes, source: str) -> str:
+    """A CTM file's text; AlignmentFormatError naming the file and the rule when it is not UTF-8."""
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise AlignmentFormatError(source, None, f"not utf-8 text: {exc}") from exc
+
+
+def decode_textgrid(data: bytes, source: str) -> str:
+    """A TextGrid's text (UTF-16 with a BOM, as Praat saves, or UTF-8, as MFA writes), or AlignmentFormatError."""
+    return _decode_textgrid(data, source)
+
+
 def _decode_textgrid(data: bytes, source: str) -> str:
     # Praat itself saves UTF-16 with a BOM; MFA writes UTF-8.
     encoding = "utf-16" if data[:2] in (b"\xff\xfe", b"\xfe\xff") else "utf-8-sig"

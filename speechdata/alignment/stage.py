@@ -10,6 +10,7 @@ up to ``buffer_s`` seconds, and each buffer is aligned in length-sorted batches.
 
 from __future__ import annotations
 
+import posixpath
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -18,7 +19,14 @@ import numpy as np
 import pyarrow as pa
 
 from speechdata.alignment.forced import AlignmentRejected, align_transcript
-from speechdata.alignment.formats import AlignmentFormatError, read_ctm, read_textgrid, write_ctm
+from speechdata.alignment.formats import (
+    AlignmentFormatError,
+    decode_ctm,
+    decode_textgrid,
+    read_ctm,
+    read_textgrid,
+    write_ctm,
+)
 from speechdata.alignment.log_probs import CTC_FRAME_S, MODEL_SAMPLE_RATE, ForwardFn, LogProbSettings, compute_log_probs
 from speechdata.alignment.table import (
     UTTERANCE_SCORES_SCHEMA,
@@ -30,7 +38,7 @@ from speechdata.alignment.transcript_units import CharVocabulary, SubwordVocabul
 from speechdata.audio.codec import resample
 from speechdata.audio.container import iter_container_audio
 from speechdata.io import layout
-from speechdata.io.storage import DataRoot
+from speechdata.io.storage import TEMP_PREFIX, DataRoot
 from speechdata.rejects import Reject, rejects_table
 from speechdata.stage import StageSummary
 
@@ -64,6 +72,7 @@ class _ShardAlignmentWriter:
         self.scores: list[dict] = []
         self.rejects: list[Reject] = []
         self.audio_seconds = 0.0
+        self.ctm_written: dict[str, set[str]] = {"words": set(), "tokens": set()}
 
     def add(
         self,
@@ -85,15 +94,32 @@ class _ShardAlignmentWriter:
             self.data_root.write_bytes(
                 layout.ctm(self.shard_id, "words", utt_id), write_ctm(utt_id, _ctm_units(words), "word").encode()
             )
+            self.ctm_written["words"].add(utt_id)
             if tokens:
+                self.ctm_written["tokens"].add(utt_id)
                 self.data_root.write_bytes(
                     layout.ctm(self.shard_id, "tokens", utt_id), write_ctm(utt_id, tokens, "token").encode()
                 )
+
+    def _remove_stale_ctm_files(self) -> None:
+        """CTMs of utterances this run did not align (gone after a re-landing, now rejected) and temps a
+        killed run left must not outlive the run: the ctm/ folders hold exactly this run's files."""
+        fs = self.data_root.fs
+        for level in ("words", "tokens"):
+            directory = self.data_root.path(posixpath.dirname(layout.ctm(self.shard_id, level, "x")))
+            if not fs.exists(directory):
+                continue
+            for path in fs.ls(directory, detail=False):
+                name = posixpath.basename(path)
+                if name.startswith(TEMP_PREFIX) or name.removesuffix(".ctm") not in self.ctm_written[level]:
+                    fs.rm(path)
 
     def reject(self, utt_id: str, reason: str, detail: str) -> None:
         self.rejects.append(Reject(utt_id, STAGE, reason, detail))
 
     def finish(self, rows_in: int, started: float) -> StageSummary:
+        if self.write_ctm_files:
+            self._remove_stale_ctm_files()
         table = alignments_table(self.rows)
         self.data_root.write_parquet(layout.alignments(self.shard_id), table)
         self.data_root.write_parquet(
@@ -228,12 +254,13 @@ def import_shard_alignments(data_root: DataRoot, shard_id: str) -> StageSummary:
         ctm_path, grid_path = f"{directory}/{utt_id}.ctm", f"{directory}/{utt_id}.TextGrid"
         try:
             if data_root.exists(ctm_path):
-                with data_root.fs.open(data_root.path(ctm_path), "r") as handle:
-                    words = read_ctm(handle.read(), data_root.uri(ctm_path), "word").get(utt_id, [])
+                source = data_root.uri(ctm_path)
+                text = decode_ctm(data_root.fs.cat_file(data_root.path(ctm_path)), source)
+                words = read_ctm(text, source, "word").get(utt_id, [])
                 aligner = "import:ctm"
             elif data_root.exists(grid_path):
-                with data_root.fs.open(data_root.path(grid_path), "rb") as handle:
-                    words = read_textgrid(handle.read().decode("utf-8-sig"), data_root.uri(grid_path))
+                source = data_root.uri(grid_path)
+                words = read_textgrid(decode_textgrid(data_root.fs.cat_file(data_root.path(grid_path)), source), source)
                 aligner = "import:textgrid"
             else:
                 writer.reject(utt_id, "no_imported_alignment", f"neither {ctm_path} nor {grid_path} exists")

@@ -27,12 +27,13 @@ import pyarrow as pa
 import soundfile as sf
 
 from speechdata.audio.codec import ResamplerName, read_segment_from, to_target_mono
+from speechdata.audio.truth import truncation_reject
 from speechdata.io import layout
 from speechdata.io.safe_tar import TarAudit, UnsafeMember, audit_tar, contained_path
 from speechdata.io.storage import DataRoot
 from speechdata.landing.landed_audio import AudioNotFound, LandedAudio
 from speechdata.landing.normalize import SegmentRequest, segment_requests
-from speechdata.rejects import Reject, rejects_table
+from speechdata.rejects import Reject, error_text, rejects_table
 from speechdata.stage import StageSummary
 
 STAGE = "asr_flac"
@@ -186,7 +187,7 @@ def _extract_group(
             yield request, Reject(request.utt_id, STAGE, "audio_not_found", str(exc))
     except Exception as exc:  # libsndfile raises several types for a file it cannot open
         for request in group[finished:]:
-            yield request, Reject(request.utt_id, STAGE, "audio_decode_failed", f"{audio_path}: {exc}")
+            yield request, Reject(request.utt_id, STAGE, "audio_decode_failed", f"{audio_path}: {error_text(exc)}")
 
 
 def _extract_one(
@@ -195,9 +196,13 @@ def _extract_one(
     try:
         samples = read_segment_from(sound, request.start_s, request.end_s)
     except Exception as exc:
-        return Reject(request.utt_id, STAGE, "audio_decode_failed", f"{request.audio_path}: {exc}")
+        return Reject(request.utt_id, STAGE, "audio_decode_failed", f"{request.audio_path}: {error_text(exc)}")
     if samples.shape[0] == 0:
         return Reject(request.utt_id, STAGE, "audio_empty", f"{request.audio_path}: no samples decoded")
+    expected_s, decoded_s = request.end_s - request.start_s, samples.shape[0] / sound.samplerate
+    truncated = truncation_reject(request.utt_id, STAGE, request.audio_path, expected_s, decoded_s)
+    if truncated is not None:
+        return truncated
     pcm = pcm16(to_target_mono(samples, sound.samplerate, ASR_SAMPLE_RATE, resampler))
     return pcm, hashlib.sha1(pcm.tobytes()).hexdigest()
 

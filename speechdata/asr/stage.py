@@ -13,6 +13,7 @@ import time
 from dataclasses import dataclass, field
 
 import polars as pl
+import pyarrow as pa
 import pyarrow.csv as pacsv
 
 from speechdata.asr.manifest import (
@@ -26,6 +27,7 @@ from speechdata.asr.manifest import (
 )
 from speechdata.io import layout
 from speechdata.io.storage import DataRoot, filesystem_for, read_parquet
+from speechdata.landing.extras import unpack_extras
 
 SPLITS = ("train", "validation", "eval")
 
@@ -41,8 +43,7 @@ class AsrManifestSummary:
 
 def shards_with_asr_flac(data_root: DataRoot) -> list[str]:
     """Shards whose ``asr_flac`` index exists (the manifest's inputs)."""
-    pattern = data_root.path(layout.asr_flac_index("*"))
-    return sorted(path.split("/")[-2] for path in data_root.fs.glob(pattern))
+    return sorted(path.split("/")[-2] for path in data_root.glob(layout.asr_flac_index("*")))
 
 
 def read_asr_inputs(
@@ -52,7 +53,12 @@ def read_asr_inputs(
     and FLAC index (``FLAC_COLUMNS``), concatenated."""
     utterances, flac = [], []
     for shard_id in shard_ids:
-        index = pl.from_arrow(data_root.read_parquet(layout.utterance_index(shard_id)))
+        # The landed metadata's own columns (quality, recording id) ride in the ``extra`` namespace.
+        landed = unpack_extras(
+            data_root.read_parquet(layout.utterance_index(shard_id)),
+            [pa.field(quality_column, pa.float64()), pa.field("recording_id", pa.string())],
+        )
+        index = pl.from_arrow(landed.drop_columns([c for c in ("extra",) if c in landed.column_names]))
         if quality_column in index.columns:
             index = index.rename({quality_column: "quality"}) if quality_column != "quality" else index
         else:

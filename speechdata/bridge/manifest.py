@@ -1,9 +1,9 @@
 """Shard manifests: one parquet row per packed bridge sample, the catalog's source of truth.
 
 ``manifests/shard=<shard_id>/part-0.parquet`` under the data root (hive-partitioned by shard, so
-DuckDB and polars can read every shard's manifest with one glob). Columns below are always present;
-the landed metadata's extra columns (quality scores, speaker, ...) follow them, so schemas differ
-between shards and readers should union by name.
+DuckDB and polars can read every shard's manifest with one glob). Every manifest has exactly the
+columns below: the landed metadata's own columns (quality scores, speaker, ...) ride in ``extra``, one
+JSON object per sample (:mod:`speechdata.landing.extras`), so no reader needs a union option.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ MANIFEST_COLUMNS = pa.schema(
         pa.field("text", pa.string()),
         pa.field("alignment_score", pa.float32()),
         pa.field("zero_duration_token_share", pa.float32()),
+        pa.field("extra", pa.string(), nullable=False),
     ]
 )
 """``tar_url`` is relative to the data root (``bridge/<shard>-NNNNNN.tar``), so a copied or moved root

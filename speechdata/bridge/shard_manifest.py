@@ -2,24 +2,19 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from speechdata.bridge.clock import SAMPLE_RATE
 from speechdata.bridge.manifest import MANIFEST_COLUMNS
 from speechdata.io import layout
 from speechdata.io.storage import DataRoot
-from speechdata.landing.contract import CONTRACT_COLUMNS
-from speechdata.landing.raw_shard import PROBE_FIELDS
-
-_INDEX_INTERNAL = {f.name for f in PROBE_FIELDS} | set(CONTRACT_COLUMNS)
 
 
-def build_shard_manifest(data_root: DataRoot, shard_id: str) -> pa.Table:
-    """Join where each sample is packed with what it is: durations, counts, text, scores, extras."""
-    packed = data_root.read_parquet(layout.bridge_index(shard_id))
+def build_shard_manifest(data_root: DataRoot, shard_id: str, packed: pa.Table | None = None) -> pa.Table:
+    """Join where each sample is packed (``packed``: a bridge index, the committed one by default)
+    with what it is: durations, counts, text, scores, extras."""
+    if packed is None:
+        packed = data_root.read_parquet(layout.bridge_index(shard_id))
     grids = data_root.read_parquet(
         layout.frame_grids(shard_id), columns=["utt_id", "n_samples", "n_frames", "n_tokens", "zero_duration_tokens"]
     )
@@ -28,7 +23,8 @@ def build_shard_manifest(data_root: DataRoot, shard_id: str) -> pa.Table:
     grid_by = {r["utt_id"]: r for r in grids.to_pylist()}
     index_by = {r["utt_id"]: r for r in index.to_pylist()}
     score_by = dict(zip(scores["utt_id"].to_pylist(), scores["score"].to_pylist()))
-    extras = [c for c in index.column_names if c not in _INDEX_INTERNAL]
+    extras = index["extra"].to_pylist() if "extra" in index.column_names else ["{}"] * index.num_rows
+    extra_by = dict(zip(index["utt_id"].to_pylist(), extras))
 
     rows = []
     for sample in packed.to_pylist():
@@ -52,42 +48,7 @@ def build_shard_manifest(data_root: DataRoot, shard_id: str) -> pa.Table:
                 "zero_duration_token_share": grid["zero_duration_tokens"] / grid["n_tokens"]
                 if grid["n_tokens"]
                 else 0.0,
-                **{column: meta[column] for column in extras},
+                "extra": extra_by[key],
             }
         )
-    schema = pa.schema([*MANIFEST_COLUMNS, *(index.schema.field(c) for c in extras)])
-    return pa.Table.from_pylist(rows, schema=schema)
-
-
-@dataclass(frozen=True)
-class Accounting:
-    """``landed`` utterance ids versus ``packed`` and ``rejected`` ones (docs/ledgers.md: none may be lost)."""
-
-    landed: int
-    packed: int
-    rejected: int
-    unaccounted: list[str]
-    packed_and_rejected: list[str]
-
-    @property
-    def balanced(self) -> bool:
-        return not self.unaccounted and not self.packed_and_rejected
-
-
-def account_for_utterances(data_root: DataRoot, shard_id: str, packed_keys: set[str]) -> Accounting:
-    landed = data_root.read_parquet(layout.landing_metadata(shard_id), columns=["utt_id"])["utt_id"]
-    landed_ids = set(pc.drop_null(landed).to_pylist())
-    rejected: set[str] = set()
-    null_rejects = 0
-    for path in data_root.fs.glob(data_root.path(f"{layout.rejects_dir(shard_id)}/*.parquet")):
-        table = data_root.read_parquet(path[len(data_root.root) + 1 :], columns=["utt_id"])
-        null_rejects += table["utt_id"].null_count
-        rejected |= set(pc.drop_null(table["utt_id"]).to_pylist())
-    # A rejected row without utt_id stands for itself; one may exist per null-id landed row.
-    return Accounting(
-        landed=len(landed_ids) + landed.null_count,
-        packed=len(packed_keys),
-        rejected=len(rejected) + null_rejects,
-        unaccounted=sorted(landed_ids - packed_keys - rejected),
-        packed_and_rejected=sorted(packed_keys & rejected),
-    )
+    return pa.Table.from_pylist(rows, schema=MANIFEST_COLUMNS)

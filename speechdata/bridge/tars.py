@@ -114,7 +114,9 @@ class _HashingWriter(io.RawIOBase):
 @dataclass(frozen=True)
 class PackedTar:
     relative: str
+    """Where :func:`pack_samples` wrote it: the shard's staging folder."""
     url: str
+    """Where it lives once committed (what the index and the manifest name)."""
     sha256: str
     samples: int
     bytes: int
@@ -128,15 +130,24 @@ def pack_samples(
     max_tar_bytes: int = DEFAULT_MAX_TAR_BYTES,
     max_samples: int = DEFAULT_MAX_SAMPLES,
 ) -> tuple[list[PackedTar], pa.Table]:
-    """Write the samples (already sorted by key) into rolling tars; return the tars and the index."""
+    """Write the samples (already sorted by key) into rolling tars; return the tars and the index.
+
+    The tars are written to the shard's staging folder (:func:`layout.staged_bridge_tar`) while the
+    index names their final URLs: nothing a reader sees changes until
+    :func:`speechdata.bridge.commit.commit_bridge` swaps tars, index and manifest together. No sample
+    means no tar and an empty index (an empty shard is a valid size).
+    """
+    staging = data_root.path(layout.bridge_staging_dir(shard_id))
+    if data_root.fs.exists(staging):  # what a killed run left half-staged is never committed
+        data_root.fs.rm(staging, recursive=True)
     tars: list[PackedTar] = []
     rows: list[dict] = []
     pending = iter(samples)
     sample = next(pending, None)
     number = 0
     while sample is not None:
-        relative = layout.bridge_tar(shard_id, number)
-        url = data_root.uri(relative)
+        relative = layout.staged_bridge_tar(shard_id, number)
+        url = data_root.uri(layout.bridge_tar(shard_id, number))
         tar_rows: list[dict] = []
         with atomic_open(data_root.fs, data_root.path(relative)) as handle:
             writer = _HashingWriter(handle)
@@ -163,15 +174,13 @@ def pack_samples(
         rows += tar_rows
         tars.append(PackedTar(relative, url, digest, len(tar_rows), writer.position))
         number += 1
-    _remove_stale_tars(data_root, shard_id, keep=number)
     return tars, pa.Table.from_pylist(rows, schema=BRIDGE_INDEX_SCHEMA)
 
 
-def _remove_stale_tars(data_root: DataRoot, shard_id: str, keep: int) -> None:
+def remove_stale_tars(data_root: DataRoot, shard_id: str, keep: int) -> None:
     """A re-run that packs fewer tars must not leave the old run's extra tars behind."""
-    pattern = data_root.path(f"{layout.BRIDGE}/{shard_id}-*.tar")
     wanted = {data_root.path(layout.bridge_tar(shard_id, n)) for n in range(keep)}
-    for path in data_root.fs.glob(pattern):
+    for path in data_root.glob(f"{layout.BRIDGE}/{shard_id}-*.tar"):
         if path not in wanted and path.rsplit("-", 1)[-1][:-4].isdigit():
             data_root.fs.rm(path)
 

@@ -26,6 +26,7 @@ import duckdb
 from speechdata.catalog.display import format_table
 from speechdata.catalog.exports import export_tar_urls
 from speechdata.catalog.queries import NAMED_QUERIES, run_query, select_samples
+from speechdata.catalog.readonly import check_query_only, lock_down
 from speechdata.catalog.views import CATALOG_FILE, refresh_catalog
 from speechdata.io.duckdb_object_store import database_on_root, enable_data_root_reads
 from speechdata.io.env import data_root_url
@@ -51,6 +52,7 @@ def open_catalog(root: DataRoot) -> Iterator[duckdb.DuckDBPyConnection]:
         connection = duckdb.connect(local, read_only=True)
         try:
             enable_data_root_reads(connection, root)
+            lock_down(connection, root)
             yield connection
         finally:
             connection.close()
@@ -194,6 +196,7 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
                 print(format_table(run_query(connection, NAMED_QUERIES[args.named]), max_rows=args.max_rows))
                 return 0
             if args.sql is not None:
+                check_query_only(connection, args.sql)
                 print(format_table(run_query(connection, args.sql), max_rows=args.max_rows))
                 return 0
             table = select_samples(

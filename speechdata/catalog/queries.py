@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 import duckdb
 import pyarrow as pa
 
+from speechdata.catalog.accounting import REJECTS_BY_PRODUCT
 from speechdata.catalog.views import MANIFEST_TYPES, quote_identifier
 
 NAMED_QUERIES: dict[str, str] = {
@@ -37,13 +38,13 @@ NAMED_QUERIES: dict[str, str] = {
         SELECT shard, count(DISTINCT utt_id) AS rejected_utterances, count(*) AS rejects,
                string_agg(DISTINCT stage, ',' ORDER BY stage) AS stages
         FROM rejects GROUP BY shard ORDER BY shard""",
+    "rejects_by_product": REJECTS_BY_PRODUCT,
     "shard_accounting": """
-        SELECT shard, samples, rejected_utterances, samples + rejected_utterances AS accounted_for,
-               hours, mean_alignment_score
-        FROM hours_by_shard ORDER BY shard""",
+        SELECT shard, product, landed, produced, rejected, produced + rejected AS accounted_for, balanced
+        FROM product_accounting ORDER BY shard, product""",
 }
-"""Queries a person asks often, by name. All but ``shard_accounting`` (which reads the summary
-table of the last refresh) read the live views."""
+"""Queries a person asks often, by name; all read the live views. ``shard_accounting`` lists every
+landed shard once per product line, with that product's own ledger (``speechdata.ledgers``)."""
 
 
 def run_query(connection: duckdb.DuckDBPyConnection, sql: str, params: Sequence | Mapping | None = None) -> pa.Table:

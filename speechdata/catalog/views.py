@@ -5,13 +5,13 @@
 * ``samples``: a view over ``manifests/shard=*/part-0.parquet`` (union by name: the landed
   metadata's extra columns differ between shards and are NULL where a shard lacks them);
 * ``rejects``: a view over ``shards/*/rejects/*.parquet`` with the ``shard`` taken from the path;
-* ``hours_by_language``, ``hours_by_country``, ``hours_by_shard``: summary tables (samples,
-  hours, mean alignment score) and ``catalog_info`` (when and over what the refresh ran), a
-  snapshot taken by :func:`refresh_catalog`.
+* ``hours_by_language``, ``hours_by_country``, ``hours_by_shard``: summary views (samples,
+  hours, mean alignment score); ``product_accounting``: every landed shard's ledger per product
+  line (:mod:`speechdata.catalog.accounting`); ``catalog_info`` (when and over what the refresh ran).
 
-The views read the files at query time (a new shard is visible as soon as its manifest is
-written); the summary tables change only on a refresh, and a refresh replaces all of them in one
-transaction so a reader sees either the previous snapshot or the new one.
+Everything but ``catalog_info`` is a view reading the files at query time, so a summary never lags
+what it summarizes (a new shard is visible as soon as its manifest is committed, which happens only
+after its checks passed). A refresh replaces all of them in one transaction.
 
 * ``words``: every packed sample's aligned words (``shard``, ``key``, ``word_index``, ``word``,
   ``start_ms``, ``end_ms``, ``language``), the same words each bridge sample's ``.json`` carries.
@@ -40,15 +40,18 @@ import duckdb
 import pyarrow as pa
 
 from speechdata.bridge.manifest import MANIFEST_COLUMNS, manifest_path
+from speechdata.catalog.accounting import product_accounting_sql, product_rejects_sql
+from speechdata.catalog.root_paths import glob_root, set_root_variable, under_root
 from speechdata.io import layout
-from speechdata.io.duckdb_object_store import duckdb_location
-from speechdata.io.storage import DataRoot
+from speechdata.io.storage import DataRoot, escape_glob
 from speechdata.rejects import REJECTS_SCHEMA
 
 CATALOG_FILE = "catalog.duckdb"
 """The catalog database, relative to the data root."""
 
-SUMMARY_TABLES = ("hours_by_language", "hours_by_country", "hours_by_shard", "catalog_info")
+SUMMARY_VIEWS = ("hours_by_language", "hours_by_country", "hours_by_shard", "product_accounting", "product_rejects")
+"""Summaries are views over the live files, so they never lag what they summarize."""
+SUMMARY_TABLES = (*SUMMARY_VIEWS, "catalog_info")
 
 _MANIFEST_GLOB = manifest_path("*")
 # Atomic writes leave ``._tmp-*`` files beside a ledger while it is written (and after a crash):
@@ -107,15 +110,16 @@ def refresh_catalog(connection: duckdb.DuckDBPyConnection, root_uri: str) -> Cat
     columns. Everything is replaced inside one transaction.
     """
     root = DataRoot(root_uri)
-    manifest_files = root.fs.glob(root.path(_MANIFEST_GLOB))
-    rejects_files = root.fs.glob(root.path(_REJECTS_GLOB))
-    alignment_files = root.fs.glob(root.path(_ALIGNMENTS_GLOB))
-    location = duckdb_location(root_uri)
+    manifest_files = root.fs.glob(f"{escape_glob(root.root)}/{_MANIFEST_GLOB}")
+    rejects_files = root.fs.glob(f"{escape_glob(root.root)}/{_REJECTS_GLOB}")
+    alignment_files = root.fs.glob(f"{escape_glob(root.root)}/{_ALIGNMENTS_GLOB}")
+    # A root such as ``/data/run[1]`` must match itself, not a character class.
+    location = glob_root(root_uri)
     set_root_variable(connection, root_uri)
 
     if manifest_files:
         samples_sql = (
-            f"SELECT * FROM read_parquet({_under_root(_MANIFEST_GLOB, location)}, "
+            f"SELECT * FROM read_parquet({under_root(_MANIFEST_GLOB, location)}, "
             "union_by_name = true, hive_partitioning = false)"
         )
     else:
@@ -124,7 +128,7 @@ def refresh_catalog(connection: duckdb.DuckDBPyConnection, root_uri: str) -> Cat
         rejects_sql = (
             f"SELECT regexp_extract(filename, {_sql_literal(_SHARD_FROM_REJECTS_PATH)}, 1) AS shard, "
             "utt_id, stage, reason, detail "
-            f"FROM read_parquet({_under_root(_REJECTS_GLOB, location)}, "
+            f"FROM read_parquet({under_root(_REJECTS_GLOB, location)}, "
             "union_by_name = true, hive_partitioning = false, filename = true)"
         )
     else:
@@ -134,7 +138,7 @@ def refresh_catalog(connection: duckdb.DuckDBPyConnection, root_uri: str) -> Cat
         words_sql = (
             'SELECT s.shard, a.utt_id AS key, a."index" AS word_index, a.text AS word, a.start_ms, a.end_ms, '
             "s.language "
-            f"FROM read_parquet({_under_root(_ALIGNMENTS_GLOB, location)}, hive_partitioning = false, filename = true) AS a "
+            f"FROM read_parquet({under_root(_ALIGNMENTS_GLOB, location)}, hive_partitioning = false, filename = true) AS a "
             "JOIN samples AS s ON s.key = a.utt_id "
             f"AND s.shard = regexp_extract(a.filename, {_sql_literal(_SHARD_FROM_ALIGNMENTS_PATH)}, 1) "
             "WHERE a.level = 'word'"
@@ -147,16 +151,19 @@ def refresh_catalog(connection: duckdb.DuckDBPyConnection, root_uri: str) -> Cat
         connection.execute(f"CREATE OR REPLACE VIEW samples AS {samples_sql}")
         connection.execute(f"CREATE OR REPLACE VIEW rejects AS {rejects_sql}")
         connection.execute(f"CREATE OR REPLACE VIEW words AS {words_sql}")
+        old_tables = {r[0] for r in connection.execute("SELECT table_name FROM duckdb_tables()").fetchall()}
+        for view in set(SUMMARY_VIEWS) & old_tables:  # catalogs refreshed before summaries became views
+            connection.execute(f"DROP TABLE {view}")
         for group in ("language", "country"):
             connection.execute(
-                f"CREATE OR REPLACE TABLE hours_by_{group} AS "
+                f"CREATE OR REPLACE VIEW hours_by_{group} AS "
                 f"SELECT {group}, count(*) AS samples, sum(duration_s) / 3600.0 AS hours, "
                 "avg(alignment_score) AS mean_alignment_score, count(DISTINCT shard) AS shards "
                 f"FROM samples GROUP BY {group} ORDER BY hours DESC, {group}"
             )
         connection.execute(
             """
-            CREATE OR REPLACE TABLE hours_by_shard AS
+            CREATE OR REPLACE VIEW hours_by_shard AS
             WITH packed AS (
                 SELECT shard, count(*) AS samples, sum(duration_s) / 3600.0 AS hours,
                        avg(alignment_score) AS mean_alignment_score
@@ -173,6 +180,8 @@ def refresh_catalog(connection: duckdb.DuckDBPyConnection, root_uri: str) -> Cat
             ORDER BY shard
             """
         )
+        connection.execute(f"CREATE OR REPLACE VIEW product_accounting AS {product_accounting_sql(root, location)}")
+        connection.execute(f"CREATE OR REPLACE VIEW product_rejects AS {product_rejects_sql()}")
         connection.execute(
             "CREATE OR REPLACE TABLE catalog_info AS SELECT current_timestamp AS refreshed_at, "
             "?::VARCHAR AS data_root, ?::BIGINT AS manifest_files, ?::BIGINT AS rejects_files",
@@ -216,22 +225,6 @@ def _summarize(connection: duckdb.DuckDBPyConnection, manifest_files: int, rejec
         rejected_utterances=int(rejected),
         languages=languages,
         countries=countries,
-    )
-
-
-ROOT_VARIABLE = "speechdata_root"
-
-
-def set_root_variable(connection: duckdb.DuckDBPyConnection, root_uri: str) -> None:
-    """Point the views at the data root at ``root_uri`` (they read ``getvariable('speechdata_root')``)."""
-    connection.execute(f"SET VARIABLE {ROOT_VARIABLE} = ?", [duckdb_location(root_uri)])
-
-
-def _under_root(relative_glob: str, built_at: str) -> str:
-    """A file-name expression for DDL: the relative glob under the root a reader sets, else under
-    the root the catalog was built at (so a plain ``duckdb.connect`` on an unmoved root still reads)."""
-    return (
-        f"(coalesce(getvariable('{ROOT_VARIABLE}'), {_sql_literal(built_at)}) || '/' || {_sql_literal(relative_glob)})"
     )
 
 

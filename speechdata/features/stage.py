@@ -15,6 +15,7 @@ import torch
 
 from speechdata.audio.container import iter_container_audio
 from speechdata.bridge.clock import SAMPLE_RATE
+from speechdata.faults import fault_point
 from speechdata.features.array_store import ARRAY_STORE_PARQUET_OPTIONS, ARRAY_STORE_SCHEMA, ArrayStoreWriter
 from speechdata.features.gpu_batching import ItemTooLarge
 from speechdata.features.speech import wavlm_features
@@ -73,6 +74,7 @@ def compute_qwen_hidden_states(
             for utt_id, matrix in zip(utt_ids[chunk], states):
                 if matrix is not None:
                     store.add(utt_id, matrix)
+            fault_point("features")
             done += len(states)
             audio_done += sum(seconds[chunk])
             if on_progress:

@@ -21,6 +21,7 @@ from speechdata.hf.splits import SplitTargets, assign_splits
 from speechdata.hf.state import execute_many, registered_rows, rows_as_dicts, state_connection
 from speechdata.io import layout
 from speechdata.io.storage import DataRoot, read_parquet_handle
+from speechdata.landing.extras import unpack_extras
 from speechdata.landing.landed_audio import AudioNotFound, LandedAudio
 
 SEGMENT_SCHEMA = pa.schema(
@@ -58,12 +59,14 @@ class SegmentLimits:
 def country_segments(data_root: DataRoot, country: str) -> pa.Table:
     """Every indexed segment of ``country`` over all shards, in :data:`SEGMENT_SCHEMA`, sorted by key."""
     pieces = []
-    for path in sorted(data_root.fs.glob(data_root.path(f"{layout.SHARDS}/*/utterances.parquet"))):
+    for path in sorted(data_root.glob(f"{layout.SHARDS}/*/utterances.parquet")):
         shard_id = PurePosixPath(path).parent.name
         with data_root.fs.open(path, "rb") as handle:
             names = set(pq.ParquetFile(handle).schema_arrow.names)
             handle.seek(0)
-            table = read_parquet_handle(handle, [c for c in _INDEX_COLUMNS if c in names])
+            table = read_parquet_handle(handle, [c for c in [*_INDEX_COLUMNS, "extra"] if c in names])
+        # Seed 004's own fields ride in the landed metadata's ``extra`` namespace.
+        table = unpack_extras(table, [f for f in SEGMENT_SCHEMA if f.name in _SEED_FIELDS])
         table = table.filter(pc.equal(table["country"], country)) if "country" in names else table.slice(0, 0)
         if table.num_rows:
             pieces.append(_as_segments(table, shard_id))
@@ -71,6 +74,16 @@ def country_segments(data_root: DataRoot, country: str) -> pa.Table:
         return SEGMENT_SCHEMA.empty_table()
     return pa.concat_tables(pieces).sort_by("key")
 
+
+_SEED_FIELDS = (
+    "video_id",
+    "transcript_id",
+    "human_text",
+    "asr_text",
+    "cer",
+    "transcript_start_idx",
+    "transcript_end_idx",
+)
 
 _INDEX_COLUMNS = [
     "utt_id",

@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import posixpath
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -36,7 +37,8 @@ import pyarrow as pa
 
 from speechdata.alignment.formats import ALIGNED_JSON_SUFFIX, AlignedSegment, AlignmentFormatError, read_aligned_json
 from speechdata.io import layout
-from speechdata.io.storage import DataRoot, filesystem_for
+from speechdata.io.confinement import ConfinementError, confined_source
+from speechdata.io.storage import DataRoot, _is_local, filesystem_for
 from speechdata.landing.mark import mark_landed
 
 COUNTRY_LANGUAGES: dict[str, str] = {
@@ -161,6 +163,8 @@ class CountryImport:
     missing_recordings: list[str] = field(default_factory=list)
     rejected_files: dict[str, str] = field(default_factory=dict)
     """JSON path -> why it was not imported (malformed JSON, a bad field)."""
+    refused_recordings: dict[str, str] = field(default_factory=dict)
+    """``audio_file`` -> why it was not copied (it leaves the source folder)."""
 
 
 @dataclass(frozen=True)
@@ -274,10 +278,21 @@ def _shard_id(country: str, sources: list[str]) -> str:
     return f"{country}-{digest}"
 
 
-def _resolve_audio(country_dir: str, audio_file: str) -> str:
-    if audio_file.startswith("/") or "://" in audio_file:
-        return audio_file
-    return f"{country_dir}/{audio_file}"
+def _resolve_audio(source_fs: fsspec.AbstractFileSystem, country_dir: str, audio_file: str) -> str:
+    """The recording's path, which must stay inside the import's source folder (the countries folder):
+    an ``audio_file`` of ``/etc/hostname`` or ``../../x`` is refused (ConfinementError), never copied."""
+    source_root = posixpath.dirname(country_dir)
+    if "://" in audio_file:
+        raise ConfinementError("audio_file", audio_file, source_root, "must be a path inside the source folder")
+    local = _is_local(source_fs)
+    if audio_file.startswith("/"):
+        if not local:
+            raise ConfinementError("audio_file", audio_file, source_root, "must be relative to the country folder")
+        return confined_source(audio_file, source_root, what="audio_file")
+    resolved = posixpath.normpath(f"{country_dir}/{audio_file}")
+    if not resolved.startswith(source_root.rstrip("/") + "/"):
+        raise ConfinementError("audio_file", audio_file, source_root, "resolves outside the source folder")
+    return confined_source(resolved, source_root, what="audio_file") if local else resolved
 
 
 def _land_shard(
@@ -291,8 +306,14 @@ def _land_shard(
 ) -> None:
     rows = []
     for recording in recordings:
-        source_audio = _resolve_audio(country_dir, recording.audio_file)
-        if source_fs.exists(source_audio):
+        try:
+            source_audio = _resolve_audio(source_fs, country_dir, recording.audio_file)
+        except ConfinementError as exc:
+            report.refused_recordings[recording.audio_file] = str(exc)
+            source_audio = None
+        if source_audio is None:
+            pass  # its rows still land; ingest rejects them as audio_not_found
+        elif source_fs.exists(source_audio):
             with (
                 source_fs.open(source_audio, "rb") as src,
                 data_root.open_atomic(f"{layout.landing_audio_dir(shard_id)}/{recording.audio_path}") as dst,

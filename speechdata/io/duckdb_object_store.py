@@ -21,7 +21,7 @@ from urllib.parse import urlparse
 
 import duckdb
 
-from speechdata.io.storage import DataRoot, _is_local, filesystem_for
+from speechdata.io.storage import DataRoot, _is_local, escape_glob, filesystem_for
 
 S3_PROTOCOLS = ("s3", "s3a")
 
@@ -36,7 +36,8 @@ def enable_data_root_reads(
     queries resolve against it too (``file_search_path``, local roots).
     """
     location = data_root.root if data_root.is_local else data_root.fs.unstrip_protocol(data_root.root)
-    connection.execute("SET VARIABLE speechdata_root = ?", [location])
+    # Escaped: the views glob under it, and a root such as /data/run[1] must match itself.
+    connection.execute("SET VARIABLE speechdata_root = ?", [escape_glob(location)])
     connection.execute(f"SET file_search_path = {_literal(location)}")
     if data_root.is_local:
         return "local"

@@ -112,6 +112,20 @@ def bridge_tar(shard_id: str, number: int) -> str:
     return f"{BRIDGE}/{shard_id}-{number:06d}.tar"
 
 
+def bridge_staging_dir(shard_id: str) -> str:
+    """Where ``bridge_tars`` stages a shard's new tars and index until ``shard_manifest`` commits them."""
+    return f"{SHARDS}/{shard_id}/bridge_staged"
+
+
+def staged_bridge_tar(shard_id: str, number: int) -> str:
+    return f"{SHARDS}/{shard_id}/bridge_staged/{shard_id}-{number:06d}.tar"
+
+
+def staged_bridge_index(shard_id: str) -> str:
+    """Written last by ``bridge_tars``, after its tars read back: its presence means "ready to commit"."""
+    return f"{SHARDS}/{shard_id}/bridge_staged/bridge_index.parquet"
+
+
 def bridge_index(shard_id: str) -> str:
     """Where each packed sample is: ``key``, ``tar_url``, ``offset``, ``size`` (and the tars' sha256)."""
     return f"{SHARDS}/{shard_id}/bridge_index.parquet"

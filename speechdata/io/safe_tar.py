@@ -68,20 +68,46 @@ class TarAudit:
 
 
 def audit_tar(tar: tarfile.TarFile) -> TarAudit:
+    """Audit every member. Two members with one name are ambiguous (``tarfile`` would silently use the
+    last): the name is unsafe as a whole, reason ``tar_member_duplicate``."""
     files: dict[str, tarfile.TarInfo] = {}
     unsafe: dict[str, UnsafeMember] = {}
-    for member in tar.getmembers():
+    members, truncated = _read_members(tar)
+    for member in members:
         if member.isdir() and member_name_problem(member.name) is None:
             continue  # directories carry no audio and are never created
         problem = audit_member(member)
         key = member_key(member.name) if problem is None or problem.reason != "tar_member_unsafe_path" else member.name
+        if problem is None and key in files:
+            problem = UnsafeMember(
+                member.name, "tar_member_duplicate", f"{member.name!r} appears more than once: ambiguous"
+            )
         if problem is None:
             files[key] = member
         else:
             unsafe[key] = problem
+    if truncated is not None:
+        key = member_key(truncated.name)
+        files.pop(key, None)
+        unsafe[key] = UnsafeMember(
+            truncated.name, "tar_member_truncated", f"{truncated.name!r}: the tar ends inside it"
+        )
     for key in unsafe.keys() & files.keys():
         del files[key]
     return TarAudit(files, unsafe)
+
+
+def _read_members(tar: tarfile.TarFile) -> tuple[list[tarfile.TarInfo], tarfile.TarInfo | None]:
+    """Every member header; a tar cut short keeps the members before the cut (and names the cut one)."""
+    members: list[tarfile.TarInfo] = []
+    try:
+        while (member := tar.next()) is not None:
+            members.append(member)
+    except tarfile.ReadError:
+        # ``next`` raises when the previous member's data runs past the end of the file.
+        tar._loaded = True  # what was read is all there is; never re-read the broken tail
+        return members[:-1], members[-1] if members else None
+    return members, None
 
 
 def contained_path(root: str, relative: str) -> str:

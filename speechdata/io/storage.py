@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import posixpath
+import re
 import uuid
 from collections.abc import Iterator
 from typing import IO
@@ -19,6 +20,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 TEMP_PREFIX = "._tmp-"
+
+
+def escape_glob(text: str) -> str:
+    """``text`` matched literally by DuckDB's and fsspec's globs (``[1]`` becomes ``[[]1]``): a data
+    root whose path holds glob characters still finds its own files."""
+    return re.sub(r"([*?\[])", r"[\1]", text)
 
 
 def filesystem_for(root_url: str) -> tuple[fsspec.AbstractFileSystem, str]:
@@ -61,6 +68,11 @@ class DataRoot:
         """A URL a person or another tool can open (``file:///...``, ``s3://...``)."""
         return self.fs.unstrip_protocol(self.path(relative))
 
+    def glob(self, pattern: str) -> list[str]:
+        """Filesystem paths matching ``pattern`` (relative, with wildcards) under the root; the root's
+        own path is matched literally, so a root such as ``/data/run[1]`` still finds its files."""
+        return self.fs.glob(f"{escape_glob(self.root)}/{pattern}")
+
     def exists(self, relative: str) -> bool:
         return self.fs.exists(self.path(relative))
 
@@ -68,22 +80,54 @@ class DataRoot:
         return read_parquet(self.fs, self.path(relative), columns)
 
     def write_parquet(self, relative: str, table: pa.Table, **parquet_options) -> None:
+        remove_orphaned_temps_of(self.fs, self.path(relative))
         write_parquet_atomic(self.fs, self.path(relative), table, **parquet_options)
 
     def write_bytes(self, relative: str, data: bytes) -> None:
         write_bytes_atomic(self.fs, self.path(relative), data)
 
     def parquet_writer(self, relative: str, schema: pa.Schema, **parquet_options):
+        remove_orphaned_temps_of(self.fs, self.path(relative))
         return atomic_parquet_writer(self.fs, self.path(relative), schema, **parquet_options)
+
+    def replace(self, source: str, destination: str) -> None:
+        """Move ``source`` over ``destination`` (both relative): atomic on a local disk."""
+        self.fs.makedirs(posixpath.dirname(self.path(destination)), exist_ok=True)
+        _replace(self.fs, self.path(source), self.path(destination))
 
     def open_atomic(self, relative: str):
         """A binary handle whose content appears at ``relative`` only when the block ends without error."""
         return atomic_open(self.fs, self.path(relative), "wb")
 
 
+MAX_TEMP_NAME_TAIL = 200
+"""Temp names keep at most this much of the final name, so prefix + tail stays under 255 bytes."""
+
+
 def _temp_path_beside(path: str) -> str:
     parent, name = posixpath.split(path)
-    return posixpath.join(parent, f"{TEMP_PREFIX}{uuid.uuid4().hex[:12]}-{name}")
+    return posixpath.join(parent, f"{TEMP_PREFIX}{uuid.uuid4().hex[:12]}-{name[-MAX_TEMP_NAME_TAIL:]}")
+
+
+def remove_orphaned_temps_of(fs: fsspec.AbstractFileSystem, path: str) -> int:
+    """Delete the temps of ``path`` a killed writer left beside it; return how many.
+
+    Called at the start of the next write of the same file: only one writer of a file runs at a time
+    (one step per shard and asset), and readers never open temp names, so nothing else needs them.
+    Only this file's temps (``._tmp-<12 hex>-<its name>``) are touched, never another writer's.
+    """
+    parent, name = posixpath.split(path)
+    if not fs.exists(parent):
+        return 0
+    tail = "-" + name[-MAX_TEMP_NAME_TAIL:]
+    removed = 0
+    for candidate in fs.ls(parent, detail=False):
+        base = posixpath.basename(candidate)
+        if base.startswith(TEMP_PREFIX) and base.endswith(tail) and len(base) == len(TEMP_PREFIX) + 12 + len(tail):
+            with contextlib.suppress(FileNotFoundError):
+                fs.rm(candidate)
+                removed += 1
+    return removed
 
 
 @contextlib.contextmanager

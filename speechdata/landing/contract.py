@@ -16,11 +16,16 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from speechdata.audio.truth import has_words
 from speechdata.io.layout import PARTITION_VALUE_PATTERN
 from speechdata.io.storage import read_parquet_handle
+from speechdata.landing.extras import EXTRA_FIELD, pack_extras
 from speechdata.rejects import Reject
 
 UTT_ID_PATTERN = re.compile(r"^[A-Za-z0-9_-]+$")
+MAX_UTT_ID_LENGTH = 200
+"""An utt id names files (``<utt>.ctm``, ``<utt>.flac``, their ``._tmp-<12 hex>-`` temp names): 200
+characters keep every such name under the 255-byte limit of common filesystems."""
 LANGUAGE_PATTERN = re.compile(r"^[a-z]{2}$")
 
 REQUIRED_COLUMNS: dict[str, pa.DataType] = {
@@ -64,13 +69,17 @@ def _accepts(actual: pa.DataType, expected: pa.DataType) -> bool:
 def read_metadata(handle, file_label: str) -> pa.Table:
     """Read ``metadata.parquet`` and coerce it to the contract's types.
 
-    Raises :class:`ContractError` for an unreadable file, a missing required column or a column of
-    the wrong type. Extra columns are kept as they are (they are carried through to the manifests).
+    Raises :class:`ContractError` for an unreadable file, a repeated column name, a missing required
+    column or a column of the wrong type. Every other column is packed into the ``extra`` JSON field
+    (:mod:`speechdata.landing.extras`), carried through to the manifests.
     """
     try:
         table = read_parquet_handle(handle)
     except Exception as exc:  # pyarrow raises several types for a corrupt footer
         raise ContractError(file_label, None, f"not a readable parquet file ({exc})") from exc
+    repeated = sorted(name for name, count in Counter(table.column_names).items() if count > 1)
+    if repeated:
+        raise ContractError(file_label, repeated[0], "column names must be unique: the name appears more than once")
     for column, expected in REQUIRED_COLUMNS.items():
         if column not in table.column_names:
             raise ContractError(
@@ -85,9 +94,12 @@ def read_metadata(handle, file_label: str) -> pa.Table:
             raise ContractError(file_label, column, f"must be of type {expected}, found {actual}")
         if not actual.equals(expected):
             index = table.column_names.index(column)
-            table = table.set_column(index, column, pc.cast(table[column], expected))
+            # Integers wider than a float64's mantissa (an int64 start_s of 2**62 + 1) would make a safe
+            # cast raise; the value is absurd as seconds anyway and the row checks reject it by name.
+            table = table.set_column(index, column, pc.cast(table[column], expected, safe=False))
     extras = [c for c in table.column_names if c not in CONTRACT_COLUMNS]
-    return table.select([*CONTRACT_COLUMNS, *extras])
+    # Every other column rides in the one namespace field: it can never shadow a pipeline column.
+    return table.select(CONTRACT_COLUMNS).append_column(EXTRA_FIELD, pack_extras(table, extras))
 
 
 def _safe_relative_path(path: str) -> bool:
@@ -113,13 +125,14 @@ def check_rows(table: pa.Table, stage: str) -> RowCheck:
     countries = table["country"].to_pylist()
     starts = table["start_s"].to_pylist()
     ends = table["end_s"].to_pylist()
+    texts = table["text"].to_pylist()
     id_counts = Counter(u for u in utt_ids if u is not None)
 
     valid: list[int] = []
     rejects: list[Reject] = []
     for row, utt_id in enumerate(utt_ids):
         problem = _row_problem(
-            utt_id, id_counts, audio_paths[row], languages[row], countries[row], starts[row], ends[row]
+            utt_id, id_counts, audio_paths[row], languages[row], countries[row], starts[row], ends[row], texts[row]
         )
         if problem is None:
             valid.append(row)
@@ -129,15 +142,19 @@ def check_rows(table: pa.Table, stage: str) -> RowCheck:
     return RowCheck(valid, rejects)
 
 
-def _row_problem(utt_id, id_counts, audio_path, language, country, start_s, end_s):
+def _row_problem(utt_id, id_counts, audio_path, language, country, start_s, end_s, text=None):
     if utt_id is None or utt_id == "":
         return "missing_utt_id", "utt_id is null or empty"
+    if len(utt_id) > MAX_UTT_ID_LENGTH:
+        return "utt_id_too_long", f"utt_id of {len(utt_id)} characters is longer than {MAX_UTT_ID_LENGTH}"
     if "." in utt_id:
         return "utt_id_has_dot", f"utt_id {utt_id!r} contains '.', which WebDataset reads as an extension"
     if not UTT_ID_PATTERN.match(utt_id):
         return "invalid_utt_id", f"utt_id {utt_id!r} must match [A-Za-z0-9_-]+"
     if id_counts[utt_id] > 1:
         return "duplicate_utt_id", f"utt_id {utt_id!r} appears {id_counts[utt_id]} times in the shard"
+    if text is not None and text.strip() and not has_words(text):
+        return "no_words", f"text {text[:80]!r} has no word character (punctuation or symbols only)"
     if audio_path is None or audio_path == "":
         return "missing_audio_path", "audio_path is null or empty"
     if not _safe_relative_path(audio_path):

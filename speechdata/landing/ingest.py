@@ -13,6 +13,7 @@ import pyarrow as pa
 
 from speechdata.audio.codec import AudioCodec, ResamplerName
 from speechdata.audio.container import AUDIO_CONTAINER_SCHEMA, CONTAINER_PARQUET_OPTIONS, AudioContainerWriter
+from speechdata.faults import fault_point
 from speechdata.io import layout
 from speechdata.io.storage import DataRoot
 from speechdata.landing.normalize import STAGE as NORMALIZE_STAGE
@@ -74,6 +75,7 @@ def ingest_normalized_audio(
                 rejects.append(item)
             else:
                 container.add(item)
+                fault_point("ingest")  # a kill here leaves a half-written temp beside audio_24k.parquet
         container.flush()
     data_root.write_parquet(layout.rejects(shard_id, NORMALIZE_STAGE), rejects_table(rejects))
     return StageSummary(

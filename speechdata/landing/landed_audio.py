@@ -15,11 +15,39 @@ from typing import IO
 import soundfile as sf
 
 from speechdata.io import layout
+from speechdata.io.confinement import ConfinementError, confined_path
+from speechdata.io.safe_tar import UnsafeMember, audit_tar
 from speechdata.io.storage import DataRoot, _is_local
 
 
 class AudioNotFound(FileNotFoundError):
     pass
+
+
+class UnsafeAudio(ValueError):
+    """The audio a row names must not be read: it leaves the shard (a symlink out, ``..``) or is an
+    unsafe or ambiguous tar member. ``reason`` is the reject code."""
+
+    def __init__(self, reason: str, detail: str):
+        super().__init__(detail)
+        self.reason = reason
+
+
+def open_landed_tar(handle, tar_path: str) -> tarfile.TarFile:
+    """``tarfile`` on a landed ``audio.tar``, or one ContractError naming the file and the rule.
+
+    A tar cut short keeps its intact members (``tarfile`` stops at the first truncated header past the
+    start; a member whose data is cut fails alone when read, a per-utterance reject)."""
+    from speechdata.landing.contract import ContractError
+
+    magic = handle.read(2)
+    handle.seek(0)
+    if magic == b"\x1f\x8b":
+        raise ContractError(tar_path, None, "audio.tar is gzip-compressed: land an uncompressed tar")
+    try:
+        return tarfile.open(fileobj=handle, mode="r:")
+    except tarfile.TarError as exc:
+        raise ContractError(tar_path, None, f"audio.tar is not a readable uncompressed tar ({exc})") from exc
 
 
 @dataclass(frozen=True)
@@ -36,10 +64,6 @@ class AudioHeader:
         return self.frames / self.sample_rate
 
 
-def _member_key(name: str) -> str:
-    return name[2:] if name.startswith("./") else name
-
-
 class LandedAudio:
     """Read access to one landed shard's audio files by their ``audio_path``.
 
@@ -53,11 +77,18 @@ class LandedAudio:
         self._tar_handle: IO | None = None
         self._tar: tarfile.TarFile | None = None
         self._members: dict[str, tarfile.TarInfo] = {}
+        self._unsafe: dict[str, UnsafeMember] = {}
+        self._local = _is_local(fs)
         if fs.exists(self.tar_path):
             self._tar_handle = fs.open(self.tar_path, "rb")
-            self._tar = tarfile.open(fileobj=self._tar_handle, mode="r:")
-            # Only regular files are audio; links and devices are never followed.
-            self._members = {_member_key(m.name): m for m in self._tar.getmembers() if m.isreg()}
+            try:
+                self._tar = open_landed_tar(self._tar_handle, self.tar_path)
+                # Only regular, uniquely named files are audio; links and devices are never followed.
+                audit = audit_tar(self._tar)
+            except BaseException:
+                self._tar_handle.close()
+                raise
+            self._members, self._unsafe = audit.files, audit.unsafe
 
     @property
     def container(self) -> str:
@@ -79,16 +110,14 @@ class LandedAudio:
     def open(self, audio_path: str) -> Iterator[IO]:
         """A seekable binary handle on the file ``audio_path`` names; AudioNotFound if there is none."""
         if self._tar is not None:
-            member = self._members.get(audio_path)
-            if member is None:
-                raise AudioNotFound(f"{self.tar_path} has no member {audio_path!r}")
+            member = self._member(audio_path)
             handle = self._tar.extractfile(member)
             try:
                 yield handle
             finally:
                 handle.close()
             return
-        path = f"{self.audio_dir}/{audio_path}"
+        path = self._confined(audio_path)
         try:
             handle = self.fs.open(path, "rb")
         except FileNotFoundError as exc:
@@ -100,8 +129,8 @@ class LandedAudio:
     def sound_file(self, audio_path: str) -> Iterator[sf.SoundFile]:
         """An open ``soundfile.SoundFile`` on the file: by OS path when the shard is a local folder
         (libsndfile's own I/O seeks in microseconds), else through a Python file handle."""
-        if self._tar is None and _is_local(self.fs):
-            path = f"{self.audio_dir}/{audio_path}"
+        if self._tar is None and self._local:
+            path = self._confined(audio_path)
             if not self.fs.exists(path):
                 raise AudioNotFound(f"{path} does not exist")
             with sf.SoundFile(path) as sound:
@@ -113,14 +142,27 @@ class LandedAudio:
     def size_bytes(self, audio_path: str) -> int:
         """The file's size as landed (the tar member's size inside a tar)."""
         if self._tar is not None:
-            member = self._members.get(audio_path)
-            if member is None:
-                raise AudioNotFound(f"{self.tar_path} has no member {audio_path!r}")
-            return int(member.size)
+            return int(self._member(audio_path).size)
         try:
-            return int(self.fs.size(f"{self.audio_dir}/{audio_path}"))
+            return int(self.fs.size(self._confined(audio_path)))
         except FileNotFoundError as exc:
             raise AudioNotFound(f"{self.audio_dir}/{audio_path} does not exist") from exc
+
+    def _member(self, audio_path: str) -> tarfile.TarInfo:
+        if audio_path in self._unsafe:
+            problem = self._unsafe[audio_path]
+            raise UnsafeAudio(problem.reason, f"{self.tar_path}: {problem.detail}")
+        member = self._members.get(audio_path)
+        if member is None:
+            raise AudioNotFound(f"{self.tar_path} has no member {audio_path!r}")
+        return member
+
+    def _confined(self, audio_path: str) -> str:
+        """The file's path, resolved through the one storage guard (a symlink out of the shard is refused)."""
+        try:
+            return confined_path(self.audio_dir, audio_path, what="audio_path", local=self._local)
+        except ConfinementError as exc:
+            raise UnsafeAudio("audio_path_escapes_shard", str(exc)) from exc
 
     def header(self, audio_path: str) -> AudioHeader:
         with self.open(audio_path) as handle:

@@ -27,9 +27,10 @@ from speechdata.audio.codec import (
     to_target_mono,
 )
 from speechdata.audio.container import EncodedUtterance
+from speechdata.audio.truth import truncation_reject
 from speechdata.io.storage import DataRoot
 from speechdata.landing.landed_audio import LandedAudio
-from speechdata.rejects import Reject
+from speechdata.rejects import Reject, error_text
 
 STAGE = "normalized_audio"
 FILES_PER_TASK = 16
@@ -71,7 +72,7 @@ def normalize_segments(
                     finished += 1
         except Exception as exc:  # the file would not open (or close): its remaining segments are lost
             for request in group[finished:]:
-                yield Reject(request.utt_id, STAGE, "audio_decode_failed", f"{audio_path}: {exc}")
+                yield Reject(request.utt_id, STAGE, "audio_decode_failed", f"{audio_path}: {error_text(exc)}")
 
 
 def _normalize_one(
@@ -80,9 +81,18 @@ def _normalize_one(
     try:
         samples = read_segment_from(sound, request.start_s, request.end_s)
     except Exception as exc:
-        return Reject(request.utt_id, STAGE, "audio_decode_failed", f"{request.audio_path}: {exc}")
+        return Reject(request.utt_id, STAGE, "audio_decode_failed", f"{request.audio_path}: {error_text(exc)}")
     if samples.shape[0] == 0:
         return Reject(request.utt_id, STAGE, "audio_empty", f"{request.audio_path}: no samples decoded")
+    truncated = truncation_reject(
+        request.utt_id,
+        STAGE,
+        request.audio_path,
+        request.end_s - request.start_s,
+        samples.shape[0] / sound.samplerate,
+    )
+    if truncated is not None:
+        return truncated
     mono = to_target_mono(samples, sound.samplerate, TARGET_SAMPLE_RATE, resampler)
     return EncodedUtterance(
         request.utt_id,

@@ -11,11 +11,12 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
+from speechdata.audio.truth import sample_rate_problem
 from speechdata.io import layout
 from speechdata.io.storage import DataRoot
 from speechdata.landing.contract import ContractError, check_rows, read_metadata
-from speechdata.landing.landed_audio import AudioHeader, AudioNotFound, LandedAudio
-from speechdata.rejects import Reject
+from speechdata.landing.landed_audio import AudioHeader, AudioNotFound, LandedAudio, UnsafeAudio
+from speechdata.rejects import Reject, error_text
 
 STAGE = "raw_shards"
 
@@ -108,10 +109,15 @@ def _probe(audio: LandedAudio, path: str, utt_id: str) -> AudioHeader | Reject:
         header = audio.header(path)
     except AudioNotFound as exc:
         return Reject(utt_id, STAGE, "audio_not_found", str(exc))
+    except UnsafeAudio as exc:
+        return Reject(utt_id, STAGE, exc.reason, str(exc))
     except Exception as exc:  # libsndfile reports every unreadable header as a RuntimeError/LibsndfileError
-        return Reject(utt_id, STAGE, "audio_unreadable", f"{path}: {exc}")
+        return Reject(utt_id, STAGE, "audio_unreadable", f"{path}: {error_text(exc)}")
     if header.frames <= 0 or header.sample_rate <= 0:
         return Reject(utt_id, STAGE, "audio_empty", f"{path}: {header.frames} frames at {header.sample_rate} Hz")
+    rate_problem = sample_rate_problem(header.sample_rate)
+    if rate_problem is not None:
+        return Reject(utt_id, STAGE, rate_problem[0], f"{path}: {rate_problem[1]}")
     return header
 
 

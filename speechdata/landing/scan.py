@@ -12,7 +12,7 @@ from collections.abc import Collection
 from dataclasses import dataclass, field
 
 from speechdata.io import layout
-from speechdata.io.storage import DataRoot
+from speechdata.io.storage import DataRoot, escape_glob
 
 
 @dataclass(frozen=True)
@@ -62,3 +62,42 @@ def scan_landing_zone(data_root: DataRoot, registered: Collection[str], limit: i
         else:
             still_landing.append(name)
     return LandingScan(complete, still_landing, invalid, more_complete=False)
+
+
+def _mtime_s(info: dict) -> float:
+    """A listing entry's modification time in seconds, whatever the filesystem calls it."""
+    for key in ("mtime", "LastModified", "updated", "last_modified"):
+        value = info.get(key)
+        if value is None:
+            continue
+        return value.timestamp() if hasattr(value, "timestamp") else float(value)
+    return 0.0
+
+
+def success_marker_times(data_root: DataRoot) -> dict[str, float]:
+    """Every landed shard's ``_SUCCESS`` modification time (one glob of the landing zone)."""
+    pattern = f"{escape_glob(data_root.root)}/{layout.landing_success_marker('*')}"
+    found = data_root.fs.glob(pattern, detail=True)
+    return {path.rstrip("/").split("/")[-2]: _mtime_s(info) for path, info in found.items()}
+
+
+def landing_fingerprint(data_root: DataRoot, shard_id: str) -> str:
+    """What identifies one landing of a shard: ``_SUCCESS`` and ``metadata.parquet``'s times and sizes."""
+    import hashlib
+
+    parts = []
+    for relative in (layout.landing_success_marker(shard_id), layout.landing_metadata(shard_id)):
+        try:
+            info = data_root.fs.info(data_root.path(relative))
+        except FileNotFoundError:
+            parts.append(f"{relative}:missing")
+            continue
+        parts.append(f"{relative}:{_mtime_s(info):.6f}:{info.get('size')}")
+    return hashlib.sha1("\n".join(parts).encode()).hexdigest()[:12]
+
+
+def relanded_shards(success_times: dict[str, float], registered: Collection[str], after_s: float | None) -> list[str]:
+    """Registered shards whose ``_SUCCESS`` is newer than ``after_s``: landed again since the last tick."""
+    if after_s is None:
+        return []
+    return sorted(s for s in registered if success_times.get(s, 0.0) > after_s)

@@ -17,7 +17,7 @@ import pyarrow as pa
 
 from speechdata.io import layout
 from speechdata.io.duckdb_object_store import duckdb_location, enable_data_root_reads
-from speechdata.io.storage import DataRoot
+from speechdata.io.storage import DataRoot, escape_glob
 from speechdata.vad.chunks import DEFAULT_CHUNK_S, DEFAULT_NUM_CHUNKS, usable_chunk_seconds
 
 LANGUAGE_INDEX_SCHEMA = pa.schema(
@@ -41,9 +41,9 @@ def build_language_shard_index(
     data_root: DataRoot, language: str, *, chunk_s: float = DEFAULT_CHUNK_S, num_chunks: int = DEFAULT_NUM_CHUNKS
 ) -> pa.Table:
     """One row per shard with files in ``language``, from every shard's VAD table (sorted by shard)."""
-    if not data_root.fs.glob(data_root.path(_VAD_GLOB)):
+    if not data_root.glob(_VAD_GLOB):
         return LANGUAGE_INDEX_SCHEMA.empty_table()
-    source = f"{duckdb_location(data_root.url)}/{_VAD_GLOB}"
+    source = f"{escape_glob(duckdb_location(data_root.url))}/{_VAD_GLOB}"
     with duckdb.connect() as connection:
         enable_data_root_reads(connection, data_root)
         rows = connection.execute(

@@ -36,7 +36,7 @@ SHARDS = ("e1", "e2")
 @pytest.fixture(scope="module")
 def moved_root(tmp_path_factory, model_cache_dir):
     """A finished root (two shards, catalog refreshed) copied elsewhere, the original deleted."""
-    from dagster_project.catalog import refresh
+    from speechdata.catalog.cli import refresh
 
     base = tmp_path_factory.mktemp("relocation")
     original = DataRoot(str(base / "original"))
@@ -61,7 +61,7 @@ def published(moved_root):
 
 
 def test_bridge_json_carries_the_word_alignment_and_the_catalog_words_view_matches(moved_root, published):
-    from dagster_project.catalog import open_catalog
+    from speechdata.catalog.cli import open_catalog
 
     for (shard, key), (_, sample) in published.items():
         words = sample["json"]["words"]
@@ -395,7 +395,7 @@ def test_cli_exports_with_progress_and_explains_errors(moved_root, published, tm
 def test_a_root_copied_to_a_bucket_reads_and_exports_the_same(moved_root, published, s3_endpoint, tmp_path):
     import s3fs
 
-    from dagster_project.catalog import open_catalog
+    from speechdata.catalog.cli import open_catalog
 
     fs = s3fs.S3FileSystem(client_kwargs={"endpoint_url": s3_endpoint})
     fs.mkdir("second-bucket")

@@ -1,6 +1,7 @@
 """bridge_tars, shard_manifest and manifest_catalog on a sample shard, read back with real readers."""
 
 import hashlib
+import json
 
 import dagster as dg
 import duckdb
@@ -101,16 +102,16 @@ def test_every_landed_utterance_is_packed_or_rejected(packed):
         rejected |= set(data_root.read_parquet(path[len(data_root.root) + 1 :])["utt_id"].to_pylist())
     assert set(landed["s1"]["utt_id"].to_pylist()) == manifest_keys | rejected
     assert not manifest_keys & rejected
-    extras = data_root.read_parquet(manifest_path("s1")).column_names
-    assert "speaker" in extras and "quality_score" in extras  # carried through
+    extras = json.loads(data_root.read_parquet(manifest_path("s1"))["extra"][0].as_py())
+    assert "speaker" in extras and "quality_score" in extras  # carried through, in the namespace
 
 
 def test_rematerialization_is_byte_identical(packed):
     data_root, resources, instance, _ = packed
     before = {u: hashlib.sha256(data_root.fs.cat_file(u)).hexdigest() for u in tar_urls(data_root, "s1")}
-    from assets.packaging import bridge_tars
+    from assets.packaging import bridge_tars, shard_manifest
 
-    result = dg.materialize([bridge_tars], partition_key="s1", instance=instance, resources=resources)
+    result = dg.materialize([bridge_tars, shard_manifest], partition_key="s1", instance=instance, resources=resources)
     assert result.success
     after = {u: hashlib.sha256(data_root.fs.cat_file(u)).hexdigest() for u in tar_urls(data_root, "s1")}
     assert before == after
@@ -120,16 +121,18 @@ def test_rematerialization_is_byte_identical(packed):
 
 def test_small_tar_budget_rolls_over_and_drops_stale_tars(packed):
     data_root, resources, instance, _ = packed
-    from assets.packaging import bridge_tars
+    from assets.packaging import bridge_tars, shard_manifest
 
     n_samples = data_root.read_parquet(layout.bridge_index("s2")).num_rows
     config = {"ops": {"bridge_tars": {"config": {"max_samples": 2}}}}
     assert dg.materialize(
-        [bridge_tars], partition_key="s2", instance=instance, resources=resources, run_config=config
+        [bridge_tars, shard_manifest], partition_key="s2", instance=instance, resources=resources, run_config=config
     ).success
     assert len(tar_urls(data_root, "s2")) == -(-n_samples // 2)
     assert len(list(bridge_dataset(tar_urls(data_root, "s2")))) == n_samples
-    assert dg.materialize([bridge_tars], partition_key="s2", instance=instance, resources=resources).success
+    assert dg.materialize(
+        [bridge_tars, shard_manifest], partition_key="s2", instance=instance, resources=resources
+    ).success
     assert len(tar_urls(data_root, "s2")) == 1
 
 

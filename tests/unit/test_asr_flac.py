@@ -5,6 +5,7 @@ import os
 import tarfile
 
 import polars as pl
+import pyarrow as pa
 import pytest
 import soundfile as sf
 
@@ -14,6 +15,7 @@ from speechdata.asr.stage import build_and_write_asr_manifests
 from speechdata.importers.seed003 import build_seed003_sample, import_seed003_shard, seed003_to_landing
 from speechdata.io import layout
 from speechdata.io.safe_tar import audit_tar, contained_path, member_name_problem
+from speechdata.landing.extras import unpack_extras
 from speechdata.landing.ingest import ingest_raw_shard
 
 
@@ -143,7 +145,9 @@ def test_manifest_build_on_a_sample_shard(imported_shard):
     build = summary.build
     assert summary.shards == 1 and summary.input_rows == 12
     assert build.train.height + build.validation.height + build.removed.height == 12
-    quality = pl.from_arrow(data_root.read_parquet(layout.utterance_index("asr-0001"), ["tx_quality_score"]))
+    # The seed's own columns ride in the index's ``extra`` namespace.
+    index = data_root.read_parquet(layout.utterance_index("asr-0001"))
+    quality = pl.from_arrow(unpack_extras(index, [pa.field("tx_quality_score", pa.float64())]))
     assert build.removed_by_reason["quality_below_minimum"] == quality["tx_quality_score"].lt(0.5).sum()
     every = pl.concat([build.train, build.validation])
     assert every.filter(pl.col("recording_id") == "rec001")["lang"].unique().to_list() in ([], ["mr"])

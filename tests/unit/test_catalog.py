@@ -37,6 +37,7 @@ def write_manifest(data_root, shard, rows, extra=None):
         "text": [r[5] for r in rows],
         "alignment_score": [r[4] for r in rows],
         "zero_duration_token_share": [0.0] * len(rows),
+        "extra": ["{}"] * len(rows),
     }
     schema = MANIFEST_COLUMNS
     for name, (dtype, values) in extra.items():
@@ -129,11 +130,12 @@ def test_rejects_view_takes_the_shard_from_the_path(populated, connection):
     assert by_reason[0] == {"stage": "alignment", "reason": "no_model", "rejects": 2, "utterances": 2, "shards": 1}
 
 
-def test_summary_tables_are_a_snapshot_until_the_next_refresh(populated, connection):
+def test_summaries_never_lag_what_they_summarize(populated, connection):
     refresh_catalog(connection, populated.url)
     write_manifest(populated, "shard-c", [("w1", "fr", "fr", 36.0, -1.0, "bonjour")])
 
-    assert scalar(connection, "SELECT count(*) FROM hours_by_shard") == 2
+    # Views over the live files: a committed manifest is summarized at once, no refresh needed.
+    assert scalar(connection, "SELECT count(*) FROM hours_by_shard") == 3
     summary = refresh_catalog(connection, populated.url)
     assert summary.shards == 3 and "fr" in summary.languages
     assert scalar(connection, "SELECT samples FROM hours_by_language WHERE language = 'fr'") == 1
@@ -169,11 +171,52 @@ def test_empty_root_gives_empty_views_with_the_manifest_columns(data_root, conne
     assert select_samples(connection, languages=["en"]).num_rows == 0
 
 
+def land_ids(data_root, shard, utt_ids):
+    table = pa.table({"utt_id": utt_ids, "audio_path": [f"{u}.wav" for u in utt_ids]})
+    data_root.write_parquet(layout.landing_metadata(shard), table)
+
+
 def test_a_shard_with_only_rejects_is_accounted_for(data_root, connection):
-    write_rejects(data_root, "shard-z", "alignment", ["a", "b", "c"])
+    land_ids(data_root, "shard-z", ["a", "b", "c"])
+    write_manifest(data_root, "shard-z", [])
+    write_rejects(data_root, "shard-z", "alignments", ["a", "b", "c"])
     refresh_catalog(connection, data_root.url)
-    row = run_query(connection, NAMED_QUERIES["shard_accounting"]).to_pylist()[0]
-    assert row["shard"] == "shard-z" and row["samples"] == 0 and row["accounted_for"] == 3
+    rows = {r["product"]: r for r in run_query(connection, NAMED_QUERIES["shard_accounting"]).to_pylist()}
+    bridge = rows["bridge"]
+    assert bridge["shard"] == "shard-z" and bridge["produced"] == 0 and bridge["accounted_for"] == 3
+    assert bridge["balanced"] is True
+    assert rows["asr"]["produced"] is None and rows["asr"]["balanced"] is False  # not built
+
+
+def test_accounting_is_per_product_and_lists_every_landed_shard(data_root, connection):
+    ids = ["shard-a_u1", "shard-a_u2", "shard-a_u3"]
+    land_ids(data_root, "shard-a", [*ids, "shard-a_u8", "shard-a_u9"])
+    land_ids(data_root, "shard-q", ["q1"])  # landed, nothing built yet: listed, not balanced
+    write_manifest(data_root, "shard-a", SHARD_A)
+    write_rejects(data_root, "shard-a", "alignments", ["shard-a_u8", "shard-a_u9"])
+    # The translation stage's rejects belong to translation only: they never unbalance the bridge.
+    write_rejects(data_root, "shard-a", "streaming_segments", ids, reason="no_segmentation")
+    refresh_catalog(connection, data_root.url)
+    rows = run_query(connection, NAMED_QUERIES["shard_accounting"]).to_pylist()
+    assert {r["shard"] for r in rows} == {"shard-a", "shard-q"}
+    bridge = next(r for r in rows if (r["shard"], r["product"]) == ("shard-a", "bridge"))
+    assert (bridge["landed"], bridge["produced"], bridge["rejected"], bridge["balanced"]) == (5, 3, 2, True)
+    translation = next(r for r in rows if (r["shard"], r["product"]) == ("shard-a", "translation"))
+    assert translation["rejected"] == 5 and translation["produced"] is None
+
+
+def test_a_data_root_with_glob_characters_reads_its_own_files(tmp_path):
+    from speechdata.io.storage import DataRoot
+
+    root = DataRoot(str(tmp_path / "run[1]" / "data"))
+    write_manifest(root, "shard-a", SHARD_A)
+    land_ids(root, "shard-a", ["shard-a_u1", "shard-a_u2", "shard-a_u3"])
+    root.fs.makedirs(root.root, exist_ok=True)
+    with duckdb.connect(root.path(CATALOG_FILE)) as con:
+        summary = refresh_catalog(con, root.url)
+        assert (summary.shards, summary.samples) == (1, 3)
+        [(balanced,)] = con.execute("SELECT balanced FROM product_accounting WHERE product = 'bridge'").fetchall()
+        assert balanced is True
 
 
 def test_a_failed_refresh_keeps_the_previous_catalog(populated, connection):
@@ -182,8 +225,9 @@ def test_a_failed_refresh_keeps_the_previous_catalog(populated, connection):
     populated.write_bytes(manifest_path("shard-bad"), b"not parquet")
     with pytest.raises(duckdb.Error):
         refresh_catalog(connection, populated.url)
-    assert scalar(connection, "SELECT sum(samples) FROM hours_by_shard") == 5
     assert scalar(connection, "SELECT manifest_files FROM catalog_info") == 2
+    populated.fs.rm(populated.path(manifest_path("shard-bad")))
+    assert scalar(connection, "SELECT sum(samples) FROM hours_by_shard") == 5
 
 
 def test_select_samples_filters(populated, connection):
@@ -210,7 +254,8 @@ def test_a_hostile_value_is_only_ever_a_value(populated, connection):
     assert select_samples(connection, where={"country": HOSTILE, "text": [HOSTILE]}).num_rows == 0
     assert scalar(connection, "SELECT count(*) FROM samples") == 5
     for table in SUMMARY_TABLES:
-        assert scalar(connection, "SELECT count(*) FROM duckdb_tables() WHERE table_name = ?", [table]) == 1
+        names = "SELECT table_name AS name FROM duckdb_tables() UNION ALL SELECT view_name FROM duckdb_views()"
+        assert scalar(connection, f"SELECT count(*) FROM ({names}) WHERE name = ?", [table]) == 1
 
 
 @pytest.mark.parametrize("column", ["no_such_column", "language = 'en' OR 1=1 --", 'language"; DROP TABLE samples; --'])
@@ -290,3 +335,30 @@ def test_cli_reports_bad_sql_and_a_missing_catalog_with_status_2(populated):
     dropped = run_cli("DROP TABLE hours_by_language", data_root=populated)
     assert dropped.returncode == 2 and "read-only" in dropped.stderr.lower()
     assert run_cli("--named", "hours_per_country", data_root=populated).returncode == 0
+
+
+def test_cli_cannot_write_or_read_files_outside_the_catalog(populated, tmp_path):
+    assert run_cli("--refresh", data_root=populated).returncode == 0
+    target = tmp_path / "stolen.csv"
+    copied = run_cli(f"COPY (SELECT * FROM samples) TO '{target}'", data_root=populated)
+    assert copied.returncode == 2 and not target.exists()
+    assert "read-only catalog: only queries (SELECT, EXPLAIN) run here, refused a COPY statement" in copied.stderr
+    inside = run_cli(f"COPY (SELECT 1) TO '{populated.root}/manifests/evil.csv'", data_root=populated)
+    assert inside.returncode == 2 and not populated.exists("manifests/evil.csv")
+    read = run_cli("SELECT * FROM read_text('/etc/hostname')", data_root=populated)
+    assert read.returncode == 2
+    assert 'Cannot access file "/etc/hostname" - file system operations are disabled' in read.stderr
+    unlock = run_cli("SELECT current_setting('enable_external_access')", data_root=populated)
+    assert unlock.returncode == 0 and "False" in unlock.stdout
+    assert run_cli("--named", "shard_accounting", data_root=populated).returncode == 0
+
+
+def test_cli_works_on_a_data_root_with_glob_characters(tmp_path):
+    from speechdata.io.storage import DataRoot
+
+    root = DataRoot(str(tmp_path / "run[1]"))
+    write_manifest(root, "shard-a", SHARD_A)
+    refreshed = run_cli("--refresh", data_root=root)
+    assert refreshed.returncode == 0 and "1 shards, 3 samples" in refreshed.stdout
+    counted = run_cli("SELECT count(*) AS n FROM samples", data_root=root)
+    assert counted.returncode == 0 and counted.stdout.splitlines()[2].strip() == "3"

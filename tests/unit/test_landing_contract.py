@@ -1,5 +1,7 @@
 """raw_shards' contract: shard-level errors name file, column and rule; bad rows become rejects."""
 
+import json
+
 import pyarrow as pa
 import pytest
 
@@ -81,7 +83,8 @@ def test_optional_columns_may_be_absent_and_extras_are_carried(data_root):
     land_shard(data_root, "s1", [], {"a.wav": wav()}, table=table)
     index = validate_landed_shard(data_root, "s1").index
     assert index["text"].to_pylist() == [None]
-    assert index["speaker"].to_pylist() == ["spk1"]
+    assert [json.loads(e) for e in index["extra"].to_pylist()] == [{"speaker": "spk1"}]
+    assert "speaker" not in index.column_names
 
 
 def test_bad_rows_are_rejected_and_good_rows_of_the_same_shard_survive(data_root):

@@ -58,3 +58,32 @@ def test_atomic_open_refuses_read_modes(data_root):
     with pytest.raises(ValueError):
         with atomic_open(data_root.fs, data_root.path("r"), "rb"):
             pass
+
+
+def test_a_killed_writers_temp_is_never_read_and_goes_at_the_next_write(data_root):
+    import pyarrow as pa
+
+    from speechdata.io import layout
+    from speechdata.io.storage import TEMP_PREFIX
+    from speechdata.ledgers import product_ledger
+    from speechdata.rejects import Reject, rejects_table
+
+    data_root.write_parquet(layout.landing_metadata("s"), pa.table({"utt_id": ["a"], "audio_path": ["a.wav"]}))
+    orphan = f"{layout.rejects_dir('s')}/{TEMP_PREFIX}0123456789ab-raw_shards.parquet"
+    other = f"{layout.rejects_dir('s')}/{TEMP_PREFIX}0123456789ab-alignments.parquet"
+    data_root.write_bytes(orphan, b"")  # what kill -9 leaves: a 0-byte temp
+    data_root.write_bytes(other, b"")
+    table = rejects_table([Reject("a", "raw_shards", "audio_not_found", "x")])
+    data_root.write_parquet(layout.rejects("s", "raw_shards"), table)
+    assert not data_root.exists(orphan)  # this file's own orphan is gone
+    assert data_root.exists(other)  # another writer's temp is never touched
+    assert product_ledger(data_root, "s", "bridge", set()).balanced
+
+
+def test_temp_names_of_long_file_names_stay_under_255_bytes(data_root):
+    from speechdata.landing.contract import MAX_UTT_ID_LENGTH
+
+    name = "x" * MAX_UTT_ID_LENGTH + ".flac"
+    data_root.write_bytes(f"d/{name}", b"ok")
+    assert data_root.fs.cat_file(data_root.path(f"d/{name}")) == b"ok"
+    data_root.write_bytes(f"d/{'y' * 250}", b"ok")  # longer than any id allows: the temp name still fits

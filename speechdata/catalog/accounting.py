@@ -1,0 +1,130 @@
+"""The catalog's per-product accounting: the same ledgers as :mod:`speechdata.ledgers`, in SQL.
+
+``product_accounting`` is a view with one row per (landed shard, product line): ``landed``,
+``produced`` (NULL when the product has not been built for the shard), ``rejected`` (distinct
+utterances rejected by the stages the product depends on, :data:`speechdata.ledgers.PRODUCT_STAGES`)
+and ``balanced``. Being a view it never lags what it summarizes. Every glob here is built from an
+escaped root, so a data root whose path holds glob characters (``[1]``) reads its own files.
+"""
+
+from __future__ import annotations
+
+from speechdata.bridge.manifest import manifest_path
+from speechdata.catalog.root_paths import under_root
+from speechdata.io import layout
+from speechdata.io.storage import DataRoot, escape_glob
+from speechdata.ledgers import PRODUCT_STAGES
+
+_SOURCES: dict[str, tuple[str, str]] = {
+    # product: (glob relative to the root, SELECT list giving shard, utt_id from a row)
+    "landed": (layout.landing_metadata("*"), "utt_id"),
+    "asr": (layout.asr_flac_index("*"), "utt_id"),
+    "vad": (layout.vad_segments("*"), "unnest(utt_ids)"),
+    "translation": (layout.streaming_segments("*"), "utt_id"),
+    "hf": (layout.utterance_index("*"), "utt_id"),
+}
+_SHARD_FROM_PATH = {
+    "landed": r"/landing/([^/]+)/metadata\.parquet$",
+    "asr": r"/shards/([^/]+)/asr_flac\.parquet$",
+    "vad": r"/shards/([^/]+)/vad_segments\.parquet$",
+    "translation": r"/segments/shard=([^/]+)/segments\.parquet$",
+    "hf": r"/shards/([^/]+)/utterances\.parquet$",
+}
+
+
+def _literal(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
+
+
+def _ids_select(root: DataRoot, location: str, name: str) -> str:
+    pattern, column = _SOURCES[name]
+    if not root.fs.glob(escape_glob(root.root) + "/" + pattern):
+        return "SELECT CAST(NULL AS VARCHAR) AS shard, CAST(NULL AS VARCHAR) AS utt_id WHERE false"
+    return (
+        f"SELECT regexp_extract(filename, {_literal(_SHARD_FROM_PATH[name])}, 1) AS shard, {column} AS utt_id "
+        f"FROM read_parquet({under_root(pattern, location)}, union_by_name = true, "
+        "hive_partitioning = false, filename = true)"
+    )
+
+
+def _built_select(location: str) -> str:
+    """(product, shard) for every product output file that exists, empty ones included."""
+    files = {"bridge": (manifest_path("*"), r"/manifests/shard=([^/]+)/part-0\.parquet$")}
+    files |= {p: (_SOURCES[p][0], _SHARD_FROM_PATH[p]) for p in ("asr", "vad", "translation", "hf")}
+    return " UNION ALL ".join(
+        f"SELECT {_literal(p)} AS product, regexp_extract(file, {_literal(regex)}, 1) AS shard "
+        f"FROM glob({under_root(pattern, location)})"
+        for p, (pattern, regex) in files.items()
+    )
+
+
+def product_accounting_sql(root: DataRoot, location: str) -> str:
+    """The ``product_accounting`` view's SELECT over the root (``location``: its escaped name, :func:`~speechdata.catalog.root_paths.glob_root`)."""
+    stages = ", ".join(f"({_literal(p)}, {_literal(s)})" for p, ss in PRODUCT_STAGES.items() for s in ss)
+    produced = " UNION ALL ".join(
+        [
+            "SELECT 'bridge' AS product, shard, key AS utt_id FROM samples",
+            *(
+                f"SELECT {_literal(p)} AS product, shard, utt_id FROM ({_ids_select(root, location, p)})"
+                for p in ("asr", "vad", "translation", "hf")
+            ),
+        ]
+    )
+    return f"""
+        WITH landed_rows AS ({_ids_select(root, location, "landed")}),
+        landed AS (
+            SELECT shard, count(DISTINCT utt_id) + count(*) FILTER (WHERE utt_id IS NULL) AS landed,
+                   count(*) FILTER (WHERE utt_id IS NULL) AS null_ids
+            FROM landed_rows GROUP BY shard
+        ),
+        stages(product, stage) AS (VALUES {stages}),
+        built AS ({_built_select(location)}),
+        produced_rows AS ({produced}),
+        produced_counts AS (
+            SELECT product, shard, count(DISTINCT utt_id) AS n FROM produced_rows GROUP BY product, shard
+        ),
+        rejected_counts AS (
+            SELECT stages.product, rejects.shard,
+                   count(DISTINCT rejects.utt_id) AS ids,
+                   count(*) FILTER (WHERE rejects.utt_id IS NULL) AS nulls
+            FROM rejects JOIN stages ON rejects.stage = stages.stage
+            GROUP BY stages.product, rejects.shard
+        ),
+        rows AS (
+            SELECT landed.shard, products.product, landed.landed,
+                   CASE WHEN built.shard IS NULL THEN NULL ELSE coalesce(produced_counts.n, 0) END AS produced,
+                   coalesce(rejected_counts.ids, 0) + least(coalesce(rejected_counts.nulls, 0), landed.null_ids)
+                       AS rejected
+            FROM landed CROSS JOIN (SELECT DISTINCT product FROM stages) AS products
+            LEFT JOIN (SELECT DISTINCT product, shard FROM built) AS built
+                ON built.product = products.product AND built.shard = landed.shard
+            LEFT JOIN produced_counts
+                ON produced_counts.product = products.product AND produced_counts.shard = landed.shard
+            LEFT JOIN rejected_counts
+                ON rejected_counts.product = products.product AND rejected_counts.shard = landed.shard
+        )
+        SELECT shard, product, landed, produced, rejected,
+               produced IS NOT NULL AND landed = produced + rejected AS balanced
+        FROM rows ORDER BY shard, product
+    """
+
+
+def product_rejects_sql() -> str:
+    """The ``product_rejects`` view: each (shard, product, utterance) rejected by one of the product's
+    stages once, under the reason of the earliest such stage (as :func:`speechdata.ledgers.product_ledger`)."""
+    stages = ", ".join(
+        f"({_literal(p)}, {_literal(s)}, {order})" for p, ss in PRODUCT_STAGES.items() for order, s in enumerate(ss)
+    )
+    return f"""
+        WITH stages(product, stage, stage_order) AS (VALUES {stages})
+        SELECT rejects.shard, stages.product, rejects.utt_id,
+               arg_min(rejects.reason, stages.stage_order) AS reason
+        FROM rejects JOIN stages ON rejects.stage = stages.stage
+        WHERE rejects.utt_id IS NOT NULL
+        GROUP BY rejects.shard, stages.product, rejects.utt_id
+    """
+
+
+REJECTS_BY_PRODUCT = """
+    SELECT product, reason, count(*) AS utterances, count(DISTINCT shard) AS shards
+    FROM product_rejects GROUP BY product, reason ORDER BY product, utterances DESC, reason"""

@@ -1,0 +1,149 @@
+"""One ledger per product line: landed = that product's outputs + distinct rejects of its stages.
+
+Each stage writes ``shards/<shard>/rejects/<stage>.parquet``. A product counts only the ledgers of
+the stages it depends on (:data:`PRODUCT_STAGES`, the one place the dependency map lives), so
+materializing any selection of a shard's assets (the translation group without its LLM
+segmentation, say) never makes another product's accounting fail. Ledgers are opened by their
+stage's name, never by a glob: a temp file left by a killed writer (``._tmp-...``) is never read.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+import pyarrow.compute as pc
+
+from speechdata.bridge.manifest import manifest_path
+from speechdata.io import layout
+from speechdata.io.storage import DataRoot
+
+PRODUCT_STAGES: dict[str, tuple[str, ...]] = {
+    "bridge": ("raw_shards", "normalized_audio", "alignments", "frame_grids", "qwen_hidden_states", "wavlm_features"),
+    "asr": ("raw_shards", "asr_flac"),
+    "vad": ("raw_shards", "vad_segments"),
+    "translation": ("raw_shards", "normalized_audio", "alignments", "streaming_segments"),
+    "hf": ("raw_shards",),
+}
+"""Product line -> the stages (in pipeline order) whose rejects it owns. The HF product's own
+filters (splits, removed segments) live in its per-country state, not in shard ledgers."""
+
+PRODUCT_OUTPUTS: dict[str, str] = {
+    "bridge": "manifests/shard=<shard>/part-0.parquet (key)",
+    "asr": "shards/<shard>/asr_flac.parquet (utt_id)",
+    "vad": "shards/<shard>/vad_segments.parquet (utt_ids)",
+    "translation": "translation/segments/shard=<shard>/segments.parquet (distinct utt_id)",
+    "hf": "shards/<shard>/utterances.parquet (utt_id)",
+}
+"""Where each product's per-shard outputs are counted (one utterance id per produced utterance)."""
+
+
+@dataclass(frozen=True)
+class Ledger:
+    """One product's accounting for one shard."""
+
+    product: str
+    landed: int
+    produced: int
+    rejected: int
+    unaccounted: list[str]
+    produced_and_rejected: list[str]
+    rejects_by_reason: dict[str, int] = field(default_factory=dict)
+    """Each rejected utterance once, under the reason of the earliest stage that rejected it."""
+
+    @property
+    def balanced(self) -> bool:
+        return not self.unaccounted and not self.produced_and_rejected and self.landed == self.produced + self.rejected
+
+
+def landed_utterances(data_root: DataRoot, shard_id: str) -> tuple[set[str], int]:
+    """The landed metadata's distinct utt ids and its count of null ids."""
+    column = data_root.read_parquet(layout.landing_metadata(shard_id), columns=["utt_id"])["utt_id"]
+    return set(pc.drop_null(column).to_pylist()), column.null_count
+
+
+def product_ledger(data_root: DataRoot, shard_id: str, product: str, produced: set[str]) -> Ledger:
+    """Balance ``produced`` (the product's utterance ids for the shard) against landed and rejected."""
+    stages = PRODUCT_STAGES[product]
+    landed_ids, landed_nulls = landed_utterances(data_root, shard_id)
+    reason_of: dict[str, str] = {}
+    null_reasons: Counter[str] = Counter()
+    for stage in stages:
+        relative = layout.rejects(shard_id, stage)
+        if not data_root.exists(relative):
+            continue
+        table = data_root.read_parquet(relative, columns=["utt_id", "reason"])
+        for utt_id, reason in zip(table["utt_id"].to_pylist(), table["reason"].to_pylist()):
+            if utt_id is None:
+                null_reasons[reason] += 1  # a row without an id stands for itself
+            else:
+                reason_of.setdefault(utt_id, reason)
+    by_reason = Counter(reason_of.values()) + null_reasons
+    rejected = set(reason_of)
+    # Duplicated landed ids are rejected once per row but are one distinct id here; a row without an
+    # id is rejected once per row, so null rows balance against null rejects.
+    return Ledger(
+        product=product,
+        landed=len(landed_ids) + landed_nulls,
+        produced=len(produced),
+        rejected=len(rejected & landed_ids) + min(sum(null_reasons.values()), landed_nulls),
+        unaccounted=sorted(landed_ids - produced - rejected),
+        produced_and_rejected=sorted(produced & rejected),
+        rejects_by_reason=dict(sorted(by_reason.items())),
+    )
+
+
+def produced_utterances(data_root: DataRoot, shard_id: str, product: str) -> set[str] | None:
+    """The product's committed utterance ids for the shard, or None when it has not been built."""
+    if product == "bridge":
+        relative, column = manifest_path(shard_id), "key"
+    elif product == "asr":
+        relative, column = layout.asr_flac_index(shard_id), "utt_id"
+    elif product == "vad":
+        relative, column = layout.vad_segments(shard_id), "utt_ids"
+    elif product == "translation":
+        relative, column = layout.streaming_segments(shard_id), "utt_id"
+    elif product == "hf":
+        relative, column = layout.utterance_index(shard_id), "utt_id"
+    else:
+        raise KeyError(f"unknown product {product!r}: one of {', '.join(PRODUCT_STAGES)}")
+    if not data_root.exists(relative):
+        return None
+    values = data_root.read_parquet(relative, columns=[column])[column].to_pylist()
+    if column == "utt_ids":
+        return {u for ids in values for u in (ids or [])}
+    return set(values)
+
+
+def shard_ledgers(data_root: DataRoot, shard_id: str) -> dict[str, Ledger]:
+    """Every product's ledger for the shard, for the products it has outputs of."""
+    ledgers = {}
+    for product in PRODUCT_STAGES:
+        produced = produced_utterances(data_root, shard_id, product)
+        if produced is not None:
+            ledgers[product] = product_ledger(data_root, shard_id, product, produced)
+    return ledgers
+
+
+def ledger_markdown(ledgers: dict[str, Ledger]) -> str:
+    """A markdown table: one row per product and reason, then one row per product's totals."""
+    lines = ["| product | landed | produced | rejected | balanced | rejects by reason |", "|---|---|---|---|---|---|"]
+    for product, ledger in ledgers.items():
+        reasons = ", ".join(f"{reason}: {count}" for reason, count in ledger.rejects_by_reason.items()) or "-"
+        lines.append(
+            f"| {product} | {ledger.landed} | {ledger.produced} | {ledger.rejected} | "
+            f"{'yes' if ledger.balanced else 'NO'} | {reasons} |"
+        )
+    return "\n".join(lines)
+
+
+def ledger_numbers(ledgers: dict[str, Ledger]) -> dict[str, int]:
+    """Flat numeric metadata that plots across partitions: ``rejects/<product>/<reason>`` and totals."""
+    numbers: dict[str, int] = {}
+    for product, ledger in ledgers.items():
+        numbers[f"ledger/{product}/landed"] = ledger.landed
+        numbers[f"ledger/{product}/produced"] = ledger.produced
+        numbers[f"ledger/{product}/rejected"] = ledger.rejected
+        for reason, count in ledger.rejects_by_reason.items():
+            numbers[f"rejects/{product}/{reason}"] = count
+    return numbers

@@ -1,0 +1,73 @@
+"""kill -9 at any point, then a re-run, gives exactly the clean result (byte for byte)."""
+
+import hashlib
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from speechdata.faults import KILL_AT_ENV
+from speechdata.io.storage import TEMP_PREFIX, DataRoot
+from speechdata.testing.shards import build_sample_shard
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+SHARD = "crashy"
+
+
+def materialize(root: Path, model_cache_dir: str, kill_at: str | None = None) -> subprocess.CompletedProcess:
+    env = {**os.environ, "SPEECHDATA_PROFILE": "tiny"}
+    env.pop(KILL_AT_ENV, None)
+    if kill_at:
+        env[KILL_AT_ENV] = kill_at
+    return subprocess.run(
+        [sys.executable, "-m", "tests.integration.materialize_shard", str(root), SHARD, model_cache_dir],
+        cwd=REPO_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+
+
+def outputs(root: Path) -> dict[str, str]:
+    """sha256 of every file the pipeline wrote (everything but the landing zone)."""
+    found = {}
+    for path in sorted(root.rglob("*")):
+        relative = path.relative_to(root).as_posix()
+        if path.is_file() and not relative.startswith("landing/"):
+            found[relative] = hashlib.sha256(path.read_bytes()).hexdigest()
+    return found
+
+
+@pytest.mark.timeout(2400)  # five subprocess materializations, each importing torch and NeMo
+def test_sigkill_during_ingest_features_and_packing_then_rerun_is_byte_identical(tmp_path, model_cache_dir):
+    # One root for both runs: stored URLs name the root, so the clean result is taken there first.
+    root = tmp_path / "data"
+    build_sample_shard(DataRoot(str(root)), SHARD, 2, seed=21, long_recordings=1, with_faults=True)
+    done = materialize(root, model_cache_dir)
+    assert done.returncode == 0, done.stderr[-3000:]
+    clean = outputs(root)
+    for entry in root.iterdir():
+        if entry.name != "landing":
+            shutil.rmtree(entry)
+
+    # Each run is killed at the next point, on top of what the previous kills left behind.
+    left_behind = {
+        "ingest": "shards/crashy/._tmp-*-audio_24k.parquet",  # a half-written temp
+        "features": "shards/crashy/._tmp-*-qwen_hidden_states.parquet",
+        "packing": "shards/crashy/bridge_staged/crashy-000000.tar",  # staged, never marked ready
+    }
+    for point, pattern in left_behind.items():
+        killed = materialize(root, model_cache_dir, kill_at=point)
+        assert killed.returncode == -signal.SIGKILL, (point, killed.returncode, killed.stderr[-3000:])
+        assert list(root.glob(pattern)), (point, sorted(str(p.relative_to(root)) for p in root.rglob("*")))
+    assert not (root / "shards/crashy/bridge_staged/bridge_index.parquet").exists()
+
+    rerun = materialize(root, model_cache_dir)
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    assert outputs(root) == clean
+    assert not [p for p in root.rglob("*") if p.name.startswith(TEMP_PREFIX)]
