@@ -133,7 +133,7 @@ def pack_samples(
     """Write the samples (already sorted by key) into rolling tars; return the tars and the index.
 
     The tars are written to the shard's staging folder (:func:`layout.staged_bridge_tar`) while the
-    index names their final URLs: nothing a reader sees changes until
+    index names their final paths, relative to the data root: nothing a reader sees changes until
     :func:`speechdata.bridge.commit.commit_bridge` swaps tars, index and manifest together. No sample
     means no tar and an empty index (an empty shard is a valid size).
     """
@@ -147,7 +147,8 @@ def pack_samples(
     number = 0
     while sample is not None:
         relative = layout.staged_bridge_tar(shard_id, number)
-        url = data_root.uri(layout.bridge_tar(shard_id, number))
+        final = layout.bridge_tar(shard_id, number)
+        url = data_root.uri(final)
         tar_rows: list[dict] = []
         with atomic_open(data_root.fs, data_root.path(relative)) as handle:
             writer = _HashingWriter(handle)
@@ -165,7 +166,7 @@ def pack_samples(
                         tar.addfile(deterministic_tar_info(name, len(data)), io.BytesIO(data))
                     tar.members.clear()  # TarFile keeps every header; nothing here reads them back
                     tar_rows.append(
-                        {"key": sample.key, "tar_url": relative, "offset": offset, "size": tar.offset - offset}
+                        {"key": sample.key, "tar_url": final, "offset": offset, "size": tar.offset - offset}
                     )
                     sample = next(pending, None)
         digest = writer.sha256.hexdigest()
