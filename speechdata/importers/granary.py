@@ -24,7 +24,7 @@ import pyarrow.parquet as pq
 
 from speechdata.io import layout
 from speechdata.io.storage import DataRoot, atomic_open, filesystem_for
-from speechdata.landing.contract import CONTRACT_COLUMNS
+from speechdata.landing.contract import CONTRACT_COLUMNS, CONTRACT_FIELDS
 from speechdata.landing.mark import mark_landed
 
 TEXT_COLUMN_CANDIDATES = ("text", "transcript", "answer", "sentence", "pred_text")
@@ -142,14 +142,7 @@ def import_granary_parquet(
                     )
     schema = pa.schema(
         [
-            ("utt_id", pa.string()),
-            ("audio_path", pa.string()),
-            ("text", pa.string()),
-            ("language", pa.string()),
-            ("country", pa.string()),
-            ("start_s", pa.float64()),
-            ("end_s", pa.float64()),
-            ("source", pa.string()),
+            *CONTRACT_FIELDS,
             *[parquet.schema_arrow.field(n) for n in carried],
         ]
     )

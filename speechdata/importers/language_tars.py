@@ -35,7 +35,7 @@ import pyarrow as pa
 from speechdata.io import layout
 from speechdata.io.audio_tars import audio_extension, deterministic_tar_writer, webdataset_key
 from speechdata.io.storage import DataRoot, read_parquet_handle
-from speechdata.landing.contract import LANGUAGE_PATTERN
+from speechdata.landing.contract import CONTRACT_FIELDS, LANGUAGE_PATTERN
 from speechdata.landing.mark import mark_landed
 
 LanguageIndex = Mapping[tuple[int, str], str]
@@ -46,14 +46,7 @@ _UNSAFE_ID_CHARACTERS = re.compile(r"[^A-Za-z0-9_-]+")
 
 IMPORTED_METADATA_SCHEMA = pa.schema(
     [
-        ("utt_id", pa.string()),
-        ("audio_path", pa.string()),
-        ("text", pa.string()),
-        ("language", pa.string()),
-        ("country", pa.string()),
-        ("start_s", pa.float64()),
-        ("end_s", pa.float64()),
-        ("source", pa.string()),
+        *CONTRACT_FIELDS,
         ("source_tar_number", pa.int64()),
         ("source_member", pa.string()),
         ("source_language", pa.string()),

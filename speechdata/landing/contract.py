@@ -46,6 +46,9 @@ OPTIONAL_COLUMNS: dict[str, pa.DataType] = {
 
 CONTRACT_COLUMNS = [*REQUIRED_COLUMNS, *OPTIONAL_COLUMNS]
 
+CONTRACT_FIELDS = [pa.field(name, kind) for name, kind in {**REQUIRED_COLUMNS, **OPTIONAL_COLUMNS}.items()]
+"""The contract's columns as typed fields, in order: what every producer of ``metadata.parquet`` starts with."""
+
 
 class ContractError(ValueError):
     """A landed shard breaks the contract as a whole. The message names file, column and rule."""

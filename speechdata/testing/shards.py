@@ -21,6 +21,7 @@ import soxr
 
 from speechdata.io import layout
 from speechdata.io.storage import DataRoot
+from speechdata.landing.contract import CONTRACT_FIELDS
 from speechdata.landing.mark import mark_landed
 
 FIXTURES_DIR = Path(__file__).resolve().parents[2] / "tests" / "fixtures" / "speech"
@@ -147,14 +148,7 @@ def build_sample_shard(
 
 SAMPLE_METADATA_SCHEMA = pa.schema(
     [
-        ("utt_id", pa.string()),
-        ("audio_path", pa.string()),
-        ("text", pa.string()),
-        ("language", pa.string()),
-        ("country", pa.string()),
-        ("start_s", pa.float64()),
-        ("end_s", pa.float64()),
-        ("source", pa.string()),
+        *CONTRACT_FIELDS,
         ("speaker", pa.string()),
         ("quality_score", pa.float64()),
     ]
