@@ -78,7 +78,7 @@ def shard_manifest(rng: np.random.Generator, shard: str, rows: int, sentences: n
     columns = {
         "key": [f"{shard}_utt{i:07d}" for i in n],
         "shard": pa.array([shard] * rows, pa.string()),
-        "tar_url": [f"s3://speech/bridge/{shard}-{t:06d}.tar" for t in n // 256],
+        "tar_url": [f"bridge/{shard}-{t:06d}.tar" for t in n // 256],
         "offset": (n % 256) * 600_000,
         "size": rng.integers(100_000, 600_000, rows),
         "duration_s": duration_s,
@@ -91,14 +91,12 @@ def shard_manifest(rng: np.random.Generator, shard: str, rows: int, sentences: n
         "alignment_score": (-rng.gamma(2.0, 0.8, rows)).astype(np.float32),
         "zero_duration_token_share": rng.random(rows, dtype=np.float32) * 0.1,
     }
-    schema = MANIFEST_COLUMNS
+    # Landed extra columns ride in the one ``extra`` JSON field; shards differ in which they carry.
     if index % 2 == 0:
-        columns["snr_db"] = np.round(rng.normal(25.0, 8.0, rows), 2)
-        schema = schema.append(pa.field("snr_db", pa.float64()))
+        columns["extra"] = [f'{{"snr_db": {v}}}' for v in np.round(rng.normal(25.0, 8.0, rows), 2)]
     else:
-        columns["speaker"] = np.char.add("spk", rng.integers(0, 5000, rows).astype(str))
-        schema = schema.append(pa.field("speaker", pa.string()))
-    return pa.table(columns, schema=schema)
+        columns["extra"] = [f'{{"speaker": "spk{v}"}}' for v in rng.integers(0, 5000, rows)]
+    return pa.table(columns, schema=MANIFEST_COLUMNS)
 
 
 def build_data(root: DataRoot, csv_path: str, rows: int, shards: int, seed: int = 0) -> None:

@@ -41,6 +41,7 @@ SHARD_ASSETS = [
     "asr_flac",
 ]
 GPU_ASSETS = {"qwen_hidden_states", "wavlm_features"}
+TRANSLATION_ASSETS = ["streaming_segments", "qe_scores", "streaming_pairs"]
 BACKFILL_TIMEOUT_S = 420
 SCREENSHOTS = ROOT / "docs" / "operator_guide"
 
@@ -158,6 +159,27 @@ def test_code_version_change_marks_partitions_stale_and_a_backfill_reruns_only_t
             assert after[asset][shard] - before[asset][shard] == expected, (asset, shard)
     statuses = stale_status(dev, SHARD_ASSETS, SHARDS)
     assert {a: v for a, v in statuses.items() if set(v.values()) != {"FRESH"}} == {}, statuses
+
+
+def test_materialize_all_on_a_shard_through_the_daemon_is_green_with_every_ledger_balanced(session):
+    """The UI's "Materialize all" on one shard partition: every shard-partitioned asset, the
+    translation ones included, with no LLM segmentation landed."""
+    from speechdata.ledgers import PRODUCT_STAGES, shard_ledgers
+
+    dev = session["dev"]
+    assert "first" in session["backfills"], "needs the first backfill"
+    every_shard_asset = [*SHARD_ASSETS, *TRANSLATION_ASSETS]
+    backfill_id = launch_backfill(dev, every_shard_asset, ["ui-1"], {"speechdata/launched_by": "e2e-materialize-all"})
+    assert wait_for_backfill(dev, backfill_id, BACKFILL_TIMEOUT_S) == "COMPLETED_SUCCESS"
+    runs = backfill_runs(dev, backfill_id)
+    assert runs and all(run["status"] == "SUCCESS" for run in runs), runs
+    assert set().union(*(run["assets"] for run in runs)) == set(every_shard_asset)
+
+    ledgers = shard_ledgers(DataRoot(str(dev.data_root)), "ui-1")
+    assert set(ledgers) == set(PRODUCT_STAGES)
+    assert all(ledger.balanced for ledger in ledgers.values()), ledgers
+    assert "no_segmentation" in ledgers["translation"].rejects_by_reason
+    assert "no_segmentation" not in ledgers["bridge"].rejects_by_reason
 
 
 def test_the_ui_shows_the_asset_graph_a_partition_and_the_backfill_in_chromium(session, tmp_path):
