@@ -68,7 +68,7 @@ docs: setup
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
 
 test: setup lint $(CHROMIUM) postgres-server
-	SPEECHDATA_PROFILE=tiny $(BIN)/python -m pytest tests
+	SPEECHDATA_PROFILE=tiny $(BIN)/python -m pytest -n 2 --dist loadfile tests
 
 bench: setup
 	SPEECHDATA_PROFILE=tiny $(BIN)/python -m benchmarks.run_all
