@@ -69,14 +69,9 @@ def model_cache_dir(tmp_path_factory):
 def tiny_resources(data_root, model_cache_dir):
     """Every resource the asset groups declare, built for the tiny profile on this test's data root
     (the groups' own factories), with the models on the CPU."""
-    from dagster_project.loader import resource_factories
-    from resources.settings import ResourceSettings
-    from resources.torch_device import TorchDeviceResource
+    from tests.tiny_resources import tiny_resources_for
 
-    settings = ResourceSettings(data_root_url=data_root.url, profile="tiny", model_cache_dir=model_cache_dir)
-    resources = {key: factory(settings) for key, factory in resource_factories().items()}
-    resources["torch_device"] = TorchDeviceResource(device="cpu")
-    return resources
+    return tiny_resources_for(data_root.url, model_cache_dir)
 
 
 @pytest.fixture(scope="session")

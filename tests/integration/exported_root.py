@@ -8,25 +8,9 @@ from speechdata.io.storage import DataRoot
 
 
 def tiny_resources_for(data_root: DataRoot, model_cache_dir: str) -> dict:
-    from resources.aligner import CtcAlignerResource
-    from resources.encoders import QwenEncoder, WavLMEncoder
-    from resources.storage import DataRootResource
-    from resources.text_tokenizer import TextTokenizerResource
-    from resources.torch_device import TorchDeviceResource
-    from resources.vad import SileroVadResource
-    from speechdata.bridge.text_tokens import TINY_VOCAB_SIZE
+    from tests.tiny_resources import tiny_resources_for as for_url
 
-    return {
-        "data_root": DataRootResource(url=data_root.url),
-        "aligner": CtcAlignerResource(
-            models={"en": "tiny", "de": "tiny", "fr": "tiny"}, model_cache_dir=model_cache_dir
-        ),
-        "text_tokenizer": TextTokenizerResource(model_id="tiny"),
-        "torch_device": TorchDeviceResource(device="cpu"),
-        "qwen": QwenEncoder(model_id="tiny", tiny_vocab_size=TINY_VOCAB_SIZE),
-        "wavlm": WavLMEncoder(model_id="tiny"),
-        "vad": SileroVadResource(),
-    }
+    return for_url(data_root.url, model_cache_dir)
 
 
 def build_finished_root(data_root: DataRoot, model_cache_dir: str, shards=(("e1", 1), ("e2", 2))) -> None:
