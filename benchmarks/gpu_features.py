@@ -1,16 +1,21 @@
-"""Feature extraction with the full profile's models on one GPU: throughput, memory, share of peak FLOP/s.
+"""The per-shard GPU stages with the full profile's models on one GPU: throughput, memory, share of peak FLOP/s.
 
-Why: the two GPU stages (``qwen_hidden_states`` with Qwen3-1.7B cut at ``hidden_states[-2]``, and
-``wavlm_features`` with WavLM-Large) set how many GPU hours a corpus costs. This runs the library
-functions (``qwen_hidden_states``, ``wavlm_features``) as the stages do, in bfloat16 on CUDA with
-the ``TorchDeviceResource`` default budgets, on ``--hours`` of synthetic input: random 24 kHz audio
-in utterances of ``--min-s`` .. ``--max-s`` seconds and, per utterance, ``--tokens-per-s`` random
-token ids per second of audio (about what Qwen's tokenizer gives for read speech). Random input
-costs the same FLOPs as speech.
+Why: the three GPU stages (``ctc_alignments`` with parakeet-ctc-1.1b, ``qwen_hidden_states`` with
+Qwen3-1.7B cut at ``hidden_states[-2]``, and ``wavlm_features`` with WavLM-Large) set how many GPU
+hours a corpus costs. This runs the library functions (``compute_log_probs`` through
+``nemo_ctc_forward``, ``qwen_hidden_states``, ``wavlm_features``) as the stages do, on CUDA with the
+resources' default budgets, on ``--hours`` of synthetic input: random 24 kHz audio in utterances of
+``--min-s`` .. ``--max-s`` seconds and, per utterance, ``--tokens-per-s`` random token ids per
+second of audio (about what Qwen's tokenizer gives for read speech). Random input costs the same
+FLOPs as speech.
 
 Models: ``Qwen/Qwen3-1.7B`` and ``microsoft/wavlm-large`` from the Hugging Face cache or hub, or,
 with ``--random-weights``, the same architectures built from their configs (the real sizes, so
-FLOPs, kernels and memory are the real ones without downloading the weights).
+FLOPs, kernels and memory are the real ones without downloading the weights). The CTC model is
+always built from config at parakeet-ctc-1.1b's sizes (:mod:`benchmarks.gpu_ctc`), and timed in
+float32 (as the stage runs it today) and under bf16 autocast. ``end_to_end_audio_hours_per_gpu_hour``
+combines the three stages run one after another on the GPU (the faster CTC precision), against
+the issue's target of 1 000.
 
 Reported per model, from the median of ``--repeats`` timed passes after a warm-up (wall-clock,
 ``time.perf_counter``; the functions return host arrays, so each pass ends synchronized):
@@ -30,7 +35,7 @@ Reported per model, from the median of ``--repeats`` timed passes after a warm-u
   (``4 * T^2 * d`` per layer) are left out, so this slightly understates the work on long inputs.
 
 Without a CUDA device it prints ``{"benchmark": "gpu_features", "skipped": "no CUDA device"}`` and
-exits 0. ``--tiny-dry-run`` instead builds 2-layer versions of both models (full widths, random
+exits 0. ``--tiny-dry-run`` instead builds 2-layer versions of the three models (full widths, random
 weights), runs one small batch of each on the CPU and reports the same fields, to test the code
 path without a GPU (its speeds mean nothing).
 
@@ -47,7 +52,9 @@ import numpy as np
 import torch
 
 from benchmarks.bench_features import ForwardTimer
+from benchmarks.gpu_ctc import CTC_MODEL_ID, build_ctc, ctc_params, flops_per_audio_second, log_probs_pass, to_16k
 from benchmarks.report import emit, progress, stdout_to_stderr
+from speechdata.alignment.log_probs import CTC_FRAME_S, MODEL_SAMPLE_RATE
 from speechdata.features.speech import SOURCE_SAMPLE_RATE, WAVLM_SAMPLE_RATE, wavlm_features
 from speechdata.features.text import keep_layers_through, qwen_hidden_states
 
@@ -87,6 +94,8 @@ WAVLM_LARGE = dict(
     conv_bias=True,
 )
 TINY_LAYERS = 2
+TARGET_AUDIO_HOURS_PER_GPU_HOUR = 1000.0  # issue 18: alignment + Qwen + WavLM on one H100
+CTC_PRECISIONS: dict[str, torch.dtype | None] = {"fp32": None, "bf16_autocast": torch.bfloat16}
 
 
 def default_peak_tflops(device_name: str) -> float | None:
@@ -211,6 +220,51 @@ def figures(
     }
 
 
+def measure_ctc(
+    audios: list[np.ndarray],
+    layers: int | None,
+    device: torch.device,
+    repeats: int,
+    on_cuda: bool,
+    peak_tflops: float | None,
+    tiny_dry_run: bool,
+) -> dict:
+    """The alignment stage's log-prob pass, in float32 (production today) and under bf16 autocast."""
+    audios_16k = to_16k(audios)
+    audio_s = sum(a.shape[0] for a in audios_16k) / MODEL_SAMPLE_RATE
+    model = build_ctc(layers, device)
+    # nemo_ctc_forward calls model.forward directly, past the hooks; the encoder is where the work is.
+    timer = ForwardTimer(model.encoder, torch.cuda.synchronize if on_cuda else None)
+    flops = flops_per_audio_second(model, audios_16k, device) * audio_s
+    params = ctc_params(model)
+    result: dict = {"model": CTC_MODEL_ID, "layers_run": len(model.encoder.layers), "params": params}
+    for name, autocast in CTC_PRECISIONS.items():
+        measured = timed_passes(
+            lambda idx, model=model, autocast=autocast: log_probs_pass(
+                model, [audios_16k[i] for i in idx], device, autocast
+            ),
+            len(audios_16k),
+            timer,
+            repeats,
+            on_cuda,
+            warm_up=not tiny_dry_run,
+        )
+        frames = audio_s / CTC_FRAME_S
+        result[name] = figures(measured, audio_s, flops, frames, "frames_12_5hz", peak_tflops, params)
+    result["bf16_over_fp32"] = round(
+        result["bf16_autocast"]["audio_hours_per_gpu_hour"] / result["fp32"]["audio_hours_per_gpu_hour"], 3
+    )
+    del model
+    if on_cuda:
+        torch.cuda.empty_cache()
+    return result
+
+
+def end_to_end_rate(*audio_hours_per_gpu_hour: float) -> float:
+    """Audio hours per GPU hour when every stage runs on the same GPU, one after another."""
+    return round(1.0 / sum(1.0 / rate for rate in audio_hours_per_gpu_hour), 1)
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="a quarter of an hour of input and one pass")
@@ -297,7 +351,7 @@ def main(argv: list[str] | None = None) -> None:
         wavlm_params = wavlm_flop_params(wavlm)
         conv_flops = sum(conv_extractor_flops(wavlm.config, n) for n in samples_16k)
         wavlm_measured = timed_passes(
-            lambda idx: wavlm_features(
+            lambda idx, wavlm=wavlm: wavlm_features(
                 wavlm,
                 [audios[i] for i in idx],
                 [n_frames[i] for i in idx],
@@ -326,6 +380,17 @@ def main(argv: list[str] | None = None) -> None:
             ),
         }
         progress(f"wavlm {wavlm_figures}")
+        del wavlm
+        if on_cuda:
+            torch.cuda.empty_cache()
+
+        ctc_figures = measure_ctc(audios, layers, device, args.repeats, on_cuda, peak_tflops, args.tiny_dry_run)
+        progress(f"ctc {ctc_figures}")
+        end_to_end = end_to_end_rate(
+            qwen_figures["audio_hours_per_gpu_hour"],
+            wavlm_figures["audio_hours_per_gpu_hour"],
+            max(ctc_figures[name]["audio_hours_per_gpu_hour"] for name in CTC_PRECISIONS),
+        )
 
     emit(
         BENCHMARK,
@@ -333,7 +398,7 @@ def main(argv: list[str] | None = None) -> None:
             "quick": args.quick,
             "tiny_dry_run": args.tiny_dry_run,
             "random_weights": args.random_weights,
-            "models": {"qwen": QWEN_ID, "wavlm": WAVLM_ID},
+            "models": {"qwen": QWEN_ID, "wavlm": WAVLM_ID, "ctc": CTC_MODEL_ID},
             "device": device_name,
             "dtype": str(dtype),
             "torch": torch.__version__,
@@ -354,6 +419,9 @@ def main(argv: list[str] | None = None) -> None:
             "frames_50hz": frames,
             "qwen": qwen_figures,
             "wavlm": wavlm_figures,
+            "ctc_alignment": ctc_figures,
+            "end_to_end_audio_hours_per_gpu_hour": end_to_end,
+            "end_to_end_over_target": round(end_to_end / TARGET_AUDIO_HOURS_PER_GPU_HOUR, 3),
         },
     )
 
