@@ -29,6 +29,7 @@ from dataclasses import dataclass
 import duckdb
 import polars as pl
 
+from speechdata.asr.key_order import join_flac_in_key_order
 from speechdata.asr.text import clean_transcript_expr, tagged_text_expr
 
 UTTERANCE_COLUMNS = {
@@ -208,7 +209,10 @@ def build_asr_manifest(
     ``audio_root`` prefixes ``flac_path`` to make ``audio_filepath`` (a local directory or a URL).
     """
     utterances = apply_language_corrections(conform(utterances, UTTERANCE_COLUMNS), corrections)
-    joined = utterances.join(conform(flac, FLAC_COLUMNS), on=["shard_id", "utt_id"], how="left")
+    flac = conform(flac, FLAC_COLUMNS)
+    joined = join_flac_in_key_order(utterances, flac)
+    if joined is None:
+        joined = utterances.join(flac, on=["shard_id", "utt_id"], how="left").sort("shard_id", "utt_id")
     quality_ok = pl.lit(True) if config.min_quality is None else pl.col("quality") >= config.min_quality
     reason = (
         pl.when(pl.col("flac_path").is_null())
@@ -222,40 +226,43 @@ def build_asr_manifest(
         .when(pl.col("text").str.strip_chars().fill_null("") == "")
         .then(pl.lit("empty_text"))
     )
-    frame = joined.with_columns(reason.alias("reason"))
-    # Clean only what the cheap filters kept: cleaning is most of the build's cost.
-    frame = pl.concat(
-        [
-            frame.filter(pl.col("reason").is_null()).with_columns(
-                clean_transcript_expr(pl.col("text")).alias("clean_text")
-            ),
-            frame.filter(pl.col("reason").is_not_null()).with_columns(pl.lit(None, pl.String).alias("clean_text")),
-        ]
-    )
-    frame = frame.with_columns(
-        pl.when(pl.col("reason").is_null() & (pl.col("clean_text") == ""))
-        .then(pl.lit("empty_after_cleaning"))
-        .otherwise(pl.col("reason"))
-        .alias("reason"),
+    # Every row from here on is in (shard_id, utt_id) order; ``_row`` is its place in that order.
+    frame = joined.with_columns(reason.alias("reason")).with_row_index("_row")
+    # Clean and deduplicate only what the cheap filters kept: cleaning is most of the build's cost.
+    passing = frame.filter(pl.col("reason").is_null()).with_columns(
+        clean_transcript_expr(pl.col("text")).alias("clean_text"),
         RECORDING_KEY.alias("recording_key"),
         (pl.col("shard_id") + pl.lit("/") + pl.col("utt_id")).alias("key"),
-    ).sort("shard_id", "utt_id")
-    frame = _mark_duplicates(frame, config)
-    removed = frame.filter(pl.col("reason").is_not_null()).select(
-        "shard_id",
-        "utt_id",
-        "reason",
-        pl.when(pl.col("reason").is_in(["duplicate_audio", "duplicate_text_in_recording"]))
-        .then(pl.col("_duplicate_detail"))
-        .when(pl.col("reason") == "duration_out_of_range")
-        .then(pl.format("duration {} s", pl.col("duration_s").round(3)))
-        .when(pl.col("reason") == "quality_below_minimum")
-        .then(pl.format("quality {}", pl.col("quality")))
-        .otherwise(pl.lit(""))
-        .alias("detail"),
+    )
+    passing = passing.with_columns(
+        pl.when(pl.col("clean_text") == "").then(pl.lit("empty_after_cleaning")).alias("reason"),
+        pl.lit(None, pl.String).alias("detail"),
+    )
+    passing = _mark_duplicates(passing, config)
+    removed = (
+        frame.filter(pl.col("reason").is_not_null())
+        .select(
+            "_row",
+            "shard_id",
+            "utt_id",
+            "reason",
+            pl.when(pl.col("reason") == "duration_out_of_range")
+            .then(pl.format("duration {} s", pl.col("duration_s").round(3)))
+            .when(pl.col("reason") == "quality_below_minimum")
+            .then(pl.format("quality {}", pl.col("quality")))
+            .otherwise(pl.lit(""))
+            .alias("detail"),
+        )
+        .merge_sorted(
+            passing.filter(pl.col("reason").is_not_null()).select(
+                "_row", "shard_id", "utt_id", "reason", pl.col("detail").fill_null("")
+            ),
+            key="_row",
+        )
+        .drop("_row")
     )
 
-    kept = frame.filter(pl.col("reason").is_null())
+    kept = passing.filter(pl.col("reason").is_null())
     # Hash each recording once (there are far fewer recordings than utterances), then join back.
     recordings = kept.select("recording_key").unique()
     recordings = recordings.with_columns(stable_hash_column(recordings, "recording_key", config.split_salt))
@@ -280,7 +287,7 @@ def build_asr_manifest(
         validation.sort("lang", "key_hash", "key").group_by("lang", maintain_order=True).head(config.eval_per_language)
     )
     relabeled = (
-        frame.filter(pl.col("original_language").ne_missing(pl.col("language")))
+        joined.filter(pl.col("original_language").ne_missing(pl.col("language")))
         .select(
             (pl.col("original_language").fill_null("null") + "->" + pl.col("language").fill_null("null")).alias(
                 "change"
@@ -302,44 +309,50 @@ def build_asr_manifest(
     )
 
 
-def _mark_duplicates(frame: pl.DataFrame, config: AsrManifestConfig) -> pl.DataFrame:
-    """``duplicate_audio`` then ``duplicate_text_in_recording`` among rows still passing, in frame order.
+def _mark_duplicates(passing: pl.DataFrame, config: AsrManifestConfig) -> pl.DataFrame:
+    """``duplicate_audio`` then ``duplicate_text_in_recording`` among rows still passing, in key order.
 
     The first row of a group (by ``(shard_id, utt_id)``, the frame's order) is kept and named in the
-    others' ``_duplicate_detail``. Only passing rows are grouped, with ``is_first_distinct`` and a
-    join of the duplicates to their group's first row: no window over the whole frame.
+    others' ``detail``. Only rows whose ``reason`` is null are grouped, with ``is_first_distinct``
+    and a join of the duplicates to their group's first row: no window over the whole frame.
     """
     duration_step = (pl.col("duration_s") * 1000 / config.dedup_duration_resolution_ms).round().cast(pl.Int64)
-    passing = frame.with_row_index("_row").filter(pl.col("reason").is_null())
-    passing = passing.select(
-        "_row",
-        "key",
-        "audio_sha1",
-        # Group keys hashed to one u64 (only compared within this build, so polars' hash need not be
-        # stable across versions; a 64-bit collision is negligible).
-        pl.struct("recording_key", "clean_text", duration_step).hash(0).alias("_text_group"),
+    # Narrow first: filtering the whole frame would copy every column.
+    candidates = (
+        passing.select(
+            pl.int_range(pl.len(), dtype=pl.UInt32).alias("_passing_row"),
+            "reason",
+            "key",
+            "audio_sha1",
+            # Group keys hashed to one u64 (only compared within this build, so polars' hash need not
+            # be stable across versions; a 64-bit collision is negligible).
+            pl.struct("recording_key", "clean_text", duration_step).hash(0).alias("_text_group"),
+        )
+        .filter(pl.col("reason").is_null())
+        .drop("reason")
     )
     updates = []
     for group, reason, detail in (
         ("audio_sha1", "duplicate_audio", "same audio as "),
         ("_text_group", "duplicate_text_in_recording", "same text and duration as "),
     ):
-        first = pl.col(group).is_first_distinct()
-        firsts = passing.filter(first).select(group, pl.col("key").alias("_first_key"))
-        duplicates = passing.filter(~first).join(firsts, on=group, how="left", nulls_equal=True)
+        # A Series, not an expression: it is used three times and would be recomputed each time.
+        first = candidates[group].is_first_distinct()
+        firsts = candidates.filter(first).select(group, pl.col("key").alias("_first_key"))
+        duplicates = candidates.filter(~first).join(firsts, on=group, how="left", nulls_equal=True)
         updates.append(
             duplicates.select(
-                "_row", pl.lit(reason).alias("reason"), (pl.lit(detail) + pl.col("_first_key")).alias("_detail")
+                "_passing_row",
+                pl.lit(reason).alias("reason"),
+                (pl.lit(detail) + pl.col("_first_key")).alias("detail"),
             )
         )
-        passing = passing.filter(first)
+        candidates = candidates.filter(first)
     changed = pl.concat(updates)
-    rows = changed["_row"].cast(pl.Int64)
-    return frame.with_columns(
-        frame["reason"].scatter(rows, changed["reason"]),
-        pl.repeat(None, frame.height, dtype=pl.String, eager=True)
-        .alias("_duplicate_detail")
-        .scatter(rows, changed["_detail"]),
+    rows = changed["_passing_row"].cast(pl.Int64)
+    return passing.with_columns(
+        passing["reason"].scatter(rows, changed["reason"]),
+        passing["detail"].scatter(rows, changed["detail"]),
     )
 
 

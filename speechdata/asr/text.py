@@ -26,7 +26,13 @@ _INNERMOST_TAG = r"\[[^\[\]]*\]"
 _APOSTROPHES = r"['’‘`]"
 # The seed's set (Latin, danda U+0964, double danda U+0965, the ideographic full stop) plus stray
 # brackets, curly quotes and guillemets, the Devanagari abbreviation sign and Arabic-script marks.
-_PUNCTUATION_OR_SPACE = r"[\s।॥॰.,!?;:\"\-—–()…%/+=$*@#&_^>|\\<~。、，！？：；“”«»„\[\]{}۔،؟]+"
+_PUNCTUATION = r"।॥॰.,!?;:\"\-—–()…%/+=$*@#&_^>|\\<~。、，！？：；“”«»„\[\]{}۔،؟"
+_PUNCTUATION_OR_SPACE = rf"[\s{_PUNCTUATION}]+"
+# The same replacement as ``_PUNCTUATION_OR_SPACE`` -> " ", without matching the lone ASCII spaces
+# between words (which it would replace by themselves): a run of two or more, a whitespace other
+# than " " (``[^\S ]``), or one punctuation character. A regex replacement costs per match, and
+# lone spaces were most of the matches.
+_PUNCTUATION_OR_SPACE_CHANGED = rf"[\s{_PUNCTUATION}]{{2,}}|[^\S ]|[{_PUNCTUATION}]"
 
 
 def clean_transcript_expr(text: pl.Expr) -> pl.Expr:
@@ -49,8 +55,9 @@ def clean_transcript_series(text: pl.Series) -> pl.Series:
 
     cleaned = _on_rows(cleaned, cleaned.str.contains("[", literal=True), remove_tags)
     cleaned = cleaned.str.replace_all(_APOSTROPHES, "")
-    # One pass turns punctuation into spaces and collapses every run of spaces with it.
-    return cleaned.str.replace_all(_PUNCTUATION_OR_SPACE, " ").str.strip_chars()
+    # One pass turns punctuation into spaces and collapses every run of spaces with it; what is
+    # left of whitespace is then single " ", so stripping " " strips all of it.
+    return cleaned.str.replace_all(_PUNCTUATION_OR_SPACE_CHANGED, " ").str.strip_chars(" ")
 
 
 def _on_rows(series: pl.Series, mask: pl.Series, transform) -> pl.Series:
