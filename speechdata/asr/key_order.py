@@ -9,7 +9,7 @@ whose byte order is the order of the pair as long as no ``shard_id`` holds a NUL
   horizontal concatenation;
 * otherwise both sides are put in key order and each FLAC row finds its utterance by binary search.
 
-Either way the rows are permuted once, by a sort on that single key (skipped when already in order).
+Either way the order comes from one sort on that single key (skipped when already in order).
 Keys that are null, contain the separator or repeat return ``None``: the caller keeps the general
 join, whose output for repeated keys depends on the sort's tie order anyway.
 """
@@ -39,11 +39,15 @@ def _in_key_order(frame: pl.DataFrame, keys: pl.Series) -> tuple[pl.DataFrame, p
     return frame[order], keys.gather(order)
 
 
-def join_flac_in_key_order(utterances: pl.DataFrame, flac: pl.DataFrame) -> pl.DataFrame | None:
-    """``utterances.join(flac, on=KEYS, how="left").sort(KEYS)``, or ``None`` where keys do not allow it.
+def join_flac_in_key_order(
+    utterances: pl.DataFrame, flac: pl.DataFrame
+) -> tuple[pl.DataFrame, pl.Series | None] | None:
+    """``utterances.join(flac, on=KEYS, how="left")`` and the permutation that puts it in key order
+    (``None``: it already is), or ``None`` where keys do not allow it.
 
-    Both frames are already conformed (string keys). Columns come out in the join's order:
-    every utterance column, then the FLAC columns other than the keys.
+    The permutation is returned rather than applied so that the caller moves only the columns each
+    part of its rows needs. Both frames are already conformed (string keys). Columns come out in
+    the join's order: every utterance column, then the FLAC columns other than the keys.
     """
     if (
         utterances.height == 0
@@ -54,11 +58,13 @@ def join_flac_in_key_order(utterances: pl.DataFrame, flac: pl.DataFrame) -> pl.D
     if utterance_keys.null_count():
         return None
     flac_values = flac.drop(KEYS)
-    if flac.height == utterances.height:
-        flac_keys = _single_key(flac)
-        if bool(flac_keys.eq_missing(utterance_keys).all()):
-            joined, keys = _in_key_order(utterances.hstack(flac_values), utterance_keys)
-            return joined if _strictly_increasing(keys) else None
+    if flac.height == utterances.height and all(bool(utterances[key].eq_missing(flac[key]).all()) for key in KEYS):
+        if _strictly_increasing(utterance_keys):
+            return utterances.hstack(flac_values), None
+        order = utterance_keys.arg_sort()
+        if not _strictly_increasing(utterance_keys.gather(order)):
+            return None
+        return utterances.hstack(flac_values), order
     utterances, utterance_keys = _in_key_order(utterances, utterance_keys)
     if not _strictly_increasing(utterance_keys):
         return None
@@ -72,13 +78,9 @@ def join_flac_in_key_order(utterances: pl.DataFrame, flac: pl.DataFrame) -> pl.D
     rows = utterance_keys.search_sorted(flac_keys, side="left").cast(pl.UInt32)
     found = utterance_keys.gather(rows.clip(0, utterances.height - 1)) == flac_keys
     rows = rows.filter(found)
-    return (
+    joined = (
         utterances.with_row_index("_row")
-        .join(
-            flac_values.filter(found).with_columns(rows.alias("_row")),
-            on="_row",
-            how="left",
-            maintain_order="left",
-        )
+        .join(flac_values.filter(found).with_columns(rows.alias("_row")), on="_row", how="left", maintain_order="left")
         .drop("_row")
     )
+    return joined, None

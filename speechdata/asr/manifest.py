@@ -32,6 +32,7 @@ import polars as pl
 from speechdata.asr.key_order import join_flac_in_key_order
 from speechdata.asr.text import clean_transcript_expr, tagged_text_expr
 
+KEY = ["shard_id", "utt_id"]
 UTTERANCE_COLUMNS = {
     "shard_id": pl.String,
     "utt_id": pl.String,
@@ -210,9 +211,10 @@ def build_asr_manifest(
     """
     utterances = apply_language_corrections(conform(utterances, UTTERANCE_COLUMNS), corrections)
     flac = conform(flac, FLAC_COLUMNS)
-    joined = join_flac_in_key_order(utterances, flac)
-    if joined is None:
-        joined = utterances.join(flac, on=["shard_id", "utt_id"], how="left").sort("shard_id", "utt_id")
+    joined_in_order = join_flac_in_key_order(utterances, flac)
+    if joined_in_order is None:
+        joined_in_order = utterances.join(flac, on=KEY, how="left").sort(KEY), None
+    joined, order = joined_in_order
     quality_ok = pl.lit(True) if config.min_quality is None else pl.col("quality") >= config.min_quality
     reason = (
         pl.when(pl.col("flac_path").is_null())
@@ -226,10 +228,23 @@ def build_asr_manifest(
         .when(pl.col("text").str.strip_chars().fill_null("") == "")
         .then(pl.lit("empty_text"))
     )
-    # Every row from here on is in (shard_id, utt_id) order; ``_row`` is its place in that order.
-    frame = joined.with_columns(reason.alias("reason")).with_row_index("_row")
+    frame = joined.with_columns(reason.alias("reason"))
+    # From here on rows are in (shard_id, utt_id) order; ``_row`` is a row's place in that order.
+    # Rows that passed take every column along, the others only what ``removed`` reports.
+    is_passing = frame["reason"].is_null()
+    positions = pl.int_range(frame.height, dtype=pl.UInt32, eager=True).alias("_row")
+    report_columns = ["shard_id", "utt_id", "reason", "duration_s", "quality"]
+    if order is None:
+        passing, rejected = frame.filter(is_passing), frame.select(report_columns).filter(~is_passing)
+    else:
+        passing_in_order = is_passing.gather(order)
+        passing = frame[order.filter(passing_in_order)]
+        rejected = frame.select(report_columns)[order.filter(~passing_in_order)]
+        is_passing = passing_in_order
+    rejected = rejected.with_columns(positions.filter(~is_passing))
     # Clean and deduplicate only what the cheap filters kept: cleaning is most of the build's cost.
-    passing = frame.filter(pl.col("reason").is_null()).with_columns(
+    passing = passing.with_columns(
+        positions.filter(is_passing),
         clean_transcript_expr(pl.col("text")).alias("clean_text"),
         RECORDING_KEY.alias("recording_key"),
         (pl.col("shard_id") + pl.lit("/") + pl.col("utt_id")).alias("key"),
@@ -240,8 +255,7 @@ def build_asr_manifest(
     )
     passing = _mark_duplicates(passing, config)
     removed = (
-        frame.filter(pl.col("reason").is_not_null())
-        .select(
+        rejected.select(
             "_row",
             "shard_id",
             "utt_id",
