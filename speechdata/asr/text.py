@@ -48,16 +48,22 @@ def clean_transcript_series(text: pl.Series) -> pl.Series:
     """
     cleaned = _on_rows(text, text.str.contains(may_change_under_nfc_pattern()), lambda s: s.str.normalize("NFC"))
 
-    def remove_tags(s: pl.Series) -> pl.Series:
-        for _ in range(TAG_NESTING_DEPTH):
-            s = s.str.replace_all(_INNERMOST_TAG, " ")
-        return s
-
-    cleaned = _on_rows(cleaned, cleaned.str.contains("[", literal=True), remove_tags)
+    cleaned = _remove_tags(cleaned, TAG_NESTING_DEPTH)
     cleaned = cleaned.str.replace_all(_APOSTROPHES, "")
     # One pass turns punctuation into spaces and collapses every run of spaces with it; what is
     # left of whitespace is then single " ", so stripping " " strips all of it.
     return cleaned.str.replace_all(_PUNCTUATION_OR_SPACE_CHANGED, " ").str.strip_chars(" ")
+
+
+def _remove_tags(text: pl.Series, depth: int) -> pl.Series:
+    """Innermost tags removed ``depth`` times over; each pass only on the rows still holding a ``[``."""
+    if depth == 0:
+        return text
+    return _on_rows(
+        text,
+        text.str.contains("[", literal=True),
+        lambda rows: _remove_tags(rows.str.replace_all(_INNERMOST_TAG, " "), depth - 1),
+    )
 
 
 def _on_rows(series: pl.Series, mask: pl.Series, transform) -> pl.Series:
