@@ -323,6 +323,10 @@ def build_asr_manifest(
     )
 
 
+def _audio_group() -> pl.Expr:
+    return pl.col("audio_sha1").hash(0)
+
+
 def _mark_duplicates(passing: pl.DataFrame, config: AsrManifestConfig) -> pl.DataFrame:
     """``duplicate_audio`` then ``duplicate_text_in_recording`` among rows still passing, in key order.
 
@@ -338,6 +342,9 @@ def _mark_duplicates(passing: pl.DataFrame, config: AsrManifestConfig) -> pl.Dat
             "reason",
             "key",
             "audio_sha1",
+            # Audio hashes grouped by a u64 of the string (checked below: a collision falls back to
+            # the strings).
+            _audio_group().alias("_audio_group"),
             # Group keys hashed to one u64 (only compared within this build, so polars' hash need not
             # be stable across versions; a 64-bit collision is negligible).
             pl.struct("recording_key", "clean_text", duration_step).hash(0).alias("_text_group"),
@@ -346,14 +353,19 @@ def _mark_duplicates(passing: pl.DataFrame, config: AsrManifestConfig) -> pl.Dat
         .drop("reason")
     )
     updates = []
-    for group, reason, detail in (
-        ("audio_sha1", "duplicate_audio", "same audio as "),
-        ("_text_group", "duplicate_text_in_recording", "same text and duration as "),
+    for groups, reason, detail in (
+        (("_audio_group", "audio_sha1"), "duplicate_audio", "same audio as "),
+        (("_text_group",), "duplicate_text_in_recording", "same text and duration as "),
     ):
-        # A Series, not an expression: it is used three times and would be recomputed each time.
-        first = candidates[group].is_first_distinct()
-        firsts = candidates.filter(first).select(group, pl.col("key").alias("_first_key"))
-        duplicates = candidates.filter(~first).join(firsts, on=group, how="left", nulls_equal=True)
+        for group in groups:
+            # A Series, not an expression: it is used three times and would be recomputed each time.
+            first = candidates[group].is_first_distinct()
+            firsts = candidates.filter(first).select(
+                group, pl.col("key").alias("_first_key"), pl.col(groups[-1]).alias("_first_value")
+            )
+            duplicates = candidates.filter(~first).join(firsts, on=group, how="left", nulls_equal=True)
+            if bool(duplicates[groups[-1]].eq_missing(duplicates["_first_value"]).all()):
+                break
         updates.append(
             duplicates.select(
                 "_passing_row",
