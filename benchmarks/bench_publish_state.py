@@ -16,8 +16,12 @@ Timed (wall-clock), one cycle each:
 * seed: ``pd.read_csv``; hours per language (``groupby``); the pending train segments with
   ``cer <= --max-cer`` in file order; the first ``--batch`` of them marked ``uploaded``; ``to_csv``;
 * project: :func:`speechdata.hf.state.state_connection` (open, transaction); hours per language
-  from the parquet; the same selection (state ``segments`` joined to the parquet, in key order);
-  ``UPDATE ... WHERE key IN`` the chosen keys via :func:`~speechdata.hf.state.registered_rows`; commit.
+  from the parquet; the same selection (:func:`choose_batch`: key windows of ``segments``, CER
+  looked up in the parquet); ``UPDATE ... WHERE rowid IN`` the chosen rows via
+  :func:`~speechdata.hf.state.registered_rows`; commit.
+
+Before each timed cycle, ``os.sync()`` (untimed) writes back every dirty page: otherwise the
+DuckDB commit's log sync waits for the CSV the seed cycle has just written.
 
 Both must choose the same keys and report the same hours (checked). Reported: seconds of each,
 ``ratio_seed_over_duckdb`` (target >= 100).
@@ -98,49 +102,74 @@ def duckdb_cycle(root, state: str, facts: str, max_cer: float, batch: int) -> tu
             ).fetchall()
         )
         chosen = choose_batch(connection, facts, max_cer, batch)
-        with registered_rows(connection, "chosen", {"key": chosen["key"]}):
+        # Row ids are stable inside the transaction: the UPDATE finds its rows without a join on
+        # the key column (which would decompress every key of the table).
+        with registered_rows(connection, "chosen", {"row": chosen["row"]}):
             connection.execute(
                 "UPDATE segments SET status = 'uploaded', updated_at = current_timestamp "
-                "FROM chosen WHERE segments.key = chosen.key"
+                "WHERE rowid IN (SELECT row FROM chosen)"
             )
     return hours, chosen["key"].to_pylist()
 
 
 def choose_batch(connection, facts: str, max_cer: float, batch: int) -> pa.Table:
-    """The first ``batch`` pending train keys (key order) with ``cer <= max_cer``.
+    """The first ``batch`` pending train segments (key order) with ``cer <= max_cer``: ``key``, ``row`` (rowid).
 
-    Joining all pending keys to the facts costs a hash table of every pending key; instead take the
-    next candidates in key order (a top-N, no join), look up their CER with a small semi-join, and
-    go on past the last candidate until the batch is full or none are left.
+    A top-N over the whole table decompresses and compares every pending key; instead the keys are
+    taken window by window, ``(after, upper]``, each small enough for DuckDB to skip most of the
+    table. ``upper`` is the key at a growing row id: a guess at the key order from the storage
+    order (it is exact when segments were registered in key order, as here; any other order only
+    makes windows smaller or larger, never changes the result, since each window is sorted and the
+    next starts where it ended). The CER of each window's candidates comes from a semi-join on the
+    facts restricted to the window's key range (the parquet reader skips row groups by statistics).
     """
+    rows_total = connection.execute("SELECT count(*) FROM segments").fetchall()[0][0]
+
+    def key_at(row: int) -> str | None:
+        return connection.execute("SELECT key FROM segments WHERE rowid = ?", [row]).fetchall()[0][0]
+
     chosen: list[pa.Table] = []
     need, after = batch, ""
+    window_rows = probe = 4 * batch
+    upper = key_at(probe) if probe < rows_total else None
     while need > 0:
+        limit = 2 * need + 100
+        bounded = "AND key <= $upper " if upper is not None else ""
         candidates = connection.sql(
-            "SELECT key FROM segments WHERE status = 'pending' AND split = 'train' AND key > $after "
-            "ORDER BY key LIMIT $limit",
-            params={"after": after, "limit": 2 * need + 100},
+            "SELECT key, rowid AS row FROM segments WHERE status = 'pending' AND split = 'train' "
+            f"AND key > $after {bounded}ORDER BY key LIMIT $limit",
+            params={"after": after, "limit": limit} | ({"upper": upper} if upper is not None else {}),
         ).to_arrow_table()
-        if candidates.num_rows == 0:
-            break
-        connection.register("candidates", candidates)
-        passing = connection.sql(
-            "SELECT f.key FROM read_parquet($facts) f SEMI JOIN candidates c ON c.key = f.key "
-            "WHERE f.cer <= $max_cer AND f.key BETWEEN $low AND $high ORDER BY f.key LIMIT $need",
-            # The key range lets the parquet reader skip row groups by their min/max statistics.
-            params={
-                "facts": facts,
-                "max_cer": max_cer,
-                "need": need,
-                "low": candidates["key"][0].as_py(),
-                "high": candidates["key"][-1].as_py(),
-            },
-        ).to_arrow_table()
-        connection.unregister("candidates")
-        chosen.append(passing)
-        need -= passing.num_rows
-        after = candidates["key"][-1].as_py()
-    return pa.concat_tables(chosen) if chosen else pa.table({"key": pa.array([], pa.string())})
+        if candidates.num_rows:
+            connection.register("candidates", candidates)
+            passing = connection.sql(
+                "SELECT key, row FROM candidates WHERE key IN (SELECT key FROM read_parquet($facts) "
+                "WHERE cer <= $max_cer AND key BETWEEN $low AND $high) ORDER BY key LIMIT $need",
+                params={
+                    "facts": facts,
+                    "max_cer": max_cer,
+                    "need": need,
+                    "low": candidates["key"][0].as_py(),
+                    "high": candidates["key"][-1].as_py(),
+                },
+            ).to_arrow_table()
+            connection.unregister("candidates")
+            chosen.append(passing)
+            need -= passing.num_rows
+        if candidates.num_rows == limit:
+            after = candidates["key"][-1].as_py()  # the window has more: go on inside it
+            continue
+        if upper is None:
+            break  # every key after ``after`` was a candidate
+        after = upper
+        # The next window, twice as many rows; a key at or before ``after`` (storage order is not
+        # key order there) says nothing, so look further.
+        while upper is not None and upper <= after:
+            window_rows *= 2
+            probe += window_rows
+            upper = key_at(probe) if probe < rows_total else None
+    empty = pa.table({"key": pa.array([], pa.string()), "row": pa.array([], pa.int64())})
+    return pa.concat_tables(chosen) if chosen else empty
 
 
 def build_state(root, state: str, columns: dict[str, np.ndarray]) -> None:
@@ -207,9 +236,13 @@ def main(argv: list[str] | None = None) -> None:
         )
         progress(f"{args.segments} segments; CSV {os.path.getsize(csv_path) / 1e6:.0f} MB")
 
+        # Untimed: write back every dirty page first, so neither cycle pays for the other's writes
+        # (DuckDB's commit syncs its log, which waited for the CSV the seed had just written).
+        os.sync()
         started = time.perf_counter()
         seed_hours, seed_keys = seed_cycle(csv_path, args.max_cer, args.batch)
         seed_s = time.perf_counter() - started
+        os.sync()
         started = time.perf_counter()
         duck_hours, duck_keys = duckdb_cycle(root, state, facts, args.max_cer, args.batch)
         duck_s = time.perf_counter() - started
