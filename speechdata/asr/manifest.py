@@ -64,6 +64,9 @@ MANIFEST_COLUMNS = [
 ]
 NEMO_COLUMNS = ["audio_filepath", "duration", "text", "lang"]
 
+UTTERANCE_KEY = pl.col("shard_id") + pl.lit("/") + pl.col("utt_id")
+"""An utterance's key in the split hash and in duplicates' ``detail``: ``<shard_id>/<utt_id>``."""
+
 RECORDING_KEY = pl.coalesce(pl.col("recording_id"), pl.lit("shard:") + pl.col("shard_id"))
 """What a recording is: its ``recording_id``, else (unknown) the whole shard."""
 
@@ -247,7 +250,6 @@ def build_asr_manifest(
         positions.filter(is_passing),
         clean_transcript_expr(pl.col("text")).alias("clean_text"),
         RECORDING_KEY.alias("recording_key"),
-        (pl.col("shard_id") + pl.lit("/") + pl.col("utt_id")).alias("key"),
     )
     passing = passing.with_columns(
         pl.when(pl.col("clean_text") == "").then(pl.lit("empty_after_cleaning")).alias("reason"),
@@ -299,7 +301,7 @@ def build_asr_manifest(
         pl.col("language").alias("lang"),
         (pl.lit(audio_root.rstrip("/") + "/") + pl.col("flac_path")).alias("audio_filepath"),
     )
-    validation = manifest.filter(pl.col("_validation"))
+    validation = manifest.filter(pl.col("_validation")).with_columns(UTTERANCE_KEY.alias("key"))
     validation = validation.with_columns(stable_hash_column(validation, "key", config.split_salt))
     eval_subset = (
         validation.sort("lang", "key_hash", "key").group_by("lang", maintain_order=True).head(config.eval_per_language)
@@ -344,7 +346,8 @@ def _mark_duplicates(passing: pl.DataFrame, config: AsrManifestConfig) -> pl.Dat
         passing.select(
             pl.int_range(pl.len(), dtype=pl.UInt32).alias("_passing_row"),
             "reason",
-            "key",
+            "shard_id",
+            "utt_id",
             "audio_sha1",
             # Audio hashes grouped by a u64 of the string (checked below: a collision falls back to
             # the strings).
@@ -365,7 +368,7 @@ def _mark_duplicates(passing: pl.DataFrame, config: AsrManifestConfig) -> pl.Dat
             # A Series, not an expression: it is used three times and would be recomputed each time.
             first = candidates[group].is_first_distinct()
             firsts = candidates.filter(first).select(
-                group, pl.col("key").alias("_first_key"), pl.col(groups[-1]).alias("_first_value")
+                group, pl.col("shard_id", "utt_id").name.prefix("_first_"), pl.col(groups[-1]).alias("_first_value")
             )
             duplicates = candidates.filter(~first).join(firsts, on=group, how="left", nulls_equal=True)
             if bool(duplicates[groups[-1]].eq_missing(duplicates["_first_value"]).all()):
@@ -374,7 +377,8 @@ def _mark_duplicates(passing: pl.DataFrame, config: AsrManifestConfig) -> pl.Dat
             duplicates.select(
                 "_passing_row",
                 pl.lit(reason).alias("reason"),
-                (pl.lit(detail) + pl.col("_first_key")).alias("detail"),
+                # The key string only for the few duplicates, not for every passing row.
+                (pl.lit(detail) + pl.col("_first_shard_id") + pl.lit("/") + pl.col("_first_utt_id")).alias("detail"),
             )
         )
         candidates = candidates.filter(first)
