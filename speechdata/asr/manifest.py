@@ -306,8 +306,10 @@ def build_asr_manifest(
     eval_subset = (
         validation.sort("lang", "key_hash", "key").group_by("lang", maintain_order=True).head(config.eval_per_language)
     )
+    # Without corrections ``original_language`` is ``language`` on every row: nothing to scan.
     relabeled = (
-        joined.filter(pl.col("original_language").ne_missing(pl.col("language")))
+        (joined.head(0) if corrections is None or corrections.height == 0 else joined)
+        .filter(pl.col("original_language").ne_missing(pl.col("language")))
         .select(
             (pl.col("original_language").fill_null("null") + "->" + pl.col("language").fill_null("null")).alias(
                 "change"
