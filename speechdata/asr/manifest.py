@@ -30,7 +30,7 @@ import duckdb
 import polars as pl
 
 from speechdata.asr.key_order import join_flac_in_key_order
-from speechdata.asr.text import clean_transcript_expr, tagged_text_expr
+from speechdata.asr.text import clean_transcript_series_in_threads, tagged_text_expr
 
 KEY = ["shard_id", "utt_id"]
 UTTERANCE_COLUMNS = {
@@ -248,7 +248,7 @@ def build_asr_manifest(
     # Clean and deduplicate only what the cheap filters kept: cleaning is most of the build's cost.
     passing = passing.with_columns(
         positions.filter(is_passing),
-        clean_transcript_expr(pl.col("text")).alias("clean_text"),
+        clean_transcript_series_in_threads(passing["text"]).alias("clean_text"),
         RECORDING_KEY.alias("recording_key"),
     )
     passing = passing.with_columns(
