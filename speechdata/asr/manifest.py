@@ -256,27 +256,24 @@ def build_asr_manifest(
         pl.lit(None, pl.String).alias("detail"),
     )
     passing = _mark_duplicates(passing, config)
-    late = passing.filter(pl.col("reason").is_not_null())
+    # Each reason's detail formatted on its own rows only (a when/then chain formats every row
+    # both ways); all parts are in key order, and a sort on the row number interleaves them.
+    report = pl.col("_row", "shard_id", "utt_id", "reason")
     removed = (
         pl.concat(
             [
-                rejected.lazy().select(
-                    "_row",
-                    "shard_id",
-                    "utt_id",
-                    "reason",
-                    pl.when(pl.col("reason") == "duration_out_of_range")
-                    .then(pl.format("duration {} s", pl.col("duration_s").round(3)))
-                    .when(pl.col("reason") == "quality_below_minimum")
-                    .then(pl.format("quality {}", pl.col("quality")))
-                    .otherwise(pl.lit(""))
-                    .alias("detail"),
-                ),
-                late.lazy().select("_row", "shard_id", "utt_id", "reason", pl.col("detail").fill_null("")),
+                rejected.lazy()
+                .filter(pl.col("reason") == "duration_out_of_range")
+                .select(report, pl.format("duration {} s", pl.col("duration_s").round(3)).alias("detail")),
+                rejected.lazy()
+                .filter(pl.col("reason") == "quality_below_minimum")
+                .select(report, pl.format("quality {}", pl.col("quality")).alias("detail")),
+                rejected.lazy()
+                .filter(~pl.col("reason").is_in(["duration_out_of_range", "quality_below_minimum"]))
+                .select(report, pl.lit("").alias("detail")),
+                passing.lazy().filter(pl.col("reason").is_not_null()).select(report, pl.col("detail").fill_null("")),
             ]
         )
-        # Both parts are in key order; a sort on the row number interleaves them (merge_sorted
-        # measured slower than this).
         .sort("_row")
         .drop("_row")
         .collect()
