@@ -280,7 +280,7 @@ def build_asr_manifest(
     )
 
     kept = passing.filter(pl.col("reason").is_null())
-    # Hash each recording once (there are far fewer recordings than utterances), then join back.
+    # Hash each recording once (there are far fewer recordings than utterances).
     recordings = kept.select("recording_key").unique()
     recordings = recordings.with_columns(stable_hash_column(recordings, "recording_key", config.split_salt))
     threshold = int(config.validation_share * 1_000_000)
@@ -292,7 +292,9 @@ def build_asr_manifest(
         # The recording the threshold would take next: the smallest hash bucket.
         forced = recordings.sort(pl.col("recording_key_hash") % 1_000_000, "recording_key")["recording_key"][0]
         recordings = recordings.with_columns(pl.col("_validation") | (pl.col("recording_key") == forced))
-    manifest = kept.join(recordings, on="recording_key", how="left", maintain_order="left").with_columns(
+    # Membership in the (few) validation recordings rather than a join of every row to its recording.
+    held_out = recordings.filter(pl.col("_validation"))["recording_key"]
+    manifest = kept.with_columns(pl.col("recording_key").is_in(held_out.implode()).alias("_validation")).with_columns(
         tagged_text_expr(pl.col("clean_text"), pl.col("language")).alias("text"),
         pl.col("duration_s").alias("duration"),
         pl.col("language").alias("lang"),
