@@ -81,6 +81,7 @@ REMOVAL_REASONS = (
     "duplicate_text_in_recording",
 )
 
+REASON = pl.Enum(REMOVAL_REASONS)
 
 MIN_RECORDINGS_FOR_HELD_OUT = 3
 """With this many recordings, validation (and so eval) always holds at least one (the HF split rule)."""
@@ -219,17 +220,18 @@ def build_asr_manifest(
         joined_in_order = utterances.join(flac, on=KEY, how="left").sort(KEY), None
     joined, order = joined_in_order
     quality_ok = pl.lit(True) if config.min_quality is None else pl.col("quality") >= config.min_quality
+    # As an enum until the rows are reported: a chain of string literals builds a string column per step.
     reason = (
         pl.when(pl.col("flac_path").is_null())
-        .then(pl.lit("no_flac"))
+        .then(pl.lit("no_flac", REASON))
         .when(pl.col("language").is_null())
-        .then(pl.lit("missing_language"))
+        .then(pl.lit("missing_language", REASON))
         .when(~pl.col("duration_s").is_between(config.min_duration_s, config.max_duration_s))
-        .then(pl.lit("duration_out_of_range"))
+        .then(pl.lit("duration_out_of_range", REASON))
         .when(~quality_ok.fill_null(False))
-        .then(pl.lit("quality_below_minimum"))
+        .then(pl.lit("quality_below_minimum", REASON))
         .when(pl.col("text").str.strip_chars().fill_null("") == "")
-        .then(pl.lit("empty_text"))
+        .then(pl.lit("empty_text", REASON))
     )
     frame = joined.with_columns(reason.alias("reason"))
     # From here on rows are in (shard_id, utt_id) order; ``_row`` is a row's place in that order.
@@ -258,20 +260,20 @@ def build_asr_manifest(
     passing = _mark_duplicates(passing, config)
     # Each reason's detail formatted on its own rows only (a when/then chain formats every row
     # both ways); all parts are in key order, and a sort on the row number interleaves them.
-    report = pl.col("_row", "shard_id", "utt_id", "reason")
+    report = (pl.col("_row", "shard_id", "utt_id"), pl.col("reason").cast(pl.String))
     removed = (
         pl.concat(
             [
                 rejected.lazy()
                 .filter(pl.col("reason") == "duration_out_of_range")
-                .select(report, pl.format("duration {} s", pl.col("duration_s").round(3)).alias("detail")),
+                .select(*report, pl.format("duration {} s", pl.col("duration_s").round(3)).alias("detail")),
                 rejected.lazy()
                 .filter(pl.col("reason") == "quality_below_minimum")
-                .select(report, pl.format("quality {}", pl.col("quality")).alias("detail")),
+                .select(*report, pl.format("quality {}", pl.col("quality")).alias("detail")),
                 rejected.lazy()
                 .filter(~pl.col("reason").is_in(["duration_out_of_range", "quality_below_minimum"]))
-                .select(report, pl.lit("").alias("detail")),
-                passing.lazy().filter(pl.col("reason").is_not_null()).select(report, pl.col("detail").fill_null("")),
+                .select(*report, pl.lit("").alias("detail")),
+                passing.lazy().filter(pl.col("reason").is_not_null()).select(*report, pl.col("detail").fill_null("")),
             ]
         )
         .sort("_row")
