@@ -373,7 +373,8 @@ def _mark_duplicates(passing: pl.DataFrame, config: AsrManifestConfig) -> pl.Dat
             firsts = candidates.filter(first).select(
                 group, pl.col("shard_id", "utt_id").name.prefix("_first_"), pl.col(groups[-1]).alias("_first_value")
             )
-            duplicates = candidates.filter(~first).join(firsts, on=group, how="left", nulls_equal=True)
+            # Inner, not left: every duplicate has its first, and the inner join hashes the smaller side.
+            duplicates = candidates.filter(~first).join(firsts, on=group, how="inner", nulls_equal=True)
             if bool(duplicates[groups[-1]].eq_missing(duplicates["_first_value"]).all()):
                 break
         updates.append(
