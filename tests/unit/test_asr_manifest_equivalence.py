@@ -135,8 +135,8 @@ def test_empty_inputs_give_empty_outputs():
 
 
 def test_a_collision_of_the_audio_hash_falls_back_to_the_hash_strings(monkeypatch):
-    from speechdata.asr import manifest
+    from speechdata.asr import duplicates
 
     # Every audio hash in one u64 group: the check must notice and group by the strings instead.
-    monkeypatch.setattr(manifest, "_audio_group", lambda: pl.lit(7, pl.UInt64))
+    monkeypatch.setattr(duplicates, "_audio_group", lambda: pl.lit(7, pl.UInt64))
     _assert_same_build(*_inputs(5_000, 10))
