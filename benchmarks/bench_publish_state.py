@@ -21,7 +21,9 @@ Timed (wall-clock), one cycle each:
   :func:`~speechdata.hf.state.registered_rows`; commit.
 
 Before each timed cycle, ``os.sync()`` (untimed) writes back every dirty page: otherwise the
-DuckDB commit's log sync waits for the CSV the seed cycle has just written.
+DuckDB commit's log sync waits for the CSV the seed cycle has just written. Last, the cycle as it
+was before issue 18's second round (:func:`previous_duckdb_cycle`: a top-N over every pending key,
+``UPDATE ... FROM`` the chosen keys) runs on a fresh copy of the state, for a before/after in one run.
 
 Both must choose the same keys and report the same hours (checked). Reported: seconds of each,
 ``ratio_seed_over_duckdb`` (target >= 100).
@@ -31,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import tempfile
 import time
 
@@ -172,6 +175,62 @@ def choose_batch(connection, facts: str, max_cer: float, batch: int) -> pa.Table
     return pa.concat_tables(chosen) if chosen else empty
 
 
+def previous_duckdb_cycle(root, state: str, facts: str, max_cer: float, batch: int) -> tuple[dict, list[str]]:
+    from speechdata.hf.state import registered_rows, state_connection
+
+    with state_connection(root, state) as connection:
+        hours = dict(
+            connection.execute(
+                "SELECT language, sum(duration_seconds) / 3600 FROM read_parquet(?) GROUP BY language", [facts]
+            ).fetchall()
+        )
+        chosen = previous_choose_batch(connection, facts, max_cer, batch)
+        with registered_rows(connection, "chosen", {"key": chosen["key"]}):
+            connection.execute(
+                "UPDATE segments SET status = 'uploaded', updated_at = current_timestamp "
+                "FROM chosen WHERE segments.key = chosen.key"
+            )
+    return hours, chosen["key"].to_pylist()
+
+
+def previous_choose_batch(connection, facts: str, max_cer: float, batch: int) -> pa.Table:
+    """Before issue 18's second round (kept to time it in the same run): the first ``batch``
+    pending train keys (key order) with ``cer <= max_cer``.
+
+    Joining all pending keys to the facts costs a hash table of every pending key; instead take the
+    next candidates in key order (a top-N, no join), look up their CER with a small semi-join, and
+    go on past the last candidate until the batch is full or none are left.
+    """
+    chosen: list[pa.Table] = []
+    need, after = batch, ""
+    while need > 0:
+        candidates = connection.sql(
+            "SELECT key FROM segments WHERE status = 'pending' AND split = 'train' AND key > $after "
+            "ORDER BY key LIMIT $limit",
+            params={"after": after, "limit": 2 * need + 100},
+        ).to_arrow_table()
+        if candidates.num_rows == 0:
+            break
+        connection.register("candidates", candidates)
+        passing = connection.sql(
+            "SELECT f.key FROM read_parquet($facts) f SEMI JOIN candidates c ON c.key = f.key "
+            "WHERE f.cer <= $max_cer AND f.key BETWEEN $low AND $high ORDER BY f.key LIMIT $need",
+            # The key range lets the parquet reader skip row groups by their min/max statistics.
+            params={
+                "facts": facts,
+                "max_cer": max_cer,
+                "need": need,
+                "low": candidates["key"][0].as_py(),
+                "high": candidates["key"][-1].as_py(),
+            },
+        ).to_arrow_table()
+        connection.unregister("candidates")
+        chosen.append(passing)
+        need -= passing.num_rows
+        after = candidates["key"][-1].as_py()
+    return pa.concat_tables(chosen) if chosen else pa.table({"key": pa.array([], pa.string())})
+
+
 def build_state(root, state: str, columns: dict[str, np.ndarray]) -> None:
     from speechdata.hf.state import registered_rows, state_connection
 
@@ -228,6 +287,7 @@ def main(argv: list[str] | None = None) -> None:
         root = DataRoot(tmp)
         state = hf_state_database("bench", COUNTRY)
         build_state(root, state, columns)
+        shutil.copy(root.path(state), root.path(state + ".before"))
         facts = os.path.join(tmp, "segments.parquet")
         pq.write_table(
             pa.table({name: columns[name] for name in ("key", "language", "duration_seconds", "cer")}),
@@ -246,6 +306,13 @@ def main(argv: list[str] | None = None) -> None:
         started = time.perf_counter()
         duck_hours, duck_keys = duckdb_cycle(root, state, facts, args.max_cer, args.batch)
         duck_s = time.perf_counter() - started
+        # The previous cycle on a fresh copy of the state (the copy untimed).
+        shutil.copy(root.path(state + ".before"), root.path(state))
+        os.sync()
+        started = time.perf_counter()
+        previous_hours, previous_keys = previous_duckdb_cycle(root, state, facts, args.max_cer, args.batch)
+        previous_s = time.perf_counter() - started
+        assert previous_keys == duck_keys and previous_hours == duck_hours
         progress(f"seed {seed_s:.2f} s, duckdb {duck_s:.3f} s")
         same_keys = seed_keys == duck_keys
         same_hours = set(seed_hours) == set(duck_hours) and all(
@@ -260,6 +327,7 @@ def main(argv: list[str] | None = None) -> None:
         {
             "seed_csv_pandas_seconds": round(seed_s, 3),
             "duckdb_state_seconds": round(duck_s, 4),
+            "previous_duckdb_cycle_seconds": round(previous_s, 4),
             "ratio_seed_over_duckdb": speedup,
             "meets_target": bool(speedup and speedup >= TARGET_RATIO),
             "marked_uploaded": len(duck_keys),
