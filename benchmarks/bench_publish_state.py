@@ -312,7 +312,8 @@ def main(argv: list[str] | None = None) -> None:
         started = time.perf_counter()
         previous_hours, previous_keys = previous_duckdb_cycle(root, state, facts, args.max_cer, args.batch)
         previous_s = time.perf_counter() - started
-        assert previous_keys == duck_keys and previous_hours == duck_hours
+        # DuckDB's parallel sum may add in another order: equal within 1e-6 hours.
+        assert previous_keys == duck_keys and all(abs(previous_hours[k] - duck_hours[k]) < 1e-6 for k in duck_hours)
         progress(f"seed {seed_s:.2f} s, duckdb {duck_s:.3f} s")
         same_keys = seed_keys == duck_keys
         same_hours = set(seed_hours) == set(duck_hours) and all(
