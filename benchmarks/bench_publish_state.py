@@ -16,8 +16,8 @@ Timed (wall-clock), one cycle each:
 * seed: ``pd.read_csv``; hours per language (``groupby``); the pending train segments with
   ``cer <= --max-cer`` in file order; the first ``--batch`` of them marked ``uploaded``; ``to_csv``;
 * project: :func:`speechdata.hf.state.state_connection` (open, transaction); hours per language
-  from the parquet; the same selection (:func:`choose_batch`: key windows of ``segments``, CER
-  looked up in the parquet); ``UPDATE ... WHERE rowid IN`` the chosen rows via
+  from the parquet; the same selection (:func:`choose_batch`: key windows of ``segments``, each
+  one query with the CER cap looked up in the parquet's same key range); ``UPDATE ... WHERE rowid IN`` the chosen rows via
   :func:`~speechdata.hf.state.registered_rows`; commit.
 
 Before each timed cycle, ``os.sync()`` (untimed) writes back every dirty page: otherwise the
@@ -120,11 +120,11 @@ def choose_batch(connection, facts: str, max_cer: float, batch: int) -> pa.Table
 
     A top-N over the whole table decompresses and compares every pending key; instead the keys are
     taken window by window, ``(after, upper]``, each small enough for DuckDB to skip most of the
-    table. ``upper`` is the key at a growing row id: a guess at the key order from the storage
-    order (it is exact when segments were registered in key order, as here; any other order only
-    makes windows smaller or larger, never changes the result, since each window is sorted and the
-    next starts where it ended). The CER of each window's candidates comes from a semi-join on the
-    facts restricted to the window's key range (the parquet reader skips row groups by statistics).
+    table and of the facts' row groups. ``upper`` is the key at a growing row id: a guess at the key
+    order from the storage order (it is exact when segments were registered in key order, as here;
+    any other order only makes windows smaller or larger, never changes the result, since each
+    window is sorted and the next starts where it ended). One query per window: the window's
+    pending train keys whose facts pass the CER cap, first ``need`` in key order.
     """
     rows_total = connection.execute("SELECT count(*) FROM segments").fetchall()[0][0]
 
@@ -136,37 +136,20 @@ def choose_batch(connection, facts: str, max_cer: float, batch: int) -> pa.Table
     window_rows = probe = 4 * batch
     upper = key_at(probe) if probe < rows_total else None
     while need > 0:
-        limit = 2 * need + 100
-        bounded = "AND key <= $upper " if upper is not None else ""
-        candidates = connection.sql(
-            "SELECT key, rowid AS row FROM segments WHERE status = 'pending' AND split = 'train' "
-            f"AND key > $after {bounded}ORDER BY key LIMIT $limit",
-            params={"after": after, "limit": limit} | ({"upper": upper} if upper is not None else {}),
+        in_window = "key > $after" + (" AND key <= $upper" if upper is not None else "")
+        passing = connection.sql(
+            f"SELECT key, rowid AS row FROM segments WHERE status = 'pending' AND split = 'train' AND {in_window} "
+            f"AND key IN (SELECT key FROM read_parquet($facts) WHERE cer <= $max_cer AND {in_window}) "
+            "ORDER BY key LIMIT $need",
+            params={"after": after, "facts": facts, "max_cer": max_cer, "need": need}
+            | ({"upper": upper} if upper is not None else {}),
         ).to_arrow_table()
-        if candidates.num_rows:
-            connection.register("candidates", candidates)
-            passing = connection.sql(
-                "SELECT key, row FROM candidates WHERE key IN (SELECT key FROM read_parquet($facts) "
-                "WHERE cer <= $max_cer AND key BETWEEN $low AND $high) ORDER BY key LIMIT $need",
-                params={
-                    "facts": facts,
-                    "max_cer": max_cer,
-                    "need": need,
-                    "low": candidates["key"][0].as_py(),
-                    "high": candidates["key"][-1].as_py(),
-                },
-            ).to_arrow_table()
-            connection.unregister("candidates")
-            chosen.append(passing)
-            need -= passing.num_rows
-        if candidates.num_rows == limit:
-            after = candidates["key"][-1].as_py()  # the window has more: go on inside it
-            continue
-        if upper is None:
-            break  # every key after ``after`` was a candidate
-        after = upper
-        # The next window, twice as many rows; a key at or before ``after`` (storage order is not
-        # key order there) says nothing, so look further.
+        chosen.append(passing)
+        need -= passing.num_rows
+        if need == 0 or upper is None:
+            break  # full, or every key after ``after`` was looked at
+        after = upper  # the window held fewer than needed: the next one, twice as many rows
+        # A key at or before ``after`` (storage order is not key order there) says nothing.
         while upper is not None and upper <= after:
             window_rows *= 2
             probe += window_rows
