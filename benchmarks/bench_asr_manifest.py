@@ -5,7 +5,8 @@ every transcript with ``df.apply(..., axis=1)`` (a Python regex per row). ``buil
 does that and more (language corrections, two deduplications, the recording split, the eval
 subset) as polars expressions. This makes ``--rows`` synthetic utterances (Hindi, English, Tamil
 and mixed-script transcripts with tags and punctuation, 10 segments per recording) as Arrow tables
-and times, wall-clock, one run each:
+and times, wall-clock, one run each (then, untimed, checks that every output equals the
+pre-issue-18 build's, kept in ``benchmarks/asr_manifest_reference.py``):
 
 * ``polars``: ``pl.from_arrow`` of both tables + :func:`speechdata.asr.manifest.build_asr_manifest`;
 * ``pandas_seed``: ``to_pandas`` of both + the seed's merge, filters and row-wise ``apply`` with
@@ -107,6 +108,29 @@ def run_polars(utterances: pa.Table, flac: pa.Table):
     )
 
 
+def same_outputs_as_reference(utterances: pa.Table, flac: pa.Table, build) -> tuple[bool, float]:
+    """Every output of ``build`` equals the pre-issue-18 build's on the same rows (raises if not),
+    and the seconds that build took (``pl.from_arrow`` included, as for the timed polars run)."""
+    import polars as pl
+    from polars.testing import assert_frame_equal
+
+    from benchmarks import asr_manifest_reference
+    from speechdata.asr.manifest import AsrManifestConfig
+
+    started = time.perf_counter()
+    expected = asr_manifest_reference.build_asr_manifest(
+        pl.from_arrow(utterances),
+        pl.from_arrow(flac),
+        audio_root="/data",
+        config=AsrManifestConfig(min_duration_s=MIN_DURATION, max_duration_s=MAX_DURATION, min_quality=MIN_QUALITY),
+    )
+    seconds = time.perf_counter() - started
+    for name in ("train", "validation", "eval", "removed"):
+        assert_frame_equal(getattr(build, name), getattr(expected, name))
+    assert build.relabeled == expected.relabeled and build.recordings == expected.recordings
+    return True, seconds
+
+
 def run_pandas_seed(utterances: pa.Table, flac: pa.Table):
     meta_df = utterances.to_pandas()
     idx_df = flac.select(["shard_id", "utt_id", "flac_path", "duration_s"]).to_pandas()
@@ -127,6 +151,9 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="50 000 rows, for smoke runs")
     parser.add_argument("--rows", type=int, default=1_000_000)
+    parser.add_argument(
+        "--no-check", action="store_true", help="skip comparing every output with the pre-issue-18 build (untimed)"
+    )
     args = parser.parse_args(argv)
     if args.quick:
         args.rows = 50_000
@@ -148,6 +175,10 @@ def main(argv: list[str] | None = None) -> None:
         seed_df = run_pandas_seed(utterances, flac)
         pandas_s = time.perf_counter() - started
         progress(f"pandas (seed): {pandas_s:.2f} s, {len(seed_df)} rows")
+        same_outputs, previous_s = None, None
+        if not args.no_check:
+            same_outputs, previous_s = same_outputs_as_reference(utterances, flac, build)
+        progress(f"same outputs as the pre-issue-18 build: {same_outputs} (which took {previous_s} s)")
     speedup = ratio(pandas_s, polars_s)
     emit(
         "asr_manifest",
@@ -161,6 +192,9 @@ def main(argv: list[str] | None = None) -> None:
             "rows_kept_polars": build.train.height + build.validation.height,
             "rows_kept_pandas_seed": len(seed_df),
             "polars_removed_by_reason": build.removed_by_reason,
+            "same_outputs_as_reference": same_outputs,
+            # The pre-issue-18 build on the same rows, run last: before and after in one run.
+            "previous_build_seconds": round(previous_s, 3) if previous_s else None,
         },
     )
 

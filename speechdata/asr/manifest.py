@@ -29,8 +29,11 @@ from dataclasses import dataclass
 import duckdb
 import polars as pl
 
-from speechdata.asr.text import clean_transcript_expr, tagged_text_expr
+from speechdata.asr.duplicates import mark_duplicates
+from speechdata.asr.key_order import join_flac_in_key_order
+from speechdata.asr.text import clean_transcript_series_in_threads, tagged_text_expr
 
+KEY = ["shard_id", "utt_id"]
 UTTERANCE_COLUMNS = {
     "shard_id": pl.String,
     "utt_id": pl.String,
@@ -62,6 +65,9 @@ MANIFEST_COLUMNS = [
 ]
 NEMO_COLUMNS = ["audio_filepath", "duration", "text", "lang"]
 
+UTTERANCE_KEY = pl.col("shard_id") + pl.lit("/") + pl.col("utt_id")
+"""An utterance's key in the split hash and in duplicates' ``detail``: ``<shard_id>/<utt_id>``."""
+
 RECORDING_KEY = pl.coalesce(pl.col("recording_id"), pl.lit("shard:") + pl.col("shard_id"))
 """What a recording is: its ``recording_id``, else (unknown) the whole shard."""
 
@@ -76,6 +82,7 @@ REMOVAL_REASONS = (
     "duplicate_text_in_recording",
 )
 
+REASON = pl.Enum(REMOVAL_REASONS)
 
 MIN_RECORDINGS_FOR_HELD_OUT = 3
 """With this many recordings, validation (and so eval) always holds at least one (the HF split rule)."""
@@ -208,55 +215,75 @@ def build_asr_manifest(
     ``audio_root`` prefixes ``flac_path`` to make ``audio_filepath`` (a local directory or a URL).
     """
     utterances = apply_language_corrections(conform(utterances, UTTERANCE_COLUMNS), corrections)
-    joined = utterances.join(conform(flac, FLAC_COLUMNS), on=["shard_id", "utt_id"], how="left")
+    flac = conform(flac, FLAC_COLUMNS)
+    joined_in_order = join_flac_in_key_order(utterances, flac)
+    if joined_in_order is None:
+        joined_in_order = utterances.join(flac, on=KEY, how="left").sort(KEY), None
+    joined, order = joined_in_order
     quality_ok = pl.lit(True) if config.min_quality is None else pl.col("quality") >= config.min_quality
+    # As an enum until the rows are reported: a chain of string literals builds a string column per step.
     reason = (
         pl.when(pl.col("flac_path").is_null())
-        .then(pl.lit("no_flac"))
+        .then(pl.lit("no_flac", REASON))
         .when(pl.col("language").is_null())
-        .then(pl.lit("missing_language"))
+        .then(pl.lit("missing_language", REASON))
         .when(~pl.col("duration_s").is_between(config.min_duration_s, config.max_duration_s))
-        .then(pl.lit("duration_out_of_range"))
+        .then(pl.lit("duration_out_of_range", REASON))
         .when(~quality_ok.fill_null(False))
-        .then(pl.lit("quality_below_minimum"))
+        .then(pl.lit("quality_below_minimum", REASON))
         .when(pl.col("text").str.strip_chars().fill_null("") == "")
-        .then(pl.lit("empty_text"))
+        .then(pl.lit("empty_text", REASON))
     )
     frame = joined.with_columns(reason.alias("reason"))
-    # Clean only what the cheap filters kept: cleaning is most of the build's cost.
-    frame = pl.concat(
-        [
-            frame.filter(pl.col("reason").is_null()).with_columns(
-                clean_transcript_expr(pl.col("text")).alias("clean_text")
-            ),
-            frame.filter(pl.col("reason").is_not_null()).with_columns(pl.lit(None, pl.String).alias("clean_text")),
-        ]
-    )
-    frame = frame.with_columns(
-        pl.when(pl.col("reason").is_null() & (pl.col("clean_text") == ""))
-        .then(pl.lit("empty_after_cleaning"))
-        .otherwise(pl.col("reason"))
-        .alias("reason"),
+    # From here on rows are in (shard_id, utt_id) order; ``_row`` is a row's place in that order.
+    # Rows that passed take every column along, the others only what ``removed`` reports.
+    is_passing = frame["reason"].is_null()
+    positions = pl.int_range(frame.height, dtype=pl.UInt32, eager=True).alias("_row")
+    report_columns = ["shard_id", "utt_id", "reason", "duration_s", "quality"]
+    if order is None:
+        passing, rejected = frame.filter(is_passing), frame.select(report_columns).filter(~is_passing)
+    else:
+        passing_in_order = is_passing.gather(order)
+        passing = frame[order.filter(passing_in_order)]
+        rejected = frame.select(report_columns)[order.filter(~passing_in_order)]
+        is_passing = passing_in_order
+    rejected = rejected.with_columns(positions.filter(~is_passing))
+    # Clean and deduplicate only what the cheap filters kept: cleaning is most of the build's cost.
+    passing = passing.with_columns(
+        positions.filter(is_passing),
+        clean_transcript_series_in_threads(passing["text"]).alias("clean_text"),
         RECORDING_KEY.alias("recording_key"),
-        (pl.col("shard_id") + pl.lit("/") + pl.col("utt_id")).alias("key"),
-    ).sort("shard_id", "utt_id")
-    frame = _mark_duplicates(frame, config)
-    removed = frame.filter(pl.col("reason").is_not_null()).select(
-        "shard_id",
-        "utt_id",
-        "reason",
-        pl.when(pl.col("reason").is_in(["duplicate_audio", "duplicate_text_in_recording"]))
-        .then(pl.col("_duplicate_detail"))
-        .when(pl.col("reason") == "duration_out_of_range")
-        .then(pl.format("duration {} s", pl.col("duration_s").round(3)))
-        .when(pl.col("reason") == "quality_below_minimum")
-        .then(pl.format("quality {}", pl.col("quality")))
-        .otherwise(pl.lit(""))
-        .alias("detail"),
+    )
+    passing = passing.with_columns(
+        pl.when(pl.col("clean_text") == "").then(pl.lit("empty_after_cleaning")).alias("reason"),
+        pl.lit(None, pl.String).alias("detail"),
+    )
+    passing = mark_duplicates(passing, config.dedup_duration_resolution_ms)
+    # Each reason's detail formatted on its own rows only (a when/then chain formats every row
+    # both ways); all parts are in key order, and a sort on the row number interleaves them.
+    report = (pl.col("_row", "shard_id", "utt_id"), pl.col("reason").cast(pl.String))
+    removed = (
+        pl.concat(
+            [
+                rejected.lazy()
+                .filter(pl.col("reason") == "duration_out_of_range")
+                .select(*report, pl.format("duration {} s", pl.col("duration_s").round(3)).alias("detail")),
+                rejected.lazy()
+                .filter(pl.col("reason") == "quality_below_minimum")
+                .select(*report, pl.format("quality {}", pl.col("quality")).alias("detail")),
+                rejected.lazy()
+                .filter(~pl.col("reason").is_in(["duration_out_of_range", "quality_below_minimum"]))
+                .select(*report, pl.lit("").alias("detail")),
+                passing.lazy().filter(pl.col("reason").is_not_null()).select(*report, pl.col("detail").fill_null("")),
+            ]
+        )
+        .sort("_row")
+        .drop("_row")
+        .collect()
     )
 
-    kept = frame.filter(pl.col("reason").is_null())
-    # Hash each recording once (there are far fewer recordings than utterances), then join back.
+    kept = passing.filter(pl.col("reason").is_null())
+    # Hash each recording once (there are far fewer recordings than utterances).
     recordings = kept.select("recording_key").unique()
     recordings = recordings.with_columns(stable_hash_column(recordings, "recording_key", config.split_salt))
     threshold = int(config.validation_share * 1_000_000)
@@ -268,19 +295,23 @@ def build_asr_manifest(
         # The recording the threshold would take next: the smallest hash bucket.
         forced = recordings.sort(pl.col("recording_key_hash") % 1_000_000, "recording_key")["recording_key"][0]
         recordings = recordings.with_columns(pl.col("_validation") | (pl.col("recording_key") == forced))
-    manifest = kept.join(recordings, on="recording_key", how="left", maintain_order="left").with_columns(
+    # Membership in the (few) validation recordings rather than a join of every row to its recording.
+    held_out = recordings.filter(pl.col("_validation"))["recording_key"]
+    manifest = kept.with_columns(pl.col("recording_key").is_in(held_out.implode()).alias("_validation")).with_columns(
         tagged_text_expr(pl.col("clean_text"), pl.col("language")).alias("text"),
         pl.col("duration_s").alias("duration"),
         pl.col("language").alias("lang"),
         (pl.lit(audio_root.rstrip("/") + "/") + pl.col("flac_path")).alias("audio_filepath"),
     )
-    validation = manifest.filter(pl.col("_validation"))
+    validation = manifest.filter(pl.col("_validation")).with_columns(UTTERANCE_KEY.alias("key"))
     validation = validation.with_columns(stable_hash_column(validation, "key", config.split_salt))
     eval_subset = (
         validation.sort("lang", "key_hash", "key").group_by("lang", maintain_order=True).head(config.eval_per_language)
     )
+    # Without corrections ``original_language`` is ``language`` on every row: nothing to scan.
     relabeled = (
-        frame.filter(pl.col("original_language").ne_missing(pl.col("language")))
+        (joined.head(0) if corrections is None or corrections.height == 0 else joined)
+        .filter(pl.col("original_language").ne_missing(pl.col("language")))
         .select(
             (pl.col("original_language").fill_null("null") + "->" + pl.col("language").fill_null("null")).alias(
                 "change"
@@ -299,47 +330,6 @@ def build_asr_manifest(
         recordings=recordings.height,
         validation_share=config.validation_share,
         forced_validation=forced,
-    )
-
-
-def _mark_duplicates(frame: pl.DataFrame, config: AsrManifestConfig) -> pl.DataFrame:
-    """``duplicate_audio`` then ``duplicate_text_in_recording`` among rows still passing, in frame order.
-
-    The first row of a group (by ``(shard_id, utt_id)``, the frame's order) is kept and named in the
-    others' ``_duplicate_detail``. Only passing rows are grouped, with ``is_first_distinct`` and a
-    join of the duplicates to their group's first row: no window over the whole frame.
-    """
-    duration_step = (pl.col("duration_s") * 1000 / config.dedup_duration_resolution_ms).round().cast(pl.Int64)
-    passing = frame.with_row_index("_row").filter(pl.col("reason").is_null())
-    passing = passing.select(
-        "_row",
-        "key",
-        "audio_sha1",
-        # Group keys hashed to one u64 (only compared within this build, so polars' hash need not be
-        # stable across versions; a 64-bit collision is negligible).
-        pl.struct("recording_key", "clean_text", duration_step).hash(0).alias("_text_group"),
-    )
-    updates = []
-    for group, reason, detail in (
-        ("audio_sha1", "duplicate_audio", "same audio as "),
-        ("_text_group", "duplicate_text_in_recording", "same text and duration as "),
-    ):
-        first = pl.col(group).is_first_distinct()
-        firsts = passing.filter(first).select(group, pl.col("key").alias("_first_key"))
-        duplicates = passing.filter(~first).join(firsts, on=group, how="left", nulls_equal=True)
-        updates.append(
-            duplicates.select(
-                "_row", pl.lit(reason).alias("reason"), (pl.lit(detail) + pl.col("_first_key")).alias("_detail")
-            )
-        )
-        passing = passing.filter(first)
-    changed = pl.concat(updates)
-    rows = changed["_row"].cast(pl.Int64)
-    return frame.with_columns(
-        frame["reason"].scatter(rows, changed["reason"]),
-        pl.repeat(None, frame.height, dtype=pl.String, eager=True)
-        .alias("_duplicate_detail")
-        .scatter(rows, changed["_detail"]),
     )
 
 

@@ -16,6 +16,7 @@ because the seed's output was wrong on real text:
 from __future__ import annotations
 
 from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
 
 import polars as pl
 
@@ -26,7 +27,13 @@ _INNERMOST_TAG = r"\[[^\[\]]*\]"
 _APOSTROPHES = r"['’‘`]"
 # The seed's set (Latin, danda U+0964, double danda U+0965, the ideographic full stop) plus stray
 # brackets, curly quotes and guillemets, the Devanagari abbreviation sign and Arabic-script marks.
-_PUNCTUATION_OR_SPACE = r"[\s।॥॰.,!?;:\"\-—–()…%/+=$*@#&_^>|\\<~。、，！？：；“”«»„\[\]{}۔،؟]+"
+_PUNCTUATION = r"।॥॰.,!?;:\"\-—–()…%/+=$*@#&_^>|\\<~。、，！？：；“”«»„\[\]{}۔،؟"
+_PUNCTUATION_OR_SPACE = rf"[\s{_PUNCTUATION}]+"
+# The same replacement as ``_PUNCTUATION_OR_SPACE`` -> " ", without matching the lone ASCII spaces
+# between words (which it would replace by themselves): a run of two or more, a whitespace other
+# than " " (``[^\S ]``), or one punctuation character. A regex replacement costs per match, and
+# lone spaces were most of the matches.
+_PUNCTUATION_OR_SPACE_CHANGED = rf"[\s{_PUNCTUATION}]{{2,}}|[^\S ]|[{_PUNCTUATION}]"
 
 
 def clean_transcript_expr(text: pl.Expr) -> pl.Expr:
@@ -42,15 +49,41 @@ def clean_transcript_series(text: pl.Series) -> pl.Series:
     """
     cleaned = _on_rows(text, text.str.contains(may_change_under_nfc_pattern()), lambda s: s.str.normalize("NFC"))
 
-    def remove_tags(s: pl.Series) -> pl.Series:
-        for _ in range(TAG_NESTING_DEPTH):
-            s = s.str.replace_all(_INNERMOST_TAG, " ")
-        return s
-
-    cleaned = _on_rows(cleaned, cleaned.str.contains("[", literal=True), remove_tags)
+    cleaned = _remove_tags(cleaned, TAG_NESTING_DEPTH)
     cleaned = cleaned.str.replace_all(_APOSTROPHES, "")
-    # One pass turns punctuation into spaces and collapses every run of spaces with it.
-    return cleaned.str.replace_all(_PUNCTUATION_OR_SPACE, " ").str.strip_chars()
+    # One pass turns punctuation into spaces and collapses every run of spaces with it; what is
+    # left of whitespace is then single " ", so stripping " " strips all of it.
+    return cleaned.str.replace_all(_PUNCTUATION_OR_SPACE_CHANGED, " ").str.strip_chars(" ")
+
+
+PARALLEL_MIN_ROWS = 100_000
+"""Below this many rows one thread cleans everything: splitting costs more than it saves."""
+
+
+def clean_transcript_series_in_threads(text: pl.Series, min_rows: int = PARALLEL_MIN_ROWS) -> pl.Series:
+    """:func:`clean_transcript_series` on consecutive slices of ``text``, one per polars thread.
+
+    polars runs each string operation over a column on one thread; the slices run concurrently
+    (polars releases the GIL inside them). Rows come back in their order, each cleaned as alone.
+    """
+    threads = min(pl.thread_pool_size(), text.len() // max(min_rows // 2, 1))
+    if threads < 2:
+        return clean_transcript_series(text)
+    bounds = [text.len() * i // threads for i in range(threads + 1)]
+    slices = [text.slice(start, end - start) for start, end in zip(bounds, bounds[1:])]
+    with ThreadPoolExecutor(threads) as pool:
+        return pl.concat(list(pool.map(clean_transcript_series, slices)), rechunk=True)
+
+
+def _remove_tags(text: pl.Series, depth: int) -> pl.Series:
+    """Innermost tags removed ``depth`` times over; each pass only on the rows still holding a ``[``."""
+    if depth == 0:
+        return text
+    return _on_rows(
+        text,
+        text.str.contains("[", literal=True),
+        lambda rows: _remove_tags(rows.str.replace_all(_INNERMOST_TAG, " "), depth - 1),
+    )
 
 
 def _on_rows(series: pl.Series, mask: pl.Series, transform) -> pl.Series:

@@ -33,3 +33,15 @@ def test_nfc_normalization_makes_one_spelling():
 
 def test_null_stays_null():
     assert clean_transcripts([None]) == [None]
+
+
+def test_cleaning_in_threads_gives_each_row_what_one_thread_gives():
+    import polars as pl
+
+    from speechdata.asr.text import clean_transcript_series, clean_transcript_series_in_threads
+
+    rows = ["[laugh [loud]] है।वह", None, "  a\tb.. c ", "don't", "", "e\u0301"] * 997
+    series = pl.Series("text", rows, dtype=pl.String)
+    in_threads = clean_transcript_series_in_threads(series, min_rows=1_000)
+    assert in_threads.to_list() == clean_transcript_series(series).to_list()
+    assert in_threads.name == "text" and in_threads.len() == len(rows)
