@@ -18,7 +18,7 @@ import os
 import struct
 from collections import deque
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
@@ -258,9 +258,13 @@ def iter_bridge_samples(data_root: DataRoot, shard_id: str) -> Iterator[BridgeSa
     # Decoding FLAC (flac16 storage; libsndfile releases the GIL) runs in threads a bounded number of
     # samples ahead; samples are handed on in key order. With pcm16 storage building is a few views.
     with ThreadPoolExecutor(DECODE_THREADS) as pool:
-        ahead: deque = deque()
+        ahead: deque[Future] = deque()
         for key, rows in zip(packable, streams):
-            ahead.append(pool.submit(build, key, *rows))
+            if rows[2]["codec"] == "pcm16":  # nothing to decode: a thread hand-off would cost more than the build
+                ahead.append(Future())
+                ahead[-1].set_result(build(key, *rows))
+            else:
+                ahead.append(pool.submit(build, key, *rows))
             if len(ahead) > 2 * DECODE_THREADS:
                 yield ahead.popleft().result()
         while ahead:
