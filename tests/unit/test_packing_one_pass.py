@@ -147,3 +147,22 @@ def test_wav_members_carry_the_stored_integers_whichever_16_bit_codec_stored_the
             read_floats, _ = sf.read(io.BytesIO(wavs[row["utt_id"]]), dtype="float32")
             assert np.array_equal(read_floats, decode_audio(row["audio"], codec))
     assert digests["flac16"] == digests["pcm16"]
+
+
+def test_words_in_key_order_match_the_whole_shard_dict(tmp_path):
+    from speechdata.alignment.table import TimedUnit, alignment_rows, alignments_table
+    from speechdata.bridge.tars import words_in_key_order
+
+    root = DataRoot(str(tmp_path))
+    rows = []
+    for key, words in (("b", ["x", "y", "z"]), ("d", ["w"]), ("a", ["p", "q"])):
+        units = [TimedUnit(w, 10 * i, 10 * i + 5, 0.0) for i, w in enumerate(words)]
+        rows += alignment_rows(key, "word", list(reversed(units)))  # out of order on disk
+        rows += alignment_rows(key, "token", units)  # other levels are left out
+    root.write_parquet(layout.alignments("s"), alignments_table(rows))
+    keys = ["a", "b", "c", "d", "e"]
+    by_key = word_alignments(root, "s")
+    assert list(words_in_key_order(root, "s", keys)) == [by_key.get(k, []) for k in keys]
+    assert [len(w) for w in words_in_key_order(root, "s", keys)] == [2, 3, 0, 1, 0]
+    root.write_parquet(layout.alignments("s"), alignments_table([]))
+    assert list(words_in_key_order(root, "s", keys)) == [[]] * 5
