@@ -166,3 +166,36 @@ def test_words_in_key_order_match_the_whole_shard_dict(tmp_path):
     assert [len(w) for w in words_in_key_order(root, "s", keys)] == [2, 3, 0, 1, 0]
     root.write_parquet(layout.alignments("s"), alignments_table([]))
     assert list(words_in_key_order(root, "s", keys)) == [[]] * 5
+
+
+def test_read_ahead_keeps_order_raises_the_readers_error_and_stops_when_the_caller_does():
+    import threading
+
+    from speechdata.io.keyed_stream import read_ahead
+
+    assert list(read_ahead(iter(range(100)), depth=3)) == list(range(100))
+
+    def failing():
+        yield 1
+        raise KeyError("missing row")
+
+    rows = read_ahead(failing(), depth=2)
+    assert next(rows) == 1
+    with pytest.raises(KeyError, match="missing row"):
+        next(rows)
+
+    produced = []
+
+    def endless():
+        n = 0
+        while True:
+            produced.append(n)
+            yield n
+            n += 1
+
+    before = threading.active_count()
+    rows = read_ahead(endless(), depth=4)
+    assert [next(rows) for _ in range(5)] == [0, 1, 2, 3, 4]
+    rows.close()  # the caller stops: the thread must stop too, at most depth rows later
+    assert threading.active_count() == before
+    assert len(produced) <= 5 + 4 + 2
