@@ -95,10 +95,6 @@ def _npy_header(descr: str, shape: tuple[int, ...]) -> bytes:
     return buffer.getvalue()
 
 
-def _npy_bytes(array: np.ndarray, dtype) -> bytes:
-    return b"".join(bytes(piece) for piece in _npy_pieces(array, dtype))
-
-
 def _wav_pieces(samples: np.ndarray) -> tuple:
     """A 16-bit mono WAV: the 44-byte canonical header libsndfile writes, then the PCM (no soundfile round trip).
 

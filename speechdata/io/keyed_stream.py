@@ -169,20 +169,24 @@ def read_ahead(rows: Iterable[dict], depth: int = READ_AHEAD_ROWS) -> Iterator[d
     stop = threading.Event()
     done = object()
 
+    def offer(item: tuple) -> bool:
+        """Put ``item`` unless the caller has stopped (then a full queue would block forever)."""
+        while not stop.is_set():
+            try:
+                handoff.put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
     def produce() -> None:
         try:
             for row in rows:
-                while not stop.is_set():
-                    try:
-                        handoff.put((row, None), timeout=0.1)
-                        break
-                    except queue.Full:
-                        continue
-                if stop.is_set():
+                if not offer((row, None)):
                     return
-            handoff.put((done, None))
+            offer((done, None))
         except BaseException as error:  # handed to the consumer, which re-raises it
-            handoff.put((done, error))
+            offer((done, error))
 
     thread = threading.Thread(target=produce, name="read-ahead", daemon=True)
     thread.start()

@@ -199,3 +199,14 @@ def test_read_ahead_keeps_order_raises_the_readers_error_and_stops_when_the_call
     rows.close()  # the caller stops: the thread must stop too, at most depth rows later
     assert threading.active_count() == before
     assert len(produced) <= 5 + 4 + 2
+
+
+def test_read_ahead_stops_when_the_caller_stops_with_the_queue_full_at_the_end():
+    import time
+
+    from speechdata.io.keyed_stream import read_ahead
+
+    rows = read_ahead(iter(range(3)), depth=1)
+    assert next(rows) == 0
+    time.sleep(0.3)  # the reader is done and waits to hand over its end marker
+    rows.close()  # must not hang
