@@ -16,6 +16,7 @@ from assets.shard_runs import (
     shard_check_specs,
 )
 from resources.storage import DataRootResource, data_root_resource
+from speechdata.audio.codec import DEFAULT_AUDIO_CODEC
 from speechdata.bridge.clock import SAMPLE_RATE
 from speechdata.landing.contract import ContractError
 from speechdata.landing.ingest import ingest_normalized_audio, ingest_raw_shard
@@ -99,7 +100,9 @@ class NormalizedAudioConfig(dg.Config):
         "soxr", description="soxr HQ is faster or equal at every common rate and sharper (README, Resampling)."
     )
     codec: Literal["flac16", "flac24", "pcm16"] = Field(
-        "flac16", description="flac16/flac24: lossless, about half the bytes; pcm16: no encoding CPU (README, Ingest)."
+        DEFAULT_AUDIO_CODEC,
+        description="pcm16: no encoding or decoding CPU; flac16/flac24: lossless, fewer bytes. flac16 and pcm16 "
+        "give identical downstream products (docs/performance.md, Ingest).",
     )
 
 
@@ -110,7 +113,7 @@ class NormalizedAudioConfig(dg.Config):
     tags=PER_SHARD_TAGS,
     kinds={"parquet"},
     owners=OWNERS,
-    code_version="normalized_audio-v1",
+    code_version="normalized_audio-v2",  # v2: pcm16 by default
     backfill_policy=CPU_BACKFILL_POLICY,
     check_specs=shard_check_specs(
         "normalized_audio",
@@ -123,7 +126,7 @@ def normalized_audio(
     """The shard's audio at 24 kHz mono (Mimi's rate), cut to each utterance's segment.
 
     File: `shards/<shard>/audio_24k.parquet`, one row per utterance: `utt_id`, `sample_rate`,
-    `n_samples`, `duration_s`, `codec` and `audio` (FLAC bytes by default). Read it with
+    `n_samples`, `duration_s`, `codec` and `audio` (16-bit PCM bytes by default). Read it with
     `speechdata.audio.container.iter_container_audio`, or any parquet reader plus soundfile.
     Utterances that cannot be decoded are in `shards/<shard>/rejects/normalized_audio.parquet`.
     """

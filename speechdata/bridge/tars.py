@@ -1,6 +1,7 @@
 """Pack a shard's bridge tuples into deterministic WebDataset tars.
 
-One sample per utterance: ``<key>.wav`` (24 kHz mono 16-bit), ``<key>.qwen.npy``,
+One sample per utterance: ``<key>.wav`` (24 kHz mono 16-bit: the very samples ingest stored, whichever
+16-bit codec stored them), ``<key>.qwen.npy``,
 ``<key>.wavlm.npy``, ``<key>.dur.npy``, ``<key>.grid.npy``, ``<key>.tokens.npy`` and ``<key>.json`` (text, language, ..., and ``words``: the word alignment as
 ``{"word", "start_ms", "end_ms"}`` dicts).
 Samples are sorted by key and members by name; every header has mtime 0, uid/gid 0, empty owner
@@ -10,31 +11,29 @@ to the next number before it would pass ``max_tar_bytes`` or ``max_samples``.
 
 from __future__ import annotations
 
-import hashlib
+import functools
 import io
 import json
 import os
 import struct
-import tarfile
 from collections import deque
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from speechdata.audio.codec import decode_audio
+from speechdata.audio.codec import PCM16_CODECS, decode_audio, decode_pcm16
 from speechdata.bridge.clock import FRAME_RATE_HZ, SAMPLE_RATE
+from speechdata.bridge.tar_stream import BLOCK_BYTES, TarStream, byte_view
 from speechdata.io import layout
-from speechdata.io.audio_tars import deterministic_tar_info
-from speechdata.io.keyed_stream import KeyedRows, read_keys
+from speechdata.io.keyed_stream import KeyedRows, read_ahead, read_keys
 from speechdata.io.storage import DataRoot, atomic_open
 
 DEFAULT_MAX_TAR_BYTES = 1_000_000_000
 DEFAULT_MAX_SAMPLES = 10_000
-COPY_BYTES = 64 * 1024 * 1024
 
 BRIDGE_INDEX_SCHEMA = pa.schema(
     [
@@ -51,6 +50,7 @@ BRIDGE_INDEX_SCHEMA = pa.schema(
 class BridgeSample:
     key: str
     wav: np.ndarray
+    """int16 samples are written as they are; float samples are quantized (``rint(x * 32767)``, clipped)."""
     qwen: np.ndarray
     wavlm: np.ndarray
     tokens: np.ndarray
@@ -58,57 +58,60 @@ class BridgeSample:
     dur: np.ndarray
     info: dict
 
-    def members(self) -> list[tuple[str, bytes]]:
-        """(name, bytes) of the sample's files, sorted by name (encoded once, then cached)."""
+    def members(self) -> list[tuple[str, tuple]]:
+        """(name, payload buffers) of the sample's files, sorted by name (encoded once, then cached).
+
+        Payloads are views where they can be (the stored audio, the feature matrices): nothing is
+        copied before the tar write.
+        """
         cached = self.__dict__.get("_members")
         if cached is None:
             files = {
-                f"{self.key}.wav": _wav_bytes(self.wav),
-                f"{self.key}.qwen.npy": _npy_bytes(self.qwen, np.float16),
-                f"{self.key}.wavlm.npy": _npy_bytes(self.wavlm, np.float16),
-                f"{self.key}.tokens.npy": _npy_bytes(self.tokens, np.int32),
-                f"{self.key}.grid.npy": _npy_bytes(self.grid, np.int32),
-                f"{self.key}.dur.npy": _npy_bytes(self.dur, np.int32),
-                f"{self.key}.json": json.dumps(self.info, sort_keys=True, ensure_ascii=False).encode(),
+                f"{self.key}.wav": _wav_pieces(self.wav),
+                f"{self.key}.qwen.npy": _npy_pieces(self.qwen, np.float16),
+                f"{self.key}.wavlm.npy": _npy_pieces(self.wavlm, np.float16),
+                f"{self.key}.tokens.npy": _npy_pieces(self.tokens, np.int32),
+                f"{self.key}.grid.npy": _npy_pieces(self.grid, np.int32),
+                f"{self.key}.dur.npy": _npy_pieces(self.dur, np.int32),
+                f"{self.key}.json": (json.dumps(self.info, sort_keys=True, ensure_ascii=False).encode(),),
             }
             cached = sorted(files.items())
             object.__setattr__(self, "_members", cached)  # frozen dataclass: set once, bypassing __setattr__
         return cached
 
 
-def _npy_bytes(array: np.ndarray, dtype) -> bytes:
+def _npy_pieces(array: np.ndarray, dtype) -> tuple:
+    """What ``np.save`` writes, as (header, the array's own buffer)."""
+    array = np.ascontiguousarray(array, dtype=dtype)
+    return _npy_header(array.dtype.str, array.shape), byte_view(array)
+
+
+@functools.lru_cache(maxsize=4096)
+def _npy_header(descr: str, shape: tuple[int, ...]) -> bytes:
+    """``np.save``'s header (format 1.0) for a C-ordered array: shapes repeat, so each is built once."""
     buffer = io.BytesIO()
-    np.save(buffer, np.ascontiguousarray(array, dtype=dtype), allow_pickle=False)
+    header = {"descr": descr, "fortran_order": False, "shape": shape}
+    np.lib.format.write_array_header_1_0(buffer, header)
     return buffer.getvalue()
 
 
-def _wav_bytes(samples: np.ndarray) -> bytes:
-    """A 16-bit mono WAV: the 44-byte canonical header libsndfile writes, then the PCM (no soundfile round trip)."""
-    pcm = np.rint(np.clip(samples, -1.0, 1.0) * 32767.0).astype("<i2").tobytes()
+def _wav_pieces(samples: np.ndarray) -> tuple:
+    """A 16-bit mono WAV: the 44-byte canonical header libsndfile writes, then the PCM (no soundfile round trip).
+
+    int16 samples (the stored audio) go in untouched; floats are quantized as ingest quantizes them.
+    """
+    if samples.dtype != np.int16:
+        samples = np.rint(np.clip(samples, -1.0, 1.0) * 32767.0).astype("<i2")
+    pcm = byte_view(np.ascontiguousarray(samples, dtype="<i2"))
     header = struct.pack(
-        "<4sI4s4sIHHIIHH4sI", b"RIFF", 36 + len(pcm), b"WAVE", b"fmt ", 16, 1, 1, SAMPLE_RATE, 2 * SAMPLE_RATE, 2, 16,
-        b"data", len(pcm),
+        "<4sI4s4sIHHIIHH4sI", b"RIFF", 36 + pcm.nbytes, b"WAVE", b"fmt ", 16, 1, 1, SAMPLE_RATE, 2 * SAMPLE_RATE, 2, 16,
+        b"data", pcm.nbytes,
     )  # fmt: skip
-    return header + pcm
+    return header, pcm
 
 
-class _HashingWriter(io.RawIOBase):
-    """Counts and hashes everything written through it to the real handle."""
-
-    def __init__(self, handle):
-        self.handle, self.sha256, self.position = handle, hashlib.sha256(), 0
-
-    def writable(self) -> bool:
-        return True
-
-    def write(self, data) -> int:
-        self.handle.write(data)
-        self.sha256.update(data)
-        self.position += len(data)
-        return len(data)
-
-    def tell(self) -> int:
-        return self.position
+def _wav_bytes(samples: np.ndarray) -> bytes:
+    return b"".join(bytes(piece) for piece in _wav_pieces(samples))
 
 
 @dataclass(frozen=True)
@@ -151,29 +154,31 @@ def pack_samples(
         url = data_root.uri(final)
         tar_rows: list[dict] = []
         with atomic_open(data_root.fs, data_root.path(relative)) as handle:
-            writer = _HashingWriter(handle)
-            # Plain "w" mode writes each member straight through; stream mode ("w|") re-buffers in 10 KiB pieces.
-            # copybufsize: copy each member in one write, not 16 KiB pieces (each one hashed separately).
-            with tarfile.open(fileobj=writer, mode="w", format=tarfile.GNU_FORMAT, copybufsize=COPY_BYTES) as tar:
+            tar = TarStream(handle)
+            try:
                 while sample is not None:
                     members = sample.members()
-                    size = sum(512 + -(-len(data) // 512) * 512 for _, data in members)
-                    full = tar_rows and (writer.position + size > max_tar_bytes or len(tar_rows) >= max_samples)
-                    if full:
+                    size = sum(
+                        BLOCK_BYTES + -(-sum(byte_view(p).nbytes for p in payload) // BLOCK_BYTES) * BLOCK_BYTES
+                        for _, payload in members
+                    )
+                    if tar_rows and (tar.offset + size > max_tar_bytes or len(tar_rows) >= max_samples):
                         break
                     offset = tar.offset
-                    for name, data in members:
-                        tar.addfile(deterministic_tar_info(name, len(data)), io.BytesIO(data))
-                    tar.members.clear()  # TarFile keeps every header; nothing here reads them back
+                    tar.add_sample(members)
                     tar_rows.append(
                         {"key": sample.key, "tar_url": final, "offset": offset, "size": tar.offset - offset}
                     )
                     sample = next(pending, None)
-        digest = writer.sha256.hexdigest()
+                tar.close()
+            except BaseException:
+                tar.abort()
+                raise
+        digest = tar.hexdigest()
         for row in tar_rows:
             row["tar_sha256"] = digest
         rows += tar_rows
-        tars.append(PackedTar(relative, url, digest, len(tar_rows), writer.position))
+        tars.append(PackedTar(relative, url, digest, len(tar_rows), tar.offset))
         number += 1
     return tars, pa.Table.from_pylist(rows, schema=BRIDGE_INDEX_SCHEMA)
 
@@ -201,6 +206,40 @@ def word_alignments(data_root: DataRoot, shard_id: str) -> dict[str, list[dict]]
     }
 
 
+def words_in_key_order(data_root: DataRoot, shard_id: str, keys: list[str]) -> Iterator[list[dict]]:
+    """:func:`word_alignments` of each of ``keys`` (sorted), one utterance at a time.
+
+    The shard's words stay one sorted Arrow table (about 40 bytes a word) and become dicts only for
+    the utterance being packed: as Python dicts for the whole shard they were 46 MB at 20 000
+    utterances of 7 words, growing with the shard.
+    """
+    table = data_root.read_parquet(
+        layout.alignments(shard_id), columns=["utt_id", "level", "index", "text", "start_ms", "end_ms"]
+    )
+    table = table.filter(pc.equal(table["level"], "word")).sort_by([("utt_id", "ascending"), ("index", "ascending")])
+    if table.num_rows == 0:
+        yield from ([] for _ in keys)
+        return
+    runs = table["utt_id"].combine_chunks().dictionary_encode()
+    run_keys = runs.dictionary.to_pylist()
+    codes = runs.indices.to_numpy()
+    starts = np.concatenate([[0], np.flatnonzero(np.diff(codes)) + 1, [len(codes)]]).astype(np.int64)
+    run = 0
+    for key in keys:
+        while run < len(starts) - 1 and run_keys[codes[starts[run]]] < key:
+            run += 1
+        if run < len(starts) - 1 and run_keys[codes[starts[run]]] == key:
+            piece = table.slice(starts[run], starts[run + 1] - starts[run])
+            yield [
+                {"word": w, "start_ms": s, "end_ms": e}
+                for w, s, e in zip(
+                    piece["text"].to_pylist(), piece["start_ms"].to_pylist(), piece["end_ms"].to_pylist(), strict=True
+                )
+            ]
+        else:
+            yield []
+
+
 def iter_bridge_samples(data_root: DataRoot, shard_id: str) -> Iterator[BridgeSample]:
     """Every utterance with a grid and both feature matrices, sorted by utt_id.
 
@@ -211,19 +250,22 @@ def iter_bridge_samples(data_root: DataRoot, shard_id: str) -> Iterator[BridgeSa
     wavlm_keys = set(read_keys(data_root, layout.wavlm_features(shard_id)))
     packable = sorted(set(read_keys(data_root, layout.frame_grids(shard_id))) & qwen_keys & wavlm_keys)
     del qwen_keys, wavlm_keys
-    words = word_alignments(data_root, shard_id)
     streams = zip(
+        words_in_key_order(data_root, shard_id, packable),
         KeyedRows(data_root, layout.frame_grids(shard_id), GRID_COLUMNS, packable),
         KeyedRows(data_root, layout.utterance_index(shard_id), INFO_COLUMNS, packable),
-        KeyedRows(data_root, layout.normalized_audio(shard_id), ["codec", "audio"], packable),
-        KeyedRows(data_root, layout.qwen_hidden_states(shard_id), ARRAY_COLUMNS, packable),
-        KeyedRows(data_root, layout.wavlm_features(shard_id), ARRAY_COLUMNS, packable),
+        # The three payload files (99 % of the bytes) each read in their own thread.
+        read_ahead(KeyedRows(data_root, layout.normalized_audio(shard_id), ["codec", "audio"], packable)),
+        read_ahead(KeyedRows(data_root, layout.qwen_hidden_states(shard_id), ARRAY_COLUMNS, packable)),
+        read_ahead(KeyedRows(data_root, layout.wavlm_features(shard_id), ARRAY_COLUMNS, packable)),
     )
 
-    def build(key: str, grid: dict, meta: dict, audio: dict, qwen: dict, wavlm: dict) -> BridgeSample:
+    def build(
+        key: str, words: list[dict], grid: dict, meta: dict, audio: dict, qwen: dict, wavlm: dict
+    ) -> BridgeSample:
         sample = BridgeSample(
             key=key,
-            wav=decode_audio(audio["audio"], audio["codec"]),
+            wav=_stored_pcm(audio["audio"], audio["codec"]),
             qwen=_array(qwen),
             wavlm=_array(wavlm),
             tokens=grid["tokens"],
@@ -239,18 +281,22 @@ def iter_bridge_samples(data_root: DataRoot, shard_id: str) -> Iterator[BridgeSa
                 "frame_rate": FRAME_RATE_HZ,
                 "n_frames": grid["n_frames"],
                 "n_tokens": grid["n_tokens"],
-                "words": words.get(key, []),
+                "words": words,
             },
         )
         sample.members()  # encode here, in the worker thread
         return sample
 
-    # Decoding FLAC (libsndfile) and encoding members (numpy) mostly release the GIL: run them
-    # in threads a bounded number of samples ahead, and hand samples on in key order.
+    # Decoding FLAC (flac16 storage; libsndfile releases the GIL) runs in threads a bounded number of
+    # samples ahead; samples are handed on in key order. With pcm16 storage building is a few views.
     with ThreadPoolExecutor(DECODE_THREADS) as pool:
-        ahead: deque = deque()
+        ahead: deque[Future] = deque()
         for key, rows in zip(packable, streams):
-            ahead.append(pool.submit(build, key, *rows))
+            if rows[3]["codec"] == "pcm16":  # nothing to decode: a thread hand-off would cost more than the build
+                ahead.append(Future())
+                ahead[-1].set_result(build(key, *rows))
+            else:
+                ahead.append(pool.submit(build, key, *rows))
             if len(ahead) > 2 * DECODE_THREADS:
                 yield ahead.popleft().result()
         while ahead:
@@ -261,6 +307,15 @@ DECODE_THREADS = min(4, os.cpu_count() or 1)
 GRID_COLUMNS = ["tokens", "grid", "dur", "n_frames", "n_tokens"]
 INFO_COLUMNS = ["text", "language", "country", "source"]
 ARRAY_COLUMNS = ["n_rows", "dim", "dtype", "data"]
+
+
+def _stored_pcm(data, codec: str) -> np.ndarray:
+    """The stored 16-bit integers, for the WAV member to carry exactly what ingest stored (and what
+    the feature stages read: ``decode_audio`` is these over 32768); flac24 has more bits, so it is
+    quantized to 16 like any float audio."""
+    if codec in PCM16_CODECS:
+        return decode_pcm16(data, codec)
+    return decode_audio(data, codec)
 
 
 def _array(row: dict) -> np.ndarray:

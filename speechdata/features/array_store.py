@@ -13,6 +13,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from speechdata.io.keyed_stream import PAYLOAD_PAGE_BYTES
 from speechdata.io.storage import DataRoot
 
 ARRAY_STORE_SCHEMA = pa.schema(
@@ -25,7 +26,10 @@ ARRAY_STORE_SCHEMA = pa.schema(
     ]
 )
 ARRAY_STORE_PARQUET_OPTIONS = {
-    "compression": {"utt_id": "zstd", "n_rows": "zstd", "dim": "zstd", "dtype": "zstd", "data": "none"}
+    "compression": {"utt_id": "zstd", "n_rows": "zstd", "dim": "zstd", "dtype": "zstd", "data": "none"},
+    # Matrices never repeat: a dictionary over them only slows writing and reading (docs/performance.md, 1.).
+    "use_dictionary": ["utt_id", "n_rows", "dim", "dtype"],
+    "data_page_size": PAYLOAD_PAGE_BYTES,
 }
 ROW_GROUP_BYTES = 128 * 1024 * 1024
 

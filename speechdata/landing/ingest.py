@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 import pyarrow as pa
 
-from speechdata.audio.codec import AudioCodec, ResamplerName
+from speechdata.audio.codec import DEFAULT_AUDIO_CODEC, AudioCodec, ResamplerName
 from speechdata.audio.container import AUDIO_CONTAINER_SCHEMA, CONTAINER_PARQUET_OPTIONS, AudioContainerWriter
 from speechdata.faults import fault_point
 from speechdata.io import layout
@@ -51,7 +51,7 @@ def ingest_normalized_audio(
     *,
     workers: int = 1,
     resampler: ResamplerName = "soxr",
-    codec: AudioCodec = "flac16",
+    codec: AudioCodec = DEFAULT_AUDIO_CODEC,
     on_progress: Callable[[int, int], None] | None = None,
 ) -> StageSummary:
     """Decode, cut, downmix and resample every indexed utterance into the shard's audio container."""

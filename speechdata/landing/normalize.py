@@ -19,6 +19,7 @@ import pyarrow as pa
 import soundfile as sf
 
 from speechdata.audio.codec import (
+    DEFAULT_AUDIO_CODEC,
     TARGET_SAMPLE_RATE,
     AudioCodec,
     ResamplerName,
@@ -60,7 +61,7 @@ def normalize_segments(
     audio: LandedAudio,
     requests: list[SegmentRequest],
     resampler: ResamplerName = "soxr",
-    codec: AudioCodec = "flac16",
+    codec: AudioCodec = DEFAULT_AUDIO_CODEC,
 ) -> Iterator[EncodedUtterance | Reject]:
     for audio_path, group in groupby(requests, key=lambda r: r.audio_path):
         group = list(group)
@@ -124,7 +125,7 @@ def normalize_shard(
     *,
     workers: int = 1,
     resampler: ResamplerName = "soxr",
-    codec: AudioCodec = "flac16",
+    codec: AudioCodec = DEFAULT_AUDIO_CODEC,
     on_progress: Callable[[int, int], None] | None = None,
 ) -> Iterator[EncodedUtterance | Reject]:
     """Yield one :class:`EncodedUtterance` or :class:`Reject` per index row.

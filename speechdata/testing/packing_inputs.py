@@ -2,8 +2,12 @@
 
 For tests (exactness of the one-pass reader against whole-file reads) and ``bench_packing`` (cost
 per utterance at production sizes). Audio and feature payloads come from a small pool reused
-across keys, so building 20 000 utterances costs writing their bytes, not encoding them. The audio
-container can be written out of key order, as ingest writes it (by source file and start time).
+across keys, so building 20 000 utterances costs writing their bytes, not encoding them; each
+payload gets the utterance's number stamped into its first samples (or its first bytes), since
+parquet's dictionary encoding would otherwise store the pool once and the files would be a
+fraction of a real shard's size. FLAC payloads are encoded per utterance (a stamp would break the
+stream). The audio container can be written out of key order, as ingest writes it (by source file
+and start time).
 """
 
 from __future__ import annotations
@@ -40,15 +44,17 @@ def write_packing_inputs(
     seconds: float = 8.0,
     qwen_dim: int = 2048,
     wavlm_dim: int = 1024,
-    codec: str = "flac16",
+    codec: str = "pcm16",
     audio_order: str = "sorted",
+    amplitude: float = 0.3,
     pool: int = 16,
     seed: int = 0,
 ) -> list[str]:
     """Write the five inputs of ``iter_bridge_samples`` for ``count`` utterances; return the keys.
 
     ``audio_order``: ``sorted`` (key order), ``blocks`` (keys reversed within blocks of 50, like
-    segment numbers that do not sort as strings), or ``shuffled`` (any order).
+    segment numbers that do not sort as strings), or ``shuffled`` (any order). ``amplitude``: of the
+    tones under the noise (0.9 puts samples past half scale, where 16-bit rounding conventions differ).
     """
     rng = np.random.default_rng(seed)
     keys = [utterance_key(shard_id, n) for n in range(count)]
@@ -57,13 +63,18 @@ def write_packing_inputs(
     n_tokens = max(1, round(seconds * TOKENS_PER_S))
     t = np.arange(n_samples) / SAMPLE_RATE
     audio_pool = [
-        encode_audio(
-            (0.3 * np.sin(2 * np.pi * (150 + 40 * p) * t) + 0.02 * rng.standard_normal(n_samples)).astype(np.float32),
-            SAMPLE_RATE,
-            codec,
-        )
+        (amplitude * np.sin(2 * np.pi * (150 + 40 * p) * t) + 0.02 * rng.standard_normal(n_samples)).astype(np.float32)
         for p in range(pool)
     ]
+    pcm_pool = [encode_audio(samples, SAMPLE_RATE, "pcm16") for samples in audio_pool]
+
+    def audio_of(n: int) -> bytes:
+        if codec == "pcm16":
+            return _stamped(pcm_pool[n % pool], n)
+        samples = audio_pool[n % pool].copy()
+        samples[:2] = np.frombuffer(n.to_bytes(4, "little"), "<i2") / 32768.0
+        return encode_audio(samples, SAMPLE_RATE, codec)
+
     qwen_pool = [rng.standard_normal((n_tokens, qwen_dim), dtype=np.float32).astype(np.float16) for _ in range(pool)]
     wavlm_pool = [rng.standard_normal((n_frames, wavlm_dim), dtype=np.float32).astype(np.float16) for _ in range(pool)]
 
@@ -91,7 +102,7 @@ def write_packing_inputs(
     ) as parquet:
         container = AudioContainerWriter(parquet)
         for i in order:
-            container.add(EncodedUtterance(keys[i], SAMPLE_RATE, n_samples, codec, audio_pool[i % pool]))
+            container.add(EncodedUtterance(keys[i], SAMPLE_RATE, n_samples, codec, audio_of(i)))
         container.flush()
     for relative, matrices, key_order in (
         (layout.qwen_hidden_states(shard_id), qwen_pool, range(count)),
@@ -100,7 +111,7 @@ def write_packing_inputs(
         with data_root.parquet_writer(relative, ARRAY_STORE_SCHEMA, **ARRAY_STORE_PARQUET_OPTIONS) as parquet:
             store = ArrayStoreWriter(parquet)
             for i in key_order:
-                store.add(keys[i], matrices[i % pool])
+                store.add(keys[i], _stamped(matrices[i % pool], i))
             store.flush()
     grid = np.minimum(np.arange(n_frames) * n_tokens // n_frames, n_tokens - 1).astype(np.int32)
     dur = np.bincount(grid, minlength=n_tokens).astype(np.int32)
@@ -125,6 +136,14 @@ def write_packing_inputs(
         ),
     )
     return keys
+
+
+def _stamped(payload, n: int):
+    """``payload`` (bytes or an array) with ``n`` written over its first four bytes: unique per utterance."""
+    stamped = bytearray(payload) if isinstance(payload, bytes) else payload.copy()
+    view = memoryview(stamped).cast("B") if isinstance(stamped, np.ndarray) else stamped
+    view[:4] = n.to_bytes(4, "little")
+    return bytes(stamped) if isinstance(payload, bytes) else stamped
 
 
 def _even_word_alignments(keys: list[str], texts: list[str], n_samples: int) -> pa.Table:

@@ -65,10 +65,29 @@ def test_every_codec_round_trips_within_its_quantization_step(codec, tolerance):
 
 
 def test_pcm16_clips_instead_of_wrapping():
-    from speechdata.audio.codec import decode_audio, encode_audio
+    from speechdata.audio.codec import decode_audio, decode_pcm16, encode_audio
 
-    y = decode_audio(encode_audio(np.array([2.0, -2.0], np.float32), 24_000, "pcm16"), "pcm16")
-    assert y.tolist() == [1.0, -1.0]
+    data = encode_audio(np.array([2.0, -2.0], np.float32), 24_000, "pcm16")
+    assert decode_pcm16(data, "pcm16").tolist() == [32767, -32767]
+    assert decode_audio(data, "pcm16").tolist() == [32767 / 32768, -32767 / 32768]
+
+
+def test_flac16_and_pcm16_store_the_same_integers_and_decode_to_the_same_floats():
+    """Every product made from stored audio is the same whichever 16-bit codec stored it."""
+    from speechdata.audio.codec import decode_audio, decode_pcm16, encode_audio
+
+    rng = np.random.default_rng(3)
+    x = np.concatenate([rng.uniform(-1.3, 1.3, 48_000), [1.0, -1.0, 0.5, -0.5, 0.0]]).astype(np.float32)
+    flac, pcm = encode_audio(x, 24_000, "flac16"), encode_audio(x, 24_000, "pcm16")
+    ints = decode_pcm16(pcm, "pcm16")
+    assert ints.dtype == np.dtype("<i2") and np.array_equal(decode_pcm16(flac, "flac16"), ints)
+    assert np.abs(ints.astype(np.int32)).max() == 32767 and (np.abs(ints.astype(np.int32)) > 16384).any()
+    floats = decode_audio(pcm, "pcm16")
+    assert floats.tobytes() == decode_audio(flac, "flac16").tobytes()
+    # libsndfile's convention, so soundfile reading a stored FLAC or a tar's WAV gives the same floats
+    assert np.array_equal(floats, ints.astype(np.float32) / 32768)
+    with pytest.raises(ValueError, match="flac24.*16-bit"):
+        decode_pcm16(encode_audio(x, 24_000, "flac24"), "flac24")
 
 
 def test_unknown_codec_is_an_error():
