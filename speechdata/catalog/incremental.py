@@ -20,6 +20,8 @@ The views stay views over the live files: nothing here changes what a query of t
 
 from __future__ import annotations
 
+import glob
+import os
 from dataclasses import dataclass
 
 import duckdb
@@ -61,6 +63,8 @@ class SyncCounts:
 
 def list_files(root: DataRoot, relative_glob: str) -> dict[str, ListedFile]:
     """Every file matching ``relative_glob`` under the root, by relative path, with size and fingerprint."""
+    if root.is_local:
+        return {p: _stat(root, p) for p in _local_glob(root, relative_glob)}
     found = root.fs.glob(f"{escape_glob(root.root)}/{relative_glob}", detail=True)
     prefix = root.root.rstrip("/") + "/"
     listed = {}
@@ -70,6 +74,31 @@ def list_files(root: DataRoot, relative_glob: str) -> dict[str, ListedFile]:
         relative = full_path[len(prefix) :]
         listed[relative] = ListedFile(relative, int(info.get("size") or 0), _fingerprint(info))
     return listed
+
+
+def has_files(root: DataRoot, relative_glob: str) -> bool:
+    """Whether anything under the root matches ``relative_glob``."""
+    if root.is_local:
+        return next(_local_glob_iter(root, relative_glob), None) is not None
+    return bool(root.fs.glob(f"{escape_glob(root.root)}/{relative_glob}"))
+
+
+def _local_glob_iter(root: DataRoot, relative_glob: str):
+    # fsspec's glob of ``shards/*/x.parquet`` lists and stats every file of every shard folder;
+    # the standard library's lists ``shards`` and tries the one literal name in each.
+    base = root.root.rstrip("/")
+    for path in glob.iglob(f"{glob.escape(base)}/{relative_glob}"):
+        if os.path.isfile(path):
+            yield path[len(base) + 1 :]
+
+
+def _local_glob(root: DataRoot, relative_glob: str) -> list[str]:
+    return sorted(_local_glob_iter(root, relative_glob))
+
+
+def _stat(root: DataRoot, relative: str) -> ListedFile:
+    stat = os.stat(root.path(relative))
+    return ListedFile(relative, stat.st_size, f"ino:{stat.st_ino}:mtime_ns:{stat.st_mtime_ns}")
 
 
 def _fingerprint(info: dict) -> str:

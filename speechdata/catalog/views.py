@@ -48,6 +48,7 @@ from speechdata.catalog.accounting import product_accounting_sql, product_reject
 from speechdata.catalog.incremental import (
     clear_state,
     ensure_state_tables,
+    has_files,
     list_files,
     summary_totals,
     sync_manifests,
@@ -55,7 +56,7 @@ from speechdata.catalog.incremental import (
 )
 from speechdata.catalog.root_paths import glob_root, set_root_variable, under_root
 from speechdata.io import layout
-from speechdata.io.storage import DataRoot, escape_glob
+from speechdata.io.storage import DataRoot
 from speechdata.rejects import REJECTS_SCHEMA
 
 CATALOG_FILE = "catalog.duckdb"
@@ -137,11 +138,11 @@ def refresh_catalog(connection: duckdb.DuckDBPyConnection, root_uri: str, *, ful
     root = DataRoot(root_uri)
     manifests = list_files(root, _MANIFEST_GLOB)
     rejects = list_files(root, _REJECTS_GLOB)
-    alignment_files = root.fs.glob(f"{escape_glob(root.root)}/{_ALIGNMENTS_GLOB}")
+    any_alignments = has_files(root, _ALIGNMENTS_GLOB)
     # A root such as ``/data/run[1]`` must match itself, not a character class.
     location = glob_root(root_uri)
     set_root_variable(connection, root_uri)
-    definitions = _view_definitions(root, location, bool(manifests), bool(rejects), bool(alignment_files))
+    definitions = _view_definitions(root, location, bool(manifests), bool(rejects), any_alignments)
     digest = hashlib.sha256(json.dumps(definitions).encode("utf-8")).hexdigest()
 
     connection.begin()
