@@ -1,4 +1,4 @@
-"""The landing sensor's tick and the UI's partitions query against a SQLite instance with many shards.
+"""The landing sensor's tick and the UI's partitions query against a SQLite or PostgreSQL instance with many shards.
 
 Why: every shard is a ``shard`` dynamic partition. A tick reads all of them from the instance to
 know what is registered, and the UI's partitions page of a shard asset asks the instance for the
@@ -7,7 +7,9 @@ can be (README "Hours per shard").
 
 For each ``--sizes`` N, in a fresh temporary directory: a landing zone of N registered shard
 directories plus ``--new`` complete ones (``_SUCCESS`` and a small ``metadata.parquet``), a
-persistent SQLite Dagster instance (``dg.instance_for_test``: the storage ``dagster dev`` uses),
+persistent Dagster instance (``dg.instance_for_test``; ``--storage sqlite``: the storage ``dagster
+dev`` uses; ``--storage postgres``: the production storage, dagster-postgres on a throwaway
+PostgreSQL server started as the e2e test starts it, ``tests/e2e/postgres_server.py``),
 the N shards added as ``shard`` partitions (timed, as ``register_seconds``), then wall-clock,
 median of ``--repeats``:
 
@@ -27,10 +29,12 @@ over largest / smallest N (1 = linear).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import statistics
 import tempfile
 import time
+from collections.abc import Iterator
 
 import dagster as dg
 
@@ -71,6 +75,31 @@ def build_landing(root: str, n_registered: int, n_new: int) -> list[str]:
                 f.write(metadata)
             open(os.path.join(root, layout.landing_success_marker(shard_id)), "wb").close()
     return ids[:n_registered]
+
+
+@contextlib.contextmanager
+def bench_instance(home: str, storage: str) -> Iterator[dg.DagsterInstance]:
+    """A persistent instance in ``home`` on SQLite, or on a fresh PostgreSQL server (one per call)."""
+    if storage == "sqlite":
+        with dg.instance_for_test(temp_dir=home) as instance:
+            yield instance
+        return
+    from tests.e2e.postgres_server import DATABASE, USER, PostgresServer
+
+    with PostgresServer() as server:
+        postgres_db = {
+            "hostname": "127.0.0.1",
+            "port": server.port,
+            "username": USER,
+            "password": "unused-with-trust-auth",
+            "db_name": DATABASE,
+            # As deploy/production/dagster.yaml: dagster-postgres ships psycopg2.
+            "scheme": "postgresql+psycopg2",
+        }
+        with dg.instance_for_test(
+            temp_dir=home, overrides={"storage": {"postgres": {"postgres_db": postgres_db}}}
+        ) as instance:
+            yield instance
 
 
 def median_seconds(fn, repeats: int) -> tuple[float, object]:
@@ -124,6 +153,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--new", type=int, default=50, help="complete, unregistered shards per tick")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--no-graphql", action="store_true")
+    parser.add_argument("--storage", choices=("sqlite", "postgres"), default="sqlite", help="the instance's storage")
     parser.add_argument(
         "--max-materialized", type=int, default=10_000, help="bridge_tars materializations (half of N, at most this)"
     )
@@ -139,7 +169,7 @@ def main(argv: list[str] | None = None) -> None:
                 data = os.path.join(tmp, "data")
                 registered = build_landing(data, n, args.new)
                 os.makedirs(os.path.join(tmp, "dagster_home"))
-                with dg.instance_for_test(temp_dir=os.path.join(tmp, "dagster_home")) as instance:
+                with bench_instance(os.path.join(tmp, "dagster_home"), args.storage) as instance:
                     started = time.perf_counter()
                     for start in range(0, n, 10_000):
                         instance.add_dynamic_partitions("shard", registered[start : start + 10_000])
@@ -163,6 +193,7 @@ def main(argv: list[str] | None = None) -> None:
                         "tick_over_target": ratio(tick_s, TICK_TARGET_S),
                         "tick_new_shards": len(result.run_requests or []),
                         "materialized_partitions": len(materialized),
+                        "run_storage": type(instance.run_storage).__name__,
                     }
                     if not args.no_graphql:
                         query_s, keys, materialized_count = partitions_query_seconds(instance, args.repeats)
@@ -178,7 +209,7 @@ def main(argv: list[str] | None = None) -> None:
     small, large = min(args.sizes), max(args.sizes)
     emit(
         "orchestration_scale",
-        {"quick": args.quick, "sizes": args.sizes, "new": args.new, "repeats": args.repeats, "storage": "sqlite"},
+        {"quick": args.quick, "sizes": args.sizes, "new": args.new, "repeats": args.repeats, "storage": args.storage},
         {
             "per_size": per_size,
             "tick_growth": ratio(
