@@ -16,7 +16,7 @@ from speechdata.catalog.incremental import HOURS_PER_LANGUAGE_FROM_STATE, STATE_
 from speechdata.catalog.queries import NAMED_QUERIES, run_query
 from speechdata.catalog.views import CATALOG_FILE, refresh_catalog
 from speechdata.io import layout
-from tests.unit.test_catalog import SHARD_A, SHARD_B, land_ids, write_manifest, write_rejects
+from tests.unit.test_catalog import SHARD_A, SHARD_B, land_ids, run_cli, write_manifest, write_rejects
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SHARD_C = [("w1", "fr", "fr", 36.0, -1.0, "bonjour"), ("w2", "fr", "be", 2.5, None, "salut")]
@@ -190,3 +190,15 @@ def test_a_corrupt_new_manifest_fails_the_refresh_and_keeps_the_state(root):
             refresh_catalog(connection, root.url)
         # (the views read the live files, the bad one included: only the stored state is compared)
         assert catalog_contents(connection, kept) == before
+
+
+def test_cli_refreshes_incrementally_and_fully_on_request(root):
+    first = run_cli("--refresh", data_root=root)
+    again = run_cli("--refresh", data_root=root)
+    full = run_cli("--refresh", "--full", data_root=root)
+    assert [r.returncode for r in (first, again, full)] == [0, 0, 0], first.stderr + again.stderr + full.stderr
+    assert "manifests read 4, reused 0" in first.stdout
+    assert "manifests read 0, reused 4" in again.stdout
+    assert "manifests read 4, reused 0" in full.stdout
+    misuse = run_cli("--full", "--list", data_root=root)
+    assert misuse.returncode == 2 and "--full applies to --refresh" in misuse.stderr
