@@ -15,6 +15,7 @@ median of ``--repeats``:
 
 * ``tick``: one evaluation of the landing sensor (``build_sensor_context`` on that instance): list
   the registered partitions, scan the landing zone, read the new shards' metadata;
+  ``partition_list_seconds``: its read of the registered partitions alone (``get_dynamic_partitions``);
 * before timing, half of the shards (at most ``--max-materialized``) get a ``bridge_tars``
   materialization event, so the statuses the UI asks for are not all empty;
 * ``partitions_query`` (unless ``--no-graphql``): the GraphQL query the UI's partitions page of
@@ -209,10 +210,13 @@ def main(argv: list[str] | None = None) -> None:
                         return sensor(context)
 
                     tick_s, result = median_seconds(tick, args.repeats)
+                    # The tick's one read of the instance that grows with N (the rest is the landing zone).
+                    list_s, _ = median_seconds(lambda: instance.get_dynamic_partitions("shard"), args.repeats)
                     figures = {
                         "register_seconds": round(register_s, 2),
                         "tick_seconds": round(tick_s, 3),
                         "tick_over_target": ratio(tick_s, TICK_TARGET_S),
+                        "partition_list_seconds": round(list_s, 3),
                         "tick_new_shards": len(result.run_requests or []),
                         "materialized_partitions": len(materialized),
                         "run_storage": type(instance.run_storage).__name__,
