@@ -10,9 +10,15 @@ from assets.partitions import country_partitions, language_partitions
 from resources.catalog import catalog_resource
 from resources.storage import DataRootResource, data_root_resource
 from speechdata.catalog.display import format_table
+from speechdata.catalog.incremental import HOURS_PER_LANGUAGE_FROM_STATE
 from speechdata.catalog.queries import NAMED_QUERIES, run_query
 from speechdata.catalog.views import CATALOG_FILE, refresh_catalog
 from speechdata.io.duckdb_object_store import enable_data_root_reads, upload_database
+
+
+class CatalogRefreshConfig(dg.Config):
+    full: bool = False
+    """Re-read every manifest and rejects ledger instead of only those changed since the last refresh."""
 
 
 @dg.asset(
@@ -20,10 +26,13 @@ from speechdata.io.duckdb_object_store import enable_data_root_reads, upload_dat
     group_name="catalog",
     kinds={"duckdb"},
     owners=["team:speech-data"],
-    code_version="manifest_catalog-v2",  # v2: views relative to the root, words view
+    code_version="manifest_catalog-v3",  # v3: per-manifest state, incremental refresh
 )
 def manifest_catalog(
-    context: dg.AssetExecutionContext, data_root: DataRootResource, catalog: DuckDBResource
+    context: dg.AssetExecutionContext,
+    config: CatalogRefreshConfig,
+    data_root: DataRootResource,
+    catalog: DuckDBResource,
 ) -> dg.MaterializeResult:
     """`catalog.duckdb` in the data root: view `samples` over every shard manifest, view `rejects`
     over every rejects ledger, summary views `hours_by_language`, `hours_by_country`, `hours_by_shard`,
@@ -32,6 +41,8 @@ def manifest_catalog(
     Refreshed by `catalog_refresh_sensor` whenever any shard's manifest is materialized (no shard
     asset re-runs). Query it with `speechdata catalog --named hours_per_language`,
     `speechdata catalog "SELECT ..."`, or `duckdb.connect(path, read_only=True)`.
+    A refresh reads only the manifests and ledgers changed since the last one (config `full: true`:
+    all of them); its metadata says how many were read and reused.
     New countries and languages it finds become `country` / `language` partitions. On an object-store
     data root the views read `s3://...` through DuckDB's httpfs (or the root's fsspec filesystem) and
     the database is built locally and uploaded whole.
@@ -42,8 +53,9 @@ def manifest_catalog(
     )  # DuckDB creates the file, not its directory
     with catalog.get_connection() as connection:
         read_through = enable_data_root_reads(connection, root)
-        summary = refresh_catalog(connection, root.uri(""))
-        by_language = run_query(connection, NAMED_QUERIES["hours_per_language"])
+        summary = refresh_catalog(connection, root.uri(""), full=config.full)
+        # From the stored per-manifest sums: the named query would re-read every manifest.
+        by_language = run_query(connection, HOURS_PER_LANGUAGE_FROM_STATE)
         by_product = run_query(connection, NAMED_QUERIES["rejects_by_product"]).to_pylist()
         accounting = run_query(connection, NAMED_QUERIES["shard_accounting"])
         connection.execute("CHECKPOINT")
@@ -61,6 +73,9 @@ def manifest_catalog(
             "dagster/row_count": summary.samples,
             "shards": summary.shards,
             "hours": round(summary.hours, 6),
+            "manifests_read": summary.manifests_read,
+            "manifests_reused": summary.manifests_reused,
+            "manifests_dropped": summary.manifests_dropped,
             "rejected_utterances": summary.rejected_utterances,
             "languages": dg.MetadataValue.json(summary.languages),
             "countries": dg.MetadataValue.json(summary.countries),

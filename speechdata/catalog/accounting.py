@@ -10,9 +10,10 @@ escaped root, so a data root whose path holds glob characters (``[1]``) reads it
 from __future__ import annotations
 
 from speechdata.bridge.manifest import manifest_path
+from speechdata.catalog.incremental import has_files
 from speechdata.catalog.root_paths import under_root
 from speechdata.io import layout
-from speechdata.io.storage import DataRoot, escape_glob
+from speechdata.io.storage import DataRoot
 from speechdata.ledgers import PRODUCT_STAGES
 
 _SOURCES: dict[str, tuple[str, str]] = {
@@ -38,7 +39,7 @@ def _literal(text: str) -> str:
 
 def _ids_select(root: DataRoot, location: str, name: str) -> str:
     pattern, column = _SOURCES[name]
-    if not root.fs.glob(escape_glob(root.root) + "/" + pattern):
+    if not has_files(root, pattern):
         return "SELECT CAST(NULL AS VARCHAR) AS shard, CAST(NULL AS VARCHAR) AS utt_id WHERE false"
     return (
         f"SELECT regexp_extract(filename, {_literal(_SHARD_FROM_PATH[name])}, 1) AS shard, {column} AS utt_id "

@@ -5,12 +5,13 @@
     speechdata catalog --list
     speechdata catalog --language en --min-score -2.5 --limit 20
     speechdata catalog --export-urls tars.txt --country us
-    speechdata catalog --refresh [--named hours_per_shard]
+    speechdata catalog --refresh [--full] [--named hours_per_shard]
 
 (``python -m speechdata.catalog.cli`` and ``python -m dagster_project.catalog`` are aliases.)
 Reads ``<DATA_ROOT>/catalog.duckdb`` (``DATA_ROOT``, default ``./.data``, or ``--data-root``) through a read-only connection, so a query cannot change the catalog. Filter
-values are bound as parameters. ``--refresh`` rebuilds the views and summary tables first (it
-needs the catalog's write lock: not while a ``manifest_catalog`` materialization holds it).
+values are bound as parameters. ``--refresh`` rebuilds the views and summary tables first, reading
+only the manifests changed since the last refresh (``--full``: all of them; it needs the catalog's
+write lock: not while a ``manifest_catalog`` materialization holds it).
 Errors print one line on stderr and exit with status 2.
 """
 
@@ -58,12 +59,13 @@ def open_catalog(root: DataRoot) -> Iterator[duckdb.DuckDBPyConnection]:
             connection.close()
 
 
-def refresh(root: DataRoot):
-    """Rebuild the catalog; an object-store root's file is built locally and uploaded whole."""
+def refresh(root: DataRoot, full: bool = False):
+    """Rebuild the catalog (reading only changed manifests unless ``full``); an object-store root's
+    file is built locally and uploaded whole."""
     with database_on_root(root, CATALOG_FILE) as local:
         with contextlib.closing(duckdb.connect(local)) as connection:
             enable_data_root_reads(connection, root)
-            summary = refresh_catalog(connection, root.url)
+            summary = refresh_catalog(connection, root.url, full=full)
             connection.execute("CHECKPOINT")
     return summary
 
@@ -116,6 +118,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     actions.add_argument("--export-urls", metavar="PATH", help="write the selection's distinct tar URLs, one a line")
     parser.add_argument("--refresh", action="store_true", help="rebuild the catalog's views and summary tables first")
+    parser.add_argument(
+        "--full",
+        action="store_true",
+        help="with --refresh: re-read every manifest and ledger, not only those changed since the last refresh",
+    )
     selection = parser.add_argument_group("selection (printed, or exported with --export-*)")
     selection.add_argument("--language", action="append", help="keep this language (repeatable)")
     selection.add_argument("--country", action="append", help="keep this country (repeatable)")
@@ -164,6 +171,8 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         parser.error(f"choose one of SQL, --named, --list, --export-nemo, --export-urls (got {', '.join(chosen)})")
     if filters and chosen and chosen[0] in ("SQL", "--named", "--list"):
         parser.error(f"selection filters apply to a selection or an export, not to {chosen[0]}")
+    if args.full and not args.refresh:
+        parser.error("--full applies to --refresh")
     if not chosen and not filters and not args.refresh:
         parser.error("nothing to do: give SQL, --named, --list, --export-*, selection filters or --refresh")
 
@@ -181,11 +190,12 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     try:
         root = DataRoot(args.data_root or data_root_url())
         if args.refresh:
-            summary = refresh(root)
+            summary = refresh(root, full=args.full)
             print(
                 f"catalog refreshed: {summary.shards} shards, {summary.samples} samples, {summary.hours:.2f} h, "
                 f"{summary.rejected_utterances} rejected utterances; languages: {', '.join(summary.languages) or '-'}; "
-                f"countries: {', '.join(summary.countries) or '-'}"
+                f"countries: {', '.join(summary.countries) or '-'}; "
+                f"manifests read {summary.manifests_read}, reused {summary.manifests_reused}"
             )
             if not chosen and not filters:
                 return 0

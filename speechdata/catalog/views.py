@@ -11,7 +11,9 @@
 
 Everything but ``catalog_info`` is a view reading the files at query time, so a summary never lags
 what it summarizes (a new shard is visible as soon as its manifest is committed, which happens only
-after its checks passed). A refresh replaces all of them in one transaction.
+after its checks passed). Beside them, ``catalog_manifest_*`` and ``catalog_rejects_*`` /
+``catalog_rejected_ids`` hold per-file aggregates so that a refresh reads only the files that
+changed (:mod:`speechdata.catalog.incremental`). A refresh replaces all of it in one transaction.
 
 * ``words``: every packed sample's aligned words (``shard``, ``key``, ``word_index``, ``word``,
   ``start_ms``, ``end_ms``, ``language``), the same words each bridge sample's ``.json`` carries.
@@ -34,6 +36,8 @@ copy put back with :func:`speechdata.io.duckdb_object_store.upload_database`.
 
 from __future__ import annotations
 
+import hashlib
+import json
 from dataclasses import asdict, dataclass, field
 
 import duckdb
@@ -41,9 +45,18 @@ import pyarrow as pa
 
 from speechdata.bridge.manifest import MANIFEST_COLUMNS, manifest_path
 from speechdata.catalog.accounting import product_accounting_sql, product_rejects_sql
+from speechdata.catalog.incremental import (
+    clear_state,
+    ensure_state_tables,
+    has_files,
+    list_files,
+    summary_totals,
+    sync_manifests,
+    sync_rejects,
+)
 from speechdata.catalog.root_paths import glob_root, set_root_variable, under_root
 from speechdata.io import layout
-from speechdata.io.storage import DataRoot, escape_glob
+from speechdata.io.storage import DataRoot
 from speechdata.rejects import REJECTS_SCHEMA
 
 CATALOG_FILE = "catalog.duckdb"
@@ -52,6 +65,8 @@ CATALOG_FILE = "catalog.duckdb"
 SUMMARY_VIEWS = ("hours_by_language", "hours_by_country", "hours_by_shard", "product_accounting", "product_rejects")
 """Summaries are views over the live files, so they never lag what they summarize."""
 SUMMARY_TABLES = (*SUMMARY_VIEWS, "catalog_info")
+_VIEWS_STATE = "catalog_view_definitions"
+"""The digest of the views' DDL the last refresh created (re-created only when it changes)."""
 
 _MANIFEST_GLOB = manifest_path("*")
 # Atomic writes leave ``._tmp-*`` files beside a ledger while it is written (and after a crash):
@@ -97,34 +112,85 @@ class CatalogSummary:
     """Distinct ``(shard, utt_id)`` pairs among the rejects."""
     languages: list[str] = field(default_factory=list)
     countries: list[str] = field(default_factory=list)
+    manifests_read: int = 0
+    """Manifests this refresh read: new or changed since the last one (all of them on a full refresh)."""
+    manifests_reused: int = 0
+    """Manifests whose stored aggregates were still current."""
+    manifests_dropped: int = 0
+    """Manifests gone since the last refresh (a deleted or re-landed shard)."""
+    rejects_files_read: int = 0
 
     def as_dict(self) -> dict:
         return asdict(self)
 
 
-def refresh_catalog(connection: duckdb.DuckDBPyConnection, root_uri: str) -> CatalogSummary:
-    """(Re)create the ``samples`` and ``rejects`` views and the summary tables for ``root_uri``.
+def refresh_catalog(connection: duckdb.DuckDBPyConnection, root_uri: str, *, full: bool = False) -> CatalogSummary:
+    """(Re)create the ``samples`` and ``rejects`` views and the summary views for ``root_uri``.
 
-    The files are listed with the root's filesystem first: DuckDB fails on a glob that matches
-    nothing, so with no manifests (or no ledgers) yet the view is an empty one with the right
-    columns. Everything is replaced inside one transaction.
+    Incremental by default: only manifests and rejects ledgers that are new or changed since the
+    last refresh are read (:mod:`speechdata.catalog.incremental`), and the views are re-created only
+    when their definitions change (which globs match nothing, the root). ``full=True`` forgets the
+    stored state and reads every file; both give the same catalog. The files are listed with the
+    root's filesystem first: DuckDB fails on a glob that matches nothing, so with no manifests (or
+    no ledgers) yet the view is an empty one with the right columns. Everything is replaced inside
+    one transaction, so a refresh that fails or is killed leaves the previous catalog.
     """
     root = DataRoot(root_uri)
-    manifest_files = root.fs.glob(f"{escape_glob(root.root)}/{_MANIFEST_GLOB}")
-    rejects_files = root.fs.glob(f"{escape_glob(root.root)}/{_REJECTS_GLOB}")
-    alignment_files = root.fs.glob(f"{escape_glob(root.root)}/{_ALIGNMENTS_GLOB}")
+    manifests = list_files(root, _MANIFEST_GLOB)
+    rejects = list_files(root, _REJECTS_GLOB)
+    any_alignments = has_files(root, _ALIGNMENTS_GLOB)
     # A root such as ``/data/run[1]`` must match itself, not a character class.
     location = glob_root(root_uri)
     set_root_variable(connection, root_uri)
+    definitions = _view_definitions(root, location, bool(manifests), bool(rejects), any_alignments)
+    digest = hashlib.sha256(json.dumps(definitions).encode("utf-8")).hexdigest()
 
-    if manifest_files:
+    connection.begin()
+    try:
+        ensure_state_tables(connection)
+        connection.execute(f"CREATE TABLE IF NOT EXISTS {_VIEWS_STATE} (sha256 VARCHAR)")
+        if full:
+            clear_state(connection)
+        manifest_counts = sync_manifests(connection, root_uri, manifests)
+        rejects_counts = sync_rejects(connection, root_uri, rejects, _SHARD_FROM_REJECTS_PATH)
+        stored = connection.execute(f"SELECT sha256 FROM {_VIEWS_STATE}").fetchall()
+        if full or stored != [(digest,)]:
+            _create_views(connection, definitions)
+            connection.execute(f"DELETE FROM {_VIEWS_STATE}")
+            connection.execute(f"INSERT INTO {_VIEWS_STATE} VALUES (?)", [digest])
+        connection.execute(
+            "CREATE OR REPLACE TABLE catalog_info AS SELECT current_timestamp AS refreshed_at, "
+            "?::VARCHAR AS data_root, ?::BIGINT AS manifest_files, ?::BIGINT AS rejects_files",
+            [root_uri, len(manifests), len(rejects)],
+        )
+        summary = CatalogSummary(
+            manifest_files=len(manifests),
+            rejects_files=len(rejects),
+            **summary_totals(connection),
+            manifests_read=manifest_counts.read,
+            manifests_reused=manifest_counts.reused,
+            manifests_dropped=manifest_counts.dropped,
+            rejects_files_read=rejects_counts.read,
+        )
+        connection.commit()
+    except BaseException:
+        connection.rollback()
+        raise
+    return summary
+
+
+def _view_definitions(
+    root: DataRoot, location: str, any_manifests: bool, any_rejects: bool, any_alignments: bool
+) -> list[tuple[str, str]]:
+    """(view, SELECT) for every view, in creation order; the same text means the same view."""
+    if any_manifests:
         samples_sql = (
             f"SELECT * FROM read_parquet({under_root(_MANIFEST_GLOB, location)}, "
             "union_by_name = true, hive_partitioning = false)"
         )
     else:
         samples_sql = _empty_select(MANIFEST_COLUMNS)
-    if rejects_files:
+    if any_rejects:
         rejects_sql = (
             f"SELECT regexp_extract(filename, {_sql_literal(_SHARD_FROM_REJECTS_PATH)}, 1) AS shard, "
             "utt_id, stage, reason, detail "
@@ -133,8 +199,7 @@ def refresh_catalog(connection: duckdb.DuckDBPyConnection, root_uri: str) -> Cat
         )
     else:
         rejects_sql = _empty_select(pa.schema([pa.field("shard", pa.string()), *REJECTS_SCHEMA]))
-
-    if alignment_files:
+    if any_alignments:
         words_sql = (
             'SELECT s.shard, a.utt_id AS key, a."index" AS word_index, a.text AS word, a.start_ms, a.end_ms, '
             "s.language "
@@ -145,87 +210,46 @@ def refresh_catalog(connection: duckdb.DuckDBPyConnection, root_uri: str) -> Cat
         )
     else:
         words_sql = _empty_select(_WORDS_SCHEMA)
-
-    connection.begin()
-    try:
-        connection.execute(f"CREATE OR REPLACE VIEW samples AS {samples_sql}")
-        connection.execute(f"CREATE OR REPLACE VIEW rejects AS {rejects_sql}")
-        connection.execute(f"CREATE OR REPLACE VIEW words AS {words_sql}")
-        old_tables = {r[0] for r in connection.execute("SELECT table_name FROM duckdb_tables()").fetchall()}
-        for view in set(SUMMARY_VIEWS) & old_tables:  # catalogs refreshed before summaries became views
-            connection.execute(f"DROP TABLE {view}")
-        for group in ("language", "country"):
-            connection.execute(
-                f"CREATE OR REPLACE VIEW hours_by_{group} AS "
+    definitions = [("samples", samples_sql), ("rejects", rejects_sql), ("words", words_sql)]
+    for group in ("language", "country"):
+        definitions.append(
+            (
+                f"hours_by_{group}",
                 f"SELECT {group}, count(*) AS samples, sum(duration_s) / 3600.0 AS hours, "
                 "avg(alignment_score) AS mean_alignment_score, count(DISTINCT shard) AS shards "
-                f"FROM samples GROUP BY {group} ORDER BY hours DESC, {group}"
+                f"FROM samples GROUP BY {group} ORDER BY hours DESC, {group}",
             )
-        connection.execute(
-            """
-            CREATE OR REPLACE VIEW hours_by_shard AS
-            WITH packed AS (
-                SELECT shard, count(*) AS samples, sum(duration_s) / 3600.0 AS hours,
-                       avg(alignment_score) AS mean_alignment_score
-                FROM samples GROUP BY shard
-            ), rejected AS (
-                SELECT shard, count(DISTINCT utt_id) AS rejected_utterances FROM rejects GROUP BY shard
-            )
-            SELECT coalesce(packed.shard, rejected.shard) AS shard,
-                   coalesce(packed.samples, 0) AS samples,
-                   coalesce(packed.hours, 0.0) AS hours,
-                   packed.mean_alignment_score,
-                   coalesce(rejected.rejected_utterances, 0) AS rejected_utterances
-            FROM packed FULL OUTER JOIN rejected ON packed.shard = rejected.shard
-            ORDER BY shard
-            """
         )
-        connection.execute(f"CREATE OR REPLACE VIEW product_accounting AS {product_accounting_sql(root, location)}")
-        connection.execute(f"CREATE OR REPLACE VIEW product_rejects AS {product_rejects_sql()}")
-        connection.execute(
-            "CREATE OR REPLACE TABLE catalog_info AS SELECT current_timestamp AS refreshed_at, "
-            "?::VARCHAR AS data_root, ?::BIGINT AS manifest_files, ?::BIGINT AS rejects_files",
-            [root_uri, len(manifest_files), len(rejects_files)],
-        )
-        summary = _summarize(connection, len(manifest_files), len(rejects_files))
-        connection.commit()
-    except BaseException:
-        connection.rollback()
-        raise
-    return summary
+    definitions.append(("hours_by_shard", _HOURS_BY_SHARD))
+    definitions.append(("product_accounting", product_accounting_sql(root, location)))
+    definitions.append(("product_rejects", product_rejects_sql()))
+    return definitions
 
 
-def _summarize(connection: duckdb.DuckDBPyConnection, manifest_files: int, rejects_files: int) -> CatalogSummary:
-    shards, samples, hours = connection.execute(
-        "SELECT count(*) FILTER (WHERE samples > 0), coalesce(sum(samples), 0), coalesce(sum(hours), 0.0) "
-        "FROM hours_by_shard"
-    ).fetchone()
-    rejects, rejected = connection.execute(
-        "SELECT count(*), count(DISTINCT (shard, utt_id)) FILTER (WHERE utt_id IS NOT NULL) FROM rejects"
-    ).fetchone()
-    languages = [
-        row[0]
-        for row in connection.execute(
-            "SELECT language FROM hours_by_language WHERE language IS NOT NULL ORDER BY language"
-        ).fetchall()
-    ]
-    countries = [
-        row[0]
-        for row in connection.execute(
-            "SELECT country FROM hours_by_country WHERE country IS NOT NULL ORDER BY country"
-        ).fetchall()
-    ]
-    return CatalogSummary(
-        manifest_files=manifest_files,
-        rejects_files=rejects_files,
-        shards=int(shards),
-        samples=int(samples),
-        hours=float(hours),
-        rejects=int(rejects),
-        rejected_utterances=int(rejected),
-        languages=languages,
-        countries=countries,
+def _create_views(connection: duckdb.DuckDBPyConnection, definitions: list[tuple[str, str]]) -> None:
+    old_tables = {r[0] for r in connection.execute("SELECT table_name FROM duckdb_tables()").fetchall()}
+    for view in set(SUMMARY_VIEWS) & old_tables:  # catalogs refreshed before summaries became views
+        connection.execute(f"DROP TABLE {view}")
+    for view, sql in definitions:
+        connection.execute(f"CREATE OR REPLACE VIEW {view} AS {sql}")
+
+
+_HOURS_BY_SHARD = """
+    WITH packed AS (
+        SELECT shard, count(*) AS samples, sum(duration_s) / 3600.0 AS hours,
+               avg(alignment_score) AS mean_alignment_score
+        FROM samples GROUP BY shard
+    ), rejected AS (
+        SELECT shard, count(DISTINCT utt_id) AS rejected_utterances FROM rejects GROUP BY shard
     )
+    SELECT coalesce(packed.shard, rejected.shard) AS shard,
+           coalesce(packed.samples, 0) AS samples,
+           coalesce(packed.hours, 0.0) AS hours,
+           packed.mean_alignment_score,
+           coalesce(rejected.rejected_utterances, 0) AS rejected_utterances
+    FROM packed FULL OUTER JOIN rejected ON packed.shard = rejected.shard
+    ORDER BY shard
+    """
 
 
 def _sql_literal(text: str) -> str:

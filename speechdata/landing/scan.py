@@ -76,6 +76,16 @@ def _mtime_s(info: dict) -> float:
 
 def success_marker_times(data_root: DataRoot) -> dict[str, float]:
     """Every landed shard's ``_SUCCESS`` modification time (one glob of the landing zone)."""
+    if data_root.is_local:
+        # fsspec's glob lists and stats every file of every landing folder (88 % of a tick at
+        # 20 000 shards); here one listing of landing/ and one stat per folder.
+        times = {}
+        for name in list_landing_dirs(data_root):
+            try:
+                times[name] = os.stat(data_root.path(layout.landing_success_marker(name))).st_mtime
+            except (FileNotFoundError, NotADirectoryError):
+                continue
+        return times
     pattern = f"{escape_glob(data_root.root)}/{layout.landing_success_marker('*')}"
     found = data_root.fs.glob(pattern, detail=True)
     return {path.rstrip("/").split("/")[-2]: _mtime_s(info) for path, info in found.items()}

@@ -29,6 +29,7 @@ ROOT = Path(__file__).resolve().parents[2]
         ("bench_publish_state", {"seed_csv_pandas_seconds", "duckdb_state_seconds", "same_selection_and_hours"}),
         ("bench_orchestration_scale", {"per_size", "tick_growth"}),
         ("bench_catalog_refresh", {"per_size", "growth"}),
+        ("bench_backfill_launch", {"launch_seconds", "runs_created_seconds", "runs", "expected_runs"}),
         ("bench_exports", {"audio_hours_per_minute", "over_copy"}),
     ],
 )

@@ -169,3 +169,20 @@ def test_catalog_refresh_sensor_and_asset_pick_up_manifests(packed):
     assert total == manifests
     assert set(selection["language"].to_pylist()) == {"de"}
     assert "de" in instance.get_dynamic_partitions("language")
+
+
+def test_manifest_catalog_reads_only_changed_manifests_unless_asked_for_a_full_refresh(packed):
+    data_root, resources, instance, _ = packed
+
+    def refresh(config=None):
+        run_config = {"ops": {"manifest_catalog": {"config": config}}} if config else None
+        result = dg.materialize([manifest_catalog], instance=instance, resources=resources, run_config=run_config)
+        [event] = result.asset_materializations_for_node("manifest_catalog")
+        return {k: event.metadata[k].value for k in ("manifests_read", "manifests_reused", "dagster/row_count")}
+
+    refresh()  # whatever an earlier test left: now current
+    again = refresh()
+    assert (again["manifests_read"], again["manifests_reused"]) == (0, 2)
+    full = refresh({"full": True})
+    assert (full["manifests_read"], full["manifests_reused"]) == (2, 0)
+    assert again["dagster/row_count"] == full["dagster/row_count"] > 0

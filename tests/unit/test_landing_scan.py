@@ -1,5 +1,6 @@
 from speechdata.io import layout
-from speechdata.landing.scan import scan_landing_zone
+from speechdata.io.storage import escape_glob
+from speechdata.landing.scan import scan_landing_zone, success_marker_times
 
 
 def make_dirs(data_root, complete: list[str], landing: list[str]):
@@ -31,3 +32,11 @@ def test_directories_that_are_not_shard_ids_are_never_registered(data_root):
     make_dirs(data_root, ["Bad.Name", "ok"], [])
     scan = scan_landing_zone(data_root, set(), 10)
     assert scan.complete == ["ok"] and scan.invalid_names == ["Bad.Name"]
+
+
+def test_success_marker_times_on_a_local_root_match_the_filesystem_listing(data_root):
+    make_dirs(data_root, ["c", "a"], ["d"])
+    data_root.fs.makedirs(data_root.path(layout.landing_dir("empty")), exist_ok=True)
+    pattern = f"{escape_glob(data_root.root)}/{layout.landing_success_marker('*')}"
+    listed = {p.split("/")[-2]: info["mtime"] for p, info in data_root.fs.glob(pattern, detail=True).items()}
+    assert success_marker_times(data_root) == listed and set(listed) == {"a", "c"}

@@ -1,0 +1,151 @@
+"""Launching a backfill of 1 000 shards from the UI, until the backfill daemon has created its runs.
+
+Why: re-running a model or a rule over many shards is a backfill launched from the UI's
+"Materialize" dialog (the ``launchPartitionBackfill`` mutation); the backfill daemon then turns it
+into runs. Both grow with the number of shards selected and registered.
+
+In a fresh temporary directory: a persistent instance (``--storage sqlite`` or ``postgres``, as
+``bench_orchestration_scale``) whose run coordinator queues runs and starts none
+(``QueuedRunCoordinator``, ``max_concurrent_runs: 0``), ``--registered`` shards added as ``shard``
+partitions, the workspace the daemon loads (``dagster_project.definitions`` in a code server).
+Then, wall-clock:
+
+* ``launch_seconds``: the ``launchPartitionBackfill`` mutation through ``dagster_graphql``'s
+  in-process client (on an instance set up as the webserver's), selecting every per-shard asset (``PER_SHARD_SELECTION``) and the first
+  ``--backfill`` shards, as the UI's dialog sends it;
+* ``runs_created_seconds``: from the mutation's return, the backfill daemon's iterations
+  (``dagster._daemon.backfill.execute_backfill_iteration``, what ``dagster-daemon`` runs every 30 s,
+  run back to back here) until the backfill's runs all exist in the instance. The per-shard
+  assets' backfill policy carries ``SHARDS_PER_RUN`` shards per run, so 1 000 shards make
+  ceil(1 000 / k) runs.
+
+Reported: both times, the runs created and the daemon iterations it took; ``per_run_ms``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import math
+import os
+import tempfile
+import time
+
+import dagster as dg
+
+from benchmarks.bench_orchestration_scale import bench_instance, code_location_workspace, webserver_instance
+from benchmarks.report import emit, progress, ratio, stdout_to_stderr
+
+LAUNCH_BACKFILL = """
+mutation LaunchBackfill($params: LaunchBackfillParams!) {
+  launchPartitionBackfill(backfillParams: $params) {
+    __typename
+    ... on LaunchBackfillSuccess { backfillId }
+    ... on PythonError { message stack }
+    ... on PartitionKeysNotFoundError { message }
+  }
+}
+"""
+
+QUEUE_ONLY = {
+    "run_coordinator": {
+        "module": "dagster._core.run_coordinator",
+        "class": "QueuedRunCoordinator",
+        "config": {"max_concurrent_runs": 0},
+    }
+}
+
+
+def per_shard_asset_paths() -> list[list[str]]:
+    from assets.partitions import PER_SHARD_SELECTION
+    from dagster_project.definitions import defs
+
+    keys = PER_SHARD_SELECTION.resolve(defs.resolve_asset_graph())
+    return sorted(key.path for key in keys)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="small sizes, for smoke runs")
+    parser.add_argument("--registered", type=int, default=20_000, help="shard partitions in the instance")
+    parser.add_argument("--backfill", type=int, default=1_000, help="shards in the backfill")
+    parser.add_argument("--storage", choices=("sqlite", "postgres"), default="sqlite")
+    parser.add_argument("--max-iterations", type=int, default=200)
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.registered, args.backfill = 200, 40
+
+    from dagster._core.storage.dagster_run import RunsFilter
+    from dagster._daemon.backfill import execute_backfill_iteration
+    from dagster_graphql.test.utils import execute_dagster_graphql
+
+    from assets.shard_runs import SHARDS_PER_RUN
+
+    with stdout_to_stderr(), tempfile.TemporaryDirectory(prefix="bench-backfill-") as tmp:
+        os.makedirs(os.path.join(tmp, "dagster_home"))
+        with bench_instance(os.path.join(tmp, "dagster_home"), args.storage, QUEUE_ONLY) as instance:
+            shards = [f"shard-{i:07d}" for i in range(args.registered)]
+            for start in range(0, len(shards), 10_000):
+                instance.add_dynamic_partitions("shard", shards[start : start + 10_000])
+            assets = per_shard_asset_paths()
+            expected_runs = math.ceil(args.backfill / SHARDS_PER_RUN)
+            with webserver_instance(instance) as webserver, code_location_workspace(webserver) as webserver_context:
+                params = {
+                    "assetSelection": [{"path": path} for path in assets],
+                    "partitionNames": shards[: args.backfill],
+                    "tags": [{"key": "speechdata/launched_by", "value": "bench_backfill_launch"}],
+                    "title": "bench_backfill_launch",
+                }
+                started = time.perf_counter()
+                result = execute_dagster_graphql(
+                    webserver_context.create_request_context(), LAUNCH_BACKFILL, variables={"params": params}
+                )
+                launch_s = time.perf_counter() - started
+                launched = (result.data or {}).get("launchPartitionBackfill") or {}
+                if result.errors or launched.get("__typename") != "LaunchBackfillSuccess":
+                    raise RuntimeError(f"launchPartitionBackfill failed: {result.errors or launched}")
+                backfill_id = launched["backfillId"]
+                progress(f"launched backfill {backfill_id} in {launch_s:.3f} s")
+
+            # The daemon's own instance and workspace: on PostgreSQL one connection per query.
+            with code_location_workspace(instance) as process_context:
+                logger = logging.getLogger("bench_backfill_launch")
+                runs_filter = RunsFilter(tags={"dagster/backfill": backfill_id})
+                iterations, runs = 0, 0
+                started = time.perf_counter()
+                while runs < expected_runs and iterations < args.max_iterations:
+                    for error in execute_backfill_iteration(process_context, logger):
+                        if error is not None:
+                            raise RuntimeError(f"backfill daemon iteration failed: {error}")
+                    iterations += 1
+                    runs = instance.get_runs_count(runs_filter)
+                runs_s = time.perf_counter() - started
+                progress(f"{runs} runs after {iterations} daemon iterations, {runs_s:.3f} s")
+                queued = instance.get_runs_count(
+                    RunsFilter(tags={"dagster/backfill": backfill_id}, statuses=[dg.DagsterRunStatus.QUEUED])
+                )
+
+    emit(
+        "backfill_launch",
+        {
+            "quick": args.quick,
+            "registered": args.registered,
+            "backfill": args.backfill,
+            "storage": args.storage,
+            "assets": len(assets),
+            "shards_per_run": SHARDS_PER_RUN,
+        },
+        {
+            "launch_seconds": round(launch_s, 3),
+            "runs_created_seconds": round(runs_s, 3),
+            "runs": runs,
+            "expected_runs": expected_runs,
+            "queued_runs": queued,
+            "daemon_iterations": iterations,
+            "per_run_ms": ratio(1000 * runs_s, runs),
+        },
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,260 @@
+"""Per-file state that lets a catalog refresh read only the manifests and rejects ledgers that changed.
+
+A refresh used to re-read every manifest to summarize the catalog (9 ms each: 3 minutes at 20 000
+shards, after every shard). The catalog now keeps, per file and keyed by its path relative to the
+data root, what a refresh needs from it:
+
+* ``catalog_manifest_files`` (``path``, ``size_bytes``, ``fingerprint``, ``samples``) and
+  ``catalog_manifest_groups``: the manifest's samples, seconds of audio and alignment-score sum and
+  count per (``shard``, ``language``, ``country``);
+* ``catalog_rejects_files`` (``path``, ``size_bytes``, ``fingerprint``, ``rejects``) and
+  ``catalog_rejected_ids``: the ledger's distinct rejected ``(shard, utt_id)``.
+
+A refresh lists the files (sizes and fingerprints come with the listing), reads only those that are
+new or whose size or fingerprint changed, and drops the rows of files that are gone (a re-landed or
+deleted shard). The totals a refresh reports (:class:`~speechdata.catalog.views.CatalogSummary`) and
+the per-language hours the asset shows are sums over these small tables. A full refresh empties
+them first and reads everything, so the two paths share one code path and give the same tables.
+The views stay views over the live files: nothing here changes what a query of them returns.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+from dataclasses import dataclass
+
+import duckdb
+import pyarrow as pa
+
+from speechdata.catalog.root_paths import glob_root
+from speechdata.io.duckdb_object_store import duckdb_location
+from speechdata.io.storage import DataRoot, escape_glob
+
+STATE_TABLES = {
+    "catalog_manifest_files": "path VARCHAR, size_bytes BIGINT, fingerprint VARCHAR, samples BIGINT",
+    "catalog_manifest_groups": (
+        "path VARCHAR, shard VARCHAR, language VARCHAR, country VARCHAR, samples BIGINT, "
+        "duration_s DOUBLE, alignment_score_sum DOUBLE, alignment_scores BIGINT"
+    ),
+    "catalog_rejects_files": "path VARCHAR, size_bytes BIGINT, fingerprint VARCHAR, rejects BIGINT",
+    "catalog_rejected_ids": "path VARCHAR, shard VARCHAR, utt_id VARCHAR",
+}
+"""Per-file state, each table keyed (or grouped) by the file's path relative to the data root."""
+_CHILD_TABLE = {"catalog_manifest_files": "catalog_manifest_groups", "catalog_rejects_files": "catalog_rejected_ids"}
+
+
+@dataclass(frozen=True)
+class ListedFile:
+    path: str
+    """Relative to the data root."""
+    size_bytes: int
+    fingerprint: str
+    """Changes when the file is rewritten: an object store's ETag, else the inode and mtime (an
+    atomic rewrite is a rename, so a new inode even within the mtime's resolution)."""
+
+
+@dataclass(frozen=True)
+class SyncCounts:
+    read: int
+    reused: int
+    dropped: int
+
+
+def list_files(root: DataRoot, relative_glob: str) -> dict[str, ListedFile]:
+    """Every file matching ``relative_glob`` under the root, by relative path, with size and fingerprint."""
+    if root.is_local:
+        return {p: _stat(root, p) for p in _local_glob(root, relative_glob)}
+    found = root.fs.glob(f"{escape_glob(root.root)}/{relative_glob}", detail=True)
+    prefix = root.root.rstrip("/") + "/"
+    listed = {}
+    for full_path, info in found.items():
+        if not full_path.startswith(prefix):
+            raise ValueError(f"listing {relative_glob} returned {full_path}, outside the data root {root.root}")
+        relative = full_path[len(prefix) :]
+        listed[relative] = ListedFile(relative, int(info.get("size") or 0), _fingerprint(info))
+    return listed
+
+
+def has_files(root: DataRoot, relative_glob: str) -> bool:
+    """Whether anything under the root matches ``relative_glob``."""
+    if root.is_local:
+        return next(_local_glob_iter(root, relative_glob), None) is not None
+    return bool(root.fs.glob(f"{escape_glob(root.root)}/{relative_glob}"))
+
+
+def _local_glob_iter(root: DataRoot, relative_glob: str):
+    # fsspec's glob of ``shards/*/x.parquet`` lists and stats every file of every shard folder;
+    # the standard library's lists ``shards`` and tries the one literal name in each.
+    base = root.root.rstrip("/")
+    for path in glob.iglob(f"{glob.escape(base)}/{relative_glob}"):
+        if os.path.isfile(path):
+            yield path[len(base) + 1 :]
+
+
+def _local_glob(root: DataRoot, relative_glob: str) -> list[str]:
+    return sorted(_local_glob_iter(root, relative_glob))
+
+
+def _stat(root: DataRoot, relative: str) -> ListedFile:
+    stat = os.stat(root.path(relative))
+    return ListedFile(relative, stat.st_size, f"ino:{stat.st_ino}:mtime_ns:{stat.st_mtime_ns}")
+
+
+def _fingerprint(info: dict) -> str:
+    for key in ("ETag", "etag", "md5", "generation"):
+        if info.get(key):
+            return f"{key}:{info[key]}"
+    return f"ino:{info.get('ino')}:mtime:{info.get('mtime') or info.get('LastModified') or info.get('updated')}"
+
+
+def ensure_state_tables(connection: duckdb.DuckDBPyConnection) -> None:
+    for table, columns in STATE_TABLES.items():
+        connection.execute(f"CREATE TABLE IF NOT EXISTS {table} ({columns})")
+
+
+def clear_state(connection: duckdb.DuckDBPyConnection) -> None:
+    for table in STATE_TABLES:
+        connection.execute(f"DELETE FROM {table}")
+
+
+def _changed(
+    connection: duckdb.DuckDBPyConnection, table: str, listed: dict[str, ListedFile]
+) -> tuple[list[str], list[str], int]:
+    """(paths to read: new or changed, paths to forget: changed or gone, how many are gone)."""
+    stored = {
+        path: (size, fingerprint)
+        for path, size, fingerprint in connection.execute(
+            f"SELECT path, size_bytes, fingerprint FROM {table}"
+        ).fetchall()
+    }
+    to_read = sorted(p for p, f in listed.items() if stored.get(p) != (f.size_bytes, f.fingerprint))
+    gone = [p for p in stored if p not in listed]
+    return to_read, sorted({*gone, *(p for p in to_read if p in stored)}), len(gone)
+
+
+def _forget(connection: duckdb.DuckDBPyConnection, table: str, paths: list[str]) -> None:
+    if paths:
+        for name in (table, _CHILD_TABLE[table]):
+            connection.execute(f"DELETE FROM {name} WHERE path IN (SELECT unnest(?::VARCHAR[]))", [paths])
+
+
+def _locations(root_uri: str, paths: list[str]) -> tuple[list[str], int]:
+    """DuckDB's names of ``paths`` (glob-escaped: DuckDB expands each list item) and the length of
+    the root prefix its ``filename`` column carries, to get the relative path back."""
+    base = glob_root(root_uri)
+    return [f"{base}/{escape_glob(p)}" for p in paths], len(duckdb_location(root_uri)) + 1
+
+
+def _record_files(
+    connection: duckdb.DuckDBPyConnection, table: str, listed: dict[str, ListedFile], paths: list[str], counts_sql: str
+) -> None:
+    files = pa.table(
+        {
+            "path": paths,
+            "size_bytes": pa.array([listed[p].size_bytes for p in paths], pa.int64()),
+            "fingerprint": [listed[p].fingerprint for p in paths],
+        }
+    )
+    connection.register("_catalog_listed", files)
+    try:
+        connection.execute(
+            f"INSERT INTO {table} SELECT l.path, l.size_bytes, l.fingerprint, coalesce(c.n, 0) "
+            f"FROM _catalog_listed AS l LEFT JOIN ({counts_sql}) AS c ON c.path = l.path"
+        )
+    finally:
+        connection.unregister("_catalog_listed")
+    recorded = connection.execute(
+        f"SELECT count(*) FROM {_CHILD_TABLE[table]} WHERE path NOT IN (SELECT path FROM {table})"
+    ).fetchone()[0]
+    if recorded:  # the filename DuckDB reported did not map back onto a listed path
+        raise RuntimeError(f"catalog refresh: {recorded} rows of {_CHILD_TABLE[table]} name no listed file")
+
+
+def sync_manifests(connection: duckdb.DuckDBPyConnection, root_uri: str, listed: dict[str, ListedFile]) -> SyncCounts:
+    """Bring the manifest state up to ``listed``: read new and changed manifests, forget the others' rows."""
+    to_read, to_forget, gone = _changed(connection, "catalog_manifest_files", listed)
+    _forget(connection, "catalog_manifest_files", to_forget)
+    if to_read:
+        locations, prefix_chars = _locations(root_uri, to_read)
+        connection.execute(
+            "INSERT INTO catalog_manifest_groups "
+            "SELECT substr(filename, ?) AS path, shard, language, country, count(*) AS samples, "
+            "sum(duration_s), sum(alignment_score), count(alignment_score) "
+            "FROM read_parquet(?, union_by_name = true, hive_partitioning = false, filename = true) "
+            "GROUP BY ALL",
+            [prefix_chars + 1, locations],
+        )
+        _record_files(
+            connection,
+            "catalog_manifest_files",
+            listed,
+            to_read,
+            "SELECT path, sum(samples) AS n FROM catalog_manifest_groups GROUP BY path",
+        )
+    return SyncCounts(len(to_read), len(listed) - len(to_read), gone)
+
+
+def sync_rejects(
+    connection: duckdb.DuckDBPyConnection, root_uri: str, listed: dict[str, ListedFile], shard_from_path: str
+) -> SyncCounts:
+    """Bring the rejects-ledger state up to ``listed`` (``shard_from_path``: the regex the view uses)."""
+    to_read, to_forget, gone = _changed(connection, "catalog_rejects_files", listed)
+    _forget(connection, "catalog_rejects_files", to_forget)
+    if to_read:
+        locations, prefix_chars = _locations(root_uri, to_read)
+        connection.execute(
+            "CREATE OR REPLACE TEMP TABLE _catalog_read_rejects AS "
+            "SELECT substr(filename, ?) AS path, regexp_extract(filename, ?, 1) AS shard, utt_id "
+            "FROM read_parquet(?, union_by_name = true, hive_partitioning = false, filename = true)",
+            [prefix_chars + 1, shard_from_path, locations],
+        )
+        try:
+            connection.execute(
+                "INSERT INTO catalog_rejected_ids SELECT DISTINCT path, shard, utt_id "
+                "FROM _catalog_read_rejects WHERE utt_id IS NOT NULL"
+            )
+            _record_files(
+                connection,
+                "catalog_rejects_files",
+                listed,
+                to_read,
+                "SELECT path, count(*) AS n FROM _catalog_read_rejects GROUP BY path",
+            )
+        finally:
+            connection.execute("DROP TABLE IF EXISTS _catalog_read_rejects")
+    return SyncCounts(len(to_read), len(listed) - len(to_read), gone)
+
+
+def summary_totals(connection: duckdb.DuckDBPyConnection) -> dict:
+    """The refresh's totals from the state alone (no file is read)."""
+    shards, samples, duration_s = connection.execute(
+        "SELECT count(DISTINCT shard), coalesce(sum(samples), 0), coalesce(sum(duration_s), 0.0) "
+        "FROM catalog_manifest_groups WHERE samples > 0"
+    ).fetchone()
+    rejects = connection.execute("SELECT coalesce(sum(rejects), 0) FROM catalog_rejects_files").fetchone()[0]
+    rejected = connection.execute(
+        "SELECT count(*) FROM (SELECT DISTINCT shard, utt_id FROM catalog_rejected_ids)"
+    ).fetchone()[0]
+
+    def distinct(column: str) -> list[str]:
+        sql = f"SELECT DISTINCT {column} FROM catalog_manifest_groups WHERE {column} IS NOT NULL ORDER BY {column}"
+        return [row[0] for row in connection.execute(sql).fetchall()]
+
+    return {
+        "shards": int(shards),
+        "samples": int(samples),
+        "hours": float(duration_s) / 3600.0,
+        "rejects": int(rejects),
+        "rejected_utterances": int(rejected),
+        "languages": distinct("language"),
+        "countries": distinct("country"),
+    }
+
+
+HOURS_PER_LANGUAGE_FROM_STATE = """
+    SELECT language, sum(samples)::BIGINT AS samples, sum(duration_s) / 3600.0 AS hours,
+           sum(alignment_score_sum) / nullif(sum(alignment_scores), 0) AS mean_alignment_score
+    FROM catalog_manifest_groups GROUP BY language ORDER BY hours DESC, language"""
+"""The named query ``hours_per_language`` from the state: the same rows without reading a manifest
+(the mean is the sum over the count, as ``avg``; it may differ from ``avg`` in the last bits)."""
