@@ -77,8 +77,8 @@ def test_predictions_are_the_score_token_logit_clipped_to_0_25(tiny_metricx):
     assert all(SCORE_MIN <= s <= SCORE_MAX for s in high + low)
     assert {SCORE_MAX, SCORE_MIN} <= set(high) | set(low)
     # x1000 and its sign flip: the negative side of each pair clips to 0, and a pair that reaches 25
-    # on one side is 0 on the other. (A raw logit in (-0.025, 0.025) stays inside the range at x1000,
-    # and its last bits vary with the thread count, so no single pair is required to reach 25.)
+    # on one side is 0 on the other. (A raw logit in (-0.025, 0.025) stays inside the range at x1000;
+    # one did in a fresh clone's tiny model, so no single pair is required to reach 25.)
     assert all(min(h, lo) == SCORE_MIN for h, lo in zip(high, low))
     assert all(lo == SCORE_MIN for h, lo in zip(high, low) if h == SCORE_MAX)
     assert all(h == SCORE_MIN for h, lo in zip(high, low) if lo == SCORE_MAX)
