@@ -23,6 +23,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from speechdata.alignment.acoustic_models import mel_preprocessor_config
 from speechdata.alignment.log_probs import MODEL_SAMPLE_RATE, LogProbSettings, compute_log_probs, nemo_ctc_forward
 from speechdata.bridge.clock import SAMPLE_RATE
 
@@ -64,18 +65,7 @@ def parakeet_sized_config(layers: int | None = None) -> dict:
         "train_ds": None,
         "validation_ds": None,
         "test_ds": None,
-        "preprocessor": {
-            "_target_": "nemo.collections.asr.modules.AudioToMelSpectrogramPreprocessor",
-            "sample_rate": MODEL_SAMPLE_RATE,
-            "normalize": "per_feature",
-            "window_size": 0.025,
-            "window_stride": 0.01,
-            "window": "hann",
-            "features": 80,
-            "n_fft": 512,
-            "dither": 0.0,
-            "pad_to": 0,
-        },
+        "preprocessor": mel_preprocessor_config(),
         "encoder": encoder,
         "decoder": {
             "_target_": "nemo.collections.asr.modules.ConvASRDecoder",

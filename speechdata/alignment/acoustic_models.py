@@ -58,6 +58,22 @@ def train_tiny_sentencepiece(directory: Path) -> Path:
     return directory
 
 
+def mel_preprocessor_config() -> dict:
+    """NeMo's 80-band log-mel front end at 16 kHz, 10 ms stride, as parakeet's CTC models use it (no dither)."""
+    return {
+        "_target_": "nemo.collections.asr.modules.AudioToMelSpectrogramPreprocessor",
+        "sample_rate": 16_000,
+        "normalize": "per_feature",
+        "window_size": 0.025,
+        "window_stride": 0.01,
+        "window": "hann",
+        "features": 80,
+        "n_fft": 512,
+        "dither": 0.0,
+        "pad_to": 0,
+    }
+
+
 def tiny_ctc_config(tokenizer_dir: str) -> dict:
     return {
         "sample_rate": 16_000,
@@ -65,18 +81,7 @@ def tiny_ctc_config(tokenizer_dir: str) -> dict:
         "train_ds": None,
         "validation_ds": None,
         "test_ds": None,
-        "preprocessor": {
-            "_target_": "nemo.collections.asr.modules.AudioToMelSpectrogramPreprocessor",
-            "sample_rate": 16_000,
-            "normalize": "per_feature",
-            "window_size": 0.025,
-            "window_stride": 0.01,
-            "window": "hann",
-            "features": 80,
-            "n_fft": 512,
-            "dither": 0.0,
-            "pad_to": 0,
-        },
+        "preprocessor": mel_preprocessor_config(),
         "encoder": {
             "_target_": "nemo.collections.asr.modules.ConformerEncoder",
             "feat_in": 80,
