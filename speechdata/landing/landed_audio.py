@@ -74,6 +74,10 @@ class LandedAudio:
         fs = self.fs = data_root.fs
         self.audio_dir = data_root.path(layout.landing_audio_dir(shard_id))
         self.tar_path = data_root.path(layout.landing_audio_tar(shard_id))
+        # Messages that end up in stored rejects name files relative to the data root, so a
+        # re-run under another root (or a moved root) writes the same rejects.
+        self.audio_dir_name = layout.landing_audio_dir(shard_id)
+        self.tar_name = layout.landing_audio_tar(shard_id)
         self._tar_handle: IO | None = None
         self._tar: tarfile.TarFile | None = None
         self._members: dict[str, tarfile.TarInfo] = {}
@@ -121,7 +125,7 @@ class LandedAudio:
         try:
             handle = self.fs.open(path, "rb")
         except FileNotFoundError as exc:
-            raise AudioNotFound(f"{path} does not exist") from exc
+            raise AudioNotFound(f"{self.audio_dir_name}/{audio_path} does not exist") from exc
         with handle:
             yield handle
 
@@ -132,7 +136,7 @@ class LandedAudio:
         if self._tar is None and self._local:
             path = self._confined(audio_path)
             if not self.fs.exists(path):
-                raise AudioNotFound(f"{path} does not exist")
+                raise AudioNotFound(f"{self.audio_dir_name}/{audio_path} does not exist")
             with sf.SoundFile(path) as sound:
                 yield sound
             return
@@ -146,15 +150,15 @@ class LandedAudio:
         try:
             return int(self.fs.size(self._confined(audio_path)))
         except FileNotFoundError as exc:
-            raise AudioNotFound(f"{self.audio_dir}/{audio_path} does not exist") from exc
+            raise AudioNotFound(f"{self.audio_dir_name}/{audio_path} does not exist") from exc
 
     def _member(self, audio_path: str) -> tarfile.TarInfo:
         if audio_path in self._unsafe:
             problem = self._unsafe[audio_path]
-            raise UnsafeAudio(problem.reason, f"{self.tar_path}: {problem.detail}")
+            raise UnsafeAudio(problem.reason, f"{self.tar_name}: {problem.detail}")
         member = self._members.get(audio_path)
         if member is None:
-            raise AudioNotFound(f"{self.tar_path} has no member {audio_path!r}")
+            raise AudioNotFound(f"{self.tar_name} has no member {audio_path!r}")
         return member
 
     def _confined(self, audio_path: str) -> str:
@@ -162,7 +166,8 @@ class LandedAudio:
         try:
             return confined_path(self.audio_dir, audio_path, what="audio_path", local=self._local)
         except ConfinementError as exc:
-            raise UnsafeAudio("audio_path_escapes_shard", str(exc)) from exc
+            named = ConfinementError(exc.what, exc.value, self.audio_dir_name, exc.rule)
+            raise UnsafeAudio("audio_path_escapes_shard", str(named)) from exc
 
     def header(self, audio_path: str) -> AudioHeader:
         with self.open(audio_path) as handle:

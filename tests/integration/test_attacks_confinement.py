@@ -60,6 +60,33 @@ def test_a_symlink_out_of_the_shard_is_rejected_and_never_read(data_root, tmp_pa
     assert snapshot(outside) == before
 
 
+def test_rejects_name_landed_files_relative_to_the_root_never_by_its_absolute_path(data_root, tmp_path):
+    outside = tmp_path / "outside.wav"
+    outside.write_bytes(encode(tone(1.0, 16_000), 16_000))
+    land_shard(
+        data_root,
+        "named",
+        [
+            {"utt_id": "ok", "audio_path": "ok.wav"},
+            {"utt_id": "missing", "audio_path": "gone/missing.wav"},
+            {"utt_id": "linked", "audio_path": "link.wav"},
+        ],
+        {"ok.wav": encode(tone(1.0, 16_000), 16_000)},
+    )
+    os.symlink(outside, data_root.path("landing/named/audio/link.wav"))
+    ingest_raw_shard(data_root, "named")
+    rejects = rejects_of(data_root, "named")
+    assert rejects["missing"] == (
+        "audio_not_found",
+        "metadata row 1: landing/named/audio/gone/missing.wav does not exist",
+    )
+    reason, detail = rejects["linked"]
+    assert reason == "audio_path_escapes_shard"
+    assert "refusing audio_path 'link.wav'" in detail and "(root 'landing/named/audio')" in detail
+    root = data_root.root.rstrip("/")
+    assert not [detail for _, detail in rejects.values() if root in detail]
+
+
 def test_a_symlinked_folder_is_refused_by_the_guard(tmp_path):
     root = tmp_path / "root"
     root.mkdir()
