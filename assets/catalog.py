@@ -9,9 +9,10 @@ from assets.packaging import shard_manifest
 from assets.partitions import country_partitions, language_partitions
 from resources.catalog import catalog_resource
 from resources.storage import DataRootResource, data_root_resource
+from speechdata.catalog.accounting_state import REJECTS_BY_PRODUCT_FROM_STATE, SHARD_ACCOUNTING_FROM_STATE
 from speechdata.catalog.display import format_table
 from speechdata.catalog.incremental import HOURS_PER_LANGUAGE_FROM_STATE
-from speechdata.catalog.queries import NAMED_QUERIES, run_query
+from speechdata.catalog.queries import run_query
 from speechdata.catalog.views import CATALOG_FILE, refresh_catalog
 from speechdata.io.duckdb_object_store import enable_data_root_reads, upload_database
 
@@ -26,7 +27,7 @@ class CatalogRefreshConfig(dg.Config):
     group_name="catalog",
     kinds={"duckdb"},
     owners=["team:speech-data"],
-    code_version="manifest_catalog-v3",  # v3: per-manifest state, incremental refresh
+    code_version="manifest_catalog-v4",  # v4: per-shard accounting state (v3: per-manifest state)
 )
 def manifest_catalog(
     context: dg.AssetExecutionContext,
@@ -41,8 +42,9 @@ def manifest_catalog(
     Refreshed by `catalog_refresh_sensor` whenever any shard's manifest is materialized (no shard
     asset re-runs). Query it with `speechdata catalog --named hours_per_language`,
     `speechdata catalog "SELECT ..."`, or `duckdb.connect(path, read_only=True)`.
-    A refresh reads only the manifests and ledgers changed since the last one (config `full: true`:
-    all of them); its metadata says how many were read and reused.
+    A refresh reads only the manifests, ledgers and per-shard indexes changed since the last one
+    (config `full: true`: all of them); its metadata says how many were read and reused, and its
+    accounting tables come from the per-shard state the refresh keeps.
     New countries and languages it finds become `country` / `language` partitions. On an object-store
     data root the views read `s3://...` through DuckDB's httpfs (or the root's fsspec filesystem) and
     the database is built locally and uploaded whole.
@@ -54,10 +56,10 @@ def manifest_catalog(
     with catalog.get_connection() as connection:
         read_through = enable_data_root_reads(connection, root)
         summary = refresh_catalog(connection, root.uri(""), full=config.full)
-        # From the stored per-manifest sums: the named query would re-read every manifest.
+        # From the stored per-manifest and per-shard state: the named queries would re-read every shard.
         by_language = run_query(connection, HOURS_PER_LANGUAGE_FROM_STATE)
-        by_product = run_query(connection, NAMED_QUERIES["rejects_by_product"]).to_pylist()
-        accounting = run_query(connection, NAMED_QUERIES["shard_accounting"])
+        by_product = run_query(connection, REJECTS_BY_PRODUCT_FROM_STATE).to_pylist()
+        accounting = run_query(connection, SHARD_ACCOUNTING_FROM_STATE)
         connection.execute("CHECKPOINT")
     if not root.is_local:
         # DuckDB writes local files only: the resource's file is this worker's copy, the bucket gets it whole.
@@ -76,6 +78,7 @@ def manifest_catalog(
             "manifests_read": summary.manifests_read,
             "manifests_reused": summary.manifests_reused,
             "manifests_dropped": summary.manifests_dropped,
+            "accounting_shards_recounted": summary.accounting_shards_read,
             "rejected_utterances": summary.rejected_utterances,
             "languages": dg.MetadataValue.json(summary.languages),
             "countries": dg.MetadataValue.json(summary.countries),

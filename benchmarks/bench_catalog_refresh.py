@@ -6,15 +6,22 @@ every manifest (9 ms each: 3 minutes at 20 000 shards, after every shard); the i
 (the default) reads only the manifests that changed since the last refresh and sums the stored
 per-manifest aggregates.
 
-For each ``--sizes`` N: N manifests of ``--rows`` samples each (``bench_catalog``'s synthetic
-manifest, two alternating extra columns) in a temporary data root, no rejects ledgers; then,
-wall-clock, median of ``--repeats``:
+For each ``--sizes`` N: N shards in a temporary data root, each with a manifest of ``--rows``
+samples (``bench_catalog``'s synthetic manifest, two alternating extra columns) and what the
+per-product accounting reads besides: landing metadata (the samples + 2 rejected utterances), an
+ASR FLAC index, an HF utterance index and an alignments rejects ledger (``--manifests-only``: the
+manifests alone, as before); then, wall-clock, median of ``--repeats``:
 
 * ``full``: ``refresh_catalog(full=True)`` into a fresh DuckDB file (list the files, read every
   manifest's aggregates, create the views, sum the totals);
 * ``incremental``: one more shard's manifest is written, then ``refresh_catalog`` on the catalog
   the full refresh left (it reads that one manifest);
-* ``unchanged``: ``refresh_catalog`` again with nothing new (the listing and the sums alone).
+* ``unchanged``: ``refresh_catalog`` again with nothing new (the listing and the sums alone);
+* ``accounting_views`` against ``accounting_state``: the two accounting tables ``manifest_catalog``
+  shows after every refresh (``shard_accounting`` and ``rejects_by_product``), from the views over
+  the live files (what the asset queried before) and from the per-shard state the refresh keeps
+  (what it queries now); ``asset_before`` / ``asset_now``: an incremental refresh plus each, and
+  their ratio ``asset_before_over_now``.
 
 Reported per N: seconds and ms per manifest of each, and ``full_over_incremental`` (the speedup);
 ``growth`` of each = (seconds at the largest N / seconds at the smallest) / (largest N / smallest
@@ -31,12 +38,17 @@ import time
 
 import duckdb
 import numpy as np
+import pyarrow as pa
 
 from benchmarks.bench_catalog import shard_manifest
 from benchmarks.report import emit, progress, ratio, stdout_to_stderr
 from speechdata.bridge.manifest import manifest_path
+from speechdata.catalog.accounting_state import REJECTS_BY_PRODUCT_FROM_STATE, SHARD_ACCOUNTING_FROM_STATE
+from speechdata.catalog.queries import NAMED_QUERIES, run_query
 from speechdata.catalog.views import refresh_catalog
+from speechdata.io import layout
 from speechdata.io.storage import DataRoot
+from speechdata.rejects import Reject, rejects_table
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -45,6 +57,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--sizes", type=int, nargs="+", default=[2_000, 20_000])
     parser.add_argument("--rows", type=int, default=20, help="samples per manifest")
     parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--manifests-only", action="store_true", help="no landing metadata, indexes or ledgers")
     args = parser.parse_args(argv)
     if args.quick:
         args.sizes, args.repeats = [20, 100], 1
@@ -59,11 +72,14 @@ def main(argv: list[str] | None = None) -> None:
 
                 def add_shard(index: int) -> None:
                     shard = f"shard-{index:06d}"
-                    root.write_parquet(manifest_path(shard), shard_manifest(rng, shard, args.rows, sentences, index))
+                    manifest = shard_manifest(rng, shard, args.rows, sentences, index)
+                    root.write_parquet(manifest_path(shard), manifest)
+                    if not args.manifests_only:
+                        write_accounting_inputs(root, shard, manifest.column("key").to_pylist())
 
                 for index in range(n):
                     add_shard(index)
-                full, incremental, unchanged = [], [], []
+                full, incremental, unchanged, views, state = [], [], [], [], []
                 for repeat in range(args.repeats):
                     connection = duckdb.connect(os.path.join(tmp, f"catalog-{repeat}.duckdb"))
                     full.append(timed(lambda: refresh_catalog(connection, root.uri(""), full=True)))
@@ -74,29 +90,72 @@ def main(argv: list[str] | None = None) -> None:
                     assert incremental[-1][1].samples == (n + repeat + 1) * args.rows
                     unchanged.append(timed(lambda: refresh_catalog(connection, root.uri(""))))
                     assert unchanged[-1][1].manifests_read == 0
+                    views.append(timed(lambda: accounting_tables(connection, VIEW_QUERIES)))
+                    state.append(timed(lambda: accounting_tables(connection, STATE_QUERIES)))
+                    assert views[-1][1] == state[-1][1]
                     connection.close()
                 figures = {}
-                for name, runs in (("full", full), ("incremental", incremental), ("unchanged", unchanged)):
+                for name, runs in (
+                    ("full", full),
+                    ("incremental", incremental),
+                    ("unchanged", unchanged),
+                    ("accounting_views", views),
+                    ("accounting_state", state),
+                ):
                     median = statistics.median(seconds for seconds, _ in runs)
                     figures[name] = {"seconds": round(median, 4), "ms_per_manifest": round(1000 * median / n, 4)}
                 figures["full_over_incremental"] = ratio(figures["full"]["seconds"], figures["incremental"]["seconds"])
+                figures["asset_before_s"] = round(
+                    figures["incremental"]["seconds"] + figures["accounting_views"]["seconds"], 4
+                )
+                figures["asset_now_s"] = round(
+                    figures["incremental"]["seconds"] + figures["accounting_state"]["seconds"], 4
+                )
+                figures["asset_before_over_now"] = ratio(figures["asset_before_s"], figures["asset_now_s"])
                 per_size[str(n)] = figures
                 progress(f"{n} manifests: {figures}")
 
     small, large = str(min(args.sizes)), str(max(args.sizes))
     emit(
         "catalog_refresh",
-        {"quick": args.quick, "sizes": args.sizes, "rows": args.rows, "repeats": args.repeats},
+        {
+            "quick": args.quick,
+            "sizes": args.sizes,
+            "rows": args.rows,
+            "repeats": args.repeats,
+            "manifests_only": args.manifests_only,
+        },
         {
             "per_size": per_size,
             "growth": {
                 name: ratio(
                     per_size[large][name]["seconds"] / per_size[small][name]["seconds"], int(large) / int(small)
                 )
-                for name in ("full", "incremental", "unchanged")
+                for name in ("full", "incremental", "unchanged", "accounting_views", "accounting_state")
             },
         },
     )
+
+
+VIEW_QUERIES = (NAMED_QUERIES["shard_accounting"], NAMED_QUERIES["rejects_by_product"])
+STATE_QUERIES = (SHARD_ACCOUNTING_FROM_STATE, REJECTS_BY_PRODUCT_FROM_STATE)
+
+
+def write_accounting_inputs(root: DataRoot, shard: str, keys: list[str]) -> None:
+    """What a built shard holds besides its manifest: 2 utterances rejected by alignment, two products."""
+    rejected = [f"{shard}_rejected-{i}" for i in range(2)]
+    landed = keys + rejected
+    root.write_parquet(
+        layout.landing_metadata(shard), pa.table({"utt_id": landed, "audio_path": [f"{u}.wav" for u in landed]})
+    )
+    root.write_parquet(layout.asr_flac_index(shard), pa.table({"utt_id": keys}))
+    root.write_parquet(layout.utterance_index(shard), pa.table({"utt_id": landed}))
+    ledger = rejects_table(Reject(u, "alignments", "no_alignment", "synthetic") for u in rejected)
+    root.write_parquet(layout.rejects(shard, "alignments"), ledger)
+
+
+def accounting_tables(connection, queries) -> list[list[dict]]:
+    return [run_query(connection, sql).to_pylist() for sql in queries]
 
 
 def timed(refresh):

@@ -16,21 +16,17 @@ from speechdata.io import layout
 from speechdata.io.storage import DataRoot
 from speechdata.ledgers import PRODUCT_STAGES
 
-_SOURCES: dict[str, tuple[str, str]] = {
-    # product: (glob relative to the root, SELECT list giving shard, utt_id from a row)
-    "landed": (layout.landing_metadata("*"), "utt_id"),
-    "asr": (layout.asr_flac_index("*"), "utt_id"),
-    "vad": (layout.vad_segments("*"), "unnest(utt_ids)"),
-    "translation": (layout.streaming_segments("*"), "utt_id"),
-    "hf": (layout.utterance_index("*"), "utt_id"),
+SOURCES: dict[str, tuple[str, str, str]] = {
+    # name: (glob relative to the root, regex taking the shard from a file's path, SELECT list of ids)
+    "landed": (layout.landing_metadata("*"), r"/landing/([^/]+)/metadata\.parquet$", "utt_id"),
+    "bridge": (manifest_path("*"), r"/manifests/shard=([^/]+)/part-0\.parquet$", "key"),
+    "asr": (layout.asr_flac_index("*"), r"/shards/([^/]+)/asr_flac\.parquet$", "utt_id"),
+    "vad": (layout.vad_segments("*"), r"/shards/([^/]+)/vad_segments\.parquet$", "unnest(utt_ids)"),
+    "translation": (layout.streaming_segments("*"), r"/segments/shard=([^/]+)/segments\.parquet$", "utt_id"),
+    "hf": (layout.utterance_index("*"), r"/shards/([^/]+)/utterances\.parquet$", "utt_id"),
 }
-_SHARD_FROM_PATH = {
-    "landed": r"/landing/([^/]+)/metadata\.parquet$",
-    "asr": r"/shards/([^/]+)/asr_flac\.parquet$",
-    "vad": r"/shards/([^/]+)/vad_segments\.parquet$",
-    "translation": r"/segments/shard=([^/]+)/segments\.parquet$",
-    "hf": r"/shards/([^/]+)/utterances\.parquet$",
-}
+"""The files each product line's accounting reads; every one belongs to the shard its path names."""
+PRODUCTS_BUILT_FROM_FILES = ("bridge", "asr", "vad", "translation", "hf")
 
 
 def _literal(text: str) -> str:
@@ -38,11 +34,11 @@ def _literal(text: str) -> str:
 
 
 def _ids_select(root: DataRoot, location: str, name: str) -> str:
-    pattern, column = _SOURCES[name]
+    pattern, shard_regex, column = SOURCES[name]
     if not has_files(root, pattern):
         return "SELECT CAST(NULL AS VARCHAR) AS shard, CAST(NULL AS VARCHAR) AS utt_id WHERE false"
     return (
-        f"SELECT regexp_extract(filename, {_literal(_SHARD_FROM_PATH[name])}, 1) AS shard, {column} AS utt_id "
+        f"SELECT regexp_extract(filename, {_literal(shard_regex)}, 1) AS shard, {column} AS utt_id "
         f"FROM read_parquet({under_root(pattern, location)}, union_by_name = true, "
         "hive_partitioning = false, filename = true)"
     )
@@ -50,18 +46,15 @@ def _ids_select(root: DataRoot, location: str, name: str) -> str:
 
 def _built_select(location: str) -> str:
     """(product, shard) for every product output file that exists, empty ones included."""
-    files = {"bridge": (manifest_path("*"), r"/manifests/shard=([^/]+)/part-0\.parquet$")}
-    files |= {p: (_SOURCES[p][0], _SHARD_FROM_PATH[p]) for p in ("asr", "vad", "translation", "hf")}
     return " UNION ALL ".join(
-        f"SELECT {_literal(p)} AS product, regexp_extract(file, {_literal(regex)}, 1) AS shard "
-        f"FROM glob({under_root(pattern, location)})"
-        for p, (pattern, regex) in files.items()
+        f"SELECT {_literal(p)} AS product, regexp_extract(file, {_literal(SOURCES[p][1])}, 1) AS shard "
+        f"FROM glob({under_root(SOURCES[p][0], location)})"
+        for p in PRODUCTS_BUILT_FROM_FILES
     )
 
 
 def product_accounting_sql(root: DataRoot, location: str) -> str:
     """The ``product_accounting`` view's SELECT over the root (``location``: its escaped name, :func:`~speechdata.catalog.root_paths.glob_root`)."""
-    stages = ", ".join(f"({_literal(p)}, {_literal(s)})" for p, ss in PRODUCT_STAGES.items() for s in ss)
     produced = " UNION ALL ".join(
         [
             "SELECT 'bridge' AS product, shard, key AS utt_id FROM samples",
@@ -71,25 +64,41 @@ def product_accounting_sql(root: DataRoot, location: str) -> str:
             ),
         ]
     )
+    return accounting_select(
+        landed_rows=_ids_select(root, location, "landed"),
+        produced_rows=produced,
+        built=_built_select(location),
+        rejects="SELECT * FROM rejects",
+    )
+
+
+def accounting_select(landed_rows: str, produced_rows: str, built: str, rejects: str) -> str:
+    """One row per (landed shard, product) from four relations (each a SELECT): ``landed_rows``
+    (shard, utt_id), ``produced_rows`` (product, shard, utt_id), ``built`` (product, shard: the
+    product's output file exists) and ``rejects`` (the ``rejects`` view's columns). The view reads
+    them from every file under the root; :mod:`speechdata.catalog.accounting_state` from one
+    refresh's changed shards."""
+    stages = ", ".join(f"({_literal(p)}, {_literal(s)})" for p, ss in PRODUCT_STAGES.items() for s in ss)
     return f"""
-        WITH landed_rows AS ({_ids_select(root, location, "landed")}),
+        WITH landed_rows AS ({landed_rows}),
         landed AS (
             SELECT shard, count(DISTINCT utt_id) + count(*) FILTER (WHERE utt_id IS NULL) AS landed,
                    count(*) FILTER (WHERE utt_id IS NULL) AS null_ids
             FROM landed_rows GROUP BY shard
         ),
         stages(product, stage) AS (VALUES {stages}),
-        built AS ({_built_select(location)}),
-        produced_rows AS ({produced}),
+        built AS ({built}),
+        produced_rows AS ({produced_rows}),
         produced_counts AS (
             SELECT product, shard, count(DISTINCT utt_id) AS n FROM produced_rows GROUP BY product, shard
         ),
+        rejected_rows AS ({rejects}),
         rejected_counts AS (
-            SELECT stages.product, rejects.shard,
-                   count(DISTINCT rejects.utt_id) AS ids,
-                   count(*) FILTER (WHERE rejects.utt_id IS NULL) AS nulls
-            FROM rejects JOIN stages ON rejects.stage = stages.stage
-            GROUP BY stages.product, rejects.shard
+            SELECT stages.product, rejected_rows.shard,
+                   count(DISTINCT rejected_rows.utt_id) AS ids,
+                   count(*) FILTER (WHERE rejected_rows.utt_id IS NULL) AS nulls
+            FROM rejected_rows JOIN stages ON rejected_rows.stage = stages.stage
+            GROUP BY stages.product, rejected_rows.shard
         ),
         rows AS (
             SELECT landed.shard, products.product, landed.landed,
@@ -110,19 +119,21 @@ def product_accounting_sql(root: DataRoot, location: str) -> str:
     """
 
 
-def product_rejects_sql() -> str:
+def product_rejects_sql(rejects: str = "SELECT * FROM rejects") -> str:
     """The ``product_rejects`` view: each (shard, product, utterance) rejected by one of the product's
-    stages once, under the reason of the earliest such stage (as :func:`speechdata.ledgers.product_ledger`)."""
+    stages once, under the reason of the earliest such stage (as :func:`speechdata.ledgers.product_ledger`);
+    ``rejects``: the SELECT it reads (the ``rejects`` view, or one refresh's changed ledgers)."""
     stages = ", ".join(
         f"({_literal(p)}, {_literal(s)}, {order})" for p, ss in PRODUCT_STAGES.items() for order, s in enumerate(ss)
     )
     return f"""
-        WITH stages(product, stage, stage_order) AS (VALUES {stages})
-        SELECT rejects.shard, stages.product, rejects.utt_id,
-               arg_min(rejects.reason, stages.stage_order) AS reason
-        FROM rejects JOIN stages ON rejects.stage = stages.stage
-        WHERE rejects.utt_id IS NOT NULL
-        GROUP BY rejects.shard, stages.product, rejects.utt_id
+        WITH stages(product, stage, stage_order) AS (VALUES {stages}),
+        rejected_rows AS ({rejects})
+        SELECT rejected_rows.shard, stages.product, rejected_rows.utt_id,
+               arg_min(rejected_rows.reason, stages.stage_order) AS reason
+        FROM rejected_rows JOIN stages ON rejected_rows.stage = stages.stage
+        WHERE rejected_rows.utt_id IS NOT NULL
+        GROUP BY rejected_rows.shard, stages.product, rejected_rows.utt_id
     """
 
 

@@ -139,11 +139,16 @@ def _forget(connection: duckdb.DuckDBPyConnection, table: str, paths: list[str])
             connection.execute(f"DELETE FROM {name} WHERE path IN (SELECT unnest(?::VARCHAR[]))", [paths])
 
 
-def _locations(root_uri: str, paths: list[str]) -> tuple[list[str], int]:
-    """DuckDB's names of ``paths`` (glob-escaped: DuckDB expands each list item) and the length of
-    the root prefix its ``filename`` column carries, to get the relative path back."""
+def locations_of(root_uri: str, paths: list[str]) -> list[str]:
+    """DuckDB's names of ``paths`` relative to the root, glob-escaped (DuckDB expands each list item)."""
     base = glob_root(root_uri)
-    return [f"{base}/{escape_glob(p)}" for p in paths], len(duckdb_location(root_uri)) + 1
+    return [f"{base}/{escape_glob(p)}" for p in paths]
+
+
+def _locations(root_uri: str, paths: list[str]) -> tuple[list[str], int]:
+    """:func:`locations_of` and the length of the root prefix DuckDB's ``filename`` column carries,
+    to get the relative path back."""
+    return locations_of(root_uri, paths), len(duckdb_location(root_uri)) + 1
 
 
 def _record_files(

@@ -45,6 +45,12 @@ import pyarrow as pa
 
 from speechdata.bridge.manifest import MANIFEST_COLUMNS, manifest_path
 from speechdata.catalog.accounting import product_accounting_sql, product_rejects_sql
+from speechdata.catalog.accounting_state import (
+    clear_accounting,
+    ensure_accounting_tables,
+    list_accounting_inputs,
+    sync_accounting,
+)
 from speechdata.catalog.incremental import (
     clear_state,
     ensure_state_tables,
@@ -119,6 +125,8 @@ class CatalogSummary:
     manifests_dropped: int = 0
     """Manifests gone since the last refresh (a deleted or re-landed shard)."""
     rejects_files_read: int = 0
+    accounting_shards_read: int = 0
+    """Shards whose per-product accounting this refresh recounted (any of their files new, changed or gone)."""
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -139,6 +147,7 @@ def refresh_catalog(connection: duckdb.DuckDBPyConnection, root_uri: str, *, ful
     manifests = list_files(root, _MANIFEST_GLOB)
     rejects = list_files(root, _REJECTS_GLOB)
     any_alignments = has_files(root, _ALIGNMENTS_GLOB)
+    accounting_inputs = list_accounting_inputs(root, manifests, rejects)
     # A root such as ``/data/run[1]`` must match itself, not a character class.
     location = glob_root(root_uri)
     set_root_variable(connection, root_uri)
@@ -148,11 +157,14 @@ def refresh_catalog(connection: duckdb.DuckDBPyConnection, root_uri: str, *, ful
     connection.begin()
     try:
         ensure_state_tables(connection)
+        ensure_accounting_tables(connection)
         connection.execute(f"CREATE TABLE IF NOT EXISTS {_VIEWS_STATE} (sha256 VARCHAR)")
         if full:
             clear_state(connection)
+            clear_accounting(connection)
         manifest_counts = sync_manifests(connection, root_uri, manifests)
         rejects_counts = sync_rejects(connection, root_uri, rejects, _SHARD_FROM_REJECTS_PATH)
+        accounting_shards_read = sync_accounting(connection, root_uri, accounting_inputs, _SHARD_FROM_REJECTS_PATH)
         stored = connection.execute(f"SELECT sha256 FROM {_VIEWS_STATE}").fetchall()
         if full or stored != [(digest,)]:
             _create_views(connection, definitions)
@@ -171,6 +183,7 @@ def refresh_catalog(connection: duckdb.DuckDBPyConnection, root_uri: str, *, ful
             manifests_reused=manifest_counts.reused,
             manifests_dropped=manifest_counts.dropped,
             rejects_files_read=rejects_counts.read,
+            accounting_shards_read=accounting_shards_read,
         )
         connection.commit()
     except BaseException:

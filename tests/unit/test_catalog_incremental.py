@@ -12,6 +12,7 @@ import pyarrow as pa
 import pytest
 
 from speechdata.bridge.manifest import manifest_path
+from speechdata.catalog.accounting_state import ACCOUNTING_STATE_TABLES
 from speechdata.catalog.incremental import HOURS_PER_LANGUAGE_FROM_STATE, STATE_TABLES
 from speechdata.catalog.queries import NAMED_QUERIES, run_query
 from speechdata.catalog.views import CATALOG_FILE, refresh_catalog
@@ -75,7 +76,14 @@ def full_refresh_from_scratch(data_root):
 
 
 def comparable(summary):
-    skip = {"manifests_read", "manifests_reused", "manifests_dropped", "rejects_files_read", "hours"}
+    skip = {
+        "manifests_read",
+        "manifests_reused",
+        "manifests_dropped",
+        "rejects_files_read",
+        "accounting_shards_read",
+        "hours",
+    }
     return {k: v for k, v in summary.as_dict().items() if k not in skip} | {"hours": round(summary.hours, 12)}
 
 
@@ -171,7 +179,8 @@ def test_a_refresh_killed_part_way_leaves_the_previous_catalog_and_a_rerun_gives
 
     with connect(root) as connection:
         after_kill = catalog_contents(connection)
-        assert {name: after_kill[name] for name in STATE_TABLES} == {name: before[name] for name in STATE_TABLES}
+        kept = (*STATE_TABLES, *ACCOUNTING_STATE_TABLES)
+        assert {name: after_kill[name] for name in kept} == {name: before[name] for name in kept}
         assert connection.execute("SELECT manifest_files FROM catalog_info").fetchone()[0] == 4
         summary = refresh_catalog(connection, root.url)
         assert (summary.manifests_read, summary.manifests_dropped) == (1, 1)
@@ -183,7 +192,7 @@ def test_a_refresh_killed_part_way_leaves_the_previous_catalog_and_a_rerun_gives
 def test_a_corrupt_new_manifest_fails_the_refresh_and_keeps_the_state(root):
     with connect(root) as connection:
         refresh_catalog(connection, root.url)
-        kept = (*STATE_TABLES, "catalog_info", "catalog_view_definitions")
+        kept = (*STATE_TABLES, *ACCOUNTING_STATE_TABLES, "catalog_info", "catalog_view_definitions")
         before = catalog_contents(connection, kept)
         root.write_bytes(manifest_path("shard-bad"), b"not parquet")
         with pytest.raises(duckdb.Error):
