@@ -16,6 +16,8 @@ from assets.partitions import language_partitions, shard_partitions
 from assets.vad import language_shard_index
 from speechdata.bridge.manifest import manifest_path, tar_location
 from speechdata.bridge.reader import bridge_dataset, read_sample_at
+from speechdata.catalog.accounting_state import REJECTS_BY_PRODUCT_FROM_STATE, SHARD_ACCOUNTING_FROM_STATE
+from speechdata.catalog.queries import NAMED_QUERIES, run_query
 from speechdata.io import layout
 from speechdata.io.storage import TEMP_PREFIX, DataRoot
 from speechdata.testing.shards import build_sample_shard
@@ -106,7 +108,15 @@ def test_duckdb_reads_the_manifests_in_the_bucket_through_the_catalog(bucket_roo
         [(samples, shards)] = connection.execute("SELECT count(*), count(DISTINCT shard) FROM samples").fetchall()
         keys = {row[0] for row in connection.execute("SELECT key FROM samples").fetchall()}
         rejects = connection.execute("SELECT count(DISTINCT utt_id) FROM rejects").fetchall()[0][0]
+        # The per-shard accounting the asset showed was counted from the bucket's files: the same rows as the views.
+        for state_sql, view_sql in (
+            (SHARD_ACCOUNTING_FROM_STATE, NAMED_QUERIES["shard_accounting"]),
+            (REJECTS_BY_PRODUCT_FROM_STATE, NAMED_QUERIES["rejects_by_product"]),
+        ):
+            from_state = run_query(connection, state_sql).to_pylist()
+            assert from_state and from_state == run_query(connection, view_sql).to_pylist()
     assert (samples, shards) == (manifest.num_rows, 1) and keys == set(manifest["key"].to_pylist())
+    assert event.metadata["accounting_shards_recounted"].value == 1
     assert rejects == event.metadata["rejected_utterances"].value > 0
     with pytest.raises(duckdb.Error):  # the copy a reader gets is read-only
         with open_catalog(root) as connection:
