@@ -195,7 +195,8 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
                 f"catalog refreshed: {summary.shards} shards, {summary.samples} samples, {summary.hours:.2f} h, "
                 f"{summary.rejected_utterances} rejected utterances; languages: {', '.join(summary.languages) or '-'}; "
                 f"countries: {', '.join(summary.countries) or '-'}; "
-                f"manifests read {summary.manifests_read}, reused {summary.manifests_reused}"
+                f"manifests read {summary.manifests_read}, reused {summary.manifests_reused}; "
+                f"shard accounting recounted for {summary.accounting_shards_read} shards"
             )
             if not chosen and not filters:
                 return 0

@@ -208,6 +208,7 @@ def test_cli_refreshes_incrementally_and_fully_on_request(root):
     assert [r.returncode for r in (first, again, full)] == [0, 0, 0], first.stderr + again.stderr + full.stderr
     assert "manifests read 4, reused 0" in first.stdout
     assert "manifests read 0, reused 4" in again.stdout
+    assert "recounted for 4 shards" in first.stdout and "recounted for 0 shards" in again.stdout
     assert "manifests read 4, reused 0" in full.stdout
     misuse = run_cli("--full", "--list", data_root=root)
     assert misuse.returncode == 2 and "--full applies to --refresh" in misuse.stderr
