@@ -76,11 +76,18 @@ def _fsync(path: str) -> None:
         os.close(fd)
 
 
-def _child_pack(root: str) -> dict:
+def _child_pack(root: str, write_back_mib: float | None, drop_written: bool) -> dict:
     import pandas  # noqa: F401  pyarrow imports it lazily on first read: process start-up, not packing
 
     from speechdata.bridge.tars import iter_bridge_samples, pack_samples
+    from speechdata.io import write_back
     from speechdata.io.storage import DataRoot
+
+    if write_back_mib == 0:
+        write_back.SYNC_FILE_RANGE = None  # unpaced writes, the fsync at the end only
+    elif write_back_mib is not None:
+        write_back.WRITE_BACK_WINDOW_BYTES = int(write_back_mib * (1 << 20))
+    write_back.DROP_WRITTEN = drop_written
 
     data_root = DataRoot(root)
     started = time.perf_counter()
@@ -173,6 +180,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seconds", type=float, default=8.0, help="utterance length")
     parser.add_argument("--qwen-dim", type=int, default=2048)
     parser.add_argument("--codec", default="pcm16", help="audio container codec (pcm16 is the default)")
+    parser.add_argument(
+        "--write-back-mib", type=float, default=None,
+        help="packing's write-back window in MiB (0: writes not paced; default: the code's own)",
+    )  # fmt: skip
+    parser.add_argument("--drop-written", action="store_true", help="packing drops written ranges from the cache")
     parser.add_argument("--child", nargs=2, metavar=("ACTION", "ROOT"), help=argparse.SUPPRESS)
     parser.add_argument("--count", type=int, default=0, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -182,7 +194,7 @@ def main(argv: list[str] | None = None) -> None:
             _child_build(root, args.count, args)
             print(json.dumps({}))
         else:
-            print(json.dumps(_child_pack(root)))
+            print(json.dumps(_child_pack(root, args.write_back_mib, args.drop_written)))
         return
     if args.quick:
         args.sizes, args.seconds, args.qwen_dim = [40, 120], 2.0, 64
@@ -194,7 +206,9 @@ def main(argv: list[str] | None = None) -> None:
                 common = ["--seconds", str(args.seconds), "--qwen-dim", str(args.qwen_dim), "--codec", args.codec]
                 _run_child("--child", "build", tmp, "--count", str(count), *common)
                 evict_from_page_cache(Path(tmp))
-                packed = _run_child("--child", "pack", tmp)
+                window = [] if args.write_back_mib is None else ["--write-back-mib", str(args.write_back_mib)]
+                window += ["--drop-written"] if args.drop_written else []
+                packed = _run_child("--child", "pack", tmp, *window)
                 evict_from_page_cache(Path(tmp))
                 copy_s, copy_returned_s = _copy(packing_inputs(Path(tmp)), packed["tar_sizes"], Path(tmp))
                 pack_mb_s = packed["bytes"] / MB / packed["seconds"]
@@ -232,6 +246,8 @@ def main(argv: list[str] | None = None) -> None:
             "codec": args.codec,
             "audio_order": "blocks of 50 reversed",
             "cache": "inputs and tars evicted before each phase",
+            "write_back_mib": args.write_back_mib,
+            "drop_written": args.drop_written,
         },
         {
             "per_size": per_size,
