@@ -22,6 +22,7 @@ import errno
 import io
 import os
 import stat
+import sys
 from collections.abc import Callable
 from typing import IO
 
@@ -45,7 +46,7 @@ SyncFileRange = Callable[[int, int, int, int], None]
 
 
 def _load_sync_file_range() -> SyncFileRange | None:
-    if not os.uname().sysname == "Linux":
+    if not sys.platform.startswith("linux"):
         return None
     try:
         libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
@@ -146,6 +147,8 @@ class StreamingWriteBack:
         (os.fdatasync if hasattr(os, "fdatasync") else os.fsync)(self.fd)
 
     def _sync(self, offset_bytes: int, length_bytes: int, flags: int) -> None:
+        if self._sync_file_range is None:  # refused by an earlier call of this loop
+            return
         try:
             self._sync_file_range(self.fd, self._base_bytes + offset_bytes, length_bytes, flags)
         except OSError as error:

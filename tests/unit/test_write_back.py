@@ -84,6 +84,21 @@ def test_a_filesystem_that_refuses_sync_file_range_gets_plain_writes(tmp_path, c
     assert (tmp_path / "f.bin").read_bytes() == data
 
 
+def test_a_refusal_after_paced_windows_falls_back_without_waiting_on_it(tmp_path):
+    class RefusesThird(Recorder):
+        def __call__(self, fd, offset_bytes, length_bytes, flags):
+            super().__call__(fd, offset_bytes, length_bytes, flags)
+            if len(self.calls) == 2:
+                raise OSError(errno.EINVAL, "refused")
+
+    recorder = RefusesThird()
+    with open(tmp_path / "f.bin", "wb") as handle:
+        pacer = StreamingWriteBack(handle, window_bytes=1000, sync_file_range=recorder)
+        data = write_chunks(handle, pacer, [1000] * 5)
+    assert recorder.calls == [(0, 1000, SYNC_FILE_RANGE_WRITE), (1000, 1000, SYNC_FILE_RANGE_WRITE)]
+    assert not pacer.pacing and (tmp_path / "f.bin").read_bytes() == data
+
+
 def test_a_failed_write_back_is_the_writes_failure(tmp_path):
     with open(tmp_path / "f.bin", "wb") as handle:
         pacer = StreamingWriteBack(handle, window_bytes=1000, sync_file_range=Recorder(fail_with=errno.EIO))
