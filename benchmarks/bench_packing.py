@@ -23,7 +23,13 @@ Timed (wall-clock), each in a fresh process so its peak RSS (``ru_maxrss``) is t
 each until its outputs are on disk (``fsync`` of every output file inside the timing): a 1 000-utterance
 shard's 0.7 GB of writes otherwise end in the page cache and a 20 000-utterance shard's 14 GB are
 throttled to the disk's write-back speed half-way, so cost per utterance measured the dirty-page
-limit, not the code. The time until the last write returned is reported beside it (``returned_*``).
+limit, not the code. The time until the last write returned is reported beside it (``returned_*``);
+packing's own tar writer paces its write-back and syncs each tar before it returns
+(:mod:`speechdata.io.write_back`), so for packing the two are the same and the copy's fsync is its
+own. The packing process's CPU seconds (user + system, all its threads; and system alone) are reported per
+utterance too: less at the mercy of other processes on a shared machine than wall-clock.
+``--write-back-mib`` sets packing's write-back window (0: writes not paced, one sync at the end) and
+``--drop-written`` drops written ranges from the page cache, to compare.
 
 * pack: ``pack_samples(root, shard, iter_bridge_samples(root, shard))``, audio decoding (FLAC only)
   and member encoding included, tars of at most 1 GB (the stage's default);
@@ -33,9 +39,10 @@ limit, not the code. The time until the last write returned is reported beside i
   each deleted after timing.
 
 Reported per size: ms per utterance of both, MB/s (1e6 bytes of tar per second), ``pack_over_copy``
-(throughput of packing / throughput of the copy) and peak RSS in MB; across sizes,
-``ms_per_utt_spread`` (largest / smallest ms per utterance, 1 = flat), the copy's spread (what the
-disk alone varies) and ``rss_spread``; the same for the ``returned`` times.
+(throughput of packing / throughput of the copy), packing's CPU ms per utterance and peak RSS in MB;
+across sizes, ``ms_per_utt_spread`` (largest / smallest ms per utterance, 1 = flat), the copy's
+spread (what the disk alone varies), ``cpu_ms_per_utt_spread`` and ``rss_spread``; the same for
+the ``returned`` times.
 """
 
 from __future__ import annotations
@@ -76,19 +83,28 @@ def _fsync(path: str) -> None:
         os.close(fd)
 
 
-def _child_pack(root: str) -> dict:
+def _child_pack(root: str, write_back_mib: float | None, drop_written: bool) -> dict:
     import pandas  # noqa: F401  pyarrow imports it lazily on first read: process start-up, not packing
 
     from speechdata.bridge.tars import iter_bridge_samples, pack_samples
+    from speechdata.io import write_back
     from speechdata.io.storage import DataRoot
 
+    if write_back_mib == 0:
+        write_back.SYNC_FILE_RANGE = None  # unpaced writes, the fsync at the end only
+    elif write_back_mib is not None:
+        write_back.WRITE_BACK_WINDOW_BYTES = int(write_back_mib * (1 << 20))
+    write_back.DROP_WRITTEN = drop_written
+
     data_root = DataRoot(root)
+    before = resource.getrusage(resource.RUSAGE_SELF)
     started = time.perf_counter()
     tars, index = pack_samples(data_root, "bench", iter_bridge_samples(data_root, "bench"))
     returned = time.perf_counter() - started
     for tar in tars:
         _fsync(data_root.path(tar.relative))
     seconds = time.perf_counter() - started
+    usage = resource.getrusage(resource.RUSAGE_SELF)
     return {
         "seconds": seconds,
         "returned_seconds": returned,
@@ -96,7 +112,9 @@ def _child_pack(root: str) -> dict:
         "tars": [data_root.path(t.relative) for t in tars],
         "bytes": sum(t.bytes for t in tars),
         "tar_sizes": [t.bytes for t in tars],
-        "max_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "max_rss_mb": usage.ru_maxrss / 1024,
+        "user_seconds": usage.ru_utime - before.ru_utime,
+        "system_seconds": usage.ru_stime - before.ru_stime,
     }
 
 
@@ -173,6 +191,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seconds", type=float, default=8.0, help="utterance length")
     parser.add_argument("--qwen-dim", type=int, default=2048)
     parser.add_argument("--codec", default="pcm16", help="audio container codec (pcm16 is the default)")
+    parser.add_argument(
+        "--write-back-mib", type=float, default=None,
+        help="packing's write-back window in MiB (0: writes not paced; default: the code's own)",
+    )  # fmt: skip
+    parser.add_argument("--drop-written", action="store_true", help="packing drops written ranges from the cache")
     parser.add_argument("--child", nargs=2, metavar=("ACTION", "ROOT"), help=argparse.SUPPRESS)
     parser.add_argument("--count", type=int, default=0, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -182,7 +205,7 @@ def main(argv: list[str] | None = None) -> None:
             _child_build(root, args.count, args)
             print(json.dumps({}))
         else:
-            print(json.dumps(_child_pack(root)))
+            print(json.dumps(_child_pack(root, args.write_back_mib, args.drop_written)))
         return
     if args.quick:
         args.sizes, args.seconds, args.qwen_dim = [40, 120], 2.0, 64
@@ -194,7 +217,9 @@ def main(argv: list[str] | None = None) -> None:
                 common = ["--seconds", str(args.seconds), "--qwen-dim", str(args.qwen_dim), "--codec", args.codec]
                 _run_child("--child", "build", tmp, "--count", str(count), *common)
                 evict_from_page_cache(Path(tmp))
-                packed = _run_child("--child", "pack", tmp)
+                window = [] if args.write_back_mib is None else ["--write-back-mib", str(args.write_back_mib)]
+                window += ["--drop-written"] if args.drop_written else []
+                packed = _run_child("--child", "pack", tmp, *window)
                 evict_from_page_cache(Path(tmp))
                 copy_s, copy_returned_s = _copy(packing_inputs(Path(tmp)), packed["tar_sizes"], Path(tmp))
                 pack_mb_s = packed["bytes"] / MB / packed["seconds"]
@@ -212,6 +237,10 @@ def main(argv: list[str] | None = None) -> None:
                     "returned_ms_per_utt": round(1000 * packed["returned_seconds"] / packed["samples"], 3),
                     "copy_returned_ms_per_utt": round(1000 * copy_returned_s / packed["samples"], 3),
                     "returned_pack_over_copy": ratio(copy_returned_s, packed["returned_seconds"]),
+                    "cpu_ms_per_utt": round(
+                        1000 * (packed["user_seconds"] + packed["system_seconds"]) / packed["samples"], 3
+                    ),
+                    "system_ms_per_utt": round(1000 * packed["system_seconds"] / packed["samples"], 3),
                     "max_rss_mb": round(packed["max_rss_mb"], 1),
                 }
                 progress(f"{count} utterances: {per_size[str(count)]}")
@@ -221,6 +250,7 @@ def main(argv: list[str] | None = None) -> None:
     copy_ms = [v["copy_ms_per_utt"] for v in per_size.values()]
     returned_ms = [v["returned_ms_per_utt"] for v in per_size.values()]
     rss = [v["max_rss_mb"] for v in per_size.values()]
+    cpu_ms = [v["cpu_ms_per_utt"] for v in per_size.values()]
     emit(
         "packing",
         {
@@ -232,12 +262,15 @@ def main(argv: list[str] | None = None) -> None:
             "codec": args.codec,
             "audio_order": "blocks of 50 reversed",
             "cache": "inputs and tars evicted before each phase",
+            "write_back_mib": args.write_back_mib,
+            "drop_written": args.drop_written,
         },
         {
             "per_size": per_size,
             "ms_per_utt_spread": ratio(max(ms), min(ms)),
             "copy_ms_per_utt_spread": ratio(max(copy_ms), min(copy_ms)),
             "rss_spread": ratio(max(rss), min(rss)),
+            "cpu_ms_per_utt_spread": ratio(max(cpu_ms), min(cpu_ms)),
             "pack_over_copy_min": min(v["pack_over_copy"] for v in per_size.values()),
             "returned_ms_per_utt_spread": ratio(max(returned_ms), min(returned_ms)),
             "returned_pack_over_copy_min": min(v["returned_pack_over_copy"] for v in per_size.values()),

@@ -6,8 +6,10 @@ compares them), but ``tarfile`` spends about 70 µs of Python per member on a he
 ``TarInfo``, formatting every field) and wants each payload as one file object. Here a header is a
 fixed template with the name, the size and the checksum spliced in, and a member's payload is any
 sequence of buffers (a ``.npy`` header plus a view of the Arrow batch the array came from), so no
-payload is copied before the write. SHA-256 and the file writes run in one background thread (both
-release the GIL on large buffers) while the caller reads and assembles the next samples.
+payload is copied before the write. SHA-256 and the file writes run in background threads of
+their own (both release the GIL on large buffers) while the caller reads and assembles the next
+samples. The writes' trip to disk is paced as they go (:mod:`speechdata.io.write_back`), and
+``close`` returns once the tar is on disk.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import IO
 
 from speechdata.io.audio_tars import deterministic_tar_info
+from speechdata.io.write_back import StreamingWriteBack
 
 BLOCK_BYTES = tarfile.BLOCKSIZE
 RECORD_BYTES = tarfile.RECORDSIZE
@@ -69,10 +72,12 @@ class TarStream:
     """Members appended to an open binary handle; ``close`` writes the end-of-archive blocks.
 
     ``offset`` is the position the next member's header will start at, as ``TarFile.offset``.
+    ``write_back_window_bytes``: see :class:`~speechdata.io.write_back.StreamingWriteBack` (None: its default).
     """
 
-    def __init__(self, handle: IO[bytes]):
+    def __init__(self, handle: IO[bytes], write_back_window_bytes: int | None = None):
         self.handle = handle
+        self.write_back = StreamingWriteBack(handle, write_back_window_bytes)
         self.sha256 = hashlib.sha256()
         self.offset = 0
         # Hashing and writing each get a thread: the two passes over the bytes run side by side.
@@ -94,13 +99,15 @@ class TarStream:
         self._submit(pieces)
 
     def close(self) -> None:
-        """The two zero blocks and the padding to a whole record that ``TarFile.close`` writes."""
+        """The two zero blocks and the padding to a whole record that ``TarFile.close`` writes; returns
+        once they and everything before are on disk (a file's handle; other handles are flushed)."""
         end = self.offset + 2 * BLOCK_BYTES
         self._submit([_ZEROS[: 2 * BLOCK_BYTES], _ZEROS[: -end % RECORD_BYTES]])
         self.offset = end + (-end % RECORD_BYTES)
         self._drain()
         self._hasher.shutdown()
         self._writer.shutdown()
+        self.write_back.finish()
 
     def abort(self) -> None:
         """Stop the writer without raising what it failed on (the caller is raising already)."""
@@ -127,6 +134,9 @@ class TarStream:
             self.sha256.update(piece)
 
     def _write(self, pieces: list) -> None:
+        written = 0
         for piece in pieces:
             if len(piece):
                 self.handle.write(piece)
+                written += len(piece)
+        self.write_back.wrote(written)
