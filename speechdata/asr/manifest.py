@@ -31,6 +31,7 @@ import polars as pl
 
 from speechdata.asr.duplicates import mark_duplicates
 from speechdata.asr.key_order import join_flac_in_key_order
+from speechdata.asr.split import MIN_RECORDINGS_FOR_HELD_OUT, split_by_recording
 from speechdata.asr.text import clean_transcript_series_in_threads, tagged_text_expr
 
 KEY = ["shard_id", "utt_id"]
@@ -65,9 +66,6 @@ MANIFEST_COLUMNS = [
 ]
 NEMO_COLUMNS = ["audio_filepath", "duration", "text", "lang"]
 
-UTTERANCE_KEY = pl.col("shard_id") + pl.lit("/") + pl.col("utt_id")
-"""An utterance's key in the split hash and in duplicates' ``detail``: ``<shard_id>/<utt_id>``."""
-
 RECORDING_KEY = pl.coalesce(pl.col("recording_id"), pl.lit("shard:") + pl.col("shard_id"))
 """What a recording is: its ``recording_id``, else (unknown) the whole shard."""
 
@@ -83,9 +81,6 @@ REMOVAL_REASONS = (
 )
 
 REASON = pl.Enum(REMOVAL_REASONS)
-
-MIN_RECORDINGS_FOR_HELD_OUT = 3
-"""With this many recordings, validation (and so eval) always holds at least one (the HF split rule)."""
 
 
 @dataclass(frozen=True)
@@ -202,6 +197,25 @@ def stable_hash_column(frame: pl.DataFrame, key: str, salt: str) -> pl.Series:
     return pl.Series(f"{key}_hash", values, dtype=pl.UInt64)
 
 
+def empty_text_reasons(text: pl.Series, clean_text: pl.Series) -> pl.Series:
+    """``empty_text`` where ``text`` is null or blank, else ``empty_after_cleaning`` where the cleaned
+    text is empty; null elsewhere.
+
+    Blank text cleans to nothing (whitespace becomes spaces, then stripped), so only the few rows
+    that cleaned to nothing need the blank check, not every row.
+    """
+    empty_rows = (clean_text.fill_null("") == "").arg_true()
+    blank = text.gather(empty_rows).str.strip_chars().fill_null("") == ""
+    reasons = blank.to_frame("blank").select(
+        pl.when(pl.col("blank")).then(pl.lit("empty_text")).otherwise(pl.lit("empty_after_cleaning"))
+    )
+    return (
+        pl.repeat(None, clean_text.len(), dtype=pl.String, eager=True)
+        .scatter(empty_rows, reasons.to_series())
+        .alias("reason")
+    )
+
+
 def build_asr_manifest(
     utterances: pl.DataFrame,
     flac: pl.DataFrame,
@@ -231,8 +245,6 @@ def build_asr_manifest(
         .then(pl.lit("duration_out_of_range", REASON))
         .when(~quality_ok.fill_null(False))
         .then(pl.lit("quality_below_minimum", REASON))
-        .when(pl.col("text").str.strip_chars().fill_null("") == "")
-        .then(pl.lit("empty_text", REASON))
     )
     frame = joined.with_columns(reason.alias("reason"))
     # From here on rows are in (shard_id, utt_id) order; ``_row`` is a row's place in that order.
@@ -255,8 +267,7 @@ def build_asr_manifest(
         RECORDING_KEY.alias("recording_key"),
     )
     passing = passing.with_columns(
-        pl.when(pl.col("clean_text") == "").then(pl.lit("empty_after_cleaning")).alias("reason"),
-        pl.lit(None, pl.String).alias("detail"),
+        empty_text_reasons(passing["text"], passing["clean_text"]), pl.lit(None, pl.String).alias("detail")
     )
     passing = mark_duplicates(passing, config.dedup_duration_resolution_ms)
     # Each reason's detail formatted on its own rows only (a when/then chain formats every row
@@ -279,34 +290,33 @@ def build_asr_manifest(
         )
         .sort("_row")
         .drop("_row")
-        .collect()
     )
 
-    kept = passing.filter(pl.col("reason").is_null())
-    # Hash each recording once (there are far fewer recordings than utterances).
-    recordings = kept.select("recording_key").unique()
-    recordings = recordings.with_columns(stable_hash_column(recordings, "recording_key", config.split_salt))
-    threshold = int(config.validation_share * 1_000_000)
-    recordings = recordings.with_columns(((pl.col("recording_key_hash") % 1_000_000) < threshold).alias("_validation"))
-    forced = None
-    # A share of 0 asks for no validation; any other share gets at least one recording.
-    wants_held_out = config.validation_share > 0
-    if wants_held_out and recordings.height >= MIN_RECORDINGS_FOR_HELD_OUT and not recordings["_validation"].any():
-        # The recording the threshold would take next: the smallest hash bucket.
-        forced = recordings.sort(pl.col("recording_key_hash") % 1_000_000, "recording_key")["recording_key"][0]
-        recordings = recordings.with_columns(pl.col("_validation") | (pl.col("recording_key") == forced))
-    # Membership in the (few) validation recordings rather than a join of every row to its recording.
-    held_out = recordings.filter(pl.col("_validation"))["recording_key"]
-    manifest = kept.with_columns(pl.col("recording_key").is_in(held_out.implode()).alias("_validation")).with_columns(
-        tagged_text_expr(pl.col("clean_text"), pl.col("language")).alias("text"),
-        pl.col("duration_s").alias("duration"),
-        pl.col("language").alias("lang"),
-        (pl.lit(audio_root.rstrip("/") + "/") + pl.col("flac_path")).alias("audio_filepath"),
+    kept = (
+        passing.lazy()
+        .filter(pl.col("reason").is_null())
+        .select(
+            "utt_id",
+            "shard_id",
+            tagged_text_expr(pl.col("clean_text"), pl.col("language")).alias("text"),
+            pl.col("duration_s").alias("duration"),
+            pl.col("language").alias("lang"),
+            (pl.lit(audio_root.rstrip("/") + "/") + pl.col("flac_path")).alias("audio_filepath"),
+            "flac_path",
+            "source",
+            "recording_id",
+            "original_language",
+            "quality",
+            "recording_key",
+        )
     )
-    validation = manifest.filter(pl.col("_validation")).with_columns(UTTERANCE_KEY.alias("key"))
-    validation = validation.with_columns(stable_hash_column(validation, "key", config.split_salt))
-    eval_subset = (
-        validation.sort("lang", "key_hash", "key").group_by("lang", maintain_order=True).head(config.eval_per_language)
+    # Collected together: polars runs the two queries at once.
+    removed, kept = pl.collect_all([removed, kept])
+    split = split_by_recording(
+        kept,
+        validation_share=config.validation_share,
+        salt=config.split_salt,
+        eval_per_language=config.eval_per_language,
     )
     # Without corrections ``original_language`` is ``language`` on every row: nothing to scan.
     relabeled = (
@@ -322,14 +332,14 @@ def build_asr_manifest(
         .sort("change")
     )
     return AsrManifestBuild(
-        train=manifest.filter(~pl.col("_validation")).select(MANIFEST_COLUMNS),
-        validation=validation.select(MANIFEST_COLUMNS),
-        eval=eval_subset.select(MANIFEST_COLUMNS),
+        train=split.train,
+        validation=split.validation,
+        eval=split.eval,
         removed=removed,
         relabeled={change: int(n) for change, n in relabeled.iter_rows()},
-        recordings=recordings.height,
+        recordings=split.recordings,
         validation_share=config.validation_share,
-        forced_validation=forced,
+        forced_validation=split.forced_validation,
     )
 
 
