@@ -24,6 +24,7 @@ recording: conservative, nothing can leak).
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import duckdb
@@ -197,15 +198,15 @@ def stable_hash_column(frame: pl.DataFrame, key: str, salt: str) -> pl.Series:
     return pl.Series(f"{key}_hash", values, dtype=pl.UInt64)
 
 
-def empty_text_reasons(text: pl.Series, clean_text: pl.Series) -> pl.Series:
-    """``empty_text`` where ``text`` is null or blank, else ``empty_after_cleaning`` where the cleaned
-    text is empty; null elsewhere.
+def empty_text_reasons(clean_text: pl.Series, text: pl.Series, text_rows: pl.Series) -> pl.Series:
+    """``empty_text`` where the transcript (``text[text_rows]``) is null or blank, else
+    ``empty_after_cleaning`` where ``clean_text`` is empty; null elsewhere.
 
     Blank text cleans to nothing (whitespace becomes spaces, then stripped), so only the few rows
     that cleaned to nothing need the blank check, not every row.
     """
     empty_rows = (clean_text.fill_null("") == "").arg_true()
-    blank = text.gather(empty_rows).str.strip_chars().fill_null("") == ""
+    blank = text.gather(text_rows.gather(empty_rows)).str.strip_chars().fill_null("") == ""
     reasons = blank.to_frame("blank").select(
         pl.when(pl.col("blank")).then(pl.lit("empty_text")).otherwise(pl.lit("empty_after_cleaning"))
     )
@@ -213,6 +214,50 @@ def empty_text_reasons(text: pl.Series, clean_text: pl.Series) -> pl.Series:
         pl.repeat(None, clean_text.len(), dtype=pl.String, eager=True)
         .scatter(empty_rows, reasons.to_series())
         .alias("reason")
+    )
+
+
+def _filtered_in_key_order(
+    utterances: pl.DataFrame, flac: pl.DataFrame, config: AsrManifestConfig, quality_ok: pl.Expr
+) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
+    """Steps 1-2 up to the cleaning: ``(passing, rejected, joined)``.
+
+    ``passing``: the rows the cheap filters keep, in ``(shard_id, utt_id)`` order, with every column
+    but ``text`` (cleaned elsewhere) and ``_row``, a row's place in that order; ``rejected``: the
+    others, in that order, with only what ``removed`` reports and ``reason``; ``joined``:
+    utterances left-joined with the FLAC index (in any order).
+    """
+    joined_in_order = join_flac_in_key_order(utterances, flac)
+    if joined_in_order is None:
+        joined_in_order = utterances.join(flac, on=KEY, how="left").sort(KEY), None
+    joined, order = joined_in_order
+    # As an enum until the rows are reported: a chain of string literals builds a string column per step.
+    reason = (
+        pl.when(pl.col("flac_path").is_null())
+        .then(pl.lit("no_flac", REASON))
+        .when(pl.col("language").is_null())
+        .then(pl.lit("missing_language", REASON))
+        .when(~pl.col("duration_s").is_between(config.min_duration_s, config.max_duration_s))
+        .then(pl.lit("duration_out_of_range", REASON))
+        .when(~quality_ok.fill_null(False))
+        .then(pl.lit("quality_below_minimum", REASON))
+    )
+    frame = joined.with_columns(reason.alias("reason"))
+    # Rows that passed take every column along, the others only what ``removed`` reports.
+    is_passing = frame["reason"].is_null()
+    positions = pl.int_range(frame.height, dtype=pl.UInt32, eager=True).alias("_row")
+    report_columns = ["shard_id", "utt_id", "reason", "duration_s", "quality"]
+    if order is None:
+        passing, rejected = frame.drop("text").filter(is_passing), frame.select(report_columns).filter(~is_passing)
+    else:
+        passing_in_order = is_passing.gather(order)
+        passing = frame.drop("text")[order.filter(passing_in_order)]
+        rejected = frame.select(report_columns)[order.filter(~passing_in_order)]
+        is_passing = passing_in_order
+    return (
+        passing.with_columns(positions.filter(is_passing)),
+        rejected.with_columns(positions.filter(~is_passing)),
+        joined,
     )
 
 
@@ -230,46 +275,30 @@ def build_asr_manifest(
     """
     utterances = apply_language_corrections(conform(utterances, UTTERANCE_COLUMNS), corrections)
     flac = conform(flac, FLAC_COLUMNS)
-    joined_in_order = join_flac_in_key_order(utterances, flac)
-    if joined_in_order is None:
-        joined_in_order = utterances.join(flac, on=KEY, how="left").sort(KEY), None
-    joined, order = joined_in_order
     quality_ok = pl.lit(True) if config.min_quality is None else pl.col("quality") >= config.min_quality
-    # As an enum until the rows are reported: a chain of string literals builds a string column per step.
-    reason = (
-        pl.when(pl.col("flac_path").is_null())
-        .then(pl.lit("no_flac", REASON))
-        .when(pl.col("language").is_null())
-        .then(pl.lit("missing_language", REASON))
-        .when(~pl.col("duration_s").is_between(config.min_duration_s, config.max_duration_s))
-        .then(pl.lit("duration_out_of_range", REASON))
-        .when(~quality_ok.fill_null(False))
-        .then(pl.lit("quality_below_minimum", REASON))
-    )
-    frame = joined.with_columns(reason.alias("reason"))
-    # From here on rows are in (shard_id, utt_id) order; ``_row`` is a row's place in that order.
-    # Rows that passed take every column along, the others only what ``removed`` reports.
-    is_passing = frame["reason"].is_null()
-    positions = pl.int_range(frame.height, dtype=pl.UInt32, eager=True).alias("_row")
-    report_columns = ["shard_id", "utt_id", "reason", "duration_s", "quality"]
-    if order is None:
-        passing, rejected = frame.filter(is_passing), frame.select(report_columns).filter(~is_passing)
-    else:
-        passing_in_order = is_passing.gather(order)
-        passing = frame[order.filter(passing_in_order)]
-        rejected = frame.select(report_columns)[order.filter(~passing_in_order)]
-        is_passing = passing_in_order
-    rejected = rejected.with_columns(positions.filter(~is_passing))
-    # Clean and deduplicate only what the cheap filters kept: cleaning is most of the build's cost.
+    # Cleaning is most of the build: it starts now, in other threads, on every transcript the
+    # utterance's own filters keep (a few more than pass the FLAC ones), while the FLAC index is
+    # joined and the rows are filtered and put in key order.
+    cleanable = utterances.select(pl.col("language").is_not_null() & quality_ok.fill_null(False)).to_series()
+    with ThreadPoolExecutor(1) as cleaner:
+        cleaning = cleaner.submit(clean_transcript_series_in_threads, utterances["text"].filter(cleanable))
+        passing, rejected, joined = _filtered_in_key_order(
+            utterances.with_row_index("_utterance_row"), flac, config, quality_ok
+        )
+        cleaned = cleaning.result()
+    # A passing row's cleaned text: its utterance's place among the cleaned ones.
+    cleaned_place = cleanable.cast(pl.UInt32).cum_sum() - 1
     passing = passing.with_columns(
-        positions.filter(is_passing),
-        clean_transcript_series_in_threads(passing["text"]).alias("clean_text"),
+        cleaned.gather(cleaned_place.gather(passing["_utterance_row"])).alias("clean_text"),
         RECORDING_KEY.alias("recording_key"),
     )
     passing = passing.with_columns(
-        empty_text_reasons(passing["text"], passing["clean_text"]), pl.lit(None, pl.String).alias("detail")
+        empty_text_reasons(passing["clean_text"], utterances["text"], passing["_utterance_row"]),
+        pl.lit(None, pl.String).alias("detail"),
     )
     passing = mark_duplicates(passing, config.dedup_duration_resolution_ms)
+    # Each reason's detail formatted on its own rows only (a when/then chain formats every row
+    # both ways); all parts are in key order, and a sort on the row number interleaves them.
     # Each reason's detail formatted on its own rows only (a when/then chain formats every row
     # both ways); all parts are in key order, and a sort on the row number interleaves them.
     report = (pl.col("_row", "shard_id", "utt_id"), pl.col("reason").cast(pl.String))
