@@ -31,11 +31,16 @@ import duckdb
 import polars as pl
 
 from speechdata.asr.duplicates import mark_duplicates
-from speechdata.asr.key_order import join_flac_in_key_order
+from speechdata.asr.filters import (
+    REMOVAL_REASONS,
+    REPORT,
+    filtered_in_key_order,
+    kept_by_utterance_filters,
+    rejected_report,
+)
 from speechdata.asr.split import MIN_RECORDINGS_FOR_HELD_OUT, split_by_recording
 from speechdata.asr.text import clean_transcript_series_in_threads, tagged_text_expr
 
-KEY = ["shard_id", "utt_id"]
 UTTERANCE_COLUMNS = {
     "shard_id": pl.String,
     "utt_id": pl.String,
@@ -69,19 +74,6 @@ NEMO_COLUMNS = ["audio_filepath", "duration", "text", "lang"]
 
 RECORDING_KEY = pl.coalesce(pl.col("recording_id"), pl.lit("shard:") + pl.col("shard_id"))
 """What a recording is: its ``recording_id``, else (unknown) the whole shard."""
-
-REMOVAL_REASONS = (
-    "no_flac",
-    "missing_language",
-    "duration_out_of_range",
-    "quality_below_minimum",
-    "empty_text",
-    "empty_after_cleaning",
-    "duplicate_audio",
-    "duplicate_text_in_recording",
-)
-
-REASON = pl.Enum(REMOVAL_REASONS)
 
 
 @dataclass(frozen=True)
@@ -217,50 +209,6 @@ def empty_text_reasons(clean_text: pl.Series, text: pl.Series, text_rows: pl.Ser
     )
 
 
-def _filtered_in_key_order(
-    utterances: pl.DataFrame, flac: pl.DataFrame, config: AsrManifestConfig, quality_ok: pl.Expr
-) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
-    """Steps 1-2 up to the cleaning: ``(passing, rejected, joined)``.
-
-    ``passing``: the rows the cheap filters keep, in ``(shard_id, utt_id)`` order, with every column
-    but ``text`` (cleaned elsewhere) and ``_row``, a row's place in that order; ``rejected``: the
-    others, in that order, with only what ``removed`` reports and ``reason``; ``joined``:
-    utterances left-joined with the FLAC index (in any order).
-    """
-    joined_in_order = join_flac_in_key_order(utterances, flac)
-    if joined_in_order is None:
-        joined_in_order = utterances.join(flac, on=KEY, how="left").sort(KEY), None
-    joined, order = joined_in_order
-    # As an enum until the rows are reported: a chain of string literals builds a string column per step.
-    reason = (
-        pl.when(pl.col("flac_path").is_null())
-        .then(pl.lit("no_flac", REASON))
-        .when(pl.col("language").is_null())
-        .then(pl.lit("missing_language", REASON))
-        .when(~pl.col("duration_s").is_between(config.min_duration_s, config.max_duration_s))
-        .then(pl.lit("duration_out_of_range", REASON))
-        .when(~quality_ok.fill_null(False))
-        .then(pl.lit("quality_below_minimum", REASON))
-    )
-    frame = joined.with_columns(reason.alias("reason"))
-    # Rows that passed take every column along, the others only what ``removed`` reports.
-    is_passing = frame["reason"].is_null()
-    positions = pl.int_range(frame.height, dtype=pl.UInt32, eager=True).alias("_row")
-    report_columns = ["shard_id", "utt_id", "reason", "duration_s", "quality"]
-    if order is None:
-        passing, rejected = frame.drop("text").filter(is_passing), frame.select(report_columns).filter(~is_passing)
-    else:
-        passing_in_order = is_passing.gather(order)
-        passing = frame.drop("text")[order.filter(passing_in_order)]
-        rejected = frame.select(report_columns)[order.filter(~passing_in_order)]
-        is_passing = passing_in_order
-    return (
-        passing.with_columns(positions.filter(is_passing)),
-        rejected.with_columns(positions.filter(~is_passing)),
-        joined,
-    )
-
-
 def build_asr_manifest(
     utterances: pl.DataFrame,
     flac: pl.DataFrame,
@@ -275,16 +223,20 @@ def build_asr_manifest(
     """
     utterances = apply_language_corrections(conform(utterances, UTTERANCE_COLUMNS), corrections)
     flac = conform(flac, FLAC_COLUMNS)
-    quality_ok = pl.lit(True) if config.min_quality is None else pl.col("quality") >= config.min_quality
     # Cleaning is most of the build: it starts now, in other threads, on every transcript the
     # utterance's own filters keep (a few more than pass the FLAC ones), while the FLAC index is
     # joined and the rows are filtered and put in key order.
-    cleanable = utterances.select(pl.col("language").is_not_null() & quality_ok.fill_null(False)).to_series()
+    cleanable = utterances.select(kept_by_utterance_filters(config.min_quality)).to_series()
     with ThreadPoolExecutor(1) as cleaner:
         cleaning = cleaner.submit(clean_transcript_series_in_threads, utterances["text"].filter(cleanable))
-        passing, rejected, joined = _filtered_in_key_order(
-            utterances.with_row_index("_utterance_row"), flac, config, quality_ok
+        passing, rejected, joined = filtered_in_key_order(
+            utterances.with_row_index("_utterance_row"),
+            flac,
+            min_duration_s=config.min_duration_s,
+            max_duration_s=config.max_duration_s,
+            min_quality=config.min_quality,
         )
+        removed_early = rejected_report(rejected)
         cleaned = cleaning.result()
     # A passing row's cleaned text: its utterance's place among the cleaned ones.
     cleaned_place = cleanable.cast(pl.UInt32).cum_sum() - 1
@@ -297,30 +249,17 @@ def build_asr_manifest(
         pl.lit(None, pl.String).alias("detail"),
     )
     passing = mark_duplicates(passing, config.dedup_duration_resolution_ms)
-    # Each reason's detail formatted on its own rows only (a when/then chain formats every row
-    # both ways); all parts are in key order, and a sort on the row number interleaves them.
-    # Each reason's detail formatted on its own rows only (a when/then chain formats every row
-    # both ways); all parts are in key order, and a sort on the row number interleaves them.
-    report = (pl.col("_row", "shard_id", "utt_id"), pl.col("reason").cast(pl.String))
+    # Every part is in key order; a sort on the row number interleaves them.
     removed = (
         pl.concat(
             [
-                rejected.lazy()
-                .filter(pl.col("reason") == "duration_out_of_range")
-                .select(*report, pl.format("duration {} s", pl.col("duration_s").round(3)).alias("detail")),
-                rejected.lazy()
-                .filter(pl.col("reason") == "quality_below_minimum")
-                .select(*report, pl.format("quality {}", pl.col("quality")).alias("detail")),
-                rejected.lazy()
-                .filter(~pl.col("reason").is_in(["duration_out_of_range", "quality_below_minimum"]))
-                .select(*report, pl.lit("").alias("detail")),
-                passing.lazy().filter(pl.col("reason").is_not_null()).select(*report, pl.col("detail").fill_null("")),
+                removed_early.lazy(),
+                passing.lazy().filter(pl.col("reason").is_not_null()).select(*REPORT, pl.col("detail").fill_null("")),
             ]
         )
         .sort("_row")
         .drop("_row")
     )
-
     kept = (
         passing.lazy()
         .filter(pl.col("reason").is_null())
