@@ -71,7 +71,7 @@ def filtered_in_key_order(
     """The filters up to the cleaning, first failure first: ``(passing, rejected, joined)``.
 
     ``passing``: the rows the cheap filters keep, in ``(shard_id, utt_id)`` order, with every column
-    but ``text`` (cleaned elsewhere) and ``_row``, a row's place in that order; ``rejected``: the
+    and ``_row``, a row's place in that order; ``rejected``: the
     others, in that order, with only what ``removed`` reports and ``reason``; ``joined``:
     utterances left-joined with the FLAC index (in any order).
     """
@@ -96,10 +96,10 @@ def filtered_in_key_order(
     positions = pl.int_range(frame.height, dtype=pl.UInt32, eager=True).alias("_row")
     report_columns = ["shard_id", "utt_id", "reason", "duration_s", "quality"]
     if order is None:
-        passing, rejected = frame.drop("text").filter(is_passing), frame.select(report_columns).filter(~is_passing)
+        passing, rejected = frame.filter(is_passing), frame.select(report_columns).filter(~is_passing)
     else:
         passing_in_order = is_passing.gather(order)
-        passing = frame.drop("text")[order.filter(passing_in_order)]
+        passing = frame[order.filter(passing_in_order)]
         rejected = frame.select(report_columns)[order.filter(~passing_in_order)]
         is_passing = passing_in_order
     return (

@@ -35,10 +35,9 @@ from speechdata.asr.filters import (
     REMOVAL_REASONS,
     REPORT,
     filtered_in_key_order,
-    kept_by_utterance_filters,
     rejected_report,
 )
-from speechdata.asr.split import MIN_RECORDINGS_FOR_HELD_OUT, split_by_recording
+from speechdata.asr.split import MIN_RECORDINGS_FOR_HELD_OUT, SaltedMd5, recording_buckets, split_by_recording
 from speechdata.asr.text import clean_transcript_series_in_threads, tagged_text_expr
 
 UTTERANCE_COLUMNS = {
@@ -190,15 +189,15 @@ def stable_hash_column(frame: pl.DataFrame, key: str, salt: str) -> pl.Series:
     return pl.Series(f"{key}_hash", values, dtype=pl.UInt64)
 
 
-def empty_text_reasons(clean_text: pl.Series, text: pl.Series, text_rows: pl.Series) -> pl.Series:
-    """``empty_text`` where the transcript (``text[text_rows]``) is null or blank, else
-    ``empty_after_cleaning`` where ``clean_text`` is empty; null elsewhere.
+def empty_text_reasons(text: pl.Series, clean_text: pl.Series) -> pl.Series:
+    """``empty_text`` where ``text`` is null or blank, else ``empty_after_cleaning`` where the cleaned
+    text is empty; null elsewhere.
 
     Blank text cleans to nothing (whitespace becomes spaces, then stripped), so only the few rows
     that cleaned to nothing need the blank check, not every row.
     """
     empty_rows = (clean_text.fill_null("") == "").arg_true()
-    blank = text.gather(text_rows.gather(empty_rows)).str.strip_chars().fill_null("") == ""
+    blank = text.gather(empty_rows).str.strip_chars().fill_null("") == ""
     reasons = blank.to_frame("blank").select(
         pl.when(pl.col("blank")).then(pl.lit("empty_text")).otherwise(pl.lit("empty_after_cleaning"))
     )
@@ -209,58 +208,30 @@ def empty_text_reasons(clean_text: pl.Series, text: pl.Series, text_rows: pl.Ser
     )
 
 
-def build_asr_manifest(
-    utterances: pl.DataFrame,
-    flac: pl.DataFrame,
-    *,
-    audio_root: str,
-    config: AsrManifestConfig = AsrManifestConfig(),
-    corrections: pl.DataFrame | None = None,
-) -> AsrManifestBuild:
-    """Train, validation, eval and removed tables from the joined inputs (see the module docstring).
-
-    ``audio_root`` prefixes ``flac_path`` to make ``audio_filepath`` (a local directory or a URL).
-    """
-    utterances = apply_language_corrections(conform(utterances, UTTERANCE_COLUMNS), corrections)
-    flac = conform(flac, FLAC_COLUMNS)
-    # Cleaning is most of the build: it starts now, in other threads, on every transcript the
-    # utterance's own filters keep (a few more than pass the FLAC ones), while the FLAC index is
-    # joined and the rows are filtered and put in key order.
-    cleanable = utterances.select(kept_by_utterance_filters(config.min_quality)).to_series()
-    with ThreadPoolExecutor(1) as cleaner:
-        cleaning = cleaner.submit(clean_transcript_series_in_threads, utterances["text"].filter(cleanable))
-        passing, rejected, joined = filtered_in_key_order(
-            utterances.with_row_index("_utterance_row"),
-            flac,
-            min_duration_s=config.min_duration_s,
-            max_duration_s=config.max_duration_s,
-            min_quality=config.min_quality,
-        )
-        removed_early = rejected_report(rejected)
-        cleaned = cleaning.result()
-    # A passing row's cleaned text: its utterance's place among the cleaned ones.
-    cleaned_place = cleanable.cast(pl.UInt32).cum_sum() - 1
+def _with_clean_text(passing: pl.DataFrame) -> pl.DataFrame:
+    """``passing`` with ``clean_text``, ``recording_key``, the empty-text ``reason`` and an empty ``detail``."""
     passing = passing.with_columns(
-        cleaned.gather(cleaned_place.gather(passing["_utterance_row"])).alias("clean_text"),
+        clean_transcript_series_in_threads(passing["text"]).alias("clean_text"),
         RECORDING_KEY.alias("recording_key"),
     )
-    passing = passing.with_columns(
-        empty_text_reasons(passing["clean_text"], utterances["text"], passing["_utterance_row"]),
-        pl.lit(None, pl.String).alias("detail"),
+    return passing.with_columns(
+        empty_text_reasons(passing["text"], passing["clean_text"]), pl.lit(None, pl.String).alias("detail")
     )
-    passing = mark_duplicates(passing, config.dedup_duration_resolution_ms)
+
+
+def _removed(removed_early: pl.DataFrame, passing: pl.DataFrame) -> pl.LazyFrame:
     # Every part is in key order; a sort on the row number interleaves them.
-    removed = (
-        pl.concat(
-            [
-                removed_early.lazy(),
-                passing.lazy().filter(pl.col("reason").is_not_null()).select(*REPORT, pl.col("detail").fill_null("")),
-            ]
-        )
+    removed_late = passing.lazy().filter(pl.col("reason").is_not_null())
+    return (
+        pl.concat([removed_early.lazy(), removed_late.select(*REPORT, pl.col("detail").fill_null(""))])
         .sort("_row")
         .drop("_row")
     )
-    kept = (
+
+
+def _kept(passing: pl.DataFrame, audio_root: str) -> pl.LazyFrame:
+    """The manifest's rows (:data:`MANIFEST_COLUMNS`) and ``recording_key``, from the rows still passing."""
+    return (
         passing.lazy()
         .filter(pl.col("reason").is_null())
         .select(
@@ -278,14 +249,45 @@ def build_asr_manifest(
             "recording_key",
         )
     )
-    # Collected together: polars runs the two queries at once.
-    removed, kept = pl.collect_all([removed, kept])
-    split = split_by_recording(
-        kept,
-        validation_share=config.validation_share,
-        salt=config.split_salt,
-        eval_per_language=config.eval_per_language,
-    )
+
+
+def build_asr_manifest(
+    utterances: pl.DataFrame,
+    flac: pl.DataFrame,
+    *,
+    audio_root: str,
+    config: AsrManifestConfig = AsrManifestConfig(),
+    corrections: pl.DataFrame | None = None,
+) -> AsrManifestBuild:
+    """Train, validation, eval and removed tables from the joined inputs (see the module docstring).
+
+    ``audio_root`` prefixes ``flac_path`` to make ``audio_filepath`` (a local directory or a URL).
+    """
+    utterances = apply_language_corrections(conform(utterances, UTTERANCE_COLUMNS), corrections)
+    flac = conform(flac, FLAC_COLUMNS)
+    with SaltedMd5(config.split_salt) as salted_md5, ThreadPoolExecutor(1) as background:
+        passing, rejected, joined = filtered_in_key_order(
+            utterances,
+            flac,
+            min_duration_s=config.min_duration_s,
+            max_duration_s=config.max_duration_s,
+            min_quality=config.min_quality,
+        )
+        removed_early = rejected_report(rejected)
+        # Clean and deduplicate only what the cheap filters kept: cleaning is most of the build's cost.
+        passing = _with_clean_text(passing)
+        # The split's recording hashes (DuckDB, one thread) while duplicates are marked.
+        hashing = background.submit(recording_buckets, passing["recording_key"], salted_md5)
+        passing = mark_duplicates(passing, config.dedup_duration_resolution_ms)
+        # Collected together: polars runs the two queries at once.
+        removed, kept = pl.collect_all([_removed(removed_early, passing), _kept(passing, audio_root)])
+        split = split_by_recording(
+            kept,
+            hashing.result(),
+            salted_md5,
+            validation_share=config.validation_share,
+            eval_per_language=config.eval_per_language,
+        )
     # Without corrections ``original_language`` is ``language`` on every row: nothing to scan.
     relabeled = (
         (joined.head(0) if corrections is None or corrections.height == 0 else joined)

@@ -68,36 +68,43 @@ class RecordingSplit:
     """The recording moved into validation because the hash rule gave it none."""
 
 
+def recording_buckets(recording_keys: pl.Series, salted_md5: SaltedMd5) -> pl.DataFrame:
+    """Each recording once (``recording_key``) and its hash bucket (``bucket``, below :data:`HASH_BUCKETS`)."""
+    recordings = recording_keys.unique().to_frame("recording_key")
+    return recordings.with_columns((salted_md5(recordings["recording_key"]) % HASH_BUCKETS).alias("bucket"))
+
+
 def split_by_recording(
-    kept: pl.DataFrame, *, validation_share: float, salt: str, eval_per_language: int
+    kept: pl.DataFrame,
+    buckets: pl.DataFrame,
+    salted_md5: SaltedMd5,
+    *,
+    validation_share: float,
+    eval_per_language: int,
 ) -> RecordingSplit:
     """``kept`` (manifest rows in key order, with ``recording_key``) split by recording.
 
-    With :data:`MIN_RECORDINGS_FOR_HELD_OUT` or more recordings, a non-zero share and none under
-    it, the recording with the smallest hash bucket goes to validation. The outputs keep
-    ``kept``'s columns other than ``recording_key``, rows in ``kept``'s order (eval: by language,
-    then hash of the utterance key).
+    ``buckets`` is :func:`recording_buckets` of any set of recordings that holds ``kept``'s (so it
+    can be hashed before the last rows are removed). With :data:`MIN_RECORDINGS_FOR_HELD_OUT` or
+    more recordings, a non-zero share and none under it, the recording with the smallest bucket
+    goes to validation. The outputs keep ``kept``'s columns but ``recording_key``, rows in
+    ``kept``'s order (eval: by language, then hash of the utterance key).
     """
-    with SaltedMd5(salt) as salted_md5:
-        # Hash each recording once (there are far fewer recordings than utterances).
-        recordings = kept.select("recording_key").unique()
-        recordings = recordings.with_columns(salted_md5(recordings["recording_key"]) % HASH_BUCKETS)
-        threshold = int(validation_share * HASH_BUCKETS)
-        held_out = recordings["recording_key_hash"] < threshold
-        forced = None
-        # A share of 0 asks for no validation; any other share gets at least one recording.
-        if validation_share > 0 and recordings.height >= MIN_RECORDINGS_FOR_HELD_OUT and not held_out.any():
-            # The recording the threshold would take next: the smallest hash bucket.
-            forced = recordings.sort("recording_key_hash", "recording_key")["recording_key"][0]
-            held_out = recordings["recording_key"] == forced
-        # Membership in the (few) validation recordings rather than a join of every row to its recording.
-        is_validation = kept["recording_key"].is_in(recordings["recording_key"].filter(held_out).implode())
-        manifest = kept.drop("recording_key")
-        validation = manifest.filter(is_validation)
-        key = validation.select(UTTERANCE_KEY.alias("key"))["key"]
-        key_hash = salted_md5(key)
+    recordings = buckets.filter(pl.col("recording_key").is_in(kept["recording_key"].implode()))
+    held_out = recordings["bucket"] < int(validation_share * HASH_BUCKETS)
+    forced = None
+    # A share of 0 asks for no validation; any other share gets at least one recording.
+    if validation_share > 0 and recordings.height >= MIN_RECORDINGS_FOR_HELD_OUT and not held_out.any():
+        # The recording the threshold would take next: the smallest hash bucket.
+        forced = recordings.sort("bucket", "recording_key")["recording_key"][0]
+        held_out = recordings["recording_key"] == forced
+    # Membership in the (few) validation recordings rather than a join of every row to its recording.
+    is_validation = kept["recording_key"].is_in(recordings["recording_key"].filter(held_out).implode())
+    manifest = kept.drop("recording_key")
+    validation = manifest.filter(is_validation)
+    key = validation.select(UTTERANCE_KEY.alias("key"))["key"]
     eval_subset = (
-        validation.with_columns(key, key_hash)
+        validation.with_columns(key, salted_md5(key))
         .sort("lang", "key_hash", "key")
         .group_by("lang", maintain_order=True)
         .head(eval_per_language)
