@@ -29,11 +29,16 @@ HASH_BUCKETS = 1_000_000
 
 
 class SaltedMd5:
-    """``md5_number_lower(salt || key)`` per key, on one DuckDB connection (close it, or use ``with``)."""
+    """``md5_number_lower(salt || key)`` per key, on one DuckDB connection (close it, or use ``with``).
+
+    The connection opens on the first call, in the thread that makes it: a process's first DuckDB
+    connection and query cost more than hashing 100 000 keys, and the build makes its first call in
+    a background thread.
+    """
 
     def __init__(self, salt: str) -> None:
         self.salt = salt
-        self._connection = duckdb.connect()
+        self._connection: duckdb.DuckDBPyConnection | None = None
 
     def __enter__(self) -> SaltedMd5:
         return self
@@ -42,12 +47,16 @@ class SaltedMd5:
         self.close()
 
     def close(self) -> None:
-        self._connection.close()
+        if self._connection is not None:
+            self._connection.close()
+            self._connection = None
 
     def __call__(self, keys: pl.Series) -> pl.Series:
         """The hash of each key as ``UInt64`` (null for a null key), named ``<keys>_hash``."""
         # The salt is joined in polars, so no value from the data or the config is ever SQL text.
         salted = keys.cast(pl.String).to_frame("k").select((pl.lit(self.salt, pl.String) + pl.col("k")).alias("k"))
+        if self._connection is None:
+            self._connection = duckdb.connect()
         self._connection.register("salted_keys", salted.to_arrow())
         try:
             digests = self._connection.sql("SELECT md5(k) AS h FROM salted_keys").to_arrow_table()
