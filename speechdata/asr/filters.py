@@ -55,11 +55,6 @@ def quality_ok(min_quality: float | None) -> pl.Expr:
     return pl.lit(True) if min_quality is None else (pl.col("quality") >= min_quality).fill_null(False)
 
 
-def kept_by_utterance_filters(min_quality: float | None) -> pl.Expr:
-    """The filters that need only the utterance, not its FLAC: language known, quality high enough."""
-    return pl.col("language").is_not_null() & quality_ok(min_quality)
-
-
 def filtered_in_key_order(
     utterances: pl.DataFrame,
     flac: pl.DataFrame,
