@@ -24,16 +24,22 @@ recording: conservative, nothing can leak).
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import duckdb
 import polars as pl
 
 from speechdata.asr.duplicates import mark_duplicates
-from speechdata.asr.key_order import join_flac_in_key_order
+from speechdata.asr.filters import (
+    REMOVAL_REASONS,
+    REPORT,
+    filtered_in_key_order,
+    rejected_report,
+)
+from speechdata.asr.split import MIN_RECORDINGS_FOR_HELD_OUT, SaltedMd5, recording_buckets, split_by_recording
 from speechdata.asr.text import clean_transcript_series_in_threads, tagged_text_expr
 
-KEY = ["shard_id", "utt_id"]
 UTTERANCE_COLUMNS = {
     "shard_id": pl.String,
     "utt_id": pl.String,
@@ -65,27 +71,8 @@ MANIFEST_COLUMNS = [
 ]
 NEMO_COLUMNS = ["audio_filepath", "duration", "text", "lang"]
 
-UTTERANCE_KEY = pl.col("shard_id") + pl.lit("/") + pl.col("utt_id")
-"""An utterance's key in the split hash and in duplicates' ``detail``: ``<shard_id>/<utt_id>``."""
-
 RECORDING_KEY = pl.coalesce(pl.col("recording_id"), pl.lit("shard:") + pl.col("shard_id"))
 """What a recording is: its ``recording_id``, else (unknown) the whole shard."""
-
-REMOVAL_REASONS = (
-    "no_flac",
-    "missing_language",
-    "duration_out_of_range",
-    "quality_below_minimum",
-    "empty_text",
-    "empty_after_cleaning",
-    "duplicate_audio",
-    "duplicate_text_in_recording",
-)
-
-REASON = pl.Enum(REMOVAL_REASONS)
-
-MIN_RECORDINGS_FOR_HELD_OUT = 3
-"""With this many recordings, validation (and so eval) always holds at least one (the HF split rule)."""
 
 
 @dataclass(frozen=True)
@@ -202,6 +189,68 @@ def stable_hash_column(frame: pl.DataFrame, key: str, salt: str) -> pl.Series:
     return pl.Series(f"{key}_hash", values, dtype=pl.UInt64)
 
 
+def empty_text_reasons(text: pl.Series, clean_text: pl.Series) -> pl.Series:
+    """``empty_text`` where ``text`` is null or blank, else ``empty_after_cleaning`` where the cleaned
+    text is empty; null elsewhere.
+
+    Blank text cleans to nothing (whitespace becomes spaces, then stripped), so only the few rows
+    that cleaned to nothing need the blank check, not every row.
+    """
+    empty_rows = (clean_text.fill_null("") == "").arg_true()
+    blank = text.gather(empty_rows).str.strip_chars().fill_null("") == ""
+    reasons = blank.to_frame("blank").select(
+        pl.when(pl.col("blank")).then(pl.lit("empty_text")).otherwise(pl.lit("empty_after_cleaning"))
+    )
+    return (
+        pl.repeat(None, clean_text.len(), dtype=pl.String, eager=True)
+        .scatter(empty_rows, reasons.to_series())
+        .alias("reason")
+    )
+
+
+def _with_clean_text(passing: pl.DataFrame) -> pl.DataFrame:
+    """``passing`` with ``clean_text``, ``recording_key``, the empty-text ``reason`` and an empty ``detail``."""
+    passing = passing.with_columns(
+        clean_transcript_series_in_threads(passing["text"]).alias("clean_text"),
+        RECORDING_KEY.alias("recording_key"),
+    )
+    return passing.with_columns(
+        empty_text_reasons(passing["text"], passing["clean_text"]), pl.lit(None, pl.String).alias("detail")
+    )
+
+
+def _removed(removed_early: pl.DataFrame, passing: pl.DataFrame) -> pl.LazyFrame:
+    # Every part is in key order; a sort on the row number interleaves them.
+    removed_late = passing.lazy().filter(pl.col("reason").is_not_null())
+    return (
+        pl.concat([removed_early.lazy(), removed_late.select(*REPORT, pl.col("detail").fill_null(""))])
+        .sort("_row")
+        .drop("_row")
+    )
+
+
+def _kept(passing: pl.DataFrame, audio_root: str) -> pl.LazyFrame:
+    """The manifest's rows (:data:`MANIFEST_COLUMNS`) and ``recording_key``, from the rows still passing."""
+    return (
+        passing.lazy()
+        .filter(pl.col("reason").is_null())
+        .select(
+            "utt_id",
+            "shard_id",
+            tagged_text_expr(pl.col("clean_text"), pl.col("language")).alias("text"),
+            pl.col("duration_s").alias("duration"),
+            pl.col("language").alias("lang"),
+            (pl.lit(audio_root.rstrip("/") + "/") + pl.col("flac_path")).alias("audio_filepath"),
+            "flac_path",
+            "source",
+            "recording_id",
+            "original_language",
+            "quality",
+            "recording_key",
+        )
+    )
+
+
 def build_asr_manifest(
     utterances: pl.DataFrame,
     flac: pl.DataFrame,
@@ -216,98 +265,29 @@ def build_asr_manifest(
     """
     utterances = apply_language_corrections(conform(utterances, UTTERANCE_COLUMNS), corrections)
     flac = conform(flac, FLAC_COLUMNS)
-    joined_in_order = join_flac_in_key_order(utterances, flac)
-    if joined_in_order is None:
-        joined_in_order = utterances.join(flac, on=KEY, how="left").sort(KEY), None
-    joined, order = joined_in_order
-    quality_ok = pl.lit(True) if config.min_quality is None else pl.col("quality") >= config.min_quality
-    # As an enum until the rows are reported: a chain of string literals builds a string column per step.
-    reason = (
-        pl.when(pl.col("flac_path").is_null())
-        .then(pl.lit("no_flac", REASON))
-        .when(pl.col("language").is_null())
-        .then(pl.lit("missing_language", REASON))
-        .when(~pl.col("duration_s").is_between(config.min_duration_s, config.max_duration_s))
-        .then(pl.lit("duration_out_of_range", REASON))
-        .when(~quality_ok.fill_null(False))
-        .then(pl.lit("quality_below_minimum", REASON))
-        .when(pl.col("text").str.strip_chars().fill_null("") == "")
-        .then(pl.lit("empty_text", REASON))
-    )
-    frame = joined.with_columns(reason.alias("reason"))
-    # From here on rows are in (shard_id, utt_id) order; ``_row`` is a row's place in that order.
-    # Rows that passed take every column along, the others only what ``removed`` reports.
-    is_passing = frame["reason"].is_null()
-    positions = pl.int_range(frame.height, dtype=pl.UInt32, eager=True).alias("_row")
-    report_columns = ["shard_id", "utt_id", "reason", "duration_s", "quality"]
-    if order is None:
-        passing, rejected = frame.filter(is_passing), frame.select(report_columns).filter(~is_passing)
-    else:
-        passing_in_order = is_passing.gather(order)
-        passing = frame[order.filter(passing_in_order)]
-        rejected = frame.select(report_columns)[order.filter(~passing_in_order)]
-        is_passing = passing_in_order
-    rejected = rejected.with_columns(positions.filter(~is_passing))
-    # Clean and deduplicate only what the cheap filters kept: cleaning is most of the build's cost.
-    passing = passing.with_columns(
-        positions.filter(is_passing),
-        clean_transcript_series_in_threads(passing["text"]).alias("clean_text"),
-        RECORDING_KEY.alias("recording_key"),
-    )
-    passing = passing.with_columns(
-        pl.when(pl.col("clean_text") == "").then(pl.lit("empty_after_cleaning")).alias("reason"),
-        pl.lit(None, pl.String).alias("detail"),
-    )
-    passing = mark_duplicates(passing, config.dedup_duration_resolution_ms)
-    # Each reason's detail formatted on its own rows only (a when/then chain formats every row
-    # both ways); all parts are in key order, and a sort on the row number interleaves them.
-    report = (pl.col("_row", "shard_id", "utt_id"), pl.col("reason").cast(pl.String))
-    removed = (
-        pl.concat(
-            [
-                rejected.lazy()
-                .filter(pl.col("reason") == "duration_out_of_range")
-                .select(*report, pl.format("duration {} s", pl.col("duration_s").round(3)).alias("detail")),
-                rejected.lazy()
-                .filter(pl.col("reason") == "quality_below_minimum")
-                .select(*report, pl.format("quality {}", pl.col("quality")).alias("detail")),
-                rejected.lazy()
-                .filter(~pl.col("reason").is_in(["duration_out_of_range", "quality_below_minimum"]))
-                .select(*report, pl.lit("").alias("detail")),
-                passing.lazy().filter(pl.col("reason").is_not_null()).select(*report, pl.col("detail").fill_null("")),
-            ]
+    with SaltedMd5(config.split_salt) as salted_md5, ThreadPoolExecutor(1) as background:
+        passing, rejected, joined = filtered_in_key_order(
+            utterances,
+            flac,
+            min_duration_s=config.min_duration_s,
+            max_duration_s=config.max_duration_s,
+            min_quality=config.min_quality,
         )
-        .sort("_row")
-        .drop("_row")
-        .collect()
-    )
-
-    kept = passing.filter(pl.col("reason").is_null())
-    # Hash each recording once (there are far fewer recordings than utterances).
-    recordings = kept.select("recording_key").unique()
-    recordings = recordings.with_columns(stable_hash_column(recordings, "recording_key", config.split_salt))
-    threshold = int(config.validation_share * 1_000_000)
-    recordings = recordings.with_columns(((pl.col("recording_key_hash") % 1_000_000) < threshold).alias("_validation"))
-    forced = None
-    # A share of 0 asks for no validation; any other share gets at least one recording.
-    wants_held_out = config.validation_share > 0
-    if wants_held_out and recordings.height >= MIN_RECORDINGS_FOR_HELD_OUT and not recordings["_validation"].any():
-        # The recording the threshold would take next: the smallest hash bucket.
-        forced = recordings.sort(pl.col("recording_key_hash") % 1_000_000, "recording_key")["recording_key"][0]
-        recordings = recordings.with_columns(pl.col("_validation") | (pl.col("recording_key") == forced))
-    # Membership in the (few) validation recordings rather than a join of every row to its recording.
-    held_out = recordings.filter(pl.col("_validation"))["recording_key"]
-    manifest = kept.with_columns(pl.col("recording_key").is_in(held_out.implode()).alias("_validation")).with_columns(
-        tagged_text_expr(pl.col("clean_text"), pl.col("language")).alias("text"),
-        pl.col("duration_s").alias("duration"),
-        pl.col("language").alias("lang"),
-        (pl.lit(audio_root.rstrip("/") + "/") + pl.col("flac_path")).alias("audio_filepath"),
-    )
-    validation = manifest.filter(pl.col("_validation")).with_columns(UTTERANCE_KEY.alias("key"))
-    validation = validation.with_columns(stable_hash_column(validation, "key", config.split_salt))
-    eval_subset = (
-        validation.sort("lang", "key_hash", "key").group_by("lang", maintain_order=True).head(config.eval_per_language)
-    )
+        removed_early = rejected_report(rejected)
+        # Clean and deduplicate only what the cheap filters kept: cleaning is most of the build's cost.
+        passing = _with_clean_text(passing)
+        # The split's recording hashes (DuckDB, one thread) while duplicates are marked.
+        hashing = background.submit(recording_buckets, passing["recording_key"], salted_md5)
+        passing = mark_duplicates(passing, config.dedup_duration_resolution_ms)
+        # Collected together: polars runs the two queries at once.
+        removed, kept = pl.collect_all([_removed(removed_early, passing), _kept(passing, audio_root)])
+        split = split_by_recording(
+            kept,
+            hashing.result(),
+            salted_md5,
+            validation_share=config.validation_share,
+            eval_per_language=config.eval_per_language,
+        )
     # Without corrections ``original_language`` is ``language`` on every row: nothing to scan.
     relabeled = (
         (joined.head(0) if corrections is None or corrections.height == 0 else joined)
@@ -322,14 +302,14 @@ def build_asr_manifest(
         .sort("change")
     )
     return AsrManifestBuild(
-        train=manifest.filter(~pl.col("_validation")).select(MANIFEST_COLUMNS),
-        validation=validation.select(MANIFEST_COLUMNS),
-        eval=eval_subset.select(MANIFEST_COLUMNS),
+        train=split.train,
+        validation=split.validation,
+        eval=split.eval,
         removed=removed,
         relabeled={change: int(n) for change, n in relabeled.iter_rows()},
-        recordings=recordings.height,
+        recordings=split.recordings,
         validation_share=config.validation_share,
-        forced_validation=forced,
+        forced_validation=split.forced_validation,
     )
 
 

@@ -28,6 +28,9 @@ HARD_TEXTS = [
     "-",
     " ",
     "\t",
+    # Blank only in Unicode's sense (NFC maps U+2000 to U+2002): ``empty_text``, not ``empty_after_cleaning``.
+    "\u2000\u2001 \u3000\u2028",
+    "\u00a0",
     "[noise]",
     "[laugh [loud]] hi [x",
     "don't ‘quote’ `tick`",

@@ -1,5 +1,6 @@
 """Transcript cleaning on the cases the seed's regexes got wrong or never met."""
 
+import polars as pl
 import pytest
 
 from speechdata.asr.text import clean_transcripts
@@ -45,3 +46,13 @@ def test_cleaning_in_threads_gives_each_row_what_one_thread_gives():
     in_threads = clean_transcript_series_in_threads(series, min_rows=1_000)
     assert in_threads.to_list() == clean_transcript_series(series).to_list()
     assert in_threads.name == "text" and in_threads.len() == len(rows)
+
+
+def test_blank_text_of_any_whitespace_cleans_to_nothing():
+    # The manifest checks for blank text only where the cleaned text is empty (``empty_text_reasons``):
+    # that is sound only if every blank transcript cleans to nothing.
+    characters = pl.Series([chr(cp) for cp in range(0x110000) if not 0xD800 <= cp <= 0xDFFF], dtype=pl.String)
+    whitespace = characters.filter(characters.str.strip_chars() == "")
+    assert whitespace.len() >= 20  # Unicode's White_Space: tab to CR, space, NBSP, U+2000-U+200A, ...
+    blanks = [*whitespace.to_list(), "".join(whitespace.to_list()), " \u2000 ", ""]
+    assert set(clean_transcripts(blanks)) == {""}
