@@ -176,6 +176,15 @@ def encode_audio(samples: np.ndarray, sample_rate: int, codec: AudioCodec) -> by
     raise ValueError(f"unknown audio codec {codec!r}; use one of {', '.join(AUDIO_CODECS)}")
 
 
+def encode_audio_payload(samples: np.ndarray, sample_rate: int, codec: AudioCodec) -> bytes | np.ndarray:
+    """:func:`encode_audio`'s bytes, as a ``bytes`` or a contiguous array holding them: pcm16 gives
+    the int16 samples without copying them into a ``bytes`` (a fresh allocation per utterance, which
+    cost ingest more than the quantization itself)."""
+    if codec == "pcm16":
+        return quantize_pcm16(samples)
+    return encode_audio(samples, sample_rate, codec)
+
+
 def decode_audio(data: bytes, codec: AudioCodec) -> np.ndarray:
     """Decode bytes written by :func:`encode_audio` into mono float32 samples.
 

@@ -23,7 +23,7 @@ from speechdata.audio.codec import (
     TARGET_SAMPLE_RATE,
     AudioCodec,
     ResamplerName,
-    encode_audio,
+    encode_audio_payload,
     read_segment_from,
     to_target_mono,
 )
@@ -100,7 +100,7 @@ def _normalize_one(
         TARGET_SAMPLE_RATE,
         int(mono.shape[0]),
         codec,
-        encode_audio(mono, TARGET_SAMPLE_RATE, codec),
+        encode_audio_payload(mono, TARGET_SAMPLE_RATE, codec),
     )
 
 
