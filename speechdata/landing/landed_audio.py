@@ -7,6 +7,7 @@ names. The tar is indexed once (headers only) and members are read in place, nev
 from __future__ import annotations
 
 import contextlib
+import os
 import tarfile
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -83,6 +84,7 @@ class LandedAudio:
         self._members: dict[str, tarfile.TarInfo] = {}
         self._unsafe: dict[str, UnsafeMember] = {}
         self._local = _is_local(fs)
+        self._real_audio_dir: str | None = None
         if fs.exists(self.tar_path):
             self._tar_handle = fs.open(self.tar_path, "rb")
             try:
@@ -163,8 +165,12 @@ class LandedAudio:
 
     def _confined(self, audio_path: str) -> str:
         """The file's path, resolved through the one storage guard (a symlink out of the shard is refused)."""
+        if self._local and self._real_audio_dir is None:
+            self._real_audio_dir = os.path.realpath(self.audio_dir)
         try:
-            return confined_path(self.audio_dir, audio_path, what="audio_path", local=self._local)
+            return confined_path(
+                self.audio_dir, audio_path, what="audio_path", local=self._local, real_root=self._real_audio_dir
+            )
         except ConfinementError as exc:
             named = ConfinementError(exc.what, exc.value, self.audio_dir_name, exc.rule)
             raise UnsafeAudio("audio_path_escapes_shard", str(named)) from exc
