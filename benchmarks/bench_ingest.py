@@ -6,7 +6,7 @@ Ogg-Opus utterances (plus long recordings cut into segments) in a temporary data
 on one process, in CPU seconds (``time.process_time``):
 
 * ingest: ``ingest_raw_shard`` + ``ingest_normalized_audio(workers=1)`` (validation, header
-  probing, decode, downmix, resample, FLAC encode, parquet writes);
+  probing, decode, downmix, resample, quantize (pcm16) or FLAC encode, parquet writes);
 * decode only, the baseline: every file the utterance index lists, opened through
   ``LandedAudio`` and its segments read with ``soundfile``, nothing else, also per format;
 

@@ -43,12 +43,15 @@ def relative_path_problem(relative: str) -> str | None:
     return None
 
 
-def confined_path(root: str, relative: str, *, what: str = "path", local: bool = True) -> str:
+def confined_path(
+    root: str, relative: str, *, what: str = "path", local: bool = True, real_root: str | None = None
+) -> str:
     """``root/relative`` if it stays inside ``root`` once resolved; else :class:`ConfinementError`.
 
     On a local disk both sides go through ``os.path.realpath``, so a symlink (the file itself or any
     folder on the way) that points outside ``root`` is refused; on an object store there are no links
-    and the lexical check is the whole check.
+    and the lexical check is the whole check. ``real_root``: ``realpath(root)`` if the caller already
+    resolved it (one resolution per shard rather than per file).
     """
     problem = relative_path_problem(relative)
     if problem is not None:
@@ -56,7 +59,7 @@ def confined_path(root: str, relative: str, *, what: str = "path", local: bool =
     joined = posixpath.join(root, relative)
     if not local:
         return joined
-    real_root = os.path.realpath(root)
+    real_root = real_root or os.path.realpath(root)
     real = os.path.realpath(joined)
     if real != real_root and not real.startswith(real_root.rstrip(os.sep) + os.sep):
         raise ConfinementError(what, relative, root, f"resolves to {real!r}, outside its root (a symlink?)")

@@ -16,8 +16,8 @@ from speechdata.audio.container import AUDIO_CONTAINER_SCHEMA, CONTAINER_PARQUET
 from speechdata.faults import fault_point
 from speechdata.io import layout
 from speechdata.io.storage import DataRoot
+from speechdata.landing.normalize import SEGMENT_COLUMNS, normalize_shard
 from speechdata.landing.normalize import STAGE as NORMALIZE_STAGE
-from speechdata.landing.normalize import normalize_shard
 from speechdata.landing.raw_shard import STAGE as RAW_STAGE
 from speechdata.landing.raw_shard import validate_landed_shard
 from speechdata.rejects import Reject, rejects_table
@@ -56,7 +56,7 @@ def ingest_normalized_audio(
 ) -> StageSummary:
     """Decode, cut, downmix and resample every indexed utterance into the shard's audio container."""
     started = time.perf_counter()
-    index = data_root.read_parquet(layout.utterance_index(shard_id))
+    index = data_root.read_parquet(layout.utterance_index(shard_id), columns=list(SEGMENT_COLUMNS))
     rejects: list[Reject] = []
     with data_root.parquet_writer(
         layout.normalized_audio(shard_id), AUDIO_CONTAINER_SCHEMA, **CONTAINER_PARQUET_OPTIONS

@@ -23,7 +23,7 @@ from speechdata.audio.codec import (
     TARGET_SAMPLE_RATE,
     AudioCodec,
     ResamplerName,
-    encode_audio,
+    encode_audio_payload,
     read_segment_from,
     to_target_mono,
 )
@@ -45,14 +45,13 @@ class SegmentRequest:
     end_s: float
 
 
+SEGMENT_COLUMNS = ("utt_id", "audio_path", "segment_start_s", "segment_end_s")
+"""The utterance index's columns normalizing reads (not the transcripts and extras)."""
+
+
 def segment_requests(index: pa.Table) -> list[SegmentRequest]:
     """The index's utterances ordered by file then start, so each file is opened once."""
-    rows = zip(
-        index["utt_id"].to_pylist(),
-        index["audio_path"].to_pylist(),
-        index["segment_start_s"].to_pylist(),
-        index["segment_end_s"].to_pylist(),
-    )
+    rows = zip(*(index[column].to_pylist() for column in SEGMENT_COLUMNS))
     requests = [SegmentRequest(u, p, s, e) for u, p, s, e in rows]
     return sorted(requests, key=lambda r: (r.audio_path, r.start_s, r.utt_id))
 
@@ -100,7 +99,7 @@ def _normalize_one(
         TARGET_SAMPLE_RATE,
         int(mono.shape[0]),
         codec,
-        encode_audio(mono, TARGET_SAMPLE_RATE, codec),
+        encode_audio_payload(mono, TARGET_SAMPLE_RATE, codec),
     )
 
 

@@ -100,3 +100,18 @@ def test_unknown_codec_is_an_error():
 def test_downmix_of_many_channels_is_their_mean():
     x = np.random.default_rng(0).standard_normal((1000, 6)).astype(np.float32)
     assert np.allclose(downmix_to_mono(x), x.mean(axis=1), atol=1e-6)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_pcm16_quantization_is_rint_of_the_clipped_samples_times_32767(dtype):
+    from speechdata.audio.codec import encode_audio, encode_audio_payload, quantize_pcm16
+
+    rng = np.random.default_rng(7)
+    # Beyond full scale, exactly at it, and on the half steps where rint's ties-to-even decides.
+    edges = [1.0, -1.0, 1.5, -3.0, 0.5 / 32767, -0.5 / 32767, 1.5 / 32767, 32766.5 / 32767, -32766.5 / 32767]
+    x = np.concatenate([np.array(edges), rng.uniform(-1.2, 1.2, 200_000)]).astype(dtype)
+    reference = np.rint(np.clip(x, -1.0, 1.0) * 32767.0).astype("<i2")
+    assert np.array_equal(quantize_pcm16(x), reference)
+    payload = encode_audio_payload(x, 24_000, "pcm16")
+    assert memoryview(payload).tobytes() == encode_audio(x, 24_000, "pcm16") == reference.tobytes()
+    assert encode_audio_payload(x, 24_000, "flac16") == encode_audio(x, 24_000, "flac16")

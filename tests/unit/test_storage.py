@@ -87,3 +87,18 @@ def test_temp_names_of_long_file_names_stay_under_255_bytes(data_root):
     data_root.write_bytes(f"d/{name}", b"ok")
     assert data_root.fs.cat_file(data_root.path(f"d/{name}")) == b"ok"
     data_root.write_bytes(f"d/{'y' * 250}", b"ok")  # longer than any id allows: the temp name still fits
+
+
+def test_a_parquet_writer_that_fails_leaves_the_previous_file_and_no_temp(data_root):
+    from speechdata.io.storage import atomic_parquet_writer
+
+    schema = pa.schema([("a", pa.int64())])
+    path = data_root.path("p/stream.parquet")
+    with atomic_parquet_writer(data_root.fs, path, schema) as writer:
+        writer.write_table(pa.table({"a": [1, 2]}, schema=schema))
+    with pytest.raises(RuntimeError):
+        with atomic_parquet_writer(data_root.fs, path, schema) as writer:
+            writer.write_table(pa.table({"a": [3]}, schema=schema))
+            raise RuntimeError("crash mid-write")
+    assert data_root.read_parquet("p/stream.parquet")["a"].to_pylist() == [1, 2]
+    assert not [p for p in data_root.fs.find(data_root.root) if TEMP_PREFIX in p]
