@@ -48,12 +48,16 @@ def rejects_table(rejects: Iterable[Reject]) -> pa.Table:
 
 
 _OBJECT_REPR = re.compile(r"<[^<>]*? at 0x[0-9a-fA-F]+>")
+# A file object's repr names the file it reads: ``<ExFileObject name='/abs/landing/s/audio.tar'>``
+# (a tar member), ``<_io.BufferedReader name='/abs/...'>``.
+_FILE_OBJECT_REPR = re.compile(r"""<[A-Za-z_][\w.]* name=(?:'[^']*'|"[^"]*"|[^<>\s]+)[^<>]*>""")
 
 
 def error_text(exc: BaseException) -> str:
-    """An exception's message without object reprs (``<... at 0x7f...>``): a reject's detail must be
-    the same on every run, so re-runs stay byte-identical."""
-    return _OBJECT_REPR.sub("the file", str(exc))
+    """An exception's message without object reprs (``<... at 0x7f...>``) or file objects' reprs,
+    which name absolute paths: a reject's detail must be the same on every run and under every data
+    root, so re-runs stay byte-identical and a moved root writes the same ledgers."""
+    return _OBJECT_REPR.sub("the file", _FILE_OBJECT_REPR.sub("the file", str(exc)))
 
 
 def count_by_reason(rejects: Iterable[Reject]) -> dict[str, int]:

@@ -87,6 +87,21 @@ def test_rejects_name_landed_files_relative_to_the_root_never_by_its_absolute_pa
     assert not [detail for _, detail in rejects.values() if root in detail]
 
 
+def test_an_unreadable_tar_member_is_rejected_without_naming_the_tar_by_its_absolute_path(data_root):
+    members = [("ok.wav", encode(tone(1.0, 16_000), 16_000)), ("noise.wav", b"RIFF not audio at all" * 40)]
+    land_tar(
+        data_root,
+        "tarred",
+        tar_of(members),
+        [{"utt_id": "ok", "audio_path": "ok.wav"}, {"utt_id": "bad", "audio_path": "noise.wav"}],
+    )
+    _, index = ingest_raw_shard(data_root, "tarred")
+    assert index["utt_id"].to_pylist() == ["ok"]
+    reason, detail = rejects_of(data_root, "tarred")["bad"]
+    assert reason == "audio_unreadable" and detail == "metadata row 1: noise.wav: Error opening the file: Format not recognised."
+    assert data_root.root.rstrip("/") not in detail and "ExFileObject" not in detail and "the file" in detail
+
+
 def test_a_symlinked_folder_is_refused_by_the_guard(tmp_path):
     root = tmp_path / "root"
     root.mkdir()
