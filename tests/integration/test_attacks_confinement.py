@@ -98,7 +98,10 @@ def test_an_unreadable_tar_member_is_rejected_without_naming_the_tar_by_its_abso
     _, index = ingest_raw_shard(data_root, "tarred")
     assert index["utt_id"].to_pylist() == ["ok"]
     reason, detail = rejects_of(data_root, "tarred")["bad"]
-    assert reason == "audio_unreadable" and detail == "metadata row 1: noise.wav: Error opening the file: Format not recognised."
+    assert (
+        reason == "audio_unreadable"
+        and detail == "metadata row 1: noise.wav: Error opening the file: Format not recognised."
+    )
     assert data_root.root.rstrip("/") not in detail and "ExFileObject" not in detail and "the file" in detail
 
 
