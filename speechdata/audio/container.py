@@ -38,8 +38,10 @@ CONTAINER_PARQUET_OPTIONS = {
 dictionary over the audio column cost 30 % more writing and twice the reading (docs/performance.md,
 section 1) before parquet gave up on it."""
 
-ROW_GROUP_BYTES = 64 * 1024 * 1024
-"""Flush a row group once this much encoded audio is buffered (bounds memory on any shard size)."""
+ROW_GROUP_BYTES = 16 * 1024 * 1024
+"""Flush a row group once this much encoded audio is buffered: bounds a writer's and a reader's
+memory on any shard size, and how much packing reads before its first sample (16 MiB against
+64 MiB: docs/performance.md, 1.)."""
 
 
 @dataclass(frozen=True)
