@@ -58,16 +58,6 @@ _TEMP = {
 }
 
 
-def ensure_accounting_tables(connection: duckdb.DuckDBPyConnection) -> None:
-    for table, columns in ACCOUNTING_STATE_TABLES.items():
-        connection.execute(f"CREATE TABLE IF NOT EXISTS {table} ({columns})")
-
-
-def clear_accounting(connection: duckdb.DuckDBPyConnection) -> None:
-    for table in ACCOUNTING_STATE_TABLES:
-        connection.execute(f"DELETE FROM {table}")
-
-
 def list_accounting_inputs(
     root: DataRoot, manifests: Mapping[str, ListedFile], rejects: Mapping[str, ListedFile]
 ) -> dict[str, dict[str, ListedFile]]:

@@ -108,13 +108,14 @@ def _fingerprint(info: dict) -> str:
     return f"ino:{info.get('ino')}:mtime:{info.get('mtime') or info.get('LastModified') or info.get('updated')}"
 
 
-def ensure_state_tables(connection: duckdb.DuckDBPyConnection) -> None:
-    for table, columns in STATE_TABLES.items():
+def ensure_state_tables(connection: duckdb.DuckDBPyConnection, tables: dict[str, str] = STATE_TABLES) -> None:
+    """Create the state ``tables`` (name -> column definitions) that do not exist yet."""
+    for table, columns in tables.items():
         connection.execute(f"CREATE TABLE IF NOT EXISTS {table} ({columns})")
 
 
-def clear_state(connection: duckdb.DuckDBPyConnection) -> None:
-    for table in STATE_TABLES:
+def clear_state(connection: duckdb.DuckDBPyConnection, tables: dict[str, str] = STATE_TABLES) -> None:
+    for table in tables:
         connection.execute(f"DELETE FROM {table}")
 
 

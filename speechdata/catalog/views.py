@@ -45,12 +45,7 @@ import pyarrow as pa
 
 from speechdata.bridge.manifest import MANIFEST_COLUMNS, manifest_path
 from speechdata.catalog.accounting import product_accounting_sql, product_rejects_sql
-from speechdata.catalog.accounting_state import (
-    clear_accounting,
-    ensure_accounting_tables,
-    list_accounting_inputs,
-    sync_accounting,
-)
+from speechdata.catalog.accounting_state import ACCOUNTING_STATE_TABLES, list_accounting_inputs, sync_accounting
 from speechdata.catalog.incremental import (
     clear_state,
     ensure_state_tables,
@@ -157,11 +152,11 @@ def refresh_catalog(connection: duckdb.DuckDBPyConnection, root_uri: str, *, ful
     connection.begin()
     try:
         ensure_state_tables(connection)
-        ensure_accounting_tables(connection)
+        ensure_state_tables(connection, ACCOUNTING_STATE_TABLES)
         connection.execute(f"CREATE TABLE IF NOT EXISTS {_VIEWS_STATE} (sha256 VARCHAR)")
         if full:
             clear_state(connection)
-            clear_accounting(connection)
+            clear_state(connection, ACCOUNTING_STATE_TABLES)
         manifest_counts = sync_manifests(connection, root_uri, manifests)
         rejects_counts = sync_rejects(connection, root_uri, rejects, _SHARD_FROM_REJECTS_PATH)
         accounting_shards_read = sync_accounting(connection, root_uri, accounting_inputs, _SHARD_FROM_REJECTS_PATH)
