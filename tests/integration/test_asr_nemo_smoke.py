@@ -10,6 +10,7 @@ duration logits) and the loss is the RNNT model's.
 import pytest
 import torch
 
+from speechdata.alignment.acoustic_models import mel_preprocessor_config
 from speechdata.asr.dataset import AsrManifestDataset, collate_asr_batch
 from speechdata.asr.flac import extract_asr_flac
 from speechdata.asr.manifest import AsrManifestConfig
@@ -62,18 +63,7 @@ def tiny_transducer(tokenizer_dir, tdt: bool):
         "test_ds": None,
         "optim": None,
         "model_defaults": {"enc_hidden": 32, "pred_hidden": 32, "joint_hidden": 32},
-        "preprocessor": {
-            "_target_": "nemo.collections.asr.modules.AudioToMelSpectrogramPreprocessor",
-            "sample_rate": 16_000,
-            "normalize": "per_feature",
-            "window_size": 0.025,
-            "window_stride": 0.01,
-            "window": "hann",
-            "features": 40,
-            "n_fft": 512,
-            "dither": 0.0,
-            "pad_to": 0,
-        },
+        "preprocessor": mel_preprocessor_config() | {"features": 40},
         "encoder": {
             "_target_": "nemo.collections.asr.modules.ConformerEncoder",
             "feat_in": 40,
