@@ -3,7 +3,7 @@
 Why: seed 004 loads a whole split's segments into Python (``Dataset.from_list``) and lets
 ``push_to_hub`` write parquet, so memory grows with the split and a large country needs the seed's
 RAM-percentage juggling. ``build_country_dataset`` streams one recording at a time into parquet
-writers. This lands a synthetic seed-004 corpus (``--recordings`` FLAC recordings at 16 kHz, six
+writers. This lands a synthetic aligned-JSON corpus (``--recordings`` FLAC recordings at 16 kHz, six
 segments each) and, for the same segments, times in one process, wall-clock:
 
 * ours: ``build_country_dataset`` (cut, downmix, FLAC-encode, WER, write parquet shards, state);
@@ -31,12 +31,14 @@ from benchmarks.report import emit, progress, ratio, stdout_to_stderr
 
 
 def land_corpus(workdir: str, recordings: int):
-    from speechdata.importers.seed004 import import_aligned_countries
+    from speechdata.importers.aligned_json import import_aligned_countries
     from speechdata.io.storage import DataRoot
     from speechdata.landing.ingest import ingest_raw_shard
-    from speechdata.testing.seed004 import build_seed004_corpus
+    from speechdata.testing.aligned_json import build_aligned_json_corpus
 
-    build_seed004_corpus(f"{workdir}/countries", {"germany": recordings}, audio_format="flac", segments_per_recording=6)
+    build_aligned_json_corpus(
+        f"{workdir}/countries", {"germany": recordings}, audio_format="flac", segments_per_recording=6
+    )
     root = DataRoot(f"{workdir}/data")
     for report in import_aligned_countries(f"{workdir}/countries", root, recordings_per_shard=16):
         for shard in report.shards:
