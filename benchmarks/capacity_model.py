@@ -6,7 +6,7 @@ the sum of ``1 / rate`` of its stages; the platform's rate is the slower pool's,
 most expensive stage is the first bottleneck. A per-step fixed cost (a step pod starting, imports,
 model loading) is paid once per shard and step, so the shard size sets how much of it shows.
 
-CPU rates are the README's measured figures (one core, this VM; ``make bench``). GPU rates are
+CPU rates are the measured figures in docs/performance.md (one core; ``make bench``). GPU rates are
 estimates until ``python -m benchmarks.gpu_features`` runs on a GPU: model FLOPs per audio second
 over the GPU's dense bf16 peak times an assumed model FLOP utilisation (``--mfu``).
 
@@ -53,8 +53,8 @@ GPU_FLOPS_PER_AUDIO_S = {
 H100_DENSE_BF16_FLOPS = 989e12
 
 STEP_OVERHEAD_S = 45.0
-"""A step pod's fixed cost: scheduling + image already on the node + Python imports (NeMo's alone is
-~30 s here) + loading a model; paid by every step of every shard under the k8s_job_executor."""
+"""A step pod's fixed cost: scheduling + image already on the node + Python imports (NeMo's alone takes
+tens of seconds) + loading a model; paid by every step of every shard under the k8s_job_executor."""
 STEPS_PER_SHARD = 10
 
 

@@ -77,7 +77,7 @@ def weighted_bucket_order(bucket_ids: np.ndarray, weights: np.ndarray, uniforms:
 
 
 def _argsort_descending_ties_by_position(values: np.ndarray) -> np.ndarray:
-    """Stable descending argsort. Introsort is ~2x faster than numpy's stable float sort, and exact
+    """Stable descending argsort. Introsort is faster than numpy's stable float sort, and exact
     ties are rare (equal uniforms, or keys that underflow to 0), so fix them only when present."""
     order = np.argsort(-values, kind="quicksort")
     ordered = values[order]
