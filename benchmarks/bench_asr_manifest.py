@@ -1,14 +1,14 @@
-"""ASR manifest build in polars against the original ASR pipeline's pandas approach, on the same in-memory rows.
+"""ASR manifest build in polars against the original pandas build, on the same in-memory rows.
 
-Why: the original ASR pipeline's ``build_manifest.py`` merges metadata and audio index in pandas, filters, and cleans
-every transcript with ``df.apply(..., axis=1)`` (a Python regex per row). ``build_asr_manifest``
-does that and more (language corrections, two deduplications, the recording split, the eval
-subset) as polars expressions. This makes ``--rows`` synthetic utterances (Hindi, English, Tamil
-and mixed-script transcripts with tags and punctuation, 10 segments per recording) as Arrow tables
-and times, wall-clock, ``--repeats`` runs of each, alternating, after one untimed run of each on
-``--warmup-rows`` rows (one-time costs: thread pools, regex compiles, DuckDB's first connection),
-and compares the medians (then, untimed, checks that every output equals the pre-issue-18 build's,
-kept in ``benchmarks/asr_manifest_reference.py``):
+Why: the original ASR pipeline's ``build_manifest.py`` merges metadata and audio index in pandas,
+filters, and cleans every transcript with ``df.apply(..., axis=1)`` (a Python regex per row).
+``build_asr_manifest`` does that and more (language corrections, two deduplications, the recording
+split, the eval subset) as polars expressions. This makes ``--rows`` synthetic utterances (Hindi,
+English, Tamil and mixed-script transcripts with tags and punctuation, 10 segments per recording) as
+Arrow tables and times, wall-clock, ``--repeats`` runs of each, alternating, after one untimed run
+of each on ``--warmup-rows`` rows (one-time costs: thread pools, regex compiles, DuckDB's first
+connection), and compares the medians (then, untimed, checks that every output equals the
+pre-issue-18 build's, kept in ``benchmarks/asr_manifest_reference.py``):
 
 * ``polars``: ``pl.from_arrow`` of both tables + :func:`speechdata.asr.manifest.build_asr_manifest`;
 * ``pandas_baseline``: ``to_pandas`` of both + the baseline's merge, filters and row-wise ``apply`` with

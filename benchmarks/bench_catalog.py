@@ -1,11 +1,12 @@
 """Catalog queries in DuckDB over the shard manifests, against pandas over one CSV manifest.
 
-Why: the original publishing script keeps its manifest as a CSV and answers every question with ``pd.read_csv`` and
-then a pandas groupby or boolean filter; the catalog answers the same questions with DuckDB over
-the per-shard parquet manifests. This writes ``--rows`` synthetic manifest rows (the manifest
-schema plus an extra column that differs between even and odd shards, like landed metadata does),
-split over ``--shards`` manifests in a temporary data root, and the same rows as one CSV file,
-refreshes the catalog (timed once), then times in one process, wall-clock (``time.perf_counter``):
+Why: the original publishing script keeps its manifest as a CSV and answers every question with
+``pd.read_csv`` and then a pandas groupby or boolean filter; the catalog answers the same questions
+with DuckDB over the per-shard parquet manifests. This writes ``--rows`` synthetic manifest rows
+(the manifest schema plus an extra column that differs between even and odd shards, like landed
+metadata does), split over ``--shards`` manifests in a temporary data root, and the same rows as one
+CSV file, refreshes the catalog (timed once), then times in one process, wall-clock
+(``time.perf_counter``):
 
 * ``hours_per_language``: DuckDB runs the named query of that name over the ``samples`` view
   (a full scan of every manifest); pandas reads the CSV and groups by language (samples, hours,

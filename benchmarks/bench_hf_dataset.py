@@ -1,10 +1,11 @@
-"""Building a country's Hugging Face dataset: streamed per recording, against the baseline's in-memory split.
+"""Building a country's Hugging Face dataset: streamed per recording, against building the split in memory.
 
-Why: the original publishing script loads a whole split's segments into Python (``Dataset.from_list``) and lets
-``push_to_hub`` write parquet, so memory grows with the split and a large country needs the baseline's
-RAM-percentage juggling. ``build_country_dataset`` streams one recording at a time into parquet
-writers. This lands a synthetic aligned-JSON corpus (``--recordings`` FLAC recordings at 16 kHz, six
-segments each) and, for the same segments, times in one process, wall-clock:
+Why: the original publishing script loads a whole split's segments into Python
+(``Dataset.from_list``) and lets ``push_to_hub`` write parquet, so memory grows with the split and a
+large country needs the baseline's RAM-percentage juggling. ``build_country_dataset`` streams one
+recording at a time into parquet writers. This lands a synthetic aligned-JSON corpus
+(``--recordings`` FLAC recordings at 16 kHz, six segments each) and, for the same segments, times in
+one process, wall-clock:
 
 * ours: ``build_country_dataset`` (cut, downmix, FLAC-encode, WER, write parquet shards, state);
 * baseline: for each recording, decode the whole file (``soundfile.read``, as pydub does), slice and

@@ -1,10 +1,10 @@
 """The original publishing script's cycle: its CSV manifest in pandas against the project's DuckDB state.
 
-Why: the original publishing script tracks every segment of a country in ``[country]_manifest.csv`` and, on every upload
-batch, reads the whole CSV with pandas, selects, changes a status column and writes the whole CSV
-back. The project keeps the same state in DuckDB (:mod:`speechdata.hf.state`: ``segments`` with
-``split`` and ``status``) and the segment facts (language, duration, CER) in parquet, and changes
-only the rows a batch touched, in a transaction.
+Why: the original publishing script tracks every segment of a country in ``[country]_manifest.csv``
+and, on every upload batch, reads the whole CSV with pandas, selects, changes a status column and
+writes the whole CSV back. The project keeps the same state in DuckDB (:mod:`speechdata.hf.state`:
+``segments`` with ``split`` and ``status``) and the segment facts (language, duration, CER) in
+parquet, and changes only the rows a batch touched, in a transaction.
 
 Input: ``--segments`` segments of one country (two languages, 10 segments per recording, 80 %
 train, 30 % of them already uploaded), built before timing as (a) the baseline's CSV with its columns
@@ -14,7 +14,8 @@ the project's schema plus a parquet of the facts.
 Timed (wall-clock), ``--repeats`` cycles of each, alternating, each marking the next batch (as
 successive uploads do); the medians are compared. The project's cycles run in a process of their
 own (:func:`project_worker`, imports done before timing), as the two workflows do in use: run in the
-process the baseline's pandas cycle had just used, a DuckDB cycle cost markedly more (memory the baseline freed).
+process the baseline's pandas cycle had just used, a DuckDB cycle cost markedly more (memory the
+baseline freed).
 
 * baseline: ``pd.read_csv``; hours per language (``groupby``); the pending train segments with
   ``cer <= --max-cer`` in file order; the first ``--batch`` of them marked ``uploaded``; ``to_csv``;
@@ -223,7 +224,8 @@ def project_worker(pipe, root_path: str, state: str, facts: str, max_cer: float,
     """Runs the project's cycles in a process of its own, on request: ``"new"`` or ``"previous"``.
 
     The baseline's cycle allocates and frees gigabytes in pandas; a DuckDB cycle run next in the same
-    process paid for it (measured step by step: mostly connect and close). Each workflow runs in its own process in use, so here too.
+    process paid for it (measured step by step: mostly connect and close). Each workflow runs in its
+    own process in use, so here too.
     """
     import duckdb
     import pandas  # noqa: F401  DuckDB's Python binding imports it on first use, untimed as in the baseline's process

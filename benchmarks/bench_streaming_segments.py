@@ -8,7 +8,7 @@ one process, on the same inputs:
 
 - ``ours``: :func:`speechdata.translation.segments.utterance_segments` (monotonic matching,
   conservative timeline, bilingual segments; all three levels);
-- ``baseline``: the baseline's approach as its README describes it: each chunk's tokens matched against ANY
+- ``baseline``: the original script as its README describes it: each chunk's tokens matched against ANY
   aligned word (start = earliest, end = latest match), an ``{english: chinese}`` dict, and a
   second-by-second scan emitting the chunks with ``end <= S + 1`` (unmatched chunks never emitted).
 

@@ -131,7 +131,7 @@ def _demo(args) -> int:
 
 
 def _publish_aligned_json_countries(data_root: DataRoot, instance, resources, defs) -> bool:
-    """Import an aligned-JSON corpus (per-country JSONs over long recordings), index its shards, build the HF dataset."""
+    """Land an aligned-JSON corpus, index its shards and build each country's HF dataset."""
     from assets.partitions import country_partitions
     from speechdata.hf.card import CARD_FILE
     from speechdata.importers.aligned_json import import_aligned_countries

@@ -5,7 +5,8 @@ are integer milliseconds (rounded half up by ``seconds_to_ms``, docs/bridge-tupl
 
 - CTM as NeMo Forced Aligner (NFA) writes it (:func:`read_ctm`, and :func:`write_ctm` back);
 - Montreal Forced Aligner (MFA) long-format TextGrids, word tier only (:func:`read_textgrid`);
-- per-country aligned-JSON corpora's ``<video_id>_<transcript_id>_aligned.json`` segment lists (:func:`read_aligned_json`).
+- per-country aligned-JSON corpora's ``<video_id>_<transcript_id>_aligned.json`` segment lists
+  (:func:`read_aligned_json`).
 
 Every malformed input raises :class:`AlignmentFormatError` naming the file and, where known, the
 1-based line. Imported units carry no score (``score`` is None: only our own aligner has one).
@@ -237,7 +238,7 @@ def read_textgrid(text_or_path: str | os.PathLike, source: str | None = None) ->
     return [TimedUnit(label, start_ms, end_ms) for start_ms, _tier, end_ms, label in timed]
 
 
-# --- aligned JSON (per-country corpora) -----------------------------------------------------------------
+# --- aligned JSON (per-country corpora) ---------------------------------------------------------
 
 ALIGNED_JSON_SUFFIX = "_aligned.json"
 _SEGMENT_FIELDS = {

@@ -3,9 +3,10 @@
 NeMo's aligner (``nemo.collections.asr.parts.utils.aligner_utils.viterbi_decoding``) loops over
 frames in Python with a dozen tensor ops per frame.
 This module runs the same recurrence, with the same float32 arithmetic and the same tie-breaking, in
-a compiled loop (numba, ``nogil``; the kernels are in :mod:`speechdata.alignment.kernels`), so it returns NeMo's path bit for bit, two orders of
-magnitude faster on one core (``benchmarks/bench_viterbi.py`` measures both; docs/performance.md
-has the figures). The first call in a process pays a one-off cost: importing numba and loading the kernel (compiled on first use and
+a compiled loop (numba, ``nogil``; the kernels are in :mod:`speechdata.alignment.kernels`), so it
+returns NeMo's path bit for bit, two orders of magnitude faster on one core
+(``benchmarks/bench_viterbi.py`` measures both; docs/performance.md has the figures). The first call
+in a process pays a one-off cost: importing numba and loading the kernel (compiled on first use and
 cached by numba under ``speechdata/__pycache__`` when writable, else recompiled per process).
 
 Conventions (NeMo's): for target tokens ``t_1..t_L`` (no blanks) the states are
@@ -197,11 +198,12 @@ def ctc_viterbi_many(
 
     ``workers > 1`` runs a thread pool (capped at the CPU count) over contiguous chunks of items
     (about four per worker): the numba kernel releases the GIL. Not a process pool: pickling each
-    [T, V] log-prob matrix to a worker costs far more than aligning it (slower than one thread). How much a second thread buys depends on the machine: the kernel reads most of the
-    [T, V] matrix (~1 MB per 15 s utterance at V = 1025), so it is memory-bound; on the 2-vCPU VM
-    this was built on, which gets no more memory throughput from two threads than from one, two
-    workers were no faster than one (``benchmarks/bench_viterbi.py`` measures it; hosts with more
-    memory bandwidth per core were not measured).
+    [T, V] log-prob matrix to a worker costs far more than aligning it (slower than one thread). How
+    much a second thread buys depends on the machine: the kernel reads most of the [T, V] matrix (~1
+    MB per 15 s utterance at V = 1025), so it is memory-bound; on the 2-vCPU VM this was built on,
+    which gets no more memory throughput from two threads than from one, two workers were no faster
+    than one (``benchmarks/bench_viterbi.py`` measures it; hosts with more memory bandwidth per core
+    were not measured).
 
     With ``return_errors`` an :class:`AlignmentImpossible` takes that item's place in the result
     list; otherwise the first one (in input order) is raised.

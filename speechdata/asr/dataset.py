@@ -116,7 +116,8 @@ def _read_audio(path: str) -> tuple[np.ndarray, int]:
 def collate_asr_batch(batch: Sequence[dict | None]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """``(signal [B, T] float32, signal_len [B] long, tokens [B, U] long, token_len [B] long)``,
     zero-padded, the tuple NeMo's RNNT/TDT ``training_step`` unpacks. ``None`` items are dropped; a
-    batch with nothing left is one 1-sample silent item with no tokens (the original ASR pipeline's placeholder)."""
+    batch with nothing left is one 1-sample silent item with no tokens (the original ASR pipeline's
+    placeholder)."""
     items = [item for item in batch if item is not None]
     if not items:
         return (

@@ -10,9 +10,10 @@ One epoch, exactly as the original ASR pipeline's ``DurationBucketBatchSampler``
    larger index, as the original ASR pipeline's ``sort(reverse=True)`` over ``(key, index)`` pairs does.
 4. Greedily pack each bucket's ordering into batches: a batch closes when the next utterance would
    take its total past ``max_batch_duration_s`` (a single longer utterance makes a batch of its own).
-5. Concatenate the buckets' batches (buckets in order of first appearance, as the original ASR pipeline's dict does),
-   sort them stably by cost ``len(batch) * max duration`` descending, keep the largest multiple of
-   ``world_size``, and deal them round-robin: rank ``r`` gets batches ``r, r + world, ...``.
+5. Concatenate the buckets' batches (buckets in order of first appearance, as the original ASR
+   pipeline's dict does), sort them stably by cost ``len(batch) * max duration`` descending, keep the
+   largest multiple of ``world_size``, and deal them round-robin: rank ``r`` gets batches ``r, r +
+   world, ...``.
 6. Trim each rank's list to a multiple of ``grad_accum`` and shuffle it.
 
 Randomness: ``np.random.default_rng(seed + epoch)`` draws ``U`` for utterance ``i`` as
@@ -22,7 +23,7 @@ the same global batch list, so ranks agree without communicating.
 Durations are compared in integer milliseconds (rounded half up) so that packing is exact: with float
 seconds, whether thirty 3.0 s clips fit a 90 s cap would depend on the order of the additions.
 
-A finding about the original algorithm's semantics (tests/unit/test_asr_sampler.py shows it): because every
+A finding about the original algorithm (tests/unit/test_asr_sampler.py shows it): because every
 utterance of every bucket is packed, and batches are then re-sorted by cost and shuffled, step 3 changes
 *which utterances share a batch* but hardly the language mix of the epoch; only the trimmed tail
 (the cheapest batches, where down-weighted languages collect) moves it. ``epoch_fraction < 1`` keeps
@@ -162,7 +163,8 @@ class DurationBucketBatchSampler:
     def _prepare_buckets(self) -> None:
         """What every epoch shares: bucket membership, its order, sizes and each utterance's exponent."""
         n = self.durations_ms.shape[0]
-        # Bucket ids renumbered by first appearance, so batches concatenate in the original ASR pipeline's dict order.
+        # Bucket ids renumbered by first appearance, so batches concatenate in the original ASR
+        # pipeline's dict order.
         present, first_seen = np.unique(self.bucket_ids, return_index=True)
         appearance_rank = np.empty(present.shape[0], np.int64)
         appearance_rank[np.argsort(first_seen, kind="stable")] = np.arange(present.shape[0])

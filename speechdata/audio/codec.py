@@ -84,8 +84,9 @@ def downmix_to_mono(samples: np.ndarray) -> np.ndarray:
     channels = samples.shape[1]
     if channels == 1:
         return samples[:, 0]
-    # Column adds, not ``mean(axis=1)``: numpy's strided reduction over a short inner axis is several times slower.
-    # The first add allocates the sum (no copy of channel 0 first); same float32 additions in the same order.
+    # Column adds, not ``mean(axis=1)``: numpy's strided reduction over a short inner axis is
+    # several times slower. The first add allocates the sum (no copy of channel 0 first); same
+    # float32 additions in the same order.
     total = np.add(samples[:, 0], samples[:, 1])
     for channel in range(2, channels):
         total += samples[:, channel]

@@ -1,15 +1,15 @@
-"""Importer for language-indexed tars: tars of mixed-language audio plus a language index, into landing shards.
+"""Import language-indexed tars (mixed-language audio plus a language index) into landing shards.
 
 Source layout::
 
-    <tars>/<...N...>.tar        audio files (mp3 in the original corpus; any libsndfile format works), many
+    <tars>/<...N...>.tar        audio files (mp3 originally; any libsndfile format works), many
                                 languages per tar; N, the tar number, is the last run of digits in the name
     lid_index                   {(tar_number, filename): language}: the corpus's ``lid_index.pkl``, or a
                                 parquet/CSV/JSON table with columns tar_number, filename, language
     vad cache (optional)        per tar, {filename: {"segments": [(start_s, end_s), ...]}}
 
-``filename`` is matched the way the original streaming loader looked it up (the sample's WebDataset key) and,
-failing that, as the member's name, its base name, or its base name without extension.
+``filename`` is matched the way the original streaming loader looked it up (the sample's WebDataset
+key) and, failing that, as the member's name, its base name, or its base name without extension.
 
 Each source tar becomes one landing shard ``<prefix>-<NNNNNN>`` (docs/landing-contract.md):
 ``audio.tar`` with members renamed ``<utt_id>.<ext>`` (bytes untouched, deterministic headers),
@@ -184,7 +184,7 @@ def load_language_index(url: str) -> dict[tuple[int, str], str]:
 
 
 def pickled_vad_cache(url_for_tar: Callable[[int], str]) -> VadCache:
-    """A VAD cache of one pickle per tar (the original loader's ``load_vad_shard``), None where a tar has none."""
+    """A VAD cache of one pickle per tar (the original ``load_vad_shard``), None where a tar has none."""
 
     def load(number: int) -> Mapping[str, dict] | None:
         url = url_for_tar(number)

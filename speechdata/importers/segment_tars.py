@@ -1,4 +1,4 @@
-"""Import an ASR segment-tar shard (metadata and audio index parquets, one FLAC tar) into a landing shard (docs/landing-contract.md).
+"""Import an ASR segment-tar shard into a landing shard (docs/landing-contract.md).
 
 A segment-tar shard directory holds ``metadata.parquet`` (``segment_id``, ``transcription_native``,
 ``duration_s``, ``tx_quality_score``, ``segment_language``, ...), ``audio_index.parquet``

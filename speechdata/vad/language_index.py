@@ -1,4 +1,4 @@
-"""Which shards, tars and files hold each language: the source corpus's ``lid_index.pkl``, as a parquet table.
+"""Which shards, tars and files hold each language: the corpus's ``lid_index.pkl`` as a parquet table.
 
 ``language_index/language=<lang>/part-0.parquet`` has one row per shard that holds the language:
 the tar the loader streams, how many files (and which tar keys), hours of audio, of speech and of

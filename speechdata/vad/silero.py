@@ -2,11 +2,12 @@
 
 The model is the real one, loaded from the ``silero-vad`` package (its TorchScript file ships inside
 the wheel, so this works offline). Silero's own ``get_speech_timestamps`` runs the model on one
-512-sample window (32 ms at 16 kHz) per call, so Python and call overhead dominate. The model takes a batch of windows with one recurrent state per row, so here
-the windows of up to ``batch_files`` files (sorted by length, zero-padded) go through it together,
-and each file's probabilities are then cut into segments by silero's own
-``get_speech_timestamps_from_probs``. The probabilities agree with the one-file path to about 1e-5
-(``tests/unit/test_vad.py``); ``benchmarks/bench_vad.py`` measures the speed-up.
+512-sample window (32 ms at 16 kHz) per call, so Python and call overhead dominate. The model takes
+a batch of windows with one recurrent state per row, so here the windows of up to ``batch_files``
+files (sorted by length, zero-padded) go through it together, and each file's probabilities are then
+cut into segments by silero's own ``get_speech_timestamps_from_probs``. The probabilities agree with
+the one-file path to about 1e-5 (``tests/unit/test_vad.py``); ``benchmarks/bench_vad.py`` measures
+the speed-up.
 
 Audio is resampled to 16 kHz with soxr before the model sees it; silero's fallback for 32/48 kHz
 keeps every n-th sample, which aliases.
