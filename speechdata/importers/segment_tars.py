@@ -32,8 +32,8 @@ from speechdata.landing.contract import CONTRACT_COLUMNS
 from speechdata.landing.mark import mark_landed
 from speechdata.landing.raw_shard import PROBE_FIELDS
 
-SEED_METADATA_FILE = "metadata.parquet"
-SEED_AUDIO_INDEX_FILE = "audio_index.parquet"
+METADATA_FILE = "metadata.parquet"
+AUDIO_INDEX_FILE = "audio_index.parquet"
 RECORDING_COLUMNS = ("recording_id", "source_id", "video_id")
 _SEGMENT_NUMBER_SUFFIX = r"^(.+?)[_-]\d+$"
 
@@ -53,8 +53,8 @@ def import_segment_tar_shard(
     if not layout.is_valid_shard_id(shard_id):
         raise ValueError(f"shard id {shard_id!r} must match {layout.SHARD_ID_PATTERN.pattern}")
     fs, root = filesystem_for(source_dir)
-    metadata = pl.from_arrow(read_parquet(fs, f"{root}/{SEED_METADATA_FILE}"))
-    audio_index = pl.from_arrow(read_parquet(fs, f"{root}/{SEED_AUDIO_INDEX_FILE}", ["segment_id", "tar_member_name"]))
+    metadata = pl.from_arrow(read_parquet(fs, f"{root}/{METADATA_FILE}"))
+    audio_index = pl.from_arrow(read_parquet(fs, f"{root}/{AUDIO_INDEX_FILE}", ["segment_id", "tar_member_name"]))
     landed = segment_tar_to_landing(metadata, audio_index, language=language, source=posixpath.basename(root))
     tar_path = f"{root}/{tar_name}" if tar_name else _the_one_tar(fs, root)
     with (
@@ -106,7 +106,7 @@ def segment_tar_to_landing(
     taken = {"segment_id", "tar_member_name", "transcription_native", "segment_language", *RECORDING_COLUMNS}
     reserved = set(CONTRACT_COLUMNS) | {f.name for f in PROBE_FIELDS} | set(landing.columns)
     extras = [
-        pl.col(c).alias(f"declared_{c}" if c == "duration_s" else (f"seed_{c}" if c in reserved else c))
+        pl.col(c).alias(f"declared_{c}" if c == "duration_s" else (f"source_{c}" if c in reserved else c))
         for c in joined.columns
         if c not in taken
     ]
@@ -148,9 +148,9 @@ def build_segment_tar_sample(
             }
         )
     metadata = pl.DataFrame(rows)
-    _write_parquet(fs, f"{root}/{SEED_METADATA_FILE}", metadata)
+    _write_parquet(fs, f"{root}/{METADATA_FILE}", metadata)
     index = pl.DataFrame({"segment_id": metadata["segment_id"], "tar_member_name": list(files)})
-    _write_parquet(fs, f"{root}/{SEED_AUDIO_INDEX_FILE}", index)
+    _write_parquet(fs, f"{root}/{AUDIO_INDEX_FILE}", index)
     with fs.open(f"{root}/{tar_name}", "wb") as handle, tarfile.open(fileobj=handle, mode="w") as tar:
         for name, data in sorted({**files, **(extra_members or {})}.items()):
             info = tarfile.TarInfo(name)
