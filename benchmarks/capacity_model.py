@@ -31,7 +31,7 @@ class Stage:
     source: str
 
 
-# Measured on one core (README "Measured figures"): audio seconds per CPU second.
+# Measured on one core (docs/performance.md, "Per-stage figures"): audio seconds per CPU second.
 MEASURED_CPU_STAGES = (
     Stage("raw_shards + normalized_audio", "cpu", 563.0, "bench_ingest: WAV+FLAC+MP3+Opus, FLAC storage"),
     Stage("vad_segments", "cpu", 516.0, "bench_vad: Silero batched"),
@@ -113,7 +113,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--gpus", type=int, default=8)
     parser.add_argument("--mfu", type=float, default=0.15, help="assumed model FLOP utilisation on the GPU")
     parser.add_argument("--shard-hours", type=float, default=10.0, help="audio hours per shard")
-    parser.add_argument("--table", action="store_true", help="print the README's markdown table instead")
+    parser.add_argument("--table", action="store_true", help="print the markdown table of docs/performance.md instead")
     args = parser.parse_args(argv)
     stages = MEASURED_CPU_STAGES + gpu_stages(args.mfu)
     if args.table:
