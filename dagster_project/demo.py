@@ -175,7 +175,8 @@ def _publish_aligned_json_countries(data_root: DataRoot, instance, resources, de
     print(f'Load it: datasets.load_dataset("{dataset_dir}", "germany")')
     if not resources["hub"].enabled:
         print(
-            "Publishing to the Hub is off: set SPEECHDATA_HF_REPO_ID and HF_TOKEN to turn it on (docs/hf-splits.md, Publishing to the Hub)."
+            "Publishing to the Hub is off: set SPEECHDATA_HF_REPO_ID and HF_TOKEN to turn it on"
+            " (docs/hf-splits.md, Publishing to the Hub)."
         )
     return ok
 
