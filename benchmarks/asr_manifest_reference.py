@@ -1,4 +1,4 @@
-"""The ASR manifest build as it was before issue 18's key-order join and cheaper cleaning: the
+"""The ASR manifest build as it was before the key-order join and cheaper cleaning: the
 reference the faster build must reproduce row for row (tests/unit/test_asr_manifest_equivalence.py
 and ``bench_asr_manifest --check``).
 

@@ -1,18 +1,18 @@
-"""ASR manifest build in polars against seed 003's pandas approach, on the same in-memory rows.
+"""ASR manifest build in polars against the original pandas build, on the same in-memory rows.
 
-Why: seed 003's ``build_manifest.py`` merges metadata and audio index in pandas, filters, and cleans
-every transcript with ``df.apply(..., axis=1)`` (a Python regex per row). ``build_asr_manifest``
-does that and more (language corrections, two deduplications, the recording split, the eval
-subset) as polars expressions. This makes ``--rows`` synthetic utterances (Hindi, English, Tamil
-and mixed-script transcripts with tags and punctuation, 10 segments per recording) as Arrow tables
-and times, wall-clock, ``--repeats`` runs of each, alternating, after one untimed run of each on
-``--warmup-rows`` rows (one-time costs: thread pools, regex compiles, DuckDB's first connection),
-and compares the medians (then, untimed, checks that every output equals the pre-issue-18 build's,
-kept in ``benchmarks/asr_manifest_reference.py``):
+Why: the original ASR pipeline's ``build_manifest.py`` merges metadata and audio index in pandas,
+filters, and cleans every transcript with ``df.apply(..., axis=1)`` (a Python regex per row).
+``build_asr_manifest`` does that and more (language corrections, two deduplications, the recording
+split, the eval subset) as polars expressions. This makes ``--rows`` synthetic utterances (Hindi,
+English, Tamil and mixed-script transcripts with tags and punctuation, 10 segments per recording) as
+Arrow tables and times, wall-clock, ``--repeats`` runs of each, alternating, after one untimed run
+of each on ``--warmup-rows`` rows (one-time costs: thread pools, regex compiles, DuckDB's first
+connection), and compares the medians (then, untimed, checks that every output equals the
+pre-issue-18 build's, kept in ``benchmarks/asr_manifest_reference.py``):
 
 * ``polars``: ``pl.from_arrow`` of both tables + :func:`speechdata.asr.manifest.build_asr_manifest`;
-* ``pandas_seed``: ``to_pandas`` of both + the seed's merge, filters and row-wise ``apply`` with
-  the seed's own regexes (copied below), nothing more.
+* ``pandas_baseline``: ``to_pandas`` of both + the baseline's merge, filters and row-wise ``apply`` with
+  the baseline's own regexes (copied below), nothing more.
 
 Both start from Arrow tables in memory, so parquet reading is outside both figures. The polars side
 uses every core; pandas' ``apply`` one.
@@ -30,10 +30,10 @@ import pyarrow as pa
 
 from benchmarks.report import emit, progress, ratio, stdout_to_stderr
 
-TARGET_RATIO = 10.0  # issue 18
+TARGET_RATIO = 10.0  # the scale target for the manifest build
 MIN_DURATION, MAX_DURATION, MIN_QUALITY = 0.5, 20.0, 0.5
 
-# The seed's cleaning, verbatim (seed 003 §3), for the baseline.
+# The baseline's cleaning, verbatim, for the baseline.
 _TAG_RE = re.compile(r"\[.*?\]|", re.IGNORECASE)
 _PUNCT_RE = re.compile(r"[।॥.,!?;:\"'\-—()…%/+=$*@#&_^>|\\<>`~。\u0964\u0965]+")
 
@@ -134,7 +134,7 @@ def same_outputs_as_reference(utterances: pa.Table, flac: pa.Table, build) -> tu
     return True, seconds
 
 
-def run_pandas_seed(utterances: pa.Table, flac: pa.Table):
+def run_pandas_baseline(utterances: pa.Table, flac: pa.Table):
     meta_df = utterances.to_pandas()
     idx_df = flac.select(["shard_id", "utt_id", "flac_path", "duration_s"]).to_pandas()
     df = meta_df.merge(idx_df, on=["shard_id", "utt_id"], how="inner")
@@ -178,7 +178,7 @@ def main(argv: list[str] | None = None) -> None:
         # first apply) are paid by a small run of each, so the figure is per-row throughput.
         if args.warmup_rows:
             run_polars(utterances.slice(0, args.warmup_rows), flac.slice(0, args.warmup_rows))
-            run_pandas_seed(utterances.slice(0, args.warmup_rows), flac.slice(0, args.warmup_rows))
+            run_pandas_baseline(utterances.slice(0, args.warmup_rows), flac.slice(0, args.warmup_rows))
         polars_runs, pandas_runs = [], []
         for _ in range(args.repeats):
             started = time.perf_counter()
@@ -186,9 +186,9 @@ def main(argv: list[str] | None = None) -> None:
             polars_runs.append(time.perf_counter() - started)
             progress(f"polars: {polars_runs[-1]:.2f} s, train {build.train.height}, removed {build.removed.height}")
             started = time.perf_counter()
-            seed_df = run_pandas_seed(utterances, flac)
+            baseline_df = run_pandas_baseline(utterances, flac)
             pandas_runs.append(time.perf_counter() - started)
-            progress(f"pandas (seed): {pandas_runs[-1]:.2f} s, {len(seed_df)} rows")
+            progress(f"pandas (baseline): {pandas_runs[-1]:.2f} s, {len(baseline_df)} rows")
         polars_s, pandas_s = statistics.median(polars_runs), statistics.median(pandas_runs)
         same_outputs, previous_s = None, None
         if not args.no_check:
@@ -206,14 +206,14 @@ def main(argv: list[str] | None = None) -> None:
         },
         {
             "polars_seconds": round(polars_s, 3),
-            "pandas_seed_seconds": round(pandas_s, 3),
+            "pandas_baseline_seconds": round(pandas_s, 3),
             "polars_seconds_each": [round(x, 3) for x in polars_runs],
-            "pandas_seed_seconds_each": [round(x, 3) for x in pandas_runs],
+            "pandas_baseline_seconds_each": [round(x, 3) for x in pandas_runs],
             "ratio_pandas_over_polars": speedup,
             "meets_target": bool(speedup and speedup >= TARGET_RATIO),
             "polars_rows_per_second": round(args.rows / polars_s),
             "rows_kept_polars": build.train.height + build.validation.height,
-            "rows_kept_pandas_seed": len(seed_df),
+            "rows_kept_pandas_baseline": len(baseline_df),
             "polars_removed_by_reason": build.removed_by_reason,
             "same_outputs_as_reference": same_outputs,
             # The pre-issue-18 build on the same rows, run last: before and after in one run.

@@ -1,11 +1,11 @@
-"""One epoch of DurationBucketBatchSampler (numpy) against the seed's algorithm in plain Python.
+"""One epoch of DurationBucketBatchSampler (numpy) against the baseline's algorithm in plain Python.
 
-Why: seed 003's sampler builds each epoch with Python lists, dicts and a keyed sort per bucket,
+Why: the original ASR sampler builds each epoch with Python lists, dicts and a keyed sort per bucket,
 on every rank, at every ``set_epoch``. This makes ``--utterances`` synthetic utterances (gamma
 durations 0.3-25 s, 12 languages with a long-tailed mix) and times, wall-clock, building one epoch
 for rank 0 of 8 with grad_accum 4, T = 0.3, a 90 s cap: the numpy sampler (median of ``--repeats``
 ``set_epoch`` calls, plus construction once) and ``tests/unit/asr_sampler_reference.py`` (the test
-oracle: the seed's code with the same random stream), once, on ``--reference-utterances`` of the
+oracle: the baseline's code with the same random stream), once, on ``--reference-utterances`` of the
 same data (all of it by default; a smaller value times a prefix and scales linearly, reported).
 Both produce the same batches (checked when the reference runs on everything).
 """
@@ -22,7 +22,7 @@ from benchmarks.report import emit, progress, ratio, stdout_to_stderr
 from speechdata.asr.sampler import DurationBucketBatchSampler
 from tests.unit.asr_sampler_reference import reference_rank_batches
 
-TARGET_RATIO = 25.0  # issue 18
+TARGET_RATIO = 25.0  # the scale target for one sampler epoch
 SETTINGS = {"world_size": 8, "rank": 0, "grad_accum": 4, "temperature": 0.3, "max_batch_duration_s": 90.0, "seed": 0}
 
 

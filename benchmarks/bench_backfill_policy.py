@@ -1,8 +1,8 @@
 """Which backfill policy is fastest for the CPU shard assets: one run per shard, or k shards per run.
 
-Why: every run is a process that loads the code location (torch, transformers, Dagster: ~10 s
-here), and with the multiprocess executor every step of the run is another such process (plus
-NeMo's ~30 s import for ``alignments``). One run per shard pays that per shard and step, though
+Why: every run is a process that loads the code location (torch, transformers, Dagster: seconds
+of imports), and with the multiprocess executor every step of the run is another such process (plus
+NeMo's much longer import for ``alignments``). One run per shard pays that per shard and step, though
 runs overlap up to the run queue's limit; k shards per run pays it once per step for k shards,
 but computes them one after the other.
 

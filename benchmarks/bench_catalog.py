@@ -1,11 +1,12 @@
 """Catalog queries in DuckDB over the shard manifests, against pandas over one CSV manifest.
 
-Why: seed 004 keeps its manifest as a CSV and answers every question with ``pd.read_csv`` and
-then a pandas groupby or boolean filter; the catalog answers the same questions with DuckDB over
-the per-shard parquet manifests. This writes ``--rows`` synthetic manifest rows (the manifest
-schema plus an extra column that differs between even and odd shards, like landed metadata does),
-split over ``--shards`` manifests in a temporary data root, and the same rows as one CSV file,
-refreshes the catalog (timed once), then times in one process, wall-clock (``time.perf_counter``):
+Why: the original publishing script keeps its manifest as a CSV and answers every question with
+``pd.read_csv`` and then a pandas groupby or boolean filter; the catalog answers the same questions
+with DuckDB over the per-shard parquet manifests. This writes ``--rows`` synthetic manifest rows
+(the manifest schema plus an extra column that differs between even and odd shards, like landed
+metadata does), split over ``--shards`` manifests in a temporary data root, and the same rows as one
+CSV file, refreshes the catalog (timed once), then times in one process, wall-clock
+(``time.perf_counter``):
 
 * ``hours_per_language``: DuckDB runs the named query of that name over the ``samples`` view
   (a full scan of every manifest); pandas reads the CSV and groups by language (samples, hours,
@@ -17,7 +18,7 @@ refreshes the catalog (timed once), then times in one process, wall-clock (``tim
 The summary table ``hours_by_language`` answers the first question without a scan; its read time
 and ratio are reported too, but the headline ratio is the live scan's.
 
-The pandas figures include ``read_csv`` because that is what the seed does for each question;
+The pandas figures include ``read_csv`` because that is what the baseline does for each question;
 ``pandas_in_memory_seconds`` (the groupby or filter on an already-loaded frame) is reported
 beside them, so the ratio's source is plain: most of it is CSV parsing against columnar parquet.
 DuckDB uses every core, pandas one. Figures are medians of ``--repeats`` runs (the first DuckDB
@@ -113,7 +114,7 @@ def build_data(root: DataRoot, csv_path: str, rows: int, shards: int, seed: int 
         table = shard_manifest(rng, shard, int(count), sentences, index)
         root.write_parquet(manifest_path(shard), table)
         tables.append(table)
-    # The seed's single CSV: every row, the union of the shards' columns (empty where absent).
+    # The baseline's single CSV: every row, the union of the shards' columns (empty where absent).
     pacsv.write_csv(pa.concat_tables(tables, promote_options="default"), csv_path)
 
 

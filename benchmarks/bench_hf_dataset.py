@@ -1,13 +1,14 @@
-"""Building a country's Hugging Face dataset: streamed per recording, against the seed's in-memory split.
+"""Building a country's Hugging Face dataset: streamed per recording, against building the split in memory.
 
-Why: seed 004 loads a whole split's segments into Python (``Dataset.from_list``) and lets
-``push_to_hub`` write parquet, so memory grows with the split and a large country needs the seed's
-RAM-percentage juggling. ``build_country_dataset`` streams one recording at a time into parquet
-writers. This lands a synthetic seed-004 corpus (``--recordings`` FLAC recordings at 16 kHz, six
-segments each) and, for the same segments, times in one process, wall-clock:
+Why: the original publishing script loads a whole split's segments into Python
+(``Dataset.from_list``) and lets ``push_to_hub`` write parquet, so memory grows with the split and a
+large country needs the baseline's RAM-percentage juggling. ``build_country_dataset`` streams one
+recording at a time into parquet writers. This lands a synthetic aligned-JSON corpus
+(``--recordings`` FLAC recordings at 16 kHz, six segments each) and, for the same segments, times in
+one process, wall-clock:
 
 * ours: ``build_country_dataset`` (cut, downmix, FLAC-encode, WER, write parquet shards, state);
-* seed: for each recording, decode the whole file (``soundfile.read``, as pydub does), slice and
+* baseline: for each recording, decode the whole file (``soundfile.read``, as pydub does), slice and
   FLAC-encode each segment, WER with jiwer, collect every row, then ``datasets.Dataset.from_list``
   with the same features and ``to_parquet`` (what ``push_to_hub`` writes before uploading).
 
@@ -31,12 +32,14 @@ from benchmarks.report import emit, progress, ratio, stdout_to_stderr
 
 
 def land_corpus(workdir: str, recordings: int):
-    from speechdata.importers.seed004 import import_aligned_countries
+    from speechdata.importers.aligned_json import import_aligned_countries
     from speechdata.io.storage import DataRoot
     from speechdata.landing.ingest import ingest_raw_shard
-    from speechdata.testing.seed004 import build_seed004_corpus
+    from speechdata.testing.aligned_json import build_aligned_json_corpus
 
-    build_seed004_corpus(f"{workdir}/countries", {"germany": recordings}, audio_format="flac", segments_per_recording=6)
+    build_aligned_json_corpus(
+        f"{workdir}/countries", {"germany": recordings}, audio_format="flac", segments_per_recording=6
+    )
     root = DataRoot(f"{workdir}/data")
     for report in import_aligned_countries(f"{workdir}/countries", root, recordings_per_shard=16):
         for shard in report.shards:
@@ -59,7 +62,7 @@ def ours(root) -> tuple[float, int, int]:
     return seconds, peak, sum(s.rows for s in summary.written)
 
 
-def seed_approach(root, out_path: str) -> tuple[float, int, int]:
+def baseline_approach(root, out_path: str) -> tuple[float, int, int]:
     import datasets
 
     from speechdata.audio.codec import downmix_to_mono, encode_flac
@@ -100,7 +103,7 @@ def seed_approach(root, out_path: str) -> tuple[float, int, int]:
                 }
             )
     # from_list would encode Audio values through torchcodec (needs FFmpeg); the same bytes go in as
-    # a struct and become Audio by a storage cast, which is what the seed's files hold.
+    # a struct and become Audio by a storage cast, which is what the baseline's files hold.
     features = hf_features(16_000)
     plain = datasets.Features(
         {**features, "audio": {"bytes": datasets.Value("binary"), "path": datasets.Value("string")}}
@@ -129,19 +132,19 @@ def main() -> None:
                 progress(f"landing {count} recordings")
                 root = land_corpus(workdir, count)
                 ours_s, ours_peak, ours_rows = ours(root)
-                seed_s, seed_peak, seed_rows = seed_approach(root, f"{workdir}/seed.parquet")
-                if ours_rows != seed_rows:
-                    raise SystemExit(f"row counts differ: ours {ours_rows}, seed {seed_rows}")
+                baseline_s, baseline_peak, baseline_rows = baseline_approach(root, f"{workdir}/baseline.parquet")
+                if ours_rows != baseline_rows:
+                    raise SystemExit(f"row counts differ: ours {ours_rows}, baseline {baseline_rows}")
                 audio_s = sum(sf.info(io.BytesIO(b)).duration for b in _audio_bytes(root)) if label == "full" else None
                 figures[label] = {
                     "recordings": count,
                     "rows": ours_rows,
                     "segments_per_s": round(ours_rows / ours_s, 1),
-                    "seed_segments_per_s": round(seed_rows / seed_s, 1),
-                    "ratio_speed_over_seed": ratio(seed_s, ours_s),
+                    "baseline_segments_per_s": round(baseline_rows / baseline_s, 1),
+                    "ratio_speed_over_baseline": ratio(baseline_s, ours_s),
                     "peak_python_mb": round(ours_peak / 1e6, 2),
-                    "seed_peak_python_mb": round(seed_peak / 1e6, 2),
-                    "ratio_peak_memory_seed_over_ours": ratio(seed_peak, ours_peak),
+                    "baseline_peak_python_mb": round(baseline_peak / 1e6, 2),
+                    "ratio_peak_memory_baseline_over_ours": ratio(baseline_peak, ours_peak),
                 }
                 if audio_s is not None:
                     figures[label]["audio_seconds_per_second"] = round(audio_s / ours_s, 1)

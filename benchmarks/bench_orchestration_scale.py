@@ -3,7 +3,7 @@
 Why: every shard is a ``shard`` dynamic partition. A tick reads all of them from the instance to
 know what is registered, and the UI's partitions page of a shard asset asks the instance for the
 status of every partition; both grow with the number of shards, which decides how small shards
-can be (README "Hours per shard").
+can be (docs/performance.md, "Hours per shard").
 
 For each ``--sizes`` N, in a fresh temporary directory: a landing zone of N registered shard
 directories plus ``--new`` complete ones (``_SUCCESS`` and a small ``metadata.parquet``), a

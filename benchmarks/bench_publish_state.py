@@ -1,22 +1,23 @@
-"""Seed 004's publishing cycle: its CSV manifest in pandas against the project's DuckDB state.
+"""The original publishing script's cycle: its CSV manifest in pandas against the project's DuckDB state.
 
-Why: seed 004 tracks every segment of a country in ``[country]_manifest.csv`` and, on every upload
-batch, reads the whole CSV with pandas, selects, changes a status column and writes the whole CSV
-back. The project keeps the same state in DuckDB (:mod:`speechdata.hf.state`: ``segments`` with
-``split`` and ``status``) and the segment facts (language, duration, CER) in parquet, and changes
-only the rows a batch touched, in a transaction.
+Why: the original publishing script tracks every segment of a country in ``[country]_manifest.csv``
+and, on every upload batch, reads the whole CSV with pandas, selects, changes a status column and
+writes the whole CSV back. The project keeps the same state in DuckDB (:mod:`speechdata.hf.state`:
+``segments`` with ``split`` and ``status``) and the segment facts (language, duration, CER) in
+parquet, and changes only the rows a batch touched, in a transaction.
 
 Input: ``--segments`` segments of one country (two languages, 10 segments per recording, 80 %
-train, 30 % of them already uploaded), built before timing as (a) the seed's CSV with its columns
-(seed 004 "Central Manifest CSV Schema", transcripts included) and (b) a state database made with
+train, 30 % of them already uploaded), built before timing as (a) the baseline's CSV with its columns
+(its "Central Manifest CSV Schema", transcripts included) and (b) a state database made with
 the project's schema plus a parquet of the facts.
 
 Timed (wall-clock), ``--repeats`` cycles of each, alternating, each marking the next batch (as
 successive uploads do); the medians are compared. The project's cycles run in a process of their
 own (:func:`project_worker`, imports done before timing), as the two workflows do in use: run in the
-process the seed's pandas cycle had just used, a DuckDB cycle cost 1.5x more (memory the seed freed).
+process the baseline's pandas cycle had just used, a DuckDB cycle cost markedly more (memory the
+baseline freed).
 
-* seed: ``pd.read_csv``; hours per language (``groupby``); the pending train segments with
+* baseline: ``pd.read_csv``; hours per language (``groupby``); the pending train segments with
   ``cer <= --max-cer`` in file order; the first ``--batch`` of them marked ``uploaded``; ``to_csv``;
 * project: :func:`speechdata.hf.state.state_connection` (open, transaction); hours per language
   from the parquet; the same selection (:func:`choose_batch`: key windows of ``segments``, each
@@ -24,12 +25,12 @@ process the seed's pandas cycle had just used, a DuckDB cycle cost 1.5x more (me
   :func:`~speechdata.hf.state.registered_rows`; commit.
 
 Before each timed cycle, ``os.sync()`` (untimed) writes back every dirty page: otherwise the
-DuckDB commit's log sync waits for the CSV the seed cycle has just written. Last, the cycle as it
-was before issue 18's second round (:func:`previous_duckdb_cycle`: a top-N over every pending key,
+DuckDB commit's log sync waits for the CSV the baseline cycle has just written. Last, the cycle as it
+was before the key-window batch selection (:func:`previous_duckdb_cycle`: a top-N over every pending key,
 ``UPDATE ... FROM`` the chosen keys) runs on a fresh copy of the state, for a before/after in one run.
 
 Both must choose the same keys and report the same hours (checked). Reported: seconds of each,
-``ratio_seed_over_duckdb`` (target >= 100).
+``ratio_baseline_over_duckdb`` (target >= 100).
 """
 
 from __future__ import annotations
@@ -87,7 +88,7 @@ def synthetic(n: int, seed: int = 0) -> dict[str, np.ndarray]:
     }
 
 
-def seed_cycle(csv_path: str, max_cer: float, batch: int) -> tuple[dict, list[str]]:
+def baseline_cycle(csv_path: str, max_cer: float, batch: int) -> tuple[dict, list[str]]:
     import pandas as pd
 
     df = pd.read_csv(csv_path, keep_default_na=False)
@@ -182,7 +183,7 @@ def previous_duckdb_cycle(root, state: str, facts: str, max_cer: float, batch: i
 
 
 def previous_choose_batch(connection, facts: str, max_cer: float, batch: int) -> pa.Table:
-    """Before issue 18's second round (kept to time it in the same run): the first ``batch``
+    """Before the key-window batch selection (kept to time it in the same run): the first ``batch``
     pending train keys (key order) with ``cer <= max_cer``.
 
     Joining all pending keys to the facts costs a hash table of every pending key; instead take the
@@ -222,12 +223,12 @@ def previous_choose_batch(connection, facts: str, max_cer: float, batch: int) ->
 def project_worker(pipe, root_path: str, state: str, facts: str, max_cer: float, batch: int) -> None:
     """Runs the project's cycles in a process of its own, on request: ``"new"`` or ``"previous"``.
 
-    The seed's cycle allocates and frees gigabytes in pandas; a DuckDB cycle run next in the same
-    process paid for it (0.13-0.16 s against 0.08-0.10 s on a fresh heap, measured step by step:
-    mostly connect and close). Each workflow runs in its own process in use, so here too.
+    The baseline's cycle allocates and frees gigabytes in pandas; a DuckDB cycle run next in the same
+    process paid for it (measured step by step: mostly connect and close). Each workflow runs in its
+    own process in use, so here too.
     """
     import duckdb
-    import pandas  # noqa: F401  DuckDB's Python binding imports it on first use (1.2 s here), untimed as in the seed's process
+    import pandas  # noqa: F401  DuckDB's Python binding imports it on first use, untimed as in the baseline's process
 
     import speechdata.hf.state  # noqa: F401
     from speechdata.io.storage import DataRoot
@@ -308,11 +309,11 @@ def main(argv: list[str] | None = None) -> None:
         )
         progress(f"{args.segments} segments; CSV {os.path.getsize(csv_path) / 1e6:.0f} MB")
 
-        # Cycles alternate (seed, project), ``--repeats`` times, each batch the next 10 000 pending
+        # Cycles alternate (baseline, project), ``--repeats`` times, each batch the next 10 000 pending
         # segments, as repeated uploads go; medians are compared. Untimed before each: write back
         # every dirty page, so neither cycle pays for the other's writes (DuckDB's commit syncs its
-        # log, which waited for the CSV the seed had just written).
-        seed_runs, duck_runs, previous_runs, duck_batches, previous_batches = [], [], [], [], []
+        # log, which waited for the CSV the baseline had just written).
+        baseline_runs, duck_runs, previous_runs, duck_batches, previous_batches = [], [], [], [], []
         same_keys = same_hours = True
         context = multiprocessing.get_context("spawn")
         pipe, child_pipe = context.Pipe()
@@ -325,17 +326,17 @@ def main(argv: list[str] | None = None) -> None:
             for _ in range(args.repeats):
                 os.sync()
                 started = time.perf_counter()
-                seed_hours, seed_keys = seed_cycle(csv_path, args.max_cer, args.batch)
-                seed_runs.append(time.perf_counter() - started)
+                baseline_hours, baseline_keys = baseline_cycle(csv_path, args.max_cer, args.batch)
+                baseline_runs.append(time.perf_counter() - started)
                 os.sync()
                 pipe.send("new")
                 seconds, duck_hours, duck_keys = pipe.recv()
                 duck_runs.append(seconds)
                 duck_batches.append((duck_hours, duck_keys))
-                progress(f"seed {seed_runs[-1]:.2f} s, duckdb {duck_runs[-1]:.3f} s")
-                same_keys &= seed_keys == duck_keys
-                same_hours &= set(seed_hours) == set(duck_hours) and all(
-                    abs(seed_hours[k] - duck_hours[k]) < 1e-6 for k in seed_hours
+                progress(f"baseline {baseline_runs[-1]:.2f} s, duckdb {duck_runs[-1]:.3f} s")
+                same_keys &= baseline_keys == duck_keys
+                same_hours &= set(baseline_hours) == set(duck_hours) and all(
+                    abs(baseline_hours[k] - duck_hours[k]) < 1e-6 for k in baseline_hours
                 )
             assert same_keys and same_hours, "the two cycles disagree"
             # The previous cycle on a fresh copy of the state (the copy untimed), as many batches.
@@ -353,9 +354,9 @@ def main(argv: list[str] | None = None) -> None:
             # DuckDB's parallel sum may add in another order: equal within 1e-6 hours.
             assert previous_keys == duck_keys
             assert all(abs(previous_hours[k] - duck_hours[k]) < 1e-6 for k in duck_hours)
-        seed_s, duck_s, previous_s = (statistics.median(runs) for runs in (seed_runs, duck_runs, previous_runs))
+        baseline_s, duck_s, previous_s = (statistics.median(runs) for runs in (baseline_runs, duck_runs, previous_runs))
 
-    speedup = ratio(seed_s, duck_s)
+    speedup = ratio(baseline_s, duck_s)
     emit(
         "publish_state",
         {
@@ -366,12 +367,12 @@ def main(argv: list[str] | None = None) -> None:
             "repeats": args.repeats,
         },
         {
-            "seed_csv_pandas_seconds": round(seed_s, 3),
+            "baseline_csv_pandas_seconds": round(baseline_s, 3),
             "duckdb_state_seconds": round(duck_s, 4),
-            "seed_seconds_each": [round(x, 3) for x in seed_runs],
+            "baseline_seconds_each": [round(x, 3) for x in baseline_runs],
             "duckdb_seconds_each": [round(x, 4) for x in duck_runs],
             "previous_duckdb_cycle_seconds": round(previous_s, 4),
-            "ratio_seed_over_duckdb": speedup,
+            "ratio_baseline_over_duckdb": speedup,
             "meets_target": bool(speedup and speedup >= TARGET_RATIO),
             "marked_uploaded": sum(len(keys) for _, keys in duck_batches),
             "same_selection_and_hours": same_keys and same_hours,

@@ -8,12 +8,12 @@ one process, on the same inputs:
 
 - ``ours``: :func:`speechdata.translation.segments.utterance_segments` (monotonic matching,
   conservative timeline, bilingual segments; all three levels);
-- ``seed``: the seed's approach as its README describes it: each chunk's tokens matched against ANY
+- ``baseline``: the original script as its README describes it: each chunk's tokens matched against ANY
   aligned word (start = earliest, end = latest match), an ``{english: chinese}`` dict, and a
   second-by-second scan emitting the chunks with ``end <= S + 1`` (unmatched chunks never emitted).
 
 Besides speed it counts matched chunks whose span differs from the words they were cut from
-(``misplaced_chunk_share``): the seed's rule misplaces chunks holding a word that occurs twice.
+(``misplaced_chunk_share``): the baseline's rule misplaces chunks holding a word that occurs twice.
 """
 
 from __future__ import annotations
@@ -65,20 +65,20 @@ def synthetic_utterances(n: int, seed: int) -> list[tuple[list[TimedUnit], Segme
     return utterances
 
 
-# --- the seed's approach ----------------------------------------------------------------------
+# --- the baseline's approach ----------------------------------------------------------------------
 
 _PUNCT = re.compile(r"[^\w\s]")
 
 
-def _seed_normalize(text: str) -> list[str]:
+def _baseline_normalize(text: str) -> list[str]:
     return _PUNCT.sub("", text.lower()).split()
 
 
-def seed_level(chunks: LevelChunks, words: list[TimedUnit]) -> tuple[list[tuple], list[dict]]:
-    aligned = [(_seed_normalize(w.text), w.start_ms / 1000.0, w.end_ms / 1000.0) for w in words]
+def baseline_level(chunks: LevelChunks, words: list[TimedUnit]) -> tuple[list[tuple], list[dict]]:
+    aligned = [(_baseline_normalize(w.text), w.start_ms / 1000.0, w.end_ms / 1000.0) for w in words]
     timed = []
     for chunk in chunks.english:
-        tokens = set(_seed_normalize(chunk))
+        tokens = set(_baseline_normalize(chunk))
         hits = [(s, e) for toks, s, e in aligned if any(t in tokens for t in toks)]
         timed.append((chunk, min(h[0] for h in hits), max(h[1] for h in hits)) if hits else (chunk, None, None))
     eng2zh = dict(zip(chunks.english, chunks.chinese))
@@ -120,22 +120,25 @@ def main(argv: list[str] | None = None) -> None:
         ours = [utterance_segments(seg, words) for words, seg, _ in utterances]
         ours_s = time.perf_counter() - started
         started = time.perf_counter()
-        seed = [
-            {level: seed_level(seg.levels[level], words) for level in LATENCY_LEVELS} for words, seg, _ in utterances
+        baseline = [
+            {level: baseline_level(seg.levels[level], words) for level in LATENCY_LEVELS}
+            for words, seg, _ in utterances
         ]
-        seed_s = time.perf_counter() - started
+        baseline_s = time.perf_counter() - started
         ours_segments = sum(len(r.segments) for levels in ours for r in levels.values())
-        seed_segments = sum(len(levels[lvl][1]) for levels in seed for lvl in LATENCY_LEVELS)
-        ours_bad = seed_bad = matched_ours = matched_seed = 0
-        for (_, _, truth), mine, theirs in zip(utterances, ours, seed):
+        baseline_segments = sum(len(levels[lvl][1]) for levels in baseline for lvl in LATENCY_LEVELS)
+        ours_bad = baseline_bad = matched_ours = matched_baseline = 0
+        for (_, _, truth), mine, theirs in zip(utterances, ours, baseline):
             for level in LATENCY_LEVELS:
                 spans = [(t.start_ms, t.end_ms) if t.matched else None for t in mine[level].timings]
                 bad, n = misplaced(spans, truth[level])
                 ours_bad, matched_ours = ours_bad + bad, matched_ours + n
                 spans = [None if e is None else (round(s * 1000), round(e * 1000)) for _, s, e in theirs[level][0]]
                 bad, n = misplaced(spans, truth[level])
-                seed_bad, matched_seed = seed_bad + bad, matched_seed + n
-        progress(f"ours {ours_s:.2f} s ({ours_segments} segments), seed {seed_s:.2f} s ({seed_segments} segments)")
+                baseline_bad, matched_baseline = baseline_bad + bad, matched_baseline + n
+        progress(
+            f"ours {ours_s:.2f} s ({ours_segments} segments), baseline {baseline_s:.2f} s ({baseline_segments} segments)"
+        )
     emit(
         "streaming_segments",
         {
@@ -148,11 +151,11 @@ def main(argv: list[str] | None = None) -> None:
         {
             "utt_per_s": round(args.utterances / ours_s, 1),
             "segments_per_s": round(ours_segments / ours_s, 1),
-            "seed_utt_per_s": round(args.utterances / seed_s, 1),
-            "seed_segments_per_s": round(seed_segments / seed_s, 1),
-            "ratio_utt_per_s_over_seed": ratio(args.utterances / ours_s, args.utterances / seed_s),
+            "baseline_utt_per_s": round(args.utterances / baseline_s, 1),
+            "baseline_segments_per_s": round(baseline_segments / baseline_s, 1),
+            "ratio_utt_per_s_over_baseline": ratio(args.utterances / ours_s, args.utterances / baseline_s),
             "misplaced_chunk_share": round(ours_bad / max(matched_ours, 1), 6),
-            "seed_misplaced_chunk_share": round(seed_bad / max(matched_seed, 1), 6),
+            "baseline_misplaced_chunk_share": round(baseline_bad / max(matched_baseline, 1), 6),
         },
     )
 

@@ -1,6 +1,6 @@
 """Silero VAD speed and VAD-chunked streaming throughput, each next to its baseline from the same run.
 
-Why: seed 001's VAD ran silero one file and one 32 ms window at a time, and its loader is only as
+Why: the original pipeline ran silero one file and one 32 ms window at a time, and its loader is only as
 fast as its decoding. This measures, on one process and one torch thread, in CPU seconds
 (``time.process_time``; the machine is shared, so wall time would measure the neighbours):
 
@@ -130,7 +130,7 @@ def land_mp3_shards(root: DataRoot, shards: int, files: int, file_s: float, seed
 
 
 def naive_chunks(dataset: VadChunkDataset) -> float:
-    """Seed-style baseline: decode each whole file, resample it, slice the loader's very chunks."""
+    """The baseline, as the original loader did it: decode each whole file, resample, slice the same chunks."""
     from speechdata.vad.chunks import chunk_rng, draw_chunk_starts
 
     seconds, n = 0.0, int(dataset.chunk_s * dataset.sample_rate)

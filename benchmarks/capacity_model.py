@@ -6,7 +6,7 @@ the sum of ``1 / rate`` of its stages; the platform's rate is the slower pool's,
 most expensive stage is the first bottleneck. A per-step fixed cost (a step pod starting, imports,
 model loading) is paid once per shard and step, so the shard size sets how much of it shows.
 
-CPU rates are the README's measured figures (one core, this VM; ``make bench``). GPU rates are
+CPU rates are the measured figures in docs/performance.md (one core; ``make bench``). GPU rates are
 estimates until ``python -m benchmarks.gpu_features`` runs on a GPU: model FLOPs per audio second
 over the GPU's dense bf16 peak times an assumed model FLOP utilisation (``--mfu``).
 
@@ -31,7 +31,7 @@ class Stage:
     source: str
 
 
-# Measured on one core (README "Measured figures"): audio seconds per CPU second.
+# Measured on one core (docs/performance.md, "Per-stage figures"): audio seconds per CPU second.
 MEASURED_CPU_STAGES = (
     Stage("raw_shards + normalized_audio", "cpu", 563.0, "bench_ingest: WAV+FLAC+MP3+Opus, FLAC storage"),
     Stage("vad_segments", "cpu", 516.0, "bench_vad: Silero batched"),
@@ -53,8 +53,8 @@ GPU_FLOPS_PER_AUDIO_S = {
 H100_DENSE_BF16_FLOPS = 989e12
 
 STEP_OVERHEAD_S = 45.0
-"""A step pod's fixed cost: scheduling + image already on the node + Python imports (NeMo's alone is
-~30 s here) + loading a model; paid by every step of every shard under the k8s_job_executor."""
+"""A step pod's fixed cost: scheduling + image already on the node + Python imports (NeMo's alone takes
+tens of seconds) + loading a model; paid by every step of every shard under the k8s_job_executor."""
 STEPS_PER_SHARD = 10
 
 
@@ -113,7 +113,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--gpus", type=int, default=8)
     parser.add_argument("--mfu", type=float, default=0.15, help="assumed model FLOP utilisation on the GPU")
     parser.add_argument("--shard-hours", type=float, default=10.0, help="audio hours per shard")
-    parser.add_argument("--table", action="store_true", help="print the README's markdown table instead")
+    parser.add_argument("--table", action="store_true", help="print the markdown table of docs/performance.md instead")
     args = parser.parse_args(argv)
     stages = MEASURED_CPU_STAGES + gpu_stages(args.mfu)
     if args.table:

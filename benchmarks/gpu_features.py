@@ -94,7 +94,7 @@ WAVLM_LARGE = dict(
     conv_bias=True,
 )
 TINY_LAYERS = 2
-TARGET_AUDIO_HOURS_PER_GPU_HOUR = 1000.0  # issue 18: alignment + Qwen + WavLM on one H100
+TARGET_AUDIO_HOURS_PER_GPU_HOUR = 1000.0  # the scale target: alignment + Qwen + WavLM on one H100
 CTC_PRECISIONS: dict[str, torch.dtype | None] = {"fp32": None, "bf16_autocast": torch.bfloat16}
 
 

@@ -121,7 +121,7 @@ def _demo(args) -> int:
     )
     failed |= not catalog_run.success
     _print_catalog(resources["catalog"], data_root)
-    failed |= not _publish_seed004_countries(data_root, instance, resources, defs)
+    failed |= not _publish_aligned_json_countries(data_root, instance, resources, defs)
     failed |= not _run_the_other_products(data_root, instance, resources, defs)
     print(
         "\nBrowse the runs, lineage and metadata: make dev, then open http://localhost:3000"
@@ -130,16 +130,16 @@ def _demo(args) -> int:
     return 1 if failed else 0
 
 
-def _publish_seed004_countries(data_root: DataRoot, instance, resources, defs) -> bool:
-    """Import a seed-004 corpus (aligned JSONs over long recordings), index its shards, build the HF dataset."""
+def _publish_aligned_json_countries(data_root: DataRoot, instance, resources, defs) -> bool:
+    """Land an aligned-JSON corpus, index its shards and build each country's HF dataset."""
     from assets.partitions import country_partitions
     from speechdata.hf.card import CARD_FILE
-    from speechdata.importers.seed004 import import_aligned_countries
-    from speechdata.testing.seed004 import SAMPLE_COUNTRIES, build_seed004_corpus
+    from speechdata.importers.aligned_json import import_aligned_countries
+    from speechdata.testing.aligned_json import SAMPLE_COUNTRIES, build_aligned_json_corpus
 
-    sources = data_root.path("_demo_sources/seed004")
+    sources = data_root.path("_demo_sources/aligned-json")
     if not data_root.fs.exists(sources):
-        build_seed004_corpus(sources, SAMPLE_COUNTRIES)
+        build_aligned_json_corpus(sources, SAMPLE_COUNTRIES)
     reports = import_aligned_countries(sources, data_root, sorted(SAMPLE_COUNTRIES))
     shards = [s for r in reports for s in r.shards]
     instance.add_dynamic_partitions(shard_partitions.name, shards)
@@ -155,7 +155,7 @@ def _publish_seed004_countries(data_root: DataRoot, instance, resources, defs) -
             run_config={"loggers": {"console": {"config": {"log_level": "DEBUG"}}}},
         )
         ok &= result.success
-        print(f"\n== {shard_id} (seed 004 import): per_shard_job {'ok' if result.success else 'FAILED'}")
+        print(f"\n== {shard_id} (aligned-JSON import): per_shard_job {'ok' if result.success else 'FAILED'}")
     dataset = resources["hf_dataset_settings"].dataset
     for country in sorted(SAMPLE_COUNTRIES):
         result = defs.resolve_job_def("hf_dataset_job").execute_in_process(
@@ -175,13 +175,14 @@ def _publish_seed004_countries(data_root: DataRoot, instance, resources, defs) -
     print(f'Load it: datasets.load_dataset("{dataset_dir}", "germany")')
     if not resources["hub"].enabled:
         print(
-            "Publishing to the Hub is off: set SPEECHDATA_HF_REPO_ID and HF_TOKEN to turn it on (README, Publishing)."
+            "Publishing to the Hub is off: set SPEECHDATA_HF_REPO_ID and HF_TOKEN to turn it on"
+            " (docs/hf-splits.md, Publishing to the Hub)."
         )
     return ok
 
 
 def _demo_segmentation(text: str) -> dict:
-    """A stand-in for the LLM's chunking (seed 002): English words in runs of 2 / 4 / all, each
+    """A stand-in for the LLM's chunking: English words in runs of 2 / 4 / all, each
     "translated" as a numbered placeholder. The demo shows the mechanics, not a translation."""
     words = text.split()
 

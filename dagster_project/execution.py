@@ -1,9 +1,9 @@
 """The executor switch: how a run's steps execute, chosen by ``SPEECHDATA_EXECUTOR``.
 
 - ``in_process`` (default; ``make dev``, a single machine): every step of a run in the run's own
-  process, so torch, NeMo and each model are loaded once per run instead of once per step (a
-  four-shard backfill: 90 s against 153 s multiprocess, ``benchmarks/bench_backfill_policy.py``).
-  GPU steps are still limited by the ``gpu`` pool across runs.
+  process, so torch, NeMo and each model are loaded once per run instead of once per step
+  (``benchmarks/bench_backfill_policy.py`` compares the executors; docs/performance.md has the
+  figures). GPU steps are still limited by the ``gpu`` pool across runs.
 - ``multiprocess``: each step in its own process on the run's machine, at most
   ``SPEECHDATA_MAX_CONCURRENT_STEPS`` at once (default: the CPU count, at most 4: every step process
   loads its own models). Worth it when steps are long and independent on a many-core machine.

@@ -11,7 +11,7 @@ from speechdata.hf.splits import SplitTargets
 
 
 class HfDatasetSettings(dg.ConfigurableResource):
-    """What the per-country Hugging Face dataset holds and how it is cut (seed 004)."""
+    """What the per-country Hugging Face dataset holds and how it is cut."""
 
     dataset: str = Field(DEFAULT_DATASET, description="Folder under hf/ and the dataset's pretty name.")
     min_duration_s: float = Field(3.0, description="Shorter segments are filtered (reason too_short).")

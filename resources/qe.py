@@ -18,7 +18,7 @@ _LOCK = threading.Lock()
 class MetricXResource(dg.ConfigurableResource):
     """MetricX-24 in QE mode (source + candidate, no reference): one error score in [0, 25] per pair.
 
-    ``model_path`` / ``tokenizer_path``: hub names or local folders (the seed downloads
+    ``model_path`` / ``tokenizer_path``: hub names or local folders (the original QE script downloads
     ``metricx-24-hybrid-xl-v2p6`` and ``mt5-xl``). ``tiny``: the tiny profile's small
     randomly-initialised ``MT5ForRegression`` and tokenizer, built and saved under
     ``model_cache_dir`` and loaded from there (scores not meaningful). Runs on ``torch_device``

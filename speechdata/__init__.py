@@ -30,11 +30,11 @@ _EXPORTS = {
     "SAMPLE_RATE": "speechdata.bridge.clock",
     "FRAME_RATE_HZ": "speechdata.bridge.clock",
     "SAMPLES_PER_FRAME": "speechdata.bridge.clock",
-    # ASR fine-tuning (seed 003): dataset, bucketed sampler, collate.
+    # ASR fine-tuning: dataset, bucketed sampler, collate.
     "AsrManifestDataset": "speechdata.asr.dataset",
     "collate_asr_batch": "speechdata.asr.dataset",
     "DurationBucketBatchSampler": "speechdata.asr.sampler",
-    # VAD-chunked streaming loader (seed 001).
+    # VAD-chunked streaming loader.
     "build_urls": "speechdata.vad.language_index",
     "VadChunkDataset": "speechdata.vad.loader",
     "vad_chunk_loader": "speechdata.vad.loader",

@@ -14,7 +14,7 @@ import os
 import sys
 
 COMMANDS = (
-    "speechdata.importers.cli",  # speechdata import seed003|seed004|granary|language-tars
+    "speechdata.importers.cli",  # speechdata import segment-tars|aligned-json|granary|language-tars
     "speechdata.catalog.cli",  # speechdata catalog
     "speechdata.alignment.mfa_corpus",  # speechdata mfa-corpus
     "speechdata.landing.cli",  # speechdata land

@@ -5,7 +5,8 @@ are integer milliseconds (rounded half up by ``seconds_to_ms``, docs/bridge-tupl
 
 - CTM as NeMo Forced Aligner (NFA) writes it (:func:`read_ctm`, and :func:`write_ctm` back);
 - Montreal Forced Aligner (MFA) long-format TextGrids, word tier only (:func:`read_textgrid`);
-- seed 004's ``<video_id>_<transcript_id>_aligned.json`` segment lists (:func:`read_aligned_json`).
+- per-country aligned-JSON corpora's ``<video_id>_<transcript_id>_aligned.json`` segment lists
+  (:func:`read_aligned_json`).
 
 Every malformed input raises :class:`AlignmentFormatError` naming the file and, where known, the
 1-based line. Imported units carry no score (``score`` is None: only our own aligner has one).
@@ -237,7 +238,7 @@ def read_textgrid(text_or_path: str | os.PathLike, source: str | None = None) ->
     return [TimedUnit(label, start_ms, end_ms) for start_ms, _tier, end_ms, label in timed]
 
 
-# --- seed 004 aligned JSON ---------------------------------------------------------------------
+# --- aligned JSON (per-country corpora) ---------------------------------------------------------
 
 ALIGNED_JSON_SUFFIX = "_aligned.json"
 _SEGMENT_FIELDS = {
@@ -340,7 +341,7 @@ def parse_aligned_segment(
 
 
 def read_aligned_json(text: str, source: str, country: str) -> list[AlignedSegment]:
-    """The segments of a seed-004 ``<video_id>_<transcript_id>_aligned.json``, in file order.
+    """The segments of an aligned-JSON ``<video_id>_<transcript_id>_aligned.json``, in file order.
 
     ``source`` is the file name (or path): it names the file in errors and gives ``video_id`` and
     ``transcript_id`` (see :func:`aligned_json_ids`). Two segments with the same key are an error.

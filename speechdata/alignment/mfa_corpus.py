@@ -1,6 +1,6 @@
 """Export a shard as a Montreal Forced Aligner corpus: ``<utt_id>.wav`` + ``<utt_id>.lab`` per utterance.
 
-For people who run MFA themselves (seed 002, section 2-3)::
+For people who run MFA themselves::
 
     mfa align <corpus_dir> english_us_arpa english_us_arpa <output_dir> --clean
 

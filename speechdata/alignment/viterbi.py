@@ -1,11 +1,12 @@
 """Exact CTC forced-alignment Viterbi, path-identical to NeMo's ``viterbi_decoding``.
 
 NeMo's aligner (``nemo.collections.asr.parts.utils.aligner_utils.viterbi_decoding``) loops over
-frames in Python with a dozen tensor ops per frame (~30 ms for a 250-frame utterance on one core).
+frames in Python with a dozen tensor ops per frame.
 This module runs the same recurrence, with the same float32 arithmetic and the same tie-breaking, in
-a compiled loop (numba, ``nogil``; the kernels are in :mod:`speechdata.alignment.kernels`), so it returns NeMo's path bit for bit, 170-260x faster on one
-core (``benchmarks/bench_viterbi.py``: ~0.2 ms per 10-20 s utterance at V = 1025). The first call
-in a process pays ~1-3 s once: importing numba and loading the kernel (compiled on first use and
+a compiled loop (numba, ``nogil``; the kernels are in :mod:`speechdata.alignment.kernels`), so it
+returns NeMo's path bit for bit, two orders of magnitude faster on one core
+(``benchmarks/bench_viterbi.py`` measures both; docs/performance.md has the figures). The first call
+in a process pays a one-off cost: importing numba and loading the kernel (compiled on first use and
 cached by numba under ``speechdata/__pycache__`` when writable, else recompiled per process).
 
 Conventions (NeMo's): for target tokens ``t_1..t_L`` (no blanks) the states are
@@ -25,8 +26,8 @@ What "exact" means here, step by step as NeMo does it (batch of one, float32):
   wins ties (stay, then ``u - 1``, then ``u - 2``), as ``torch.max`` does;
 * at the last frame ``U - 2`` wins a tie with ``U - 1`` (``torch.argmax``), then backpointers.
 
-Why not ``torchaudio.functional.forced_align``: its C++ kernel is fast (~0.5 ms per utterance,
-a third of this one's speed), but the torchaudio 2.11 CPU build behaves as if it kept "stay" when
+Why not ``torchaudio.functional.forced_align``: its C++ kernel is fast (though slower than this
+one), but the torchaudio 2.11 CPU build behaves as if it kept "stay" when
 the ``u - 1`` and ``u - 2`` candidates tie exactly and both beat "stay" (the upstream
 ``else if (x1 > x0 && x1 > x2)``), so it can return a clearly worse path: on a 4-frame hand-made
 case log-prob -23 against NeMo's (optimal) -4; with log-probs rounded to quarters, a worse path in
@@ -36,8 +37,8 @@ frame's log-prob, which breaks near-ties differently from NeMo. ``tests/unit/tes
 keeps the hand-made case; ``benchmarks/bench_viterbi.py`` reports torchaudio next to ours.
 
 Without numba (an optional dependency here, installed with nemo_toolkit[asr] through librosa) the
-same recurrence runs vectorised over states in numpy: same arithmetic, same paths, ~15-25x slower
-than numba and ~9-10x faster than NeMo.
+same recurrence runs vectorised over states in numpy: same arithmetic, same paths, an order of
+magnitude slower than numba and still faster than NeMo.
 """
 
 from __future__ import annotations
@@ -197,12 +198,12 @@ def ctc_viterbi_many(
 
     ``workers > 1`` runs a thread pool (capped at the CPU count) over contiguous chunks of items
     (about four per worker): the numba kernel releases the GIL. Not a process pool: pickling each
-    [T, V] log-prob matrix to a worker costs far more than aligning it (measured ~10x slower than
-    one thread). How much a second thread buys depends on the machine: the kernel reads most of the
-    [T, V] matrix (~1 MB per 15 s utterance at V = 1025), so it is memory-bound; on the 2-vCPU VM
-    this was built on, which gets no more memory throughput from two threads than from one, two
-    workers ran at 0.5-0.9x one worker (see ``benchmarks/bench_viterbi.py``; hosts with more
-    memory bandwidth per core were not measured).
+    [T, V] log-prob matrix to a worker costs far more than aligning it (slower than one thread). How
+    much a second thread buys depends on the machine: the kernel reads most of the [T, V] matrix (~1
+    MB per 15 s utterance at V = 1025), so it is memory-bound; on the 2-vCPU VM this was built on,
+    which gets no more memory throughput from two threads than from one, two workers were no faster
+    than one (``benchmarks/bench_viterbi.py`` measures it; hosts with more memory bandwidth per core
+    were not measured).
 
     With ``return_errors`` an :class:`AlignmentImpossible` takes that item's place in the result
     list; otherwise the first one (in input order) is raised.

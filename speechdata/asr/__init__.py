@@ -1,1 +1,1 @@
-"""ASR fine-tuning data (seed 003): 16 kHz FLAC, manifests, the bucketed sampler and the dataset."""
+"""ASR fine-tuning data: 16 kHz FLAC, manifests, the bucketed sampler and the dataset."""

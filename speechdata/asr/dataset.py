@@ -1,4 +1,4 @@
-"""The map-style ASR training dataset and its collate function (seed 003 §4 and §7).
+"""The map-style ASR training dataset and its collate function.
 
     dataset = AsrManifestDataset("/data/asr/manifests/train.parquet", tokenizer=model.tokenizer)
     sampler = DurationBucketBatchSampler(dataset.durations_s, dataset.languages, world_size=8,
@@ -116,7 +116,8 @@ def _read_audio(path: str) -> tuple[np.ndarray, int]:
 def collate_asr_batch(batch: Sequence[dict | None]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """``(signal [B, T] float32, signal_len [B] long, tokens [B, U] long, token_len [B] long)``,
     zero-padded, the tuple NeMo's RNNT/TDT ``training_step`` unpacks. ``None`` items are dropped; a
-    batch with nothing left is one 1-sample silent item with no tokens (the seed's placeholder)."""
+    batch with nothing left is one 1-sample silent item with no tokens (the original ASR pipeline's
+    placeholder)."""
     items = [item for item in batch if item is not None]
     if not items:
         return (

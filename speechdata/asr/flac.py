@@ -1,9 +1,9 @@
-"""Extract a shard's utterances as 16 kHz mono FLAC files for ASR training (seed 003 §4's inputs).
+"""Extract a shard's utterances as 16 kHz mono FLAC files for ASR training.
 
-The training job reads one FLAC per utterance from disk (seed 003: "each sample reads an extracted
-FLAC directly"), so this writes ``asr/flac/<shard_id>/<utt_id>.flac`` for every indexed utterance:
-cut to its segment, downmixed, resampled to 16 kHz, 16-bit. Output names come from the ``utt_id``
-(validated by the landing contract), never from a tar member name; tar members are audited first
+The training job reads one FLAC per utterance from disk, so this writes
+``asr/flac/<shard_id>/<utt_id>.flac`` for every indexed utterance: cut to its segment, downmixed,
+resampled to 16 kHz, 16-bit. Output names come from the ``utt_id`` (validated by the landing
+contract), never from a tar member name; tar members are audited first
 (:mod:`speechdata.io.safe_tar`) and an utterance whose member is unsafe is rejected with the reason.
 
 Alongside, ``shards/<shard_id>/asr_flac.parquet`` lists each file with its duration and a SHA-1 of

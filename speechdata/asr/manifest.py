@@ -1,4 +1,4 @@
-"""The ASR training manifests (seed 003 §2-3, including its hand-made ``v2`` step, as code).
+"""The ASR training manifests: the original pipeline's build steps, its hand-made ``v2`` step included.
 
 From every shard's utterance index joined with its extracted FLAC index, in polars (columnar, no
 per-row Python):

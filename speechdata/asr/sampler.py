@@ -1,18 +1,19 @@
-"""Duration-bucketed, language-balanced, duration-capped batches for DDP ASR training (seed 003, §5-6).
+"""Duration-bucketed, language-balanced, duration-capped batches for DDP ASR training.
 
-One epoch, exactly as the seed's ``DurationBucketBatchSampler`` builds it, in numpy:
+One epoch, exactly as the original ASR pipeline's ``DurationBucketBatchSampler`` builds it, in numpy:
 
 1. Bucket every utterance by duration: ``bucket = bisect_right(boundaries_s, duration)``.
 2. Weight languages with temperature ``T``: ``p_lang ∝ count_lang ** T`` (``T <= 0``: uniform),
    and give each utterance ``w = p_lang / (count_lang / total)``.
 3. Inside each bucket order utterances by ``U ** (1 / max(w, 1e-12))`` descending (``U`` uniform in
    [0, 1)): a weighted random ordering without replacement, heavier languages first. Ties go to the
-   larger index, as the seed's ``sort(reverse=True)`` over ``(key, index)`` pairs does.
+   larger index, as the original ASR pipeline's ``sort(reverse=True)`` over ``(key, index)`` pairs does.
 4. Greedily pack each bucket's ordering into batches: a batch closes when the next utterance would
    take its total past ``max_batch_duration_s`` (a single longer utterance makes a batch of its own).
-5. Concatenate the buckets' batches (buckets in order of first appearance, as the seed's dict does),
-   sort them stably by cost ``len(batch) * max duration`` descending, keep the largest multiple of
-   ``world_size``, and deal them round-robin: rank ``r`` gets batches ``r, r + world, ...``.
+5. Concatenate the buckets' batches (buckets in order of first appearance, as the original ASR
+   pipeline's dict does), sort them stably by cost ``len(batch) * max duration`` descending, keep the
+   largest multiple of ``world_size``, and deal them round-robin: rank ``r`` gets batches ``r, r +
+   world, ...``.
 6. Trim each rank's list to a multiple of ``grad_accum`` and shuffle it.
 
 Randomness: ``np.random.default_rng(seed + epoch)`` draws ``U`` for utterance ``i`` as
@@ -22,12 +23,12 @@ the same global batch list, so ranks agree without communicating.
 Durations are compared in integer milliseconds (rounded half up) so that packing is exact: with float
 seconds, whether thirty 3.0 s clips fit a 90 s cap would depend on the order of the additions.
 
-A finding about the seed's semantics (tests/unit/test_asr_sampler.py shows it): because every
+A finding about the original algorithm (tests/unit/test_asr_sampler.py shows it): because every
 utterance of every bucket is packed, and batches are then re-sorted by cost and shuffled, step 3 changes
 *which utterances share a batch* but hardly the language mix of the epoch; only the trimmed tail
 (the cheapest batches, where down-weighted languages collect) moves it. ``epoch_fraction < 1`` keeps
 only the first fraction of each bucket's weighted ordering, which turns step 3 into real temperature
-sampling; ``epoch_fraction = 1`` (the default) is the seed.
+sampling; ``epoch_fraction = 1`` (the default) is the original algorithm.
 """
 
 from __future__ import annotations
@@ -77,7 +78,7 @@ def weighted_bucket_order(bucket_ids: np.ndarray, weights: np.ndarray, uniforms:
 
 
 def _argsort_descending_ties_by_position(values: np.ndarray) -> np.ndarray:
-    """Stable descending argsort. Introsort is ~2x faster than numpy's stable float sort, and exact
+    """Stable descending argsort. Introsort is faster than numpy's stable float sort, and exact
     ties are rare (equal uniforms, or keys that underflow to 0), so fix them only when present."""
     order = np.argsort(-values, kind="quicksort")
     ordered = values[order]
@@ -162,7 +163,8 @@ class DurationBucketBatchSampler:
     def _prepare_buckets(self) -> None:
         """What every epoch shares: bucket membership, its order, sizes and each utterance's exponent."""
         n = self.durations_ms.shape[0]
-        # Bucket ids renumbered by first appearance, so batches concatenate in the seed's dict order.
+        # Bucket ids renumbered by first appearance, so batches concatenate in the original ASR
+        # pipeline's dict order.
         present, first_seen = np.unique(self.bucket_ids, return_index=True)
         appearance_rank = np.empty(present.shape[0], np.int64)
         appearance_rank[np.argsort(first_seen, kind="stable")] = np.arange(present.shape[0])

@@ -8,7 +8,8 @@ The hash is :func:`speechdata.asr.manifest.stable_hash_column`'s (DuckDB's
 ``md5_number_lower(salt || key)``: the low 64 bits of the MD5, read little-endian), computed by
 :class:`SaltedMd5` on one DuckDB connection per build and from DuckDB's hex ``md5``: its
 characters 16-31 are bytes 8-15, whose little-endian ``u64`` is the value. ``md5_number_lower``
-costs 3x ``md5`` on short keys, and a connection as much as hashing 100 000 keys.
+costs several ``md5`` calls on short keys, and opening a connection costs as much as hashing many
+thousands of keys.
 """
 
 from __future__ import annotations

@@ -1,14 +1,15 @@
-"""Transcript cleaning for ASR targets (seed 003 §3), as polars expressions: no per-row Python.
+"""Transcript cleaning for ASR targets, as polars expressions: no per-row Python.
 
-The seed's ``clean_text`` removes bracket tags, deletes Latin and Indic punctuation and collapses
-whitespace; the language tag is then prepended (``<|hi|> ...``). Three deliberate differences, each
-because the seed's output was wrong on real text:
+The original ASR pipeline's ``clean_text`` removes bracket tags, deletes Latin and Indic punctuation
+and collapses whitespace; the language tag is then prepended (``<|hi|> ...``). Three deliberate
+differences, each because the original ASR pipeline's output was wrong on real text:
 
-* Nested tags (``[laugh [loud]] hi``) are removed whole. The seed's non-greedy ``\\[.*?\\]`` stops at
-  the first ``]`` and leaves ``] hi``. Tags are removed innermost first, :data:`TAG_NESTING_DEPTH` levels.
-* Punctuation becomes a space, not nothing: the seed turns ``है।वह`` into one word ``हैवह`` and
-  ``well-known`` into ``wellknown``. Apostrophes inside words are still deleted (``don't`` -> ``dont``),
-  as the seed does, so contractions stay one token.
+* Nested tags (``[laugh [loud]] hi``) are removed whole. The original ASR pipeline's non-greedy
+  ``\\[.*?\\]`` stops at the first ``]`` and leaves ``] hi``. Tags are removed innermost first,
+  :data:`TAG_NESTING_DEPTH` levels.
+* Punctuation becomes a space, not nothing: the original ASR pipeline turns ``है।वह`` into one word
+  ``हैवह`` and ``well-known`` into ``wellknown``. Apostrophes inside words are still deleted
+  (``don't`` -> ``dont``), as the original ASR pipeline does, so contractions stay one token.
 * Unicode is NFC-normalized first, so the same word typed with combining marks or precomposed
   characters (common in Devanagari and Bengali input methods) becomes one target string.
 """
@@ -25,8 +26,9 @@ from speechdata.asr.nfc_check import may_change_under_nfc_pattern
 TAG_NESTING_DEPTH = 3
 _INNERMOST_TAG = r"\[[^\[\]]*\]"
 _APOSTROPHES = r"['’‘`]"
-# The seed's set (Latin, danda U+0964, double danda U+0965, the ideographic full stop) plus stray
-# brackets, curly quotes and guillemets, the Devanagari abbreviation sign and Arabic-script marks.
+# The original ASR pipeline's set (Latin, danda U+0964, double danda U+0965, the ideographic full
+# stop) plus stray brackets, curly quotes and guillemets, the Devanagari abbreviation sign and
+# Arabic-script marks.
 _PUNCTUATION = r"।॥॰.,!?;:\"\-—–()…%/+=$*@#&_^>|\\<~。、，！？：；“”«»„\[\]{}۔،؟"
 _PUNCTUATION_OR_SPACE = rf"[\s{_PUNCTUATION}]+"
 # The same replacement as ``_PUNCTUATION_OR_SPACE`` -> " ", without matching the lone ASCII spaces

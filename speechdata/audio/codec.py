@@ -3,9 +3,9 @@
 Everything the platform stores is 24 kHz mono (Mimi's rate). Decoding goes through soundfile
 (libsndfile reads WAV, FLAC, MP3 and Ogg/Opus). Resampling uses soxr or
 torchaudio; ``benchmarks/bench_resample.py`` measures both at every common source rate. soxr's HQ
-preset is the default everywhere: it is 2.4x faster from 48 kHz (Opus and most web audio) and
-1.15x from 8 kHz, torchaudio's sharpest kernel at comparable cost is within about 12 % of it at
-16-44.1 kHz (the sign flips between runs), and soxr rejects aliasing by ~140 dB against ~82 dB.
+preset is the default everywhere: it is clearly faster from 48 kHz (Opus and most web audio) and
+from 8 kHz, torchaudio's sharpest kernel at comparable cost is close to it at 16-44.1 kHz (which
+one leads changes between runs), and soxr's stopband is much deeper (docs/performance.md).
 torchaudio stays available for tensors already on a GPU.
 """
 
@@ -84,8 +84,9 @@ def downmix_to_mono(samples: np.ndarray) -> np.ndarray:
     channels = samples.shape[1]
     if channels == 1:
         return samples[:, 0]
-    # Column adds, not ``mean(axis=1)``: numpy's strided reduction over a short inner axis is ~7x slower.
-    # The first add allocates the sum (no copy of channel 0 first); same float32 additions in the same order.
+    # Column adds, not ``mean(axis=1)``: numpy's strided reduction over a short inner axis is
+    # several times slower. The first add allocates the sum (no copy of channel 0 first); same
+    # float32 additions in the same order.
     total = np.add(samples[:, 0], samples[:, 1])
     for channel in range(2, channels):
         total += samples[:, channel]
@@ -157,7 +158,7 @@ def encode_flac(samples: np.ndarray, sample_rate: int, subtype: str = "PCM_16") 
     """Encode mono float samples as FLAC; values beyond full scale are clipped, not wrapped."""
     buffer = io.BytesIO()
     if subtype == "PCM_16":
-        # Quantize in numpy: ~7 % faster than libsndfile's float conversion, and the same rounding as pcm16.
+        # Quantize in numpy: faster than libsndfile's float conversion, and the same rounding as pcm16.
         clipped = quantize_pcm16(samples)
     else:
         clipped = np.clip(samples, -1.0, 1.0)

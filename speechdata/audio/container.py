@@ -106,7 +106,7 @@ def _binary_array(payloads: list[bytes | np.ndarray], sizes_bytes: list[int]) ->
 
     ``pa.array`` appends value by value into a doubling buffer (the row group's audio copied about
     twice over); a buffer from Arrow's pool rather than ``b"".join`` matters as much: parquet writes a
-    column over Python-owned bytes to a Python file twice as slowly (measured, docs/performance.md 2.).
+    column over Python-owned bytes to a Python file markedly more slowly (docs/performance.md, packing).
     """
     lengths = np.array(sizes_bytes, np.int64)
     total_bytes = int(lengths.sum())

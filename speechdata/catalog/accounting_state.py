@@ -1,9 +1,9 @@
 """Per-shard accounting kept in the catalog, so that a refresh recounts only the shards that changed.
 
 The ``product_accounting`` and ``product_rejects`` views read every shard's landing metadata,
-product indexes, manifest and rejects ledgers at each query: 0.9 ms per shard, 18 s at 20 000
-shards, and ``manifest_catalog`` showed both after every shard. The catalog now also keeps their
-rows per shard:
+product indexes, manifest and rejects ledgers at each query, a cost that grows with the shard count,
+and ``manifest_catalog`` showed both after every shard (docs/performance.md has the figures). The
+catalog now also keeps their rows per shard:
 
 * ``catalog_accounting_shards`` (``shard``, ``inputs_sha256``): the digest of the path, size and
   fingerprint of every file the shard's accounting reads;

@@ -1,1 +1,1 @@
-"""Per-country Hugging Face datasets: splits, publishing state, Hub-layout files, cards and upload (seed 004)."""
+"""Per-country Hugging Face datasets: splits, publishing state, Hub-layout files, cards and upload."""

@@ -7,10 +7,11 @@ Layout under ``hf/<dataset>/`` (what the Hub stores after ``push_to_hub``)::
     <country>/validation-00000-of-00001.parquet
     <country>/train_1-00000-of-00003.parquet ...    one split per train subset, each within the size budget
 
-Rows follow seed 004's features (:func:`hf_features`). Audio is cut from the landed long recording,
-downmixed to mono and stored as 16-bit FLAC at the country's sample rate: the configured one, or
-else the rate that carries most of the country's usable audio (fixed at the first build and kept in
-the state, so every file of a country agrees; recordings at other rates are resampled with soxr).
+Rows follow the published dataset's features (:func:`hf_features`). Audio is cut from the landed
+long recording, downmixed to mono and stored as 16-bit FLAC at the country's sample rate: the
+configured one, or else the rate that carries most of the country's usable audio (fixed at the first
+build and kept in the state, so every file of a country agrees; recordings at other rates are
+resampled with soxr).
 
 Segments are streamed one recording at a time into parquet writers, so memory holds one
 recording's encoded segments, whatever the size of the country. ``test`` and ``validation`` are
@@ -46,7 +47,7 @@ DEFAULT_DATASET = "speech-segments"
 
 
 def hf_features(sample_rate: int) -> datasets.Features:
-    """Seed 004's target schema, with the sampling rate found in the data."""
+    """The published dataset's schema, with the sampling rate found in the data."""
     # Imported here: `datasets` costs ~3 s, and every Dagster step process imports this module.
     import datasets
 

@@ -1,4 +1,4 @@
-"""Upload a country's dataset files to the Hugging Face Hub, resumably (seed 004 phase 2).
+"""Upload a country's dataset files to the Hugging Face Hub, resumably.
 
 The state database says which files are ``pending``, ``uploaded``, in ``error`` or ``deleted``
 (replaced locally, still on the Hub). A run commits each split (``test``, ``validation``, each

@@ -1,7 +1,7 @@
 """A country's segments, the filters that decide which are published, and the split assignment step.
 
 Segments come from every shard's utterance index (``raw_shards``): rows of that country that met
-the landing contract. Seed-004 shards carry ``video_id``, ``transcript_id``, ``human_text``,
+the landing contract. Shards landed from aligned JSON carry ``video_id``, ``transcript_id``, ``human_text``,
 ``asr_text``, ``cer`` and the transcript indices; other shards publish too, with ``text`` as the
 human transcript, the audio file as the recording and nulls where they have no value.
 """
@@ -65,8 +65,8 @@ def country_segments(data_root: DataRoot, country: str) -> pa.Table:
             names = set(pq.ParquetFile(handle).schema_arrow.names)
             handle.seek(0)
             table = read_parquet_handle(handle, [c for c in [*_INDEX_COLUMNS, "extra"] if c in names])
-        # Seed 004's own fields ride in the landed metadata's ``extra`` namespace.
-        table = unpack_extras(table, [f for f in SEGMENT_SCHEMA if f.name in _SEED_FIELDS])
+        # The aligned JSON's own fields ride in the landed metadata's ``extra`` namespace.
+        table = unpack_extras(table, [f for f in SEGMENT_SCHEMA if f.name in _ALIGNED_JSON_FIELDS])
         table = table.filter(pc.equal(table["country"], country)) if "country" in names else table.slice(0, 0)
         if table.num_rows:
             pieces.append(_as_segments(table, shard_id))
@@ -75,7 +75,7 @@ def country_segments(data_root: DataRoot, country: str) -> pa.Table:
     return pa.concat_tables(pieces).sort_by("key")
 
 
-_SEED_FIELDS = (
+_ALIGNED_JSON_FIELDS = (
     "video_id",
     "transcript_id",
     "human_text",
@@ -198,7 +198,7 @@ def refresh_split_assignments(
     targets: SplitTargets = SplitTargets(),
     seed: int = 0,
 ) -> AssignmentSummary:
-    """Record every segment of ``country`` and assign every new recording to a split (seed 004 phase 1).
+    """Record every segment of ``country`` and assign every new recording to a split.
 
     Existing recordings keep their split; their usable duration is brought up to date. Segments
     not yet written to a dataset file get their filter status recomputed with ``limits``.
@@ -286,7 +286,7 @@ def refresh_split_assignments(
 def _recording_sizes(
     data_root: DataRoot, segments: pa.Table, rows: dict[str, int], summary: AssignmentSummary
 ) -> dict[str, float]:
-    """Size in MB of each recording's landed file (the seed's ``size_mb``)."""
+    """Size in MB of each recording's landed file (the original publishing script's ``size_mb``)."""
     sizes: dict[str, float] = {}
     by_shard: dict[str, list[tuple[str, str]]] = {}
     for recording_id, row in rows.items():

@@ -93,6 +93,7 @@ def split_shares(durations_s: Mapping[str, float], splits: Mapping[str, str]) ->
 
 
 def train_subset_name(subset_id: int) -> str:
-    """``train_<n>``. The seed's ``train-<n>`` is not a valid split name for ``datasets``
-    (split names must match ``\\w+(\\.\\w+)*``), so the hyphen becomes an underscore."""
+    """``train_<n>``. The original publishing script's ``train-<n>`` is not a valid split name for
+    ``datasets`` (split names must match ``\\w+(\\.\\w+)*``), so the hyphen becomes an
+    underscore."""
     return f"{TRAIN}_{subset_id}"

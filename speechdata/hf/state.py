@@ -1,10 +1,11 @@
-"""The publishing state of one country's dataset, in DuckDB (the seed's CSV manifests, made transactional).
+"""One country's publishing state in DuckDB: the original script's CSV manifests, made transactional.
 
 One database per country (``hf/_state/<dataset>/<country>.duckdb``), so countries publish in
 parallel without contending for one writer. Three tables:
 
-- ``recordings``: one row per source recording: ``duration_hours`` and ``size_mb`` (the seed's
-  ``_splits.csv``), its ``split`` (never changed once set) and, for train, its ``subset_id``.
+- ``recordings``: one row per source recording: ``duration_hours`` and ``size_mb`` (the original
+  publishing script's ``_splits.csv``), its ``split`` (never changed once set) and, for train, its
+  ``subset_id``.
 - ``segments``: one row per segment key: recording, ``split``, ``subset_id``, the dataset file it
   is in, ``status`` (``pending`` = written locally, ``uploaded``, ``filtered`` with ``reason``,
   ``error`` with ``error_message``).

@@ -9,8 +9,8 @@ import sys
 from speechdata.landing.contract import ContractError
 
 FORMATS = {
-    "seed003": "speechdata.importers.seed003",
-    "seed004": "speechdata.importers.seed004",
+    "segment-tars": "speechdata.importers.segment_tars",
+    "aligned-json": "speechdata.importers.aligned_json",
     "granary": "speechdata.importers.granary",
     "language-tars": "speechdata.importers.language_tars",
 }
@@ -23,7 +23,7 @@ def register(subparsers) -> None:
     """The ``speechdata import`` command and its per-format subcommands."""
     parser = subparsers.add_parser(
         "import",
-        help="land a source dataset as landing shards (seed003, seed004, granary, language-tars)",
+        help="land a source dataset as landing shards (segment-tars, aligned-json, granary, language-tars)",
         description="Land a source dataset as shards under landing/ in the data root, each marked _SUCCESS last.",
         epilog='example:\n  speechdata import granary "$DATA_ROOT" granary-0001 train-00000.parquet --language en',
         formatter_class=argparse.RawDescriptionHelpFormatter,

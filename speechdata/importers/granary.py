@@ -1,12 +1,13 @@
 """Import Granary-style parquet (audio bytes + transcript per row) into a landing shard.
 
-Seed 002's "ASR-only parquet files": one row per utterance with the encoded audio in a column (a
-Hugging Face ``Audio`` struct ``{bytes, path}`` or plain binary) and the transcript in another. The
-shard lands in the landing contract (docs/landing-contract.md): the audio members in ``landing/<shard>/audio.tar``
-(one object, not one per utterance), ``metadata.parquet``, then ``_SUCCESS``. Other scalar columns
-are carried through. Nothing is dropped here: a row without audio bytes is landed with a null
-``audio_path`` and ``raw_shards`` rejects it (``missing_audio_path``); bytes no decoder reads are
-``audio_unreadable`` there. Row groups are streamed, so a large file is never held whole.
+The translation corpus's "ASR-only parquet files": one row per utterance with the encoded audio in a
+column (a Hugging Face ``Audio`` struct ``{bytes, path}`` or plain binary) and the transcript in
+another. The shard lands in the landing contract (docs/landing-contract.md): the audio members in
+``landing/<shard>/audio.tar`` (one object, not one per utterance), ``metadata.parquet``, then
+``_SUCCESS``. Other scalar columns are carried through. Nothing is dropped here: a row without audio
+bytes is landed with a null ``audio_path`` and ``raw_shards`` rejects it (``missing_audio_path``);
+bytes no decoder reads are ``audio_unreadable`` there. Row groups are streamed, so a large file is
+never held whole.
 
     python -m speechdata.importers.granary DATA_ROOT SHARD_ID FILE.parquet [--language en]
 """
@@ -89,8 +90,8 @@ def import_granary_parquet(
     """Land ``source_url`` (a parquet file, any fsspec URL) as shard ``shard_id``.
 
     ``utt_id`` is ``id_column``'s value when given (``raw_shards`` rejects ids that break the
-    contract), else ``<id_prefix>_<row:06d>`` (``utt_000123``, the seed's naming). The transcript is
-    ``text_column``, else the first of :data:`TEXT_COLUMN_CANDIDATES` present.
+    contract), else ``<id_prefix>_<row:06d>`` (``utt_000123``, the translation corpus's naming). The
+    transcript is ``text_column``, else the first of :data:`TEXT_COLUMN_CANDIDATES` present.
     """
     if not layout.is_valid_shard_id(shard_id):
         raise ValueError(f"shard id {shard_id!r} must match {layout.SHARD_ID_PATTERN.pattern}")

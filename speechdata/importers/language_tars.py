@@ -1,15 +1,15 @@
-"""Importer for seed 001's layout: tars of mixed-language audio plus a language index, into landing shards.
+"""Import language-indexed tars (mixed-language audio plus a language index) into landing shards.
 
 Source layout::
 
-    <tars>/<...N...>.tar        audio files (mp3 in the seed; any libsndfile format works), many
+    <tars>/<...N...>.tar        audio files (mp3 originally; any libsndfile format works), many
                                 languages per tar; N, the tar number, is the last run of digits in the name
-    lid_index                   {(tar_number, filename): language}: seed 001's ``lid_index.pkl``, or a
+    lid_index                   {(tar_number, filename): language}: the corpus's ``lid_index.pkl``, or a
                                 parquet/CSV/JSON table with columns tar_number, filename, language
     vad cache (optional)        per tar, {filename: {"segments": [(start_s, end_s), ...]}}
 
-``filename`` is matched the way the seed's loader looked it up (the sample's WebDataset key) and,
-failing that, as the member's name, its base name, or its base name without extension.
+``filename`` is matched the way the original streaming loader looked it up (the sample's WebDataset
+key) and, failing that, as the member's name, its base name, or its base name without extension.
 
 Each source tar becomes one landing shard ``<prefix>-<NNNNNN>`` (docs/landing-contract.md):
 ``audio.tar`` with members renamed ``<utt_id>.<ext>`` (bytes untouched, deterministic headers),
@@ -92,7 +92,7 @@ def import_language_tar(
     *,
     vad_cache: VadCache | None = None,
     shard_prefix: str = "lid",
-    source: str = "seed001",
+    source: str = "language-tars",
 ) -> ImportedShard:
     """Land one source tar as the shard ``<shard_prefix>-<tar number, 6 digits>``."""
     number = tar_number_of(source_tar)
@@ -164,7 +164,7 @@ def _unique_id(candidate: str, used: set[str]) -> str:
 
 
 def load_language_index(url: str) -> dict[tuple[int, str], str]:
-    """Seed 001's ``lid_index.pkl`` (trusted sources only), or a parquet/CSV/JSON table of it."""
+    """The corpus's ``lid_index.pkl`` (trusted sources only), or a parquet/CSV/JSON table of it."""
     if url.endswith(".pkl"):
         with fsspec.open(url, "rb") as handle:
             raw = pickle.load(handle)
@@ -184,7 +184,7 @@ def load_language_index(url: str) -> dict[tuple[int, str], str]:
 
 
 def pickled_vad_cache(url_for_tar: Callable[[int], str]) -> VadCache:
-    """A VAD cache of one pickle per tar (seed 001's ``load_vad_shard``), None where a tar has none."""
+    """A VAD cache of one pickle per tar (the original ``load_vad_shard``), None where a tar has none."""
 
     def load(number: int) -> Mapping[str, dict] | None:
         url = url_for_tar(number)
@@ -204,7 +204,7 @@ def import_language_tars(
     return [import_language_tar(data_root, url, language_index, **options) for url in sorted(source_tars)]
 
 
-DESCRIPTION = "Land seed 001's mixed-language tars as shards."
+DESCRIPTION = "Land mixed-language tars with a language index (lid_index) as shards."
 EPILOG = """example:
   speechdata import language-tars 'raw/*.tar' --index lid_index.pkl --vad-cache 'vad/{number:06d}.pkl'"""
 

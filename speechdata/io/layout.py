@@ -158,7 +158,7 @@ def hf_state_database(dataset: str, country: str) -> str:
     return f"{HF}/_state/{dataset}/{country}.duckdb"
 
 
-# --- translation (seed 002) ----------------------------------------------------------------------
+# --- translation ----------------------------------------------------------------------
 
 TRANSLATION = "translation"
 
@@ -179,7 +179,7 @@ def streaming_segments(shard_id: str) -> str:
 
 
 def streaming_segments_json(shard_id: str, utt_id: str) -> str:
-    """One utterance's streaming segments in the seed's per-utterance JSON format."""
+    """One utterance's streaming segments in the original per-utterance JSON format."""
     return f"{TRANSLATION}/segments/shard={shard_id}/json/{utt_id}.json"
 
 

@@ -1,7 +1,7 @@
 """Start a long sequential write's trip to disk as it goes, so its dirty pages stay bounded.
 
 Without it, a tar of 0.7-1 GB ends in the page cache and is written back all at once, by the
-``fsync`` that makes it durable (about 1 ms per packed utterance waited for at the end here), or,
+``fsync`` that makes it durable (a wait at the end that grows with the tar), or,
 past the kernel's dirty limit (20 % of memory), the writer is throttled mid-run to the disk's
 speed. Both make the cost per utterance depend on the shard's size. The classic streaming-write
 pattern keeps the disk busy all along instead: after every window of ``window_bytes`` written,

@@ -3,7 +3,7 @@
 Each utterance concatenates one to three clips of one language with random silence around and
 between them, encoded in a rotating mix of formats (WAV, FLAC, MP3, Ogg/Opus), sample rates and
 channel counts. Some shards also carry long recordings described by ``start_s``/``end_s`` segments
-(the layout of seed 004). Everything is seeded, so the same arguments give the same shard.
+(the aligned-JSON corpus layout). Everything is seeded, so the same arguments give the same shard.
 """
 
 from __future__ import annotations

@@ -1,1 +1,1 @@
-"""Streaming-translation segments from forced alignments, MetricX QE and filtered pairs (seed 002)."""
+"""Streaming-translation segments from forced alignments, MetricX QE and filtered pairs."""

@@ -1,4 +1,4 @@
-"""QE scores and filtered streaming pairs for one shard (seed 002, sections 10.2-10.4).
+"""QE scores and filtered streaming pairs for one shard.
 
 ``qe_scores``: the shard's segments flattened to MetricX JSONL (``source`` = English segment,
 ``hypothesis`` = Chinese segment, plus ``utt_id``, ``latency``, ``segment_index``, ``emit_ms``),

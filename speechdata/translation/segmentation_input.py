@@ -1,6 +1,7 @@
 """LLM segmentation inputs: per utterance, English/Chinese chunk lists at three latency levels.
 
-Seed 002's format, one JSON file per utterance, landed at ``landing/<shard>/segmentation/<utt_id>.json``
+The LLM step's format, one JSON file per utterance, landed at
+``landing/<shard>/segmentation/<utt_id>.json``
 (:func:`speechdata.io.layout.landing_segmentation_dir`)::
 
     {"low_latency":    {"English": ["which", "sites", ...], "Chinese": ["哪些", "网站", ...]},
@@ -8,8 +9,8 @@ Seed 002's format, one JSON file per utterance, landed at ``landing/<shard>/segm
      "high_latency":   {"English": [...], "Chinese": [...]}}
 
 The two lists of a level are parallel: ``Chinese[i]`` translates ``English[i]``. Pairing is by
-position, never through an ``{english: chinese}`` dict as in the seed's script (a repeated English
-chunk would take the last translation for every occurrence). Anything else is a
+position, never through an ``{english: chinese}`` dict as in the original translation script (a
+repeated English chunk would take the last translation for every occurrence). Anything else is a
 :class:`SegmentationError` with a stable ``reason`` code, which the stage records as a reject.
 """
 
@@ -101,7 +102,9 @@ def read_segmentation(data: bytes | str, source: str) -> Segmentation:
 
 
 def segmentation_json(segmentation: Segmentation) -> str:
-    """The seed's JSON for a :class:`Segmentation` (what an LLM step writes; used by tests and tools)."""
+    """The original translation script's JSON for a :class:`Segmentation`.
+
+    What an LLM step writes; used by tests and tools."""
     document = {
         level: {SOURCE_LANGUAGE: list(chunks.english), TARGET_LANGUAGE: list(chunks.chinese)}
         for level, chunks in segmentation.levels.items()

@@ -1,4 +1,4 @@
-"""Streaming translation segments: LLM chunks placed on forced-aligned word times (seed 002).
+"""Streaming translation segments: LLM chunks placed on forced-aligned word times.
 
 Three steps per utterance and latency level:
 
@@ -10,9 +10,9 @@ Three steps per utterance and latency level:
    matches, the chunk's tokens are matched one by one to whole words in order inside the same window
    (``partial``: an LLM that rewrote "2" as "two" still gets "apples" placed). A chunk with no match
    has no times (``none``). The cursor only moves forward, so a repeated word lands on its right
-   occurrence; the seed's "any word that matches" would give every "the" the first "the"'s time.
-   The window grows by the tokens of chunks left unmatched since the last match, so one chunk the
-   transcript does not contain cannot strand the rest of the utterance.
+   occurrence; the original translation script's "any word that matches" would give every "the" the
+   first "the"'s time. The window grows by the tokens of chunks left unmatched since the last match,
+   so one chunk the transcript does not contain cannot strand the rest of the utterance.
 2. **Conservative emission timeline.** A chunk is emitted at second ``S`` (a multiple of ``step``)
    when it has fully finished: ``end <= S + step``, i.e. at the first such ``S``. Emission keeps chunk
    order (a chunk is never emitted before the one it follows). An unmatched chunk is emitted with the
@@ -209,7 +209,7 @@ class LevelSegments:
 
 
 def join_source(chunks: list[str]) -> str:
-    """English chunks joined with single spaces (the seed's rule for the source side)."""
+    """English chunks joined with single spaces (the original script's rule for the source side)."""
     return " ".join(" ".join(chunks).split())
 
 
@@ -280,7 +280,7 @@ def _seconds(ms: int | None) -> float | None:
 
 
 def utterance_document(utt_id: str, text: str, levels: dict[str, LevelSegments], step_ms: int) -> dict:
-    """The seed's per-utterance JSON (``utt_id``, ``original_text``, ``source_<level>``,
+    """The original script's per-utterance JSON (``utt_id``, ``original_text``, ``source_<level>``,
     ``target_<level>``), plus ``emit_s_<level>`` (when each segment is emitted, parallel to the
     segment lists) and ``chunks_<level>`` (each chunk's translation, start/end in seconds or null,
     emission second and match kind)."""

@@ -1,1 +1,1 @@
-"""Silero VAD segments, the per-language shard index and the VAD-chunked streaming loader (seed 001)."""
+"""Silero VAD segments, the per-language shard index and the VAD-chunked streaming loader."""

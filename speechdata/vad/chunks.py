@@ -1,12 +1,13 @@
-"""Where the loader cuts fixed-length chunks out of a file's speech segments (seed 001).
+"""Where the loader cuts fixed-length chunks out of a file's speech segments.
 
 A chunk of ``chunk_s`` seconds must lie inside one speech segment, so only segments at least
-``chunk_s`` long are candidates, and a chunk may start anywhere in ``[seg_start, seg_end - chunk_s]``.
-Seed 001 draws ``num_chunks`` starts with replacement from a file with any candidate, so a file with
-one 10.5 s segment gave 16 near-copies of the same audio. Here the count is capped by how many
-chunks the speech holds without overlap (``sum(floor(segment / chunk_s))``): "up to ``num_chunks``".
-Draws are still uniform (chunks may overlap in part); the generator is seeded from the seed, the
-epoch, the tar and the key, so the same file gets the same chunks whichever worker reads it.
+``chunk_s`` long are candidates, and a chunk may start anywhere in ``[seg_start, seg_end -
+chunk_s]``. The original loader drew ``num_chunks`` starts with replacement from a file with any
+candidate, so a file with one 10.5 s segment gave 16 near-copies of the same audio. Here the count
+is capped by how many chunks the speech holds without overlap (``sum(floor(segment / chunk_s))``):
+"up to ``num_chunks``". Draws are still uniform (chunks may overlap in part); the generator is
+seeded from the ``seed`` argument, the epoch, the tar and the key, so the same file gets the same
+chunks whichever worker reads it.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Which shards, tars and files hold each language: seed 001's ``lid_index.pkl``, as a parquet table.
+"""Which shards, tars and files hold each language: the corpus's ``lid_index.pkl`` as a parquet table.
 
 ``language_index/language=<lang>/part-0.parquet`` has one row per shard that holds the language:
 the tar the loader streams, how many files (and which tar keys), hours of audio, of speech and of
@@ -90,9 +90,9 @@ def read_language_shard_index(data_root: DataRoot, language: str) -> pa.Table:
 
 
 def build_urls(langs: Iterable[str], data_root: DataRoot | str) -> list[str]:
-    """URLs of the tars holding streamable files in any of ``langs`` (seed 001's ``build_urls``).
+    """URLs of the tars holding streamable files in any of ``langs`` (the original loader's ``build_urls``).
 
-    Tars hold mixed languages: filter samples with the loader's ``languages``, as the seed did.
+    Tars hold mixed languages: filter samples with the loader's ``languages``, as the original loader did.
     """
     root = DataRoot(data_root) if isinstance(data_root, str) else data_root
     tar_paths: set[str] = set()

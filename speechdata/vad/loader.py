@@ -1,4 +1,4 @@
-"""Seed 001's training loader: stream audio tars, cut random speech chunks, normalize, batch.
+"""The VAD-chunked training loader: stream audio tars, cut random speech chunks, normalize, batch.
 
 ::
 
@@ -53,7 +53,7 @@ SKIP_REASONS = (
     "no_long_segment",
     "decode_error",
 )
-"""Why a file yields no chunk; the first five are seed 001's checks, in the order they are made."""
+"""Why a file yields no chunk; the first five are the original loader's checks, in their order."""
 
 NORMALIZE_EPSILON = 1e-7
 """``transformers``' ``Wav2Vec2FeatureExtractor.zero_mean_unit_var_norm`` adds this to the variance."""

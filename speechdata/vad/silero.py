@@ -2,12 +2,12 @@
 
 The model is the real one, loaded from the ``silero-vad`` package (its TorchScript file ships inside
 the wheel, so this works offline). Silero's own ``get_speech_timestamps`` runs the model on one
-512-sample window (32 ms at 16 kHz) per call, so Python and call overhead dominate: about 50x real
-time per CPU core. The model takes a batch of windows with one recurrent state per row, so here
-the windows of up to ``batch_files`` files (sorted by length, zero-padded) go through it together,
-and each file's probabilities are then cut into segments by silero's own
-``get_speech_timestamps_from_probs``. The probabilities agree with the one-file path to about 1e-5
-(``tests/unit/test_vad.py``); ``benchmarks/bench_vad.py`` measures the speed-up.
+512-sample window (32 ms at 16 kHz) per call, so Python and call overhead dominate. The model takes
+a batch of windows with one recurrent state per row, so here the windows of up to ``batch_files``
+files (sorted by length, zero-padded) go through it together, and each file's probabilities are then
+cut into segments by silero's own ``get_speech_timestamps_from_probs``. The probabilities agree with
+the one-file path to about 1e-5 (``tests/unit/test_vad.py``); ``benchmarks/bench_vad.py`` measures
+the speed-up.
 
 Audio is resampled to 16 kHz with soxr before the model sees it; silero's fallback for 32/48 kHz
 keeps every n-th sample, which aliases.
@@ -88,7 +88,7 @@ def speech_probabilities(model, signals: Sequence[np.ndarray], batch_files: int 
     probabilities: list[np.ndarray] = [np.zeros(0, np.float32)] * len(signals)
     threads = torch.get_num_threads()
     # One [batch, 512] window per call is far too small to split: extra intra-op threads only spin
-    # (on a busy 2-core machine they made a call up to 20x slower). Scale out with processes.
+    # (on a busy 2-core machine they made a call many times slower). Scale out with processes.
     torch.set_num_threads(1)
     try:
         _fill_probabilities(model, signals, order, batch_files, probabilities)

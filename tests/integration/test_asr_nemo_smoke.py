@@ -16,7 +16,7 @@ from speechdata.asr.flac import extract_asr_flac
 from speechdata.asr.manifest import AsrManifestConfig
 from speechdata.asr.sampler import DurationBucketBatchSampler
 from speechdata.asr.stage import build_and_write_asr_manifests
-from speechdata.importers.seed003 import build_seed003_sample, import_seed003_shard
+from speechdata.importers.segment_tars import build_segment_tar_sample, import_segment_tar_shard
 from speechdata.io import layout
 from speechdata.landing.ingest import ingest_raw_shard
 
@@ -116,8 +116,8 @@ def sampler_batch(tmp_path_factory, clips):
 
     tmp = tmp_path_factory.mktemp("asr-smoke")
     data_root = DataRoot(str(tmp / "data"))
-    build_seed003_sample(str(tmp / "seed"), clips, n_segments=9)
-    import_seed003_shard(str(tmp / "seed"), data_root, "asr-smoke")
+    build_segment_tar_sample(str(tmp / "seed"), clips, n_segments=9)
+    import_segment_tar_shard(str(tmp / "seed"), data_root, "asr-smoke")
     ingest_raw_shard(data_root, "asr-smoke")
     extract_asr_flac(data_root, "asr-smoke")
     build = build_and_write_asr_manifests(data_root, AsrManifestConfig(validation_share=0.0)).build

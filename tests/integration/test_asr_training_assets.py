@@ -7,13 +7,13 @@ from assets.asr_training import asr_flac, asr_manifest
 from assets.ingest import raw_shards
 from assets.partitions import shard_partitions
 from resources.storage import DataRootResource
-from speechdata.importers.seed003 import build_seed003_sample, import_seed003_shard
+from speechdata.importers.segment_tars import build_segment_tar_sample, import_segment_tar_shard
 from speechdata.io import layout
 
 
 def test_imported_shard_becomes_flac_and_manifests_with_checks(tmp_path, data_root, clips):
-    build_seed003_sample(str(tmp_path / "seed"), clips, n_segments=12, extra_members={"../escape.flac": b"x"})
-    import_seed003_shard(str(tmp_path / "seed"), data_root, "asr-0001")
+    build_segment_tar_sample(str(tmp_path / "seed"), clips, n_segments=12, extra_members={"../escape.flac": b"x"})
+    import_segment_tar_shard(str(tmp_path / "seed"), data_root, "asr-0001")
     resources = {"data_root": DataRootResource(url=data_root.url)}
     with dg.instance_for_test() as instance:
         instance.add_dynamic_partitions(shard_partitions.name, ["asr-0001"])

@@ -13,12 +13,12 @@ import dagster as dg
 import pytest
 
 from assets.partitions import shard_partitions
-from speechdata.importers.seed004 import import_aligned_countries
+from speechdata.importers.aligned_json import import_aligned_countries
 from speechdata.io import layout
 from speechdata.io.confinement import ConfinementError, confined_path, validate_partition_key
 from speechdata.landing.contract import MAX_UTT_ID_LENGTH, ContractError
 from speechdata.landing.ingest import ingest_raw_shard
-from speechdata.testing.seed004 import build_seed004_corpus
+from speechdata.testing.aligned_json import build_aligned_json_corpus
 from tests.conftest import encode, land_shard, tone
 
 
@@ -166,7 +166,7 @@ def test_an_over_long_utt_id_is_a_reject_and_the_longest_valid_id_is_written(dat
 
 def test_importer_sources_outside_the_source_folder_are_refused(data_root, tmp_path, clips):
     countries = tmp_path / "countries"
-    build_seed004_corpus(countries, {"germany": 2}, clips=clips, audio_format="flac")
+    build_aligned_json_corpus(countries, {"germany": 2}, clips=clips, audio_format="flac")
     outside = tmp_path / "outside.flac"
     outside.write_bytes((next((countries / "germany" / "audio").iterdir())).read_bytes())
     jsons = sorted((countries / "germany/Alignment/alignment_output").glob("*_aligned.json"))

@@ -17,10 +17,10 @@ from speechdata.hf.publish import RetryPolicy, publish_country, register_card
 from speechdata.hf.segments import refresh_split_assignments
 from speechdata.hf.splits import SplitTargets
 from speechdata.hf.state import state_connection
-from speechdata.importers.seed004 import import_aligned_countries
+from speechdata.importers.aligned_json import import_aligned_countries
 from speechdata.io import layout
 from speechdata.landing.ingest import ingest_raw_shard
-from speechdata.testing.seed004 import build_seed004_corpus
+from speechdata.testing.aligned_json import build_aligned_json_corpus
 from tests.hub_standin import CommitFailure, HubStandIn
 
 DATASET = "ds"
@@ -41,7 +41,7 @@ def land_and_build(corpus, data_root, targets=SplitTargets(), max_file_mb=500.0)
 @pytest.fixture
 def corpus(tmp_path, clips):
     corpus = tmp_path / "countries"
-    build_seed004_corpus(corpus, {"germany": 4}, clips=clips, audio_format="flac")
+    build_aligned_json_corpus(corpus, {"germany": 4}, clips=clips, audio_format="flac")
     return corpus
 
 
@@ -129,7 +129,7 @@ def test_a_rebuilt_split_replaces_its_old_files_on_the_hub(corpus, built, clips)
         old = only(file_statuses(built), "germany/validation-00000-of-00001-")
         assert old in hub.state.repos["org/ds"]
         # New recordings, most of them validation, written in small files: validation is rebuilt as several files.
-        build_seed004_corpus(corpus, {"germany": 3}, clips=clips, audio_format="flac", first_recording=10)
+        build_aligned_json_corpus(corpus, {"germany": 3}, clips=clips, audio_format="flac", first_recording=10)
         land_and_build(corpus, built, targets=SplitTargets(test=0.01, validation=0.6), max_file_mb=0.05)
         assert file_statuses(built)[old] == "deleted"
         result = run(built, hub)

@@ -156,13 +156,13 @@ def test_the_country_dataset_builds_and_publishes_state_with_the_root_in_the_buc
     from speechdata.hf.dataset import DatasetOptions, build_country_dataset
     from speechdata.hf.segments import refresh_split_assignments
     from speechdata.hf.state import state_connection
-    from speechdata.importers.seed004 import import_aligned_countries
+    from speechdata.importers.aligned_json import import_aligned_countries
     from speechdata.landing.ingest import ingest_raw_shard
-    from speechdata.testing.seed004 import build_seed004_corpus
+    from speechdata.testing.aligned_json import build_aligned_json_corpus
 
     s3fs.S3FileSystem().mkdir("hf-bucket")
     root = DataRoot("s3://hf-bucket/speech")
-    build_seed004_corpus(tmp_path / "countries", {"germany": 3}, clips=clips, audio_format="flac")
+    build_aligned_json_corpus(tmp_path / "countries", {"germany": 3}, clips=clips, audio_format="flac")
     [report] = import_aligned_countries(str(tmp_path / "countries"), root)
     for shard in report.shards:
         ingest_raw_shard(root, shard)

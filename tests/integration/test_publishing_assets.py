@@ -20,10 +20,10 @@ from speechdata.hf.dataset import DatasetOptions, build_country_dataset
 from speechdata.hf.segments import SegmentLimits, refresh_split_assignments
 from speechdata.hf.splits import SplitTargets
 from speechdata.hf.state import rows_as_dicts, state_connection
-from speechdata.importers.seed004 import import_aligned_countries
+from speechdata.importers.aligned_json import import_aligned_countries
 from speechdata.io import layout
 from speechdata.landing.ingest import ingest_raw_shard
-from speechdata.testing.seed004 import build_seed004_corpus
+from speechdata.testing.aligned_json import build_aligned_json_corpus
 
 MAX_CER = 0.1
 
@@ -95,8 +95,8 @@ def state_rows(data_root, country, sql):
 
 def test_two_countries_load_with_datasets_and_every_row_matches_its_source_json(tmp_path, data_root, clips, instance):
     corpus = tmp_path / "countries"
-    build_seed004_corpus(corpus, {"germany": 3}, clips=clips, audio_format="opus")
-    build_seed004_corpus(corpus, {"france": 3}, clips=clips, audio_format="flac", seed=5)
+    build_aligned_json_corpus(corpus, {"germany": 3}, clips=clips, audio_format="opus")
+    build_aligned_json_corpus(corpus, {"france": 3}, clips=clips, audio_format="flac", seed=5)
     land(corpus, data_root, instance)
     metadata = publish(instance, data_root, "germany")
     publish(instance, data_root, "france")
@@ -146,7 +146,7 @@ def test_new_recordings_never_move_old_ones_and_sealed_train_subsets_stay_byte_i
     tmp_path, data_root, clips, instance
 ):
     corpus = tmp_path / "countries"
-    build_seed004_corpus(corpus, {"germany": 3}, clips=clips, audio_format="flac")
+    build_aligned_json_corpus(corpus, {"germany": 3}, clips=clips, audio_format="flac")
     land(corpus, data_root, instance)
     publish(instance, data_root, "germany")
     before = {r["recording_id"]: r["split"] for r in state_rows(data_root, "germany", "SELECT * FROM recordings")}
@@ -155,7 +155,7 @@ def test_new_recordings_never_move_old_ones_and_sealed_train_subsets_stay_byte_i
         for r in state_rows(data_root, "germany", "SELECT * FROM files WHERE split = 'train_1'")
     }
 
-    build_seed004_corpus(corpus, {"germany": 3}, clips=clips, audio_format="flac", first_recording=10)
+    build_aligned_json_corpus(corpus, {"germany": 3}, clips=clips, audio_format="flac", first_recording=10)
     land(corpus, data_root, instance)
     metadata = publish(instance, data_root, "germany")
     after = {r["recording_id"]: r for r in state_rows(data_root, "germany", "SELECT * FROM recordings")}
@@ -183,8 +183,8 @@ def traced_build(data_root, country, options) -> tuple:
 
 def test_train_subsets_keep_to_the_size_budget_and_memory_does_not_grow_with_the_country(tmp_path, data_root, clips):
     corpus = tmp_path / "countries"
-    build_seed004_corpus(corpus, {"france": 3}, clips=clips, audio_format="flac", segments_per_recording=5)
-    build_seed004_corpus(corpus, {"germany": 12}, clips=clips, audio_format="flac", segments_per_recording=5)
+    build_aligned_json_corpus(corpus, {"france": 3}, clips=clips, audio_format="flac", segments_per_recording=5)
+    build_aligned_json_corpus(corpus, {"germany": 12}, clips=clips, audio_format="flac", segments_per_recording=5)
     land(corpus, data_root)
     budget_gb = 0.0015
     options = DatasetOptions(dataset="ds", max_split_size_gb=budget_gb, max_file_mb=0.5)
@@ -220,7 +220,7 @@ def test_country_dataset_sensor_requests_the_countries_of_newly_indexed_shards(
     from sensors.publishing import HF_DATASET_JOB_NAME, HF_PUBLISH_JOB_NAME, country_dataset_sensor
 
     corpus = tmp_path / "countries"
-    build_seed004_corpus(corpus, {"germany": 1, "france": 1}, clips=clips, audio_format="flac")
+    build_aligned_json_corpus(corpus, {"germany": 1, "france": 1}, clips=clips, audio_format="flac")
     land(corpus, data_root, instance, ["germany"])
 
     def tick(cursor=None, repo_id=""):
@@ -245,7 +245,7 @@ def test_country_dataset_sensor_does_not_queue_a_second_run_for_a_waiting_countr
     from sensors.publishing import country_dataset_sensor
 
     corpus = tmp_path / "countries"
-    build_seed004_corpus(corpus, {"germany": 1}, clips=clips, audio_format="flac")
+    build_aligned_json_corpus(corpus, {"germany": 1}, clips=clips, audio_format="flac")
     land(corpus, data_root, instance)
     context = dg.build_sensor_context(instance=instance, resources={"hub": HubPublisherResource()})
     [request] = country_dataset_sensor(context).run_requests
@@ -255,7 +255,7 @@ def test_country_dataset_sensor_does_not_queue_a_second_run_for_a_waiting_countr
         tags=request.tags,
         status=dg.DagsterRunStatus.NOT_STARTED,
     )
-    build_seed004_corpus(corpus, {"germany": 1}, clips=clips, audio_format="flac", first_recording=5)
+    build_aligned_json_corpus(corpus, {"germany": 1}, clips=clips, audio_format="flac", first_recording=5)
     land(corpus, data_root, instance)
     later = country_dataset_sensor(
         dg.build_sensor_context(instance=instance, resources={"hub": HubPublisherResource()})
@@ -265,7 +265,7 @@ def test_country_dataset_sensor_does_not_queue_a_second_run_for_a_waiting_countr
 
 def test_a_rebuilt_split_loads_its_new_rows_through_the_default_datasets_cache(tmp_path, data_root, clips, instance):
     corpus = tmp_path / "countries"
-    build_seed004_corpus(corpus, {"germany": 3}, clips=clips, audio_format="flac")
+    build_aligned_json_corpus(corpus, {"germany": 3}, clips=clips, audio_format="flac")
     land(corpus, data_root, instance)
     shares = {"test_share": 0.3, "validation_share": 0.3}
     publish(instance, data_root, "germany", **shares)
@@ -273,7 +273,7 @@ def test_a_rebuilt_split_loads_its_new_rows_through_the_default_datasets_cache(t
     before = {split: ds.num_rows for split, ds in datasets.load_dataset(dataset_dir, "germany").items()}
 
     # New recordings, most of them held out: test and validation are rewritten in place.
-    build_seed004_corpus(corpus, {"germany": 3}, clips=clips, audio_format="flac", first_recording=10)
+    build_aligned_json_corpus(corpus, {"germany": 3}, clips=clips, audio_format="flac", first_recording=10)
     land(corpus, data_root, instance)
     metadata = publish(instance, data_root, "germany", **shares)
     assert {"test", "validation"} & set(metadata["hf_dataset"]["splits_written"].value)
@@ -298,9 +298,9 @@ def test_country_refresh_is_one_run_per_country_per_settled_batch(tmp_path, data
     from sensors.publishing import country_dataset_sensor
 
     corpus = tmp_path / "countries"
-    build_seed004_corpus(corpus, {"germany": 1, "france": 1}, clips=clips, audio_format="flac")
+    build_aligned_json_corpus(corpus, {"germany": 1, "france": 1}, clips=clips, audio_format="flac")
     shards = land(corpus, data_root, instance)
-    build_seed004_corpus(corpus, {"germany": 1, "france": 1}, clips=clips, audio_format="flac", first_recording=4)
+    build_aligned_json_corpus(corpus, {"germany": 1, "france": 1}, clips=clips, audio_format="flac", first_recording=4)
     shards += land(corpus, data_root, instance)
     assert len(shards) == 4  # four shard events, two countries
 
@@ -322,6 +322,6 @@ def test_country_refresh_is_one_run_per_country_per_settled_batch(tmp_path, data
     assert isinstance(tick(settled.cursor), dg.SkipReason)
     monkeypatch.setenv("SPEECHDATA_PUBLISHING_SETTLE_S", "3600")
     monkeypatch.setenv("SPEECHDATA_PUBLISHING_MAX_WAIT_S", "0")  # a stream that never settles still refreshes
-    build_seed004_corpus(corpus, {"germany": 1}, clips=clips, audio_format="flac", first_recording=7)
+    build_aligned_json_corpus(corpus, {"germany": 1}, clips=clips, audio_format="flac", first_recording=7)
     land(corpus, data_root, instance)
     assert [r.partition_key for r in tick(settled.cursor).run_requests] == ["germany"]

@@ -12,7 +12,7 @@ import soundfile as sf
 from speechdata.asr.flac import extract_asr_flac
 from speechdata.asr.manifest import AsrManifestConfig
 from speechdata.asr.stage import build_and_write_asr_manifests
-from speechdata.importers.seed003 import build_seed003_sample, import_seed003_shard, seed003_to_landing
+from speechdata.importers.segment_tars import build_segment_tar_sample, import_segment_tar_shard, segment_tar_to_landing
 from speechdata.io import layout
 from speechdata.io.safe_tar import audit_tar, contained_path, member_name_problem
 from speechdata.landing.extras import unpack_extras
@@ -85,7 +85,7 @@ def test_seed_columns_map_to_the_landing_contract():
             "tar_member_name": ["1.flac", "2.flac", "dup.flac"],
         }
     )
-    landed = seed003_to_landing(metadata, index, language="as", source="shard_7")
+    landed = segment_tar_to_landing(metadata, index, language="as", source="shard_7")
     assert landed["utt_id"].to_list() == ["vid1_seg_0001", "vid1_seg_0002", "x"]
     assert landed["audio_path"].to_list() == ["1.flac", "2.flac", None]  # no index entry: raw_shards rejects it
     assert landed["language"].to_list() == ["hi", "as", "ta"]
@@ -98,8 +98,8 @@ def test_seed_columns_map_to_the_landing_contract():
 def imported_shard(tmp_path, data_root, clips):
     source = str(tmp_path / "seed" / "shard_0001")
     escape = {"../escape.flac": b"not audio", "rec000_0000.flac/../../../escape2.flac": b"nope"}
-    build_seed003_sample(source, clips, n_segments=12, extra_members=escape)
-    import_seed003_shard(source, data_root, "asr-0001")
+    build_segment_tar_sample(source, clips, n_segments=12, extra_members=escape)
+    import_segment_tar_shard(source, data_root, "asr-0001")
     return data_root
 
 

@@ -15,8 +15,8 @@ from tests.conftest import encode, tone
 SPEECHDATA = str(Path(sys.executable).parent / "speechdata")
 SUBCOMMANDS = [
     ["import"],
-    ["import", "seed003"],
-    ["import", "seed004"],
+    ["import", "segment-tars"],
+    ["import", "aligned-json"],
     ["import", "granary"],
     ["import", "language-tars"],
     ["catalog"],
@@ -98,12 +98,12 @@ def test_land_refuses_a_directory_that_breaks_the_contract_naming_file_column_an
 
 
 def test_import_seed003_through_the_cli_lands_a_shard_the_contract_accepts(tmp_path, clips):
-    from speechdata.importers.seed003 import build_seed003_sample
+    from speechdata.importers.segment_tars import build_segment_tar_sample
 
-    build_seed003_sample(str(tmp_path / "seed"), clips, n_segments=6)
+    build_segment_tar_sample(str(tmp_path / "seed"), clips, n_segments=6)
     root = DataRoot(str(tmp_path / "data"))
     proc = speechdata(
-        "import", "seed003", str(tmp_path / "seed"), "asr-hi-0001", "--language", "hi", DATA_ROOT=root.root
+        "import", "segment-tars", str(tmp_path / "seed"), "asr-hi-0001", "--language", "hi", DATA_ROOT=root.root
     )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "landed 6 rows as asr-hi-0001"
@@ -111,8 +111,8 @@ def test_import_seed003_through_the_cli_lands_a_shard_the_contract_accepts(tmp_p
     validation = validate_landed_shard(root, "asr-hi-0001")
     assert validation.landed_rows == 6 and validation.index.num_rows + len(validation.rejects) == 6
 
-    missing = speechdata("import", "seed003", str(tmp_path / "nowhere"), "asr-hi-0002", DATA_ROOT=root.root)
-    assert missing.returncode == 1 and missing.stderr.startswith("speechdata import seed003: error:")
+    missing = speechdata("import", "segment-tars", str(tmp_path / "nowhere"), "asr-hi-0002", DATA_ROOT=root.root)
+    assert missing.returncode == 1 and missing.stderr.startswith("speechdata import segment-tars: error:")
 
 
 def test_old_module_entry_points_still_run():

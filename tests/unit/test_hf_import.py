@@ -4,16 +4,16 @@ import json
 
 import pytest
 
-from speechdata.importers.seed004 import UnknownCountryError, import_aligned_countries, language_for_country
+from speechdata.importers.aligned_json import UnknownCountryError, import_aligned_countries, language_for_country
 from speechdata.io import layout
 from speechdata.landing.ingest import ingest_raw_shard
-from speechdata.testing.seed004 import build_seed004_corpus
+from speechdata.testing.aligned_json import build_aligned_json_corpus
 
 
 @pytest.fixture
 def corpus(tmp_path, clips):
     countries = tmp_path / "countries"
-    build_seed004_corpus(countries, {"germany": 2, "france": 1}, clips=clips, audio_format="flac")
+    build_aligned_json_corpus(countries, {"germany": 2, "france": 1}, clips=clips, audio_format="flac")
     return countries
 
 
@@ -55,7 +55,7 @@ def test_a_second_import_lands_only_new_recordings(corpus, data_root, clips):
     [first] = import_aligned_countries(str(corpus), data_root, ["germany"])
     [again] = import_aligned_countries(str(corpus), data_root, ["germany"])
     assert again.shards == [] and again.already_landed == 2
-    build_seed004_corpus(corpus, {"germany": 1}, clips=clips, audio_format="flac", first_recording=10)
+    build_aligned_json_corpus(corpus, {"germany": 1}, clips=clips, audio_format="flac", first_recording=10)
     [more] = import_aligned_countries(str(corpus), data_root, ["germany"])
     assert more.recordings == 1 and more.already_landed == 2 and set(more.shards).isdisjoint(first.shards)
 

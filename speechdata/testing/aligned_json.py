@@ -1,7 +1,7 @@
-"""Build a seed-004 corpus (per-country aligned JSONs over long recordings) from the sample clips.
+"""Build an aligned-JSON corpus (per-country aligned JSONs over long recordings) from the sample clips.
 
 Each recording strings segments of one to three clips of the country's language together with
-silence between them and is written as Ogg/Opus (48 kHz, the seed's ``.opus`` files) or FLAC.
+silence between them and is written as Ogg/Opus (48 kHz, like the corpus's ``.opus`` files) or FLAC.
 Each recording gets one ``<video_id>_<transcript_id>_aligned.json`` whose segments carry the human
 transcript, an ASR transcript with one word dropped now and then, and the CER between them. Every
 recording also holds one segment shorter than 3 s, so duration filtering has work to do.
@@ -19,13 +19,13 @@ import numpy as np
 import soundfile as sf
 import soxr
 
-from speechdata.importers.seed004 import ALIGNMENT_SUBDIR, COUNTRY_LANGUAGES
+from speechdata.importers.aligned_json import ALIGNMENT_SUBDIR, COUNTRY_LANGUAGES
 from speechdata.testing.shards import Clip, load_clips
 
 SAMPLE_COUNTRIES = {"germany": 3, "france": 3}
 
 
-def build_seed004_corpus(
+def build_aligned_json_corpus(
     countries_dir: str | Path,
     recordings: dict[str, int] = SAMPLE_COUNTRIES,
     *,

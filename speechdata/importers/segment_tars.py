@@ -1,6 +1,6 @@
-"""Import seed 003's ASR shard layout into a landing shard (docs/landing-contract.md).
+"""Import an ASR segment-tar shard into a landing shard (docs/landing-contract.md).
 
-A seed 003 shard directory holds ``metadata.parquet`` (``segment_id``, ``transcription_native``,
+A segment-tar shard directory holds ``metadata.parquet`` (``segment_id``, ``transcription_native``,
 ``duration_s``, ``tx_quality_score``, ``segment_language``, ...), ``audio_index.parquet``
 (``segment_id``, ``tar_member_name``) and one audio tar whose members are FLAC files. The import is
 columnar (polars), copies the tar unchanged (it is audited when read, never extracted by name) and
@@ -10,7 +10,7 @@ a null ``audio_path`` and ``raw_shards`` rejects it with that reason.
 Column mapping: ``utt_id`` = ``segment_id`` with characters outside ``[A-Za-z0-9_-]`` replaced by
 ``_`` (the original stays in ``segment_id``), ``audio_path`` = ``tar_member_name``, ``text`` =
 ``transcription_native``, ``language`` = ``segment_language`` (else the language given for the
-whole shard, as the seed's ``lang_from_path`` does), ``declared_duration_s`` = ``duration_s``,
+whole shard, as the source pipeline's ``lang_from_path`` does), ``declared_duration_s`` = ``duration_s``,
 ``recording_id`` = the first of ``recording_id`` / ``source_id`` / ``video_id`` present, else the
 ``segment_id`` without its trailing ``_NNNN`` segment number. Other columns are carried through.
 """
@@ -32,13 +32,13 @@ from speechdata.landing.contract import CONTRACT_COLUMNS
 from speechdata.landing.mark import mark_landed
 from speechdata.landing.raw_shard import PROBE_FIELDS
 
-SEED_METADATA_FILE = "metadata.parquet"
-SEED_AUDIO_INDEX_FILE = "audio_index.parquet"
+METADATA_FILE = "metadata.parquet"
+AUDIO_INDEX_FILE = "audio_index.parquet"
 RECORDING_COLUMNS = ("recording_id", "source_id", "video_id")
 _SEGMENT_NUMBER_SUFFIX = r"^(.+?)[_-]\d+$"
 
 
-def import_seed003_shard(
+def import_segment_tar_shard(
     source_dir: str,
     data_root: DataRoot,
     shard_id: str,
@@ -46,16 +46,16 @@ def import_seed003_shard(
     language: str | None = None,
     tar_name: str | None = None,
 ) -> int:
-    """Land the seed 003 shard at ``source_dir`` (a path or fsspec URL) as ``landing/<shard_id>``.
+    """Land the segment-tar shard at ``source_dir`` (a path or fsspec URL) as ``landing/<shard_id>``.
 
     ``language`` fills rows whose ``segment_language`` is null. Returns the number of rows landed.
     """
     if not layout.is_valid_shard_id(shard_id):
         raise ValueError(f"shard id {shard_id!r} must match {layout.SHARD_ID_PATTERN.pattern}")
     fs, root = filesystem_for(source_dir)
-    metadata = pl.from_arrow(read_parquet(fs, f"{root}/{SEED_METADATA_FILE}"))
-    audio_index = pl.from_arrow(read_parquet(fs, f"{root}/{SEED_AUDIO_INDEX_FILE}", ["segment_id", "tar_member_name"]))
-    landed = seed003_to_landing(metadata, audio_index, language=language, source=posixpath.basename(root))
+    metadata = pl.from_arrow(read_parquet(fs, f"{root}/{METADATA_FILE}"))
+    audio_index = pl.from_arrow(read_parquet(fs, f"{root}/{AUDIO_INDEX_FILE}", ["segment_id", "tar_member_name"]))
+    landed = segment_tar_to_landing(metadata, audio_index, language=language, source=posixpath.basename(root))
     tar_path = f"{root}/{tar_name}" if tar_name else _the_one_tar(fs, root)
     with (
         fs.open(tar_path, "rb") as source,
@@ -74,14 +74,14 @@ def _the_one_tar(fs, root: str) -> str:
     return tars[0]
 
 
-def seed003_to_landing(
+def segment_tar_to_landing(
     metadata: pl.DataFrame, audio_index: pl.DataFrame, *, language: str | None = None, source: str | None = None
 ) -> pl.DataFrame:
-    """The landing metadata table for one seed 003 shard (see the module docstring)."""
+    """The landing metadata table for one segment-tar shard (see the module docstring)."""
     for column in ("segment_id", "transcription_native"):
         if column not in metadata.columns:
             raise ValueError(
-                f"seed 003 metadata.parquet: required column {column!r} is missing (have {metadata.columns})"
+                f"segment-tar metadata.parquet: required column {column!r} is missing (have {metadata.columns})"
             )
     # One audio entry per segment: a duplicated index row would otherwise duplicate the utterance.
     audio_index = audio_index.unique(subset="segment_id", keep="first", maintain_order=True)
@@ -106,14 +106,14 @@ def seed003_to_landing(
     taken = {"segment_id", "tar_member_name", "transcription_native", "segment_language", *RECORDING_COLUMNS}
     reserved = set(CONTRACT_COLUMNS) | {f.name for f in PROBE_FIELDS} | set(landing.columns)
     extras = [
-        pl.col(c).alias(f"declared_{c}" if c == "duration_s" else (f"seed_{c}" if c in reserved else c))
+        pl.col(c).alias(f"declared_{c}" if c == "duration_s" else (f"source_{c}" if c in reserved else c))
         for c in joined.columns
         if c not in taken
     ]
     return pl.concat([landing, joined.select(pl.col("segment_id"), *extras)], how="horizontal")
 
 
-def build_seed003_sample(
+def build_segment_tar_sample(
     target_dir: str,
     clips,
     *,
@@ -122,7 +122,7 @@ def build_seed003_sample(
     tar_name: str = "audio.tar",
     extra_members: dict[str, bytes] | None = None,
 ) -> pl.DataFrame:
-    """Write a small seed 003 shard (metadata, audio index, FLAC tar) for tests and the demo.
+    """Write a small segment-tar shard (metadata, audio index, FLAC tar) for tests and the demo.
 
     Segments cycle through ``clips`` (languages of the fixtures, Hindi text for every third one to
     exercise Devanagari cleaning); ``extra_members`` adds raw tar members (e.g. a ``../`` name).
@@ -148,9 +148,9 @@ def build_seed003_sample(
             }
         )
     metadata = pl.DataFrame(rows)
-    _write_parquet(fs, f"{root}/{SEED_METADATA_FILE}", metadata)
+    _write_parquet(fs, f"{root}/{METADATA_FILE}", metadata)
     index = pl.DataFrame({"segment_id": metadata["segment_id"], "tar_member_name": list(files)})
-    _write_parquet(fs, f"{root}/{SEED_AUDIO_INDEX_FILE}", index)
+    _write_parquet(fs, f"{root}/{AUDIO_INDEX_FILE}", index)
     with fs.open(f"{root}/{tar_name}", "wb") as handle, tarfile.open(fileobj=handle, mode="w") as tar:
         for name, data in sorted({**files, **(extra_members or {})}.items()):
             info = tarfile.TarInfo(name)
@@ -164,13 +164,13 @@ def _write_parquet(fs, path: str, frame: pl.DataFrame) -> None:
         frame.write_parquet(handle)
 
 
-DESCRIPTION = "Land one seed 003 ASR shard (metadata.parquet, audio_index.parquet, a FLAC tar) as a landing shard."
+DESCRIPTION = "Land one ASR segment-tar shard (metadata.parquet, audio_index.parquet, a FLAC tar) as a landing shard."
 EPILOG = """example:
-  speechdata import seed003 /alloc/asr_data/hi/shard_0001 asr-hi-0001 --language hi --data-root "$DATA_ROOT\""""
+  speechdata import segment-tars /alloc/asr_data/hi/shard_0001 asr-hi-0001 --language hi --data-root "$DATA_ROOT\""""
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument("source_dir", help="the seed 003 shard directory (path or fsspec URL)")
+    parser.add_argument("source_dir", help="the segment-tar shard directory (path or fsspec URL)")
     parser.add_argument("shard_id", help="the landing shard to write")
     parser.add_argument("--language", help="ISO 639-1 language for rows without segment_language")
     parser.add_argument("--tar-name", help="the audio tar's name when the directory holds more than one")
@@ -180,7 +180,7 @@ def add_arguments(parser) -> None:
 def run(args) -> int:
     from speechdata.io.env import data_root_url
 
-    rows = import_seed003_shard(
+    rows = import_segment_tar_shard(
         args.source_dir,
         DataRoot(args.data_root or data_root_url()),
         args.shard_id,
@@ -192,10 +192,10 @@ def run(args) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m speechdata.importers.seed003``: an alias of ``speechdata import seed003``."""
+    """``python -m speechdata.importers.segment_tars``: an alias of ``speechdata import segment-tars``."""
     import argparse
 
-    parser = argparse.ArgumentParser(prog="python -m speechdata.importers.seed003", description=DESCRIPTION)
+    parser = argparse.ArgumentParser(prog="python -m speechdata.importers.segment_tars", description=DESCRIPTION)
     add_arguments(parser)
     return run(parser.parse_args(argv))
 

@@ -1,4 +1,4 @@
-"""Import seed 004's per-country aligned-JSON corpora into landing shards.
+"""Import per-country aligned-JSON corpora (segments of long recordings) into landing shards.
 
 Source layout (one folder per country)::
 
@@ -7,7 +7,7 @@ Source layout (one folder per country)::
 Each JSON names a long recording (``audio_file``) and lists segments of it. Every segment becomes
 one landing row: ``utt_id`` is the segment key ``<country>_<video_id>_<start_ms>_<end_ms>``,
 ``audio_path`` the recording copied into the shard, ``start_s``/``end_s`` the span, ``text`` the
-human transcript, and the seed's fields are carried as extra columns (``video_id``,
+human transcript, and the JSON's other fields are carried as extra columns (``video_id``,
 ``transcript_id``, ``human_text``, ``asr_text``, ``cer``, ``transcript_start_idx``,
 ``transcript_end_idx``). All JSONs of one recording land in the same shard, so a recording is never
 split across shards; shards hold up to ``recordings_per_shard`` recordings.
@@ -101,13 +101,13 @@ COUNTRY_LANGUAGES: dict[str, str] = {
     "united_states": "en",
     "vietnam": "vi",
 }
-"""Country folder name -> ISO 639-1 language of its recordings (the seed's ``utils.py`` map).
+"""Country folder name -> ISO 639-1 language of its recordings (the corpus tooling's ``utils.py`` map).
 
 Countries with several official languages map to the language their recordings are in for this
 corpus; pass ``country_languages`` to :func:`import_aligned_countries` to override or extend."""
 
 ALIGNMENT_SUBDIR = "Alignment/alignment_output"
-SOURCE_PREFIX = "seed004:"
+SOURCE_PREFIX = "aligned-json:"
 DEFAULT_RECORDINGS_PER_SHARD = 32
 
 LANDING_SCHEMA = pa.schema(
@@ -129,7 +129,7 @@ LANDING_SCHEMA = pa.schema(
         pa.field("transcript_end_idx", pa.int32()),
     ]
 )
-"""The landing contract's columns, then seed 004's fields carried through as extra columns."""
+"""The landing contract's columns, then the aligned JSON's fields carried through as extra columns."""
 
 
 class UnknownCountryError(ValueError):
@@ -351,12 +351,12 @@ def _land_shard(
 
 DESCRIPTION = __doc__.splitlines()[0]
 EPILOG = """example:
-  speechdata import seed004 /data/seed004/countries --data-root "$DATA_ROOT" --country germany"""
+  speechdata import aligned-json /data/aligned-json/countries --data-root "$DATA_ROOT" --country germany"""
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m speechdata.importers.seed004``: an alias of ``speechdata import seed004``."""
-    parser = argparse.ArgumentParser(prog="python -m speechdata.importers.seed004", description=DESCRIPTION)
+    """``python -m speechdata.importers.aligned_json``: an alias of ``speechdata import aligned-json``."""
+    parser = argparse.ArgumentParser(prog="python -m speechdata.importers.aligned_json", description=DESCRIPTION)
     add_arguments(parser)
     return run(parser.parse_args(argv))
 
