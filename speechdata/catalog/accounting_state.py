@@ -6,7 +6,8 @@ shards, and ``manifest_catalog`` showed both after every shard. The catalog now 
 rows per shard:
 
 * ``catalog_accounting_shards`` (``shard``, ``inputs_sha256``): the digest of the path, size and
-  fingerprint of every file the shard's accounting reads;
+  fingerprint of every file the shard's accounting reads, and of the product lines it was counted
+  under (:data:`speechdata.products.PRODUCT_LINES`: a product line added or changed recounts every shard);
 * ``catalog_product_accounting``: the ``product_accounting`` rows of the shard;
 * ``catalog_product_rejects`` (``shard``, ``product``, ``reason``, ``utterances``): the shard's
   ``product_rejects`` rows, counted.
@@ -21,6 +22,7 @@ no files left. Only the per-shard inputs count: a bridge manifest holds its own 
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 from collections import defaultdict
 from collections.abc import Mapping
@@ -98,7 +100,8 @@ def sync_accounting(
 ) -> int:
     """Bring the per-shard accounting up to the listed ``inputs``; returns how many shards were recounted."""
     files_by_shard = _files_by_shard(inputs, rejects_shard_from_path)
-    digests = {shard: _digest(files) for shard, files in files_by_shard.items()}
+    registry = _registry_digest()
+    digests = {shard: _digest(files, registry) for shard, files in files_by_shard.items()}
     stored = dict(connection.execute("SELECT shard, inputs_sha256 FROM catalog_accounting_shards").fetchall())
     changed = sorted(shard for shard, digest in digests.items() if stored.get(shard) != digest)
     forget = sorted({*changed, *(shard for shard in stored if shard not in digests)})
@@ -136,8 +139,18 @@ def _files_by_shard(
     return by_shard
 
 
-def _digest(files: list[tuple[str, ListedFile]]) -> str:
+def _registry_digest() -> str:
+    """What the product lines count: a shard counted under other product lines is counted again."""
+    described = [
+        [line.name, list(line.stages), line.output_glob, line.id_column, line.ids_are_lists, line.shard_column]
+        for line in products.product_lines()
+    ]
+    return hashlib.sha256(json.dumps(described).encode("utf-8")).hexdigest()
+
+
+def _digest(files: list[tuple[str, ListedFile]], registry_digest: str) -> str:
     lines = sorted(f"{name}\t{f.path}\t{f.size_bytes}\t{f.fingerprint}" for name, f in files)
+    lines.append(f"product lines\t{registry_digest}")
     return hashlib.sha256("\n".join(lines).encode("utf-8")).hexdigest()
 
 
