@@ -215,3 +215,20 @@ def test_a_product_line_registered_twice_is_an_error(monkeypatch):
     monkeypatch.setattr(products, "PRODUCT_LINES", (*PRODUCT_LINES, PRODUCT_LINES[0]))
     with pytest.raises(ValueError, match="registered twice: bridge"):
         products.product_lines()
+
+
+def test_the_ledgers_page_lists_every_product_line_as_registered():
+    from pathlib import Path
+
+    page = (Path(__file__).resolve().parents[2] / "docs" / "ledgers.md").read_text(encoding="utf-8")
+    section = page.split("## One ledger per product line", 1)[1]
+    rows = {}
+    for line in section.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 3 and cells[0].startswith("`"):
+            rows[cells[0].strip("`")] = cells[1:]
+    assert list(rows) == [line.name for line in PRODUCT_LINES]
+    for line in PRODUCT_LINES:
+        stages, outputs = rows[line.name]
+        assert tuple(s.strip() for s in stages.split(",")) == line.stages, line.name
+        assert outputs.startswith(f"`{line.output('<s>')}` (`{line.id_column}`"), line.name
