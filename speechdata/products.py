@@ -49,6 +49,7 @@ class ProductLine:
     path; which shard a *file* belongs to always comes from its path (:attr:`shard_regex`)."""
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "stages", tuple(self.stages))  # a list would make the record mutable
         if not PRODUCT_NAME_PATTERN.match(self.name):
             raise ValueError(f"product name {self.name!r} must match {PRODUCT_NAME_PATTERN.pattern}")
         if not self.stages:
@@ -114,7 +115,9 @@ PRODUCT_LINES: tuple[ProductLine, ...] = (
 
 
 def product_lines() -> tuple[ProductLine, ...]:
-    """The registry as it is now, checked: names unique."""
+    """The registry as it is now, checked: at least one line, names unique."""
+    if not PRODUCT_LINES:
+        raise ValueError("no product line is registered: speechdata.products.PRODUCT_LINES is empty")
     names = [line.name for line in PRODUCT_LINES]
     duplicated = sorted({name for name in names if names.count(name) > 1})
     if duplicated:

@@ -8,7 +8,9 @@ and per-shard state) and ``product_rejects``. A product line registered only in 
 same, with no other code change.
 """
 
+import re
 from collections import Counter
+from pathlib import Path
 
 import pyarrow as pa
 import pytest
@@ -193,8 +195,6 @@ def test_the_public_ledger_names_are_the_registry():
 
 @pytest.mark.parametrize("line", PRODUCT_LINES, ids=lambda line: line.name)
 def test_a_product_lines_glob_and_shard_regex_find_its_own_output(line):
-    import re
-
     path = line.output("shard-x_1")
     assert re.search(line.shard_regex, "/" + path).group(1) == "shard-x_1"
     assert re.search(line.shard_regex, "s3://bucket/prefix/" + path).group(1) == "shard-x_1"
@@ -218,8 +218,6 @@ def test_a_product_line_registered_twice_is_an_error(monkeypatch):
 
 
 def test_the_ledgers_page_lists_every_product_line_as_registered():
-    from pathlib import Path
-
     page = (Path(__file__).resolve().parents[2] / "docs" / "ledgers.md").read_text(encoding="utf-8")
     section = page.split("## One ledger per product line", 1)[1]
     rows = {}
