@@ -1,7 +1,7 @@
 """One ledger per product line: landed = that product's outputs + distinct rejects of its stages.
 
 Each stage writes ``shards/<shard>/rejects/<stage>.parquet``. A product counts only the ledgers of
-the stages it depends on (:data:`PRODUCT_STAGES`, the one place the dependency map lives), so
+the stages it depends on (its :class:`~speechdata.products.ProductLine`'s ``stages``), so
 materializing any selection of a shard's assets (the translation group without its LLM
 segmentation, say) never makes another product's accounting fail. Ledgers are opened by their
 stage's name, never by a glob: a temp file left by a killed writer (``._tmp-...``) is never read.
@@ -14,26 +14,16 @@ from dataclasses import dataclass, field
 
 import pyarrow.compute as pc
 
-from speechdata.bridge.manifest import manifest_path
+from speechdata import products
 from speechdata.io import layout
 from speechdata.io.storage import DataRoot
 
-PRODUCT_STAGES: dict[str, tuple[str, ...]] = {
-    "bridge": ("raw_shards", "normalized_audio", "alignments", "frame_grids", "qwen_hidden_states", "wavlm_features"),
-    "asr": ("raw_shards", "asr_flac"),
-    "vad": ("raw_shards", "vad_segments"),
-    "translation": ("raw_shards", "normalized_audio", "alignments", "streaming_segments"),
-    "hf": ("raw_shards",),
-}
-"""Product line -> the stages (in pipeline order) whose rejects it owns. The HF product's own
-filters (splits, removed segments) live in its per-country state, not in shard ledgers."""
+PRODUCT_STAGES: dict[str, tuple[str, ...]] = {line.name: line.stages for line in products.PRODUCT_LINES}
+"""Product line -> the stages (in pipeline order) whose rejects it owns, as registered at import
+(:data:`speechdata.products.PRODUCT_LINES`, which the functions here read at call time)."""
 
 PRODUCT_OUTPUTS: dict[str, str] = {
-    "bridge": "manifests/shard=<shard>/part-0.parquet (key)",
-    "asr": "shards/<shard>/asr_flac.parquet (utt_id)",
-    "vad": "shards/<shard>/vad_segments.parquet (utt_ids)",
-    "translation": "translation/segments/shard=<shard>/segments.parquet (distinct utt_id)",
-    "hf": "shards/<shard>/utterances.parquet (utt_id)",
+    line.name: f"{line.output('<shard>')} ({line.id_column})" for line in products.PRODUCT_LINES
 }
 """Where each product's per-shard outputs are counted (one utterance id per produced utterance)."""
 
@@ -64,7 +54,7 @@ def landed_utterances(data_root: DataRoot, shard_id: str) -> tuple[set[str], int
 
 def product_ledger(data_root: DataRoot, shard_id: str, product: str, produced: set[str]) -> Ledger:
     """Balance ``produced`` (the product's utterance ids for the shard) against landed and rejected."""
-    stages = PRODUCT_STAGES[product]
+    stages = products.product_line(product).stages
     landed_ids, landed_nulls = landed_utterances(data_root, shard_id)
     reason_of: dict[str, str] = {}
     null_reasons: Counter[str] = Counter()
@@ -95,33 +85,23 @@ def product_ledger(data_root: DataRoot, shard_id: str, product: str, produced: s
 
 def produced_utterances(data_root: DataRoot, shard_id: str, product: str) -> set[str] | None:
     """The product's committed utterance ids for the shard, or None when it has not been built."""
-    if product == "bridge":
-        relative, column = manifest_path(shard_id), "key"
-    elif product == "asr":
-        relative, column = layout.asr_flac_index(shard_id), "utt_id"
-    elif product == "vad":
-        relative, column = layout.vad_segments(shard_id), "utt_ids"
-    elif product == "translation":
-        relative, column = layout.streaming_segments(shard_id), "utt_id"
-    elif product == "hf":
-        relative, column = layout.utterance_index(shard_id), "utt_id"
-    else:
-        raise KeyError(f"unknown product {product!r}: one of {', '.join(PRODUCT_STAGES)}")
+    line = products.product_line(product)
+    relative = line.output(shard_id)
     if not data_root.exists(relative):
         return None
-    values = data_root.read_parquet(relative, columns=[column])[column].to_pylist()
-    if column == "utt_ids":
+    values = data_root.read_parquet(relative, columns=[line.id_column])[line.id_column].to_pylist()
+    if line.ids_are_lists:
         return {u for ids in values for u in (ids or [])}
     return set(values)
 
 
 def shard_ledgers(data_root: DataRoot, shard_id: str) -> dict[str, Ledger]:
-    """Every product's ledger for the shard, for the products it has outputs of."""
+    """Every product line's ledger for the shard, in registry order, for the products it has outputs of."""
     ledgers = {}
-    for product in PRODUCT_STAGES:
-        produced = produced_utterances(data_root, shard_id, product)
+    for line in products.product_lines():
+        produced = produced_utterances(data_root, shard_id, line.name)
         if produced is not None:
-            ledgers[product] = product_ledger(data_root, shard_id, product, produced)
+            ledgers[line.name] = product_ledger(data_root, shard_id, line.name, produced)
     return ledgers
 
 

@@ -2,70 +2,90 @@
 
 ``product_accounting`` is a view with one row per (landed shard, product line): ``landed``,
 ``produced`` (NULL when the product has not been built for the shard), ``rejected`` (distinct
-utterances rejected by the stages the product depends on, :data:`speechdata.ledgers.PRODUCT_STAGES`)
-and ``balanced``. Being a view it never lags what it summarizes. Every glob here is built from an
-escaped root, so a data root whose path holds glob characters (``[1]``) reads its own files.
+utterances rejected by the stages the product depends on) and ``balanced``, for every product line
+of :data:`speechdata.products.PRODUCT_LINES`. Being a view it never lags what it summarizes. Every
+glob here is built from an escaped root, so a data root whose path holds glob characters (``[1]``)
+reads its own files.
 """
 
 from __future__ import annotations
 
-from speechdata.bridge.manifest import manifest_path
+from speechdata import products
 from speechdata.catalog.incremental import has_files
 from speechdata.catalog.root_paths import under_root
 from speechdata.io import layout
 from speechdata.io.storage import DataRoot
-from speechdata.ledgers import PRODUCT_STAGES
+from speechdata.products import ProductLine
 
-SOURCES: dict[str, tuple[str, str, str]] = {
-    # name: (glob relative to the root, regex taking the shard from a file's path, SELECT list of ids)
-    "landed": (layout.landing_metadata("*"), r"/landing/([^/]+)/metadata\.parquet$", "utt_id"),
-    "bridge": (manifest_path("*"), r"/manifests/shard=([^/]+)/part-0\.parquet$", "key"),
-    "asr": (layout.asr_flac_index("*"), r"/shards/([^/]+)/asr_flac\.parquet$", "utt_id"),
-    "vad": (layout.vad_segments("*"), r"/shards/([^/]+)/vad_segments\.parquet$", "unnest(utt_ids)"),
-    "translation": (layout.streaming_segments("*"), r"/segments/shard=([^/]+)/segments\.parquet$", "utt_id"),
-    "hf": (layout.utterance_index("*"), r"/shards/([^/]+)/utterances\.parquet$", "utt_id"),
-}
-"""The files each product line's accounting reads; every one belongs to the shard its path names."""
-PRODUCTS_BUILT_FROM_FILES = ("bridge", "asr", "vad", "translation", "hf")
+LANDED_GLOB = layout.landing_metadata("*")
+SHARD_FROM_LANDED_PATH = r"/landing/([^/]+)/metadata\.parquet$"
+"""The landed metadata every shard's ``landed`` count reads; the products' own files come from
+their :class:`~speechdata.products.ProductLine` (``output_glob``, ``shard_regex``, ``id_column``)."""
 
 
 def _literal(text: str) -> str:
     return "'" + text.replace("'", "''") + "'"
 
 
-def _ids_select(root: DataRoot, location: str, name: str) -> str:
-    pattern, shard_regex, column = SOURCES[name]
-    if not has_files(root, pattern):
-        return "SELECT CAST(NULL AS VARCHAR) AS shard, CAST(NULL AS VARCHAR) AS utt_id WHERE false"
+def _identifier(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def ids_expression(line: ProductLine) -> str:
+    """The SQL expression giving one row per utterance id of the product's output rows."""
+    column = _identifier(line.id_column)
+    return f"unnest({column})" if line.ids_are_lists else column
+
+
+def shard_expression(line: ProductLine) -> str:
+    """The SQL expression giving an output row's shard: its own column, else from the file's name."""
+    if line.shard_column:
+        return _identifier(line.shard_column)
+    return f"regexp_extract(filename, {_literal(line.shard_regex)}, 1)"
+
+
+_NO_ROWS = "SELECT CAST(NULL AS VARCHAR) AS shard, CAST(NULL AS VARCHAR) AS utt_id WHERE false"
+
+
+def _landed_select(root: DataRoot, location: str) -> str:
+    if not has_files(root, LANDED_GLOB):
+        return _NO_ROWS
     return (
-        f"SELECT regexp_extract(filename, {_literal(shard_regex)}, 1) AS shard, {column} AS utt_id "
-        f"FROM read_parquet({under_root(pattern, location)}, union_by_name = true, "
+        f"SELECT regexp_extract(filename, {_literal(SHARD_FROM_LANDED_PATH)}, 1) AS shard, utt_id "
+        f"FROM read_parquet({under_root(LANDED_GLOB, location)}, union_by_name = true, "
         "hive_partitioning = false, filename = true)"
+    )
+
+
+def _produced_select(root: DataRoot, location: str, line: ProductLine) -> str:
+    """(shard, utt_id) of every output row of the product (DuckDB fails on a glob matching nothing)."""
+    if not has_files(root, line.output_glob):
+        return _NO_ROWS
+    filename = "" if line.shard_column else ", filename = true"
+    return (
+        f"SELECT {shard_expression(line)} AS shard, {ids_expression(line)} AS utt_id "
+        f"FROM read_parquet({under_root(line.output_glob, location)}, union_by_name = true, "
+        f"hive_partitioning = false{filename})"
     )
 
 
 def _built_select(location: str) -> str:
     """(product, shard) for every product output file that exists, empty ones included."""
     return " UNION ALL ".join(
-        f"SELECT {_literal(p)} AS product, regexp_extract(file, {_literal(SOURCES[p][1])}, 1) AS shard "
-        f"FROM glob({under_root(SOURCES[p][0], location)})"
-        for p in PRODUCTS_BUILT_FROM_FILES
+        f"SELECT {_literal(line.name)} AS product, regexp_extract(file, {_literal(line.shard_regex)}, 1) AS shard "
+        f"FROM glob({under_root(line.output_glob, location)})"
+        for line in products.product_lines()
     )
 
 
 def product_accounting_sql(root: DataRoot, location: str) -> str:
     """The ``product_accounting`` view's SELECT over the root (``location``: its escaped name, :func:`~speechdata.catalog.root_paths.glob_root`)."""
     produced = " UNION ALL ".join(
-        [
-            "SELECT 'bridge' AS product, shard, key AS utt_id FROM samples",
-            *(
-                f"SELECT {_literal(p)} AS product, shard, utt_id FROM ({_ids_select(root, location, p)})"
-                for p in ("asr", "vad", "translation", "hf")
-            ),
-        ]
+        f"SELECT {_literal(line.name)} AS product, shard, utt_id FROM ({_produced_select(root, location, line)})"
+        for line in products.product_lines()
     )
     return accounting_select(
-        landed_rows=_ids_select(root, location, "landed"),
+        landed_rows=_landed_select(root, location),
         produced_rows=produced,
         built=_built_select(location),
         rejects="SELECT * FROM rejects",
@@ -78,7 +98,9 @@ def accounting_select(landed_rows: str, produced_rows: str, built: str, rejects:
     product's output file exists) and ``rejects`` (the ``rejects`` view's columns). The view reads
     them from every file under the root; :mod:`speechdata.catalog.accounting_state` from one
     refresh's changed shards."""
-    stages = ", ".join(f"({_literal(p)}, {_literal(s)})" for p, ss in PRODUCT_STAGES.items() for s in ss)
+    stages = ", ".join(
+        f"({_literal(line.name)}, {_literal(stage)})" for line in products.product_lines() for stage in line.stages
+    )
     return f"""
         WITH landed_rows AS ({landed_rows}),
         landed AS (
@@ -124,7 +146,9 @@ def product_rejects_sql(rejects: str = "SELECT * FROM rejects") -> str:
     stages once, under the reason of the earliest such stage (as :func:`speechdata.ledgers.product_ledger`);
     ``rejects``: the SELECT it reads (the ``rejects`` view, or one refresh's changed ledgers)."""
     stages = ", ".join(
-        f"({_literal(p)}, {_literal(s)}, {order})" for p, ss in PRODUCT_STAGES.items() for order, s in enumerate(ss)
+        f"({_literal(line.name)}, {_literal(stage)}, {order})"
+        for line in products.product_lines()
+        for order, stage in enumerate(line.stages)
     )
     return f"""
         WITH stages(product, stage, stage_order) AS (VALUES {stages}),

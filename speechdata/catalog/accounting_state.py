@@ -6,7 +6,8 @@ and ``manifest_catalog`` showed both after every shard (docs/performance.md has 
 catalog now also keeps their rows per shard:
 
 * ``catalog_accounting_shards`` (``shard``, ``inputs_sha256``): the digest of the path, size and
-  fingerprint of every file the shard's accounting reads;
+  fingerprint of every file the shard's accounting reads, and of the product lines it was counted
+  under (:data:`speechdata.products.PRODUCT_LINES`: a product line added or changed recounts every shard);
 * ``catalog_product_accounting``: the ``product_accounting`` rows of the shard;
 * ``catalog_product_rejects`` (``shard``, ``product``, ``reason``, ``utterances``): the shard's
   ``product_rejects`` rows, counted.
@@ -21,6 +22,7 @@ no files left. Only the per-shard inputs count: a bridge manifest holds its own 
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 from collections import defaultdict
 from collections.abc import Mapping
@@ -28,7 +30,15 @@ from collections.abc import Mapping
 import duckdb
 import pyarrow as pa
 
-from speechdata.catalog.accounting import PRODUCTS_BUILT_FROM_FILES, SOURCES, accounting_select, product_rejects_sql
+from speechdata import products
+from speechdata.catalog.accounting import (
+    LANDED_GLOB,
+    SHARD_FROM_LANDED_PATH,
+    accounting_select,
+    ids_expression,
+    product_rejects_sql,
+    shard_expression,
+)
 from speechdata.catalog.incremental import ListedFile, list_files, locations_of
 from speechdata.io.storage import DataRoot
 
@@ -58,14 +68,27 @@ _TEMP = {
 }
 
 
+LANDED = "landed"
+REJECTS = "rejects"
+"""The two sources beside the product lines' outputs; a product line may not take their names."""
+
+
 def list_accounting_inputs(
-    root: DataRoot, manifests: Mapping[str, ListedFile], rejects: Mapping[str, ListedFile]
+    root: DataRoot,
+    rejects: Mapping[str, ListedFile],
+    already_listed: Mapping[str, Mapping[str, ListedFile]] | None = None,
 ) -> dict[str, dict[str, ListedFile]]:
-    """Every file per-shard accounting reads, by source (``landed``, ``bridge``, ``asr``, ``vad``,
-    ``translation``, ``hf``, ``rejects``); manifests and ledgers as the refresh already listed them."""
-    listed = {name: list_files(root, pattern) for name, (pattern, _, _) in SOURCES.items() if name != "bridge"}
-    listed["bridge"] = dict(manifests)
-    listed["rejects"] = dict(rejects)
+    """Every file per-shard accounting reads, by source: ``landed``, each product line's name,
+    ``rejects`` (the ledgers as the refresh already listed them). ``already_listed``: other files the
+    refresh listed, by glob (the shard manifests), used as they are instead of listed again."""
+    already_listed = already_listed or {}
+    listed = {LANDED: list_files(root, LANDED_GLOB)}
+    for line in products.product_lines():
+        if line.name in (LANDED, REJECTS):
+            raise ValueError(f"product line {line.name!r} takes the name of a catalog accounting source")
+        glob = line.output_glob
+        listed[line.name] = dict(already_listed[glob]) if glob in already_listed else list_files(root, glob)
+    listed[REJECTS] = dict(rejects)
     return listed
 
 
@@ -77,7 +100,8 @@ def sync_accounting(
 ) -> int:
     """Bring the per-shard accounting up to the listed ``inputs``; returns how many shards were recounted."""
     files_by_shard = _files_by_shard(inputs, rejects_shard_from_path)
-    digests = {shard: _digest(files) for shard, files in files_by_shard.items()}
+    registry = _registry_digest()
+    digests = {shard: _digest(files, registry) for shard, files in files_by_shard.items()}
     stored = dict(connection.execute("SELECT shard, inputs_sha256 FROM catalog_accounting_shards").fetchall())
     changed = sorted(shard for shard, digest in digests.items() if stored.get(shard) != digest)
     forget = sorted({*changed, *(shard for shard in stored if shard not in digests)})
@@ -94,7 +118,11 @@ def sync_accounting(
 
 
 def _shard_regex(name: str, rejects_shard_from_path: str) -> re.Pattern[str]:
-    return re.compile(rejects_shard_from_path if name == "rejects" else SOURCES[name][1])
+    if name == REJECTS:
+        return re.compile(rejects_shard_from_path)
+    if name == LANDED:
+        return re.compile(SHARD_FROM_LANDED_PATH)
+    return re.compile(products.product_line(name).shard_regex)
 
 
 def _files_by_shard(
@@ -111,8 +139,18 @@ def _files_by_shard(
     return by_shard
 
 
-def _digest(files: list[tuple[str, ListedFile]]) -> str:
+def _registry_digest() -> str:
+    """What the product lines count: a shard counted under other product lines is counted again."""
+    described = [
+        [line.name, list(line.stages), line.output_glob, line.id_column, line.ids_are_lists, line.shard_column]
+        for line in products.product_lines()
+    ]
+    return hashlib.sha256(json.dumps(described).encode("utf-8")).hexdigest()
+
+
+def _digest(files: list[tuple[str, ListedFile]], registry_digest: str) -> str:
     lines = sorted(f"{name}\t{f.path}\t{f.size_bytes}\t{f.fingerprint}" for name, f in files)
+    lines.append(f"product lines\t{registry_digest}")
     return hashlib.sha256("\n".join(lines).encode("utf-8")).hexdigest()
 
 
@@ -158,45 +196,40 @@ def _read_sources(
         f"CREATE OR REPLACE TEMP TABLE {_TEMP['rejects']} "
         "(shard VARCHAR, utt_id VARCHAR, stage VARCHAR, reason VARCHAR, detail VARCHAR)"
     )
-    built = [(name, path) for name in PRODUCTS_BUILT_FROM_FILES for path in paths.get(name, [])]
+    lines = products.product_lines()
+    built = [(line.name, path) for line in lines for path in paths.get(line.name, [])]
     connection.register(
         "_acct_built_paths", pa.table({"product": [b[0] for b in built], "path": [b[1] for b in built]})
     )
     try:
         connection.execute(f"CREATE OR REPLACE TEMP TABLE {_TEMP['built']} (product VARCHAR, shard VARCHAR)")
-        for name in PRODUCTS_BUILT_FROM_FILES:
+        for line in lines:
             connection.execute(
                 f"INSERT INTO {_TEMP['built']} SELECT product, regexp_extract('/' || path, ?, 1) "
                 "FROM _acct_built_paths WHERE product = ?",
-                [SOURCES[name][1], name],
+                [line.shard_regex, line.name],
             )
     finally:
         connection.unregister("_acct_built_paths")
-    for name, (_, shard_regex, ids) in SOURCES.items():
-        files = paths.get(name)
+    if paths.get(LANDED):
+        connection.execute(
+            f"INSERT INTO {_TEMP['landed']} SELECT regexp_extract(filename, ?, 1) AS shard, utt_id "
+            "FROM read_parquet(?, union_by_name = true, hive_partitioning = false, filename = true)",
+            [SHARD_FROM_LANDED_PATH, locations_of(root_uri, paths[LANDED])],
+        )
+    for line in lines:
+        files = paths.get(line.name)
         if not files:
             continue
-        locations = locations_of(root_uri, files)
-        select = (
-            f"SELECT regexp_extract(filename, ?, 1) AS shard, {ids} AS utt_id "
-            "FROM read_parquet(?, union_by_name = true, hive_partitioning = false, filename = true)"
+        # The same expressions as the view (a bridge row's shard is the manifest's own column).
+        connection.execute(
+            f"INSERT INTO {_TEMP['produced']} SELECT ?, {shard_expression(line)}, {ids_expression(line)} "
+            "FROM read_parquet(?, union_by_name = true, hive_partitioning = false, filename = true)",
+            [line.name, locations_of(root_uri, files)],
         )
-        if name == "landed":
-            connection.execute(f"INSERT INTO {_TEMP['landed']} {select}", [shard_regex, locations])
-        elif name == "bridge":
-            # As the view: the bridge's produced rows carry the manifest's own ``shard`` column.
-            connection.execute(
-                f"INSERT INTO {_TEMP['produced']} SELECT 'bridge', shard, key "
-                "FROM read_parquet(?, union_by_name = true, hive_partitioning = false)",
-                [locations],
-            )
-        else:
-            connection.execute(
-                f"INSERT INTO {_TEMP['produced']} SELECT ?, * FROM ({select})", [name, shard_regex, locations]
-            )
-    if paths.get("rejects"):
+    if paths.get(REJECTS):
         connection.execute(
             f"INSERT INTO {_TEMP['rejects']} SELECT regexp_extract(filename, ?, 1), utt_id, stage, reason, detail "
             "FROM read_parquet(?, union_by_name = true, hive_partitioning = false, filename = true)",
-            [rejects_shard_from_path, locations_of(root_uri, paths["rejects"])],
+            [rejects_shard_from_path, locations_of(root_uri, paths[REJECTS])],
         )

@@ -7,7 +7,7 @@
 * ``rejects``: a view over ``shards/*/rejects/*.parquet`` with the ``shard`` taken from the path;
 * ``hours_by_language``, ``hours_by_country``, ``hours_by_shard``: summary views (samples,
   hours, mean alignment score); ``product_accounting``: every landed shard's ledger per product
-  line (:mod:`speechdata.catalog.accounting`); ``catalog_info`` (when and over what the refresh ran).
+  line of :data:`speechdata.products.PRODUCT_LINES` (:mod:`speechdata.catalog.accounting`); ``catalog_info`` (when and over what the refresh ran).
 
 Everything but ``catalog_info`` is a view reading the files at query time, so a summary never lags
 what it summarizes (a new shard is visible as soon as its manifest is committed, which happens only
@@ -142,7 +142,7 @@ def refresh_catalog(connection: duckdb.DuckDBPyConnection, root_uri: str, *, ful
     manifests = list_files(root, _MANIFEST_GLOB)
     rejects = list_files(root, _REJECTS_GLOB)
     any_alignments = has_files(root, _ALIGNMENTS_GLOB)
-    accounting_inputs = list_accounting_inputs(root, manifests, rejects)
+    accounting_inputs = list_accounting_inputs(root, rejects, already_listed={_MANIFEST_GLOB: manifests})
     # A root such as ``/data/run[1]`` must match itself, not a character class.
     location = glob_root(root_uri)
     set_root_variable(connection, root_uri)

@@ -1,0 +1,232 @@
+"""The product-line registry drives the ledgers, the catalog's accounting and its rejects, for every line.
+
+A hand-made root is built from the registry itself: every product line has three utterances in its
+output, and every stage any product line names rejects one landed utterance of its own plus one
+utterance every stage rejects. A product's ledger must then count exactly its own stages' rejects,
+the shared one under its earliest stage's reason, in ``shard_ledgers``, ``product_accounting`` (view
+and per-shard state) and ``product_rejects``. A product line registered only in the test gets the
+same, with no other code change.
+"""
+
+import re
+from collections import Counter
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from speechdata import products
+from speechdata.bridge.manifest import MANIFEST_COLUMNS, manifest_path
+from speechdata.catalog.accounting_state import SHARD_ACCOUNTING_FROM_STATE
+from speechdata.catalog.queries import NAMED_QUERIES, run_query
+from speechdata.catalog.views import refresh_catalog
+from speechdata.io import layout
+from speechdata.ledgers import PRODUCT_STAGES, shard_ledgers
+from speechdata.products import PRODUCT_LINES, ProductLine, product_line
+from speechdata.rejects import Reject, rejects_table
+from tests.unit.test_catalog_incremental import connect
+
+SHARD = "shard-a"
+PRODUCED = ["shard-a_u1", "shard-a_u2", "shard-a_u3"]
+EVERY_STAGE_REJECTS = "shard-a_everywhere"
+
+SPEAKER_EMBEDDINGS = ProductLine(
+    name="speaker_embeddings",
+    description="One speaker embedding per utterance (a product line known only to this test).",
+    stages=("raw_shards", "normalized_audio", "speaker_embeddings"),
+    output=lambda shard_id: f"speaker_embeddings/shard={shard_id}/embeddings.parquet",
+    id_column="utt_id",
+)
+
+
+def rejected_by(stage: str) -> str:
+    return f"shard-a_rejected_by_{stage}"
+
+
+def reason_of(stage: str) -> str:
+    return f"{stage}_failed"
+
+
+def all_stages(lines) -> list[str]:
+    return sorted({stage for line in lines for stage in line.stages})
+
+
+def output_table(line: ProductLine, shard: str, utt_ids: list[str]) -> pa.Table:
+    if line.output is manifest_path:
+        # The catalog's samples view and summaries read every manifest column, not only the ids.
+        n = len(utt_ids)
+        defaults = {pa.string(): "x", pa.int64(): 0, pa.int32(): 0, pa.float64(): 1.0, pa.float32(): 0.0}
+        columns = {f.name: [defaults[f.type]] * n for f in MANIFEST_COLUMNS}
+        return pa.table({**columns, "key": utt_ids, "shard": [shard] * n, "extra": ["{}"] * n}, MANIFEST_COLUMNS)
+    if line.ids_are_lists:  # one row may hold several utterances (a VAD chunk)
+        ids = pa.array([utt_ids[i : i + 2] for i in range(0, len(utt_ids), 2)], pa.list_(pa.string()))
+    else:
+        ids = pa.array(utt_ids, pa.string())
+    columns = {line.id_column: ids}
+    if line.shard_column:
+        columns[line.shard_column] = pa.array([shard] * len(ids), pa.string())
+    return pa.table(columns)
+
+
+def build_root(data_root, lines) -> None:
+    stages = all_stages(lines)
+    landed = [*PRODUCED, EVERY_STAGE_REJECTS, *(rejected_by(s) for s in stages)]
+    data_root.write_parquet(
+        layout.landing_metadata(SHARD), pa.table({"utt_id": landed, "audio_path": [f"{u}.wav" for u in landed]})
+    )
+    for line in lines:
+        data_root.write_parquet(line.output(SHARD), output_table(line, SHARD, PRODUCED))
+    for stage in stages:
+        rejects = [Reject(u, stage, reason_of(stage), "hand-made") for u in (rejected_by(stage), EVERY_STAGE_REJECTS)]
+        data_root.write_parquet(layout.rejects(SHARD, stage), rejects_table(rejects))
+
+
+def expected_ledger(line: ProductLine, lines) -> dict:
+    """What the ledger of ``line`` must say on the root :func:`build_root` made for ``lines``."""
+    by_reason = Counter({reason_of(stage): 1 for stage in line.stages})
+    by_reason[reason_of(line.stages[0])] += 1  # rejected by every stage: counted once, at the earliest
+    return {
+        "landed": len(PRODUCED) + 1 + len(all_stages(lines)),
+        "produced": len(PRODUCED),
+        "rejected": len(line.stages) + 1,
+        "rejects_by_reason": dict(by_reason),
+    }
+
+
+def assert_every_product_is_counted(data_root, lines) -> None:
+    ledgers = shard_ledgers(data_root, SHARD)
+    assert list(ledgers) == [line.name for line in lines]
+    for line in lines:
+        ledger = ledgers[line.name]
+        expected = expected_ledger(line, lines)
+        assert (ledger.landed, ledger.produced, ledger.rejected) == (
+            expected["landed"],
+            expected["produced"],
+            expected["rejected"],
+        ), line.name
+        assert ledger.rejects_by_reason == expected["rejects_by_reason"], line.name
+
+    with connect(data_root) as connection:
+        refresh_catalog(connection, data_root.url)
+        for sql in (NAMED_QUERIES["shard_accounting"], SHARD_ACCOUNTING_FROM_STATE):
+            rows = {r["product"]: r for r in run_query(connection, sql).to_pylist() if r["shard"] == SHARD}
+            assert set(rows) == {line.name for line in lines}
+            for name, ledger in ledgers.items():
+                row = rows[name]
+                assert (row["landed"], row["produced"], row["rejected"], row["balanced"]) == (
+                    ledger.landed,
+                    ledger.produced,
+                    ledger.rejected,
+                    ledger.balanced,
+                ), name
+        rejects = connection.execute(
+            "SELECT product, reason, count(*) FROM product_rejects WHERE shard = ? GROUP BY ALL", [SHARD]
+        ).fetchall()
+        by_product: dict[str, dict[str, int]] = {}
+        for product, reason, count in rejects:
+            by_product.setdefault(product, {})[reason] = count
+        assert by_product == {name: ledger.rejects_by_reason for name, ledger in ledgers.items()}
+
+
+@pytest.mark.parametrize("line", PRODUCT_LINES, ids=lambda line: line.name)
+def test_every_registered_product_line_has_its_ledger_accounting_row_and_rejects(data_root, line):
+    build_root(data_root, PRODUCT_LINES)
+    ledger = shard_ledgers(data_root, SHARD)[line.name]
+    expected = expected_ledger(line, PRODUCT_LINES)
+    assert (ledger.landed, ledger.produced, ledger.rejected) == (
+        expected["landed"],
+        expected["produced"],
+        expected["rejected"],
+    )
+    assert ledger.rejects_by_reason == expected["rejects_by_reason"]
+    # Only the stages a product line owns count: a stage it does not name never touches its ledger.
+    others = set(all_stages(PRODUCT_LINES)) - set(line.stages)
+    assert not {reason_of(stage) for stage in others} & set(ledger.rejects_by_reason)
+    with connect(data_root) as connection:
+        refresh_catalog(connection, data_root.url)
+        [row] = [
+            r
+            for r in run_query(connection, NAMED_QUERIES["shard_accounting"]).to_pylist()
+            if (r["shard"], r["product"]) == (SHARD, line.name)
+        ]
+        assert (row["landed"], row["produced"], row["rejected"]) == (ledger.landed, ledger.produced, ledger.rejected)
+        reasons = dict(
+            connection.execute(
+                "SELECT reason, count(*) FROM product_rejects WHERE shard = ? AND product = ? GROUP BY reason",
+                [SHARD, line.name],
+            ).fetchall()
+        )
+        assert reasons == ledger.rejects_by_reason
+
+
+def test_the_ledgers_and_the_catalog_agree_on_every_product_line(data_root):
+    build_root(data_root, PRODUCT_LINES)
+    assert_every_product_is_counted(data_root, PRODUCT_LINES)
+
+
+def test_a_product_line_registered_in_one_record_gets_a_ledger_and_accounting_rows(data_root, monkeypatch):
+    lines = (*PRODUCT_LINES, SPEAKER_EMBEDDINGS)
+    monkeypatch.setattr(products, "PRODUCT_LINES", lines)
+    build_root(data_root, lines)
+    assert_every_product_is_counted(data_root, lines)
+    assert product_line("speaker_embeddings") is SPEAKER_EMBEDDINGS
+
+
+def test_registering_a_product_line_recounts_the_catalog_state_of_unchanged_shards(data_root, monkeypatch):
+    build_root(data_root, PRODUCT_LINES)
+    with connect(data_root) as connection:
+        refresh_catalog(connection, data_root.url)
+        monkeypatch.setattr(products, "PRODUCT_LINES", (*PRODUCT_LINES, SPEAKER_EMBEDDINGS))
+        # No file changed: only the registry did. The state must still list the new product line.
+        summary = refresh_catalog(connection, data_root.url)
+        assert summary.accounting_shards_read == 1
+        from_state = run_query(connection, SHARD_ACCOUNTING_FROM_STATE).to_pylist()
+        from_views = run_query(connection, NAMED_QUERIES["shard_accounting"]).to_pylist()
+        assert from_state == from_views
+        [row] = [r for r in from_state if r["product"] == "speaker_embeddings"]
+        assert row["produced"] is None  # not built yet
+        assert row["rejected"] == 3  # raw_shards and normalized_audio rejects, the shared one once
+
+
+def test_the_public_ledger_names_are_the_registry():
+    assert PRODUCT_STAGES == {line.name: line.stages for line in PRODUCT_LINES}
+    assert [line.name for line in PRODUCT_LINES] == ["bridge", "asr", "vad", "translation", "hf"]
+
+
+@pytest.mark.parametrize("line", PRODUCT_LINES, ids=lambda line: line.name)
+def test_a_product_lines_glob_and_shard_regex_find_its_own_output(line):
+    path = line.output("shard-x_1")
+    assert re.search(line.shard_regex, "/" + path).group(1) == "shard-x_1"
+    assert re.search(line.shard_regex, "s3://bucket/prefix/" + path).group(1) == "shard-x_1"
+    assert not re.search(line.shard_regex, "/" + path + ".tmp")
+    assert line.output_glob == line.output("*")
+
+
+def test_a_product_line_must_name_the_shard_in_its_output_and_have_a_plain_name():
+    with pytest.raises(ValueError, match="name the shard"):
+        ProductLine("x", "x", ("raw_shards",), output=lambda shard_id: "fixed.parquet", id_column="utt_id")
+    with pytest.raises(ValueError, match="must match"):
+        ProductLine("Bad Name", "x", ("raw_shards",), output=layout.utterance_index, id_column="utt_id")
+    with pytest.raises(KeyError, match="unknown product 'nope'"):
+        product_line("nope")
+
+
+def test_a_product_line_registered_twice_is_an_error(monkeypatch):
+    monkeypatch.setattr(products, "PRODUCT_LINES", (*PRODUCT_LINES, PRODUCT_LINES[0]))
+    with pytest.raises(ValueError, match="registered twice: bridge"):
+        products.product_lines()
+
+
+def test_the_ledgers_page_lists_every_product_line_as_registered():
+    page = (Path(__file__).resolve().parents[2] / "docs" / "ledgers.md").read_text(encoding="utf-8")
+    section = page.split("## One ledger per product line", 1)[1]
+    rows = {}
+    for line in section.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 3 and cells[0].startswith("`"):
+            rows[cells[0].strip("`")] = cells[1:]
+    assert list(rows) == [line.name for line in PRODUCT_LINES]
+    for line in PRODUCT_LINES:
+        stages, outputs = rows[line.name]
+        assert tuple(s.strip() for s in stages.split(",")) == line.stages, line.name
+        assert outputs.startswith(f"`{line.output('<s>')}` (`{line.id_column}`"), line.name
