@@ -5,15 +5,21 @@ from typing import Literal
 import dagster as dg
 from pydantic import Field
 
-from assets.gpu_pool import GPU_OP_TAGS, GPU_POOL
+from assets.asset_policy import shard_asset
 from assets.ingest import normalized_audio
-from assets.partitions import PER_SHARD_TAGS, shard_partitions
-from assets.reporting import column_schema, markdown_preview, progress_logger, stage_metadata, utterance_check_results
-from assets.shard_runs import CPU_BACKFILL_POLICY, ShardEvents, ShardResult, materialize_shards, shard_check_specs
-from resources.aligner import CtcAlignerResource, aligner_resource
+from assets.reporting import (
+    column_schema,
+    log_stage,
+    markdown_preview,
+    progress_logger,
+    stage_metadata,
+    utterance_check_results,
+)
+from assets.shard_runs import ShardEvents, ShardResult, materialize_shards
+from resources.aligner import CtcAlignerResource
 from resources.model_pins import QWEN, model_that_runs
-from resources.storage import DataRootResource, data_root_resource
-from resources.text_tokenizer import TextTokenizerResource, text_tokenizer_resource
+from resources.storage import DataRootResource
+from resources.text_tokenizer import TextTokenizerResource
 from speechdata.alignment.log_probs import CTC_FRAME_S
 from speechdata.alignment.stage import align_shard, import_shard_alignments
 from speechdata.bridge.clock import SAMPLES_PER_FRAME
@@ -21,8 +27,7 @@ from speechdata.bridge.frame_grid import GRID_RULE_VERSION
 from speechdata.bridge.grid_stage import build_shard_frame_grids, verify_frame_grids
 from speechdata.io import layout
 
-GROUP = "alignment"
-OWNERS = ["team:speech-data"]
+UI_POSITION = 2
 
 
 class AlignmentsConfig(dg.Config):
@@ -36,19 +41,13 @@ class AlignmentsConfig(dg.Config):
     write_ctm: bool = Field(True, description="Also write NFA-format CTM files per utterance (nemo only).")
 
 
-@dg.asset(
+@shard_asset(
     deps=[normalized_audio],
-    partitions_def=shard_partitions,
-    group_name=GROUP,
-    tags=PER_SHARD_TAGS,
     kinds={"pytorch", "parquet"},
-    owners=OWNERS,
-    # The CTC model (parakeet-ctc-1.1b: ~27 GFLOP per audio second) runs on the GPU when there is one:
-    # on Kubernetes the step goes to a GPU node, and it shares the `gpu` pool with the feature steps.
-    pool=GPU_POOL,
-    op_tags=GPU_OP_TAGS,
     code_version="alignments-v1",
-    backfill_policy=CPU_BACKFILL_POLICY,
+    # The CTC model runs on the GPU when there is one: on Kubernetes the step goes to a GPU node,
+    # and it shares the `gpu` pool with the feature steps.
+    gpu=True,
 )
 def alignments(
     context: dg.AssetExecutionContext,
@@ -86,10 +85,7 @@ def _align_one_shard(
             on_progress=progress_logger(context, "aligned", shard_id),
         )
     scores = root.read_parquet(layout.alignment_scores(shard_id))
-    context.log.info(
-        f"{shard_id}: {summary.rows_out}/{summary.rows_in} aligned, rejects {summary.rejects_by_reason}, "
-        f"{summary.audio_seconds_per_second:.0f} audio s/s"
-    )
+    log_stage(context, summary, "aligned")
     return ShardResult(
         metadata={
             **stage_metadata(summary),
@@ -111,18 +107,13 @@ GRID_CHECKS = {
 }
 
 
-@dg.asset(
+@shard_asset(
     deps=[alignments],
-    partitions_def=shard_partitions,
-    group_name=GROUP,
-    tags=PER_SHARD_TAGS,
     kinds={"parquet"},
-    owners=OWNERS,
     # The grid rule's version and the Qwen tokenizer's pin are part of the code version: changing
     # either marks every shard's grids stale in the UI, and a backfill of the stale set redoes them.
     code_version=f"frame_grids-v1+grid-{GRID_RULE_VERSION}+tokenizer-{model_that_runs(QWEN).identity}",
-    backfill_policy=CPU_BACKFILL_POLICY,
-    check_specs=shard_check_specs("frame_grids", GRID_CHECKS),
+    checks=GRID_CHECKS,
 )
 def frame_grids(
     context: dg.AssetExecutionContext, data_root: DataRootResource, text_tokenizer: TextTokenizerResource
@@ -184,7 +175,6 @@ def _grid_preview(table) -> dg.MetadataValue:
     )
 
 
-# --- the group: its definitions and the resources they need (assembled by dagster_project/definitions.py)
+# --- the group: its definitions (assembled by dagster_project/loader.py)
 
 defs = dg.Definitions(assets=[alignments, frame_grids])
-RESOURCES = {"data_root": data_root_resource, "aligner": aligner_resource, "text_tokenizer": text_tokenizer_resource}

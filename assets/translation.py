@@ -1,26 +1,30 @@
-"""[translation] Streaming English->Chinese segments from forced alignments, QE-scored and filtered (seed 002)."""
-
-import time
+"""[translation] Streaming English->Chinese segments from forced alignments, QE-scored and filtered."""
 
 import dagster as dg
 import pyarrow.compute as pc
 from pydantic import Field
 
 from assets.alignment import alignments
-from assets.gpu_pool import GPU_OP_TAGS, GPU_POOL
+from assets.asset_policy import group_of, shard_asset
 from assets.partitions import shard_partitions
-from assets.reporting import column_schema, device_metadata, markdown_preview, progress_logger, stage_metadata
-from assets.shard_runs import CPU_BACKFILL_POLICY, GPU_BACKFILL_POLICY, ShardEvents, ShardResult, materialize_shards
-from resources.qe import MetricXResource, qe_resource
-from resources.storage import DataRootResource, data_root_resource
-from resources.torch_device import TorchDeviceResource, torch_device_resource
+from assets.reporting import (
+    column_schema,
+    device_metadata,
+    log_stage,
+    markdown_preview,
+    progress_logger,
+    stage_metadata,
+)
+from assets.shard_runs import ShardEvents, ShardResult, load_model_for_step, materialize_shards
+from resources.qe import MetricXResource
+from resources.storage import DataRootResource
+from resources.torch_device import TorchDeviceResource
 from speechdata.io import layout
 from speechdata.translation.qe_stage import DEFAULT_THRESHOLD, score_shard_segments, write_streaming_pairs
 from speechdata.translation.segments import DEFAULT_MAX_SKIP_WORDS
 from speechdata.translation.stage import SegmentSettings, build_shard_streaming_segments
 
-GROUP = "translation"
-OWNERS = ["team:speech-data"]
+UI_POSITION = 7
 
 
 class StreamingSegmentsConfig(dg.Config):
@@ -34,15 +38,8 @@ class StreamingSegmentsConfig(dg.Config):
     )
 
 
-@dg.asset(
-    deps=[alignments],
-    partitions_def=shard_partitions,
-    group_name=GROUP,
-    kinds={"parquet", "json"},
-    owners=OWNERS,
-    code_version="streaming_segments-v1",
-    backfill_policy=CPU_BACKFILL_POLICY,
-)
+# The translation assets wait for the LLM segmentation, which lands after the shard.
+@shard_asset(deps=[alignments], kinds={"parquet", "json"}, code_version="streaming_segments-v1", in_per_shard_job=False)
 def streaming_segments(
     context: dg.AssetExecutionContext, config: StreamingSegmentsConfig, data_root: DataRootResource
 ) -> ShardEvents:
@@ -71,10 +68,7 @@ def _segment_one_shard(
 ) -> ShardResult:
     summary, totals = build_shard_streaming_segments(root, shard_id, settings)
     table = root.read_parquet(layout.streaming_segments(shard_id))
-    context.log.info(
-        f"{shard_id}: {summary.rows_out}/{summary.rows_in} utterances, {table.num_rows} segments, "
-        f"rejects {summary.rejects_by_reason}"
-    )
+    log_stage(context, summary, "utterances", f", {table.num_rows} segments")
     return ShardResult(
         metadata={
             **stage_metadata(summary),
@@ -87,16 +81,12 @@ def _segment_one_shard(
     )
 
 
-@dg.asset(
+@shard_asset(
     deps=[streaming_segments],
-    partitions_def=shard_partitions,
-    group_name=GROUP,
     kinds={"pytorch", "parquet"},
-    owners=OWNERS,
-    pool=GPU_POOL,
-    op_tags=GPU_OP_TAGS,
     code_version="qe_scores-v1",
-    backfill_policy=GPU_BACKFILL_POLICY,
+    gpu=True,
+    in_per_shard_job=False,
 )
 def qe_scores(
     context: dg.AssetExecutionContext,
@@ -111,10 +101,7 @@ def qe_scores(
     `metricx_output.jsonl` (the same lines plus `prediction`, as `metricx24.predict --qe` writes)
     and `scores.parquet`. Runs on the GPU pool; a backfill run scores up to k shards with one model load.
     """
-    started = time.perf_counter()
-    scorer = qe.scorer(torch_device)
-    load_s = time.perf_counter() - started
-    context.log.info(f"{qe.identity} loaded in {load_s:.1f} s for {len(context.partition_keys)} shards")
+    scorer, load_s = load_model_for_step(context, qe.identity, lambda: qe.scorer(torch_device))
 
     def one_shard(shard_id: str) -> ShardResult:
         torch_device.reset_peak_memory()
@@ -144,15 +131,7 @@ class StreamingPairsConfig(dg.Config):
     threshold: float = Field(DEFAULT_THRESHOLD, description="Keep segments whose MetricX error score is <= this.")
 
 
-@dg.asset(
-    deps=[qe_scores],
-    partitions_def=shard_partitions,
-    group_name=GROUP,
-    kinds={"parquet", "json"},
-    owners=OWNERS,
-    code_version="streaming_pairs-v1",
-    backfill_policy=CPU_BACKFILL_POLICY,
-)
+@shard_asset(deps=[qe_scores], kinds={"parquet", "json"}, code_version="streaming_pairs-v1", in_per_shard_job=False)
 def streaming_pairs(
     context: dg.AssetExecutionContext, config: StreamingPairsConfig, data_root: DataRootResource
 ) -> ShardEvents:
@@ -188,16 +167,15 @@ def _pairs_one_shard(
     )
 
 
-# --- the group: its definitions and the resources they need (assembled by dagster_project/definitions.py)
+# --- the group: its definitions (assembled by dagster_project/loader.py)
 
 TRANSLATION_JOB_NAME = "translation_job"
 
 translation_job = dg.define_asset_job(
     TRANSLATION_JOB_NAME,
-    selection=dg.AssetSelection.groups(GROUP),
+    selection=dg.AssetSelection.groups(group_of(__name__)),
     partitions_def=shard_partitions,
     description="Streaming segments, MetricX QE and filtered pairs for a shard whose LLM segmentation has landed.",
 )
 
 defs = dg.Definitions(assets=[streaming_segments, qe_scores, streaming_pairs], jobs=[translation_job])
-RESOURCES = {"data_root": data_root_resource, "qe": qe_resource, "torch_device": torch_device_resource}

@@ -1,21 +1,21 @@
-"""[vad] Speech segments per shard and the language -> shards index the VAD-chunked loader reads (seed 001)."""
+"""[vad] Speech segments per shard and the language -> shards index the VAD-chunked loader reads."""
 
 import dagster as dg
 from pydantic import Field
 
+from assets.asset_policy import group_asset, shard_asset
 from assets.ingest import raw_shards
-from assets.partitions import PER_SHARD_TAGS, language_partitions, shard_partitions
+from assets.partitions import language_partitions
 from assets.reporting import column_schema, markdown_preview, progress_logger
-from assets.shard_runs import CPU_BACKFILL_POLICY, ShardEvents, ShardResult, materialize_shards, shard_check_specs
-from resources.storage import DataRootResource, data_root_resource
-from resources.vad import SileroVadResource, vad_resource
+from assets.shard_runs import ShardEvents, ShardResult, materialize_shards
+from resources.storage import DataRootResource
+from resources.vad import SileroVadResource
 from speechdata.io import layout
 from speechdata.vad.chunks import DEFAULT_CHUNK_S, DEFAULT_NUM_CHUNKS
 from speechdata.vad.language_index import build_language_shard_index
 from speechdata.vad.stage import compute_vad_segments
 
-GROUP = "vad"
-OWNERS = ["team:speech-data"]
+UI_POSITION = 9
 
 VAD_ACCOUNTED = "every_indexed_utterance_segmented_or_rejected"
 
@@ -25,19 +25,11 @@ class ChunkingConfig(dg.Config):
     num_chunks: int = Field(DEFAULT_NUM_CHUNKS, description="Most chunks the loader takes per file.")
 
 
-@dg.asset(
+@shard_asset(
     deps=[raw_shards],
-    partitions_def=shard_partitions,
-    group_name=GROUP,
-    tags=PER_SHARD_TAGS,
     kinds={"parquet", "pytorch"},
-    owners=OWNERS,
     code_version="vad_segments-v1",
-    backfill_policy=CPU_BACKFILL_POLICY,
-    check_specs=shard_check_specs(
-        "vad_segments",
-        {VAD_ACCOUNTED: "Every utterance of the index has its file in the segments table or is rejected."},
-    ),
+    checks={VAD_ACCOUNTED: "Every utterance of the index has its file in the segments table or is rejected."},
 )
 def vad_segments(
     context: dg.AssetExecutionContext, config: ChunkingConfig, data_root: DataRootResource, vad: SileroVadResource
@@ -115,12 +107,10 @@ def _segment_one_shard(
     )
 
 
-@dg.asset(
+@group_asset(
     deps=[dg.AssetDep(vad_segments, partition_mapping=dg.AllPartitionMapping())],
     partitions_def=language_partitions,
-    group_name=GROUP,
     kinds={"parquet", "duckdb"},
-    owners=OWNERS,
     code_version="language_shard_index-v1",
 )
 def language_shard_index(
@@ -160,7 +150,6 @@ def language_shard_index(
     )
 
 
-# --- the group: its definitions and the resources they need (assembled by dagster_project/definitions.py)
+# --- the group: its definitions (assembled by dagster_project/loader.py)
 
 defs = dg.Definitions(assets=[vad_segments, language_shard_index])
-RESOURCES = {"data_root": data_root_resource, "vad": vad_resource}
