@@ -21,10 +21,10 @@ from resources.model_pins import QWEN, model_that_runs
 from resources.storage import DataRootResource
 from resources.text_tokenizer import TextTokenizerResource
 from speechdata.alignment.log_probs import CTC_FRAME_S
-from speechdata.alignment.stage import align_shard, import_shard_alignments
+from speechdata.alignment.stage import run_alignments, run_alignments_from_import
 from speechdata.bridge.clock import SAMPLES_PER_FRAME
 from speechdata.bridge.frame_grid import GRID_RULE_VERSION
-from speechdata.bridge.grid_stage import build_shard_frame_grids, verify_frame_grids
+from speechdata.bridge.grid_stage import run_frame_grids, verify_frame_grids
 from speechdata.io import layout
 
 UI_POSITION = 2
@@ -74,9 +74,9 @@ def _align_one_shard(
     context, config: AlignmentsConfig, root, aligner: CtcAlignerResource, shard_id: str
 ) -> ShardResult:
     if config.source == "import":
-        summary = import_shard_alignments(root, shard_id)
+        summary = run_alignments_from_import(root, shard_id)
     else:
-        summary = align_shard(
+        summary = run_alignments(
             root,
             shard_id,
             aligner.aligner_for,
@@ -133,7 +133,7 @@ def frame_grids(
 
 
 def _grid_one_shard(context, root, tokenizer, tokenizer_identity: str, shard_id: str) -> ShardResult:
-    summary, totals = build_shard_frame_grids(root, shard_id, tokenizer)
+    summary = run_frame_grids(root, shard_id, tokenizer)
     table = root.read_parquet(layout.frame_grids(shard_id))
     index = root.read_parquet(layout.utterance_index(shard_id), columns=["utt_id", "text"])
     failures = verify_frame_grids(table, dict(zip(index["utt_id"].to_pylist(), index["text"].to_pylist())), tokenizer)
@@ -144,18 +144,18 @@ def _grid_one_shard(context, root, tokenizer, tokenizer_identity: str, shard_id:
         "token_count_matches_tokenizer": failures.token_count,
     }
     context.log.info(
-        f"{shard_id}: {summary.rows_out} grids, zero-frame tokens {totals.zero_duration_token_share:.1%}, "
-        f"silence frames {totals.silence_frame_share:.1%}"
+        f"{shard_id}: {summary.rows_out} grids, zero-frame tokens {summary.zero_duration_token_share:.1%}, "
+        f"silence frames {summary.silence_frame_share:.1%}"
     )
     return ShardResult(
         metadata={
             **stage_metadata(summary),
             "grid_rule_version": GRID_RULE_VERSION,
             "tokenizer": tokenizer_identity,
-            "tokens": totals.tokens,
-            "frames": totals.frames,
-            "zero_duration_token_share": round(totals.zero_duration_token_share, 6),
-            "silence_frame_share": round(totals.silence_frame_share, 6),
+            "tokens": summary.tokens,
+            "frames": summary.frames,
+            "zero_duration_token_share": round(summary.zero_duration_token_share, 6),
+            "silence_frame_share": round(summary.silence_frame_share, 6),
             "dagster/column_schema": column_schema(table.schema),
             "preview": _grid_preview(table),
         },

@@ -20,9 +20,9 @@ from resources.qe import MetricXResource
 from resources.storage import DataRootResource
 from resources.torch_device import TorchDeviceResource
 from speechdata.io import layout
-from speechdata.translation.qe_stage import DEFAULT_THRESHOLD, score_shard_segments, write_streaming_pairs
+from speechdata.translation.qe_stage import DEFAULT_THRESHOLD, run_qe_scores, run_streaming_pairs
 from speechdata.translation.segments import DEFAULT_MAX_SKIP_WORDS
-from speechdata.translation.stage import SegmentSettings, build_shard_streaming_segments
+from speechdata.translation.stage import SegmentSettings, run_streaming_segments
 
 UI_POSITION = 7
 
@@ -49,7 +49,7 @@ def streaming_segments(
     `source: import`) and LLM segmentation JSONs landed at `landing/<shard>/segmentation/<utt_id>.json`
     (`low_latency`/`medium_latency`/`high_latency`, each parallel `English`/`Chinese` chunk lists).
     Chunks are matched monotonically to the aligned words and emitted at the first second S with
-    `end <= S + step`. Files: `translation/segments/shard=<shard>/json/<utt_id>.json` (seed format)
+    `end <= S + step`. Files: `translation/segments/shard=<shard>/json/<utt_id>.json` (one bilingual document per utterance)
     and `.../segments.parquet` (one row per utterance, latency and segment). Malformed inputs,
     filtered utterances and utterances no chunk matches are in `shards/<shard>/rejects/streaming_segments.parquet`.
     """
@@ -66,15 +66,15 @@ def streaming_segments(
 def _segment_one_shard(
     context: dg.AssetExecutionContext, root, settings: SegmentSettings, shard_id: str
 ) -> ShardResult:
-    summary, totals = build_shard_streaming_segments(root, shard_id, settings)
+    summary = run_streaming_segments(root, shard_id, settings)
     table = root.read_parquet(layout.streaming_segments(shard_id))
     log_stage(context, summary, "utterances", f", {table.num_rows} segments")
     return ShardResult(
         metadata={
             **stage_metadata(summary),
             "segments": table.num_rows,
-            "segments_by_level": dg.MetadataValue.json(dict(totals.segments)),
-            "unmatched_chunk_share_by_level": dg.MetadataValue.json(totals.unmatched_share()),
+            "segments_by_level": dg.MetadataValue.json(dict(summary.level_totals.segments)),
+            "unmatched_chunk_share_by_level": dg.MetadataValue.json(summary.level_totals.unmatched_share()),
             "dagster/column_schema": column_schema(table.schema),
             "preview": markdown_preview(table, ["utt_id", "latency", "emit_ms", "source", "target"]),
         }
@@ -105,7 +105,7 @@ def qe_scores(
 
     def one_shard(shard_id: str) -> ShardResult:
         torch_device.reset_peak_memory()
-        summary = score_shard_segments(
+        summary = run_qe_scores(
             data_root.get(), shard_id, scorer, on_progress=progress_logger(context, "scored", shard_id)
         )
         return ShardResult(metadata=_qe_metadata(summary, qe, torch_device, load_s))
@@ -115,7 +115,7 @@ def qe_scores(
 
 def _qe_metadata(summary, qe: MetricXResource, torch_device: TorchDeviceResource, load_s: float) -> dict:
     return {
-        "dagster/row_count": summary.segments,
+        "dagster/row_count": summary.rows_out,
         "model": qe.identity,
         **device_metadata(torch_device),
         "mean_prediction": summary.mean_prediction,
@@ -149,7 +149,7 @@ def streaming_pairs(
 def _pairs_one_shard(
     context: dg.AssetExecutionContext, config: StreamingPairsConfig, root, shard_id: str
 ) -> ShardResult:
-    summary = write_streaming_pairs(root, shard_id, config.threshold)
+    summary = run_streaming_pairs(root, shard_id, config.threshold)
     kept = root.read_parquet(layout.streaming_pairs(shard_id))
     context.log.info(f"{shard_id}: kept {summary.kept}/{summary.scored} segments at threshold {summary.threshold}")
     return ShardResult(

@@ -6,14 +6,14 @@ from pydantic import Field
 from assets.asset_policy import group_asset, shard_asset
 from assets.ingest import raw_shards
 from assets.partitions import language_partitions
-from assets.reporting import column_schema, markdown_preview, progress_logger
+from assets.reporting import column_schema, markdown_preview, progress_logger, stage_metadata
 from assets.shard_runs import ShardEvents, ShardResult, materialize_shards
 from resources.storage import DataRootResource
 from resources.vad import SileroVadResource
 from speechdata.io import layout
 from speechdata.vad.chunks import DEFAULT_CHUNK_S, DEFAULT_NUM_CHUNKS
 from speechdata.vad.language_index import build_language_shard_index
-from speechdata.vad.stage import compute_vad_segments
+from speechdata.vad.stage import run_vad_segments
 
 UI_POSITION = 9
 
@@ -53,7 +53,7 @@ def vad_segments(
 def _segment_one_shard(
     context, config: ChunkingConfig, root, vad: SileroVadResource, model, shard_id: str
 ) -> ShardResult:
-    summary = compute_vad_segments(
+    summary = run_vad_segments(
         root,
         shard_id,
         model,
@@ -72,12 +72,8 @@ def _segment_one_shard(
     )
     return ShardResult(
         metadata={
+            **stage_metadata(summary),
             "dagster/row_count": files,
-            "utterances_in": summary.utterances,
-            "rejects": len(summary.rejects),
-            "reject_share": round(len(summary.rejects) / summary.utterances, 6) if summary.utterances else 0.0,
-            "rejects_by_reason": dg.MetadataValue.json(summary.rejects_by_reason),
-            "hours": round(audio_s / 3600.0, 6),
             "speech_hours": round(speech_s / 3600.0, 6),
             "speech_share": round(speech_s / audio_s, 4) if audio_s else 0.0,
             "segments_per_file": round(sum(table["n_segments"].to_pylist()) / files, 3) if files else 0.0,
@@ -88,10 +84,7 @@ def _segment_one_shard(
             "usable_chunk_hours_by_language": dg.MetadataValue.json(
                 summary.usable_chunk_hours_by_language(config.chunk_s, config.num_chunks)
             ),
-            "audio_seconds_per_second": round(audio_s / summary.compute_seconds, 2) if summary.compute_seconds else 0.0,
-            "compute_seconds": round(summary.compute_seconds, 3),
             "vad_params": dg.MetadataValue.json({k: str(v) for k, v in vad.params().as_dict().items()}),
-            **{f"{name}_uri": dg.MetadataValue.path(uri) for name, uri in summary.outputs.items()},
             "dagster/column_schema": column_schema(table.schema),
             "preview": markdown_preview(
                 table, ["audio_path", "language", "duration_s", "speech_s", "n_segments", "segments_source"]

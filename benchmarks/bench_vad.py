@@ -40,7 +40,7 @@ from speechdata.landing.mark import mark_landed
 from speechdata.testing.shards import load_clips
 from speechdata.vad.loader import VadChunkDataset, normalize_chunk, shard_of_tar_url
 from speechdata.vad.silero import detect_speech, load_silero_model
-from speechdata.vad.stage import compute_vad_segments
+from speechdata.vad.stage import run_vad_segments
 
 SOURCE_RATE = 44_100
 TARGET_RATE = 16_000
@@ -124,7 +124,7 @@ def land_mp3_shards(root: DataRoot, shards: int, files: int, file_s: float, seed
         mark_landed(root, shard_id)
         root.write_parquet(layout.landing_vad_segments(shard_id), pa.Table.from_pylist(segments))
         ingest_raw_shard(root, shard_id)
-        compute_vad_segments(root, shard_id, model=None)  # every file's segments are landed
+        run_vad_segments(root, shard_id, model=None)  # every file's segments are landed
         urls.append(root.uri(layout.landing_audio_tar(shard_id)))
     return urls
 

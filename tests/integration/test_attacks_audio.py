@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from speechdata.alignment.stage import import_shard_alignments
+from speechdata.alignment.stage import run_alignments_from_import
 from speechdata.io import layout
 from speechdata.landing.ingest import ingest_normalized_audio, ingest_raw_shard
 from tests.conftest import encode, land_shard, tone
@@ -90,7 +90,7 @@ def test_non_utf8_ctm_and_textgrid_are_rejects_naming_the_file_and_the_rule(data
     data_root.write_bytes(f"{directory}/g.TextGrid", grid.encode("latin-1"))
     ingest_raw_shard(data_root, "latin")
     ingest_normalized_audio(data_root, "latin")
-    import_shard_alignments(data_root, "latin")
+    run_alignments_from_import(data_root, "latin")
     rejects = rejects_of(data_root, "latin", "alignments")
     for utt_id, name in (("c", "c.ctm"), ("g", "g.TextGrid")):
         reason, detail = rejects[utt_id]

@@ -20,7 +20,7 @@ from speechdata.vad.loader import (
     read_chunks,
     vad_chunk_loader,
 )
-from speechdata.vad.stage import compute_vad_segments
+from speechdata.vad.stage import run_vad_segments
 from tests.conftest import land_shard
 
 CHUNK_S, NUM_CHUNKS, RATE = 1.0, 3, 16_000
@@ -67,7 +67,7 @@ def streamed(tmp_path_factory):
         land_shard(root, shard_id, rows, files, as_tar=True)
         root.write_parquet(layout.landing_vad_segments(shard_id), pa.Table.from_pylist(segments))
         ingest_raw_shard(root, shard_id)
-        summary = compute_vad_segments(root, shard_id, model=None)
+        summary = run_vad_segments(root, shard_id, model=None)
         assert summary.imported_files == len(FILES) and not summary.rejects
     for language in ("en", "fr", "es"):
         root.write_parquet(
