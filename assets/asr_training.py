@@ -15,7 +15,7 @@ from assets.reporting import (
 )
 from assets.shard_runs import ShardEvents, ShardResult, materialize_shards
 from resources.storage import DataRootResource
-from speechdata.asr.flac import extract_asr_flac
+from speechdata.asr.flac import run_asr_flac
 from speechdata.asr.manifest import AsrManifestConfig
 from speechdata.asr.stage import build_and_write_asr_manifests
 
@@ -43,9 +43,8 @@ def asr_flac(context: dg.AssetExecutionContext, data_root: DataRootResource) -> 
 
 
 def _extract_one_shard(context: dg.AssetExecutionContext, data_root: DataRootResource, shard_id: str) -> ShardResult:
-    summary, unsafe = extract_asr_flac(
-        data_root.get(), shard_id, on_progress=progress_logger(context, "extracted", shard_id)
-    )
+    summary = run_asr_flac(data_root.get(), shard_id, on_progress=progress_logger(context, "extracted", shard_id))
+    unsafe = summary.unsafe_members
     for member in unsafe:
         context.log.warning(f"{shard_id}: unsafe tar member not read: {member.reason}: {member.detail}")
     return ShardResult(

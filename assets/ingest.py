@@ -13,7 +13,7 @@ from resources.storage import DataRootResource
 from speechdata.audio.codec import DEFAULT_AUDIO_CODEC
 from speechdata.bridge.clock import SAMPLE_RATE
 from speechdata.landing.contract import ContractError
-from speechdata.landing.ingest import ingest_normalized_audio, ingest_raw_shard
+from speechdata.landing.ingest import run_normalized_audio, run_raw_shards
 
 UI_POSITION = 1
 """Where the UI lists this group: the pipeline's order, from landing to publishing."""
@@ -41,7 +41,8 @@ def raw_shards(context: dg.AssetExecutionContext, data_root: DataRootResource) -
 
 def _raw_shard(context: dg.AssetExecutionContext, data_root: DataRootResource, shard_id: str) -> ShardResult:
     try:
-        summary, index = ingest_raw_shard(data_root.get(), shard_id)
+        summary = run_raw_shards(data_root.get(), shard_id)
+        index = summary.index
     except ContractError as exc:
         reason = {"file": exc.file, "column": exc.column or "", "rule": exc.rule}
         raise ShardFailure(
@@ -104,7 +105,7 @@ def normalized_audio(
     """
 
     def one_shard(shard_id: str) -> ShardResult:
-        summary = ingest_normalized_audio(
+        summary = run_normalized_audio(
             data_root.get(),
             shard_id,
             workers=config.workers,

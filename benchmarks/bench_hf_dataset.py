@@ -33,14 +33,14 @@ from benchmarks.report import emit, progress, ratio, stdout_to_stderr
 def land_corpus(workdir: str, recordings: int):
     from speechdata.importers.seed004 import import_aligned_countries
     from speechdata.io.storage import DataRoot
-    from speechdata.landing.ingest import ingest_raw_shard
+    from speechdata.landing.ingest import run_raw_shards
     from speechdata.testing.seed004 import build_seed004_corpus
 
     build_seed004_corpus(f"{workdir}/countries", {"germany": recordings}, audio_format="flac", segments_per_recording=6)
     root = DataRoot(f"{workdir}/data")
     for report in import_aligned_countries(f"{workdir}/countries", root, recordings_per_shard=16):
         for shard in report.shards:
-            ingest_raw_shard(root, shard)
+            run_raw_shards(root, shard)
     return root
 
 

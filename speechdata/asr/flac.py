@@ -1,7 +1,6 @@
-"""Extract a shard's utterances as 16 kHz mono FLAC files for ASR training (seed 003 §4's inputs).
+"""Extract a shard's utterances as 16 kHz mono FLAC files for ASR training.
 
-The training job reads one FLAC per utterance from disk (seed 003: "each sample reads an extracted
-FLAC directly"), so this writes ``asr/flac/<shard_id>/<utt_id>.flac`` for every indexed utterance:
+The training job reads one extracted FLAC per utterance from disk, so this writes ``asr/flac/<shard_id>/<utt_id>.flac`` for every indexed utterance:
 cut to its segment, downmixed, resampled to 16 kHz, 16-bit. Output names come from the ``utt_id``
 (validated by the landing contract), never from a tar member name; tar members are audited first
 (:mod:`speechdata.io.safe_tar`) and an utterance whose member is unsafe is rejected with the reason.
@@ -19,6 +18,7 @@ import io
 import tarfile
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from itertools import groupby
 from typing import IO
 
@@ -106,17 +106,23 @@ class _UnsafeAudio(Exception):
         self.member = member
 
 
-def extract_asr_flac(
+@dataclass(frozen=True, kw_only=True)
+class AsrFlacSummary(StageSummary):
+    """The stage's summary, with every unsafe member of the shard's landed tars (referenced or not)."""
+
+    unsafe_members: list[UnsafeMember]
+
+
+def run_asr_flac(
     data_root: DataRoot,
     shard_id: str,
     *,
     resampler: ResamplerName = "soxr",
     on_progress: Callable[[int, int, float], None] | None = None,
-) -> tuple[StageSummary, list[UnsafeMember]]:
+) -> AsrFlacSummary:
     """Write every indexed utterance's FLAC, the FLAC index and the ``asr_flac`` rejects.
 
-    Returns the summary and every unsafe tar member (referenced or not), for the caller to report.
-    Files of utterances no longer in the index (a re-run after the shard changed) are removed.
+    The summary lists every unsafe tar member, for the caller to report. Files of utterances no longer in the index (a re-run after the shard changed) are removed.
     """
     started = time.perf_counter()
     index = data_root.read_parquet(layout.utterance_index(shard_id))
@@ -153,7 +159,7 @@ def extract_asr_flac(
     _remove_stale_files(data_root, shard_id, set(rows["utt_id"]))
     data_root.write_parquet(layout.asr_flac_index(shard_id), table)
     data_root.write_parquet(layout.rejects(shard_id, STAGE), rejects_table(rejects))
-    summary = StageSummary(
+    return AsrFlacSummary(
         shard_id=shard_id,
         rows_in=index.num_rows,
         rows_out=table.num_rows,
@@ -165,8 +171,8 @@ def extract_asr_flac(
             "index": data_root.uri(layout.asr_flac_index(shard_id)),
             "rejects": data_root.uri(layout.rejects(shard_id, STAGE)),
         },
+        unsafe_members=unsafe,
     )
-    return summary, unsafe
 
 
 def _extract_group(

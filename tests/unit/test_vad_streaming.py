@@ -10,7 +10,7 @@ import soundfile as sf
 
 from speechdata.io import layout
 from speechdata.io.storage import DataRoot
-from speechdata.landing.ingest import ingest_raw_shard
+from speechdata.landing.ingest import run_raw_shards
 from speechdata.vad.chunks import chunk_capacity, chunk_rng, draw_chunk_starts
 from speechdata.vad.language_index import build_language_shard_index, build_urls
 from speechdata.vad.loader import (
@@ -66,7 +66,7 @@ def streamed(tmp_path_factory):
         files[f"notes_{shard_id}.json"] = b"{}"  # not audio
         land_shard(root, shard_id, rows, files, as_tar=True)
         root.write_parquet(layout.landing_vad_segments(shard_id), pa.Table.from_pylist(segments))
-        ingest_raw_shard(root, shard_id)
+        run_raw_shards(root, shard_id)
         summary = run_vad_segments(root, shard_id, model=None)
         assert summary.imported_files == len(FILES) and not summary.rejects
     for language in ("en", "fr", "es"):
