@@ -12,24 +12,34 @@ asset group".
 
 import importlib
 import pkgutil
+from collections.abc import Iterable
 from types import ModuleType
 
 from assets.partitions import PER_SHARD_TAGS
 
 
-def _group_modules() -> list[ModuleType]:
-    modules = [importlib.import_module(f"{__name__}.{info.name}") for info in pkgutil.iter_modules(__path__)]
+def groups_in_ui_order(modules: Iterable[ModuleType]) -> list[ModuleType]:
+    """The modules that have a ``defs`` (the asset groups), sorted by their ``UI_POSITION``.
+
+    A group without an int ``UI_POSITION``, or two groups with the same one, fail the load naming
+    the modules: the UI order is never left to import order.
+    """
     groups = [module for module in modules if hasattr(module, "defs")]
     unplaced = [module.__name__ for module in groups if not isinstance(getattr(module, "UI_POSITION", None), int)]
     if unplaced:
         raise ValueError(f"asset group module(s) {unplaced} have a `defs` but no int `UI_POSITION`")
-    positions = [module.UI_POSITION for module in groups]
-    if len(set(positions)) != len(positions):
-        raise ValueError(f"two asset groups share a UI_POSITION: {sorted((m.UI_POSITION, m.__name__) for m in groups)}")
+    by_position: dict[int, list[str]] = {}
+    for module in groups:
+        by_position.setdefault(module.UI_POSITION, []).append(module.__name__)
+    shared = {position: names for position, names in by_position.items() if len(names) > 1}
+    if shared:
+        raise ValueError(f"asset groups share a UI_POSITION: {shared}")
     return sorted(groups, key=lambda module: module.UI_POSITION)
 
 
-GROUP_MODULES = _group_modules()
+GROUP_MODULES = groups_in_ui_order(
+    importlib.import_module(f"{__name__}.{info.name}") for info in pkgutil.iter_modules(__path__)
+)
 """Every asset group module (a module of this package with a ``defs``), in the order the UI lists them."""
 
 ALL_ASSETS = [asset for module in GROUP_MODULES for asset in module.defs.assets]
