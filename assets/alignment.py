@@ -5,24 +5,29 @@ from typing import Literal
 import dagster as dg
 from pydantic import Field
 
-from assets.gpu_pool import GPU_OP_TAGS, GPU_POOL
+from assets.asset_policy import shard_asset
 from assets.ingest import normalized_audio
-from assets.partitions import PER_SHARD_TAGS, shard_partitions
-from assets.reporting import column_schema, markdown_preview, progress_logger, stage_metadata, utterance_check_results
-from assets.shard_runs import CPU_BACKFILL_POLICY, ShardEvents, ShardResult, materialize_shards, shard_check_specs
-from resources.aligner import CtcAlignerResource, aligner_resource
+from assets.reporting import (
+    column_schema,
+    log_stage,
+    markdown_preview,
+    progress_logger,
+    stage_metadata,
+    utterance_check_results,
+)
+from assets.shard_runs import ShardEvents, ShardResult, materialize_shards
+from resources.aligner import CtcAlignerResource
 from resources.model_pins import QWEN, model_that_runs
-from resources.storage import DataRootResource, data_root_resource
-from resources.text_tokenizer import TextTokenizerResource, text_tokenizer_resource
+from resources.storage import DataRootResource
+from resources.text_tokenizer import TextTokenizerResource
 from speechdata.alignment.log_probs import CTC_FRAME_S
-from speechdata.alignment.stage import align_shard, import_shard_alignments
+from speechdata.alignment.stage import run_alignments, run_alignments_from_import
 from speechdata.bridge.clock import SAMPLES_PER_FRAME
 from speechdata.bridge.frame_grid import GRID_RULE_VERSION
-from speechdata.bridge.grid_stage import build_shard_frame_grids, verify_frame_grids
+from speechdata.bridge.grid_stage import run_frame_grids, verify_frame_grids
 from speechdata.io import layout
 
-GROUP = "alignment"
-OWNERS = ["team:speech-data"]
+UI_POSITION = 2
 
 
 class AlignmentsConfig(dg.Config):
@@ -36,19 +41,13 @@ class AlignmentsConfig(dg.Config):
     write_ctm: bool = Field(True, description="Also write NFA-format CTM files per utterance (nemo only).")
 
 
-@dg.asset(
+@shard_asset(
     deps=[normalized_audio],
-    partitions_def=shard_partitions,
-    group_name=GROUP,
-    tags=PER_SHARD_TAGS,
     kinds={"pytorch", "parquet"},
-    owners=OWNERS,
-    # The CTC model (parakeet-ctc-1.1b: ~27 GFLOP per audio second) runs on the GPU when there is one:
-    # on Kubernetes the step goes to a GPU node, and it shares the `gpu` pool with the feature steps.
-    pool=GPU_POOL,
-    op_tags=GPU_OP_TAGS,
     code_version="alignments-v1",
-    backfill_policy=CPU_BACKFILL_POLICY,
+    # The CTC model runs on the GPU when there is one: on Kubernetes the step goes to a GPU node,
+    # and it shares the `gpu` pool with the feature steps.
+    gpu=True,
 )
 def alignments(
     context: dg.AssetExecutionContext,
@@ -75,9 +74,9 @@ def _align_one_shard(
     context, config: AlignmentsConfig, root, aligner: CtcAlignerResource, shard_id: str
 ) -> ShardResult:
     if config.source == "import":
-        summary = import_shard_alignments(root, shard_id)
+        summary = run_alignments_from_import(root, shard_id)
     else:
-        summary = align_shard(
+        summary = run_alignments(
             root,
             shard_id,
             aligner.aligner_for,
@@ -86,10 +85,7 @@ def _align_one_shard(
             on_progress=progress_logger(context, "aligned", shard_id),
         )
     scores = root.read_parquet(layout.alignment_scores(shard_id))
-    context.log.info(
-        f"{shard_id}: {summary.rows_out}/{summary.rows_in} aligned, rejects {summary.rejects_by_reason}, "
-        f"{summary.audio_seconds_per_second:.0f} audio s/s"
-    )
+    log_stage(context, summary, "aligned")
     return ShardResult(
         metadata={
             **stage_metadata(summary),
@@ -111,18 +107,13 @@ GRID_CHECKS = {
 }
 
 
-@dg.asset(
+@shard_asset(
     deps=[alignments],
-    partitions_def=shard_partitions,
-    group_name=GROUP,
-    tags=PER_SHARD_TAGS,
     kinds={"parquet"},
-    owners=OWNERS,
     # The grid rule's version and the Qwen tokenizer's pin are part of the code version: changing
     # either marks every shard's grids stale in the UI, and a backfill of the stale set redoes them.
     code_version=f"frame_grids-v1+grid-{GRID_RULE_VERSION}+tokenizer-{model_that_runs(QWEN).identity}",
-    backfill_policy=CPU_BACKFILL_POLICY,
-    check_specs=shard_check_specs("frame_grids", GRID_CHECKS),
+    checks=GRID_CHECKS,
 )
 def frame_grids(
     context: dg.AssetExecutionContext, data_root: DataRootResource, text_tokenizer: TextTokenizerResource
@@ -142,7 +133,7 @@ def frame_grids(
 
 
 def _grid_one_shard(context, root, tokenizer, tokenizer_identity: str, shard_id: str) -> ShardResult:
-    summary, totals = build_shard_frame_grids(root, shard_id, tokenizer)
+    summary = run_frame_grids(root, shard_id, tokenizer)
     table = root.read_parquet(layout.frame_grids(shard_id))
     index = root.read_parquet(layout.utterance_index(shard_id), columns=["utt_id", "text"])
     failures = verify_frame_grids(table, dict(zip(index["utt_id"].to_pylist(), index["text"].to_pylist())), tokenizer)
@@ -153,18 +144,18 @@ def _grid_one_shard(context, root, tokenizer, tokenizer_identity: str, shard_id:
         "token_count_matches_tokenizer": failures.token_count,
     }
     context.log.info(
-        f"{shard_id}: {summary.rows_out} grids, zero-frame tokens {totals.zero_duration_token_share:.1%}, "
-        f"silence frames {totals.silence_frame_share:.1%}"
+        f"{shard_id}: {summary.rows_out} grids, zero-frame tokens {summary.zero_duration_token_share:.1%}, "
+        f"silence frames {summary.silence_frame_share:.1%}"
     )
     return ShardResult(
         metadata={
             **stage_metadata(summary),
             "grid_rule_version": GRID_RULE_VERSION,
             "tokenizer": tokenizer_identity,
-            "tokens": totals.tokens,
-            "frames": totals.frames,
-            "zero_duration_token_share": round(totals.zero_duration_token_share, 6),
-            "silence_frame_share": round(totals.silence_frame_share, 6),
+            "tokens": summary.tokens,
+            "frames": summary.frames,
+            "zero_duration_token_share": round(summary.zero_duration_token_share, 6),
+            "silence_frame_share": round(summary.silence_frame_share, 6),
             "dagster/column_schema": column_schema(table.schema),
             "preview": _grid_preview(table),
         },
@@ -184,7 +175,6 @@ def _grid_preview(table) -> dg.MetadataValue:
     )
 
 
-# --- the group: its definitions and the resources they need (assembled by dagster_project/definitions.py)
+# --- the group: its definitions (assembled by dagster_project/loader.py)
 
 defs = dg.Definitions(assets=[alignments, frame_grids])
-RESOURCES = {"data_root": data_root_resource, "aligner": aligner_resource, "text_tokenizer": text_tokenizer_resource}

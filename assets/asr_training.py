@@ -1,35 +1,34 @@
-"""[asr_training] 16 kHz FLAC per utterance and the ASR fine-tuning manifests (seed 003)."""
+"""[asr_training] 16 kHz FLAC per utterance and the ASR fine-tuning manifests."""
 
 import dagster as dg
 from pydantic import Field
 
+from assets.asset_policy import group_asset, shard_asset
 from assets.ingest import raw_shards
-from assets.partitions import PER_SHARD_TAGS, shard_partitions
-from assets.reporting import column_schema, markdown_preview, markdown_rows, progress_logger, stage_metadata
-from assets.shard_runs import CPU_BACKFILL_POLICY, ShardEvents, ShardResult, materialize_shards, shard_check_specs
-from resources.storage import DataRootResource, data_root_resource
-from speechdata.asr.flac import extract_asr_flac
+from assets.reporting import (
+    accounting_check,
+    column_schema,
+    markdown_preview,
+    markdown_rows,
+    progress_logger,
+    stage_metadata,
+)
+from assets.shard_runs import ShardEvents, ShardResult, materialize_shards
+from resources.storage import DataRootResource
+from speechdata.asr.flac import run_asr_flac
 from speechdata.asr.manifest import AsrManifestConfig
 from speechdata.asr.stage import build_and_write_asr_manifests
 
-GROUP = "asr_training"
-OWNERS = ["team:speech-data"]
+UI_POSITION = 8
 FLAC_ACCOUNTED = "every_indexed_utterance_extracted_or_rejected"
 NO_RECORDING_LEAKS = "no_recording_in_two_splits"
 
 
-@dg.asset(
+@shard_asset(
     deps=[raw_shards],
-    partitions_def=shard_partitions,
-    group_name=GROUP,
-    tags=PER_SHARD_TAGS,
     kinds={"flac", "parquet"},
-    owners=OWNERS,
     code_version="asr_flac-v1",
-    backfill_policy=CPU_BACKFILL_POLICY,
-    check_specs=shard_check_specs(
-        "asr_flac", {FLAC_ACCOUNTED: "Every utterance of the index has a FLAC file or an asr_flac reject."}
-    ),
+    checks={FLAC_ACCOUNTED: "Every utterance of the index has a FLAC file or an asr_flac reject."},
 )
 def asr_flac(context: dg.AssetExecutionContext, data_root: DataRootResource) -> ShardEvents:
     """The shard's utterances as 16 kHz mono 16-bit FLAC files, the files ASR training reads.
@@ -44,12 +43,10 @@ def asr_flac(context: dg.AssetExecutionContext, data_root: DataRootResource) -> 
 
 
 def _extract_one_shard(context: dg.AssetExecutionContext, data_root: DataRootResource, shard_id: str) -> ShardResult:
-    summary, unsafe = extract_asr_flac(
-        data_root.get(), shard_id, on_progress=progress_logger(context, "extracted", shard_id)
-    )
+    summary = run_asr_flac(data_root.get(), shard_id, on_progress=progress_logger(context, "extracted", shard_id))
+    unsafe = summary.unsafe_members
     for member in unsafe:
         context.log.warning(f"{shard_id}: unsafe tar member not read: {member.reason}: {member.detail}")
-    accounted = summary.rows_out + len({r.utt_id for r in summary.rejects}) == summary.rows_in
     return ShardResult(
         metadata={
             **stage_metadata(summary),
@@ -59,13 +56,9 @@ def _extract_one_shard(context: dg.AssetExecutionContext, data_root: DataRootRes
                 [{"member": m.name, "reason": m.reason} for m in unsafe[:10]]
             ),
         },
-        checks=[
-            dg.AssetCheckResult(
-                check_name=FLAC_ACCOUNTED,
-                passed=accounted,
-                metadata={"indexed": summary.rows_in, "extracted": summary.rows_out, "rejected": len(summary.rejects)},
-            )
-        ],
+        checks=accounting_check(
+            FLAC_ACCOUNTED, summary, "indexed", "extracted", rejected=len({r.utt_id for r in summary.rejects})
+        ),
     )
 
 
@@ -88,25 +81,16 @@ class AsrManifestAssetConfig(dg.Config):
     )
 
 
-@dg.asset(
+@group_asset(
     deps=[asr_flac],
-    group_name=GROUP,
     kinds={"parquet", "polars"},
-    owners=OWNERS,
     code_version="asr_manifest-v2",  # v2: relative audio paths, held-out rule
-    check_specs=[
-        dg.AssetCheckSpec(
-            NO_RECORDING_LEAKS,
-            asset="asr_manifest",
-            blocking=True,
-            description="No recording has utterances in both train and validation.",
-        )
-    ],
+    checks={NO_RECORDING_LEAKS: "No recording has utterances in both train and validation."},
 )
 def asr_manifest(
     context: dg.AssetExecutionContext, config: AsrManifestAssetConfig, data_root: DataRootResource
 ) -> dg.MaterializeResult:
-    """The ASR fine-tuning manifests over every shard with extracted FLAC (seed 003's `v2` manifests).
+    """The ASR fine-tuning manifests (`v2` layout) over every shard with extracted FLAC.
 
     Files under `asr/manifests/`: `train`, `validation` and `eval` (N per language from validation)
     as `.parquet` (`utt_id`, `shard_id`, `text` = `<|lang|> cleaned transcript`, `duration`, `lang`,
@@ -164,7 +148,6 @@ def asr_manifest(
     )
 
 
-# --- the group: its definitions and the resources they need (assembled by dagster_project/definitions.py)
+# --- the group: its definitions (assembled by dagster_project/loader.py)
 
 defs = dg.Definitions(assets=[asr_flac, asr_manifest])
-RESOURCES = {"data_root": data_root_resource}

@@ -5,10 +5,10 @@ import os
 import dagster as dg
 from dagster_duckdb import DuckDBResource
 
+from assets.asset_policy import group_asset, group_of
 from assets.packaging import shard_manifest
 from assets.partitions import country_partitions, language_partitions
-from resources.catalog import catalog_resource
-from resources.storage import DataRootResource, data_root_resource
+from resources.storage import DataRootResource
 from speechdata.catalog.accounting_state import REJECTS_BY_PRODUCT_FROM_STATE, SHARD_ACCOUNTING_FROM_STATE
 from speechdata.catalog.display import format_table
 from speechdata.catalog.incremental import HOURS_PER_LANGUAGE_FROM_STATE
@@ -16,17 +16,17 @@ from speechdata.catalog.queries import run_query
 from speechdata.catalog.views import CATALOG_FILE, refresh_catalog
 from speechdata.io.duckdb_object_store import enable_data_root_reads, upload_database
 
+UI_POSITION = 5
+
 
 class CatalogRefreshConfig(dg.Config):
     full: bool = False
     """Re-read every manifest and rejects ledger instead of only those changed since the last refresh."""
 
 
-@dg.asset(
+@group_asset(
     deps=[shard_manifest],
-    group_name="catalog",
     kinds={"duckdb"},
-    owners=["team:speech-data"],
     code_version="manifest_catalog-v4",  # v4: per-shard accounting state (v3: per-manifest state)
 )
 def manifest_catalog(
@@ -100,15 +100,14 @@ def manifest_catalog(
     )
 
 
-# --- the group: its definitions and the resources they need (assembled by dagster_project/definitions.py)
+# --- the group: its definitions (assembled by dagster_project/loader.py)
 
 CATALOG_JOB_NAME = "manifest_catalog_job"
 
 manifest_catalog_job = dg.define_asset_job(
     CATALOG_JOB_NAME,
-    selection=dg.AssetSelection.groups("catalog"),
+    selection=dg.AssetSelection.groups(group_of(__name__)),
     description="Refresh the DuckDB catalog over every shard manifest. Launched by catalog_refresh_sensor.",
 )
 
 defs = dg.Definitions(assets=[manifest_catalog], jobs=[manifest_catalog_job])
-RESOURCES = {"data_root": data_root_resource, "catalog": catalog_resource}

@@ -5,40 +5,27 @@ from typing import Literal
 import dagster as dg
 from pydantic import Field
 
-from assets.partitions import PER_SHARD_JOB_NAME, PER_SHARD_SELECTION, PER_SHARD_TAGS, shard_partitions
-from assets.reporting import column_schema, markdown_preview, progress_logger, stage_metadata
-from assets.shard_runs import (
-    CPU_BACKFILL_POLICY,
-    ShardEvents,
-    ShardFailure,
-    ShardResult,
-    materialize_shards,
-    shard_check_specs,
-)
-from resources.storage import DataRootResource, data_root_resource
+from assets.asset_policy import shard_asset
+from assets.partitions import PER_SHARD_JOB_NAME, PER_SHARD_SELECTION, shard_partitions
+from assets.reporting import accounting_check, column_schema, markdown_preview, progress_logger, stage_metadata
+from assets.shard_runs import ShardEvents, ShardFailure, ShardResult, materialize_shards
+from resources.storage import DataRootResource
 from speechdata.audio.codec import DEFAULT_AUDIO_CODEC
 from speechdata.bridge.clock import SAMPLE_RATE
 from speechdata.landing.contract import ContractError
-from speechdata.landing.ingest import ingest_normalized_audio, ingest_raw_shard
+from speechdata.landing.ingest import run_normalized_audio, run_raw_shards
 
-GROUP = "ingest"
-OWNERS = ["team:speech-data"]
+UI_POSITION = 1
+"""Where the UI lists this group: the pipeline's order, from landing to publishing."""
 
 RAW_SHARDS_ACCOUNTED = "every_landed_row_accounted_for"
 AUDIO_ACCOUNTED = "every_indexed_utterance_normalized_or_rejected"
 
 
-@dg.asset(
-    partitions_def=shard_partitions,
-    group_name=GROUP,
-    tags=PER_SHARD_TAGS,
+@shard_asset(
     kinds={"parquet"},
-    owners=OWNERS,
     code_version="raw_shards-v1",
-    backfill_policy=CPU_BACKFILL_POLICY,
-    check_specs=shard_check_specs(
-        "raw_shards", {RAW_SHARDS_ACCOUNTED: "Utterances in the index + rejected rows == rows in metadata.parquet."}
-    ),
+    checks={RAW_SHARDS_ACCOUNTED: "Utterances in the index + rejected rows == rows in metadata.parquet."},
 )
 def raw_shards(context: dg.AssetExecutionContext, data_root: DataRootResource) -> ShardEvents:
     """The shard's utterance index: every landed utterance that meets the landing contract.
@@ -54,7 +41,8 @@ def raw_shards(context: dg.AssetExecutionContext, data_root: DataRootResource) -
 
 def _raw_shard(context: dg.AssetExecutionContext, data_root: DataRootResource, shard_id: str) -> ShardResult:
     try:
-        summary, index = ingest_raw_shard(data_root.get(), shard_id)
+        summary = run_raw_shards(data_root.get(), shard_id)
+        index = summary.index
     except ContractError as exc:
         reason = {"file": exc.file, "column": exc.column or "", "rule": exc.rule}
         raise ShardFailure(
@@ -73,7 +61,6 @@ def _raw_shard(context: dg.AssetExecutionContext, data_root: DataRootResource, s
         f"{shard_id}: {summary.rows_out}/{summary.rows_in} utterances indexed, "
         f"{len(summary.rejects)} rejected {summary.rejects_by_reason}, {summary.hours:.3f} h"
     )
-    accounted = summary.rows_out + len(summary.rejects) == summary.rows_in
     return ShardResult(
         metadata={
             **stage_metadata(summary),
@@ -84,13 +71,7 @@ def _raw_shard(context: dg.AssetExecutionContext, data_root: DataRootResource, s
             # country_dataset_sensor reads this to refresh only the countries this shard feeds.
             "countries": dg.MetadataValue.json(sorted({c for c in index["country"].to_pylist() if c})),
         },
-        checks=[
-            dg.AssetCheckResult(
-                check_name=RAW_SHARDS_ACCOUNTED,
-                passed=accounted,
-                metadata={"landed": summary.rows_in, "indexed": summary.rows_out, "rejected": len(summary.rejects)},
-            )
-        ],
+        checks=accounting_check(RAW_SHARDS_ACCOUNTED, summary, "landed", "indexed"),
     )
 
 
@@ -106,19 +87,11 @@ class NormalizedAudioConfig(dg.Config):
     )
 
 
-@dg.asset(
+@shard_asset(
     deps=[raw_shards],
-    partitions_def=shard_partitions,
-    group_name=GROUP,
-    tags=PER_SHARD_TAGS,
     kinds={"parquet"},
-    owners=OWNERS,
     code_version="normalized_audio-v2",  # v2: pcm16 by default
-    backfill_policy=CPU_BACKFILL_POLICY,
-    check_specs=shard_check_specs(
-        "normalized_audio",
-        {AUDIO_ACCOUNTED: "Every utterance of the index is in the audio container or in the rejects."},
-    ),
+    checks={AUDIO_ACCOUNTED: "Every utterance of the index is in the audio container or in the rejects."},
 )
 def normalized_audio(
     context: dg.AssetExecutionContext, config: NormalizedAudioConfig, data_root: DataRootResource
@@ -132,7 +105,7 @@ def normalized_audio(
     """
 
     def one_shard(shard_id: str) -> ShardResult:
-        summary = ingest_normalized_audio(
+        summary = run_normalized_audio(
             data_root.get(),
             shard_id,
             workers=config.workers,
@@ -150,20 +123,13 @@ def _normalized_shard(context: dg.AssetExecutionContext, shard_id: str, summary)
         f"{shard_id}: {summary.rows_out} utterances, {summary.hours:.3f} h at "
         f"{summary.audio_seconds_per_second:.0f} audio s/s, {len(summary.rejects)} rejected"
     )
-    accounted = summary.rows_out + len(summary.rejects) == summary.rows_in
     return ShardResult(
         metadata={**stage_metadata(summary), "sample_rate": SAMPLE_RATE},
-        checks=[
-            dg.AssetCheckResult(
-                check_name=AUDIO_ACCOUNTED,
-                passed=accounted,
-                metadata={"indexed": summary.rows_in, "normalized": summary.rows_out, "rejected": len(summary.rejects)},
-            )
-        ],
+        checks=accounting_check(AUDIO_ACCOUNTED, summary, "indexed", "normalized"),
     )
 
 
-# --- the group: its definitions and the resources they need (assembled by dagster_project/definitions.py)
+# --- the group: its definitions (assembled by dagster_project/loader.py)
 
 per_shard_job = dg.define_asset_job(
     PER_SHARD_JOB_NAME,
@@ -173,4 +139,3 @@ per_shard_job = dg.define_asset_job(
 )
 
 defs = dg.Definitions(assets=[raw_shards, normalized_audio], jobs=[per_shard_job])
-RESOURCES = {"data_root": data_root_resource}

@@ -5,11 +5,11 @@ import time
 import dagster as dg
 from pydantic import Field
 
+from assets.asset_policy import shard_asset
 from assets.features import qwen_hidden_states, wavlm_features
-from assets.partitions import PER_SHARD_TAGS, shard_partitions
 from assets.reporting import column_schema, markdown_preview
-from assets.shard_runs import CPU_BACKFILL_POLICY, ShardEvents, ShardResult, materialize_shards, shard_check_specs
-from resources.storage import DataRootResource, data_root_resource
+from assets.shard_runs import ShardEvents, ShardResult, materialize_shards
+from resources.storage import DataRootResource
 from speechdata.bridge.commit import commit_bridge, stage_bridge, staged_index
 from speechdata.bridge.manifest import manifest_path
 from speechdata.bridge.shard_manifest import build_shard_manifest
@@ -17,8 +17,7 @@ from speechdata.bridge.tars import DEFAULT_MAX_SAMPLES, DEFAULT_MAX_TAR_BYTES, i
 from speechdata.io import layout
 from speechdata.ledgers import PRODUCT_STAGES, ledger_markdown, ledger_numbers, product_ledger, shard_ledgers
 
-GROUP = "packaging"
-OWNERS = ["team:speech-data"]
+UI_POSITION = 4
 
 
 class BridgeTarsConfig(dg.Config):
@@ -26,22 +25,14 @@ class BridgeTarsConfig(dg.Config):
     max_samples: int = Field(DEFAULT_MAX_SAMPLES, description="Roll over to a new tar after this many samples.")
 
 
-@dg.asset(
+@shard_asset(
     deps=[qwen_hidden_states, wavlm_features],
-    partitions_def=shard_partitions,
-    group_name=GROUP,
-    tags=PER_SHARD_TAGS,
     kinds={"webdataset"},
-    owners=OWNERS,
     code_version="bridge_tars-v2",  # v2: words in each .json, tar_url relative to the root
-    backfill_policy=CPU_BACKFILL_POLICY,
-    check_specs=shard_check_specs(
-        "bridge_tars",
-        {
-            "tars_read_back_with_webdataset": "Every tar opens with the real webdataset reader, holds exactly the "
-            "packed keys, and every sample's arrays agree (T and F).",
-        },
-    ),
+    checks={
+        "tars_read_back_with_webdataset": "Every tar opens with the real webdataset reader, holds exactly the "
+        "packed keys, and every sample's arrays agree (T and F).",
+    },
 )
 def bridge_tars(
     context: dg.AssetExecutionContext, config: BridgeTarsConfig, data_root: DataRootResource
@@ -98,23 +89,15 @@ def _pack_one_shard(context: dg.AssetExecutionContext, config: BridgeTarsConfig,
     )
 
 
-@dg.asset(
+@shard_asset(
     deps=[bridge_tars],
-    partitions_def=shard_partitions,
-    group_name=GROUP,
-    tags=PER_SHARD_TAGS,
     kinds={"parquet"},
-    owners=OWNERS,
     code_version="shard_manifest-v2",  # v2: tar_url relative to the data root
-    backfill_policy=CPU_BACKFILL_POLICY,
-    check_specs=shard_check_specs(
-        "shard_manifest",
-        {
-            "every_utterance_accounted_for": "The bridge ledger balances: landed = packed + distinct rejected by "
-            "the stages bridge tuples depend on (speechdata.ledgers.PRODUCT_STAGES), none in both. Checked before "
-            "the manifest is committed: a shard that fails it never reaches the catalog.",
-        },
-    ),
+    checks={
+        "every_utterance_accounted_for": "The bridge ledger balances: landed = packed + distinct rejected by "
+        "the stages bridge tuples depend on (speechdata.ledgers.PRODUCT_STAGES), none in both. Checked before "
+        "the manifest is committed: a shard that fails it never reaches the catalog.",
+    },
 )
 def shard_manifest(context: dg.AssetExecutionContext, data_root: DataRootResource) -> ShardEvents:
     """One parquet row per packed sample: `manifests/shard=<shard>/part-0.parquet`.
@@ -183,7 +166,6 @@ def _zero_frame_token_share(manifest) -> float:
     return round(sum(n * (share or 0.0) for n, share in zip(tokens, shares)) / total, 6) if total else 0.0
 
 
-# --- the group: its definitions and the resources they need (assembled by dagster_project/definitions.py)
+# --- the group: its definitions (assembled by dagster_project/loader.py)
 
 defs = dg.Definitions(assets=[bridge_tars, shard_manifest])
-RESOURCES = {"data_root": data_root_resource}

@@ -1,12 +1,13 @@
-"""[publishing] Per-country Hugging Face dataset splits, built from every shard of the country (seed 004)."""
+"""[publishing] Per-country Hugging Face dataset splits, built from every shard of the country."""
 
 import dagster as dg
 
+from assets.asset_policy import group_asset, group_of
 from assets.ingest import raw_shards
 from assets.partitions import country_partitions
 from assets.reporting import markdown_rows
-from resources.hub import HfDatasetSettings, HubPublisherResource, hf_dataset_settings_resource, hub_resource
-from resources.storage import DataRootResource, data_root_resource
+from resources.hub import HfDatasetSettings, HubPublisherResource
+from resources.storage import DataRootResource
 from speechdata.hf.card import write_dataset_card
 from speechdata.hf.dataset import build_country_dataset
 from speechdata.hf.publish import publish_country, register_card
@@ -14,26 +15,18 @@ from speechdata.hf.segments import refresh_split_assignments
 from speechdata.hf.state import rows_as_dicts, state_connection
 from speechdata.io import layout
 
-GROUP = "publishing"
-OWNERS = ["team:speech-data"]
+UI_POSITION = 6
 NO_RECORDING_IN_TWO_SPLITS = "no_recording_in_two_splits"
 
 
-@dg.asset(
+@group_asset(
     partitions_def=country_partitions,
     deps=[dg.AssetDep(raw_shards, partition_mapping=dg.AllPartitionMapping())],
-    group_name=GROUP,
     kinds={"duckdb"},
-    owners=OWNERS,
     code_version="hf_split_assignments-v1",
-    check_specs=[
-        dg.AssetCheckSpec(
-            NO_RECORDING_IN_TWO_SPLITS,
-            asset="hf_split_assignments",
-            blocking=True,
-            description="Every segment's split is its recording's split: no recording leaks between splits.",
-        )
-    ],
+    checks={
+        NO_RECORDING_IN_TWO_SPLITS: "Every segment's split is its recording's split: no recording leaks between splits."
+    },
 )
 def hf_split_assignments(
     context: dg.AssetExecutionContext,
@@ -94,12 +87,10 @@ def hf_split_assignments(
     )
 
 
-@dg.asset(
+@group_asset(
     partitions_def=country_partitions,
     deps=[hf_split_assignments],
-    group_name=GROUP,
     kinds={"huggingface", "parquet"},
-    owners=OWNERS,
     code_version="hf_dataset-v2",  # v2: content-hash file names, DatasetCardData card
 )
 def hf_dataset(
@@ -111,7 +102,7 @@ def hf_dataset(
 
     Files: `hf/<dataset>/<country>/{test,validation,train_<n>}-NNNNN-of-NNNNN-<content hash>.parquet` and the card
     `hf/<dataset>/README.md` whose `configs` list every country's splits. Load with
-    `datasets.load_dataset("<data root>/hf/<dataset>", "<country>")`. Rows: seed 004's features
+    `datasets.load_dataset("<data root>/hf/<dataset>", "<country>")`. Rows: the published dataset's features
     (audio as 16-bit FLAC at the country's rate, key, transcripts, CER, WER, times, indices).
     Train subsets are sealed once written; test and validation are rebuilt when they change.
     """
@@ -157,13 +148,8 @@ def hf_dataset(
     )
 
 
-@dg.asset(
-    partitions_def=country_partitions,
-    deps=[hf_dataset],
-    group_name=GROUP,
-    kinds={"huggingface"},
-    owners=OWNERS,
-    code_version="hf_hub_upload-v1",
+@group_asset(
+    partitions_def=country_partitions, deps=[hf_dataset], kinds={"huggingface"}, code_version="hf_hub_upload-v1"
 )
 def hf_hub_upload(
     context: dg.AssetExecutionContext,
@@ -211,28 +197,23 @@ def hf_hub_upload(
     )
 
 
-# --- the group: its definitions and the resources they need (assembled by dagster_project/definitions.py)
+# --- the group: its definitions (assembled by dagster_project/loader.py)
 
 HF_DATASET_JOB_NAME = "hf_dataset_job"
 HF_PUBLISH_JOB_NAME = "hf_publish_job"
 
 hf_dataset_job = dg.define_asset_job(
     HF_DATASET_JOB_NAME,
-    selection=dg.AssetSelection.groups(GROUP) - dg.AssetSelection.assets(hf_hub_upload),
+    selection=dg.AssetSelection.groups(group_of(__name__)) - dg.AssetSelection.assets(hf_hub_upload),
     partitions_def=country_partitions,
     description="Assign new recordings to splits and write the country's HF dataset. Launched by country_dataset_sensor.",
 )
 
 hf_publish_job = dg.define_asset_job(
     HF_PUBLISH_JOB_NAME,
-    selection=dg.AssetSelection.groups(GROUP),
+    selection=dg.AssetSelection.groups(group_of(__name__)),
     partitions_def=country_partitions,
     description="hf_dataset_job, then upload what the Hub lacks. Launched by country_dataset_sensor when a Hub repo is set.",
 )
 
 defs = dg.Definitions(assets=[hf_split_assignments, hf_dataset, hf_hub_upload], jobs=[hf_dataset_job, hf_publish_job])
-RESOURCES = {
-    "data_root": data_root_resource,
-    "hf_dataset_settings": hf_dataset_settings_resource,
-    "hub": hub_resource,
-}

@@ -92,3 +92,24 @@ def utterance_check_results(failing: dict[str, list[str]]) -> list[dg.AssetCheck
         )
         for name, failed in failing.items()
     ]
+
+
+def accounting_check(
+    name: str, summary: StageSummary, rows_in_as: str, rows_out_as: str, rejected: int | None = None
+) -> list[dg.AssetCheckResult]:
+    """The check that every row in came out or was rejected: ``rows_out + rejected == rows_in``.
+
+    ``rejected`` defaults to the number of rejects; pass the distinct rejected utterances where a
+    stage can reject one utterance twice. The metadata names the counts ``rows_in_as`` / ``rows_out_as``.
+    """
+    passed = summary.rows_out + (len(summary.rejects) if rejected is None else rejected) == summary.rows_in
+    metadata = {rows_in_as: summary.rows_in, rows_out_as: summary.rows_out, "rejected": len(summary.rejects)}
+    return [dg.AssetCheckResult(check_name=name, passed=passed, metadata=metadata)]
+
+
+def log_stage(context: dg.AssetExecutionContext, summary: StageSummary, done: str, detail: str = "") -> None:
+    """One line per shard: rows out of rows in, the rejects by reason, the audio rate."""
+    context.log.info(
+        f"{summary.shard_id}: {summary.rows_out}/{summary.rows_in} {done}{detail}, "
+        f"rejects {summary.rejects_by_reason}, {summary.audio_seconds_per_second:.0f} audio s/s"
+    )

@@ -10,6 +10,7 @@ import time
 import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 import dagster as dg
 
@@ -19,7 +20,6 @@ from dagster._core.definitions.asset_checks.asset_check_evaluation import (
     AssetCheckEvaluationTargetMaterializationData,
 )
 
-from assets.partitions import shard_partitions
 from speechdata.io.confinement import validate_partition_key
 
 SHARDS_PER_RUN = 4
@@ -32,10 +32,13 @@ backfill in one wave of runs; assets with different policies cannot share a run,
 waits for a backfill daemon iteration (every 30 s)."""
 
 GPU_SHARDS_PER_RUN = CPU_SHARDS_PER_RUN = SHARDS_PER_RUN
-GPU_BACKFILL_POLICY = CPU_BACKFILL_POLICY = dg.BackfillPolicy.multi_run(max_partitions_per_run=SHARDS_PER_RUN)
+SHARD_BACKFILL_POLICY = dg.BackfillPolicy.multi_run(max_partitions_per_run=SHARDS_PER_RUN)
+"""Every shard asset's policy (``assets.asset_policy.shard_asset`` applies it)."""
 
 # Backfill policies are beta in Dagster 1.13 (pinned); say so once here rather than once per asset.
 warnings.filterwarnings("ignore", message=".*`backfill_policy`.*", category=dg.BetaWarning)
+
+T = TypeVar("T")
 
 ShardEvents = Iterator[dg.MaterializeResult | dg.AssetCheckEvaluation | dg.Output]
 
@@ -61,15 +64,13 @@ class ShardFailure(dg.Failure):
         self.checks = checks
 
 
-def shard_check_specs(asset: str, descriptions: dict[str, str], blocking: bool = True) -> list[dg.AssetCheckSpec]:
-    """Asset checks evaluated once per shard, so the UI shows them on each partition."""
-    with warnings.catch_warnings():
-        # Partitioned checks are a preview in Dagster 1.13; the pinned version is the one tested here.
-        warnings.simplefilter("ignore", dg.PreviewWarning)
-        return [
-            dg.AssetCheckSpec(name, asset=asset, blocking=blocking, description=text, partitions_def=shard_partitions)
-            for name, text in descriptions.items()
-        ]
+def load_model_for_step(context: dg.AssetExecutionContext, identity: str, load: Callable[[], T]) -> tuple[T, float]:
+    """``load()`` once for every shard of the step; returns the model and the seconds it took."""
+    started = time.perf_counter()
+    model = load()
+    load_s = time.perf_counter() - started
+    context.log.info(f"{identity} loaded in {load_s:.1f} s for {len(context.partition_keys)} shards")
+    return model, load_s
 
 
 def materialize_shards(context: dg.AssetExecutionContext, build: Callable[[str], ShardResult]) -> ShardEvents:

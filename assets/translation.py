@@ -1,26 +1,30 @@
-"""[translation] Streaming English->Chinese segments from forced alignments, QE-scored and filtered (seed 002)."""
-
-import time
+"""[translation] Streaming English->Chinese segments from forced alignments, QE-scored and filtered."""
 
 import dagster as dg
 import pyarrow.compute as pc
 from pydantic import Field
 
 from assets.alignment import alignments
-from assets.gpu_pool import GPU_OP_TAGS, GPU_POOL
+from assets.asset_policy import group_of, shard_asset
 from assets.partitions import shard_partitions
-from assets.reporting import column_schema, device_metadata, markdown_preview, progress_logger, stage_metadata
-from assets.shard_runs import CPU_BACKFILL_POLICY, GPU_BACKFILL_POLICY, ShardEvents, ShardResult, materialize_shards
-from resources.qe import MetricXResource, qe_resource
-from resources.storage import DataRootResource, data_root_resource
-from resources.torch_device import TorchDeviceResource, torch_device_resource
+from assets.reporting import (
+    column_schema,
+    device_metadata,
+    log_stage,
+    markdown_preview,
+    progress_logger,
+    stage_metadata,
+)
+from assets.shard_runs import ShardEvents, ShardResult, load_model_for_step, materialize_shards
+from resources.qe import MetricXResource
+from resources.storage import DataRootResource
+from resources.torch_device import TorchDeviceResource
 from speechdata.io import layout
-from speechdata.translation.qe_stage import DEFAULT_THRESHOLD, score_shard_segments, write_streaming_pairs
+from speechdata.translation.qe_stage import DEFAULT_THRESHOLD, run_qe_scores, run_streaming_pairs
 from speechdata.translation.segments import DEFAULT_MAX_SKIP_WORDS
-from speechdata.translation.stage import SegmentSettings, build_shard_streaming_segments
+from speechdata.translation.stage import SegmentSettings, run_streaming_segments
 
-GROUP = "translation"
-OWNERS = ["team:speech-data"]
+UI_POSITION = 7
 
 
 class StreamingSegmentsConfig(dg.Config):
@@ -34,15 +38,8 @@ class StreamingSegmentsConfig(dg.Config):
     )
 
 
-@dg.asset(
-    deps=[alignments],
-    partitions_def=shard_partitions,
-    group_name=GROUP,
-    kinds={"parquet", "json"},
-    owners=OWNERS,
-    code_version="streaming_segments-v1",
-    backfill_policy=CPU_BACKFILL_POLICY,
-)
+# The translation assets wait for the LLM segmentation, which lands after the shard.
+@shard_asset(deps=[alignments], kinds={"parquet", "json"}, code_version="streaming_segments-v1", in_per_shard_job=False)
 def streaming_segments(
     context: dg.AssetExecutionContext, config: StreamingSegmentsConfig, data_root: DataRootResource
 ) -> ShardEvents:
@@ -52,7 +49,7 @@ def streaming_segments(
     `source: import`) and LLM segmentation JSONs landed at `landing/<shard>/segmentation/<utt_id>.json`
     (`low_latency`/`medium_latency`/`high_latency`, each parallel `English`/`Chinese` chunk lists).
     Chunks are matched monotonically to the aligned words and emitted at the first second S with
-    `end <= S + step`. Files: `translation/segments/shard=<shard>/json/<utt_id>.json` (seed format)
+    `end <= S + step`. Files: `translation/segments/shard=<shard>/json/<utt_id>.json` (one bilingual document per utterance)
     and `.../segments.parquet` (one row per utterance, latency and segment). Malformed inputs,
     filtered utterances and utterances no chunk matches are in `shards/<shard>/rejects/streaming_segments.parquet`.
     """
@@ -69,34 +66,27 @@ def streaming_segments(
 def _segment_one_shard(
     context: dg.AssetExecutionContext, root, settings: SegmentSettings, shard_id: str
 ) -> ShardResult:
-    summary, totals = build_shard_streaming_segments(root, shard_id, settings)
+    summary = run_streaming_segments(root, shard_id, settings)
     table = root.read_parquet(layout.streaming_segments(shard_id))
-    context.log.info(
-        f"{shard_id}: {summary.rows_out}/{summary.rows_in} utterances, {table.num_rows} segments, "
-        f"rejects {summary.rejects_by_reason}"
-    )
+    log_stage(context, summary, "utterances", f", {table.num_rows} segments")
     return ShardResult(
         metadata={
             **stage_metadata(summary),
             "segments": table.num_rows,
-            "segments_by_level": dg.MetadataValue.json(dict(totals.segments)),
-            "unmatched_chunk_share_by_level": dg.MetadataValue.json(totals.unmatched_share()),
+            "segments_by_level": dg.MetadataValue.json(dict(summary.level_totals.segments)),
+            "unmatched_chunk_share_by_level": dg.MetadataValue.json(summary.level_totals.unmatched_share()),
             "dagster/column_schema": column_schema(table.schema),
             "preview": markdown_preview(table, ["utt_id", "latency", "emit_ms", "source", "target"]),
         }
     )
 
 
-@dg.asset(
+@shard_asset(
     deps=[streaming_segments],
-    partitions_def=shard_partitions,
-    group_name=GROUP,
     kinds={"pytorch", "parquet"},
-    owners=OWNERS,
-    pool=GPU_POOL,
-    op_tags=GPU_OP_TAGS,
     code_version="qe_scores-v1",
-    backfill_policy=GPU_BACKFILL_POLICY,
+    gpu=True,
+    in_per_shard_job=False,
 )
 def qe_scores(
     context: dg.AssetExecutionContext,
@@ -111,14 +101,11 @@ def qe_scores(
     `metricx_output.jsonl` (the same lines plus `prediction`, as `metricx24.predict --qe` writes)
     and `scores.parquet`. Runs on the GPU pool; a backfill run scores up to k shards with one model load.
     """
-    started = time.perf_counter()
-    scorer = qe.scorer(torch_device)
-    load_s = time.perf_counter() - started
-    context.log.info(f"{qe.identity} loaded in {load_s:.1f} s for {len(context.partition_keys)} shards")
+    scorer, load_s = load_model_for_step(context, qe.identity, lambda: qe.scorer(torch_device))
 
     def one_shard(shard_id: str) -> ShardResult:
         torch_device.reset_peak_memory()
-        summary = score_shard_segments(
+        summary = run_qe_scores(
             data_root.get(), shard_id, scorer, on_progress=progress_logger(context, "scored", shard_id)
         )
         return ShardResult(metadata=_qe_metadata(summary, qe, torch_device, load_s))
@@ -128,7 +115,7 @@ def qe_scores(
 
 def _qe_metadata(summary, qe: MetricXResource, torch_device: TorchDeviceResource, load_s: float) -> dict:
     return {
-        "dagster/row_count": summary.segments,
+        "dagster/row_count": summary.rows_out,
         "model": qe.identity,
         **device_metadata(torch_device),
         "mean_prediction": summary.mean_prediction,
@@ -144,15 +131,7 @@ class StreamingPairsConfig(dg.Config):
     threshold: float = Field(DEFAULT_THRESHOLD, description="Keep segments whose MetricX error score is <= this.")
 
 
-@dg.asset(
-    deps=[qe_scores],
-    partitions_def=shard_partitions,
-    group_name=GROUP,
-    kinds={"parquet", "json"},
-    owners=OWNERS,
-    code_version="streaming_pairs-v1",
-    backfill_policy=CPU_BACKFILL_POLICY,
-)
+@shard_asset(deps=[qe_scores], kinds={"parquet", "json"}, code_version="streaming_pairs-v1", in_per_shard_job=False)
 def streaming_pairs(
     context: dg.AssetExecutionContext, config: StreamingPairsConfig, data_root: DataRootResource
 ) -> ShardEvents:
@@ -170,7 +149,7 @@ def streaming_pairs(
 def _pairs_one_shard(
     context: dg.AssetExecutionContext, config: StreamingPairsConfig, root, shard_id: str
 ) -> ShardResult:
-    summary = write_streaming_pairs(root, shard_id, config.threshold)
+    summary = run_streaming_pairs(root, shard_id, config.threshold)
     kept = root.read_parquet(layout.streaming_pairs(shard_id))
     context.log.info(f"{shard_id}: kept {summary.kept}/{summary.scored} segments at threshold {summary.threshold}")
     return ShardResult(
@@ -188,16 +167,15 @@ def _pairs_one_shard(
     )
 
 
-# --- the group: its definitions and the resources they need (assembled by dagster_project/definitions.py)
+# --- the group: its definitions (assembled by dagster_project/loader.py)
 
 TRANSLATION_JOB_NAME = "translation_job"
 
 translation_job = dg.define_asset_job(
     TRANSLATION_JOB_NAME,
-    selection=dg.AssetSelection.groups(GROUP),
+    selection=dg.AssetSelection.groups(group_of(__name__)),
     partitions_def=shard_partitions,
     description="Streaming segments, MetricX QE and filtered pairs for a shard whose LLM segmentation has landed.",
 )
 
 defs = dg.Definitions(assets=[streaming_segments, qe_scores, streaming_pairs], jobs=[translation_job])
-RESOURCES = {"data_root": data_root_resource, "qe": qe_resource, "torch_device": torch_device_resource}

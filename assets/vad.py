@@ -1,21 +1,21 @@
-"""[vad] Speech segments per shard and the language -> shards index the VAD-chunked loader reads (seed 001)."""
+"""[vad] Speech segments per shard and the language -> shards index the VAD-chunked loader reads."""
 
 import dagster as dg
 from pydantic import Field
 
+from assets.asset_policy import group_asset, shard_asset
 from assets.ingest import raw_shards
-from assets.partitions import PER_SHARD_TAGS, language_partitions, shard_partitions
-from assets.reporting import column_schema, markdown_preview, progress_logger
-from assets.shard_runs import CPU_BACKFILL_POLICY, ShardEvents, ShardResult, materialize_shards, shard_check_specs
-from resources.storage import DataRootResource, data_root_resource
-from resources.vad import SileroVadResource, vad_resource
+from assets.partitions import language_partitions
+from assets.reporting import column_schema, markdown_preview, progress_logger, stage_metadata
+from assets.shard_runs import ShardEvents, ShardResult, materialize_shards
+from resources.storage import DataRootResource
+from resources.vad import SileroVadResource
 from speechdata.io import layout
 from speechdata.vad.chunks import DEFAULT_CHUNK_S, DEFAULT_NUM_CHUNKS
 from speechdata.vad.language_index import build_language_shard_index
-from speechdata.vad.stage import compute_vad_segments
+from speechdata.vad.stage import run_vad_segments
 
-GROUP = "vad"
-OWNERS = ["team:speech-data"]
+UI_POSITION = 9
 
 VAD_ACCOUNTED = "every_indexed_utterance_segmented_or_rejected"
 
@@ -25,19 +25,11 @@ class ChunkingConfig(dg.Config):
     num_chunks: int = Field(DEFAULT_NUM_CHUNKS, description="Most chunks the loader takes per file.")
 
 
-@dg.asset(
+@shard_asset(
     deps=[raw_shards],
-    partitions_def=shard_partitions,
-    group_name=GROUP,
-    tags=PER_SHARD_TAGS,
     kinds={"parquet", "pytorch"},
-    owners=OWNERS,
     code_version="vad_segments-v1",
-    backfill_policy=CPU_BACKFILL_POLICY,
-    check_specs=shard_check_specs(
-        "vad_segments",
-        {VAD_ACCOUNTED: "Every utterance of the index has its file in the segments table or is rejected."},
-    ),
+    checks={VAD_ACCOUNTED: "Every utterance of the index has its file in the segments table or is rejected."},
 )
 def vad_segments(
     context: dg.AssetExecutionContext, config: ChunkingConfig, data_root: DataRootResource, vad: SileroVadResource
@@ -61,7 +53,7 @@ def vad_segments(
 def _segment_one_shard(
     context, config: ChunkingConfig, root, vad: SileroVadResource, model, shard_id: str
 ) -> ShardResult:
-    summary = compute_vad_segments(
+    summary = run_vad_segments(
         root,
         shard_id,
         model,
@@ -80,12 +72,8 @@ def _segment_one_shard(
     )
     return ShardResult(
         metadata={
+            **stage_metadata(summary),
             "dagster/row_count": files,
-            "utterances_in": summary.utterances,
-            "rejects": len(summary.rejects),
-            "reject_share": round(len(summary.rejects) / summary.utterances, 6) if summary.utterances else 0.0,
-            "rejects_by_reason": dg.MetadataValue.json(summary.rejects_by_reason),
-            "hours": round(audio_s / 3600.0, 6),
             "speech_hours": round(speech_s / 3600.0, 6),
             "speech_share": round(speech_s / audio_s, 4) if audio_s else 0.0,
             "segments_per_file": round(sum(table["n_segments"].to_pylist()) / files, 3) if files else 0.0,
@@ -96,10 +84,7 @@ def _segment_one_shard(
             "usable_chunk_hours_by_language": dg.MetadataValue.json(
                 summary.usable_chunk_hours_by_language(config.chunk_s, config.num_chunks)
             ),
-            "audio_seconds_per_second": round(audio_s / summary.compute_seconds, 2) if summary.compute_seconds else 0.0,
-            "compute_seconds": round(summary.compute_seconds, 3),
             "vad_params": dg.MetadataValue.json({k: str(v) for k, v in vad.params().as_dict().items()}),
-            **{f"{name}_uri": dg.MetadataValue.path(uri) for name, uri in summary.outputs.items()},
             "dagster/column_schema": column_schema(table.schema),
             "preview": markdown_preview(
                 table, ["audio_path", "language", "duration_s", "speech_s", "n_segments", "segments_source"]
@@ -115,12 +100,10 @@ def _segment_one_shard(
     )
 
 
-@dg.asset(
+@group_asset(
     deps=[dg.AssetDep(vad_segments, partition_mapping=dg.AllPartitionMapping())],
     partitions_def=language_partitions,
-    group_name=GROUP,
     kinds={"parquet", "duckdb"},
-    owners=OWNERS,
     code_version="language_shard_index-v1",
 )
 def language_shard_index(
@@ -160,7 +143,6 @@ def language_shard_index(
     )
 
 
-# --- the group: its definitions and the resources they need (assembled by dagster_project/definitions.py)
+# --- the group: its definitions (assembled by dagster_project/loader.py)
 
 defs = dg.Definitions(assets=[vad_segments, language_shard_index])
-RESOURCES = {"data_root": data_root_resource, "vad": vad_resource}

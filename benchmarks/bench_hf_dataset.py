@@ -34,7 +34,7 @@ from benchmarks.report import emit, progress, ratio, stdout_to_stderr
 def land_corpus(workdir: str, recordings: int):
     from speechdata.importers.aligned_json import import_aligned_countries
     from speechdata.io.storage import DataRoot
-    from speechdata.landing.ingest import ingest_raw_shard
+    from speechdata.landing.ingest import run_raw_shards
     from speechdata.testing.aligned_json import build_aligned_json_corpus
 
     build_aligned_json_corpus(
@@ -43,7 +43,7 @@ def land_corpus(workdir: str, recordings: int):
     root = DataRoot(f"{workdir}/data")
     for report in import_aligned_countries(f"{workdir}/countries", root, recordings_per_shard=16):
         for shard in report.shards:
-            ingest_raw_shard(root, shard)
+            run_raw_shards(root, shard)
     return root
 
 

@@ -1,18 +1,18 @@
 """Ingest throughput against the cost of decoding alone, on one shard of mixed formats.
 
-Why: ingest (``ingest_raw_shard`` then ``ingest_normalized_audio``) should cost little more than
+Why: ingest (``run_raw_shards`` then ``run_normalized_audio``) should cost little more than
 decoding the landed audio, which no ingest can avoid. This builds a shard of WAV / FLAC / MP3 /
 Ogg-Opus utterances (plus long recordings cut into segments) in a temporary data root and measures,
 on one process, in CPU seconds (``time.process_time``):
 
-* ingest: ``ingest_raw_shard`` + ``ingest_normalized_audio(workers=1)`` (validation, header
+* ingest: ``run_raw_shards`` + ``run_normalized_audio(workers=1)`` (validation, header
   probing, decode, downmix, resample, quantize (pcm16) or FLAC encode, parquet writes);
 * decode only, the baseline: every file the utterance index lists, opened through
   ``LandedAudio`` and its segments read with ``soundfile``, nothing else, also per format;
 
 and reports audio seconds per CPU second for both and ``overhead_share = (ingest - decode) / ingest``
 (target < 0.25), per stored codec (pcm16, the default, and flac16) and for two landings: "mixed" (all four formats)
-and "compressed" (MP3 + Opus, what large corpora land as). It also times ``ingest_normalized_audio``
+and "compressed" (MP3 + Opus, what large corpora land as). It also times ``run_normalized_audio``
 wall-clock with ``workers=2`` against ``workers=1`` (``time.perf_counter``) on a larger compressed
 shard: the speedup a second core buys including process start-up.
 Every figure is the median of ``--repeats`` passes after one untimed warm-up pass.
@@ -37,7 +37,7 @@ from benchmarks.report import emit, progress, ratio, stdout_to_stderr
 from speechdata.audio.codec import DEFAULT_AUDIO_CODEC
 from speechdata.io import layout
 from speechdata.io.storage import DataRoot
-from speechdata.landing.ingest import ingest_normalized_audio, ingest_raw_shard
+from speechdata.landing.ingest import run_normalized_audio, run_raw_shards
 from speechdata.landing.landed_audio import LandedAudio
 from speechdata.landing.normalize import FILES_PER_TASK
 from speechdata.testing.shards import build_sample_shard
@@ -53,9 +53,9 @@ CODECS = ("pcm16", "flac16")
 def ingest_cpu(root: DataRoot, codec: str = "flac16") -> dict[str, float]:
     """CPU seconds of the two ingest steps on one process."""
     started = time.process_time()
-    ingest_raw_shard(root, SHARD_ID)
+    run_raw_shards(root, SHARD_ID)
     validated = time.process_time()
-    ingest_normalized_audio(root, SHARD_ID, workers=1, codec=codec)
+    run_normalized_audio(root, SHARD_ID, workers=1, codec=codec)
     done = time.process_time()
     return {"raw_shard": validated - started, "normalized_audio": done - validated, "total": done - started}
 
@@ -99,7 +99,7 @@ def decode_cpu(root: DataRoot, segments: dict[str, list[tuple[int, int]]]) -> di
 
 def normalize_wall(root: DataRoot, workers: int) -> float:
     started = time.perf_counter()
-    ingest_normalized_audio(root, SHARD_ID, workers=workers)
+    run_normalized_audio(root, SHARD_ID, workers=workers)
     return time.perf_counter() - started
 
 
@@ -206,7 +206,7 @@ def main(argv: list[str] | None = None) -> None:
         with tempfile.TemporaryDirectory(prefix="bench-ingest-") as tmp:
             root = DataRoot(tmp)
             build_sample_shard(root, SHARD_ID, args.parallel_utterances, seed=args.seed, formats=("mp3", "opus"))
-            ingest_raw_shard(root, SHARD_ID)
+            run_raw_shards(root, SHARD_ID)
             normalize_wall(root, 2)  # warm-up of the spawn path
             walls: dict[int, list[float]] = {1: [], 2: []}
             for repeat in range(args.repeats):

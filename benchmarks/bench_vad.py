@@ -35,12 +35,12 @@ from speechdata.audio.codec import downmix_to_mono, resample
 from speechdata.io import layout
 from speechdata.io.audio_tars import audio_extension, write_deterministic_tar
 from speechdata.io.storage import DataRoot
-from speechdata.landing.ingest import ingest_raw_shard
+from speechdata.landing.ingest import run_raw_shards
 from speechdata.landing.mark import mark_landed
 from speechdata.testing.shards import load_clips
 from speechdata.vad.loader import VadChunkDataset, normalize_chunk, shard_of_tar_url
 from speechdata.vad.silero import detect_speech, load_silero_model
-from speechdata.vad.stage import compute_vad_segments
+from speechdata.vad.stage import run_vad_segments
 
 SOURCE_RATE = 44_100
 TARGET_RATE = 16_000
@@ -123,8 +123,8 @@ def land_mp3_shards(root: DataRoot, shards: int, files: int, file_s: float, seed
         root.write_parquet(layout.landing_metadata(shard_id), pa.Table.from_pylist(rows))
         mark_landed(root, shard_id)
         root.write_parquet(layout.landing_vad_segments(shard_id), pa.Table.from_pylist(segments))
-        ingest_raw_shard(root, shard_id)
-        compute_vad_segments(root, shard_id, model=None)  # every file's segments are landed
+        run_raw_shards(root, shard_id)
+        run_vad_segments(root, shard_id, model=None)  # every file's segments are landed
         urls.append(root.uri(layout.landing_audio_tar(shard_id)))
     return urls
 

@@ -1,8 +1,9 @@
 """The loader: assembles the code location's ``Definitions`` from the asset groups and sensor modules.
 
-It merges each asset group's ``defs`` (``assets.GROUPS``) and each sensor module's
-(``sensors/*.py``) with ``dg.Definitions.merge``, and builds the resources they declare in their
-``RESOURCES`` (one factory call per key, so groups share a resource). Nothing here names a group.
+It merges each asset group's ``defs`` (``assets.GROUP_MODULES``: every module of ``assets`` with a
+``defs``) and each sensor module's (``sensors/*.py``) with ``dg.Definitions.merge``, and binds the
+resources once, from ``RESOURCE_FACTORIES`` (one factory call per key, so every group shares a
+resource). Nothing here names a group.
 """
 
 from __future__ import annotations
@@ -18,11 +19,35 @@ import assets
 import sensors
 from dagster_project.execution import executor_from_env
 from dagster_project.settings import PROJECT_ROOT, data_root_url, model_profile
+from resources.aligner import aligner_resource
+from resources.catalog import catalog_resource
+from resources.encoders import qwen_resource, wavlm_resource
+from resources.hub import hf_dataset_settings_resource, hub_resource
 from resources.profile import model_profile_resource
+from resources.qe import qe_resource
 from resources.settings import ResourceFactory, ResourceSettings
+from resources.storage import data_root_resource
+from resources.text_tokenizer import text_tokenizer_resource
+from resources.torch_device import torch_device_resource
+from resources.vad import vad_resource
 
-PLATFORM_RESOURCES: dict[str, ResourceFactory] = {"model_profile": model_profile_resource}
-"""Resources no asset reads but the UI shows: which model profile this deployment runs."""
+RESOURCE_FACTORIES: dict[str, ResourceFactory] = {
+    "data_root": data_root_resource,
+    "aligner": aligner_resource,
+    "text_tokenizer": text_tokenizer_resource,
+    "torch_device": torch_device_resource,
+    "qwen": qwen_resource,
+    "wavlm": wavlm_resource,
+    "catalog": catalog_resource,
+    "hf_dataset_settings": hf_dataset_settings_resource,
+    "hub": hub_resource,
+    "qe": qe_resource,
+    "vad": vad_resource,
+    # No asset reads it, but the UI shows which model profile this deployment runs.
+    "model_profile": model_profile_resource,
+}
+"""Every resource of the code location, ``{resource key: factory}`` (factories live beside their
+resource classes in ``resources/``): the one place a resource key is bound."""
 
 
 DAGSTER_DEFAULT_RESOURCES = {"io_manager"}
@@ -38,21 +63,21 @@ def definition_modules() -> list[ModuleType]:
     return [*assets.GROUP_MODULES, *sensor_modules()]
 
 
-def resource_factories(modules: Iterable[ModuleType] | None = None) -> dict[str, ResourceFactory]:
-    """The union of the modules' ``RESOURCES``, after checking each declares what its definitions need."""
-    factories = dict(PLATFORM_RESOURCES)
+def resource_factories(
+    modules: Iterable[ModuleType] | None = None, bound: dict[str, ResourceFactory] | None = None
+) -> dict[str, ResourceFactory]:
+    """``bound`` (default ``RESOURCE_FACTORIES``), after checking it binds every resource key the
+    modules' definitions need: a new asset that needs an unbound resource fails here, at load,
+    naming its module, rather than at its first run."""
+    factories = RESOURCE_FACTORIES if bound is None else bound
     for module in definition_modules() if modules is None else modules:
-        declared = module.RESOURCES
-        needed = _required_resource_keys(module.defs)
-        if needed - set(declared):
+        unbound = _required_resource_keys(module.defs) - set(factories)
+        if unbound:
             raise ValueError(
-                f"{module.__name__}: its definitions need resource(s) {sorted(needed - set(declared))} "
-                f"that its RESOURCES does not declare (declared: {sorted(declared)})"
+                f"{module.__name__}: its definitions need resource(s) {sorted(unbound)} that "
+                f"dagster_project.loader.RESOURCE_FACTORIES does not bind (bound: {sorted(factories)})"
             )
-        for key, factory in declared.items():
-            if factories.setdefault(key, factory) is not factory:
-                raise ValueError(f"{module.__name__}: resource {key!r} has a different factory in another group")
-    return factories
+    return dict(factories)
 
 
 def _required_resource_keys(defs: dg.Definitions) -> set[str]:
@@ -63,7 +88,7 @@ def _required_resource_keys(defs: dg.Definitions) -> set[str]:
 
 
 def build_resources(data_root: str | None = None, profile: str | None = None) -> dict:
-    """Every declared resource, built for ``data_root`` (default ``DATA_ROOT``) and ``profile``
+    """Every bound resource, built for ``data_root`` (default ``DATA_ROOT``) and ``profile``
     (default ``SPEECHDATA_PROFILE``)."""
     settings = ResourceSettings(
         data_root_url=data_root or data_root_url(),

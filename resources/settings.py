@@ -1,6 +1,6 @@
 """What every resource factory is built from: the data root, the model profile, the model cache.
 
-An asset group declares the resources it needs as ``RESOURCES = {key: factory}``, each factory a
+Each resource key is bound once, in ``dagster_project.loader.RESOURCE_FACTORIES``, to a factory: a
 function of :class:`ResourceSettings` (defined beside its resource class). The code location's
 loader calls each factory once per key, so two groups that need ``data_root`` share one resource.
 """

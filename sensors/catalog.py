@@ -32,4 +32,3 @@ def catalog_refresh_sensor(context: dg.SensorEvaluationContext) -> dg.SensorResu
 
 
 defs = dg.Definitions(sensors=[catalog_refresh_sensor])
-RESOURCES = {}

@@ -7,7 +7,7 @@ import time
 import dagster as dg
 
 from assets.partitions import PER_SHARD_JOB_NAME, country_partitions, language_partitions, shard_partitions
-from resources.storage import DataRootResource, data_root_resource
+from resources.storage import DataRootResource
 from speechdata.io import layout
 from speechdata.landing.contract import ContractError, partition_values
 from speechdata.landing.scan import landing_fingerprint, relanded_shards, scan_landing_zone, success_marker_times
@@ -117,4 +117,3 @@ def build_landing_sensor(
 landing_sensor = build_landing_sensor()
 
 defs = dg.Definitions(sensors=[landing_sensor])
-RESOURCES = {"data_root": data_root_resource}

@@ -16,7 +16,7 @@ import dagster as dg
 
 from assets.partitions import PER_SHARD_JOB_NAME
 from assets.publishing import HF_DATASET_JOB_NAME, HF_PUBLISH_JOB_NAME, hf_dataset_job, hf_publish_job
-from resources.hub import HubPublisherResource, hub_resource
+from resources.hub import HubPublisherResource
 
 RAW_SHARDS = dg.AssetKey("raw_shards")
 COUNTRY_TAG = "speechdata/hf_country"
@@ -118,4 +118,3 @@ def country_dataset_sensor(
 
 
 defs = dg.Definitions(sensors=[country_dataset_sensor])
-RESOURCES = {"hub": hub_resource}

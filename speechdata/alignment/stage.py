@@ -151,7 +151,7 @@ def _utterances(data_root: DataRoot, shard_id: str) -> dict[str, dict]:
     return {row["utt_id"]: row for row in index.to_pylist()}
 
 
-def align_shard(
+def run_alignments(
     data_root: DataRoot,
     shard_id: str,
     aligner_for: Callable[[str | None], CtcAligner | None],
@@ -239,7 +239,7 @@ def align_shard(
     return writer.finish(total, started)
 
 
-def import_shard_alignments(data_root: DataRoot, shard_id: str) -> StageSummary:
+def run_alignments_from_import(data_root: DataRoot, shard_id: str) -> StageSummary:
     """Read alignments landed beside the shard (``<utt_id>.ctm`` word CTM or ``<utt_id>.TextGrid``).
 
     An utterance with neither file, or with a file that cannot be read, becomes a reject whose

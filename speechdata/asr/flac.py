@@ -19,6 +19,7 @@ import io
 import tarfile
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from itertools import groupby
 from typing import IO
 
@@ -106,17 +107,23 @@ class _UnsafeAudio(Exception):
         self.member = member
 
 
-def extract_asr_flac(
+@dataclass(frozen=True, kw_only=True)
+class AsrFlacSummary(StageSummary):
+    """The stage's summary, with every unsafe member of the shard's landed tars (referenced or not)."""
+
+    unsafe_members: list[UnsafeMember]
+
+
+def run_asr_flac(
     data_root: DataRoot,
     shard_id: str,
     *,
     resampler: ResamplerName = "soxr",
     on_progress: Callable[[int, int, float], None] | None = None,
-) -> tuple[StageSummary, list[UnsafeMember]]:
+) -> AsrFlacSummary:
     """Write every indexed utterance's FLAC, the FLAC index and the ``asr_flac`` rejects.
 
-    Returns the summary and every unsafe tar member (referenced or not), for the caller to report.
-    Files of utterances no longer in the index (a re-run after the shard changed) are removed.
+    The summary lists every unsafe tar member, for the caller to report. Files of utterances no longer in the index (a re-run after the shard changed) are removed.
     """
     started = time.perf_counter()
     index = data_root.read_parquet(layout.utterance_index(shard_id))
@@ -153,7 +160,7 @@ def extract_asr_flac(
     _remove_stale_files(data_root, shard_id, set(rows["utt_id"]))
     data_root.write_parquet(layout.asr_flac_index(shard_id), table)
     data_root.write_parquet(layout.rejects(shard_id, STAGE), rejects_table(rejects))
-    summary = StageSummary(
+    return AsrFlacSummary(
         shard_id=shard_id,
         rows_in=index.num_rows,
         rows_out=table.num_rows,
@@ -165,8 +172,8 @@ def extract_asr_flac(
             "index": data_root.uri(layout.asr_flac_index(shard_id)),
             "rejects": data_root.uri(layout.rejects(shard_id, STAGE)),
         },
+        unsafe_members=unsafe,
     )
-    return summary, unsafe
 
 
 def _extract_group(

@@ -41,8 +41,10 @@ FRAME_GRIDS_SCHEMA = pa.schema(
 )
 
 
-@dataclass(frozen=True)
-class GridTotals:
+@dataclass(frozen=True, kw_only=True)
+class FrameGridSummary(StageSummary):
+    """The stage's summary, with the shard's token and frame totals over the grids written."""
+
     tokens: int
     zero_duration_tokens: int
     frames: int
@@ -57,7 +59,7 @@ class GridTotals:
         return self.silence_frames / self.frames if self.frames else 0.0
 
 
-def build_shard_frame_grids(data_root: DataRoot, shard_id: str, tokenizer) -> tuple[StageSummary, GridTotals]:
+def run_frame_grids(data_root: DataRoot, shard_id: str, tokenizer) -> FrameGridSummary:
     started = time.perf_counter()
     index = data_root.read_parquet(layout.utterance_index(shard_id), columns=["utt_id", "text"])
     texts = dict(zip(index["utt_id"].to_pylist(), index["text"].to_pylist()))
@@ -99,13 +101,7 @@ def build_shard_frame_grids(data_root: DataRoot, shard_id: str, tokenizer) -> tu
     table = pa.Table.from_pylist(rows, schema=FRAME_GRIDS_SCHEMA)
     data_root.write_parquet(layout.frame_grids(shard_id), table)
     data_root.write_parquet(layout.rejects(shard_id, STAGE), rejects_table(rejects))
-    totals = GridTotals(
-        tokens=sum(r["n_tokens"] for r in rows),
-        zero_duration_tokens=sum(r["zero_duration_tokens"] for r in rows),
-        frames=sum(r["n_frames"] for r in rows),
-        silence_frames=sum(r["silence_frames"] for r in rows),
-    )
-    summary = StageSummary(
+    return FrameGridSummary(
         shard_id=shard_id,
         rows_in=len(utt_ids),
         rows_out=len(rows),
@@ -116,8 +112,11 @@ def build_shard_frame_grids(data_root: DataRoot, shard_id: str, tokenizer) -> tu
             "frame_grids": data_root.uri(layout.frame_grids(shard_id)),
             "rejects": data_root.uri(layout.rejects(shard_id, STAGE)),
         },
+        tokens=sum(r["n_tokens"] for r in rows),
+        zero_duration_tokens=sum(r["zero_duration_tokens"] for r in rows),
+        frames=sum(r["n_frames"] for r in rows),
+        silence_frames=sum(r["silence_frames"] for r in rows),
     )
-    return summary, totals
 
 
 @dataclass(frozen=True)

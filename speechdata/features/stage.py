@@ -47,7 +47,7 @@ def _one_by_one(items, compute, stage: str, rejects: list[Reject]):
     return results
 
 
-def compute_qwen_hidden_states(
+def run_qwen_hidden_states(
     data_root: DataRoot, shard_id: str, model, *, device, max_batch_tokens: int, on_progress: Progress | None = None
 ) -> StageSummary:
     started = time.perf_counter()
@@ -95,7 +95,7 @@ def compute_qwen_hidden_states(
     )
 
 
-def compute_wavlm_features(
+def run_wavlm_features(
     data_root: DataRoot,
     shard_id: str,
     model,

@@ -1,13 +1,14 @@
 """The two ingest steps end to end: landed shard -> utterance index -> 24 kHz mono audio container.
 
-Each step reads from and writes to the data root atomically and replaces its own outputs on a
-re-run, and returns a summary for the caller to report.
+Each step is a shard stage (``speechdata.stage``): it reads from and writes to the data root
+atomically, replaces its own outputs on a re-run, and returns a summary for the caller to report.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import pyarrow as pa
 
@@ -24,13 +25,20 @@ from speechdata.rejects import Reject, rejects_table
 from speechdata.stage import StageSummary
 
 
-def ingest_raw_shard(data_root: DataRoot, shard_id: str) -> tuple[StageSummary, pa.Table]:
+@dataclass(frozen=True, kw_only=True)
+class RawShardsSummary(StageSummary):
+    """The stage's summary, with the utterance index it wrote."""
+
+    index: pa.Table
+
+
+def run_raw_shards(data_root: DataRoot, shard_id: str) -> RawShardsSummary:
     """Validate ``landing/<shard_id>``, write its utterance index and ``raw_shards`` rejects."""
     started = time.perf_counter()
     validation = validate_landed_shard(data_root, shard_id)
     data_root.write_parquet(layout.utterance_index(shard_id), validation.index)
     data_root.write_parquet(layout.rejects(shard_id, RAW_STAGE), rejects_table(validation.rejects))
-    summary = StageSummary(
+    return RawShardsSummary(
         shard_id=shard_id,
         rows_in=validation.landed_rows,
         rows_out=validation.index.num_rows,
@@ -41,11 +49,11 @@ def ingest_raw_shard(data_root: DataRoot, shard_id: str) -> tuple[StageSummary, 
             "index": data_root.uri(layout.utterance_index(shard_id)),
             "rejects": data_root.uri(layout.rejects(shard_id, RAW_STAGE)),
         },
+        index=validation.index,
     )
-    return summary, validation.index
 
 
-def ingest_normalized_audio(
+def run_normalized_audio(
     data_root: DataRoot,
     shard_id: str,
     *,

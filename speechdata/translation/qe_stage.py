@@ -21,6 +21,7 @@ import pyarrow.compute as pc
 
 from speechdata.io import layout
 from speechdata.io.storage import DataRoot
+from speechdata.stage import StageSummary
 from speechdata.translation.segmentation_input import LATENCY_LEVELS
 
 DEFAULT_THRESHOLD = 5.0
@@ -79,17 +80,17 @@ def scored_table(records: list[dict]) -> pa.Table:
     )
 
 
-@dataclass(frozen=True)
-class QeSummary:
-    segments: int
+@dataclass(frozen=True, kw_only=True)
+class QeSummary(StageSummary):
+    """The stage's summary (rows: segments; every segment is scored, none rejected), with the mean
+    MetricX prediction, overall and per latency level."""
+
     mean_prediction: float | None
     mean_prediction_by_level: dict[str, float | None]
-    compute_seconds: float
-    outputs: dict[str, str]
 
     @property
     def segments_per_second(self) -> float:
-        return self.segments / self.compute_seconds if self.compute_seconds > 0 else 0.0
+        return self.rows_out / self.compute_seconds if self.compute_seconds > 0 else 0.0
 
 
 def _mean_by_level(table: pa.Table, column: str) -> dict[str, float | None]:
@@ -100,7 +101,7 @@ def _mean_by_level(table: pa.Table, column: str) -> dict[str, float | None]:
     return means
 
 
-def score_shard_segments(
+def run_qe_scores(
     data_root: DataRoot, shard_id: str, score: ScoreFn, on_progress: Callable[[int, int], None] | None = None
 ) -> QeSummary:
     """Write the MetricX input JSONL, score every segment, write the output JSONL and the scores table."""
@@ -114,7 +115,11 @@ def score_shard_segments(
     data_root.write_parquet(layout.qe_scores(shard_id), table)
     mean = pc.mean(table["prediction"]).as_py() if table.num_rows else None
     return QeSummary(
-        segments=table.num_rows,
+        shard_id=shard_id,
+        rows_in=len(records),
+        rows_out=table.num_rows,
+        rejects=[],
+        audio_seconds=0.0,
         mean_prediction=None if mean is None else round(mean, 4),
         mean_prediction_by_level=_mean_by_level(table, "prediction"),
         compute_seconds=time.perf_counter() - started,
@@ -143,28 +148,41 @@ def kept_share_by_level(scored: pa.Table, kept: pa.Table) -> dict[str, float | N
     return shares
 
 
-@dataclass(frozen=True)
-class PairsSummary:
-    scored: int
-    kept: int
+@dataclass(frozen=True, kw_only=True)
+class PairsSummary(StageSummary):
+    """The stage's summary: rows in are the scored segments, rows out the kept ones. A segment above
+    the threshold is filtered, not rejected: it stays in ``qe_scores`` with its score."""
+
     threshold: float
     kept_share_by_level: dict[str, float | None]
-    outputs: dict[str, str]
+
+    @property
+    def scored(self) -> int:
+        return self.rows_in
+
+    @property
+    def kept(self) -> int:
+        return self.rows_out
 
     @property
     def kept_share(self) -> float:
         return self.kept / self.scored if self.scored else 0.0
 
 
-def write_streaming_pairs(data_root: DataRoot, shard_id: str, threshold: float = DEFAULT_THRESHOLD) -> PairsSummary:
+def run_streaming_pairs(data_root: DataRoot, shard_id: str, threshold: float = DEFAULT_THRESHOLD) -> PairsSummary:
     """Keep the shard's scored segments at or below ``threshold``; write them as JSONL and parquet."""
+    started = time.perf_counter()
     scored = data_root.read_parquet(layout.qe_scores(shard_id))
     kept = filter_by_threshold(scored, threshold)
     data_root.write_bytes(layout.streaming_pairs_jsonl(shard_id), jsonl_bytes(kept.to_pylist()))
     data_root.write_parquet(layout.streaming_pairs(shard_id), kept)
     return PairsSummary(
-        scored=scored.num_rows,
-        kept=kept.num_rows,
+        shard_id=shard_id,
+        rows_in=scored.num_rows,
+        rows_out=kept.num_rows,
+        rejects=[],
+        audio_seconds=0.0,
+        compute_seconds=time.perf_counter() - started,
         threshold=threshold,
         kept_share_by_level=kept_share_by_level(scored, kept),
         outputs={

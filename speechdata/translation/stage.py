@@ -2,7 +2,7 @@
 
 Reads the shard's alignments table (NeMo alignments, or MFA TextGrids imported by the
 ``alignments`` stage), its utterance index (transcripts) and the segmentation JSONs landed at
-``landing/<shard>/segmentation/<utt_id>.json``. Writes one JSON per utterance in the seed's format,
+``landing/<shard>/segmentation/<utt_id>.json``. Writes one bilingual segment document (JSON) per utterance,
 one segments table for the shard, and the ``streaming_segments`` rejects ledger. Every aligned
 utterance ends up in exactly one of: segments written, or rejected with a reason.
 """
@@ -119,11 +119,18 @@ def _landed_segmentation_files(data_root: DataRoot, shard_id: str) -> set[str]:
     return {posixpath.basename(p) for p in data_root.fs.find(data_root.path(directory))}
 
 
-def build_shard_streaming_segments(
+@dataclass(frozen=True, kw_only=True)
+class StreamingSegmentsSummary(StageSummary):
+    """The stage's summary, with its chunk and segment counts per latency level."""
+
+    level_totals: LevelTotals
+
+
+def run_streaming_segments(
     data_root: DataRoot,
     shard_id: str,
     settings: SegmentSettings = SegmentSettings(),
-) -> tuple[StageSummary, LevelTotals]:
+) -> StreamingSegmentsSummary:
     """Build, write and account for the streaming segments of every aligned utterance of the shard."""
     started = time.perf_counter()
     scores = data_root.read_parquet(layout.alignment_scores(shard_id), columns=["utt_id", "score"])
@@ -183,7 +190,7 @@ def build_shard_streaming_segments(
 
     data_root.write_parquet(layout.streaming_segments(shard_id), pa.Table.from_pylist(rows, schema=SEGMENTS_SCHEMA))
     data_root.write_parquet(layout.rejects(shard_id, STAGE), rejects_table(rejects))
-    summary = StageSummary(
+    return StreamingSegmentsSummary(
         shard_id=shard_id,
         rows_in=scores.num_rows,
         rows_out=written,
@@ -195,5 +202,5 @@ def build_shard_streaming_segments(
             "json_dir": data_root.uri(json_dir),
             "rejects": data_root.uri(layout.rejects(shard_id, STAGE)),
         },
+        level_totals=totals,
     )
-    return summary, totals

@@ -15,7 +15,7 @@ import io
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import pyarrow as pa
 import soundfile as sf
@@ -24,7 +24,8 @@ from speechdata.io import layout
 from speechdata.io.audio_tars import deterministic_tar_writer, streaming_tar_path, webdataset_key
 from speechdata.io.storage import DataRoot
 from speechdata.landing.landed_audio import LandedAudio
-from speechdata.rejects import Reject, count_by_reason, rejects_table
+from speechdata.rejects import Reject, rejects_table
+from speechdata.stage import StageSummary
 from speechdata.vad.chunks import DEFAULT_CHUNK_S, DEFAULT_NUM_CHUNKS, usable_chunk_seconds
 from speechdata.vad.silero import SpeechSegments, VadParams, detect_speech, to_vad_input
 
@@ -56,30 +57,18 @@ class AudioFile:
     duration_s: float
 
 
-@dataclass(frozen=True)
-class VadSummary:
-    """What the VAD step did for one shard."""
+@dataclass(frozen=True, kw_only=True)
+class VadSummary(StageSummary):
+    """What the VAD step did for one shard. Rows are utterances (in: the index; out: those whose file
+    was segmented); ``table`` holds one row per audio file, and ``audio_seconds`` is their length."""
 
-    shard_id: str
     table: pa.Table
-    utterances: int
-    rejects: list[Reject]
-    compute_seconds: float
     imported_files: int
     dropped_imported_segments: int
-    outputs: dict[str, str] = field(default_factory=dict)
-
-    @property
-    def audio_seconds(self) -> float:
-        return float(sum(self.table["duration_s"].to_pylist()))
 
     @property
     def speech_seconds(self) -> float:
         return float(sum(self.table["speech_s"].to_pylist()))
-
-    @property
-    def rejects_by_reason(self) -> dict[str, int]:
-        return count_by_reason(self.rejects)
 
     @property
     def files_not_streamable(self) -> int:
@@ -139,7 +128,7 @@ def read_imported_segments(
     return imported, dropped
 
 
-def compute_vad_segments(
+def run_vad_segments(
     data_root: DataRoot,
     shard_id: str,
     model,
@@ -191,8 +180,10 @@ def compute_vad_segments(
     return VadSummary(
         shard_id=shard_id,
         table=table,
-        utterances=index.num_rows,
+        rows_in=index.num_rows,
+        rows_out=sum(len(f.utt_ids) for f in files if f.audio_path in segments),
         rejects=rejects,
+        audio_seconds=float(sum(table["duration_s"].to_pylist())),
         compute_seconds=time.perf_counter() - started,
         imported_files=len(set(imported) & set(segments)),
         dropped_imported_segments=dropped,

@@ -12,13 +12,13 @@ import torch
 
 from speechdata.alignment.acoustic_models import mel_preprocessor_config
 from speechdata.asr.dataset import AsrManifestDataset, collate_asr_batch
-from speechdata.asr.flac import extract_asr_flac
+from speechdata.asr.flac import run_asr_flac
 from speechdata.asr.manifest import AsrManifestConfig
 from speechdata.asr.sampler import DurationBucketBatchSampler
 from speechdata.asr.stage import build_and_write_asr_manifests
 from speechdata.importers.segment_tars import build_segment_tar_sample, import_segment_tar_shard
 from speechdata.io import layout
-from speechdata.landing.ingest import ingest_raw_shard
+from speechdata.landing.ingest import run_raw_shards
 
 TDT_DURATIONS = [0, 1, 2, 3, 4]
 
@@ -118,8 +118,8 @@ def sampler_batch(tmp_path_factory, clips):
     data_root = DataRoot(str(tmp / "data"))
     build_segment_tar_sample(str(tmp / "seed"), clips, n_segments=9)
     import_segment_tar_shard(str(tmp / "seed"), data_root, "asr-smoke")
-    ingest_raw_shard(data_root, "asr-smoke")
-    extract_asr_flac(data_root, "asr-smoke")
+    run_raw_shards(data_root, "asr-smoke")
+    run_asr_flac(data_root, "asr-smoke")
     build = build_and_write_asr_manifests(data_root, AsrManifestConfig(validation_share=0.0)).build
     tokenizer_dir = tiny_sentencepiece(
         tmp / "tokenizer", build.train["text"].to_list(), sorted(set(build.train["lang"]))

@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from speechdata.alignment.stage import import_shard_alignments
+from speechdata.alignment.stage import run_alignments_from_import
 from speechdata.io import layout
-from speechdata.landing.ingest import ingest_normalized_audio, ingest_raw_shard
+from speechdata.landing.ingest import run_normalized_audio, run_raw_shards
 from tests.conftest import encode, land_shard, tone
 
 
@@ -36,8 +36,8 @@ def test_a_truncated_mp3_is_rejected_with_both_durations(data_root):
         [{"utt_id": "cut", "audio_path": "cut.mp3", "text": "hello"}, {"utt_id": "ok", "audio_path": "ok.wav"}],
         {"cut.mp3": cut, "ok.wav": encode(tone(1.0, 16_000), 16_000)},
     )
-    ingest_raw_shard(data_root, "lies")
-    ingest_normalized_audio(data_root, "lies")
+    run_raw_shards(data_root, "lies")
+    run_normalized_audio(data_root, "lies")
     reason, detail = rejects_of(data_root, "lies", "normalized_audio")["cut"]
     assert reason == "audio_truncated"
     assert "cut.mp3: header promises 3.300 s for the segment, decoded 1." in detail
@@ -54,7 +54,7 @@ def test_an_implausible_sample_rate_is_rejected(data_root):
         [{"utt_id": "slow", "audio_path": "slow.wav"}, {"utt_id": "fast", "audio_path": "fast.wav"}],
         {"slow.wav": slow.getvalue(), "fast.wav": fast.getvalue()},
     )
-    ingest_raw_shard(data_root, "rates")
+    run_raw_shards(data_root, "rates")
     rejects = rejects_of(data_root, "rates", "raw_shards")
     assert rejects["slow"] == (
         "implausible_sample_rate",
@@ -74,7 +74,7 @@ def test_a_punctuation_only_transcript_is_rejected_no_words(data_root):
         ],
         {"a.wav": audio},
     )
-    _, index = ingest_raw_shard(data_root, "punct")
+    index = run_raw_shards(data_root, "punct").index
     reason, detail = rejects_of(data_root, "punct", "raw_shards")["p"]
     assert reason == "no_words" and "has no word character" in detail
     assert index["utt_id"].to_pylist() == ["w"]
@@ -88,9 +88,9 @@ def test_non_utf8_ctm_and_textgrid_are_rejects_naming_the_file_and_the_rule(data
     data_root.write_bytes(f"{directory}/c.ctm", "c 1 0.00 0.50 caf\xe9\n".encode("latin-1"))
     grid = 'File type = "ooTextFile"\nObject class = "TextGrid"\n"caf\xe9"\n'
     data_root.write_bytes(f"{directory}/g.TextGrid", grid.encode("latin-1"))
-    ingest_raw_shard(data_root, "latin")
-    ingest_normalized_audio(data_root, "latin")
-    import_shard_alignments(data_root, "latin")
+    run_raw_shards(data_root, "latin")
+    run_normalized_audio(data_root, "latin")
+    run_alignments_from_import(data_root, "latin")
     rejects = rejects_of(data_root, "latin", "alignments")
     for utt_id, name in (("c", "c.ctm"), ("g", "g.TextGrid")):
         reason, detail = rejects[utt_id]
@@ -105,9 +105,9 @@ def test_reject_details_are_the_same_on_every_run(data_root):
         [{"utt_id": "bad", "audio_path": "bad.wav"}],
         {"bad.wav": b"RIFF\x00\x00\x00\x00WAVEjunk"},
     )
-    ingest_raw_shard(data_root, "repeat")
+    run_raw_shards(data_root, "repeat")
     first = data_root.fs.cat_file(data_root.path(layout.rejects("repeat", "raw_shards")))
-    ingest_raw_shard(data_root, "repeat")
+    run_raw_shards(data_root, "repeat")
     assert data_root.fs.cat_file(data_root.path(layout.rejects("repeat", "raw_shards"))) == first
     reason, detail = rejects_of(data_root, "repeat", "raw_shards")["bad"]
     assert reason == "audio_unreadable" and " at 0x" not in detail

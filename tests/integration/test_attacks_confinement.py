@@ -17,7 +17,7 @@ from speechdata.importers.aligned_json import import_aligned_countries
 from speechdata.io import layout
 from speechdata.io.confinement import ConfinementError, confined_path, validate_partition_key
 from speechdata.landing.contract import MAX_UTT_ID_LENGTH, ContractError
-from speechdata.landing.ingest import ingest_raw_shard
+from speechdata.landing.ingest import run_raw_shards
 from speechdata.testing.aligned_json import build_aligned_json_corpus
 from tests.conftest import encode, land_shard, tone
 
@@ -52,7 +52,8 @@ def test_a_symlink_out_of_the_shard_is_rejected_and_never_read(data_root, tmp_pa
     os.makedirs(data_root.path("landing/links/audio/sub"))
     os.symlink(secret, data_root.path("landing/links/audio/sub/secret.wav"))
     before = snapshot(outside)
-    summary, index = ingest_raw_shard(data_root, "links")
+    summary = run_raw_shards(data_root, "links")
+    index = summary.index
     reason, detail = rejects_of(data_root, "links")["sneaky"]
     assert reason == "audio_path_escapes_shard"
     assert "refusing audio_path 'sub/secret.wav'" in detail and "outside its root" in detail
@@ -74,7 +75,7 @@ def test_rejects_name_landed_files_relative_to_the_root_never_by_its_absolute_pa
         {"ok.wav": encode(tone(1.0, 16_000), 16_000)},
     )
     os.symlink(outside, data_root.path("landing/named/audio/link.wav"))
-    ingest_raw_shard(data_root, "named")
+    run_raw_shards(data_root, "named")
     rejects = rejects_of(data_root, "named")
     assert rejects["missing"] == (
         "audio_not_found",
@@ -95,7 +96,7 @@ def test_an_unreadable_tar_member_is_rejected_without_naming_the_tar_by_its_abso
         tar_of(members),
         [{"utt_id": "ok", "audio_path": "ok.wav"}, {"utt_id": "bad", "audio_path": "noise.wav"}],
     )
-    _, index = ingest_raw_shard(data_root, "tarred")
+    index = run_raw_shards(data_root, "tarred").index
     assert index["utt_id"].to_pylist() == ["ok"]
     reason, detail = rejects_of(data_root, "tarred")["bad"]
     assert (
@@ -207,7 +208,7 @@ def test_duplicate_tar_member_names_are_rejected_as_ambiguous(data_root):
         tar_of([("a.wav", one), ("a.wav", two), ("b.wav", one)]),
         [{"utt_id": "a", "audio_path": "a.wav"}, {"utt_id": "b", "audio_path": "b.wav"}],
     )
-    _, index = ingest_raw_shard(data_root, "dups")
+    index = run_raw_shards(data_root, "dups").index
     reason, detail = rejects_of(data_root, "dups")["a"]
     assert reason == "tar_member_duplicate" and "'a.wav' appears more than once: ambiguous" in detail
     assert index["utt_id"].to_pylist() == ["b"]
@@ -217,7 +218,7 @@ def test_a_gzipped_audio_tar_fails_the_shard_with_one_clear_message(data_root):
     audio = encode(tone(1.0, 16_000), 16_000)
     land_tar(data_root, "gz", gzip.compress(tar_of([("a.wav", audio)])), [{"utt_id": "a", "audio_path": "a.wav"}])
     with pytest.raises(ContractError, match="audio.tar is gzip-compressed: land an uncompressed tar"):
-        ingest_raw_shard(data_root, "gz")
+        run_raw_shards(data_root, "gz")
 
 
 def test_a_truncated_audio_tar_keeps_its_intact_members(data_root):
@@ -225,7 +226,7 @@ def test_a_truncated_audio_tar_keeps_its_intact_members(data_root):
     whole = tar_of(members)
     cut = whole[: len(whole) - 1024 - 20_000]  # the end blocks and most of the last member's data
     land_tar(data_root, "cut", cut, [{"utt_id": f"u{n}", "audio_path": f"{n}.wav"} for n in range(3)])
-    _, index = ingest_raw_shard(data_root, "cut")
+    index = run_raw_shards(data_root, "cut").index
     assert index["utt_id"].to_pylist() == ["u0", "u1"]
     reason, detail = rejects_of(data_root, "cut")["u2"]
     assert reason == "tar_member_truncated" and "'2.wav': the tar ends inside it" in detail

@@ -16,7 +16,7 @@ from assets.partitions import shard_partitions
 from speechdata.bridge.manifest import MANIFEST_COLUMNS, manifest_path
 from speechdata.io import layout
 from speechdata.landing.contract import ContractError
-from speechdata.landing.ingest import ingest_raw_shard
+from speechdata.landing.ingest import run_raw_shards
 from speechdata.testing.shards import build_sample_shard
 from tests.conftest import encode, land_shard, tone
 
@@ -33,7 +33,8 @@ def land_hostile_columns(data_root, shard_id):
 
 def test_a_reserved_name_in_the_metadata_is_carried_inside_the_namespace(data_root):
     land_hostile_columns(data_root, "hostile")
-    summary, index = ingest_raw_shard(data_root, "hostile")
+    summary = run_raw_shards(data_root, "hostile")
+    index = summary.index
     assert summary.rejects == []
     assert index.column_names.count("duration_s") == 1 and "tar_url" not in index.column_names
     assert index["duration_s"].to_pylist() != [999.0, 999.0]  # the probed duration, not the user's
@@ -52,14 +53,14 @@ def test_a_repeated_column_name_is_a_contract_error_naming_it(data_root):
     with data_root.fs.open(data_root.path(layout.landing_metadata("dupcols")), "wb") as handle:
         pq.write_table(table, handle)
     with pytest.raises(ContractError, match=r"metadata.parquet, column 'snr': column names must be unique"):
-        ingest_raw_shard(data_root, "dupcols")
+        run_raw_shards(data_root, "dupcols")
 
 
 def test_int64_start_s_out_of_range_is_a_reject_not_a_crash(data_root):
     audio = encode(tone(1.0, 16_000), 16_000)
     table = pa.table({"utt_id": ["ok", "huge"], "audio_path": ["a.wav", "a.wav"], "start_s": [0, 2**62 + 1]})
     land_shard(data_root, "bigint", [], {"a.wav": audio}, table=table)
-    _, index = ingest_raw_shard(data_root, "bigint")
+    index = run_raw_shards(data_root, "bigint").index
     assert index["utt_id"].to_pylist() == ["ok"]
     [reject] = data_root.read_parquet(layout.rejects("bigint", "raw_shards")).to_pylist()
     assert reject["utt_id"] == "huge" and reject["reason"] == "segment_past_end_of_file"

@@ -112,27 +112,22 @@ def test_gpu_assets_use_the_gpu_pool_and_request_a_gpu_on_kubernetes():
         assert limits["nvidia.com/gpu"] == "1"
 
 
-def test_a_group_must_declare_the_resources_its_assets_need():
+def test_a_resource_an_asset_needs_must_be_bound():
     import types
 
     import pytest
 
-    from dagster_project.loader import resource_factories
-    from resources.storage import data_root_resource
+    from dagster_project.loader import RESOURCE_FACTORIES, resource_factories
 
     @dg.asset(required_resource_keys={"data_root", "my_model"})
     def needs_a_model():
-        """An asset of a new group that needs a resource nobody declared yet."""
+        """An asset of a new group that needs a resource nobody bound yet."""
 
-    group = types.SimpleNamespace(
-        __name__="assets.example",
-        defs=dg.Definitions(assets=[needs_a_model]),
-        RESOURCES={"data_root": data_root_resource},
-    )
+    group = types.SimpleNamespace(__name__="assets.example", defs=dg.Definitions(assets=[needs_a_model]))
     with pytest.raises(ValueError, match=r"assets\.example: .*\['my_model'\]"):
         resource_factories([group])
-    group.RESOURCES = {"data_root": data_root_resource, "my_model": lambda settings: "a model"}
-    assert set(resource_factories([group])) == {"model_profile", "data_root", "my_model"}
+    bound = {**RESOURCE_FACTORIES, "my_model": lambda settings: "a model"}
+    assert set(resource_factories([group], bound)) == set(RESOURCE_FACTORIES) | {"my_model"}
 
 
 def test_every_group_is_registered_and_owns_its_assets():

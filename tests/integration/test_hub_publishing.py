@@ -19,7 +19,7 @@ from speechdata.hf.splits import SplitTargets
 from speechdata.hf.state import state_connection
 from speechdata.importers.aligned_json import import_aligned_countries
 from speechdata.io import layout
-from speechdata.landing.ingest import ingest_raw_shard
+from speechdata.landing.ingest import run_raw_shards
 from speechdata.testing.aligned_json import build_aligned_json_corpus
 from tests.hub_standin import CommitFailure, HubStandIn
 
@@ -31,7 +31,7 @@ FAST_RETRIES = RetryPolicy(attempts=3, base_delay_s=0.01, max_delay_s=0.02)
 def land_and_build(corpus, data_root, targets=SplitTargets(), max_file_mb=500.0):
     for report in import_aligned_countries(str(corpus), data_root):
         for shard in report.shards:
-            ingest_raw_shard(data_root, shard)
+            run_raw_shards(data_root, shard)
     refresh_split_assignments(data_root, DATASET, "germany", targets=targets)
     build_country_dataset(data_root, "germany", DatasetOptions(dataset=DATASET, max_file_mb=max_file_mb))
     write_dataset_card(data_root, DATASET)

@@ -157,7 +157,7 @@ def test_the_country_dataset_builds_and_publishes_state_with_the_root_in_the_buc
     from speechdata.hf.segments import refresh_split_assignments
     from speechdata.hf.state import state_connection
     from speechdata.importers.aligned_json import import_aligned_countries
-    from speechdata.landing.ingest import ingest_raw_shard
+    from speechdata.landing.ingest import run_raw_shards
     from speechdata.testing.aligned_json import build_aligned_json_corpus
 
     s3fs.S3FileSystem().mkdir("hf-bucket")
@@ -165,7 +165,7 @@ def test_the_country_dataset_builds_and_publishes_state_with_the_root_in_the_buc
     build_aligned_json_corpus(tmp_path / "countries", {"germany": 3}, clips=clips, audio_format="flac")
     [report] = import_aligned_countries(str(tmp_path / "countries"), root)
     for shard in report.shards:
-        ingest_raw_shard(root, shard)
+        run_raw_shards(root, shard)
     summary = refresh_split_assignments(root, "ds", "germany")
     built = build_country_dataset(root, "germany", DatasetOptions(dataset="ds"))
     write_dataset_card(root, "ds")

@@ -22,7 +22,7 @@ from speechdata.hf.splits import SplitTargets
 from speechdata.hf.state import rows_as_dicts, state_connection
 from speechdata.importers.aligned_json import import_aligned_countries
 from speechdata.io import layout
-from speechdata.landing.ingest import ingest_raw_shard
+from speechdata.landing.ingest import run_raw_shards
 from speechdata.testing.aligned_json import build_aligned_json_corpus
 
 MAX_CER = 0.1
@@ -47,7 +47,7 @@ def land(corpus_dir, data_root, instance=None, countries=None) -> list[str]:
             ).success
     else:
         for shard in shards:
-            ingest_raw_shard(data_root, shard)
+            run_raw_shards(data_root, shard)
     return shards
 
 

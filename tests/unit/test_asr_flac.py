@@ -9,14 +9,14 @@ import pyarrow as pa
 import pytest
 import soundfile as sf
 
-from speechdata.asr.flac import extract_asr_flac
+from speechdata.asr.flac import run_asr_flac
 from speechdata.asr.manifest import AsrManifestConfig
 from speechdata.asr.stage import build_and_write_asr_manifests
 from speechdata.importers.segment_tars import build_segment_tar_sample, import_segment_tar_shard, segment_tar_to_landing
 from speechdata.io import layout
 from speechdata.io.safe_tar import audit_tar, contained_path, member_name_problem
 from speechdata.landing.extras import unpack_extras
-from speechdata.landing.ingest import ingest_raw_shard
+from speechdata.landing.ingest import run_raw_shards
 
 
 def tar_with(members):
@@ -105,8 +105,9 @@ def imported_shard(tmp_path, data_root, clips):
 
 def test_extraction_writes_16k_mono_flac_and_never_escapes(tmp_path, imported_shard):
     data_root = imported_shard
-    ingest_raw_shard(data_root, "asr-0001")
-    summary, unsafe = extract_asr_flac(data_root, "asr-0001")
+    run_raw_shards(data_root, "asr-0001")
+    summary = run_asr_flac(data_root, "asr-0001")
+    unsafe = summary.unsafe_members
     assert summary.rows_out == 12 and summary.rejects == []
     assert {m.reason for m in unsafe} == {"tar_member_unsafe_path"} and len(unsafe) == 2
     assert not list(tmp_path.rglob("escape*"))
@@ -118,7 +119,7 @@ def test_extraction_writes_16k_mono_flac_and_never_escapes(tmp_path, imported_sh
 
 def test_an_utterance_pointing_at_an_unsafe_member_is_rejected_with_the_reason(tmp_path, imported_shard):
     data_root = imported_shard
-    ingest_raw_shard(data_root, "asr-0001")
+    run_raw_shards(data_root, "asr-0001")
     # Bypass the landing contract (which already refuses '..' paths) to prove the extractor holds alone.
     index = pl.from_arrow(data_root.read_parquet(layout.utterance_index("asr-0001")))
     index = index.with_columns(
@@ -128,7 +129,7 @@ def test_an_utterance_pointing_at_an_unsafe_member_is_rejected_with_the_reason(t
         .alias("audio_path")
     )
     data_root.write_parquet(layout.utterance_index("asr-0001"), index.to_arrow())
-    summary, _ = extract_asr_flac(data_root, "asr-0001")
+    summary = run_asr_flac(data_root, "asr-0001")
     assert [(r.utt_id, r.reason) for r in summary.rejects] == [("rec000_0000", "tar_member_unsafe_path")]
     assert not list(tmp_path.rglob("escape*"))
     assert not data_root.exists(layout.asr_flac("asr-0001", "rec000_0000"))
@@ -136,8 +137,8 @@ def test_an_utterance_pointing_at_an_unsafe_member_is_rejected_with_the_reason(t
 
 def test_manifest_build_on_a_sample_shard(imported_shard):
     data_root = imported_shard
-    ingest_raw_shard(data_root, "asr-0001")
-    extract_asr_flac(data_root, "asr-0001")
+    run_raw_shards(data_root, "asr-0001")
+    run_asr_flac(data_root, "asr-0001")
     data_root.write_parquet(
         layout.asr_language_corrections(), pl.DataFrame({"recording_id": ["rec001"], "language": ["mr"]}).to_arrow()
     )

@@ -6,7 +6,7 @@ import pytest
 
 from speechdata.importers.aligned_json import UnknownCountryError, import_aligned_countries, language_for_country
 from speechdata.io import layout
-from speechdata.landing.ingest import ingest_raw_shard
+from speechdata.landing.ingest import run_raw_shards
 from speechdata.testing.aligned_json import build_aligned_json_corpus
 
 
@@ -47,7 +47,7 @@ def test_every_segment_lands_as_a_row_with_the_seed_fields(corpus, data_root):
             )
     assert rows == {}
     assert data_root.exists(layout.landing_success_marker(shard))
-    summary, _ = ingest_raw_shard(data_root, shard)
+    summary = run_raw_shards(data_root, shard)
     assert summary.rejects == [] and summary.rows_out == summary.rows_in
 
 
@@ -89,6 +89,6 @@ def test_missing_recording_and_segment_past_the_end_become_recorded_rejects(corp
     [report] = import_aligned_countries(str(corpus), data_root, ["france"])
     assert report.missing_recordings == [f"{corpus}/france/audio/gone.opus"]
     [shard] = report.shards
-    summary, _ = ingest_raw_shard(data_root, shard)
+    summary = run_raw_shards(data_root, shard)
     assert summary.rejects_by_reason == {"audio_not_found": 1, "segment_past_end_of_file": 1}
     assert summary.rows_out + len(summary.rejects) == summary.rows_in

@@ -7,7 +7,7 @@ import pytest
 
 from speechdata.io import layout
 from speechdata.landing.contract import ContractError
-from speechdata.landing.ingest import ingest_normalized_audio, ingest_raw_shard
+from speechdata.landing.ingest import run_normalized_audio, run_raw_shards
 from speechdata.landing.raw_shard import validate_landed_shard
 from tests.conftest import encode, land_shard, tone
 
@@ -153,12 +153,13 @@ def test_any_rate_and_stereo_become_24k_mono_of_the_right_length(data_root, rate
         "stereo.wav": encode(tone(1.3, rate, freq=440, channels=2), rate, "FLAC"),
     }
     land_shard(data_root, "s1", rows, files, as_tar=as_tar)
-    summary, index = ingest_raw_shard(data_root, "s1")
+    summary = run_raw_shards(data_root, "s1")
+    index = summary.index
     assert summary.rows_out == 2 and not summary.rejects
     assert index["source_sample_rate"].to_pylist() == [rate, rate]
     assert sorted(index["source_channels"].to_pylist()) == [1, 2]
 
-    normalized = ingest_normalized_audio(data_root, "s1")
+    normalized = run_normalized_audio(data_root, "s1")
     assert normalized.rows_out == 2 and not normalized.rejects
     from speechdata.audio.container import iter_container_audio
 

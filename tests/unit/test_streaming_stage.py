@@ -8,7 +8,7 @@ from speechdata.alignment.table import UTTERANCE_SCORES_SCHEMA, TimedUnit, align
 from speechdata.audio.container import AUDIO_CONTAINER_SCHEMA
 from speechdata.io import layout
 from speechdata.translation.segmentation_input import LATENCY_LEVELS
-from speechdata.translation.stage import SegmentSettings, build_shard_streaming_segments
+from speechdata.translation.stage import SegmentSettings, run_streaming_segments
 
 SHARD = "s1"
 UTTERANCES = {
@@ -62,7 +62,8 @@ def reasons(summary):
 
 def test_every_aligned_utterance_is_written_or_rejected(data_root):
     land(data_root)
-    summary, totals = build_shard_streaming_segments(data_root, SHARD)
+    summary = run_streaming_segments(data_root, SHARD)
+    totals = summary.level_totals
     assert reasons(summary) == {"mismatch": "no_chunk_matched"}
     assert summary.rows_in == summary.rows_out + len(summary.rejects) == 5
     table = data_root.read_parquet(layout.streaming_segments(SHARD))
@@ -76,7 +77,7 @@ def test_every_aligned_utterance_is_written_or_rejected(data_root):
 
 def test_allowed_ids_and_alignment_score_threshold_filter_with_reasons(data_root):
     land(data_root)
-    summary, _ = build_shard_streaming_segments(
+    summary = run_streaming_segments(
         data_root, SHARD, SegmentSettings(allowed_ids=frozenset({"good", "poor", "imported"}), min_alignment_score=-5.0)
     )
     assert reasons(summary) == {
@@ -91,6 +92,6 @@ def test_allowed_ids_and_alignment_score_threshold_filter_with_reasons(data_root
 def test_a_missing_segmentation_file_is_a_reject_naming_the_file(data_root):
     land(data_root)
     data_root.fs.rm(data_root.path(f"{layout.landing_segmentation_dir(SHARD)}/good.json"))
-    summary, _ = build_shard_streaming_segments(data_root, SHARD)
+    summary = run_streaming_segments(data_root, SHARD)
     [reject] = [r for r in summary.rejects if r.utt_id == "good"]
     assert reject.reason == "no_segmentation" and "segmentation/good.json" in reject.detail

@@ -10,7 +10,7 @@ import soundfile as sf
 
 from speechdata.io import layout
 from speechdata.io.storage import DataRoot
-from speechdata.landing.ingest import ingest_raw_shard
+from speechdata.landing.ingest import run_raw_shards
 from speechdata.vad.chunks import chunk_capacity, chunk_rng, draw_chunk_starts
 from speechdata.vad.language_index import build_language_shard_index, build_urls
 from speechdata.vad.loader import (
@@ -20,7 +20,7 @@ from speechdata.vad.loader import (
     read_chunks,
     vad_chunk_loader,
 )
-from speechdata.vad.stage import compute_vad_segments
+from speechdata.vad.stage import run_vad_segments
 from tests.conftest import land_shard
 
 CHUNK_S, NUM_CHUNKS, RATE = 1.0, 3, 16_000
@@ -66,8 +66,8 @@ def streamed(tmp_path_factory):
         files[f"notes_{shard_id}.json"] = b"{}"  # not audio
         land_shard(root, shard_id, rows, files, as_tar=True)
         root.write_parquet(layout.landing_vad_segments(shard_id), pa.Table.from_pylist(segments))
-        ingest_raw_shard(root, shard_id)
-        summary = compute_vad_segments(root, shard_id, model=None)
+        run_raw_shards(root, shard_id)
+        summary = run_vad_segments(root, shard_id, model=None)
         assert summary.imported_files == len(FILES) and not summary.rejects
     for language in ("en", "fr", "es"):
         root.write_parquet(
