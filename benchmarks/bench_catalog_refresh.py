@@ -35,6 +35,7 @@ import os
 import statistics
 import tempfile
 import time
+from functools import partial
 
 import duckdb
 import numpy as np
@@ -70,7 +71,7 @@ def main(argv: list[str] | None = None) -> None:
                 root = DataRoot(os.path.join(tmp, "data"))
                 rng = np.random.default_rng(0)
 
-                def add_shard(index: int) -> None:
+                def add_shard(index: int, rng=rng, root=root) -> None:
                     shard = f"shard-{index:06d}"
                     manifest = shard_manifest(rng, shard, args.rows, sentences, index)
                     root.write_parquet(manifest_path(shard), manifest)
@@ -82,16 +83,16 @@ def main(argv: list[str] | None = None) -> None:
                 full, incremental, unchanged, views, state = [], [], [], [], []
                 for repeat in range(args.repeats):
                     connection = duckdb.connect(os.path.join(tmp, f"catalog-{repeat}.duckdb"))
-                    full.append(timed(lambda: refresh_catalog(connection, root.uri(""), full=True)))
+                    full.append(timed(partial(refresh_catalog, connection, root.uri(""), full=True)))
                     assert full[-1][1].manifests_read == n + repeat
                     add_shard(n + repeat)
-                    incremental.append(timed(lambda: refresh_catalog(connection, root.uri(""))))
+                    incremental.append(timed(partial(refresh_catalog, connection, root.uri(""))))
                     assert incremental[-1][1].manifests_read == 1
                     assert incremental[-1][1].samples == (n + repeat + 1) * args.rows
-                    unchanged.append(timed(lambda: refresh_catalog(connection, root.uri(""))))
+                    unchanged.append(timed(partial(refresh_catalog, connection, root.uri(""))))
                     assert unchanged[-1][1].manifests_read == 0
-                    views.append(timed(lambda: accounting_tables(connection, VIEW_QUERIES)))
-                    state.append(timed(lambda: accounting_tables(connection, STATE_QUERIES)))
+                    views.append(timed(partial(accounting_tables, connection, VIEW_QUERIES)))
+                    state.append(timed(partial(accounting_tables, connection, STATE_QUERIES)))
                     assert views[-1][1] == state[-1][1]
                     connection.close()
                 figures = {}

@@ -154,7 +154,7 @@ def main(argv: list[str] | None = None) -> None:
 
         ours = {}
         for workers in (1, 2):
-            paths, seconds = timed_passes(lambda: cv.ctc_viterbi_many(items, workers=workers), repeats)
+            paths, seconds = timed_passes(lambda workers=workers: cv.ctc_viterbi_many(items, workers=workers), repeats)
             ups = count / seconds
             ours[workers] = {"ups": ups, "mismatches": mismatches(paths, reference)}
             progress(f"viterbi: ours workers={workers} {ups:.1f} utt/s, {ours[workers]['mismatches']} mismatches")

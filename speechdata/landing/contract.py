@@ -83,7 +83,7 @@ def read_metadata(handle, file_label: str) -> pa.Table:
     repeated = sorted(name for name, count in Counter(table.column_names).items() if count > 1)
     if repeated:
         raise ContractError(file_label, repeated[0], "column names must be unique: the name appears more than once")
-    for column, expected in REQUIRED_COLUMNS.items():
+    for column in REQUIRED_COLUMNS:
         if column not in table.column_names:
             raise ContractError(
                 file_label, column, f"required column is missing (have: {', '.join(table.column_names)})"
