@@ -60,7 +60,7 @@ def build_root(root: DataRoot, samples: list[BridgeSample]) -> Path:
     [packed], index = pack_samples(root, SHARD_ID, iter(samples))
     root.replace(packed.relative, layout.bridge_tar(SHARD_ID, 0))
     rows = []
-    for sample, entry in zip(samples, index.to_pylist()):
+    for sample, entry in zip(samples, index.to_pylist(), strict=True):
         rows.append(
             {
                 **entry,

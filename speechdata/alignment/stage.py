@@ -184,7 +184,7 @@ def run_alignments(
         aligner = aligners[language]
         log_probs = compute_log_probs(aligner.forward, [p.audio_16k for p in pending], settings)
         frame_ms = int(round(aligner.frame_s * 1000))
-        for item, lp in zip(pending, log_probs):
+        for item, lp in zip(pending, log_probs, strict=True):
             try:
                 result = align_transcript(lp, item.text, aligner.vocabulary, frame_ms, item.duration_ms)
             except AlignmentRejected as exc:
@@ -250,7 +250,7 @@ def run_alignments_from_import(data_root: DataRoot, shard_id: str) -> StageSumma
     container = data_root.read_parquet(layout.normalized_audio(shard_id), columns=["utt_id", "duration_s"])
     writer = _ShardAlignmentWriter(data_root, shard_id, write_ctm_files=False)
     directory = layout.landing_alignments_dir(shard_id)
-    for utt_id, duration_s in zip(container["utt_id"].to_pylist(), container["duration_s"].to_pylist()):
+    for utt_id, duration_s in zip(container["utt_id"].to_pylist(), container["duration_s"].to_pylist(), strict=True):
         ctm_path, grid_path = f"{directory}/{utt_id}.ctm", f"{directory}/{utt_id}.TextGrid"
         try:
             if data_root.exists(ctm_path):
@@ -290,4 +290,4 @@ def _match_transcript_words(text: str, imported: list[TimedUnit]) -> list[TimedU
     words = text.split()
     if len(words) != len(imported):
         return None
-    return [TimedUnit(w, u.start_ms, u.end_ms, u.score) for w, u in zip(words, imported)]
+    return [TimedUnit(w, u.start_ms, u.end_ms, u.score) for w, u in zip(words, imported, strict=True)]

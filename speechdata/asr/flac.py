@@ -147,6 +147,7 @@ def run_asr_flac(
                 for name, value in zip(
                     rows,
                     (request.utt_id, relative, ASR_SAMPLE_RATE, pcm.shape[0], pcm.shape[0] / ASR_SAMPLE_RATE, digest),
+                    strict=True,
                 ):
                     rows[name].append(value)
                 audio_seconds += pcm.shape[0] / ASR_SAMPLE_RATE

@@ -190,7 +190,7 @@ class DurationBucketBatchSampler:
         uniforms = rng.random(n)
         parts = [
             m[_argsort_descending_ties_by_position(np.power(uniforms[m], e))]
-            for m, e in zip(self._members, self._member_exponents)
+            for m, e in zip(self._members, self._member_exponents, strict=True)
         ]
         order = np.concatenate(parts) if parts else np.zeros(0, np.int64)
         bucket_sizes = self._bucket_sizes

@@ -22,9 +22,9 @@ def build_shard_manifest(data_root: DataRoot, shard_id: str, packed: pa.Table | 
     scores = data_root.read_parquet(layout.alignment_scores(shard_id), columns=["utt_id", "score"])
     grid_by = {r["utt_id"]: r for r in grids.to_pylist()}
     index_by = {r["utt_id"]: r for r in index.to_pylist()}
-    score_by = dict(zip(scores["utt_id"].to_pylist(), scores["score"].to_pylist()))
+    score_by = dict(zip(scores["utt_id"].to_pylist(), scores["score"].to_pylist(), strict=True))
     extras = index["extra"].to_pylist() if "extra" in index.column_names else ["{}"] * index.num_rows
-    extra_by = dict(zip(index["utt_id"].to_pylist(), extras))
+    extra_by = dict(zip(index["utt_id"].to_pylist(), extras, strict=True))
 
     rows = []
     for sample in packed.to_pylist():

@@ -170,7 +170,10 @@ def _country_sample_rate(db, options: DatasetOptions, segments: pa.Table, states
         usable = {s["key"] for s in states if s["status"] in ("pending", "uploaded")}
         seconds_by_rate: dict[int, float] = {}
         for key, rate_value, duration in zip(
-            segments["key"].to_pylist(), segments["source_sample_rate"].to_pylist(), segments["duration_s"].to_pylist()
+            segments["key"].to_pylist(),
+            segments["source_sample_rate"].to_pylist(),
+            segments["duration_s"].to_pylist(),
+            strict=True,
         ):
             if key in usable and rate_value:
                 seconds_by_rate[rate_value] = seconds_by_rate.get(rate_value, 0.0) + duration

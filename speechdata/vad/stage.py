@@ -117,7 +117,7 @@ def read_imported_segments(
         if duration is None:
             continue
         kept = []
-        for start, end in zip(row["start_s"] or [], row["end_s"] or []):
+        for start, end in zip(row["start_s"] or [], row["end_s"] or [], strict=True):
             start, end = max(float(start), 0.0), min(float(end), duration)
             if start < end:
                 kept.append((start, end))
@@ -167,7 +167,7 @@ def run_vad_segments(
                     waiting.append(file)
                 except Exception as exc:  # any decoder or storage error costs this file only
                     rejects += [Reject(u, STAGE, "audio_unreadable", f"{file.audio_path}: {exc}") for u in file.utt_ids]
-            for file, found in zip(waiting, detect_speech(model, signals, params, batch_files)):
+            for file, found in zip(waiting, detect_speech(model, signals, params, batch_files), strict=True):
                 segments[file.audio_path] = found
             done_files += len(batch)
             done_s += sum(f.duration_s for f in batch)
