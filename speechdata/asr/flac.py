@@ -73,7 +73,8 @@ class _ShardAudio:
         self._handle: IO | None = None
         if data_root.exists(layout.landing_audio_tar(shard_id)):
             self._handle = data_root.fs.open(data_root.path(layout.landing_audio_tar(shard_id)), "rb")
-            self._tar = tarfile.open(fileobj=self._handle, mode="r:")
+            # Held open for the reader's life, so members stream from one handle; close() closes it.
+            self._tar = tarfile.open(fileobj=self._handle, mode="r:")  # noqa: SIM115
             self.audit = audit_tar(self._tar)
         else:
             self.landed = LandedAudio(data_root, shard_id)

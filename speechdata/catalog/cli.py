@@ -62,11 +62,10 @@ def open_catalog(root: DataRoot) -> Iterator[duckdb.DuckDBPyConnection]:
 def refresh(root: DataRoot, full: bool = False):
     """Rebuild the catalog (reading only changed manifests unless ``full``); an object-store root's
     file is built locally and uploaded whole."""
-    with database_on_root(root, CATALOG_FILE) as local:
-        with contextlib.closing(duckdb.connect(local)) as connection:
-            enable_data_root_reads(connection, root)
-            summary = refresh_catalog(connection, root.url, full=full)
-            connection.execute("CHECKPOINT")
+    with database_on_root(root, CATALOG_FILE) as local, contextlib.closing(duckdb.connect(local)) as connection:
+        enable_data_root_reads(connection, root)
+        summary = refresh_catalog(connection, root.url, full=full)
+        connection.execute("CHECKPOINT")
     return summary
 
 
