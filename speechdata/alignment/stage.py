@@ -10,6 +10,7 @@ up to ``buffer_s`` seconds, and each buffer is aligned in length-sorted batches.
 
 from __future__ import annotations
 
+import functools
 import posixpath
 import time
 from collections.abc import Callable
@@ -171,7 +172,8 @@ def run_alignments(
     writer = _ShardAlignmentWriter(data_root, shard_id, write_ctm_files)
     buffers: dict[str, list[_Pending]] = {}
     buffered_s: dict[str, float] = {}
-    aligners: dict[str | None, CtcAligner | None] = {}
+    aligner_of = functools.cache(aligner_for)  # each language's aligner is built once
+    report_progress = on_progress or (lambda done, total: None)
     done = 0
     total = 0
 
@@ -181,7 +183,7 @@ def run_alignments(
         buffered_s.pop(language, None)
         if not pending:
             return
-        aligner = aligners[language]
+        aligner = aligner_of(language)
         log_probs = compute_log_probs(aligner.forward, [p.audio_16k for p in pending], settings)
         frame_ms = int(round(aligner.frame_s * 1000))
         for item, lp in zip(pending, log_probs, strict=True):
@@ -200,8 +202,7 @@ def run_alignments(
                 item.duration_ms / 1000.0,
             )
         done += len(pending)
-        if on_progress:
-            on_progress(done, total)
+        report_progress(done, total)
 
     for utt_id, samples, rate in iter_container_audio(data_root, layout.normalized_audio(shard_id)):
         total += 1
@@ -210,9 +211,7 @@ def run_alignments(
             writer.reject(utt_id, "not_in_utterance_index", "normalized audio has no index row")
             continue
         language = row["language"]
-        if language not in aligners:
-            aligners[language] = aligner_for(language)
-        aligner = aligners[language]
+        aligner = aligner_of(language)
         if aligner is None:
             writer.reject(utt_id, "no_aligner_for_language", f"no CTC model is configured for language {language!r}")
             continue

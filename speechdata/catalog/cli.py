@@ -141,8 +141,9 @@ def main(argv: list[str] | None = None) -> int:
     return run(parser.parse_args(argv), parser)
 
 
-def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    """Carry out parsed arguments; ``parser.error`` (exit 2) on bad usage."""
+def _checked_usage(args: argparse.Namespace, parser: argparse.ArgumentParser) -> tuple[list[str], bool]:
+    """The actions chosen and whether selection filters were given; ``parser.error`` (exit 2) on a
+    combination that cannot be carried out."""
     filters = any(
         value not in (None, [])
         for value in (
@@ -174,6 +175,12 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         parser.error("--full applies to --refresh")
     if not chosen and not filters and not args.refresh:
         parser.error("nothing to do: give SQL, --named, --list, --export-*, selection filters or --refresh")
+    return chosen, filters
+
+
+def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    """Carry out parsed arguments; ``parser.error`` (exit 2) on bad usage."""
+    chosen, filters = _checked_usage(args, parser)
 
     if args.export_nemo is not None:
         print(
