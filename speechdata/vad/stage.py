@@ -116,8 +116,14 @@ def read_imported_segments(
         duration = durations.get(row["audio_path"])
         if duration is None:
             continue
+        starts, ends = row["start_s"] or [], row["end_s"] or []
+        if len(starts) != len(ends):
+            raise ValueError(
+                f"{data_root.uri(layout.landing_vad_segments(shard_id))}: audio_path {row['audio_path']!r} has "
+                f"{len(starts)} start_s and {len(ends)} end_s values: each segment needs both"
+            )
         kept = []
-        for start, end in zip(row["start_s"] or [], row["end_s"] or [], strict=True):
+        for start, end in zip(starts, ends, strict=True):
             start, end = max(float(start), 0.0), min(float(end), duration)
             if start < end:
                 kept.append((start, end))
