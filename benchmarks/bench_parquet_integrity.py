@@ -14,7 +14,7 @@ CPU cost, where the check weighs most.
 Timed (wall-clock, ``time.perf_counter``), each with and without ``page_checksum_verification``:
 
 * whole: ``pq.ParquetFile(...).read()`` of every column (what ``DataRoot.read_parquet`` does);
-* streamed: row group by row group, ``iter_batches`` of 64 rows with an 4 MiB buffered stream
+* streamed: row group by row group, ``iter_batches`` of 64 rows with a 4 MiB buffered stream
   (what packing's ``KeyedRows`` does);
 * write: the same table written with and without ``write_page_checksum``.
 
