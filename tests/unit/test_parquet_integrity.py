@@ -1,5 +1,6 @@
 """Damaged or truncated intermediates fail the stage that reads them, naming the file and its producer."""
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
@@ -97,3 +98,14 @@ def test_intact_files_read_back_unchanged_through_the_verifying_readers(shard_ro
 )
 def test_each_intermediate_names_the_asset_that_writes_it(relative, producer):
     assert producer_of(relative) == producer
+
+
+def test_whole_table_writes_carry_page_checksums_too(data_root):
+    relative = layout.alignment_scores(SHARD)
+    payload = [bytes([n]) * 50_000 for n in range(8)]
+    data_root.write_parquet(
+        relative, pa.table({"utt_id": [f"u{n}" for n in range(8)], "blob": payload}), compression="none"
+    )
+    overwrite_inside_column(data_root, relative, "blob")
+    with pytest.raises(UnreadableIntermediate, match=r"shards/s/alignment_scores\.parquet.*re-run alignments"):
+        data_root.read_parquet(relative)
