@@ -11,7 +11,7 @@ import os
 import signal
 
 KILL_AT_ENV = "SPEECHDATA_KILL_AT"
-POINTS = ("ingest", "features", "packing", "commit")
+POINTS = ("ingest", "features", "packing", "commit", "commit-index", "commit-manifest", "commit-stale-tars")
 
 
 def fault_point(name: str) -> None:

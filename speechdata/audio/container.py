@@ -125,8 +125,7 @@ def iter_container_audio(
     data_root: DataRoot, relative: str, utt_ids: set[str] | None = None
 ) -> Iterator[tuple[str, np.ndarray, int]]:
     """Yield ``(utt_id, samples float32 [n], sample_rate)`` row group by row group."""
-    with data_root.fs.open(data_root.path(relative), "rb") as handle:
-        parquet = pq.ParquetFile(handle)
+    with data_root.open_parquet(relative) as parquet:
         for group in range(parquet.num_row_groups):
             table = parquet.read_row_group(group, columns=["utt_id", "sample_rate", "codec", "audio"])
             for utt_id, rate, codec, data in zip(

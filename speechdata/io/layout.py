@@ -107,9 +107,26 @@ def wavlm_features(shard_id: str) -> str:
 BRIDGE = "bridge"
 
 
-def bridge_tar(shard_id: str, number: int) -> str:
-    """WebDataset tar ``number`` of the shard's bridge samples."""
-    return f"{BRIDGE}/{shard_id}-{number:06d}.tar"
+BRIDGE_TAR_DIGEST_CHARS = 16
+"""Hex digits of the tar's sha256 in its name: a new version never takes an old version's name."""
+
+
+def bridge_tar(shard_id: str, number: int, sha256: str) -> str:
+    """WebDataset tar ``number`` of the shard's bridge samples, named by its content.
+
+    ``bridge/<shard>-NNNNNN-<first 16 hex of the tar's sha256>.tar``: a re-run that packs different
+    bytes writes new names, so the tars the published manifest names stay in place until a new
+    manifest replaces it; identical bytes get the identical name (re-runs stay byte-identical).
+    """
+    return f"{BRIDGE}/{shard_id}-{number:06d}-{sha256[:BRIDGE_TAR_DIGEST_CHARS]}.tar"
+
+
+def is_bridge_tar_of(shard_id: str, name: str) -> bool:
+    """``name`` (a file name in ``bridge/``) is one of ``shard_id``'s tars, never another shard's
+    (shard ``a`` must not claim ``a-b-000000-….tar``); unversioned ``<shard>-NNNNNN.tar`` names of
+    older roots count too."""
+    pattern = rf"{re.escape(shard_id)}-\d{{6}}(-[0-9a-f]{{{BRIDGE_TAR_DIGEST_CHARS}}})?\.tar"
+    return re.fullmatch(pattern, name) is not None
 
 
 def bridge_staging_dir(shard_id: str) -> str:

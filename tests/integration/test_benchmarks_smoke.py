@@ -31,6 +31,7 @@ ROOT = Path(__file__).resolve().parents[2]
         ("bench_catalog_refresh", {"per_size", "growth"}),
         ("bench_backfill_launch", {"launch_seconds", "runs_created_seconds", "runs", "expected_runs"}),
         ("bench_exports", {"audio_hours_per_minute", "over_copy"}),
+        ("bench_parquet_integrity", {"whole_read_verified_over_unverified", "streamed_read_verified_over_unverified"}),
     ],
 )
 def test_benchmark_prints_one_json_record(name, keys):
