@@ -7,7 +7,7 @@ import pytest
 
 from speechdata.io import layout
 from speechdata.io.storage import DataRoot
-from speechdata.translation.stage import build_shard_streaming_segments
+from speechdata.translation.stage import run_streaming_segments
 from tests.unit.test_streaming_stage import SHARD, land
 
 
@@ -33,7 +33,7 @@ def output_digests(data_root: DataRoot) -> dict[str, str]:
 
 def test_a_rerun_failing_between_its_json_writes_keeps_the_published_utterances_readable(data_root, monkeypatch):
     land(data_root)
-    build_shard_streaming_segments(data_root, SHARD)
+    run_streaming_segments(data_root, SHARD)
     clean = output_digests(data_root)
     published = published_utterances_read_back(data_root)
     assert len(published) == 3
@@ -50,18 +50,18 @@ def test_a_rerun_failing_between_its_json_writes_keeps_the_published_utterances_
 
     monkeypatch.setattr(DataRoot, "write_bytes", disk_full_at_the_second_json)
     with pytest.raises(OSError, match="no space left"):
-        build_shard_streaming_segments(data_root, SHARD)
+        run_streaming_segments(data_root, SHARD)
     monkeypatch.undo()
     assert published_utterances_read_back(data_root) == published
 
-    build_shard_streaming_segments(data_root, SHARD)
+    run_streaming_segments(data_root, SHARD)
     assert output_digests(data_root) == clean
 
 
 def test_a_rerun_that_writes_fewer_utterances_removes_the_others_json(data_root):
     land(data_root)
-    build_shard_streaming_segments(data_root, SHARD)
+    run_streaming_segments(data_root, SHARD)
     data_root.fs.rm(data_root.path(f"{layout.landing_segmentation_dir(SHARD)}/good.json"))
-    build_shard_streaming_segments(data_root, SHARD)
+    run_streaming_segments(data_root, SHARD)
     assert not data_root.exists(layout.streaming_segments_json(SHARD, "good"))
     assert published_utterances_read_back(data_root) == {"poor", "imported"}
