@@ -228,9 +228,19 @@ def streaming_pairs(shard_id: str) -> str:
 ASR = "asr"
 
 
-def asr_flac(shard_id: str, utt_id: str) -> str:
-    """One utterance's 16 kHz mono FLAC for ASR training (the file NeMo manifests point at)."""
-    return f"{ASR}/flac/{shard_id}/{utt_id}.flac"
+ASR_FLAC_DIGEST_CHARS = 16
+"""Hex characters of the PCM's SHA-1 in a FLAC's name: new samples always get a new file."""
+
+
+def asr_flac_dir(shard_id: str) -> str:
+    """Every FLAC of one shard, of every version still named by a published table."""
+    return f"{ASR}/flac/{shard_id}"
+
+
+def asr_flac(shard_id: str, utt_id: str, audio_sha1: str) -> str:
+    """One utterance's 16 kHz mono FLAC for ASR training (the file NeMo manifests point at), named by
+    its content so a rewrite never changes the bytes under a name a published manifest holds."""
+    return f"{asr_flac_dir(shard_id)}/{utt_id}-{audio_sha1[:ASR_FLAC_DIGEST_CHARS]}.flac"
 
 
 def asr_flac_index(shard_id: str) -> str:
