@@ -13,9 +13,8 @@ next collection after that removes it. A shard with no index at all is skipped f
 
 from __future__ import annotations
 
-from datetime import datetime
-
 from speechdata.io import layout
+from speechdata.io.listing import modified_s
 from speechdata.io.storage import DataRoot
 
 MANIFEST_SPLITS = ("train", "validation", "eval")
@@ -45,25 +44,12 @@ def remove_unreferenced_flacs(data_root: DataRoot) -> int:
         shard_id = directory.rstrip("/").rsplit("/", 1)[-1]
         if not layout.is_valid_shard_id(shard_id) or not data_root.exists(layout.asr_flac_index(shard_id)):
             continue
-        published_at = _modified_s(data_root.fs.info(data_root.path(layout.asr_flac_index(shard_id))))
+        published_at = modified_s(data_root.fs.info(data_root.path(layout.asr_flac_index(shard_id))))
         for info in data_root.fs.ls(directory, detail=True):
             name = info["name"].rsplit("/", 1)[-1]
             relative = f"{layout.asr_flac_dir(shard_id)}/{name}"
-            if not name.endswith(".flac") or relative in named or _modified_s(info) >= published_at:
+            if not name.endswith(".flac") or relative in named or modified_s(info) >= published_at:
                 continue
             data_root.fs.rm(info["name"])
             removed += 1
     return removed
-
-
-def _modified_s(info: dict) -> float:
-    """A listing entry's modification time in seconds (local: ``mtime``; S3: ``LastModified``)."""
-    for key in ("mtime", "LastModified", "last_modified", "updated"):
-        value = info.get(key)
-        if isinstance(value, datetime):
-            return value.timestamp()
-        if isinstance(value, (int, float)):
-            return float(value)
-        if isinstance(value, str):
-            return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
-    raise ValueError(f"{info.get('name')}: the filesystem listing gives no modification time")
