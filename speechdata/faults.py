@@ -25,9 +25,7 @@ POINTS = (
     "asr-manifest-jsonl",
     "asr-manifest-removed",
     "vad-tar",
-    "vad-segments-version",
     "vad-segments",
-    "vad-language-index",
 )
 
 
