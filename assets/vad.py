@@ -29,7 +29,7 @@ class ChunkingConfig(dg.Config):
 @shard_asset(
     deps=[raw_shards],
     kinds={"parquet", "pytorch"},
-    code_version="vad_segments-v1",
+    code_version="vad_segments-v2",  # v2: content-named packed tar, audio_sha1
     checks={VAD_ACCOUNTED: "Every utterance of the index has its file in the segments table or is rejected."},
 )
 def vad_segments(
