@@ -15,7 +15,8 @@
 A ``webdataset`` pipeline reads each tar front to back (no listing, no extraction), shuffles the tar
 order (``shardshuffle``, deterministic per seed and epoch) and gives each DataLoader worker its own
 tars. Each file's segments, language and tar key come from its shard's ``vad_segments.parquet``
-(read once per tar). From segments at least ``chunk_s`` long the file yields up to ``num_chunks``
+(read once per tar); a file whose bytes' SHA-1 is not the row's ``audio_sha1`` is skipped, since
+those segments were found in other audio. From segments at least ``chunk_s`` long the file yields up to ``num_chunks``
 chunks (:mod:`speechdata.vad.chunks`); only those frames are decoded (a seek, then a short read),
 each chunk is resampled to ``sample_rate`` and normalized like a wav2vec2/WavLM feature extractor
 with ``do_normalize`` (``(x - mean) / sqrt(var + 1e-7)``).
