@@ -137,7 +137,7 @@ def test_asr_flac_and_vad_tars_read_back_from_the_bucket(bucket_root):
     flac = root.read_parquet(layout.asr_flac_index(SHARD)).to_pylist()
     assert flac
     for row in flac:
-        with root.fs.open(root.path(layout.asr_flac(SHARD, row["utt_id"])), "rb") as handle:
+        with root.fs.open(root.path(row["flac_path"]), "rb") as handle:
             samples, rate = sf.read(handle, dtype="float32")
         assert rate == 16_000 and len(samples) == row["n_samples"]
     index = read_language_shard_index(root, "en")

@@ -98,7 +98,8 @@ def test_imported_and_sample_shards_are_segmented_indexed_and_streamed(instance,
     sample = metadata["dir1"]
     assert sample["files_not_streamable"].value == 0
     assert set(sample["usable_chunk_hours_by_language"].value) == {"de", "en", "es", "fr"}
-    assert data_root.exists(layout.packed_audio_tar("dir1"))  # a directory shard gets a tar to stream
+    [packed] = set(data_root.read_parquet(layout.vad_segments("dir1"))["tar_path"].to_pylist())
+    assert layout.is_packed_audio_tar_name(packed.rsplit("/", 1)[-1]) and data_root.exists(packed)  # a tar to stream
     assert "| audio_path |" in sample["preview"].value
 
     instance.add_dynamic_partitions(language_partitions.name, ["en", "fr"])
@@ -118,7 +119,7 @@ def test_imported_and_sample_shards_are_segmented_indexed_and_streamed(instance,
     urls = build_urls(["en"], data_root)
     assert urls == [
         data_root.uri(layout.landing_audio_tar("lid-000005")),
-        data_root.uri(layout.packed_audio_tar("dir1")),
+        data_root.uri(packed),
     ]
     loader = vad_chunk_loader(urls, data_root, languages=["en"], chunk_s=1.0, num_chunks=4, batch_size=4)
     batches = list(loader)

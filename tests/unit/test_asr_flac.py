@@ -132,7 +132,7 @@ def test_an_utterance_pointing_at_an_unsafe_member_is_rejected_with_the_reason(t
     summary = run_asr_flac(data_root, "asr-0001")
     assert [(r.utt_id, r.reason) for r in summary.rejects] == [("rec000_0000", "tar_member_unsafe_path")]
     assert not list(tmp_path.rglob("escape*"))
-    assert not data_root.exists(layout.asr_flac("asr-0001", "rec000_0000"))
+    assert not data_root.glob(f"{layout.asr_flac_dir('asr-0001')}/rec000_0000-*.flac")
 
 
 def test_manifest_build_on_a_sample_shard(imported_shard):
