@@ -6,15 +6,15 @@ import polars as pl
 from assets.asr_training import asr_flac, asr_manifest
 from assets.ingest import raw_shards
 from assets.partitions import shard_partitions
-from resources.storage import DataRootResource
 from speechdata.importers.seed003 import build_seed003_sample, import_seed003_shard
 from speechdata.io import layout
+from tests.tiny_resources import tiny_resources_for
 
 
 def test_imported_shard_becomes_flac_and_manifests_with_checks(tmp_path, data_root, clips):
     build_seed003_sample(str(tmp_path / "seed"), clips, n_segments=12, extra_members={"../escape.flac": b"x"})
     import_seed003_shard(str(tmp_path / "seed"), data_root, "asr-0001")
-    resources = {"data_root": DataRootResource(url=data_root.url)}
+    resources = tiny_resources_for(data_root.url)
     with dg.instance_for_test() as instance:
         instance.add_dynamic_partitions(shard_partitions.name, ["asr-0001"])
         shard = dg.materialize([raw_shards, asr_flac], partition_key="asr-0001", instance=instance, resources=resources)

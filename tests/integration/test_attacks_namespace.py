@@ -67,12 +67,11 @@ def test_int64_start_s_out_of_range_is_a_reject_not_a_crash(data_root):
 
 @pytest.fixture(scope="module")
 def two_manifests(tmp_path_factory, model_cache_dir):
-    from dagster_project.definitions import build_resources
     from speechdata.io.storage import DataRoot
+    from tests.tiny_resources import tiny_resources_for
 
     data_root = DataRoot(str(tmp_path_factory.mktemp("namespace") / "data"))
-    resources = build_resources(data_root.url, profile="tiny")
-    resources["aligner"] = resources["aligner"].model_copy(update={"model_cache_dir": model_cache_dir})
+    resources = tiny_resources_for(data_root.url, model_cache_dir)
     land_hostile_columns(data_root, "hostile")
     build_sample_shard(data_root, "plain", 2, seed=12, long_recordings=0)  # other extras (speaker, ...)
     with dg.instance_for_test() as instance:
