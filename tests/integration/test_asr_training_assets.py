@@ -1,4 +1,4 @@
-"""asr_flac and asr_manifest materialized in process with the real resources on an imported seed 003 shard."""
+"""asr_flac and asr_manifest materialized in process with the real resources on an imported ASR shard (FLAC tar and audio index)."""
 
 import dagster as dg
 import polars as pl

@@ -1,4 +1,4 @@
-"""Seed 002 end to end: Granary parquet -> landing shard -> MFA corpus; TextGrids and NeMo alignments ->
+"""Granary end to end: Granary parquet -> landing shard -> MFA corpus; TextGrids and NeMo alignments ->
 streaming_segments -> qe_scores (tiny MetricX-24) -> streaming_pairs."""
 
 import io

@@ -1,4 +1,4 @@
-"""The vad assets materialized in process with the real Silero model: an imported seed 001 tar and a
+"""The vad assets materialized in process with the real Silero model: an imported language-ID tar and a
 sample shard landed as a directory, then the language index and the loader over what they wrote."""
 
 import io
@@ -35,7 +35,7 @@ def materialization(result, key):
 
 
 def seed_layout_tar(path, clips) -> dict:
-    """A seed 001 tar: one mp3 per clip with silence around it; returns lid_index entries for all but one."""
+    """A tar in the language-ID layout: one mp3 per clip with silence around it; returns lid_index entries for all but one."""
     index = {}
     with tarfile.open(path, "w") as tar:
         for i, clip in enumerate(clips):

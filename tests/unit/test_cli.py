@@ -12,6 +12,8 @@ from speechdata.io.storage import DataRoot
 from speechdata.landing.raw_shard import validate_landed_shard
 from tests.conftest import encode, tone
 
+pytestmark = pytest.mark.slow  # every test starts the console script in a new interpreter
+
 SPEECHDATA = str(Path(sys.executable).parent / "speechdata")
 SUBCOMMANDS = [
     ["import"],
