@@ -161,3 +161,16 @@ def test_every_group_is_registered_and_owns_its_assets():
     for module in assets.GROUP_MODULES:
         groups = {spec.group_name for asset in module.defs.assets for spec in asset.specs}
         assert groups == {module.__name__.removeprefix("assets.")}, module.__name__
+
+
+def test_tests_build_every_resource_the_code_location_binds_with_models_on_the_cpu(tmp_path):
+    from tests.tiny_resources import tiny_resources_for
+
+    resources = tiny_resources_for(str(tmp_path / "data"), str(tmp_path / "models"))
+    assert sorted(resources) == spec_snapshot.stored_spec()["resources"]
+    assert resources["torch_device"].device == "cpu"
+    assert resources["aligner"].model_cache_dir == str(tmp_path / "models")
+    replaced = tiny_resources_for(str(tmp_path / "data"), vad="a stand-in")
+    assert replaced["vad"] == "a stand-in"
+    with pytest.raises(KeyError, match="no resource is bound under \\['vadd'\\]"):
+        tiny_resources_for(str(tmp_path / "data"), vadd="a typo")
