@@ -68,9 +68,10 @@ docs: setup
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
 
 # The inner loop, under 2 minutes: lint, then the unit tests but those marked slow (a new interpreter
-# each, or NeMo loaded). PYTHONPATH: this checkout's packages win over the one the environment installed.
+# each, or NeMo loaded). PYTHONPATH (lint-imports too): this checkout's packages, not the installed ones.
+check: export PYTHONPATH := $(CURDIR)
 check: lint
-	PYTHONPATH=$(CURDIR) SPEECHDATA_PROFILE=tiny $(BIN)/python -m pytest -q -p no:cacheprovider -m "not slow" tests/unit
+	SPEECHDATA_PROFILE=tiny $(BIN)/python -m pytest -q -p no:cacheprovider -m "not slow" tests/unit
 
 # Everything: lint, Chromium and PostgreSQL for the e2e tests, then the whole suite.
 test: setup lint $(CHROMIUM) postgres-server
