@@ -1,8 +1,8 @@
 """The one way tests build resources: every resource the code location binds, for the tiny profile.
 
-The resources come from the code location's own factories (``dagster_project.loader``), so a test
-exercises what a deployment binds; only the model cache (a per-session temporary directory) and the
-device (the CPU) differ. A test that needs one resource changed passes it in ``overrides``.
+The resources come from the code location's own entry point (``dagster_project.definitions.build_resources``),
+so a test exercises what a deployment binds; only the model cache (a per-session temporary directory)
+and the device (the CPU) differ. A test that needs one resource changed passes it in ``overrides``.
 """
 
 from __future__ import annotations
@@ -19,13 +19,15 @@ def tiny_resources_for(data_root_url: str, model_cache_dir: str | None = None, *
     is used, which suits assets that load none."""
     import tempfile
 
-    from dagster_project.loader import resource_factories
-    from resources.settings import ResourceSettings
+    from dagster_project.definitions import build_resources
 
     if model_cache_dir is None:
         model_cache_dir = tempfile.mkdtemp(prefix="speechdata-test-models-")
-    settings = ResourceSettings(data_root_url=data_root_url, profile="tiny", model_cache_dir=model_cache_dir)
-    resources = {key: factory(settings) for key, factory in resource_factories().items()}
+    resources = build_resources(data_root_url, profile="tiny")
+    for key, resource in resources.items():
+        # Every resource that builds models locally names its directory `model_cache_dir`.
+        if "model_cache_dir" in getattr(type(resource), "model_fields", {}):
+            resources[key] = resource.model_copy(update={"model_cache_dir": model_cache_dir})
     resources["torch_device"] = resources["torch_device"].model_copy(update={"device": "cpu"})
     unknown = set(overrides) - set(resources)
     if unknown:

@@ -9,7 +9,6 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
-import assets
 from assets.partitions import PER_SHARD_TAGS
 from dagster_project.definitions import defs
 from tests import spec_snapshot
@@ -139,6 +138,8 @@ def test_gpu_assets_use_the_gpu_pool_and_request_a_gpu_on_kubernetes():
 def test_a_group_must_declare_the_resources_its_assets_need():
     import types
 
+    import pytest
+
     from dagster_project.loader import resource_factories
     from resources.storage import data_root_resource
 
@@ -158,6 +159,8 @@ def test_a_group_must_declare_the_resources_its_assets_need():
 
 
 def test_every_group_is_registered_and_owns_its_assets():
+    import assets
+
     for module in assets.GROUP_MODULES:
         groups = {spec.group_name for asset in module.defs.assets for spec in asset.specs}
         assert groups == {module.__name__.removeprefix("assets.")}, module.__name__
@@ -169,7 +172,7 @@ def test_tests_build_every_resource_the_code_location_binds_with_models_on_the_c
     resources = tiny_resources_for(str(tmp_path / "data"), str(tmp_path / "models"))
     assert sorted(resources) == spec_snapshot.stored_spec()["resources"]
     assert resources["torch_device"].device == "cpu"
-    assert resources["aligner"].model_cache_dir == str(tmp_path / "models")
+    assert resources["aligner"].model_cache_dir == resources["qe"].model_cache_dir == str(tmp_path / "models")
     replaced = tiny_resources_for(str(tmp_path / "data"), vad="a stand-in")
     assert replaced["vad"] == "a stand-in"
     with pytest.raises(KeyError, match="no resource is bound under \\['vadd'\\]"):
