@@ -14,6 +14,7 @@ from assets import SHARD_ASSETS
 from assets.packaging import shard_manifest
 from assets.partitions import shard_partitions
 from speechdata.bridge.manifest import MANIFEST_COLUMNS, manifest_path
+from speechdata.catalog.queries import run_query
 from speechdata.io import layout
 from speechdata.landing.contract import ContractError
 from speechdata.landing.ingest import ingest_raw_shard
@@ -86,7 +87,8 @@ def two_manifests(tmp_path_factory, model_cache_dir):
 def test_every_manifest_has_the_same_columns_and_plain_globs_read_them(two_manifests):
     data_root = two_manifests
     glob = data_root.path("manifests/*/*.parquet")
-    by_duckdb = duckdb.sql(f"SELECT * FROM read_parquet('{glob}')").fetch_arrow_table()
+    # run_query reads the result with whichever Arrow method this DuckDB has (fetch_arrow_table is deprecated).
+    by_duckdb = run_query(duckdb.connect(), f"SELECT * FROM read_parquet('{glob}')")
     by_polars = pl.scan_parquet(glob, hive_partitioning=False).collect()
     assert by_duckdb.column_names == by_polars.columns == MANIFEST_COLUMNS.names
     assert by_duckdb.num_rows == by_polars.height > 0
