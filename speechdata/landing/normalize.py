@@ -5,7 +5,7 @@ once per task, and only each segment's samples are decoded: every sample of the 
 most). Memory is bounded by configuration, not by the shard: a task holds at most
 :data:`MAX_ROWS_PER_TASK` rows and :data:`MAX_SOURCE_SECONDS_PER_TASK` seconds of source audio, and at
 most :data:`TASKS_IN_FLIGHT_PER_WORKER` tasks per worker are submitted or waiting to be written
-(docs/performance.md, "Ingest memory"). With ``workers > 1`` tasks are spread over a process pool;
+(docs/performance.md, "Memory bounds"). With ``workers > 1`` tasks are spread over a process pool;
 results come back in submission order, so the output is the same whatever the worker count.
 
 Decoded samples are checked for signal before they are stored (:mod:`speechdata.audio.truth`):
