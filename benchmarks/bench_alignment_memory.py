@@ -102,7 +102,7 @@ def main() -> None:
             }
         )
     emit(
-        "bench_alignment_memory",
+        "alignment_memory",
         {"durations_s": durations, "words_per_s": round(WORDS_PER_S, 3), "frame_s": FRAME_S},
         {"per_duration": per_duration, "max_peak_rss_mb": max(d["peak_rss_mb"] for d in per_duration)},
     )

@@ -151,7 +151,7 @@ def main() -> None:
             )
     first, last = per_size[0], per_size[-1]
     emit(
-        "bench_ingest_memory",
+        "ingest_memory",
         {"files": args.files, "rows_per_file": sizes, "row_s": ROW_S, "workers": args.workers},
         {
             "per_size": per_size,
