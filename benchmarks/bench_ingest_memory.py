@@ -4,7 +4,7 @@ Why: a shard of 200 000 short rows cut from 32 long landed files grew ingest to 
 results held at once) until a worker died. Ingest now streams (speechdata.landing.normalize): a
 bounded window of tasks, each bounded in rows and source seconds. This lands shards of ``--files``
 long WAV files (24 kHz mono 16-bit, so no resampling hides the I/O) cut into 0.5 s rows, at
-``--rows-per-file`` sizes, runs ``ingest_raw_shard`` + ``ingest_normalized_audio(workers=2)`` in a
+``--rows-per-file`` sizes, runs ``run_raw_shards`` + ``run_normalized_audio(workers=2)`` in a
 fresh subprocess per size, and reports its peak resident memory (``VmHWM`` of the process and
 ``ru_maxrss`` of its largest decoding worker) beside the baseline: the size of the landed audio, what
 memory would track if ingest held its input.
@@ -101,13 +101,13 @@ def peak_rss_mb() -> float:
 
 
 def _measure(root_dir: str, shard_id: str, workers: int) -> None:
-    from speechdata.landing.ingest import ingest_normalized_audio, ingest_raw_shard
+    from speechdata.landing.ingest import run_normalized_audio, run_raw_shards
 
     root = DataRoot(root_dir)
     started = time.perf_counter()
     with stdout_to_stderr():
-        ingest_raw_shard(root, shard_id)
-        summary = ingest_normalized_audio(root, shard_id, workers=workers)
+        run_raw_shards(root, shard_id)
+        summary = run_normalized_audio(root, shard_id, workers=workers)
     # ru_maxrss is in KiB on Linux; RUSAGE_CHILDREN is the largest reaped worker
     print(
         json.dumps(

@@ -5,10 +5,10 @@ import pytest
 
 from speechdata.alignment.forced import MAX_ALIGNMENT_FRAME_TOKENS, AlignmentRejected, align_transcript
 from speechdata.alignment.log_probs import CTC_FRAME_S, MODEL_SAMPLE_RATE
-from speechdata.alignment.stage import CtcAligner, align_shard
+from speechdata.alignment.stage import CtcAligner, run_alignments
 from speechdata.alignment.transcript_units import CharVocabulary
 from speechdata.io import layout
-from speechdata.landing.ingest import ingest_normalized_audio, ingest_raw_shard
+from speechdata.landing.ingest import run_normalized_audio, run_raw_shards
 from tests.conftest import encode, land_shard, tone
 
 VOCABULARY = CharVocabulary(list(" abcdefghijklmnopqrstuvwxyz'"))
@@ -42,11 +42,11 @@ def test_a_long_utterance_is_rejected_before_its_log_probs_and_the_ledger_balanc
         ],
         {"lecture.wav": encode(tone(60.0, rate), rate), "short.wav": encode(tone(3.0, rate), rate)},
     )
-    ingest_raw_shard(data_root, "long")
-    ingest_normalized_audio(data_root, "long")
+    run_raw_shards(data_root, "long")
+    run_normalized_audio(data_root, "long")
     seen: list[int] = []
     limit = 100_000  # 750 frames x ~600 tokens is over it; 38 frames x 11 tokens is not
-    summary = align_shard(
+    summary = run_alignments(
         data_root, "long", lambda language: recording_aligner(seen), write_ctm_files=False, max_frame_tokens=limit
     )
 

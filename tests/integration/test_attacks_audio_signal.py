@@ -8,7 +8,7 @@ import pytest
 from speechdata.audio.container import read_container_index
 from speechdata.audio.truth import MAX_CLIPPED_SHARE
 from speechdata.io import layout
-from speechdata.landing.ingest import ingest_normalized_audio, ingest_raw_shard
+from speechdata.landing.ingest import run_normalized_audio, run_raw_shards
 from tests.conftest import encode, land_shard, tone
 
 RATE = 16_000
@@ -24,8 +24,8 @@ def clipped_tone(share: float, seconds: float = 1.0) -> np.ndarray:
 def ingest(data_root, shard_id, files: dict[str, bytes], **options):
     rows = [{"utt_id": name.split(".")[0], "audio_path": name, "text": "hello there"} for name in files]
     land_shard(data_root, shard_id, rows, files)
-    ingest_raw_shard(data_root, shard_id)
-    summary = ingest_normalized_audio(data_root, shard_id, **options)
+    run_raw_shards(data_root, shard_id)
+    summary = run_normalized_audio(data_root, shard_id, **options)
     rejects = {
         r["utt_id"]: (r["reason"], r["detail"])
         for r in data_root.read_parquet(layout.rejects(shard_id, "normalized_audio")).to_pylist()
