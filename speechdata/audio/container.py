@@ -149,8 +149,8 @@ def read_container_index(data_root: DataRoot, relative: str) -> pa.Table:
     """``utt_id``, ``sample_rate``, ``n_samples``, ``duration_s`` and ``clipped_share`` for every
     utterance, without the audio (``clipped_share`` null in a container written before it existed)."""
     columns = ["utt_id", "sample_rate", "n_samples", "duration_s"]
-    with data_root.fs.open(data_root.path(relative), "rb") as handle:
-        has_clipping = "clipped_share" in pq.ParquetFile(handle).schema_arrow.names
+    with data_root.open_parquet(relative) as parquet:
+        has_clipping = "clipped_share" in parquet.schema_arrow.names
     table = data_root.read_parquet(relative, columns=columns + (["clipped_share"] if has_clipping else []))
     if not has_clipping:
         table = table.append_column(pa.field("clipped_share", pa.float32()), pa.nulls(table.num_rows, pa.float32()))
