@@ -18,7 +18,13 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
-from speechdata.alignment.forced import AlignmentRejected, align_transcript
+from speechdata.alignment.forced import (
+    MAX_ALIGNMENT_FRAME_TOKENS,
+    AlignmentRejected,
+    align_transcript,
+    alignment_size_problem,
+    expected_frames,
+)
 from speechdata.alignment.formats import (
     AlignmentFormatError,
     decode_ctm,
@@ -160,11 +166,14 @@ def run_alignments(
     buffer_s: float = 1800.0,
     write_ctm_files: bool = True,
     on_progress: Callable[[int, int], None] | None = None,
+    max_frame_tokens: int = MAX_ALIGNMENT_FRAME_TOKENS,
 ) -> StageSummary:
     """Force-align every normalized utterance of the shard with the aligner of its language.
 
     ``aligner_for(language)`` returns the language's aligner, or None when no model is configured
-    (the utterance becomes a ``no_aligner_for_language`` reject).
+    (the utterance becomes a ``no_aligner_for_language`` reject). An utterance whose frames x target
+    tokens exceed ``max_frame_tokens`` becomes a ``too_long_to_align`` reject before its log-probs
+    are computed (speechdata.alignment.forced).
     """
     started = time.perf_counter()
     utterances = _utterances(data_root, shard_id)
@@ -186,7 +195,9 @@ def run_alignments(
         frame_ms = int(round(aligner.frame_s * 1000))
         for item, lp in zip(pending, log_probs):
             try:
-                result = align_transcript(lp, item.text, aligner.vocabulary, frame_ms, item.duration_ms)
+                result = align_transcript(
+                    lp, item.text, aligner.vocabulary, frame_ms, item.duration_ms, max_frame_tokens
+                )
             except AlignmentRejected as exc:
                 writer.reject(item.utt_id, exc.reason, f"{aligner.name}: {exc}")
                 continue
@@ -226,6 +237,12 @@ def run_alignments(
                 "text_not_in_vocabulary",
                 f"nothing in {row['text'][:80]!r} can be expressed in {aligner.name}'s vocabulary",
             )
+            continue
+        too_long = alignment_size_problem(
+            expected_frames(samples.shape[0] / rate, aligner.frame_s), len(targets.targets), max_frame_tokens
+        )
+        if too_long is not None:
+            writer.reject(utt_id, "too_long_to_align", f"{aligner.name}: {too_long}")
             continue
         audio_16k = resample(samples, rate, MODEL_SAMPLE_RATE)
         buffers.setdefault(language, []).append(

@@ -37,6 +37,7 @@ def write_manifest(data_root, shard, rows, extra=None):
         "text": [r[5] for r in rows],
         "alignment_score": [r[4] for r in rows],
         "zero_duration_token_share": [0.0] * len(rows),
+        "clipped_share": [0.0] * len(rows),
         "extra": ["{}"] * len(rows),
     }
     schema = MANIFEST_COLUMNS
