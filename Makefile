@@ -10,7 +10,7 @@ PORT ?= 3000
 # connection from DAGSTER_POSTGRES_*).
 DAGSTER_INSTANCE ?= local
 
-.PHONY: setup demo dev lint test docs bench clean instance postgres-server ffmpeg-libs
+.PHONY: setup demo dev lint check test test-fast docs bench clean instance postgres-server ffmpeg-libs
 
 setup: ffmpeg-libs $(STAMP)
 
@@ -67,8 +67,20 @@ docs: setup
 	$(BIN)/uv pip install --python $(BIN)/python -e '.[platform,dev,docs]'
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
 
+# The inner loop, under 2 minutes: lint, then the unit tests but those marked slow (a new interpreter
+# each, or NeMo loaded). PYTHONPATH (lint-imports too): this checkout's packages, not the installed ones.
+check: export PYTHONPATH := $(CURDIR)
+check: lint
+	SPEECHDATA_PROFILE=tiny $(BIN)/python -m pytest -q -p no:cacheprovider -m "not slow" tests/unit
+
+# Everything: lint, Chromium and PostgreSQL for the e2e tests, then the whole suite.
 test: setup lint $(CHROMIUM) postgres-server
 	SPEECHDATA_PROFILE=tiny $(BIN)/python -m pytest -n 2 --dist loadfile tests
+
+# The whole suite but the benchmark smoke tests (marker bench) and the e2e tests (marker e2e: a real
+# dagster dev, Chromium, PostgreSQL): the check before pushing when no browser or server is at hand.
+test-fast: setup lint
+	SPEECHDATA_PROFILE=tiny $(BIN)/python -m pytest -n 2 --dist loadfile -m "not bench and not e2e" tests
 
 bench: setup
 	SPEECHDATA_PROFILE=tiny $(BIN)/python -m benchmarks.run_all

@@ -27,13 +27,13 @@ NO_RECORDING_LEAKS = "no_recording_in_two_splits"
 @shard_asset(
     deps=[raw_shards],
     kinds={"flac", "parquet"},
-    code_version="asr_flac-v1",
+    code_version="asr_flac-v2",  # v2: content-named FLACs
     checks={FLAC_ACCOUNTED: "Every utterance of the index has a FLAC file or an asr_flac reject."},
 )
 def asr_flac(context: dg.AssetExecutionContext, data_root: DataRootResource) -> ShardEvents:
     """The shard's utterances as 16 kHz mono 16-bit FLAC files, the files ASR training reads.
 
-    Files: `asr/flac/<shard>/<utt_id>.flac`, the index `shards/<shard>/asr_flac.parquet` (`utt_id`,
+    Files: `asr/flac/<shard>/<utt_id>-<sha16>.flac` (named by the SHA-1 of the PCM), the index `shards/<shard>/asr_flac.parquet` (`utt_id`,
     `flac_path`, `n_samples`, `duration_s`, `audio_sha1` of the PCM, used for deduplication) and
     `shards/<shard>/rejects/asr_flac.parquet`. A landed tar is audited before anything is read: members
     with `..` or absolute names, links and devices are never read or written, and are listed here
@@ -123,6 +123,7 @@ def asr_manifest(
     return dg.MaterializeResult(
         metadata={
             "dagster/row_count": build.train.height + build.validation.height,
+            "flacs_removed": summary.flacs_removed,
             "shards": summary.shards,
             "utterances_in": summary.input_rows,
             "train_rows": build.train.height,

@@ -37,7 +37,7 @@ class BridgeTarsConfig(dg.Config):
 def bridge_tars(
     context: dg.AssetExecutionContext, config: BridgeTarsConfig, data_root: DataRootResource
 ) -> ShardEvents:
-    """The shard's bridge tuples as WebDataset tars: `bridge/<shard>-NNNNNN.tar`.
+    """The shard's bridge tuples as WebDataset tars: `bridge/<shard>-NNNNNN-<sha256 prefix>.tar`.
 
     One sample per utterance that passed every stage: `<key>.wav` (24 kHz mono), `<key>.qwen.npy`
     (float16 [T, 2048]), `<key>.wavlm.npy` (float16 [F, 1024]), `<key>.dur.npy`, `<key>.tokens.npy`

@@ -14,6 +14,7 @@ from speechdata.io import layout
 from speechdata.vad.chunks import DEFAULT_CHUNK_S, DEFAULT_NUM_CHUNKS
 from speechdata.vad.language_index import build_language_shard_index
 from speechdata.vad.stage import run_vad_segments
+from speechdata.vad.tar_retention import remove_unreferenced_packed_tars
 
 UI_POSITION = 9
 
@@ -28,7 +29,7 @@ class ChunkingConfig(dg.Config):
 @shard_asset(
     deps=[raw_shards],
     kinds={"parquet", "pytorch"},
-    code_version="vad_segments-v1",
+    code_version="vad_segments-v2",  # v2: content-named packed tar, audio_sha1
     checks={VAD_ACCOUNTED: "Every utterance of the index has its file in the segments table or is rejected."},
 )
 def vad_segments(
@@ -39,9 +40,9 @@ def vad_segments(
     File: `shards/<shard>/vad_segments.parquet`, one row per audio file: `audio_path`, `language`,
     `utt_ids`, `duration_s`, `speech_s`, `start_s`/`end_s` (lists, seconds from the file's start),
     `segments_source` (`silero`, or `import` when the shard landed `vad_segments.parquet`), and the
-    tar the loader streams (`tar_path`, `tar_key`). Segments come from Silero VAD at 16 kHz (thresholds
-    on the `vad` resource). A shard that landed an `audio/` directory gets it packed, bytes untouched,
-    into `shards/<shard>/audio.tar`. Undecodable files: `shards/<shard>/rejects/vad_segments.parquet`.
+    tar the loader streams (`tar_path`, `tar_key`) with the SHA-1 of the file's bytes (`audio_sha1`).
+    Segments come from Silero VAD at 16 kHz (thresholds on the `vad` resource). A shard that landed an
+    `audio/` directory gets it packed, bytes untouched, into `shards/<shard>/audio-<sha16>.tar`. Undecodable files: `shards/<shard>/rejects/vad_segments.parquet`.
     """
     root = data_root.get()
     model = vad.model()
@@ -121,6 +122,7 @@ def language_shard_index(
     root = data_root.get()
     table = build_language_shard_index(root, language, chunk_s=config.chunk_s, num_chunks=config.num_chunks)
     root.write_parquet(layout.language_shard_index(language), table)
+    remove_unreferenced_packed_tars(root)  # tars this index named before, if no other table names them
     total = {
         c: sum(table[c].to_pylist())
         for c in ("files", "streamable_files", "hours", "speech_hours", "usable_chunk_hours")

@@ -40,7 +40,6 @@ from speechdata.bridge.tars import BridgeSample, pack_samples
 from speechdata.export.lhotse import export_lhotse
 from speechdata.export.moshi import export_moshi
 from speechdata.export.nemo import export_nemo
-from speechdata.io import layout
 from speechdata.io.storage import DataRoot
 
 COPY_BUFFER = 1 << 20
@@ -58,7 +57,8 @@ def build_root(root: DataRoot, samples: list[BridgeSample]) -> Path:
     # Packed and moved into place directly: the synthetic grids are not real ones, which the
     # pipeline's staged verification would refuse, and what is measured here is the export.
     [packed], index = pack_samples(root, SHARD_ID, iter(samples))
-    root.replace(packed.relative, layout.bridge_tar(SHARD_ID, 0))
+    tar_url = index["tar_url"][0].as_py()
+    root.replace(packed.relative, tar_url)
     rows = []
     for sample, entry in zip(samples, index.to_pylist(), strict=True):
         rows.append(
@@ -79,7 +79,7 @@ def build_root(root: DataRoot, samples: list[BridgeSample]) -> Path:
         )
     table = pa.Table.from_pylist(rows, schema=MANIFEST_COLUMNS)
     root.write_parquet(manifest_path(SHARD_ID), table)
-    return Path(root.path(layout.bridge_tar(SHARD_ID, 0)))
+    return Path(root.path(tar_url))
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -11,7 +11,22 @@ import os
 import signal
 
 KILL_AT_ENV = "SPEECHDATA_KILL_AT"
-POINTS = ("ingest", "features", "packing", "commit")
+POINTS = (
+    "ingest",
+    "features",
+    "packing",
+    "commit",
+    "commit-index",
+    "commit-manifest",
+    "commit-stale-tars",
+    "asr-flac-files",
+    "asr-flac-index",
+    "asr-manifest-parquet",
+    "asr-manifest-jsonl",
+    "asr-manifest-removed",
+    "vad-tar",
+    "vad-segments",
+)
 
 
 def fault_point(name: str) -> None:

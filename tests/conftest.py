@@ -12,6 +12,22 @@ from speechdata.testing.shards import load_clips
 
 os.environ.setdefault("SPEECHDATA_PROFILE", "tiny")
 
+UPDATE_SPEC_SNAPSHOT = "--update-spec-snapshot"
+
+
+def pytest_addoption(parser):
+    parser.addoption(
+        UPDATE_SPEC_SNAPSHOT,
+        action="store_true",
+        default=False,
+        help="rewrite tests/definitions_snapshot.json from the current definitions (review its diff)",
+    )
+
+
+@pytest.fixture
+def update_spec_snapshot(request) -> bool:
+    return request.config.getoption(UPDATE_SPEC_SNAPSHOT)
+
 
 @pytest.fixture
 def data_root(tmp_path) -> DataRoot:
@@ -67,8 +83,8 @@ def model_cache_dir(tmp_path_factory):
 
 @pytest.fixture
 def tiny_resources(data_root, model_cache_dir):
-    """Every resource the asset groups declare, built for the tiny profile on this test's data root
-    (the groups' own factories), with the models on the CPU."""
+    """Every resource the code location binds, built for the tiny profile on this test's data root,
+    with the models on the CPU (``tests.tiny_resources``)."""
     from tests.tiny_resources import tiny_resources_for
 
     return tiny_resources_for(data_root.url, model_cache_dir)

@@ -3,6 +3,12 @@
 The Viterbi path (:mod:`speechdata.alignment.viterbi`) assigns every frame to a target token or a
 blank; a token spans from its first to one past its last frame (NeMo Forced Aligner's rule), and a
 word from its first token's start to its last token's end. Times are integer ms.
+
+The Viterbi keeps one back-pointer byte per frame and state (``T x (2L + 1)``), so its memory grows
+with the product of the utterance's frames and its target tokens: a 2-hour utterance with a
+17 000-word transcript would need ~16 GB. An utterance past ``max_frame_tokens`` (frames x tokens,
+:data:`MAX_ALIGNMENT_FRAME_TOKENS` by default) is rejected as ``too_long_to_align`` before any
+memory is spent on it (docs/reliability.md says why it is rejected rather than aligned in windows).
 """
 
 from __future__ import annotations
@@ -14,6 +20,27 @@ import numpy as np
 from speechdata.alignment.table import TimedUnit
 from speechdata.alignment.transcript_units import CharVocabulary, SubwordVocabulary, ctc_targets
 from speechdata.alignment.viterbi import AlignmentImpossible, ctc_viterbi
+
+MAX_ALIGNMENT_FRAME_TOKENS = 250_000_000
+"""Default limit on frames x target tokens: ~500 MB of back-pointers with the numba kernel (two bytes
+per frame-token; the numpy fallback also gathers ``[T, U]`` float32 emissions, ~2 GB). About 30 min of
+speech at 80 ms frames and 11 characters a second; an utterance past it is ``too_long_to_align``."""
+
+
+def alignment_size_problem(num_frames: int, num_tokens: int, max_frame_tokens: int) -> str | None:
+    """Why ``num_frames x num_tokens`` is too large to align within ``max_frame_tokens``, or None."""
+    size = num_frames * num_tokens
+    if size > max_frame_tokens:
+        return (
+            f"{num_frames} frames x {num_tokens} tokens = {size} frame-tokens exceeds the limit of "
+            f"{max_frame_tokens} (max_frame_tokens, the Viterbi's memory bound)"
+        )
+    return None
+
+
+def expected_frames(duration_s: float, frame_s: float) -> int:
+    """The CTC frames a model with ``frame_s`` frames gives for ``duration_s`` of audio (rounded up)."""
+    return int(-(-duration_s // frame_s))
 
 
 @dataclass(frozen=True)
@@ -37,8 +64,11 @@ def align_transcript(
     vocabulary: CharVocabulary | SubwordVocabulary,
     frame_ms: int,
     duration_ms: int,
+    max_frame_tokens: int = MAX_ALIGNMENT_FRAME_TOKENS,
 ) -> UtteranceAlignment:
-    """Force-align ``text`` to ``log_probs [T, V]``; raise :class:`AlignmentRejected` with a reason code."""
+    """Force-align ``text`` to ``log_probs [T, V]``; raise :class:`AlignmentRejected` with a reason code.
+
+    ``too_long_to_align`` when ``T x L`` exceeds ``max_frame_tokens``."""
     targets = ctc_targets(text or "", vocabulary)
     if not targets.words:
         raise AlignmentRejected("empty_transcript", "the transcript has no words")
@@ -46,6 +76,9 @@ def align_transcript(
         raise AlignmentRejected(
             "text_not_in_vocabulary", f"nothing in {text[:80]!r} can be expressed in the model's vocabulary"
         )
+    too_long = alignment_size_problem(int(log_probs.shape[0]), len(targets.targets), max_frame_tokens)
+    if too_long is not None:
+        raise AlignmentRejected("too_long_to_align", too_long)
     try:
         path = ctc_viterbi(log_probs, targets.targets, vocabulary.blank_id)
     except AlignmentImpossible as exc:

@@ -19,7 +19,13 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
-from speechdata.alignment.forced import AlignmentRejected, align_transcript
+from speechdata.alignment.forced import (
+    MAX_ALIGNMENT_FRAME_TOKENS,
+    AlignmentRejected,
+    align_transcript,
+    alignment_size_problem,
+    expected_frames,
+)
 from speechdata.alignment.formats import (
     AlignmentFormatError,
     decode_ctm,
@@ -161,11 +167,14 @@ def run_alignments(
     buffer_s: float = 1800.0,
     write_ctm_files: bool = True,
     on_progress: Callable[[int, int], None] | None = None,
+    max_frame_tokens: int = MAX_ALIGNMENT_FRAME_TOKENS,
 ) -> StageSummary:
     """Force-align every normalized utterance of the shard with the aligner of its language.
 
     ``aligner_for(language)`` returns the language's aligner, or None when no model is configured
-    (the utterance becomes a ``no_aligner_for_language`` reject).
+    (the utterance becomes a ``no_aligner_for_language`` reject). An utterance whose frames x target
+    tokens exceed ``max_frame_tokens`` becomes a ``too_long_to_align`` reject before its log-probs
+    are computed (speechdata.alignment.forced).
     """
     started = time.perf_counter()
     utterances = _utterances(data_root, shard_id)
@@ -173,7 +182,6 @@ def run_alignments(
     buffers: dict[str, list[_Pending]] = {}
     buffered_s: dict[str, float] = {}
     aligner_of = functools.cache(aligner_for)  # each language's aligner is built once
-    report_progress = on_progress or (lambda done, total: None)
     done = 0
     total = 0
 
@@ -188,7 +196,9 @@ def run_alignments(
         frame_ms = int(round(aligner.frame_s * 1000))
         for item, lp in zip(pending, log_probs, strict=True):
             try:
-                result = align_transcript(lp, item.text, aligner.vocabulary, frame_ms, item.duration_ms)
+                result = align_transcript(
+                    lp, item.text, aligner.vocabulary, frame_ms, item.duration_ms, max_frame_tokens
+                )
             except AlignmentRejected as exc:
                 writer.reject(item.utt_id, exc.reason, f"{aligner.name}: {exc}")
                 continue
@@ -202,7 +212,8 @@ def run_alignments(
                 item.duration_ms / 1000.0,
             )
         done += len(pending)
-        report_progress(done, total)
+        if on_progress:
+            on_progress(done, total)
 
     for utt_id, samples, rate in iter_container_audio(data_root, layout.normalized_audio(shard_id)):
         total += 1
@@ -212,19 +223,9 @@ def run_alignments(
             continue
         language = row["language"]
         aligner = aligner_of(language)
-        if aligner is None:
-            writer.reject(utt_id, "no_aligner_for_language", f"no CTC model is configured for language {language!r}")
-            continue
-        targets = ctc_targets(row["text"] or "", aligner.vocabulary)
-        if not targets.words:
-            writer.reject(utt_id, "empty_transcript", "the transcript has no words")
-            continue
-        if not targets.targets:
-            writer.reject(
-                utt_id,
-                "text_not_in_vocabulary",
-                f"nothing in {row['text'][:80]!r} can be expressed in {aligner.name}'s vocabulary",
-            )
+        problem = _alignment_problem(row, aligner, samples.shape[0] / rate, max_frame_tokens)
+        if problem is not None:
+            writer.reject(utt_id, *problem)
             continue
         audio_16k = resample(samples, rate, MODEL_SAMPLE_RATE)
         buffers.setdefault(language, []).append(
@@ -236,6 +237,28 @@ def run_alignments(
     for language in list(buffers):
         flush(language)
     return writer.finish(total, started)
+
+
+def _alignment_problem(
+    row: dict, aligner: CtcAligner | None, duration_s: float, max_frame_tokens: int
+) -> tuple[str, str] | None:
+    """Why the utterance cannot be aligned, as ``(reason, detail)``; None when it can."""
+    if aligner is None:
+        return "no_aligner_for_language", f"no CTC model is configured for language {row['language']!r}"
+    targets = ctc_targets(row["text"] or "", aligner.vocabulary)
+    if not targets.words:
+        return "empty_transcript", "the transcript has no words"
+    if not targets.targets:
+        return (
+            "text_not_in_vocabulary",
+            f"nothing in {row['text'][:80]!r} can be expressed in {aligner.name}'s vocabulary",
+        )
+    too_long = alignment_size_problem(
+        expected_frames(duration_s, aligner.frame_s), len(targets.targets), max_frame_tokens
+    )
+    if too_long is not None:
+        return "too_long_to_align", f"{aligner.name}: {too_long}"
+    return None
 
 
 def run_alignments_from_import(data_root: DataRoot, shard_id: str) -> StageSummary:

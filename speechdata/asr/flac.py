@@ -1,8 +1,11 @@
 """Extract a shard's utterances as 16 kHz mono FLAC files for ASR training.
 
 The training job reads one FLAC per utterance from disk, so this writes
-``asr/flac/<shard_id>/<utt_id>.flac`` for every indexed utterance: cut to its segment, downmixed,
-resampled to 16 kHz, 16-bit. Output names come from the ``utt_id`` (validated by the landing
+``asr/flac/<shard_id>/<utt_id>-<sha16>.flac`` for every indexed utterance: cut to its segment,
+downmixed, resampled to 16 kHz, 16-bit. ``<sha16>`` starts the SHA-1 of the PCM samples, so a name
+always holds the same samples: a re-run never rewrites the bytes a published manifest points at, it
+writes new names. Nothing is removed here; FLACs no table names any more are collected after the
+manifests are swapped (:mod:`speechdata.asr.flac_retention`). Output names come from the ``utt_id`` (validated by the landing
 contract), never from a tar member name; tar members are audited first
 (:mod:`speechdata.io.safe_tar`) and an utterance whose member is unsafe is rejected with the reason.
 
@@ -29,6 +32,7 @@ import soundfile as sf
 
 from speechdata.audio.codec import ResamplerName, read_segment_from, to_target_mono
 from speechdata.audio.truth import truncation_reject
+from speechdata.faults import fault_point
 from speechdata.io import layout
 from speechdata.io.safe_tar import TarAudit, UnsafeMember, audit_tar, contained_path
 from speechdata.io.storage import DataRoot
@@ -124,7 +128,10 @@ def run_asr_flac(
 ) -> AsrFlacSummary:
     """Write every indexed utterance's FLAC, the FLAC index and the ``asr_flac`` rejects.
 
-    The summary lists every unsafe tar member, for the caller to report. Files of utterances no longer in the index (a re-run after the shard changed) are removed.
+    The summary lists every unsafe tar member, for the caller to report. The FLACs are written
+    first (new names only), then the index that publishes them: a failure anywhere leaves the
+    previous index naming its own, untouched files. Files no index or manifest names are left for
+    :func:`speechdata.asr.flac_retention.remove_unreferenced_flacs`.
     """
     started = time.perf_counter()
     index = data_root.read_parquet(layout.utterance_index(shard_id))
@@ -142,8 +149,10 @@ def run_asr_flac(
                     rejects.append(outcome)
                     continue
                 pcm, digest = outcome
-                relative = layout.asr_flac(shard_id, request.utt_id)
+                relative = layout.asr_flac(shard_id, request.utt_id, digest)
                 contained_path(layout.ASR, relative.removeprefix(layout.ASR + "/"))
+                # Rewritten even when present (same name, same samples): its fresh mtime tells
+                # flac_retention that this extraction, not yet indexed, still needs it.
                 data_root.write_bytes(relative, flac_bytes(pcm))
                 for name, value in zip(
                     rows,
@@ -159,8 +168,9 @@ def run_asr_flac(
         audio.close()
 
     table = pa.table(rows, schema=ASR_FLAC_INDEX_SCHEMA).sort_by("utt_id")
-    _remove_stale_files(data_root, shard_id, set(rows["utt_id"]))
+    fault_point("asr-flac-files")  # new files written, the old index still names the old ones
     data_root.write_parquet(layout.asr_flac_index(shard_id), table)
+    fault_point("asr-flac-index")
     data_root.write_parquet(layout.rejects(shard_id, STAGE), rejects_table(rejects))
     return AsrFlacSummary(
         shard_id=shard_id,
@@ -170,7 +180,7 @@ def run_asr_flac(
         audio_seconds=audio_seconds,
         compute_seconds=time.perf_counter() - started,
         outputs={
-            "flac_dir": data_root.uri(f"{layout.ASR}/flac/{shard_id}"),
+            "flac_dir": data_root.uri(layout.asr_flac_dir(shard_id)),
             "index": data_root.uri(layout.asr_flac_index(shard_id)),
             "rejects": data_root.uri(layout.rejects(shard_id, STAGE)),
         },
@@ -214,13 +224,3 @@ def _extract_one(
         return truncated
     pcm = pcm16(to_target_mono(samples, sound.samplerate, ASR_SAMPLE_RATE, resampler))
     return pcm, hashlib.sha1(pcm.tobytes()).hexdigest()
-
-
-def _remove_stale_files(data_root: DataRoot, shard_id: str, kept_utt_ids: set[str]) -> None:
-    directory = data_root.path(f"{layout.ASR}/flac/{shard_id}")
-    if not data_root.fs.exists(directory):
-        return
-    for path in data_root.fs.ls(directory, detail=False):
-        name = path.rsplit("/", 1)[-1]
-        if name.endswith(".flac") and name.removesuffix(".flac") not in kept_utt_ids:
-            data_root.fs.rm(path)

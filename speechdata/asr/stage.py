@@ -16,6 +16,7 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.csv as pacsv
 
+from speechdata.asr.flac_retention import remove_unreferenced_flacs
 from speechdata.asr.manifest import (
     FLAC_COLUMNS,
     UTTERANCE_COLUMNS,
@@ -25,6 +26,7 @@ from speechdata.asr.manifest import (
     conform,
     nemo_jsonl_bytes,
 )
+from speechdata.faults import fault_point
 from speechdata.io import layout
 from speechdata.io.storage import DataRoot, filesystem_for, read_parquet
 from speechdata.landing.extras import unpack_extras
@@ -39,6 +41,8 @@ class AsrManifestSummary:
     input_rows: int
     compute_seconds: float
     outputs: dict[str, str] = field(default_factory=dict)
+    flacs_removed: int = 0
+    """FLACs no index or manifest named any more, removed after the manifests were written."""
 
 
 def shards_with_asr_flac(data_root: DataRoot) -> list[str]:
@@ -114,15 +118,21 @@ def build_and_write_asr_manifests(
     outputs = {}
     for split, frame in zip(SPLITS, (build.train, build.validation, build.eval), strict=True):
         data_root.write_parquet(layout.asr_manifest(split), frame.to_arrow())
+        fault_point("asr-manifest-parquet")
         data_root.write_bytes(layout.asr_manifest(split, "jsonl"), nemo_jsonl_bytes(frame))
+        fault_point("asr-manifest-jsonl")
         outputs[f"{split}_parquet"] = data_root.uri(layout.asr_manifest(split))
         outputs[f"{split}_jsonl"] = data_root.uri(layout.asr_manifest(split, "jsonl"))
     data_root.write_parquet(layout.asr_manifest_removed(), build.removed.to_arrow())
     outputs["removed"] = data_root.uri(layout.asr_manifest_removed())
+    fault_point("asr-manifest-removed")
+    # Only now does no published manifest name the FLACs the previous build used.
+    flacs_removed = remove_unreferenced_flacs(data_root)
     return AsrManifestSummary(
         build=build,
         shards=len(shard_ids),
         input_rows=utterances.height,
         compute_seconds=time.perf_counter() - started,
         outputs=outputs,
+        flacs_removed=flacs_removed,
     )

@@ -26,12 +26,15 @@ AUDIO_CONTAINER_SCHEMA = pa.schema(
         pa.field("duration_s", pa.float64(), nullable=False),
         pa.field("codec", pa.string(), nullable=False),
         pa.field("audio", pa.binary(), nullable=False),
+        pa.field("clipped_share", pa.float32()),
     ]
 )
+"""``clipped_share``: the share of the source segment's samples at full scale
+(:func:`speechdata.audio.truth.clipped_share`); null where the writer did not measure it."""
 
 CONTAINER_PARQUET_OPTIONS = {
     "compression": {"utt_id": "zstd", "codec": "zstd", "audio": "none"},
-    "use_dictionary": ["utt_id", "sample_rate", "n_samples", "duration_s", "codec"],
+    "use_dictionary": ["utt_id", "sample_rate", "n_samples", "duration_s", "codec", "clipped_share"],
     "data_page_size": PAYLOAD_PAGE_BYTES,
 }
 """Encoded audio does not compress further; zstd over it only burns CPU. Nor does it repeat: a
@@ -53,6 +56,8 @@ class EncodedUtterance:
     audio: bytes | np.ndarray
     """The encoded bytes, or any contiguous array holding them (pcm16 from ingest: the int16 samples
     themselves, which the container copies once instead of once more into a ``bytes`` first)."""
+    clipped_share: float | None = None
+    """The share of the source samples at full scale; None when not measured."""
 
     @property
     def duration_s(self) -> float:
@@ -94,6 +99,7 @@ class AudioContainerWriter:
                 pa.array([u.duration_s for u in rows], pa.float64()),
                 pa.array([u.codec for u in rows], pa.string()),
                 _binary_array([u.audio for u in rows], [u.audio_bytes for u in rows]),
+                pa.array([u.clipped_share for u in rows], pa.float32()),
             ],
             schema=AUDIO_CONTAINER_SCHEMA,
         )
@@ -125,8 +131,7 @@ def iter_container_audio(
     data_root: DataRoot, relative: str, utt_ids: set[str] | None = None
 ) -> Iterator[tuple[str, np.ndarray, int]]:
     """Yield ``(utt_id, samples float32 [n], sample_rate)`` row group by row group."""
-    with data_root.fs.open(data_root.path(relative), "rb") as handle:
-        parquet = pq.ParquetFile(handle)
+    with data_root.open_parquet(relative) as parquet:
         for group in range(parquet.num_row_groups):
             table = parquet.read_row_group(group, columns=["utt_id", "sample_rate", "codec", "audio"])
             for utt_id, rate, codec, data in zip(
@@ -142,5 +147,12 @@ def iter_container_audio(
 
 
 def read_container_index(data_root: DataRoot, relative: str) -> pa.Table:
-    """``utt_id``, ``sample_rate``, ``n_samples``, ``duration_s`` for every utterance, without the audio."""
-    return data_root.read_parquet(relative, columns=["utt_id", "sample_rate", "n_samples", "duration_s"])
+    """``utt_id``, ``sample_rate``, ``n_samples``, ``duration_s`` and ``clipped_share`` for every
+    utterance, without the audio (``clipped_share`` null in a container written before it existed)."""
+    columns = ["utt_id", "sample_rate", "n_samples", "duration_s"]
+    with data_root.open_parquet(relative) as parquet:
+        has_clipping = "clipped_share" in parquet.schema_arrow.names
+    table = data_root.read_parquet(relative, columns=columns + (["clipped_share"] if has_clipping else []))
+    if not has_clipping:
+        table = table.append_column(pa.field("clipped_share", pa.float32()), pa.nulls(table.num_rows, pa.float32()))
+    return table

@@ -3,9 +3,11 @@
 ``bridge_tars`` packs into ``shards/<shard>/bridge_staged/`` and reads the tars back there; only a
 set that reads back gets its staged index (the "ready" mark). ``shard_manifest`` builds the manifest
 from the staged index, balances the bridge ledger, and only then commits: tars moved into
-``bridge/``, index, manifest, stale tars removed, staging removed last. Until the commit a reader
-sees the previous good version whole; a commit killed half-way is finished by the next run (the
-staged index stays until every piece is in place), so the swap is resumable and idempotent.
+``bridge/`` under new names, index, manifest (the swap), the old version's tars removed, staging removed last. Until the commit a reader
+sees the previous good version whole: tars are named by content, so new ones never overwrite the
+tars the published manifest names, and the manifest is replaced only once every new tar is in place.
+A commit killed half-way is finished by the next run (the staged index stays until every piece is in
+place), so the swap is resumable and idempotent.
 """
 
 from __future__ import annotations
@@ -67,18 +69,39 @@ def staged_index(data_root: DataRoot, shard_id: str) -> pa.Table | None:
 
 
 def commit_bridge(data_root: DataRoot, shard_id: str, index: pa.Table, manifest: pa.Table) -> None:
-    """Swap the staged tars, the index and the manifest into place (resumable after a kill)."""
-    n_tars = len(set(index["tar_url"].to_pylist()))
-    for number in range(n_tars):
-        staged = layout.staged_bridge_tar(shard_id, number)
+    """Publish the staged version: tars, index, then the manifest (the swap), then retire the old tars.
+
+    Tars are named by their content (:func:`layout.bridge_tar`), so moving the new ones into
+    ``bridge/`` never touches a tar the published manifest names: until the manifest is replaced,
+    readers see the old version whole, and after it the new one whole. A failure at any step leaves
+    the staged index in place and the next run finishes the commit (resumable and idempotent).
+    """
+    final_tars = sorted(set(index["tar_url"].to_pylist()))
+    for final in final_tars:
+        staged = _staged_tar_of(shard_id, final)
         if data_root.exists(staged):  # absent: an interrupted commit already moved it
-            data_root.replace(staged, layout.bridge_tar(shard_id, number))
-            fault_point("commit")  # half swapped: the next run must finish the swap
+            data_root.replace(staged, final)
+            fault_point("commit")  # half moved: the published manifest still names the old tars
+    missing = [final for final in final_tars if not data_root.exists(final)]
+    if missing:
+        raise FileNotFoundError(
+            f"{shard_id}: the staged index names {missing[:3]}, neither staged nor in bridge/: "
+            "re-run bridge_tars for this shard"
+        )
     data_root.write_parquet(layout.bridge_index(shard_id), index)
-    data_root.write_parquet(manifest_path(shard_id), manifest)
-    remove_stale_tars(data_root, shard_id, keep=n_tars)
+    fault_point("commit-index")
+    data_root.write_parquet(manifest_path(shard_id), manifest)  # the swap: readers now see the new version
+    fault_point("commit-manifest")
+    remove_stale_tars(data_root, shard_id, keep=set(final_tars))
+    fault_point("commit-stale-tars")
     data_root.fs.rm(data_root.path(layout.staged_bridge_index(shard_id)))
     _remove_staging(data_root, shard_id)
+
+
+def _staged_tar_of(shard_id: str, final: str) -> str:
+    """Where :func:`pack_samples` staged the tar the index names ``final`` (``bridge/<shard>-NNNNNN-<digest>.tar``)."""
+    number = int(final.rsplit("/", 1)[-1][len(shard_id) + 1 :][:6])
+    return layout.staged_bridge_tar(shard_id, number)
 
 
 def _remove_staging(data_root: DataRoot, shard_id: str) -> None:

@@ -26,13 +26,16 @@ MANIFEST_COLUMNS = pa.schema(
         pa.field("text", pa.string()),
         pa.field("alignment_score", pa.float32()),
         pa.field("zero_duration_token_share", pa.float32()),
+        pa.field("clipped_share", pa.float32()),
         pa.field("extra", pa.string(), nullable=False),
     ]
 )
 """``tar_url`` is relative to the data root (``bridge/<shard>-NNNNNN.tar``), so a copied or moved root
 still reads: resolve it with :func:`tar_location` against the root you read from.
 ``offset``/``size``: byte range of the sample's members (headers included) inside ``tar_url``, so
-a reader can fetch one sample with a range request and read it with ``tarfile``."""
+a reader can fetch one sample with a range request and read it with ``tarfile``.
+``clipped_share``: the share of the source samples at full scale (the audio container's column;
+null for audio normalized before it was measured)."""
 
 MANIFESTS_DIR = "manifests"
 

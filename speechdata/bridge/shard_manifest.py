@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
+from speechdata.audio.container import read_container_index
 from speechdata.bridge.clock import SAMPLE_RATE
 from speechdata.bridge.manifest import MANIFEST_COLUMNS
 from speechdata.io import layout
@@ -20,6 +21,8 @@ def build_shard_manifest(data_root: DataRoot, shard_id: str, packed: pa.Table | 
     )
     index = data_root.read_parquet(layout.utterance_index(shard_id))
     scores = data_root.read_parquet(layout.alignment_scores(shard_id), columns=["utt_id", "score"])
+    audio = read_container_index(data_root, layout.normalized_audio(shard_id))
+    clipped_by = dict(zip(audio["utt_id"].to_pylist(), audio["clipped_share"].to_pylist(), strict=True))
     grid_by = {r["utt_id"]: r for r in grids.to_pylist()}
     index_by = {r["utt_id"]: r for r in index.to_pylist()}
     score_by = dict(zip(scores["utt_id"].to_pylist(), scores["score"].to_pylist(), strict=True))
@@ -48,6 +51,7 @@ def build_shard_manifest(data_root: DataRoot, shard_id: str, packed: pa.Table | 
                 "zero_duration_token_share": grid["zero_duration_tokens"] / grid["n_tokens"]
                 if grid["n_tokens"]
                 else 0.0,
+                "clipped_share": clipped_by.get(key),
                 "extra": extra_by[key],
             }
         )

@@ -150,8 +150,6 @@ def pack_samples(
     number = 0
     while sample is not None:
         relative = layout.staged_bridge_tar(shard_id, number)
-        final = layout.bridge_tar(shard_id, number)
-        url = data_root.uri(final)
         tar_rows: list[dict] = []
         with atomic_open(data_root.fs, data_root.path(relative)) as handle:
             tar = TarStream(handle)
@@ -166,28 +164,29 @@ def pack_samples(
                         break
                     offset = tar.offset
                     tar.add_sample(members)
-                    tar_rows.append(
-                        {"key": sample.key, "tar_url": final, "offset": offset, "size": tar.offset - offset}
-                    )
+                    tar_rows.append({"key": sample.key, "offset": offset, "size": tar.offset - offset})
                     sample = next(pending, None)
                 tar.close()
             except BaseException:
                 tar.abort()
                 raise
         digest = tar.hexdigest()
+        final = layout.bridge_tar(shard_id, number, digest)  # named by content: known once written
         for row in tar_rows:
+            row["tar_url"] = final
             row["tar_sha256"] = digest
         rows += tar_rows
-        tars.append(PackedTar(relative, url, digest, len(tar_rows), tar.offset))
+        tars.append(PackedTar(relative, data_root.uri(final), digest, len(tar_rows), tar.offset))
         number += 1
     return tars, pa.Table.from_pylist(rows, schema=BRIDGE_INDEX_SCHEMA)
 
 
-def remove_stale_tars(data_root: DataRoot, shard_id: str, keep: int) -> None:
-    """A re-run that packs fewer tars must not leave the old run's extra tars behind."""
-    wanted = {data_root.path(layout.bridge_tar(shard_id, n)) for n in range(keep)}
+def remove_stale_tars(data_root: DataRoot, shard_id: str, keep: set[str]) -> None:
+    """Remove the shard's tars in ``bridge/`` other than ``keep`` (relative paths): the versions no
+    published manifest names any more. Another shard's tars are never touched."""
+    wanted = {data_root.path(relative) for relative in keep}
     for path in data_root.glob(f"{layout.BRIDGE}/{shard_id}-*.tar"):
-        if path not in wanted and path.rsplit("-", 1)[-1][:-4].isdigit():
+        if path not in wanted and layout.is_bridge_tar_of(shard_id, path.rsplit("/", 1)[-1]):
             data_root.fs.rm(path)
 
 

@@ -89,8 +89,7 @@ def iter_arrays(
     data_root: DataRoot, relative: str, utt_ids: set[str] | None = None
 ) -> Iterator[tuple[str, np.ndarray]]:
     """Yield ``(utt_id, float16 [n_rows, dim])`` row group by row group."""
-    with data_root.fs.open(data_root.path(relative), "rb") as handle:
-        parquet = pq.ParquetFile(handle)
+    with data_root.open_parquet(relative) as parquet:
         for group in range(parquet.num_row_groups):
             table = parquet.read_row_group(group)
             for utt_id, n_rows, dim, dtype, data in zip(

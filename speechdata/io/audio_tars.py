@@ -2,7 +2,7 @@
 
 The VAD-chunked loader (:mod:`speechdata.vad.loader`) streams one tar per shard: the landed
 ``landing/<shard>/audio.tar`` as it is, or, for a shard that landed an ``audio/`` directory, the
-same files packed (bytes untouched) into ``shards/<shard>/audio.tar`` by ``vad_segments``.
+same files packed (bytes untouched) into ``shards/<shard>/audio-<sha16>.tar`` by ``vad_segments``.
 """
 
 from __future__ import annotations
@@ -13,7 +13,6 @@ import re
 import tarfile
 from collections.abc import Callable, Iterable, Iterator
 
-from speechdata.io import layout
 from speechdata.io.storage import DataRoot, atomic_open
 
 AUDIO_EXTENSIONS = ("mp3", "flac", "wav", "ogg", "opus")
@@ -56,12 +55,6 @@ def write_deterministic_tar(data_root: DataRoot, relative: str, members: Iterabl
     with deterministic_tar_writer(data_root, relative) as add:
         for name, data in members:
             add(name, data)
-
-
-def streaming_tar_path(data_root: DataRoot, shard_id: str) -> str:
-    """The tar the loader streams for a shard: the landed one if the shard landed a tar."""
-    landed = layout.landing_audio_tar(shard_id)
-    return landed if data_root.exists(landed) else layout.packed_audio_tar(shard_id)
 
 
 def deterministic_tar_info(name: str, size: int) -> tarfile.TarInfo:

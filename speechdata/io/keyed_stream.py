@@ -21,7 +21,6 @@ from collections.abc import Iterable, Iterator, Sequence
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from speechdata.io.storage import DataRoot
 
@@ -77,8 +76,8 @@ class KeyedRows:
             raise KeyError(f"{data_root.uri(relative)}: no row with {key} {missing!r}")
         self.file_keys = file_keys
         self.buffer_rows = reorder_buffer_rows(file_keys, self.wanted)
-        with data_root.fs.open(data_root.path(relative), "rb") as handle:
-            metadata = pq.ParquetFile(handle).metadata
+        with data_root.open_parquet(relative) as parquet:
+            metadata = parquet.metadata
         row_bytes = sum(metadata.row_group(g).total_byte_size for g in range(metadata.num_row_groups))
         self.bytes_per_row = row_bytes / max(metadata.num_rows, 1)
         self.streamed = self.buffer_rows * self.bytes_per_row <= max_buffer_bytes
@@ -90,10 +89,9 @@ class KeyedRows:
         wanted_set = set(self.wanted)
         pending: dict[str, dict] = {}
         turn = 0
-        with _open(self.data_root, self.relative) as handle:
-            # A buffered stream reads a column chunk page by page instead of whole: memory per file
-            # stays near one batch rather than one row group (64-128 MB of payload).
-            parquet = pq.ParquetFile(handle, buffer_size=STREAM_BUFFER_BYTES)
+        # A buffered stream reads a column chunk page by page instead of whole: memory per file
+        # stays near one batch rather than one row group (64-128 MB of payload).
+        with self.data_root.open_parquet(self.relative, buffer_size=STREAM_BUFFER_BYTES) as parquet:
             # One row group per iter_batches call: over the whole file, Arrow's reader keeps more
             # and more of it alive (measured: live Arrow memory and RSS grow with the file).
             for group in range(parquet.num_row_groups):
@@ -108,8 +106,7 @@ class KeyedRows:
                         return
 
     def _random_access(self) -> Iterator[dict]:
-        with _open(self.data_root, self.relative) as handle:
-            parquet = pq.ParquetFile(handle)
+        with self.data_root.open_parquet(self.relative) as parquet:
             starts = np.cumsum([0] + [parquet.metadata.row_group(g).num_rows for g in range(parquet.num_row_groups)])
             position = {k: i for i, k in enumerate(self.file_keys)}
             cached_group, cached = -1, None
@@ -120,15 +117,6 @@ class KeyedRows:
                     cached_group, cached = group, parquet.read_row_group(group, columns=self.columns)
                 [found] = _rows(cached.slice(row - int(starts[group]), 1))
                 yield found
-
-
-def _open(data_root: DataRoot, relative: str):
-    """Arrow's own file for a local root: its reads land in Arrow's memory pool, which reuses them.
-    Through a Python file object every read is a new multi-MB ``bytes``, and glibc's heap fragments
-    under them until resident memory grows with the number of row groups read."""
-    if data_root.is_local:
-        return pa.OSFile(data_root.path(relative), "rb")
-    return data_root.fs.open(data_root.path(relative), "rb")
 
 
 def _rows(batch: pa.RecordBatch | pa.Table) -> list[dict]:

@@ -107,9 +107,26 @@ def wavlm_features(shard_id: str) -> str:
 BRIDGE = "bridge"
 
 
-def bridge_tar(shard_id: str, number: int) -> str:
-    """WebDataset tar ``number`` of the shard's bridge samples."""
-    return f"{BRIDGE}/{shard_id}-{number:06d}.tar"
+BRIDGE_TAR_DIGEST_CHARS = 16
+"""Hex digits of the tar's sha256 in its name: a new version never takes an old version's name."""
+
+
+def bridge_tar(shard_id: str, number: int, sha256: str) -> str:
+    """WebDataset tar ``number`` of the shard's bridge samples, named by its content.
+
+    ``bridge/<shard>-NNNNNN-<first 16 hex of the tar's sha256>.tar``: a re-run that packs different
+    bytes writes new names, so the tars the published manifest names stay in place until a new
+    manifest replaces it; identical bytes get the identical name (re-runs stay byte-identical).
+    """
+    return f"{BRIDGE}/{shard_id}-{number:06d}-{sha256[:BRIDGE_TAR_DIGEST_CHARS]}.tar"
+
+
+def is_bridge_tar_of(shard_id: str, name: str) -> bool:
+    """``name`` (a file name in ``bridge/``) is one of ``shard_id``'s tars, never another shard's
+    (shard ``a`` must not claim ``a-b-000000-….tar``); unversioned ``<shard>-NNNNNN.tar`` names of
+    older roots count too."""
+    pattern = rf"{re.escape(shard_id)}-\d{{6}}(-[0-9a-f]{{{BRIDGE_TAR_DIGEST_CHARS}}})?\.tar"
+    return re.fullmatch(pattern, name) is not None
 
 
 def bridge_staging_dir(shard_id: str) -> str:
@@ -211,9 +228,19 @@ def streaming_pairs(shard_id: str) -> str:
 ASR = "asr"
 
 
-def asr_flac(shard_id: str, utt_id: str) -> str:
-    """One utterance's 16 kHz mono FLAC for ASR training (the file NeMo manifests point at)."""
-    return f"{ASR}/flac/{shard_id}/{utt_id}.flac"
+ASR_FLAC_DIGEST_CHARS = 16
+"""Hex characters of the PCM's SHA-1 in a FLAC's name: new samples always get a new file."""
+
+
+def asr_flac_dir(shard_id: str) -> str:
+    """Every FLAC of one shard, of every version still named by a published table."""
+    return f"{ASR}/flac/{shard_id}"
+
+
+def asr_flac(shard_id: str, utt_id: str, audio_sha1: str) -> str:
+    """One utterance's 16 kHz mono FLAC for ASR training (the file NeMo manifests point at), named by
+    its content so a rewrite never changes the bytes under a name a published manifest holds."""
+    return f"{asr_flac_dir(shard_id)}/{utt_id}-{audio_sha1[:ASR_FLAC_DIGEST_CHARS]}.flac"
 
 
 def asr_flac_index(shard_id: str) -> str:
@@ -247,9 +274,26 @@ def vad_segments(shard_id: str) -> str:
     return f"{SHARDS}/{shard_id}/vad_segments.parquet"
 
 
-def packed_audio_tar(shard_id: str) -> str:
-    """The landed audio files of a shard that landed them as a directory, packed for streaming."""
-    return f"{SHARDS}/{shard_id}/audio.tar"
+PACKED_AUDIO_TAR_DIGEST_CHARS = 16
+"""Hex digits of the packed tar's sha256 in its name: a re-packed shard never takes an old tar's name."""
+
+
+def packed_audio_tar(shard_id: str, sha256: str) -> str:
+    """The landed audio files of a shard that landed them as a directory, packed for streaming and
+    named by content (``shards/<shard>/audio-<sha16>.tar``), so the tar a published
+    ``vad_segments.parquet`` or language index names keeps the bytes it described."""
+    return f"{SHARDS}/{shard_id}/audio-{sha256[:PACKED_AUDIO_TAR_DIGEST_CHARS]}.tar"
+
+
+def packed_audio_tar_staging(shard_id: str) -> str:
+    """Where ``vad_segments`` packs a shard's tar before it knows the content's name."""
+    return f"{SHARDS}/{shard_id}/audio-staged.tar"
+
+
+def is_packed_audio_tar_name(name: str) -> bool:
+    """``name`` (a file name in ``shards/<shard>/``) is a packed tar: content-named, or the single
+    ``audio.tar`` of older roots."""
+    return re.fullmatch(rf"audio(-[0-9a-f]{{{PACKED_AUDIO_TAR_DIGEST_CHARS}}})?\.tar", name) is not None
 
 
 LANGUAGE_INDEX = "language_index"

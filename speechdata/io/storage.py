@@ -19,6 +19,8 @@ import fsspec
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from speechdata.io.parquet_integrity import READ_OPTIONS, WRITE_OPTIONS, naming_unreadable
+
 TEMP_PREFIX = "._tmp-"
 
 
@@ -77,7 +79,18 @@ class DataRoot:
         return self.fs.exists(self.path(relative))
 
     def read_parquet(self, relative: str, columns: list[str] | None = None) -> pa.Table:
-        return read_parquet(self.fs, self.path(relative), columns)
+        """The table, every page read checked against its checksum; a damaged or truncated file raises
+        :class:`~speechdata.io.parquet_integrity.UnreadableIntermediate` naming ``relative``."""
+        with naming_unreadable(relative):
+            return read_parquet(self.fs, self.path(relative), columns)
+
+    @contextlib.contextmanager
+    def open_parquet(self, relative: str, **options) -> Iterator[pq.ParquetFile]:
+        """A ``pq.ParquetFile`` that verifies each page it reads; what fails inside the block (open,
+        footer, any page) raises :class:`~speechdata.io.parquet_integrity.UnreadableIntermediate`
+        naming ``relative``. ``options``: ``pq.ParquetFile``'s (``buffer_size``...)."""
+        with naming_unreadable(relative), _open_for_arrow(self, relative) as handle:
+            yield pq.ParquetFile(handle, **READ_OPTIONS, **options)
 
     def write_parquet(self, relative: str, table: pa.Table, **parquet_options) -> None:
         remove_orphaned_temps_of(self.fs, self.path(relative))
@@ -177,7 +190,7 @@ def write_bytes_atomic(fs: fsspec.AbstractFileSystem, path: str, data: bytes) ->
 
 def write_parquet_atomic(fs: fsspec.AbstractFileSystem, path: str, table: pa.Table, **parquet_options) -> None:
     """Write a whole table as one parquet file, atomically (zstd unless told otherwise)."""
-    parquet_options.setdefault("compression", "zstd")
+    parquet_options = {"compression": "zstd", **WRITE_OPTIONS, **parquet_options}
     with atomic_open(fs, path) as handle:
         pq.write_table(table, handle, **parquet_options)
 
@@ -188,6 +201,7 @@ def atomic_parquet_writer(
 ) -> Iterator[pq.ParquetWriter]:
     """Stream row groups into one parquet file that appears atomically when the block ends."""
     parquet_options.setdefault("compression", "zstd")
+    parquet_options = {**WRITE_OPTIONS, **parquet_options}
     if _is_local(fs):
         # Arrow writes a local file itself: through a Python handle it first copies every page into a
         # bytes object (the audio container: 5 ms of CPU per 24 MB, docs/performance.md section 2).
@@ -218,4 +232,13 @@ def read_parquet_handle(handle: IO, columns: list[str] | None = None) -> pa.Tabl
     an I/O thread joinable on a Python file object and the interpreter aborts at exit
     ("terminate called without an active exception"; pyarrow 21-26 on this platform).
     """
-    return pq.ParquetFile(handle).read(columns=columns)
+    return pq.ParquetFile(handle, **READ_OPTIONS).read(columns=columns)
+
+
+def _open_for_arrow(data_root: DataRoot, relative: str):
+    """Arrow's own file for a local root: its reads land in Arrow's memory pool, which reuses them.
+    Through a Python file object every read is a new multi-MB ``bytes``, and glibc's heap fragments
+    under them until resident memory grows with the number of row groups read."""
+    if data_root.is_local:
+        return pa.OSFile(data_root.path(relative), "rb")
+    return data_root.fs.open(data_root.path(relative), "rb")

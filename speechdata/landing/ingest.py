@@ -14,6 +14,7 @@ import pyarrow as pa
 
 from speechdata.audio.codec import DEFAULT_AUDIO_CODEC, AudioCodec, ResamplerName
 from speechdata.audio.container import AUDIO_CONTAINER_SCHEMA, CONTAINER_PARQUET_OPTIONS, AudioContainerWriter
+from speechdata.audio.truth import MAX_CLIPPED_SHARE
 from speechdata.faults import fault_point
 from speechdata.io import layout
 from speechdata.io.storage import DataRoot
@@ -61,8 +62,15 @@ def run_normalized_audio(
     resampler: ResamplerName = "soxr",
     codec: AudioCodec = DEFAULT_AUDIO_CODEC,
     on_progress: Callable[[int, int], None] | None = None,
+    max_clipped_share: float = MAX_CLIPPED_SHARE,
 ) -> StageSummary:
-    """Decode, cut, downmix and resample every indexed utterance into the shard's audio container."""
+    """Decode, cut, downmix and resample every indexed utterance into the shard's audio container.
+
+    Utterances without signal (NaN, digital silence, channels cancelling in the downmix) and those
+    with more than ``max_clipped_share`` of their samples at full scale are rejects
+    (:mod:`speechdata.audio.truth`); memory is bounded whatever the shard's size
+    (:mod:`speechdata.landing.normalize`).
+    """
     started = time.perf_counter()
     index = data_root.read_parquet(layout.utterance_index(shard_id), columns=list(SEGMENT_COLUMNS))
     rejects: list[Reject] = []
@@ -78,6 +86,7 @@ def run_normalized_audio(
             resampler=resampler,
             codec=codec,
             on_progress=on_progress,
+            max_clipped_share=max_clipped_share,
         ):
             if isinstance(item, Reject):
                 rejects.append(item)

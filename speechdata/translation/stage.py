@@ -126,6 +126,16 @@ class StreamingSegmentsSummary(StageSummary):
     level_totals: LevelTotals
 
 
+def _remove_json_of_others(data_root: DataRoot, shard_id: str, kept_utt_ids: set[str]) -> None:
+    """A re-run replaces the shard's JSONs: none of an utterance it no longer writes may linger."""
+    json_dir = data_root.path(posixpath.dirname(layout.streaming_segments_json(shard_id, "x")))
+    if not data_root.fs.exists(json_dir):
+        return
+    for path in data_root.fs.ls(json_dir, detail=False):
+        if path.rsplit("/", 1)[-1].removesuffix(".json") not in kept_utt_ids:
+            data_root.fs.rm(path)
+
+
 def run_streaming_segments(
     data_root: DataRoot,
     shard_id: str,
@@ -142,14 +152,12 @@ def run_streaming_segments(
     landed = _landed_segmentation_files(data_root, shard_id)
     directory = layout.landing_segmentation_dir(shard_id)
     json_dir = posixpath.dirname(layout.streaming_segments_json(shard_id, "x"))
-    if data_root.exists(json_dir):  # a re-run replaces the shard's JSONs; none of an earlier run may linger
-        data_root.fs.rm(data_root.path(json_dir), recursive=True)
 
     rows: list[dict] = []
     rejects: list[Reject] = []
     totals = LevelTotals()
     audio_seconds = 0.0
-    written = 0
+    written: set[str] = set()
     for utt_id, score in zip(scores["utt_id"].to_pylist(), scores["score"].to_pylist(), strict=True):
         reject = _filter_reject(utt_id, score, settings)
         if reject is None and f"{utt_id}.json" not in landed:
@@ -186,14 +194,16 @@ def run_streaming_segments(
         for level, result in levels.items():
             totals.add(level, result)
         audio_seconds += durations.get(utt_id, 0.0)
-        written += 1
+        written.add(utt_id)
 
     data_root.write_parquet(layout.streaming_segments(shard_id), pa.Table.from_pylist(rows, schema=SEGMENTS_SCHEMA))
+    # Only once the new table is published: a run that fails earlier leaves every JSON it names in place.
+    _remove_json_of_others(data_root, shard_id, written)
     data_root.write_parquet(layout.rejects(shard_id, STAGE), rejects_table(rejects))
     return StreamingSegmentsSummary(
         shard_id=shard_id,
         rows_in=scores.num_rows,
-        rows_out=written,
+        rows_out=len(written),
         rejects=rejects,
         audio_seconds=audio_seconds,
         compute_seconds=time.perf_counter() - started,

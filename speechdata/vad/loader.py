@@ -15,7 +15,8 @@
 A ``webdataset`` pipeline reads each tar front to back (no listing, no extraction), shuffles the tar
 order (``shardshuffle``, deterministic per seed and epoch) and gives each DataLoader worker its own
 tars. Each file's segments, language and tar key come from its shard's ``vad_segments.parquet``
-(read once per tar). From segments at least ``chunk_s`` long the file yields up to ``num_chunks``
+(read once per tar); a file whose bytes' SHA-1 is not the row's ``audio_sha1`` is skipped, since
+those segments were found in other audio. From segments at least ``chunk_s`` long the file yields up to ``num_chunks``
 chunks (:mod:`speechdata.vad.chunks`); only those frames are decoded (a seek, then a short read),
 each chunk is resampled to ``sample_rate`` and normalized like a wav2vec2/WavLM feature extractor
 with ``do_normalize`` (``(x - mean) / sqrt(var + 1e-7)``).
@@ -28,6 +29,7 @@ in any number of workers.
 
 from __future__ import annotations
 
+import hashlib
 import io
 import re
 from collections import Counter
@@ -52,8 +54,11 @@ SKIP_REASONS = (
     "no_speech",
     "no_long_segment",
     "decode_error",
+    "audio_changed",
 )
-"""Why a file yields no chunk; the first five are the original loader's checks, in their order."""
+"""Why a file yields no chunk; the first five are the original loader's checks, in their order.
+``audio_changed``: the tar's bytes are not those the segments were found in (a landed tar replaced
+by a re-landing before ``vad_segments`` ran again); their segments would point at other audio."""
 
 NORMALIZE_EPSILON = 1e-7
 """``transformers``' ``Wav2Vec2FeatureExtractor.zero_mean_unit_var_norm`` adds this to the variance."""
@@ -67,14 +72,16 @@ decode (``tests/unit/test_vad_streaming.py``), at the cost of decoding 5 % more 
 LOSSLESS_CONTAINERS = frozenset({"WAV", "WAVEX", "FLAC", "AIFF", "W64", "RF64", "CAF"})
 """Formats whose seek lands on the exact sample: no preroll."""
 
-_TAR_URL = re.compile(r"/(?:landing|shards)/([^/]+)/audio\.tar$")
+_TAR_URL = re.compile(r"/(?:landing/([^/]+)/audio|shards/([^/]+)/audio(?:-[0-9a-f]{16})?)\.tar$")
 
 
 def shard_of_tar_url(url: str) -> str:
     match = _TAR_URL.search(url)
     if not match:
-        raise ValueError(f"{url}: not a shard's audio tar (landing/<shard>/audio.tar or shards/<shard>/audio.tar)")
-    return match.group(1)
+        raise ValueError(
+            f"{url}: not a shard's audio tar (landing/<shard>/audio.tar or shards/<shard>/audio-<sha16>.tar)"
+        )
+    return match.group(1) or match.group(2)
 
 
 def normalize_chunk(samples: np.ndarray) -> np.ndarray:
@@ -87,6 +94,8 @@ class FileVad:
     language: str | None
     start_s: list[float]
     end_s: list[float]
+    audio_sha1: str | None = None
+    """SHA-1 of the bytes the segments were found in; None (older tables) skips the check."""
 
 
 def read_chunks(data: bytes, starts_s: list[float], chunk_s: float, sample_rate: int) -> np.ndarray:
@@ -155,9 +164,12 @@ class VadChunkDataset(torch.utils.data.IterableDataset):
         )
 
     def _vad_table(self, shard_id: str) -> dict[str, FileVad]:
-        table = self.data_root.read_parquet(layout.vad_segments(shard_id), ["tar_key", "language", "start_s", "end_s"])
+        table = self.data_root.read_parquet(layout.vad_segments(shard_id))  # older tables lack audio_sha1
+        table = table.select(
+            [c for c in ("tar_key", "language", "start_s", "end_s", "audio_sha1") if c in table.column_names]
+        )
         return {
-            row["tar_key"]: FileVad(row["language"], row["start_s"], row["end_s"])
+            row["tar_key"]: FileVad(row["language"], row["start_s"], row["end_s"], row.get("audio_sha1"))
             for row in table.to_pylist()
             if row["tar_key"] is not None
         }
@@ -200,6 +212,8 @@ class VadChunkDataset(torch.utils.data.IterableDataset):
             return "language_not_wanted"
         if not info.start_s:
             return "no_speech"
+        if info.audio_sha1 is not None and hashlib.sha1(sample[member]).hexdigest() != info.audio_sha1:
+            return "audio_changed"
         rng = chunk_rng(self.seed, self.epoch, shard_id, key)
         starts = sorted(draw_chunk_starts(info.start_s, info.end_s, self.chunk_s, self.num_chunks, rng))
         if not starts:

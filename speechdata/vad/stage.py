@@ -5,12 +5,20 @@ file however many utterances it holds. Segments come from the landing zone when 
 them (``landing/<shard>/vad_segments.parquet``: ``audio_path``, ``start_s`` and ``end_s`` lists) and
 from Silero VAD for every other file. A file that cannot be decoded becomes one reject per
 utterance (stage ``vad_segments``). A shard that landed an ``audio/`` directory gets its files packed
-as they are into ``shards/<shard>/audio.tar`` so that every shard has a tar to stream.
+as they are into ``shards/<shard>/audio-<sha16>.tar`` so that every shard has a tar to stream.
+
+The commit keeps every published table pointing at the bytes it describes: the packed tar is named
+by its content (a re-pack writes a new name beside the old tar), the segments table that names it
+is swapped after it, and a packed tar is removed only when neither the shard's table nor any
+language index names it (:mod:`speechdata.vad.tar_retention`). Each row also carries the SHA-1 of
+its file's bytes, which the loader checks, so a landed tar replaced by a re-landing is never read
+with the segments of the audio it replaced.
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import io
 import time
 from collections import Counter
@@ -20,14 +28,16 @@ from dataclasses import dataclass
 import pyarrow as pa
 import soundfile as sf
 
+from speechdata.faults import fault_point
 from speechdata.io import layout
-from speechdata.io.audio_tars import deterministic_tar_writer, streaming_tar_path, webdataset_key
+from speechdata.io.audio_tars import deterministic_tar_writer, webdataset_key
 from speechdata.io.storage import DataRoot
 from speechdata.landing.landed_audio import LandedAudio
 from speechdata.rejects import Reject, rejects_table
 from speechdata.stage import StageSummary
 from speechdata.vad.chunks import DEFAULT_CHUNK_S, DEFAULT_NUM_CHUNKS, usable_chunk_seconds
 from speechdata.vad.silero import SpeechSegments, VadParams, detect_speech, to_vad_input
+from speechdata.vad.tar_retention import remove_unreferenced_packed_tars
 
 STAGE = "vad_segments"
 
@@ -45,6 +55,7 @@ VAD_SEGMENTS_SCHEMA = pa.schema(
         pa.field("start_s", pa.list_(pa.float64())),
         pa.field("end_s", pa.list_(pa.float64())),
         pa.field("segments_source", pa.string(), nullable=False),  # "silero" or "import"
+        pa.field("audio_sha1", pa.string()),  # of the file's bytes, as the tar holds them (null: older tables)
     ]
 )
 
@@ -143,15 +154,20 @@ def run_vad_segments(
     batch_files: int = 64,
     on_progress: Callable[[int, int, float], None] | None = None,
 ) -> VadSummary:
-    """Write ``shards/<shard>/vad_segments.parquet`` and the stage's rejects; pack a tar if needed."""
+    """Write ``shards/<shard>/vad_segments.parquet`` and the stage's rejects; pack a tar if needed.
+
+    Order: the packed tar under its content name, then the segments table (the pointer readers
+    follow), then the rejects, then packed tars nothing names any more are removed.
+    """
     started = time.perf_counter()
     index = data_root.read_parquet(layout.utterance_index(shard_id))
     files = files_of_index(index)
     imported, dropped = read_imported_segments(data_root, shard_id, {f.audio_path: f.duration_s for f in files})
-    tar_path = streaming_tar_path(data_root, shard_id)
-    pack = tar_path == layout.packed_audio_tar(shard_id)
+    pack = not data_root.exists(layout.landing_audio_tar(shard_id))
+    tar_path = layout.packed_audio_tar_staging(shard_id) if pack else layout.landing_audio_tar(shard_id)
 
     segments: dict[str, SpeechSegments] = {}
+    sha1s: dict[str, str] = {}
     rejects: list[Reject] = []
     done_files, done_s = 0, 0.0
     with contextlib.ExitStack() as stack:
@@ -163,6 +179,7 @@ def run_vad_segments(
                 try:
                     with audio.open(file.audio_path) as handle:
                         data = handle.read()
+                    sha1s[file.audio_path] = hashlib.sha1(data).hexdigest()
                     if add_to_tar is not None:
                         add_to_tar(file.audio_path, data)
                     if file.audio_path in imported:
@@ -180,9 +197,14 @@ def run_vad_segments(
             if on_progress:
                 on_progress(done_files, len(files), done_s)
 
-    table = _segments_table(shard_id, tar_path, files, segments, set(imported))
+    if pack:
+        tar_path = _name_by_content(data_root, shard_id, tar_path)
+    fault_point("vad-tar")  # the new tar is in place; the published table still names the old one
+    table = _segments_table(shard_id, tar_path, files, segments, sha1s, set(imported))
     data_root.write_parquet(layout.vad_segments(shard_id), table)
+    fault_point("vad-segments")
     data_root.write_parquet(layout.rejects(shard_id, STAGE), rejects_table(rejects))
+    remove_unreferenced_packed_tars(data_root, shard_id)
     return VadSummary(
         shard_id=shard_id,
         table=table,
@@ -206,8 +228,27 @@ def _batches(files: list[AudioFile], size: int) -> Iterator[list[AudioFile]]:
         yield files[first : first + size]
 
 
+def _name_by_content(data_root: DataRoot, shard_id: str, staged: str) -> str:
+    """Move the staged tar to its content name (an existing one holds the same bytes); return that name."""
+    digest = hashlib.sha256()
+    with data_root.fs.open(data_root.path(staged), "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    named = layout.packed_audio_tar(shard_id, digest.hexdigest())
+    if data_root.exists(named):
+        data_root.fs.rm(data_root.path(staged))
+    else:
+        data_root.fs.mv(data_root.path(staged), data_root.path(named))
+    return named
+
+
 def _segments_table(
-    shard_id: str, tar_path: str, files: list[AudioFile], segments: dict[str, SpeechSegments], imported: set[str]
+    shard_id: str,
+    tar_path: str,
+    files: list[AudioFile],
+    segments: dict[str, SpeechSegments],
+    sha1s: dict[str, str],
+    imported: set[str],
 ) -> pa.Table:
     rows, keys_seen = [], set()
     for file in files:
@@ -232,6 +273,7 @@ def _segments_table(
                 "start_s": list(found.start_s),
                 "end_s": list(found.end_s),
                 "segments_source": "import" if file.audio_path in imported else "silero",
+                "audio_sha1": sha1s[file.audio_path],
             }
         )
     return pa.Table.from_pylist(rows, schema=VAD_SEGMENTS_SCHEMA)

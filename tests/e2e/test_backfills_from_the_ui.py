@@ -12,6 +12,7 @@ import pytest
 from assets.shard_runs import GPU_SHARDS_PER_RUN
 from speechdata.io.storage import DataRoot
 from speechdata.testing.shards import build_sample_shard
+from tests import spec_snapshot
 from tests.e2e.dagster_dev import ROOT, DagsterDev
 from tests.e2e.ui_operations import (
     add_shard_partition,
@@ -28,20 +29,10 @@ from tests.e2e.versioned_definitions import OVERRIDES_ENV
 pytestmark = pytest.mark.e2e
 
 SHARDS = ["ui-0", "ui-1", "ui-2"]
-SHARD_ASSETS = [
-    "raw_shards",
-    "normalized_audio",
-    "alignments",
-    "frame_grids",
-    "qwen_hidden_states",
-    "wavlm_features",
-    "bridge_tars",
-    "shard_manifest",
-    "vad_segments",
-    "asr_flac",
-]
-GPU_ASSETS = {"qwen_hidden_states", "wavlm_features"}
-TRANSLATION_ASSETS = ["streaming_segments", "qe_scores", "streaming_pairs"]
+# From the reviewed spec snapshot (tests/definitions_snapshot.json), not kept by hand here.
+SHARD_ASSETS = spec_snapshot.job_asset_keys("per_shard_job")
+GPU_ASSETS = set(spec_snapshot.gpu_asset_keys()) & set(SHARD_ASSETS)
+TRANSLATION_ASSETS = spec_snapshot.job_asset_keys("translation_job")
 BACKFILL_TIMEOUT_S = 420
 SCREENSHOTS = ROOT / "docs" / "operator_guide"
 
@@ -80,17 +71,26 @@ def materialize_index_in_process(dev: DagsterDev, shard_id: str) -> None:
     import dagster as dg
 
     from assets.ingest import raw_shards
-    from dagster_project.definitions import build_resources
+    from tests.tiny_resources import tiny_resources_for
 
     with dg.DagsterInstance.from_config(str(dev.dagster_home)) as instance:
         result = dg.materialize(
             [raw_shards],
             partition_key=shard_id,
             instance=instance,
-            resources=build_resources(str(dev.data_root), "tiny"),
+            resources=tiny_resources_for(str(dev.data_root)),
             tags={"speechdata/launched_by": "e2e-notebook"},
         )
     assert result.success
+
+
+def downstream_in_the_snapshot(root: str, within: list[str]) -> set[str]:
+    """``root`` and every asset of ``within`` downstream of it, by the deps of the spec snapshot."""
+    deps = {key: set(asset["deps"]) for key, asset in spec_snapshot.stored_spec()["assets"].items()}
+    closure = {root}
+    while grown := {key for key in within if deps[key] & closure} - closure:
+        closure |= grown
+    return closure
 
 
 def materialization_counts(dev: DagsterDev, assets: list[str]) -> dict[str, dict[str, int]]:
@@ -124,7 +124,7 @@ def test_backfill_over_partly_done_shards_materializes_each_partition_once(sessi
     assert all(run["tags"]["speechdata/launched_by"] == "e2e-backfill" for run in runs)
     gpu_runs = [run for run in runs if run["assets"] & GPU_ASSETS]
     assert 1 <= len(gpu_runs) <= math.ceil(len(SHARDS) / GPU_SHARDS_PER_RUN), gpu_runs
-    # Both GPU assets of a run share its shard range: each model loaded once for up to k shards.
+    # The GPU assets of a run share its shard range: each model loaded once for up to k shards.
     assert all(run["assets"] & GPU_ASSETS == GPU_ASSETS for run in gpu_runs)
     assert sum(len(run["assets"]) for run in runs) == len(SHARD_ASSETS) * len(gpu_runs), "one wave of runs"
     assert {s: v for s, v in stale_status(dev, SHARD_ASSETS, SHARDS).items() if set(v.values()) != {"FRESH"}} == {}
@@ -144,7 +144,7 @@ def test_code_version_change_marks_partitions_stale_and_a_backfill_reruns_only_t
     assert set(statuses["frame_grids"].values()) == {"STALE"}
 
     rerun = downstream_closure(dev, stale, SHARD_ASSETS)
-    assert rerun == {"frame_grids", "qwen_hidden_states", "wavlm_features", "bridge_tars", "shard_manifest"}
+    assert rerun == downstream_in_the_snapshot("frame_grids", SHARD_ASSETS)
     before = materialization_counts(dev, SHARD_ASSETS)
     started = time.monotonic()
     backfill_id = launch_backfill(dev, sorted(rerun), SHARDS, {"speechdata/launched_by": "e2e-stale-backfill"})

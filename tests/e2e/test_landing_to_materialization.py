@@ -11,6 +11,7 @@ import pytest
 
 from speechdata.io.storage import DataRoot
 from speechdata.testing.shards import build_sample_shard
+from tests import spec_snapshot
 from tests.e2e.dagster_dev import ROOT, DagsterDev
 from tests.e2e.postgres_server import PostgresServer
 
@@ -20,16 +21,8 @@ pytestmark = pytest.mark.e2e
 # country sensor starts: a shard takes 2-4 minutes here.
 SHARD_TIMEOUT_S = 420
 
-SHARD_ASSETS = (
-    "raw_shards",
-    "normalized_audio",
-    "alignments",
-    "frame_grids",
-    "qwen_hidden_states",
-    "wavlm_features",
-    "bridge_tars",
-    "shard_manifest",
-)
+SHARD_ASSETS = spec_snapshot.job_asset_keys("per_shard_job")
+"""What the landing sensor's run materializes, from the reviewed spec snapshot."""
 
 
 def wait_for(predicate, dev: DagsterDev, timeout_s: float, what: str):

@@ -5,21 +5,16 @@ from __future__ import annotations
 import dagster as dg
 
 from speechdata.io.storage import DataRoot
-
-
-def tiny_resources_for(data_root: DataRoot, model_cache_dir: str) -> dict:
-    from tests.tiny_resources import tiny_resources_for as for_url
-
-    return for_url(data_root.url, model_cache_dir)
+from tests.tiny_resources import tiny_resources_for
 
 
 def build_finished_root(data_root: DataRoot, model_cache_dir: str, shards=(("e1", 1), ("e2", 2))) -> None:
-    """Land ``shards`` (id, seed) and materialize every per-shard asset for each."""
+    """Land ``shards`` (shard id, sample generator seed) and materialize every per-shard asset for each."""
     from assets import SHARD_ASSETS
     from assets.partitions import shard_partitions
     from speechdata.testing.shards import build_sample_shard
 
-    resources = tiny_resources_for(data_root, model_cache_dir)
+    resources = tiny_resources_for(data_root.url, model_cache_dir)
     with dg.instance_for_test() as instance:
         for shard_id, seed in shards:
             build_sample_shard(data_root, shard_id, 5, seed=seed, long_recordings=1)

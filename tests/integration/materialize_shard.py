@@ -9,13 +9,11 @@ import dagster as dg
 
 from assets import SHARD_ASSETS
 from assets.partitions import shard_partitions
-from dagster_project.definitions import build_resources
+from tests.tiny_resources import tiny_resources_for
 
 
 def main(root: str, shard_id: str, model_cache_dir: str) -> int:
-    resources = build_resources(root, profile="tiny")
-    resources["aligner"] = resources["aligner"].model_copy(update={"model_cache_dir": model_cache_dir})
-    resources["torch_device"] = resources["torch_device"].model_copy(update={"device": "cpu"})
+    resources = tiny_resources_for(root, model_cache_dir)
     with dg.instance_for_test() as instance:
         instance.add_dynamic_partitions(shard_partitions.name, [shard_id])
         result = dg.materialize(SHARD_ASSETS, partition_key=shard_id, instance=instance, resources=resources)

@@ -1,4 +1,4 @@
-"""asr_flac and asr_manifest materialized in process with the real resources on an imported seed 003 shard."""
+"""asr_flac and asr_manifest materialized in process with the real resources on an imported ASR shard (FLAC tar and audio index)."""
 
 import dagster as dg
 import polars as pl
@@ -6,15 +6,15 @@ import polars as pl
 from assets.asr_training import asr_flac, asr_manifest
 from assets.ingest import raw_shards
 from assets.partitions import shard_partitions
-from resources.storage import DataRootResource
 from speechdata.importers.segment_tars import build_segment_tar_sample, import_segment_tar_shard
 from speechdata.io import layout
+from tests.tiny_resources import tiny_resources_for
 
 
 def test_imported_shard_becomes_flac_and_manifests_with_checks(tmp_path, data_root, clips):
     build_segment_tar_sample(str(tmp_path / "seed"), clips, n_segments=12, extra_members={"../escape.flac": b"x"})
     import_segment_tar_shard(str(tmp_path / "seed"), data_root, "asr-0001")
-    resources = {"data_root": DataRootResource(url=data_root.url)}
+    resources = tiny_resources_for(data_root.url)
     with dg.instance_for_test() as instance:
         instance.add_dynamic_partitions(shard_partitions.name, ["asr-0001"])
         shard = dg.materialize([raw_shards, asr_flac], partition_key="asr-0001", instance=instance, resources=resources)

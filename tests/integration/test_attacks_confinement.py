@@ -161,7 +161,9 @@ def test_an_over_long_utt_id_is_a_reject_and_the_longest_valid_id_is_written(dat
     assert result.success
     reason, detail = rejects_of(data_root, "longids")[too_long]
     assert reason == "utt_id_too_long" and "240 characters is longer than 200" in detail
-    assert data_root.exists(layout.asr_flac("longids", longest))
+    flac_index = data_root.read_parquet(layout.asr_flac_index("longids")).to_pylist()
+    [longest_flac] = [r["flac_path"] for r in flac_index if r["utt_id"] == longest]
+    assert data_root.exists(longest_flac)
     assert data_root.exists(layout.ctm("longids", "words", longest))
 
 

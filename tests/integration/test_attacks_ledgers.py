@@ -22,11 +22,10 @@ MATERIALIZE_ALL = [*SHARD_ASSETS, *ON_DEMAND_SHARD_ASSETS]
 
 @pytest.fixture(scope="module")
 def shard_run(tmp_path_factory, model_cache_dir):
-    from dagster_project.definitions import build_resources
+    from tests.tiny_resources import tiny_resources_for
 
     data_root = DataRoot(str(tmp_path_factory.mktemp("ledgers") / "data"))
-    resources = build_resources(data_root.url, profile="tiny")
-    resources["aligner"] = resources["aligner"].model_copy(update={"model_cache_dir": model_cache_dir})
+    resources = tiny_resources_for(data_root.url, model_cache_dir)
     with dg.instance_for_test() as instance:
         build_sample_shard(data_root, "good", 4, seed=3, long_recordings=1, with_faults=True)
         instance.add_dynamic_partitions(shard_partitions.name, ["good"])

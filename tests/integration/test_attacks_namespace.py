@@ -14,6 +14,7 @@ from assets import SHARD_ASSETS
 from assets.packaging import shard_manifest
 from assets.partitions import shard_partitions
 from speechdata.bridge.manifest import MANIFEST_COLUMNS, manifest_path
+from speechdata.catalog.queries import run_query
 from speechdata.io import layout
 from speechdata.landing.contract import ContractError
 from speechdata.landing.ingest import run_raw_shards
@@ -68,12 +69,11 @@ def test_int64_start_s_out_of_range_is_a_reject_not_a_crash(data_root):
 
 @pytest.fixture(scope="module")
 def two_manifests(tmp_path_factory, model_cache_dir):
-    from dagster_project.definitions import build_resources
     from speechdata.io.storage import DataRoot
+    from tests.tiny_resources import tiny_resources_for
 
     data_root = DataRoot(str(tmp_path_factory.mktemp("namespace") / "data"))
-    resources = build_resources(data_root.url, profile="tiny")
-    resources["aligner"] = resources["aligner"].model_copy(update={"model_cache_dir": model_cache_dir})
+    resources = tiny_resources_for(data_root.url, model_cache_dir)
     land_hostile_columns(data_root, "hostile")
     build_sample_shard(data_root, "plain", 2, seed=12, long_recordings=0)  # other extras (speaker, ...)
     with dg.instance_for_test() as instance:
@@ -88,7 +88,8 @@ def two_manifests(tmp_path_factory, model_cache_dir):
 def test_every_manifest_has_the_same_columns_and_plain_globs_read_them(two_manifests):
     data_root = two_manifests
     glob = data_root.path("manifests/*/*.parquet")
-    by_duckdb = duckdb.sql(f"SELECT * FROM read_parquet('{glob}')").fetch_arrow_table()
+    # run_query reads the result with whichever Arrow method this DuckDB has (fetch_arrow_table is deprecated).
+    by_duckdb = run_query(duckdb.connect(), f"SELECT * FROM read_parquet('{glob}')")
     by_polars = pl.scan_parquet(glob, hive_partitioning=False).collect()
     assert by_duckdb.column_names == by_polars.columns == MANIFEST_COLUMNS.names
     assert by_duckdb.num_rows == by_polars.height > 0

@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.bench
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -31,6 +33,9 @@ ROOT = Path(__file__).resolve().parents[2]
         ("bench_catalog_refresh", {"per_size", "growth"}),
         ("bench_backfill_launch", {"launch_seconds", "runs_created_seconds", "runs", "expected_runs"}),
         ("bench_exports", {"audio_hours_per_minute", "over_copy"}),
+        ("bench_parquet_integrity", {"whole_read_verified_over_unverified", "streamed_read_verified_over_unverified"}),
+        ("bench_ingest_memory", {"per_size", "rows_growth", "peak_rss_growth"}),
+        ("bench_alignment_memory", {"per_duration", "max_peak_rss_mb"}),
     ],
 )
 def test_benchmark_prints_one_json_record(name, keys):

@@ -7,46 +7,61 @@ import sys
 from pathlib import Path
 
 import dagster as dg
+import pytest
 
+from assets.partitions import PER_SHARD_TAGS
 from dagster_project.definitions import defs
+from tests import spec_snapshot
 
 ROOT = Path(__file__).resolve().parents[2]
-
-EXPECTED_ASSETS = {
-    # asset key: (group, partitions)
-    "raw_shards": ("ingest", "shard"),
-    "normalized_audio": ("ingest", "shard"),
-    "alignments": ("alignment", "shard"),
-    "frame_grids": ("alignment", "shard"),
-    "qwen_hidden_states": ("features", "shard"),
-    "wavlm_features": ("features", "shard"),
-    "bridge_tars": ("packaging", "shard"),
-    "shard_manifest": ("packaging", "shard"),
-    "manifest_catalog": ("catalog", None),
-    "hf_split_assignments": ("publishing", "country"),
-    "hf_dataset": ("publishing", "country"),
-    "hf_hub_upload": ("publishing", "country"),
-    "streaming_segments": ("translation", "shard"),
-    "qe_scores": ("translation", "shard"),
-    "streaming_pairs": ("translation", "shard"),
-    "asr_flac": ("asr_training", "shard"),
-    "asr_manifest": ("asr_training", None),
-    "vad_segments": ("vad", "shard"),
-    "language_shard_index": ("vad", "language"),
-}
-ON_DEMAND = {"streaming_segments", "qe_scores", "streaming_pairs"}
-"""Shard assets the per-shard job leaves out: they wait for the LLM segmentation (translation_job runs them)."""
+[PER_SHARD_TAG] = PER_SHARD_TAGS
 
 
-def test_asset_specs_snapshot():
-    specs = {
-        spec.key.to_user_string(): (
-            spec.group_name,
-            spec.partitions_def.name if isinstance(spec.partitions_def, dg.DynamicPartitionsDefinition) else None,
+def test_definitions_match_the_spec_snapshot(update_spec_snapshot):
+    """Every asset's key, group, partitions, deps, checks, tags, kinds, owners, code version, pool and
+    backfill policy, and every job, sensor and resource key, are what tests/definitions_snapshot.json
+    holds (for the tiny profile, whatever the caller's environment).
+
+    After a deliberate change, regenerate it and review the diff like code::
+
+        PYTHONPATH=$PWD .venv/bin/python -m pytest tests/integration/test_definitions.py --update-spec-snapshot
+    """
+    current = spec_snapshot.current_snapshot()
+    if update_spec_snapshot:
+        spec_snapshot.SNAPSHOT_PATH.write_text(current)
+    stored = spec_snapshot.stored_snapshot()
+    if current != stored:
+        pytest.fail(
+            "the definitions differ from the spec snapshot; if the change is deliberate, rerun with "
+            f"--update-spec-snapshot and commit the file:\n{spec_snapshot.readable_diff(stored, current)}",
+            pytrace=False,
         )
-        for spec in defs.resolve_all_asset_specs()
-    }
-    assert specs == EXPECTED_ASSETS
+
+
+def test_spec_snapshot_is_independent_of_the_machine_and_the_profile(monkeypatch):
+    """No absolute path in the file, and a caller on the full profile with its own model revisions and
+    sensor intervals gets the same snapshot."""
+    stored = spec_snapshot.stored_snapshot()
+    assert str(ROOT) not in stored and "/tmp" not in stored and str(Path.home()) not in stored
+    assert json.loads(stored) == spec_snapshot.stored_spec()
+    monkeypatch.setenv("SPEECHDATA_PROFILE", "full")
+    monkeypatch.setenv("SPEECHDATA_QWEN_REVISION", "0123abcd")
+    monkeypatch.setenv("SPEECHDATA_LANDING_SENSOR_INTERVAL_S", "5")
+    assert spec_snapshot.current_snapshot() == stored
+
+
+def test_spec_snapshot_shows_a_changed_spec_in_its_diff():
+    stored = spec_snapshot.stored_snapshot()
+    spec = json.loads(stored)
+    spec["assets"]["frame_grids"]["group"] = "moved"
+    diff = spec_snapshot.readable_diff(stored, spec_snapshot.render(spec))
+    assert '-      "group": "alignment",' in diff and '+      "group": "moved",' in diff
+
+
+def test_the_running_definitions_are_the_ones_the_snapshot_describes():
+    """The in-process code location (tiny profile) agrees with the snapshot's asset keys and groups."""
+    specs = {spec.key.to_user_string(): spec.group_name for spec in defs.resolve_all_asset_specs()}
+    assert specs == {key: asset["group"] for key, asset in spec_snapshot.stored_spec()["assets"].items()}
 
 
 def test_every_asset_has_a_description_owner_and_kind():
@@ -63,7 +78,13 @@ def test_sensor_targets_the_per_shard_job_covering_every_shard_asset():
         for spec in defs.resolve_all_asset_specs()
         if isinstance(spec.partitions_def, dg.DynamicPartitionsDefinition) and spec.partitions_def.name == "shard"
     }
-    on_demand = {dg.AssetKey(key) for key in ON_DEMAND}
+    # Shard assets without the per-shard tag wait for the LLM segmentation; the translation job runs them.
+    on_demand = {
+        spec.key
+        for spec in defs.resolve_all_asset_specs()
+        if spec.key in shard_assets and PER_SHARD_TAG not in spec.tags
+    }
+    assert on_demand and on_demand < shard_assets
     assert set(job.asset_layer.executable_asset_keys) == shard_assets - on_demand
     assert set(defs.resolve_job_def("translation_job").asset_layer.executable_asset_keys) == on_demand
     assert defs.resolve_sensor_def("landing_sensor").job_name == "per_shard_job"
@@ -103,7 +124,9 @@ def test_dagster_cli_validates_the_workspace(tmp_path):
 
 
 def test_gpu_assets_use_the_gpu_pool_and_request_a_gpu_on_kubernetes():
-    for key in ("alignments", "qwen_hidden_states", "wavlm_features", "qe_scores"):
+    gpu_assets = spec_snapshot.gpu_asset_keys()
+    assert gpu_assets
+    for key in gpu_assets:
         assets_def = defs.resolve_assets_def(key)
         [op] = [assets_def.op]
         assert op.pool == "gpu"
@@ -136,3 +159,16 @@ def test_every_group_is_registered_and_owns_its_assets():
     for module in assets.GROUP_MODULES:
         groups = {spec.group_name for asset in module.defs.assets for spec in asset.specs}
         assert groups == {module.__name__.removeprefix("assets.")}, module.__name__
+
+
+def test_tests_build_every_resource_the_code_location_binds_with_models_on_the_cpu(tmp_path):
+    from tests.tiny_resources import tiny_resources_for
+
+    resources = tiny_resources_for(str(tmp_path / "data"), str(tmp_path / "models"))
+    assert sorted(resources) == spec_snapshot.stored_spec()["resources"]
+    assert resources["torch_device"].device == "cpu"
+    assert resources["aligner"].model_cache_dir == resources["qe"].model_cache_dir == str(tmp_path / "models")
+    replaced = tiny_resources_for(str(tmp_path / "data"), vad="a stand-in")
+    assert replaced["vad"] == "a stand-in"
+    with pytest.raises(KeyError, match="no resource is bound under \\['vadd'\\]"):
+        tiny_resources_for(str(tmp_path / "data"), vadd="a typo")

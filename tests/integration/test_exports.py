@@ -85,7 +85,8 @@ def test_bridge_json_carries_the_word_alignment_and_the_catalog_words_view_match
 def test_manifests_store_tar_references_relative_to_the_root(moved_root):
     for shard in SHARDS:
         urls = set(moved_root.read_parquet(manifest_path(shard))["tar_url"].to_pylist())
-        assert urls == {f"bridge/{shard}-000000.tar"}
+        [url] = urls
+        assert url.startswith(f"bridge/{shard}-000000-") and url.endswith(".tar")
 
 
 def test_asr_manifests_and_the_language_index_read_from_the_copy(moved_root):

@@ -10,7 +10,6 @@ import speechdata.hf.publish as hf_publish
 from assets.partitions import country_partitions
 from assets.publishing import hf_hub_upload
 from resources.hub import HfDatasetSettings, HubPublisherResource
-from resources.storage import DataRootResource
 from speechdata.hf.card import write_dataset_card
 from speechdata.hf.dataset import DatasetOptions, build_country_dataset
 from speechdata.hf.publish import RetryPolicy, publish_country, register_card
@@ -22,6 +21,7 @@ from speechdata.io import layout
 from speechdata.landing.ingest import run_raw_shards
 from speechdata.testing.aligned_json import build_aligned_json_corpus
 from tests.hub_standin import CommitFailure, HubStandIn
+from tests.tiny_resources import tiny_resources_for
 
 DATASET = "ds"
 TOKEN = "hf_do_not_log_me_123"
@@ -146,11 +146,11 @@ def test_hf_hub_upload_asset_never_logs_the_token(built, caplog):
             [hf_hub_upload],
             partition_key="germany",
             instance=instance,
-            resources={
-                "data_root": DataRootResource(url=built.url),
-                "hf_dataset_settings": HfDatasetSettings(dataset=DATASET),
-                "hub": HubPublisherResource(repo_id="org/ds", token=TOKEN, endpoint=hub.url, retry_base_delay_s=0.01),
-            },
+            resources=tiny_resources_for(
+                built.url,
+                hf_dataset_settings=HfDatasetSettings(dataset=DATASET),
+                hub=HubPublisherResource(repo_id="org/ds", token=TOKEN, endpoint=hub.url, retry_base_delay_s=0.01),
+            ),
         )
         assert result.success
         [event] = result.asset_materializations_for_node("hf_hub_upload")

@@ -7,10 +7,10 @@ import pytest
 
 from assets.ingest import normalized_audio, raw_shards
 from assets.partitions import shard_partitions
-from resources.storage import DataRootResource
 from speechdata.audio.container import iter_container_audio
 from speechdata.io import layout
 from speechdata.testing.shards import FAULT_REASONS, build_sample_shard
+from tests.tiny_resources import tiny_resources_for
 
 
 @pytest.fixture
@@ -25,7 +25,7 @@ def materialize(instance, data_root, shard_id, selection=(raw_shards, normalized
         list(selection),
         partition_key=shard_id,
         instance=instance,
-        resources={"data_root": DataRootResource(url=data_root.url)},
+        resources=tiny_resources_for(data_root.url),
         raise_on_error=raise_on_error,
     )
 

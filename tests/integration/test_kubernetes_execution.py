@@ -13,9 +13,10 @@ from dagster_k8s.job import UserDefinedDagsterK8sConfig, construct_dagster_k8s_j
 from assets.gpu_pool import DEFAULT_GPU_NODE_SELECTOR, gpu_node_selector, gpu_op_tags
 from dagster_project.definitions import defs
 from dagster_project.execution import executor_from_env, k8s_executor_config, max_concurrent_steps
+from tests import spec_snapshot
 
 K8S = {"SPEECHDATA_EXECUTOR": "k8s"}
-GPU_STEPS = {"alignments", "qwen_hidden_states", "wavlm_features", "qe_scores"}
+GPU_STEPS = set(spec_snapshot.gpu_asset_keys())
 
 # What the Helm-deployed K8sRunLauncher hands a step (K8sContainerContext.get_k8s_job_config reads these).
 HELM_RUN_LAUNCHER = types.SimpleNamespace(

@@ -3,10 +3,10 @@
 import dagster as dg
 import pytest
 
-from resources.storage import DataRootResource
 from sensors.landing import build_landing_sensor
 from speechdata.landing.mark import mark_landed
 from speechdata.testing.shards import build_sample_shard
+from tests.tiny_resources import tiny_resources_for
 
 
 @pytest.fixture
@@ -16,9 +16,7 @@ def instance():
 
 
 def tick(sensor, instance, data_root, cursor=None) -> dg.SensorResult:
-    context = dg.build_sensor_context(
-        instance=instance, cursor=cursor, resources={"data_root": DataRootResource(url=data_root.url)}
-    )
+    context = dg.build_sensor_context(instance=instance, cursor=cursor, resources=tiny_resources_for(data_root.url))
     result = sensor(context)
     # The daemon applies partition requests; a test context does not, so apply them here.
     for request in result.dynamic_partitions_requests or []:

@@ -32,16 +32,14 @@ def bucket_root(s3_endpoint, model_cache_dir, tmp_path_factory):
     import s3fs
     from dagster_duckdb import DuckDBResource
 
-    from dagster_project.definitions import build_resources, catalog_database_path
+    from dagster_project.definitions import catalog_database_path
+    from tests.tiny_resources import tiny_resources_for
 
     s3fs.S3FileSystem().mkdir("speech-bucket")
     root = DataRoot("s3://speech-bucket/speech")
     landed = build_sample_shard(root, SHARD, 4, seed=3, long_recordings=1, with_faults=True)
-    resources = build_resources(data_root=root.url, profile="tiny")
-    resources["aligner"] = resources["aligner"].model_copy(update={"model_cache_dir": model_cache_dir})
-    resources["torch_device"] = resources["torch_device"].model_copy(update={"device": "cpu"})
     working_copy = tmp_path_factory.mktemp("catalog") / "catalog.duckdb"
-    resources["catalog"] = DuckDBResource(database=str(working_copy))
+    resources = tiny_resources_for(root.url, model_cache_dir, catalog=DuckDBResource(database=str(working_copy)))
     with dg.instance_for_test() as instance:
         instance.add_dynamic_partitions(shard_partitions.name, [SHARD])
         shard = dg.materialize(SHARD_ASSETS, partition_key=SHARD, instance=instance, resources=resources)
@@ -136,7 +134,7 @@ def test_asr_flac_and_vad_tars_read_back_from_the_bucket(bucket_root):
     flac = root.read_parquet(layout.asr_flac_index(SHARD)).to_pylist()
     assert flac
     for row in flac:
-        with root.fs.open(root.path(layout.asr_flac(SHARD, row["utt_id"])), "rb") as handle:
+        with root.fs.open(root.path(row["flac_path"]), "rb") as handle:
             samples, rate = sf.read(handle, dtype="float32")
         assert rate == 16_000 and len(samples) == row["n_samples"]
     index = read_language_shard_index(root, "en")

@@ -23,30 +23,11 @@ from speechdata.testing.shards import build_sample_shard
 @pytest.fixture(scope="module")
 def packed(tmp_path_factory, model_cache_dir):
     """Two sample shards taken through the whole per-shard graph once for this module."""
-    from dagster_duckdb import DuckDBResource
-
-    from resources.aligner import CtcAlignerResource
-    from resources.encoders import QwenEncoder, WavLMEncoder
-    from resources.storage import DataRootResource
-    from resources.text_tokenizer import TextTokenizerResource
-    from resources.torch_device import TorchDeviceResource
-    from resources.vad import SileroVadResource
-    from speechdata.bridge.text_tokens import TINY_VOCAB_SIZE
     from speechdata.io.storage import DataRoot
+    from tests.tiny_resources import tiny_resources_for
 
     data_root = DataRoot(str(tmp_path_factory.mktemp("packed") / "data"))
-    resources = {
-        "data_root": DataRootResource(url=data_root.url),
-        "aligner": CtcAlignerResource(
-            models={"en": "tiny", "de": "tiny", "fr": "tiny"}, model_cache_dir=model_cache_dir
-        ),
-        "text_tokenizer": TextTokenizerResource(model_id="tiny"),
-        "torch_device": TorchDeviceResource(device="cpu"),
-        "qwen": QwenEncoder(model_id="tiny", tiny_vocab_size=TINY_VOCAB_SIZE),
-        "wavlm": WavLMEncoder(model_id="tiny"),
-        "vad": SileroVadResource(),
-        "catalog": DuckDBResource(database=f"{data_root.root}/catalog.duckdb"),
-    }
+    resources = tiny_resources_for(data_root.url, model_cache_dir)
     with dg.instance_for_test() as instance:
         landed = {}
         for shard_id, seed in (("s1", 1), ("s2", 2)):

@@ -16,7 +16,6 @@ from assets.ingest import raw_shards
 from assets.partitions import country_partitions, shard_partitions
 from assets.publishing import hf_dataset, hf_split_assignments
 from resources.hub import HfDatasetSettings, HubPublisherResource
-from resources.storage import DataRootResource
 from speechdata.hf.dataset import DatasetOptions, build_country_dataset
 from speechdata.hf.segments import SegmentLimits, refresh_split_assignments
 from speechdata.hf.splits import SplitTargets
@@ -25,6 +24,7 @@ from speechdata.importers.aligned_json import import_aligned_countries
 from speechdata.io import layout
 from speechdata.landing.ingest import run_raw_shards
 from speechdata.testing.aligned_json import build_aligned_json_corpus
+from tests.tiny_resources import tiny_resources_for
 
 MAX_CER = 0.1
 
@@ -44,7 +44,7 @@ def land(corpus_dir, data_root, instance=None, countries=None) -> list[str]:
                 [raw_shards],
                 partition_key=shard,
                 instance=instance,
-                resources={"data_root": DataRootResource(url=data_root.url)},
+                resources=tiny_resources_for(data_root.url),
             ).success
     else:
         for shard in shards:
@@ -58,10 +58,7 @@ def publish(instance, data_root, country, **settings):
         [hf_split_assignments, hf_dataset],
         partition_key=country,
         instance=instance,
-        resources={
-            "data_root": DataRootResource(url=data_root.url),
-            "hf_dataset_settings": HfDatasetSettings(max_cer=MAX_CER, **settings),
-        },
+        resources=tiny_resources_for(data_root.url, hf_dataset_settings=HfDatasetSettings(max_cer=MAX_CER, **settings)),
     )
     assert result.success
     return {

@@ -10,9 +10,9 @@ from assets.ingest import normalized_audio, raw_shards
 from assets.partitions import shard_partitions
 from assets.shard_runs import GPU_SHARDS_PER_RUN
 from resources.model_pins import QWEN, model_that_runs
-from resources.storage import DataRootResource
 from speechdata.bridge.frame_grid import GRID_RULE_VERSION
 from speechdata.testing.shards import build_sample_shard
+from tests.tiny_resources import tiny_resources_for
 
 RANGE = {"dagster/asset_partition_range_start": "r0", "dagster/asset_partition_range_end": "r2"}
 
@@ -33,7 +33,7 @@ def test_a_range_run_records_each_shard_once_with_its_own_metadata_and_checks(in
         [raw_shards, normalized_audio],
         instance=instance,
         tags=RANGE,
-        resources={"data_root": DataRootResource(url=data_root.url)},
+        resources=tiny_resources_for(data_root.url),
     )
     assert result.success
     by_key = {}

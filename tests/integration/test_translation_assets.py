@@ -1,4 +1,4 @@
-"""Seed 002 end to end: Granary parquet -> landing shard -> MFA corpus; TextGrids and NeMo alignments ->
+"""Granary end to end: Granary parquet -> landing shard -> MFA corpus; TextGrids and NeMo alignments ->
 streaming_segments -> qe_scores (tiny MetricX-24) -> streaming_pairs."""
 
 import io
@@ -21,6 +21,7 @@ from speechdata.importers.granary import import_granary_parquet
 from speechdata.io import layout
 from speechdata.translation.qe_stage import read_jsonl
 from speechdata.translation.segmentation_input import LATENCY_LEVELS
+from tests.tiny_resources import tiny_resources_for
 
 SHARD = "granary-0001"
 IMPORT_CONFIG = {"ops": {"alignments": {"config": {"source": "import"}}}}
@@ -33,8 +34,10 @@ def instance():
 
 
 @pytest.fixture
-def resources(tiny_resources, model_cache_dir):
-    return {**tiny_resources, "qe": MetricXResource(model_path="tiny", model_cache_dir=model_cache_dir)}
+def resources(data_root, model_cache_dir):
+    return tiny_resources_for(
+        data_root.url, model_cache_dir, qe=MetricXResource(model_path="tiny", model_cache_dir=model_cache_dir)
+    )
 
 
 def run(instance, resources, shard_id, assets, run_config=None):

@@ -1,4 +1,4 @@
-"""The vad assets materialized in process with the real Silero model: an imported seed 001 tar and a
+"""The vad assets materialized in process with the real Silero model: an imported language-ID tar and a
 sample shard landed as a directory, then the language index and the loader over what they wrote."""
 
 import io
@@ -12,14 +12,13 @@ import soundfile as sf
 from assets.ingest import raw_shards
 from assets.partitions import language_partitions, shard_partitions
 from assets.vad import language_shard_index, vad_segments
-from resources.storage import DataRootResource
-from resources.vad import SileroVadResource
 from speechdata.audio.codec import resample
 from speechdata.importers.language_tars import import_language_tar
 from speechdata.io import layout
 from speechdata.testing.shards import build_sample_shard
 from speechdata.vad.language_index import build_urls
 from speechdata.vad.loader import vad_chunk_loader
+from tests.tiny_resources import tiny_resources_for
 
 CHUNK_CONFIG = {"chunk_s": 1.0, "num_chunks": 4}
 
@@ -36,7 +35,7 @@ def materialization(result, key):
 
 
 def seed_layout_tar(path, clips) -> dict:
-    """A seed 001 tar: one mp3 per clip with silence around it; returns lid_index entries for all but one."""
+    """A tar in the language-ID layout: one mp3 per clip with silence around it; returns lid_index entries for all but one."""
     index = {}
     with tarfile.open(path, "w") as tar:
         for i, clip in enumerate(clips):
@@ -65,7 +64,7 @@ def test_imported_and_sample_shards_are_segmented_indexed_and_streamed(instance,
     assert (imported.shard_id, imported.files, imported.unknown_language, imported.vad_files) == ("lid-000005", 4, 1, 1)
     build_sample_shard(data_root, "dir1", 8, seed=3, as_tar=False)
 
-    resources = {"data_root": DataRootResource(url=data_root.url), "vad": SileroVadResource()}
+    resources = tiny_resources_for(data_root.url)
     run_config = {"ops": {"vad_segments": {"config": CHUNK_CONFIG}}}
     metadata = {}
     for shard_id in ("lid-000005", "dir1"):
@@ -98,7 +97,8 @@ def test_imported_and_sample_shards_are_segmented_indexed_and_streamed(instance,
     sample = metadata["dir1"]
     assert sample["files_not_streamable"].value == 0
     assert set(sample["usable_chunk_hours_by_language"].value) == {"de", "en", "es", "fr"}
-    assert data_root.exists(layout.packed_audio_tar("dir1"))  # a directory shard gets a tar to stream
+    [packed] = set(data_root.read_parquet(layout.vad_segments("dir1"))["tar_path"].to_pylist())
+    assert layout.is_packed_audio_tar_name(packed.rsplit("/", 1)[-1]) and data_root.exists(packed)  # a tar to stream
     assert "| audio_path |" in sample["preview"].value
 
     instance.add_dynamic_partitions(language_partitions.name, ["en", "fr"])
@@ -118,7 +118,7 @@ def test_imported_and_sample_shards_are_segmented_indexed_and_streamed(instance,
     urls = build_urls(["en"], data_root)
     assert urls == [
         data_root.uri(layout.landing_audio_tar("lid-000005")),
-        data_root.uri(layout.packed_audio_tar("dir1")),
+        data_root.uri(packed),
     ]
     loader = vad_chunk_loader(urls, data_root, languages=["en"], chunk_s=1.0, num_chunks=4, batch_size=4)
     batches = list(loader)

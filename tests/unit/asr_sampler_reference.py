@@ -1,6 +1,6 @@
-"""The seed's sampler (seed 003 §5-6) in plain Python: readable, slow, the oracle for the numpy one.
+"""The original ASR training script's sampler in plain Python: readable, slow, the oracle for the numpy one.
 
-It follows the seed's code line by line, with two changes that the numpy sampler documents and that
+It follows that script's code line by line, with two changes that the numpy sampler documents and that
 make an exact comparison possible: the random numbers come from ``np.random.default_rng(seed + epoch)``
 (``U`` for utterance ``i`` is the ``i``-th of ``rng.random(n)``, then ``rng.permutation`` for the
 rank-local shuffle), and durations are added in integer milliseconds. The benchmark times it too.

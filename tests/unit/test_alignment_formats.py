@@ -255,7 +255,7 @@ def test_textgrid_text_needs_a_source_name():
         read_textgrid(fixture_text("mfa_one_speaker.TextGrid"))
 
 
-# --- seed 004 aligned JSON -------------------------------------------------------------------------
+# --- per-country aligned JSON ---------------------------------------------------------------------
 
 
 def read_fixture_json(country: str = "germany"):

@@ -1,4 +1,4 @@
-"""Seed 003 import, safe tar reading and 16 kHz FLAC extraction, then the manifest on that shard."""
+"""ASR shard import (FLAC tar and audio index), safe tar reading and 16 kHz FLAC extraction, then the manifest on that shard."""
 
 import io
 import os
@@ -132,7 +132,7 @@ def test_an_utterance_pointing_at_an_unsafe_member_is_rejected_with_the_reason(t
     summary = run_asr_flac(data_root, "asr-0001")
     assert [(r.utt_id, r.reason) for r in summary.rejects] == [("rec000_0000", "tar_member_unsafe_path")]
     assert not list(tmp_path.rglob("escape*"))
-    assert not data_root.exists(layout.asr_flac("asr-0001", "rec000_0000"))
+    assert not data_root.glob(f"{layout.asr_flac_dir('asr-0001')}/rec000_0000-*.flac")
 
 
 def test_manifest_build_on_a_sample_shard(imported_shard):
@@ -146,7 +146,7 @@ def test_manifest_build_on_a_sample_shard(imported_shard):
     build = summary.build
     assert summary.shards == 1 and summary.input_rows == 12
     assert build.train.height + build.validation.height + build.removed.height == 12
-    # The seed's own columns ride in the index's ``extra`` namespace.
+    # The source's own columns ride in the index's ``extra`` namespace.
     index = data_root.read_parquet(layout.utterance_index("asr-0001"))
     quality = pl.from_arrow(unpack_extras(index, [pa.field("tx_quality_score", pa.float64())]))
     assert build.removed_by_reason["quality_below_minimum"] == quality["tx_quality_score"].lt(0.5).sum()

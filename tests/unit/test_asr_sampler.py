@@ -1,4 +1,4 @@
-"""DurationBucketBatchSampler: the seed's properties, and equality with the plain-Python oracle."""
+"""DurationBucketBatchSampler: the original sampler's properties, and equality with the plain-Python oracle."""
 
 from collections import Counter
 
@@ -99,7 +99,7 @@ def test_equal_to_the_plain_python_reference(args, rank):
 
 
 def test_equal_to_the_reference_on_exact_sums_and_ties():
-    # Thirty 3.0 s clips fill a 90 s cap exactly; equal costs keep the seed's stable order.
+    # Thirty 3.0 s clips fill a 90 s cap exactly; equal costs keep the original sampler's stable order.
     durations = [3.0] * 60 + [1.5] * 20 + [50.0] * 3
     langs = ["en"] * 50 + ["hi"] * 33
     sampler = DurationBucketBatchSampler(durations, langs, world_size=2, rank=1, seed=7)

@@ -1,4 +1,4 @@
-"""Transcript cleaning on the cases the seed's regexes got wrong or never met."""
+"""Transcript cleaning on the cases the original script's regexes got wrong or never met."""
 
 import polars as pl
 import pytest
@@ -10,10 +10,10 @@ from speechdata.asr.text import clean_transcripts
     "raw, cleaned",
     [
         ("[laugh] hello [music] world", "hello world"),
-        ("[laugh [loud]] hi there", "hi there"),  # the seed's non-greedy regex leaves "] hi there"
+        ("[laugh [loud]] hi there", "hi there"),  # the original non-greedy regex leaves "] hi there"
         ("x [a [b [c]]] y", "x y"),
         ("नमस्ते। आप कैसे हैं॥", "नमस्ते आप कैसे हैं"),
-        ("है।वह", "है वह"),  # the seed deletes the danda and glues the words
+        ("है।वह", "है वह"),  # the original script deletes the danda and glues the words
         ("मैं office जा रहा हूँ, okay?", "मैं office जा रहा हूँ okay"),
         ("don't stop—now", "dont stop now"),
         ("“quoted” «text» 50%", "quoted text 50"),

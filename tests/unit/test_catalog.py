@@ -37,6 +37,7 @@ def write_manifest(data_root, shard, rows, extra=None):
         "text": [r[5] for r in rows],
         "alignment_score": [r[4] for r in rows],
         "zero_duration_token_share": [0.0] * len(rows),
+        "clipped_share": [0.0] * len(rows),
         "extra": ["{}"] * len(rows),
     }
     schema = MANIFEST_COLUMNS
@@ -295,6 +296,7 @@ def run_cli(*args, data_root):
     )
 
 
+@pytest.mark.slow
 def test_cli_runs_a_named_query(populated):
     refreshed = run_cli("--refresh", data_root=populated)
     assert refreshed.returncode == 0, refreshed.stderr
@@ -308,6 +310,7 @@ def test_cli_runs_a_named_query(populated):
     assert lines[-1] == "(2 rows)"
 
 
+@pytest.mark.slow
 def test_cli_exports_a_selection(populated, tmp_path):
     assert run_cli("--refresh", data_root=populated).returncode == 0
     # NeMo manifests moved to `speechdata export nemo` (paths NeMo's loaders read): the old flag says where.
@@ -322,6 +325,7 @@ def test_cli_exports_a_selection(populated, tmp_path):
     ]
 
 
+@pytest.mark.slow
 def test_cli_reports_bad_sql_and_a_missing_catalog_with_status_2(populated):
     missing = run_cli("SELECT 1", data_root=populated)
     assert missing.returncode == 2
@@ -337,6 +341,7 @@ def test_cli_reports_bad_sql_and_a_missing_catalog_with_status_2(populated):
     assert run_cli("--named", "hours_per_country", data_root=populated).returncode == 0
 
 
+@pytest.mark.slow
 def test_cli_cannot_write_or_read_files_outside_the_catalog(populated, tmp_path):
     assert run_cli("--refresh", data_root=populated).returncode == 0
     target = tmp_path / "stolen.csv"
@@ -353,6 +358,7 @@ def test_cli_cannot_write_or_read_files_outside_the_catalog(populated, tmp_path)
     assert run_cli("--named", "shard_accounting", data_root=populated).returncode == 0
 
 
+@pytest.mark.slow
 def test_cli_works_on_a_data_root_with_glob_characters(tmp_path):
     from speechdata.io.storage import DataRoot
 

@@ -161,6 +161,7 @@ KILLED_REFRESH = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 def test_a_refresh_killed_part_way_leaves_the_previous_catalog_and_a_rerun_gives_the_clean_one(root):
     with connect(root) as connection:
         refresh_catalog(connection, root.url)
@@ -201,6 +202,7 @@ def test_a_corrupt_new_manifest_fails_the_refresh_and_keeps_the_state(root):
         assert catalog_contents(connection, kept) == before
 
 
+@pytest.mark.slow
 def test_cli_refreshes_incrementally_and_fully_on_request(root):
     first = run_cli("--refresh", data_root=root)
     again = run_cli("--refresh", data_root=root)

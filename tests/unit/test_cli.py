@@ -12,6 +12,8 @@ from speechdata.io.storage import DataRoot
 from speechdata.landing.raw_shard import validate_landed_shard
 from tests.conftest import encode, tone
 
+pytestmark = pytest.mark.slow  # every test starts the console script in a new interpreter
+
 SPEECHDATA = str(Path(sys.executable).parent / "speechdata")
 SUBCOMMANDS = [
     ["import"],
@@ -97,7 +99,7 @@ def test_land_refuses_a_directory_that_breaks_the_contract_naming_file_column_an
     assert elsewhere.returncode == 1 and "not a landing shard directory" in elsewhere.stderr
 
 
-def test_import_seed003_through_the_cli_lands_a_shard_the_contract_accepts(tmp_path, clips):
+def test_import_segment_tars_through_the_cli_lands_a_shard_the_contract_accepts(tmp_path, clips):
     from speechdata.importers.segment_tars import build_segment_tar_sample
 
     build_segment_tar_sample(str(tmp_path / "seed"), clips, n_segments=6)

@@ -3,6 +3,8 @@
 import subprocess
 import sys
 
+import pytest
+
 TOUCH_THE_TRAINING_API = """
 import sys
 import speechdata
@@ -17,6 +19,7 @@ print(len(speechdata.__all__))
 """
 
 
+@pytest.mark.slow
 def test_importing_the_training_api_and_the_cli_imports_no_dagster():
     proc = subprocess.run([sys.executable, "-c", TOUCH_THE_TRAINING_API], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -104,6 +104,7 @@ def random_cases(seed: int, count: int):
         yield random_log_probs(rng, T, V, scale), targets, blank
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("seed", [0, 1, 2, 3])
 def test_random_log_probs_match_nemo_exactly(nemo_viterbi, seed, backend):
@@ -118,6 +119,7 @@ def test_random_log_probs_match_nemo_exactly(nemo_viterbi, seed, backend):
     assert repeats_seen > 0  # the cases do exercise adjacent repeated tokens
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_tight_alignments_match_nemo(nemo_viterbi, backend):
     """T == L + repeats exactly (no spare frame) and T one above it: the band edges."""
@@ -134,6 +136,7 @@ def test_tight_alignments_match_nemo(nemo_viterbi, backend):
         assert_valid_path(path.states, targets, blank)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_exact_ties_break_like_nemo(nemo_viterbi, backend):
     """Log-probs rounded to halves make many exact float ties; NeMo's tie-breaking must be kept."""
@@ -153,6 +156,7 @@ def test_exact_ties_break_like_nemo(nemo_viterbi, backend):
     assert tied_frames > 100
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_u1_u2_tie_above_stay_takes_u1_like_nemo(nemo_viterbi, backend):
     """Where the u-1 and u-2 candidates tie and beat "stay", NeMo takes u-1.
@@ -245,6 +249,7 @@ def test_path_is_frozen():
 # --- edge cases -------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_empty_targets_give_an_all_blank_path(nemo_viterbi, backend):
     rng = np.random.default_rng(6)

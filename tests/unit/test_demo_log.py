@@ -3,7 +3,10 @@
 import subprocess
 import sys
 
+import pytest
 
+
+@pytest.mark.slow
 def test_stderr_of_python_loggers_and_raw_writes_goes_to_the_named_file(tmp_path):
     log = tmp_path / "home" / "demo.log"
     code = (

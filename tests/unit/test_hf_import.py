@@ -1,4 +1,4 @@
-"""Seed 004 import: aligned JSONs over long recordings become landing shards, nothing lost."""
+"""Per-country aligned-JSON import: aligned JSONs over long recordings become landing shards, nothing lost."""
 
 import json
 

@@ -69,4 +69,4 @@ def test_train_subset_names_are_valid_datasets_split_names():
 
     assert train_subset_name(12) == "train_12"
     assert re.match(_split_re, train_subset_name(12))
-    assert not re.match(_split_re, "train-12")  # why the seed's name could not be used
+    assert not re.match(_split_re, "train-12")  # why the original split name could not be used

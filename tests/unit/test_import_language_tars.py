@@ -1,4 +1,4 @@
-"""Seed 001's layout (mixed-language mp3 tars, lid_index.pkl, cached VAD pickles) -> landing shards."""
+"""The language-ID tar layout (mixed-language mp3 tars, lid_index.pkl, cached VAD pickles) -> landing shards."""
 
 import io
 import pickle
@@ -37,7 +37,7 @@ def write_source_tar(path, members: dict[str, bytes]) -> None:
 
 @pytest.fixture
 def source(tmp_path):
-    """Two source tars in seed 001's layout; the index misses one file and has a bad code for another."""
+    """Two source tars in the language-ID layout; the index misses one file and has a bad code for another."""
     (tmp_path / "tars").mkdir()
     write_source_tar(
         tmp_path / "tars" / "000007.tar",

@@ -1,6 +1,7 @@
 """normalized_audio: a bad utterance is a reject, never the end of the shard; workers change nothing."""
 
 import pyarrow as pa
+import pytest
 
 import speechdata.landing.normalize as normalize
 from speechdata.io import layout
@@ -30,6 +31,7 @@ def test_a_segment_that_fails_to_decode_is_rejected_and_the_rest_survive(data_ro
     assert ledger["reason"].to_pylist() == ["audio_decode_failed"]
 
 
+@pytest.mark.slow
 def test_parallel_workers_give_the_same_container_as_one(data_root):
     build_sample_shard(data_root, "s1", 40, seed=4, long_recordings=2)
     run_raw_shards(data_root, "s1")

@@ -1,4 +1,4 @@
-"""Chunk-to-word matching, the conservative emission timeline and bilingual segments (seed 002)."""
+"""Chunk-to-word matching, the conservative emission timeline and bilingual segments (Granary)."""
 
 import json
 
@@ -28,8 +28,8 @@ def words(*spec):
     return [TimedUnit(text, start, end) for text, start, end in spec]
 
 
-# The seed's worked example: "which sites have you been using ..." with word times such that
-# "which" is 0.0-0.11 and "sites" 0.11-0.45 as in the seed's chunk table.
+# The original segmenter's worked example: "which sites have you been using ..." with word times such that
+# "which" is 0.0-0.11 and "sites" 0.11-0.45 as in its chunk table.
 SEED_WORDS = words(
     ("Which", 0, 110),
     ("sites", 110, 450),
@@ -73,7 +73,7 @@ def test_repeated_words_land_on_their_own_occurrence():
         (1500, 1800, "exact"),
         (1800, 2300, "exact"),
     ]
-    # The seed's "any word that matches" would give the second "the cat" the span 0-2300.
+    # The original segmenter's "any word that matches" would give the second "the cat" the span 0-2300.
 
 
 def test_normalization_ignores_case_punctuation_and_hyphenation():

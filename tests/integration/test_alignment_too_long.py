@@ -1,0 +1,71 @@
+"""An utterance too long to align within the configured memory bound is a reject, not a dead run."""
+
+import numpy as np
+import pytest
+
+from speechdata.alignment.forced import MAX_ALIGNMENT_FRAME_TOKENS, AlignmentRejected, align_transcript
+from speechdata.alignment.log_probs import CTC_FRAME_S, MODEL_SAMPLE_RATE
+from speechdata.alignment.stage import CtcAligner, run_alignments
+from speechdata.alignment.transcript_units import CharVocabulary
+from speechdata.io import layout
+from speechdata.landing.ingest import run_normalized_audio, run_raw_shards
+from tests.conftest import encode, land_shard, tone
+
+VOCABULARY = CharVocabulary(list(" abcdefghijklmnopqrstuvwxyz'"))
+FRAME_SAMPLES = int(CTC_FRAME_S * MODEL_SAMPLE_RATE)
+
+
+def random_log_probs(num_frames: int, seed: int = 0) -> np.ndarray:
+    logits = np.random.default_rng(seed).standard_normal((num_frames, VOCABULARY.blank_id + 1)).astype(np.float32)
+    return logits - np.log(np.exp(logits).sum(axis=1, keepdims=True))
+
+
+def recording_aligner(seen_samples: list[int]) -> CtcAligner:
+    """A CTC 'model' of random log-probs that records the length of every audio it is given."""
+
+    def forward(batch: list[np.ndarray]) -> list[np.ndarray]:
+        seen_samples.extend(audio.shape[0] for audio in batch)
+        return [random_log_probs(-(-audio.shape[0] // FRAME_SAMPLES)) for audio in batch]
+
+    return CtcAligner("random-ctc", forward, VOCABULARY, CTC_FRAME_S)
+
+
+def test_a_long_utterance_is_rejected_before_its_log_probs_and_the_ledger_balances(data_root):
+    rate = 16_000
+    long_text = " ".join(["speech", "data", "needs", "exact", "alignment"] * 20)  # 100 words, ~600 tokens
+    land_shard(
+        data_root,
+        "long",
+        [
+            {"utt_id": "lecture", "audio_path": "lecture.wav", "text": long_text},
+            {"utt_id": "short", "audio_path": "short.wav", "text": "hello there"},
+        ],
+        {"lecture.wav": encode(tone(60.0, rate), rate), "short.wav": encode(tone(3.0, rate), rate)},
+    )
+    run_raw_shards(data_root, "long")
+    run_normalized_audio(data_root, "long")
+    seen: list[int] = []
+    limit = 100_000  # 750 frames x ~600 tokens is over it; 38 frames x 11 tokens is not
+    summary = run_alignments(
+        data_root, "long", lambda language: recording_aligner(seen), write_ctm_files=False, max_frame_tokens=limit
+    )
+
+    rejects = {r["utt_id"]: r for r in data_root.read_parquet(layout.rejects("long", "alignments")).to_pylist()}
+    assert rejects["lecture"]["reason"] == "too_long_to_align"
+    assert f"exceeds the limit of {limit} (max_frame_tokens" in rejects["lecture"]["detail"]
+    assert "750 frames x" in rejects["lecture"]["detail"]
+    assert seen == [3 * MODEL_SAMPLE_RATE]  # the long utterance never reached the model
+    scores = data_root.read_parquet(layout.alignment_scores("long"))
+    assert scores["utt_id"].to_pylist() == ["short"]
+    assert summary.rows_in == 2 == summary.rows_out + len(summary.rejects)
+
+
+def test_a_two_hour_utterance_with_a_17000_word_transcript_is_rejected_at_the_default_limit():
+    two_hours_frames = int(2 * 3600 / CTC_FRAME_S)
+    text = " ".join(["ab"] * 17_000)  # 50 999 tokens, no repeats: alignable in principle, ~9 GB of back-pointers
+    log_probs = np.zeros((two_hours_frames, VOCABULARY.blank_id + 1), np.float32)
+    with pytest.raises(AlignmentRejected) as rejected:
+        align_transcript(log_probs, text, VOCABULARY, 80, 2 * 3600 * 1000)
+    assert rejected.value.reason == "too_long_to_align"
+    assert f"90000 frames x 50999 tokens = {90000 * 50999} frame-tokens" in str(rejected.value)
+    assert f"limit of {MAX_ALIGNMENT_FRAME_TOKENS}" in str(rejected.value)
