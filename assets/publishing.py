@@ -205,14 +205,12 @@ HF_PUBLISH_JOB_NAME = "hf_publish_job"
 hf_dataset_job = dg.define_asset_job(
     HF_DATASET_JOB_NAME,
     selection=dg.AssetSelection.groups(group_of(__name__)) - dg.AssetSelection.assets(hf_hub_upload),
-    partitions_def=country_partitions,
     description="Assign new recordings to splits and write the country's HF dataset. Launched by country_dataset_sensor.",
 )
 
 hf_publish_job = dg.define_asset_job(
     HF_PUBLISH_JOB_NAME,
     selection=dg.AssetSelection.groups(group_of(__name__)),
-    partitions_def=country_partitions,
     description="hf_dataset_job, then upload what the Hub lacks. Launched by country_dataset_sensor when a Hub repo is set.",
 )
 
