@@ -71,8 +71,7 @@ def refresh_catalog_file(
         _remove_orphaned_builds(database_path)
         build = os.path.join(folder, f"{TEMP_PREFIX}{uuid.uuid4().hex[:12]}-{os.path.basename(database_path)}")
         try:
-            rebuilt_because = _seed(database_path, build)
-            connection = duckdb.connect(build)
+            connection, rebuilt_because = _open_seeded(database_path, build)
             try:
                 reads_through = enable_data_root_reads(connection, root)
                 summary = refresh_catalog(connection, root.uri(""), full=full or rebuilt_because is not None)
@@ -92,38 +91,37 @@ def refresh_catalog_file(
     return RefreshedCatalog(summary, reads_through, rebuilt_because, tables)
 
 
-def _seed(database_path: str, build: str) -> str | None:
-    """Copy the current catalog to ``build``; returns why it could not be used (``build`` then absent)."""
+def _open_seeded(database_path: str, build: str) -> tuple[duckdb.DuckDBPyConnection, str | None]:
+    """A connection to ``build``, a copy of the current catalog; when that copy is unusable, to an
+    empty ``build`` and why the copy was not used."""
     if not os.path.exists(database_path):
-        return None
+        return duckdb.connect(build), None
     shutil.copyfile(database_path, build)
     if os.path.exists(database_path + ".wal"):
         shutil.copyfile(database_path + ".wal", build + ".wal")
-    problem = unreadable_because(build)
-    if problem is not None:
-        problem = problem.replace(build, database_path).replace(
-            os.path.basename(build), os.path.basename(database_path)
-        )
-        for path in (build, build + ".wal"):
-            with contextlib.suppress(FileNotFoundError):
-                os.remove(path)
-    return problem
-
-
-def unreadable_because(database_path: str) -> str | None:
-    """Why DuckDB cannot use the file at ``database_path`` as a catalog (its first error line), or ``None``.
-
-    Every table is read whole: a file cut short can open and fail only at the blocks it lost.
-    """
+    connection = None
     try:
-        with contextlib.closing(duckdb.connect(database_path)) as connection:
-            tables = [row[0] for row in connection.execute("SELECT table_name FROM duckdb_tables()").fetchall()]
-            for table in tables:
-                connection.execute(f'SELECT * FROM "{table}"').fetchall()
+        connection = duckdb.connect(build)
+        _read_every_table(connection)
+        return connection, None
     except duckdb.Error as error:
+        if connection is not None:
+            connection.close()
         lines = str(error).strip().splitlines()
-        return f"{os.path.basename(database_path)} is unreadable ({lines[0] if lines else type(error).__name__})"
-    return None
+        detail = (lines[0] if lines else type(error).__name__).replace(build, database_path)
+        problem = f"{os.path.basename(database_path)} is unreadable ({detail})"
+    for path in (build, build + ".wal"):
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(path)
+    return duckdb.connect(build), problem
+
+
+def _read_every_table(connection: duckdb.DuckDBPyConnection) -> None:
+    """Read every block of every table: a file cut short can open and fail only at the blocks it lost."""
+    tables = [row[0] for row in connection.execute("SELECT table_name FROM duckdb_tables()").fetchall()]
+    for table in tables:
+        # hash() of the whole row makes DuckDB read every column, without bringing the rows into Python.
+        connection.execute(f'SELECT sum(hash(t)) FROM "{table}" AS t').fetchall()
 
 
 def _arrow(relation) -> pa.Table:
