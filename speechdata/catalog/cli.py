@@ -58,7 +58,7 @@ def open_catalog(root: DataRoot) -> Iterator[duckdb.DuckDBPyConnection]:
             "(or materialize the manifest_catalog asset)"
         )
     with database_on_root(root, CATALOG_FILE, read_only=True) as local:
-        with open_catalog_read_only(local, root) as connection:
+        with open_catalog_read_only(local, root, root.uri(CATALOG_FILE)) as connection:
             yield connection
 
 

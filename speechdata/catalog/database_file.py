@@ -167,12 +167,23 @@ def require_catalog(database_path: str, location: str | None = None) -> None:
 
 
 @contextlib.contextmanager
-def open_catalog_read_only(database_path: str, root: DataRoot) -> Iterator[duckdb.DuckDBPyConnection]:
+def open_catalog_read_only(
+    database_path: str, root: DataRoot, location: str | None = None
+) -> Iterator[duckdb.DuckDBPyConnection]:
     """A read-only connection to the catalog at ``database_path`` (a local file) whose views read
-    ``root`` and nothing else (:func:`~speechdata.catalog.readonly.lock_down`)."""
-    require_catalog(database_path)
+    ``root`` and nothing else (:func:`~speechdata.catalog.readonly.lock_down`). :class:`CatalogNotBuilt`
+    names ``location`` (default: the path) when no refresh ever built it."""
+    require_catalog(database_path, location)
     connection = duckdb.connect(database_path, read_only=True)
     try:
+        # Every refresh writes ``catalog_info``: without it the file is a database no refresh built
+        # (a ``duckdb.connect(path)`` creates an empty one), and a query would only say "no table samples".
+        built = connection.execute("SELECT count(*) FROM duckdb_tables() WHERE table_name = 'catalog_info'").fetchone()
+        if not built[0]:
+            raise CatalogNotBuilt(
+                f"the catalog at {location or database_path} was never built (no catalog_info table): build it "
+                f"with `{BUILD_COMMAND}` (or materialize the manifest_catalog asset)"
+            )
         lock_down(connection, root)
         yield connection
     finally:

@@ -400,3 +400,15 @@ def test_a_catalog_never_built_names_its_path_and_the_command_that_builds_it(roo
         assert len(message.splitlines()) == 1, message
         assert root.path(CATALOG_FILE) in message and "speechdata catalog --refresh" in message, message
     assert not root.exists(CATALOG_FILE)
+    # A plain ``duckdb.connect(path)`` creates an empty database: still a catalog never built.
+    duckdb.connect(root.path(CATALOG_FILE)).close()
+    for args in (["SELECT count(*) FROM samples"], ["--named", "hours_per_language"], ["--language", "en"]):
+        empty = run_cli(*args, data_root=root)
+        assert empty.returncode == 2 and empty.stdout == ""
+        message = empty.stderr.strip()
+        assert len(message.splitlines()) == 1, message
+        assert "never built" in message and root.path(CATALOG_FILE) in message, message
+        assert "speechdata catalog --refresh" in message, message
+    # The refresh builds it in place of the empty file.
+    assert run_cli("--refresh", data_root=root).returncode == 0
+    assert run_cli("--named", "hours_per_language", data_root=root).returncode == 0
