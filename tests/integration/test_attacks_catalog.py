@@ -412,3 +412,35 @@ def test_a_catalog_never_built_names_its_path_and_the_command_that_builds_it(roo
     # The refresh builds it in place of the empty file.
     assert run_cli("--refresh", data_root=root).returncode == 0
     assert run_cli("--named", "hours_per_language", data_root=root).returncode == 0
+
+
+KILLED_REFRESH = """
+import os, sys
+import speechdata.catalog.views as views
+from speechdata.catalog.cli import refresh
+from speechdata.io.storage import DataRoot
+
+def killed(connection):
+    os._exit(9)  # killed half-way through the refresh
+
+views.summary_totals = killed
+refresh(DataRoot(sys.argv[1]))
+"""
+
+
+def test_a_refresh_killed_half_way_leaves_the_previous_catalog_and_the_next_one_cleans_up(root):
+    refresh(root)
+    before = Path(root.path(CATALOG_FILE)).read_bytes()
+    write_manifest(root, "shard-c", SHARD_B)
+    killed = subprocess.run(
+        [sys.executable, "-c", KILLED_REFRESH, root.root],
+        cwd=REPO_ROOT,
+        env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
+        timeout=120,
+    )
+    assert killed.returncode == 9
+    assert Path(root.path(CATALOG_FILE)).read_bytes() == before
+    left = [name for name in os.listdir(root.root) if name.startswith("._tmp-")]
+    assert left, "the killed refresh left its temp"
+    assert refresh(root).summary.manifest_files == 3
+    assert not [name for name in os.listdir(root.root) if name.startswith("._tmp-")]
