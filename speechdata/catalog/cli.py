@@ -8,8 +8,9 @@
     speechdata catalog --refresh [--full] [--named hours_per_shard]
 
 (``python -m speechdata.catalog.cli`` and ``python -m dagster_project.catalog`` are aliases.)
-Reads ``<DATA_ROOT>/catalog.duckdb`` (``DATA_ROOT``, default ``./.data``, or ``--data-root``) through a read-only connection, so a query cannot change the catalog. Filter
-values are bound as parameters. ``--refresh`` rebuilds the views and summary tables first, reading
+Reads ``<DATA_ROOT>/catalog.duckdb`` (``DATA_ROOT``, default ``./.data``, or ``--data-root``) through a
+connection that cannot write anything (:mod:`speechdata.catalog.readonly`): no query changes the
+catalog or a file under the root. Filter values are bound as parameters. ``--refresh`` rebuilds the views and summary tables first, reading
 only the manifests changed since the last refresh (``--full``: all of them), into a new file swapped
 in whole: queries running meanwhile read the previous version.
 Errors print one line on stderr and exit with status 2.
