@@ -7,12 +7,14 @@ from assets.partitions import country_partitions
 from assets.reporting import markdown_rows
 from resources.hub import HfDatasetSettings, HubPublisherResource, hf_dataset_settings_resource, hub_resource
 from resources.storage import DataRootResource, data_root_resource
+from speechdata.hf.accounting import require_balanced_country
 from speechdata.hf.card import write_dataset_card
 from speechdata.hf.dataset import build_country_dataset
 from speechdata.hf.publish import publish_country, register_card
 from speechdata.hf.segments import refresh_split_assignments
 from speechdata.hf.state import rows_as_dicts, state_connection
 from speechdata.io import layout
+from speechdata.ledger_gate import UnbalancedLedger
 
 GROUP = "publishing"
 OWNERS = ["team:speech-data"]
@@ -100,7 +102,7 @@ def hf_split_assignments(
     group_name=GROUP,
     kinds={"huggingface", "parquet"},
     owners=OWNERS,
-    code_version="hf_dataset-v2",  # v2: content-hash file names, DatasetCardData card
+    code_version="hf_dataset-v3",  # v3: rows carry shard_id, withdrawn segments are rewritten out
 )
 def hf_dataset(
     context: dg.AssetExecutionContext,
@@ -113,11 +115,21 @@ def hf_dataset(
     `hf/<dataset>/README.md` whose `configs` list every country's splits. Load with
     `datasets.load_dataset("<data root>/hf/<dataset>", "<country>")`. Rows: seed 004's features
     (audio as 16-bit FLAC at the country's rate, key, transcripts, CER, WER, times, indices).
-    Train subsets are sealed once written; test and validation are rebuilt when they change.
+    Train subsets are sealed once written; test and validation are rebuilt when they change; a
+    split (sealed or not) holding segments a re-landing withdrew is rewritten without them. Each
+    row is identified by `(shard_id, key)`. Nothing is written while a shard's `hf` ledger does
+    not balance: the run fails naming the shard and its unaccounted utterances.
     """
     country = context.partition_key
     root = data_root.get()
     options = hf_dataset_settings.options()
+    try:
+        ledgers = require_balanced_country(root, options.dataset, country)
+    except UnbalancedLedger as exc:
+        raise dg.Failure(
+            description=f"{country}: {exc}",
+            metadata={"shard": exc.shard_id, "unaccounted": dg.MetadataValue.json(exc.ledger.unaccounted[:20])},
+        ) from exc
     summary = build_country_dataset(root, country, options)
     write_dataset_card(
         root, options.dataset, license=hf_dataset_settings.license, pretty_name=hf_dataset_settings.pretty_name
@@ -146,6 +158,8 @@ def hf_dataset(
             "segments_by_status": dg.MetadataValue.json(by_status),
             "cut_errors": len(summary.errors),
             "recording_already_published": summary.already_published,
+            "rewritten_for_withdrawal": dg.MetadataValue.json(summary.rewritten_for_withdrawal),
+            "shards_balanced": len(ledgers),
             "audio_hours_written": round(summary.audio_seconds / 3600.0, 6),
             "max_recording_buffer_mb": round(summary.max_recording_buffer_bytes / 1e6, 3),
             "files": markdown_rows(files),

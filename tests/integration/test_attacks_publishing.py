@@ -1,0 +1,191 @@
+"""Attacks on "what is published is what the ledger says": shards that reuse utterance ids, shards
+re-landed smaller into another country, and ledgers that do not balance."""
+
+import dagster as dg
+import datasets
+import pytest
+
+from assets.ingest import raw_shards
+from assets.partitions import country_partitions, shard_partitions
+from assets.publishing import hf_dataset, hf_split_assignments
+from resources.hub import HfDatasetSettings, HubPublisherResource
+from resources.storage import DataRootResource
+from speechdata.hf.card import write_dataset_card
+from speechdata.hf.dataset import DatasetOptions, build_country_dataset
+from speechdata.hf.segments import refresh_split_assignments
+from speechdata.hf.state import rows_as_dicts, state_connection
+from speechdata.io import layout
+from speechdata.landing.ingest import ingest_raw_shard
+from speechdata.landing.mark import mark_landed
+from tests.conftest import encode, land_shard, tone
+
+DATASET = "speech-segments"
+
+
+def granary_rows(shard_id: str, country: str, n: int, skip: tuple[int, ...] = ()) -> tuple[list[dict], dict]:
+    """Rows named like the Granary importer's (``utt_000000``...: the same ids in every shard), 4 s each."""
+    rows, files = [], {}
+    for i in range(n):
+        if i in skip:
+            continue
+        utt_id = f"utt_{i:06d}"
+        rows.append(
+            {
+                "utt_id": utt_id,
+                "audio_path": f"{utt_id}.wav",
+                "text": f"{shard_id} sentence {i}",
+                "language": "de",
+                "country": country,
+            }
+        )
+        files[f"{utt_id}.wav"] = encode(tone(4.0, 16_000, freq=200.0 + 40 * i), 16_000)
+    return rows, files
+
+
+def land_granary_shard(data_root, shard_id, country, n, skip=()):
+    rows, files = granary_rows(shard_id, country, n, skip)
+    land_shard(data_root, shard_id, rows, files)
+    mark_landed(data_root, shard_id)
+
+
+def refresh_and_build(data_root, country):
+    refresh_split_assignments(data_root, DATASET, country)
+    summary = build_country_dataset(data_root, country, DatasetOptions(dataset=DATASET))
+    write_dataset_card(data_root, DATASET)
+    return summary
+
+
+def published_rows(data_root, country) -> list[tuple[str, str, str]]:
+    """``(shard_id, key, human_transcript)`` of every row the real `datasets` loader reads."""
+    loaded = datasets.load_dataset(data_root.path(layout.hf_dataset_dir(DATASET)), country)
+    return sorted(
+        (row["shard_id"], row["key"], row["human_transcript"])
+        for split in loaded.values()
+        for row in split.remove_columns("audio")
+    )
+
+
+def state_rows(data_root, country, sql):
+    with state_connection(data_root, layout.hf_state_database(DATASET, country)) as db:
+        return rows_as_dicts(db, sql)
+
+
+def expected(shard_id, n, skip=()):
+    return [(shard_id, f"utt_{i:06d}", f"{shard_id} sentence {i}") for i in range(n) if i not in skip]
+
+
+def test_two_shards_reusing_utterance_ids_publish_every_row_when_built_one_after_the_other(data_root):
+    land_granary_shard(data_root, "granary-a", "de", 3)
+    ingest_raw_shard(data_root, "granary-a")
+    refresh_and_build(data_root, "de")
+    land_granary_shard(data_root, "granary-b", "de", 3)
+    ingest_raw_shard(data_root, "granary-b")
+    refresh_and_build(data_root, "de")
+
+    assert published_rows(data_root, "de") == expected("granary-a", 3) + expected("granary-b", 3)
+    keyed = state_rows(data_root, "de", "SELECT shard_id, key, status FROM segments ORDER BY shard_id, key")
+    assert [(r["shard_id"], r["key"]) for r in keyed] == [
+        (shard, f"utt_{i:06d}") for shard in ("granary-a", "granary-b") for i in range(3)
+    ]
+    assert {r["status"] for r in keyed} == {"pending"}
+
+
+def test_two_shards_reusing_utterance_ids_landed_together_publish_every_row(data_root):
+    for shard_id in ("granary-a", "granary-b"):
+        land_granary_shard(data_root, shard_id, "de", 3)
+        ingest_raw_shard(data_root, shard_id)
+    refresh_and_build(data_root, "de")
+    assert published_rows(data_root, "de") == expected("granary-a", 3) + expected("granary-b", 3)
+
+
+@pytest.fixture
+def instance(monkeypatch):
+    monkeypatch.setenv("SPEECHDATA_PUBLISHING_SETTLE_S", "0")
+    with dg.instance_for_test() as instance:
+        yield instance
+
+
+def index_shard(instance, data_root, shard_id):
+    instance.add_dynamic_partitions(shard_partitions.name, [shard_id])
+    assert dg.materialize(
+        [raw_shards],
+        partition_key=shard_id,
+        instance=instance,
+        resources={"data_root": DataRootResource(url=data_root.url)},
+    ).success
+
+
+def publish(instance, data_root, country):
+    instance.add_dynamic_partitions(country_partitions.name, [country])
+    return dg.materialize(
+        [hf_split_assignments, hf_dataset],
+        partition_key=country,
+        instance=instance,
+        resources={"data_root": DataRootResource(url=data_root.url), "hf_dataset_settings": HfDatasetSettings()},
+        raise_on_error=False,
+    )
+
+
+def sensor_countries(instance, cursor):
+    from sensors.publishing import country_dataset_sensor
+
+    context = dg.build_sensor_context(instance=instance, cursor=cursor, resources={"hub": HubPublisherResource()})
+    result = country_dataset_sensor(context)
+    return sorted(r.partition_key for r in result.run_requests), result.cursor
+
+
+def test_a_shard_relanded_smaller_into_another_country_leaves_no_withdrawn_row_published(data_root, instance):
+    land_granary_shard(data_root, "movable", "de", 4)
+    land_granary_shard(data_root, "staying", "de", 4)
+    for shard_id in ("movable", "staying"):
+        index_shard(instance, data_root, shard_id)
+    countries, cursor = sensor_countries(instance, None)
+    assert countries == ["de"]
+    assert publish(instance, data_root, "de").success
+    assert published_rows(data_root, "de") == expected("movable", 4) + expected("staying", 4)
+    # What is on the Hub: every file uploaded.
+    with state_connection(data_root, layout.hf_state_database(DATASET, "de")) as db:
+        db.execute("UPDATE files SET status = 'uploaded'")
+        db.execute("UPDATE segments SET status = 'uploaded' WHERE status = 'pending'")
+    sealed_before = {
+        r["path_in_repo"]
+        for r in state_rows(data_root, "de", "SELECT path_in_repo FROM files WHERE split LIKE 'train_%'")
+    }
+
+    # movable comes back smaller, in another country; staying loses one utterance in place.
+    land_granary_shard(data_root, "movable", "at", 4, skip=(1,))
+    land_granary_shard(data_root, "staying", "de", 4, skip=(2,))
+    for shard_id in ("movable", "staying"):
+        index_shard(instance, data_root, shard_id)
+    countries, _ = sensor_countries(instance, cursor)
+    assert countries == ["at", "de"]
+    for country in countries:
+        assert publish(instance, data_root, country).success
+
+    assert published_rows(data_root, "de") == expected("staying", 4, skip=(2,))
+    assert published_rows(data_root, "at") == expected("movable", 4, skip=(1,))
+    files = {r["path_in_repo"]: r["status"] for r in state_rows(data_root, "de", "SELECT * FROM files")}
+    # The sealed subset that held withdrawn rows is replaced: old files to delete on the Hub, new to upload.
+    assert sealed_before and all(files.get(path) == "deleted" for path in sealed_before)
+    assert any(status == "pending" and path.startswith("de/train_") for path, status in files.items())
+    keys = state_rows(data_root, "de", "SELECT shard_id, key FROM segments ORDER BY shard_id, key")
+    assert [(r["shard_id"], r["key"]) for r in keys] == [("staying", f"utt_{i:06d}") for i in (0, 1, 3)]
+
+
+def test_an_unbalanced_hf_ledger_fails_publishing_naming_shard_product_and_ids(data_root, instance):
+    land_granary_shard(data_root, "lossy", "de", 4)
+    index_shard(instance, data_root, "lossy")
+    instance.add_dynamic_partitions(country_partitions.name, ["de"])
+    resources = {"data_root": DataRootResource(url=data_root.url), "hf_dataset_settings": HfDatasetSettings()}
+    assert dg.materialize([hf_split_assignments], partition_key="de", instance=instance, resources=resources).success
+    with state_connection(data_root, layout.hf_state_database(DATASET, "de")) as db:
+        db.execute("DELETE FROM segments WHERE key = 'utt_000002'")  # a refresh that lost a row
+
+    result = dg.materialize(
+        [hf_dataset], partition_key="de", instance=instance, resources=resources, raise_on_error=False
+    )
+    assert not result.success
+    [failure] = [e for e in result.all_events if e.event_type_value == "STEP_FAILURE"]
+    message = failure.step_failure_data.error.message + str(failure.step_failure_data.user_failure_data)
+    assert "shard lossy" in message and "hf ledger" in message and "utt_000002" in message
+    assert not data_root.exists(f"{layout.hf_dataset_dir(DATASET)}/de")
