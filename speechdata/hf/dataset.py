@@ -263,7 +263,7 @@ def _commit_split(
                         "UPDATE files SET status = 'deleted', updated_at = current_timestamp WHERE path_in_repo = ?",
                         [path],
                     )
-                else:
+                elif status != "deleted":  # a file still to delete on the Hub stays so, however often rewritten
                     db.execute("DELETE FROM files WHERE path_in_repo = ?", [path])
         for f in split_files.files:
             db.execute(

@@ -22,13 +22,13 @@ from tests.conftest import encode, land_shard, tone
 DATASET = "speech-segments"
 
 
-def granary_rows(shard_id: str, country: str, n: int, skip: tuple[int, ...] = ()) -> tuple[list[dict], dict]:
+def granary_rows(shard_id: str, country: str, n: int, skip=(), prefix="utt") -> tuple[list[dict], dict]:
     """Rows named like the Granary importer's (``utt_000000``...: the same ids in every shard), 4 s each."""
     rows, files = [], {}
     for i in range(n):
         if i in skip:
             continue
-        utt_id = f"utt_{i:06d}"
+        utt_id = f"{prefix}_{i:06d}"
         rows.append(
             {
                 "utt_id": utt_id,
@@ -42,8 +42,8 @@ def granary_rows(shard_id: str, country: str, n: int, skip: tuple[int, ...] = ()
     return rows, files
 
 
-def land_granary_shard(data_root, shard_id, country, n, skip=()):
-    rows, files = granary_rows(shard_id, country, n, skip)
+def land_granary_shard(data_root, shard_id, country, n, skip=(), prefix="utt"):
+    rows, files = granary_rows(shard_id, country, n, skip, prefix)
     land_shard(data_root, shard_id, rows, files)
     mark_landed(data_root, shard_id)
 
@@ -55,13 +55,17 @@ def refresh_and_build(data_root, country):
     return summary
 
 
-def published_rows(data_root, country) -> list[tuple[str, str, str]]:
-    """``(shard_id, key, human_transcript)`` of every row the real `datasets` loader reads."""
+def loaded_rows(data_root, country) -> list[dict]:
+    """Every row (without its audio) that the real `datasets` loader reads from the country's config."""
     loaded = datasets.load_dataset(data_root.path(layout.hf_dataset_dir(DATASET)), country)
+    return [row for split in loaded.values() for row in split.remove_columns("audio")]
+
+
+def published_rows(data_root, country) -> list[tuple[str, str, str]]:
+    """``(shard, key, human_transcript)`` per published row; each test transcript names its shard."""
     return sorted(
-        (row["shard_id"], row["key"], row["human_transcript"])
-        for split in loaded.values()
-        for row in split.remove_columns("audio")
+        (row["human_transcript"].split()[0], row["key"], row["human_transcript"])
+        for row in loaded_rows(data_root, country)
     )
 
 
@@ -70,8 +74,8 @@ def state_rows(data_root, country, sql):
         return rows_as_dicts(db, sql)
 
 
-def expected(shard_id, n, skip=()):
-    return [(shard_id, f"utt_{i:06d}", f"{shard_id} sentence {i}") for i in range(n) if i not in skip]
+def expected(shard_id, n, skip=(), prefix="utt"):
+    return [(shard_id, f"{prefix}_{i:06d}", f"{shard_id} sentence {i}") for i in range(n) if i not in skip]
 
 
 def test_two_shards_reusing_utterance_ids_publish_every_row_when_built_one_after_the_other(data_root):
@@ -83,6 +87,9 @@ def test_two_shards_reusing_utterance_ids_publish_every_row_when_built_one_after
     refresh_and_build(data_root, "de")
 
     assert published_rows(data_root, "de") == expected("granary-a", 3) + expected("granary-b", 3)
+    assert sorted((row["shard_id"], row["key"]) for row in loaded_rows(data_root, "de")) == [
+        (shard, f"utt_{i:06d}") for shard in ("granary-a", "granary-b") for i in range(3)
+    ]
     keyed = state_rows(data_root, "de", "SELECT shard_id, key, status FROM segments ORDER BY shard_id, key")
     assert [(r["shard_id"], r["key"]) for r in keyed] == [
         (shard, f"utt_{i:06d}") for shard in ("granary-a", "granary-b") for i in range(3)
@@ -135,14 +142,14 @@ def sensor_countries(instance, cursor):
 
 
 def test_a_shard_relanded_smaller_into_another_country_leaves_no_withdrawn_row_published(data_root, instance):
-    land_granary_shard(data_root, "movable", "de", 4)
+    land_granary_shard(data_root, "movable", "de", 4, prefix="m")
     land_granary_shard(data_root, "staying", "de", 4)
     for shard_id in ("movable", "staying"):
         index_shard(instance, data_root, shard_id)
     countries, cursor = sensor_countries(instance, None)
     assert countries == ["de"]
     assert publish(instance, data_root, "de").success
-    assert published_rows(data_root, "de") == expected("movable", 4) + expected("staying", 4)
+    assert published_rows(data_root, "de") == expected("movable", 4, prefix="m") + expected("staying", 4)
     # What is on the Hub: every file uploaded.
     with state_connection(data_root, layout.hf_state_database(DATASET, "de")) as db:
         db.execute("UPDATE files SET status = 'uploaded'")
@@ -152,18 +159,22 @@ def test_a_shard_relanded_smaller_into_another_country_leaves_no_withdrawn_row_p
         for r in state_rows(data_root, "de", "SELECT path_in_repo FROM files WHERE split LIKE 'train_%'")
     }
 
-    # movable comes back smaller, in another country; staying loses one utterance in place.
-    land_granary_shard(data_root, "movable", "at", 4, skip=(1,))
-    land_granary_shard(data_root, "staying", "de", 4, skip=(2,))
-    for shard_id in ("movable", "staying"):
-        index_shard(instance, data_root, shard_id)
-    countries, _ = sensor_countries(instance, cursor)
+    # movable comes back smaller, in another country: the country it left is refreshed too.
+    land_granary_shard(data_root, "movable", "at", 4, skip=(1,), prefix="m")
+    index_shard(instance, data_root, "movable")
+    countries, cursor = sensor_countries(instance, cursor)
     assert countries == ["at", "de"]
     for country in countries:
         assert publish(instance, data_root, country).success
+    # staying loses one utterance in place: its sealed train subset is rewritten without it.
+    land_granary_shard(data_root, "staying", "de", 4, skip=(2,))
+    index_shard(instance, data_root, "staying")
+    countries, _ = sensor_countries(instance, cursor)
+    assert countries == ["de"]
+    assert publish(instance, data_root, "de").success
 
     assert published_rows(data_root, "de") == expected("staying", 4, skip=(2,))
-    assert published_rows(data_root, "at") == expected("movable", 4, skip=(1,))
+    assert published_rows(data_root, "at") == expected("movable", 4, skip=(1,), prefix="m")
     files = {r["path_in_repo"]: r["status"] for r in state_rows(data_root, "de", "SELECT * FROM files")}
     # The sealed subset that held withdrawn rows is replaced: old files to delete on the Hub, new to upload.
     assert sealed_before and all(files.get(path) == "deleted" for path in sealed_before)
