@@ -200,3 +200,26 @@ def test_an_unbalanced_hf_ledger_fails_publishing_naming_shard_product_and_ids(d
     message = failure.step_failure_data.error.message + str(failure.step_failure_data.user_failure_data)
     assert "shard lossy" in message and "hf ledger" in message and "utt_000002" in message
     assert not data_root.exists(f"{layout.hf_dataset_dir(DATASET)}/de")
+
+
+def test_an_unbalanced_asr_ledger_fails_the_manifests_naming_shard_product_and_ids(tmp_path, data_root, clips):
+    from assets.asr_training import asr_flac, asr_manifest
+    from speechdata.importers.seed003 import build_seed003_sample, import_seed003_shard
+
+    build_seed003_sample(str(tmp_path / "seed"), clips, n_segments=6)
+    import_seed003_shard(str(tmp_path / "seed"), data_root, "asr-lossy")
+    resources = {"data_root": DataRootResource(url=data_root.url)}
+    with dg.instance_for_test() as instance:
+        instance.add_dynamic_partitions(shard_partitions.name, ["asr-lossy"])
+        assert dg.materialize(
+            [raw_shards, asr_flac], partition_key="asr-lossy", instance=instance, resources=resources
+        ).success
+        index = data_root.read_parquet(layout.asr_flac_index("asr-lossy"))
+        lost = index["utt_id"][0].as_py()
+        data_root.write_parquet(layout.asr_flac_index("asr-lossy"), index.slice(1))  # an extraction that lost a row
+        result = dg.materialize([asr_manifest], instance=instance, resources=resources, raise_on_error=False)
+    assert not result.success
+    [failure] = [e for e in result.all_events if e.event_type_value == "STEP_FAILURE"]
+    message = failure.step_failure_data.error.message + str(failure.step_failure_data.user_failure_data)
+    assert "shard asr-lossy" in message and "asr ledger" in message and lost in message
+    assert not data_root.exists(layout.asr_manifest("train"))
