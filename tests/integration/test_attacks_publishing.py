@@ -3,6 +3,7 @@ re-landed smaller into another country, and ledgers that do not balance."""
 
 import dagster as dg
 import datasets
+import pyarrow.compute as pc
 import pytest
 
 from assets.ingest import raw_shards
@@ -223,3 +224,40 @@ def test_an_unbalanced_asr_ledger_fails_the_manifests_naming_shard_product_and_i
     message = failure.step_failure_data.error.message + str(failure.step_failure_data.user_failure_data)
     assert "shard asr-lossy" in message and "asr ledger" in message and lost in message
     assert not data_root.exists(layout.asr_manifest("train"))
+
+
+def test_an_unbalanced_vad_ledger_fails_the_language_index_naming_shard_product_and_ids(data_root):
+    from assets.partitions import language_partitions
+    from assets.vad import language_shard_index, vad_segments
+    from resources.vad import SileroVadResource
+    from speechdata.testing.shards import build_sample_shard
+
+    metadata = build_sample_shard(data_root, "vad-lossy", 3, seed=3, long_recordings=0, formats=("wav",))
+    language = metadata["language"][0].as_py()
+    resources = {"data_root": DataRootResource(url=data_root.url), "vad": SileroVadResource()}
+    with dg.instance_for_test() as instance:
+        instance.add_dynamic_partitions(shard_partitions.name, ["vad-lossy"])
+        instance.add_dynamic_partitions(language_partitions.name, [language])
+        assert dg.materialize(
+            [raw_shards, vad_segments], partition_key="vad-lossy", instance=instance, resources=resources
+        ).success
+        table = data_root.read_parquet(layout.vad_segments("vad-lossy"))
+        rows = table.filter(pc.equal(table["language"], language))
+        lost = rows["utt_ids"][0].as_py()[0]
+        data_root.write_parquet(
+            layout.vad_segments("vad-lossy"),
+            table.filter(pc.invert(pc.is_in(table["audio_path"], rows["audio_path"].slice(0, 1)))),
+        )
+        result = dg.materialize(
+            [language_shard_index],
+            partition_key=language,
+            instance=instance,
+            resources=resources,
+            run_config={"ops": {"language_shard_index": {"config": {"chunk_s": 1.0, "num_chunks": 4}}}},
+            raise_on_error=False,
+        )
+    assert not result.success
+    [failure] = [e for e in result.all_events if e.event_type_value == "STEP_FAILURE"]
+    message = failure.step_failure_data.error.message + str(failure.step_failure_data.error.cause)
+    assert "shard vad-lossy" in message and "vad ledger" in message and lost in message
+    assert not data_root.exists(layout.language_shard_index(language))
