@@ -3,6 +3,7 @@ re-landed smaller into another country, and ledgers that do not balance."""
 
 import dagster as dg
 import datasets
+import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
@@ -261,3 +262,31 @@ def test_an_unbalanced_vad_ledger_fails_the_language_index_naming_shard_product_
     message = failure.step_failure_data.error.message + str(failure.step_failure_data.error.cause)
     assert "shard vad-lossy" in message and "vad ledger" in message and lost in message
     assert not data_root.exists(layout.language_shard_index(language))
+
+
+def test_an_unbalanced_translation_ledger_writes_no_pairs_and_names_shard_product_and_ids(data_root):
+    from speechdata.ledger_gate import UnbalancedLedger
+    from speechdata.translation.qe_stage import write_streaming_pairs
+    from speechdata.translation.stage import SEGMENTS_SCHEMA
+
+    land_granary_shard(data_root, "pairs-lossy", "de", 2)
+    ingest_raw_shard(data_root, "pairs-lossy")
+    # Segmentation kept utt_000000 and lost utt_000001 without a reject.
+    segment = {
+        "utt_id": "utt_000000",
+        "latency": "low_latency",
+        "segment_index": 0,
+        "emit_ms": 1000,
+        "source": "hallo",
+        "target": "hello",
+        "first_chunk": 0,
+        "last_chunk": 0,
+        "n_unmatched_chunks": 0,
+    }
+    data_root.write_parquet(layout.streaming_segments("pairs-lossy"), pa.Table.from_pylist([segment], SEGMENTS_SCHEMA))
+    data_root.write_parquet(
+        layout.qe_scores("pairs-lossy"), pa.Table.from_pylist([{**segment, "hypothesis": "hello", "prediction": 1.0}])
+    )
+    with pytest.raises(UnbalancedLedger, match=r"translation ledger of shard pairs-lossy.*utt_000001"):
+        write_streaming_pairs(data_root, "pairs-lossy")
+    assert not data_root.exists(layout.streaming_pairs("pairs-lossy"))
