@@ -47,3 +47,22 @@ def require_balanced_country(data_root: DataRoot, dataset: str, country: str) ->
         if not ledger.balanced:
             raise UnbalancedLedger(shard_id, ledger)
     return ledgers
+
+
+def published_utterances(data_root: DataRoot, dataset: str, shard_id: str) -> set[str]:
+    """The shard's utterance ids that some country's state accounts for (any status but ``withdrawn``).
+
+    What the ``hf`` product produced for the shard, read from the HF states rather than from the
+    shard's own index: the number a catalog or registry should balance for ``hf``.
+    """
+    produced: set[str] = set()
+    for path in sorted(data_root.glob(layout.hf_state_database(dataset, "*"))):
+        country = PurePosixPath(path).name.removesuffix(".duckdb")
+        with state_connection(data_root, layout.hf_state_database(dataset, country)) as db:
+            produced |= {
+                key
+                for (key,) in db.execute(
+                    "SELECT key FROM segments WHERE shard_id = ? AND status <> 'withdrawn'", [shard_id]
+                ).fetchall()
+            }
+    return produced

@@ -12,6 +12,7 @@ from assets.partitions import country_partitions, shard_partitions
 from assets.publishing import hf_dataset, hf_split_assignments
 from resources.hub import HfDatasetSettings, HubPublisherResource
 from resources.storage import DataRootResource
+from speechdata.hf.accounting import published_utterances
 from speechdata.hf.card import write_dataset_card
 from speechdata.hf.dataset import DatasetOptions, build_country_dataset
 from speechdata.hf.segments import refresh_split_assignments
@@ -183,6 +184,8 @@ def test_a_shard_relanded_smaller_into_another_country_leaves_no_withdrawn_row_p
     assert any(status == "pending" and path.startswith("de/train_") for path, status in files.items())
     keys = state_rows(data_root, "de", "SELECT shard_id, key FROM segments ORDER BY shard_id, key")
     assert [(r["shard_id"], r["key"]) for r in keys] == [("staying", f"utt_{i:06d}") for i in (0, 1, 3)]
+    assert published_utterances(data_root, DATASET, "movable") == {f"m_{i:06d}" for i in (0, 2, 3)}
+    assert published_utterances(data_root, DATASET, "staying") == {f"utt_{i:06d}" for i in (0, 1, 3)}
 
 
 def test_an_unbalanced_hf_ledger_fails_publishing_naming_shard_product_and_ids(data_root, instance):
