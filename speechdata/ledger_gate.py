@@ -9,7 +9,7 @@ twice somewhere: publishing then would ship a product that disagrees with its ac
 from __future__ import annotations
 
 from speechdata.io.storage import DataRoot
-from speechdata.ledgers import Ledger, product_ledger
+from speechdata.ledgers import Ledger, landed_utterances, product_ledger
 
 SHOWN_IDS = 5
 """How many unaccounted ids an error names (the ledger has them all)."""
@@ -18,12 +18,12 @@ SHOWN_IDS = 5
 class UnbalancedLedger(Exception):
     """A product's ledger for a shard does not balance; the message names shard, product and ids."""
 
-    def __init__(self, shard_id: str, ledger: Ledger):
-        self.shard_id, self.ledger = shard_id, ledger
-        super().__init__(unbalanced_message(shard_id, ledger))
+    def __init__(self, shard_id: str, ledger: Ledger, not_landed: list[str] = ()):
+        self.shard_id, self.ledger, self.not_landed = shard_id, ledger, list(not_landed)
+        super().__init__(unbalanced_message(shard_id, ledger, self.not_landed))
 
 
-def unbalanced_message(shard_id: str, ledger: Ledger) -> str:
+def unbalanced_message(shard_id: str, ledger: Ledger, not_landed: list[str] = ()) -> str:
     parts = [
         f"the {ledger.product} ledger of shard {shard_id} does not balance "
         f"(landed {ledger.landed}, produced {ledger.produced}, rejected {ledger.rejected})"
@@ -35,6 +35,9 @@ def unbalanced_message(shard_id: str, ledger: Ledger) -> str:
     if ledger.produced_and_rejected:
         shown = ", ".join(ledger.produced_and_rejected[:SHOWN_IDS])
         parts.append(f"{len(ledger.produced_and_rejected)} both produced and rejected: {shown}")
+    if not_landed:
+        shown = ", ".join(not_landed[:SHOWN_IDS])
+        parts.append(f"{len(not_landed)} produced but no longer landed (a stale output after a re-landing?): {shown}")
     return "; ".join(parts) + ". Nothing of this shard is published until it balances."
 
 
@@ -42,5 +45,6 @@ def require_balanced(data_root: DataRoot, shard_id: str, product: str, produced:
     """The product's ledger for the shard; raises :class:`UnbalancedLedger` when it does not balance."""
     ledger = product_ledger(data_root, shard_id, product, produced)
     if not ledger.balanced:
-        raise UnbalancedLedger(shard_id, ledger)
+        landed, _ = landed_utterances(data_root, shard_id)
+        raise UnbalancedLedger(shard_id, ledger, sorted(produced - landed))
     return ledger

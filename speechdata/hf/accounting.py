@@ -17,7 +17,7 @@ from speechdata.hf.state import state_connection
 from speechdata.io import layout
 from speechdata.io.storage import DataRoot
 from speechdata.ledger_gate import UnbalancedLedger
-from speechdata.ledgers import Ledger, product_ledger
+from speechdata.ledgers import Ledger, landed_utterances, product_ledger
 
 
 def country_ledgers(data_root: DataRoot, dataset: str, country: str) -> dict[str, Ledger]:
@@ -45,8 +45,19 @@ def require_balanced_country(data_root: DataRoot, dataset: str, country: str) ->
     ledgers = country_ledgers(data_root, dataset, country)
     for shard_id, ledger in ledgers.items():
         if not ledger.balanced:
-            raise UnbalancedLedger(shard_id, ledger)
+            landed, _ = landed_utterances(data_root, shard_id)
+            raise UnbalancedLedger(shard_id, ledger, sorted(_recorded(data_root, dataset, country, shard_id) - landed))
     return ledgers
+
+
+def _recorded(data_root: DataRoot, dataset: str, country: str, shard_id: str) -> set[str]:
+    with state_connection(data_root, layout.hf_state_database(dataset, country)) as db:
+        return {
+            key
+            for (key,) in db.execute(
+                "SELECT key FROM segments WHERE shard_id = ? AND status <> 'withdrawn'", [shard_id]
+            ).fetchall()
+        }
 
 
 def published_utterances(data_root: DataRoot, dataset: str, shard_id: str) -> set[str]:

@@ -293,3 +293,39 @@ def test_an_unbalanced_translation_ledger_writes_no_pairs_and_names_shard_produc
     with pytest.raises(UnbalancedLedger, match=r"translation ledger of shard pairs-lossy.*utt_000001"):
         write_streaming_pairs(data_root, "pairs-lossy")
     assert not data_root.exists(layout.streaming_pairs("pairs-lossy"))
+
+
+def test_asr_manifests_refuse_a_shard_relanded_smaller_until_its_flac_is_extracted_again(tmp_path, data_root, clips):
+    from assets.asr_training import asr_flac, asr_manifest
+    from speechdata.importers.seed003 import build_seed003_sample, import_seed003_shard
+
+    build_seed003_sample(str(tmp_path / "seed"), clips, n_segments=6)
+    import_seed003_shard(str(tmp_path / "seed"), data_root, "asr-relanded")
+    resources = {"data_root": DataRootResource(url=data_root.url)}
+    config = {"ops": {"asr_manifest": {"config": {"validation_share": 0.5, "eval_per_language": 1}}}}
+    with dg.instance_for_test() as instance:
+        instance.add_dynamic_partitions(shard_partitions.name, ["asr-relanded"])
+        shard = [raw_shards, asr_flac]
+        assert dg.materialize(shard, partition_key="asr-relanded", instance=instance, resources=resources).success
+        assert dg.materialize([asr_manifest], instance=instance, resources=resources, run_config=config).success
+        landed = data_root.read_parquet(layout.landing_metadata("asr-relanded"))
+        withdrawn = landed["utt_id"][2].as_py()
+        data_root.write_parquet(
+            layout.landing_metadata("asr-relanded"), landed.filter(pc.not_equal(landed["utt_id"], withdrawn))
+        )
+        mark_landed(data_root, "asr-relanded")
+        assert dg.materialize(
+            [raw_shards], partition_key="asr-relanded", instance=instance, resources=resources
+        ).success
+        stale = dg.materialize(
+            [asr_manifest], instance=instance, resources=resources, run_config=config, raise_on_error=False
+        )
+        assert not stale.success
+        [failure] = [e for e in stale.all_events if e.event_type_value == "STEP_FAILURE"]
+        assert withdrawn in str(failure.step_failure_data.user_failure_data) + failure.step_failure_data.error.message
+        assert dg.materialize(shard, partition_key="asr-relanded", instance=instance, resources=resources).success
+        assert dg.materialize([asr_manifest], instance=instance, resources=resources, run_config=config).success
+    manifests = [data_root.read_parquet(layout.asr_manifest(split)) for split in ("train", "validation")]
+    removed = data_root.read_parquet(layout.asr_manifest_removed())
+    published = {u for table in [*manifests, removed] for u in table["utt_id"].to_pylist()}
+    assert published == set(landed["utt_id"].to_pylist()) - {withdrawn}
