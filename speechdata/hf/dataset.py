@@ -7,7 +7,8 @@ Layout under ``hf/<dataset>/`` (what the Hub stores after ``push_to_hub``)::
     <country>/validation-00000-of-00001.parquet
     <country>/train_1-00000-of-00003.parquet ...    one split per train subset, each within the size budget
 
-Rows follow seed 004's features (:func:`hf_features`). Audio is cut from the landed long recording,
+Rows follow seed 004's features (:func:`hf_features`) plus ``shard_id``: a row is ``(shard_id, key)``,
+since shards name their utterances independently. Audio is cut from the landed long recording,
 downmixed to mono and stored as 16-bit FLAC at the country's sample rate: the configured one, or
 else the rate that carries most of the country's usable audio (fixed at the first build and kept in
 the state, so every file of a country agrees; recordings at other rates are resampled with soxr).
@@ -16,61 +17,27 @@ Segments are streamed one recording at a time into parquet writers, so memory ho
 recording's encoded segments, whatever the size of the country. ``test`` and ``validation`` are
 rebuilt when their set of segments changes. Train subsets are sealed: once written, a subset is
 never rebuilt; new train recordings form new subsets (``train_<n+1>``...), and new segments of a
-recording already published are recorded as filtered (``recording_already_published``).
+recording already published are recorded as filtered (``recording_already_published``). The one
+rewrite of a sealed subset drops what a re-landing withdrew (state status ``withdrawn``): same
+subset, fewer rows, new content-named files.
 """
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
-import numpy as np
 import pyarrow as pa
-import soundfile as sf
 
-from speechdata.audio.codec import downmix_to_mono, encode_flac, read_segment_from, resample
-from speechdata.hf.files import PARQUET_RESERVE, SplitFiles, SplitSink
-from speechdata.hf.segments import SegmentLimits, country_segments, word_error_rate
-from speechdata.hf.splits import TEST, TRAIN, VALIDATION, train_subset_name
+from speechdata.hf.files import PARQUET_RESERVE, SplitFiles
+from speechdata.hf.segment_writer import SegmentWriter
+from speechdata.hf.segment_writer import hf_features as hf_features  # where callers have always found it
+from speechdata.hf.segments import SegmentLimits, country_segments
+from speechdata.hf.splits import TEST, TRAIN, VALIDATION
 from speechdata.hf.state import execute_many, get_setting, registered_rows, rows_as_dicts, set_setting, state_connection
 from speechdata.io import layout
 from speechdata.io.storage import DataRoot
-from speechdata.landing.landed_audio import AudioNotFound, LandedAudio
-
-if TYPE_CHECKING:
-    import datasets
 
 DEFAULT_DATASET = "speech-segments"
-
-
-def hf_features(sample_rate: int) -> datasets.Features:
-    """Seed 004's target schema, with the sampling rate found in the data."""
-    # Imported here: `datasets` costs ~3 s, and every Dagster step process imports this module.
-    import datasets
-
-    v = datasets.Value
-    return datasets.Features(
-        {
-            "audio": datasets.Audio(sampling_rate=sample_rate),
-            "key": v("string"),
-            "shard_id": v("string"),
-            "country": v("string"),
-            "language": v("string"),
-            "video_id": v("string"),
-            "transcript_id": v("string"),
-            "start_seconds": v("float32"),
-            "end_seconds": v("float32"),
-            "duration_seconds": v("float32"),
-            "asr_transcript": v("string"),
-            "human_transcript": v("string"),
-            "cer": v("float32"),
-            "wer": v("float32"),
-            "original_transcript_start_idx": v("int32"),
-            "original_transcript_end_idx": v("int32"),
-        }
-    )
 
 
 @dataclass(frozen=True)
@@ -144,7 +111,7 @@ def build_country_dataset(
         for s in states
         if s["status"] in ("pending", "uploaded", "error") and s["id"] in position and s["id"] not in late_keys
     ]
-    writer = _Writer(data_root, options, country, sample_rate, segments, position, summary)
+    writer = SegmentWriter(data_root, options, country, sample_rate, segments, position, summary)
     for split in (TEST, VALIDATION):
         keys = [s for s in usable if s["split"] == split]
         unwritten = [s for s in keys if s["file"] is None and s["status"] != "error"]
@@ -309,139 +276,3 @@ def _commit_split(
 def _same_sha(db, f: dict) -> bool:
     rows = db.execute("SELECT sha256 FROM files WHERE path_in_repo = ?", [f["path_in_repo"]]).fetchall()
     return bool(rows) and rows[0][0] == f["sha256"]
-
-
-class _Writer:
-    """Cuts segments out of landed recordings and streams them into a split's parquet files."""
-
-    def __init__(self, data_root, options, country, sample_rate, segments, position, summary):
-        self.data_root, self.options, self.country = data_root, options, country
-        self.sample_rate, self.segments, self.position, self.summary = sample_rate, segments, position, summary
-        self.schema = hf_features(sample_rate or 16_000).arrow_schema
-        self.max_file_bytes = int(options.max_file_mb * 1e6)
-        self._audio: LandedAudio | None = None
-
-    def by_recording(self, states: list[dict], recordings: dict[str, dict]) -> list[tuple[dict, list]]:
-        """The landed files to cut (with their segments' identities), in storage order: by shard, then file.
-
-        The file is each segment's own (its shard's audio): a recording id (a ``video_id``) may
-        have segments in several shards, and each is cut from the shard that landed it.
-        """
-        ids_by_source: dict[tuple[str, str, str], list[tuple[str, str]]] = {}
-        for s in states:
-            row = self.position[s["id"]]
-            source = (s["shard_id"], self.segments["audio_path"][row].as_py(), s["recording_id"])
-            ids_by_source.setdefault(source, []).append(s["id"])
-        return [
-            ({"shard_id": shard, "audio_path": audio_path, "recording_id": recording_id}, ids)
-            for (shard, audio_path, recording_id), ids in sorted(ids_by_source.items())
-            if recording_id in recordings
-        ]
-
-    def write(self, split: str, recordings: list[tuple[dict, list]]) -> SplitFiles:
-        with self._split_sink(split) as sink:
-            for recording, keys in recordings:
-                table, payload = self._recording_rows(recording, keys)
-                if table is not None:
-                    sink.append(table, payload)
-        return sink.result
-
-    def write_train_subsets(
-        self, recordings: list[tuple[dict, list]], first_subset: int, budget_bytes: int
-    ) -> Iterator[tuple[int, set[str], SplitFiles]]:
-        """Yield ``(subset_id, recording ids, files)`` per sealed subset, packing recordings in order."""
-        subset_id, index = first_subset, 0
-        while index < len(recordings):
-            members: set[str] = set()
-            with self._split_sink(train_subset_name(subset_id)) as sink:
-                while index < len(recordings):
-                    recording, keys = recordings[index]
-                    table, payload = self._recording_rows(recording, keys)
-                    if members and sink.payload_bytes + payload > budget_bytes:
-                        self._pending = (table, payload)
-                        break
-                    index += 1
-                    members.add(recording["recording_id"])
-                    if table is not None:
-                        sink.append(table, payload)
-            yield subset_id, members, sink.result
-            subset_id += 1
-
-    _pending: tuple[pa.Table | None, int] | None = None
-
-    def _recording_rows(self, recording: dict, keys: list[tuple[str, str]]) -> tuple[pa.Table | None, int]:
-        if self._pending is not None:
-            # The recording that did not fit the last subset was already cut: reuse it.
-            pending, self._pending = self._pending, None
-            return pending
-        rows, payload = [], 0
-        try:
-            with self._landed(recording["shard_id"]).sound_file(recording["audio_path"]) as sound:
-                for key in sorted(keys, key=lambda k: self.segments["start_s"][self.position[k]].as_py() or 0.0):
-                    try:
-                        row = self._row(sound, key)
-                    except (RuntimeError, ValueError, sf.LibsndfileError) as exc:
-                        self.summary.errors[key] = f"cutting {recording['audio_path']} failed: {exc}"
-                        continue
-                    payload += len(row["audio"]["bytes"]) + sum(len(str(v)) for k, v in row.items() if k != "audio")
-                    rows.append(row)
-        except (AudioNotFound, sf.LibsndfileError, RuntimeError) as exc:
-            for key in keys:
-                self.summary.errors.setdefault(
-                    key, f"recording {recording['audio_path']} in shard {recording['shard_id']}: {exc}"
-                )
-        self.summary.max_recording_buffer_bytes = max(self.summary.max_recording_buffer_bytes, payload)
-        if not rows:
-            return None, 0
-        return pa.Table.from_pylist(rows, schema=self.schema), payload
-
-    def _row(self, sound: sf.SoundFile, identity: tuple[str, str]) -> dict:
-        i = self.position[identity]
-        shard_id, key = identity
-        value = {name: self.segments[name][i].as_py() for name in self.segments.column_names}
-        samples = downmix_to_mono(read_segment_from(sound, value["start_s"], value["end_s"]))
-        if samples.size == 0:
-            raise ValueError(f"segment {key} [{value['start_s']}, {value['end_s']}) s holds no samples")
-        samples = resample(samples, sound.samplerate, self.sample_rate) if self.sample_rate else samples
-        rate = self.sample_rate or sound.samplerate
-        self.summary.audio_seconds += samples.shape[0] / rate
-        start = float(value["start_s"] or 0.0)
-        end = float(value["end_s"]) if value["end_s"] is not None else start + samples.shape[0] / rate
-        return {
-            "audio": {
-                "bytes": encode_flac(np.asarray(samples, dtype=np.float32), rate),
-                "path": f"{shard_id}/{key}.flac",
-            },
-            "key": key,
-            "shard_id": shard_id,
-            "country": self.country,
-            "language": value["language"],
-            "video_id": value["video_id"],
-            "transcript_id": value["transcript_id"],
-            "start_seconds": start,
-            "end_seconds": end,
-            "duration_seconds": end - start,
-            "asr_transcript": value["asr_text"],
-            "human_transcript": value["human_text"],
-            "cer": value["cer"],
-            "wer": word_error_rate(value["human_text"], value["asr_text"]),
-            "original_transcript_start_idx": value["transcript_start_idx"],
-            "original_transcript_end_idx": value["transcript_end_idx"],
-        }
-
-    def _landed(self, shard_id: str) -> LandedAudio:
-        if self._audio is None or self._audio_shard != shard_id:
-            if self._audio is not None:
-                self._audio.close()
-            self._audio, self._audio_shard = LandedAudio(self.data_root, shard_id), shard_id
-        return self._audio
-
-    @contextlib.contextmanager
-    def _split_sink(self, split: str) -> Iterator[SplitSink]:
-        sink = SplitSink(self.data_root, self.options.dataset, self.country, split, self.schema, self.max_file_bytes)
-        try:
-            yield sink
-        except BaseException:
-            sink.abort()
-            raise
-        sink.finish()
