@@ -1,11 +1,15 @@
 """Attacks on "what is published is what the ledger says": shards that reuse utterance ids, shards
 re-landed smaller into another country, and ledgers that do not balance."""
 
+import io
+
 import dagster as dg
 import datasets
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
+import soundfile as sf
 
 from assets.ingest import raw_shards
 from assets.partitions import country_partitions, shard_partitions
@@ -106,6 +110,37 @@ def test_two_shards_reusing_utterance_ids_landed_together_publish_every_row(data
         ingest_raw_shard(data_root, shard_id)
     refresh_and_build(data_root, "de")
     assert published_rows(data_root, "de") == expected("granary-a", 3) + expected("granary-b", 3)
+
+
+def dominant_hz(flac_bytes: bytes) -> float:
+    samples, rate = sf.read(io.BytesIO(flac_bytes))
+    spectrum = np.abs(np.fft.rfft(samples))
+    return float(np.fft.rfftfreq(samples.shape[0], 1 / rate)[np.argmax(spectrum)])
+
+
+def test_each_segment_is_cut_from_its_own_shard_when_two_shards_share_a_recording_id(data_root):
+    """Seed-004 rows name their recording by ``video_id``; two shards holding one keep their own audio."""
+    for shard_id, prefix, freq in (("video-a", "a", 300.0), ("video-b", "b", 900.0)):
+        rows = [
+            {
+                "utt_id": f"{prefix}_000000",
+                "audio_path": "clip.wav",
+                "text": f"{shard_id} sentence 0",
+                "language": "de",
+                "country": "de",
+                "video_id": "shared-video",
+            }
+        ]
+        land_shard(data_root, shard_id, rows, {"clip.wav": encode(tone(4.0, 16_000, freq=freq), 16_000)})
+        ingest_raw_shard(data_root, shard_id)
+    refresh_and_build(data_root, "de")
+    loaded = datasets.load_dataset(data_root.path(layout.hf_dataset_dir(DATASET)), "de")
+    heard = {
+        row["human_transcript"].split()[0]: dominant_hz(row["audio"]["bytes"])
+        for split in loaded.values()
+        for row in split.cast_column("audio", datasets.Audio(decode=False))
+    }
+    assert heard == {"video-a": pytest.approx(300.0, abs=2.0), "video-b": pytest.approx(900.0, abs=2.0)}
 
 
 @pytest.fixture
