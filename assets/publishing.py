@@ -47,7 +47,9 @@ def hf_split_assignments(
     Whole recordings go to one split by duration share (default 1 % test, 1 % validation, the rest
     train), seeded and stable: a recording once assigned never moves, new recordings are assigned
     so the shares stay near target. Every segment of the country is recorded with its status
-    (`pending`, `filtered` with reason, `uploaded`, `error`). Tables `recordings` (duration_hours,
+    (`pending`, `filtered` with reason, `uploaded`, `error`), identified by `(shard_id, key)`;
+    segments no shard holds any more (a re-landing withdrew them) are forgotten, or marked
+    `withdrawn` until `hf_dataset` rewrites their file without them. Tables `recordings` (duration_hours,
     size_mb, split, subset_id), `segments` and `files` in DuckDB at
     `hf/_state/<dataset>/<country>.duckdb`: `duckdb.connect(path, read_only=True)`.
     """
@@ -81,6 +83,7 @@ def hf_split_assignments(
             "dagster/row_count": sum(summary.recordings_by_split.values()),
             "segments": summary.segments,
             "new_segments": summary.new_segments,
+            "withdrawn_segments": summary.withdrawn,
             "hours": round(sum(summary.hours_by_split.values()), 6),
             **{f"share_{split}": round(share, 6) for split, share in summary.shares.items()},
             "filtered_by_reason": dg.MetadataValue.json(summary.filtered_by_reason),
