@@ -364,3 +364,46 @@ def test_asr_manifests_refuse_a_shard_relanded_smaller_until_its_flac_is_extract
     removed = data_root.read_parquet(layout.asr_manifest_removed())
     published = {u for table in [*manifests, removed] for u in table["utt_id"].to_pylist()}
     assert published == set(landed["utt_id"].to_pylist()) - {withdrawn}
+
+
+def test_the_hub_copy_of_a_sealed_subset_loses_the_withdrawn_row_too(data_root):
+    import pyarrow.parquet as pq
+    from huggingface_hub import HfApi
+
+    from speechdata.hf.publish import RetryPolicy, publish_country, register_card
+    from tests.hub_standin import HubStandIn
+
+    def publish_to(hub):
+        write_dataset_card(data_root, DATASET)
+        register_card(data_root, DATASET, "de")
+        api = HfApi(endpoint=hub.url, token="hf_test")
+        policy = RetryPolicy(attempts=2, base_delay_s=0.01, max_delay_s=0.02)
+        summary = publish_country(data_root, DATASET, "de", api, "org/ds", policy=policy, log=lambda m: None)
+        assert not summary.errors
+        return summary
+
+    def hub_rows(hub) -> set[tuple[str, str]]:
+        return {
+            (shard, key)
+            for path, data in hub.state.repos["org/ds"].items()
+            if path.endswith(".parquet")
+            for shard, key in zip(*pq.read_table(io.BytesIO(data), columns=["shard_id", "key"]).to_pydict().values())
+        }
+
+    for shard_id in ("hub-a", "hub-b"):
+        land_granary_shard(data_root, shard_id, "de", 4)
+        ingest_raw_shard(data_root, shard_id)
+    refresh_and_build(data_root, "de")
+    with HubStandIn() as hub:
+        publish_to(hub)
+        assert hub_rows(hub) == {(s, f"utt_{i:06d}") for s in ("hub-a", "hub-b") for i in range(4)}
+        land_granary_shard(data_root, "hub-a", "de", 4, skip=(1,))
+        ingest_raw_shard(data_root, "hub-a")
+        refresh_and_build(data_root, "de")
+        summary = publish_to(hub)
+        assert summary.deleted  # the old files of every rewritten split
+        assert hub_rows(hub) == {(s, f"utt_{i:06d}") for s in ("hub-a", "hub-b") for i in range(4)} - {
+            ("hub-a", "utt_000001")
+        }
+        local = data_root.path(layout.hf_dataset_dir(DATASET))
+        assert set(hub.state.repos["org/ds"]) == {p[len(local) + 1 :] for p in data_root.fs.find(local)}
