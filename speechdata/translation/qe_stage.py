@@ -21,9 +21,9 @@ import pyarrow.compute as pc
 
 from speechdata.io import layout
 from speechdata.io.storage import DataRoot
-from speechdata.stage import StageSummary
 from speechdata.ledger_gate import require_balanced
 from speechdata.ledgers import produced_utterances
+from speechdata.stage import StageSummary
 from speechdata.translation.segmentation_input import LATENCY_LEVELS
 
 DEFAULT_THRESHOLD = 5.0
@@ -176,6 +176,7 @@ def run_streaming_pairs(data_root: DataRoot, shard_id: str, threshold: float = D
 
     Raises :class:`~speechdata.ledger_gate.UnbalancedLedger`, writing nothing, when the shard's
     ``translation`` ledger does not balance."""
+    started = time.perf_counter()
     require_balanced(
         data_root, shard_id, "translation", produced_utterances(data_root, shard_id, "translation") or set()
     )
