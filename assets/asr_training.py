@@ -17,7 +17,9 @@ from assets.shard_runs import ShardEvents, ShardResult, materialize_shards
 from resources.storage import DataRootResource
 from speechdata.asr.flac import run_asr_flac
 from speechdata.asr.manifest import AsrManifestConfig
-from speechdata.asr.stage import build_and_write_asr_manifests
+from speechdata.asr.stage import build_and_write_asr_manifests, shards_with_asr_flac
+from speechdata.ledger_gate import UnbalancedLedger, require_balanced
+from speechdata.ledgers import produced_utterances
 
 UI_POSITION = 8
 FLAC_ACCOUNTED = "every_indexed_utterance_extracted_or_rejected"
@@ -99,9 +101,20 @@ def asr_manifest(
     removed it. Language tags are corrected from the corrections table, duplicates (same audio, or
     same text and duration in one recording) removed, and the split is by recording.
     Train with `speechdata.asr.dataset.AsrManifestDataset` and `DurationBucketBatchSampler`.
+    Nothing is written while a shard's `asr` ledger does not balance: the run fails naming the shard
+    and its unaccounted utterances, and the previous manifests stay.
     """
+    root = data_root.get()
+    try:
+        for shard_id in shards_with_asr_flac(root):
+            require_balanced(root, shard_id, "asr", produced_utterances(root, shard_id, "asr") or set())
+    except UnbalancedLedger as exc:
+        raise dg.Failure(
+            description=str(exc),
+            metadata={"shard": exc.shard_id, "unaccounted": dg.MetadataValue.json(exc.ledger.unaccounted[:20])},
+        ) from exc
     summary = build_and_write_asr_manifests(
-        data_root.get(),
+        root,
         AsrManifestConfig(
             min_duration_s=config.min_duration_s,
             max_duration_s=config.max_duration_s,

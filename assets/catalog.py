@@ -1,7 +1,5 @@
 """[catalog] The DuckDB catalog over every shard manifest."""
 
-import os
-
 import dagster as dg
 from dagster_duckdb import DuckDBResource
 
@@ -10,11 +8,11 @@ from assets.packaging import shard_manifest
 from assets.partitions import country_partitions, language_partitions
 from resources.storage import DataRootResource
 from speechdata.catalog.accounting_state import REJECTS_BY_PRODUCT_FROM_STATE, SHARD_ACCOUNTING_FROM_STATE
+from speechdata.catalog.database_file import refresh_catalog_file
 from speechdata.catalog.display import format_table
 from speechdata.catalog.incremental import HOURS_PER_LANGUAGE_FROM_STATE
-from speechdata.catalog.queries import run_query
-from speechdata.catalog.views import CATALOG_FILE, refresh_catalog
-from speechdata.io.duckdb_object_store import enable_data_root_reads, upload_database
+from speechdata.catalog.views import CATALOG_FILE
+from speechdata.io.duckdb_object_store import upload_database
 
 UI_POSITION = 5
 
@@ -44,23 +42,31 @@ def manifest_catalog(
     `speechdata catalog "SELECT ..."`, or `duckdb.connect(path, read_only=True)`.
     A refresh reads only the manifests, ledgers and per-shard indexes changed since the last one
     (config `full: true`: all of them); its metadata says how many were read and reused, and its
-    accounting tables come from the per-shard state the refresh keeps.
+    accounting tables come from the per-shard state the refresh keeps. The refresh builds a new file
+    and swaps it in: readers keep the version they opened and never make it wait. A catalog file
+    DuckDB cannot read is rebuilt from scratch (metadata `rebuilt_because` says why).
     New countries and languages it finds become `country` / `language` partitions. On an object-store
     data root the views read `s3://...` through DuckDB's httpfs (or the root's fsspec filesystem) and
     the database is built locally and uploaded whole.
     """
     root = data_root.get()
-    os.makedirs(
-        os.path.dirname(os.path.abspath(catalog.database)), exist_ok=True
-    )  # DuckDB creates the file, not its directory
-    with catalog.get_connection() as connection:
-        read_through = enable_data_root_reads(connection, root)
-        summary = refresh_catalog(connection, root.uri(""), full=config.full)
+    # Built into a new file and swapped in whole: readers keep the version they opened and never block it.
+    refreshed = refresh_catalog_file(
+        catalog.database,
+        root,
+        full=config.full,
         # From the stored per-manifest and per-shard state: the named queries would re-read every shard.
-        by_language = run_query(connection, HOURS_PER_LANGUAGE_FROM_STATE)
-        by_product = run_query(connection, REJECTS_BY_PRODUCT_FROM_STATE).to_pylist()
-        accounting = run_query(connection, SHARD_ACCOUNTING_FROM_STATE)
-        connection.execute("CHECKPOINT")
+        queries={
+            "by_language": HOURS_PER_LANGUAGE_FROM_STATE,
+            "by_product": REJECTS_BY_PRODUCT_FROM_STATE,
+            "accounting": SHARD_ACCOUNTING_FROM_STATE,
+        },
+    )
+    summary, read_through = refreshed.summary, refreshed.reads_through
+    by_language, accounting = refreshed.tables["by_language"], refreshed.tables["accounting"]
+    by_product = refreshed.tables["by_product"].to_pylist()
+    if refreshed.rebuilt_because:
+        context.log.warning(f"catalog rebuilt from scratch: {refreshed.rebuilt_because}")
     if not root.is_local:
         # DuckDB writes local files only: the resource's file is this worker's copy, the bucket gets it whole.
         upload_database(root, catalog.database, CATALOG_FILE)
@@ -95,6 +101,7 @@ def manifest_catalog(
             ),
             "shard_accounting": dg.MetadataValue.md(f"```\n{format_table(accounting, max_rows=100)}\n```"),
             "catalog_uri": dg.MetadataValue.path(root.uri(CATALOG_FILE)),
+            "rebuilt_because": refreshed.rebuilt_because or "",
             "duckdb_reads_through": read_through,
         }
     )

@@ -6,7 +6,7 @@ import dagster as dg
 from pydantic import Field
 
 from assets.asset_policy import shard_asset
-from assets.partitions import PER_SHARD_JOB_NAME, PER_SHARD_SELECTION, shard_partitions
+from assets.partitions import PER_SHARD_JOB_NAME, PER_SHARD_SELECTION
 from assets.reporting import accounting_check, column_schema, markdown_preview, progress_logger, stage_metadata
 from assets.shard_runs import ShardEvents, ShardFailure, ShardResult, materialize_shards
 from resources.storage import DataRootResource
@@ -90,7 +90,7 @@ class NormalizedAudioConfig(dg.Config):
 @shard_asset(
     deps=[raw_shards],
     kinds={"parquet"},
-    code_version="normalized_audio-v2",  # v2: pcm16 by default
+    code_version="normalized_audio-v3",  # v3: clipped_share, no-signal rejects
     checks={AUDIO_ACCOUNTED: "Every utterance of the index is in the audio container or in the rejects."},
 )
 def normalized_audio(
@@ -134,7 +134,6 @@ def _normalized_shard(context: dg.AssetExecutionContext, shard_id: str, summary)
 per_shard_job = dg.define_asset_job(
     PER_SHARD_JOB_NAME,
     selection=PER_SHARD_SELECTION,
-    partitions_def=shard_partitions,
     description="Everything one shard feeds, from its landing validation on. Launched by landing_sensor.",
 )
 

@@ -8,12 +8,14 @@ from assets.partitions import country_partitions
 from assets.reporting import markdown_rows
 from resources.hub import HfDatasetSettings, HubPublisherResource
 from resources.storage import DataRootResource
+from speechdata.hf.accounting import require_balanced_country
 from speechdata.hf.card import write_dataset_card
 from speechdata.hf.dataset import build_country_dataset
 from speechdata.hf.publish import publish_country, register_card
 from speechdata.hf.segments import refresh_split_assignments
 from speechdata.hf.state import rows_as_dicts, state_connection
 from speechdata.io import layout
+from speechdata.ledger_gate import UnbalancedLedger
 
 UI_POSITION = 6
 NO_RECORDING_IN_TWO_SPLITS = "no_recording_in_two_splits"
@@ -38,7 +40,9 @@ def hf_split_assignments(
     Whole recordings go to one split by duration share (default 1 % test, 1 % validation, the rest
     train), seeded and stable: a recording once assigned never moves, new recordings are assigned
     so the shares stay near target. Every segment of the country is recorded with its status
-    (`pending`, `filtered` with reason, `uploaded`, `error`). Tables `recordings` (duration_hours,
+    (`pending`, `filtered` with reason, `uploaded`, `error`), identified by `(shard_id, key)`;
+    segments no shard holds any more (a re-landing withdrew them) are forgotten, or marked
+    `withdrawn` until `hf_dataset` rewrites their file without them. Tables `recordings` (duration_hours,
     size_mb, split, subset_id), `segments` and `files` in DuckDB at
     `hf/_state/<dataset>/<country>.duckdb`: `duckdb.connect(path, read_only=True)`.
     """
@@ -72,6 +76,7 @@ def hf_split_assignments(
             "dagster/row_count": sum(summary.recordings_by_split.values()),
             "segments": summary.segments,
             "new_segments": summary.new_segments,
+            "withdrawn_segments": summary.withdrawn,
             "hours": round(sum(summary.hours_by_split.values()), 6),
             **{f"share_{split}": round(share, 6) for split, share in summary.shares.items()},
             "filtered_by_reason": dg.MetadataValue.json(summary.filtered_by_reason),
@@ -91,7 +96,7 @@ def hf_split_assignments(
     partitions_def=country_partitions,
     deps=[hf_split_assignments],
     kinds={"huggingface", "parquet"},
-    code_version="hf_dataset-v2",  # v2: content-hash file names, DatasetCardData card
+    code_version="hf_dataset-v3",  # v3: rows carry shard_id, withdrawn segments are rewritten out
 )
 def hf_dataset(
     context: dg.AssetExecutionContext,
@@ -104,11 +109,21 @@ def hf_dataset(
     `hf/<dataset>/README.md` whose `configs` list every country's splits. Load with
     `datasets.load_dataset("<data root>/hf/<dataset>", "<country>")`. Rows: the published dataset's features
     (audio as 16-bit FLAC at the country's rate, key, transcripts, CER, WER, times, indices).
-    Train subsets are sealed once written; test and validation are rebuilt when they change.
+    Train subsets are sealed once written; test and validation are rebuilt when they change; a
+    split (sealed or not) holding segments a re-landing withdrew is rewritten without them. Each
+    row is identified by `(shard_id, key)`. Nothing is written while a shard's `hf` ledger does
+    not balance: the run fails naming the shard and its unaccounted utterances.
     """
     country = context.partition_key
     root = data_root.get()
     options = hf_dataset_settings.options()
+    try:
+        ledgers = require_balanced_country(root, options.dataset, country)
+    except UnbalancedLedger as exc:
+        raise dg.Failure(
+            description=f"{country}: {exc}",
+            metadata={"shard": exc.shard_id, "unaccounted": dg.MetadataValue.json(exc.ledger.unaccounted[:20])},
+        ) from exc
     summary = build_country_dataset(root, country, options)
     write_dataset_card(
         root, options.dataset, license=hf_dataset_settings.license, pretty_name=hf_dataset_settings.pretty_name
@@ -137,6 +152,8 @@ def hf_dataset(
             "segments_by_status": dg.MetadataValue.json(by_status),
             "cut_errors": len(summary.errors),
             "recording_already_published": summary.already_published,
+            "rewritten_for_withdrawal": dg.MetadataValue.json(summary.rewritten_for_withdrawal),
+            "shards_balanced": len(ledgers),
             "audio_hours_written": round(summary.audio_seconds / 3600.0, 6),
             "max_recording_buffer_mb": round(summary.max_recording_buffer_bytes / 1e6, 3),
             "files": markdown_rows(files),
@@ -205,14 +222,12 @@ HF_PUBLISH_JOB_NAME = "hf_publish_job"
 hf_dataset_job = dg.define_asset_job(
     HF_DATASET_JOB_NAME,
     selection=dg.AssetSelection.groups(group_of(__name__)) - dg.AssetSelection.assets(hf_hub_upload),
-    partitions_def=country_partitions,
     description="Assign new recordings to splits and write the country's HF dataset. Launched by country_dataset_sensor.",
 )
 
 hf_publish_job = dg.define_asset_job(
     HF_PUBLISH_JOB_NAME,
     selection=dg.AssetSelection.groups(group_of(__name__)),
-    partitions_def=country_partitions,
     description="hf_dataset_job, then upload what the Hub lacks. Launched by country_dataset_sensor when a Hub repo is set.",
 )
 

@@ -6,7 +6,6 @@ from pydantic import Field
 
 from assets.alignment import alignments
 from assets.asset_policy import group_of, shard_asset
-from assets.partitions import shard_partitions
 from assets.reporting import (
     column_schema,
     device_metadata,
@@ -174,7 +173,6 @@ TRANSLATION_JOB_NAME = "translation_job"
 translation_job = dg.define_asset_job(
     TRANSLATION_JOB_NAME,
     selection=dg.AssetSelection.groups(group_of(__name__)),
-    partitions_def=shard_partitions,
     description="Streaming segments, MetricX QE and filtered pairs for a shard whose LLM segmentation has landed.",
 )
 

@@ -87,6 +87,7 @@ def baseline_approach(root, out_path: str) -> tuple[float, int, int]:
                 {
                     "audio": {"bytes": encode_flac(np.asarray(cut), rate), "path": f"{seg['key']}.flac"},
                     "key": seg["key"],
+                    "shard_id": seg["shard_id"],
                     "country": "germany",
                     "language": seg["language"],
                     "video_id": seg["video_id"],

@@ -1,6 +1,7 @@
 """Fan-in: refresh a country's Hugging Face dataset whenever a shard of that country is (re)indexed.
 
-Shards land in batches (a drop of many shards, a backfill), and each shard's ``raw_shards``
+A shard re-indexed after a re-landing also refreshes the countries its previous indexing fed, so
+a country it no longer feeds drops its rows. Shards land in batches (a drop of many shards, a backfill), and each shard's ``raw_shards``
 materialization names its countries. A refresh reads every shard of its country, so one run per
 country per *settled* batch is enough: the sensor waits until no shard has been indexed for
 ``SPEECHDATA_PUBLISHING_SETTLE_S`` seconds and no ``per_shard_job`` run is queued or starting (a
@@ -84,8 +85,8 @@ def country_dataset_sensor(
         )
     countries: set[str] = set()
     for record in records:
-        value = record.asset_materialization.metadata.get("countries") if record.asset_materialization else None
-        countries.update(value.value if value is not None else [])
+        countries |= _countries_of(record)
+        countries |= _countries_fed_before(context.instance, record)
     latest = records[-1].storage_id
     known = set(context.instance.get_dynamic_partitions("country"))
     # A country run still waiting in the queue reads every shard when it starts: a second is redundant.
@@ -115,6 +116,29 @@ def country_dataset_sensor(
         else [],
         cursor=str(latest),
     )
+
+
+def _countries_of(record: dg.EventLogRecord) -> set[str]:
+    """The countries a ``raw_shards`` materialization says its shard feeds."""
+    value = record.asset_materialization.metadata.get("countries") if record.asset_materialization else None
+    return set(value.value) if value is not None else set()
+
+
+def _countries_fed_before(instance: dg.DagsterInstance, record: dg.EventLogRecord) -> set[str]:
+    """The countries the shard fed at its previous indexing.
+
+    A shard re-landed with other countries (or none) must be withdrawn from the datasets it used
+    to feed: refreshing only its current countries would leave its old rows published there.
+    """
+    partition = record.partition_key
+    if partition is None:
+        return set()
+    previous = instance.fetch_materializations(
+        dg.AssetRecordsFilter(asset_key=RAW_SHARDS, asset_partitions=[partition], before_storage_id=record.storage_id),
+        limit=1,
+        ascending=False,
+    ).records
+    return _countries_of(previous[0]) if previous else set()
 
 
 defs = dg.Definitions(sensors=[country_dataset_sensor])

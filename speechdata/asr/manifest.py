@@ -151,7 +151,9 @@ def apply_language_corrections(rows: pl.DataFrame, corrections: pl.DataFrame | N
 
     ``corrections`` has ``language`` and ``utt_id`` (optionally with ``shard_id``) and/or
     ``recording_id``; an utterance correction wins over a recording one. Conflicting duplicate keys
-    raise, so a correction can never add or drop rows.
+    raise, so a correction can never add or drop rows. An utterance is ``(shard_id, utt_id)``: a
+    table without ``shard_id`` that names an id held by several shards raises (shards name their
+    utterances independently, so it cannot say which one it means).
     """
     rows = rows.with_columns(pl.col("language").alias("original_language"))
     if corrections is None or corrections.height == 0:
@@ -166,12 +168,32 @@ def apply_language_corrections(rows: pl.DataFrame, corrections: pl.DataFrame | N
         conflicts = table.filter(pl.len().over(keys) > 1)
         if conflicts.height:
             raise ValueError(f"corrections give more than one language for {keys}: {conflicts.head(3).to_dicts()}")
+        if keys == ["utt_id"]:
+            _refuse_ids_in_several_shards(rows, table)
         name = f"_corrected_by_{'_'.join(keys)}"
         rows = rows.join(table.rename({"language": name}), on=keys, how="left")
         corrected = pl.coalesce(corrected, pl.col(name))
     names = [c for c in rows.columns if c.startswith("_corrected_by_")]
     # Utterance-level columns were joined first, so coalesce's order is the precedence.
     return rows.with_columns(pl.coalesce(corrected, pl.col("language")).alias("language")).drop(names)
+
+
+def _refuse_ids_in_several_shards(rows: pl.DataFrame, corrections: pl.DataFrame) -> None:
+    shards_per_id = (
+        rows.filter(pl.col("utt_id").is_in(corrections["utt_id"].implode()))
+        .group_by("utt_id")
+        .agg(pl.col("shard_id").n_unique().alias("shards"), pl.col("shard_id").unique().sort().alias("shard_ids"))
+        .filter(pl.col("shards") > 1)
+        .sort("utt_id")
+    )
+    if shards_per_id.height:
+        shown = ", ".join(
+            f"{u} (shards {', '.join(s)})" for u, s in shards_per_id.head(5).select("utt_id", "shard_ids").iter_rows()
+        )
+        raise ValueError(
+            f"the corrections table names utterances by utt_id alone, but {shards_per_id.height} of its ids are held by "
+            f"more than one shard: {shown}; add a shard_id column"
+        )
 
 
 def stable_hash_column(frame: pl.DataFrame, key: str, salt: str) -> pl.Series:

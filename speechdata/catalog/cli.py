@@ -8,10 +8,11 @@
     speechdata catalog --refresh [--full] [--named hours_per_shard]
 
 (``python -m speechdata.catalog.cli`` and ``python -m dagster_project.catalog`` are aliases.)
-Reads ``<DATA_ROOT>/catalog.duckdb`` (``DATA_ROOT``, default ``./.data``, or ``--data-root``) through a read-only connection, so a query cannot change the catalog. Filter
-values are bound as parameters. ``--refresh`` rebuilds the views and summary tables first, reading
-only the manifests changed since the last refresh (``--full``: all of them; it needs the catalog's
-write lock: not while a ``manifest_catalog`` materialization holds it).
+Reads ``<DATA_ROOT>/catalog.duckdb`` (``DATA_ROOT``, default ``./.data``, or ``--data-root``) through a
+connection that cannot write anything (:mod:`speechdata.catalog.readonly`): no query changes the
+catalog or a file under the root. Filter values are bound as parameters. ``--refresh`` rebuilds the views and summary tables first, reading
+only the manifests changed since the last refresh (``--full``: all of them), into a new file swapped
+in whole: queries running meanwhile read the previous version.
 Errors print one line on stderr and exit with status 2.
 """
 
@@ -24,12 +25,19 @@ from collections.abc import Iterator
 
 import duckdb
 
+from speechdata.catalog.database_file import (
+    BUILD_COMMAND,
+    CatalogNotBuilt,
+    RefreshedCatalog,
+    open_catalog_read_only,
+    refresh_catalog_file,
+)
 from speechdata.catalog.display import format_table
 from speechdata.catalog.exports import export_tar_urls
 from speechdata.catalog.queries import NAMED_QUERIES, run_query, select_samples
-from speechdata.catalog.readonly import check_query_only, lock_down
-from speechdata.catalog.views import CATALOG_FILE, refresh_catalog
-from speechdata.io.duckdb_object_store import database_on_root, enable_data_root_reads
+from speechdata.catalog.readonly import check_query_only
+from speechdata.catalog.views import CATALOG_FILE
+from speechdata.io.duckdb_object_store import database_on_root
 from speechdata.io.env import data_root_url
 from speechdata.io.storage import DataRoot, filesystem_for, write_bytes_atomic
 
@@ -43,30 +51,25 @@ class CatalogCliError(Exception):
 @contextlib.contextmanager
 def open_catalog(root: DataRoot) -> Iterator[duckdb.DuckDBPyConnection]:
     """A read-only connection to the root's catalog (from an object-store root: a local copy, whose
-    views read the bucket through httpfs or the root's fsspec filesystem)."""
+    views read the bucket through the root's fsspec filesystem). A refresh in progress does not
+    get in the way: this reads the version before it, whole."""
     if not root.exists(CATALOG_FILE):
-        raise CatalogCliError(
-            f"no catalog at {root.uri(CATALOG_FILE)}: run `speechdata catalog --refresh` "
-            "or materialize the manifest_catalog asset"
+        raise CatalogNotBuilt(
+            f"no catalog at {root.uri(CATALOG_FILE)}: build it with `{BUILD_COMMAND}` "
+            "(or materialize the manifest_catalog asset)"
         )
-    with database_on_root(root, CATALOG_FILE, read_only=True) as local:
-        connection = duckdb.connect(local, read_only=True)
-        try:
-            enable_data_root_reads(connection, root)
-            lock_down(connection, root)
-            yield connection
-        finally:
-            connection.close()
+    with (
+        database_on_root(root, CATALOG_FILE, read_only=True) as local,
+        open_catalog_read_only(local, root, root.uri(CATALOG_FILE)) as connection,
+    ):
+        yield connection
 
 
-def refresh(root: DataRoot, full: bool = False):
-    """Rebuild the catalog (reading only changed manifests unless ``full``); an object-store root's
-    file is built locally and uploaded whole."""
-    with database_on_root(root, CATALOG_FILE) as local, contextlib.closing(duckdb.connect(local)) as connection:
-        enable_data_root_reads(connection, root)
-        summary = refresh_catalog(connection, root.url, full=full)
-        connection.execute("CHECKPOINT")
-    return summary
+def refresh(root: DataRoot, full: bool = False) -> RefreshedCatalog:
+    """Rebuild the catalog (reading only changed manifests unless ``full``) into a new file swapped in
+    whole; an object-store root's file is built locally and uploaded whole."""
+    with database_on_root(root, CATALOG_FILE) as local:
+        return refresh_catalog_file(local, root, full=full)
 
 
 def parse_where(items: list[str]) -> dict[str, str]:
@@ -196,14 +199,7 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     try:
         root = DataRoot(args.data_root or data_root_url())
         if args.refresh:
-            summary = refresh(root, full=args.full)
-            print(
-                f"catalog refreshed: {summary.shards} shards, {summary.samples} samples, {summary.hours:.2f} h, "
-                f"{summary.rejected_utterances} rejected utterances; languages: {', '.join(summary.languages) or '-'}; "
-                f"countries: {', '.join(summary.countries) or '-'}; "
-                f"manifests read {summary.manifests_read}, reused {summary.manifests_reused}; "
-                f"shard accounting recounted for {summary.accounting_shards_read} shards"
-            )
+            _report_refresh(refresh(root, full=args.full))
             if not chosen and not filters:
                 return 0
         with open_catalog(root) as connection:
@@ -237,9 +233,25 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         # DuckDB's messages go on with the query and a caret on later lines: the first says what went wrong.
         lines = str(error).strip().splitlines()
         message = lines[0] if lines else type(error).__name__
+        if message.startswith("Traceback"):  # raised in Python under DuckDB (the read-only filesystem): its last line
+            message = lines[-1]
         print(f"catalog: error: {message}", file=sys.stderr)
         return EXIT_ERROR
     return 0
+
+
+def _report_refresh(refreshed: RefreshedCatalog) -> None:
+    """The refresh's totals on stdout; a rebuild from scratch says why on stderr."""
+    summary = refreshed.summary
+    if refreshed.rebuilt_because:
+        print(f"catalog: rebuilt from scratch: {refreshed.rebuilt_because}", file=sys.stderr)
+    print(
+        f"catalog refreshed: {summary.shards} shards, {summary.samples} samples, {summary.hours:.2f} h, "
+        f"{summary.rejected_utterances} rejected utterances; languages: {', '.join(summary.languages) or '-'}; "
+        f"countries: {', '.join(summary.countries) or '-'}; "
+        f"manifests read {summary.manifests_read}, reused {summary.manifests_reused}; "
+        f"shard accounting recounted for {summary.accounting_shards_read} shards"
+    )
 
 
 if __name__ == "__main__":

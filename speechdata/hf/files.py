@@ -32,7 +32,7 @@ PARQUET_RESERVE = 0.01
 class SplitFiles:
     split: str
     files: list[dict] = field(default_factory=list)
-    """``path_in_repo``, ``rows``, ``bytes``, ``sha256`` per file."""
+    """``path_in_repo``, ``rows``, ``bytes``, ``sha256`` per file (and, until committed, its ``(shard_id, key)`` rows)."""
 
     @property
     def rows(self) -> int:
@@ -66,7 +66,7 @@ class SplitSink:
         part = self.parts[-1]
         part["rows"] += table.num_rows
         part["payload"] += payload
-        part["keys"].extend(table["key"].to_pylist())
+        part["keys"].extend(zip(table["shard_id"].to_pylist(), table["key"].to_pylist(), strict=True))
         self.payload_bytes += payload
 
     def _roll(self) -> None:

@@ -57,7 +57,10 @@ class SegmentLimits:
 
 
 def country_segments(data_root: DataRoot, country: str) -> pa.Table:
-    """Every indexed segment of ``country`` over all shards, in :data:`SEGMENT_SCHEMA`, sorted by key."""
+    """Every indexed segment of ``country`` over all shards, in :data:`SEGMENT_SCHEMA`, sorted by shard and key.
+
+    A segment is identified by ``(shard_id, key)``: shards name their utterances independently
+    (every Granary shard starts at ``utt_000000``)."""
     pieces = []
     for path in sorted(data_root.glob(f"{layout.SHARDS}/*/utterances.parquet")):
         shard_id = PurePosixPath(path).parent.name
@@ -72,7 +75,7 @@ def country_segments(data_root: DataRoot, country: str) -> pa.Table:
             pieces.append(_as_segments(table, shard_id))
     if not pieces:
         return SEGMENT_SCHEMA.empty_table()
-    return pa.concat_tables(pieces).sort_by("key")
+    return pa.concat_tables(pieces).sort_by([("shard_id", "ascending"), ("key", "ascending")])
 
 
 _ALIGNED_JSON_FIELDS = (
@@ -183,6 +186,8 @@ class AssignmentSummary:
     hours_by_split: dict[str, float] = field(default_factory=dict)
     filtered_by_reason: dict[str, int] = field(default_factory=dict)
     missing_recordings: list[str] = field(default_factory=list)
+    withdrawn: int = 0
+    """Segments recorded earlier whose shard no longer holds them (re-landed without them, or elsewhere)."""
 
     @property
     def shares(self) -> dict[str, float]:
@@ -236,28 +241,30 @@ def refresh_split_assignments(
         execute_many(
             db,
             "UPDATE recordings SET duration_hours = ? WHERE recording_id = ?",
-            [[usable_s[r] / 3600.0, r] for r in existing if r in usable_s],
+            [[usable_s.get(r, 0.0) / 3600.0, r] for r in existing],
         )
         splits = {**existing, **new}
-        known = {k for (k,) in db.execute("SELECT key FROM segments").fetchall()}
+        summary.withdrawn = _withdraw_missing(db, segments["shard_id"].to_pylist(), segments["key"].to_pylist())
+        known = set(db.execute("SELECT shard_id, key FROM segments").fetchall())
         keys = segments["key"].to_pylist()
         recording_ids = segments["recording_id"].to_pylist()
         shard_ids = segments["shard_id"].to_pylist()
-        is_new = [key not in known for key in keys]
+        is_new = [(shard, key) not in known for shard, key in zip(shard_ids, keys, strict=True)]
         fresh = {
+            "shard_id": [s for s, n in zip(shard_ids, is_new, strict=True) if n],
             "key": [k for k, n in zip(keys, is_new, strict=True) if n],
             "recording_id": [r for r, n in zip(recording_ids, is_new, strict=True) if n],
-            "shard_id": [s for s, n in zip(shard_ids, is_new, strict=True) if n],
             "split": [splits[r] for r, n in zip(recording_ids, is_new, strict=True) if n],
             "status": ["filtered" if reason else "pending" for reason, n in zip(reasons, is_new, strict=True) if n],
             "reason": [reason for reason, n in zip(reasons, is_new, strict=True) if n],
         }
         with registered_rows(db, "fresh", {name: pa.array(values, pa.string()) for name, values in fresh.items()}):
             db.execute(
-                "INSERT INTO segments (key, recording_id, shard_id, split, status, reason) "
-                "SELECT key, recording_id, shard_id, split, status, reason FROM fresh"
+                "INSERT INTO segments (shard_id, key, recording_id, split, status, reason) "
+                "SELECT shard_id, key, recording_id, split, status, reason FROM fresh"
             )
         again = {
+            "shard_id": pa.array([s for s, n in zip(shard_ids, is_new, strict=True) if not n], pa.string()),
             "key": pa.array([k for k, n in zip(keys, is_new, strict=True) if not n], pa.string()),
             "reason": pa.array([reason for reason, n in zip(reasons, is_new, strict=True) if not n], pa.string()),
         }
@@ -265,7 +272,8 @@ def refresh_split_assignments(
             db.execute(
                 "UPDATE segments SET status = CASE WHEN again.reason IS NULL THEN 'pending' ELSE 'filtered' END, "
                 "reason = again.reason, updated_at = current_timestamp FROM again "
-                "WHERE segments.key = again.key AND segments.file IS NULL AND segments.status IN ('pending', 'filtered') "
+                "WHERE segments.shard_id = again.shard_id AND segments.key = again.key "
+                "AND segments.file IS NULL AND segments.status IN ('pending', 'filtered') "
                 "AND coalesce(segments.reason, '') <> 'recording_already_published'"
             )
         summary.new_segments = len(fresh["key"])
@@ -281,6 +289,30 @@ def refresh_split_assignments(
             ).fetchall()
         )
     return summary
+
+
+def _withdraw_missing(db, shard_ids: list[str], keys: list[str]) -> int:
+    """Mark the recorded segments that the country's shards no longer hold; returns how many.
+
+    One never written to a file is forgotten at once. One in a dataset file becomes ``withdrawn``:
+    the build rewrites its split without it (sealed train subsets included) and then forgets it. A
+    withdrawn segment landed again before that rewrite is restored (its file still holds it).
+    """
+    present = {"shard_id": pa.array(shard_ids, pa.string()), "key": pa.array(keys, pa.string())}
+    with registered_rows(db, "present", present):
+        here = "EXISTS (SELECT 1 FROM present p WHERE p.shard_id = segments.shard_id AND p.key = segments.key)"
+        gone = f"NOT {here}"
+        db.execute(
+            "UPDATE segments SET status = CASE WHEN f.status = 'uploaded' THEN 'uploaded' ELSE 'pending' END, "
+            f"updated_at = current_timestamp FROM files f WHERE segments.status = 'withdrawn' "
+            f"AND f.path_in_repo = segments.file AND {here}"
+        )
+        count = db.execute(f"SELECT count(*) FROM segments WHERE status <> 'withdrawn' AND {gone}").fetchall()[0][0]
+        db.execute(f"DELETE FROM segments WHERE file IS NULL AND {gone}")
+        db.execute(
+            f"UPDATE segments SET status = 'withdrawn', updated_at = current_timestamp WHERE file IS NOT NULL AND {gone}"
+        )
+    return int(count)
 
 
 def _recording_sizes(

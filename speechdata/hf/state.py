@@ -4,11 +4,12 @@ One database per country (``hf/_state/<dataset>/<country>.duckdb``), so countrie
 parallel without contending for one writer. Three tables:
 
 - ``recordings``: one row per source recording: ``duration_hours`` and ``size_mb`` (the original
-  publishing script's ``_splits.csv``), its ``split`` (never changed once set) and, for train, its
-  ``subset_id``.
-- ``segments``: one row per segment key: recording, ``split``, ``subset_id``, the dataset file it
-  is in, ``status`` (``pending`` = written locally, ``uploaded``, ``filtered`` with ``reason``,
-  ``error`` with ``error_message``).
+  publishing script's ``_splits.csv``), its ``split`` (never changed once set) and, for train, its ``subset_id``.
+- ``segments``: one row per segment, identified by ``(shard_id, key)`` (``key`` is the landed
+  ``utt_id``: two shards may both hold ``utt_000000``, and both are published): recording,
+  ``split``, ``subset_id``, the dataset file it is in, ``status`` (``pending`` = written locally,
+  ``uploaded``, ``filtered`` with ``reason``, ``error`` with ``error_message``, ``withdrawn`` = its
+  shard was re-landed without it and its file is still to be rewritten without it).
 - ``files``: one row per file of the dataset folder (parquet shards and the card): ``sha256``,
   ``bytes``, ``rows``, ``status`` (``pending``, ``uploaded``, ``error``, ``deleted`` = removed
   locally, still to delete on the Hub) and ``error_message``.
@@ -47,16 +48,17 @@ CREATE TABLE IF NOT EXISTS recordings (
     assigned_at TIMESTAMP DEFAULT current_timestamp
 );
 CREATE TABLE IF NOT EXISTS segments (
-    key VARCHAR PRIMARY KEY,
-    recording_id VARCHAR NOT NULL,
     shard_id VARCHAR NOT NULL,
+    key VARCHAR NOT NULL,
+    recording_id VARCHAR NOT NULL,
     split VARCHAR NOT NULL,
     subset_id INTEGER,
     file VARCHAR,
     status VARCHAR NOT NULL,
     reason VARCHAR,
     error_message VARCHAR,
-    updated_at TIMESTAMP DEFAULT current_timestamp
+    updated_at TIMESTAMP DEFAULT current_timestamp,
+    PRIMARY KEY (shard_id, key)
 );
 CREATE TABLE IF NOT EXISTS files (
     path_in_repo VARCHAR PRIMARY KEY,
@@ -73,7 +75,7 @@ CREATE TABLE IF NOT EXISTS files (
 
 LOCK_TIMEOUT_S = 300.0
 
-SEGMENT_STATUSES = ("pending", "uploaded", "filtered", "error")
+SEGMENT_STATUSES = ("pending", "uploaded", "filtered", "error", "withdrawn")
 FILE_STATUSES = ("pending", "uploaded", "error", "deleted")
 
 
@@ -86,6 +88,7 @@ def state_connection(data_root: DataRoot, relative: str) -> Iterator[duckdb.Duck
         connection = _connect_waiting(path)
         try:
             connection.execute("BEGIN TRANSACTION")
+            _key_segments_by_shard(connection)
             connection.execute(SCHEMA)
             yield connection
             connection.execute("COMMIT")
@@ -98,11 +101,29 @@ def state_connection(data_root: DataRoot, relative: str) -> Iterator[duckdb.Duck
     with database_on_root(data_root, relative) as local:
         connection = duckdb.connect(local)
         try:
+            _key_segments_by_shard(connection)
             connection.execute(SCHEMA)
             yield connection
             connection.execute("CHECKPOINT")
         finally:
             connection.close()
+
+
+def _key_segments_by_shard(connection: duckdb.DuckDBPyConnection) -> None:
+    """Re-key a ``segments`` table written when ``key`` alone was its primary key (ids collided across shards)."""
+    constraint = connection.execute(
+        "SELECT constraint_column_names FROM duckdb_constraints() "
+        "WHERE table_name = 'segments' AND constraint_type = 'PRIMARY KEY'"
+    ).fetchall()
+    if not constraint or list(constraint[0][0]) != ["key"]:
+        return
+    connection.execute("ALTER TABLE segments RENAME TO segments_keyed_by_utt_id")
+    connection.execute(SCHEMA)
+    connection.execute(
+        "INSERT INTO segments BY NAME SELECT shard_id, key, recording_id, split, subset_id, file, status, reason, "
+        "error_message, updated_at FROM segments_keyed_by_utt_id"
+    )
+    connection.execute("DROP TABLE segments_keyed_by_utt_id")
 
 
 def _connect_waiting(path: str, timeout_s: float = LOCK_TIMEOUT_S) -> duckdb.DuckDBPyConnection:

@@ -21,6 +21,8 @@ import pyarrow.compute as pc
 
 from speechdata.io import layout
 from speechdata.io.storage import DataRoot
+from speechdata.ledger_gate import require_balanced
+from speechdata.ledgers import produced_utterances
 from speechdata.stage import StageSummary
 from speechdata.translation.segmentation_input import LATENCY_LEVELS
 
@@ -170,8 +172,14 @@ class PairsSummary(StageSummary):
 
 
 def run_streaming_pairs(data_root: DataRoot, shard_id: str, threshold: float = DEFAULT_THRESHOLD) -> PairsSummary:
-    """Keep the shard's scored segments at or below ``threshold``; write them as JSONL and parquet."""
+    """Keep the shard's scored segments at or below ``threshold``; write them as JSONL and parquet.
+
+    Raises :class:`~speechdata.ledger_gate.UnbalancedLedger`, writing nothing, when the shard's
+    ``translation`` ledger does not balance."""
     started = time.perf_counter()
+    require_balanced(
+        data_root, shard_id, "translation", produced_utterances(data_root, shard_id, "translation") or set()
+    )
     scored = data_root.read_parquet(layout.qe_scores(shard_id))
     kept = filter_by_threshold(scored, threshold)
     data_root.write_bytes(layout.streaming_pairs_jsonl(shard_id), jsonl_bytes(kept.to_pylist()))

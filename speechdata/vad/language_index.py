@@ -18,6 +18,8 @@ import pyarrow as pa
 from speechdata.io import layout
 from speechdata.io.duckdb_object_store import duckdb_location, enable_data_root_reads
 from speechdata.io.storage import DataRoot, escape_glob
+from speechdata.ledger_gate import require_balanced
+from speechdata.ledgers import produced_utterances
 from speechdata.vad.chunks import DEFAULT_CHUNK_S, DEFAULT_NUM_CHUNKS, usable_chunk_seconds
 
 LANGUAGE_INDEX_SCHEMA = pa.schema(
@@ -40,7 +42,10 @@ _VAD_GLOB = f"{layout.SHARDS}/*/vad_segments.parquet"  # temp files are "._tmp-*
 def build_language_shard_index(
     data_root: DataRoot, language: str, *, chunk_s: float = DEFAULT_CHUNK_S, num_chunks: int = DEFAULT_NUM_CHUNKS
 ) -> pa.Table:
-    """One row per shard with files in ``language``, from every shard's VAD table (sorted by shard)."""
+    """One row per shard with files in ``language``, from every shard's VAD table (sorted by shard).
+
+    Raises :class:`~speechdata.ledger_gate.UnbalancedLedger` when a contributing shard's ``vad``
+    ledger does not balance."""
     if not data_root.glob(_VAD_GLOB):
         return LANGUAGE_INDEX_SCHEMA.empty_table()
     source = f"{escape_glob(duckdb_location(data_root.url))}/{_VAD_GLOB}"
@@ -51,6 +56,12 @@ def build_language_shard_index(
             "FROM read_parquet(?) WHERE language = ? ORDER BY shard, audio_path",
             [source, language],
         ).fetchall()
+    # Every shard is checked, not only those with rows here: a lost row may be the shard's only
+    # file in this language. An unbalanced shard (a stale table after a re-landing, a lost row)
+    # stops the build (UnbalancedLedger names it), and the previous index stays.
+    for path in sorted(data_root.glob(_VAD_GLOB)):
+        shard = path.rstrip("/").split("/")[-2]
+        require_balanced(data_root, shard, "vad", produced_utterances(data_root, shard, "vad") or set())
     by_shard: dict[tuple[str, str], dict] = defaultdict(
         lambda: {"files": 0, "keys": [], "audio_s": 0.0, "speech_s": 0.0, "usable_s": 0.0}
     )

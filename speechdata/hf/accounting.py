@@ -1,0 +1,79 @@
+"""The Hugging Face dataset's ledger, per shard: every landed utterance has a row in the country's state.
+
+A segment is identified by ``(shard_id, utt_id)``. For one country, a shard's ledger counts as
+produced the utterances the country's state records (written, filtered with a reason, failed with
+a message, pending) plus the shard's utterances of other countries (their own country's ledger
+covers them); ``raw_shards``' rejects make up the rest. An utterance of the country that the state
+does not know is unaccounted: the refresh lost it, and the country is not published.
+"""
+
+from __future__ import annotations
+
+from pathlib import PurePosixPath
+
+import pyarrow.compute as pc
+
+from speechdata.hf.state import state_connection
+from speechdata.io import layout
+from speechdata.io.storage import DataRoot
+from speechdata.ledger_gate import UnbalancedLedger
+from speechdata.ledgers import Ledger, landed_utterances, product_ledger
+
+
+def country_ledgers(data_root: DataRoot, dataset: str, country: str) -> dict[str, Ledger]:
+    """The ``hf`` ledger of every shard that holds utterances of ``country``, by shard id."""
+    with state_connection(data_root, layout.hf_state_database(dataset, country)) as db:
+        recorded: dict[str, set[str]] = {}
+        for shard_id, key in db.execute("SELECT shard_id, key FROM segments WHERE status <> 'withdrawn'").fetchall():
+            recorded.setdefault(shard_id, set()).add(key)
+    ledgers = {}
+    for path in sorted(data_root.glob(f"{layout.SHARDS}/*/utterances.parquet")):
+        shard_id = PurePosixPath(path).parent.name
+        index = data_root.read_parquet(layout.utterance_index(shard_id))
+        if "country" not in index.column_names:
+            continue
+        in_country = pc.equal(index["country"], country)
+        if not pc.any(in_country).as_py() and shard_id not in recorded:
+            continue
+        elsewhere = set(index.filter(pc.invert(pc.fill_null(in_country, False)))["utt_id"].to_pylist())
+        ledgers[shard_id] = product_ledger(data_root, shard_id, "hf", recorded.get(shard_id, set()) | elsewhere)
+    return ledgers
+
+
+def require_balanced_country(data_root: DataRoot, dataset: str, country: str) -> dict[str, Ledger]:
+    """:func:`country_ledgers`, raising :class:`UnbalancedLedger` for the first shard that does not balance."""
+    ledgers = country_ledgers(data_root, dataset, country)
+    for shard_id, ledger in ledgers.items():
+        if not ledger.balanced:
+            landed, _ = landed_utterances(data_root, shard_id)
+            raise UnbalancedLedger(shard_id, ledger, sorted(_recorded(data_root, dataset, country, shard_id) - landed))
+    return ledgers
+
+
+def _recorded(data_root: DataRoot, dataset: str, country: str, shard_id: str) -> set[str]:
+    with state_connection(data_root, layout.hf_state_database(dataset, country)) as db:
+        return {
+            key
+            for (key,) in db.execute(
+                "SELECT key FROM segments WHERE shard_id = ? AND status <> 'withdrawn'", [shard_id]
+            ).fetchall()
+        }
+
+
+def published_utterances(data_root: DataRoot, dataset: str, shard_id: str) -> set[str]:
+    """The shard's utterance ids that some country's state accounts for (any status but ``withdrawn``).
+
+    What the ``hf`` product produced for the shard, read from the HF states rather than from the
+    shard's own index: the number a catalog or registry should balance for ``hf``.
+    """
+    produced: set[str] = set()
+    for path in sorted(data_root.glob(layout.hf_state_database(dataset, "*"))):
+        country = PurePosixPath(path).name.removesuffix(".duckdb")
+        with state_connection(data_root, layout.hf_state_database(dataset, country)) as db:
+            produced |= {
+                key
+                for (key,) in db.execute(
+                    "SELECT key FROM segments WHERE shard_id = ? AND status <> 'withdrawn'", [shard_id]
+                ).fetchall()
+            }
+    return produced

@@ -1,0 +1,188 @@
+"""Cut segments out of landed recordings and stream them into a split's parquet files.
+
+Rows follow the published dataset's features (:func:`hf_features`) plus ``shard_id``: a row is identified by
+``(shard_id, key)``. Memory holds one landed file's encoded segments at a time.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+import numpy as np
+import pyarrow as pa
+import soundfile as sf
+
+from speechdata.audio.codec import downmix_to_mono, encode_flac, read_segment_from, resample
+from speechdata.hf.files import SplitFiles, SplitSink
+from speechdata.hf.segments import word_error_rate
+from speechdata.hf.splits import train_subset_name
+from speechdata.landing.landed_audio import AudioNotFound, LandedAudio
+
+if TYPE_CHECKING:
+    import datasets
+
+
+def hf_features(sample_rate: int) -> datasets.Features:
+    """The published dataset's schema, with the sampling rate found in the data."""
+    # Imported here: `datasets` costs ~3 s, and every Dagster step process imports this module.
+    import datasets
+
+    v = datasets.Value
+    return datasets.Features(
+        {
+            "audio": datasets.Audio(sampling_rate=sample_rate),
+            "key": v("string"),
+            "shard_id": v("string"),
+            "country": v("string"),
+            "language": v("string"),
+            "video_id": v("string"),
+            "transcript_id": v("string"),
+            "start_seconds": v("float32"),
+            "end_seconds": v("float32"),
+            "duration_seconds": v("float32"),
+            "asr_transcript": v("string"),
+            "human_transcript": v("string"),
+            "cer": v("float32"),
+            "wer": v("float32"),
+            "original_transcript_start_idx": v("int32"),
+            "original_transcript_end_idx": v("int32"),
+        }
+    )
+
+
+class SegmentWriter:
+    """Cuts segments out of landed recordings and streams them into a split's parquet files."""
+
+    def __init__(self, data_root, options, country, sample_rate, segments, position, summary):
+        self.data_root, self.options, self.country = data_root, options, country
+        self.sample_rate, self.segments, self.position, self.summary = sample_rate, segments, position, summary
+        self.schema = hf_features(sample_rate or 16_000).arrow_schema
+        self.max_file_bytes = int(options.max_file_mb * 1e6)
+        self._audio: LandedAudio | None = None
+
+    def by_recording(self, states: list[dict], recordings: dict[str, dict]) -> list[tuple[dict, list]]:
+        """The landed files to cut (with their segments' identities), in storage order: by shard, then file.
+
+        The file is each segment's own (its shard's audio): a recording id (a ``video_id``) may
+        have segments in several shards, and each is cut from the shard that landed it.
+        """
+        ids_by_source: dict[tuple[str, str, str], list[tuple[str, str]]] = {}
+        for s in states:
+            row = self.position[s["id"]]
+            source = (s["shard_id"], self.segments["audio_path"][row].as_py(), s["recording_id"])
+            ids_by_source.setdefault(source, []).append(s["id"])
+        return [
+            ({"shard_id": shard, "audio_path": audio_path, "recording_id": recording_id}, ids)
+            for (shard, audio_path, recording_id), ids in sorted(ids_by_source.items())
+            if recording_id in recordings
+        ]
+
+    def write(self, split: str, recordings: list[tuple[dict, list]]) -> SplitFiles:
+        with self._split_sink(split) as sink:
+            for recording, keys in recordings:
+                table, payload = self._recording_rows(recording, keys)
+                if table is not None:
+                    sink.append(table, payload)
+        return sink.result
+
+    def write_train_subsets(
+        self, recordings: list[tuple[dict, list]], first_subset: int, budget_bytes: int
+    ) -> Iterator[tuple[int, set[str], SplitFiles]]:
+        """Yield ``(subset_id, recording ids, files)`` per sealed subset, packing recordings in order."""
+        subset_id, index = first_subset, 0
+        while index < len(recordings):
+            members: set[str] = set()
+            with self._split_sink(train_subset_name(subset_id)) as sink:
+                while index < len(recordings):
+                    recording, keys = recordings[index]
+                    table, payload = self._recording_rows(recording, keys)
+                    if members and sink.payload_bytes + payload > budget_bytes:
+                        self._pending = (table, payload)
+                        break
+                    index += 1
+                    members.add(recording["recording_id"])
+                    if table is not None:
+                        sink.append(table, payload)
+            yield subset_id, members, sink.result
+            subset_id += 1
+
+    _pending: tuple[pa.Table | None, int] | None = None
+
+    def _recording_rows(self, recording: dict, keys: list[tuple[str, str]]) -> tuple[pa.Table | None, int]:
+        if self._pending is not None:
+            # The recording that did not fit the last subset was already cut: reuse it.
+            pending, self._pending = self._pending, None
+            return pending
+        rows, payload = [], 0
+        try:
+            with self._landed(recording["shard_id"]).sound_file(recording["audio_path"]) as sound:
+                for key in sorted(keys, key=lambda k: self.segments["start_s"][self.position[k]].as_py() or 0.0):
+                    try:
+                        row = self._row(sound, key)
+                    except (RuntimeError, ValueError, sf.LibsndfileError) as exc:
+                        self.summary.errors[key] = f"cutting {recording['audio_path']} failed: {exc}"
+                        continue
+                    payload += len(row["audio"]["bytes"]) + sum(len(str(v)) for k, v in row.items() if k != "audio")
+                    rows.append(row)
+        except (AudioNotFound, sf.LibsndfileError, RuntimeError) as exc:
+            for key in keys:
+                self.summary.errors.setdefault(
+                    key, f"recording {recording['audio_path']} in shard {recording['shard_id']}: {exc}"
+                )
+        self.summary.max_recording_buffer_bytes = max(self.summary.max_recording_buffer_bytes, payload)
+        if not rows:
+            return None, 0
+        return pa.Table.from_pylist(rows, schema=self.schema), payload
+
+    def _row(self, sound: sf.SoundFile, identity: tuple[str, str]) -> dict:
+        i = self.position[identity]
+        shard_id, key = identity
+        value = {name: self.segments[name][i].as_py() for name in self.segments.column_names}
+        samples = downmix_to_mono(read_segment_from(sound, value["start_s"], value["end_s"]))
+        if samples.size == 0:
+            raise ValueError(f"segment {key} [{value['start_s']}, {value['end_s']}) s holds no samples")
+        samples = resample(samples, sound.samplerate, self.sample_rate) if self.sample_rate else samples
+        rate = self.sample_rate or sound.samplerate
+        self.summary.audio_seconds += samples.shape[0] / rate
+        start = float(value["start_s"] or 0.0)
+        end = float(value["end_s"]) if value["end_s"] is not None else start + samples.shape[0] / rate
+        return {
+            "audio": {
+                "bytes": encode_flac(np.asarray(samples, dtype=np.float32), rate),
+                "path": f"{shard_id}/{key}.flac",
+            },
+            "key": key,
+            "shard_id": shard_id,
+            "country": self.country,
+            "language": value["language"],
+            "video_id": value["video_id"],
+            "transcript_id": value["transcript_id"],
+            "start_seconds": start,
+            "end_seconds": end,
+            "duration_seconds": end - start,
+            "asr_transcript": value["asr_text"],
+            "human_transcript": value["human_text"],
+            "cer": value["cer"],
+            "wer": word_error_rate(value["human_text"], value["asr_text"]),
+            "original_transcript_start_idx": value["transcript_start_idx"],
+            "original_transcript_end_idx": value["transcript_end_idx"],
+        }
+
+    def _landed(self, shard_id: str) -> LandedAudio:
+        if self._audio is None or self._audio_shard != shard_id:
+            if self._audio is not None:
+                self._audio.close()
+            self._audio, self._audio_shard = LandedAudio(self.data_root, shard_id), shard_id
+        return self._audio
+
+    @contextlib.contextmanager
+    def _split_sink(self, split: str) -> Iterator[SplitSink]:
+        sink = SplitSink(self.data_root, self.options.dataset, self.country, split, self.schema, self.max_file_bytes)
+        try:
+            yield sink
+        except BaseException:
+            sink.abort()
+            raise
+        sink.finish()
