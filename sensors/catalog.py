@@ -5,6 +5,8 @@ import os
 import dagster as dg
 
 from assets.catalog import CATALOG_JOB_NAME
+from resources.storage import DataRootResource, data_root_resource
+from speechdata.io.confinement import require_existing_root
 
 SHARD_MANIFEST = dg.AssetKey("shard_manifest")
 
@@ -16,7 +18,12 @@ SHARD_MANIFEST = dg.AssetKey("shard_manifest")
     default_status=dg.DefaultSensorStatus.RUNNING,
     description="Requests one manifest_catalog refresh per batch of new shard_manifest materializations.",
 )
-def catalog_refresh_sensor(context: dg.SensorEvaluationContext) -> dg.SensorResult | dg.SkipReason:
+def catalog_refresh_sensor(
+    context: dg.SensorEvaluationContext, data_root: DataRootResource
+) -> dg.SensorResult | dg.SkipReason:
+    # A refresh over an unmounted root would publish an empty catalog: fail the tick, naming the root.
+    root = data_root.get()
+    require_existing_root(root.root, local=root.is_local, what="catalog_refresh_sensor")
     # The cursor is the storage id of the newest shard_manifest materialization already covered.
     covered = int(context.cursor or 0)
     records = context.instance.fetch_materializations(SHARD_MANIFEST, limit=1).records
@@ -32,4 +39,4 @@ def catalog_refresh_sensor(context: dg.SensorEvaluationContext) -> dg.SensorResu
 
 
 defs = dg.Definitions(sensors=[catalog_refresh_sensor])
-RESOURCES = {}
+RESOURCES = {"data_root": data_root_resource}
