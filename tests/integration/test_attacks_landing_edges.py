@@ -10,7 +10,7 @@ import pytest
 from assets.partitions import shard_partitions
 from sensors.landing import build_landing_sensor
 from speechdata.io import layout
-from speechdata.io.confinement import LandedShardOutsideRoot, confined_landed_shard
+from speechdata.io.confinement import DataRootMissing, LandedShardOutsideRoot, confined_landed_shard
 from speechdata.io.storage import DataRoot
 from speechdata.landing.contract import ContractError
 from speechdata.landing.ingest import ingest_raw_shard
@@ -166,3 +166,40 @@ def test_vad_refuses_a_shard_whose_audio_was_linked_out_after_ingest(data_root, 
     assert not result.success
     [failure] = [e for e in result.all_events if e.event_type_value == "STEP_FAILURE"]
     assert "refusing landed file 'landing/s1/audio'" in str(failure.event_specific_data.error)
+
+
+# A data root that is not there
+
+
+def test_every_sensor_fails_its_tick_on_a_missing_root_naming_it(tmp_path):
+    from resources.hub import HubPublisherResource
+    from resources.storage import DataRootResource
+    from sensors.catalog import catalog_refresh_sensor
+    from sensors.publishing import country_dataset_sensor
+
+    missing = str(tmp_path / "unmounted")
+    bound = {"data_root": DataRootResource(url=missing), "hub": HubPublisherResource()}
+    with dg.instance_for_test() as instance:
+        with pytest.raises(DataRootMissing, match=rf"landing_sensor: data root '{missing}' does not exist"):
+            tick(build_landing_sensor(), instance, DataRoot(missing))
+        for sensor in (catalog_refresh_sensor, country_dataset_sensor):
+            with pytest.raises(DataRootMissing, match=rf"{sensor.name}: data root '{missing}' does not exist"):
+                sensor(dg.build_sensor_context(instance=instance, resources=bound))
+    assert not os.path.exists(missing)
+
+
+def test_an_empty_existing_root_still_ticks_green(data_root):
+    os.makedirs(data_root.root)
+    with dg.instance_for_test() as instance:
+        assert tick(build_landing_sensor(), instance, data_root).run_requests == []
+
+
+def test_cli_commands_that_read_a_root_refuse_a_missing_one(tmp_path, capsys):
+    from speechdata.cli import run
+
+    missing = str(tmp_path / "unmounted")
+    assert run(["catalog", "--data-root", missing, "--named", "hours_per_shard"]) != 0
+    assert f"data root '{missing}' does not exist" in capsys.readouterr().err
+    assert run(["export", "nemo", "--data-root", missing, "--out", str(tmp_path / "out"), "--quiet"]) != 0
+    assert f"export nemo: data root '{missing}' does not exist" in capsys.readouterr().err
+    assert not os.path.exists(missing)
