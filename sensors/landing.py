@@ -48,12 +48,13 @@ def build_landing_sensor(
         # An unmounted volume lists as "nothing landed": a green tick that would hide the outage.
         require_existing_root(root.root, local=root.is_local, what="landing_sensor")
         registered = set(context.instance.get_dynamic_partitions(shard_partitions.name))
-        scan = scan_landing_zone(root, registered, max_shards_per_tick)
+        landed = list_landing_dirs(root)
+        scan = scan_landing_zone(root, registered, max_shards_per_tick, landed)
         # Re-landing: each registered shard's content fingerprint against the one last requested;
         # only shards whose files' identities changed are hashed.
         relandings = scan_relandings(
             root,
-            list_landing_dirs(root),
+            landed,
             registered | set(scan.complete),
             max_relanded=max_shards_per_tick,
             max_hashed=max_fingerprints_per_tick,

@@ -8,9 +8,9 @@ shard cannot hide another.
 
 Hashing a shard reads its metadata and lists its files; a tick cannot afford that for every shard.
 So each shard's fingerprint is stored with a *stat key*: size, mtime_ns, ctime_ns and inode of
-``_SUCCESS``, ``metadata.parquet`` and the audio container. ctime cannot be set from user space, so
-any rewrite of those files (a landing writes ``_SUCCESS`` last, always) changes the key, and only
-then is the shard hashed again.
+``_SUCCESS`` and ``metadata.parquet``. ctime cannot be set from user space, so any rewrite of those
+files (a landing writes ``_SUCCESS`` last, always) changes the key, and only then is the shard
+hashed again.
 """
 
 from __future__ import annotations
@@ -43,33 +43,42 @@ STATE_SCHEMA = pa.schema(
 HASHED_BYTES = frozenset({layout.METADATA_FILE, layout.SUCCESS_MARKER, "vad_segments.parquet"})
 """Files whose bytes enter the fingerprint; every other file enters by its relative name and size."""
 
-_STAT_KEY_PARTS = (layout.SUCCESS_MARKER, layout.METADATA_FILE, layout.AUDIO_TAR, layout.AUDIO_DIR)
+_STAT_KEY_PARTS = (layout.SUCCESS_MARKER, layout.METADATA_FILE)
 _CHUNK_BYTES = 1 << 20
 
 
 def shard_stat_key(data_root: DataRoot, shard_id: str) -> str | None:
-    """The identities of ``_SUCCESS``, ``metadata.parquet`` and the audio container, or None while the
-    shard has no ``_SUCCESS`` (still landing, or being landed again)."""
+    """The identities of ``_SUCCESS`` and ``metadata.parquet``, or None while the shard has no
+    ``_SUCCESS`` (still landing, or being landed again).
+
+    Two stats per shard per tick. The audio container is not statted: a landing rewrites
+    ``_SUCCESS`` last (the contract), which changes its ctime, so audio changes are hashed then.
+    """
+    folder = f"{data_root.root}/{layout.LANDING}/{shard_id}"
+    if data_root.is_local:
+        try:
+            marker = os.stat(f"{folder}/{layout.SUCCESS_MARKER}")
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        try:
+            metadata = os.stat(f"{folder}/{layout.METADATA_FILE}")
+        except (FileNotFoundError, NotADirectoryError):
+            return f"{marker.st_size}:{marker.st_mtime_ns}:{marker.st_ctime_ns}:{marker.st_ino}|-"
+        return (
+            f"{marker.st_size}:{marker.st_mtime_ns}:{marker.st_ctime_ns}:{marker.st_ino}|"
+            f"{metadata.st_size}:{metadata.st_mtime_ns}:{metadata.st_ctime_ns}:{metadata.st_ino}"
+        )
     parts = []
     for name in _STAT_KEY_PARTS:
-        path = data_root.path(f"{layout.landing_dir(shard_id)}/{name}")
-        if data_root.is_local:
-            try:
-                stat = os.stat(path)
-            except (FileNotFoundError, NotADirectoryError):
-                parts.append("-")
-            else:
-                parts.append(f"{stat.st_size}:{stat.st_mtime_ns}:{stat.st_ctime_ns}:{stat.st_ino}")
-        else:
-            try:
-                info = data_root.fs.info(path)
-            except FileNotFoundError:
-                parts.append("-")
-            else:
-                identity = [info.get(k) for k in ("size", "mtime", "LastModified", "ETag", "etag", "generation")]
-                parts.append(":".join(str(v) for v in identity if v is not None))
-        if name == layout.SUCCESS_MARKER and parts[-1] == "-":
-            return None
+        try:
+            info = data_root.fs.info(f"{folder}/{name}")
+        except FileNotFoundError:
+            if name == layout.SUCCESS_MARKER:
+                return None
+            parts.append("-")
+            continue
+        identity = [info.get(k) for k in ("size", "mtime", "LastModified", "ETag", "etag", "generation")]
+        parts.append(":".join(str(v) for v in identity if v is not None))
     return "|".join(parts)
 
 
@@ -137,16 +146,39 @@ class ShardFingerprint:
     fingerprint: str
 
 
+_loaded_state: dict[str, tuple[tuple, dict[str, ShardFingerprint]]] = {}
+"""The last state read or written per state file, with the file's identity when it was: a sensor
+process re-reads the file only when something else changed it."""
+
+
+def _file_identity(data_root: DataRoot, path: str) -> tuple | None:
+    if not data_root.is_local:
+        return None  # an object store's listing costs as much as the read: always read
+    try:
+        stat = os.stat(path)
+    except FileNotFoundError:
+        return None
+    return (stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns, stat.st_ino)
+
+
 def load_fingerprint_state(data_root: DataRoot) -> dict[str, ShardFingerprint]:
+    path = data_root.path(FINGERPRINT_STATE)
+    identity = _file_identity(data_root, path)
+    cached = _loaded_state.get(path)
+    if identity is not None and cached is not None and cached[0] == identity:
+        return dict(cached[1])
     if not data_root.exists(FINGERPRINT_STATE):
         return {}
     table = data_root.read_parquet(FINGERPRINT_STATE)
-    return {
+    state = {
         shard: ShardFingerprint(key, fingerprint)
         for shard, key, fingerprint in zip(
             table["shard_id"].to_pylist(), table["stat_key"].to_pylist(), table["fingerprint"].to_pylist()
         )
     }
+    if identity is not None:
+        _loaded_state[path] = (identity, state)
+    return dict(state)
 
 
 def save_fingerprint_state(data_root: DataRoot, state: dict[str, ShardFingerprint]) -> None:
@@ -160,6 +192,10 @@ def save_fingerprint_state(data_root: DataRoot, state: dict[str, ShardFingerprin
         schema=STATE_SCHEMA,
     )
     data_root.write_parquet(FINGERPRINT_STATE, table)
+    path = data_root.path(FINGERPRINT_STATE)
+    identity = _file_identity(data_root, path)
+    if identity is not None:
+        _loaded_state[path] = (identity, dict(state))
 
 
 @dataclass

@@ -44,13 +44,17 @@ def list_landing_dirs(data_root: DataRoot) -> list[str]:
     return sorted(e["name"].rstrip("/").rsplit("/", 1)[-1] for e in entries if e["type"] == "directory")
 
 
-def scan_landing_zone(data_root: DataRoot, registered: Collection[str], limit: int) -> LandingScan:
-    """Return up to ``limit`` complete shards not in ``registered``, oldest name first."""
+def scan_landing_zone(
+    data_root: DataRoot, registered: Collection[str], limit: int, landed: list[str] | None = None
+) -> LandingScan:
+    """Return up to ``limit`` complete shards not in ``registered``, oldest name first.
+
+    ``landed``: :func:`list_landing_dirs` if the caller already listed ``landing/``."""
     registered = set(registered)
     complete: list[str] = []
     still_landing: list[str] = []
     invalid: list[str] = []
-    for name in list_landing_dirs(data_root):
+    for name in list_landing_dirs(data_root) if landed is None else landed:
         if name in registered:
             continue
         if not layout.is_valid_shard_id(name):
