@@ -203,3 +203,16 @@ def test_cli_commands_that_read_a_root_refuse_a_missing_one(tmp_path, capsys):
     assert run(["export", "nemo", "--data-root", missing, "--out", str(tmp_path / "out"), "--quiet"]) != 0
     assert f"export nemo: data root '{missing}' does not exist" in capsys.readouterr().err
     assert not os.path.exists(missing)
+
+
+def test_an_importer_refuses_to_write_through_a_shard_folder_linked_out_of_the_root(data_root, tmp_path, clips):
+    from speechdata.importers.seed003 import build_seed003_sample, import_seed003_shard
+
+    build_seed003_sample(str(tmp_path / "seed"), clips, n_segments=2)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    os.makedirs(data_root.path("landing"))
+    os.symlink(outside, data_root.path("landing/asr-hi-0001"))
+    with pytest.raises(LandedShardOutsideRoot, match="refusing landed shard folder 'landing/asr-hi-0001'"):
+        import_seed003_shard(str(tmp_path / "seed"), data_root, "asr-hi-0001", language="hi")
+    assert list(outside.iterdir()) == []
