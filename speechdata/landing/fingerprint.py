@@ -20,6 +20,7 @@ import io
 import os
 import posixpath
 import tarfile
+import time
 from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
 
@@ -45,6 +46,10 @@ HASHED_BYTES = frozenset({layout.METADATA_FILE, layout.SUCCESS_MARKER, "vad_segm
 
 _STAT_KEY_PARTS = (layout.SUCCESS_MARKER, layout.METADATA_FILE)
 _CHUNK_BYTES = 1 << 20
+
+DEFAULT_MAX_HASH_SECONDS = 2.0
+"""Hashing time per tick, at most: a tick stays well inside the sensor timeout however many shards
+changed at once (a restored volume, a first tick after an upgrade); the rest wait for later ticks."""
 
 
 def shard_stat_key(data_root: DataRoot, shard_id: str) -> str | None:
@@ -217,17 +222,20 @@ def scan_relandings(
     *,
     max_relanded: int,
     max_hashed: int,
+    max_hash_seconds: float = DEFAULT_MAX_HASH_SECONDS,
 ) -> RelandingScan:
     """Compare every registered, landed shard's content with its stored fingerprint.
 
     ``landed``: the shard folders under ``landing/``. A shard is hashed only when its stat key
-    changed; at most ``max_hashed`` are hashed and ``max_relanded`` reported per call, and a shard
+    changed; at most ``max_hashed`` are hashed (and hashing stops once it took ``max_hash_seconds``)
+    and ``max_relanded`` reported per call, and a shard
     left over keeps its old state, so the next call sees it again. The state is saved before
     returning, so the caller must request a run for every shard in ``relanded``.
     """
     state = load_fingerprint_state(data_root)
     result = RelandingScan()
     changed = False
+    hashing_s = 0.0
     for shard_id in landed:
         if shard_id not in registered:
             continue
@@ -237,10 +245,12 @@ def scan_relandings(
         known = state.get(shard_id)
         if known is not None and known.stat_key == key:
             continue
-        if result.hashed >= max_hashed:
+        if result.hashed >= max_hashed or hashing_s >= max_hash_seconds:
             result.more_waiting = True
             continue
+        started = time.perf_counter()
         fingerprint = shard_content_fingerprint(data_root, shard_id)
+        hashing_s += time.perf_counter() - started
         result.hashed += 1
         if known is None:
             result.baselined.append(shard_id)

@@ -149,3 +149,16 @@ def test_a_registered_shard_relinked_out_of_the_root_is_requested_again_and_neve
         mark_landed(data_root, "s1")
         [request] = tick(sensor, instance, data_root, cursor).run_requests
     assert request.run_key.startswith("s1@outside-root-")
+
+
+def test_hashing_stops_at_its_time_budget_and_the_rest_is_hashed_later(data_root):
+    from speechdata.landing.fingerprint import load_fingerprint_state, scan_relandings
+    from speechdata.landing.scan import list_landing_dirs
+
+    for i in range(3):
+        land(data_root, f"s{i}", ["u1"])
+    landed = list_landing_dirs(data_root)
+    spent = scan_relandings(data_root, landed, set(landed), max_relanded=10, max_hashed=10, max_hash_seconds=0.0)
+    assert spent.hashed == 0 and spent.more_waiting and load_fingerprint_state(data_root) == {}
+    later = scan_relandings(data_root, landed, set(landed), max_relanded=10, max_hashed=10)
+    assert later.hashed == 3 and not later.more_waiting and sorted(later.baselined) == ["s0", "s1", "s2"]
