@@ -15,6 +15,7 @@ from assets.ingest import raw_shards
 from assets.partitions import country_partitions, shard_partitions
 from assets.publishing import hf_dataset, hf_split_assignments
 from resources.hub import HfDatasetSettings, HubPublisherResource
+from resources.storage import DataRootResource
 from speechdata.hf.dataset import DatasetOptions, build_country_dataset
 from speechdata.hf.segments import SegmentLimits, refresh_split_assignments
 from speechdata.hf.splits import SplitTargets
