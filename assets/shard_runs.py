@@ -21,6 +21,7 @@ from dagster._core.definitions.asset_checks.asset_check_evaluation import (
 )
 
 from speechdata.io.confinement import validate_partition_key
+from speechdata.io.shard_lock import shard_write_lock
 
 SHARDS_PER_RUN = 4
 """k: a backfill of n shards runs ceil(n / k) runs, each carrying its k shards through every shard asset.
@@ -89,7 +90,8 @@ def materialize_shards(context: dg.AssetExecutionContext, build: Callable[[str],
     for position, shard_id in enumerate(shards, 1):
         context.log.info(f"{asset}: shard {position}/{len(shards)} {shard_id} started")
         try:
-            results[shard_id] = build(shard_id)
+            with shard_write_lock(_data_root(context), shard_id, asset, context.run_id, _run_ended(context)):
+                results[shard_id] = build(shard_id)
         except Exception as exc:
             context.log.error(
                 f"{asset}: shard {shard_id} ({position}/{len(shards)}) failed; no shard of this step is "
@@ -105,6 +107,16 @@ def materialize_shards(context: dg.AssetExecutionContext, build: Callable[[str],
         context.add_asset_metadata({**result.metadata, "shards_in_step": len(shards)}, partition_key=shard_id)
     yield dg.MaterializeResult()
     yield from _check_evaluations(context, results)
+
+
+def _data_root(context: dg.AssetExecutionContext):
+    resource = getattr(context.resources, "data_root", None)
+    return resource.get() if resource is not None else None
+
+
+def _run_ended(context: dg.AssetExecutionContext) -> Callable[[str], bool]:
+    """Whether a lock holder's run is over (a lock left by a killed run on another host is then stale)."""
+    return lambda run_id: (run := context.instance.get_run_by_id(run_id)) is None or run.is_finished
 
 
 def _check_evaluations(context: dg.AssetExecutionContext, results: dict[str, ShardResult]) -> ShardEvents:

@@ -91,6 +91,7 @@ def shard_manifest(rng: np.random.Generator, shard: str, rows: int, sentences: n
         "text": sentences[rng.integers(0, len(sentences), rows)],
         "alignment_score": (-rng.gamma(2.0, 0.8, rows)).astype(np.float32),
         "zero_duration_token_share": rng.random(rows, dtype=np.float32) * 0.1,
+        "clipped_share": np.zeros(rows, dtype=np.float32),
     }
     # Landed extra columns ride in the one ``extra`` JSON field; shards differ in which they carry.
     if index % 2 == 0:

@@ -54,6 +54,7 @@ def payload_table(megabytes: float, utterance_kb: int, seed: int) -> pa.Table:
             "n_samples": pa.array([n_samples] * count, pa.int64()),
             "duration_s": [n_samples / 24_000] * count,
             "codec": ["pcm16"] * count,
+            "clipped_share": pa.array([0.0] * count, pa.float32()),
             "audio": pa.array(payloads, pa.binary()),
         },
         schema=AUDIO_CONTAINER_SCHEMA,

@@ -6,7 +6,9 @@ import time
 import dagster as dg
 
 from assets.catalog import CATALOG_JOB_NAME
+from resources.storage import DataRootResource
 from speechdata.catalog.refresh_cursor import RefreshCursor, RunOutcome, decide_refresh
+from speechdata.io.confinement import require_existing_root
 
 SHARD_MANIFEST = dg.AssetKey("shard_manifest")
 RUN_KEY_TAG = "dagster/run_key"
@@ -30,7 +32,12 @@ def _outcome(instance: dg.DagsterInstance, run_key: str) -> RunOutcome:
     description="Requests one manifest_catalog refresh per batch of new shard_manifest materializations, "
     "and again when that refresh failed.",
 )
-def catalog_refresh_sensor(context: dg.SensorEvaluationContext) -> dg.SensorResult | dg.SkipReason:
+def catalog_refresh_sensor(
+    context: dg.SensorEvaluationContext, data_root: DataRootResource
+) -> dg.SensorResult | dg.SkipReason:
+    # A refresh over an unmounted root would publish an empty catalog: fail the tick, naming the root.
+    root = data_root.get()
+    require_existing_root(root.root, local=root.is_local, what="catalog_refresh_sensor")
     # Changes are storage ids of shard_manifest materializations; the cursor moves past one only
     # once a refresh requested after it succeeded (speechdata.catalog.refresh_cursor).
     cursor = RefreshCursor.from_json(context.cursor)

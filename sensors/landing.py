@@ -9,11 +9,15 @@ import dagster as dg
 from assets.partitions import PER_SHARD_JOB_NAME, country_partitions, language_partitions, shard_partitions
 from resources.storage import DataRootResource
 from speechdata.io import layout
+from speechdata.io.confinement import LandedShardOutsideRoot, confined_landed_shard, require_existing_root
 from speechdata.landing.contract import ContractError, partition_values
-from speechdata.landing.scan import landing_fingerprint, relanded_shards, scan_landing_zone, success_marker_times
+from speechdata.landing.fingerprint import scan_relandings
+from speechdata.landing.scan import list_landing_dirs, scan_landing_zone
 
 DEFAULT_MAX_SHARDS_PER_TICK = int(os.environ.get("SPEECHDATA_MAX_SHARDS_PER_TICK", "50"))
 DEFAULT_INTERVAL_SECONDS = int(os.environ.get("SPEECHDATA_LANDING_SENSOR_INTERVAL_S", "30"))
+DEFAULT_MAX_FINGERPRINTS_PER_TICK = int(os.environ.get("SPEECHDATA_MAX_FINGERPRINTS_PER_TICK", "500"))
+"""Shards hashed per tick at most (only those whose files' identities changed are hashed at all)."""
 LAUNCHED_BY_TAG = "speechdata/launched_by"
 RELANDED_TAG = "speechdata/relanded"
 
@@ -21,6 +25,7 @@ RELANDED_TAG = "speechdata/relanded"
 def build_landing_sensor(
     max_shards_per_tick: int = DEFAULT_MAX_SHARDS_PER_TICK,
     minimum_interval_seconds: int = DEFAULT_INTERVAL_SECONDS,
+    max_fingerprints_per_tick: int = DEFAULT_MAX_FINGERPRINTS_PER_TICK,
 ) -> dg.SensorDefinition:
     @dg.sensor(
         name="landing_sensor",
@@ -30,8 +35,9 @@ def build_landing_sensor(
         description=(
             "Registers every shard under landing/ that has its _SUCCESS marker as a `shard` partition "
             "(plus any new `country`/`language` values in its metadata) and launches per_shard_job "
-            "for it once; a registered shard landed again (a newer _SUCCESS) is requested again under "
-            f"run key <shard>@<landing fingerprint>. At most {max_shards_per_tick} shards per tick."
+            "for it once; a registered shard whose content fingerprint changed (landed again) is requested "
+            f"again under run key <shard>@<fingerprint>. At most {max_shards_per_tick} shards per tick. "
+            "A data root that does not exist fails the tick."
         ),
     )
     def landing_sensor(context: dg.SensorEvaluationContext, data_root: DataRootResource) -> dg.SensorResult:
@@ -39,14 +45,21 @@ def build_landing_sensor(
         # only touches directories it has never registered, however many shards have landed.
         started = time.perf_counter()
         root = data_root.get()
+        # An unmounted volume lists as "nothing landed": a green tick that would hide the outage.
+        require_existing_root(root.root, local=root.is_local, what="landing_sensor")
         registered = set(context.instance.get_dynamic_partitions(shard_partitions.name))
-        scan = scan_landing_zone(root, registered, max_shards_per_tick)
-        # Re-landing: a registered shard whose _SUCCESS is newer than anything the last tick saw was
-        # landed again; it is requested again under a run key that names this landing's fingerprint.
-        previous = json.loads(context.cursor) if context.cursor and context.cursor.startswith("{") else {}
-        success_times = success_marker_times(root)
-        relanded = relanded_shards(success_times, registered, previous.get("success_mark_s"))[:max_shards_per_tick]
-        success_mark_s = max(success_times.values(), default=previous.get("success_mark_s") or 0.0)
+        landed = list_landing_dirs(root)
+        scan = scan_landing_zone(root, registered, max_shards_per_tick, landed)
+        # Re-landing: each registered shard's content fingerprint against the one last requested;
+        # only shards whose files' identities changed are hashed.
+        relandings = scan_relandings(
+            root,
+            landed,
+            registered | set(scan.complete),
+            max_relanded=max_shards_per_tick,
+            max_hashed=max_fingerprints_per_tick,
+        )
+        outside_root: list[str] = []
 
         known_countries = set(context.instance.get_dynamic_partitions(country_partitions.name))
         known_languages = set(context.instance.get_dynamic_partitions(language_partitions.name))
@@ -54,6 +67,13 @@ def build_landing_sensor(
         new_languages: set[str] = set()
         for shard_id in scan.complete:
             path = root.path(layout.landing_metadata(shard_id))
+            try:
+                confined_landed_shard(root.root, shard_id, local=root.is_local)
+            except LandedShardOutsideRoot as exc:
+                # Registered and requested all the same: raw_shards fails it by name, where it shows.
+                outside_root.append(shard_id)
+                context.log.error(f"{shard_id}: landed shard leaves the data root, nothing of it is read: {exc}")
+                continue
             try:
                 with root.fs.open(path, "rb") as handle:
                     countries, languages = partition_values(handle, path)
@@ -80,6 +100,7 @@ def build_landing_sensor(
             partition_requests.append(country_partitions.build_add_request(sorted(new_countries)))
         if new_languages:
             partition_requests.append(language_partitions.build_add_request(sorted(new_languages)))
+        relanded = [shard_id for shard_id, _ in relandings.relanded]
         if relanded:
             context.log.info(f"{len(relanded)} registered shards landed again: {relanded[:5]}")
         return dg.SensorResult(
@@ -93,11 +114,11 @@ def build_landing_sensor(
             ]
             + [
                 dg.RunRequest(
-                    run_key=f"{shard_id}@{landing_fingerprint(root, shard_id)}",
+                    run_key=f"{shard_id}@{fingerprint}",
                     partition_key=shard_id,
                     tags={LAUNCHED_BY_TAG: "landing_sensor", RELANDED_TAG: "true"},
                 )
-                for shard_id in relanded
+                for shard_id, fingerprint in relandings.relanded
             ],
             dynamic_partitions_requests=partition_requests,
             cursor=json.dumps(
@@ -105,8 +126,10 @@ def build_landing_sensor(
                     "registered": len(registered) + len(scan.complete),
                     "still_landing": len(scan.still_landing),
                     "more_waiting": scan.more_complete,
-                    "success_mark_s": success_mark_s,
                     "relanded": len(relanded),
+                    "fingerprinted": relandings.hashed,
+                    "fingerprints_waiting": relandings.more_waiting,
+                    "outside_root": outside_root[:20],
                 }
             ),
         )

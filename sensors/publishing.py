@@ -18,6 +18,8 @@ import dagster as dg
 from assets.partitions import PER_SHARD_JOB_NAME
 from assets.publishing import HF_DATASET_JOB_NAME, HF_PUBLISH_JOB_NAME, hf_dataset_job, hf_publish_job
 from resources.hub import HubPublisherResource
+from resources.storage import DataRootResource
+from speechdata.io.confinement import require_existing_root
 
 RAW_SHARDS = dg.AssetKey("raw_shards")
 COUNTRY_TAG = "speechdata/hf_country"
@@ -52,8 +54,11 @@ SENSOR_NAME = "country_dataset_sensor"
     "changed, once the batch of shard events has settled.",
 )
 def country_dataset_sensor(
-    context: dg.SensorEvaluationContext, hub: HubPublisherResource
+    context: dg.SensorEvaluationContext, hub: HubPublisherResource, data_root: DataRootResource
 ) -> dg.SensorResult | dg.SkipReason:
+    # A country refresh over an unmounted root would publish a country with no shards: fail the tick.
+    root = data_root.get()
+    require_existing_root(root.root, local=root.is_local, what=SENSOR_NAME)
     # The cursor is the storage id of the newest raw_shards materialization already covered.
     covered = int(context.cursor or 0)
     records = context.instance.fetch_materializations(

@@ -16,6 +16,7 @@ import pyarrow.compute as pc
 
 from speechdata import products
 from speechdata.io import layout
+from speechdata.io.confinement import confined_landed_shard
 from speechdata.io.storage import DataRoot
 
 PRODUCT_STAGES: dict[str, tuple[str, ...]] = {line.name: line.stages for line in products.PRODUCT_LINES}
@@ -48,6 +49,7 @@ class Ledger:
 
 def landed_utterances(data_root: DataRoot, shard_id: str) -> tuple[set[str], int]:
     """The landed metadata's distinct utt ids and its count of null ids."""
+    confined_landed_shard(data_root.root, shard_id, local=data_root.is_local)
     column = data_root.read_parquet(layout.landing_metadata(shard_id), columns=["utt_id"])["utt_id"]
     return set(pc.drop_null(column).to_pylist()), column.null_count
 

@@ -34,6 +34,7 @@ from speechdata.audio.codec import ResamplerName, read_segment_from, to_target_m
 from speechdata.audio.truth import truncation_reject
 from speechdata.faults import fault_point
 from speechdata.io import layout
+from speechdata.io.confinement import confined_landed_shard
 from speechdata.io.safe_tar import TarAudit, UnsafeMember, audit_tar, contained_path
 from speechdata.io.storage import DataRoot
 from speechdata.landing.landed_audio import AudioNotFound, LandedAudio
@@ -75,6 +76,7 @@ class _ShardAudio:
         self.audit: TarAudit | None = None
         self._tar: tarfile.TarFile | None = None
         self._handle: IO | None = None
+        confined_landed_shard(data_root.root, shard_id, local=data_root.is_local)
         if data_root.exists(layout.landing_audio_tar(shard_id)):
             self._handle = data_root.fs.open(data_root.path(layout.landing_audio_tar(shard_id)), "rb")
             # Held open for the reader's life, so members stream from one handle; close() closes it.

@@ -37,6 +37,7 @@ from speechdata.catalog.exports import export_tar_urls
 from speechdata.catalog.queries import NAMED_QUERIES, run_query, select_samples
 from speechdata.catalog.readonly import check_query_only
 from speechdata.catalog.views import CATALOG_FILE
+from speechdata.io.confinement import require_existing_root
 from speechdata.io.duckdb_object_store import database_on_root
 from speechdata.io.env import data_root_url
 from speechdata.io.storage import DataRoot, filesystem_for, write_bytes_atomic
@@ -198,6 +199,7 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         return 0
     try:
         root = DataRoot(args.data_root or data_root_url())
+        require_existing_root(root.root, local=root.is_local, what="catalog")
         if args.refresh:
             _report_refresh(refresh(root, full=args.full))
             if not chosen and not filters:

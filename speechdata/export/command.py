@@ -13,6 +13,7 @@ import sys
 
 from speechdata.export.output import ExportError
 from speechdata.export.selection import SampleFilter
+from speechdata.io.confinement import require_existing_root
 from speechdata.io.storage import DataRoot
 
 EXIT_ERROR = 2
@@ -126,6 +127,7 @@ def run_export(args: argparse.Namespace) -> int:
             max_duration_s=args.max_duration,
         )
         root = DataRoot(args.data_root)
+        require_existing_root(root.root, local=root.is_local, what=f"export {args.export_kind}")
         progress = not args.quiet
         if args.export_kind == "nemo":
             result = export_nemo(

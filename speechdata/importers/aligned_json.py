@@ -37,7 +37,7 @@ import pyarrow as pa
 
 from speechdata.alignment.formats import ALIGNED_JSON_SUFFIX, AlignedSegment, AlignmentFormatError, read_aligned_json
 from speechdata.io import layout
-from speechdata.io.confinement import ConfinementError, confined_source
+from speechdata.io.confinement import ConfinementError, confined_landed_shard, confined_source
 from speechdata.io.storage import DataRoot, _is_local, filesystem_for
 from speechdata.landing.mark import mark_landed
 
@@ -217,6 +217,7 @@ def landed_sources(data_root: DataRoot, country: str) -> set[str]:
         shard_id = PurePosixPath(shard_dir).name
         if not shard_id.startswith(f"{country}-") or not data_root.exists(layout.landing_success_marker(shard_id)):
             continue
+        confined_landed_shard(data_root.root, shard_id, local=data_root.is_local)
         table = data_root.read_parquet(layout.landing_metadata(shard_id), columns=["source"])
         sources.update(
             s[len(SOURCE_PREFIX) :] for s in table["source"].to_pylist() if s and s.startswith(SOURCE_PREFIX)
@@ -304,6 +305,7 @@ def _land_shard(
     shard_id: str,
     report: CountryImport,
 ) -> None:
+    confined_landed_shard(data_root.root, shard_id, local=data_root.is_local)  # never write through a link out
     rows = []
     for recording in recordings:
         try:

@@ -24,6 +24,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from speechdata.io import layout
+from speechdata.io.confinement import confined_landed_shard
 from speechdata.io.storage import DataRoot, atomic_open, filesystem_for
 from speechdata.landing.contract import CONTRACT_COLUMNS, CONTRACT_FIELDS
 from speechdata.landing.mark import mark_landed
@@ -95,6 +96,7 @@ def import_granary_parquet(
     """
     if not layout.is_valid_shard_id(shard_id):
         raise ValueError(f"shard id {shard_id!r} must match {layout.SHARD_ID_PATTERN.pattern}")
+    confined_landed_shard(data_root.root, shard_id, local=data_root.is_local)  # never write through a link out
     fs, path = filesystem_for(source_url)
     rows: list[dict] = []
     without_audio = 0

@@ -34,6 +34,7 @@ import pyarrow as pa
 
 from speechdata.io import layout
 from speechdata.io.audio_tars import audio_extension, deterministic_tar_writer, webdataset_key
+from speechdata.io.confinement import confined_landed_shard
 from speechdata.io.storage import DataRoot, read_parquet_handle
 from speechdata.landing.contract import CONTRACT_FIELDS, LANGUAGE_PATTERN
 from speechdata.landing.mark import mark_landed
@@ -99,6 +100,7 @@ def import_language_tar(
     shard_id = f"{shard_prefix}-{number:06d}"
     if not layout.is_valid_shard_id(shard_id):
         raise ValueError(f"shard id {shard_id!r} must match {layout.SHARD_ID_PATTERN.pattern}")
+    confined_landed_shard(data_root.root, shard_id, local=data_root.is_local)  # never write through a link out
     if data_root.exists(layout.landing_success_marker(shard_id)):
         data_root.fs.rm(data_root.path(layout.landing_success_marker(shard_id)))  # a re-import: landing again
     cached = (vad_cache(number) if vad_cache else None) or {}

@@ -27,6 +27,7 @@ import polars as pl
 import soundfile as sf
 
 from speechdata.io import layout
+from speechdata.io.confinement import confined_landed_shard
 from speechdata.io.storage import DataRoot, atomic_open, filesystem_for, read_parquet
 from speechdata.landing.contract import CONTRACT_COLUMNS
 from speechdata.landing.mark import mark_landed
@@ -52,6 +53,7 @@ def import_segment_tar_shard(
     """
     if not layout.is_valid_shard_id(shard_id):
         raise ValueError(f"shard id {shard_id!r} must match {layout.SHARD_ID_PATTERN.pattern}")
+    confined_landed_shard(data_root.root, shard_id, local=data_root.is_local)  # never write through a link out
     fs, root = filesystem_for(source_dir)
     metadata = pl.from_arrow(read_parquet(fs, f"{root}/{METADATA_FILE}"))
     audio_index = pl.from_arrow(read_parquet(fs, f"{root}/{AUDIO_INDEX_FILE}", ["segment_id", "tar_member_name"]))

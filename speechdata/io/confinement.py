@@ -74,3 +74,97 @@ def confined_source(path: str, allowed_root: str, *, what: str = "importer sourc
     if not real.startswith(real_root.rstrip(os.sep) + os.sep):
         raise ConfinementError(what, path, allowed_root, f"resolves to {real!r}, outside the source folder")
     return real
+
+
+class DataRootMissing(FileNotFoundError):
+    """The data root is not there (an unmounted volume, a typo): reading it would see "nothing landed"."""
+
+    def __init__(self, root: str, what: str):
+        self.root = root
+        super().__init__(
+            f"{what}: data root {root!r} does not exist (an unmounted volume or a wrong DATA_ROOT?); "
+            "refusing to treat it as empty"
+        )
+
+
+def require_existing_root(root: str, *, local: bool, what: str) -> str:
+    """``root`` if it is an existing folder; else :class:`DataRootMissing` naming it and the caller.
+
+    Only a local root is checked: on an object store an empty prefix and a missing one look the same,
+    and a wrong bucket fails on its own at the first listing.
+    """
+    if local and not os.path.isdir(root):
+        raise DataRootMissing(root, what)
+    return root
+
+
+LANDED_SHARD_PARTS = (
+    "metadata.parquet",
+    "_SUCCESS",
+    "audio",
+    "audio.tar",
+    "alignments",
+    "segmentation",
+    "vad_segments.parquet",
+)
+"""What a landed shard folder holds (docs/landing-contract.md); each must resolve inside that folder."""
+
+
+class LandedShardOutsideRoot(ConfinementError):
+    """A landed shard as a whole resolves elsewhere than ``<root>/landing/<shard>``: its folder, a
+    folder on the way, or one of its parts is a symlink out. Nothing of the shard is read."""
+
+
+def confined_landed_shard(root: str, shard_id: str, *, local: bool = True) -> str:
+    """``root/landing/<shard_id>`` once every landed part of it resolves inside it; else
+    :class:`LandedShardOutsideRoot` naming the part and where it resolves.
+
+    The folder itself must resolve to exactly ``realpath(root)/landing/<shard_id>``: a symlinked
+    ``landing/`` or shard folder is refused even when it points inside the root (at another shard, at
+    ``shards/``), since a shard is then read under a name that is not its own. ``metadata.parquet``,
+    ``_SUCCESS``, ``audio/`` and ``audio.tar`` may be symlinks only within the shard's own folder.
+    Files under ``audio/`` are checked one by one when read (:func:`confined_path`).
+    """
+    validate_partition_key(shard_id)
+    relative = f"landing/{shard_id}"
+    joined = posixpath.join(root, relative)
+    if not local:
+        return joined
+    real_root = os.path.realpath(root)
+    expected = os.path.join(real_root, "landing", shard_id)
+    real_shard = os.path.realpath(joined)
+    if real_shard != expected:
+        raise LandedShardOutsideRoot(
+            "landed shard folder",
+            relative,
+            root,
+            f"resolves to {real_shard!r}, not {expected!r} (a symlinked shard or landing folder)",
+        )
+    for part in LANDED_SHARD_PARTS:
+        path = os.path.join(joined, part)
+        if not os.path.islink(path):
+            continue
+        real = os.path.realpath(path)
+        if not real.startswith(expected + os.sep):
+            raise LandedShardOutsideRoot(
+                "landed file", f"{relative}/{part}", root, f"is a symlink to {real!r}, outside its shard folder"
+            )
+    return joined
+
+
+def confined_shard_output(root: str, shard_id: str, *, local: bool = True) -> str:
+    """``root/shards/<shard_id>`` if it (and ``shards/``) resolves to exactly that folder under the real
+    root or does not exist yet; else :class:`ConfinementError`. Outputs are written through this folder,
+    so a symlink here would carry every write of the shard out of the root."""
+    validate_partition_key(shard_id)
+    relative = f"shards/{shard_id}"
+    joined = posixpath.join(root, relative)
+    if not local:
+        return joined
+    expected = os.path.join(os.path.realpath(root), "shards", shard_id)
+    real = os.path.realpath(joined)
+    if real != expected:
+        raise ConfinementError(
+            "shard output folder", relative, root, f"resolves to {real!r}, not {expected!r} (a symlink?)"
+        )
+    return joined

@@ -16,7 +16,7 @@ from typing import IO
 import soundfile as sf
 
 from speechdata.io import layout
-from speechdata.io.confinement import ConfinementError, confined_path
+from speechdata.io.confinement import ConfinementError, confined_landed_shard, confined_path
 from speechdata.io.safe_tar import UnsafeMember, audit_tar
 from speechdata.io.storage import DataRoot, _is_local
 
@@ -85,6 +85,8 @@ class LandedAudio:
         self._unsafe: dict[str, UnsafeMember] = {}
         self._local = _is_local(fs)
         self._real_audio_dir: str | None = None
+        # Before any byte is read: a shard folder, audio/ or audio.tar linked out of the root fails whole.
+        confined_landed_shard(data_root.root, shard_id, local=self._local)
         if fs.exists(self.tar_path):
             self._tar_handle = fs.open(self.tar_path, "rb")
             try:

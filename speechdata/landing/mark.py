@@ -6,10 +6,17 @@ producer (importers, sample data, the ``speechdata land`` command) finishes with
 
 from __future__ import annotations
 
+import datetime
+import uuid
+
 from speechdata.io import layout
 from speechdata.io.storage import DataRoot
 
 
 def mark_landed(data_root: DataRoot, shard_id: str) -> None:
-    """Write ``_SUCCESS``: the shard is complete and the landing sensor may pick it up."""
-    data_root.write_bytes(layout.landing_success_marker(shard_id), b"")
+    """Write ``_SUCCESS``: the shard is complete and the landing sensor may pick it up.
+
+    The marker holds a fresh landing id: its bytes are part of the shard's content fingerprint, so
+    marking a shard landed again asks for a re-run even when no other file changed."""
+    landing_id = f"landing {uuid.uuid4().hex} {datetime.datetime.now(datetime.UTC).isoformat()}\n"
+    data_root.write_bytes(layout.landing_success_marker(shard_id), landing_id.encode())

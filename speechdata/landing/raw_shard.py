@@ -13,12 +13,16 @@ import pyarrow as pa
 
 from speechdata.audio.truth import sample_rate_problem
 from speechdata.io import layout
+from speechdata.io.confinement import LandedShardOutsideRoot, confined_landed_shard
 from speechdata.io.storage import DataRoot
 from speechdata.landing.contract import ContractError, check_rows, read_metadata
 from speechdata.landing.landed_audio import AudioHeader, AudioNotFound, LandedAudio, UnsafeAudio
 from speechdata.rejects import Reject, error_text
 
 STAGE = "raw_shards"
+
+LANDED_SHARD_OUTSIDE_ROOT = "landed_shard_outside_root"
+"""The rule a shard breaks as a whole when its folder or one of its parts is a symlink out of it."""
 
 SEGMENT_END_TOLERANCE_S = 0.005
 """A segment may end this far past the last sample (rounding in upstream tools) and is clamped."""
@@ -55,6 +59,10 @@ def validate_landed_shard(data_root: DataRoot, shard_id: str) -> ShardValidation
             None,
             f"shard id {shard_id!r} must match {layout.SHARD_ID_PATTERN.pattern}",
         )
+    try:
+        confined_landed_shard(data_root.root, shard_id, local=data_root.is_local)
+    except LandedShardOutsideRoot as exc:
+        raise ContractError(exc.value, None, f"{LANDED_SHARD_OUTSIDE_ROOT}: {exc}") from exc
     metadata_path = data_root.path(layout.landing_metadata(shard_id))
     if not data_root.fs.exists(metadata_path):
         raise ContractError(metadata_path, None, "file is missing: every shard needs metadata.parquet")

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 from speechdata.io import layout
 from speechdata.io.storage import DataRoot, escape_glob
+from speechdata.landing.fingerprint import shard_content_fingerprint
 
 
 @dataclass(frozen=True)
@@ -43,13 +44,17 @@ def list_landing_dirs(data_root: DataRoot) -> list[str]:
     return sorted(e["name"].rstrip("/").rsplit("/", 1)[-1] for e in entries if e["type"] == "directory")
 
 
-def scan_landing_zone(data_root: DataRoot, registered: Collection[str], limit: int) -> LandingScan:
-    """Return up to ``limit`` complete shards not in ``registered``, oldest name first."""
+def scan_landing_zone(
+    data_root: DataRoot, registered: Collection[str], limit: int, landed: list[str] | None = None
+) -> LandingScan:
+    """Return up to ``limit`` complete shards not in ``registered``, oldest name first.
+
+    ``landed``: :func:`list_landing_dirs` if the caller already listed ``landing/``."""
     registered = set(registered)
     complete: list[str] = []
     still_landing: list[str] = []
     invalid: list[str] = []
-    for name in list_landing_dirs(data_root):
+    for name in list_landing_dirs(data_root) if landed is None else landed:
         if name in registered:
             continue
         if not layout.is_valid_shard_id(name):
@@ -92,22 +97,5 @@ def success_marker_times(data_root: DataRoot) -> dict[str, float]:
 
 
 def landing_fingerprint(data_root: DataRoot, shard_id: str) -> str:
-    """What identifies one landing of a shard: ``_SUCCESS`` and ``metadata.parquet``'s times and sizes."""
-    import hashlib
-
-    parts = []
-    for relative in (layout.landing_success_marker(shard_id), layout.landing_metadata(shard_id)):
-        try:
-            info = data_root.fs.info(data_root.path(relative))
-        except FileNotFoundError:
-            parts.append(f"{relative}:missing")
-            continue
-        parts.append(f"{relative}:{_mtime_s(info):.6f}:{info.get('size')}")
-    return hashlib.sha1("\n".join(parts).encode()).hexdigest()[:12]
-
-
-def relanded_shards(success_times: dict[str, float], registered: Collection[str], after_s: float | None) -> list[str]:
-    """Registered shards whose ``_SUCCESS`` is newer than ``after_s``: landed again since the last tick."""
-    if after_s is None:
-        return []
-    return sorted(s for s in registered if success_times.get(s, 0.0) > after_s)
+    """What identifies one landing of a shard: its content (:mod:`speechdata.landing.fingerprint`)."""
+    return shard_content_fingerprint(data_root, shard_id)

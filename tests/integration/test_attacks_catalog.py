@@ -349,12 +349,15 @@ def test_a_query_during_a_refresh_reads_the_previous_version(root, monkeypatch):
 
 
 def test_the_refresh_sensor_asks_again_for_a_refresh_that_failed(root, tmp_path):
+    sensor_resources = {"data_root": DataRootResource(url=root.url)}
     with dg.instance_for_test() as instance:
         instance.report_runless_asset_event(dg.AssetMaterialization("shard_manifest"))
-        first = catalog_refresh_sensor(dg.build_sensor_context(instance=instance))
+        first = catalog_refresh_sensor(dg.build_sensor_context(instance=instance, resources=sensor_resources))
         [request] = first.run_requests
         # While the requested refresh has not run, nothing more is asked for.
-        waiting = catalog_refresh_sensor(dg.build_sensor_context(instance=instance, cursor=first.cursor))
+        waiting = catalog_refresh_sensor(
+            dg.build_sensor_context(instance=instance, resources=sensor_resources, cursor=first.cursor)
+        )
         assert isinstance(waiting, dg.SkipReason)
 
         # The refresh fails: its catalog file cannot be written (a file stands where its folder should be).
@@ -371,21 +374,26 @@ def test_the_refresh_sensor_asks_again_for_a_refresh_that_failed(root, tmp_path)
             raise_on_error=False,
         )
         assert not failed.success
-        context = dg.build_sensor_context(instance=instance, cursor=first.cursor)
+        context = dg.build_sensor_context(instance=instance, resources=sensor_resources, cursor=first.cursor)
         retry = catalog_refresh_sensor(context)
         [again] = retry.run_requests
         assert again.run_key != request.run_key
 
         succeeded = materialize_catalog(root, instance, tags={"dagster/run_key": again.run_key})
         assert succeeded.success
-        context = dg.build_sensor_context(instance=instance, cursor=retry.cursor)
+        context = dg.build_sensor_context(instance=instance, resources=sensor_resources, cursor=retry.cursor)
         assert isinstance(catalog_refresh_sensor(context), dg.SkipReason)
         # Covered now: the next tick asks for nothing until a manifest changes.
         assert isinstance(
-            catalog_refresh_sensor(dg.build_sensor_context(instance=instance, cursor=context.cursor)), dg.SkipReason
+            catalog_refresh_sensor(
+                dg.build_sensor_context(instance=instance, resources=sensor_resources, cursor=context.cursor)
+            ),
+            dg.SkipReason,
         )
         instance.report_runless_asset_event(dg.AssetMaterialization("shard_manifest"))
-        newer = catalog_refresh_sensor(dg.build_sensor_context(instance=instance, cursor=context.cursor))
+        newer = catalog_refresh_sensor(
+            dg.build_sensor_context(instance=instance, resources=sensor_resources, cursor=context.cursor)
+        )
         assert len(newer.run_requests) == 1
 
 

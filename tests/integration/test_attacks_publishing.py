@@ -15,6 +15,7 @@ from assets.ingest import raw_shards
 from assets.partitions import country_partitions, shard_partitions
 from assets.publishing import hf_dataset, hf_split_assignments
 from resources.hub import HubPublisherResource
+from resources.storage import DataRootResource
 from speechdata.hf.accounting import published_utterances
 from speechdata.hf.card import write_dataset_card
 from speechdata.hf.dataset import DatasetOptions, build_country_dataset
@@ -171,10 +172,14 @@ def publish(instance, data_root, country):
     )
 
 
-def sensor_countries(instance, cursor):
+def sensor_countries(instance, cursor, data_root):
     from sensors.publishing import country_dataset_sensor
 
-    context = dg.build_sensor_context(instance=instance, cursor=cursor, resources={"hub": HubPublisherResource()})
+    context = dg.build_sensor_context(
+        instance=instance,
+        cursor=cursor,
+        resources={"hub": HubPublisherResource(), "data_root": DataRootResource(url=data_root.url)},
+    )
     result = country_dataset_sensor(context)
     return sorted(r.partition_key for r in result.run_requests), result.cursor
 
@@ -184,7 +189,7 @@ def test_a_shard_relanded_smaller_into_another_country_leaves_no_withdrawn_row_p
     land_granary_shard(data_root, "staying", "de", 4)
     for shard_id in ("movable", "staying"):
         index_shard(instance, data_root, shard_id)
-    countries, cursor = sensor_countries(instance, None)
+    countries, cursor = sensor_countries(instance, None, data_root)
     assert countries == ["de"]
     assert publish(instance, data_root, "de").success
     assert published_rows(data_root, "de") == expected("movable", 4, prefix="m") + expected("staying", 4)
@@ -200,14 +205,14 @@ def test_a_shard_relanded_smaller_into_another_country_leaves_no_withdrawn_row_p
     # movable comes back smaller, in another country: the country it left is refreshed too.
     land_granary_shard(data_root, "movable", "at", 4, skip=(1,), prefix="m")
     index_shard(instance, data_root, "movable")
-    countries, cursor = sensor_countries(instance, cursor)
+    countries, cursor = sensor_countries(instance, cursor, data_root)
     assert countries == ["at", "de"]
     for country in countries:
         assert publish(instance, data_root, country).success
     # staying loses one utterance in place: its sealed train subset is rewritten without it.
     land_granary_shard(data_root, "staying", "de", 4, skip=(2,))
     index_shard(instance, data_root, "staying")
-    countries, _ = sensor_countries(instance, cursor)
+    countries, _ = sensor_countries(instance, cursor, data_root)
     assert countries == ["de"]
     assert publish(instance, data_root, "de").success
 

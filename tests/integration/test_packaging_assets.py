@@ -12,6 +12,7 @@ import torch
 from assets import SHARD_ASSETS
 from assets.catalog import manifest_catalog
 from assets.partitions import shard_partitions
+from resources.storage import DataRootResource
 from sensors.catalog import catalog_refresh_sensor
 from speechdata.bridge.manifest import manifest_path
 from speechdata.bridge.reader import bridge_dataset, read_sample_at
@@ -134,11 +135,13 @@ def test_reader_works_with_a_multi_worker_dataloader_and_filters_language(packed
 
 def test_catalog_refresh_sensor_and_asset_pick_up_manifests(packed):
     data_root, resources, instance, _ = packed
-    context = dg.build_sensor_context(instance=instance)
+    bound = {"data_root": DataRootResource(url=data_root.url)}
+    context = dg.build_sensor_context(instance=instance, resources=bound)
     result = catalog_refresh_sensor(context)
     assert len(result.run_requests) == 1
     assert isinstance(
-        catalog_refresh_sensor(dg.build_sensor_context(instance=instance, cursor=result.cursor)), dg.SkipReason
+        catalog_refresh_sensor(dg.build_sensor_context(instance=instance, cursor=result.cursor, resources=bound)),
+        dg.SkipReason,
     )
 
     materialized = dg.materialize([manifest_catalog], instance=instance, resources=resources)

@@ -16,6 +16,7 @@ from assets.ingest import raw_shards
 from assets.partitions import country_partitions, shard_partitions
 from assets.publishing import hf_dataset, hf_split_assignments
 from resources.hub import HfDatasetSettings, HubPublisherResource
+from resources.storage import DataRootResource
 from speechdata.hf.dataset import DatasetOptions, build_country_dataset
 from speechdata.hf.segments import SegmentLimits, refresh_split_assignments
 from speechdata.hf.splits import SplitTargets
@@ -224,7 +225,9 @@ def test_country_dataset_sensor_requests_the_countries_of_newly_indexed_shards(
 
     def tick(cursor=None, repo_id=""):
         context = dg.build_sensor_context(
-            instance=instance, cursor=cursor, resources={"hub": HubPublisherResource(repo_id=repo_id)}
+            instance=instance,
+            cursor=cursor,
+            resources={"data_root": DataRootResource(url=data_root.url), "hub": HubPublisherResource(repo_id=repo_id)},
         )
         return country_dataset_sensor(context)
 
@@ -246,7 +249,9 @@ def test_country_dataset_sensor_does_not_queue_a_second_run_for_a_waiting_countr
     corpus = tmp_path / "countries"
     build_aligned_json_corpus(corpus, {"germany": 1}, clips=clips, audio_format="flac")
     land(corpus, data_root, instance)
-    context = dg.build_sensor_context(instance=instance, resources={"hub": HubPublisherResource()})
+    context = dg.build_sensor_context(
+        instance=instance, resources={"data_root": DataRootResource(url=data_root.url), "hub": HubPublisherResource()}
+    )
     [request] = country_dataset_sensor(context).run_requests
     assert request.tags["dagster/priority"] == "-1"
     instance.create_run_for_job(
@@ -257,7 +262,10 @@ def test_country_dataset_sensor_does_not_queue_a_second_run_for_a_waiting_countr
     build_aligned_json_corpus(corpus, {"germany": 1}, clips=clips, audio_format="flac", first_recording=5)
     land(corpus, data_root, instance)
     later = country_dataset_sensor(
-        dg.build_sensor_context(instance=instance, resources={"hub": HubPublisherResource()})
+        dg.build_sensor_context(
+            instance=instance,
+            resources={"data_root": DataRootResource(url=data_root.url), "hub": HubPublisherResource()},
+        )
     )
     assert later.run_requests == []
 
@@ -305,7 +313,11 @@ def test_country_refresh_is_one_run_per_country_per_settled_batch(tmp_path, data
 
     def tick(cursor=None):
         return country_dataset_sensor(
-            dg.build_sensor_context(instance=instance, cursor=cursor, resources={"hub": HubPublisherResource()})
+            dg.build_sensor_context(
+                instance=instance,
+                cursor=cursor,
+                resources={"data_root": DataRootResource(url=data_root.url), "hub": HubPublisherResource()},
+            )
         )
 
     monkeypatch.setenv("SPEECHDATA_PUBLISHING_SETTLE_S", "3600")  # the batch is still arriving

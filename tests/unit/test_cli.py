@@ -51,7 +51,7 @@ def test_each_subcommand_has_help_with_an_example(command):
 
 @pytest.mark.parametrize(
     "args",
-    [[], ["frobnicate"], ["import"], ["import", "seed005"], ["land"], ["catalog", "--limit", "many"]],
+    [[], ["frobnicate"], ["import"], ["import", "no-such-format"], ["land"], ["catalog", "--limit", "many"]],
     ids=lambda a: " ".join(a) or "nothing",
 )
 def test_bad_usage_exits_2_with_a_usage_line(args):
