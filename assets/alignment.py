@@ -136,7 +136,9 @@ def _grid_one_shard(context, root, tokenizer, tokenizer_identity: str, shard_id:
     summary = run_frame_grids(root, shard_id, tokenizer)
     table = root.read_parquet(layout.frame_grids(shard_id))
     index = root.read_parquet(layout.utterance_index(shard_id), columns=["utt_id", "text"])
-    failures = verify_frame_grids(table, dict(zip(index["utt_id"].to_pylist(), index["text"].to_pylist())), tokenizer)
+    failures = verify_frame_grids(
+        table, dict(zip(index["utt_id"].to_pylist(), index["text"].to_pylist(), strict=True)), tokenizer
+    )
     failed_by_check = {
         "frames_accounted": failures.frames_accounted,
         "grid_monotone": failures.monotone,

@@ -58,7 +58,7 @@ def materialize_features(
         failures = check_feature_shapes(
             root,
             product.store_path(shard_id),
-            dict(zip(grids["utt_id"].to_pylist(), grids[product.rows_column].to_pylist())),
+            dict(zip(grids["utt_id"].to_pylist(), grids[product.rows_column].to_pylist(), strict=True)),
             model.config.hidden_size,
         )
         return ShardResult(

@@ -163,7 +163,7 @@ def _zero_frame_token_share(manifest) -> float:
     tokens = manifest["n_tokens"].to_pylist()
     shares = manifest["zero_duration_token_share"].to_pylist()
     total = sum(tokens)
-    return round(sum(n * (share or 0.0) for n, share in zip(tokens, shares)) / total, 6) if total else 0.0
+    return round(sum(n * (share or 0.0) for n, share in zip(tokens, shares, strict=True)) / total, 6) if total else 0.0
 
 
 # --- the group: its definitions (assembled by dagster_project/loader.py)

@@ -44,6 +44,7 @@ import os
 import statistics
 import tempfile
 import time
+from functools import partial
 
 import duckdb
 import numpy as np
@@ -81,7 +82,7 @@ def main(argv: list[str] | None = None) -> None:
                 root = DataRoot(os.path.join(tmp, "data"))
                 rng = np.random.default_rng(0)
 
-                def add_shard(index: int) -> None:
+                def add_shard(index: int, rng=rng, root=root) -> None:
                     shard = f"shard-{index:06d}"
                     manifest = shard_manifest(rng, shard, args.rows, sentences, index)
                     root.write_parquet(manifest_path(shard), manifest)
@@ -95,32 +96,34 @@ def main(argv: list[str] | None = None) -> None:
                 in_place, swapped, query_plain, query_read_only, catalog_mb = [], [], [], [], []
                 for repeat in range(args.repeats):
                     connection = duckdb.connect(os.path.join(tmp, f"catalog-{repeat}.duckdb"))
-                    full.append(timed(lambda: refresh_catalog(connection, root.uri(""), full=True)))
+                    full.append(timed(partial(refresh_catalog, connection, root.uri(""), full=True)))
                     # Each repeat adds three shards: one for ``incremental``, one each for ``in_place`` and ``swapped``.
                     assert full[-1][1].manifests_read == n + 3 * repeat
                     add_shard(n + repeat)
-                    incremental.append(timed(lambda: refresh_catalog(connection, root.uri(""))))
+                    incremental.append(timed(partial(refresh_catalog, connection, root.uri(""))))
                     assert incremental[-1][1].manifests_read == 1
                     assert incremental[-1][1].samples == (n + 3 * repeat + 1) * args.rows
-                    unchanged.append(timed(lambda: refresh_catalog(connection, root.uri(""))))
+                    unchanged.append(timed(partial(refresh_catalog, connection, root.uri(""))))
                     assert unchanged[-1][1].manifests_read == 0
-                    views.append(timed(lambda: accounting_tables(connection, VIEW_QUERIES)))
-                    state.append(timed(lambda: accounting_tables(connection, STATE_QUERIES)))
+                    views.append(timed(partial(accounting_tables, connection, VIEW_QUERIES)))
+                    state.append(timed(partial(accounting_tables, connection, STATE_QUERIES)))
                     assert views[-1][1] == state[-1][1]
                     connection.close()
 
                     database = os.path.join(tmp, f"catalog-{repeat}.duckdb")
                     add_shard(added)
                     added += 1
-                    in_place.append(timed(lambda: refresh_in_place(database, root)))
+                    in_place.append(timed(partial(refresh_in_place, database, root)))
                     assert in_place[-1][1].manifests_read == 1
                     add_shard(added)
                     added += 1
-                    swapped.append(timed(lambda: refresh_catalog_file(database, root).summary))
+                    swapped.append(
+                        timed(lambda database=database, root=root: refresh_catalog_file(database, root).summary)
+                    )
                     assert swapped[-1][1].manifests_read == 1
                     catalog_mb.append(os.path.getsize(database) / 2**20)
-                    query_plain.append(timed(lambda: count_samples_plain(database, root)))
-                    query_read_only.append(timed(lambda: count_samples_read_only(database, root)))
+                    query_plain.append(timed(partial(count_samples_plain, database, root)))
+                    query_read_only.append(timed(partial(count_samples_read_only, database, root)))
                     (plain_count, plain_s), (read_only_count, read_only_s) = query_plain[-1][1], query_read_only[-1][1]
                     assert plain_count == read_only_count and abs(plain_s - read_only_s) < 1e-6 * plain_s
                 figures = {}

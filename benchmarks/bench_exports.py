@@ -60,7 +60,7 @@ def build_root(root: DataRoot, samples: list[BridgeSample]) -> Path:
     tar_url = index["tar_url"][0].as_py()
     root.replace(packed.relative, tar_url)
     rows = []
-    for sample, entry in zip(samples, index.to_pylist()):
+    for sample, entry in zip(samples, index.to_pylist(), strict=True):
         rows.append(
             {
                 **entry,

@@ -140,7 +140,7 @@ def measure(
     for repeat in range(repeats):
         order = list(runs) if repeat % 2 == 0 else list(runs)[::-1]
         for mode in order:
-            passes[mode].append(timed(lambda: runs[mode](everything), timer))
+            passes[mode].append(timed(lambda mode=mode: runs[mode](everything), timer))
     out = {}
     for mode, results in passes.items():
         # The median pass by wall time (the faster of the middle two for an even count), whole:

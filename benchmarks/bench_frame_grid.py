@@ -55,10 +55,10 @@ def main(argv: list[str] | None = None) -> None:
         started = time.perf_counter()
         grids = [
             build_frame_grid(text, words, tokens.ids, tokens.offsets, n_samples)
-            for (text, words, n_samples), tokens in zip(utterances, tokenized)
+            for (text, words, n_samples), tokens in zip(utterances, tokenized, strict=True)
         ]
         grid_s = time.perf_counter() - started
-        broken = sum(bool(check_grid_invariants(g, u[2])) for g, u in zip(grids, utterances))
+        broken = sum(bool(check_grid_invariants(g, u[2])) for g, u in zip(grids, utterances, strict=True))
         tokens = sum(g.n_tokens for g in grids)
         progress(f"tokenize {tokenize_s:.2f} s, grids {grid_s:.2f} s, {tokens} tokens, {broken} broken")
     emit(

@@ -51,10 +51,10 @@ def land_long_files_shard(root: DataRoot, shard_id: str, files: int, rows_per_fi
     rng = np.random.default_rng(0)
     t = np.arange(int(seconds * SAMPLE_RATE)) / SAMPLE_RATE
     samples = (0.3 * np.sin(2 * np.pi * 220 * t) + 0.05 * rng.standard_normal(t.size)).astype(np.float32)
-    buffer = tempfile.SpooledTemporaryFile()
-    sf.write(buffer, samples, SAMPLE_RATE, format="WAV", subtype="PCM_16")
-    buffer.seek(0)
-    wav = buffer.read()
+    with tempfile.SpooledTemporaryFile() as buffer:
+        sf.write(buffer, samples, SAMPLE_RATE, format="WAV", subtype="PCM_16")
+        buffer.seek(0)
+        wav = buffer.read()
     rows: dict[str, list] = {"utt_id": [], "audio_path": [], "text": [], "start_s": [], "end_s": []}
     for f in range(files):
         name = f"long-{f:03d}.wav"

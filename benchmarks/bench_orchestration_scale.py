@@ -203,7 +203,7 @@ def main(argv: list[str] | None = None) -> None:
                                 dg.AssetMaterialization(asset_key="bridge_tars", partition=shard_id)
                             )
 
-                    def tick():
+                    def tick(data=data):
                         context = dg.build_sensor_context(
                             instance=instance, resources={"data_root": DataRootResource(url=data)}
                         )

@@ -350,7 +350,9 @@ def main(argv: list[str] | None = None) -> None:
         finally:
             pipe.send(None)
             worker.join(timeout=60)
-        for (previous_hours, previous_keys), (duck_hours, duck_keys) in zip(previous_batches, duck_batches):
+        for (previous_hours, previous_keys), (duck_hours, duck_keys) in zip(
+            previous_batches, duck_batches, strict=True
+        ):
             # DuckDB's parallel sum may add in another order: equal within 1e-6 hours.
             assert previous_keys == duck_keys
             assert all(abs(previous_hours[k] - duck_hours[k]) < 1e-6 for k in duck_hours)

@@ -81,7 +81,7 @@ def baseline_level(chunks: LevelChunks, words: list[TimedUnit]) -> tuple[list[tu
         tokens = set(_baseline_normalize(chunk))
         hits = [(s, e) for toks, s, e in aligned if any(t in tokens for t in toks)]
         timed.append((chunk, min(h[0] for h in hits), max(h[1] for h in hits)) if hits else (chunk, None, None))
-    eng2zh = dict(zip(chunks.english, chunks.chinese))
+    eng2zh = dict(zip(chunks.english, chunks.chinese, strict=True))
     last_end = max((e for _, _, e in timed if e is not None), default=0.0)
     emitted, segments = set(), []
     for second in range(int(math.ceil(last_end)) + 1):
@@ -102,7 +102,7 @@ def baseline_level(chunks: LevelChunks, words: list[TimedUnit]) -> tuple[list[tu
 
 def misplaced(timed_spans: list[tuple | None], truth: list[tuple | None]) -> tuple[int, int]:
     """(matched chunks whose span differs from the truth, matched chunks)."""
-    pairs = [(got, want) for got, want in zip(timed_spans, truth) if got is not None and want is not None]
+    pairs = [(got, want) for got, want in zip(timed_spans, truth, strict=True) if got is not None and want is not None]
     return sum(got != want for got, want in pairs), len(pairs)
 
 
@@ -128,7 +128,7 @@ def main(argv: list[str] | None = None) -> None:
         ours_segments = sum(len(r.segments) for levels in ours for r in levels.values())
         baseline_segments = sum(len(levels[lvl][1]) for levels in baseline for lvl in LATENCY_LEVELS)
         ours_bad = baseline_bad = matched_ours = matched_baseline = 0
-        for (_, _, truth), mine, theirs in zip(utterances, ours, baseline):
+        for (_, _, truth), mine, theirs in zip(utterances, ours, baseline, strict=True):
             for level in LATENCY_LEVELS:
                 spans = [(t.start_ms, t.end_ms) if t.matched else None for t in mine[level].timings]
                 bad, n = misplaced(spans, truth[level])

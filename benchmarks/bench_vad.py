@@ -87,7 +87,7 @@ def measure_vad(files: int, file_s: float, repeats: int, seed: int) -> dict:
     differing = sum(
         [round(s * TARGET_RATE) for s in seg.start_s] != [r["start"] for r in ref]
         or [round(e * TARGET_RATE) for e in seg.end_s] != [r["end"] for r in ref]
-        for seg, ref in zip(ours, reference)
+        for seg, ref in zip(ours, reference, strict=True)
     )
     progress(f"vad: batched {batched_cpu:.2f} cpu s, per file {per_file_cpu:.2f} cpu s for {audio_s:.0f} s")
     return {

@@ -87,7 +87,7 @@ def timed_passes(run, repeats: int) -> tuple[list, float]:
 
 
 def mismatches(paths: list, reference: list[np.ndarray]) -> int:
-    return sum(not np.array_equal(path.states, ref) for path, ref in zip(paths, reference))
+    return sum(not np.array_equal(path.states, ref) for path, ref in zip(paths, reference, strict=True))
 
 
 def torchaudio_aligner(items: list[tuple]):
@@ -105,7 +105,7 @@ def compare_labels(items: list[tuple], labels: list[np.ndarray], reference: list
 
     label_mismatches = worse = 0
     worst_loss = 0.0
-    for (lp, targets, blank), got, ref in zip(items, labels, reference):
+    for (lp, targets, blank), got, ref in zip(items, labels, reference, strict=True):
         want = np.asarray(state_tokens(targets, blank))[ref]
         if not np.array_equal(got, want):
             label_mismatches += 1
@@ -154,7 +154,7 @@ def main(argv: list[str] | None = None) -> None:
 
         ours = {}
         for workers in (1, 2):
-            paths, seconds = timed_passes(lambda: cv.ctc_viterbi_many(items, workers=workers), repeats)
+            paths, seconds = timed_passes(lambda workers=workers: cv.ctc_viterbi_many(items, workers=workers), repeats)
             ups = count / seconds
             ours[workers] = {"ups": ups, "mismatches": mismatches(paths, reference)}
             progress(f"viterbi: ours workers={workers} {ups:.1f} utt/s, {ours[workers]['mismatches']} mismatches")

@@ -149,7 +149,7 @@ def wavlm_flop_params(model) -> int:
 def conv_extractor_flops(config, samples_16k: int) -> int:
     """Multiply-adds x 2 of WavLM's conv feature extractor on one unpadded utterance."""
     flops, length, channels = 0, samples_16k, 1
-    for out_channels, kernel, stride in zip(config.conv_dim, config.conv_kernel, config.conv_stride):
+    for out_channels, kernel, stride in zip(config.conv_dim, config.conv_kernel, config.conv_stride, strict=True):
         length = (length - kernel) // stride + 1
         if length <= 0:
             return flops

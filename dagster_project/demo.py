@@ -204,7 +204,7 @@ def _run_the_other_products(data_root: DataRoot, instance, resources, defs) -> b
 
     shard_id = "demo-0001"
     index = data_root.read_parquet(layout.utterance_index(shard_id), columns=["utt_id", "language", "text"])
-    for utt_id, language, text in zip(*(index[c].to_pylist() for c in ("utt_id", "language", "text"))):
+    for utt_id, language, text in zip(*(index[c].to_pylist() for c in ("utt_id", "language", "text")), strict=True):
         if language == "en" and text:
             data_root.write_bytes(
                 f"{layout.landing_segmentation_dir(shard_id)}/{utt_id}.json",

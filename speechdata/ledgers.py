@@ -65,7 +65,7 @@ def product_ledger(data_root: DataRoot, shard_id: str, product: str, produced: s
         if not data_root.exists(relative):
             continue
         table = data_root.read_parquet(relative, columns=["utt_id", "reason"])
-        for utt_id, reason in zip(table["utt_id"].to_pylist(), table["reason"].to_pylist()):
+        for utt_id, reason in zip(table["utt_id"].to_pylist(), table["reason"].to_pylist(), strict=True):
             if utt_id is None:
                 null_reasons[reason] += 1  # a row without an id stands for itself
             else:

@@ -48,102 +48,107 @@ def _blob_id(data: bytes) -> str:
     return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
 
 
-def make_handler(state: HubState):
-    class Handler(BaseHTTPRequestHandler):
-        def log_message(self, *args):
-            pass
+class _HubHandler(BaseHTTPRequestHandler):
+    """The routes; ``state`` is bound per server by :func:`make_handler`."""
 
-        def _send(self, status: int, body: object) -> None:
-            data = json.dumps(body).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
+    state: HubState
 
-        def _body(self) -> bytes:
-            return self.rfile.read(int(self.headers.get("Content-Length", "0")))
+    def log_message(self, *args):
+        pass
 
-        def do_GET(self):
-            state.authorizations.add(self.headers.get("Authorization", ""))
-            match = _TREE.match(self.path)
-            if not match:
-                return self._send(404, {"error": f"no route {self.path}"})
-            files = state.repos.get(match["repo"])
-            if files is None:
-                return self._send(404, {"error": "Repository not found"})
-            return self._send(
-                200,
-                [
-                    {"type": "file", "path": path, "size": len(data), "oid": _blob_id(data)}
-                    for path, data in sorted(files.items())
-                ],
-            )
+    def _send(self, status: int, body: object) -> None:
+        data = json.dumps(body).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
 
-        def do_POST(self):
-            state.authorizations.add(self.headers.get("Authorization", ""))
-            body = self._body()
-            if self.path.startswith("/api/repos/create"):
-                payload = json.loads(body)
-                repo = f"{payload.get('organization') or 'user'}/{payload['name']}"
-                with state.lock:
-                    state.repos.setdefault(repo, {})
-                host = f"http://{self.headers['Host']}"
-                return self._send(200, {"url": f"{host}/datasets/{repo}", "name": repo})
-            if self.path.startswith("/api/validate-yaml"):
-                return self._validate_card(json.loads(body)["content"])
-            if match := _PREUPLOAD.match(self.path):
-                files = json.loads(body)["files"]
-                return self._send(
-                    200, {"files": [{"path": f["path"], "uploadMode": "regular", "shouldIgnore": False} for f in files]}
-                )
-            if match := _COMMIT.match(self.path):
-                return self._commit(match["repo"], body)
+    def _body(self) -> bytes:
+        return self.rfile.read(int(self.headers.get("Content-Length", "0")))
+
+    def do_GET(self):
+        self.state.authorizations.add(self.headers.get("Authorization", ""))
+        match = _TREE.match(self.path)
+        if not match:
             return self._send(404, {"error": f"no route {self.path}"})
+        files = self.state.repos.get(match["repo"])
+        if files is None:
+            return self._send(404, {"error": "Repository not found"})
+        return self._send(
+            200,
+            [
+                {"type": "file", "path": path, "size": len(data), "oid": _blob_id(data)}
+                for path, data in sorted(files.items())
+            ],
+        )
 
-        def _validate_card(self, content: str) -> None:
-            """The checks the Hub makes that matter here: YAML front matter whose configs name splits and files."""
-            errors = []
-            try:
-                front = yaml.safe_load(content.split("---", 2)[1]) if content.startswith("---") else {}
-                for config in front.get("configs", []):
-                    if not config.get("config_name") or not all(
-                        re.match(r"^\w+(\.\w+)*$", f["split"]) and f["path"] for f in config["data_files"]
-                    ):
-                        errors.append({"message": f"bad config {config!r}"})
-            except (yaml.YAMLError, IndexError, KeyError, TypeError) as exc:
-                errors.append({"message": f"invalid YAML metadata: {exc}"})
-            return self._send(400 if errors else 200, {"errors": errors, "warnings": []})
-
-        def _commit(self, repo: str, body: bytes) -> None:
-            lines = [json.loads(line) for line in body.decode().splitlines() if line.strip()]
-            header = next(line["value"] for line in lines if line["key"] == "header")
-            with state.lock:
-                for failure in state.failures:
-                    if failure.times > 0 and failure.match in header["summary"]:
-                        failure.times -= 1
-                        state.failed_commits += 1
-                        return self._send(failure.status, {"error": "injected failure"})
-                files = state.repos.setdefault(repo, {})
-                changed = []
-                for line in lines:
-                    if line["key"] == "file":
-                        value = line["value"]
-                        files[value["path"]] = base64.b64decode(value["content"])
-                        changed.append(value["path"])
-                    elif line["key"] == "deletedFile":
-                        files.pop(line["value"]["path"], None)
-                        changed.append(line["value"]["path"])
-                    elif line["key"] != "header":
-                        return self._send(400, {"error": f"unsupported operation {line['key']}"})
-                for path in changed:
-                    state.commit_count_by_path[path] = state.commit_count_by_path.get(path, 0) + 1
-                oid = hashlib.sha1(f"{len(state.commits)}:{header['summary']}".encode()).hexdigest()
-                state.commits.append({"summary": header["summary"], "paths": changed, "oid": oid})
+    def do_POST(self):
+        self.state.authorizations.add(self.headers.get("Authorization", ""))
+        body = self._body()
+        if self.path.startswith("/api/repos/create"):
+            payload = json.loads(body)
+            repo = f"{payload.get('organization') or 'user'}/{payload['name']}"
+            with self.state.lock:
+                self.state.repos.setdefault(repo, {})
             host = f"http://{self.headers['Host']}"
-            return self._send(200, {"commitUrl": f"{host}/datasets/{repo}/commit/{oid}", "commitOid": oid})
+            return self._send(200, {"url": f"{host}/datasets/{repo}", "name": repo})
+        if self.path.startswith("/api/validate-yaml"):
+            return self._validate_card(json.loads(body)["content"])
+        if match := _PREUPLOAD.match(self.path):
+            files = json.loads(body)["files"]
+            return self._send(
+                200, {"files": [{"path": f["path"], "uploadMode": "regular", "shouldIgnore": False} for f in files]}
+            )
+        if match := _COMMIT.match(self.path):
+            return self._commit(match["repo"], body)
+        return self._send(404, {"error": f"no route {self.path}"})
 
-    return Handler
+    def _validate_card(self, content: str) -> None:
+        """The checks the Hub makes that matter here: YAML front matter whose configs name splits and files."""
+        errors = []
+        try:
+            front = yaml.safe_load(content.split("---", 2)[1]) if content.startswith("---") else {}
+            for config in front.get("configs", []):
+                if not config.get("config_name") or not all(
+                    re.match(r"^\w+(\.\w+)*$", f["split"]) and f["path"] for f in config["data_files"]
+                ):
+                    errors.append({"message": f"bad config {config!r}"})
+        except (yaml.YAMLError, IndexError, KeyError, TypeError) as exc:
+            errors.append({"message": f"invalid YAML metadata: {exc}"})
+        return self._send(400 if errors else 200, {"errors": errors, "warnings": []})
+
+    def _commit(self, repo: str, body: bytes) -> None:
+        lines = [json.loads(line) for line in body.decode().splitlines() if line.strip()]
+        header = next(line["value"] for line in lines if line["key"] == "header")
+        with self.state.lock:
+            for failure in self.state.failures:
+                if failure.times > 0 and failure.match in header["summary"]:
+                    failure.times -= 1
+                    self.state.failed_commits += 1
+                    return self._send(failure.status, {"error": "injected failure"})
+            files = self.state.repos.setdefault(repo, {})
+            changed = []
+            for line in lines:
+                if line["key"] == "file":
+                    value = line["value"]
+                    files[value["path"]] = base64.b64decode(value["content"])
+                    changed.append(value["path"])
+                elif line["key"] == "deletedFile":
+                    files.pop(line["value"]["path"], None)
+                    changed.append(line["value"]["path"])
+                elif line["key"] != "header":
+                    return self._send(400, {"error": f"unsupported operation {line['key']}"})
+            for path in changed:
+                self.state.commit_count_by_path[path] = self.state.commit_count_by_path.get(path, 0) + 1
+            oid = hashlib.sha1(f"{len(self.state.commits)}:{header['summary']}".encode()).hexdigest()
+            self.state.commits.append({"summary": header["summary"], "paths": changed, "oid": oid})
+        host = f"http://{self.headers['Host']}"
+        return self._send(200, {"commitUrl": f"{host}/datasets/{repo}/commit/{oid}", "commitOid": oid})
+
+
+def make_handler(state: HubState) -> type[_HubHandler]:
+    return type("Handler", (_HubHandler,), {"state": state})
 
 
 class HubStandIn:

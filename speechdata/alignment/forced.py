@@ -101,7 +101,7 @@ def align_transcript(
     ]
     words: list[TimedUnit] = []
     previous_end = 0
-    for word, (first, last) in zip(targets.words, targets.word_target_ranges):
+    for word, (first, last) in zip(targets.words, targets.word_target_ranges, strict=True):
         if last > first:
             unit = TimedUnit(
                 word,

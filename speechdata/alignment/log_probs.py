@@ -84,7 +84,7 @@ def compute_log_probs(
     lengths = [audios[i].shape[0] for i in short]
     for batch in batches_by_length(lengths, int(settings.max_batch_s * MODEL_SAMPLE_RATE)):
         indices = [short[j] for j in batch]
-        for i, log_probs in zip(indices, forward([audios[i] for i in indices])):
+        for i, log_probs in zip(indices, forward([audios[i] for i in indices]), strict=True):
             results[i] = log_probs
     return results  # type: ignore[return-value]
 

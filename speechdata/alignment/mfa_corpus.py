@@ -46,7 +46,7 @@ def export_mfa_corpus(
     ``translation/mfa_corpus/<shard>/`` in the data root."""
     target, prefix = (out, "") if out is not None else (data_root, layout.mfa_corpus_dir(shard_id) + "/")
     index = data_root.read_parquet(layout.utterance_index(shard_id), columns=["utt_id", "text"])
-    texts = dict(zip(index["utt_id"].to_pylist(), index["text"].to_pylist()))
+    texts = dict(zip(index["utt_id"].to_pylist(), index["text"].to_pylist(), strict=True))
     skipped: dict[str, str] = {}
     exported, audio_seconds = 0, 0.0
     for utt_id, samples, rate in iter_container_audio(data_root, layout.normalized_audio(shard_id)):

@@ -10,6 +10,7 @@ up to ``buffer_s`` seconds, and each buffer is aligned in length-sorted batches.
 
 from __future__ import annotations
 
+import functools
 import posixpath
 import time
 from collections.abc import Callable
@@ -180,7 +181,7 @@ def run_alignments(
     writer = _ShardAlignmentWriter(data_root, shard_id, write_ctm_files)
     buffers: dict[str, list[_Pending]] = {}
     buffered_s: dict[str, float] = {}
-    aligners: dict[str | None, CtcAligner | None] = {}
+    aligner_of = functools.cache(aligner_for)  # each language's aligner is built once
     done = 0
     total = 0
 
@@ -190,10 +191,10 @@ def run_alignments(
         buffered_s.pop(language, None)
         if not pending:
             return
-        aligner = aligners[language]
+        aligner = aligner_of(language)
         log_probs = compute_log_probs(aligner.forward, [p.audio_16k for p in pending], settings)
         frame_ms = int(round(aligner.frame_s * 1000))
-        for item, lp in zip(pending, log_probs):
+        for item, lp in zip(pending, log_probs, strict=True):
             try:
                 result = align_transcript(
                     lp, item.text, aligner.vocabulary, frame_ms, item.duration_ms, max_frame_tokens
@@ -221,28 +222,10 @@ def run_alignments(
             writer.reject(utt_id, "not_in_utterance_index", "normalized audio has no index row")
             continue
         language = row["language"]
-        if language not in aligners:
-            aligners[language] = aligner_for(language)
-        aligner = aligners[language]
-        if aligner is None:
-            writer.reject(utt_id, "no_aligner_for_language", f"no CTC model is configured for language {language!r}")
-            continue
-        targets = ctc_targets(row["text"] or "", aligner.vocabulary)
-        if not targets.words:
-            writer.reject(utt_id, "empty_transcript", "the transcript has no words")
-            continue
-        if not targets.targets:
-            writer.reject(
-                utt_id,
-                "text_not_in_vocabulary",
-                f"nothing in {row['text'][:80]!r} can be expressed in {aligner.name}'s vocabulary",
-            )
-            continue
-        too_long = alignment_size_problem(
-            expected_frames(samples.shape[0] / rate, aligner.frame_s), len(targets.targets), max_frame_tokens
-        )
-        if too_long is not None:
-            writer.reject(utt_id, "too_long_to_align", f"{aligner.name}: {too_long}")
+        aligner = aligner_of(language)
+        problem = _alignment_problem(row, aligner, samples.shape[0] / rate, max_frame_tokens)
+        if problem is not None:
+            writer.reject(utt_id, *problem)
             continue
         audio_16k = resample(samples, rate, MODEL_SAMPLE_RATE)
         buffers.setdefault(language, []).append(
@@ -256,6 +239,28 @@ def run_alignments(
     return writer.finish(total, started)
 
 
+def _alignment_problem(
+    row: dict, aligner: CtcAligner | None, duration_s: float, max_frame_tokens: int
+) -> tuple[str, str] | None:
+    """Why the utterance cannot be aligned, as ``(reason, detail)``; None when it can."""
+    if aligner is None:
+        return "no_aligner_for_language", f"no CTC model is configured for language {row['language']!r}"
+    targets = ctc_targets(row["text"] or "", aligner.vocabulary)
+    if not targets.words:
+        return "empty_transcript", "the transcript has no words"
+    if not targets.targets:
+        return (
+            "text_not_in_vocabulary",
+            f"nothing in {row['text'][:80]!r} can be expressed in {aligner.name}'s vocabulary",
+        )
+    too_long = alignment_size_problem(
+        expected_frames(duration_s, aligner.frame_s), len(targets.targets), max_frame_tokens
+    )
+    if too_long is not None:
+        return "too_long_to_align", f"{aligner.name}: {too_long}"
+    return None
+
+
 def run_alignments_from_import(data_root: DataRoot, shard_id: str) -> StageSummary:
     """Read alignments landed beside the shard (``<utt_id>.ctm`` word CTM or ``<utt_id>.TextGrid``).
 
@@ -267,7 +272,7 @@ def run_alignments_from_import(data_root: DataRoot, shard_id: str) -> StageSumma
     container = data_root.read_parquet(layout.normalized_audio(shard_id), columns=["utt_id", "duration_s"])
     writer = _ShardAlignmentWriter(data_root, shard_id, write_ctm_files=False)
     directory = layout.landing_alignments_dir(shard_id)
-    for utt_id, duration_s in zip(container["utt_id"].to_pylist(), container["duration_s"].to_pylist()):
+    for utt_id, duration_s in zip(container["utt_id"].to_pylist(), container["duration_s"].to_pylist(), strict=True):
         ctm_path, grid_path = f"{directory}/{utt_id}.ctm", f"{directory}/{utt_id}.TextGrid"
         try:
             if data_root.exists(ctm_path):
@@ -307,4 +312,4 @@ def _match_transcript_words(text: str, imported: list[TimedUnit]) -> list[TimedU
     words = text.split()
     if len(words) != len(imported):
         return None
-    return [TimedUnit(w, u.start_ms, u.end_ms, u.score) for w, u in zip(words, imported)]
+    return [TimedUnit(w, u.start_ms, u.end_ms, u.score) for w, u in zip(words, imported, strict=True)]

@@ -127,7 +127,7 @@ class ViterbiPath:
         token_states = 2 * np.arange(self.num_tokens, dtype=np.int64) + 1
         starts = np.searchsorted(self.states, token_states, side="left")
         ends = np.searchsorted(self.states, token_states, side="right")
-        return [(int(s), int(e)) for s, e in zip(starts, ends)]
+        return [(int(s), int(e)) for s, e in zip(starts, ends, strict=True)]
 
 
 def state_tokens(targets: ArrayLike, blank: int) -> list[int]:

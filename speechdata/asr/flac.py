@@ -79,7 +79,8 @@ class _ShardAudio:
         confined_landed_shard(data_root.root, shard_id, local=data_root.is_local)
         if data_root.exists(layout.landing_audio_tar(shard_id)):
             self._handle = data_root.fs.open(data_root.path(layout.landing_audio_tar(shard_id)), "rb")
-            self._tar = tarfile.open(fileobj=self._handle, mode="r:")
+            # Held open for the reader's life, so members stream from one handle; close() closes it.
+            self._tar = tarfile.open(fileobj=self._handle, mode="r:")  # noqa: SIM115
             self.audit = audit_tar(self._tar)
         else:
             self.landed = LandedAudio(data_root, shard_id)
@@ -158,6 +159,7 @@ def run_asr_flac(
                 for name, value in zip(
                     rows,
                     (request.utt_id, relative, ASR_SAMPLE_RATE, pcm.shape[0], pcm.shape[0] / ASR_SAMPLE_RATE, digest),
+                    strict=True,
                 ):
                     rows[name].append(value)
                 audio_seconds += pcm.shape[0] / ASR_SAMPLE_RATE

@@ -81,7 +81,7 @@ def may_change_under_nfc_pattern() -> str:
     """One regex: a match means NFC might change the string; no match means it surely does not."""
     from speechdata.asr import nfc_ranges
 
-    if nfc_ranges.UNIDATA_VERSION == unicodedata.unidata_version:
+    if unicodedata.unidata_version == nfc_ranges.UNIDATA_VERSION:
         unstable, combining, second, preceding = (
             nfc_ranges.UNSTABLE,
             nfc_ranges.COMBINING,

@@ -190,7 +190,7 @@ class DurationBucketBatchSampler:
         uniforms = rng.random(n)
         parts = [
             m[_argsort_descending_ties_by_position(np.power(uniforms[m], e))]
-            for m, e in zip(self._members, self._member_exponents)
+            for m, e in zip(self._members, self._member_exponents, strict=True)
         ]
         order = np.concatenate(parts) if parts else np.zeros(0, np.int64)
         bucket_sizes = self._bucket_sizes
@@ -199,10 +199,7 @@ class DurationBucketBatchSampler:
         ordered_ms = self.durations_ms[order]
         offsets = pack_greedy(ordered_ms, np.cumsum(bucket_sizes), self.cap_ms)
         lengths = np.diff(offsets)
-        if lengths.shape[0]:
-            longest = np.maximum.reduceat(ordered_ms, offsets[:-1])
-        else:
-            longest = np.zeros(0, np.int64)
+        longest = np.maximum.reduceat(ordered_ms, offsets[:-1]) if lengths.shape[0] else np.zeros(0, np.int64)
         by_cost = np.argsort(-(lengths * longest), kind="stable")
         usable = (by_cost.shape[0] // self.world_size) * self.world_size
         mine = by_cost[self.rank : usable : self.world_size]

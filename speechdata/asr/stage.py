@@ -116,7 +116,7 @@ def build_and_write_asr_manifests(
         corrections=read_language_corrections(data_root, corrections_location),
     )
     outputs = {}
-    for split, frame in zip(SPLITS, (build.train, build.validation, build.eval)):
+    for split, frame in zip(SPLITS, (build.train, build.validation, build.eval), strict=True):
         data_root.write_parquet(layout.asr_manifest(split), frame.to_arrow())
         fault_point("asr-manifest-parquet")
         data_root.write_bytes(layout.asr_manifest(split, "jsonl"), nemo_jsonl_bytes(frame))

@@ -72,7 +72,8 @@ def clean_transcript_series_in_threads(text: pl.Series, min_rows: int = PARALLEL
     if threads < 2:
         return clean_transcript_series(text)
     bounds = [text.len() * i // threads for i in range(threads + 1)]
-    slices = [text.slice(start, end - start) for start, end in zip(bounds, bounds[1:])]
+    # Consecutive bounds: the shifted copy is one shorter by design.
+    slices = [text.slice(start, end - start) for start, end in zip(bounds, bounds[1:], strict=False)]
     with ThreadPoolExecutor(threads) as pool:
         return pl.concat(list(pool.map(clean_transcript_series, slices)), rechunk=True)
 

@@ -157,11 +157,8 @@ def quantize_pcm16(samples: np.ndarray) -> np.ndarray:
 def encode_flac(samples: np.ndarray, sample_rate: int, subtype: str = "PCM_16") -> bytes:
     """Encode mono float samples as FLAC; values beyond full scale are clipped, not wrapped."""
     buffer = io.BytesIO()
-    if subtype == "PCM_16":
-        # Quantize in numpy: faster than libsndfile's float conversion, and the same rounding as pcm16.
-        clipped = quantize_pcm16(samples)
-    else:
-        clipped = np.clip(samples, -1.0, 1.0)
+    # PCM_16 is quantized in numpy: faster than libsndfile's float conversion, and the same rounding as pcm16.
+    clipped = quantize_pcm16(samples) if subtype == "PCM_16" else np.clip(samples, -1.0, 1.0)
     sf.write(buffer, clipped, sample_rate, format="FLAC", subtype=subtype, compression_level=0.0)
     return buffer.getvalue()
 

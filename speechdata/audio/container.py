@@ -122,7 +122,7 @@ def _binary_array(payloads: list[bytes | np.ndarray], sizes_bytes: list[int]) ->
     np.cumsum(lengths, out=offsets[1:])
     data = pa.allocate_buffer(total_bytes)
     view = np.frombuffer(data, np.uint8)
-    for payload, start, end in zip(payloads, offsets[:-1].tolist(), offsets[1:].tolist()):
+    for payload, start, end in zip(payloads, offsets[:-1].tolist(), offsets[1:].tolist(), strict=True):
         view[start:end] = np.frombuffer(payload, np.uint8)
     return pa.BinaryArray.from_buffers(pa.binary(), len(payloads), [None, pa.py_buffer(offsets), data])
 
@@ -139,6 +139,7 @@ def iter_container_audio(
                 table["sample_rate"].to_pylist(),
                 table["codec"].to_pylist(),
                 table["audio"].to_pylist(),
+                strict=True,
             ):
                 if utt_ids is not None and utt_id not in utt_ids:
                     continue

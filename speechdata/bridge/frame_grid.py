@@ -108,10 +108,12 @@ def token_spans_ms(text: str, words: Sequence[TimedUnit], offsets: Sequence[tupl
     for index, chars in enumerate(token_chars):
         if chars is None:
             next_word = _next_word_at_or_after(char_spans, offsets[index][1])
-            if next_word is None:
-                at = float(words[-1].end_ms) if words else 0.0
-            else:
+            if next_word is not None:
                 at = float(words[next_word].start_ms)
+            elif words:
+                at = float(words[-1].end_ms)
+            else:
+                at = 0.0
             spans.append((at, at))
             continue
         first, last = chars

@@ -62,17 +62,17 @@ class FrameGridSummary(StageSummary):
 def run_frame_grids(data_root: DataRoot, shard_id: str, tokenizer) -> FrameGridSummary:
     started = time.perf_counter()
     index = data_root.read_parquet(layout.utterance_index(shard_id), columns=["utt_id", "text"])
-    texts = dict(zip(index["utt_id"].to_pylist(), index["text"].to_pylist()))
+    texts = dict(zip(index["utt_id"].to_pylist(), index["text"].to_pylist(), strict=True))
     words = words_by_utterance(data_root.read_parquet(layout.alignments(shard_id)))
     audio = data_root.read_parquet(layout.normalized_audio(shard_id), columns=["utt_id", "n_samples"])
-    samples = dict(zip(audio["utt_id"].to_pylist(), audio["n_samples"].to_pylist()))
+    samples = dict(zip(audio["utt_id"].to_pylist(), audio["n_samples"].to_pylist(), strict=True))
     scored = data_root.read_parquet(layout.alignment_scores(shard_id), columns=["utt_id"])["utt_id"].to_pylist()
 
     utt_ids = sorted(scored)
     tokenized = tokenize_many(tokenizer, [texts.get(u) or "" for u in utt_ids])
     rows: list[dict] = []
     rejects: list[Reject] = []
-    for utt_id, tokens in zip(utt_ids, tokenized):
+    for utt_id, tokens in zip(utt_ids, tokenized, strict=True):
         if utt_id not in samples:
             rejects.append(Reject(utt_id, STAGE, "no_normalized_audio", "aligned but missing from audio_24k.parquet"))
             continue
@@ -134,7 +134,7 @@ def verify_frame_grids(table: pa.Table, texts: dict[str, str], tokenizer) -> Gri
     rows = table.to_pylist()
     retokenized = tokenize_many(tokenizer, [texts.get(r["utt_id"]) or "" for r in rows])
     failures = GridCheckFailures([], [], [], [])
-    for row, tokens in zip(rows, retokenized):
+    for row, tokens in zip(rows, retokenized, strict=True):
         grid = np.asarray(row["grid"], dtype=np.int64)
         dur = np.asarray(row["dur"], dtype=np.int64)
         if int(dur.sum()) + int(np.count_nonzero(grid == -1)) != grid.size:

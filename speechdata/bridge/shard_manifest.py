@@ -22,12 +22,12 @@ def build_shard_manifest(data_root: DataRoot, shard_id: str, packed: pa.Table | 
     index = data_root.read_parquet(layout.utterance_index(shard_id))
     scores = data_root.read_parquet(layout.alignment_scores(shard_id), columns=["utt_id", "score"])
     audio = read_container_index(data_root, layout.normalized_audio(shard_id))
-    clipped_by = dict(zip(audio["utt_id"].to_pylist(), audio["clipped_share"].to_pylist()))
+    clipped_by = dict(zip(audio["utt_id"].to_pylist(), audio["clipped_share"].to_pylist(), strict=True))
     grid_by = {r["utt_id"]: r for r in grids.to_pylist()}
     index_by = {r["utt_id"]: r for r in index.to_pylist()}
-    score_by = dict(zip(scores["utt_id"].to_pylist(), scores["score"].to_pylist()))
+    score_by = dict(zip(scores["utt_id"].to_pylist(), scores["score"].to_pylist(), strict=True))
     extras = index["extra"].to_pylist() if "extra" in index.column_names else ["{}"] * index.num_rows
-    extra_by = dict(zip(index["utt_id"].to_pylist(), extras))
+    extra_by = dict(zip(index["utt_id"].to_pylist(), extras, strict=True))
 
     rows = []
     for sample in packed.to_pylist():

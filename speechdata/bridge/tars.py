@@ -257,6 +257,7 @@ def iter_bridge_samples(data_root: DataRoot, shard_id: str) -> Iterator[BridgeSa
         read_ahead(KeyedRows(data_root, layout.normalized_audio(shard_id), ["codec", "audio"], packable)),
         read_ahead(KeyedRows(data_root, layout.qwen_hidden_states(shard_id), ARRAY_COLUMNS, packable)),
         read_ahead(KeyedRows(data_root, layout.wavlm_features(shard_id), ARRAY_COLUMNS, packable)),
+        strict=True,
     )
 
     def build(
@@ -290,7 +291,7 @@ def iter_bridge_samples(data_root: DataRoot, shard_id: str) -> Iterator[BridgeSa
     # samples ahead; samples are handed on in key order. With pcm16 storage building is a few views.
     with ThreadPoolExecutor(DECODE_THREADS) as pool:
         ahead: deque[Future] = deque()
-        for key, rows in zip(packable, streams):
+        for key, rows in zip(packable, streams, strict=True):
             if rows[3]["codec"] == "pcm16":  # nothing to decode: a thread hand-off would cost more than the build
                 ahead.append(Future())
                 ahead[-1].set_result(build(key, *rows))

@@ -76,5 +76,5 @@ def tokenize_many(tokenizer, texts: Sequence[str]) -> list[TokenizedText]:
     encoded = tokenizer(list(texts), add_special_tokens=False, return_offsets_mapping=True)
     return [
         TokenizedText(list(ids), [tuple(o) for o in offsets])
-        for ids, offsets in zip(encoded["input_ids"], encoded["offset_mapping"])
+        for ids, offsets in zip(encoded["input_ids"], encoded["offset_mapping"], strict=True)
     ]

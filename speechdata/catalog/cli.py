@@ -59,9 +59,11 @@ def open_catalog(root: DataRoot) -> Iterator[duckdb.DuckDBPyConnection]:
             f"no catalog at {root.uri(CATALOG_FILE)}: build it with `{BUILD_COMMAND}` "
             "(or materialize the manifest_catalog asset)"
         )
-    with database_on_root(root, CATALOG_FILE, read_only=True) as local:
-        with open_catalog_read_only(local, root, root.uri(CATALOG_FILE)) as connection:
-            yield connection
+    with (
+        database_on_root(root, CATALOG_FILE, read_only=True) as local,
+        open_catalog_read_only(local, root, root.uri(CATALOG_FILE)) as connection,
+    ):
+        yield connection
 
 
 def refresh(root: DataRoot, full: bool = False) -> RefreshedCatalog:
@@ -143,8 +145,9 @@ def main(argv: list[str] | None = None) -> int:
     return run(parser.parse_args(argv), parser)
 
 
-def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    """Carry out parsed arguments; ``parser.error`` (exit 2) on bad usage."""
+def _checked_usage(args: argparse.Namespace, parser: argparse.ArgumentParser) -> tuple[list[str], bool]:
+    """The actions chosen and whether selection filters were given; ``parser.error`` (exit 2) on a
+    combination that cannot be carried out."""
     filters = any(
         value not in (None, [])
         for value in (
@@ -176,6 +179,12 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         parser.error("--full applies to --refresh")
     if not chosen and not filters and not args.refresh:
         parser.error("nothing to do: give SQL, --named, --list, --export-*, selection filters or --refresh")
+    return chosen, filters
+
+
+def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    """Carry out parsed arguments; ``parser.error`` (exit 2) on bad usage."""
+    chosen, filters = _checked_usage(args, parser)
 
     if args.export_nemo is not None:
         print(
@@ -192,17 +201,7 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         root = DataRoot(args.data_root or data_root_url())
         require_existing_root(root.root, local=root.is_local, what="catalog")
         if args.refresh:
-            refreshed = refresh(root, full=args.full)
-            summary = refreshed.summary
-            if refreshed.rebuilt_because:
-                print(f"catalog: rebuilt from scratch: {refreshed.rebuilt_because}", file=sys.stderr)
-            print(
-                f"catalog refreshed: {summary.shards} shards, {summary.samples} samples, {summary.hours:.2f} h, "
-                f"{summary.rejected_utterances} rejected utterances; languages: {', '.join(summary.languages) or '-'}; "
-                f"countries: {', '.join(summary.countries) or '-'}; "
-                f"manifests read {summary.manifests_read}, reused {summary.manifests_reused}; "
-                f"shard accounting recounted for {summary.accounting_shards_read} shards"
-            )
+            _report_refresh(refresh(root, full=args.full))
             if not chosen and not filters:
                 return 0
         with open_catalog(root) as connection:
@@ -241,6 +240,20 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         print(f"catalog: error: {message}", file=sys.stderr)
         return EXIT_ERROR
     return 0
+
+
+def _report_refresh(refreshed: RefreshedCatalog) -> None:
+    """The refresh's totals on stdout; a rebuild from scratch says why on stderr."""
+    summary = refreshed.summary
+    if refreshed.rebuilt_because:
+        print(f"catalog: rebuilt from scratch: {refreshed.rebuilt_because}", file=sys.stderr)
+    print(
+        f"catalog refreshed: {summary.shards} shards, {summary.samples} samples, {summary.hours:.2f} h, "
+        f"{summary.rejected_utterances} rejected utterances; languages: {', '.join(summary.languages) or '-'}; "
+        f"countries: {', '.join(summary.countries) or '-'}; "
+        f"manifests read {summary.manifests_read}, reused {summary.manifests_reused}; "
+        f"shard accounting recounted for {summary.accounting_shards_read} shards"
+    )
 
 
 if __name__ == "__main__":

@@ -18,7 +18,7 @@ def format_table(table: pa.Table, max_rows: int = 50, max_width: int = 60) -> st
     def line(values: list[str]) -> str:
         return "  ".join(
             value.rjust(width) if is_number else value.ljust(width)
-            for value, width, is_number in zip(values, widths, numeric)
+            for value, width, is_number in zip(values, widths, numeric, strict=True)
         ).rstrip()
 
     out = [line(list(names)), "  ".join("-" * w for w in widths)]

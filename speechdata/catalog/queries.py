@@ -80,52 +80,66 @@ def select_samples(
     ``alignment_score`` bound as float32). Scores and durations are inclusive bounds.
     """
     # Describing the view reads every manifest's footer: only a ``where`` needs it.
-    columns = sample_columns(connection) if where else dict(MANIFEST_TYPES)
-    conditions: list[str] = []
-    params: list[object] = []
-
-    def placeholder(column: str) -> str:
-        return f"CAST(? AS {columns[column]})"
-
-    def add_membership(column: str, values) -> None:
-        values = list(values)
-        if not values:
-            conditions.append("false")
-            return
-        conditions.append(f"{quote_identifier(column)} IN ({', '.join([placeholder(column)] * len(values))})")
-        params.extend(values)
-
+    conditions = _Conditions(sample_columns(connection) if where else dict(MANIFEST_TYPES))
     for column, value in (where or {}).items():
-        if column not in columns:
-            raise ValueError(f"unknown column {column!r} in where: the samples view has {', '.join(columns)}")
-        if value is None:
-            conditions.append(f"{quote_identifier(column)} IS NULL")
-        elif isinstance(value, (list, tuple, set, frozenset)):
-            add_membership(column, sorted(value, key=repr) if isinstance(value, (set, frozenset)) else value)
-        else:
-            conditions.append(f"{quote_identifier(column)} = {placeholder(column)}")
-            params.append(value)
+        conditions.add_where(column, value)
     if languages is not None:
-        add_membership("language", [languages] if isinstance(languages, str) else languages)
+        conditions.add_membership("language", [languages] if isinstance(languages, str) else languages)
     if countries is not None:
-        add_membership("country", [countries] if isinstance(countries, str) else countries)
+        conditions.add_membership("country", [countries] if isinstance(countries, str) else countries)
     for bound, column, operator in (
         (min_alignment_score, "alignment_score", ">="),
         (min_duration_s, "duration_s", ">="),
         (max_duration_s, "duration_s", "<="),
     ):
         if bound is not None:
-            conditions.append(f"{column} {operator} {placeholder(column)}")
-            params.append(float(bound))
+            conditions.add_bound(column, operator, float(bound))
 
     sql = "SELECT * FROM samples"
-    if conditions:
-        sql += " WHERE " + " AND ".join(conditions)
+    if conditions.sql:
+        sql += " WHERE " + " AND ".join(conditions.sql)
     if order_by_key:
         sql += " ORDER BY shard, key"
+    params = conditions.params
     if limit is not None:
         if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
             raise ValueError(f"limit must be a non-negative integer, got {limit!r}")
         sql += " LIMIT ?"
         params.append(limit)
     return run_query(connection, sql, params)
+
+
+class _Conditions:
+    """SQL conditions on the ``samples`` view and their bound parameters, each cast to its column's type."""
+
+    def __init__(self, columns: Mapping[str, str]):
+        self.columns = columns
+        self.sql: list[str] = []
+        self.params: list[object] = []
+
+    def _placeholder(self, column: str) -> str:
+        return f"CAST(? AS {self.columns[column]})"
+
+    def add_membership(self, column: str, values) -> None:
+        values = list(values)
+        if not values:
+            self.sql.append("false")
+            return
+        self.sql.append(f"{quote_identifier(column)} IN ({', '.join([self._placeholder(column)] * len(values))})")
+        self.params.extend(values)
+
+    def add_where(self, column: str, value: object) -> None:
+        """``= value``, ``IN`` for a list/tuple/set, ``IS NULL`` for None; an unknown column is a ValueError."""
+        if column not in self.columns:
+            raise ValueError(f"unknown column {column!r} in where: the samples view has {', '.join(self.columns)}")
+        if value is None:
+            self.sql.append(f"{quote_identifier(column)} IS NULL")
+        elif isinstance(value, (list, tuple, set, frozenset)):
+            self.add_membership(column, sorted(value, key=repr) if isinstance(value, (set, frozenset)) else value)
+        else:
+            self.sql.append(f"{quote_identifier(column)} = {self._placeholder(column)}")
+            self.params.append(value)
+
+    def add_bound(self, column: str, operator: str, bound: float) -> None:
+        self.sql.append(f"{column} {operator} {self._placeholder(column)}")
+        self.params.append(bound)

@@ -92,7 +92,9 @@ def iter_arrays(
     with data_root.open_parquet(relative) as parquet:
         for group in range(parquet.num_row_groups):
             table = parquet.read_row_group(group)
-            for utt_id, n_rows, dim, dtype, data in zip(*(table[c].to_pylist() for c in ARRAY_STORE_SCHEMA.names)):
+            for utt_id, n_rows, dim, dtype, data in zip(
+                *(table[c].to_pylist() for c in ARRAY_STORE_SCHEMA.names), strict=True
+            ):
                 if utt_ids is not None and utt_id not in utt_ids:
                     continue
                 yield utt_id, np.frombuffer(data, dtype=dtype).reshape(n_rows, dim)
@@ -100,4 +102,4 @@ def iter_arrays(
 
 def read_array_shapes(data_root: DataRoot, relative: str) -> dict[str, tuple[int, int]]:
     table = data_root.read_parquet(relative, columns=["utt_id", "n_rows", "dim"])
-    return {u: (n, d) for u, n, d in zip(*(table[c].to_pylist() for c in ("utt_id", "n_rows", "dim")))}
+    return {u: (n, d) for u, n, d in zip(*(table[c].to_pylist() for c in ("utt_id", "n_rows", "dim")), strict=True)}

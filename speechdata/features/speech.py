@@ -90,7 +90,7 @@ def wavlm_features(
 
     max_samples = int(max_batch_s * WAVLM_SAMPLE_RATE)
     for batch in budgeted_batches(lengths_16k, max_samples):
-        for i, features in zip(batch, run_splitting_on_oom(batch, forward)):
+        for i, features in zip(batch, run_splitting_on_oom(batch, forward), strict=True):
             results[i] = features
         if on_batch:
             on_batch(len(batch))

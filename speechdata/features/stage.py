@@ -70,8 +70,10 @@ def run_qwen_hidden_states(
             try:
                 states = compute(tokens[chunk])
             except ItemTooLarge:
-                states = _one_by_one(list(zip(utt_ids[chunk], tokens[chunk])), compute, QWEN_STAGE, rejects)
-            for utt_id, matrix in zip(utt_ids[chunk], states):
+                states = _one_by_one(
+                    list(zip(utt_ids[chunk], tokens[chunk], strict=True)), compute, QWEN_STAGE, rejects
+                )
+            for utt_id, matrix in zip(utt_ids[chunk], states, strict=True):
                 if matrix is not None:
                     store.add(utt_id, matrix)
             fault_point("features")
@@ -109,7 +111,7 @@ def run_wavlm_features(
 ) -> StageSummary:
     started = time.perf_counter()
     grids = data_root.read_parquet(layout.frame_grids(shard_id), columns=["utt_id", "n_frames"])
-    n_frames = dict(zip(grids["utt_id"].to_pylist(), grids["n_frames"].to_pylist()))
+    n_frames = dict(zip(grids["utt_id"].to_pylist(), grids["n_frames"].to_pylist(), strict=True))
     rejects: list[Reject] = []
     done, audio_done = 0, 0.0
 
@@ -137,9 +139,9 @@ def run_wavlm_features(
                 features = compute(items)
             except ItemTooLarge:
                 features = _one_by_one(
-                    [(u, item) for (u, _), item in zip(pending, items)], compute, WAVLM_STAGE, rejects
+                    [(u, item) for (u, _), item in zip(pending, items, strict=True)], compute, WAVLM_STAGE, rejects
                 )
-            for (utt_id, _), matrix in zip(pending, features):
+            for (utt_id, _), matrix in zip(pending, features, strict=True):
                 if matrix is not None:
                     store.add(utt_id, matrix)
             done += len(pending)

@@ -65,7 +65,7 @@ def qwen_hidden_states(
             if not len(token_lists[i]):
                 results[i] = np.zeros((0, model.config.hidden_size), np.float16)
         if nonempty:
-            for i, states in zip(nonempty, run_splitting_on_oom(nonempty, forward)):
+            for i, states in zip(nonempty, run_splitting_on_oom(nonempty, forward), strict=True):
                 results[i] = states
         if on_batch:
             on_batch(len(batch))

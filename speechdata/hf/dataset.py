@@ -75,7 +75,8 @@ def build_country_dataset(
     state_path = layout.hf_state_database(options.dataset, country)
     segments = country_segments(data_root, country)
     position = {
-        identity: i for i, identity in enumerate(zip(segments["shard_id"].to_pylist(), segments["key"].to_pylist()))
+        identity: i
+        for i, identity in enumerate(zip(segments["shard_id"].to_pylist(), segments["key"].to_pylist(), strict=True))
     }
     with state_connection(data_root, state_path) as db:
         recordings = {r["recording_id"]: r for r in rows_as_dicts(db, "SELECT * FROM recordings")}
@@ -175,6 +176,7 @@ def _country_sample_rate(db, options: DatasetOptions, segments: pa.Table, states
             segments["key"].to_pylist(),
             segments["source_sample_rate"].to_pylist(),
             segments["duration_s"].to_pylist(),
+            strict=True,
         ):
             if (shard_id, key) in usable and rate_value:
                 seconds_by_rate[rate_value] = seconds_by_rate.get(rate_value, 0.0) + duration

@@ -66,7 +66,7 @@ class SplitSink:
         part = self.parts[-1]
         part["rows"] += table.num_rows
         part["payload"] += payload
-        part["keys"].extend(zip(table["shard_id"].to_pylist(), table["key"].to_pylist()))
+        part["keys"].extend(zip(table["shard_id"].to_pylist(), table["key"].to_pylist(), strict=True))
         self.payload_bytes += payload
 
     def _roll(self) -> None:

@@ -146,7 +146,7 @@ def _as_segments(table: pa.Table, shard_id: str) -> pa.Table:
 def filter_reasons(segments: pa.Table, limits: SegmentLimits) -> list[str | None]:
     """Per segment: None when it is kept, else ``too_short``, ``too_long`` or ``cer_above_max``."""
     reasons: list[str | None] = []
-    for duration, cer in zip(segments["duration_s"].to_pylist(), segments["cer"].to_pylist()):
+    for duration, cer in zip(segments["duration_s"].to_pylist(), segments["cer"].to_pylist(), strict=True):
         if duration < limits.min_duration_s:
             reasons.append("too_short")
         elif duration > limits.max_duration_s:
@@ -214,7 +214,7 @@ def refresh_split_assignments(
     usable_s: dict[str, float] = {}
     first_row: dict[str, int] = {}
     for i, (recording_id, duration, reason) in enumerate(
-        zip(segments["recording_id"].to_pylist(), segments["duration_s"].to_pylist(), reasons)
+        zip(segments["recording_id"].to_pylist(), segments["duration_s"].to_pylist(), reasons, strict=True)
     ):
         first_row.setdefault(recording_id, i)
         usable_s[recording_id] = usable_s.get(recording_id, 0.0) + (duration if reason is None else 0.0)
@@ -249,14 +249,14 @@ def refresh_split_assignments(
         keys = segments["key"].to_pylist()
         recording_ids = segments["recording_id"].to_pylist()
         shard_ids = segments["shard_id"].to_pylist()
-        is_new = [(shard, key) not in known for shard, key in zip(shard_ids, keys)]
+        is_new = [(shard, key) not in known for shard, key in zip(shard_ids, keys, strict=True)]
         fresh = {
-            "shard_id": [s for s, n in zip(shard_ids, is_new) if n],
-            "key": [k for k, n in zip(keys, is_new) if n],
-            "recording_id": [r for r, n in zip(recording_ids, is_new) if n],
-            "split": [splits[r] for r, n in zip(recording_ids, is_new) if n],
-            "status": ["filtered" if reason else "pending" for reason, n in zip(reasons, is_new) if n],
-            "reason": [reason for reason, n in zip(reasons, is_new) if n],
+            "shard_id": [s for s, n in zip(shard_ids, is_new, strict=True) if n],
+            "key": [k for k, n in zip(keys, is_new, strict=True) if n],
+            "recording_id": [r for r, n in zip(recording_ids, is_new, strict=True) if n],
+            "split": [splits[r] for r, n in zip(recording_ids, is_new, strict=True) if n],
+            "status": ["filtered" if reason else "pending" for reason, n in zip(reasons, is_new, strict=True) if n],
+            "reason": [reason for reason, n in zip(reasons, is_new, strict=True) if n],
         }
         with registered_rows(db, "fresh", {name: pa.array(values, pa.string()) for name, values in fresh.items()}):
             db.execute(
@@ -264,9 +264,9 @@ def refresh_split_assignments(
                 "SELECT shard_id, key, recording_id, split, status, reason FROM fresh"
             )
         again = {
-            "shard_id": pa.array([s for s, n in zip(shard_ids, is_new) if not n], pa.string()),
-            "key": pa.array([k for k, n in zip(keys, is_new) if not n], pa.string()),
-            "reason": pa.array([reason for reason, n in zip(reasons, is_new) if not n], pa.string()),
+            "shard_id": pa.array([s for s, n in zip(shard_ids, is_new, strict=True) if not n], pa.string()),
+            "key": pa.array([k for k, n in zip(keys, is_new, strict=True) if not n], pa.string()),
+            "reason": pa.array([reason for reason, n in zip(reasons, is_new, strict=True) if not n], pa.string()),
         }
         with registered_rows(db, "again", again):
             db.execute(

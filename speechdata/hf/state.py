@@ -141,7 +141,7 @@ def _connect_waiting(path: str, timeout_s: float = LOCK_TIMEOUT_S) -> duckdb.Duc
 def rows_as_dicts(connection: duckdb.DuckDBPyConnection, sql: str, params: list | None = None) -> list[dict]:
     cursor = connection.execute(sql, params or [])
     names = [d[0] for d in cursor.description]
-    return [dict(zip(names, row)) for row in cursor.fetchall()]
+    return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
 
 
 def get_setting(connection: duckdb.DuckDBPyConnection, name: str) -> str | None:

@@ -106,43 +106,46 @@ def import_language_tar(
     cached = (vad_cache(number) if vad_cache else None) or {}
     rows, segments, used_ids = [], [], set()
     skipped = unknown = 0
-    with fsspec.open(source_tar, "rb") as handle, tarfile.open(fileobj=handle, mode="r|*") as tar:
-        with deterministic_tar_writer(data_root, layout.landing_audio_tar(shard_id)) as add:
-            for member in tar:
-                _, extension = webdataset_key(member.name)
-                fmt = audio_extension(extension) if member.isreg() and extension else None
-                if fmt is None:
-                    skipped += 1
-                    continue
-                names = lookup_names(member.name)
-                utt_id = _unique_id(_UNSAFE_ID_CHARACTERS.sub("_", names[0]).strip("_") or "file", used_ids)
-                audio_path = f"{utt_id}.{fmt}"
-                add(audio_path, tar.extractfile(member).read())
-                raw_language = next((language_index[(number, n)] for n in names if (number, n) in language_index), None)
-                language = raw_language.lower() if isinstance(raw_language, str) else None
-                if language is None or not LANGUAGE_PATTERN.match(language):
-                    language, unknown = None, unknown + 1
-                rows.append(
-                    {
-                        "utt_id": utt_id,
-                        "audio_path": audio_path,
-                        "text": None,
-                        "language": language,
-                        "country": None,
-                        "start_s": None,
-                        "end_s": None,
-                        "source": source,
-                        "source_tar_number": number,
-                        "source_member": member.name,
-                        "source_language": raw_language,
-                    }
+    with (
+        fsspec.open(source_tar, "rb") as handle,
+        tarfile.open(fileobj=handle, mode="r|*") as tar,
+        deterministic_tar_writer(data_root, layout.landing_audio_tar(shard_id)) as add,
+    ):
+        for member in tar:
+            _, extension = webdataset_key(member.name)
+            fmt = audio_extension(extension) if member.isreg() and extension else None
+            if fmt is None:
+                skipped += 1
+                continue
+            names = lookup_names(member.name)
+            utt_id = _unique_id(_UNSAFE_ID_CHARACTERS.sub("_", names[0]).strip("_") or "file", used_ids)
+            audio_path = f"{utt_id}.{fmt}"
+            add(audio_path, tar.extractfile(member).read())
+            raw_language = next((language_index[(number, n)] for n in names if (number, n) in language_index), None)
+            language = raw_language.lower() if isinstance(raw_language, str) else None
+            if language is None or not LANGUAGE_PATTERN.match(language):
+                language, unknown = None, unknown + 1
+            rows.append(
+                {
+                    "utt_id": utt_id,
+                    "audio_path": audio_path,
+                    "text": None,
+                    "language": language,
+                    "country": None,
+                    "start_s": None,
+                    "end_s": None,
+                    "source": source,
+                    "source_tar_number": number,
+                    "source_member": member.name,
+                    "source_language": raw_language,
+                }
+            )
+            entry = next((cached[n] for n in names if n in cached), None)
+            if entry is not None:
+                pairs = sorted((float(s), float(e)) for s, e in entry.get("segments", []))
+                segments.append(
+                    {"audio_path": audio_path, "start_s": [s for s, _ in pairs], "end_s": [e for _, e in pairs]}
                 )
-                entry = next((cached[n] for n in names if n in cached), None)
-                if entry is not None:
-                    pairs = sorted((float(s), float(e)) for s, e in entry.get("segments", []))
-                    segments.append(
-                        {"audio_path": audio_path, "start_s": [s for s, _ in pairs], "end_s": [e for _, e in pairs]}
-                    )
     data_root.write_parquet(
         layout.landing_metadata(shard_id), pa.Table.from_pylist(rows, schema=IMPORTED_METADATA_SCHEMA)
     )

@@ -39,13 +39,15 @@ def audio_extension(extension: str) -> str | None:
 @contextlib.contextmanager
 def deterministic_tar_writer(data_root: DataRoot, relative: str) -> Iterator[Callable[[str, bytes], None]]:
     """Yield ``add(name, data)``; members go straight to disk and the tar appears when the block ends."""
-    with atomic_open(data_root.fs, data_root.path(relative)) as handle:
-        with tarfile.open(fileobj=handle, mode="w", format=tarfile.GNU_FORMAT) as tar:
+    with (
+        atomic_open(data_root.fs, data_root.path(relative)) as handle,
+        tarfile.open(fileobj=handle, mode="w", format=tarfile.GNU_FORMAT) as tar,
+    ):
 
-            def add(name: str, data: bytes) -> None:
-                tar.addfile(deterministic_tar_info(name, len(data)), io.BytesIO(data))
+        def add(name: str, data: bytes) -> None:
+            tar.addfile(deterministic_tar_info(name, len(data)), io.BytesIO(data))
 
-            yield add
+        yield add
 
 
 def write_deterministic_tar(data_root: DataRoot, relative: str, members: Iterable[tuple[str, bytes]]) -> None:

@@ -140,7 +140,7 @@ def _rows(batch: pa.RecordBatch | pa.Table) -> list[dict]:
         else:
             columns[name] = column.to_pylist()
     names = list(columns)
-    return [dict(zip(names, values)) for values in zip(*columns.values())]
+    return [dict(zip(names, values, strict=True)) for values in zip(*columns.values(), strict=True)]
 
 
 READ_AHEAD_ROWS = 32

@@ -205,9 +205,12 @@ def atomic_parquet_writer(
     if _is_local(fs):
         # Arrow writes a local file itself: through a Python handle it first copies every page into a
         # bytes object (the audio container: 5 ms of CPU per 24 MB, docs/performance.md section 2).
-        with _atomic_temp(fs, path) as temp, pa.OSFile(temp, "wb") as sink:
-            with pq.ParquetWriter(sink, schema, **parquet_options) as writer:
-                yield writer
+        with (
+            _atomic_temp(fs, path) as temp,
+            pa.OSFile(temp, "wb") as sink,
+            pq.ParquetWriter(sink, schema, **parquet_options) as writer,
+        ):
+            yield writer
         return
     with atomic_open(fs, path) as handle:
         writer = pq.ParquetWriter(handle, schema, **parquet_options)

@@ -83,7 +83,7 @@ def read_metadata(handle, file_label: str) -> pa.Table:
     repeated = sorted(name for name, count in Counter(table.column_names).items() if count > 1)
     if repeated:
         raise ContractError(file_label, repeated[0], "column names must be unique: the name appears more than once")
-    for column, expected in REQUIRED_COLUMNS.items():
+    for column in REQUIRED_COLUMNS:
         if column not in table.column_names:
             raise ContractError(
                 file_label, column, f"required column is missing (have: {', '.join(table.column_names)})"
@@ -146,16 +146,9 @@ def check_rows(table: pa.Table, stage: str) -> RowCheck:
 
 
 def _row_problem(utt_id, id_counts, audio_path, language, country, start_s, end_s, text=None):
-    if utt_id is None or utt_id == "":
-        return "missing_utt_id", "utt_id is null or empty"
-    if len(utt_id) > MAX_UTT_ID_LENGTH:
-        return "utt_id_too_long", f"utt_id of {len(utt_id)} characters is longer than {MAX_UTT_ID_LENGTH}"
-    if "." in utt_id:
-        return "utt_id_has_dot", f"utt_id {utt_id!r} contains '.', which WebDataset reads as an extension"
-    if not UTT_ID_PATTERN.match(utt_id):
-        return "invalid_utt_id", f"utt_id {utt_id!r} must match [A-Za-z0-9_-]+"
-    if id_counts[utt_id] > 1:
-        return "duplicate_utt_id", f"utt_id {utt_id!r} appears {id_counts[utt_id]} times in the shard"
+    utt_id_problem = _utt_id_problem(utt_id, id_counts)
+    if utt_id_problem is not None:
+        return utt_id_problem
     if text is not None and text.strip() and not has_words(text):
         return "no_words", f"text {text[:80]!r} has no word character (punctuation or symbols only)"
     if audio_path is None or audio_path == "":
@@ -171,6 +164,20 @@ def _row_problem(utt_id, id_counts, audio_path, language, country, start_s, end_
             return "invalid_segment", f"{name}={value} must be a finite number >= 0"
     if start_s is not None and end_s is not None and not start_s < end_s:
         return "segment_start_not_before_end", f"start_s={start_s} must be < end_s={end_s}"
+    return None
+
+
+def _utt_id_problem(utt_id, id_counts) -> tuple[str, str] | None:
+    if utt_id is None or utt_id == "":
+        return "missing_utt_id", "utt_id is null or empty"
+    if len(utt_id) > MAX_UTT_ID_LENGTH:
+        return "utt_id_too_long", f"utt_id of {len(utt_id)} characters is longer than {MAX_UTT_ID_LENGTH}"
+    if "." in utt_id:
+        return "utt_id_has_dot", f"utt_id {utt_id!r} contains '.', which WebDataset reads as an extension"
+    if not UTT_ID_PATTERN.match(utt_id):
+        return "invalid_utt_id", f"utt_id {utt_id!r} must match [A-Za-z0-9_-]+"
+    if id_counts[utt_id] > 1:
+        return "duplicate_utt_id", f"utt_id {utt_id!r} appears {id_counts[utt_id]} times in the shard"
     return None
 
 

@@ -178,7 +178,7 @@ def load_fingerprint_state(data_root: DataRoot) -> dict[str, ShardFingerprint]:
     state = {
         shard: ShardFingerprint(key, fingerprint)
         for shard, key, fingerprint in zip(
-            table["shard_id"].to_pylist(), table["stat_key"].to_pylist(), table["fingerprint"].to_pylist()
+            table["shard_id"].to_pylist(), table["stat_key"].to_pylist(), table["fingerprint"].to_pylist(), strict=True
         )
     }
     if identity is not None:

@@ -76,7 +76,7 @@ SEGMENT_COLUMNS = ("utt_id", "audio_path", "segment_start_s", "segment_end_s")
 
 def segment_requests(index: pa.Table) -> list[SegmentRequest]:
     """The index's utterances ordered by file then start, so each file is opened once."""
-    rows = zip(*(index[column].to_pylist() for column in SEGMENT_COLUMNS))
+    rows = zip(*(index[column].to_pylist() for column in SEGMENT_COLUMNS), strict=True)
     requests = [SegmentRequest(u, p, s, e) for u, p, s, e in rows]
     return sorted(requests, key=lambda r: (r.audio_path, r.start_s, r.utt_id))
 

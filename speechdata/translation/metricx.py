@@ -126,7 +126,7 @@ def encode_qe_inputs(
 ) -> list[list[int]]:
     """Token ids per pair, truncated to ``max_input_length`` and without the final EOS (as MetricX)."""
     encoded = tokenizer(
-        [qe_input(s, h) for s, h in zip(sources, hypotheses)], max_length=max_input_length, truncation=True
+        [qe_input(s, h) for s, h in zip(sources, hypotheses, strict=True)], max_length=max_input_length, truncation=True
     )["input_ids"]
     eos = tokenizer.eos_token_id
     return [ids[:-1] if ids and ids[-1] == eos else ids for ids in encoded]
@@ -159,7 +159,9 @@ class MetricXScorer:
         scores: list[float] = [0.0] * len(ids)
         done = 0
         for batch in budgeted_batches([max(len(x), 1) for x in ids], self.max_batch_tokens):
-            for index, score in zip(batch, run_splitting_on_oom(batch, lambda b: self._forward([ids[i] for i in b]))):
+            for index, score in zip(
+                batch, run_splitting_on_oom(batch, lambda b: self._forward([ids[i] for i in b])), strict=True
+            ):
                 scores[index] = score
             done += len(batch)
             if on_progress:

@@ -50,7 +50,7 @@ def metricx_records(segments: pa.Table) -> list[dict]:
     columns = {name: segments[name].to_pylist() for name in (*METADATA_FIELDS, "source", "target")}
     return [
         {"source": source, "hypothesis": target, **{name: columns[name][i] for name in METADATA_FIELDS}}
-        for i, (source, target) in enumerate(zip(columns["source"], columns["target"]))
+        for i, (source, target) in enumerate(zip(columns["source"], columns["target"], strict=True))
     ]
 
 

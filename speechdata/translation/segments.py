@@ -298,6 +298,6 @@ def utterance_document(utt_id: str, text: str, levels: dict[str, LevelSegments],
                 "emit_s": step * step_ms / 1000.0,
                 "match": t.match,
             }
-            for t, zh, step in zip(result.timings, result.translations, result.steps)
+            for t, zh, step in zip(result.timings, result.translations, result.steps, strict=True)
         ]
     return document

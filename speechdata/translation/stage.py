@@ -146,9 +146,9 @@ def run_streaming_segments(
     scores = data_root.read_parquet(layout.alignment_scores(shard_id), columns=["utt_id", "score"])
     words = words_by_utterance(data_root.read_parquet(layout.alignments(shard_id)))
     index = data_root.read_parquet(layout.utterance_index(shard_id), columns=["utt_id", "text"])
-    texts = dict(zip(index["utt_id"].to_pylist(), index["text"].to_pylist()))
+    texts = dict(zip(index["utt_id"].to_pylist(), index["text"].to_pylist(), strict=True))
     container = read_container_index(data_root, layout.normalized_audio(shard_id))
-    durations = dict(zip(container["utt_id"].to_pylist(), container["duration_s"].to_pylist()))
+    durations = dict(zip(container["utt_id"].to_pylist(), container["duration_s"].to_pylist(), strict=True))
     landed = _landed_segmentation_files(data_root, shard_id)
     directory = layout.landing_segmentation_dir(shard_id)
     json_dir = posixpath.dirname(layout.streaming_segments_json(shard_id, "x"))
@@ -158,7 +158,7 @@ def run_streaming_segments(
     totals = LevelTotals()
     audio_seconds = 0.0
     written: set[str] = set()
-    for utt_id, score in zip(scores["utt_id"].to_pylist(), scores["score"].to_pylist()):
+    for utt_id, score in zip(scores["utt_id"].to_pylist(), scores["score"].to_pylist(), strict=True):
         reject = _filter_reject(utt_id, score, settings)
         if reject is None and f"{utt_id}.json" not in landed:
             reject = Reject(utt_id, STAGE, "no_segmentation", f"{directory}/{utt_id}.json does not exist")

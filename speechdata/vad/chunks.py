@@ -23,13 +23,13 @@ DEFAULT_NUM_CHUNKS = 16
 
 def candidate_windows(start_s: Sequence[float], end_s: Sequence[float], chunk_s: float) -> list[tuple[float, float]]:
     """``(first_start_s, last_start_s)`` of every segment at least ``chunk_s`` long."""
-    return [(s, e - chunk_s) for s, e in zip(start_s, end_s) if e - s >= chunk_s]
+    return [(s, e - chunk_s) for s, e in zip(start_s, end_s, strict=True) if e - s >= chunk_s]
 
 
 def chunk_capacity(start_s: Sequence[float], end_s: Sequence[float], chunk_s: float) -> int:
     """How many non-overlapping ``chunk_s`` chunks the segments hold."""
     # The epsilon keeps a segment of exactly k * chunk_s (up to float error) at k chunks.
-    return sum(int(math.floor((e - s) / chunk_s + 1e-9)) for s, e in zip(start_s, end_s) if e > s)
+    return sum(int(math.floor((e - s) / chunk_s + 1e-9)) for s, e in zip(start_s, end_s, strict=True) if e > s)
 
 
 def chunk_count(start_s: Sequence[float], end_s: Sequence[float], chunk_s: float, num_chunks: int) -> int:

@@ -109,7 +109,9 @@ def build_urls(langs: Iterable[str], data_root: DataRoot | str) -> list[str]:
     tar_paths: set[str] = set()
     for language in set(langs):
         index = read_language_shard_index(root, language)
-        for tar_path, streamable in zip(index["tar_path"].to_pylist(), index["streamable_files"].to_pylist()):
+        for tar_path, streamable in zip(
+            index["tar_path"].to_pylist(), index["streamable_files"].to_pylist(), strict=True
+        ):
             if streamable:
                 tar_paths.add(tar_path)
     return [root.uri(path) for path in sorted(tar_paths)]

@@ -51,7 +51,7 @@ class SpeechSegments:
 
     @property
     def speech_s(self) -> float:
-        return float(sum(e - s for s, e in zip(self.start_s, self.end_s)))
+        return float(sum(e - s for s, e in zip(self.start_s, self.end_s, strict=True)))
 
     def __len__(self) -> int:
         return len(self.start_s)
@@ -148,4 +148,4 @@ def detect_speech(
 ) -> list[SpeechSegments]:
     """Speech segments of each 16 kHz mono signal, the files batched through the model together."""
     probabilities = speech_probabilities(model, signals, batch_files)
-    return [segments_from_probabilities(p, len(s), params) for p, s in zip(probabilities, signals)]
+    return [segments_from_probabilities(p, len(s), params) for p, s in zip(probabilities, signals, strict=True)]

@@ -127,8 +127,14 @@ def read_imported_segments(
         duration = durations.get(row["audio_path"])
         if duration is None:
             continue
+        starts, ends = row["start_s"] or [], row["end_s"] or []
+        if len(starts) != len(ends):
+            raise ValueError(
+                f"{data_root.uri(layout.landing_vad_segments(shard_id))}: audio_path {row['audio_path']!r} has "
+                f"{len(starts)} start_s and {len(ends)} end_s values: each segment needs both"
+            )
         kept = []
-        for start, end in zip(row["start_s"] or [], row["end_s"] or []):
+        for start, end in zip(starts, ends, strict=True):
             start, end = max(float(start), 0.0), min(float(end), duration)
             if start < end:
                 kept.append((start, end))
@@ -184,7 +190,7 @@ def run_vad_segments(
                     waiting.append(file)
                 except Exception as exc:  # any decoder or storage error costs this file only
                     rejects += [Reject(u, STAGE, "audio_unreadable", f"{file.audio_path}: {exc}") for u in file.utt_ids]
-            for file, found in zip(waiting, detect_speech(model, signals, params, batch_files)):
+            for file, found in zip(waiting, detect_speech(model, signals, params, batch_files), strict=True):
                 segments[file.audio_path] = found
             done_files += len(batch)
             done_s += sum(f.duration_s for f in batch)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -90,10 +91,8 @@ class DagsterDev:
             os.killpg(group, signal.SIGKILL)
             self.process.wait(timeout=10)
         # The daemon and code server are in the same group; make sure none outlives the test.
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(group, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
         self._log.close()
 
     def log_tail(self, chars: int = 4000) -> str:

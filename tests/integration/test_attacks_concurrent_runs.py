@@ -106,10 +106,13 @@ def test_a_half_written_lock_is_taken_over_and_a_live_one_is_never_removed_by_an
     with open(path, "w") as handle:
         handle.write('{"host": ')  # its holder died between create and write
     with shard_lock(root, "s1", "vad_segments") as me:
-        assert json.load(open(path))["token"] == me.token
-        with pytest.raises(ShardLocked, match=rf"shard 's1': vad_segments .*pid {os.getpid()} on"):
-            with shard_lock(root, "s1", "vad_segments"):
-                pass
+        with open(path) as handle:
+            assert json.load(handle)["token"] == me.token
+        with (
+            pytest.raises(ShardLocked, match=rf"shard 's1': vad_segments .*pid {os.getpid()} on"),
+            shard_lock(root, "s1", "vad_segments"),
+        ):
+            pass
         assert os.path.exists(path)  # the refused attempt left the holder's lock in place
     assert not os.path.exists(path)
     with shard_lock(root, "s1", "vad_segments"), shard_lock(root, "s1", "alignments"):

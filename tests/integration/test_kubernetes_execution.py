@@ -56,7 +56,7 @@ def shard_steps() -> dict[str, dict]:
 
 def test_gpu_steps_request_one_gpu_on_gpu_nodes_and_cpu_steps_none():
     steps = shard_steps()
-    assert GPU_STEPS <= set(steps) and len(steps) > len(GPU_STEPS)
+    assert set(steps) >= GPU_STEPS and len(steps) > len(GPU_STEPS)
     config = k8s_executor_config(K8S)
     for name, tags in steps.items():
         spec = step_pod_spec(tags, config)

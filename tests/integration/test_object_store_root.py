@@ -116,9 +116,8 @@ def test_duckdb_reads_the_manifests_in_the_bucket_through_the_catalog(bucket_roo
     assert (samples, shards) == (manifest.num_rows, 1) and keys == set(manifest["key"].to_pylist())
     assert event.metadata["accounting_shards_recounted"].value == 1
     assert rejects == event.metadata["rejected_utterances"].value > 0
-    with pytest.raises(duckdb.Error):  # the copy a reader gets is read-only
-        with open_catalog(root) as connection:
-            connection.execute("CREATE TABLE scratch AS SELECT 1")
+    with pytest.raises(duckdb.Error), open_catalog(root) as connection:  # the copy a reader gets is read-only
+        connection.execute("CREATE TABLE scratch AS SELECT 1")
     out = io.StringIO()
     import contextlib
 

@@ -5,6 +5,7 @@ asks for the countries whose shards changed."""
 import io
 import json
 import tracemalloc
+from pathlib import Path
 
 import dagster as dg
 import datasets
@@ -137,7 +138,8 @@ def test_two_countries_load_with_datasets_and_every_row_matches_its_source_json(
         reasons |= set(recorded.values())
     assert reasons == {"too_short", "cer_above_max"}
     card = data_root.path(layout.hf_dataset_file("speech-segments", "README.md"))
-    assert "config_name: france" in open(card).read() and "config_name: germany" in open(card).read()
+    card_text = Path(card).read_text()
+    assert "config_name: france" in card_text and "config_name: germany" in card_text
 
 
 def test_new_recordings_never_move_old_ones_and_sealed_train_subsets_stay_byte_identical(
@@ -288,7 +290,7 @@ def test_a_rebuilt_split_loads_its_new_rows_through_the_default_datasets_cache(t
     after = {split: ds.num_rows for split, ds in datasets.load_dataset(dataset_dir, "germany").items()}
     assert after == on_disk
     assert (after["test"], after["validation"]) != (before["test"], before["validation"])
-    card = open(data_root.path(layout.hf_dataset_file("speech-segments", "README.md"))).read()
+    card = Path(data_root.path(layout.hf_dataset_file("speech-segments", "README.md"))).read_text()
     assert "license: other" in card and "size_categories:" in card and "dataset_info:" in card
     assert "sampling_rate: 16000" in card and "num_examples:" in card
     # datasets' own Audio decoding (torchcodec on FFmpeg's libraries, installed by make setup).

@@ -29,16 +29,18 @@ def test_windowed_selection_equals_sort_and_filter(tmp_path, storage_order, batc
         "reversed": np.arange(6_000)[::-1],
     }[storage_order]
     root = DataRoot(str(tmp_path))
-    with state_connection(root, "state.duckdb") as connection:
-        with registered_rows(
+    with (
+        state_connection(root, "state.duckdb") as connection,
+        registered_rows(
             connection,
             "new",
             {name: pa.array(columns[name][permutation]) for name in ("key", "video_id", "split", "status")},
-        ):
-            connection.execute(
-                "INSERT INTO segments (key, recording_id, shard_id, split, status) "
-                "SELECT key, video_id, 'shard', split, status FROM new"
-            )
+        ),
+    ):
+        connection.execute(
+            "INSERT INTO segments (key, recording_id, shard_id, split, status) "
+            "SELECT key, video_id, 'shard', split, status FROM new"
+        )
     facts = str(tmp_path / "facts.parquet")
     pq.write_table(pa.table({name: columns[name] for name in ("key", "cer")}), facts, row_group_size=1_000)
     with state_connection(root, "state.duckdb") as connection:

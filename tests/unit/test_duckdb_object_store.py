@@ -34,14 +34,15 @@ def test_a_local_root_needs_nothing(tmp_path):
 def test_a_database_on_the_bucket_is_replaced_whole_and_only_on_success(bucket_root):
     with database_on_root(bucket_root, "state/db.duckdb") as local, duckdb.connect(local) as connection:
         connection.execute("CREATE TABLE t AS SELECT 1 AS v")
-    with pytest.raises(RuntimeError):
-        with database_on_root(bucket_root, "state/db.duckdb") as local:
-            with duckdb.connect(local) as connection:
-                connection.execute("INSERT INTO t VALUES (2)")
-            raise RuntimeError("the run fails after changing its copy")
-    with database_on_root(bucket_root, "state/db.duckdb", read_only=True) as local:
-        with duckdb.connect(local, read_only=True) as connection:
-            assert connection.execute("SELECT v FROM t").fetchall() == [(1,)]
+    with pytest.raises(RuntimeError), database_on_root(bucket_root, "state/db.duckdb") as local:
+        with duckdb.connect(local) as connection:
+            connection.execute("INSERT INTO t VALUES (2)")
+        raise RuntimeError("the run fails after changing its copy")
+    with (
+        database_on_root(bucket_root, "state/db.duckdb", read_only=True) as local,
+        duckdb.connect(local, read_only=True) as connection,
+    ):
+        assert connection.execute("SELECT v FROM t").fetchall() == [(1,)]
     assert [p.rsplit("/", 1)[1] for p in bucket_root.fs.ls(bucket_root.path("state"), detail=False)] == ["db.duckdb"]
     assert not [p for p in bucket_root.fs.find(bucket_root.root) if TEMP_PREFIX in p]
 

@@ -189,7 +189,7 @@ def test_registering_a_product_line_recounts_the_catalog_state_of_unchanged_shar
 
 
 def test_the_public_ledger_names_are_the_registry():
-    assert PRODUCT_STAGES == {line.name: line.stages for line in PRODUCT_LINES}
+    assert {line.name: line.stages for line in PRODUCT_LINES} == PRODUCT_STAGES
     assert [line.name for line in PRODUCT_LINES] == ["bridge", "asr", "vad", "translation", "hf"]
 
 

@@ -21,10 +21,9 @@ def test_atomic_write_replaces_the_previous_file(data_root):
 
 
 def test_failed_write_leaves_neither_the_file_nor_a_temp(data_root):
-    with pytest.raises(RuntimeError):
-        with atomic_open(data_root.fs, data_root.path("x/out.bin")) as handle:
-            handle.write(b"partial")
-            raise RuntimeError("crash mid-write")
+    with pytest.raises(RuntimeError), atomic_open(data_root.fs, data_root.path("x/out.bin")) as handle:
+        handle.write(b"partial")
+        raise RuntimeError("crash mid-write")
     assert not data_root.exists("x/out.bin")
     # (an object store has no empty directories: list everything under the root)
     assert not [p for p in data_root.fs.find(data_root.root) if TEMP_PREFIX in p]
@@ -32,10 +31,9 @@ def test_failed_write_leaves_neither_the_file_nor_a_temp(data_root):
 
 def test_failed_write_keeps_the_previous_version(data_root):
     data_root.write_bytes("x/out.bin", b"good")
-    with pytest.raises(RuntimeError):
-        with atomic_open(data_root.fs, data_root.path("x/out.bin")) as handle:
-            handle.write(b"half")
-            raise RuntimeError
+    with pytest.raises(RuntimeError), atomic_open(data_root.fs, data_root.path("x/out.bin")) as handle:
+        handle.write(b"half")
+        raise RuntimeError
     with data_root.fs.open(data_root.path("x/out.bin"), "rb") as handle:
         assert handle.read() == b"good"
 
@@ -55,9 +53,8 @@ def test_data_root_pickles_as_its_url(data_root):
 
 
 def test_atomic_open_refuses_read_modes(data_root):
-    with pytest.raises(ValueError):
-        with atomic_open(data_root.fs, data_root.path("r"), "rb"):
-            pass
+    with pytest.raises(ValueError), atomic_open(data_root.fs, data_root.path("r"), "rb"):
+        pass
 
 
 def test_a_killed_writers_temp_is_never_read_and_goes_at_the_next_write(data_root):
@@ -96,9 +93,8 @@ def test_a_parquet_writer_that_fails_leaves_the_previous_file_and_no_temp(data_r
     path = data_root.path("p/stream.parquet")
     with atomic_parquet_writer(data_root.fs, path, schema) as writer:
         writer.write_table(pa.table({"a": [1, 2]}, schema=schema))
-    with pytest.raises(RuntimeError):
-        with atomic_parquet_writer(data_root.fs, path, schema) as writer:
-            writer.write_table(pa.table({"a": [3]}, schema=schema))
-            raise RuntimeError("crash mid-write")
+    with pytest.raises(RuntimeError), atomic_parquet_writer(data_root.fs, path, schema) as writer:
+        writer.write_table(pa.table({"a": [3]}, schema=schema))
+        raise RuntimeError("crash mid-write")
     assert data_root.read_parquet("p/stream.parquet")["a"].to_pylist() == [1, 2]
     assert not [p for p in data_root.fs.find(data_root.root) if TEMP_PREFIX in p]
