@@ -90,7 +90,7 @@ def materialize_shards(context: dg.AssetExecutionContext, build: Callable[[str],
     for position, shard_id in enumerate(shards, 1):
         context.log.info(f"{asset}: shard {position}/{len(shards)} {shard_id} started")
         try:
-            with shard_write_lock(_data_root(context), shard_id, asset, context.run_id, _run_ended(context)):
+            with shard_write_lock(_data_root(context), shard_id, asset, context.run.run_id, _run_ended(context)):
                 results[shard_id] = build(shard_id)
         except Exception as exc:
             context.log.error(
