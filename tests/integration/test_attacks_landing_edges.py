@@ -110,7 +110,7 @@ def test_audio_borrowed_from_another_shard_is_refused_whole_folder_or_file_by_fi
     # One file that is another shard's: that row is rejected, the rest of the shard is ingested.
     land_shard(data_root, "mixed", ROWS, {"a.wav": WAV})
     os.symlink(data_root.path("landing/owner/audio/b.wav"), data_root.path("landing/mixed/audio/b.wav"))
-    _, index = run_raw_shards(data_root, "mixed")
+    index = run_raw_shards(data_root, "mixed").index
     assert index["utt_id"].to_pylist() == ["a"]
     assert rejects_of(data_root, "mixed")["b"][0] == "audio_path_escapes_shard"
 
@@ -119,7 +119,7 @@ def test_a_link_within_the_shard_folder_is_allowed(data_root):
     land_two_files(data_root, "s1")
     os.rename(data_root.path("landing/s1/metadata.parquet"), data_root.path("landing/s1/metadata-v2.parquet"))
     os.symlink("metadata-v2.parquet", data_root.path("landing/s1/metadata.parquet"))
-    _, index = run_raw_shards(data_root, "s1")
+    index = run_raw_shards(data_root, "s1").index
     assert index["utt_id"].to_pylist() == ["a", "b"]
 
 
@@ -131,7 +131,7 @@ def test_a_hard_link_to_a_file_outside_the_root_is_read_as_the_shards_own(data_r
     outside.write_bytes(WAV)
     os.makedirs(data_root.path("landing/s1/audio"))
     os.link(outside, data_root.path("landing/s1/audio/a.wav"))
-    _, index = run_raw_shards(data_root, "s1")
+    index = run_raw_shards(data_root, "s1").index
     assert index["utt_id"].to_pylist() == ["a"] and os.stat(outside).st_nlink == 2
 
 
