@@ -124,6 +124,9 @@ def hf_dataset(
     try:
         ledgers = require_balanced_country(root, options.dataset, country)
     except UnbalancedLedger as exc:
+        # The dataset's files stay as they were, but the shards' published indexes say what the state
+        # holds now, so the catalog shows the same unbalanced shard as this failure.
+        write_published_indexes(root, options.dataset, country)
         raise dg.Failure(
             description=f"{country}: {exc}",
             metadata={"shard": exc.shard_id, "unaccounted": dg.MetadataValue.json(exc.ledger.unaccounted[:20])},
