@@ -213,6 +213,10 @@ def test_a_product_line_must_name_the_shard_in_its_output_and_have_a_plain_name(
         ProductLine("x", "x", ("raw_shards",), output=lambda shard_id: "fixed.parquet", id_column="utt_id")
     with pytest.raises(ValueError, match="must match"):
         ProductLine("Bad Name", "x", ("raw_shards",), output=layout.utterance_index, id_column="utt_id")
+    with pytest.raises(ValueError, match="only its file name may hold"):
+        ProductLine("x", "x", ("raw_shards",), output=lambda shard_id: f"{shard_id}/*/x.parquet", id_column="utt_id")
+    with pytest.raises(ValueError, match="only its file name may hold"):
+        ProductLine("x", "x", ("raw_shards",), output=lambda shard_id: f"{shard_id}/*-*.parquet", id_column="utt_id")
     with pytest.raises(KeyError, match="unknown product 'nope'"):
         product_line("nope")
 
@@ -236,3 +240,23 @@ def test_the_ledgers_page_lists_every_product_line_as_registered():
         stages, outputs = rows[line.name]
         assert tuple(s.strip() for s in stages.split(",")) == line.stages, line.name
         assert outputs.startswith(f"`{line.output('<s>')}` (`{line.id_column}`"), line.name
+
+
+def test_a_product_written_in_parts_counts_every_part_and_is_built_once_one_exists(data_root):
+    hf = product_line("hf")
+    landed = ["u1", "u2", "u3"]
+    data_root.write_parquet(layout.landing_metadata(SHARD), pa.table({"utt_id": landed}))
+    assert "hf" not in shard_ledgers(data_root, SHARD)
+    data_root.write_parquet(hf.output(SHARD).replace("*", "de"), pa.table({"utt_id": ["u1", "u2"]}))
+    assert not shard_ledgers(data_root, SHARD)["hf"].balanced
+    data_root.write_parquet(hf.output(SHARD).replace("*", "at"), pa.table({"utt_id": ["u3"]}))
+    ledger = shard_ledgers(data_root, SHARD)["hf"]
+    assert (ledger.produced, ledger.balanced) == (3, True)
+
+
+def test_a_country_that_is_no_plain_name_cannot_name_a_published_index():
+    from speechdata.hf.shard_paths import published_index
+
+    for country in ("../x", "a/b", "*", ".hidden", ""):
+        with pytest.raises(ValueError, match="cannot name a published index"):
+            published_index(SHARD, country)
