@@ -17,7 +17,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from speechdata.hf.shard_paths import HF_STAGE, PUBLISHED_PREFIX, checked_country, published_index
-from speechdata.hf.state import state_connection
+from speechdata.hf.state import read_state, state_connection
 from speechdata.io import layout
 from speechdata.io.confinement import validate_partition_key
 from speechdata.io.storage import DataRoot
@@ -75,13 +75,13 @@ def write_filtered_rejects(data_root: DataRoot, dataset: str, shard_ids: list[st
     """Rewrite ``rejects/hf_dataset.parquet`` of each shard from every country's state, as they are now.
 
     One ledger per stage and shard, fed by every country: each build rewrites it from all states,
-    so the last build of any country leaves it whole."""
+    so the last build of any country leaves it whole. The other countries' states are only read."""
     if not shard_ids:
         return
     rejects: dict[str, list[Reject]] = {shard_id: [] for shard_id in shard_ids}
     for path in sorted(data_root.glob(layout.hf_state_database(dataset, "*"))):
         country = PurePosixPath(path).name.removesuffix(".duckdb")
-        with state_connection(data_root, layout.hf_state_database(dataset, country)) as db:
+        with read_state(data_root, layout.hf_state_database(dataset, country)) as db:
             filtered = db.execute(
                 "SELECT shard_id, key, coalesce(reason, 'filtered'), split FROM segments "
                 "WHERE status = ? AND shard_id IN (SELECT unnest(?::VARCHAR[])) ORDER BY shard_id, key",
