@@ -12,6 +12,7 @@ from speechdata.hf.accounting import require_balanced_country
 from speechdata.hf.card import write_dataset_card
 from speechdata.hf.dataset import build_country_dataset
 from speechdata.hf.publish import publish_country, register_card
+from speechdata.hf.published_index import write_published_indexes
 from speechdata.hf.segments import refresh_split_assignments
 from speechdata.hf.state import rows_as_dicts, state_connection
 from speechdata.io import layout
@@ -96,7 +97,7 @@ def hf_split_assignments(
     partitions_def=country_partitions,
     deps=[hf_split_assignments],
     kinds={"huggingface", "parquet"},
-    code_version="hf_dataset-v3",  # v3: rows carry shard_id, withdrawn segments are rewritten out
+    code_version="hf_dataset-v4",  # v4: writes each shard's published index and hf_dataset rejects
 )
 def hf_dataset(
     context: dg.AssetExecutionContext,
@@ -112,7 +113,10 @@ def hf_dataset(
     Train subsets are sealed once written; test and validation are rebuilt when they change; a
     split (sealed or not) holding segments a re-landing withdrew is rewritten without them. Each
     row is identified by `(shard_id, key)`. Nothing is written while a shard's `hf` ledger does
-    not balance: the run fails naming the shard and its unaccounted utterances.
+    not balance: the run fails naming the shard and its unaccounted utterances. Each shard feeding
+    the country then gets `shards/<shard>/hf/published-<country>.parquet` (what the dataset holds of
+    it) and `shards/<shard>/rejects/hf_dataset.parquet` (what the states filtered out, with the
+    reason): the `hf` ledger and the catalog's `product_accounting` count these.
     """
     country = context.partition_key
     root = data_root.get()
@@ -120,6 +124,9 @@ def hf_dataset(
     try:
         ledgers = require_balanced_country(root, options.dataset, country)
     except UnbalancedLedger as exc:
+        # The dataset's files stay as they were, but the shards' published indexes say what the state
+        # holds now, so the catalog shows the same unbalanced shard as this failure.
+        write_published_indexes(root, options.dataset, country)
         raise dg.Failure(
             description=f"{country}: {exc}",
             metadata={"shard": exc.shard_id, "unaccounted": dg.MetadataValue.json(exc.ledger.unaccounted[:20])},
@@ -129,6 +136,7 @@ def hf_dataset(
         root, options.dataset, license=hf_dataset_settings.license, pretty_name=hf_dataset_settings.pretty_name
     )
     register_card(root, options.dataset, country)
+    published_by_shard = write_published_indexes(root, options.dataset, country)
     for split_files in summary.written:
         context.log.info(
             f"{country}: wrote {split_files.split}: {split_files.rows} rows in {len(split_files.files)} files, {split_files.bytes / 1e6:.1f} MB"
@@ -154,6 +162,7 @@ def hf_dataset(
             "recording_already_published": summary.already_published,
             "rewritten_for_withdrawal": dg.MetadataValue.json(summary.rewritten_for_withdrawal),
             "shards_balanced": len(ledgers),
+            "shards_indexed": len(published_by_shard),
             "audio_hours_written": round(summary.audio_seconds / 3600.0, 6),
             "max_recording_buffer_mb": round(summary.max_recording_buffer_bytes / 1e6, 3),
             "files": markdown_rows(files),

@@ -9,6 +9,7 @@ stage's name, never by a glob: a temp file left by a killed writer (``._tmp-...`
 
 from __future__ import annotations
 
+import posixpath
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -54,9 +55,12 @@ def landed_utterances(data_root: DataRoot, shard_id: str) -> tuple[set[str], int
     return set(pc.drop_null(column).to_pylist()), column.null_count
 
 
-def product_ledger(data_root: DataRoot, shard_id: str, product: str, produced: set[str]) -> Ledger:
-    """Balance ``produced`` (the product's utterance ids for the shard) against landed and rejected."""
-    stages = products.product_line(product).stages
+def product_ledger(
+    data_root: DataRoot, shard_id: str, product: str, produced: set[str], stages: tuple[str, ...] | None = None
+) -> Ledger:
+    """Balance ``produced`` (the product's utterance ids for the shard) against landed and rejected.
+    ``stages``: whose rejects count, when not all of the product's (a gate that runs before a stage)."""
+    stages = products.product_line(product).stages if stages is None else stages
     landed_ids, landed_nulls = landed_utterances(data_root, shard_id)
     reason_of: dict[str, str] = {}
     null_reasons: Counter[str] = Counter()
@@ -89,9 +93,18 @@ def produced_utterances(data_root: DataRoot, shard_id: str, product: str) -> set
     """The product's committed utterance ids for the shard, or None when it has not been built."""
     line = products.product_line(product)
     relative = line.output(shard_id)
-    if not data_root.exists(relative):
+    if line.output_has_parts:
+        folder = posixpath.dirname(relative)
+        parts = sorted(f"{folder}/{posixpath.basename(path)}" for path in data_root.glob(relative))
+    else:
+        parts = [relative] if data_root.exists(relative) else []
+    if not parts:
         return None
-    values = data_root.read_parquet(relative, columns=[line.id_column])[line.id_column].to_pylist()
+    values = [
+        value
+        for part in parts
+        for value in data_root.read_parquet(part, columns=[line.id_column])[line.id_column].to_pylist()
+    ]
     if line.ids_are_lists:
         return {u for ids in values for u in (ids or [])}
     return set(values)

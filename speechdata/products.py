@@ -18,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from speechdata.bridge.manifest import manifest_path
+from speechdata.hf.shard_paths import HF_STAGE, published_index_parts
 from speechdata.io import layout
 
 PRODUCT_NAME_PATTERN = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
@@ -39,7 +40,10 @@ class ProductLine:
     is accounted for; counted under the reason of the earliest stage that rejected it."""
     output: Callable[[str], str]
     """Shard id -> the product's per-shard output file, relative to the data root: one parquet file
-    whose :attr:`id_column` names every utterance the product holds for the shard."""
+    whose :attr:`id_column` names every utterance the product holds for the shard. Its file name may
+    hold one ``*`` when the product writes one file per part of the shard (the ``hf`` product: one
+    per country, so countries built in parallel never rewrite each other's file): the product's ids
+    are then those of every matching file, and it is built for the shard once one exists."""
     id_column: str
     ids_are_lists: bool = False
     """True when each row holds a list of utterance ids (a VAD chunk spans several utterances)."""
@@ -54,8 +58,16 @@ class ProductLine:
             raise ValueError(f"product name {self.name!r} must match {PRODUCT_NAME_PATTERN.pattern}")
         if not self.stages:
             raise ValueError(f"product line {self.name!r}: stages must name at least the landing stage")
-        if self.output(_SHARD_PLACEHOLDER).count(_SHARD_PLACEHOLDER) != 1:
+        output = self.output(_SHARD_PLACEHOLDER)
+        if output.count(_SHARD_PLACEHOLDER) != 1:
             raise ValueError(f"product line {self.name!r}: its output path must name the shard exactly once")
+        if "*" in output.rpartition("/")[0] or output.count("*") > 1:
+            raise ValueError(f"product line {self.name!r}: only its file name may hold a '*', and only one")
+
+    @property
+    def output_has_parts(self) -> bool:
+        """Whether a shard's output is every file matching :attr:`output` (one per part) rather than one file."""
+        return "*" in self.output(_SHARD_PLACEHOLDER)
 
     @property
     def output_glob(self) -> str:
@@ -67,7 +79,7 @@ class ProductLine:
         """A regex whose group 1 is the shard of an output file's path (a root-relative path after a
         slash, or a full URL): anchored at the end, so another file in the same folder never matches."""
         before, after = self.output(_SHARD_PLACEHOLDER).split(_SHARD_PLACEHOLDER)
-        return "/" + re.escape(before) + "([^/]+)" + re.escape(after) + "$"
+        return "/" + re.escape(before) + "([^/]+)" + re.escape(after).replace(r"\*", "[^/]+") + "$"
 
 
 PRODUCT_LINES: tuple[ProductLine, ...] = (
@@ -103,11 +115,11 @@ PRODUCT_LINES: tuple[ProductLine, ...] = (
     ),
     ProductLine(
         name="hf",
-        # The HF product's own filters (splits, removed segments) live in its per-country state, not
-        # in shard ledgers: its shard-level ledger is the landing contract's.
-        description="The Hugging Face dataset: every utterance that passed the landing contract, split per country.",
-        stages=("raw_shards",),
-        output=layout.utterance_index,
+        # Counted from what the dataset holds (its per-country states), not from the shard's own
+        # index: a row the publishing lost then shows as unaccounted. Its filters are its rejects.
+        description="The Hugging Face dataset: the utterances its per-country states hold (written, pending, failed).",
+        stages=("raw_shards", HF_STAGE),
+        output=published_index_parts,
         id_column="utt_id",
     ),
 )

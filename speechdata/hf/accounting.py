@@ -1,5 +1,9 @@
 """The Hugging Face dataset's ledger, per shard: every landed utterance has a row in the country's state.
 
+This is the gate ``hf_dataset`` passes before it writes anything; once it has written, the ``hf``
+product line counts the same truth from the shards' published indexes and ``hf_dataset`` rejects
+(:mod:`speechdata.hf.published_index`), in ``shard_ledgers`` and the catalog.
+
 A segment is identified by ``(shard_id, utt_id)``. For one country, a shard's ledger counts as
 produced the utterances the country's state records (written, filtered with a reason, failed with
 a message, pending) plus the shard's utterances of other countries (their own country's ledger
@@ -13,11 +17,19 @@ from pathlib import PurePosixPath
 
 import pyarrow.compute as pc
 
+from speechdata.hf.shard_paths import HF_STAGE
 from speechdata.hf.state import state_connection
 from speechdata.io import layout
 from speechdata.io.storage import DataRoot
 from speechdata.ledger_gate import UnbalancedLedger
 from speechdata.ledgers import Ledger, landed_utterances, product_ledger
+from speechdata.products import product_line
+
+
+def state_gate_stages() -> tuple[str, ...]:
+    """The stages whose rejects the gate counts: it runs before ``hf_dataset`` and counts the state's
+    filtered segments as its own (the ``hf_dataset`` ledger on disk is the previous build's)."""
+    return tuple(stage for stage in product_line("hf").stages if stage != HF_STAGE)
 
 
 def country_ledgers(data_root: DataRoot, dataset: str, country: str) -> dict[str, Ledger]:
@@ -36,7 +48,8 @@ def country_ledgers(data_root: DataRoot, dataset: str, country: str) -> dict[str
         if not pc.any(in_country).as_py() and shard_id not in recorded:
             continue
         elsewhere = set(index.filter(pc.invert(pc.fill_null(in_country, False)))["utt_id"].to_pylist())
-        ledgers[shard_id] = product_ledger(data_root, shard_id, "hf", recorded.get(shard_id, set()) | elsewhere)
+        produced = recorded.get(shard_id, set()) | elsewhere
+        ledgers[shard_id] = product_ledger(data_root, shard_id, "hf", produced, stages=state_gate_stages())
     return ledgers
 
 
@@ -61,11 +74,8 @@ def _recorded(data_root: DataRoot, dataset: str, country: str, shard_id: str) ->
 
 
 def published_utterances(data_root: DataRoot, dataset: str, shard_id: str) -> set[str]:
-    """The shard's utterance ids that some country's state accounts for (any status but ``withdrawn``).
-
-    What the ``hf`` product produced for the shard, read from the HF states rather than from the
-    shard's own index: the number a catalog or registry should balance for ``hf``.
-    """
+    """The shard's utterance ids that some country's state accounts for (any status but ``withdrawn``):
+    the ``hf`` product's produced and ``hf_dataset``-rejected ids together, read from the states."""
     produced: set[str] = set()
     for path in sorted(data_root.glob(layout.hf_state_database(dataset, "*"))):
         country = PurePosixPath(path).name.removesuffix(".duckdb")

@@ -126,12 +126,26 @@ def _key_segments_by_shard(connection: duckdb.DuckDBPyConnection) -> None:
     connection.execute("DROP TABLE segments_keyed_by_utt_id")
 
 
-def _connect_waiting(path: str, timeout_s: float = LOCK_TIMEOUT_S) -> duckdb.DuckDBPyConnection:
+@contextlib.contextmanager
+def read_state(data_root: DataRoot, relative: str) -> Iterator[duckdb.DuckDBPyConnection]:
+    """A read-only connection to an existing state database: another country's run may be writing it,
+    and a read never puts a copy back over what that run stores (on an object-store root)."""
+    with database_on_root(data_root, relative, read_only=True) as local:
+        connection = _connect_waiting(local, read_only=True)
+        try:
+            yield connection
+        finally:
+            connection.close()
+
+
+def _connect_waiting(
+    path: str, timeout_s: float = LOCK_TIMEOUT_S, read_only: bool = False
+) -> duckdb.DuckDBPyConnection:
     """Connect, waiting while another process holds the file (DuckDB allows one writing process)."""
     deadline = time.monotonic() + timeout_s
     while True:
         try:
-            return duckdb.connect(path)
+            return duckdb.connect(path, read_only=read_only)
         except duckdb.IOException as exc:
             if "lock" not in str(exc).lower() or time.monotonic() > deadline:
                 raise

@@ -176,7 +176,8 @@ def test_materialize_all_on_a_shard_through_the_daemon_is_green_with_every_ledge
     assert set().union(*(run["assets"] for run in runs)) == set(every_shard_asset)
 
     ledgers = shard_ledgers(DataRoot(str(dev.data_root)), "ui-1")
-    assert set(ledgers) == set(PRODUCT_STAGES)
+    # hf is built per country (hf_dataset), never by a shard's "Materialize all": no hf output yet.
+    assert set(ledgers) == set(PRODUCT_STAGES) - {"hf"}
     assert all(ledger.balanced for ledger in ledgers.values()), ledgers
     assert "no_segmentation" in ledgers["translation"].rejects_by_reason
     assert "no_segmentation" not in ledgers["bridge"].rejects_by_reason

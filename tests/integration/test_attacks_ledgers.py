@@ -44,7 +44,9 @@ def test_materialize_all_without_segmentation_is_green_and_every_ledger_balances
     data_root, _, _, result = shard_run
     assert result.success
     ledgers = shard_ledgers(data_root, "good")
-    assert set(ledgers) == set(PRODUCT_STAGES)
+    # The hf product is built per country (hf_dataset), never by a shard's "Materialize all": it has
+    # no published index for the shard yet, so no ledger rather than one that claims to balance.
+    assert set(ledgers) == set(PRODUCT_STAGES) - {"hf"}
     for product, ledger in ledgers.items():
         assert ledger.balanced, (product, ledger)
     # No LLM segmentation landed: every aligned utterance is a translation reject, never a bridge one.
@@ -77,9 +79,10 @@ def test_the_catalog_accounting_view_says_the_same_per_product(shard_run):
         rows = connection.execute(
             "SELECT product, landed, produced, rejected, balanced FROM product_accounting WHERE shard = 'good'"
         ).fetchall()
-    assert {r[0]: r[1:] for r in rows} == {
-        p: (ledger.landed, ledger.produced, ledger.rejected, True) for p, ledger in ledgers.items()
-    }
+    by_product = {r[0]: r[1:] for r in rows}
+    hf_landed, hf_produced, _, hf_balanced = by_product.pop("hf")  # no country built: not yet produced
+    assert (hf_landed, hf_produced, hf_balanced) == (ledgers["bridge"].landed, None, False)
+    assert by_product == {p: (ledger.landed, ledger.produced, ledger.rejected, True) for p, ledger in ledgers.items()}
 
 
 def test_translation_then_shard_manifest_alone_is_green(shard_run):

@@ -184,4 +184,14 @@ def test_the_country_dataset_builds_and_publishes_state_with_the_root_in_the_buc
         ).fetchall()
     assert recordings == sum(summary.recordings_by_split.values()) == 3
     assert pending == sum(written.values())
+    # The shards' published indexes and hf_dataset rejects land in the bucket and balance the hf ledger.
+    from speechdata.hf.published_index import write_published_indexes
+    from speechdata.ledgers import shard_ledgers
+
+    state_before = root.fs.info(root.path(layout.hf_state_database("ds", "germany")))["size"]
+    indexed = write_published_indexes(root, "ds", "germany")
+    assert sorted(indexed) == sorted(report.shards) and sum(indexed.values()) == pending
+    for shard in report.shards:
+        assert shard_ledgers(root, shard)["hf"].balanced, shard
+    assert root.fs.info(root.path(layout.hf_state_database("ds", "germany")))["size"] == state_before
     assert not [k for k in root.fs.find(root.root) if TEMP_PREFIX in k]

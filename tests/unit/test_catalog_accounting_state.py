@@ -11,6 +11,7 @@ from speechdata.catalog.accounting_state import (
 )
 from speechdata.catalog.queries import NAMED_QUERIES, run_query
 from speechdata.catalog.views import refresh_catalog
+from speechdata.hf.shard_paths import published_index
 from speechdata.io import layout
 from tests.unit.test_catalog import SHARD_A, SHARD_B, land_ids, write_manifest, write_rejects
 from tests.unit.test_catalog_incremental import catalog_contents, comparable, connect, full_refresh_from_scratch
@@ -24,7 +25,7 @@ def write_product(data_root, product, shard, utt_ids):
     if product == "asr":
         data_root.write_parquet(layout.asr_flac_index(shard), pa.table({"utt_id": utt_ids}))
     elif product == "hf":
-        data_root.write_parquet(layout.utterance_index(shard), pa.table({"utt_id": utt_ids}))
+        data_root.write_parquet(published_index(shard, "us"), pa.table({"utt_id": utt_ids}))
     elif product == "translation":
         data_root.write_parquet(layout.streaming_segments(shard), pa.table({"utt_id": utt_ids}))
     elif product == "vad":  # one chunk may hold several utterances

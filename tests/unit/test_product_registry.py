@@ -51,6 +51,11 @@ def all_stages(lines) -> list[str]:
     return sorted({stage for line in lines for stage in line.stages})
 
 
+def output_file(line: ProductLine, shard: str) -> str:
+    """The file a product writes for the shard: one part of it when it writes one file per part."""
+    return line.output(shard).replace("*", "de")
+
+
 def output_table(line: ProductLine, shard: str, utt_ids: list[str]) -> pa.Table:
     if line.output is manifest_path:
         # The catalog's samples view and summaries read every manifest column, not only the ids.
@@ -75,7 +80,7 @@ def build_root(data_root, lines) -> None:
         layout.landing_metadata(SHARD), pa.table({"utt_id": landed, "audio_path": [f"{u}.wav" for u in landed]})
     )
     for line in lines:
-        data_root.write_parquet(line.output(SHARD), output_table(line, SHARD, PRODUCED))
+        data_root.write_parquet(output_file(line, SHARD), output_table(line, SHARD, PRODUCED))
     for stage in stages:
         rejects = [Reject(u, stage, reason_of(stage), "hand-made") for u in (rejected_by(stage), EVERY_STAGE_REJECTS)]
         data_root.write_parquet(layout.rejects(SHARD, stage), rejects_table(rejects))
@@ -195,11 +200,12 @@ def test_the_public_ledger_names_are_the_registry():
 
 @pytest.mark.parametrize("line", PRODUCT_LINES, ids=lambda line: line.name)
 def test_a_product_lines_glob_and_shard_regex_find_its_own_output(line):
-    path = line.output("shard-x_1")
+    path = output_file(line, "shard-x_1")
     assert re.search(line.shard_regex, "/" + path).group(1) == "shard-x_1"
     assert re.search(line.shard_regex, "s3://bucket/prefix/" + path).group(1) == "shard-x_1"
     assert not re.search(line.shard_regex, "/" + path + ".tmp")
     assert line.output_glob == line.output("*")
+    assert not re.search(line.shard_regex, "/" + path.rpartition("/")[0] + "/._tmp-0123-" + path.rpartition("/")[2])
 
 
 def test_a_product_line_must_name_the_shard_in_its_output_and_have_a_plain_name():
@@ -207,6 +213,10 @@ def test_a_product_line_must_name_the_shard_in_its_output_and_have_a_plain_name(
         ProductLine("x", "x", ("raw_shards",), output=lambda shard_id: "fixed.parquet", id_column="utt_id")
     with pytest.raises(ValueError, match="must match"):
         ProductLine("Bad Name", "x", ("raw_shards",), output=layout.utterance_index, id_column="utt_id")
+    with pytest.raises(ValueError, match="only its file name may hold"):
+        ProductLine("x", "x", ("raw_shards",), output=lambda shard_id: f"{shard_id}/*/x.parquet", id_column="utt_id")
+    with pytest.raises(ValueError, match="only its file name may hold"):
+        ProductLine("x", "x", ("raw_shards",), output=lambda shard_id: f"{shard_id}/*-*.parquet", id_column="utt_id")
     with pytest.raises(KeyError, match="unknown product 'nope'"):
         product_line("nope")
 
@@ -230,3 +240,23 @@ def test_the_ledgers_page_lists_every_product_line_as_registered():
         stages, outputs = rows[line.name]
         assert tuple(s.strip() for s in stages.split(",")) == line.stages, line.name
         assert outputs.startswith(f"`{line.output('<s>')}` (`{line.id_column}`"), line.name
+
+
+def test_a_product_written_in_parts_counts_every_part_and_is_built_once_one_exists(data_root):
+    hf = product_line("hf")
+    landed = ["u1", "u2", "u3"]
+    data_root.write_parquet(layout.landing_metadata(SHARD), pa.table({"utt_id": landed}))
+    assert "hf" not in shard_ledgers(data_root, SHARD)
+    data_root.write_parquet(hf.output(SHARD).replace("*", "de"), pa.table({"utt_id": ["u1", "u2"]}))
+    assert not shard_ledgers(data_root, SHARD)["hf"].balanced
+    data_root.write_parquet(hf.output(SHARD).replace("*", "at"), pa.table({"utt_id": ["u3"]}))
+    ledger = shard_ledgers(data_root, SHARD)["hf"]
+    assert (ledger.produced, ledger.balanced) == (3, True)
+
+
+def test_a_country_that_is_no_plain_name_cannot_name_a_published_index():
+    from speechdata.hf.shard_paths import published_index
+
+    for country in ("../x", "a/b", "*", ".hidden", ""):
+        with pytest.raises(ValueError, match="cannot name a published index"):
+            published_index(SHARD, country)

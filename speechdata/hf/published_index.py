@@ -1,0 +1,113 @@
+"""Write what the Hugging Face dataset holds of each shard, so the ledgers and the catalog count it.
+
+After ``hf_dataset`` builds a country, every shard that feeds it gets its published index
+(:func:`~speechdata.hf.shard_paths.published_index`: ``utt_id``, ``country``, ``split``, ``status``
+for each segment the country's state holds written, pending or failed) and its ``hf_dataset``
+rejects ledger (the segments any country's state filtered out, under the filter's reason). The
+``hf`` product line counts the first and owns the second, so its ledger balances exactly when every
+landed utterance is in the dataset, filtered with a reason, or rejected at landing.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from pathlib import PurePosixPath
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from speechdata.hf.shard_paths import HF_STAGE, PUBLISHED_PREFIX, checked_country, published_index
+from speechdata.hf.state import read_state, state_connection
+from speechdata.io import layout
+from speechdata.io.confinement import validate_partition_key
+from speechdata.io.storage import DataRoot
+from speechdata.rejects import Reject, rejects_table
+
+PUBLISHED_INDEX_SCHEMA = pa.schema(
+    [
+        pa.field("utt_id", pa.string(), nullable=False),
+        pa.field("country", pa.string(), nullable=False),
+        pa.field("split", pa.string(), nullable=False),
+        pa.field("status", pa.string(), nullable=False),
+    ]
+)
+
+FILTERED = "filtered"
+NOT_PUBLISHED = ("withdrawn", FILTERED)
+"""Statuses a published index leaves out: withdrawn rows left the shard, filtered ones are rejects."""
+
+
+def write_published_indexes(data_root: DataRoot, dataset: str, country: str) -> dict[str, int]:
+    """Rewrite the published index of ``country`` and the ``hf_dataset`` rejects of every shard that
+    feeds it (its state names the shard, the shard's index holds the country, or an index of the
+    country is there from an earlier build); returns the rows written per shard."""
+    checked_country(country)
+    with state_connection(data_root, layout.hf_state_database(dataset, country)) as db:
+        rows = db.execute(
+            "SELECT shard_id, key, split, status FROM segments "
+            "WHERE status NOT IN (SELECT unnest(?::VARCHAR[])) ORDER BY shard_id, key",
+            [list(NOT_PUBLISHED)],
+        ).fetchall()
+        named = {shard for (shard,) in db.execute("SELECT DISTINCT shard_id FROM segments").fetchall()}
+    by_shard: dict[str, list[tuple]] = defaultdict(list)
+    for shard_id, key, split, status in rows:
+        by_shard[shard_id].append((key, split, status))
+    shards = sorted(named | _shards_holding(data_root, country) | _shards_indexed(data_root, country))
+    for shard_id in shards:
+        validate_partition_key(shard_id)  # a shard id read from a state names a folder
+    for shard_id in shards:
+        found = by_shard.get(shard_id, [])
+        table = pa.table(
+            {
+                "utt_id": [key for key, _, _ in found],
+                "country": [country] * len(found),
+                "split": [split for _, split, _ in found],
+                "status": [status for _, _, status in found],
+            },
+            schema=PUBLISHED_INDEX_SCHEMA,
+        )
+        data_root.write_parquet(published_index(shard_id, country), table)
+    write_filtered_rejects(data_root, dataset, shards)
+    return {shard_id: len(by_shard.get(shard_id, [])) for shard_id in shards}
+
+
+def write_filtered_rejects(data_root: DataRoot, dataset: str, shard_ids: list[str]) -> None:
+    """Rewrite ``rejects/hf_dataset.parquet`` of each shard from every country's state, as they are now.
+
+    One ledger per stage and shard, fed by every country: each build rewrites it from all states,
+    so the last build of any country leaves it whole. The other countries' states are only read."""
+    if not shard_ids:
+        return
+    rejects: dict[str, list[Reject]] = {shard_id: [] for shard_id in shard_ids}
+    for path in sorted(data_root.glob(layout.hf_state_database(dataset, "*"))):
+        country = PurePosixPath(path).name.removesuffix(".duckdb")
+        with read_state(data_root, layout.hf_state_database(dataset, country)) as db:
+            filtered = db.execute(
+                "SELECT shard_id, key, coalesce(reason, 'filtered'), split FROM segments "
+                "WHERE status = ? AND shard_id IN (SELECT unnest(?::VARCHAR[])) ORDER BY shard_id, key",
+                [FILTERED, list(shard_ids)],
+            ).fetchall()
+        for shard_id, key, reason, split in filtered:
+            rejects[shard_id].append(Reject(key, HF_STAGE, reason, f"{country} {split}"))
+    for shard_id, found in rejects.items():
+        found.sort(key=lambda r: (r.utt_id, r.reason, r.detail))
+        data_root.write_parquet(layout.rejects(shard_id, HF_STAGE), rejects_table(found))
+
+
+def _shards_holding(data_root: DataRoot, country: str) -> set[str]:
+    """Shards with a published index of ``country`` from an earlier build (it must be rewritten too)."""
+    return {
+        PurePosixPath(path).parent.parent.name
+        for path in data_root.glob(f"{layout.SHARDS}/*/hf/{PUBLISHED_PREFIX}{country}.parquet")
+    }
+
+
+def _shards_indexed(data_root: DataRoot, country: str) -> set[str]:
+    """Shards whose utterance index holds ``country``: a state that lost all of one still gets its index."""
+    shards = set()
+    for path in data_root.glob(f"{layout.SHARDS}/*/utterances.parquet"):
+        shard_id = PurePosixPath(path).parent.name
+        index = data_root.read_parquet(layout.utterance_index(shard_id))
+        if "country" in index.column_names and pc.any(pc.equal(index["country"], country)).as_py():
+            shards.add(shard_id)
+    return shards
