@@ -37,9 +37,8 @@ from speechdata.catalog.exports import export_tar_urls
 from speechdata.catalog.queries import NAMED_QUERIES, run_query, select_samples
 from speechdata.catalog.readonly import check_query_only
 from speechdata.catalog.views import CATALOG_FILE
-from speechdata.io.confinement import require_existing_root
+from speechdata.command_options import add_data_root_option, add_quiet_option, data_root_from_args, with_progress
 from speechdata.io.duckdb_object_store import database_on_root
-from speechdata.io.env import data_root_url
 from speechdata.io.storage import DataRoot, filesystem_for, write_bytes_atomic
 
 EXIT_ERROR = 2
@@ -89,7 +88,7 @@ EPILOG = """examples:
 
 
 def register(subparsers) -> None:
-    """The ``speechdata catalog`` subcommand."""
+    """The speechdata catalog subcommand."""
     parser = subparsers.add_parser(
         "catalog",
         help="query the DuckDB catalog (SQL, named queries, exports)",
@@ -115,7 +114,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     actions.add_argument("--named", metavar="NAME", help="run a named query (see --list)")
     actions.add_argument("--list", action="store_true", help="list the named queries")
     actions.add_argument(
-        "--export-nemo", metavar="PATH", help="moved: use `speechdata export nemo` (NeMo tarred or plain datasets)"
+        "--export-nemo", metavar="PATH", help="moved: use 'speechdata export nemo' (NeMo tarred or plain datasets)"
     )
     actions.add_argument("--export-urls", metavar="PATH", help="write the selection's distinct tar URLs, one a line")
     parser.add_argument("--refresh", action="store_true", help="rebuild the catalog's views and summary tables first")
@@ -135,7 +134,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     selection.add_argument("--limit", type=int, help="at most this many samples")
     parser.add_argument("--max-rows", type=int, default=50, help="rows to print (default 50)")
-    parser.add_argument("--data-root", help="data root URL (default: DATA_ROOT, else ./.data)")
+    add_data_root_option(parser)
+    add_quiet_option(parser)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -189,10 +189,10 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
             print(f"{name}\n    {' '.join(sql.split())}")
         return 0
     try:
-        root = DataRoot(args.data_root or data_root_url())
-        require_existing_root(root.root, local=root.is_local, what="catalog")
+        root = data_root_from_args(args, what="catalog")
         if args.refresh:
-            refreshed = refresh(root, full=args.full)
+            for _ in with_progress([root], description="catalog --refresh", quiet=args.quiet, total=1):
+                refreshed = refresh(root, full=args.full)
             summary = refreshed.summary
             if refreshed.rebuilt_because:
                 print(f"catalog: rebuilt from scratch: {refreshed.rebuilt_because}", file=sys.stderr)
