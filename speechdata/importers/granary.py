@@ -9,7 +9,7 @@ bytes is landed with a null ``audio_path`` and ``raw_shards`` rejects it (``miss
 bytes no decoder reads are ``audio_unreadable`` there. Row groups are streamed, so a large file is
 never held whole.
 
-    python -m speechdata.importers.granary DATA_ROOT SHARD_ID FILE.parquet [--language en]
+    speechdata import granary SHARD_ID FILE.parquet [--language en] [--data-root URL]
 """
 
 from __future__ import annotations
