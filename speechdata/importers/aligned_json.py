@@ -370,7 +370,11 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("countries_dir", help="folder (or fsspec URL) holding <country>/Alignment/alignment_output/")
+    parser.add_argument(
+        "countries_dir",
+        metavar="COUNTRIES_DIR",
+        help="folder (or fsspec URL) holding <country>/Alignment/alignment_output/",
+    )
     add_data_root_option(parser, creates_root=True)
     parser.add_argument("--country", action="append", help="import only this country (repeatable)")
     parser.add_argument(

@@ -213,7 +213,7 @@ EPILOG = """example:
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument("tars", nargs="+", help="source tar URLs or paths (globs are expanded)")
+    parser.add_argument("tars", nargs="+", metavar="TAR", help="source tar URLs or paths (globs are expanded)")
     parser.add_argument("--index", required=True, help="lid_index.pkl, or a parquet/CSV/JSON table")
     parser.add_argument("--vad-cache", help="per-tar VAD pickles, e.g. 'vad/{number:06d}.pkl'")
     add_data_root_option(parser, creates_root=True)

@@ -173,8 +173,8 @@ EPILOG = """example:
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument("source_dir", help="the segment-tar shard directory (path or fsspec URL)")
-    parser.add_argument("shard_id", help="the landing shard to write")
+    parser.add_argument("source_dir", metavar="SOURCE_DIR", help="the segment-tar shard directory (path or fsspec URL)")
+    parser.add_argument("shard_id", metavar="SHARD_ID", help="the landing shard to write")
     parser.add_argument("--language", help="ISO 639-1 language for rows without segment_language")
     parser.add_argument("--tar-name", help="the audio tar's name when the directory holds more than one")
     add_data_root_option(parser, creates_root=True)

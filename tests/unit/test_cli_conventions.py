@@ -163,6 +163,30 @@ def test_long_commands_show_progress_on_a_terminal_only_and_not_with_quiet(tmp_p
     assert "catalog --refresh" not in _refresh_catalog(root, monkeypatch, terminal=False)
 
 
+def test_an_import_shows_progress_on_a_terminal_only(tmp_path, monkeypatch, capsys):
+    source = _granary_parquet(tmp_path / "train.parquet")
+    root = tmp_path / "data"
+    for shard_id, quiet, terminal, shown in (
+        ("granary-0011", [], True, True),
+        ("granary-0012", ["--quiet"], True, False),
+        ("granary-0013", [], False, False),
+    ):
+        stderr = _Terminal() if terminal else io.StringIO()
+        monkeypatch.setattr("sys.stderr", stderr)
+        assert run(["import", "granary", shard_id, source, "--data-root", str(root), *quiet]) == 0
+        assert ("import granary" in stderr.getvalue()) is shown, (shard_id, stderr.getvalue())
+
+
+def test_land_takes_a_bare_shard_id_under_the_data_root(tmp_path, capsys):
+    root = DataRoot(str(tmp_path / "data"))
+    root.write_bytes(f"{layout.landing_audio_dir('bare-0001')}/a.wav", encode(tone(1.0, 16_000), 16_000))
+    rows = [{"utt_id": "u1", "audio_path": "a.wav", "language": "en"}]
+    root.write_parquet(layout.landing_metadata("bare-0001"), pa.Table.from_pylist(rows))
+    assert run(["land", "bare-0001", "--data-root", root.root]) == 0
+    assert root.exists(layout.landing_success_marker("bare-0001"))
+    assert "1 of 1 utterances usable" in capsys.readouterr().out
+
+
 @pytest.mark.parametrize(("path", "parser"), LEAF_COMMANDS, ids=_ids(LEAF_COMMANDS))
 def test_every_long_command_has_quiet(path, parser):
     if path in (("land",), ("mfa-corpus",)):
