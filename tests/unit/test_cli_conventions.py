@@ -287,20 +287,21 @@ def test_make_dev_stops_dagster_and_its_children_on_sigterm(tmp_path):
         stderr=subprocess.DEVNULL,
     )
     try:
-        deadline = time.monotonic() + 40
+        # 35 s to start and 20 s to stop keep the test under its 60 s limit on a busy machine.
+        deadline = time.monotonic() + 35
         while time.monotonic() < deadline:
             running = " ".join(_session_processes(make.pid).values())
             if "dagster_webserver" in running and "dagster._daemon" in running:
                 break
             time.sleep(0.5)
         else:
-            pytest.fail(f"dagster dev did not start its webserver and daemon in 40 s: {running}")
+            pytest.fail(f"dagster dev did not start its webserver and daemon in 35 s: {running}")
         os.kill(make.pid, signal.SIGTERM)
-        make.wait(timeout=10)
-        deadline = time.monotonic() + 8
+        deadline = time.monotonic() + 20
         while _session_processes(make.pid) and time.monotonic() < deadline:
             time.sleep(0.5)
-        assert _session_processes(make.pid) == {}
+        assert _session_processes(make.pid) == {}, "still running after SIGTERM"
+        assert make.wait(timeout=1) != 0  # make reports the signal
     finally:
         for pid in _session_processes(make.pid):
             os.kill(pid, signal.SIGKILL)
