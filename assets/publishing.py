@@ -133,7 +133,12 @@ def hf_dataset(
         ) from exc
     summary = build_country_dataset(root, country, options)
     write_dataset_card(
-        root, options.dataset, license=hf_dataset_settings.license, pretty_name=hf_dataset_settings.pretty_name
+        root,
+        options.dataset,
+        license=hf_dataset_settings.license,
+        license_name=hf_dataset_settings.license_name,
+        license_link=hf_dataset_settings.license_link,
+        pretty_name=hf_dataset_settings.pretty_name,
     )
     register_card(root, options.dataset, country)
     published_by_shard = write_published_indexes(root, options.dataset, country)

@@ -28,6 +28,14 @@ class HfDatasetSettings(dg.ConfigurableResource):
     max_split_size_gb: float = Field(10.0, description="Size budget of one train subset (train_1, train_2...).")
     max_file_mb: float = Field(500.0, description="Parquet files roll over at this size.")
     license: str = Field("other", description="The card's license (a Hub license id: cc-by-4.0, apache-2.0, other...).")
+    license_name: str | None = Field(
+        None,
+        description="With license 'other': the license's name, lowercase and dashed (my-license-1.0); "
+        "None = the placeholder 'license-not-chosen'.",
+    )
+    license_link: str | None = Field(
+        None, description="With license 'other': a URL or a file in the repo (LICENSE.md); None = 'LICENSE.md'."
+    )
     pretty_name: str | None = Field(None, description="The card's pretty name; None = the dataset folder name.")
 
     def limits(self) -> SegmentLimits:

@@ -24,9 +24,11 @@ COMMANDS = (
 
 EPILOG = """examples:
   speechdata land .data/landing/my-shard-0001
-  speechdata import granary "$DATA_ROOT" granary-0001 train-00000.parquet --language en
-  speechdata catalog --named hours_per_language
+  speechdata import granary granary-0001 train-00000.parquet --language en --data-root .data
+  speechdata catalog --named hours_per_language --data-root s3://bucket/platform
 
+Every command takes --data-root URL (default: $DATA_ROOT, else ./.data); long ones show progress
+on stderr when it is a terminal, and take --quiet.
 'speechdata COMMAND --help' describes each command."""
 
 

@@ -11,23 +11,26 @@ back by landing them at ``landing/<shard>/alignments/<utt_id>.TextGrid`` and mat
 ``alignments`` with ``source: import``. Utterances with an empty transcript are not exported (MFA
 cannot align them); they are listed in the result.
 
-    python -m speechdata.alignment.mfa_corpus DATA_ROOT SHARD_ID [OUT_DIR]
+    speechdata mfa-corpus SHARD_ID [--out URL] [--data-root URL]
 """
 
 from __future__ import annotations
 
 import argparse
 import io
+import sys
 from dataclasses import dataclass
 
 import soundfile as sf
 
 from speechdata.audio.codec import resample
 from speechdata.audio.container import iter_container_audio
+from speechdata.command_options import add_data_root_option, data_root_from_args, take_positional_data_root
 from speechdata.io import layout
 from speechdata.io.storage import DataRoot
 
 MFA_SAMPLE_RATE = 16_000
+EXIT_FAILED = 1
 
 
 @dataclass(frozen=True)
@@ -64,13 +67,17 @@ def export_mfa_corpus(
     return MfaCorpusExport(target.uri(prefix.rstrip("/")), exported, audio_seconds, skipped)
 
 
-DESCRIPTION = __doc__.splitlines()[0]
+DESCRIPTION = "Export a shard as a Montreal Forced Aligner corpus: <utt_id>.wav (16 kHz) and <utt_id>.lab."
 EPILOG = """example:
-  speechdata mfa-corpus "$DATA_ROOT" granary-0001 /tmp/corpus   # then: mfa align /tmp/corpus ..."""
+  speechdata mfa-corpus granary-0001 --out /tmp/corpus --data-root "$DATA_ROOT"
+  mfa align /tmp/corpus english_us_arpa english_us_arpa /tmp/aligned --clean
+
+The data root used to be the first positional argument (DATA_ROOT SHARD_ID [OUT_DIR]); that form
+still works for one release and prints a deprecation warning."""
 
 
 def register(subparsers) -> None:
-    """The ``speechdata mfa-corpus`` subcommand."""
+    """The speechdata mfa-corpus subcommand."""
     parser = subparsers.add_parser(
         "mfa-corpus",
         help="export a shard as an MFA corpus (<utt>.wav 16 kHz + <utt>.lab)",
@@ -83,22 +90,42 @@ def register(subparsers) -> None:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("data_root", help="the platform's data root (path or fsspec URL)")
-    parser.add_argument("shard_id")
-    parser.add_argument("out_dir", nargs="?", help="default: translation/mfa_corpus/<shard> in the data root")
+    parser.add_argument("shard_id", metavar="SHARD_ID", help="the published shard to export")
+    # The deprecated form "DATA_ROOT SHARD_ID [OUT_DIR]": run() shifts these when they are present.
+    parser.add_argument("legacy_shard_id", nargs="?", help=argparse.SUPPRESS)
+    parser.add_argument("legacy_out_dir", nargs="?", help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--out", metavar="URL", help="the corpus folder (default: translation/mfa_corpus/<shard> in the data root)"
+    )
+    add_data_root_option(parser)
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m speechdata.alignment.mfa_corpus``: an alias of ``speechdata mfa-corpus``."""
-    parser = argparse.ArgumentParser(prog="python -m speechdata.alignment.mfa_corpus", description=DESCRIPTION)
+    """python -m speechdata.alignment.mfa_corpus: an alias of speechdata mfa-corpus."""
+    parser = argparse.ArgumentParser(
+        prog="python -m speechdata.alignment.mfa_corpus",
+        description=DESCRIPTION,
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     add_arguments(parser)
     return run(parser.parse_args(argv))
 
 
 def run(args: argparse.Namespace) -> int:
-    result = export_mfa_corpus(
-        DataRoot(args.data_root), args.shard_id, DataRoot(args.out_dir) if args.out_dir else None
-    )
+    try:
+        if args.legacy_shard_id is not None:
+            legacy_root, args.shard_id = args.shard_id, args.legacy_shard_id
+            if args.legacy_out_dir is not None:
+                if args.out is not None:
+                    raise ValueError(f"two output folders: positional {args.legacy_out_dir!r} and --out {args.out!r}")
+                args.out = args.legacy_out_dir
+            take_positional_data_root(args, legacy_root, "mfa-corpus")
+        root = data_root_from_args(args, what="mfa-corpus")
+        result = export_mfa_corpus(root, args.shard_id, DataRoot(args.out) if args.out else None)
+    except (ValueError, OSError) as error:
+        print(f"speechdata mfa-corpus: error: {error}", file=sys.stderr)
+        return EXIT_FAILED
     print(
         f"exported {result.utterances} utterances ({result.audio_seconds / 3600:.3f} h) to {result.directory}; "
         f"skipped {len(result.skipped)}"
@@ -107,6 +134,4 @@ def run(args: argparse.Namespace) -> int:
 
 
 if __name__ == "__main__":
-    import sys
-
     sys.exit(main())

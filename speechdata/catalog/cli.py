@@ -37,9 +37,8 @@ from speechdata.catalog.exports import export_tar_urls
 from speechdata.catalog.queries import NAMED_QUERIES, run_query, select_samples
 from speechdata.catalog.readonly import check_query_only
 from speechdata.catalog.views import CATALOG_FILE
-from speechdata.io.confinement import require_existing_root
+from speechdata.command_options import add_data_root_option, add_quiet_option, data_root_from_args, with_progress
 from speechdata.io.duckdb_object_store import database_on_root
-from speechdata.io.env import data_root_url
 from speechdata.io.storage import DataRoot, filesystem_for, write_bytes_atomic
 
 EXIT_ERROR = 2
@@ -91,7 +90,7 @@ EPILOG = """examples:
 
 
 def register(subparsers) -> None:
-    """The ``speechdata catalog`` subcommand."""
+    """The speechdata catalog subcommand."""
     parser = subparsers.add_parser(
         "catalog",
         help="query the DuckDB catalog (SQL, named queries, exports)",
@@ -117,7 +116,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     actions.add_argument("--named", metavar="NAME", help="run a named query (see --list)")
     actions.add_argument("--list", action="store_true", help="list the named queries")
     actions.add_argument(
-        "--export-nemo", metavar="PATH", help="moved: use `speechdata export nemo` (NeMo tarred or plain datasets)"
+        "--export-nemo", metavar="PATH", help="moved: use 'speechdata export nemo' (NeMo tarred or plain datasets)"
     )
     actions.add_argument("--export-urls", metavar="PATH", help="write the selection's distinct tar URLs, one a line")
     parser.add_argument("--refresh", action="store_true", help="rebuild the catalog's views and summary tables first")
@@ -137,7 +136,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     selection.add_argument("--limit", type=int, help="at most this many samples")
     parser.add_argument("--max-rows", type=int, default=50, help="rows to print (default 50)")
-    parser.add_argument("--data-root", help="data root URL (default: DATA_ROOT, else ./.data)")
+    add_data_root_option(parser)
+    add_quiet_option(parser)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -198,39 +198,15 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
             print(f"{name}\n    {' '.join(sql.split())}")
         return 0
     try:
-        root = DataRoot(args.data_root or data_root_url())
-        require_existing_root(root.root, local=root.is_local, what="catalog")
+        root = data_root_from_args(args, what="catalog")
         if args.refresh:
-            _report_refresh(refresh(root, full=args.full))
+            for _ in with_progress([root], description="catalog --refresh", quiet=args.quiet, total=1):
+                refreshed = refresh(root, full=args.full)
+            _report_refresh(refreshed)
             if not chosen and not filters:
                 return 0
         with open_catalog(root) as connection:
-            if args.named is not None:
-                if args.named not in NAMED_QUERIES:
-                    raise CatalogCliError(f"no named query {args.named!r}; known: {', '.join(NAMED_QUERIES)}")
-                print(format_table(run_query(connection, NAMED_QUERIES[args.named]), max_rows=args.max_rows))
-                return 0
-            if args.sql is not None:
-                check_query_only(connection, args.sql)
-                print(format_table(run_query(connection, args.sql), max_rows=args.max_rows))
-                return 0
-            table = select_samples(
-                connection,
-                where=parse_where(args.where),
-                min_alignment_score=args.min_score,
-                min_duration_s=args.min_duration,
-                max_duration_s=args.max_duration,
-                languages=args.language,
-                countries=args.country,
-                limit=args.limit,
-            )
-            if args.export_urls is not None:
-                urls = export_tar_urls(table, root.url)
-                fs, path = filesystem_for(args.export_urls)
-                write_bytes_atomic(fs, path, "".join(f"{url}\n" for url in urls).encode("utf-8"))
-                print(f"wrote {len(urls)} tar URLs ({table.num_rows} samples) to {args.export_urls}")
-            else:
-                print(format_table(table, max_rows=args.max_rows))
+            _query(connection, args, root)
     except (CatalogCliError, ValueError, duckdb.Error, OSError) as error:
         # DuckDB's messages go on with the query and a caret on later lines: the first says what went wrong.
         lines = str(error).strip().splitlines()
@@ -240,6 +216,36 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         print(f"catalog: error: {message}", file=sys.stderr)
         return EXIT_ERROR
     return 0
+
+
+def _query(connection, args: argparse.Namespace, root) -> None:
+    """A named query, the user's SQL, or a selection of samples (printed, or its tar URLs written)."""
+    if args.named is not None:
+        if args.named not in NAMED_QUERIES:
+            raise CatalogCliError(f"no named query {args.named!r}; known: {', '.join(NAMED_QUERIES)}")
+        print(format_table(run_query(connection, NAMED_QUERIES[args.named]), max_rows=args.max_rows))
+        return
+    if args.sql is not None:
+        check_query_only(connection, args.sql)
+        print(format_table(run_query(connection, args.sql), max_rows=args.max_rows))
+        return
+    table = select_samples(
+        connection,
+        where=parse_where(args.where),
+        min_alignment_score=args.min_score,
+        min_duration_s=args.min_duration,
+        max_duration_s=args.max_duration,
+        languages=args.language,
+        countries=args.country,
+        limit=args.limit,
+    )
+    if args.export_urls is not None:
+        urls = export_tar_urls(table, root.url)
+        fs, path = filesystem_for(args.export_urls)
+        write_bytes_atomic(fs, path, "".join(f"{url}\n" for url in urls).encode("utf-8"))
+        print(f"wrote {len(urls)} tar URLs ({table.num_rows} samples) to {args.export_urls}")
+    else:
+        print(format_table(table, max_rows=args.max_rows))
 
 
 def _report_refresh(refreshed: RefreshedCatalog) -> None:

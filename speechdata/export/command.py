@@ -8,13 +8,12 @@ builds its own parser with it. Filters are the catalog CLI's and reach the expor
 from __future__ import annotations
 
 import argparse
-import os
 import sys
+import textwrap
 
+from speechdata.command_options import add_data_root_option, add_quiet_option, data_root_from_args, progress_enabled
 from speechdata.export.output import ExportError
 from speechdata.export.selection import SampleFilter
-from speechdata.io.confinement import require_existing_root
-from speechdata.io.storage import DataRoot
 
 EXIT_ERROR = 2
 
@@ -51,27 +50,23 @@ def _positive_int(text: str) -> int:
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--data-root",
-        default=os.environ.get("DATA_ROOT"),
-        help="data root URL (local path, file://, s3://...); default: $DATA_ROOT",
-    )
+    add_data_root_option(parser)
     parser.add_argument("--out", required=True, metavar="DIR", help="local output directory (replaced atomically)")
     parser.add_argument("--language", action="append", help="keep this language (repeatable)")
     parser.add_argument("--country", action="append", help="keep this country (repeatable)")
     parser.add_argument("--min-score", type=_finite_float, help="minimum alignment_score (inclusive)")
     parser.add_argument("--min-duration", type=_finite_float, help="minimum duration in s (inclusive)")
     parser.add_argument("--max-duration", type=_finite_float, help="maximum duration in s (inclusive)")
-    parser.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    add_quiet_option(parser)
 
 
 def register(subparsers) -> argparse.ArgumentParser:
-    """Add ``export`` (with ``nemo``, ``lhotse``, ``moshi``) to a ``add_subparsers()`` object."""
+    """Add export (with nemo, lhotse, moshi) to an add_subparsers() object."""
     export = subparsers.add_parser(
         "export",
         help="write published samples in a trainer's own layout (NeMo, Lhotse Shar, moshi-finetune)",
         description="Write the published samples of a data root in a trainer's own layout.",
-        epilog="examples:\n" + "\n".join(_EXAMPLES.values()),
+        epilog="examples:\n" + textwrap.indent("\n".join(_EXAMPLES.values()), "  "),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     kinds = export.add_subparsers(dest="export_kind", required=True, metavar="{nemo,lhotse,moshi}")
@@ -81,7 +76,7 @@ def register(subparsers) -> argparse.ArgumentParser:
         description="NeMo ASR data: audio_<n>.tar + tarred_audio_manifest.json + sharded_manifests/ "
         "(TarredAudioToCharDataset/BPEDataset, Lhotse's LazyNeMoTarredIterator), or with --plain "
         "manifest.json + audio/ (AudioToCharDataset).",
-        epilog="example:\n  " + _EXAMPLES["nemo"],
+        epilog="example:\n" + textwrap.indent(_EXAMPLES["nemo"], "  "),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     _common(nemo)
@@ -91,7 +86,7 @@ def register(subparsers) -> argparse.ArgumentParser:
         "lhotse",
         help="Lhotse Shar: cuts, recordings, qwen/wavlm/tokens/grid/dur arrays",
         description="Lhotse Shar read by CutSet.from_shar; arrays load with cut.load_<field>().",
-        epilog="example:\n  " + _EXAMPLES["lhotse"],
+        epilog="example:\n" + textwrap.indent(_EXAMPLES["lhotse"], "  "),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     _common(lhotse)
@@ -101,7 +96,7 @@ def register(subparsers) -> argparse.ArgumentParser:
         help="moshi-finetune: dataset.jsonl + stereo 24 kHz WAV + alignments JSON",
         description="kyutai-labs/moshi-finetune's layout: JSONL of {path, duration}, stereo 24 kHz WAV "
         "(speech on channel 0, the main speaker), <audio>.json with word alignments.",
-        epilog="example:\n  " + _EXAMPLES["moshi"],
+        epilog="example:\n" + textwrap.indent(_EXAMPLES["moshi"], "  "),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     _common(moshi)
@@ -117,8 +112,6 @@ def run_export(args: argparse.Namespace) -> int:
     from speechdata.export.nemo import export_nemo
 
     try:
-        if not args.data_root:
-            raise ExportError("give --data-root URL (or set DATA_ROOT)")
         selection = SampleFilter(
             languages=tuple(args.language) if args.language else None,
             countries=tuple(args.country) if args.country else None,
@@ -126,9 +119,8 @@ def run_export(args: argparse.Namespace) -> int:
             min_duration_s=args.min_duration,
             max_duration_s=args.max_duration,
         )
-        root = DataRoot(args.data_root)
-        require_existing_root(root.root, local=root.is_local, what=f"export {args.export_kind}")
-        progress = not args.quiet
+        root = data_root_from_args(args, what=f"export {args.export_kind}")
+        progress = progress_enabled(args.quiet)
         if args.export_kind == "nemo":
             result = export_nemo(
                 root,

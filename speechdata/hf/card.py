@@ -3,7 +3,8 @@
 ``datasets.load_dataset(<dir or repo>, "<country>")`` reads the card's YAML front matter: each
 config lists its splits and the files of each split. The card is written from the files present,
 so it always matches the folder, whichever country was built last. Its metadata is
-``huggingface_hub.DatasetCardData`` (the Hub's own schema): license and pretty name (configurable),
+``huggingface_hub.DatasetCardData`` (the Hub's own schema): license (with ``license_name`` and
+``license_link`` whenever it is ``other``) and pretty name (configurable),
 languages, task categories, size category, ``configs`` and ``dataset_info`` (each config's
 features, read back from its parquet files, and its splits' rows and bytes).
 """
@@ -20,6 +21,21 @@ from speechdata.io import layout
 from speechdata.io.storage import DataRoot
 
 CARD_FILE = "README.md"
+PLACEHOLDER_LICENSE_NAME = "license-not-chosen"
+PLACEHOLDER_LICENSE_LINK = "LICENSE.md"
+"""What the card says for ``license: other`` until a name and link are configured: the Hub requires both
+with ``other`` (a lowercase dashed name; a URL or a file in the repo), and these read as what they are."""
+
+
+def license_fields(license: str, license_name: str | None, license_link: str | None) -> dict[str, str]:
+    """The card's license keys: ``other`` always carries ``license_name`` and ``license_link``."""
+    fields = {"license": license}
+    if license == "other":
+        fields["license_name"] = license_name or PLACEHOLDER_LICENSE_NAME
+        fields["license_link"] = license_link or PLACEHOLDER_LICENSE_LINK
+    else:
+        fields.update({k: v for k, v in (("license_name", license_name), ("license_link", license_link)) if v})
+    return fields
 
 
 def dataset_layout(data_root: DataRoot, dataset: str) -> tuple[dict[str, dict[str, dict]], dict[str, str]]:
@@ -78,6 +94,8 @@ def dataset_card(
     features: dict[str, list] | None = None,
     *,
     license: str = "other",
+    license_name: str | None = None,
+    license_link: str | None = None,
     pretty_name: str | None = None,
 ) -> str:
     from huggingface_hub import DatasetCardData
@@ -106,7 +124,7 @@ def dataset_card(
     total_rows = sum(entry["rows"] for splits in found.values() for entry in splits.values())
     card_data = DatasetCardData(
         language=sorted({lang for lang in languages.values() if lang}),
-        license=license,
+        **license_fields(license, license_name, license_link),
         pretty_name=pretty_name or dataset,
         task_categories=["automatic-speech-recognition"],
         size_categories=[size_category(total_rows)],
@@ -131,6 +149,15 @@ def dataset_card(
         'raw = ds["test"].cast_column("audio", datasets.Audio(decode=False))  # {"bytes", "path"}: FLAC bytes',
         "```",
         "",
+        *(
+            [
+                f"License: not chosen yet (`{PLACEHOLDER_LICENSE_NAME}`): set `license`, `license_name` and "
+                "`license_link` in the hf_dataset_settings resource before sharing this dataset.",
+                "",
+            ]
+            if license == "other" and not license_name
+            else []
+        ),
         "| config | language | split | rows | files | MB |",
         "|---|---|---|---:|---:|---:|",
     ]
@@ -144,9 +171,22 @@ def dataset_card(
 
 
 def write_dataset_card(
-    data_root: DataRoot, dataset: str, *, license: str = "other", pretty_name: str | None = None
+    data_root: DataRoot,
+    dataset: str,
+    *,
+    license: str = "other",
+    license_name: str | None = None,
+    license_link: str | None = None,
+    pretty_name: str | None = None,
 ) -> str:
     """Write ``hf/<dataset>/README.md`` for the files present; returns its path in the repo."""
-    card = dataset_card(dataset, *dataset_layout(data_root, dataset), license=license, pretty_name=pretty_name)
+    card = dataset_card(
+        dataset,
+        *dataset_layout(data_root, dataset),
+        license=license,
+        license_name=license_name,
+        license_link=license_link,
+        pretty_name=pretty_name,
+    )
     data_root.write_bytes(layout.hf_dataset_file(dataset, CARD_FILE), card.encode("utf-8"))
     return CARD_FILE

@@ -36,6 +36,7 @@ import fsspec
 import pyarrow as pa
 
 from speechdata.alignment.formats import ALIGNED_JSON_SUFFIX, AlignedSegment, AlignmentFormatError, read_aligned_json
+from speechdata.command_options import add_data_root_option, add_quiet_option, data_root_from_args, with_progress
 from speechdata.io import layout
 from speechdata.io.confinement import ConfinementError, confined_landed_shard, confined_source
 from speechdata.io.storage import DataRoot, _is_local, filesystem_for
@@ -351,21 +352,30 @@ def _land_shard(
     mark_landed(data_root, shard_id)
 
 
-DESCRIPTION = __doc__.splitlines()[0]
+DESCRIPTION = "Land per-country aligned-JSON corpora (segments of long recordings) as landing shards."
 EPILOG = """example:
   speechdata import aligned-json /data/aligned-json/countries --data-root "$DATA_ROOT" --country germany"""
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m speechdata.importers.aligned_json``: an alias of ``speechdata import aligned-json``."""
-    parser = argparse.ArgumentParser(prog="python -m speechdata.importers.aligned_json", description=DESCRIPTION)
+    """python -m speechdata.importers.aligned_json: an alias of speechdata import aligned-json."""
+    parser = argparse.ArgumentParser(
+        prog="python -m speechdata.importers.aligned_json",
+        description=DESCRIPTION,
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     add_arguments(parser)
     return run(parser.parse_args(argv))
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("countries_dir", help="folder (or fsspec URL) holding <country>/Alignment/alignment_output/")
-    parser.add_argument("--data-root", required=True, help="the platform's data root (DATA_ROOT)")
+    parser.add_argument(
+        "countries_dir",
+        metavar="COUNTRIES_DIR",
+        help="folder (or fsspec URL) holding <country>/Alignment/alignment_output/",
+    )
+    add_data_root_option(parser, creates_root=True)
     parser.add_argument("--country", action="append", help="import only this country (repeatable)")
     parser.add_argument(
         "--language",
@@ -374,19 +384,29 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="COUNTRY=LANG",
         help="add or override a country's language (repeatable)",
     )
-    parser.add_argument("--recordings-per-shard", type=int, default=DEFAULT_RECORDINGS_PER_SHARD)
+    parser.add_argument(
+        "--recordings-per-shard",
+        type=int,
+        default=DEFAULT_RECORDINGS_PER_SHARD,
+        metavar="N",
+        help=f"recordings landed per shard (default: {DEFAULT_RECORDINGS_PER_SHARD})",
+    )
+    add_quiet_option(parser)
 
 
 def run(args: argparse.Namespace) -> int:
     mapping = dict(COUNTRY_LANGUAGES)
     mapping.update(dict(item.split("=", 1) for item in args.language))
-    reports = import_aligned_countries(
-        args.countries_dir,
-        DataRoot(args.data_root),
-        args.country,
-        country_languages=mapping,
-        recordings_per_shard=args.recordings_per_shard,
-    )
+    root = data_root_from_args(args, what="import aligned-json", creates_root=True)
+    # One call for all countries: an unknown country fails before anything lands.
+    for _ in with_progress([root], description="import aligned-json", quiet=args.quiet, total=1):
+        reports = import_aligned_countries(
+            args.countries_dir,
+            root,
+            args.country,
+            country_languages=mapping,
+            recordings_per_shard=args.recordings_per_shard,
+        )
     for report in reports:
         print(
             json.dumps(

@@ -25,7 +25,9 @@ def register(subparsers) -> None:
         "import",
         help="land a source dataset as landing shards (segment-tars, aligned-json, granary, language-tars)",
         description="Land a source dataset as shards under landing/ in the data root, each marked _SUCCESS last.",
-        epilog='example:\n  speechdata import granary "$DATA_ROOT" granary-0001 train-00000.parquet --language en',
+        epilog="example:\n  speechdata import granary granary-0001 train-00000.parquet --language en --data-root .data\n\n"
+        "Every format takes --data-root URL (default: $DATA_ROOT, else ./.data); a missing local root is\n"
+        "created when its parent folder exists. Progress shows on stderr when it is a terminal (--quiet: off).",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     formats = parser.add_subparsers(title="formats", dest="format", metavar="FORMAT", required=True)

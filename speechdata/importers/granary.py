@@ -9,7 +9,7 @@ bytes is landed with a null ``audio_path`` and ``raw_shards`` rejects it (``miss
 bytes no decoder reads are ``audio_unreadable`` there. Row groups are streamed, so a large file is
 never held whole.
 
-    python -m speechdata.importers.granary DATA_ROOT SHARD_ID FILE.parquet [--language en]
+    speechdata import granary SHARD_ID FILE.parquet [--language en] [--data-root URL]
 """
 
 from __future__ import annotations
@@ -23,6 +23,13 @@ from dataclasses import dataclass
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from speechdata.command_options import (
+    add_data_root_option,
+    add_quiet_option,
+    data_root_from_args,
+    take_positional_data_root,
+    with_progress,
+)
 from speechdata.io import layout
 from speechdata.io.confinement import confined_landed_shard
 from speechdata.io.storage import DataRoot, atomic_open, filesystem_for
@@ -155,38 +162,58 @@ def import_granary_parquet(
     return GranaryImport(shard_id, len(rows), without_audio, metadata)
 
 
-DESCRIPTION = __doc__.splitlines()[0]
+DESCRIPTION = "Land a Granary-style parquet (audio bytes and transcript per row) as one landing shard."
 EPILOG = """example:
-  speechdata import granary "$DATA_ROOT" granary-0001 train-00000.parquet --language en"""
+  speechdata import granary granary-0001 train-00000.parquet --language en --data-root "$DATA_ROOT"
+
+The data root used to be the first positional argument; that form still works for one release
+and prints a deprecation warning."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("data_root", help="the platform's data root (path or fsspec URL)")
-    parser.add_argument("shard_id", help="the landing shard to write")
-    parser.add_argument("source_url", help="the Granary-style parquet (path or fsspec URL)")
-    parser.add_argument("--audio-column", default="audio")
-    parser.add_argument("--text-column")
-    parser.add_argument("--id-column")
-    parser.add_argument("--language", default="en")
+    # Three positionals when the deprecated "DATA_ROOT SHARD_ID SOURCE_URL" form is used: argparse fills
+    # them in order, so run() shifts them when the third is present.
+    parser.add_argument("shard_id", metavar="SHARD_ID", help="the landing shard to write")
+    parser.add_argument("source_url", metavar="SOURCE_URL", help="the Granary-style parquet (path or fsspec URL)")
+    parser.add_argument("legacy_source_url", nargs="?", help=argparse.SUPPRESS)
+    add_data_root_option(parser, creates_root=True)
+    parser.add_argument("--audio-column", default="audio", help="the column holding the audio (default: audio)")
+    parser.add_argument(
+        "--text-column", help="the transcript column (default: the first known transcript column present)"
+    )
+    parser.add_argument("--id-column", help="the utterance id column (default: utt_<row number>)")
+    parser.add_argument("--language", default="en", help="ISO 639-1 language of every row (default: en)")
+    add_quiet_option(parser)
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m speechdata.importers.granary``: an alias of ``speechdata import granary``."""
-    parser = argparse.ArgumentParser(prog="python -m speechdata.importers.granary", description=DESCRIPTION)
+    """python -m speechdata.importers.granary: an alias of speechdata import granary."""
+    parser = argparse.ArgumentParser(
+        prog="python -m speechdata.importers.granary",
+        description=DESCRIPTION,
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     add_arguments(parser)
     return run(parser.parse_args(argv))
 
 
 def run(args: argparse.Namespace) -> int:
-    result = import_granary_parquet(
-        DataRoot(args.data_root),
-        args.shard_id,
-        args.source_url,
-        audio_column=args.audio_column,
-        text_column=args.text_column,
-        id_column=args.id_column,
-        language=args.language,
-    )
+    if args.legacy_source_url is not None:
+        legacy_root, args.shard_id, args.source_url = args.shard_id, args.source_url, args.legacy_source_url
+        take_positional_data_root(args, legacy_root, "import granary")
+    root = data_root_from_args(args, what="import granary", creates_root=True)
+    steps = with_progress([args.shard_id], description="import granary", quiet=args.quiet, total=1)
+    for shard_id in steps:
+        result = import_granary_parquet(
+            root,
+            shard_id,
+            args.source_url,
+            audio_column=args.audio_column,
+            text_column=args.text_column,
+            id_column=args.id_column,
+            language=args.language,
+        )
     print(f"landed {result.rows} rows ({result.rows_without_audio} without audio) as {args.shard_id}")
     return 0
 

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 import fsspec
 import pyarrow as pa
 
+from speechdata.command_options import add_data_root_option, add_quiet_option, data_root_from_args, with_progress
 from speechdata.io import layout
 from speechdata.io.audio_tars import audio_extension, deterministic_tar_writer, webdataset_key
 from speechdata.io.confinement import confined_landed_shard
@@ -215,18 +216,24 @@ EPILOG = """example:
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument("tars", nargs="+", help="source tar URLs or paths (globs are expanded)")
+    parser.add_argument("tars", nargs="+", metavar="TAR", help="source tar URLs or paths (globs are expanded)")
     parser.add_argument("--index", required=True, help="lid_index.pkl, or a parquet/CSV/JSON table")
     parser.add_argument("--vad-cache", help="per-tar VAD pickles, e.g. 'vad/{number:06d}.pkl'")
-    parser.add_argument("--data-root", default=None, help="default: DATA_ROOT or ./.data")
-    parser.add_argument("--shard-prefix", default="lid")
+    add_data_root_option(parser, creates_root=True)
+    parser.add_argument("--shard-prefix", default="lid", help="landing shards are <prefix>-<tar number> (default: lid)")
+    add_quiet_option(parser)
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m speechdata.importers.language_tars``: an alias of ``speechdata import language-tars``."""
+    """python -m speechdata.importers.language_tars: an alias of speechdata import language-tars."""
     import argparse
 
-    parser = argparse.ArgumentParser(prog="python -m speechdata.importers.language_tars", description=DESCRIPTION)
+    parser = argparse.ArgumentParser(
+        prog="python -m speechdata.importers.language_tars",
+        description=DESCRIPTION,
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     add_arguments(parser)
     return run(parser.parse_args(argv))
 
@@ -234,14 +241,13 @@ def main(argv: list[str] | None = None) -> int:
 def run(args) -> int:
     import json
 
-    from speechdata.io.env import data_root_url
-
-    root = DataRoot(args.data_root or data_root_url())
+    root = data_root_from_args(args, what="import language-tars", creates_root=True)
     urls = [f.full_name for pattern in args.tars for f in fsspec.open_files(pattern)]
     cache = pickled_vad_cache(lambda n: args.vad_cache.format(number=n)) if args.vad_cache else None
-    for shard in import_language_tars(
-        root, urls, load_language_index(args.index), vad_cache=cache, shard_prefix=args.shard_prefix
-    ):
+    language_index = load_language_index(args.index)
+    # One tar at a time (import_language_tars' own loop) so that the progress bar moves per tar.
+    for url in with_progress(sorted(urls), description="import language-tars", quiet=args.quiet):
+        [shard] = import_language_tars(root, [url], language_index, vad_cache=cache, shard_prefix=args.shard_prefix)
         print(json.dumps(shard.__dict__))
     return 0
 

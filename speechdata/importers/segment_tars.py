@@ -26,6 +26,7 @@ import numpy as np
 import polars as pl
 import soundfile as sf
 
+from speechdata.command_options import add_data_root_option, add_quiet_option, data_root_from_args, with_progress
 from speechdata.io import layout
 from speechdata.io.confinement import confined_landed_shard
 from speechdata.io.storage import DataRoot, atomic_open, filesystem_for, read_parquet
@@ -172,32 +173,32 @@ EPILOG = """example:
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument("source_dir", help="the segment-tar shard directory (path or fsspec URL)")
-    parser.add_argument("shard_id", help="the landing shard to write")
+    parser.add_argument("source_dir", metavar="SOURCE_DIR", help="the segment-tar shard directory (path or fsspec URL)")
+    parser.add_argument("shard_id", metavar="SHARD_ID", help="the landing shard to write")
     parser.add_argument("--language", help="ISO 639-1 language for rows without segment_language")
     parser.add_argument("--tar-name", help="the audio tar's name when the directory holds more than one")
-    parser.add_argument("--data-root", help="the platform's data root (default: DATA_ROOT, else ./.data)")
+    add_data_root_option(parser, creates_root=True)
+    add_quiet_option(parser)
 
 
 def run(args) -> int:
-    from speechdata.io.env import data_root_url
-
-    rows = import_segment_tar_shard(
-        args.source_dir,
-        DataRoot(args.data_root or data_root_url()),
-        args.shard_id,
-        language=args.language,
-        tar_name=args.tar_name,
-    )
+    root = data_root_from_args(args, what="import segment-tars", creates_root=True)
+    for shard_id in with_progress([args.shard_id], description="import segment-tars", quiet=args.quiet, total=1):
+        rows = import_segment_tar_shard(args.source_dir, root, shard_id, language=args.language, tar_name=args.tar_name)
     print(f"landed {rows} rows as {args.shard_id}")
     return 0
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m speechdata.importers.segment_tars``: an alias of ``speechdata import segment-tars``."""
+    """python -m speechdata.importers.segment_tars: an alias of speechdata import segment-tars."""
     import argparse
 
-    parser = argparse.ArgumentParser(prog="python -m speechdata.importers.segment_tars", description=DESCRIPTION)
+    parser = argparse.ArgumentParser(
+        prog="python -m speechdata.importers.segment_tars",
+        description=DESCRIPTION,
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     add_arguments(parser)
     return run(parser.parse_args(argv))
 

@@ -16,7 +16,9 @@ import sys
 from collections import Counter
 from pathlib import Path
 
+from speechdata.command_options import add_data_root_option, data_root_from_args
 from speechdata.io import layout
+from speechdata.io.confinement import require_existing_root
 from speechdata.io.storage import DataRoot
 from speechdata.landing.contract import ContractError
 from speechdata.landing.mark import mark_landed
@@ -25,21 +27,38 @@ from speechdata.landing.raw_shard import validate_landed_shard
 EXIT_INVALID = 1
 SHOWN_REJECTS = 10
 
+DESCRIPTION = """Check a landing shard against the landing contract and mark it landed.
+
+DIR is <data root>/landing/<shard_id> (a path or fsspec URL) holding metadata.parquet and the audio
+(audio/ or audio.tar). The shard is validated exactly as the raw_shards asset will validate it
+(docs/landing-contract.md). A shard-level problem names the file, the column and the rule, and exits 1
+without marking the shard. Rejected rows are listed (the pipeline records them as rejects); with
+--strict any rejected row also exits 1. Otherwise _SUCCESS is written and the landing sensor picks the
+shard up on its next tick. Running it again is harmless.
+
+DIR may also be a bare shard id: the shard under <data root>/landing/, the data root being --data-root,
+else $DATA_ROOT, else ./.data. The data root must exist: land never creates it."""
+
 EPILOG = """examples:
   speechdata land .data/landing/my-shard-0001
   speechdata land s3://bucket/platform/landing/my-shard-0001 --strict"""
 
 
 def register(subparsers) -> None:
-    """The ``speechdata land`` subcommand."""
+    """The speechdata land subcommand."""
     parser = subparsers.add_parser(
         "land",
         help="validate a landing shard directory against the landing contract and mark it landed",
-        description=__doc__.splitlines()[0],
+        description=DESCRIPTION,
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("dir", metavar="DIR", help="<data root>/landing/<shard_id> (path or fsspec URL)")
+    parser.add_argument(
+        "dir",
+        metavar="DIR",
+        help="<data root>/landing/<shard_id> (path or fsspec URL), or a bare shard id under --data-root",
+    )
+    add_data_root_option(parser)
     parser.add_argument("--strict", action="store_true", help="refuse to mark the shard when any row is rejected")
     parser.set_defaults(run=run)
 
@@ -62,7 +81,11 @@ def split_landing_dir(directory: str) -> tuple[DataRoot, str]:
 
 def run(args: argparse.Namespace) -> int:
     try:
-        root, shard_id = split_landing_dir(args.dir)
+        if layout.is_valid_shard_id(args.dir):
+            root, shard_id = data_root_from_args(args, what="land"), args.dir
+        else:
+            root, shard_id = split_landing_dir(args.dir)
+            require_existing_root(root.root, local=root.is_local, what="land")
         validation = validate_landed_shard(root, shard_id)
     except (ContractError, ValueError, FileNotFoundError) as error:
         print(f"speechdata land: error: {error}", file=sys.stderr)
