@@ -20,6 +20,10 @@ ROOT = Path(__file__).resolve().parents[2]
         ("bench_sensor_tick", {"scan", "tick_none_registered", "tick_mostly_registered"}),
         ("bench_frame_grid", {"grid_utt_per_s", "tokenize_utt_per_s", "grids_breaking_invariants"}),
         (
+            "bench_landing_fingerprint",
+            {"folder_fingerprint_ms", "tar_every_byte_ms", "tar_ratio_fingerprint_over_every_byte"},
+        ),
+        (
             "bench_streaming_segments",
             {"utt_per_s", "baseline_utt_per_s", "ratio_utt_per_s_over_baseline", "misplaced_chunk_share"},
         ),
