@@ -96,9 +96,8 @@ def manifest_catalog(
                 )
             ),
             **{f"rejects/{r['product']}/{r['reason']}": int(r["utterances"]) for r in by_product},
-            "unbalanced_ledgers": sum(
-                1 for r in accounting.to_pylist() if r["produced"] is not None and not r["balanced"]
-            ),
+            "unbalanced_ledgers": sum(1 for r in accounting.to_pylist() if r["state"] == "unbalanced"),
+            "ledgers_not_built": sum(1 for r in accounting.to_pylist() if r["state"] == "not built"),
             "shard_accounting": dg.MetadataValue.md(f"```\n{format_table(accounting, max_rows=100)}\n```"),
             "catalog_uri": dg.MetadataValue.path(root.uri(CATALOG_FILE)),
             "rebuilt_because": refreshed.rebuilt_because or "",

@@ -110,19 +110,12 @@ def _demo(args) -> int:
         failed |= not result.success
         print(f"\n== {shard_id}: per_shard_job {status} in {time.perf_counter() - started:.1f} s (run {result.run_id})")
         _print_shard_summary(data_root, shard_id)
-    print("-> manifest_catalog_job running...", flush=True)
-    catalog_job = defs.resolve_job_def("manifest_catalog_job")
-    catalog_run = catalog_job.execute_in_process(
-        instance=instance,
-        resources=resources,
-        raise_on_error=False,
-        tags={"speechdata/launched_by": "demo"},
-        run_config={"loggers": {"console": {"config": {"log_level": "DEBUG"}}}},
-    )
-    failed |= not catalog_run.success
-    _print_catalog(resources["catalog"], data_root)
     failed |= not _publish_aligned_json_countries(data_root, instance, resources, defs)
     failed |= not _run_the_other_products(data_root, instance, resources, defs)
+    # Last, after every job: the accounting counts what each product's run wrote (translation, HF,
+    # ASR, VAD), so `speechdata catalog --named shard_accounting` is current without a --refresh.
+    failed |= not _refresh_catalog(instance, resources, defs)
+    _print_catalog(resources["catalog"], data_root)
     print(
         "\nBrowse the runs, lineage and metadata: make dev, then open http://localhost:3000"
         f"\nDagster instance: {instance.root_directory}"
@@ -253,6 +246,19 @@ def _run_the_other_products(data_root: DataRoot, instance, resources, defs) -> b
     return ok
 
 
+def _refresh_catalog(instance, resources, defs) -> bool:
+    print("\n-> manifest_catalog_job running...", flush=True)
+    result = defs.resolve_job_def("manifest_catalog_job").execute_in_process(
+        instance=instance,
+        resources=resources,
+        raise_on_error=False,
+        tags={"speechdata/launched_by": "demo"},
+        run_config={"loggers": {"console": {"config": {"log_level": "DEBUG"}}}},
+    )
+    print(f"== manifest_catalog_job {'ok' if result.success else 'FAILED'}")
+    return result.success
+
+
 def _print_catalog(catalog, data_root: DataRoot) -> None:
     from speechdata.catalog.display import format_table
     from speechdata.catalog.queries import NAMED_QUERIES, run_query
@@ -262,7 +268,12 @@ def _print_catalog(catalog, data_root: DataRoot) -> None:
     with catalog.get_connection() as connection:
         enable_data_root_reads(connection, data_root)  # the views resolve files under the root it names
         print(format_table(run_query(connection, NAMED_QUERIES["hours_per_language"])))
-    print("Query it: .venv/bin/speechdata catalog --named hours_per_language")
+        accounting = run_query(
+            connection, f"SELECT * FROM ({NAMED_QUERIES['shard_accounting']}) WHERE shard IN ('demo-0001', 'demo-0002')"
+        )
+        print("\n== Accounting per shard and product (state: balanced, unbalanced or not built)")
+        print(format_table(accounting))
+    print("Query it: .venv/bin/speechdata catalog --named hours_per_language (or --named shard_accounting)")
 
 
 def _print_shard_summary(data_root: DataRoot, shard_id: str) -> None:

@@ -1,16 +1,31 @@
-"""Fan-in: refresh the manifest catalog after any shard manifest changes, without re-running shards."""
+"""Fan-in: refresh the manifest catalog after any file it summarizes changes, without re-running shards."""
 
 import os
 import time
 
 import dagster as dg
 
+from assets.asr_training import asr_flac
 from assets.catalog import CATALOG_JOB_NAME
+from assets.publishing import hf_dataset, hf_split_assignments
+from assets.translation import qe_scores, streaming_pairs, streaming_segments
+from assets.vad import vad_segments
 from resources.storage import DataRootResource
 from speechdata.catalog.refresh_cursor import RefreshCursor, RunOutcome, decide_refresh
 from speechdata.io.confinement import require_existing_root
 
 SHARD_MANIFEST = dg.AssetKey("shard_manifest")
+CATALOGUED_ASSETS: tuple[dg.AssetKey, ...] = (
+    SHARD_MANIFEST,
+    asr_flac.key,
+    vad_segments.key,
+    *(asset.key for asset in (streaming_segments, qe_scores, streaming_pairs)),  # translation_job
+    hf_split_assignments.key,  # hf_dataset_job
+    hf_dataset.key,
+)
+"""Assets whose files the catalog's accounting reads (a product's output or its stages' rejects
+ledgers): a materialization of any of them asks for a refresh, so ``shard_accounting`` is current
+after a translation or publishing run as well as after a shard's manifest."""
 RUN_KEY_TAG = "dagster/run_key"
 _FAILED = {dg.DagsterRunStatus.FAILURE, dg.DagsterRunStatus.CANCELED}
 
@@ -24,12 +39,18 @@ def _outcome(instance: dg.DagsterInstance, run_key: str) -> RunOutcome:
     return RunOutcome.FAILED if runs[0].status in _FAILED else RunOutcome.PENDING
 
 
+def _latest_materialization(instance: dg.DagsterInstance, key: dg.AssetKey) -> int:
+    records = instance.fetch_materializations(key, limit=1).records
+    return records[0].storage_id if records else 0
+
+
 @dg.sensor(
     name="catalog_refresh_sensor",
     job_name=CATALOG_JOB_NAME,
     minimum_interval_seconds=int(os.environ.get("SPEECHDATA_CATALOG_SENSOR_INTERVAL_S", "30")),
     default_status=dg.DefaultSensorStatus.RUNNING,
-    description="Requests one manifest_catalog refresh per batch of new shard_manifest materializations, "
+    description="Requests one manifest_catalog refresh per batch of new materializations of the assets the "
+    "catalog summarizes (shard_manifest, asr_flac, vad_segments, the translation and HF dataset assets), "
     "and again when that refresh failed.",
 )
 def catalog_refresh_sensor(
@@ -38,11 +59,11 @@ def catalog_refresh_sensor(
     # A refresh over an unmounted root would publish an empty catalog: fail the tick, naming the root.
     root = data_root.get()
     require_existing_root(root.root, local=root.is_local, what="catalog_refresh_sensor")
-    # Changes are storage ids of shard_manifest materializations; the cursor moves past one only
-    # once a refresh requested after it succeeded (speechdata.catalog.refresh_cursor).
+    # Changes are storage ids of the catalogued assets' materializations (one event log, so ids of
+    # different assets compare); the cursor moves past one only once a refresh requested after it
+    # succeeded (speechdata.catalog.refresh_cursor).
     cursor = RefreshCursor.from_json(context.cursor)
-    records = context.instance.fetch_materializations(SHARD_MANIFEST, limit=1).records
-    latest = records[0].storage_id if records else 0
+    latest = max((_latest_materialization(context.instance, key) for key in CATALOGUED_ASSETS), default=0)
     outcome = _outcome(context.instance, cursor.run_key) if cursor.run_key else None
     decision = decide_refresh(cursor, latest, outcome, now=time.time())
     if decision.run_key is None:

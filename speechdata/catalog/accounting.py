@@ -2,8 +2,10 @@
 
 ``product_accounting`` is a view with one row per (landed shard, product line): ``landed``,
 ``produced`` (NULL when the product has not been built for the shard), ``rejected`` (distinct
-utterances rejected by the stages the product depends on) and ``balanced``, for every product line
-of :data:`speechdata.products.PRODUCT_LINES`. Being a view it never lags what it summarizes. Every
+utterances rejected by the stages the product depends on), ``balanced`` (as
+:attr:`speechdata.ledgers.Ledger.balanced`: false when not built) and ``state`` (:data:`ACCOUNTING_STATES`:
+``balanced``, ``unbalanced`` or ``not built``, so a product never built is not read as a lost
+utterance), for every product line of :data:`speechdata.products.PRODUCT_LINES`. Being a view it never lags what it summarizes. Every
 glob here is built from an escaped root, so a data root whose path holds glob characters (``[1]``)
 reads its own files.
 """
@@ -21,6 +23,18 @@ LANDED_GLOB = layout.landing_metadata("*")
 SHARD_FROM_LANDED_PATH = r"/landing/([^/]+)/metadata\.parquet$"
 """The landed metadata every shard's ``landed`` count reads; the products' own files come from
 their :class:`~speechdata.products.ProductLine` (``output_glob``, ``shard_regex``, ``id_column``)."""
+
+
+ACCOUNTING_STATES = ("balanced", "unbalanced", "not built")
+"""A (shard, product) row's ``state``: every landed utterance produced or rejected; some neither; the
+product's output file does not exist for the shard (``produced`` is NULL)."""
+
+STATE_SQL = (
+    "CASE WHEN produced IS NULL THEN 'not built' "
+    "WHEN landed = produced + rejected THEN 'balanced' ELSE 'unbalanced' END"
+)
+"""The ``state`` column from a row's ``landed``, ``produced`` and ``rejected`` (the view and the
+per-shard state, :mod:`speechdata.catalog.accounting_state`, share it)."""
 
 
 def _literal(text: str) -> str:
@@ -136,7 +150,8 @@ def accounting_select(landed_rows: str, produced_rows: str, built: str, rejects:
                 ON rejected_counts.product = products.product AND rejected_counts.shard = landed.shard
         )
         SELECT shard, product, landed, produced, rejected,
-               produced IS NOT NULL AND landed = produced + rejected AS balanced
+               produced IS NOT NULL AND landed = produced + rejected AS balanced,
+               {STATE_SQL} AS state
         FROM rows ORDER BY shard, product
     """
 

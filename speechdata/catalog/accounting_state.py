@@ -34,6 +34,7 @@ from speechdata import products
 from speechdata.catalog.accounting import (
     LANDED_GLOB,
     SHARD_FROM_LANDED_PATH,
+    STATE_SQL,
     accounting_select,
     ids_expression,
     product_rejects_sql,
@@ -50,8 +51,9 @@ ACCOUNTING_STATE_TABLES = {
     "catalog_product_rejects": "shard VARCHAR, product VARCHAR, reason VARCHAR, utterances BIGINT",
 }
 
-SHARD_ACCOUNTING_FROM_STATE = """
-    SELECT shard, product, landed, produced, rejected, produced + rejected AS accounted_for, balanced
+SHARD_ACCOUNTING_FROM_STATE = f"""
+    SELECT shard, product, {STATE_SQL} AS state, landed, produced, rejected,
+           produced + rejected AS accounted_for, balanced
     FROM catalog_product_accounting ORDER BY shard, product"""
 """The named query ``shard_accounting`` from the state: the same rows without reading a file."""
 
@@ -168,13 +170,14 @@ def _recount(
     # (a statement in an aborted transaction would only hide the error that aborted it).
     _read_sources(connection, root_uri, paths, rejects_shard_from_path)
     connection.execute(
-        "INSERT INTO catalog_product_accounting "
+        "INSERT INTO catalog_product_accounting SELECT shard, product, landed, produced, rejected, balanced FROM ("
         + accounting_select(
             landed_rows=f"SELECT * FROM {_TEMP['landed']}",
             produced_rows=f"SELECT * FROM {_TEMP['produced']}",
             built=f"SELECT * FROM {_TEMP['built']}",
             rejects=f"SELECT * FROM {_TEMP['rejects']}",
         )
+        + ")"
     )
     rejected = product_rejects_sql("SELECT * FROM " + _TEMP["rejects"])
     connection.execute(

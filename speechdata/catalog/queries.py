@@ -40,11 +40,12 @@ NAMED_QUERIES: dict[str, str] = {
         FROM rejects GROUP BY shard ORDER BY shard""",
     "rejects_by_product": REJECTS_BY_PRODUCT,
     "shard_accounting": """
-        SELECT shard, product, landed, produced, rejected, produced + rejected AS accounted_for, balanced
+        SELECT shard, product, state, landed, produced, rejected, produced + rejected AS accounted_for, balanced
         FROM product_accounting ORDER BY shard, product""",
 }
 """Queries a person asks often, by name; all read the live views. ``shard_accounting`` lists every
-landed shard once per product line, with that product's own ledger (``speechdata.ledgers``)."""
+landed shard once per product line, with that product's own ledger (``speechdata.ledgers``) and its
+``state``: ``balanced``, ``unbalanced`` or ``not built``."""
 
 
 def run_query(connection: duckdb.DuckDBPyConnection, sql: str, params: Sequence | Mapping | None = None) -> pa.Table:

@@ -1,6 +1,6 @@
 """When to ask for a catalog refresh: the cursor moves only when a refresh succeeded.
 
-The refresh sensor sees the newest shard-manifest change (an increasing id) and the outcome of the
+The refresh sensor sees the newest change to an asset the catalog summarizes (an increasing id) and the outcome of the
 refresh it requested last. A refresh covers every change up to the id it was requested for only
 once it succeeded; a failed or cancelled one is requested again (a new run key): at once after the
 first failure, then after a wait that doubles with each further failure in a row (``RETRY_BASE_S``,
@@ -71,10 +71,10 @@ def decide_refresh(cursor: RefreshCursor, latest: int, outcome: RunOutcome | Non
             wait_s = 0.0 if failures == 1 else min(RETRY_BASE_S * 2 ** (failures - 2), RETRY_MAX_S)
             cursor = replace(cursor, run_key=None, requested=0, failures=failures, retry_after=now + wait_s)
     if latest <= cursor.covered:
-        return RefreshDecision(cursor, None, "no shard manifest changed since the last successful refresh")
+        return RefreshDecision(cursor, None, "nothing the catalog summarizes changed since the last successful refresh")
     if now < cursor.retry_after:
         return RefreshDecision(
             cursor, None, f"{cursor.failures} refresh(es) failed in a row: next try in {cursor.retry_after - now:.0f} s"
         )
     run_key = f"catalog-{latest}" + (f"-retry-{cursor.failures}" if cursor.failures else "")
-    return RefreshDecision(replace(cursor, requested=latest, run_key=run_key), run_key, "shard manifests changed")
+    return RefreshDecision(replace(cursor, requested=latest, run_key=run_key), run_key, "catalogued files changed")

@@ -22,8 +22,8 @@ The views name files relative to the data root, prefixed at query time with the 
 ``speechdata_root`` variable (``getvariable('speechdata_root')``), which
 :func:`speechdata.io.duckdb_object_store.enable_data_root_reads` sets to the root being read: a
 copied or moved root (another disk, another bucket) reads without a refresh. Unset (a plain
-``duckdb.connect``), the root the catalog was built at is used; after a move, run
-``SET VARIABLE speechdata_root = '/new/root';`` first.
+``duckdb.connect``), the folder holding the catalog file; the root the catalog was built over is
+never read (:mod:`speechdata.catalog.root_paths`).
 
 This module builds the catalog; :mod:`~speechdata.catalog.queries` asks it questions,
 :mod:`~speechdata.catalog.exports` writes selections out, :mod:`~speechdata.catalog.cli` is the

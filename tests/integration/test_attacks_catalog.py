@@ -397,6 +397,25 @@ def test_the_refresh_sensor_asks_again_for_a_refresh_that_failed(root, tmp_path)
         assert len(newer.run_requests) == 1
 
 
+@pytest.mark.parametrize("asset", ["streaming_segments", "streaming_pairs", "hf_dataset", "hf_split_assignments"])
+def test_the_refresh_sensor_asks_for_a_refresh_after_a_translation_or_publishing_run(root, asset):
+    sensor_resources = {"data_root": DataRootResource(url=root.url)}
+    with dg.instance_for_test() as instance:
+        instance.report_runless_asset_event(dg.AssetMaterialization("shard_manifest"))
+        first = catalog_refresh_sensor(dg.build_sensor_context(instance=instance, resources=sensor_resources))
+        [request] = first.run_requests
+        assert materialize_catalog(root, instance, tags={"dagster/run_key": request.run_key}).success
+        covered = dg.build_sensor_context(instance=instance, resources=sensor_resources, cursor=first.cursor)
+        assert isinstance(catalog_refresh_sensor(covered), dg.SkipReason)
+        # The product's own run changes what product_accounting counts: the catalog must follow.
+        instance.report_runless_asset_event(dg.AssetMaterialization(asset))
+        after = catalog_refresh_sensor(
+            dg.build_sensor_context(instance=instance, resources=sensor_resources, cursor=covered.cursor)
+        )
+        assert not isinstance(after, dg.SkipReason), after
+        assert len(after.run_requests) == 1 and after.run_requests[0].run_key != request.run_key
+
+
 # --- a catalog never built
 
 

@@ -186,7 +186,29 @@ def test_a_shard_with_only_rejects_is_accounted_for(data_root, connection):
     bridge = rows["bridge"]
     assert bridge["shard"] == "shard-z" and bridge["produced"] == 0 and bridge["accounted_for"] == 3
     assert bridge["balanced"] is True
-    assert rows["asr"]["produced"] is None and rows["asr"]["balanced"] is False  # not built
+    assert rows["asr"]["produced"] is None and rows["asr"]["state"] == "not built"
+    assert bridge["state"] == "balanced"
+
+
+def test_accounting_tells_a_product_not_built_from_an_unbalanced_one(data_root, connection):
+    from speechdata.catalog.accounting_state import SHARD_ACCOUNTING_FROM_STATE
+
+    land_ids(data_root, "shard-a", ["shard-a_u1", "shard-a_u2", "shard-a_u3", "shard-a_u4"])
+    land_ids(data_root, "shard-b", ["shard-b_v1", "shard-b_v2"])
+    write_manifest(data_root, "shard-a", SHARD_A)  # u4 neither produced nor rejected: unbalanced
+    write_manifest(data_root, "shard-b", SHARD_B)
+    refresh_catalog(connection, data_root.url)
+    for sql in (NAMED_QUERIES["shard_accounting"], SHARD_ACCOUNTING_FROM_STATE):
+        states = {(r["shard"], r["product"]): r["state"] for r in run_query(connection, sql).to_pylist()}
+        assert states[("shard-a", "bridge")] == "unbalanced", sql
+        assert states[("shard-b", "bridge")] == "balanced", sql
+        assert {states[(shard, "asr")] for shard in ("shard-a", "shard-b")} == {"not built"}, sql
+    view_states = dict(
+        connection.execute(
+            "SELECT state, count(*) FROM product_accounting WHERE shard = 'shard-a' GROUP BY ALL"
+        ).fetchall()
+    )
+    assert view_states["unbalanced"] == 1 and view_states["not built"] >= 1
 
 
 def test_accounting_is_per_product_and_lists_every_landed_shard(data_root, connection):
