@@ -7,7 +7,7 @@ from pydantic import Field
 
 from assets.asset_policy import shard_asset
 from assets.features import qwen_hidden_states, wavlm_features
-from assets.reporting import column_schema, markdown_preview
+from assets.reporting import column_schema, markdown_histogram, markdown_preview
 from assets.shard_runs import ShardEvents, ShardResult, materialize_shards
 from resources.storage import DataRootResource
 from speechdata.bridge.commit import commit_bridge, stage_bridge, staged_index
@@ -136,6 +136,8 @@ def _manifest_one_shard(root, shard_id: str) -> ShardResult:
             "zero_duration_token_share": _zero_frame_token_share(manifest),
             "ledgers": dg.MetadataValue.md(ledger_markdown(ledgers)),
             **ledger_numbers(ledgers),
+            "duration_s_histogram": markdown_histogram(manifest["duration_s"].to_pylist(), "duration_s"),
+            "alignment_score_histogram": markdown_histogram(manifest["alignment_score"].to_pylist(), "alignment_score"),
             "dagster/column_schema": column_schema(manifest.schema),
             "preview": markdown_preview(
                 manifest, ["key", "language", "duration_s", "n_frames", "n_tokens", "alignment_score"]
