@@ -56,3 +56,25 @@ def test_histogram_counts_every_value_once_and_nulls_apart():
     assert markdown_histogram([None], "duration_s").value == "_no values_ (1 null)"
     # One distinct value: every count in one bin, no division by zero.
     assert "| 3 |" in markdown_histogram([2.0, 2.0, 2.0], "duration_s").value
+
+
+def test_a_failed_check_says_why_in_its_description_and_a_passed_one_says_nothing():
+    from assets.reporting import accounting_check, utterance_check_results
+    from speechdata.rejects import Reject
+    from speechdata.stage import StageSummary
+
+    lost_one = StageSummary(
+        "s1", rows_in=5, rows_out=3, rejects=[Reject("u1", "x", "bad")], audio_seconds=1.0, compute_seconds=1.0
+    )
+    [failed] = accounting_check("accounted", lost_one, "landed", "indexed")
+    assert not failed.passed
+    assert failed.description == "Shard 's1': 5 landed but 3 indexed + 1 rejected; 1 unaccounted for"
+    balanced = StageSummary(
+        "s1", rows_in=4, rows_out=3, rejects=[Reject("u1", "x", "bad")], audio_seconds=1.0, compute_seconds=1.0
+    )
+    [passed] = accounting_check("accounted", balanced, "landed", "indexed")
+    assert passed.passed and passed.description is None
+
+    failing, clean = utterance_check_results({"grid_covers_audio": ["u7", "u9"], "tokens_match": []})
+    assert not failing.passed and failing.description == "2 utterances fail grid_covers_audio, e.g. u7, u9"
+    assert clean.passed and clean.description is None
