@@ -195,7 +195,7 @@ def test_shard_manifest_metadata_is_the_ledger_table_a_few_numbers_and_two_histo
         histogram = metadata[f"{column}_histogram"].value
         assert histogram.startswith(f"| {column} | count |")
         binned = sum(int(line.split("|")[2]) for line in histogram.splitlines()[2:12])
-        assert binned == manifest[column].drop_null().__len__() > 0
+        assert binned == len(manifest[column].drop_null()) > 0
 
 
 def test_every_asset_with_an_output_table_describes_every_column(packed):
