@@ -7,7 +7,15 @@ from pydantic import Field
 
 from assets.asset_policy import shard_asset
 from assets.partitions import PER_SHARD_JOB_NAME, PER_SHARD_SELECTION
-from assets.reporting import accounting_check, column_schema, markdown_preview, progress_logger, stage_metadata
+from assets.reporting import (
+    accounting_check,
+    column_schema,
+    markdown_histogram,
+    markdown_preview,
+    progress_logger,
+    rejects_sample,
+    stage_metadata,
+)
 from assets.shard_runs import ShardEvents, ShardFailure, ShardResult, materialize_shards
 from resources.storage import DataRootResource
 from speechdata.audio.codec import DEFAULT_AUDIO_CODEC
@@ -44,19 +52,7 @@ def _raw_shard(context: dg.AssetExecutionContext, data_root: DataRootResource, s
         summary = run_raw_shards(data_root.get(), shard_id)
         index = summary.index
     except ContractError as exc:
-        reason = {"file": exc.file, "column": exc.column or "", "rule": exc.rule}
-        raise ShardFailure(
-            description=f"Shard {shard_id!r} breaks the landing contract: {exc}",
-            metadata=reason,
-            # The one reason, on the shard's own check: not "execution failed" beside a failed step.
-            checks=[
-                dg.AssetCheckResult(
-                    check_name=RAW_SHARDS_ACCOUNTED,
-                    passed=False,
-                    metadata={"landing_contract": str(exc), **reason},
-                )
-            ],
-        ) from exc
+        raise _contract_breach(shard_id, exc) from exc
     context.log.info(
         f"{shard_id}: {summary.rows_out}/{summary.rows_in} utterances indexed, "
         f"{len(summary.rejects)} rejected {summary.rejects_by_reason}, {summary.hours:.3f} h"
@@ -70,8 +66,31 @@ def _raw_shard(context: dg.AssetExecutionContext, data_root: DataRootResource, s
             ),
             # country_dataset_sensor reads this to refresh only the countries this shard feeds.
             "countries": dg.MetadataValue.json(sorted({c for c in index["country"].to_pylist() if c})),
+            "rejects_sample": rejects_sample(summary.rejects),
+            "duration_s_histogram": markdown_histogram(index["duration_s"].to_pylist(), "duration_s"),
         },
         checks=accounting_check(RAW_SHARDS_ACCOUNTED, summary, "landed", "indexed"),
+    )
+
+
+def _contract_breach(shard_id: str, exc: ContractError) -> ShardFailure:
+    """The one reason a shard cannot be indexed, where people look first: the run's failure message,
+    its metadata (shard, file, field, rule) and the shard's own check, each saying the same."""
+    reason = {"file": exc.file, "field": exc.column or "", "rule": exc.rule}
+    description = f"Shard {shard_id!r} breaks the landing contract: {exc}"
+    return ShardFailure(
+        shard_id,
+        description=description,
+        # `column` as well: the key the contract's own errors use (docs/landing-contract.md).
+        metadata={**reason, "column": exc.column or ""},
+        checks=[
+            dg.AssetCheckResult(
+                check_name=RAW_SHARDS_ACCOUNTED,
+                passed=False,
+                description=description,
+                metadata={"shard": shard_id, "landing_contract": str(exc), "column": exc.column or "", **reason},
+            )
+        ],
     )
 
 

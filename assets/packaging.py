@@ -7,7 +7,7 @@ from pydantic import Field
 
 from assets.asset_policy import shard_asset
 from assets.features import qwen_hidden_states, wavlm_features
-from assets.reporting import column_schema, markdown_preview
+from assets.reporting import column_schema, markdown_histogram, markdown_preview
 from assets.shard_runs import ShardEvents, ShardResult, materialize_shards
 from resources.storage import DataRootResource
 from speechdata.bridge.commit import commit_bridge, stage_bridge, staged_index
@@ -83,6 +83,10 @@ def _pack_one_shard(context: dg.AssetExecutionContext, config: BridgeTarsConfig,
             dg.AssetCheckResult(
                 check_name="tars_read_back_with_webdataset",
                 passed=not staged.problems,
+                description=f"Shard {shard_id!r}: {len(staged.problems)} problems reading the tars back, first: "
+                f"{staged.problems[0]}"
+                if staged.problems
+                else None,
                 metadata={"problems": dg.MetadataValue.json(staged.problems[:20])},
             )
         ],
@@ -136,6 +140,8 @@ def _manifest_one_shard(root, shard_id: str) -> ShardResult:
             "zero_duration_token_share": _zero_frame_token_share(manifest),
             "ledgers": dg.MetadataValue.md(ledger_markdown(ledgers)),
             **ledger_numbers(ledgers),
+            "duration_s_histogram": markdown_histogram(manifest["duration_s"].to_pylist(), "duration_s"),
+            "alignment_score_histogram": markdown_histogram(manifest["alignment_score"].to_pylist(), "alignment_score"),
             "dagster/column_schema": column_schema(manifest.schema),
             "preview": markdown_preview(
                 manifest, ["key", "language", "duration_s", "n_frames", "n_tokens", "alignment_score"]
@@ -145,6 +151,7 @@ def _manifest_one_shard(root, shard_id: str) -> ShardResult:
             dg.AssetCheckResult(
                 check_name="every_utterance_accounted_for",
                 passed=ledger.balanced,
+                description=None if ledger.balanced else _unbalanced_reason(shard_id, ledger),
                 metadata={
                     "landed": ledger.landed,
                     "packed": ledger.produced,
@@ -156,6 +163,16 @@ def _manifest_one_shard(root, shard_id: str) -> ShardResult:
             )
         ],
     )
+
+
+def _unbalanced_reason(shard_id: str, ledger) -> str:
+    """Why the bridge ledger does not balance, in one sentence: the counts and the first utterances."""
+    parts = [f"Shard {shard_id!r}: {ledger.landed} landed != {ledger.produced} packed + {ledger.rejected} rejected"]
+    if ledger.unaccounted:
+        parts.append(f"{len(ledger.unaccounted)} neither packed nor rejected (e.g. {ledger.unaccounted[0]})")
+    if ledger.produced_and_rejected:
+        parts.append(f"{len(ledger.produced_and_rejected)} both (e.g. {ledger.produced_and_rejected[0]})")
+    return "; ".join(parts)
 
 
 def _zero_frame_token_share(manifest) -> float:

@@ -35,9 +35,142 @@ def device_metadata(device) -> dict:
     return metadata
 
 
-def column_schema(schema: pa.Schema) -> dg.TableSchema:
-    """A parquet schema as ``dagster/column_schema``: the UI's column table for a manifest or index."""
-    return dg.TableSchema(columns=[dg.TableColumn(f.name, str(f.type)) for f in schema])
+COLUMN_DESCRIPTIONS: dict[str, str] = {
+    # The landing contract's columns (docs/landing-contract.md), carried into the index and manifests.
+    "utt_id": "The utterance's id from the landed metadata: unique in its shard, names its files.",
+    "audio_path": "The landed audio file, relative to the shard's landing folder or tar.",
+    "text": "The utterance's transcript, as landed.",
+    "language": "ISO 639-1 language code (two lower-case letters).",
+    "country": "Country the recording belongs to; the HF dataset's config.",
+    "start_s": "Segment start in the source audio, seconds (null: from the file's start).",
+    "end_s": "Segment end in the source audio, seconds (null: to the file's end).",
+    "source": "Where the utterance comes from (corpus or provider), as landed; in translation tables the "
+    "source-language text.",
+    "extra": "The landed metadata's other columns, as one JSON object.",
+    # raw_shards: the probed audio header.
+    "source_sample_rate": "Sample rate of the landed audio file, Hz.",
+    "source_channels": "Channels of the landed audio file.",
+    "source_frames": "Length of the landed audio file, samples per channel.",
+    "source_format": "Container format of the landed audio file (wav, flac, mp3, opus).",
+    "segment_start_s": "Start of the utterance's segment in the file, seconds, after clamping to the file.",
+    "segment_end_s": "End of the utterance's segment in the file, seconds, after clamping to the file.",
+    "duration_s": "Length of the utterance's audio, seconds.",
+    # shard_manifest and bridge_index (docs/storage-layout.md, "Manifest rows").
+    "key": "The sample's WebDataset key in its tar.",
+    "shard": "The shard the row belongs to.",
+    "shard_id": "The shard the row belongs to.",
+    "tar_url": "The sample's tar, relative to the data root (bridge/<shard>-NNNNNN-<sha>.tar).",
+    "tar_sha256": "SHA-256 of the whole tar file.",
+    "offset": "Byte offset of the sample's first member in its tar.",
+    "size": "Bytes of the sample's members in its tar, from offset.",
+    "n_frames": "Mimi frames of the utterance (12.5 per second).",
+    "n_tokens": "Text tokens of the utterance.",
+    "alignment_score": "Mean frame log-probability of the forced alignment (higher is better).",
+    "zero_duration_token_share": "Share of the utterance's tokens that own no frame.",
+    "clipped_share": "Share of the source samples at full scale (null: normalized before it was measured).",
+    # alignments
+    "level": "Span level: word or token.",
+    "index": "Position of the span within its utterance and level.",
+    "start_ms": "Span start, integer milliseconds from the utterance's start.",
+    "end_ms": "Span end, integer milliseconds from the utterance's start.",
+    "score": "Alignment log-probability (per span, or the utterance's mean frame log-prob).",
+    "aligner": "Which forced aligner produced the spans.",
+    "n_words": "Words of the aligned transcript.",
+    # frame_grids (docs/bridge-tuples.md)
+    "n_samples": "Audio samples of the utterance at its sample rate.",
+    "silence_frames": "Frames no token owns.",
+    "zero_duration_tokens": "Tokens that own no frame.",
+    "tokens": "Token ids [T].",
+    "grid": "Frame-to-token grid [F]: the token each Mimi frame belongs to.",
+    "dur": "Frames per token [T].",
+    "token_start_ms": "Each token's start, milliseconds.",
+    "token_end_ms": "Each token's end, milliseconds.",
+    # vad_segments and language_shard_index
+    "tar_path": "The shard's packed audio tar, relative to the data root.",
+    "tar_key": "The file's WebDataset key in the tar (null: the key is taken by another file).",
+    "utt_ids": "The landed utterances of the file.",
+    "speech_s": "Seconds of speech in the file.",
+    "n_segments": "Speech segments found in the file.",
+    "segments_source": "Where the segments come from: silero (detected) or import (landed).",
+    "audio_sha1": "SHA-1 of the audio's bytes.",
+    "files": "Audio files.",
+    "streamable_files": "Audio files a tar reader can stream.",
+    "hours": "Hours of audio.",
+    "speech_hours": "Hours of speech.",
+    "usable_chunk_hours": "Hours of speech in chunks long enough for training.",
+    "tar_keys": "WebDataset keys of the files in the tar.",
+    # translation
+    "latency": "The simultaneous-translation latency level of the segmentation.",
+    "segment_index": "Position of the segment within its utterance.",
+    "emit_ms": "When the segment is emitted, milliseconds from the utterance's start.",
+    "target": "The segment's translation.",
+    "first_chunk": "First audio chunk the segment covers.",
+    "last_chunk": "Last audio chunk the segment covers.",
+    "n_unmatched_chunks": "Chunks of the segment no aligned word matches.",
+    "hypothesis": "The translation being scored.",
+    "prediction": "MetricX quality estimate (lower is better).",
+    # asr_flac and asr_manifest
+    "flac_path": "The extracted 16 kHz FLAC, relative to the data root.",
+    "sample_rate": "Sample rate of the stored audio, Hz.",
+    "duration": "Length of the utterance's audio, seconds (NeMo's name).",
+    "lang": "ISO 639-1 language code (NeMo's name).",
+    "audio_filepath": "The FLAC as NeMo reads it.",
+    "recording_id": "The recording the utterance is cut from (null: the whole shard is one recording).",
+    "original_language": "The language as landed, before corrections.",
+    "quality": "Quality tier of the utterance.",
+    "split": "train, validation or eval.",
+}
+"""What each stored column means (docs/storage-layout.md, docs/landing-contract.md): the descriptions
+of every ``dagster/column_schema``. A column name means the same thing in every table that has it."""
+
+
+def column_schema(schema: pa.Schema, descriptions: dict[str, str] | None = None) -> dg.TableSchema:
+    """A parquet schema as ``dagster/column_schema``: the UI's column table for a manifest or index,
+    each column described (``descriptions`` first, then :data:`COLUMN_DESCRIPTIONS`)."""
+    described = {**COLUMN_DESCRIPTIONS, **(descriptions or {})}
+    return dg.TableSchema(
+        columns=[dg.TableColumn(f.name, str(f.type), description=described.get(f.name)) for f in schema]
+    )
+
+
+REJECTS_SAMPLE_ROWS = 20
+"""How many rejects an asset's ``rejects_sample`` shows: enough to see the pattern, short enough to read."""
+
+
+def rejects_sample(rejects, limit: int = REJECTS_SAMPLE_ROWS) -> dg.MetadataValue:
+    """The first ``limit`` rejects (:class:`speechdata.rejects.Reject`) as a markdown table
+    (utt_id, reason, detail), with how many are not shown."""
+    rejects = list(rejects)
+    if not rejects:
+        return dg.MetadataValue.md("_no rejects_")
+    shown = [{"utt_id": r.utt_id, "reason": r.reason, "detail": r.detail} for r in rejects[:limit]]
+    table = markdown_rows(shown).value
+    hidden = len(rejects) - len(shown)
+    more = f"\n\n_{hidden} more not shown: all are in the stage's rejects parquet._" if hidden else ""
+    return dg.MetadataValue.md(table + more)
+
+
+def markdown_histogram(values, unit: str, bins: int = 10, width: int = 30) -> dg.MetadataValue:
+    """A distribution as a markdown table of ``bins`` equal ranges, each with its count and a bar.
+
+    Nulls and NaNs are counted apart, never binned; ``unit`` names the values' unit in the header."""
+    present = [float(v) for v in values if v is not None and v == v]
+    missing = len(values) - len(present)
+    if not present:
+        return dg.MetadataValue.md(f"_no values_ ({missing} null)" if missing else "_no values_")
+    low, high = min(present), max(present)
+    step = (high - low) / bins or 1.0
+    counts = [0] * bins
+    for value in present:
+        counts[min(int((value - low) / step), bins - 1)] += 1
+    top = max(counts)
+    lines = [f"| {unit} | count | |", "|---|---|---|"]
+    for position, count in enumerate(counts):
+        start = low + position * step
+        bar = "#" * round(width * count / top)
+        lines.append(f"| {start:.3g} to {start + step:.3g} | {count} | `{bar}` |")
+    footer = f"\n\n{len(present)} values, min {low:.3g}, max {high:.3g}" + (f", {missing} null" if missing else "")
+    return dg.MetadataValue.md("\n".join(lines) + footer)
 
 
 def markdown_preview(table: pa.Table, columns: list[str], rows: int = 5) -> dg.MetadataValue:
@@ -88,6 +221,7 @@ def utterance_check_results(failing: dict[str, list[str]]) -> list[dg.AssetCheck
         dg.AssetCheckResult(
             check_name=name,
             passed=not failed,
+            description=f"{len(failed)} utterances fail {name}, e.g. {', '.join(failed[:3])}" if failed else None,
             metadata={"failing_utterances": len(failed), "examples": dg.MetadataValue.json(failed[:5])},
         )
         for name, failed in failing.items()
@@ -102,9 +236,16 @@ def accounting_check(
     ``rejected`` defaults to the number of rejects; pass the distinct rejected utterances where a
     stage can reject one utterance twice. The metadata names the counts ``rows_in_as`` / ``rows_out_as``.
     """
-    passed = summary.rows_out + (len(summary.rejects) if rejected is None else rejected) == summary.rows_in
+    counted = len(summary.rejects) if rejected is None else rejected
+    passed = summary.rows_out + counted == summary.rows_in
     metadata = {rows_in_as: summary.rows_in, rows_out_as: summary.rows_out, "rejected": len(summary.rejects)}
-    return [dg.AssetCheckResult(check_name=name, passed=passed, metadata=metadata)]
+    description = (
+        None
+        if passed
+        else f"Shard {summary.shard_id!r}: {summary.rows_in} {rows_in_as} but {summary.rows_out} {rows_out_as} "
+        f"+ {counted} rejected; {summary.rows_in - summary.rows_out - counted} unaccounted for"
+    )
+    return [dg.AssetCheckResult(check_name=name, passed=passed, metadata=metadata, description=description)]
 
 
 def log_stage(context: dg.AssetExecutionContext, summary: StageSummary, done: str, detail: str = "") -> None:

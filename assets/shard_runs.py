@@ -57,11 +57,14 @@ class ShardFailure(dg.Failure):
 
     Raised by a shard's build (e.g. metadata that breaks the landing contract): the step still fails,
     but the checks named in ``checks`` are recorded as failed with the reason, on that partition,
-    instead of reading as "execution failed" beside it.
+    instead of reading as "execution failed" beside it. The description is the run's failure message
+    (the runs list and the run page show it) and the metadata names the shard; the steps of the
+    assets downstream are not executed (Dagster logs "dependencies failed"), never failed themselves.
     """
 
-    def __init__(self, description: str, metadata: dict, checks: list[dg.AssetCheckResult]):
-        super().__init__(description=description, metadata=metadata)
+    def __init__(self, shard_id: str, description: str, metadata: dict, checks: list[dg.AssetCheckResult]):
+        super().__init__(description=description, metadata={"shard": shard_id, **metadata})
+        self.shard_id = shard_id
         self.checks = checks
 
 
@@ -134,6 +137,7 @@ def _check_evaluations(context: dg.AssetExecutionContext, results: dict[str, Sha
                 check_name=check.check_name,
                 passed=check.passed,
                 metadata=check.metadata,
+                description=check.description,
                 partition=shard_id,
                 blocking=blocking[check.check_name],
                 target_materialization_data=target,

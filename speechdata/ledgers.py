@@ -133,12 +133,8 @@ def ledger_markdown(ledgers: dict[str, Ledger]) -> str:
 
 
 def ledger_numbers(ledgers: dict[str, Ledger]) -> dict[str, int]:
-    """Flat numeric metadata that plots across partitions: ``rejects/<product>/<reason>`` and totals."""
-    numbers: dict[str, int] = {}
-    for product, ledger in ledgers.items():
-        numbers[f"ledger/{product}/landed"] = ledger.landed
-        numbers[f"ledger/{product}/produced"] = ledger.produced
-        numbers[f"ledger/{product}/rejected"] = ledger.rejected
-        for reason, count in ledger.rejects_by_reason.items():
-            numbers[f"rejects/{product}/{reason}"] = count
-    return numbers
+    """The one number that plots the ledgers across partitions: how many products do not balance.
+
+    Per product and per reason counts are in :func:`ledger_markdown`'s table and the catalog's
+    ``product_accounting`` view, not in one metadata key each (dozens of keys hide the few that matter)."""
+    return {"unbalanced_products": sum(1 for ledger in ledgers.values() if not ledger.balanced)}

@@ -170,3 +170,45 @@ def test_manifest_catalog_reads_only_changed_manifests_unless_asked_for_a_full_r
     full = refresh({"full": True})
     assert (full["manifests_read"], full["manifests_reused"]) == (2, 0)
     assert again["dagster/row_count"] == full["dagster/row_count"] > 0
+
+
+def latest_metadata(instance, asset_key: str, shard_id: str):
+    [record] = instance.fetch_materializations(
+        dg.AssetRecordsFilter(asset_key=dg.AssetKey(asset_key), asset_partitions=[shard_id]), limit=1
+    ).records
+    return record.asset_materialization.metadata
+
+
+MAX_MANIFEST_NUMBERS = 8
+"""How many plottable numbers shard_manifest may carry: the ledger's detail lives in its table."""
+
+
+def test_shard_manifest_metadata_is_the_ledger_table_a_few_numbers_and_two_histograms(packed):
+    data_root, _, instance, _ = packed
+    metadata = latest_metadata(instance, "shard_manifest", "s1")
+    numbers = [key for key, value in metadata.items() if isinstance(value, dg.IntMetadataValue | dg.FloatMetadataValue)]
+    assert len(numbers) <= MAX_MANIFEST_NUMBERS, numbers
+    assert not [key for key in metadata if key.startswith(("ledger/", "rejects/"))]
+    assert "| bridge |" in metadata["ledgers"].value
+    manifest = data_root.read_parquet(manifest_path("s1"))
+    for column in ("duration_s", "alignment_score"):
+        histogram = metadata[f"{column}_histogram"].value
+        assert histogram.startswith(f"| {column} | count |")
+        binned = sum(int(line.split("|")[2]) for line in histogram.splitlines()[2:12])
+        assert binned == len(manifest[column].drop_null()) > 0
+
+
+def test_every_asset_with_an_output_table_describes_every_column(packed):
+    _, _, instance, _ = packed
+    described = {}
+    for asset in SHARD_ASSETS:
+        for key in asset.keys:
+            records = instance.fetch_materializations(
+                dg.AssetRecordsFilter(asset_key=key, asset_partitions=["s1"]), limit=1
+            ).records
+            schema = records[0].asset_materialization.metadata.get("dagster/column_schema") if records else None
+            if schema is not None:
+                described[key.to_user_string()] = {c.name: c.description for c in schema.value.columns}
+    assert {"raw_shards", "shard_manifest"} <= set(described)
+    undescribed = {asset: [c for c, text in columns.items() if not text] for asset, columns in described.items()}
+    assert not {asset: columns for asset, columns in undescribed.items() if columns}
