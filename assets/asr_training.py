@@ -12,6 +12,7 @@ from assets.reporting import (
     markdown_rows,
     progress_logger,
     stage_metadata,
+    unbalanced_ledger_failure,
 )
 from assets.shard_runs import ShardEvents, ShardResult, materialize_shards
 from resources.storage import DataRootResource
@@ -109,10 +110,7 @@ def asr_manifest(
         for shard_id in shards_with_asr_flac(root):
             require_balanced(root, shard_id, "asr", produced_utterances(root, shard_id, "asr") or set())
     except UnbalancedLedger as exc:
-        raise dg.Failure(
-            description=str(exc),
-            metadata={"shard": exc.shard_id, "unaccounted": dg.MetadataValue.json(exc.ledger.unaccounted[:20])},
-        ) from exc
+        raise unbalanced_ledger_failure(exc) from exc
     summary = build_and_write_asr_manifests(
         root,
         AsrManifestConfig(

@@ -5,7 +5,7 @@ import dagster as dg
 from assets.asset_policy import group_asset, group_of
 from assets.ingest import raw_shards
 from assets.partitions import country_partitions
-from assets.reporting import markdown_rows
+from assets.reporting import markdown_rows, unbalanced_ledger_failure
 from resources.hub import HfDatasetSettings, HubPublisherResource
 from resources.storage import DataRootResource
 from speechdata.hf.accounting import require_balanced_country
@@ -127,10 +127,7 @@ def hf_dataset(
         # The dataset's files stay as they were, but the shards' published indexes say what the state
         # holds now, so the catalog shows the same unbalanced shard as this failure.
         write_published_indexes(root, options.dataset, country)
-        raise dg.Failure(
-            description=f"{country}: {exc}",
-            metadata={"shard": exc.shard_id, "unaccounted": dg.MetadataValue.json(exc.ledger.unaccounted[:20])},
-        ) from exc
+        raise unbalanced_ledger_failure(exc, scope=country) from exc
     summary = build_country_dataset(root, country, options)
     write_dataset_card(
         root,

@@ -7,6 +7,7 @@ import time
 import dagster as dg
 import pyarrow as pa
 
+from speechdata.ledger_gate import UnbalancedLedger
 from speechdata.stage import StageSummary
 
 
@@ -253,4 +254,13 @@ def log_stage(context: dg.AssetExecutionContext, summary: StageSummary, done: st
     context.log.info(
         f"{summary.shard_id}: {summary.rows_out}/{summary.rows_in} {done}{detail}, "
         f"rejects {summary.rejects_by_reason}, {summary.audio_seconds_per_second:.0f} audio s/s"
+    )
+
+
+def unbalanced_ledger_failure(exc: UnbalancedLedger, scope: str | None = None) -> dg.Failure:
+    """The step's failure when a product's ledger gate refuses to publish: the gate's message (``scope``
+    first, e.g. the country), the shard, and the first unaccounted ids."""
+    return dg.Failure(
+        description=f"{scope}: {exc}" if scope else str(exc),
+        metadata={"shard": exc.shard_id, "unaccounted": dg.MetadataValue.json(exc.ledger.unaccounted[:20])},
     )

@@ -10,8 +10,7 @@ from collections import Counter
 import dagster as dg
 import pytest
 
-from assets.partitions import country_partitions
-from assets.publishing import hf_dataset, hf_split_assignments
+from assets.publishing import hf_dataset
 from speechdata.catalog.accounting_state import SHARD_ACCOUNTING_FROM_STATE
 from speechdata.catalog.queries import NAMED_QUERIES, run_query
 from speechdata.catalog.views import refresh_catalog
@@ -20,6 +19,7 @@ from speechdata.io import layout
 from speechdata.ledgers import shard_ledgers
 from speechdata.testing.aligned_json import build_aligned_json_corpus
 from tests.integration.test_attacks_publishing import DATASET, index_shard, land_granary_shard
+from tests.integration.test_attacks_publishing import publish as build_country
 from tests.integration.test_publishing_assets import land, publish
 from tests.tiny_resources import tiny_resources_for
 from tests.unit.test_catalog_incremental import connect
@@ -59,17 +59,6 @@ def hf_rejects_by_reason(data_root) -> Counter:
 def segment_statuses(data_root, country) -> list[tuple[str, str, str, str | None]]:
     with state_connection(data_root, layout.hf_state_database(DATASET, country)) as db:
         return db.execute("SELECT shard_id, key, status, reason FROM segments").fetchall()
-
-
-def build_country(instance, data_root, country):
-    instance.add_dynamic_partitions(country_partitions.name, [country])
-    return dg.materialize(
-        [hf_split_assignments, hf_dataset],
-        partition_key=country,
-        instance=instance,
-        resources=tiny_resources_for(data_root.url),
-        raise_on_error=False,
-    )
 
 
 def test_a_clean_build_of_two_countries_balances_every_shards_hf_ledger_with_filtered_segments_as_rejects(
