@@ -1,9 +1,9 @@
 """CTC acoustic models for forced alignment, through Hugging Face transformers' ``ParakeetForCTC``.
 
 A model is a transformers directory (hub repo or local folder): ``config.json`` and safetensors for
-the FastConformer encoder and its CTC head, ``preprocessor_config.json`` for the log-mel front end
-(:class:`transformers.ParakeetFeatureExtractor`) and ``tokenizer.json`` for the SentencePiece
-vocabulary. The CTC blank is the config's ``pad_token_id`` (the last class); one output frame is the
+the FastConformer encoder and its CTC head, the log-mel front end's config
+(:class:`transformers.ParakeetFeatureExtractor`, in ``preprocessor_config.json`` or
+``processor_config.json``) and ``tokenizer.json`` for the SentencePiece vocabulary. The CTC blank is the config's ``pad_token_id`` (the last class); one output frame is the
 feature extractor's hop times the encoder's subsampling (10 ms x 8 = 80 ms for parakeet-ctc-1.1b).
 
 ``tiny`` is a 2-layer ``ParakeetForCTC`` with the same 8x subsampling and a SentencePiece BPE
@@ -159,7 +159,7 @@ def save_tiny_ctc_model(directory: Path) -> None:
         torch.manual_seed(TINY_SEED)
         model = ParakeetForCTC(config)
     model.save_pretrained(directory)
-    # Defaults: 16 kHz, 80 bands, 25 ms windows every 10 ms, as the 1.1b model's preprocessor_config.json.
+    # transformers' defaults are the 1.1b model's front end: 16 kHz, 80 bands, 25 ms windows every 10 ms.
     feature_extractor = ParakeetFeatureExtractor(feature_size=TINY_ENCODER["num_mel_bins"])
     ParakeetProcessor(feature_extractor=feature_extractor, tokenizer=tokenizer).save_pretrained(directory)
 
@@ -174,8 +174,8 @@ def check_model_parts_agree(acoustic: CtcAcousticModel, model_sample_rate: int) 
     config = acoustic.model.config
     extractor = acoustic.feature_extractor
     checks = [
-        ("preprocessor_config.json sampling_rate", extractor.sampling_rate, model_sample_rate),
-        ("preprocessor_config.json feature_size", extractor.feature_size, config.encoder_config.num_mel_bins),
+        ("feature extractor sampling_rate", extractor.sampling_rate, model_sample_rate),
+        ("feature extractor feature_size", extractor.feature_size, config.encoder_config.num_mel_bins),
         ("tokenizer size (pieces + blank)", len(acoustic.tokenizer), config.vocab_size),
         (f"tokenizer id of the blank {BLANK_TOKEN}", acoustic.tokenizer.pad_token_id, config.pad_token_id),
         ("config.json pad_token_id (the blank, the last class)", config.pad_token_id, config.vocab_size - 1),
