@@ -7,7 +7,6 @@ import json
 import sys
 
 import torch
-from nemo.collections.asr.parts.utils.aligner_utils import viterbi_decoding
 
 
 def state_tokens(targets: list[int], blank: int) -> list[int]:
@@ -19,6 +18,8 @@ def state_tokens(targets: list[int], blank: int) -> list[int]:
 
 
 def nemo_path(log_probs: torch.Tensor, targets: list[int], blank: int) -> list[int]:
+    from nemo.collections.asr.parts.utils.aligner_utils import viterbi_decoding
+
     y = state_tokens(targets, blank)
     paths = viterbi_decoding(
         log_probs[None].to(torch.float32),
