@@ -73,13 +73,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _demo(args) -> int:
-    import logging
-
-    # NeMo's logger prints INFO lines on stdout (not stderr): keep the terminal to the demo's own lines.
-    from nemo.utils import logging as nemo_logging
-
-    nemo_logging.set_verbosity(logging.WARNING)
-
     from dagster_project.definitions import build_resources, defs
 
     data_root = DataRoot(args.data_root)

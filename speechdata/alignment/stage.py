@@ -1,4 +1,4 @@
-"""The ``alignments`` stage for one shard: align with a NeMo CTC model, or import alignments.
+"""The ``alignments`` stage for one shard: align with a CTC model (parakeet), or import alignments.
 
 Either way the shard gets one alignments table (word and token rows), one score row per aligned
 utterance, and a ``alignments`` rejects ledger. Aligning also writes NeMo Forced Aligner-format CTM
