@@ -20,13 +20,16 @@ from speechdata.ledger_gate import UnbalancedLedger
 
 UI_POSITION = 6
 NO_RECORDING_IN_TWO_SPLITS = "no_recording_in_two_splits"
+INPUT_FINGERPRINT = "input_fingerprint"
+"""Metadata key: the fingerprint of the segments a build read (``speechdata.hf.segments.segments_fingerprint``).
+``country_dataset_sensor`` compares it with the shards' current content to request only changed countries."""
 
 
 @group_asset(
     partitions_def=country_partitions,
     deps=[dg.AssetDep(raw_shards, partition_mapping=dg.AllPartitionMapping())],
     kinds={"duckdb"},
-    code_version="hf_split_assignments-v1",
+    code_version="hf_split_assignments-v2",  # v2: only shards meant for the dataset, missing_<field> filter
     checks={
         NO_RECORDING_IN_TWO_SPLITS: "Every segment's split is its recording's split: no recording leaks between splits."
     },
@@ -84,6 +87,7 @@ def hf_split_assignments(
             "missing_recordings": len(summary.missing_recordings),
             "splits": markdown_rows(table),
             "state_uri": dg.MetadataValue.path(root.uri(state_path)),
+            INPUT_FINGERPRINT: summary.input_fingerprint,
         },
         check_results=[
             dg.AssetCheckResult(
@@ -97,7 +101,7 @@ def hf_split_assignments(
     partitions_def=country_partitions,
     deps=[hf_split_assignments],
     kinds={"huggingface", "parquet"},
-    code_version="hf_dataset-v4",  # v4: writes each shard's published index and hf_dataset rejects
+    code_version="hf_dataset-v5",  # v5: records its input fingerprint; states why a promised split is missing
 )
 def hf_dataset(
     context: dg.AssetExecutionContext,
@@ -121,6 +125,7 @@ def hf_dataset(
     country = context.partition_key
     root = data_root.get()
     options = hf_dataset_settings.options()
+    input_fingerprint = _assigned_input_fingerprint(context.instance, country)
     try:
         ledgers = require_balanced_country(root, options.dataset, country)
     except UnbalancedLedger as exc:
@@ -172,8 +177,21 @@ def hf_dataset(
             "load_with": dg.MetadataValue.md(
                 f'```python\ndatasets.load_dataset("{root.uri(dataset_dir)}", "{country}")\n```'
             ),
+            **({INPUT_FINGERPRINT: input_fingerprint} if input_fingerprint else {}),
         }
     )
+
+
+def _assigned_input_fingerprint(instance: dg.DagsterInstance, country: str) -> str | None:
+    """The input fingerprint of the country's latest split assignment: the segments this build writes from.
+
+    A country's runs queue one at a time, so the latest ``hf_split_assignments`` is the one this run's
+    state holds; a shard landing since then is not in it, and its country is requested again."""
+    records = instance.fetch_materializations(
+        dg.AssetRecordsFilter(asset_key=hf_split_assignments.key, asset_partitions=[country]), limit=1, ascending=False
+    ).records
+    value = records[0].asset_materialization.metadata.get(INPUT_FINGERPRINT) if records else None
+    return value.value if value is not None else None
 
 
 @group_asset(
