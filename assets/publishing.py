@@ -11,6 +11,7 @@ from resources.storage import DataRootResource
 from speechdata.hf.accounting import require_balanced_country
 from speechdata.hf.card import write_dataset_card
 from speechdata.hf.dataset import build_country_dataset
+from speechdata.hf.missing_splits import missing_split_reasons
 from speechdata.hf.publish import publish_country, register_card
 from speechdata.hf.published_index import write_published_indexes
 from speechdata.hf.segments import refresh_split_assignments
@@ -158,6 +159,11 @@ def hf_dataset(
             db, "SELECT path_in_repo, split, rows, round(bytes / 1e6, 2) AS mb, status FROM files ORDER BY path_in_repo"
         )
     dataset_dir = layout.hf_dataset_dir(options.dataset)
+    missing_splits = missing_split_reasons(
+        root, options.dataset, country, {r["split"] for r in files if r["split"] and r["status"] != "deleted"}
+    )
+    if missing_splits:
+        context.log.warning(f"{country}: splits missing: {missing_splits}")
     return dg.MaterializeResult(
         metadata={
             "dagster/row_count": sum(r["rows"] for r in files if r["split"]),
@@ -173,6 +179,7 @@ def hf_dataset(
             "audio_hours_written": round(summary.audio_seconds / 3600.0, 6),
             "max_recording_buffer_mb": round(summary.max_recording_buffer_bytes / 1e6, 3),
             "files": markdown_rows(files),
+            "missing_splits": dg.MetadataValue.json(missing_splits),
             "dataset_uri": dg.MetadataValue.path(root.uri(dataset_dir)),
             "load_with": dg.MetadataValue.md(
                 f'```python\ndatasets.load_dataset("{root.uri(dataset_dir)}", "{country}")\n```'

@@ -235,6 +235,7 @@ def test_country_dataset_sensor_requests_the_countries_of_newly_indexed_shards(
     assert [(r.partition_key, r.job_name) for r in first.run_requests] == [("de", HF_DATASET_JOB_NAME)]
     assert first.run_requests[0].tags["speechdata/hf_country"] == "de"
     assert isinstance(tick(first.cursor), dg.SkipReason)
+    publish(instance, data_root, "de")  # the run the first tick requested
     land(corpus, data_root, instance, ["fr"])
     second = tick(first.cursor, repo_id="org/ds")
     assert [(r.partition_key, r.job_name) for r in second.run_requests] == [("fr", HF_PUBLISH_JOB_NAME)]
@@ -329,8 +330,10 @@ def test_country_refresh_is_one_run_per_country_per_settled_batch(tmp_path, data
     assert isinstance(tick(), dg.SkipReason)
     instance.delete_run(queued.run_id)
     settled = tick()
-    assert sorted(r.partition_key for r in settled.run_requests) == ["fr", "de"]
+    assert sorted(r.partition_key for r in settled.run_requests) == ["de", "fr"]
     assert isinstance(tick(settled.cursor), dg.SkipReason)
+    for country in ("de", "fr"):  # the runs the settled tick requested
+        publish(instance, data_root, country)
     monkeypatch.setenv("SPEECHDATA_PUBLISHING_SETTLE_S", "3600")
     monkeypatch.setenv("SPEECHDATA_PUBLISHING_MAX_WAIT_S", "0")  # a stream that never settles still refreshes
     build_aligned_json_corpus(corpus, {"de": 1}, clips=clips, audio_format="flac", first_recording=7)
