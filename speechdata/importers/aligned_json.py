@@ -152,7 +152,7 @@ class UnknownCountryError(ValueError):
                 f"country {country!r} ({code!r}) has no language in the country-to-language map; add it with "
                 f"country_languages={{{code!r}: '<iso 639-1>'}}"
             )
-        super().__init__(f"{problem}. Known: {known}")
+        super().__init__(f"{problem}. Known: {known}" if known else problem)
         self.country, self.code = country, code
 
 
@@ -175,9 +175,15 @@ def language_for_country(country: str, mapping: Mapping[str, str] = COUNTRY_LANG
 
 
 def _by_code(mapping: Mapping[str, str]) -> dict[str, str]:
-    """``mapping`` with every key that names a country turned into its code (a key that is no
-    country is left out: it can never be a folder's country)."""
-    return {code: language for key, language in mapping.items() if (code := suggested_code(key)) is not None}
+    """``mapping`` with every key (a code or a country name) turned into its code; a key that is no
+    country is an error naming it (an override that could never apply is a mistake, not a no-op)."""
+    by_code = {}
+    for key, language in mapping.items():
+        code = suggested_code(key)
+        if code is None:
+            raise UnknownCountryError(key, {})
+        by_code[code] = language
+    return by_code
 
 
 @dataclass
