@@ -83,15 +83,27 @@ def test_bridge_shards_feed_no_country_and_the_card_has_one_config_per_published
         table = rows.remove_columns("audio").data
         all_null = [name for name in table.column_names if table[name].null_count == table.num_rows]
         assert all_null == [], f"{split}: columns no row fills: {all_null}"
-    # One recording: train only. The card and the metadata say why test and validation are missing.
-    assert set(loaded) == {"train_1"}
-    missing = metadata["hf_dataset"]["missing_splits"].value
-    assert sorted(missing) == ["test", "validation"]
-    assert "the country has 1 recording(s)" in missing["test"]
-    assert f"| de | test | {missing['test']} |" in card and f"| de | validation | {missing['validation']} |" in card
     # The bridge shards' hf ledger is never built: no published index names them.
     for shard_id in ("bridge-a", "bridge-b"):
         assert not data_root.exists(published_index(shard_id, "de"))
+    assert metadata["hf_dataset"]["shards_indexed"].value == 1
+
+
+def test_a_config_lacking_a_promised_split_says_why_in_the_card_and_the_metadata(tmp_path, data_root, clips, instance):
+    corpus = tmp_path / "countries"
+    build_aligned_json_corpus(corpus, {"de": 1}, clips=clips, audio_format="flac")
+    land(corpus, data_root, instance)
+    metadata = publish(instance, data_root, "de")
+
+    # One recording: train only, so test and validation are missing, each with its reason.
+    loaded = datasets.load_dataset(data_root.path(layout.hf_dataset_dir(DATASET)), "de")
+    assert set(loaded) == {"train_1"}
+    missing = metadata["hf_dataset"]["missing_splits"].value
+    assert sorted(missing) == ["test", "validation"]
+    assert "the country has 1 recording(s)" in missing["test"] and "rule 4" in missing["validation"]
+    card = Path(data_root.path(layout.hf_dataset_file(DATASET, "README.md"))).read_text()
+    assert f"| de | test | {missing['test']} |" in card
+    assert f"| de | validation | {missing['validation']} |" in card
 
 
 def test_the_sensor_requests_only_countries_whose_inputs_changed_start_up_included(
