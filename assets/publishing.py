@@ -121,7 +121,11 @@ def hf_dataset(
     not balance: the run fails naming the shard and its unaccounted utterances. Each shard feeding
     the country then gets `shards/<shard>/hf/published-<country>.parquet` (what the dataset holds of
     it) and `shards/<shard>/rejects/hf_dataset.parquet` (what the states filtered out, with the
-    reason): the `hf` ledger and the catalog's `product_accounting` count these.
+    reason): the `hf` ledger and the catalog's `product_accounting` count these. Metadata
+    `missing_splits` says why a promised split (test, validation, train) has no file, and
+    `input_fingerprint` names the segments built from: `country_dataset_sensor` requests the country
+    again only when its shards' rows differ from it. Only shards with ASR transcripts feed a country
+    (docs/hf-splits.md, "What is published").
     """
     country = context.partition_key
     root = data_root.get()
