@@ -23,6 +23,8 @@ from dataclasses import dataclass
 import numpy as np
 import soxr
 
+from speechdata.audio.codec import PCM16_FULL_SCALE
+
 FINGERPRINT_SAMPLE_RATE = 8_000
 FRAME_SAMPLES = 2_048
 """256 ms at 8 kHz: long frames change slowly from one hop to the next (robust to trimming)."""
@@ -62,7 +64,7 @@ EMPTY_FINGERPRINT = AudioFingerprint(np.zeros(0, np.uint32), np.zeros(0, bool))
 
 
 def exact_audio_hash(samples: np.ndarray) -> str | None:
-    """SHA-256 (hex) of ``samples`` (float in [-1, 1] or int16) as 16-bit PCM, leading and trailing
+    """SHA-256 (hex) of ``samples`` (decoded floats, or the int16 samples themselves) as 16-bit PCM, leading and trailing
     zeros removed; None for audio that is all digital silence (silence is no one's duplicate)."""
     pcm = samples if samples.dtype == np.int16 else _pcm16(samples)
     voiced = np.flatnonzero(pcm)
@@ -72,8 +74,9 @@ def exact_audio_hash(samples: np.ndarray) -> str | None:
 
 
 def _pcm16(samples: np.ndarray) -> np.ndarray:
-    scaled = np.rint(np.clip(np.asarray(samples, np.float64), -1.0, 1.0) * 32767.0)
-    return scaled.astype(np.int16)
+    """The 16-bit integers that decode to ``samples`` (stored audio decodes as ``v / 32768``)."""
+    scaled = np.rint(np.asarray(samples, np.float64) * float(PCM16_FULL_SCALE))
+    return np.clip(scaled, -32768, 32767).astype(np.int16)
 
 
 def _band_bins() -> tuple[int, int, np.ndarray]:

@@ -167,9 +167,9 @@ def run_near_duplicates(
 ) -> NearDuplicatesSummary:
     """Check ``shard_id`` against the corpus index, write its ``near_duplicates.parquet`` and index it.
 
-    Fingerprints are computed before the index lock is taken; reading the index, matching, writing
-    the shard's file and committing its entries happen under the lock, in that order, so a killed
-    run leaves the index as it was (or with this shard fully committed) and a re-run ends the same.
+    Fingerprints are computed before the index lock is taken; reading the index, matching,
+    committing the shard's entries and writing its file happen under the lock, in that order, so a
+    killed run leaves the index as it was (or with this shard fully committed) and a re-run ends the same.
     """
     thresholds = thresholds or NearDuplicateThresholds()
     started = time.perf_counter()
@@ -178,9 +178,10 @@ def run_near_duplicates(
         order = read_order(data_root)
         earlier = read_entries(data_root, shards_before(order, shard_id))
         decisions = find_representatives(earlier, signals, thresholds)
-        duplicates = near_duplicates_table(decisions)
-        data_root.write_parquet(layout.near_duplicates(shard_id), duplicates)
         indexed = commit_shard(data_root, order, shard_id, entries_table(signals, decisions))
+        # After the commit: a run killed in between re-runs at the position it committed, with the
+        # same decisions, so the file written then is the one this run would have written.
+        data_root.write_parquet(layout.near_duplicates(shard_id), near_duplicates_table(decisions))
     return NearDuplicatesSummary(
         shard_id=shard_id,
         rows_in=len(signals) + len(unchecked),
