@@ -5,7 +5,7 @@ Why: ``near_duplicates`` runs on every shard as it lands and its rows reject utt
 product, so both what it misses and what it wrongly rejects matter, and so does its cost per
 utterance. The planted set (:mod:`speechdata.quality.near_dup_planted`): ``--originals`` distinct
 speech-like utterances of 3-7 s, one planted copy of each (re-wrapped, re-encoded to MP3 / Ogg
-Vorbis / 8-bit, trimmed 0.2-1 s at both ends, +-6 dB, resampled 24->16->24 kHz, or the same words
+Vorbis / 8-bit, trimmed 0.2-1 s at both ends, +-6 dB, resampled 24->16->24 kHz, all four at once, or the same words
 under other audio) and one look-alike of each that is no copy (same speaker, a spliced prefix, half
 the words). The baseline is the exact audio hash alone, on the same set in the same run.
 Time per utterance: computing its signals (hash, fingerprint, MinHash), and matching it against

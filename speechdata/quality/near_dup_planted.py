@@ -9,7 +9,8 @@ drawn from one seeded generator: the same arguments give the same set.
 
 Planted audio copies (same transcript): ``rewrapped`` (identical samples), ``reencoded`` (MP3 or
 Ogg Vorbis and back, or 8-bit and back), ``trimmed`` (0.2 to 1 s cut at the start and at the end),
-``gain`` (+-6 dB), ``resampled`` (24 kHz to 16 kHz and back). Planted transcript copies: the same
+``gain`` (+-6 dB), ``resampled`` (24 kHz to 16 kHz and back), ``compound`` (all four of trimmed,
+gain, re-encoded and resampled, in turn). Planted transcript copies: the same
 words (case and punctuation changed) under another utterance of another speaker. Negatives:
 another utterance of an original's speaker; an original's first 30-50 % spliced onto new speech
 (containment, not a copy); half an original's words followed by others, under new audio.
@@ -27,7 +28,9 @@ import soxr
 from speechdata.quality.near_dup_matching import EXACT_AUDIO, NEAR_AUDIO, NEAR_TRANSCRIPT
 
 SAMPLE_RATE = 24_000
-AUDIO_TRANSFORMS = ("rewrapped", "reencoded", "trimmed", "gain", "resampled")
+AUDIO_TRANSFORMS = ("rewrapped", "reencoded", "trimmed", "gain", "resampled", "compound")
+COMPOUND_STEPS = ("trimmed", "gain", "reencoded", "resampled")
+"""``compound``: every one of these in turn, as a copy that went through several hands."""
 TRANSCRIPT_TRANSFORMS = ("same_words_other_audio",)
 EXPECTED_KIND = {
     "rewrapped": EXACT_AUDIO,
@@ -35,6 +38,7 @@ EXPECTED_KIND = {
     "trimmed": NEAR_AUDIO,
     "gain": NEAR_AUDIO,
     "resampled": NEAR_AUDIO,
+    "compound": NEAR_AUDIO,
     "same_words_other_audio": NEAR_TRANSCRIPT,
 }
 
@@ -142,6 +146,10 @@ def transformed(rng: np.random.Generator, samples: np.ndarray, transform: str) -
         return samples[start : len(samples) - end].copy()
     if transform == "gain":
         return np.clip(samples * 10 ** (rng.choice([-6.0, 6.0]) / 20), -1, 1).astype(np.float32)
+    if transform == "compound":
+        for step in COMPOUND_STEPS:
+            samples = transformed(rng, samples, step)
+        return samples
     if transform == "resampled":
         narrow = soxr.resample(samples, SAMPLE_RATE, 16_000)
         return soxr.resample(narrow, 16_000, SAMPLE_RATE).astype(np.float32)
@@ -163,7 +171,7 @@ def _reencoded(rng: np.random.Generator, samples: np.ndarray) -> np.ndarray:
 
 def planted_set(originals: int = 40, *, seed: int = 0, speakers: int = 6) -> list[PlantedUtterance]:
     """``originals`` distinct utterances (3 to 7 s, ``speakers`` speakers), then for each original in
-    turn one planted copy (the transforms in rotation, the transcript transform every sixth), and as
+    turn one planted copy (the transforms in rotation, the transcript transform every seventh), and as
     many look-alikes that are no copies (:data:`NEGATIVE_KINDS` in rotation)."""
     rng = np.random.default_rng(seed)
     voices = [Speaker(float(rng.uniform(90, 230)), float(rng.uniform(0.85, 1.2))) for _ in range(speakers)]

@@ -34,8 +34,8 @@ AUDIO_ONLY = NearDuplicateThresholds(check_transcripts=False)
 
 @pytest.fixture(scope="module")
 def planted():
-    """24 originals, 24 copies (four of each transform), 24 look-alikes (eight of each kind)."""
-    utterances = planted_set(24, seed=3)
+    """28 originals, 28 copies (four of each transform), 28 look-alikes (nine or ten of each kind)."""
+    utterances = planted_set(28, seed=3)
     signals = [utterance_signals("s", u.utt_id, u.samples, SAMPLE_RATE, u.text) for u in utterances]
     return utterances, signals
 
