@@ -47,6 +47,13 @@ def flags_of(signals, thresholds) -> tuple[dict[str, tuple[str, str]], float]:
     return {d.utt_id: (d.kind, d.representative_utt) for d in decisions if d.kind}, time.perf_counter() - started
 
 
+def recall_by_transform(planted, measured) -> dict[str, float]:
+    transforms = {u.utt_id: u.transform for u in planted}
+    found = Counter(transforms[utt] for utt, outcome in measured.outcome.items() if outcome == "found")
+    counted = Counter(transforms[utt] for utt in measured.outcome)
+    return {transform: round(found[transform] / count, 4) for transform, count in sorted(counted.items())}
+
+
 def figures_of(measured) -> dict:
     return {"precision": round(measured.precision, 4), "recall": round(measured.recall, 4)}
 
@@ -70,9 +77,7 @@ def main(argv: list[str] | None = None) -> None:
         audio_alone, _ = flags_of(signals, NearDuplicateThresholds(check_transcripts=False))
         baseline, baseline_s = exact_hash_flags(planted)
         measured = score(planted, every_signal)
-        transforms = {u.utt_id: u.transform for u in planted}
-        found = Counter(transforms[utt] for utt, outcome in measured.outcome.items() if outcome == "found")
-        planted_by_transform = Counter(transforms[utt] for utt in measured.outcome)
+        measured_audio_alone = score(planted, audio_alone, AUDIO_TRANSFORMS)
         utterances = len(planted)
         near_ms = (signals_s + match_s) / utterances * 1e3
         baseline_ms = baseline_s / utterances * 1e3
@@ -80,13 +85,11 @@ def main(argv: list[str] | None = None) -> None:
             "utterances": utterances,
             "audio_seconds": round(sum(len(u.samples) for u in planted) / 24_000, 1),
             "near_duplicates": figures_of(measured),
-            "near_duplicates_audio_alone": figures_of(score(planted, audio_alone, AUDIO_TRANSFORMS)),
+            "near_duplicates_audio_alone": figures_of(measured_audio_alone),
             "baseline_exact_hash": figures_of(score(planted, baseline)),
             "baseline_exact_hash_audio_transforms": figures_of(score(planted, baseline, AUDIO_TRANSFORMS)),
-            "recall_by_transform": {
-                transform: round(found[transform] / count, 4)
-                for transform, count in sorted(planted_by_transform.items())
-            },
+            "recall_by_transform": recall_by_transform(planted, measured),
+            "recall_by_transform_audio_alone": recall_by_transform(planted, measured_audio_alone),
             "ms_per_utt": round(near_ms, 3),
             "ms_per_utt_signals": round(signals_s / utterances * 1e3, 3),
             "ms_per_utt_matching": round(match_s / utterances * 1e3, 3),
