@@ -19,8 +19,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from speechdata.quality.fingerprint_audio import (
-    FINGERPRINT_SAMPLE_RATE,
-    HOP_SAMPLES,
     AudioFingerprint,
     compare_at_offset,
     similarity_from_bit_error_rate,
@@ -258,7 +256,3 @@ class _TranscriptLookup:
             if similarity >= self.thresholds.min_transcript_jaccard and (best is None or similarity > best[1]):
                 best = (owner, similarity)
         return None if best is None else (NEAR_TRANSCRIPT, best[0], best[1])
-
-
-def seconds_of_frames(frames: int) -> float:
-    return frames * HOP_SAMPLES / FINGERPRINT_SAMPLE_RATE
