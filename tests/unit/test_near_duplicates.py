@@ -156,3 +156,13 @@ def test_the_representative_is_the_copy_indexed_first_even_through_a_chain_of_co
 def test_transcripts_are_compared_after_case_punctuation_and_spacing_are_folded():
     assert normalized_transcript("  Hello,   WORLD!  It's\tme… ") == "hello world it s me"
     assert normalized_transcript(None) == ""
+
+
+def test_every_column_of_the_near_duplicates_file_is_described_in_the_file_and_the_ui():
+    from assets.near_duplicates import NearDuplicatesConfig
+    from speechdata.quality.near_duplicates import COLUMN_DESCRIPTIONS, NEAR_DUPLICATES_SCHEMA
+
+    assert [f.name for f in NEAR_DUPLICATES_SCHEMA if not (f.metadata or {}).get(b"description")] == []
+    assert set(COLUMN_DESCRIPTIONS) == set(NEAR_DUPLICATES_SCHEMA.names)
+    defaults = NearDuplicatesConfig().thresholds()
+    assert defaults == NearDuplicateThresholds()
