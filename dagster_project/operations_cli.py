@@ -37,12 +37,6 @@ EPILOG = """examples:
   speechdata shard run --shards demo-0001 --select raw_shards,normalized_audio --wait
   speechdata shard backfill --missing --group features,packaging"""
 
-SHARD_CHOICE_HELP = """shards:
-  --shards a,b,c    these shards (each must be registered)
-  --all             every registered shard
-  --missing         shards where some selected asset has no materialization
-  --matching GLOB   registered shards whose id matches GLOB (fnmatch: 'lid-*', 'demo-000?')"""
-
 
 def register(subparsers) -> None:
     """The speechdata shard command and its subcommands."""
@@ -101,15 +95,17 @@ def _register_launch(commands, name: str, summary: str, description: str, exampl
     parser = commands.add_parser(
         name,
         help=summary,
-        description=f"{description}\n\n{SHARD_CHOICE_HELP}",
+        description=description,
         epilog=f"examples:\n{examples}",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     shards = parser.add_mutually_exclusive_group(required=True)
-    shards.add_argument("--shards", metavar="A,B,C", type=_comma_list, help="these shards")
+    shards.add_argument("--shards", metavar="A,B,C", type=_comma_list, help="these shards (each must be registered)")
     shards.add_argument("--all", action="store_true", help="every registered shard")
-    shards.add_argument("--missing", action="store_true", help="shards where a selected asset is not materialized")
-    shards.add_argument("--matching", metavar="GLOB", help="registered shards whose id matches GLOB")
+    shards.add_argument(
+        "--missing", action="store_true", help="registered shards where some selected asset has no materialization"
+    )
+    shards.add_argument("--matching", metavar="GLOB", help="registered shards whose id matches GLOB (fnmatch: 'lid-*')")
     parser.add_argument(
         "--select", metavar="ASSET,...", type=_comma_list, default=[], help="shard assets (default: every one)"
     )
@@ -150,7 +146,7 @@ def run_status(args: argparse.Namespace) -> int:
     except ImportError as error:
         print(f"{command}: error: {NEEDS_PLATFORM}: {error}", file=sys.stderr)
         return EXIT_FAILED
-    except ValueError as error:
+    except (ValueError, OSError) as error:
         print(f"{command}: error: {error}", file=sys.stderr)
         return EXIT_FAILED
     home = args.dagster_home or os.environ.get("DAGSTER_HOME")
@@ -167,7 +163,7 @@ def run_status(args: argparse.Namespace) -> int:
     try:
         with dg.DagsterInstance.from_config(home) as instance:
             status = shard_status(instance, data_root, args.shard_id, shard_asset_keys(defs), progress)
-    except ValueError as error:
+    except (ValueError, OSError) as error:
         print(f"{command}: error: {error}", file=sys.stderr)
         return EXIT_FAILED
     print(json.dumps(status.as_json(), indent=2) if args.json else status_text(status))
@@ -182,7 +178,7 @@ def run_launch(args: argparse.Namespace) -> int:
     except ImportError as error:
         print(f"{command}: error: {NEEDS_PLATFORM}: {error}", file=sys.stderr)
         return EXIT_FAILED
-    except ValueError as error:
+    except (ValueError, OSError) as error:
         print(f"{command}: error: {error}", file=sys.stderr)
         return EXIT_FAILED
     web = launch.Webserver(args.url or os.environ.get(WEBSERVER_URL_ENV) or DEFAULT_WEBSERVER_URL)
