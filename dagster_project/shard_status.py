@@ -182,7 +182,7 @@ def failure_reason(instance: dg.DagsterInstance, asset: str, run_id: str, run_st
     """What the run says about this asset: its step's failure message, else the run's failure."""
     step_message = _step_failure_message(instance, run_id, asset)
     if step_message is not None:
-        return f"failed: {step_message}"
+        return step_message
     run_message = _run_failure_message(instance, run_id)
     prefix = "run canceled" if run_status == "CANCELED" else "not executed, upstream failed"
     return f"{prefix}: {run_message}" if run_message else prefix
@@ -243,7 +243,11 @@ def status_text(status: ShardStatus) -> str:
         shown = state.status if state.failure is None else f"{state.status}: {state.failure}"
         cells = [state.asset, shown, state.timestamp, state.run_id, state.data_version, state.code_version]
         lines.append("| " + " | ".join(_cell(cell) for cell in cells) + " |")
-    lines += ["", "ledgers:", status.ledger_table or "(no landed metadata yet)"]
+    if status.ledgers is None:
+        ledgers = "(no landed metadata yet)"
+    else:
+        ledgers = status.ledger_table if status.ledgers else "(no product has outputs for this shard yet)"
+    lines += ["", "ledgers:", ledgers]
     return "\n".join(lines)
 
 

@@ -101,7 +101,7 @@ def test_status_of_a_failed_shard_names_the_reason_and_the_step_not_executed(dag
     by_asset = {a["asset"]: a for a in report["assets"]}
     failed = by_asset["raw_shards"]
     assert failed["status"] == "failed" and failed["run_id"] == result.run_id
-    assert failed["failure"].startswith("failed: ")
+    assert failed["failure"].startswith("Shard 'bad' breaks the landing contract")
     assert "'start_s'" in failed["failure"] and "must be of type double, found string" in failed["failure"]
     assert by_asset["normalized_audio"]["status"] == "failed"
     assert by_asset["normalized_audio"]["failure"].startswith("not executed, upstream failed")
