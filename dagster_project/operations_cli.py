@@ -254,7 +254,9 @@ def _warn_about_unlanded(command: str, data_root, shards: list[str]) -> None:
     from speechdata.io import layout
 
     for shard in shards:
-        if not data_root.exists(layout.landing_metadata(shard)):
+        if not layout.is_valid_shard_id(shard):  # a hand-added partition key: never a path under the root
+            print(f"{command}: warning: {shard!r} is not a valid shard id; its run will refuse it", file=sys.stderr)
+        elif not data_root.exists(layout.landing_metadata(shard)):
             print(
                 f"{command}: warning: shard {shard}: no {data_root.uri(layout.landing_metadata(shard))} "
                 "(another data root than the deployment's, or not landed)",
