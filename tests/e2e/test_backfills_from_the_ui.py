@@ -242,7 +242,7 @@ def test_the_shard_commands_launch_a_run_and_a_backfill_the_daemon_processes(ses
     out = capsys.readouterr().out
     assert status == 0, out
     [backfill_id] = [
-        line.split()[1] for line in out.splitlines() if line.startswith("backfill ") and "/runs/b/" in line
+        line.split()[1].rstrip(":") for line in out.splitlines() if line.startswith("backfill ") and "/runs/b/" in line
     ]
     assert f"backfill {backfill_id}: COMPLETED_SUCCESS" in out
     runs = backfill_runs(dev, backfill_id)
