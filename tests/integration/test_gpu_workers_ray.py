@@ -7,7 +7,6 @@ engine's output for the same shards.
 
 import os
 import signal
-import tempfile
 import threading
 import time
 from pathlib import Path
@@ -53,7 +52,6 @@ def ray_cluster(hold_flag):
         head_node_args={
             **node,
             "include_dashboard": False,
-            "temp_dir": tempfile.mkdtemp(prefix="ray-", dir="/tmp"),
         },
     )
     for _ in range(NODES - 1):
