@@ -100,7 +100,7 @@ class RayShardRunner(ShardRunner):
 
     def run(self, shard_id: str, on_progress: Progress | None = None) -> ShardOutcome:
         import ray
-        from ray.exceptions import RayActorError
+        from ray.exceptions import ActorUnavailableError, RayActorError
 
         lost: list[str] = []
         for attempt in range(1, self.pool.settings.shard_attempts + 1):
@@ -111,16 +111,18 @@ class RayShardRunner(ShardRunner):
             try:
                 return ray.get(call)
             except RayActorError as exc:
-                # The worker died (or its node did) with this shard in flight. The shard's outputs
-                # are written to temp names and renamed only when complete, and this step still
-                # holds the shard's write lock, so the next attempt starts from a clean slate.
+                # The worker died (or its node did, or Ray lost contact) with this shard in flight.
+                # Its outputs are written to temp names and renamed only when complete, and this
+                # step still holds the shard's write lock, so the next attempt starts clean.
                 name = self.pool.actor_name(self.worker_index)
                 lost.append(f"{name}: {type(exc).__name__}")
                 self.log.warning(
-                    f"{shard_id}: GPU worker {name} died during attempt {attempt} "
+                    f"{shard_id}: lost GPU worker {name} during attempt {attempt} "
                     f"({type(exc).__name__}); submitting the shard again"
                 )
-                self.worker_index = None
+                if not isinstance(exc, ActorUnavailableError):
+                    self.worker_index = None
+                # else: the call may still run there; the same worker runs the retry after it
             except BaseException:
                 # The step is stopping (a failure raised by the shard's own code included): a call
                 # still queued on the worker must not run after the step has let the shard go.
