@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import os
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Literal
@@ -120,9 +121,10 @@ class RayShardRunner(ShardRunner):
                     f"{shard_id}: lost GPU worker {name} during attempt {attempt} "
                     f"({type(exc).__name__}); submitting the shard again"
                 )
-                if not isinstance(exc, ActorUnavailableError):
+                # Unavailable: the call may still run there, so the retry goes to the same worker
+                # (it runs one shard at a time) once Ray has restarted it or reached it again.
+                if not (isinstance(exc, ActorUnavailableError) and self.pool.reachable_again(self.worker_index)):
                     self.worker_index = None
-                # else: the call may still run there; the same worker runs the retry after it
             except BaseException:
                 # The step is stopping (a failure raised by the shard's own code included): a call
                 # still queued on the worker must not run after the step has let the shard go.
@@ -212,6 +214,23 @@ class RayWorkerPool:
                 f"{self.settings.startup_timeout_s:.0f} s"
             )
         return min(states, key=lambda index: (states[index]["busy"], model_key not in states[index]["models"], index))
+
+    def reachable_again(self, index: int) -> bool:
+        """Wait until the ``index``-th worker answers (restarted, or back in contact): True; False when
+        Ray declares it dead or it stays silent for ``startup_timeout_s``."""
+        import ray
+        from ray.exceptions import ActorDiedError, ActorUnavailableError, GetTimeoutError
+
+        deadline = time.monotonic() + self.settings.startup_timeout_s
+        while time.monotonic() < deadline:
+            try:
+                ray.get(self.actor(index).describe.remote(), timeout=max(deadline - time.monotonic(), 0.1))
+                return True
+            except ActorUnavailableError:
+                time.sleep(1.0)
+            except (ActorDiedError, GetTimeoutError):
+                return False
+        return False
 
     def describe(self) -> list[dict]:
         """Every worker's state (``ShardWorker.describe``), waiting for workers still starting."""

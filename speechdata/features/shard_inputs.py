@@ -36,8 +36,8 @@ class QwenShardInputs:
 class WavlmShardInputs:
     """The frame counts and the still-encoded 24 kHz audio the WavLM stage reads.
 
-    The audio stays FLAC-encoded in memory (about a third of its decoded float32 size) and is decoded
-    utterance by utterance as the stage consumes it."""
+    The audio stays encoded in memory as stored (FLAC: a fraction of its decoded float32 size) and is
+    decoded utterance by utterance as the stage consumes it."""
 
     shard_id: str
     n_frames: dict[str, int]
