@@ -17,7 +17,9 @@ from speechdata.audio.container import iter_container_audio
 from speechdata.bridge.clock import SAMPLE_RATE
 from speechdata.faults import fault_point
 from speechdata.features.array_store import ARRAY_STORE_PARQUET_OPTIONS, ARRAY_STORE_SCHEMA, ArrayStoreWriter
+from speechdata.features.background_writes import BackgroundArrayWrites
 from speechdata.features.gpu_batching import ItemTooLarge
+from speechdata.features.shard_inputs import QwenShardInputs, WavlmShardInputs, read_qwen_inputs
 from speechdata.features.speech import wavlm_features
 from speechdata.features.text import qwen_hidden_states
 from speechdata.io import layout
@@ -48,10 +50,18 @@ def _one_by_one(items, compute, stage: str, rejects: list[Reject]):
 
 
 def run_qwen_hidden_states(
-    data_root: DataRoot, shard_id: str, model, *, device, max_batch_tokens: int, on_progress: Progress | None = None
+    data_root: DataRoot,
+    shard_id: str,
+    model,
+    *,
+    device,
+    max_batch_tokens: int,
+    on_progress: Progress | None = None,
+    inputs: QwenShardInputs | None = None,
 ) -> StageSummary:
+    """``inputs``: the shard's frame grids already read (a GPU worker's read-ahead); read here when None."""
     started = time.perf_counter()
-    grids = data_root.read_parquet(layout.frame_grids(shard_id), columns=["utt_id", "tokens", "n_samples"])
+    grids = (inputs or read_qwen_inputs(data_root, shard_id)).grids
     utt_ids = grids["utt_id"].to_pylist()
     tokens = grids["tokens"].to_pylist()
     seconds = [n / SAMPLE_RATE for n in grids["n_samples"].to_pylist()]
@@ -65,23 +75,21 @@ def run_qwen_hidden_states(
         layout.qwen_hidden_states(shard_id), ARRAY_STORE_SCHEMA, **ARRAY_STORE_PARQUET_OPTIONS
     ) as parquet:
         store = ArrayStoreWriter(parquet)
-        for start in range(0, len(utt_ids), CHUNK_UTTERANCES):
-            chunk = slice(start, start + CHUNK_UTTERANCES)
-            try:
-                states = compute(tokens[chunk])
-            except ItemTooLarge:
-                states = _one_by_one(
-                    list(zip(utt_ids[chunk], tokens[chunk], strict=True)), compute, QWEN_STAGE, rejects
-                )
-            for utt_id, matrix in zip(utt_ids[chunk], states, strict=True):
-                if matrix is not None:
-                    store.add(utt_id, matrix)
-            fault_point("features")
-            done += len(states)
-            audio_done += sum(seconds[chunk])
-            if on_progress:
-                on_progress(done, len(utt_ids), audio_done)
-        store.flush()
+        with BackgroundArrayWrites(store) as writes:
+            for start in range(0, len(utt_ids), CHUNK_UTTERANCES):
+                chunk = slice(start, start + CHUNK_UTTERANCES)
+                try:
+                    states = compute(tokens[chunk])
+                except ItemTooLarge:
+                    states = _one_by_one(
+                        list(zip(utt_ids[chunk], tokens[chunk], strict=True)), compute, QWEN_STAGE, rejects
+                    )
+                writes.submit([(u, m) for u, m in zip(utt_ids[chunk], states, strict=True) if m is not None])
+                fault_point("features")
+                done += len(states)
+                audio_done += sum(seconds[chunk])
+                if on_progress:
+                    on_progress(done, len(utt_ids), audio_done)
     data_root.write_parquet(layout.rejects(shard_id, QWEN_STAGE), rejects_table(rejects))
     return StageSummary(
         shard_id,
@@ -108,10 +116,17 @@ def run_wavlm_features(
     layer: int | None = None,
     layer_weights: list[float] | None = None,
     on_progress: Progress | None = None,
+    inputs: WavlmShardInputs | None = None,
 ) -> StageSummary:
+    """``inputs``: the shard's frame counts and encoded audio already read (a GPU worker's
+    read-ahead); when None the audio streams from the container row group by row group."""
     started = time.perf_counter()
-    grids = data_root.read_parquet(layout.frame_grids(shard_id), columns=["utt_id", "n_frames"])
-    n_frames = dict(zip(grids["utt_id"].to_pylist(), grids["n_frames"].to_pylist(), strict=True))
+    if inputs is None:
+        grids = data_root.read_parquet(layout.frame_grids(shard_id), columns=["utt_id", "n_frames"])
+        n_frames = dict(zip(grids["utt_id"].to_pylist(), grids["n_frames"].to_pylist(), strict=True))
+        audio = iter_container_audio(data_root, layout.normalized_audio(shard_id), set(n_frames))
+    else:
+        n_frames, audio = inputs.n_frames, inputs.iter_audio()
     rejects: list[Reject] = []
     done, audio_done = 0, 0.0
 
@@ -131,6 +146,7 @@ def run_wavlm_features(
         layout.wavlm_features(shard_id), ARRAY_STORE_SCHEMA, **ARRAY_STORE_PARQUET_OPTIONS
     ) as parquet:
         store = ArrayStoreWriter(parquet)
+        writes = BackgroundArrayWrites(store)
 
         def flush(pending: list[tuple[str, np.ndarray]]) -> None:
             nonlocal done, audio_done
@@ -141,9 +157,7 @@ def run_wavlm_features(
                 features = _one_by_one(
                     [(u, item) for (u, _), item in zip(pending, items, strict=True)], compute, WAVLM_STAGE, rejects
                 )
-            for (utt_id, _), matrix in zip(pending, features, strict=True):
-                if matrix is not None:
-                    store.add(utt_id, matrix)
+            writes.submit([(u, m) for (u, _), m in zip(pending, features, strict=True) if m is not None])
             done += len(pending)
             audio_done += sum(a.shape[0] for _, a in pending) / SAMPLE_RATE
             if on_progress:
@@ -151,15 +165,15 @@ def run_wavlm_features(
 
         pending: list[tuple[str, np.ndarray]] = []
         pending_s = 0.0
-        for utt_id, samples, _rate in iter_container_audio(data_root, layout.normalized_audio(shard_id), set(n_frames)):
-            pending.append((utt_id, samples))
-            pending_s += samples.shape[0] / SAMPLE_RATE
-            if pending_s >= CHUNK_AUDIO_S:
+        with writes:
+            for utt_id, samples, _rate in audio:
+                pending.append((utt_id, samples))
+                pending_s += samples.shape[0] / SAMPLE_RATE
+                if pending_s >= CHUNK_AUDIO_S:
+                    flush(pending)
+                    pending, pending_s = [], 0.0
+            if pending:
                 flush(pending)
-                pending, pending_s = [], 0.0
-        if pending:
-            flush(pending)
-        store.flush()
     data_root.write_parquet(layout.rejects(shard_id, WAVLM_STAGE), rejects_table(rejects))
     return StageSummary(
         shard_id,
