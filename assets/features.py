@@ -8,6 +8,7 @@ import dagster as dg
 
 from assets.alignment import frame_grids
 from assets.asset_policy import shard_asset
+from assets.quality import quality_decisions
 from assets.reporting import device_metadata, progress_logger, stage_metadata, utterance_check_results
 from assets.shard_runs import ShardEvents, ShardResult, load_model_for_step, materialize_shards
 from resources.encoders import QwenEncoder, WavLMEncoder
@@ -16,6 +17,7 @@ from resources.storage import DataRootResource
 from resources.torch_device import TorchDeviceResource
 from speechdata.features.stage import check_feature_shapes, run_qwen_hidden_states, run_wavlm_features
 from speechdata.io import layout
+from speechdata.quality.decisions import excluded_utterances
 from speechdata.stage import StageSummary
 
 UI_POSITION = 3
@@ -24,7 +26,12 @@ FEATURE_CHECKS = {
     "finite": "no NaN or inf",
     "float16": "stored as float16",
 }
-FEATURE_ASSET = {"deps": [frame_grids], "kinds": {"pytorch", "parquet"}, "checks": FEATURE_CHECKS, "gpu": True}
+FEATURE_ASSET = {
+    "deps": [frame_grids, quality_decisions],
+    "kinds": {"pytorch", "parquet"},
+    "checks": FEATURE_CHECKS,
+    "gpu": True,
+}
 """What both feature assets declare: all but their code version."""
 
 
@@ -53,7 +60,12 @@ def materialize_features(
 
     def one_shard(shard_id: str) -> ShardResult:
         torch_device.reset_peak_memory()
-        summary = product.run(root, shard_id, model, on_progress=progress_logger(context, "encoded", shard_id))
+        # The bridge's quality decisions apply here, before any GPU forward: a left-out utterance is a
+        # reject of this stage with the quality reason, and never reaches the encoder.
+        excluded = excluded_utterances(root, shard_id, "bridge")
+        summary = product.run(
+            root, shard_id, model, on_progress=progress_logger(context, "encoded", shard_id), excluded=excluded
+        )
         grids = root.read_parquet(layout.frame_grids(shard_id), columns=["utt_id", product.rows_column])
         failures = check_feature_shapes(
             root,

@@ -8,7 +8,7 @@ does not fit on the device even alone is a ``gpu_out_of_memory`` reject, never a
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 import numpy as np
 import torch
@@ -33,6 +33,16 @@ CHUNK_AUDIO_S = 1800.0
 Progress = Callable[[int, int, float], None]
 """``(utterances done, total, audio seconds done)``."""
 
+Exclusions = Mapping[str, tuple[str, str]]
+"""``{utt_id: (reason, detail)}``: utterances the bridge leaves out before any model sees them
+(``speechdata.quality.decisions.excluded_utterances(root, shard, "bridge")``, read by the asset)."""
+
+
+def _without_excluded(utt_ids: list[str], excluded: Exclusions, stage: str) -> tuple[list[bool], list[Reject]]:
+    """Which grid rows to encode, and a reject (the exclusion's reason) for each row left out."""
+    keep = [u not in excluded for u in utt_ids]
+    return keep, [Reject(u, stage, *excluded[u]) for u in utt_ids if u in excluded]
+
 
 def _one_by_one(items, compute, stage: str, rejects: list[Reject]):
     """Retry a chunk item by item after :class:`ItemTooLarge`, so only the item itself is lost."""
@@ -48,14 +58,22 @@ def _one_by_one(items, compute, stage: str, rejects: list[Reject]):
 
 
 def run_qwen_hidden_states(
-    data_root: DataRoot, shard_id: str, model, *, device, max_batch_tokens: int, on_progress: Progress | None = None
+    data_root: DataRoot,
+    shard_id: str,
+    model,
+    *,
+    device,
+    max_batch_tokens: int,
+    on_progress: Progress | None = None,
+    excluded: Exclusions | None = None,
 ) -> StageSummary:
+    """Hidden states of every frame-grid utterance not in ``excluded`` (each excluded one a reject)."""
     started = time.perf_counter()
     grids = data_root.read_parquet(layout.frame_grids(shard_id), columns=["utt_id", "tokens", "n_samples"])
-    utt_ids = grids["utt_id"].to_pylist()
-    tokens = grids["tokens"].to_pylist()
-    seconds = [n / SAMPLE_RATE for n in grids["n_samples"].to_pylist()]
-    rejects: list[Reject] = []
+    keep, rejects = _without_excluded(grids["utt_id"].to_pylist(), excluded or {}, QWEN_STAGE)
+    utt_ids = [u for u, k in zip(grids["utt_id"].to_pylist(), keep, strict=True) if k]
+    tokens = [t for t, k in zip(grids["tokens"].to_pylist(), keep, strict=True) if k]
+    seconds = [n / SAMPLE_RATE for n, k in zip(grids["n_samples"].to_pylist(), keep, strict=True) if k]
     done, audio_done = 0, 0.0
 
     def compute(token_lists):
@@ -85,7 +103,7 @@ def run_qwen_hidden_states(
     data_root.write_parquet(layout.rejects(shard_id, QWEN_STAGE), rejects_table(rejects))
     return StageSummary(
         shard_id,
-        len(utt_ids),
+        grids.num_rows,
         store.count,
         rejects,
         sum(seconds),
@@ -108,11 +126,15 @@ def run_wavlm_features(
     layer: int | None = None,
     layer_weights: list[float] | None = None,
     on_progress: Progress | None = None,
+    excluded: Exclusions | None = None,
 ) -> StageSummary:
+    """Pooled features of every frame-grid utterance not in ``excluded`` (each excluded one a reject)."""
     started = time.perf_counter()
     grids = data_root.read_parquet(layout.frame_grids(shard_id), columns=["utt_id", "n_frames"])
-    n_frames = dict(zip(grids["utt_id"].to_pylist(), grids["n_frames"].to_pylist(), strict=True))
-    rejects: list[Reject] = []
+    keep, rejects = _without_excluded(grids["utt_id"].to_pylist(), excluded or {}, WAVLM_STAGE)
+    n_frames = {
+        u: f for u, f, k in zip(grids["utt_id"].to_pylist(), grids["n_frames"].to_pylist(), keep, strict=True) if k
+    }
     done, audio_done = 0, 0.0
 
     def compute(items):
@@ -163,7 +185,7 @@ def run_wavlm_features(
     data_root.write_parquet(layout.rejects(shard_id, WAVLM_STAGE), rejects_table(rejects))
     return StageSummary(
         shard_id,
-        len(n_frames),
+        grids.num_rows,
         store.count,
         rejects,
         audio_done,
