@@ -9,7 +9,6 @@ from __future__ import annotations
 import functools
 
 import numpy as np
-from scipy.signal import medfilt, welch
 
 SILENCE_FLOOR_DBFS = -50.0
 """A 30 ms frame whose RMS is below this is silent (well under quiet speech, -35 to -25 dBFS)."""
@@ -58,6 +57,9 @@ def effective_bandwidth_hz(samples: np.ndarray, sample_rate: int) -> float:
     density is above :data:`ENERGY_FLOOR_DB_PER_HZ` (or :data:`BANDWIDTH_DYNAMIC_RANGE_DB` under the
     peak, whichever is higher). Resampled audio has an empty band above the source's Nyquist
     frequency, so 8 kHz telephone audio upsampled to 24 kHz reads about 4 kHz, not 12 kHz."""
+    # scipy.signal takes seconds to import: every Dagster step process loads this module, few measure.
+    from scipy.signal import medfilt, welch
+
     if samples.size < 64 or not np.any(samples):
         return 0.0
     segment = min(samples.size, max(64, int(SPECTRUM_SEGMENT_S * sample_rate)))

@@ -12,7 +12,6 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping
 
-import jiwer
 import numpy as np
 import pyarrow as pa
 
@@ -95,6 +94,8 @@ def run_quality_signals(
 
 def _transcript_agreement(data_root: DataRoot, shard_id: str) -> dict[str, dict]:
     """CER and WER of the aligner's greedy transcript against the normalized landed text."""
+    import jiwer
+
     relative = greedy_hypotheses_path(shard_id)
     if not data_root.exists(relative):
         return {}
