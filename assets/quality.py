@@ -29,7 +29,12 @@ SIGNAL_HISTOGRAMS = {
     "clipped_share": "share",
     "silence_share": "share",
     "speech_share": "share",
+    "leading_silence_s": "s",
+    "trailing_silence_s": "s",
+    "text_language_confidence": "probability",
     "cer": "CER",
+    "wer": "WER",
+    "audio_language_confidence": "probability",
     "mos": "MOS",
 }
 """The signals whose per-shard distribution the asset's metadata shows (one markdown histogram each)."""
