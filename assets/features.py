@@ -4,6 +4,7 @@ import dagster as dg
 
 from assets.alignment import frame_grids
 from assets.asset_policy import shard_asset
+from assets.quality import quality_decisions
 from assets.reporting import progress_logger, stage_metadata, utterance_check_results
 from assets.shard_runs import ShardEvents, ShardResult, materialize_shards
 from resources.encoders import QwenEncoder, WavLMEncoder
@@ -19,7 +20,12 @@ FEATURE_CHECKS = {
     "finite": "no NaN or inf",
     "float16": "stored as float16",
 }
-FEATURE_ASSET = {"deps": [frame_grids], "kinds": {"pytorch", "parquet"}, "checks": FEATURE_CHECKS, "gpu": True}
+FEATURE_ASSET = {
+    "deps": [frame_grids, quality_decisions],
+    "kinds": {"pytorch", "parquet"},
+    "checks": FEATURE_CHECKS,
+    "gpu": True,
+}
 """What both feature assets declare: all but their code version."""
 
 

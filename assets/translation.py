@@ -6,6 +6,7 @@ from pydantic import Field
 
 from assets.alignment import alignments
 from assets.asset_policy import group_of, shard_asset
+from assets.quality import quality_decisions
 from assets.reporting import (
     column_schema,
     log_stage,
@@ -21,6 +22,7 @@ from resources.qe_job import QeShardResult, qe_shard_job
 from resources.storage import DataRootResource
 from resources.torch_device import TorchDeviceResource
 from speechdata.io import layout
+from speechdata.quality.decisions import excluded_utterances
 from speechdata.translation.qe_stage import DEFAULT_THRESHOLD, run_streaming_pairs
 from speechdata.translation.segments import DEFAULT_MAX_SKIP_WORDS
 from speechdata.translation.stage import SegmentSettings, run_streaming_segments
@@ -40,7 +42,12 @@ class StreamingSegmentsConfig(dg.Config):
 
 
 # The translation assets wait for the LLM segmentation, which lands after the shard.
-@shard_asset(deps=[alignments], kinds={"parquet", "json"}, code_version="streaming_segments-v1", in_per_shard_job=False)
+@shard_asset(
+    deps=[alignments, quality_decisions],
+    kinds={"parquet", "json"},
+    code_version="streaming_segments-v1",
+    in_per_shard_job=False,
+)
 def streaming_segments(
     context: dg.AssetExecutionContext, config: StreamingSegmentsConfig, data_root: DataRootResource
 ) -> ShardEvents:
@@ -67,7 +74,9 @@ def streaming_segments(
 def _segment_one_shard(
     context: dg.AssetExecutionContext, root, settings: SegmentSettings, shard_id: str
 ) -> ShardResult:
-    summary = run_streaming_segments(root, shard_id, settings)
+    summary = run_streaming_segments(
+        root, shard_id, settings, excluded=excluded_utterances(root, shard_id, "translation")
+    )
     table = root.read_parquet(layout.streaming_segments(shard_id))
     log_stage(context, summary, "utterances", f", {table.num_rows} segments")
     return ShardResult(

@@ -26,6 +26,7 @@ from resources.gpu_workers import gpu_workers_resource
 from resources.hub import hf_dataset_settings_resource, hub_resource
 from resources.profile import model_profile_resource
 from resources.qe import qe_resource
+from resources.quality import quality_models_resource
 from resources.settings import ResourceFactory, ResourceSettings
 from resources.storage import data_root_resource
 from resources.text_tokenizer import text_tokenizer_resource
@@ -45,6 +46,7 @@ RESOURCE_FACTORIES: dict[str, ResourceFactory] = {
     "hub": hub_resource,
     "qe": qe_resource,
     "vad": vad_resource,
+    "quality_models": quality_models_resource,
     # No asset reads it, but the UI shows which model profile this deployment runs.
     "model_profile": model_profile_resource,
 }

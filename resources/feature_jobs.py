@@ -23,6 +23,7 @@ from speechdata.features.shard_inputs import (
 from speechdata.features.stage import check_feature_shapes, run_qwen_hidden_states, run_wavlm_features
 from speechdata.io import layout
 from speechdata.io.storage import DataRoot
+from speechdata.quality.decisions import excluded_utterances
 from speechdata.stage import StageSummary
 
 FeatureKind = Literal["qwen", "wavlm"]
@@ -71,6 +72,9 @@ def encode_feature_shard(
 ) -> FeatureShardResult:
     device = TorchDeviceResource(**device_fields)
     device.reset_peak_memory()
+    # The bridge's quality decisions apply here, before any GPU forward: a left-out utterance is a
+    # reject of this stage with the quality reason, and never reaches the encoder.
+    excluded = excluded_utterances(data_root, shard_id, "bridge")
     if kind == "qwen":
         summary = run_qwen_hidden_states(
             data_root,
@@ -80,6 +84,7 @@ def encode_feature_shard(
             max_batch_tokens=device.max_batch_tokens,
             on_progress=on_progress,
             inputs=inputs,
+            excluded=excluded,
         )
         store, rows_column = layout.qwen_hidden_states(shard_id), "n_tokens"
     else:
@@ -95,6 +100,7 @@ def encode_feature_shard(
             layer_weights=encoder.layer_weights,
             on_progress=on_progress,
             inputs=inputs,
+            excluded=excluded,
         )
         store, rows_column = layout.wavlm_features(shard_id), "n_frames"
     grids = data_root.read_parquet(layout.frame_grids(shard_id), columns=["utt_id", rows_column])

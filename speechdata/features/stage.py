@@ -8,7 +8,7 @@ does not fit on the device even alone is a ``gpu_out_of_memory`` reject, never a
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 import numpy as np
 import torch
@@ -35,6 +35,16 @@ CHUNK_AUDIO_S = 1800.0
 Progress = Callable[[int, int, float], None]
 """``(utterances done, total, audio seconds done)``."""
 
+Exclusions = Mapping[str, tuple[str, str]]
+"""``{utt_id: (reason, detail)}``: utterances the bridge leaves out before any model sees them
+(``speechdata.quality.decisions.excluded_utterances(root, shard, "bridge")``, read by the shard job)."""
+
+
+def _without_excluded(utt_ids: list[str], excluded: Exclusions, stage: str) -> tuple[list[bool], list[Reject]]:
+    """Which grid rows to encode, and a reject (the exclusion's reason) for each row left out."""
+    keep = [u not in excluded for u in utt_ids]
+    return keep, [Reject(u, stage, *excluded[u]) for u in utt_ids if u in excluded]
+
 
 def _one_by_one(items, compute, stage: str, rejects: list[Reject]):
     """Retry a chunk item by item after :class:`ItemTooLarge`, so only the item itself is lost."""
@@ -58,14 +68,17 @@ def run_qwen_hidden_states(
     max_batch_tokens: int,
     on_progress: Progress | None = None,
     inputs: QwenShardInputs | None = None,
+    excluded: Exclusions | None = None,
 ) -> StageSummary:
-    """``inputs``: the shard's frame grids already read (a GPU worker's read-ahead); read here when None."""
+    """Hidden states of every frame-grid utterance not in ``excluded`` (each excluded one a reject).
+
+    ``inputs``: the shard's frame grids already read (a GPU worker's read-ahead); read here when None."""
     started = time.perf_counter()
     grids = (inputs or read_qwen_inputs(data_root, shard_id)).grids
-    utt_ids = grids["utt_id"].to_pylist()
-    tokens = grids["tokens"].to_pylist()
-    seconds = [n / SAMPLE_RATE for n in grids["n_samples"].to_pylist()]
-    rejects: list[Reject] = []
+    keep, rejects = _without_excluded(grids["utt_id"].to_pylist(), excluded or {}, QWEN_STAGE)
+    utt_ids = [u for u, k in zip(grids["utt_id"].to_pylist(), keep, strict=True) if k]
+    tokens = [t for t, k in zip(grids["tokens"].to_pylist(), keep, strict=True) if k]
+    seconds = [n / SAMPLE_RATE for n, k in zip(grids["n_samples"].to_pylist(), keep, strict=True) if k]
     done, audio_done = 0, 0.0
 
     def compute(token_lists):
@@ -93,7 +106,7 @@ def run_qwen_hidden_states(
     data_root.write_parquet(layout.rejects(shard_id, QWEN_STAGE), rejects_table(rejects))
     return StageSummary(
         shard_id,
-        len(utt_ids),
+        grids.num_rows,
         store.count,
         rejects,
         sum(seconds),
@@ -117,17 +130,25 @@ def run_wavlm_features(
     layer_weights: list[float] | None = None,
     on_progress: Progress | None = None,
     inputs: WavlmShardInputs | None = None,
+    excluded: Exclusions | None = None,
 ) -> StageSummary:
-    """``inputs``: the shard's frame counts and encoded audio already read (a GPU worker's
-    read-ahead); when None the audio streams from the container row group by row group."""
+    """Pooled features of every frame-grid utterance not in ``excluded`` (each excluded one a reject).
+
+    ``inputs``: the shard's frame counts and encoded audio already read (a GPU worker's read-ahead);
+    when None the audio streams from the container row group by row group."""
     started = time.perf_counter()
     if inputs is None:
         grids = data_root.read_parquet(layout.frame_grids(shard_id), columns=["utt_id", "n_frames"])
-        n_frames = dict(zip(grids["utt_id"].to_pylist(), grids["n_frames"].to_pylist(), strict=True))
+        all_frames = dict(zip(grids["utt_id"].to_pylist(), grids["n_frames"].to_pylist(), strict=True))
+    else:
+        all_frames = inputs.n_frames
+    keep, rejects = _without_excluded(list(all_frames), excluded or {}, WAVLM_STAGE)
+    n_frames = {u: f for (u, f), k in zip(all_frames.items(), keep, strict=True) if k}
+    if inputs is None:
         audio = iter_container_audio(data_root, layout.normalized_audio(shard_id), set(n_frames))
     else:
-        n_frames, audio = inputs.n_frames, inputs.iter_audio()
-    rejects: list[Reject] = []
+        # The read-ahead holds every utterance's audio; an excluded one never reaches the model.
+        audio = (item for item in inputs.iter_audio() if item[0] in n_frames)
     done, audio_done = 0, 0.0
 
     def compute(items):
@@ -177,7 +198,7 @@ def run_wavlm_features(
     data_root.write_parquet(layout.rejects(shard_id, WAVLM_STAGE), rejects_table(rejects))
     return StageSummary(
         shard_id,
-        len(n_frames),
+        len(all_frames),
         store.count,
         rejects,
         audio_done,
