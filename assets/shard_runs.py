@@ -6,6 +6,7 @@ caller before the loop serves all of them), then records one materialization per
 shard's own metadata, and one evaluation per shard of each asset check.
 """
 
+import os
 import time
 import warnings
 from collections.abc import Callable, Iterator
@@ -23,8 +24,8 @@ from dagster._core.definitions.asset_checks.asset_check_evaluation import (
 from speechdata.io.confinement import validate_partition_key
 from speechdata.io.shard_lock import shard_write_lock
 
-SHARDS_PER_RUN = 4
-"""k: a backfill of n shards runs ceil(n / k) runs, each carrying its k shards through every shard asset.
+SHARDS_PER_RUN = int(os.environ.get("SPEECHDATA_BACKFILL_SHARDS_PER_RUN", "4"))
+"""k (``SPEECHDATA_BACKFILL_SHARDS_PER_RUN``): a backfill of n shards runs ceil(n / k) runs, each carrying its k shards through every shard asset.
 
 GPU assets load their models once per k shards. CPU assets use the same k because batching beats a
 run per shard here (benchmarks/bench_backfill_policy.py, README "Operating from the Dagster UI"):

@@ -71,7 +71,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--backfill", type=int, default=1_000, help="shards in the backfill")
     parser.add_argument("--storage", choices=("sqlite", "postgres"), default="sqlite")
     parser.add_argument("--max-iterations", type=int, default=200)
+    parser.add_argument(
+        "--shards-per-run", type=int, help="the backfill policy's k (SPEECHDATA_BACKFILL_SHARDS_PER_RUN)"
+    )
     args = parser.parse_args(argv)
+    if args.shards_per_run:
+        # Before anything imports the code location; its code server inherits the environment.
+        os.environ["SPEECHDATA_BACKFILL_SHARDS_PER_RUN"] = str(args.shards_per_run)
     if args.quick:
         args.registered, args.backfill = 200, 40
 
@@ -88,7 +94,8 @@ def main(argv: list[str] | None = None) -> None:
             for start in range(0, len(shards), 10_000):
                 instance.add_dynamic_partitions("shard", shards[start : start + 10_000])
             assets = per_shard_asset_paths()
-            expected_runs = math.ceil(args.backfill / SHARDS_PER_RUN)
+            shards_per_run = args.shards_per_run or SHARDS_PER_RUN
+            expected_runs = math.ceil(args.backfill / shards_per_run)
             with webserver_instance(instance) as webserver, code_location_workspace(webserver) as webserver_context:
                 params = {
                     "assetSelection": [{"path": path} for path in assets],
@@ -133,7 +140,7 @@ def main(argv: list[str] | None = None) -> None:
             "backfill": args.backfill,
             "storage": args.storage,
             "assets": len(assets),
-            "shards_per_run": SHARDS_PER_RUN,
+            "shards_per_run": shards_per_run,
         },
         {
             "launch_seconds": round(launch_s, 3),
