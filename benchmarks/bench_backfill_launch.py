@@ -184,23 +184,22 @@ def main(argv: list[str] | None = None) -> None:
         "storage": args.storage,
         "event_batch_size": args.event_batch_size,
     }
+    shapes = {"old": OLD_SHARDS_PER_RUN, "new": args.shards_per_run or SHARDS_PER_RUN}
     with stdout_to_stderr():
-        if not args.compare:
+        if args.compare:
+            per_shape = {
+                shape: {
+                    str(n): measure(n, args.backfill, k, args.storage, args.max_iterations) for n in sorted(args.sizes)
+                }
+                for shape, k in shapes.items()
+            }
+        else:
             figures = measure(
-                args.registered,
-                args.backfill,
-                args.shards_per_run or SHARDS_PER_RUN,
-                args.storage,
-                args.max_iterations,
-                args.profile,
+                args.registered, args.backfill, shapes["new"], args.storage, args.max_iterations, args.profile
             )
-            emit("backfill_launch", {**params, "registered": args.registered}, figures)
-            return
-        shapes = {"old": OLD_SHARDS_PER_RUN, "new": args.shards_per_run or SHARDS_PER_RUN}
-        per_shape = {
-            shape: {str(n): measure(n, args.backfill, k, args.storage, args.max_iterations) for n in sorted(args.sizes)}
-            for shape, k in shapes.items()
-        }
+    if not args.compare:
+        emit("backfill_launch", {**params, "registered": args.registered}, figures)
+        return
     small, large = str(min(args.sizes)), str(max(args.sizes))
     last = per_shape["new"][large]
     emit(
