@@ -147,3 +147,40 @@ def test_a_landing_run_over_a_range_materializes_each_shard_once_per_asset(insta
         assert sorted(e.partition for e in events) == ["f0", "f1"], asset.key
     for shard_id in ("f0", "f1"):
         assert data_root.exists(manifest_path(shard_id)), shard_id
+
+
+def test_the_sensor_daemon_queues_one_per_shard_job_run_over_the_batchs_range(tmp_path, monkeypatch):
+    import logging
+
+    from dagster._core.events import DagsterEventType
+    from dagster._daemon.sensor import execute_sensor_iteration
+
+    from benchmarks.bench_backfill_launch import QUEUE_ONLY
+    from benchmarks.bench_orchestration_scale import code_location_workspace
+    from speechdata.io.storage import DataRoot
+
+    # The code server the daemon loads reads these when it starts.
+    monkeypatch.setenv("DATA_ROOT", str(tmp_path / "data"))
+    monkeypatch.setenv("SPEECHDATA_LANDING_BATCH_SHARDS", "3")
+    monkeypatch.setenv("SPEECHDATA_LANDING_SENSOR_INTERVAL_S", "1")
+    land(DataRoot(str(tmp_path / "data")), "g0", "g1", "g2")
+    (tmp_path / "home").mkdir()
+    with (
+        dg.instance_for_test(temp_dir=str(tmp_path / "home"), overrides=QUEUE_ONLY) as instance,
+        code_location_workspace(instance) as workspace,
+    ):
+        for _ in range(2):
+            list(execute_sensor_iteration(workspace, logging.getLogger("landing_sensor"), None, None))
+        [run] = instance.get_runs()
+        assert run.job_name == "per_shard_job" and run.status == dg.DagsterRunStatus.QUEUED
+        assert (run.tags[RANGE_START_TAG], run.tags[RANGE_END_TAG]) == ("g0", "g2")
+        planned = instance.get_records_for_run(
+            run.run_id, of_type=DagsterEventType.ASSET_MATERIALIZATION_PLANNED
+        ).records
+        # Dagster plans each shard of the range for each asset of the job: per-shard lineage.
+        by_asset = {}
+        for record in planned:
+            event = record.event_log_entry.dagster_event
+            by_asset.setdefault(event.asset_key.to_user_string(), []).append(event.event_specific_data.partition)
+        assert len(by_asset) == len(SHARD_ASSETS)
+        assert all(sorted(shards) == ["g0", "g1", "g2"] for shards in by_asset.values()), by_asset
