@@ -151,8 +151,8 @@ def build_landing_sensor(
         ),
     )
     def landing_sensor(context: dg.SensorEvaluationContext, data_root: DataRootResource) -> dg.SensorResult:
-        # The registered `shard` partitions are the durable record of what was requested, so a tick
-        # only touches directories it has never registered, however many shards have landed.
+        # The registered `shard` partitions and the cursor's waiting batch are the durable record of
+        # what was requested, so a tick only touches directories it has never registered.
         started = time.perf_counter()
         root = data_root.get()
         # An unmounted volume lists as "nothing landed": a green tick that would hide the outage.
