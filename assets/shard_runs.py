@@ -6,6 +6,7 @@ caller before the loop serves all of them), then records one materialization per
 shard's own metadata, and one evaluation per shard of each asset check.
 """
 
+import os
 import time
 import warnings
 from collections.abc import Callable, Iterator
@@ -23,14 +24,17 @@ from dagster._core.definitions.asset_checks.asset_check_evaluation import (
 from speechdata.io.confinement import validate_partition_key
 from speechdata.io.shard_lock import shard_write_lock
 
-SHARDS_PER_RUN = 4
-"""k: a backfill of n shards runs ceil(n / k) runs, each carrying its k shards through every shard asset.
+SHARDS_PER_RUN = int(os.environ.get("SPEECHDATA_BACKFILL_SHARDS_PER_RUN", "32"))
+"""k (``SPEECHDATA_BACKFILL_SHARDS_PER_RUN``): a backfill of n shards runs ceil(n / k) runs, each
+carrying its k shards through every shard asset.
 
-GPU assets load their models once per k shards. CPU assets use the same k because batching beats a
-run per shard here (benchmarks/bench_backfill_policy.py, README "Operating from the Dagster UI"):
-every step of a run is a process that imports the code location. One k for all also keeps a whole
-backfill in one wave of runs; assets with different policies cannot share a run, and each wave
-waits for a backfill daemon iteration (every 30 s)."""
+Creating a run over a range of ``shard`` partitions reads every registered shard key once per asset
+and check of the run (Dagster 1.13 resolves the range against the whole key list to log its planned
+events), so with 100 000 shards registered a run's creation costs seconds whatever its size: only
+larger runs spread that over more shards (docs/deploying.md "Run shape at 100 000 shards",
+``bench_backfill_launch --compare``). GPU assets load their models once per k shards; CPU assets use
+the same k, since every step of a run is a process that imports the code location and assets with
+different policies cannot share a run."""
 
 GPU_SHARDS_PER_RUN = CPU_SHARDS_PER_RUN = SHARDS_PER_RUN
 SHARD_BACKFILL_POLICY = dg.BackfillPolicy.multi_run(max_partitions_per_run=SHARDS_PER_RUN)

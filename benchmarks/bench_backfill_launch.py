@@ -20,11 +20,19 @@ Then, wall-clock:
   ceil(1 000 / k) runs.
 
 Reported: both times, the runs created and the daemon iterations it took; ``per_run_ms``.
+
+``--compare``: the run shape against the old one in one invocation. For each ``--sizes`` N
+registered (default 1 000 and 100 000) and each shape (``old``: 4 shards per run, the policy before
+``SHARDS_PER_RUN`` grew; ``new``: ``SHARDS_PER_RUN``), a fresh instance and the same
+``--backfill`` shards; reported per shape and size ``per_run_ms`` and ``per_shard_ms``, then
+``growth`` = per run at the largest N over the smallest (target <= 1.5) and ``new_over_old`` per
+shard at each N. ``--profile FILE`` writes a cProfile of the daemon's iterations (one measurement).
 """
 
 from __future__ import annotations
 
 import argparse
+import cProfile
 import logging
 import math
 import os
@@ -64,35 +72,33 @@ def per_shard_asset_paths() -> list[list[str]]:
     return sorted(key.path for key in keys)
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="small sizes, for smoke runs")
-    parser.add_argument("--registered", type=int, default=20_000, help="shard partitions in the instance")
-    parser.add_argument("--backfill", type=int, default=1_000, help="shards in the backfill")
-    parser.add_argument("--storage", choices=("sqlite", "postgres"), default="sqlite")
-    parser.add_argument("--max-iterations", type=int, default=200)
-    args = parser.parse_args(argv)
-    if args.quick:
-        args.registered, args.backfill = 200, 40
+OLD_SHARDS_PER_RUN = 4
+"""The per-shard assets' backfill policy before runs grew: the old shape ``--compare`` measures against."""
 
+
+def measure(
+    registered: int, backfill: int, shards_per_run: int, storage: str, max_iterations: int, profile: str | None = None
+) -> dict:
+    """Register ``registered`` shards in a fresh instance, launch a backfill of the first ``backfill``
+    as the UI does, and time the daemon until its runs exist."""
     from dagster._core.storage.dagster_run import RunsFilter
     from dagster._daemon.backfill import execute_backfill_iteration
     from dagster_graphql.test.utils import execute_dagster_graphql
 
-    from assets.shard_runs import SHARDS_PER_RUN
-
-    with stdout_to_stderr(), tempfile.TemporaryDirectory(prefix="bench-backfill-") as tmp:
+    # The code server the workspace starts inherits the environment: the policy's k for this shape.
+    os.environ["SPEECHDATA_BACKFILL_SHARDS_PER_RUN"] = str(shards_per_run)
+    with tempfile.TemporaryDirectory(prefix="bench-backfill-") as tmp:
         os.makedirs(os.path.join(tmp, "dagster_home"))
-        with bench_instance(os.path.join(tmp, "dagster_home"), args.storage, QUEUE_ONLY) as instance:
-            shards = [f"shard-{i:07d}" for i in range(args.registered)]
+        with bench_instance(os.path.join(tmp, "dagster_home"), storage, QUEUE_ONLY) as instance:
+            shards = [f"shard-{i:07d}" for i in range(registered)]
             for start in range(0, len(shards), 10_000):
                 instance.add_dynamic_partitions("shard", shards[start : start + 10_000])
             assets = per_shard_asset_paths()
-            expected_runs = math.ceil(args.backfill / SHARDS_PER_RUN)
+            expected_runs = math.ceil(backfill / shards_per_run)
             with webserver_instance(instance) as webserver, code_location_workspace(webserver) as webserver_context:
                 params = {
                     "assetSelection": [{"path": path} for path in assets],
-                    "partitionNames": shards[: args.backfill],
+                    "partitionNames": shards[:backfill],
                     "tags": [{"key": "speechdata/launched_by", "value": "bench_backfill_launch"}],
                     "title": "bench_backfill_launch",
                 }
@@ -112,37 +118,108 @@ def main(argv: list[str] | None = None) -> None:
                 logger = logging.getLogger("bench_backfill_launch")
                 runs_filter = RunsFilter(tags={"dagster/backfill": backfill_id})
                 iterations, runs = 0, 0
+                profiler = cProfile.Profile() if profile else None
+                if profiler:
+                    profiler.enable()
                 started = time.perf_counter()
-                while runs < expected_runs and iterations < args.max_iterations:
+                while runs < expected_runs and iterations < max_iterations:
                     for error in execute_backfill_iteration(process_context, logger):
                         if error is not None:
                             raise RuntimeError(f"backfill daemon iteration failed: {error}")
                     iterations += 1
                     runs = instance.get_runs_count(runs_filter)
                 runs_s = time.perf_counter() - started
-                progress(f"{runs} runs after {iterations} daemon iterations, {runs_s:.3f} s")
+                if profiler:
+                    profiler.disable()
+                    profiler.dump_stats(profile)
+                progress(
+                    f"{registered} registered, {shards_per_run} per run: {runs} runs after {iterations} "
+                    f"daemon iterations, {runs_s:.3f} s"
+                )
                 queued = instance.get_runs_count(
                     RunsFilter(tags={"dagster/backfill": backfill_id}, statuses=[dg.DagsterRunStatus.QUEUED])
                 )
+    return {
+        "assets": len(assets),
+        "shards_per_run": shards_per_run,
+        "launch_seconds": round(launch_s, 3),
+        "runs_created_seconds": round(runs_s, 3),
+        "runs": runs,
+        "expected_runs": expected_runs,
+        "queued_runs": queued,
+        "daemon_iterations": iterations,
+        "per_run_ms": ratio(1000 * runs_s, runs),
+        "per_shard_ms": ratio(1000 * runs_s, min(backfill, runs * shards_per_run)),
+    }
 
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="small sizes, for smoke runs")
+    parser.add_argument("--registered", type=int, default=20_000, help="shard partitions in the instance")
+    parser.add_argument("--backfill", type=int, default=1_000, help="shards in the backfill")
+    parser.add_argument("--storage", choices=("sqlite", "postgres"), default="sqlite")
+    parser.add_argument("--max-iterations", type=int, default=200)
+    parser.add_argument("--shards-per-run", type=int, help="the backfill policy's k (default SHARDS_PER_RUN)")
+    parser.add_argument("--compare", action="store_true", help="old and new run shape at each of --sizes")
+    parser.add_argument("--sizes", type=int, nargs="+", default=[1_000, 100_000], help="registered, with --compare")
+    parser.add_argument("--profile", help="write a cProfile of the daemon iterations to this file")
+    parser.add_argument(
+        "--event-batch-size",
+        type=int,
+        default=0,
+        help="DAGSTER_EVENT_BATCH_SIZE for run creation: PostgreSQL then writes a run's planned events in batches",
+    )
+    args = parser.parse_args(argv)
+    if args.event_batch_size:
+        os.environ["DAGSTER_EVENT_BATCH_SIZE"] = str(args.event_batch_size)
+    if args.quick:
+        args.registered, args.backfill, args.sizes = 200, 40, [100, 400]
+
+    from assets.shard_runs import SHARDS_PER_RUN
+
+    params = {
+        "quick": args.quick,
+        "backfill": args.backfill,
+        "storage": args.storage,
+        "event_batch_size": args.event_batch_size,
+    }
+    shapes = {"old": OLD_SHARDS_PER_RUN, "new": args.shards_per_run or SHARDS_PER_RUN}
+    with stdout_to_stderr():
+        if args.compare:
+            per_shape = {
+                shape: {
+                    str(n): measure(n, args.backfill, k, args.storage, args.max_iterations) for n in sorted(args.sizes)
+                }
+                for shape, k in shapes.items()
+            }
+        else:
+            figures = measure(
+                args.registered, args.backfill, shapes["new"], args.storage, args.max_iterations, args.profile
+            )
+    if not args.compare:
+        emit("backfill_launch", {**params, "registered": args.registered}, figures)
+        return
+    small, large = str(min(args.sizes)), str(max(args.sizes))
+    last = per_shape["new"][large]
     emit(
         "backfill_launch",
+        {**params, "sizes": args.sizes, "shards_per_run": shapes},
         {
-            "quick": args.quick,
-            "registered": args.registered,
-            "backfill": args.backfill,
-            "storage": args.storage,
-            "assets": len(assets),
-            "shards_per_run": SHARDS_PER_RUN,
-        },
-        {
-            "launch_seconds": round(launch_s, 3),
-            "runs_created_seconds": round(runs_s, 3),
-            "runs": runs,
-            "expected_runs": expected_runs,
-            "queued_runs": queued,
-            "daemon_iterations": iterations,
-            "per_run_ms": ratio(1000 * runs_s, runs),
+            "per_shape": per_shape,
+            "growth": {
+                shape: ratio(sizes[large]["per_run_ms"], sizes[small]["per_run_ms"])
+                for shape, sizes in per_shape.items()
+            },
+            "new_over_old_per_shard": {
+                n: ratio(per_shape["new"][n]["per_shard_ms"], per_shape["old"][n]["per_shard_ms"])
+                for n in per_shape["new"]
+            },
+            # The keys of a plain run, for the largest size and the new shape.
+            "launch_seconds": last["launch_seconds"],
+            "runs_created_seconds": last["runs_created_seconds"],
+            "runs": last["runs"],
+            "expected_runs": last["expected_runs"],
         },
     )
 

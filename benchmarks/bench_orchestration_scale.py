@@ -217,7 +217,12 @@ def main(argv: list[str] | None = None) -> None:
                         "tick_seconds": round(tick_s, 3),
                         "tick_over_target": ratio(tick_s, TICK_TARGET_S),
                         "partition_list_seconds": round(list_s, 3),
-                        "tick_new_shards": len(result.run_requests or []),
+                        "tick_new_shards": sum(
+                            len(request.partition_keys or [])
+                            for request in result.dynamic_partitions_requests or []
+                            if request.partitions_def_name == "shard"
+                        ),
+                        "tick_runs_requested": len(result.run_requests or []),
                         "materialized_partitions": len(materialized),
                         "run_storage": type(instance.run_storage).__name__,
                     }

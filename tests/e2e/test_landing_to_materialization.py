@@ -79,7 +79,12 @@ def runs_stored_in_postgres(postgres: PostgresServer, job_name: str) -> dict[str
 
 def test_landed_shards_are_materialized_by_the_sensor_run_once_each(tmp_path):
     data_root = DataRoot(str(tmp_path / "data"))
-    env = {"SPEECHDATA_LANDING_SENSOR_INTERVAL_S": "2", "SPEECHDATA_CATALOG_SENSOR_INTERVAL_S": "2"}
+    env = {
+        "SPEECHDATA_LANDING_SENSOR_INTERVAL_S": "2",
+        "SPEECHDATA_CATALOG_SENSOR_INTERVAL_S": "2",
+        # A shard alone launches once it has waited 2 s for a batch (a run of its own, as below).
+        "SPEECHDATA_LANDING_BATCH_WAIT_S": "2",
+    }
     with (
         PostgresServer() as postgres,
         DagsterDev(

@@ -77,7 +77,7 @@ def test_a_symlinked_shard_folder_is_registered_but_not_read_and_raw_shards_fail
     os.makedirs(data_root.path("landing"))
     os.symlink(outside_shard, data_root.path("landing/s1"))
     with dg.instance_for_test() as instance:
-        result = tick(build_landing_sensor(), instance, data_root)
+        result = tick(build_landing_sensor(batch_shards=1), instance, data_root)
         # Still requested, so the failure shows on the shard; its metadata's country was never read.
         assert [r.run_key for r in result.run_requests] == ["s1"]
         assert instance.get_dynamic_partitions("country") == []
@@ -181,7 +181,7 @@ def test_every_sensor_fails_its_tick_on_a_missing_root_naming_it(tmp_path):
     bound = {"data_root": DataRootResource(url=missing), "hub": HubPublisherResource()}
     with dg.instance_for_test() as instance:
         with pytest.raises(DataRootMissing, match=rf"landing_sensor: data root '{missing}' does not exist"):
-            tick(build_landing_sensor(), instance, DataRoot(missing))
+            tick(build_landing_sensor(batch_shards=1), instance, DataRoot(missing))
         for sensor in (catalog_refresh_sensor, country_dataset_sensor):
             with pytest.raises(DataRootMissing, match=rf"{sensor.name}: data root '{missing}' does not exist"):
                 sensor(dg.build_sensor_context(instance=instance, resources=bound))
@@ -191,7 +191,7 @@ def test_every_sensor_fails_its_tick_on_a_missing_root_naming_it(tmp_path):
 def test_an_empty_existing_root_still_ticks_green(data_root):
     os.makedirs(data_root.root)
     with dg.instance_for_test() as instance:
-        assert tick(build_landing_sensor(), instance, data_root).run_requests == []
+        assert tick(build_landing_sensor(batch_shards=1), instance, data_root).run_requests == []
 
 
 def test_cli_commands_that_read_a_root_refuse_a_missing_one(tmp_path, capsys):

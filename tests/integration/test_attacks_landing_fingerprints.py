@@ -44,7 +44,7 @@ def set_mtime(path, stamp):
 
 
 def test_a_success_marker_dated_in_the_future_does_not_hide_another_shards_relanding(data_root):
-    sensor = build_landing_sensor(max_shards_per_tick=10)
+    sensor = build_landing_sensor(max_shards_per_tick=10, batch_shards=1)
     with dg.instance_for_test() as instance:
         land(data_root, "a", ["a1"])
         land(data_root, "b", ["b1"])
@@ -63,7 +63,7 @@ def test_a_relanding_copied_with_preserved_mtimes_is_detected(data_root, tmp_pat
     """``cp -p`` / ``rsync -a`` of a new version whose files carry the old version's times."""
     from speechdata.io.storage import DataRoot
 
-    sensor = build_landing_sensor(max_shards_per_tick=10)
+    sensor = build_landing_sensor(max_shards_per_tick=10, batch_shards=1)
     with dg.instance_for_test() as instance:
         land(data_root, "s1", ["u1", "u2"])
         cursor = settle(sensor, instance, data_root)
@@ -84,7 +84,7 @@ def test_a_relanding_copied_with_preserved_mtimes_is_detected(data_root, tmp_pat
 
 
 def test_touching_a_shard_or_restoring_it_from_a_backup_requests_nothing(data_root, tmp_path):
-    sensor = build_landing_sensor(max_shards_per_tick=10)
+    sensor = build_landing_sensor(max_shards_per_tick=10, batch_shards=1)
     with dg.instance_for_test() as instance:
         for shard_id in ("s1", "s2", "s3"):
             land(data_root, shard_id, ["u1", "u2"])
@@ -107,7 +107,7 @@ def test_touching_a_shard_or_restoring_it_from_a_backup_requests_nothing(data_ro
 
 
 def test_marking_a_shard_landed_again_requests_it_once_under_a_new_key(data_root):
-    sensor = build_landing_sensor(max_shards_per_tick=10)
+    sensor = build_landing_sensor(max_shards_per_tick=10, batch_shards=1)
     with dg.instance_for_test() as instance:
         land(data_root, "s1", ["u1"])
         cursor = settle(sensor, instance, data_root)
@@ -121,7 +121,7 @@ def test_marking_a_shard_landed_again_requests_it_once_under_a_new_key(data_root
 
 
 def test_relandings_beyond_the_cap_wait_for_the_next_tick(data_root):
-    sensor = build_landing_sensor(max_shards_per_tick=2)
+    sensor = build_landing_sensor(max_shards_per_tick=2, batch_shards=1)
     with dg.instance_for_test() as instance:
         for i in range(3):
             land(data_root, f"s{i}", ["u1"])
@@ -138,7 +138,7 @@ def test_relandings_beyond_the_cap_wait_for_the_next_tick(data_root):
 def test_a_registered_shard_relinked_out_of_the_root_is_requested_again_and_never_read(data_root, tmp_path):
     from speechdata.io.storage import DataRoot
 
-    sensor = build_landing_sensor(max_shards_per_tick=10)
+    sensor = build_landing_sensor(max_shards_per_tick=10, batch_shards=1)
     with dg.instance_for_test() as instance:
         land(data_root, "s1", ["u1"])
         cursor = settle(sensor, instance, data_root)

@@ -24,7 +24,7 @@ def touch_later(data_root, relative, seconds=5.0):
 
 
 def test_a_relanded_shard_is_requested_again_under_its_new_fingerprint(data_root):
-    sensor = build_landing_sensor(max_shards_per_tick=10)
+    sensor = build_landing_sensor(max_shards_per_tick=10, batch_shards=1)
     with dg.instance_for_test() as instance:
         build_sample_shard(data_root, "s1", 2, seed=1, long_recordings=0)
         first = tick(sensor, instance, data_root)

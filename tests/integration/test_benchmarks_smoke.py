@@ -57,3 +57,24 @@ def test_benchmark_prints_one_json_record(name, keys):
     record = json.loads(lines[0])
     assert record["benchmark"] == name.removeprefix("bench_")
     assert keys <= set(record)
+
+
+def test_backfill_launch_compares_the_run_shapes_and_creates_every_run():
+    result = subprocess.run(
+        [sys.executable, "-m", "benchmarks.bench_backfill_launch", "--quick", "--compare"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    [line] = result.stdout.strip().splitlines()
+    record = json.loads(line)
+    assert {"per_shape", "growth", "new_over_old_per_shard"} <= set(record)
+    shapes = record["params"]["shards_per_run"]
+    assert shapes["old"] < shapes["new"]
+    for shape, sizes in record["per_shape"].items():
+        for figures in sizes.values():
+            # Every run of the backfill exists, in the shape's size: none missing, none extra.
+            assert figures["runs"] == figures["expected_runs"] == -(-record["params"]["backfill"] // shapes[shape])
+            assert figures["shards_per_run"] == shapes[shape]

@@ -25,7 +25,7 @@ def tick(sensor, instance, data_root, cursor=None) -> dg.SensorResult:
 
 
 def test_half_landed_shard_is_ignored_until_success_marker(instance, data_root):
-    sensor = build_landing_sensor(max_shards_per_tick=10)
+    sensor = build_landing_sensor(max_shards_per_tick=10, batch_shards=1)
     build_sample_shard(data_root, "s1", 2, seed=1, long_recordings=0, complete=False)
     first = tick(sensor, instance, data_root)
     assert first.run_requests == [] and instance.get_dynamic_partitions("shard") == []
@@ -38,7 +38,7 @@ def test_half_landed_shard_is_ignored_until_success_marker(instance, data_root):
 
 
 def test_complete_shard_is_requested_exactly_once_across_ticks(instance, data_root):
-    sensor = build_landing_sensor(max_shards_per_tick=10)
+    sensor = build_landing_sensor(max_shards_per_tick=10, batch_shards=1)
     build_sample_shard(data_root, "s1", 2, seed=1, long_recordings=0)
     requested = []
     cursor = None
@@ -50,7 +50,7 @@ def test_complete_shard_is_requested_exactly_once_across_ticks(instance, data_ro
 
 
 def test_new_countries_and_languages_become_partitions(instance, data_root):
-    sensor = build_landing_sensor(max_shards_per_tick=10)
+    sensor = build_landing_sensor(max_shards_per_tick=10, batch_shards=1)
     metadata = build_sample_shard(data_root, "s1", 8, seed=2, long_recordings=0)
     tick(sensor, instance, data_root)
     assert sorted(instance.get_dynamic_partitions("language")) == sorted(set(metadata["language"].to_pylist()))
@@ -58,7 +58,7 @@ def test_new_countries_and_languages_become_partitions(instance, data_root):
 
 
 def test_cap_per_tick_holds_and_the_rest_follow_on_later_ticks(instance, data_root):
-    sensor = build_landing_sensor(max_shards_per_tick=2)
+    sensor = build_landing_sensor(max_shards_per_tick=2, batch_shards=1)
     for i in range(5):
         build_sample_shard(data_root, f"s{i}", 1, seed=i, long_recordings=0, formats=("wav",))
     batches = []
@@ -75,5 +75,5 @@ def test_shard_with_unreadable_metadata_is_still_registered_so_the_failure_shows
 
     data_root.write_bytes(layout.landing_metadata("broken"), b"not parquet")
     mark_landed(data_root, "broken")
-    result = tick(build_landing_sensor(), instance, data_root)
+    result = tick(build_landing_sensor(batch_shards=1), instance, data_root)
     assert [r.run_key for r in result.run_requests] == ["broken"]
