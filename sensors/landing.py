@@ -17,6 +17,7 @@ import dagster as dg
 
 from assets.partitions import PER_SHARD_JOB_NAME, country_partitions, language_partitions, shard_partitions
 from resources.storage import DataRootResource
+from speechdata.hf.segments import PUBLISHED_SHARD_MARKER
 from speechdata.io import layout
 from speechdata.io.confinement import LandedShardOutsideRoot, confined_landed_shard, require_existing_root
 from speechdata.landing.contract import ContractError, partition_values
@@ -187,7 +188,7 @@ def build_landing_sensor(
                 continue
             try:
                 with root.fs.open(path, "rb") as handle:
-                    countries, languages = partition_values(handle, path)
+                    countries, languages = partition_values(handle, path, countries_only_where=PUBLISHED_SHARD_MARKER)
             except (ContractError, FileNotFoundError) as exc:
                 # raw_shards will fail this shard with the same message; register it so that shows in the UI.
                 context.log.warning(f"{shard_id}: cannot read country/language values: {exc}")

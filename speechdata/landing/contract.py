@@ -193,23 +193,35 @@ def _utt_id_problem(utt_id, id_counts) -> tuple[str, str] | None:
     return None
 
 
-def partition_values(handle, file_label: str) -> tuple[list[str], list[str]]:
+def partition_values(
+    handle, file_label: str, *, countries_only_where: str | None = None
+) -> tuple[list[str], list[str]]:
     """The distinct valid ``country`` and ``language`` values of a metadata file (for partitions).
 
-    Values that break the contract are left out here; :func:`check_rows` rejects their rows later.
+    ``countries_only_where``: a column that must be filled for a row's country to count (the
+    ``country`` partitions serve the HF dataset, which takes only shards carrying ASR transcripts:
+    a bridge shard's country would be a partition nothing ever builds). Values that break the
+    contract are left out here; :func:`check_rows` rejects their rows later.
     """
     try:
         schema = pq.read_schema(handle)
-        columns = [c for c in ("country", "language") if c in schema.names]
+        wanted = ("country", "language", countries_only_where) if countries_only_where else ("country", "language")
+        columns = [c for c in wanted if c in schema.names]
         handle.seek(0)
         table = read_parquet_handle(handle, columns)
     except Exception as exc:
         raise ContractError(file_label, None, f"not a readable parquet file ({exc})") from exc
 
-    def distinct(column: str, is_valid) -> list[str]:
-        if column not in table.column_names:
+    def distinct(rows, column: str, is_valid) -> list[str]:
+        if column not in rows.column_names:
             return []
-        values = pc.unique(table[column]).to_pylist()
+        values = pc.unique(rows[column]).to_pylist()
         return sorted(v for v in values if isinstance(v, str) and is_valid(v))
 
-    return distinct("country", is_country_code), distinct("language", LANGUAGE_PATTERN.match)
+    country_rows = table
+    if countries_only_where:
+        if countries_only_where in table.column_names:
+            country_rows = table.filter(pc.is_valid(table[countries_only_where]))
+        else:
+            country_rows = table.slice(0, 0)
+    return distinct(country_rows, "country", is_country_code), distinct(table, "language", LANGUAGE_PATTERN.match)

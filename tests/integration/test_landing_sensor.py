@@ -6,6 +6,7 @@ import pytest
 from sensors.landing import build_landing_sensor
 from speechdata.landing.mark import mark_landed
 from speechdata.testing.shards import build_sample_shard
+from tests.conftest import land_shard
 from tests.tiny_resources import tiny_resources_for
 
 
@@ -52,9 +53,21 @@ def test_complete_shard_is_requested_exactly_once_across_ticks(instance, data_ro
 def test_new_countries_and_languages_become_partitions(instance, data_root):
     sensor = build_landing_sensor(max_shards_per_tick=10, batch_shards=1)
     metadata = build_sample_shard(data_root, "s1", 8, seed=2, long_recordings=0)
-    tick(sensor, instance, data_root)
+    cursor = tick(sensor, instance, data_root).cursor
     assert sorted(instance.get_dynamic_partitions("language")) == sorted(set(metadata["language"].to_pylist()))
-    assert sorted(instance.get_dynamic_partitions("country")) == sorted(set(metadata["country"].to_pylist()))
+    # A bridge shard (no ASR transcripts) feeds no HF country: its countries never become partitions.
+    assert "asr_text" not in metadata.column_names and set(metadata["country"].to_pylist()) - {None}
+    assert instance.get_dynamic_partitions("country") == []
+
+    row = {"audio_path": "a.wav", "text": "hello world", "language": "en", "source": "test"}
+    rows = [
+        {**row, "utt_id": "a", "country": "fr", "asr_text": "hello world"},
+        {**row, "utt_id": "b", "country": "de", "asr_text": None},
+    ]
+    land_shard(data_root, "s2", rows, {})
+    tick(sensor, instance, data_root, cursor)
+    # Only the countries of rows carrying a transcript: the rows the HF dataset can publish.
+    assert instance.get_dynamic_partitions("country") == ["fr"]
 
 
 def test_cap_per_tick_holds_and_the_rest_follow_on_later_ticks(instance, data_root):
