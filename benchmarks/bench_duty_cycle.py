@@ -42,7 +42,7 @@ from pathlib import Path
 
 from benchmarks.capacity_model import GPU_FLOPS_PER_AUDIO_S, MEASURED_CPU_STAGES, capacity, gpu_stages
 from benchmarks.duty_cycle_simulation import RunCosts, StageCosts, duty_cycle
-from benchmarks.model_load_costs import MODEL_CACHE_DIR, MODELS, folder_bytes, measure_model_load
+from benchmarks.model_load_costs import MODEL_CACHE_DIR, MODELS, folder_bytes, measure_model_loads
 from benchmarks.orchestration_costs import code_location_import, run_creation, step_start
 from benchmarks.report import emit, progress, ratio, stdout_to_stderr
 from benchmarks.stage_io_costs import measure_stage_io
@@ -72,8 +72,9 @@ ASSUMPTIONS = (
     "bring them), then per GPU step its start (in-process executor, the default; the multiprocess variant "
     "uses the multiprocess step start, which re-imports the code location, plus torch and transformers), "
     "its model load, and per shard read, compute, write: all serial, nothing overlaps.",
-    "Resident: run creation, run start and step starts run on an orchestrator lane, ahead of the GPU (they "
-    "overlap earlier shards' compute); reads run on a prefetch thread at most one item ahead of the GPU; "
+    "Resident: runs are created one after another (the backfill daemon); up to --concurrent-runs run "
+    "workers start (interpreter + code location) and start their steps (in-process) at once; all of it "
+    "ahead of the GPU, overlapping earlier shards' compute; reads run on a prefetch thread at most one item ahead of the GPU; "
     "writes on a writer thread after their compute; the GPU does model loads (once, at the worker's start) "
     "and compute only.",
     "Only the per-shard GPU stages (alignments, qwen_hidden_states, wavlm_features) are in the timeline. "
@@ -163,6 +164,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--landing-shards", type=int, default=1_440, help="shards landed (one per interval)")
     parser.add_argument("--landing-interval-s", type=float, default=60.0)
     parser.add_argument("--shards-per-run", type=int, default=4, help="k: shards per backfill run")
+    parser.add_argument("--concurrent-runs", type=int, default=4, help="run workers starting at once (resident)")
     parser.add_argument("--utterances", type=int, default=1_000, help="utterances per shard")
     parser.add_argument("--utterance-s", type=float, default=8.0)
     parser.add_argument("--audio-hours-per-gpu-hour", type=float, default=1_000.0)
@@ -182,10 +184,10 @@ def main(argv: list[str] | None = None) -> None:
 
     with stdout_to_stderr():
         started = time.perf_counter()
-        loads = {}
-        for spec in MODELS:
-            loads[spec.name] = measure_model_load(spec.name, args.quick, warm=not args.quick)
-            progress(f"model {spec.name}: {loads[spec.name]}")
+        loads = measure_model_loads(
+            [spec.name for spec in MODELS], args.quick, warm=not args.quick, one_process=args.quick
+        )
+        progress(f"model loads: {loads}")
         cache_gb = sum(folder_bytes(p) for p in MODEL_CACHE_DIR.iterdir() if p.is_dir()) / 1e9
 
         location = code_location_import(args.repeats)
@@ -194,7 +196,7 @@ def main(argv: list[str] | None = None) -> None:
         progress(f"run creation: {creation}")
         steps = step_start(args.repeats)
         with tempfile.TemporaryDirectory(prefix="bench-duty-cycle-io-") as work:
-            io = measure_stage_io(Path(work), io_utterances, args.utterance_s)
+            io = measure_stage_io(Path(work), io_utterances, args.utterance_s, args.repeats)
         progress(f"stage I/O: {io}")
         measure_s = time.perf_counter() - started
 
@@ -221,7 +223,9 @@ def main(argv: list[str] | None = None) -> None:
             # the baseline with run creation entirely off the GPU's path bounds that overlap.
             creation_hidden = RunCosts(0.0, in_process.run_start_s, in_process.step_start_s)
             baseline_hidden = duty_cycle("baseline", mode, baseline_stages, creation_hidden, **settings)
-            resident = duty_cycle("resident", mode, resident_stages, in_process, **settings)
+            resident = duty_cycle(
+                "resident", mode, resident_stages, in_process, **settings, concurrent_runs=args.concurrent_runs
+            )
             duty[mode] = {
                 "baseline": baseline,
                 "baseline_multiprocess": baseline_mp,
@@ -240,6 +244,7 @@ def main(argv: list[str] | None = None) -> None:
             "landing_shards": args.landing_shards,
             "landing_interval_s": args.landing_interval_s,
             "shards_per_run": args.shards_per_run,
+            "concurrent_runs": args.concurrent_runs,
             "utterances_per_shard": args.utterances,
             "utterance_s": args.utterance_s,
             "audio_hours_per_gpu_hour": args.audio_hours_per_gpu_hour,

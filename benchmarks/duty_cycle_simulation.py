@@ -12,8 +12,10 @@ Two architectures, each built from the same per-shard and per-run costs:
   creation, the run worker's start (a fresh interpreter importing the code location), then per
   GPU stage a step: its start, its model load, and per shard input read, GPU compute, output
   write, one after another;
-* **resident** (resident GPU workers): four resources that work at once. ``orchestrator``: run
-  creation, run start and step starts, ahead of the GPU (they overlap earlier shards' compute);
+* **resident** (resident GPU workers): resources that work at once. ``orchestrator``: run
+  creation, one run after another (the backfill daemon); ``run_worker_<i>``: up to
+  ``concurrent_runs`` runs starting (interpreter, code location) and starting their steps at once;
+  both run ahead of the GPU (they overlap earlier shards' compute);
   ``reader``: a prefetch thread that reads the next item's inputs while the current one is on the
   GPU (at most ``prefetch_depth`` items ahead); ``gpu``: each model loaded once at the worker's
   start, then compute only; ``writer``: outputs written after their compute, beside the next one.
@@ -31,8 +33,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-
-RESOURCES_RESIDENT = ("orchestrator", "reader", "gpu", "writer")
 
 
 @dataclass(frozen=True)
@@ -164,19 +164,23 @@ def resident_timeline(
     arrivals_s: Sequence[float],
     shards_per_run: int,
     prefetch_depth: int = 1,
+    concurrent_runs: int = 4,
 ) -> Timeline:
     """Resident GPU workers: models loaded once at the worker's start; orchestration, reads and
-    writes on their own resources, overlapping compute; reads at most ``prefetch_depth`` items ahead."""
+    writes on their own resources, overlapping compute; reads at most ``prefetch_depth`` items ahead.
+    Runs are created one after another (one backfill daemon); up to ``concurrent_runs`` run workers
+    start and start their steps at once, each in its own process."""
     timeline = Timeline()
     start = min(arrivals_s, default=0.0)
     loads = [timeline.add(Task("model_load", "gpu", s.model_load_s, True, None, start)) for s in stages]
     computes: list[int] = []
-    for shards in runs_of(arrivals_s, shards_per_run):
+    for number, shards in enumerate(runs_of(arrivals_s, shards_per_run)):
         release = max(arrivals_s[s] for s in shards)
-        timeline.add(Task("run_creation", "orchestrator", run.run_creation_s, False, shards[0], release))
-        timeline.add(Task("run_start", "orchestrator", run.run_start_s, False, shards[0], release))
+        created = timeline.add(Task("run_creation", "orchestrator", run.run_creation_s, False, shards[0], release))
+        worker = f"run_worker_{number % concurrent_runs}"
+        timeline.add(Task("run_start", worker, run.run_start_s, False, shards[0], release, (created,)))
         step_started = {
-            stage.name: timeline.add(Task("step_start", "orchestrator", run.step_start_s, False, shards[0], release))
+            stage.name: timeline.add(Task("step_start", worker, run.step_start_s, False, shards[0], release))
             for stage in stages
         }
         for shard in shards:
@@ -213,6 +217,7 @@ def duty_cycle(
     shards: int,
     shards_per_run: int,
     landing_interval_s: float = 60.0,
+    **architecture_options,
 ) -> dict:
     """Simulate ``shards`` shards (a backfill: all at once; landing: one per ``landing_interval_s``)."""
     if mode == "backfill":
@@ -221,5 +226,5 @@ def duty_cycle(
         arrivals = [i * landing_interval_s for i in range(shards)]
     else:
         raise ValueError(f"mode must be backfill or landing, got {mode!r}")
-    timeline = ARCHITECTURES[architecture](stages, run, arrivals, shards_per_run)
+    timeline = ARCHITECTURES[architecture](stages, run, arrivals, shards_per_run, **architecture_options)
     return figures(timeline, mode)

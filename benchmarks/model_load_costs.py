@@ -27,7 +27,7 @@ the page cache (``posix_fadvise(DONTNEED)``, as a node that has not read them), 
 (what a second run on the same node pays). Reported: seconds, GB on disk, GB/s, parameters, the
 child's peak RSS and its import time of torch + transformers (paid before any load).
 
-    python -m benchmarks.model_load_costs write|load <model> <folder> [--tiny]   (one child's work)
+    python -m benchmarks.model_load_costs write|load <cache folder> <model>... [--tiny]   (a child's work)
 """
 
 from __future__ import annotations
@@ -35,9 +35,11 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import math
 import resource
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,6 +48,7 @@ from benchmarks.report import stdout_to_stderr
 
 MODEL_CACHE_DIR = Path(__file__).resolve().parent.parent / ".cache" / "bench-models"
 GB = 1e9
+SHARD_BYTES = 2 * 10**9  # hub checkpoints come in shards of a few GB (Qwen3-1.7B: 2 files)
 
 # mT5-XL's sizes (google/mt5-xl config.json), which MetricX-24 hybrid XL keeps; its LM head is untied.
 MT5_XL = dict(
@@ -163,60 +166,139 @@ def metricx_config(tiny: bool, score_token_id: int):
     return config
 
 
+ARCHITECTURE_OF = {
+    "qwen3-1.7b": "Qwen3ForCausalLM",
+    "wavlm-large": "WavLMModel",
+    "parakeet-ctc-1.1b": "ParakeetForCTC",
+    "metricx-24-hybrid-xl": "MT5ForRegression",
+}
+
+
+def model_config(name: str, tiny: bool):
+    if name == "qwen3-1.7b":
+        return qwen_config(tiny)
+    if name == "wavlm-large":
+        return wavlm_config(tiny)
+    if name == "parakeet-ctc-1.1b":
+        return parakeet_config(tiny)
+    if name == "metricx-24-hybrid-xl":
+        from speechdata.translation.metricx import SCORE_TOKEN, build_tiny_tokenizer
+
+        return metricx_config(tiny, build_tiny_tokenizer().convert_tokens_to_ids(SCORE_TOKEN))
+    raise ValueError(f"no such model: {name!r} (have {', '.join(MODELS_BY_NAME)})")
+
+
+def model_class(name: str):
+    if name == "metricx-24-hybrid-xl":
+        from speechdata.translation.metricx import MT5ForRegression
+
+        return MT5ForRegression
+    import transformers
+
+    return getattr(transformers, ARCHITECTURE_OF[name])
+
+
 def build_model(name: str, tiny: bool):
-    """The model with random weights, in its stored dtype, as it goes to disk."""
+    """The model with random weights, in its stored dtype (on the meta device inside ``torch.device("meta")``)."""
     import torch
 
-    spec = MODELS_BY_NAME[name]
-    with default_dtype(_dtype(spec.stored_dtype)), torch.no_grad():
-        if name == "qwen3-1.7b":
-            from transformers import Qwen3ForCausalLM
-
-            return Qwen3ForCausalLM(qwen_config(tiny)).eval()
-        if name == "wavlm-large":
-            from transformers import WavLMModel
-
-            return WavLMModel(wavlm_config(tiny)).eval()
-        if name == "parakeet-ctc-1.1b":
-            from transformers import ParakeetForCTC
-
-            return ParakeetForCTC(parakeet_config(tiny)).eval()
-        if name == "metricx-24-hybrid-xl":
-            from speechdata.translation.metricx import SCORE_TOKEN, MT5ForRegression, build_tiny_tokenizer
-
-            score_token_id = build_tiny_tokenizer().convert_tokens_to_ids(SCORE_TOKEN)
-            return MT5ForRegression(metricx_config(tiny, score_token_id)).eval()
-    raise ValueError(f"no such model: {name!r} (have {', '.join(MODELS_BY_NAME)})")
+    with default_dtype(_dtype(MODELS_BY_NAME[name].stored_dtype)), torch.no_grad():
+        return model_class(name)(model_config(name, tiny)).eval()
 
 
 def expected_parameters(name: str, tiny: bool) -> int:
     """Parameters of the model the platform gets from a load at the real (or tiny) config, counted on
     the meta device (no memory): the loaded module is ``AutoModel``'s base model for Qwen and WavLM."""
     import torch
+    import transformers
 
+    loaded_class = {"qwen3-1.7b": transformers.Qwen3Model}.get(name) or model_class(name)
     with torch.device("meta"):
-        if name == "qwen3-1.7b":
-            from transformers import Qwen3Model
-
-            model = Qwen3Model(qwen_config(tiny))
-        elif name == "wavlm-large":
-            from transformers import WavLMModel
-
-            model = WavLMModel(wavlm_config(tiny))
-        elif name == "parakeet-ctc-1.1b":
-            from transformers import ParakeetForCTC
-
-            model = ParakeetForCTC(parakeet_config(tiny))
-        else:
-            from speechdata.translation.metricx import MT5ForRegression
-
-            model = MT5ForRegression(metricx_config(tiny, 0))
+        model = loaded_class(model_config(name, tiny))
     return sum(p.numel() for p in model.parameters())
 
 
+def saved_by_save_pretrained(name: str) -> set[str]:
+    """The tiny model's keys that ``save_pretrained`` writes (tied copies left out), as the rule for
+    which keys a checkpoint of this architecture holds."""
+    from safetensors import safe_open
+
+    with tempfile.TemporaryDirectory(prefix="bench-model-keys-") as work:
+        build_model(name, tiny=True).save_pretrained(work)
+        keys = set()
+        for path in Path(work).glob("*.safetensors"):
+            with safe_open(str(path), "pt") as checkpoint:
+                keys.update(checkpoint.keys())
+    return keys
+
+
+def checkpoint_tensors(name: str, tiny: bool) -> dict[str, tuple[tuple[int, ...], object]]:
+    """``{key: (shape, dtype)}`` of the checkpoint ``save_pretrained`` would write, from a model on the
+    meta device (no memory, no initialisation): every state-dict entry but the tied copies."""
+    import torch
+
+    spec = MODELS_BY_NAME[name]
+    with torch.device("meta"):
+        tiny_state = build_model(name, tiny=True).state_dict()
+        state = tiny_state if tiny else build_model(name, tiny=False).state_dict()
+    saved = saved_by_save_pretrained(name)
+    if not saved <= set(tiny_state):
+        raise ValueError(f"{name}: save_pretrained renames keys ({sorted(saved - set(tiny_state))[:3]}); not supported")
+    tied = set(tiny_state) - saved
+    return {
+        key: (tuple(tensor.shape), tensor.dtype if not tensor.is_floating_point() else _dtype(spec.stored_dtype))
+        for key, tensor in state.items()
+        if key not in tied
+    }
+
+
 def write_model(name: str, folder: Path, tiny: bool) -> None:
-    model = build_model(name, tiny)
-    model.save_pretrained(folder)
+    """The model's checkpoint as the hub stores it: ``config.json`` and safetensors shards of at most
+    :data:`SHARD_BYTES` with their index, written tensor by tensor from random values, so a 7.5 GB
+    model needs one shard's memory and no initialisation pass."""
+    import torch
+    from safetensors.torch import save_file
+
+    spec = MODELS_BY_NAME[name]
+    tensors = checkpoint_tensors(name, tiny)
+    pool = (0.02 * torch.randn(1 << 22, generator=torch.Generator().manual_seed(0))).to(_dtype(spec.stored_dtype))
+    shards: list[list[str]] = [[]]
+    shard_bytes = 0
+    for key, (shape, dtype) in tensors.items():
+        size = math.prod(shape) * torch.empty((), dtype=dtype).element_size()
+        if shards[-1] and shard_bytes + size > SHARD_BYTES:
+            shards.append([])
+            shard_bytes = 0
+        shards[-1].append(key)
+        shard_bytes += size
+    folder.mkdir(parents=True, exist_ok=True)
+    names = (
+        ["model.safetensors"]
+        if len(shards) == 1
+        else [f"model-{i + 1:05d}-of-{len(shards):05d}.safetensors" for i in range(len(shards))]
+    )
+    weight_map, total = {}, 0
+    for file_name, keys in zip(names, shards, strict=True):
+        shard = {}
+        for key in keys:
+            shape, dtype = tensors[key]
+            count = math.prod(shape)
+            if dtype.is_floating_point:
+                values = pool.repeat(-(-count // pool.numel()))[:count].reshape(shape).clone()
+            else:
+                values = torch.zeros(shape, dtype=dtype)
+            shard[key] = values
+            total += values.numel() * values.element_size()
+            weight_map[key] = file_name
+        save_file(shard, str(folder / file_name), metadata={"format": "pt"})
+        del shard
+    if len(shards) > 1:
+        index = {"metadata": {"total_size": total}, "weight_map": weight_map}
+        (folder / "model.safetensors.index.json").write_text(json.dumps(index, indent=2))
+    config = model_config(name, tiny)
+    config.dtype = _dtype(spec.stored_dtype)
+    config.architectures = [ARCHITECTURE_OF[name]]
+    config.save_pretrained(folder)
     if name == "metricx-24-hybrid-xl":
         from speechdata.translation.metricx import build_tiny_tokenizer
 
@@ -256,87 +338,105 @@ def peak_rss_gb() -> float:
 def _child(argv: list[str]) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("action", choices=("write", "load"))
-    parser.add_argument("model", choices=tuple(MODELS_BY_NAME))
-    parser.add_argument("folder", type=Path)
+    parser.add_argument("cache_dir", type=Path)
+    parser.add_argument("models", nargs="+", choices=tuple(MODELS_BY_NAME))
     parser.add_argument("--tiny", action="store_true")
     args = parser.parse_args(argv)
+    records = {}
     with stdout_to_stderr():
         started = time.perf_counter()
         import torch  # noqa: F401
         import transformers  # noqa: F401
 
         import_s = time.perf_counter() - started
-        if args.action == "write":
-            from speechdata.io.local_cache import build_once
-
+        for name in args.models:
+            folder = model_folder(name, args.tiny, args.cache_dir)
             started = time.perf_counter()
-            build_once(args.folder, lambda temp: write_model(args.model, temp, args.tiny))
-            record = {"write_s": time.perf_counter() - started}
-        else:
-            started = time.perf_counter()
-            model = load_model(args.model, args.folder)
-            load_s = time.perf_counter() - started
-            record = {
-                "load_s": load_s,
-                "import_s": import_s,
-                "parameters": sum(p.numel() for p in model.parameters()),
-                "dtype": str(next(model.parameters()).dtype).removeprefix("torch."),
-                "class": type(model).__name__,
-            }
-        record["peak_rss_gb"] = peak_rss_gb()
-    print(json.dumps(record), flush=True)
+            if args.action == "write":
+                from speechdata.io.local_cache import build_once
+
+                build_once(folder, lambda temp, name=name: write_model(name, temp, args.tiny))
+                records[name] = {"write_s": time.perf_counter() - started}
+            else:
+                model = load_model(name, folder)
+                records[name] = {
+                    "load_s": time.perf_counter() - started,
+                    "import_s": import_s,
+                    "parameters": sum(p.numel() for p in model.parameters()),
+                    "dtype": str(next(model.parameters()).dtype).removeprefix("torch."),
+                    "class": type(model).__name__,
+                }
+                del model
+            records[name]["peak_rss_gb"] = peak_rss_gb()
+    print(json.dumps(records), flush=True)
 
 
-def run_child(action: str, name: str, folder: Path, tiny: bool, timeout_s: float = 3600) -> dict:
-    """One write or load in a fresh interpreter (its own peak RSS, nothing already imported or cached)."""
-    command = [sys.executable, "-m", "benchmarks.model_load_costs", action, name, str(folder)]
-    proc = subprocess.run(
-        command + (["--tiny"] if tiny else []), capture_output=True, text=True, timeout=timeout_s, check=False
-    )
+def run_child(action: str, names: list[str], tiny: bool, cache_dir: Path, timeout_s: float = 3600) -> dict:
+    """Writes or loads in a fresh interpreter, one model after another: ``{name: figures}``."""
+    command = [sys.executable, "-m", "benchmarks.model_load_costs", action, str(cache_dir), *names]
+    command += ["--tiny"] if tiny else []
+    proc = subprocess.run(command, capture_output=True, text=True, timeout=timeout_s, check=False)
     if proc.returncode != 0:
         raise RuntimeError(f"{' '.join(command)} failed (exit {proc.returncode}): {proc.stderr[-3000:]}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def ensure_written(name: str, tiny: bool, cache_dir: Path = MODEL_CACHE_DIR) -> tuple[Path, float | None]:
-    """The model's folder, written first if absent; the write's seconds (None: reused from the cache)."""
-    folder = model_folder(name, tiny, cache_dir)
-    if folder.exists():
-        return folder, None
-    return folder, run_child("write", name, folder, tiny)["write_s"]
+def in_children(action: str, names: list[str], tiny: bool, cache_dir: Path, one_process: bool) -> dict:
+    if not names:
+        return {}
+    if one_process:
+        return run_child(action, names, tiny, cache_dir)
+    return {name: run_child(action, [name], tiny, cache_dir)[name] for name in names}
 
 
 def significant(value: float) -> float:
     return float(f"{value:.4g}")
 
 
-def measure_model_load(name: str, tiny: bool, cache_dir: Path = MODEL_CACHE_DIR, warm: bool = True) -> dict:
-    """Write (once) and time a cold load of one model, and a warm one after it unless ``warm`` is false."""
+def measure_model_loads(
+    names: list[str], tiny: bool, cache_dir: Path = MODEL_CACHE_DIR, warm: bool = True, one_process: bool = False
+) -> dict:
+    """Write each model once (reused after), then time a cold load and, if ``warm``, a warm one.
+
+    ``one_process``: every model's write, then every cold load, in one interpreter (a smoke run's
+    shortcut: the peak RSS then covers the models loaded before too). Otherwise one interpreter per
+    model and action, so each load starts from nothing imported and its peak RSS is its own.
+    """
     from benchmarks.bench_packing import evict_from_page_cache
 
-    folder, write_s = ensure_written(name, tiny, cache_dir)
-    size = folder_bytes(folder)
-    evict_from_page_cache(folder)
-    cold = run_child("load", name, folder, tiny)
-    warm_load = run_child("load", name, folder, tiny) if warm else None
-    spec = MODELS_BY_NAME[name]
-    return {
-        "stage": spec.stage,
-        "stored_dtype": spec.stored_dtype,
-        "load_dtype": cold["dtype"],
-        "class": cold["class"],
-        "format": "safetensors" if any(folder.glob("*.safetensors")) else "other",
-        "parameters": cold["parameters"],
-        "expected_parameters": expected_parameters(name, tiny),
-        "disk_gb": significant(size / GB),
-        "cold_load_s": round(cold["load_s"], 3),
-        "cold_gb_per_s": significant(size / GB / cold["load_s"]),
-        "warm_load_s": round(warm_load["load_s"], 3) if warm_load else None,
-        "warm_gb_per_s": significant(size / GB / warm_load["load_s"]) if warm_load else None,
-        "import_torch_transformers_s": round(cold["import_s"], 3),
-        "peak_rss_gb": round(max(cold["peak_rss_gb"], warm_load["peak_rss_gb"] if warm_load else 0.0), 3),
-        "write_s": None if write_s is None else round(write_s, 1),
-    }
+    missing = [name for name in names if not model_folder(name, tiny, cache_dir).exists()]
+    writes = in_children("write", missing, tiny, cache_dir, one_process)
+    for name in names:
+        evict_from_page_cache(model_folder(name, tiny, cache_dir))
+    cold = in_children("load", names, tiny, cache_dir, one_process)
+    warm_loads = in_children("load", names, tiny, cache_dir, one_process) if warm else {}
+    figures = {}
+    for name in names:
+        folder, spec, first, again = (
+            model_folder(name, tiny, cache_dir),
+            MODELS_BY_NAME[name],
+            cold[name],
+            warm_loads.get(name),
+        )
+        size = folder_bytes(folder)
+        figures[name] = {
+            "stage": spec.stage,
+            "stored_dtype": spec.stored_dtype,
+            "load_dtype": first["dtype"],
+            "class": first["class"],
+            "format": "safetensors" if any(folder.glob("*.safetensors")) else "other",
+            "parameters": first["parameters"],
+            "expected_parameters": expected_parameters(name, tiny),
+            "disk_gb": significant(size / GB),
+            "cold_load_s": round(first["load_s"], 3),
+            "cold_gb_per_s": significant(size / GB / first["load_s"]),
+            "warm_load_s": round(again["load_s"], 3) if again else None,
+            "warm_gb_per_s": significant(size / GB / again["load_s"]) if again else None,
+            "import_torch_transformers_s": round(first["import_s"], 3),
+            "peak_rss_gb": round(max(first["peak_rss_gb"], again["peak_rss_gb"] if again else 0.0), 3),
+            "write_s": round(writes[name]["write_s"], 1) if name in writes else None,
+        }
+    return figures
 
 
 if __name__ == "__main__":

@@ -25,7 +25,7 @@ def step_start_probe() -> dg.MaterializeResult:
 def _probe_job(executor: dg.ExecutorDefinition) -> dg.JobDefinition:
     return dg.Definitions(
         assets=[step_start_probe], jobs=[dg.define_asset_job(PROBE_JOB, executor_def=executor)]
-    ).get_job_def(PROBE_JOB)
+    ).resolve_job_def(PROBE_JOB)
 
 
 def in_process_probe_job() -> dg.JobDefinition:

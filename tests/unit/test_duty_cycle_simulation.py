@@ -108,3 +108,11 @@ def test_a_task_cannot_wait_for_a_later_one():
 def test_overlapping_intervals_count_once():
     assert union_length([(0, 2), (1, 3), (5, 6)]) == pytest.approx(4.0)
     assert union_length([]) == 0.0
+
+
+def test_run_workers_starting_at_once_hide_a_run_start_longer_than_a_runs_compute():
+    settings = {"shards": 100, "shards_per_run": 4}  # a run holds 16 s of compute; its start takes 30 s
+    slow_start = RunCosts(0.0, 30.0, 0.0)
+    one_at_a_time = duty_cycle("resident", "backfill", COMPUTE_ONLY, slow_start, **settings, concurrent_runs=1)
+    four_at_once = duty_cycle("resident", "backfill", COMPUTE_ONLY, slow_start, **settings, concurrent_runs=4)
+    assert four_at_once["duty_cycle"] > 0.9 > 0.6 > one_at_a_time["duty_cycle"]
