@@ -12,8 +12,9 @@ page cache (the files were just written; a GPU node reads them from storage):
   the model call replaced by a stand-in that returns float16 matrices of the full models' shapes
   (Qwen ``[tokens, 2048]``, WavLM ``[frames, 1024]``), so the stage's batching, its array store
   writes and its rejects file are real; the stand-in's own time is subtracted;
-* ``write_s = stage_s - read_s``: everything the stage does besides reading and computing (the
-  array store and rejects writes, atomic renames); 0 where noise puts the stage under its reads.
+* ``write_s``: inside that stage run, the seconds spent writing: the array store's ``add`` and
+  ``flush`` (where row groups go to disk), opening and closing its parquet writer (the atomic
+  rename), and the rejects file.
 
 Each is the median of ``repeats`` (every pass from a dropped page cache); reported per shard and
 per audio hour.
@@ -59,16 +60,75 @@ class StandInModelCall:
         return out
 
 
+class WriteClock:
+    """Seconds the stage spends writing: its array store's ``add``/``flush`` (row groups go to disk
+    there), opening and closing (atomic rename) its parquet writer, and its whole-table writes."""
+
+    def __init__(self):
+        self.seconds = 0.0
+
+    @contextmanager
+    def timing(self):
+        started = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.seconds += time.perf_counter() - started
+
+    def timed_data_root(self, root: str):
+        from speechdata.io.storage import DataRoot
+
+        clock = self
+
+        class WriteTimedDataRoot(DataRoot):
+            @contextmanager
+            def parquet_writer(self, relative, schema, **options):
+                with clock.timing():
+                    writer = super().parquet_writer(relative, schema, **options)
+                    handle = writer.__enter__()
+                try:
+                    yield handle
+                except BaseException as error:
+                    writer.__exit__(type(error), error, error.__traceback__)
+                    raise
+                with clock.timing():
+                    writer.__exit__(None, None, None)
+
+            def write_parquet(self, relative, table, **options):
+                with clock.timing():
+                    super().write_parquet(relative, table, **options)
+
+        return WriteTimedDataRoot(root)
+
+    def store_writer_class(self):
+        from speechdata.features.array_store import ArrayStoreWriter
+
+        clock = self
+
+        class WriteTimedArrayStoreWriter(ArrayStoreWriter):
+            def add(self, utt_id, matrix):
+                with clock.timing():
+                    super().add(utt_id, matrix)
+
+            def flush(self):
+                with clock.timing():
+                    super().flush()
+
+        return WriteTimedArrayStoreWriter
+
+
 @contextmanager
-def model_calls_replaced(qwen: StandInModelCall, wavlm: StandInModelCall):
+def stage_instrumented(qwen: StandInModelCall, wavlm: StandInModelCall, clock: WriteClock):
+    """The stage module's model calls replaced by the stand-ins, and its store writer timed."""
     from speechdata.features import stage
 
-    saved = stage.qwen_hidden_states, stage.wavlm_features
+    saved = stage.qwen_hidden_states, stage.wavlm_features, stage.ArrayStoreWriter
     stage.qwen_hidden_states, stage.wavlm_features = qwen.qwen, wavlm.wavlm
+    stage.ArrayStoreWriter = clock.store_writer_class()
     try:
         yield
     finally:
-        stage.qwen_hidden_states, stage.wavlm_features = saved
+        stage.qwen_hidden_states, stage.wavlm_features, stage.ArrayStoreWriter = saved
 
 
 def _timed(run) -> float:
@@ -84,10 +144,10 @@ def measure_stage_io(work_dir: Path, utterances: int, seconds: float = 8.0, repe
     from speechdata.audio.container import iter_container_audio
     from speechdata.features.stage import run_qwen_hidden_states, run_wavlm_features
     from speechdata.io import layout
-    from speechdata.io.storage import DataRoot
     from speechdata.testing.packing_inputs import write_packing_inputs
 
-    root = DataRoot(str(work_dir))
+    clock = WriteClock()
+    root = clock.timed_data_root(str(work_dir))
     write_packing_inputs(root, SHARD_ID, utterances, seconds=seconds, qwen_dim=QWEN_HIDDEN_SIZE)
     audio_hours = utterances * seconds / SECONDS_PER_HOUR
     grids = layout.frame_grids(SHARD_ID)
@@ -102,7 +162,7 @@ def measure_stage_io(work_dir: Path, utterances: int, seconds: float = 8.0, repe
 
     qwen_call, wavlm_call = StandInModelCall(QWEN_HIDDEN_SIZE), StandInModelCall(WAVLM_HIDDEN_SIZE)
     figures = {}
-    with model_calls_replaced(qwen_call, wavlm_call):
+    with stage_instrumented(qwen_call, wavlm_call, clock):
         for name, read, run, call in (
             ("qwen_hidden_states", read_qwen_inputs,
              lambda: run_qwen_hidden_states(root, SHARD_ID, None, device="cpu", max_batch_tokens=16_384), qwen_call),
@@ -110,19 +170,20 @@ def measure_stage_io(work_dir: Path, utterances: int, seconds: float = 8.0, repe
              lambda: run_wavlm_features(root, SHARD_ID, None, device="cpu", dtype=torch.bfloat16, max_batch_s=200.0),
              wavlm_call),
         ):  # fmt: skip
-            reads, stages = [], []
+            reads, stages, writes = [], [], []
             for _ in range(repeats):
                 evict_from_page_cache(work_dir)
                 reads.append(_timed(read))
                 evict_from_page_cache(work_dir)
-                call.seconds = 0.0
+                call.seconds = clock.seconds = 0.0
                 stages.append(_timed(run) - call.seconds)
-            read_s, stage_s = statistics.median(reads), statistics.median(stages)
-            write_s = max(stage_s - read_s, 0.0)
+                writes.append(clock.seconds)
+            read_s, stage_s, write_s = (statistics.median(x) for x in (reads, stages, writes))
             figures[name] = {
                 "read_s": round(read_s, 4),
                 "all_read_s": [round(r, 4) for r in reads],
                 "all_stage_s_without_model": [round(r, 4) for r in stages],
+                "all_write_s": [round(r, 4) for r in writes],
                 "stage_s_without_model": round(stage_s, 4),
                 "write_s": round(write_s, 4),
                 "read_s_per_audio_hour": round(read_s / audio_hours, 4),
