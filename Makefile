@@ -3,6 +3,9 @@ PYTHON ?= python3.11
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# NeMo's environment, the one a trainer has: see nemo-env below.
+NEMO_VENV := .venv-nemo
+NEMO_STAMP := $(NEMO_VENV)/.installed
 export DAGSTER_HOME ?= $(CURDIR)/.dagster_home
 export DATA_ROOT ?= $(CURDIR)/.data
 PORT ?= 3000
@@ -10,7 +13,7 @@ PORT ?= 3000
 # connection from DAGSTER_POSTGRES_*).
 DAGSTER_INSTANCE ?= local
 
-.PHONY: setup demo dev lint check test test-fast docs bench clean instance postgres-server ffmpeg-libs
+.PHONY: setup nemo-env demo dev lint check test test-fast docs bench clean instance postgres-server ffmpeg-libs
 
 setup: ffmpeg-libs $(STAMP)
 
@@ -28,6 +31,17 @@ $(STAMP): pyproject.toml
 	# uv resolves and installs the ~6 GB ML stack in a fraction of pip's time.
 	$(BIN)/uv pip install --python $(BIN)/python -e '.[platform,dev]'
 	touch $(STAMP)
+
+# The consumers' environment: the core library and nemo_toolkit[asr] with the same torch pins (the
+# nemo-consumer dependency group in pyproject.toml). The tests that check NeMo's own loaders read our
+# exports, and the NeMo Viterbi reference, run their NeMo part in it (tests/nemo_env.py). NeMo cannot
+# join .venv: its hydra-core / omegaconf pin antlr4 4.9, and Dagster's selection grammar needs 4.13.
+nemo-env: $(NEMO_STAMP)
+
+$(NEMO_STAMP): pyproject.toml | $(STAMP)
+	test -x $(NEMO_VENV)/bin/python || $(PYTHON) -m venv $(NEMO_VENV)
+	$(BIN)/uv pip install --python $(NEMO_VENV)/bin/python -e . --group pyproject.toml:nemo-consumer
+	touch $(NEMO_STAMP)
 
 # Copied every time, so that switching DAGSTER_INSTANCE takes effect.
 instance:
@@ -70,21 +84,22 @@ docs: setup
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
 
 # The inner loop, under 2 minutes: lint, then the unit tests but those marked slow (a new interpreter
-# each, or NeMo loaded). PYTHONPATH (lint-imports too): this checkout's packages, not the installed ones.
+# each: Dagster's CLI, NeMo in .venv-nemo). PYTHONPATH (lint-imports too): this checkout's packages,
+# not the installed ones.
 check: export PYTHONPATH := $(CURDIR)
 check: lint
 	SPEECHDATA_PROFILE=tiny $(BIN)/python -m pytest -q -p no:cacheprovider -m "not slow" tests/unit
 
 # Everything: lint, Chromium and PostgreSQL for the e2e tests, then the whole suite.
-test: setup lint $(CHROMIUM) postgres-server
+test: setup nemo-env lint $(CHROMIUM) postgres-server
 	SPEECHDATA_PROFILE=tiny $(BIN)/python -m pytest -n 2 --dist loadfile tests
 
 # The whole suite but the benchmark smoke tests (marker bench) and the e2e tests (marker e2e: a real
 # dagster dev, Chromium, PostgreSQL): the check before pushing when no browser or server is at hand.
-test-fast: setup lint
+test-fast: setup nemo-env lint
 	SPEECHDATA_PROFILE=tiny $(BIN)/python -m pytest -n 2 --dist loadfile -m "not bench and not e2e" tests
 
-bench: setup
+bench: setup nemo-env
 	SPEECHDATA_PROFILE=tiny $(BIN)/python -m benchmarks.run_all
 
 clean:

@@ -17,11 +17,12 @@ from assets.reporting import (
 )
 from assets.shard_runs import ShardEvents, ShardResult, materialize_shards
 from resources.aligner import CtcAlignerResource
+from resources.alignment_job import alignment_shard_job
+from resources.gpu_workers import GpuWorkersResource
 from resources.model_pins import QWEN, model_that_runs
 from resources.storage import DataRootResource
 from resources.text_tokenizer import TextTokenizerResource
-from speechdata.alignment.log_probs import CTC_FRAME_S
-from speechdata.alignment.stage import run_alignments, run_alignments_from_import
+from speechdata.alignment.stage import run_alignments_from_import
 from speechdata.bridge.clock import SAMPLES_PER_FRAME
 from speechdata.bridge.frame_grid import GRID_RULE_VERSION
 from speechdata.bridge.grid_stage import run_frame_grids, verify_frame_grids
@@ -53,6 +54,7 @@ def alignments(
     context: dg.AssetExecutionContext,
     config: AlignmentsConfig,
     data_root: DataRootResource,
+    gpu_workers: GpuWorkersResource,
     aligner: CtcAlignerResource,
 ) -> ShardEvents:
     """Word and token time spans of every utterance, from NeMo CTC forced alignment (or imported).
@@ -63,27 +65,33 @@ def alignments(
     log-prob on the Viterbi path, for filtering) and NeMo Forced Aligner-format CTMs in
     `shards/<shard>/ctm/{words,tokens}/<utt_id>.ctm`. Utterances in a language with no configured
     model, with an empty transcript, or with text the model's vocabulary cannot express are in
-    `shards/<shard>/rejects/alignments.parquet`.
+    `shards/<shard>/rejects/alignments.parquet`. The CTC models stay loaded on their GPU worker
+    across shards (and, on the Ray engine, across runs): docs/gpu-workers.md.
     """
-    yield from materialize_shards(
-        context, lambda shard_id: _align_one_shard(context, config, data_root.get(), aligner, shard_id)
-    )
-
-
-def _align_one_shard(
-    context, config: AlignmentsConfig, root, aligner: CtcAlignerResource, shard_id: str
-) -> ShardResult:
+    root = data_root.get()
     if config.source == "import":
-        summary = run_alignments_from_import(root, shard_id)
-    else:
-        summary = run_alignments(
-            root,
-            shard_id,
-            aligner.aligner_for,
-            settings=aligner.log_prob_settings(CTC_FRAME_S),
-            write_ctm_files=config.write_ctm,
-            on_progress=progress_logger(context, "aligned", shard_id),
+        yield from materialize_shards(
+            context,
+            lambda shard_id: _shard_result(
+                context, config, root, aligner, run_alignments_from_import(root, shard_id), shard_id
+            ),
         )
+        return
+    job = alignment_shard_job(root, aligner, config.write_ctm)
+    with gpu_workers.shard_runner(context, job) as runner:
+
+        def one_shard(shard_id: str) -> ShardResult:
+            outcome = runner.run(shard_id, on_progress=progress_logger(context, "aligned", shard_id))
+            result = _shard_result(context, config, root, aligner, outcome.result, shard_id)
+            result.metadata.update({"gpu_engine": gpu_workers.engine, "gpu_worker": outcome.worker})
+            return result
+
+        yield from materialize_shards(context, one_shard)
+
+
+def _shard_result(
+    context, config: AlignmentsConfig, root, aligner: CtcAlignerResource, summary, shard_id: str
+) -> ShardResult:
     scores = root.read_parquet(layout.alignment_scores(shard_id))
     log_stage(context, summary, "aligned")
     return ShardResult(

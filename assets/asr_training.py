@@ -5,6 +5,7 @@ from pydantic import Field
 
 from assets.asset_policy import group_asset, shard_asset
 from assets.ingest import raw_shards
+from assets.quality import quality_decisions
 from assets.reporting import (
     accounting_check,
     column_schema,
@@ -21,6 +22,7 @@ from speechdata.asr.manifest import AsrManifestConfig
 from speechdata.asr.stage import build_and_write_asr_manifests, shards_with_asr_flac
 from speechdata.ledger_gate import UnbalancedLedger, require_balanced
 from speechdata.ledgers import produced_utterances
+from speechdata.quality.decisions import excluded_utterances
 
 UI_POSITION = 8
 FLAC_ACCOUNTED = "every_indexed_utterance_extracted_or_rejected"
@@ -28,7 +30,7 @@ NO_RECORDING_LEAKS = "no_recording_in_two_splits"
 
 
 @shard_asset(
-    deps=[raw_shards],
+    deps=[raw_shards, quality_decisions],
     kinds={"flac", "parquet"},
     code_version="asr_flac-v2",  # v2: content-named FLACs
     checks={FLAC_ACCOUNTED: "Every utterance of the index has a FLAC file or an asr_flac reject."},
@@ -46,7 +48,13 @@ def asr_flac(context: dg.AssetExecutionContext, data_root: DataRootResource) -> 
 
 
 def _extract_one_shard(context: dg.AssetExecutionContext, data_root: DataRootResource, shard_id: str) -> ShardResult:
-    summary = run_asr_flac(data_root.get(), shard_id, on_progress=progress_logger(context, "extracted", shard_id))
+    root = data_root.get()
+    summary = run_asr_flac(
+        root,
+        shard_id,
+        on_progress=progress_logger(context, "extracted", shard_id),
+        excluded=excluded_utterances(root, shard_id, "asr"),
+    )
     unsafe = summary.unsafe_members
     for member in unsafe:
         context.log.warning(f"{shard_id}: unsafe tar member not read: {member.reason}: {member.detail}")

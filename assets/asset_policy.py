@@ -71,7 +71,16 @@ def group_asset(
 ) -> AssetDecorator:
     """An asset that is not a per-shard product (a catalog, a per-country or per-language product,
     a dataset over every shard). ``checks``: ``{check name: description}``, blocking checks
-    evaluated once per materialization."""
+    evaluated once per materialization.
+
+    Partitioned by shard it would carry no backfill policy: a shard backfill selecting it would run
+    it one shard per run and the UI's backfill dialog would list a second policy. Refused, by name.
+    """
+    if partitions_def is not None and partitions_def == shard_partitions:
+        raise ValueError(
+            "group_asset(partitions_def=shard_partitions): declare a shard-partitioned asset with shard_asset, "
+            "which gives it the shard backfill policy every shard asset shares"
+        )
 
     return lambda compute: _declare(
         compute,

@@ -11,6 +11,7 @@ from resources.storage import DataRootResource
 from speechdata.hf.accounting import require_balanced_country
 from speechdata.hf.card import write_dataset_card
 from speechdata.hf.dataset import build_country_dataset
+from speechdata.hf.missing_splits import missing_split_reasons
 from speechdata.hf.publish import publish_country, register_card
 from speechdata.hf.published_index import write_published_indexes
 from speechdata.hf.segments import refresh_split_assignments
@@ -20,13 +21,16 @@ from speechdata.ledger_gate import UnbalancedLedger
 
 UI_POSITION = 6
 NO_RECORDING_IN_TWO_SPLITS = "no_recording_in_two_splits"
+INPUT_FINGERPRINT = "input_fingerprint"
+"""Metadata key: the fingerprint of the segments a build read (``speechdata.hf.segments.segments_fingerprint``).
+``country_dataset_sensor`` compares it with the shards' current content to request only changed countries."""
 
 
 @group_asset(
     partitions_def=country_partitions,
     deps=[dg.AssetDep(raw_shards, partition_mapping=dg.AllPartitionMapping())],
     kinds={"duckdb"},
-    code_version="hf_split_assignments-v1",
+    code_version="hf_split_assignments-v2",  # v2: only shards meant for the dataset, missing_<field> filter
     checks={
         NO_RECORDING_IN_TWO_SPLITS: "Every segment's split is its recording's split: no recording leaks between splits."
     },
@@ -84,6 +88,7 @@ def hf_split_assignments(
             "missing_recordings": len(summary.missing_recordings),
             "splits": markdown_rows(table),
             "state_uri": dg.MetadataValue.path(root.uri(state_path)),
+            INPUT_FINGERPRINT: summary.input_fingerprint,
         },
         check_results=[
             dg.AssetCheckResult(
@@ -97,7 +102,7 @@ def hf_split_assignments(
     partitions_def=country_partitions,
     deps=[hf_split_assignments],
     kinds={"huggingface", "parquet"},
-    code_version="hf_dataset-v4",  # v4: writes each shard's published index and hf_dataset rejects
+    code_version="hf_dataset-v5",  # v5: records its input fingerprint; states why a promised split is missing
 )
 def hf_dataset(
     context: dg.AssetExecutionContext,
@@ -116,11 +121,16 @@ def hf_dataset(
     not balance: the run fails naming the shard and its unaccounted utterances. Each shard feeding
     the country then gets `shards/<shard>/hf/published-<country>.parquet` (what the dataset holds of
     it) and `shards/<shard>/rejects/hf_dataset.parquet` (what the states filtered out, with the
-    reason): the `hf` ledger and the catalog's `product_accounting` count these.
+    reason): the `hf` ledger and the catalog's `product_accounting` count these. Metadata
+    `missing_splits` says why a promised split (test, validation, train) has no file, and
+    `input_fingerprint` names the segments built from: `country_dataset_sensor` requests the country
+    again only when its shards' rows differ from it. Only shards with ASR transcripts feed a country
+    (docs/hf-splits.md, "What is published").
     """
     country = context.partition_key
     root = data_root.get()
     options = hf_dataset_settings.options()
+    input_fingerprint = _assigned_input_fingerprint(context.instance, country)
     try:
         ledgers = require_balanced_country(root, options.dataset, country)
     except UnbalancedLedger as exc:
@@ -153,6 +163,11 @@ def hf_dataset(
             db, "SELECT path_in_repo, split, rows, round(bytes / 1e6, 2) AS mb, status FROM files ORDER BY path_in_repo"
         )
     dataset_dir = layout.hf_dataset_dir(options.dataset)
+    missing_splits = missing_split_reasons(
+        root, options.dataset, country, {r["split"] for r in files if r["split"] and r["status"] != "deleted"}
+    )
+    if missing_splits:
+        context.log.warning(f"{country}: splits missing: {missing_splits}")
     return dg.MaterializeResult(
         metadata={
             "dagster/row_count": sum(r["rows"] for r in files if r["split"]),
@@ -168,12 +183,26 @@ def hf_dataset(
             "audio_hours_written": round(summary.audio_seconds / 3600.0, 6),
             "max_recording_buffer_mb": round(summary.max_recording_buffer_bytes / 1e6, 3),
             "files": markdown_rows(files),
+            "missing_splits": dg.MetadataValue.json(missing_splits),
             "dataset_uri": dg.MetadataValue.path(root.uri(dataset_dir)),
             "load_with": dg.MetadataValue.md(
                 f'```python\ndatasets.load_dataset("{root.uri(dataset_dir)}", "{country}")\n```'
             ),
+            **({INPUT_FINGERPRINT: input_fingerprint} if input_fingerprint else {}),
         }
     )
+
+
+def _assigned_input_fingerprint(instance: dg.DagsterInstance, country: str) -> str | None:
+    """The input fingerprint of the country's latest split assignment: the segments this build writes from.
+
+    A country's runs queue one at a time, so the latest ``hf_split_assignments`` is the one this run's
+    state holds; a shard landing since then is not in it, and its country is requested again."""
+    records = instance.fetch_materializations(
+        dg.AssetRecordsFilter(asset_key=hf_split_assignments.key, asset_partitions=[country]), limit=1, ascending=False
+    ).records
+    value = records[0].asset_materialization.metadata.get(INPUT_FINGERPRINT) if records else None
+    return value.value if value is not None else None
 
 
 @group_asset(

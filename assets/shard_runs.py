@@ -77,8 +77,13 @@ def load_model_for_step(context: dg.AssetExecutionContext, identity: str, load: 
     return model, load_s
 
 
-def materialize_shards(context: dg.AssetExecutionContext, build: Callable[[str], ShardResult]) -> ShardEvents:
+def materialize_shards(
+    context: dg.AssetExecutionContext, build: Callable[[str], ShardResult], data_version: str | None = None
+) -> ShardEvents:
     """Run ``build(shard_id)`` for every shard of the step, then report each shard separately.
+
+    ``data_version``: recorded on every shard's materialization (e.g. the digest of a policy passed
+    as run config), so a change marks what reads the asset stale even when its code did not change.
 
     A shard that raises fails the step: no shard of the step is recorded as materialized, so the
     backfill marks them all failed and a retry redoes them all (their files are replaced, never
@@ -108,7 +113,7 @@ def materialize_shards(context: dg.AssetExecutionContext, build: Callable[[str],
         )
     for shard_id, result in results.items():
         context.add_asset_metadata({**result.metadata, "shards_in_step": len(shards)}, partition_key=shard_id)
-    yield dg.MaterializeResult()
+    yield dg.MaterializeResult(data_version=dg.DataVersion(data_version) if data_version else None)
     yield from _check_evaluations(context, results)
 
 

@@ -6,20 +6,24 @@ from pydantic import Field
 
 from assets.alignment import alignments
 from assets.asset_policy import group_of, shard_asset
+from assets.quality import quality_decisions
 from assets.reporting import (
     column_schema,
-    device_metadata,
     log_stage,
     markdown_preview,
     progress_logger,
     stage_metadata,
 )
-from assets.shard_runs import ShardEvents, ShardResult, load_model_for_step, materialize_shards
+from assets.shard_runs import ShardEvents, ShardResult, materialize_shards
+from resources.gpu_worker import ShardOutcome
+from resources.gpu_workers import GpuWorkersResource
 from resources.qe import MetricXResource
+from resources.qe_job import QeShardResult, qe_shard_job
 from resources.storage import DataRootResource
 from resources.torch_device import TorchDeviceResource
 from speechdata.io import layout
-from speechdata.translation.qe_stage import DEFAULT_THRESHOLD, run_qe_scores, run_streaming_pairs
+from speechdata.quality.decisions import excluded_utterances
+from speechdata.translation.qe_stage import DEFAULT_THRESHOLD, run_streaming_pairs
 from speechdata.translation.segments import DEFAULT_MAX_SKIP_WORDS
 from speechdata.translation.stage import SegmentSettings, run_streaming_segments
 
@@ -38,7 +42,12 @@ class StreamingSegmentsConfig(dg.Config):
 
 
 # The translation assets wait for the LLM segmentation, which lands after the shard.
-@shard_asset(deps=[alignments], kinds={"parquet", "json"}, code_version="streaming_segments-v1", in_per_shard_job=False)
+@shard_asset(
+    deps=[alignments, quality_decisions],
+    kinds={"parquet", "json"},
+    code_version="streaming_segments-v1",
+    in_per_shard_job=False,
+)
 def streaming_segments(
     context: dg.AssetExecutionContext, config: StreamingSegmentsConfig, data_root: DataRootResource
 ) -> ShardEvents:
@@ -65,7 +74,9 @@ def streaming_segments(
 def _segment_one_shard(
     context: dg.AssetExecutionContext, root, settings: SegmentSettings, shard_id: str
 ) -> ShardResult:
-    summary = run_streaming_segments(root, shard_id, settings)
+    summary = run_streaming_segments(
+        root, shard_id, settings, excluded=excluded_utterances(root, shard_id, "translation")
+    )
     table = root.read_parquet(layout.streaming_segments(shard_id))
     log_stage(context, summary, "utterances", f", {table.num_rows} segments")
     return ShardResult(
@@ -91,6 +102,7 @@ def qe_scores(
     context: dg.AssetExecutionContext,
     data_root: DataRootResource,
     torch_device: TorchDeviceResource,
+    gpu_workers: GpuWorkersResource,
     qe: MetricXResource,
 ) -> ShardEvents:
     """MetricX-24 QE error scores (0 best, 25 worst) for every streaming segment of the shard.
@@ -98,30 +110,36 @@ def qe_scores(
     Files: `translation/qe/shard=<shard>/metricx_input.jsonl` (one line per segment: `source` =
     English, `hypothesis` = Chinese, `utt_id`, `latency`, `segment_index`, `emit_ms`),
     `metricx_output.jsonl` (the same lines plus `prediction`, as `metricx24.predict --qe` writes)
-    and `scores.parquet`. Runs on the GPU pool; a backfill run scores up to k shards with one model load.
+    and `scores.parquet`. Runs on a GPU worker whose model stays loaded across shards (and, on the Ray
+    engine, across runs): docs/gpu-workers.md.
     """
-    scorer, load_s = load_model_for_step(context, qe.identity, lambda: qe.scorer(torch_device))
+    job = qe_shard_job(data_root.get(), qe, torch_device)
+    with gpu_workers.shard_runner(context, job) as runner:
 
-    def one_shard(shard_id: str) -> ShardResult:
-        torch_device.reset_peak_memory()
-        summary = run_qe_scores(
-            data_root.get(), shard_id, scorer, on_progress=progress_logger(context, "scored", shard_id)
-        )
-        return ShardResult(metadata=_qe_metadata(summary, qe, torch_device, load_s))
+        def one_shard(shard_id: str) -> ShardResult:
+            outcome = runner.run(shard_id, on_progress=progress_logger(context, "scored", shard_id))
+            return ShardResult(metadata=_qe_metadata(outcome, qe, gpu_workers.engine))
 
-    yield from materialize_shards(context, one_shard)
+        yield from materialize_shards(context, one_shard)
 
 
-def _qe_metadata(summary, qe: MetricXResource, torch_device: TorchDeviceResource, load_s: float) -> dict:
+def _qe_metadata(outcome: ShardOutcome, qe: MetricXResource, engine: str) -> dict:
+    result: QeShardResult = outcome.result
+    summary = result.summary
+    device = {"device": result.device, "dtype": result.dtype}
+    if result.gpu_memory_peak_gb is not None:
+        device["gpu_memory_peak_gb"] = round(result.gpu_memory_peak_gb, 3)
     return {
         "dagster/row_count": summary.rows_out,
         "model": qe.identity,
-        **device_metadata(torch_device),
+        **device,
         "mean_prediction": summary.mean_prediction,
         "mean_prediction_by_level": dg.MetadataValue.json(summary.mean_prediction_by_level),
         "segments_per_second": round(summary.segments_per_second, 1),
         "compute_seconds": round(summary.compute_seconds, 3),
-        "model_load_seconds": round(load_s, 3),
+        "model_load_seconds": round(outcome.model_load_s, 3),
+        "gpu_engine": engine,
+        "gpu_worker": outcome.worker,
         **{f"{name}_uri": dg.MetadataValue.path(uri) for name, uri in summary.outputs.items()},
     }
 

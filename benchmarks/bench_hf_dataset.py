@@ -37,9 +37,7 @@ def land_corpus(workdir: str, recordings: int):
     from speechdata.landing.ingest import run_raw_shards
     from speechdata.testing.aligned_json import build_aligned_json_corpus
 
-    build_aligned_json_corpus(
-        f"{workdir}/countries", {"germany": recordings}, audio_format="flac", segments_per_recording=6
-    )
+    build_aligned_json_corpus(f"{workdir}/countries", {"de": recordings}, audio_format="flac", segments_per_recording=6)
     root = DataRoot(f"{workdir}/data")
     for report in import_aligned_countries(f"{workdir}/countries", root, recordings_per_shard=16):
         for shard in report.shards:
@@ -52,10 +50,10 @@ def ours(root) -> tuple[float, int, int]:
     from speechdata.hf.segments import refresh_split_assignments
     from speechdata.hf.splits import SplitTargets
 
-    refresh_split_assignments(root, "bench", "germany", targets=SplitTargets(0.0, 0.0))
+    refresh_split_assignments(root, "bench", "de", targets=SplitTargets(0.0, 0.0))
     tracemalloc.start()
     started = time.perf_counter()
-    summary = build_country_dataset(root, "germany", DatasetOptions(dataset="bench", max_split_size_gb=1.0))
+    summary = build_country_dataset(root, "de", DatasetOptions(dataset="bench", max_split_size_gb=1.0))
     seconds = time.perf_counter() - started
     peak = tracemalloc.get_traced_memory()[1]
     tracemalloc.stop()
@@ -70,7 +68,7 @@ def baseline_approach(root, out_path: str) -> tuple[float, int, int]:
     from speechdata.hf.segments import SegmentLimits, country_segments, filter_reasons, word_error_rate
     from speechdata.landing.landed_audio import LandedAudio
 
-    segments = country_segments(root, "germany")
+    segments = country_segments(root, "de")
     keep = [r is None for r in filter_reasons(segments, SegmentLimits())]
     tracemalloc.start()
     started = time.perf_counter()
@@ -88,7 +86,7 @@ def baseline_approach(root, out_path: str) -> tuple[float, int, int]:
                     "audio": {"bytes": encode_flac(np.asarray(cut), rate), "path": f"{seg['key']}.flac"},
                     "key": seg["key"],
                     "shard_id": seg["shard_id"],
-                    "country": "germany",
+                    "country": "de",
                     "language": seg["language"],
                     "video_id": seg["video_id"],
                     "transcript_id": seg["transcript_id"],
@@ -155,7 +153,7 @@ def main() -> None:
 def _audio_bytes(root):
     import pyarrow.parquet as pq
 
-    for path in root.fs.glob(root.path("hf/bench/germany/*.parquet")):
+    for path in root.fs.glob(root.path("hf/bench/de/*.parquet")):
         with root.fs.open(path, "rb") as handle:
             for item in pq.ParquetFile(handle).read(columns=["audio"])["audio"].to_pylist():
                 yield item["bytes"]

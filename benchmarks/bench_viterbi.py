@@ -9,7 +9,10 @@ V = 1025 (blank = 1024, NeMo's CTC convention), L = T/3 +- 5 random token ids (a
 occur by chance), log-probs = log_softmax of standard normals; all seeded (``--seed``). Measured,
 wall clock (``time.perf_counter``), ``torch.set_num_threads(1)``:
 
-* ``nemo``: ``viterbi_decoding`` one utterance per call, batch of one, on CPU, one pass;
+* ``nemo``: ``viterbi_decoding`` one utterance per call, batch of one, on CPU, one pass. NeMo lives
+  in its own environment (``.venv-nemo``, ``make nemo-env``: its antlr4 pin cannot share ``.venv``
+  with Dagster), so this module runs itself there with ``--nemo-reference`` on the saved utterances
+  and reads back NeMo's paths and seconds (import not timed);
 * ``ours``: ``ctc_viterbi_many(workers=1)`` (numba kernel), and ``workers=2`` (thread pool), each
   the median of ``--repeats`` passes after one untimed pass (which also loads / compiles the
   kernel; that one-off cost is reported as ``kernel_load_s``);
@@ -29,8 +32,14 @@ are everywhere: NeMo, ours and torchaudio on those (paths only, not timed).
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import statistics
+import subprocess
+import sys
+import tempfile
 import time
+from pathlib import Path
 
 import numpy as np
 
@@ -39,6 +48,8 @@ from benchmarks.report import emit, progress, ratio, stdout_to_stderr
 FRAME_S = 0.08
 VOCAB = 1025
 TARGET_RATIO = 16.0
+REPO_ROOT = Path(__file__).resolve().parent.parent
+NEMO_PYTHON = REPO_ROOT / ".venv-nemo" / "bin" / "python"
 
 
 def make_utterances(count: int, seed: int) -> list[tuple]:
@@ -58,6 +69,7 @@ def make_utterances(count: int, seed: int) -> list[tuple]:
 
 
 def nemo_paths(items: list[tuple]) -> tuple[list[np.ndarray], float]:
+    """NeMo's paths for ``items`` and the seconds they took (in ``.venv-nemo``, NeMo imported)."""
     import torch
     from nemo.collections.asr.parts.utils.aligner_utils import viterbi_decoding
 
@@ -73,6 +85,45 @@ def nemo_paths(items: list[tuple]) -> tuple[list[np.ndarray], float]:
         )
         paths.append(np.asarray(out[0], dtype=np.int64))
     return paths, time.perf_counter() - started
+
+
+def write_nemo_reference(cases_path: str, result_path: str) -> None:
+    """The ``--nemo-reference`` side, in ``.venv-nemo``: NeMo's paths and seconds for each saved set."""
+    import nemo.collections.asr.parts.utils.aligner_utils  # noqa: F401  (~30 s, not timed)
+    import torch
+
+    result = {}
+    for name, items in torch.load(cases_path, weights_only=True).items():
+        paths, seconds = nemo_paths(items)
+        result[name] = {"paths": [path.tolist() for path in paths], "seconds": seconds}
+    Path(result_path).write_text(json.dumps(result))
+
+
+def nemo_paths_in_nemo_env(item_sets: dict[str, list[tuple]]) -> dict[str, tuple[list[np.ndarray], float]]:
+    """For each named set of utterances, NeMo's paths and seconds, from one process in ``.venv-nemo``."""
+    import torch
+
+    if not NEMO_PYTHON.exists():
+        raise SystemExit(f"bench_viterbi: NeMo's environment {NEMO_PYTHON.parent.parent} is missing: `make nemo-env`")
+    with tempfile.TemporaryDirectory(prefix="bench-viterbi-") as work:
+        cases, result = Path(work) / "cases.pt", Path(work) / "nemo.json"
+        saved = {
+            name: [(lp, [int(t) for t in targets], blank) for lp, targets, blank in items]
+            for name, items in item_sets.items()
+        }
+        torch.save(saved, cases)
+        subprocess.run(
+            [str(NEMO_PYTHON), "-m", "benchmarks.bench_viterbi", "--nemo-reference", str(cases), str(result)],
+            cwd=REPO_ROOT,
+            env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
+            stdout=sys.stderr,  # NeMo logs on stdout; this benchmark's stdout is its record
+            check=True,
+        )
+        found = json.loads(result.read_text())
+    return {
+        name: ([np.asarray(path, dtype=np.int64) for path in found[name]["paths"]], found[name]["seconds"])
+        for name in item_sets
+    }
 
 
 def timed_passes(run, repeats: int) -> tuple[list, float]:
@@ -126,7 +177,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--tied-utterances", type=int, default=None, help="utterances re-run with log-probs rounded to 1/4 (default 50)"
     )
+    parser.add_argument("--nemo-reference", nargs=2, metavar=("CASES", "RESULT"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.nemo_reference:
+        write_nemo_reference(*args.nemo_reference)
+        return
     count = args.utterances or (20 if args.quick else 200)
     repeats = 2 if args.quick else args.repeats
     if args.tied_utterances is None:
@@ -146,9 +201,10 @@ def main(argv: list[str] | None = None) -> None:
         cv.ctc_viterbi(*items[0], backend="numba")
         kernel_load_s = time.perf_counter() - started
 
-        import nemo.collections.asr.parts.utils.aligner_utils  # noqa: F401  (~30 s, not timed)
-
-        reference, nemo_s = nemo_paths(items)
+        # exact ties: the same utterances with log-probs rounded to quarters
+        tied = [(torch.round(lp * 4) / 4, t, blank) for lp, t, blank in items[: args.tied_utterances]]
+        references = nemo_paths_in_nemo_env({"random": items, "tied": tied})
+        reference, nemo_s = references["random"]
         nemo_ups = count / nemo_s
         progress(f"viterbi: nemo {nemo_ups:.1f} utt/s")
 
@@ -171,9 +227,7 @@ def main(argv: list[str] | None = None) -> None:
         ta.update(compare_labels(items, labels, reference))
         progress(f"viterbi: torchaudio {ta}")
 
-        # exact ties: the same utterances with log-probs rounded to quarters
-        tied = [(torch.round(lp * 4) / 4, t, blank) for lp, t, blank in items[: args.tied_utterances]]
-        tied_reference, _ = nemo_paths(tied)
+        tied_reference, _ = references["tied"]
         tied_ours = mismatches(cv.ctc_viterbi_many(tied), tied_reference)
         tied_ta = compare_labels(tied, torchaudio_aligner(tied)(), tied_reference)
         progress(f"viterbi: tied log-probs: ours {tied_ours} mismatches, torchaudio {tied_ta}")

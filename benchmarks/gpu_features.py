@@ -3,7 +3,7 @@
 Why: the three GPU stages (``ctc_alignments`` with parakeet-ctc-1.1b, ``qwen_hidden_states`` with
 Qwen3-1.7B cut at ``hidden_states[-2]``, and ``wavlm_features`` with WavLM-Large) set how many GPU
 hours a corpus costs. This runs the library functions (``compute_log_probs`` through
-``nemo_ctc_forward``, ``qwen_hidden_states``, ``wavlm_features``) as the stages do, on CUDA with the
+``ctc_model_forward``, ``qwen_hidden_states``, ``wavlm_features``) as the stages do, on CUDA with the
 resources' default budgets, on ``--hours`` of synthetic input: random 24 kHz audio in utterances of
 ``--min-s`` .. ``--max-s`` seconds and, per utterance, ``--tokens-per-s`` random token ids per
 second of audio (about what Qwen's tokenizer gives for read speech). Random input costs the same
@@ -233,7 +233,7 @@ def measure_ctc(
     audios_16k = to_16k(audios)
     audio_s = sum(a.shape[0] for a in audios_16k) / MODEL_SAMPLE_RATE
     model = build_ctc(layers, device)
-    # nemo_ctc_forward calls model.forward directly, past the hooks; the encoder is where the work is.
+    # ctc_model_forward calls the encoder itself (its hooks fire); the encoder is where the work is.
     timer = ForwardTimer(model.encoder, torch.cuda.synchronize if on_cuda else None)
     flops = flops_per_audio_second(model, audios_16k, device) * audio_s
     params = ctc_params(model)

@@ -73,13 +73,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _demo(args) -> int:
-    import logging
-
-    # NeMo's logger prints INFO lines on stdout (not stderr): keep the terminal to the demo's own lines.
-    from nemo.utils import logging as nemo_logging
-
-    nemo_logging.set_verbosity(logging.WARNING)
-
     from dagster_project.definitions import build_resources, defs
 
     data_root = DataRoot(args.data_root)
@@ -135,8 +128,10 @@ def _publish_aligned_json_countries(data_root: DataRoot, instance, resources, de
         build_aligned_json_corpus(sources, SAMPLE_COUNTRIES)
     reports = import_aligned_countries(sources, data_root, sorted(SAMPLE_COUNTRIES))
     shards = [s for r in reports for s in r.shards]
+    # Partition keys are the ISO 3166-1 alpha-2 codes the import landed, whatever the folders are named.
+    countries = sorted({r.country for r in reports})
     instance.add_dynamic_partitions(shard_partitions.name, shards)
-    instance.add_dynamic_partitions(country_partitions.name, sorted(SAMPLE_COUNTRIES))
+    instance.add_dynamic_partitions(country_partitions.name, countries)
     ok = True
     for shard_id in shards:
         result = defs.resolve_job_def("per_shard_job").execute_in_process(
@@ -150,7 +145,7 @@ def _publish_aligned_json_countries(data_root: DataRoot, instance, resources, de
         ok &= result.success
         print(f"\n== {shard_id} (aligned-JSON import): per_shard_job {'ok' if result.success else 'FAILED'}")
     dataset = resources["hf_dataset_settings"].dataset
-    for country in sorted(SAMPLE_COUNTRIES):
+    for country in countries:
         result = defs.resolve_job_def("hf_dataset_job").execute_in_process(
             partition_key=country,
             instance=instance,
@@ -165,7 +160,7 @@ def _publish_aligned_json_countries(data_root: DataRoot, instance, resources, de
     print(f"\n== Hugging Face dataset {data_root.uri(layout.hf_dataset_dir(dataset))} (card: {CARD_FILE})")
     for path in sorted(data_root.fs.glob(f"{dataset_dir}/*/*.parquet")):
         print(f"   {path[len(dataset_dir) + 1 :]}  {data_root.fs.size(path) / 1e6:.2f} MB")
-    print(f'Load it: datasets.load_dataset("{dataset_dir}", "germany")')
+    print(f'Load it: datasets.load_dataset("{dataset_dir}", "{countries[0] if countries else "de"}")')
     if not resources["hub"].enabled:
         print(
             "Publishing to the Hub is off: set SPEECHDATA_HF_REPO_ID and HF_TOKEN to turn it on"

@@ -22,9 +22,11 @@ from dagster_project.settings import PROJECT_ROOT, data_root_url, model_profile
 from resources.aligner import aligner_resource
 from resources.catalog import catalog_resource
 from resources.encoders import qwen_resource, wavlm_resource
+from resources.gpu_workers import gpu_workers_resource
 from resources.hub import hf_dataset_settings_resource, hub_resource
 from resources.profile import model_profile_resource
 from resources.qe import qe_resource
+from resources.quality import quality_models_resource
 from resources.settings import ResourceFactory, ResourceSettings
 from resources.storage import data_root_resource
 from resources.text_tokenizer import text_tokenizer_resource
@@ -38,11 +40,13 @@ RESOURCE_FACTORIES: dict[str, ResourceFactory] = {
     "torch_device": torch_device_resource,
     "qwen": qwen_resource,
     "wavlm": wavlm_resource,
+    "gpu_workers": gpu_workers_resource,
     "catalog": catalog_resource,
     "hf_dataset_settings": hf_dataset_settings_resource,
     "hub": hub_resource,
     "qe": qe_resource,
     "vad": vad_resource,
+    "quality_models": quality_models_resource,
     # No asset reads it, but the UI shows which model profile this deployment runs.
     "model_profile": model_profile_resource,
 }

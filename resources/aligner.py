@@ -4,7 +4,7 @@ import dagster as dg
 from pydantic import Field, PrivateAttr
 
 from resources.settings import ResourceSettings
-from speechdata.alignment.log_probs import LogProbSettings, model_frame_seconds, nemo_ctc_forward
+from speechdata.alignment.log_probs import LogProbSettings, ctc_model_forward
 from speechdata.alignment.stage import CtcAligner
 from speechdata.alignment.transcript_units import vocabulary_of
 
@@ -26,16 +26,17 @@ def resolve_device(device: str) -> str:
 
 
 class CtcAlignerResource(dg.ConfigurableResource):
-    """NeMo CTC acoustic models for forced alignment, one per language, loaded once per process.
+    """CTC acoustic models (transformers' ParakeetForCTC) for forced alignment, one per language,
+    loaded once per process.
 
-    ``models`` maps ISO 639-1 languages to a pretrained NeMo model name (hub or local cache), a
-    ``.nemo`` path, or ``tiny`` (the small local model of the tiny profile). A language that is not
+    ``models`` maps ISO 639-1 languages to a Hugging Face model name (hub or local cache), a local
+    transformers directory, or ``tiny`` (the small local model of the tiny profile). A language that is not
     in the map is not aligned: its utterances become ``no_aligner_for_language`` rejects.
     """
 
     models: dict[str, str] = Field(default_factory=lambda: dict(DEFAULT_ALIGNMENT_MODELS))
     device: str = Field("auto", description="auto, cpu or cuda:N")
-    model_cache_dir: str = Field(".cache/models", description="Where the tiny model's .nemo file is kept.")
+    model_cache_dir: str = Field(".cache/models", description="Where the tiny model's directory is kept.")
     local_files_only: bool = Field(False, description="Never download: use the Hugging Face cache only.")
     max_batch_s: float = Field(240.0, description="Padded audio seconds per forward call.")
     max_window_s: float = Field(40.0, description="Longer utterances are aligned from overlapping windows.")
@@ -59,7 +60,7 @@ class CtcAlignerResource(dg.ConfigurableResource):
             if key not in _LOADED:
                 from speechdata.alignment.acoustic_models import load_ctc_model
 
-                model = load_ctc_model(
+                acoustic = load_ctc_model(
                     name,
                     cache_dir=self.model_cache_dir,
                     device=self._resolved_device,
@@ -67,9 +68,9 @@ class CtcAlignerResource(dg.ConfigurableResource):
                 )
                 _LOADED[key] = CtcAligner(
                     name=name,
-                    forward=nemo_ctc_forward(model, self._resolved_device),
-                    vocabulary=vocabulary_of(model),
-                    frame_s=model_frame_seconds(model),
+                    forward=ctc_model_forward(acoustic, self._resolved_device),
+                    vocabulary=vocabulary_of(acoustic),
+                    frame_s=acoustic.frame_s,
                 )
             return _LOADED[key]
 

@@ -1,13 +1,19 @@
-"""Fan-in: refresh a country's Hugging Face dataset whenever a shard of that country is (re)indexed.
+"""Fan-in: refresh a country's Hugging Face dataset when, and only when, its inputs changed.
 
-A shard re-indexed after a re-landing also refreshes the countries its previous indexing fed, so
-a country it no longer feeds drops its rows. Shards land in batches (a drop of many shards, a backfill), and each shard's ``raw_shards``
-materialization names its countries. A refresh reads every shard of its country, so one run per
-country per *settled* batch is enough: the sensor waits until no shard has been indexed for
+A country's inputs are the segments its build reads: the rows of that country in the shards meant
+for the dataset (``speechdata.hf.segments``: a bridge-tuple shard never feeds it). Each build
+records their fingerprint (``input_fingerprint`` on ``hf_dataset``'s materialization); the sensor
+fingerprints every country again and requests exactly the countries whose fingerprint differs
+from the one last built, at start-up too. A shard re-landed into another country changes both
+countries' fingerprints, so the country it left drops its rows; an unrelated shard (another
+country, a shard not meant for the dataset, an identical re-indexing) changes none.
+
+Shards land in batches (a drop of many shards, a backfill), and a refresh reads every shard of its
+country, so one run per country per *settled* batch is enough: the sensor looks only when shards
+were indexed since its cursor, and waits until none has been indexed for
 ``SPEECHDATA_PUBLISHING_SETTLE_S`` seconds and no ``per_shard_job`` run is queued or starting (a
-batch still arriving), then requests one run per country for everything indexed since its cursor.
-So that a steady stream of shards cannot starve the countries, a batch older than
-``SPEECHDATA_PUBLISHING_MAX_WAIT_S`` is refreshed anyway.
+batch still arriving). So that a steady stream of shards cannot starve the countries, a batch older
+than ``SPEECHDATA_PUBLISHING_MAX_WAIT_S`` is compared anyway.
 """
 
 import os
@@ -16,9 +22,17 @@ import time
 import dagster as dg
 
 from assets.partitions import PER_SHARD_JOB_NAME
-from assets.publishing import HF_DATASET_JOB_NAME, HF_PUBLISH_JOB_NAME, hf_dataset_job, hf_publish_job
+from assets.publishing import (
+    HF_DATASET_JOB_NAME,
+    HF_PUBLISH_JOB_NAME,
+    INPUT_FINGERPRINT,
+    hf_dataset,
+    hf_dataset_job,
+    hf_publish_job,
+)
 from resources.hub import HubPublisherResource
 from resources.storage import DataRootResource
+from speechdata.hf.segments import EMPTY_INPUT_FINGERPRINT, country_input_fingerprints
 from speechdata.io.confinement import require_existing_root
 
 RAW_SHARDS = dg.AssetKey("raw_shards")
@@ -50,8 +64,8 @@ SENSOR_NAME = "country_dataset_sensor"
     jobs=[hf_dataset_job, hf_publish_job],
     minimum_interval_seconds=int(os.environ.get("SPEECHDATA_PUBLISHING_SENSOR_INTERVAL_S", "60")),
     default_status=dg.DefaultSensorStatus.RUNNING,
-    description="One hf_dataset (and, with a Hub repo configured, hf_hub_upload) run per country whose shards "
-    "changed, once the batch of shard events has settled.",
+    description="One hf_dataset (and, with a Hub repo configured, hf_hub_upload) run per country whose input "
+    "fingerprint differs from its last build, once the batch of shard events has settled.",
 )
 def country_dataset_sensor(
     context: dg.SensorEvaluationContext, hub: HubPublisherResource, data_root: DataRootResource
@@ -88,11 +102,8 @@ def country_dataset_sensor(
             f"(last {newest_age_s:.0f} s ago, settle {settle_s:.0f} s"
             f"{', per_shard_job runs queued' if shard_runs_pending else ''})"
         )
-    countries: set[str] = set()
-    for record in records:
-        countries |= _countries_of(record)
-        countries |= _countries_fed_before(context.instance, record)
     latest = records[-1].storage_id
+    countries = changed_countries(context.instance, country_input_fingerprints(root))
     known = set(context.instance.get_dynamic_partitions("country"))
     # A country run still waiting in the queue reads every shard when it starts: a second is redundant.
     waiting = {
@@ -104,6 +115,11 @@ def country_dataset_sensor(
             )
         )
     }
+    if not countries - waiting:
+        return dg.SensorResult(
+            skip_reason=f"{len(records)} shard(s) indexed; no country's inputs changed since its last build",
+            cursor=str(latest),
+        )
     job_name = HF_PUBLISH_JOB_NAME if hub.enabled else HF_DATASET_JOB_NAME
     return dg.SensorResult(
         run_requests=[
@@ -123,27 +139,25 @@ def country_dataset_sensor(
     )
 
 
-def _countries_of(record: dg.EventLogRecord) -> set[str]:
-    """The countries a ``raw_shards`` materialization says its shard feeds."""
-    value = record.asset_materialization.metadata.get("countries") if record.asset_materialization else None
-    return set(value.value) if value is not None else set()
+def last_built_fingerprints(instance: dg.DagsterInstance) -> dict[str, str | None]:
+    """Per registered country: the input fingerprint its latest ``hf_dataset`` build recorded
+    (None when it was never built, or built before fingerprints were recorded)."""
+    built: dict[str, str | None] = {}
+    for country in instance.get_dynamic_partitions("country"):
+        records = instance.fetch_materializations(
+            dg.AssetRecordsFilter(asset_key=hf_dataset.key, asset_partitions=[country]), limit=1, ascending=False
+        ).records
+        value = records[0].asset_materialization.metadata.get(INPUT_FINGERPRINT) if records else None
+        built[country] = value.value if value is not None else None
+    return built
 
 
-def _countries_fed_before(instance: dg.DagsterInstance, record: dg.EventLogRecord) -> set[str]:
-    """The countries the shard fed at its previous indexing.
-
-    A shard re-landed with other countries (or none) must be withdrawn from the datasets it used
-    to feed: refreshing only its current countries would leave its old rows published there.
-    """
-    partition = record.partition_key
-    if partition is None:
-        return set()
-    previous = instance.fetch_materializations(
-        dg.AssetRecordsFilter(asset_key=RAW_SHARDS, asset_partitions=[partition], before_storage_id=record.storage_id),
-        limit=1,
-        ascending=False,
-    ).records
-    return _countries_of(previous[0]) if previous else set()
+def changed_countries(instance: dg.DagsterInstance, current: dict[str, str]) -> set[str]:
+    """The countries whose inputs differ from what was last built: a country with segments never
+    built with them, and a built country whose segments changed or are all gone (its rows withdrawn)."""
+    built = last_built_fingerprints(instance)
+    candidates = set(current) | {country for country, fingerprint in built.items() if fingerprint is not None}
+    return {country for country in candidates if current.get(country, EMPTY_INPUT_FINGERPRINT) != built.get(country)}
 
 
 defs = dg.Definitions(sensors=[country_dataset_sensor])

@@ -19,6 +19,10 @@ COMMANDS = (
     "speechdata.alignment.mfa_corpus",  # speechdata mfa-corpus
     "speechdata.landing.cli",  # speechdata land
     "speechdata.export.command",  # speechdata export nemo|lhotse|moshi
+    # speechdata shard status|run|backfill: the Dagster layer's commands. The module imports no Dagster
+    # until one of them runs, so the core's commands stay Dagster-free; named by string so that the core
+    # never imports the code location (the import contracts in pyproject.toml).
+    "dagster_project.operations_cli",
 )
 """Modules with a ``register(subparsers)``, in the order ``--help`` lists them."""
 
@@ -26,6 +30,7 @@ EPILOG = """examples:
   speechdata land .data/landing/my-shard-0001
   speechdata import granary granary-0001 train-00000.parquet --language en --data-root .data
   speechdata catalog --named hours_per_language --data-root s3://bucket/platform
+  speechdata shard status my-shard-0001
 
 Every command takes --data-root URL (default: $DATA_ROOT, else ./.data); long ones show progress
 on stderr when it is a terminal, and take --quiet.
@@ -35,7 +40,7 @@ on stderr when it is a terminal, and take --quiet.
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="speechdata",
-        description="Land, import and query the speech data platform's data (DATA_ROOT).",
+        description="Land, import and query the speech data platform's data (DATA_ROOT); run and backfill its shards.",
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

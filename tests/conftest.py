@@ -77,7 +77,7 @@ def land_shard(
 
 @pytest.fixture(scope="session")
 def model_cache_dir(tmp_path_factory):
-    """Tiny models are built once per test session (NeMo's save/restore path included)."""
+    """Tiny models are built once per test session (their save_pretrained/from_pretrained path included)."""
     return str(tmp_path_factory.mktemp("models"))
 
 

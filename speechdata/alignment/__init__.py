@@ -1,1 +1,1 @@
-"""Word and token time spans per utterance: NeMo CTC models, an exact Viterbi, imported alignments."""
+"""Word and token time spans per utterance: CTC models (parakeet, through transformers), an exact Viterbi, imported alignments."""

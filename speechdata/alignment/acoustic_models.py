@@ -1,29 +1,85 @@
-"""NeMo CTC acoustic models for forced alignment: the tiny local one and the real loading path.
+"""CTC acoustic models for forced alignment, through Hugging Face transformers' ``ParakeetForCTC``.
 
-``tiny`` is a 2-layer Conformer ``EncDecCTCModelBPE`` with 8x subsampling (80 ms output frames,
-like parakeet-ctc-1.1b) and a SentencePiece BPE vocabulary trained locally, built from config with a
-fixed seed, saved as a ``.nemo`` file and restored from it, so tests exercise NeMo's real
-save/restore and forward path. Its weights are random: its alignments are valid paths, not
-meaningful ones.
+A model is a transformers directory (hub repo or local folder): ``config.json`` and safetensors for
+the FastConformer encoder and its CTC head, the log-mel front end's config
+(:class:`transformers.ParakeetFeatureExtractor`, in ``preprocessor_config.json`` or
+``processor_config.json``) and ``tokenizer.json`` for the SentencePiece vocabulary. The CTC blank is the config's ``pad_token_id`` (the last class); one output frame is the
+feature extractor's hop times the encoder's subsampling (10 ms x 8 = 80 ms for parakeet-ctc-1.1b).
+
+``tiny`` is a 2-layer ``ParakeetForCTC`` with the same 8x subsampling and a SentencePiece BPE
+vocabulary trained locally, built from config with a fixed seed, saved with ``save_pretrained`` and
+loaded back with ``from_pretrained``, so tests exercise the real save/load and forward path. Its
+weights are random: its alignments are valid paths, not meaningful ones.
 
 Why subwords and not characters: at 80 ms a CTC model emits 12.5 labels per second at most, and
 speech runs at 12-15 characters per second, so a character model at this frame rate cannot align
 ordinary speech (``T < L``). parakeet-ctc-1.1b uses a 1024-piece SentencePiece vocabulary for the
-same reason. Character models are still supported by the aligner (:class:`speechdata.alignment.transcript_units.CharVocabulary`).
+same reason. Character vocabularies are still supported by the aligner (:class:`speechdata.alignment.transcript_units.CharVocabulary`).
+
+NeMo itself is not imported here: it pins antlr4 4.9, which the platform's Dagster cannot run on
+(docs/models-and-profiles.md).
 """
 
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from speechdata.io.local_cache import build_once
 
-TINY_MODEL_NAME = "tiny-ctc-bpe"
+TINY_MODEL_NAME = "tiny-parakeet-ctc"
 TINY_SEED = 0
 TINY_VOCAB_SIZE = 400
 # Every letter of the sample languages (en, de, fr) must be in the vocabulary, whatever the corpus says.
 TINY_ALPHABET = "abcdefghijklmnopqrstuvwxyz'äöüßàâçéèêëîïôûùœ"
+# The 1.1b model's front end and clock: 80 log-mel bands every 10 ms, 8x subsampled to 80 ms frames.
+TINY_ENCODER = {
+    "hidden_size": 64,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 2,
+    "intermediate_size": 128,
+    "num_mel_bins": 80,
+    "subsampling_factor": 8,
+    "subsampling_conv_channels": 64,
+    "conv_kernel_size": 9,
+    "dropout": 0.0,
+    "dropout_positions": 0.0,
+    "layerdrop": 0.0,
+    "activation_dropout": 0.0,
+    "attention_dropout": 0.0,
+}
+BLANK_TOKEN = "<pad>"
+"""The CTC blank, as transformers' Parakeet conversion names it: the tokenizer's pad token, after
+the SentencePiece pieces, and the config's ``pad_token_id``."""
+
+
+class AcousticModelMismatch(ValueError):
+    """A model directory whose parts disagree (front end, vocabulary, blank): it cannot align."""
+
+
+@dataclass(frozen=True)
+class CtcAcousticModel:
+    """A loaded CTC model with the front end and tokenizer saved beside it, in eval mode."""
+
+    name: str
+    model: Any
+    """``transformers.ParakeetForCTC``."""
+    feature_extractor: Any
+    """``transformers.ParakeetFeatureExtractor``: the log-mel front end the model was trained on."""
+    tokenizer: Any
+    """``transformers.ParakeetTokenizer`` over the model's SentencePiece pieces."""
+
+    @property
+    def blank_id(self) -> int:
+        return int(self.model.config.pad_token_id)
+
+    @property
+    def frame_s(self) -> float:
+        """Seconds per CTC output frame: the front end's hop times the encoder's subsampling."""
+        hop_s = self.feature_extractor.hop_length / self.feature_extractor.sampling_rate
+        return hop_s * int(self.model.config.encoder_config.subsampling_factor)
 
 
 def train_tiny_sentencepiece(directory: Path) -> Path:
@@ -50,93 +106,109 @@ def train_tiny_sentencepiece(directory: Path) -> Path:
         unk_id=0,
         minloglevel=2,
     )
-    processor = spm.SentencePieceProcessor(model_file=str(directory / "tokenizer.model"))
-    # NeMo's BPE models register vocab.txt beside the model as an artifact.
-    (directory / "vocab.txt").write_text(
-        "\n".join(processor.id_to_piece(i) for i in range(processor.get_piece_size())) + "\n"
+    return directory / "tokenizer.model"
+
+
+def parakeet_tokenizer_from_sentencepiece(sentencepiece_model: str | os.PathLike):
+    """A ``ParakeetTokenizer`` over a SentencePiece BPE model, the blank appended as its pad token.
+
+    The same conversion transformers applies to NeMo's parakeet checkpoints (its
+    ``ParakeetConverter``), so the tiny model's vocabulary is laid out like the real one's.
+    """
+    from tokenizers import AddedToken
+    from transformers import ParakeetTokenizer
+    from transformers.convert_slow_tokenizer import Converter, ParakeetConverter
+    from transformers.utils import sentencepiece_model_pb2_new
+
+    class ParakeetConverterOfAnyProtobuf(ParakeetConverter):
+        # sentencepiece's own generated parser refuses the protobuf runtime Dagster pins (6.x); the
+        # copy transformers ships reads the same model file on it.
+        def __init__(self, vocab_file: str):
+            Converter.__init__(self, vocab_file)
+            self.vocab_file = vocab_file
+            self.proto = sentencepiece_model_pb2_new.ModelProto()
+            self.proto.ParseFromString(Path(vocab_file).read_bytes())
+
+    converted = ParakeetConverterOfAnyProtobuf(str(sentencepiece_model)).converted()
+    tokenizer = ParakeetTokenizer(tokenizer_object=converted, clean_up_tokenization_spaces=False)
+    unk = AddedToken("<unk>", normalized=False, special=True)
+    blank = AddedToken(BLANK_TOKEN, normalized=False, special=True)
+    tokenizer.add_tokens([unk, blank])
+    tokenizer.add_special_tokens({"pad_token": blank, "unk_token": unk})
+    return tokenizer
+
+
+def tiny_ctc_config(vocabulary_size: int):
+    """The tiny model's config: ``vocabulary_size`` pieces plus the blank, the last class."""
+    from transformers import ParakeetCTCConfig
+
+    return ParakeetCTCConfig(
+        vocab_size=vocabulary_size + 1, pad_token_id=vocabulary_size, encoder_config=dict(TINY_ENCODER)
     )
-    return directory
 
 
-def mel_preprocessor_config() -> dict:
-    """NeMo's 80-band log-mel front end at 16 kHz, 10 ms stride, as parakeet's CTC models use it (no dither)."""
-    return {
-        "_target_": "nemo.collections.asr.modules.AudioToMelSpectrogramPreprocessor",
-        "sample_rate": 16_000,
-        "normalize": "per_feature",
-        "window_size": 0.025,
-        "window_stride": 0.01,
-        "window": "hann",
-        "features": 80,
-        "n_fft": 512,
-        "dither": 0.0,
-        "pad_to": 0,
-    }
+def save_tiny_ctc_model(directory: Path) -> None:
+    """Build the tiny model, its front end and tokenizer, and save all three into ``directory``."""
+    import torch
+    from transformers import ParakeetFeatureExtractor, ParakeetForCTC, ParakeetProcessor
 
-
-def tiny_ctc_config(tokenizer_dir: str) -> dict:
-    return {
-        "sample_rate": 16_000,
-        "tokenizer": {"dir": tokenizer_dir, "type": "bpe"},
-        "train_ds": None,
-        "validation_ds": None,
-        "test_ds": None,
-        "preprocessor": mel_preprocessor_config(),
-        "encoder": {
-            "_target_": "nemo.collections.asr.modules.ConformerEncoder",
-            "feat_in": 80,
-            "n_layers": 2,
-            "d_model": 64,
-            "subsampling": "dw_striding",
-            "subsampling_factor": 8,
-            "subsampling_conv_channels": 64,
-            "ff_expansion_factor": 2,
-            "self_attention_model": "rel_pos",
-            "n_heads": 2,
-            "att_context_size": [-1, -1],
-            "conv_kernel_size": 9,
-            "dropout": 0.0,
-            "dropout_pre_encoder": 0.0,
-            "dropout_emb": 0.0,
-            "dropout_att": 0.0,
-        },
-        "decoder": {
-            "_target_": "nemo.collections.asr.modules.ConvASRDecoder",
-            "feat_in": 64,
-            "num_classes": -1,
-            "vocabulary": [],
-        },
-    }
+    sentencepiece_model = train_tiny_sentencepiece(directory.parent / "sentencepiece")
+    tokenizer = parakeet_tokenizer_from_sentencepiece(sentencepiece_model)
+    config = tiny_ctc_config(tokenizer.pad_token_id)
+    with torch.random.fork_rng():
+        torch.manual_seed(TINY_SEED)
+        model = ParakeetForCTC(config)
+    model.save_pretrained(directory)
+    # transformers' defaults are the 1.1b model's front end: 16 kHz, 80 bands, 25 ms windows every 10 ms.
+    feature_extractor = ParakeetFeatureExtractor(feature_size=TINY_ENCODER["num_mel_bins"])
+    ParakeetProcessor(feature_extractor=feature_extractor, tokenizer=tokenizer).save_pretrained(directory)
 
 
 def tiny_ctc_model_path(cache_dir: str | os.PathLike) -> Path:
-    """Build (once) and save the tiny model under ``cache_dir``; return the ``.nemo`` path."""
-
-    def build(temp: Path) -> None:
-        import torch
-        from nemo.collections.asr.models import EncDecCTCModelBPE
-        from omegaconf import OmegaConf
-
-        tokenizer_dir = train_tiny_sentencepiece(temp.parent / "tokenizer")
-        with torch.random.fork_rng():
-            torch.manual_seed(TINY_SEED)
-            model = EncDecCTCModelBPE(cfg=OmegaConf.create(tiny_ctc_config(str(tokenizer_dir))))
-        model.save_to(str(temp))
-
-    return build_once(Path(cache_dir) / f"{TINY_MODEL_NAME}-seed{TINY_SEED}.nemo", build)
+    """Build (once) and save the tiny model under ``cache_dir``; return its transformers directory."""
+    return build_once(Path(cache_dir) / f"{TINY_MODEL_NAME}-seed{TINY_SEED}", save_tiny_ctc_model)
 
 
-def load_ctc_model(name: str, *, cache_dir: str | os.PathLike, device: str = "cpu", local_files_only: bool = False):
-    """Load a NeMo CTC model in eval mode: ``tiny``, a ``.nemo`` path, or a pretrained name (hub/cache)."""
-    from nemo.collections.asr.models import ASRModel
+def check_model_parts_agree(acoustic: CtcAcousticModel, model_sample_rate: int) -> None:
+    """Refuse a model whose saved front end or tokenizer is not the one its weights expect."""
+    config = acoustic.model.config
+    extractor = acoustic.feature_extractor
+    checks = [
+        ("feature extractor sampling_rate", extractor.sampling_rate, model_sample_rate),
+        ("feature extractor feature_size", extractor.feature_size, config.encoder_config.num_mel_bins),
+        ("tokenizer size (pieces + blank)", len(acoustic.tokenizer), config.vocab_size),
+        (f"tokenizer id of the blank {BLANK_TOKEN}", acoustic.tokenizer.pad_token_id, config.pad_token_id),
+        ("config.json pad_token_id (the blank, the last class)", config.pad_token_id, config.vocab_size - 1),
+    ]
+    for field, found, expected in checks:
+        if found != expected:
+            raise AcousticModelMismatch(f"CTC model {acoustic.name!r}: {field} is {found}, expected {expected}")
 
-    if name == "tiny":
-        model = ASRModel.restore_from(str(tiny_ctc_model_path(cache_dir)), map_location=device)
-    elif name.endswith(".nemo"):
-        model = ASRModel.restore_from(name, map_location=device)
-    else:
-        if local_files_only:
-            os.environ.setdefault("HF_HUB_OFFLINE", "1")
-        model = ASRModel.from_pretrained(name, map_location=device)
-    model.eval()
-    return model
+
+def load_ctc_model(
+    name: str, *, cache_dir: str | os.PathLike, device: str = "cpu", local_files_only: bool = False
+) -> CtcAcousticModel:
+    """Load a CTC model in eval mode: ``tiny``, a local transformers directory, or a hub name (cache).
+
+    ``local_files_only`` never downloads: a hub name must already be in the Hugging Face cache.
+    """
+    import torch
+    from transformers import ParakeetFeatureExtractor, ParakeetForCTC, ParakeetTokenizer
+
+    from speechdata.alignment.log_probs import MODEL_SAMPLE_RATE
+
+    if name.endswith(".nemo"):
+        raise ValueError(
+            f"CTC model {name!r}: NeMo .nemo checkpoints are not loaded here; give its transformers "
+            "directory (transformers' models/parakeet/convert_nemo_to_hf.py writes one)"
+        )
+    source = str(tiny_ctc_model_path(cache_dir)) if name == "tiny" else name
+    options = {"local_files_only": local_files_only or os.path.isdir(source)}
+    acoustic = CtcAcousticModel(
+        name=name,
+        model=ParakeetForCTC.from_pretrained(source, dtype=torch.float32, **options).to(device).eval(),
+        feature_extractor=ParakeetFeatureExtractor.from_pretrained(source, **options),
+        tokenizer=ParakeetTokenizer.from_pretrained(source, **options),
+    )
+    check_model_parts_agree(acoustic, MODEL_SAMPLE_RATE)
+    return acoustic

@@ -16,7 +16,7 @@ import numpy as np
 
 MODEL_SAMPLE_RATE = 16_000
 CTC_FRAME_S = 0.08
-"""Output frame of NeMo's CTC models (10 ms stride x 8x subsampling). Equal to Mimi's frame by
+"""Output frame of parakeet's CTC models (10 ms stride x 8x subsampling). Equal to Mimi's frame by
 coincidence: it is the acoustic model's clock, not the bridge's (speechdata.bridge.clock)."""
 
 ForwardFn = Callable[[list[np.ndarray]], list[np.ndarray]]
@@ -89,25 +89,34 @@ def compute_log_probs(
     return results  # type: ignore[return-value]
 
 
-def nemo_ctc_forward(model, device: str = "cpu") -> ForwardFn:
-    """A :data:`ForwardFn` over a NeMo CTC model: pads the batch, passes lengths, trims the output."""
+def ctc_model_forward(acoustic, device: str = "cpu") -> ForwardFn:
+    """A :data:`ForwardFn` over a :class:`~speechdata.alignment.acoustic_models.CtcAcousticModel`.
+
+    The batch goes through the model's own feature extractor (log-mel, per-feature normalization
+    over each utterance's real frames, padding masked), then the encoder and the CTC head; each
+    utterance's log-probs are trimmed to its own encoder length.
+    """
     import torch
 
+    model = acoustic.model
+
     def forward(batch: list[np.ndarray]) -> list[np.ndarray]:
-        lengths = torch.tensor([a.shape[0] for a in batch], dtype=torch.int64)
-        padded = torch.zeros(len(batch), int(lengths.max()), dtype=torch.float32)
-        for row, audio in enumerate(batch):
-            padded[row, : audio.shape[0]] = torch.from_numpy(np.ascontiguousarray(audio, dtype=np.float32))
+        features = acoustic.feature_extractor(
+            [np.ascontiguousarray(audio, dtype=np.float32) for audio in batch],
+            sampling_rate=MODEL_SAMPLE_RATE,
+            return_attention_mask=True,
+            return_tensors="pt",
+            device=device,
+        )
         with torch.inference_mode():
-            log_probs, encoded_lengths, _ = model.forward(
-                input_signal=padded.to(device), input_signal_length=lengths.to(device)
+            # The encoder, not ParakeetForCTC.forward, so its output mask (each utterance's frames) comes back.
+            encoded = model.encoder(
+                input_features=features["input_features"].to(device),
+                attention_mask=features["attention_mask"].to(device),
             )
-        log_probs = log_probs.float().cpu().numpy()
-        return [log_probs[row, : int(n)] for row, n in enumerate(encoded_lengths.cpu())]
+            log_probs = torch.log_softmax(model.ctc_head(encoded.last_hidden_state).float(), dim=-1)
+        frames = encoded.attention_mask.sum(-1).cpu()
+        log_probs = log_probs.cpu().numpy()
+        return [log_probs[row, : int(n)] for row, n in enumerate(frames)]
 
     return forward
-
-
-def model_frame_seconds(model) -> float:
-    """Seconds per CTC output frame: the preprocessor's window stride times the encoder's subsampling."""
-    return float(model.cfg.preprocessor.window_stride) * int(model.encoder.subsampling_factor)

@@ -1,4 +1,4 @@
-"""The ``alignments`` stage for one shard: align with a NeMo CTC model, or import alignments.
+"""The ``alignments`` stage for one shard: align with a CTC model (parakeet), or import alignments.
 
 Either way the shard gets one alignments table (word and token rows), one score row per aligned
 utterance, and a ``alignments`` rejects ledger. Aligning also writes NeMo Forced Aligner-format CTM
@@ -33,6 +33,12 @@ from speechdata.alignment.formats import (
     read_ctm,
     read_textgrid,
     write_ctm,
+)
+from speechdata.alignment.greedy import (
+    GREEDY_HYPOTHESES_SCHEMA,
+    greedy_hypotheses_path,
+    greedy_transcript,
+    normalized_reference,
 )
 from speechdata.alignment.log_probs import CTC_FRAME_S, MODEL_SAMPLE_RATE, ForwardFn, LogProbSettings, compute_log_probs
 from speechdata.alignment.table import (
@@ -78,6 +84,7 @@ class _ShardAlignmentWriter:
         self.rows: list[dict] = []
         self.scores: list[dict] = []
         self.rejects: list[Reject] = []
+        self.hypotheses: list[dict] = []
         self.audio_seconds = 0.0
         self.ctm_written: dict[str, set[str]] = {"words": set(), "tokens": set()}
 
@@ -124,6 +131,17 @@ class _ShardAlignmentWriter:
     def reject(self, utt_id: str, reason: str, detail: str) -> None:
         self.rejects.append(Reject(utt_id, STAGE, reason, detail))
 
+    def hypothesis(self, utt_id: str, text: str, log_probs: np.ndarray, aligner: CtcAligner) -> None:
+        """The greedy transcript of log-probs already computed for alignment: the quality stage's
+        transcript agreement, at no extra forward pass."""
+        self.hypotheses.append(
+            {
+                "utt_id": utt_id,
+                "hypothesis": greedy_transcript(log_probs, aligner.vocabulary),
+                "reference": normalized_reference(text, aligner.vocabulary),
+            }
+        )
+
     def finish(self, rows_in: int, started: float) -> StageSummary:
         if self.write_ctm_files:
             self._remove_stale_ctm_files()
@@ -134,6 +152,11 @@ class _ShardAlignmentWriter:
             pa.Table.from_pylist(sorted(self.scores, key=lambda r: r["utt_id"]), schema=UTTERANCE_SCORES_SCHEMA),
         )
         self.data_root.write_parquet(layout.rejects(self.shard_id, STAGE), rejects_table(self.rejects))
+        # Written on every run (empty for imported alignments), so no earlier run's hypotheses linger.
+        self.data_root.write_parquet(
+            greedy_hypotheses_path(self.shard_id),
+            pa.Table.from_pylist(sorted(self.hypotheses, key=lambda r: r["utt_id"]), schema=GREEDY_HYPOTHESES_SCHEMA),
+        )
         return StageSummary(
             shard_id=self.shard_id,
             rows_in=rows_in,
@@ -145,6 +168,7 @@ class _ShardAlignmentWriter:
                 "alignments": self.data_root.uri(layout.alignments(self.shard_id)),
                 "scores": self.data_root.uri(layout.alignment_scores(self.shard_id)),
                 "rejects": self.data_root.uri(layout.rejects(self.shard_id, STAGE)),
+                "greedy_hypotheses": self.data_root.uri(greedy_hypotheses_path(self.shard_id)),
             },
         )
 
@@ -195,6 +219,7 @@ def run_alignments(
         log_probs = compute_log_probs(aligner.forward, [p.audio_16k for p in pending], settings)
         frame_ms = int(round(aligner.frame_s * 1000))
         for item, lp in zip(pending, log_probs, strict=True):
+            writer.hypothesis(item.utt_id, item.text, lp, aligner)
             try:
                 result = align_transcript(
                     lp, item.text, aligner.vocabulary, frame_ms, item.duration_ms, max_frame_tokens

@@ -36,7 +36,7 @@ def normalize_word(word: str) -> str:
 
 
 class CharVocabulary:
-    """A character CTC vocabulary (NeMo ``labels``); the blank is the last class."""
+    """A character CTC vocabulary (a list of labels); the blank is the last class."""
 
     def __init__(self, labels: list[str]):
         self.labels = list(labels)
@@ -52,14 +52,14 @@ class CharVocabulary:
 
 
 class SubwordVocabulary:
-    """A SentencePiece/BPE CTC vocabulary (NeMo ``model.tokenizer``); the blank is the last class."""
+    """A SentencePiece/BPE CTC vocabulary (a transformers tokenizer); the blank is the class after the pieces."""
 
-    def __init__(self, tokenizer):
+    def __init__(self, tokenizer, blank_id: int):
         self.tokenizer = tokenizer
-        self.blank_id = tokenizer.vocab_size
+        self.blank_id = blank_id
         self.separator_id = None
-        self.unk_id = getattr(tokenizer, "unk_id", None)
-        pieces = tokenizer.ids_to_tokens(list(range(tokenizer.vocab_size)))
+        self.unk_id = tokenizer.unk_token_id
+        pieces = tokenizer.convert_ids_to_tokens(list(range(blank_id)))
         # Characters some piece spells; anything else would become <unk>, which aligns to nothing real.
         self.characters = {c for piece in pieces if not (piece.startswith("<") and piece.endswith(">")) for c in piece}
         self.characters.discard("\u2581")
@@ -68,18 +68,15 @@ class SubwordVocabulary:
         kept = "".join(c for c in normalize_word(word) if c in self.characters)
         if not kept:
             return []
-        return [t for t in self.tokenizer.text_to_ids(kept) if t != self.unk_id]
+        return [t for t in self.tokenizer.encode(kept, add_special_tokens=False) if t != self.unk_id]
 
     def token_text(self, token_id: int) -> str:
-        return self.tokenizer.ids_to_tokens([token_id])[0]
+        return self.tokenizer.convert_ids_to_tokens(token_id)
 
 
-def vocabulary_of(model) -> CharVocabulary | SubwordVocabulary:
-    """The vocabulary a NeMo CTC model emits over (char models have ``decoder.vocabulary`` labels)."""
-    tokenizer = getattr(model, "tokenizer", None)
-    if tokenizer is not None:
-        return SubwordVocabulary(tokenizer)
-    return CharVocabulary(list(model.decoder.vocabulary))
+def vocabulary_of(acoustic) -> SubwordVocabulary:
+    """The vocabulary a :class:`~speechdata.alignment.acoustic_models.CtcAcousticModel` emits over."""
+    return SubwordVocabulary(acoustic.tokenizer, acoustic.blank_id)
 
 
 def ctc_targets(text: str, vocabulary: CharVocabulary | SubwordVocabulary) -> CtcTargets:

@@ -36,7 +36,7 @@ case log-prob -23 against NeMo's (optimal) -4; with log-probs rounded to quarter
 frame's log-prob, which breaks near-ties differently from NeMo. ``tests/unit/test_ctc_viterbi.py``
 keeps the hand-made case; ``benchmarks/bench_viterbi.py`` reports torchaudio next to ours.
 
-Without numba (an optional dependency here, installed with nemo_toolkit[asr] through librosa) the
+Without numba (a core dependency, but the kernel still runs where it cannot be imported) the
 same recurrence runs vectorised over states in numpy: same arithmetic, same paths, an order of
 magnitude slower than numba and still faster than NeMo.
 """

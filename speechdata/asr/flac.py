@@ -21,7 +21,7 @@ import hashlib
 import io
 import tarfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from itertools import groupby
 from typing import IO
@@ -127,8 +127,13 @@ def run_asr_flac(
     *,
     resampler: ResamplerName = "soxr",
     on_progress: Callable[[int, int, float], None] | None = None,
+    excluded: Mapping[str, tuple[str, str]] | None = None,
 ) -> AsrFlacSummary:
     """Write every indexed utterance's FLAC, the FLAC index and the ``asr_flac`` rejects.
+
+    ``excluded``: ``{utt_id: (reason, detail)}`` the ASR product leaves out (its quality policy and
+    near duplicates, ``speechdata.quality.decisions.excluded_utterances``): never extracted, each an
+    ``asr_flac`` reject with that reason.
 
     The summary lists every unsafe tar member, for the caller to report. The FLACs are written
     first (new names only), then the index that publishes them: a failure anywhere leaves the
@@ -137,9 +142,12 @@ def run_asr_flac(
     """
     started = time.perf_counter()
     index = data_root.read_parquet(layout.utterance_index(shard_id))
-    requests = segment_requests(index)
+    excluded = excluded or {}
+    rejects: list[Reject] = [
+        Reject(r.utt_id, STAGE, *excluded[r.utt_id]) for r in segment_requests(index) if r.utt_id in excluded
+    ]
+    requests = [r for r in segment_requests(index) if r.utt_id not in excluded]
     rows: dict[str, list] = {field.name: [] for field in ASR_FLAC_INDEX_SCHEMA}
-    rejects: list[Reject] = []
     audio_seconds = 0.0
     audio = _ShardAudio(data_root, shard_id)
     try:

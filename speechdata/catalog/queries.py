@@ -12,6 +12,7 @@ import duckdb
 import pyarrow as pa
 
 from speechdata.catalog.accounting import REJECTS_BY_PRODUCT
+from speechdata.catalog.quality import QUALITY_NAMED_QUERIES
 from speechdata.catalog.views import MANIFEST_TYPES, quote_identifier
 
 NAMED_QUERIES: dict[str, str] = {
@@ -42,6 +43,7 @@ NAMED_QUERIES: dict[str, str] = {
     "shard_accounting": """
         SELECT shard, product, state, landed, produced, rejected, produced + rejected AS accounted_for, balanced
         FROM product_accounting ORDER BY shard, product""",
+    **QUALITY_NAMED_QUERIES,
 }
 """Queries a person asks often, by name; all read the live views. ``shard_accounting`` lists every
 landed shard once per product line, with that product's own ledger (``speechdata.ledgers``) and its

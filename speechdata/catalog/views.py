@@ -7,7 +7,9 @@
 * ``rejects``: a view over ``shards/*/rejects/*.parquet`` with the ``shard`` taken from the path;
 * ``hours_by_language``, ``hours_by_country``, ``hours_by_shard``: summary views (samples,
   hours, mean alignment score); ``product_accounting``: every landed shard's ledger per product
-  line of :data:`speechdata.products.PRODUCT_LINES` (:mod:`speechdata.catalog.accounting`); ``catalog_info`` (when and over what the refresh ran).
+  line of :data:`speechdata.products.PRODUCT_LINES` (:mod:`speechdata.catalog.accounting`); ``catalog_info`` (when and over what the refresh ran);
+* ``quality`` and ``quality_decisions``: every shard's quality signals and per-product decisions
+  (:mod:`speechdata.catalog.quality`).
 
 Everything but ``catalog_info`` is a view reading the files at query time, so a summary never lags
 what it summarizes (a new shard is visible as soon as its manifest is committed, which happens only
@@ -55,6 +57,7 @@ from speechdata.catalog.incremental import (
     sync_manifests,
     sync_rejects,
 )
+from speechdata.catalog.quality import quality_view_definitions
 from speechdata.catalog.root_paths import glob_root, set_root_variable, under_root
 from speechdata.io import layout
 from speechdata.io.storage import DataRoot
@@ -231,6 +234,7 @@ def _view_definitions(
     definitions.append(("hours_by_shard", _HOURS_BY_SHARD))
     definitions.append(("product_accounting", product_accounting_sql(root, location)))
     definitions.append(("product_rejects", product_rejects_sql()))
+    definitions += quality_view_definitions(root, location)
     return definitions
 
 

@@ -57,6 +57,15 @@ def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--min-score", type=_finite_float, help="minimum alignment_score (inclusive)")
     parser.add_argument("--min-duration", type=_finite_float, help="minimum duration in s (inclusive)")
     parser.add_argument("--max-duration", type=_finite_float, help="maximum duration in s (inclusive)")
+    quality = parser.add_argument_group("quality filters (shards/<shard>/quality.parquet; unmeasured fails)")
+    quality.add_argument("--max-cer", type=_finite_float, help="maximum greedy-CTC character error rate (inclusive)")
+    quality.add_argument("--max-wer", type=_finite_float, help="maximum greedy-CTC word error rate (inclusive)")
+    quality.add_argument("--min-snr", type=_finite_float, help="minimum WADA-SNR estimate in dB (inclusive)")
+    quality.add_argument("--min-bandwidth", type=_finite_float, help="minimum effective bandwidth in Hz (inclusive)")
+    quality.add_argument("--min-mos", type=_finite_float, help="minimum MOS estimate, 1-5 (inclusive)")
+    quality.add_argument(
+        "--language-confirmed", action="store_true", help="only samples whose text LID agrees with the landed language"
+    )
     add_quiet_option(parser)
 
 
@@ -118,6 +127,12 @@ def run_export(args: argparse.Namespace) -> int:
             min_alignment_score=args.min_score,
             min_duration_s=args.min_duration,
             max_duration_s=args.max_duration,
+            max_cer=args.max_cer,
+            max_wer=args.max_wer,
+            min_snr_db=args.min_snr,
+            min_bandwidth_hz=args.min_bandwidth,
+            min_mos=args.min_mos,
+            language_confirmed=args.language_confirmed,
         )
         root = data_root_from_args(args, what=f"export {args.export_kind}")
         progress = progress_enabled(args.quiet)

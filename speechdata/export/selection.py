@@ -6,7 +6,10 @@ manifests' ``tar_url`` is resolved against the root the reader is given
 (:func:`resolve_tar_path`), so a copied or moved root exports the same way.
 
 Filters are the catalog CLI's (languages, countries, minimum alignment score, duration bounds)
-applied with Arrow compute on typed values: nothing is interpolated into a query.
+and the quality signals' (``shards/<shard>/quality.parquet``: CER, WER, SNR, bandwidth, MOS, a
+language the text LID confirms), applied with Arrow compute on typed values: nothing is interpolated
+into a query. A sample whose shard has no quality file, or whose signal is null, fails a quality
+filter: unmeasured is not a pass.
 """
 
 from __future__ import annotations
@@ -21,6 +24,8 @@ import pyarrow.compute as pc
 
 from speechdata.bridge.manifest import MANIFEST_COLUMNS, MANIFESTS_DIR
 from speechdata.io.storage import DataRoot, read_parquet
+from speechdata.quality.paths import quality_signals
+from speechdata.quality.text_language import primary_language
 
 _MANIFEST_GLOB = f"{MANIFESTS_DIR}/shard=*/part-0.parquet"
 _SELECTED_COLUMNS = [f.name for f in MANIFEST_COLUMNS]
@@ -35,6 +40,27 @@ class SampleFilter:
     min_alignment_score: float | None = None
     min_duration_s: float | None = None
     max_duration_s: float | None = None
+    max_cer: float | None = None
+    """Greedy-CTC character error rate against the landed text (``quality.parquet`` ``cer``), inclusive."""
+    max_wer: float | None = None
+    min_snr_db: float | None = None
+    min_bandwidth_hz: float | None = None
+    min_mos: float | None = None
+    language_confirmed: bool = False
+    """Keep only samples whose text LID language is the landed one (its primary subtag)."""
+
+    QUALITY_BOUNDS = (
+        ("max_cer", "cer", "<="),
+        ("max_wer", "wer", "<="),
+        ("min_snr_db", "snr_db", ">="),
+        ("min_bandwidth_hz", "bandwidth_hz", ">="),
+        ("min_mos", "mos", ">="),
+    )
+    """``(field, quality.parquet column, comparison)`` of every numeric quality filter."""
+
+    @property
+    def uses_quality(self) -> bool:
+        return self.language_confirmed or any(getattr(self, name) is not None for name, _, _ in self.QUALITY_BOUNDS)
 
     def __post_init__(self):
         for name in ("languages", "countries"):
@@ -43,7 +69,12 @@ class SampleFilter:
                 bad = [v for v in values if not isinstance(v, str) or not v.strip()]
                 if bad:
                     raise ValueError(f"{name}: every value must be a non-empty string, got {bad!r}")
-        for name in ("min_alignment_score", "min_duration_s", "max_duration_s"):
+        for name in (
+            "min_alignment_score",
+            "min_duration_s",
+            "max_duration_s",
+            *(n for n, _, _ in self.QUALITY_BOUNDS),
+        ):
             value = getattr(self, name)
             if value is not None and (isinstance(value, bool) or not math.isfinite(float(value))):
                 raise ValueError(f"{name} must be a finite number, got {value!r}")
@@ -65,6 +96,8 @@ class SampleFilter:
             "min_alignment_score": self.min_alignment_score,
             "min_duration_s": self.min_duration_s,
             "max_duration_s": self.max_duration_s,
+            **{name: getattr(self, name) for name, _, _ in self.QUALITY_BOUNDS},
+            "language_confirmed": self.language_confirmed,
         }
 
 
@@ -91,7 +124,38 @@ def select_published_samples(root: DataRoot, selection: SampleFilter = SampleFil
         mask = pc.and_(mask, pc.less_equal(table["duration_s"], float(selection.max_duration_s)))
     # A null comparison (no score) is not a pass.
     table = table.filter(pc.fill_null(mask, False))
+    if selection.uses_quality:
+        table = table.filter(_quality_mask(root, table, selection))
     return table.sort_by([("shard", "ascending"), ("tar_url", "ascending"), ("offset", "ascending")])
+
+
+def _quality_mask(root: DataRoot, table: pa.Table, selection: SampleFilter) -> pa.Array:
+    """Which rows of ``table`` pass the quality filters, from each shard's ``quality.parquet``."""
+    signals: dict[tuple[str, str], dict] = {}
+    columns = ["utt_id", "language", "text_language", *(column for _, column, _ in SampleFilter.QUALITY_BOUNDS)]
+    for shard in sorted(set(table["shard"].to_pylist())):
+        relative = quality_signals(shard)
+        if root.exists(relative):
+            for row in root.read_parquet(relative, columns=columns).to_pylist():
+                signals[(shard, row["utt_id"])] = row
+    keep = []
+    for shard, key in zip(table["shard"].to_pylist(), table["key"].to_pylist(), strict=True):
+        row = signals.get((shard, key))
+        keep.append(row is not None and _passes(row, selection))
+    return pa.array(keep, pa.bool_())
+
+
+def _passes(row: dict, selection: SampleFilter) -> bool:
+    for name, column, comparison in SampleFilter.QUALITY_BOUNDS:
+        bound, value = getattr(selection, name), row.get(column)
+        if bound is None:
+            continue
+        if value is None or not (value <= bound if comparison == "<=" else value >= bound):
+            return False
+    if selection.language_confirmed:
+        landed = primary_language(row.get("language"))
+        return landed is not None and row.get("text_language") == landed
+    return True
 
 
 def resolve_tar_path(root: DataRoot, tar_url: str) -> str:

@@ -8,7 +8,7 @@ does not fit on the device even alone is a ``gpu_out_of_memory`` reject, never a
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 import numpy as np
 import torch
@@ -17,7 +17,9 @@ from speechdata.audio.container import iter_container_audio
 from speechdata.bridge.clock import SAMPLE_RATE
 from speechdata.faults import fault_point
 from speechdata.features.array_store import ARRAY_STORE_PARQUET_OPTIONS, ARRAY_STORE_SCHEMA, ArrayStoreWriter
+from speechdata.features.background_writes import BackgroundArrayWrites
 from speechdata.features.gpu_batching import ItemTooLarge
+from speechdata.features.shard_inputs import QwenShardInputs, WavlmShardInputs, read_qwen_inputs
 from speechdata.features.speech import wavlm_features
 from speechdata.features.text import qwen_hidden_states
 from speechdata.io import layout
@@ -32,6 +34,16 @@ CHUNK_AUDIO_S = 1800.0
 
 Progress = Callable[[int, int, float], None]
 """``(utterances done, total, audio seconds done)``."""
+
+Exclusions = Mapping[str, tuple[str, str]]
+"""``{utt_id: (reason, detail)}``: utterances the bridge leaves out before any model sees them
+(``speechdata.quality.decisions.excluded_utterances(root, shard, "bridge")``, read by the shard job)."""
+
+
+def _without_excluded(utt_ids: list[str], excluded: Exclusions, stage: str) -> tuple[list[bool], list[Reject]]:
+    """Which grid rows to encode, and a reject (the exclusion's reason) for each row left out."""
+    keep = [u not in excluded for u in utt_ids]
+    return keep, [Reject(u, stage, *excluded[u]) for u in utt_ids if u in excluded]
 
 
 def _one_by_one(items, compute, stage: str, rejects: list[Reject]):
@@ -48,14 +60,25 @@ def _one_by_one(items, compute, stage: str, rejects: list[Reject]):
 
 
 def run_qwen_hidden_states(
-    data_root: DataRoot, shard_id: str, model, *, device, max_batch_tokens: int, on_progress: Progress | None = None
+    data_root: DataRoot,
+    shard_id: str,
+    model,
+    *,
+    device,
+    max_batch_tokens: int,
+    on_progress: Progress | None = None,
+    inputs: QwenShardInputs | None = None,
+    excluded: Exclusions | None = None,
 ) -> StageSummary:
+    """Hidden states of every frame-grid utterance not in ``excluded`` (each excluded one a reject).
+
+    ``inputs``: the shard's frame grids already read (a GPU worker's read-ahead); read here when None."""
     started = time.perf_counter()
-    grids = data_root.read_parquet(layout.frame_grids(shard_id), columns=["utt_id", "tokens", "n_samples"])
-    utt_ids = grids["utt_id"].to_pylist()
-    tokens = grids["tokens"].to_pylist()
-    seconds = [n / SAMPLE_RATE for n in grids["n_samples"].to_pylist()]
-    rejects: list[Reject] = []
+    grids = (inputs or read_qwen_inputs(data_root, shard_id)).grids
+    keep, rejects = _without_excluded(grids["utt_id"].to_pylist(), excluded or {}, QWEN_STAGE)
+    utt_ids = [u for u, k in zip(grids["utt_id"].to_pylist(), keep, strict=True) if k]
+    tokens = [t for t, k in zip(grids["tokens"].to_pylist(), keep, strict=True) if k]
+    seconds = [n / SAMPLE_RATE for n, k in zip(grids["n_samples"].to_pylist(), keep, strict=True) if k]
     done, audio_done = 0, 0.0
 
     def compute(token_lists):
@@ -65,27 +88,25 @@ def run_qwen_hidden_states(
         layout.qwen_hidden_states(shard_id), ARRAY_STORE_SCHEMA, **ARRAY_STORE_PARQUET_OPTIONS
     ) as parquet:
         store = ArrayStoreWriter(parquet)
-        for start in range(0, len(utt_ids), CHUNK_UTTERANCES):
-            chunk = slice(start, start + CHUNK_UTTERANCES)
-            try:
-                states = compute(tokens[chunk])
-            except ItemTooLarge:
-                states = _one_by_one(
-                    list(zip(utt_ids[chunk], tokens[chunk], strict=True)), compute, QWEN_STAGE, rejects
-                )
-            for utt_id, matrix in zip(utt_ids[chunk], states, strict=True):
-                if matrix is not None:
-                    store.add(utt_id, matrix)
-            fault_point("features")
-            done += len(states)
-            audio_done += sum(seconds[chunk])
-            if on_progress:
-                on_progress(done, len(utt_ids), audio_done)
-        store.flush()
+        with BackgroundArrayWrites(store) as writes:
+            for start in range(0, len(utt_ids), CHUNK_UTTERANCES):
+                chunk = slice(start, start + CHUNK_UTTERANCES)
+                try:
+                    states = compute(tokens[chunk])
+                except ItemTooLarge:
+                    states = _one_by_one(
+                        list(zip(utt_ids[chunk], tokens[chunk], strict=True)), compute, QWEN_STAGE, rejects
+                    )
+                writes.submit([(u, m) for u, m in zip(utt_ids[chunk], states, strict=True) if m is not None])
+                fault_point("features")
+                done += len(states)
+                audio_done += sum(seconds[chunk])
+                if on_progress:
+                    on_progress(done, len(utt_ids), audio_done)
     data_root.write_parquet(layout.rejects(shard_id, QWEN_STAGE), rejects_table(rejects))
     return StageSummary(
         shard_id,
-        len(utt_ids),
+        grids.num_rows,
         store.count,
         rejects,
         sum(seconds),
@@ -108,11 +129,26 @@ def run_wavlm_features(
     layer: int | None = None,
     layer_weights: list[float] | None = None,
     on_progress: Progress | None = None,
+    inputs: WavlmShardInputs | None = None,
+    excluded: Exclusions | None = None,
 ) -> StageSummary:
+    """Pooled features of every frame-grid utterance not in ``excluded`` (each excluded one a reject).
+
+    ``inputs``: the shard's frame counts and encoded audio already read (a GPU worker's read-ahead);
+    when None the audio streams from the container row group by row group."""
     started = time.perf_counter()
-    grids = data_root.read_parquet(layout.frame_grids(shard_id), columns=["utt_id", "n_frames"])
-    n_frames = dict(zip(grids["utt_id"].to_pylist(), grids["n_frames"].to_pylist(), strict=True))
-    rejects: list[Reject] = []
+    if inputs is None:
+        grids = data_root.read_parquet(layout.frame_grids(shard_id), columns=["utt_id", "n_frames"])
+        all_frames = dict(zip(grids["utt_id"].to_pylist(), grids["n_frames"].to_pylist(), strict=True))
+    else:
+        all_frames = inputs.n_frames
+    keep, rejects = _without_excluded(list(all_frames), excluded or {}, WAVLM_STAGE)
+    n_frames = {u: f for (u, f), k in zip(all_frames.items(), keep, strict=True) if k}
+    if inputs is None:
+        audio = iter_container_audio(data_root, layout.normalized_audio(shard_id), set(n_frames))
+    else:
+        # The read-ahead holds every utterance's audio; an excluded one never reaches the model.
+        audio = (item for item in inputs.iter_audio() if item[0] in n_frames)
     done, audio_done = 0, 0.0
 
     def compute(items):
@@ -131,6 +167,7 @@ def run_wavlm_features(
         layout.wavlm_features(shard_id), ARRAY_STORE_SCHEMA, **ARRAY_STORE_PARQUET_OPTIONS
     ) as parquet:
         store = ArrayStoreWriter(parquet)
+        writes = BackgroundArrayWrites(store)
 
         def flush(pending: list[tuple[str, np.ndarray]]) -> None:
             nonlocal done, audio_done
@@ -141,9 +178,7 @@ def run_wavlm_features(
                 features = _one_by_one(
                     [(u, item) for (u, _), item in zip(pending, items, strict=True)], compute, WAVLM_STAGE, rejects
                 )
-            for (utt_id, _), matrix in zip(pending, features, strict=True):
-                if matrix is not None:
-                    store.add(utt_id, matrix)
+            writes.submit([(u, m) for (u, _), m in zip(pending, features, strict=True) if m is not None])
             done += len(pending)
             audio_done += sum(a.shape[0] for _, a in pending) / SAMPLE_RATE
             if on_progress:
@@ -151,19 +186,19 @@ def run_wavlm_features(
 
         pending: list[tuple[str, np.ndarray]] = []
         pending_s = 0.0
-        for utt_id, samples, _rate in iter_container_audio(data_root, layout.normalized_audio(shard_id), set(n_frames)):
-            pending.append((utt_id, samples))
-            pending_s += samples.shape[0] / SAMPLE_RATE
-            if pending_s >= CHUNK_AUDIO_S:
+        with writes:
+            for utt_id, samples, _rate in audio:
+                pending.append((utt_id, samples))
+                pending_s += samples.shape[0] / SAMPLE_RATE
+                if pending_s >= CHUNK_AUDIO_S:
+                    flush(pending)
+                    pending, pending_s = [], 0.0
+            if pending:
                 flush(pending)
-                pending, pending_s = [], 0.0
-        if pending:
-            flush(pending)
-        store.flush()
     data_root.write_parquet(layout.rejects(shard_id, WAVLM_STAGE), rejects_table(rejects))
     return StageSummary(
         shard_id,
-        len(n_frames),
+        len(all_frames),
         store.count,
         rejects,
         audio_done,

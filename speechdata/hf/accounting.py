@@ -17,6 +17,7 @@ from pathlib import PurePosixPath
 
 import pyarrow.compute as pc
 
+from speechdata.hf.segments import published_shard_ids
 from speechdata.hf.shard_paths import HF_STAGE
 from speechdata.hf.state import state_connection
 from speechdata.io import layout
@@ -33,14 +34,18 @@ def state_gate_stages() -> tuple[str, ...]:
 
 
 def country_ledgers(data_root: DataRoot, dataset: str, country: str) -> dict[str, Ledger]:
-    """The ``hf`` ledger of every shard that holds utterances of ``country``, by shard id."""
+    """The ``hf`` ledger of every shard meant for the dataset that holds utterances of ``country``
+    (or that the country's state still names), by shard id."""
     with state_connection(data_root, layout.hf_state_database(dataset, country)) as db:
         recorded: dict[str, set[str]] = {}
         for shard_id, key in db.execute("SELECT shard_id, key FROM segments WHERE status <> 'withdrawn'").fetchall():
             recorded.setdefault(shard_id, set()).add(key)
     ledgers = {}
+    published = published_shard_ids(data_root)
     for path in sorted(data_root.glob(f"{layout.SHARDS}/*/utterances.parquet")):
         shard_id = PurePosixPath(path).parent.name
+        if shard_id not in published and shard_id not in recorded:
+            continue  # not meant for the dataset (a bridge shard): its hf ledger is never built
         index = data_root.read_parquet(layout.utterance_index(shard_id))
         if "country" not in index.column_names:
             continue

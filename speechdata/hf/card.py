@@ -17,6 +17,7 @@ from pathlib import PurePosixPath
 import pyarrow.parquet as pq
 
 from speechdata.hf.files import FILE_NAME
+from speechdata.hf.missing_splits import missing_split_reasons
 from speechdata.io import layout
 from speechdata.io.storage import DataRoot
 
@@ -97,7 +98,9 @@ def dataset_card(
     license_name: str | None = None,
     license_link: str | None = None,
     pretty_name: str | None = None,
+    missing_splits: dict[str, dict[str, str]] | None = None,
 ) -> str:
+    """The card's text; ``missing_splits`` (``{country: {split: why}}``) are stated below the table."""
     from huggingface_hub import DatasetCardData
 
     configs = [
@@ -167,6 +170,15 @@ def dataset_card(
             lines.append(
                 f"| {country} | {languages.get(country, '')} | {split} | {entry['rows']} | {entry['files']} | {entry['bytes'] / 1e6:.1f} |"
             )
+    stated = [
+        (country, split, why)
+        for country, reasons in sorted((missing_splits or {}).items())
+        if country in found
+        for split, why in reasons.items()
+    ]
+    if stated:
+        lines += ["", "Splits a config does not have, and why:", "", "| config | split | why |", "|---|---|---|"]
+        lines += [f"| {country} | {split} | {why} |" for country, split, why in stated]
     return "\n".join(lines) + "\n"
 
 
@@ -180,13 +192,20 @@ def write_dataset_card(
     pretty_name: str | None = None,
 ) -> str:
     """Write ``hf/<dataset>/README.md`` for the files present; returns its path in the repo."""
+    found, languages, features = dataset_layout(data_root, dataset)
     card = dataset_card(
         dataset,
-        *dataset_layout(data_root, dataset),
+        found,
+        languages,
+        features,
         license=license,
         license_name=license_name,
         license_link=license_link,
         pretty_name=pretty_name,
+        missing_splits={
+            country: missing_split_reasons(data_root, dataset, country, set(splits))
+            for country, splits in found.items()
+        },
     )
     data_root.write_bytes(layout.hf_dataset_file(dataset, CARD_FILE), card.encode("utf-8"))
     return CARD_FILE

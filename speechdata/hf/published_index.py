@@ -16,6 +16,7 @@ from pathlib import PurePosixPath
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from speechdata.hf.segments import published_shard_indexes
 from speechdata.hf.shard_paths import HF_STAGE, PUBLISHED_PREFIX, checked_country, published_index
 from speechdata.hf.state import read_state, state_connection
 from speechdata.io import layout
@@ -103,11 +104,10 @@ def _shards_holding(data_root: DataRoot, country: str) -> set[str]:
 
 
 def _shards_indexed(data_root: DataRoot, country: str) -> set[str]:
-    """Shards whose utterance index holds ``country``: a state that lost all of one still gets its index."""
-    shards = set()
-    for path in data_root.glob(f"{layout.SHARDS}/*/utterances.parquet"):
-        shard_id = PurePosixPath(path).parent.name
-        index = data_root.read_parquet(layout.utterance_index(shard_id))
-        if "country" in index.column_names and pc.any(pc.equal(index["country"], country)).as_py():
-            shards.add(shard_id)
-    return shards
+    """Shards meant for the dataset whose utterance index holds ``country``: a state that lost all of
+    one still gets its index. A shard not meant for the dataset gets none: its hf ledger stays unbuilt."""
+    return {
+        shard_id
+        for shard_id, index in published_shard_indexes(data_root)
+        if pc.any(pc.equal(index["country"], country)).as_py()
+    }

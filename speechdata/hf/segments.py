@@ -1,14 +1,21 @@
 """A country's segments, the filters that decide which are published, and the split assignment step.
 
-Segments come from every shard's utterance index (``raw_shards``): rows of that country that met
-the landing contract. Shards landed from aligned JSON carry ``video_id``, ``transcript_id``, ``human_text``,
-``asr_text``, ``cer`` and the transcript indices; other shards publish too, with ``text`` as the
-human transcript, the audio file as the recording and nulls where they have no value.
+Segments come from the utterance index (``raw_shards``) of every shard meant for the dataset: rows
+of that country that met the landing contract. A shard is meant for the dataset when its landed
+metadata carries ASR transcripts (:data:`PUBLISHED_SHARD_MARKER`, filled in at least one row), as
+every shard landed from aligned JSON does (with ``video_id``, ``transcript_id``, ``human_text``,
+``cer`` and the transcript indices). Any other shard (a bridge-tuple shard, a Granary drop: text and
+audio only) never feeds it, whatever its country. A row of a published shard that lacks one of the
+dataset's fields (:data:`REQUIRED_FIELDS`) is filtered with the reason ``missing_<field>``: no
+published column is ever all null.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 
@@ -46,6 +53,21 @@ SEGMENT_SCHEMA = pa.schema(
 )
 
 
+PUBLISHED_SHARD_MARKER = "asr_text"
+"""The landed column that says a shard is meant for the HF dataset (filled in at least one row)."""
+
+REQUIRED_FIELDS = (
+    "language",
+    "human_text",
+    "asr_text",
+    "cer",
+    "transcript_id",
+    "transcript_start_idx",
+    "transcript_end_idx",
+)
+"""Segment fields every published row fills (``video_id`` falls back to the audio file's name)."""
+
+
 @dataclass(frozen=True)
 class SegmentLimits:
     """Which segments a dataset keeps: ``[min_duration_s, max_duration_s]`` and ``cer <= max_cer``."""
@@ -56,26 +78,78 @@ class SegmentLimits:
     """None keeps every CER (segments without one always pass)."""
 
 
-def country_segments(data_root: DataRoot, country: str) -> pa.Table:
-    """Every indexed segment of ``country`` over all shards, in :data:`SEGMENT_SCHEMA`, sorted by shard and key.
+def published_shard_indexes(data_root: DataRoot) -> Iterator[tuple[str, pa.Table]]:
+    """``(shard_id, utterance index)`` of every indexed shard meant for the HF dataset, in shard order.
 
-    A segment is identified by ``(shard_id, key)``: shards name their utterances independently
-    (every Granary shard starts at ``utt_000000``)."""
-    pieces = []
+    The index has the aligned JSON's fields unpacked from ``extra``; a shard whose index has no
+    ``country`` column or no ASR transcript (:data:`PUBLISHED_SHARD_MARKER`) is left out."""
     for path in sorted(data_root.glob(f"{layout.SHARDS}/*/utterances.parquet")):
         shard_id = PurePosixPath(path).parent.name
         with data_root.fs.open(path, "rb") as handle:
             names = set(pq.ParquetFile(handle).schema_arrow.names)
             handle.seek(0)
             table = read_parquet_handle(handle, [c for c in [*_INDEX_COLUMNS, "extra"] if c in names])
+        if "country" not in names:
+            continue
         # The aligned JSON's own fields ride in the landed metadata's ``extra`` namespace.
         table = unpack_extras(table, [f for f in SEGMENT_SCHEMA if f.name in _ALIGNED_JSON_FIELDS])
-        table = table.filter(pc.equal(table["country"], country)) if "country" in names else table.slice(0, 0)
-        if table.num_rows:
-            pieces.append(_as_segments(table, shard_id))
+        marker = table[PUBLISHED_SHARD_MARKER] if PUBLISHED_SHARD_MARKER in table.column_names else None
+        if marker is None or marker.null_count == table.num_rows:
+            continue
+        yield shard_id, table
+
+
+def published_shard_ids(data_root: DataRoot) -> set[str]:
+    """The indexed shards meant for the HF dataset (see :func:`published_shard_indexes`)."""
+    return {shard_id for shard_id, _ in published_shard_indexes(data_root)}
+
+
+def segments_by_country(data_root: DataRoot) -> dict[str, pa.Table]:
+    """Every published country's segments (:func:`country_segments`), read in one pass over the shards."""
+    pieces: dict[str, list[pa.Table]] = {}
+    for shard_id, table in published_shard_indexes(data_root):
+        for country in sorted(c for c in pc.unique(table["country"]).to_pylist() if c is not None):
+            rows = table.filter(pc.equal(table["country"], country))
+            pieces.setdefault(country, []).append(_as_segments(rows, shard_id))
+    return {
+        country: pa.concat_tables(tables).sort_by([("shard_id", "ascending"), ("key", "ascending")])
+        for country, tables in sorted(pieces.items())
+    }
+
+
+def country_segments(data_root: DataRoot, country: str) -> pa.Table:
+    """Every indexed segment of ``country`` over the shards meant for the dataset, in
+    :data:`SEGMENT_SCHEMA`, sorted by shard and key.
+
+    A segment is identified by ``(shard_id, key)``: shards name their utterances independently
+    (every Granary shard starts at ``utt_000000``)."""
+    pieces = []
+    for shard_id, table in published_shard_indexes(data_root):
+        rows = table.filter(pc.equal(table["country"], country))
+        if rows.num_rows:
+            pieces.append(_as_segments(rows, shard_id))
     if not pieces:
         return SEGMENT_SCHEMA.empty_table()
     return pa.concat_tables(pieces).sort_by([("shard_id", "ascending"), ("key", "ascending")])
+
+
+def segments_fingerprint(segments: pa.Table) -> str:
+    """A content hash of a country's segments: what its build reads from the shards.
+
+    Equal fingerprints mean the build would read the same rows, so the country need not be rebuilt."""
+    digest = hashlib.sha256()
+    for name in segments.column_names:
+        digest.update(json.dumps([name, segments[name].to_pylist()], default=str).encode())
+    return digest.hexdigest()
+
+
+def country_input_fingerprints(data_root: DataRoot) -> dict[str, str]:
+    """:func:`segments_fingerprint` of every country some published shard holds."""
+    return {country: segments_fingerprint(table) for country, table in segments_by_country(data_root).items()}
+
+
+EMPTY_INPUT_FINGERPRINT = segments_fingerprint(SEGMENT_SCHEMA.empty_table())
+"""The fingerprint of a country no published shard holds any more (all its rows withdrawn)."""
 
 
 _ALIGNED_JSON_FIELDS = (
@@ -144,10 +218,17 @@ def _as_segments(table: pa.Table, shard_id: str) -> pa.Table:
 
 
 def filter_reasons(segments: pa.Table, limits: SegmentLimits) -> list[str | None]:
-    """Per segment: None when it is kept, else ``too_short``, ``too_long`` or ``cer_above_max``."""
+    """Per segment: None when it is kept, else ``missing_<field>`` (a :data:`REQUIRED_FIELDS` is
+    null), ``too_short``, ``too_long`` or ``cer_above_max``."""
     reasons: list[str | None] = []
-    for duration, cer in zip(segments["duration_s"].to_pylist(), segments["cer"].to_pylist(), strict=True):
-        if duration < limits.min_duration_s:
+    required = {name: segments[name].to_pylist() for name in REQUIRED_FIELDS}
+    for row, (duration, cer) in enumerate(
+        zip(segments["duration_s"].to_pylist(), segments["cer"].to_pylist(), strict=True)
+    ):
+        missing = next((name for name, values in required.items() if values[row] is None), None)
+        if missing is not None:
+            reasons.append(f"missing_{missing}")
+        elif duration < limits.min_duration_s:
             reasons.append("too_short")
         elif duration > limits.max_duration_s:
             reasons.append("too_long")
@@ -188,6 +269,8 @@ class AssignmentSummary:
     missing_recordings: list[str] = field(default_factory=list)
     withdrawn: int = 0
     """Segments recorded earlier whose shard no longer holds them (re-landed without them, or elsewhere)."""
+    input_fingerprint: str = EMPTY_INPUT_FINGERPRINT
+    """:func:`segments_fingerprint` of the segments this refresh read: what the country is built from."""
 
     @property
     def shares(self) -> dict[str, float]:
@@ -210,7 +293,7 @@ def refresh_split_assignments(
     """
     segments = country_segments(data_root, country)
     reasons = filter_reasons(segments, limits)
-    summary = AssignmentSummary(country, segments=segments.num_rows)
+    summary = AssignmentSummary(country, segments=segments.num_rows, input_fingerprint=segments_fingerprint(segments))
     usable_s: dict[str, float] = {}
     first_row: dict[str, int] = {}
     for i, (recording_id, duration, reason) in enumerate(

@@ -40,72 +40,75 @@ from speechdata.command_options import add_data_root_option, add_quiet_option, d
 from speechdata.io import layout
 from speechdata.io.confinement import ConfinementError, confined_landed_shard, confined_source
 from speechdata.io.storage import DataRoot, _is_local, filesystem_for
+from speechdata.landing.countries import UnknownCountry, country_code_for, suggested_code
 from speechdata.landing.mark import mark_landed
 
 COUNTRY_LANGUAGES: dict[str, str] = {
-    "argentina": "es",
-    "australia": "en",
-    "austria": "de",
-    "bangladesh": "bn",
-    "brazil": "pt",
-    "bulgaria": "bg",
-    "canada": "en",
-    "chile": "es",
-    "china": "zh",
-    "colombia": "es",
-    "croatia": "hr",
-    "czechia": "cs",
-    "denmark": "da",
-    "egypt": "ar",
-    "estonia": "et",
-    "finland": "fi",
-    "france": "fr",
-    "germany": "de",
-    "greece": "el",
-    "hungary": "hu",
-    "india": "hi",
-    "indonesia": "id",
-    "iran": "fa",
-    "ireland": "en",
-    "israel": "he",
-    "italy": "it",
-    "japan": "ja",
-    "kenya": "sw",
-    "latvia": "lv",
-    "lithuania": "lt",
-    "malaysia": "ms",
-    "mexico": "es",
-    "netherlands": "nl",
-    "new_zealand": "en",
-    "nigeria": "en",
-    "norway": "no",
-    "pakistan": "ur",
-    "peru": "es",
-    "philippines": "tl",
-    "poland": "pl",
-    "portugal": "pt",
-    "romania": "ro",
-    "russia": "ru",
-    "saudi_arabia": "ar",
-    "serbia": "sr",
-    "slovakia": "sk",
-    "slovenia": "sl",
-    "south_africa": "en",
-    "south_korea": "ko",
-    "spain": "es",
-    "sweden": "sv",
-    "taiwan": "zh",
-    "thailand": "th",
-    "turkey": "tr",
-    "ukraine": "uk",
-    "united_kingdom": "en",
-    "united_states": "en",
-    "vietnam": "vi",
+    "ar": "es",
+    "at": "de",
+    "au": "en",
+    "bd": "bn",
+    "bg": "bg",
+    "br": "pt",
+    "ca": "en",
+    "cl": "es",
+    "cn": "zh",
+    "co": "es",
+    "cz": "cs",
+    "de": "de",
+    "dk": "da",
+    "ee": "et",
+    "eg": "ar",
+    "es": "es",
+    "fi": "fi",
+    "fr": "fr",
+    "gb": "en",
+    "gr": "el",
+    "hr": "hr",
+    "hu": "hu",
+    "id": "id",
+    "ie": "en",
+    "il": "he",
+    "in": "hi",
+    "ir": "fa",
+    "it": "it",
+    "jp": "ja",
+    "ke": "sw",
+    "kr": "ko",
+    "lt": "lt",
+    "lv": "lv",
+    "mx": "es",
+    "my": "ms",
+    "ng": "en",
+    "nl": "nl",
+    "no": "no",
+    "nz": "en",
+    "pe": "es",
+    "ph": "tl",
+    "pk": "ur",
+    "pl": "pl",
+    "pt": "pt",
+    "ro": "ro",
+    "rs": "sr",
+    "ru": "ru",
+    "sa": "ar",
+    "se": "sv",
+    "si": "sl",
+    "sk": "sk",
+    "th": "th",
+    "tr": "tr",
+    "tw": "zh",
+    "ua": "uk",
+    "us": "en",
+    "vn": "vi",
+    "za": "en",
 }
-"""Country folder name -> ISO 639-1 language of its recordings (the corpus tooling's ``utils.py`` map).
+"""Country code (ISO 3166-1 alpha-2) -> ISO 639-1 language of its recordings (the corpus tooling's
+``utils.py`` map, its country names turned into codes).
 
 Countries with several official languages map to the language their recordings are in for this
-corpus; pass ``country_languages`` to :func:`import_aligned_countries` to override or extend."""
+corpus; pass ``country_languages`` to :func:`import_aligned_countries` to override or extend (keys
+may be codes or country names)."""
 
 ALIGNMENT_SUBDIR = "Alignment/alignment_output"
 SOURCE_PREFIX = "aligned-json:"
@@ -134,22 +137,53 @@ LANDING_SCHEMA = pa.schema(
 
 
 class UnknownCountryError(ValueError):
-    """A country folder that the country-to-language map does not name."""
+    """A country folder that is no country (not a code nor a known name), or whose country the
+    country-to-language map does not name."""
 
-    def __init__(self, country: str, mapping: Mapping[str, str]):
+    def __init__(self, country: str, mapping: Mapping[str, str], code: str | None = None):
         known = ", ".join(f"{c}={lang}" for c, lang in sorted(mapping.items()))
-        super().__init__(
-            f"country {country!r} has no language in the country-to-language map; add it with "
-            f"country_languages={{{country!r}: '<iso 639-1>'}}. Known: {known}"
-        )
-        self.country = country
+        if code is None:
+            problem = (
+                f"country {country!r} is neither an ISO 3166-1 alpha-2 code nor a known country name "
+                "(speechdata/landing/countries.py)"
+            )
+        else:
+            problem = (
+                f"country {country!r} ({code!r}) has no language in the country-to-language map; add it with "
+                f"country_languages={{{code!r}: '<iso 639-1>'}}"
+            )
+        super().__init__(f"{problem}. Known: {known}" if known else problem)
+        self.country, self.code = country, code
+
+
+def country_code_of_folder(folder: str, mapping: Mapping[str, str] = COUNTRY_LANGUAGES) -> str:
+    """The ISO 3166-1 alpha-2 code a country folder (``france``, ``united_kingdom``, ``fr``) lands under."""
+    try:
+        return country_code_for(folder)
+    except UnknownCountry:
+        raise UnknownCountryError(folder, _by_code(mapping)) from None
 
 
 def language_for_country(country: str, mapping: Mapping[str, str] = COUNTRY_LANGUAGES) -> str:
+    """The language of a country, given by code or name; ``mapping``'s keys may be codes or names."""
+    by_code = _by_code(mapping)
+    code = country_code_of_folder(country, mapping)
     try:
-        return mapping[country]
+        return by_code[code]
     except KeyError:
-        raise UnknownCountryError(country, mapping) from None
+        raise UnknownCountryError(country, by_code, code) from None
+
+
+def _by_code(mapping: Mapping[str, str]) -> dict[str, str]:
+    """``mapping`` with every key (a code or a country name) turned into its code; a key that is no
+    country is an error naming it (an override that could never apply is a mistake, not a no-op)."""
+    by_code = {}
+    for key, language in mapping.items():
+        code = suggested_code(key)
+        if code is None:
+            raise UnknownCountryError(key, {})
+        by_code[code] = language
+    return by_code
 
 
 @dataclass
@@ -157,6 +191,9 @@ class CountryImport:
     """What one country's import did: shards landed, JSONs skipped as already landed, files rejected."""
 
     country: str
+    """The ISO 3166-1 alpha-2 code its rows and shards carry."""
+    folder: str = ""
+    """The source's country folder (``france`` or ``fr``)."""
     shards: list[str] = field(default_factory=list)
     segments: int = 0
     recordings: int = 0
@@ -187,29 +224,36 @@ def import_aligned_countries(
     """Land every not-yet-landed aligned JSON of ``countries`` (default: every country folder).
 
     ``countries_dir`` is a local path or an fsspec URL. Relative ``audio_file`` paths are resolved
-    against the country folder. Raises :class:`UnknownCountryError` before landing anything when a
+    against the country folder. A folder named by a country name (``france``) lands under the
+    country's ISO 3166-1 alpha-2 code (``fr``): rows, keys and shard ids carry the code. Raises
+    :class:`UnknownCountryError` before landing anything when a folder is no known country or its
     country has no language.
     """
     source_fs, source_root = filesystem_for(countries_dir)
     if countries is None:
         countries = sorted(PurePosixPath(p).name for p in source_fs.ls(source_root, detail=False) if source_fs.isdir(p))
-    for country in countries:
-        if not layout.PARTITION_VALUE_PATTERN.match(country):
-            raise ValueError(
-                f"{source_root}/{country}: country folder names become partition keys and must match "
-                f"{layout.PARTITION_VALUE_PATTERN.pattern}"
-            )
-        language_for_country(country, country_languages)
+    codes = {}
+    for folder in countries:
+        language_for_country(folder, country_languages)
+        codes[folder] = country_code_of_folder(folder, country_languages)
+    by_code = _by_code(country_languages)
     return [
         _import_country(
-            source_fs, f"{source_root}/{country}", country, country_languages[country], data_root, recordings_per_shard
+            source_fs,
+            f"{source_root}/{folder}",
+            folder,
+            codes[folder],
+            by_code[codes[folder]],
+            data_root,
+            recordings_per_shard,
         )
-        for country in countries
+        for folder in countries
     ]
 
 
 def landed_sources(data_root: DataRoot, country: str) -> set[str]:
-    """The aligned-JSON sources already landed for ``country`` (read from the shards' ``source`` column)."""
+    """The aligned-JSON sources already landed for ``country`` (its code; read from the shards'
+    ``source`` column, ``<folder>/<json name>``)."""
     landing = data_root.path(layout.LANDING)
     if not data_root.fs.exists(landing):
         return set()
@@ -229,18 +273,19 @@ def landed_sources(data_root: DataRoot, country: str) -> set[str]:
 def _import_country(
     source_fs: fsspec.AbstractFileSystem,
     country_dir: str,
+    folder: str,
     country: str,
     language: str,
     data_root: DataRoot,
     recordings_per_shard: int,
 ) -> CountryImport:
-    report = CountryImport(country)
+    report = CountryImport(country, folder)
     done = landed_sources(data_root, country)
     json_paths = sorted(source_fs.glob(f"{country_dir}/{ALIGNMENT_SUBDIR}/*{ALIGNED_JSON_SUFFIX}"))
     segments_by_audio: dict[str, list[AlignedSegment]] = {}
     sources_by_audio: dict[str, list[str]] = {}
     for path in json_paths:
-        source = f"{country}/{PurePosixPath(path).name}"
+        source = f"{folder}/{PurePosixPath(path).name}"
         if source in done:
             report.already_landed += 1
             continue
@@ -412,6 +457,7 @@ def run(args: argparse.Namespace) -> int:
             json.dumps(
                 {
                     "country": report.country,
+                    "folder": report.folder,
                     "shards": report.shards,
                     "recordings": report.recordings,
                     "segments": report.segments,

@@ -34,6 +34,7 @@ from speechdata.io import layout
 from speechdata.io.confinement import confined_landed_shard
 from speechdata.io.storage import DataRoot, atomic_open, filesystem_for
 from speechdata.landing.contract import CONTRACT_COLUMNS, CONTRACT_FIELDS
+from speechdata.landing.countries import country_code_for
 from speechdata.landing.mark import mark_landed
 
 TEXT_COLUMN_CANDIDATES = ("text", "transcript", "answer", "sentence", "pred_text")
@@ -100,7 +101,9 @@ def import_granary_parquet(
     ``utt_id`` is ``id_column``'s value when given (``raw_shards`` rejects ids that break the
     contract), else ``<id_prefix>_<row:06d>`` (``utt_000123``, the translation corpus's naming). The
     transcript is ``text_column``, else the first of :data:`TEXT_COLUMN_CANDIDATES` present.
+    ``country`` is a code or a country name (``germany``): rows carry its ISO 3166-1 alpha-2 code.
     """
+    country = country_code_for(country) if country is not None else None
     if not layout.is_valid_shard_id(shard_id):
         raise ValueError(f"shard id {shard_id!r} must match {layout.SHARD_ID_PATTERN.pattern}")
     confined_landed_shard(data_root.root, shard_id, local=data_root.is_local)  # never write through a link out

@@ -302,3 +302,29 @@ LANGUAGE_INDEX = "language_index"
 def language_shard_index(language: str) -> str:
     """The shards (and their streaming tars and files) that hold ``language``."""
     return f"{LANGUAGE_INDEX}/language={language}/part-0.parquet"
+
+
+# --- near duplicates ------------------------------------------------------------------
+
+NEAR_DUPLICATES_INDEX = "index/near_duplicates"
+
+
+def near_duplicates(shard_id: str) -> str:
+    """One row per utterance of the shard that copies an utterance indexed before it (docs/near-duplicates.md)."""
+    return f"{SHARDS}/{shard_id}/near_duplicates.parquet"
+
+
+def near_duplicates_index_order() -> str:
+    """The corpus index's shards in the order they were indexed: the index's commit point."""
+    return f"{NEAR_DUPLICATES_INDEX}/shards.parquet"
+
+
+def near_duplicates_index_entries(shard_id: str, version: str) -> str:
+    """One indexed shard's signals (exact hash, audio fingerprint, transcript MinHash, representative),
+    named by a ``version`` the order file points at, so a re-indexed shard never overwrites the file
+    the committed order still names."""
+    return f"{NEAR_DUPLICATES_INDEX}/entries/{shard_id}-{version}.parquet"
+
+
+def near_duplicates_index_entries_dir() -> str:
+    return f"{NEAR_DUPLICATES_INDEX}/entries"

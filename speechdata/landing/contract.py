@@ -17,8 +17,8 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from speechdata.audio.truth import has_words
-from speechdata.io.layout import PARTITION_VALUE_PATTERN
 from speechdata.io.storage import read_parquet_handle
+from speechdata.landing.countries import country_problem, is_country_code
 from speechdata.landing.extras import EXTRA_FIELD, pack_extras
 from speechdata.rejects import Reject
 
@@ -120,8 +120,10 @@ class RowCheck:
     rejects: list[Reject]
 
 
-def check_rows(table: pa.Table, stage: str) -> RowCheck:
-    """Row-level rules that need no audio: ``utt_id`` form and uniqueness, path safety, value formats."""
+def check_rows(table: pa.Table, stage: str, file_label: str = "metadata.parquet") -> RowCheck:
+    """Row-level rules that need no audio: ``utt_id`` form and uniqueness, path safety, value formats.
+
+    ``file_label`` names the metadata file in the rejects' details that name a field's value."""
     utt_ids = table["utt_id"].to_pylist()
     audio_paths = table["audio_path"].to_pylist()
     languages = table["language"].to_pylist()
@@ -135,7 +137,15 @@ def check_rows(table: pa.Table, stage: str) -> RowCheck:
     rejects: list[Reject] = []
     for row, utt_id in enumerate(utt_ids):
         problem = _row_problem(
-            utt_id, id_counts, audio_paths[row], languages[row], countries[row], starts[row], ends[row], texts[row]
+            utt_id,
+            id_counts,
+            audio_paths[row],
+            languages[row],
+            countries[row],
+            starts[row],
+            ends[row],
+            texts[row],
+            file_label,
         )
         if problem is None:
             valid.append(row)
@@ -145,7 +155,9 @@ def check_rows(table: pa.Table, stage: str) -> RowCheck:
     return RowCheck(valid, rejects)
 
 
-def _row_problem(utt_id, id_counts, audio_path, language, country, start_s, end_s, text=None):
+def _row_problem(
+    utt_id, id_counts, audio_path, language, country, start_s, end_s, text=None, file_label="metadata.parquet"
+):
     utt_id_problem = _utt_id_problem(utt_id, id_counts)
     if utt_id_problem is not None:
         return utt_id_problem
@@ -157,8 +169,8 @@ def _row_problem(utt_id, id_counts, audio_path, language, country, start_s, end_
         return "unsafe_audio_path", f"audio_path {audio_path!r} must be relative, without '..' or empty parts"
     if language is not None and not LANGUAGE_PATTERN.match(language):
         return "invalid_language", f"language {language!r} is not a lowercase ISO 639-1 code"
-    if country is not None and not PARTITION_VALUE_PATTERN.match(country):
-        return "invalid_country", f"country {country!r} must match [a-z0-9][a-z0-9_-]*"
+    if country is not None and (problem := country_problem(country)) is not None:
+        return "invalid_country", f"{file_label}, field 'country': {problem}"
     for name, value in (("start_s", start_s), ("end_s", end_s)):
         if value is not None and (value != value or value < 0 or value == float("inf")):
             return "invalid_segment", f"{name}={value} must be a finite number >= 0"
@@ -194,10 +206,10 @@ def partition_values(handle, file_label: str) -> tuple[list[str], list[str]]:
     except Exception as exc:
         raise ContractError(file_label, None, f"not a readable parquet file ({exc})") from exc
 
-    def distinct(column: str, pattern: re.Pattern) -> list[str]:
+    def distinct(column: str, is_valid) -> list[str]:
         if column not in table.column_names:
             return []
         values = pc.unique(table[column]).to_pylist()
-        return sorted(v for v in values if isinstance(v, str) and pattern.match(v))
+        return sorted(v for v in values if isinstance(v, str) and is_valid(v))
 
-    return distinct("country", PARTITION_VALUE_PATTERN), distinct("language", LANGUAGE_PATTERN)
+    return distinct("country", is_country_code), distinct("language", LANGUAGE_PATTERN.match)

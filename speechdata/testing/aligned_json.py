@@ -19,10 +19,10 @@ import numpy as np
 import soundfile as sf
 import soxr
 
-from speechdata.importers.aligned_json import ALIGNMENT_SUBDIR, COUNTRY_LANGUAGES
+from speechdata.importers.aligned_json import ALIGNMENT_SUBDIR, language_for_country
 from speechdata.testing.shards import Clip, load_clips
 
-SAMPLE_COUNTRIES = {"germany": 3, "france": 3}
+SAMPLE_COUNTRIES = {"de": 3, "fr": 3}
 
 
 def build_aligned_json_corpus(
@@ -43,7 +43,7 @@ def build_aligned_json_corpus(
     clips = clips or load_clips()
     written = []
     for country, count in recordings.items():
-        language = COUNTRY_LANGUAGES[country]
+        language = language_for_country(country)
         pool = [c for c in clips if c.language == language]
         if not pool:
             raise ValueError(f"no sample clips in {language!r} for {country!r}")

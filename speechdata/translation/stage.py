@@ -13,6 +13,7 @@ import json
 import posixpath
 import time
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import pyarrow as pa
@@ -140,8 +141,12 @@ def run_streaming_segments(
     data_root: DataRoot,
     shard_id: str,
     settings: SegmentSettings = SegmentSettings(),
+    excluded: Mapping[str, tuple[str, str]] | None = None,
 ) -> StreamingSegmentsSummary:
-    """Build, write and account for the streaming segments of every aligned utterance of the shard."""
+    """Build, write and account for the streaming segments of every aligned utterance of the shard.
+
+    ``excluded``: ``{utt_id: (reason, detail)}`` the translation product leaves out (its quality policy
+    and near duplicates, ``speechdata.quality.decisions.excluded_utterances``), each a reject with that reason."""
     started = time.perf_counter()
     scores = data_root.read_parquet(layout.alignment_scores(shard_id), columns=["utt_id", "score"])
     words = words_by_utterance(data_root.read_parquet(layout.alignments(shard_id)))
@@ -158,8 +163,10 @@ def run_streaming_segments(
     totals = LevelTotals()
     audio_seconds = 0.0
     written: set[str] = set()
+    excluded = excluded or {}
     for utt_id, score in zip(scores["utt_id"].to_pylist(), scores["score"].to_pylist(), strict=True):
-        reject = _filter_reject(utt_id, score, settings)
+        reject = Reject(utt_id, STAGE, *excluded[utt_id]) if utt_id in excluded else None
+        reject = reject or _filter_reject(utt_id, score, settings)
         if reject is None and f"{utt_id}.json" not in landed:
             reject = Reject(utt_id, STAGE, "no_segmentation", f"{directory}/{utt_id}.json does not exist")
         if reject is not None:

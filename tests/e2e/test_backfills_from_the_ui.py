@@ -6,6 +6,7 @@ import json
 import math
 import os
 import time
+from pathlib import Path
 
 import pytest
 
@@ -25,16 +26,21 @@ from tests.e2e.ui_operations import (
     wait_for_backfill,
 )
 from tests.e2e.versioned_definitions import OVERRIDES_ENV
+from tests.integration.test_ingest_assets import land_shard_with_string_start_s
 
 pytestmark = pytest.mark.e2e
 
 SHARDS = ["ui-0", "ui-1", "ui-2"]
+FAULTY_SHARD = "ui-2"  # lands one row per fault reason: raw_shards' rejects sample shows them
+BAD_SHARD = "ui-bad"  # breaks the landing contract: its run fails with the reason
+SHARD_POLICY_TEXT = "Backfills in multiple runs, with a maximum of 4 partitions per run"
 # From the reviewed spec snapshot (tests/definitions_snapshot.json), not kept by hand here.
 SHARD_ASSETS = spec_snapshot.job_asset_keys("per_shard_job")
 GPU_ASSETS = set(spec_snapshot.gpu_asset_keys()) & set(SHARD_ASSETS)
 TRANSLATION_ASSETS = spec_snapshot.job_asset_keys("translation_job")
 BACKFILL_TIMEOUT_S = 420
 SCREENSHOTS = ROOT / "docs" / "operator_guide"
+SCREENSHOTS_ENV = "SPEECHDATA_SCREENSHOTS_DIR"
 
 
 @pytest.fixture(scope="module")
@@ -60,9 +66,13 @@ def session(tmp_path_factory):
     data_root = DataRoot(str(tmp / "data"))
     for i, shard_id in enumerate(SHARDS):
         # No _SUCCESS marker: the landing sensor leaves them alone; the operator registers them.
-        build_sample_shard(data_root, shard_id, 2, seed=10 + i, long_recordings=0, complete=False)
+        build_sample_shard(
+            data_root, shard_id, 2, seed=10 + i, long_recordings=0, complete=False, with_faults=shard_id == FAULTY_SHARD
+        )
+    land_shard_with_string_start_s(data_root, BAD_SHARD)
+    (tmp / "data" / "landing" / BAD_SHARD / "_SUCCESS").unlink(missing_ok=True)
     with DagsterDev(tmp / "dagster_home", tmp / "data", env, workspace=workspace) as dev:
-        for shard_id in SHARDS:
+        for shard_id in [*SHARDS, BAD_SHARD]:
             add_shard_partition(dev, shard_id)
         yield {"dev": dev, "overrides": overrides, "backfills": {}}
 
@@ -183,18 +193,119 @@ def test_materialize_all_on_a_shard_through_the_daemon_is_green_with_every_ledge
     assert "no_segmentation" not in ledgers["bridge"].rejects_by_reason
 
 
+def test_the_shard_commands_launch_a_run_and_a_backfill_the_daemon_processes(session, capsys):
+    """``speechdata shard run`` and ``speechdata shard backfill`` against the webserver: the runs and
+    the backfill are the daemon's (queued, launched, finished), tagged with who launched them, and
+    ``--wait`` exits 1 for the shard whose run fails and 0 for the backfill that succeeds."""
+    from dagster_project.webserver_launch import Webserver, choose_shards, materialized_shards, registered_shards
+    from speechdata.cli import run
+
+    dev = session["dev"]
+    assert "first" in session["backfills"], "needs the first backfill"
+    common = ["--url", dev.base_url, "--data-root", str(dev.data_root), "--quiet"]
+
+    web = Webserver(dev.base_url)
+    registered = registered_shards(web, "raw_shards")
+    assert sorted(registered) == sorted([*SHARDS, BAD_SHARD])
+    missing = choose_shards(registered, materialized=materialized_shards(web, ["raw_shards"]))
+    assert missing == [BAD_SHARD]
+
+    status = run(["shard", "run", "--missing", "--select", "raw_shards", "--wait", "--launched-by", "e2e-cli", *common])
+    out = capsys.readouterr().out
+    assert status == 1, out
+    [run_id] = [line.split()[1] for line in out.splitlines() if line.startswith("run ") and line.endswith("FAILURE")]
+    assert f"{dev.base_url}/runs/{run_id}" in out
+    [failed] = [r for r in dev.runs() if r["runId"] == run_id]
+    tags = {tag["key"]: tag["value"] for tag in failed["tags"]}
+    assert (failed["status"], tags["dagster/partition"], tags["speechdata/launched_by"]) == (
+        "FAILURE",
+        BAD_SHARD,
+        "e2e-cli",
+    )
+    session["failed_run"] = run_id
+
+    before = materialization_counts(dev, ["raw_shards", "normalized_audio"])
+    status = run(
+        [
+            "shard",
+            "backfill",
+            "--matching",
+            "ui-[01]",
+            "--group",
+            "ingest",
+            "--wait",
+            "--launched-by",
+            "e2e-cli",
+            *common,
+        ]
+    )
+    out = capsys.readouterr().out
+    assert status == 0, out
+    [backfill_id] = [
+        line.split()[1].rstrip(":") for line in out.splitlines() if line.startswith("backfill ") and "/runs/b/" in line
+    ]
+    assert f"backfill {backfill_id}: COMPLETED_SUCCESS" in out
+    runs = backfill_runs(dev, backfill_id)
+    assert runs and all(r["status"] == "SUCCESS" and r["tags"]["speechdata/launched_by"] == "e2e-cli" for r in runs)
+    after = materialization_counts(dev, ["raw_shards", "normalized_audio"])
+    for asset in ("raw_shards", "normalized_audio"):
+        assert {shard: after[asset][shard] - before[asset].get(shard, 0) for shard in after[asset]} == {
+            "ui-0": 1,
+            "ui-1": 1,
+            "ui-2": 0,
+        }, asset
+
+
+def screenshot_dirs(tmp_path) -> list:
+    """Where the pictures go: the test's tmp dir, $SPEECHDATA_SCREENSHOTS_DIR when set, and
+    docs/operator_guide/ with SPEECHDATA_UPDATE_SCREENSHOTS=1 (the pictures the docs show)."""
+    dirs = [tmp_path / "screenshots"]
+    if os.environ.get(SCREENSHOTS_ENV):
+        dirs.append(Path(os.environ[SCREENSHOTS_ENV]))
+    if os.environ.get("SPEECHDATA_UPDATE_SCREENSHOTS") == "1":
+        dirs.append(SCREENSHOTS)
+    for folder in dirs:
+        folder.mkdir(parents=True, exist_ok=True)
+    return dirs
+
+
+def wait_for_texts(page, expected: list[str], timeout_s: float = 45) -> str:
+    """The page's text once every expected string is in it; fails naming the missing ones."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        dismiss_welcome_dialog(page)
+        text = page.inner_text("body")
+        missing = [word for word in expected if word.lower() not in text.lower()]
+        if not missing:
+            return text
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{page.url}: {missing} not shown; the page reads: {text[:3000]}")
+        page.wait_for_timeout(1000)
+
+
+def photograph(page, dirs: list, name: str) -> None:
+    page.wait_for_timeout(1500)  # let the graph and tables settle before the picture
+    for folder in dirs:
+        page.screenshot(path=str(folder / name), full_page=True)
+
+
 def test_the_ui_shows_the_asset_graph_a_partition_and_the_backfill_in_chromium(session, tmp_path):
-    """Load the pages an operator reads, find the asset names and statuses in them, and photograph
-    them (into docs/operator_guide/ for the README when SPEECHDATA_UPDATE_SCREENSHOTS=1)."""
+    """Load the pages an operator reads, assert the asset names, statuses, reasons and metadata in
+    them, then photograph each: a failed shard's run with its reason, raw_shards' rejects sample,
+    shard_manifest's ledger table and histograms, an output's column descriptions, the backfill
+    dialog's one policy."""
+    from assets.reporting import COLUMN_DESCRIPTIONS
+    from speechdata.testing.shards import FAULT_REASONS
     from tests.e2e.browser import chromium_page
 
     dev = session["dev"]
     backfill_id = session["backfills"].get("stale") or session["backfills"].get("first")
     assert backfill_id, "needs a backfill"
-    out = SCREENSHOTS if os.environ.get("SPEECHDATA_UPDATE_SCREENSHOTS") == "1" else tmp_path
-    out.mkdir(parents=True, exist_ok=True)
+    failed_run = session.get("failed_run")
+    assert failed_run, "needs the failed run of the shard commands' test"
+    dirs = screenshot_dirs(tmp_path)
     pages = [
-        # (file, path, texts that must appear: asset names, statuses, metadata and check names)
+        # (file, path, texts that must appear: asset names, statuses, reasons, metadata and check names)
         (
             "asset_graph.png",
             "/assets/shard_manifest?view=lineage&lineageScope=upstream&lineageDepth=8",
@@ -207,24 +318,78 @@ def test_the_ui_shows_the_asset_graph_a_partition_and_the_backfill_in_chromium(s
         ),
         ("backfill.png", f"/runs/b/{backfill_id}", ["Succeeded", "ui-0", "ui-1", "ui-2"]),
         ("asset_events.png", "/assets/normalized_audio?view=events", ["normalized_audio", "ui-0", "ui-2"]),
+        (
+            "failed_run_reason.png",
+            f"/runs/{failed_run}",
+            [
+                "Failure",
+                f"partition: {BAD_SHARD}",
+                f"Shard '{BAD_SHARD}' breaks the landing contract",
+                "'start_s'",
+                "must be of type double, found string",
+            ],
+        ),
+        (
+            "rejects_sample.png",
+            f"/assets/raw_shards?view=partitions&partition={FAULTY_SHARD}",
+            ["rejects_sample", "reason", "detail", *FAULT_REASONS, "duration_s_histogram"],
+        ),
+        (
+            "ledger_table.png",
+            "/assets/shard_manifest?view=partitions&partition=ui-1",
+            [
+                "ledgers",
+                "rejects by reason",
+                "bridge",
+                "asr",
+                "vad",
+                "unbalanced_products",
+                "duration_s_histogram",
+                "alignment_score_histogram",
+            ],
+        ),
+        (
+            "column_descriptions.png",
+            "/assets/raw_shards",
+            [
+                "Columns",
+                "Column name",
+                "Description",
+                "utt_id",
+                COLUMN_DESCRIPTIONS["utt_id"],
+                "duration_s",
+                COLUMN_DESCRIPTIONS["duration_s"],
+            ],
+        ),
     ]
-    missing_by_page = {}
     with chromium_page() as page:
         for name, path, expected in pages:
             page.goto(dev.base_url + path, wait_until="load", timeout=60_000)
-            missing, text = expected, ""
-            deadline = time.monotonic() + 45
-            while missing and time.monotonic() < deadline:
-                dismiss_welcome_dialog(page)
-                text = page.inner_text("body")
-                missing = [word for word in expected if word.lower() not in text.lower()]
-                page.wait_for_timeout(1000)
-            dismiss_welcome_dialog(page)
-            page.wait_for_timeout(1500)  # let the graph settle before the picture
-            page.screenshot(path=str(out / name))
-            if missing:
-                missing_by_page[path] = (missing, text[:2000])
-    assert not missing_by_page, missing_by_page
+            wait_for_texts(page, expected)
+            photograph(page, dirs, name)
+        photograph_the_backfill_dialog_policy(page, dev, dirs)
+    for folder in dirs:
+        names = {p.name for p in folder.glob("*.png")}
+        assert {name for name, _, _ in pages} | {"backfill_dialog_policy.png"} <= names, folder
+
+
+def photograph_the_backfill_dialog_policy(page, dev: DagsterDev, dirs: list) -> None:
+    """The ingest group's "Materialize all" on every shard: the dialog's preview lists each selected
+    asset with the one shard backfill policy (the dialog's own notice says "varying" for any two
+    assets in Dagster 1.13: it compares the policies by reference, docs/operating-the-ui.md)."""
+    page.goto(dev.base_url + "/locations/speech_data_platform/asset-groups/ingest", wait_until="load", timeout=60_000)
+    wait_for_texts(page, ["raw_shards", "normalized_audio", "Materialize all"])
+    page.get_by_role("button", name="Materialize all").first.click()
+    wait_for_texts(page, ["Partition selection", "Launch"])
+    page.get_by_role("button", name="All", exact=True).first.click()
+    wait_for_texts(page, [f"{len(SHARDS) + 1} partitions"])
+    page.get_by_text("Preview", exact=True).first.click()
+    text = wait_for_texts(
+        page, ["Backfill preview", "Backfill policy", "raw_shards", "normalized_audio", SHARD_POLICY_TEXT]
+    )
+    preview = text[text.index("Backfill preview") :]
+    assert preview.count(SHARD_POLICY_TEXT) == 2, preview[:2000]
+    photograph(page, dirs, "backfill_dialog_policy.png")
 
 
 def dismiss_welcome_dialog(page) -> None:

@@ -9,7 +9,7 @@ import assets
 from assets.asset_policy import OWNERS, group_asset, shard_asset
 from assets.gpu_pool import GPU_POOL
 from assets.partitions import PER_SHARD_TAGS, country_partitions, shard_partitions
-from assets.shard_runs import SHARDS_PER_RUN
+from assets.shard_runs import SHARD_BACKFILL_POLICY, SHARDS_PER_RUN
 
 
 def declared_in(module_name: str, decorator, compute):
@@ -81,6 +81,30 @@ def test_every_asset_of_the_code_location_carries_the_policy():
             if spec.partitions_def == shard_partitions:
                 assert asset.backfill_policy.max_partitions_per_run == SHARDS_PER_RUN, spec.key
                 assert all(check.partitions_def == shard_partitions for check in asset.check_specs), spec.key
+
+
+def test_a_shard_backfill_selects_assets_of_one_backfill_policy_and_only_non_shard_assets_differ():
+    """What the UI's backfill dialog reads per asset (its GraphQL ``backfillPolicy``): one policy for
+    every asset a shard backfill can select; the assets of another policy (none) are exactly those a
+    whole-graph selection adds, partitioned by country or language or not at all."""
+    from dagster_project.definitions import defs
+    from tests import spec_snapshot
+
+    graph = defs.resolve_asset_graph()
+    nodes = {key.to_user_string(): graph.get(key) for key in graph.materializable_asset_keys}
+    by_shard = {name for name, node in nodes.items() if node.partitions_def == shard_partitions}
+    assert by_shard == set(spec_snapshot.job_asset_keys("per_shard_job")) | set(
+        spec_snapshot.job_asset_keys("translation_job")
+    )
+    assert {nodes[name].backfill_policy for name in by_shard} == {SHARD_BACKFILL_POLICY}
+    other_policies = {name for name, node in nodes.items() if node.backfill_policy != SHARD_BACKFILL_POLICY}
+    assert other_policies == set(nodes) - by_shard
+    assert all(nodes[name].backfill_policy is None for name in other_policies)
+
+
+def test_a_group_asset_partitioned_by_shard_is_refused_naming_shard_asset():
+    with pytest.raises(ValueError, match="shard_asset"):
+        group_asset(kinds={"parquet"}, code_version="v1", partitions_def=shard_partitions)
 
 
 def group(name: str, **attributes):

@@ -169,16 +169,16 @@ def test_an_over_long_utt_id_is_a_reject_and_the_longest_valid_id_is_written(dat
 
 def test_importer_sources_outside_the_source_folder_are_refused(data_root, tmp_path, clips):
     countries = tmp_path / "countries"
-    build_aligned_json_corpus(countries, {"germany": 2}, clips=clips, audio_format="flac")
+    build_aligned_json_corpus(countries, {"de": 2}, clips=clips, audio_format="flac")
     outside = tmp_path / "outside.flac"
-    outside.write_bytes((next((countries / "germany" / "audio").iterdir())).read_bytes())
-    jsons = sorted((countries / "germany/Alignment/alignment_output").glob("*_aligned.json"))
+    outside.write_bytes((next((countries / "de" / "audio").iterdir())).read_bytes())
+    jsons = sorted((countries / "de/Alignment/alignment_output").glob("*_aligned.json"))
     for path, audio_file in zip(jsons, ["/etc/hostname", "../../outside.flac"]):
         document = json.loads(path.read_text())
         document["audio_file"] = audio_file
         path.write_text(json.dumps(document))
     before = snapshot(tmp_path / "countries") | {str(outside): os.lstat(outside)[6:7]}
-    [report] = import_aligned_countries(str(countries), data_root, ["germany"])
+    [report] = import_aligned_countries(str(countries), data_root, ["de"])
     assert set(report.refused_recordings) == {"/etc/hostname", "../../outside.flac"}
     assert "refusing audio_file '/etc/hostname'" in report.refused_recordings["/etc/hostname"]
     assert "outside the source folder" in report.refused_recordings["../../outside.flac"]

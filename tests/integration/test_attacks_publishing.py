@@ -30,21 +30,37 @@ from tests.tiny_resources import tiny_resources_for
 DATASET = "speech-segments"
 
 
+def with_aligned_transcripts(row: dict) -> dict:
+    """The row with the fields that make a shard one meant for the HF dataset (an ASR transcript, its CER...)."""
+    return {
+        **row,
+        "human_text": row["text"],
+        "asr_text": row["text"],
+        "cer": 0.0,
+        "transcript_id": "t0",
+        "transcript_start_idx": 0,
+        "transcript_end_idx": len(row["text"]),
+    }
+
+
 def granary_rows(shard_id: str, country: str, n: int, skip=(), prefix="utt") -> tuple[list[dict], dict]:
-    """Rows named like the Granary importer's (``utt_000000``...: the same ids in every shard), 4 s each."""
+    """Rows named like the Granary importer's (``utt_000000``...: the same ids in every shard), 4 s each,
+    with aligned transcripts so that the shard feeds the HF dataset."""
     rows, files = [], {}
     for i in range(n):
         if i in skip:
             continue
         utt_id = f"{prefix}_{i:06d}"
         rows.append(
-            {
-                "utt_id": utt_id,
-                "audio_path": f"{utt_id}.wav",
-                "text": f"{shard_id} sentence {i}",
-                "language": "de",
-                "country": country,
-            }
+            with_aligned_transcripts(
+                {
+                    "utt_id": utt_id,
+                    "audio_path": f"{utt_id}.wav",
+                    "text": f"{shard_id} sentence {i}",
+                    "language": "de",
+                    "country": country,
+                }
+            )
         )
         files[f"{utt_id}.wav"] = encode(tone(4.0, 16_000, freq=200.0 + 40 * i), 16_000)
     return rows, files
@@ -123,14 +139,16 @@ def test_each_segment_is_cut_from_its_own_shard_when_two_shards_share_a_recordin
     """Seed-004 rows name their recording by ``video_id``; two shards holding one keep their own audio."""
     for shard_id, prefix, freq in (("video-a", "a", 300.0), ("video-b", "b", 900.0)):
         rows = [
-            {
-                "utt_id": f"{prefix}_000000",
-                "audio_path": "clip.wav",
-                "text": f"{shard_id} sentence 0",
-                "language": "de",
-                "country": "de",
-                "video_id": "shared-video",
-            }
+            with_aligned_transcripts(
+                {
+                    "utt_id": f"{prefix}_000000",
+                    "audio_path": "clip.wav",
+                    "text": f"{shard_id} sentence 0",
+                    "language": "de",
+                    "country": "de",
+                    "video_id": "shared-video",
+                }
+            )
         ]
         land_shard(data_root, shard_id, rows, {"clip.wav": encode(tone(4.0, 16_000, freq=freq), 16_000)})
         run_raw_shards(data_root, shard_id)

@@ -29,6 +29,7 @@ from speechdata.io import layout
 from speechdata.io.storage import DataRoot
 from speechdata.vad.language_index import build_language_shard_index, build_urls
 from tests.integration.exported_root import build_finished_root
+from tests.nemo_env import run_in_nemo_env
 
 SHARDS = ("e1", "e2")
 
@@ -108,6 +109,8 @@ def test_asr_manifests_and_the_language_index_read_from_the_copy(moved_root):
 
 
 # --- NeMo -------------------------------------------------------------------------------------------
+# NeMo's loaders run in the trainer's environment, .venv-nemo (tests/nemo_env.py): one NeMo process
+# reads every NeMo export of this module, and the tests below assert on what it returned.
 
 
 @pytest.fixture(scope="module")
@@ -115,6 +118,15 @@ def nemo_tarred(moved_root, tmp_path_factory):
     out = tmp_path_factory.mktemp("nemo") / "tarred"
     result = export_nemo(moved_root, str(out), samples_per_tar=5, progress=False)
     return out, result
+
+
+@pytest.fixture(scope="module")
+def nemo_plain(moved_root, tmp_path_factory):
+    """The plain export, moved after writing: the export is relocatable too."""
+    work = tmp_path_factory.mktemp("nemo-plain")
+    export_nemo(moved_root, str(work / "plain"), tarred=False, progress=False)
+    os.replace(work / "plain", work / "elsewhere")
+    return work / "elsewhere"
 
 
 def _char_labels(published) -> list[str]:
@@ -125,102 +137,76 @@ def _published_by_member(published) -> dict[str, tuple[dict, dict]]:
     return {f"{shard}__{key}.wav": value for (shard, key), value in published.items()}
 
 
-def test_nemo_tarred_char_dataset_reads_every_sample(nemo_tarred, published):
-    from nemo.collections.asr.data.audio_to_text import TarredAudioToCharDataset
-
-    out, result = nemo_tarred
-    assert result.tars == -(-len(published) // 5) and result.samples == len(published)
-    tars = [str(out / f"audio_{n}.tar") for n in range(result.tars)]
-    dataset = TarredAudioToCharDataset(
-        audio_tar_filepaths=tars,
-        manifest_filepath=str(out / TARRED_MANIFEST),
-        labels=_char_labels(published),
-        sample_rate=16_000,
-        normalize=False,
-        parser="base",
-        return_sample_id=True,
-    )
-    by_member = _published_by_member(published)
-    seen = []
-    for audio, audio_len, _tokens, _token_len, sample_id in dataset:
-        entry = dataset.get_manifest_sample(int(sample_id))
-        member = os.path.basename(entry.audio_file)
-        row, sample = by_member[member]
-        seen.append(member)
-        assert entry.text_raw == row["text"]
-        assert abs(entry.duration - len(sample["wav"]) / SAMPLE_RATE) < 1e-6
-        # NeMo resampled the 24 kHz WAV to 16 kHz: same length in time.
-        assert abs(int(audio_len) / 16_000 - entry.duration) < 0.01
-    assert sorted(seen) == sorted(by_member)
-
-
-def test_nemo_tarred_bpe_dataset_reads_every_sample(nemo_tarred, published, tmp_path):
-    from nemo.collections.asr.data.audio_to_text import TarredAudioToBPEDataset
-    from nemo.collections.common.tokenizers import SentencePieceTokenizer
-
+@pytest.fixture(scope="module")
+def nemo_reads(nemo_tarred, nemo_plain, published, tmp_path_factory):
+    """What NeMo's TarredAudioToChar/BPEDataset, LazyNeMoTarredIterator and AudioToCharDataset read."""
     from tests.integration.test_asr_nemo_smoke import tiny_sentencepiece
 
     out, result = nemo_tarred
+    work = tmp_path_factory.mktemp("nemo-reads")
     texts = [row["text"] for row, _ in published.values()]
-    tokenizer = SentencePieceTokenizer(str(tiny_sentencepiece(tmp_path, texts, []) / "tokenizer.model"))
-    dataset = TarredAudioToBPEDataset(
-        audio_tar_filepaths=str(out / f"audio__OP_0..{result.tars - 1}_CL_.tar"),
-        manifest_filepath=str(out / TARRED_MANIFEST),
-        tokenizer=tokenizer,
-        sample_rate=16_000,
-        use_start_end_token=False,
-    )
-    items = list(dataset)
-    assert len(items) == len(dataset) == len(published)
-    decoded = sorted(tokenizer.ids_to_text(tokens.tolist()) for _, _, tokens, _ in items)
-    assert decoded == sorted(row["text"] for row, _ in published.values())
+    request = {
+        "tarred_dir": str(out),
+        "tars": result.tars,
+        "tarred_manifest": TARRED_MANIFEST,
+        "plain_manifest": str(nemo_plain / PLAIN_MANIFEST),
+        "labels": _char_labels(published),
+        "sentencepiece_model": str(tiny_sentencepiece(work / "tokenizer", texts, []) / "tokenizer.model"),
+        "lhotse_audio_npz": str(work / "lhotse_audio.npz"),
+    }
+    reads = run_in_nemo_env("read_exports.py", json.dumps(request))
+    with np.load(request["lhotse_audio_npz"]) as audio:
+        reads["lhotse_audio"] = {name: audio[name] for name in audio.files}
+    return reads
 
 
-def test_nemo_lhotse_tarred_iterator_reads_the_sharded_manifests(nemo_tarred, published):
-    from lhotse import CutSet
-    from nemo.collections.common.data.lhotse.nemo_adapters import LazyNeMoTarredIterator
-
-    out, result = nemo_tarred
-    cuts = CutSet(
-        LazyNeMoTarredIterator(
-            manifest_path=[str(out / "sharded_manifests" / f"manifest_{n}.json") for n in range(result.tars)],
-            tar_paths=[str(out / f"audio_{n}.tar") for n in range(result.tars)],
-            shard_seed=0,
-        )
-    )
+@pytest.mark.slow
+def test_nemo_tarred_char_dataset_reads_every_sample(nemo_tarred, nemo_reads, published):
+    _, result = nemo_tarred
+    assert result.tars == -(-len(published) // 5) and result.samples == len(published)
     by_member = _published_by_member(published)
     seen = []
-    for cut in cuts:
-        row, sample = by_member[cut.recording.id]
-        seen.append(cut.recording.id)
-        assert cut.supervisions[0].text == row["text"] and cut.supervisions[0].language == row["language"]
-        assert cut.sampling_rate == SAMPLE_RATE
-        np.testing.assert_allclose(cut.load_audio()[0], sample["wav"], atol=1e-4)
+    for entry in nemo_reads["tarred_char"]:
+        row, sample = by_member[entry["member"]]
+        seen.append(entry["member"])
+        assert entry["text_raw"] == row["text"]
+        assert abs(entry["duration"] - len(sample["wav"]) / SAMPLE_RATE) < 1e-6
+        # NeMo resampled the 24 kHz WAV to 16 kHz: same length in time.
+        assert abs(entry["audio_len"] / 16_000 - entry["duration"]) < 0.01
     assert sorted(seen) == sorted(by_member)
 
 
-def test_nemo_plain_manifest_resolves_relative_paths_with_audio_to_char_dataset(moved_root, published, tmp_path):
-    from nemo.collections.asr.data.audio_to_text import AudioToCharDataset
+@pytest.mark.slow
+def test_nemo_tarred_bpe_dataset_reads_every_sample(nemo_reads, published):
+    bpe = nemo_reads["tarred_bpe"]
+    assert bpe["items"] == bpe["length"] == len(published)
+    assert sorted(bpe["decoded"]) == sorted(row["text"] for row, _ in published.values())
 
-    out = tmp_path / "plain"
-    export_nemo(moved_root, str(out), tarred=False, progress=False)
-    moved = tmp_path / "elsewhere"
-    os.replace(out, moved)  # the export is relocatable too
-    dataset = AudioToCharDataset(
-        manifest_filepath=str(moved / PLAIN_MANIFEST),
-        labels=_char_labels(published),
-        sample_rate=16_000,
-        normalize=False,
-        parser="base",
-    )
-    assert len(dataset) == len(published)
-    lines = [json.loads(line) for line in (moved / PLAIN_MANIFEST).read_text().splitlines()]
-    for index, line in enumerate(lines):
+
+@pytest.mark.slow
+def test_nemo_lhotse_tarred_iterator_reads_the_sharded_manifests(nemo_reads, published):
+    by_member = _published_by_member(published)
+    seen = []
+    for cut in nemo_reads["lhotse_tarred"]:
+        row, sample = by_member[cut["recording_id"]]
+        seen.append(cut["recording_id"])
+        assert cut["text"] == row["text"] and cut["language"] == row["language"]
+        assert cut["sampling_rate"] == SAMPLE_RATE
+        np.testing.assert_allclose(nemo_reads["lhotse_audio"][cut["recording_id"]], sample["wav"], atol=1e-4)
+    assert sorted(seen) == sorted(by_member)
+
+
+@pytest.mark.slow
+def test_nemo_plain_manifest_resolves_relative_paths_with_audio_to_char_dataset(nemo_plain, nemo_reads, published):
+    plain = nemo_reads["plain_char"]
+    assert plain["length"] == len(published)
+    lines = [json.loads(line) for line in (nemo_plain / PLAIN_MANIFEST).read_text().splitlines()]
+    assert len(lines) == len(plain["audio_lens"])
+    for line, audio_len in zip(lines, plain["audio_lens"], strict=True):
         assert not os.path.isabs(line["audio_filepath"])
-        audio, audio_len, _, _ = dataset[index]
         row, sample = published[(line["source_shard"], line["source_key"])]
         assert line["text"] == row["text"] and abs(line["duration"] - len(sample["wav"]) / SAMPLE_RATE) < 1e-6
-        assert abs(int(audio_len) / 16_000 - line["duration"]) < 0.01
+        assert abs(audio_len / 16_000 - line["duration"]) < 0.01
 
 
 # --- Lhotse -----------------------------------------------------------------------------------------

@@ -65,13 +65,13 @@ def test_a_clean_build_of_two_countries_balances_every_shards_hf_ledger_with_fil
     tmp_path, data_root, clips, instance
 ):
     corpus = tmp_path / "countries"
-    build_aligned_json_corpus(corpus, {"germany": 3}, clips=clips, audio_format="opus")
-    build_aligned_json_corpus(corpus, {"france": 3}, clips=clips, audio_format="flac", seed=5)
+    build_aligned_json_corpus(corpus, {"de": 3}, clips=clips, audio_format="opus")
+    build_aligned_json_corpus(corpus, {"fr": 3}, clips=clips, audio_format="flac", seed=5)
     shards = land(corpus, data_root, instance)
-    publish(instance, data_root, "germany")
-    publish(instance, data_root, "france")
+    publish(instance, data_root, "de")
+    publish(instance, data_root, "fr")
 
-    segments = segment_statuses(data_root, "germany") + segment_statuses(data_root, "france")
+    segments = segment_statuses(data_root, "de") + segment_statuses(data_root, "fr")
     filtered = Counter(reason for _, _, status, reason in segments if status == "filtered")
     assert filtered, "the corpus must hold segments the states filter out"
     accounting = hf_accounting(data_root)

@@ -32,16 +32,16 @@ def land_and_build(corpus, data_root, targets=SplitTargets(), max_file_mb=500.0)
     for report in import_aligned_countries(str(corpus), data_root):
         for shard in report.shards:
             run_raw_shards(data_root, shard)
-    refresh_split_assignments(data_root, DATASET, "germany", targets=targets)
-    build_country_dataset(data_root, "germany", DatasetOptions(dataset=DATASET, max_file_mb=max_file_mb))
+    refresh_split_assignments(data_root, DATASET, "de", targets=targets)
+    build_country_dataset(data_root, "de", DatasetOptions(dataset=DATASET, max_file_mb=max_file_mb))
     write_dataset_card(data_root, DATASET)
-    register_card(data_root, DATASET, "germany")
+    register_card(data_root, DATASET, "de")
 
 
 @pytest.fixture
 def corpus(tmp_path, clips):
     corpus = tmp_path / "countries"
-    build_aligned_json_corpus(corpus, {"germany": 4}, clips=clips, audio_format="flac")
+    build_aligned_json_corpus(corpus, {"de": 4}, clips=clips, audio_format="flac")
     return corpus
 
 
@@ -57,20 +57,18 @@ def local_files(data_root) -> dict[str, bytes]:
 
 
 def file_statuses(data_root) -> dict[str, str]:
-    with state_connection(data_root, layout.hf_state_database(DATASET, "germany")) as db:
+    with state_connection(data_root, layout.hf_state_database(DATASET, "de")) as db:
         return dict(db.execute("SELECT path_in_repo, status FROM files").fetchall())
 
 
 def segment_statuses(data_root) -> set[str]:
-    with state_connection(data_root, layout.hf_state_database(DATASET, "germany")) as db:
+    with state_connection(data_root, layout.hf_state_database(DATASET, "de")) as db:
         return {s for (s,) in db.execute("SELECT DISTINCT status FROM segments WHERE file IS NOT NULL").fetchall()}
 
 
 def run(data_root, hub, **kwargs):
     api = HfApi(endpoint=hub.url, token=TOKEN)
-    return publish_country(
-        data_root, DATASET, "germany", api, "org/ds", policy=FAST_RETRIES, log=lambda m: None, **kwargs
-    )
+    return publish_country(data_root, DATASET, "de", api, "org/ds", policy=FAST_RETRIES, log=lambda m: None, **kwargs)
 
 
 def only(paths, prefix: str) -> str:
@@ -84,10 +82,10 @@ def test_failed_split_is_recorded_then_a_rerun_uploads_only_the_rest_once(built)
         hub.state.failures.append(CommitFailure("validation", times=3, status=503))
         first = run(built, hub)
         statuses = file_statuses(built)
-        validation = only(statuses, "germany/validation-00000-of-00001-")
+        validation = only(statuses, "de/validation-00000-of-00001-")
         assert statuses[validation] == "error"
         assert "503" in first.errors[validation]
-        assert statuses[only(statuses, "germany/test-00000-of-00001-")] == "uploaded"
+        assert statuses[only(statuses, "de/test-00000-of-00001-")] == "uploaded"
         assert hub.state.failed_commits == 3  # retried with backoff before giving up
 
         second = run(built, hub)
@@ -126,25 +124,25 @@ def test_crash_after_the_hub_accepted_a_commit_does_not_upload_it_again(built, m
 def test_a_rebuilt_split_replaces_its_old_files_on_the_hub(corpus, built, clips):
     with HubStandIn() as hub:
         run(built, hub)
-        old = only(file_statuses(built), "germany/validation-00000-of-00001-")
+        old = only(file_statuses(built), "de/validation-00000-of-00001-")
         assert old in hub.state.repos["org/ds"]
         # New recordings, most of them validation, written in small files: validation is rebuilt as several files.
-        build_aligned_json_corpus(corpus, {"germany": 3}, clips=clips, audio_format="flac", first_recording=10)
+        build_aligned_json_corpus(corpus, {"de": 3}, clips=clips, audio_format="flac", first_recording=10)
         land_and_build(corpus, built, targets=SplitTargets(test=0.01, validation=0.6), max_file_mb=0.05)
         assert file_statuses(built)[old] == "deleted"
         result = run(built, hub)
         assert old in result.deleted
         assert hub.state.repos["org/ds"] == local_files(built)
-        assert len([p for p in local_files(built) if p.startswith("germany/validation-")]) >= 2
+        assert len([p for p in local_files(built) if p.startswith("de/validation-")]) >= 2
         assert old not in file_statuses(built) and set(file_statuses(built).values()) == {"uploaded"}
 
 
 def test_hf_hub_upload_asset_never_logs_the_token(built, caplog):
     with dg.instance_for_test() as instance, HubStandIn() as hub, caplog.at_level(logging.DEBUG):
-        instance.add_dynamic_partitions(country_partitions.name, ["germany"])
+        instance.add_dynamic_partitions(country_partitions.name, ["de"])
         result = dg.materialize(
             [hf_hub_upload],
-            partition_key="germany",
+            partition_key="de",
             instance=instance,
             resources=tiny_resources_for(
                 built.url,

@@ -159,16 +159,16 @@ def test_the_country_dataset_builds_and_publishes_state_with_the_root_in_the_buc
 
     s3fs.S3FileSystem().mkdir("hf-bucket")
     root = DataRoot("s3://hf-bucket/speech")
-    build_aligned_json_corpus(tmp_path / "countries", {"germany": 3}, clips=clips, audio_format="flac")
+    build_aligned_json_corpus(tmp_path / "countries", {"de": 3}, clips=clips, audio_format="flac")
     [report] = import_aligned_countries(str(tmp_path / "countries"), root)
     for shard in report.shards:
         run_raw_shards(root, shard)
-    summary = refresh_split_assignments(root, "ds", "germany")
-    built = build_country_dataset(root, "germany", DatasetOptions(dataset="ds"))
+    summary = refresh_split_assignments(root, "ds", "de")
+    built = build_country_dataset(root, "de", DatasetOptions(dataset="ds"))
     write_dataset_card(root, "ds")
     written = {f["path_in_repo"]: f["rows"] for split in built.written for f in split.files}
     assert {re.sub(r"-[0-9a-f]{12}\.parquet$", "", p) for p in written} == {
-        f"germany/{s}-00000-of-00001" for s in ("test", "validation", "train_1")
+        f"de/{s}-00000-of-00001" for s in ("test", "validation", "train_1")
     }
     for path, rows in written.items():
         table = root.read_parquet(layout.hf_dataset_file("ds", path))
@@ -176,8 +176,8 @@ def test_the_country_dataset_builds_and_publishes_state_with_the_root_in_the_buc
         samples, rate = sf.read(io.BytesIO(table["audio"][0].as_py()["bytes"]))
         assert rate == 16_000 and samples.size > 3 * rate
     # The state database lives in the bucket and survives the round trip through a local copy.
-    assert root.exists(layout.hf_state_database("ds", "germany"))
-    with state_connection(root, layout.hf_state_database("ds", "germany")) as db:
+    assert root.exists(layout.hf_state_database("ds", "de"))
+    with state_connection(root, layout.hf_state_database("ds", "de")) as db:
         [(recordings,)] = db.execute("SELECT count(*) FROM recordings").fetchall()
         [(pending,)] = db.execute(
             "SELECT count(*) FROM segments WHERE status = 'pending' AND file IS NOT NULL"
@@ -188,10 +188,10 @@ def test_the_country_dataset_builds_and_publishes_state_with_the_root_in_the_buc
     from speechdata.hf.published_index import write_published_indexes
     from speechdata.ledgers import shard_ledgers
 
-    state_before = root.fs.info(root.path(layout.hf_state_database("ds", "germany")))["size"]
-    indexed = write_published_indexes(root, "ds", "germany")
+    state_before = root.fs.info(root.path(layout.hf_state_database("ds", "de")))["size"]
+    indexed = write_published_indexes(root, "ds", "de")
     assert sorted(indexed) == sorted(report.shards) and sum(indexed.values()) == pending
     for shard in report.shards:
         assert shard_ledgers(root, shard)["hf"].balanced, shard
-    assert root.fs.info(root.path(layout.hf_state_database("ds", "germany")))["size"] == state_before
+    assert root.fs.info(root.path(layout.hf_state_database("ds", "de")))["size"] == state_before
     assert not [k for k in root.fs.find(root.root) if TEMP_PREFIX in k]

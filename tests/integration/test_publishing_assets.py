@@ -94,16 +94,16 @@ def state_rows(data_root, country, sql):
 
 def test_two_countries_load_with_datasets_and_every_row_matches_its_source_json(tmp_path, data_root, clips, instance):
     corpus = tmp_path / "countries"
-    build_aligned_json_corpus(corpus, {"germany": 3}, clips=clips, audio_format="opus")
-    build_aligned_json_corpus(corpus, {"france": 3}, clips=clips, audio_format="flac", seed=5)
+    build_aligned_json_corpus(corpus, {"de": 3}, clips=clips, audio_format="opus")
+    build_aligned_json_corpus(corpus, {"fr": 3}, clips=clips, audio_format="flac", seed=5)
     land(corpus, data_root, instance)
-    metadata = publish(instance, data_root, "germany")
-    publish(instance, data_root, "france")
+    metadata = publish(instance, data_root, "de")
+    publish(instance, data_root, "fr")
     assert metadata["hf_split_assignments"]["dagster/row_count"].value == 3
 
     dataset_dir = data_root.path(layout.hf_dataset_dir("speech-segments"))
     reasons = set()
-    for country, rate in (("germany", 48_000), ("france", 16_000)):
+    for country, rate in (("de", 48_000), ("fr", 16_000)):
         loaded = datasets.load_dataset(dataset_dir, country)
         assert set(loaded) == {"test", "validation", "train_1"}
         source = source_segments(corpus, country)
@@ -139,34 +139,34 @@ def test_two_countries_load_with_datasets_and_every_row_matches_its_source_json(
     assert reasons == {"too_short", "cer_above_max"}
     card = data_root.path(layout.hf_dataset_file("speech-segments", "README.md"))
     card_text = Path(card).read_text()
-    assert "config_name: france" in card_text and "config_name: germany" in card_text
+    assert "config_name: fr" in card_text and "config_name: de" in card_text
 
 
 def test_new_recordings_never_move_old_ones_and_sealed_train_subsets_stay_byte_identical(
     tmp_path, data_root, clips, instance
 ):
     corpus = tmp_path / "countries"
-    build_aligned_json_corpus(corpus, {"germany": 3}, clips=clips, audio_format="flac")
+    build_aligned_json_corpus(corpus, {"de": 3}, clips=clips, audio_format="flac")
     land(corpus, data_root, instance)
-    publish(instance, data_root, "germany")
-    before = {r["recording_id"]: r["split"] for r in state_rows(data_root, "germany", "SELECT * FROM recordings")}
+    publish(instance, data_root, "de")
+    before = {r["recording_id"]: r["split"] for r in state_rows(data_root, "de", "SELECT * FROM recordings")}
     train_1 = {
         r["path_in_repo"]: r["sha256"]
-        for r in state_rows(data_root, "germany", "SELECT * FROM files WHERE split = 'train_1'")
+        for r in state_rows(data_root, "de", "SELECT * FROM files WHERE split = 'train_1'")
     }
 
-    build_aligned_json_corpus(corpus, {"germany": 3}, clips=clips, audio_format="flac", first_recording=10)
+    build_aligned_json_corpus(corpus, {"de": 3}, clips=clips, audio_format="flac", first_recording=10)
     land(corpus, data_root, instance)
-    metadata = publish(instance, data_root, "germany")
-    after = {r["recording_id"]: r for r in state_rows(data_root, "germany", "SELECT * FROM recordings")}
+    metadata = publish(instance, data_root, "de")
+    after = {r["recording_id"]: r for r in state_rows(data_root, "de", "SELECT * FROM recordings")}
     assert {r: after[r]["split"] for r in before} == before
     assert len(after) == 6
-    files = {r["path_in_repo"]: r for r in state_rows(data_root, "germany", "SELECT * FROM files")}
+    files = {r["path_in_repo"]: r for r in state_rows(data_root, "de", "SELECT * FROM files")}
     assert {p: files[p]["sha256"] for p in train_1} == train_1
     assert "train_1" not in metadata["hf_dataset"]["splits_written"].value
     new_train = {r for r, row in after.items() if r not in before and row["split"] == "train"}
     assert new_train and {after[r]["subset_id"] for r in new_train} == {2}
-    assert any(p.startswith("germany/train_2-00000-of-00001-") for p in files)
+    assert any(p.startswith("de/train_2-00000-of-00001-") for p in files)
 
 
 def traced_build(data_root, country, options) -> tuple:
@@ -183,17 +183,17 @@ def traced_build(data_root, country, options) -> tuple:
 
 def test_train_subsets_keep_to_the_size_budget_and_memory_does_not_grow_with_the_country(tmp_path, data_root, clips):
     corpus = tmp_path / "countries"
-    build_aligned_json_corpus(corpus, {"france": 3}, clips=clips, audio_format="flac", segments_per_recording=5)
-    build_aligned_json_corpus(corpus, {"germany": 12}, clips=clips, audio_format="flac", segments_per_recording=5)
+    build_aligned_json_corpus(corpus, {"fr": 3}, clips=clips, audio_format="flac", segments_per_recording=5)
+    build_aligned_json_corpus(corpus, {"de": 12}, clips=clips, audio_format="flac", segments_per_recording=5)
     land(corpus, data_root)
     budget_gb = 0.0015
     options = DatasetOptions(dataset="ds", max_split_size_gb=budget_gb, max_file_mb=0.5)
-    small, small_peak = traced_build(data_root, "france", options)
-    summary, peak = traced_build(data_root, "germany", options)
+    small, small_peak = traced_build(data_root, "fr", options)
+    summary, peak = traced_build(data_root, "de", options)
     subsets = [s for s in summary.written if s.split.startswith("train_")]
     total_bytes = sum(s.bytes for s in subsets)
     assert len(subsets) >= 3 and total_bytes >= 3 * budget_gb * 1e9
-    with state_connection(data_root, layout.hf_state_database("ds", "germany")) as db:
+    with state_connection(data_root, layout.hf_state_database("ds", "de")) as db:
         recordings_per_subset = dict(
             db.execute("SELECT subset_id, count(*) FROM recordings GROUP BY subset_id").fetchall()
         )
@@ -220,8 +220,8 @@ def test_country_dataset_sensor_requests_the_countries_of_newly_indexed_shards(
     from sensors.publishing import HF_DATASET_JOB_NAME, HF_PUBLISH_JOB_NAME, country_dataset_sensor
 
     corpus = tmp_path / "countries"
-    build_aligned_json_corpus(corpus, {"germany": 1, "france": 1}, clips=clips, audio_format="flac")
-    land(corpus, data_root, instance, ["germany"])
+    build_aligned_json_corpus(corpus, {"de": 1, "fr": 1}, clips=clips, audio_format="flac")
+    land(corpus, data_root, instance, ["de"])
 
     def tick(cursor=None, repo_id=""):
         context = dg.build_sensor_context(
@@ -232,12 +232,13 @@ def test_country_dataset_sensor_requests_the_countries_of_newly_indexed_shards(
         return country_dataset_sensor(context)
 
     first = tick()
-    assert [(r.partition_key, r.job_name) for r in first.run_requests] == [("germany", HF_DATASET_JOB_NAME)]
-    assert first.run_requests[0].tags["speechdata/hf_country"] == "germany"
+    assert [(r.partition_key, r.job_name) for r in first.run_requests] == [("de", HF_DATASET_JOB_NAME)]
+    assert first.run_requests[0].tags["speechdata/hf_country"] == "de"
     assert isinstance(tick(first.cursor), dg.SkipReason)
-    land(corpus, data_root, instance, ["france"])
+    publish(instance, data_root, "de")  # the run the first tick requested
+    land(corpus, data_root, instance, ["fr"])
     second = tick(first.cursor, repo_id="org/ds")
-    assert [(r.partition_key, r.job_name) for r in second.run_requests] == [("france", HF_PUBLISH_JOB_NAME)]
+    assert [(r.partition_key, r.job_name) for r in second.run_requests] == [("fr", HF_PUBLISH_JOB_NAME)]
 
 
 def test_country_dataset_sensor_does_not_queue_a_second_run_for_a_waiting_country(
@@ -247,7 +248,7 @@ def test_country_dataset_sensor_does_not_queue_a_second_run_for_a_waiting_countr
     from sensors.publishing import country_dataset_sensor
 
     corpus = tmp_path / "countries"
-    build_aligned_json_corpus(corpus, {"germany": 1}, clips=clips, audio_format="flac")
+    build_aligned_json_corpus(corpus, {"de": 1}, clips=clips, audio_format="flac")
     land(corpus, data_root, instance)
     context = dg.build_sensor_context(
         instance=instance, resources={"data_root": DataRootResource(url=data_root.url), "hub": HubPublisherResource()}
@@ -259,7 +260,7 @@ def test_country_dataset_sensor_does_not_queue_a_second_run_for_a_waiting_countr
         tags=request.tags,
         status=dg.DagsterRunStatus.NOT_STARTED,
     )
-    build_aligned_json_corpus(corpus, {"germany": 1}, clips=clips, audio_format="flac", first_recording=5)
+    build_aligned_json_corpus(corpus, {"de": 1}, clips=clips, audio_format="flac", first_recording=5)
     land(corpus, data_root, instance)
     later = country_dataset_sensor(
         dg.build_sensor_context(
@@ -272,29 +273,29 @@ def test_country_dataset_sensor_does_not_queue_a_second_run_for_a_waiting_countr
 
 def test_a_rebuilt_split_loads_its_new_rows_through_the_default_datasets_cache(tmp_path, data_root, clips, instance):
     corpus = tmp_path / "countries"
-    build_aligned_json_corpus(corpus, {"germany": 3}, clips=clips, audio_format="flac")
+    build_aligned_json_corpus(corpus, {"de": 3}, clips=clips, audio_format="flac")
     land(corpus, data_root, instance)
     shares = {"test_share": 0.3, "validation_share": 0.3}
-    publish(instance, data_root, "germany", **shares)
+    publish(instance, data_root, "de", **shares)
     dataset_dir = data_root.path(layout.hf_dataset_dir("speech-segments"))
-    before = {split: ds.num_rows for split, ds in datasets.load_dataset(dataset_dir, "germany").items()}
+    before = {split: ds.num_rows for split, ds in datasets.load_dataset(dataset_dir, "de").items()}
 
     # New recordings, most of them held out: test and validation are rewritten in place.
-    build_aligned_json_corpus(corpus, {"germany": 3}, clips=clips, audio_format="flac", first_recording=10)
+    build_aligned_json_corpus(corpus, {"de": 3}, clips=clips, audio_format="flac", first_recording=10)
     land(corpus, data_root, instance)
-    metadata = publish(instance, data_root, "germany", **shares)
+    metadata = publish(instance, data_root, "de", **shares)
     assert {"test", "validation"} & set(metadata["hf_dataset"]["splits_written"].value)
     on_disk = {}
-    for r in state_rows(data_root, "germany", "SELECT * FROM files WHERE status <> 'deleted' AND split IS NOT NULL"):
+    for r in state_rows(data_root, "de", "SELECT * FROM files WHERE status <> 'deleted' AND split IS NOT NULL"):
         on_disk[r["split"]] = on_disk.get(r["split"], 0) + r["rows"]
-    after = {split: ds.num_rows for split, ds in datasets.load_dataset(dataset_dir, "germany").items()}
+    after = {split: ds.num_rows for split, ds in datasets.load_dataset(dataset_dir, "de").items()}
     assert after == on_disk
     assert (after["test"], after["validation"]) != (before["test"], before["validation"])
     card = Path(data_root.path(layout.hf_dataset_file("speech-segments", "README.md"))).read_text()
     assert "license: other" in card and "size_categories:" in card and "dataset_info:" in card
     assert "sampling_rate: 16000" in card and "num_examples:" in card
     # datasets' own Audio decoding (torchcodec on FFmpeg's libraries, installed by make setup).
-    row = datasets.load_dataset(dataset_dir, "germany")["test"][0]
+    row = datasets.load_dataset(dataset_dir, "de")["test"][0]
     decoded = row["audio"].get_all_samples()
     assert decoded.sample_rate == 16_000
     assert decoded.data.shape[-1] / decoded.sample_rate == pytest.approx(row["duration_seconds"], abs=0.01)
@@ -305,9 +306,9 @@ def test_country_refresh_is_one_run_per_country_per_settled_batch(tmp_path, data
     from sensors.publishing import country_dataset_sensor
 
     corpus = tmp_path / "countries"
-    build_aligned_json_corpus(corpus, {"germany": 1, "france": 1}, clips=clips, audio_format="flac")
+    build_aligned_json_corpus(corpus, {"de": 1, "fr": 1}, clips=clips, audio_format="flac")
     shards = land(corpus, data_root, instance)
-    build_aligned_json_corpus(corpus, {"germany": 1, "france": 1}, clips=clips, audio_format="flac", first_recording=4)
+    build_aligned_json_corpus(corpus, {"de": 1, "fr": 1}, clips=clips, audio_format="flac", first_recording=4)
     shards += land(corpus, data_root, instance)
     assert len(shards) == 4  # four shard events, two countries
 
@@ -329,10 +330,12 @@ def test_country_refresh_is_one_run_per_country_per_settled_batch(tmp_path, data
     assert isinstance(tick(), dg.SkipReason)
     instance.delete_run(queued.run_id)
     settled = tick()
-    assert sorted(r.partition_key for r in settled.run_requests) == ["france", "germany"]
+    assert sorted(r.partition_key for r in settled.run_requests) == ["de", "fr"]
     assert isinstance(tick(settled.cursor), dg.SkipReason)
+    for country in ("de", "fr"):  # the runs the settled tick requested
+        publish(instance, data_root, country)
     monkeypatch.setenv("SPEECHDATA_PUBLISHING_SETTLE_S", "3600")
     monkeypatch.setenv("SPEECHDATA_PUBLISHING_MAX_WAIT_S", "0")  # a stream that never settles still refreshes
-    build_aligned_json_corpus(corpus, {"germany": 1}, clips=clips, audio_format="flac", first_recording=7)
+    build_aligned_json_corpus(corpus, {"de": 1}, clips=clips, audio_format="flac", first_recording=7)
     land(corpus, data_root, instance)
-    assert [r.partition_key for r in tick(settled.cursor).run_requests] == ["germany"]
+    assert [r.partition_key for r in tick(settled.cursor).run_requests] == ["de"]

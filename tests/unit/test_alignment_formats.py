@@ -258,7 +258,7 @@ def test_textgrid_text_needs_a_source_name():
 # --- per-country aligned JSON ---------------------------------------------------------------------
 
 
-def read_fixture_json(country: str = "germany"):
+def read_fixture_json(country: str = "de"):
     return read_aligned_json(fixture_text(ALIGNED_JSON), ALIGNED_JSON, country)
 
 
@@ -278,9 +278,9 @@ def test_aligned_json_segments_keep_fields_and_ids_from_file_name():
 
 
 def test_aligned_json_key_format():
-    assert [s.key for s in read_fixture_json("germany")] == [
-        "germany_xk_9a_B-c3_12341_17020",
-        "germany_xk_9a_B-c3_17500_24001",
+    assert [s.key for s in read_fixture_json("de")] == [
+        "de_xk_9a_B-c3_12341_17020",
+        "de_xk_9a_B-c3_17500_24001",
     ]
 
 
@@ -292,7 +292,7 @@ def test_segment_unit_spans_its_own_audio():
 
 def test_aligned_json_rows_use_key_as_utterance():
     table = alignments_table(aligned_json_rows(read_fixture_json()))
-    assert table.column("utt_id").to_pylist() == ["germany_xk_9a_B-c3_12341_17020", "germany_xk_9a_B-c3_17500_24001"]
+    assert table.column("utt_id").to_pylist() == ["de_xk_9a_B-c3_12341_17020", "de_xk_9a_B-c3_17500_24001"]
     assert table.column("level").to_pylist() == ["segment", "segment"]
     assert table.column("end_ms").to_pylist() == [4679, 6501]
 
@@ -317,7 +317,7 @@ def test_aligned_json_bad_file_names(source):
 
 def test_aligned_json_missing_segments():
     with pytest.raises(AlignmentFormatError) as caught:
-        read_aligned_json(fixture_text("broken_t1_aligned.json"), "broken_t1_aligned.json", "germany")
+        read_aligned_json(fixture_text("broken_t1_aligned.json"), "broken_t1_aligned.json", "de")
     assert caught.value.source == "broken_t1_aligned.json"
     assert caught.value.message == "'segments' missing"
 

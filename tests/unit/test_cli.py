@@ -24,6 +24,10 @@ SUBCOMMANDS = [
     ["catalog"],
     ["mfa-corpus"],
     ["land"],
+    ["shard"],
+    ["shard", "status"],
+    ["shard", "run"],
+    ["shard", "backfill"],
 ]
 
 
@@ -36,7 +40,7 @@ def speechdata(*args, **env):
 def test_help_lists_every_command_with_an_example():
     proc = speechdata("--help")
     assert proc.returncode == 0, proc.stderr
-    for command in ("import", "catalog", "mfa-corpus", "land"):
+    for command in ("import", "catalog", "mfa-corpus", "land", "shard"):
         assert f"    {command}" in proc.stdout
     assert "examples:" in proc.stdout
 

@@ -84,6 +84,9 @@ MISSING_ROOT_COMMANDS = {
     "import segment-tars": ["import", "segment-tars", "{tmp}/source", "some-0001"],
     "import aligned-json": ["import", "aligned-json", "{tmp}/countries"],
     "import language-tars": ["import", "language-tars", "{tmp}/000001.tar", "--index", "{tmp}/index.parquet"],
+    "shard status": ["shard", "status", "some-0001"],
+    "shard run": ["shard", "run", "--all", "--url", "http://127.0.0.1:9"],
+    "shard backfill": ["shard", "backfill", "--missing", "--url", "http://127.0.0.1:9"],
 }
 
 
@@ -232,7 +235,7 @@ def test_the_dataset_settings_resource_configures_the_card_license():
 
 
 def _documented_commands(text: str) -> set[str]:
-    return set(re.findall(r"speechdata ((?:import |export )?[a-z][a-z-]*)", text))
+    return set(re.findall(r"speechdata ((?:import |export |shard )?[a-z][a-z-]*)", text))
 
 
 def test_readme_and_docs_cli_list_every_command():

@@ -7,13 +7,19 @@ import pytest
 
 TOUCH_THE_TRAINING_API = """
 import sys
+CODE_LOCATION_AND_DAGSTER = {
+    "dagster", "dagster_graphql", "dagster_webserver", "dagster_duckdb", "dagster_k8s", "dagster_postgres",
+    "dagster_shared", "dagster_pipes", "dagster_project", "assets", "resources", "sensors",
+}
 import speechdata
 for name in speechdata.__all__:
     getattr(speechdata, name)
 assert speechdata.FRAME_RATE_HZ == 12.5
 from speechdata.cli import build_parser
 build_parser()
-leaked = sorted(m for m in sys.modules if m.startswith("dagster"))
+# The one code-location module the parser loads: the shard commands' arguments (no Dagster until they run).
+parser_only = {"dagster_project", "dagster_project.operations_cli"}
+leaked = sorted(m for m in sys.modules if m.split(".")[0] in CODE_LOCATION_AND_DAGSTER and m not in parser_only)
 assert not leaked, leaked
 print(len(speechdata.__all__))
 """

@@ -1,6 +1,7 @@
 """speechdata.alignment.viterbi against NeMo's ``viterbi_decoding`` (the reference), plus its own contract.
 
-NeMo is imported once per module (~30 s) by the ``nemo_viterbi`` fixture.
+NeMo runs in its own environment (``.venv-nemo``, tests/nemo_env.py): the ``nemo_paths`` fixture
+hands every reference case of this module to one NeMo process (~30 s to import) and keeps its paths.
 """
 
 from __future__ import annotations
@@ -19,28 +20,10 @@ from speechdata.alignment.viterbi import (
     ctc_viterbi_many,
     state_tokens,
 )
+from tests.nemo_env import run_in_nemo_env
 
 BACKENDS = ["numba", "numpy"]
-
-
-@pytest.fixture(scope="module")
-def nemo_viterbi():
-    """``states = nemo_viterbi(log_probs [T, V], targets, blank)``: NeMo's path, batch of one, on CPU."""
-    from nemo.collections.asr.parts.utils.aligner_utils import viterbi_decoding
-
-    def run(log_probs: torch.Tensor, targets, blank: int) -> np.ndarray:
-        y = state_tokens(targets, blank)
-        T = log_probs.shape[0]
-        paths = viterbi_decoding(
-            log_probs[None].to(torch.float32),
-            torch.tensor([y], dtype=torch.int64),
-            torch.tensor([T]),
-            torch.tensor([len(y)]),
-            viterbi_device="cpu",
-        )
-        return np.asarray(paths[0], dtype=np.int64)
-
-    return run
+RANDOM_SEEDS = [0, 1, 2, 3]
 
 
 def random_log_probs(rng: np.random.Generator, T: int, V: int, scale: float = 1.0) -> torch.Tensor:
@@ -104,24 +87,7 @@ def random_cases(seed: int, count: int):
         yield random_log_probs(rng, T, V, scale), targets, blank
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("backend", BACKENDS)
-@pytest.mark.parametrize("seed", [0, 1, 2, 3])
-def test_random_log_probs_match_nemo_exactly(nemo_viterbi, seed, backend):
-    repeats_seen = 0
-    for i, (lp, targets, blank) in enumerate(random_cases(seed, 12)):
-        reference = nemo_viterbi(lp, targets, blank)
-        path = ctc_viterbi(lp, targets, blank, backend=backend)
-        assert path.states.dtype == np.int32 and path.states.shape == (lp.shape[0],)
-        assert_same_as_nemo(path, reference, lp, targets, blank, f"seed {seed} case {i}")
-        assert_valid_path(path.states, targets, blank)
-        repeats_seen += count_repeats(targets)
-    assert repeats_seen > 0  # the cases do exercise adjacent repeated tokens
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("backend", BACKENDS)
-def test_tight_alignments_match_nemo(nemo_viterbi, backend):
+def tight_cases():
     """T == L + repeats exactly (no spare frame) and T one above it: the band edges."""
     rng = np.random.default_rng(7)
     for i in range(12):
@@ -129,27 +95,100 @@ def test_tight_alignments_match_nemo(nemo_viterbi, backend):
         blank = V - 1
         targets = random_targets(rng, int(rng.integers(1, 30)), V, blank, repeat_p=0.4)
         T = len(targets) + count_repeats(targets) + i % 2
-        lp = random_log_probs(rng, T, V)
-        reference = nemo_viterbi(lp, targets, blank)
+        yield random_log_probs(rng, T, V), targets, blank
+
+
+def tie_cases():
+    """Log-probs rounded to halves: many exact float ties."""
+    rng = np.random.default_rng(11)
+    for _ in range(16):
+        T, V = int(rng.integers(10, 120)), int(rng.choice([4, 6, 30]))
+        blank = V - 1
+        targets = random_targets(rng, int(rng.integers(1, T // 2 + 1)), V, blank, repeat_p=0.3)
+        yield torch.round(random_log_probs(rng, T, V, scale=2.0) * 2) / 2, targets, blank
+
+
+def u1_u2_tie_case():
+    n = -20.0
+    a, b, blank = 0, 1, 2
+    return torch.tensor([[-1.0, n, n], [-1.0, n, -1.0], [n, -1.0, n], [n, -1.0, n]]), [a, b], blank
+
+
+def empty_targets_case():
+    return random_log_probs(np.random.default_rng(6), 37, 11), [], 10
+
+
+def reference_cases() -> dict[str, tuple[torch.Tensor, list[int], int]]:
+    """Every case this module checks against NeMo, by label."""
+    cases = {}
+    for seed in RANDOM_SEEDS:
+        for i, case in enumerate(random_cases(seed, 12)):
+            cases[f"seed {seed} case {i}"] = case
+    for kind, builder in (("tight", tight_cases), ("tie", tie_cases)):
+        for i, case in enumerate(builder()):
+            cases[f"{kind} case {i}"] = case
+    cases["u1 u2 tie"] = u1_u2_tie_case()
+    cases["empty targets"] = empty_targets_case()
+    return cases
+
+
+@pytest.fixture(scope="module")
+def nemo_paths(tmp_path_factory) -> dict[str, np.ndarray]:
+    """NeMo's path for every :func:`reference_cases` case, from one process in ``.venv-nemo``."""
+    cases_path = tmp_path_factory.mktemp("viterbi-reference") / "cases.pt"
+    torch.save(
+        {
+            label: (lp, [int(t) for t in targets], int(blank))
+            for label, (lp, targets, blank) in reference_cases().items()
+        },
+        cases_path,
+    )
+    paths = run_in_nemo_env("viterbi_reference.py", str(cases_path))
+    return {label: np.asarray(states, dtype=np.int64) for label, states in paths.items()}
+
+
+@pytest.mark.slow
+def test_nemo_gives_a_path_for_every_reference_case(nemo_paths):
+    cases = reference_cases()
+    assert nemo_paths.keys() == cases.keys()
+    for label, (lp, _, _) in cases.items():
+        assert nemo_paths[label].shape == (lp.shape[0],), label
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("seed", RANDOM_SEEDS)
+def test_random_log_probs_match_nemo_exactly(nemo_paths, seed, backend):
+    repeats_seen = 0
+    for i, (lp, targets, blank) in enumerate(random_cases(seed, 12)):
+        label = f"seed {seed} case {i}"
         path = ctc_viterbi(lp, targets, blank, backend=backend)
-        assert_same_as_nemo(path, reference, lp, targets, blank, f"tight case {i}")
+        assert path.states.dtype == np.int32 and path.states.shape == (lp.shape[0],)
+        assert_same_as_nemo(path, nemo_paths[label], lp, targets, blank, label)
+        assert_valid_path(path.states, targets, blank)
+        repeats_seen += count_repeats(targets)
+    assert repeats_seen > 0  # the cases do exercise adjacent repeated tokens
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_tight_alignments_match_nemo(nemo_paths, backend):
+    """T == L + repeats exactly (no spare frame) and T one above it: the band edges."""
+    for i, (lp, targets, blank) in enumerate(tight_cases()):
+        assert lp.shape[0] - len(targets) - count_repeats(targets) == i % 2
+        path = ctc_viterbi(lp, targets, blank, backend=backend)
+        assert_same_as_nemo(path, nemo_paths[f"tight case {i}"], lp, targets, blank, f"tight case {i}")
         assert_valid_path(path.states, targets, blank)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_exact_ties_break_like_nemo(nemo_viterbi, backend):
+def test_exact_ties_break_like_nemo(nemo_paths, backend):
     """Log-probs rounded to halves make many exact float ties; NeMo's tie-breaking must be kept."""
-    rng = np.random.default_rng(11)
     tied_frames = 0
-    for i in range(16):
-        T, V = int(rng.integers(10, 120)), int(rng.choice([4, 6, 30]))
-        blank = V - 1
-        targets = random_targets(rng, int(rng.integers(1, T // 2 + 1)), V, blank, repeat_p=0.3)
-        lp = torch.round(random_log_probs(rng, T, V, scale=2.0) * 2) / 2
-        reference = nemo_viterbi(lp, targets, blank)
+    for i, (lp, targets, blank) in enumerate(tie_cases()):
         path = ctc_viterbi(lp, targets, blank, backend=backend)
-        assert_same_as_nemo(path, reference, lp, targets, blank, f"tie case {i}")
+        assert_same_as_nemo(path, nemo_paths[f"tie case {i}"], lp, targets, blank, f"tie case {i}")
         # the ties are real: frames where a target token's log-prob equals the blank's
         columns = lp.numpy()
         tied_frames += int(np.count_nonzero(columns[:, targets] == columns[:, [blank]]))
@@ -158,18 +197,16 @@ def test_exact_ties_break_like_nemo(nemo_viterbi, backend):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_u1_u2_tie_above_stay_takes_u1_like_nemo(nemo_viterbi, backend):
+def test_u1_u2_tie_above_stay_takes_u1_like_nemo(nemo_paths, backend):
     """Where the u-1 and u-2 candidates tie and beat "stay", NeMo takes u-1.
 
     torchaudio 2.11's CPU forced_align falls back to "stay" here and returns labels a, b, b, b
     (log-prob -23); the best path, NeMo's, is a, blank, b, b (log-prob -4).
     """
-    n = -20.0
-    a, b, blank = 0, 1, 2
-    lp = torch.tensor([[-1.0, n, n], [-1.0, n, -1.0], [n, -1.0, n], [n, -1.0, n]])
-    path = ctc_viterbi(lp, [a, b], blank, backend=backend)
+    lp, targets, blank = u1_u2_tie_case()
+    path = ctc_viterbi(lp, targets, blank, backend=backend)
     assert path.states.tolist() == [1, 2, 3, 3]
-    assert path.states.tolist() == nemo_viterbi(lp, [a, b], blank).tolist()
+    assert path.states.tolist() == nemo_paths["u1 u2 tie"].tolist()
     assert path.total_log_prob == pytest.approx(-4.0)
 
 
@@ -251,12 +288,11 @@ def test_path_is_frozen():
 
 @pytest.mark.slow
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_empty_targets_give_an_all_blank_path(nemo_viterbi, backend):
-    rng = np.random.default_rng(6)
-    lp = random_log_probs(rng, 37, 11)
-    path = ctc_viterbi(lp, [], 10, backend=backend)
+def test_empty_targets_give_an_all_blank_path(nemo_paths, backend):
+    lp, targets, blank = empty_targets_case()
+    path = ctc_viterbi(lp, targets, blank, backend=backend)
     assert path.states.tolist() == [0] * 37
-    assert path.states.tolist() == nemo_viterbi(lp, [], 10).tolist()
+    assert path.states.tolist() == nemo_paths["empty targets"].tolist()
     assert np.array_equal(path.frame_log_probs, lp.numpy()[:, 10])
     assert path.token_frame_spans() == [] and path.num_tokens == 0
 

@@ -17,16 +17,17 @@ def corpus(tmp_path, clips):
     return countries
 
 
-def test_every_segment_lands_as_a_row_with_the_seed_fields(corpus, data_root):
+def test_every_segment_lands_as_a_row_with_the_seed_fields_under_the_country_code(corpus, data_root):
     reports = {r.country: r for r in import_aligned_countries(str(corpus), data_root)}
-    assert reports["germany"].recordings == 2 and reports["france"].recordings == 1
-    [shard] = reports["germany"].shards
-    assert shard.startswith("germany-")
+    assert reports["de"].recordings == 2 and reports["fr"].recordings == 1
+    assert (reports["de"].folder, reports["fr"].folder) == ("germany", "france")
+    [shard] = reports["de"].shards
+    assert shard.startswith("de-")
     rows = {r["utt_id"]: r for r in data_root.read_parquet(layout.landing_metadata(shard)).to_pylist()}
     for json_path in sorted((corpus / "germany/Alignment/alignment_output").glob("*_aligned.json")):
         video_id, transcript_id = json_path.name[: -len("_aligned.json")].rsplit("_", 1)
         for seg in json.loads(json_path.read_text())["segments"]:
-            key = f"germany_{video_id}_{round(seg['start'] * 1000)}_{round(seg['end'] * 1000)}"
+            key = f"de_{video_id}_{round(seg['start'] * 1000)}_{round(seg['end'] * 1000)}"
             row = rows.pop(key)
             assert (row["start_s"], row["end_s"]) == pytest.approx((seg["start"], seg["end"]), abs=5e-4)
             assert (row["human_text"], row["asr_text"], row["text"]) == (
@@ -41,7 +42,7 @@ def test_every_segment_lands_as_a_row_with_the_seed_fields(corpus, data_root):
             )
             assert (row["language"], row["country"], row["video_id"], row["transcript_id"]) == (
                 "de",
-                "germany",
+                "de",
                 video_id,
                 transcript_id,
             )
@@ -62,10 +63,13 @@ def test_a_second_import_lands_only_new_recordings(corpus, data_root, clips):
 
 def test_unknown_country_is_an_error_that_lists_the_map(corpus, data_root):
     (corpus / "atlantis").mkdir()
-    with pytest.raises(UnknownCountryError, match=r"'atlantis'.*germany=de"):
+    with pytest.raises(UnknownCountryError, match=r"'atlantis' is neither an ISO 3166-1 alpha-2 code.*de=de"):
         import_aligned_countries(str(corpus), data_root)
     assert not data_root.exists(layout.LANDING)  # nothing landed before the error
-    assert language_for_country("atlantis", {"atlantis": "el"}) == "el"
+    assert language_for_country("germany", {"germany": "el"}) == "el"
+    assert language_for_country("Austria") == language_for_country("at") == "de"
+    with pytest.raises(UnknownCountryError, match=r"'is' \('is'\) has no language"):
+        language_for_country("is")
 
 
 def test_malformed_json_is_reported_with_its_file_and_the_rest_lands(corpus, data_root):

@@ -25,24 +25,58 @@ def test_word_error_rate_handles_empty_strings(reference, hypothesis, expected):
     assert result == (None if expected is None else pytest.approx(expected))
 
 
+def segment(**values) -> dict:
+    """A segment with every published field filled; ``values`` override."""
+    filled = {
+        "language": "de",
+        "human_text": "hallo welt",
+        "asr_text": "hallo welt",
+        "cer": 0.0,
+        "transcript_id": "t0",
+        "transcript_start_idx": 0,
+        "transcript_end_idx": 10,
+        "duration_s": 10.0,
+    }
+    return {**filled, **values}
+
+
+def segments_table(rows: list[dict]) -> pa.Table:
+    return pa.Table.from_pylist(rows, schema=SEGMENT_SCHEMA)
+
+
 def test_filters_name_the_first_reason_that_applies():
     rows = [
-        {"duration_s": 2.99, "cer": 0.0},
-        {"duration_s": 3.0, "cer": 0.5},
-        {"duration_s": 20.01, "cer": 0.0},
-        {"duration_s": 10.0, "cer": 0.31},
-        {"duration_s": 10.0, "cer": None},
-        {"duration_s": 20.0, "cer": 0.3},
+        segment(duration_s=2.99, cer=0.0),
+        segment(duration_s=3.0, cer=0.5),
+        segment(duration_s=20.01, cer=0.0),
+        segment(duration_s=10.0, cer=0.31),
+        segment(duration_s=10.0, cer=None),
+        segment(duration_s=20.0, cer=0.3),
     ]
-    table = pa.Table.from_pylist(
-        rows, schema=pa.schema([SEGMENT_SCHEMA.field("duration_s"), SEGMENT_SCHEMA.field("cer")])
-    )
+    table = segments_table(rows)
     assert filter_reasons(table, SegmentLimits(3.0, 20.0, max_cer=0.3)) == [
         "too_short",
         "cer_above_max",
         "too_long",
         "cer_above_max",
-        None,
+        "missing_cer",
         None,
     ]
     assert filter_reasons(table, SegmentLimits(3.0, 20.0, max_cer=None))[1] is None
+
+
+def test_a_segment_lacking_a_published_field_is_filtered_naming_the_field():
+    table = segments_table(
+        [
+            segment(asr_text=None),
+            segment(language=None, duration_s=1.0),
+            segment(transcript_end_idx=None),
+            segment(),
+        ]
+    )
+    assert filter_reasons(table, SegmentLimits()) == [
+        "missing_asr_text",
+        "missing_language",
+        "missing_transcript_end_idx",
+        None,
+    ]

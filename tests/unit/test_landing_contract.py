@@ -169,3 +169,42 @@ def test_any_rate_and_stereo_become_24k_mono_of_the_right_length(data_root, rate
         spectrum = abs(__import__("numpy").fft.rfft(samples))
         peak_hz = spectrum.argmax() * 24_000 / samples.shape[0]
         assert abs(peak_hz - 440) < 2, (utt_id, peak_hz)
+
+
+def test_country_must_be_a_lowercase_iso_alpha2_code_and_a_country_name_is_rejected_with_its_code(data_root):
+    rows = [
+        good_row("code", country="fr"),
+        good_row("name", path="code.wav", country="france"),
+        good_row("upper", path="code.wav", country="DE"),
+        good_row("spaced_name", path="code.wav", country="United Kingdom"),
+        good_row("unknown", path="code.wav", country="xx"),
+        good_row("partition_like", path="code.wav", country="germany-east"),
+        good_row("no_country", path="code.wav", country=None),
+    ]
+    land_shard(data_root, "s1", rows, {"code.wav": wav(1.0)})
+    validation = validate_landed_shard(data_root, "s1")
+    assert sorted(validation.index["utt_id"].to_pylist()) == ["code", "no_country"]
+    details = {r.utt_id: r.detail for r in validation.rejects if r.reason == "invalid_country"}
+    assert sorted(details) == ["name", "partition_like", "spaced_name", "unknown", "upper"]
+    metadata_file = data_root.path(layout.landing_metadata("s1"))
+    for utt_id, detail in details.items():
+        assert f"{metadata_file}, field 'country': " in detail, detail
+    assert "'france' is not a lowercase ISO 3166-1 alpha-2 country code: use 'fr'" in details["name"]
+    assert details["upper"].endswith("use 'de'")
+    assert details["spaced_name"].endswith("use 'gb'")
+    assert "'xx' is not a lowercase ISO 3166-1 alpha-2 country code" in details["unknown"]
+    assert "use '" not in details["unknown"]
+
+
+def test_only_country_codes_become_country_partitions(data_root):
+    from speechdata.landing.contract import partition_values
+
+    land_shard(
+        data_root,
+        "s1",
+        [good_row("a", country="fr"), good_row("b", country="france"), good_row("c", country="at")],
+        {},
+    )
+    with data_root.fs.open(data_root.path(layout.landing_metadata("s1")), "rb") as handle:
+        countries, languages = partition_values(handle, "metadata.parquet")
+    assert (countries, languages) == (["at", "fr"], ["en"])

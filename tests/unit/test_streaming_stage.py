@@ -95,3 +95,13 @@ def test_a_missing_segmentation_file_is_a_reject_naming_the_file(data_root):
     summary = run_streaming_segments(data_root, SHARD)
     [reject] = [r for r in summary.rejects if r.utt_id == "good"]
     assert reject.reason == "no_segmentation" and "segmentation/good.json" in reject.detail
+
+
+def test_an_utterance_the_translation_quality_policy_excludes_is_a_reject_with_its_reason(data_root):
+    land(data_root)
+    excluded = {"good": ("narrowband", "quality: bandwidth_hz 4000 Hz < 5000 Hz")}
+    summary = run_streaming_segments(data_root, SHARD, SegmentSettings(), excluded=excluded)
+    assert reasons(summary)["good"] == "narrowband"
+    assert not data_root.exists(layout.streaming_segments_json(SHARD, "good"))
+    produced = set(data_root.read_parquet(layout.streaming_segments(SHARD))["utt_id"].to_pylist())
+    assert "good" not in produced and "imported" in produced

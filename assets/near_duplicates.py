@@ -1,0 +1,140 @@
+"""[near_duplicates] Copies across the whole corpus: the same recording landed twice (re-encoded,
+trimmed, gain-changed, resampled) or the same transcript under other audio."""
+
+import dagster as dg
+from pydantic import Field
+
+from assets.asset_policy import shard_asset
+from assets.ingest import normalized_audio
+from assets.reporting import column_schema, markdown_rows, stage_metadata
+from assets.shard_runs import ShardEvents, ShardResult, materialize_shards
+from resources.storage import DataRootResource
+from speechdata.quality.near_dup_index import DEFAULT_LOCK_TIMEOUT_S
+from speechdata.quality.near_dup_matching import KINDS, NearDuplicateThresholds
+from speechdata.quality.near_duplicates import (
+    COLUMN_DESCRIPTIONS,
+    NEAR_DUPLICATES_SCHEMA,
+    NearDuplicatesSummary,
+    run_near_duplicates,
+)
+
+UI_POSITION = 26
+
+SAMPLE_PAIRS = 20
+"""Pairs shown in the materialization's sample table."""
+
+_DEFAULTS = NearDuplicateThresholds()
+
+
+class NearDuplicatesConfig(dg.Config):
+    max_bit_error_rate: float = Field(
+        _DEFAULTS.max_bit_error_rate,
+        description="near_audio: most fingerprint bits that may differ over the aligned overlap (chance is 0.5).",
+    )
+    min_overlap_share: float = Field(
+        _DEFAULTS.min_overlap_share, description="near_audio: least share of the shorter utterance the overlap covers."
+    )
+    min_duration_ratio: float = Field(
+        _DEFAULTS.min_duration_ratio,
+        description="near_audio: least shorter/longer duration ratio (a clip of a long recording is not a copy).",
+    )
+    min_offset_votes: int = Field(
+        _DEFAULTS.min_offset_votes, description="near_audio: sub-fingerprints agreeing on an offset before verifying."
+    )
+    min_transcript_jaccard: float = Field(
+        _DEFAULTS.min_transcript_jaccard,
+        description="near_transcript: least estimated Jaccard similarity of the transcripts' character 5-grams.",
+    )
+    min_transcript_words: int = Field(
+        _DEFAULTS.min_transcript_words, description="near_transcript: shorter transcripts are never compared."
+    )
+    check_transcripts: bool = Field(_DEFAULTS.check_transcripts, description="False: only audio makes a duplicate.")
+    lock_timeout_s: float = Field(
+        DEFAULT_LOCK_TIMEOUT_S, description="Longest wait for another shard's indexing to release the corpus index."
+    )
+
+    def thresholds(self) -> NearDuplicateThresholds:
+        return NearDuplicateThresholds(
+            max_bit_error_rate=self.max_bit_error_rate,
+            min_overlap_share=self.min_overlap_share,
+            min_duration_ratio=self.min_duration_ratio,
+            min_offset_votes=self.min_offset_votes,
+            min_transcript_jaccard=self.min_transcript_jaccard,
+            min_transcript_words=self.min_transcript_words,
+            check_transcripts=self.check_transcripts,
+        )
+
+
+@shard_asset(deps=[normalized_audio], kinds={"parquet"}, code_version="near_duplicates-v1")
+def near_duplicates(
+    context: dg.AssetExecutionContext, config: NearDuplicatesConfig, data_root: DataRootResource
+) -> ShardEvents:
+    """The shard's utterances that copy an utterance indexed before them, anywhere in the corpus: the
+    quality filter rejects each as `near_duplicate` in every product, and keeps the representative.
+
+    File: `shards/<shard>/near_duplicates.parquet`: `utt_id`, `representative_shard`,
+    `representative_utt` (the copy indexed first), `kind` (`exact_audio`, `near_audio`,
+    `near_transcript`) and `similarity` (0-1); no rows when the shard copies nothing. The shard is
+    then added to the corpus index (`index/near_duplicates/`), which later shards are checked
+    against; re-running a shard gives the same rows (docs/near-duplicates.md).
+    """
+    root = data_root.get()
+    run_id = context.run.run_id
+
+    def one_shard(shard_id: str) -> ShardResult:
+        summary = run_near_duplicates(
+            root,
+            shard_id,
+            config.thresholds(),
+            lock_timeout_s=config.lock_timeout_s,
+            run_id=run_id,
+            holder_finished=lambda holder: bool(holder.run_id) and _run_finished(context, holder.run_id),
+        )
+        return _near_duplicates_result(context, summary)
+
+    yield from materialize_shards(context, one_shard)
+
+
+def _run_finished(context: dg.AssetExecutionContext, run_id: str) -> bool:
+    run = context.instance.get_run_by_id(run_id)
+    return run is None or run.is_finished
+
+
+def _near_duplicates_result(context: dg.AssetExecutionContext, summary: NearDuplicatesSummary) -> ShardResult:
+    by_kind = summary.by_kind
+    context.log.info(
+        f"{summary.shard_id}: {len(summary.duplicates)}/{summary.rows_out} utterances copy an earlier one {by_kind}, "
+        f"checked against {summary.indexed_before} indexed utterances, index position {summary.index_position}"
+        + (f", {len(summary.unchecked)} not decodable" if summary.unchecked else "")
+    )
+    if not summary.index_locked:
+        context.log.warning("the data root is not local: the corpus index was updated without its lock")
+    pairs = [
+        {
+            "utt_id": d.utt_id,
+            "kind": d.kind,
+            "similarity": d.similarity,
+            "matched": f"{d.matched_shard}/{d.matched_utt}",
+            "representative": f"{d.representative_shard}/{d.representative_utt}",
+        }
+        for d in summary.duplicates[:SAMPLE_PAIRS]
+    ]
+    return ShardResult(
+        metadata={
+            **stage_metadata(summary),
+            "dagster/row_count": len(summary.duplicates),
+            "utterances_checked": summary.rows_out,
+            **{f"duplicates_{kind}": by_kind[kind] for kind in KINDS},
+            "duplicates_by_kind": dg.MetadataValue.json(by_kind),
+            "pairs_sample": markdown_rows(pairs) if pairs else dg.MetadataValue.md("_no duplicates_"),
+            "index_position": summary.index_position,
+            "indexed_utterances_before": summary.indexed_before,
+            "not_decodable": dg.MetadataValue.json({u.utt_id: u.detail for u in summary.unchecked[:SAMPLE_PAIRS]}),
+            "dagster/column_schema": column_schema(NEAR_DUPLICATES_SCHEMA, COLUMN_DESCRIPTIONS),
+        }
+    )
+
+
+# --- the group: its definitions (assembled by dagster_project/loader.py)
+
+defs = dg.Definitions(assets=[near_duplicates])

@@ -1,0 +1,201 @@
+"""One GPU worker: keeps each model it is asked for loaded and runs shard jobs through it.
+
+The same class serves both engines of :mod:`resources.gpu_workers`: in the step's own process
+(``local``) and as a named, detached Ray actor (``ray``), where it outlives the Dagster runs that
+use it, so a model loaded for one run serves the next. It imports neither Dagster nor Ray: a Ray
+worker process loads only this module, the job's functions and what they import.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+HOLD_FLAG_ENV = "SPEECHDATA_GPU_WORKER_HOLD"
+"""Fault hook for the worker-death tests: the path of a flag file naming one shard id.
+
+The first worker that reaches that shard (after its first batch is written, so its output temp file
+is open) claims the flag by renaming it to ``<flag>.held``, writes its PID to ``<flag>.pid`` and
+sleeps until it is killed. Unset in production: one environment lookup per progress report."""
+
+HOLD_SECONDS = 300.0
+
+Progress = Callable[..., None]
+
+
+@dataclass(frozen=True)
+class ShardJob:
+    """What a worker needs to compute one asset's shards: picklable, so Ray can ship it to an actor.
+
+    The functions must be importable module-level functions (or ``functools.partial`` of them) with
+    plain arguments: Ray pickles them by reference, and the worker imports their modules.
+    """
+
+    model_key: str
+    """The model's identity and settings (model id, revision, device, dtype...): a worker loads
+    each key once and keeps it."""
+    load_model: Callable[[], Any]
+    read_inputs: Callable[[str], Any]
+    """``read_inputs(shard_id)``: the shard's inputs, read only (safe to read ahead of its lock)."""
+    inputs_current: Callable[[Any], bool]
+    """Whether inputs read ahead still match the data root (an input rewritten meanwhile is read again)."""
+    run: Callable[..., Any]
+    """``run(model, shard_id, inputs, on_progress)``: writes the shard's outputs, returns its result."""
+
+
+@dataclass(frozen=True)
+class ShardOutcome:
+    """A shard's result and where and how it was computed."""
+
+    result: Any
+    worker: str
+    """``<worker name> pid <pid> on <host>``."""
+    model_load_s: float
+    """Seconds spent loading the model for this shard: 0 when it was already resident."""
+    model_loads: int
+    """How many times this worker has loaded this model key in its lifetime (1 when resident)."""
+    inputs_read_ahead: bool
+    """Whether the inputs were read while the previous shard was computing."""
+    input_wait_s: float
+    compute_s: float
+
+
+@dataclass
+class _ReadAhead:
+    """At most one shard's inputs, read on a thread: the worker's bounded prefetch."""
+
+    key: tuple[str, str] | None = None
+    thread: threading.Thread | None = None
+    outcome: dict = field(default_factory=dict)
+
+    def start(self, job: ShardJob, shard_id: str) -> None:
+        self.key, outcome = (job.model_key, shard_id), {}
+        self.outcome = outcome
+
+        def read() -> None:
+            try:
+                outcome["inputs"] = job.read_inputs(shard_id)
+            except Exception as exc:  # the shard's own call reads again and raises it there
+                outcome["error"] = exc
+
+        self.thread = threading.Thread(target=read, name=f"read-ahead-{shard_id}", daemon=True)
+        self.thread.start()
+
+    def take(self, job: ShardJob, shard_id: str) -> tuple[bool, Any]:
+        """``(True, inputs)`` when this shard was read ahead (and is still current), else ``(False, None)``."""
+        if self.key != (job.model_key, shard_id) or self.thread is None:
+            return False, None
+        self.thread.join()
+        outcome, self.key, self.thread = self.outcome, None, None
+        if "inputs" not in outcome or not job.inputs_current(outcome["inputs"]):
+            return False, None
+        return True, outcome["inputs"]
+
+
+class ShardWorker:
+    """Runs shard jobs one at a time, with each job's model loaded once and kept."""
+
+    def __init__(self, name: str):
+        self.name = name
+        self._models: dict[str, Any] = {}
+        self._loads: Counter[str] = Counter()
+        self._shards_done = 0
+        self._busy = False
+        self._one_shard_at_a_time = threading.Lock()
+        self._read_ahead = _ReadAhead()
+
+    def describe(self) -> dict:
+        """Who and what this worker is: pid, host, resident model keys, load counts, busy or idle."""
+        return {
+            "name": self.name,
+            "pid": os.getpid(),
+            "host": socket.gethostname(),
+            "models": sorted(self._models),
+            "model_loads": dict(self._loads),
+            "shards_done": self._shards_done,
+            "busy": self._busy,
+        }
+
+    def run_shard(
+        self, job: ShardJob, shard_id: str, next_shard_id: str | None = None, on_progress: Progress | None = None
+    ) -> ShardOutcome:
+        """Compute ``shard_id``; meanwhile read ``next_shard_id``'s inputs (the caller's next shard).
+
+        ``on_progress`` (in-process callers only: it is not shipped to an actor) gets the stage's
+        ``(done, total, audio_s)`` reports."""
+        with self._one_shard_at_a_time:
+            self._busy = True
+            try:
+                return self._run_shard(job, shard_id, next_shard_id, on_progress)
+            finally:
+                self._busy = False
+
+    def _run_shard(
+        self, job: ShardJob, shard_id: str, next_shard_id: str | None, on_progress: Progress | None
+    ) -> ShardOutcome:
+        started = time.perf_counter()
+        read_ahead, inputs = self._read_ahead.take(job, shard_id)
+        if not read_ahead:
+            inputs = job.read_inputs(shard_id)
+        input_wait_s = time.perf_counter() - started
+        if next_shard_id is not None:
+            self._read_ahead.start(job, next_shard_id)
+        model, load_s = self._model(job)
+        computing = time.perf_counter()
+        result = job.run(model, shard_id, inputs, _with_hold_hook(shard_id, on_progress))
+        self._shards_done += 1
+        return ShardOutcome(
+            result=result,
+            worker=f"{self.name} pid {os.getpid()} on {socket.gethostname()}",
+            model_load_s=load_s,
+            model_loads=self._loads[job.model_key],
+            inputs_read_ahead=read_ahead,
+            input_wait_s=input_wait_s,
+            compute_s=time.perf_counter() - computing,
+        )
+
+    def _model(self, job: ShardJob) -> tuple[Any, float]:
+        if job.model_key in self._models:
+            return self._models[job.model_key], 0.0
+        started = time.perf_counter()
+        self._models[job.model_key] = job.load_model()
+        self._loads[job.model_key] += 1
+        return self._models[job.model_key], time.perf_counter() - started
+
+
+def _with_hold_hook(shard_id: str, on_progress: Progress | None) -> Progress | None:
+    flag = os.environ.get(HOLD_FLAG_ENV)
+    if not flag:
+        return on_progress
+
+    def hold_once(*progress) -> None:
+        if on_progress is not None:
+            on_progress(*progress)
+        try:
+            with open(flag) as handle:
+                if handle.read().strip() != shard_id:
+                    return
+            os.rename(flag, f"{flag}.held")  # atomic: one worker claims the flag, a retry finds none
+        except FileNotFoundError:
+            return
+        with open(f"{flag}.pid.tmp", "w") as handle:
+            handle.write(str(os.getpid()))
+        os.replace(f"{flag}.pid.tmp", f"{flag}.pid")
+        time.sleep(HOLD_SECONDS)
+
+    return hold_once
+
+
+def no_inputs(shard_id: str) -> None:
+    """``ShardJob.read_inputs`` of a stage that reads its own inputs (nothing to read ahead)."""
+    return None
+
+
+def inputs_unchanged(inputs: object) -> bool:
+    return True

@@ -1,0 +1,136 @@
+"""The quality stage's models: spoken-language ID and a speech-quality (MOS) estimator.
+
+``full`` loads MMS-LID (``facebook/mms-lid-126``, transformers ``AutoModelForAudioClassification``)
+and torchaudio's SQUIM objective model (its PESQ estimate as MOS). ``tiny`` builds models of the
+same classes from config with fixed random weights, locally (no network): their outputs are
+computed and stored but mean nothing, so the tiny profile's default policy leaves their filters off
+(docs/quality.md).
+"""
+
+import threading
+
+import dagster as dg
+from pydantic import Field
+
+from resources.settings import ResourceSettings
+from resources.torch_device import TorchDeviceResource
+
+TINY_LANGUAGES = ("eng", "deu", "fra", "spa")
+"""The tiny audio-LID model's labels (ISO 639-3, as MMS-LID names them)."""
+TINY_SEED = 0
+
+_LOADED: dict[tuple, object] = {}
+_LOCK = threading.Lock()
+
+
+def _cached(key: tuple, build):
+    with _LOCK:
+        if key not in _LOADED:
+            _LOADED[key] = build()
+        return _LOADED[key]
+
+
+def tiny_audio_language_model():
+    """A 1-layer Wav2Vec2 sequence classifier over :data:`TINY_LANGUAGES`, random weights (fixed seed)."""
+    import torch
+    from transformers import Wav2Vec2Config, Wav2Vec2FeatureExtractor, Wav2Vec2ForSequenceClassification
+
+    config = Wav2Vec2Config(
+        hidden_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        intermediate_size=64,
+        conv_dim=(32, 32, 32),
+        conv_stride=(5, 4, 4),
+        conv_kernel=(10, 8, 8),
+        num_conv_pos_embeddings=16,
+        num_conv_pos_embedding_groups=4,
+        classifier_proj_size=16,
+        num_labels=len(TINY_LANGUAGES),
+        id2label=dict(enumerate(TINY_LANGUAGES)),
+        label2id={label: i for i, label in enumerate(TINY_LANGUAGES)},
+    )
+    with torch.random.fork_rng():
+        torch.manual_seed(TINY_SEED)
+        model = Wav2Vec2ForSequenceClassification(config)
+    extractor = Wav2Vec2FeatureExtractor(sampling_rate=16_000, do_normalize=True, return_attention_mask=True)
+    return model.eval(), extractor
+
+
+def tiny_squim_objective_model():
+    """torchaudio's SQUIM objective architecture, scaled down, random weights (fixed seed)."""
+    import torch
+    from torchaudio.models import squim_objective_model
+
+    with torch.random.fork_rng():
+        torch.manual_seed(TINY_SEED)
+        model = squim_objective_model(
+            feat_dim=16, win_len=64, d_model=32, nhead=2, hidden_dim=32, num_blocks=1, rnn_type="LSTM", chunk_size=50
+        )
+    return model.eval()
+
+
+class QualityModelsResource(dg.ConfigurableResource):
+    """The quality stage's audio models; each loaded once per process."""
+
+    audio_language_model_id: str = Field(
+        "facebook/mms-lid-126", description="transformers audio classifier for spoken-language ID; 'tiny' builds one."
+    )
+    audio_language_revision: str | None = None
+    mos_model: str = Field("squim_objective", description="squim_objective (torchaudio's pretrained) or tiny.")
+    local_files_only: bool = False
+
+    @property
+    def identity(self) -> str:
+        return f"{self.audio_language_model_id}@{self.audio_language_revision or 'default'}+{self.mos_model}"
+
+    def audio_language(self, device: TorchDeviceResource):
+        from speechdata.quality.audio_models import AudioClassifierLanguageId
+
+        torch_device = device.torch_device()
+
+        def build():
+            if self.audio_language_model_id == "tiny":
+                model, extractor = tiny_audio_language_model()
+            else:
+                from transformers import AutoFeatureExtractor, AutoModelForAudioClassification
+
+                model = AutoModelForAudioClassification.from_pretrained(
+                    self.audio_language_model_id,
+                    revision=self.audio_language_revision,
+                    local_files_only=self.local_files_only,
+                )
+                extractor = AutoFeatureExtractor.from_pretrained(
+                    self.audio_language_model_id,
+                    revision=self.audio_language_revision,
+                    local_files_only=self.local_files_only,
+                )
+            return AudioClassifierLanguageId(model.eval().to(torch_device), extractor, str(torch_device))
+
+        return _cached(
+            ("audio_lid", self.audio_language_model_id, self.audio_language_revision, str(torch_device)), build
+        )
+
+    def speech_quality(self, device: TorchDeviceResource):
+        from speechdata.quality.audio_models import SquimObjectiveMos
+
+        torch_device = device.torch_device()
+
+        def build():
+            if self.mos_model == "tiny":
+                model = tiny_squim_objective_model()
+            elif self.mos_model == "squim_objective":
+                from torchaudio.pipelines import SQUIM_OBJECTIVE
+
+                model = SQUIM_OBJECTIVE.get_model()
+            else:
+                raise ValueError(f"quality_models.mos_model {self.mos_model!r}: use squim_objective or tiny")
+            return SquimObjectiveMos(model.eval().to(torch_device), str(torch_device))
+
+        return _cached(("mos", self.mos_model, str(torch_device)), build)
+
+
+def quality_models_resource(settings: ResourceSettings) -> QualityModelsResource:
+    if settings.tiny:
+        return QualityModelsResource(audio_language_model_id="tiny", mos_model="tiny")
+    return QualityModelsResource()

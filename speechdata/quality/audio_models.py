@@ -1,0 +1,142 @@
+"""What the quality stage asks of its audio models: a language ID and a speech-quality (MOS) score.
+
+Both take 16 kHz mono float32 utterances and answer one value per utterance, in input order. The
+resources (``resources/quality.py``) build them from real models; tests pass any object with the
+same method (a classifier with fixed outputs, say).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol
+
+import numpy as np
+
+MODEL_SAMPLE_RATE = 16_000
+
+
+class AudioLanguageIdentifier(Protocol):
+    def identify(self, audios_16k: Sequence[np.ndarray]) -> list[tuple[str, float]]:
+        """``(ISO 639 code, probability)`` of the most probable spoken language of each utterance."""
+
+
+class SpeechQualityEstimator(Protocol):
+    def mos(self, audios_16k: Sequence[np.ndarray]) -> list[float]:
+        """A mean-opinion-score estimate (1 bad to 5 excellent) of each utterance."""
+
+
+ISO_639_3_TO_1 = {
+    "eng": "en",
+    "deu": "de",
+    "fra": "fr",
+    "spa": "es",
+    "ita": "it",
+    "por": "pt",
+    "nld": "nl",
+    "pol": "pl",
+    "rus": "ru",
+    "cmn": "zh",
+    "jpn": "ja",
+    "kor": "ko",
+    "ara": "ar",
+    "hin": "hi",
+    "tur": "tr",
+    "ukr": "uk",
+    "ces": "cs",
+    "swe": "sv",
+}
+"""MMS-LID labels are ISO 639-3; the landed ``language`` and the text LID use ISO 639-1 where one exists."""
+
+
+def language_code(label: str) -> str:
+    """A classifier label (``eng``, ``en``, ``en: English``) as the code the landed labels use."""
+    code = label.split(":", 1)[0].strip().lower()
+    return ISO_639_3_TO_1.get(code, code)
+
+
+class AudioClassifierLanguageId:
+    """Spoken-language ID with a transformers ``AutoModelForAudioClassification`` (MMS-LID, VoxLingua107)."""
+
+    def __init__(self, model, feature_extractor, device: str = "cpu", max_batch_s: float = 120.0):
+        self.model, self.feature_extractor, self.device, self.max_batch_s = (
+            model,
+            feature_extractor,
+            device,
+            max_batch_s,
+        )
+
+    def identify(self, audios_16k: Sequence[np.ndarray]) -> list[tuple[str, float]]:
+        import torch
+
+        labels = self.model.config.id2label
+        results: list[tuple[str, float]] = []
+        for batch in _batches(audios_16k, self.max_batch_s):
+            inputs = self.feature_extractor(
+                [a for a in batch], sampling_rate=MODEL_SAMPLE_RATE, return_tensors="pt", padding=True
+            )
+            with torch.inference_mode():
+                logits = self.model(**{k: v.to(self.device) for k, v in inputs.items()}).logits
+            probabilities = torch.softmax(logits.float(), dim=-1).cpu()
+            best = probabilities.argmax(dim=-1)
+            results += [
+                (language_code(labels[int(i)]), float(probabilities[row, int(i)])) for row, i in enumerate(best)
+            ]
+        return results
+
+
+class RegressionHeadMos:
+    """MOS from a transformers audio model with one regression output (``num_labels=1``), clamped to 1-5."""
+
+    def __init__(self, model, feature_extractor, device: str = "cpu", max_batch_s: float = 120.0):
+        self.model, self.feature_extractor, self.device, self.max_batch_s = (
+            model,
+            feature_extractor,
+            device,
+            max_batch_s,
+        )
+
+    def mos(self, audios_16k: Sequence[np.ndarray]) -> list[float]:
+        import torch
+
+        scores: list[float] = []
+        for batch in _batches(audios_16k, self.max_batch_s):
+            inputs = self.feature_extractor(
+                [a for a in batch], sampling_rate=MODEL_SAMPLE_RATE, return_tensors="pt", padding=True
+            )
+            with torch.inference_mode():
+                logits = self.model(**{k: v.to(self.device) for k, v in inputs.items()}).logits
+            scores += [float(min(5.0, max(1.0, v))) for v in logits[:, 0].float().cpu().tolist()]
+        return scores
+
+
+def _batches(audios: Sequence[np.ndarray], max_batch_s: float):
+    batch: list[np.ndarray] = []
+    seconds = 0.0
+    for audio in audios:
+        length_s = audio.shape[0] / MODEL_SAMPLE_RATE
+        if batch and seconds + length_s > max_batch_s:
+            yield batch
+            batch, seconds = [], 0.0
+        batch.append(audio)
+        seconds += length_s
+    if batch:
+        yield batch
+
+
+class SquimObjectiveMos:
+    """MOS from torchaudio's SQUIM objective model: its PESQ estimate (MOS-LQO, about 1-4.5), no reference needed."""
+
+    def __init__(self, model, device: str = "cpu"):
+        self.model, self.device = model, device
+
+    def mos(self, audios_16k: Sequence[np.ndarray]) -> list[float | None]:
+        import torch
+
+        scores: list[float | None] = []
+        with torch.inference_mode():
+            for audio in audios_16k:  # one at a time: padding would read as silence and lower the score
+                waveform = torch.from_numpy(np.ascontiguousarray(audio, dtype=np.float32))[None].to(self.device)
+                _stoi, pesq, _si_sdr = self.model(waveform)
+                score = float(pesq[0])
+                scores.append(score if np.isfinite(score) else None)  # silence: the model divides by its zero level
+        return scores

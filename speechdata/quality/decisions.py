@@ -1,0 +1,61 @@
+"""What each product leaves out of a shard for quality: the one function the product stages read.
+
+:func:`excluded_utterances` unions the shard's quality decisions for the product with its
+near-duplicate list (``shards/<shard>/near_duplicates.parquet``, written by the near-duplicate
+stage; every row is an utterance rejected as ``near_duplicate``). The stage that builds the product
+skips these utterances and records each as a reject of its own stage with the reason given here, so
+the product's ledger still balances (docs/ledgers.md).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+import pyarrow.compute as pc
+
+from speechdata.io.storage import DataRoot
+from speechdata.quality.paths import near_duplicates, quality_decisions
+from speechdata.rejects import Reject
+
+NEAR_DUPLICATE = "near_duplicate"
+NEAR_DUPLICATE_COLUMNS = ("utt_id", "representative_shard", "representative_utt", "kind", "similarity")
+
+Exclusions = Mapping[str, tuple[str, str]]
+"""``{utt_id: (reason, detail)}``."""
+
+
+def excluded_utterances(data_root: DataRoot, shard_id: str, product: str) -> dict[str, tuple[str, str]]:
+    """``{utt_id: (reason, detail)}`` of every utterance of the shard ``product`` must leave out.
+
+    Empty for a shard whose decisions and near-duplicate list are not written yet. A quality reason
+    wins over ``near_duplicate`` for an utterance that has both (it would fail on its own)."""
+    excluded: dict[str, tuple[str, str]] = {}
+    relative = quality_decisions(shard_id)
+    if data_root.exists(relative):
+        table = data_root.read_parquet(relative, columns=["utt_id", "product", "reason", "detail"])
+        table = table.filter(pc.and_(pc.equal(table["product"], product), pc.is_valid(table["reason"])))
+        for utt_id, reason, detail in zip(
+            table["utt_id"].to_pylist(), table["reason"].to_pylist(), table["detail"].to_pylist(), strict=True
+        ):
+            excluded[utt_id] = (reason, f"quality: {detail}")
+    relative = near_duplicates(shard_id)
+    if data_root.exists(relative):
+        table = data_root.read_parquet(relative)
+        missing = [c for c in NEAR_DUPLICATE_COLUMNS if c not in table.column_names]
+        if missing:
+            raise ValueError(f"{data_root.uri(relative)}: missing column(s) {missing}")
+        for row in table.select(list(NEAR_DUPLICATE_COLUMNS)).to_pylist():
+            excluded.setdefault(
+                row["utt_id"],
+                (
+                    NEAR_DUPLICATE,
+                    f"{row['kind']} near duplicate of {row['representative_shard']}/{row['representative_utt']}"
+                    f" (similarity {row['similarity']})",
+                ),
+            )
+    return excluded
+
+
+def exclusion_rejects(excluded: Exclusions, utt_ids: Iterable[str], stage: str) -> list[Reject]:
+    """The rejects ``stage`` records for the utterances of ``utt_ids`` that are excluded, in input order."""
+    return [Reject(u, stage, *excluded[u]) for u in utt_ids if u in excluded]

@@ -1,0 +1,198 @@
+"""Near-duplicate audio and transcripts across the whole corpus, shard by shard as shards land.
+
+:func:`run_near_duplicates` checks a shard's normalized utterances against every utterance indexed
+before them (the corpus index, :mod:`speechdata.quality.near_dup_index`, and the shard's own
+earlier utterances), writes ``shards/<shard>/near_duplicates.parquet`` (one row per utterance that
+copies an earlier one) and adds the shard to the index. The representative of a group of copies is
+the copy indexed first; a shard indexed again keeps its place in the index order, so its decisions
+are the same and no later shard's change (docs/near-duplicates.md).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import pyarrow as pa
+
+from speechdata.audio.codec import decode_audio
+from speechdata.io import layout
+from speechdata.io.shard_lock import LockHolder
+from speechdata.io.storage import DataRoot
+from speechdata.quality.fingerprint_audio import audio_fingerprint, exact_audio_hash
+from speechdata.quality.fingerprint_text import normalized_transcript, transcript_signature, word_count
+from speechdata.quality.near_dup_index import (
+    DEFAULT_LOCK_TIMEOUT_S,
+    commit_shard,
+    corpus_index_lock,
+    entries_table,
+    read_entries,
+    read_order,
+    shards_before,
+)
+from speechdata.quality.near_dup_matching import (
+    KINDS,
+    Decision,
+    NearDuplicateThresholds,
+    UtteranceSignals,
+    find_representatives,
+)
+from speechdata.rejects import error_text
+from speechdata.stage import StageSummary
+
+REJECT_REASON = "near_duplicate"
+"""The reason the quality filter records for every utterance listed in ``near_duplicates.parquet``."""
+
+COLUMN_DESCRIPTIONS = {
+    "utt_id": "An utterance of this shard that copies an utterance indexed before it.",
+    "representative_shard": "Shard of the group's representative: the copy indexed first, which is kept.",
+    "representative_utt": "utt_id of the group's representative.",
+    "kind": "exact_audio (same samples), near_audio (same recording re-encoded, trimmed, gain-changed or "
+    "resampled) or near_transcript (same words under other audio); the strongest signal that matched.",
+    "similarity": "0-1: 1 for exact_audio; 1 - 2 x fingerprint bit error rate for near_audio; estimated "
+    "Jaccard similarity of the transcripts' character 5-grams for near_transcript.",
+}
+
+NEAR_DUPLICATES_SCHEMA = pa.schema(
+    [
+        pa.field("utt_id", pa.string(), nullable=False, metadata={"description": COLUMN_DESCRIPTIONS["utt_id"]}),
+        pa.field(
+            "representative_shard",
+            pa.string(),
+            nullable=False,
+            metadata={"description": COLUMN_DESCRIPTIONS["representative_shard"]},
+        ),
+        pa.field(
+            "representative_utt",
+            pa.string(),
+            nullable=False,
+            metadata={"description": COLUMN_DESCRIPTIONS["representative_utt"]},
+        ),
+        pa.field("kind", pa.string(), nullable=False, metadata={"description": COLUMN_DESCRIPTIONS["kind"]}),
+        pa.field(
+            "similarity", pa.float64(), nullable=False, metadata={"description": COLUMN_DESCRIPTIONS["similarity"]}
+        ),
+    ]
+)
+
+
+@dataclass(frozen=True)
+class Unchecked:
+    """An utterance whose audio could not be decoded: it stays in the products, unchecked and unindexed."""
+
+    utt_id: str
+    detail: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class NearDuplicatesSummary(StageSummary):
+    """``duplicates``: this shard's rows of ``near_duplicates.parquet``; ``index_position``: the shard's
+    place in the index order; ``indexed_before``: utterances of earlier shards it was checked against."""
+
+    duplicates: list[Decision]
+    unchecked: list[Unchecked]
+    index_position: int
+    indexed_before: int
+    index_locked: bool
+
+    @property
+    def by_kind(self) -> dict[str, int]:
+        counts = Counter(decision.kind for decision in self.duplicates)
+        return {kind: counts.get(kind, 0) for kind in KINDS}
+
+
+def utterance_signals(shard_id: str, utt_id: str, samples, sample_rate: int, text: str | None) -> UtteranceSignals:
+    """Everything the index keeps of one utterance (mono float ``samples``)."""
+    normalized = normalized_transcript(text)
+    return UtteranceSignals(
+        shard_id=shard_id,
+        utt_id=utt_id,
+        exact_hash=exact_audio_hash(samples),
+        fingerprint=audio_fingerprint(samples, sample_rate),
+        transcript_signature=transcript_signature(normalized),
+        transcript_words=word_count(normalized),
+    )
+
+
+def shard_signals(data_root: DataRoot, shard_id: str) -> tuple[list[UtteranceSignals], list[Unchecked], float]:
+    """The signals of every utterance in the shard's audio container, in ``utt_id`` order, the
+    utterances that could not be decoded, and the seconds of audio read."""
+    texts = dict(
+        zip(
+            *data_root.read_parquet(layout.utterance_index(shard_id), columns=["utt_id", "text"]).to_pydict().values(),
+            strict=True,
+        )
+    )
+    signals, unchecked, audio_seconds = [], [], 0.0
+    with data_root.open_parquet(layout.normalized_audio(shard_id)) as parquet:
+        for group in range(parquet.num_row_groups):
+            table = parquet.read_row_group(group, columns=["utt_id", "sample_rate", "codec", "audio"])
+            for utt_id, rate, codec, payload in zip(*table.to_pydict().values(), strict=True):
+                try:
+                    samples = decode_audio(payload, codec)
+                except Exception as exc:  # one undecodable payload must not stop the shard
+                    unchecked.append(Unchecked(utt_id, f"audio not decodable ({codec}): {error_text(exc)}"))
+                    continue
+                audio_seconds += len(samples) / rate
+                signals.append(utterance_signals(shard_id, utt_id, samples, rate, texts.get(utt_id)))
+    return sorted(signals, key=lambda s: s.utt_id), unchecked, audio_seconds
+
+
+def near_duplicates_table(decisions: list[Decision]) -> pa.Table:
+    """The rows of ``near_duplicates.parquet`` (the schema's, even when there are none)."""
+    rows = [
+        {
+            "utt_id": d.utt_id,
+            "representative_shard": d.representative_shard,
+            "representative_utt": d.representative_utt,
+            "kind": d.kind,
+            "similarity": d.similarity,
+        }
+        for d in decisions
+        if d.kind is not None
+    ]
+    return pa.Table.from_pylist(rows, schema=NEAR_DUPLICATES_SCHEMA)
+
+
+def run_near_duplicates(
+    data_root: DataRoot,
+    shard_id: str,
+    thresholds: NearDuplicateThresholds | None = None,
+    *,
+    lock_timeout_s: float = DEFAULT_LOCK_TIMEOUT_S,
+    run_id: str | None = None,
+    holder_finished: Callable[[LockHolder], bool] | None = None,
+) -> NearDuplicatesSummary:
+    """Check ``shard_id`` against the corpus index, write its ``near_duplicates.parquet`` and index it.
+
+    Fingerprints are computed before the index lock is taken; reading the index, matching,
+    committing the shard's entries and writing its file happen under the lock, in that order, so a
+    killed run leaves the index as it was (or with this shard fully committed) and a re-run ends the same.
+    """
+    thresholds = thresholds or NearDuplicateThresholds()
+    started = time.perf_counter()
+    signals, unchecked, audio_seconds = shard_signals(data_root, shard_id)
+    with corpus_index_lock(data_root, timeout_s=lock_timeout_s, run_id=run_id, holder_finished=holder_finished) as held:
+        order = read_order(data_root)
+        earlier = read_entries(data_root, shards_before(order, shard_id))
+        decisions = find_representatives(earlier, signals, thresholds)
+        indexed = commit_shard(data_root, order, shard_id, entries_table(signals, decisions))
+        # After the commit: a run killed in between re-runs at the position it committed, with the
+        # same decisions, so the file written then is the one this run would have written.
+        data_root.write_parquet(layout.near_duplicates(shard_id), near_duplicates_table(decisions))
+    return NearDuplicatesSummary(
+        shard_id=shard_id,
+        rows_in=len(signals) + len(unchecked),
+        rows_out=len(signals),
+        rejects=[],
+        audio_seconds=audio_seconds,
+        compute_seconds=time.perf_counter() - started,
+        outputs={"near_duplicates": data_root.uri(layout.near_duplicates(shard_id))},
+        duplicates=[d for d in decisions if d.kind is not None],
+        unchecked=unchecked,
+        index_position=indexed.position,
+        indexed_before=len(earlier),
+        index_locked=held is not None,
+    )

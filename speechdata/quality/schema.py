@@ -1,0 +1,48 @@
+"""The quality files' schemas, every column described (docs/quality.md has the units and defaults)."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+
+def _field(name: str, type_: pa.DataType, description: str, nullable: bool = True) -> pa.Field:
+    return pa.field(name, type_, nullable=nullable, metadata={"description": description})
+
+
+QUALITY_SIGNALS_SCHEMA = pa.schema(
+    [
+        _field("utt_id", pa.string(), "The utterance (one row per indexed utterance).", nullable=False),
+        _field("language", pa.string(), "The landed language label."),
+        _field("has_audio", pa.bool_(), "Whether the utterance has normalized audio (else rejected upstream).", False),
+        _field("duration_s", pa.float64(), "Duration of the normalized audio, seconds."),
+        _field("level_dbfs", pa.float64(), "RMS level, dB relative to full scale."),
+        _field("clipped_share", pa.float64(), "Share (0-1) of the source samples at full scale."),
+        _field("bandwidth_hz", pa.float64(), "Effective bandwidth: highest frequency holding real energy, Hz."),
+        _field("snr_db", pa.float64(), "WADA-SNR estimate, dB (clamped to -20..100)."),
+        _field("silence_share", pa.float64(), "Share (0-1) of 30 ms frames below -50 dBFS."),
+        _field("speech_share", pa.float64(), "Share (0-1) of the duration Silero VAD marks as speech."),
+        _field("leading_silence_s", pa.float64(), "Seconds before the first VAD speech segment."),
+        _field("trailing_silence_s", pa.float64(), "Seconds after the last VAD speech segment."),
+        _field("text_language", pa.string(), "Text LID (py3langid) language of the transcript, ISO 639-1."),
+        _field("text_language_confidence", pa.float64(), "Text LID probability (0-1) of text_language."),
+        _field("text_letters", pa.int64(), "Letters in the transcript (text LID is not trusted on short text)."),
+        _field("hypothesis", pa.string(), "The aligner's greedy CTC transcript (null: not aligned by CTC)."),
+        _field("cer", pa.float64(), "Character error rate of the greedy transcript vs the normalized landed text."),
+        _field("wer", pa.float64(), "Word error rate of the greedy transcript vs the normalized landed text."),
+        _field("audio_language", pa.string(), "Audio LID language (null: no audio-LID model)."),
+        _field("audio_language_confidence", pa.float64(), "Audio LID probability (0-1) of audio_language."),
+        _field("mos", pa.float64(), "Speech-quality MOS estimate, 1-5 (null: no MOS model)."),
+    ]
+)
+
+QUALITY_DECISIONS_SCHEMA = pa.schema(
+    [
+        _field("utt_id", pa.string(), "The utterance.", nullable=False),
+        _field("product", pa.string(), "The product line the decision is for.", nullable=False),
+        _field("reason", pa.string(), "Null: kept. Otherwise the quality reject reason."),
+        _field("detail", pa.string(), "For people: the value and the limit of every failed filter."),
+        _field(
+            "policy_sha256", pa.string(), "Digest of every product's thresholds the decision was taken under.", False
+        ),
+    ]
+)

@@ -1,0 +1,108 @@
+"""Per-utterance signal measurements from the normalized audio (numpy/scipy DSP, no model).
+
+Every function takes one utterance's mono float32 samples in [-1, 1] and its sample rate, and
+returns a plain float with the unit in its name (docs/quality.md defines each one).
+"""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+
+SILENCE_FLOOR_DBFS = -50.0
+"""A 30 ms frame whose RMS is below this is silent (well under quiet speech, -35 to -25 dBFS)."""
+FRAME_S = 0.03
+
+SPECTRUM_SEGMENT_S = 0.02
+"""Welch segments of ~20 ms: about 50 Hz frequency resolution, ample for a cutoff in kHz."""
+ENERGY_FLOOR_DB_PER_HZ = -120.0
+"""Power spectral density (dB re full scale squared per Hz) above which a frequency holds real energy.
+
+The empty band of resampled audio sits at the 16-bit quantization floor, about -140 dB/Hz; speech,
+even its quiet high band, and any real noise are far above it (-100 to -60 dB/Hz at ordinary levels)."""
+BANDWIDTH_DYNAMIC_RANGE_DB = 90.0
+"""For very loud audio the floor is taken this far below the spectrum's peak instead (16-bit range)."""
+
+_EPS = 1e-10
+
+
+def level_dbfs(samples: np.ndarray) -> float:
+    """RMS level of the whole utterance in dB relative to full scale (a full-scale sine is -3 dBFS)."""
+    if samples.size == 0:
+        return float("-inf")
+    rms = float(np.sqrt(np.mean(np.square(samples, dtype=np.float64))))
+    return 20.0 * np.log10(max(rms, _EPS))
+
+
+def frame_levels_dbfs(samples: np.ndarray, sample_rate: int, frame_s: float = FRAME_S) -> np.ndarray:
+    """RMS level of each non-overlapping ``frame_s`` frame (a last partial frame is zero-padded)."""
+    size = max(1, int(round(frame_s * sample_rate)))
+    n_frames = max(1, -(-samples.size // size))
+    framed = np.zeros(n_frames * size, np.float64)
+    framed[: samples.size] = samples
+    rms = np.sqrt(np.mean(np.square(framed.reshape(n_frames, size)), axis=1))
+    return 20.0 * np.log10(np.maximum(rms, _EPS))
+
+
+def silence_share(samples: np.ndarray, sample_rate: int, floor_dbfs: float = SILENCE_FLOOR_DBFS) -> float:
+    """Share of 30 ms frames quieter than ``floor_dbfs``: 1.0 for silence or near-silent hiss."""
+    if samples.size == 0:
+        return 1.0
+    return float(np.mean(frame_levels_dbfs(samples, sample_rate) < floor_dbfs))
+
+
+def effective_bandwidth_hz(samples: np.ndarray, sample_rate: int) -> float:
+    """The highest frequency holding real energy: whose (median-smoothed, Welch) power spectral
+    density is above :data:`ENERGY_FLOOR_DB_PER_HZ` (or :data:`BANDWIDTH_DYNAMIC_RANGE_DB` under the
+    peak, whichever is higher). Resampled audio has an empty band above the source's Nyquist
+    frequency, so 8 kHz telephone audio upsampled to 24 kHz reads about 4 kHz, not 12 kHz."""
+    # scipy.signal takes seconds to import: every Dagster step process loads this module, few measure.
+    from scipy.signal import medfilt, welch
+
+    if samples.size < 64 or not np.any(samples):
+        return 0.0
+    segment = min(samples.size, max(64, int(SPECTRUM_SEGMENT_S * sample_rate)))
+    frequencies, power = welch(samples.astype(np.float64), fs=sample_rate, nperseg=segment)
+    smoothed = medfilt(10.0 * np.log10(np.maximum(power, 1e-20)), kernel_size=5)
+    floor = max(ENERGY_FLOOR_DB_PER_HZ, float(smoothed.max()) - BANDWIDTH_DYNAMIC_RANGE_DB)
+    above = np.nonzero(smoothed > floor)[0]
+    return float(frequencies[above[-1]]) if above.size else 0.0
+
+
+WADA_SNR_RANGE_DB = (-20, 100)
+"""WADA-SNR estimates are clamped to this range; 100 dB reads as "no measurable noise"."""
+
+
+@functools.cache
+def _wada_curve() -> tuple[np.ndarray, np.ndarray]:
+    """``G(SNR) = log E|x| - E log|x|`` for gamma-distributed speech (shape 0.4) in Gaussian noise.
+
+    Kim & Stern (2008) tabulate this curve; it is recomputed here from its definition with a fixed
+    random generator (deterministic), so no unexplained table of numbers lives in the code."""
+    rng = np.random.default_rng(20080922)
+    n = 400_000
+    speech = rng.gamma(0.4, 1.0, n) * rng.choice((-1.0, 1.0), n)
+    speech /= np.sqrt(np.mean(speech**2))
+    noise = rng.standard_normal(n)
+    snrs = np.arange(WADA_SNR_RANGE_DB[0], WADA_SNR_RANGE_DB[1] + 1, dtype=np.float64)
+    curve = []
+    for snr in snrs:
+        mixed = np.abs(speech + noise * 10 ** (-snr / 20.0))
+        mixed = np.maximum(mixed, _EPS)
+        curve.append(np.log(mixed.mean()) - np.log(mixed).mean())
+    return snrs, np.maximum.accumulate(np.asarray(curve))
+
+
+def wada_snr_db(samples: np.ndarray) -> float:
+    """Waveform-amplitude-distribution SNR estimate (Kim & Stern 2008), in dB.
+
+    Digital silence (exact zeros between words) counts as noise-free, so clean studio or synthetic
+    speech reads high; broadband noise under the speech pulls it down."""
+    if samples.size == 0 or not np.any(samples):
+        return float(WADA_SNR_RANGE_DB[0])
+    magnitude = np.abs(samples.astype(np.float64)) / float(np.max(np.abs(samples)))
+    magnitude = np.maximum(magnitude, _EPS)
+    statistic = np.log(magnitude.mean()) - np.log(magnitude).mean()
+    snrs, curve = _wada_curve()
+    return float(np.clip(np.interp(statistic, curve, snrs), *WADA_SNR_RANGE_DB))

@@ -1,0 +1,90 @@
+"""``speechdata shard run|backfill`` before anything is launched: which assets and shards a command
+line means, and the one-line errors for what does not exist. Launching itself, against a real
+``dagster dev``, is in tests/e2e/test_backfills_from_the_ui.py."""
+
+import socket
+
+import pytest
+
+from dagster_project.webserver_launch import AssetNode, SelectionError, choose_shards, select_assets
+from speechdata.cli import run
+
+
+def node(name: str, group: str, by_shard: bool = True) -> AssetNode:
+    return AssetNode(name, group, by_shard, "speech_data_platform", "__repository__")
+
+
+NODES = {
+    n.name: n
+    for n in (
+        node("raw_shards", "ingest"),
+        node("normalized_audio", "ingest"),
+        node("frame_grids", "alignment"),
+        node("hf_dataset", "publishing", by_shard=False),
+        node("manifest_catalog", "catalog", by_shard=False),
+    )
+}
+REGISTERED = ["demo-0001", "demo-0002", "lid-1", "lid-2"]
+
+
+def test_no_selection_means_every_shard_asset_and_groups_add_their_shard_assets():
+    assert select_assets(NODES) == ["frame_grids", "normalized_audio", "raw_shards"]
+    assert select_assets(NODES, groups=["ingest"]) == ["normalized_audio", "raw_shards"]
+    assert select_assets(NODES, ["frame_grids"], ["ingest"]) == ["frame_grids", "normalized_audio", "raw_shards"]
+
+
+@pytest.mark.parametrize(
+    ("names", "groups", "message"),
+    [
+        (["raw_shard"], [], "no asset named raw_shard (the shard assets: frame_grids, normalized_audio, raw_shards)"),
+        (["hf_dataset"], [], "hf_dataset not partitioned by shard"),
+        ([], ["ingestion"], "no asset group named ingestion"),
+        ([], ["catalog"], "no shard asset in the groups catalog"),
+    ],
+)
+def test_an_asset_or_group_that_is_not_there_or_not_by_shard_is_named(names, groups, message):
+    with pytest.raises(SelectionError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        select_assets(NODES, names, groups)
+
+
+def test_shards_named_every_matching_and_missing():
+    assert choose_shards(REGISTERED, named=["lid-2", "demo-0001", "lid-2"]) == ["lid-2", "demo-0001"]
+    assert choose_shards(REGISTERED, every=True) == REGISTERED
+    assert choose_shards(REGISTERED, matching="lid-*") == ["lid-1", "lid-2"]
+    done = {"raw_shards": set(REGISTERED), "frame_grids": {"demo-0001", "lid-1"}}
+    assert choose_shards(REGISTERED, materialized=done) == ["demo-0002", "lid-2"]
+
+
+def test_an_unregistered_shard_an_empty_glob_and_nothing_missing_are_errors():
+    with pytest.raises(SelectionError, match="shard nope-1 not registered"):
+        choose_shards(REGISTERED, named=["demo-0001", "nope-1"])
+    with pytest.raises(SelectionError, match="no registered shard matching 'x-\\*' \\(4 registered\\)"):
+        choose_shards(REGISTERED, matching="x-*")
+    with pytest.raises(SelectionError, match="no registered shard missing"):
+        choose_shards(REGISTERED, materialized={"raw_shards": set(REGISTERED)})
+
+
+def closed_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@pytest.mark.parametrize("command", ["run", "backfill"])
+def test_an_unreachable_webserver_is_one_line_naming_its_url(command, tmp_path, capsys):
+    url = f"http://127.0.0.1:{closed_port()}"
+    status = run(["shard", command, "--all", "--url", url, "--data-root", str(tmp_path)])
+    assert status == 1
+    [line] = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith(f"speechdata shard {command}: error: no Dagster webserver at {url}")
+
+
+@pytest.mark.parametrize(
+    "args",
+    [["--select", "raw_shards"], ["--all", "--missing"], ["--shards", ","]],
+    ids=["no shards", "two shard choices", "empty list"],
+)
+def test_a_command_line_without_one_shard_choice_is_bad_usage(args, tmp_path):
+    with pytest.raises(SystemExit) as exit_:
+        run(["shard", "backfill", *args, "--data-root", str(tmp_path)])
+    assert exit_.value.code == 2
