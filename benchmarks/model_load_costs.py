@@ -11,9 +11,10 @@ fresh interpreter, through the same call the platform's resource makes:
 * ``qwen3-1.7b``: ``speechdata.features.models.load_pretrained`` (``AutoModel``), as ``QwenEncoder``;
   stored bf16 as a ``Qwen3ForCausalLM`` with tied embeddings, like ``Qwen/Qwen3-1.7B``;
 * ``wavlm-large``: the same call, as ``WavLMEncoder``; stored float32 like ``microsoft/wavlm-large``;
-* ``parakeet-ctc-1.1b``: ``ParakeetForCTC.from_pretrained`` (the aligner's transformers port;
-  42 layers, d_model 1024, 8 heads, 8x subsampling, 1 024 labels + blank); stored float32 like the
-  hub's HF export, loaded in float32 as the alignment stage runs it;
+* ``parakeet-ctc-1.1b``: ``ParakeetForCTC.from_pretrained`` in float32, as
+  ``speechdata.alignment.acoustic_models.load_ctc_model`` calls it (its small feature extractor and
+  tokenizer are not written); 42 layers, d_model 1024, 8 heads, 8x subsampling, 1 024 labels +
+  blank; stored float32 like the hub's transformers export;
 * ``metricx-24-hybrid-xl``: ``speechdata.translation.metricx.load_metricx`` (``MT5ForRegression``
   at mT5-XL's sizes, untied LM head), as ``MetricXResource``; stored bf16 like the ``-bf16``
   checkpoint. The folder holds the tiny profile's tokenizer (its score token id is written into
