@@ -27,11 +27,19 @@ registered (default 1 000 and 100 000) and each shape (``old``: 4 shards per run
 ``--backfill`` shards; reported per shape and size ``per_run_ms`` and ``per_shard_ms``, then
 ``growth`` = per run at the largest N over the smallest (target <= 1.5) and ``new_over_old`` per
 shard at each N. ``--profile FILE`` writes a cProfile of the daemon's iterations (one measurement).
+
+``--storage-cache``: with ``--compare``, the instance storage instead of the run shape: ``plain``
+(Dagster's storage) against ``cached`` (``dagster_project.instance_storage``, the storage
+deploy/*/dagster.yaml select, whose dynamic partition list is read again only when it changed), both
+at ``SHARDS_PER_RUN``; reported ``growth`` per storage and ``cached_over_plain`` per run at each N,
+and ``full_key_list_reads`` (cached only: the times the whole key list was read). Alone, it measures
+the cached storage.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import cProfile
 import logging
 import math
@@ -72,12 +80,51 @@ def per_shard_asset_paths() -> list[list[str]]:
     return sorted(key.path for key in keys)
 
 
+@contextlib.contextmanager
+def launch_instance(home: str, storage: str, storage_cache: bool):
+    """``bench_instance`` with the queue-only coordinator, on Dagster's storage or the caching one."""
+    if not storage_cache:
+        with bench_instance(home, storage, QUEUE_ONLY) as instance:
+            yield instance
+        return
+    module = "dagster_project.instance_storage"
+    if storage == "sqlite":
+        caching = {"module": module, "class": "CachingSqliteStorage", "config": {"base_dir": home}}
+        with dg.instance_for_test(temp_dir=home, overrides={**QUEUE_ONLY, "storage": {"custom": caching}}) as instance:
+            yield instance
+        return
+    from tests.e2e.postgres_server import DATABASE, USER, PostgresServer
+
+    with PostgresServer() as server:
+        postgres_db = {
+            "hostname": "127.0.0.1",
+            "port": server.port,
+            "username": USER,
+            "password": "unused-with-trust-auth",
+            "db_name": DATABASE,
+            "scheme": "postgresql+psycopg2",
+        }
+        caching = {"module": module, "class": "CachingPostgresStorage", "config": {"postgres_db": postgres_db}}
+        with dg.instance_for_test(temp_dir=home, overrides={**QUEUE_ONLY, "storage": {"custom": caching}}) as instance:
+            yield instance
+
+
+def full_key_list_reads(instance: dg.DagsterInstance) -> int | None:
+    return getattr(instance.event_log_storage, "dynamic_partitions_full_reads", None)
+
+
 OLD_SHARDS_PER_RUN = 4
 """The per-shard assets' backfill policy before runs grew: the old shape ``--compare`` measures against."""
 
 
 def measure(
-    registered: int, backfill: int, shards_per_run: int, storage: str, max_iterations: int, profile: str | None = None
+    registered: int,
+    backfill: int,
+    shards_per_run: int,
+    storage: str,
+    max_iterations: int,
+    profile: str | None = None,
+    storage_cache: bool = False,
 ) -> dict:
     """Register ``registered`` shards in a fresh instance, launch a backfill of the first ``backfill``
     as the UI does, and time the daemon until its runs exist."""
@@ -89,7 +136,7 @@ def measure(
     os.environ["SPEECHDATA_BACKFILL_SHARDS_PER_RUN"] = str(shards_per_run)
     with tempfile.TemporaryDirectory(prefix="bench-backfill-") as tmp:
         os.makedirs(os.path.join(tmp, "dagster_home"))
-        with bench_instance(os.path.join(tmp, "dagster_home"), storage, QUEUE_ONLY) as instance:
+        with launch_instance(os.path.join(tmp, "dagster_home"), storage, storage_cache) as instance:
             shards = [f"shard-{i:07d}" for i in range(registered)]
             for start in range(0, len(shards), 10_000):
                 instance.add_dynamic_partitions("shard", shards[start : start + 10_000])
@@ -121,6 +168,7 @@ def measure(
                 profiler = cProfile.Profile() if profile else None
                 if profiler:
                     profiler.enable()
+                reads_before = full_key_list_reads(instance)
                 started = time.perf_counter()
                 while runs < expected_runs and iterations < max_iterations:
                     for error in execute_backfill_iteration(process_context, logger):
@@ -129,6 +177,7 @@ def measure(
                     iterations += 1
                     runs = instance.get_runs_count(runs_filter)
                 runs_s = time.perf_counter() - started
+                reads_after = full_key_list_reads(instance)
                 if profiler:
                     profiler.disable()
                     profiler.dump_stats(profile)
@@ -141,6 +190,8 @@ def measure(
                 )
     return {
         "assets": len(assets),
+        "storage_cache": storage_cache,
+        "full_key_list_reads": None if reads_before is None else reads_after - reads_before,
         "shards_per_run": shards_per_run,
         "launch_seconds": round(launch_s, 3),
         "runs_created_seconds": round(runs_s, 3),
@@ -163,6 +214,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--shards-per-run", type=int, help="the backfill policy's k (default SHARDS_PER_RUN)")
     parser.add_argument("--compare", action="store_true", help="old and new run shape at each of --sizes")
     parser.add_argument("--sizes", type=int, nargs="+", default=[1_000, 100_000], help="registered, with --compare")
+    parser.add_argument(
+        "--storage-cache",
+        action="store_true",
+        help="the caching instance storage; with --compare, plain against cached instead of old against new shape",
+    )
     parser.add_argument("--profile", help="write a cProfile of the daemon iterations to this file")
     parser.add_argument(
         "--event-batch-size",
@@ -183,10 +239,21 @@ def main(argv: list[str] | None = None) -> None:
         "backfill": args.backfill,
         "storage": args.storage,
         "event_batch_size": args.event_batch_size,
+        "storage_cache": args.storage_cache,
     }
     shapes = {"old": OLD_SHARDS_PER_RUN, "new": args.shards_per_run or SHARDS_PER_RUN}
     with stdout_to_stderr():
-        if args.compare:
+        if args.compare and args.storage_cache:
+            per_storage = {
+                name: {
+                    str(n): measure(
+                        n, args.backfill, shapes["new"], args.storage, args.max_iterations, storage_cache=cache
+                    )
+                    for n in sorted(args.sizes)
+                }
+                for name, cache in (("plain", False), ("cached", True))
+            }
+        elif args.compare:
             per_shape = {
                 shape: {
                     str(n): measure(n, args.backfill, k, args.storage, args.max_iterations) for n in sorted(args.sizes)
@@ -195,12 +262,38 @@ def main(argv: list[str] | None = None) -> None:
             }
         else:
             figures = measure(
-                args.registered, args.backfill, shapes["new"], args.storage, args.max_iterations, args.profile
+                args.registered,
+                args.backfill,
+                shapes["new"],
+                args.storage,
+                args.max_iterations,
+                args.profile,
+                args.storage_cache,
             )
     if not args.compare:
         emit("backfill_launch", {**params, "registered": args.registered}, figures)
         return
     small, large = str(min(args.sizes)), str(max(args.sizes))
+    if args.storage_cache:
+        emit(
+            "backfill_launch",
+            {**params, "sizes": args.sizes, "shards_per_run": shapes["new"]},
+            {
+                "per_storage": per_storage,
+                "growth": {
+                    name: ratio(sizes[large]["per_run_ms"], sizes[small]["per_run_ms"])
+                    for name, sizes in per_storage.items()
+                },
+                "cached_over_plain_per_run": {
+                    n: ratio(per_storage["cached"][n]["per_run_ms"], per_storage["plain"][n]["per_run_ms"])
+                    for n in per_storage["plain"]
+                },
+                "runs_created_seconds": per_storage["cached"][large]["runs_created_seconds"],
+                "runs": per_storage["cached"][large]["runs"],
+                "expected_runs": per_storage["cached"][large]["expected_runs"],
+            },
+        )
+        return
     last = per_shape["new"][large]
     emit(
         "backfill_launch",

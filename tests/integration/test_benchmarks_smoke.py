@@ -78,3 +78,28 @@ def test_backfill_launch_compares_the_run_shapes_and_creates_every_run():
             # Every run of the backfill exists, in the shape's size: none missing, none extra.
             assert figures["runs"] == figures["expected_runs"] == -(-record["params"]["backfill"] // shapes[shape])
             assert figures["shards_per_run"] == shapes[shape]
+
+
+def test_backfill_launch_compares_plain_and_caching_storage_and_creates_every_run():
+    result = subprocess.run(
+        [sys.executable, "-m", "benchmarks.bench_backfill_launch", "--quick", "--compare", "--storage-cache"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    [line] = result.stdout.strip().splitlines()
+    record = json.loads(line)
+    assert {"per_storage", "growth", "cached_over_plain_per_run"} <= set(record)
+    assert set(record["per_storage"]) == {"plain", "cached"}
+    expected_runs = -(-record["params"]["backfill"] // record["params"]["shards_per_run"])
+    for storage, sizes in record["per_storage"].items():
+        for figures in sizes.values():
+            assert figures["runs"] == figures["expected_runs"] == expected_runs
+            assert figures["storage_cache"] == (storage == "cached")
+    # The caching storage reads the key list a few times for the whole backfill, not per asset and
+    # check of each run, and as often at either size; the plain storage is not instrumented.
+    cached_reads = [figures["full_key_list_reads"] for figures in record["per_storage"]["cached"].values()]
+    assert len(set(cached_reads)) == 1 and 1 <= cached_reads[0] < 13 * expected_runs
+    assert all(figures["full_key_list_reads"] is None for figures in record["per_storage"]["plain"].values())

@@ -258,8 +258,13 @@ def test_local_and_production_instances_differ_only_in_storage_and_production_is
 
     local = load(DEPLOY / "local" / "dagster.yaml")
     production = load(DEPLOY / "production" / "dagster.yaml")
-    assert "storage" not in local and set(production["storage"]) == {"postgres"}
-    assert {k: v for k, v in production.items() if k != "storage"} == local
+    # Both on the caching storages: Dagster's SQLite (default layout) and PostgreSQL storages.
+    assert local["storage"]["custom"]["class"] == "CachingSqliteStorage"
+    assert local["storage"]["custom"]["config"] == {"base_dir": {"env": "DAGSTER_HOME"}}
+    assert production["storage"]["custom"]["class"] == "CachingPostgresStorage"
+    assert set(production["storage"]["custom"]["config"]) == {"postgres_db"}
+    assert local["storage"]["custom"]["module"] == production["storage"]["custom"]["module"]
+    assert {k: v for k, v in production.items() if k != "storage"} == {k: v for k, v in local.items() if k != "storage"}
     for folder in ("local", "production"):
         config, _ = dagster_instance_config(str(DEPLOY / folder))  # Dagster's own schema check
         assert config["concurrency"]["pools"]["granularity"] == "op"
