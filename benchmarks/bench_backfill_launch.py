@@ -230,7 +230,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.event_batch_size:
         os.environ["DAGSTER_EVENT_BATCH_SIZE"] = str(args.event_batch_size)
     if args.quick:
-        args.registered, args.backfill, args.sizes = 200, 40, [100, 400]
+        args.registered, args.backfill, args.sizes = 200, 16, [100, 400]
 
     from assets.shard_runs import SHARDS_PER_RUN
 
