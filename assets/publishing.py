@@ -4,6 +4,7 @@ import dagster as dg
 
 from assets.asset_policy import group_asset, group_of
 from assets.ingest import raw_shards
+from assets.near_duplicates import near_duplicates
 from assets.partitions import country_partitions
 from assets.reporting import markdown_rows, unbalanced_ledger_failure
 from resources.hub import HfDatasetSettings, HubPublisherResource
@@ -28,9 +29,13 @@ INPUT_FINGERPRINT = "input_fingerprint"
 
 @group_asset(
     partitions_def=country_partitions,
-    deps=[dg.AssetDep(raw_shards, partition_mapping=dg.AllPartitionMapping())],
+    deps=[
+        dg.AssetDep(raw_shards, partition_mapping=dg.AllPartitionMapping()),
+        # Near duplicates depend on normalized audio only: publishing never waits for the GPU quality stages.
+        dg.AssetDep(near_duplicates, partition_mapping=dg.AllPartitionMapping()),
+    ],
     kinds={"duckdb"},
-    code_version="hf_split_assignments-v2",  # v2: only shards meant for the dataset, missing_<field> filter
+    code_version="hf_split_assignments-v3",  # v3: near_duplicate filter (v2: published shards, missing_<field>)
     checks={
         NO_RECORDING_IN_TWO_SPLITS: "Every segment's split is its recording's split: no recording leaks between splits."
     },
@@ -45,7 +50,9 @@ def hf_split_assignments(
     Whole recordings go to one split by duration share (default 1 % test, 1 % validation, the rest
     train), seeded and stable: a recording once assigned never moves, new recordings are assigned
     so the shares stay near target. Every segment of the country is recorded with its status
-    (`pending`, `filtered` with reason, `uploaded`, `error`), identified by `(shard_id, key)`;
+    (`pending`, `filtered` with reason, `uploaded`, `error`), identified by `(shard_id, key)`; a
+    segment the near-duplicate stage rejected (`shards/<shard>/near_duplicates.parquet`) is
+    `filtered` as `near_duplicate`, so the dataset holds only the copy indexed first;
     segments no shard holds any more (a re-landing withdrew them) are forgotten, or marked
     `withdrawn` until `hf_dataset` rewrites their file without them. Tables `recordings` (duration_hours,
     size_mb, split, subset_id), `segments` and `files` in DuckDB at
