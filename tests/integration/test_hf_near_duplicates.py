@@ -8,6 +8,8 @@ import pytest
 
 from assets.near_duplicates import near_duplicates
 from assets.publishing import INPUT_FINGERPRINT, hf_split_assignments
+from resources.hub import HubPublisherResource
+from resources.storage import DataRootResource
 from speechdata.hf.segments import country_input_fingerprints
 from speechdata.landing.ingest import run_normalized_audio, run_raw_shards
 from speechdata.landing.mark import mark_landed
@@ -15,9 +17,15 @@ from speechdata.ledgers import shard_ledgers
 from speechdata.quality.near_dup_planted import transformed
 from speechdata.quality.near_duplicates import run_near_duplicates
 from tests.conftest import land_shard
-from tests.integration.test_attacks_publishing import loaded_rows, publish, with_aligned_transcripts
+from tests.integration.test_attacks_publishing import (
+    index_shard,
+    loaded_rows,
+    publish,
+    with_aligned_transcripts,
+)
 from tests.integration.test_hf_product_accounting import hf_accounting, hf_rejects_by_reason, segment_statuses
 from tests.integration.test_near_duplicates_assets import encoded, voice
+from tests.tiny_resources import tiny_resources_for
 
 
 @pytest.fixture
@@ -50,7 +58,8 @@ def land_country_shard(data_root, shard_id: str, utterances: dict[str, tuple[byt
     run_normalized_audio(data_root, shard_id, workers=1)
 
 
-def test_a_later_shards_reencoded_copy_is_filtered_near_duplicate_and_never_published(data_root, instance):
+def land_first_and_its_copy(data_root) -> None:
+    """Shard ``first`` (two utterances), then ``second``: an MP3 of first-0, gain changed, and one of its own."""
     originals = [voice(n, seconds=4.0) for n in range(3)]
     land_country_shard(
         data_root,
@@ -69,6 +78,10 @@ def test_a_later_shards_reencoded_copy_is_filtered_near_duplicate_and_never_publ
             "second-1-own": (encoded(originals[2]), "wav", "second says something nobody said"),
         },
     )
+
+
+def test_a_later_shards_reencoded_copy_is_filtered_near_duplicate_and_never_published(data_root, instance):
+    land_first_and_its_copy(data_root)
     run_near_duplicates(data_root, "first")
     before_decisions = country_input_fingerprints(data_root)["de"]
     run_near_duplicates(data_root, "second")
@@ -101,3 +114,34 @@ def test_the_split_assignment_waits_for_every_shards_near_duplicates_not_for_the
     assert near_duplicates.key in deps
     assert isinstance(deps[near_duplicates.key].partition_mapping, dg.AllPartitionMapping)
     assert dg.AssetKey("quality_decisions") not in deps
+
+
+def requested_countries(instance, cursor, data_root) -> tuple[list[str], str | None]:
+    """The countries one sensor tick asks for, and its cursor (the one given when it skips)."""
+    from sensors.publishing import country_dataset_sensor
+
+    context = dg.build_sensor_context(
+        instance=instance,
+        cursor=cursor,
+        resources={"hub": HubPublisherResource(), "data_root": DataRootResource(url=data_root.url)},
+    )
+    result = country_dataset_sensor(context)
+    if isinstance(result, dg.SkipReason):
+        return [], cursor
+    return sorted(r.partition_key for r in result.run_requests), result.cursor
+
+
+def test_the_sensor_asks_for_the_country_again_once_a_shards_near_duplicates_are_decided(data_root, instance):
+    land_first_and_its_copy(data_root)
+    for shard_id in ("first", "second"):
+        index_shard(instance, data_root, shard_id)
+    countries, cursor = requested_countries(instance, None, data_root)
+    assert countries == ["de"]
+    assert publish(instance, data_root, "de").success
+    assert requested_countries(instance, cursor, data_root)[0] == []
+
+    for shard_id in ("first", "second"):  # no shard indexed since: only the near-duplicate decisions are new
+        assert dg.materialize(
+            [near_duplicates], partition_key=shard_id, instance=instance, resources=tiny_resources_for(data_root.url)
+        ).success
+    assert requested_countries(instance, cursor, data_root)[0] == ["de"]
