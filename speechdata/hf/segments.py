@@ -334,7 +334,8 @@ def refresh_split_assignments(
 
     Existing recordings keep their split; their usable duration is brought up to date. Segments
     not yet written to a dataset file get their filter status recomputed with ``limits`` and the
-    shards' near-duplicate lists.
+    shards' near-duplicate lists; a near duplicate already written to a file is ``filtered`` too,
+    keeping its file until the build rewrites that file without it.
     """
     segments = country_segments(data_root, country)
     copies = near_duplicate_segments(data_root, segments["shard_id"].to_pylist())
@@ -406,6 +407,23 @@ def refresh_split_assignments(
                 "WHERE segments.shard_id = again.shard_id AND segments.key = again.key "
                 "AND segments.file IS NULL AND segments.status IN ('pending', 'filtered') "
                 "AND coalesce(segments.reason, '') <> 'recording_already_published'"
+            )
+        # A copy published before its shard's near duplicates were decided leaves the dataset: the
+        # build rewrites its file without it (sealed train subsets too), as for a withdrawal.
+        published_copies = [
+            segment_id
+            for segment_id, reason in zip(_segment_ids(segments), reasons, strict=True)
+            if reason == NEAR_DUPLICATE
+        ]
+        copies_found = {
+            "shard_id": pa.array([shard for shard, _ in published_copies], pa.string()),
+            "key": pa.array([key for _, key in published_copies], pa.string()),
+        }
+        with registered_rows(db, "copies_found", copies_found):
+            db.execute(
+                f"UPDATE segments SET status = 'filtered', reason = '{NEAR_DUPLICATE}', updated_at = current_timestamp "
+                "FROM copies_found WHERE segments.shard_id = copies_found.shard_id AND segments.key = copies_found.key "
+                "AND segments.file IS NOT NULL AND segments.status IN ('pending', 'uploaded')"
             )
         summary.new_segments = len(fresh["key"])
         summary.new_recordings = dict(Counter(new.values()))

@@ -145,3 +145,24 @@ def test_the_sensor_asks_for_the_country_again_once_a_shards_near_duplicates_are
             [near_duplicates], partition_key=shard_id, instance=instance, resources=tiny_resources_for(data_root.url)
         ).success
     assert requested_countries(instance, cursor, data_root)[0] == ["de"]
+
+
+def test_a_copy_published_before_its_near_duplicates_were_decided_is_taken_out_at_the_next_build(data_root, instance):
+    land_first_and_its_copy(data_root)
+    run_near_duplicates(data_root, "first")
+    assert publish(instance, data_root, "de").success  # second's decisions not written yet: all four published
+    assert ("second", "second-0-copy") in {(row["shard_id"], row["key"]) for row in loaded_rows(data_root, "de")}
+
+    run_near_duplicates(data_root, "second")
+    assert publish(instance, data_root, "de").success
+
+    published = sorted((row["shard_id"], row["key"]) for row in loaded_rows(data_root, "de"))
+    assert published == [("first", "first-0"), ("first", "first-1"), ("second", "second-1-own")]
+    statuses = {(shard, key): (status, reason) for shard, key, status, reason in segment_statuses(data_root, "de")}
+    assert statuses[("second", "second-0-copy")] == ("filtered", "near_duplicate")
+    assert hf_accounting(data_root) == {"first": (2, 2, 0, True), "second": (2, 1, 1, True)}
+    third = publish(instance, data_root, "de")
+    assert third.success
+    [build] = third.asset_materializations_for_node("hf_dataset")
+    assert build.metadata["rewritten_for_withdrawal"].value == []  # nothing left to take out
+    assert sorted((row["shard_id"], row["key"]) for row in loaded_rows(data_root, "de")) == published
