@@ -109,7 +109,7 @@ def hf_split_assignments(
     partitions_def=country_partitions,
     deps=[hf_split_assignments],
     kinds={"huggingface", "parquet"},
-    code_version="hf_dataset-v5",  # v5: records its input fingerprint; states why a promised split is missing
+    code_version="hf_dataset-v6",  # v6: takes out near duplicates found after they were written (v5: input fingerprint)
 )
 def hf_dataset(
     context: dg.AssetExecutionContext,
@@ -123,7 +123,8 @@ def hf_dataset(
     `datasets.load_dataset("<data root>/hf/<dataset>", "<country>")`. Rows: the published dataset's features
     (audio as 16-bit FLAC at the country's rate, key, transcripts, CER, WER, times, indices).
     Train subsets are sealed once written; test and validation are rebuilt when they change; a
-    split (sealed or not) holding segments a re-landing withdrew is rewritten without them. Each
+    split (sealed or not) holding segments a re-landing withdrew, or near duplicates found after
+    they were written, is rewritten without them. Each
     row is identified by `(shard_id, key)`. Nothing is written while a shard's `hf` ledger does
     not balance: the run fails naming the shard and its unaccounted utterances. Each shard feeding
     the country then gets `shards/<shard>/hf/published-<country>.parquet` (what the dataset holds of

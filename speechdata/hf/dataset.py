@@ -18,8 +18,9 @@ recording's encoded segments, whatever the size of the country. ``test`` and ``v
 rebuilt when their set of segments changes. Train subsets are sealed: once written, a subset is
 never rebuilt; new train recordings form new subsets (``train_<n+1>``...), and new segments of a
 recording already published are recorded as filtered (``recording_already_published``). The one
-rewrite of a sealed subset drops what a re-landing withdrew (state status ``withdrawn``): same
-subset, fewer rows, new content-named files.
+rewrite of a sealed subset drops what a re-landing withdrew (state status ``withdrawn``) or what
+was found a near duplicate after it was written (``filtered`` still naming its file): same subset,
+fewer rows, new content-named files.
 """
 
 from __future__ import annotations
