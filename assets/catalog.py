@@ -6,15 +6,22 @@ from dagster_duckdb import DuckDBResource
 from assets.asset_policy import group_asset, group_of
 from assets.packaging import shard_manifest
 from assets.partitions import country_partitions, language_partitions
+from assets.reporting import markdown_histogram, markdown_rows
 from resources.storage import DataRootResource
 from speechdata.catalog.accounting_state import REJECTS_BY_PRODUCT_FROM_STATE, SHARD_ACCOUNTING_FROM_STATE
 from speechdata.catalog.database_file import refresh_catalog_file
 from speechdata.catalog.display import format_table
 from speechdata.catalog.incremental import HOURS_PER_LANGUAGE_FROM_STATE
+from speechdata.catalog.quality import QUALITY_NAMED_QUERIES, SIGNAL_UNITS, SIGNALS_PER_LANGUAGE
 from speechdata.catalog.views import CATALOG_FILE
 from speechdata.io.duckdb_object_store import upload_database
 
 UI_POSITION = 5
+
+
+HOURS_LOST = "hours_lost_per_reason_per_language"
+QUALITY_HISTOGRAM_PREFIX = "quality_histogram"
+"""Metadata ``quality_histogram/<language>/<signal>``: the signal's distribution over the language's utterances."""
 
 
 class CatalogRefreshConfig(dg.Config):
@@ -42,7 +49,10 @@ def manifest_catalog(
     `speechdata catalog "SELECT ..."`, or `duckdb.connect(path, read_only=True)`.
     A refresh reads only the manifests, ledgers and per-shard indexes changed since the last one
     (config `full: true`: all of them); its metadata says how many were read and reused, and its
-    accounting tables come from the per-shard state the refresh keeps. The refresh builds a new file
+    accounting tables come from the per-shard state the refresh keeps. Per landed language, metadata
+    `quality_histogram/<language>/<signal>` shows the distribution of `snr_db`, `bandwidth_hz`,
+    `speech_share` and `cer` (view `quality`), and `hours_lost_per_reason_per_language` what each
+    product's quality filter left out (docs/quality.md, "Where it shows"). The refresh builds a new file
     and swaps it in: readers keep the version they opened and never make it wait. A catalog file
     DuckDB cannot read is rebuilt from scratch (metadata `rebuilt_because` says why).
     New countries and languages it finds become `country` / `language` partitions. On an object-store
@@ -60,6 +70,8 @@ def manifest_catalog(
             "by_language": HOURS_PER_LANGUAGE_FROM_STATE,
             "by_product": REJECTS_BY_PRODUCT_FROM_STATE,
             "accounting": SHARD_ACCOUNTING_FROM_STATE,
+            "signals_per_language": SIGNALS_PER_LANGUAGE,
+            HOURS_LOST: QUALITY_NAMED_QUERIES[HOURS_LOST],
         },
     )
     summary, read_through = refreshed.summary, refreshed.reads_through
@@ -102,8 +114,23 @@ def manifest_catalog(
             "catalog_uri": dg.MetadataValue.path(root.uri(CATALOG_FILE)),
             "rebuilt_because": refreshed.rebuilt_because or "",
             "duckdb_reads_through": read_through,
+            **quality_metadata(
+                refreshed.tables["signals_per_language"].to_pylist(), refreshed.tables[HOURS_LOST].to_pylist()
+            ),
         }
     )
+
+
+def quality_metadata(signals_per_language: list[dict], hours_lost: list[dict]) -> dict[str, dg.MetadataValue]:
+    """A histogram per language and main signal, and the hours each product's quality filter lost."""
+    metadata: dict[str, dg.MetadataValue] = {
+        f"{QUALITY_HISTOGRAM_PREFIX}/{row['language']}/{signal}": markdown_histogram(row[signal], unit)
+        for row in signals_per_language
+        for signal, unit in SIGNAL_UNITS.items()
+    }
+    lost = [{**row, "hours": round(row["hours"], 4)} for row in hours_lost]
+    metadata[HOURS_LOST] = markdown_rows(lost)
+    return metadata
 
 
 # --- the group: its definitions (assembled by dagster_project/loader.py)

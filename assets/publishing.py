@@ -4,6 +4,7 @@ import dagster as dg
 
 from assets.asset_policy import group_asset, group_of
 from assets.ingest import raw_shards
+from assets.near_duplicates import near_duplicates
 from assets.partitions import country_partitions
 from assets.reporting import markdown_rows, unbalanced_ledger_failure
 from resources.hub import HfDatasetSettings, HubPublisherResource
@@ -28,9 +29,13 @@ INPUT_FINGERPRINT = "input_fingerprint"
 
 @group_asset(
     partitions_def=country_partitions,
-    deps=[dg.AssetDep(raw_shards, partition_mapping=dg.AllPartitionMapping())],
+    deps=[
+        dg.AssetDep(raw_shards, partition_mapping=dg.AllPartitionMapping()),
+        # Near duplicates depend on normalized audio only: publishing never waits for the GPU quality stages.
+        dg.AssetDep(near_duplicates, partition_mapping=dg.AllPartitionMapping()),
+    ],
     kinds={"duckdb"},
-    code_version="hf_split_assignments-v2",  # v2: only shards meant for the dataset, missing_<field> filter
+    code_version="hf_split_assignments-v3",  # v3: near_duplicate filter (v2: published shards, missing_<field>)
     checks={
         NO_RECORDING_IN_TWO_SPLITS: "Every segment's split is its recording's split: no recording leaks between splits."
     },
@@ -45,7 +50,9 @@ def hf_split_assignments(
     Whole recordings go to one split by duration share (default 1 % test, 1 % validation, the rest
     train), seeded and stable: a recording once assigned never moves, new recordings are assigned
     so the shares stay near target. Every segment of the country is recorded with its status
-    (`pending`, `filtered` with reason, `uploaded`, `error`), identified by `(shard_id, key)`;
+    (`pending`, `filtered` with reason, `uploaded`, `error`), identified by `(shard_id, key)`; a
+    segment the near-duplicate stage rejected (`shards/<shard>/near_duplicates.parquet`) is
+    `filtered` as `near_duplicate`, so the dataset holds only the copy indexed first;
     segments no shard holds any more (a re-landing withdrew them) are forgotten, or marked
     `withdrawn` until `hf_dataset` rewrites their file without them. Tables `recordings` (duration_hours,
     size_mb, split, subset_id), `segments` and `files` in DuckDB at
@@ -102,7 +109,7 @@ def hf_split_assignments(
     partitions_def=country_partitions,
     deps=[hf_split_assignments],
     kinds={"huggingface", "parquet"},
-    code_version="hf_dataset-v5",  # v5: records its input fingerprint; states why a promised split is missing
+    code_version="hf_dataset-v6",  # v6: takes out near duplicates found after they were written (v5: input fingerprint)
 )
 def hf_dataset(
     context: dg.AssetExecutionContext,
@@ -116,7 +123,8 @@ def hf_dataset(
     `datasets.load_dataset("<data root>/hf/<dataset>", "<country>")`. Rows: the published dataset's features
     (audio as 16-bit FLAC at the country's rate, key, transcripts, CER, WER, times, indices).
     Train subsets are sealed once written; test and validation are rebuilt when they change; a
-    split (sealed or not) holding segments a re-landing withdrew is rewritten without them. Each
+    split (sealed or not) holding segments a re-landing withdrew, or near duplicates found after
+    they were written, is rewritten without them. Each
     row is identified by `(shard_id, key)`. Nothing is written while a shard's `hf` ledger does
     not balance: the run fails naming the shard and its unaccounted utterances. Each shard feeding
     the country then gets `shards/<shard>/hf/published-<country>.parquet` (what the dataset holds of

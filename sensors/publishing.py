@@ -10,7 +10,7 @@ country, a shard not meant for the dataset, an identical re-indexing) changes no
 
 Shards land in batches (a drop of many shards, a backfill), and a refresh reads every shard of its
 country, so one run per country per *settled* batch is enough: the sensor looks only when shards
-were indexed since its cursor, and waits until none has been indexed for
+were indexed (or had their near duplicates decided) since its cursor, and waits until none has been indexed for
 ``SPEECHDATA_PUBLISHING_SETTLE_S`` seconds and no ``per_shard_job`` run is queued or starting (a
 batch still arriving). So that a steady stream of shards cannot starve the countries, a batch older
 than ``SPEECHDATA_PUBLISHING_MAX_WAIT_S`` is compared anyway.
@@ -36,6 +36,9 @@ from speechdata.hf.segments import EMPTY_INPUT_FINGERPRINT, country_input_finger
 from speechdata.io.confinement import require_existing_root
 
 RAW_SHARDS = dg.AssetKey("raw_shards")
+NEAR_DUPLICATES = dg.AssetKey("near_duplicates")
+SHARD_EVENTS = (RAW_SHARDS, NEAR_DUPLICATES)
+"""What changes a country's inputs: a shard indexed, or its near duplicates decided (they are filtered)."""
 COUNTRY_TAG = "speechdata/hf_country"
 """Runs of one country queue behind each other (run queue ``tag_concurrency_limits`` in dagster.yaml):
 a country's state database has one writer at a time."""
@@ -73,13 +76,21 @@ def country_dataset_sensor(
     # A country refresh over an unmounted root would publish a country with no shards: fail the tick.
     root = data_root.get()
     require_existing_root(root.root, local=root.is_local, what=SENSOR_NAME)
-    # The cursor is the storage id of the newest raw_shards materialization already covered.
+    # The cursor is the storage id of the newest raw_shards or near_duplicates materialization covered.
     covered = int(context.cursor or 0)
-    records = context.instance.fetch_materializations(
-        dg.AssetRecordsFilter(asset_key=RAW_SHARDS, after_storage_id=covered),
-        limit=MAX_RECORDS_PER_TICK,
-        ascending=True,
-    ).records
+    # Storage ids are one sequence over the event log: the oldest MAX_RECORDS_PER_TICK of both assets.
+    records = sorted(
+        (
+            record
+            for asset_key in SHARD_EVENTS
+            for record in context.instance.fetch_materializations(
+                dg.AssetRecordsFilter(asset_key=asset_key, after_storage_id=covered),
+                limit=MAX_RECORDS_PER_TICK,
+                ascending=True,
+            ).records
+        ),
+        key=lambda record: record.storage_id,
+    )[:MAX_RECORDS_PER_TICK]
     if not records:
         return dg.SkipReason("no shard indexed since the last tick")
     settle_s = _seconds_from_env("SPEECHDATA_PUBLISHING_SETTLE_S", DEFAULT_SETTLE_S)

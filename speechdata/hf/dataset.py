@@ -18,8 +18,9 @@ recording's encoded segments, whatever the size of the country. ``test`` and ``v
 rebuilt when their set of segments changes. Train subsets are sealed: once written, a subset is
 never rebuilt; new train recordings form new subsets (``train_<n+1>``...), and new segments of a
 recording already published are recorded as filtered (``recording_already_published``). The one
-rewrite of a sealed subset drops what a re-landing withdrew (state status ``withdrawn``): same
-subset, fewer rows, new content-named files.
+rewrite of a sealed subset drops what a re-landing withdrew (state status ``withdrawn``) or what
+was found a near duplicate after it was written (``filtered`` still naming its file): same subset,
+fewer rows, new content-named files.
 """
 
 from __future__ import annotations
@@ -88,7 +89,8 @@ def build_country_dataset(
             split
             for (split,) in db.execute(
                 "SELECT DISTINCT f.split FROM segments s JOIN files f ON f.path_in_repo = s.file "
-                "WHERE s.status = 'withdrawn'"
+                # A filtered segment still naming a file is a near duplicate found after it was written.
+                "WHERE s.status = 'withdrawn' OR (s.status = 'filtered' AND s.file IS NOT NULL)"
             ).fetchall()
         }
         late = [
@@ -224,6 +226,11 @@ def _commit_split(
         old = dict(db.execute("SELECT path_in_repo, status FROM files WHERE split = ?", [split_files.split]).fetchall())
         # The split's files no longer hold its withdrawn segments: nothing is left to account for them.
         execute_many(db, "DELETE FROM segments WHERE status = 'withdrawn' AND file = ?", [[p] for p in old])
+        execute_many(
+            db,
+            "UPDATE segments SET file = NULL, subset_id = NULL WHERE status = 'filtered' AND file = ?",
+            [[p] for p in old],
+        )
         new_paths = {f["path_in_repo"] for f in split_files.files}
         for path, status in old.items():
             if path not in new_paths:

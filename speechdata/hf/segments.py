@@ -7,7 +7,9 @@ every shard landed from aligned JSON does (with ``video_id``, ``transcript_id``,
 ``cer`` and the transcript indices). Any other shard (a bridge-tuple shard, a Granary drop: text and
 audio only) never feeds it, whatever its country. A row of a published shard that lacks one of the
 dataset's fields (:data:`REQUIRED_FIELDS`) is filtered with the reason ``missing_<field>``: no
-published column is ever all null.
+published column is ever all null. A segment whose utterance the near-duplicate stage rejected
+(``shards/<shard>/near_duplicates.parquet``; a segment's ``key`` is its shard's ``utt_id``) is
+filtered as ``near_duplicate``: the dataset publishes only the copy indexed first.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Collection, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 
@@ -30,6 +32,8 @@ from speechdata.io import layout
 from speechdata.io.storage import DataRoot, read_parquet_handle
 from speechdata.landing.extras import unpack_extras
 from speechdata.landing.landed_audio import AudioNotFound, LandedAudio
+from speechdata.quality.decisions import NEAR_DUPLICATE
+from speechdata.quality.paths import near_duplicates
 
 SEGMENT_SCHEMA = pa.schema(
     [
@@ -133,19 +137,52 @@ def country_segments(data_root: DataRoot, country: str) -> pa.Table:
     return pa.concat_tables(pieces).sort_by([("shard_id", "ascending"), ("key", "ascending")])
 
 
-def segments_fingerprint(segments: pa.Table) -> str:
-    """A content hash of a country's segments: what its build reads from the shards.
+SegmentId = tuple[str, str]
+"""``(shard_id, key)``: a segment's identity; ``key`` is the utterance's ``utt_id`` in its shard."""
 
-    Equal fingerprints mean the build would read the same rows, so the country need not be rebuilt."""
+
+def near_duplicate_segments(data_root: DataRoot, shard_ids: Iterable[str]) -> frozenset[SegmentId]:
+    """``(shard_id, utt_id)`` of every utterance of ``shard_ids`` that the near-duplicate stage rejected.
+
+    A shard whose ``near_duplicates.parquet`` is not written yet rejects nothing; one without a
+    ``utt_id`` column fails naming the file."""
+    found: set[SegmentId] = set()
+    for shard_id in sorted(set(shard_ids)):
+        relative = near_duplicates(shard_id)
+        if not data_root.exists(relative):
+            continue
+        table = data_root.read_parquet(relative)
+        if "utt_id" not in table.column_names:
+            raise ValueError(f"{data_root.uri(relative)}: missing column 'utt_id'")
+        found.update((shard_id, utt_id) for utt_id in table["utt_id"].to_pylist())
+    return frozenset(found)
+
+
+def _segment_ids(segments: pa.Table) -> list[SegmentId]:
+    return list(zip(segments["shard_id"].to_pylist(), segments["key"].to_pylist(), strict=True))
+
+
+def segments_fingerprint(segments: pa.Table, near_duplicate_ids: Collection[SegmentId] = frozenset()) -> str:
+    """A content hash of a country's segments and which of them are near duplicates: what its build
+    reads from the shards.
+
+    Equal fingerprints mean the build would read the same rows and filter the same copies, so the
+    country need not be rebuilt. With no near duplicate among the segments the hash is the rows' alone."""
     digest = hashlib.sha256()
     for name in segments.column_names:
         digest.update(json.dumps([name, segments[name].to_pylist()], default=str).encode())
+    copies = sorted(set(_segment_ids(segments)) & set(near_duplicate_ids))
+    if copies:
+        digest.update(json.dumps([NEAR_DUPLICATE, copies]).encode())
     return digest.hexdigest()
 
 
 def country_input_fingerprints(data_root: DataRoot) -> dict[str, str]:
-    """:func:`segments_fingerprint` of every country some published shard holds."""
-    return {country: segments_fingerprint(table) for country, table in segments_by_country(data_root).items()}
+    """:func:`segments_fingerprint` of every country some published shard holds, near duplicates included."""
+    by_country = segments_by_country(data_root)
+    shard_ids = {shard for table in by_country.values() for shard in table["shard_id"].to_pylist()}
+    copies = near_duplicate_segments(data_root, shard_ids)
+    return {country: segments_fingerprint(table, copies) for country, table in by_country.items()}
 
 
 EMPTY_INPUT_FINGERPRINT = segments_fingerprint(SEGMENT_SCHEMA.empty_table())
@@ -217,13 +254,18 @@ def _as_segments(table: pa.Table, shard_id: str) -> pa.Table:
     )
 
 
-def filter_reasons(segments: pa.Table, limits: SegmentLimits) -> list[str | None]:
+def filter_reasons(
+    segments: pa.Table, limits: SegmentLimits, near_duplicate_ids: Collection[SegmentId] = frozenset()
+) -> list[str | None]:
     """Per segment: None when it is kept, else ``missing_<field>`` (a :data:`REQUIRED_FIELDS` is
-    null), ``too_short``, ``too_long`` or ``cer_above_max``."""
+    null), ``too_short``, ``too_long``, ``cer_above_max`` or ``near_duplicate`` (its ``(shard_id,
+    key)`` is in ``near_duplicate_ids``), the first that applies: a copy that fails on its own is
+    counted under its own reason, as the quality filter does."""
     reasons: list[str | None] = []
     required = {name: segments[name].to_pylist() for name in REQUIRED_FIELDS}
-    for row, (duration, cer) in enumerate(
-        zip(segments["duration_s"].to_pylist(), segments["cer"].to_pylist(), strict=True)
+    copies = set(near_duplicate_ids)
+    for row, (duration, cer, segment_id) in enumerate(
+        zip(segments["duration_s"].to_pylist(), segments["cer"].to_pylist(), _segment_ids(segments), strict=True)
     ):
         missing = next((name for name, values in required.items() if values[row] is None), None)
         if missing is not None:
@@ -234,6 +276,8 @@ def filter_reasons(segments: pa.Table, limits: SegmentLimits) -> list[str | None
             reasons.append("too_long")
         elif limits.max_cer is not None and cer is not None and cer > limits.max_cer:
             reasons.append("cer_above_max")
+        elif segment_id in copies:
+            reasons.append(NEAR_DUPLICATE)
         else:
             reasons.append(None)
     return reasons
@@ -289,11 +333,16 @@ def refresh_split_assignments(
     """Record every segment of ``country`` and assign every new recording to a split.
 
     Existing recordings keep their split; their usable duration is brought up to date. Segments
-    not yet written to a dataset file get their filter status recomputed with ``limits``.
+    not yet written to a dataset file get their filter status recomputed with ``limits`` and the
+    shards' near-duplicate lists; a near duplicate already written to a file is ``filtered`` too,
+    keeping its file until the build rewrites that file without it.
     """
     segments = country_segments(data_root, country)
-    reasons = filter_reasons(segments, limits)
-    summary = AssignmentSummary(country, segments=segments.num_rows, input_fingerprint=segments_fingerprint(segments))
+    copies = near_duplicate_segments(data_root, segments["shard_id"].to_pylist())
+    reasons = filter_reasons(segments, limits, copies)
+    summary = AssignmentSummary(
+        country, segments=segments.num_rows, input_fingerprint=segments_fingerprint(segments, copies)
+    )
     usable_s: dict[str, float] = {}
     first_row: dict[str, int] = {}
     for i, (recording_id, duration, reason) in enumerate(
@@ -358,6 +407,23 @@ def refresh_split_assignments(
                 "WHERE segments.shard_id = again.shard_id AND segments.key = again.key "
                 "AND segments.file IS NULL AND segments.status IN ('pending', 'filtered') "
                 "AND coalesce(segments.reason, '') <> 'recording_already_published'"
+            )
+        # A copy published before its shard's near duplicates were decided leaves the dataset: the
+        # build rewrites its file without it (sealed train subsets too), as for a withdrawal.
+        published_copies = [
+            segment_id
+            for segment_id, reason in zip(_segment_ids(segments), reasons, strict=True)
+            if reason == NEAR_DUPLICATE
+        ]
+        copies_found = {
+            "shard_id": pa.array([shard for shard, _ in published_copies], pa.string()),
+            "key": pa.array([key for _, key in published_copies], pa.string()),
+        }
+        with registered_rows(db, "copies_found", copies_found):
+            db.execute(
+                f"UPDATE segments SET status = 'filtered', reason = '{NEAR_DUPLICATE}', updated_at = current_timestamp "
+                "FROM copies_found WHERE segments.shard_id = copies_found.shard_id AND segments.key = copies_found.key "
+                "AND segments.file IS NOT NULL AND segments.status IN ('pending', 'uploaded')"
             )
         summary.new_segments = len(fresh["key"])
         summary.new_recordings = dict(Counter(new.values()))

@@ -1,9 +1,15 @@
-"""WER with empty strings, and the segment filters of the published dataset."""
+"""WER with empty strings, the segment filters of the published dataset (near duplicates included)."""
 
 import pyarrow as pa
 import pytest
 
-from speechdata.hf.segments import SEGMENT_SCHEMA, SegmentLimits, filter_reasons, word_error_rate
+from speechdata.hf.segments import (
+    SEGMENT_SCHEMA,
+    SegmentLimits,
+    filter_reasons,
+    segments_fingerprint,
+    word_error_rate,
+)
 
 
 @pytest.mark.parametrize(
@@ -80,3 +86,18 @@ def test_a_segment_lacking_a_published_field_is_filtered_naming_the_field():
         "missing_transcript_end_idx",
         None,
     ]
+
+
+def test_a_near_duplicate_is_filtered_by_shard_and_key_after_the_reasons_it_fails_on_its_own():
+    table = segments_table(
+        [
+            segment(shard_id="later", key="utt_1"),
+            segment(shard_id="earlier", key="utt_1"),  # the same key in another shard is no copy
+            segment(shard_id="later", key="utt_2", duration_s=1.0),
+            segment(shard_id="later", key="utt_3"),
+        ]
+    )
+    copies = {("later", "utt_1"), ("later", "utt_2"), ("elsewhere", "utt_3")}
+    assert filter_reasons(table, SegmentLimits(), copies) == ["near_duplicate", None, "too_short", None]
+    assert segments_fingerprint(table, copies) != segments_fingerprint(table)
+    assert segments_fingerprint(table, {("elsewhere", "utt_3")}) == segments_fingerprint(table)
