@@ -93,17 +93,10 @@ def launch_instance(home: str, storage: str, storage_cache: bool):
         with dg.instance_for_test(temp_dir=home, overrides={**QUEUE_ONLY, "storage": {"custom": caching}}) as instance:
             yield instance
         return
-    from tests.e2e.postgres_server import DATABASE, USER, PostgresServer
+    from tests.e2e.postgres_server import PostgresServer
 
     with PostgresServer() as server:
-        postgres_db = {
-            "hostname": "127.0.0.1",
-            "port": server.port,
-            "username": USER,
-            "password": "unused-with-trust-auth",
-            "db_name": DATABASE,
-            "scheme": "postgresql+psycopg2",
-        }
+        postgres_db = server.postgres_db
         caching = {"module": module, "class": "CachingPostgresStorage", "config": {"postgres_db": postgres_db}}
         with dg.instance_for_test(temp_dir=home, overrides={**QUEUE_ONLY, "storage": {"custom": caching}}) as instance:
             yield instance

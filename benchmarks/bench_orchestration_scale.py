@@ -87,18 +87,10 @@ def bench_instance(home: str, storage: str, overrides: dict | None = None) -> It
         with dg.instance_for_test(temp_dir=home, overrides=overrides) as instance:
             yield instance
         return
-    from tests.e2e.postgres_server import DATABASE, USER, PostgresServer
+    from tests.e2e.postgres_server import PostgresServer
 
     with PostgresServer() as server:
-        postgres_db = {
-            "hostname": "127.0.0.1",
-            "port": server.port,
-            "username": USER,
-            "password": "unused-with-trust-auth",
-            "db_name": DATABASE,
-            # As deploy/production/dagster.yaml: dagster-postgres ships psycopg2.
-            "scheme": "postgresql+psycopg2",
-        }
+        postgres_db = server.postgres_db
         with dg.instance_for_test(
             temp_dir=home, overrides={**overrides, "storage": {"postgres": {"postgres_db": postgres_db}}}
         ) as instance:

@@ -1,24 +1,13 @@
 """The bridge's encoders, loaded once per process and injected into the feature assets."""
 
-import threading
-
 import dagster as dg
 from pydantic import Field
 
+from resources.loaded_models import load_once
 from resources.model_pins import QWEN, WAVLM
 from resources.settings import ResourceSettings
 from resources.torch_device import TorchDeviceResource
 from speechdata.bridge.text_tokens import TINY_VOCAB_SIZE
-
-_LOADED: dict[tuple, object] = {}
-_LOCK = threading.Lock()
-
-
-def _cached(key: tuple, build):
-    with _LOCK:
-        if key not in _LOADED:
-            _LOADED[key] = build()
-        return _LOADED[key]
 
 
 class QwenEncoder(dg.ConfigurableResource):
@@ -53,7 +42,7 @@ class QwenEncoder(dg.ConfigurableResource):
                 model = load_pretrained("qwen", self.model_id, self.revision, self.local_files_only, dtype)
             return keep_layers_through(model, self.hidden_state_index).to(torch_device, dtype)
 
-        return _cached(("qwen", self.identity, str(torch_device), str(dtype)), build)
+        return load_once(("qwen", self.identity, str(torch_device), str(dtype)), build)
 
 
 class WavLMEncoder(dg.ConfigurableResource):
@@ -92,7 +81,7 @@ class WavLMEncoder(dg.ConfigurableResource):
                 model = load_pretrained("wavlm", self.model_id, self.revision, self.local_files_only, dtype)
             return model.to(torch_device, dtype)
 
-        return _cached(("wavlm", self.model_id, self.revision, str(torch_device), str(dtype)), build)
+        return load_once(("wavlm", self.model_id, self.revision, str(torch_device), str(dtype)), build)
 
 
 def qwen_resource(settings: ResourceSettings) -> QwenEncoder:

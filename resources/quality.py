@@ -7,27 +7,16 @@ computed and stored but mean nothing, so the tiny profile's default policy leave
 (docs/quality.md).
 """
 
-import threading
-
 import dagster as dg
 from pydantic import Field
 
+from resources.loaded_models import load_once
 from resources.settings import ResourceSettings
 from resources.torch_device import TorchDeviceResource
 
 TINY_LANGUAGES = ("eng", "deu", "fra", "spa")
 """The tiny audio-LID model's labels (ISO 639-3, as MMS-LID names them)."""
 TINY_SEED = 0
-
-_LOADED: dict[tuple, object] = {}
-_LOCK = threading.Lock()
-
-
-def _cached(key: tuple, build):
-    with _LOCK:
-        if key not in _LOADED:
-            _LOADED[key] = build()
-        return _LOADED[key]
 
 
 def tiny_audio_language_model():
@@ -107,7 +96,7 @@ class QualityModelsResource(dg.ConfigurableResource):
                 )
             return AudioClassifierLanguageId(model.eval().to(torch_device), extractor, str(torch_device))
 
-        return _cached(
+        return load_once(
             ("audio_lid", self.audio_language_model_id, self.audio_language_revision, str(torch_device)), build
         )
 
@@ -127,7 +116,7 @@ class QualityModelsResource(dg.ConfigurableResource):
                 raise ValueError(f"quality_models.mos_model {self.mos_model!r}: use squim_objective or tiny")
             return SquimObjectiveMos(model.eval().to(torch_device), str(torch_device))
 
-        return _cached(("mos", self.mos_model, str(torch_device)), build)
+        return load_once(("mos", self.mos_model, str(torch_device)), build)
 
 
 def quality_models_resource(settings: ResourceSettings) -> QualityModelsResource:

@@ -50,6 +50,19 @@ class PostgresServer:
             "DAGSTER_POSTGRES_DB": DATABASE,
         }
 
+    @property
+    def postgres_db(self) -> dict:
+        """The ``postgres_db`` block of a ``dagster.yaml`` storage for this server (as
+        deploy/production/dagster.yaml: dagster-postgres ships psycopg2)."""
+        return {
+            "hostname": "127.0.0.1",
+            "port": self.port,
+            "username": USER,
+            "password": "unused-with-trust-auth",
+            "db_name": DATABASE,
+            "scheme": "postgresql+psycopg2",
+        }
+
     def _run(self, *args: str) -> None:
         user = {"user": self.run_as.pw_uid, "group": self.run_as.pw_gid} if self.run_as else {}
         result = subprocess.run(
