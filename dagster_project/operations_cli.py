@@ -154,6 +154,9 @@ def run_status(args: argparse.Namespace) -> int:
         where = f"{home!r} does not exist" if home else "neither --dagster-home nor $DAGSTER_HOME is set"
         print(f"{command}: error: no Dagster instance: {where} (make dev uses ./.dagster_home)", file=sys.stderr)
         return EXIT_FAILED
+    # The instance's dagster.yaml names its storage folder as {env: DAGSTER_HOME} (deploy/local):
+    # point the variable at the folder asked for, or its storage would be another instance's.
+    os.environ["DAGSTER_HOME"] = os.path.abspath(home)
     from dagster_project.definitions import defs
     from speechdata.command_options import with_progress
 

@@ -14,6 +14,7 @@ from assets.shard_runs import GPU_SHARDS_PER_RUN
 from speechdata.io.storage import DataRoot
 from speechdata.testing.shards import build_sample_shard
 from tests import spec_snapshot
+from tests.dagster_home import instance_at
 from tests.e2e.dagster_dev import ROOT, DagsterDev
 from tests.e2e.ui_operations import (
     add_shard_partition,
@@ -83,7 +84,7 @@ def materialize_index_in_process(dev: DagsterDev, shard_id: str) -> None:
     from assets.ingest import raw_shards
     from tests.tiny_resources import tiny_resources_for
 
-    with dg.DagsterInstance.from_config(str(dev.dagster_home)) as instance:
+    with instance_at(dev.dagster_home) as instance:
         result = dg.materialize(
             [raw_shards],
             partition_key=shard_id,

@@ -19,6 +19,7 @@ from assets.partitions import shard_partitions
 from speechdata.io import layout
 from speechdata.io.storage import DataRoot
 from speechdata.testing.shards import build_sample_shard
+from tests.dagster_home import instance_at
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DAGSTER = Path(sys.executable).parent / "dagster"
@@ -33,7 +34,7 @@ def landed_instance(tmp_path):
     shutil.copy(REPO_ROOT / "deploy" / "local" / "dagster.yaml", home / "dagster.yaml")
     data_root = DataRoot(str(tmp_path / "data"))
     build_sample_shard(data_root, SHARD, 4, seed=1)
-    with dg.DagsterInstance.from_config(str(home)) as instance:
+    with instance_at(home) as instance:
         instance.add_dynamic_partitions(shard_partitions.name, [SHARD])
     return home, data_root
 
@@ -58,7 +59,7 @@ def dagster_materialize(home: Path, data_root: DataRoot, selection: str) -> subp
 
 
 def materialized_partitions(home: Path, asset: str) -> set[str]:
-    with dg.DagsterInstance.from_config(str(home)) as instance:
+    with instance_at(home) as instance:
         return instance.get_materialized_partitions(dg.AssetKey(asset))
 
 

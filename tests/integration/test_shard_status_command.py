@@ -17,6 +17,7 @@ from speechdata.cli import run
 from speechdata.landing.fingerprint import shard_content_fingerprint
 from speechdata.ledgers import ledger_markdown, shard_ledgers
 from speechdata.testing.shards import FAULT_REASONS, build_sample_shard
+from tests.dagster_home import instance_at
 from tests.integration.test_ingest_assets import land_shard_with_string_start_s
 from tests.tiny_resources import tiny_resources_for
 
@@ -32,7 +33,7 @@ def dagster_home(tmp_path):
 
 
 def materialize(home, data_root, shard_id, selection):
-    with dg.DagsterInstance.from_config(str(home)) as instance:
+    with instance_at(home) as instance:
         instance.add_dynamic_partitions(shard_partitions.name, [shard_id])
         return dg.materialize(
             selection,
