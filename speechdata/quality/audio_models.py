@@ -54,8 +54,8 @@ def language_code(label: str) -> str:
     return ISO_639_3_TO_1.get(code, code)
 
 
-class AudioClassifierLanguageId:
-    """Spoken-language ID with a transformers ``AutoModelForAudioClassification`` (MMS-LID, VoxLingua107)."""
+class _AudioModel:
+    """A transformers audio model and its feature extractor, run over 16 kHz audio in bounded batches."""
 
     def __init__(self, model, feature_extractor, device: str = "cpu", max_batch_s: float = 120.0):
         self.model, self.feature_extractor, self.device, self.max_batch_s = (
@@ -65,17 +65,27 @@ class AudioClassifierLanguageId:
             max_batch_s,
         )
 
-    def identify(self, audios_16k: Sequence[np.ndarray]) -> list[tuple[str, float]]:
+    def _logits(self, audios_16k: Sequence[np.ndarray]):
+        """The model's logits, one batch of at most ``max_batch_s`` padded seconds at a time."""
         import torch
 
-        labels = self.model.config.id2label
-        results: list[tuple[str, float]] = []
         for batch in _batches(audios_16k, self.max_batch_s):
             inputs = self.feature_extractor(
                 [a for a in batch], sampling_rate=MODEL_SAMPLE_RATE, return_tensors="pt", padding=True
             )
             with torch.inference_mode():
-                logits = self.model(**{k: v.to(self.device) for k, v in inputs.items()}).logits
+                yield self.model(**{k: v.to(self.device) for k, v in inputs.items()}).logits
+
+
+class AudioClassifierLanguageId(_AudioModel):
+    """Spoken-language ID with a transformers ``AutoModelForAudioClassification`` (MMS-LID, VoxLingua107)."""
+
+    def identify(self, audios_16k: Sequence[np.ndarray]) -> list[tuple[str, float]]:
+        import torch
+
+        labels = self.model.config.id2label
+        results: list[tuple[str, float]] = []
+        for logits in self._logits(audios_16k):
             probabilities = torch.softmax(logits.float(), dim=-1).cpu()
             best = probabilities.argmax(dim=-1)
             results += [
@@ -84,27 +94,12 @@ class AudioClassifierLanguageId:
         return results
 
 
-class RegressionHeadMos:
+class RegressionHeadMos(_AudioModel):
     """MOS from a transformers audio model with one regression output (``num_labels=1``), clamped to 1-5."""
 
-    def __init__(self, model, feature_extractor, device: str = "cpu", max_batch_s: float = 120.0):
-        self.model, self.feature_extractor, self.device, self.max_batch_s = (
-            model,
-            feature_extractor,
-            device,
-            max_batch_s,
-        )
-
     def mos(self, audios_16k: Sequence[np.ndarray]) -> list[float]:
-        import torch
-
         scores: list[float] = []
-        for batch in _batches(audios_16k, self.max_batch_s):
-            inputs = self.feature_extractor(
-                [a for a in batch], sampling_rate=MODEL_SAMPLE_RATE, return_tensors="pt", padding=True
-            )
-            with torch.inference_mode():
-                logits = self.model(**{k: v.to(self.device) for k, v in inputs.items()}).logits
+        for logits in self._logits(audios_16k):
             scores += [float(min(5.0, max(1.0, v))) for v in logits[:, 0].float().cpu().tolist()]
         return scores
 
