@@ -1,4 +1,4 @@
-"""Instance storages whose dynamic partition list is read once per change, not once per call.
+"""Instance storages whose run creation does not grow with the shards registered or planned.
 
 Why: Dagster 1.13 creates a run over a ``shard`` range by resolving the range once per asset and
 check of the run (26 for the per-shard job), and each resolution reads every registered key
@@ -19,16 +19,29 @@ raises the largest id, any delete alone lowers the count. SQLite reuses the larg
 that row is deleted; the key of the newest row catches a delete-then-add of the newest key, and
 what is left unseen is deleting the newest two or more keys and adding as many with the last one
 equal to the deleted newest, between two calls.
+
+Their event log storages also write an event batch (``store_event_batch``) over one connection per
+database: one transaction per SQLite file, one connection for PostgreSQL. Creating a run logs a
+planned materialization per asset and shard (about 440 for a run of 32 shards), and Dagster sends
+them as one batch, but its storages write a batch one event at a time, each on a new connection with
+its own commit: about 8 ms an event on SQLite, the bulk of a run's creation. The events, rows and
+order written are Dagster's own (each event still goes through ``store_event``); a batch that fails
+rolls back whole and Dagster then writes its events one by one. Dagster batches only when
+``DAGSTER_EVENT_BATCH_SIZE`` is set, so constructing these storages sets it (unless the environment
+already does) in the processes that use them: the daemon, the webserver and the runs.
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
 import threading
-from collections.abc import Sequence
-from typing import NamedTuple, cast
+from collections.abc import Iterator, Sequence
+from typing import Any, NamedTuple, cast
 
 import sqlalchemy as db
 from dagster._config.config_schema import UserConfigSchema
+from dagster._core.events.log import EventLogEntry
 from dagster._core.storage.config import PostgresStorageConfig, pg_config
 from dagster._core.storage.event_log.schema import DynamicPartitionsTable
 from dagster._core.storage.event_log.sqlite.sqlite_event_log import SqliteEventLogStorage
@@ -116,16 +129,96 @@ class DynamicPartitionsCache:
         return list(cached.keys)
 
 
-class CachingSqliteEventLogStorage(DynamicPartitionsCache, SqliteEventLogStorage):
+EVENT_BATCH_SIZE_ENV = "DAGSTER_EVENT_BATCH_SIZE"
+EVENT_BATCH_SIZE = 1000
+"""Events per batch write: a run of 32 shards plans about 440, so one batch each."""
+
+
+def enable_event_batches() -> None:
+    """Dagster reads this switch from the environment at every event: set it where it is not set."""
+    os.environ.setdefault(EVENT_BATCH_SIZE_ENV, str(EVENT_BATCH_SIZE))
+
+
+class _OpenBatch(threading.local):
+    """The batch this thread is writing: its connections by database, closed together at the end."""
+
+    stack: contextlib.ExitStack | None = None
+    connections: dict[str, Any]
+
+
+class OneConnectionBatches:
+    """``store_event_batch`` over one connection per database (a mixin placed before the storage).
+
+    Every connection the storage opens while this thread writes a batch (``_connect``, which
+    ``run_connection``, ``index_connection`` and ``index_transaction`` all go through) is the
+    batch's connection to that database, opened on first use and committed or rolled back when the
+    batch ends. Other threads keep their own connections (SQLite: they wait on the storage's lock).
+    """
+
+    def _init_one_connection_batches(self) -> None:
+        self._open_batch = _OpenBatch()
+        # How many batches were written over shared connections: the tests count it.
+        self.one_connection_batches = 0
+
+    def store_event_batch(self, events: Sequence[EventLogEntry]) -> None:
+        if len(events) < 2 or self._open_batch.stack is not None:
+            super().store_event_batch(events)  # ty: ignore[unresolved-attribute]
+            return
+        with contextlib.ExitStack() as stack:
+            self._open_batch.stack, self._open_batch.connections = stack, {}
+            try:
+                super().store_event_batch(events)  # ty: ignore[unresolved-attribute]
+            finally:
+                self._open_batch.stack = None
+        self.one_connection_batches += 1
+
+    @contextlib.contextmanager
+    def _batch_connection(self, database: str, connect: Any) -> Iterator[Any]:
+        batch = self._open_batch
+        if batch.stack is None:
+            with connect() as conn:
+                yield conn
+            return
+        if database not in batch.connections:
+            batch.connections[database] = batch.stack.enter_context(connect())
+        yield batch.connections[database]
+
+
+class CachingSqliteEventLogStorage(DynamicPartitionsCache, OneConnectionBatches, SqliteEventLogStorage):
     def __init__(self, base_dir: str, inst_data: ConfigurableClassData | None = None):
+        self._init_one_connection_batches()  # before the storage's own start-up connects
         super().__init__(base_dir, inst_data=inst_data)
         self._init_dynamic_partitions_cache()
+        # A batch holds a connection to the run's file and one to the index while it opens the
+        # other: the same thread takes the storage's connection lock twice.
+        self._db_lock = threading.RLock()
+        enable_event_batches()
+
+    def _connect(self, shard: str) -> Any:  # ty: ignore[invalid-method-override]
+        return self._batch_connection(shard, lambda: SqliteEventLogStorage._connect(self, shard))
 
 
-class CachingPostgresEventLogStorage(DynamicPartitionsCache, PostgresEventLogStorage):
+class CachingPostgresEventLogStorage(DynamicPartitionsCache, OneConnectionBatches, PostgresEventLogStorage):
     def __init__(self, postgres_url: str, should_autocreate_tables: bool = True, **kwargs):
+        self._init_one_connection_batches()  # before the storage's own start-up connects
         super().__init__(postgres_url, should_autocreate_tables, **kwargs)
         self._init_dynamic_partitions_cache()
+        enable_event_batches()
+
+    def _connect(self) -> Any:  # ty: ignore[invalid-method-override]
+        return self._batch_connection("postgres", self._batch_transaction)
+
+    @contextlib.contextmanager
+    def _batch_transaction(self) -> Iterator[Any]:
+        # Dagster's engine autocommits every statement; a batch is one transaction, so one that
+        # fails half-way leaves nothing behind for Dagster's one-by-one retry to write twice.
+        with PostgresEventLogStorage._connect(self) as conn:
+            if self._open_batch.stack is None:
+                yield conn
+                return
+            conn.execution_options(isolation_level="READ COMMITTED")
+            with conn.begin():
+                yield conn
 
 
 class CachingSqliteStorage(DagsterSqliteStorage):
