@@ -28,12 +28,14 @@ registered (default 1 000 and 100 000) and each shape (``old``: 4 shards per run
 ``growth`` = per run at the largest N over the smallest (target <= 1.5) and ``new_over_old`` per
 shard at each N. ``--profile FILE`` writes a cProfile of the daemon's iterations (one measurement).
 
-``--storage-cache``: with ``--compare``, the instance storage instead of the run shape: ``plain``
-(Dagster's storage) against ``cached`` (``dagster_project.instance_storage``, the storage
-deploy/*/dagster.yaml select, whose dynamic partition list is read again only when it changed), both
-at ``SHARDS_PER_RUN``; reported ``growth`` per storage and ``cached_over_plain`` per run at each N,
-and ``full_key_list_reads`` (cached only: the times the whole key list was read). Alone, it measures
-the cached storage.
+``--storage-cache``: with ``--compare``, the instance storage instead of the run shape, all at
+``SHARDS_PER_RUN``: ``plain`` (Dagster's storage), ``cached`` (``dagster_project.instance_storage``
+with Dagster's event batching off: the dynamic partition list read again only when it changed, each
+planned event written on its own connection) and ``batched`` (the same storage as deployed:
+``DAGSTER_EVENT_BATCH_SIZE`` left to the storage, so a run's planned events are one transaction per
+database). Reported ``growth`` per storage, ``cached_over_plain`` and ``batched_over_plain`` per run
+at each N, and ``full_key_list_reads`` (caching storages only: the times the whole key list was
+read). Alone, it measures the storage as deployed (``batched``).
 """
 
 from __future__ import annotations
@@ -51,6 +53,7 @@ import dagster as dg
 
 from benchmarks.bench_orchestration_scale import bench_instance, code_location_workspace, webserver_instance
 from benchmarks.report import emit, progress, ratio, stdout_to_stderr
+from dagster_project.instance_storage import EVENT_BATCH_SIZE, EVENT_BATCH_SIZE_ENV
 
 LAUNCH_BACKFILL = """
 mutation LaunchBackfill($params: LaunchBackfillParams!) {
@@ -105,6 +108,13 @@ def launch_instance(home: str, storage: str, storage_cache: bool):
 def full_key_list_reads(instance: dg.DagsterInstance) -> int | None:
     return getattr(instance.event_log_storage, "dynamic_partitions_full_reads", None)
 
+
+def one_connection_batches(instance: dg.DagsterInstance) -> int | None:
+    return getattr(instance.event_log_storage, "one_connection_batches", None)
+
+
+STORAGES = (("plain", False, 0), ("cached", True, 0), ("batched", True, EVENT_BATCH_SIZE))
+"""``--compare --storage-cache``'s storages: name, caching storage, ``DAGSTER_EVENT_BATCH_SIZE``."""
 
 OLD_SHARDS_PER_RUN = 4
 """The per-shard assets' backfill policy before runs grew: the old shape ``--compare`` measures against."""
@@ -161,7 +171,7 @@ def measure(
                 profiler = cProfile.Profile() if profile else None
                 if profiler:
                     profiler.enable()
-                reads_before = full_key_list_reads(instance)
+                reads_before, batches_before = full_key_list_reads(instance), one_connection_batches(instance)
                 started = time.perf_counter()
                 while runs < expected_runs and iterations < max_iterations:
                     for error in execute_backfill_iteration(process_context, logger):
@@ -170,7 +180,7 @@ def measure(
                     iterations += 1
                     runs = instance.get_runs_count(runs_filter)
                 runs_s = time.perf_counter() - started
-                reads_after = full_key_list_reads(instance)
+                reads_after, batches_after = full_key_list_reads(instance), one_connection_batches(instance)
                 if profiler:
                     profiler.disable()
                     profiler.dump_stats(profile)
@@ -185,6 +195,7 @@ def measure(
         "assets": len(assets),
         "storage_cache": storage_cache,
         "full_key_list_reads": None if reads_before is None else reads_after - reads_before,
+        "event_batches_in_one_transaction": None if batches_before is None else batches_after - batches_before,
         "shards_per_run": shards_per_run,
         "launch_seconds": round(launch_s, 3),
         "runs_created_seconds": round(runs_s, 3),
@@ -221,7 +232,7 @@ def main(argv: list[str] | None = None) -> None:
     )
     args = parser.parse_args(argv)
     if args.event_batch_size:
-        os.environ["DAGSTER_EVENT_BATCH_SIZE"] = str(args.event_batch_size)
+        os.environ[EVENT_BATCH_SIZE_ENV] = str(args.event_batch_size)
     if args.quick:
         args.registered, args.backfill, args.sizes = 200, 16, [100, 400]
 
@@ -237,15 +248,16 @@ def main(argv: list[str] | None = None) -> None:
     shapes = {"old": OLD_SHARDS_PER_RUN, "new": args.shards_per_run or SHARDS_PER_RUN}
     with stdout_to_stderr():
         if args.compare and args.storage_cache:
-            per_storage = {
-                name: {
+            per_storage = {}
+            for name, cache, batch_size in STORAGES:
+                # Dagster reads the switch at every event; "0" also keeps the caching storage from setting it.
+                os.environ[EVENT_BATCH_SIZE_ENV] = str(args.event_batch_size or batch_size)
+                per_storage[name] = {
                     str(n): measure(
                         n, args.backfill, shapes["new"], args.storage, args.max_iterations, storage_cache=cache
                     )
                     for n in sorted(args.sizes)
                 }
-                for name, cache in (("plain", False), ("cached", True))
-            }
         elif args.compare:
             per_shape = {
                 shape: {
@@ -277,13 +289,16 @@ def main(argv: list[str] | None = None) -> None:
                     name: ratio(sizes[large]["per_run_ms"], sizes[small]["per_run_ms"])
                     for name, sizes in per_storage.items()
                 },
-                "cached_over_plain_per_run": {
-                    n: ratio(per_storage["cached"][n]["per_run_ms"], per_storage["plain"][n]["per_run_ms"])
-                    for n in per_storage["plain"]
+                **{
+                    f"{name}_over_plain_per_run": {
+                        n: ratio(per_storage[name][n]["per_run_ms"], per_storage["plain"][n]["per_run_ms"])
+                        for n in per_storage["plain"]
+                    }
+                    for name in ("cached", "batched")
                 },
-                "runs_created_seconds": per_storage["cached"][large]["runs_created_seconds"],
-                "runs": per_storage["cached"][large]["runs"],
-                "expected_runs": per_storage["cached"][large]["expected_runs"],
+                "runs_created_seconds": per_storage["batched"][large]["runs_created_seconds"],
+                "runs": per_storage["batched"][large]["runs"],
+                "expected_runs": per_storage["batched"][large]["expected_runs"],
             },
         )
         return

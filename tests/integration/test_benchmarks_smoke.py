@@ -91,15 +91,20 @@ def test_backfill_launch_compares_plain_and_caching_storage_and_creates_every_ru
     assert result.returncode == 0, result.stderr[-3000:]
     [line] = result.stdout.strip().splitlines()
     record = json.loads(line)
-    assert {"per_storage", "growth", "cached_over_plain_per_run"} <= set(record)
-    assert set(record["per_storage"]) == {"plain", "cached"}
+    assert {"per_storage", "growth", "cached_over_plain_per_run", "batched_over_plain_per_run"} <= set(record)
+    assert set(record["per_storage"]) == {"plain", "cached", "batched"}
     expected_runs = -(-record["params"]["backfill"] // record["params"]["shards_per_run"])
     for storage, sizes in record["per_storage"].items():
         for figures in sizes.values():
             assert figures["runs"] == figures["expected_runs"] == expected_runs
-            assert figures["storage_cache"] == (storage == "cached")
+            assert figures["storage_cache"] == (storage != "plain")
     # The caching storage reads the key list a few times for the whole backfill, not per asset and
     # check of each run, and as often at either size; the plain storage is not instrumented.
-    cached_reads = [figures["full_key_list_reads"] for figures in record["per_storage"]["cached"].values()]
-    assert len(set(cached_reads)) == 1 and 1 <= cached_reads[0] < 13 * expected_runs
+    for storage in ("cached", "batched"):
+        reads = [figures["full_key_list_reads"] for figures in record["per_storage"][storage].values()]
+        assert len(set(reads)) == 1 and 1 <= reads[0] < 13 * expected_runs
     assert all(figures["full_key_list_reads"] is None for figures in record["per_storage"]["plain"].values())
+    # As deployed, each run's planned events are one transaction; with Dagster's batching off, none is.
+    for figures in record["per_storage"]["batched"].values():
+        assert figures["event_batches_in_one_transaction"] == expected_runs
+    assert all(figures["event_batches_in_one_transaction"] == 0 for figures in record["per_storage"]["cached"].values())
