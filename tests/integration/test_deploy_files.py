@@ -35,6 +35,7 @@ DOCUMENTED_KEYS = {
     "dagsterWebserver.volumes[].*",
     "dagsterWebserver.volumeMounts",
     "dagsterWebserver.volumeMounts[].*",
+    "dagsterWebserver.podSecurityContext.*",
     "dagsterWebserver.resources.*",
     "dagster-user-deployments",
     "dagster-user-deployments.enabled",
@@ -335,6 +336,12 @@ def test_helm_webserver_and_daemon_run_our_image_and_read_the_caching_instance(v
     dockerfile = (DEPLOY / "Dockerfile").read_text()
     [chown] = [line for line in dockerfile.splitlines() if "chown" in line]
     assert home in chown.split() and f"mkdir -p ${{DAGSTER_HOME}} {home} " in dockerfile
+    # Our image's user is unprivileged; the chart's webserver listens on port 80 (its default).
+    assert "\nUSER dagster\n" in dockerfile
+    webserver_port = values["dagsterWebserver"].get("service", {}).get("port", 80)
+    sysctls = values["dagsterWebserver"].get("podSecurityContext", {}).get("sysctls", [])
+    unprivileged_from = {s["name"]: int(s["value"]) for s in sysctls}.get("net.ipv4.ip_unprivileged_port_start", 1024)
+    assert webserver_port >= unprivileged_from
     # What the run launcher names is what the chart creates or is given.
     assert launcher["service_account_name"] == values["global"]["serviceAccountName"]
     assert launcher["postgres_password_secret"] == values["global"]["postgresqlSecretName"]
