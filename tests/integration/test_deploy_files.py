@@ -304,8 +304,9 @@ def test_the_image_is_cuda_based_and_carries_every_package_and_httpfs():
     assert '"-m", "dagster_project.definitions"' in dockerfile
 
 
-# The Kubernetes instance: deploy/helm/dagster.yaml, read by the webserver, the daemon and every run
-# and step pod instead of the chart's own instance ConfigMap (which cannot name a custom storage).
+# The Kubernetes instance: deploy/helm/dagster.yaml, read by the webserver and the daemon instead of
+# the chart's own instance ConfigMap (which cannot name a custom storage); run and step pods get the
+# launching process's instance from dagster-k8s.
 
 
 @pytest.fixture(scope="module")
@@ -330,8 +331,8 @@ def test_helm_webserver_and_daemon_run_our_image_and_read_the_caching_instance(v
         [volume] = [v for v in component.get("volumes", []) if v.get("configMap", {}).get("name") == config_map]
         [mount] = [m for m in component.get("volumeMounts", []) if m["name"] == volume["name"]]
         assert mount["mountPath"] == f"{home}/dagster.yaml" and mount["subPath"] == "dagster.yaml", name
-    # Run pods get the same file from the run launcher: mounted at their DAGSTER_HOME, which is the
-    # daemon's, a directory the image creates for the pods' user.
+    # Run pods get DAGSTER_HOME from the run launcher (the daemon's): a directory the image creates
+    # for the pods' user.
     assert launcher["dagster_home"] == {"env": "DAGSTER_HOME"} and launcher["instance_config_map"] == config_map
     dockerfile = (DEPLOY / "Dockerfile").read_text()
     [chown] = [line for line in dockerfile.splitlines() if "chown" in line]
@@ -432,10 +433,12 @@ def test_helm_instance_run_launcher_config_is_what_dagster_k8s_accepts(helm_inst
     assert result.value["env_config_maps"] == ["speech-data-dagster-pipeline-env"]
 
 
-def test_helm_instance_builds_the_caching_postgres_storage(helm_instance, tmp_path, monkeypatch):
+def test_helm_instance_builds_the_caching_postgres_storage_here_and_in_run_pods(helm_instance, tmp_path, monkeypatch):
     """The file as deployed, on a PostgreSQL server started here: only the connection's address and
-    user are this server's (the storage connects when it is built)."""
+    user are this server's (the storage connects when it is built). A run or step pod builds its
+    storage from the serialized reference of the launching process's instance, as done here."""
     from dagster._core.instance.ref import InstanceRef
+    from dagster._serdes import deserialize_value, serialize_value
 
     from dagster_project.instance_storage import CachingPostgresEventLogStorage, CachingPostgresStorage
     from tests.e2e.postgres_server import PostgresServer
@@ -451,7 +454,9 @@ def test_helm_instance_builds_the_caching_postgres_storage(helm_instance, tmp_pa
         home.mkdir()
         (home / "dagster.yaml").write_text(yaml.safe_dump(instance))
         monkeypatch.setenv("DAGSTER_PG_PASSWORD", local["password"])
-        storage = InstanceRef.from_dir(str(home)).storage
+        daemon_ref = InstanceRef.from_dir(str(home))
+        assert "DAGSTER_PG_PASSWORD" in daemon_ref.storage_data.config_yaml  # read in the pod, not sent
+        storage = deserialize_value(serialize_value(daemon_ref), InstanceRef).storage
         try:
             assert isinstance(storage, CachingPostgresStorage)
             events = storage.event_log_storage
