@@ -66,7 +66,8 @@ def alignments(
     `shards/<shard>/ctm/{words,tokens}/<utt_id>.ctm`. Utterances in a language with no configured
     model, with an empty transcript, or with text the model's vocabulary cannot express are in
     `shards/<shard>/rejects/alignments.parquet`. The CTC models stay loaded on their GPU worker
-    across shards (and, on the Ray engine, across runs): docs/gpu-workers.md.
+    across shards (and, on the Ray engine, across runs), and the worker reads the next shard's
+    transcripts and audio while the current one aligns: docs/gpu-workers.md.
     """
     root = data_root.get()
     if config.source == "import":
@@ -83,7 +84,14 @@ def alignments(
         def one_shard(shard_id: str) -> ShardResult:
             outcome = runner.run(shard_id, on_progress=progress_logger(context, "aligned", shard_id))
             result = _shard_result(context, config, root, aligner, outcome.result, shard_id)
-            result.metadata.update({"gpu_engine": gpu_workers.engine, "gpu_worker": outcome.worker})
+            result.metadata.update(
+                {
+                    "gpu_engine": gpu_workers.engine,
+                    "gpu_worker": outcome.worker,
+                    "inputs_read_ahead": outcome.inputs_read_ahead,
+                    "input_wait_s": round(outcome.input_wait_s, 3),
+                }
+            )
             return result
 
         yield from materialize_shards(context, one_shard)

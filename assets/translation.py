@@ -111,7 +111,8 @@ def qe_scores(
     English, `hypothesis` = Chinese, `utt_id`, `latency`, `segment_index`, `emit_ms`),
     `metricx_output.jsonl` (the same lines plus `prediction`, as `metricx24.predict --qe` writes)
     and `scores.parquet`. Runs on a GPU worker whose model stays loaded across shards (and, on the Ray
-    engine, across runs): docs/gpu-workers.md.
+    engine, across runs) and which reads the next shard's segments while the current one is scored:
+    docs/gpu-workers.md.
     """
     job = qe_shard_job(data_root.get(), qe, torch_device)
     with gpu_workers.shard_runner(context, job) as runner:
@@ -140,6 +141,8 @@ def _qe_metadata(outcome: ShardOutcome, qe: MetricXResource, engine: str) -> dic
         "model_load_seconds": round(outcome.model_load_s, 3),
         "gpu_engine": engine,
         "gpu_worker": outcome.worker,
+        "inputs_read_ahead": outcome.inputs_read_ahead,
+        "input_wait_s": round(outcome.input_wait_s, 3),
         **{f"{name}_uri": dg.MetadataValue.path(uri) for name, uri in summary.outputs.items()},
     }
 

@@ -3,6 +3,8 @@
 The job's "model" is the aligner resource rebuilt from its fields; each language's CTC model is
 loaded the first time a shard needs it and kept for the worker process's life
 (``resources.aligner``'s per-process cache), so later shards and runs on that worker load nothing.
+The worker reads the next shard's transcripts and 16 kHz audio while the current shard aligns
+(``speechdata.alignment.shard_inputs``).
 """
 
 from __future__ import annotations
@@ -11,8 +13,13 @@ import json
 from functools import partial
 
 from resources.aligner import CtcAlignerResource
-from resources.gpu_worker import Progress, ShardJob, inputs_unchanged, no_inputs
+from resources.gpu_worker import Progress, ShardJob
 from speechdata.alignment.log_probs import CTC_FRAME_S
+from speechdata.alignment.shard_inputs import (
+    AlignmentShardInputs,
+    alignment_inputs_are_current,
+    read_alignment_inputs,
+)
 from speechdata.alignment.stage import run_alignments
 from speechdata.io.storage import DataRoot
 from speechdata.stage import StageSummary
@@ -23,8 +30,9 @@ def alignment_shard_job(data_root: DataRoot, aligner: CtcAlignerResource, write_
     return ShardJob(
         model_key=f"alignments:{json.dumps(fields, sort_keys=True)}",
         load_model=partial(build_aligner, fields),
-        read_inputs=no_inputs,
-        inputs_current=inputs_unchanged,
+        # Only the configured languages' audio is decoded: the others are rejects without a model.
+        read_inputs=partial(read_alignment_shard_inputs, data_root, tuple(sorted(aligner.models))),
+        inputs_current=partial(alignment_inputs_are_current, data_root),
         run=partial(align_shard, data_root, write_ctm_files),
     )
 
@@ -33,12 +41,16 @@ def build_aligner(fields: dict) -> CtcAlignerResource:
     return CtcAlignerResource(**fields)
 
 
+def read_alignment_shard_inputs(data_root: DataRoot, languages: tuple[str, ...], shard_id: str) -> AlignmentShardInputs:
+    return read_alignment_inputs(data_root, shard_id, frozenset(languages))
+
+
 def align_shard(
     data_root: DataRoot,
     write_ctm_files: bool,
     aligner: CtcAlignerResource,
     shard_id: str,
-    _inputs: None,
+    inputs: AlignmentShardInputs | None,
     on_progress: Progress | None,
 ) -> StageSummary:
     return run_alignments(
@@ -48,4 +60,5 @@ def align_shard(
         settings=aligner.log_prob_settings(CTC_FRAME_S),
         write_ctm_files=write_ctm_files,
         on_progress=on_progress,
+        inputs=inputs,
     )

@@ -88,11 +88,15 @@ class _ReadAhead:
         self.thread.start()
 
     def take(self, job: ShardJob, shard_id: str) -> tuple[bool, Any]:
-        """``(True, inputs)`` when this shard was read ahead (and is still current), else ``(False, None)``."""
+        """``(True, inputs)`` when this shard was read ahead (and is still current), else ``(False, None)``.
+
+        Either way the worker lets go of what was read ahead: an idle resident worker holds no shard's
+        inputs (the alignment stage's are the shard's decoded audio)."""
         if self.key != (job.model_key, shard_id) or self.thread is None:
+            self.outcome = {}
             return False, None
         self.thread.join()
-        outcome, self.key, self.thread = self.outcome, None, None
+        outcome, self.key, self.thread, self.outcome = self.outcome, None, None, {}
         if "inputs" not in outcome or not job.inputs_current(outcome["inputs"]):
             return False, None
         return True, outcome["inputs"]

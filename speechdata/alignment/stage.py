@@ -13,7 +13,7 @@ from __future__ import annotations
 import functools
 import posixpath
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -41,6 +41,7 @@ from speechdata.alignment.greedy import (
     normalized_reference,
 )
 from speechdata.alignment.log_probs import CTC_FRAME_S, MODEL_SAMPLE_RATE, ForwardFn, LogProbSettings, compute_log_probs
+from speechdata.alignment.shard_inputs import AlignmentShardInputs, UtteranceAudio, read_utterance_rows
 from speechdata.alignment.table import (
     UTTERANCE_SCORES_SCHEMA,
     TimedUnit,
@@ -177,9 +178,40 @@ def _ctm_units(words: list[TimedUnit]) -> list[TimedUnit]:
     return [w for w in words if w.text.strip()]
 
 
-def _utterances(data_root: DataRoot, shard_id: str) -> dict[str, dict]:
-    index = data_root.read_parquet(layout.utterance_index(shard_id), columns=["utt_id", "text", "language"])
-    return {row["utt_id"]: row for row in index.to_pylist()}
+AudioItems = Iterator[tuple[str, int, int, Callable[[], np.ndarray]]]
+"""``(utt_id, n_samples, sample_rate, audio_16k())`` in container order; ``audio_16k`` resamples (or
+hands over the read-ahead's samples) only when the utterance is aligned."""
+
+
+def _shard_inputs(
+    data_root: DataRoot, shard_id: str, inputs: AlignmentShardInputs | None
+) -> tuple[dict[str, dict], AudioItems]:
+    if inputs is None:
+        return read_utterance_rows(data_root, shard_id), _streamed_audio(data_root, shard_id)
+    if inputs.shard_id != shard_id:
+        raise ValueError(f"shard {shard_id}: given the inputs read for shard {inputs.shard_id}")
+    return inputs.utterances, _pre_read_audio(inputs)
+
+
+def _streamed_audio(data_root: DataRoot, shard_id: str) -> AudioItems:
+    """From the container, row group by row group."""
+    for utt_id, samples, rate in iter_container_audio(data_root, layout.normalized_audio(shard_id)):
+        yield utt_id, samples.shape[0], rate, functools.partial(resample, samples, rate, MODEL_SAMPLE_RATE)
+
+
+def _pre_read_audio(inputs: AlignmentShardInputs) -> AudioItems:
+    """From the audio a GPU worker read and resampled ahead."""
+    for item in inputs.audio:
+        yield item.utt_id, item.n_samples, item.sample_rate, functools.partial(_resampled_ahead, inputs.shard_id, item)
+
+
+def _resampled_ahead(shard_id: str, item: UtteranceAudio) -> np.ndarray:
+    if item.audio_16k is None:
+        raise ValueError(
+            f"shard {shard_id}: utterance {item.utt_id!r} has an aligner but its audio was not read ahead "
+            "(the inputs were read for a different set of model languages)"
+        )
+    return item.audio_16k
 
 
 def run_alignments(
@@ -192,6 +224,7 @@ def run_alignments(
     write_ctm_files: bool = True,
     on_progress: Callable[[int, int], None] | None = None,
     max_frame_tokens: int = MAX_ALIGNMENT_FRAME_TOKENS,
+    inputs: AlignmentShardInputs | None = None,
 ) -> StageSummary:
     """Force-align every normalized utterance of the shard with the aligner of its language.
 
@@ -199,9 +232,13 @@ def run_alignments(
     (the utterance becomes a ``no_aligner_for_language`` reject). An utterance whose frames x target
     tokens exceed ``max_frame_tokens`` becomes a ``too_long_to_align`` reject before its log-probs
     are computed (speechdata.alignment.forced).
+
+    ``inputs``: the shard's transcripts and resampled audio already read (a GPU worker's read-ahead,
+    :func:`speechdata.alignment.shard_inputs.read_alignment_inputs`); when None the audio streams
+    from the container row group by row group. The outputs are the same either way.
     """
     started = time.perf_counter()
-    utterances = _utterances(data_root, shard_id)
+    utterances, audio = _shard_inputs(data_root, shard_id, inputs)
     writer = _ShardAlignmentWriter(data_root, shard_id, write_ctm_files)
     buffers: dict[str, list[_Pending]] = {}
     buffered_s: dict[str, float] = {}
@@ -240,7 +277,7 @@ def run_alignments(
         if on_progress:
             on_progress(done, total)
 
-    for utt_id, samples, rate in iter_container_audio(data_root, layout.normalized_audio(shard_id)):
+    for utt_id, n_samples, rate, audio_16k in audio:
         total += 1
         row = utterances.get(utt_id)
         if row is None:  # raw_shards and normalized_audio disagree: the index was re-written since
@@ -248,15 +285,14 @@ def run_alignments(
             continue
         language = row["language"]
         aligner = aligner_of(language)
-        problem = _alignment_problem(row, aligner, samples.shape[0] / rate, max_frame_tokens)
+        problem = _alignment_problem(row, aligner, n_samples / rate, max_frame_tokens)
         if problem is not None:
             writer.reject(utt_id, *problem)
             continue
-        audio_16k = resample(samples, rate, MODEL_SAMPLE_RATE)
         buffers.setdefault(language, []).append(
-            _Pending(utt_id, row["text"], audio_16k, int(round(samples.shape[0] * 1000 / rate)))
+            _Pending(utt_id, row["text"], audio_16k(), int(round(n_samples * 1000 / rate)))
         )
-        buffered_s[language] = buffered_s.get(language, 0.0) + samples.shape[0] / rate
+        buffered_s[language] = buffered_s.get(language, 0.0) + n_samples / rate
         if buffered_s[language] >= buffer_s:
             flush(language)
     for language in list(buffers):
@@ -293,7 +329,7 @@ def run_alignments_from_import(data_root: DataRoot, shard_id: str) -> StageSumma
     detail names the file (and line, where the parser knows it).
     """
     started = time.perf_counter()
-    utterances = _utterances(data_root, shard_id)
+    utterances = read_utterance_rows(data_root, shard_id)
     container = data_root.read_parquet(layout.normalized_audio(shard_id), columns=["utt_id", "duration_s"])
     writer = _ShardAlignmentWriter(data_root, shard_id, write_ctm_files=False)
     directory = layout.landing_alignments_dir(shard_id)

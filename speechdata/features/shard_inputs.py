@@ -16,10 +16,8 @@ import pyarrow as pa
 
 from speechdata.audio.codec import decode_audio
 from speechdata.io import layout
+from speechdata.io.input_versions import InputFingerprint, fingerprint_is_current, input_fingerprint
 from speechdata.io.storage import DataRoot
-
-InputFingerprint = tuple[tuple[str, object, object], ...]
-"""``(relative path, size, modification time or ETag)`` of every input file."""
 
 
 @dataclass(frozen=True)
@@ -57,16 +55,6 @@ class WavlmShardInputs:
             yield utt_id, decode_audio(data, codec), rate
 
 
-def input_fingerprint(data_root: DataRoot, relatives: list[str]) -> InputFingerprint:
-    """What identifies the current version of each input file (size and mtime, or the object's ETag)."""
-    fingerprint = []
-    for relative in relatives:
-        info = data_root.fs.info(data_root.path(relative))
-        version = info.get("ETag") or info.get("mtime") or info.get("LastModified") or info.get("created")
-        fingerprint.append((relative, info.get("size"), str(version)))
-    return tuple(fingerprint)
-
-
 def read_qwen_inputs(data_root: DataRoot, shard_id: str) -> QwenShardInputs:
     relatives = [layout.frame_grids(shard_id)]
     fingerprint = input_fingerprint(data_root, relatives)
@@ -88,7 +76,4 @@ def read_wavlm_inputs(data_root: DataRoot, shard_id: str) -> WavlmShardInputs:
 
 def inputs_are_current(data_root: DataRoot, inputs: QwenShardInputs | WavlmShardInputs) -> bool:
     """Whether every input file is still the version ``inputs`` was read from."""
-    try:
-        return input_fingerprint(data_root, [relative for relative, _, _ in inputs.fingerprint]) == inputs.fingerprint
-    except FileNotFoundError:
-        return False
+    return fingerprint_is_current(data_root, inputs.fingerprint)

@@ -7,6 +7,9 @@ score in [0, 25], lower is better) and as a parquet table.
 
 ``streaming_pairs``: the scored segments with ``prediction <= threshold`` (default 5.0), as JSONL and
 parquet, with the kept share per latency level.
+
+A GPU worker reads the next shard's ``qe_scores`` inputs (:class:`QeShardInputs`) while the current
+shard is on the device; the stage takes them as ``inputs``.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from speechdata.io import layout
+from speechdata.io.input_versions import InputFingerprint, fingerprint_is_current, input_fingerprint
 from speechdata.io.storage import DataRoot
 from speechdata.ledger_gate import require_balanced
 from speechdata.ledgers import produced_utterances
@@ -82,6 +86,33 @@ def scored_table(records: list[dict]) -> pa.Table:
     )
 
 
+@dataclass(frozen=True)
+class QeShardInputs:
+    """The shard's MetricX input lines, as records and as the JSONL the stage writes: all it reads.
+
+    Read only, never written (the stage writes ``metricx_input.jsonl`` itself, under the shard's
+    lock), so they can be read ahead of the shard's turn; ``fingerprint`` tells a worker that the
+    segments were replaced in between."""
+
+    shard_id: str
+    records: list[dict]
+    """``source``, ``hypothesis`` and the metadata fields, one per segment."""
+    input_jsonl: bytes
+    fingerprint: InputFingerprint
+
+
+def read_qe_inputs(data_root: DataRoot, shard_id: str) -> QeShardInputs:
+    """The shard's streaming segments as MetricX input lines."""
+    fingerprint = input_fingerprint(data_root, [layout.streaming_segments(shard_id)])
+    records = metricx_records(data_root.read_parquet(layout.streaming_segments(shard_id)))
+    return QeShardInputs(shard_id, records, jsonl_bytes(records), fingerprint)
+
+
+def qe_inputs_are_current(data_root: DataRoot, inputs: QeShardInputs) -> bool:
+    """Whether the segments file is still the version ``inputs`` was read from."""
+    return fingerprint_is_current(data_root, inputs.fingerprint)
+
+
 @dataclass(frozen=True, kw_only=True)
 class QeSummary(StageSummary):
     """The stage's summary (rows: segments; every segment is scored, none rejected), with the mean
@@ -104,12 +135,22 @@ def _mean_by_level(table: pa.Table, column: str) -> dict[str, float | None]:
 
 
 def run_qe_scores(
-    data_root: DataRoot, shard_id: str, score: ScoreFn, on_progress: Callable[[int, int], None] | None = None
+    data_root: DataRoot,
+    shard_id: str,
+    score: ScoreFn,
+    on_progress: Callable[[int, int], None] | None = None,
+    inputs: QeShardInputs | None = None,
 ) -> QeSummary:
-    """Write the MetricX input JSONL, score every segment, write the output JSONL and the scores table."""
+    """Write the MetricX input JSONL, score every segment, write the output JSONL and the scores table.
+
+    ``inputs``: the shard's segments already read (a GPU worker's read-ahead); read here when None."""
     started = time.perf_counter()
-    records = metricx_records(data_root.read_parquet(layout.streaming_segments(shard_id)))
-    data_root.write_bytes(layout.metricx_input(shard_id), jsonl_bytes(records))
+    if inputs is None:
+        inputs = read_qe_inputs(data_root, shard_id)
+    elif inputs.shard_id != shard_id:
+        raise ValueError(f"shard {shard_id}: given the inputs read for shard {inputs.shard_id}")
+    records = inputs.records
+    data_root.write_bytes(layout.metricx_input(shard_id), inputs.input_jsonl)
     predictions = score([r["source"] for r in records], [r["hypothesis"] for r in records], on_progress)
     scored = [{**r, "prediction": float(p)} for r, p in zip(records, predictions, strict=True)]
     data_root.write_bytes(layout.metricx_output(shard_id), jsonl_bytes(scored))

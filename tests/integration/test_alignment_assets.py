@@ -169,3 +169,21 @@ item []:
             xmax = 2.0
             text = ""
 """
+
+
+def test_a_step_over_two_shards_aligns_the_second_from_inputs_read_ahead_and_says_so(
+    instance, data_root, tiny_resources
+):
+    for number, shard_id in enumerate(("r1", "r2"), start=1):
+        build_sample_shard(data_root, shard_id, 4, seed=number, long_recordings=0, formats=("wav",))
+        instance.add_dynamic_partitions(shard_partitions.name, [shard_id])
+    result = dg.materialize(
+        [raw_shards, normalized_audio, alignments],
+        instance=instance,
+        resources=tiny_resources,
+        tags={"dagster/asset_partition_range_start": "r1", "dagster/asset_partition_range_end": "r2"},
+    )
+    assert result.success
+    events = {event.partition: event.metadata for event in result.asset_materializations_for_node("alignments")}
+    assert [events[s]["inputs_read_ahead"].value for s in ("r1", "r2")] == [False, True]
+    assert all(events[s]["input_wait_s"].value >= 0 for s in ("r1", "r2"))

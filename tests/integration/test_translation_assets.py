@@ -241,3 +241,36 @@ def test_segments_read_nemo_alignments_from_the_alignments_table(instance, data_
         assert [(c["start"], c["end"]) for c in document["chunks_low_latency"]] == spans
         assert document["chunks_high_latency"][0]["end"] == spans[-1][1]
     assert data_root.read_parquet(layout.rejects("nemo-1", "streaming_segments")).num_rows == 0
+
+
+def test_a_qe_step_over_two_shards_scores_the_second_from_segments_read_ahead_and_says_so(
+    instance, resources, data_root
+):
+    from speechdata.translation.stage import SEGMENTS_SCHEMA
+
+    for shard_id in ("q1", "q2"):
+        row = {
+            "utt_id": f"{shard_id}-u0",
+            "latency": "low_latency",
+            "segment_index": 0,
+            "emit_ms": 1000,
+            "source": "good morning everyone",
+            "target": "大家早上好",
+            "first_chunk": 0,
+            "last_chunk": 0,
+            "n_unmatched_chunks": 0,
+        }
+        data_root.write_parquet(
+            layout.streaming_segments(shard_id), pa.Table.from_pylist([row], schema=SEGMENTS_SCHEMA)
+        )
+        instance.add_dynamic_partitions(shard_partitions.name, [shard_id])
+    result = dg.materialize(
+        [qe_scores],
+        instance=instance,
+        resources=resources,
+        tags={"dagster/asset_partition_range_start": "q1", "dagster/asset_partition_range_end": "q2"},
+    )
+    assert result.success
+    events = {event.partition: event.metadata for event in result.asset_materializations_for_node("qe_scores")}
+    assert [events[s]["inputs_read_ahead"].value for s in ("q1", "q2")] == [False, True]
+    assert all(events[s]["input_wait_s"].value >= 0 for s in ("q1", "q2"))

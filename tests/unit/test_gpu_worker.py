@@ -89,3 +89,26 @@ def test_the_engine_comes_from_the_environment_and_a_typo_names_the_variable():
         gpu_workers_resource(settings, environ={"SPEECHDATA_GPU_ENGINE": "rya"})
     with pytest.raises(ValueError, match="exclusive"):
         _ = GpuWorkersResource(engine="ray", workers_per_gpu=2, gpus_per_worker=2.0).gpu_share_per_worker
+
+
+def test_a_worker_keeps_no_shard_inputs_once_the_shard_that_used_them_is_done():
+    import gc
+    import weakref
+
+    class Inputs:
+        def __init__(self, shard_id):
+            self.shard_id = shard_id
+
+    read: dict[str, weakref.ref] = {}
+
+    def read_inputs(shard_id):
+        inputs = Inputs(shard_id)
+        read[shard_id] = weakref.ref(inputs)
+        return inputs
+
+    job = ShardJob("m", dict, read_inputs, lambda inputs: True, lambda model, shard_id, inputs, progress: shard_id)
+    worker = ShardWorker("w")
+    worker.run_shard(job, "a", next_shard_id="b")
+    assert worker.run_shard(job, "b").inputs_read_ahead
+    gc.collect()
+    assert read["a"]() is None and read["b"]() is None  # an idle resident worker holds no decoded audio
