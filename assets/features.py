@@ -56,6 +56,7 @@ def materialize_features(
                     "gpu_engine": gpu_workers.engine,
                     "gpu_worker": outcome.worker,
                     "inputs_read_ahead": outcome.inputs_read_ahead,
+                    "input_wait_s": round(outcome.input_wait_s, 3),
                     "hidden_size": result.hidden_size,
                 },
                 checks=utterance_check_results(result.check_failures),

@@ -194,12 +194,3 @@ def _with_hold_hook(shard_id: str, on_progress: Progress | None) -> Progress | N
         time.sleep(HOLD_SECONDS)
 
     return hold_once
-
-
-def no_inputs(shard_id: str) -> None:
-    """``ShardJob.read_inputs`` of a stage that reads its own inputs (nothing to read ahead)."""
-    return None
-
-
-def inputs_unchanged(inputs: object) -> bool:
-    return True

@@ -49,3 +49,5 @@ def test_features_match_the_frame_grids_for_a_sample_shard(instance, data_root, 
     [event] = result.asset_materializations_for_node("wavlm_features")
     assert event.metadata["device"].value == "cpu"
     assert event.metadata["audio_seconds_per_second"].value > 0
+    # A step's first shard has nothing read ahead: it waited for its own inputs.
+    assert event.metadata["inputs_read_ahead"].value is False and event.metadata["input_wait_s"].value >= 0
