@@ -25,7 +25,18 @@ from pathlib import Path
 from benchmarks.report import progress
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-MODEL_LIBRARIES = ("torch", "transformers", "torchaudio", "nemo", "datasets", "ray", "scipy", "pandas", "datasketch")
+MODEL_LIBRARIES = (
+    "torch",
+    "transformers",
+    "torchaudio",
+    "nemo",
+    "datasets",
+    "ray",
+    "scipy",
+    "pandas",
+    "datasketch",
+    "jiwer",
+)
 """Libraries a code-location import should not load (a step that runs a model loads them itself)."""
 IMPORT_PROBE = """
 import json, resource, sys, time
