@@ -119,16 +119,19 @@ class WriteClock:
 
 @contextmanager
 def stage_instrumented(qwen: StandInModelCall, wavlm: StandInModelCall, clock: WriteClock):
-    """The stage module's model calls replaced by the stand-ins, and its store writer timed."""
-    from speechdata.features import stage
+    """The stage module's model calls replaced by the stand-ins, and its store writer timed.
 
-    saved = stage.qwen_hidden_states, stage.wavlm_features, stage.ArrayStoreWriter
-    stage.qwen_hidden_states, stage.wavlm_features = qwen.qwen, wavlm.wavlm
+    The stage imports its model calls when it runs (so the code location loads no torch): they are
+    replaced in the modules it imports them from."""
+    from speechdata.features import speech, stage, text
+
+    saved = text.qwen_hidden_states, speech.wavlm_features, stage.ArrayStoreWriter
+    text.qwen_hidden_states, speech.wavlm_features = qwen.qwen, wavlm.wavlm
     stage.ArrayStoreWriter = clock.store_writer_class()
     try:
         yield
     finally:
-        stage.qwen_hidden_states, stage.wavlm_features, stage.ArrayStoreWriter = saved
+        text.qwen_hidden_states, speech.wavlm_features, stage.ArrayStoreWriter = saved
 
 
 def _timed(run) -> float:

@@ -5,8 +5,6 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TypeVar
 
-import torch
-
 Item = TypeVar("Item")
 Result = TypeVar("Result")
 
@@ -34,6 +32,8 @@ def run_splitting_on_oom(
     batch: list[Item], forward: Callable[[list[Item]], list[Result]], on_split: Callable[[int], None] | None = None
 ) -> list[Result]:
     """``forward(batch)``; on CUDA out-of-memory, free the cache and retry each half, down to one item."""
+    import torch  # here, not at module level: the code location imports ItemTooLarge without torch
+
     try:
         return forward(batch)
     except torch.cuda.OutOfMemoryError as exc:

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
 
 from speechdata.audio.container import iter_container_audio
 from speechdata.bridge.clock import SAMPLE_RATE
@@ -20,12 +20,13 @@ from speechdata.features.array_store import ARRAY_STORE_PARQUET_OPTIONS, ARRAY_S
 from speechdata.features.background_writes import BackgroundArrayWrites
 from speechdata.features.gpu_batching import ItemTooLarge
 from speechdata.features.shard_inputs import QwenShardInputs, WavlmShardInputs, read_qwen_inputs
-from speechdata.features.speech import wavlm_features
-from speechdata.features.text import qwen_hidden_states
 from speechdata.io import layout
 from speechdata.io.storage import DataRoot
 from speechdata.rejects import Reject, rejects_table
 from speechdata.stage import StageSummary
+
+if TYPE_CHECKING:
+    import torch
 
 QWEN_STAGE = "qwen_hidden_states"
 WAVLM_STAGE = "wavlm_features"
@@ -73,6 +74,9 @@ def run_qwen_hidden_states(
     """Hidden states of every frame-grid utterance not in ``excluded`` (each excluded one a reject).
 
     ``inputs``: the shard's frame grids already read (a GPU worker's read-ahead); read here when None."""
+    # torch loads here, in the step that runs the model, never when the code location is imported.
+    from speechdata.features.text import qwen_hidden_states
+
     started = time.perf_counter()
     grids = (inputs or read_qwen_inputs(data_root, shard_id)).grids
     keep, rejects = _without_excluded(grids["utt_id"].to_pylist(), excluded or {}, QWEN_STAGE)
@@ -136,6 +140,8 @@ def run_wavlm_features(
 
     ``inputs``: the shard's frame counts and encoded audio already read (a GPU worker's read-ahead);
     when None the audio streams from the container row group by row group."""
+    from speechdata.features.speech import wavlm_features
+
     started = time.perf_counter()
     if inputs is None:
         grids = data_root.read_parquet(layout.frame_grids(shard_id), columns=["utt_id", "n_frames"])

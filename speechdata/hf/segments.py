@@ -21,7 +21,6 @@ from collections.abc import Collection, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 
-import jiwer
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
@@ -168,10 +167,14 @@ def segments_fingerprint(segments: pa.Table, near_duplicate_ids: Collection[Segm
 
     Equal fingerprints mean the build would read the same rows and filter the same copies, so the
     country need not be rebuilt. With no near duplicate among the segments the hash is the rows' alone."""
-    digest = hashlib.sha256()
-    for name in segments.column_names:
-        digest.update(json.dumps([name, segments[name].to_pylist()], default=str).encode())
     copies = sorted(set(_segment_ids(segments)) & set(near_duplicate_ids))
+    return _columns_fingerprint(((name, segments[name].to_pylist()) for name in segments.column_names), copies)
+
+
+def _columns_fingerprint(columns: Iterable[tuple[str, list]], copies: list[SegmentId]) -> str:
+    digest = hashlib.sha256()
+    for name, values in columns:
+        digest.update(json.dumps([name, values], default=str).encode())
     if copies:
         digest.update(json.dumps([NEAR_DUPLICATE, copies]).encode())
     return digest.hexdigest()
@@ -185,8 +188,9 @@ def country_input_fingerprints(data_root: DataRoot) -> dict[str, str]:
     return {country: segments_fingerprint(table, copies) for country, table in by_country.items()}
 
 
-EMPTY_INPUT_FINGERPRINT = segments_fingerprint(SEGMENT_SCHEMA.empty_table())
-"""The fingerprint of a country no published shard holds any more (all its rows withdrawn)."""
+EMPTY_INPUT_FINGERPRINT = _columns_fingerprint(((name, []) for name in SEGMENT_SCHEMA.names), [])
+"""The fingerprint of a country no published shard holds any more (all its rows withdrawn): that of
+``SEGMENT_SCHEMA.empty_table()``, computed without building a table, which would load pandas at import."""
 
 
 _ALIGNED_JSON_FIELDS = (
@@ -296,6 +300,8 @@ def word_error_rate(reference: str | None, hypothesis: str | None) -> float | No
         return 0.0 if not hypothesis else 1.0
     if not hypothesis:
         return 1.0
+    import jiwer  # loaded by the dataset build that scores transcripts, not by the code location
+
     return float(jiwer.wer(reference, hypothesis))
 
 

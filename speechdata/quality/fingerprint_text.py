@@ -15,7 +15,6 @@ import re
 import unicodedata
 
 import numpy as np
-from datasketch import MinHash
 
 SIGNATURE_SIZE = 128
 """MinHash permutations: the Jaccard estimate's standard error is at most 0.045."""
@@ -44,6 +43,9 @@ def word_count(normalized: str) -> int:
 def transcript_signature(normalized: str) -> np.ndarray | None:
     """The MinHash signature (uint64 ``[SIGNATURE_SIZE]``) of a normalized transcript; None when it
     is empty."""
+    # datasketch pulls in scipy (0.7 s): loaded by the step that computes signatures, not by the code location.
+    from datasketch import MinHash
+
     if not normalized:
         return None
     if len(normalized) <= SHINGLE_CHARS:

@@ -4,6 +4,7 @@ import pyarrow as pa
 import pytest
 
 from speechdata.hf.segments import (
+    EMPTY_INPUT_FINGERPRINT,
     SEGMENT_SCHEMA,
     SegmentLimits,
     filter_reasons,
@@ -101,3 +102,10 @@ def test_a_near_duplicate_is_filtered_by_shard_and_key_after_the_reasons_it_fail
     assert filter_reasons(table, SegmentLimits(), copies) == ["near_duplicate", None, "too_short", None]
     assert segments_fingerprint(table, copies) != segments_fingerprint(table)
     assert segments_fingerprint(table, {("elsewhere", "utt_3")}) == segments_fingerprint(table)
+
+
+def test_the_empty_input_fingerprint_is_that_of_an_empty_segments_table():
+    """Computed at import without building a table; a country whose rows are all withdrawn compares
+    equal to it, and one with a row does not."""
+    assert segments_fingerprint(SEGMENT_SCHEMA.empty_table()) == EMPTY_INPUT_FINGERPRINT
+    assert segments_fingerprint(segments_table([segment()])) != EMPTY_INPUT_FINGERPRINT
