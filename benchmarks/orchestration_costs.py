@@ -32,8 +32,11 @@ MODEL_LIBRARIES = (
     "nemo",
     "datasets",
     "ray",
+    "numba",
     "scipy",
     "pandas",
+    "sklearn",
+    "librosa",
     "datasketch",
     "jiwer",
 )

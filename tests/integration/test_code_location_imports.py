@@ -8,24 +8,9 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from benchmarks.orchestration_costs import MODEL_LIBRARIES
 
-MODEL_LIBRARIES = (
-    "torch",
-    "transformers",
-    "torchaudio",
-    "nemo",
-    "datasets",
-    "ray",
-    "numba",
-    "scipy",
-    "pandas",
-    "sklearn",
-    "librosa",
-    "datasketch",
-    "jiwer",
-)
-"""Loaded by the steps that use them, never by ``from dagster_project.definitions import defs``."""
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _model_libraries_loaded_by(code: str) -> list[str]:
