@@ -92,7 +92,7 @@ check: lint
 
 # Everything: lint, Chromium and PostgreSQL for the e2e tests, then the whole suite.
 test: setup nemo-env lint $(CHROMIUM) postgres-server
-	SPEECHDATA_PROFILE=tiny $(BIN)/python -m pytest -n 2 --dist loadfile tests
+	SPEECHDATA_PROFILE=tiny $(BIN)/python -m pytest -n 2 --dist loadfile --durations=25 tests
 
 # The whole suite but the benchmark smoke tests (marker bench) and the e2e tests (marker e2e: a real
 # dagster dev, Chromium, PostgreSQL): the check before pushing when no browser or server is at hand.
