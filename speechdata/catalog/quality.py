@@ -1,8 +1,9 @@
 """The catalog's quality views: every shard's signals and per-product decisions, and named queries.
 
-``quality`` reads ``shards/*/quality.parquet`` and ``quality_decisions`` reads
-``shards/*/quality_decisions.parquet``, each with the ``shard`` taken from the path (docs/quality.md);
-with no such file yet, each is an empty view with the right columns.
+``quality`` reads ``shards/*/quality.parquet``, ``quality_decisions`` reads
+``shards/*/quality_decisions.parquet`` and ``near_duplicates`` reads
+``shards/*/near_duplicates.parquet``, each with the ``shard`` taken from the path (docs/quality.md,
+docs/near-duplicates.md); with no such file yet, each is an empty view with the right columns.
 """
 
 from __future__ import annotations
@@ -12,21 +13,27 @@ import pyarrow as pa
 from speechdata.catalog.root_paths import under_root
 from speechdata.io import layout
 from speechdata.io.storage import DataRoot
+from speechdata.quality.near_duplicates import NEAR_DUPLICATES_SCHEMA, REJECT_REASON
 from speechdata.quality.schema import QUALITY_DECISIONS_SCHEMA, QUALITY_SIGNALS_SCHEMA
 
 # Fixed file names: a writer's ``._tmp-*`` file beside them never matches.
 QUALITY_GLOB = f"{layout.SHARDS}/*/quality.parquet"
 DECISIONS_GLOB = f"{layout.SHARDS}/*/quality_decisions.parquet"
-_SHARD_FROM_QUALITY_PATH = r"(?:^|/)shards/([^/]+)/quality(?:_decisions)?\.parquet$"
+NEAR_DUPLICATES_GLOB = f"{layout.SHARDS}/*/near_duplicates.parquet"
+_SHARD_FROM_QUALITY_PATH = r"(?:^|/)shards/([^/]+)/(?:quality|quality_decisions|near_duplicates)\.parquet$"
 
 _DUCKDB_TYPES = {pa.string(): "VARCHAR", pa.float64(): "DOUBLE", pa.int64(): "BIGINT", pa.bool_(): "BOOLEAN"}
 
 QUALITY_NAMED_QUERIES: dict[str, str] = {
-    "hours_lost_per_reason_per_language": """
-        SELECT d.product, d.reason, q.language, count(*) AS utterances, sum(q.duration_s) / 3600.0 AS hours
+    # What each product leaves out, as its stages do (speechdata.quality.decisions): the quality
+    # reason, else the near-duplicate stage's for an utterance it listed.
+    "hours_lost_per_reason_per_language": f"""
+        SELECT d.product, coalesce(d.reason, '{REJECT_REASON}') AS reason, q.language,
+               count(*) AS utterances, sum(q.duration_s) / 3600.0 AS hours
         FROM quality_decisions AS d JOIN quality AS q ON q.shard = d.shard AND q.utt_id = d.utt_id
-        WHERE d.reason IS NOT NULL
-        GROUP BY d.product, d.reason, q.language ORDER BY d.product, hours DESC, d.reason, q.language""",
+        LEFT JOIN near_duplicates AS n ON n.shard = d.shard AND n.utt_id = d.utt_id
+        WHERE d.reason IS NOT NULL OR n.utt_id IS NOT NULL
+        GROUP BY 1, 2, 3 ORDER BY 1, hours DESC, 2, 3""",
     "quality_by_language": """
         SELECT language, count(*) AS utterances, sum(duration_s) / 3600.0 AS hours,
                median(snr_db) AS median_snr_db, median(bandwidth_hz) AS median_bandwidth_hz,
@@ -59,11 +66,12 @@ Reads every shard's ``quality.parquet`` (four columns): about 32 bytes per utter
 
 
 def quality_view_definitions(root: DataRoot, location: str) -> list[tuple[str, str]]:
-    """(view, SELECT) for ``quality`` and ``quality_decisions``."""
+    """(view, SELECT) for ``quality``, ``quality_decisions`` and ``near_duplicates``."""
     definitions = []
     for view, glob, schema in (
         ("quality", QUALITY_GLOB, QUALITY_SIGNALS_SCHEMA),
         ("quality_decisions", DECISIONS_GLOB, QUALITY_DECISIONS_SCHEMA),
+        ("near_duplicates", NEAR_DUPLICATES_GLOB, NEAR_DUPLICATES_SCHEMA),
     ):
         if root.glob(glob):
             columns = ", ".join(f'"{f.name}"' for f in schema)

@@ -9,7 +9,9 @@ from speechdata.catalog.views import refresh_catalog
 from speechdata.export.command import register
 from speechdata.export.selection import SampleFilter, select_published_samples
 from speechdata.io.storage import DataRoot
-from speechdata.quality.paths import quality_decisions, quality_signals
+from speechdata.quality.decisions import excluded_utterances
+from speechdata.quality.near_duplicates import NEAR_DUPLICATES_SCHEMA
+from speechdata.quality.paths import near_duplicates, quality_decisions, quality_signals
 from speechdata.quality.schema import QUALITY_DECISIONS_SCHEMA, QUALITY_SIGNALS_SCHEMA
 
 SIGNALS = {
@@ -86,6 +88,46 @@ def test_the_catalog_counts_hours_lost_per_reason_per_language(tmp_path):
     assert run_query(connection, "SELECT DISTINCT shard FROM quality").to_pylist() == [{"shard": "s1"}]
     disagreements = run_query(connection, NAMED_QUERIES["language_label_disagreements"]).to_pylist()
     assert [(r["landed"], r["text_language"]) for r in disagreements] == [("de", "fr")]
+
+
+def test_hours_lost_count_near_duplicates_for_every_product_unless_a_quality_reason_applies(tmp_path):
+    root = build_root(tmp_path)
+    # Kept by the bridge's quality policy: lost as a near duplicate. "noisy" fails low_snr on its own:
+    # the quality reason wins, as the product stages decide (excluded_utterances).
+    root.write_parquet(
+        near_duplicates("s1"),
+        pa.Table.from_pylist(
+            [
+                {
+                    "utt_id": utt_id,
+                    "representative_shard": "s0",
+                    "representative_utt": "a",
+                    "kind": "exact_audio",
+                    "similarity": 1.0,
+                }
+                for utt_id in ("clean", "noisy")
+            ],
+            schema=NEAR_DUPLICATES_SCHEMA,
+        ),
+    )
+    connection = duckdb.connect()
+    refresh_catalog(connection, root.url)
+    lost = run_query(connection, NAMED_QUERIES["hours_lost_per_reason_per_language"]).to_pylist()
+    assert [(r["product"], r["reason"], r["language"], r["hours"]) for r in lost] == [
+        ("asr", "low_snr", "en", 0.5),
+        ("bridge", "near_duplicate", "en", 1.0),
+        ("bridge", "low_snr", "en", 0.5),
+        ("bridge", "language_mismatch", "de", 0.25),
+        ("bridge", "narrowband", "en", 0.25),
+    ]
+    for product in ("bridge", "asr"):
+        excluded = excluded_utterances(root, "s1", product)
+        assert excluded["noisy"][0] == "low_snr"
+    assert excluded_utterances(root, "s1", "bridge")["clean"][0] == "near_duplicate"
+    assert run_query(connection, "SELECT shard, utt_id FROM near_duplicates ORDER BY utt_id").to_pylist() == [
+        {"shard": "s1", "utt_id": "clean"},
+        {"shard": "s1", "utt_id": "noisy"},
+    ]
 
 
 def test_the_quality_views_exist_before_any_quality_file(tmp_path):
