@@ -326,7 +326,9 @@ def test_the_ui_shows_the_asset_graph_a_partition_and_the_backfill_in_chromium(s
             ["ui-0", "ui-1", "ui-2", "Materialized", "zero_duration_token_share"],
         ),
         ("backfill.png", f"/runs/b/{backfill_id}", ["Succeeded", "ui-0", "ui-1", "ui-2"]),
-        ("asset_events.png", "/assets/normalized_audio?view=events", ["normalized_audio", "ui-0", "ui-2"]),
+        # The events list shows one entry per run, named by one of its shards: which one follows
+        # Dagster's order of the run's partitions, so no shard id is asserted here.
+        ("asset_events.png", "/assets/normalized_audio?view=events", ["normalized_audio", "materialized in run"]),
         (
             "failed_run_reason.png",
             f"/runs/{failed_run}",
