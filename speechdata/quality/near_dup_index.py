@@ -18,6 +18,7 @@ import contextlib
 import hashlib
 import io
 import posixpath
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -132,23 +133,63 @@ def shards_before(order: list[IndexedShard], shard_id: str) -> list[IndexedShard
     return [shard for shard in order if mine is None or shard.position < mine.position]
 
 
-def read_entries(data_root: DataRoot, shards: list[IndexedShard]) -> list[tuple[UtteranceSignals, tuple[str, str]]]:
-    """Every utterance of ``shards``, in index order, with its representative."""
+IndexEntry = tuple[UtteranceSignals, tuple[str, str]]
+"""An indexed utterance and its representative (shard, utt_id)."""
+
+
+class ParsedEntries:
+    """The entries files this process has parsed, for the data root it indexed last.
+
+    A step checks its shards one after another, each against every shard indexed before it: without
+    this, each shard of a run re-read the whole index. An entries file's name carries the digest of
+    its content, so a parsed file is never stale; a shard's other versions are dropped when one is
+    read, and everything of another data root when that root is read."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._root: str | None = None
+        self._by_shard: dict[str, tuple[str, list[IndexEntry]]] = {}
+        self.files_parsed = 0
+
+    def read(self, data_root: DataRoot, shards: list[IndexedShard]) -> list[IndexEntry]:
+        entries: list[IndexEntry] = []
+        with self._lock:
+            if self._root != data_root.url:
+                self._root, self._by_shard = data_root.url, {}
+            for shard in shards:
+                cached = self._by_shard.get(shard.shard_id)
+                if cached is None or cached[0] != shard.entries_version:
+                    path = layout.near_duplicates_index_entries(shard.shard_id, shard.entries_version)
+                    cached = (shard.entries_version, _parse_entries(shard.shard_id, data_root.read_parquet(path)))
+                    self._by_shard[shard.shard_id] = cached
+                    self.files_parsed += 1
+                entries.extend(cached[1])
+        return entries
+
+
+PARSED_ENTRIES = ParsedEntries()
+
+
+def _parse_entries(shard_id: str, table: pa.Table) -> list[IndexEntry]:
     entries = []
-    for shard in shards:
-        table = data_root.read_parquet(layout.near_duplicates_index_entries(shard.shard_id, shard.entries_version))
-        for row in table.to_pylist():
-            signature = row["transcript_signature"]
-            signals = UtteranceSignals(
-                shard_id=shard.shard_id,
-                utt_id=row["utt_id"],
-                exact_hash=row["exact_hash"],
-                fingerprint=AudioFingerprint.from_bytes(row["sub_fingerprints"], row["active_frames"]),
-                transcript_signature=None if signature is None else np.frombuffer(signature, "<u8").astype(np.uint64),
-                transcript_words=row["transcript_words"],
-            )
-            entries.append((signals, (row["representative_shard"], row["representative_utt"])))
+    for row in table.to_pylist():
+        signature = row["transcript_signature"]
+        signals = UtteranceSignals(
+            shard_id=shard_id,
+            utt_id=row["utt_id"],
+            exact_hash=row["exact_hash"],
+            fingerprint=AudioFingerprint.from_bytes(row["sub_fingerprints"], row["active_frames"]),
+            transcript_signature=None if signature is None else np.frombuffer(signature, "<u8").astype(np.uint64),
+            transcript_words=row["transcript_words"],
+        )
+        entries.append((signals, (row["representative_shard"], row["representative_utt"])))
     return entries
+
+
+def read_entries(data_root: DataRoot, shards: list[IndexedShard]) -> list[IndexEntry]:
+    """Every utterance of ``shards``, in index order, with its representative: each entries file
+    read once per process (:class:`ParsedEntries`)."""
+    return PARSED_ENTRIES.read(data_root, shards)
 
 
 def entries_table(signals: list[UtteranceSignals], decisions: list[Decision]) -> pa.Table:

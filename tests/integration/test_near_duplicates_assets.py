@@ -21,7 +21,8 @@ from assets.partitions import shard_partitions
 from speechdata.io import layout
 from speechdata.io.storage import DataRoot
 from speechdata.landing.ingest import run_normalized_audio, run_raw_shards
-from speechdata.quality.near_dup_index import CorpusIndexBusy, corpus_index_lock, read_order
+from speechdata.quality import near_dup_index
+from speechdata.quality.near_dup_index import CorpusIndexBusy, ParsedEntries, corpus_index_lock, read_order
 from speechdata.quality.near_dup_planted import SAMPLE_RATE, Speaker, speech_like, transformed
 from speechdata.quality.near_duplicates import NEAR_DUPLICATES_SCHEMA, run_near_duplicates
 from speechdata.testing.shards import build_sample_shard
@@ -139,6 +140,32 @@ def test_rerunning_a_shard_changes_nothing_and_its_entries_never_match_themselve
     assert after == before
     assert (again_a.index_position, again_a.indexed_before, again_a.duplicates) == (0, 0, [])
     assert (again_b.index_position, again_b.indexed_before, len(again_b.duplicates)) == (1, 2, 3)
+
+
+def test_a_process_parses_each_indexed_entries_file_once_and_sees_a_reindexed_shard(two_shards, monkeypatch):
+    root = two_shards
+    parsed = ParsedEntries()
+    monkeypatch.setattr(near_dup_index, "PARSED_ENTRIES", parsed)
+    run_near_duplicates(root, "a")
+    run_near_duplicates(root, "b")
+    run_near_duplicates(root, "b")
+    run_near_duplicates(root, "a")
+    # b read a's entries once; a compares with nothing; the re-runs parse nothing new.
+    assert parsed.files_parsed == 1
+    assert {row["utt_id"] for row in rows_of(root, "b")} == {"b-0-mp3", "b-2-trimmed", "b-3-same-words"}
+    # a re-landed with other audio and other words: its entries file is a new version, which b then reads.
+    land_and_normalize(
+        root,
+        "a",
+        {
+            "a-0": (encoded(voice(20)), "wav", "nothing shard b ever copied from"),
+            "a-1": (encoded(voice(21)), "flac", "words no other shard has spoken"),
+        },
+    )
+    run_near_duplicates(root, "a")
+    run_near_duplicates(root, "b")
+    assert parsed.files_parsed == 2
+    assert {row["utt_id"] for row in rows_of(root, "b")} == {"b-2-trimmed"}
 
 
 def written_bytes(root: DataRoot) -> dict[str, bytes]:
