@@ -268,6 +268,11 @@ def _print_catalog(catalog, data_root: DataRoot) -> None:
         )
         print("\n== Accounting per shard and product (state: balanced, unbalanced or not built)")
         print(format_table(accounting))
+    print(
+        "Most rejects are near_duplicate: the sample shards are cut from nine fixture clips, so most of their\n"
+        "utterances repeat an earlier one's audio or words, and each product keeps only the first copy\n"
+        "(docs/near-duplicates.md). Every reject is counted above, with its reason in the shard's rejects files."
+    )
     print("Query it: .venv/bin/speechdata catalog --named hours_per_language (or --named shard_accounting)")
 
 
