@@ -108,7 +108,10 @@ def _near_duplicates_result(context: dg.AssetExecutionContext, summary: NearDupl
         + (f", {len(summary.unchecked)} not decodable" if summary.unchecked else "")
     )
     if not summary.index_locked:
-        context.log.warning("the data root is not local: the corpus index was updated without its lock")
+        context.log.warning(
+            "the data root's store has no exclusive create (only local folders and S3 do): the corpus index "
+            "was updated without its lock; run near_duplicates one step at a time there (docs/near-duplicates.md)"
+        )
     pairs = [
         {
             "utt_id": d.utt_id,

@@ -8,6 +8,11 @@ other's; the second one is refused instead, by name. The lock is a small JSON fi
 A holder killed outright (SIGKILL, a lost pod) leaves its lock behind. It is taken over when it is
 *stale*: its pid no longer exists on this same host, or the caller's ``holder_finished`` says the
 holder's run has ended (the orchestrator knows that for holders on other hosts).
+
+On S3 (:func:`object_store_lock`) the same file is an object created only if absent (a conditional
+``PutObject``, ``If-None-Match: *``) and taken over only if unchanged since it was read as stale
+(``If-Match`` on its ETag): the same guarantees without a local folder. Other object stores
+(GCS, Azure) have no such create through fsspec here: :func:`data_root_lock` says so by yielding None.
 """
 
 from __future__ import annotations
@@ -158,6 +163,98 @@ def shard_lock(
             os.unlink(path)
 
 
+EXCLUSIVE_CREATE_PROTOCOLS = ("s3", "s3a")
+"""Object stores whose fsspec filesystem creates an object only if absent (s3fs ``mode="create"``)."""
+
+
+def _lock_relative_path(shard_id: str, product: str) -> str:
+    validate_partition_key(shard_id)
+    safe_product = product.replace("/", "__")
+    if not safe_product or safe_product.startswith(".") or "\x00" in safe_product:
+        raise ConfinementError("product name", product, LOCKS_DIR, "must be a plain name")
+    return f"{LOCKS_DIR}/{shard_id}/{safe_product}.lock"
+
+
+def _read_object_holder(data_root: DataRoot, path: str) -> tuple[LockHolder | None, str | None]:
+    """The holder named by the lock object and the object's ETag; (None, None) when there is none."""
+    fs = data_root.fs
+    try:
+        etag = fs.info(path, refresh=True).get("ETag")
+        body = fs.cat_file(path)
+    except FileNotFoundError:
+        return None, None
+    try:
+        return LockHolder(**json.loads(body)), etag
+    except (ValueError, TypeError):
+        return LockHolder(host="?", pid=-1, started_at="?", token="unreadable"), etag
+
+
+@contextlib.contextmanager
+def object_store_lock(
+    data_root: DataRoot,
+    shard_id: str,
+    product: str,
+    *,
+    run_id: str | None = None,
+    holder_finished: Callable[[LockHolder], bool] | None = None,
+) -> Iterator[LockHolder]:
+    """:func:`shard_lock` on an S3 data root: the lock object is created only if absent and taken
+    over only if it is still the stale holder's; raises :class:`ShardLocked` like the local lock."""
+    relative = _lock_relative_path(shard_id, product)
+    path, fs = data_root.path(relative), data_root.fs
+    me = LockHolder(
+        host=socket.gethostname(),
+        pid=os.getpid(),
+        started_at=datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        run_id=run_id,
+        token=uuid.uuid4().hex,
+    )
+    body = json.dumps(asdict(me)).encode()
+    for _ in range(3):
+        try:
+            fs.pipe_file(path, body, mode="create")
+            break
+        except OSError:
+            pass  # it exists (FileExistsError), or a condition failed: read who holds it
+        holder, etag = _read_object_holder(data_root, path)
+        if holder is None:
+            continue  # released between our create and our read
+        if not _is_stale(holder, holder_finished):
+            raise ShardLocked(shard_id, product, holder, data_root.uri(relative))
+        try:
+            fs.pipe_file(path, body, IfMatch=etag)  # only over the stale holder's object
+        except OSError:
+            continue  # someone else took it over or released it first
+        if (_read_object_holder(data_root, path)[0] or holder).token == me.token:
+            break
+    else:
+        holder = _read_object_holder(data_root, path)[0] or me
+        raise ShardLocked(shard_id, product, holder, data_root.uri(relative))
+    try:
+        yield me
+    finally:
+        current, _ = _read_object_holder(data_root, path)
+        if current is not None and current.token == me.token:
+            fs.rm_file(path)
+
+
+def data_root_lock(
+    data_root: DataRoot,
+    shard_id: str,
+    product: str,
+    *,
+    run_id: str | None = None,
+    holder_finished: Callable[[LockHolder], bool] | None = None,
+) -> contextlib.AbstractContextManager[LockHolder | None]:
+    """The lock of ``shard_id``'s ``product`` on this data root: a local lock file, an S3 lock
+    object, or, where the store cannot create exclusively, none (the context yields None)."""
+    if data_root.is_local:
+        return shard_lock(data_root.root, shard_id, product, run_id=run_id, holder_finished=holder_finished)
+    if data_root.protocol in EXCLUSIVE_CREATE_PROTOCOLS:
+        return object_store_lock(data_root, shard_id, product, run_id=run_id, holder_finished=holder_finished)
+    return contextlib.nullcontext()
+
+
 def shard_write_lock(
     data_root: DataRoot | None,
     shard_id: str,
@@ -165,10 +262,11 @@ def shard_write_lock(
     run_id: str | None = None,
     run_ended: Callable[[str], bool] | None = None,
 ) -> contextlib.AbstractContextManager:
-    """:func:`shard_lock` for a step writing ``product`` of ``shard_id``; ``run_ended(run_id)`` says
-    whether a holder's run is over. No lock without a local data root: object stores have no
-    exclusive create, and there the run queue's one-run-per-partition limit is the guard."""
-    if data_root is None or not data_root.is_local:
+    """:func:`data_root_lock` for a step writing ``product`` of ``shard_id``; ``run_ended(run_id)``
+    says whether a holder's run is over. On a store without exclusive create (GCS, Azure) there is
+    no lock: the run queue's one-run-per-partition limit is the guard there, and it does not cover
+    backfill runs over a range."""
+    if data_root is None:
         return contextlib.nullcontext()
     finished = None if run_ended is None else (lambda holder: bool(holder.run_id) and run_ended(holder.run_id))
-    return shard_lock(data_root.root, shard_id, product, run_id=run_id, holder_finished=finished)
+    return data_root_lock(data_root, shard_id, product, run_id=run_id, holder_finished=finished)

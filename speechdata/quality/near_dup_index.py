@@ -29,7 +29,7 @@ import pyarrow.parquet as pq
 
 from speechdata.io import layout
 from speechdata.io.parquet_integrity import WRITE_OPTIONS
-from speechdata.io.shard_lock import LockHolder, ShardLocked, shard_lock
+from speechdata.io.shard_lock import LockHolder, ShardLocked, data_root_lock
 from speechdata.io.storage import DataRoot
 from speechdata.quality.fingerprint_audio import AudioFingerprint
 from speechdata.quality.near_dup_matching import Decision, UtteranceSignals
@@ -89,20 +89,18 @@ def corpus_index_lock(
 ) -> Iterator[LockHolder | None]:
     """Hold the corpus index's lock for the block, waiting up to ``timeout_s`` for another holder.
 
-    A holder that died is taken over (:func:`speechdata.io.shard_lock.shard_lock`). Object stores
-    have no exclusive create: there the block runs unlocked (yields None) and the deployment must
-    run one ``near_duplicates`` step at a time (docs/near-duplicates.md).
+    A holder that died is taken over (:func:`speechdata.io.shard_lock.data_root_lock`: a lock file on
+    a local root, a conditionally created object on S3). A store without exclusive create (GCS,
+    Azure) runs the block unlocked (yields None): the deployment must run one ``near_duplicates``
+    step at a time there (docs/near-duplicates.md).
     """
-    if not data_root.is_local:
-        yield None
-        return
     deadline = time.monotonic() + timeout_s
     while True:
         stack = contextlib.ExitStack()
         try:
             holder = stack.enter_context(
-                shard_lock(
-                    data_root.root, INDEX_LOCK_KEY, INDEX_LOCK_PRODUCT, run_id=run_id, holder_finished=holder_finished
+                data_root_lock(
+                    data_root, INDEX_LOCK_KEY, INDEX_LOCK_PRODUCT, run_id=run_id, holder_finished=holder_finished
                 )
             )
             break
