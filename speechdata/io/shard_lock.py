@@ -57,11 +57,7 @@ class ShardLocked(RuntimeError):
 
 
 def shard_lock_path(root: str, shard_id: str, product: str) -> str:
-    validate_partition_key(shard_id)
-    safe_product = product.replace("/", "__")
-    if not safe_product or safe_product.startswith(".") or "\x00" in safe_product:
-        raise ConfinementError("product name", product, root, "must be a plain name")
-    return os.path.join(root, LOCKS_DIR, shard_id, f"{safe_product}.lock")
+    return os.path.join(root, _lock_relative_path(shard_id, product))
 
 
 def _pid_alive(pid: int) -> bool:
@@ -74,16 +70,31 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
-def _read_holder(path: str) -> LockHolder | None:
+def _new_holder(run_id: str | None) -> LockHolder:
+    return LockHolder(
+        host=socket.gethostname(),
+        pid=os.getpid(),
+        started_at=datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        run_id=run_id,
+        token=uuid.uuid4().hex,
+    )
+
+
+def _parse_holder(body: str | bytes) -> LockHolder:
     try:
-        with open(path, encoding="utf-8") as handle:
-            return LockHolder(**json.load(handle))
-    except FileNotFoundError:
-        return None
+        return LockHolder(**json.loads(body))
     except (ValueError, TypeError):
         # Half-written by a holder killed between create and write: nobody can be named, so it is
         # treated as a holder that is gone.
         return LockHolder(host="?", pid=-1, started_at="?", token="unreadable")
+
+
+def _read_holder(path: str) -> LockHolder | None:
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return _parse_holder(handle.read())
+    except FileNotFoundError:
+        return None
 
 
 def _is_stale(holder: LockHolder, holder_finished: Callable[[LockHolder], bool] | None) -> bool:
@@ -136,13 +147,7 @@ def shard_lock(
     confined_shard_output(root, shard_id)
     path = shard_lock_path(root, shard_id, product)
     os.makedirs(os.path.dirname(path), exist_ok=True)
-    me = LockHolder(
-        host=socket.gethostname(),
-        pid=os.getpid(),
-        started_at=datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-        run_id=run_id,
-        token=uuid.uuid4().hex,
-    )
+    me = _new_holder(run_id)
     for _ in range(3):
         if _create(path, me):
             break
@@ -183,10 +188,7 @@ def _read_object_holder(data_root: DataRoot, path: str) -> tuple[LockHolder | No
         body = fs.cat_file(path)
     except FileNotFoundError:
         return None, None
-    try:
-        return LockHolder(**json.loads(body)), etag
-    except (ValueError, TypeError):
-        return LockHolder(host="?", pid=-1, started_at="?", token="unreadable"), etag
+    return _parse_holder(body), etag
 
 
 @contextlib.contextmanager
@@ -202,13 +204,7 @@ def object_store_lock(
     over only if it is still the stale holder's; raises :class:`ShardLocked` like the local lock."""
     relative = _lock_relative_path(shard_id, product)
     path, fs = data_root.path(relative), data_root.fs
-    me = LockHolder(
-        host=socket.gethostname(),
-        pid=os.getpid(),
-        started_at=datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-        run_id=run_id,
-        token=uuid.uuid4().hex,
-    )
+    me = _new_holder(run_id)
     body = json.dumps(asdict(me)).encode()
     for _ in range(3):
         try:
