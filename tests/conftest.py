@@ -132,3 +132,11 @@ def s3_bucket(s3_endpoint, request) -> str:
     fs = s3fs.S3FileSystem()
     fs.mkdir(name)
     return f"s3://{name}"
+
+
+def assert_second_shard_read_ahead(result, asset: str, shards: tuple[str, str]) -> None:
+    """A two-shard GPU step: the first shard waited for its own inputs, the second was read ahead."""
+    assert result.success
+    events = {event.partition: event.metadata for event in result.asset_materializations_for_node(asset)}
+    assert [events[s]["inputs_read_ahead"].value for s in shards] == [False, True]
+    assert all(events[s]["input_wait_s"].value >= 0 for s in shards)
