@@ -140,21 +140,21 @@ PAIRS = {
 
 
 @pytest.fixture
-def qe_job_and_scorer(data_root, model_cache_dir):
+def qe_shards_and_job(data_root, model_cache_dir):
+    """Both shards' segments written; the QE job recording its inputs, the received inputs, the scorer."""
     from resources.qe import MetricXResource
     from resources.qe_job import load_scorer
 
-    resources = tiny_resources_for(data_root.url, model_cache_dir)
-    qe = MetricXResource(model_path="tiny", model_cache_dir=model_cache_dir)
-    job = qe_shard_job(data_root, qe, resources["torch_device"])
-    return job, load_scorer(qe.model_dump(), resources["torch_device"].model_dump())
-
-
-def test_qe_scores_of_a_shard_read_ahead_are_byte_identical_to_a_run_that_reads_its_own(data_root, qe_job_and_scorer):
     for shard_id, pairs in PAIRS.items():
         write_segments(data_root, shard_id, pairs)
-    job, scorer = qe_job_and_scorer
-    job, received = recording_inputs(job)
+    resources = tiny_resources_for(data_root.url, model_cache_dir)
+    qe = MetricXResource(model_path="tiny", model_cache_dir=model_cache_dir)
+    job, received = recording_inputs(qe_shard_job(data_root, qe, resources["torch_device"]))
+    return job, received, load_scorer(qe.model_dump(), resources["torch_device"].model_dump())
+
+
+def test_qe_scores_of_a_shard_read_ahead_are_byte_identical_to_a_run_that_reads_its_own(data_root, qe_shards_and_job):
+    job, received, scorer = qe_shards_and_job
     worker = ShardWorker("test")
 
     first = worker.run_shard(job, "t1", next_shard_id="t2")
@@ -168,11 +168,8 @@ def test_qe_scores_of_a_shard_read_ahead_are_byte_identical_to_a_run_that_reads_
     assert files_under(data_root) == read_ahead_files
 
 
-def test_segments_rewritten_after_the_qe_read_ahead_are_read_again(data_root, qe_job_and_scorer):
-    for shard_id, pairs in PAIRS.items():
-        write_segments(data_root, shard_id, pairs)
-    job, _ = qe_job_and_scorer
-    job, received = recording_inputs(job)
+def test_segments_rewritten_after_the_qe_read_ahead_are_read_again(data_root, qe_shards_and_job):
+    job, received, _ = qe_shards_and_job
     worker = ShardWorker("test")
     worker.run_shard(job, "t1", next_shard_id="t2")
 
