@@ -15,7 +15,9 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
+
+from speechdata.io.storage import guarded_changes
 
 HOLD_FLAG_ENV = "SPEECHDATA_GPU_WORKER_HOLD"
 """Fault hook for the worker-death tests: the path of a flag file naming one shard id.
@@ -27,6 +29,17 @@ sleeps until it is killed. Unset in production: one environment lookup per progr
 HOLD_SECONDS = 300.0
 
 Progress = Callable[..., None]
+
+FENCE_CHECK_INTERVAL_S = 2.0
+"""Between a shard's progress reports the worker reads its fence at most this often (an S3 lock is a
+GET); every change to the data root is checked regardless."""
+
+
+class Fence(Protocol):
+    """The driver's hold on a shard (:class:`speechdata.io.shard_lock.WriteFence`): ``check(path)``
+    raises once the shard is no longer the driver's to write."""
+
+    def check(self, path: str = "") -> None: ...
 
 
 @dataclass(frozen=True)
@@ -127,16 +140,29 @@ class ShardWorker:
         }
 
     def run_shard(
-        self, job: ShardJob, shard_id: str, next_shard_id: str | None = None, on_progress: Progress | None = None
+        self,
+        job: ShardJob,
+        shard_id: str,
+        next_shard_id: str | None = None,
+        on_progress: Progress | None = None,
+        fence: Fence | None = None,
     ) -> ShardOutcome:
         """Compute ``shard_id``; meanwhile read ``next_shard_id``'s inputs (the caller's next shard).
 
         ``on_progress`` (in-process callers only: it is not shipped to an actor) gets the stage's
-        ``(done, total, audio_s)`` reports."""
+        ``(done, total, audio_s)`` reports. ``fence``: the driver's lock on the shard, given by a driver
+        in another process. The shard does not start once the driver has let it go, stops at its next
+        progress report after that, and makes no change to the data root without the fence's check
+        passing just before: a call that outlives its driver (killed, its lock taken over by a later
+        run) never overwrites or removes the later run's files."""
         with self._one_shard_at_a_time:
             self._busy = True
             try:
-                return self._run_shard(job, shard_id, next_shard_id, on_progress)
+                if fence is None:
+                    return self._run_shard(job, shard_id, next_shard_id, on_progress)
+                fence.check()
+                with guarded_changes(fence.check):
+                    return self._run_shard(job, shard_id, next_shard_id, _checking_fence(fence, on_progress))
             finally:
                 self._busy = False
 
@@ -171,6 +197,20 @@ class ShardWorker:
         self._models[job.model_key] = job.load_model()
         self._loads[job.model_key] += 1
         return self._models[job.model_key], time.perf_counter() - started
+
+
+def _checking_fence(fence: Fence, on_progress: Progress | None) -> Progress:
+    last_check = time.monotonic()
+
+    def check_then_report(*progress) -> None:
+        nonlocal last_check
+        if time.monotonic() - last_check >= FENCE_CHECK_INTERVAL_S:
+            fence.check()
+            last_check = time.monotonic()
+        if on_progress is not None:
+            on_progress(*progress)
+
+    return check_then_report
 
 
 def _with_hold_hook(shard_id: str, on_progress: Progress | None) -> Progress | None:

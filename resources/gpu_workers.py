@@ -22,6 +22,7 @@ from pydantic import Field
 
 from resources.gpu_worker import Progress, ShardJob, ShardOutcome, ShardWorker
 from resources.settings import ResourceSettings
+from speechdata.io.shard_lock import held_fence
 
 ENGINE_ENV = "SPEECHDATA_GPU_ENGINE"
 RAY_ADDRESS_ENV = "SPEECHDATA_RAY_ADDRESS"
@@ -108,7 +109,9 @@ class RayShardRunner(ShardRunner):
             if self.worker_index is None:
                 self.worker_index = self.pool.pick(self.job.model_key)
             actor = self.pool.actor(self.worker_index)
-            call = actor.run_shard.remote(self.job, shard_id, self.next_shard(shard_id))
+            # The worker checks the step's lock before each change: a call that outlives this step
+            # (killed, its lock then taken over by a later run) cannot overwrite that run's files.
+            call = actor.run_shard.remote(self.job, shard_id, self.next_shard(shard_id), None, held_fence(shard_id))
             try:
                 return ray.get(call)
             except RayActorError as exc:

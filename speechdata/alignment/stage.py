@@ -52,7 +52,7 @@ from speechdata.alignment.transcript_units import CharVocabulary, SubwordVocabul
 from speechdata.audio.codec import resample
 from speechdata.audio.container import iter_container_audio
 from speechdata.io import layout
-from speechdata.io.storage import TEMP_PREFIX, DataRoot
+from speechdata.io.storage import TEMP_PREFIX, DataRoot, before_change
 from speechdata.rejects import Reject, rejects_table
 from speechdata.stage import StageSummary
 
@@ -127,6 +127,7 @@ class _ShardAlignmentWriter:
             for path in fs.ls(directory, detail=False):
                 name = posixpath.basename(path)
                 if name.startswith(TEMP_PREFIX) or name.removesuffix(".ctm") not in self.ctm_written[level]:
+                    before_change(path)
                     fs.rm(path)
 
     def reject(self, utt_id: str, reason: str, detail: str) -> None:

@@ -9,6 +9,11 @@ A holder killed outright (SIGKILL, a lost pod) leaves its lock behind. It is tak
 *stale*: its pid no longer exists on this same host, or the caller's ``holder_finished`` says the
 holder's run has ended (the orchestrator knows that for holders on other hosts).
 
+A step that hands a shard to a resident GPU worker on another process or machine also hands it
+the lock's :class:`WriteFence` (:func:`held_fence`): the worker checks before each change it makes
+that the lock still holds its driver's token, so a worker still computing a shard whose driver was
+killed (and whose lock a later run then took over) can no longer change that shard's files.
+
 On S3 (:func:`object_store_lock`) the same file is an object created only if absent (a conditional
 ``PutObject``, ``If-None-Match: *``) and taken over only if unchanged since it was read as stale
 (``If-Match`` on its ETag): the same guarantees without a local folder. Other object stores
@@ -18,6 +23,7 @@ On S3 (:func:`object_store_lock`) the same file is an object created only if abs
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import datetime
 import json
 import os
@@ -30,6 +36,8 @@ from speechdata.io.confinement import ConfinementError, confined_shard_output, v
 from speechdata.io.storage import DataRoot
 
 LOCKS_DIR = "_locks"
+
+_HELD_FENCES: contextvars.ContextVar[dict[str, WriteFence] | None] = contextvars.ContextVar("held_fences", default=None)
 
 
 @dataclass(frozen=True)
@@ -54,6 +62,60 @@ class ShardLocked(RuntimeError):
             f"shard {shard_id!r}: {product} is being written by another run ({holder.describe()}); "
             f"refusing to run it twice at once (lock {lock_path})"
         )
+
+
+class ShardLockLost(RuntimeError):
+    """The lock a writer was given is no longer its driver's: the shard's files are not its to change."""
+
+    def __init__(self, fence: WriteFence, holder: LockHolder | None, path: str):
+        self.fence, self.holder, self.path = fence, holder, path
+        now = f"now held by {holder.describe()}" if holder is not None else "released"
+        super().__init__(
+            f"shard {fence.shard_id!r}: the {fence.product} lock this write was given is {now}; "
+            f"refusing to change {path or 'the shard'} (lock {fence.lock_uri})"
+        )
+
+    def __reduce__(self):
+        # Raised on a Ray worker and re-raised in the step: it must unpickle from its own fields.
+        return (ShardLockLost, (self.fence, self.holder, self.path))
+
+
+@dataclass(frozen=True)
+class WriteFence:
+    """A held lock as a writer elsewhere sees it: where the lock lives and the token it must still hold.
+
+    Picklable (a Ray actor receives it with its shard). :meth:`check` reads the lock and raises
+    :class:`ShardLockLost` when its token is no longer there: the driver released it, or a later run
+    took it over after the driver's run ended.
+    """
+
+    data_root_url: str
+    lock_path: str
+    """Relative to the data root."""
+    token: str
+    shard_id: str
+    product: str
+
+    @property
+    def lock_uri(self) -> str:
+        return DataRoot(self.data_root_url).uri(self.lock_path)
+
+    def holder(self) -> LockHolder | None:
+        data_root = DataRoot(self.data_root_url)
+        try:
+            return _parse_holder(data_root.fs.cat_file(data_root.path(self.lock_path)))
+        except FileNotFoundError:
+            return None
+
+    def check(self, path: str = "") -> None:
+        holder = self.holder()
+        if holder is None or holder.token != self.token:
+            raise ShardLockLost(self, holder, path)
+
+
+def held_fence(shard_id: str) -> WriteFence | None:
+    """The fence of the step's write lock on ``shard_id`` (:func:`shard_write_lock`), while it is held."""
+    return (_HELD_FENCES.get() or {}).get(shard_id)
 
 
 def shard_lock_path(root: str, shard_id: str, product: str) -> str:
@@ -265,4 +327,27 @@ def shard_write_lock(
     if data_root is None:
         return contextlib.nullcontext()
     finished = None if run_ended is None else (lambda holder: bool(holder.run_id) and run_ended(holder.run_id))
-    return data_root_lock(data_root, shard_id, product, run_id=run_id, holder_finished=finished)
+    return _fenced(
+        data_root,
+        shard_id,
+        product,
+        data_root_lock(data_root, shard_id, product, run_id=run_id, holder_finished=finished),
+    )
+
+
+@contextlib.contextmanager
+def _fenced(
+    data_root: DataRoot, shard_id: str, product: str, lock: contextlib.AbstractContextManager[LockHolder | None]
+) -> Iterator[LockHolder | None]:
+    """``lock``, with its :class:`WriteFence` given by :func:`held_fence` while it is held."""
+    with lock as holder:
+        if holder is None:
+            yield None
+            return
+        fence = WriteFence(data_root.url, _lock_relative_path(shard_id, product), holder.token, shard_id, product)
+        _HELD_FENCES.set({**(_HELD_FENCES.get() or {}), shard_id: fence})
+        try:
+            yield holder
+        finally:
+            # Not a token reset: the block may end in another context than it began (a generator).
+            _HELD_FENCES.set({key: held for key, held in (_HELD_FENCES.get() or {}).items() if held is not fence})

@@ -12,7 +12,7 @@ import contextlib
 import posixpath
 import re
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import IO
 
 import fsspec
@@ -22,6 +22,31 @@ import pyarrow.parquet as pq
 from speechdata.io.parquet_integrity import READ_OPTIONS, WRITE_OPTIONS, naming_unreadable
 
 TEMP_PREFIX = "._tmp-"
+
+_CHANGE_GUARDS: list[Callable[[str], None]] = []
+
+
+@contextlib.contextmanager
+def guarded_changes(check: Callable[[str], None]) -> Iterator[None]:
+    """Run ``check(path)`` before every change this process makes to a data root inside the block.
+
+    A change is a file moved into place or a file of a previous writer removed; ``check`` raises to
+    stop it. A resident GPU worker runs each shard inside one, checking that the shard's lock is still
+    its driver's (:class:`speechdata.io.shard_lock.WriteFence`): a worker runs one shard at a time,
+    so every change it makes in the block is that shard's. Temp files are written unchecked: they are
+    never read, and a refused writer removes its own.
+    """
+    _CHANGE_GUARDS.append(check)
+    try:
+        yield
+    finally:
+        _CHANGE_GUARDS.remove(check)
+
+
+def before_change(path: str) -> None:
+    """Let every :func:`guarded_changes` check of this process refuse a change to ``path``."""
+    for check in tuple(_CHANGE_GUARDS):
+        check(path)
 
 
 def escape_glob(text: str) -> str:
@@ -137,6 +162,7 @@ def remove_orphaned_temps_of(fs: fsspec.AbstractFileSystem, path: str) -> int:
     for candidate in fs.ls(parent, detail=False):
         base = posixpath.basename(candidate)
         if base.startswith(TEMP_PREFIX) and base.endswith(tail) and len(base) == len(TEMP_PREFIX) + 12 + len(tail):
+            before_change(candidate)
             with contextlib.suppress(FileNotFoundError):
                 fs.rm(candidate)
                 removed += 1
@@ -167,6 +193,7 @@ def _atomic_temp(fs: fsspec.AbstractFileSystem, path: str) -> Iterator[str]:
 
 
 def _replace(fs: fsspec.AbstractFileSystem, temp: str, path: str) -> None:
+    before_change(path)
     if _is_local(fs):
         import os
 

@@ -19,10 +19,12 @@ from assets.alignment import alignments, frame_grids
 from assets.features import wavlm_features
 from assets.ingest import normalized_audio, raw_shards
 from assets.partitions import shard_partitions
+from resources.feature_jobs import feature_shard_job
 from resources.gpu_worker import HOLD_FLAG_ENV
 from resources.gpu_workers import GpuWorkersResource, RayWorkerPool
 from speechdata.features.array_store import iter_arrays
 from speechdata.io import layout
+from speechdata.io.shard_lock import ShardLockLost, held_fence, shard_write_lock
 from speechdata.io.storage import TEMP_PREFIX, DataRoot
 from speechdata.testing.shards import build_sample_shard
 from tests.tiny_resources import tiny_resources_for
@@ -189,3 +191,30 @@ def test_two_runs_through_the_pool_load_the_model_once(ray_cluster, prepared):
     assert second_event.metadata["model_load_seconds"].value == 0
     assert first_event.metadata["gpu_worker"].value == second_event.metadata["gpu_worker"].value
     assert list(state["model_loads"].values()) == [1] and state["shards_done"] == 2
+
+
+def test_a_call_that_outlived_its_step_changes_no_file_of_the_run_that_took_its_shard(ray_cluster, prepared):
+    """The step was killed with its call queued on the worker: the call reaches the worker after a
+    later run took the shard's lock, and is refused there, with the shard's files untouched."""
+    import ray
+
+    root, _, resources = prepared
+    pool = _ray_pool(ray_cluster, "fenced", max_workers=1)
+    job = feature_shard_job("wavlm", root, resources["wavlm"], resources["torch_device"])
+    with shard_write_lock(root, "g0", "wavlm_features", run_id="run-killed"):
+        fence = held_fence("g0")
+    shard_files = Path(root.path(layout.shard_dir("g0")))
+    before = {path: path.read_bytes() for path in shard_files.rglob("*") if path.is_file()}
+    try:
+        with shard_write_lock(root, "g0", "wavlm_features", run_id="run-later"):
+            actor = RayWorkerPool(pool).actor(0)
+            with pytest.raises(Exception) as refused:
+                ray.get(actor.run_shard.remote(job, "g0", None, None, fence))
+            [state] = RayWorkerPool(pool).describe()
+    finally:
+        _kill_pool(pool)
+
+    lost = refused.value if isinstance(refused.value, ShardLockLost) else getattr(refused.value, "cause", None)
+    assert isinstance(lost, ShardLockLost) and "run run-later" in str(lost)
+    assert state["shards_done"] == 0 and state["model_loads"] == {}  # refused before any work
+    assert {path: path.read_bytes() for path in shard_files.rglob("*") if path.is_file()} == before

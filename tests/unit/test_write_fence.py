@@ -1,0 +1,166 @@
+"""A GPU worker changes a shard's files only while its driver still holds the shard's lock.
+
+A resident worker (a Ray actor) outlives the step that handed it a shard: when the step is killed,
+the call runs on, and once the step's run has ended a later run takes the lock over and writes the
+shard again. The worker's fence (the lock's token, handed over with the shard) makes the outliving
+call stop: it does not start, stops at its next progress report, and no file it would move into
+place or remove is touched once the lock is another run's. On a local root and on S3 (moto).
+"""
+
+import contextlib
+import pickle
+
+import pytest
+
+import resources.gpu_worker as gpu_worker
+from resources.gpu_worker import ShardJob, ShardWorker
+from speechdata.io.shard_lock import ShardLockLost, WriteFence, held_fence, shard_write_lock
+from speechdata.io.storage import TEMP_PREFIX, DataRoot, guarded_changes, remove_orphaned_temps_of
+
+SHARD = "s1"
+PRODUCT = "wavlm_features"
+FIRST = f"shards/{SHARD}/first.bin"
+SECOND = f"shards/{SHARD}/second.bin"
+LATER_TEMP = f"shards/{SHARD}/{TEMP_PREFIX}0123456789ab-second.bin"
+
+
+@pytest.fixture(params=["local", "s3"])
+def root(request, tmp_path) -> DataRoot:
+    if request.param == "s3":
+        return DataRoot(f"{request.getfixturevalue('s3_bucket')}/root")
+    return DataRoot(str(tmp_path / "root"))
+
+
+def take_over(root: DataRoot, stack: contextlib.ExitStack, ended_run: str) -> None:
+    """A later run takes the lock, as it does once the orchestrator says the holder's run ended."""
+    stack.enter_context(
+        shard_write_lock(root, SHARD, PRODUCT, run_id="run-later", run_ended=lambda run_id: run_id == ended_run)
+    )
+
+
+def write_elsewhere(root: DataRoot, relative: str, data: bytes) -> None:
+    root.fs.pipe_file(root.path(relative), data)
+
+
+def files(root: DataRoot) -> dict[str, bytes]:
+    found = {}
+    for path in root.fs.find(root.path("shards")):
+        found[path.removeprefix(root.path(""))] = root.fs.cat_file(path)
+    return found
+
+
+def a_job(run) -> ShardJob:
+    return ShardJob(
+        model_key="m",
+        load_model=lambda: "model",
+        read_inputs=lambda shard_id: None,
+        inputs_current=lambda _: True,
+        run=run,
+    )
+
+
+def test_the_step_lock_gives_its_fence_while_held_and_the_fence_travels_pickled(root):
+    assert held_fence(SHARD) is None
+    with shard_write_lock(root, SHARD, PRODUCT, run_id="run-1") as holder:
+        fence = held_fence(SHARD)
+        assert isinstance(fence, WriteFence) and fence.token == holder.token
+        assert held_fence("another-shard") is None
+        shipped = pickle.loads(pickle.dumps(fence))
+        shipped.check()  # held: passes, read from the lock as a worker elsewhere reads it
+    assert held_fence(SHARD) is None
+    with pytest.raises(ShardLockLost, match=rf"shard '{SHARD}': the {PRODUCT} lock .* is released") as lost:
+        shipped.check()
+    # The worker's refusal reaches the step pickled, message and all.
+    assert str(pickle.loads(pickle.dumps(lost.value))) == str(lost.value)
+
+
+def test_a_shard_whose_lock_was_taken_over_before_its_turn_does_not_start(root):
+    ran = []
+    with shard_write_lock(root, SHARD, PRODUCT, run_id="run-killed"):
+        fence = held_fence(SHARD)
+    # The step was killed with its call still queued on the worker; a later run took the shard.
+    with contextlib.ExitStack() as later:
+        take_over(root, later, ended_run="run-killed")
+        root.write_bytes(FIRST, b"later run")
+        with pytest.raises(ShardLockLost, match=r"now held by pid \d+ on .*, run run-later"):
+            ShardWorker("w").run_shard(a_job(lambda *args: ran.append(args)), SHARD, fence=fence)
+    assert ran == []
+    assert files(root) == {FIRST: b"later run"}
+
+
+def test_a_call_that_outlives_its_step_changes_no_file_of_the_run_that_took_the_shard_over(root):
+    later = contextlib.ExitStack()
+
+    def run(model, shard_id, inputs, on_progress):
+        root.write_bytes(FIRST, b"killed step, batch 1")
+        # Meanwhile the step is killed, its run ends and a later run (in its own process, so its
+        # writes are not this worker's to check) writes the shard again.
+        take_over(root, later, ended_run="run-killed")
+        write_elsewhere(root, FIRST, b"later run")
+        write_elsewhere(root, LATER_TEMP, b"later run's temp")
+        root.write_bytes(SECOND, b"killed step, batch 2")  # refused: no longer this call's shard
+
+    with later, shard_write_lock(root, SHARD, PRODUCT, run_id="run-killed"):
+        fence = held_fence(SHARD)
+        with pytest.raises(ShardLockLost, match=r"refusing to change .*second\.bin"):
+            ShardWorker("w").run_shard(a_job(run), SHARD, fence=fence)
+        # Its own temp is gone, the later run's (a writer still at work) is not removed.
+        assert files(root) == {
+            FIRST: b"later run",
+            LATER_TEMP: b"later run's temp",
+        }
+
+
+def test_a_call_that_outlives_its_step_stops_at_its_next_progress_report(root, monkeypatch):
+    monkeypatch.setattr(gpu_worker, "FENCE_CHECK_INTERVAL_S", 0.0)
+    batches = []
+    later = contextlib.ExitStack()
+
+    def run(model, shard_id, inputs, on_progress):
+        for batch in range(5):
+            batches.append(batch)
+            on_progress(batch + 1, 5, 1.0)
+            if batch == 1:
+                take_over(root, later, ended_run="run-killed")
+
+    with later, shard_write_lock(root, SHARD, PRODUCT, run_id="run-killed"):
+        fence = held_fence(SHARD)
+        with pytest.raises(ShardLockLost):
+            ShardWorker("w").run_shard(a_job(run), SHARD, fence=fence)
+    assert batches == [0, 1, 2]  # the report after the takeover was its last
+
+
+def test_a_fenced_shard_writes_as_an_unfenced_one_while_its_lock_is_held(root):
+    root.write_bytes(f"shards/{SHARD}/{TEMP_PREFIX}0123456789ab-first.bin", b"a killed attempt's temp")
+
+    def run(model, shard_id, inputs, on_progress):
+        assert remove_orphaned_temps_of(root.fs, root.path(FIRST)) == 1
+        root.write_bytes(FIRST, b"one")
+        root.write_bytes(SECOND, b"two")
+        return "done"
+
+    with shard_write_lock(root, SHARD, PRODUCT, run_id="run-1"):
+        outcome = ShardWorker("w").run_shard(a_job(run), SHARD, fence=held_fence(SHARD))
+    assert outcome.result == "done"
+    assert files(root) == {FIRST: b"one", SECOND: b"two"}
+
+
+def test_a_guard_refuses_moving_a_file_into_place_and_removing_another_writers_temp(tmp_path):
+    root = DataRoot(str(tmp_path))
+    temp = f"shards/{SHARD}/{TEMP_PREFIX}0123456789ab-first.bin"
+    root.write_bytes(temp, b"temp")
+    refused = []
+
+    def refuse(path: str) -> None:
+        refused.append(path.removeprefix(root.path("")))
+        raise PermissionError(path)
+
+    with guarded_changes(refuse):
+        with pytest.raises(PermissionError):
+            root.write_bytes(SECOND, b"two")
+        with pytest.raises(PermissionError):
+            remove_orphaned_temps_of(root.fs, root.path(FIRST))
+    assert refused == [SECOND, temp]
+    assert files(root) == {temp: b"temp"}
+    assert remove_orphaned_temps_of(root.fs, root.path(FIRST)) == 1  # outside the block: unguarded
+    assert files(root) == {}
