@@ -8,11 +8,13 @@ worker process loads only this module, the job's functions and what they import.
 
 from __future__ import annotations
 
+import gc
 import os
 import socket
+import sys
 import threading
 import time
-from collections import Counter
+from collections import Counter, OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -29,6 +31,11 @@ sleeps until it is killed. Unset in production: one environment lookup per progr
 HOLD_SECONDS = 300.0
 
 Progress = Callable[..., None]
+
+MAX_RESIDENT_MODELS = 4
+"""Models a worker keeps loaded at once by default: the pipeline's four GPU models (CTC aligner,
+Qwen3, WavLM, MetricX). A fifth model key (a new revision, another dtype) evicts the least recently
+used one, so a pin changed during a backfill never piles old models up on the GPU."""
 
 FENCE_CHECK_INTERVAL_S = 2.0
 """Between a shard's progress reports the worker reads its fence at most this often (an S3 lock is a
@@ -118,10 +125,15 @@ class _ReadAhead:
 class ShardWorker:
     """Runs shard jobs one at a time, with each job's model loaded once and kept."""
 
-    def __init__(self, name: str):
+    def __init__(self, name: str, max_resident_models: int = MAX_RESIDENT_MODELS):
+        if max_resident_models < 1:
+            raise ValueError(f"max_resident_models={max_resident_models}: a worker keeps at least one model")
         self.name = name
-        self._models: dict[str, Any] = {}
+        self.max_resident_models = max_resident_models
+        self._models: OrderedDict[str, Any] = OrderedDict()
+        """Resident models, least recently used first."""
         self._loads: Counter[str] = Counter()
+        self._evictions: Counter[str] = Counter()
         self._shards_done = 0
         self._busy = False
         self._one_shard_at_a_time = threading.Lock()
@@ -135,6 +147,7 @@ class ShardWorker:
             "host": socket.gethostname(),
             "models": sorted(self._models),
             "model_loads": dict(self._loads),
+            "model_evictions": dict(self._evictions),
             "shards_done": self._shards_done,
             "busy": self._busy,
         }
@@ -192,11 +205,42 @@ class ShardWorker:
 
     def _model(self, job: ShardJob) -> tuple[Any, float]:
         if job.model_key in self._models:
+            self._models.move_to_end(job.model_key)
             return self._models[job.model_key], 0.0
+        while len(self._models) >= self.max_resident_models:
+            self._evict_least_recently_used()
         started = time.perf_counter()
-        self._models[job.model_key] = job.load_model()
+        try:
+            model = job.load_model()
+        except Exception as exc:
+            if not (_is_out_of_memory(exc) and self._models):
+                raise
+            # The device is full of other resident models: free them all and load once more.
+            while self._models:
+                self._evict_least_recently_used()
+            model = job.load_model()
+        self._models[job.model_key] = model
         self._loads[job.model_key] += 1
-        return self._models[job.model_key], time.perf_counter() - started
+        return model, time.perf_counter() - started
+
+    def _evict_least_recently_used(self) -> None:
+        key, _ = self._models.popitem(last=False)
+        self._evictions[key] += 1
+        _release_device_memory()
+
+
+def _is_out_of_memory(exc: BaseException) -> bool:
+    """A device out-of-memory error (torch's ``OutOfMemoryError``), recognised without importing torch."""
+    return type(exc).__name__ == "OutOfMemoryError" or "out of memory" in str(exc).lower()
+
+
+def _release_device_memory() -> None:
+    """Give an evicted model's memory back: its tensors are freed once unreachable, and torch's
+    caching allocator keeps freed CUDA blocks until it is told to return them."""
+    gc.collect()
+    torch = sys.modules.get("torch")  # a worker that never imported torch holds no device memory
+    if torch is not None and torch.cuda.is_available():
+        torch.cuda.empty_cache()
 
 
 def _checking_fence(fence: Fence, on_progress: Progress | None) -> Progress:

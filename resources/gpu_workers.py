@@ -20,7 +20,7 @@ from typing import Literal
 import dagster as dg
 from pydantic import Field
 
-from resources.gpu_worker import Progress, ShardJob, ShardOutcome, ShardWorker
+from resources.gpu_worker import MAX_RESIDENT_MODELS, Progress, ShardJob, ShardOutcome, ShardWorker
 from resources.settings import ResourceSettings
 from speechdata.io.shard_lock import held_fence
 
@@ -28,6 +28,7 @@ ENGINE_ENV = "SPEECHDATA_GPU_ENGINE"
 RAY_ADDRESS_ENV = "SPEECHDATA_RAY_ADDRESS"
 WORKERS_PER_GPU_ENV = "SPEECHDATA_GPU_WORKERS_PER_GPU"
 GPUS_PER_WORKER_ENV = "SPEECHDATA_GPUS_PER_WORKER"
+MAX_RESIDENT_MODELS_ENV = "SPEECHDATA_GPU_MAX_RESIDENT_MODELS"
 
 _LOCAL_WORKER = ShardWorker("local")
 """The ``local`` engine's worker: one per process, so its models live as long as the process."""
@@ -50,6 +51,11 @@ class GpuWorkersResource(dg.ConfigurableResource):
     max_workers: int | None = Field(None, ge=1, description="Cap on the pool size; default: fill the cluster.")
     max_restarts: int = Field(3, ge=0, description="Times Ray restarts a worker whose process died.")
     shard_attempts: int = Field(3, ge=1, description="Workers a shard is tried on before the step fails.")
+    max_resident_models: int = Field(
+        MAX_RESIDENT_MODELS,
+        ge=1,
+        description="Models a worker keeps loaded; one more evicts the least recently used (set when a worker starts).",
+    )
     startup_timeout_s: float = Field(600.0, gt=0, description="How long to wait for a worker to come up.")
 
     @property
@@ -66,6 +72,7 @@ class GpuWorkersResource(dg.ConfigurableResource):
         """A runner for the step's shards, in ``context.partition_keys`` order (it reads each next one ahead)."""
         shards = list(context.partition_keys)
         if self.engine == "local":
+            _LOCAL_WORKER.max_resident_models = self.max_resident_models
             yield LocalShardRunner(shards, job)
             return
         pool = RayWorkerPool(self)
@@ -193,7 +200,7 @@ class RayWorkerPool:
                 num_cpus=0,
                 **reservation,
             )
-            .remote(self.actor_name(index))
+            .remote(self.actor_name(index), self.settings.max_resident_models)
         )
 
     def pick(self, model_key: str) -> int:
@@ -252,4 +259,5 @@ def gpu_workers_resource(settings: ResourceSettings, environ: dict[str, str] | N
         ray_address=environ.get(RAY_ADDRESS_ENV, "auto"),
         workers_per_gpu=int(environ.get(WORKERS_PER_GPU_ENV, "1")),
         gpus_per_worker=float(environ.get(GPUS_PER_WORKER_ENV, "1")),
+        max_resident_models=int(environ.get(MAX_RESIDENT_MODELS_ENV, str(MAX_RESIDENT_MODELS))),
     )

@@ -1,6 +1,7 @@
 """A GPU worker keeps each model loaded once, reads the next shard ahead and re-reads stale inputs."""
 
 import threading
+import weakref
 
 import pytest
 
@@ -82,9 +83,11 @@ def test_the_engine_comes_from_the_environment_and_a_typo_names_the_variable():
             "SPEECHDATA_GPU_ENGINE": "ray",
             "SPEECHDATA_RAY_ADDRESS": "ray://head:10001",
             "SPEECHDATA_GPU_WORKERS_PER_GPU": "2",
+            "SPEECHDATA_GPU_MAX_RESIDENT_MODELS": "2",
         },
     )
     assert (ray.engine, ray.ray_address, ray.gpu_share_per_worker) == ("ray", "ray://head:10001", 0.5)
+    assert ray.max_resident_models == 2 and gpu_workers_resource(settings, environ={}).max_resident_models == 4
     with pytest.raises(ValueError, match="SPEECHDATA_GPU_ENGINE='rya'"):
         gpu_workers_resource(settings, environ={"SPEECHDATA_GPU_ENGINE": "rya"})
     with pytest.raises(ValueError, match="exclusive"):
@@ -112,3 +115,51 @@ def test_a_worker_keeps_no_shard_inputs_once_the_shard_that_used_them_is_done():
     assert worker.run_shard(job, "b").inputs_read_ahead
     gc.collect()
     assert read["a"]() is None and read["b"]() is None  # an idle resident worker holds no decoded audio
+
+
+class Model:
+    """A loaded model: weak-referenceable, so a test sees when the worker let go of it."""
+
+    def __init__(self, key):
+        self.key = key
+
+
+def loading(key, loaded: list, fail_first_with: type[Exception] | None = None) -> ShardJob:
+    attempts = []
+
+    def load():
+        attempts.append(key)
+        if fail_first_with is not None and len(attempts) == 1:
+            raise fail_first_with("CUDA out of memory. Tried to allocate 2.00 GiB")
+        model = Model(key)
+        loaded.append(weakref.ref(model))
+        return model
+
+    return ShardJob(key, load, lambda shard_id: None, lambda inputs: True, lambda model, *_: model.key)
+
+
+def test_a_model_key_beyond_the_bound_evicts_the_least_recently_used_model_and_frees_it():
+    worker, loaded = ShardWorker("w", max_resident_models=2), []
+    for key in ("qwen", "wavlm", "qwen", "qwen@new-revision"):  # qwen used again: wavlm is the oldest
+        assert worker.run_shard(loading(key, loaded), "a").result == key
+    state = worker.describe()
+    assert state["models"] == ["qwen", "qwen@new-revision"] and state["model_evictions"] == {"wavlm": 1}
+    assert [ref() is None for ref in loaded] == [False, True, False]  # the evicted model is gone
+    outcome = worker.run_shard(loading("wavlm", loaded), "b")  # back: loaded again, evicting qwen
+    assert outcome.model_loads == 2 and outcome.model_load_s > 0
+    assert worker.describe()["models"] == ["qwen@new-revision", "wavlm"]
+
+
+def test_a_load_out_of_device_memory_frees_the_other_models_and_loads_once_more():
+    class OutOfMemoryError(RuntimeError):  # torch.cuda.OutOfMemoryError's name
+        pass
+
+    worker, loaded = ShardWorker("w"), []
+    worker.run_shard(loading("aligner", loaded), "a")
+    worker.run_shard(loading("metricx", loaded), "a")
+    assert worker.run_shard(loading("qwen", loaded, fail_first_with=OutOfMemoryError), "a").result == "qwen"
+    assert worker.describe()["models"] == ["qwen"] and [ref() is None for ref in loaded] == [True, True, False]
+    with pytest.raises(OutOfMemoryError):  # nothing left to free: the error stands
+        ShardWorker("alone").run_shard(loading("qwen", [], fail_first_with=OutOfMemoryError), "a")
+    with pytest.raises(ValueError, match="at least one model"):
+        ShardWorker("w", max_resident_models=0)
