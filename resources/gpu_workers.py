@@ -112,13 +112,16 @@ class RayShardRunner(ShardRunner):
         from ray.exceptions import ActorUnavailableError, RayActorError
 
         lost: list[str] = []
+        step_fence = held_fence(shard_id)
         for attempt in range(1, self.pool.settings.shard_attempts + 1):
             if self.worker_index is None:
                 self.worker_index = self.pool.pick(self.job.model_key)
             actor = self.pool.actor(self.worker_index)
-            # The worker checks the step's lock before each change: a call that outlives this step
-            # (killed, its lock then taken over by a later run) cannot overwrite that run's files.
-            call = actor.run_shard.remote(self.job, shard_id, self.next_shard(shard_id), None, held_fence(shard_id))
+            # The worker checks this attempt's fence before each change: a call that outlives this
+            # step (killed, its lock then taken over by a later run), or this attempt (its worker out
+            # of contact, the shard resubmitted elsewhere), cannot overwrite the files of what replaced it.
+            fence = step_fence.next_attempt() if step_fence is not None else None
+            call = actor.run_shard.remote(self.job, shard_id, self.next_shard(shard_id), None, fence)
             try:
                 return ray.get(call)
             except RayActorError as exc:

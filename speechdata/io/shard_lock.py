@@ -30,7 +30,7 @@ import os
 import socket
 import uuid
 from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 from speechdata.io.confinement import ConfinementError, confined_shard_output, validate_partition_key
 from speechdata.io.storage import DataRoot
@@ -69,7 +69,12 @@ class ShardLockLost(RuntimeError):
 
     def __init__(self, fence: WriteFence, holder: LockHolder | None, path: str):
         self.fence, self.holder, self.path = fence, holder, path
-        now = f"now held by {holder.describe()}" if holder is not None else "released"
+        if holder is not None and holder.token == fence.token:
+            now = "still its step's, which gave the shard to a later attempt"
+        elif holder is not None:
+            now = f"now held by {holder.describe()}"
+        else:
+            now = "released"
         super().__init__(
             f"shard {fence.shard_id!r}: the {fence.product} lock this write was given is {now}; "
             f"refusing to change {path or 'the shard'} (lock {fence.lock_uri})"
@@ -86,7 +91,9 @@ class WriteFence:
 
     Picklable (a Ray actor receives it with its shard). :meth:`check` reads the lock and raises
     :class:`ShardLockLost` when its token is no longer there: the driver released it, or a later run
-    took it over after the driver's run ended.
+    took it over after the driver's run ended. A fence of one attempt (:meth:`next_attempt`) also
+    fails once its step has handed the shard to a later attempt: the step resubmits a shard whose
+    worker it lost contact with, and the lost worker may still be running it.
     """
 
     data_root_url: str
@@ -95,10 +102,16 @@ class WriteFence:
     token: str
     shard_id: str
     product: str
+    attempt: str = ""
+    """The step's current attempt at the shard, kept in ``<lock>.attempt``; empty: any attempt."""
 
     @property
     def lock_uri(self) -> str:
         return DataRoot(self.data_root_url).uri(self.lock_path)
+
+    @property
+    def attempt_path(self) -> str:
+        return f"{self.lock_path}.attempt"
 
     def holder(self) -> LockHolder | None:
         data_root = DataRoot(self.data_root_url)
@@ -107,10 +120,38 @@ class WriteFence:
         except FileNotFoundError:
             return None
 
+    def current_attempt(self) -> str | None:
+        data_root = DataRoot(self.data_root_url)
+        try:
+            return data_root.fs.cat_file(data_root.path(self.attempt_path)).decode()
+        except FileNotFoundError:
+            return None
+
     def check(self, path: str = "") -> None:
         holder = self.holder()
         if holder is None or holder.token != self.token:
             raise ShardLockLost(self, holder, path)
+        if self.attempt and self.current_attempt() != self.attempt:
+            raise ShardLockLost(self, holder, path)
+
+    def next_attempt(self) -> WriteFence:
+        """A fence for a new attempt at the shard, which every earlier attempt's fence now fails.
+
+        Only the lock's holder calls it (its step): nobody else writes the attempt file meanwhile."""
+        self.check()
+        fence = replace(self, attempt=uuid.uuid4().hex)
+        DataRoot(self.data_root_url).write_bytes(fence.attempt_path, fence.attempt.encode())
+        return fence
+
+    def forget_attempts(self) -> None:
+        """Remove the attempt file as the step lets the lock go (not a later holder's: the lock was
+        taken over if its token is not this fence's)."""
+        holder = self.holder()
+        if holder is None or holder.token != self.token:
+            return
+        data_root = DataRoot(self.data_root_url)
+        with contextlib.suppress(FileNotFoundError):
+            data_root.fs.rm_file(data_root.path(self.attempt_path))
 
 
 def held_fence(shard_id: str) -> WriteFence | None:
@@ -351,3 +392,4 @@ def _fenced(
         finally:
             # Not a token reset: the block may end in another context than it began (a generator).
             _HELD_FENCES.set({key: held for key, held in (_HELD_FENCES.get() or {}).items() if held is not fence})
+            fence.forget_attempts()

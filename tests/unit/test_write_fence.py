@@ -164,3 +164,36 @@ def test_a_guard_refuses_moving_a_file_into_place_and_removing_another_writers_t
     assert files(root) == {temp: b"temp"}
     assert remove_orphaned_temps_of(root.fs, root.path(FIRST)) == 1  # outside the block: unguarded
     assert files(root) == {}
+
+
+def test_an_attempt_the_step_gave_up_on_changes_nothing_once_the_shard_went_to_a_later_attempt(root):
+    """The step lost contact with the worker of its first attempt and resubmitted the shard: the
+    first attempt, still running out of reach, is refused from then on; the later one writes."""
+    later_attempt = []
+
+    def run(model, shard_id, inputs, on_progress):
+        root.write_bytes(FIRST, b"first attempt")
+        later_attempt.append(step.next_attempt())  # meanwhile: the step resubmits the shard
+        root.write_bytes(SECOND, b"first attempt")
+
+    with shard_write_lock(root, SHARD, PRODUCT, run_id="run-1"):
+        step = held_fence(SHARD)
+        first = step.next_attempt()
+        with pytest.raises(ShardLockLost, match="still its step's, which gave the shard to a later attempt"):
+            ShardWorker("lost").run_shard(a_job(run), SHARD, fence=first)
+        [second] = later_attempt
+        ShardWorker("w").run_shard(a_job(lambda *_: root.write_bytes(SECOND, b"second attempt")), SHARD, fence=second)
+        assert files(root) == {FIRST: b"first attempt", SECOND: b"second attempt"}
+        assert root.exists(second.attempt_path)
+    assert not root.exists(second.attempt_path)  # the step's attempts end with its lock
+
+
+def test_a_step_whose_lock_was_taken_over_leaves_the_later_holders_attempt_alone(root):
+    with contextlib.ExitStack() as later:
+        with shard_write_lock(root, SHARD, PRODUCT, run_id="run-killed"):
+            step = held_fence(SHARD)
+            take_over(root, later, ended_run="run-killed")
+            theirs = held_fence(SHARD).next_attempt()
+            with pytest.raises(ShardLockLost):
+                step.next_attempt()
+        theirs.check()  # the killed step's exit removed neither their lock nor their attempt
