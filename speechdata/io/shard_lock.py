@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import datetime
+import functools
 import json
 import os
 import socket
@@ -105,42 +106,54 @@ class WriteFence:
     attempt: str = ""
     """The step's current attempt at the shard, kept in ``<lock>.attempt``; empty: any attempt."""
 
+    @functools.cached_property
+    def _data_root(self) -> DataRoot:
+        return DataRoot(self.data_root_url)
+
+    def _read(self, relative: str) -> bytes | None:
+        """The file's bytes, None when absent: a plain read on a local root (the check runs before
+        every file a worker moves into place, so it must cost far less than the write it guards)."""
+        try:
+            if self._data_root.is_local:
+                with open(self._data_root.path(relative), "rb") as handle:
+                    return handle.read()
+            return self._data_root.fs.cat_file(self._data_root.path(relative))
+        except FileNotFoundError:
+            return None
+
     @property
     def lock_uri(self) -> str:
-        return DataRoot(self.data_root_url).uri(self.lock_path)
+        return self._data_root.uri(self.lock_path)
 
     @property
     def attempt_path(self) -> str:
         return f"{self.lock_path}.attempt"
 
     def holder(self) -> LockHolder | None:
-        data_root = DataRoot(self.data_root_url)
-        try:
-            return _parse_holder(data_root.fs.cat_file(data_root.path(self.lock_path)))
-        except FileNotFoundError:
-            return None
+        body = self._read(self.lock_path)
+        return None if body is None else _parse_holder(body)
 
     def current_attempt(self) -> str | None:
-        data_root = DataRoot(self.data_root_url)
-        try:
-            return data_root.fs.cat_file(data_root.path(self.attempt_path)).decode()
-        except FileNotFoundError:
-            return None
+        """``<token> <attempt>`` of the step's latest attempt, None before its first (or after a takeover)."""
+        body = self._read(self.attempt_path)
+        return None if body is None else body.decode()
 
     def check(self, path: str = "") -> None:
+        # An attempt's fence reads one file: the attempt file names the lock's token too, and a new
+        # holder removes it as it takes the lock, before it writes anything (one GET per check on S3).
+        if self.attempt and self.current_attempt() == f"{self.token} {self.attempt}":
+            return
         holder = self.holder()
-        if holder is None or holder.token != self.token:
-            raise ShardLockLost(self, holder, path)
-        if self.attempt and self.current_attempt() != self.attempt:
+        if holder is None or holder.token != self.token or self.attempt:
             raise ShardLockLost(self, holder, path)
 
     def next_attempt(self) -> WriteFence:
         """A fence for a new attempt at the shard, which every earlier attempt's fence now fails.
 
         Only the lock's holder calls it (its step): nobody else writes the attempt file meanwhile."""
-        self.check()
+        replace(self, attempt="").check()
         fence = replace(self, attempt=uuid.uuid4().hex)
-        DataRoot(self.data_root_url).write_bytes(fence.attempt_path, fence.attempt.encode())
+        self._data_root.write_bytes(fence.attempt_path, f"{fence.token} {fence.attempt}".encode())
         return fence
 
     def forget_attempts(self) -> None:
@@ -149,9 +162,8 @@ class WriteFence:
         holder = self.holder()
         if holder is None or holder.token != self.token:
             return
-        data_root = DataRoot(self.data_root_url)
         with contextlib.suppress(FileNotFoundError):
-            data_root.fs.rm_file(data_root.path(self.attempt_path))
+            self._data_root.fs.rm_file(self._data_root.path(self.attempt_path))
 
 
 def held_fence(shard_id: str) -> WriteFence | None:
@@ -386,6 +398,7 @@ def _fenced(
             yield None
             return
         fence = WriteFence(data_root.url, _lock_relative_path(shard_id, product), holder.token, shard_id, product)
+        fence.forget_attempts()  # a previous holder's: its attempts fail their fence from here on
         _HELD_FENCES.set({**(_HELD_FENCES.get() or {}), shard_id: fence})
         try:
             yield holder

@@ -197,3 +197,14 @@ def test_a_step_whose_lock_was_taken_over_leaves_the_later_holders_attempt_alone
             with pytest.raises(ShardLockLost):
                 step.next_attempt()
         theirs.check()  # the killed step's exit removed neither their lock nor their attempt
+
+
+def test_a_takeover_alone_refuses_the_previous_holders_attempts(root):
+    """An attempt's fence reads only the attempt file: taking the lock over removes it, so the old
+    attempt is refused before the new holder has submitted anything."""
+    with contextlib.ExitStack() as later, shard_write_lock(root, SHARD, PRODUCT, run_id="run-killed"):
+        attempt = held_fence(SHARD).next_attempt()
+        attempt.check()
+        take_over(root, later, ended_run="run-killed")
+        with pytest.raises(ShardLockLost, match=r"now held by .*, run run-later"):
+            attempt.check()
