@@ -208,3 +208,38 @@ def test_a_takeover_alone_refuses_the_previous_holders_attempts(root):
         take_over(root, later, ended_run="run-killed")
         with pytest.raises(ShardLockLost, match=r"now held by .*, run run-later"):
             attempt.check()
+
+
+def test_the_ray_runner_sends_each_submission_with_a_fresh_attempt_of_the_steps_fence(root, monkeypatch):
+    import ray
+
+    from resources.gpu_workers import RayShardRunner
+
+    sent = []
+
+    class Actor:
+        class run_shard:  # noqa: N801 - Ray's ``actor.method.remote(...)`` shape
+            @staticmethod
+            def remote(job, shard_id, next_shard_id, on_progress, fence):
+                sent.append(fence)
+                return f"outcome of {shard_id}"
+
+    class Pool:
+        settings = type("Settings", (), {"shard_attempts": 1})
+
+        def pick(self, model_key):
+            return 0
+
+        def actor(self, index):
+            return Actor()
+
+    monkeypatch.setattr(ray, "get", lambda call: call)  # the fake actor's call is its result
+    runner = RayShardRunner([SHARD], a_job(None), Pool(), log=None)
+    with shard_write_lock(root, SHARD, PRODUCT, run_id="run-1") as holder:
+        assert runner.run(SHARD) == f"outcome of {SHARD}"
+        runner.run(SHARD)  # resubmitted
+        first, second = sent
+        assert first.token == second.token == holder.token and first.attempt != second.attempt
+        second.check()
+        with pytest.raises(ShardLockLost, match="later attempt"):
+            first.check()
