@@ -127,7 +127,7 @@ class WriteFence:
 
     @property
     def attempt_path(self) -> str:
-        return f"{self.lock_path}.attempt"
+        return _attempt_path(self.lock_path)
 
     def holder(self) -> LockHolder | None:
         body = self._read(self.lock_path)
@@ -156,19 +156,18 @@ class WriteFence:
         self._data_root.write_bytes(fence.attempt_path, f"{fence.token} {fence.attempt}".encode())
         return fence
 
-    def forget_attempts(self) -> None:
-        """Remove the attempt file as the step lets the lock go (not a later holder's: the lock was
-        taken over if its token is not this fence's)."""
-        holder = self.holder()
-        if holder is None or holder.token != self.token:
-            return
-        with contextlib.suppress(FileNotFoundError):
-            self._data_root.fs.rm_file(self._data_root.path(self.attempt_path))
-
 
 def held_fence(shard_id: str) -> WriteFence | None:
     """The fence of the step's write lock on ``shard_id`` (:func:`shard_write_lock`), while it is held."""
     return (_HELD_FENCES.get() or {}).get(shard_id)
+
+
+def _attempt_path(lock_path: str) -> str:
+    """Where the holder's current attempt at the shard is kept (:meth:`WriteFence.next_attempt`).
+
+    The lock removes it when released and when taken over, so an attempt's fence, which reads only
+    this file, fails from the moment its step lets the shard go."""
+    return f"{lock_path}.attempt"
 
 
 def shard_lock_path(root: str, shard_id: str, product: str) -> str:
@@ -263,6 +262,7 @@ def shard_lock(
     path = shard_lock_path(root, shard_id, product)
     os.makedirs(os.path.dirname(path), exist_ok=True)
     me = _new_holder(run_id)
+    took_over = False
     for _ in range(3):
         if _create(path, me):
             break
@@ -272,15 +272,24 @@ def shard_lock(
         if not _is_stale(holder, holder_finished):
             raise ShardLocked(shard_id, product, holder, path)
         _take_over(path, holder)
+        took_over = True
     else:
         holder = _read_holder(path) or me
         raise ShardLocked(shard_id, product, holder, path)
+    if took_over:
+        _unlink_if_present(_attempt_path(path))  # the stale holder's attempts end here
     try:
         yield me
     finally:
         current = _read_holder(path)
         if current is not None and current.token == me.token:
+            _unlink_if_present(_attempt_path(path))
             os.unlink(path)
+
+
+def _unlink_if_present(path: str) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)
 
 
 EXCLUSIVE_CREATE_PROTOCOLS = ("s3", "s3a")
@@ -337,6 +346,7 @@ def object_store_lock(
         except OSError:
             continue  # someone else took it over or released it first
         if (_read_object_holder(data_root, path)[0] or holder).token == me.token:
+            _rm_object_if_present(data_root, _attempt_path(path))  # the stale holder's attempts end here
             break
     else:
         holder = _read_object_holder(data_root, path)[0] or me
@@ -346,7 +356,13 @@ def object_store_lock(
     finally:
         current, _ = _read_object_holder(data_root, path)
         if current is not None and current.token == me.token:
+            _rm_object_if_present(data_root, _attempt_path(path))
             fs.rm_file(path)
+
+
+def _rm_object_if_present(data_root: DataRoot, path: str) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        data_root.fs.rm_file(path)
 
 
 def data_root_lock(
@@ -398,11 +414,9 @@ def _fenced(
             yield None
             return
         fence = WriteFence(data_root.url, _lock_relative_path(shard_id, product), holder.token, shard_id, product)
-        fence.forget_attempts()  # a previous holder's: its attempts fail their fence from here on
         _HELD_FENCES.set({**(_HELD_FENCES.get() or {}), shard_id: fence})
         try:
             yield holder
         finally:
             # Not a token reset: the block may end in another context than it began (a generator).
             _HELD_FENCES.set({key: held for key, held in (_HELD_FENCES.get() or {}).items() if held is not fence})
-            fence.forget_attempts()
