@@ -333,8 +333,10 @@ class _Lease:
             try:
                 if not self.renew_now():
                     return
-            except OSError:
-                continue  # the store did not answer: the checks refuse changes if it lasts half a lease
+            except Exception:
+                # The store did not answer: asked again next time; past half a lease the checks renew
+                # on the spot, and a write then fails with what the store says.
+                continue
 
     def renew_now(self) -> bool:
         with self._renewing:
