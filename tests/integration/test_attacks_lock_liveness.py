@@ -131,6 +131,27 @@ def test_a_live_run_of_another_instance_keeps_its_shard_and_finishes_while_this_
     assert not landed.exists("_locks/s1/raw_shards.lock")
 
 
+def test_a_lock_from_before_leases_is_freed_only_by_a_run_this_instance_knows_has_ended(landed):
+    """A lock without a lease (left by an earlier version) cannot prove its holder alive: the instance
+    is asked, and a run it does not know (another instance's) is not over."""
+    from assets.ingest import raw_shards
+
+    lock = landed.path("_locks/s1/raw_shards.lock")
+    landed.fs.makedirs(os.path.dirname(lock), exist_ok=True)
+    with open(lock, "w") as handle:
+        json.dump(
+            {"host": "pod-elsewhere", "pid": 1, "started_at": "then", "run_id": "unknown-here", "token": "t"}, handle
+        )
+    with dg.instance_for_test() as instance:
+        instance.add_dynamic_partitions(shard_partitions.name, ["s1"])
+        refused = dg.materialize(
+            [raw_shards], partition_key="s1", instance=instance, resources=_data_root(landed), raise_on_error=False
+        )
+        assert not refused.success
+        assert "pid 1 on pod-elsewhere, run unknown-here" in _step_error(refused)
+        assert not landed.exists(layout.utterance_index("s1"))
+
+
 def _data_root(root: DataRoot) -> dict:
     from resources.storage import DataRootResource
 
