@@ -92,6 +92,7 @@ def landed(data_root):
     return data_root
 
 
+@pytest.mark.slow  # a second interpreter imports the code location and runs Dagster under its own DAGSTER_HOME
 def test_a_live_run_of_another_instance_keeps_its_shard_and_finishes_while_this_instance_is_refused(landed, tmp_path):
     home = tmp_path / "other_dagster_home"
     home.mkdir()
