@@ -28,6 +28,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 import soundfile as sf
 
+from speechdata.audio.budget import OVER_BUDGET_REASON, audio_budget_problem
 from speechdata.faults import fault_point
 from speechdata.io import layout
 from speechdata.io.audio_tars import deterministic_tar_writer, webdataset_key
@@ -66,6 +67,9 @@ class AudioFile:
     utt_ids: list[str]
     language: str | None
     duration_s: float
+    budget_problem: str | None = None
+    """Why decoding the whole file would break the per-utterance memory budget (VAD reads a file
+    whole), or None; from the index's header figures, so such a file is never read."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -98,17 +102,29 @@ class VadSummary(StageSummary):
 def files_of_index(index: pa.Table) -> list[AudioFile]:
     """One entry per distinct ``audio_path``, sorted by path; the language its utterances mostly have."""
     rows: dict[str, dict] = {}
-    for row in index.select(["utt_id", "audio_path", "language", "source_frames", "source_sample_rate"]).to_pylist():
+    columns = ["utt_id", "audio_path", "language", "source_frames", "source_sample_rate"]
+    columns += ["source_channels"] if "source_channels" in index.column_names else []
+    for row in index.select(columns).to_pylist():
+        frames, rate = row["source_frames"], row["source_sample_rate"]
         entry = rows.setdefault(
             row["audio_path"],
-            {"utt_ids": [], "languages": Counter(), "duration_s": row["source_frames"] / row["source_sample_rate"]},
+            {
+                "utt_ids": [],
+                "languages": Counter(),
+                "duration_s": frames / rate,
+                "budget_problem": audio_budget_problem(frames, rate, row.get("source_channels") or 1),
+            },
         )
         entry["utt_ids"].append(row["utt_id"])
         if row["language"] is not None:
             entry["languages"][row["language"]] += 1
     return [
         AudioFile(
-            path, sorted(e["utt_ids"]), e["languages"].most_common(1)[0][0] if e["languages"] else None, e["duration_s"]
+            path,
+            sorted(e["utt_ids"]),
+            e["languages"].most_common(1)[0][0] if e["languages"] else None,
+            e["duration_s"],
+            e["budget_problem"],
         )
         for path, e in sorted(rows.items())
     ]
@@ -176,6 +192,10 @@ def run_vad_segments(
         for batch in _batches(files, batch_files):
             signals, waiting = [], []
             for file in batch:
+                if file.budget_problem is not None:  # never read: the whole file would be decoded
+                    detail = f"{file.audio_path}: {file.budget_problem}"
+                    rejects += [Reject(u, STAGE, OVER_BUDGET_REASON, detail) for u in file.utt_ids]
+                    continue
                 try:
                     with audio.open(file.audio_path) as handle:
                         data = handle.read()
