@@ -82,6 +82,13 @@ class SegmentLimits:
     max_cer: float | None = None
     """None keeps every CER (segments without one always pass)."""
 
+    def __post_init__(self) -> None:
+        # A NaN limit compares false with every value: it would keep every segment, silently.
+        for name in ("min_duration_s", "max_duration_s", "max_cer"):
+            value = getattr(self, name)
+            if value is not None and not (math.isfinite(value) and value >= 0):
+                raise ValueError(f"segment limit {name}={value!r} must be a finite number >= 0")
+
 
 def published_shard_indexes(data_root: DataRoot) -> Iterator[tuple[str, pa.Table]]:
     """``(shard_id, utterance index)`` of every indexed shard meant for the HF dataset, in shard order.

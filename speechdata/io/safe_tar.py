@@ -131,8 +131,11 @@ def audit_tar(tar: tarfile.TarFile) -> TarAudit:
     if truncated is not None:
         key = member_key(truncated.name)
         files.pop(key, None)
-        unsafe[key] = UnsafeMember(
-            truncated.name, "tar_member_truncated", f"{truncated.name!r}: the tar ends inside it"
+        sized = member_size_problem(truncated, archive_bytes)
+        unsafe[key] = (
+            sized
+            if sized is not None and sized.reason == "tar_member_truncated"  # with the sizes where known
+            else UnsafeMember(truncated.name, "tar_member_truncated", f"{truncated.name!r}: the tar ends inside it")
         )
     for key in unsafe.keys() & files.keys():
         del files[key]

@@ -202,6 +202,7 @@ def run_vad_segments(
                     sha1s[file.audio_path] = hashlib.sha1(data).hexdigest()
                     if add_to_tar is not None:
                         add_to_tar(file.audio_path, data)
+                        fault_point("vad-staging")  # the staged tar half written, under its temp name
                     if file.audio_path in imported:
                         segments[file.audio_path] = imported[file.audio_path]
                         continue
