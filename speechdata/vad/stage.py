@@ -28,6 +28,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 import soundfile as sf
 
+from speechdata import faults
 from speechdata.audio.budget import OVER_BUDGET_REASON, audio_budget_problem
 from speechdata.faults import fault_point
 from speechdata.io import layout
@@ -202,7 +203,8 @@ def run_vad_segments(
                     sha1s[file.audio_path] = hashlib.sha1(data).hexdigest()
                     if add_to_tar is not None:
                         add_to_tar(file.audio_path, data)
-                        fault_point("vad-staging")  # the staged tar half written, under its temp name
+                        # The staged tar half written under its temp name (outside the commit's points).
+                        faults.fault_point("vad-staging")
                     if file.audio_path in imported:
                         segments[file.audio_path] = imported[file.audio_path]
                         continue
