@@ -42,10 +42,12 @@ def audio_budget_problem(
     sample_rate: int,
     channels: int = 1,
     *,
-    max_seconds: float = MAX_UTTERANCE_SECONDS,
-    max_decoded_bytes: int = MAX_DECODED_BYTES,
+    max_seconds: float | None = None,
+    max_decoded_bytes: int | None = None,
 ) -> str | None:
-    """Why decoding ``frames`` frames would break the budget, or None."""
+    """Why decoding ``frames`` frames would break the budget (default: this module's limits), or None."""
+    max_seconds = MAX_UTTERANCE_SECONDS if max_seconds is None else max_seconds
+    max_decoded_bytes = MAX_DECODED_BYTES if max_decoded_bytes is None else max_decoded_bytes
     seconds = frames / sample_rate if sample_rate > 0 else 0.0
     if seconds > max_seconds:
         return f"{seconds:.1f} s of audio, over the per-utterance memory budget of {max_seconds:.0f} s"
