@@ -25,7 +25,7 @@ from speechdata.importers.aligned_json import import_aligned_countries
 from speechdata.importers.granary import import_granary_parquet
 from speechdata.importers.language_tars import import_language_tar
 from speechdata.io import layout
-from speechdata.io.bounded_json import JsonBoundsError, load_bounded_json
+from speechdata.io.bounded_json import JsonBoundsError, json_depth, load_bounded_json
 from speechdata.io.safe_tar import audit_tar
 from speechdata.landing.ingest import run_raw_shards
 from speechdata.testing.aligned_json import build_aligned_json_corpus
@@ -149,7 +149,7 @@ def test_json_nested_100000_deep_is_one_reject_of_the_streaming_segments_step(da
 
     reason, detail = rejects_of(data_root, shard, "streaming_segments")["deep"]
     assert reason == "segmentation_over_json_limits"
-    assert "deep.json" in detail and "nested 100000 levels deep, over the limit of 256" in detail
+    assert "deep.json" in detail and "nested 100000 levels deep, deeper than the parser goes" in detail
     assert summary.rows_out == 1 and summary.rows_in == 2
 
 
@@ -159,14 +159,15 @@ def _timed(words):
     return [TimedUnit(w, 500 * i, 500 * i + 400, -0.1) for i, w in enumerate(words)]
 
 
-def test_the_json_chokepoint_bounds_depth_and_size_and_ignores_brackets_inside_strings():
-    assert load_bounded_json('{"a": "[[[[[[", "b": [[1]]}', "x.json") == {"a": "[[[[[[", "b": [[1]]}
-    with pytest.raises(JsonBoundsError, match="nested 5 levels deep, over the limit of 4"):
-        load_bounded_json("[[[[[1]]]]]", "x.json", max_depth=4)
+def test_the_json_chokepoint_bounds_depth_and_size_and_counts_no_bracket_inside_a_string():
+    assert json_depth(b'{"a": "[[[[[[\\"[[", "b": [[1]]}') == 3
+    assert load_bounded_json('{"a": "[[[[[["}', "x.json") == {"a": "[[[[[["}
+    with pytest.raises(JsonBoundsError, match="x.json: JSON nested 50000 levels deep"):
+        load_bounded_json("[" * 50_000 + "]" * 50_000, "x.json")
     with pytest.raises(JsonBoundsError, match="x.json: JSON of 12 bytes is over the 10-byte limit"):
         load_bounded_json('"0123456789"', "x.json", max_bytes=10)
     with pytest.raises(SegmentationError) as raised:
-        read_segmentation(b"{" * 50_000, "s.json")
+        read_segmentation(b"[" * 50_000, "s.json")
     assert raised.value.reason == "segmentation_over_json_limits"
 
 
