@@ -29,6 +29,7 @@ import pyarrow as pa
 import soundfile as sf
 
 from speechdata import faults
+from speechdata.audio import budget
 from speechdata.audio.budget import OVER_BUDGET_REASON, audio_budget_problem
 from speechdata.faults import fault_point
 from speechdata.io import layout
@@ -246,9 +247,25 @@ def run_vad_segments(
     )
 
 
-def _batches(files: list[AudioFile], size: int) -> Iterator[list[AudioFile]]:
-    for first in range(0, len(files), size):
-        yield files[first : first + size]
+def _batches(
+    files: list[AudioFile], size: int, max_padded_seconds: float | None = None
+) -> Iterator[list[AudioFile]]:
+    """At most ``size`` files per batch, and at most ``max_padded_seconds`` (default: the per-utterance
+    memory budget) of audio once the model pads every file to the batch's longest: 63 short files
+    beside one of 30 minutes would otherwise hold 64 x 30 minutes. A file's segments do not depend
+    on the files batched with it (the model keeps one state per row)."""
+    limit = budget.MAX_UTTERANCE_SECONDS if max_padded_seconds is None else max_padded_seconds
+    batch: list[AudioFile] = []
+    longest = 0.0
+    for file in files:
+        padded = (len(batch) + 1) * max(longest, file.duration_s)
+        if batch and (len(batch) == size or padded > limit):
+            yield batch
+            batch, longest = [], 0.0
+        batch.append(file)
+        longest = max(longest, file.duration_s)
+    if batch:
+        yield batch
 
 
 def _name_by_content(data_root: DataRoot, shard_id: str, staged: str) -> str:

@@ -55,3 +55,15 @@ def test_the_container_never_stores_an_utterance_over_the_budget(tmp_path, ten_s
 def test_the_decoded_bytes_bound_catches_many_channels_at_a_high_rate():
     assert audio_budget_problem(384_000 * 600, 384_000, 8) is not None  # 10 min, 8 channels at 384 kHz
     assert audio_budget_problem(48_000 * 600, 48_000, 2) is None
+
+
+def test_a_vad_batch_never_pads_more_audio_than_the_budget():
+    from speechdata.vad.stage import AudioFile, _batches
+
+    files = [AudioFile(f"{n}.wav", [str(n)], None, seconds) for n, seconds in enumerate([5.0] * 10 + [1500.0, 5.0])]
+    batches = [[f.audio_path for f in batch] for batch in _batches(files, 64)]
+    # The 25-minute file would pad eleven others to 25 minutes each: it goes alone.
+    assert batches == [[f"{n}.wav" for n in range(10)], ["10.wav"], ["11.wav"]]
+    assert [len(b) for b in _batches(files[:10], 4)] == [4, 4, 2]
+    for batch in _batches(files, 64):
+        assert len(batch) == 1 or len(batch) * max(f.duration_s for f in batch) <= 1800.0
