@@ -100,8 +100,9 @@ def import_granary_parquet(
 
     ``utt_id`` is ``id_column``'s value when given (``raw_shards`` rejects ids that break the
     contract; a null or empty id lands as null, never as the text ``"None"``, and its audio is not
-    copied: ``raw_shards`` rejects the row ``missing_utt_id``), else ``<id_prefix>_<row:06d>`` (``utt_000123``, the translation corpus's naming). The
-    transcript is ``text_column``, else the first of :data:`TEXT_COLUMN_CANDIDATES` present.
+    copied: ``raw_shards`` rejects the row ``missing_utt_id``), else ``<id_prefix>_<row:06d>``
+    (``utt_000123``, the translation corpus's naming). The transcript is ``text_column``, else the
+    first of :data:`TEXT_COLUMN_CANDIDATES` present.
     ``country`` is a code or a country name (``germany``): rows carry its ISO 3166-1 alpha-2 code.
     """
     country = country_code_for(country) if country is not None else None
