@@ -244,17 +244,6 @@ def _write_state(data_root: DataRoot, shards: Sequence[IndexedShard]) -> None:
     data_root.write_parquet(layout.near_duplicates_index_order(), pa.Table.from_pylist(rows, schema=ORDER_SCHEMA))
 
 
-def _read_state_repairing(data_root: DataRoot) -> list[IndexedShard]:
-    """:func:`read_state`, rebuilding ``shards.parquet`` from the commit records when it is damaged
-    (call with the index lock held)."""
-    try:
-        return read_state(data_root)
-    except IndexDamaged:
-        rebuilt = _state_from_commit_records(data_root)
-        _write_state(data_root, rebuilt)
-        return rebuilt
-
-
 # --- reserving, waiting, committing ------------------------------------------------------------
 
 
@@ -275,7 +264,7 @@ def reserve_position(
         with corpus_index_lock(
             data_root, timeout_s=max(deadline - time.monotonic(), 0.0), run_id=run_id, holder_finished=holder_finished
         ):
-            state = _read_state_repairing(data_root)
+            state = read_state(data_root)
             mine = next((shard for shard in state if shard.shard_id == shard_id), None)
             position = mine.position if mine else max((shard.position for shard in state), default=-1) + 1
             stack = contextlib.ExitStack()
@@ -336,7 +325,7 @@ def wait_for_earlier(
 
 def _drop_reservation(data_root: DataRoot, shard: IndexedShard, **lock_options) -> None:
     with corpus_index_lock(data_root, **lock_options):
-        state = _read_state_repairing(data_root)
+        state = read_state(data_root)
         if any(s.position == shard.position and s.reservation == shard.reservation for s in state):
             _write_state(data_root, [s for s in state if s.position != shard.position])
 
@@ -405,7 +394,7 @@ def commit_shard_entries(
     if not data_root.exists(entries_relative):
         data_root.write_bytes(entries_relative, content)
     with corpus_index_lock(data_root, timeout_s=timeout_s, run_id=run_id, holder_finished=holder_finished):
-        state = _read_state_repairing(data_root)
+        state = read_state(data_root)
         mine = next((s for s in state if s.shard_id == reservation.shard_id), None)
         if mine is None or mine.position != reservation.position:
             raise ReservationLost(f"{reservation.shard_id} lost index position {reservation.position}")
@@ -671,7 +660,10 @@ def compact_index(data_root: DataRoot, *, timeout_s: float = DEFAULT_LOCK_TIMEOU
     segment of the next level (one merge per call); return its name, or None when nothing was due.
     The merge runs outside the index lock; the switch (shards remapped, only where they still point
     at the merged segments with the same entries version) under it."""
-    state = read_state(data_root)
+    try:
+        state = read_state(data_root)
+    except IndexDamaged:
+        return None  # repaired by the next run that needs it
     by_segment: dict[str, list[IndexedShard]] = defaultdict(list)
     for shard in state:
         if shard.state == COMMITTED and shard.segment:
@@ -708,7 +700,10 @@ def compact_index(data_root: DataRoot, *, timeout_s: float = DEFAULT_LOCK_TIMEOU
     merged = segment_name(content, level + 1)
     data_root.write_bytes(_segment_relative(merged), content)
     with corpus_index_lock(data_root, timeout_s=timeout_s, **lock_options):
-        current = _read_state_repairing(data_root)
+        try:
+            current = read_state(data_root)
+        except IndexDamaged:
+            return None
         switched = [
             replace(s, segment=merged)
             if s.state == COMMITTED and s.segment in inputs and (s.position, s.entries_version) in members

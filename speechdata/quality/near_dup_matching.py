@@ -45,7 +45,7 @@ KINDS = (EXACT_AUDIO, NEAR_AUDIO, NEAR_TRANSCRIPT)
 MAX_KEY_OCCURRENCES = 500
 """Sampled audio keys held by more than this many earlier utterances' frames are too common to point
 at a copy (steady tones, hum): they are left out of the vote, as Haitsma and Kalker do."""
-AUDIO_CANDIDATES_FETCHED = 16
+AUDIO_CANDIDATES_FETCHED = 32
 """Candidates (by sampled-key votes at one offset) fetched whole and voted on every frame, per utterance."""
 AUDIO_CANDIDATES_VERIFIED = 8
 """Candidates (by full offset votes) whose bit error rate is measured, per utterance."""

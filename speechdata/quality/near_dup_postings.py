@@ -10,8 +10,8 @@ indexed utterance contributes *keys*, every one a uint64:
 - its *sampled* audio keys: the active sub-fingerprints whose mixed value falls in one of
   :data:`AUDIO_KEY_SAMPLING` classes, salted, frame = the frame it occurs at. The choice depends on
   the sub-fingerprint's value alone, so a copy keeps the same frames where its bits survived: on the
-  planted set every audio copy, compound transforms included, shares at least one sampled key with
-  its original (docs/near-duplicates.md), and a quarter of the lookups are made.
+  planted set the audio-alone recall is what looking up every frame gave (docs/near-duplicates.md),
+  with half the lookups.
 
 A *posting* is ``(key, owner, frame)``; ``owner`` (:func:`owner_of`) orders every indexed utterance
 by its shard's index position, then by its rank (``utt_id`` order) in the shard, so "earlier in the
@@ -46,8 +46,8 @@ if TYPE_CHECKING:
 
 OWNER_RANK_BITS = 24
 """An owner is ``position << 24 | rank``: a shard holds at most 16 777 216 utterances."""
-AUDIO_KEY_SAMPLING = 4
-"""One sub-fingerprint value in four is a lookup key (chosen by value, so copies choose alike)."""
+AUDIO_KEY_SAMPLING = 2
+"""One sub-fingerprint value in two is a lookup key (chosen by value, so copies choose alike)."""
 BLOCK_RECORDS = 256
 """Postings per block: the unit a lookup reads (5 KiB)."""
 

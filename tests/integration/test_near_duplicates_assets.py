@@ -85,6 +85,10 @@ def test_a_rewrapped_file_is_an_exact_duplicate_through_ingest(data_root):
 
 @pytest.fixture
 def two_shards(data_root):
+    return land_two_shards(data_root)
+
+
+def land_two_shards(data_root):
     """Shard ``a`` lands first; ``b`` carries an MP3 of one of a's utterances, a trimmed copy of
     another of its own, a transcript of a's under new audio, and one utterance of its own."""
     originals = [voice(n) for n in range(4)]
