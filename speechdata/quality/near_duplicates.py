@@ -41,6 +41,7 @@ from speechdata.quality.near_dup_matching import (
     UtteranceSignals,
     decide_shard,
 )
+from speechdata.quality.near_dup_postings import index_keys
 from speechdata.rejects import error_text
 from speechdata.stage import StageSummary
 
@@ -206,8 +207,11 @@ def run_near_duplicates(
     for attempt in range(INDEX_ATTEMPTS):
         try:
             with reserve_position(data_root, shard_id, timeout_s=lock_timeout_s, **lock_options) as reservation:
-                state = wait_for_earlier(data_root, reservation, timeout_s=lock_timeout_s, **lock_options)
-                earlier = IndexReader(data_root, reservation.position, state)
+                # The postings of the shard's keys are read from what is committed now, while shards
+                # reserved before it may still be deciding; then only theirs once they commit.
+                earlier = IndexReader(data_root, reservation.position)
+                earlier.prefetch(index_keys(signals, reservation.position)["key"])
+                earlier.settle(wait_for_earlier(data_root, reservation, timeout_s=lock_timeout_s, **lock_options))
                 decisions = decide_shard(reservation.position, signals, earlier, thresholds)
                 indexed = commit_shard_entries(
                     data_root, reservation, signals, decisions, timeout_s=lock_timeout_s, **lock_options
