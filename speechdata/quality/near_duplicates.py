@@ -223,10 +223,16 @@ def run_near_duplicates(
         except ReservationLost:
             if attempt == INDEX_ATTEMPTS - 1:
                 raise
-        except IndexDamaged:
+        except IndexDamaged as damaged:
             if attempt == INDEX_ATTEMPTS - 1:
                 raise
-            repairs += repair_index(data_root, timeout_s=lock_timeout_s, **lock_options)
+            repairs += repair_index(
+                data_root,
+                damaged_entries=[damaged.entries_of] if damaged.entries_of else [],
+                refingerprint=lambda other: shard_signals(data_root, other)[0],
+                timeout_s=lock_timeout_s,
+                **lock_options,
+            )
     compact_index(data_root, timeout_s=lock_timeout_s, **lock_options)
     return NearDuplicatesSummary(
         shard_id=shard_id,

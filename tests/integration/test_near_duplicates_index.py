@@ -167,3 +167,15 @@ def test_a_shard_waiting_on_an_earlier_reservation_sees_what_it_commits(data_roo
     later.join(60)
     assert [s.shard_id for s in read_order(data_root)] == ["first", "second"]
     assert verdicts(data_root, "second") == {"second-0": "first"}
+
+
+def test_a_torn_entries_file_is_fingerprinted_again_at_its_position(two_shards):
+    root = two_shards
+    run_near_duplicates(root, "a")
+    [entries_a] = root.glob(f"{layout.near_duplicates_index_entries_dir()}/a-*.parquet")
+    content = root.fs.cat_file(entries_a)
+    root.fs.pipe_file(entries_a, content[: len(content) // 2])
+    summary = run_near_duplicates(root, "b")
+    assert any("a: entries fingerprinted again from its audio" in line for line in summary.repairs)
+    assert [(s.position, s.shard_id) for s in read_order(root)] == [(0, "a"), (1, "b")]
+    assert verdicts(root, "b") == B_VERDICTS
