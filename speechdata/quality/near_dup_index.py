@@ -775,6 +775,7 @@ def compact_index(data_root: DataRoot, *, timeout_s: float = DEFAULT_LOCK_TIMEOU
         if len(names) >= FANOUT:
             due = level, names[:FANOUT]
             break
+    _remove_orphan_segments(data_root, set(by_segment))
     if due is None:
         return None
     level, inputs = due
@@ -811,6 +812,26 @@ def compact_index(data_root: DataRoot, *, timeout_s: float = DEFAULT_LOCK_TIMEOU
         _write_state(data_root, switched)
     _remove_unreferenced_segments(data_root, set(inputs) | {merged})
     return merged
+
+
+ORPHAN_GRACE_S = 3_600.0
+"""A segment no row names is removed once it is this old: younger ones may be a commit or a merge
+still on its way to naming it."""
+
+
+def _remove_orphan_segments(data_root: DataRoot, referenced: set[str]) -> int:
+    """Delete segments no committed shard maps to (a run killed between writing its level-0 segment
+    and its commit, a merge that lost its switch) once :data:`ORPHAN_GRACE_S` old; return how many."""
+    removed = 0
+    now = time.time()
+    for path in data_root.glob(f"{layout.NEAR_DUPLICATES_INDEX}/segments/*.seg"):
+        if posixpath.basename(path) in referenced:
+            continue
+        with contextlib.suppress(FileNotFoundError):
+            if now - data_root.fs.modified(path).timestamp() >= ORPHAN_GRACE_S:
+                data_root.fs.rm_file(path)
+                removed += 1
+    return removed
 
 
 def write_index(

@@ -179,3 +179,15 @@ def test_a_torn_entries_file_is_fingerprinted_again_at_its_position(two_shards):
     assert any("a: entries fingerprinted again from its audio" in line for line in summary.repairs)
     assert [(s.position, s.shard_id) for s in read_order(root)] == [(0, "a"), (1, "b")]
     assert verdicts(root, "b") == B_VERDICTS
+
+
+def test_a_segment_no_shard_names_is_removed_once_old(two_shards, monkeypatch):
+    root = two_shards
+    run_near_duplicates(root, "a")
+    orphan = f"{layout.NEAR_DUPLICATES_INDEX}/segments/L0-0123456789abcdef.seg"
+    root.write_bytes(orphan, b"left by a run killed before its commit")
+    run_near_duplicates(root, "b")
+    assert root.exists(orphan)  # young: it may be a commit on its way
+    monkeypatch.setattr(near_dup_index, "ORPHAN_GRACE_S", 0.0)
+    run_near_duplicates(root, "b")
+    assert not root.exists(orphan) and len(segments(root)) == 2
