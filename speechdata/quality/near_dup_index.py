@@ -583,20 +583,30 @@ class IndexReader:
         for position, wanted in sorted(by_position.items()):
             shard = self.shards[position]
             relative = layout.near_duplicates_index_entries(shard.shard_id, shard.entries_version)
-            groups = sorted({int(rank_of(owner)) // ENTRIES_ROW_GROUP for owner in wanted})
+            ranks = np.array([int(rank_of(owner)) for owner in wanted], np.int64)
             try:
                 with self.data_root.open_parquet(relative) as parquet:
+                    # Row groups as the file has them (64 rows; one for files written before that).
+                    metadata = parquet.metadata
+                    starts = np.cumsum([0] + [metadata.row_group(g).num_rows for g in range(metadata.num_row_groups)])
+                    of_rank = np.searchsorted(starts, ranks, side="right") - 1
+                    groups = sorted(set(of_rank.tolist()))
                     table = parquet.read_row_groups(groups)
             except (UnreadableIntermediate, FileNotFoundError) as exc:
                 raise IndexDamaged(
                     f"entries of {shard.shard_id} ({relative}) unreadable: {exc}", shard.shard_id
                 ) from exc
+            if int(ranks.max()) >= int(starts[-1]):
+                raise IndexDamaged(
+                    f"entries of {shard.shard_id} ({relative}) hold fewer rows than indexed", shard.shard_id
+                )
             rows = table.to_pylist()
             self.rows_read += len(rows)
-            for owner in wanted:
-                rank = int(rank_of(owner))
-                offset = groups.index(rank // ENTRIES_ROW_GROUP) * ENTRIES_ROW_GROUP + rank % ENTRIES_ROW_GROUP
-                fetched[owner] = _parse_entry(shard.shard_id, rows[offset])
+            first_row = {
+                group: int(sum(starts[g + 1] - starts[g] for g in groups[:i])) for i, group in enumerate(groups)
+            }
+            for owner, rank, group in zip(wanted, ranks.tolist(), of_rank.tolist(), strict=True):
+                fetched[owner] = _parse_entry(shard.shard_id, rows[first_row[group] + rank - int(starts[group])])
         return fetched
 
 
