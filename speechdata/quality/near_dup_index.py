@@ -33,9 +33,11 @@ dropped from the index and re-indexed at the end by its next run); an entries fi
 read is reported by name.
 
 API for the whole-corpus batch pass (kept stable): :func:`read_order`, :func:`read_state`,
-:class:`IndexReader` (a :class:`~.near_dup_matching.CandidateSource`), :func:`reserve_position`,
-:func:`wait_for_earlier`, :func:`commit_shard_entries`, :func:`write_index` (a whole ordered corpus
-at once), :func:`entries_table`, :func:`repair_index`, :func:`compact_index`; keys and segments in
+:class:`IndexReader` (a :class:`~.near_dup_matching.CandidateSource`; ``prefetch``/``settle``),
+:func:`reserve_position`, :func:`wait_for_earlier`, :func:`position_lock` and
+:func:`drop_reservation` (also under their earlier private names), :func:`commit_shard_entries`,
+:func:`write_index` (a whole ordered corpus at once), :func:`entries_table`,
+:func:`read_shard_entries`, :func:`repair_index`, :func:`compact_index`; keys and segments in
 :mod:`.near_dup_postings` (:func:`~.near_dup_postings.index_keys`); decisions in
 :func:`.near_dup_matching.decide_shard`.
 """
@@ -83,6 +85,12 @@ no asset writes a product named :data:`INDEX_LOCK_PRODUCT`, so no shard's own lo
 INDEX_LOCK_PRODUCT = "corpus_index"
 DEFAULT_LOCK_TIMEOUT_S = 1_800.0
 LOCK_POLL_S = 0.5
+WAIT_POLL_S = 0.1
+LIVENESS_CHECK_S = 2.0
+"""How often a waiting shard tries the position locks of the shards it waits for (a lock it can take
+is a run that is gone): an S3 request per shard waited for."""
+"""How often a shard waiting for the shards reserved before it reads the order (a small file): each
+of a queue of shards landing together waits at most this long past the one before it commits."""
 ENTRIES_ROW_GROUP = 64
 """Entries rows per row group: fetching a candidate reads its group, not its shard."""
 FANOUT = 8
@@ -309,30 +317,40 @@ def wait_for_earlier(
     found gone (its position lock can be taken) and its reservation is dropped. Returns the state
     then (the committed shards before ``reservation`` are what it is decided against)."""
     deadline = time.monotonic() + timeout_s
+    next_liveness_check = 0.0
     while True:
         state = read_state(data_root)
         pending = [s for s in state if s.state == RESERVED and s.position < reservation.position]
         if not pending:
             return state
-        for shard in pending:
-            try:
-                with _position_lock(data_root, shard.position, run_id, holder_finished):
-                    _drop_reservation(data_root, shard, run_id=run_id, holder_finished=holder_finished)
-            except ShardLocked:
-                continue
+        if time.monotonic() >= next_liveness_check:
+            next_liveness_check = time.monotonic() + LIVENESS_CHECK_S
+            for shard in pending:
+                try:
+                    with _position_lock(data_root, shard.position, run_id, holder_finished):
+                        _drop_reservation(data_root, shard, run_id=run_id, holder_finished=holder_finished)
+                except ShardLocked:
+                    continue
+            continue  # read the order again: a dropped reservation is no longer waited for
         if time.monotonic() >= deadline:
             raise CorpusIndexBusy(
                 f"shards reserved before {reservation.shard_id} (position {reservation.position}) did not commit in "
                 f"{timeout_s:.0f} s: {', '.join(f'{s.shard_id} at {s.position}' for s in pending)}"
             )
-        time.sleep(LOCK_POLL_S)
+        time.sleep(WAIT_POLL_S)
 
 
 def _drop_reservation(data_root: DataRoot, shard: IndexedShard, **lock_options) -> None:
+    """Remove ``shard``'s reservation if it is still the one read (its run was found gone)."""
     with corpus_index_lock(data_root, **lock_options):
         state = read_state(data_root)
         if any(s.position == shard.position and s.reservation == shard.reservation for s in state):
             _write_state(data_root, [s for s in state if s.position != shard.position])
+
+
+position_lock = _position_lock
+"""The lock a reserving run holds on its position until it commits (taking it proves that run gone)."""
+drop_reservation = _drop_reservation
 
 
 def entries_table(signals: Sequence[UtteranceSignals], decisions: Sequence[Decision]) -> pa.Table:
