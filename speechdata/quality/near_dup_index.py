@@ -69,14 +69,16 @@ from speechdata.quality.near_dup_postings import (
     POSTING_DTYPE,
     DamagedSegment,
     SegmentShard,
+    SegmentWriter,
     index_keys,
     lookup_segment,
+    merge_segments,
     position_of,
     rank_of,
-    read_all_postings,
+    read_segment_header,
     segment_bytes,
     segment_name,
-    sort_postings,
+    verify_segment,
 )
 
 INDEX_LOCK_KEY = "near-duplicates-index"
@@ -95,8 +97,9 @@ ENTRIES_ROW_GROUP = 64
 """Entries rows per row group: fetching a candidate reads its group, not its shard."""
 FANOUT = 8
 """Segments of one level merged into one of the next level."""
-MAX_MERGE_POSTINGS = 16_000_000
-"""A merge holds its postings in memory (20 bytes each): segments past this size are not merged further."""
+MERGE_CHUNK_POSTINGS = 2_000_000
+"""A merge reads and sorts its inputs this many postings at a time (about 60 MB): segments grow
+without a size cap while a merge's memory stays bounded."""
 RESERVED, COMMITTED = "reserved", "committed"
 
 ORDER_SCHEMA = pa.schema(
@@ -768,7 +771,7 @@ def _healthy_segments(data_root: DataRoot) -> dict[str, set[tuple[int, str]]]:
         name = posixpath.basename(path)
         try:
             with data_root.fs.open(path, "rb") as handle:
-                header, _ = read_all_postings(handle, name)
+                header = verify_segment(handle, name)
         except DamagedSegment:
             with contextlib.suppress(FileNotFoundError):
                 data_root.fs.rm_file(path)
@@ -794,38 +797,15 @@ def compact_index(data_root: DataRoot, *, timeout_s: float = DEFAULT_LOCK_TIMEOU
     for shard in state:
         if shard.state == COMMITTED and shard.segment:
             by_segment[shard.segment].append(shard)
-    by_level: dict[int, list[str]] = defaultdict(list)
-    for name in by_segment:
-        by_level[_level(name)].append(name)
-    due = None
-    for level in sorted(by_level):
-        names = sorted(by_level[level], key=lambda name: min(s.position for s in by_segment[name]))
-        if len(names) >= FANOUT:
-            due = level, names[:FANOUT]
-            break
     _remove_orphan_segments(data_root, set(by_segment))
+    due = _due_merge(by_segment)
     if due is None:
         return None
     level, inputs = due
     members = {(s.position, s.entries_version): s for name in inputs for s in by_segment[name]}
-    parts = []
-    for name in inputs:
-        relative = _segment_relative(name)
-        try:
-            with data_root.fs.open(data_root.path(relative), "rb") as handle:
-                header, postings = read_all_postings(handle, relative)
-        except (FileNotFoundError, DamagedSegment):
-            return None  # repaired by the next run that reads it
-        live = {(s.position, s.entries_version) for s in header.shards} & set(members)
-        keep = np.isin(position_of(postings["owner"]), np.fromiter((p for p, _ in live), np.int64))
-        parts.append(postings[keep])
-    total = sum(len(part) for part in parts)
-    if total > MAX_MERGE_POSTINGS:
+    merged = _write_merged(data_root, inputs, members, level + 1)
+    if merged is None:
         return None
-    shards = [SegmentShard(p, members[(p, v)].shard_id, v) for p, v in sorted(members)]
-    content = segment_bytes(sort_postings(np.concatenate(parts)), level + 1, shards)
-    merged = segment_name(content, level + 1)
-    data_root.write_bytes(_segment_relative(merged), content)
     with corpus_index_lock(data_root, timeout_s=timeout_s, **lock_options):
         try:
             current = read_state(data_root)
@@ -839,6 +819,52 @@ def compact_index(data_root: DataRoot, *, timeout_s: float = DEFAULT_LOCK_TIMEOU
         ]
         _write_state(data_root, switched)
     _remove_unreferenced_segments(data_root, set(inputs) | {merged})
+    return merged
+
+
+def _due_merge(by_segment: dict[str, list[IndexedShard]]) -> tuple[int, list[str]] | None:
+    """``(level, the FANOUT earliest segments of it)`` for the lowest level that has that many."""
+    by_level: dict[int, list[str]] = defaultdict(list)
+    for name in by_segment:
+        by_level[_level(name)].append(name)
+    for level in sorted(by_level):
+        names = sorted(by_level[level], key=lambda name: min(s.position for s in by_segment[name]))
+        if len(names) >= FANOUT:
+            return level, names[:FANOUT]
+    return None
+
+
+def _write_merged(
+    data_root: DataRoot, inputs: list[str], members: dict[tuple[int, str], IndexedShard], level: int
+) -> str | None:
+    """Merge ``inputs`` (keeping only ``members``' postings) into one segment of ``level``, streamed;
+    its name, or None when an input is gone or damaged (the next run that reads it repairs it)."""
+    shards = [SegmentShard(p, members[(p, v)].shard_id, v) for p, v in sorted(members)]
+    writer = SegmentWriter()
+    with contextlib.ExitStack() as stack:
+        opened = []
+        for name in inputs:
+            relative = _segment_relative(name)
+            try:
+                handle = stack.enter_context(data_root.fs.open(data_root.path(relative), "rb"))
+                header = read_segment_header(handle, relative)
+            except (FileNotFoundError, DamagedSegment):
+                return None  # repaired by the next run that reads it
+            held = {(s.position, s.entries_version) for s in header.shards}
+            mine = [key for key, shard in members.items() if shard.segment == name]
+            if not all(key in held for key in mine):
+                return None
+            # Only the positions the order maps to this segment: it may also hold an older version
+            # of a shard since re-indexed elsewhere.
+            opened.append((handle, relative, header, np.array([position for position, _ in mine], np.int64)))
+        try:
+            merge_segments(opened, writer, MERGE_CHUNK_POSTINGS)
+        except DamagedSegment:
+            return None
+    merged, pieces = writer.finish(level, shards)
+    with data_root.open_atomic(_segment_relative(merged)) as output:
+        for piece in pieces:
+            output.write(piece)
     return merged
 
 
