@@ -335,12 +335,28 @@ def wait_for_earlier(
                 except ShardLocked:
                     continue
             continue  # read the order again: a dropped reservation is no longer waited for
-        if time.monotonic() >= deadline:
-            raise CorpusIndexBusy(
-                f"shards reserved before {reservation.shard_id} (position {reservation.position}) did not commit in "
-                f"{timeout_s:.0f} s: {', '.join(f'{s.shard_id} at {s.position}' for s in pending)}"
-            )
-        time.sleep(WAIT_POLL_S)
+        # Until the next liveness check, watch the pending shards' commit records (a small file
+        # each) rather than the order, which grows with the corpus.
+        while time.monotonic() < next_liveness_check:
+            if time.monotonic() >= deadline:
+                raise CorpusIndexBusy(
+                    f"shards reserved before {reservation.shard_id} (position {reservation.position}) did not "
+                    f"commit in {timeout_s:.0f} s: {', '.join(f'{s.shard_id} at {s.position}' for s in pending)}"
+                )
+            if all(_committed_at(data_root, shard) for shard in pending):
+                break
+            time.sleep(WAIT_POLL_S)
+
+
+def _committed_at(data_root: DataRoot, shard: IndexedShard) -> bool:
+    """Whether ``shard``'s commit record names its reserved position (it has committed there)."""
+    try:
+        return (
+            json.loads(data_root.fs.cat_file(data_root.path(_commit_record_relative(shard.shard_id))))["position"]
+            == shard.position
+        )
+    except (FileNotFoundError, ValueError, KeyError, TypeError):
+        return False
 
 
 def _drop_reservation(data_root: DataRoot, shard: IndexedShard, **lock_options) -> None:
