@@ -8,19 +8,16 @@ from assets.packaging import shard_manifest
 from assets.partitions import country_partitions, language_partitions
 from assets.reporting import markdown_rows
 from resources.storage import DataRootResource
-from speechdata.catalog.accounting_state import REJECTS_BY_PRODUCT_FROM_STATE, SHARD_ACCOUNTING_FROM_STATE
-from speechdata.catalog.database_file import refresh_catalog_file
+from speechdata.catalog.database_file import REFRESH_SUMMARY_QUERIES, refresh_catalog_file
 from speechdata.catalog.display import format_table
-from speechdata.catalog.incremental import HOURS_PER_LANGUAGE_FROM_STATE
 from speechdata.catalog.quality import SIGNAL_UNITS
-from speechdata.catalog.quality_state import HOURS_LOST_FROM_STATE, SIGNAL_HISTOGRAMS_FROM_STATE
+from speechdata.catalog.quality_state import HOURS_LOST
 from speechdata.catalog.views import CATALOG_FILE
 from speechdata.io.duckdb_object_store import upload_database
 
 UI_POSITION = 5
 
 
-HOURS_LOST = "hours_lost_per_reason_per_language"
 QUALITY_HISTOGRAM_PREFIX = "quality_histogram"
 """Metadata ``quality_histogram/<language>/<signal>``: the signal's distribution over the language's utterances."""
 
@@ -67,13 +64,7 @@ def manifest_catalog(
         root,
         full=config.full,
         # From the stored per-manifest and per-shard state: the named queries would re-read every shard.
-        queries={
-            "by_language": HOURS_PER_LANGUAGE_FROM_STATE,
-            "by_product": REJECTS_BY_PRODUCT_FROM_STATE,
-            "accounting": SHARD_ACCOUNTING_FROM_STATE,
-            "signal_histograms": SIGNAL_HISTOGRAMS_FROM_STATE,
-            HOURS_LOST: HOURS_LOST_FROM_STATE,
-        },
+        queries=REFRESH_SUMMARY_QUERIES,
     )
     summary, read_through = refreshed.summary, refreshed.reads_through
     by_language, accounting = refreshed.tables["by_language"], refreshed.tables["accounting"]

@@ -55,6 +55,9 @@ from dataclasses import dataclass, field
 import duckdb
 import pyarrow as pa
 
+from speechdata.catalog.accounting_state import REJECTS_BY_PRODUCT_FROM_STATE, SHARD_ACCOUNTING_FROM_STATE
+from speechdata.catalog.incremental import HOURS_PER_LANGUAGE_FROM_STATE
+from speechdata.catalog.quality_state import HOURS_LOST, HOURS_LOST_FROM_STATE, SIGNAL_HISTOGRAMS_FROM_STATE
 from speechdata.catalog.readonly import lock_down
 from speechdata.catalog.root_paths import set_root_variable
 from speechdata.catalog.views import (
@@ -76,6 +79,16 @@ _PUBLISHED_VIEWS = "catalog_published_views"
 """In the state: the views' definitions digest and the digest of the views as DuckDB stored them in
 the ``catalog.duckdb`` the refresh published."""
 _PUBLISHED_TABLES = {"catalog_info"}
+
+REFRESH_SUMMARY_QUERIES = {
+    "by_language": HOURS_PER_LANGUAGE_FROM_STATE,
+    "by_product": REJECTS_BY_PRODUCT_FROM_STATE,
+    "accounting": SHARD_ACCOUNTING_FROM_STATE,
+    "signal_histograms": SIGNAL_HISTOGRAMS_FROM_STATE,
+    HOURS_LOST: HOURS_LOST_FROM_STATE,
+}
+"""What ``manifest_catalog`` shows after a refresh, from the refresh's state alone (no file is read,
+whatever the corpus size): pass as ``queries`` to :func:`refresh_catalog_file`."""
 
 
 class CatalogNotBuilt(FileNotFoundError):
@@ -165,29 +178,18 @@ def refresh_catalog_file(
         try:
             if not root.is_local:
                 _fetch_state(root, state_path)
-            state, state_problem = _open_state(state_path)
-            problems += [state_problem] if state_problem else []
             try:
-                reads_through = enable_data_root_reads(state, root)
-                state.begin()
-                try:
-                    dropped += [f"state {d}" for d in drop_foreign_objects(state, _state_tables(), set())]
-                    ensure_catalog_published_record(state)
-                    recorded = state.execute(f"SELECT definitions_sha256, views_sha256 FROM {_PUBLISHED_VIEWS}").fetchall()
-                    published_problem, published = _build_published(
-                        database_path, build, root, inputs, recorded[0] if len(recorded) == 1 else None, full, dropped
-                    )
-                    problems += [published_problem] if published_problem else []
-                    summary = sync_catalog_state(state, inputs, full=full or state_problem is not None)
-                    state.execute(f"DELETE FROM {_PUBLISHED_VIEWS}")
-                    state.execute(f"INSERT INTO {_PUBLISHED_VIEWS} VALUES (?, ?)", list(published))
-                    state.commit()
-                except BaseException:
-                    state.rollback()
-                    raise
-                tables = {name: _arrow(state.sql(sql)) for name, sql in (queries or {}).items()}
-            finally:
-                state.close()
+                refreshed = _refresh_state(state_path, database_path, build, root, inputs, full, queries, dropped)
+            except duckdb.Error:
+                problem = _state_problem(state_path)
+                if problem is None:
+                    raise  # the state reads whole: the failure is the files' (a corrupt manifest), said as it is
+                _remove(state_path)
+                _remove(build)
+                problems.append(problem)
+                refreshed = _refresh_state(state_path, database_path, build, root, inputs, True, queries, dropped)
+            summary, tables, reads_through, more_problems = refreshed
+            problems += more_problems
             if not root.is_local:
                 upload_database(root, state_path, STATE_FILE)
             # A WAL left beside the old file by a writer of an older kind must not be replayed onto the new one.
@@ -202,6 +204,44 @@ def refresh_catalog_file(
     return RefreshedCatalog(summary, reads_through, "; ".join(problems) or None, tables, dropped)
 
 
+def _refresh_state(
+    state_path: str,
+    database_path: str,
+    build: str,
+    root: DataRoot,
+    inputs: CatalogInputs,
+    full: bool,
+    queries: Mapping[str, str] | None,
+    dropped: list[str],
+) -> tuple[CatalogSummary, dict[str, pa.Table], str, list[str]]:
+    """Bring the state up to ``inputs`` in one transaction, writing the views file into ``build`` on
+    the way; returns the summary, the ``queries``' tables, how the root was read and what was unusable."""
+    state, state_problem = _open_state(state_path)
+    problems = [state_problem] if state_problem else []
+    try:
+        reads_through = enable_data_root_reads(state, root)
+        state.begin()
+        try:
+            dropped += [f"state {d}" for d in drop_foreign_objects(state, _state_tables(), set())]
+            ensure_catalog_published_record(state)
+            recorded = state.execute(f"SELECT definitions_sha256, views_sha256 FROM {_PUBLISHED_VIEWS}").fetchall()
+            published_problem, published = _build_published(
+                database_path, build, root, inputs, recorded[0] if len(recorded) == 1 else None, full, dropped
+            )
+            problems += [published_problem] if published_problem else []
+            summary = sync_catalog_state(state, inputs, full=full or state_problem is not None)
+            state.execute(f"DELETE FROM {_PUBLISHED_VIEWS}")
+            state.execute(f"INSERT INTO {_PUBLISHED_VIEWS} VALUES (?, ?)", list(published))
+            state.commit()
+        except BaseException:
+            state.rollback()
+            raise
+        tables = {name: _arrow(state.sql(sql)) for name, sql in (queries or {}).items()}
+    finally:
+        state.close()
+    return summary, tables, reads_through, problems
+
+
 STATE_FILE = f".{CATALOG_FILE}{STATE_SUFFIX}"
 """The state, relative to an object-store data root (a local root's is beside its ``catalog.duckdb``)."""
 
@@ -211,7 +251,9 @@ def _state_tables() -> set[str]:
 
 
 def ensure_catalog_published_record(connection: duckdb.DuckDBPyConnection) -> None:
-    connection.execute(f"CREATE TABLE IF NOT EXISTS {_PUBLISHED_VIEWS} (definitions_sha256 VARCHAR, views_sha256 VARCHAR)")
+    connection.execute(
+        f"CREATE TABLE IF NOT EXISTS {_PUBLISHED_VIEWS} (definitions_sha256 VARCHAR, views_sha256 VARCHAR)"
+    )
 
 
 def _fetch_state(root: DataRoot, state_path: str) -> None:
@@ -222,14 +264,33 @@ def _fetch_state(root: DataRoot, state_path: str) -> None:
 
 
 def _open_state(state_path: str) -> tuple[duckdb.DuckDBPyConnection, str | None]:
-    """A connection to the state, in place; when it is unusable, to a new empty one and why."""
+    """A connection to the state, in place; when DuckDB cannot open it, to a new empty one and why.
+
+    Its tables are not read whole here (the state grows with the corpus): DuckDB checks each block's
+    checksum as it reads it, and a refresh that fails is followed by :func:`_state_problem`."""
     if not os.path.exists(state_path):
         return duckdb.connect(state_path), None
-    connection, problem = _open_checked(state_path, state_path)
-    if connection is not None:
-        return connection, None
+    try:
+        return duckdb.connect(state_path), None
+    except duckdb.Error as error:
+        problem = _unreadable(state_path, state_path, error)
     _remove(state_path)
     return duckdb.connect(state_path), problem
+
+
+def _state_problem(state_path: str) -> str | None:
+    """Why the state (closed) is unusable, after a refresh over it failed; None when it reads whole
+    (the failure came from elsewhere: a data file, the root)."""
+    connection, problem = _open_checked(state_path, state_path)
+    if connection is not None:
+        connection.close()
+    return problem
+
+
+def _unreadable(path: str, named: str, error: Exception) -> str:
+    lines = str(error).strip().splitlines()
+    detail = (lines[0] if lines else type(error).__name__).replace(path, named)
+    return f"{os.path.basename(named)} is unreadable ({detail})"
 
 
 def _open_checked(path: str, named: str) -> tuple[duckdb.DuckDBPyConnection | None, str | None]:
@@ -242,9 +303,7 @@ def _open_checked(path: str, named: str) -> tuple[duckdb.DuckDBPyConnection | No
     except duckdb.Error as error:
         if connection is not None:
             connection.close()
-        lines = str(error).strip().splitlines()
-        detail = (lines[0] if lines else type(error).__name__).replace(path, named)
-        return None, f"{os.path.basename(named)} is unreadable ({detail})"
+        return None, _unreadable(path, named, error)
 
 
 def _remove(path: str) -> None:
@@ -312,32 +371,26 @@ def foreign_objects(connection: duckdb.DuckDBPyConnection, tables: set[str], vie
     """Every object of the connection's database that is not one of ``tables`` or ``views``
     (``kind name``): other tables and views, anything in another schema, macros, sequences, types, indexes."""
     queries = (
-        ("schema", "SELECT schema_name, schema_name FROM duckdb_schemas() WHERE NOT internal"),
-        ("table", "SELECT schema_name, table_name FROM duckdb_tables() WHERE NOT temporary"),
-        ("view", "SELECT schema_name, view_name FROM duckdb_views() WHERE NOT internal AND NOT temporary"),
+        ("schema", "SELECT 'schema', schema_name, schema_name FROM duckdb_schemas() WHERE NOT internal"),
+        ("table", "SELECT 'table', schema_name, table_name FROM duckdb_tables() WHERE NOT temporary"),
+        ("view", "SELECT 'view', schema_name, view_name FROM duckdb_views() WHERE NOT internal AND NOT temporary"),
+        # One scan of duckdb_functions() (every built-in function: about 0.1 s), for both kinds of macro.
         (
             "macro",
-            "SELECT DISTINCT schema_name, function_name FROM duckdb_functions() "
-            "WHERE NOT internal AND function_type = 'macro'",
+            "SELECT DISTINCT CASE function_type WHEN 'macro' THEN 'macro' ELSE 'table macro' END, schema_name, "
+            "function_name FROM duckdb_functions() WHERE NOT internal AND function_type IN ('macro', 'table_macro')",
         ),
-        (
-            "table macro",
-            "SELECT DISTINCT schema_name, function_name FROM duckdb_functions() "
-            "WHERE NOT internal AND function_type = 'table_macro'",
-        ),
-        ("sequence", "SELECT schema_name, sequence_name FROM duckdb_sequences() WHERE NOT temporary"),
-        ("type", "SELECT schema_name, type_name FROM duckdb_types() WHERE NOT internal"),
-        ("index", "SELECT schema_name, index_name FROM duckdb_indexes() WHERE true"),
+        ("sequence", "SELECT 'sequence', schema_name, sequence_name FROM duckdb_sequences() WHERE NOT temporary"),
+        ("type", "SELECT 'type', schema_name, type_name FROM duckdb_types() WHERE NOT internal"),
+        ("index", "SELECT 'index', schema_name, index_name FROM duckdb_indexes() WHERE true"),
     )
     found = []
-    for kind, sql in queries:
-        where = " AND database_name = current_database()"
-        for schema, name in connection.execute(sql + where).fetchall():
-            ours = schema == "main" and (
-                (kind == "table" and name in tables) or (kind == "view" and name in views)
-            )
+    for _, sql in queries:
+        for kind, schema, name in connection.execute(sql + " AND database_name = current_database()").fetchall():
             if kind == "schema":
                 ours = schema in ("main", "pg_catalog", "information_schema")
+            else:
+                ours = schema == "main" and ((kind == "table" and name in tables) or (kind == "view" and name in views))
             if not ours:
                 found.append(f"{kind} {schema}.{name}")
     return found

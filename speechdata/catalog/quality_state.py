@@ -52,7 +52,7 @@ QUALITY_STATE_TABLES = {
     ),
 }
 
-SIGNAL_BIN_WIDTHS: dict[str, float] = {"snr_db": 0.5, "bandwidth_hz": 50.0, "speech_share": 0.01, "cer": 0.01}
+SIGNAL_BIN_WIDTHS: dict[str, float] = {"snr_db": 1.0, "bandwidth_hz": 250.0, "speech_share": 0.02, "cer": 0.02}
 """The width of a stored bin per histogram signal, in the signal's unit (:data:`SIGNAL_UNITS`): a
 histogram's ranges are whole numbers of these."""
 assert set(SIGNAL_BIN_WIDTHS) == set(SIGNAL_UNITS)
@@ -66,6 +66,7 @@ NEAR_DUPLICATES = "near_duplicates"
 _GLOBS = {QUALITY: QUALITY_GLOB, DECISIONS: DECISIONS_GLOB, NEAR_DUPLICATES: NEAR_DUPLICATES_GLOB}
 _TEMP = {QUALITY: "_quality_rows", DECISIONS: "_quality_decision_rows", NEAR_DUPLICATES: "_quality_near_dup_rows"}
 
+HOURS_LOST = "hours_lost_per_reason_per_language"
 HOURS_LOST_FROM_STATE = """
     SELECT product, reason, language, sum(utterances)::BIGINT AS utterances, sum(duration_s) / 3600.0 AS hours
     FROM catalog_quality_hours_lost GROUP BY 1, 2, 3 ORDER BY 1, hours DESC, 2, 3"""

@@ -55,6 +55,7 @@ from speechdata.catalog.incremental import (
     ensure_state_tables,
     has_files,
     list_files,
+    one_listing_per_folder,
     summary_totals,
     sync_manifests,
     sync_rejects,
@@ -165,13 +166,14 @@ def list_catalog_inputs(root_uri: str) -> CatalogInputs:
     with the listing: no file is opened here). DuckDB fails on a glob that matches nothing, so with
     no manifests (or no ledgers) yet a view is an empty one with the right columns."""
     root = DataRoot(root_uri)
-    manifests = list_files(root, _MANIFEST_GLOB)
-    rejects = list_files(root, _REJECTS_GLOB)
-    any_alignments = has_files(root, _ALIGNMENTS_GLOB)
-    accounting = list_accounting_inputs(root, rejects, already_listed={_MANIFEST_GLOB: manifests})
-    quality = list_quality_inputs(root)
-    # A root such as ``/data/run[1]`` must match itself, not a character class.
-    definitions = _view_definitions(root, glob_root(root_uri), bool(manifests), bool(rejects), any_alignments)
+    with one_listing_per_folder():
+        manifests = list_files(root, _MANIFEST_GLOB)
+        rejects = list_files(root, _REJECTS_GLOB)
+        any_alignments = has_files(root, _ALIGNMENTS_GLOB)
+        accounting = list_accounting_inputs(root, rejects, already_listed={_MANIFEST_GLOB: manifests})
+        quality = list_quality_inputs(root)
+        # A root such as ``/data/run[1]`` must match itself, not a character class.
+        definitions = _view_definitions(root, glob_root(root_uri), bool(manifests), bool(rejects), any_alignments)
     digest = hashlib.sha256(json.dumps(definitions).encode("utf-8")).hexdigest()
     return CatalogInputs(root_uri, manifests, rejects, accounting, quality, definitions, digest)
 
