@@ -1,4 +1,4 @@
-"""``manifest_catalog``'s refresh (``refresh_catalog``) over many small shard manifests: full
+r"""``manifest_catalog``'s refresh (``refresh_catalog``) over many small shard manifests: full
 against incremental.
 
 Why: the catalog asset re-runs whenever any shard's manifest is materialized. A full refresh reads

@@ -54,16 +54,8 @@ QUALITY_NAMED_QUERIES: dict[str, str] = {
 
 
 SIGNAL_UNITS: dict[str, str] = {"snr_db": "dB", "bandwidth_hz": "Hz", "speech_share": "share", "cer": "rate"}
-"""The main quality signals shown per language (the catalog's histograms), each with its unit."""
-
-SIGNALS_PER_LANGUAGE = f"""
-    SELECT coalesce(language, '(none)') AS language, count(*) AS utterances,
-           {", ".join(f'list("{name}") AS "{name}"' for name in SIGNAL_UNITS)}
-    FROM quality WHERE has_audio GROUP BY 1 ORDER BY 1"""
-"""One row per landed language: every measured utterance's value of each :data:`SIGNAL_UNITS`
-signal, nulls kept (a signal not measured, e.g. ``cer`` of an utterance the aligner skipped).
-
-Reads every shard's ``quality.parquet`` (four columns): about 32 bytes per utterance."""
+"""The main quality signals shown per language (the catalog's histograms,
+:mod:`speechdata.catalog.quality_state`), each with its unit."""
 
 
 def quality_view_definitions(root: DataRoot, location: str) -> list[tuple[str, str]]:
