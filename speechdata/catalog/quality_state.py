@@ -9,10 +9,12 @@ The catalog now keeps, per shard:
 * ``catalog_quality_shards`` (``shard``, ``inputs_sha256``): the digest of the path, size and
   fingerprint of the shard's ``quality.parquet``, ``quality_decisions.parquet`` and
   ``near_duplicates.parquet`` (any of them rewritten, added or removed: the shard is recounted);
-* ``catalog_quality_bins`` (``shard``, ``language``, ``signal``, ``bin``, ``utterances``, ``low``,
-  ``high``): how many of the shard's measured utterances fall in each fixed-width bin of each
-  :data:`SIGNAL_BIN_WIDTHS` signal (``bin`` = ``floor(value / width)``; NULL for a value not
-  measured or not finite), with the lowest and highest value in the bin;
+* ``catalog_quality_bins`` (``shard``, ``language``, ``signal``, ``bin``, ``utterances``): how many
+  of the shard's utterances with audio fall in each fixed-width bin of each :data:`SIGNAL_BIN_WIDTHS`
+  signal (``bin`` = ``floor(value / width)``);
+* ``catalog_quality_ranges`` (``shard``, ``language``, ``signal``, ``missing``, ``low``, ``high``):
+  per language and signal, the utterances whose value is not measured or not finite, and the
+  lowest and highest value (kept apart from the bins: one row, not one per bin);
 * ``catalog_quality_hours_lost`` (``shard``, ``product``, ``reason``, ``language``, ``utterances``,
   ``duration_s``): the rows of the named query ``hours_lost_per_reason_per_language`` for the shard.
 
@@ -44,8 +46,9 @@ from speechdata.quality.near_duplicates import REJECT_REASON
 
 QUALITY_STATE_TABLES = {
     "catalog_quality_shards": "shard VARCHAR, inputs_sha256 VARCHAR",
-    "catalog_quality_bins": (
-        "shard VARCHAR, language VARCHAR, signal VARCHAR, bin BIGINT, utterances BIGINT, low DOUBLE, high DOUBLE"
+    "catalog_quality_bins": "shard VARCHAR, language VARCHAR, signal VARCHAR, bin BIGINT, utterances BIGINT",
+    "catalog_quality_ranges": (
+        "shard VARCHAR, language VARCHAR, signal VARCHAR, missing BIGINT, low DOUBLE, high DOUBLE"
     ),
     "catalog_quality_hours_lost": (
         "shard VARCHAR, product VARCHAR, reason VARCHAR, language VARCHAR, utterances BIGINT, duration_s DOUBLE"
@@ -77,18 +80,20 @@ _WIDTHS = ", ".join(f"('{signal}', {width!r}::DOUBLE)" for signal, width in SIGN
 SIGNAL_HISTOGRAMS_FROM_STATE = f"""
     WITH widths(signal, width) AS (VALUES {_WIDTHS}),
     bins AS (
-        SELECT language, signal, bin, sum(utterances)::BIGINT AS utterances, min(low) AS low, max(high) AS high
-        FROM catalog_quality_bins GROUP BY ALL
+        SELECT language, signal, bin, sum(utterances)::BIGINT AS utterances FROM catalog_quality_bins GROUP BY ALL
+    ),
+    totals AS (
+        SELECT language, signal, sum(missing)::BIGINT AS missing, min(low) AS low, max(high) AS high
+        FROM catalog_quality_ranges GROUP BY ALL
     ),
     spans AS (
-        SELECT language, signal, min(bin) AS first_bin,
-               greatest(1, ceil((max(bin) - min(bin) + 1) / {HISTOGRAM_BINS})::BIGINT) AS per_range,
-               (max(bin) - min(bin)) // greatest(1, ceil((max(bin) - min(bin) + 1) / {HISTOGRAM_BINS})::BIGINT) + 1
-                   AS ranges,
-               sum(utterances) FILTER (WHERE bin IS NOT NULL)::BIGINT AS values_counted,
-               coalesce(sum(utterances) FILTER (WHERE bin IS NULL), 0)::BIGINT AS missing,
-               min(low) AS low, max(high) AS high
-        FROM bins GROUP BY language, signal
+        SELECT t.language, t.signal, min(b.bin) AS first_bin,
+               greatest(1, ceil((max(b.bin) - min(b.bin) + 1) / {HISTOGRAM_BINS})::BIGINT) AS per_range,
+               (max(b.bin) - min(b.bin))
+                   // greatest(1, ceil((max(b.bin) - min(b.bin) + 1) / {HISTOGRAM_BINS})::BIGINT) + 1 AS ranges,
+               sum(b.utterances)::BIGINT AS values_counted, t.missing, t.low, t.high
+        FROM totals AS t LEFT JOIN bins AS b ON b.language = t.language AND b.signal = t.signal
+        GROUP BY t.language, t.signal, t.missing, t.low, t.high
     ),
     ranges AS (
         SELECT s.language, s.signal, r.position, s.first_bin + r.position * s.per_range AS start_bin, s.per_range
@@ -176,11 +181,16 @@ def _count(connection: duckdb.DuckDBPyConnection, root_uri: str, paths: Mapping[
         )
     quality = _TEMP[QUALITY]
     for signal, width in SIGNAL_BIN_WIDTHS.items():
+        finite = f"isfinite({signal})"
         connection.execute(
             f"INSERT INTO catalog_quality_bins "
-            f"SELECT shard, coalesce(language, '(none)'), '{signal}', "
-            f"CASE WHEN isfinite({signal}) THEN floor({signal} / {width!r})::BIGINT END AS bin, count(*), "
-            f"min({signal}) FILTER (WHERE isfinite({signal})), max({signal}) FILTER (WHERE isfinite({signal})) "
+            f"SELECT shard, coalesce(language, '(none)'), '{signal}', floor({signal} / {width!r})::BIGINT, count(*) "
+            f"FROM {quality} WHERE has_audio AND {finite} GROUP BY ALL"
+        )
+        connection.execute(
+            f"INSERT INTO catalog_quality_ranges "
+            f"SELECT shard, coalesce(language, '(none)'), '{signal}', count(*) FILTER (WHERE {finite} IS NOT TRUE), "
+            f"min({signal}) FILTER (WHERE {finite}), max({signal}) FILTER (WHERE {finite}) "
             f"FROM {quality} WHERE has_audio GROUP BY ALL"
         )
     # The named query hours_lost_per_reason_per_language, per shard.
