@@ -13,9 +13,12 @@
 
 Everything but ``catalog_info`` is a view reading the files at query time, so a summary never lags
 what it summarizes (a new shard is visible as soon as its manifest is committed, which happens only
-after its checks passed). Beside them, ``catalog_manifest_*`` and ``catalog_rejects_*`` /
-``catalog_rejected_ids`` hold per-file aggregates so that a refresh reads only the files that
-changed (:mod:`speechdata.catalog.incremental`). A refresh replaces all of it in one transaction.
+after its checks passed). The state tables (:data:`CATALOG_STATE_TABLES`: per-file aggregates,
+:mod:`speechdata.catalog.incremental`; per-shard accounting and quality,
+:mod:`~speechdata.catalog.accounting_state`, :mod:`~speechdata.catalog.quality_state`) let a refresh
+read only the files that changed: :func:`refresh_catalog` keeps them beside the views on its one
+connection, the catalog file (:mod:`speechdata.catalog.database_file`) in a state file of its own.
+A refresh replaces all of it in one transaction.
 
 * ``words``: every packed sample's aligned words (``shard``, ``key``, ``word_index``, ``word``,
   ``start_ms``, ``end_ms``, ``language``), the same words each bridge sample's ``.json`` carries.
