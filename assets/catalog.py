@@ -71,6 +71,8 @@ def manifest_catalog(
     by_product = refreshed.tables["by_product"].to_pylist()
     if refreshed.rebuilt_because:
         context.log.warning(f"catalog rebuilt from scratch: {refreshed.rebuilt_because}")
+    if refreshed.dropped:
+        context.log.warning(f"left out of the catalog, not its own: {', '.join(refreshed.dropped)}")
     if not root.is_local:
         # DuckDB writes local files only: the resource's file is this worker's copy, the bucket gets it whole.
         upload_database(root, catalog.database, CATALOG_FILE)
@@ -106,6 +108,7 @@ def manifest_catalog(
             "shard_accounting": dg.MetadataValue.md(f"```\n{format_table(accounting, max_rows=100)}\n```"),
             "catalog_uri": dg.MetadataValue.path(root.uri(CATALOG_FILE)),
             "rebuilt_because": refreshed.rebuilt_because or "",
+            "left_out_not_its_own": dg.MetadataValue.json(refreshed.dropped),
             "duckdb_reads_through": read_through,
             **quality_metadata(
                 refreshed.tables["signal_histograms"].to_pylist(), refreshed.tables[HOURS_LOST].to_pylist()
