@@ -612,3 +612,34 @@ def test_nothing_planted_in_the_refresh_state_survives_a_refresh(root):
     refreshed = refresh(root)
     assert catalog_objects(state) == own
     assert refreshed.summary.samples == 5 and refreshed.summary.manifest_files == 2
+
+
+KILLED_BEFORE_THE_SWAP = """
+import os, sys
+from speechdata.catalog.cli import refresh
+from speechdata.io.storage import DataRoot
+
+os.replace = lambda *args: os._exit(9)  # killed after the state committed, before the new catalog is swapped in
+refresh(DataRoot(sys.argv[1]))
+"""
+
+
+def test_a_refresh_killed_after_its_state_committed_is_published_by_the_next_one(root):
+    refresh(root)
+    before = Path(root.path(CATALOG_FILE)).read_bytes()
+    write_manifest(root, "shard-c", SHARD_B)
+    killed = subprocess.run(
+        [sys.executable, "-c", KILLED_BEFORE_THE_SWAP, root.root],
+        cwd=REPO_ROOT,
+        env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
+        timeout=120,
+    )
+    assert killed.returncode == 9
+    # Readers still get the previous catalog, whole.
+    assert Path(root.path(CATALOG_FILE)).read_bytes() == before
+    assert run_cli("SELECT manifest_files AS n FROM catalog_info", data_root=root).stdout.splitlines()[2].strip() == "2"
+    # The state is a whole refresh ahead: the next refresh reads nothing again and publishes it.
+    refreshed = refresh(root)
+    assert refreshed.summary.manifests_read == 0 and refreshed.summary.manifest_files == 3
+    assert run_cli("SELECT manifest_files AS n FROM catalog_info", data_root=root).stdout.splitlines()[2].strip() == "3"
+    assert not [name for name in os.listdir(root.root) if name.startswith("._tmp-")]
