@@ -34,7 +34,7 @@ ROOT = Path(__file__).resolve().parents[2]
         ("bench_packing", {"per_size", "ms_per_utt_spread", "rss_spread", "pack_over_copy_min"}),
         ("bench_publish_state", {"baseline_csv_pandas_seconds", "duckdb_state_seconds", "same_selection_and_hours"}),
         ("bench_orchestration_scale", {"per_size", "tick_growth"}),
-        ("bench_catalog_refresh", {"per_size", "growth"}),
+        ("bench_catalog_refresh", {"per_size", "growth", "per_new_shard"}),
         ("bench_backfill_launch", {"launch_seconds", "runs_created_seconds", "runs", "expected_runs"}),
         ("bench_exports", {"audio_hours_per_minute", "over_copy"}),
         ("bench_parquet_integrity", {"whole_read_verified_over_unverified", "streamed_read_verified_over_unverified"}),
