@@ -300,8 +300,28 @@ LANGUAGE_INDEX = "language_index"
 
 
 def language_shard_index(language: str) -> str:
-    """The shards (and their streaming tars and files) that hold ``language``."""
+    """The single-file form of a language's index (every shard in one file), as earlier builds and
+    :func:`speechdata.vad.language_index.build_language_shard_index` callers write it; the
+    incremental build writes :func:`language_shard_index_part` files and removes this one."""
     return f"{LANGUAGE_INDEX}/language={language}/part-0.parquet"
+
+
+def language_shard_index_dir(language: str) -> str:
+    """Every part of one language's index (a hive partition: ``language_index/*/*.parquet``)."""
+    return f"{LANGUAGE_INDEX}/language={language}"
+
+
+def language_shard_index_part(language: str, shard_id: str) -> str:
+    """One shard's rows of one language's index, written only when that shard's inputs change."""
+    return f"{language_shard_index_dir(language)}/shard-{shard_id}.parquet"
+
+
+LANGUAGE_INDEX_STATE = "state/language_index"
+
+
+def language_shard_index_state(language: str) -> str:
+    """Per shard: the version of its inputs the language's index part was built from, and its totals."""
+    return f"{LANGUAGE_INDEX_STATE}/language={language}.parquet"
 
 
 # --- near duplicates ------------------------------------------------------------------
