@@ -259,6 +259,28 @@ def asr_manifest_removed() -> str:
     return f"{ASR}/manifests/removed.parquet"
 
 
+ASR_MANIFEST_PART_KINDS = ("train", "validation", "removed")
+
+
+def asr_manifest_part(kind: str, shard_id: str, suffix: str = "parquet") -> str:
+    """One shard's rows of a manifest (``kind``: ``train``, ``validation`` or ``removed``): the
+    published parts the corpus-wide files are concatenated from, rewritten only when that shard's
+    rows change."""
+    return f"{ASR}/manifests/parts/{kind}/{shard_id}.{suffix}"
+
+
+def asr_manifest_prepared(shard_id: str) -> str:
+    """One shard's rows after the per-shard steps of the manifest build (corrections, filters,
+    cleaning, keys): what a later build reads instead of the shard's inputs while they are unchanged."""
+    return f"{ASR}/prepared/{shard_id}.parquet"
+
+
+def asr_manifest_state() -> str:
+    """The incremental manifest build's state (SQLite): each shard's input version, the keys
+    deduplication looks up, kept recordings, eval candidates."""
+    return "state/asr_manifest.sqlite"
+
+
 def asr_language_corrections() -> str:
     """The default language-tag corrections table (``utt_id`` or ``recording_id`` -> ``language``)."""
     return f"{ASR}/language_corrections.parquet"
