@@ -589,8 +589,20 @@ def fingerprint(config: AsrManifestConfig, quality_column: str, audio_root: str,
     )
 
 
+PART_TO_ROOT = "../../../.."
+"""A part's ``audio_filepath`` is relative to its own directory (``asr/manifests/parts/<split>/``),
+as NeMo and :class:`speechdata.asr.dataset.AsrManifestDataset` resolve it: a part (or a list of
+parts) is a manifest by itself."""
+
+
+def with_audio_root(frame: pl.DataFrame, audio_root: str) -> pl.DataFrame:
+    """``frame`` with ``audio_filepath`` made from ``flac_path`` under ``audio_root``."""
+    return frame.with_columns((pl.lit(audio_root.rstrip("/") + "/") + pl.col("flac_path")).alias("audio_filepath"))
+
+
 def write_shard_parts(data_root: DataRoot, shard_id: str, outputs: ShardOutputs) -> None:
     for kind, frame in (("train", outputs.train), ("validation", outputs.validation)):
+        frame = with_audio_root(frame, PART_TO_ROOT)
         data_root.write_parquet(layout.asr_manifest_part(kind, shard_id), frame.to_arrow())
         data_root.write_bytes(layout.asr_manifest_part(kind, shard_id, "jsonl"), nemo_jsonl_bytes(frame))
     data_root.write_parquet(layout.asr_manifest_part("removed", shard_id), outputs.removed.to_arrow())

@@ -43,6 +43,7 @@ from speechdata.asr.incremental import (
     shard_stats,
     totals,
     transaction,
+    with_audio_root,
     write_shard_parts,
 )
 from speechdata.asr.manifest import (
@@ -343,7 +344,7 @@ def _write_manifests(
         elif combined:
             _concatenate_parquet(data_root, layout.asr_manifest(split), split, shard_ids, MANIFEST_SCHEMA)
             fault_point("asr-manifest-parquet")
-            _concatenate_bytes(data_root, layout.asr_manifest(split, "jsonl"), split, shard_ids)
+            _concatenate_jsonl(data_root, layout.asr_manifest(split, "jsonl"), split, shard_ids)
             fault_point("asr-manifest-jsonl")
     if combined:
         _concatenate_parquet(data_root, layout.asr_manifest_removed(), "removed", shard_ids, REMOVED_SCHEMA)
@@ -357,15 +358,21 @@ def _concatenate_parquet(data_root: DataRoot, target: str, kind: str, shard_ids:
     """``target`` from every shard's part, in shard order, one part in memory at a time."""
     with data_root.parquet_writer(target, arrow_schema(schema)) as writer:
         for shard_id in shard_ids:
-            part = data_root.read_parquet(layout.asr_manifest_part(kind, shard_id))
-            if part.num_rows:
-                writer.write_table(part)
+            part = _read_part(data_root, kind, shard_id)
+            if part.height:
+                writer.write_table(part.to_arrow())
 
 
-def _concatenate_bytes(data_root: DataRoot, target: str, kind: str, shard_ids: list[str]) -> None:
+def _concatenate_jsonl(data_root: DataRoot, target: str, kind: str, shard_ids: list[str]) -> None:
     with atomic_open(data_root.fs, data_root.path(target)) as handle:
         for shard_id in shard_ids:
-            handle.write(data_root.fs.cat_file(data_root.path(layout.asr_manifest_part(kind, shard_id, "jsonl"))))
+            handle.write(nemo_jsonl_bytes(_read_part(data_root, kind, shard_id)))
+
+
+def _read_part(data_root: DataRoot, kind: str, shard_id: str) -> pl.DataFrame:
+    """A shard's part as the corpus-wide file holds it (``audio_filepath`` relative to ``asr/manifests/``)."""
+    part = pl.from_arrow(data_root.read_parquet(layout.asr_manifest_part(kind, shard_id)))
+    return part if kind == "removed" else with_audio_root(part, MANIFEST_TO_ROOT)
 
 
 def read_published_build(data_root: DataRoot, summary_totals: AsrManifestTotals | None = None) -> AsrManifestBuild:
@@ -375,9 +382,11 @@ def read_published_build(data_root: DataRoot, summary_totals: AsrManifestTotals 
         whole = layout.asr_manifest_removed() if kind == "removed" else layout.asr_manifest(kind)
         if data_root.exists(whole):
             return pl.from_arrow(data_root.read_parquet(whole))
-        parts = sorted(data_root.glob(layout.asr_manifest_part(kind, "*")))
-        prefix = data_root.path("")
-        frames = [pl.from_arrow(data_root.read_parquet(path[len(prefix) :])) for path in parts]
+        shard_ids = sorted(
+            p.rstrip("/").rsplit("/", 1)[-1].removesuffix(".parquet")
+            for p in data_root.glob(layout.asr_manifest_part(kind, "*"))
+        )
+        frames = [_read_part(data_root, kind, shard_id) for shard_id in shard_ids]
         return pl.concat(frames) if frames else pl.DataFrame(schema=schema)
 
     t = summary_totals or AsrManifestTotals()
