@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import posixpath
 from collections import Counter
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import pyarrow.compute as pc
@@ -139,11 +138,3 @@ def ledger_numbers(ledgers: dict[str, Ledger]) -> dict[str, int]:
     Per product and per reason counts are in :func:`ledger_markdown`'s table and the catalog's
     ``product_accounting`` view, not in one metadata key each (dozens of keys hide the few that matter)."""
     return {"unbalanced_products": sum(1 for ledger in ledgers.values() if not ledger.balanced)}
-
-
-def ledger_files(product: str) -> list[Callable[[str], str]]:
-    """The per-shard files a product's ledger reads: the landed metadata, each owned stage's rejects
-    and the product's output."""
-    line = products.product_line(product)
-    stage_rejects = [lambda shard_id, stage=stage: layout.rejects(shard_id, stage) for stage in line.stages]
-    return [layout.landing_metadata, *stage_rejects, line.output]

@@ -175,11 +175,9 @@ def prepare_shard(
     audio_key = (
         candidates["audio_sha1"].str.slice(0, 16).str.decode("hex").bin.reinterpret(dtype=pl.Int64, endianness="big")
     )
-    text_md5 = SaltedMd5(TEXT_KEY_SALT)
-    try:
-        text_key = _u64_as_i64(text_md5(candidates["text_group"].fill_null("")))
-    finally:
-        text_md5.close()
+    # On the build's connection (opening one costs more than hashing a shard): salted again, so a text
+    # key never equals a recording's hash.
+    text_key = _u64_as_i64(salted_md5(TEXT_KEY_SALT + candidates["text_group"].fill_null("")))
     candidates = candidates.with_columns(
         audio_key.fill_null(NULL_AUDIO_KEY).alias("audio_key"),
         text_key.alias("text_key"),

@@ -17,11 +17,13 @@ from dataclasses import dataclass, field
 
 import polars as pl
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 
 from speechdata.asr.flac_retention import remove_unreferenced_flacs
 from speechdata.asr.incremental import (
     MANIFEST_SCHEMA,
+    PART_TO_ROOT,
     REMOVED_SCHEMA,
     AsrManifestTotals,
     PreparedShard,
@@ -43,7 +45,6 @@ from speechdata.asr.incremental import (
     shard_stats,
     totals,
     transaction,
-    with_audio_root,
     write_shard_parts,
 )
 from speechdata.asr.manifest import (
@@ -58,10 +59,9 @@ from speechdata.asr.manifest import (
 from speechdata.asr.split import SaltedMd5
 from speechdata.faults import fault_point
 from speechdata.io import layout
-from speechdata.io.shard_versions import shard_input_versions
+from speechdata.io.shard_versions import LEDGER_INPUTS, shard_input_versions
 from speechdata.io.storage import DataRoot, atomic_open, filesystem_for, read_parquet
 from speechdata.landing.extras import unpack_extras
-from speechdata.ledgers import ledger_files
 
 SPLITS = ("train", "validation", "eval")
 
@@ -150,8 +150,7 @@ ShardGate = Callable[[str], object]
 
 def asr_input_versions(data_root: DataRoot) -> dict[str, str]:
     """The version of every extracted shard's manifest inputs and ledger inputs (listings only)."""
-    others = [layout.utterance_index, *(f for f in ledger_files("asr") if f is not layout.asr_flac_index)]
-    return shard_input_versions(data_root, layout.asr_flac_index, others)
+    return shard_input_versions(data_root, layout.asr_flac_index, LEDGER_INPUTS)
 
 
 def _corrections(data_root: DataRoot, location: str | None) -> tuple[pl.DataFrame | None, str]:
@@ -358,21 +357,41 @@ def _concatenate_parquet(data_root: DataRoot, target: str, kind: str, shard_ids:
     """``target`` from every shard's part, in shard order, one part in memory at a time."""
     with data_root.parquet_writer(target, arrow_schema(schema)) as writer:
         for shard_id in shard_ids:
-            part = _read_part(data_root, kind, shard_id)
-            if part.height:
-                writer.write_table(part.to_arrow())
+            part = _read_part_arrow(data_root, kind, shard_id)
+            if part.num_rows:
+                writer.write_table(part)
 
 
 def _concatenate_jsonl(data_root: DataRoot, target: str, kind: str, shard_ids: list[str]) -> None:
+    """``target`` from every shard's JSONL part, byte for byte but each line's path prefix: every line
+    starts with ``{"audio_filepath":"<PART_TO_ROOT>/``, which becomes ``<MANIFEST_TO_ROOT>/``."""
+    part_prefix = f'{{"audio_filepath":"{PART_TO_ROOT}/'.encode()
+    manifest_prefix = f'{{"audio_filepath":"{MANIFEST_TO_ROOT}/'.encode()
     with atomic_open(data_root.fs, data_root.path(target)) as handle:
         for shard_id in shard_ids:
-            handle.write(nemo_jsonl_bytes(_read_part(data_root, kind, shard_id)))
+            data = data_root.fs.cat_file(data_root.path(layout.asr_manifest_part(kind, shard_id, "jsonl")))
+            lines = data.count(b"\n")
+            if data.count(b"\n" + part_prefix) + data.startswith(part_prefix) != lines:
+                raise ValueError(
+                    f"{layout.asr_manifest_part(kind, shard_id, 'jsonl')}: a line without the part's path prefix"
+                )
+            handle.write(data.replace(part_prefix, manifest_prefix))
+
+
+def _read_part_arrow(data_root: DataRoot, kind: str, shard_id: str) -> pa.Table:
+    """A shard's part as the corpus-wide file holds it (``audio_filepath`` relative to ``asr/manifests/``)."""
+    part = data_root.read_parquet(layout.asr_manifest_part(kind, shard_id))
+    if kind == "removed":
+        return part
+    flac_paths = part["flac_path"]
+    prefix = pa.scalar(MANIFEST_TO_ROOT + "/", flac_paths.type)
+    paths = pc.binary_join_element_wise(prefix, flac_paths, pa.scalar("", flac_paths.type))
+    column = part.schema.get_field_index("audio_filepath")
+    return part.set_column(column, part.schema.field(column), paths.cast(part.schema.field(column).type))
 
 
 def _read_part(data_root: DataRoot, kind: str, shard_id: str) -> pl.DataFrame:
-    """A shard's part as the corpus-wide file holds it (``audio_filepath`` relative to ``asr/manifests/``)."""
-    part = pl.from_arrow(data_root.read_parquet(layout.asr_manifest_part(kind, shard_id)))
-    return part if kind == "removed" else with_audio_root(part, MANIFEST_TO_ROOT)
+    return pl.from_arrow(_read_part_arrow(data_root, kind, shard_id))
 
 
 def read_published_build(data_root: DataRoot, summary_totals: AsrManifestTotals | None = None) -> AsrManifestBuild:

@@ -6,13 +6,20 @@ read, gated and rebuilt. A version is taken from one listing per kind of file (`
 listed once, with details), never from reading a file: the cost of finding what changed grows with
 the number of shards, in metadata only, and never with the rows or audio files they hold.
 
-Every file the stage's output depends on is in the version, the ledger's inputs included (the landed
-metadata and the product's rejects): a re-landed shard whose product is not rebuilt yet changes
-version, so its ledger is checked again (and fails, as it would on a full rebuild).
+Every file the stage's output and its ledger gate depend on is in the version, through the files
+that change with them: the product's output, the utterance index (``raw_shards`` writes it with its
+rejects) and the landed metadata (:data:`LEDGER_INPUTS`); a stage's rejects are written by the run
+that writes its output. A re-landed shard whose product is not rebuilt yet changes version, so its
+ledger is checked again (and fails, as it would on a full rebuild).
+
+On a local root the listing is one ``scandir`` of ``shards/`` (or ``landing/``) and one ``stat``
+per shard and file, never a walk of a shard's folder (which holds its audio and per-stage files);
+on an object store, one prefix listing per kind of file.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Sequence
 
 from speechdata.io import layout
@@ -30,8 +37,32 @@ def file_version(info: dict) -> str:
     return f"{info.get('size')}:{modified_s(info):.6f}:{str(identity).strip(chr(34))}"
 
 
+LEDGER_INPUTS: tuple[Callable[[str], str], ...] = (layout.utterance_index, layout.landing_metadata)
+
+
+def _local_versions(data_root: DataRoot, shard_file: Callable[[str], str]) -> dict[str, str]:
+    pattern = shard_file("*")
+    parent = data_root.path(pattern.split("*", 1)[0].rstrip("/"))
+    versions = {}
+    try:
+        entries = list(os.scandir(parent))
+    except FileNotFoundError:
+        return {}
+    for entry in entries:
+        if not layout.is_valid_shard_id(entry.name):
+            continue
+        try:
+            stat = os.stat(data_root.path(shard_file(entry.name)))
+        except (FileNotFoundError, NotADirectoryError):
+            continue
+        versions[entry.name] = f"{stat.st_size}:{stat.st_mtime_ns / 1e9:.6f}:{stat.st_ino}"
+    return versions
+
+
 def listed_versions(data_root: DataRoot, shard_file: Callable[[str], str]) -> dict[str, str]:
-    """``shard id -> file version`` of every shard that has ``shard_file(shard_id)``, from one glob."""
+    """``shard id -> file version`` of every shard that has ``shard_file(shard_id)``."""
+    if data_root.is_local:
+        return _local_versions(data_root, shard_file)
     pattern = shard_file("*")
     position = pattern.split("/").index("*")
     prefix = data_root.path("").rstrip("/") + "/"

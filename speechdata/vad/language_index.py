@@ -21,10 +21,10 @@ import pyarrow.compute as pc
 
 from speechdata.io import layout
 from speechdata.io.duckdb_object_store import duckdb_location, enable_data_root_reads
-from speechdata.io.shard_versions import shard_input_versions
+from speechdata.io.shard_versions import LEDGER_INPUTS, shard_input_versions
 from speechdata.io.storage import DataRoot, escape_glob
 from speechdata.ledger_gate import require_balanced
-from speechdata.ledgers import ledger_files, produced_utterances
+from speechdata.ledgers import produced_utterances
 from speechdata.vad.chunks import DEFAULT_CHUNK_S, DEFAULT_NUM_CHUNKS, usable_chunk_seconds
 
 LANGUAGE_INDEX_SCHEMA = pa.schema(
@@ -153,8 +153,7 @@ class LanguageIndexUpdate:
 
 def vad_input_versions(data_root: DataRoot) -> dict[str, str]:
     """The version of every segmented shard's VAD table and ledger inputs (listings only)."""
-    others = [shard_file for shard_file in ledger_files("vad") if shard_file is not layout.vad_segments]
-    return shard_input_versions(data_root, layout.vad_segments, others)
+    return shard_input_versions(data_root, layout.vad_segments, LEDGER_INPUTS)
 
 
 def update_language_shard_index(
