@@ -17,7 +17,6 @@ from dataclasses import dataclass, field
 
 import polars as pl
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 
 from speechdata.asr.flac_retention import remove_unreferenced_flacs
@@ -45,6 +44,7 @@ from speechdata.asr.incremental import (
     shard_stats,
     totals,
     transaction,
+    with_audio_root,
     write_shard_parts,
 )
 from speechdata.asr.manifest import (
@@ -383,11 +383,8 @@ def _read_part_arrow(data_root: DataRoot, kind: str, shard_id: str) -> pa.Table:
     part = data_root.read_parquet(layout.asr_manifest_part(kind, shard_id))
     if kind == "removed":
         return part
-    flac_paths = part["flac_path"]
-    prefix = pa.scalar(MANIFEST_TO_ROOT + "/", flac_paths.type)
-    paths = pc.binary_join_element_wise(prefix, flac_paths, pa.scalar("", flac_paths.type))
-    column = part.schema.get_field_index("audio_filepath")
-    return part.set_column(column, part.schema.field(column), paths.cast(part.schema.field(column).type))
+    # Through polars, not pyarrow.compute: the latter's string kernels import pandas (seconds).
+    return with_audio_root(pl.from_arrow(part), MANIFEST_TO_ROOT).to_arrow()
 
 
 def _read_part(data_root: DataRoot, kind: str, shard_id: str) -> pl.DataFrame:
