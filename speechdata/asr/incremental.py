@@ -269,12 +269,12 @@ def transaction(connection: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
     connection.execute("COMMIT")
 
 
-def _meta(connection: sqlite3.Connection, key: str) -> str | None:
+def state_value(connection: sqlite3.Connection, key: str) -> str | None:
     row = connection.execute("SELECT value FROM meta WHERE key = ?", [key]).fetchone()
     return None if row is None else row[0]
 
 
-def _set_meta(connection: sqlite3.Connection, key: str, value: str | None) -> None:
+def set_state_value(connection: sqlite3.Connection, key: str, value: str | None) -> None:
     if value is None:
         connection.execute("DELETE FROM meta WHERE key = ?", [key])
     else:
@@ -283,16 +283,16 @@ def _set_meta(connection: sqlite3.Connection, key: str, value: str | None) -> No
 
 def reset_for_fingerprint(connection: sqlite3.Connection, fingerprint: str) -> bool:
     """Empty the state when the build's fingerprint changed (every shard is then rebuilt); True if so."""
-    if _meta(connection, "fingerprint") == fingerprint:
+    if state_value(connection, "fingerprint") == fingerprint:
         return False
     with transaction(connection):
         # Shards stay listed (their FLACs and parts are still to be handled), every one marked changed.
         connection.execute("UPDATE shards SET inputs_version = '', marked = 1, flacs_pending = 1")
         for table in ("candidates", "kept_recordings", "eval_candidates", "correction_ids"):
             connection.execute(f"DELETE FROM {table}")  # noqa: S608 - fixed table names
-        _set_meta(connection, "fingerprint", fingerprint)
-        _set_meta(connection, "forced", None)
-        _set_meta(connection, "combined_current", "0")
+        set_state_value(connection, "fingerprint", fingerprint)
+        set_state_value(connection, "forced", None)
+        set_state_value(connection, "combined_current", "0")
     return True
 
 
@@ -338,7 +338,7 @@ def replace_candidates(
                 "marked = 1, flacs_pending = 1, prepared_info = excluded.prepared_info",
                 [shard_id, version, info],
             )
-        _set_meta(connection, "combined_current", "0")
+        set_state_value(connection, "combined_current", "0")
 
 
 def duplicate_decisions(connection: sqlite3.Connection, shard_id: str, rows: pl.DataFrame) -> pl.DataFrame:

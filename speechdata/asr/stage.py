@@ -26,8 +26,6 @@ from speechdata.asr.incremental import (
     REMOVED_SCHEMA,
     AsrManifestTotals,
     PreparedShard,
-    _meta,
-    _set_meta,
     arrow_schema,
     eval_subset,
     fingerprint,
@@ -40,8 +38,10 @@ from speechdata.asr.incremental import (
     replace_eval_candidates,
     replace_kept_recordings,
     reset_for_fingerprint,
+    set_state_value,
     shard_outputs,
     shard_stats,
+    state_value,
     totals,
     transaction,
     with_audio_root,
@@ -240,7 +240,7 @@ def build_and_write_asr_manifests(
             kept = shard_outputs(connection, shard_id, rows, validation_share=config.validation_share, forced=None).kept
             replace_kept_recordings(connection, shard_id, kept)
         forced, _ = forced_validation(connection, config.validation_share)
-        previous = _meta(connection, "forced")
+        previous = state_value(connection, "forced")
         if forced != previous:
             with transaction(connection):
                 connection.execute(
@@ -248,8 +248,8 @@ def build_and_write_asr_manifests(
                     "(SELECT shard_id FROM kept_recordings WHERE recording_key IN (?, ?))",
                     [forced, previous],
                 )
-                _set_meta(connection, "forced", forced)
-                _set_meta(connection, "combined_current", "0")
+                set_state_value(connection, "forced", forced)
+                set_state_value(connection, "combined_current", "0")
 
         rewritten = [r[0] for r in connection.execute("SELECT shard_id FROM shards WHERE marked = 1 ORDER BY shard_id")]
         for shard_id in rewritten:
@@ -315,12 +315,12 @@ def _write_manifests(
     outputs: dict[str, str] = {}
     names = [*_combined_files("train"), *_combined_files("validation"), *_combined_files("eval")]
     names.append(layout.asr_manifest_removed())
-    current = _meta(connection, "combined_current") == "1" and all(data_root.exists(n) for n in names)
+    current = state_value(connection, "combined_current") == "1" and all(data_root.exists(n) for n in names)
     if not combined:
         for name in [*_combined_files("train"), *_combined_files("validation"), layout.asr_manifest_removed()]:
             if data_root.exists(name):
                 data_root.fs.rm(data_root.path(name))
-        current = _meta(connection, "combined_current") == "1" and all(
+        current = state_value(connection, "combined_current") == "1" and all(
             data_root.exists(n) for n in _combined_files("eval")
         )
     for split in SPLITS:
@@ -349,7 +349,7 @@ def _write_manifests(
         _concatenate_parquet(data_root, layout.asr_manifest_removed(), "removed", shard_ids, REMOVED_SCHEMA)
         fault_point("asr-manifest-removed")
     with transaction(connection):
-        _set_meta(connection, "combined_current", "1")
+        set_state_value(connection, "combined_current", "1")
     return outputs
 
 
