@@ -6,7 +6,7 @@ The result is the one :func:`speechdata.asr.manifest.build_asr_manifest` gives o
 
 * **Per shard, once per input version** (:func:`prepare_shard`): language corrections, the cheap
   filters, cleaning and the ``<|lang|>`` tag, and the keys of the later steps: the audio key (the
-  first 64 bits of the PCM's SHA-1), the text key (a stable MD5 of recording, cleaned text and
+  MD5 of the PCM's SHA-1, 64 bits), the text key (a stable MD5 of recording, cleaned text and
   duration step), the recording's split bucket and the utterance's eval hash. Written to
   :func:`~speechdata.io.layout.asr_manifest_prepared`; the shard's inputs are not read again while
   their version (:mod:`speechdata.io.shard_versions`: listings only) is unchanged, and the ledger gate
@@ -74,6 +74,7 @@ from speechdata.io.storage import DataRoot
 
 STATE_FORMAT = "asr-manifest-state-v1"
 TEXT_KEY_SALT = "asr-text-group-v1:"
+AUDIO_KEY_SALT = "asr-audio-v1:"
 NULL_AUDIO_KEY = -(2**63)
 """The audio key of a row without a PCM hash: such rows group together, as the corpus-wide build's
 null-equal join groups them."""
@@ -110,12 +111,14 @@ assert list(MANIFEST_SCHEMA) == MANIFEST_COLUMNS
 
 def _u64_as_ordered_i64(values: pl.Series) -> pl.Series:
     """A ``UInt64`` as an ``Int64`` of the same order (SQLite integers are signed)."""
-    flipped = values.to_numpy().astype(np.uint64) ^ np.uint64(1 << 63)
-    return pl.Series(values.name, flipped.view(np.int64), dtype=pl.Int64)
+    flipped = values.fill_null(0).to_numpy().astype(np.uint64) ^ np.uint64(1 << 63)
+    return pl.Series(values.name, flipped.view(np.int64), dtype=pl.Int64).scatter(values.is_null().arg_true(), None)
 
 
 def _u64_as_i64(values: pl.Series) -> pl.Series:
-    return pl.Series(values.name, values.to_numpy().astype(np.uint64).view(np.int64), dtype=pl.Int64)
+    """The same 64 bits as ``Int64``; nulls stay null."""
+    bits = pl.Series(values.name, values.fill_null(0).to_numpy().view(np.int64), dtype=pl.Int64)
+    return bits.scatter(values.is_null().arg_true(), None)
 
 
 @dataclass(frozen=True)
@@ -172,9 +175,8 @@ def prepare_shard(
         ).alias("text_group"),
         UTTERANCE_KEY.alias("utterance_key"),
     )
-    audio_key = (
-        candidates["audio_sha1"].str.slice(0, 16).str.decode("hex").bin.reinterpret(dtype=pl.Int64, endianness="big")
-    )
+    # Any string hashes (a malformed hash stays a group of its own, as in the corpus-wide build).
+    audio_key = _u64_as_i64(salted_md5(AUDIO_KEY_SALT + candidates["audio_sha1"]))
     # On the build's connection (opening one costs more than hashing a shard): salted again, so a text
     # key never equals a recording's hash.
     text_key = _u64_as_i64(salted_md5(TEXT_KEY_SALT + candidates["text_group"].fill_null("")))
@@ -383,7 +385,7 @@ class ShardOutputs:
     validation: pl.DataFrame
     removed: pl.DataFrame
     kept: pl.DataFrame
-    """The kept rows with ``recording_key``, ``bucket`` and ``eval_key``."""
+    """The kept rows with ``recording_key``, ``bucket``, ``eval_key`` and ``held_out`` (in validation)."""
 
 
 def shard_outputs(
@@ -398,12 +400,12 @@ def shard_outputs(
         .select("shard_id", "utt_id", "reason", pl.col("detail").fill_null(""))
         .pipe(conform, REMOVED_SCHEMA)
     )
-    kept = decided.filter(pl.col("reason").is_null())
     threshold = int(validation_share * HASH_BUCKETS)
     held_out = (pl.col("bucket") < threshold) | (pl.col("recording_key") == pl.lit(forced, pl.String)).fill_null(False)
+    kept = decided.filter(pl.col("reason").is_null()).with_columns(held_out.alias("held_out"))
     return ShardOutputs(
-        train=conform(kept.filter(~held_out), MANIFEST_SCHEMA),
-        validation=conform(kept.filter(held_out), MANIFEST_SCHEMA),
+        train=conform(kept.filter(~pl.col("held_out")), MANIFEST_SCHEMA),
+        validation=conform(kept.filter(pl.col("held_out")), MANIFEST_SCHEMA),
         removed=removed,
         kept=kept,
     )
@@ -463,9 +465,9 @@ def replace_eval_candidates(
 ) -> None:
     """The shard's eval candidates: per language, its ``eval_per_language`` validation rows with the
     smallest eval hash (the corpus's eval subset is always among them)."""
-    validation_keys = outputs.kept.join(outputs.validation.select("utt_id"), on="utt_id", how="semi")
     top = (
-        validation_keys.with_columns(UTTERANCE_KEY.alias("key"))
+        outputs.kept.filter(pl.col("held_out"))
+        .with_columns(UTTERANCE_KEY.alias("key"))
         .sort("lang", "eval_key", "key")
         .group_by("lang", maintain_order=True)
         .head(eval_per_language)

@@ -62,7 +62,7 @@ def write_shard(data_root: DataRoot, shard_id: str, rows: list[dict]) -> None:
         [
             {
                 "utt_id": r["utt_id"],
-                "flac_path": f"{layout.asr_flac_dir(shard_id)}/{r['utt_id']}-{r['audio_sha1'][:16]}.flac",
+                "flac_path": f"{layout.asr_flac_dir(shard_id)}/{r['utt_id']}-{(r['audio_sha1'] or 'none')[:16]}.flac",
                 "duration_s": r["duration_s"],
                 "audio_sha1": r["audio_sha1"],
             }
@@ -224,3 +224,16 @@ def test_a_changed_config_rebuilds_every_shard(tmp_path):
     expected = build_asr_manifest(utterances, flac, audio_root=MANIFEST_TO_ROOT, config=other)
     assert_frame_equal(read_published_build(data_root).train, expected.train, check_dtypes=False)
     assert_frame_equal(read_published_build(data_root).removed, expected.removed, check_dtypes=False)
+
+
+def test_missing_and_malformed_audio_hashes_group_as_in_the_corpus_wide_build(tmp_path):
+    data_root = DataRoot(str(tmp_path / "root"))
+    for seed, shard_id in enumerate(("s1", "s2")):
+        rows = shard_rows(shard_id, seed)
+        for row in rows[:6]:
+            row["audio_sha1"] = None
+        for row in rows[6:9]:
+            row["audio_sha1"] = "not-a-hash"
+        write_shard(data_root, shard_id, rows)
+        build_and_write_asr_manifests(data_root, CONFIG)
+        assert_equals_corpus_wide(data_root)
