@@ -213,6 +213,8 @@ def corpus_wide_build(root: str) -> None:
 
 def measure_child(mode: str, root: str) -> None:
     """Run one build in this (fresh) process and print its wall seconds and peak RSS as JSON."""
+    # pyarrow imports pandas on its first from_pylist or compute call: a one-time cost, outside the figure.
+    import pandas  # noqa: F401
     import polars  # noqa: F401  imports outside the figure
 
     from speechdata.asr.manifest import AsrManifestConfig

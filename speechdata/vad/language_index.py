@@ -17,7 +17,6 @@ from dataclasses import dataclass, field
 
 import duckdb
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from speechdata.io import layout
 from speechdata.io.duckdb_object_store import duckdb_location, enable_data_root_reads
@@ -108,11 +107,11 @@ def shard_language_rows(
     data_root: DataRoot, shard_id: str, language: str, *, chunk_s: float, num_chunks: int
 ) -> pa.Table:
     """One shard's rows of ``language``'s index, from its VAD table alone."""
+    # Plain Python over one shard's rows: pyarrow.compute's first call imports pandas (seconds).
     table = data_root.read_parquet(layout.vad_segments(shard_id), list(_VAD_COLUMNS))
-    mine = table.filter(pc.equal(table["language"], language))
-    mine = mine.take(pc.sort_indices(mine, [("audio_path", "ascending")]))
-    columns = [mine[name].to_pylist() for name in _VAD_COLUMNS[:-2]]
-    return _index_table(language, zip(*columns, strict=True), chunk_s, num_chunks)
+    columns = [table[name].to_pylist() for name in _VAD_COLUMNS]
+    rows = sorted((row for row in zip(*columns, strict=True) if row[-1] == language), key=lambda row: row[-2])
+    return _index_table(language, (row[:-2] for row in rows), chunk_s, num_chunks)
 
 
 _VAD_COLUMNS = ("shard", "tar_path", "tar_key", "duration_s", "speech_s", "start_s", "end_s", "audio_path", "language")
@@ -211,7 +210,7 @@ def update_language_shard_index(
             "chunk_s": chunk_s,
             "num_chunks": num_chunks,
             "rows": rows.num_rows,
-            **{name: pc.sum(rows[name]).as_py() or 0 for name in TOTALS},
+            **{name: sum(rows[name].to_pylist()) for name in TOTALS},
         }
     for shard_id in gone:
         part = layout.language_shard_index_part(language, shard_id)
@@ -255,7 +254,11 @@ def read_language_shard_index(data_root: DataRoot, language: str) -> pa.Table:
     if not parts:
         return LANGUAGE_INDEX_SCHEMA.empty_table()
     table = pa.concat_tables(parts)
-    return table.take(pc.sort_indices(table, [("shard", "ascending"), ("tar_path", "ascending")]))
+    order = sorted(
+        range(table.num_rows),
+        key=list(zip(table["shard"].to_pylist(), table["tar_path"].to_pylist(), strict=True)).__getitem__,
+    )
+    return table.take(pa.array(order, pa.int64()))
 
 
 def build_urls(langs: Iterable[str], data_root: DataRoot | str) -> list[str]:
