@@ -211,6 +211,8 @@ CREATE TABLE IF NOT EXISTS shards (
     prepared_info TEXT,               -- JSON: input rows and relabels, from its preparation
     stats TEXT                        -- JSON: rows per split and language, removals, relabels
 );
+CREATE INDEX IF NOT EXISTS shards_marked ON shards (shard_id) WHERE marked = 1;
+CREATE INDEX IF NOT EXISTS shards_flacs_pending ON shards (shard_id) WHERE flacs_pending = 1;
 CREATE TABLE IF NOT EXISTS candidates (
     shard_id TEXT NOT NULL, row INTEGER NOT NULL, utt_id TEXT NOT NULL,
     audio INTEGER NOT NULL, text_key INTEGER NOT NULL,
@@ -322,13 +324,16 @@ def replace_candidates(
         text = {t for _, t in old} | (set() if rows is None else set(new["text_key"].to_list()))
         _keys_table(connection, "touched_audio", audio)
         _keys_table(connection, "touched_text", text)
+        # CROSS JOIN keeps the touched keys as the outer loop (SQLite does not reorder it): a lookup in
+        # the index per key, never a scan of every candidate.
         connection.execute(
-            "INSERT OR IGNORE INTO touched_text SELECT c.text_key FROM candidates c JOIN touched_audio a ON c.audio = a.k"
+            "INSERT OR IGNORE INTO touched_text "
+            "SELECT c.text_key FROM touched_audio a CROSS JOIN candidates c ON c.audio = a.k"
         )
         connection.execute(
             "UPDATE shards SET marked = 1 WHERE shard_id IN ("
-            " SELECT c.shard_id FROM candidates c JOIN touched_audio a ON c.audio = a.k"
-            " UNION SELECT c.shard_id FROM candidates c JOIN touched_text t ON c.text_key = t.k)"
+            " SELECT c.shard_id FROM touched_audio a CROSS JOIN candidates c ON c.audio = a.k"
+            " UNION SELECT c.shard_id FROM touched_text t CROSS JOIN candidates c ON c.text_key = t.k)"
         )
         if rows is None:
             for table in ("shards", "kept_recordings", "eval_candidates", "correction_ids"):
@@ -507,6 +512,7 @@ class AsrManifestTotals:
     removed_by_reason: dict[str, int] = field(default_factory=dict)
     relabeled: dict[str, int] = field(default_factory=dict)
     recordings: int = 0
+    """Kept recordings, counted only when a split is empty (-1 otherwise: not needed, and a pass)."""
     validation_share: float = 0.0
     forced_validation: str | None = None
     recordings_in_both_splits: int = 0
@@ -561,15 +567,19 @@ def totals(connection: sqlite3.Connection, config: AsrManifestConfig, eval_rows:
             "AND s.forced_at_write IS NOT ?",
             [forced, forced],
         ).fetchone()[0]
+    train_rows = sum(n for n, _ in hours["train"].values())
+    validation_rows = sum(n for n, _ in hours["validation"].values())
+    empty = 0 in (train_rows, validation_rows, eval_rows)
     return AsrManifestTotals(
-        train_rows=sum(n for n, _ in hours["train"].values()),
-        validation_rows=sum(n for n, _ in hours["validation"].values()),
+        train_rows=train_rows,
+        validation_rows=validation_rows,
         eval_rows=eval_rows,
         input_rows=input_rows,
         hours=hours,
         removed_by_reason={reason: int(removed.get(reason, 0)) for reason in REMOVAL_REASONS},
         relabeled=dict(sorted(relabeled.items())),
-        recordings=recordings_count(connection),
+        # Counted (a pass over the kept recordings) only where it explains an empty split.
+        recordings=recordings_count(connection) if empty else -1,
         validation_share=config.validation_share,
         forced_validation=forced,
         recordings_in_both_splits=leaks,
