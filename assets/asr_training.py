@@ -1,6 +1,7 @@
 """[asr_training] 16 kHz FLAC per utterance and the ASR fine-tuning manifests."""
 
 import dagster as dg
+import pyarrow as pa
 from pydantic import Field
 
 from assets.asset_policy import group_asset, shard_asset
@@ -18,8 +19,10 @@ from assets.reporting import (
 from assets.shard_runs import ShardEvents, ShardResult, materialize_shards
 from resources.storage import DataRootResource
 from speechdata.asr.flac import run_asr_flac
+from speechdata.asr.incremental import MANIFEST_SCHEMA, arrow_schema
 from speechdata.asr.manifest import AsrManifestConfig
-from speechdata.asr.stage import build_and_write_asr_manifests, shards_with_asr_flac
+from speechdata.asr.stage import build_and_write_asr_manifests
+from speechdata.io import layout
 from speechdata.ledger_gate import UnbalancedLedger, require_balanced
 from speechdata.ledgers import produced_utterances
 from speechdata.quality.decisions import excluded_utterances
@@ -90,12 +93,17 @@ class AsrManifestAssetConfig(dg.Config):
         description="Corrections table (parquet or csv; path under the data root or URL). "
         "None: asr/language_corrections.parquet if it exists.",
     )
+    combined_files: bool = Field(
+        True,
+        description="Also write the corpus-wide train/validation/removed files (a streamed concatenation of the "
+        "per-shard parts, skipped when nothing changed). False: the parts under asr/manifests/parts/ are the manifests.",
+    )
 
 
 @group_asset(
     deps=[asr_flac],
     kinds={"parquet", "polars"},
-    code_version="asr_manifest-v2",  # v2: relative audio paths, held-out rule
+    code_version="asr_manifest-v3",  # v3: built shard by shard from per-shard parts
     checks={NO_RECORDING_LEAKS: "No recording has utterances in both train and validation."},
 )
 def asr_manifest(
@@ -110,62 +118,86 @@ def asr_manifest(
     removed it. Language tags are corrected from the corrections table, duplicates (same audio, or
     same text and duration in one recording) removed, and the split is by recording.
     Train with `speechdata.asr.dataset.AsrManifestDataset` and `DurationBucketBatchSampler`.
-    Nothing is written while a shard's `asr` ledger does not balance: the run fails naming the shard
-    and its unaccounted utterances, and the previous manifests stay.
+    Incremental: only the shards whose inputs changed since the last run are read and have their
+    `asr` ledger checked; only the shards whose rows' decisions can change get their per-shard parts
+    (`asr/manifests/parts/<split>/<shard>.{parquet,jsonl}`) rewritten; the corpus-wide files are
+    concatenated from the parts. Nothing is written while a changed shard's `asr` ledger does not
+    balance: the run fails naming the shard and its unaccounted utterances, and the previous
+    manifests stay.
     """
     root = data_root.get()
+
+    def gate(shard_id: str) -> None:
+        require_balanced(root, shard_id, "asr", produced_utterances(root, shard_id, "asr") or set())
+
     try:
-        for shard_id in shards_with_asr_flac(root):
-            require_balanced(root, shard_id, "asr", produced_utterances(root, shard_id, "asr") or set())
+        summary = build_and_write_asr_manifests(
+            root,
+            AsrManifestConfig(
+                min_duration_s=config.min_duration_s,
+                max_duration_s=config.max_duration_s,
+                min_quality=config.min_quality,
+                validation_share=config.validation_share,
+                split_salt=config.split_salt,
+                eval_per_language=config.eval_per_language,
+            ),
+            quality_column=config.quality_column,
+            corrections_location=config.language_corrections,
+            gate=gate,
+            combined=config.combined_files,
+        )
     except UnbalancedLedger as exc:
         raise unbalanced_ledger_failure(exc) from exc
-    summary = build_and_write_asr_manifests(
-        root,
-        AsrManifestConfig(
-            min_duration_s=config.min_duration_s,
-            max_duration_s=config.max_duration_s,
-            min_quality=config.min_quality,
-            validation_share=config.validation_share,
-            split_salt=config.split_salt,
-            eval_per_language=config.eval_per_language,
-        ),
-        quality_column=config.quality_column,
-        corrections_location=config.language_corrections,
-    )
-    build = summary.build
-    leaked = build.recordings_in_both_splits()
-    hours = build.hours_by_language_and_split()
+    totals = summary.totals
+    hours = totals.hours_by_language_and_split()
     context.log.info(
-        f"{summary.shards} shards, {summary.input_rows} utterances -> train {build.train.height}, "
-        f"validation {build.validation.height}, removed {build.removed_by_reason}"
+        f"{summary.shards} shards ({len(summary.shards_changed)} changed, {len(summary.shards_rewritten)} rewritten), "
+        f"{summary.input_rows} utterances -> train {totals.train_rows}, validation {totals.validation_rows}, "
+        f"removed {totals.removed_by_reason}"
     )
+    train_hours = sum(h for _, h in totals.hours.get("train", {}).values())
+    validation_hours = sum(h for _, h in totals.hours.get("validation", {}).values())
+    preview = _preview_part(root, summary.shards_rewritten)
     return dg.MaterializeResult(
         metadata={
-            "dagster/row_count": build.train.height + build.validation.height,
+            "dagster/row_count": totals.train_rows + totals.validation_rows,
             "flacs_removed": summary.flacs_removed,
             "shards": summary.shards,
+            "shards_changed": len(summary.shards_changed),
+            "shards_rewritten": len(summary.shards_rewritten),
             "utterances_in": summary.input_rows,
-            "train_rows": build.train.height,
-            "validation_rows": build.validation.height,
-            "eval_rows": build.eval.height,
-            "hours_train": round(float(build.train["duration"].sum()) / 3600, 6),
-            "hours_validation": round(float(build.validation["duration"].sum()) / 3600, 6),
+            "train_rows": totals.train_rows,
+            "validation_rows": totals.validation_rows,
+            "eval_rows": totals.eval_rows,
+            "hours_train": round(float(train_hours), 6),
+            "hours_validation": round(float(validation_hours), 6),
             "hours_by_language_and_split": markdown_rows(hours.to_dicts()),
-            "removed_by_reason": dg.MetadataValue.json(build.removed_by_reason),
-            "languages_relabeled": dg.MetadataValue.json(build.relabeled),
+            "removed_by_reason": dg.MetadataValue.json(totals.removed_by_reason),
+            "languages_relabeled": dg.MetadataValue.json(totals.relabeled),
             "compute_seconds": round(summary.compute_seconds, 3),
-            "empty_splits": dg.MetadataValue.json(build.empty_splits),
-            "validation_recording_forced": build.forced_validation or "",
+            "empty_splits": dg.MetadataValue.json(totals.empty_splits),
+            "validation_recording_forced": totals.forced_validation or "",
             **{f"{name}_uri": dg.MetadataValue.path(uri) for name, uri in summary.outputs.items()},
-            "dagster/column_schema": column_schema(build.train.to_arrow().schema),
-            "preview": markdown_preview(build.train.to_arrow(), ["utt_id", "lang", "duration", "text"]),
+            "dagster/column_schema": column_schema(arrow_schema(MANIFEST_SCHEMA)),
+            "preview": markdown_preview(preview, ["utt_id", "lang", "duration", "text"]),
         },
         check_results=[
             dg.AssetCheckResult(
-                check_name=NO_RECORDING_LEAKS, passed=leaked == 0, metadata={"recordings_in_both_splits": leaked}
+                check_name=NO_RECORDING_LEAKS,
+                passed=totals.recordings_in_both_splits == 0,
+                metadata={"recordings_in_both_splits": totals.recordings_in_both_splits},
             )
         ],
     )
+
+
+def _preview_part(root, shard_ids: list[str]) -> pa.Table:
+    """The first rewritten shard's train rows (the corpus-wide file is not read for a preview)."""
+    for shard_id in shard_ids:
+        part = layout.asr_manifest_part("train", shard_id)
+        if root.exists(part):
+            return root.read_parquet(part)
+    return arrow_schema(MANIFEST_SCHEMA).empty_table()
 
 
 # --- the group: its definitions (assembled by dagster_project/loader.py)

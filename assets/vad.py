@@ -12,7 +12,7 @@ from resources.storage import DataRootResource
 from resources.vad import SileroVadResource
 from speechdata.io import layout
 from speechdata.vad.chunks import DEFAULT_CHUNK_S, DEFAULT_NUM_CHUNKS
-from speechdata.vad.language_index import build_language_shard_index
+from speechdata.vad.language_index import LANGUAGE_INDEX_SCHEMA, update_language_shard_index
 from speechdata.vad.stage import run_vad_segments
 from speechdata.vad.tar_retention import remove_unreferenced_packed_tars
 
@@ -105,7 +105,7 @@ def _segment_one_shard(
     deps=[dg.AssetDep(vad_segments, partition_mapping=dg.AllPartitionMapping())],
     partitions_def=language_partitions,
     kinds={"parquet", "duckdb"},
-    code_version="language_shard_index-v1",
+    code_version="language_shard_index-v2",  # v2: one part per shard, built incrementally
 )
 def language_shard_index(
     context: dg.AssetExecutionContext, config: ChunkingConfig, data_root: DataRootResource
@@ -113,34 +113,38 @@ def language_shard_index(
     """Which shards (and which tars and files in them) hold this language: what
     `speechdata.vad.language_index.build_urls(langs, data_root)` answers from.
 
-    File: `language_index/language=<lang>/part-0.parquet`, one row per shard: `tar_path` (the tar the
-    loader streams), `files`, `streamable_files`, `tar_keys`, `hours`, `speech_hours` and
-    `usable_chunk_hours` (what the loader yields per epoch at `chunk_s`/`num_chunks`). Built from every
-    shard's `vad_segments`; re-materialize (or backfill all languages) after new shards are segmented.
+    Files: `language_index/language=<lang>/shard-<shard>.parquet`, one per shard holding the
+    language, one row per tar: `tar_path` (the tar the loader streams), `files`, `streamable_files`,
+    `tar_keys`, `hours`, `speech_hours` and `usable_chunk_hours` (what the loader yields per epoch at
+    `chunk_s`/`num_chunks`); `state/language_index/language=<lang>.parquet` records the version of
+    each shard's inputs its part was built from. Only the shards whose `vad_segments` or ledger
+    inputs changed since the last run are read and have their `vad` ledger checked; re-materialize
+    (or backfill all languages) after new shards are segmented.
     """
     language = context.partition_key
     root = data_root.get()
-    table = build_language_shard_index(root, language, chunk_s=config.chunk_s, num_chunks=config.num_chunks)
-    root.write_parquet(layout.language_shard_index(language), table)
-    remove_unreferenced_packed_tars(root)  # tars this index named before, if no other table names them
-    total = {
-        c: sum(table[c].to_pylist())
-        for c in ("files", "streamable_files", "hours", "speech_hours", "usable_chunk_hours")
-    }
+    update = update_language_shard_index(root, language, chunk_s=config.chunk_s, num_chunks=config.num_chunks)
+    # Tars the changed shards' earlier parts named, if no other table names them.
+    remove_unreferenced_packed_tars(root, update.shards_changed)
+    total = update.totals
     context.log.info(
-        f"{language}: {table.num_rows} shards, {total['files']} files, {total['usable_chunk_hours']:.3f} usable chunk hours"
+        f"{language}: {update.shards} shards, {total['files']} files, {total['usable_chunk_hours']:.3f} usable chunk "
+        f"hours; {len(update.shards_checked)} shards changed"
     )
     return dg.MaterializeResult(
         metadata={
-            "dagster/row_count": table.num_rows,
+            "dagster/row_count": update.shards,
             "files": total["files"],
             "streamable_files": total["streamable_files"],
             "hours": round(total["hours"], 6),
             "speech_hours": round(total["speech_hours"], 6),
             "usable_chunk_hours": round(total["usable_chunk_hours"], 6),
-            "index_uri": dg.MetadataValue.path(root.uri(layout.language_shard_index(language))),
-            "dagster/column_schema": column_schema(table.schema),
-            "preview": markdown_preview(table, ["shard", "tar_path", "files", "hours", "usable_chunk_hours"]),
+            "shards_checked": len(update.shards_checked),
+            "parts_written": len(update.parts_written),
+            "parts_removed": len(update.parts_removed),
+            "index_uri": dg.MetadataValue.path(root.uri(layout.language_shard_index_dir(language))),
+            "dagster/column_schema": column_schema(LANGUAGE_INDEX_SCHEMA),
+            "preview": markdown_preview(update.written, ["shard", "tar_path", "files", "hours", "usable_chunk_hours"]),
         }
     )
 

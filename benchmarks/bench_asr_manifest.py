@@ -16,13 +16,32 @@ pre-issue-18 build's, kept in ``benchmarks/asr_manifest_reference.py``):
 
 Both start from Arrow tables in memory, so parquet reading is outside both figures. The polars side
 uses every core; pandas' ``apply`` one.
+
+**Per new shard** (``per_new_shard``): the cost of one more shard of ``--shard-rows`` utterances
+landing on a corpus of each of ``--corpus-shards`` shards (stored inputs: each shard's utterance and
+FLAC index written with the project's writer), through the stage's entry point
+(:func:`speechdata.asr.stage.build_and_write_asr_manifests`), each run in a fresh process (wall
+seconds inside it, peak RSS from ``VmHWM``):
+
+* ``incremental``: the build with the corpus-wide files (a streamed concatenation of the parts);
+* ``incremental_parts_only``: ``combined=False`` (the per-shard parts are the manifests);
+* ``corpus_wide_baseline``: the build before it was incremental: every shard read, one
+  :func:`~speechdata.asr.manifest.build_asr_manifest` over all, every manifest file rewritten.
+
+``growth`` is each figure at the largest corpus over the smallest (1.0: a new shard costs the same
+whatever the corpus).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import re
+import shutil
 import statistics
+import subprocess
+import sys
+import tempfile
 import time
 
 import numpy as np
@@ -150,6 +169,112 @@ def run_pandas_baseline(utterances: pa.Table, flac: pa.Table):
     return df
 
 
+def write_stored_shard(root: str, shard_id: str, rows: int, seed: int) -> None:
+    """One shard's stored ASR inputs (utterance index, FLAC index), as the project's writer stores them."""
+    from speechdata.io import layout
+    from speechdata.io.storage import DataRoot
+
+    utterances, flac = synthetic_inputs(rows, seed=seed)
+    # Audio hashes unique to the shard (a new shard rarely repeats another's audio), a few repeated inside it.
+    sha = np.char.add(f"{seed:08x}", np.char.zfill(np.arange(rows).astype(str), 32))
+    flac = flac.set_column(flac.schema.get_field_index("audio_sha1"), "audio_sha1", pa.array(sha))
+    flac = flac.set_column(
+        flac.schema.get_field_index("flac_path"),
+        "flac_path",
+        pa.array([f"{layout.asr_flac_dir(shard_id)}/{u}.flac" for u in flac["utt_id"].to_pylist()]),
+    )
+    data_root = DataRoot(root)
+    utterances = utterances.drop_columns(["shard_id"]).rename_columns(
+        ["utt_id", "text", "language", "recording_id", "tx_quality_score"]
+    )
+    recordings = pa.array([f"{shard_id}-{r}" for r in utterances["recording_id"].to_pylist()])
+    utterances = utterances.set_column(utterances.schema.get_field_index("recording_id"), "recording_id", recordings)
+    data_root.write_parquet(layout.utterance_index(shard_id), utterances)
+    data_root.write_parquet(layout.asr_flac_index(shard_id), flac.drop_columns(["shard_id"]))
+
+
+def corpus_wide_build(root: str) -> None:
+    """The build before it was incremental: every shard read, one build over all, every file rewritten."""
+    from speechdata.asr.flac_retention import remove_unreferenced_flacs
+    from speechdata.asr.manifest import AsrManifestConfig, build_asr_manifest, nemo_jsonl_bytes
+    from speechdata.asr.stage import MANIFEST_TO_ROOT, read_asr_inputs, shards_with_asr_flac
+    from speechdata.io import layout
+    from speechdata.io.storage import DataRoot
+
+    data_root = DataRoot(root)
+    utterances, flac = read_asr_inputs(data_root, shards_with_asr_flac(data_root))
+    build = build_asr_manifest(utterances, flac, audio_root=MANIFEST_TO_ROOT, config=AsrManifestConfig())
+    for split, frame in (("train", build.train), ("validation", build.validation), ("eval", build.eval)):
+        data_root.write_parquet(f"baseline/{layout.asr_manifest(split)}", frame.to_arrow())
+        data_root.write_bytes(f"baseline/{layout.asr_manifest(split, 'jsonl')}", nemo_jsonl_bytes(frame))
+    data_root.write_parquet(f"baseline/{layout.asr_manifest_removed()}", build.removed.to_arrow())
+    remove_unreferenced_flacs(data_root)
+
+
+def measure_child(mode: str, root: str) -> None:
+    """Run one build in this (fresh) process and print its wall seconds and peak RSS as JSON."""
+    # pyarrow imports pandas on its first from_pylist or compute call: a one-time cost, outside the figure.
+    import pandas  # noqa: F401
+    import polars  # noqa: F401  imports outside the figure
+
+    from speechdata.asr.manifest import AsrManifestConfig
+    from speechdata.asr.stage import build_and_write_asr_manifests
+    from speechdata.io.storage import DataRoot
+
+    started = time.perf_counter()
+    if mode == "corpus_wide_baseline":
+        corpus_wide_build(root)
+        changed = None
+    else:
+        summary = build_and_write_asr_manifests(
+            DataRoot(root), AsrManifestConfig(), combined=mode != "incremental_parts_only"
+        )
+        changed = len(summary.shards_changed)
+    wall = time.perf_counter() - started
+    with open("/proc/self/status") as status:
+        hwm_kb = next(int(line.split()[1]) for line in status if line.startswith("VmHWM:"))
+    print(json.dumps({"wall_s": round(wall, 3), "peak_rss_mb": round(hwm_kb / 1024, 1), "shards_changed": changed}))
+
+
+def _in_child(mode: str, root: str) -> dict:
+    result = subprocess.run(
+        [sys.executable, "-m", "benchmarks.bench_asr_manifest", "--measure", mode, root],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def per_new_shard(corpus_shards: list[int], shard_rows: int) -> dict:
+    """Each mode's cost of one new shard at each corpus size, and its growth from the smallest to the largest."""
+    figures: dict[str, dict] = {}
+    for shards in corpus_shards:
+        root = tempfile.mkdtemp(prefix=f"bench-asr-{shards}-")
+        try:
+            for number in range(shards):
+                write_stored_shard(root, f"shard-{number:05d}", shard_rows, seed=number)
+            _in_child("incremental", root)  # the corpus as it stands, untimed
+            size: dict[str, dict] = {}
+            for offset, mode in enumerate(("incremental", "incremental_parts_only")):
+                write_stored_shard(root, f"shard-{shards + offset:05d}", shard_rows, seed=shards + offset)
+                size[mode] = _in_child(mode, root)
+            size["corpus_wide_baseline"] = _in_child("corpus_wide_baseline", root)
+            progress(f"{shards} shards + 1: {size}")
+            figures[str(shards)] = size
+        finally:
+            shutil.rmtree(root, ignore_errors=True)
+    smallest, largest = str(corpus_shards[0]), str(corpus_shards[-1])
+    growth = {
+        mode: {
+            "wall": ratio(figures[largest][mode]["wall_s"], figures[smallest][mode]["wall_s"]),
+            "peak_rss": ratio(figures[largest][mode]["peak_rss_mb"], figures[smallest][mode]["peak_rss_mb"]),
+        }
+        for mode in figures[smallest]
+    }
+    return {"shard_rows": shard_rows, "by_corpus_shards": figures, "growth": growth}
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="50 000 rows, for smoke runs")
@@ -159,11 +284,20 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument("--repeats", type=int, default=3, help="timed runs of each, alternating; medians compared")
     parser.add_argument(
+        "--corpus-shards", type=int, nargs="+", default=[10, 200], help="corpus sizes (shards) a new shard lands on"
+    )
+    parser.add_argument("--shard-rows", type=int, default=1000, help="utterances per shard (per_new_shard)")
+    parser.add_argument("--measure", nargs=2, metavar=("MODE", "ROOT"), help=argparse.SUPPRESS)
+    parser.add_argument(
         "--warmup-rows", type=int, default=10_000, help="both builds run once on this many rows first, untimed"
     )
     args = parser.parse_args(argv)
+    if args.measure:
+        measure_child(*args.measure)
+        return
     if args.quick:
         args.rows, args.repeats = 50_000, 1
+        args.corpus_shards, args.shard_rows = [2, 8], 200
     with stdout_to_stderr():
         import pandas  # noqa: F401  imported before timing: to_pandas would otherwise pay it
         import polars  # noqa: F401
@@ -194,6 +328,7 @@ def main(argv: list[str] | None = None) -> None:
         if not args.no_check:
             same_outputs, previous_s = same_outputs_as_reference(utterances, flac, build)
         progress(f"same outputs as the pre-issue-18 build: {same_outputs} (which took {previous_s} s)")
+        new_shard = per_new_shard(args.corpus_shards, args.shard_rows)
     speedup = ratio(pandas_s, polars_s)
     emit(
         "asr_manifest",
@@ -203,6 +338,8 @@ def main(argv: list[str] | None = None) -> None:
             "repeats": args.repeats,
             "warmup_rows": args.warmup_rows,
             "target_ratio": TARGET_RATIO,
+            "corpus_shards": args.corpus_shards,
+            "shard_rows": args.shard_rows,
         },
         {
             "polars_seconds": round(polars_s, 3),
@@ -218,6 +355,7 @@ def main(argv: list[str] | None = None) -> None:
             "same_outputs_as_reference": same_outputs,
             # The pre-issue-18 build on the same rows, run last: before and after in one run.
             "previous_build_seconds": round(previous_s, 3) if previous_s else None,
+            "per_new_shard": new_shard,
         },
     )
 

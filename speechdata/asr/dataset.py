@@ -33,6 +33,17 @@ log = logging.getLogger(__name__)
 MAX_TOKEN_LEN = 512
 
 
+def _empty_manifest() -> pa.Table:
+    return pa.table(
+        {
+            "audio_filepath": pa.array([], pa.string()),
+            "text": pa.array([], pa.string()),
+            "duration": pa.array([], pa.float64()),
+            "lang": pa.array([], pa.string()),
+        }
+    )
+
+
 def _tokenize_with(tokenizer: Any) -> Callable[[str], list[int]]:
     """NeMo tokenizers expose ``text_to_ids``; a plain callable works too."""
     if hasattr(tokenizer, "text_to_ids"):
@@ -45,7 +56,8 @@ def _tokenize_with(tokenizer: Any) -> Callable[[str], list[int]]:
 class AsrManifestDataset(torch.utils.data.Dataset):
     """One item per manifest row: ``{"signal", "tokens", "duration", "lang"}`` or ``None``.
 
-    ``manifest`` is a parquet path/URL written by the ``asr_manifest`` asset, or an Arrow table with
+    ``manifest`` is a parquet path/URL written by the ``asr_manifest`` asset, a directory of its
+    per-shard parts (``asr/manifests/parts/train/``: every part, in shard order), or an Arrow table with
     ``audio_filepath``, ``text``, ``duration`` and ``lang``. A relative ``audio_filepath`` is taken
     from the manifest's directory (NeMo's rule; ``base_dir`` for a table), so a moved root reads.
     """
@@ -61,8 +73,17 @@ class AsrManifestDataset(torch.utils.data.Dataset):
     ):
         if isinstance(manifest, str):
             fs, path = filesystem_for(manifest)
-            manifest = read_parquet(fs, path, ["audio_filepath", "text", "duration", "lang"])
-            base_dir = fs.unstrip_protocol(posixpath.dirname(path)) if not _is_local(fs) else posixpath.dirname(path)
+            columns = ["audio_filepath", "text", "duration", "lang"]
+            if fs.isdir(path):
+                # A directory of per-shard parts (asr/manifests/parts/<split>/), in shard order.
+                parts = sorted(p for p in fs.ls(path, detail=False) if p.endswith(".parquet"))
+                tables = [read_parquet(fs, part, columns) for part in parts]
+                manifest = pa.concat_tables(tables) if tables else _empty_manifest()
+                directory = path
+            else:
+                manifest = read_parquet(fs, path, columns)
+                directory = posixpath.dirname(path)
+            base_dir = fs.unstrip_protocol(directory) if not _is_local(fs) else directory
         self._paths = manifest["audio_filepath"].combine_chunks()
         self._base_dir = base_dir
         self._texts = manifest["text"].combine_chunks()

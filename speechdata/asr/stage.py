@@ -8,8 +8,11 @@ columnar reads per shard; all row work happens in polars.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import posixpath
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import polars as pl
@@ -17,18 +20,47 @@ import pyarrow as pa
 import pyarrow.csv as pacsv
 
 from speechdata.asr.flac_retention import remove_unreferenced_flacs
+from speechdata.asr.incremental import (
+    MANIFEST_SCHEMA,
+    PART_TO_ROOT,
+    REMOVED_SCHEMA,
+    AsrManifestTotals,
+    PreparedShard,
+    arrow_schema,
+    eval_subset,
+    fingerprint,
+    forced_validation,
+    open_state,
+    prepare_shard,
+    prepared_info,
+    remove_shard_parts,
+    replace_candidates,
+    replace_eval_candidates,
+    replace_kept_recordings,
+    reset_for_fingerprint,
+    set_state_value,
+    shard_outputs,
+    shard_stats,
+    state_value,
+    totals,
+    transaction,
+    with_audio_root,
+    write_shard_parts,
+)
 from speechdata.asr.manifest import (
     FLAC_COLUMNS,
     UTTERANCE_COLUMNS,
     AsrManifestBuild,
     AsrManifestConfig,
-    build_asr_manifest,
+    _refuse_ids_in_several_shards,
     conform,
     nemo_jsonl_bytes,
 )
+from speechdata.asr.split import SaltedMd5
 from speechdata.faults import fault_point
 from speechdata.io import layout
-from speechdata.io.storage import DataRoot, filesystem_for, read_parquet
+from speechdata.io.shard_versions import LEDGER_INPUTS, shard_input_versions
+from speechdata.io.storage import DataRoot, atomic_open, filesystem_for, read_parquet
 from speechdata.landing.extras import unpack_extras
 
 SPLITS = ("train", "validation", "eval")
@@ -36,13 +68,25 @@ SPLITS = ("train", "validation", "eval")
 
 @dataclass(frozen=True)
 class AsrManifestSummary:
-    build: AsrManifestBuild
+    totals: AsrManifestTotals
     shards: int
     input_rows: int
     compute_seconds: float
     outputs: dict[str, str] = field(default_factory=dict)
     flacs_removed: int = 0
     """FLACs no index or manifest named any more, removed after the manifests were written."""
+    shards_changed: list[str] = field(default_factory=list)
+    """Shards whose inputs changed since the last build: the only ones read, gated and prepared."""
+    shards_rewritten: list[str] = field(default_factory=list)
+    """Shards whose published parts were written (the changed ones and those sharing a duplicate group)."""
+    data_root: DataRoot | None = None
+
+    @property
+    def build(self) -> AsrManifestBuild:
+        """Every manifest read back whole (train, validation, eval, removed): for tests and small
+        corpora; training reads the files."""
+        assert self.data_root is not None
+        return read_published_build(self.data_root, self.totals)
 
 
 def shards_with_asr_flac(data_root: DataRoot) -> list[str]:
@@ -95,7 +139,49 @@ def read_language_corrections(data_root: DataRoot, location: str | None) -> pl.D
 MANIFEST_TO_ROOT = "../.."
 """``audio_filepath`` is relative to the manifest's own directory (``asr/manifests/``): NeMo resolves
 a relative path against the manifest's directory (``get_full_path``), and so does
-:class:`speechdata.asr.dataset.AsrManifestDataset`; the data root can then be copied or moved."""
+:class:`speechdata.asr.dataset.AsrManifestDataset`; the data root can then be copied or moved.
+The per-shard parts (``asr/manifests/parts/<split>/``) are two levels deeper: their rows keep the
+same ``audio_filepath`` (so a part is a slice of the corpus-wide file, byte for byte), and a reader
+of a part resolves it against ``asr/manifests/`` (:func:`speechdata.asr.dataset.manifest_base_dir`)."""
+
+ShardGate = Callable[[str], object]
+"""Called with each changed shard's id before anything is written; raises to stop the build."""
+
+
+def asr_input_versions(data_root: DataRoot) -> dict[str, str]:
+    """The version of every extracted shard's manifest inputs and ledger inputs (listings only)."""
+    return shard_input_versions(data_root, layout.asr_flac_index, LEDGER_INPUTS)
+
+
+def _corrections(data_root: DataRoot, location: str | None) -> tuple[pl.DataFrame | None, str]:
+    """The corrections table and a version of its content (a change rebuilds every shard)."""
+    table = read_language_corrections(data_root, location)
+    if table is None:
+        return None, "none"
+    digest = hashlib.sha256(table.write_ipc(None).getvalue()).hexdigest()
+    return table, f"{location}:{digest}"
+
+
+def _prepare(data_root: DataRoot, shard_id: str, config, quality_column, corrections, salted_md5) -> PreparedShard:
+    utterances, flac = read_asr_inputs(data_root, [shard_id], quality_column)
+    prepared = prepare_shard(
+        utterances, flac, config=config, audio_root=MANIFEST_TO_ROOT, corrections=corrections, salted_md5=salted_md5
+    )
+    data_root.write_parquet(layout.asr_manifest_prepared(shard_id), prepared.rows.to_arrow())
+    return prepared
+
+
+def _read_prepared(data_root: DataRoot, shard_id: str) -> pl.DataFrame:
+    return pl.from_arrow(data_root.read_parquet(layout.asr_manifest_prepared(shard_id)))
+
+
+def _ids_named_by_corrections(corrections: pl.DataFrame | None, rows: pl.DataFrame) -> list[str]:
+    """The shard's utterance ids a corrections table without ``shard_id`` names (to refuse an id held
+    by several shards, as the corpus-wide build does)."""
+    if corrections is None or "utt_id" not in corrections.columns or "shard_id" in corrections.columns:
+        return []
+    named = corrections["utt_id"].cast(pl.String).drop_nulls().unique().implode()
+    return sorted(rows.filter(pl.col("utt_id").is_in(named))["utt_id"].unique().to_list())
 
 
 def build_and_write_asr_manifests(
@@ -104,35 +190,229 @@ def build_and_write_asr_manifests(
     *,
     quality_column: str = "tx_quality_score",
     corrections_location: str | None = None,
+    gate: ShardGate | None = None,
+    combined: bool = True,
 ) -> AsrManifestSummary:
+    """Bring the manifests up to date, shard by shard (:mod:`speechdata.asr.incremental`).
+
+    Only shards whose inputs changed are read, passed to ``gate`` (all of them, before anything is
+    written) and prepared; only the shards whose rows' decisions can have changed get their parts
+    rewritten. ``combined``: also write the corpus-wide files (a streamed concatenation of the parts,
+    skipped when nothing changed); without it they are removed and the parts are the manifests.
+    """
     started = time.perf_counter()
-    shard_ids = shards_with_asr_flac(data_root)
-    utterances, flac = read_asr_inputs(data_root, shard_ids, quality_column)
-    build = build_asr_manifest(
-        utterances,
-        flac,
-        audio_root=MANIFEST_TO_ROOT,
-        config=config,
-        corrections=read_language_corrections(data_root, corrections_location),
-    )
-    outputs = {}
-    for split, frame in zip(SPLITS, (build.train, build.validation, build.eval), strict=True):
-        data_root.write_parquet(layout.asr_manifest(split), frame.to_arrow())
-        fault_point("asr-manifest-parquet")
-        data_root.write_bytes(layout.asr_manifest(split, "jsonl"), nemo_jsonl_bytes(frame))
-        fault_point("asr-manifest-jsonl")
-        outputs[f"{split}_parquet"] = data_root.uri(layout.asr_manifest(split))
-        outputs[f"{split}_jsonl"] = data_root.uri(layout.asr_manifest(split, "jsonl"))
-    data_root.write_parquet(layout.asr_manifest_removed(), build.removed.to_arrow())
-    outputs["removed"] = data_root.uri(layout.asr_manifest_removed())
-    fault_point("asr-manifest-removed")
-    # Only now does no published manifest name the FLACs the previous build used.
-    flacs_removed = remove_unreferenced_flacs(data_root)
+    versions = asr_input_versions(data_root)
+    corrections, corrections_version = _corrections(data_root, corrections_location)
+    build_fingerprint = fingerprint(config, quality_column, MANIFEST_TO_ROOT, corrections_version)
+    with open_state(data_root) as connection, SaltedMd5(config.split_salt) as salted_md5:
+        reset_for_fingerprint(connection, build_fingerprint)
+        known = dict(connection.execute("SELECT shard_id, inputs_version FROM shards").fetchall())
+        changed = [shard_id for shard_id, version in versions.items() if known.get(shard_id) != version]
+        gone = sorted(set(known) - set(versions))
+        if gate is not None:
+            for shard_id in changed:
+                gate(shard_id)
+
+        held_ids: dict[str, list[str]] = {}
+        infos: dict[str, str] = {}
+        for shard_id in changed:
+            prepared = _prepare(data_root, shard_id, config, quality_column, corrections, salted_md5)
+            held_ids[shard_id] = _ids_named_by_corrections(corrections, prepared.rows)
+            infos[shard_id] = prepared_info(prepared)
+        _refuse_correction_ids_in_several_shards(connection, held_ids, changed + gone, corrections)
+
+        for shard_id in gone:
+            remove_shard_parts(data_root, shard_id)
+            replace_candidates(connection, shard_id, "", None)
+        for shard_id in changed:
+            rows = _read_prepared(data_root, shard_id)
+            replace_candidates(connection, shard_id, versions[shard_id], rows, infos[shard_id])
+            with transaction(connection):
+                connection.execute("DELETE FROM correction_ids WHERE shard_id = ?", [shard_id])
+                connection.executemany(
+                    "INSERT INTO correction_ids VALUES (?, ?)", [(shard_id, u) for u in held_ids[shard_id]]
+                )
+
+        # Kept recordings of every marked shard first: the forced validation recording depends on all.
+        marked = [r[0] for r in connection.execute("SELECT shard_id FROM shards WHERE marked = 1 ORDER BY shard_id")]
+        for shard_id in marked:
+            rows = _read_prepared(data_root, shard_id)
+            kept = shard_outputs(connection, shard_id, rows, validation_share=config.validation_share, forced=None).kept
+            replace_kept_recordings(connection, shard_id, kept)
+        forced, _ = forced_validation(connection, config.validation_share)
+        previous = state_value(connection, "forced")
+        if forced != previous:
+            with transaction(connection):
+                connection.execute(
+                    "UPDATE shards SET marked = 1 WHERE shard_id IN "
+                    "(SELECT shard_id FROM kept_recordings WHERE recording_key IN (?, ?))",
+                    [forced, previous],
+                )
+                set_state_value(connection, "forced", forced)
+                set_state_value(connection, "combined_current", "0")
+
+        rewritten = [r[0] for r in connection.execute("SELECT shard_id FROM shards WHERE marked = 1 ORDER BY shard_id")]
+        for shard_id in rewritten:
+            rows = _read_prepared(data_root, shard_id)
+            outputs = shard_outputs(connection, shard_id, rows, validation_share=config.validation_share, forced=forced)
+            write_shard_parts(data_root, shard_id, outputs)
+            [info] = connection.execute("SELECT prepared_info FROM shards WHERE shard_id = ?", [shard_id]).fetchone()
+            with transaction(connection):
+                replace_eval_candidates(connection, shard_id, outputs, config.eval_per_language, forced)
+                connection.execute(
+                    "UPDATE shards SET marked = 0, forced_at_write = ?, stats = ? WHERE shard_id = ?",
+                    [forced, json.dumps(shard_stats(outputs, info), sort_keys=True), shard_id],
+                )
+
+        eval_frame = eval_subset(connection, config.eval_per_language)
+        shard_ids = [r[0] for r in connection.execute("SELECT shard_id FROM shards ORDER BY shard_id")]
+        outputs = _write_manifests(data_root, connection, shard_ids, eval_frame, combined)
+        pending = [r[0] for r in connection.execute("SELECT shard_id FROM shards WHERE flacs_pending = 1")]
+        # Only now does no published manifest name the FLACs the previous build used.
+        flacs_removed = remove_unreferenced_flacs(data_root, pending)
+        with transaction(connection):
+            connection.executemany("UPDATE shards SET flacs_pending = 0 WHERE shard_id = ?", [(s,) for s in pending])
+        summary_totals = totals(connection, config, eval_frame.height, forced)
     return AsrManifestSummary(
-        build=build,
+        totals=summary_totals,
         shards=len(shard_ids),
-        input_rows=utterances.height,
+        input_rows=summary_totals.input_rows,
         compute_seconds=time.perf_counter() - started,
         outputs=outputs,
         flacs_removed=flacs_removed,
+        shards_changed=changed,
+        shards_rewritten=rewritten,
+        data_root=data_root,
+    )
+
+
+def _refuse_correction_ids_in_several_shards(
+    connection, held_ids: dict[str, list[str]], replaced: list[str], corrections: pl.DataFrame | None
+) -> None:
+    if corrections is None or not any(held_ids.values()):
+        return
+    pairs = [(shard_id, utt_id) for shard_id, ids in held_ids.items() for utt_id in ids]
+    wanted = sorted({utt_id for _, utt_id in pairs})
+    placeholders = ",".join("?" * len(wanted))
+    others = connection.execute(
+        f"SELECT shard_id, utt_id FROM correction_ids WHERE utt_id IN ({placeholders})",  # noqa: S608
+        wanted,
+    ).fetchall()
+    pairs += [(shard_id, utt_id) for shard_id, utt_id in others if shard_id not in replaced]
+    rows = pl.DataFrame(pairs, schema={"shard_id": pl.String, "utt_id": pl.String}, orient="row")
+    _refuse_ids_in_several_shards(rows, corrections.select(pl.col("utt_id").cast(pl.String)))
+
+
+def _combined_files(split: str) -> list[str]:
+    return [layout.asr_manifest(split), layout.asr_manifest(split, "jsonl")]
+
+
+def _write_manifests(
+    data_root: DataRoot, connection, shard_ids: list[str], eval_frame: pl.DataFrame, combined: bool
+) -> dict[str, str]:
+    """The eval files and, with ``combined``, the corpus-wide files concatenated from the parts (in
+    the order readers expect them replaced: each split's parquet then its JSONL, then ``removed``)."""
+    outputs: dict[str, str] = {}
+    names = [*_combined_files("train"), *_combined_files("validation"), *_combined_files("eval")]
+    names.append(layout.asr_manifest_removed())
+    current = state_value(connection, "combined_current") == "1" and all(data_root.exists(n) for n in names)
+    if not combined:
+        for name in [*_combined_files("train"), *_combined_files("validation"), layout.asr_manifest_removed()]:
+            if data_root.exists(name):
+                data_root.fs.rm(data_root.path(name))
+        current = state_value(connection, "combined_current") == "1" and all(
+            data_root.exists(n) for n in _combined_files("eval")
+        )
+    for split in SPLITS:
+        if combined or split == "eval":
+            outputs[f"{split}_parquet"] = data_root.uri(layout.asr_manifest(split))
+            outputs[f"{split}_jsonl"] = data_root.uri(layout.asr_manifest(split, "jsonl"))
+        else:
+            outputs[f"{split}_parts"] = data_root.uri(posixpath.dirname(layout.asr_manifest_part(split, "x")))
+    outputs["removed"] = data_root.uri(
+        layout.asr_manifest_removed() if combined else posixpath.dirname(layout.asr_manifest_part("removed", "x"))
+    )
+    if current:
+        return outputs
+    for split in SPLITS:
+        if split == "eval":
+            data_root.write_parquet(layout.asr_manifest(split), eval_frame.to_arrow())
+            fault_point("asr-manifest-parquet")
+            data_root.write_bytes(layout.asr_manifest(split, "jsonl"), nemo_jsonl_bytes(eval_frame))
+            fault_point("asr-manifest-jsonl")
+        elif combined:
+            _concatenate_parquet(data_root, layout.asr_manifest(split), split, shard_ids, MANIFEST_SCHEMA)
+            fault_point("asr-manifest-parquet")
+            _concatenate_jsonl(data_root, layout.asr_manifest(split, "jsonl"), split, shard_ids)
+            fault_point("asr-manifest-jsonl")
+    if combined:
+        _concatenate_parquet(data_root, layout.asr_manifest_removed(), "removed", shard_ids, REMOVED_SCHEMA)
+        fault_point("asr-manifest-removed")
+    with transaction(connection):
+        set_state_value(connection, "combined_current", "1")
+    return outputs
+
+
+def _concatenate_parquet(data_root: DataRoot, target: str, kind: str, shard_ids: list[str], schema: dict) -> None:
+    """``target`` from every shard's part, in shard order, one part in memory at a time."""
+    with data_root.parquet_writer(target, arrow_schema(schema)) as writer:
+        for shard_id in shard_ids:
+            part = _read_part_arrow(data_root, kind, shard_id)
+            if part.num_rows:
+                writer.write_table(part)
+
+
+def _concatenate_jsonl(data_root: DataRoot, target: str, kind: str, shard_ids: list[str]) -> None:
+    """``target`` from every shard's JSONL part, byte for byte but each line's path prefix: every line
+    starts with ``{"audio_filepath":"<PART_TO_ROOT>/``, which becomes ``<MANIFEST_TO_ROOT>/``."""
+    part_prefix = f'{{"audio_filepath":"{PART_TO_ROOT}/'.encode()
+    manifest_prefix = f'{{"audio_filepath":"{MANIFEST_TO_ROOT}/'.encode()
+    with atomic_open(data_root.fs, data_root.path(target)) as handle:
+        for shard_id in shard_ids:
+            data = data_root.fs.cat_file(data_root.path(layout.asr_manifest_part(kind, shard_id, "jsonl")))
+            lines = data.count(b"\n")
+            if data.count(b"\n" + part_prefix) + data.startswith(part_prefix) != lines:
+                raise ValueError(
+                    f"{layout.asr_manifest_part(kind, shard_id, 'jsonl')}: a line without the part's path prefix"
+                )
+            handle.write(data.replace(part_prefix, manifest_prefix))
+
+
+def _read_part_arrow(data_root: DataRoot, kind: str, shard_id: str) -> pa.Table:
+    """A shard's part as the corpus-wide file holds it (``audio_filepath`` relative to ``asr/manifests/``)."""
+    part = data_root.read_parquet(layout.asr_manifest_part(kind, shard_id))
+    if kind == "removed":
+        return part
+    # Through polars, not pyarrow.compute: the latter's string kernels import pandas (seconds).
+    return with_audio_root(pl.from_arrow(part), MANIFEST_TO_ROOT).to_arrow()
+
+
+def _read_part(data_root: DataRoot, kind: str, shard_id: str) -> pl.DataFrame:
+    return pl.from_arrow(_read_part_arrow(data_root, kind, shard_id))
+
+
+def read_published_build(data_root: DataRoot, summary_totals: AsrManifestTotals | None = None) -> AsrManifestBuild:
+    """The published manifests as one :class:`AsrManifestBuild` (the corpus-wide files, else the parts)."""
+
+    def read(kind: str, schema: dict) -> pl.DataFrame:
+        whole = layout.asr_manifest_removed() if kind == "removed" else layout.asr_manifest(kind)
+        if data_root.exists(whole):
+            return pl.from_arrow(data_root.read_parquet(whole))
+        shard_ids = sorted(
+            p.rstrip("/").rsplit("/", 1)[-1].removesuffix(".parquet")
+            for p in data_root.glob(layout.asr_manifest_part(kind, "*"))
+        )
+        frames = [_read_part(data_root, kind, shard_id) for shard_id in shard_ids]
+        return pl.concat(frames) if frames else pl.DataFrame(schema=schema)
+
+    t = summary_totals or AsrManifestTotals()
+    return AsrManifestBuild(
+        train=read("train", MANIFEST_SCHEMA),
+        validation=read("validation", MANIFEST_SCHEMA),
+        eval=read("eval", MANIFEST_SCHEMA),
+        removed=read("removed", REMOVED_SCHEMA),
+        relabeled=t.relabeled,
+        recordings=t.recordings,
+        validation_share=t.validation_share,
+        forced_validation=t.forced_validation,
     )

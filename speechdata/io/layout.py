@@ -259,6 +259,28 @@ def asr_manifest_removed() -> str:
     return f"{ASR}/manifests/removed.parquet"
 
 
+ASR_MANIFEST_PART_KINDS = ("train", "validation", "removed")
+
+
+def asr_manifest_part(kind: str, shard_id: str, suffix: str = "parquet") -> str:
+    """One shard's rows of a manifest (``kind``: ``train``, ``validation`` or ``removed``): the
+    published parts the corpus-wide files are concatenated from, rewritten only when that shard's
+    rows change."""
+    return f"{ASR}/manifests/parts/{kind}/{shard_id}.{suffix}"
+
+
+def asr_manifest_prepared(shard_id: str) -> str:
+    """One shard's rows after the per-shard steps of the manifest build (corrections, filters,
+    cleaning, keys): what a later build reads instead of the shard's inputs while they are unchanged."""
+    return f"{ASR}/prepared/{shard_id}.parquet"
+
+
+def asr_manifest_state() -> str:
+    """The incremental manifest build's state (SQLite): each shard's input version, the keys
+    deduplication looks up, kept recordings, eval candidates."""
+    return "state/asr_manifest.sqlite"
+
+
 def asr_language_corrections() -> str:
     """The default language-tag corrections table (``utt_id`` or ``recording_id`` -> ``language``)."""
     return f"{ASR}/language_corrections.parquet"
@@ -300,8 +322,28 @@ LANGUAGE_INDEX = "language_index"
 
 
 def language_shard_index(language: str) -> str:
-    """The shards (and their streaming tars and files) that hold ``language``."""
+    """The single-file form of a language's index (every shard in one file), as earlier builds and
+    :func:`speechdata.vad.language_index.build_language_shard_index` callers write it; the
+    incremental build writes :func:`language_shard_index_part` files and removes this one."""
     return f"{LANGUAGE_INDEX}/language={language}/part-0.parquet"
+
+
+def language_shard_index_dir(language: str) -> str:
+    """Every part of one language's index (a hive partition: ``language_index/*/*.parquet``)."""
+    return f"{LANGUAGE_INDEX}/language={language}"
+
+
+def language_shard_index_part(language: str, shard_id: str) -> str:
+    """One shard's rows of one language's index, written only when that shard's inputs change."""
+    return f"{language_shard_index_dir(language)}/shard-{shard_id}.parquet"
+
+
+LANGUAGE_INDEX_STATE = "state/language_index"
+
+
+def language_shard_index_state(language: str) -> str:
+    """Per shard: the version of its inputs the language's index part was built from, and its totals."""
+    return f"{LANGUAGE_INDEX_STATE}/language={language}.parquet"
 
 
 # --- near duplicates ------------------------------------------------------------------

@@ -1,8 +1,10 @@
 """Remove the packed audio tars that no published VAD table names any more, and only those.
 
 A packed tar (``shards/<shard>/audio-<sha16>.tar``) is named by its shard's
-``vad_segments.parquet`` and by every language index part (``language_index/language=<lang>/
-part-0.parquet``) built while that table was current. A language index is rebuilt per language, at
+``vad_segments.parquet`` and by its shard's part of a language index (``language_index/language=<lang>/
+shard-<shard>.parquet``, or the single ``part-0.parquet`` of an earlier build) built while that
+table was current. A shard's tars live in its own folder, so only its own parts are read: the cost of
+a collection is the shard's, not the corpus's. A language index is rebuilt per language, at
 its own time, so a tar stays as long as any part still names it: the loader a part leads to finds
 the bytes the part described.
 
@@ -13,38 +15,48 @@ decides. A shard with no segments table is skipped for the same reason.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from speechdata.io import layout
 from speechdata.io.listing import modified_s
 from speechdata.io.storage import DataRoot
 
-_LANGUAGE_INDEX_GLOB = f"{layout.LANGUAGE_INDEX}/*/part-0.parquet"
+_LEGACY_INDEX_GLOB = layout.language_shard_index("*")
 
 
-def published_tar_paths(data_root: DataRoot) -> set[str]:
-    """``tar_path`` (relative to the data root) of every row of every language index part."""
+def published_tar_paths(data_root: DataRoot, shard_id: str | None = None) -> set[str]:
+    """``tar_path`` (relative to the data root) of every row of every language index part; with
+    ``shard_id``, of the parts that can name that shard's tars: its own part in every language (a
+    shard's tars are in its own folder, so no other shard's part names them) and any single-file
+    index an earlier build left."""
+    shard_parts = layout.language_shard_index_part("*", "*" if shard_id is None else shard_id)
     named: set[str] = set()
-    for path in data_root.glob(_LANGUAGE_INDEX_GLOB):
-        relative = path[len(data_root.path("")) :]
-        named.update(data_root.read_parquet(relative, ["tar_path"])["tar_path"].to_pylist())
+    prefix = data_root.path("")
+    for path in data_root.glob(shard_parts) + data_root.glob(_LEGACY_INDEX_GLOB):
+        named.update(data_root.read_parquet(path[len(prefix) :], ["tar_path"])["tar_path"].to_pylist())
     return named
 
 
-def remove_unreferenced_packed_tars(data_root: DataRoot, shard_id: str | None = None) -> int:
-    """Remove the packed tars of ``shard_id`` (every shard if None) that neither its segments table nor
-    any language index names and that are older than its table; return how many were removed."""
-    shard_ids = [shard_id] if shard_id is not None else _shards_with_segments(data_root)
-    named = published_tar_paths(data_root)
+def remove_unreferenced_packed_tars(data_root: DataRoot, shard_id: str | Iterable[str] | None = None) -> int:
+    """Remove the packed tars of ``shard_id`` (a shard, several, or every shard if None) that neither
+    its segments table nor any language index names and that are older than its table; return how
+    many were removed. Each shard reads only its own table and index parts."""
+    if shard_id is None:
+        shard_ids = _shards_with_segments(data_root)
+    else:
+        shard_ids = [shard_id] if isinstance(shard_id, str) else sorted(shard_id)
     removed = 0
     for shard in shard_ids:
         table_path = layout.vad_segments(shard)
         if not data_root.exists(table_path):
             continue
         own = set(data_root.read_parquet(table_path, ["tar_path"])["tar_path"].to_pylist())
+        named = published_tar_paths(data_root, shard)
         published_at = modified_s(data_root.fs.info(data_root.path(table_path)))
         for info in data_root.fs.ls(data_root.path(layout.shard_dir(shard)), detail=True):
             name = info["name"].rstrip("/").rsplit("/", 1)[-1]
             relative = f"{layout.shard_dir(shard)}/{name}"
-            if not layout.is_packed_audio_tar_name(name) or relative in own | named:
+            if not layout.is_packed_audio_tar_name(name) or relative in own or relative in named:
                 continue
             if modified_s(info) >= published_at:
                 continue

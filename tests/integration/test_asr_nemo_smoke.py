@@ -6,6 +6,7 @@ duration-bucket sampler and the collate function and puts it through NeMo's RNNT
 (tiny, random, built from config); this test asserts on the shapes, dtypes and loss it reports.
 """
 
+import glob
 import math
 
 import pytest
@@ -89,3 +90,21 @@ def test_a_sampler_batch_feeds_forward_and_loss(training_steps, model_type):
     if model_type == "rnnt":
         assert step["loss_ndim"] == 0 and math.isfinite(step["loss"])
         assert step["encoder_has_gradient"]
+
+
+@pytest.mark.slow
+def test_nemo_reads_the_per_shard_parts_as_it_reads_the_corpus_wide_manifest(sampler_batch):
+    import json
+    import posixpath
+
+    manifest_path, _ = sampler_batch
+    parts = sorted(glob.glob(posixpath.join(posixpath.dirname(manifest_path), "parts", "train", "*.jsonl")))
+    items = run_in_nemo_env("read_asr_parts.py", json.dumps(parts))
+    assert parts and items and all(item["exists"] for item in items)
+    with open(manifest_path.removesuffix(".parquet") + ".jsonl") as handle:
+        whole = [json.loads(line) for line in handle]
+    directory = posixpath.dirname(manifest_path)
+    assert [posixpath.normpath(item["audio_file"]) for item in items] == [
+        posixpath.normpath(posixpath.join(directory, row["audio_filepath"])) for row in whole
+    ]
+    assert [item["duration"] for item in items] == [row["duration"] for row in whole]

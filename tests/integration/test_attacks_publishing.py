@@ -322,6 +322,7 @@ def test_an_unbalanced_vad_ledger_fails_the_language_index_naming_shard_product_
     message = failure.step_failure_data.error.message + str(failure.step_failure_data.error.cause)
     assert "shard vad-lossy" in message and "vad ledger" in message and lost in message
     assert not data_root.exists(layout.language_shard_index(language))
+    assert not data_root.glob(layout.language_shard_index_part(language, "*"))
 
 
 def test_an_unbalanced_translation_ledger_writes_no_pairs_and_names_shard_product_and_ids(data_root):

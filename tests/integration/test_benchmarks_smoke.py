@@ -27,7 +27,11 @@ ROOT = Path(__file__).resolve().parents[2]
             "bench_streaming_segments",
             {"utt_per_s", "baseline_utt_per_s", "ratio_utt_per_s_over_baseline", "misplaced_chunk_share"},
         ),
-        ("bench_asr_manifest", {"polars_seconds", "pandas_baseline_seconds", "ratio_pandas_over_polars"}),
+        (
+            "bench_asr_manifest",
+            {"polars_seconds", "pandas_baseline_seconds", "ratio_pandas_over_polars", "per_new_shard"},
+        ),
+        ("bench_language_index", {"per_new_shard", "growth"}),
         ("bench_asr_sampler", {"numpy_epoch_seconds", "reference_seconds", "same_batches_as_reference"}),
         ("bench_vad", {"vad", "streaming"}),
         ("bench_hf_dataset", {"quarter", "full"}),
