@@ -13,7 +13,7 @@ overlap); the transcript's MinHash (candidates from LSH band keys, verified on t
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -170,34 +170,49 @@ class _AudioLookup:
         earlier = owners < position
         if not earlier.any():
             return None
-        owners, offsets = owners[earlier], offsets[earlier]
-        pairs, votes = np.unique(np.stack([owners, offsets], axis=1), axis=0, return_counts=True)
-        best = _best_offset_per_owner(pairs, votes, thresholds.min_offset_votes)
-        accepted = []
-        for owner, offset in best[:AUDIO_CANDIDATES_VERIFIED]:
-            verdict = self._verify(query, int(owner), int(offset), thresholds)
-            if verdict is not None:
-                accepted.append((int(owner), verdict))
-        if not accepted:
-            return None
-        owner, bit_error_rate = min(accepted, key=lambda item: (item[0], item[1]))
-        return NEAR_AUDIO, owner, similarity_from_bit_error_rate(bit_error_rate)
+        return near_audio_match(query, owners[earlier], offsets[earlier], self.fingerprints.__getitem__, thresholds)
 
-    def _verify(
-        self, query: AudioFingerprint, owner: int, offset: int, thresholds: NearDuplicateThresholds
-    ) -> float | None:
-        reference = self.fingerprints[owner]
-        shorter, longer = sorted((query.frames, reference.frames))
-        if shorter == 0 or shorter < thresholds.min_duration_ratio * longer:
-            return None
-        comparisons = [
-            compare_at_offset(query, reference, offset + shift)
-            for shift in range(-OFFSET_SEARCH_FRAMES, OFFSET_SEARCH_FRAMES + 1)
-        ]
-        best = min(comparisons, key=lambda comparison: comparison.bit_error_rate)
-        if best.overlap_frames < thresholds.min_overlap_share * shorter or best.compared_frames == 0:
-            return None
-        return best.bit_error_rate if best.bit_error_rate <= thresholds.max_bit_error_rate else None
+
+def near_audio_match(
+    query: AudioFingerprint,
+    owners: np.ndarray,
+    offsets: np.ndarray,
+    fingerprint_of: Callable[[int], AudioFingerprint],
+    thresholds: NearDuplicateThresholds,
+) -> tuple[str, int, float] | None:
+    """The ``near_audio`` match of ``query`` from its lookup hits: one ``(owner, frame offset)`` per
+    usable sub-fingerprint occurrence of an earlier utterance (``owners`` before the query in the
+    order). Shared by the incremental lookup and the whole-corpus batch pass, so both decide alike."""
+    if len(owners) == 0:
+        return None
+    pairs, votes = np.unique(np.stack([owners, offsets], axis=1), axis=0, return_counts=True)
+    best = _best_offset_per_owner(pairs, votes, thresholds.min_offset_votes)
+    accepted = []
+    for owner, offset in best[:AUDIO_CANDIDATES_VERIFIED]:
+        verdict = verify_near_audio(query, fingerprint_of(int(owner)), int(offset), thresholds)
+        if verdict is not None:
+            accepted.append((int(owner), verdict))
+    if not accepted:
+        return None
+    owner, bit_error_rate = min(accepted, key=lambda item: (item[0], item[1]))
+    return NEAR_AUDIO, owner, similarity_from_bit_error_rate(bit_error_rate)
+
+
+def verify_near_audio(
+    query: AudioFingerprint, reference: AudioFingerprint, offset: int, thresholds: NearDuplicateThresholds
+) -> float | None:
+    """The bit error rate of ``query`` against ``reference`` at ``offset`` (+-1 frame) when it makes a copy, else None."""
+    shorter, longer = sorted((query.frames, reference.frames))
+    if shorter == 0 or shorter < thresholds.min_duration_ratio * longer:
+        return None
+    comparisons = [
+        compare_at_offset(query, reference, offset + shift)
+        for shift in range(-OFFSET_SEARCH_FRAMES, OFFSET_SEARCH_FRAMES + 1)
+    ]
+    best = min(comparisons, key=lambda comparison: comparison.bit_error_rate)
+    if best.overlap_frames < thresholds.min_overlap_share * shorter or best.compared_frames == 0:
+        return None
+    return best.bit_error_rate if best.bit_error_rate <= thresholds.max_bit_error_rate else None
 
 
 def _best_offset_per_owner(pairs: np.ndarray, votes: np.ndarray, min_votes: int) -> list[tuple[int, int]]:
@@ -249,10 +264,26 @@ class _TranscriptLookup:
         candidates = set()
         for start, end in zip(starts.tolist(), ends.tolist(), strict=True):
             candidates.update(owner for owner in self.owners[start:end].tolist() if owner < position)
-        query = self.everything[position].transcript_signature
-        best = None
-        for owner in sorted(candidates)[:MAX_TRANSCRIPT_CANDIDATES]:
-            similarity = estimated_jaccard(query, self.everything[owner].transcript_signature)
-            if similarity >= self.thresholds.min_transcript_jaccard and (best is None or similarity > best[1]):
-                best = (owner, similarity)
-        return None if best is None else (NEAR_TRANSCRIPT, best[0], best[1])
+        return near_transcript_match(
+            self.everything[position].transcript_signature,
+            candidates,
+            lambda owner: self.everything[owner].transcript_signature,
+            self.thresholds,
+        )
+
+
+def near_transcript_match(
+    query: np.ndarray,
+    candidates: Iterable[int],
+    signature_of: Callable[[int], np.ndarray],
+    thresholds: NearDuplicateThresholds,
+) -> tuple[str, int, float] | None:
+    """The ``near_transcript`` match of a comparable transcript's signature among ``candidates``
+    (earlier comparable utterances sharing an LSH band key): the most similar of the first
+    :data:`MAX_TRANSCRIPT_CANDIDATES` in the order. Shared by the incremental lookup and the batch pass."""
+    best = None
+    for owner in sorted(set(candidates))[:MAX_TRANSCRIPT_CANDIDATES]:
+        similarity = estimated_jaccard(query, signature_of(owner))
+        if similarity >= thresholds.min_transcript_jaccard and (best is None or similarity > best[1]):
+            best = (owner, similarity)
+    return None if best is None else (NEAR_TRANSCRIPT, best[0], best[1])
