@@ -32,8 +32,10 @@ shards after them are checked against their stored entries, as the incremental p
 
 from __future__ import annotations
 
+import fnmatch
 import hashlib
 import io
+import posixpath
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -526,6 +528,38 @@ class BatchSummary:
             for kind, count in shard.by_kind.items():
                 counts[kind] += count
         return counts
+
+
+def shards_with_audio(data_root: DataRoot) -> list[str]:
+    """Every shard with normalized audio on the data root, by shard id."""
+    suffix = layout.normalized_audio("SHARD").removeprefix(f"{layout.SHARDS}/SHARD")
+    found = {posixpath.basename(posixpath.dirname(path)) for path in data_root.glob(f"{layout.SHARDS}/*{suffix}")}
+    return sorted(shard_id for shard_id in found if layout.is_valid_shard_id(shard_id))
+
+
+def select_shards(
+    data_root: DataRoot,
+    shard_ids: Sequence[str] | None = None,
+    matching: str | None = None,
+    available: Sequence[str] | None = None,
+) -> list[str]:
+    """The shards a pass decides: ``shard_ids`` as given, else every ``available`` shard (default: every
+    shard with normalized audio, by id) whose id matches the glob ``matching``. A shard id that is no
+    valid shard id raises ValueError naming it."""
+    if shard_ids:
+        chosen = list(dict.fromkeys(shard_ids))
+    else:
+        pool = shards_with_audio(data_root) if available is None else list(available)
+        chosen = [shard_id for shard_id in pool if matching is None or fnmatch.fnmatchcase(shard_id, matching)]
+    invalid = [shard_id for shard_id in chosen if not layout.is_valid_shard_id(shard_id)]
+    if invalid:
+        raise ValueError(f"not shard ids: {', '.join(map(repr, invalid[:5]))}")
+    if not chosen:
+        raise ValueError(
+            "near-duplicates batch: no shards selected"
+            + (f" (none matches {matching!r})" if matching else " (no shard has normalized audio)")
+        )
+    return chosen
 
 
 def _plan(order: list[IndexedShard], selected: Sequence[str]) -> tuple[list[str], set[str]]:

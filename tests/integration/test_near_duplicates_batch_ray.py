@@ -130,6 +130,4 @@ def test_the_batch_pass_on_two_ray_nodes_writes_what_the_incremental_path_writes
         run_near_duplicates(data_root, shard_id, audio_only)
     assert written_bytes(data_root) == batch_audio_only != batch
     assert [s.shard_id for s in read_order(data_root)] == SHARDS
-    assert [row["utt_id"] for row in data_root.read_parquet(layout.near_duplicates("c2")).to_pylist()] == [
-        "c2-trimmed"
-    ]
+    assert [row["utt_id"] for row in data_root.read_parquet(layout.near_duplicates("c2")).to_pylist()] == ["c2-trimmed"]
