@@ -35,6 +35,8 @@ BAND_EDGES_HZ = np.geomspace(300.0, 2_000.0, 34)
 ACTIVE_FLOOR_DB = 40.0
 """Frames this far below the loudest frame of the utterance carry no usable bits."""
 BITS_PER_SUB_FINGERPRINT = 32
+FRAMES_PER_WINDOW = 1_024
+"""Frames transformed at once (16 s of audio): bounds the fingerprint's working memory per utterance."""
 
 
 @dataclass(frozen=True)
@@ -101,9 +103,15 @@ def audio_fingerprint(samples: np.ndarray, sample_rate: int) -> AudioFingerprint
     n_frames = 1 + (len(audio) - FRAME_SAMPLES) // HOP_SAMPLES if len(audio) >= FRAME_SAMPLES else 0
     if n_frames < 2:
         return EMPTY_FINGERPRINT
-    frames = np.lib.stride_tricks.sliding_window_view(audio, FRAME_SAMPLES)[::HOP_SAMPLES][:n_frames]
-    spectrum = np.fft.rfft(frames * _WINDOW, axis=1)[:, _FIRST_BIN:_END_BIN]
-    energy = np.add.reduceat(spectrum.real**2 + spectrum.imag**2, _BAND_STARTS, axis=1)
+    windows = np.lib.stride_tricks.sliding_window_view(audio, FRAME_SAMPLES)[::HOP_SAMPLES][:n_frames]
+    energy = np.empty((n_frames, len(_BAND_STARTS)), np.float64)
+    # In windows of frames: the windowed frames and their spectra (about 24 KiB a frame) never exist
+    # for the whole utterance at once, only the band energies (264 bytes a frame) do.
+    for start in range(0, n_frames, FRAMES_PER_WINDOW):
+        spectrum = np.fft.rfft(windows[start : start + FRAMES_PER_WINDOW] * _WINDOW, axis=1)[:, _FIRST_BIN:_END_BIN]
+        energy[start : start + FRAMES_PER_WINDOW] = np.add.reduceat(
+            spectrum.real**2 + spectrum.imag**2, _BAND_STARTS, axis=1
+        )
     total = energy.sum(axis=1)
     loudest = float(total.max())
     if loudest <= 0.0:

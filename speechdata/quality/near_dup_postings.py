@@ -1,0 +1,274 @@
+"""Index keys of utterances and the immutable posting segments that map a key to the utterances holding it.
+
+A near-duplicate check looks up only the keys of the new shard, never the whole corpus. Each
+indexed utterance contributes *keys*, every one a uint64:
+
+- its exact audio hash (the first 8 bytes of the SHA-256, salted): one key, frame 0;
+- its transcript's 32 LSH band keys (:func:`speechdata.quality.fingerprint_text.band_keys`; the band
+  number is mixed in), frame = the transcript's word count (so a lookup leaves out transcripts too
+  short to compare before fetching them), when its transcript has a signature;
+- its *sampled* audio keys: the active sub-fingerprints whose mixed value falls in one of
+  :data:`AUDIO_KEY_SAMPLING` classes, salted, frame = the frame it occurs at. The choice depends on
+  the sub-fingerprint's value alone, so a copy keeps the same frames where its bits survived: on the
+  planted set the audio-alone recall is what looking up every frame gave (docs/near-duplicates.md),
+  with half the lookups.
+
+A *posting* is ``(key, owner, frame)``; ``owner`` (:func:`owner_of`) orders every indexed utterance
+by its shard's index position, then by its rank (``utt_id`` order) in the shard, so "earlier in the
+index" is ``owner <`` and ties are broken the same way everywhere.
+
+A *segment* (``index/near_duplicates/segments/L<level>-<digest>.seg``) holds postings sorted by key
+in blocks of :data:`BLOCK_RECORDS`, with a fence (each block's first key) and a CRC-32 per block in a
+header whose SHA-256 the file carries: a reader reads the header and then only the blocks that can
+hold a queried key, and a torn or altered header or block is detected (:class:`DamagedSegment`).
+The header lists the shards (position, shard id, entries version) whose postings the segment
+holds, so the index can be rebuilt from whatever segments survive plus the shards' entries files.
+
+Nothing here touches the order of the index or decides anything: :mod:`.near_dup_index` does.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import struct
+import zlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from speechdata.quality.fingerprint_text import band_keys
+
+if TYPE_CHECKING:
+    from speechdata.quality.near_dup_matching import UtteranceSignals
+
+OWNER_RANK_BITS = 24
+"""An owner is ``position << 24 | rank``: a shard holds at most 16 777 216 utterances."""
+AUDIO_KEY_SAMPLING = 2
+"""One sub-fingerprint value in two is a lookup key (chosen by value, so copies choose alike)."""
+BLOCK_RECORDS = 256
+"""Postings per block: the unit a lookup reads (5 KiB)."""
+
+_EXACT_SALT = np.uint64(0x243F6A8885A308D3)
+_AUDIO_SALT = np.uint64(0x13198A2E03707344)
+_MAGIC = b"NDSEG01\n"
+_PREAMBLE = struct.Struct("<8sQ32s")
+"""magic, header length, SHA-256 of the header, fences and block CRCs."""
+
+POSTING_DTYPE = np.dtype([("key", "<u8"), ("owner", "<i8"), ("frame", "<i4")])
+"""One posting: 20 bytes on disk, little-endian."""
+
+
+class DamagedSegment(RuntimeError):
+    """A segment whose header, length or a block's CRC does not match: torn, truncated or altered."""
+
+    def __init__(self, path: str, detail: str):
+        super().__init__(f"near-duplicate index segment {path} is damaged ({detail}); the next run rebuilds it")
+        self.path = path
+
+
+def owner_of(position: int, rank: int) -> int:
+    """The owner id of the utterance of rank ``rank`` (``utt_id`` order) in the shard at index ``position``."""
+    return (position << OWNER_RANK_BITS) | rank
+
+
+def position_of(owners: np.ndarray | int):
+    """The index position of the shard holding each owner."""
+    return owners >> OWNER_RANK_BITS
+
+
+def rank_of(owners: np.ndarray | int):
+    """The rank of each owner in its shard."""
+    return owners & ((1 << OWNER_RANK_BITS) - 1)
+
+
+def _mix(values: np.ndarray) -> np.ndarray:
+    """splitmix64's finaliser: a fixed, well-spread uint64 of each value."""
+    z = values.astype(np.uint64)
+    with np.errstate(over="ignore"):
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        return z ^ (z >> np.uint64(31))
+
+
+def exact_key(exact_hash: str) -> np.uint64:
+    return np.uint64(int(exact_hash[:16], 16)) ^ _EXACT_SALT
+
+
+def sampled_audio_keys(sub_fingerprints: np.ndarray, active: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(keys, frames)`` of the active sub-fingerprints sampled as lookup keys, in frame order."""
+    frames = np.flatnonzero(active)
+    values = sub_fingerprints[frames].astype(np.uint64)
+    sampled = _mix(values) % np.uint64(AUDIO_KEY_SAMPLING) == 0
+    return _mix(values[sampled] ^ _AUDIO_SALT), frames[sampled].astype(np.int32)
+
+
+def transcript_keys(signature: np.ndarray) -> np.ndarray:
+    return band_keys(signature[None, :])[0].astype(np.uint64)
+
+
+def utterance_keys(signals: UtteranceSignals) -> tuple[np.ndarray, np.ndarray]:
+    """``(keys, frames)`` of one utterance: exact hash, transcript band keys, sampled audio keys."""
+    keys, frames = [], []
+    if signals.exact_hash is not None:
+        keys.append(np.array([exact_key(signals.exact_hash)], np.uint64))
+        frames.append(np.zeros(1, np.int32))
+    if signals.transcript_signature is not None:
+        bands = transcript_keys(signals.transcript_signature)
+        keys.append(bands)
+        frames.append(np.full(len(bands), min(signals.transcript_words, 2**31 - 1), np.int32))
+    audio_keys, audio_frames = sampled_audio_keys(signals.fingerprint.sub_fingerprints, signals.fingerprint.active)
+    keys.append(audio_keys)
+    frames.append(audio_frames)
+    return np.concatenate(keys), np.concatenate(frames)
+
+
+def index_keys(signals: Sequence[UtteranceSignals], position: int) -> np.ndarray:
+    """Every posting of one shard's utterances (``signals`` in ``utt_id`` order: rank = list
+    index) at index ``position``, sorted by (key, owner, frame): the shard's level-0 segment."""
+    parts = []
+    for rank, utterance in enumerate(signals):
+        keys, frames = utterance_keys(utterance)
+        part = np.empty(len(keys), POSTING_DTYPE)
+        part["key"], part["owner"], part["frame"] = keys, owner_of(position, rank), frames
+        parts.append(part)
+    return sort_postings(np.concatenate(parts) if parts else np.empty(0, POSTING_DTYPE))
+
+
+def sort_postings(postings: np.ndarray) -> np.ndarray:
+    return postings[np.lexsort((postings["frame"], postings["owner"], postings["key"]))]
+
+
+def postings_for(postings: np.ndarray, keys: np.ndarray) -> np.ndarray:
+    """The postings (sorted by key) whose key is one of ``keys``."""
+    wanted = np.unique(keys.astype(np.uint64))
+    if len(postings) == 0 or len(wanted) == 0:
+        return postings[:0]
+    at = np.searchsorted(wanted, postings["key"])
+    at[at == len(wanted)] = 0
+    return postings[wanted[at] == postings["key"]]
+
+
+@dataclass(frozen=True)
+class SegmentShard:
+    """A shard whose postings a segment holds, at the entries version they were computed from."""
+
+    position: int
+    shard_id: str
+    entries_version: str
+
+
+@dataclass(frozen=True)
+class SegmentHeader:
+    level: int
+    records: int
+    shards: tuple[SegmentShard, ...]
+    fences: np.ndarray
+    block_crcs: np.ndarray
+    body_offset: int
+
+
+def segment_bytes(postings: np.ndarray, level: int, shards: Sequence[SegmentShard]) -> bytes:
+    """The file of a segment holding ``postings`` (sorted by key)."""
+    body = np.ascontiguousarray(postings, POSTING_DTYPE).tobytes()
+    size = POSTING_DTYPE.itemsize
+    blocks = [body[start : start + BLOCK_RECORDS * size] for start in range(0, len(body), BLOCK_RECORDS * size)]
+    fences = np.ascontiguousarray(postings["key"][::BLOCK_RECORDS], "<u8").tobytes()
+    crcs = np.array([zlib.crc32(block) for block in blocks], "<u4").tobytes()
+    header = json.dumps(
+        {
+            "level": level,
+            "records": len(postings),
+            "block_records": BLOCK_RECORDS,
+            "shards": [[s.position, s.shard_id, s.entries_version] for s in shards],
+        },
+        sort_keys=True,
+        separators=(",", ":"),
+    ).encode()
+    described = header + fences + crcs
+    return _PREAMBLE.pack(_MAGIC, len(header), hashlib.sha256(described).digest()) + described + body
+
+
+def segment_name(content: bytes, level: int) -> str:
+    return f"L{level}-{hashlib.sha256(content).hexdigest()[:16]}.seg"
+
+
+def read_segment_header(handle, path: str) -> SegmentHeader:
+    """The header of the segment open as ``handle`` (a binary file), checked against its SHA-256."""
+    preamble = handle.read(_PREAMBLE.size)
+    if len(preamble) != _PREAMBLE.size:
+        raise DamagedSegment(path, "shorter than its preamble")
+    magic, header_length, digest = _PREAMBLE.unpack(preamble)
+    if magic != _MAGIC or header_length > 1 << 30:
+        raise DamagedSegment(path, "not a segment file")
+    header_bytes = handle.read(header_length)
+    try:
+        header = json.loads(header_bytes)
+        blocks = -(-int(header["records"]) // int(header["block_records"]))
+    except (ValueError, KeyError, TypeError) as exc:
+        raise DamagedSegment(path, f"header unreadable: {exc}") from None
+    fences_crcs = handle.read(blocks * 12)
+    if hashlib.sha256(header_bytes + fences_crcs).digest() != digest or int(header["block_records"]) != BLOCK_RECORDS:
+        raise DamagedSegment(path, "header checksum mismatch")
+    return SegmentHeader(
+        level=int(header["level"]),
+        records=int(header["records"]),
+        shards=tuple(SegmentShard(int(p), str(s), str(v)) for p, s, v in header["shards"]),
+        fences=np.frombuffer(fences_crcs[: blocks * 8], "<u8"),
+        block_crcs=np.frombuffer(fences_crcs[blocks * 8 :], "<u4"),
+        body_offset=_PREAMBLE.size + header_length + blocks * 12,
+    )
+
+
+def _read_blocks(handle, path: str, header: SegmentHeader, first: int, end: int) -> np.ndarray:
+    size = POSTING_DTYPE.itemsize
+    handle.seek(header.body_offset + first * BLOCK_RECORDS * size)
+    last_records = min(end * BLOCK_RECORDS, header.records) - first * BLOCK_RECORDS
+    data = handle.read(last_records * size)
+    if len(data) != last_records * size:
+        raise DamagedSegment(path, "truncated")
+    for block in range(first, end):
+        start = (block - first) * BLOCK_RECORDS * size
+        if zlib.crc32(data[start : start + BLOCK_RECORDS * size]) != int(header.block_crcs[block]):
+            raise DamagedSegment(path, f"block {block} checksum mismatch")
+    return np.frombuffer(data, POSTING_DTYPE)
+
+
+def block_ranges(fences: np.ndarray, keys: np.ndarray) -> list[tuple[int, int]]:
+    """Merged ``[first, end)`` block ranges that can hold any of the sorted unique ``keys``."""
+    if len(fences) == 0 or len(keys) == 0:
+        return []
+    # A key's postings start in the last block whose fence is <= key (or the block before, when
+    # the key also begins that block's predecessor) and end in the last block whose fence is <= key.
+    first = np.maximum(np.searchsorted(fences, keys, side="left") - 1, 0)
+    end = np.searchsorted(fences, keys, side="right")
+    present = end > first
+    ranges: list[tuple[int, int]] = []
+    for start, stop in zip(first[present].tolist(), end[present].tolist(), strict=True):
+        if ranges and start <= ranges[-1][1]:
+            ranges[-1] = (ranges[-1][0], max(ranges[-1][1], stop))
+        else:
+            ranges.append((start, stop))
+    return ranges
+
+
+def lookup_segment(handle, path: str, keys: np.ndarray) -> tuple[SegmentHeader, np.ndarray]:
+    """The segment's header and its postings whose key is in ``keys``, reading only the blocks
+    that can hold them."""
+    header = read_segment_header(handle, path)
+    wanted = np.unique(keys.astype(np.uint64))
+    found = [
+        postings_for(_read_blocks(handle, path, header, first, end), wanted)
+        for first, end in block_ranges(header.fences, wanted)
+    ]
+    return header, (np.concatenate(found) if found else np.empty(0, POSTING_DTYPE))
+
+
+def read_all_postings(handle, path: str) -> tuple[SegmentHeader, np.ndarray]:
+    """Every posting of a segment (for merging segments), every block checked."""
+    header = read_segment_header(handle, path)
+    blocks = len(header.fences)
+    postings = _read_blocks(handle, path, header, 0, blocks) if blocks else np.empty(0, POSTING_DTYPE)
+    return header, postings

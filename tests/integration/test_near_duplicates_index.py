@@ -1,0 +1,146 @@
+"""The near-duplicate index as parts: a torn order or a damaged segment rebuilt by the next run, a
+dead shard's reservation dropped and a live one waited for, segments merged without changing a
+decision, an overlong utterance left unchecked with its reason, and the index path deciding as the
+in-memory one does (what a batch pass relies on)."""
+
+import pytest
+
+from speechdata.io import layout
+from speechdata.quality import near_dup_index, near_duplicates
+from speechdata.quality.near_dup_index import (
+    CorpusIndexBusy,
+    IndexedShard,
+    IndexReader,
+    read_order,
+    read_state,
+    write_index,
+)
+from speechdata.quality.near_dup_matching import NearDuplicateThresholds, decide_shard, find_representatives
+from speechdata.quality.near_dup_planted import planted_set
+from speechdata.quality.near_duplicates import run_near_duplicates, utterance_signals
+from tests.integration.test_near_duplicates_assets import encoded, land_and_normalize, land_two_shards, rows_of, voice
+
+
+@pytest.fixture
+def two_shards(data_root):
+    return land_two_shards(data_root)
+
+
+B_VERDICTS = {"b-0-mp3": "a", "b-2-trimmed": "b", "b-3-same-words": "a"}
+
+
+def verdicts(root, shard_id: str) -> dict[str, str]:
+    return {row["utt_id"]: row["representative_shard"] for row in rows_of(root, shard_id)}
+
+
+def segments(root) -> list[str]:
+    return sorted(root.glob(f"{layout.NEAR_DUPLICATES_INDEX}/segments/*.seg"))
+
+
+def test_a_torn_order_is_rebuilt_by_the_next_run_with_every_position_kept(two_shards):
+    root = two_shards
+    run_near_duplicates(root, "a")
+    run_near_duplicates(root, "b")
+    expected = root.fs.cat_file(root.path(layout.near_duplicates("b")))
+    order_path = root.path(layout.near_duplicates_index_order())
+    torn = root.fs.cat_file(order_path)
+    root.fs.pipe_file(order_path, torn[: len(torn) // 2])
+    again = run_near_duplicates(root, "b")
+    assert again.repairs and "rebuilt shards.parquet" in again.repairs[0]
+    assert [(s.position, s.shard_id) for s in read_order(root)] == [(0, "a"), (1, "b")]
+    assert root.fs.cat_file(root.path(layout.near_duplicates("b"))) == expected
+
+
+def test_a_damaged_segment_is_rebuilt_from_the_entries_and_decides_the_same(two_shards):
+    root = two_shards
+    run_near_duplicates(root, "a")
+    [segment_a] = segments(root)
+    content = bytearray(root.fs.cat_file(segment_a))
+    content[-7] ^= 0xFF  # a posting in a's last block
+    root.fs.pipe_file(segment_a, bytes(content))
+    summary = run_near_duplicates(root, "b")
+    assert any("segment rebuilt from its entries" in line for line in summary.repairs)
+    assert verdicts(root, "b") == B_VERDICTS
+    root.fs.rm_file(segments(root)[0])  # lost outright: the same
+    run_near_duplicates(root, "b")
+    assert verdicts(root, "b") == B_VERDICTS
+
+
+def test_a_dead_shards_reservation_is_dropped_and_a_live_one_waited_for(two_shards, monkeypatch):
+    root = two_shards
+    run_near_duplicates(root, "a")
+    ghost = IndexedShard(1, "ghost", None, 0, "reserved", None, "token-of-a-dead-run")
+    root.write_parquet(
+        layout.near_duplicates_index_order(),
+        near_dup_index.pa.Table.from_pylist(
+            [vars(s) for s in [*read_state(root), ghost]], schema=near_dup_index.ORDER_SCHEMA
+        ),
+    )
+    summary = run_near_duplicates(root, "b")  # nobody holds position 1's lock: its run is gone
+    assert summary.index_position == 2 and [s.shard_id for s in read_state(root)] == ["a", "b"]
+    assert verdicts(root, "b") == B_VERDICTS
+
+    land_and_normalize(root, "c", {"c-0": (encoded(voice(30)), "wav", "words of shard c alone here")})
+    monkeypatch.setattr(near_dup_index, "LOCK_POLL_S", 0.05)
+    with near_dup_index.reserve_position(root, "late") as reservation:  # alive, and not committing
+        assert reservation.position == 3
+        with pytest.raises(CorpusIndexBusy, match="late at 3"):
+            run_near_duplicates(root, "c", lock_timeout_s=0.5)
+    # late's run ended without committing: its reservation is found dead and c goes on.
+    assert run_near_duplicates(root, "c").index_position == 4
+    assert [s.shard_id for s in read_order(root)] == ["a", "b", "c"]
+
+
+def test_merged_segments_change_no_decision(data_root, monkeypatch):
+    monkeypatch.setattr(near_dup_index, "FANOUT", 2)
+    shards = {f"s{n}": voice(40 + n) for n in range(3)}
+    for shard_id, samples in shards.items():
+        land_and_normalize(data_root, shard_id, {f"{shard_id}-0": (encoded(samples), "wav", f"words of {shard_id}")})
+    land_and_normalize(
+        data_root,
+        "copies",
+        {f"copies-{n}": (encoded(voice(40 + n) * 0.5), "wav", f"copy number {n} of it") for n in range(3)},
+    )
+    for shard_id in [*shards, "copies"]:
+        run_near_duplicates(data_root, shard_id)
+    levels = sorted(name.rsplit("/", 1)[1].split("-")[0] for name in segments(data_root))
+    assert levels[-1] in ("L1", "L2") and len(levels) < 4
+    assert verdicts(data_root, "copies") == {"copies-0": "s0", "copies-1": "s1", "copies-2": "s2"}
+    before = data_root.fs.cat_file(data_root.path(layout.near_duplicates("copies")))
+    run_near_duplicates(data_root, "copies")
+    assert data_root.fs.cat_file(data_root.path(layout.near_duplicates("copies"))) == before
+
+
+def test_an_utterance_past_the_budget_is_left_unchecked_with_its_reason(data_root, monkeypatch):
+    land_and_normalize(
+        data_root,
+        "long",
+        {
+            "long-0": (encoded(voice(50, seconds=6.0)), "wav", "a long recording of words"),
+            "long-1": (encoded(voice(51, seconds=2.0)), "wav", "a short one of words"),
+        },
+    )
+    monkeypatch.setattr(near_duplicates, "MAX_CHECKED_SECONDS", 4.0)
+    summary = run_near_duplicates(data_root, "long")
+    [unchecked] = summary.unchecked
+    assert unchecked.utt_id == "long-0" and "longer than the 4 s checked" in unchecked.detail
+    assert summary.rows_out == 1 and read_order(data_root)[0].utterances == 1
+
+
+def test_the_index_on_disk_decides_as_the_utterances_in_memory(data_root):
+    planted = planted_set(9, seed=5)
+    signals = [utterance_signals(f"p{n // 9}", u.utt_id, u.samples, 24_000, u.text) for n, u in enumerate(planted)]
+    thresholds = NearDuplicateThresholds()
+    shards, indexed = [], []
+    for number in range(3):
+        mine = sorted(signals[number * 9 : (number + 1) * 9], key=lambda s: s.utt_id)
+        decisions = find_representatives(indexed, mine, thresholds)
+        shards.append((f"p{number}", mine, decisions))
+        indexed += [(s, (d.representative_shard, d.representative_utt)) for s, d in zip(mine, decisions, strict=True)]
+    assert any(d.kind for _, _, decisions in shards for d in decisions)
+    write_index(data_root, shards)
+    assert [s.shard_id for s in read_order(data_root)] == ["p0", "p1", "p2"]
+    for position, (_, mine, decisions) in enumerate(shards):
+        reader = IndexReader(data_root, position)
+        assert decide_shard(position, mine, reader, thresholds) == decisions
+        assert reader.rows_read <= sum(len(m) for _, m, _ in shards[:position])
