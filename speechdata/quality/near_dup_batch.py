@@ -1,86 +1,94 @@
 """Near duplicates of a whole corpus in one pass: every selected shard decided at once, in parallel.
 
-The incremental stage (:mod:`speechdata.quality.near_duplicates`) checks one shard against everything
-indexed before it. This pass decides a whole selection of shards together, for what must touch
-everything anyway: the first import of a large corpus, and a re-run after a threshold change. It
-follows the MinHash/LSH bucket joins of datatrove and NeMo Curator, in four stages of independent
-tasks handed to an :class:`Engine` (:class:`LocalEngine` in this process; the Ray engine of
-:mod:`speechdata.quality.near_dup_batch_ray` on a cluster, with the same code):
+The incremental stage (:mod:`speechdata.quality.near_duplicates`) decides one shard against the
+index of everything before it. This pass decides a whole selection of shards together, for what
+must touch everything anyway: the first import of a large corpus, and a re-run after a threshold
+change. It is a bucket join by key, as datatrove's and NeMo Curator's MinHash/LSH deduplication
+are, in stages of independent tasks handed to an :class:`Engine` (:class:`LocalEngine` in this
+process; the Ray engine of :mod:`speechdata.quality.near_dup_batch_ray` on a cluster, with the
+same code):
 
 1. **signals**, one task per shard: the exact hash, audio fingerprint and transcript MinHash of every
    utterance (:func:`~speechdata.quality.near_duplicates.shard_signals`), or the stored ones of an
    indexed shard (shards outside the selection, and every indexed shard with ``signals_from="index"``).
-2. **keys**, one task per shard: every exact hash, active sub-fingerprint and transcript LSH band key,
-   with the utterance's place in the order, split into partitions by key.
-3. **candidates**, one task per partition: each key's bucket joined with itself, every utterance
-   paired only with those before it in the order, exactly as the incremental lookup pairs them (a
-   sub-fingerprint counted over the shards up to the query's own, the 64 earliest transcripts per band).
-4. **verify**, one task per group of shards: each utterance's candidates verified with the functions
-   the incremental path uses (:func:`~speechdata.quality.near_dup_matching.near_audio_match`,
-   :func:`~speechdata.quality.near_dup_matching.near_transcript_match`), strongest kind first.
+2. **postings**, one task per shard: the index's keys of every utterance
+   (:func:`~speechdata.quality.near_dup_postings.index_keys`), split into partitions by key.
+3. **join**, one task per partition: for each decided shard, the postings of its keys held by
+   utterances before it in the order: what the index answers the incremental stage.
+4. **decide**, one task per group of shards: each shard decided by
+   :func:`~speechdata.quality.near_dup_matching.decide_shard`, the incremental stage's own decision
+   procedure, against what the join gathered for it.
 
 The driver then resolves representatives in the order (a copy's representative is its match's, so a
-copy of a copy names the original) and writes every shard's entries, the index order (the commit)
-and every shard's ``near_duplicates.parquet``, in the incremental path's formats: its files equal,
-byte for byte, those of the incremental stage run shard by shard in the same order, and incremental
-shards landing afterwards continue from the index it leaves.
+copy of a copy names the original), and each shard is committed at its reserved position with the
+index's own :func:`~speechdata.quality.near_dup_index.commit_shard_entries` and its
+``near_duplicates.parquet`` written after, as the incremental stage does: the files equal, byte for
+byte, those of the incremental stage run shard by shard in the same order, and shards landing
+afterwards continue from the index it leaves.
 
-The order is the index's: indexed shards at their positions, then the selected shards not yet
-indexed in the order given. Indexed shards outside the selection keep their decisions; the selected
-shards after them are checked against their stored entries, as the incremental path would.
+The order is the index's: every selected shard reserves its position first (an indexed shard keeps
+its own; new ones take the next positions, in the order given). Indexed shards outside the
+selection keep their decisions, and the selected shards after them are checked against their
+stored entries, as the incremental stage would.
 """
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import fnmatch
-import hashlib
-import io
 import posixpath
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
 import numpy as np
-import pyarrow.parquet as pq
 
 from speechdata.io import layout
-from speechdata.io.parquet_integrity import WRITE_OPTIONS
-from speechdata.io.shard_lock import LockHolder
+from speechdata.io.shard_lock import LockHolder, ShardLocked
 from speechdata.io.storage import DataRoot
-from speechdata.quality.fingerprint_text import band_keys
 from speechdata.quality.near_dup_index import (
+    COMMITTED,
     DEFAULT_LOCK_TIMEOUT_S,
-    ENTRIES_VERSION_CHARS,
-    ORDER_SCHEMA,
+    LOCK_POLL_S,
+    RESERVED,
+    CorpusIndexBusy,
     IndexedShard,
-    _parse_entries,
-    corpus_index_lock,
-    entries_table,
-    read_order,
-    remove_unlisted_entries,
+    Reservation,
+    _drop_reservation,
+    _position_lock,
+    commit_shard_entries,
+    compact_index,
+    read_shard_entries,
+    read_state,
+    reserve_position,
 )
 from speechdata.quality.near_dup_matching import (
     KINDS,
-    MAX_KEY_OCCURRENCES,
-    MAX_TRANSCRIPT_CANDIDATES,
     Decision,
+    IndexEntry,
     NearDuplicateThresholds,
     UtteranceSignals,
-    near_audio_match,
-    near_transcript_match,
+    decide_shard,
+)
+from speechdata.quality.near_dup_postings import (
+    POSTING_DTYPE,
+    index_keys,
+    owner_of,
+    position_of,
+    postings_for,
+    rank_of,
+    sort_postings,
 )
 from speechdata.quality.near_duplicates import Unchecked, near_duplicates_table, shard_signals
 
 DEFAULT_PARTITIONS = 16
-"""Key partitions (candidate tasks); verify tasks are as many, or one per selected shard when fewer."""
+"""Key partitions (join tasks); decide tasks are as many, or one per selected shard when fewer."""
 
 SignalsFrom = Literal["audio", "index"]
 Progress = Callable[[str, int, int], None]
 """``(stage, tasks done, tasks in the stage)``, called as tasks finish."""
-
-_NO_MATCH, _EXACT, _AUDIO, _TEXT = 0, 1, 2, 3
-_KIND_OF_CODE = {_EXACT: KINDS[0], _AUDIO: KINDS[1], _TEXT: KINDS[2]}
 
 
 class Engine(Protocol):
@@ -147,7 +155,7 @@ def signals_from_index(
     data_root: DataRoot, shard: IndexedShard, keep_decisions: bool
 ) -> tuple[ShardSignals, ShardOutline]:
     """An indexed shard's stored signals (and its stored representatives when it keeps its decisions)."""
-    entries = _indexed_entries(data_root, shard)
+    entries = read_shard_entries(data_root, shard)
     signals = [utterance for utterance, _ in entries]
     representatives = [representative for _, representative in entries] if keep_decisions else None
     return ShardSignals(shard.shard_id, signals, representatives), ShardOutline(
@@ -155,340 +163,151 @@ def signals_from_index(
     )
 
 
-# --- stage 2: keys
+# --- stage 2: postings
 
 
-@dataclass
-class KeyPartition:
-    """One partition's keys from one shard (or, concatenated, from all). ``*_position``: the
-    utterance's place in the order; ``*_query``: whether this pass decides the utterance."""
-
-    exact_hash: list[str] = field(default_factory=list)
-    exact_position: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
-    exact_query: np.ndarray = field(default_factory=lambda: np.zeros(0, bool))
-    audio_key: np.ndarray = field(default_factory=lambda: np.zeros(0, np.uint32))
-    audio_position: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
-    audio_frame: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
-    audio_rank: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
-    audio_query: np.ndarray = field(default_factory=lambda: np.zeros(0, bool))
-    text_key: np.ndarray = field(default_factory=lambda: np.zeros(0, np.uint64))
-    text_position: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
-    text_query: np.ndarray = field(default_factory=lambda: np.zeros(0, bool))
-
-    @classmethod
-    def concatenate(cls, parts: Sequence[KeyPartition]) -> KeyPartition:
-        if not parts:
-            return cls()
-        return cls(
-            exact_hash=[h for part in parts for h in part.exact_hash],
-            **{
-                name: np.concatenate([getattr(part, name) for part in parts])
-                for name in cls.__dataclass_fields__
-                if name != "exact_hash"
-            },
-        )
+def shard_postings(shard: ShardSignals, position: int, partitions: int) -> tuple[np.ndarray, ...]:
+    """The shard's postings (:func:`~speechdata.quality.near_dup_postings.index_keys`: exact hash,
+    transcript band and sampled audio keys, owned by the shard at index ``position``), split into
+    ``partitions`` by key."""
+    postings = index_keys(shard.signals, position)
+    part = (postings["key"] % np.uint64(partitions)).astype(np.int64)
+    return tuple(postings[part == p] for p in range(partitions))
 
 
-def _partition_of_hash(exact_hash: str, partitions: int) -> int:
-    return int(exact_hash[:15], 16) % partitions
+# --- stage 3: the join
 
 
-def shard_keys(
-    shard: ShardSignals, offset: int, rank: int, decided: bool, partitions: int, thresholds: NearDuplicateThresholds
-) -> tuple[KeyPartition, ...]:
-    """The shard's keys, split into ``partitions`` by key (the shard's utterances start at ``offset``
-    in the order; ``rank``: the shard's place among the shards)."""
-    signals = shard.signals
-    positions = offset + np.arange(len(signals), dtype=np.int64)
-    out = [KeyPartition() for _ in range(partitions)]
-
-    exact = [(s.exact_hash, int(p)) for s, p in zip(signals, positions, strict=True) if s.exact_hash is not None]
-    by_partition: dict[int, list[tuple[str, int]]] = {}
-    for exact_hash, position in exact:
-        by_partition.setdefault(_partition_of_hash(exact_hash, partitions), []).append((exact_hash, position))
-    for part, rows in by_partition.items():
-        out[part].exact_hash = [h for h, _ in rows]
-        out[part].exact_position = np.asarray([p for _, p in rows], np.int64)
-        out[part].exact_query = np.full(len(rows), decided)
-
-    keys, owners, frames = [], [], []
-    for position, utterance in zip(positions, signals, strict=True):
-        active = np.flatnonzero(utterance.fingerprint.active)
-        keys.append(utterance.fingerprint.sub_fingerprints[active].astype(np.uint32))
-        owners.append(np.full(len(active), position, np.int64))
-        frames.append(active.astype(np.int64))
-    if keys:
-        audio_key, audio_position, audio_frame = np.concatenate(keys), np.concatenate(owners), np.concatenate(frames)
-        audio_part = (audio_key % np.uint32(partitions)).astype(np.int64)
-        for part in range(partitions):
-            chosen = audio_part == part
-            out[part].audio_key = audio_key[chosen]
-            out[part].audio_position = audio_position[chosen]
-            out[part].audio_frame = audio_frame[chosen]
-            out[part].audio_rank = np.full(int(chosen.sum()), rank, np.int64)
-            out[part].audio_query = np.full(int(chosen.sum()), decided)
-
-    comparable = [
-        (int(position), utterance.transcript_signature)
-        for position, utterance in zip(positions, signals, strict=True)
-        if thresholds.check_transcripts
-        and utterance.transcript_signature is not None
-        and utterance.transcript_words >= thresholds.min_transcript_words
-    ]
-    if comparable:
-        bands = band_keys(np.stack([signature for _, signature in comparable]))
-        text_key = bands.reshape(-1)
-        text_position = np.repeat(np.asarray([p for p, _ in comparable], np.int64), bands.shape[1])
-        text_part = (text_key % np.uint64(partitions)).astype(np.int64)
-        for part in range(partitions):
-            chosen = text_part == part
-            out[part].text_key = text_key[chosen]
-            out[part].text_position = text_position[chosen]
-            out[part].text_query = np.full(int(chosen.sum()), decided)
-    return tuple(out)
-
-
-# --- stage 3: candidates
-
-
-@dataclass
-class Candidates:
-    """Candidate pairs for the queries of one verify group: ``*_query`` before ``*_owner`` in the order."""
-
-    exact_query: np.ndarray
-    exact_owner: np.ndarray
-    audio_query: np.ndarray
-    audio_owner: np.ndarray
-    audio_offset: np.ndarray
-    text_query: np.ndarray
-    text_owner: np.ndarray
-
-
-def _run_starts(*columns: np.ndarray) -> np.ndarray:
-    """For each row of columns sorted together, the index of the first row of its run of equal values."""
-    count = len(columns[0])
-    if count == 0:
-        return np.zeros(0, np.int64)
-    change = np.zeros(count, bool)
-    change[0] = True
-    for column in columns:
-        change[1:] |= column[1:] != column[:-1]
-    return np.maximum.accumulate(np.where(change, np.arange(count), 0))
-
-
-def _run_ends(*columns: np.ndarray) -> np.ndarray:
-    """For each row of columns sorted together, one past the index of the last row of its run."""
-    count = len(columns[0])
-    if count == 0:
-        return np.zeros(0, np.int64)
-    change = np.zeros(count, bool)
-    change[-1] = True
-    for column in columns:
-        change[:-1] |= column[:-1] != column[1:]
-    return np.minimum.accumulate(np.where(change, np.arange(count) + 1, count)[::-1])[::-1]
+_KEY_OWNER = np.dtype([("key", "<u8"), ("owner", "<i8")])
 
 
 def _spans(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
     """The indices ``starts[i] .. starts[i] + counts[i]`` of every ``i``, concatenated."""
-    return np.repeat(starts - np.cumsum(counts) + counts, counts) + np.arange(counts.sum())
+    return np.repeat(starts - np.cumsum(counts) + counts, counts) + np.arange(counts.sum(), dtype=np.int64)
 
 
-def bucket_candidates(
-    group_of_rank: np.ndarray, offsets: np.ndarray, groups: int, *pieces: KeyPartition
-) -> tuple[Candidates, ...]:
-    """Join one key partition's buckets (``pieces``: its keys from every shard), split by the verify
-    group of each query's shard (``group_of_rank``; ``offsets``: each shard's first place)."""
-    keys = KeyPartition.concatenate(pieces)
-
-    # Exact: the first utterance in the order with the hash.
-    first_with_hash: dict[str, int] = {}
-    for exact_hash, position in sorted(zip(keys.exact_hash, keys.exact_position.tolist(), strict=True)):
-        first_with_hash.setdefault(exact_hash, position)
-    exact_q, exact_o = [], []
-    for exact_hash, position, decided in zip(
-        keys.exact_hash, keys.exact_position.tolist(), keys.exact_query.tolist(), strict=True
-    ):
-        if decided and first_with_hash[exact_hash] < position:
-            exact_q.append(position)
-            exact_o.append(first_with_hash[exact_hash])
-
-    # Audio: the incremental lookup of a shard holds every shard up to it (the shard itself whole), so
-    # a query frame's key counts the occurrences in the shards up to the query's; it hits every
-    # occurrence of an utterance before it.
-    order = np.lexsort((keys.audio_frame, keys.audio_position, keys.audio_key))
-    key, position = keys.audio_key[order], keys.audio_position[order]
-    frame, rank, decided = keys.audio_frame[order], keys.audio_rank[order], keys.audio_query[order]
-    bucket_start = _run_starts(key)
-    occurrences_up_to_rank = _run_ends(key, rank) - bucket_start
-    earlier = _run_starts(key, position) - bucket_start
-    asking = decided & (occurrences_up_to_rank <= MAX_KEY_OCCURRENCES) & (earlier > 0)
-    asking_index = np.flatnonzero(asking)
-    counts = earlier[asking_index]
-    hits = _spans(bucket_start[asking_index], counts)
-    audio_q = np.repeat(position[asking_index], counts)
-    audio_o = position[hits]
-    audio_offset = frame[hits] - np.repeat(frame[asking_index], counts)
-
-    # Transcripts: the earliest MAX_TRANSCRIPT_CANDIDATES before the query in each band's bucket (the
-    # earliest of the union are among them).
-    pairs = np.unique(np.stack([keys.text_key, keys.text_position.astype(np.uint64)], axis=1), axis=0)
-    text_key, text_position = pairs[:, 0], pairs[:, 1].astype(np.int64)
-    text_decided = np.isin(text_position, keys.text_position[keys.text_query])
-    text_start = _run_starts(text_key)
-    text_earlier = np.minimum(np.arange(len(text_key)) - text_start, MAX_TRANSCRIPT_CANDIDATES)
-    text_asking = np.flatnonzero(text_decided & (text_earlier > 0))
-    text_counts = text_earlier[text_asking]
-    text_q = np.repeat(text_position[text_asking], text_counts)
-    text_o = text_position[_spans(text_start[text_asking], text_counts)]
-
-    def group_of(queries: np.ndarray) -> np.ndarray:
-        return group_of_rank[np.searchsorted(offsets, queries, side="right") - 1]
-
-    exact_q_array, exact_o_array = np.asarray(exact_q, np.int64), np.asarray(exact_o, np.int64)
-    exact_group, audio_group, text_group = group_of(exact_q_array), group_of(audio_q), group_of(text_q)
-    return tuple(
-        Candidates(
-            exact_query=exact_q_array[exact_group == g],
-            exact_owner=exact_o_array[exact_group == g],
-            audio_query=audio_q[audio_group == g],
-            audio_owner=audio_o[audio_group == g],
-            audio_offset=audio_offset[audio_group == g],
-            text_query=text_q[text_group == g],
-            text_owner=text_o[text_group == g],
-        )
-        for g in range(groups)
-    )
+def join_partition(
+    positions: np.ndarray, group_of_rank: np.ndarray, groups: int, *pieces: np.ndarray
+) -> tuple[dict[int, np.ndarray], ...]:
+    """One key partition joined with itself: for each decided shard (``group_of_rank`` >= 0), the
+    postings of its own keys held by utterances before it in the order, which is what the index
+    answers the incremental path (``pieces``: the partition's postings of every shard, by rank;
+    ``positions``: each shard's index position). Split by the decided shard's verify group."""
+    everything = sort_postings(np.concatenate(pieces)) if pieces else np.empty(0, POSTING_DTYPE)
+    by_key_owner = np.empty(len(everything), _KEY_OWNER)
+    by_key_owner["key"], by_key_owner["owner"] = everything["key"], everything["owner"]
+    out: list[dict[int, np.ndarray]] = [{} for _ in range(groups)]
+    for rank, piece in enumerate(pieces):
+        if group_of_rank[rank] < 0 or len(piece) == 0:
+            continue
+        keys = np.unique(piece["key"])
+        bound = np.empty(len(keys), _KEY_OWNER)
+        bound["key"], bound["owner"] = keys, owner_of(int(positions[rank]), 0)
+        starts = np.searchsorted(everything["key"], keys, side="left")
+        counts = np.searchsorted(by_key_owner, bound, side="left") - starts
+        out[int(group_of_rank[rank])][rank] = everything[_spans(starts, counts)]
+    return tuple(out)
 
 
-# --- stage 4: verify
+# --- stage 4: decide
 
 
-@dataclass(frozen=True)
-class Matches:
-    """Each query's match: ``kind`` a code (0: none), ``owner`` its place in the order (-1: none)."""
+class GatheredSource:
+    """What the index holds before one shard, gathered by the join: a
+    :class:`~speechdata.quality.near_dup_matching.CandidateSource` for
+    :func:`~speechdata.quality.near_dup_matching.decide_shard`. Entries come from the shards'
+    signals; their representatives are not resolved yet (each names itself), which changes no match:
+    the driver resolves representatives from the matches, in the order."""
 
-    query: np.ndarray
-    kind: np.ndarray
-    owner: np.ndarray
-    similarity: np.ndarray
+    def __init__(self, postings: np.ndarray, utterance: Callable[[int], tuple[UtteranceSignals, tuple[str, str]]]):
+        self._postings = sort_postings(postings)
+        self._utterance = utterance
+
+    def postings(self, keys: np.ndarray) -> np.ndarray:
+        return postings_for(self._postings, keys)
+
+    def entries(self, owners: Sequence[int]) -> dict[int, IndexEntry]:
+        return {int(owner): self._utterance(int(owner)) for owner in owners}
 
 
-def verify_group(
+def decide_group(
     engine: Engine,
     shard_handles: Sequence[Any],
-    offsets: np.ndarray,
+    positions: np.ndarray,
     ranks: Sequence[int],
     thresholds: NearDuplicateThresholds,
-    *pieces: Candidates,
-) -> Matches:
-    """The match of every utterance of the shards ``ranks``, from its candidates in every partition."""
+    *pieces: dict[int, np.ndarray],
+) -> dict[int, list[Decision]]:
+    """The decisions of the shards ``ranks`` (:func:`decide_shard`, each against the postings the
+    join gathered for it), by rank; representatives still unresolved."""
+    rank_of_position = {int(position): rank for rank, position in enumerate(positions)}
     fetched: dict[int, ShardSignals] = {}
 
-    def utterance(position: int) -> UtteranceSignals:
-        shard_rank = int(np.searchsorted(offsets, position, side="right") - 1)
-        if shard_rank not in fetched:
-            fetched[shard_rank] = engine.fetch(shard_handles[shard_rank])
-        return fetched[shard_rank].signals[position - int(offsets[shard_rank])]
+    def shard(rank: int) -> ShardSignals:
+        if rank not in fetched:
+            fetched[rank] = engine.fetch(shard_handles[rank])
+        return fetched[rank]
 
-    def by_query(query: np.ndarray, *columns: np.ndarray) -> dict[int, tuple[np.ndarray, ...]]:
-        if len(query) == 0:
-            return {}
-        order = np.argsort(query, kind="stable")
-        query = query[order]
-        columns = tuple(column[order] for column in columns)
-        bounds = np.flatnonzero(np.r_[True, query[1:] != query[:-1], True])
-        return {
-            int(query[start]): tuple(column[start:end] for column in columns)
-            for start, end in zip(bounds[:-1], bounds[1:], strict=True)
-        }
+    def utterance(owner: int) -> IndexEntry:
+        holder = shard(rank_of_position[int(position_of(owner))])
+        signals = holder.signals[int(rank_of(owner))]
+        if holder.representatives is not None:
+            return signals, holder.representatives[int(rank_of(owner))]
+        return signals, (signals.shard_id, signals.utt_id)
 
-    exact = by_query(np.concatenate([p.exact_query for p in pieces]), np.concatenate([p.exact_owner for p in pieces]))
-    audio = by_query(
-        np.concatenate([p.audio_query for p in pieces]),
-        np.concatenate([p.audio_owner for p in pieces]),
-        np.concatenate([p.audio_offset for p in pieces]),
+    decided = {}
+    for rank in ranks:
+        gathered = [piece[rank] for piece in pieces if rank in piece]
+        postings = np.concatenate(gathered) if gathered else np.empty(0, POSTING_DTYPE)
+        source = GatheredSource(postings, utterance)
+        decided[rank] = decide_shard(int(positions[rank]), shard(rank).signals, source, thresholds)
+    return decided
+
+
+# --- stage 5: commit
+
+
+def commit_decided(
+    data_root: DataRoot,
+    reservation: Reservation,
+    shard: ShardSignals,
+    decisions: list[Decision],
+    lock_timeout_s: float,
+    run_id: str | None,
+) -> IndexedShard:
+    """Commit one decided shard at its reserved position, then write its ``near_duplicates.parquet``
+    (the incremental path's order: a pass killed in between writes the same file when run again)."""
+    indexed = commit_shard_entries(
+        data_root, reservation, shard.signals, decisions, timeout_s=lock_timeout_s, run_id=run_id
     )
-    text = by_query(np.concatenate([p.text_query for p in pieces]), np.concatenate([p.text_owner for p in pieces]))
-
-    queries = np.concatenate(
-        [np.arange(offsets[rank], offsets[rank + 1], dtype=np.int64) for rank in ranks] or [np.zeros(0, np.int64)]
-    )
-    kinds = np.zeros(len(queries), np.int64)
-    owners = np.full(len(queries), -1, np.int64)
-    similarities = np.ones(len(queries), np.float64)
-    for index, query in enumerate(queries.tolist()):
-        match = None
-        if query in exact:
-            match = (_EXACT, int(exact[query][0].min()), 1.0)
-        if match is None and query in audio:
-            found = near_audio_match(
-                utterance(query).fingerprint,
-                *audio[query],
-                lambda owner: utterance(owner).fingerprint,
-                thresholds,
-            )
-            match = None if found is None else (_AUDIO, found[1], found[2])
-        if match is None and query in text:
-            found = near_transcript_match(
-                utterance(query).transcript_signature,
-                text[query][0].tolist(),
-                lambda owner: utterance(owner).transcript_signature,
-                thresholds,
-            )
-            match = None if found is None else (_TEXT, found[1], found[2])
-        if match is not None:
-            kinds[index], owners[index], similarities[index] = match
-    return Matches(queries, kinds, owners, similarities)
+    data_root.write_parquet(layout.near_duplicates(shard.shard_id), near_duplicates_table(decisions))
+    return indexed
 
 
-# --- writing: the incremental path's index format
-
-
-def write_shard_entries(data_root: DataRoot, shard: ShardSignals, decisions: list[Decision]) -> tuple[str, str, int]:
-    """Write the shard's entries file (named by its content's digest, as the incremental path names
-    it); ``(shard_id, version, utterances)``. Listed in the index only by :func:`commit_index`."""
-    buffer = io.BytesIO()
-    pq.write_table(entries_table(shard.signals, decisions), buffer, compression="zstd", **WRITE_OPTIONS)
-    content = buffer.getvalue()
-    version = hashlib.sha256(content).hexdigest()[:ENTRIES_VERSION_CHARS]
-    data_root.write_bytes(layout.near_duplicates_index_entries(shard.shard_id, version), content)
-    return shard.shard_id, version, len(shard.signals)
-
-
-def commit_index(
-    data_root: DataRoot, order: list[IndexedShard], written: Sequence[tuple[str, str, int]]
+def _wait_for_others(
+    data_root: DataRoot, ours: set[int], last: int, timeout_s: float, **lock_options
 ) -> list[IndexedShard]:
-    """The commit: the order file naming the entries just written, indexed shards at their
-    positions and new ones after the last, in ``written`` order. Call with the index lock held."""
-    import pyarrow as pa
-
-    by_shard = {shard.shard_id: shard for shard in order}
-    next_position = max((shard.position for shard in order), default=-1) + 1
-    for shard_id, version, utterances in written:
-        previous = by_shard.get(shard_id)
-        if previous is None:
-            position, next_position = next_position, next_position + 1
-        else:
-            position = previous.position
-        by_shard[shard_id] = IndexedShard(position, shard_id, version, utterances)
-    updated = sorted(by_shard.values(), key=lambda shard: shard.position)
-    data_root.write_parquet(
-        layout.near_duplicates_index_order(),
-        pa.Table.from_pylist([vars(shard) for shard in updated], schema=ORDER_SCHEMA),
-    )
-    return updated
-
-
-def write_shard_file(data_root: DataRoot, shard_id: str, version: str, decisions: list[Decision]) -> str:
-    """After the commit: the shard's ``near_duplicates.parquet``, and its superseded entries removed."""
-    data_root.write_parquet(layout.near_duplicates(shard_id), near_duplicates_table(decisions))
-    remove_unlisted_entries(data_root, shard_id, version)
-    return shard_id
-
-
-def _indexed_entries(data_root: DataRoot, shard: IndexedShard) -> list[tuple[UtteranceSignals, tuple[str, str]]]:
-    path = layout.near_duplicates_index_entries(shard.shard_id, shard.entries_version)
-    return _parse_entries(shard.shard_id, data_root.read_parquet(path))
+    """Wait until no other run holds a reservation before ``last`` (:func:`wait_for_earlier`'s rule
+    for a run that holds several positions, ``ours``): each commits, or its run is found gone and
+    its reservation is dropped. Returns the state then."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        state = read_state(data_root)
+        pending = [s for s in state if s.state == RESERVED and s.position < last and s.position not in ours]
+        if not pending:
+            return state
+        for other in pending:
+            try:
+                with _position_lock(data_root, other.position, **lock_options):
+                    _drop_reservation(data_root, other, **lock_options)
+            except ShardLocked:
+                continue
+        if time.monotonic() >= deadline:
+            raise CorpusIndexBusy(
+                f"shards reserved by other runs did not commit in {timeout_s:.0f} s: "
+                + ", ".join(f"{s.shard_id} at {s.position}" for s in pending)
+            )
+        time.sleep(LOCK_POLL_S)
 
 
 # --- the driver
@@ -519,7 +338,6 @@ class BatchSummary:
     shards: list[BatchShardResult]
     kept: list[str]
     stage_seconds: dict[str, float]
-    index_locked: bool
 
     @property
     def by_kind(self) -> dict[str, int]:
@@ -562,22 +380,6 @@ def select_shards(
     return chosen
 
 
-def _plan(order: list[IndexedShard], selected: Sequence[str]) -> tuple[list[str], set[str]]:
-    """Every shard the pass reads, in the order, and which of them it decides: the indexed shards by
-    position (up to the last selected one when every selected shard is indexed), then the selected
-    shards not indexed yet, in the order given."""
-    chosen = list(dict.fromkeys(selected))
-    if not chosen:
-        raise ValueError("near-duplicates batch: no shards selected")
-    decided = set(chosen)
-    indexed = [shard.shard_id for shard in order]
-    new = [shard_id for shard_id in chosen if shard_id not in set(indexed)]
-    if new:
-        return indexed + new, decided
-    last = max(i for i, shard_id in enumerate(indexed) if shard_id in decided)
-    return indexed[: last + 1], decided
-
-
 def _groups(decided_ranks: list[int], sizes: list[int], count: int) -> list[list[int]]:
     """``decided_ranks`` cut into at most ``count`` runs of about equal utterances."""
     count = max(1, min(count, len(decided_ranks)))
@@ -614,77 +416,136 @@ def run_near_duplicates_batch(
 ) -> BatchSummary:
     """Decide ``shard_ids`` in one pass and write their files and the index (module docstring).
 
-    ``signals_from="index"``: shards already indexed reuse their stored signals instead of decoding
-    their audio again (a threshold change: signals do not depend on thresholds; only when their audio
-    has not changed since). The index lock is held for the whole pass: incremental runs wait for it.
+    Every selected shard reserves its place in the index order first, as the incremental stage does
+    (indexed shards keep theirs; new ones take the next, in the order given), so shards landing
+    during the pass are ordered after it and wait for it. ``signals_from="index"``: indexed shards
+    reuse their stored signals instead of decoding their audio again (a threshold change: signals
+    do not depend on thresholds; only when their audio has not changed since).
     """
     thresholds = thresholds or NearDuplicateThresholds()
     engine = engine or LocalEngine()
     partitions = max(1, partitions)
+    chosen = list(dict.fromkeys(shard_ids))
+    if not chosen:
+        raise ValueError("near-duplicates batch: no shards selected")
+    lock_options = {"run_id": run_id, "holder_finished": holder_finished}
     seconds: dict[str, float] = {}
-    with corpus_index_lock(data_root, timeout_s=lock_timeout_s, run_id=run_id, holder_finished=holder_finished) as held:
-        order = read_order(data_root)
-        indexed = {shard.shard_id: shard for shard in order}
-        shards, decided = _plan(order, shard_ids)
-
-        started = time.perf_counter()
-        signal_tasks = []
-        for shard_id in shards:
-            if shard_id not in decided:
-                signal_tasks.append(engine.submit(signals_from_index, (data_root, indexed[shard_id], True), returns=2))
-            elif signals_from == "index" and shard_id in indexed:
-                signal_tasks.append(engine.submit(signals_from_index, (data_root, indexed[shard_id], False), returns=2))
-            else:
-                signal_tasks.append(engine.submit(signals_from_audio, (data_root, shard_id), returns=2))
-        shard_handles = [handles[0] for handles in signal_tasks]
-        _track(engine, "signals", [handles[1] for handles in signal_tasks], on_progress)
-        outlines: list[ShardOutline] = [engine.fetch(handles[1]) for handles in signal_tasks]
-        seconds["signals"] = time.perf_counter() - started
-
-        decisions = decide_in_order(
-            engine, shards, decided, shard_handles, outlines, thresholds, partitions, on_progress, seconds
+    with contextlib.ExitStack() as stack:
+        committed_before = {s.shard_id: s for s in read_state(data_root) if s.state == COMMITTED}
+        in_order = sorted(
+            chosen,
+            key=lambda shard_id: (shard_id not in committed_before, _position_or_zero(committed_before, shard_id)),
         )
-        sizes = [len(outline.utt_ids) for outline in outlines]
-        decided_ranks = [rank for rank, shard_id in enumerate(shards) if shard_id in decided]
-
-        started = time.perf_counter()
-        entry_tasks = [
-            engine.submit(write_shard_entries, (data_root, shard_handles[rank], decisions[shards[rank]]))
-            for rank in decided_ranks
-        ]
-        _track(engine, "entries", entry_tasks, on_progress)
-        written = [engine.fetch(handle) for handle in entry_tasks]
-        committed = {shard.shard_id: shard for shard in commit_index(data_root, order, written)}
-        file_tasks = [
-            engine.submit(
-                write_shard_file,
-                (data_root, shard_id, committed[shard_id].entries_version, decisions[shard_id]),
+        reservations = {
+            shard_id: stack.enter_context(
+                reserve_position(data_root, shard_id, timeout_s=lock_timeout_s, **lock_options)
             )
-            for shard_id, _, _ in written
-        ]
-        _track(engine, "files", file_tasks, on_progress)
-        for handle in file_tasks:
-            engine.fetch(handle)
-        seconds["write"] = time.perf_counter() - started
+            for shard_id in in_order
+        }
+        try:
+            ours = {reservation.position for reservation in reservations.values()}
+            state = _wait_for_others(data_root, ours, max(ours), lock_timeout_s, **lock_options)
+            indexed = {s.shard_id: s for s in state if s.state == COMMITTED}
+            kept = [
+                s for s in state if s.state == COMMITTED and s.shard_id not in reservations and s.position < max(ours)
+            ]
+            plan = sorted(
+                [(s.position, s.shard_id, False) for s in kept]
+                + [(r.position, shard_id, True) for shard_id, r in reservations.items()]
+            )
+            shards = [shard_id for _, shard_id, _ in plan]
+            positions = np.asarray([position for position, _, _ in plan], np.int64)
+            decided = {shard_id for _, shard_id, is_decided in plan if is_decided}
 
+            started = time.perf_counter()
+            signal_tasks = []
+            for shard_id in shards:
+                if shard_id not in decided:
+                    task = engine.submit(signals_from_index, (data_root, indexed[shard_id], True), returns=2)
+                elif signals_from == "index" and shard_id in indexed:
+                    task = engine.submit(signals_from_index, (data_root, indexed[shard_id], False), returns=2)
+                else:
+                    task = engine.submit(signals_from_audio, (data_root, shard_id), returns=2)
+                signal_tasks.append(task)
+            shard_handles = [handles[0] for handles in signal_tasks]
+            _track(engine, "signals", [handles[1] for handles in signal_tasks], on_progress)
+            outlines: list[ShardOutline] = [engine.fetch(handles[1]) for handles in signal_tasks]
+            seconds["signals"] = time.perf_counter() - started
+
+            decisions = decide_in_order(
+                engine,
+                shards,
+                positions,
+                decided,
+                shard_handles,
+                outlines,
+                thresholds,
+                partitions,
+                on_progress,
+                seconds,
+            )
+
+            started = time.perf_counter()
+            decided_ranks = [rank for rank, shard_id in enumerate(shards) if shard_id in decided]
+            commit_tasks = [
+                engine.submit(
+                    commit_decided,
+                    (
+                        data_root,
+                        reservations[shards[rank]],
+                        shard_handles[rank],
+                        decisions[shards[rank]],
+                        lock_timeout_s,
+                        run_id,
+                    ),
+                )
+                for rank in decided_ranks
+            ]
+            _track(engine, "commit", commit_tasks, on_progress)
+            committed = [engine.fetch(handle) for handle in commit_tasks]
+        except BaseException:
+            _drop_new_reservations(data_root, reservations.values(), **lock_options)
+            raise
+    while compact_index(data_root, timeout_s=lock_timeout_s, **lock_options):
+        pass
+    seconds["commit"] = time.perf_counter() - started
     results = [
         BatchShardResult(
             shard_id=shards[rank],
-            index_position=committed[shards[rank]].position,
-            utterances=sizes[rank],
+            index_position=indexed_shard.position,
+            utterances=len(outlines[rank].utt_ids),
             duplicates=[d for d in decisions[shards[rank]] if d.kind is not None],
             unchecked=outlines[rank].unchecked,
             audio_seconds=outlines[rank].audio_seconds,
         )
-        for rank in decided_ranks
+        for rank, indexed_shard in zip(decided_ranks, committed, strict=True)
     ]
-    kept = [shard_id for shard_id in shards if shard_id not in decided]
-    return BatchSummary(results, kept, seconds, index_locked=held is not None)
+    return BatchSummary(results, [s.shard_id for s in kept], seconds)
+
+
+def _position_or_zero(committed: dict[str, IndexedShard], shard_id: str) -> int:
+    return committed[shard_id].position if shard_id in committed else 0
+
+
+def _drop_new_reservations(data_root: DataRoot, reservations, **lock_options) -> None:
+    """A pass that fails before committing gives back the positions it reserved for new shards
+    (it still holds their locks), so shards landing after it need not wait to find it gone."""
+    for reservation in reservations:
+        if not reservation.recommit:
+            with contextlib.suppress(Exception):
+                _drop_reservation(
+                    data_root,
+                    IndexedShard(
+                        reservation.position, reservation.shard_id, None, 0, RESERVED, None, reservation.token
+                    ),
+                    **lock_options,
+                )
 
 
 def decide_in_order(
     engine: Engine,
     shards: list[str],
+    positions: np.ndarray,
     decided: set[str],
     shard_handles: Sequence[Any],
     outlines: list[ShardOutline],
@@ -694,10 +555,9 @@ def decide_in_order(
     seconds: dict[str, float] | None = None,
 ) -> dict[str, list[Decision]]:
     """Stages 2 to 4 and the representatives: the decisions of every shard of ``decided``, in
-    ``utt_id`` order, with ``shards`` in the order (their signals behind ``shard_handles``)."""
+    ``utt_id`` order (``shards`` in the order, at index ``positions``, their signals behind ``shard_handles``)."""
     seconds = {} if seconds is None else seconds
     sizes = [len(outline.utt_ids) for outline in outlines]
-    offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
     decided_ranks = [rank for rank, shard_id in enumerate(shards) if shard_id in decided]
     groups = _groups(decided_ranks, sizes, partitions)
     group_of_rank = np.full(len(shards), -1, np.int64)
@@ -705,86 +565,60 @@ def decide_in_order(
         group_of_rank[ranks] = g
 
     started = time.perf_counter()
-    key_tasks = [
-        engine.submit(
-            shard_keys,
-            (shard_handles[rank], int(offsets[rank]), rank, shards[rank] in decided, partitions, thresholds),
-            returns=partitions,
-        )
+    posting_tasks = [
+        engine.submit(shard_postings, (shard_handles[rank], int(positions[rank]), partitions), returns=partitions)
         for rank in range(len(shards))
     ]
-    _track(engine, "keys", [handles[0] for handles in key_tasks], on_progress)
-    seconds["keys"] = time.perf_counter() - started
+    _track(engine, "postings", [handles[0] for handles in posting_tasks], on_progress)
+    seconds["postings"] = time.perf_counter() - started
 
     started = time.perf_counter()
-    candidate_tasks = [
+    join_tasks = [
         engine.submit(
-            bucket_candidates,
-            (group_of_rank, offsets, len(groups), *[handles[part] for handles in key_tasks]),
+            join_partition,
+            (positions, group_of_rank, len(groups), *[handles[part] for handles in posting_tasks]),
             returns=len(groups),
         )
         for part in range(partitions)
     ]
-    _track(engine, "candidates", [handles[0] for handles in candidate_tasks], on_progress)
-    seconds["candidates"] = time.perf_counter() - started
+    _track(engine, "join", [handles[0] for handles in join_tasks], on_progress)
+    seconds["join"] = time.perf_counter() - started
 
     started = time.perf_counter()
-    verify_tasks = [
+    decide_tasks = [
         engine.submit(
-            verify_group,
-            (engine, shard_handles, offsets, ranks, thresholds, *[handles[g] for handles in candidate_tasks]),
+            decide_group,
+            (engine, shard_handles, positions, ranks, thresholds, *[handles[g] for handles in join_tasks]),
         )
         for g, ranks in enumerate(groups)
     ]
-    _track(engine, "verify", verify_tasks, on_progress)
-    matches = [engine.fetch(handle) for handle in verify_tasks]
-    seconds["verify"] = time.perf_counter() - started
-
-    return _resolve(shards, outlines, offsets, matches)
+    _track(engine, "decide", decide_tasks, on_progress)
+    unresolved: dict[int, list[Decision]] = {}
+    for handle in decide_tasks:
+        unresolved.update(engine.fetch(handle))
+    seconds["decide"] = time.perf_counter() - started
+    return _resolve(shards, outlines, unresolved)
 
 
 def _resolve(
-    shards: list[str], outlines: list[ShardOutline], offsets: np.ndarray, matches: list[Matches]
+    shards: list[str], outlines: list[ShardOutline], unresolved: dict[int, list[Decision]]
 ) -> dict[str, list[Decision]]:
-    """Every decided shard's decisions, in ``utt_id`` order: a match's representative, resolved in
-    the order (everything a query matched comes before it, so one pass from the start settles it)."""
-    total = int(offsets[-1])
-    kind = np.zeros(total, np.int64)
-    owner = np.full(total, -1, np.int64)
-    similarity = np.ones(total, np.float64)
-    for found in matches:
-        kind[found.query], owner[found.query], similarity[found.query] = found.kind, found.owner, found.similarity
-    shard_of = np.repeat(np.arange(len(shards)), np.diff(offsets))
-    utt_of = [utt_id for outline in outlines for utt_id in outline.utt_ids]
-    representative: list[tuple[str, str]] = []
+    """Every decided shard's decisions with their representatives: a match's representative,
+    resolved in the order (what an utterance matched comes before it, so one pass settles it)."""
+    representative: dict[tuple[str, str], tuple[str, str]] = {}
+    resolved: dict[str, list[Decision]] = {}
     for rank, outline in enumerate(outlines):
         if outline.representatives is not None:
-            representative.extend(outline.representatives)
-            continue
-        for position in range(int(offsets[rank]), int(offsets[rank + 1])):
-            matched = int(owner[position])
-            representative.append(
-                (shards[rank], utt_of[position]) if kind[position] == _NO_MATCH else representative[matched]
-            )
-    decisions: dict[str, list[Decision]] = {}
-    for rank, outline in enumerate(outlines):
-        if outline.representatives is not None:
+            for utt_id, stored in zip(outline.utt_ids, outline.representatives, strict=True):
+                representative[(outline.shard_id, utt_id)] = stored
             continue
         rows = []
-        for position in range(int(offsets[rank]), int(offsets[rank + 1])):
-            code, matched = int(kind[position]), int(owner[position])
-            if code == _NO_MATCH:
-                rows.append(Decision(utt_of[position], shards[rank], utt_of[position], None, 1.0))
+        for decision in unresolved[rank]:
+            if decision.kind is None:
+                mine = (shards[rank], decision.utt_id)
             else:
-                rows.append(
-                    Decision(
-                        utt_of[position],
-                        *representative[position],
-                        _KIND_OF_CODE[code],
-                        round(float(similarity[position]), 4),
-                        shards[int(shard_of[matched])],
-                        utt_of[matched],
-                    )
-                )
-        decisions[shards[rank]] = rows
-    return decisions
+                mine = representative[(decision.matched_shard, decision.matched_utt)]
+            representative[(shards[rank], decision.utt_id)] = mine
+            rows.append(dataclasses.replace(decision, representative_shard=mine[0], representative_utt=mine[1]))
+        resolved[shards[rank]] = rows
+    return resolved

@@ -1,7 +1,8 @@
 """The whole-corpus batch pass decides exactly as the incremental path, shard by shard in the same
-order: on synthetic signals that reach every rule of the lookup (a sub-fingerprint too common from
-some shard on, more than 64 transcript candidates, copies of copies, exact hashes), and on the planted
-set's real signals (speechdata.quality.near_dup_batch, in this process)."""
+order: on synthetic signals that stress the lookup (a sub-fingerprint in every frame of many
+utterances, a transcript family past the candidate cap, copies of copies, exact hashes), with and
+without shards that keep their stored decisions, and on the planted set's real signals
+(speechdata.quality.near_dup_batch, in this process)."""
 
 import numpy as np
 import pytest
@@ -40,7 +41,8 @@ def batch(shards, thresholds, decided_ids, partitions=3, kept=None):
         ids.append(shard_id)
         handles.append(ShardSignals(shard_id, signals, kept.get(shard_id)))
         outlines.append(ShardOutline(shard_id, [s.utt_id for s in signals], kept.get(shard_id), [], 0.0))
-    return decide_in_order(LocalEngine(), ids, set(decided_ids), handles, outlines, thresholds, partitions)
+    positions = np.arange(len(ids), dtype=np.int64)
+    return decide_in_order(LocalEngine(), ids, positions, set(decided_ids), handles, outlines, thresholds, partitions)
 
 
 def _fingerprint(rng, frames):
@@ -109,8 +111,7 @@ def synthetic_corpus(seed: int = 0, shards: int = 4, per_shard: int = 60) -> lis
                     transcript_words=words,
                 )
             )
-        # Hum: one sub-fingerprint in every frame. Usable while the shards up to the query hold at most
-        # MAX_KEY_OCCURRENCES of it (s1's matches s0's), too common in the last shard (12 more).
+        # Hum: one sub-fingerprint in every frame, past MAX_KEY_OCCURRENCES in the last shard.
         hums = 1 if shard < 2 else (12 if shard == shards - 1 else 0)
         for n in range(hums):
             hum = AudioFingerprint(np.full(40, COMMON_KEY, np.uint32), np.ones(40, bool))
@@ -145,17 +146,16 @@ THRESHOLDS = [
 
 @pytest.mark.parametrize("thresholds", THRESHOLDS, ids=["defaults", "strict", "audio-only"])
 def test_the_batch_pass_decides_every_synthetic_shard_as_the_incremental_path(thresholds):
-    corpus, (member_70, last_member) = synthetic_corpus()
+    corpus, _ = synthetic_corpus()
     expected = incremental(corpus, thresholds)
     by_utt = {d.utt_id: d for shard in expected for d in shard}
-    # The corpus exercises the rules it claims to: copies of copies, the hum usable in s1 only, a
-    # best transcript match outside the 64 earliest candidates.
-    assert {"exact_audio", "near_audio"} <= {d.kind for d in by_utt.values()}
+    # The corpus exercises what it claims to: every kind (where the thresholds allow), copies of copies.
+    kinds = {d.kind for d in by_utt.values()}
+    assert {"exact_audio", "near_audio"} <= kinds
+    transcripts_match = thresholds.check_transcripts and thresholds.min_transcript_jaccard <= 0.8
+    assert transcripts_match == ("near_transcript" in kinds)
     if thresholds.max_bit_error_rate >= 0.2:
         assert (by_utt["s2-chain"].matched_utt, by_utt["s2-chain"].representative_utt) == ("s1-chain", "s0-chain")
-    assert by_utt["s1-hum00"].matched_utt == "s0-hum00" and by_utt["s3-hum05"].kind is None
-    if thresholds.check_transcripts and thresholds.min_transcript_jaccard <= 0.8:
-        assert by_utt[last_member].kind == "near_transcript" and by_utt[last_member].matched_utt != member_70
     for partitions in (1, 5):
         got = batch(corpus, thresholds, [f"s{n}" for n in range(len(corpus))], partitions)
         assert [got[f"s{n}"] for n in range(len(corpus))] == expected
