@@ -339,6 +339,20 @@ class BatchSummary:
     kept: list[str]
     stage_seconds: dict[str, float]
 
+    def describe(self) -> str:
+        """One line: what was decided, the duplicates found, each stage's time."""
+        positions = [shard.index_position for shard in self.shards]
+        utterances = sum(shard.utterances for shard in self.shards)
+        unchecked = sum(len(shard.unchecked) for shard in self.shards)
+        seconds = ", ".join(f"{stage} {value:.1f} s" for stage, value in self.stage_seconds.items())
+        return (
+            f"{len(self.shards)} shards decided (index positions {min(positions)}-{max(positions)}), "
+            f"{utterances} utterances, duplicates {self.by_kind}"
+            + (f", {unchecked} not checked" if unchecked else "")
+            + (f", checked against {len(self.kept)} shards that kept their decisions" if self.kept else "")
+            + f"; {seconds}"
+        )
+
     @property
     def by_kind(self) -> dict[str, int]:
         counts = dict.fromkeys(KINDS, 0)

@@ -100,3 +100,21 @@ def _describe(ray) -> str:
     resources = ray.cluster_resources()
     nodes = sum(1 for node in ray.nodes() if node.get("Alive"))
     return f"{nodes} node(s), {resources.get('CPU', 0):.0f} CPUs"
+
+
+IN_PROCESS = "in-process"
+"""Address meaning: no Ray at all, every task in this process (:class:`LocalEngine`)."""
+
+
+@contextlib.contextmanager
+def batch_engine(address: str | None = None) -> Iterator[tuple[Any, str]]:
+    """The engine for ``address`` (None: ``$SPEECHDATA_RAY_ADDRESS``, else ``local``) and a description
+    of where it runs: :data:`IN_PROCESS` gives the in-process engine, anything else Ray's."""
+    from speechdata.quality.near_dup_batch import LocalEngine
+
+    address = address or default_address()
+    if address == IN_PROCESS:
+        yield LocalEngine(), "in this process"
+        return
+    with ray_connection(address) as cluster:
+        yield RayEngine(), f"Ray at {address}: {cluster}"

@@ -18,12 +18,10 @@ from speechdata.command_options import add_data_root_option, add_quiet_option, d
 from speechdata.io.confinement import DataRootMissing
 from speechdata.quality.near_dup_batch import (
     DEFAULT_PARTITIONS,
-    BatchSummary,
-    LocalEngine,
     run_near_duplicates_batch,
     select_shards,
 )
-from speechdata.quality.near_dup_batch_ray import LOCAL, RAY_ADDRESS_ENV, RayEngine, default_address, ray_connection
+from speechdata.quality.near_dup_batch_ray import IN_PROCESS, LOCAL, RAY_ADDRESS_ENV, batch_engine
 from speechdata.quality.near_dup_index import CorpusIndexBusy
 from speechdata.quality.near_dup_matching import NearDuplicateThresholds
 
@@ -148,30 +146,13 @@ def run_batch(args: argparse.Namespace) -> int:
             on_progress=progress_printer(quiet),
             lock_timeout_s=args.lock_timeout_s,
         )
-        if args.in_process:
-            summary = run_near_duplicates_batch(root, shards, thresholds, engine=LocalEngine(), **options)
-        else:
-            address = args.ray_address or default_address()
-            with ray_connection(address) as cluster:
-                if not quiet:
-                    print(f"near-duplicates batch: {len(shards)} shards on Ray ({address}: {cluster})", file=sys.stderr)
-                summary = run_near_duplicates_batch(root, shards, thresholds, engine=RayEngine(), **options)
+        address = IN_PROCESS if args.in_process else args.ray_address
+        with batch_engine(address) as (engine, where):
+            if not quiet:
+                print(f"near-duplicates batch: {len(shards)} shards, {where}", file=sys.stderr)
+            summary = run_near_duplicates_batch(root, shards, thresholds, engine=engine, **options)
     except (ValueError, FileNotFoundError, CorpusIndexBusy, DataRootMissing) as error:
         print(f"speechdata near-duplicates batch: error: {error}", file=sys.stderr)
         return EXIT_FAILED
-    print(summary_line(summary))
+    print(summary.describe())
     return 0
-
-
-def summary_line(summary: BatchSummary) -> str:
-    positions = [shard.index_position for shard in summary.shards]
-    utterances = sum(shard.utterances for shard in summary.shards)
-    unchecked = sum(len(shard.unchecked) for shard in summary.shards)
-    seconds = ", ".join(f"{stage} {value:.1f} s" for stage, value in summary.stage_seconds.items())
-    return (
-        f"{len(summary.shards)} shards decided (index positions {min(positions)}-{max(positions)}), "
-        f"{utterances} utterances, duplicates {summary.by_kind}"
-        + (f", {unchecked} not decodable" if unchecked else "")
-        + (f", checked against {len(summary.kept)} shards that kept their decisions" if summary.kept else "")
-        + f"; {seconds}"
-    )
