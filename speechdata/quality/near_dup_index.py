@@ -155,7 +155,12 @@ class ReservationLost(RuntimeError):
 
 
 class IndexDamaged(RuntimeError):
-    """A part of the index failed its checksum or is missing: :func:`repair_index` rebuilds it."""
+    """A part of the index failed its checksum or is missing: :func:`repair_index` rebuilds it.
+    ``entries_of``: the shard whose entries file could not be read, when that was the part."""
+
+    def __init__(self, message: str, entries_of: str | None = None):
+        super().__init__(message)
+        self.entries_of = entries_of
 
 
 # --- the index lock and the order -------------------------------------------------------------
@@ -505,23 +510,49 @@ def _parse_entry(shard_id: str, row: dict) -> IndexEntry:
 class IndexReader:
     """The committed shards before ``position``, as a :class:`~.near_dup_matching.CandidateSource`:
     postings read block by block from the live segments, entries row group by row group. Holds
-    nothing but the order's rows; counts what it read (``blocks_read`` postings, ``rows_read``)."""
+    nothing but the order's rows (and the postings of one :meth:`prefetch`); counts what it read
+    (``postings_read``, ``rows_read``).
+
+    :meth:`prefetch` then :meth:`settle` let a shard read the postings of its keys from what is
+    committed while shards reserved before it are still deciding, and then read only the postings
+    of the shards that committed meanwhile: the result is the same as one read after them."""
 
     def __init__(self, data_root: DataRoot, position: int, state: Sequence[IndexedShard] | None = None):
         self.data_root = data_root
         self.position = position
-        rows = read_state(data_root) if state is None else state
-        self.shards = {s.position: s for s in rows if s.state == COMMITTED and s.position < position}
         self.postings_read = 0
         self.rows_read = 0
+        self._prefetched: tuple[np.ndarray, dict[int, str | None], np.ndarray] | None = None
+        self.settle(read_state(data_root) if state is None else state)
+
+    def settle(self, state: Sequence[IndexedShard]) -> None:
+        """Decide against the committed shards before the position in ``state`` from now on."""
+        self.shards = {s.position: s for s in state if s.state == COMMITTED and s.position < self.position}
 
     @property
     def utterances(self) -> int:
         return sum(shard.utterances for shard in self.shards.values())
 
+    def prefetch(self, keys: np.ndarray) -> None:
+        """Read the postings of ``keys`` now; a later :meth:`postings` of the same keys reuses them
+        for every shard still committed at the same entries version."""
+        wanted = np.unique(keys.astype(np.uint64))
+        versions = {position: shard.entries_version for position, shard in self.shards.items()}
+        self._prefetched = (wanted, versions, self._lookup(wanted, self.shards))
+
     def postings(self, keys: np.ndarray) -> np.ndarray:
+        wanted = np.unique(keys.astype(np.uint64))
+        if self._prefetched is None or not np.array_equal(wanted, self._prefetched[0]):
+            return self._lookup(wanted, self.shards)
+        _, versions, prefetched = self._prefetched
+        same = [p for p, shard in self.shards.items() if versions.get(p, "") == shard.entries_version]
+        fresh = {p: shard for p, shard in self.shards.items() if versions.get(p, "") != shard.entries_version}
+        kept = prefetched[np.isin(position_of(prefetched["owner"]), np.asarray(same, np.int64))]
+        return np.concatenate([kept, self._lookup(wanted, fresh)])
+
+    def _lookup(self, keys: np.ndarray, shards: dict[int, IndexedShard]) -> np.ndarray:
         by_segment: dict[str, set[int]] = defaultdict(set)
-        for shard in self.shards.values():
+        for shard in shards.values():
             if shard.segment is None:
                 raise IndexDamaged(f"{shard.shard_id} (position {shard.position}) is mapped to no segment")
             by_segment[shard.segment].add(shard.position)
@@ -537,8 +568,8 @@ class IndexReader:
                 raise IndexDamaged(str(exc)) from exc
             held = {(s.position, s.entries_version) for s in header.shards}
             for position in positions:
-                if (position, self.shards[position].entries_version) not in held:
-                    raise IndexDamaged(f"segment {relative} does not hold {self.shards[position].shard_id}")
+                if (position, shards[position].entries_version) not in held:
+                    raise IndexDamaged(f"segment {relative} does not hold {shards[position].shard_id}")
             self.postings_read += len(postings)
             wanted = np.isin(position_of(postings["owner"]), np.fromiter(positions, np.int64))
             found.append(postings[wanted])
@@ -557,7 +588,9 @@ class IndexReader:
                 with self.data_root.open_parquet(relative) as parquet:
                     table = parquet.read_row_groups(groups)
             except (UnreadableIntermediate, FileNotFoundError) as exc:
-                raise IndexDamaged(f"entries of {shard.shard_id} ({relative}) unreadable: {exc}") from exc
+                raise IndexDamaged(
+                    f"entries of {shard.shard_id} ({relative}) unreadable: {exc}", shard.shard_id
+                ) from exc
             rows = table.to_pylist()
             self.rows_read += len(rows)
             for owner in wanted:
@@ -576,13 +609,23 @@ def read_shard_entries(data_root: DataRoot, shard: IndexedShard) -> list[IndexEn
 # --- repair and compaction -------------------------------------------------------------------------
 
 
-def repair_index(data_root: DataRoot, *, timeout_s: float = DEFAULT_LOCK_TIMEOUT_S, **lock_options) -> list[str]:
+def repair_index(
+    data_root: DataRoot,
+    *,
+    damaged_entries: Sequence[str] = (),
+    refingerprint: Callable[[str], Sequence[UtteranceSignals]] | None = None,
+    timeout_s: float = DEFAULT_LOCK_TIMEOUT_S,
+    **lock_options,
+) -> list[str]:
     """Rebuild what is damaged or missing, under the index lock; return what was done, one line each.
 
     ``shards.parquet`` unreadable: rebuilt from the commit records (reservations are dropped: their
     runs reserve again). A committed shard whose segment is missing, damaged or does not hold it:
-    mapped to a level-0 segment rebuilt from its entries file; a shard whose entries file cannot be
-    read either is dropped (its next run indexes it again, at the end)."""
+    mapped to a segment that holds it, or to a level-0 segment rebuilt from its entries file. A
+    shard whose entries file cannot be read (or is named in ``damaged_entries``): its signals
+    computed again from its audio (``refingerprint(shard_id)``, in ``utt_id`` order) and its
+    representatives taken from its ``near_duplicates.parquet``, at its position; without either, it
+    is dropped from the index (its next run indexes it again, at the end)."""
     done: list[str] = []
     with corpus_index_lock(data_root, timeout_s=timeout_s, **lock_options):
         try:
@@ -593,45 +636,100 @@ def repair_index(data_root: DataRoot, *, timeout_s: float = DEFAULT_LOCK_TIMEOUT
         held_by_segment = _healthy_segments(data_root)
         repaired = []
         for shard in state:
-            if shard.state != COMMITTED:
-                repaired.append(shard)
-                continue
-            if (
-                shard.segment in held_by_segment
-                and (shard.position, shard.entries_version) in held_by_segment[shard.segment]
-            ):
-                repaired.append(shard)
-                continue
-            holder = next(
-                (
-                    name
-                    for name, held in sorted(held_by_segment.items(), key=lambda item: item[0], reverse=True)
-                    if (shard.position, shard.entries_version) in held
-                ),
-                None,
-            )
-            if holder is not None:
-                repaired.append(replace(shard, segment=holder))
-                done.append(f"{shard.shard_id}: postings found in segment {holder}")
-                continue
-            try:
-                entries = read_shard_entries(data_root, shard)
-            except (UnreadableIntermediate, FileNotFoundError) as exc:
-                done.append(f"{shard.shard_id}: dropped from the index (entries unreadable: {exc}); re-run it")
-                with contextlib.suppress(FileNotFoundError):
-                    data_root.fs.rm_file(data_root.path(_commit_record_relative(shard.shard_id)))
-                continue
-            segment = _write_level0(
-                data_root, shard.shard_id, shard.position, shard.entries_version, [signals for signals, _ in entries]
-            )
-            repaired.append(replace(shard, segment=segment, utterances=len(entries)))
-            done.append(f"{shard.shard_id}: segment rebuilt from its entries ({segment})")
+            kept, line = _repair_shard(data_root, shard, held_by_segment, damaged_entries, refingerprint)
+            if kept is not None:
+                repaired.append(kept)
+            if line:
+                done.append(f"{shard.shard_id}: {line}")
         if done:
             _write_state(data_root, repaired)
             for shard in repaired:
                 if shard.state == COMMITTED:
                     _write_commit_record(data_root, shard)
     return done
+
+
+def _repair_shard(
+    data_root: DataRoot,
+    shard: IndexedShard,
+    held_by_segment: dict[str, set[tuple[int, str]]],
+    damaged_entries: Sequence[str],
+    refingerprint: Callable[[str], Sequence[UtteranceSignals]] | None,
+) -> tuple[IndexedShard | None, str | None]:
+    """The shard's row after repair (None: dropped) and what was done (None: nothing)."""
+    if shard.state != COMMITTED:
+        return shard, None
+    if shard.shard_id in damaged_entries and not _entries_readable(data_root, shard):
+        rebuilt = _rebuild_entries(data_root, shard, refingerprint)
+        if rebuilt is None:
+            _remove_commit_record(data_root, shard)
+            return None, "dropped from the index (entries unreadable, not rebuildable); re-run it"
+        return rebuilt, "entries fingerprinted again from its audio"
+    key = (shard.position, shard.entries_version)
+    if shard.segment in held_by_segment and key in held_by_segment[shard.segment]:
+        return shard, None
+    holder = next((name for name, held in sorted(held_by_segment.items(), reverse=True) if key in held), None)
+    if holder is not None:
+        return replace(shard, segment=holder), f"postings found in segment {holder}"
+    try:
+        entries = read_shard_entries(data_root, shard)
+    except (UnreadableIntermediate, FileNotFoundError):
+        rebuilt = _rebuild_entries(data_root, shard, refingerprint)
+        if rebuilt is None:
+            _remove_commit_record(data_root, shard)
+            return None, "dropped from the index (entries unreadable); re-run it"
+        return rebuilt, "entries and segment fingerprinted again from its audio"
+    segment = _write_level0(
+        data_root, shard.shard_id, shard.position, shard.entries_version, [signals for signals, _ in entries]
+    )
+    return replace(shard, segment=segment, utterances=len(entries)), f"segment rebuilt from its entries ({segment})"
+
+
+def _entries_readable(data_root: DataRoot, shard: IndexedShard) -> bool:
+    try:
+        read_shard_entries(data_root, shard)
+    except (UnreadableIntermediate, FileNotFoundError):
+        return False
+    return True
+
+
+def _remove_commit_record(data_root: DataRoot, shard: IndexedShard) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        data_root.fs.rm_file(data_root.path(_commit_record_relative(shard.shard_id)))
+
+
+def _rebuild_entries(
+    data_root: DataRoot, shard: IndexedShard, refingerprint: Callable[[str], Sequence[UtteranceSignals]] | None
+) -> IndexedShard | None:
+    """The shard's entries and level-0 segment written again from its audio and its own decisions
+    file, at its position; None when either is not there to read."""
+    if refingerprint is None or not data_root.exists(layout.near_duplicates(shard.shard_id)):
+        return None
+    try:
+        signals = list(refingerprint(shard.shard_id))
+        rows = data_root.read_parquet(layout.near_duplicates(shard.shard_id)).to_pylist()
+    except (UnreadableIntermediate, FileNotFoundError):
+        return None
+    copies = {row["utt_id"]: row for row in rows}
+    decisions = [
+        Decision(
+            s.utt_id,
+            copies[s.utt_id]["representative_shard"] if s.utt_id in copies else shard.shard_id,
+            copies[s.utt_id]["representative_utt"] if s.utt_id in copies else s.utt_id,
+            copies[s.utt_id]["kind"] if s.utt_id in copies else None,
+            copies[s.utt_id]["similarity"] if s.utt_id in copies else 1.0,
+        )
+        for s in signals
+    ]
+    content, version = _entries_bytes(entries_table(signals, decisions))
+    data_root.write_bytes(layout.near_duplicates_index_entries(shard.shard_id, version), content)
+    segment = _write_level0(data_root, shard.shard_id, shard.position, version, signals)
+    if version != shard.entries_version:
+        with contextlib.suppress(FileNotFoundError):
+            data_root.fs.rm_file(
+                data_root.path(layout.near_duplicates_index_entries(shard.shard_id, shard.entries_version))
+            )
+    return replace(shard, entries_version=version, segment=segment, utterances=len(signals))
 
 
 def _healthy_segments(data_root: DataRoot) -> dict[str, set[tuple[int, str]]]:

@@ -245,13 +245,15 @@ def block_ranges(fences: np.ndarray, keys: np.ndarray) -> list[tuple[int, int]]:
     first = np.maximum(np.searchsorted(fences, keys, side="left") - 1, 0)
     end = np.searchsorted(fences, keys, side="right")
     present = end > first
-    ranges: list[tuple[int, int]] = []
-    for start, stop in zip(first[present].tolist(), end[present].tolist(), strict=True):
-        if ranges and start <= ranges[-1][1]:
-            ranges[-1] = (ranges[-1][0], max(ranges[-1][1], stop))
-        else:
-            ranges.append((start, stop))
-    return ranges
+    first, end = first[present], end[present]  # both ascending: keys are sorted
+    if len(first) == 0:
+        return []
+    reach = np.maximum.accumulate(end)
+    starts_new = np.ones(len(first), bool)
+    starts_new[1:] = first[1:] > reach[:-1]
+    group_starts = np.flatnonzero(starts_new)
+    group_ends = np.append(group_starts[1:], len(first)) - 1
+    return list(zip(first[group_starts].tolist(), reach[group_ends].tolist(), strict=True))
 
 
 def lookup_segment(handle, path: str, keys: np.ndarray) -> tuple[SegmentHeader, np.ndarray]:

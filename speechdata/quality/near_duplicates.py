@@ -41,6 +41,7 @@ from speechdata.quality.near_dup_matching import (
     UtteranceSignals,
     decide_shard,
 )
+from speechdata.quality.near_dup_postings import index_keys
 from speechdata.rejects import error_text
 from speechdata.stage import StageSummary
 
@@ -206,8 +207,11 @@ def run_near_duplicates(
     for attempt in range(INDEX_ATTEMPTS):
         try:
             with reserve_position(data_root, shard_id, timeout_s=lock_timeout_s, **lock_options) as reservation:
-                state = wait_for_earlier(data_root, reservation, timeout_s=lock_timeout_s, **lock_options)
-                earlier = IndexReader(data_root, reservation.position, state)
+                # The postings of the shard's keys are read from what is committed now, while shards
+                # reserved before it may still be deciding; then only theirs once they commit.
+                earlier = IndexReader(data_root, reservation.position)
+                earlier.prefetch(index_keys(signals, reservation.position)["key"])
+                earlier.settle(wait_for_earlier(data_root, reservation, timeout_s=lock_timeout_s, **lock_options))
                 decisions = decide_shard(reservation.position, signals, earlier, thresholds)
                 indexed = commit_shard_entries(
                     data_root, reservation, signals, decisions, timeout_s=lock_timeout_s, **lock_options
@@ -219,10 +223,16 @@ def run_near_duplicates(
         except ReservationLost:
             if attempt == INDEX_ATTEMPTS - 1:
                 raise
-        except IndexDamaged:
+        except IndexDamaged as damaged:
             if attempt == INDEX_ATTEMPTS - 1:
                 raise
-            repairs += repair_index(data_root, timeout_s=lock_timeout_s, **lock_options)
+            repairs += repair_index(
+                data_root,
+                damaged_entries=[damaged.entries_of] if damaged.entries_of else [],
+                refingerprint=lambda other: shard_signals(data_root, other)[0],
+                timeout_s=lock_timeout_s,
+                **lock_options,
+            )
     compact_index(data_root, timeout_s=lock_timeout_s, **lock_options)
     return NearDuplicatesSummary(
         shard_id=shard_id,

@@ -1,7 +1,10 @@
 """The near-duplicate index as parts: a torn order or a damaged segment rebuilt by the next run, a
-dead shard's reservation dropped and a live one waited for, segments merged without changing a
+dead shard's reservation dropped and a live one waited for (and what it commits seen), segments merged without changing a
 decision, an overlong utterance left unchecked with its reason, and the index path deciding as the
 in-memory one does (what a batch pass relies on)."""
+
+import threading
+import time
 
 import pytest
 
@@ -17,7 +20,7 @@ from speechdata.quality.near_dup_index import (
 )
 from speechdata.quality.near_dup_matching import NearDuplicateThresholds, decide_shard, find_representatives
 from speechdata.quality.near_dup_planted import planted_set
-from speechdata.quality.near_duplicates import run_near_duplicates, utterance_signals
+from speechdata.quality.near_duplicates import run_near_duplicates, shard_signals, utterance_signals
 from tests.integration.test_near_duplicates_assets import encoded, land_and_normalize, land_two_shards, rows_of, voice
 
 
@@ -144,3 +147,35 @@ def test_the_index_on_disk_decides_as_the_utterances_in_memory(data_root):
         reader = IndexReader(data_root, position)
         assert decide_shard(position, mine, reader, thresholds) == decisions
         assert reader.rows_read <= sum(len(m) for _, m, _ in shards[:position])
+
+
+def test_a_shard_waiting_on_an_earlier_reservation_sees_what_it_commits(data_root, monkeypatch):
+    monkeypatch.setattr(near_dup_index, "LOCK_POLL_S", 0.05)
+    land_and_normalize(data_root, "first", {"first-0": (encoded(voice(60)), "wav", "the words of the first")})
+    land_and_normalize(data_root, "second", {"second-0": (encoded(voice(60) * 0.5), "wav", "quieter and other words")})
+    with near_dup_index.reserve_position(data_root, "first") as reservation:
+        later = threading.Thread(target=run_near_duplicates, args=(data_root, "second"))
+        later.start()  # reads what is committed (nothing), then waits for "first"
+        deadline = time.monotonic() + 60
+        while not any(s.shard_id == "second" for s in read_state(data_root)) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        signals, _, _ = shard_signals(data_root, "first")
+        decisions = decide_shard(
+            reservation.position, signals, IndexReader(data_root, reservation.position), NearDuplicateThresholds()
+        )
+        near_dup_index.commit_shard_entries(data_root, reservation, signals, decisions)
+    later.join(60)
+    assert [s.shard_id for s in read_order(data_root)] == ["first", "second"]
+    assert verdicts(data_root, "second") == {"second-0": "first"}
+
+
+def test_a_torn_entries_file_is_fingerprinted_again_at_its_position(two_shards):
+    root = two_shards
+    run_near_duplicates(root, "a")
+    [entries_a] = root.glob(f"{layout.near_duplicates_index_entries_dir()}/a-*.parquet")
+    content = root.fs.cat_file(entries_a)
+    root.fs.pipe_file(entries_a, content[: len(content) // 2])
+    summary = run_near_duplicates(root, "b")
+    assert any("a: entries fingerprinted again from its audio" in line for line in summary.repairs)
+    assert [(s.position, s.shard_id) for s in read_order(root)] == [(0, "a"), (1, "b")]
+    assert verdicts(root, "b") == B_VERDICTS
