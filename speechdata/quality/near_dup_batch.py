@@ -85,6 +85,8 @@ from speechdata.quality.near_duplicates import Unchecked, near_duplicates_table,
 
 DEFAULT_PARTITIONS = 16
 """Key partitions (join tasks); decide tasks are as many, or one per selected shard when fewer."""
+COMMIT_TASKS = 4
+"""Tasks that share the commits (each holds the index lock for milliseconds per shard)."""
 
 SignalsFrom = Literal["audio", "index"]
 Progress = Callable[[str, int, int], None]
@@ -267,21 +269,28 @@ def decide_group(
 # --- stage 5: commit
 
 
-def commit_decided(
+def commit_shards(
+    engine: Engine,
     data_root: DataRoot,
-    reservation: Reservation,
-    shard: ShardSignals,
-    decisions: list[Decision],
+    shards: Sequence[tuple[Reservation, Any, list[Decision]]],
     lock_timeout_s: float,
     run_id: str | None,
-) -> IndexedShard:
-    """Commit one decided shard at its reserved position, then write its ``near_duplicates.parquet``
-    (the incremental path's order: a pass killed in between writes the same file when run again)."""
-    indexed = commit_shard_entries(
-        data_root, reservation, shard.signals, decisions, timeout_s=lock_timeout_s, run_id=run_id
-    )
-    data_root.write_parquet(layout.near_duplicates(shard.shard_id), near_duplicates_table(decisions))
-    return indexed
+) -> list[IndexedShard]:
+    """Commit decided shards one after the other, each at its reserved position, then write its
+    ``near_duplicates.parquet`` (the incremental path's order: a pass killed in between writes the
+    same file when run again). ``shards``: ``(reservation, signals handle, decisions)``. A few
+    such tasks share the commits: each commit takes the index lock for milliseconds, and many
+    tasks waiting for it would only poll."""
+    committed = []
+    for reservation, handle, decisions in shards:
+        shard: ShardSignals = engine.fetch(handle)
+        committed.append(
+            commit_shard_entries(
+                data_root, reservation, shard.signals, decisions, timeout_s=lock_timeout_s, run_id=run_id
+            )
+        )
+        data_root.write_parquet(layout.near_duplicates(shard.shard_id), near_duplicates_table(decisions))
+    return committed
 
 
 def _wait_for_others(
@@ -501,22 +510,22 @@ def run_near_duplicates_batch(
 
             started = time.perf_counter()
             decided_ranks = [rank for rank, shard_id in enumerate(shards) if shard_id in decided]
+            commit_groups = _groups(decided_ranks, [len(o.utt_ids) for o in outlines], COMMIT_TASKS)
             commit_tasks = [
                 engine.submit(
-                    commit_decided,
+                    commit_shards,
                     (
+                        engine,
                         data_root,
-                        reservations[shards[rank]],
-                        shard_handles[rank],
-                        decisions[shards[rank]],
+                        [(reservations[shards[r]], shard_handles[r], decisions[shards[r]]) for r in ranks],
                         lock_timeout_s,
                         run_id,
                     ),
                 )
-                for rank in decided_ranks
+                for ranks in commit_groups
             ]
             _track(engine, "commit", commit_tasks, on_progress)
-            committed = [engine.fetch(handle) for handle in commit_tasks]
+            committed = [shard for handle in commit_tasks for shard in engine.fetch(handle)]
         except BaseException:
             _drop_new_reservations(data_root, reservations.values(), **lock_options)
             raise
