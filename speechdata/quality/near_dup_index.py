@@ -583,20 +583,30 @@ class IndexReader:
         for position, wanted in sorted(by_position.items()):
             shard = self.shards[position]
             relative = layout.near_duplicates_index_entries(shard.shard_id, shard.entries_version)
-            groups = sorted({int(rank_of(owner)) // ENTRIES_ROW_GROUP for owner in wanted})
+            ranks = np.array([int(rank_of(owner)) for owner in wanted], np.int64)
             try:
                 with self.data_root.open_parquet(relative) as parquet:
+                    # Row groups as the file has them (64 rows; one for files written before that).
+                    metadata = parquet.metadata
+                    starts = np.cumsum([0] + [metadata.row_group(g).num_rows for g in range(metadata.num_row_groups)])
+                    of_rank = np.searchsorted(starts, ranks, side="right") - 1
+                    groups = sorted(set(of_rank.tolist()))
                     table = parquet.read_row_groups(groups)
             except (UnreadableIntermediate, FileNotFoundError) as exc:
                 raise IndexDamaged(
                     f"entries of {shard.shard_id} ({relative}) unreadable: {exc}", shard.shard_id
                 ) from exc
+            if int(ranks.max()) >= int(starts[-1]):
+                raise IndexDamaged(
+                    f"entries of {shard.shard_id} ({relative}) hold fewer rows than indexed", shard.shard_id
+                )
             rows = table.to_pylist()
             self.rows_read += len(rows)
-            for owner in wanted:
-                rank = int(rank_of(owner))
-                offset = groups.index(rank // ENTRIES_ROW_GROUP) * ENTRIES_ROW_GROUP + rank % ENTRIES_ROW_GROUP
-                fetched[owner] = _parse_entry(shard.shard_id, rows[offset])
+            first_row = {
+                group: int(sum(starts[g + 1] - starts[g] for g in groups[:i])) for i, group in enumerate(groups)
+            }
+            for owner, rank, group in zip(wanted, ranks.tolist(), of_rank.tolist(), strict=True):
+                fetched[owner] = _parse_entry(shard.shard_id, rows[first_row[group] + rank - int(starts[group])])
         return fetched
 
 
@@ -775,6 +785,7 @@ def compact_index(data_root: DataRoot, *, timeout_s: float = DEFAULT_LOCK_TIMEOU
         if len(names) >= FANOUT:
             due = level, names[:FANOUT]
             break
+    _remove_orphan_segments(data_root, set(by_segment))
     if due is None:
         return None
     level, inputs = due
@@ -811,6 +822,26 @@ def compact_index(data_root: DataRoot, *, timeout_s: float = DEFAULT_LOCK_TIMEOU
         _write_state(data_root, switched)
     _remove_unreferenced_segments(data_root, set(inputs) | {merged})
     return merged
+
+
+ORPHAN_GRACE_S = 3_600.0
+"""A segment no row names is removed once it is this old: younger ones may be a commit or a merge
+still on its way to naming it."""
+
+
+def _remove_orphan_segments(data_root: DataRoot, referenced: set[str]) -> int:
+    """Delete segments no committed shard maps to (a run killed between writing its level-0 segment
+    and its commit, a merge that lost its switch) once :data:`ORPHAN_GRACE_S` old; return how many."""
+    removed = 0
+    now = time.time()
+    for path in data_root.glob(f"{layout.NEAR_DUPLICATES_INDEX}/segments/*.seg"):
+        if posixpath.basename(path) in referenced:
+            continue
+        with contextlib.suppress(FileNotFoundError):
+            if now - data_root.fs.modified(path).timestamp() >= ORPHAN_GRACE_S:
+                data_root.fs.rm_file(path)
+                removed += 1
+    return removed
 
 
 def write_index(

@@ -45,6 +45,9 @@ KINDS = (EXACT_AUDIO, NEAR_AUDIO, NEAR_TRANSCRIPT)
 MAX_KEY_OCCURRENCES = 500
 """Sampled audio keys held by more than this many earlier utterances' frames are too common to point
 at a copy (steady tones, hum): they are left out of the vote, as Haitsma and Kalker do."""
+MAX_CONTEXT_BIT_ERRORS = 16
+"""A sampled key's hit votes only when the two frames after it differ in at most this many of their
+64 bits (chance: 32): chance hits, which grow with the corpus, are dropped before anything is fetched."""
 AUDIO_CANDIDATES_FETCHED = 32
 """Candidates (by sampled-key votes at one offset) fetched whole and voted on every frame, per utterance."""
 AUDIO_CANDIDATES_VERIFIED = 8
@@ -229,7 +232,14 @@ def _key_postings(postings: np.ndarray, keys: np.ndarray, before: int) -> tuple[
 def _candidates(
     position: int, rank: int, signals: UtteranceSignals, postings: np.ndarray, thresholds: NearDuplicateThresholds
 ) -> _Query:
-    from speechdata.quality.near_dup_postings import exact_key, owner_of, sampled_audio_keys, transcript_keys
+    from speechdata.quality.near_dup_postings import (
+        context_bit_errors,
+        exact_key,
+        neighbour_contexts,
+        owner_of,
+        sampled_audio_keys,
+        transcript_keys,
+    )
 
     me = owner_of(position, rank)
     exact: list[int] = []
@@ -242,7 +252,9 @@ def _candidates(
         which, found = _key_postings(postings, keys, me)
         if len(found):
             per_key = np.bincount(which, minlength=len(keys))
-            usable = per_key[which] <= MAX_KEY_OCCURRENCES
+            contexts = neighbour_contexts(signals.fingerprint.sub_fingerprints, frames)
+            alike = context_bit_errors(contexts[which], found["context"]) <= MAX_CONTEXT_BIT_ERRORS
+            usable = (per_key[which] <= MAX_KEY_OCCURRENCES) & alike
             owners = found["owner"][usable]
             offsets = found["frame"][usable].astype(np.int64) - frames[which[usable]]
             if len(owners):

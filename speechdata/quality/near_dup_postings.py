@@ -18,7 +18,7 @@ by its shard's index position, then by its rank (``utt_id`` order) in the shard,
 index" is ``owner <`` and ties are broken the same way everywhere.
 
 A *segment* (``index/near_duplicates/segments/L<level>-<digest>.seg``) holds postings sorted by key
-in blocks of :data:`BLOCK_RECORDS`, with a fence (each block's first key) and a CRC-32 per block in a
+in blocks of :data:`BLOCK_RECORDS` (:data:`POSTING_DTYPE`), with a fence (each block's first key) and a CRC-32 per block in a
 header whose SHA-256 the file carries: a reader reads the header and then only the blocks that can
 hold a queried key, and a torn or altered header or block is detected (:class:`DamagedSegment`).
 The header lists the shards (position, shard id, entries version) whose postings the segment
@@ -49,16 +49,18 @@ OWNER_RANK_BITS = 24
 AUDIO_KEY_SAMPLING = 2
 """One sub-fingerprint value in two is a lookup key (chosen by value, so copies choose alike)."""
 BLOCK_RECORDS = 256
-"""Postings per block: the unit a lookup reads (5 KiB)."""
+"""Postings per block: the unit a lookup reads (7 KiB)."""
 
 _EXACT_SALT = np.uint64(0x243F6A8885A308D3)
 _AUDIO_SALT = np.uint64(0x13198A2E03707344)
-_MAGIC = b"NDSEG01\n"
+_MAGIC = b"NDSEG02\n"
 _PREAMBLE = struct.Struct("<8sQ32s")
 """magic, header length, SHA-256 of the header, fences and block CRCs."""
 
-POSTING_DTYPE = np.dtype([("key", "<u8"), ("owner", "<i8"), ("frame", "<i4")])
-"""One posting: 20 bytes on disk, little-endian."""
+POSTING_DTYPE = np.dtype([("key", "<u8"), ("owner", "<i8"), ("frame", "<i4"), ("context", "<u8")])
+"""One posting: 28 bytes on disk, little-endian. ``context``: for an audio key, the sub-fingerprints of
+the two frames after it (:func:`neighbour_contexts`), which let a lookup tell a copy's hit from a
+chance one without fetching the utterance; 0 for other keys."""
 
 
 class DamagedSegment(RuntimeError):
@@ -109,6 +111,22 @@ def transcript_keys(signature: np.ndarray) -> np.ndarray:
     return band_keys(signature[None, :])[0].astype(np.uint64)
 
 
+def neighbour_contexts(sub_fingerprints: np.ndarray, frames: np.ndarray) -> np.ndarray:
+    """uint64 per frame: the sub-fingerprints of frames n+1 (low half) and n+2 (high half); where the
+    utterance ends before n+2, the frame's own value stands in (such hits are rarely filtered right)."""
+    values = sub_fingerprints.astype(np.uint64)
+    last = len(values) - 1
+    after = np.where(frames + 1 <= last, values[np.minimum(frames + 1, last)], values[frames])
+    second = np.where(frames + 2 <= last, values[np.minimum(frames + 2, last)], values[frames])
+    return after | (second << np.uint64(32))
+
+
+def context_bit_errors(first: np.ndarray, second: np.ndarray) -> np.ndarray:
+    """Differing bits of two arrays of contexts (0-64 each)."""
+    differing = np.bitwise_xor(first.astype(np.uint64), second.astype(np.uint64))
+    return np.unpackbits(differing.view(np.uint8).reshape(-1, 8), axis=1).sum(axis=1)
+
+
 def utterance_keys(signals: UtteranceSignals) -> tuple[np.ndarray, np.ndarray]:
     """``(keys, frames)`` of one utterance: exact hash, transcript band keys, sampled audio keys."""
     keys, frames = [], []
@@ -131,10 +149,24 @@ def index_keys(signals: Sequence[UtteranceSignals], position: int) -> np.ndarray
     parts = []
     for rank, utterance in enumerate(signals):
         keys, frames = utterance_keys(utterance)
-        part = np.empty(len(keys), POSTING_DTYPE)
+        part = np.zeros(len(keys), POSTING_DTYPE)
         part["key"], part["owner"], part["frame"] = keys, owner_of(position, rank), frames
+        audio = len(keys) - _audio_key_count(utterance)
+        if audio < len(keys):
+            part["context"][audio:] = neighbour_contexts(utterance.fingerprint.sub_fingerprints, frames[audio:])
         parts.append(part)
     return sort_postings(np.concatenate(parts) if parts else np.empty(0, POSTING_DTYPE))
+
+
+def _audio_key_count(signals: UtteranceSignals) -> int:
+    """How many of :func:`utterance_keys` are audio keys (they come last)."""
+    return int(
+        (
+            _mix(signals.fingerprint.sub_fingerprints[signals.fingerprint.active].astype(np.uint64))
+            % np.uint64(AUDIO_KEY_SAMPLING)
+            == 0
+        ).sum()
+    )
 
 
 def sort_postings(postings: np.ndarray) -> np.ndarray:
@@ -143,7 +175,11 @@ def sort_postings(postings: np.ndarray) -> np.ndarray:
 
 def postings_for(postings: np.ndarray, keys: np.ndarray) -> np.ndarray:
     """The postings (sorted by key) whose key is one of ``keys``."""
-    wanted = np.unique(keys.astype(np.uint64))
+    return _postings_for_unique(postings, np.unique(keys.astype(np.uint64)))
+
+
+def _postings_for_unique(postings: np.ndarray, wanted: np.ndarray) -> np.ndarray:
+    """:func:`postings_for` with ``wanted`` sorted, unique uint64."""
     if len(postings) == 0 or len(wanted) == 0:
         return postings[:0]
     at = np.searchsorted(wanted, postings["key"])
@@ -262,7 +298,7 @@ def lookup_segment(handle, path: str, keys: np.ndarray) -> tuple[SegmentHeader, 
     header = read_segment_header(handle, path)
     wanted = np.unique(keys.astype(np.uint64))
     found = [
-        postings_for(_read_blocks(handle, path, header, first, end), wanted)
+        _postings_for_unique(_read_blocks(handle, path, header, first, end), wanted)
         for first, end in block_ranges(header.fences, wanted)
     ]
     return header, (np.concatenate(found) if found else np.empty(0, POSTING_DTYPE))

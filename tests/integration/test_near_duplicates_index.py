@@ -179,3 +179,43 @@ def test_a_torn_entries_file_is_fingerprinted_again_at_its_position(two_shards):
     assert any("a: entries fingerprinted again from its audio" in line for line in summary.repairs)
     assert [(s.position, s.shard_id) for s in read_order(root)] == [(0, "a"), (1, "b")]
     assert verdicts(root, "b") == B_VERDICTS
+
+
+def test_a_segment_no_shard_names_is_removed_once_old(two_shards, monkeypatch):
+    root = two_shards
+    run_near_duplicates(root, "a")
+    orphan = f"{layout.NEAR_DUPLICATES_INDEX}/segments/L0-0123456789abcdef.seg"
+    root.write_bytes(orphan, b"left by a run killed before its commit")
+    run_near_duplicates(root, "b")
+    assert root.exists(orphan)  # young: it may be a commit on its way
+    monkeypatch.setattr(near_dup_index, "ORPHAN_GRACE_S", 0.0)
+    run_near_duplicates(root, "b")
+    assert not root.exists(orphan) and len(segments(root)) == 2
+
+
+def test_an_index_of_the_earlier_layout_is_taken_over_by_the_next_run(two_shards):
+    root = two_shards
+    run_near_duplicates(root, "a")
+    # The earlier layout: an order of four columns and one row group per entries file, no segments.
+    [entries_a] = root.glob(f"{layout.near_duplicates_index_entries_dir()}/a-*.parquet")
+    root.fs.pipe_file(entries_a, _one_row_group(root.fs.cat_file(entries_a)))
+    order = root.read_parquet(layout.near_duplicates_index_order())
+    root.write_parquet(
+        layout.near_duplicates_index_order(), order.select(["position", "shard_id", "entries_version", "utterances"])
+    )
+    for folder in ("segments", "committed"):
+        root.fs.rm(root.path(f"{layout.NEAR_DUPLICATES_INDEX}/{folder}"), recursive=True)
+    summary = run_near_duplicates(root, "b")
+    assert any("segment rebuilt from its entries" in line for line in summary.repairs)
+    assert verdicts(root, "b") == B_VERDICTS
+    assert [(s.position, s.shard_id) for s in read_order(root)] == [(0, "a"), (1, "b")]
+
+
+def _one_row_group(content: bytes) -> bytes:
+    import io
+
+    import pyarrow.parquet as pq
+
+    buffer = io.BytesIO()
+    pq.write_table(pq.read_table(io.BytesIO(content)), buffer, row_group_size=1 << 20)
+    return buffer.getvalue()
