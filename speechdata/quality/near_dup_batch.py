@@ -459,13 +459,12 @@ def run_near_duplicates_batch(
             chosen,
             key=lambda shard_id: (shard_id not in committed_before, _position_or_zero(committed_before, shard_id)),
         )
-        reservations = {
-            shard_id: stack.enter_context(
-                reserve_position(data_root, shard_id, timeout_s=lock_timeout_s, **lock_options)
-            )
-            for shard_id in in_order
-        }
+        reservations: dict[str, Reservation] = {}
         try:
+            for shard_id in in_order:
+                reservations[shard_id] = stack.enter_context(
+                    reserve_position(data_root, shard_id, timeout_s=lock_timeout_s, **lock_options)
+                )
             ours = {reservation.position for reservation in reservations.values()}
             state = _wait_for_others(data_root, ours, max(ours), lock_timeout_s, **lock_options)
             indexed = {s.shard_id: s for s in state if s.state == COMMITTED}
@@ -555,6 +554,8 @@ def _drop_new_reservations(data_root: DataRoot, reservations, **lock_options) ->
     (it still holds their locks), so shards landing after it need not wait to find it gone."""
     for reservation in reservations:
         if not reservation.recommit:
+            # The pass is failing with its own error, which this must not hide; a position not given
+            # back is dropped by the next shard that finds its lock free.
             with contextlib.suppress(Exception):
                 _drop_reservation(
                     data_root,
