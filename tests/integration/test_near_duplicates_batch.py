@@ -1,7 +1,11 @@
 """The whole-corpus near-duplicate pass in one process, as the UI and the shell launch it: the
 Dagster job records each shard's materialization and writes what the incremental stage writes; the
 command decides a selection, shards landing afterwards continue from its index, a re-run of one shard
-after a threshold change keeps the others' decisions, and a pass that fails gives its positions back."""
+after a threshold change keeps the others' decisions, a shard landing during a pass is ordered after
+it and waits for it, and a pass that fails gives its positions back."""
+
+import threading
+import time
 
 import dagster as dg
 import numpy as np
@@ -13,6 +17,7 @@ from resources.storage import DataRootResource
 from speechdata.cli import run
 from speechdata.io import layout
 from speechdata.io.storage import DataRoot
+from speechdata.quality.near_dup_batch import run_near_duplicates_batch
 from speechdata.quality.near_dup_index import RESERVED, read_state
 from speechdata.quality.near_dup_matching import NearDuplicateThresholds
 from speechdata.quality.near_duplicates import run_near_duplicates
@@ -121,3 +126,27 @@ def test_no_selected_shard_is_one_error_line(data_root, capsys):
     assert run(["near-duplicates", "batch", "--in-process", "--data-root", data_root.url]) == 1
     [line] = capsys.readouterr().err.strip().splitlines()
     assert "no shards selected" in line
+
+
+def test_a_shard_landing_during_the_pass_is_ordered_after_it_and_waits_for_its_commits(corpus):
+    land_and_normalize(corpus, "b2", {"b2-a": (encoded(pcm16(voice(0, seconds=2.5)), "FLAC"), "flac", "b2 words")})
+    landing: dict = {}
+    decided = threading.Event()
+
+    def land_b2_meanwhile(stage: str, done: int, total: int) -> None:
+        # Once the pass holds its positions and has decided, b2 lands through the stage: it must wait.
+        if stage == "decide" and done == total and "thread" not in landing:
+            landing["thread"] = threading.Thread(
+                target=lambda: landing.update(summary=run_near_duplicates(corpus, "b2"))
+            )
+            landing["thread"].start()
+            time.sleep(1.5)
+            landing["waited"] = landing["thread"].is_alive() and not corpus.exists(layout.near_duplicates("b2"))
+            decided.set()
+
+    summary = run_near_duplicates_batch(corpus, SHARDS, on_progress=land_b2_meanwhile, partitions=2)
+    landing["thread"].join(60)
+    assert decided.is_set() and landing["waited"]
+    assert [s.index_position for s in summary.shards] == [0, 1]
+    assert landing["summary"].index_position == 2
+    assert rows(corpus, "b2") == [("b2-a", "exact_audio", "b0-a")]
