@@ -143,9 +143,13 @@ def shard_signals(data_root: DataRoot, shard_id: str) -> tuple[list[UtteranceSig
     signals, unchecked, audio_seconds = [], [], 0.0
     with data_root.open_parquet(layout.normalized_audio(shard_id)) as parquet:
         for group in range(parquet.num_row_groups):
-            table = parquet.read_row_group(group, columns=["utt_id", "sample_rate", "n_samples", "codec", "audio"])
-            for utt_id, rate, n_samples, codec, payload in zip(*table.to_pydict().values(), strict=True):
-                if n_samples > MAX_CHECKED_SECONDS * rate:
+            described = parquet.read_row_group(group, columns=["utt_id", "sample_rate", "n_samples", "codec"])
+            utt_ids, rates, lengths, codecs = described.to_pydict().values()
+            checked = [length <= MAX_CHECKED_SECONDS * rate for rate, length in zip(rates, lengths, strict=True)]
+            # A group of overlong utterances only is never read: their payloads alone can take GBs.
+            payloads = parquet.read_row_group(group, columns=["audio"]).column(0) if any(checked) else None
+            for row, (utt_id, rate, n_samples, codec) in enumerate(zip(utt_ids, rates, lengths, codecs, strict=True)):
+                if not checked[row]:
                     unchecked.append(
                         Unchecked(
                             utt_id,
@@ -155,7 +159,7 @@ def shard_signals(data_root: DataRoot, shard_id: str) -> tuple[list[UtteranceSig
                     )
                     continue
                 try:
-                    samples = decode_audio(payload, codec)
+                    samples = decode_audio(payloads[row].as_py(), codec)
                 except Exception as exc:  # one undecodable payload must not stop the shard
                     unchecked.append(Unchecked(utt_id, f"audio not decodable ({codec}): {error_text(exc)}"))
                     continue
