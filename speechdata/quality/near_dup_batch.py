@@ -22,9 +22,10 @@ same code):
 The driver then resolves representatives in the order (a copy's representative is its match's, so a
 copy of a copy names the original), and each shard is committed at its reserved position with the
 index's own :func:`~speechdata.quality.near_dup_index.commit_shard_entries` and its
-``near_duplicates.parquet`` written after, as the incremental stage does: the files equal, byte for
-byte, those of the incremental stage run shard by shard in the same order, and shards landing
-afterwards continue from the index it leaves.
+``near_duplicates.parquet`` written after, as the incremental stage does: every shard's file, entries
+and commit record equal, byte for byte, those of the incremental stage run shard by shard in the same
+order (segments may be merged further, which changes no decision), and shards landing afterwards
+continue from the index it leaves.
 
 The order is the index's: every selected shard reserves its position first (an indexed shard keeps
 its own; new ones take the next positions, in the order given). Indexed shards outside the
