@@ -65,6 +65,7 @@ def rows(root: DataRoot, shard_id: str) -> list[tuple[str, str, str]]:
     return [(r["utt_id"], r["kind"], r["representative_utt"]) for r in table]
 
 
+@pytest.mark.slow  # a Dagster instance and an in-process run: about 15 s on the shared build machine
 def test_the_batch_job_records_each_shards_materialization_and_writes_what_the_asset_writes(corpus):
     for shard_id in SHARDS:
         run_near_duplicates(corpus, shard_id)
