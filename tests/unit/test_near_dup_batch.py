@@ -7,8 +7,9 @@ without shards that keep their stored decisions, and on the planted set's real s
 import numpy as np
 import pytest
 
+from speechdata.io.storage import DataRoot
 from speechdata.quality.fingerprint_audio import AudioFingerprint
-from speechdata.quality.near_dup_batch import LocalEngine, ShardOutline, ShardSignals, decide_in_order
+from speechdata.quality.near_dup_batch import LocalEngine, ShardOutline, ShardSignals, decide_in_order, select_shards
 from speechdata.quality.near_dup_matching import (
     MAX_KEY_OCCURRENCES,
     MAX_TRANSCRIPT_CANDIDATES,
@@ -189,3 +190,13 @@ def test_the_planted_sets_real_signals_decide_alike_across_shards():
     assert sum(d.kind is not None for shard in expected for d in shard) >= 5
     got = batch(corpus, thresholds, [f"p{n}" for n in range(shards)], partitions=4)
     assert [got[f"p{n}"] for n in range(shards)] == expected
+
+
+def test_a_selection_keeps_the_order_given_or_filters_the_available_shards_and_refuses_bad_ids(tmp_path):
+    root = DataRoot(str(tmp_path))
+    assert select_shards(root, ["b", "a", "b"]) == ["b", "a"]
+    assert select_shards(root, None, "yodas-*", available=["yodas-2", "other", "yodas-1"]) == ["yodas-2", "yodas-1"]
+    with pytest.raises(ValueError, match="'../escape'"):
+        select_shards(root, ["ok", "../escape"])
+    with pytest.raises(ValueError, match="none matches 'x-\\*'"):
+        select_shards(root, None, "x-*", available=["a"])
