@@ -33,9 +33,11 @@ dropped from the index and re-indexed at the end by its next run); an entries fi
 read is reported by name.
 
 API for the whole-corpus batch pass (kept stable): :func:`read_order`, :func:`read_state`,
-:class:`IndexReader` (a :class:`~.near_dup_matching.CandidateSource`), :func:`reserve_position`,
-:func:`wait_for_earlier`, :func:`commit_shard_entries`, :func:`write_index` (a whole ordered corpus
-at once), :func:`entries_table`, :func:`repair_index`, :func:`compact_index`; keys and segments in
+:class:`IndexReader` (a :class:`~.near_dup_matching.CandidateSource`; ``prefetch``/``settle``),
+:func:`reserve_position`, :func:`wait_for_earlier`, :func:`position_lock` and
+:func:`drop_reservation` (also under their earlier private names), :func:`commit_shard_entries`,
+:func:`write_index` (a whole ordered corpus at once), :func:`entries_table`,
+:func:`read_shard_entries`, :func:`repair_index`, :func:`compact_index`; keys and segments in
 :mod:`.near_dup_postings` (:func:`~.near_dup_postings.index_keys`); decisions in
 :func:`.near_dup_matching.decide_shard`.
 """
@@ -67,14 +69,16 @@ from speechdata.quality.near_dup_postings import (
     POSTING_DTYPE,
     DamagedSegment,
     SegmentShard,
+    SegmentWriter,
     index_keys,
     lookup_segment,
+    merge_segments,
     position_of,
     rank_of,
-    read_all_postings,
+    read_segment_header,
     segment_bytes,
     segment_name,
-    sort_postings,
+    verify_segment,
 )
 
 INDEX_LOCK_KEY = "near-duplicates-index"
@@ -83,12 +87,19 @@ no asset writes a product named :data:`INDEX_LOCK_PRODUCT`, so no shard's own lo
 INDEX_LOCK_PRODUCT = "corpus_index"
 DEFAULT_LOCK_TIMEOUT_S = 1_800.0
 LOCK_POLL_S = 0.5
+WAIT_POLL_S = 0.1
+LIVENESS_CHECK_S = 2.0
+"""How often a waiting shard tries the position locks of the shards it waits for (a lock it can take
+is a run that is gone): an S3 request per shard waited for."""
+"""How often a shard waiting for the shards reserved before it reads the order (a small file): each
+of a queue of shards landing together waits at most this long past the one before it commits."""
 ENTRIES_ROW_GROUP = 64
 """Entries rows per row group: fetching a candidate reads its group, not its shard."""
 FANOUT = 8
 """Segments of one level merged into one of the next level."""
-MAX_MERGE_POSTINGS = 16_000_000
-"""A merge holds its postings in memory (20 bytes each): segments past this size are not merged further."""
+MERGE_CHUNK_POSTINGS = 2_000_000
+"""A merge reads and sorts its inputs this many postings at a time (about 60 MB): segments grow
+without a size cap while a merge's memory stays bounded."""
 RESERVED, COMMITTED = "reserved", "committed"
 
 ORDER_SCHEMA = pa.schema(
@@ -309,30 +320,56 @@ def wait_for_earlier(
     found gone (its position lock can be taken) and its reservation is dropped. Returns the state
     then (the committed shards before ``reservation`` are what it is decided against)."""
     deadline = time.monotonic() + timeout_s
+    next_liveness_check = 0.0
     while True:
         state = read_state(data_root)
         pending = [s for s in state if s.state == RESERVED and s.position < reservation.position]
         if not pending:
             return state
-        for shard in pending:
-            try:
-                with _position_lock(data_root, shard.position, run_id, holder_finished):
-                    _drop_reservation(data_root, shard, run_id=run_id, holder_finished=holder_finished)
-            except ShardLocked:
-                continue
-        if time.monotonic() >= deadline:
-            raise CorpusIndexBusy(
-                f"shards reserved before {reservation.shard_id} (position {reservation.position}) did not commit in "
-                f"{timeout_s:.0f} s: {', '.join(f'{s.shard_id} at {s.position}' for s in pending)}"
-            )
-        time.sleep(LOCK_POLL_S)
+        if time.monotonic() >= next_liveness_check:
+            next_liveness_check = time.monotonic() + LIVENESS_CHECK_S
+            for shard in pending:
+                try:
+                    with _position_lock(data_root, shard.position, run_id, holder_finished):
+                        _drop_reservation(data_root, shard, run_id=run_id, holder_finished=holder_finished)
+                except ShardLocked:
+                    continue
+            continue  # read the order again: a dropped reservation is no longer waited for
+        # Until the next liveness check, watch the pending shards' commit records (a small file
+        # each) rather than the order, which grows with the corpus.
+        while time.monotonic() < next_liveness_check:
+            if time.monotonic() >= deadline:
+                raise CorpusIndexBusy(
+                    f"shards reserved before {reservation.shard_id} (position {reservation.position}) did not "
+                    f"commit in {timeout_s:.0f} s: {', '.join(f'{s.shard_id} at {s.position}' for s in pending)}"
+                )
+            if all(_committed_at(data_root, shard) for shard in pending):
+                break
+            time.sleep(WAIT_POLL_S)
+
+
+def _committed_at(data_root: DataRoot, shard: IndexedShard) -> bool:
+    """Whether ``shard``'s commit record names its reserved position (it has committed there)."""
+    try:
+        return (
+            json.loads(data_root.fs.cat_file(data_root.path(_commit_record_relative(shard.shard_id))))["position"]
+            == shard.position
+        )
+    except (FileNotFoundError, ValueError, KeyError, TypeError):
+        return False
 
 
 def _drop_reservation(data_root: DataRoot, shard: IndexedShard, **lock_options) -> None:
+    """Remove ``shard``'s reservation if it is still the one read (its run was found gone)."""
     with corpus_index_lock(data_root, **lock_options):
         state = read_state(data_root)
         if any(s.position == shard.position and s.reservation == shard.reservation for s in state):
             _write_state(data_root, [s for s in state if s.position != shard.position])
+
+
+position_lock = _position_lock
+"""The lock a reserving run holds on its position until it commits (taking it proves that run gone)."""
+drop_reservation = _drop_reservation
 
 
 def entries_table(signals: Sequence[UtteranceSignals], decisions: Sequence[Decision]) -> pa.Table:
@@ -750,7 +787,7 @@ def _healthy_segments(data_root: DataRoot) -> dict[str, set[tuple[int, str]]]:
         name = posixpath.basename(path)
         try:
             with data_root.fs.open(path, "rb") as handle:
-                header, _ = read_all_postings(handle, name)
+                header = verify_segment(handle, name)
         except DamagedSegment:
             with contextlib.suppress(FileNotFoundError):
                 data_root.fs.rm_file(path)
@@ -776,38 +813,15 @@ def compact_index(data_root: DataRoot, *, timeout_s: float = DEFAULT_LOCK_TIMEOU
     for shard in state:
         if shard.state == COMMITTED and shard.segment:
             by_segment[shard.segment].append(shard)
-    by_level: dict[int, list[str]] = defaultdict(list)
-    for name in by_segment:
-        by_level[_level(name)].append(name)
-    due = None
-    for level in sorted(by_level):
-        names = sorted(by_level[level], key=lambda name: min(s.position for s in by_segment[name]))
-        if len(names) >= FANOUT:
-            due = level, names[:FANOUT]
-            break
     _remove_orphan_segments(data_root, set(by_segment))
+    due = _due_merge(by_segment)
     if due is None:
         return None
     level, inputs = due
     members = {(s.position, s.entries_version): s for name in inputs for s in by_segment[name]}
-    parts = []
-    for name in inputs:
-        relative = _segment_relative(name)
-        try:
-            with data_root.fs.open(data_root.path(relative), "rb") as handle:
-                header, postings = read_all_postings(handle, relative)
-        except (FileNotFoundError, DamagedSegment):
-            return None  # repaired by the next run that reads it
-        live = {(s.position, s.entries_version) for s in header.shards} & set(members)
-        keep = np.isin(position_of(postings["owner"]), np.fromiter((p for p, _ in live), np.int64))
-        parts.append(postings[keep])
-    total = sum(len(part) for part in parts)
-    if total > MAX_MERGE_POSTINGS:
+    merged = _write_merged(data_root, inputs, members, level + 1)
+    if merged is None:
         return None
-    shards = [SegmentShard(p, members[(p, v)].shard_id, v) for p, v in sorted(members)]
-    content = segment_bytes(sort_postings(np.concatenate(parts)), level + 1, shards)
-    merged = segment_name(content, level + 1)
-    data_root.write_bytes(_segment_relative(merged), content)
     with corpus_index_lock(data_root, timeout_s=timeout_s, **lock_options):
         try:
             current = read_state(data_root)
@@ -821,6 +835,52 @@ def compact_index(data_root: DataRoot, *, timeout_s: float = DEFAULT_LOCK_TIMEOU
         ]
         _write_state(data_root, switched)
     _remove_unreferenced_segments(data_root, set(inputs) | {merged})
+    return merged
+
+
+def _due_merge(by_segment: dict[str, list[IndexedShard]]) -> tuple[int, list[str]] | None:
+    """``(level, the FANOUT earliest segments of it)`` for the lowest level that has that many."""
+    by_level: dict[int, list[str]] = defaultdict(list)
+    for name in by_segment:
+        by_level[_level(name)].append(name)
+    for level in sorted(by_level):
+        names = sorted(by_level[level], key=lambda name: min(s.position for s in by_segment[name]))
+        if len(names) >= FANOUT:
+            return level, names[:FANOUT]
+    return None
+
+
+def _write_merged(
+    data_root: DataRoot, inputs: list[str], members: dict[tuple[int, str], IndexedShard], level: int
+) -> str | None:
+    """Merge ``inputs`` (keeping only ``members``' postings) into one segment of ``level``, streamed;
+    its name, or None when an input is gone or damaged (the next run that reads it repairs it)."""
+    shards = [SegmentShard(p, members[(p, v)].shard_id, v) for p, v in sorted(members)]
+    writer = SegmentWriter()
+    with contextlib.ExitStack() as stack:
+        opened = []
+        for name in inputs:
+            relative = _segment_relative(name)
+            try:
+                handle = stack.enter_context(data_root.fs.open(data_root.path(relative), "rb"))
+                header = read_segment_header(handle, relative)
+            except (FileNotFoundError, DamagedSegment):
+                return None  # repaired by the next run that reads it
+            held = {(s.position, s.entries_version) for s in header.shards}
+            mine = [key for key, shard in members.items() if shard.segment == name]
+            if not all(key in held for key in mine):
+                return None
+            # Only the positions the order maps to this segment: it may also hold an older version
+            # of a shard since re-indexed elsewhere.
+            opened.append((handle, relative, header, np.array([position for position, _ in mine], np.int64)))
+        try:
+            merge_segments(opened, writer, MERGE_CHUNK_POSTINGS)
+        except DamagedSegment:
+            return None
+    merged, pieces = writer.finish(level, shards)
+    with data_root.open_atomic(_segment_relative(merged)) as output:
+        for piece in pieces:
+            output.write(piece)
     return merged
 
 

@@ -293,33 +293,49 @@ def _decide_one(
     return None if best is None else (NEAR_TRANSCRIPT, best[0], best[1])
 
 
-def _full_votes(query: AudioFingerprint, reference: AudioFingerprint) -> tuple[int, int]:
-    """``(votes, offset)``: the offset most active sub-fingerprints of the two agree on (the smallest
-    on a tie), and how many agree there."""
-    query_frames, reference_frames = np.flatnonzero(query.active), np.flatnonzero(reference.active)
-    if len(query_frames) == 0 or len(reference_frames) == 0:
-        return 0, 0
-    order = np.argsort(reference.sub_fingerprints[reference_frames], kind="stable")
-    reference_values = reference.sub_fingerprints[reference_frames][order]
-    reference_frames = reference_frames[order]
+def _full_votes(query: AudioFingerprint, references: Sequence[AudioFingerprint]) -> list[tuple[int, int]]:
+    """``(votes, offset)`` per reference: the offset most active sub-fingerprints of the two agree on
+    (the smallest on a tie), and how many agree there; ``(0, 0)`` when none does. All references in
+    one sort, one lookup."""
+    result = [(0, 0)] * len(references)
+    query_frames = np.flatnonzero(query.active)
+    if len(query_frames) == 0 or not references:
+        return result
+    values, frames, which = [], [], []
+    for number, reference in enumerate(references):
+        active = np.flatnonzero(reference.active)
+        values.append(reference.sub_fingerprints[active])
+        frames.append(active)
+        which.append(np.full(len(active), number, np.int64))
+    all_values = np.concatenate(values)
+    order = np.argsort(all_values, kind="stable")
+    all_values, all_frames, all_which = all_values[order], np.concatenate(frames)[order], np.concatenate(which)[order]
     query_values = query.sub_fingerprints[query_frames]
-    starts = np.searchsorted(reference_values, query_values, side="left")
-    counts = np.searchsorted(reference_values, query_values, side="right") - starts
+    starts = np.searchsorted(all_values, query_values, side="left")
+    counts = np.searchsorted(all_values, query_values, side="right") - starts
     if counts.sum() == 0:
-        return 0, 0
+        return result
     hits = np.repeat(starts - np.cumsum(counts) + counts, counts) + np.arange(counts.sum())
-    offsets = reference_frames[hits] - np.repeat(query_frames, counts)
-    values, votes = np.unique(offsets, return_counts=True)
-    best = int(np.argmax(votes))
-    return int(votes[best]), int(values[best])
+    offsets = all_frames[hits].astype(np.int64) - np.repeat(query_frames, counts)
+    pairs, votes = np.unique(np.stack([all_which[hits], offsets], axis=1), axis=0, return_counts=True)
+    # Pairs come sorted by (reference, offset): a stable sort by votes, most first, keeps the
+    # smallest offset first among a reference's ties.
+    by_votes = np.argsort(-votes, kind="stable")
+    seen: set[int] = set()
+    for index in by_votes.tolist():
+        number = int(pairs[index, 0])
+        if number not in seen:
+            seen.add(number)
+            result[number] = (int(votes[index]), int(pairs[index, 1]))
+    return result
 
 
 def _audio_match(
     query: AudioFingerprint, candidates: list[int], known: dict[int, IndexEntry], thresholds: NearDuplicateThresholds
 ) -> tuple[str, int, float] | None:
     voted = []
-    for owner in candidates:
-        votes, offset = _full_votes(query, known[owner][0].fingerprint)
+    full = _full_votes(query, [known[owner][0].fingerprint for owner in candidates])
+    for owner, (votes, offset) in zip(candidates, full, strict=True):
         if votes >= thresholds.min_offset_votes:
             voted.append((-votes, owner, offset))
     accepted = []

@@ -32,8 +32,9 @@ from __future__ import annotations
 import hashlib
 import json
 import struct
+import tempfile
 import zlib
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -213,18 +214,22 @@ def segment_bytes(postings: np.ndarray, level: int, shards: Sequence[SegmentShar
     blocks = [body[start : start + BLOCK_RECORDS * size] for start in range(0, len(body), BLOCK_RECORDS * size)]
     fences = np.ascontiguousarray(postings["key"][::BLOCK_RECORDS], "<u8").tobytes()
     crcs = np.array([zlib.crc32(block) for block in blocks], "<u4").tobytes()
-    header = json.dumps(
+    header = _header_bytes(level, len(postings), shards)
+    described = header + fences + crcs
+    return _PREAMBLE.pack(_MAGIC, len(header), hashlib.sha256(described).digest()) + described + body
+
+
+def _header_bytes(level: int, records: int, shards: Sequence[SegmentShard]) -> bytes:
+    return json.dumps(
         {
             "level": level,
-            "records": len(postings),
+            "records": records,
             "block_records": BLOCK_RECORDS,
             "shards": [[s.position, s.shard_id, s.entries_version] for s in shards],
         },
         sort_keys=True,
         separators=(",", ":"),
     ).encode()
-    described = header + fences + crcs
-    return _PREAMBLE.pack(_MAGIC, len(header), hashlib.sha256(described).digest()) + described + body
 
 
 def segment_name(content: bytes, level: int) -> str:
@@ -310,3 +315,98 @@ def read_all_postings(handle, path: str) -> tuple[SegmentHeader, np.ndarray]:
     blocks = len(header.fences)
     postings = _read_blocks(handle, path, header, 0, blocks) if blocks else np.empty(0, POSTING_DTYPE)
     return header, postings
+
+
+def verify_segment(handle, path: str, blocks_at_once: int = 4_096) -> SegmentHeader:
+    """The header of a segment whose every block checks out (read a few MB at a time)."""
+    header = read_segment_header(handle, path)
+    for first in range(0, len(header.fences), blocks_at_once):
+        _read_blocks(handle, path, header, first, min(first + blocks_at_once, len(header.fences)))
+    return header
+
+
+class SegmentWriter:
+    """A segment built from postings added in order, a few MB at a time: the body goes to a local
+    temporary file block by block, the header is written once every block is known. The file is the
+    one :func:`segment_bytes` gives for all the postings at once, byte for byte."""
+
+    def __init__(self) -> None:
+        # Closed by the last piece :meth:`finish` yields (or the garbage collector, if never read).
+        self._body = tempfile.TemporaryFile()  # noqa: SIM115
+        self._pending = np.empty(0, POSTING_DTYPE)
+        self._fences: list[np.ndarray] = []
+        self._crcs: list[int] = []
+        self.records = 0
+
+    def add(self, postings: np.ndarray) -> None:
+        """Append ``postings`` (sorted by key, and after every posting added before)."""
+        combined = np.concatenate([self._pending, postings]) if len(self._pending) else postings
+        full = len(combined) // BLOCK_RECORDS * BLOCK_RECORDS
+        self._write(combined[:full])
+        self._pending = combined[full:].copy()
+
+    def _write(self, postings: np.ndarray) -> None:
+        if len(postings) == 0:
+            return
+        body = np.ascontiguousarray(postings, POSTING_DTYPE).tobytes()
+        size = BLOCK_RECORDS * POSTING_DTYPE.itemsize
+        self._crcs += [zlib.crc32(body[start : start + size]) for start in range(0, len(body), size)]
+        self._fences.append(np.ascontiguousarray(postings["key"][::BLOCK_RECORDS], "<u8"))
+        self._body.write(body)
+        self.records += len(postings)
+
+    def finish(self, level: int, shards: Sequence[SegmentShard]) -> tuple[str, Iterator[bytes]]:
+        """The segment's name and its bytes, in pieces (the temporary file is closed after the last)."""
+        self._write(self._pending)
+        self._pending = np.empty(0, POSTING_DTYPE)
+        fences = np.concatenate(self._fences).tobytes() if self._fences else b""
+        crcs = np.array(self._crcs, "<u4").tobytes()
+        header = _header_bytes(level, self.records, shards)
+        described = header + fences + crcs
+        head = _PREAMBLE.pack(_MAGIC, len(header), hashlib.sha256(described).digest()) + described
+        digest = hashlib.sha256(head)
+        for piece in self._body_pieces():
+            digest.update(piece)
+        return f"L{level}-{digest.hexdigest()[:16]}.seg", self._pieces(head)
+
+    def _body_pieces(self) -> Iterator[bytes]:
+        self._body.seek(0)
+        while piece := self._body.read(1 << 22):
+            yield piece
+
+    def _pieces(self, head: bytes) -> Iterator[bytes]:
+        try:
+            yield head
+            yield from self._body_pieces()
+        finally:
+            self._body.close()
+
+
+def merge_segments(
+    handles: Sequence[tuple[object, str, SegmentHeader, np.ndarray]], writer: SegmentWriter, chunk: int
+) -> None:
+    """Add to ``writer``, in key order, the postings of each segment (open ``handle``, its path, its
+    checked header, the positions to keep from it) about ``chunk`` postings at a time: the key space
+    is cut at the segments' fences, so no more is held at once."""
+    fences = np.unique(np.concatenate([header.fences for _, _, header, _ in handles]))
+    stride = max(chunk // BLOCK_RECORDS, 1)
+    bounds = [None, *fences[stride::stride].tolist(), None]
+    for low, high in zip(bounds[:-1], bounds[1:], strict=True):
+        parts = []
+        for handle, path, header, positions in handles:
+            if len(header.fences) == 0:
+                continue
+            first = 0 if low is None else max(int(np.searchsorted(header.fences, np.uint64(low), "left")) - 1, 0)
+            end = len(header.fences) if high is None else int(np.searchsorted(header.fences, np.uint64(high), "left"))
+            if end <= first:
+                continue
+            postings = _read_blocks(handle, path, header, first, end)
+            inside = np.ones(len(postings), bool)
+            if low is not None:
+                inside &= postings["key"] >= np.uint64(low)
+            if high is not None:
+                inside &= postings["key"] < np.uint64(high)
+            postings = postings[inside]
+            parts.append(postings[np.isin(position_of(postings["owner"]), positions)])
+        if parts:
+            writer.add(sort_postings(np.concatenate(parts)))

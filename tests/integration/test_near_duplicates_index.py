@@ -219,3 +219,41 @@ def _one_row_group(content: bytes) -> bytes:
     buffer = io.BytesIO()
     pq.write_table(pq.read_table(io.BytesIO(content)), buffer, row_group_size=1 << 20)
     return buffer.getvalue()
+
+
+def test_shards_indexed_together_decide_as_if_one_after_the_other_in_their_order(data_root, monkeypatch):
+    monkeypatch.setattr(near_dup_index, "WAIT_POLL_S", 0.02)
+    planted = planted_set(6, seed=8)  # 6 originals, then a copy and a look-alike of each
+    by_shard = {f"t{n}": [] for n in range(4)}
+    for number, utterance in enumerate(planted):
+        shard_id = f"t{number % 4}"
+        by_shard[shard_id].append(
+            utterance_signals(shard_id, utterance.utt_id, utterance.samples, 24_000, utterance.text)
+        )
+    by_shard = {shard_id: sorted(signals, key=lambda s: s.utt_id) for shard_id, signals in by_shard.items()}
+    thresholds = NearDuplicateThresholds()
+    decided, start = {}, threading.Barrier(len(by_shard))
+
+    def index(shard_id):
+        signals = by_shard[shard_id]
+        start.wait()
+        with near_dup_index.reserve_position(data_root, shard_id) as reservation:
+            reader = IndexReader(data_root, reservation.position)
+            reader.prefetch(near_dup_index.index_keys(signals, reservation.position)["key"])
+            reader.settle(near_dup_index.wait_for_earlier(data_root, reservation))
+            decided[shard_id] = decide_shard(reservation.position, signals, reader, thresholds)
+            near_dup_index.commit_shard_entries(data_root, reservation, signals, decided[shard_id])
+
+    workers = [threading.Thread(target=index, args=(shard_id,)) for shard_id in by_shard]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join(120)
+    order = [s.shard_id for s in read_order(data_root)]
+    assert sorted(order) == sorted(by_shard)
+    indexed = []
+    for shard_id in order:  # the same shards, one after the other in the order they took
+        alone = find_representatives(indexed, by_shard[shard_id], thresholds)
+        assert decided[shard_id] == alone
+        indexed += [(s, (d.representative_shard, d.representative_utt)) for s, d in zip(by_shard[shard_id], alone)]
+    assert any(d.kind for decisions in decided.values() for d in decisions)
