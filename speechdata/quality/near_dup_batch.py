@@ -57,10 +57,10 @@ from speechdata.quality.near_dup_index import (
     CorpusIndexBusy,
     IndexedShard,
     Reservation,
-    _drop_reservation,
-    _position_lock,
     commit_shard_entries,
     compact_index,
+    drop_reservation,
+    position_lock,
     read_shard_entries,
     read_state,
     reserve_position,
@@ -308,8 +308,8 @@ def _wait_for_others(
             return state
         for other in pending:
             try:
-                with _position_lock(data_root, other.position, **lock_options):
-                    _drop_reservation(data_root, other, **lock_options)
+                with position_lock(data_root, other.position, **lock_options):
+                    drop_reservation(data_root, other, **lock_options)
             except ShardLocked:
                 continue
         if time.monotonic() >= deadline:
@@ -558,7 +558,7 @@ def _drop_new_reservations(data_root: DataRoot, reservations, **lock_options) ->
             # The pass is failing with its own error, which this must not hide; a position not given
             # back is dropped by the next shard that finds its lock free.
             with contextlib.suppress(Exception):
-                _drop_reservation(
+                drop_reservation(
                     data_root,
                     IndexedShard(
                         reservation.position, reservation.shard_id, None, 0, RESERVED, None, reservation.token
