@@ -11,7 +11,7 @@ from assets.asset_policy import shard_asset
 from assets.ingest import normalized_audio
 from assets.partitions import shard_partitions
 from assets.reporting import column_schema, markdown_rows, stage_metadata
-from assets.shard_runs import ShardEvents, ShardResult, materialize_shards
+from assets.shard_runs import ShardEvents, ShardResult, materialize_shards, run_ended_in
 from resources.storage import DataRootResource
 from speechdata.quality.near_dup_batch import (
     DEFAULT_PARTITIONS,
@@ -100,16 +100,11 @@ def near_duplicates(
             config.thresholds(),
             lock_timeout_s=config.lock_timeout_s,
             run_id=run_id,
-            holder_finished=lambda holder: bool(holder.run_id) and _run_finished(context, holder.run_id),
+            holder_finished=lambda holder: bool(holder.run_id) and run_ended_in(context)(holder.run_id),
         )
         return _near_duplicates_result(context, summary)
 
     yield from materialize_shards(context, one_shard)
-
-
-def _run_finished(context: dg.AssetExecutionContext, run_id: str) -> bool:
-    run = context.instance.get_run_by_id(run_id)
-    return run is None or run.is_finished
 
 
 def _near_duplicates_result(context: dg.AssetExecutionContext, summary: NearDuplicatesSummary) -> ShardResult:

@@ -102,7 +102,7 @@ def materialize_shards(
     for position, shard_id in enumerate(shards, 1):
         context.log.info(f"{asset}: shard {position}/{len(shards)} {shard_id} started")
         try:
-            with shard_write_lock(_data_root(context), shard_id, asset, context.run.run_id, _run_ended(context)):
+            with shard_write_lock(_data_root(context), shard_id, asset, context.run.run_id, run_ended_in(context)):
                 results[shard_id] = build(shard_id)
         except Exception as exc:
             context.log.error(
@@ -126,9 +126,11 @@ def _data_root(context: dg.AssetExecutionContext):
     return resource.get() if resource is not None else None
 
 
-def _run_ended(context: dg.AssetExecutionContext) -> Callable[[str], bool]:
-    """Whether a lock holder's run is over (a lock left by a killed run on another host is then stale)."""
-    return lambda run_id: (run := context.instance.get_run_by_id(run_id)) is None or run.is_finished
+def run_ended_in(context: dg.AssetExecutionContext) -> Callable[[str], bool]:
+    """Whether a lock holder's run is known to this instance and over: asked only of a lock without
+    a lease (from a version before leases). A run this instance does not know is not over: it may be
+    another instance's (a separate ``DAGSTER_HOME``) and still writing."""
+    return lambda run_id: (run := context.instance.get_run_by_id(run_id)) is not None and run.is_finished
 
 
 def _check_evaluations(context: dg.AssetExecutionContext, results: dict[str, ShardResult]) -> ShardEvents:

@@ -36,7 +36,7 @@ from speechdata.command_options import add_data_root_option, add_quiet_option, d
 from speechdata.io import layout
 from speechdata.io.audio_tars import audio_extension, deterministic_tar_writer, webdataset_key
 from speechdata.io.confinement import confined_landed_shard
-from speechdata.io.storage import DataRoot, read_parquet_handle
+from speechdata.io.storage import DataRoot, filesystem_for, read_parquet_handle
 from speechdata.landing.contract import CONTRACT_FIELDS, LANGUAGE_PATTERN
 from speechdata.landing.mark import mark_landed
 
@@ -108,7 +108,7 @@ def import_language_tar(
     rows, segments, used_ids = [], [], set()
     skipped = unknown = 0
     with (
-        fsspec.open(source_tar, "rb") as handle,
+        _open_source(source_tar) as handle,
         tarfile.open(fileobj=handle, mode="r|*") as tar,
         deterministic_tar_writer(data_root, layout.landing_audio_tar(shard_id)) as add,
     ):
@@ -169,13 +169,19 @@ def _unique_id(candidate: str, used: set[str]) -> str:
     return utt_id
 
 
+def _open_source(url: str):
+    """A source file opened for reading; a local one only if it is a regular file (never a FIFO that would block)."""
+    fs, path = filesystem_for(url)
+    return fs.open(path, "rb")
+
+
 def load_language_index(url: str) -> dict[tuple[int, str], str]:
     """The corpus's ``lid_index.pkl`` (trusted sources only), or a parquet/CSV/JSON table of it."""
     if url.endswith(".pkl"):
-        with fsspec.open(url, "rb") as handle:
+        with _open_source(url) as handle:
             raw = pickle.load(handle)
         return {(int(number), str(name)): language for (number, name), language in raw.items()}
-    with fsspec.open(url, "rb") as handle:
+    with _open_source(url) as handle:
         if url.endswith(".parquet"):
             rows = read_parquet_handle(handle, ["tar_number", "filename", "language"]).to_pylist()
         elif url.endswith(".csv"):
@@ -194,7 +200,7 @@ def pickled_vad_cache(url_for_tar: Callable[[int], str]) -> VadCache:
 
     def load(number: int) -> Mapping[str, dict] | None:
         url = url_for_tar(number)
-        fs, path = fsspec.core.url_to_fs(url)
+        fs, path = filesystem_for(url)
         if not fs.exists(path):
             return None
         with fs.open(path, "rb") as handle:

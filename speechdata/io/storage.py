@@ -20,6 +20,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from speechdata.io.parquet_integrity import READ_OPTIONS, WRITE_OPTIONS, naming_unreadable
+from speechdata.io.regular_files import RegularFilesOnly, require_regular
 
 TEMP_PREFIX = "._tmp-"
 
@@ -56,8 +57,13 @@ def escape_glob(text: str) -> str:
 
 
 def filesystem_for(root_url: str) -> tuple[fsspec.AbstractFileSystem, str]:
-    """Resolve a data-root URL (local path, ``file://``, ``s3://``...) into a filesystem and root path."""
+    """Resolve a data-root URL (local path, ``file://``, ``s3://``...) into a filesystem and root path.
+
+    A local one reads only regular files (:class:`~speechdata.io.regular_files.RegularFilesOnly`):
+    a FIFO or a device planted where a file is read is refused by name instead of blocking the reader."""
     fs, root = fsspec.core.url_to_fs(root_url)
+    if _is_local(fs):
+        fs = RegularFilesOnly(**fs.storage_options)
     return fs, root.rstrip("/") or "/"
 
 
@@ -267,5 +273,6 @@ def _open_for_arrow(data_root: DataRoot, relative: str):
     Through a Python file object every read is a new multi-MB ``bytes``, and glibc's heap fragments
     under them until resident memory grows with the number of row groups read."""
     if data_root.is_local:
+        require_regular(data_root.fs, data_root.path(relative))  # Arrow opens it by name: a FIFO would block it
         return pa.OSFile(data_root.path(relative), "rb")
     return data_root.fs.open(data_root.path(relative), "rb")

@@ -69,16 +69,22 @@ def exact_audio_hash(samples: np.ndarray) -> str | None:
     """SHA-256 (hex) of ``samples`` (decoded floats, or the int16 samples themselves) as 16-bit PCM, leading and trailing
     zeros removed; None for audio that is all digital silence (silence is no one's duplicate)."""
     pcm = samples if samples.dtype == np.int16 else _pcm16(samples)
-    voiced = np.flatnonzero(pcm)
-    if len(voiced) == 0:
+    # First and last non-zero sample from a bool mask (1 byte a sample), not the index of every one.
+    nonzero = pcm != 0
+    if not nonzero.any():
         return None
-    return hashlib.sha256(pcm[voiced[0] : voiced[-1] + 1].astype("<i2").tobytes()).hexdigest()
+    first, end = int(np.argmax(nonzero)), len(pcm) - int(np.argmax(nonzero[::-1]))
+    return hashlib.sha256(np.ascontiguousarray(pcm[first:end], "<i2")).hexdigest()
 
 
 def _pcm16(samples: np.ndarray) -> np.ndarray:
-    """The 16-bit integers that decode to ``samples`` (stored audio decodes as ``v / 32768``)."""
-    scaled = np.rint(np.asarray(samples, np.float64) * float(PCM16_FULL_SCALE))
-    return np.clip(scaled, -32768, 32767).astype(np.int16)
+    """The 16-bit integers that decode to ``samples`` (stored audio decodes as ``v / 32768``).
+    float32 samples are scaled in float32: multiplying by 2^15 is exact there, so the integers are
+    the float64 path's, at a quarter of its memory."""
+    wide = np.float32 if samples.dtype == np.float32 else np.float64
+    scaled = np.rint(np.asarray(samples, wide) * wide(PCM16_FULL_SCALE))
+    np.clip(scaled, -32768, 32767, out=scaled)
+    return scaled.astype(np.int16)
 
 
 def _band_bins() -> tuple[int, int, np.ndarray]:

@@ -45,10 +45,11 @@ from speechdata.quality.near_dup_postings import index_keys
 from speechdata.rejects import error_text
 from speechdata.stage import StageSummary
 
-MAX_CHECKED_SECONDS = 1_200.0
-"""An utterance longer than this (20 minutes) is not decoded for its signals: it stays unchecked,
-with the reason, and unindexed. Decoding and fingerprinting hold about 0.5 MB per second of audio
-(the fingerprint itself is computed in windows), so this bounds a step's memory per utterance."""
+MAX_CHECKED_SECONDS = 1_800.0
+"""An utterance longer than this (30 minutes, the same bound as alignment's) is not decoded for its
+signals: it stays unchecked, with the reason, and unindexed. Decoding, hashing and fingerprinting
+hold about 0.3 MB per second of audio at once (the fingerprint is computed in windows), so this
+bounds a step's memory per utterance to about 500 MB."""
 INDEX_ATTEMPTS = 3
 """Reservations lost (taken for dead, or a rebuilt order) or damage repaired, before giving up."""
 
