@@ -207,7 +207,7 @@ def near_duplicates_batch(
             on_progress=log_progress,
             lock_timeout_s=config.lock_timeout_s,
             run_id=context.run.run_id,
-            holder_finished=lambda holder: bool(holder.run_id) and _run_finished(context, holder.run_id),
+            holder_finished=lambda holder: bool(holder.run_id) and run_ended_in(context)(holder.run_id),
         )
     context.log.info(f"near-duplicates batch: {summary.describe()}")
     known = set(registered)
