@@ -1,14 +1,25 @@
 """[near_duplicates] Copies across the whole corpus: the same recording landed twice (re-encoded,
 trimmed, gain-changed, resampled) or the same transcript under other audio."""
 
+import time
+from typing import Literal
+
 import dagster as dg
 from pydantic import Field
 
 from assets.asset_policy import shard_asset
 from assets.ingest import normalized_audio
+from assets.partitions import shard_partitions
 from assets.reporting import column_schema, markdown_rows, stage_metadata
 from assets.shard_runs import ShardEvents, ShardResult, materialize_shards, run_ended_in
 from resources.storage import DataRootResource
+from speechdata.quality.near_dup_batch import (
+    DEFAULT_PARTITIONS,
+    run_near_duplicates_batch,
+    select_shards,
+    shards_with_audio,
+)
+from speechdata.quality.near_dup_batch_ray import IN_PROCESS, LOCAL, RAY_ADDRESS_ENV, batch_engine
 from speechdata.quality.near_dup_index import DEFAULT_LOCK_TIMEOUT_S
 from speechdata.quality.near_dup_matching import KINDS, NearDuplicateThresholds
 from speechdata.quality.near_duplicates import (
@@ -139,6 +150,94 @@ def _near_duplicates_result(context: dg.AssetExecutionContext, summary: NearDupl
     )
 
 
+# --- the whole-corpus batch pass (docs/near-duplicates.md, "Whole-corpus batch pass")
+
+BATCH_JOB_NAME = "near_duplicates_batch_job"
+PROGRESS_EVERY_S = 10.0
+
+
+class NearDuplicatesBatchConfig(NearDuplicatesConfig):
+    shards: list[str] = Field(
+        default_factory=list,
+        description="Shard ids to decide, in the order new ones are indexed; empty: every registered shard "
+        "with normalized audio (matching `matching`), in registration order.",
+    )
+    matching: str | None = Field(None, description="Glob on shard ids, used when `shards` is empty.")
+    signals_from: Literal["audio", "index"] = Field(
+        "audio",
+        description="index: indexed shards reuse their stored signals (a threshold change, audio unchanged).",
+    )
+    ray_address: str = Field(
+        "",
+        description=f"Ray cluster: auto, <head>:6379, ray://<head>:10001, {LOCAL} (a Ray instance in the step) or "
+        f"{IN_PROCESS} (no Ray); empty: ${RAY_ADDRESS_ENV}, else {LOCAL}.",
+    )
+    partitions: int = Field(DEFAULT_PARTITIONS, ge=1, description="Key partitions: parallel join tasks.")
+
+
+@dg.op(
+    description="Decide near duplicates for many shards at once on Ray (first import, threshold change): the same "
+    "files and index as near_duplicates shard by shard, recorded as its materializations.",
+)
+def near_duplicates_batch(
+    context: dg.OpExecutionContext, config: NearDuplicatesBatchConfig, data_root: DataRootResource
+) -> None:
+    root = data_root.get()
+    registered = context.instance.get_dynamic_partitions(shard_partitions.name)
+    with_audio = set(shards_with_audio(root))
+    shards = select_shards(root, config.shards, config.matching, [s for s in registered if s in with_audio])
+    last_logged = {"at": 0.0}
+
+    def log_progress(stage: str, done: int, total: int) -> None:
+        now = time.monotonic()
+        if 0 < done < total and now - last_logged["at"] < PROGRESS_EVERY_S:
+            return
+        last_logged["at"] = now
+        context.log.info(f"near-duplicates batch: {stage} {done}/{total}")
+
+    with batch_engine(config.ray_address or None) as (engine, where):
+        context.log.info(f"near-duplicates batch: {len(shards)} shards, {where}")
+        summary = run_near_duplicates_batch(
+            root,
+            shards,
+            config.thresholds(),
+            engine=engine,
+            signals_from=config.signals_from,
+            partitions=config.partitions,
+            on_progress=log_progress,
+            lock_timeout_s=config.lock_timeout_s,
+            run_id=context.run.run_id,
+            holder_finished=lambda holder: bool(holder.run_id) and run_ended_in(context)(holder.run_id),
+        )
+    context.log.info(f"near-duplicates batch: {summary.describe()}")
+    known = set(registered)
+    for shard in summary.shards:
+        if shard.shard_id in known:
+            context.log_event(
+                dg.AssetMaterialization(
+                    asset_key=near_duplicates.key,
+                    partition=shard.shard_id,
+                    description="written by near_duplicates_batch_job",
+                    metadata={
+                        "dagster/row_count": len(shard.duplicates),
+                        "utterances_checked": shard.utterances,
+                        **{f"duplicates_{kind}": count for kind, count in shard.by_kind.items()},
+                        "index_position": shard.index_position,
+                        "batch_run": True,
+                    },
+                )
+            )
+
+
+@dg.job(
+    name=BATCH_JOB_NAME,
+    description="The whole-corpus near-duplicate pass on Ray: launch it from the Launchpad with thresholds and a "
+    "shard selection (docs/near-duplicates.md).",
+)
+def near_duplicates_batch_job():
+    near_duplicates_batch()
+
+
 # --- the group: its definitions (assembled by dagster_project/loader.py)
 
-defs = dg.Definitions(assets=[near_duplicates])
+defs = dg.Definitions(assets=[near_duplicates], jobs=[near_duplicates_batch_job])

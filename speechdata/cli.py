@@ -19,6 +19,7 @@ COMMANDS = (
     "speechdata.alignment.mfa_corpus",  # speechdata mfa-corpus
     "speechdata.landing.cli",  # speechdata land
     "speechdata.export.command",  # speechdata export nemo|lhotse|moshi
+    "speechdata.quality.near_dup_cli",  # speechdata near-duplicates batch
     # speechdata shard status|run|backfill: the Dagster layer's commands. The module imports no Dagster
     # until one of them runs, so the core's commands stay Dagster-free; named by string so that the core
     # never imports the code location (the import contracts in pyproject.toml).

@@ -45,6 +45,10 @@ ROOT = Path(__file__).resolve().parents[2]
         ("bench_ingest_memory", {"per_size", "rows_growth", "peak_rss_growth"}),
         ("bench_alignment_memory", {"per_duration", "max_peak_rss_mb"}),
         ("bench_near_duplicates", {"near_duplicates", "baseline_exact_hash", "ms_per_utt", "baseline_ms_per_utt"}),
+        (
+            "bench_near_duplicates_batch",
+            {"incremental_wall_s", "batch_in_process_wall_s", "batch_ray_wall_s", "ratio_batch_ray_over_incremental"},
+        ),
         ("bench_near_duplicates_index", {"per_size", "growth", "new_over_baseline_wall_at_largest"}),
         ("bench_write_fence", {"local", "s3_loopback"}),
         (

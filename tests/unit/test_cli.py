@@ -28,6 +28,8 @@ SUBCOMMANDS = [
     ["shard", "status"],
     ["shard", "run"],
     ["shard", "backfill"],
+    ["near-duplicates"],
+    ["near-duplicates", "batch"],
 ]
 
 

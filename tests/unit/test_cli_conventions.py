@@ -87,6 +87,7 @@ MISSING_ROOT_COMMANDS = {
     "shard status": ["shard", "status", "some-0001"],
     "shard run": ["shard", "run", "--all", "--url", "http://127.0.0.1:9"],
     "shard backfill": ["shard", "backfill", "--missing", "--url", "http://127.0.0.1:9"],
+    "near-duplicates batch": ["near-duplicates", "batch", "--in-process"],
 }
 
 
@@ -235,7 +236,7 @@ def test_the_dataset_settings_resource_configures_the_card_license():
 
 
 def _documented_commands(text: str) -> set[str]:
-    return set(re.findall(r"speechdata ((?:import |export |shard )?[a-z][a-z-]*)", text))
+    return set(re.findall(r"speechdata ((?:import |export |shard |near-duplicates )?[a-z][a-z-]*)", text))
 
 
 def test_readme_and_docs_cli_list_every_command():
