@@ -8,7 +8,9 @@ In a fresh temporary directory: a persistent instance (``--storage sqlite`` or `
 ``bench_orchestration_scale``) whose run coordinator queues runs and starts none
 (``QueuedRunCoordinator``, ``max_concurrent_runs: 0``), ``--registered`` shards added as ``shard``
 partitions, the workspace the daemon loads (``dagster_project.definitions`` in a code server).
-Then, wall-clock:
+As under ``dagster dev``, the webserver's and the daemon's workspaces both load the location from one
+code server; it is started once per run shape (its ``SHARDS_PER_RUN``) and serves every size and
+storage measured with that shape, so each measurement starts on a loaded location. Then, wall-clock:
 
 * ``launch_seconds``: the ``launchPartitionBackfill`` mutation through ``dagster_graphql``'s
   in-process client (on an instance set up as the webserver's), selecting every per-shard asset (``PER_SHARD_SELECTION``) and the first
@@ -46,12 +48,13 @@ import cProfile
 import logging
 import math
 import os
+import sys
 import tempfile
 import time
 
 import dagster as dg
 
-from benchmarks.bench_orchestration_scale import bench_instance, code_location_workspace, webserver_instance
+from benchmarks.bench_orchestration_scale import bench_instance, webserver_instance
 from benchmarks.report import emit, progress, ratio, stdout_to_stderr
 from dagster_project.instance_storage import EVENT_BATCH_SIZE, EVENT_BATCH_SIZE_ENV
 
@@ -105,6 +108,41 @@ def launch_instance(home: str, storage: str, storage_cache: bool):
             yield instance
 
 
+LOCATION_NAME = "speechdata"
+
+
+@contextlib.contextmanager
+def code_server(shards_per_run: int):
+    """A code server for ``dagster_project.definitions`` whose backfill policy carries ``shards_per_run``
+    shards per run (the variable is read when the location loads): the target the workspaces connect to."""
+    from dagster._core.types.loadable_target_origin import LoadableTargetOrigin
+    from dagster._core.workspace.load_target import GrpcServerTarget
+    from dagster._grpc.server import GrpcServerProcess
+
+    os.environ["SPEECHDATA_BACKFILL_SHARDS_PER_RUN"] = str(shards_per_run)
+    origin = LoadableTargetOrigin(
+        executable_path=sys.executable, module_name="dagster_project.definitions", working_directory=os.getcwd()
+    )
+    with GrpcServerProcess(
+        instance_ref=None,
+        location_name=LOCATION_NAME,
+        loadable_target_origin=origin,
+        inject_env_vars_from_instance=False,
+        startup_timeout=180,
+        wait_on_exit=True,
+    ) as server:
+        yield GrpcServerTarget(host="localhost", port=server.port, socket=server.socket, location_name=LOCATION_NAME)
+
+
+@contextlib.contextmanager
+def code_location_workspace(instance: dg.DagsterInstance, target):
+    """The workspace a webserver or daemon on ``instance`` loads from the code server at ``target``."""
+    from dagster._core.workspace.context import WorkspaceProcessContext
+
+    with WorkspaceProcessContext(instance, target) as process_context:
+        yield process_context
+
+
 def full_key_list_reads(instance: dg.DagsterInstance) -> int | None:
     return getattr(instance.event_log_storage, "dynamic_partitions_full_reads", None)
 
@@ -121,6 +159,7 @@ OLD_SHARDS_PER_RUN = 4
 
 
 def measure(
+    server,
     registered: int,
     backfill: int,
     shards_per_run: int,
@@ -130,13 +169,12 @@ def measure(
     storage_cache: bool = False,
 ) -> dict:
     """Register ``registered`` shards in a fresh instance, launch a backfill of the first ``backfill``
-    as the UI does, and time the daemon until its runs exist."""
+    as the UI does, and time the daemon until its runs exist. ``server``: the ``code_server`` of
+    ``shards_per_run``."""
     from dagster._core.storage.dagster_run import RunsFilter
     from dagster._daemon.backfill import execute_backfill_iteration
     from dagster_graphql.test.utils import execute_dagster_graphql
 
-    # The code server the workspace starts inherits the environment: the policy's k for this shape.
-    os.environ["SPEECHDATA_BACKFILL_SHARDS_PER_RUN"] = str(shards_per_run)
     with tempfile.TemporaryDirectory(prefix="bench-backfill-") as tmp:
         os.makedirs(os.path.join(tmp, "dagster_home"))
         with launch_instance(os.path.join(tmp, "dagster_home"), storage, storage_cache) as instance:
@@ -145,7 +183,10 @@ def measure(
                 instance.add_dynamic_partitions("shard", shards[start : start + 10_000])
             assets = per_shard_asset_paths()
             expected_runs = math.ceil(backfill / shards_per_run)
-            with webserver_instance(instance) as webserver, code_location_workspace(webserver) as webserver_context:
+            with (
+                webserver_instance(instance) as webserver,
+                code_location_workspace(webserver, server) as webserver_context,
+            ):
                 params = {
                     "assetSelection": [{"path": path} for path in assets],
                     "partitionNames": shards[:backfill],
@@ -164,7 +205,7 @@ def measure(
                 progress(f"launched backfill {backfill_id} in {launch_s:.3f} s")
 
             # The daemon's own instance and workspace: on PostgreSQL one connection per query.
-            with code_location_workspace(instance) as process_context:
+            with code_location_workspace(instance, server) as process_context:
                 logger = logging.getLogger("bench_backfill_launch")
                 runs_filter = RunsFilter(tags={"dagster/backfill": backfill_id})
                 iterations, runs = 0, 0
@@ -249,32 +290,42 @@ def main(argv: list[str] | None = None) -> None:
     with stdout_to_stderr():
         if args.compare and args.storage_cache:
             per_storage = {}
-            for name, cache, batch_size in STORAGES:
-                # Dagster reads the switch at every event; "0" also keeps the caching storage from setting it.
-                os.environ[EVENT_BATCH_SIZE_ENV] = str(args.event_batch_size or batch_size)
-                per_storage[name] = {
-                    str(n): measure(
-                        n, args.backfill, shapes["new"], args.storage, args.max_iterations, storage_cache=cache
-                    )
-                    for n in sorted(args.sizes)
-                }
+            with code_server(shapes["new"]) as server:
+                for name, cache, batch_size in STORAGES:
+                    # Dagster reads the switch at every event; "0" also keeps the caching storage from setting it.
+                    os.environ[EVENT_BATCH_SIZE_ENV] = str(args.event_batch_size or batch_size)
+                    per_storage[name] = {
+                        str(n): measure(
+                            server,
+                            n,
+                            args.backfill,
+                            shapes["new"],
+                            args.storage,
+                            args.max_iterations,
+                            storage_cache=cache,
+                        )
+                        for n in sorted(args.sizes)
+                    }
         elif args.compare:
-            per_shape = {
-                shape: {
-                    str(n): measure(n, args.backfill, k, args.storage, args.max_iterations) for n in sorted(args.sizes)
-                }
-                for shape, k in shapes.items()
-            }
+            per_shape = {}
+            for shape, k in shapes.items():
+                with code_server(k) as server:
+                    per_shape[shape] = {
+                        str(n): measure(server, n, args.backfill, k, args.storage, args.max_iterations)
+                        for n in sorted(args.sizes)
+                    }
         else:
-            figures = measure(
-                args.registered,
-                args.backfill,
-                shapes["new"],
-                args.storage,
-                args.max_iterations,
-                args.profile,
-                args.storage_cache,
-            )
+            with code_server(shapes["new"]) as server:
+                figures = measure(
+                    server,
+                    args.registered,
+                    args.backfill,
+                    shapes["new"],
+                    args.storage,
+                    args.max_iterations,
+                    args.profile,
+                    args.storage_cache,
+                )
     if not args.compare:
         emit("backfill_launch", {**params, "registered": args.registered}, figures)
         return
