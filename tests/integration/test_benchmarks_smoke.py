@@ -43,6 +43,7 @@ ROOT = Path(__file__).resolve().parents[2]
         ("bench_publish_state", {"baseline_csv_pandas_seconds", "duckdb_state_seconds", "same_selection_and_hours"}),
         ("bench_orchestration_scale", {"per_size", "tick_growth"}),
         ("bench_catalog_refresh", {"per_size", "growth", "per_new_shard"}),
+        ("bench_corpus_scale", {"per_hours", "near_duplicates", "growth"}),
         ("bench_exports", {"audio_hours_per_minute", "over_copy"}),
         ("bench_parquet_integrity", {"whole_read_verified_over_unverified", "streamed_read_verified_over_unverified"}),
         ("bench_ingest_memory", {"per_size", "rows_growth", "peak_rss_growth"}),
