@@ -9,6 +9,7 @@ the next run's write replaces, never appends to). On local disks and POSIX files
 from __future__ import annotations
 
 import contextlib
+import os
 import posixpath
 import re
 import uuid
@@ -19,6 +20,8 @@ import fsspec
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from speechdata.io.confinement import relative_path_problem
+from speechdata.io.layout import ConfinementError
 from speechdata.io.parquet_integrity import READ_OPTIONS, WRITE_OPTIONS, naming_unreadable
 
 TEMP_PREFIX = "._tmp-"
@@ -61,8 +64,26 @@ def filesystem_for(root_url: str) -> tuple[fsspec.AbstractFileSystem, str]:
     return fs, root.rstrip("/") or "/"
 
 
+class OutsideDataRoot(ConfinementError):
+    """A path under the data root that is not a plain relative path, or that resolves outside the root
+    (a product folder, or a folder or file below it, that is a symlink out)."""
+
+
+LINK_RULE = (
+    "every folder and file under the data root must resolve inside it: a product folder may not be a "
+    "symlink out of the root (to put it on another disk, mount the disk at the folder, or link the whole "
+    "data root)"
+)
+"""The one rule for links under the data root (docs/reliability.md, "Confinement in one place")."""
+
+
 class DataRoot:
     """The data root: an fsspec URL, its filesystem, and paths under it.
+
+    Every path under the root is made by :meth:`path` (or :meth:`glob`), which is the confinement
+    check every read and write of the platform goes through: the relative path must be plain (no
+    ``..``, not absolute) and, on a local disk, resolve inside the root once symlinks are followed.
+    The root itself may be a symlink; nothing under it may link out (:data:`LINK_RULE`).
 
     Pickles as its URL only, so it can be handed to worker processes.
     """
@@ -70,6 +91,7 @@ class DataRoot:
     def __init__(self, url: str):
         self.url = url
         self.fs, self.root = filesystem_for(url)
+        self._resolved_root: str | None = None
 
     def __reduce__(self):
         return (DataRoot, (self.url,))
@@ -88,8 +110,48 @@ class DataRoot:
         return _is_local(self.fs)
 
     def path(self, relative: str) -> str:
-        """The filesystem path of ``relative`` (a path from :mod:`speechdata.io.layout`)."""
-        return f"{self.root}/{relative}"
+        """The filesystem path of ``relative`` (a path from :mod:`speechdata.io.layout`), once it is
+        confined to the root; else :class:`OutsideDataRoot` naming the path, the folder that links out
+        and the rule. ``""`` is the root itself."""
+        if relative == "":
+            return self.root
+        problem = relative_path_problem(relative)
+        if problem is not None:
+            raise OutsideDataRoot("path", relative, self.root, f"must be a plain relative path, found {problem}")
+        joined = f"{self.root}/{relative}"
+        if self.is_local:
+            self._require_inside(relative, joined)
+        return joined
+
+    def real_root(self) -> str:
+        """``realpath`` of a local root (the root may itself be a symlink)."""
+        if self._resolved_root is None:
+            self._resolved_root = os.path.realpath(self.root)
+        return self._resolved_root
+
+    def _require_inside(self, relative: str, joined: str) -> None:
+        real_root = self.real_root()
+        real = os.path.realpath(joined)
+        if real == real_root or real.startswith(real_root.rstrip(os.sep) + os.sep):
+            return
+        if self._resolved_root != (fresh := os.path.realpath(self.root)):  # the root was relinked since
+            self._resolved_root = fresh
+            return self._require_inside(relative, joined)
+        folder, target = self._link_out(relative) or (relative, real)
+        raise OutsideDataRoot(
+            "path", relative, self.root, f"{folder!r} resolves to {target!r}, outside the data root; {LINK_RULE}"
+        )
+
+    def _link_out(self, relative: str) -> tuple[str, str] | None:
+        """The first folder or file on the way to ``relative`` that is a symlink out of the root."""
+        real_root = self.real_root().rstrip(os.sep) + os.sep
+        parts = relative.split("/")
+        for depth in range(1, len(parts) + 1):
+            candidate = "/".join(parts[:depth])
+            full = f"{self.root}/{candidate}"
+            if os.path.islink(full) and not (os.path.realpath(full) + os.sep).startswith(real_root):
+                return candidate, os.path.realpath(full)
+        return None
 
     def uri(self, relative: str) -> str:
         """A URL a person or another tool can open (``file:///...``, ``s3://...``)."""
@@ -97,8 +159,18 @@ class DataRoot:
 
     def glob(self, pattern: str) -> list[str]:
         """Filesystem paths matching ``pattern`` (relative, with wildcards) under the root; the root's
-        own path is matched literally, so a root such as ``/data/run[1]`` still finds its files."""
-        return self.fs.glob(f"{escape_glob(self.root)}/{pattern}")
+        own path is matched literally, so a root such as ``/data/run[1]`` still finds its files. Each
+        match is confined like :meth:`path`: a match that resolves outside the root raises."""
+        problem = relative_path_problem(pattern)
+        if problem is not None:
+            raise OutsideDataRoot("glob", pattern, self.root, f"must be a plain relative pattern, found {problem}")
+        found = self.fs.glob(f"{escape_glob(self.root)}/{pattern}")
+        if self.is_local:
+            prefix = f"{self.root}/"
+            for match in found:
+                relative = match[len(prefix) :] if match.startswith(prefix) else match
+                self._require_inside(relative, match)
+        return found
 
     def exists(self, relative: str) -> bool:
         return self.fs.exists(self.path(relative))
