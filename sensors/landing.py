@@ -193,8 +193,9 @@ def build_landing_sensor(
                 # raw_shards will fail this shard with the same message; register it so that shows in the UI.
                 context.log.warning(f"{shard_id}: cannot read country/language values: {exc}")
                 continue
-            new_countries.update(set(countries) - known_countries)
-            new_languages.update(set(languages) - known_languages)
+            # The contract checked them; the key validator has the last word on what becomes a partition.
+            new_countries.update(c for c in set(countries) - known_countries if layout.is_valid_key("country", c))
+            new_languages.update(v for v in set(languages) - known_languages if layout.is_valid_key("language", v))
 
         if scan.invalid_names:
             context.log.warning(

@@ -422,3 +422,17 @@ def near_duplicates_index_entries(shard_id: str, version: str) -> str:
 
 def near_duplicates_index_entries_dir() -> str:
     return f"{NEAR_DUPLICATES_INDEX}/entries"
+
+
+# --- the root's top level ---------------------------------------------------------------
+
+MANIFESTS = "manifests"
+INDEX = "index"
+STATE = "_state"
+LOCKS = "_locks"
+CATALOG_FILES = ("catalog.duckdb", ".catalog.duckdb.refresh-lock")
+
+PRODUCT_FOLDERS = (LANDING, SHARDS, BRIDGE, MANIFESTS, ASR, LANGUAGE_INDEX, TRANSLATION, HF, INDEX, STATE, LOCKS)
+"""Every folder at the top of the data root. None may be a symlink out of the root (the link rule of
+:class:`speechdata.io.storage.DataRoot`); a stage that writes a new top-level folder adds it here, and
+the confinement test (``tests/integration/test_attacks_confinement_everywhere.py``) links it out."""

@@ -69,7 +69,8 @@ def validate_landed_shard(data_root: DataRoot, shard_id: str) -> ShardValidation
     with data_root.fs.open(metadata_path, "rb") as handle:
         table = read_metadata(handle, metadata_path)
 
-    rows = check_rows(table, STAGE, metadata_path)
+    # Rejects name the file relative to the root: the same shard writes the same ledger under any root.
+    rows = check_rows(table, STAGE, layout.landing_metadata(shard_id))
     rejects = list(rows.rejects)
     audio_paths = table["audio_path"].to_pylist()
     utt_ids = table["utt_id"].to_pylist()
