@@ -12,6 +12,7 @@ import contextlib
 import os
 import posixpath
 import re
+import stat
 import uuid
 from collections.abc import Callable, Iterator
 from typing import IO
@@ -178,13 +179,23 @@ class DataRoot:
         return self._resolved_root
 
     def _require_inside(self, relative: str, joined: str) -> None:
+        """One ``lstat`` per existing component under the root (the root's own path is resolved once):
+        a plain folder or file cannot leave the root, so only a symlink met on the way is resolved."""
+        current = self.root
+        for part in relative.split("/"):
+            current = f"{current}/{part}"
+            try:
+                mode = os.lstat(current).st_mode
+            except (FileNotFoundError, NotADirectoryError):
+                return  # nothing exists below a missing entry: no link left to follow
+            if stat.S_ISLNK(mode):
+                break
+        else:
+            return
         real_root = self.real_root()
         real = os.path.realpath(joined)
         if real == real_root or real.startswith(real_root.rstrip(os.sep) + os.sep):
             return
-        if self._resolved_root != (fresh := os.path.realpath(self.root)):  # the root was relinked since
-            self._resolved_root = fresh
-            return self._require_inside(relative, joined)
         folder, target = self._link_out(relative) or (relative, real)
         raise OutsideDataRoot(
             "path", relative, self.root, f"{folder!r} resolves to {target!r}, outside the data root; {LINK_RULE}"

@@ -42,6 +42,7 @@ ROOT = Path(__file__).resolve().parents[2]
         ("bench_alignment_memory", {"per_duration", "max_peak_rss_mb"}),
         ("bench_near_duplicates", {"near_duplicates", "baseline_exact_hash", "ms_per_utt", "baseline_ms_per_utt"}),
         ("bench_write_fence", {"local", "s3_loopback"}),
+        ("bench_root_confinement", {"shard_write", "glob"}),
         (
             "bench_code_location_import",
             {"code_location_import", "baseline_eager_model_libraries", "ratio_import_s_over_baseline"},
