@@ -162,6 +162,7 @@ class DataRoot:
         """The filesystem path of ``relative`` (a path from :mod:`speechdata.io.layout`), once it is
         confined to the root; else :class:`OutsideDataRoot` naming the path, the folder that links out
         and the rule. ``""`` is the root itself, with a trailing slash."""
+        relative = relative.lstrip("/")  # joined to the root, a leading slash always named a path under it
         if relative == "":
             return f"{self.root}/"
         problem = relative_path_problem(relative)

@@ -55,7 +55,7 @@ def validate_landed_shard(data_root: DataRoot, shard_id: str) -> ShardValidation
     """Check ``landing/<shard_id>`` row by row; raise :class:`ContractError` if the shard is unusable."""
     if not layout.is_valid_shard_id(shard_id):
         raise ContractError(
-            data_root.path(layout.landing_dir(shard_id)),
+            f"{layout.LANDING}/{shard_id}",  # named, never made a path: the id is not a valid one
             None,
             f"shard id {shard_id!r} must match {layout.SHARD_ID_PATTERN.pattern}",
         )
