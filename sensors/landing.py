@@ -178,7 +178,6 @@ def build_landing_sensor(
         new_countries: set[str] = set()
         new_languages: set[str] = set()
         for shard_id in scan.complete:
-            path = root.path(layout.landing_metadata(shard_id))
             try:
                 confined_landed_shard(root.root, shard_id, local=root.is_local)
             except LandedShardOutsideRoot as exc:
@@ -186,6 +185,7 @@ def build_landing_sensor(
                 outside_root.append(shard_id)
                 context.log.error(f"{shard_id}: landed shard leaves the data root, nothing of it is read: {exc}")
                 continue
+            path = root.path(layout.landing_metadata(shard_id))
             try:
                 with root.fs.open(path, "rb") as handle:
                     countries, languages = partition_values(handle, path, countries_only_where=PUBLISHED_SHARD_MARKER)

@@ -22,8 +22,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from speechdata.io.confinement import relative_path_problem
-from speechdata.io.layout import ConfinementError
+from speechdata.io.confinement import confined_landed_shard, relative_path_problem
+from speechdata.io.layout import LANDING, ConfinementError, is_valid_key
 from speechdata.io.parquet_integrity import READ_OPTIONS, WRITE_OPTIONS, naming_unreadable
 from speechdata.rejects import REJECTS_SCHEMA
 
@@ -197,6 +197,12 @@ class DataRoot:
         real = os.path.realpath(joined)
         if real == real_root or real.startswith(real_root.rstrip(os.sep) + os.sep):
             return
+        landing, _, rest = relative.partition("/")
+        shard_id = rest.partition("/")[0]
+        if landing == LANDING and is_valid_key("shard", shard_id):
+            # A landed shard has the landing edge's own, stricter refusal (LandedShardOutsideRoot), which
+            # the sensor and the shard assets report on the shard's partition.
+            confined_landed_shard(self.root, shard_id)
         folder, target = self._link_out(relative) or (relative, real)
         raise OutsideDataRoot(
             "path", relative, self.root, f"{folder!r} resolves to {target!r}, outside the data root; {LINK_RULE}"
