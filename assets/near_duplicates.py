@@ -7,7 +7,7 @@ from pydantic import Field
 from assets.asset_policy import shard_asset
 from assets.ingest import normalized_audio
 from assets.reporting import column_schema, markdown_rows, stage_metadata
-from assets.shard_runs import ShardEvents, ShardResult, materialize_shards
+from assets.shard_runs import ShardEvents, ShardResult, materialize_shards, run_ended_in
 from resources.storage import DataRootResource
 from speechdata.quality.near_dup_index import DEFAULT_LOCK_TIMEOUT_S
 from speechdata.quality.near_dup_matching import KINDS, NearDuplicateThresholds
@@ -88,16 +88,11 @@ def near_duplicates(
             config.thresholds(),
             lock_timeout_s=config.lock_timeout_s,
             run_id=run_id,
-            holder_finished=lambda holder: bool(holder.run_id) and _run_finished(context, holder.run_id),
+            holder_finished=lambda holder: bool(holder.run_id) and run_ended_in(context)(holder.run_id),
         )
         return _near_duplicates_result(context, summary)
 
     yield from materialize_shards(context, one_shard)
-
-
-def _run_finished(context: dg.AssetExecutionContext, run_id: str) -> bool:
-    run = context.instance.get_run_by_id(run_id)
-    return run is None or run.is_finished
 
 
 def _near_duplicates_result(context: dg.AssetExecutionContext, summary: NearDuplicatesSummary) -> ShardResult:
