@@ -10,13 +10,15 @@ its kinds, code version, deps, checks, and whether it needs a GPU or waits for l
 
 from __future__ import annotations
 
+import functools
+import inspect
 import warnings
 from collections.abc import Callable, Iterable
 
 import dagster as dg
 
 from assets.gpu_pool import GPU_OP_TAGS, GPU_POOL
-from assets.partitions import PER_SHARD_TAGS, shard_partitions
+from assets.partitions import PER_SHARD_TAGS, key_kind_of, shard_partitions, validate_partition_keys
 from assets.shard_runs import SHARD_BACKFILL_POLICY
 
 OWNERS = ["team:speech-data"]
@@ -100,6 +102,9 @@ def _declare(
     **asset_args,
 ) -> dg.AssetsDefinition:
     name = compute.__name__
+    partitions_def = asset_args.get("partitions_def")
+    if partitions_def is not None:
+        compute = _validating_partition_keys(compute, partitions_def)
     return dg.asset(
         name=name,
         group_name=group_of(compute.__module__),
@@ -107,6 +112,35 @@ def _declare(
         check_specs=_blocking_checks(name, checks, checks_partitioned_by),
         **asset_args,
     )(compute)
+
+
+def _validating_partition_keys(
+    compute: Callable[..., object], partitions_def: dg.PartitionsDefinition
+) -> Callable[..., object]:
+    """``compute``, run only once every partition key of the step is a valid key of its kind.
+
+    A key added by hand (the UI's "Add partition", GraphQL, ``add_dynamic_partitions``) reaches an
+    asset without passing the sensor's checks; refused here, before the asset reads or writes
+    anything, every partitioned asset of the code location inherits the check. The kind is named
+    when the asset is declared (:func:`assets.partitions.key_kind_of`), so a partitions definition
+    with no key kind fails at import.
+    """
+    kind = key_kind_of(partitions_def)
+    if inspect.isgeneratorfunction(compute):
+
+        @functools.wraps(compute)
+        def validated_generator(context, *args, **kwargs):
+            validate_partition_keys(kind, context.partition_keys)
+            yield from compute(context, *args, **kwargs)
+
+        return validated_generator
+
+    @functools.wraps(compute)
+    def validated(context, *args, **kwargs):
+        validate_partition_keys(kind, context.partition_keys)
+        return compute(context, *args, **kwargs)
+
+    return validated
 
 
 def _blocking_checks(

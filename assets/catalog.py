@@ -5,7 +5,7 @@ from dagster_duckdb import DuckDBResource
 
 from assets.asset_policy import group_asset, group_of
 from assets.packaging import shard_manifest
-from assets.partitions import country_partitions, language_partitions
+from assets.partitions import add_partition_keys, country_partitions, language_partitions
 from assets.reporting import markdown_rows
 from resources.storage import DataRootResource
 from speechdata.catalog.database_file import REFRESH_SUMMARY_QUERIES, refresh_catalog_file
@@ -77,10 +77,8 @@ def manifest_catalog(
         # DuckDB writes local files only: the resource's file is this worker's copy, the bucket gets it whole.
         upload_database(root, catalog.database, CATALOG_FILE)
     for partitions, values in ((country_partitions, summary.countries), (language_partitions, summary.languages)):
-        known = set(context.instance.get_dynamic_partitions(partitions.name))
-        new = sorted(v for v in values if v and v not in known)
+        new = add_partition_keys(context.instance, partitions, values)
         if new:
-            context.instance.add_dynamic_partitions(partitions.name, new)
             context.log.info(f"new {partitions.name} partitions: {new}")
     return dg.MaterializeResult(
         metadata={

@@ -116,7 +116,7 @@ def language_shard_index(
     Files: `language_index/language=<lang>/shard-<shard>.parquet`, one per shard holding the
     language, one row per tar: `tar_path` (the tar the loader streams), `files`, `streamable_files`,
     `tar_keys`, `hours`, `speech_hours` and `usable_chunk_hours` (what the loader yields per epoch at
-    `chunk_s`/`num_chunks`); `state/language_index/language=<lang>.parquet` records the version of
+    `chunk_s`/`num_chunks`); `_state/language_index/language=<lang>.parquet` records the version of
     each shard's inputs its part was built from. Only the shards whose `vad_segments` or ledger
     inputs changed since the last run are read and have their `vad` ledger checked; re-materialize
     (or backfill all languages) after new shards are segmented.

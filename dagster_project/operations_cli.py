@@ -16,7 +16,13 @@ import json
 import os
 import sys
 
-from speechdata.command_options import add_data_root_option, add_quiet_option, data_root_from_args, progress_enabled
+from speechdata.command_options import (
+    add_data_root_option,
+    add_quiet_option,
+    data_root_from_args,
+    key_type,
+    progress_enabled,
+)
 
 DEFAULT_WEBSERVER_URL = "http://localhost:3000"
 WEBSERVER_URL_ENV = "DAGSTER_WEBSERVER_URL"
@@ -81,7 +87,7 @@ def _register_status(commands) -> None:
         epilog="examples:\n  speechdata shard status demo-0001\n  speechdata shard status demo-0001 --json | jq .assets",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("shard_id", metavar="SHARD_ID")
+    parser.add_argument("shard_id", metavar="SHARD_ID", type=key_type("shard"))
     parser.add_argument("--json", action="store_true", help="one JSON object on stdout, for scripts")
     parser.add_argument(
         "--dagster-home", metavar="DIR", default=None, help="the Dagster instance's folder (default: $DAGSTER_HOME)"
@@ -100,7 +106,7 @@ def _register_launch(commands, name: str, summary: str, description: str, exampl
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     shards = parser.add_mutually_exclusive_group(required=True)
-    shards.add_argument("--shards", metavar="A,B,C", type=_comma_list, help="these shards (each must be registered)")
+    shards.add_argument("--shards", metavar="A,B,C", type=_shard_list, help="these shards (each must be registered)")
     shards.add_argument("--all", action="store_true", help="every registered shard")
     shards.add_argument(
         "--missing", action="store_true", help="registered shards where some selected asset has no materialization"
@@ -134,6 +140,14 @@ def _comma_list(text: str) -> list[str]:
     if not items:
         raise argparse.ArgumentTypeError("expected a comma-separated list")
     return items
+
+
+def _shard_list(text: str) -> list[str]:
+    """``--shards A,B``: each a valid shard id (an invalid one exits 2 naming it)."""
+    return [_shard_key(item) for item in _comma_list(text)]
+
+
+_shard_key = key_type("shard")
 
 
 def run_status(args: argparse.Namespace) -> int:

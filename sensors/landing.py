@@ -179,7 +179,6 @@ def build_landing_sensor(
         new_countries: set[str] = set()
         new_languages: set[str] = set()
         for shard_id in scan.complete:
-            path = root.path(layout.landing_metadata(shard_id))
             try:
                 confined_landed_shard(root.root, shard_id, local=root.is_local)
             except LandedShardOutsideRoot as exc:
@@ -187,6 +186,7 @@ def build_landing_sensor(
                 outside_root.append(shard_id)
                 context.log.error(f"{shard_id}: landed shard leaves the data root, nothing of it is read: {exc}")
                 continue
+            path = root.path(layout.landing_metadata(shard_id))
             try:
                 with root.fs.open(path, "rb") as handle:
                     countries, languages = partition_values(handle, path, countries_only_where=PUBLISHED_SHARD_MARKER)
@@ -194,8 +194,9 @@ def build_landing_sensor(
                 # raw_shards will fail this shard with the same message; register it so that shows in the UI.
                 context.log.warning(f"{shard_id}: cannot read country/language values: {exc}")
                 continue
-            new_countries.update(set(countries) - known_countries)
-            new_languages.update(set(languages) - known_languages)
+            # The contract checked them; the key validator has the last word on what becomes a partition.
+            new_countries.update(c for c in set(countries) - known_countries if layout.is_valid_key("country", c))
+            new_languages.update(v for v in set(languages) - known_languages if layout.is_valid_key("language", v))
 
         if scan.invalid_names:
             context.log.warning(

@@ -34,6 +34,7 @@ from resources.hub import HubPublisherResource
 from resources.storage import DataRootResource
 from speechdata.hf.segments import EMPTY_INPUT_FINGERPRINT, country_input_fingerprints
 from speechdata.io.confinement import require_existing_root
+from speechdata.io.layout import is_valid_key
 
 RAW_SHARDS = dg.AssetKey("raw_shards")
 NEAR_DUPLICATES = dg.AssetKey("near_duplicates")
@@ -114,7 +115,10 @@ def country_dataset_sensor(
             f"{', per_shard_job runs queued' if shard_runs_pending else ''})"
         )
     latest = records[-1].storage_id
-    countries = changed_countries(context.instance, country_input_fingerprints(root))
+    # Only valid keys become partitions (the landing contract checked them; the key validator decides).
+    countries = {
+        c for c in changed_countries(context.instance, country_input_fingerprints(root)) if is_valid_key("country", c)
+    }
     known = set(context.instance.get_dynamic_partitions("country"))
     # A country run still waiting in the queue reads every shard when it starts: a second is redundant.
     waiting = {

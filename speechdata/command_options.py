@@ -10,11 +10,12 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import TypeVar
 
 from speechdata.io.confinement import DataRootMissing, require_existing_root
 from speechdata.io.env import DATA_ROOT_ENV, data_root_url
+from speechdata.io.layout import InvalidKey, validate_key
 from speechdata.io.storage import DataRoot
 
 DATA_ROOT_HELP = "the platform's data root: a path or fsspec URL (default: $DATA_ROOT, else ./.data)"
@@ -24,6 +25,35 @@ CREATED_ROOT_HELP = (
 )
 
 Item = TypeVar("Item")
+
+EXIT_USAGE = 2
+"""Bad usage, as argparse exits: a key argument that is not a valid key is one."""
+
+
+def key_type(kind: str) -> Callable[[str], str]:
+    """An argparse ``type`` for an argument naming a key of ``kind`` (``shard``, ``country``,
+    ``language``: :data:`speechdata.io.layout.KEY_KINDS`): an invalid one exits 2 with the validator's
+    reason, before the command reads or writes anything."""
+
+    def parse(value: str) -> str:
+        try:
+            return validate_key(kind, value)
+        except InvalidKey as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from exc
+
+    parse.__name__ = kind  # argparse names the type in its message: "invalid shard value: ..."
+    parse.key_kind = kind  # type: ignore[attr-defined]
+    return parse
+
+
+def require_key(kind: str, value: str, command: str) -> str:
+    """``value`` if it is a valid key of ``kind``; else one error line and exit 2, as a usage error.
+    For positionals that :func:`key_type` cannot check at parse time (a deprecated form shifts them)."""
+    try:
+        return validate_key(kind, value)
+    except InvalidKey as exc:
+        print(f"speechdata {command}: error: {exc}", file=sys.stderr)
+        raise SystemExit(EXIT_USAGE) from exc
 
 
 def finite_float(text: str) -> float:

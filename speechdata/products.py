@@ -24,7 +24,7 @@ from speechdata.io import layout
 PRODUCT_NAME_PATTERN = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
 """A product name is a SQL string, a metadata key segment (``ledger/<product>/landed``) and a column value."""
 
-_SHARD_PLACEHOLDER = "\x00"
+_SHARD_PLACEHOLDER = layout.KEY_PLACEHOLDER
 """Never in a path: where a shard id goes when an output path function is turned into a glob or regex."""
 
 

@@ -25,7 +25,12 @@ import soundfile as sf
 
 from speechdata.audio.codec import resample
 from speechdata.audio.container import iter_container_audio
-from speechdata.command_options import add_data_root_option, data_root_from_args, take_positional_data_root
+from speechdata.command_options import (
+    add_data_root_option,
+    data_root_from_args,
+    require_key,
+    take_positional_data_root,
+)
 from speechdata.io import layout
 from speechdata.io.storage import DataRoot
 
@@ -121,6 +126,7 @@ def run(args: argparse.Namespace) -> int:
                     raise ValueError(f"two output folders: positional {args.legacy_out_dir!r} and --out {args.out!r}")
                 args.out = args.legacy_out_dir
             take_positional_data_root(args, legacy_root, "mfa-corpus")
+        require_key("shard", args.shard_id, "mfa-corpus")
         root = data_root_from_args(args, what="mfa-corpus")
         result = export_mfa_corpus(root, args.shard_id, DataRoot(args.out) if args.out else None)
     except (ValueError, OSError) as error:

@@ -27,6 +27,8 @@ from speechdata.command_options import (
     add_data_root_option,
     add_quiet_option,
     data_root_from_args,
+    key_type,
+    require_key,
     take_positional_data_root,
     with_progress,
 )
@@ -197,7 +199,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--text-column", help="the transcript column (default: the first known transcript column present)"
     )
     parser.add_argument("--id-column", help="the utterance id column (default: utt_<row number>)")
-    parser.add_argument("--language", default="en", help="ISO 639-1 language of every row (default: en)")
+    parser.add_argument(
+        "--language", default="en", type=key_type("language"), help="ISO 639-1 language of every row (default: en)"
+    )
     add_quiet_option(parser)
 
 
@@ -217,6 +221,7 @@ def run(args: argparse.Namespace) -> int:
     if args.legacy_source_url is not None:
         legacy_root, args.shard_id, args.source_url = args.shard_id, args.source_url, args.legacy_source_url
         take_positional_data_root(args, legacy_root, "import granary")
+    require_key("shard", args.shard_id, "import granary")
     root = data_root_from_args(args, what="import granary", creates_root=True)
     steps = with_progress([args.shard_id], description="import granary", quiet=args.quiet, total=1)
     for shard_id in steps:

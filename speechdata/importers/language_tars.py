@@ -37,7 +37,13 @@ from dataclasses import dataclass, field
 import fsspec
 import pyarrow as pa
 
-from speechdata.command_options import add_data_root_option, add_quiet_option, data_root_from_args, with_progress
+from speechdata.command_options import (
+    add_data_root_option,
+    add_quiet_option,
+    data_root_from_args,
+    key_type,
+    with_progress,
+)
 from speechdata.io import layout
 from speechdata.io.audio_tars import audio_extension, deterministic_tar_writer, webdataset_key
 from speechdata.io.bounded_json import load_bounded_json, read_bounded_json_bytes
@@ -237,7 +243,12 @@ def add_arguments(parser) -> None:
     parser.add_argument("--index", required=True, help="lid_index.pkl, or a parquet/CSV/JSON table")
     parser.add_argument("--vad-cache", help="per-tar VAD pickles, e.g. 'vad/{number:06d}.pkl'")
     add_data_root_option(parser, creates_root=True)
-    parser.add_argument("--shard-prefix", default="lid", help="landing shards are <prefix>-<tar number> (default: lid)")
+    parser.add_argument(
+        "--shard-prefix",
+        default="lid",
+        type=key_type("shard"),
+        help="landing shards are <prefix>-<tar number> (default: lid)",
+    )
     add_quiet_option(parser)
 
 

@@ -26,7 +26,13 @@ import numpy as np
 import polars as pl
 import soundfile as sf
 
-from speechdata.command_options import add_data_root_option, add_quiet_option, data_root_from_args, with_progress
+from speechdata.command_options import (
+    add_data_root_option,
+    add_quiet_option,
+    data_root_from_args,
+    key_type,
+    with_progress,
+)
 from speechdata.io import layout
 from speechdata.io.confinement import confined_landed_shard
 from speechdata.io.storage import DataRoot, atomic_open, filesystem_for, read_parquet
@@ -174,8 +180,10 @@ EPILOG = """example:
 
 def add_arguments(parser) -> None:
     parser.add_argument("source_dir", metavar="SOURCE_DIR", help="the segment-tar shard directory (path or fsspec URL)")
-    parser.add_argument("shard_id", metavar="SHARD_ID", help="the landing shard to write")
-    parser.add_argument("--language", help="ISO 639-1 language for rows without segment_language")
+    parser.add_argument("shard_id", metavar="SHARD_ID", type=key_type("shard"), help="the landing shard to write")
+    parser.add_argument(
+        "--language", type=key_type("language"), help="ISO 639-1 language for rows without segment_language"
+    )
     parser.add_argument("--tar-name", help="the audio tar's name when the directory holds more than one")
     add_data_root_option(parser, creates_root=True)
     add_quiet_option(parser)

@@ -9,26 +9,14 @@ import os
 import posixpath
 import re
 
-from speechdata.io.layout import SHARD_ID_PATTERN
+from speechdata.io.layout import ConfinementError, validate_key
 
 _DRIVE = re.compile(r"^[A-Za-z]:")
 
 
-class ConfinementError(ValueError):
-    """A path built from user data would leave its root. The message names the path, root and rule."""
-
-    def __init__(self, what: str, value: str, root: str, rule: str):
-        self.what, self.value, self.root, self.rule = what, value, root, rule
-        super().__init__(f"refusing {what} {value!r}: {rule} (root {root!r})")
-
-
 def validate_partition_key(shard_id: str) -> str:
-    """A shard id (a Dagster partition key) that is safe as a folder and file name, or ConfinementError."""
-    if not isinstance(shard_id, str) or not SHARD_ID_PATTERN.match(shard_id):
-        raise ConfinementError(
-            "shard id", str(shard_id), "shards/", f"a shard id must match {SHARD_ID_PATTERN.pattern}"
-        )
-    return shard_id
+    """A shard id (a Dagster partition key) that is safe as a folder and file name, or InvalidKey."""
+    return validate_key("shard", shard_id)
 
 
 def relative_path_problem(relative: str) -> str | None:

@@ -14,6 +14,100 @@ SHARD_ID_PATTERN = re.compile(r"^[a-z0-9][a-z0-9_-]{0,127}$")
 PARTITION_VALUE_PATTERN = re.compile(r"^[a-z0-9][a-z0-9_-]{0,127}$")
 """Countries and languages become partition keys too: plain lowercase ``[a-z0-9_-]``."""
 
+UTT_ID_PATTERN = re.compile(r"^[A-Za-z0-9_-]{1,200}$")
+"""An utterance id names files (``<utt>.ctm``, ``<utt>-<sha>.flac``); the landing contract rejects the
+rest with its own reasons (``utt_id_has_dot``, ``utt_id_too_long``...)."""
+
+NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
+"""A dataset, stage or split name: one plain path component (no ``/``, never ``.`` or ``..``)."""
+
+
+class ConfinementError(ValueError):
+    """A path built from user data would leave its root. The message names the path, root and rule."""
+
+    def __init__(self, what: str, value: str, root: str, rule: str):
+        self.what, self.value, self.root, self.rule = what, value, root, rule
+        super().__init__(f"refusing {what} {value!r}: {rule} (root {root!r})")
+
+
+class InvalidKey(ConfinementError):
+    """A partition key or identifier that cannot be a folder or file name under the data root."""
+
+
+KEY_KINDS: dict[str, tuple[str, re.Pattern[str], str]] = {
+    "shard": ("shard id", SHARD_ID_PATTERN, "shards/"),
+    "country": ("country", PARTITION_VALUE_PATTERN, "hf/"),
+    "language": ("language", PARTITION_VALUE_PATTERN, "language_index/"),
+    "utterance": ("utt_id", UTT_ID_PATTERN, "shards/"),
+    "dataset": ("dataset name", NAME_PATTERN, "hf/"),
+    "name": ("name", NAME_PATTERN, "the data root"),
+}
+"""Every kind of key that becomes part of a path: what it is called in a refusal, its pattern and the
+folder it names. A Dagster partitions definition's name is its kind (``shard``, ``country``,
+``language``): every partitioned asset validates its keys against this table before it runs."""
+
+ANY_KEY = "*"
+"""Passed for a key, a layout function gives the glob over every key (``shards/*/vad_segments.parquet``)."""
+
+KEY_PLACEHOLDER = "\x00"
+"""Passed for a key, a layout function gives a template whose key is found by splitting on it (the
+product registry's shard regexes); never a path: :meth:`DataRoot.path` refuses a NUL byte."""
+
+
+_DISPLAY_PLACEHOLDER = re.compile(r"^<[a-z_]{1,32}>$")
+"""``<shard>``, ``<country>``: a layout function asked for the path's shape, for people (docs, logs)."""
+
+
+def validate_key(kind: str, value: object) -> str:
+    """``value`` if it is a valid key of ``kind`` (see :data:`KEY_KINDS`); else :class:`InvalidKey`
+    naming it, the rule and the folder it would have named. The one validator of every partition key
+    and identifier: where a key enters (sensor, partitioned asset, CLI, importer) and where it becomes
+    a path (every function of this module)."""
+    what, pattern, folder = KEY_KINDS[kind]
+    if not isinstance(value, str) or not pattern.match(value) or value in (".", ".."):
+        article = "an" if what[0] in "aeiou" else "a"
+        raise InvalidKey(what, str(value), folder, f"{article} {what} must match {pattern.pattern}")
+    return value
+
+
+def is_valid_key(kind: str, value: object) -> bool:
+    try:
+        validate_key(kind, value)
+    except InvalidKey:
+        return False
+    return True
+
+
+def _key(kind: str, value: str) -> str:
+    if value in (ANY_KEY, KEY_PLACEHOLDER) or _DISPLAY_PLACEHOLDER.match(value or ""):
+        return value
+    return validate_key(kind, value)
+
+
+def _shard(shard_id: str) -> str:
+    return _key("shard", shard_id)
+
+
+def _utt(utt_id: str) -> str:
+    return _key("utterance", utt_id)
+
+
+def _name(name: str) -> str:
+    return _key("name", name)
+
+
+def _country(country: str) -> str:
+    return _key("country", country)
+
+
+def _language(language: str) -> str:
+    return _key("language", language)
+
+
+def _dataset(dataset: str) -> str:
+    return _key("dataset", dataset)
+
+
 LANDING = "landing"
 SHARDS = "shards"
 
@@ -24,84 +118,84 @@ SUCCESS_MARKER = "_SUCCESS"
 
 
 def is_valid_shard_id(shard_id: str) -> bool:
-    return bool(SHARD_ID_PATTERN.match(shard_id))
+    return is_valid_key("shard", shard_id)
 
 
 def landing_dir(shard_id: str) -> str:
-    return f"{LANDING}/{shard_id}"
+    return f"{LANDING}/{_shard(shard_id)}"
 
 
 def landing_metadata(shard_id: str) -> str:
-    return f"{LANDING}/{shard_id}/{METADATA_FILE}"
+    return f"{LANDING}/{_shard(shard_id)}/{METADATA_FILE}"
 
 
 def landing_success_marker(shard_id: str) -> str:
-    return f"{LANDING}/{shard_id}/{SUCCESS_MARKER}"
+    return f"{LANDING}/{_shard(shard_id)}/{SUCCESS_MARKER}"
 
 
 def landing_audio_dir(shard_id: str) -> str:
-    return f"{LANDING}/{shard_id}/{AUDIO_DIR}"
+    return f"{LANDING}/{_shard(shard_id)}/{AUDIO_DIR}"
 
 
 def landing_audio_tar(shard_id: str) -> str:
-    return f"{LANDING}/{shard_id}/{AUDIO_TAR}"
+    return f"{LANDING}/{_shard(shard_id)}/{AUDIO_TAR}"
 
 
 def shard_dir(shard_id: str) -> str:
-    return f"{SHARDS}/{shard_id}"
+    return f"{SHARDS}/{_shard(shard_id)}"
 
 
 def utterance_index(shard_id: str) -> str:
     """One row per utterance that passed the landing contract, with its probed audio header."""
-    return f"{SHARDS}/{shard_id}/utterances.parquet"
+    return f"{SHARDS}/{_shard(shard_id)}/utterances.parquet"
 
 
 def normalized_audio(shard_id: str) -> str:
     """The shard's 24 kHz mono audio: one parquet file, one FLAC-encoded row per utterance."""
-    return f"{SHARDS}/{shard_id}/audio_24k.parquet"
+    return f"{SHARDS}/{_shard(shard_id)}/audio_24k.parquet"
 
 
 def rejects_dir(shard_id: str) -> str:
-    return f"{SHARDS}/{shard_id}/rejects"
+    return f"{SHARDS}/{_shard(shard_id)}/rejects"
 
 
 def rejects(shard_id: str, stage: str) -> str:
-    return f"{SHARDS}/{shard_id}/rejects/{stage}.parquet"
+    return f"{SHARDS}/{_shard(shard_id)}/rejects/{_name(stage)}.parquet"
 
 
 def alignments(shard_id: str) -> str:
     """Word and token spans of every aligned utterance of the shard (:mod:`speechdata.alignment.table`)."""
-    return f"{SHARDS}/{shard_id}/alignments.parquet"
+    return f"{SHARDS}/{_shard(shard_id)}/alignments.parquet"
 
 
 def alignment_scores(shard_id: str) -> str:
     """One row per aligned utterance: aligner and mean frame log-prob on the path."""
-    return f"{SHARDS}/{shard_id}/alignment_scores.parquet"
+    return f"{SHARDS}/{_shard(shard_id)}/alignment_scores.parquet"
 
 
 def ctm(shard_id: str, level: str, utt_id: str) -> str:
     """NeMo Forced Aligner-format CTM of one utterance, ``level`` = ``words`` or ``tokens``."""
-    return f"{SHARDS}/{shard_id}/ctm/{level}/{utt_id}.ctm"
+    return f"{SHARDS}/{_shard(shard_id)}/ctm/{_name(level)}/{_utt(utt_id)}.ctm"
 
 
 def landing_alignments_dir(shard_id: str) -> str:
     """Alignments made elsewhere, landed beside the shard: ``<utt_id>.ctm`` or ``<utt_id>.TextGrid``."""
-    return f"{LANDING}/{shard_id}/alignments"
+    return f"{LANDING}/{_shard(shard_id)}/alignments"
 
 
 def frame_grids(shard_id: str) -> str:
     """Per utterance ``tokens [T]``, ``grid [F]``, ``dur [T]`` (int32 lists) and counts."""
-    return f"{SHARDS}/{shard_id}/frame_grids.parquet"
+    return f"{SHARDS}/{_shard(shard_id)}/frame_grids.parquet"
 
 
 def qwen_hidden_states(shard_id: str) -> str:
     """float16 ``[T, hidden]`` per utterance (:mod:`speechdata.features.array_store`)."""
-    return f"{SHARDS}/{shard_id}/qwen_hidden_states.parquet"
+    return f"{SHARDS}/{_shard(shard_id)}/qwen_hidden_states.parquet"
 
 
 def wavlm_features(shard_id: str) -> str:
     """float16 ``[F, hidden]`` per utterance (:mod:`speechdata.features.array_store`)."""
-    return f"{SHARDS}/{shard_id}/wavlm_features.parquet"
+    return f"{SHARDS}/{_shard(shard_id)}/wavlm_features.parquet"
 
 
 BRIDGE = "bridge"
@@ -118,7 +212,7 @@ def bridge_tar(shard_id: str, number: int, sha256: str) -> str:
     bytes writes new names, so the tars the published manifest names stay in place until a new
     manifest replaces it; identical bytes get the identical name (re-runs stay byte-identical).
     """
-    return f"{BRIDGE}/{shard_id}-{number:06d}-{sha256[:BRIDGE_TAR_DIGEST_CHARS]}.tar"
+    return f"{BRIDGE}/{_shard(shard_id)}-{number:06d}-{sha256[:BRIDGE_TAR_DIGEST_CHARS]}.tar"
 
 
 def is_bridge_tar_of(shard_id: str, name: str) -> bool:
@@ -131,21 +225,21 @@ def is_bridge_tar_of(shard_id: str, name: str) -> bool:
 
 def bridge_staging_dir(shard_id: str) -> str:
     """Where ``bridge_tars`` stages a shard's new tars and index until ``shard_manifest`` commits them."""
-    return f"{SHARDS}/{shard_id}/bridge_staged"
+    return f"{SHARDS}/{_shard(shard_id)}/bridge_staged"
 
 
 def staged_bridge_tar(shard_id: str, number: int) -> str:
-    return f"{SHARDS}/{shard_id}/bridge_staged/{shard_id}-{number:06d}.tar"
+    return f"{SHARDS}/{_shard(shard_id)}/bridge_staged/{_shard(shard_id)}-{number:06d}.tar"
 
 
 def staged_bridge_index(shard_id: str) -> str:
     """Written last by ``bridge_tars``, after its tars read back: its presence means "ready to commit"."""
-    return f"{SHARDS}/{shard_id}/bridge_staged/bridge_index.parquet"
+    return f"{SHARDS}/{_shard(shard_id)}/bridge_staged/bridge_index.parquet"
 
 
 def bridge_index(shard_id: str) -> str:
     """Where each packed sample is: ``key``, ``tar_url``, ``offset``, ``size`` (and the tars' sha256)."""
-    return f"{SHARDS}/{shard_id}/bridge_index.parquet"
+    return f"{SHARDS}/{_shard(shard_id)}/bridge_index.parquet"
 
 
 def catalog_database() -> str:
@@ -158,21 +252,21 @@ HF = "hf"
 
 def hf_dataset_dir(dataset: str) -> str:
     """A Hugging Face dataset in the Hub's layout: ``README.md`` (card) + ``<config>/<split>-NNNNN-of-NNNNN.parquet``."""
-    return f"{HF}/{dataset}"
+    return f"{HF}/{_dataset(dataset)}"
 
 
 def hf_dataset_file(dataset: str, path_in_repo: str) -> str:
-    return f"{HF}/{dataset}/{path_in_repo}"
+    return f"{HF}/{_dataset(dataset)}/{path_in_repo}"
 
 
 def hf_build_dir(dataset: str, country: str) -> str:
     """Where a split's parquet files are written before they replace the published ones."""
-    return f"{HF}/_build/{dataset}/{country}"
+    return f"{HF}/_build/{_dataset(dataset)}/{_country(country)}"
 
 
 def hf_state_database(dataset: str, country: str) -> str:
     """The country's publishing state (:mod:`speechdata.hf.state`): recordings, segments, files."""
-    return f"{HF}/_state/{dataset}/{country}.duckdb"
+    return f"{HF}/_state/{_dataset(dataset)}/{_country(country)}.duckdb"
 
 
 # --- translation ----------------------------------------------------------------------
@@ -182,47 +276,47 @@ TRANSLATION = "translation"
 
 def landing_segmentation_dir(shard_id: str) -> str:
     """LLM segmentation inputs landed beside the shard: one ``<utt_id>.json`` per utterance."""
-    return f"{LANDING}/{shard_id}/segmentation"
+    return f"{LANDING}/{_shard(shard_id)}/segmentation"
 
 
 def mfa_corpus_dir(shard_id: str) -> str:
     """The shard exported for the Montreal Forced Aligner: ``<utt_id>.wav`` + ``<utt_id>.lab``."""
-    return f"{TRANSLATION}/mfa_corpus/{shard_id}"
+    return f"{TRANSLATION}/mfa_corpus/{_shard(shard_id)}"
 
 
 def streaming_segments(shard_id: str) -> str:
     """One row per (utterance, latency level, emitted segment) of the shard."""
-    return f"{TRANSLATION}/segments/shard={shard_id}/segments.parquet"
+    return f"{TRANSLATION}/segments/shard={_shard(shard_id)}/segments.parquet"
 
 
 def streaming_segments_json(shard_id: str, utt_id: str) -> str:
     """One utterance's streaming segments in the original per-utterance JSON format."""
-    return f"{TRANSLATION}/segments/shard={shard_id}/json/{utt_id}.json"
+    return f"{TRANSLATION}/segments/shard={_shard(shard_id)}/json/{_utt(utt_id)}.json"
 
 
 def metricx_input(shard_id: str) -> str:
     """The shard's segments flattened to MetricX JSONL (``source``, ``hypothesis``, metadata)."""
-    return f"{TRANSLATION}/qe/shard={shard_id}/metricx_input.jsonl"
+    return f"{TRANSLATION}/qe/shard={_shard(shard_id)}/metricx_input.jsonl"
 
 
 def metricx_output(shard_id: str) -> str:
     """MetricX JSONL with a ``prediction`` (error score in [0, 25], lower is better) per line."""
-    return f"{TRANSLATION}/qe/shard={shard_id}/metricx_output.jsonl"
+    return f"{TRANSLATION}/qe/shard={_shard(shard_id)}/metricx_output.jsonl"
 
 
 def qe_scores(shard_id: str) -> str:
     """The scored segments as a table (the MetricX output's columns)."""
-    return f"{TRANSLATION}/qe/shard={shard_id}/scores.parquet"
+    return f"{TRANSLATION}/qe/shard={_shard(shard_id)}/scores.parquet"
 
 
 def streaming_pairs_jsonl(shard_id: str) -> str:
     """Segments whose QE score passed the threshold, as JSONL."""
-    return f"{TRANSLATION}/pairs/shard={shard_id}/pairs.jsonl"
+    return f"{TRANSLATION}/pairs/shard={_shard(shard_id)}/pairs.jsonl"
 
 
 def streaming_pairs(shard_id: str) -> str:
     """Segments whose QE score passed the threshold, as parquet."""
-    return f"{TRANSLATION}/pairs/shard={shard_id}/pairs.parquet"
+    return f"{TRANSLATION}/pairs/shard={_shard(shard_id)}/pairs.parquet"
 
 
 ASR = "asr"
@@ -234,24 +328,24 @@ ASR_FLAC_DIGEST_CHARS = 16
 
 def asr_flac_dir(shard_id: str) -> str:
     """Every FLAC of one shard, of every version still named by a published table."""
-    return f"{ASR}/flac/{shard_id}"
+    return f"{ASR}/flac/{_shard(shard_id)}"
 
 
 def asr_flac(shard_id: str, utt_id: str, audio_sha1: str) -> str:
     """One utterance's 16 kHz mono FLAC for ASR training (the file NeMo manifests point at), named by
     its content so a rewrite never changes the bytes under a name a published manifest holds."""
-    return f"{asr_flac_dir(shard_id)}/{utt_id}-{audio_sha1[:ASR_FLAC_DIGEST_CHARS]}.flac"
+    return f"{asr_flac_dir(shard_id)}/{_utt(utt_id)}-{audio_sha1[:ASR_FLAC_DIGEST_CHARS]}.flac"
 
 
 def asr_flac_index(shard_id: str) -> str:
     """One row per extracted FLAC: ``utt_id``, ``flac_path``, ``n_samples``, ``duration_s``, ``audio_sha1``."""
-    return f"{SHARDS}/{shard_id}/asr_flac.parquet"
+    return f"{SHARDS}/{_shard(shard_id)}/asr_flac.parquet"
 
 
 def asr_manifest(split: str, suffix: str = "parquet") -> str:
     """The ASR training manifests: ``split`` is ``train``, ``validation`` or ``eval``; ``suffix``
     ``parquet`` (every column) or ``jsonl`` (NeMo: ``audio_filepath``, ``duration``, ``text``, ``lang``)."""
-    return f"{ASR}/manifests/{split}.{suffix}"
+    return f"{ASR}/manifests/{_name(split)}.{suffix}"
 
 
 def asr_manifest_removed() -> str:
@@ -266,19 +360,19 @@ def asr_manifest_part(kind: str, shard_id: str, suffix: str = "parquet") -> str:
     """One shard's rows of a manifest (``kind``: ``train``, ``validation`` or ``removed``): the
     published parts the corpus-wide files are concatenated from, rewritten only when that shard's
     rows change."""
-    return f"{ASR}/manifests/parts/{kind}/{shard_id}.{suffix}"
+    return f"{ASR}/manifests/parts/{_name(kind)}/{_shard(shard_id)}.{suffix}"
 
 
 def asr_manifest_prepared(shard_id: str) -> str:
     """One shard's rows after the per-shard steps of the manifest build (corrections, filters,
     cleaning, keys): what a later build reads instead of the shard's inputs while they are unchanged."""
-    return f"{ASR}/prepared/{shard_id}.parquet"
+    return f"{ASR}/prepared/{_shard(shard_id)}.parquet"
 
 
 def asr_manifest_state() -> str:
     """The incremental manifest build's state (SQLite): each shard's input version, the keys
     deduplication looks up, kept recordings, eval candidates."""
-    return "state/asr_manifest.sqlite"
+    return "_state/asr_manifest.sqlite"
 
 
 def asr_language_corrections() -> str:
@@ -288,12 +382,12 @@ def asr_language_corrections() -> str:
 
 def landing_vad_segments(shard_id: str) -> str:
     """Speech segments computed elsewhere, landed beside the shard (``audio_path``, ``start_s``/``end_s`` lists)."""
-    return f"{LANDING}/{shard_id}/vad_segments.parquet"
+    return f"{LANDING}/{_shard(shard_id)}/vad_segments.parquet"
 
 
 def vad_segments(shard_id: str) -> str:
     """One row per audio file of the shard: its speech segments, language and streaming tar key."""
-    return f"{SHARDS}/{shard_id}/vad_segments.parquet"
+    return f"{SHARDS}/{_shard(shard_id)}/vad_segments.parquet"
 
 
 PACKED_AUDIO_TAR_DIGEST_CHARS = 16
@@ -304,12 +398,12 @@ def packed_audio_tar(shard_id: str, sha256: str) -> str:
     """The landed audio files of a shard that landed them as a directory, packed for streaming and
     named by content (``shards/<shard>/audio-<sha16>.tar``), so the tar a published
     ``vad_segments.parquet`` or language index names keeps the bytes it described."""
-    return f"{SHARDS}/{shard_id}/audio-{sha256[:PACKED_AUDIO_TAR_DIGEST_CHARS]}.tar"
+    return f"{SHARDS}/{_shard(shard_id)}/audio-{sha256[:PACKED_AUDIO_TAR_DIGEST_CHARS]}.tar"
 
 
 def packed_audio_tar_staging(shard_id: str) -> str:
     """Where ``vad_segments`` packs a shard's tar before it knows the content's name."""
-    return f"{SHARDS}/{shard_id}/audio-staged.tar"
+    return f"{SHARDS}/{_shard(shard_id)}/audio-staged.tar"
 
 
 def is_packed_audio_tar_name(name: str) -> bool:
@@ -325,25 +419,25 @@ def language_shard_index(language: str) -> str:
     """The single-file form of a language's index (every shard in one file), as earlier builds and
     :func:`speechdata.vad.language_index.build_language_shard_index` callers write it; the
     incremental build writes :func:`language_shard_index_part` files and removes this one."""
-    return f"{LANGUAGE_INDEX}/language={language}/part-0.parquet"
+    return f"{LANGUAGE_INDEX}/language={_language(language)}/part-0.parquet"
 
 
 def language_shard_index_dir(language: str) -> str:
     """Every part of one language's index (a hive partition: ``language_index/*/*.parquet``)."""
-    return f"{LANGUAGE_INDEX}/language={language}"
+    return f"{LANGUAGE_INDEX}/language={_language(language)}"
 
 
 def language_shard_index_part(language: str, shard_id: str) -> str:
     """One shard's rows of one language's index, written only when that shard's inputs change."""
-    return f"{language_shard_index_dir(language)}/shard-{shard_id}.parquet"
+    return f"{language_shard_index_dir(language)}/shard-{_shard(shard_id)}.parquet"
 
 
-LANGUAGE_INDEX_STATE = "state/language_index"
+LANGUAGE_INDEX_STATE = "_state/language_index"
 
 
 def language_shard_index_state(language: str) -> str:
     """Per shard: the version of its inputs the language's index part was built from, and its totals."""
-    return f"{LANGUAGE_INDEX_STATE}/language={language}.parquet"
+    return f"{LANGUAGE_INDEX_STATE}/language={_language(language)}.parquet"
 
 
 # --- near duplicates ------------------------------------------------------------------
@@ -353,7 +447,7 @@ NEAR_DUPLICATES_INDEX = "index/near_duplicates"
 
 def near_duplicates(shard_id: str) -> str:
     """One row per utterance of the shard that copies an utterance indexed before it (docs/near-duplicates.md)."""
-    return f"{SHARDS}/{shard_id}/near_duplicates.parquet"
+    return f"{SHARDS}/{_shard(shard_id)}/near_duplicates.parquet"
 
 
 def near_duplicates_index_order() -> str:
@@ -365,8 +459,22 @@ def near_duplicates_index_entries(shard_id: str, version: str) -> str:
     """One indexed shard's signals (exact hash, audio fingerprint, transcript MinHash, representative),
     named by a ``version`` the order file points at, so a re-indexed shard never overwrites the file
     the committed order still names."""
-    return f"{NEAR_DUPLICATES_INDEX}/entries/{shard_id}-{version}.parquet"
+    return f"{NEAR_DUPLICATES_INDEX}/entries/{_shard(shard_id)}-{_name(version)}.parquet"
 
 
 def near_duplicates_index_entries_dir() -> str:
     return f"{NEAR_DUPLICATES_INDEX}/entries"
+
+
+# --- the root's top level ---------------------------------------------------------------
+
+MANIFESTS = "manifests"
+INDEX = "index"
+STATE = "_state"
+LOCKS = "_locks"
+CATALOG_FILES = ("catalog.duckdb", ".catalog.duckdb.refresh-lock")
+
+PRODUCT_FOLDERS = (LANDING, SHARDS, BRIDGE, MANIFESTS, ASR, LANGUAGE_INDEX, TRANSLATION, HF, INDEX, STATE, LOCKS)
+"""Every folder at the top of the data root. None may be a symlink out of the root (the link rule of
+:class:`speechdata.io.storage.DataRoot`); a stage that writes a new top-level folder adds it here, and
+the confinement test (``tests/integration/test_attacks_confinement_everywhere.py``) links it out."""

@@ -597,6 +597,7 @@ def data_root_lock(
 ) -> contextlib.AbstractContextManager[LockHolder | None]:
     """The lock of ``shard_id``'s ``product`` on this data root: a local lock file, an S3 lock
     object, or, where the store cannot create exclusively, none (the context yields None)."""
+    data_root.path(_lock_relative_path(shard_id, product))  # confined like every path under the root
     if data_root.is_local:
         return shard_lock(data_root.root, shard_id, product, run_id=run_id, holder_finished=holder_finished)
     if data_root.protocol in EXCLUSIVE_CREATE_PROTOCOLS:

@@ -56,7 +56,7 @@ def validate_landed_shard(data_root: DataRoot, shard_id: str) -> ShardValidation
     """Check ``landing/<shard_id>`` row by row; raise :class:`ContractError` if the shard is unusable."""
     if not layout.is_valid_shard_id(shard_id):
         raise ContractError(
-            data_root.path(layout.landing_dir(shard_id)),
+            f"{layout.LANDING}/{shard_id}",  # named, never made a path: the id is not a valid one
             None,
             f"shard id {shard_id!r} must match {layout.SHARD_ID_PATTERN.pattern}",
         )
@@ -74,7 +74,8 @@ def validate_landed_shard(data_root: DataRoot, shard_id: str) -> ShardValidation
     with handle:
         table = read_metadata(handle, metadata_path)
 
-    rows = check_rows(table, STAGE, metadata_path)
+    # Rejects name the file relative to the root: the same shard writes the same ledger under any root.
+    rows = check_rows(table, STAGE, layout.landing_metadata(shard_id))
     rejects = list(rows.rejects)
     audio_paths = table["audio_path"].to_pylist()
     utt_ids = table["utt_id"].to_pylist()

@@ -12,6 +12,7 @@ from collections.abc import Collection
 from dataclasses import dataclass, field
 
 from speechdata.io import layout
+from speechdata.io.confinement import LandedShardOutsideRoot
 from speechdata.io.storage import DataRoot, escape_glob
 from speechdata.landing.fingerprint import shard_content_fingerprint
 
@@ -62,7 +63,11 @@ def scan_landing_zone(
             continue
         if len(complete) >= limit:
             return LandingScan(complete, still_landing, invalid, more_complete=True)
-        if data_root.exists(layout.landing_success_marker(name)):
+        try:
+            marked = data_root.exists(layout.landing_success_marker(name))
+        except LandedShardOutsideRoot:
+            marked = True  # registered, never read: raw_shards fails it by name on its own partition
+        if marked:
             complete.append(name)
         else:
             still_landing.append(name)

@@ -55,6 +55,7 @@ ROOT = Path(__file__).resolve().parents[2]
         ),
         ("bench_near_duplicates_index", {"per_size", "growth", "new_over_baseline_wall_at_largest"}),
         ("bench_write_fence", {"local", "s3_loopback"}),
+        ("bench_root_confinement", {"shard_write", "glob"}),
         (
             "bench_code_location_import",
             {"code_location_import", "baseline_eager_model_libraries", "ratio_import_s_over_baseline"},

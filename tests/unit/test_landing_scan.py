@@ -4,10 +4,11 @@ from speechdata.landing.scan import scan_landing_zone, success_marker_times
 
 
 def make_dirs(data_root, complete: list[str], landing: list[str]):
+    # Spelled by hand, as a user lands them: layout's functions refuse a name that is not a shard id.
     for name in complete:
-        data_root.write_bytes(layout.landing_success_marker(name), b"")
+        data_root.write_bytes(f"{layout.LANDING}/{name}/{layout.SUCCESS_MARKER}", b"")
     for name in landing:
-        data_root.write_bytes(layout.landing_metadata(name), b"")
+        data_root.write_bytes(f"{layout.LANDING}/{name}/{layout.METADATA_FILE}", b"")
 
 
 def test_empty_or_missing_landing_zone(data_root):
