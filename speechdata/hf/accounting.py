@@ -38,6 +38,15 @@ def country_ledgers(data_root: DataRoot, dataset: str, country: str) -> dict[str
     named by the state), by shard id. An unchanged shard's ledger balanced before and nothing it
     counts has changed (a re-run of ``raw_shards`` rewrites its index, so the refresh reads it again)."""
     with state_connection(data_root, layout.hf_state_database(dataset, country)) as db:
+        # A shard whose recorded segments no longer number its rows of the country (a state that lost
+        # one) is checked too: one aggregate over the state, no shard read.
+        db.execute(
+            "UPDATE shards SET needs_gate = true, needs_index = true FROM ("
+            "  SELECT sh.shard_id FROM shards sh LEFT JOIN ("
+            "    SELECT shard_id, count(*) AS n FROM segments WHERE status <> 'withdrawn' GROUP BY shard_id"
+            "  ) c USING (shard_id) WHERE sh.segments IS NOT NULL AND coalesce(c.n, 0) <> sh.segments"
+            ") lost WHERE shards.shard_id = lost.shard_id"
+        )
         shards = sorted(s for (s,) in db.execute("SELECT shard_id FROM shards WHERE needs_gate").fetchall())
         recorded: dict[str, set[str]] = {}
         for shard_id, key in db.execute(

@@ -562,7 +562,7 @@ def refresh_split_assignments(
             "  WHERE r.recording_id IN (SELECT recording_id FROM segments WHERE shard_id IN (SELECT shard_id FROM scope)) "
             "  GROUP BY r.recording_id) t WHERE recordings.recording_id = t.recording_id"
         )
-        _record_shards(db, changed, gone, stamps, shard_fingerprint)
+        _record_shards(db, changed, gone, stamps, shard_fingerprint, Counter(shard_ids))
         summary.input_fingerprint = country_fingerprint(
             dict(
                 db.execute(
@@ -595,7 +595,12 @@ def _identities(identities: list[SegmentId]) -> dict[str, pa.Array]:
 
 
 def _record_shards(
-    db, changed: list[str], gone: list[str], stamps: dict[str, str], fingerprints: dict[str, str]
+    db,
+    changed: list[str],
+    gone: list[str],
+    stamps: dict[str, str],
+    fingerprints: dict[str, str],
+    counts: dict[str, int],
 ) -> None:
     """Record each read shard's stamp and fingerprint; a shard whose rows of the country changed (or
     that the state names) gets its published index written and its ledger checked by the next build."""
@@ -613,11 +618,12 @@ def _record_shards(
         feeds = fingerprint != EMPTY_INPUT_FINGERPRINT or shard_id in named
         was = previous.get(shard_id, EMPTY_INPUT_FINGERPRINT) != EMPTY_INPUT_FINGERPRINT
         dirty = feeds or was
-        rows.append([shard_id, stamps[shard_id], fingerprint, dirty, dirty])
+        rows.append([shard_id, stamps[shard_id], fingerprint, dirty, dirty, counts.get(shard_id, 0)])
     execute_many(
         db,
-        "INSERT INTO shards (shard_id, stamp, fingerprint, needs_index, needs_gate) VALUES (?, ?, ?, ?, ?) "
+        "INSERT INTO shards (shard_id, stamp, fingerprint, needs_index, needs_gate, segments) VALUES (?, ?, ?, ?, ?, ?) "
         "ON CONFLICT (shard_id) DO UPDATE SET stamp = excluded.stamp, fingerprint = excluded.fingerprint, "
+        "segments = excluded.segments, "
         "needs_index = shards.needs_index OR excluded.needs_index, needs_gate = shards.needs_gate OR excluded.needs_gate",
         rows,
     )

@@ -15,8 +15,8 @@ parallel without contending for one writer. Three tables:
   locally, still to delete on the Hub), ``error_message`` and the ``shard_id`` whose segments it
   holds (a split is one *part* per shard: NULL for the card and for files written before parts).
 - ``shards``: one row per shard the country's refresh has read: the ``stamp`` (size and time) of
-  its utterance index and near-duplicate list when read, the ``fingerprint`` of its rows of the
-  country, and whether its published index (``needs_index``) and ``hf`` ledger (``needs_gate``)
+  its utterance index and near-duplicate list when read, the ``fingerprint`` and number (``segments``) of its rows of
+  the country, and whether its published index (``needs_index``) and ``hf`` ledger (``needs_gate``)
   are still to write and check. A refresh reads only the shards whose stamp changed.
 - ``part_writes``: the parts ``(split, shard_id)`` a build has started writing and not yet
   recorded; a killed build's part is written again (its stray files removed) by the next.
@@ -92,6 +92,7 @@ CREATE TABLE IF NOT EXISTS part_writes (
 );
 ALTER TABLE segments ADD COLUMN IF NOT EXISTS usable_s DOUBLE;
 ALTER TABLE files ADD COLUMN IF NOT EXISTS shard_id VARCHAR;
+ALTER TABLE shards ADD COLUMN IF NOT EXISTS segments BIGINT;
 """
 
 LOCK_TIMEOUT_S = 300.0
