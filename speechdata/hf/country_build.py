@@ -29,13 +29,15 @@ class CountryBuild:
 def refresh_country(
     data_root: DataRoot,
     country: str,
-    options: DatasetOptions = DatasetOptions(),
-    targets: SplitTargets = SplitTargets(),
+    options: DatasetOptions | None = None,
+    targets: SplitTargets | None = None,
     seed: int = 0,
 ) -> CountryBuild:
     """``hf_split_assignments`` and ``hf_dataset`` for ``country``: raises
     :class:`~speechdata.ledger_gate.UnbalancedLedger` (after writing the indexes) when a shard's
     ``hf`` ledger does not balance."""
+    options = options or DatasetOptions()
+    targets = targets or SplitTargets()
     assignment = refresh_split_assignments(data_root, options.dataset, country, options.limits, targets, seed)
     try:
         ledgers = require_balanced_country(data_root, options.dataset, country)

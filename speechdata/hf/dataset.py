@@ -25,6 +25,7 @@ fewer rows, new content-named files.
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass, field
 
 import pyarrow as pa
@@ -231,8 +232,8 @@ def _record_intent(data_root: DataRoot, state_path: str, split: str, shard_id: s
 def _pack_new_train(data_root, state_path, writer: SegmentWriter, options, usable, recordings, summary) -> None:
     """Pack the train recordings not in a subset yet into subsets of at most ``max_split_size_gb``.
 
-    The last subset is filled first: a new shard adds a part to it (never rewriting its other
-    parts) until it is full, then a new subset starts, so the number of train splits grows with the
+    The last subset is filled first: a new shard adds a part to it (never rewriting another shard's
+    part) until it is full, then a new subset starts, so the number of train splits grows with the
     country's size, not with the number of builds."""
     pending = [
         s
@@ -243,38 +244,24 @@ def _pack_new_train(data_root, state_path, writer: SegmentWriter, options, usabl
         return
     with state_connection(data_root, state_path) as db:
         last = db.execute("SELECT max(subset_id) FROM recordings").fetchall()[0][0]
-        filled = 0
-        if last is not None:
-            filled = db.execute(
-                "SELECT coalesce(sum(bytes), 0) FROM files WHERE split = ? AND status <> 'deleted'",
-                [train_subset_name(last)],
-            ).fetchall()[0][0]
-    subset_id = last if last is not None else 1
-    budget = int(options.max_split_size_gb * 1e9 * (1 - PARQUET_RESERVE))
-    filled = int(filled or 0)
-    placed: dict[str, int] = {}
+        filled = db.execute(
+            "SELECT coalesce(sum(bytes), 0) FROM files WHERE split = ? AND status <> 'deleted'",
+            [train_subset_name(last or 1)],
+        ).fetchall()[0][0]
+    packer = _SubsetPacker(last or 1, int(filled), int(options.max_split_size_gb * 1e9 * (1 - PARQUET_RESERVE)))
     state_of = {s["id"]: s for s in pending}
     by_shard: dict[str, list] = {}
     for recording, keys in writer.by_recording(pending, recordings):
         by_shard.setdefault(recording["shard_id"], []).append((recording, keys))
     for shard_id, sources in sorted(by_shard.items()):
-        sinks: dict[int, tuple] = {}
-        members: dict[int, set[str]] = {}
-        keys_of: dict[int, list] = {}
-        try:
+        parts: dict[int, _TrainPart] = {}
+        with contextlib.ExitStack() as stack:
             for recording, keys in sources:
                 table, payload = writer.cut(recording, keys)
-                recording_id = recording["recording_id"]
-                target = placed.get(recording_id)
-                if target is None:
-                    if filled and filled + payload > budget:
-                        subset_id, filled = subset_id + 1, 0
-                    target = placed[recording_id] = subset_id
-                    filled += payload
-                if target not in sinks:
+                target = packer.place(recording["recording_id"], payload)
+                if target not in parts:
                     _record_intent(data_root, state_path, train_subset_name(target), shard_id)
-                    context = writer.sink(train_subset_name(target), shard_id)
-                    sinks[target] = (context, context.__enter__())
+                    parts[target] = _TrainPart(stack.enter_context(writer.sink(train_subset_name(target), shard_id)))
                     # The shard's part of the open subset, if it has one, is written whole again with the new rows.
                     kept = [
                         s
@@ -283,32 +270,52 @@ def _pack_new_train(data_root, state_path, writer: SegmentWriter, options, usabl
                         and s["shard_id"] == shard_id
                         and recordings[s["recording_id"]]["subset_id"] == target
                     ]
-                    keys_of[target] = list(kept)
                     for kept_recording, kept_keys in writer.by_recording(kept, recordings):
-                        kept_table, kept_payload = writer.cut(kept_recording, kept_keys)
-                        if kept_table is not None:
-                            sinks[target][1].append(kept_table, kept_payload)
-                members.setdefault(target, set()).add(recording_id)
-                keys_of[target].extend(state_of[k] for k in keys)
-                if table is not None:
-                    sinks[target][1].append(table, payload)
-        except BaseException as exc:
-            for context, _ in sinks.values():
-                context.__exit__(type(exc), exc, exc.__traceback__)
-            raise
-        for target in sorted(sinks):
-            context, sink = sinks[target]
-            context.__exit__(None, None, None)
+                        parts[target].add(*writer.cut(kept_recording, kept_keys), kept, None)
+                parts[target].add(table, payload, [state_of[k] for k in keys], recording["recording_id"])
+        for target, part in sorted(parts.items()):
             _commit_part(
                 data_root,
                 state_path,
-                sink.result,
+                part.sink.result,
                 shard_id,
-                keys_of[target],
+                part.states,
                 summary,
                 subset_id=target,
-                recording_ids=members[target],
+                recording_ids=part.recordings,
             )
+
+
+@dataclass
+class _SubsetPacker:
+    """Which train subset each new recording joins: the open one until its payload would pass the budget."""
+
+    subset_id: int
+    filled: int
+    budget: int
+    placed: dict[str, int] = field(default_factory=dict)
+
+    def place(self, recording_id: str, payload: int) -> int:
+        if recording_id not in self.placed:  # a recording split over shards stays in one subset
+            if self.filled and self.filled + payload > self.budget:
+                self.subset_id, self.filled = self.subset_id + 1, 0
+            self.placed[recording_id] = self.subset_id
+            self.filled += payload
+        return self.placed[recording_id]
+
+
+@dataclass
+class _TrainPart:
+    sink: object
+    states: list = field(default_factory=list)
+    recordings: set = field(default_factory=set)
+
+    def add(self, table, payload: int, states: list, recording_id: str | None) -> None:
+        self.states.extend(states)
+        if recording_id is not None:
+            self.recordings.add(recording_id)
+        if table is not None:
+            self.sink.append(table, payload)
 
 
 def _retire_legacy_files(data_root: DataRoot, state_path: str, dataset: str) -> None:

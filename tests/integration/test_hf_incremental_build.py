@@ -47,10 +47,7 @@ def state(data_root, sql: str) -> list[dict]:
 def published_files(data_root) -> dict[str, tuple[bytes, int]]:
     """Every file of the dataset folder but the card, with its bytes and modification time."""
     base = Path(data_root.path(layout.hf_dataset_dir(DATASET)))
-    return {
-        str(p.relative_to(base)): (p.read_bytes(), p.stat().st_mtime_ns)
-        for p in sorted(base.rglob("*.parquet"))
-    }
+    return {str(p.relative_to(base)): (p.read_bytes(), p.stat().st_mtime_ns) for p in sorted(base.rglob("*.parquet"))}
 
 
 @pytest.fixture
