@@ -199,6 +199,7 @@ def main() -> None:
     parser.add_argument("--shards", type=int, nargs=2, default=(4, 16), metavar=("SMALL", "LARGE"))
     parser.add_argument("--shard-recordings", type=int, default=8)
     parser.add_argument("--step", metavar="DATA_ROOT", help=argparse.SUPPRESS)
+    parser.add_argument("--per-new-shard-only", action="store_true", help="measure only the cost of one new shard")
     parser.add_argument("--quick", action="store_true", help="8 recordings: a smoke run, not a measurement")
     args = parser.parse_args()
     if args.step:
@@ -216,7 +217,9 @@ def main() -> None:
         import datasets  # noqa: F401  (imported before timing: its import is not part of either side)
 
         datasets.disable_progress_bars()
-        for label, count in (("quarter", max(recordings // 4, 2)), ("full", recordings)):
+        for label, count in (
+            () if args.per_new_shard_only else (("quarter", max(recordings // 4, 2)), ("full", recordings))
+        ):
             with tempfile.TemporaryDirectory() as workdir:
                 progress(f"landing {count} recordings")
                 root = land_corpus(workdir, count)
