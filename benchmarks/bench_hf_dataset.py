@@ -17,8 +17,8 @@ corpus and at a quarter of it, so the figure shows how memory scales with the sp
 write the same number of rows (checked).
 
 ``per_new_shard``: what adding one shard costs a country that is already published, at two corpus
-sizes (``--shards`` small and large, ``--shard-recordings`` recordings each, 1 % test and 1 %
-validation). The corpus is landed and built, one more shard is landed, and a fresh interpreter runs
+sizes (``--shards`` small and large, ``--shard-recordings`` recordings each, 12.5 % test and 12.5 %
+validation, so that each small shard, like a real one at 1 %, brings recordings to both). The corpus is landed and built, one more shard is landed, and a fresh interpreter runs
 the country's whole refresh (``hf_split_assignments`` then ``hf_dataset``: assignment, ledger gate,
 build, card, published indexes) through the functions both assets call, so the same script measures
 the code on the path (run it from an older checkout for the old figures). Wall time, peak RSS of that
@@ -124,6 +124,11 @@ def baseline_approach(root, out_path: str) -> tuple[float, int, int]:
     return seconds, peak, len(rows)
 
 
+EVALUATION_SHARE = 0.125
+"""Test and validation shares of the per-new-shard corpus: a shard of 8 recordings then holds about
+one of each, as a real shard of a thousand utterances does at the default 1 %."""
+
+
 def refresh_country_step(data_root_url: str, dataset: str, country: str) -> dict:
     """One country refresh as the two assets run it; the figures of this process."""
     import resource
@@ -136,9 +141,13 @@ def refresh_country_step(data_root_url: str, dataset: str, country: str) -> dict
     from speechdata.hf.segments import refresh_split_assignments
     from speechdata.io.storage import DataRoot
 
+    import datasets  # noqa: F401  (loaded by the build either way: its import is not the refresh's cost)
+    import jiwer  # noqa: F401
+
     root = DataRoot(data_root_url)
+    cpu_before = _cpu_seconds()
     started = time.perf_counter()
-    refresh_split_assignments(root, dataset, country)
+    refresh_split_assignments(root, dataset, country, targets=SplitTargets(EVALUATION_SHARE, EVALUATION_SHARE))
     require_balanced_country(root, dataset, country)
     summary = build_country_dataset(root, country, DatasetOptions(dataset=dataset))
     write_dataset_card(root, dataset)
@@ -146,10 +155,18 @@ def refresh_country_step(data_root_url: str, dataset: str, country: str) -> dict
     write_published_indexes(root, dataset, country)
     return {
         "wall_s": round(time.perf_counter() - started, 3),
+        "cpu_s": round(_cpu_seconds() - cpu_before, 3),
         "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
         "audio_hours_cut": round(summary.audio_seconds / 3600, 4),
         "files_written": sum(len(s.files) for s in summary.written),
     }
+
+
+def _cpu_seconds() -> float:
+    import resource
+
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
 
 
 def _step_in_fresh_interpreter(root) -> dict:
@@ -251,6 +268,7 @@ def main() -> None:
             "growth": {
                 "corpus": ratio(shard_sizes[1], shard_sizes[0]),
                 "wall": ratio(large["wall_s"], small["wall_s"]),
+                "cpu": ratio(large["cpu_s"], small["cpu_s"]),
                 "peak_rss": ratio(large["peak_rss_mb"], small["peak_rss_mb"]),
                 "audio_hours_cut": ratio(large["audio_hours_cut"], small["audio_hours_cut"]),
             },

@@ -5,6 +5,7 @@ a killed build leaves nothing behind the next one does not clean, and every spli
 the real `datasets` reader."""
 
 import os
+import re
 from pathlib import Path
 
 import datasets
@@ -174,3 +175,33 @@ def test_train_subsets_fill_to_their_budget_across_builds(tmp_path, data_root, c
     # Three builds, one train split: each build added its shard's part to train_1.
     assert {f["split"] for f in files} == {"train_1"}
     assert len({f["shard_id"] for f in files}) == 3
+
+
+def test_a_split_written_before_parts_moves_into_parts_whole_when_one_of_its_rows_must_go(first_shard, data_root):
+    # Make the first build look like one from before parts: files named without a part, no shard recorded.
+    base = Path(data_root.path(layout.hf_dataset_dir(DATASET)))
+    with state_connection(data_root, layout.hf_state_database(DATASET, "de")) as db:
+        for path, split in db.execute("SELECT path_in_repo, split FROM files WHERE split IS NOT NULL").fetchall():
+            legacy = re.sub(r"-shard-[0-9a-f]{10}", "", path)
+            (base / path).rename(base / legacy)
+            db.execute("UPDATE files SET path_in_repo = ?, shard_id = NULL WHERE path_in_repo = ?", [legacy, path])
+            db.execute("UPDATE segments SET file = ? WHERE file = ?", [legacy, path])
+        db.execute("DELETE FROM shards")  # and a state that never recorded stamps
+        [(copy, old_file)] = db.execute(
+            "SELECT key, file FROM segments WHERE split = 'test' AND file IS NOT NULL ORDER BY key LIMIT 1"
+        ).fetchall()
+        db.execute("UPDATE segments SET status = 'filtered', reason = 'near_duplicate' WHERE key = ?", [copy])
+    untouched = {p: b for p, (b, _) in published_files(data_root).items() if not p.startswith("de/test-")}
+
+    again = refresh_country(data_root, "de", OPTIONS, TARGETS)
+    assert again.assignment.shards_read == 1  # read once, to record its stamp
+    files = published_files(data_root)
+    assert not (base / old_file).exists() and all("-shard-" in p for p in files if p.startswith("de/test-"))
+    # The other splits' old files stay as they were; the test split lost exactly the copy.
+    assert {p: files[p][0] for p in untouched} == untouched
+    loaded = datasets.load_dataset(str(base), "de")
+    assert copy not in loaded["test"]["key"]
+    rows = {f["split"]: 0 for f in state(data_root, "SELECT split FROM files WHERE split IS NOT NULL")}
+    for f in state(data_root, "SELECT split, rows FROM files WHERE split IS NOT NULL AND status <> 'deleted'"):
+        rows[f["split"]] += f["rows"]
+    assert {split: ds.num_rows for split, ds in loaded.items()} == rows
