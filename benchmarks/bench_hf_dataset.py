@@ -133,16 +133,17 @@ def refresh_country_step(data_root_url: str, dataset: str, country: str) -> dict
     """One country refresh as the two assets run it; the figures of this process."""
     import resource
 
+    import datasets  # noqa: F401  (loaded by the build either way: its import is not the refresh's cost)
+    import jiwer  # noqa: F401
+
     from speechdata.hf.accounting import require_balanced_country
     from speechdata.hf.card import write_dataset_card
     from speechdata.hf.dataset import DatasetOptions, build_country_dataset
     from speechdata.hf.publish import register_card
     from speechdata.hf.published_index import write_published_indexes
     from speechdata.hf.segments import refresh_split_assignments
+    from speechdata.hf.splits import SplitTargets
     from speechdata.io.storage import DataRoot
-
-    import datasets  # noqa: F401  (loaded by the build either way: its import is not the refresh's cost)
-    import jiwer  # noqa: F401
 
     root = DataRoot(data_root_url)
     cpu_before = _cpu_seconds()

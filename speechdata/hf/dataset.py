@@ -120,25 +120,16 @@ def build_country_dataset(
     summary.sample_rate = sample_rate
     usable = [s for s in states if s["id"] in position]
     writer = SegmentWriter(data_root, options, country, sample_rate, segments, position, summary)
+    by_part = _by_part(usable, recordings)
     for split, shard_id in sorted(parts, key=lambda part: (_split_order(part[0]), part[1])):
-        if split in rewritten:
-            summary.rewritten_for_withdrawal.append(split) if split not in summary.rewritten_for_withdrawal else None
-        if split.startswith(f"{TRAIN}_"):
-            subset_id = int(split.removeprefix(f"{TRAIN}_"))
-            keys = [
-                s
-                for s in usable
-                if s["split"] == TRAIN
-                and s["shard_id"] == shard_id
-                and recordings[s["recording_id"]]["subset_id"] == subset_id
-            ]
-        else:
-            subset_id = None
-            keys = [s for s in usable if s["split"] == split and s["shard_id"] == shard_id]
+        if split in rewritten and split not in summary.rewritten_for_withdrawal:
+            summary.rewritten_for_withdrawal.append(split)
+        subset_id = int(split.removeprefix(f"{TRAIN}_")) if split.startswith(f"{TRAIN}_") else None
+        keys = by_part.get((split, shard_id), [])
         _record_intent(data_root, state_path, split, shard_id)
         files = writer.write(split, shard_id, writer.by_recording(keys, recordings))
         _commit_part(data_root, state_path, files, shard_id, keys, summary, subset_id=subset_id)
-    _pack_new_train(data_root, state_path, writer, options, usable, recordings, summary)
+    _pack_new_train(data_root, state_path, writer, options, usable, recordings, summary, by_part)
     _retire_legacy_files(data_root, state_path, options.dataset)
     with state_connection(data_root, state_path) as db:
         written = {f.split for f in summary.written}
@@ -164,6 +155,21 @@ def _split_order(split: str) -> tuple[int, int, str]:
         return (0 if split == TEST else 1, 0, split)
     number = split.rsplit("_", 1)[-1]
     return (2, int(number) if number.isdigit() else 0, split)
+
+
+def _by_part(usable: list[dict], recordings: dict[str, dict]) -> dict[tuple[str, str], list[dict]]:
+    """The segments each part ``(split, shard_id)`` holds: a train segment is in its recording's subset."""
+    grouped: dict[tuple[str, str], list[dict]] = {}
+    for s in usable:
+        if s["split"] == TRAIN:
+            subset_id = recordings[s["recording_id"]]["subset_id"]
+            if subset_id is None:
+                continue  # not packed yet
+            split = train_subset_name(subset_id)
+        else:
+            split = s["split"]
+        grouped.setdefault((split, s["shard_id"]), []).append(s)
+    return grouped
 
 
 def _segment_identities(segments: pa.Table) -> list[tuple[str, str]]:
@@ -229,7 +235,9 @@ def _record_intent(data_root: DataRoot, state_path: str, split: str, shard_id: s
         db.execute("INSERT OR IGNORE INTO part_writes VALUES (?, ?)", [split, shard_id])
 
 
-def _pack_new_train(data_root, state_path, writer: SegmentWriter, options, usable, recordings, summary) -> None:
+def _pack_new_train(
+    data_root, state_path, writer: SegmentWriter, options, usable, recordings, summary, by_part
+) -> None:
     """Pack the train recordings not in a subset yet into subsets of at most ``max_split_size_gb``.
 
     The last subset is filled first: a new shard adds a part to it (never rewriting another shard's
@@ -263,13 +271,7 @@ def _pack_new_train(data_root, state_path, writer: SegmentWriter, options, usabl
                     _record_intent(data_root, state_path, train_subset_name(target), shard_id)
                     parts[target] = _TrainPart(stack.enter_context(writer.sink(train_subset_name(target), shard_id)))
                     # The shard's part of the open subset, if it has one, is written whole again with the new rows.
-                    kept = [
-                        s
-                        for s in usable
-                        if s["split"] == TRAIN
-                        and s["shard_id"] == shard_id
-                        and recordings[s["recording_id"]]["subset_id"] == target
-                    ]
+                    kept = by_part.get((train_subset_name(target), shard_id), [])
                     for kept_recording, kept_keys in writer.by_recording(kept, recordings):
                         parts[target].add(*writer.cut(kept_recording, kept_keys), kept, None)
                 parts[target].add(table, payload, [state_of[k] for k in keys], recording["recording_id"])
