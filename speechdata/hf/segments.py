@@ -145,24 +145,6 @@ def _file_stamp(info: dict) -> str:
     return ":".join(str(info[k]) for k in ("size", "mtime", "ino", "LastModified", "ETag", "etag") if k in info)
 
 
-def published_shard_ids(data_root: DataRoot) -> set[str]:
-    """The indexed shards meant for the HF dataset (see :func:`published_shard_indexes`)."""
-    return {shard_id for shard_id, _ in published_shard_indexes(data_root)}
-
-
-def segments_by_country(data_root: DataRoot) -> dict[str, pa.Table]:
-    """Every published country's segments (:func:`country_segments`), read in one pass over the shards."""
-    pieces: dict[str, list[pa.Table]] = {}
-    for shard_id, table in published_shard_indexes(data_root):
-        for country in sorted(c for c in pc.unique(table["country"]).to_pylist() if c is not None):
-            rows = table.filter(pc.equal(table["country"], country))
-            pieces.setdefault(country, []).append(_as_segments(rows, shard_id))
-    return {
-        country: pa.concat_tables(tables).sort_by([("shard_id", "ascending"), ("key", "ascending")])
-        for country, tables in sorted(pieces.items())
-    }
-
-
 def country_segments(data_root: DataRoot, country: str) -> pa.Table:
     """Every indexed segment of ``country`` over the shards meant for the dataset, in
     :data:`SEGMENT_SCHEMA`, sorted by shard and key.
