@@ -118,7 +118,7 @@ def country_dataset_sensor(
     latest = records[-1].storage_id
     countries = changed_countries(context.instance, country_input_fingerprints(root))
     known = set(context.instance.get_dynamic_partitions("country"))
-    # A country run still waiting in the queue reads every changed shard when it starts: a second is redundant.
+    # A country run still waiting in the queue reads every shard when it starts: a second is redundant.
     waiting = {
         record.dagster_run.tags.get(COUNTRY_TAG)
         for record in context.instance.get_run_records(

@@ -50,8 +50,7 @@ def dataset_layout(
     found: dict[str, dict[str, dict]] = defaultdict(dict)
     languages: dict[str, str] = {}
     features: dict[str, list] = {}
-    base = data_root.path(layout.hf_dataset_dir(dataset))
-    for path in sorted(data_root.fs.glob(f"{base}/*/*.parquet")):
+    for path in sorted(data_root.glob(f"{layout.hf_dataset_dir(dataset)}/*/*.parquet")):
         match = FILE_NAME.match(PurePosixPath(path).name)
         country = PurePosixPath(path).parent.name
         if not match or (countries is not None and country not in countries):
