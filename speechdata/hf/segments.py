@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from collections import Counter
 from collections.abc import Collection, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -132,13 +133,37 @@ def shard_stamps(data_root: DataRoot) -> dict[str, str]:
     or ETag), from two listings. A stamp that differs from the one recorded when the shard was read
     means it may have changed (a rewrite with the same rows reads it again and finds nothing new);
     an equal one means it did not, so a refresh reads only new and re-indexed shards."""
+    names = ("utterances.parquet", PurePosixPath(near_duplicates("x")).name)
+    if data_root.is_local:
+        return _local_shard_stamps(data_root.path(layout.SHARDS), names)
     root = escape_glob(data_root.root)
     found: dict[str, list[str]] = {}
-    for name in ("utterances.parquet", PurePosixPath(near_duplicates("x")).name):
+    for name in names:
         listed = data_root.fs.glob(f"{root}/{layout.SHARDS}/*/{name}", detail=True)
         for path, info in sorted(listed.items()):
             found.setdefault(PurePosixPath(path).parent.name, []).append(f"{name}={_file_stamp(info)}")
     return {shard_id: "|".join(parts) for shard_id, parts in sorted(found.items()) if parts[0].startswith("utter")}
+
+
+def _local_shard_stamps(shards_dir: str, names: tuple[str, ...]) -> dict[str, str]:
+    """:func:`shard_stamps` on a local disk: one directory listing and two ``stat`` calls a shard (a
+    glob lists every shard folder whole), the same stamps as fsspec's ``size:mtime:ino``."""
+    try:
+        entries = sorted(entry.name for entry in os.scandir(shards_dir) if entry.is_dir())
+    except FileNotFoundError:
+        return {}
+    stamps = {}
+    for shard_id in entries:
+        parts = []
+        for name in names:
+            try:
+                st = os.stat(f"{shards_dir}/{shard_id}/{name}")
+            except FileNotFoundError:
+                continue
+            parts.append(f"{name}={st.st_size}:{st.st_mtime}:{st.st_ino}")
+        if parts and parts[0].startswith(f"{names[0]}="):
+            stamps[shard_id] = "|".join(parts)
+    return stamps
 
 
 def _file_stamp(info: dict) -> str:

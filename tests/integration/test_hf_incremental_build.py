@@ -205,3 +205,24 @@ def test_a_split_written_before_parts_moves_into_parts_whole_when_one_of_its_row
     for f in state(data_root, "SELECT split, rows FROM files WHERE split IS NOT NULL AND status <> 'deleted'"):
         rows[f["split"]] += f["rows"]
     assert {split: ds.num_rows for split, ds in loaded.items()} == rows
+
+
+def test_the_sensors_fingerprints_read_only_new_shards_and_match_what_the_refresh_recorded(
+    first_shard, data_root, clips, monkeypatch
+):
+    from speechdata.hf import segments as hf_segments
+
+    corpus, _, built = first_shard
+    reads = []
+    real_index = hf_segments.published_shard_index
+    monkeypatch.setattr(
+        hf_segments, "published_shard_index", lambda root, shard: reads.append(shard) or real_index(root, shard)
+    )
+    first = hf_segments.country_input_fingerprints(data_root)
+    assert first["de"] == built.assignment.input_fingerprint
+    reads.clear()
+    assert hf_segments.country_input_fingerprints(data_root) == first and reads == []  # nothing changed: no read
+    [second] = land_second(corpus, data_root, clips)
+    after = hf_segments.country_input_fingerprints(data_root)
+    assert reads == [second] and after["de"] != first["de"]
+    assert refresh_country(data_root, "de", OPTIONS, TARGETS).assignment.input_fingerprint == after["de"]
