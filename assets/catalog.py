@@ -6,20 +6,18 @@ from dagster_duckdb import DuckDBResource
 from assets.asset_policy import group_asset, group_of
 from assets.packaging import shard_manifest
 from assets.partitions import country_partitions, language_partitions
-from assets.reporting import markdown_histogram, markdown_rows
+from assets.reporting import markdown_rows
 from resources.storage import DataRootResource
-from speechdata.catalog.accounting_state import REJECTS_BY_PRODUCT_FROM_STATE, SHARD_ACCOUNTING_FROM_STATE
-from speechdata.catalog.database_file import refresh_catalog_file
+from speechdata.catalog.database_file import REFRESH_SUMMARY_QUERIES, refresh_catalog_file
 from speechdata.catalog.display import format_table
-from speechdata.catalog.incremental import HOURS_PER_LANGUAGE_FROM_STATE
-from speechdata.catalog.quality import QUALITY_NAMED_QUERIES, SIGNAL_UNITS, SIGNALS_PER_LANGUAGE
+from speechdata.catalog.quality import SIGNAL_UNITS
+from speechdata.catalog.quality_state import HOURS_LOST
 from speechdata.catalog.views import CATALOG_FILE
 from speechdata.io.duckdb_object_store import upload_database
 
 UI_POSITION = 5
 
 
-HOURS_LOST = "hours_lost_per_reason_per_language"
 QUALITY_HISTOGRAM_PREFIX = "quality_histogram"
 """Metadata ``quality_histogram/<language>/<signal>``: the signal's distribution over the language's utterances."""
 
@@ -66,19 +64,15 @@ def manifest_catalog(
         root,
         full=config.full,
         # From the stored per-manifest and per-shard state: the named queries would re-read every shard.
-        queries={
-            "by_language": HOURS_PER_LANGUAGE_FROM_STATE,
-            "by_product": REJECTS_BY_PRODUCT_FROM_STATE,
-            "accounting": SHARD_ACCOUNTING_FROM_STATE,
-            "signals_per_language": SIGNALS_PER_LANGUAGE,
-            HOURS_LOST: QUALITY_NAMED_QUERIES[HOURS_LOST],
-        },
+        queries=REFRESH_SUMMARY_QUERIES,
     )
     summary, read_through = refreshed.summary, refreshed.reads_through
     by_language, accounting = refreshed.tables["by_language"], refreshed.tables["accounting"]
     by_product = refreshed.tables["by_product"].to_pylist()
     if refreshed.rebuilt_because:
         context.log.warning(f"catalog rebuilt from scratch: {refreshed.rebuilt_because}")
+    if refreshed.dropped:
+        context.log.warning(f"left out of the catalog, not its own: {', '.join(refreshed.dropped)}")
     if not root.is_local:
         # DuckDB writes local files only: the resource's file is this worker's copy, the bucket gets it whole.
         upload_database(root, catalog.database, CATALOG_FILE)
@@ -97,6 +91,7 @@ def manifest_catalog(
             "manifests_reused": summary.manifests_reused,
             "manifests_dropped": summary.manifests_dropped,
             "accounting_shards_recounted": summary.accounting_shards_read,
+            "quality_shards_recounted": summary.quality_shards_read,
             "rejected_utterances": summary.rejected_utterances,
             "languages": dg.MetadataValue.json(summary.languages),
             "countries": dg.MetadataValue.json(summary.countries),
@@ -113,24 +108,49 @@ def manifest_catalog(
             "shard_accounting": dg.MetadataValue.md(f"```\n{format_table(accounting, max_rows=100)}\n```"),
             "catalog_uri": dg.MetadataValue.path(root.uri(CATALOG_FILE)),
             "rebuilt_because": refreshed.rebuilt_because or "",
+            "left_out_not_its_own": dg.MetadataValue.json(refreshed.dropped),
             "duckdb_reads_through": read_through,
             **quality_metadata(
-                refreshed.tables["signals_per_language"].to_pylist(), refreshed.tables[HOURS_LOST].to_pylist()
+                refreshed.tables["signal_histograms"].to_pylist(), refreshed.tables[HOURS_LOST].to_pylist()
             ),
         }
     )
 
 
-def quality_metadata(signals_per_language: list[dict], hours_lost: list[dict]) -> dict[str, dg.MetadataValue]:
-    """A histogram per language and main signal, and the hours each product's quality filter lost."""
+def quality_metadata(signal_histograms: list[dict], hours_lost: list[dict]) -> dict[str, dg.MetadataValue]:
+    """A histogram per language and main signal (the rows of
+    :data:`~speechdata.catalog.quality_state.SIGNAL_HISTOGRAMS_FROM_STATE`, binned by DuckDB), and the
+    hours each product's quality filter lost."""
+    by_histogram: dict[tuple[str, str], list[dict]] = {}
+    for row in signal_histograms:
+        by_histogram.setdefault((row["language"], row["signal"]), []).append(row)
     metadata: dict[str, dg.MetadataValue] = {
-        f"{QUALITY_HISTOGRAM_PREFIX}/{row['language']}/{signal}": markdown_histogram(row[signal], unit)
-        for row in signals_per_language
-        for signal, unit in SIGNAL_UNITS.items()
+        f"{QUALITY_HISTOGRAM_PREFIX}/{language}/{signal}": binned_histogram(rows, SIGNAL_UNITS[signal])
+        for (language, signal), rows in by_histogram.items()
     }
     lost = [{**row, "hours": round(row["hours"], 4)} for row in hours_lost]
     metadata[HOURS_LOST] = markdown_rows(lost)
     return metadata
+
+
+def binned_histogram(rows: list[dict], unit: str, width: int = 30) -> dg.MetadataValue:
+    """One histogram's ranges (``range_start``, ``range_end``, ``utterances``, and the totals
+    ``values_counted``, ``missing``, ``low``, ``high`` on every row) as a markdown table with a bar
+    per range, in the form of :func:`assets.reporting.markdown_histogram`."""
+    first = rows[0]
+    counted, missing = first["values_counted"], first["missing"]
+    if not counted:
+        return dg.MetadataValue.md(f"_no values_ ({missing} null)" if missing else "_no values_")
+    ranges = [r for r in rows if r["position"] is not None]
+    top = max(r["utterances"] for r in ranges) or 1
+    lines = [f"| {unit} | count | |", "|---|---|---|"]
+    for r in ranges:
+        bar = "#" * round(width * r["utterances"] / top)
+        lines.append(f"| {r['range_start']:.3g} to {r['range_end']:.3g} | {r['utterances']} | `{bar}` |")
+    footer = f"\n\n{counted} values, min {first['low']:.3g}, max {first['high']:.3g}" + (
+        f", {missing} null" if missing else ""
+    )
+    return dg.MetadataValue.md("\n".join(lines) + footer)
 
 
 # --- the group: its definitions (assembled by dagster_project/loader.py)

@@ -7,7 +7,7 @@ from pydantic import Field
 from assets.asset_policy import shard_asset
 from assets.ingest import normalized_audio
 from assets.reporting import column_schema, markdown_rows, stage_metadata
-from assets.shard_runs import ShardEvents, ShardResult, materialize_shards
+from assets.shard_runs import ShardEvents, ShardResult, materialize_shards, run_ended_in
 from resources.storage import DataRootResource
 from speechdata.quality.near_dup_index import DEFAULT_LOCK_TIMEOUT_S
 from speechdata.quality.near_dup_matching import KINDS, NearDuplicateThresholds
@@ -50,7 +50,8 @@ class NearDuplicatesConfig(dg.Config):
     )
     check_transcripts: bool = Field(_DEFAULTS.check_transcripts, description="False: only audio makes a duplicate.")
     lock_timeout_s: float = Field(
-        DEFAULT_LOCK_TIMEOUT_S, description="Longest wait for another shard's indexing to release the corpus index."
+        DEFAULT_LOCK_TIMEOUT_S,
+        description="Longest wait for the corpus index's lock, or for shards reserved before this one to commit.",
     )
 
     def thresholds(self) -> NearDuplicateThresholds:
@@ -88,16 +89,11 @@ def near_duplicates(
             config.thresholds(),
             lock_timeout_s=config.lock_timeout_s,
             run_id=run_id,
-            holder_finished=lambda holder: bool(holder.run_id) and _run_finished(context, holder.run_id),
+            holder_finished=lambda holder: bool(holder.run_id) and run_ended_in(context)(holder.run_id),
         )
         return _near_duplicates_result(context, summary)
 
     yield from materialize_shards(context, one_shard)
-
-
-def _run_finished(context: dg.AssetExecutionContext, run_id: str) -> bool:
-    run = context.instance.get_run_by_id(run_id)
-    return run is None or run.is_finished
 
 
 def _near_duplicates_result(context: dg.AssetExecutionContext, summary: NearDuplicatesSummary) -> ShardResult:
@@ -105,12 +101,14 @@ def _near_duplicates_result(context: dg.AssetExecutionContext, summary: NearDupl
     context.log.info(
         f"{summary.shard_id}: {len(summary.duplicates)}/{summary.rows_out} utterances copy an earlier one {by_kind}, "
         f"checked against {summary.indexed_before} indexed utterances, index position {summary.index_position}"
-        + (f", {len(summary.unchecked)} not decodable" if summary.unchecked else "")
+        + (f", {len(summary.unchecked)} unchecked (not decodable or too long)" if summary.unchecked else "")
     )
+    for line in summary.repairs:
+        context.log.warning(f"{summary.shard_id}: repaired the near-duplicate index: {line}")
     if not summary.index_locked:
         context.log.warning(
             "the data root's store has no exclusive create (only local folders and S3 do): the corpus index "
-            "was updated without its lock; run near_duplicates one step at a time there (docs/near-duplicates.md)"
+            "was updated without its locks; run near_duplicates one step at a time there (docs/near-duplicates.md)"
         )
     pairs = [
         {
@@ -132,7 +130,10 @@ def _near_duplicates_result(context: dg.AssetExecutionContext, summary: NearDupl
             "pairs_sample": markdown_rows(pairs) if pairs else dg.MetadataValue.md("_no duplicates_"),
             "index_position": summary.index_position,
             "indexed_utterances_before": summary.indexed_before,
-            "not_decodable": dg.MetadataValue.json({u.utt_id: u.detail for u in summary.unchecked[:SAMPLE_PAIRS]}),
+            "unchecked": dg.MetadataValue.json({u.utt_id: u.detail for u in summary.unchecked[:SAMPLE_PAIRS]}),
+            "index_repairs": dg.MetadataValue.json(summary.repairs),
+            "index_postings_read": summary.postings_read,
+            "index_entries_read": summary.entries_read,
             "dagster/column_schema": column_schema(NEAR_DUPLICATES_SCHEMA, COLUMN_DESCRIPTIONS),
         }
     )

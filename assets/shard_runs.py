@@ -6,6 +6,7 @@ caller before the loop serves all of them), then records one materialization per
 shard's own metadata, and one evaluation per shard of each asset check.
 """
 
+import contextlib
 import os
 import time
 import warnings
@@ -23,6 +24,7 @@ from dagster._core.definitions.asset_checks.asset_check_evaluation import (
 
 from speechdata.io.confinement import validate_partition_key
 from speechdata.io.shard_lock import shard_write_lock
+from speechdata.io.storage import owned_temps
 
 SHARDS_PER_RUN = int(os.environ.get("SPEECHDATA_BACKFILL_SHARDS_PER_RUN", "32"))
 """k (``SPEECHDATA_BACKFILL_SHARDS_PER_RUN``): a backfill of n shards runs ceil(n / k) runs, each
@@ -102,7 +104,13 @@ def materialize_shards(
     for position, shard_id in enumerate(shards, 1):
         context.log.info(f"{asset}: shard {position}/{len(shards)} {shard_id} started")
         try:
-            with shard_write_lock(_data_root(context), shard_id, asset, context.run.run_id, _run_ended(context)):
+            data_root = _data_root(context)
+            with (
+                shard_write_lock(data_root, shard_id, asset, context.run.run_id, run_ended_in(context)),
+                # Under the lock: a killed earlier run's temps of this shard's product are removed
+                # once this run's writes are done.
+                owned_temps(data_root.fs, f"{shard_id}/{asset}") if data_root else contextlib.nullcontext(),
+            ):
                 results[shard_id] = build(shard_id)
         except Exception as exc:
             context.log.error(
@@ -126,9 +134,11 @@ def _data_root(context: dg.AssetExecutionContext):
     return resource.get() if resource is not None else None
 
 
-def _run_ended(context: dg.AssetExecutionContext) -> Callable[[str], bool]:
-    """Whether a lock holder's run is over (a lock left by a killed run on another host is then stale)."""
-    return lambda run_id: (run := context.instance.get_run_by_id(run_id)) is None or run.is_finished
+def run_ended_in(context: dg.AssetExecutionContext) -> Callable[[str], bool]:
+    """Whether a lock holder's run is known to this instance and over: asked only of a lock without
+    a lease (from a version before leases). A run this instance does not know is not over: it may be
+    another instance's (a separate ``DAGSTER_HOME``) and still writing."""
+    return lambda run_id: (run := context.instance.get_run_by_id(run_id)) is not None and run.is_finished
 
 
 def _check_evaluations(context: dg.AssetExecutionContext, results: dict[str, ShardResult]) -> ShardEvents:

@@ -20,6 +20,7 @@ from resources.storage import DataRootResource
 from speechdata.hf.segments import PUBLISHED_SHARD_MARKER
 from speechdata.io import layout
 from speechdata.io.confinement import LandedShardOutsideRoot, confined_landed_shard, require_existing_root
+from speechdata.io.regular_files import NotARegularFile
 from speechdata.landing.contract import ContractError, partition_values
 from speechdata.landing.fingerprint import scan_relandings
 from speechdata.landing.scan import list_landing_dirs, scan_landing_zone
@@ -189,7 +190,7 @@ def build_landing_sensor(
             try:
                 with root.fs.open(path, "rb") as handle:
                     countries, languages = partition_values(handle, path, countries_only_where=PUBLISHED_SHARD_MARKER)
-            except (ContractError, FileNotFoundError) as exc:
+            except (ContractError, FileNotFoundError, NotARegularFile) as exc:
                 # raw_shards will fail this shard with the same message; register it so that shows in the UI.
                 context.log.warning(f"{shard_id}: cannot read country/language values: {exc}")
                 continue

@@ -26,6 +26,37 @@ CREATED_ROOT_HELP = (
 Item = TypeVar("Item")
 
 
+def finite_float(text: str) -> float:
+    """argparse ``type`` of every float option: ``nan``, ``inf`` and ``-inf`` exit 2 with the value
+    named (``float("nan")`` parses, and a NaN limit compares false with every row: nothing filtered)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if value != value or value in (float("inf"), float("-inf")):
+        raise argparse.ArgumentTypeError(f"must be finite, got {text!r}")
+    return value
+
+
+def non_negative_int(text: str) -> int:
+    """argparse ``type`` of a count option (``--limit``, ``--max-rows``): an integer >= 0."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
+    return value
+
+
+def positive_int(text: str) -> int:
+    """argparse ``type`` of a size option (``--samples-per-tar``): an integer >= 1."""
+    value = non_negative_int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
 def add_data_root_option(parser: argparse.ArgumentParser, *, creates_root: bool = False) -> None:
     """``--data-root URL``; resolved by :func:`data_root_from_args`, never required."""
     parser.add_argument(

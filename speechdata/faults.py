@@ -24,6 +24,7 @@ POINTS = (
     "asr-manifest-parquet",
     "asr-manifest-jsonl",
     "asr-manifest-removed",
+    "vad-staging",
     "vad-tar",
     "vad-segments",
 )

@@ -26,6 +26,7 @@ from praatio.utilities import errors as praatio_errors
 from praatio.utilities import textgrid_io
 
 from speechdata.alignment.table import LEVELS, TimedUnit, alignment_rows, seconds_to_ms
+from speechdata.io.bounded_json import JsonBoundsError, load_bounded_json
 
 
 class AlignmentFormatError(ValueError):
@@ -323,6 +324,9 @@ def parse_aligned_segment(
         raise AlignmentFormatError(
             source, None, f"segments[{index}]: start {start_ms} ms is not before end {end_ms} ms"
         )
+    range_problem = aligned_segment_range_problem(float(values["cer"]), values["start_idx"], values["end_idx"])
+    if range_problem is not None:
+        raise AlignmentFormatError(source, None, f"segments[{index}]: {range_problem}")
     return AlignedSegment(
         key=segment_key(country, video_id, start_ms, end_ms),
         country=country,
@@ -340,6 +344,19 @@ def parse_aligned_segment(
     )
 
 
+def aligned_segment_range_problem(cer: float | None, start_idx: int | None, end_idx: int | None) -> str | None:
+    """Why an aligned segment's numbers are out of range, or None: ``cer`` a finite rate >= 0 (a
+    character error rate has no upper bound: insertions), the transcript indexes ``0 <= start <= end``.
+    Checked where the numbers enter (the importer) and again where they leave (the HF dataset)."""
+    if cer is not None and not (math.isfinite(cer) and cer >= 0):
+        return f"'cer' {cer!r} is not a finite rate >= 0"
+    if start_idx is not None and start_idx < 0:
+        return f"'start_idx' {start_idx!r} is negative"
+    if start_idx is not None and end_idx is not None and start_idx > end_idx:
+        return f"'start_idx' {start_idx!r} is after 'end_idx' {end_idx!r}"
+    return None
+
+
 def read_aligned_json(text: str, source: str, country: str) -> list[AlignedSegment]:
     """The segments of an aligned-JSON ``<video_id>_<transcript_id>_aligned.json``, in file order.
 
@@ -350,7 +367,9 @@ def read_aligned_json(text: str, source: str, country: str) -> list[AlignedSegme
         raise ValueError("country must be non-empty")
     video_id, transcript_id = aligned_json_ids(source)
     try:
-        document = json.loads(text)
+        document = load_bounded_json(text, source)
+    except JsonBoundsError as exc:
+        raise AlignmentFormatError(source, None, exc.detail) from exc
     except json.JSONDecodeError as exc:
         raise AlignmentFormatError(source, exc.lineno, f"malformed JSON: {exc.msg}") from exc
     if not isinstance(document, dict):

@@ -30,6 +30,7 @@ import numpy as np
 import pyarrow as pa
 import soundfile as sf
 
+from speechdata.audio.budget import OverMemoryBudget
 from speechdata.audio.codec import ResamplerName, read_segment_from, to_target_mono
 from speechdata.audio.truth import truncation_reject
 from speechdata.faults import fault_point
@@ -224,6 +225,8 @@ def _extract_one(
 ) -> tuple[np.ndarray, str] | Reject:
     try:
         samples = read_segment_from(sound, request.start_s, request.end_s)
+    except OverMemoryBudget as exc:  # from the header: nothing was decoded
+        return Reject(request.utt_id, STAGE, exc.reason, f"{request.audio_path}: {exc}")
     except Exception as exc:
         return Reject(request.utt_id, STAGE, "audio_decode_failed", f"{request.audio_path}: {error_text(exc)}")
     if samples.shape[0] == 0:

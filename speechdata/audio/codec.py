@@ -19,6 +19,7 @@ import numpy as np
 import soundfile as sf
 import soxr
 
+from speechdata.audio.budget import check_audio_budget
 from speechdata.bridge.clock import SAMPLE_RATE
 
 TARGET_SAMPLE_RATE = SAMPLE_RATE
@@ -104,10 +105,14 @@ def read_segment(handle: IO, start_s: float | None = None, end_s: float | None =
 
 
 def read_segment_from(sound: sf.SoundFile, start_s: float | None, end_s: float | None) -> np.ndarray:
-    """Decode ``[start_s, end_s)`` of an open file as float32 ``[frames, channels]``."""
+    """Decode ``[start_s, end_s)`` of an open file as float32 ``[frames, channels]``.
+
+    The one place a landed file is decoded: a segment over the per-utterance memory budget raises
+    :class:`~speechdata.audio.budget.OverMemoryBudget` from the header's figures, before any sample is read."""
     rate = sound.samplerate
     first = 0 if start_s is None else int(round(start_s * rate))
     last = sound.frames if end_s is None else min(int(round(end_s * rate)), sound.frames)
+    check_audio_budget(max(last - first, 0), rate, sound.channels, what="the segment")
     sound.seek(first)
     return sound.read(max(last - first, 0), dtype="float32", always_2d=True)
 
@@ -183,11 +188,26 @@ def encode_audio_payload(samples: np.ndarray, sample_rate: int, codec: AudioCode
     return encode_audio(samples, sample_rate, codec)
 
 
+def stored_frames(data, codec: AudioCodec) -> int:
+    """How many samples a stored payload holds, from its size (pcm16) or its header (FLAC)."""
+    if codec == "pcm16":
+        return memoryview(data).nbytes // 2
+    return int(sf.info(io.BytesIO(data)).frames)
+
+
+def check_stored_audio_budget(data, codec: AudioCodec) -> None:
+    """:func:`~speechdata.audio.budget.check_audio_budget` for a payload of ``audio_24k.parquet``."""
+    if codec in AUDIO_CODECS:
+        check_audio_budget(stored_frames(data, codec), TARGET_SAMPLE_RATE, what="the stored utterance")
+
+
 def decode_audio(data: bytes, codec: AudioCodec) -> np.ndarray:
     """Decode bytes written by :func:`encode_audio` into mono float32 samples.
 
-    flac16 and pcm16 give identical arrays (:data:`PCM16_FULL_SCALE`).
+    flac16 and pcm16 give identical arrays (:data:`PCM16_FULL_SCALE`). Stored audio is 24 kHz: an
+    utterance over the per-utterance memory budget raises before it is decoded.
     """
+    check_stored_audio_budget(data, codec)
     if codec == "pcm16":
         return np.frombuffer(data, dtype="<i2").astype(np.float32) / PCM16_FULL_SCALE
     if codec in ("flac16", "flac24"):
@@ -201,6 +221,7 @@ def decode_pcm16(data, codec: AudioCodec) -> np.ndarray:
 
     No float round trip: pcm16 is a read-only view of ``data`` itself, flac16 decodes straight to int16.
     """
+    check_stored_audio_budget(data, codec)
     if codec == "pcm16":
         return np.frombuffer(data, dtype="<i2")
     if codec == "flac16":

@@ -14,6 +14,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from speechdata.audio.budget import check_audio_budget
 from speechdata.audio.codec import AudioCodec, decode_audio
 from speechdata.io.keyed_stream import PAYLOAD_PAGE_BYTES
 from speechdata.io.storage import DataRoot
@@ -80,6 +81,8 @@ class AudioContainerWriter:
         self.audio_seconds = 0.0
 
     def add(self, utterance: EncodedUtterance) -> None:
+        # Every reader decodes an utterance whole: one over the budget is never stored (ingest rejects it first).
+        check_audio_budget(utterance.n_samples, utterance.sample_rate, what=f"utterance {utterance.utt_id!r}")
         self._pending.append(utterance)
         self._pending_bytes += utterance.audio_bytes
         self.rows += 1

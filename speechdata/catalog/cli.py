@@ -37,7 +37,14 @@ from speechdata.catalog.exports import export_tar_urls
 from speechdata.catalog.queries import NAMED_QUERIES, run_query, select_samples
 from speechdata.catalog.readonly import check_query_only
 from speechdata.catalog.views import CATALOG_FILE
-from speechdata.command_options import add_data_root_option, add_quiet_option, data_root_from_args, with_progress
+from speechdata.command_options import (
+    add_data_root_option,
+    add_quiet_option,
+    data_root_from_args,
+    finite_float,
+    non_negative_int,
+    with_progress,
+)
 from speechdata.io.duckdb_object_store import database_on_root
 from speechdata.io.storage import DataRoot, filesystem_for, write_bytes_atomic
 
@@ -128,14 +135,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     selection = parser.add_argument_group("selection (printed, or exported with --export-*)")
     selection.add_argument("--language", action="append", help="keep this language (repeatable)")
     selection.add_argument("--country", action="append", help="keep this country (repeatable)")
-    selection.add_argument("--min-score", type=float, help="minimum alignment_score (inclusive)")
-    selection.add_argument("--min-duration", type=float, help="minimum duration_s (inclusive)")
-    selection.add_argument("--max-duration", type=float, help="maximum duration_s (inclusive)")
+    selection.add_argument("--min-score", type=finite_float, help="minimum alignment_score (inclusive)")
+    selection.add_argument("--min-duration", type=finite_float, help="minimum duration_s (inclusive)")
+    selection.add_argument("--max-duration", type=finite_float, help="maximum duration_s (inclusive)")
     selection.add_argument(
         "--where", action="append", default=[], metavar="COLUMN=VALUE", help="equality filter (repeatable)"
     )
-    selection.add_argument("--limit", type=int, help="at most this many samples")
-    parser.add_argument("--max-rows", type=int, default=50, help="rows to print (default 50)")
+    selection.add_argument("--limit", type=non_negative_int, help="at most this many samples")
+    parser.add_argument("--max-rows", type=non_negative_int, default=50, help="rows to print (default 50)")
     add_data_root_option(parser)
     add_quiet_option(parser)
 

@@ -1,20 +1,38 @@
-"""The catalog's database file: refreshed into a new file swapped in whole, opened read-only by readers.
+"""The catalog's database files: the views readers open, and the state only the refresh opens.
 
-A refresh never opens ``catalog.duckdb`` for writing. It copies the current file to a temp beside
-it (``._tmp-<12 hex>-catalog.duckdb``: the incremental state comes along, so only changed files are
-read), refreshes the copy, checkpoints and closes it, and renames it over ``catalog.duckdb``
-(``os.replace``). So:
+A catalog is two DuckDB files beside each other:
 
-* a reader holding the catalog open (``duckdb.connect(path, read_only=True)``, the CLI) keeps
-  reading the version it opened, whole, and never makes the refresh wait (the refresh takes no
-  lock a reader holds);
+* ``catalog.duckdb``: the views and ``catalog_info`` (a few kilobytes, whatever the corpus size),
+  opened read-only by readers (``duckdb.connect(path, read_only=True)``, the CLI);
+* ``.catalog.duckdb.state``: the per-file and per-shard state that lets a refresh read only what
+  changed (:mod:`~speechdata.catalog.incremental`, :mod:`~speechdata.catalog.accounting_state`,
+  :mod:`~speechdata.catalog.quality_state`), which grows with the corpus. No reader opens it.
+
+A refresh updates the state in place inside one DuckDB transaction (committed whole or, killed,
+rolled back from its write-ahead log when the file is next opened), and rebuilds the small views
+file into a temp beside it (``._tmp-<12 hex>-catalog.duckdb``: a copy of the current one, or a new
+one), which it checkpoints, closes and renames over ``catalog.duckdb`` (``os.replace``). Nothing
+that grows with the corpus is copied. So:
+
+* a reader holding the catalog open keeps reading the version it opened, whole, and never makes
+  the refresh wait (the refresh takes no lock a reader holds, and never opens ``catalog.duckdb``
+  for writing);
 * a reader that opens the catalog during a refresh gets the previous version;
-* a refresh that fails or is killed leaves the previous file untouched (its temp is removed by the
-  next refresh);
+* a refresh that fails or is killed leaves the previous ``catalog.duckdb`` untouched (its temp is
+  removed by the next refresh) and the state either as it was or a whole refresh ahead, which the
+  next refresh publishes;
 * refreshes wait for each other (a lock file beside the catalog), never for readers.
 
+After a refresh ``catalog.duckdb`` holds the catalog's own objects and nothing else: a table,
+view, macro, sequence, type or schema that is not the catalog's is never carried over (the file is
+rebuilt without it), and a view whose definition is not the one the refresh created is created
+again; the state file is cleared of anything not its own likewise. The catalog's files (both
+databases and their ``.wal``) must be regular files: a symbolic link (which would make a refresh
+read, or copy in, a database outside the data root) or anything else is refused with
+:class:`CatalogFileRefused`, by the refresh and by readers alike.
+
 The catalog is derived data: everything in it is recomputed from the files under the data root.
-A file DuckDB cannot open or whose state tables cannot be read (garbage, cut short, written by an
+A file DuckDB cannot open or whose tables cannot be read (garbage, cut short, written by an
 incompatible DuckDB) is therefore rebuilt from scratch, and the refresh says why
 (:attr:`RefreshedCatalog.rebuilt_because`); nothing is lost.
 
@@ -26,8 +44,10 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import hashlib
 import os
 import shutil
+import stat
 import uuid
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -35,16 +55,48 @@ from dataclasses import dataclass, field
 import duckdb
 import pyarrow as pa
 
+from speechdata.catalog.accounting_state import REJECTS_BY_PRODUCT_FROM_STATE, SHARD_ACCOUNTING_FROM_STATE
+from speechdata.catalog.incremental import HOURS_PER_LANGUAGE_FROM_STATE
+from speechdata.catalog.quality_state import HOURS_LOST, HOURS_LOST_FROM_STATE, SIGNAL_HISTOGRAMS_FROM_STATE
 from speechdata.catalog.readonly import lock_down
-from speechdata.catalog.views import CatalogSummary, refresh_catalog
-from speechdata.io.duckdb_object_store import enable_data_root_reads
+from speechdata.catalog.root_paths import set_root_variable
+from speechdata.catalog.views import (
+    CATALOG_FILE,
+    CATALOG_STATE_TABLES,
+    CatalogInputs,
+    CatalogSummary,
+    create_views,
+    list_catalog_inputs,
+    sync_catalog_state,
+    write_catalog_info,
+)
+from speechdata.io.duckdb_object_store import enable_data_root_reads, upload_database
 from speechdata.io.storage import TEMP_PREFIX, DataRoot
 
 BUILD_COMMAND = "speechdata catalog --refresh"
+STATE_SUFFIX = ".state"
+_PUBLISHED_VIEWS = "catalog_published_views"
+"""In the state: the views' definitions digest and the digest of the views as DuckDB stored them in
+the ``catalog.duckdb`` the refresh published."""
+_PUBLISHED_TABLES = {"catalog_info"}
+
+REFRESH_SUMMARY_QUERIES = {
+    "by_language": HOURS_PER_LANGUAGE_FROM_STATE,
+    "by_product": REJECTS_BY_PRODUCT_FROM_STATE,
+    "accounting": SHARD_ACCOUNTING_FROM_STATE,
+    "signal_histograms": SIGNAL_HISTOGRAMS_FROM_STATE,
+    HOURS_LOST: HOURS_LOST_FROM_STATE,
+}
+"""What ``manifest_catalog`` shows after a refresh, from the refresh's state alone (no file is read,
+whatever the corpus size): pass as ``queries`` to :func:`refresh_catalog_file`."""
 
 
 class CatalogNotBuilt(FileNotFoundError):
     """The catalog file does not exist: it names the path and how to build it."""
+
+
+class CatalogFileRefused(OSError):
+    """A catalog file (or its ``.wal``) is a symbolic link or not a regular file: it names the path."""
 
 
 @dataclass(frozen=True)
@@ -53,33 +105,94 @@ class RefreshedCatalog:
     reads_through: str
     """How the refresh read the root: ``local``, ``httpfs`` or ``fsspec``."""
     rebuilt_because: str | None = None
-    """Why the previous file could not be used and the catalog was rebuilt from scratch; ``None``
-    when the previous file (or none) was the starting point."""
+    """Why a previous file could not be used and was rebuilt from scratch; ``None`` when the previous
+    files (or none) were the starting point."""
     tables: dict[str, pa.Table] = field(default_factory=dict)
-    """The results of the ``queries`` asked of the new file before it was swapped in."""
+    """The results of the ``queries`` asked of the refreshed state before the new catalog was swapped in."""
+    dropped: list[str] = field(default_factory=list)
+    """Objects found in the catalog's files that are not the catalog's own (``kind name``), left out."""
+
+
+def state_path_of(database_path: str) -> str:
+    """The state database beside the catalog at ``database_path``."""
+    folder, name = os.path.split(database_path)
+    return os.path.join(folder, f".{name}{STATE_SUFFIX}")
+
+
+def catalog_files(database_path: str) -> list[str]:
+    """Every file a refresh opens or replaces by name: both databases and their write-ahead logs."""
+    state = state_path_of(database_path)
+    return [database_path, database_path + ".wal", state, state + ".wal"]
+
+
+def check_catalog_file(path: str) -> None:
+    """:class:`CatalogFileRefused` when ``path`` exists and is not a regular file (a symbolic link
+    included, whatever it points at); nothing when it is one or does not exist."""
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
+        return
+    if stat.S_ISLNK(info.st_mode):
+        raise CatalogFileRefused(
+            f"{path} is a symbolic link (to {os.readlink(path)}): the catalog's files must be regular files "
+            f"of the data root; remove it and run `{BUILD_COMMAND}`"
+        )
+    if not stat.S_ISREG(info.st_mode):
+        raise CatalogFileRefused(
+            f"{path} is not a regular file ({_kind(info.st_mode)}): remove it and run `{BUILD_COMMAND}`"
+        )
+
+
+def _kind(mode: int) -> str:
+    for test, name in (
+        (stat.S_ISDIR, "a folder"),
+        (stat.S_ISFIFO, "a named pipe"),
+        (stat.S_ISSOCK, "a socket"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+    ):
+        if test(mode):
+            return name
+    return "not a file"
 
 
 def refresh_catalog_file(
     database_path: str, root: DataRoot, *, full: bool = False, queries: Mapping[str, str] | None = None
 ) -> RefreshedCatalog:
-    """Refresh the catalog at ``database_path`` (a local file) over ``root`` into a new file, then
-    swap it in atomically. ``queries`` (name -> SQL) run on the new file before the swap."""
+    """Refresh the catalog at ``database_path`` (a local file) over ``root``: the state beside it in
+    place, in one transaction, and the views into a new file swapped in atomically. ``queries``
+    (name -> SQL) run on the refreshed state (its tables: :data:`~speechdata.catalog.views.CATALOG_STATE_TABLES`)
+    before the swap. On an object-store root the state is fetched from the root when this machine
+    has none, and put back after the refresh (:data:`STATE_FILE`)."""
     database_path = os.path.abspath(database_path)
     folder = os.path.dirname(database_path)
     os.makedirs(folder, exist_ok=True)
+    state_path = state_path_of(database_path)
     with _refresh_lock(database_path):
+        for path in catalog_files(database_path):
+            check_catalog_file(path)
         _remove_orphaned_builds(database_path)
+        inputs = list_catalog_inputs(root.uri(""))
         build = os.path.join(folder, f"{TEMP_PREFIX}{uuid.uuid4().hex[:12]}-{os.path.basename(database_path)}")
+        problems, dropped = [], []
         try:
-            connection, rebuilt_because = _open_seeded(database_path, build)
+            if not root.is_local:
+                _fetch_state(root, state_path)
             try:
-                reads_through = enable_data_root_reads(connection, root)
-                summary = refresh_catalog(connection, root.uri(""), full=full or rebuilt_because is not None)
-                tables = {name: _arrow(connection.sql(sql)) for name, sql in (queries or {}).items()}
-                connection.execute("CHECKPOINT")
-            finally:
-                connection.close()
-            # A WAL left beside the old file by a writer of the old kind must not be replayed onto the new one.
+                refreshed = _refresh_state(state_path, database_path, build, root, inputs, full, queries, dropped)
+            except duckdb.Error:
+                problem = _state_problem(state_path)
+                if problem is None:
+                    raise  # the state reads whole: the failure is the files' (a corrupt manifest), said as it is
+                _remove(state_path)
+                _remove(build)
+                problems.append(problem)
+                refreshed = _refresh_state(state_path, database_path, build, root, inputs, True, queries, dropped)
+            summary, tables, reads_through, more_problems = refreshed
+            problems += more_problems
+            if not root.is_local:
+                upload_database(root, state_path, STATE_FILE)
+            # A WAL left beside the old file by a writer of an older kind must not be replayed onto the new one.
             with contextlib.suppress(FileNotFoundError):
                 os.remove(database_path + ".wal")
             os.replace(build, database_path)
@@ -88,40 +201,235 @@ def refresh_catalog_file(
             for leftover in (build, build + ".wal"):
                 with contextlib.suppress(FileNotFoundError):
                     os.remove(leftover)
-    return RefreshedCatalog(summary, reads_through, rebuilt_because, tables)
+    return RefreshedCatalog(summary, reads_through, "; ".join(problems) or None, tables, dropped)
 
 
-def _open_seeded(database_path: str, build: str) -> tuple[duckdb.DuckDBPyConnection, str | None]:
-    """A connection to ``build``, a copy of the current catalog; when that copy is unusable, to an
-    empty ``build`` and why the copy was not used."""
-    if not os.path.exists(database_path):
-        return duckdb.connect(build), None
-    shutil.copyfile(database_path, build)
-    if os.path.exists(database_path + ".wal"):
-        shutil.copyfile(database_path + ".wal", build + ".wal")
+def _refresh_state(
+    state_path: str,
+    database_path: str,
+    build: str,
+    root: DataRoot,
+    inputs: CatalogInputs,
+    full: bool,
+    queries: Mapping[str, str] | None,
+    dropped: list[str],
+) -> tuple[CatalogSummary, dict[str, pa.Table], str, list[str]]:
+    """Bring the state up to ``inputs`` in one transaction, writing the views file into ``build`` on
+    the way; returns the summary, the ``queries``' tables, how the root was read and what was unusable."""
+    state, state_problem = _open_state(state_path)
+    problems = [state_problem] if state_problem else []
+    try:
+        reads_through = enable_data_root_reads(state, root)
+        state.begin()
+        try:
+            dropped += [f"state {d}" for d in drop_foreign_objects(state, _state_tables(), set())]
+            ensure_catalog_published_record(state)
+            recorded = state.execute(f"SELECT definitions_sha256, views_sha256 FROM {_PUBLISHED_VIEWS}").fetchall()
+            published_problem, published = _build_published(
+                database_path, build, root, inputs, recorded[0] if len(recorded) == 1 else None, full, dropped
+            )
+            problems += [published_problem] if published_problem else []
+            summary = sync_catalog_state(state, inputs, full=full or state_problem is not None)
+            state.execute(f"DELETE FROM {_PUBLISHED_VIEWS}")
+            state.execute(f"INSERT INTO {_PUBLISHED_VIEWS} VALUES (?, ?)", list(published))
+            state.commit()
+        except BaseException:
+            state.rollback()
+            raise
+        tables = {name: _arrow(state.sql(sql)) for name, sql in (queries or {}).items()}
+    finally:
+        state.close()
+    return summary, tables, reads_through, problems
+
+
+STATE_FILE = f".{CATALOG_FILE}{STATE_SUFFIX}"
+"""The state, relative to an object-store data root (a local root's is beside its ``catalog.duckdb``)."""
+
+
+def _state_tables() -> set[str]:
+    return {name for tables in CATALOG_STATE_TABLES for name in tables} | {_PUBLISHED_VIEWS}
+
+
+def ensure_catalog_published_record(connection: duckdb.DuckDBPyConnection) -> None:
+    connection.execute(
+        f"CREATE TABLE IF NOT EXISTS {_PUBLISHED_VIEWS} (definitions_sha256 VARCHAR, views_sha256 VARCHAR)"
+    )
+
+
+def _fetch_state(root: DataRoot, state_path: str) -> None:
+    """This machine's state, from the root when it has none (any state is a valid start: it is
+    checked against the listing, and files changed since are read again)."""
+    if not os.path.exists(state_path) and root.exists(STATE_FILE):
+        root.fs.get(root.path(STATE_FILE), state_path)
+
+
+def _open_state(state_path: str) -> tuple[duckdb.DuckDBPyConnection, str | None]:
+    """A connection to the state, in place; when DuckDB cannot open it, to a new empty one and why.
+
+    Its tables are not read whole here (the state grows with the corpus): DuckDB checks each block's
+    checksum as it reads it, and a refresh that fails is followed by :func:`_state_problem`."""
+    if not os.path.exists(state_path):
+        return duckdb.connect(state_path), None
+    try:
+        return duckdb.connect(state_path), None
+    except duckdb.Error as error:
+        problem = _unreadable(state_path, state_path, error)
+    _remove(state_path)
+    return duckdb.connect(state_path), problem
+
+
+def _state_problem(state_path: str) -> str | None:
+    """Why the state (closed) is unusable, after a refresh over it failed; None when it reads whole
+    (the failure came from elsewhere: a data file, the root)."""
+    connection, problem = _open_checked(state_path, state_path)
+    if connection is not None:
+        connection.close()
+    return problem
+
+
+def _unreadable(path: str, named: str, error: Exception) -> str:
+    lines = str(error).strip().splitlines()
+    detail = (lines[0] if lines else type(error).__name__).replace(path, named)
+    return f"{os.path.basename(named)} is unreadable ({detail})"
+
+
+def _open_checked(path: str, named: str) -> tuple[duckdb.DuckDBPyConnection | None, str | None]:
+    """A connection to ``path`` whose every table reads, or None and why (naming ``named``)."""
     connection = None
     try:
-        connection = duckdb.connect(build)
+        connection = duckdb.connect(path)
         _read_every_table(connection)
         return connection, None
     except duckdb.Error as error:
         if connection is not None:
             connection.close()
-        lines = str(error).strip().splitlines()
-        detail = (lines[0] if lines else type(error).__name__).replace(build, database_path)
-        problem = f"{os.path.basename(database_path)} is unreadable ({detail})"
-    for path in (build, build + ".wal"):
+        return None, _unreadable(path, named, error)
+
+
+def _remove(path: str) -> None:
+    for leftover in (path, path + ".wal"):
         with contextlib.suppress(FileNotFoundError):
-            os.remove(path)
-    return duckdb.connect(build), problem
+            os.remove(leftover)
+
+
+def _build_published(
+    database_path: str,
+    build: str,
+    root: DataRoot,
+    inputs: CatalogInputs,
+    recorded: tuple[str, str] | None,
+    full: bool,
+    dropped: list[str],
+) -> tuple[str | None, tuple[str, str]]:
+    """Write the views file into ``build``: a copy of the current one when it holds nothing but the
+    catalog's objects, else a new one; its views created again unless they are, as DuckDB stored
+    them, those the last refresh published. Returns why the current file was unusable (or None) and
+    the (definitions, views) digests to record."""
+    problem, connection = None, None
+    if os.path.exists(database_path):
+        # Small (views and catalog_info): the state that grows with the corpus is in a file of its own.
+        # The WAL is not copied: the catalog is checkpointed before it is published, so one beside it is not ours.
+        shutil.copyfile(database_path, build)
+        connection, problem = _open_checked(build, database_path)
+        if connection is not None:
+            foreign = foreign_objects(connection, _PUBLISHED_TABLES, inputs.view_names)
+            if foreign:
+                # Rebuilt rather than cleaned: whatever was planted leaves no bytes behind either.
+                dropped += [f"{os.path.basename(database_path)} {f}" for f in foreign]
+                connection.close()
+                connection = None
+        if connection is None:
+            _remove(build)
+    fresh = connection is None
+    if fresh:
+        connection = duckdb.connect(build)
+    try:
+        enable_data_root_reads(connection, root)
+        set_root_variable(connection, inputs.root_uri)
+        connection.begin()
+        if fresh or full or recorded != (inputs.definitions_sha256, views_digest(connection)):
+            create_views(connection, inputs.definitions)
+        write_catalog_info(connection, inputs)
+        connection.commit()
+        published = (inputs.definitions_sha256, views_digest(connection))
+        connection.execute("CHECKPOINT")
+    finally:
+        connection.close()
+    return problem, published
+
+
+def views_digest(connection: duckdb.DuckDBPyConnection) -> str:
+    """The digest of the database's views as DuckDB stores them (a view replaced by hand changes it)."""
+    rows = connection.execute(
+        "SELECT view_name, sql FROM duckdb_views() WHERE database_name = current_database() "
+        "AND NOT internal AND NOT temporary ORDER BY view_name"
+    ).fetchall()
+    return hashlib.sha256(repr(rows).encode("utf-8")).hexdigest()
+
+
+def foreign_objects(connection: duckdb.DuckDBPyConnection, tables: set[str], views: set[str]) -> list[str]:
+    """Every object of the connection's database that is not one of ``tables`` or ``views``
+    (``kind name``): other tables and views, anything in another schema, macros, sequences, types, indexes."""
+    queries = (
+        ("schema", "SELECT 'schema', schema_name, schema_name FROM duckdb_schemas() WHERE NOT internal"),
+        ("table", "SELECT 'table', schema_name, table_name FROM duckdb_tables() WHERE NOT temporary"),
+        ("view", "SELECT 'view', schema_name, view_name FROM duckdb_views() WHERE NOT internal AND NOT temporary"),
+        # One scan of duckdb_functions() (every built-in function: about 0.1 s), for both kinds of macro.
+        (
+            "macro",
+            "SELECT DISTINCT CASE function_type WHEN 'macro' THEN 'macro' ELSE 'table macro' END, schema_name, "
+            "function_name FROM duckdb_functions() WHERE NOT internal AND function_type IN ('macro', 'table_macro')",
+        ),
+        ("sequence", "SELECT 'sequence', schema_name, sequence_name FROM duckdb_sequences() WHERE NOT temporary"),
+        ("type", "SELECT 'type', schema_name, type_name FROM duckdb_types() WHERE NOT internal"),
+        ("index", "SELECT 'index', schema_name, index_name FROM duckdb_indexes() WHERE true"),
+    )
+    found = []
+    for _, sql in queries:
+        for kind, schema, name in connection.execute(sql + " AND database_name = current_database()").fetchall():
+            if kind == "schema":
+                ours = schema in ("main", "pg_catalog", "information_schema")
+            else:
+                ours = schema == "main" and ((kind == "table" and name in tables) or (kind == "view" and name in views))
+            if not ours:
+                found.append(f"{kind} {schema}.{name}")
+    return found
+
+
+def drop_foreign_objects(connection: duckdb.DuckDBPyConnection, tables: set[str], views: set[str]) -> list[str]:
+    """Drop every :func:`foreign_objects` of the connection's database; returns what was dropped."""
+    found = foreign_objects(connection, tables, views)
+    statements = {
+        "schema": "DROP SCHEMA IF EXISTS {name} CASCADE",
+        "table": "DROP TABLE IF EXISTS {qualified} CASCADE",
+        "view": "DROP VIEW IF EXISTS {qualified} CASCADE",
+        "macro": "DROP MACRO IF EXISTS {qualified}",
+        "table macro": "DROP MACRO TABLE IF EXISTS {qualified}",
+        "sequence": "DROP SEQUENCE IF EXISTS {qualified} CASCADE",
+        "type": "DROP TYPE IF EXISTS {qualified} CASCADE",
+        "index": "DROP INDEX IF EXISTS {qualified}",
+    }
+    # Schemas first: everything in them goes with them.
+    for entry in sorted(found, key=lambda e: not e.startswith("schema ")):
+        kind, qualified = entry.rsplit(" ", 1)
+        schema, name = qualified.split(".", 1)
+        quoted = f"{_quote(schema)}.{_quote(name)}"
+        connection.execute(statements[kind].format(name=_quote(name), qualified=quoted))
+    return found
+
+
+def _quote(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
 
 
 def _read_every_table(connection: duckdb.DuckDBPyConnection) -> None:
     """Read every block of every table: a file cut short can open and fail only at the blocks it lost."""
-    tables = [row[0] for row in connection.execute("SELECT table_name FROM duckdb_tables()").fetchall()]
-    for table in tables:
+    tables = connection.execute(
+        "SELECT schema_name, table_name FROM duckdb_tables() WHERE database_name = current_database()"
+    ).fetchall()
+    for schema, table in tables:
         # hash() of the whole row makes DuckDB read every column, without bringing the rows into Python.
-        connection.execute(f'SELECT sum(hash(t)) FROM "{table}" AS t').fetchall()
+        connection.execute(f"SELECT sum(hash(t)) FROM {_quote(schema)}.{_quote(table)} AS t").fetchall()
 
 
 def _arrow(relation) -> pa.Table:
@@ -132,12 +440,18 @@ def _arrow(relation) -> pa.Table:
 def _refresh_lock(database_path: str) -> Iterator[None]:
     """Refreshes of one catalog one at a time; readers never take this lock."""
     lock_path = os.path.join(os.path.dirname(database_path), f".{os.path.basename(database_path)}.refresh-lock")
-    with open(lock_path, "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    check_catalog_file(lock_path)
+    # O_NOFOLLOW: a link planted between the check and the open is refused, never followed.
+    descriptor = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK, 0o644)
+    try:
+        check_catalog_file(lock_path)
+        fcntl.flock(descriptor, fcntl.LOCK_EX)
         try:
             yield
         finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
+            fcntl.flock(descriptor, fcntl.LOCK_UN)
+    finally:
+        os.close(descriptor)
 
 
 def _remove_orphaned_builds(database_path: str) -> None:
@@ -173,6 +487,8 @@ def open_catalog_read_only(
     """A read-only connection to the catalog at ``database_path`` (a local file) whose views read
     ``root`` and nothing else (:func:`~speechdata.catalog.readonly.lock_down`). :class:`CatalogNotBuilt`
     names ``location`` (default: the path) when no refresh ever built it."""
+    for path in (database_path, database_path + ".wal"):
+        check_catalog_file(path)
     require_catalog(database_path, location)
     connection = duckdb.connect(database_path, read_only=True)
     try:

@@ -20,8 +20,12 @@ The views stay views over the live files: nothing here changes what a query of t
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
+import fnmatch
 import glob
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import duckdb
@@ -83,10 +87,69 @@ def has_files(root: DataRoot, relative_glob: str) -> bool:
     return bool(root.fs.glob(f"{escape_glob(root.root)}/{relative_glob}"))
 
 
+_FOLDERS: contextvars.ContextVar[dict | None] = contextvars.ContextVar("catalog_listed_folders", default=None)
+
+
+@contextlib.contextmanager
+def one_listing_per_folder() -> Iterator[None]:
+    """Within the block, a local root's folders are each listed once, whatever the globs asked:
+    a refresh's dozen globs over ``shards/*/...`` read each shard folder once instead of trying each
+    name in each folder per glob (three system calls per glob and shard). What the block sees is
+    the folders as they were when first listed in it."""
+    token = _FOLDERS.set({})
+    try:
+        yield
+    finally:
+        _FOLDERS.reset(token)
+
+
+def _folder_entries(folders: dict, base: str, relative: str) -> dict[str, tuple[bool, bool]]:
+    """name -> (is a folder, is a file) of the folder at ``relative`` (links followed, as glob does)."""
+    if relative not in folders:
+        entries = {}
+        with (
+            contextlib.suppress(FileNotFoundError, NotADirectoryError, PermissionError),
+            os.scandir(f"{base}/{relative}" if relative else base) as listing,
+        ):
+            for entry in listing:
+                try:
+                    entries[entry.name] = (entry.is_dir(), entry.is_file())
+                except OSError:
+                    continue
+        folders[relative] = entries
+    return folders[relative]
+
+
+def _cached_glob(folders: dict, base: str, relative_glob: str) -> list[str]:
+    """``glob.glob``'s matches of ``relative_glob`` under ``base`` that are files, relative, from the
+    listed folders (a wildcard never matches a name starting with a dot, as in glob)."""
+    parts = relative_glob.split("/")
+    prefixes = [""]
+    for position, part in enumerate(parts):
+        last = position == len(parts) - 1
+        found = []
+        for prefix in prefixes:
+            entries = _folder_entries(folders, base, prefix)
+            if glob.has_magic(part):
+                names = [n for n in entries if fnmatch.fnmatchcase(n, part) and not n.startswith(".")]
+            else:
+                names = [part] if part in entries else []
+            for name in names:
+                is_dir, is_file = entries[name]
+                if is_file if last else is_dir:
+                    found.append(f"{prefix}/{name}" if prefix else name)
+        prefixes = found
+    return sorted(prefixes)
+
+
 def _local_glob_iter(root: DataRoot, relative_glob: str):
     # fsspec's glob of ``shards/*/x.parquet`` lists and stats every file of every shard folder;
     # the standard library's lists ``shards`` and tries the one literal name in each.
     base = root.root.rstrip("/")
+    folders = _FOLDERS.get()
+    if folders is not None:
+        yield from _cached_glob(folders, base, relative_glob)
+        return
     for path in glob.iglob(f"{glob.escape(base)}/{relative_glob}"):
         if os.path.isfile(path):
             yield path[len(base) + 1 :]

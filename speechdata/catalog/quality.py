@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
+from speechdata.catalog.incremental import has_files
 from speechdata.catalog.root_paths import under_root
 from speechdata.io import layout
 from speechdata.io.storage import DataRoot
@@ -20,7 +21,7 @@ from speechdata.quality.schema import QUALITY_DECISIONS_SCHEMA, QUALITY_SIGNALS_
 QUALITY_GLOB = f"{layout.SHARDS}/*/quality.parquet"
 DECISIONS_GLOB = f"{layout.SHARDS}/*/quality_decisions.parquet"
 NEAR_DUPLICATES_GLOB = f"{layout.SHARDS}/*/near_duplicates.parquet"
-_SHARD_FROM_QUALITY_PATH = r"(?:^|/)shards/([^/]+)/(?:quality|quality_decisions|near_duplicates)\.parquet$"
+SHARD_FROM_QUALITY_PATH = r"(?:^|/)shards/([^/]+)/(?:quality|quality_decisions|near_duplicates)\.parquet$"
 
 _DUCKDB_TYPES = {pa.string(): "VARCHAR", pa.float64(): "DOUBLE", pa.int64(): "BIGINT", pa.bool_(): "BOOLEAN"}
 
@@ -53,16 +54,8 @@ QUALITY_NAMED_QUERIES: dict[str, str] = {
 
 
 SIGNAL_UNITS: dict[str, str] = {"snr_db": "dB", "bandwidth_hz": "Hz", "speech_share": "share", "cer": "rate"}
-"""The main quality signals shown per language (the catalog's histograms), each with its unit."""
-
-SIGNALS_PER_LANGUAGE = f"""
-    SELECT coalesce(language, '(none)') AS language, count(*) AS utterances,
-           {", ".join(f'list("{name}") AS "{name}"' for name in SIGNAL_UNITS)}
-    FROM quality WHERE has_audio GROUP BY 1 ORDER BY 1"""
-"""One row per landed language: every measured utterance's value of each :data:`SIGNAL_UNITS`
-signal, nulls kept (a signal not measured, e.g. ``cer`` of an utterance the aligner skipped).
-
-Reads every shard's ``quality.parquet`` (four columns): about 32 bytes per utterance."""
+"""The main quality signals shown per language (the catalog's histograms,
+:mod:`speechdata.catalog.quality_state`), each with its unit."""
 
 
 def quality_view_definitions(root: DataRoot, location: str) -> list[tuple[str, str]]:
@@ -73,10 +66,10 @@ def quality_view_definitions(root: DataRoot, location: str) -> list[tuple[str, s
         ("quality_decisions", DECISIONS_GLOB, QUALITY_DECISIONS_SCHEMA),
         ("near_duplicates", NEAR_DUPLICATES_GLOB, NEAR_DUPLICATES_SCHEMA),
     ):
-        if root.glob(glob):
+        if has_files(root, glob):
             columns = ", ".join(f'"{f.name}"' for f in schema)
             sql = (
-                f"SELECT regexp_extract(filename, '{_SHARD_FROM_QUALITY_PATH}', 1) AS shard, {columns} "
+                f"SELECT regexp_extract(filename, '{SHARD_FROM_QUALITY_PATH}', 1) AS shard, {columns} "
                 f"FROM read_parquet({under_root(glob, location)}, union_by_name = true, "
                 "hive_partitioning = false, filename = true)"
             )

@@ -13,9 +13,12 @@
 
 Everything but ``catalog_info`` is a view reading the files at query time, so a summary never lags
 what it summarizes (a new shard is visible as soon as its manifest is committed, which happens only
-after its checks passed). Beside them, ``catalog_manifest_*`` and ``catalog_rejects_*`` /
-``catalog_rejected_ids`` hold per-file aggregates so that a refresh reads only the files that
-changed (:mod:`speechdata.catalog.incremental`). A refresh replaces all of it in one transaction.
+after its checks passed). The state tables (:data:`CATALOG_STATE_TABLES`: per-file aggregates,
+:mod:`speechdata.catalog.incremental`; per-shard accounting and quality,
+:mod:`~speechdata.catalog.accounting_state`, :mod:`~speechdata.catalog.quality_state`) let a refresh
+read only the files that changed: :func:`refresh_catalog` keeps them beside the views on its one
+connection, the catalog file (:mod:`speechdata.catalog.database_file`) in a state file of its own.
+A refresh replaces all of it in one transaction.
 
 * ``words``: every packed sample's aligned words (``shard``, ``key``, ``word_index``, ``word``,
   ``start_ms``, ``end_ms``, ``language``), the same words each bridge sample's ``.json`` carries.
@@ -49,15 +52,19 @@ from speechdata.bridge.manifest import MANIFEST_COLUMNS, manifest_path
 from speechdata.catalog.accounting import product_accounting_sql, product_rejects_sql
 from speechdata.catalog.accounting_state import ACCOUNTING_STATE_TABLES, list_accounting_inputs, sync_accounting
 from speechdata.catalog.incremental import (
+    STATE_TABLES,
+    ListedFile,
     clear_state,
     ensure_state_tables,
     has_files,
     list_files,
+    one_listing_per_folder,
     summary_totals,
     sync_manifests,
     sync_rejects,
 )
 from speechdata.catalog.quality import quality_view_definitions
+from speechdata.catalog.quality_state import QUALITY_STATE_TABLES, list_quality_inputs, sync_quality
 from speechdata.catalog.root_paths import glob_root, set_root_variable, under_root
 from speechdata.io import layout
 from speechdata.io.storage import DataRoot
@@ -71,6 +78,13 @@ SUMMARY_VIEWS = ("hours_by_language", "hours_by_country", "hours_by_shard", "pro
 SUMMARY_TABLES = (*SUMMARY_VIEWS, "catalog_info")
 _VIEWS_STATE = "catalog_view_definitions"
 """The digest of the views' DDL the last refresh created (re-created only when it changes)."""
+CATALOG_STATE_TABLES = (
+    STATE_TABLES,
+    ACCOUNTING_STATE_TABLES,
+    QUALITY_STATE_TABLES,
+    {_VIEWS_STATE: "sha256 VARCHAR"},
+)
+"""Every state table (name -> column definitions), by module."""
 
 _MANIFEST_GLOB = manifest_path("*")
 # Atomic writes leave ``._tmp-*`` files beside a ledger while it is written (and after a crash):
@@ -125,69 +139,117 @@ class CatalogSummary:
     rejects_files_read: int = 0
     accounting_shards_read: int = 0
     """Shards whose per-product accounting this refresh recounted (any of their files new, changed or gone)."""
+    quality_shards_read: int = 0
+    """Shards whose quality aggregates (histograms, hours lost) this refresh recounted."""
 
     def as_dict(self) -> dict:
         return asdict(self)
 
 
-def refresh_catalog(connection: duckdb.DuckDBPyConnection, root_uri: str, *, full: bool = False) -> CatalogSummary:
-    """(Re)create the ``samples`` and ``rejects`` views and the summary views for ``root_uri``.
+@dataclass(frozen=True)
+class CatalogInputs:
+    """What one refresh works from: the files under the root it lists, and the views' definitions."""
 
-    Incremental by default: only manifests and rejects ledgers that are new or changed since the
-    last refresh are read (:mod:`speechdata.catalog.incremental`), and the views are re-created only
-    when their definitions change (which globs match nothing, the root). ``full=True`` forgets the
-    stored state and reads every file; both give the same catalog. The files are listed with the
-    root's filesystem first: DuckDB fails on a glob that matches nothing, so with no manifests (or
-    no ledgers) yet the view is an empty one with the right columns. Everything is replaced inside
-    one transaction, so a refresh that fails or is killed leaves the previous catalog.
-    """
+    root_uri: str
+    manifests: dict[str, ListedFile]
+    rejects: dict[str, ListedFile]
+    accounting: dict[str, dict[str, ListedFile]]
+    quality: dict[str, dict[str, ListedFile]]
+    definitions: list[tuple[str, str]]
+    """(view, SELECT) for every view, in creation order."""
+    definitions_sha256: str
+
+    @property
+    def view_names(self) -> set[str]:
+        return {view for view, _ in self.definitions}
+
+
+def list_catalog_inputs(root_uri: str) -> CatalogInputs:
+    """List the files a refresh of the catalog over ``root_uri`` reads (sizes and fingerprints come
+    with the listing: no file is opened here). DuckDB fails on a glob that matches nothing, so with
+    no manifests (or no ledgers) yet a view is an empty one with the right columns."""
     root = DataRoot(root_uri)
-    manifests = list_files(root, _MANIFEST_GLOB)
-    rejects = list_files(root, _REJECTS_GLOB)
-    any_alignments = has_files(root, _ALIGNMENTS_GLOB)
-    accounting_inputs = list_accounting_inputs(root, rejects, already_listed={_MANIFEST_GLOB: manifests})
-    # A root such as ``/data/run[1]`` must match itself, not a character class.
-    location = glob_root(root_uri)
-    set_root_variable(connection, root_uri)
-    definitions = _view_definitions(root, location, bool(manifests), bool(rejects), any_alignments)
+    with one_listing_per_folder():
+        manifests = list_files(root, _MANIFEST_GLOB)
+        rejects = list_files(root, _REJECTS_GLOB)
+        any_alignments = has_files(root, _ALIGNMENTS_GLOB)
+        accounting = list_accounting_inputs(root, rejects, already_listed={_MANIFEST_GLOB: manifests})
+        quality = list_quality_inputs(root)
+        # A root such as ``/data/run[1]`` must match itself, not a character class.
+        definitions = _view_definitions(root, glob_root(root_uri), bool(manifests), bool(rejects), any_alignments)
     digest = hashlib.sha256(json.dumps(definitions).encode("utf-8")).hexdigest()
+    return CatalogInputs(root_uri, manifests, rejects, accounting, quality, definitions, digest)
 
+
+def refresh_catalog(connection: duckdb.DuckDBPyConnection, root_uri: str, *, full: bool = False) -> CatalogSummary:
+    """(Re)create the views and bring the per-file state up to the files under ``root_uri``, on one
+    connection (the state tables beside the views, as a notebook or a test keeps them).
+
+    Incremental by default: only manifests, rejects ledgers and per-shard files that are new or
+    changed since the last refresh are read (:mod:`speechdata.catalog.incremental`), and the views
+    are re-created only when their definitions change (which globs match nothing, the root).
+    ``full=True`` forgets the stored state and reads every file; both give the same catalog.
+    Everything is replaced inside one transaction, so a refresh that fails or is killed leaves the
+    previous catalog. The catalog file itself (:func:`speechdata.catalog.database_file.refresh_catalog_file`)
+    keeps the state in a file of its own, beside the views readers open.
+    """
+    inputs = list_catalog_inputs(root_uri)
+    set_root_variable(connection, root_uri)
     connection.begin()
     try:
-        ensure_state_tables(connection)
-        ensure_state_tables(connection, ACCOUNTING_STATE_TABLES)
-        connection.execute(f"CREATE TABLE IF NOT EXISTS {_VIEWS_STATE} (sha256 VARCHAR)")
-        if full:
-            clear_state(connection)
-            clear_state(connection, ACCOUNTING_STATE_TABLES)
-        manifest_counts = sync_manifests(connection, root_uri, manifests)
-        rejects_counts = sync_rejects(connection, root_uri, rejects, _SHARD_FROM_REJECTS_PATH)
-        accounting_shards_read = sync_accounting(connection, root_uri, accounting_inputs, _SHARD_FROM_REJECTS_PATH)
+        summary = sync_catalog_state(connection, inputs, full=full)
         stored = connection.execute(f"SELECT sha256 FROM {_VIEWS_STATE}").fetchall()
-        if full or stored != [(digest,)]:
-            _create_views(connection, definitions)
+        if full or stored != [(inputs.definitions_sha256,)]:
+            create_views(connection, inputs.definitions)
             connection.execute(f"DELETE FROM {_VIEWS_STATE}")
-            connection.execute(f"INSERT INTO {_VIEWS_STATE} VALUES (?)", [digest])
-        connection.execute(
-            "CREATE OR REPLACE TABLE catalog_info AS SELECT current_timestamp AS refreshed_at, "
-            "?::VARCHAR AS data_root, ?::BIGINT AS manifest_files, ?::BIGINT AS rejects_files",
-            [root_uri, len(manifests), len(rejects)],
-        )
-        summary = CatalogSummary(
-            manifest_files=len(manifests),
-            rejects_files=len(rejects),
-            **summary_totals(connection),
-            manifests_read=manifest_counts.read,
-            manifests_reused=manifest_counts.reused,
-            manifests_dropped=manifest_counts.dropped,
-            rejects_files_read=rejects_counts.read,
-            accounting_shards_read=accounting_shards_read,
-        )
+            connection.execute(f"INSERT INTO {_VIEWS_STATE} VALUES (?)", [inputs.definitions_sha256])
+        write_catalog_info(connection, inputs)
         connection.commit()
     except BaseException:
         connection.rollback()
         raise
     return summary
+
+
+def ensure_catalog_state(connection: duckdb.DuckDBPyConnection) -> None:
+    """Create the state tables that do not exist yet."""
+    for tables in CATALOG_STATE_TABLES:
+        ensure_state_tables(connection, tables)
+
+
+def sync_catalog_state(
+    connection: duckdb.DuckDBPyConnection, inputs: CatalogInputs, *, full: bool = False
+) -> CatalogSummary:
+    """Bring the state tables up to ``inputs`` (reading only new and changed files unless ``full``),
+    inside the caller's transaction, and sum the totals from them."""
+    ensure_catalog_state(connection)
+    if full:
+        for tables in CATALOG_STATE_TABLES:
+            clear_state(connection, tables)
+    root_uri = inputs.root_uri
+    manifest_counts = sync_manifests(connection, root_uri, inputs.manifests)
+    rejects_counts = sync_rejects(connection, root_uri, inputs.rejects, _SHARD_FROM_REJECTS_PATH)
+    accounting_shards_read = sync_accounting(connection, root_uri, inputs.accounting, _SHARD_FROM_REJECTS_PATH)
+    quality_shards_read = sync_quality(connection, root_uri, inputs.quality)
+    return CatalogSummary(
+        manifest_files=len(inputs.manifests),
+        rejects_files=len(inputs.rejects),
+        **summary_totals(connection),
+        manifests_read=manifest_counts.read,
+        manifests_reused=manifest_counts.reused,
+        manifests_dropped=manifest_counts.dropped,
+        rejects_files_read=rejects_counts.read,
+        accounting_shards_read=accounting_shards_read,
+        quality_shards_read=quality_shards_read,
+    )
+
+
+def write_catalog_info(connection: duckdb.DuckDBPyConnection, inputs: CatalogInputs) -> None:
+    connection.execute(
+        "CREATE OR REPLACE TABLE catalog_info AS SELECT current_timestamp AS refreshed_at, "
+        "?::VARCHAR AS data_root, ?::BIGINT AS manifest_files, ?::BIGINT AS rejects_files",
+        [inputs.root_uri, len(inputs.manifests), len(inputs.rejects)],
+    )
 
 
 def _view_definitions(
@@ -238,7 +300,7 @@ def _view_definitions(
     return definitions
 
 
-def _create_views(connection: duckdb.DuckDBPyConnection, definitions: list[tuple[str, str]]) -> None:
+def create_views(connection: duckdb.DuckDBPyConnection, definitions: list[tuple[str, str]]) -> None:
     old_tables = {r[0] for r in connection.execute("SELECT table_name FROM duckdb_tables()").fetchall()}
     for view in set(SUMMARY_VIEWS) & old_tables:  # catalogs refreshed before summaries became views
         connection.execute(f"DROP TABLE {view}")

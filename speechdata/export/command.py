@@ -11,7 +11,14 @@ import argparse
 import sys
 import textwrap
 
-from speechdata.command_options import add_data_root_option, add_quiet_option, data_root_from_args, progress_enabled
+from speechdata.command_options import (
+    add_data_root_option,
+    add_quiet_option,
+    data_root_from_args,
+    finite_float,
+    positive_int,
+    progress_enabled,
+)
 from speechdata.export.output import ExportError
 from speechdata.export.selection import SampleFilter
 
@@ -29,40 +36,20 @@ _EXAMPLES = {
 }
 
 
-def _finite_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if value != value or value in (float("inf"), float("-inf")):
-        raise argparse.ArgumentTypeError(f"must be finite, got {text!r}")
-    return value
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
-    return value
-
-
 def _common(parser: argparse.ArgumentParser) -> None:
     add_data_root_option(parser)
     parser.add_argument("--out", required=True, metavar="DIR", help="local output directory (replaced atomically)")
     parser.add_argument("--language", action="append", help="keep this language (repeatable)")
     parser.add_argument("--country", action="append", help="keep this country (repeatable)")
-    parser.add_argument("--min-score", type=_finite_float, help="minimum alignment_score (inclusive)")
-    parser.add_argument("--min-duration", type=_finite_float, help="minimum duration in s (inclusive)")
-    parser.add_argument("--max-duration", type=_finite_float, help="maximum duration in s (inclusive)")
+    parser.add_argument("--min-score", type=finite_float, help="minimum alignment_score (inclusive)")
+    parser.add_argument("--min-duration", type=finite_float, help="minimum duration in s (inclusive)")
+    parser.add_argument("--max-duration", type=finite_float, help="maximum duration in s (inclusive)")
     quality = parser.add_argument_group("quality filters (shards/<shard>/quality.parquet; unmeasured fails)")
-    quality.add_argument("--max-cer", type=_finite_float, help="maximum greedy-CTC character error rate (inclusive)")
-    quality.add_argument("--max-wer", type=_finite_float, help="maximum greedy-CTC word error rate (inclusive)")
-    quality.add_argument("--min-snr", type=_finite_float, help="minimum WADA-SNR estimate in dB (inclusive)")
-    quality.add_argument("--min-bandwidth", type=_finite_float, help="minimum effective bandwidth in Hz (inclusive)")
-    quality.add_argument("--min-mos", type=_finite_float, help="minimum MOS estimate, 1-5 (inclusive)")
+    quality.add_argument("--max-cer", type=finite_float, help="maximum greedy-CTC character error rate (inclusive)")
+    quality.add_argument("--max-wer", type=finite_float, help="maximum greedy-CTC word error rate (inclusive)")
+    quality.add_argument("--min-snr", type=finite_float, help="minimum WADA-SNR estimate in dB (inclusive)")
+    quality.add_argument("--min-bandwidth", type=finite_float, help="minimum effective bandwidth in Hz (inclusive)")
+    quality.add_argument("--min-mos", type=finite_float, help="minimum MOS estimate, 1-5 (inclusive)")
     quality.add_argument(
         "--language-confirmed", action="store_true", help="only samples whose text LID agrees with the landed language"
     )
@@ -90,7 +77,7 @@ def register(subparsers) -> argparse.ArgumentParser:
     )
     _common(nemo)
     nemo.add_argument("--plain", action="store_true", help="WAV files and manifest.json instead of tars")
-    nemo.add_argument("--samples-per-tar", type=_positive_int, default=1000, help="samples per audio_<n>.tar")
+    nemo.add_argument("--samples-per-tar", type=positive_int, default=1000, help="samples per audio_<n>.tar")
     lhotse = kinds.add_parser(
         "lhotse",
         help="Lhotse Shar: cuts, recordings, qwen/wavlm/tokens/grid/dur arrays",
@@ -99,7 +86,7 @@ def register(subparsers) -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     _common(lhotse)
-    lhotse.add_argument("--samples-per-shard", type=_positive_int, default=1000, help="cuts per Shar shard")
+    lhotse.add_argument("--samples-per-shard", type=positive_int, default=1000, help="cuts per Shar shard")
     moshi = kinds.add_parser(
         "moshi",
         help="moshi-finetune: dataset.jsonl + stereo 24 kHz WAV + alignments JSON",

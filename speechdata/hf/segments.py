@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 from collections import Counter
 from collections.abc import Collection, Iterable, Iterator
@@ -26,6 +27,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from speechdata.alignment.formats import aligned_segment_range_problem
 from speechdata.hf.splits import SplitTargets, assign_new_splits
 from speechdata.hf.state import execute_many, registered_rows, rows_as_dicts, state_connection
 from speechdata.io import layout
@@ -80,6 +82,13 @@ class SegmentLimits:
     max_duration_s: float = 20.0
     max_cer: float | None = None
     """None keeps every CER (segments without one always pass)."""
+
+    def __post_init__(self) -> None:
+        # A NaN limit compares false with every value: it would keep every segment, silently.
+        for name in ("min_duration_s", "max_duration_s", "max_cer"):
+            value = getattr(self, name)
+            if value is not None and not (math.isfinite(value) and value >= 0):
+                raise ValueError(f"segment limit {name}={value!r} must be a finite number >= 0")
 
 
 def published_shard_indexes(data_root: DataRoot) -> Iterator[tuple[str, pa.Table]]:
@@ -354,11 +363,13 @@ def filter_reasons(
     segments: pa.Table, limits: SegmentLimits, near_duplicate_ids: Collection[SegmentId] = frozenset()
 ) -> list[str | None]:
     """Per segment: None when it is kept, else ``missing_<field>`` (a :data:`REQUIRED_FIELDS` is
-    null), ``too_short``, ``too_long``, ``cer_above_max`` or ``near_duplicate`` (its ``(shard_id,
+    null), ``duration_out_of_range`` (not a finite length >= 0), ``cer_out_of_range`` (not a finite
+    rate >= 0), ``transcript_indexes_out_of_range`` (not ``0 <= start <= end``), ``too_short``, ``too_long``, ``cer_above_max`` or ``near_duplicate`` (its ``(shard_id,
     key)`` is in ``near_duplicate_ids``), the first that applies: a copy that fails on its own is
     counted under its own reason, as the quality filter does."""
     reasons: list[str | None] = []
     required = {name: segments[name].to_pylist() for name in REQUIRED_FIELDS}
+    starts, ends = segments["transcript_start_idx"].to_pylist(), segments["transcript_end_idx"].to_pylist()
     copies = set(near_duplicate_ids)
     for row, (duration, cer, segment_id) in enumerate(
         zip(segments["duration_s"].to_pylist(), segments["cer"].to_pylist(), _segment_ids(segments), strict=True)
@@ -366,6 +377,12 @@ def filter_reasons(
         missing = next((name for name, values in required.items() if values[row] is None), None)
         if missing is not None:
             reasons.append(f"missing_{missing}")
+        elif duration is None or not math.isfinite(duration) or duration < 0:
+            reasons.append("duration_out_of_range")  # NaN compares false with every limit: never kept
+        elif cer is not None and aligned_segment_range_problem(cer, None, None) is not None:
+            reasons.append("cer_out_of_range")
+        elif aligned_segment_range_problem(None, starts[row], ends[row]) is not None:
+            reasons.append("transcript_indexes_out_of_range")
         elif duration < limits.min_duration_s:
             reasons.append("too_short")
         elif duration > limits.max_duration_s:

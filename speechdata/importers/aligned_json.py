@@ -36,8 +36,15 @@ import fsspec
 import pyarrow as pa
 
 from speechdata.alignment.formats import ALIGNED_JSON_SUFFIX, AlignedSegment, AlignmentFormatError, read_aligned_json
-from speechdata.command_options import add_data_root_option, add_quiet_option, data_root_from_args, with_progress
+from speechdata.command_options import (
+    add_data_root_option,
+    add_quiet_option,
+    data_root_from_args,
+    positive_int,
+    with_progress,
+)
 from speechdata.io import layout
+from speechdata.io.bounded_json import JsonBoundsError, read_bounded_json_bytes
 from speechdata.io.confinement import ConfinementError, confined_landed_shard, confined_source
 from speechdata.io.storage import DataRoot, _is_local, filesystem_for
 from speechdata.landing.countries import UnknownCountry, country_code_for, suggested_code
@@ -290,8 +297,10 @@ def _import_country(
             report.already_landed += 1
             continue
         try:
-            segments = read_aligned_json(source_fs.cat_file(path).decode("utf-8"), path, country)
-        except (AlignmentFormatError, UnicodeDecodeError) as exc:
+            with source_fs.open(path, "rb") as handle:
+                data = read_bounded_json_bytes(handle, path)  # a huge file is refused, not read whole
+            segments = read_aligned_json(data.decode("utf-8"), path, country)
+        except (AlignmentFormatError, UnicodeDecodeError, JsonBoundsError) as exc:
             report.rejected_files[path] = str(exc)
             continue
         if not segments:
@@ -431,7 +440,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--recordings-per-shard",
-        type=int,
+        type=positive_int,
         default=DEFAULT_RECORDINGS_PER_SHARD,
         metavar="N",
         help=f"recordings landed per shard (default: {DEFAULT_RECORDINGS_PER_SHARD})",

@@ -99,8 +99,10 @@ def import_granary_parquet(
     """Land ``source_url`` (a parquet file, any fsspec URL) as shard ``shard_id``.
 
     ``utt_id`` is ``id_column``'s value when given (``raw_shards`` rejects ids that break the
-    contract), else ``<id_prefix>_<row:06d>`` (``utt_000123``, the translation corpus's naming). The
-    transcript is ``text_column``, else the first of :data:`TEXT_COLUMN_CANDIDATES` present.
+    contract; a null or empty id lands as null, never as the text ``"None"``, and its audio is not
+    copied: ``raw_shards`` rejects the row ``missing_utt_id``), else ``<id_prefix>_<row:06d>``
+    (``utt_000123``, the translation corpus's naming). The transcript is ``text_column``, else the
+    first of :data:`TEXT_COLUMN_CANDIDATES` present.
     ``country`` is a code or a country name (``germany``): rows carry its ISO 3166-1 alpha-2 code.
     """
     country = country_code_for(country) if country is not None else None
@@ -109,7 +111,7 @@ def import_granary_parquet(
     confined_landed_shard(data_root.root, shard_id, local=data_root.is_local)  # never write through a link out
     fs, path = filesystem_for(source_url)
     rows: list[dict] = []
-    without_audio = 0
+    without_audio = without_id = 0
     tar_path = data_root.path(layout.landing_audio_tar(shard_id))
     with fs.open(path, "rb") as source, atomic_open(data_root.fs, tar_path) as handle:
         parquet = pq.ParquetFile(source)
@@ -130,10 +132,12 @@ def import_granary_parquet(
                 batch = parquet.read_row_group(group).to_pylist()
                 for record in batch:
                     number = len(rows)
-                    utt_id = str(record[id_column]) if id_column else f"{id_prefix}_{number:06d}"
+                    utt_id = _utt_id_of(record[id_column]) if id_column else f"{id_prefix}_{number:06d}"
                     data, original_path = _audio_bytes(record[audio_column])
                     audio_path = None
-                    if data is None:
+                    if utt_id is None:
+                        without_id += 1  # landed with a null id: raw_shards rejects it, missing_utt_id
+                    elif data is None:
                         without_audio += 1
                     else:
                         audio_path = f"{utt_id}.{audio_extension(data, original_path)}"
@@ -163,6 +167,14 @@ def import_granary_parquet(
     data_root.write_parquet(layout.landing_metadata(shard_id), metadata)
     mark_landed(data_root, shard_id)
     return GranaryImport(shard_id, len(rows), without_audio, metadata)
+
+
+def _utt_id_of(value) -> str | None:
+    """The row's id as text; None for a null or empty one (``str(None)`` would land the id "None")."""
+    if value is None:
+        return None
+    text = value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+    return text or None
 
 
 DESCRIPTION = "Land a Granary-style parquet (audio bytes and transcript per row) as one landing shard."

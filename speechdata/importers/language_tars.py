@@ -17,6 +17,11 @@ Each source tar becomes one landing shard ``<prefix>-<NNNNNN>`` (docs/landing-co
 ``source_tar_number``, ``source_member`` carried through) and, when the cache has the tar,
 ``vad_segments.parquet`` that ``vad_segments`` uses instead of running the model. ``_SUCCESS`` last.
 
+Every source member is checked for its real size before it is read (:mod:`speechdata.io.safe_tar`):
+a sparse member, one over the size limit, a link or a device is refused, listed in the import's
+report (``refused_members``: name, reason, detail with the size) and never copied; members are
+copied as streams, never held whole. A re-import removes the temps a killed import left in the shard.
+
 Pickles run code when loaded: only load a ``lid_index.pkl`` or VAD cache from a source you trust.
 """
 
@@ -27,7 +32,7 @@ import posixpath
 import re
 import tarfile
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import fsspec
 import pyarrow as pa
@@ -35,8 +40,10 @@ import pyarrow as pa
 from speechdata.command_options import add_data_root_option, add_quiet_option, data_root_from_args, with_progress
 from speechdata.io import layout
 from speechdata.io.audio_tars import audio_extension, deterministic_tar_writer, webdataset_key
+from speechdata.io.bounded_json import load_bounded_json, read_bounded_json_bytes
 from speechdata.io.confinement import confined_landed_shard
-from speechdata.io.storage import DataRoot, read_parquet_handle
+from speechdata.io.safe_tar import UnsafeMember, audit_member
+from speechdata.io.storage import DataRoot, filesystem_for, read_parquet_handle
 from speechdata.landing.contract import CONTRACT_FIELDS, LANGUAGE_PATTERN
 from speechdata.landing.mark import mark_landed
 
@@ -70,6 +77,8 @@ class ImportedShard:
     """Tar members that are not audio files (sidecars, directories)."""
     vad_files: int
     """Files with cached VAD segments, landed as ``vad_segments.parquet``."""
+    refused_members: list[UnsafeMember] = field(default_factory=list)
+    """Audio members never read: sparse, over the size limit, links, devices, unsafe names."""
 
 
 def tar_number_of(path: str) -> int:
@@ -105,23 +114,27 @@ def import_language_tar(
     if data_root.exists(layout.landing_success_marker(shard_id)):
         data_root.fs.rm(data_root.path(layout.landing_success_marker(shard_id)))  # a re-import: landing again
     cached = (vad_cache(number) if vad_cache else None) or {}
-    rows, segments, used_ids = [], [], set()
+    rows, segments, used_ids, refused = [], [], set(), []
     skipped = unknown = 0
     with (
-        fsspec.open(source_tar, "rb") as handle,
+        _open_source(source_tar) as handle,
         tarfile.open(fileobj=handle, mode="r|*") as tar,
         deterministic_tar_writer(data_root, layout.landing_audio_tar(shard_id)) as add,
     ):
         for member in tar:
             _, extension = webdataset_key(member.name)
-            fmt = audio_extension(extension) if member.isreg() and extension else None
+            fmt = audio_extension(extension) if extension and not member.isdir() else None
             if fmt is None:
                 skipped += 1
+                continue
+            problem = audit_member(member)  # before a byte is read: a sparse 4 GB member stays 4 GB unread
+            if problem is not None:
+                refused.append(problem)
                 continue
             names = lookup_names(member.name)
             utt_id = _unique_id(_UNSAFE_ID_CHARACTERS.sub("_", names[0]).strip("_") or "file", used_ids)
             audio_path = f"{utt_id}.{fmt}"
-            add(audio_path, tar.extractfile(member).read())
+            add(audio_path, tar.extractfile(member), member.size)
             raw_language = next((language_index[(number, n)] for n in names if (number, n) in language_index), None)
             language = raw_language.lower() if isinstance(raw_language, str) else None
             if language is None or not LANGUAGE_PATTERN.match(language):
@@ -157,7 +170,7 @@ def import_language_tar(
     elif data_root.exists(layout.landing_vad_segments(shard_id)):
         data_root.fs.rm(data_root.path(layout.landing_vad_segments(shard_id)))  # a re-import without a cache
     mark_landed(data_root, shard_id)
-    return ImportedShard(shard_id, source_tar, len(rows), unknown, skipped, len(segments))
+    return ImportedShard(shard_id, source_tar, len(rows), unknown, skipped, len(segments), refused)
 
 
 def _unique_id(candidate: str, used: set[str]) -> str:
@@ -169,13 +182,19 @@ def _unique_id(candidate: str, used: set[str]) -> str:
     return utt_id
 
 
+def _open_source(url: str):
+    """A source file opened for reading; a local one only if it is a regular file (never a FIFO that would block)."""
+    fs, path = filesystem_for(url)
+    return fs.open(path, "rb")
+
+
 def load_language_index(url: str) -> dict[tuple[int, str], str]:
     """The corpus's ``lid_index.pkl`` (trusted sources only), or a parquet/CSV/JSON table of it."""
     if url.endswith(".pkl"):
-        with fsspec.open(url, "rb") as handle:
+        with _open_source(url) as handle:
             raw = pickle.load(handle)
         return {(int(number), str(name)): language for (number, name), language in raw.items()}
-    with fsspec.open(url, "rb") as handle:
+    with _open_source(url) as handle:
         if url.endswith(".parquet"):
             rows = read_parquet_handle(handle, ["tar_number", "filename", "language"]).to_pylist()
         elif url.endswith(".csv"):
@@ -183,9 +202,7 @@ def load_language_index(url: str) -> dict[tuple[int, str], str]:
 
             rows = pacsv.read_csv(handle).select(["tar_number", "filename", "language"]).to_pylist()
         else:
-            import json
-
-            rows = json.load(handle)
+            rows = load_bounded_json(read_bounded_json_bytes(handle, url), url)
     return {(int(r["tar_number"]), str(r["filename"])): r["language"] for r in rows}
 
 
@@ -194,7 +211,7 @@ def pickled_vad_cache(url_for_tar: Callable[[int], str]) -> VadCache:
 
     def load(number: int) -> Mapping[str, dict] | None:
         url = url_for_tar(number)
-        fs, path = fsspec.core.url_to_fs(url)
+        fs, path = filesystem_for(url)
         if not fs.exists(path):
             return None
         with fs.open(path, "rb") as handle:
@@ -248,7 +265,8 @@ def run(args) -> int:
     # One tar at a time (import_language_tars' own loop) so that the progress bar moves per tar.
     for url in with_progress(sorted(urls), description="import language-tars", quiet=args.quiet):
         [shard] = import_language_tars(root, [url], language_index, vad_cache=cache, shard_prefix=args.shard_prefix)
-        print(json.dumps(shard.__dict__))
+        report = {**shard.__dict__, "refused_members": [problem.__dict__ for problem in shard.refused_members]}
+        print(json.dumps(report))
     return 0
 
 

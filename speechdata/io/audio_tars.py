@@ -12,8 +12,9 @@ import io
 import re
 import tarfile
 from collections.abc import Callable, Iterable, Iterator
+from typing import IO
 
-from speechdata.io.storage import DataRoot, atomic_open
+from speechdata.io.storage import DataRoot, atomic_open, remove_orphaned_temps_of
 
 AUDIO_EXTENSIONS = ("mp3", "flac", "wav", "ogg", "opus")
 """Members the loader decodes (libsndfile reads all of them; MP3 since libsndfile 1.1)."""
@@ -37,15 +38,23 @@ def audio_extension(extension: str) -> str | None:
 
 
 @contextlib.contextmanager
-def deterministic_tar_writer(data_root: DataRoot, relative: str) -> Iterator[Callable[[str, bytes], None]]:
-    """Yield ``add(name, data)``; members go straight to disk and the tar appears when the block ends."""
+def deterministic_tar_writer(data_root: DataRoot, relative: str) -> Iterator[Callable[..., None]]:
+    """Yield ``add(name, data)``; members go straight to disk and the tar appears when the block ends.
+
+    ``data`` is the member's bytes, or a binary stream copied in blocks with ``add(name, stream,
+    size)`` (a large member is never held in memory). The temps a killed writer of the same tar left
+    beside it are removed first."""
+    remove_orphaned_temps_of(data_root.fs, data_root.path(relative))
     with (
         atomic_open(data_root.fs, data_root.path(relative)) as handle,
         tarfile.open(fileobj=handle, mode="w", format=tarfile.GNU_FORMAT) as tar,
     ):
 
-        def add(name: str, data: bytes) -> None:
-            tar.addfile(deterministic_tar_info(name, len(data)), io.BytesIO(data))
+        def add(name: str, data: bytes | IO[bytes], size: int | None = None) -> None:
+            if isinstance(data, bytes | bytearray | memoryview):
+                tar.addfile(deterministic_tar_info(name, len(data)), io.BytesIO(data))
+            else:
+                tar.addfile(deterministic_tar_info(name, int(size)), data)
 
         yield add
 

@@ -5,6 +5,11 @@ followed by a file written through it, or a device node all escape or damage the
 Here every member is audited first; only regular files with a plain relative name are readable, and
 the caller chooses every output path itself (from a validated ``utt_id``). Each unsafe member comes
 back with a stable reason code, so it can be reported and never silently skipped.
+
+A member is also checked for its real size before a byte of it is read: a sparse member (a few
+kilobytes stored, gigabytes of zeros when read), a member larger than :data:`MAX_TAR_MEMBER_BYTES`
+and a member whose data runs past the end of the archive are refused with the size in the detail,
+so no reader ever inflates one in memory.
 """
 
 from __future__ import annotations
@@ -15,6 +20,10 @@ import tarfile
 from dataclasses import dataclass
 
 _DRIVE = re.compile(r"^[A-Za-z]:")
+
+MAX_TAR_MEMBER_BYTES = 4 << 30
+"""The largest member any reader opens: 4 GiB, about 6 hours of 48 kHz stereo 16-bit WAV. Larger is
+``tar_member_too_large``: no landed recording needs more, and readers copy members as streams anyway."""
 
 
 @dataclass(frozen=True)
@@ -36,8 +45,13 @@ def member_name_problem(name: str) -> str | None:
     return None
 
 
-def audit_member(member: tarfile.TarInfo) -> UnsafeMember | None:
-    """None for a regular file with a safe name; otherwise the reason it must not be read."""
+def audit_member(
+    member: tarfile.TarInfo, archive_bytes: int | None = None, max_member_bytes: int = MAX_TAR_MEMBER_BYTES
+) -> UnsafeMember | None:
+    """None for a regular file with a safe name and a real size; otherwise the reason it must not be read.
+
+    ``archive_bytes``: the archive's length where known (a seekable file), so a member claiming more
+    data than the archive holds is refused from its header."""
     problem = member_name_problem(member.name)
     if problem is not None:
         return UnsafeMember(member.name, "tar_member_unsafe_path", f"{member.name!r}: {problem}")
@@ -47,6 +61,33 @@ def audit_member(member: tarfile.TarInfo) -> UnsafeMember | None:
         return UnsafeMember(member.name, "tar_member_is_device", f"{member.name!r} is a device or FIFO")
     if not member.isreg():
         return UnsafeMember(member.name, "tar_member_not_a_file", f"{member.name!r} has tar type {member.type!r}")
+    return member_size_problem(member, archive_bytes, max_member_bytes)
+
+
+def member_size_problem(
+    member: tarfile.TarInfo, archive_bytes: int | None = None, max_member_bytes: int = MAX_TAR_MEMBER_BYTES
+) -> UnsafeMember | None:
+    """Why reading ``member`` would give more bytes than it really stores or than any reader may hold."""
+    if member.sparse is not None:
+        stored = sum(length for _, length in member.sparse)
+        return UnsafeMember(
+            member.name,
+            "tar_member_sparse",
+            f"{member.name!r} is a sparse member: {member.size} bytes when read, {stored} stored",
+        )
+    if member.size > max_member_bytes:
+        return UnsafeMember(
+            member.name,
+            "tar_member_too_large",
+            f"{member.name!r} is {member.size} bytes, over the {max_member_bytes}-byte limit for one member",
+        )
+    if archive_bytes is not None and member.offset_data + member.size > archive_bytes:
+        return UnsafeMember(
+            member.name,
+            "tar_member_truncated",
+            f"{member.name!r}: the tar ends inside it ({member.size} bytes claimed, "
+            f"{max(archive_bytes - member.offset_data, 0)} present)",
+        )
     return None
 
 
@@ -73,10 +114,11 @@ def audit_tar(tar: tarfile.TarFile) -> TarAudit:
     files: dict[str, tarfile.TarInfo] = {}
     unsafe: dict[str, UnsafeMember] = {}
     members, truncated = _read_members(tar)
+    archive_bytes = _archive_bytes(tar)
     for member in members:
         if member.isdir() and member_name_problem(member.name) is None:
             continue  # directories carry no audio and are never created
-        problem = audit_member(member)
+        problem = audit_member(member, archive_bytes)
         key = member_key(member.name) if problem is None or problem.reason != "tar_member_unsafe_path" else member.name
         if problem is None and key in files:
             problem = UnsafeMember(
@@ -89,8 +131,11 @@ def audit_tar(tar: tarfile.TarFile) -> TarAudit:
     if truncated is not None:
         key = member_key(truncated.name)
         files.pop(key, None)
-        unsafe[key] = UnsafeMember(
-            truncated.name, "tar_member_truncated", f"{truncated.name!r}: the tar ends inside it"
+        sized = member_size_problem(truncated, archive_bytes)
+        unsafe[key] = (
+            sized
+            if sized is not None and sized.reason == "tar_member_truncated"  # with the sizes where known
+            else UnsafeMember(truncated.name, "tar_member_truncated", f"{truncated.name!r}: the tar ends inside it")
         )
     for key in unsafe.keys() & files.keys():
         del files[key]
@@ -108,6 +153,18 @@ def _read_members(tar: tarfile.TarFile) -> tuple[list[tarfile.TarInfo], tarfile.
         tar._loaded = True  # what was read is all there is; never re-read the broken tail
         return members[:-1], members[-1] if members else None
     return members, None
+
+
+def _archive_bytes(tar: tarfile.TarFile) -> int | None:
+    """The archive's length, or None where its file cannot seek (a stream)."""
+    handle = tar.fileobj
+    try:
+        here = handle.tell()
+        end = handle.seek(0, 2)
+        handle.seek(here)
+    except (AttributeError, OSError, ValueError):
+        return None
+    return int(end) if end is not None else None
 
 
 def contained_path(root: str, relative: str) -> str:

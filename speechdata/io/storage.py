@@ -9,10 +9,14 @@ the next run's write replaces, never appends to). On local disks and POSIX files
 from __future__ import annotations
 
 import contextlib
+import contextvars
+import hashlib
+import os
 import posixpath
 import re
 import uuid
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from typing import IO
 
 import fsspec
@@ -20,6 +24,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from speechdata.io.parquet_integrity import READ_OPTIONS, WRITE_OPTIONS, naming_unreadable
+from speechdata.io.regular_files import RegularFilesOnly, require_regular
 
 TEMP_PREFIX = "._tmp-"
 
@@ -56,8 +61,13 @@ def escape_glob(text: str) -> str:
 
 
 def filesystem_for(root_url: str) -> tuple[fsspec.AbstractFileSystem, str]:
-    """Resolve a data-root URL (local path, ``file://``, ``s3://``...) into a filesystem and root path."""
+    """Resolve a data-root URL (local path, ``file://``, ``s3://``...) into a filesystem and root path.
+
+    A local one reads only regular files (:class:`~speechdata.io.regular_files.RegularFilesOnly`):
+    a FIFO or a device planted where a file is read is refused by name instead of blocking the reader."""
     fs, root = fsspec.core.url_to_fs(root_url)
+    if _is_local(fs):
+        fs = RegularFilesOnly(**fs.storage_options)
     return fs, root.rstrip("/") or "/"
 
 
@@ -144,7 +154,95 @@ MAX_TEMP_NAME_TAIL = 200
 
 def _temp_path_beside(path: str) -> str:
     parent, name = posixpath.split(path)
-    return posixpath.join(parent, f"{TEMP_PREFIX}{uuid.uuid4().hex[:12]}-{name[-MAX_TEMP_NAME_TAIL:]}")
+    owner = _current_temp_owner()
+    if owner is None:
+        return posixpath.join(parent, f"{TEMP_PREFIX}{uuid.uuid4().hex[:12]}-{name[-MAX_TEMP_NAME_TAIL:]}")
+    owner.folders.add(parent)
+    return posixpath.join(parent, f"{TEMP_PREFIX}{owner.tag}{uuid.uuid4().hex[:6]}-{name[-MAX_TEMP_NAME_TAIL:]}")
+
+
+_OWNER_TAG_LETTERS = "ghijklmnopqrstuvwxyz"
+"""Owner tags are spelled in letters no hex digit uses: an untagged temp (12 hex) never carries one."""
+
+
+@dataclass
+class TempOwner:
+    """One writer's temps: each is named ``._tmp-<tag><6 hex>-<name>``, and every folder it wrote a
+    temp into is remembered, so that its stale temps can be found again without a listing of the root."""
+
+    tag: str
+    folders: set[str] = field(default_factory=set)
+
+
+_TEMP_OWNER: contextvars.ContextVar[TempOwner | None] = contextvars.ContextVar("temp_owner", default=None)
+_PROCESS_TEMP_OWNERS: list[TempOwner] = []
+
+
+def _current_temp_owner() -> TempOwner | None:
+    """This context's owner; in a thread the step started (its context is not inherited), the
+    process's one owner where there is exactly one."""
+    owner = _TEMP_OWNER.get()
+    if owner is None and len(_PROCESS_TEMP_OWNERS) == 1:
+        owner = _PROCESS_TEMP_OWNERS[0]
+    return owner
+
+
+def temp_owner_tag(owner: str) -> str:
+    """Six letters from ``owner`` (``<shard>/<product>``): the same writer has the same tag in every run."""
+    digest = hashlib.sha256(owner.encode()).digest()
+    return "".join(_OWNER_TAG_LETTERS[b % len(_OWNER_TAG_LETTERS)] for b in digest[:6])
+
+
+@contextlib.contextmanager
+def owned_temps(fs: fsspec.AbstractFileSystem, owner: str) -> Iterator[TempOwner]:
+    """Name every temp written inside the block after ``owner``, and when the block succeeds remove
+    the stale ones: the owner's temps that are still in a folder it wrote to.
+
+    ``owner`` must have one writer at a time (a shard's product under its lock). By the block's end
+    each of its own atomic writes has been renamed into place or removed, so a temp carrying its tag
+    that is still there is a killed earlier run's (a staged copy of a shard's audio can be gigabytes).
+    A re-run writes the same files into the same folders, so it finds them; nothing else is listed.
+    """
+    scope = TempOwner(temp_owner_tag(owner))
+    token = _TEMP_OWNER.set(scope)
+    _PROCESS_TEMP_OWNERS.append(scope)
+    try:
+        yield scope
+        if os.environ.get(LEAVE_ORPHAN_TEMPS_ENV):
+            _leave_orphans_like_a_killed_run(fs, scope, owner)
+        remove_stale_temps(fs, scope)
+    finally:
+        _PROCESS_TEMP_OWNERS.remove(scope)
+        _TEMP_OWNER.reset(token)
+
+
+def remove_stale_temps(fs: fsspec.AbstractFileSystem, owner: TempOwner) -> list[str]:
+    """Remove ``owner``'s temps from the folders it wrote to; return their paths."""
+    prefix = f"{TEMP_PREFIX}{owner.tag}"
+    removed = []
+    for folder in sorted(owner.folders):
+        with contextlib.suppress(FileNotFoundError):
+            for candidate in fs.ls(folder, detail=False):
+                if posixpath.basename(candidate).startswith(prefix):
+                    before_change(candidate)
+                    with contextlib.suppress(FileNotFoundError):
+                        fs.rm(candidate)
+                        removed.append(candidate)
+    return removed
+
+
+LEAVE_ORPHAN_TEMPS_ENV = "SPEECHDATA_LEAVE_ORPHAN_TEMPS"
+"""Tests only: a file path. Before an owner's sweep, one temp is left in each folder it wrote to,
+exactly as a run killed mid-write leaves it, and ``<owner> <temp path>`` appended to that file."""
+
+
+def _leave_orphans_like_a_killed_run(fs: fsspec.AbstractFileSystem, owner: TempOwner, name: str) -> None:
+    with open(os.environ[LEAVE_ORPHAN_TEMPS_ENV], "a") as log:
+        for folder in sorted(owner.folders):
+            orphan = posixpath.join(folder, f"{TEMP_PREFIX}{owner.tag}{uuid.uuid4().hex[:6]}-killed-write")
+            with fs.open(orphan, "wb") as handle:
+                handle.write(b"half written")
+            log.write(f"{name} {orphan}\n")
 
 
 def remove_orphaned_temps_of(fs: fsspec.AbstractFileSystem, path: str) -> int:
@@ -166,6 +264,24 @@ def remove_orphaned_temps_of(fs: fsspec.AbstractFileSystem, path: str) -> int:
             with contextlib.suppress(FileNotFoundError):
                 fs.rm(candidate)
                 removed += 1
+    return removed
+
+
+def remove_temps_under(fs: fsspec.AbstractFileSystem, folder: str) -> list[str]:
+    """Delete every ``._tmp-*`` file under ``folder`` (recursively); return their paths.
+
+    For a folder whose one writer has finished every write (an importer marking its shard landed,
+    a stage ending under its lock): any temp left there is a killed writer's, never read, never
+    renamed, and possibly as large as the file it was to become."""
+    if not fs.exists(folder):
+        return []
+    removed = []
+    for candidate in sorted(fs.find(folder)):
+        if posixpath.basename(candidate).startswith(TEMP_PREFIX):
+            before_change(candidate)
+            with contextlib.suppress(FileNotFoundError):
+                fs.rm(candidate)
+                removed.append(candidate)
     return removed
 
 
@@ -267,5 +383,6 @@ def _open_for_arrow(data_root: DataRoot, relative: str):
     Through a Python file object every read is a new multi-MB ``bytes``, and glibc's heap fragments
     under them until resident memory grows with the number of row groups read."""
     if data_root.is_local:
+        require_regular(data_root.fs, data_root.path(relative))  # Arrow opens it by name: a FIFO would block it
         return pa.OSFile(data_root.path(relative), "rb")
     return data_root.fs.open(data_root.path(relative), "rb")

@@ -28,6 +28,7 @@ import pyarrow as pa
 
 from speechdata.io import layout
 from speechdata.io.confinement import LandedShardOutsideRoot, confined_landed_shard
+from speechdata.io.regular_files import NotARegularFile, open_regular
 from speechdata.io.storage import DataRoot
 
 FINGERPRINT_STATE = "_state/landing_fingerprints.parquet"
@@ -104,10 +105,15 @@ def shard_content_fingerprint(data_root: DataRoot, shard_id: str) -> str:
     for relative, size in sorted(_files_with_sizes(data_root, folder)):
         digest.update(f"{relative}\0{size}\0".encode())
         path = f"{folder}/{relative}"
-        if relative in HASHED_BYTES:
-            _hash_bytes(data_root, path, digest)
-        elif relative == layout.AUDIO_TAR:
-            _hash_tar_listing(data_root, path, digest)
+        try:
+            if relative in HASHED_BYTES:
+                _hash_bytes(data_root, path, digest)
+            elif relative == layout.AUDIO_TAR:
+                _hash_tar_listing(data_root, path, digest)
+        except NotARegularFile as exc:
+            # A FIFO would block the sensor's tick for good: the shard is told apart by the refusal,
+            # and its run fails it by name.
+            digest.update(f"not a regular file\0{exc.kind}\0".encode())
     return digest.hexdigest()[:16]
 
 
@@ -128,14 +134,14 @@ def _files_with_sizes(data_root: DataRoot, folder: str) -> Iterable[tuple[str, i
 
 
 def _hash_bytes(data_root: DataRoot, path: str, digest) -> None:
-    with data_root.fs.open(path, "rb") as handle:
+    with open_regular(data_root.fs, path) as handle:
         while chunk := handle.read(_CHUNK_BYTES):
             digest.update(chunk)
 
 
 def _hash_tar_listing(data_root: DataRoot, path: str, digest) -> None:
     """Member names and sizes, from the headers only (the audio bytes are not read)."""
-    with data_root.fs.open(path, "rb") as handle:
+    with open_regular(data_root.fs, path) as handle:
         try:
             with tarfile.open(fileobj=handle, mode="r:") as tar:
                 for member in tar:

@@ -17,6 +17,7 @@ import soundfile as sf
 
 from speechdata.io import layout
 from speechdata.io.confinement import ConfinementError, confined_landed_shard, confined_path
+from speechdata.io.regular_files import NotARegularFile, open_regular, open_regular_fd
 from speechdata.io.safe_tar import UnsafeMember, audit_tar
 from speechdata.io.storage import DataRoot, _is_local
 
@@ -88,7 +89,12 @@ class LandedAudio:
         # Before any byte is read: a shard folder, audio/ or audio.tar linked out of the root fails whole.
         confined_landed_shard(data_root.root, shard_id, local=self._local)
         if fs.exists(self.tar_path):
-            self._tar_handle = fs.open(self.tar_path, "rb")
+            try:
+                self._tar_handle = open_regular(fs, self.tar_path)
+            except NotARegularFile as exc:
+                from speechdata.landing.contract import ContractError
+
+                raise ContractError(self.tar_path, None, f"audio.tar must be a regular file, not a {exc.kind}") from exc
             try:
                 self._tar = open_landed_tar(self._tar_handle, self.tar_path)
                 # Only regular, uniquely named files are audio; links and devices are never followed.
@@ -127,9 +133,11 @@ class LandedAudio:
             return
         path = self._confined(audio_path)
         try:
-            handle = self.fs.open(path, "rb")
+            handle = open_regular(self.fs, path)
         except FileNotFoundError as exc:
             raise AudioNotFound(f"{self.audio_dir_name}/{audio_path} does not exist") from exc
+        except NotARegularFile as exc:
+            raise self._not_regular(audio_path, exc) from exc
         with handle:
             yield handle
 
@@ -138,14 +146,33 @@ class LandedAudio:
         """An open ``soundfile.SoundFile`` on the file: by OS path when the shard is a local folder
         (libsndfile's own I/O seeks in microseconds), else through a Python file handle."""
         if self._tar is None and self._local:
-            path = self._confined(audio_path)
-            if not self.fs.exists(path):
-                raise AudioNotFound(f"{self.audio_dir_name}/{audio_path} does not exist")
-            with sf.SoundFile(path) as sound:
+            with self._local_descriptor(audio_path) as descriptor, sf.SoundFile(descriptor, closefd=False) as sound:
                 yield sound
             return
         with self.open(audio_path) as handle, sf.SoundFile(handle) as sound:
             yield sound
+
+    @contextlib.contextmanager
+    def _local_descriptor(self, audio_path: str) -> Iterator[int]:
+        """A descriptor on a file of a local ``audio/`` folder, for libsndfile's own I/O: only a regular
+        file is opened (a FIFO would block the read for good)."""
+        path = self._confined(audio_path)
+        try:
+            descriptor = open_regular_fd(path)
+        except FileNotFoundError as exc:
+            raise AudioNotFound(f"{self.audio_dir_name}/{audio_path} does not exist") from exc
+        except NotARegularFile as exc:
+            raise self._not_regular(audio_path, exc) from exc
+        try:
+            yield descriptor
+        finally:
+            os.close(descriptor)
+
+    def _not_regular(self, audio_path: str, exc: NotARegularFile) -> UnsafeAudio:
+        return UnsafeAudio(
+            "audio_not_a_regular_file",
+            f"{self.audio_dir_name}/{audio_path} is a {exc.kind}, not a regular file; refused unread",
+        )
 
     def size_bytes(self, audio_path: str) -> int:
         """The file's size as landed (the tar member's size inside a tar)."""
@@ -181,12 +208,12 @@ class LandedAudio:
         """The file's header. From a local folder it is read by OS path: libsndfile's own I/O takes
         half the CPU of reading through Python callbacks, and ingest probes every landed file."""
         if self._tar is None and self._local:
-            path = self._confined(audio_path)
-            try:
-                with sf.SoundFile(path) as sound:
-                    return _header_of(sound)
-            except Exception:  # re-probed below, so a reject's reason and detail stay what they were
-                pass
+            with self._local_descriptor(audio_path) as descriptor:
+                try:
+                    with sf.SoundFile(descriptor, closefd=False) as sound:
+                        return _header_of(sound)
+                except Exception:  # re-probed below, so a reject's reason and detail stay what they were
+                    pass
         with self.open(audio_path) as handle, sf.SoundFile(handle) as sound:
             return _header_of(sound)
 

@@ -14,6 +14,7 @@ import pyarrow as pa
 from speechdata.audio.truth import sample_rate_problem
 from speechdata.io import layout
 from speechdata.io.confinement import LandedShardOutsideRoot, confined_landed_shard
+from speechdata.io.regular_files import NotARegularFile, open_regular
 from speechdata.io.storage import DataRoot
 from speechdata.landing.contract import ContractError, check_rows, read_metadata
 from speechdata.landing.landed_audio import AudioHeader, AudioNotFound, LandedAudio, UnsafeAudio
@@ -66,7 +67,11 @@ def validate_landed_shard(data_root: DataRoot, shard_id: str) -> ShardValidation
     metadata_path = data_root.path(layout.landing_metadata(shard_id))
     if not data_root.fs.exists(metadata_path):
         raise ContractError(metadata_path, None, "file is missing: every shard needs metadata.parquet")
-    with data_root.fs.open(metadata_path, "rb") as handle:
+    try:
+        handle = open_regular(data_root.fs, metadata_path)
+    except NotARegularFile as exc:
+        raise ContractError(metadata_path, None, f"metadata.parquet must be a regular file, not a {exc.kind}") from exc
+    with handle:
         table = read_metadata(handle, metadata_path)
 
     rows = check_rows(table, STAGE, metadata_path)

@@ -35,6 +35,8 @@ BAND_EDGES_HZ = np.geomspace(300.0, 2_000.0, 34)
 ACTIVE_FLOOR_DB = 40.0
 """Frames this far below the loudest frame of the utterance carry no usable bits."""
 BITS_PER_SUB_FINGERPRINT = 32
+FRAMES_PER_WINDOW = 1_024
+"""Frames transformed at once (16 s of audio): bounds the fingerprint's working memory per utterance."""
 
 
 @dataclass(frozen=True)
@@ -67,16 +69,22 @@ def exact_audio_hash(samples: np.ndarray) -> str | None:
     """SHA-256 (hex) of ``samples`` (decoded floats, or the int16 samples themselves) as 16-bit PCM, leading and trailing
     zeros removed; None for audio that is all digital silence (silence is no one's duplicate)."""
     pcm = samples if samples.dtype == np.int16 else _pcm16(samples)
-    voiced = np.flatnonzero(pcm)
-    if len(voiced) == 0:
+    # First and last non-zero sample from a bool mask (1 byte a sample), not the index of every one.
+    nonzero = pcm != 0
+    if not nonzero.any():
         return None
-    return hashlib.sha256(pcm[voiced[0] : voiced[-1] + 1].astype("<i2").tobytes()).hexdigest()
+    first, end = int(np.argmax(nonzero)), len(pcm) - int(np.argmax(nonzero[::-1]))
+    return hashlib.sha256(np.ascontiguousarray(pcm[first:end], "<i2")).hexdigest()
 
 
 def _pcm16(samples: np.ndarray) -> np.ndarray:
-    """The 16-bit integers that decode to ``samples`` (stored audio decodes as ``v / 32768``)."""
-    scaled = np.rint(np.asarray(samples, np.float64) * float(PCM16_FULL_SCALE))
-    return np.clip(scaled, -32768, 32767).astype(np.int16)
+    """The 16-bit integers that decode to ``samples`` (stored audio decodes as ``v / 32768``).
+    float32 samples are scaled in float32: multiplying by 2^15 is exact there, so the integers are
+    the float64 path's, at a quarter of its memory."""
+    wide = np.float32 if samples.dtype == np.float32 else np.float64
+    scaled = np.rint(np.asarray(samples, wide) * wide(PCM16_FULL_SCALE))
+    np.clip(scaled, -32768, 32767, out=scaled)
+    return scaled.astype(np.int16)
 
 
 def _band_bins() -> tuple[int, int, np.ndarray]:
@@ -101,9 +109,15 @@ def audio_fingerprint(samples: np.ndarray, sample_rate: int) -> AudioFingerprint
     n_frames = 1 + (len(audio) - FRAME_SAMPLES) // HOP_SAMPLES if len(audio) >= FRAME_SAMPLES else 0
     if n_frames < 2:
         return EMPTY_FINGERPRINT
-    frames = np.lib.stride_tricks.sliding_window_view(audio, FRAME_SAMPLES)[::HOP_SAMPLES][:n_frames]
-    spectrum = np.fft.rfft(frames * _WINDOW, axis=1)[:, _FIRST_BIN:_END_BIN]
-    energy = np.add.reduceat(spectrum.real**2 + spectrum.imag**2, _BAND_STARTS, axis=1)
+    windows = np.lib.stride_tricks.sliding_window_view(audio, FRAME_SAMPLES)[::HOP_SAMPLES][:n_frames]
+    energy = np.empty((n_frames, len(_BAND_STARTS)), np.float64)
+    # In windows of frames: the windowed frames and their spectra (about 24 KiB a frame) never exist
+    # for the whole utterance at once, only the band energies (264 bytes a frame) do.
+    for start in range(0, n_frames, FRAMES_PER_WINDOW):
+        spectrum = np.fft.rfft(windows[start : start + FRAMES_PER_WINDOW] * _WINDOW, axis=1)[:, _FIRST_BIN:_END_BIN]
+        energy[start : start + FRAMES_PER_WINDOW] = np.add.reduceat(
+            spectrum.real**2 + spectrum.imag**2, _BAND_STARTS, axis=1
+        )
     total = energy.sum(axis=1)
     loudest = float(total.max())
     if loudest <= 0.0:

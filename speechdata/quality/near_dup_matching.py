@@ -6,15 +6,28 @@ utterance is compared only with utterances before it in that order, so its repre
 first-indexed copy) never depends on what lands later, and a shard checked again sees exactly what
 it saw the first time.
 
-Three signals, strongest first: the exact audio hash; the audio fingerprint (candidates from
-sub-fingerprint lookup, voted by frame offset, then verified by the bit error rate over the aligned
-overlap); the transcript's MinHash (candidates from LSH band keys, verified on the whole signature).
+Three signals, strongest first: the exact audio hash; the audio fingerprint; the transcript's
+MinHash. Candidates come from the utterance's keys (:mod:`.near_dup_postings`) looked up in what is
+before it (a :class:`CandidateSource`: the corpus index on the data root, or utterances in memory),
+so a shard touches only the postings of its own keys and the utterances they name:
+
+- exact audio: the utterances holding its exact-hash key, verified on the whole hash;
+- near audio: each sampled key's postings vote for (utterance, frame offset); the
+  :data:`AUDIO_CANDIDATES_FETCHED` best-voted utterances are fetched whole, voted again on every
+  active sub-fingerprint, and the :data:`AUDIO_CANDIDATES_VERIFIED` best with at least
+  ``min_offset_votes`` votes are verified by the bit error rate at their offset (+-1 frame);
+- near transcript: the utterances sharing an LSH band key (and long enough to compare), earliest
+  first, verified on the whole signature.
+
+:func:`decide_shard` is the one decision procedure: the incremental stage, the batch pass and
+:func:`find_representatives` (in memory) all call it, so they decide alike.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 
@@ -23,17 +36,22 @@ from speechdata.quality.fingerprint_audio import (
     compare_at_offset,
     similarity_from_bit_error_rate,
 )
-from speechdata.quality.fingerprint_text import band_keys, estimated_jaccard
+from speechdata.quality.fingerprint_text import estimated_jaccard
 
 EXACT_AUDIO, NEAR_AUDIO, NEAR_TRANSCRIPT = "exact_audio", "near_audio", "near_transcript"
 KINDS = (EXACT_AUDIO, NEAR_AUDIO, NEAR_TRANSCRIPT)
 """Strongest first: an utterance that matches on several signals is reported with the strongest."""
 
 MAX_KEY_OCCURRENCES = 500
-"""Sub-fingerprints seen more often than this in the index are too common to point at a copy
-(steady tones, hum): they are left out of the lookup, as Haitsma and Kalker do."""
+"""Sampled audio keys held by more than this many earlier utterances' frames are too common to point
+at a copy (steady tones, hum): they are left out of the vote, as Haitsma and Kalker do."""
+MAX_CONTEXT_BIT_ERRORS = 16
+"""A sampled key's hit votes only when the two frames after it differ in at most this many of their
+64 bits (chance: 32): chance hits, which grow with the corpus, are dropped before anything is fetched."""
+AUDIO_CANDIDATES_FETCHED = 32
+"""Candidates (by sampled-key votes at one offset) fetched whole and voted on every frame, per utterance."""
 AUDIO_CANDIDATES_VERIFIED = 8
-"""Candidates (by offset votes) whose bit error rate is measured, per utterance."""
+"""Candidates (by full offset votes) whose bit error rate is measured, per utterance."""
 OFFSET_SEARCH_FRAMES = 1
 """The voted offset is refined over +-1 frame: a trim between two hops votes for both."""
 MAX_TRANSCRIPT_CANDIDATES = 64
@@ -62,8 +80,8 @@ class NearDuplicateThresholds:
 
 @dataclass(frozen=True)
 class UtteranceSignals:
-    """What the index keeps of one utterance. ``transcript_signature``: None for a transcript with
-    fewer words than any threshold would compare (it is stored with its word count)."""
+    """What the index keeps of one utterance. ``transcript_signature``: None for an empty
+    transcript (it is stored with its word count)."""
 
     shard_id: str
     utt_id: str
@@ -86,118 +104,265 @@ class Decision:
     matched_utt: str | None = None
 
 
+IndexEntry = tuple[UtteranceSignals, tuple[str, str]]
+"""An indexed utterance and its representative (shard, utt_id)."""
+
+
+class CandidateSource(Protocol):
+    """What is indexed before the shard being decided."""
+
+    def postings(self, keys: np.ndarray) -> np.ndarray:
+        """The postings (:data:`~.near_dup_postings.POSTING_DTYPE`) of ``keys`` (sorted unique uint64)
+        held by utterances before the shard, in any order."""
+        ...
+
+    def entries(self, owners: Sequence[int]) -> dict[int, IndexEntry]:
+        """The signals and representative of each owner (each one named by :meth:`postings`)."""
+        ...
+
+
+class MemorySource:
+    """Indexed utterances held in memory, in index order (each shard's utterances together, in
+    ``utt_id`` order): shard n of the sequence is at position n."""
+
+    def __init__(self, indexed: Sequence[IndexEntry]):
+        from speechdata.quality.near_dup_postings import index_keys, owner_of, sort_postings
+
+        self._entries: dict[int, IndexEntry] = {}
+        shards: list[list[IndexEntry]] = []
+        for entry in indexed:
+            if not shards or shards[-1][0][0].shard_id != entry[0].shard_id:
+                shards.append([])
+            shards[-1].append(entry)
+        parts = []
+        for position, shard in enumerate(shards):
+            parts.append(index_keys([signals for signals, _ in shard], position))
+            for rank, entry in enumerate(shard):
+                self._entries[owner_of(position, rank)] = entry
+        self.next_position = len(shards)
+        self._postings = sort_postings(np.concatenate(parts)) if parts else None
+
+    def postings(self, keys: np.ndarray) -> np.ndarray:
+        from speechdata.quality.near_dup_postings import POSTING_DTYPE, postings_for
+
+        if self._postings is None:
+            return np.empty(0, POSTING_DTYPE)
+        return postings_for(self._postings, keys)
+
+    def entries(self, owners: Sequence[int]) -> dict[int, IndexEntry]:
+        return {owner: self._entries[owner] for owner in owners}
+
+
 def find_representatives(
-    indexed: Sequence[tuple[UtteranceSignals, tuple[str, str]]],
+    indexed: Sequence[IndexEntry], new: Sequence[UtteranceSignals], thresholds: NearDuplicateThresholds
+) -> list[Decision]:
+    """A :class:`Decision` per ``new`` utterance (one shard, in ``utt_id`` order) against ``indexed``
+    (in index order, each with its representative ``(shard, utt)``) and the ``new`` utterances before it."""
+    source = MemorySource(indexed)
+    return decide_shard(source.next_position, new, source, thresholds)
+
+
+@dataclass
+class _Query:
+    """One new utterance's candidates, gathered before any decision is made."""
+
+    exact: list[int]
+    audio: list[int]
+    transcript: list[int]
+
+
+def decide_shard(
+    position: int,
     new: Sequence[UtteranceSignals],
+    earlier: CandidateSource,
     thresholds: NearDuplicateThresholds,
 ) -> list[Decision]:
-    """A :class:`Decision` per ``new`` utterance (in its order) against ``indexed`` (in index order,
-    each with its representative ``(shard, utt)``) and the ``new`` utterances before it."""
-    everything = [signals for signals, _ in indexed] + list(new)
-    representatives: list[tuple[str, str]] = [rep for _, rep in indexed]
-    first = len(indexed)
-    exact_first: dict[str, int] = {}
-    for position, signals in enumerate(everything[:first]):
-        if signals.exact_hash is not None:
-            exact_first.setdefault(signals.exact_hash, position)
-    audio = _AudioLookup(everything)
-    text = _TranscriptLookup(everything, thresholds)
+    """A :class:`Decision` per ``new`` utterance (the shard at index ``position``, in ``utt_id``
+    order) against ``earlier`` (everything indexed before the shard) and its own earlier utterances.
+
+    Reads ``earlier`` twice: once for the postings of every key of the shard, once for the
+    candidates those postings name; memory and time follow the shard and what it touches."""
+    from speechdata.quality.near_dup_postings import index_keys, owner_of, sort_postings
+
+    own = index_keys(new, position)
+    looked_up = earlier.postings(np.unique(own["key"]))
+    first_own = owner_of(position, 0)
+    if len(looked_up) and int(looked_up["owner"].max()) >= first_own:
+        raise ValueError(f"the candidate source named an utterance at or after index position {position}")
+    postings = sort_postings(np.concatenate([looked_up, own]))
+    queries = [_candidates(position, rank, signals, postings, thresholds) for rank, signals in enumerate(new)]
+    wanted = sorted({o for q in queries for o in (*q.exact, *q.audio, *q.transcript) if o < first_own})
+    fetched = earlier.entries(wanted)
+    known: dict[int, IndexEntry] = dict(fetched)
     decisions = []
-    for position in range(first, len(everything)):
-        signals = everything[position]
-        match = _exact(signals, exact_first) or audio.match(position, thresholds) or text.match(position)
+    for rank, signals in enumerate(new):
+        match = _decide_one(signals, queries[rank], known, thresholds)
         if match is None:
-            representative = (signals.shard_id, signals.utt_id)
-            decisions.append(Decision(signals.utt_id, *representative, None, 1.0))
+            decision = Decision(signals.utt_id, signals.shard_id, signals.utt_id, None, 1.0)
         else:
             kind, matched, similarity = match
-            representative = representatives[matched]
-            decisions.append(
-                Decision(
-                    signals.utt_id,
-                    *representative,
-                    kind,
-                    round(similarity, 4),
-                    everything[matched].shard_id,
-                    everything[matched].utt_id,
-                )
+            matched_signals, representative = known[matched]
+            decision = Decision(
+                signals.utt_id,
+                *representative,
+                kind,
+                round(similarity, 4),
+                matched_signals.shard_id,
+                matched_signals.utt_id,
             )
-        representatives.append(representative)
-        if signals.exact_hash is not None:
-            exact_first.setdefault(signals.exact_hash, position)
+        decisions.append(decision)
+        known[owner_of(position, rank)] = (signals, (decision.representative_shard, decision.representative_utt))
     return decisions
 
 
-def _exact(signals: UtteranceSignals, exact_first: dict[str, int]) -> tuple[str, int, float] | None:
-    if signals.exact_hash is None or signals.exact_hash not in exact_first:
+def _key_postings(postings: np.ndarray, keys: np.ndarray, before: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(index into keys, posting)`` pairs for every posting of ``keys`` owned before ``before``."""
+    starts = np.searchsorted(postings["key"], keys, side="left")
+    ends = np.searchsorted(postings["key"], keys, side="right")
+    counts = ends - starts
+    if counts.sum() == 0:
+        return np.zeros(0, np.int64), postings[:0]
+    which = np.repeat(np.arange(len(keys)), counts)
+    hits = np.repeat(starts - np.cumsum(counts) + counts, counts) + np.arange(counts.sum())
+    found = postings[hits]
+    earlier = found["owner"] < before
+    return which[earlier], found[earlier]
+
+
+def _candidates(
+    position: int, rank: int, signals: UtteranceSignals, postings: np.ndarray, thresholds: NearDuplicateThresholds
+) -> _Query:
+    from speechdata.quality.near_dup_postings import (
+        context_bit_errors,
+        exact_key,
+        neighbour_contexts,
+        owner_of,
+        sampled_audio_keys,
+        transcript_keys,
+    )
+
+    me = owner_of(position, rank)
+    exact: list[int] = []
+    if signals.exact_hash is not None:
+        _, found = _key_postings(postings, np.array([exact_key(signals.exact_hash)], np.uint64), me)
+        exact = sorted(set(found["owner"].tolist()))
+    audio: list[int] = []
+    keys, frames = sampled_audio_keys(signals.fingerprint.sub_fingerprints, signals.fingerprint.active)
+    if len(keys):
+        which, found = _key_postings(postings, keys, me)
+        if len(found):
+            per_key = np.bincount(which, minlength=len(keys))
+            contexts = neighbour_contexts(signals.fingerprint.sub_fingerprints, frames)
+            alike = context_bit_errors(contexts[which], found["context"]) <= MAX_CONTEXT_BIT_ERRORS
+            usable = (per_key[which] <= MAX_KEY_OCCURRENCES) & alike
+            owners = found["owner"][usable]
+            offsets = found["frame"][usable].astype(np.int64) - frames[which[usable]]
+            if len(owners):
+                pairs, votes = np.unique(np.stack([owners, offsets], axis=1), axis=0, return_counts=True)
+                best = _best_offset_per_owner(pairs, votes, 1)
+                audio = [owner for owner, _ in best[:AUDIO_CANDIDATES_FETCHED]]
+    transcript: list[int] = []
+    if (
+        thresholds.check_transcripts
+        and signals.transcript_signature is not None
+        and signals.transcript_words >= thresholds.min_transcript_words
+    ):
+        _, found = _key_postings(postings, transcript_keys(signals.transcript_signature), me)
+        comparable = found["owner"][found["frame"] >= thresholds.min_transcript_words]
+        transcript = sorted(set(comparable.tolist()))[:MAX_TRANSCRIPT_CANDIDATES]
+    return _Query(exact, audio, transcript)
+
+
+def _decide_one(
+    signals: UtteranceSignals, query: _Query, known: dict[int, IndexEntry], thresholds: NearDuplicateThresholds
+) -> tuple[str, int, float] | None:
+    for owner in query.exact:
+        if known[owner][0].exact_hash == signals.exact_hash:
+            return EXACT_AUDIO, owner, 1.0
+    audio = _audio_match(signals.fingerprint, query.audio, known, thresholds)
+    if audio is not None:
+        return audio
+    best = None
+    for owner in query.transcript:
+        other = known[owner][0]
+        if other.transcript_signature is None or other.transcript_words < thresholds.min_transcript_words:
+            continue
+        similarity = estimated_jaccard(signals.transcript_signature, other.transcript_signature)
+        if similarity >= thresholds.min_transcript_jaccard and (best is None or similarity > best[1]):
+            best = (owner, similarity)
+    return None if best is None else (NEAR_TRANSCRIPT, best[0], best[1])
+
+
+def _full_votes(query: AudioFingerprint, references: Sequence[AudioFingerprint]) -> list[tuple[int, int]]:
+    """``(votes, offset)`` per reference: the offset most active sub-fingerprints of the two agree on
+    (the smallest on a tie), and how many agree there; ``(0, 0)`` when none does. All references in
+    one sort, one lookup."""
+    result = [(0, 0)] * len(references)
+    query_frames = np.flatnonzero(query.active)
+    if len(query_frames) == 0 or not references:
+        return result
+    values, frames, which = [], [], []
+    for number, reference in enumerate(references):
+        active = np.flatnonzero(reference.active)
+        values.append(reference.sub_fingerprints[active])
+        frames.append(active)
+        which.append(np.full(len(active), number, np.int64))
+    all_values = np.concatenate(values)
+    order = np.argsort(all_values, kind="stable")
+    all_values, all_frames, all_which = all_values[order], np.concatenate(frames)[order], np.concatenate(which)[order]
+    query_values = query.sub_fingerprints[query_frames]
+    starts = np.searchsorted(all_values, query_values, side="left")
+    counts = np.searchsorted(all_values, query_values, side="right") - starts
+    if counts.sum() == 0:
+        return result
+    hits = np.repeat(starts - np.cumsum(counts) + counts, counts) + np.arange(counts.sum())
+    offsets = all_frames[hits].astype(np.int64) - np.repeat(query_frames, counts)
+    pairs, votes = np.unique(np.stack([all_which[hits], offsets], axis=1), axis=0, return_counts=True)
+    # Pairs come sorted by (reference, offset): a stable sort by votes, most first, keeps the
+    # smallest offset first among a reference's ties.
+    by_votes = np.argsort(-votes, kind="stable")
+    seen: set[int] = set()
+    for index in by_votes.tolist():
+        number = int(pairs[index, 0])
+        if number not in seen:
+            seen.add(number)
+            result[number] = (int(votes[index]), int(pairs[index, 1]))
+    return result
+
+
+def _audio_match(
+    query: AudioFingerprint, candidates: list[int], known: dict[int, IndexEntry], thresholds: NearDuplicateThresholds
+) -> tuple[str, int, float] | None:
+    voted = []
+    full = _full_votes(query, [known[owner][0].fingerprint for owner in candidates])
+    for owner, (votes, offset) in zip(candidates, full, strict=True):
+        if votes >= thresholds.min_offset_votes:
+            voted.append((-votes, owner, offset))
+    accepted = []
+    for _, owner, offset in sorted(voted)[:AUDIO_CANDIDATES_VERIFIED]:
+        verdict = _verify(query, known[owner][0].fingerprint, offset, thresholds)
+        if verdict is not None:
+            accepted.append((owner, verdict))
+    if not accepted:
         return None
-    return EXACT_AUDIO, exact_first[signals.exact_hash], 1.0
+    owner, bit_error_rate = min(accepted)
+    return NEAR_AUDIO, owner, similarity_from_bit_error_rate(bit_error_rate)
 
 
-class _AudioLookup:
-    """Every active sub-fingerprint of the index, sorted, with the utterance and frame it comes from."""
-
-    def __init__(self, everything: Sequence[UtteranceSignals]):
-        self.fingerprints = [signals.fingerprint for signals in everything]
-        keys, owners, frames = [], [], []
-        for position, fingerprint in enumerate(self.fingerprints):
-            active = np.flatnonzero(fingerprint.active)
-            keys.append(fingerprint.sub_fingerprints[active])
-            owners.append(np.full(len(active), position, np.int64))
-            frames.append(active.astype(np.int64))
-        keys_all = np.concatenate(keys) if keys else np.zeros(0, np.uint32)
-        order = np.argsort(keys_all, kind="stable")
-        self.keys = keys_all[order]
-        self.owners = (np.concatenate(owners) if owners else np.zeros(0, np.int64))[order]
-        self.frames = (np.concatenate(frames) if frames else np.zeros(0, np.int64))[order]
-
-    def match(self, position: int, thresholds: NearDuplicateThresholds) -> tuple[str, int, float] | None:
-        query = self.fingerprints[position]
-        query_frames = np.flatnonzero(query.active)
-        if len(query_frames) == 0 or len(self.keys) == 0:
-            return None
-        query_keys = query.sub_fingerprints[query_frames]
-        starts = np.searchsorted(self.keys, query_keys, side="left")
-        ends = np.searchsorted(self.keys, query_keys, side="right")
-        counts = ends - starts
-        usable = (counts > 0) & (counts <= MAX_KEY_OCCURRENCES)
-        if not usable.any():
-            return None
-        starts, counts, query_frames = starts[usable], counts[usable], query_frames[usable]
-        hits = np.repeat(starts - np.cumsum(counts) + counts, counts) + np.arange(counts.sum())
-        owners = self.owners[hits]
-        offsets = self.frames[hits] - np.repeat(query_frames, counts)
-        earlier = owners < position
-        if not earlier.any():
-            return None
-        owners, offsets = owners[earlier], offsets[earlier]
-        pairs, votes = np.unique(np.stack([owners, offsets], axis=1), axis=0, return_counts=True)
-        best = _best_offset_per_owner(pairs, votes, thresholds.min_offset_votes)
-        accepted = []
-        for owner, offset in best[:AUDIO_CANDIDATES_VERIFIED]:
-            verdict = self._verify(query, int(owner), int(offset), thresholds)
-            if verdict is not None:
-                accepted.append((int(owner), verdict))
-        if not accepted:
-            return None
-        owner, bit_error_rate = min(accepted, key=lambda item: (item[0], item[1]))
-        return NEAR_AUDIO, owner, similarity_from_bit_error_rate(bit_error_rate)
-
-    def _verify(
-        self, query: AudioFingerprint, owner: int, offset: int, thresholds: NearDuplicateThresholds
-    ) -> float | None:
-        reference = self.fingerprints[owner]
-        shorter, longer = sorted((query.frames, reference.frames))
-        if shorter == 0 or shorter < thresholds.min_duration_ratio * longer:
-            return None
-        comparisons = [
-            compare_at_offset(query, reference, offset + shift)
-            for shift in range(-OFFSET_SEARCH_FRAMES, OFFSET_SEARCH_FRAMES + 1)
-        ]
-        best = min(comparisons, key=lambda comparison: comparison.bit_error_rate)
-        if best.overlap_frames < thresholds.min_overlap_share * shorter or best.compared_frames == 0:
-            return None
-        return best.bit_error_rate if best.bit_error_rate <= thresholds.max_bit_error_rate else None
+def _verify(
+    query: AudioFingerprint, reference: AudioFingerprint, offset: int, thresholds: NearDuplicateThresholds
+) -> float | None:
+    shorter, longer = sorted((query.frames, reference.frames))
+    if shorter == 0 or shorter < thresholds.min_duration_ratio * longer:
+        return None
+    comparisons = [
+        compare_at_offset(query, reference, offset + shift)
+        for shift in range(-OFFSET_SEARCH_FRAMES, OFFSET_SEARCH_FRAMES + 1)
+    ]
+    best = min(comparisons, key=lambda comparison: comparison.bit_error_rate)
+    if best.overlap_frames < thresholds.min_overlap_share * shorter or best.compared_frames == 0:
+        return None
+    return best.bit_error_rate if best.bit_error_rate <= thresholds.max_bit_error_rate else None
 
 
 def _best_offset_per_owner(pairs: np.ndarray, votes: np.ndarray, min_votes: int) -> list[tuple[int, int]]:
@@ -213,46 +378,3 @@ def _best_offset_per_owner(pairs: np.ndarray, votes: np.ndarray, min_votes: int)
             seen.add(owner)
             best.append((owner, int(pairs[index, 1])))
     return best
-
-
-class _TranscriptLookup:
-    """LSH band keys of every comparable transcript of the index, sorted, with their utterance."""
-
-    def __init__(self, everything: Sequence[UtteranceSignals], thresholds: NearDuplicateThresholds):
-        self.everything = everything
-        self.thresholds = thresholds
-        comparable = [
-            position
-            for position, signals in enumerate(everything)
-            if thresholds.check_transcripts
-            and signals.transcript_signature is not None
-            and signals.transcript_words >= thresholds.min_transcript_words
-        ]
-        self.comparable = set(comparable)
-        if comparable:
-            signatures = np.stack([everything[position].transcript_signature for position in comparable])
-            keys = band_keys(signatures)
-            owners = np.repeat(np.asarray(comparable, np.int64), keys.shape[1])
-            flat = keys.reshape(-1)
-            order = np.argsort(flat, kind="stable")
-            self.keys, self.owners = flat[order], owners[order]
-            self.keys_by_position = dict(zip(comparable, keys, strict=True))
-        else:
-            self.keys, self.owners, self.keys_by_position = np.zeros(0, np.uint64), np.zeros(0, np.int64), {}
-
-    def match(self, position: int) -> tuple[str, int, float] | None:
-        if position not in self.comparable:
-            return None
-        query_keys = self.keys_by_position[position]
-        starts = np.searchsorted(self.keys, query_keys, side="left")
-        ends = np.searchsorted(self.keys, query_keys, side="right")
-        candidates = set()
-        for start, end in zip(starts.tolist(), ends.tolist(), strict=True):
-            candidates.update(owner for owner in self.owners[start:end].tolist() if owner < position)
-        query = self.everything[position].transcript_signature
-        best = None
-        for owner in sorted(candidates)[:MAX_TRANSCRIPT_CANDIDATES]:
-            similarity = estimated_jaccard(query, self.everything[owner].transcript_signature)
-            if similarity >= self.thresholds.min_transcript_jaccard and (best is None or similarity > best[1]):
-                best = (owner, similarity)
-        return None if best is None else (NEAR_TRANSCRIPT, best[0], best[1])

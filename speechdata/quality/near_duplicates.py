@@ -13,34 +13,45 @@ from __future__ import annotations
 import time
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import pyarrow as pa
 
 from speechdata.audio.codec import decode_audio
 from speechdata.io import layout
-from speechdata.io.shard_lock import LockHolder
+from speechdata.io.shard_lock import EXCLUSIVE_CREATE_PROTOCOLS, LockHolder
 from speechdata.io.storage import DataRoot
 from speechdata.quality.fingerprint_audio import audio_fingerprint, exact_audio_hash
 from speechdata.quality.fingerprint_text import normalized_transcript, transcript_signature, word_count
 from speechdata.quality.near_dup_index import (
     DEFAULT_LOCK_TIMEOUT_S,
-    commit_shard,
-    corpus_index_lock,
-    entries_table,
-    read_entries,
-    read_order,
-    shards_before,
+    IndexDamaged,
+    IndexReader,
+    ReservationLost,
+    commit_shard_entries,
+    compact_index,
+    repair_index,
+    reserve_position,
+    wait_for_earlier,
 )
 from speechdata.quality.near_dup_matching import (
     KINDS,
     Decision,
     NearDuplicateThresholds,
     UtteranceSignals,
-    find_representatives,
+    decide_shard,
 )
+from speechdata.quality.near_dup_postings import index_keys
 from speechdata.rejects import error_text
 from speechdata.stage import StageSummary
+
+MAX_CHECKED_SECONDS = 1_800.0
+"""An utterance longer than this (30 minutes, the same bound as alignment's) is not decoded for its
+signals: it stays unchecked, with the reason, and unindexed. Decoding, hashing and fingerprinting
+hold about 0.3 MB per second of audio at once (the fingerprint is computed in windows), so this
+bounds a step's memory per utterance to about 500 MB."""
+INDEX_ATTEMPTS = 3
+"""Reservations lost (taken for dead, or a rebuilt order) or damage repaired, before giving up."""
 
 REJECT_REASON = "near_duplicate"
 """The reason the quality filter records for every utterance listed in ``near_duplicates.parquet``."""
@@ -80,7 +91,8 @@ NEAR_DUPLICATES_SCHEMA = pa.schema(
 
 @dataclass(frozen=True)
 class Unchecked:
-    """An utterance whose audio could not be decoded: it stays in the products, unchecked and unindexed."""
+    """An utterance whose audio could not be decoded or is longer than :data:`MAX_CHECKED_SECONDS`:
+    it stays in the products, unchecked and unindexed."""
 
     utt_id: str
     detail: str
@@ -96,6 +108,10 @@ class NearDuplicatesSummary(StageSummary):
     index_position: int
     indexed_before: int
     index_locked: bool
+    repairs: list[str] = field(default_factory=list)
+    """What this run rebuilt of a damaged index (:func:`~.near_dup_index.repair_index`)."""
+    postings_read: int = 0
+    entries_read: int = 0
 
     @property
     def by_kind(self) -> dict[str, int]:
@@ -128,10 +144,23 @@ def shard_signals(data_root: DataRoot, shard_id: str) -> tuple[list[UtteranceSig
     signals, unchecked, audio_seconds = [], [], 0.0
     with data_root.open_parquet(layout.normalized_audio(shard_id)) as parquet:
         for group in range(parquet.num_row_groups):
-            table = parquet.read_row_group(group, columns=["utt_id", "sample_rate", "codec", "audio"])
-            for utt_id, rate, codec, payload in zip(*table.to_pydict().values(), strict=True):
+            described = parquet.read_row_group(group, columns=["utt_id", "sample_rate", "n_samples", "codec"])
+            utt_ids, rates, lengths, codecs = described.to_pydict().values()
+            checked = [length <= MAX_CHECKED_SECONDS * rate for rate, length in zip(rates, lengths, strict=True)]
+            # A group of overlong utterances only is never read: their payloads alone can take GBs.
+            payloads = parquet.read_row_group(group, columns=["audio"]).column(0) if any(checked) else None
+            for row, (utt_id, rate, n_samples, codec) in enumerate(zip(utt_ids, rates, lengths, codecs, strict=True)):
+                if not checked[row]:
+                    unchecked.append(
+                        Unchecked(
+                            utt_id,
+                            f"{n_samples / rate:.0f} s of audio, longer than the {MAX_CHECKED_SECONDS:.0f} s checked "
+                            "for near duplicates",
+                        )
+                    )
+                    continue
                 try:
-                    samples = decode_audio(payload, codec)
+                    samples = decode_audio(payloads[row].as_py(), codec)
                 except Exception as exc:  # one undecodable payload must not stop the shard
                     unchecked.append(Unchecked(utt_id, f"audio not decodable ({codec}): {error_text(exc)}"))
                     continue
@@ -167,21 +196,49 @@ def run_near_duplicates(
 ) -> NearDuplicatesSummary:
     """Check ``shard_id`` against the corpus index, write its ``near_duplicates.parquet`` and index it.
 
-    Fingerprints are computed before the index lock is taken; reading the index, matching,
-    committing the shard's entries and writing its file happen under the lock, in that order, so a
-    killed run leaves the index as it was (or with this shard fully committed) and a re-run ends the same.
+    Signals are computed first, with no lock; then the shard reserves its place in the index order,
+    waits for the shards reserved before it, is decided against the committed shards before it
+    (reading only the postings of its keys and the entries they name), commits, and writes its file
+    last. A killed run leaves the index as it was, or with its reservation (dropped by the next
+    shard that finds this run gone, or taken back by this shard's re-run), or with this shard fully
+    committed; a re-run ends the same. Damage to the index found on the way is repaired
+    (:func:`~.near_dup_index.repair_index`) and the shard decided again.
     """
     thresholds = thresholds or NearDuplicateThresholds()
     started = time.perf_counter()
     signals, unchecked, audio_seconds = shard_signals(data_root, shard_id)
-    with corpus_index_lock(data_root, timeout_s=lock_timeout_s, run_id=run_id, holder_finished=holder_finished) as held:
-        order = read_order(data_root)
-        earlier = read_entries(data_root, shards_before(order, shard_id))
-        decisions = find_representatives(earlier, signals, thresholds)
-        indexed = commit_shard(data_root, order, shard_id, entries_table(signals, decisions))
-        # After the commit: a run killed in between re-runs at the position it committed, with the
-        # same decisions, so the file written then is the one this run would have written.
-        data_root.write_parquet(layout.near_duplicates(shard_id), near_duplicates_table(decisions))
+    lock_options = {"run_id": run_id, "holder_finished": holder_finished}
+    repairs: list[str] = []
+    for attempt in range(INDEX_ATTEMPTS):
+        try:
+            with reserve_position(data_root, shard_id, timeout_s=lock_timeout_s, **lock_options) as reservation:
+                # The postings of the shard's keys are read from what is committed now, while shards
+                # reserved before it may still be deciding; then only theirs once they commit.
+                earlier = IndexReader(data_root, reservation.position)
+                earlier.prefetch(index_keys(signals, reservation.position)["key"])
+                earlier.settle(wait_for_earlier(data_root, reservation, timeout_s=lock_timeout_s, **lock_options))
+                decisions = decide_shard(reservation.position, signals, earlier, thresholds)
+                indexed = commit_shard_entries(
+                    data_root, reservation, signals, decisions, timeout_s=lock_timeout_s, **lock_options
+                )
+                # After the commit: a run killed in between re-runs at the position it committed,
+                # with the same decisions, so the file written then is the one this run would have written.
+                data_root.write_parquet(layout.near_duplicates(shard_id), near_duplicates_table(decisions))
+            break
+        except ReservationLost:
+            if attempt == INDEX_ATTEMPTS - 1:
+                raise
+        except IndexDamaged as damaged:
+            if attempt == INDEX_ATTEMPTS - 1:
+                raise
+            repairs += repair_index(
+                data_root,
+                damaged_entries=[damaged.entries_of] if damaged.entries_of else [],
+                refingerprint=lambda other: shard_signals(data_root, other)[0],
+                timeout_s=lock_timeout_s,
+                **lock_options,
+            )
+    compact_index(data_root, timeout_s=lock_timeout_s, **lock_options)
     return NearDuplicatesSummary(
         shard_id=shard_id,
         rows_in=len(signals) + len(unchecked),
@@ -193,6 +250,9 @@ def run_near_duplicates(
         duplicates=[d for d in decisions if d.kind is not None],
         unchecked=unchecked,
         index_position=indexed.position,
-        indexed_before=len(earlier),
-        index_locked=held is not None,
+        indexed_before=earlier.utterances,
+        index_locked=data_root.is_local or data_root.protocol in EXCLUSIVE_CREATE_PROTOCOLS,
+        repairs=repairs,
+        postings_read=earlier.postings_read,
+        entries_read=earlier.rows_read,
     )

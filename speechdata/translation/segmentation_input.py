@@ -19,12 +19,15 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
+from speechdata.io.bounded_json import JsonBoundsError, load_bounded_json
+
 LATENCY_LEVELS = ("low_latency", "medium_latency", "high_latency")
 SOURCE_LANGUAGE = "English"
 TARGET_LANGUAGE = "Chinese"
 
 SEGMENTATION_REJECT_REASONS = (
     "segmentation_malformed_json",
+    "segmentation_over_json_limits",
     "segmentation_not_an_object",
     "segmentation_missing_level",
     "segmentation_missing_language",
@@ -92,10 +95,13 @@ def parse_segmentation(document: object, source: str) -> Segmentation:
 
 
 def read_segmentation(data: bytes | str, source: str) -> Segmentation:
-    """Decode and validate one segmentation file (UTF-8, a BOM is allowed)."""
+    """Decode and validate one segmentation file (UTF-8, a BOM is allowed), its nesting and size
+    bounded first (:mod:`speechdata.io.bounded_json`)."""
     try:
         text = data.decode("utf-8-sig") if isinstance(data, bytes) else data
-        document = json.loads(text)
+        document = load_bounded_json(text, source)
+    except JsonBoundsError as exc:
+        raise SegmentationError("segmentation_over_json_limits", source, exc.detail) from exc
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise SegmentationError("segmentation_malformed_json", source, f"not UTF-8 JSON: {exc}") from exc
     return parse_segmentation(document, source)

@@ -21,6 +21,7 @@ import pyarrow as pa
 from speechdata.alignment.table import words_by_utterance
 from speechdata.audio.container import read_container_index
 from speechdata.io import layout
+from speechdata.io.bounded_json import JsonBoundsError, read_bounded_json_bytes
 from speechdata.io.storage import DataRoot
 from speechdata.rejects import Reject, rejects_table
 from speechdata.stage import StageSummary
@@ -173,10 +174,13 @@ def run_streaming_segments(
             rejects.append(reject)
             continue
         path = f"{directory}/{utt_id}.json"
-        with data_root.fs.open(data_root.path(path), "rb") as handle:
-            data = handle.read()
         try:
+            with data_root.fs.open(data_root.path(path), "rb") as handle:
+                data = read_bounded_json_bytes(handle, data_root.uri(path))  # never a huge file read whole
             segmentation = read_segmentation(data, data_root.uri(path))
+        except JsonBoundsError as exc:
+            rejects.append(Reject(utt_id, STAGE, "segmentation_over_json_limits", str(exc)))
+            continue
         except SegmentationError as exc:
             rejects.append(Reject(utt_id, STAGE, exc.reason, str(exc)))
             continue

@@ -28,6 +28,9 @@ from dataclasses import dataclass
 import pyarrow as pa
 import soundfile as sf
 
+from speechdata import faults
+from speechdata.audio import budget
+from speechdata.audio.budget import OVER_BUDGET_REASON, audio_budget_problem
 from speechdata.faults import fault_point
 from speechdata.io import layout
 from speechdata.io.audio_tars import deterministic_tar_writer, webdataset_key
@@ -66,6 +69,9 @@ class AudioFile:
     utt_ids: list[str]
     language: str | None
     duration_s: float
+    budget_problem: str | None = None
+    """Why decoding the whole file would break the per-utterance memory budget (VAD reads a file
+    whole), or None; from the index's header figures, so such a file is never read."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -98,17 +104,29 @@ class VadSummary(StageSummary):
 def files_of_index(index: pa.Table) -> list[AudioFile]:
     """One entry per distinct ``audio_path``, sorted by path; the language its utterances mostly have."""
     rows: dict[str, dict] = {}
-    for row in index.select(["utt_id", "audio_path", "language", "source_frames", "source_sample_rate"]).to_pylist():
+    columns = ["utt_id", "audio_path", "language", "source_frames", "source_sample_rate"]
+    columns += ["source_channels"] if "source_channels" in index.column_names else []
+    for row in index.select(columns).to_pylist():
+        frames, rate = row["source_frames"], row["source_sample_rate"]
         entry = rows.setdefault(
             row["audio_path"],
-            {"utt_ids": [], "languages": Counter(), "duration_s": row["source_frames"] / row["source_sample_rate"]},
+            {
+                "utt_ids": [],
+                "languages": Counter(),
+                "duration_s": frames / rate,
+                "budget_problem": audio_budget_problem(frames, rate, row.get("source_channels") or 1),
+            },
         )
         entry["utt_ids"].append(row["utt_id"])
         if row["language"] is not None:
             entry["languages"][row["language"]] += 1
     return [
         AudioFile(
-            path, sorted(e["utt_ids"]), e["languages"].most_common(1)[0][0] if e["languages"] else None, e["duration_s"]
+            path,
+            sorted(e["utt_ids"]),
+            e["languages"].most_common(1)[0][0] if e["languages"] else None,
+            e["duration_s"],
+            e["budget_problem"],
         )
         for path, e in sorted(rows.items())
     ]
@@ -176,12 +194,18 @@ def run_vad_segments(
         for batch in _batches(files, batch_files):
             signals, waiting = [], []
             for file in batch:
+                if file.budget_problem is not None:  # never read: the whole file would be decoded
+                    detail = f"{file.audio_path}: {file.budget_problem}"
+                    rejects += [Reject(u, STAGE, OVER_BUDGET_REASON, detail) for u in file.utt_ids]
+                    continue
                 try:
                     with audio.open(file.audio_path) as handle:
                         data = handle.read()
                     sha1s[file.audio_path] = hashlib.sha1(data).hexdigest()
                     if add_to_tar is not None:
                         add_to_tar(file.audio_path, data)
+                        # The staged tar half written under its temp name (outside the commit's points).
+                        faults.fault_point("vad-staging")
                     if file.audio_path in imported:
                         segments[file.audio_path] = imported[file.audio_path]
                         continue
@@ -223,9 +247,23 @@ def run_vad_segments(
     )
 
 
-def _batches(files: list[AudioFile], size: int) -> Iterator[list[AudioFile]]:
-    for first in range(0, len(files), size):
-        yield files[first : first + size]
+def _batches(files: list[AudioFile], size: int, max_padded_seconds: float | None = None) -> Iterator[list[AudioFile]]:
+    """At most ``size`` files per batch, and at most ``max_padded_seconds`` (default: the per-utterance
+    memory budget) of audio once the model pads every file to the batch's longest: 63 short files
+    beside one of 30 minutes would otherwise hold 64 x 30 minutes. A file's segments do not depend
+    on the files batched with it (the model keeps one state per row)."""
+    limit = budget.MAX_UTTERANCE_SECONDS if max_padded_seconds is None else max_padded_seconds
+    batch: list[AudioFile] = []
+    longest = 0.0
+    for file in files:
+        padded = (len(batch) + 1) * max(longest, file.duration_s)
+        if batch and (len(batch) == size or padded > limit):
+            yield batch
+            batch, longest = [], 0.0
+        batch.append(file)
+        longest = max(longest, file.duration_s)
+    if batch:
+        yield batch
 
 
 def _name_by_content(data_root: DataRoot, shard_id: str, staged: str) -> str:

@@ -1,7 +1,9 @@
 """The catalog under a careless or hostile user: read-only for real, self-healing, never blocked.
 
 * every write form DuckDB accepts, against every catalogued folder, leaves the bytes on disk as they were;
-* a corrupt ``catalog.duckdb`` is rebuilt by the next refresh, which says so, and loses nothing;
+* a corrupt ``catalog.duckdb`` (or refresh state) is rebuilt by the next refresh, which says so, and loses nothing;
+* the catalog's files are regular files of the root (a symbolic link or a pipe is refused, naming
+  it), and nothing planted in them survives a refresh;
 * a reader holding the catalog open does not block a refresh, a query during a refresh reads the
   previous version, and the refresh sensor asks again for a refresh that failed;
 * a catalog never built is an error naming the path and the command that builds it.
@@ -204,6 +206,11 @@ def test_the_read_only_filesystem_serves_nothing_outside_the_catalogued_folders(
 # --- a corrupt catalog heals itself
 
 
+def state_path(root: DataRoot) -> str:
+    """The refresh's state, beside the catalog (no reader opens it)."""
+    return root.path(f".{CATALOG_FILE}.state")
+
+
 def state_rows(database_path: str) -> dict[str, list]:
     with duckdb.connect(database_path, read_only=True) as connection:
         return {t: sorted(connection.execute(f"SELECT * FROM {t}").fetchall(), key=repr) for t in STATE_TABLES}
@@ -231,19 +238,22 @@ def materialize_catalog(root: DataRoot, instance, **kwargs):
     return dg.materialize([manifest_catalog], instance=instance, resources=resources, **kwargs)
 
 
+@pytest.mark.parametrize("which", ["catalog", "state"])
 @pytest.mark.parametrize("how", ["garbage", "truncated", "empty", "incompatible_version"])
-def test_a_corrupt_catalog_is_rebuilt_by_the_asset_and_loses_nothing(root, tmp_path, how):
+def test_a_corrupt_catalog_is_rebuilt_by_the_asset_and_loses_nothing(root, tmp_path, how, which):
     fresh = DataRoot(str(tmp_path / "fresh"))
     root.fs.copy(root.root, fresh.root, recursive=True)
+    corrupted = root.path(CATALOG_FILE) if which == "catalog" else state_path(root)
     with dg.instance_for_test() as instance:
         assert materialize_catalog(root, instance).success
-        corrupt(root.path(CATALOG_FILE), how)
+        corrupt(corrupted, how)
         result = materialize_catalog(root, instance, raise_on_error=False)
         assert result.success
         [event] = result.asset_materializations_for_node("manifest_catalog")
-        assert "unreadable" in event.metadata["rebuilt_because"].value
+        assert f"{os.path.basename(corrupted)} is unreadable" in event.metadata["rebuilt_because"].value
         assert event.metadata["dagster/row_count"].value == 5
-        assert event.metadata["manifests_read"].value == 2  # read again, all of them
+        # A corrupt state is read again from the files, all of them; the views file holds no state.
+        assert event.metadata["manifests_read"].value == (2 if which == "state" else 0)
         warnings = [
             e.message
             for e in instance.all_logs(result.run_id)
@@ -252,7 +262,7 @@ def test_a_corrupt_catalog_is_rebuilt_by_the_asset_and_loses_nothing(root, tmp_p
         assert warnings, "the run's log says the catalog was rebuilt"
         # Rebuilding loses nothing: the same state as a catalog built fresh from the same files.
         assert materialize_catalog(fresh, instance).success
-    rebuilt, built = state_rows(root.path(CATALOG_FILE)), state_rows(fresh.path(CATALOG_FILE))
+    rebuilt, built = state_rows(state_path(root)), state_rows(state_path(fresh))
     assert rebuilt["catalog_manifest_groups"] and rebuilt["catalog_rejected_ids"]
     for table in STATE_TABLES:
         # Paths are relative to the root and fingerprints name inodes: the copied root differs only there.
@@ -277,9 +287,9 @@ def test_the_cli_refresh_rebuilds_a_corrupt_catalog_and_says_so(root):
 READER = """
 import sys, duckdb
 connection = duckdb.connect(sys.argv[1], read_only=True)
-print(connection.execute("SELECT count(*) FROM catalog_manifest_files").fetchone()[0], flush=True)
+print(connection.execute("SELECT manifest_files FROM catalog_info").fetchone()[0], flush=True)
 sys.stdin.readline()  # hold the catalog open until told
-print(connection.execute("SELECT count(*) FROM catalog_manifest_files").fetchone()[0], flush=True)
+print(connection.execute("SELECT manifest_files FROM catalog_info").fetchone()[0], flush=True)
 """
 
 
@@ -307,7 +317,7 @@ def test_a_reader_holding_the_catalog_open_does_not_block_the_refresh(root):
     finally:
         if reader.poll() is None:
             reader.kill()
-    counted = run_cli("SELECT count(*) AS n FROM catalog_manifest_files", data_root=root)
+    counted = run_cli("SELECT manifest_files AS n FROM catalog_info", data_root=root)
     assert counted.stdout.splitlines()[2].strip() == "3"
 
 
@@ -470,4 +480,166 @@ def test_a_refresh_killed_half_way_leaves_the_previous_catalog_and_the_next_one_
     left = [name for name in os.listdir(root.root) if name.startswith("._tmp-")]
     assert left, "the killed refresh left its temp"
     assert refresh(root).summary.manifest_files == 3
+    assert not [name for name in os.listdir(root.root) if name.startswith("._tmp-")]
+
+
+# --- the catalog's files are its own: no link out of the root, nothing planted survives a refresh
+
+
+def outside_database(tmp_path) -> Path:
+    """A database outside the data root with a table nobody should read through the catalog."""
+    outside = tmp_path / "elsewhere" / "payroll.duckdb"
+    outside.parent.mkdir()
+    with duckdb.connect(str(outside)) as connection:
+        connection.execute("CREATE TABLE payroll AS SELECT 'alice' AS name, 123456 AS salary")
+    return outside
+
+
+@pytest.mark.parametrize(
+    "name", [CATALOG_FILE, f"{CATALOG_FILE}.wal", f".{CATALOG_FILE}.state", f".{CATALOG_FILE}.state.wal"]
+)
+def test_a_catalog_file_that_is_a_symbolic_link_is_refused_by_the_refresh_naming_it(root, tmp_path, name):
+    outside = outside_database(tmp_path)
+    before = outside.read_bytes()
+    link = root.path(name)
+    os.symlink(outside, link)
+    refreshed = run_cli("--refresh", data_root=root, timeout=60)
+    assert refreshed.returncode == 2, refreshed.stdout
+    message = refreshed.stderr.strip()
+    assert len(message.splitlines()) == 1 and link in message and "symbolic link" in message, message
+    assert outside.read_bytes() == before  # neither written nor copied in
+    assert os.path.islink(link)  # refused, not replaced behind the user's back
+    payroll = run_cli("SELECT * FROM payroll", data_root=root)
+    assert payroll.returncode == 2 and "alice" not in payroll.stdout
+
+
+def test_a_catalog_that_is_a_symbolic_link_is_refused_by_readers(root, tmp_path):
+    refresh(root)
+    outside = outside_database(tmp_path)
+    os.replace(root.path(CATALOG_FILE), tmp_path / "moved.duckdb")
+    os.symlink(outside, root.path(CATALOG_FILE))
+    for args in (["SELECT * FROM payroll"], ["--named", "hours_per_language"]):
+        answered = run_cli(*args, data_root=root)
+        assert answered.returncode == 2 and "alice" not in answered.stdout
+        assert root.path(CATALOG_FILE) in answered.stderr and "symbolic link" in answered.stderr, answered.stderr
+
+
+@pytest.mark.parametrize("kind", ["folder", "named pipe"])
+def test_a_catalog_file_that_is_not_a_regular_file_is_refused_naming_it(root, kind):
+    path = root.path(CATALOG_FILE)
+    if kind == "folder":
+        os.mkdir(path)
+    else:
+        os.mkfifo(path)  # a refresh that copied it would wait forever for a writer
+    refreshed = run_cli("--refresh", data_root=root, timeout=60)
+    assert refreshed.returncode == 2
+    assert path in refreshed.stderr and f"not a regular file ({'a ' + kind})" in refreshed.stderr, refreshed.stderr
+    queried = run_cli("--named", "hours_per_language", data_root=root, timeout=60)
+    assert queried.returncode == 2 and path in queried.stderr, queried.stderr
+
+
+PLANTED = (
+    "CREATE TABLE payroll AS SELECT 'alice' AS name, 123456 AS salary",
+    "CREATE VIEW planted_view AS SELECT * FROM payroll",
+    "CREATE OR REPLACE VIEW hours_by_language AS SELECT 'forged' AS language, 1 AS samples",
+    "CREATE MACRO samples_count() AS 999",
+    "CREATE MACRO planted_rows() AS TABLE SELECT 'forged' AS x",
+    "CREATE SEQUENCE planted_sequence",
+    "CREATE TYPE planted_type AS ENUM ('a', 'b')",
+    "CREATE SCHEMA planted_schema",
+    "CREATE TABLE planted_schema.hidden AS SELECT 'forged' AS x",
+    "CREATE INDEX planted_index ON catalog_info (data_root)",
+)
+
+
+def catalog_objects(path: str) -> set[str]:
+    with duckdb.connect(path, read_only=True) as connection:
+        return {
+            f"{kind} {schema}.{name}"
+            for kind, sql in (
+                ("schema", "SELECT schema_name, schema_name FROM duckdb_schemas() WHERE NOT internal"),
+                ("table", "SELECT schema_name, table_name FROM duckdb_tables()"),
+                ("view", "SELECT schema_name, view_name FROM duckdb_views() WHERE NOT internal"),
+                ("function", "SELECT schema_name, function_name FROM duckdb_functions() WHERE NOT internal"),
+                ("sequence", "SELECT schema_name, sequence_name FROM duckdb_sequences()"),
+                ("type", "SELECT schema_name, type_name FROM duckdb_types() WHERE NOT internal"),
+                ("index", "SELECT schema_name, index_name FROM duckdb_indexes()"),
+            )
+            for schema, name in connection.execute(sql).fetchall()
+        }
+
+
+def test_nothing_planted_in_the_catalog_survives_an_incremental_refresh(root):
+    refresh(root)
+    own = catalog_objects(root.path(CATALOG_FILE))
+    hours = run_cli("--named", "hours_per_language", data_root=root).stdout
+    with duckdb.connect(root.path(CATALOG_FILE)) as connection:
+        for statement in PLANTED:
+            connection.execute(statement)
+    planted = run_cli("SELECT * FROM payroll", data_root=root)
+    assert "alice" in planted.stdout  # what a reader would get without a refresh
+    refreshed = refresh(root)  # incremental: no --full
+    assert refreshed.summary.manifests_read == 0
+    assert catalog_objects(root.path(CATALOG_FILE)) == own
+    assert any("payroll" in d for d in refreshed.dropped), refreshed.dropped
+    gone = run_cli("SELECT * FROM payroll", data_root=root)
+    assert gone.returncode == 2 and "alice" not in gone.stdout
+    assert run_cli("--named", "hours_per_language", data_root=root).stdout == hours
+    with open_catalog(root) as connection:
+        assert connection.execute("SELECT count(*) FROM hours_by_language").fetchone()[0] == 2
+
+
+def test_a_view_replaced_in_the_catalog_is_created_again_by_the_next_refresh(root):
+    refresh(root)
+    with duckdb.connect(root.path(CATALOG_FILE)) as connection:
+        connection.execute("CREATE OR REPLACE VIEW samples AS SELECT * FROM samples WHERE false")
+    refresh(root)
+    with open_catalog(root) as connection:
+        assert connection.execute("SELECT count(*) FROM samples").fetchone()[0] == 5
+
+
+def test_nothing_planted_in_the_refresh_state_survives_a_refresh(root):
+    refresh(root)
+    state = root.path(f".{CATALOG_FILE}.state")
+    own = catalog_objects(state)
+    with duckdb.connect(state) as connection:
+        for statement in PLANTED[:2] + PLANTED[3:9]:
+            connection.execute(statement)
+        # A forged state row is only data: it is checked against the listing like any other.
+        connection.execute(
+            "INSERT INTO catalog_manifest_files VALUES ('manifests/shard=forged/part-0.parquet', 1, 'x', 99)"
+        )
+    refreshed = refresh(root)
+    assert catalog_objects(state) == own
+    assert refreshed.summary.samples == 5 and refreshed.summary.manifest_files == 2
+
+
+KILLED_BEFORE_THE_SWAP = """
+import os, sys
+from speechdata.catalog.cli import refresh
+from speechdata.io.storage import DataRoot
+
+os.replace = lambda *args: os._exit(9)  # killed after the state committed, before the new catalog is swapped in
+refresh(DataRoot(sys.argv[1]))
+"""
+
+
+def test_a_refresh_killed_after_its_state_committed_is_published_by_the_next_one(root):
+    refresh(root)
+    before = Path(root.path(CATALOG_FILE)).read_bytes()
+    write_manifest(root, "shard-c", SHARD_B)
+    killed = subprocess.run(
+        [sys.executable, "-c", KILLED_BEFORE_THE_SWAP, root.root],
+        cwd=REPO_ROOT,
+        env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
+        timeout=120,
+    )
+    assert killed.returncode == 9
+    # Readers still get the previous catalog, whole.
+    assert Path(root.path(CATALOG_FILE)).read_bytes() == before
+    assert run_cli("SELECT manifest_files AS n FROM catalog_info", data_root=root).stdout.splitlines()[2].strip() == "2"
+    # The state is a whole refresh ahead: the next refresh reads nothing again and publishes it.
+    refreshed = refresh(root)
+    assert refreshed.summary.manifests_read == 0 and refreshed.summary.manifest_files == 3
+    assert run_cli("SELECT manifest_files AS n FROM catalog_info", data_root=root).stdout.splitlines()[2].strip() == "3"
     assert not [name for name in os.listdir(root.root) if name.startswith("._tmp-")]

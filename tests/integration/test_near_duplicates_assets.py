@@ -21,8 +21,7 @@ from assets.partitions import shard_partitions
 from speechdata.io import layout
 from speechdata.io.storage import DataRoot
 from speechdata.landing.ingest import run_normalized_audio, run_raw_shards
-from speechdata.quality import near_dup_index
-from speechdata.quality.near_dup_index import CorpusIndexBusy, ParsedEntries, corpus_index_lock, read_order
+from speechdata.quality.near_dup_index import CorpusIndexBusy, corpus_index_lock, read_order
 from speechdata.quality.near_dup_planted import SAMPLE_RATE, Speaker, speech_like, transformed
 from speechdata.quality.near_duplicates import NEAR_DUPLICATES_SCHEMA, run_near_duplicates
 from speechdata.testing.shards import build_sample_shard
@@ -86,6 +85,10 @@ def test_a_rewrapped_file_is_an_exact_duplicate_through_ingest(data_root):
 
 @pytest.fixture
 def two_shards(data_root):
+    return land_two_shards(data_root)
+
+
+def land_two_shards(data_root):
     """Shard ``a`` lands first; ``b`` carries an MP3 of one of a's utterances, a trimmed copy of
     another of its own, a transcript of a's under new audio, and one utterance of its own."""
     originals = [voice(n) for n in range(4)]
@@ -136,24 +139,21 @@ def test_rerunning_a_shard_changes_nothing_and_its_entries_never_match_themselve
     again_a = run_near_duplicates(root, "a")
     again_b = run_near_duplicates(root, "b")
     after = written_bytes(root)
-    assert len(before) == 5  # the order, two entries files, two shard files
+    # the order; per shard its entries, its postings segment, its commit record and its file
+    assert len(before) == 9
     assert after == before
     assert (again_a.index_position, again_a.indexed_before, again_a.duplicates) == (0, 0, [])
     assert (again_b.index_position, again_b.indexed_before, len(again_b.duplicates)) == (1, 2, 3)
 
 
-def test_a_process_parses_each_indexed_entries_file_once_and_sees_a_reindexed_shard(two_shards, monkeypatch):
+def test_a_shard_reads_only_what_its_keys_touch_and_sees_a_reindexed_shard(two_shards):
     root = two_shards
-    parsed = ParsedEntries()
-    monkeypatch.setattr(near_dup_index, "PARSED_ENTRIES", parsed)
     run_near_duplicates(root, "a")
-    run_near_duplicates(root, "b")
-    run_near_duplicates(root, "b")
-    run_near_duplicates(root, "a")
-    # b read a's entries once; a compares with nothing; the re-runs parse nothing new.
-    assert parsed.files_parsed == 1
+    first = run_near_duplicates(root, "b")
+    # b fetched the entries of the utterances its keys named (both of a's), no more.
+    assert first.entries_read == 2 and first.postings_read > 0
     assert {row["utt_id"] for row in rows_of(root, "b")} == {"b-0-mp3", "b-2-trimmed", "b-3-same-words"}
-    # a re-landed with other audio and other words: its entries file is a new version, which b then reads.
+    # a re-landed with other audio and other words: its entries and segment are a new version, which b then reads.
     land_and_normalize(
         root,
         "a",
@@ -163,9 +163,9 @@ def test_a_process_parses_each_indexed_entries_file_once_and_sees_a_reindexed_sh
         },
     )
     run_near_duplicates(root, "a")
-    run_near_duplicates(root, "b")
-    assert parsed.files_parsed == 2
+    again = run_near_duplicates(root, "b")
     assert {row["utt_id"] for row in rows_of(root, "b")} == {"b-2-trimmed"}
+    assert again.index_position == 1 and again.indexed_before == 2
 
 
 def written_bytes(root: DataRoot) -> dict[str, bytes]:
@@ -223,7 +223,8 @@ def test_a_run_killed_between_its_entries_and_the_order_reruns_clean(two_shards,
     write_parquet = root.write_parquet
 
     def killed_at_the_order(relative, table, **options):
-        if relative == layout.near_duplicates_index_order():
+        committing_b = {"shard_id": "b", "state": "committed"}.items() <= dict(table.to_pylist()[-1]).items()
+        if relative == layout.near_duplicates_index_order() and committing_b:
             raise KeyboardInterrupt("killed")
         return write_parquet(relative, table, **options)
 

@@ -1,5 +1,6 @@
-"""One writer per shard and product, and one at a time on the near-duplicate index, on an S3 data
-root too: the lock is an object created only if absent (moto's S3 server, as the bucket tests use)."""
+"""One writer per shard and product, and one at a time on the near-duplicate index (its reservations,
+postings and repair too), on an S3 data root: the lock is an object created only if absent (moto's S3
+server, as the bucket tests use)."""
 
 import json
 import os
@@ -99,3 +100,34 @@ def test_the_near_duplicate_index_is_locked_on_s3_and_a_second_indexer_gives_up_
             pass
     with corpus_index_lock(s3_root, timeout_s=0.5) as again:
         assert again is not None and again.token != holder.token
+
+
+def test_shards_are_reserved_decided_committed_and_repaired_on_s3(s3_root):
+    from speechdata.quality import near_dup_index
+    from speechdata.quality.near_dup_matching import NearDuplicateThresholds, decide_shard
+    from speechdata.quality.near_dup_planted import planted_set
+    from speechdata.quality.near_duplicates import utterance_signals
+
+    planted = planted_set(3, seed=4)  # originals first: their copies land in the second shard
+    shards = {"first": planted[:3], "second": planted[3:]}
+    decided = {}
+    for shard_id, utterances in shards.items():
+        signals = sorted(
+            (utterance_signals(shard_id, u.utt_id, u.samples, 24_000, u.text) for u in utterances),
+            key=lambda s: s.utt_id,
+        )
+        with near_dup_index.reserve_position(s3_root, shard_id) as reservation:
+            assert s3_root.exists(f"_locks/{INDEX_LOCK_KEY}/position-{reservation.position:012d}.lock")
+            reader = near_dup_index.IndexReader(s3_root, reservation.position)
+            reader.prefetch(near_dup_index.index_keys(signals, reservation.position)["key"])
+            reader.settle(near_dup_index.wait_for_earlier(s3_root, reservation))
+            decisions = decide_shard(reservation.position, signals, reader, NearDuplicateThresholds())
+            near_dup_index.commit_shard_entries(s3_root, reservation, signals, decisions)
+        decided[shard_id] = {d.utt_id: d.representative_shard for d in decisions if d.kind}
+    assert decided["first"] == {} and set(decided["second"].values()) == {"first"}
+    assert [s.shard_id for s in near_dup_index.read_order(s3_root)] == ["first", "second"]
+    # A torn order on S3 is rebuilt from the commit records, positions kept.
+    order = s3_root.path("index/near_duplicates/shards.parquet")
+    s3_root.fs.pipe_file(order, s3_root.fs.cat_file(order)[:40])
+    assert near_dup_index.repair_index(s3_root)
+    assert [(s.position, s.shard_id) for s in near_dup_index.read_order(s3_root)] == [(0, "first"), (1, "second")]

@@ -17,8 +17,10 @@ from assets.vad import language_shard_index
 from speechdata.bridge.manifest import manifest_path, tar_location
 from speechdata.bridge.reader import bridge_dataset, read_sample_at
 from speechdata.catalog.accounting_state import REJECTS_BY_PRODUCT_FROM_STATE, SHARD_ACCOUNTING_FROM_STATE
+from speechdata.catalog.database_file import STATE_FILE
 from speechdata.catalog.queries import NAMED_QUERIES, run_query
 from speechdata.io import layout
+from speechdata.io.duckdb_object_store import database_on_root
 from speechdata.io.storage import TEMP_PREFIX, DataRoot
 from speechdata.testing.shards import build_sample_shard
 
@@ -102,7 +104,13 @@ def test_duckdb_reads_the_manifests_in_the_bucket_through_the_catalog(bucket_roo
     assert event.metadata["duckdb_reads_through"].value in ("httpfs", "fsspec")
     assert root.exists("catalog.duckdb")  # the built database was uploaded next to the manifests
     assert languages == sorted(event.metadata["languages"].value) and "en" in languages
-    with open_catalog(root) as connection:
+    # The refresh's state went up beside the catalog, for the next worker to start from.
+    assert root.exists(STATE_FILE)
+    with (
+        database_on_root(root, STATE_FILE, read_only=True) as state_copy,
+        duckdb.connect(state_copy, read_only=True) as state,
+        open_catalog(root) as connection,
+    ):
         [(samples, shards)] = connection.execute("SELECT count(*), count(DISTINCT shard) FROM samples").fetchall()
         keys = {row[0] for row in connection.execute("SELECT key FROM samples").fetchall()}
         rejects = connection.execute("SELECT count(DISTINCT utt_id) FROM rejects").fetchall()[0][0]
@@ -111,7 +119,7 @@ def test_duckdb_reads_the_manifests_in_the_bucket_through_the_catalog(bucket_roo
             (SHARD_ACCOUNTING_FROM_STATE, NAMED_QUERIES["shard_accounting"]),
             (REJECTS_BY_PRODUCT_FROM_STATE, NAMED_QUERIES["rejects_by_product"]),
         ):
-            from_state = run_query(connection, state_sql).to_pylist()
+            from_state = run_query(state, state_sql).to_pylist()
             assert from_state and from_state == run_query(connection, view_sql).to_pylist()
     assert (samples, shards) == (manifest.num_rows, 1) and keys == set(manifest["key"].to_pylist())
     assert event.metadata["accounting_shards_recounted"].value == 1

@@ -98,3 +98,44 @@ def test_a_parquet_writer_that_fails_leaves_the_previous_file_and_no_temp(data_r
         raise RuntimeError("crash mid-write")
     assert data_root.read_parquet("p/stream.parquet")["a"].to_pylist() == [1, 2]
     assert not [p for p in data_root.fs.find(data_root.root) if TEMP_PREFIX in p]
+
+
+def test_an_owner_removes_its_killed_runs_temps_and_never_another_writers(data_root):
+    from speechdata.io.storage import owned_temps, temp_owner_tag
+
+    tag = temp_owner_tag("s/vad_segments")
+    assert len(tag) == 6 and not set(tag) & set("0123456789abcdef")  # never an untagged temp's name
+    data_root.write_bytes("shards/s/keep.bin", b"x")
+    killed = f"shards/s/{TEMP_PREFIX}{tag}0a1b2c-audio-staged.tar"  # what a killed run of the owner left
+    others = [
+        f"shards/s/{TEMP_PREFIX}0123456789ab-audio_24k.parquet",  # an untagged writer's, maybe alive
+        f"shards/s/{TEMP_PREFIX}{temp_owner_tag('s/normalized_audio')}0a1b2c-audio_24k.parquet",
+        f"shards/t/{TEMP_PREFIX}{tag}0a1b2c-audio-staged.tar",  # a folder this run never wrote to
+    ]
+    for name in [killed, *others]:
+        data_root.fs.makedirs(data_root.path(name.rsplit("/", 1)[0]), exist_ok=True)
+        data_root.fs.pipe(data_root.path(name), b"half")
+
+    with owned_temps(data_root.fs, "s/vad_segments") as owner:
+        data_root.write_bytes("shards/s/vad_segments.parquet", b"new")
+        assert owner.folders == {data_root.path("shards/s")}
+
+    assert not data_root.exists(killed)
+    assert all(data_root.exists(name) for name in others)
+    assert data_root.exists("shards/s/vad_segments.parquet") and data_root.exists("shards/s/keep.bin")
+
+
+def test_an_owner_whose_block_fails_removes_nothing_but_its_own_failed_write(data_root):
+    from speechdata.io.storage import owned_temps, temp_owner_tag
+
+    killed = f"shards/s/{TEMP_PREFIX}{temp_owner_tag('s/p')}0a1b2c-out.bin"
+    data_root.fs.makedirs(data_root.path("shards/s"), exist_ok=True)
+    data_root.fs.pipe(data_root.path(killed), b"half")
+    with (
+        pytest.raises(RuntimeError),
+        owned_temps(data_root.fs, "s/p"),
+        atomic_open(data_root.fs, data_root.path("shards/s/out.bin")) as handle,
+    ):
+        handle.write(b"partial")
+        raise RuntimeError("crash mid-write")
+    assert [p for p in data_root.fs.find(data_root.root) if TEMP_PREFIX in p] == [data_root.path(killed)]

@@ -1,7 +1,7 @@
 """A GPU worker changes a shard's files only while its driver still holds the shard's lock.
 
 A resident worker (a Ray actor) outlives the step that handed it a shard: when the step is killed,
-the call runs on, and once the step's run has ended a later run takes the lock over and writes the
+the call runs on, and once the step's lock is no longer renewed a later run takes it over and writes the
 shard again. The worker's fence (the lock's token, handed over with the shard) makes the outliving
 call stop: it does not start, stops at its next progress report, and no file it would move into
 place or remove is touched once the lock is another run's. On a local root and on S3 (moto).
@@ -16,12 +16,14 @@ import resources.gpu_worker as gpu_worker
 from resources.gpu_worker import ShardJob, ShardWorker
 from speechdata.io.shard_lock import ShardLockLost, WriteFence, held_fence, shard_write_lock
 from speechdata.io.storage import TEMP_PREFIX, DataRoot, guarded_changes, remove_orphaned_temps_of
+from tests.lock_leases import let_lease_lapse
 
 SHARD = "s1"
 PRODUCT = "wavlm_features"
 FIRST = f"shards/{SHARD}/first.bin"
 SECOND = f"shards/{SHARD}/second.bin"
 LATER_TEMP = f"shards/{SHARD}/{TEMP_PREFIX}0123456789ab-second.bin"
+LOCK = f"_locks/{SHARD}/{PRODUCT}.lock"
 
 
 @pytest.fixture(params=["local", "s3"])
@@ -31,11 +33,11 @@ def root(request, tmp_path) -> DataRoot:
     return DataRoot(str(tmp_path / "root"))
 
 
-def take_over(root: DataRoot, stack: contextlib.ExitStack, ended_run: str) -> None:
-    """A later run takes the lock, as it does once the orchestrator says the holder's run ended."""
-    stack.enter_context(
-        shard_write_lock(root, SHARD, PRODUCT, run_id="run-later", run_ended=lambda run_id: run_id == ended_run)
-    )
+def take_over(root: DataRoot, stack: contextlib.ExitStack) -> None:
+    """A later run takes the lock, as it does once the holder stopped renewing it (a killed step)."""
+    if root.exists(LOCK):
+        let_lease_lapse(root, LOCK)
+    stack.enter_context(shard_write_lock(root, SHARD, PRODUCT, run_id="run-later"))
 
 
 def write_elsewhere(root: DataRoot, relative: str, data: bytes) -> None:
@@ -80,7 +82,7 @@ def test_a_shard_whose_lock_was_taken_over_before_its_turn_does_not_start(root):
         fence = held_fence(SHARD)
     # The step was killed with its call still queued on the worker; a later run took the shard.
     with contextlib.ExitStack() as later:
-        take_over(root, later, ended_run="run-killed")
+        take_over(root, later)
         root.write_bytes(FIRST, b"later run")
         with pytest.raises(ShardLockLost, match=r"now held by pid \d+ on .*, run run-later"):
             ShardWorker("w").run_shard(a_job(lambda *args: ran.append(args)), SHARD, fence=fence)
@@ -95,7 +97,7 @@ def test_a_call_that_outlives_its_step_changes_no_file_of_the_run_that_took_the_
         root.write_bytes(FIRST, b"killed step, batch 1")
         # Meanwhile the step is killed, its run ends and a later run (in its own process, so its
         # writes are not this worker's to check) writes the shard again.
-        take_over(root, later, ended_run="run-killed")
+        take_over(root, later)
         write_elsewhere(root, FIRST, b"later run")
         write_elsewhere(root, LATER_TEMP, b"later run's temp")
         root.write_bytes(SECOND, b"killed step, batch 2")  # refused: no longer this call's shard
@@ -121,7 +123,7 @@ def test_a_call_that_outlives_its_step_stops_at_its_next_progress_report(root, m
             batches.append(batch)
             on_progress(batch + 1, 5, 1.0)
             if batch == 1:
-                take_over(root, later, ended_run="run-killed")
+                take_over(root, later)
 
     with later, shard_write_lock(root, SHARD, PRODUCT, run_id="run-killed"):
         fence = held_fence(SHARD)
@@ -192,7 +194,7 @@ def test_a_step_whose_lock_was_taken_over_leaves_the_later_holders_attempt_alone
     with contextlib.ExitStack() as later:
         with shard_write_lock(root, SHARD, PRODUCT, run_id="run-killed"):
             step = held_fence(SHARD)
-            take_over(root, later, ended_run="run-killed")
+            take_over(root, later)
             theirs = held_fence(SHARD).next_attempt()
             with pytest.raises(ShardLockLost):
                 step.next_attempt()
@@ -205,7 +207,7 @@ def test_a_takeover_alone_refuses_the_previous_holders_attempts(root):
     with contextlib.ExitStack() as later, shard_write_lock(root, SHARD, PRODUCT, run_id="run-killed"):
         attempt = held_fence(SHARD).next_attempt()
         attempt.check()
-        take_over(root, later, ended_run="run-killed")
+        take_over(root, later)
         with pytest.raises(ShardLockLost, match=r"now held by .*, run run-later"):
             attempt.check()
 

@@ -1,0 +1,412 @@
+"""Index keys of utterances and the immutable posting segments that map a key to the utterances holding it.
+
+A near-duplicate check looks up only the keys of the new shard, never the whole corpus. Each
+indexed utterance contributes *keys*, every one a uint64:
+
+- its exact audio hash (the first 8 bytes of the SHA-256, salted): one key, frame 0;
+- its transcript's 32 LSH band keys (:func:`speechdata.quality.fingerprint_text.band_keys`; the band
+  number is mixed in), frame = the transcript's word count (so a lookup leaves out transcripts too
+  short to compare before fetching them), when its transcript has a signature;
+- its *sampled* audio keys: the active sub-fingerprints whose mixed value falls in one of
+  :data:`AUDIO_KEY_SAMPLING` classes, salted, frame = the frame it occurs at. The choice depends on
+  the sub-fingerprint's value alone, so a copy keeps the same frames where its bits survived: on the
+  planted set the audio-alone recall is what looking up every frame gave (docs/near-duplicates.md),
+  with half the lookups.
+
+A *posting* is ``(key, owner, frame)``; ``owner`` (:func:`owner_of`) orders every indexed utterance
+by its shard's index position, then by its rank (``utt_id`` order) in the shard, so "earlier in the
+index" is ``owner <`` and ties are broken the same way everywhere.
+
+A *segment* (``index/near_duplicates/segments/L<level>-<digest>.seg``) holds postings sorted by key
+in blocks of :data:`BLOCK_RECORDS` (:data:`POSTING_DTYPE`), with a fence (each block's first key) and a CRC-32 per block in a
+header whose SHA-256 the file carries: a reader reads the header and then only the blocks that can
+hold a queried key, and a torn or altered header or block is detected (:class:`DamagedSegment`).
+The header lists the shards (position, shard id, entries version) whose postings the segment
+holds, so the index can be rebuilt from whatever segments survive plus the shards' entries files.
+
+Nothing here touches the order of the index or decides anything: :mod:`.near_dup_index` does.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import struct
+import tempfile
+import zlib
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from speechdata.quality.fingerprint_text import band_keys
+
+if TYPE_CHECKING:
+    from speechdata.quality.near_dup_matching import UtteranceSignals
+
+OWNER_RANK_BITS = 24
+"""An owner is ``position << 24 | rank``: a shard holds at most 16 777 216 utterances."""
+AUDIO_KEY_SAMPLING = 2
+"""One sub-fingerprint value in two is a lookup key (chosen by value, so copies choose alike)."""
+BLOCK_RECORDS = 256
+"""Postings per block: the unit a lookup reads (7 KiB)."""
+
+_EXACT_SALT = np.uint64(0x243F6A8885A308D3)
+_AUDIO_SALT = np.uint64(0x13198A2E03707344)
+_MAGIC = b"NDSEG02\n"
+_PREAMBLE = struct.Struct("<8sQ32s")
+"""magic, header length, SHA-256 of the header, fences and block CRCs."""
+
+POSTING_DTYPE = np.dtype([("key", "<u8"), ("owner", "<i8"), ("frame", "<i4"), ("context", "<u8")])
+"""One posting: 28 bytes on disk, little-endian. ``context``: for an audio key, the sub-fingerprints of
+the two frames after it (:func:`neighbour_contexts`), which let a lookup tell a copy's hit from a
+chance one without fetching the utterance; 0 for other keys."""
+
+
+class DamagedSegment(RuntimeError):
+    """A segment whose header, length or a block's CRC does not match: torn, truncated or altered."""
+
+    def __init__(self, path: str, detail: str):
+        super().__init__(f"near-duplicate index segment {path} is damaged ({detail}); the next run rebuilds it")
+        self.path = path
+
+
+def owner_of(position: int, rank: int) -> int:
+    """The owner id of the utterance of rank ``rank`` (``utt_id`` order) in the shard at index ``position``."""
+    return (position << OWNER_RANK_BITS) | rank
+
+
+def position_of(owners: np.ndarray | int):
+    """The index position of the shard holding each owner."""
+    return owners >> OWNER_RANK_BITS
+
+
+def rank_of(owners: np.ndarray | int):
+    """The rank of each owner in its shard."""
+    return owners & ((1 << OWNER_RANK_BITS) - 1)
+
+
+def _mix(values: np.ndarray) -> np.ndarray:
+    """splitmix64's finaliser: a fixed, well-spread uint64 of each value."""
+    z = values.astype(np.uint64)
+    with np.errstate(over="ignore"):
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        return z ^ (z >> np.uint64(31))
+
+
+def exact_key(exact_hash: str) -> np.uint64:
+    return np.uint64(int(exact_hash[:16], 16)) ^ _EXACT_SALT
+
+
+def sampled_audio_keys(sub_fingerprints: np.ndarray, active: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(keys, frames)`` of the active sub-fingerprints sampled as lookup keys, in frame order."""
+    frames = np.flatnonzero(active)
+    values = sub_fingerprints[frames].astype(np.uint64)
+    sampled = _mix(values) % np.uint64(AUDIO_KEY_SAMPLING) == 0
+    return _mix(values[sampled] ^ _AUDIO_SALT), frames[sampled].astype(np.int32)
+
+
+def transcript_keys(signature: np.ndarray) -> np.ndarray:
+    return band_keys(signature[None, :])[0].astype(np.uint64)
+
+
+def neighbour_contexts(sub_fingerprints: np.ndarray, frames: np.ndarray) -> np.ndarray:
+    """uint64 per frame: the sub-fingerprints of frames n+1 (low half) and n+2 (high half); where the
+    utterance ends before n+2, the frame's own value stands in (such hits are rarely filtered right)."""
+    values = sub_fingerprints.astype(np.uint64)
+    last = len(values) - 1
+    after = np.where(frames + 1 <= last, values[np.minimum(frames + 1, last)], values[frames])
+    second = np.where(frames + 2 <= last, values[np.minimum(frames + 2, last)], values[frames])
+    return after | (second << np.uint64(32))
+
+
+def context_bit_errors(first: np.ndarray, second: np.ndarray) -> np.ndarray:
+    """Differing bits of two arrays of contexts (0-64 each)."""
+    differing = np.bitwise_xor(first.astype(np.uint64), second.astype(np.uint64))
+    return np.unpackbits(differing.view(np.uint8).reshape(-1, 8), axis=1).sum(axis=1)
+
+
+def utterance_keys(signals: UtteranceSignals) -> tuple[np.ndarray, np.ndarray]:
+    """``(keys, frames)`` of one utterance: exact hash, transcript band keys, sampled audio keys."""
+    keys, frames = [], []
+    if signals.exact_hash is not None:
+        keys.append(np.array([exact_key(signals.exact_hash)], np.uint64))
+        frames.append(np.zeros(1, np.int32))
+    if signals.transcript_signature is not None:
+        bands = transcript_keys(signals.transcript_signature)
+        keys.append(bands)
+        frames.append(np.full(len(bands), min(signals.transcript_words, 2**31 - 1), np.int32))
+    audio_keys, audio_frames = sampled_audio_keys(signals.fingerprint.sub_fingerprints, signals.fingerprint.active)
+    keys.append(audio_keys)
+    frames.append(audio_frames)
+    return np.concatenate(keys), np.concatenate(frames)
+
+
+def index_keys(signals: Sequence[UtteranceSignals], position: int) -> np.ndarray:
+    """Every posting of one shard's utterances (``signals`` in ``utt_id`` order: rank = list
+    index) at index ``position``, sorted by (key, owner, frame): the shard's level-0 segment."""
+    parts = []
+    for rank, utterance in enumerate(signals):
+        keys, frames = utterance_keys(utterance)
+        part = np.zeros(len(keys), POSTING_DTYPE)
+        part["key"], part["owner"], part["frame"] = keys, owner_of(position, rank), frames
+        audio = len(keys) - _audio_key_count(utterance)
+        if audio < len(keys):
+            part["context"][audio:] = neighbour_contexts(utterance.fingerprint.sub_fingerprints, frames[audio:])
+        parts.append(part)
+    return sort_postings(np.concatenate(parts) if parts else np.empty(0, POSTING_DTYPE))
+
+
+def _audio_key_count(signals: UtteranceSignals) -> int:
+    """How many of :func:`utterance_keys` are audio keys (they come last)."""
+    return int(
+        (
+            _mix(signals.fingerprint.sub_fingerprints[signals.fingerprint.active].astype(np.uint64))
+            % np.uint64(AUDIO_KEY_SAMPLING)
+            == 0
+        ).sum()
+    )
+
+
+def sort_postings(postings: np.ndarray) -> np.ndarray:
+    return postings[np.lexsort((postings["frame"], postings["owner"], postings["key"]))]
+
+
+def postings_for(postings: np.ndarray, keys: np.ndarray) -> np.ndarray:
+    """The postings (sorted by key) whose key is one of ``keys``."""
+    return _postings_for_unique(postings, np.unique(keys.astype(np.uint64)))
+
+
+def _postings_for_unique(postings: np.ndarray, wanted: np.ndarray) -> np.ndarray:
+    """:func:`postings_for` with ``wanted`` sorted, unique uint64."""
+    if len(postings) == 0 or len(wanted) == 0:
+        return postings[:0]
+    at = np.searchsorted(wanted, postings["key"])
+    at[at == len(wanted)] = 0
+    return postings[wanted[at] == postings["key"]]
+
+
+@dataclass(frozen=True)
+class SegmentShard:
+    """A shard whose postings a segment holds, at the entries version they were computed from."""
+
+    position: int
+    shard_id: str
+    entries_version: str
+
+
+@dataclass(frozen=True)
+class SegmentHeader:
+    level: int
+    records: int
+    shards: tuple[SegmentShard, ...]
+    fences: np.ndarray
+    block_crcs: np.ndarray
+    body_offset: int
+
+
+def segment_bytes(postings: np.ndarray, level: int, shards: Sequence[SegmentShard]) -> bytes:
+    """The file of a segment holding ``postings`` (sorted by key)."""
+    body = np.ascontiguousarray(postings, POSTING_DTYPE).tobytes()
+    size = POSTING_DTYPE.itemsize
+    blocks = [body[start : start + BLOCK_RECORDS * size] for start in range(0, len(body), BLOCK_RECORDS * size)]
+    fences = np.ascontiguousarray(postings["key"][::BLOCK_RECORDS], "<u8").tobytes()
+    crcs = np.array([zlib.crc32(block) for block in blocks], "<u4").tobytes()
+    header = _header_bytes(level, len(postings), shards)
+    described = header + fences + crcs
+    return _PREAMBLE.pack(_MAGIC, len(header), hashlib.sha256(described).digest()) + described + body
+
+
+def _header_bytes(level: int, records: int, shards: Sequence[SegmentShard]) -> bytes:
+    return json.dumps(
+        {
+            "level": level,
+            "records": records,
+            "block_records": BLOCK_RECORDS,
+            "shards": [[s.position, s.shard_id, s.entries_version] for s in shards],
+        },
+        sort_keys=True,
+        separators=(",", ":"),
+    ).encode()
+
+
+def segment_name(content: bytes, level: int) -> str:
+    return f"L{level}-{hashlib.sha256(content).hexdigest()[:16]}.seg"
+
+
+def read_segment_header(handle, path: str) -> SegmentHeader:
+    """The header of the segment open as ``handle`` (a binary file), checked against its SHA-256."""
+    preamble = handle.read(_PREAMBLE.size)
+    if len(preamble) != _PREAMBLE.size:
+        raise DamagedSegment(path, "shorter than its preamble")
+    magic, header_length, digest = _PREAMBLE.unpack(preamble)
+    if magic != _MAGIC or header_length > 1 << 30:
+        raise DamagedSegment(path, "not a segment file")
+    header_bytes = handle.read(header_length)
+    try:
+        header = json.loads(header_bytes)
+        blocks = -(-int(header["records"]) // int(header["block_records"]))
+    except (ValueError, KeyError, TypeError) as exc:
+        raise DamagedSegment(path, f"header unreadable: {exc}") from None
+    fences_crcs = handle.read(blocks * 12)
+    if hashlib.sha256(header_bytes + fences_crcs).digest() != digest or int(header["block_records"]) != BLOCK_RECORDS:
+        raise DamagedSegment(path, "header checksum mismatch")
+    return SegmentHeader(
+        level=int(header["level"]),
+        records=int(header["records"]),
+        shards=tuple(SegmentShard(int(p), str(s), str(v)) for p, s, v in header["shards"]),
+        fences=np.frombuffer(fences_crcs[: blocks * 8], "<u8"),
+        block_crcs=np.frombuffer(fences_crcs[blocks * 8 :], "<u4"),
+        body_offset=_PREAMBLE.size + header_length + blocks * 12,
+    )
+
+
+def _read_blocks(handle, path: str, header: SegmentHeader, first: int, end: int) -> np.ndarray:
+    size = POSTING_DTYPE.itemsize
+    handle.seek(header.body_offset + first * BLOCK_RECORDS * size)
+    last_records = min(end * BLOCK_RECORDS, header.records) - first * BLOCK_RECORDS
+    data = handle.read(last_records * size)
+    if len(data) != last_records * size:
+        raise DamagedSegment(path, "truncated")
+    for block in range(first, end):
+        start = (block - first) * BLOCK_RECORDS * size
+        if zlib.crc32(data[start : start + BLOCK_RECORDS * size]) != int(header.block_crcs[block]):
+            raise DamagedSegment(path, f"block {block} checksum mismatch")
+    return np.frombuffer(data, POSTING_DTYPE)
+
+
+def block_ranges(fences: np.ndarray, keys: np.ndarray) -> list[tuple[int, int]]:
+    """Merged ``[first, end)`` block ranges that can hold any of the sorted unique ``keys``."""
+    if len(fences) == 0 or len(keys) == 0:
+        return []
+    # A key's postings start in the last block whose fence is <= key (or the block before, when
+    # the key also begins that block's predecessor) and end in the last block whose fence is <= key.
+    first = np.maximum(np.searchsorted(fences, keys, side="left") - 1, 0)
+    end = np.searchsorted(fences, keys, side="right")
+    present = end > first
+    first, end = first[present], end[present]  # both ascending: keys are sorted
+    if len(first) == 0:
+        return []
+    reach = np.maximum.accumulate(end)
+    starts_new = np.ones(len(first), bool)
+    starts_new[1:] = first[1:] > reach[:-1]
+    group_starts = np.flatnonzero(starts_new)
+    group_ends = np.append(group_starts[1:], len(first)) - 1
+    return list(zip(first[group_starts].tolist(), reach[group_ends].tolist(), strict=True))
+
+
+def lookup_segment(handle, path: str, keys: np.ndarray) -> tuple[SegmentHeader, np.ndarray]:
+    """The segment's header and its postings whose key is in ``keys``, reading only the blocks
+    that can hold them."""
+    header = read_segment_header(handle, path)
+    wanted = np.unique(keys.astype(np.uint64))
+    found = [
+        _postings_for_unique(_read_blocks(handle, path, header, first, end), wanted)
+        for first, end in block_ranges(header.fences, wanted)
+    ]
+    return header, (np.concatenate(found) if found else np.empty(0, POSTING_DTYPE))
+
+
+def read_all_postings(handle, path: str) -> tuple[SegmentHeader, np.ndarray]:
+    """Every posting of a segment (for merging segments), every block checked."""
+    header = read_segment_header(handle, path)
+    blocks = len(header.fences)
+    postings = _read_blocks(handle, path, header, 0, blocks) if blocks else np.empty(0, POSTING_DTYPE)
+    return header, postings
+
+
+def verify_segment(handle, path: str, blocks_at_once: int = 4_096) -> SegmentHeader:
+    """The header of a segment whose every block checks out (read a few MB at a time)."""
+    header = read_segment_header(handle, path)
+    for first in range(0, len(header.fences), blocks_at_once):
+        _read_blocks(handle, path, header, first, min(first + blocks_at_once, len(header.fences)))
+    return header
+
+
+class SegmentWriter:
+    """A segment built from postings added in order, a few MB at a time: the body goes to a local
+    temporary file block by block, the header is written once every block is known. The file is the
+    one :func:`segment_bytes` gives for all the postings at once, byte for byte."""
+
+    def __init__(self) -> None:
+        # Closed by the last piece :meth:`finish` yields (or the garbage collector, if never read).
+        self._body = tempfile.TemporaryFile()  # noqa: SIM115
+        self._pending = np.empty(0, POSTING_DTYPE)
+        self._fences: list[np.ndarray] = []
+        self._crcs: list[int] = []
+        self.records = 0
+
+    def add(self, postings: np.ndarray) -> None:
+        """Append ``postings`` (sorted by key, and after every posting added before)."""
+        combined = np.concatenate([self._pending, postings]) if len(self._pending) else postings
+        full = len(combined) // BLOCK_RECORDS * BLOCK_RECORDS
+        self._write(combined[:full])
+        self._pending = combined[full:].copy()
+
+    def _write(self, postings: np.ndarray) -> None:
+        if len(postings) == 0:
+            return
+        body = np.ascontiguousarray(postings, POSTING_DTYPE).tobytes()
+        size = BLOCK_RECORDS * POSTING_DTYPE.itemsize
+        self._crcs += [zlib.crc32(body[start : start + size]) for start in range(0, len(body), size)]
+        self._fences.append(np.ascontiguousarray(postings["key"][::BLOCK_RECORDS], "<u8"))
+        self._body.write(body)
+        self.records += len(postings)
+
+    def finish(self, level: int, shards: Sequence[SegmentShard]) -> tuple[str, Iterator[bytes]]:
+        """The segment's name and its bytes, in pieces (the temporary file is closed after the last)."""
+        self._write(self._pending)
+        self._pending = np.empty(0, POSTING_DTYPE)
+        fences = np.concatenate(self._fences).tobytes() if self._fences else b""
+        crcs = np.array(self._crcs, "<u4").tobytes()
+        header = _header_bytes(level, self.records, shards)
+        described = header + fences + crcs
+        head = _PREAMBLE.pack(_MAGIC, len(header), hashlib.sha256(described).digest()) + described
+        digest = hashlib.sha256(head)
+        for piece in self._body_pieces():
+            digest.update(piece)
+        return f"L{level}-{digest.hexdigest()[:16]}.seg", self._pieces(head)
+
+    def _body_pieces(self) -> Iterator[bytes]:
+        self._body.seek(0)
+        while piece := self._body.read(1 << 22):
+            yield piece
+
+    def _pieces(self, head: bytes) -> Iterator[bytes]:
+        try:
+            yield head
+            yield from self._body_pieces()
+        finally:
+            self._body.close()
+
+
+def merge_segments(
+    handles: Sequence[tuple[object, str, SegmentHeader, np.ndarray]], writer: SegmentWriter, chunk: int
+) -> None:
+    """Add to ``writer``, in key order, the postings of each segment (open ``handle``, its path, its
+    checked header, the positions to keep from it) about ``chunk`` postings at a time: the key space
+    is cut at the segments' fences, so no more is held at once."""
+    fences = np.unique(np.concatenate([header.fences for _, _, header, _ in handles]))
+    stride = max(chunk // BLOCK_RECORDS, 1)
+    bounds = [None, *fences[stride::stride].tolist(), None]
+    for low, high in zip(bounds[:-1], bounds[1:], strict=True):
+        parts = []
+        for handle, path, header, positions in handles:
+            if len(header.fences) == 0:
+                continue
+            first = 0 if low is None else max(int(np.searchsorted(header.fences, np.uint64(low), "left")) - 1, 0)
+            end = len(header.fences) if high is None else int(np.searchsorted(header.fences, np.uint64(high), "left"))
+            if end <= first:
+                continue
+            postings = _read_blocks(handle, path, header, first, end)
+            inside = np.ones(len(postings), bool)
+            if low is not None:
+                inside &= postings["key"] >= np.uint64(low)
+            if high is not None:
+                inside &= postings["key"] < np.uint64(high)
+            postings = postings[inside]
+            parts.append(postings[np.isin(position_of(postings["owner"]), positions)])
+        if parts:
+            writer.add(sort_postings(np.concatenate(parts)))
