@@ -35,7 +35,7 @@ INPUT_FINGERPRINT = "input_fingerprint"
         dg.AssetDep(near_duplicates, partition_mapping=dg.AllPartitionMapping()),
     ],
     kinds={"duckdb"},
-    code_version="hf_split_assignments-v3",  # v3: near_duplicate filter (v2: published shards, missing_<field>)
+    code_version="hf_split_assignments-v4",  # v4: reads only changed shards (v3: near_duplicate filter)
     checks={
         NO_RECORDING_IN_TWO_SPLITS: "Every segment's split is its recording's split: no recording leaks between splits."
     },
@@ -49,7 +49,8 @@ def hf_split_assignments(
 
     Whole recordings go to one split by duration share (default 1 % test, 1 % validation, the rest
     train), seeded and stable: a recording once assigned never moves, new recordings are assigned
-    so the shares stay near target. Every segment of the country is recorded with its status
+    so the shares stay near target. Only shards indexed (or given near-duplicate decisions) since the
+    last refresh are read: a new shard costs what it holds, whatever the size of the country. Every segment of the country is recorded with its status
     (`pending`, `filtered` with reason, `uploaded`, `error`), identified by `(shard_id, key)`; a
     segment the near-duplicate stage rejected (`shards/<shard>/near_duplicates.parquet`) is
     `filtered` as `near_duplicate`, so the dataset holds only the copy indexed first;
@@ -88,6 +89,7 @@ def hf_split_assignments(
             "dagster/row_count": sum(summary.recordings_by_split.values()),
             "segments": summary.segments,
             "new_segments": summary.new_segments,
+            "shards_read": summary.shards_read,
             "withdrawn_segments": summary.withdrawn,
             "hours": round(sum(summary.hours_by_split.values()), 6),
             **{f"share_{split}": round(share, 6) for split, share in summary.shares.items()},
@@ -109,7 +111,7 @@ def hf_split_assignments(
     partitions_def=country_partitions,
     deps=[hf_split_assignments],
     kinds={"huggingface", "parquet"},
-    code_version="hf_dataset-v6",  # v6: takes out near duplicates found after they were written (v5: input fingerprint)
+    code_version="hf_dataset-v7",  # v7: one part per shard, only changed parts written (v6: late near duplicates out)
 )
 def hf_dataset(
     context: dg.AssetExecutionContext,
@@ -122,14 +124,15 @@ def hf_dataset(
     `hf/<dataset>/README.md` whose `configs` list every country's splits. Load with
     `datasets.load_dataset("<data root>/hf/<dataset>", "<country>")`. Rows: the published dataset's features
     (audio as 16-bit FLAC at the country's rate, key, transcripts, CER, WER, times, indices).
-    Train subsets are sealed once written; test and validation are rebuilt when they change; a
-    split (sealed or not) holding segments a re-landing withdrew, or near duplicates found after
-    they were written, is rewritten without them. Each
-    row is identified by `(shard_id, key)`. Nothing is written while a shard's `hf` ledger does
-    not balance: the run fails naming the shard and its unaccounted utterances. Each shard feeding
-    the country then gets `shards/<shard>/hf/published-<country>.parquet` (what the dataset holds of
-    it) and `shards/<shard>/rejects/hf_dataset.parquet` (what the states filtered out, with the
-    reason): the `hf` ledger and the catalog's `product_accounting` count these. Metadata
+    Each split is written in parts, one per shard (`...-shard-<part>-...`): a new shard adds its
+    parts and no other file is rewritten; train subsets fill to `max_split_size_gb` across builds; a
+    part holding segments a re-landing withdrew, or near duplicates found after they were written,
+    is rewritten without them. Each row is identified by `(shard_id, key)`. Nothing is written while
+    the `hf` ledger of a changed shard does not balance: the run fails naming the shard and its
+    unaccounted utterances. Each changed shard then gets `shards/<shard>/hf/published-<country>.parquet`
+    (what the dataset holds of it) and `shards/<shard>/rejects/hf_dataset.parquet` (what the states
+    filtered out, with the reason): the `hf` ledger and the catalog's `product_accounting` count these.
+    The card is assembled from each country's stored summary, never by opening dataset files. Metadata
     `missing_splits` says why a promised split (test, validation, train) has no file, and
     `input_fingerprint` names the segments built from: `country_dataset_sensor` requests the country
     again only when its shards' rows differ from it. Only shards with ASR transcripts feed a country

@@ -15,6 +15,15 @@ one process, wall-clock:
 Peak Python heap (``tracemalloc``, which numpy buffers report to) is measured for both, at the full
 corpus and at a quarter of it, so the figure shows how memory scales with the split. Both sides
 write the same number of rows (checked).
+
+``per_new_shard``: what adding one shard costs a country that is already published, at two corpus
+sizes (``--shards`` small and large, ``--shard-recordings`` recordings each, 12.5 % test and 12.5 %
+validation, so that each small shard, like a real one at 1 %, brings recordings to both). The corpus is landed and built, one more shard is landed, and a fresh interpreter runs
+the country's whole refresh (``hf_split_assignments`` then ``hf_dataset``: assignment, ledger gate,
+build, card, published indexes) through the functions both assets call, so the same script measures
+the code on the path (run it from an older checkout for the old figures). Wall time, peak RSS of that
+process, audio hours cut and files written; ``growth`` is large over small: 1.0 means a new shard
+costs the same whatever the corpus holds.
 """
 
 from __future__ import annotations
@@ -115,18 +124,120 @@ def baseline_approach(root, out_path: str) -> tuple[float, int, int]:
     return seconds, peak, len(rows)
 
 
+EVALUATION_SHARE = 0.125
+"""Test and validation shares of the per-new-shard corpus: a shard of 8 recordings then holds about
+one of each, as a real shard of a thousand utterances does at the default 1 %."""
+
+
+def refresh_country_step(data_root_url: str, dataset: str, country: str) -> dict:
+    """One country refresh as the two assets run it; the figures of this process."""
+    import resource
+
+    import datasets  # noqa: F401  (loaded by the build either way: its import is not the refresh's cost)
+    import jiwer  # noqa: F401
+
+    from speechdata.hf.accounting import require_balanced_country
+    from speechdata.hf.card import write_dataset_card
+    from speechdata.hf.dataset import DatasetOptions, build_country_dataset
+    from speechdata.hf.publish import register_card
+    from speechdata.hf.published_index import write_published_indexes
+    from speechdata.hf.segments import refresh_split_assignments
+    from speechdata.hf.splits import SplitTargets
+    from speechdata.io.storage import DataRoot
+
+    root = DataRoot(data_root_url)
+    cpu_before = _cpu_seconds()
+    started = time.perf_counter()
+    refresh_split_assignments(root, dataset, country, targets=SplitTargets(EVALUATION_SHARE, EVALUATION_SHARE))
+    require_balanced_country(root, dataset, country)
+    summary = build_country_dataset(root, country, DatasetOptions(dataset=dataset))
+    write_dataset_card(root, dataset)
+    register_card(root, dataset, country)
+    write_published_indexes(root, dataset, country)
+    return {
+        "wall_s": round(time.perf_counter() - started, 3),
+        "cpu_s": round(_cpu_seconds() - cpu_before, 3),
+        "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+        "audio_hours_cut": round(summary.audio_seconds / 3600, 4),
+        "files_written": sum(len(s.files) for s in summary.written),
+    }
+
+
+def _cpu_seconds() -> float:
+    import resource
+
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _step_in_fresh_interpreter(root) -> dict:
+    import json
+    import subprocess
+    import sys
+
+    result = subprocess.run(
+        [sys.executable, "-m", "benchmarks.bench_hf_dataset", "--step", root.url],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if result.returncode:
+        raise SystemExit(f"the refresh step failed:\n{result.stderr[-3000:]}")
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def per_new_shard(workdir: str, shards: int, shard_recordings: int) -> dict:
+    """Land ``shards`` shards, build the country, land one more and measure its refresh."""
+    from speechdata.importers.aligned_json import import_aligned_countries
+    from speechdata.io.storage import DataRoot
+    from speechdata.landing.ingest import run_raw_shards
+    from speechdata.testing.aligned_json import build_aligned_json_corpus
+
+    root = DataRoot(f"{workdir}/data")
+
+    def land(first: int, count: int) -> None:
+        build_aligned_json_corpus(
+            f"{workdir}/countries", {"de": count}, audio_format="flac", segments_per_recording=6, first_recording=first
+        )
+        for report in import_aligned_countries(f"{workdir}/countries", root, recordings_per_shard=shard_recordings):
+            for shard in report.shards:
+                run_raw_shards(root, shard)
+
+    progress(f"per new shard: landing {shards} shards of {shard_recordings} recordings")
+    land(0, shards * shard_recordings)
+    _step_in_fresh_interpreter(root)
+    land(100_000, shard_recordings)
+    figures = _step_in_fresh_interpreter(root)
+    return {"shards_before": shards, **figures}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--recordings", type=int, default=64)
+    parser.add_argument("--shards", type=int, nargs=2, default=(4, 16), metavar=("SMALL", "LARGE"))
+    parser.add_argument("--shard-recordings", type=int, default=8)
+    parser.add_argument("--step", metavar="DATA_ROOT", help=argparse.SUPPRESS)
+    parser.add_argument("--per-new-shard-only", action="store_true", help="measure only the cost of one new shard")
     parser.add_argument("--quick", action="store_true", help="8 recordings: a smoke run, not a measurement")
     args = parser.parse_args()
+    if args.step:
+        import json
+
+        with stdout_to_stderr():
+            figures = refresh_country_step(args.step, "bench", "de")
+        print(json.dumps(figures), flush=True)
+        return
     recordings = 8 if args.quick else args.recordings
+    shard_sizes = (1, 3) if args.quick else tuple(args.shards)
+    shard_recordings = 4 if args.quick else args.shard_recordings
     figures = {}
     with stdout_to_stderr():
         import datasets  # noqa: F401  (imported before timing: its import is not part of either side)
 
         datasets.disable_progress_bars()
-        for label, count in (("quarter", max(recordings // 4, 2)), ("full", recordings)):
+        for label, count in (
+            () if args.per_new_shard_only else (("quarter", max(recordings // 4, 2)), ("full", recordings))
+        ):
             with tempfile.TemporaryDirectory() as workdir:
                 progress(f"landing {count} recordings")
                 root = land_corpus(workdir, count)
@@ -147,6 +258,22 @@ def main() -> None:
                 }
                 if audio_s is not None:
                     figures[label]["audio_seconds_per_second"] = round(audio_s / ours_s, 1)
+        by_size = {}
+        for shards in shard_sizes:
+            with tempfile.TemporaryDirectory() as workdir:
+                by_size[f"{shards}_shards"] = per_new_shard(workdir, shards, shard_recordings)
+        small, large = (by_size[f"{n}_shards"] for n in shard_sizes)
+        figures["per_new_shard"] = {
+            "shard_recordings": shard_recordings,
+            **by_size,
+            "growth": {
+                "corpus": ratio(shard_sizes[1], shard_sizes[0]),
+                "wall": ratio(large["wall_s"], small["wall_s"]),
+                "cpu": ratio(large["cpu_s"], small["cpu_s"]),
+                "peak_rss": ratio(large["peak_rss_mb"], small["peak_rss_mb"]),
+                "audio_hours_cut": ratio(large["audio_hours_cut"], small["audio_hours_cut"]),
+            },
+        }
     emit("hf_dataset", {"recordings": recordings, "segments_per_recording": 6, "source": "FLAC 16 kHz"}, figures)
 
 

@@ -8,9 +8,11 @@ from the one last built, at start-up too. A shard re-landed into another country
 countries' fingerprints, so the country it left drops its rows; an unrelated shard (another
 country, a shard not meant for the dataset, an identical re-indexing) changes none.
 
-Shards land in batches (a drop of many shards, a backfill), and a refresh reads every shard of its
-country, so one run per country per *settled* batch is enough: the sensor looks only when shards
-were indexed (or had their near duplicates decided) since its cursor, and waits until none has been indexed for
+Fingerprinting reads only the shards indexed (or given near-duplicate decisions) since the last
+tick (``speechdata.hf.segments.country_input_fingerprints`` keeps each shard's fingerprints with its
+stamp), and a refresh reads only the shards its country's state has not seen. Shards land in
+batches (a drop of many shards, a backfill), so one run per country per *settled* batch is
+enough: the sensor looks only when shards were indexed (or had their near duplicates decided) since its cursor, and waits until none has been indexed for
 ``SPEECHDATA_PUBLISHING_SETTLE_S`` seconds and no ``per_shard_job`` run is queued or starting (a
 batch still arriving). So that a steady stream of shards cannot starve the countries, a batch older
 than ``SPEECHDATA_PUBLISHING_MAX_WAIT_S`` is compared anyway.
@@ -142,7 +144,7 @@ def country_dataset_sensor(
                 job_name=job_name,
                 partition_key=country,
                 run_key=f"hf-{country}-{latest}",
-                # Shard runs go first: a country refresh is cheap to delay and reads all shards anyway.
+                # Shard runs go first: a country refresh is cheap to delay and takes in every shard landed by then.
                 tags={"speechdata/launched_by": SENSOR_NAME, COUNTRY_TAG: country, "dagster/priority": "-1"},
             )
             for country in sorted(countries - waiting)

@@ -17,9 +17,8 @@ from pathlib import PurePosixPath
 
 import pyarrow.compute as pc
 
-from speechdata.hf.segments import published_shard_ids
 from speechdata.hf.shard_paths import HF_STAGE
-from speechdata.hf.state import state_connection
+from speechdata.hf.state import execute_many, state_connection
 from speechdata.io import layout
 from speechdata.io.storage import DataRoot
 from speechdata.ledger_gate import UnbalancedLedger
@@ -34,19 +33,32 @@ def state_gate_stages() -> tuple[str, ...]:
 
 
 def country_ledgers(data_root: DataRoot, dataset: str, country: str) -> dict[str, Ledger]:
-    """The ``hf`` ledger of every shard meant for the dataset that holds utterances of ``country``
-    (or that the country's state still names), by shard id."""
+    """The ``hf`` ledger of every shard whose segments of ``country`` changed since its ledger last
+    balanced (the state's ``shards.needs_gate``: read by the refresh with rows of the country, or
+    named by the state), by shard id. An unchanged shard's ledger balanced before and nothing it
+    counts has changed (a re-run of ``raw_shards`` rewrites its index, so the refresh reads it again)."""
     with state_connection(data_root, layout.hf_state_database(dataset, country)) as db:
+        # A shard whose recorded segments no longer number its rows of the country (a state that lost
+        # one) is checked too: one aggregate over the state, no shard read.
+        db.execute(
+            "UPDATE shards SET needs_gate = true, needs_index = true FROM ("
+            "  SELECT sh.shard_id FROM shards sh LEFT JOIN ("
+            "    SELECT shard_id, count(*) AS n FROM segments WHERE status <> 'withdrawn' GROUP BY shard_id"
+            "  ) c USING (shard_id) WHERE sh.segments IS NOT NULL AND coalesce(c.n, 0) <> sh.segments"
+            ") lost WHERE shards.shard_id = lost.shard_id"
+        )
+        shards = sorted(s for (s,) in db.execute("SELECT shard_id FROM shards WHERE needs_gate").fetchall())
         recorded: dict[str, set[str]] = {}
-        for shard_id, key in db.execute("SELECT shard_id, key FROM segments WHERE status <> 'withdrawn'").fetchall():
+        for shard_id, key in db.execute(
+            "SELECT shard_id, key FROM segments WHERE status <> 'withdrawn' AND shard_id IN (SELECT unnest(?::VARCHAR[]))",
+            [shards],
+        ).fetchall():
             recorded.setdefault(shard_id, set()).add(key)
     ledgers = {}
-    published = published_shard_ids(data_root)
-    for path in sorted(data_root.glob(f"{layout.SHARDS}/*/utterances.parquet")):
-        shard_id = PurePosixPath(path).parent.name
-        if shard_id not in published and shard_id not in recorded:
-            continue  # not meant for the dataset (a bridge shard): its hf ledger is never built
-        index = data_root.read_parquet(layout.utterance_index(shard_id))
+    for shard_id in shards:
+        if not data_root.exists(layout.utterance_index(shard_id)):
+            continue
+        index = data_root.read_parquet(layout.utterance_index(shard_id), columns=None)
         if "country" not in index.column_names:
             continue
         in_country = pc.equal(index["country"], country)
@@ -58,6 +70,12 @@ def country_ledgers(data_root: DataRoot, dataset: str, country: str) -> dict[str
     return ledgers
 
 
+def mark_balanced(data_root: DataRoot, dataset: str, country: str, shard_ids: list[str]) -> None:
+    """The gate passed for ``shard_ids``: their ledgers are checked again only once they change."""
+    with state_connection(data_root, layout.hf_state_database(dataset, country)) as db:
+        execute_many(db, "UPDATE shards SET needs_gate = false WHERE shard_id = ?", [[s] for s in shard_ids])
+
+
 def require_balanced_country(data_root: DataRoot, dataset: str, country: str) -> dict[str, Ledger]:
     """:func:`country_ledgers`, raising :class:`UnbalancedLedger` for the first shard that does not balance."""
     ledgers = country_ledgers(data_root, dataset, country)
@@ -65,6 +83,9 @@ def require_balanced_country(data_root: DataRoot, dataset: str, country: str) ->
         if not ledger.balanced:
             landed, _ = landed_utterances(data_root, shard_id)
             raise UnbalancedLedger(shard_id, ledger, sorted(_recorded(data_root, dataset, country, shard_id) - landed))
+    with state_connection(data_root, layout.hf_state_database(dataset, country)) as db:
+        checked = [s for (s,) in db.execute("SELECT shard_id FROM shards WHERE needs_gate").fetchall()]
+    mark_balanced(data_root, dataset, country, checked)
     return ledgers
 
 

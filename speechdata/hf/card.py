@@ -1,8 +1,9 @@
 """The dataset card (``README.md``) whose ``configs`` YAML makes every country a loadable config.
 
 ``datasets.load_dataset(<dir or repo>, "<country>")`` reads the card's YAML front matter: each
-config lists its splits and the files of each split. The card is written from the files present,
-so it always matches the folder, whichever country was built last. Its metadata is
+config lists its splits and the files of each split. The card is written from the small summary
+each country's build stores (:mod:`speechdata.hf.stats`: rows, bytes and files per split), so it
+matches the folder whichever country was built last, and never opens a dataset file. Its metadata is
 ``huggingface_hub.DatasetCardData`` (the Hub's own schema): license (with ``license_name`` and
 ``license_link`` whenever it is ``other``) and pretty name (configurable),
 languages, task categories, size category, ``configs`` and ``dataset_info`` (each config's
@@ -18,6 +19,8 @@ import pyarrow.parquet as pq
 
 from speechdata.hf.files import FILE_NAME
 from speechdata.hf.missing_splits import missing_split_reasons
+from speechdata.hf.segment_writer import hf_features
+from speechdata.hf.stats import stored_country_stats
 from speechdata.io import layout
 from speechdata.io.storage import DataRoot
 
@@ -39,17 +42,19 @@ def license_fields(license: str, license_name: str | None, license_link: str | N
     return fields
 
 
-def dataset_layout(data_root: DataRoot, dataset: str) -> tuple[dict[str, dict[str, dict]], dict[str, str]]:
-    """``{country: {split: {"files": n, "rows": n, "bytes": n}}}`` from the parquet files present,
-    and each country's language (read from its files)."""
+def dataset_layout(
+    data_root: DataRoot, dataset: str, countries: set[str] | None = None
+) -> tuple[dict[str, dict[str, dict]], dict[str, str], dict[str, list]]:
+    """``{country: {split: {"files": n, "rows": n, "bytes": n}}}`` from the parquet files present
+    (of ``countries``, or all), each country's language and features (read from its files)."""
     found: dict[str, dict[str, dict]] = defaultdict(dict)
     languages: dict[str, str] = {}
     features: dict[str, list] = {}
     for path in sorted(data_root.glob(f"{layout.hf_dataset_dir(dataset)}/*/*.parquet")):
         match = FILE_NAME.match(PurePosixPath(path).name)
-        if not match:
-            continue
         country = PurePosixPath(path).parent.name
+        if not match or (countries is not None and country not in countries):
+            continue
         entry = found[country].setdefault(match["split"], {"files": 0, "rows": 0, "bytes": 0})
         with data_root.fs.open(path, "rb") as handle:
             parquet = pq.ParquetFile(handle)
@@ -190,8 +195,36 @@ def write_dataset_card(
     license_link: str | None = None,
     pretty_name: str | None = None,
 ) -> str:
-    """Write ``hf/<dataset>/README.md`` for the files present; returns its path in the repo."""
-    found, languages, features = dataset_layout(data_root, dataset)
+    """Write ``hf/<dataset>/README.md``; returns its path in the repo.
+
+    Each country's splits, language, features and missing splits come from the small summary its
+    last build stored (:mod:`speechdata.hf.stats`), so no dataset file is opened; a country built
+    before summaries were stored is read from its files, once, as before."""
+    stored = stored_country_stats(data_root, dataset)
+    found: dict[str, dict[str, dict]] = {}
+    languages: dict[str, str] = {}
+    features: dict[str, list] = {}
+    missing: dict[str, dict[str, str]] = {}
+    for country, stats in stored.items():
+        if not stats["splits"]:
+            continue
+        found[country] = stats["splits"]
+        languages[country] = stats["language"]
+        missing[country] = stats["missing_splits"]
+        if stats["sample_rate"]:
+            features[country] = hf_features(stats["sample_rate"])._to_yaml_list()
+    unsummarized = _country_dirs(data_root, dataset) - set(stored)
+    if unsummarized:
+        old_found, old_languages, old_features = dataset_layout(data_root, dataset, unsummarized)
+        found.update(old_found)
+        languages.update(old_languages)
+        features.update(old_features)
+        missing.update(
+            {
+                country: missing_split_reasons(data_root, dataset, country, set(splits))
+                for country, splits in old_found.items()
+            }
+        )
     card = dataset_card(
         dataset,
         found,
@@ -201,10 +234,18 @@ def write_dataset_card(
         license_name=license_name,
         license_link=license_link,
         pretty_name=pretty_name,
-        missing_splits={
-            country: missing_split_reasons(data_root, dataset, country, set(splits))
-            for country, splits in found.items()
-        },
+        missing_splits=missing,
     )
     data_root.write_bytes(layout.hf_dataset_file(dataset, CARD_FILE), card.encode("utf-8"))
     return CARD_FILE
+
+
+def _country_dirs(data_root: DataRoot, dataset: str) -> set[str]:
+    base = data_root.path(layout.hf_dataset_dir(dataset))
+    if not data_root.fs.exists(base):
+        return set()
+    return {
+        PurePosixPath(entry["name"]).name
+        for entry in data_root.fs.ls(base, detail=True)
+        if entry["type"] == "directory" and not PurePosixPath(entry["name"]).name.startswith((".", "_"))
+    }

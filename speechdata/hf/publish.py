@@ -234,6 +234,12 @@ def _mark_uploaded(data_root: DataRoot, state_path: str, paths: list[str], commi
             "UPDATE segments SET status = 'uploaded', updated_at = current_timestamp WHERE file = ? AND status = 'pending'",
             [[p] for p in paths],
         )
+        # Their shards' published indexes say `pending` until the country's next build writes them again.
+        execute_many(
+            db,
+            "UPDATE shards SET needs_index = true WHERE shard_id = (SELECT shard_id FROM files WHERE path_in_repo = ?)",
+            [[p] for p in paths],
+        )
 
 
 def _forget(data_root: DataRoot, state_path: str, paths: list[str]) -> None:

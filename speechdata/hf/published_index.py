@@ -1,6 +1,6 @@
 """Write what the Hugging Face dataset holds of each shard, so the ledgers and the catalog count it.
 
-After ``hf_dataset`` builds a country, every shard that feeds it gets its published index
+After ``hf_dataset`` builds a country, every shard whose segments of it changed gets its published index
 (:func:`~speechdata.hf.shard_paths.published_index`: ``utt_id``, ``country``, ``split``, ``status``
 for each segment the country's state holds written, pending or failed) and its ``hf_dataset``
 rejects ledger (the segments any country's state filtered out, under the filter's reason). The
@@ -14,11 +14,9 @@ from collections import defaultdict
 from pathlib import PurePosixPath
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
-from speechdata.hf.segments import published_shard_indexes
-from speechdata.hf.shard_paths import HF_STAGE, PUBLISHED_PREFIX, checked_country, published_index
-from speechdata.hf.state import read_state, state_connection
+from speechdata.hf.shard_paths import HF_STAGE, checked_country, published_index
+from speechdata.hf.state import execute_many, read_state, state_connection
 from speechdata.io import layout
 from speechdata.io.confinement import validate_partition_key
 from speechdata.io.storage import DataRoot
@@ -39,24 +37,26 @@ NOT_PUBLISHED = ("withdrawn", FILTERED)
 
 
 def write_published_indexes(data_root: DataRoot, dataset: str, country: str) -> dict[str, int]:
-    """Rewrite the published index of ``country`` and the ``hf_dataset`` rejects of every shard that
-    feeds it (its state names the shard, the shard's index holds the country, or an index of the
-    country is there from an earlier build); returns the rows written per shard."""
+    """Rewrite the published index of ``country`` and the ``hf_dataset`` rejects of every shard whose
+    segments of the country changed since its index was last written (the state's ``shards`` table
+    marks them: a shard the refresh read with rows of the country or named by the state, a part
+    written, an upload); returns the rows written per shard. A shard whose folder is gone gets none."""
     checked_country(country)
     with state_connection(data_root, layout.hf_state_database(dataset, country)) as db:
+        shards = sorted(s for (s,) in db.execute("SELECT shard_id FROM shards WHERE needs_index").fetchall())
+        for shard_id in shards:
+            validate_partition_key(shard_id)  # a shard id read from a state names a folder
         rows = db.execute(
             "SELECT shard_id, key, split, status FROM segments "
-            "WHERE status NOT IN (SELECT unnest(?::VARCHAR[])) ORDER BY shard_id, key",
-            [list(NOT_PUBLISHED)],
+            "WHERE status NOT IN (SELECT unnest(?::VARCHAR[])) AND shard_id IN (SELECT unnest(?::VARCHAR[])) "
+            "ORDER BY shard_id, key",
+            [list(NOT_PUBLISHED), shards],
         ).fetchall()
-        named = {shard for (shard,) in db.execute("SELECT DISTINCT shard_id FROM segments").fetchall()}
     by_shard: dict[str, list[tuple]] = defaultdict(list)
     for shard_id, key, split, status in rows:
         by_shard[shard_id].append((key, split, status))
-    shards = sorted(named | _shards_holding(data_root, country) | _shards_indexed(data_root, country))
-    for shard_id in shards:
-        validate_partition_key(shard_id)  # a shard id read from a state names a folder
-    for shard_id in shards:
+    present = [shard_id for shard_id in shards if data_root.exists(layout.utterance_index(shard_id))]
+    for shard_id in present:
         found = by_shard.get(shard_id, [])
         table = pa.table(
             {
@@ -68,8 +68,10 @@ def write_published_indexes(data_root: DataRoot, dataset: str, country: str) -> 
             schema=PUBLISHED_INDEX_SCHEMA,
         )
         data_root.write_parquet(published_index(shard_id, country), table)
-    write_filtered_rejects(data_root, dataset, shards)
-    return {shard_id: len(by_shard.get(shard_id, [])) for shard_id in shards}
+    write_filtered_rejects(data_root, dataset, present)
+    with state_connection(data_root, layout.hf_state_database(dataset, country)) as db:
+        execute_many(db, "UPDATE shards SET needs_index = false WHERE shard_id = ?", [[s] for s in shards])
+    return {shard_id: len(by_shard.get(shard_id, [])) for shard_id in present}
 
 
 def write_filtered_rejects(data_root: DataRoot, dataset: str, shard_ids: list[str]) -> None:
@@ -93,21 +95,3 @@ def write_filtered_rejects(data_root: DataRoot, dataset: str, shard_ids: list[st
     for shard_id, found in rejects.items():
         found.sort(key=lambda r: (r.utt_id, r.reason, r.detail))
         data_root.write_parquet(layout.rejects(shard_id, HF_STAGE), rejects_table(found))
-
-
-def _shards_holding(data_root: DataRoot, country: str) -> set[str]:
-    """Shards with a published index of ``country`` from an earlier build (it must be rewritten too)."""
-    return {
-        PurePosixPath(path).parent.parent.name
-        for path in data_root.glob(f"{layout.SHARDS}/*/hf/{PUBLISHED_PREFIX}{country}.parquet")
-    }
-
-
-def _shards_indexed(data_root: DataRoot, country: str) -> set[str]:
-    """Shards meant for the dataset whose utterance index holds ``country``: a state that lost all of
-    one still gets its index. A shard not meant for the dataset gets none: its hf ledger stays unbuilt."""
-    return {
-        shard_id
-        for shard_id, index in published_shard_indexes(data_root)
-        if pc.any(pc.equal(index["country"], country)).as_py()
-    }

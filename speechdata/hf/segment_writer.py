@@ -17,7 +17,6 @@ import soundfile as sf
 from speechdata.audio.codec import downmix_to_mono, encode_flac, read_segment_from, resample
 from speechdata.hf.files import SplitFiles, SplitSink
 from speechdata.hf.segments import word_error_rate
-from speechdata.hf.splits import train_subset_name
 from speechdata.landing.landed_audio import AudioNotFound, LandedAudio
 
 if TYPE_CHECKING:
@@ -79,42 +78,20 @@ class SegmentWriter:
             if recording_id in recordings
         ]
 
-    def write(self, split: str, recordings: list[tuple[dict, list]]) -> SplitFiles:
-        with self._split_sink(split) as sink:
+    def write(self, split: str, shard_id: str, recordings: list[tuple[dict, list]]) -> SplitFiles:
+        """Write the part of ``split`` that holds ``shard_id``'s segments: its ``recordings``, cut in order."""
+        with self.sink(split, shard_id) as sink:
             for recording, keys in recordings:
-                table, payload = self._recording_rows(recording, keys)
+                table, payload = self.cut(recording, keys)
                 if table is not None:
                     sink.append(table, payload)
         return sink.result
 
-    def write_train_subsets(
-        self, recordings: list[tuple[dict, list]], first_subset: int, budget_bytes: int
-    ) -> Iterator[tuple[int, set[str], SplitFiles]]:
-        """Yield ``(subset_id, recording ids, files)`` per sealed subset, packing recordings in order."""
-        subset_id, index = first_subset, 0
-        while index < len(recordings):
-            members: set[str] = set()
-            with self._split_sink(train_subset_name(subset_id)) as sink:
-                while index < len(recordings):
-                    recording, keys = recordings[index]
-                    table, payload = self._recording_rows(recording, keys)
-                    if members and sink.payload_bytes + payload > budget_bytes:
-                        self._pending = (table, payload)
-                        break
-                    index += 1
-                    members.add(recording["recording_id"])
-                    if table is not None:
-                        sink.append(table, payload)
-            yield subset_id, members, sink.result
-            subset_id += 1
-
-    _pending: tuple[pa.Table | None, int] | None = None
+    def cut(self, recording: dict, keys: list[tuple[str, str]]) -> tuple[pa.Table | None, int]:
+        """The recording's segments ``keys``, cut and encoded as rows, and their payload in bytes."""
+        return self._recording_rows(recording, keys)
 
     def _recording_rows(self, recording: dict, keys: list[tuple[str, str]]) -> tuple[pa.Table | None, int]:
-        if self._pending is not None:
-            # The recording that did not fit the last subset was already cut: reuse it.
-            pending, self._pending = self._pending, None
-            return pending
         rows, payload = [], 0
         try:
             with self._landed(recording["shard_id"]).sound_file(recording["audio_path"]) as sound:
@@ -178,8 +155,11 @@ class SegmentWriter:
         return self._audio
 
     @contextlib.contextmanager
-    def _split_sink(self, split: str) -> Iterator[SplitSink]:
-        sink = SplitSink(self.data_root, self.options.dataset, self.country, split, self.schema, self.max_file_bytes)
+    def sink(self, split: str, shard_id: str) -> Iterator[SplitSink]:
+        """The files of one part, moved into place when the block ends without error."""
+        sink = SplitSink(
+            self.data_root, self.options.dataset, self.country, split, self.schema, self.max_file_bytes, shard_id
+        )
         try:
             yield sink
         except BaseException:

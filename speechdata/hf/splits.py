@@ -61,16 +61,33 @@ def assign_splits(
     for recording_id, split in existing.items():
         if split not in SPLITS:
             raise ValueError(f"recording {recording_id!r} has unknown split {split!r}; expected one of {SPLITS}")
-    shares = targets.shares()
-    assigned = {split: 0.0 for split in SPLITS}
-    count = {split: 0 for split in SPLITS}
+    totals: dict[str, tuple[int, float]] = {}
     for recording_id, split in existing.items():
-        assigned[split] += float(durations_s.get(recording_id, 0.0))
-        count[split] += 1
-    new_ids = sorted((r for r in durations_s if r not in existing), key=lambda r: assignment_order(r, seed))
+        count, seconds = totals.get(split, (0, 0.0))
+        totals[split] = (count + 1, seconds + float(durations_s.get(recording_id, 0.0)))
+    new = {r: float(d) for r, d in durations_s.items() if r not in existing}
+    return assign_new_splits(new, totals, targets, seed)
+
+
+def assign_new_splits(
+    new_durations_s: Mapping[str, float],
+    totals: Mapping[str, tuple[int, float]],
+    targets: SplitTargets = SplitTargets(),
+    seed: int = 0,
+) -> dict[str, str]:
+    """Splits of the recordings in ``new_durations_s`` (none assigned yet), given what is assigned:
+    ``totals`` maps a split to its ``(recordings, seconds)``. Only the totals are needed, never the
+    assigned recordings themselves, so assigning a new shard's recordings costs what the shard holds."""
+    for split in totals:
+        if split not in SPLITS:
+            raise ValueError(f"assigned split {split!r} is unknown; expected one of {SPLITS}")
+    shares = targets.shares()
+    assigned = {split: float(totals.get(split, (0, 0.0))[1]) for split in SPLITS}
+    count = {split: int(totals.get(split, (0, 0.0))[0]) for split in SPLITS}
+    new_ids = sorted(new_durations_s, key=lambda r: assignment_order(r, seed))
     result: dict[str, str] = {}
     for recording_id in new_ids:
-        duration = float(durations_s[recording_id])
+        duration = float(new_durations_s[recording_id])
         total_after = sum(assigned.values()) + duration
         empty_eval = [s for s in (TEST, VALIDATION) if shares[s] > 0 and count[s] == 0]
         if count[TRAIN] > 0 and empty_eval:

@@ -12,7 +12,14 @@ parallel without contending for one writer. Three tables:
   shard was re-landed without it and its file is still to be rewritten without it).
 - ``files``: one row per file of the dataset folder (parquet shards and the card): ``sha256``,
   ``bytes``, ``rows``, ``status`` (``pending``, ``uploaded``, ``error``, ``deleted`` = removed
-  locally, still to delete on the Hub) and ``error_message``.
+  locally, still to delete on the Hub), ``error_message`` and the ``shard_id`` whose segments it
+  holds (a split is one *part* per shard: NULL for the card and for files written before parts).
+- ``shards``: one row per shard the country's refresh has read: the ``stamp`` (size and time) of
+  its utterance index and near-duplicate list when read, the ``fingerprint`` and number (``segments``) of its rows of
+  the country, and whether its published index (``needs_index``) and ``hf`` ledger (``needs_gate``)
+  are still to write and check. A refresh reads only the shards whose stamp changed.
+- ``part_writes``: the parts ``(split, shard_id)`` a build has started writing and not yet
+  recorded; a killed build's part is written again (its stray files removed) by the next.
 
 A data root on object storage keeps the database there too: it is copied to a local temp file,
 changed, and copied back atomically (DuckDB writes only to local files).
@@ -71,6 +78,21 @@ CREATE TABLE IF NOT EXISTS files (
     commit_oid VARCHAR,
     updated_at TIMESTAMP DEFAULT current_timestamp
 );
+CREATE TABLE IF NOT EXISTS shards (
+    shard_id VARCHAR PRIMARY KEY,
+    stamp VARCHAR,
+    fingerprint VARCHAR NOT NULL,
+    needs_index BOOLEAN NOT NULL,
+    needs_gate BOOLEAN NOT NULL
+);
+CREATE TABLE IF NOT EXISTS part_writes (
+    split VARCHAR NOT NULL,
+    shard_id VARCHAR NOT NULL,
+    PRIMARY KEY (split, shard_id)
+);
+ALTER TABLE segments ADD COLUMN IF NOT EXISTS usable_s DOUBLE;
+ALTER TABLE files ADD COLUMN IF NOT EXISTS shard_id VARCHAR;
+ALTER TABLE shards ADD COLUMN IF NOT EXISTS segments BIGINT;
 """
 
 LOCK_TIMEOUT_S = 300.0

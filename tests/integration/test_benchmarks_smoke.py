@@ -38,7 +38,7 @@ ROOT = Path(__file__).resolve().parents[2]
         ("bench_language_index", {"per_new_shard", "growth"}),
         ("bench_asr_sampler", {"numpy_epoch_seconds", "reference_seconds", "same_batches_as_reference"}),
         ("bench_vad", {"vad", "streaming"}),
-        ("bench_hf_dataset", {"quarter", "full"}),
+        ("bench_hf_dataset", {"quarter", "full", "per_new_shard"}),
         ("bench_packing", {"per_size", "ms_per_utt_spread", "rss_spread", "pack_over_copy_min"}),
         ("bench_publish_state", {"baseline_csv_pandas_seconds", "duckdb_state_seconds", "same_selection_and_hours"}),
         ("bench_orchestration_scale", {"per_size", "tick_growth"}),

@@ -121,19 +121,35 @@ def test_crash_after_the_hub_accepted_a_commit_does_not_upload_it_again(built, m
         assert set(file_statuses(built).values()) == {"uploaded"}
 
 
-def test_a_rebuilt_split_replaces_its_old_files_on_the_hub(corpus, built, clips):
+def test_a_new_shard_adds_files_beside_the_published_ones_and_a_rewritten_part_replaces_its_old_files_on_the_hub(
+    corpus, built, clips
+):
     with HubStandIn() as hub:
         run(built, hub)
         old = only(file_statuses(built), "de/validation-00000-of-00001-")
         assert old in hub.state.repos["org/ds"]
-        # New recordings, most of them validation, written in small files: validation is rebuilt as several files.
+        # New recordings, most of them validation, written in small files: the new shard's part of
+        # validation is several files, added beside the published one, which stays as it is.
         build_aligned_json_corpus(corpus, {"de": 3}, clips=clips, audio_format="flac", first_recording=10)
         land_and_build(corpus, built, targets=SplitTargets(test=0.01, validation=0.6), max_file_mb=0.05)
+        assert file_statuses(built)[old] == "uploaded"
+        added = run(built, hub)
+        assert len([p for p in added.committed if p.startswith("de/validation-")]) >= 2 and not added.deleted
+        # A near duplicate found after its part was published: the part is rewritten without it and
+        # its old file deleted on the Hub in the same commit.
+        with state_connection(built, layout.hf_state_database(DATASET, "de")) as db:
+            db.execute(
+                "UPDATE segments SET status = 'filtered', reason = 'near_duplicate' "
+                "WHERE key = (SELECT min(key) FROM segments WHERE file = ?)",
+                [old],
+            )
+        build_country_dataset(built, "de", DatasetOptions(dataset=DATASET))
+        write_dataset_card(built, DATASET)
+        register_card(built, DATASET, "de")
         assert file_statuses(built)[old] == "deleted"
         result = run(built, hub)
         assert old in result.deleted
         assert hub.state.repos["org/ds"] == local_files(built)
-        assert len([p for p in local_files(built) if p.startswith("de/validation-")]) >= 2
         assert old not in file_statuses(built) and set(file_statuses(built).values()) == {"uploaded"}
 
 

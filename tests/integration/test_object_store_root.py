@@ -175,7 +175,7 @@ def test_the_country_dataset_builds_and_publishes_state_with_the_root_in_the_buc
     built = build_country_dataset(root, "de", DatasetOptions(dataset="ds"))
     write_dataset_card(root, "ds")
     written = {f["path_in_repo"]: f["rows"] for split in built.written for f in split.files}
-    assert {re.sub(r"-[0-9a-f]{12}\.parquet$", "", p) for p in written} == {
+    assert {re.sub(r"-shard-[0-9a-f]{10}-[0-9a-f]{12}\.parquet$", "", p) for p in written} == {
         f"de/{s}-00000-of-00001" for s in ("test", "validation", "train_1")
     }
     for path, rows in written.items():

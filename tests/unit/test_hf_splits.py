@@ -70,3 +70,29 @@ def test_train_subset_names_are_valid_datasets_split_names():
     assert train_subset_name(12) == "train_12"
     assert re.match(_split_re, train_subset_name(12))
     assert not re.match(_split_re, "train-12")  # why the original split name could not be used
+
+
+def test_a_shard_at_a_time_the_split_totals_alone_give_the_same_assignments_and_shares_near_target():
+    from speechdata.hf.splits import SPLITS, assign_new_splits
+
+    targets = SplitTargets(test=0.01, validation=0.01)
+    batches = [synthetic_durations(40, seed=10 + b, prefix=f"s{b}-") for b in range(50)]
+    assigned: dict[str, str] = {}
+    durations: dict[str, float] = {}
+    for batch in batches:
+        totals = {
+            split: (
+                sum(1 for s in assigned.values() if s == split),
+                sum(durations[r] for r, s in assigned.items() if s == split),
+            )
+            for split in SPLITS
+        }
+        new = assign_new_splits(batch, totals, targets, seed=5)
+        # The same as from every recording assigned so far: only the totals matter.
+        assert new == assign_splits({**durations, **batch}, assigned, targets, seed=5)
+        assert not set(new) & set(assigned)  # nothing assigned before moves
+        assigned.update(new)
+        durations.update(batch)
+    shares = split_shares(durations, assigned)
+    tolerance = max(durations.values()) / sum(durations.values())
+    assert abs(shares["test"] - 0.01) <= tolerance and abs(shares["validation"] - 0.01) <= tolerance
