@@ -29,6 +29,8 @@ from speechdata.catalog.database_file import (
     BUILD_COMMAND,
     CatalogNotBuilt,
     RefreshedCatalog,
+    catalog_files,
+    check_catalog_file,
     open_catalog_read_only,
     refresh_catalog_file,
 )
@@ -55,11 +57,21 @@ class CatalogCliError(Exception):
     """A problem the user can fix; printed as one line."""
 
 
+def check_own_files(root: DataRoot) -> None:
+    """The catalog's own refusal (:class:`CatalogFileRefused`, naming the file and what it is) before
+    the data root's confinement sees a catalog file that links out (which would refuse it too, by
+    the rule for every path)."""
+    if root.is_local:
+        for path in catalog_files(f"{root.root}/{CATALOG_FILE}"):
+            check_catalog_file(path)
+
+
 @contextlib.contextmanager
 def open_catalog(root: DataRoot) -> Iterator[duckdb.DuckDBPyConnection]:
     """A read-only connection to the root's catalog (from an object-store root: a local copy, whose
     views read the bucket through the root's fsspec filesystem). A refresh in progress does not
     get in the way: this reads the version before it, whole."""
+    check_own_files(root)
     if not root.exists(CATALOG_FILE):
         raise CatalogNotBuilt(
             f"no catalog at {root.uri(CATALOG_FILE)}: build it with `{BUILD_COMMAND}` "
@@ -75,6 +87,7 @@ def open_catalog(root: DataRoot) -> Iterator[duckdb.DuckDBPyConnection]:
 def refresh(root: DataRoot, full: bool = False) -> RefreshedCatalog:
     """Rebuild the catalog (reading only changed manifests unless ``full``) into a new file swapped in
     whole; an object-store root's file is built locally and uploaded whole."""
+    check_own_files(root)
     with database_on_root(root, CATALOG_FILE) as local:
         return refresh_catalog_file(local, root, full=full)
 

@@ -356,11 +356,11 @@ def asr_manifest_removed() -> str:
 ASR_MANIFEST_PART_KINDS = ("train", "validation", "removed")
 
 
-def asr_manifest_part(kind: str, shard_id: str, suffix: str = "parquet") -> str:
-    """One shard's rows of a manifest (``kind``: ``train``, ``validation`` or ``removed``): the
+def asr_manifest_part(split: str, shard_id: str, suffix: str = "parquet") -> str:
+    """One shard's rows of a manifest (``split``: ``train``, ``validation`` or ``removed``): the
     published parts the corpus-wide files are concatenated from, rewritten only when that shard's
     rows change."""
-    return f"{ASR}/manifests/parts/{_name(kind)}/{_shard(shard_id)}.{suffix}"
+    return f"{ASR}/manifests/parts/{_name(split)}/{_shard(shard_id)}.{suffix}"
 
 
 def asr_manifest_prepared(shard_id: str) -> str:
@@ -472,7 +472,7 @@ MANIFESTS = "manifests"
 INDEX = "index"
 STATE = "_state"
 LOCKS = "_locks"
-CATALOG_FILES = ("catalog.duckdb", ".catalog.duckdb.refresh-lock")
+CATALOG_FILES = ("catalog.duckdb", ".catalog.duckdb.refresh-lock", ".catalog.duckdb.state")
 
 PRODUCT_FOLDERS = (LANDING, SHARDS, BRIDGE, MANIFESTS, ASR, LANGUAGE_INDEX, TRANSLATION, HF, INDEX, STATE, LOCKS)
 """Every folder at the top of the data root. None may be a symlink out of the root (the link rule of

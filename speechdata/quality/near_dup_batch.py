@@ -374,8 +374,9 @@ class BatchSummary:
 
 def shards_with_audio(data_root: DataRoot) -> list[str]:
     """Every shard with normalized audio on the data root, by shard id."""
-    suffix = layout.normalized_audio("SHARD").removeprefix(f"{layout.SHARDS}/SHARD")
-    found = {posixpath.basename(posixpath.dirname(path)) for path in data_root.glob(f"{layout.SHARDS}/*{suffix}")}
+    found = {
+        posixpath.basename(posixpath.dirname(path)) for path in data_root.glob(layout.normalized_audio(layout.ANY_KEY))
+    }
     return sorted(shard_id for shard_id in found if layout.is_valid_shard_id(shard_id))
 
 

@@ -14,7 +14,16 @@ import sys
 import time
 from collections.abc import Callable
 
-from speechdata.command_options import add_data_root_option, add_quiet_option, data_root_from_args, progress_enabled
+from speechdata.command_options import (
+    add_data_root_option,
+    add_quiet_option,
+    data_root_from_args,
+    finite_float,
+    key_type,
+    non_negative_int,
+    positive_int,
+    progress_enabled,
+)
 from speechdata.io.confinement import DataRootMissing
 from speechdata.quality.near_dup_batch import (
     DEFAULT_PARTITIONS,
@@ -62,7 +71,13 @@ def register(subparsers) -> None:
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    batch.add_argument("shards", nargs="*", metavar="SHARD", help="shard ids, in the order new ones are indexed")
+    batch.add_argument(
+        "shards",
+        nargs="*",
+        type=key_type("shard"),
+        metavar="SHARD",
+        help="shard ids, in the order new ones are indexed",
+    )
     batch.add_argument(
         "--matching", metavar="GLOB", help="without SHARD: the shards with normalized audio matching GLOB"
     )
@@ -77,16 +92,20 @@ def register(subparsers) -> None:
     )
     batch.add_argument("--in-process", action="store_true", help="run every task in this process, without Ray")
     batch.add_argument(
-        "--partitions", type=int, metavar="N", default=DEFAULT_PARTITIONS, help="key partitions (parallel joins)"
+        "--partitions",
+        type=positive_int,
+        metavar="N",
+        default=DEFAULT_PARTITIONS,
+        help="key partitions (parallel joins)",
     )
     defaults = NearDuplicateThresholds()
     for name, kind, metavar, help_text in (
-        ("max_bit_error_rate", float, "RATE", "near_audio: most share of differing fingerprint bits"),
-        ("min_overlap_share", float, "SHARE", "near_audio: least share of the shorter utterance overlapped"),
-        ("min_duration_ratio", float, "RATIO", "near_audio: least shorter/longer duration"),
-        ("min_offset_votes", int, "VOTES", "near_audio: sub-fingerprints agreeing on an offset"),
-        ("min_transcript_jaccard", float, "JACCARD", "near_transcript: least estimated Jaccard similarity"),
-        ("min_transcript_words", int, "WORDS", "near_transcript: shorter transcripts are never compared"),
+        ("max_bit_error_rate", finite_float, "RATE", "near_audio: most share of differing fingerprint bits"),
+        ("min_overlap_share", finite_float, "SHARE", "near_audio: least share of the shorter utterance overlapped"),
+        ("min_duration_ratio", finite_float, "RATIO", "near_audio: least shorter/longer duration"),
+        ("min_offset_votes", non_negative_int, "VOTES", "near_audio: sub-fingerprints agreeing on an offset"),
+        ("min_transcript_jaccard", finite_float, "JACCARD", "near_transcript: least estimated Jaccard similarity"),
+        ("min_transcript_words", non_negative_int, "WORDS", "near_transcript: shorter transcripts are never compared"),
     ):
         batch.add_argument(
             f"--{name.replace('_', '-')}",
@@ -99,7 +118,7 @@ def register(subparsers) -> None:
         "--audio-only", action="store_true", help="only audio makes a duplicate (check_transcripts false)"
     )
     batch.add_argument(
-        "--lock-timeout-s", type=float, metavar="S", default=60.0, help="longest wait for the index lock"
+        "--lock-timeout-s", type=finite_float, metavar="S", default=60.0, help="longest wait for the index lock"
     )
     add_data_root_option(batch)
     add_quiet_option(batch)

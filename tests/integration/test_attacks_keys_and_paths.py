@@ -190,6 +190,7 @@ KEY_ARGUMENT_CASES = {
     ("shard", "status", "shard_id"): ["shard", "status", HOSTILE],
     ("shard", "run", "shards"): ["shard", "run", "--shards", f"a,{HOSTILE}"],
     ("shard", "backfill", "shards"): ["shard", "backfill", "--shards", HOSTILE],
+    ("near-duplicates", "batch", "shards"): ["near-duplicates", "batch", "s1", HOSTILE, "--in-process"],
 }
 
 

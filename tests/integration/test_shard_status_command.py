@@ -110,7 +110,10 @@ def test_status_of_a_failed_shard_names_the_reason_and_the_step_not_executed(dag
 
 def test_status_refuses_a_shard_id_that_leaves_the_data_root_and_a_missing_instance(dagster_home, data_root, capsys):
     data_root.fs.makedirs(data_root.root, exist_ok=True)
-    assert run(["shard", "status", "../../etc", "--dagster-home", str(dagster_home), "--data-root", data_root.url]) == 1
+    # An invalid shard id is a usage error, refused by the key validator before anything is read.
+    with pytest.raises(SystemExit) as refused:
+        run(["shard", "status", "../../etc", "--dagster-home", str(dagster_home), "--data-root", data_root.url])
+    assert refused.value.code == 2
     assert "../../etc" in capsys.readouterr().err
 
     missing = dagster_home.parent / "no_home"
