@@ -65,12 +65,18 @@ PAYLOAD_MIN_BYTES = 4 << 20
 
 STAGES = {
     "asr_manifest": {"assets": ["asr_manifest"], "partition": None},
+    "asr_manifest_parts_only": {
+        "assets": ["asr_manifest"],
+        "partition": None,
+        "run_config": {"ops": {"asr_manifest": {"config": {"combined_files": False}}}},
+    },
     "hf_country": {"assets": ["hf_split_assignments", "hf_dataset"], "partition": "country"},
     "language_shard_index": {"assets": ["language_shard_index"], "partition": "language"},
     "manifest_catalog": {"assets": ["manifest_catalog"], "partition": None},
 }
 """Each corpus-wide stage: the assets materialized together, and which partition kind they run for
-(the new shard's country or language)."""
+(the new shard's country or language). ``asr_manifest_parts_only``: the manifest published as its
+per-shard parts alone (``combined_files: false``), the mode that scales past about 1 000 hours."""
 
 
 def shard_name(k: int) -> str:
@@ -292,7 +298,13 @@ def _run_stage(stage: str, root: str, partitions: dict[str, list[str]], key: str
     with RssSampler() as rss, dg.instance_for_test() as instance:
         for kind, keys in partitions.items():
             instance.add_dynamic_partitions(kind, keys)
-        result = dg.materialize(assets, partition_key=key or None, instance=instance, resources=_resources(root))
+        result = dg.materialize(
+            assets,
+            partition_key=key or None,
+            instance=instance,
+            resources=_resources(root),
+            run_config=STAGES[stage].get("run_config"),
+        )
         steps = [event for event in result.all_events if event.event_type_value == "STEP_SUCCESS"]
         step_seconds = sum(event.event_specific_data.duration_ms for event in steps) / 1000
     wall = time.perf_counter() - started
