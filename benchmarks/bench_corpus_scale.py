@@ -251,11 +251,12 @@ def run_stages(root: Path, partitions: dict[str, list[str]], keys: dict[str, str
 
 
 class RssSampler:
-    """The most resident memory the process gained while the block ran, sampled every 20 ms:
-    ``ru_maxrss`` alone is dominated by the code location's imports (torch, transformers)."""
+    """The process's peak resident memory while the block ran, and how much of it the block added,
+    sampled every 20 ms from ``/proc/self/statm``: ``ru_maxrss`` survives ``exec`` on Linux, so a child
+    started by a large parent would report the parent's peak."""
 
     def __init__(self, interval_s: float = 0.02):
-        self.interval_s, self.added_mb = interval_s, 0.0
+        self.interval_s, self.added_mb, self.peak_mb = interval_s, 0.0, 0.0
 
     @staticmethod
     def resident_mb() -> float:
@@ -278,7 +279,8 @@ class RssSampler:
     def __exit__(self, *exc):
         self._stop.set()
         self._thread.join()
-        self.added_mb = max(self._peak, self.resident_mb()) - self._start
+        self.peak_mb = max(self._peak, self.resident_mb())
+        self.added_mb = self.peak_mb - self._start
         return False
 
 
@@ -316,7 +318,7 @@ def _run_stage(stage: str, root: str, partitions: dict[str, list[str]], key: str
         "wall_s": round(step_seconds, 3),
         "run_wall_s": round(wall, 3),
         "cpu_s": round(cpu, 3),
-        "peak_rss_mb": round(usage.ru_maxrss / 1024, 1),
+        "peak_rss_mb": round(rss.peak_mb, 1),
         "added_rss_mb": round(rss.added_mb, 1),
     }
 
