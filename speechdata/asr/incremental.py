@@ -64,10 +64,10 @@ from speechdata.asr.manifest import (
     _with_clean_text,
     apply_language_corrections,
     conform,
+    manifest_row_columns,
     nemo_jsonl_bytes,
 )
 from speechdata.asr.split import HASH_BUCKETS, MIN_RECORDINGS_FOR_HELD_OUT, UTTERANCE_KEY, SaltedMd5
-from speechdata.asr.text import tagged_text_expr
 from speechdata.faults import fault_point
 from speechdata.io import layout
 from speechdata.io.storage import DataRoot
@@ -159,15 +159,7 @@ def prepare_shard(
         "utt_id",
         "reason",
         "detail",
-        tagged_text_expr(pl.col("clean_text"), pl.col("language")).alias("text"),
-        pl.col("duration_s").alias("duration"),
-        pl.col("language").alias("lang"),
-        (pl.lit(audio_root.rstrip("/") + "/") + pl.col("flac_path")).alias("audio_filepath"),
-        "flac_path",
-        "source",
-        "recording_id",
-        "original_language",
-        "quality",
+        *manifest_row_columns(audio_root),
         "recording_key",
         "audio_sha1",
         pl.concat_str(

@@ -256,21 +256,24 @@ def _kept(passing: pl.DataFrame, audio_root: str) -> pl.LazyFrame:
     return (
         passing.lazy()
         .filter(pl.col("reason").is_null())
-        .select(
-            "utt_id",
-            "shard_id",
-            tagged_text_expr(pl.col("clean_text"), pl.col("language")).alias("text"),
-            pl.col("duration_s").alias("duration"),
-            pl.col("language").alias("lang"),
-            (pl.lit(audio_root.rstrip("/") + "/") + pl.col("flac_path")).alias("audio_filepath"),
-            "flac_path",
-            "source",
-            "recording_id",
-            "original_language",
-            "quality",
-            "recording_key",
-        )
+        .select("utt_id", "shard_id", *manifest_row_columns(audio_root), "recording_key")
     )
+
+
+def manifest_row_columns(audio_root: str) -> list:
+    """The manifest's columns after ``utt_id`` and ``shard_id``, from a row still passing: the tagged
+    text, duration, language, the FLAC's path under ``audio_root`` and what is carried through."""
+    return [
+        tagged_text_expr(pl.col("clean_text"), pl.col("language")).alias("text"),
+        pl.col("duration_s").alias("duration"),
+        pl.col("language").alias("lang"),
+        (pl.lit(audio_root.rstrip("/") + "/") + pl.col("flac_path")).alias("audio_filepath"),
+        "flac_path",
+        "source",
+        "recording_id",
+        "original_language",
+        "quality",
+    ]
 
 
 def build_asr_manifest(
