@@ -27,36 +27,18 @@ from speechdata.io import layout
 from speechdata.io.shard_lock import ShardLockLost, held_fence, shard_write_lock
 from speechdata.io.storage import TEMP_PREFIX, DataRoot
 from speechdata.testing.shards import build_sample_shard
+from tests.ray_cluster import start_cluster
 from tests.tiny_resources import tiny_resources_for
 
 pytestmark = pytest.mark.slow
 
 SHARDS = ["g0", "g1", "g2"]
 RANGE = {"dagster/asset_partition_range_start": SHARDS[0], "dagster/asset_partition_range_end": SHARDS[-1]}
-NODES = 2
 
 
 @pytest.fixture(scope="module")
 def hold_flag(tmp_path_factory) -> Path:
     return tmp_path_factory.mktemp("hold") / "hold-shard"
-
-
-def _start_cluster(node: dict, attempts: int = 3):
-    """A two-node cluster; a node that misses Ray's fixed 30 s startup window on a loaded
-    machine is started again."""
-    from ray.cluster_utils import Cluster
-
-    for attempt in range(1, attempts + 1):
-        cluster = Cluster()
-        try:
-            cluster.add_node(**node, include_dashboard=False)
-            for _ in range(NODES - 1):
-                cluster.add_node(**node)
-            return cluster
-        except Exception:
-            cluster.shutdown()
-            if attempt == attempts:
-                raise
 
 
 @pytest.fixture(scope="module")
@@ -66,7 +48,7 @@ def ray_cluster(hold_flag):
     # Worker processes inherit the environment of the node processes, started here.
     os.environ[HOLD_FLAG_ENV] = str(hold_flag)
     node = {"num_cpus": 1, "resources": {"test_gpu": 1}, "object_store_memory": 100 * 1024 * 1024}
-    cluster = _start_cluster(node)
+    cluster = start_cluster(node)
     yield cluster
     ray.shutdown()
     cluster.shutdown()

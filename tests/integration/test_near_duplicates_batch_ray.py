@@ -16,11 +16,11 @@ from speechdata.quality.near_dup_matching import NearDuplicateThresholds
 from speechdata.quality.near_dup_planted import transformed
 from speechdata.quality.near_duplicates import run_near_duplicates
 from tests.integration.test_near_duplicates_assets import encoded, land_and_normalize, voice, written_bytes
+from tests.ray_cluster import NODES, start_cluster
 
 pytestmark = pytest.mark.slow
 
 SHARDS = ["c0", "c1", "c2", "c3"]
-NODES = 2
 
 
 def build_corpus(root: DataRoot) -> None:
@@ -72,25 +72,9 @@ def forget_near_duplicates(root: DataRoot) -> None:
         root.fs.rm(root.path(layout.near_duplicates(shard_id)))
 
 
-def _start_cluster(node: dict, attempts: int = 3):
-    from ray.cluster_utils import Cluster
-
-    for attempt in range(1, attempts + 1):
-        cluster = Cluster()
-        try:
-            cluster.add_node(**node, include_dashboard=False)
-            for _ in range(NODES - 1):
-                cluster.add_node(**node)
-            return cluster
-        except Exception:
-            cluster.shutdown()
-            if attempt == attempts:
-                raise
-
-
 @pytest.fixture(scope="module")
 def ray_cluster():
-    cluster = _start_cluster({"num_cpus": 1, "object_store_memory": 100 * 1024 * 1024})
+    cluster = start_cluster({"num_cpus": 1, "object_store_memory": 100 * 1024 * 1024})
     yield cluster
     cluster.shutdown()
 
