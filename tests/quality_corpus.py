@@ -45,7 +45,7 @@ SECOND_PASS_REASONS = {
     "planted_missing_words": "speaking_rate_too_slow",
     "planted_dc_drift": "dc_offset",
     "planted_mains_hum": "mains_hum",
-    "planted_babble": "low_speech_snr",
+    "planted_babble": "low_snr",  # WADA-SNR reads it 8 dB; DNSMOS's background score is what babble does not fool
     "planted_too_short": "too_short",
     "planted_too_long": "too_long",
     "planted_long_edge_silence": "long_edge_silence",
@@ -134,7 +134,7 @@ def second_pass_audio(voices: list[Clip]) -> dict[str, tuple[np.ndarray, str, st
     babble_at = _mix_at_snr(speech, babble.astype(np.float32), 0.0)
     silence = np.zeros(int(2.5 * RATE), np.float32)
     long_parts, long_text = [], []
-    for clip in english * 2:
+    for clip in english + english[:3]:  # just over 30 s
         long_parts += [_at(clip.samples, clip.sample_rate), np.zeros(int(0.4 * RATE), np.float32)]
         long_text.append(clip.text)
     return {
@@ -154,20 +154,22 @@ def second_pass_audio(voices: list[Clip]) -> dict[str, tuple[np.ndarray, str, st
 
 
 def build_planted_shard(
-    data_root: DataRoot, shard_id: str, n_clean: int = 8, *, second_pass: bool = False
+    data_root: DataRoot, shard_id: str, n_clean: int = 8, *, first_pass: bool = True, second_pass: bool = False
 ) -> list[str]:
     """Land ``n_clean`` clean utterances and every planted one; returns the clean utterances' ids.
 
-    ``second_pass``: the sixteen varied-voice clean utterances too, and the second pass's planted
-    ones (:data:`SECOND_PASS_REASONS`, :data:`REPAIRED`)."""
+    ``first_pass``: the planted utterances of :data:`PLANTED_REASONS`. ``second_pass``: the sixteen
+    varied-voice clean utterances too, and the second pass's planted ones
+    (:data:`SECOND_PASS_REASONS`, :data:`REPAIRED`)."""
     clips = load_clips()
     clean = build_sample_shard(
-        data_root, shard_id, n_clean, seed=3, long_recordings=0, formats=("flac",), complete=False, clips=clips
+        data_root, shard_id, max(n_clean, 1), seed=3, long_recordings=0, formats=("flac",), complete=False, clips=clips
     )
     rows = clean.to_pylist()
-    clean_ids = clean["utt_id"].to_pylist()
     template = rows[0]
-    planted = planted_audio(clips)
+    rows = rows[:n_clean]
+    clean_ids = [row["utt_id"] for row in rows]
+    planted = planted_audio(clips) if first_pass else {}
     if second_pass:
         voices = varied_voices()
         planted.update(second_pass_audio(voices))

@@ -58,7 +58,10 @@ def mains_hum_share(samples: np.ndarray, sample_rate: int) -> float:
     segment = int(sample_rate / HUM_RESOLUTION_HZ)
     if values.size < segment // 2 or not np.any(values):
         return 0.0
-    frequencies, power = welch(values, fs=sample_rate, nperseg=min(segment, values.size))
+    # A power-of-two FFT of at least the resolution's length: an utterance shorter than one segment
+    # is zero-padded, and odd lengths would make the FFT many times slower.
+    nfft = 1 << (segment - 1).bit_length()
+    frequencies, power = welch(values, fs=sample_rate, nperseg=min(segment, values.size), nfft=nfft)
     total = float(power.sum())
     if total <= _EPS:
         return 0.0
