@@ -152,8 +152,9 @@ def test_asr_trims_long_edge_silence_and_judges_the_rest_while_the_bridge_reject
     asr = decide_utterance(signals, PRESETS["asr"])
     assert asr.reason is None and (asr.keep_start_s, asr.keep_end_s) == (2.8, 6.4)
     # Trimmed is not a free pass: the rest is judged, here too short once the silence is gone.
-    short = row(duration_s=5.9, leading_silence_s=3.0, trailing_silence_s=2.8, speech_s=0.3, speech_share=0.05)
-    assert decide_utterance(short, PRESETS["asr"]).reason == "too_short"
+    short = row(duration_s=6.0, leading_silence_s=3.0, trailing_silence_s=2.7, speech_s=0.3, speech_share=0.05)
+    strict = PRESETS["asr"].with_overrides({"min_duration_s": 1.0})
+    assert decide_utterance(short, strict).reason == "too_short"  # 0.7 s kept
     assert trim_span(row(), PRESETS["asr"]) is None  # nothing over the limit
 
 
