@@ -32,7 +32,7 @@ class QualityPolicy:
     """``mostly_silence``: more than this share of 30 ms frames below -50 dBFS."""
     min_speech_share: float | None = 0.3
     """``no_speech``: Silero VAD finds speech in less than this share of the duration (music, tones, noise)."""
-    max_edge_silence_s: float | None = 1.0
+    max_edge_silence_s: float | None = 1.5
     """``long_edge_silence``: more non-speech than this before the first or after the last VAD speech
     segment, where the product does not trim it (``trim_edge_silence``)."""
     trim_edge_silence: bool = False

@@ -148,7 +148,7 @@ def test_a_sentence_read_twice_is_not_repetition_and_german_may_be_faster_than_e
 def test_asr_trims_long_edge_silence_and_judges_the_rest_while_the_bridge_rejects_it():
     signals = row(duration_s=9.0, leading_silence_s=3.0, trailing_silence_s=2.8, speech_share=0.35, silence_share=0.62)
     bridge = decide_utterance(signals, PRESETS["bridge"])
-    assert bridge.reason == "long_edge_silence" and "leading_silence_s 3 s > 1 s" in bridge.detail
+    assert bridge.reason == "long_edge_silence" and "leading_silence_s 3 s > 1.5 s" in bridge.detail
     asr = decide_utterance(signals, PRESETS["asr"])
     assert asr.reason is None and (asr.keep_start_s, asr.keep_end_s) == (2.8, 6.4)
     # Trimmed is not a free pass: the rest is judged, here too short once the silence is gone.
