@@ -166,3 +166,18 @@ def test_the_new_filters_are_on_in_tiny_and_can_be_turned_off_by_reason():
     assert decide(row(dnsmos_bak=1.0, hallucination_phrase="www.", leading_silence_s=5.0), off) is None
     with pytest.raises(ValueError, match="unknown threshold"):
         QualityPolicy().with_overrides({"max_hum": 0.1})
+
+
+def test_the_resource_loads_dnsmos_once_per_process_and_it_hears_noise_under_speech(voice):
+    from resources.quality import QualityModelsResource
+
+    dnsmos = QualityModelsResource(audio_language_model_id="tiny", mos_model="tiny").dnsmos()
+    assert QualityModelsResource().dnsmos() is dnsmos
+    rms = float(np.sqrt(np.mean(voice**2)))
+    noisy = voice + np.random.default_rng(1).standard_normal(voice.size) * rms  # 0 dB white noise
+    clean_score, noisy_score, silent = dnsmos.score(
+        [voice.astype(np.float32), np.clip(noisy, -1, 1).astype(np.float32), np.zeros(RATE, np.float32)]
+    )
+    assert clean_score.bak > 2.6 > 2.2 > noisy_score.bak
+    assert 1.0 <= noisy_score.ovrl < clean_score.ovrl <= 5.0
+    assert silent is None
