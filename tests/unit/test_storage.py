@@ -145,7 +145,7 @@ def test_the_storage_layer_knows_a_rejects_ledger_by_the_ledgers_own_columns(dat
     from speechdata.io.storage import REJECTS_LEDGER_COLUMNS
     from speechdata.rejects import REJECTS_SCHEMA, Reject, rejects_table
 
-    assert REJECTS_LEDGER_COLUMNS == REJECTS_SCHEMA.names
+    assert REJECTS_SCHEMA.names == REJECTS_LEDGER_COLUMNS
     # A ledger's detail names a file under the root: stored without the root, not refused.
     absolute = data_root.path("landing/s/audio/a.wav")
     ledger = rejects_table([Reject("a", "raw_shards", "unreadable_audio", f"cannot read {absolute}")])
