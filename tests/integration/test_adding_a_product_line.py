@@ -63,6 +63,9 @@ def transcripts_line(tmp_path, monkeypatch) -> ProductLine:
     yield record
     for name in NEW_MODULES:
         sys.modules.pop(name, None)
+        parent, _, child = name.rpartition(".")
+        if hasattr(sys.modules.get(parent), child):
+            delattr(sys.modules[parent], child)
 
 
 def test_no_file_of_the_repository_names_the_example_outside_its_page_and_this_test():
