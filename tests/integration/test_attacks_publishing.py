@@ -18,9 +18,9 @@ from resources.hub import HubPublisherResource
 from resources.storage import DataRootResource
 from speechdata.asr.stage import read_published_build
 from speechdata.hf.accounting import published_utterances
+from speechdata.hf.assignment import refresh_split_assignments
 from speechdata.hf.card import write_dataset_card
 from speechdata.hf.dataset import DatasetOptions, build_country_dataset
-from speechdata.hf.segments import refresh_split_assignments
 from speechdata.hf.state import rows_as_dicts, state_connection
 from speechdata.io import layout
 from speechdata.landing.ingest import run_raw_shards
