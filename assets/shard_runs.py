@@ -7,7 +7,6 @@ shard's own metadata, and one evaluation per shard of each asset check.
 """
 
 import contextlib
-import os
 import time
 import warnings
 from collections.abc import Callable, Iterator
@@ -23,10 +22,11 @@ from dagster._core.definitions.asset_checks.asset_check_evaluation import (
 )
 
 from speechdata.io.confinement import validate_partition_key
+from speechdata.io.env import backfill_shards_per_run
 from speechdata.io.shard_lock import shard_write_lock
 from speechdata.io.storage import owned_temps
 
-SHARDS_PER_RUN = int(os.environ.get("SPEECHDATA_BACKFILL_SHARDS_PER_RUN", "32"))
+SHARDS_PER_RUN = backfill_shards_per_run()
 """k (``SPEECHDATA_BACKFILL_SHARDS_PER_RUN``): a backfill of n shards runs ceil(n / k) runs, each
 carrying its k shards through every shard asset.
 

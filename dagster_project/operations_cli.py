@@ -23,6 +23,7 @@ from speechdata.command_options import (
     key_type,
     progress_enabled,
 )
+from speechdata.io.env import BACKFILL_SHARDS_PER_RUN_ENV, DEFAULT_BACKFILL_SHARDS_PER_RUN
 
 DEFAULT_WEBSERVER_URL = "http://localhost:3000"
 WEBSERVER_URL_ENV = "DAGSTER_WEBSERVER_URL"
@@ -68,7 +69,9 @@ def register(subparsers) -> None:
         "backfill",
         "launch one backfill of the selected assets over many shards",
         "Launch one backfill of the selected shard assets over the shards (the UI's Launch backfill), through\n"
-        "the webserver: the daemon runs it under the assets' backfill policy (up to 4 shards per run).",
+        "the webserver: the daemon runs it under the assets' backfill policy (up to "
+        f"{DEFAULT_BACKFILL_SHARDS_PER_RUN} shards per run;\n${BACKFILL_SHARDS_PER_RUN_ENV} "
+        "in the code location's environment sets another figure).",
         "  speechdata shard backfill --all --select frame_grids,qwen_hidden_states,wavlm_features\n"
         "  speechdata shard backfill --missing --wait\n"
         "  speechdata shard backfill --shards a-0001,a-0002 --group packaging --launched-by alice",
