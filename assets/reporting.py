@@ -264,3 +264,50 @@ def unbalanced_ledger_failure(exc: UnbalancedLedger, scope: str | None = None) -
         description=f"{scope}: {exc}" if scope else str(exc),
         metadata={"shard": exc.shard_id, "unaccounted": dg.MetadataValue.json(exc.ledger.unaccounted[:20])},
     )
+
+
+def _is_figure(value: object) -> bool:
+    if isinstance(value, (dg.IntMetadataValue, dg.FloatMetadataValue)):
+        return value.value is not None
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _figure(value: object) -> int | float:
+    if isinstance(value, (dg.IntMetadataValue, dg.FloatMetadataValue)):
+        return value.value  # ty: ignore[invalid-return-type]
+    return value  # ty: ignore[invalid-return-type]
+
+
+def check_figures(checks: list[dg.AssetCheckResult]) -> dict[str, int | float]:
+    """The checks' numeric metadata as materialization metadata, ``<check>.<key>``.
+
+    Dagster's UI plots a check's numeric metadata as one series over time, across every partition
+    (the check's Plots: Dagster 1.13 has no partition axis there), while the asset's own plots have
+    one (Partitions / Events). A partition's figures therefore go on its materialization, where
+    they are plotted per partition; :func:`unplotted_check` keeps them readable on the check.
+    """
+    return {
+        f"{check.check_name}.{key}": _figure(value)
+        for check in checks
+        for key, value in (check.metadata or {}).items()
+        if _is_figure(value)
+    }
+
+
+def unplotted_check(check: dg.AssetCheckResult) -> dg.AssetCheckResult:
+    """``check`` with each numeric metadata value as text: shown on the check, never charted as one
+    series mixing partitions (:func:`check_figures` puts the numbers on the materialization)."""
+    if not any(_is_figure(value) for value in (check.metadata or {}).values()):
+        return check
+    metadata = {
+        key: dg.MetadataValue.text(str(_figure(value))) if _is_figure(value) else value
+        for key, value in (check.metadata or {}).items()
+    }
+    return dg.AssetCheckResult(
+        passed=check.passed,
+        asset_key=check.asset_key,
+        check_name=check.check_name,
+        metadata=metadata,
+        severity=check.severity,
+        description=check.description,
+    )

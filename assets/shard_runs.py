@@ -3,7 +3,8 @@
 Every shard-partitioned asset materializes through :func:`materialize_shards`, so the same code
 serves both: it computes each shard of ``context.partition_keys`` in turn (a model loaded by the
 caller before the loop serves all of them), then records one materialization per shard with that
-shard's own metadata, and one evaluation per shard of each asset check.
+shard's own metadata, and one evaluation per shard of each asset check (its numeric figures on
+the shard's materialization, where the UI plots them per shard: ``assets.reporting.check_figures``).
 """
 
 import contextlib
@@ -21,6 +22,7 @@ from dagster._core.definitions.asset_checks.asset_check_evaluation import (
     AssetCheckEvaluationTargetMaterializationData,
 )
 
+from assets.reporting import check_figures, unplotted_check
 from speechdata.io.confinement import validate_partition_key
 from speechdata.io.env import backfill_shards_per_run
 from speechdata.io.shard_lock import shard_write_lock
@@ -124,7 +126,9 @@ def materialize_shards(
             f"{asset}: shard {position}/{len(shards)} {shard_id} done, {time.monotonic() - started:.1f} s into the step"
         )
     for shard_id, result in results.items():
-        context.add_asset_metadata({**result.metadata, "shards_in_step": len(shards)}, partition_key=shard_id)
+        context.add_asset_metadata(
+            {**result.metadata, **check_figures(result.checks), "shards_in_step": len(shards)}, partition_key=shard_id
+        )
     yield dg.MaterializeResult(data_version=dg.DataVersion(data_version) if data_version else None)
     yield from _check_evaluations(context, results)
 
@@ -148,7 +152,7 @@ def _check_evaluations(context: dg.AssetExecutionContext, results: dict[str, Sha
     selected = {key.name for key in context.selected_asset_check_keys}
     for shard_id, result in results.items():
         target = _latest_materialization(context, shard_id)
-        for check in result.checks:
+        for check in map(unplotted_check, result.checks):
             if check.check_name not in selected:
                 continue
             yield dg.AssetCheckEvaluation(
