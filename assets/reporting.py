@@ -278,25 +278,15 @@ def _figure(value: object) -> int | float:
     return value  # ty: ignore[invalid-return-type]
 
 
-def check_figures(checks: list[dg.AssetCheckResult]) -> dict[str, int | float]:
-    """The checks' numeric metadata as materialization metadata, ``<check>.<key>``.
-
-    Dagster's UI plots a check's numeric metadata as one series over time, across every partition
-    (the check's Plots: Dagster 1.13 has no partition axis there), while the asset's own plots have
-    one (Partitions / Events). A partition's figures therefore go on its materialization, where
-    they are plotted per partition; :func:`unplotted_check` keeps them readable on the check.
-    """
-    return {
-        f"{check.check_name}.{key}": _figure(value)
-        for check in checks
-        for key, value in (check.metadata or {}).items()
-        if _is_figure(value)
-    }
-
-
 def unplotted_check(check: dg.AssetCheckResult) -> dg.AssetCheckResult:
-    """``check`` with each numeric metadata value as text: shown on the check, never charted as one
-    series mixing partitions (:func:`check_figures` puts the numbers on the materialization)."""
+    """``check`` with each numeric metadata value as text: still shown on the check, never charted.
+
+    Dagster's UI plots a check's numeric metadata as one series over time across every partition
+    (the check's Plots: Dagster 1.13 has no partition axis there), so a partitioned asset's check
+    figures would read as one shard's trend. The asset's own plots have that axis (Partitions /
+    Events): the figures worth charting per partition are the materialization's (``stage_metadata``:
+    rows in, rows out, rejects), which the checks' counts restate.
+    """
     if not any(_is_figure(value) for value in (check.metadata or {}).values()):
         return check
     metadata = {

@@ -3,8 +3,8 @@
 Every shard-partitioned asset materializes through :func:`materialize_shards`, so the same code
 serves both: it computes each shard of ``context.partition_keys`` in turn (a model loaded by the
 caller before the loop serves all of them), then records one materialization per shard with that
-shard's own metadata, and one evaluation per shard of each asset check (its numeric figures on
-the shard's materialization, where the UI plots them per shard: ``assets.reporting.check_figures``).
+shard's own metadata, and one evaluation per shard of each asset check (its numbers as text, so the
+UI never charts several shards' check figures as one series: ``assets.reporting.unplotted_check``).
 """
 
 import contextlib
@@ -22,7 +22,7 @@ from dagster._core.definitions.asset_checks.asset_check_evaluation import (
     AssetCheckEvaluationTargetMaterializationData,
 )
 
-from assets.reporting import check_figures, unplotted_check
+from assets.reporting import unplotted_check
 from speechdata.io.confinement import validate_partition_key
 from speechdata.io.env import backfill_shards_per_run
 from speechdata.io.shard_lock import shard_write_lock
@@ -126,9 +126,7 @@ def materialize_shards(
             f"{asset}: shard {position}/{len(shards)} {shard_id} done, {time.monotonic() - started:.1f} s into the step"
         )
     for shard_id, result in results.items():
-        context.add_asset_metadata(
-            {**result.metadata, **check_figures(result.checks), "shards_in_step": len(shards)}, partition_key=shard_id
-        )
+        context.add_asset_metadata({**result.metadata, "shards_in_step": len(shards)}, partition_key=shard_id)
     yield dg.MaterializeResult(data_version=dg.DataVersion(data_version) if data_version else None)
     yield from _check_evaluations(context, results)
 
