@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 import urllib.error
 import urllib.request
 
@@ -26,9 +27,13 @@ HUB_PROFILES = ("full",)
 PROBE_TIMEOUT_S = 5.0
 """How long the one request to the Hub may take, name resolution included."""
 
+FAILED_PROBE_KEPT_S = 60.0
+"""A Hub that did not answer is asked again after this long (a long-lived GPU worker outlives a
+network outage); one that answered is not asked again."""
+
 _TRUE = {"1", "true", "yes", "on"}
-_PROBES: dict[str, str | None] = {}
-"""Endpoint -> why it did not answer (None: it answered), once per process."""
+_PROBES: dict[str, tuple[str | None, float]] = {}
+"""Endpoint -> (why it did not answer, None when it did; when it was asked)."""
 _PROBES_LOCK = threading.Lock()
 
 
@@ -60,12 +65,14 @@ def offline_mode_reason() -> str | None:
 def hub_unanswered_reason(endpoint: str, timeout_s: float = PROBE_TIMEOUT_S) -> str | None:
     """Why ``endpoint`` gave no HTTP answer below 500 within ``timeout_s`` (one request, no retry), else None.
 
-    Asked once per process and endpoint: the next model of the step gets the same verdict at once.
+    Asked once per process and endpoint (a failure again after :data:`FAILED_PROBE_KEPT_S`): the next
+    model of the step gets the same verdict at once.
     """
     with _PROBES_LOCK:
-        if endpoint not in _PROBES:
-            _PROBES[endpoint] = _probe(endpoint, timeout_s)
-        return _PROBES[endpoint]
+        known = _PROBES.get(endpoint)
+        if known is None or (known[0] is not None and time.monotonic() - known[1] > FAILED_PROBE_KEPT_S):
+            known = _PROBES[endpoint] = (_probe(endpoint, timeout_s), time.monotonic())
+        return known[0]
 
 
 def _probe(endpoint: str, timeout_s: float) -> str | None:

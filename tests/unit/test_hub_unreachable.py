@@ -121,6 +121,15 @@ def test_a_hub_that_hangs_up_is_asked_once_per_process(monkeypatch, tmp_path):
     assert hub.connections == 1
 
 
+def test_a_failed_probe_is_asked_again_after_a_while(monkeypatch, tmp_path):
+    with CountingHub("hang_up") as hub, hub_at(monkeypatch, hub.endpoint, tmp_path):
+        assert hub_access.hub_unanswered_reason(hub.endpoint) is not None
+        assert hub_access.hub_unanswered_reason(hub.endpoint) is not None
+        monkeypatch.setattr(hub_access, "FAILED_PROBE_KEPT_S", -1.0)
+        assert hub_access.hub_unanswered_reason(hub.endpoint) is not None
+    assert hub.connections == 2
+
+
 def test_a_hub_that_never_answers_is_given_up_on(monkeypatch, tmp_path):
     with CountingHub("silent") as hub, hub_at(monkeypatch, hub.endpoint, tmp_path):
         reason = hub_access.hub_unanswered_reason(hub.endpoint, timeout_s=0.5)
