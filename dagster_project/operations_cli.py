@@ -207,9 +207,14 @@ def run_status(args: argparse.Namespace) -> int:
         print(f"{command}: error: {error}", file=sys.stderr)
         return EXIT_FAILED
     except dg.DagsterError as error:
+        registering = (
+            "; shards are registered there by the landing sensor of `make dev`, once landing/<shard>/_SUCCESS "
+            "is written"
+            if isinstance(error, dg.DagsterInvalidSubsetError)
+            else ""
+        )
         print(
-            f"{command}: error: {type(error).__name__}: {error} (instance {os.path.abspath(home)}; shards are "
-            "registered there by the landing sensor of `make dev`, once landing/<shard>/_SUCCESS is written)",
+            f"{command}: error: {type(error).__name__}: {error} (instance {os.path.abspath(home)}{registering})",
             file=sys.stderr,
         )
         return EXIT_FAILED

@@ -176,3 +176,15 @@ def test_status_without_any_instance_says_make_dev_creates_one(tmp_path, monkeyp
     [line] = capsys.readouterr().err.strip().splitlines()
     assert "neither --dagster-home nor $DAGSTER_HOME is set" in line
     assert str(tmp_path / ".dagster_home") in line and "make dev" in line
+
+
+def test_status_of_an_unusable_instance_is_one_error_naming_the_instance(tmp_path, monkeypatch, data_root, capsys):
+    home = tmp_path / "broken_home"
+    home.mkdir()
+    (home / "dagster.yaml").write_text("storage:\n  no_such_storage: 1\n")
+    monkeypatch.setenv("DAGSTER_HOME", str(home))
+    data_root.fs.makedirs(data_root.root, exist_ok=True)
+    assert run(["shard", "status", "s1", "--data-root", data_root.url]) == 1
+    error = capsys.readouterr().err
+    assert error.startswith("speechdata shard status: error: DagsterInvalidConfigError")
+    assert f"(instance {home})" in error and "Traceback" not in error
