@@ -192,6 +192,10 @@ def load_ctc_model(
 
     ``local_files_only`` never downloads: a hub name must already be in the Hugging Face cache.
     """
+    import torch
+    from transformers import ParakeetFeatureExtractor, ParakeetForCTC, ParakeetTokenizer
+
+    from speechdata.alignment.log_probs import MODEL_SAMPLE_RATE
     from speechdata.hub_access import hub_model_access
 
     if name.endswith(".nemo"):
@@ -200,13 +204,8 @@ def load_ctc_model(
             "directory (transformers' models/parakeet/convert_nemo_to_hf.py writes one)"
         )
     source = str(tiny_ctc_model_path(cache_dir)) if name == "tiny" else name
-    # Before torch and transformers are imported: without the Hub, a hub name fails in a moment.
-    options = {"local_files_only": hub_model_access(source, local_files_only=local_files_only)}
-    import torch
-    from transformers import ParakeetFeatureExtractor, ParakeetForCTC, ParakeetTokenizer
-
-    from speechdata.alignment.log_probs import MODEL_SAMPLE_RATE
-
+    options = {"local_files_only": local_files_only or os.path.isdir(source)}
+    options["local_files_only"] = hub_model_access(source, local_files_only=options["local_files_only"])
     acoustic = CtcAcousticModel(
         name=name,
         model=ParakeetForCTC.from_pretrained(source, dtype=torch.float32, **options).to(device).eval(),
