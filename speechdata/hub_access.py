@@ -109,12 +109,19 @@ def in_local_cache(model_id: str, revision: str | None) -> bool:
     return True
 
 
+def is_a_path(model_id: str) -> bool:
+    """A file system path, never a Hub id (``name`` or ``org/name``)."""
+    return os.path.isabs(model_id) or model_id.startswith((".", "~")) or model_id.count("/") > 1
+
+
 def hub_model_access(model_id: str, revision: str | None = None, *, local_files_only: bool = False) -> bool:
     """The ``local_files_only`` to load ``model_id`` with; raises :class:`HubUnreachable` when it cannot load.
 
-    A local folder (loaded with ``local_files_only``) or ``local_files_only=True`` asks nothing.
+    A local folder (loaded with ``local_files_only``), a path that is not a Hub id (absolute,
+    relative, ``~``, more than ``org/name``: ``from_pretrained`` names a missing one itself) or
+    ``local_files_only=True`` asks nothing.
     """
-    if local_files_only or os.path.isdir(model_id):
+    if local_files_only or os.path.isdir(model_id) or is_a_path(model_id):
         return True
     reason = offline_mode_reason()
     if reason is None:

@@ -172,6 +172,9 @@ def test_a_cached_model_loads_from_the_cache_without_the_hub(monkeypatch, tmp_pa
 def test_a_local_folder_asks_nothing(monkeypatch, tmp_path):
     with CountingHub("hang_up") as hub, hub_at(monkeypatch, hub.endpoint, tmp_path):
         assert hub_model_access(str(tmp_path)) is True
+        # A path not made yet (a model a script builds) is never taken for a Hub id.
+        for path in (str(tmp_path / "not_built_yet"), "./models/aligner", "~/models/aligner", "a/b/c"):
+            assert hub_model_access(path) is True
         assert hub_model_access(MODEL, local_files_only=True) is True
     assert hub.connections == 0
 
