@@ -208,6 +208,7 @@ print(json.dumps(errors))
 """
 
 
+@pytest.mark.slow  # a fresh interpreter that imports torch: 15-35 s here, the rest of the module ~3 s
 def test_the_full_profiles_resources_fail_fast_without_the_hub(tmp_path):
     """The resources a `dagster asset materialize` step builds in the default profile, in a fresh
     process with the Hub at a socket that hangs up: each names the way out, one connection in all."""
