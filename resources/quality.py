@@ -86,17 +86,22 @@ class QualityModelsResource(dg.ConfigurableResource):
             if self.audio_language_model_id == "tiny":
                 model, extractor = tiny_audio_language_model()
             else:
+                from speechdata.hub_access import hub_model_access
+
+                local_files_only = hub_model_access(
+                    self.audio_language_model_id, self.audio_language_revision, local_files_only=self.local_files_only
+                )
                 from transformers import AutoFeatureExtractor, AutoModelForAudioClassification
 
                 model = AutoModelForAudioClassification.from_pretrained(
                     self.audio_language_model_id,
                     revision=self.audio_language_revision,
-                    local_files_only=self.local_files_only,
+                    local_files_only=local_files_only,
                 )
                 extractor = AutoFeatureExtractor.from_pretrained(
                     self.audio_language_model_id,
                     revision=self.audio_language_revision,
-                    local_files_only=self.local_files_only,
+                    local_files_only=local_files_only,
                 )
             return AudioClassifierLanguageId(model.eval().to(torch_device), extractor, str(torch_device))
 
