@@ -23,7 +23,7 @@ import io
 import json
 import tarfile
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -32,6 +32,7 @@ import soundfile as sf
 from speechdata.importers.aligned_json import import_aligned_countries
 from speechdata.importers.granary import import_granary_parquet
 from speechdata.importers.language_tars import import_language_tar
+from speechdata.io import layout
 from speechdata.io.storage import DataRoot
 from speechdata.testing.aligned_json import build_aligned_json_from_clips
 from speechdata.testing.shards import FAULT_REASONS, Clip, build_shard_from_clips
@@ -138,10 +139,15 @@ def land_demo_corpus(data_root: DataRoot, sources_dir: str, clips: list[Clip] | 
         for country in ALIGNED_JSON_COUNTRIES
     }
     build_aligned_json_from_clips(countries_dir, recordings, seed=3, audio_format="opus")
-    reports = import_aligned_countries(countries_dir, data_root, list(ALIGNED_JSON_COUNTRIES))
-    aligned_shards = [s for report in reports for s in report.shards]
+    import_aligned_countries(countries_dir, data_root, list(ALIGNED_JSON_COUNTRIES))
+    # Read back rather than taken from the import's report: a second demo run lands nothing new.
+    aligned_shards = sorted(
+        PurePosixPath(path).parent.name
+        for country in ALIGNED_JSON_COUNTRIES
+        for path in data_root.glob(f"{layout.LANDING}/{country}-*/{layout.SUCCESS_MARKER}")
+    )
     for shard_id in aligned_shards:
-        metadata = data_root.read_parquet(f"landing/{shard_id}/metadata.parquet", columns=["utt_id", "text"])
+        metadata = data_root.read_parquet(layout.landing_metadata(shard_id), columns=["utt_id", "text"])
         short_texts = {c.text for c in clips_in(recordings) if len(c.samples) < SHORT_SEGMENT_S * c.sample_rate}
         planted += [
             Planted(shard_id, utt_id, "too_short", "a segment under 3 s, which the HF dataset leaves out")
@@ -161,9 +167,7 @@ def land_demo_corpus(data_root: DataRoot, sources_dir: str, clips: list[Clip] | 
 
     shards = [PLAIN_SHARD, TAR_SHARD, *aligned_shards, GRANARY_SHARD, imported.shard_id]
     languages = sorted({clip.language for clip in plain + tar_utterances + mixed} | set(ALIGNED_JSON_COUNTRIES))
-    return DemoCorpus(
-        shards=shards, countries=sorted({r.country for r in reports}), planted=planted, languages=languages
-    )
+    return DemoCorpus(shards=shards, countries=list(ALIGNED_JSON_COUNTRIES), planted=planted, languages=languages)
 
 
 def clips_in(recordings: dict[str, list[list[Clip]]]) -> list[Clip]:
@@ -202,3 +206,70 @@ def _write_language_tar(tar_path: str, index_path: str, clips: list[Clip]) -> di
             entries.append({"tar_number": 1, "filename": f"sample_{i:04d}", "language": clip.language})
     Path(index_path).write_text(json.dumps(entries, indent=1))
     return {(e["tar_number"], e["filename"]): e["language"] for e in entries}
+
+
+@dataclass
+class RejectReport:
+    """The corpus's rejects sorted against what was planted (see :func:`sort_rejects`)."""
+
+    landed: int
+    """Landed utterances that were not planted."""
+    caught: set[Planted]
+    """Plants rejected with their reason."""
+    by_design: dict[str, int]
+    """Utterances per explanation that a product leaves out by its definition, not by a defect."""
+    unexpected: list[tuple[str, str, str, str]]
+    """``(shard, utt_id, stage, reason)`` of every other reject."""
+
+    @property
+    def unexpected_utterances(self) -> int:
+        return len({(shard, utt_id) for shard, utt_id, _, _ in self.unexpected})
+
+
+def _by_design(reason: str, language: str | None, text: str | None, aligned_languages) -> str | None:
+    """Why a product leaves this utterance out by its definition (None when that is not the case)."""
+    if reason == "no_aligner_for_language" and language not in aligned_languages:
+        return f"no_aligner_for_language: the profile has no CTC model for {language!r}"
+    if reason == "empty_transcript" and not text:
+        return "empty_transcript: language tars land audio and a language, no transcript (VAD products only)"
+    if reason == "no_segmentation" and language != "en":
+        return "no_segmentation: streaming translation takes English speech only"
+    return None
+
+
+def sort_rejects(data_root: DataRoot, corpus: DemoCorpus, aligned_languages) -> RejectReport:
+    """Read every reject file of the corpus's shards and sort each reject: a plant caught, one a
+    product makes by its definition (:func:`_by_design`; ``aligned_languages``: those the profile
+    aligns), or unexpected."""
+    planted = {(p.shard, p.utt_id): p for p in corpus.planted}
+    caught: set[Planted] = set()
+    by_design: dict[str, set[tuple[str, str]]] = {}
+    unexpected = []
+    landed = 0
+    for shard_id in corpus.shards:
+        metadata = data_root.read_parquet(layout.landing_metadata(shard_id), columns=["utt_id", "language", "text"])
+        landed_rows = {row["utt_id"]: row for row in metadata.to_pylist()}
+        landed += sum((shard_id, utt_id) not in planted for utt_id in landed_rows)
+        for path in sorted(data_root.glob(f"{layout.rejects_dir(shard_id)}/[!.]*.parquet")):
+            stage = PurePosixPath(path).stem
+            table = data_root.read_parquet(
+                f"{layout.rejects_dir(shard_id)}/{stage}.parquet", columns=["utt_id", "reason"]
+            )
+            for utt_id, reason in zip(table["utt_id"].to_pylist(), table["reason"].to_pylist(), strict=True):
+                plant = planted.get((shard_id, utt_id))
+                if plant is not None:
+                    if reason == plant.reason:
+                        caught.add(plant)
+                    continue
+                row = landed_rows.get(utt_id, {})
+                why = _by_design(reason, row.get("language"), row.get("text"), aligned_languages)
+                if why is not None:
+                    by_design.setdefault(why, set()).add((shard_id, utt_id))
+                else:
+                    unexpected.append((shard_id, utt_id, stage, reason))
+    return RejectReport(
+        landed=landed,
+        caught=caught,
+        by_design={why: len(utterances) for why, utterances in sorted(by_design.items())},
+        unexpected=unexpected,
+    )
