@@ -245,7 +245,7 @@ def _run_the_other_products(data_root: DataRoot, languages: list[str], instance,
         ok &= result.success
         print(
             f"== language_shard_index[{language}] {'ok' if result.success else 'FAILED'} "
-            f"({data_root.uri(layout.language_shard_index(language))})"
+            f"({data_root.uri(layout.language_shard_index_dir(language))})"
         )
     commands.append(
         ".venv/bin/python -c 'from speechdata.vad.language_index import build_urls; "

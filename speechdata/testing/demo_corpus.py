@@ -14,6 +14,7 @@ Forms landed (docs/landing-contract.md):
 - aligned-JSON countries ``de`` and ``fr``: long recordings with per-segment ``human_text``,
   ``asr_text`` (lightly perturbed) and ``cer``; each recording ends with one planted segment under 3 s;
 - ``granary-en-000001``: a Granary-style parquet (audio bytes + transcript per row);
+- ``segments-en-000001``: an ASR segment-tar shard (metadata, audio index, one FLAC tar);
 - ``lid-000001``: a mixed-language tar with a language index.
 """
 
@@ -32,6 +33,7 @@ import soundfile as sf
 from speechdata.importers.aligned_json import import_aligned_countries
 from speechdata.importers.granary import import_granary_parquet
 from speechdata.importers.language_tars import import_language_tar
+from speechdata.importers.segment_tars import import_segment_tar_shard
 from speechdata.io import layout
 from speechdata.io.storage import DataRoot
 from speechdata.testing.aligned_json import build_aligned_json_from_clips
@@ -42,6 +44,7 @@ DEMO_SPEECH_DIR = Path(__file__).resolve().parents[2] / "tests" / "fixtures" / "
 PLAIN_SHARD = "demo-0001"
 TAR_SHARD = "demo-0002"
 GRANARY_SHARD = "granary-en-000001"
+SEGMENT_TAR_SHARD = "segments-en-000001"
 LANGUAGE_TAR_PREFIX = "lid"
 ALIGNED_JSON_COUNTRIES = ("de", "fr")
 SHORT_SEGMENT_S = 2.0
@@ -156,8 +159,12 @@ def land_demo_corpus(data_root: DataRoot, sources_dir: str, clips: list[Clip] | 
         ]
 
     granary_source = f"{sources_dir}/granary/en-000001.parquet"
-    _write_granary_parquet(granary_source, pool.take("en", 6))
+    _write_granary_parquet(granary_source, pool.take("en", 3))
     import_granary_parquet(data_root, GRANARY_SHARD, granary_source, language="en", country="us")
+
+    segment_source = f"{sources_dir}/segment-tars/{SEGMENT_TAR_SHARD}"
+    _write_segment_tar_shard(segment_source, pool.take("en", 3))
+    import_segment_tar_shard(segment_source, data_root, SEGMENT_TAR_SHARD, language="en")
 
     tar_source = f"{sources_dir}/language-tars/000001.tar"
     index_source = f"{sources_dir}/language-tars/lid_index.json"
@@ -165,7 +172,7 @@ def land_demo_corpus(data_root: DataRoot, sources_dir: str, clips: list[Clip] | 
     language_index = _write_language_tar(tar_source, index_source, mixed)
     imported = import_language_tar(data_root, tar_source, language_index, shard_prefix=LANGUAGE_TAR_PREFIX)
 
-    shards = [PLAIN_SHARD, TAR_SHARD, *aligned_shards, GRANARY_SHARD, imported.shard_id]
+    shards = [PLAIN_SHARD, TAR_SHARD, *aligned_shards, GRANARY_SHARD, SEGMENT_TAR_SHARD, imported.shard_id]
     languages = sorted({clip.language for clip in plain + tar_utterances + mixed} | set(ALIGNED_JSON_COUNTRIES))
     return DemoCorpus(shards=shards, countries=list(ALIGNED_JSON_COUNTRIES), planted=planted, languages=languages)
 
@@ -191,6 +198,28 @@ def _write_granary_parquet(path: str, clips: list[Clip]) -> None:
     )
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     pq.write_table(table, path)
+
+
+def _write_segment_tar_shard(directory: str, clips: list[Clip]) -> None:
+    """An ASR segment-tar shard: ``metadata.parquet``, ``audio_index.parquet`` and one FLAC tar."""
+    Path(directory).mkdir(parents=True, exist_ok=True)
+    ids = [f"rec{i // 2:03d}_{i % 2:04d}" for i in range(len(clips))]
+    with tarfile.open(f"{directory}/audio.tar", "w", format=tarfile.GNU_FORMAT) as tar:
+        for segment_id, clip in zip(ids, clips, strict=True):
+            data = _flac_bytes(clip)
+            info = tarfile.TarInfo(f"{segment_id}.flac")
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    metadata = {
+        "segment_id": ids,
+        "transcription_native": [c.text for c in clips],
+        "duration_s": [round(len(c.samples) / c.sample_rate, 3) for c in clips],
+        "tx_quality_score": [0.9] * len(clips),
+        "segment_language": [c.language for c in clips],
+    }
+    pq.write_table(pa.table(metadata), f"{directory}/metadata.parquet")
+    index = {"segment_id": ids, "tar_member_name": [f"{segment_id}.flac" for segment_id in ids]}
+    pq.write_table(pa.table(index), f"{directory}/audio_index.parquet")
 
 
 def _write_language_tar(tar_path: str, index_path: str, clips: list[Clip]) -> dict[tuple[int, str], str]:
