@@ -94,9 +94,10 @@ class AsrManifestAssetConfig(dg.Config):
         "None: asr/language_corrections.parquet if it exists.",
     )
     combined_files: bool = Field(
-        True,
-        description="Also write the corpus-wide train/validation/removed files (a streamed concatenation of the "
-        "per-shard parts, skipped when nothing changed). False: the parts under asr/manifests/parts/ are the manifests.",
+        False,
+        description="Also write the corpus-wide train/validation/removed files, a streamed concatenation of the "
+        "per-shard parts whose cost grows with the corpus (skipped when nothing changed). Default: the parts under "
+        "asr/manifests/parts/ are the manifests, so a new shard costs the same at any corpus size.",
     )
 
 
