@@ -3,7 +3,7 @@
 The sample corpus (:mod:`speechdata.testing.demo_corpus`) is distinct synthesized speech: nothing in it
 repeats or is broken except what it plants, and the demo names each plant and checks it was rejected
 with its reason; any other reject is listed, and more than 5 % of them fail the demo. It ends with
-commands to try, each of which works as printed (tests/e2e/test_demo.py runs them).
+commands to try, each of which works as printed (tests/integration/test_demo.py runs them).
 
 Runs go into the project-local Dagster instance (``DAGSTER_HOME``), so ``make dev`` afterwards shows
 them in the UI. The model profile is :data:`PROFILE` (``--profile`` overrides it).
@@ -35,8 +35,9 @@ from speechdata.io.storage import DataRoot
 from speechdata.testing.demo_corpus import PLAIN_SHARD, DemoCorpus, land_demo_corpus
 
 PROFILE = "tiny"
-MAX_UNPLANTED_REJECT_SHARE = 0.05
 """The model profile the demo runs (docs/models-and-profiles.md); ``make demo`` sets nothing else."""
+MAX_UNPLANTED_REJECT_SHARE = 0.05
+"""Rejects of sample utterances that are neither planted nor by a product's definition fail the demo above this."""
 
 
 @contextlib.contextmanager
