@@ -114,6 +114,13 @@ def _demo(args) -> int:
         print(f"\n== {shard_id}: per_shard_job {status} in {time.perf_counter() - started:.1f} s (run {result.run_id})")
         _print_shard_summary(data_root, shard_id)
     commands: list[str] = []
+    if data_root.is_local:
+        bridge_tars = data_root.path(f"{layout.BRIDGE}/{PLAIN_SHARD}-*.tar")
+        commands.append(
+            ".venv/bin/python -c 'import glob, speechdata; "
+            f'ds = speechdata.bridge_dataset(sorted(glob.glob("{bridge_tars}")), languages=["en"]); '
+            'print(next(iter(ds))["json"]["words"][:3])\''
+        )
     failed |= not _publish_hf_dataset(data_root, corpus.countries, instance, resources, defs, commands)
     failed |= not _run_the_other_products(data_root, corpus.languages, instance, resources, defs, commands)
     # Last, after every job: the accounting counts what each product's run wrote (translation, HF,

@@ -71,6 +71,8 @@ def test_every_command_the_demo_prints_runs_as_printed_and_finds_data(demo_run):
         if "load_dataset" in command:
             rows = [int(n) for n in re.findall(r"num_rows: (\d+)", out)]
             assert rows and all(n > 0 for n in rows), out
+        if "bridge_dataset" in command:
+            assert "start_ms" in out, out
         if "build_urls" in command:
             assert ".tar" in out, out
         if "catalog --named" in command:
