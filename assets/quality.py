@@ -35,6 +35,7 @@ SIGNAL_HISTOGRAMS = {
     "text_language_confidence": "probability",
     "cer": "CER",
     "wer": "WER",
+    "asr_confidence": "probability",
     "audio_language_confidence": "probability",
     "mos": "MOS",
 }

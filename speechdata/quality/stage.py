@@ -16,6 +16,7 @@ import numpy as np
 import pyarrow as pa
 
 from speechdata.alignment.greedy import greedy_hypotheses_path
+from speechdata.alignment.pseudo_labels import TEXT_SOURCE_LANDED, with_text_sources
 from speechdata.audio.codec import resample
 from speechdata.audio.container import iter_container_audio, read_container_index
 from speechdata.audio.truth import clipped_share
@@ -48,13 +49,18 @@ def run_quality_signals(
     """Measure every indexed utterance; one with no normalized audio (rejected upstream) gets a row
     with only its text signals. ``audio_language`` / ``speech_quality``: None leaves their columns null."""
     started = time.perf_counter()
-    index = data_root.read_parquet(layout.utterance_index(shard_id), columns=["utt_id", "text", "language"])
+    index = with_text_sources(
+        data_root,
+        shard_id,
+        data_root.read_parquet(layout.utterance_index(shard_id), columns=["utt_id", "text", "language"]),
+    )
     container = read_container_index(data_root, layout.normalized_audio(shard_id))
     source_clipping = dict(zip(container["utt_id"].to_pylist(), container["clipped_share"].to_pylist(), strict=True))
     agreement = _transcript_agreement(data_root, shard_id)
     rows: dict[str, dict] = {}
     for row in index.to_pylist():
-        text_lid = identify_text_language(row["text"])
+        # A pseudo-label is the model's reading in the landed language: text LID on it says nothing new.
+        text_lid = identify_text_language(row["text"] if row["text_source"] == TEXT_SOURCE_LANDED else None)
         rows[row["utt_id"]] = {
             "utt_id": row["utt_id"],
             "language": row["language"],
@@ -63,6 +69,8 @@ def run_quality_signals(
             "text_language_confidence": text_lid.confidence,
             "text_letters": text_lid.letters,
             **agreement.get(row["utt_id"], {}),
+            "text_source": row["text_source"],
+            "asr_confidence": row["asr_confidence"],
         }
 
     pending: list[tuple[str, np.ndarray, int]] = []
