@@ -70,9 +70,7 @@ def test_downstream_stages_read_the_pseudo_label_where_no_text_landed(tmp_path):
         {**score, "utt_id": "heard", "text_source": "asr", "asr_text": "ab", "asr_confidence": 0.8},
         {**score, "utt_id": "landed", "text_source": "landed"},
     ]
-    data_root.write_parquet(
-        layout.alignment_scores("s"), pa.Table.from_pylist(scores, schema=UTTERANCE_SCORES_SCHEMA)
-    )
+    data_root.write_parquet(layout.alignment_scores("s"), pa.Table.from_pylist(scores, schema=UTTERANCE_SCORES_SCHEMA))
     index = pa.table({"utt_id": ["heard", "landed", "unaligned"], "text": [None, "b a", ""]})
     filled = with_text_sources(data_root, "s", index).to_pylist()
     assert filled == [
