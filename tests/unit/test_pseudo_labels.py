@@ -80,3 +80,49 @@ def test_downstream_stages_read_the_pseudo_label_where_no_text_landed(tmp_path):
     ]
     # A shard aligned before pseudo-labels existed (or imported): landed text only.
     assert with_text_sources(data_root, "other", index)["text_source"].to_pylist() == ["landed"] * 3
+
+
+def test_a_pseudo_labelled_utterance_reaches_the_bridge_and_asr_products_marked_asr(tmp_path):
+    import polars as pl
+
+    from speechdata.asr.flac import ASR_FLAC_INDEX_SCHEMA
+    from speechdata.asr.manifest import build_asr_manifest
+    from speechdata.asr.stage import read_asr_inputs
+    from speechdata.bridge.shard_manifest import build_shard_manifest
+    from speechdata.bridge.tars import iter_bridge_samples, pack_samples
+    from speechdata.testing.packing_inputs import write_packing_inputs
+
+    data_root = DataRoot(str(tmp_path))
+    heard, landed = write_packing_inputs(data_root, "s", 2, seconds=2.0, qwen_dim=8, wavlm_dim=8, pool=2)
+    index = data_root.read_parquet(layout.utterance_index("s")).to_pylist()
+    index[0]["text"] = None  # landed without text
+    data_root.write_parquet(layout.utterance_index("s"), pa.Table.from_pylist(index))
+    score = {"aligner": "m", "score": -1.0, "n_words": 2, "n_frames": 25}
+    scores = [
+        {**score, "utt_id": heard, "text_source": "asr", "asr_text": "heard words", "asr_confidence": 0.75},
+        {**score, "utt_id": landed, "text_source": "landed"},
+    ]
+    data_root.write_parquet(layout.alignment_scores("s"), pa.Table.from_pylist(scores, schema=UTTERANCE_SCORES_SCHEMA))
+
+    samples = list(iter_bridge_samples(data_root, "s"))
+    info = {s.key: s.info for s in samples}
+    assert (info[heard]["text"], info[heard]["text_source"]) == ("heard words", "asr")
+    assert info[heard]["asr_confidence"] == pytest.approx(0.75)
+    assert info[landed]["text_source"] == "landed" and info[landed]["text"] == index[1]["text"]
+    _, packed = pack_samples(data_root, "s", iter(samples), max_tar_bytes=2_000_000)
+    manifest = {r["key"]: r for r in build_shard_manifest(data_root, "s", packed).to_pylist()}
+    assert (manifest[heard]["text"], manifest[heard]["text_source"]) == ("heard words", "asr")
+    assert manifest[heard]["asr_confidence"] == pytest.approx(0.75)
+    assert (manifest[landed]["text_source"], manifest[landed]["asr_confidence"]) == ("landed", None)
+
+    flac = [
+        {"utt_id": key, "flac_path": f"asr/flac/s/{key}.flac", "sample_rate": 16_000, "n_samples": 32_000}
+        for key in (heard, landed)
+    ]
+    flac = [{**row, "duration_s": 2.0, "audio_sha1": f"sha-{row['utt_id']}"} for row in flac]
+    data_root.write_parquet(layout.asr_flac_index("s"), pa.Table.from_pylist(flac, schema=ASR_FLAC_INDEX_SCHEMA))
+    utterances, flac_rows = read_asr_inputs(data_root, ["s"])
+    build = build_asr_manifest(utterances, flac_rows, audio_root="/")
+    rows = pl.concat([build.train, build.validation]).to_dicts()
+    assert {r["utt_id"]: r["text_source"] for r in rows} == {heard: "asr", landed: "landed"}
+    assert next(r["text"] for r in rows if r["utt_id"] == heard) == "<|en|> heard words"  # tagged like any text
