@@ -103,7 +103,7 @@ class AsrManifestAssetConfig(dg.Config):
 @group_asset(
     deps=[asr_flac],
     kinds={"parquet", "polars"},
-    code_version="asr_manifest-v3",  # v3: built shard by shard from per-shard parts
+    code_version="asr_manifest-v4",  # v4: text_source; v3: built shard by shard from per-shard parts
     checks={NO_RECORDING_LEAKS: "No recording has utterances in both train and validation."},
 )
 def asr_manifest(

@@ -45,7 +45,7 @@ SIGNAL_HISTOGRAMS = {
 @shard_asset(
     deps=[normalized_audio, alignments],
     kinds={"pytorch", "parquet"},
-    code_version="quality_signals-v1",
+    code_version="quality_signals-v2",  # v2: text_source, asr_confidence
     checks={"one_row_per_indexed_utterance": "quality.parquet has exactly one row per utterance of the index."},
     gpu=True,
 )
