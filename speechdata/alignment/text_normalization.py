@@ -176,6 +176,7 @@ def _uroman():
     return uroman.Uroman()
 
 
+@functools.lru_cache(maxsize=65_536)
 def romanize(word: str) -> str:
     """``word`` in Latin letters (uroman), lower case."""
     return unicodedata.normalize("NFKC", _uroman().romanize_string(word)).lower()
@@ -194,22 +195,40 @@ def _words(text: str) -> list[str]:
     return [w for w in _WORD_SPLIT.split(text.lower()) if w]
 
 
+MAX_CARDINAL_DIGITS = 15
+"""Longer digit runs (ids, phone and card numbers) are read digit by digit, as people read them."""
+
+# What num2words raises for input it cannot say: too large for the language, or a case it lacks.
+_NUM2WORDS_ERRORS = (OverflowError, KeyError, IndexError, ValueError, TypeError, ArithmeticError, NotImplementedError)
+
+
 def _cardinal(value: int | Decimal, language: str) -> list[str]:
-    return _words(num2words(value, lang=_num2words_language(language)))
+    digits = str(value)
+    if sum(c.isdigit() for c in digits) > MAX_CARDINAL_DIGITS:
+        return _digits_one_by_one(digits, language)
+    try:
+        return _words(num2words(value, lang=_num2words_language(language)))
+    except _NUM2WORDS_ERRORS:
+        return _digits_one_by_one(digits, language)
 
 
 def _digits_one_by_one(digits: str, language: str) -> list[str]:
-    return [w for d in digits for w in _cardinal(int(d), language)]
+    return [w for d in digits if d.isdigit() for w in _digit_words(int(d), language)]
+
+
+@functools.cache
+def _digit_words(digit: int, language: str) -> tuple[str, ...]:
+    return tuple(_words(num2words(digit, lang=_num2words_language(language))))
 
 
 def _integer(digits: str, language: str, *, as_year: bool) -> list[str]:
-    if len(digits) > 1 and digits.startswith("0"):
-        return _digits_one_by_one(digits, language)  # "007", "0800": read digit by digit
+    if (len(digits) > 1 and digits.startswith("0")) or len(digits) > MAX_CARDINAL_DIGITS:
+        return _digits_one_by_one(digits, language)  # "007", "0800", long ids: read digit by digit
     value = int(digits)
     if as_year and len(digits) == 4 and 1100 <= value <= 2099:
         try:
             return _words(num2words(value, lang=_num2words_language(language), to="year"))
-        except NotImplementedError:
+        except _NUM2WORDS_ERRORS:
             pass
     return _cardinal(value, language)
 
@@ -252,14 +271,20 @@ def _thousands_and_decimal(number: str, language: str) -> tuple[str, str | None]
 
 def _number(number: str, language: str, *, ordinal: bool, as_year: bool) -> tuple[list[str], Decimal | None]:
     """The spoken words of a number, and its value where it is one amount (for currencies)."""
-    if ordinal and number.isdigit():
+    if ordinal and number.isdigit() and len(number) <= MAX_CARDINAL_DIGITS:
         try:
             return _words(num2words(int(number), lang=_num2words_language(language), to="ordinal")), None
-        except NotImplementedError:
+        except _NUM2WORDS_ERRORS:
             pass
     if ":" in number:
-        parts = number.split(":")
-        return [w for part in parts if int(part) or part is parts[0] for w in _cardinal(int(part), language)], None
+        first, *rest = number.split(":")
+        spoken = _integer(first, language, as_year=False)
+        minutes = [
+            _cardinal(int(part), language) if len(part) <= 2 else _integer(part, language, as_year=False)
+            for part in rest
+            if part.strip("0")
+        ]
+        return spoken + [w for words in minutes for w in words], None
     if _DATE.fullmatch(number):
         date = _date(re.split(r"[/.-]", number), language)
         if date is not None:
@@ -346,11 +371,20 @@ def spoken_form(word: str, language: str | None, characters: Collection[str]) ->
     if lowered and all(c in characters for c in lowered) and normalized not in _CURRENCY_CODES:
         return [lowered]
     language = (language or DEFAULT_LANGUAGE).split("-")[0].lower()
+    try:
+        verbalized = _verbalized(normalized, language)
+    except Exception:  # noqa: BLE001 - one odd word must never cost its shard: align it as written
+        verbalized = [lowered]
     spoken = []
-    for spoken_word in _verbalized(normalized, language):
+    for spoken_word in verbalized:
         spoken_word = unicodedata.normalize("NFKC", spoken_word).lower()
         if any(c.isalpha() and c not in characters for c in spoken_word):
-            spoken += _words(romanize(spoken_word).translate(_APOSTROPHES))
+            for romanized in _words(romanize(spoken_word).translate(_APOSTROPHES)):
+                # uroman reads numerals as digits (num2words' Japanese 二十五 comes back as 25): spoken in English.
+                if any(c.isdigit() for c in romanized) and not any(c.isdigit() for c in characters):
+                    spoken += [w.lower() for w in _verbalized(romanized, DEFAULT_LANGUAGE)]
+                else:
+                    spoken.append(romanized)
         else:
             spoken.append(spoken_word)
     return spoken

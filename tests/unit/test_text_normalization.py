@@ -94,3 +94,17 @@ def test_every_written_word_gets_the_span_of_its_spoken_form(text, language):
     # A word's span runs from its spoken form's first token to its last.
     for word, (first, last) in zip(result.words, targets.word_target_ranges, strict=True):
         assert (word.start_ms, word.end_ms) == (result.tokens[first].start_ms, result.tokens[last - 1].end_ms)
+
+
+@pytest.mark.parametrize(
+    "word", ["9" * 500, "$" + "9" * 40, "1" * 40 + ".5", "99/99/9999", "12:60:99", "1.2.3.4.5", "$$25", "%%%", "²³"]
+)
+@pytest.mark.parametrize("language", ["en", "de", "fr", "es", "ru", "ja", None])
+def test_odd_numbers_are_spoken_somehow_and_never_raise(word, language):
+    spoken = spoken_form(word, language, LETTERS)
+    assert all(w and all(c in LETTERS for c in w) for w in spoken)
+
+
+def test_long_digit_runs_are_read_digit_by_digit():
+    assert spoken_form("12345678901234567890", "en", LETTERS)[:3] == ["one", "two", "three"]
+    assert spoken_form("10:05", "en", LETTERS) == ["ten", "five"]
