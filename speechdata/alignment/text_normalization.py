@@ -360,6 +360,19 @@ def _verbalized(word: str, language: str) -> list[str]:
     return spoken
 
 
+_EDGE_PUNCTUATION = "\"'()[]{}<>.,;:!?¡¿«»“”„‘’‚‹›—–-…*/\\|~_"
+
+
+def _without_edge_punctuation(word: str, characters: Collection[str]) -> str:
+    """``word`` without the punctuation (that the vocabulary cannot emit) at its two ends."""
+    start, end = 0, len(word)
+    while start < end and word[start] in _EDGE_PUNCTUATION and word[start] not in characters:
+        start += 1
+    while end > start and word[end - 1] in _EDGE_PUNCTUATION and word[end - 1] not in characters:
+        end -= 1
+    return word[start:end]
+
+
 def spoken_form(word: str, language: str | None, characters: Collection[str]) -> list[str]:
     """The words a speaker says for the written ``word``, lower case, in ``characters`` where romanizing can.
 
@@ -368,8 +381,10 @@ def spoken_form(word: str, language: str | None, characters: Collection[str]) ->
     """
     normalized = unicodedata.normalize("NFKC", word).translate(_APOSTROPHES)
     lowered = normalized.lower()
-    if lowered and all(c in characters for c in lowered) and normalized not in _CURRENCY_CODES:
-        return [lowered]
+    # Most words: letters the vocabulary has, maybe with punctuation around them ("fox,", "(the").
+    core = _without_edge_punctuation(lowered, characters)
+    if core and all(c in characters for c in core) and normalized.strip(_EDGE_PUNCTUATION) not in _CURRENCY_CODES:
+        return [core]
     language = (language or DEFAULT_LANGUAGE).split("-")[0].lower()
     try:
         verbalized = _verbalized(normalized, language)
