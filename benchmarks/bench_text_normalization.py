@@ -64,7 +64,12 @@ def main(argv: list[str] | None = None) -> None:
         progress(f"{n_words} words: baseline {baseline_s:.3f} s, spoken forms {spoken_s:.3f} s")
     emit(
         "text_normalization",
-        {"quick": args.quick, "transcripts": args.transcripts, "words": args.words, "written_share": args.written_share},
+        {
+            "quick": args.quick,
+            "transcripts": args.transcripts,
+            "words": args.words,
+            "written_share": args.written_share,
+        },
         {
             "words": n_words,
             "baseline_words_per_s": round(n_words / baseline_s),
