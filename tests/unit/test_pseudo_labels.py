@@ -126,3 +126,17 @@ def test_a_pseudo_labelled_utterance_reaches_the_bridge_and_asr_products_marked_
     rows = pl.concat([build.train, build.validation]).to_dicts()
     assert {r["utt_id"]: r["text_source"] for r in rows} == {heard: "asr", landed: "landed"}
     assert next(r["text"] for r in rows if r["utt_id"] == heard) == "<|en|> heard words"  # tagged like any text
+
+
+def test_landing_accepts_missing_or_blank_text_and_still_rejects_punctuation_only_text():
+    from speechdata.landing.contract import CONTRACT_FIELDS, check_rows
+
+    rows = [
+        {"utt_id": "missing", "audio_path": "a.wav", "text": None},
+        {"utt_id": "blank", "audio_path": "a.wav", "text": "  "},
+        {"utt_id": "dashes", "audio_path": "a.wav", "text": "-- !"},
+        {"utt_id": "number", "audio_path": "a.wav", "text": "1984"},
+    ]
+    checked = check_rows(pa.Table.from_pylist(rows, schema=pa.schema(CONTRACT_FIELDS)), "raw_shards")
+    assert [rows[i]["utt_id"] for i in checked.valid_rows] == ["missing", "blank", "number"]
+    assert [(r.utt_id, r.reason) for r in checked.rejects] == [("dashes", "no_words")]
