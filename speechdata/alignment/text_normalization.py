@@ -16,7 +16,9 @@ written word (a whitespace-separated run of the transcript) into the words a spe
 
 The written word stays the unit: the alignment gives it the span from the first to the last token of
 its spoken form, so every written word keeps its own start and end, with the punctuation attached to
-it as written ("$25," spans "twenty five dollars"). Languages with their own symbol and month names:
+it as written ("$25," spans "twenty five dollars"). Digit runs over 15 digits (ids, phone numbers) are
+read digit by digit; a number ``num2words`` cannot say falls back to its digits, and a word that
+still defeats the rules is aligned as written: one odd word never costs its utterance. Languages with their own symbol and month names:
 en, de, fr, es; any other language gets its numbers from ``num2words`` where it knows the language
 (English otherwise) and its symbols dropped, as before. German ordinals written ``3.`` are read as
 cardinals (the dot cannot be told from a full stop one word at a time).
@@ -48,7 +50,7 @@ _SYMBOL_CHARACTERS = "$€£¥%&+@=#°"
 _CURRENCY_SYMBOLS = {"$": "USD", "€": "EUR", "£": "GBP", "¥": "JPY"}
 _CURRENCY_CODES = frozenset({"USD", "EUR", "GBP", "JPY", "CHF"})
 
-# (singular, plural) of each currency, and of its hundredth.
+# (singular, plural) of each currency, and of its hundredth ("cent", or "cent:<code>" where it has its own name).
 _CURRENCY_NAMES: dict[str, dict[str, tuple[str, str]]] = {
     "en": {
         "USD": ("dollar", "dollars"),
@@ -57,6 +59,7 @@ _CURRENCY_NAMES: dict[str, dict[str, tuple[str, str]]] = {
         "JPY": ("yen", "yen"),
         "CHF": ("franc", "francs"),
         "cent": ("cent", "cents"),
+        "cent:GBP": ("penny", "pence"),
     },
     "de": {
         "USD": ("dollar", "dollar"),
@@ -65,6 +68,7 @@ _CURRENCY_NAMES: dict[str, dict[str, tuple[str, str]]] = {
         "JPY": ("yen", "yen"),
         "CHF": ("franken", "franken"),
         "cent": ("cent", "cent"),
+        "cent:GBP": ("penny", "pence"),
     },
     "fr": {
         "USD": ("dollar", "dollars"),
@@ -73,6 +77,7 @@ _CURRENCY_NAMES: dict[str, dict[str, tuple[str, str]]] = {
         "JPY": ("yen", "yens"),
         "CHF": ("franc", "francs"),
         "cent": ("centime", "centimes"),
+        "cent:GBP": ("penny", "pence"),
     },
     "es": {
         "USD": ("dólar", "dólares"),
@@ -81,6 +86,7 @@ _CURRENCY_NAMES: dict[str, dict[str, tuple[str, str]]] = {
         "JPY": ("yen", "yenes"),
         "CHF": ("franco", "francos"),
         "cent": ("céntimo", "céntimos"),
+        "cent:GBP": ("penique", "peniques"),
     },
 }
 
@@ -318,7 +324,7 @@ def _currency_words(amount: Decimal | None, amount_words: list[str], currency: s
     cents = int((amount - units) * 100)
     words = [*_cardinal(units, language), *_words(singular if units == 1 else plural)]
     if cents:
-        cent_singular, cent_plural = names["cent"]
+        cent_singular, cent_plural = names.get(f"cent:{currency}", names["cent"])
         words += [*_cardinal(cents, language), *_words(cent_singular if cents == 1 else cent_plural)]
     return words
 

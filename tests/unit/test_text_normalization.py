@@ -17,6 +17,7 @@ VOCAB = CharVocabulary(list(" abcdefghijklmnopqrstuvwxyz'"))
         ("en", "1984", "nineteen eighty four"),
         ("en", "$25,", "twenty five dollars"),
         ("en", "$3.50", "three dollars fifty cents"),
+        ("en", "£3.50", "three pounds fifty pence"),
         ("en", "25€", "twenty five euros"),
         ("en", "EUR", "euros"),
         ("en", "50%", "fifty percent"),
