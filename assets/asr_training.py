@@ -106,7 +106,7 @@ class AsrManifestAssetConfig(dg.Config):
 @group_asset(
     deps=[asr_flac],
     kinds={"parquet", "polars"},
-    code_version="asr_manifest-v3",  # bumped when the manifests began to be concatenated from per-shard parts
+    code_version="asr_manifest-v4",  # bumped for the text_source column (pseudo-labels)
     checks={NO_RECORDING_LEAKS: "No recording has utterances in both train and validation."},
 )
 def asr_manifest(

@@ -35,6 +35,7 @@ SIGNAL_HISTOGRAMS = {
     "text_language_confidence": "probability",
     "cer": "CER",
     "wer": "WER",
+    "asr_confidence": "probability",
     "audio_language_confidence": "probability",
     "mos": "MOS",
     "speech_snr_db": "dB",
@@ -54,7 +55,7 @@ SIGNAL_HISTOGRAMS = {
 @shard_asset(
     deps=[normalized_audio, alignments],
     kinds={"pytorch", "parquet"},
-    code_version="quality_signals-v2",
+    code_version="quality_signals-v3",  # bumped for text_source and asr_confidence (pseudo-labels)
     checks={"one_row_per_indexed_utterance": "quality.parquet has exactly one row per utterance of the index."},
     gpu=True,
 )

@@ -40,7 +40,11 @@ COLUMN_DESCRIPTIONS: dict[str, str] = {
     # The landing contract's columns (docs/landing-contract.md), carried into the index and manifests.
     "utt_id": "The utterance's id from the landed metadata: unique in its shard, names its files.",
     "audio_path": "The landed audio file, relative to the shard's landing folder or tar.",
-    "text": "The utterance's transcript, as landed.",
+    "text": "The utterance's transcript, as landed, or the aligner's pseudo-label where none landed (text_source 'asr').",
+    "text_source": "Where the text came from: 'landed' (the shard's own) or 'asr' (the aligner's greedy CTC pseudo-label).",
+    "asr_text": "The aligner's greedy CTC transcript of an utterance landed without text (null for landed text).",
+    "asr_confidence": "The pseudo-label's confidence, 0-1: mean max posterior of its words' frames (null for landed text).",
+    "asr_word_confidences": "The pseudo-label's confidence per word (mean max posterior of the word's frames).",
     "language": "ISO 639-1 language code (two lower-case letters).",
     "country": "Country the recording belongs to; the HF dataset's config.",
     "start_s": "Segment start in the source audio, seconds (null: from the file's start).",

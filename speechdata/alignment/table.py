@@ -37,9 +37,17 @@ UTTERANCE_SCORES_SCHEMA = pa.schema(
         pa.field("score", pa.float32()),
         pa.field("n_words", pa.int32(), nullable=False),
         pa.field("n_frames", pa.int32(), nullable=False),
+        # Null only in tables written before pseudo-labels existed: read as "landed".
+        pa.field("text_source", pa.string()),
+        pa.field("asr_text", pa.string()),
+        pa.field("asr_confidence", pa.float32()),
+        pa.field("asr_word_confidences", pa.list_(pa.float32())),
     ]
 )
-"""One row per aligned utterance: ``score`` is the mean frame log-prob on the Viterbi path."""
+"""One row per aligned utterance: ``score`` is the mean frame log-prob on the Viterbi path;
+``text_source`` says whether the aligned text is the landed one (``landed``) or the aligner's own
+greedy transcript (``asr``, speechdata.alignment.pseudo_labels), which is then ``asr_text``, with
+its confidence and one confidence per word (null for landed text)."""
 
 
 def seconds_to_ms(seconds: float) -> int:

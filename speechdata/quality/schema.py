@@ -39,6 +39,8 @@ QUALITY_SIGNALS_SCHEMA = pa.schema(
         _field("hypothesis", pa.string(), "The aligner's greedy CTC transcript (null: not aligned by CTC)."),
         _field("cer", pa.float64(), "Character error rate of the greedy transcript vs the normalized landed text."),
         _field("wer", pa.float64(), "Word error rate of the greedy transcript vs the normalized landed text."),
+        _field("text_source", pa.string(), "'landed' or 'asr' (no text landed: the aligner's pseudo-label)."),
+        _field("asr_confidence", pa.float64(), "The pseudo-label's confidence, 0-1 (null for landed text)."),
         _field("audio_language", pa.string(), "Audio LID language (null: no audio-LID model)."),
         _field("audio_language_confidence", pa.float64(), "Audio LID probability (0-1) of audio_language."),
         _field("mos", pa.float64(), "Speech-quality MOS estimate, 1-5 (null: no MOS model)."),

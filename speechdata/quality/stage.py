@@ -16,6 +16,7 @@ import numpy as np
 import pyarrow as pa
 
 from speechdata.alignment.greedy import greedy_hypotheses_path
+from speechdata.alignment.pseudo_labels import TEXT_SOURCE_LANDED, with_text_sources
 from speechdata.audio.codec import resample
 from speechdata.audio.container import iter_container_audio, read_container_index
 from speechdata.audio.truth import clipped_share
@@ -63,14 +64,19 @@ def run_quality_signals(
     with only its text signals. ``audio_language`` / ``speech_quality`` / ``dnsmos``: None leaves
     their columns null."""
     started = time.perf_counter()
-    index = data_root.read_parquet(layout.utterance_index(shard_id), columns=["utt_id", "text", "language"])
+    index = with_text_sources(
+        data_root,
+        shard_id,
+        data_root.read_parquet(layout.utterance_index(shard_id), columns=["utt_id", "text", "language"]),
+    )
     container = read_container_index(data_root, layout.normalized_audio(shard_id))
     source_clipping = dict(zip(container["utt_id"].to_pylist(), container["clipped_share"].to_pylist(), strict=True))
     agreement = _transcript_agreement(data_root, shard_id)
     rows: dict[str, dict] = {}
     texts: dict[str, str] = {}
     for row in index.to_pylist():
-        text_lid = identify_text_language(row["text"])
+        # A pseudo-label is the model's reading in the landed language: text LID on it says nothing new.
+        text_lid = identify_text_language(row["text"] if row["text_source"] == TEXT_SOURCE_LANDED else None)
         texts[row["utt_id"]] = row["text"] or ""
         rows[row["utt_id"]] = {
             "utt_id": row["utt_id"],
@@ -84,6 +90,8 @@ def run_quality_signals(
             "longest_character_run": longest_character_run(row["text"] or ""),
             "hallucination_phrase": hallucination_phrase(row["text"] or ""),
             **agreement.get(row["utt_id"], {}),
+            "text_source": row["text_source"],
+            "asr_confidence": row["asr_confidence"],
         }
 
     pending: list[tuple[str, np.ndarray, int]] = []
