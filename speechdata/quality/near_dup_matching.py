@@ -324,8 +324,22 @@ def _decide_one(
     audio = _audio_match(signals.fingerprint, query.audio, known, thresholds)
     if audio is not None and audio[0] in KINDS:
         return audio
+    same_speaker, other_speaker = _transcript_matches(signals, query.transcript, known, thresholds)
+    if same_speaker is not None:
+        return NEAR_TRANSCRIPT, same_speaker[0], same_speaker[1]
+    if audio is not None:
+        return audio
+    if other_speaker is not None:
+        return OTHER_SPEAKER_READING, other_speaker[0], other_speaker[1]
+    return None
+
+
+def _transcript_matches(
+    signals: UtteranceSignals, candidates: list[int], known: dict[int, IndexEntry], thresholds: NearDuplicateThresholds
+) -> tuple[tuple[int, float] | None, tuple[int, float] | None]:
+    """The most alike earlier transcript read by the same speaker, and by another: ``(owner, similarity)`` each."""
     same_speaker = other_speaker = None
-    for owner in query.transcript:
+    for owner in candidates:
         other = known[owner][0]
         if other.transcript_signature is None or other.transcript_words < thresholds.min_transcript_words:
             continue
@@ -338,13 +352,7 @@ def _decide_one(
                 same_speaker = (owner, similarity)
         elif other_speaker is None or similarity > other_speaker[1]:
             other_speaker = (owner, similarity)
-    if same_speaker is not None:
-        return NEAR_TRANSCRIPT, same_speaker[0], same_speaker[1]
-    if audio is not None:
-        return audio
-    if other_speaker is not None:
-        return OTHER_SPEAKER_READING, other_speaker[0], other_speaker[1]
-    return None
+    return same_speaker, other_speaker
 
 
 def _full_votes(query: AudioFingerprint, references: Sequence[AudioFingerprint]) -> list[tuple[int, int]]:
