@@ -38,13 +38,17 @@ from speechdata.quality.fingerprint_audio import (
     compare_at_offset,
     similarity_from_bit_error_rate,
 )
+from speechdata.quality.fingerprint_envelope import ShiftSignature, envelope_correlation, shape_correlation
 from speechdata.quality.fingerprint_text import estimated_jaccard
 from speechdata.quality.speakers import SAME_SPEAKER_MIN_COSINE, speaker_cosine
 
 EXACT_AUDIO, NEAR_AUDIO, NEAR_TRANSCRIPT = "exact_audio", "near_audio", "near_transcript"
 CONTAINED_AUDIO = "contained_audio"
 """A clip whose speech lies inside an utterance indexed before it: a duplicate (nothing new in it)."""
-KINDS = (EXACT_AUDIO, NEAR_AUDIO, CONTAINED_AUDIO, NEAR_TRANSCRIPT)
+SHIFTED_AUDIO = "shifted_audio"
+"""The same recording played faster or slower (tempo) or shifted in pitch, within the documented
+bounds: its loudness envelope over its speech matches (:mod:`.fingerprint_envelope`)."""
+KINDS = (EXACT_AUDIO, NEAR_AUDIO, CONTAINED_AUDIO, SHIFTED_AUDIO, NEAR_TRANSCRIPT)
 """Duplicates, strongest first: an utterance that matches on several signals is reported with the strongest."""
 CONTAINS_EARLIER = "contains_earlier"
 """An utterance that holds an earlier one plus new speech: kept (its new speech is never discarded
@@ -70,6 +74,8 @@ AUDIO_CANDIDATES_VERIFIED = 8
 OFFSET_SEARCH_FRAMES = 1
 """The voted offset is refined over +-1 frame: a trim between two hops votes for both."""
 MAX_TRANSCRIPT_CANDIDATES = 64
+ENVELOPE_CANDIDATES = 16
+"""Utterances sharing the most envelope band keys, fetched and verified per utterance."""
 FRAME_SECONDS = HOP_SAMPLES / FINGERPRINT_SAMPLE_RATE
 
 
@@ -86,6 +92,10 @@ class NearDuplicateThresholds:
     trimmed copy) when it holds at least this share of the earlier one's active frames, else
     ``contained_audio`` (a clip); both are duplicates. A later utterance that holds an earlier one
     plus new speech is ``contains_earlier``: kept."""
+    max_new_speech_seconds: float = 0.5
+    """Containment: a later utterance with more than this much active audio outside what it shares with
+    an earlier one holds new speech: it is never a copy (``contains_earlier`` at most), whatever
+    share of it the overlap covers."""
     min_contained_seconds: float = 1.0
     """Containment: the contained utterance holds at least this much active audio (a second of shared
     speech can be chance; a shorter clip is nobody's copy)."""
@@ -97,6 +107,15 @@ class NearDuplicateThresholds:
     """Near transcript: shorter transcripts ("yes", "thank you") are never duplicates by text alone."""
     check_transcripts: bool = True
     """False: only audio makes a duplicate."""
+    min_envelope_correlation: float = 0.8
+    """Shifted audio: least correlation of the two loudness envelopes over their speech (planted tempo
+    and pitch copies: 0.94 at their tenth percentile; unrelated utterances: below 0.52)."""
+    min_shape_correlation: float = 0.9
+    """Shifted audio: least correlation of the two spectral shapes at their best shift of up to 3
+    semitones (copies: 0.93-0.99; other voices reading the same sentence at the same pace: at most 0.80)."""
+    max_tempo_change: float = 1.12
+    """Shifted audio: the longer speech span is at most this many times the shorter (tempo +-10 %
+    and a margin; a pitch shift keeps the duration)."""
     same_speaker_min_cosine: float = SAME_SPEAKER_MIN_COSINE
     """Near transcript: two readings of one transcript are by one speaker (a duplicate) when their
     speaker embeddings are at least this alike; less alike, the later one is an
@@ -117,6 +136,9 @@ class UtteranceSignals:
     transcript_words: int
     speaker_embedding: np.ndarray | None = None
     """float32 ``[256]`` L2-normalized (:mod:`speechdata.quality.speakers`); None when unknown."""
+    shift: ShiftSignature | None = None
+    """The loudness envelope and spectral shape over the speech span (:mod:`.fingerprint_envelope`),
+    which tempo and pitch changes keep; None for a flat or short utterance."""
 
 
 @dataclass(frozen=True)
@@ -198,6 +220,7 @@ class _Query:
     exact: list[int]
     audio: list[int]
     transcript: list[int]
+    envelope: list[int]
 
 
 def decide_shard(
@@ -220,7 +243,7 @@ def decide_shard(
         raise ValueError(f"the candidate source named an utterance at or after index position {position}")
     postings = sort_postings(np.concatenate([looked_up, own]))
     queries = [_candidates(position, rank, signals, postings, thresholds) for rank, signals in enumerate(new)]
-    wanted = sorted({o for q in queries for o in (*q.exact, *q.audio, *q.transcript) if o < first_own})
+    wanted = sorted({o for q in queries for o in (*q.exact, *q.audio, *q.transcript, *q.envelope) if o < first_own})
     fetched = earlier.entries(wanted)
     known: dict[int, IndexEntry] = dict(fetched)
     decisions = []
@@ -275,6 +298,7 @@ def _candidates(
 ) -> _Query:
     from speechdata.quality.near_dup_postings import (
         context_bit_errors,
+        envelope_keys,
         exact_key,
         neighbour_contexts,
         owner_of,
@@ -311,7 +335,14 @@ def _candidates(
         _, found = _key_postings(postings, transcript_keys(signals.transcript_signature), me)
         comparable = found["owner"][found["frame"] >= thresholds.min_transcript_words]
         transcript = sorted(set(comparable.tolist()))[:MAX_TRANSCRIPT_CANDIDATES]
-    return _Query(exact, audio, transcript)
+    envelope: list[int] = []
+    if signals.shift is not None:
+        _, found = _key_postings(postings, envelope_keys(signals.shift.envelope), me)
+        if len(found):
+            owners, hits = np.unique(found["owner"], return_counts=True)
+            # most shared bands first, the earliest on a tie
+            envelope = owners[np.lexsort((owners, -hits))][:ENVELOPE_CANDIDATES].tolist()
+    return _Query(exact, audio, transcript, envelope)
 
 
 def _decide_one(
@@ -324,6 +355,9 @@ def _decide_one(
     audio = _audio_match(signals.fingerprint, query.audio, known, thresholds)
     if audio is not None and audio[0] in KINDS:
         return audio
+    shifted = _shifted_match(signals, query.envelope, known, thresholds)
+    if shifted is not None:
+        return shifted
     same_speaker, other_speaker = _transcript_matches(signals, query.transcript, known, thresholds)
     if same_speaker is not None:
         return NEAR_TRANSCRIPT, same_speaker[0], same_speaker[1]
@@ -331,6 +365,30 @@ def _decide_one(
         return audio
     if other_speaker is not None:
         return OTHER_SPEAKER_READING, other_speaker[0], other_speaker[1]
+    return None
+
+
+def _shifted_match(
+    signals: UtteranceSignals, candidates: list[int], known: dict[int, IndexEntry], thresholds: NearDuplicateThresholds
+) -> tuple[str, int, float] | None:
+    """The earliest candidate whose envelope and spectral shape correlate with this one's (at least
+    ``min_envelope_correlation`` and ``min_shape_correlation``) over a speech span at most
+    ``max_tempo_change`` times longer or shorter."""
+    mine = signals.shift
+    if mine is None:
+        return None
+    for owner in sorted(candidates):
+        other = known[owner][0].shift
+        if other is None:
+            continue
+        shorter, longer = sorted((mine.span_s, other.span_s))
+        if shorter <= 0 or longer > thresholds.max_tempo_change * shorter:
+            continue
+        if envelope_correlation(mine.envelope, other.envelope) < thresholds.min_envelope_correlation:
+            continue
+        shape = shape_correlation(mine.spectral_shape, other.spectral_shape)
+        if shape >= thresholds.min_shape_correlation:
+            return SHIFTED_AUDIO, owner, shape
     return None
 
 
@@ -419,8 +477,8 @@ def _verify(
     (speech), so silence padding is never new speech: the overlap holds at least
     ``min_overlap_share`` of the query's active frames (nothing new in the query: ``near_audio`` when
     it holds at least ``min_duration_ratio`` of the reference's, a trimmed copy; ``contained_audio``
-    when less, a clip), or only of the reference's (the query holds the reference plus new speech:
-    ``contains_earlier``, kept)."""
+    when less, a clip) with at most ``max_new_speech_seconds`` of the query's outside it, or only of
+    the reference's (the query holds the reference plus new speech: ``contains_earlier``, kept)."""
     if query.frames == 0 or reference.frames == 0:
         return None
     best = None
@@ -435,7 +493,11 @@ def _verify(
     query_active, reference_active = int(query.active.sum()), int(reference.active.sum())
     query_inside = int(query.active[start:end].sum())
     reference_inside = int(reference.active[start + at : end + at].sum())
-    query_covered = query_inside >= thresholds.min_overlap_share * query_active
+    new_speech_s = (query_active - query_inside) * FRAME_SECONDS
+    query_covered = (
+        query_inside >= thresholds.min_overlap_share * query_active
+        and new_speech_s <= thresholds.max_new_speech_seconds
+    )
     reference_covered = reference_inside >= thresholds.min_overlap_share * reference_active
     least_contained = thresholds.min_contained_seconds / FRAME_SECONDS
     if query_covered:

@@ -23,6 +23,7 @@ from speechdata.io import layout
 from speechdata.io.shard_lock import EXCLUSIVE_CREATE_PROTOCOLS, LockHolder
 from speechdata.io.storage import DataRoot
 from speechdata.quality.fingerprint_audio import audio_fingerprint, exact_audio_hash
+from speechdata.quality.fingerprint_envelope import shift_signature
 from speechdata.quality.fingerprint_text import normalized_transcript, transcript_signature, word_count
 from speechdata.quality.near_dup_index import (
     DEFAULT_LOCK_TIMEOUT_S,
@@ -145,6 +146,7 @@ def utterance_signals(
     if speaker_encoder is not None and normalized:
         found = speaker_encoder.signals(samples, sample_rate).embedding
         embedding = None if found is None else found.astype(np.float16).astype(np.float32)
+    shift = shift_signature(samples, sample_rate)
     return UtteranceSignals(
         shard_id=shard_id,
         utt_id=utt_id,
@@ -153,6 +155,7 @@ def utterance_signals(
         transcript_signature=transcript_signature(normalized),
         transcript_words=word_count(normalized),
         speaker_embedding=embedding,
+        shift=shift,
     )
 
 

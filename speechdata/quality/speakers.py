@@ -16,12 +16,12 @@ L2-normalized embedding, and the utterance's embedding is their L2-normalized me
   order so the numbering is stable.
 
 The same threshold tells the near-duplicate check whether two readings of one transcript are by
-one speaker (docs/near-duplicates.md). Measured on espeak-ng voices (the committed fixtures in
-``tests/fixtures/speakers``): one voice reading two sentences scores 0.89-0.93; a male and a female
-voice reading one sentence 0.56-0.78. espeak-ng's male variants share one synthesizer and score
-0.82-0.97 against each other: they are, to the encoder, one speaker. Windows of a male voice
-followed by a female one split into two clusters; two voices speaking *at once* at similar loudness
-mostly do not (their mixture reads as one voice): the flag finds speaker changes, not every overlap.
+one speaker (docs/near-duplicates.md). Measured on the committed espeak-ng fixtures
+(``tests/fixtures/readings``, 3 sentences by 4 readings): one voice reading one sentence twice at
+two speeds scores 0.96-0.97, one voice across sentences 0.85-0.93; a male and a female voice 0.60-0.75,
+two female voices 0.72-0.81. The threshold sits between. Windows of a male voice followed by a
+female one split into two clusters; two voices speaking *at once* at similar loudness mostly do not
+(their mixture reads as one voice): the flag finds speaker changes, not every overlap.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ WINDOW_S = 1.6
 """The encoder's partial utterance: each window's embedding is one voice sample."""
 WINDOWS_PER_SECOND = 1.3
 """Resemblyzer's default rate: windows overlap by about half."""
-SAME_SPEAKER_MIN_COSINE = 0.85
+SAME_SPEAKER_MIN_COSINE = 0.83
 """Two utterance embeddings at least this close (cosine) are one speaker: a shard's clusters are cut
 here, and two readings of one transcript this close are one speaker reading it twice (a duplicate)."""
 WINDOW_SAME_SPEAKER_MIN_COSINE = 0.6
