@@ -44,7 +44,7 @@ SIGNAL_HISTOGRAMS = {
 @shard_asset(
     deps=[normalized_audio, alignments],
     kinds={"pytorch", "parquet"},
-    code_version="quality_signals-v1",
+    code_version="quality_signals-v1+speakers",
     checks={"one_row_per_indexed_utterance": "quality.parquet has exactly one row per utterance of the index."},
     gpu=True,
 )
@@ -68,6 +68,7 @@ def quality_signals(
         lambda: (vad.model(), quality_models.audio_language(torch_device), quality_models.speech_quality(torch_device)),
     )
     vad_model, audio_language, speech_quality = models
+    speakers = quality_models.speaker_encoder(torch_device)  # shipped in its wheel, loaded once per process
 
     def one_shard(shard_id: str) -> ShardResult:
         summary = run_quality_signals(
@@ -77,6 +78,7 @@ def quality_signals(
             vad_params=vad.params(),
             audio_language=audio_language,
             speech_quality=speech_quality,
+            speakers=speakers,
         )
         table = root.read_parquet(signals_path(shard_id))
         indexed = root.read_parquet(layout.utterance_index(shard_id), columns=["utt_id"]).num_rows

@@ -39,6 +39,10 @@ class QualityPolicy:
     """Transcripts with fewer letters are never judged by text LID (too short to tell)."""
     max_cer: float | None = 0.3
     """``transcript_mismatch``: the aligner's greedy transcript differs from the landed text by more than this CER."""
+    reject_other_speaker_readings: bool = False
+    """``near_duplicate``: also reject an ``other_speaker_reading`` (an earlier utterance's transcript
+    read by another speaker, docs/near-duplicates.md). Off in every preset: many speakers per prompt
+    is what read-speech ASR and TTS corpora are made of."""
     min_audio_language_confidence: float | None = 0.7
     """``audio_language_mismatch``: the audio LID names another language with at least this confidence."""
     min_mos: float | None = 3.0

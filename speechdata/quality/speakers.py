@@ -174,3 +174,21 @@ def speaker_cosine(first: np.ndarray | None, second: np.ndarray | None) -> float
     if first is None or second is None:
         return None
     return float(np.dot(np.asarray(first, np.float32), np.asarray(second, np.float32)))
+
+
+def speaker_columns(evidence: dict[str, SpeakerSignals]) -> dict[str, dict]:
+    """The quality file's speaker columns of every utterance in ``evidence`` (a shard's, by
+    ``utt_id``): embedding, speaker count, overlap flag and the utterance's speaker cluster in the
+    shard (numbered in ``utt_id`` order)."""
+    utt_ids = sorted(evidence)
+    clusters = shard_speaker_clusters([evidence[u].embedding for u in utt_ids])
+    columns = {}
+    for utt_id, cluster in zip(utt_ids, clusters, strict=True):
+        found = evidence[utt_id]
+        columns[utt_id] = {
+            "speaker_embedding": None if found.embedding is None else found.embedding.tolist(),
+            "speaker_count": found.speakers,
+            "speaker_overlap": found.overlap,
+            "speaker_cluster": cluster,
+        }
+    return columns

@@ -22,10 +22,12 @@ from speechdata.audio.truth import clipped_share
 from speechdata.io import layout
 from speechdata.io.storage import DataRoot
 from speechdata.quality.audio_models import MODEL_SAMPLE_RATE, AudioLanguageIdentifier, SpeechQualityEstimator
+from speechdata.quality.near_dup_flags import reject_flagged_near_duplicates
 from speechdata.quality.paths import quality_decisions, quality_signals
 from speechdata.quality.policy import QualityPolicy, decide, policies_digest
 from speechdata.quality.schema import QUALITY_DECISIONS_SCHEMA, QUALITY_SIGNALS_SCHEMA
 from speechdata.quality.signals import effective_bandwidth_hz, level_dbfs, silence_share, wada_snr_db
+from speechdata.quality.speakers import SpeakerEncoder, SpeakerSignals, speaker_columns
 from speechdata.quality.text_language import identify_text_language
 from speechdata.stage import StageSummary
 from speechdata.vad.silero import VadParams, detect_speech
@@ -44,9 +46,11 @@ def run_quality_signals(
     vad_params: VadParams = VadParams(),
     audio_language: AudioLanguageIdentifier | None = None,
     speech_quality: SpeechQualityEstimator | None = None,
+    speakers: SpeakerEncoder | None = None,
 ) -> StageSummary:
     """Measure every indexed utterance; one with no normalized audio (rejected upstream) gets a row
-    with only its text signals. ``audio_language`` / ``speech_quality``: None leaves their columns null."""
+    with only its text signals. ``audio_language`` / ``speech_quality`` / ``speakers``: None leaves
+    their columns null."""
     started = time.perf_counter()
     index = data_root.read_parquet(layout.utterance_index(shard_id), columns=["utt_id", "text", "language"])
     container = read_container_index(data_root, layout.normalized_audio(shard_id))
@@ -66,10 +70,13 @@ def run_quality_signals(
         }
 
     pending: list[tuple[str, np.ndarray, int]] = []
+    speaker_evidence: dict[str, SpeakerSignals] = {}
     pending_s = 0.0
     audio_seconds = 0.0
     for utt_id, samples, rate in iter_container_audio(data_root, layout.normalized_audio(shard_id), set(rows)):
         pending.append((utt_id, samples, rate))
+        if speakers is not None:
+            speaker_evidence[utt_id] = speakers.signals(samples, rate)
         pending_s += samples.shape[0] / rate
         if pending_s >= CHUNK_AUDIO_S:
             _measure_chunk(pending, rows, source_clipping, vad_model, vad_params, audio_language, speech_quality)
@@ -79,6 +86,8 @@ def run_quality_signals(
         _measure_chunk(pending, rows, source_clipping, vad_model, vad_params, audio_language, speech_quality)
         audio_seconds += pending_s
 
+    for utt_id, columns in speaker_columns(speaker_evidence).items():
+        rows[utt_id].update(columns)
     table = pa.Table.from_pylist([rows[u] for u in sorted(rows)], schema=QUALITY_SIGNALS_SCHEMA)
     data_root.write_parquet(quality_signals(shard_id), table)
     return StageSummary(
@@ -169,6 +178,7 @@ def run_quality_decisions(data_root: DataRoot, shard_id: str, policies: Mapping[
                     "policy_sha256": digest,
                 }
             )
+    reject_flagged_near_duplicates(data_root, shard_id, policies, rows)
     table = pa.Table.from_pylist(rows, schema=QUALITY_DECISIONS_SCHEMA)
     data_root.write_parquet(quality_decisions(shard_id), table)
     return StageSummary(
