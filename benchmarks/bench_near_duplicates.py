@@ -85,7 +85,7 @@ def extended_figures(originals: int, seed: int) -> dict:
     figures = {}
     sets = {
         "extended": (planted_set(originals, seed=seed, extended=True), None),
-        "readings": (planted_readings(READINGS_FIXTURES), encoder),
+        "readings": (planted_readings(READINGS_FIXTURES), lambda: encoder),
     }
     for name, (planted, speakers) in sets.items():
         signals = [utterance_signals("bench", u.utt_id, u.samples, 24_000, u.text, speakers) for u in planted]

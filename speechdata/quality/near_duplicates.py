@@ -58,6 +58,10 @@ bounds a step's memory per utterance to about 500 MB."""
 INDEX_ATTEMPTS = 3
 """Reservations lost (taken for dead, or a rebuilt order) or damage repaired, before giving up."""
 
+SPEAKER_MIN_WORDS = NearDuplicateThresholds().min_transcript_words
+"""Transcripts this long get a speaker embedding: the default ``min_transcript_words``, below which
+transcripts are never compared. A shard checked with a lower ``min_transcript_words`` compares its
+shorter transcripts without speakers (as the same speaker: duplicates, as before speakers existed)."""
 REJECT_REASON = "near_duplicate"
 """The reason the quality filter records for every utterance listed in ``near_duplicates.parquet``."""
 
@@ -135,16 +139,18 @@ def utterance_signals(
     samples,
     sample_rate: int,
     text: str | None,
-    speaker_encoder: SpeakerEncoder | None = None,
+    speaker_encoder: Callable[[], SpeakerEncoder] | None = None,
 ) -> UtteranceSignals:
     """Everything the index keeps of one utterance (mono float ``samples``). The speaker embedding is
-    computed with ``speaker_encoder`` for an utterance with a transcript (only transcripts are
-    compared by speaker), rounded to the float16 the index stores, so a decision taken now and one
-    taken later from the stored entries are the same; no encoder, no embedding."""
+    computed with the encoder ``speaker_encoder()`` returns, for an utterance whose transcript has at
+    least :data:`SPEAKER_MIN_WORDS` words (only such transcripts are compared, so only there does
+    the speaker matter; the encoder is not even loaded for a shard without one), rounded to the
+    float16 the index stores, so a decision taken now and one taken later from the stored entries
+    are the same. No encoder, no embedding."""
     normalized = normalized_transcript(text)
     embedding = None
-    if speaker_encoder is not None and normalized:
-        found = speaker_encoder.signals(samples, sample_rate).embedding
+    if speaker_encoder is not None and word_count(normalized) >= SPEAKER_MIN_WORDS:
+        found = speaker_encoder().signals(samples, sample_rate).embedding
         embedding = None if found is None else found.astype(np.float16).astype(np.float32)
     shift = shift_signature(samples, sample_rate)
     return UtteranceSignals(
@@ -164,7 +170,6 @@ def shard_signals(data_root: DataRoot, shard_id: str) -> tuple[list[UtteranceSig
     utterances that could not be decoded, and the seconds of audio read. Speaker embeddings come
     from the encoder shipped in the Resemblyzer wheel, loaded once per process
     (:func:`~.speakers.shipped_speaker_encoder`, on the CPU: about 4 % of the audio's duration)."""
-    speaker_encoder = shipped_speaker_encoder()
     texts = dict(
         zip(
             *data_root.read_parquet(layout.utterance_index(shard_id), columns=["utt_id", "text"]).to_pydict().values(),
@@ -195,7 +200,9 @@ def shard_signals(data_root: DataRoot, shard_id: str) -> tuple[list[UtteranceSig
                     unchecked.append(Unchecked(utt_id, f"audio not decodable ({codec}): {error_text(exc)}"))
                     continue
                 audio_seconds += len(samples) / rate
-                signals.append(utterance_signals(shard_id, utt_id, samples, rate, texts.get(utt_id), speaker_encoder))
+                signals.append(
+                    utterance_signals(shard_id, utt_id, samples, rate, texts.get(utt_id), shipped_speaker_encoder)
+                )
     return sorted(signals, key=lambda s: s.utt_id), unchecked, audio_seconds
 
 
