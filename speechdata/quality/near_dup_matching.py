@@ -76,6 +76,11 @@ OFFSET_SEARCH_FRAMES = 1
 MAX_TRANSCRIPT_CANDIDATES = 64
 ENVELOPE_CANDIDATES = 16
 """Utterances sharing the most envelope band keys, fetched and verified per utterance."""
+MIN_SHARED_ENVELOPE_BANDS = 2
+"""Envelope band keys an earlier utterance must share before it is fetched. An unrelated utterance
+shares one of the 24 with probability 24 / 16 384, so with one band the candidates fetched would
+grow with the corpus (23 per utterance at 16 000 indexed); two, with probability 1e-6, keep them
+flat. A copy (envelope correlation 0.96 and more) shares about 6."""
 FRAME_SECONDS = HOP_SAMPLES / FINGERPRINT_SAMPLE_RATE
 
 
@@ -340,6 +345,7 @@ def _candidates(
         _, found = _key_postings(postings, envelope_keys(signals.shift.envelope), me)
         if len(found):
             owners, hits = np.unique(found["owner"], return_counts=True)
+            owners, hits = owners[hits >= MIN_SHARED_ENVELOPE_BANDS], hits[hits >= MIN_SHARED_ENVELOPE_BANDS]
             # most shared bands first, the earliest on a tie
             envelope = owners[np.lexsort((owners, -hits))][:ENVELOPE_CANDIDATES].tolist()
     return _Query(exact, audio, transcript, envelope)
