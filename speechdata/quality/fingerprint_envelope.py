@@ -61,9 +61,9 @@ LSH_BANDS = 24
 LSH_BAND_BITS = 14
 """Random-hyperplane (SimHash) bits, 24 bands of 14: a copy whose envelope correlates 0.96 with the
 original's (the least of 64 planted tempo and pitch copies) keeps a band with probability 0.27, so
-shares about 6 of 24 (a candidate needs 2: ``near_dup_matching.MIN_SHARED_ENVELOPE_BANDS``); an
-unrelated utterance shares one with probability 24 / 16 384, so the envelope postings read per
-utterance grow with the corpus by 0.0015 of its size, and two with probability 1e-6."""
+shares about 6 of 24 (a candidate needs 3: ``near_dup_matching.MIN_SHARED_ENVELOPE_BANDS``); an
+unrelated utterance shares one with probability about 24 / 16 384, so the envelope postings read per
+utterance grow with the corpus by about 0.25 % of its size."""
 SHAPE_SEGMENTS = 12
 """The spectral shape: the speech span cut into this many equal parts (so tempo never moves them) ..."""
 SHAPE_BAND_EDGES_HZ = 150.0 * 2 ** (np.arange(53) / 12)

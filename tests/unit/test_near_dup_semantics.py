@@ -33,8 +33,8 @@ AUDIO_ONLY = NearDuplicateThresholds(check_transcripts=False)
 
 @pytest.fixture(scope="module")
 def extended():
-    """22 originals: every transform twice, the container look-alike five or six times."""
-    utterances = planted_set(22, seed=5, extended=True)
+    """11 originals: every transform once, the container look-alike twice."""
+    utterances = planted_set(11, seed=5, extended=True)
     signals = [utterance_signals("s", u.utt_id, u.samples, SAMPLE_RATE, u.text) for u in utterances]
     decisions = {d.utt_id: d for d in find_representatives([], signals, AUDIO_ONLY)}
     return utterances, decisions
@@ -44,7 +44,7 @@ def extended():
 def test_tempo_pitch_and_padded_copies_are_found_from_the_audio_alone(extended, transform):
     utterances, decisions = extended
     copies = [u for u in utterances if u.transform == transform]
-    assert len(copies) == 2
+    assert len(copies) == 1
     for copy in copies:
         found = decisions[copy.utt_id]
         assert (found.kind, found.representative_utt) == (copy.expected_kind, copy.copy_of), found
@@ -62,7 +62,7 @@ def test_a_clip_of_an_earlier_utterance_is_its_duplicate(extended):
 def test_an_utterance_holding_an_earlier_one_plus_new_speech_is_kept_and_flagged(extended):
     utterances, decisions = extended
     containers = [u for u in utterances if u.negative == "container"]
-    assert len(containers) >= 5
+    assert len(containers) == 2
     for container in containers:
         decision = decisions[container.utt_id]
         assert decision.kind == CONTAINS_EARLIER, decision
