@@ -40,7 +40,7 @@ ENVELOPE_HOP_SAMPLES = 80
 ENVELOPE_BAND_HZ = (300.0, 3_400.0)
 ENVELOPE_POINTS = 64
 """Points read over the speech span (about 13 a second for 5 s of speech: a few per syllable)."""
-SMOOTHING = 2.0
+SMOOTHING = 3.0
 """The envelope is averaged over this many points' distance before it is read: what falls between
 points is averaged, not aliased, so a copy read on a slightly shifted grid reads nearly the same."""
 ACTIVE_FLOOR_DB = 40.0
