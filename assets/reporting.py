@@ -264,3 +264,40 @@ def unbalanced_ledger_failure(exc: UnbalancedLedger, scope: str | None = None) -
         description=f"{scope}: {exc}" if scope else str(exc),
         metadata={"shard": exc.shard_id, "unaccounted": dg.MetadataValue.json(exc.ledger.unaccounted[:20])},
     )
+
+
+def _is_figure(value: object) -> bool:
+    if isinstance(value, (dg.IntMetadataValue, dg.FloatMetadataValue)):
+        return value.value is not None
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _figure(value: object) -> int | float:
+    if isinstance(value, (dg.IntMetadataValue, dg.FloatMetadataValue)):
+        return value.value  # ty: ignore[invalid-return-type]
+    return value  # ty: ignore[invalid-return-type]
+
+
+def unplotted_check(check: dg.AssetCheckResult) -> dg.AssetCheckResult:
+    """``check`` with each numeric metadata value as text: still shown on the check, never charted.
+
+    Dagster's UI plots a check's numeric metadata as one series over time across every partition
+    (the check's Plots: Dagster 1.13 has no partition axis there), so a partitioned asset's check
+    figures would read as one shard's trend. The asset's own plots have that axis (Partitions /
+    Events): the figures worth charting per partition are the materialization's (``stage_metadata``:
+    rows in, rows out, rejects), which the checks' counts restate.
+    """
+    if not any(_is_figure(value) for value in (check.metadata or {}).values()):
+        return check
+    metadata = {
+        key: dg.MetadataValue.text(str(_figure(value))) if _is_figure(value) else value
+        for key, value in (check.metadata or {}).items()
+    }
+    return dg.AssetCheckResult(
+        passed=check.passed,
+        asset_key=check.asset_key,
+        check_name=check.check_name,
+        metadata=metadata,
+        severity=check.severity,
+        description=check.description,
+    )
