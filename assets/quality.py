@@ -54,7 +54,7 @@ SIGNAL_HISTOGRAMS = {
 @shard_asset(
     deps=[normalized_audio, alignments],
     kinds={"pytorch", "parquet"},
-    code_version="quality_signals-v3",
+    code_version="quality_signals-v3",  # bumped when the speaker columns (embedding, count, overlap, cluster) came
     checks={"one_row_per_indexed_utterance": "quality.parquet has exactly one row per utterance of the index."},
     gpu=True,
 )
