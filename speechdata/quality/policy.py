@@ -77,6 +77,10 @@ class QualityPolicy:
     min_asr_confidence: float | None = 0.7
     """``low_asr_confidence``: no text landed and the aligner's pseudo-label has a confidence (mean max
     posterior of its words' frames, 0-1) below this."""
+    reject_other_speaker_readings: bool = False
+    """``near_duplicate``: also reject an ``other_speaker_reading`` (an earlier utterance's transcript
+    read by another speaker, docs/near-duplicates.md). Off in every preset: many speakers per prompt
+    is what read-speech ASR and TTS corpora are made of."""
     min_audio_language_confidence: float | None = 0.7
     """``audio_language_mismatch``: the audio LID names another language with at least this confidence."""
     min_mos: float | None = 3.0

@@ -41,6 +41,18 @@ QUALITY_SIGNALS_SCHEMA = pa.schema(
         _field("wer", pa.float64(), "Word error rate of the greedy transcript vs the normalized landed text."),
         _field("text_source", pa.string(), "'landed' or 'asr' (no text landed: the aligner's pseudo-label)."),
         _field("asr_confidence", pa.float64(), "The pseudo-label's confidence, 0-1 (null for landed text)."),
+        _field(
+            "speaker_embedding",
+            pa.list_(pa.float32(), 256),
+            "Resemblyzer speaker embedding, 256 floats, L2-normalized (null: under 0.5 s of sound or no audio).",
+        ),
+        _field("speaker_count", pa.int64(), "Speakers among the utterance's 1.6 s windows (0: no embedding)."),
+        _field("speaker_overlap", pa.bool_(), "Windows disagree: a speaker change, a second voice or crosstalk."),
+        _field(
+            "speaker_cluster",
+            pa.int64(),
+            "Speaker cluster in the shard (average-linkage, cosine >= 0.83; numbered in utt_id order).",
+        ),
         _field("audio_language", pa.string(), "Audio LID language (null: no audio-LID model)."),
         _field("audio_language_confidence", pa.float64(), "Audio LID probability (0-1) of audio_language."),
         _field("mos", pa.float64(), "Speech-quality MOS estimate, 1-5 (null: no MOS model)."),

@@ -28,10 +28,12 @@ from speechdata.quality.audio_models import (
     DnsmosScorer,
     SpeechQualityEstimator,
 )
+from speechdata.quality.near_dup_flags import reject_flagged_near_duplicates
 from speechdata.quality.paths import quality_decisions, quality_signals
 from speechdata.quality.policy import QualityPolicy, decide_utterance, policies_digest
 from speechdata.quality.schema import QUALITY_DECISIONS_SCHEMA, QUALITY_SIGNALS_SCHEMA
 from speechdata.quality.signals import effective_bandwidth_hz, level_dbfs, silence_share, wada_snr_db
+from speechdata.quality.speakers import SpeakerEncoder, SpeakerSignals, speaker_columns
 from speechdata.quality.speech_signals import dc_offset_ratio, mains_hum_share, speech_snr_db
 from speechdata.quality.text_language import identify_text_language
 from speechdata.quality.transcript_checks import (
@@ -59,10 +61,11 @@ def run_quality_signals(
     audio_language: AudioLanguageIdentifier | None = None,
     speech_quality: SpeechQualityEstimator | None = None,
     dnsmos: DnsmosScorer | None = None,
+    speakers: SpeakerEncoder | None = None,
 ) -> StageSummary:
     """Measure every indexed utterance; one with no normalized audio (rejected upstream) gets a row
-    with only its text signals. ``audio_language`` / ``speech_quality`` / ``dnsmos``: None leaves
-    their columns null."""
+    with only its text signals. ``audio_language`` / ``speech_quality`` / ``dnsmos`` / ``speakers``:
+    None leaves their columns null."""
     started = time.perf_counter()
     index = with_text_sources(
         data_root,
@@ -95,10 +98,13 @@ def run_quality_signals(
         }
 
     pending: list[tuple[str, np.ndarray, int]] = []
+    speaker_evidence: dict[str, SpeakerSignals] = {}
     pending_s = 0.0
     audio_seconds = 0.0
     for utt_id, samples, rate in iter_container_audio(data_root, layout.normalized_audio(shard_id), set(rows)):
         pending.append((utt_id, samples, rate))
+        if speakers is not None:
+            speaker_evidence[utt_id] = speakers.signals(samples, rate)
         pending_s += samples.shape[0] / rate
         if pending_s >= CHUNK_AUDIO_S:
             _measure_chunk(
@@ -112,6 +118,8 @@ def run_quality_signals(
         )
         audio_seconds += pending_s
 
+    for utt_id, columns in speaker_columns(speaker_evidence).items():
+        rows[utt_id].update(columns)
     table = pa.Table.from_pylist([rows[u] for u in sorted(rows)], schema=QUALITY_SIGNALS_SCHEMA)
     data_root.write_parquet(quality_signals(shard_id), table)
     return StageSummary(
@@ -219,6 +227,7 @@ def run_quality_decisions(data_root: DataRoot, shard_id: str, policies: Mapping[
                     "policy_sha256": digest,
                 }
             )
+    reject_flagged_near_duplicates(data_root, shard_id, policies, rows)
     table = pa.Table.from_pylist(rows, schema=QUALITY_DECISIONS_SCHEMA)
     data_root.write_parquet(quality_decisions(shard_id), table)
     return StageSummary(

@@ -80,7 +80,15 @@ def test_a_rewrapped_file_is_an_exact_duplicate_through_ingest(data_root):
             "similarity": 1.0,
         }
     ]
-    assert summary.by_kind == {"exact_audio": 1, "near_audio": 0, "near_transcript": 0}
+    assert summary.by_kind == {
+        "exact_audio": 1,
+        "near_audio": 0,
+        "contained_audio": 0,
+        "shifted_audio": 0,
+        "near_transcript": 0,
+        "contains_earlier": 0,
+        "other_speaker_reading": 0,
+    }
 
 
 @pytest.fixture
