@@ -5,11 +5,9 @@ import json
 import shutil
 from pathlib import Path
 
-import dagster as dg
 import pytest
 
 from assets.ingest import normalized_audio, raw_shards
-from assets.partitions import shard_partitions
 from assets.vad import vad_segments
 from dagster_project.definitions import defs
 from dagster_project.shard_status import NEVER_MATERIALIZED, shard_asset_keys
@@ -19,7 +17,7 @@ from speechdata.ledgers import ledger_markdown, shard_ledgers
 from speechdata.testing.shards import FAULT_REASONS, build_sample_shard
 from tests.dagster_home import instance_at
 from tests.integration.test_ingest_assets import land_shard_with_string_start_s
-from tests.tiny_resources import tiny_resources_for
+from tests.materialize import materialize_shard
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -34,14 +32,7 @@ def dagster_home(tmp_path):
 
 def materialize(home, data_root, shard_id, selection):
     with instance_at(home) as instance:
-        instance.add_dynamic_partitions(shard_partitions.name, [shard_id])
-        return dg.materialize(
-            selection,
-            partition_key=shard_id,
-            instance=instance,
-            resources=tiny_resources_for(data_root.url),
-            raise_on_error=False,
-        )
+        return materialize_shard(instance, data_root, shard_id, selection, raise_on_error=False)
 
 
 def status_json(capsys, home, data_root, shard_id) -> dict:
