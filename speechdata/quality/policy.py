@@ -39,6 +39,8 @@ class QualityPolicy:
     """Transcripts with fewer letters are never judged by text LID (too short to tell)."""
     max_cer: float | None = 0.3
     """``transcript_mismatch``: the aligner's greedy transcript differs from the landed text by more than this CER."""
+    cer_languages: tuple[str, ...] | None = None
+    """Languages ``transcript_mismatch`` judges (None: every language): those whose aligner is trained."""
     min_audio_language_confidence: float | None = 0.7
     """``audio_language_mismatch``: the audio LID names another language with at least this confidence."""
     min_mos: float | None = 3.0
@@ -62,6 +64,11 @@ class QualityPolicy:
         """The filters that need a trained model off (the ``tiny`` profile's models are random)."""
         return dataclasses.replace(self, max_cer=None, min_audio_language_confidence=None, min_mos=None)
 
+    def with_trained_aligner_only(self, languages: tuple[str, ...]) -> QualityPolicy:
+        """``transcript_mismatch`` for ``languages`` (the ``small`` profile's trained aligner); the
+        other model filters off (its audio-LID and MOS models are the tiny, random ones)."""
+        return dataclasses.replace(self, cer_languages=languages, min_audio_language_confidence=None, min_mos=None)
+
 
 PRESETS: dict[str, QualityPolicy] = {
     "bridge": QualityPolicy(min_snr_db=15.0, max_cer=0.25),
@@ -72,13 +79,21 @@ PRESETS: dict[str, QualityPolicy] = {
 """The named preset of each product line that applies a quality policy."""
 
 MODEL_FILTER_REASONS = ("transcript_mismatch", "audio_language_mismatch", "low_mos")
-"""Filters whose signal comes from a trained model: computed in every profile, off by default in ``tiny``."""
+"""Filters whose signal comes from a trained model: computed in every profile, off by default in
+``tiny``; ``small`` keeps ``transcript_mismatch`` for the languages its aligner was trained on."""
 
 
 def default_policies(profile: str) -> dict[str, QualityPolicy]:
-    """Every product's preset as the profile applies it: ``tiny`` turns the model filters off."""
+    """Every product's preset as the profile applies it: ``tiny`` turns the model filters off,
+    ``small`` keeps ``transcript_mismatch`` for its trained aligner's languages."""
+    from speechdata.profiles import SMALL_ALIGNER_LANGUAGES
+
     if profile == "tiny":
         return {product: policy.without_model_filters() for product, policy in PRESETS.items()}
+    if profile == "small":
+        return {
+            product: policy.with_trained_aligner_only(SMALL_ALIGNER_LANGUAGES) for product, policy in PRESETS.items()
+        }
     return dict(PRESETS)
 
 
@@ -135,6 +150,12 @@ def _language_fails(prefix: str, min_letters: bool) -> Callable[[dict, QualityPo
     return fails
 
 
+def _cer_fails(row: dict, policy: QualityPolicy, limit) -> str | None:
+    if policy.cer_languages is not None and primary_language(row.get("language")) not in policy.cer_languages:
+        return None
+    return _above("cer")(row, policy, limit)
+
+
 RULES: tuple[Rule, ...] = (
     Rule("mostly_silence", "max_silence_share", _above("silence_share")),
     Rule("no_speech", "min_speech_share", _below("speech_share")),
@@ -142,7 +163,7 @@ RULES: tuple[Rule, ...] = (
     Rule("narrowband", "min_bandwidth_hz", _below("bandwidth_hz", " Hz")),
     Rule("low_snr", "min_snr_db", _below("snr_db", " dB")),
     Rule("language_mismatch", "min_text_language_confidence", _language_fails("text", min_letters=True)),
-    Rule("transcript_mismatch", "max_cer", _above("cer")),
+    Rule("transcript_mismatch", "max_cer", _cer_fails),
     Rule("audio_language_mismatch", "min_audio_language_confidence", _language_fails("audio", min_letters=False)),
     Rule("low_mos", "min_mos", _below("mos")),
 )
