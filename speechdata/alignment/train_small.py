@@ -206,6 +206,7 @@ def train(args) -> None:
     torch.set_num_threads(args.threads)
     torch.manual_seed(SEED)
     rng = np.random.default_rng(SEED)
+
     def say(message: str) -> None:
         print(message, flush=True)
         if args.log:
@@ -274,8 +275,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", default="speechdata/alignment/small_model")
     parser.add_argument("--work", default=".cache/small-aligner")
     parser.add_argument("--log", default=None)
-    parser.add_argument("--utterances", type=int, default=2500)
-    parser.add_argument("--steps", type=int, default=1200)
+    parser.add_argument("--utterances", type=int, default=1750)
+    parser.add_argument("--steps", type=int, default=1100)
     parser.add_argument("--warmup", type=int, default=120)
     parser.add_argument("--lr", type=float, default=2e-3)
     parser.add_argument("--batch-frames", type=int, default=6_000, help="padded 10 ms feature frames per batch")
