@@ -1,6 +1,6 @@
 """Train the ``small`` profile's CTC aligner on synthesized speech (CPU, deterministic).
 
-    nice -n 10 python -m speechdata.alignment.train_small --out speechdata/alignment/small_model
+    OMP_WAIT_POLICY=PASSIVE nice -n 10 python -m speechdata.alignment.train_small --out speechdata/alignment/small_model
 
 The model is the production aligner's class, transformers' ``ParakeetForCTC``, saved with
 ``save_pretrained`` beside its ``ParakeetFeatureExtractor`` and ``ParakeetTokenizer``, so it loads
@@ -14,7 +14,7 @@ give several per word; at 80 ms a character model cannot keep up with speech (12
 Data: :func:`speechdata.alignment.synthetic_speech.training_utterance` (espeak-ng, English and
 German, many voices, speeds and pitches, noise and reverberation). Log-mel features are computed
 once with the model's own feature extractor and cached under ``--work``. Training: AdamW with
-linear warmup and cosine decay, length-bucketed batches, fixed seeds, two threads; a checkpoint is
+linear warmup and cosine decay, length-bucketed batches, fixed seeds, one thread; a checkpoint is
 saved into ``--out`` every ``--save-every`` steps, so an interrupted run still leaves a model.
 """
 
@@ -113,14 +113,17 @@ def build_features(work: Path, count: int, tokenizer, feature_extractor, chunk: 
                 texts=np.array(texts),
             )
             tmp.rename(path)
-        data = np.load(path)
-        feature_offsets = np.concatenate([[0], np.cumsum(data["lengths"])])
-        target_offsets = np.concatenate([[0], np.cumsum(data["target_lengths"])])
-        for k in range(len(data["lengths"])):
+        # Each NpzFile item access reads the whole array again: read each once, keep views into it.
+        with np.load(path) as data:
+            lengths, features = data["lengths"], data["features"]
+            target_lengths, targets = data["target_lengths"], data["targets"].astype(np.int64)
+        feature_offsets = np.concatenate([[0], np.cumsum(lengths)])
+        target_offsets = np.concatenate([[0], np.cumsum(target_lengths)])
+        for k in range(len(lengths)):
             items.append(
                 {
-                    "features": data["features"][feature_offsets[k] : feature_offsets[k + 1]],
-                    "targets": data["targets"][target_offsets[k] : target_offsets[k + 1]].astype(np.int64),
+                    "features": features[feature_offsets[k] : feature_offsets[k + 1]],
+                    "targets": targets[target_offsets[k] : target_offsets[k + 1]],
                 }
             )
     return items
@@ -143,7 +146,8 @@ def length_batches(items: list[dict], max_frames: int, rng: np.random.Generator)
 def collate(items: list[dict], batch: list[int]):
     import torch
 
-    longest = max(len(items[i]["features"]) for i in batch)
+    # Padded to a multiple of 64 frames: few distinct shapes, so the allocator's memory stays flat.
+    longest = -(-max(len(items[i]["features"]) for i in batch) // 64) * 64
     features = torch.zeros(len(batch), longest, SMALL_ENCODER["num_mel_bins"])
     mask = torch.zeros(len(batch), longest, dtype=torch.long)
     for row, i in enumerate(batch):
@@ -275,13 +279,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", default="speechdata/alignment/small_model")
     parser.add_argument("--work", default=".cache/small-aligner")
     parser.add_argument("--log", default=None)
-    parser.add_argument("--utterances", type=int, default=1750)
-    parser.add_argument("--steps", type=int, default=1100)
-    parser.add_argument("--warmup", type=int, default=120)
-    parser.add_argument("--lr", type=float, default=2e-3)
-    parser.add_argument("--batch-frames", type=int, default=6_000, help="padded 10 ms feature frames per batch")
-    parser.add_argument("--save-every", type=int, default=100)
-    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--utterances", type=int, default=1250)
+    parser.add_argument("--steps", type=int, default=2400)
+    parser.add_argument("--warmup", type=int, default=100)
+    parser.add_argument("--lr", type=float, default=1.5e-3)
+    parser.add_argument("--batch-frames", type=int, default=2_500, help="padded 10 ms feature frames per batch")
+    parser.add_argument("--save-every", type=int, default=50)
+    # One thread: on a shared, loaded machine a second one mostly waits for the first.
+    parser.add_argument("--threads", type=int, default=1)
     train(parser.parse_args(argv))
 
 
