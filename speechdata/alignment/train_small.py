@@ -227,8 +227,10 @@ def train(args) -> None:
     config = ParakeetCTCConfig(
         vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id, encoder_config=dict(SMALL_ENCODER)
     )
-    model = ParakeetForCTC(config)
+    # --init-from continues from a saved model (the committed one was trained in two such runs).
+    model = ParakeetForCTC.from_pretrained(args.init_from) if args.init_from else ParakeetForCTC(config)
     say(f"parameters: {sum(p.numel() for p in model.parameters()) / 1e6:.2f} M")
+    init_steps = json.loads((Path(args.init_from) / "training.json").read_text())["steps"] if args.init_from else 0
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.01, betas=(0.9, 0.98))
 
     def learning_rate(step: int) -> float:
@@ -263,6 +265,7 @@ def train(args) -> None:
                 info = {
                     "seed": SEED,
                     "steps": step,
+                    "init_from_steps": init_steps,
                     "utterances": len(items),
                     "audio_hours": round(audio_h, 3),
                     "smoothed_loss": round(smoothed, 4),
@@ -285,6 +288,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--lr", type=float, default=1.5e-3)
     parser.add_argument("--batch-frames", type=int, default=2_500, help="padded 10 ms feature frames per batch")
     parser.add_argument("--save-every", type=int, default=50)
+    parser.add_argument("--init-from", default=None, help="a saved model directory to continue training from")
     # One thread: on a shared, loaded machine a second one mostly waits for the first.
     parser.add_argument("--threads", type=int, default=1)
     train(parser.parse_args(argv))

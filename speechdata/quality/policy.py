@@ -64,10 +64,12 @@ class QualityPolicy:
         """The filters that need a trained model off (the ``tiny`` profile's models are random)."""
         return dataclasses.replace(self, max_cer=None, min_audio_language_confidence=None, min_mos=None)
 
-    def with_trained_aligner_only(self, languages: tuple[str, ...]) -> QualityPolicy:
-        """``transcript_mismatch`` for ``languages`` (the ``small`` profile's trained aligner); the
-        other model filters off (its audio-LID and MOS models are the tiny, random ones)."""
-        return dataclasses.replace(self, cer_languages=languages, min_audio_language_confidence=None, min_mos=None)
+    def with_trained_aligner_only(self, languages: tuple[str, ...], max_cer: float) -> QualityPolicy:
+        """``transcript_mismatch`` for ``languages`` at ``max_cer`` (the ``small`` profile's trained
+        aligner); the other model filters off (its audio-LID and MOS models are the tiny, random ones)."""
+        return dataclasses.replace(
+            self, max_cer=max_cer, cer_languages=languages, min_audio_language_confidence=None, min_mos=None
+        )
 
 
 PRESETS: dict[str, QualityPolicy] = {
@@ -77,6 +79,11 @@ PRESETS: dict[str, QualityPolicy] = {
     "translation": QualityPolicy(),
 }
 """The named preset of each product line that applies a quality policy."""
+
+SMALL_PROFILE_MAX_CER = 0.5
+"""``transcript_mismatch`` in ``small``, for every product: the small aligner's greedy CER on held-out
+speech with the right transcript is 0.2-0.47, with another utterance's transcript 0.7 or more, on
+the first half of the audio 0.53 or more (tests/unit/test_transcript_mismatch_small.py)."""
 
 MODEL_FILTER_REASONS = ("transcript_mismatch", "audio_language_mismatch", "low_mos")
 """Filters whose signal comes from a trained model: computed in every profile, off by default in
@@ -92,7 +99,8 @@ def default_policies(profile: str) -> dict[str, QualityPolicy]:
         return {product: policy.without_model_filters() for product, policy in PRESETS.items()}
     if profile == "small":
         return {
-            product: policy.with_trained_aligner_only(SMALL_ALIGNER_LANGUAGES) for product, policy in PRESETS.items()
+            product: policy.with_trained_aligner_only(SMALL_ALIGNER_LANGUAGES, SMALL_PROFILE_MAX_CER)
+            for product, policy in PRESETS.items()
         }
     return dict(PRESETS)
 
