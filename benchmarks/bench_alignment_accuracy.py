@@ -234,7 +234,11 @@ def main(argv: list[str] | None = None) -> None:
     model_info = json.loads((REPO_ROOT / "speechdata" / "alignment" / "small_model" / "training.json").read_text())
     emit(
         "alignment_accuracy",
-        {"utterances": len(entries), "quick": args.quick, "model_steps": model_info.get("steps")},
+        {
+            "utterances": len(entries),
+            "quick": args.quick,
+            "model_steps": model_info.get("init_from_steps", 0) + model_info.get("steps", 0),
+        },
         figures,
     )
 
