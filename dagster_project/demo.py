@@ -1,7 +1,8 @@
 """`make demo`: land two sample shards, materialize every asset for them, print where things are.
 
 Runs go into the project-local Dagster instance (``DAGSTER_HOME``), so ``make dev`` afterwards shows
-them in the UI. The `tiny` model profile is used: its embeddings are not meaningful.
+them in the UI. The `small` model profile is used: a CTC aligner trained on synthesized English and
+German speech, every other model tiny and random (its embeddings are not meaningful).
 
 The terminal gets progress and the per-shard summary only: everything written to stderr (Dagster's
 event log at DEBUG, library warnings, tracebacks) goes to ``<DAGSTER_HOME>/demo.log``, named at
@@ -57,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--data-root", default=data_root_url(), help="fsspec URL of the data root")
     parser.add_argument("--log", help="where Dagster's event log goes (default: <DAGSTER_HOME>/demo.log)")
     args = parser.parse_args(argv)
-    os.environ.setdefault("SPEECHDATA_PROFILE", "tiny")
+    os.environ.setdefault("SPEECHDATA_PROFILE", "small")
     log_path = Path(args.log or Path(os.environ.get("DAGSTER_HOME") or tempfile.gettempdir()) / "demo.log")
     log_path.unlink(missing_ok=True)
     print(f"Dagster's event log (DEBUG and up) and warnings go to {log_path}", flush=True)
