@@ -98,7 +98,9 @@ def load_heldout(directory: Path = FIXTURES) -> list[dict]:
     return entries
 
 
-def platform_word_spans(entries: list[dict], model_cache_dir: str) -> list[list[tuple[float, float]]]:
+def platform_word_spans(
+    entries: list[dict], model_cache_dir: str, calibrated: bool = True
+) -> list[list[tuple[float, float]]]:
     """Word spans (s) from the small model through the resource and the alignment stage's functions."""
     from resources.aligner import CtcAlignerResource
     from speechdata.alignment.forced import align_transcript
@@ -111,7 +113,12 @@ def platform_word_spans(entries: list[dict], model_cache_dir: str) -> list[list[
         [log_probs] = compute_log_probs(aligner.forward, [entry["audio"]])
         duration_ms = int(round(len(entry["audio"]) / entry["rate"] * 1000))
         alignment = align_transcript(
-            log_probs, entry["text"], aligner.vocabulary, int(round(aligner.frame_s * 1000)), duration_ms
+            log_probs,
+            entry["text"],
+            aligner.vocabulary,
+            int(round(aligner.frame_s * 1000)),
+            duration_ms,
+            emission_offsets_ms=aligner.emission_offsets_ms if calibrated else (0, 0),
         )
         spans.append([(w.start_ms / 1000, w.end_ms / 1000) for w in alignment.words])
     return spans

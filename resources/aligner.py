@@ -86,6 +86,7 @@ class CtcAlignerResource(dg.ConfigurableResource):
                     forward=ctc_model_forward(acoustic, self._resolved_device),
                     vocabulary=vocabulary_of(acoustic),
                     frame_s=acoustic.frame_s,
+                    emission_offsets_ms=acoustic.emission_offsets_ms,
                 )
             return _LOADED[key]
 

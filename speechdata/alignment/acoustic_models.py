@@ -59,6 +59,33 @@ BLANK_TOKEN = "<pad>"
 the SentencePiece pieces, and the config's ``pad_token_id``."""
 
 
+EMISSION_CALIBRATION_FILE = "emission_calibration.json"
+"""Optional file in a model directory: ``{"start_offset_ms": int, "end_offset_ms": int, ...}``.
+
+Why: a CTC model places its label spikes where its training made them cheapest, not where the sound
+starts. A small model trained briefly with full self-attention fires early, and by a steady amount
+(the small model: starts 80-160 ms early, ends 130-280 ms, p5-p95), so a constant measured on
+calibration speech whose word times are known (never the held-out set) corrects most of it. A
+model without the file (parakeet) is used as it is."""
+
+
+def read_emission_offsets(directory: str | os.PathLike) -> tuple[int, int]:
+    """The (start, end) offsets in ms of the model directory's calibration file, (0, 0) without one."""
+    import json
+
+    path = Path(directory) / EMISSION_CALIBRATION_FILE
+    if not path.is_file():
+        return (0, 0)
+    data = json.loads(path.read_text())
+    try:
+        offsets = (int(data["start_offset_ms"]), int(data["end_offset_ms"]))
+    except (KeyError, TypeError, ValueError) as exc:
+        raise AcousticModelMismatch(f"{path}: start_offset_ms and end_offset_ms must be integers ({exc})") from None
+    if any(abs(o) > 1000 for o in offsets):
+        raise AcousticModelMismatch(f"{path}: offsets {offsets} ms are outside +-1000 ms")
+    return offsets
+
+
 class AcousticModelMismatch(ValueError):
     """A model directory whose parts disagree (front end, vocabulary, blank): it cannot align."""
 
@@ -74,6 +101,9 @@ class CtcAcousticModel:
     """``transformers.ParakeetFeatureExtractor``: the log-mel front end the model was trained on."""
     tokenizer: Any
     """``transformers.ParakeetTokenizer`` over the model's SentencePiece pieces."""
+    emission_offsets_ms: tuple[int, int] = (0, 0)
+    """(start, end) ms added to every token's Viterbi span: the model's emission delay, measured on
+    calibration speech (:data:`EMISSION_CALIBRATION_FILE` in its directory); (0, 0) without one."""
 
     @property
     def blank_id(self) -> int:
@@ -217,6 +247,7 @@ def load_ctc_model(
         model=ParakeetForCTC.from_pretrained(source, dtype=torch.float32, **options).to(device).eval(),
         feature_extractor=ParakeetFeatureExtractor.from_pretrained(source, **options),
         tokenizer=ParakeetTokenizer.from_pretrained(source, **options),
+        emission_offsets_ms=read_emission_offsets(source) if os.path.isdir(source) else (0, 0),
     )
     check_model_parts_agree(acoustic, MODEL_SAMPLE_RATE)
     return acoustic

@@ -52,6 +52,22 @@ class UtteranceAlignment:
     n_frames: int
 
 
+def shifted_token_spans_ms(
+    spans: list[tuple[int, int]], frame_ms: int, duration_ms: int, offsets_ms: tuple[int, int] = (0, 0)
+) -> list[tuple[int, int]]:
+    """Each token's (start, end) in ms from its Viterbi frames ``[first, last)``, moved by the model's
+    emission ``offsets_ms`` (start, end) and kept inside the audio, in order and without overlap: a
+    token never ends after the next one starts, nor before it starts itself."""
+    start_offset, end_offset = offsets_ms
+    starts = [min(max(first * frame_ms + start_offset, 0), duration_ms) for first, _ in spans]
+    ends = [min(max(last * frame_ms + end_offset, 0), duration_ms) for _, last in spans]
+    for k in range(len(spans)):
+        if k + 1 < len(spans):
+            ends[k] = min(ends[k], starts[k + 1])
+        ends[k] = max(ends[k], starts[k])
+    return list(zip(starts, ends, strict=True))
+
+
 class AlignmentRejected(ValueError):
     def __init__(self, reason: str, detail: str):
         self.reason = reason
@@ -66,12 +82,14 @@ def align_transcript(
     duration_ms: int,
     max_frame_tokens: int = MAX_ALIGNMENT_FRAME_TOKENS,
     language: str | None = None,
+    emission_offsets_ms: tuple[int, int] = (0, 0),
 ) -> UtteranceAlignment:
     """Force-align ``text`` to ``log_probs [T, V]``; raise :class:`AlignmentRejected` with a reason code.
 
     ``too_long_to_align`` when ``T x L`` exceeds ``max_frame_tokens``. ``language`` picks how
     numbers and symbols are spoken (:func:`~speechdata.alignment.transcript_units.ctc_targets`); each
-    written word spans from its spoken form's first token to its last."""
+    written word spans from its spoken form's first token to its last. ``emission_offsets_ms`` (the
+    model's calibrated emission delay, :func:`shifted_token_spans_ms`) moves every token's start and end."""
     targets = ctc_targets(text or "", vocabulary, language)
     if not targets.words:
         raise AlignmentRejected("empty_transcript", "the transcript has no words")
@@ -90,17 +108,15 @@ def align_transcript(
     spans = path.token_frame_spans()
     frame_scores = path.frame_log_probs
 
-    def clamp(ms: int) -> int:
-        return min(ms, duration_ms)
-
+    times = shifted_token_spans_ms(spans, frame_ms, duration_ms, emission_offsets_ms)
     tokens = [
         TimedUnit(
             targets.token_texts[k],
-            clamp(first * frame_ms),
-            clamp(last * frame_ms),
+            start_ms,
+            end_ms,
             float(frame_scores[first:last].mean()) if last > first else None,
         )
-        for k, (first, last) in enumerate(spans)
+        for k, ((first, last), (start_ms, end_ms)) in enumerate(zip(spans, times, strict=True))
     ]
     words: list[TimedUnit] = []
     previous_end = 0

@@ -75,6 +75,8 @@ class CtcAligner:
     forward: ForwardFn
     vocabulary: CharVocabulary | SubwordVocabulary
     frame_s: float
+    emission_offsets_ms: tuple[int, int] = (0, 0)
+    """The model's calibrated emission delay (start, end), added to every token's span."""
 
 
 @dataclass
@@ -290,7 +292,14 @@ def run_alignments(
             text, label = text_and_label
             try:
                 result = align_transcript(
-                    lp, text, aligner.vocabulary, frame_ms, item.duration_ms, max_frame_tokens, language=language
+                    lp,
+                    text,
+                    aligner.vocabulary,
+                    frame_ms,
+                    item.duration_ms,
+                    max_frame_tokens,
+                    language=language,
+                    emission_offsets_ms=aligner.emission_offsets_ms,
                 )
             except AlignmentRejected as exc:
                 writer.reject(item.utt_id, exc.reason, f"{aligner.name}: {exc}")
