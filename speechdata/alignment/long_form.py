@@ -8,7 +8,7 @@ transcript (~100 000 character tokens) would need ~18 GB. This module runs the *
 ``K``-th frame (a checkpoint, ``4 U`` bytes each). The backtrace then walks the blocks from the last
 to the first: each block's back-pointers (``K x U`` bytes) are recomputed from its checkpoint, the
 path is traced through the block, and the block's memory is reused for the one before. Memory is
-``(T / K) x 4U + K x U`` bytes (with ``K ~ 2 sqrt(T)``: ~``4 sqrt(T) U``, 60 MB for 2 h and
+``(T / K) x 4U + K x U`` bytes (with ``K ~ 2 sqrt(T)``: ~``4 sqrt(T) U``, 75 MB for 2 h and
 U = 50 000 where the whole matrix takes 4.5 GB); time is about twice the whole-matrix kernel's (every
 cell is computed once forward and once more in its block). Because the recomputation repeats the
 same float32 operations, the path is identical, state for state, to the whole-matrix Viterbi's
