@@ -21,6 +21,7 @@ keep their timing; the stretches are returned (:attr:`UtteranceAlignment.untrans
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -45,7 +46,8 @@ WILDCARD_PLACEMENTS = ("words", "sentences", "edges")
 ends a sentence (``sentences``: ``.``, ``!``, ``?``, ``…`` and their CJK forms), or only before the first
 and after the last word (``edges``); the start and the end of the utterance are always allowed."""
 
-_SENTENCE_ENDS = tuple(".!?…。！？")
+_SENTENCE_END = re.compile(r"[.!?…。！？][\"')\]»”’]*$")
+"""A word ending a sentence: its last mark, then perhaps closing quotes or brackets."""
 
 
 @dataclass(frozen=True)
@@ -211,7 +213,7 @@ def wildcard_positions(targets: CtcTargets, placement: str) -> list[int]:
     positions = {0, num_targets}
     spoken = [(i, first, last) for i, (first, last) in enumerate(targets.word_target_ranges) if last > first]
     for (i, _, last), (j, first, _) in zip(spoken, spoken[1:], strict=False):
-        ends_sentence = any(targets.words[w].rstrip("\"')»”’)]").endswith(_SENTENCE_ENDS) for w in range(i, j))
+        ends_sentence = any(_SENTENCE_END.search(targets.words[w]) for w in range(i, j))
         if placement == "words" or (placement == "sentences" and ends_sentence):
             positions.update(range(last, first + 1))
     if spoken:

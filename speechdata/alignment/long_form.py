@@ -161,7 +161,6 @@ def wildcard_stretches(wildcard_frames: np.ndarray, min_frames: int = 1) -> list
 def _checkpointed_numpy(lp, y, skip, gap, star, interval):
     """The recurrence vectorised over states, one numpy step per frame (the fallback without numba)."""
     num_frames, vocab = lp.shape
-    num_states = y.shape[0]
     empty = (np.zeros(0, np.int32), np.zeros(0, np.float32), np.zeros(0, np.uint8))
     tokens = y[1::2]
     if np.any((tokens < 0) | (tokens >= vocab) | (tokens == y[0])):
@@ -169,64 +168,66 @@ def _checkpointed_numpy(lp, y, skip, gap, star, interval):
     repeats = int(np.count_nonzero(tokens[1:] == tokens[:-1]))
     if num_frames == 0 or num_frames < tokens.size + repeats:
         return (*empty, 2)
-    pad = PADDING_VALUE
-    no_skip = ~skip
-
-    def emissions(t):
-        e = lp[t, y]
-        if np.isnan(e).any():
-            return None
-        return np.where(gap & (star[t] > e), star[t], e)
-
-    def step(v, e):
-        prev1 = np.full(num_states, pad, np.float32)
-        prev2 = np.full(num_states, pad, np.float32)
-        prev1[1:] = v[:-1]
-        prev2[2:] = v[:-2]
-        prev2[no_skip] = pad
-        c0, c1, c2 = v + e, prev1 + e, prev2 + e
-        take1 = c1 > c0
-        best = np.where(take1, c1, c0)
-        take2 = c2 > best
-        return np.where(take2, c2, best).astype(np.float32), np.where(take2, 2, take1).astype(np.int8)
-
-    checkpoints = []
+    if np.isnan(lp[:, np.unique(y)]).any():  # the distinct columns: [T, U] would not be bounded
+        return (*empty, 3)
+    recurrence = _NumpyRecurrence(lp, y, skip, gap, star)
     with np.errstate(over="ignore", invalid="ignore"):
-        e = emissions(0)
-        if e is None:
-            return (*empty, 3)
-        v = np.full(num_states, pad, np.float32)
-        v[:2] = e[:2]
-        for t in range(1, num_frames):
-            if t % interval == 0:
-                checkpoints.append(v.copy())
-            e = emissions(t)
-            if e is None:
-                return (*empty, 3)
-            v, _ = step(v, e)
-        u = 0 if num_states == 1 else num_states - 2 if v[num_states - 2] >= v[num_states - 1] else num_states - 1
-        states = np.empty(num_frames, np.int32)
-        states[-1] = u
-        for block in range((num_frames - 1) // interval, -1, -1):
-            first, stop = block * interval, min((block + 1) * interval, num_frames)
-            if block == 0:
-                v = np.full(num_states, pad, np.float32)
-                v[:2] = emissions(0)[:2]
-                start = 1
-            else:
-                v, start = checkpoints[block - 1], first
-            pointers = np.zeros((stop - first, num_states), np.int8)
-            for t in range(start, stop):
-                v, pointers[t - first] = step(v, emissions(t))
-            for t in range(stop - 1, max(first, 1) - 1, -1):
-                u -= int(pointers[t - first, u])
-                states[t - 1] = u
+        states = recurrence.path(interval)
     raw = lp[np.arange(num_frames), y[states]]
     wild = gap[states] & (star > raw)
     frame_log_probs = np.where(wild, star, raw).astype(np.float32)
     if states[0] > 1 or np.isneginf(frame_log_probs).any():
         return (*empty, 4)
     return states, frame_log_probs, wild.astype(np.uint8), OK
+
+
+class _NumpyRecurrence:
+    def __init__(self, lp, y, skip, gap, star):
+        self.lp, self.y, self.gap, self.star, self.no_skip = lp, y, gap, star, ~skip
+
+    def emissions(self, t: int) -> np.ndarray:
+        e = self.lp[t, self.y]
+        return np.where(self.gap & (self.star[t] > e), self.star[t], e)
+
+    def first(self) -> np.ndarray:
+        v = np.full(self.y.shape[0], PADDING_VALUE, np.float32)
+        v[:2] = self.emissions(0)[:2]
+        return v
+
+    def step(self, v: np.ndarray, t: int) -> tuple[np.ndarray, np.ndarray]:
+        e = self.emissions(t)
+        prev1 = np.full_like(v, PADDING_VALUE)
+        prev2 = np.full_like(v, PADDING_VALUE)
+        prev1[1:] = v[:-1]
+        prev2[2:] = v[:-2]
+        prev2[self.no_skip] = PADDING_VALUE
+        c0, c1, c2 = v + e, prev1 + e, prev2 + e
+        take1 = c1 > c0
+        best = np.where(take1, c1, c0)
+        take2 = c2 > best
+        return np.where(take2, c2, best).astype(np.float32), np.where(take2, 2, take1).astype(np.int8)
+
+    def path(self, interval: int) -> np.ndarray:
+        num_frames, num_states = self.lp.shape[0], self.y.shape[0]
+        checkpoints = []
+        v = self.first()
+        for t in range(1, num_frames):
+            if t % interval == 0:
+                checkpoints.append(v)
+            v, _ = self.step(v, t)
+        u = 0 if num_states == 1 else num_states - 2 if v[num_states - 2] >= v[num_states - 1] else num_states - 1
+        states = np.empty(num_frames, np.int32)
+        states[-1] = u
+        for block in range((num_frames - 1) // interval, -1, -1):
+            first, stop = block * interval, min((block + 1) * interval, num_frames)
+            v, start = (self.first(), 1) if block == 0 else (checkpoints[block - 1], first)
+            pointers = np.zeros((stop - first, num_states), np.int8)
+            for t in range(start, stop):
+                v, pointers[t - first] = self.step(v, t)
+            for t in range(stop - 1, max(first, 1) - 1, -1):
+                u -= int(pointers[t - first, u])
+                states[t - 1] = u
+        return states
 
 
 # C901 waived: numba compiles this loop nest whole; it is the whole-matrix kernel's recurrence

@@ -21,7 +21,26 @@ from speechdata.alignment.viterbi import AlignmentImpossible, ctc_viterbi
 
 VOCABULARY = CharVocabulary(list(" abcdefghijklmnopqrstuvwxyz'"))
 FRAME_MS = 80
-WORDS = ["the", "quick", "brown", "fox", "jumps", "over", "a", "lazy", "dog", "and", "then", "runs", "far", "away", "into", "the", "green", "woods"]
+WORDS = [
+    "the",
+    "quick",
+    "brown",
+    "fox",
+    "jumps",
+    "over",
+    "a",
+    "lazy",
+    "dog",
+    "and",
+    "then",
+    "runs",
+    "far",
+    "away",
+    "into",
+    "the",
+    "green",
+    "woods",
+]
 
 
 def log_softmax(logits: np.ndarray) -> np.ndarray:
