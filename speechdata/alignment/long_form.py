@@ -71,7 +71,11 @@ _EMISSION_BLOCK = 64
 
 @dataclass(frozen=True)
 class LongFormPath(ViterbiPath):
-    """A :class:`ViterbiPath` plus, per frame, whether the wildcard explained it."""
+    """A :class:`ViterbiPath` plus, per frame, whether the wildcard explained it.
+
+    ``frame_log_probs`` stay the log-probs of the path's own labels (the blank on a wildcard frame),
+    so ``score`` still says how well the *transcript* explains the audio: a stretch the wildcard
+    absorbs lowers it as before, and is reported apart (``wildcard_frames``) rather than hidden."""
 
     wildcard_frames: np.ndarray
     """np.bool_ [T]: the frame sits in a word-boundary state and its emission is the wildcard's."""
@@ -175,10 +179,9 @@ def _checkpointed_numpy(lp, y, skip, gap, star, interval):
         states = recurrence.path(interval)
     raw = lp[np.arange(num_frames), y[states]]
     wild = gap[states] & (star > raw)
-    frame_log_probs = np.where(wild, star, raw).astype(np.float32)
-    if states[0] > 1 or np.isneginf(frame_log_probs).any():
+    if states[0] > 1 or np.isneginf(np.where(wild, star, raw)).any():
         return (*empty, 4)
-    return states, frame_log_probs, wild.astype(np.uint8), OK
+    return states, raw.astype(np.float32), wild.astype(np.uint8), OK
 
 
 class _NumpyRecurrence:
@@ -344,10 +347,10 @@ def _checkpointed_numba_source(lp, y, skip, gap, star, interval):  # noqa: C901 
     for t in range(num_frames):
         u = states[t]
         e = lp[t, y[u]]
+        frame_log_probs[t] = e
         if gap[u] and star[t] > e:
             e = star[t]
             wild[t] = 1
-        frame_log_probs[t] = e
         finite &= e != -np.inf
     if states[0] > 1 or not finite:
         return no_states, no_scores, no_wild, 4  # NO_FINITE_PATH

@@ -22,6 +22,7 @@ import pyarrow as pa
 from speechdata.alignment.forced import (
     MAX_ALIGNMENT_FRAME_TOKENS,
     AlignmentRejected,
+    WildcardSettings,
     align_transcript,
     alignment_size_problem,
     expected_frames,
@@ -98,11 +99,20 @@ class _ShardAlignmentWriter:
         score: float | None,
         n_frames: int,
         duration_s: float,
+        untranscribed: list[tuple[int, int]] = (),
     ) -> None:
         self.rows += alignment_rows(utt_id, "word", words)
         self.rows += alignment_rows(utt_id, "token", tokens)
         self.scores.append(
-            {"utt_id": utt_id, "aligner": aligner, "score": score, "n_words": len(words), "n_frames": n_frames}
+            {
+                "utt_id": utt_id,
+                "aligner": aligner,
+                "score": score,
+                "n_words": len(words),
+                "n_frames": n_frames,
+                "untranscribed_ms": sum(end - start for start, end in untranscribed),
+                "untranscribed": [{"start_ms": start, "end_ms": end} for start, end in untranscribed],
+            }
         )
         self.audio_seconds += duration_s
         if self.write_ctm_files:
@@ -226,13 +236,16 @@ def run_alignments(
     on_progress: Callable[[int, int], None] | None = None,
     max_frame_tokens: int = MAX_ALIGNMENT_FRAME_TOKENS,
     inputs: AlignmentShardInputs | None = None,
+    wildcard: WildcardSettings | None = None,
 ) -> StageSummary:
     """Force-align every normalized utterance of the shard with the aligner of its language.
 
     ``aligner_for(language)`` returns the language's aligner, or None when no model is configured
     (the utterance becomes a ``no_aligner_for_language`` reject). An utterance whose frames x target
     tokens exceed ``max_frame_tokens`` becomes a ``too_long_to_align`` reject before its log-probs
-    are computed (speechdata.alignment.forced).
+    are computed (speechdata.alignment.forced); a long one within it is aligned in bounded memory.
+    ``wildcard``: where a wildcard may explain stretches the transcript does not cover (reported per
+    utterance in the scores' ``untranscribed`` column); None aligns every frame to the transcript.
 
     ``inputs``: the shard's transcripts and resampled audio already read (a GPU worker's read-ahead,
     :func:`speechdata.alignment.shard_inputs.read_alignment_inputs`); when None the audio streams
@@ -260,7 +273,7 @@ def run_alignments(
             writer.hypothesis(item.utt_id, item.text, lp, aligner)
             try:
                 result = align_transcript(
-                    lp, item.text, aligner.vocabulary, frame_ms, item.duration_ms, max_frame_tokens
+                    lp, item.text, aligner.vocabulary, frame_ms, item.duration_ms, max_frame_tokens, wildcard=wildcard
                 )
             except AlignmentRejected as exc:
                 writer.reject(item.utt_id, exc.reason, f"{aligner.name}: {exc}")
@@ -273,6 +286,7 @@ def run_alignments(
                 result.score,
                 result.n_frames,
                 item.duration_ms / 1000.0,
+                result.untranscribed,
             )
         done += len(pending)
         if on_progress:

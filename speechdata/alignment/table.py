@@ -30,6 +30,10 @@ ALIGNMENTS_SCHEMA = pa.schema(
     ]
 )
 
+UNTRANSCRIBED_STRETCH = pa.struct(
+    [pa.field("start_ms", pa.int32(), nullable=False), pa.field("end_ms", pa.int32(), nullable=False)]
+)
+
 UTTERANCE_SCORES_SCHEMA = pa.schema(
     [
         pa.field("utt_id", pa.string(), nullable=False),
@@ -37,9 +41,13 @@ UTTERANCE_SCORES_SCHEMA = pa.schema(
         pa.field("score", pa.float32()),
         pa.field("n_words", pa.int32(), nullable=False),
         pa.field("n_frames", pa.int32(), nullable=False),
+        pa.field("untranscribed_ms", pa.int32(), nullable=False),
+        pa.field("untranscribed", pa.list_(UNTRANSCRIBED_STRETCH), nullable=False),
     ]
 )
-"""One row per aligned utterance: ``score`` is the mean frame log-prob on the Viterbi path."""
+"""One row per aligned utterance: ``score`` is the mean frame log-prob on the Viterbi path (of the
+transcript's own labels); ``untranscribed`` the stretches the alignment's wildcard explained instead
+of the transcript (``start_ms``, ``end_ms``; empty without one), ``untranscribed_ms`` their total."""
 
 
 def seconds_to_ms(seconds: float) -> int:

@@ -1,10 +1,10 @@
 """An utterance too long to align within the configured memory bound is a reject, not a dead run."""
 
 import numpy as np
-import pytest
 
-from speechdata.alignment.forced import MAX_ALIGNMENT_FRAME_TOKENS, AlignmentRejected, align_transcript
+from speechdata.alignment.forced import MAX_ALIGNMENT_FRAME_TOKENS, alignment_size_problem
 from speechdata.alignment.log_probs import CTC_FRAME_S, MODEL_SAMPLE_RATE
+from speechdata.alignment.long_form import checkpointed_memory_bytes
 from speechdata.alignment.stage import CtcAligner, run_alignments
 from speechdata.alignment.transcript_units import CharVocabulary
 from speechdata.io import layout
@@ -60,12 +60,12 @@ def test_a_long_utterance_is_rejected_before_its_log_probs_and_the_ledger_balanc
     assert summary.rows_in == 2 == summary.rows_out + len(summary.rejects)
 
 
-def test_a_two_hour_utterance_with_a_17000_word_transcript_is_rejected_at_the_default_limit():
+def test_a_two_hour_utterance_with_a_17000_word_transcript_is_within_the_default_limit_and_bounded_memory():
     two_hours_frames = int(2 * 3600 / CTC_FRAME_S)
-    text = " ".join(["ab"] * 17_000)  # 50 999 tokens, no repeats: alignable in principle, ~9 GB of back-pointers
-    log_probs = np.zeros((two_hours_frames, VOCABULARY.blank_id + 1), np.float32)
-    with pytest.raises(AlignmentRejected) as rejected:
-        align_transcript(log_probs, text, VOCABULARY, 80, 2 * 3600 * 1000)
-    assert rejected.value.reason == "too_long_to_align"
-    assert f"90000 frames x 50999 tokens = {90000 * 50999} frame-tokens" in str(rejected.value)
-    assert f"limit of {MAX_ALIGNMENT_FRAME_TOKENS}" in str(rejected.value)
+    tokens = 50_999  # " ".join(["ab"] * 17_000): ~9 GB of back-pointers for the whole-matrix Viterbi
+    assert alignment_size_problem(two_hours_frames, tokens, MAX_ALIGNMENT_FRAME_TOKENS) is None
+    assert checkpointed_memory_bytes(two_hours_frames, tokens) < 160 * 2**20
+    # pathological input still stops at the limit, before any memory is spent
+    problem = alignment_size_problem(two_hours_frames, 400_000, MAX_ALIGNMENT_FRAME_TOKENS)
+    assert f"90000 frames x 400000 tokens = {90000 * 400_000} frame-tokens" in problem
+    assert f"limit of {MAX_ALIGNMENT_FRAME_TOKENS}" in problem
