@@ -43,6 +43,7 @@ from speechdata.alignment.greedy import (
 )
 from speechdata.alignment.log_probs import CTC_FRAME_S, MODEL_SAMPLE_RATE, ForwardFn, LogProbSettings, compute_log_probs
 from speechdata.alignment.shard_inputs import AlignmentShardInputs, UtteranceAudio, read_utterance_rows
+from speechdata.alignment.streamed_audio import StreamedAudio, model_audio
 from speechdata.alignment.table import (
     UTTERANCE_SCORES_SCHEMA,
     TimedUnit,
@@ -50,8 +51,8 @@ from speechdata.alignment.table import (
     alignments_table,
 )
 from speechdata.alignment.transcript_units import CharVocabulary, SubwordVocabulary, ctc_targets
-from speechdata.audio.codec import resample
-from speechdata.audio.container import iter_container_audio
+from speechdata.audio.budget import MAX_LONG_FORM_SECONDS, OVER_BUDGET_REASON
+from speechdata.audio.container import iter_container_payloads
 from speechdata.io import layout
 from speechdata.io.storage import TEMP_PREFIX, DataRoot, before_change
 from speechdata.rejects import Reject, rejects_table
@@ -74,7 +75,7 @@ class CtcAligner:
 class _Pending:
     utt_id: str
     text: str
-    audio_16k: np.ndarray
+    audio_16k: np.ndarray | StreamedAudio
     duration_ms: int
 
 
@@ -205,9 +206,9 @@ def _shard_inputs(
 
 
 def _streamed_audio(data_root: DataRoot, shard_id: str) -> AudioItems:
-    """From the container, row group by row group."""
-    for utt_id, samples, rate in iter_container_audio(data_root, layout.normalized_audio(shard_id)):
-        yield utt_id, samples.shape[0], rate, functools.partial(resample, samples, rate, MODEL_SAMPLE_RATE)
+    """From the container, row group by row group; decoded only when aligned, a long one in windows."""
+    for utt_id, n_samples, rate, codec, data in iter_container_payloads(data_root, layout.normalized_audio(shard_id)):
+        yield utt_id, n_samples, rate, functools.partial(model_audio, data, codec, rate, n_samples, MODEL_SAMPLE_RATE)
 
 
 def _pre_read_audio(inputs: AlignmentShardInputs) -> AudioItems:
@@ -321,6 +322,11 @@ def _alignment_problem(
     """Why the utterance cannot be aligned, as ``(reason, detail)``; None when it can."""
     if aligner is None:
         return "no_aligner_for_language", f"no CTC model is configured for language {row['language']!r}"
+    if duration_s > MAX_LONG_FORM_SECONDS:
+        return (
+            OVER_BUDGET_REASON,
+            f"{duration_s:.1f} s of audio, over the alignment stage's long-form budget of {MAX_LONG_FORM_SECONDS:.0f} s",
+        )
     targets = ctc_targets(row["text"] or "", aligner.vocabulary)
     if not targets.words:
         return "empty_transcript", "the transcript has no words"

@@ -72,7 +72,10 @@ class EncodedUtterance:
 class AudioContainerWriter:
     """Buffer encoded utterances and write them to a ``pq.ParquetWriter`` in bounded row groups."""
 
-    def __init__(self, writer: pq.ParquetWriter, row_group_bytes: int = ROW_GROUP_BYTES):
+    def __init__(
+        self, writer: pq.ParquetWriter, row_group_bytes: int = ROW_GROUP_BYTES, max_utterance_s: float | None = None
+    ):
+        self._max_utterance_s = max_utterance_s
         self._writer = writer
         self._row_group_bytes = row_group_bytes
         self._pending: list[EncodedUtterance] = []
@@ -82,7 +85,12 @@ class AudioContainerWriter:
 
     def add(self, utterance: EncodedUtterance) -> None:
         # Every reader decodes an utterance whole: one over the budget is never stored (ingest rejects it first).
-        check_audio_budget(utterance.n_samples, utterance.sample_rate, what=f"utterance {utterance.utt_id!r}")
+        check_audio_budget(
+            utterance.n_samples,
+            utterance.sample_rate,
+            what=f"utterance {utterance.utt_id!r}",
+            max_seconds=self._max_utterance_s,
+        )
         self._pending.append(utterance)
         self._pending_bytes += utterance.audio_bytes
         self.rows += 1
@@ -147,6 +155,27 @@ def iter_container_audio(
                 if utt_ids is not None and utt_id not in utt_ids:
                     continue
                 yield utt_id, decode_audio(data, codec), rate
+
+
+def iter_container_payloads(
+    data_root: DataRoot, relative: str, utt_ids: set[str] | None = None
+) -> Iterator[tuple[str, int, int, str, bytes]]:
+    """Yield ``(utt_id, n_samples, sample_rate, codec, payload)`` row group by row group, undecoded
+    (a reader that decodes only what it needs, or in pieces: the alignment of long utterances)."""
+    with data_root.open_parquet(relative) as parquet:
+        for group in range(parquet.num_row_groups):
+            table = parquet.read_row_group(group, columns=["utt_id", "sample_rate", "n_samples", "codec", "audio"])
+            for utt_id, rate, n_samples, codec, data in zip(
+                table["utt_id"].to_pylist(),
+                table["sample_rate"].to_pylist(),
+                table["n_samples"].to_pylist(),
+                table["codec"].to_pylist(),
+                table["audio"].to_pylist(),
+                strict=True,
+            ):
+                if utt_ids is not None and utt_id not in utt_ids:
+                    continue
+                yield utt_id, n_samples, rate, codec, data
 
 
 def read_container_index(data_root: DataRoot, relative: str) -> pa.Table:

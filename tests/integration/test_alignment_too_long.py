@@ -69,3 +69,44 @@ def test_a_two_hour_utterance_with_a_17000_word_transcript_is_within_the_default
     problem = alignment_size_problem(two_hours_frames, 400_000, MAX_ALIGNMENT_FRAME_TOKENS)
     assert f"90000 frames x 400000 tokens = {90000 * 400_000} frame-tokens" in problem
     assert f"limit of {MAX_ALIGNMENT_FRAME_TOKENS}" in problem
+
+
+def test_a_long_utterance_streams_in_windows_and_one_past_the_long_form_budget_is_a_reject(data_root, monkeypatch):
+    import speechdata.alignment.stage as stage
+    import speechdata.alignment.streamed_audio as streamed_audio
+
+    rate = 16_000
+    land_shard(
+        data_root,
+        "longform",
+        [
+            {"utt_id": "lecture", "audio_path": "lecture.wav", "text": " ".join(["speech", "data"] * 30)},
+            {"utt_id": "audiobook", "audio_path": "audiobook.wav", "text": "far too long"},
+        ],
+        {"lecture.wav": encode(tone(60.0, rate), rate), "audiobook.wav": encode(tone(90.0, rate), rate)},
+    )
+    run_raw_shards(data_root, "longform")
+    run_normalized_audio(data_root, "longform")
+    monkeypatch.setattr(streamed_audio, "STREAM_FROM_S", 20.0)  # 60 s streams as two hours would
+    monkeypatch.setattr(stage, "MAX_LONG_FORM_SECONDS", 75.0)
+    streamed: list[int] = []
+    real_init = streamed_audio.StreamedAudio.__init__
+
+    def spy(self, *args):
+        real_init(self, *args)
+        streamed.append(self.shape[0])
+
+    monkeypatch.setattr(streamed_audio.StreamedAudio, "__init__", spy)
+    seen: list[int] = []
+    summary = run_alignments(data_root, "longform", lambda language: recording_aligner(seen), write_ctm_files=False)
+
+    assert streamed == [60 * MODEL_SAMPLE_RATE]  # the lecture; the audiobook was never decoded
+    assert max(seen) <= 40 * MODEL_SAMPLE_RATE  # the model saw windows, never the whole
+    assert sum(seen) > 60 * MODEL_SAMPLE_RATE  # windows with context overlap
+    [reject] = data_root.read_parquet(layout.rejects("longform", "alignments")).to_pylist()
+    assert (reject["utt_id"], reject["reason"]) == ("audiobook", "audio_over_memory_budget")
+    assert "long-form budget of 75 s" in reject["detail"]
+    scores = data_root.read_parquet(layout.alignment_scores("longform")).to_pylist()
+    assert [(s["utt_id"], s["n_words"], s["n_frames"]) for s in scores] == [("lecture", 60, 750)]
+    assert scores[0]["untranscribed_ms"] == sum(s["end_ms"] - s["start_ms"] for s in scores[0]["untranscribed"])
+    assert summary.rows_in == 2

@@ -206,3 +206,20 @@ def test_a_two_hour_recording_fits_the_checkpointed_memory_and_the_cap_stays_for
     log_probs = np.zeros((200, VOCABULARY.blank_id + 1), np.float32)
     with pytest.raises(AlignmentRejected, match="too_long_to_align"):
         align(log_probs, ["ab"] * 10, max_frame_tokens=1000)
+
+
+@pytest.mark.parametrize("codec", ["pcm16", "flac16"])
+def test_streamed_audio_windows_are_the_whole_resampled_audio(codec):
+    from speechdata.alignment.streamed_audio import StreamedAudio
+    from speechdata.audio.codec import decode_audio, encode_audio, quantize_pcm16, resample
+
+    rng = np.random.default_rng(0)
+    seconds = np.arange(24_000 * 12) / 24_000
+    samples = (0.3 * np.sin(2 * np.pi * 220 * seconds) + 0.05 * rng.standard_normal(seconds.size)).astype(np.float32)
+    data = quantize_pcm16(samples).tobytes() if codec == "pcm16" else encode_audio(samples, 24_000, codec)
+    decoded = decode_audio(data, codec)
+    whole = resample(decoded, 24_000, 16_000)
+    audio = StreamedAudio(data, codec, 24_000, decoded.shape[0], 16_000)
+    assert audio.shape == whole.shape
+    for start, stop in [(0, 64_000), (12_345, 76_345), (150_000, 200_000), (5, 5)]:
+        np.testing.assert_allclose(audio[start:stop], whole[start:stop], atol=1e-6)
