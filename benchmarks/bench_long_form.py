@@ -124,7 +124,7 @@ def _measure_viterbi(minutes: float, method: str, music: str) -> dict:
     wildcard = WildcardSettings() if music == "wildcard" else None
     whole_limit = 10**18 if method == "whole" else 0
     with RssSampler() as rss:
-        started = time.perf_counter()
+        started, cpu_started = time.perf_counter(), time.process_time()
         result = align_transcript(
             log_probs,
             " ".join(words),
@@ -134,13 +134,14 @@ def _measure_viterbi(minutes: float, method: str, music: str) -> dict:
             wildcard=wildcard,
             whole_matrix_frame_tokens=whole_limit,
         )
-        wall = time.perf_counter() - started
+        wall, cpu = time.perf_counter() - started, time.process_time() - cpu_started
     got = np.array([(w.start_ms // FRAME_MS, w.end_ms // FRAME_MS) for w in result.words], np.int64)
     errors = np.abs(got - np.array(spans, np.int64)).ravel()
     return {
         "frames": int(log_probs.shape[0]),
         "words": len(words),
         "wall_s": round(wall, 3),
+        "cpu_s": round(cpu, 3),
         "rss_before_mb": round(rss._start, 1),
         "peak_rss_mb": round(rss.peak_mb, 1),
         "added_rss_mb": round(rss.added_mb, 1),
@@ -219,15 +220,16 @@ def _measure_stage(root: str, model: str | None) -> dict:
         aligner = CtcAligner(model, ctc_model_forward(acoustic), vocabulary_of(acoustic), acoustic.frame_s)
     data_root = DataRoot(root)
     with RssSampler() as rss:
-        started = time.perf_counter()
+        started, cpu_started = time.perf_counter(), time.process_time()
         summary = run_alignments(data_root, SHARD, lambda language: aligner, wildcard=WildcardSettings())
-        wall = time.perf_counter() - started
+        wall, cpu = time.perf_counter() - started, time.process_time() - cpu_started
     [scores] = data_root.read_parquet(layout.alignment_scores(SHARD)).to_pylist() or [None]
     return {
         "aligned": scores is not None,
         "rejects": [(r.reason, r.detail[:200]) for r in summary.rejects],
         "n_frames": scores["n_frames"] if scores else None,
         "wall_s": round(wall, 3),
+        "cpu_s": round(cpu, 3),
         "rss_before_mb": round(rss._start, 1),
         "peak_rss_mb": round(rss.peak_mb, 1),
         "added_rss_mb": round(rss.added_mb, 1),
@@ -389,6 +391,7 @@ def main() -> None:
                     point["checkpointed"]["added_rss_mb"], whole["added_rss_mb"]
                 )
                 point["ratio_wall_over_whole"] = ratio(point["checkpointed"]["wall_s"], whole["wall_s"])
+                point["ratio_cpu_over_whole"] = ratio(point["checkpointed"]["cpu_s"], whole["cpu_s"])
             else:
                 point["whole"] = f"not run: {_whole_matrix_bytes(m) / 2**30:.1f} GB of back-pointers"
             if not args.no_stage:

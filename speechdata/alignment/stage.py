@@ -42,6 +42,7 @@ from speechdata.alignment.greedy import (
     normalized_reference,
 )
 from speechdata.alignment.log_probs import CTC_FRAME_S, MODEL_SAMPLE_RATE, ForwardFn, LogProbSettings, compute_log_probs
+from speechdata.alignment.segmentation import MAX_SEGMENT_MS, cut_segments
 from speechdata.alignment.shard_inputs import AlignmentShardInputs, UtteranceAudio, read_utterance_rows
 from speechdata.alignment.streamed_audio import StreamedAudio, model_audio
 from speechdata.alignment.table import (
@@ -101,9 +102,11 @@ class _ShardAlignmentWriter:
         n_frames: int,
         duration_s: float,
         untranscribed: list[tuple[int, int]] = (),
+        segments: list[TimedUnit] = (),
     ) -> None:
         self.rows += alignment_rows(utt_id, "word", words)
         self.rows += alignment_rows(utt_id, "token", tokens)
+        self.rows += alignment_rows(utt_id, "segment", list(segments))
         self.scores.append(
             {
                 "utt_id": utt_id,
@@ -288,6 +291,10 @@ def run_alignments(
                 result.n_frames,
                 item.duration_ms / 1000.0,
                 result.untranscribed,
+                # too long for one training sample: where to cut it (speechdata.alignment.segmentation)
+                cut_segments(result.words, item.duration_ms, result.untranscribed)
+                if item.duration_ms > MAX_SEGMENT_MS
+                else (),
             )
         done += len(pending)
         if on_progress:

@@ -223,3 +223,30 @@ def test_streamed_audio_windows_are_the_whole_resampled_audio(codec):
     assert audio.shape == whole.shape
     for start, stop in [(0, 64_000), (12_345, 76_345), (150_000, 200_000), (5, 5)]:
         np.testing.assert_allclose(audio[start:stop], whole[start:stop], atol=1e-6)
+
+
+def test_a_long_alignment_is_cut_into_segments_at_its_longest_pauses_and_its_uncovered_stretches():
+    from speechdata.alignment.segmentation import cut_segments
+    from speechdata.alignment.table import TimedUnit
+
+    rng = np.random.default_rng(2)
+    words, t = [], 0
+    for i in range(400):
+        t += int(rng.choice([100, 150, 900])) if i else 300
+        if i == 200:
+            t += 20_000  # untranscribed music
+        words.append(TimedUnit(f"w{i}", t, t + 400))
+        t += 400
+    stretch = (words[199].end_ms + 100, words[200].start_ms - 100)
+    segments = cut_segments(words, t + 500, [stretch], max_segment_ms=10_000)
+
+    assert " ".join(s.text for s in segments) == " ".join(w.text for w in words)  # every word once, in order
+    assert all(s.end_ms - s.start_ms <= 10_000 + 400 for s in segments)  # pads stay within the pauses
+    assert all(a.end_ms <= b.start_ms for a, b in zip(segments, segments[1:]))
+    assert any(s.text.endswith("w199") for s in segments) and any(s.text.startswith("w200") for s in segments)
+    assert not any(s.start_ms < stretch[1] and stretch[0] < s.end_ms for s in segments)
+    by_first = {s.text.split()[0]: s for s in segments}
+    # cuts go in the longest pauses (900 ms; a third of all pauses) wherever the window has one
+    cuts = [int(s.text.split()[0][1:]) for s in segments[1:]]
+    assert sum(words[c].start_ms - words[c - 1].end_ms == 900 for c in cuts) >= 0.85 * len(cuts)
+    assert by_first["w0"].start_ms == 150  # half the 300 ms leading pause (under the 200 ms pad)
