@@ -66,8 +66,9 @@ MUSIC_S = 20.0
 SHARD = "longform-000000"
 
 
-def synthetic_recording(minutes: float, seed: int = 0, music_s: float = 0.0):
-    """``(log_probs [T, 1025] float32, words, word spans [(first, last)])`` with a known path."""
+def synthetic_recording(minutes: float, seed: int = 0, music_s: float = 0.0, *, with_log_probs: bool = True):
+    """``(log_probs [T, 1025] float32, words, word spans [(first, last)])`` with a known path
+    (``with_log_probs=False``: None in their place, for the transcript alone)."""
     rng = np.random.default_rng(seed)
     seconds = minutes * 60
     n_words = max(1, int(round(seconds * WORDS_PER_S)))
@@ -94,6 +95,8 @@ def synthetic_recording(minutes: float, seed: int = 0, music_s: float = 0.0):
         words.append("".join(LABELS[k] for k in tokens))
         if t >= labels.size - 4:
             raise ValueError(f"{n_words} words do not fit {minutes} minutes")
+    if not with_log_probs:
+        return None, words, spans
     log_probs = np.empty((labels.size, VOCAB + 1), np.float32)
     for start in range(0, labels.size, 8192):  # in chunks: float32 throughout, no [T, V] float64
         chunk = rng.standard_normal((min(8192, labels.size - start), VOCAB + 1), dtype=np.float32)
@@ -183,7 +186,7 @@ def build_shard(root: str, minutes: float) -> dict:
         container = AudioContainerWriter(parquet, max_utterance_s=MAX_LONG_FORM_SECONDS)
         container.add(EncodedUtterance("recording", rate, n, "flac16", payload))
         container.flush()
-    _, words, _ = synthetic_recording(minutes)
+    _, words, _ = synthetic_recording(minutes, with_log_probs=False)
     data_root.write_parquet(
         layout.utterance_index(SHARD),
         pa.table({"utt_id": ["recording"], "text": [" ".join(words)], "language": ["en"]}),
