@@ -41,13 +41,14 @@ UTTERANCE_SCORES_SCHEMA = pa.schema(
         pa.field("score", pa.float32()),
         pa.field("n_words", pa.int32(), nullable=False),
         pa.field("n_frames", pa.int32(), nullable=False),
-        pa.field("untranscribed_ms", pa.int32(), nullable=False),
-        pa.field("untranscribed", pa.list_(UNTRANSCRIBED_STRETCH), nullable=False),
+        pa.field("untranscribed_ms", pa.int32()),
+        pa.field("untranscribed", pa.list_(UNTRANSCRIBED_STRETCH)),
     ]
 )
 """One row per aligned utterance: ``score`` is the mean frame log-prob on the Viterbi path (of the
 transcript's own labels); ``untranscribed`` the stretches the alignment's wildcard explained instead
-of the transcript (``start_ms``, ``end_ms``; empty without one), ``untranscribed_ms`` their total."""
+of the transcript (``start_ms``, ``end_ms``; empty without one), ``untranscribed_ms`` their total
+(both null in a table written before they existed)."""
 
 
 def seconds_to_ms(seconds: float) -> int:
