@@ -45,7 +45,7 @@ class AlignmentsConfig(dg.Config):
 @shard_asset(
     deps=[normalized_audio],
     kinds={"pytorch", "parquet"},
-    code_version="alignments-v1",
+    code_version="alignments-v2",  # v2: long recordings aligned (not rejected), untranscribed stretches, segment rows
     # The CTC model runs on the GPU when there is one: on Kubernetes the step goes to a GPU node,
     # and it shares the `gpu` pool with the feature steps.
     gpu=True,
