@@ -290,9 +290,9 @@ def run_alignments(
                 result.score,
                 result.n_frames,
                 item.duration_ms / 1000.0,
-                result.untranscribed,
+                untranscribed=result.untranscribed,
                 # too long for one training sample: where to cut it (speechdata.alignment.segmentation)
-                cut_segments(result.words, item.duration_ms, result.untranscribed)
+                segments=cut_segments(result.words, item.duration_ms, result.untranscribed)
                 if item.duration_ms > MAX_SEGMENT_MS
                 else (),
             )
