@@ -155,8 +155,27 @@ def _measure_viterbi(minutes: float, method: str, music: str) -> dict:
     }
 
 
-def build_shard(root: str, minutes: float) -> dict:
-    """One utterance of ``minutes`` of 24 kHz FLAC (tone + noise, encoded in blocks) and its transcript."""
+ENGLISH_WORDS = [
+    "the",
+    "speech",
+    "data",
+    "platform",
+    "aligns",
+    "every",
+    "word",
+    "of",
+    "a",
+    "long",
+    "recording",
+    "in",
+    "bounded",
+    "memory",
+]
+
+
+def build_shard(root: str, minutes: float, english: bool = False) -> dict:
+    """One utterance of ``minutes`` of 24 kHz FLAC (tone + noise, encoded in blocks) and its transcript
+    (the synthetic labels' words; ``english``: English words at the same rate, for a real model)."""
     import pyarrow as pa
     import soundfile as sf
 
@@ -187,6 +206,8 @@ def build_shard(root: str, minutes: float) -> dict:
         container.add(EncodedUtterance("recording", rate, n, "flac16", payload))
         container.flush()
     _, words, _ = synthetic_recording(minutes, with_log_probs=False)
+    if english:
+        words = [ENGLISH_WORDS[i % len(ENGLISH_WORDS)] for i in range(len(words))]
     data_root.write_parquet(
         layout.utterance_index(SHARD),
         pa.table({"utt_id": ["recording"], "text": [" ".join(words)], "language": ["en"]}),
@@ -400,7 +421,10 @@ def main() -> None:
             if not args.no_stage:
                 workdir = tempfile.mkdtemp(prefix="bench_long_form_")
                 try:
-                    point["stage"] = {**build_shard(workdir, m), **_child(["stage", workdir, args.model])}
+                    point["stage"] = {
+                        **build_shard(workdir, m, english=args.model is not None),
+                        **_child(["stage", workdir, args.model]),
+                    }
                 finally:
                     shutil.rmtree(workdir, ignore_errors=True)
             progress(
