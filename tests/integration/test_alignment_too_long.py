@@ -116,3 +116,13 @@ def test_a_long_utterance_streams_in_windows_and_one_past_the_long_form_budget_i
     words = [r["text"] for r in rows if r["level"] == "word"]
     assert len(segments) >= 2 and all(r["end_ms"] - r["start_ms"] <= 30_000 + 400 for r in segments)
     assert " ".join(r["text"] for r in segments) == " ".join(words)
+
+    # a GPU worker's read-ahead holds the long utterance streamed too, and gives the same outputs
+    import speechdata.alignment.shard_inputs as shard_inputs
+
+    monkeypatch.setattr(shard_inputs, "MAX_LONG_FORM_SECONDS", 75.0)
+    inputs = shard_inputs.read_alignment_inputs(data_root, "longform")
+    held = {item.utt_id: item.audio_16k for item in inputs.audio}
+    assert isinstance(held["lecture"], streamed_audio.StreamedAudio) and held["audiobook"] is None
+    run_alignments(data_root, "longform", lambda language: recording_aligner([]), write_ctm_files=False, inputs=inputs)
+    assert data_root.read_parquet(layout.alignments("longform")).to_pylist() == rows
