@@ -37,10 +37,14 @@ def groups_in_ui_order(modules: Iterable[ModuleType]) -> list[ModuleType]:
     return sorted(groups, key=lambda module: module.UI_POSITION)
 
 
-GROUP_MODULES = groups_in_ui_order(
-    importlib.import_module(f"{__name__}.{info.name}") for info in pkgutil.iter_modules(__path__)
-)
-"""Every asset group module (a module of this package with a ``defs``), in the order the UI lists them."""
+def group_modules() -> list[ModuleType]:
+    """Every asset group module (a module of this package with a ``defs``), in the order the UI lists them."""
+    return groups_in_ui_order(
+        importlib.import_module(f"{__name__}.{info.name}") for info in pkgutil.iter_modules(__path__)
+    )
+
+
+GROUP_MODULES = group_modules()
 
 ALL_ASSETS = [asset for module in GROUP_MODULES for asset in module.defs.assets]
 

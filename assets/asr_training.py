@@ -26,6 +26,7 @@ from speechdata.io import layout
 from speechdata.ledger_gate import UnbalancedLedger, require_balanced
 from speechdata.ledgers import produced_utterances
 from speechdata.quality.decisions import excluded_utterances
+from speechdata.quality.trims import kept_spans
 
 UI_POSITION = 8
 FLAC_ACCOUNTED = "every_indexed_utterance_extracted_or_rejected"
@@ -35,7 +36,7 @@ NO_RECORDING_LEAKS = "no_recording_in_two_splits"
 @shard_asset(
     deps=[raw_shards, quality_decisions],
     kinds={"flac", "parquet"},
-    code_version="asr_flac-v2",  # v2: content-named FLACs
+    code_version="asr_flac-v3",  # v3: trimmed edge silence, DC removed; v2: content-named FLACs
     checks={FLAC_ACCOUNTED: "Every utterance of the index has a FLAC file or an asr_flac reject."},
 )
 def asr_flac(context: dg.AssetExecutionContext, data_root: DataRootResource) -> ShardEvents:
@@ -57,6 +58,7 @@ def _extract_one_shard(context: dg.AssetExecutionContext, data_root: DataRootRes
         shard_id,
         on_progress=progress_logger(context, "extracted", shard_id),
         excluded=excluded_utterances(root, shard_id, "asr"),
+        kept_spans=kept_spans(root, shard_id, "asr"),
     )
     unsafe = summary.unsafe_members
     for member in unsafe:
@@ -94,9 +96,10 @@ class AsrManifestAssetConfig(dg.Config):
         "None: asr/language_corrections.parquet if it exists.",
     )
     combined_files: bool = Field(
-        True,
-        description="Also write the corpus-wide train/validation/removed files (a streamed concatenation of the "
-        "per-shard parts, skipped when nothing changed). False: the parts under asr/manifests/parts/ are the manifests.",
+        False,
+        description="Also write the corpus-wide train/validation/removed files, a streamed concatenation of the "
+        "per-shard parts whose cost grows with the corpus (skipped when nothing changed). Default: the parts under "
+        "asr/manifests/parts/ are the manifests, so a new shard costs the same at any corpus size.",
     )
 
 

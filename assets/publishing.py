@@ -10,12 +10,12 @@ from assets.reporting import markdown_rows, unbalanced_ledger_failure
 from resources.hub import HfDatasetSettings, HubPublisherResource
 from resources.storage import DataRootResource
 from speechdata.hf.accounting import require_balanced_country
+from speechdata.hf.assignment import refresh_split_assignments
 from speechdata.hf.card import write_dataset_card
 from speechdata.hf.dataset import build_country_dataset
 from speechdata.hf.missing_splits import missing_split_reasons
 from speechdata.hf.publish import publish_country, register_card
 from speechdata.hf.published_index import write_published_indexes
-from speechdata.hf.segments import refresh_split_assignments
 from speechdata.hf.state import rows_as_dicts, state_connection
 from speechdata.io import layout
 from speechdata.ledger_gate import UnbalancedLedger

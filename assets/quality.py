@@ -37,6 +37,16 @@ SIGNAL_HISTOGRAMS = {
     "wer": "WER",
     "audio_language_confidence": "probability",
     "mos": "MOS",
+    "speech_snr_db": "dB",
+    "dc_offset_ratio": "mean/RMS",
+    "mains_hum_share": "share",
+    "chars_per_s": "letters/s",
+    "words_per_s": "words/s",
+    "ngram_repetition": "share",
+    "duration_s": "s",
+    "dnsmos_sig": "MOS",
+    "dnsmos_bak": "MOS",
+    "dnsmos_ovrl": "MOS",
 }
 """The signals whose per-shard distribution the asset's metadata shows (one markdown histogram each)."""
 
@@ -44,7 +54,7 @@ SIGNAL_HISTOGRAMS = {
 @shard_asset(
     deps=[normalized_audio, alignments],
     kinds={"pytorch", "parquet"},
-    code_version="quality_signals-v1",
+    code_version="quality_signals-v2",
     checks={"one_row_per_indexed_utterance": "quality.parquet has exactly one row per utterance of the index."},
     gpu=True,
 )
@@ -58,16 +68,22 @@ def quality_signals(
     """Every utterance's quality signals, the evidence behind each product's quality filters.
 
     File: `shards/<shard>/quality.parquet`, one row per indexed utterance: bandwidth, clipping, level,
-    WADA-SNR, Silero speech share and edge silences, text-LID and audio-LID languages, the aligner's
-    greedy transcript with its CER/WER against the landed text, and a MOS estimate (docs/quality.md).
+    WADA-SNR and a VAD-based SNR, DC offset and mains hum, Silero speech share and edge silences,
+    speaking rate, transcript repetition, text-LID and audio-LID languages, the aligner's greedy
+    transcript with its CER/WER against the landed text, a MOS estimate and DNSMOS (docs/quality.md).
     """
     root = data_root.get()
     models, load_s = load_model_for_step(
         context,
         quality_models.identity,
-        lambda: (vad.model(), quality_models.audio_language(torch_device), quality_models.speech_quality(torch_device)),
+        lambda: (
+            vad.model(),
+            quality_models.audio_language(torch_device),
+            quality_models.speech_quality(torch_device),
+            quality_models.dnsmos(),
+        ),
     )
-    vad_model, audio_language, speech_quality = models
+    vad_model, audio_language, speech_quality, dnsmos = models
 
     def one_shard(shard_id: str) -> ShardResult:
         summary = run_quality_signals(
@@ -77,6 +93,7 @@ def quality_signals(
             vad_params=vad.params(),
             audio_language=audio_language,
             speech_quality=speech_quality,
+            dnsmos=dnsmos,
         )
         table = root.read_parquet(signals_path(shard_id))
         indexed = root.read_parquet(layout.utterance_index(shard_id), columns=["utt_id"]).num_rows
@@ -135,7 +152,7 @@ class QualityPolicyConfig(dg.Config):
 @shard_asset(
     deps=[quality_signals, near_duplicates],
     kinds={"parquet"},
-    code_version=f"quality_decisions-v1+{policies_digest(PRESETS)}",
+    code_version=f"quality_decisions-v2+{policies_digest(PRESETS)}",
 )
 def quality_decisions(
     context: dg.AssetExecutionContext,
@@ -147,7 +164,7 @@ def quality_decisions(
 
     File: `shards/<shard>/quality_decisions.parquet`, one row per measured utterance and product:
     `reason` null (kept) or the quality reject reason, `detail` (the value and the limit of every failed
-    filter), `policy_sha256`. The product stages read it through
+    filter), `keep_start_s`/`keep_end_s` (the span kept when edge silence is trimmed), `policy_sha256`. The product stages read it through
     `speechdata.quality.decisions.excluded_utterances` and record each left-out utterance as a reject.
     """
     root = data_root.get()

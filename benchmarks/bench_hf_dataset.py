@@ -55,8 +55,8 @@ def land_corpus(workdir: str, recordings: int):
 
 
 def ours(root) -> tuple[float, int, int]:
+    from speechdata.hf.assignment import refresh_split_assignments
     from speechdata.hf.dataset import DatasetOptions, build_country_dataset
-    from speechdata.hf.segments import refresh_split_assignments
     from speechdata.hf.splits import SplitTargets
 
     refresh_split_assignments(root, "bench", "de", targets=SplitTargets(0.0, 0.0))
@@ -137,11 +137,11 @@ def refresh_country_step(data_root_url: str, dataset: str, country: str) -> dict
     import jiwer  # noqa: F401
 
     from speechdata.hf.accounting import require_balanced_country
+    from speechdata.hf.assignment import refresh_split_assignments
     from speechdata.hf.card import write_dataset_card
     from speechdata.hf.dataset import DatasetOptions, build_country_dataset
     from speechdata.hf.publish import register_card
     from speechdata.hf.published_index import write_published_indexes
-    from speechdata.hf.segments import refresh_split_assignments
     from speechdata.hf.splits import SplitTargets
     from speechdata.io.storage import DataRoot
 

@@ -18,6 +18,7 @@ import dagster as dg
 import assets
 import sensors
 from dagster_project.execution import executor_from_env
+from dagster_project.product_graph import check_product_lines
 from dagster_project.settings import PROJECT_ROOT, data_root_url, model_profile
 from resources.aligner import aligner_resource
 from resources.catalog import catalog_resource
@@ -103,6 +104,7 @@ def build_resources(data_root: str | None = None, profile: str | None = None) ->
 
 
 def build_definitions(data_root: str | None = None, profile: str | None = None) -> dg.Definitions:
+    check_product_lines(assets.ALL_ASSETS)
     return dg.Definitions.merge(
         *(module.defs for module in definition_modules()),
         dg.Definitions(resources=build_resources(data_root, profile), executor=executor_from_env()),

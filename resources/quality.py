@@ -1,10 +1,11 @@
-"""The quality stage's models: spoken-language ID and a speech-quality (MOS) estimator.
+"""The quality stage's models: spoken-language ID, a speech-quality (MOS) estimator and DNSMOS.
 
 ``full`` loads MMS-LID (``facebook/mms-lid-126``, transformers ``AutoModelForAudioClassification``)
 and torchaudio's SQUIM objective model (its PESQ estimate as MOS). ``tiny`` builds models of the
 same classes from config with fixed random weights, locally (no network): their outputs are
 computed and stored but mean nothing, so the tiny profile's default policy leaves their filters off
-(docs/quality.md).
+(docs/quality.md). DNSMOS P.835 (its ONNX model inside the ``speechmos`` wheel, on onnxruntime's
+CPU provider) is the same real model in every profile.
 """
 
 import dagster as dg
@@ -68,10 +69,13 @@ class QualityModelsResource(dg.ConfigurableResource):
     audio_language_revision: str | None = None
     mos_model: str = Field("squim_objective", description="squim_objective (torchaudio's pretrained) or tiny.")
     local_files_only: bool = False
+    dnsmos_threads: int = Field(
+        1, description="onnxruntime intra-op threads for DNSMOS (0: onnxruntime's default, all cores)."
+    )
 
     @property
     def identity(self) -> str:
-        return f"{self.audio_language_model_id}@{self.audio_language_revision or 'default'}+{self.mos_model}"
+        return f"{self.audio_language_model_id}@{self.audio_language_revision or 'default'}+{self.mos_model}+dnsmos"
 
     def audio_language(self, device: TorchDeviceResource):
         from speechdata.quality.audio_models import AudioClassifierLanguageId
@@ -117,6 +121,12 @@ class QualityModelsResource(dg.ConfigurableResource):
             return SquimObjectiveMos(model.eval().to(torch_device), str(torch_device))
 
         return load_once(("mos", self.mos_model, str(torch_device)), build)
+
+    def dnsmos(self):
+        """DNSMOS P.835 (SIG/BAK/OVRL), loaded once per process."""
+        from speechdata.quality.dnsmos import Dnsmos
+
+        return load_once(("dnsmos", self.dnsmos_threads), lambda: Dnsmos(self.dnsmos_threads))
 
 
 def quality_models_resource(settings: ResourceSettings) -> QualityModelsResource:

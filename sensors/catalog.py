@@ -5,27 +5,21 @@ import time
 
 import dagster as dg
 
-from assets.asr_training import asr_flac
 from assets.catalog import CATALOG_JOB_NAME
-from assets.publishing import hf_dataset, hf_split_assignments
-from assets.translation import qe_scores, streaming_pairs, streaming_segments
-from assets.vad import vad_segments
 from resources.storage import DataRootResource
+from speechdata import products
 from speechdata.catalog.refresh_cursor import RefreshCursor, RunOutcome, decide_refresh
 from speechdata.io.confinement import require_existing_root
 
-SHARD_MANIFEST = dg.AssetKey("shard_manifest")
-CATALOGUED_ASSETS: tuple[dg.AssetKey, ...] = (
-    SHARD_MANIFEST,
-    asr_flac.key,
-    vad_segments.key,
-    *(asset.key for asset in (streaming_segments, qe_scores, streaming_pairs)),  # translation_job
-    hf_split_assignments.key,  # hf_dataset_job
-    hf_dataset.key,
-)
-"""Assets whose files the catalog's accounting reads (a product's output or its stages' rejects
-ledgers): a materialization of any of them asks for a refresh, so ``shard_accounting`` is current
-after a translation or publishing run as well as after a shard's manifest."""
+
+def catalogued_assets() -> tuple[dg.AssetKey, ...]:
+    """Assets whose files the catalog's accounting and views read (each product line's output asset
+    and its ``catalog_assets``, :func:`speechdata.products.catalogued_assets`): a materialization of
+    any of them asks for a refresh, so ``shard_accounting`` is current after a translation or
+    publishing run as well as after a shard's manifest. Read from the registry at each tick."""
+    return tuple(dg.AssetKey(name) for name in products.catalogued_assets())
+
+
 RUN_KEY_TAG = "dagster/run_key"
 _FAILED = {dg.DagsterRunStatus.FAILURE, dg.DagsterRunStatus.CANCELED}
 
@@ -50,8 +44,8 @@ def _latest_materialization(instance: dg.DagsterInstance, key: dg.AssetKey) -> i
     minimum_interval_seconds=int(os.environ.get("SPEECHDATA_CATALOG_SENSOR_INTERVAL_S", "30")),
     default_status=dg.DefaultSensorStatus.RUNNING,
     description="Requests one manifest_catalog refresh per batch of new materializations of the assets the "
-    "catalog summarizes (shard_manifest, asr_flac, vad_segments, the translation and HF dataset assets), "
-    "and again when that refresh failed.",
+    "catalog summarizes (each product line's output asset and the assets its catalog views read: "
+    "speechdata.products), and again when that refresh failed.",
 )
 def catalog_refresh_sensor(
     context: dg.SensorEvaluationContext, data_root: DataRootResource
@@ -63,7 +57,7 @@ def catalog_refresh_sensor(
     # different assets compare); the cursor moves past one only once a refresh requested after it
     # succeeded (speechdata.catalog.refresh_cursor).
     cursor = RefreshCursor.from_json(context.cursor)
-    latest = max((_latest_materialization(context.instance, key) for key in CATALOGUED_ASSETS), default=0)
+    latest = max((_latest_materialization(context.instance, key) for key in catalogued_assets()), default=0)
     outcome = _outcome(context.instance, cursor.run_key) if cursor.run_key else None
     decision = decide_refresh(cursor, latest, outcome, now=time.time())
     if decision.run_key is None:

@@ -1,17 +1,23 @@
 """``speechdata``: the one command line of the platform (no Dagster needed).
 
 Each command lives in its domain package as a module exposing ``register(subparsers)``, which adds
-its subparser and sets ``run`` (``args -> exit status``). ``COMMANDS`` lists those modules: adding
-a command is one line there. Bad usage exits 2 (argparse); a command that fails on its input exits
-with its own status (1 for an unusable landing shard or import source, 2 for the catalog's errors).
+its subparser and sets ``run`` (``args -> exit status``). ``COMMANDS`` lists the core's modules:
+adding a command is one line there. Layers above the core add theirs without the core naming them:
+a module declared in the ``speechdata.commands`` entry-point group (pyproject.toml; the Dagster
+code location's ``speechdata shard``) is registered after the core's. Bad usage exits 2 (argparse);
+a command that fails on its input exits with its own status (1 for an unusable landing shard or
+import source, 2 for the catalog's errors).
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.metadata
 import os
 import sys
+import tomllib
+from pathlib import Path
 
 COMMANDS = (
     "speechdata.importers.cli",  # speechdata import segment-tars|aligned-json|granary|language-tars
@@ -20,12 +26,28 @@ COMMANDS = (
     "speechdata.landing.cli",  # speechdata land
     "speechdata.export.command",  # speechdata export nemo|lhotse|moshi
     "speechdata.quality.near_dup_cli",  # speechdata near-duplicates batch
-    # speechdata shard status|run|backfill: the Dagster layer's commands. The module imports no Dagster
-    # until one of them runs, so the core's commands stay Dagster-free; named by string so that the core
-    # never imports the code location (the import contracts in pyproject.toml).
-    "dagster_project.operations_cli",
 )
-"""Modules with a ``register(subparsers)``, in the order ``--help`` lists them."""
+"""The core's modules with a ``register(subparsers)``, in the order ``--help`` lists them."""
+
+COMMAND_ENTRY_POINTS = "speechdata.commands"
+"""The entry-point group of command modules from the layers above the core (``name = "module"``)."""
+
+CHECKOUT_PYPROJECT = Path(__file__).resolve().parents[1] / "pyproject.toml"
+"""In a source checkout (an editable install), the declaration itself: read too, so a group entry
+added since the install works before the package is reinstalled."""
+
+
+def entry_point_command_modules() -> list[str]:
+    """The modules of the ``speechdata.commands`` group: this checkout's pyproject.toml (when the
+    package runs from one), then every installed distribution's, each module once. A command
+    module imports nothing heavy at import (``speechdata --help`` stays fast and Dagster-free)."""
+    modules = []
+    if CHECKOUT_PYPROJECT.is_file():
+        project = tomllib.loads(CHECKOUT_PYPROJECT.read_text(encoding="utf-8")).get("project", {})
+        modules += project.get("entry-points", {}).get(COMMAND_ENTRY_POINTS, {}).values()
+    modules += [entry_point.module for entry_point in importlib.metadata.entry_points(group=COMMAND_ENTRY_POINTS)]
+    return list(dict.fromkeys(modules))
+
 
 EPILOG = """examples:
   speechdata land .data/landing/my-shard-0001
@@ -46,7 +68,7 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     subparsers = parser.add_subparsers(title="commands", dest="command", metavar="COMMAND", required=True)
-    for module in COMMANDS:
+    for module in (*COMMANDS, *entry_point_command_modules()):
         importlib.import_module(module).register(subparsers)
     return parser
 

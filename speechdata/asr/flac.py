@@ -17,6 +17,7 @@ rate it landed in, hashes the same after this normalisation).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import io
 import tarfile
@@ -31,7 +32,8 @@ import pyarrow as pa
 import soundfile as sf
 
 from speechdata.audio.budget import OverMemoryBudget
-from speechdata.audio.codec import ResamplerName, read_segment_from, to_target_mono
+from speechdata.audio.codec import ResamplerName, downmix_to_mono, read_segment_from, resample
+from speechdata.audio.dc_offset import remove_dc_offset
 from speechdata.audio.truth import truncation_reject
 from speechdata.faults import fault_point
 from speechdata.io import layout
@@ -129,12 +131,16 @@ def run_asr_flac(
     resampler: ResamplerName = "soxr",
     on_progress: Callable[[int, int, float], None] | None = None,
     excluded: Mapping[str, tuple[str, str]] | None = None,
+    kept_spans: Mapping[str, tuple[float, float]] | None = None,
 ) -> AsrFlacSummary:
     """Write every indexed utterance's FLAC, the FLAC index and the ``asr_flac`` rejects.
 
     ``excluded``: ``{utt_id: (reason, detail)}`` the ASR product leaves out (its quality policy and
     near duplicates, ``speechdata.quality.decisions.excluded_utterances``): never extracted, each an
-    ``asr_flac`` reject with that reason.
+    ``asr_flac`` reject with that reason. ``kept_spans``: ``{utt_id: (start_s, end_s)}`` within the
+    utterance, where the quality policy trimmed long edge silence
+    (``speechdata.quality.trims.kept_spans``): only that span is extracted. A constant DC offset is
+    removed as normalization removes it (:mod:`speechdata.audio.dc_offset`).
 
     The summary lists every unsafe tar member, for the caller to report. The FLACs are written
     first (new names only), then the index that publishes them: a failure anywhere leaves the
@@ -147,7 +153,7 @@ def run_asr_flac(
     rejects: list[Reject] = [
         Reject(r.utt_id, STAGE, *excluded[r.utt_id]) for r in segment_requests(index) if r.utt_id in excluded
     ]
-    requests = [r for r in segment_requests(index) if r.utt_id not in excluded]
+    requests = [_kept(r, kept_spans or {}) for r in segment_requests(index) if r.utt_id not in excluded]
     rows: dict[str, list] = {field.name: [] for field in ASR_FLAC_INDEX_SCHEMA}
     audio_seconds = 0.0
     audio = _ShardAudio(data_root, shard_id)
@@ -199,6 +205,15 @@ def run_asr_flac(
     )
 
 
+def _kept(request: SegmentRequest, kept_spans: Mapping[str, tuple[float, float]]) -> SegmentRequest:
+    """The request narrowed to the span the quality policy kept (seconds into the utterance)."""
+    span = kept_spans.get(request.utt_id)
+    if span is None:
+        return request
+    start, end = request.start_s + span[0], min(request.end_s, request.start_s + span[1])
+    return dataclasses.replace(request, start_s=start, end_s=end) if start < end else request
+
+
 def _extract_group(
     audio: _ShardAudio, audio_path: str, group: list[SegmentRequest], resampler: ResamplerName
 ) -> Iterator[tuple[SegmentRequest, tuple[np.ndarray, str] | Reject]]:
@@ -235,5 +250,6 @@ def _extract_one(
     truncated = truncation_reject(request.utt_id, STAGE, request.audio_path, expected_s, decoded_s)
     if truncated is not None:
         return truncated
-    pcm = pcm16(to_target_mono(samples, sound.samplerate, ASR_SAMPLE_RATE, resampler))
+    mono = remove_dc_offset(downmix_to_mono(samples), sound.samplerate)
+    pcm = pcm16(resample(mono, sound.samplerate, ASR_SAMPLE_RATE, resampler))
     return pcm, hashlib.sha1(pcm.tobytes()).hexdigest()

@@ -191,7 +191,7 @@ def build_and_write_asr_manifests(
     quality_column: str = "tx_quality_score",
     corrections_location: str | None = None,
     gate: ShardGate | None = None,
-    combined: bool = True,
+    combined: bool = False,
 ) -> AsrManifestSummary:
     """Bring the manifests up to date, shard by shard (:mod:`speechdata.asr.incremental`).
 

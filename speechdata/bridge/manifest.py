@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import pyarrow as pa
 
+from speechdata.io import layout
+
 MANIFEST_COLUMNS = pa.schema(
     [
         pa.field("key", pa.string(), nullable=False),
@@ -37,11 +39,12 @@ a reader can fetch one sample with a range request and read it with ``tarfile``.
 ``clipped_share``: the share of the source samples at full scale (the audio container's column;
 null for audio normalized before it was measured)."""
 
-MANIFESTS_DIR = "manifests"
+MANIFESTS_DIR = layout.MANIFESTS
 
 
 def manifest_path(shard_id: str) -> str:
-    return f"{MANIFESTS_DIR}/shard={shard_id}/part-0.parquet"
+    """The shard's manifest, relative to the data root (:func:`speechdata.io.layout.shard_manifest`)."""
+    return layout.shard_manifest(shard_id)
 
 
 def manifests_glob(root_uri: str) -> str:

@@ -53,7 +53,20 @@ QUALITY_NAMED_QUERIES: dict[str, str] = {
 """Quality questions asked often, by name (merged into :data:`speechdata.catalog.queries.NAMED_QUERIES`)."""
 
 
-SIGNAL_UNITS: dict[str, str] = {"snr_db": "dB", "bandwidth_hz": "Hz", "speech_share": "share", "cer": "rate"}
+SIGNAL_UNITS: dict[str, str] = {
+    "snr_db": "dB",
+    "bandwidth_hz": "Hz",
+    "speech_share": "share",
+    "cer": "rate",
+    "speech_snr_db": "dB",
+    "dc_offset_ratio": "mean/RMS",
+    "mains_hum_share": "share",
+    "chars_per_s": "letters/s",
+    "words_per_s": "words/s",
+    "ngram_repetition": "share",
+    "dnsmos_bak": "MOS",
+    "dnsmos_ovrl": "MOS",
+}
 """The main quality signals shown per language (the catalog's histograms,
 :mod:`speechdata.catalog.quality_state`), each with its unit."""
 
@@ -68,10 +81,13 @@ def quality_view_definitions(root: DataRoot, location: str) -> list[tuple[str, s
     ):
         if has_files(root, glob):
             columns = ", ".join(f'"{f.name}"' for f in schema)
+            # UNION ALL BY NAME with an empty row of every column: a column no file has yet (files
+            # written before a signal existed) reads as NULL instead of failing the view.
+            typed = ", ".join(f'CAST(NULL AS {_DUCKDB_TYPES[f.type]}) AS "{f.name}"' for f in schema)
             sql = (
                 f"SELECT regexp_extract(filename, '{SHARD_FROM_QUALITY_PATH}', 1) AS shard, {columns} "
-                f"FROM read_parquet({under_root(glob, location)}, union_by_name = true, "
-                "hive_partitioning = false, filename = true)"
+                f"FROM (SELECT * FROM read_parquet({under_root(glob, location)}, union_by_name = true, "
+                f"hive_partitioning = false, filename = true) UNION ALL BY NAME SELECT {typed} WHERE false)"
             )
         else:
             nulls = ", ".join(f'CAST(NULL AS {_DUCKDB_TYPES[f.type]}) AS "{f.name}"' for f in schema)

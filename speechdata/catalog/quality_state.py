@@ -55,7 +55,20 @@ QUALITY_STATE_TABLES = {
     ),
 }
 
-SIGNAL_BIN_WIDTHS: dict[str, float] = {"snr_db": 1.0, "bandwidth_hz": 250.0, "speech_share": 0.02, "cer": 0.02}
+SIGNAL_BIN_WIDTHS: dict[str, float] = {
+    "snr_db": 1.0,
+    "bandwidth_hz": 250.0,
+    "speech_share": 0.02,
+    "cer": 0.02,
+    "speech_snr_db": 1.0,
+    "dc_offset_ratio": 0.01,
+    "mains_hum_share": 0.005,
+    "chars_per_s": 0.5,
+    "words_per_s": 0.1,
+    "ngram_repetition": 0.02,
+    "dnsmos_bak": 0.1,
+    "dnsmos_ovrl": 0.1,
+}
 """The width of a stored bin per histogram signal, in the signal's unit (:data:`SIGNAL_UNITS`): a
 histogram's ranges are whole numbers of these."""
 assert set(SIGNAL_BIN_WIDTHS) == set(SIGNAL_UNITS)
@@ -173,11 +186,22 @@ def _count(connection: duckdb.DuckDBPyConnection, root_uri: str, paths: Mapping[
         files = paths.get(name)
         if not files:
             continue
-        names = ", ".join(column.split()[0] for column in columns[name].split(", "))
+        locations = locations_of(root_uri, files)
+        present = {
+            row[0]
+            for row in connection.execute(
+                "DESCRIBE SELECT * FROM read_parquet(?, union_by_name = true, hive_partitioning = false)", [locations]
+            ).fetchall()
+        }
+        # A signal added after a shard's file was written reads as not measured (NULL), not as an error.
+        names = ", ".join(
+            column if column in present else f"CAST(NULL AS {kind}) AS {column}"
+            for column, kind in (c.split() for c in columns[name].split(", "))
+        )
         connection.execute(
             f"INSERT INTO {table} SELECT regexp_extract(filename, ?, 1), {names} "
             "FROM read_parquet(?, union_by_name = true, hive_partitioning = false, filename = true)",
-            [SHARD_FROM_QUALITY_PATH, locations_of(root_uri, files)],
+            [SHARD_FROM_QUALITY_PATH, locations],
         )
     quality = _TEMP[QUALITY]
     for signal, width in SIGNAL_BIN_WIDTHS.items():

@@ -7,11 +7,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from speechdata.hf.accounting import require_balanced_country
+from speechdata.hf.assignment import AssignmentSummary, refresh_split_assignments
 from speechdata.hf.card import write_dataset_card
 from speechdata.hf.dataset import BuildSummary, DatasetOptions, build_country_dataset
 from speechdata.hf.publish import register_card
 from speechdata.hf.published_index import write_published_indexes
-from speechdata.hf.segments import AssignmentSummary, refresh_split_assignments
 from speechdata.hf.splits import SplitTargets
 from speechdata.io.storage import DataRoot
 

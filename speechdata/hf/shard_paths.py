@@ -16,8 +16,7 @@ from speechdata.io import layout
 HF_STAGE = "hf_dataset"
 """The stage whose rejects are the segments the HF states filtered out (``rejects/hf_dataset.parquet``)."""
 
-PUBLISHED_PREFIX = "published-"
-"""Every published index's name starts with it, so a writer's temp file (``._tmp-...``) never matches the glob."""
+PUBLISHED_PREFIX = layout.HF_PUBLISHED_PREFIX
 
 COUNTRY_FILE_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
 """A country a published index may be named after: no separator, no dot, no glob character."""
@@ -38,6 +37,4 @@ def published_index(shard_id: str, country: str) -> str:
     return f"{layout.shard_dir(shard_id)}/hf/{PUBLISHED_PREFIX}{country}.parquet"
 
 
-def published_index_parts(shard_id: str) -> str:
-    """Every country's published index of the shard (a glob): the ``hf`` product line's output."""
-    return f"{layout.shard_dir(shard_id)}/hf/{PUBLISHED_PREFIX}*.parquet"
+published_index_parts = layout.hf_published_index_parts

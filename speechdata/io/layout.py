@@ -145,6 +145,12 @@ def shard_dir(shard_id: str) -> str:
     return f"{SHARDS}/{_shard(shard_id)}"
 
 
+def shard_file(shard_id: str, name: str) -> str:
+    """A per-shard product's file beside the shard's other products (``shards/<shard>/<name>``): where
+    a new product line's output goes, so it needs no folder of its own at the top of the root."""
+    return f"{SHARDS}/{_shard(shard_id)}/{_name(name)}"
+
+
 def utterance_index(shard_id: str) -> str:
     """One row per utterance that passed the landing contract, with its probed audio header."""
     return f"{SHARDS}/{_shard(shard_id)}/utterances.parquet"
@@ -242,6 +248,15 @@ def bridge_index(shard_id: str) -> str:
     return f"{SHARDS}/{_shard(shard_id)}/bridge_index.parquet"
 
 
+MANIFESTS = "manifests"
+
+
+def shard_manifest(shard_id: str) -> str:
+    """The shard's bridge manifest (``speechdata.bridge.manifest``): one row per packed sample, the
+    bridge product line's output, hive-partitioned by shard so one glob reads every shard's."""
+    return f"{MANIFESTS}/shard={_shard(shard_id)}/part-0.parquet"
+
+
 def catalog_database() -> str:
     """The DuckDB catalog over every shard manifest."""
     return "catalog.duckdb"
@@ -267,6 +282,17 @@ def hf_build_dir(dataset: str, country: str) -> str:
 def hf_state_database(dataset: str, country: str) -> str:
     """The country's publishing state (:mod:`speechdata.hf.state`): recordings, segments, files."""
     return f"{HF}/_state/{_dataset(dataset)}/{_country(country)}.duckdb"
+
+
+HF_PUBLISHED_PREFIX = "published-"
+"""Every per-shard published index's name starts with it, so a writer's temp file (``._tmp-...``)
+never matches :func:`hf_published_index_parts`."""
+
+
+def hf_published_index_parts(shard_id: str) -> str:
+    """Every country's published index of the shard (a glob over ``published-<country>.parquet``,
+    :mod:`speechdata.hf.shard_paths`): the ``hf`` product line's output."""
+    return f"{SHARDS}/{_shard(shard_id)}/hf/{HF_PUBLISHED_PREFIX}*.parquet"
 
 
 # --- translation ----------------------------------------------------------------------
@@ -468,7 +494,6 @@ def near_duplicates_index_entries_dir() -> str:
 
 # --- the root's top level ---------------------------------------------------------------
 
-MANIFESTS = "manifests"
 INDEX = "index"
 STATE = "_state"
 LOCKS = "_locks"

@@ -38,6 +38,7 @@ from speechdata.audio.codec import (
     resample,
 )
 from speechdata.audio.container import EncodedUtterance
+from speechdata.audio.dc_offset import remove_dc_offset
 from speechdata.audio.truth import MAX_CLIPPED_SHARE, clipped_share, clipping_problem, signal_problem, truncation_reject
 from speechdata.io.storage import DataRoot
 from speechdata.landing.landed_audio import LandedAudio
@@ -159,6 +160,8 @@ def _normalize_one(
     if problem is not None:
         reason, detail = problem
         return Reject(request.utt_id, STAGE, reason, f"{request.audio_path}: {detail}")
+    # A constant DC bias is removed here, before resampling, so no product inherits it.
+    mixed = remove_dc_offset(mixed, sound.samplerate)
     mono = resample(mixed, sound.samplerate, TARGET_SAMPLE_RATE, resampler)
     return EncodedUtterance(
         request.utt_id,

@@ -25,6 +25,11 @@ class SpeechQualityEstimator(Protocol):
         """A mean-opinion-score estimate (1 bad to 5 excellent) of each utterance."""
 
 
+class DnsmosScorer(Protocol):
+    def score(self, audios_16k: Sequence[np.ndarray]) -> list:
+        """DNSMOS ``sig``/``bak``/``ovrl`` of each utterance (:class:`speechdata.quality.dnsmos.DnsmosScores`), or None."""
+
+
 ISO_639_3_TO_1 = {
     "eng": "en",
     "deu": "de",

@@ -23,6 +23,16 @@ QUALITY_SIGNALS_SCHEMA = pa.schema(
         _field("speech_share", pa.float64(), "Share (0-1) of the duration Silero VAD marks as speech."),
         _field("leading_silence_s", pa.float64(), "Seconds before the first VAD speech segment."),
         _field("trailing_silence_s", pa.float64(), "Seconds after the last VAD speech segment."),
+        _field("speech_s", pa.float64(), "Seconds Silero VAD marks as speech (the speaking rate's denominator)."),
+        _field("speech_snr_db", pa.float64(), "VAD-based SNR: speech-frame over non-speech-frame power, dB."),
+        _field("dc_offset_ratio", pa.float64(), "|mean| / RMS of the normalized audio (after DC removal)."),
+        _field("mains_hum_share", pa.float64(), "Share (0-1) of the power in narrow 50/60 Hz lines and harmonics."),
+        _field("chars_per_s", pa.float64(), "Letters of the transcript per second of VAD speech."),
+        _field("words_per_s", pa.float64(), "Words of the transcript per second of VAD speech."),
+        _field("ngram_repetition", pa.float64(), "Share (0-1) of word trigrams repeating an earlier one."),
+        _field("most_repeated_ngram", pa.int64(), "Occurrences of the transcript's most frequent word trigram."),
+        _field("longest_character_run", pa.int64(), "Longest run of one repeated letter or digit in the transcript."),
+        _field("hallucination_phrase", pa.string(), "A stock hallucinated phrase the transcript holds (else null)."),
         _field("text_language", pa.string(), "Text LID (py3langid) language of the transcript, ISO 639-1."),
         _field("text_language_confidence", pa.float64(), "Text LID probability (0-1) of text_language."),
         _field("text_letters", pa.int64(), "Letters in the transcript (text LID is not trusted on short text)."),
@@ -32,6 +42,9 @@ QUALITY_SIGNALS_SCHEMA = pa.schema(
         _field("audio_language", pa.string(), "Audio LID language (null: no audio-LID model)."),
         _field("audio_language_confidence", pa.float64(), "Audio LID probability (0-1) of audio_language."),
         _field("mos", pa.float64(), "Speech-quality MOS estimate, 1-5 (null: no MOS model)."),
+        _field("dnsmos_sig", pa.float64(), "DNSMOS P.835 speech quality (SIG), 1-5."),
+        _field("dnsmos_bak", pa.float64(), "DNSMOS P.835 background quality (BAK), 1-5."),
+        _field("dnsmos_ovrl", pa.float64(), "DNSMOS P.835 overall quality (OVRL), 1-5."),
     ]
 )
 
@@ -41,6 +54,8 @@ QUALITY_DECISIONS_SCHEMA = pa.schema(
         _field("product", pa.string(), "The product line the decision is for.", nullable=False),
         _field("reason", pa.string(), "Null: kept. Otherwise the quality reject reason."),
         _field("detail", pa.string(), "For people: the value and the limit of every failed filter."),
+        _field("keep_start_s", pa.float64(), "Kept with edge silence trimmed: the kept span's start, s (else null)."),
+        _field("keep_end_s", pa.float64(), "Kept with edge silence trimmed: the kept span's end, s (else null)."),
         _field(
             "policy_sha256", pa.string(), "Digest of every product's thresholds the decision was taken under.", False
         ),

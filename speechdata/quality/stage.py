@@ -21,12 +21,25 @@ from speechdata.audio.container import iter_container_audio, read_container_inde
 from speechdata.audio.truth import clipped_share
 from speechdata.io import layout
 from speechdata.io.storage import DataRoot
-from speechdata.quality.audio_models import MODEL_SAMPLE_RATE, AudioLanguageIdentifier, SpeechQualityEstimator
+from speechdata.quality.audio_models import (
+    MODEL_SAMPLE_RATE,
+    AudioLanguageIdentifier,
+    DnsmosScorer,
+    SpeechQualityEstimator,
+)
 from speechdata.quality.paths import quality_decisions, quality_signals
-from speechdata.quality.policy import QualityPolicy, decide, policies_digest
+from speechdata.quality.policy import QualityPolicy, decide_utterance, policies_digest
 from speechdata.quality.schema import QUALITY_DECISIONS_SCHEMA, QUALITY_SIGNALS_SCHEMA
 from speechdata.quality.signals import effective_bandwidth_hz, level_dbfs, silence_share, wada_snr_db
+from speechdata.quality.speech_signals import dc_offset_ratio, mains_hum_share, speech_snr_db
 from speechdata.quality.text_language import identify_text_language
+from speechdata.quality.transcript_checks import (
+    hallucination_phrase,
+    longest_character_run,
+    most_repeated_ngram,
+    ngram_repetition,
+    speaking_rate,
+)
 from speechdata.stage import StageSummary
 from speechdata.vad.silero import VadParams, detect_speech
 
@@ -44,17 +57,21 @@ def run_quality_signals(
     vad_params: VadParams = VadParams(),
     audio_language: AudioLanguageIdentifier | None = None,
     speech_quality: SpeechQualityEstimator | None = None,
+    dnsmos: DnsmosScorer | None = None,
 ) -> StageSummary:
     """Measure every indexed utterance; one with no normalized audio (rejected upstream) gets a row
-    with only its text signals. ``audio_language`` / ``speech_quality``: None leaves their columns null."""
+    with only its text signals. ``audio_language`` / ``speech_quality`` / ``dnsmos``: None leaves
+    their columns null."""
     started = time.perf_counter()
     index = data_root.read_parquet(layout.utterance_index(shard_id), columns=["utt_id", "text", "language"])
     container = read_container_index(data_root, layout.normalized_audio(shard_id))
     source_clipping = dict(zip(container["utt_id"].to_pylist(), container["clipped_share"].to_pylist(), strict=True))
     agreement = _transcript_agreement(data_root, shard_id)
     rows: dict[str, dict] = {}
+    texts: dict[str, str] = {}
     for row in index.to_pylist():
         text_lid = identify_text_language(row["text"])
+        texts[row["utt_id"]] = row["text"] or ""
         rows[row["utt_id"]] = {
             "utt_id": row["utt_id"],
             "language": row["language"],
@@ -62,6 +79,10 @@ def run_quality_signals(
             "text_language": text_lid.language,
             "text_language_confidence": text_lid.confidence,
             "text_letters": text_lid.letters,
+            "ngram_repetition": ngram_repetition(row["text"] or ""),
+            "most_repeated_ngram": most_repeated_ngram(row["text"] or ""),
+            "longest_character_run": longest_character_run(row["text"] or ""),
+            "hallucination_phrase": hallucination_phrase(row["text"] or ""),
             **agreement.get(row["utt_id"], {}),
         }
 
@@ -72,11 +93,15 @@ def run_quality_signals(
         pending.append((utt_id, samples, rate))
         pending_s += samples.shape[0] / rate
         if pending_s >= CHUNK_AUDIO_S:
-            _measure_chunk(pending, rows, source_clipping, vad_model, vad_params, audio_language, speech_quality)
+            _measure_chunk(
+                pending, rows, texts, source_clipping, vad_model, vad_params, audio_language, speech_quality, dnsmos
+            )
             audio_seconds += pending_s
             pending, pending_s = [], 0.0
     if pending:
-        _measure_chunk(pending, rows, source_clipping, vad_model, vad_params, audio_language, speech_quality)
+        _measure_chunk(
+            pending, rows, texts, source_clipping, vad_model, vad_params, audio_language, speech_quality, dnsmos
+        )
         audio_seconds += pending_s
 
     table = pa.Table.from_pylist([rows[u] for u in sorted(rows)], schema=QUALITY_SIGNALS_SCHEMA)
@@ -116,21 +141,27 @@ def _transcript_agreement(data_root: DataRoot, shard_id: str) -> dict[str, dict]
 def _measure_chunk(
     pending: list[tuple[str, np.ndarray, int]],
     rows: dict[str, dict],
+    texts: dict[str, str],
     source_clipping: dict[str, float | None],
     vad_model,
     vad_params: VadParams,
     audio_language: AudioLanguageIdentifier | None,
     speech_quality: SpeechQualityEstimator | None,
+    dnsmos: DnsmosScorer | None,
 ) -> None:
     audios_16k = [resample(samples, rate, MODEL_SAMPLE_RATE) for _, samples, rate in pending]
     speech = detect_speech(vad_model, audios_16k, vad_params)
     languages = audio_language.identify(audios_16k) if audio_language is not None else [(None, None)] * len(pending)
     scores = speech_quality.mos(audios_16k) if speech_quality is not None else [None] * len(pending)
-    for (utt_id, samples, rate), segments, (language, confidence), mos in zip(
-        pending, speech, languages, scores, strict=True
+    dnsmos_scores = dnsmos.score(audios_16k) if dnsmos is not None else [None] * len(pending)
+    for (utt_id, samples, rate), audio_16k, segments, (language, confidence), mos, dns in zip(
+        pending, audios_16k, speech, languages, scores, dnsmos_scores, strict=True
     ):
         duration_s = samples.shape[0] / rate
         clipping = source_clipping.get(utt_id)
+        # The speaking rate's seconds are the VAD's speech: pauses between phrases do not count.
+        speech_s = segments.speech_s if len(segments) else 0.0
+        chars_per_s, words_per_s = speaking_rate(texts.get(utt_id, ""), speech_s)
         rows[utt_id].update(
             has_audio=True,
             duration_s=duration_s,
@@ -145,6 +176,15 @@ def _measure_chunk(
             audio_language=language,
             audio_language_confidence=confidence,
             mos=mos,
+            speech_s=speech_s,
+            speech_snr_db=speech_snr_db(audio_16k, MODEL_SAMPLE_RATE, segments.start_s, segments.end_s),
+            dc_offset_ratio=dc_offset_ratio(samples),
+            mains_hum_share=mains_hum_share(audio_16k, MODEL_SAMPLE_RATE),
+            chars_per_s=chars_per_s,
+            words_per_s=words_per_s,
+            dnsmos_sig=dns.sig if dns is not None else None,
+            dnsmos_bak=dns.bak if dns is not None else None,
+            dnsmos_ovrl=dns.ovrl if dns is not None else None,
         )
 
 
@@ -159,13 +199,15 @@ def run_quality_decisions(data_root: DataRoot, shard_id: str, policies: Mapping[
         if not row["has_audio"]:
             continue
         for product, policy in sorted(policies.items()):
-            decision = decide(row, policy)
+            decision = decide_utterance(row, policy)
             rows.append(
                 {
                     "utt_id": row["utt_id"],
                     "product": product,
-                    "reason": decision[0] if decision else None,
-                    "detail": decision[1] if decision else None,
+                    "reason": decision.reason,
+                    "detail": decision.detail,
+                    "keep_start_s": decision.keep_start_s,
+                    "keep_end_s": decision.keep_end_s,
                     "policy_sha256": digest,
                 }
             )

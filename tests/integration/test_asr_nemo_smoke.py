@@ -58,7 +58,7 @@ def sampler_batch(tmp_path_factory, clips):
     import_segment_tar_shard(str(tmp / "seed"), data_root, "asr-smoke")
     run_raw_shards(data_root, "asr-smoke")
     run_asr_flac(data_root, "asr-smoke")
-    build = build_and_write_asr_manifests(data_root, AsrManifestConfig(validation_share=0.0)).build
+    build = build_and_write_asr_manifests(data_root, AsrManifestConfig(validation_share=0.0), combined=True).build
     tokenizer_dir = tiny_sentencepiece(
         tmp / "tokenizer", build.train["text"].to_list(), sorted(set(build.train["lang"]))
     )

@@ -1,11 +1,11 @@
 """asr_flac and asr_manifest materialized in process with the real resources on an imported ASR shard (FLAC tar and audio index)."""
 
 import dagster as dg
-import polars as pl
 
 from assets.asr_training import asr_flac, asr_manifest
 from assets.ingest import raw_shards
 from assets.partitions import shard_partitions
+from speechdata.asr.stage import read_published_build
 from speechdata.importers.segment_tars import build_segment_tar_sample, import_segment_tar_shard
 from speechdata.io import layout
 from tests.tiny_resources import tiny_resources_for
@@ -38,9 +38,10 @@ def test_imported_shard_becomes_flac_and_manifests_with_checks(tmp_path, data_ro
 
     [event] = manifest.asset_materializations_for_node("asr_manifest")
     meta = event.metadata
-    train = pl.read_parquet(data_root.path(layout.asr_manifest("train")))
-    validation = pl.read_parquet(data_root.path(layout.asr_manifest("validation")))
-    removed = pl.read_parquet(data_root.path(layout.asr_manifest_removed()))
+    # The default publishes per-shard parts only: no corpus-wide file is rewritten per new shard.
+    assert not data_root.exists(layout.asr_manifest("train"))
+    published = read_published_build(data_root)
+    train, validation, removed = published.train, published.validation, published.removed
     assert meta["train_rows"].value == train.height and meta["validation_rows"].value == validation.height
     assert train.height + validation.height + removed.height == 12
     assert meta["dagster/row_count"].value == train.height + validation.height

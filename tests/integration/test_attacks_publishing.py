@@ -16,10 +16,11 @@ from assets.partitions import country_partitions, shard_partitions
 from assets.publishing import hf_dataset, hf_split_assignments
 from resources.hub import HubPublisherResource
 from resources.storage import DataRootResource
+from speechdata.asr.stage import read_published_build
 from speechdata.hf.accounting import published_utterances
+from speechdata.hf.assignment import refresh_split_assignments
 from speechdata.hf.card import write_dataset_card
 from speechdata.hf.dataset import DatasetOptions, build_country_dataset
-from speechdata.hf.segments import refresh_split_assignments
 from speechdata.hf.state import rows_as_dicts, state_connection
 from speechdata.io import layout
 from speechdata.landing.ingest import run_raw_shards
@@ -383,9 +384,8 @@ def test_asr_manifests_refuse_a_shard_relanded_smaller_until_its_flac_is_extract
         assert withdrawn in str(failure.step_failure_data.user_failure_data) + failure.step_failure_data.error.message
         assert dg.materialize(shard, partition_key="asr-relanded", instance=instance, resources=resources).success
         assert dg.materialize([asr_manifest], instance=instance, resources=resources, run_config=config).success
-    manifests = [data_root.read_parquet(layout.asr_manifest(split)) for split in ("train", "validation")]
-    removed = data_root.read_parquet(layout.asr_manifest_removed())
-    published = {u for table in [*manifests, removed] for u in table["utt_id"].to_pylist()}
+    build = read_published_build(data_root)
+    published = {u for frame in (build.train, build.validation, build.removed) for u in frame["utt_id"].to_list()}
     assert published == set(landed["utt_id"].to_pylist()) - {withdrawn}
 
 

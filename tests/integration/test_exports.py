@@ -44,7 +44,7 @@ def moved_root(tmp_path_factory, model_cache_dir):
     build_finished_root(original, model_cache_dir, shards=((SHARDS[0], 1), (SHARDS[1], 2)))
     refresh(original)
     # The all-shard products too: ASR manifests and the language index, built where the root was.
-    build_and_write_asr_manifests(original, AsrManifestConfig(validation_share=0.3, eval_per_language=1))
+    build_and_write_asr_manifests(original, AsrManifestConfig(validation_share=0.3, eval_per_language=1), combined=True)
     original.write_parquet(layout.language_shard_index("en"), build_language_shard_index(original, "en"))
     shutil.copytree(original.root, base / "moved")
     shutil.rmtree(original.root)

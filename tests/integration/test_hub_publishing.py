@@ -10,10 +10,10 @@ import speechdata.hf.publish as hf_publish
 from assets.partitions import country_partitions
 from assets.publishing import hf_hub_upload
 from resources.hub import HfDatasetSettings, HubPublisherResource
+from speechdata.hf.assignment import refresh_split_assignments
 from speechdata.hf.card import write_dataset_card
 from speechdata.hf.dataset import DatasetOptions, build_country_dataset
 from speechdata.hf.publish import RetryPolicy, publish_country, register_card
-from speechdata.hf.segments import refresh_split_assignments
 from speechdata.hf.splits import SplitTargets
 from speechdata.hf.state import state_connection
 from speechdata.importers.aligned_json import import_aligned_countries

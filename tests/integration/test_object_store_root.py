@@ -157,9 +157,9 @@ def test_asr_flac_and_vad_tars_read_back_from_the_bucket(bucket_root):
 def test_the_country_dataset_builds_and_publishes_state_with_the_root_in_the_bucket(s3_endpoint, tmp_path, clips):
     import s3fs
 
+    from speechdata.hf.assignment import refresh_split_assignments
     from speechdata.hf.card import write_dataset_card
     from speechdata.hf.dataset import DatasetOptions, build_country_dataset
-    from speechdata.hf.segments import refresh_split_assignments
     from speechdata.hf.state import state_connection
     from speechdata.importers.aligned_json import import_aligned_countries
     from speechdata.landing.ingest import run_raw_shards

@@ -17,8 +17,9 @@ from assets.partitions import country_partitions, shard_partitions
 from assets.publishing import hf_dataset, hf_split_assignments
 from resources.hub import HfDatasetSettings, HubPublisherResource
 from resources.storage import DataRootResource
+from speechdata.hf.assignment import refresh_split_assignments
 from speechdata.hf.dataset import DatasetOptions, build_country_dataset
-from speechdata.hf.segments import SegmentLimits, refresh_split_assignments
+from speechdata.hf.segments import SegmentLimits
 from speechdata.hf.splits import SplitTargets
 from speechdata.hf.state import rows_as_dicts, state_connection
 from speechdata.importers.aligned_json import import_aligned_countries

@@ -142,7 +142,9 @@ def test_manifest_build_on_a_sample_shard(imported_shard):
     data_root.write_parquet(
         layout.asr_language_corrections(), pl.DataFrame({"recording_id": ["rec001"], "language": ["mr"]}).to_arrow()
     )
-    summary = build_and_write_asr_manifests(data_root, AsrManifestConfig(validation_share=0.5, min_quality=0.5))
+    summary = build_and_write_asr_manifests(
+        data_root, AsrManifestConfig(validation_share=0.5, min_quality=0.5), combined=True
+    )
     build = summary.build
     assert summary.shards == 1 and summary.input_rows == 12
     assert build.train.height + build.validation.height + build.removed.height == 12

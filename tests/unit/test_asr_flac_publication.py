@@ -33,7 +33,7 @@ def land_and_index(data_root: DataRoot, n_utterances: int, seed: int) -> None:
 
 def commit(data_root: DataRoot) -> None:
     run_asr_flac(data_root, SHARD)
-    build_and_write_asr_manifests(data_root)
+    build_and_write_asr_manifests(data_root, combined=True)
 
 
 def pcm_sha1_by_utt(data_root: DataRoot) -> dict[str, str]:
@@ -113,7 +113,7 @@ def test_between_the_extraction_and_the_manifest_build_the_published_manifest_st
     publish_old_and_land_new(data_root)
     run_asr_flac(data_root, SHARD)  # the manifest asset has not run yet
     assert_each_manifest_reads_one_whole_version(data_root, {"old": old})
-    build_and_write_asr_manifests(data_root)
+    build_and_write_asr_manifests(data_root, combined=True)
     assert_each_manifest_reads_one_whole_version(data_root, {"new": new})
     assert asr_outputs(data_root) == clean
 
@@ -163,7 +163,7 @@ def test_flacs_are_collected_only_once_no_manifest_names_them(tmp_path, referenc
     before = set(data_root.glob(f"{layout.asr_flac_dir(SHARD)}/*.flac"))
     run_asr_flac(data_root, SHARD)
     assert before <= set(data_root.glob(f"{layout.asr_flac_dir(SHARD)}/*.flac"))  # nothing removed yet
-    summary = build_and_write_asr_manifests(data_root)
+    summary = build_and_write_asr_manifests(data_root, combined=True)
     remaining = {p.rsplit("/", 1)[-1] for p in data_root.glob(f"{layout.asr_flac_dir(SHARD)}/*.flac")}
     indexed = {
         p.rsplit("/", 1)[-1] for p in data_root.read_parquet(layout.asr_flac_index(SHARD))["flac_path"].to_pylist()

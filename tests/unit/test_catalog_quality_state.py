@@ -44,6 +44,8 @@ def write_shard(root, shard: str, seed: int, languages=("en", "de"), rows: int =
                 "cer": cer,
             }
         )
+        for signal, width in SIGNAL_BIN_WIDTHS.items():  # the other histogram signals: spread over ~40 bins
+            signals[-1].setdefault(signal, None if i % 17 == 0 else float(rng.uniform(0.0, 40 * width)))
     root.write_parquet(quality_signals(shard), pa.Table.from_pylist(signals, schema=QUALITY_SIGNALS_SCHEMA))
     decisions = [
         {
@@ -145,3 +147,21 @@ def test_a_signal_never_measured_is_counted_as_missing_not_binned(data_root):
     measured = sum(1 for row in signals if row["has_audio"] and row["language"])
     [row] = histograms(connection)[("en", "cer")]
     assert row["position"] is None and row["values_counted"] == 0 and row["missing"] == measured
+
+
+def test_a_shard_written_before_a_signal_existed_counts_it_as_not_measured(data_root):
+    """Files from before the newer signals (no such columns) are read, their new signals missing."""
+    older = pa.schema(
+        [f for f in QUALITY_SIGNALS_SCHEMA if f.name in ("utt_id", "language", "has_audio", "duration_s", "snr_db")]
+    )
+    rows = [
+        {"utt_id": f"u{i}", "language": "en", "has_audio": True, "duration_s": 2.0, "snr_db": 20.0 + i}
+        for i in range(4)
+    ]
+    data_root.write_parquet(quality_signals("old"), pa.Table.from_pylist(rows, schema=older))
+    connection = duckdb.connect()
+    refresh_catalog(connection, data_root.url)
+    found = histograms(connection)
+    assert sum(r["utterances"] for r in found[("en", "snr_db")]) == 4
+    assert found[("en", "dnsmos_bak")][0]["missing"] == 4
+    assert found[("en", "dnsmos_bak")][0]["values_counted"] == 0

@@ -318,3 +318,13 @@ def test_make_dev_stops_dagster_and_its_children_on_sigterm(tmp_path):
             os.kill(pid, signal.SIGKILL)
         if make.poll() is None:
             make.kill()
+
+
+def test_the_code_locations_shard_command_comes_from_the_entry_point_group_not_the_core():
+    from speechdata import cli
+
+    assert "dagster_project.operations_cli" in cli.entry_point_command_modules()
+    assert "shard" in {path[0] for path, _ in ALL_COMMANDS if path}
+    # The core names no module of the code location, in code or in a string.
+    assert "dagster_project" not in "".join(cli.COMMANDS)
+    assert "dagster_project" not in (REPO / "speechdata" / "cli.py").read_text(encoding="utf-8")

@@ -4,7 +4,8 @@ import json
 
 import pytest
 
-from speechdata.importers.aligned_json import UnknownCountryError, import_aligned_countries, language_for_country
+from speechdata.importers.aligned_json import import_aligned_countries
+from speechdata.importers.country_languages import UnknownCountryError, language_for_country
 from speechdata.io import layout
 from speechdata.landing.ingest import run_raw_shards
 from speechdata.testing.aligned_json import build_aligned_json_corpus

@@ -8,6 +8,7 @@ and per-shard state) and ``product_rejects``. A product line registered only in 
 same, with no other code change.
 """
 
+import dataclasses
 import re
 from collections import Counter
 from pathlib import Path
@@ -16,10 +17,11 @@ import pyarrow as pa
 import pytest
 
 from speechdata import products
-from speechdata.bridge.manifest import MANIFEST_COLUMNS, manifest_path
+from speechdata.bridge.manifest import MANIFEST_COLUMNS
 from speechdata.catalog.accounting_state import SHARD_ACCOUNTING_FROM_STATE
 from speechdata.catalog.queries import NAMED_QUERIES, run_query
 from speechdata.catalog.views import refresh_catalog
+from speechdata.hf.shard_paths import HF_STAGE
 from speechdata.io import layout
 from speechdata.ledgers import PRODUCT_STAGES, shard_ledgers
 from speechdata.products import PRODUCT_LINES, ProductLine, product_line
@@ -33,10 +35,19 @@ EVERY_STAGE_REJECTS = "shard-a_everywhere"
 SPEAKER_EMBEDDINGS = ProductLine(
     name="speaker_embeddings",
     description="One speaker embedding per utterance (a product line known only to this test).",
+    package="speechdata.speaker",
+    builds={"speaker_embeddings": "speechdata.speaker.embeddings"},
     stages=("raw_shards", "normalized_audio", "speaker_embeddings"),
     output=lambda shard_id: f"speaker_embeddings/shard={shard_id}/embeddings.parquet",
     id_column="utt_id",
+    output_asset="speaker_embeddings",
+    docs="speaker-embeddings.md",
 )
+
+
+def line_with(**fields) -> ProductLine:
+    """A record with every required field, ``fields`` replacing some."""
+    return ProductLine(**{**SPEAKER_EMBEDDINGS.__dict__, **fields})
 
 
 def rejected_by(stage: str) -> str:
@@ -57,7 +68,7 @@ def output_file(line: ProductLine, shard: str) -> str:
 
 
 def output_table(line: ProductLine, shard: str, utt_ids: list[str]) -> pa.Table:
-    if line.output is manifest_path:
+    if line.output is layout.shard_manifest:
         # The catalog's samples view and summaries read every manifest column, not only the ids.
         n = len(utt_ids)
         defaults = {pa.string(): "x", pa.int64(): 0, pa.int32(): 0, pa.float64(): 1.0, pa.float32(): 0.0}
@@ -210,15 +221,54 @@ def test_a_product_lines_glob_and_shard_regex_find_its_own_output(line):
 
 def test_a_product_line_must_name_the_shard_in_its_output_and_have_a_plain_name():
     with pytest.raises(ValueError, match="name the shard"):
-        ProductLine("x", "x", ("raw_shards",), output=lambda shard_id: "fixed.parquet", id_column="utt_id")
+        line_with(output=lambda shard_id: "fixed.parquet")
     with pytest.raises(ValueError, match="must match"):
-        ProductLine("Bad Name", "x", ("raw_shards",), output=layout.utterance_index, id_column="utt_id")
+        line_with(name="Bad Name")
     with pytest.raises(ValueError, match="only its file name may hold"):
-        ProductLine("x", "x", ("raw_shards",), output=lambda shard_id: f"{shard_id}/*/x.parquet", id_column="utt_id")
+        line_with(output=lambda shard_id: f"{shard_id}/*/x.parquet")
     with pytest.raises(ValueError, match="only its file name may hold"):
-        ProductLine("x", "x", ("raw_shards",), output=lambda shard_id: f"{shard_id}/*-*.parquet", id_column="utt_id")
+        line_with(output=lambda shard_id: f"{shard_id}/*-*.parquet")
+    with pytest.raises(ValueError, match="not under speechdata"):
+        line_with(package="speaker")
+    with pytest.raises(ValueError, match=r"builds shared stage\(s\) \['alignments'\]"):
+        line_with(builds={"alignments": "speechdata.speaker.embeddings"})
     with pytest.raises(KeyError, match="unknown product 'nope'"):
         product_line("nope")
+
+
+def test_a_record_is_immutable():
+    with pytest.raises(TypeError):
+        SPEAKER_EMBEDDINGS.builds["other"] = "speechdata.speaker.other"  # type: ignore[index]
+    assert isinstance(SPEAKER_EMBEDDINGS.stages, tuple)
+
+
+def test_every_product_lines_docs_page_exists_and_is_in_the_site():
+    docs = Path(__file__).resolve().parents[2] / "docs"
+    nav = (docs.parent / "mkdocs.yml").read_text(encoding="utf-8")
+    for line in PRODUCT_LINES:
+        assert (docs / line.docs).is_file(), line.name
+        assert f": {line.docs}" in nav, line.name
+
+
+def test_the_contributing_checklist_names_every_field_of_a_record():
+    page = (Path(__file__).resolve().parents[2] / "docs" / "contributing.md").read_text(encoding="utf-8")
+    section = page.split("## Adding a product line", 1)[1].split("\n### ", 1)[0]
+    named = [m.group(1) for m in re.finditer(r"^\| `([a-z_]+)` \|", section, re.MULTILINE)]
+    assert named == [field.name for field in dataclasses.fields(ProductLine)]
+
+
+def test_every_catalog_view_a_record_names_is_built(data_root):
+    build_root(data_root, PRODUCT_LINES)
+    with connect(data_root) as connection:
+        refresh_catalog(connection, data_root.url)
+        views = {row[0] for row in connection.execute("SELECT view_name FROM duckdb_views()").fetchall()}
+    for line in PRODUCT_LINES:
+        assert set(line.catalog_views) <= views, line.name
+
+
+def test_the_hf_records_last_stage_is_the_hf_publishing_stage():
+    assert product_line("hf").stages[-1] == HF_STAGE
+    assert product_line("hf").output(SHARD).startswith(layout.shard_dir(SHARD))
 
 
 def test_a_product_line_registered_twice_is_an_error(monkeypatch):

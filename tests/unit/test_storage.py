@@ -139,3 +139,15 @@ def test_an_owner_whose_block_fails_removes_nothing_but_its_own_failed_write(dat
         handle.write(b"partial")
         raise RuntimeError("crash mid-write")
     assert [p for p in data_root.fs.find(data_root.root) if TEMP_PREFIX in p] == [data_root.path(killed)]
+
+
+def test_the_storage_layer_knows_a_rejects_ledger_by_the_ledgers_own_columns(data_root):
+    from speechdata.io.storage import REJECTS_LEDGER_COLUMNS
+    from speechdata.rejects import REJECTS_SCHEMA, Reject, rejects_table
+
+    assert REJECTS_SCHEMA.names == REJECTS_LEDGER_COLUMNS
+    # A ledger's detail names a file under the root: stored without the root, not refused.
+    absolute = data_root.path("landing/s/audio/a.wav")
+    ledger = rejects_table([Reject("a", "raw_shards", "unreadable_audio", f"cannot read {absolute}")])
+    stored = data_root.without_root_paths("shards/s/rejects/raw_shards.parquet", ledger)
+    assert stored["detail"].to_pylist() == ["cannot read landing/s/audio/a.wav"]
