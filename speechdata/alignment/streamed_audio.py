@@ -18,6 +18,7 @@ from __future__ import annotations
 import io
 
 import numpy as np
+import pyarrow as pa
 import soundfile as sf
 
 from speechdata.audio.budget import MAX_LONG_FORM_SECONDS, check_audio_budget
@@ -35,7 +36,7 @@ resampler's filter (soxr HQ: a few ms)."""
 class StreamedAudio:
     """Slicable like the 16 kHz float32 array of an encoded utterance: ``audio[a:b]``, ``audio.shape``."""
 
-    def __init__(self, data: bytes, codec: str, source_rate: int, n_samples: int, target_rate: int):
+    def __init__(self, data: bytes | pa.Buffer, codec: str, source_rate: int, n_samples: int, target_rate: int):
         if codec not in ("pcm16", "flac16", "flac24"):
             raise ValueError(f"cannot stream audio stored as {codec!r}")
         self.data, self.codec, self.source_rate, self.n_samples = data, codec, source_rate, n_samples
@@ -67,7 +68,9 @@ class StreamedAudio:
         if self.codec == "pcm16":
             pcm = np.frombuffer(self.data, dtype="<i2", count=last - first, offset=2 * first)
             return pcm.astype(np.float32) / PCM16_FULL_SCALE
-        with sf.SoundFile(io.BytesIO(self.data)) as sound:
+        # a BufferReader reads the payload in place (a BytesIO over anything but ``bytes`` would copy it)
+        source = io.BytesIO(self.data) if isinstance(self.data, bytes) else pa.BufferReader(self.data)
+        with sf.SoundFile(source) as sound:
             sound.seek(first)
             return sound.read(last - first, dtype="float32")
 

@@ -211,7 +211,10 @@ def test_a_two_hour_recording_fits_the_checkpointed_memory_and_the_cap_stays_for
 
 
 @pytest.mark.parametrize("codec", ["pcm16", "flac16"])
-def test_streamed_audio_windows_are_the_whole_resampled_audio(codec):
+@pytest.mark.parametrize("held_as", ["bytes", "arrow buffer"])
+def test_streamed_audio_windows_are_the_whole_resampled_audio(codec, held_as):
+    import pyarrow as pa
+
     from speechdata.alignment.streamed_audio import StreamedAudio
     from speechdata.audio.codec import decode_audio, encode_audio, quantize_pcm16, resample
 
@@ -221,7 +224,8 @@ def test_streamed_audio_windows_are_the_whole_resampled_audio(codec):
     data = quantize_pcm16(samples).tobytes() if codec == "pcm16" else encode_audio(samples, 24_000, codec)
     decoded = decode_audio(data, codec)
     whole = resample(decoded, 24_000, 16_000)
-    audio = StreamedAudio(data, codec, 24_000, decoded.shape[0], 16_000)
+    payload = pa.py_buffer(data) if held_as == "arrow buffer" else data  # the container's reader gives a buffer
+    audio = StreamedAudio(payload, codec, 24_000, decoded.shape[0], 16_000)
     assert audio.shape == whole.shape
     for start, stop in [(0, 64_000), (12_345, 76_345), (150_000, 200_000), (5, 5)]:
         np.testing.assert_allclose(audio[start:stop], whole[start:stop], atol=1e-6)
