@@ -164,10 +164,13 @@ def iter_container_payloads(
     (a reader that decodes only what it needs, or in pieces: the alignment of long utterances).
 
     The payload is a view of the row group's own memory (``pa.Buffer``: the buffer protocol, and
-    ``pa.BufferReader`` for a file-like), not a copy: a 2-hour FLAC is held once, not twice."""
-    with data_root.open_parquet(relative) as parquet:
+    ``pa.BufferReader`` for a file-like), not a copy; and without ``pre_buffer`` the reader keeps no
+    cached copy of the column chunk (with it, and with ``to_pylist``, a 2-hour FLAC of 244 MB was
+    resident three times over once read: 836 MB against 588 MB)."""
+    with data_root.open_parquet(relative, pre_buffer=False) as parquet:
         for group in range(parquet.num_row_groups):
             table = parquet.read_row_group(group, columns=["utt_id", "sample_rate", "n_samples", "codec", "audio"])
+            pa.default_memory_pool().release_unused()
             audio = table["audio"]
             for row, (utt_id, rate, n_samples, codec) in enumerate(
                 zip(
