@@ -170,7 +170,6 @@ def iter_container_payloads(
     with data_root.open_parquet(relative, pre_buffer=False) as parquet:
         for group in range(parquet.num_row_groups):
             table = parquet.read_row_group(group, columns=["utt_id", "sample_rate", "n_samples", "codec", "audio"])
-            pa.default_memory_pool().release_unused()
             audio = table["audio"]
             for row, (utt_id, rate, n_samples, codec) in enumerate(
                 zip(
