@@ -55,7 +55,7 @@ postgres-server:
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq postgresql; }
 
 demo: setup instance
-	SPEECHDATA_PROFILE=tiny $(BIN)/python -m dagster_project.demo
+	$(BIN)/python -m dagster_project.demo
 
 # exec: the recipe's shell becomes dagster dev, so the SIGTERM or SIGINT that make passes on reaches it
 # and it stops its daemon, webserver and code servers; a shell in between would die alone and leave them.

@@ -22,6 +22,7 @@ from resources.gpu_workers import GpuWorkersResource
 from resources.model_pins import QWEN, model_that_runs
 from resources.storage import DataRootResource
 from resources.text_tokenizer import TextTokenizerResource
+from speechdata.alignment.pseudo_labels import with_text_sources
 from speechdata.alignment.stage import run_alignments_from_import
 from speechdata.bridge.clock import SAMPLES_PER_FRAME
 from speechdata.bridge.frame_grid import GRID_RULE_VERSION
@@ -45,7 +46,7 @@ class AlignmentsConfig(dg.Config):
 @shard_asset(
     deps=[normalized_audio],
     kinds={"pytorch", "parquet"},
-    code_version="alignments-v2",  # v2: long recordings aligned (not rejected), untranscribed stretches, segment rows
+    code_version="alignments-v3",  # v3: long recordings aligned (not rejected), untranscribed stretches, segment rows
     # The CTC model runs on the GPU when there is one: on Kubernetes the step goes to a GPU node,
     # and it shares the `gpu` pool with the feature steps.
     gpu=True,
@@ -151,7 +152,10 @@ def frame_grids(
 def _grid_one_shard(context, root, tokenizer, tokenizer_identity: str, shard_id: str) -> ShardResult:
     summary = run_frame_grids(root, shard_id, tokenizer)
     table = root.read_parquet(layout.frame_grids(shard_id))
-    index = root.read_parquet(layout.utterance_index(shard_id), columns=["utt_id", "text"])
+    # The text each grid spells: the landed one, or the aligner's pseudo-label where none landed.
+    index = with_text_sources(
+        root, shard_id, root.read_parquet(layout.utterance_index(shard_id), columns=["utt_id", "text"])
+    )
     failures = verify_frame_grids(
         table, dict(zip(index["utt_id"].to_pylist(), index["text"].to_pylist(), strict=True)), tokenizer
     )

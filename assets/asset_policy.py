@@ -73,7 +73,7 @@ def group_asset(
 ) -> AssetDecorator:
     """An asset that is not a per-shard product (a catalog, a per-country or per-language product,
     a dataset over every shard). ``checks``: ``{check name: description}``, blocking checks
-    evaluated once per materialization.
+    evaluated once per materialization, per partition when ``partitions_def`` is given.
 
     Partitioned by shard it would carry no backfill policy: a shard backfill selecting it would run
     it one shard per run and the UI's backfill dialog would list a second policy. Refused, by name.
@@ -87,7 +87,9 @@ def group_asset(
     return lambda compute: _declare(
         compute,
         checks,
-        None,
+        # A partitioned asset's checks are evaluated per partition (the country, the language): each
+        # evaluation names its partition, as the shard assets' do.
+        partitions_def,
         deps=list(deps),
         partitions_def=partitions_def,
         kinds=set(kinds),

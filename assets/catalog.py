@@ -30,7 +30,7 @@ class CatalogRefreshConfig(dg.Config):
 @group_asset(
     deps=[shard_manifest],
     kinds={"duckdb"},
-    code_version="manifest_catalog-v4",  # v4: per-shard accounting state (v3: per-manifest state)
+    code_version="manifest_catalog-v4",  # bumped when the accounting moved to per-shard state
 )
 def manifest_catalog(
     context: dg.AssetExecutionContext,

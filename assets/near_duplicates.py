@@ -21,7 +21,7 @@ from speechdata.quality.near_dup_batch import (
 )
 from speechdata.quality.near_dup_batch_ray import IN_PROCESS, LOCAL, RAY_ADDRESS_ENV, batch_engine
 from speechdata.quality.near_dup_index import DEFAULT_LOCK_TIMEOUT_S
-from speechdata.quality.near_dup_matching import KINDS, NearDuplicateThresholds
+from speechdata.quality.near_dup_matching import FLAG_KINDS, KINDS, NearDuplicateThresholds
 from speechdata.quality.near_duplicates import (
     COLUMN_DESCRIPTIONS,
     NEAR_DUPLICATES_SCHEMA,
@@ -60,6 +60,27 @@ class NearDuplicatesConfig(dg.Config):
         _DEFAULTS.min_transcript_words, description="near_transcript: shorter transcripts are never compared."
     )
     check_transcripts: bool = Field(_DEFAULTS.check_transcripts, description="False: only audio makes a duplicate.")
+    same_speaker_min_cosine: float = Field(
+        _DEFAULTS.same_speaker_min_cosine,
+        description="near_transcript: least speaker-embedding cosine for one speaker; less is an "
+        "other_speaker_reading (kept).",
+    )
+    max_new_speech_seconds: float = Field(
+        _DEFAULTS.max_new_speech_seconds,
+        description="Containment: more speech than this outside an earlier utterance is new speech (never a copy).",
+    )
+    min_contained_seconds: float = Field(
+        _DEFAULTS.min_contained_seconds, description="Containment: least speech of a contained clip, seconds."
+    )
+    min_envelope_correlation: float = Field(
+        _DEFAULTS.min_envelope_correlation, description="shifted_audio: least loudness-envelope correlation."
+    )
+    min_shape_correlation: float = Field(
+        _DEFAULTS.min_shape_correlation, description="shifted_audio: least spectral-shape correlation (best shift)."
+    )
+    max_tempo_change: float = Field(
+        _DEFAULTS.max_tempo_change, description="shifted_audio: most ratio of the two speech spans' durations."
+    )
     lock_timeout_s: float = Field(
         DEFAULT_LOCK_TIMEOUT_S,
         description="Longest wait for the corpus index's lock, or for shards reserved before this one to commit.",
@@ -74,10 +95,17 @@ class NearDuplicatesConfig(dg.Config):
             min_transcript_jaccard=self.min_transcript_jaccard,
             min_transcript_words=self.min_transcript_words,
             check_transcripts=self.check_transcripts,
+            same_speaker_min_cosine=self.same_speaker_min_cosine,
+            max_new_speech_seconds=self.max_new_speech_seconds,
+            min_contained_seconds=self.min_contained_seconds,
+            min_envelope_correlation=self.min_envelope_correlation,
+            min_shape_correlation=self.min_shape_correlation,
+            max_tempo_change=self.max_tempo_change,
         )
 
 
-@shard_asset(deps=[normalized_audio], kinds={"parquet"}, code_version="near_duplicates-v1")
+# v2: speaker-aware transcript matches, containment that keeps new speech, tempo and pitch copies, the flags file
+@shard_asset(deps=[normalized_audio], kinds={"parquet"}, code_version="near_duplicates-v2")
 def near_duplicates(
     context: dg.AssetExecutionContext, config: NearDuplicatesConfig, data_root: DataRootResource
 ) -> ShardEvents:
@@ -86,7 +114,9 @@ def near_duplicates(
 
     File: `shards/<shard>/near_duplicates.parquet`: `utt_id`, `representative_shard`,
     `representative_utt` (the copy indexed first), `kind` (`exact_audio`, `near_audio`,
-    `near_transcript`) and `similarity` (0-1); no rows when the shard copies nothing. The shard is
+    `contained_audio`, `shifted_audio`, `near_transcript`) and `similarity` (0-1); no rows when the
+    shard copies nothing. Beside it `near_duplicate_flags.parquet`: utterances kept though they match an
+    earlier one (`other_speaker_reading`, `contains_earlier`). The shard is
     then added to the corpus index (`index/near_duplicates/`), which later shards are checked
     against; re-running a shard gives the same rows (docs/near-duplicates.md).
     """
@@ -138,6 +168,7 @@ def _near_duplicates_result(context: dg.AssetExecutionContext, summary: NearDupl
             "utterances_checked": summary.rows_out,
             **{f"duplicates_{kind}": by_kind[kind] for kind in KINDS},
             "duplicates_by_kind": dg.MetadataValue.json(by_kind),
+            **{f"flags_{kind}": by_kind[kind] for kind in FLAG_KINDS},
             "pairs_sample": markdown_rows(pairs) if pairs else dg.MetadataValue.md("_no duplicates_"),
             "index_position": summary.index_position,
             "indexed_utterances_before": summary.indexed_before,

@@ -35,6 +35,7 @@ SIGNAL_HISTOGRAMS = {
     "text_language_confidence": "probability",
     "cer": "CER",
     "wer": "WER",
+    "asr_confidence": "probability",
     "audio_language_confidence": "probability",
     "mos": "MOS",
     "speech_snr_db": "dB",
@@ -54,7 +55,7 @@ SIGNAL_HISTOGRAMS = {
 @shard_asset(
     deps=[normalized_audio, alignments],
     kinds={"pytorch", "parquet"},
-    code_version="quality_signals-v2",
+    code_version="quality_signals-v4",  # bumped for the speaker columns and the pseudo-label columns
     checks={"one_row_per_indexed_utterance": "quality.parquet has exactly one row per utterance of the index."},
     gpu=True,
 )
@@ -84,6 +85,7 @@ def quality_signals(
         ),
     )
     vad_model, audio_language, speech_quality, dnsmos = models
+    speakers = quality_models.speaker_encoder(torch_device)  # shipped in its wheel, loaded once per process
 
     def one_shard(shard_id: str) -> ShardResult:
         summary = run_quality_signals(
@@ -94,6 +96,7 @@ def quality_signals(
             audio_language=audio_language,
             speech_quality=speech_quality,
             dnsmos=dnsmos,
+            speakers=speakers,
         )
         table = root.read_parquet(signals_path(shard_id))
         indexed = root.read_parquet(layout.utterance_index(shard_id), columns=["utt_id"]).num_rows

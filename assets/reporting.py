@@ -40,7 +40,11 @@ COLUMN_DESCRIPTIONS: dict[str, str] = {
     # The landing contract's columns (docs/landing-contract.md), carried into the index and manifests.
     "utt_id": "The utterance's id from the landed metadata: unique in its shard, names its files.",
     "audio_path": "The landed audio file, relative to the shard's landing folder or tar.",
-    "text": "The utterance's transcript, as landed.",
+    "text": "The utterance's transcript, as landed, or the aligner's pseudo-label where none landed (text_source 'asr').",
+    "text_source": "Where the text came from: 'landed' (the shard's own) or 'asr' (the aligner's greedy CTC pseudo-label).",
+    "asr_text": "The aligner's greedy CTC transcript of an utterance landed without text (null for landed text).",
+    "asr_confidence": "The pseudo-label's confidence, 0-1: mean max posterior of its words' frames (null for landed text).",
+    "asr_word_confidences": "The pseudo-label's confidence per word (mean max posterior of the word's frames).",
     "language": "ISO 639-1 language code (two lower-case letters).",
     "country": "Country the recording belongs to; the HF dataset's config.",
     "start_s": "Segment start in the source audio, seconds (null: from the file's start).",
@@ -263,4 +267,41 @@ def unbalanced_ledger_failure(exc: UnbalancedLedger, scope: str | None = None) -
     return dg.Failure(
         description=f"{scope}: {exc}" if scope else str(exc),
         metadata={"shard": exc.shard_id, "unaccounted": dg.MetadataValue.json(exc.ledger.unaccounted[:20])},
+    )
+
+
+def _is_figure(value: object) -> bool:
+    if isinstance(value, (dg.IntMetadataValue, dg.FloatMetadataValue)):
+        return value.value is not None
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _figure(value: object) -> int | float:
+    if isinstance(value, (dg.IntMetadataValue, dg.FloatMetadataValue)):
+        return value.value  # ty: ignore[invalid-return-type]
+    return value  # ty: ignore[invalid-return-type]
+
+
+def unplotted_check(check: dg.AssetCheckResult) -> dg.AssetCheckResult:
+    """``check`` with each numeric metadata value as text: still shown on the check, never charted.
+
+    Dagster's UI plots a check's numeric metadata as one series over time across every partition
+    (the check's Plots: Dagster 1.13 has no partition axis there), so a partitioned asset's check
+    figures would read as one shard's trend. The asset's own plots have that axis (Partitions /
+    Events): the figures worth charting per partition are the materialization's (``stage_metadata``:
+    rows in, rows out, rejects), which the checks' counts restate.
+    """
+    if not any(_is_figure(value) for value in (check.metadata or {}).values()):
+        return check
+    metadata = {
+        key: dg.MetadataValue.text(str(_figure(value))) if _is_figure(value) else value
+        for key, value in (check.metadata or {}).items()
+    }
+    return dg.AssetCheckResult(
+        passed=check.passed,
+        asset_key=check.asset_key,
+        check_name=check.check_name,
+        metadata=metadata,
+        severity=check.severity,
+        description=check.description,
     )

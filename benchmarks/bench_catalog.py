@@ -89,6 +89,8 @@ def shard_manifest(rng: np.random.Generator, shard: str, rows: int, sentences: n
         "country": np.array(COUNTRIES)[rng.integers(0, len(COUNTRIES), rows)],
         "source": pa.array(["synthetic"] * rows, pa.string()),
         "text": sentences[rng.integers(0, len(sentences), rows)],
+        "text_source": pa.array(["landed"] * rows, pa.string()),
+        "asr_confidence": pa.nulls(rows, pa.float32()),
         "alignment_score": (-rng.gamma(2.0, 0.8, rows)).astype(np.float32),
         "zero_duration_token_share": rng.random(rows, dtype=np.float32) * 0.1,
         "clipped_share": np.zeros(rows, dtype=np.float32),

@@ -26,7 +26,8 @@ Near duplicates are measured separately from synthetic index entries (``near_dup
 up to 100 000 h), since clones of one template are all exact copies of each other, plus the wait of
 the last of 16 shards that reach near duplicates at once against one alone.
 
-``--quick``: a 40-utterance template and corpora of 3 and 12 template shards, for the smoke test.
+``--quick``: a template of 20 utterances and one long recording (0.05 h), corpora of one and two
+template shards plus the measured new one, for the smoke test.
 """
 
 from __future__ import annotations
@@ -86,20 +87,22 @@ def shard_name(k: int) -> str:
 # --- the template shard
 
 
-def build_template(workdir: Path, utterances: int) -> Path:
-    """Land and build the template shard (once per ``utterances``); returns its data root."""
-    root = workdir / f"template-{utterances}"
+def build_template(workdir: Path, utterances: int, long_recordings: int = 4) -> Path:
+    """Land and build the template shard (once per ``utterances`` and ``long_recordings``); returns its data root."""
+    root = workdir / f"template-{utterances}-{long_recordings}"
     stamp = root / ".built"
     if stamp.exists():
         return root
     shutil.rmtree(root, ignore_errors=True)
     progress(f"building the template shard ({utterances} utterances) through every shard asset")
-    _run_child(["--build-template", str(root), "--utterances", str(utterances)])
+    _run_child(
+        ["--build-template", str(root), "--utterances", str(utterances), "--long-recordings", str(long_recordings)]
+    )
     stamp.write_text("ok")
     return root
 
 
-def _build_template_child(root: str, utterances: int) -> None:
+def _build_template_child(root: str, utterances: int, long_recordings: int) -> None:
     import dagster as dg
 
     from assets import SHARD_ASSETS
@@ -110,7 +113,7 @@ def _build_template_child(root: str, utterances: int) -> None:
     from speechdata.testing.shards import build_sample_shard
 
     data_root = DataRoot(root)
-    build_sample_shard(data_root, TEMPLATE_SHARD, utterances, long_recordings=4, formats=("flac", "wav"))
+    build_sample_shard(data_root, TEMPLATE_SHARD, utterances, long_recordings=long_recordings, formats=("flac", "wav"))
     # The fixture clips repeat, so the real near-duplicate stage would reject most utterances; the
     # template stands for distinct speech, so its near-duplicate file is empty and the stage skipped.
     data_root.write_parquet(layout.near_duplicates(TEMPLATE_SHARD), NEAR_DUPLICATES_SCHEMA.empty_table())
@@ -338,7 +341,7 @@ def new_shard_partitions(template: Path) -> dict[str, str]:
 
 def measure(args: argparse.Namespace) -> dict:
     workdir = Path(args.workdir)
-    template = build_template(workdir, args.utterances)
+    template = build_template(workdir, args.utterances, args.long_recordings)
     files = template_files(template)
     hours_per_shard = template_hours(template)
     keys = new_shard_partitions(template)
@@ -418,6 +421,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--hours", default="10,100,1000,10000")
     parser.add_argument("--utterances", type=int, default=1000)
+    parser.add_argument("--long-recordings", type=int, default=4, help="the template's recordings of three clips")
     parser.add_argument("--nd-hours", default="10,100,1000", help="near-duplicate index sizes (hours)")
     parser.add_argument("--nd-utterances", type=int, default=1000)
     parser.add_argument("--skip-stages", action="store_true", help="near duplicates only")
@@ -430,7 +434,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if args.build_template:
         with stdout_to_stderr():
-            _build_template_child(args.build_template, args.utterances)
+            _build_template_child(args.build_template, args.utterances, args.long_recordings)
         return
     if args.run_stages:
         with stdout_to_stderr():
@@ -440,7 +444,10 @@ def main(argv: list[str] | None = None) -> None:
         print(json.dumps(figures), flush=True)
         return
     if args.quick:
-        args.utterances, args.hours, args.nd_hours, args.nd_utterances = 40, "0.05,0.2", "0.05,0.2", 40
+        # The template build (every shard asset, tiny models) is most of the smoke run: half of the
+        # former 40 utterances and four long recordings, with the corpus sizes halved to keep one and two shards.
+        args.utterances, args.long_recordings, args.hours = 20, 1, "0.02,0.08"
+        args.nd_hours, args.nd_utterances = "0.05,0.2", 40
     args.hours = _sizes(args.hours)
     args.nd_hours = _sizes(args.nd_hours)
     with stdout_to_stderr():

@@ -13,8 +13,10 @@ the entries they name, decide, commit (entries file, level-0 segment, order row)
 
 The index is synthetic (signals, not audio: fingerprinting costs the same in both designs and is
 per utterance): N shards of ``--utterances`` utterances of 3.2-6.4 s (random sub-fingerprints, 85 %
-of frames active, 8-word transcripts' MinHash); the new shard holds as many utterances, a tenth of
-them copies of earlier utterances (5 % of frames with one bit flipped, the same transcript). Each
+of frames active, 8-word transcripts' MinHash, a speaker embedding, a loudness envelope and spectral
+shape with their 24 envelope keys); the new shard holds as many utterances, a tenth of them copies
+of earlier utterances (5 % of frames with one bit flipped, the same transcript and speaker, the
+envelope with noise). Each
 measurement runs in a fresh process; peak RSS is that process's high-water mark, ``added`` the part
 above what the process held after its imports.
 """
@@ -33,6 +35,26 @@ import numpy as np
 from benchmarks.report import emit, progress, ratio, stdout_to_stderr
 
 FRAMES = (200, 400)
+
+
+def _unit(vector: np.ndarray) -> np.ndarray:
+    return (vector / np.linalg.norm(vector)).astype(np.float16).astype(np.float32)
+
+
+def synthetic_shift(rng: np.random.Generator, like=None):
+    """A loudness envelope, spectral shape and speech span (random; a copy's: the original's envelope
+    with noise, its shape and span)."""
+    from speechdata.quality.fingerprint_envelope import ENVELOPE_POINTS, SHAPE_SEGMENTS, ShiftSignature
+
+    if like is not None:
+        return ShiftSignature(
+            _unit(like.envelope + rng.normal(0, 0.03, ENVELOPE_POINTS)), like.spectral_shape, like.span_s
+        )
+    return ShiftSignature(
+        _unit(rng.standard_normal(ENVELOPE_POINTS)),
+        rng.integers(-60, 60, (SHAPE_SEGMENTS, 52)).astype(np.int8),
+        float(rng.uniform(2.5, 6.0)),
+    )
 
 
 def synthetic_signals(shard_id: str, count: int, rng: np.random.Generator, copies_of=None):
@@ -55,6 +77,8 @@ def synthetic_signals(shard_id: str, count: int, rng: np.random.Generator, copie
                     AudioFingerprint(values, original.fingerprint.active.copy()),
                     original.transcript_signature,
                     original.transcript_words,
+                    original.speaker_embedding,
+                    synthetic_shift(rng, original.shift) if original.shift is not None else None,
                 )
             )
             continue
@@ -67,6 +91,8 @@ def synthetic_signals(shard_id: str, count: int, rng: np.random.Generator, copie
                 AudioFingerprint(rng.integers(0, 2**32, frames, dtype=np.uint32), rng.random(frames) < 0.85),
                 rng.integers(0, 2**63, 128, dtype=np.uint64),
                 8,
+                _unit(rng.standard_normal(256)),
+                synthetic_shift(rng),
             )
         )
     return made

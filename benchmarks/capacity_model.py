@@ -31,7 +31,7 @@ class Stage:
     source: str
 
 
-# Measured on one core (docs/performance.md, "Per-stage figures"): audio seconds per CPU second.
+# Measured on one core (docs/performance.md, "Capacity model"): audio seconds per CPU second.
 MEASURED_CPU_STAGES = (
     Stage("raw_shards + normalized_audio", "cpu", 563.0, "bench_ingest: WAV+FLAC+MP3+Opus, FLAC storage"),
     Stage("vad_segments", "cpu", 516.0, "bench_vad: Silero batched"),

@@ -1,7 +1,12 @@
-"""`make demo`: land two sample shards, materialize every asset for them, print where things are.
+"""`make demo`: land the sample corpus in every landing form, build every product, print where things are.
+
+The sample corpus (:mod:`speechdata.testing.demo_corpus`) is distinct synthesized speech: nothing in it
+repeats or is broken except what it plants, and the demo names each plant and checks it was rejected
+with its reason; any other reject is listed, and more than 5 % of them fail the demo. It ends with
+commands to try, each of which works as printed (tests/integration/test_demo.py runs them).
 
 Runs go into the project-local Dagster instance (``DAGSTER_HOME``), so ``make dev`` afterwards shows
-them in the UI. The `tiny` model profile is used: its embeddings are not meaningful.
+them in the UI. The model profile is :data:`PROFILE` (``--profile`` overrides it).
 
 The terminal gets progress and the per-shard summary only: everything written to stderr (Dagster's
 event log at DEBUG, library warnings, tracebacks) goes to ``<DAGSTER_HOME>/demo.log``, named at
@@ -27,13 +32,12 @@ from dagster_project.settings import data_root_url
 from speechdata.bridge.manifest import manifest_path
 from speechdata.io import layout
 from speechdata.io.storage import DataRoot
-from speechdata.testing.shards import build_sample_shard
+from speechdata.testing.demo_corpus import PLAIN_SHARD, DemoCorpus, land_demo_corpus
 
-DEMO_SHARDS = {
-    # shard id: (standalone utterances, seed, audio in a tar, with faulty rows)
-    "demo-0001": (12, 1, False, False),
-    "demo-0002": (12, 2, True, True),
-}
+PROFILE = "tiny"
+"""The model profile the demo runs (docs/models-and-profiles.md); ``make demo`` sets nothing else."""
+MAX_UNPLANTED_REJECT_SHARE = 0.05
+"""Rejects of sample utterances that are neither planted nor by a product's definition fail the demo above this."""
 
 
 @contextlib.contextmanager
@@ -56,8 +60,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--data-root", default=data_root_url(), help="fsspec URL of the data root")
     parser.add_argument("--log", help="where Dagster's event log goes (default: <DAGSTER_HOME>/demo.log)")
+    parser.add_argument("--profile", default=PROFILE, help=f"model profile (default: {PROFILE})")
     args = parser.parse_args(argv)
-    os.environ.setdefault("SPEECHDATA_PROFILE", "tiny")
+    os.environ["SPEECHDATA_PROFILE"] = args.profile
     log_path = Path(args.log or Path(os.environ.get("DAGSTER_HOME") or tempfile.gettempdir()) / "demo.log")
     log_path.unlink(missing_ok=True)
     print(f"Dagster's event log (DEBUG and up) and warnings go to {log_path}", flush=True)
@@ -73,20 +78,25 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _demo(args) -> int:
+    from assets.partitions import add_partition_keys, country_partitions, language_partitions
     from dagster_project.definitions import build_resources, defs
 
     data_root = DataRoot(args.data_root)
     print(f"Data root: {data_root.uri('')}")
-    for shard_id, (n, seed, as_tar, faults) in DEMO_SHARDS.items():
-        build_sample_shard(data_root, shard_id, n, seed=seed, as_tar=as_tar, with_faults=faults)
+    with _sources_dir(data_root) as sources:
+        corpus = land_demo_corpus(data_root, sources)
+    for shard_id in corpus.shards:
         print(f"Landed {shard_id}: {data_root.uri(layout.landing_dir(shard_id))}")
 
     instance = dg.DagsterInstance.get()
-    instance.add_dynamic_partitions(shard_partitions.name, list(DEMO_SHARDS))
+    add_partition_keys(instance, shard_partitions, corpus.shards)
+    # Registered before any job, as the landing sensor does: language_shard_index runs per language.
+    add_partition_keys(instance, country_partitions, corpus.countries)
+    add_partition_keys(instance, language_partitions, corpus.languages)
     job = defs.resolve_job_def("per_shard_job")
     resources = build_resources(data_root=args.data_root, profile=os.environ["SPEECHDATA_PROFILE"])
     failed = False
-    for shard_id in DEMO_SHARDS:
+    for shard_id in corpus.shards:
         started = time.perf_counter()
         print(
             f"-> {shard_id}: per_shard_job running (ingest, alignment, grids, features, tars, manifest)...", flush=True
@@ -103,12 +113,24 @@ def _demo(args) -> int:
         failed |= not result.success
         print(f"\n== {shard_id}: per_shard_job {status} in {time.perf_counter() - started:.1f} s (run {result.run_id})")
         _print_shard_summary(data_root, shard_id)
-    failed |= not _publish_aligned_json_countries(data_root, instance, resources, defs)
-    failed |= not _run_the_other_products(data_root, instance, resources, defs)
+    commands: list[str] = []
+    if data_root.is_local:
+        bridge_tars = data_root.path(f"{layout.BRIDGE}/{PLAIN_SHARD}-*.tar")
+        commands.append(
+            ".venv/bin/python -c 'import glob, speechdata; "
+            f'ds = speechdata.bridge_dataset(sorted(glob.glob("{bridge_tars}")), languages=["en"]); '
+            'print(next(iter(ds))["json"]["words"][:3])\''
+        )
+    failed |= not _publish_hf_dataset(data_root, corpus.countries, instance, resources, defs, commands)
+    failed |= not _run_the_other_products(data_root, corpus.languages, instance, resources, defs, commands)
     # Last, after every job: the accounting counts what each product's run wrote (translation, HF,
     # ASR, VAD), so `speechdata catalog --named shard_accounting` is current without a --refresh.
     failed |= not _refresh_catalog(instance, resources, defs)
-    _print_catalog(resources["catalog"], data_root)
+    _print_catalog(resources["catalog"], data_root, corpus, commands, _data_root_option(args.data_root))
+    failed |= not _print_rejects_against_plants(data_root, corpus, resources["aligner"].models)
+    print("\n== Try these")
+    for command in commands:
+        print(f"   {command}")
     print(
         "\nBrowse the runs, lineage and metadata: make dev, then open http://localhost:3000"
         f"\nDagster instance: {instance.root_directory}"
@@ -116,35 +138,28 @@ def _demo(args) -> int:
     return 1 if failed else 0
 
 
-def _publish_aligned_json_countries(data_root: DataRoot, instance, resources, defs) -> bool:
-    """Land an aligned-JSON corpus, index its shards and build each country's HF dataset."""
-    from assets.partitions import country_partitions
-    from speechdata.hf.card import CARD_FILE
-    from speechdata.importers.aligned_json import import_aligned_countries
-    from speechdata.testing.aligned_json import SAMPLE_COUNTRIES, build_aligned_json_corpus
+@contextlib.contextmanager
+def _sources_dir(data_root: DataRoot) -> Iterator[str]:
+    """Where the demo writes the corpora it imports (aligned-JSON countries, a Granary parquet, a
+    language tar): beside the data it lands when the root is local, else a temporary directory."""
+    if data_root.is_local:
+        yield data_root.path("_demo_sources")
+    else:
+        with tempfile.TemporaryDirectory() as directory:
+            yield directory
 
-    sources = data_root.path("_demo_sources/aligned-json")
-    if not data_root.fs.exists(sources):
-        build_aligned_json_corpus(sources, SAMPLE_COUNTRIES)
-    reports = import_aligned_countries(sources, data_root, sorted(SAMPLE_COUNTRIES))
-    shards = [s for r in reports for s in r.shards]
-    # Partition keys are the ISO 3166-1 alpha-2 codes the import landed, whatever the folders are named.
-    countries = sorted({r.country for r in reports})
-    instance.add_dynamic_partitions(shard_partitions.name, shards)
-    instance.add_dynamic_partitions(country_partitions.name, countries)
-    ok = True
-    for shard_id in shards:
-        result = defs.resolve_job_def("per_shard_job").execute_in_process(
-            partition_key=shard_id,
-            instance=instance,
-            resources=resources,
-            raise_on_error=False,
-            tags={"speechdata/launched_by": "demo"},
-            run_config={"loggers": {"console": {"config": {"log_level": "DEBUG"}}}},
-        )
-        ok &= result.success
-        print(f"\n== {shard_id} (aligned-JSON import): per_shard_job {'ok' if result.success else 'FAILED'}")
+
+def _data_root_option(data_root: str) -> str:
+    """What a printed command needs to find this data root: nothing when it is the default one."""
+    return "" if data_root == data_root_url() else f" --data-root {data_root}"
+
+
+def _publish_hf_dataset(data_root: DataRoot, countries: list[str], instance, resources, defs, commands) -> bool:
+    """Build each aligned-JSON country's HF dataset config (the shards are indexed by now)."""
+    from speechdata.hf.card import CARD_FILE
+
     dataset = resources["hf_dataset_settings"].dataset
+    ok = True
     for country in countries:
         result = defs.resolve_job_def("hf_dataset_job").execute_in_process(
             partition_key=country,
@@ -160,7 +175,10 @@ def _publish_aligned_json_countries(data_root: DataRoot, instance, resources, de
     print(f"\n== Hugging Face dataset {data_root.uri(layout.hf_dataset_dir(dataset))} (card: {CARD_FILE})")
     for path in sorted(data_root.fs.glob(f"{dataset_dir}/*/*.parquet")):
         print(f"   {path[len(dataset_dir) + 1 :]}  {data_root.fs.size(path) / 1e6:.2f} MB")
-    print(f'Load it: datasets.load_dataset("{dataset_dir}", "{countries[0] if countries else "de"}")')
+    for country in countries:
+        commands.append(
+            f'.venv/bin/python -c \'import datasets; print(datasets.load_dataset("{dataset_dir}", "{country}"))\''
+        )
     if not resources["hub"].enabled:
         print(
             "Publishing to the Hub is off: set SPEECHDATA_HF_REPO_ID and HF_TOKEN to turn it on"
@@ -181,16 +199,15 @@ def _demo_segmentation(text: str) -> dict:
     return {"low_latency": level(2), "medium_latency": level(4), "high_latency": level(max(len(words), 1))}
 
 
-def _run_the_other_products(data_root: DataRoot, instance, resources, defs) -> bool:
+def _run_the_other_products(data_root: DataRoot, languages: list[str], instance, resources, defs, commands) -> bool:
     """Streaming translation for demo-0001's English, the ASR manifest, the per-language VAD index."""
     import json
 
     from assets import ALL_ASSETS
     from assets.asr_training import asr_manifest
-    from assets.partitions import language_partitions
     from assets.vad import language_shard_index
 
-    shard_id = "demo-0001"
+    shard_id = PLAIN_SHARD
     index = data_root.read_parquet(layout.utterance_index(shard_id), columns=["utt_id", "language", "text"])
     for utt_id, language, text in zip(*(index[c].to_pylist() for c in ("utt_id", "language", "text")), strict=True):
         if language == "en" and text:
@@ -223,7 +240,7 @@ def _run_the_other_products(data_root: DataRoot, instance, resources, defs) -> b
     )
     ok &= result.success
     print(f"== asr_manifest {'ok' if result.success else 'FAILED'} ({data_root.uri('asr/manifests')})")
-    for language in sorted(instance.get_dynamic_partitions(language_partitions.name)):
+    for language in languages:
         result = dg.materialize(
             ALL_ASSETS,
             selection=[language_shard_index],
@@ -236,8 +253,15 @@ def _run_the_other_products(data_root: DataRoot, instance, resources, defs) -> b
         ok &= result.success
         print(
             f"== language_shard_index[{language}] {'ok' if result.success else 'FAILED'} "
-            f"({data_root.uri(layout.language_shard_index(language))})"
+            f"({data_root.uri(layout.language_shard_index_dir(language))})"
         )
+    commands.append(
+        ".venv/bin/python -c 'from speechdata.vad.language_index import build_urls; "
+        f'print(build_urls(["en"], "{data_root.uri("")}"))\''
+    )
+    commands.append(
+        f".venv/bin/python -c 'import polars; print(polars.read_parquet(\"{data_root.uri(layout.streaming_pairs(shard_id))}\"))'"
+    )
     return ok
 
 
@@ -254,7 +278,7 @@ def _refresh_catalog(instance, resources, defs) -> bool:
     return result.success
 
 
-def _print_catalog(catalog, data_root: DataRoot) -> None:
+def _print_catalog(catalog, data_root: DataRoot, corpus: DemoCorpus, commands: list[str], root_option: str) -> None:
     from speechdata.catalog.display import format_table
     from speechdata.catalog.queries import NAMED_QUERIES, run_query
     from speechdata.io.duckdb_object_store import enable_data_root_reads
@@ -263,17 +287,36 @@ def _print_catalog(catalog, data_root: DataRoot) -> None:
     with catalog.get_connection() as connection:
         enable_data_root_reads(connection, data_root)  # the views resolve files under the root it names
         print(format_table(run_query(connection, NAMED_QUERIES["hours_per_language"])))
+        shards = ", ".join(f"'{shard_id}'" for shard_id in corpus.shards)
         accounting = run_query(
-            connection, f"SELECT * FROM ({NAMED_QUERIES['shard_accounting']}) WHERE shard IN ('demo-0001', 'demo-0002')"
+            connection, f"SELECT * FROM ({NAMED_QUERIES['shard_accounting']}) WHERE shard IN ({shards})"
         )
         print("\n== Accounting per shard and product (state: balanced, unbalanced or not built)")
         print(format_table(accounting))
+    commands.append(f".venv/bin/speechdata catalog --named hours_per_language{root_option}")
+    commands.append(f".venv/bin/speechdata catalog --named shard_accounting{root_option}")
+
+
+def _print_rejects_against_plants(data_root: DataRoot, corpus: DemoCorpus, aligned_languages) -> bool:
+    """Every reject of the sample shards is either planted (named here) or counted as a surprise;
+    surprises above :data:`MAX_UNPLANTED_REJECT_SHARE` of the landed utterances fail the demo."""
+    from speechdata.testing.demo_corpus import sort_rejects
+
+    print("\n== Planted defects (each must be rejected with its reason)")
+    report = sort_rejects(data_root, corpus, aligned_languages)
+    for plant in corpus.planted:
+        print(f"   {plant.describe()}: {'rejected' if plant in report.caught else 'NOT REJECTED'}")
+    for why, count in report.by_design.items():
+        print(f"   by design, {count} utterances: {why}")
+    share = report.unexpected_utterances / max(report.landed, 1)
     print(
-        "Most rejects are near_duplicate: the sample shards are cut from nine fixture clips, so most of their\n"
-        "utterances repeat an earlier one's audio or words, and each product keeps only the first copy\n"
-        "(docs/near-duplicates.md). Every reject is counted above, with its reason in the shard's rejects files."
+        f"   other rejected utterances: {report.unexpected_utterances} of {report.landed} sample utterances ({share:.1%}); "
+        "every reject is counted in the accounting above, with its reason in the shard's rejects files"
     )
-    print("Query it: .venv/bin/speechdata catalog --named hours_per_language (or --named shard_accounting)")
+    for shard_id, utt_id, stage, reason in report.unexpected:
+        print(f"     {shard_id}/{utt_id} [{stage}] {reason}")
+    missed = [plant for plant in corpus.planted if plant not in report.caught]
+    return not missed and share < MAX_UNPLANTED_REJECT_SHARE
 
 
 def _print_shard_summary(data_root: DataRoot, shard_id: str) -> None:

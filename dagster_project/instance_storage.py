@@ -29,6 +29,13 @@ order written are Dagster's own (each event still goes through ``store_event``);
 rolls back whole and Dagster then writes its events one by one. Dagster batches only when
 ``DAGSTER_EVENT_BATCH_SIZE`` is set, so constructing these storages sets it (unless the environment
 already does) in the processes that use them: the daemon, the webserver and the runs.
+
+Tested against dagster==1.13.27 and dagster-postgres==0.29.27, the versions pyproject.toml pins.
+These classes import private Dagster modules (``dagster._core...``) and override private methods of
+its storages (``_connect``); ``tests/unit/test_dagster_private_imports.py`` fails, naming the symbol
+and its module, when an upgrade moves one of the imports or leaves an ``@override`` overriding
+nothing. Upgrading Dagster: bump the pins, run that test and tests/integration/test_instance_storage.py,
+then update the versions above.
 """
 
 from __future__ import annotations
@@ -63,6 +70,7 @@ from dagster_postgres import (
     PostgresScheduleStorage,
 )
 from dagster_postgres.utils import get_token_provider_from_config, pg_url_from_config
+from typing_extensions import override
 
 
 class PartitionsVersion(NamedTuple):
@@ -117,6 +125,7 @@ class DynamicPartitionsCache:
         version = PartitionsVersion(len(rows), rows[-1][0], keys[-1]) if rows else PartitionsVersion(0, None, None)
         return CachedPartitions(version, keys)
 
+    @override
     def get_dynamic_partitions(self, partitions_def_name: str) -> Sequence[str]:
         self._check_partitions_table()  # ty: ignore[unresolved-attribute]
         version = self._current_partitions_version(partitions_def_name)
@@ -160,6 +169,7 @@ class OneConnectionBatches:
         # How many batches were written over shared connections: the tests count it.
         self.one_connection_batches = 0
 
+    @override
     def store_event_batch(self, events: Sequence[EventLogEntry]) -> None:
         if len(events) < 2 or self._open_batch.stack is not None:
             super().store_event_batch(events)  # ty: ignore[unresolved-attribute]
@@ -194,6 +204,7 @@ class CachingSqliteEventLogStorage(DynamicPartitionsCache, OneConnectionBatches,
         self._db_lock = threading.RLock()
         enable_event_batches()
 
+    @override
     def _connect(self, shard: str) -> Any:  # ty: ignore[invalid-method-override]
         return self._batch_connection(shard, lambda: SqliteEventLogStorage._connect(self, shard))
 
@@ -205,6 +216,7 @@ class CachingPostgresEventLogStorage(DynamicPartitionsCache, OneConnectionBatche
         self._init_dynamic_partitions_cache()
         enable_event_batches()
 
+    @override
     def _connect(self) -> Any:  # ty: ignore[invalid-method-override]
         return self._batch_connection("postgres", self._batch_transaction)
 
@@ -234,6 +246,7 @@ class CachingSqliteStorage(DagsterSqliteStorage):
         super(DagsterSqliteStorage, self).__init__()
 
     @classmethod
+    @override
     def from_config_value(  # ty: ignore[invalid-method-override]
         cls, inst_data: ConfigurableClassData, config_value: SqliteStorageConfig
     ) -> CachingSqliteStorage:
@@ -264,10 +277,12 @@ class CachingPostgresStorage(DagsterPostgresStorage):
         super(DagsterPostgresStorage, self).__init__()
 
     @classmethod
+    @override
     def config_type(cls) -> UserConfigSchema:
         return pg_config()
 
     @classmethod
+    @override
     def from_config_value(  # ty: ignore[invalid-method-override]
         cls, inst_data: ConfigurableClassData | None, config_value: PostgresStorageConfig
     ) -> CachingPostgresStorage:

@@ -23,12 +23,15 @@ from speechdata.command_options import (
     key_type,
     progress_enabled,
 )
+from speechdata.io.env import BACKFILL_SHARDS_PER_RUN_ENV, DEFAULT_BACKFILL_SHARDS_PER_RUN
 
 DEFAULT_WEBSERVER_URL = "http://localhost:3000"
 WEBSERVER_URL_ENV = "DAGSTER_WEBSERVER_URL"
 LAUNCHED_BY_TAG = "speechdata/launched_by"
 EXIT_FAILED = 1
 EXIT_BAD_SELECTION = 2
+MAKE_DEV_HOME = ".dagster_home"
+"""The instance folder ``make dev`` and ``make demo`` use when ``DAGSTER_HOME`` is unset (the Makefile's default)."""
 NEEDS_PLATFORM = "needs the platform extra (pip install 'speech-data-platform[platform]')"
 
 DESCRIPTION = """A shard's state, and runs and backfills of shard assets launched through Dagster.
@@ -68,7 +71,9 @@ def register(subparsers) -> None:
         "backfill",
         "launch one backfill of the selected assets over many shards",
         "Launch one backfill of the selected shard assets over the shards (the UI's Launch backfill), through\n"
-        "the webserver: the daemon runs it under the assets' backfill policy (up to 4 shards per run).",
+        "the webserver: the daemon runs it under the assets' backfill policy (up to "
+        f"{DEFAULT_BACKFILL_SHARDS_PER_RUN} shards per run;\n${BACKFILL_SHARDS_PER_RUN_ENV} "
+        "in the code location's environment sets another figure).",
         "  speechdata shard backfill --all --select frame_grids,qwen_hidden_states,wavlm_features\n"
         "  speechdata shard backfill --missing --wait\n"
         "  speechdata shard backfill --shards a-0001,a-0002 --group packaging --launched-by alice",
@@ -90,7 +95,10 @@ def _register_status(commands) -> None:
     parser.add_argument("shard_id", metavar="SHARD_ID", type=key_type("shard"))
     parser.add_argument("--json", action="store_true", help="one JSON object on stdout, for scripts")
     parser.add_argument(
-        "--dagster-home", metavar="DIR", default=None, help="the Dagster instance's folder (default: $DAGSTER_HOME)"
+        "--dagster-home",
+        metavar="DIR",
+        default=None,
+        help=f"the Dagster instance's folder (default: $DAGSTER_HOME, else ./{MAKE_DEV_HOME}, the one make dev uses)",
     )
     add_data_root_option(parser)
     add_quiet_option(parser)
@@ -163,10 +171,18 @@ def run_status(args: argparse.Namespace) -> int:
     except (ValueError, OSError) as error:
         print(f"{command}: error: {error}", file=sys.stderr)
         return EXIT_FAILED
-    home = args.dagster_home or os.environ.get("DAGSTER_HOME")
-    if not home or not os.path.isdir(home):
-        where = f"{home!r} does not exist" if home else "neither --dagster-home nor $DAGSTER_HOME is set"
-        print(f"{command}: error: no Dagster instance: {where} (make dev uses ./.dagster_home)", file=sys.stderr)
+    home = instance_home(args.dagster_home)
+    if not os.path.isdir(home):
+        given = "--dagster-home" if args.dagster_home else "$DAGSTER_HOME" if os.environ.get("DAGSTER_HOME") else None
+        where = (
+            f"{home!r} ({given}) does not exist"
+            if given
+            else f"neither --dagster-home nor $DAGSTER_HOME is set and {home!r} (make dev's) does not exist"
+        )
+        print(
+            f"{command}: error: no Dagster instance: {where}; `make dev` or `make demo` creates ./{MAKE_DEV_HOME}",
+            file=sys.stderr,
+        )
         return EXIT_FAILED
     # The instance's dagster.yaml names its storage folder as {env: DAGSTER_HOME} (deploy/local):
     # point the variable at the folder asked for, or its storage would be another instance's.
@@ -179,12 +195,36 @@ def run_status(args: argparse.Namespace) -> int:
 
     try:
         with dg.DagsterInstance.from_config(home) as instance:
-            status = shard_status(instance, data_root, args.shard_id, shard_asset_keys(defs), progress)
+            status = shard_status(
+                instance,
+                data_root,
+                args.shard_id,
+                shard_asset_keys(defs),
+                progress,
+                instance_home=os.path.abspath(home),
+            )
     except (ValueError, OSError) as error:
         print(f"{command}: error: {error}", file=sys.stderr)
         return EXIT_FAILED
+    except dg.DagsterError as error:
+        registering = (
+            "; shards are registered there by the landing sensor of `make dev`, once landing/<shard>/_SUCCESS "
+            "is written"
+            if isinstance(error, dg.DagsterInvalidSubsetError)
+            else ""
+        )
+        print(
+            f"{command}: error: {type(error).__name__}: {error} (instance {os.path.abspath(home)}{registering})",
+            file=sys.stderr,
+        )
+        return EXIT_FAILED
     print(json.dumps(status.as_json(), indent=2) if args.json else status_text(status))
     return 0
+
+
+def instance_home(given: str | None) -> str:
+    """``--dagster-home``, else ``$DAGSTER_HOME``, else ``./.dagster_home``: where ``make dev`` keeps it."""
+    return given or os.environ.get("DAGSTER_HOME") or os.path.abspath(MAKE_DEV_HOME)
 
 
 def run_launch(args: argparse.Namespace) -> int:

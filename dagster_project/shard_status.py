@@ -67,6 +67,10 @@ class ShardStatus:
     ledgers: dict[str, dict] | None
     """Product -> landed, produced, rejected, balanced, rejects_by_reason; None before landing."""
     ledger_table: str | None = None
+    instance: str | None = None
+    """The Dagster instance's folder the status was read from."""
+    hint: str | None = None
+    """For a shard the instance has not registered: how shards get registered (:func:`registration_hint`)."""
 
     def as_json(self) -> dict:
         return asdict(self)
@@ -89,14 +93,18 @@ def shard_status(
     shard_id: str,
     asset_names: Iterable[str],
     progress: Callable[[Iterable[str]], Iterable[str]] = lambda items: items,
+    instance_home: str | None = None,
 ) -> ShardStatus:
     """The shard's state; ``progress`` wraps the per-asset lookups (a progress bar on a terminal)."""
     validate_partition_key(shard_id)
     landing = landing_of(data_root, shard_id)
     ledgers = shard_ledgers(data_root, shard_id) if landing.present and _has_metadata(data_root, shard_id) else None
+    registered = instance.has_dynamic_partition(shard_partitions.name, shard_id)
     return ShardStatus(
         shard=shard_id,
-        registered=instance.has_dynamic_partition(shard_partitions.name, shard_id),
+        registered=registered,
+        instance=instance_home,
+        hint=None if registered else registration_hint(shard_id, landing),
         landing=landing,
         assets=[asset_state(instance, name, shard_id) for name in progress(list(asset_names))],
         ledgers=None
@@ -112,6 +120,30 @@ def shard_status(
             for product, ledger in ledgers.items()
         },
         ledger_table=None if ledgers is None else ledger_markdown(ledgers),
+    )
+
+
+def registration_hint(shard_id: str, landing: Landing) -> str:
+    """How a shard the instance does not know gets registered, from where its landing stands."""
+    success = f"{layout.landing_success_marker(shard_id)}"
+    sensor = (
+        "the landing sensor registers a shard (a key of the 'shard' partitions) at its next tick once "
+        f"{success} is there; it runs in the daemon `make dev` starts (UI: Automation, landing_sensor)"
+    )
+    elsewhere = (
+        "If the shard was registered elsewhere, this is another instance: pass --dagster-home or set "
+        "$DAGSTER_HOME (make dev: ./.dagster_home; make demo registers its demo shards there too)."
+    )
+    if landing.present and landing.complete:
+        return f"{shard_id} is landed but not registered in this instance: {sensor}. {elsewhere}"
+    if landing.present:
+        return (
+            f"{shard_id} is landing but not complete (no {success} yet), so it is not registered: "
+            f"`speechdata land` writes _SUCCESS last, after the contract checks; then {sensor}. {elsewhere}"
+        )
+    return (
+        f"{shard_id} is neither landed nor registered: land it with `speechdata land <folder>` (it is copied "
+        f"to landing/{shard_id}/ and checked against the landing contract), then {sensor}. {elsewhere}"
     )
 
 
@@ -232,11 +264,15 @@ def status_text(status: ShardStatus) -> str:
         )
     else:
         landed = f"no (nothing at {layout.landing_dir(status.shard)}/)"
-    lines = [
-        f"shard {status.shard}",
+    lines = [f"shard {status.shard}"]
+    if status.instance:
+        lines.append(f"instance: {status.instance}")
+    lines += [
         f"registered: {'yes' if status.registered else 'no'} (dynamic partition '{shard_partitions.name}')",
         f"landed: {landed}",
     ]
+    if status.hint:
+        lines.append(f"hint: {status.hint}")
     lines += [f"  {f.path}  {f.size_bytes}" for f in landing.files]
     lines += ["", "| asset | status | time (UTC) | run | data version | code version |", "|---|---|---|---|---|---|"]
     for state in status.assets:

@@ -196,6 +196,7 @@ def load_ctc_model(
     from transformers import ParakeetFeatureExtractor, ParakeetForCTC, ParakeetTokenizer
 
     from speechdata.alignment.log_probs import MODEL_SAMPLE_RATE
+    from speechdata.hub_access import hub_model_access
 
     if name.endswith(".nemo"):
         raise ValueError(
@@ -204,6 +205,7 @@ def load_ctc_model(
         )
     source = str(tiny_ctc_model_path(cache_dir)) if name == "tiny" else name
     options = {"local_files_only": local_files_only or os.path.isdir(source)}
+    options["local_files_only"] = hub_model_access(source, local_files_only=options["local_files_only"])
     acoustic = CtcAcousticModel(
         name=name,
         model=ParakeetForCTC.from_pretrained(source, dtype=torch.float32, **options).to(device).eval(),

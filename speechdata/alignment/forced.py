@@ -106,15 +106,18 @@ def align_transcript(
     frame_ms: int,
     duration_ms: int,
     max_frame_tokens: int = MAX_ALIGNMENT_FRAME_TOKENS,
+    language: str | None = None,
     *,
     wildcard: WildcardSettings | None = None,
     whole_matrix_frame_tokens: int = WHOLE_MATRIX_FRAME_TOKENS,
 ) -> UtteranceAlignment:
     """Force-align ``text`` to ``log_probs [T, V]``; raise :class:`AlignmentRejected` with a reason code.
 
-    ``too_long_to_align`` when ``T x L`` exceeds ``max_frame_tokens``. Past ``whole_matrix_frame_tokens``
+    ``too_long_to_align`` when ``T x L`` exceeds ``max_frame_tokens``. ``language`` picks how
+    numbers and symbols are spoken (:func:`~speechdata.alignment.transcript_units.ctc_targets`); each
+    written word spans from its spoken form's first token to its last. Past ``whole_matrix_frame_tokens``
     (or with a ``wildcard``) the checkpointed Viterbi runs: the same path in bounded memory."""
-    targets = ctc_targets(text or "", vocabulary)
+    targets = ctc_targets(text or "", vocabulary, language)
     if not targets.words:
         raise AlignmentRejected("empty_transcript", "the transcript has no words")
     if not targets.targets:

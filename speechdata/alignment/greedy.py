@@ -5,7 +5,8 @@ Decoding goes through the aligner's vocabulary object (``CtcAligner.vocabulary``
 any model behind the :class:`~speechdata.alignment.stage.CtcAligner` interface. The reference the
 hypothesis is compared with is the landed text put through the same vocabulary word by word
 (:func:`speechdata.alignment.transcript_units.ctc_targets`), so both sides are normalized exactly as
-the aligner normalizes text: NFKC, lower case, characters the model cannot emit dropped.
+the aligner normalizes text: NFKC, lower case, numbers spoken, other scripts romanized,
+characters the model still cannot emit dropped.
 """
 
 from __future__ import annotations
@@ -79,8 +80,8 @@ def greedy_transcript(log_probs: np.ndarray, vocabulary) -> str:
     return tokens_to_text(greedy_token_ids(log_probs, vocabulary.blank_id), vocabulary)
 
 
-def normalized_reference(text: str, vocabulary) -> str:
+def normalized_reference(text: str, vocabulary, language: str | None = None) -> str:
     """The landed text as the aligner sees it: each word's tokens decoded back, words spaced."""
-    targets = ctc_targets(text or "", vocabulary)
+    targets = ctc_targets(text or "", vocabulary, language)
     words = [tokens_to_text(targets.targets[first:last], vocabulary) for first, last in targets.word_target_ranges]
     return " ".join(word for word in words if word)

@@ -42,6 +42,13 @@ from speechdata.alignment.greedy import (
     normalized_reference,
 )
 from speechdata.alignment.log_probs import CTC_FRAME_S, MODEL_SAMPLE_RATE, ForwardFn, LogProbSettings, compute_log_probs
+from speechdata.alignment.pseudo_labels import (
+    TEXT_SOURCE_ASR,
+    TEXT_SOURCE_LANDED,
+    PseudoLabel,
+    needs_pseudo_label,
+    pseudo_label,
+)
 from speechdata.alignment.segmentation import MAX_SEGMENT_MS, cut_segments
 from speechdata.alignment.shard_inputs import AlignmentShardInputs, UtteranceAudio, read_utterance_rows
 from speechdata.alignment.streamed_audio import StreamedAudio, model_audio
@@ -75,7 +82,7 @@ class CtcAligner:
 @dataclass
 class _Pending:
     utt_id: str
-    text: str
+    text: str | None
     audio_16k: np.ndarray | StreamedAudio
     duration_ms: int
 
@@ -103,7 +110,9 @@ class _ShardAlignmentWriter:
         duration_s: float,
         untranscribed: list[tuple[int, int]] = (),
         segments: list[TimedUnit] = (),
+        label: PseudoLabel | None = None,
     ) -> None:
+        """``label``: the pseudo-label the words were aligned to (None: the landed text)."""
         self.rows += alignment_rows(utt_id, "word", words)
         self.rows += alignment_rows(utt_id, "token", tokens)
         self.rows += alignment_rows(utt_id, "segment", list(segments))
@@ -116,6 +125,10 @@ class _ShardAlignmentWriter:
                 "n_frames": n_frames,
                 "untranscribed_ms": sum(end - start for start, end in untranscribed),
                 "untranscribed": [{"start_ms": start, "end_ms": end} for start, end in untranscribed],
+                "text_source": TEXT_SOURCE_LANDED if label is None else TEXT_SOURCE_ASR,
+                "asr_text": None if label is None else label.text,
+                "asr_confidence": None if label is None else label.confidence,
+                "asr_word_confidences": None if label is None else label.word_confidences,
             }
         )
         self.audio_seconds += duration_s
@@ -147,14 +160,16 @@ class _ShardAlignmentWriter:
     def reject(self, utt_id: str, reason: str, detail: str) -> None:
         self.rejects.append(Reject(utt_id, STAGE, reason, detail))
 
-    def hypothesis(self, utt_id: str, text: str, log_probs: np.ndarray, aligner: CtcAligner) -> None:
+    def hypothesis(
+        self, utt_id: str, text: str, log_probs: np.ndarray, aligner: CtcAligner, language: str | None
+    ) -> None:
         """The greedy transcript of log-probs already computed for alignment: the quality stage's
         transcript agreement, at no extra forward pass."""
         self.hypotheses.append(
             {
                 "utt_id": utt_id,
                 "hypothesis": greedy_transcript(log_probs, aligner.vocabulary),
-                "reference": normalized_reference(text, aligner.vocabulary),
+                "reference": normalized_reference(text, aligner.vocabulary, language),
             }
         )
 
@@ -245,7 +260,10 @@ def run_alignments(
     """Force-align every normalized utterance of the shard with the aligner of its language.
 
     ``aligner_for(language)`` returns the language's aligner, or None when no model is configured
-    (the utterance becomes a ``no_aligner_for_language`` reject). An utterance whose frames x target
+    (the utterance becomes a ``no_aligner_for_language`` reject). An utterance landed without text
+    is aligned to the model's own greedy transcript (a pseudo-label, ``text_source`` ``asr`` in the
+    scores table: speechdata.alignment.pseudo_labels), or becomes a ``no_words_recognized`` reject
+    when that transcript is empty. An utterance whose frames x target
     tokens exceed ``max_frame_tokens`` becomes a ``too_long_to_align`` reject before its log-probs
     are computed (speechdata.alignment.forced); a long one within it is aligned in bounded memory.
     ``wildcard``: where a wildcard may explain stretches the transcript does not cover (reported per
@@ -274,10 +292,20 @@ def run_alignments(
         log_probs = compute_log_probs(aligner.forward, [p.audio_16k for p in pending], settings)
         frame_ms = int(round(aligner.frame_s * 1000))
         for item, lp in zip(pending, log_probs, strict=True):
-            writer.hypothesis(item.utt_id, item.text, lp, aligner)
+            text_and_label = _text_to_align(writer, item, lp, aligner, language)
+            if text_and_label is None:
+                continue
+            text, label = text_and_label
             try:
                 result = align_transcript(
-                    lp, item.text, aligner.vocabulary, frame_ms, item.duration_ms, max_frame_tokens, wildcard=wildcard
+                    lp,
+                    text,
+                    aligner.vocabulary,
+                    frame_ms,
+                    item.duration_ms,
+                    max_frame_tokens,
+                    language=language,
+                    wildcard=wildcard,
                 )
             except AlignmentRejected as exc:
                 writer.reject(item.utt_id, exc.reason, f"{aligner.name}: {exc}")
@@ -295,6 +323,7 @@ def run_alignments(
                 segments=cut_segments(result.words, item.duration_ms, result.untranscribed)
                 if item.duration_ms > MAX_SEGMENT_MS
                 else (),
+                label=label,
             )
         done += len(pending)
         if on_progress:
@@ -323,6 +352,25 @@ def run_alignments(
     return writer.finish(total, started)
 
 
+def _text_to_align(
+    writer: _ShardAlignmentWriter, item: _Pending, log_probs: np.ndarray, aligner: CtcAligner, language: str
+) -> tuple[str, PseudoLabel | None] | None:
+    """The landed text, or the model's pseudo-label where none landed; None when the model heard no word."""
+    if not needs_pseudo_label(item.text):
+        writer.hypothesis(item.utt_id, item.text, log_probs, aligner, language)
+        return item.text, None
+    # A transcript compared with itself says nothing: no greedy hypothesis for the quality stage.
+    label = pseudo_label(log_probs, aligner.vocabulary)
+    if not label.words:
+        writer.reject(
+            item.utt_id,
+            "no_words_recognized",
+            f"{aligner.name}: no text landed and the model's greedy transcript is empty",
+        )
+        return None
+    return label.text, label
+
+
 def _alignment_problem(
     row: dict, aligner: CtcAligner | None, duration_s: float, max_frame_tokens: int
 ) -> tuple[str, str] | None:
@@ -334,9 +382,9 @@ def _alignment_problem(
             OVER_BUDGET_REASON,
             f"{duration_s:.1f} s of audio, over the alignment stage's long-form budget of {MAX_LONG_FORM_SECONDS:.0f} s",
         )
-    targets = ctc_targets(row["text"] or "", aligner.vocabulary)
-    if not targets.words:
-        return "empty_transcript", "the transcript has no words"
+    if needs_pseudo_label(row["text"]):
+        return None  # transcribed by the model once its log-probs are computed, then aligned
+    targets = ctc_targets(row["text"], aligner.vocabulary, row["language"])
     if not targets.targets:
         return (
             "text_not_in_vocabulary",

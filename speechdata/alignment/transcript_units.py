@@ -1,10 +1,13 @@
 """Transcript text in a CTC model's vocabulary, word by word.
 
 Forced alignment needs every target token to exist in the acoustic model's vocabulary. Each
-whitespace-separated word of the transcript is normalized (Unicode NFKC, lower case, typographic
-apostrophes unified, characters the vocabulary cannot express dropped) and tokenized on its own,
-so the alignment keeps exactly one entry per word; a word that normalizes to nothing (a lone dash)
-keeps an entry with no tokens and gets a zero-length span at the previous word's end.
+whitespace-separated word of the transcript is put in its spoken form
+(:func:`speechdata.alignment.text_normalization.spoken_form`: Unicode NFKC, lower case, typographic
+apostrophes unified, numbers and symbols spoken in the utterance's language, other scripts
+romanized, characters the vocabulary still cannot express dropped) and tokenized on its own, so the
+alignment keeps exactly one entry per WRITTEN word: "1984" is one word whose tokens spell "nineteen
+eighty four". A word that normalizes to nothing (a lone dash) keeps an entry with no tokens and gets
+a zero-length span at the previous word's end.
 """
 
 from __future__ import annotations
@@ -12,6 +15,8 @@ from __future__ import annotations
 import re
 import unicodedata
 from dataclasses import dataclass
+
+from speechdata.alignment.text_normalization import spoken_form
 
 _APOSTROPHES = str.maketrans({"\u2019": "'", "\u2018": "'", "\u02bc": "'", "`": "'"})
 _WORD = re.compile(r"\S+")
@@ -43,9 +48,20 @@ class CharVocabulary:
         self.index = {label: i for i, label in enumerate(self.labels)}
         self.blank_id = len(self.labels)
         self.separator_id = self.index.get(" ")
+        self.characters = set(self.labels) - {" "}
 
     def word_tokens(self, word: str) -> list[int]:
         return [self.index[c] for c in normalize_word(word) if c in self.index and c != " "]
+
+    def spoken_tokens(self, spoken: list[str]) -> list[int]:
+        """Tokens of a written word's spoken words, with the separator between them."""
+        tokens: list[int] = []
+        for word in spoken:
+            word_tokens = self.word_tokens(word)
+            if word_tokens and tokens and self.separator_id is not None:
+                tokens.append(self.separator_id)
+            tokens += word_tokens
+        return tokens
 
     def token_text(self, token_id: int) -> str:
         return "<space>" if token_id == self.separator_id else self.labels[token_id]
@@ -70,6 +86,13 @@ class SubwordVocabulary:
             return []
         return [t for t in self.tokenizer.encode(kept, add_special_tokens=False) if t != self.unk_id]
 
+    def spoken_tokens(self, spoken: list[str]) -> list[int]:
+        """Tokens of a written word's spoken words, encoded as one phrase (each word gets its ``\u2581``)."""
+        kept = " ".join(w for w in ("".join(c for c in normalize_word(s) if c in self.characters) for s in spoken) if w)
+        if not kept:
+            return []
+        return [t for t in self.tokenizer.encode(kept, add_special_tokens=False) if t != self.unk_id]
+
     def token_text(self, token_id: int) -> str:
         return self.tokenizer.convert_ids_to_tokens(token_id)
 
@@ -79,13 +102,14 @@ def vocabulary_of(acoustic) -> SubwordVocabulary:
     return SubwordVocabulary(acoustic.tokenizer, acoustic.blank_id)
 
 
-def ctc_targets(text: str, vocabulary: CharVocabulary | SubwordVocabulary) -> CtcTargets:
-    """Tokenize ``text`` word by word; character models get a separator token between words."""
+def ctc_targets(text: str, vocabulary: CharVocabulary | SubwordVocabulary, language: str | None = None) -> CtcTargets:
+    """Tokenize ``text`` word by word in its spoken form; character models get a separator token
+    between words. ``language`` (ISO 639-1) picks how numbers and symbols are spoken (English if None)."""
     words = _WORD.findall(text or "")
     targets: list[int] = []
     ranges: list[tuple[int, int]] = []
     for word in words:
-        tokens = vocabulary.word_tokens(word)
+        tokens = vocabulary.spoken_tokens(spoken_form(word, language, vocabulary.characters))
         if tokens and targets and vocabulary.separator_id is not None:
             targets.append(vocabulary.separator_id)
         start = len(targets)

@@ -91,6 +91,7 @@ MANIFEST_SCHEMA = {
     "recording_id": pl.String,
     "original_language": pl.String,
     "quality": pl.Float64,
+    "text_source": pl.String,
 }
 REMOVED_SCHEMA = {"shard_id": pl.String, "utt_id": pl.String, "reason": pl.String, "detail": pl.String}
 PREPARED_SCHEMA = {

@@ -48,6 +48,7 @@ UTTERANCE_COLUMNS = {
     "source": pl.String,
     "recording_id": pl.String,
     "quality": pl.Float64,
+    "text_source": pl.String,
 }
 FLAC_COLUMNS = {
     "shard_id": pl.String,
@@ -68,6 +69,7 @@ MANIFEST_COLUMNS = [
     "recording_id",
     "original_language",
     "quality",
+    "text_source",
 ]
 NEMO_COLUMNS = ["audio_filepath", "duration", "text", "lang"]
 
@@ -273,6 +275,7 @@ def manifest_row_columns(audio_root: str) -> list:
         "recording_id",
         "original_language",
         "quality",
+        "text_source",
     ]
 
 

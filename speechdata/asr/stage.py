@@ -19,6 +19,7 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.csv as pacsv
 
+from speechdata.alignment.pseudo_labels import with_text_sources
 from speechdata.asr.flac_retention import remove_unreferenced_flacs
 from speechdata.asr.incremental import (
     MANIFEST_SCHEMA,
@@ -102,8 +103,9 @@ def read_asr_inputs(
     utterances, flac = [], []
     for shard_id in shard_ids:
         # The landed metadata's own columns (quality, recording id) ride in the ``extra`` namespace.
+        # An utterance landed without text carries the aligner's pseudo-label (text_source "asr").
         landed = unpack_extras(
-            data_root.read_parquet(layout.utterance_index(shard_id)),
+            with_text_sources(data_root, shard_id, data_root.read_parquet(layout.utterance_index(shard_id))),
             [pa.field(quality_column, pa.float64()), pa.field("recording_id", pa.string())],
         )
         index = pl.from_arrow(landed.drop_columns([c for c in ("extra",) if c in landed.column_names]))

@@ -132,7 +132,7 @@ AUDIO_CODECS: tuple[AudioCodec, ...] = ("flac16", "flac24", "pcm16")
 cost) or FLAC (16- or 24-bit, lossless, fewer bytes; docs/performance.md weighs the two)."""
 
 DEFAULT_AUDIO_CODEC: AudioCodec = "pcm16"
-"""docs/performance.md, sections 1 and 2: pcm16 takes FLAC's encoding out of ingest and its decoding
+"""docs/performance.md, Ingest: pcm16 takes FLAC's encoding out of ingest and its decoding
 out of packing, for 85 MB more disk per audio hour (173 against 88 MB on speech; +16 % over the
 container, the feature stores and the tars)."""
 

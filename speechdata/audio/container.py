@@ -39,13 +39,13 @@ CONTAINER_PARQUET_OPTIONS = {
     "data_page_size": PAYLOAD_PAGE_BYTES,
 }
 """Encoded audio does not compress further; zstd over it only burns CPU. Nor does it repeat: a
-dictionary over the audio column cost 30 % more writing and twice the reading (docs/performance.md,
-section 1) before parquet gave up on it."""
+dictionary over the audio column cost 30 % more writing and twice the reading (docs/changelog.md,
+Packing) before parquet gave up on it."""
 
 ROW_GROUP_BYTES = 16 * 1024 * 1024
 """Flush a row group once this much encoded audio is buffered: bounds a writer's and a reader's
 memory on any shard size, and how much packing reads before its first sample (16 MiB against
-64 MiB: docs/performance.md, 1.)."""
+64 MiB: docs/performance.md, Packing)."""
 
 
 @dataclass(frozen=True)
@@ -123,7 +123,7 @@ def _binary_array(payloads: list[bytes | np.ndarray], sizes_bytes: list[int]) ->
 
     ``pa.array`` appends value by value into a doubling buffer (the row group's audio copied about
     twice over); a buffer from Arrow's pool rather than ``b"".join`` matters as much: parquet writes a
-    column over Python-owned bytes to a Python file markedly more slowly (docs/performance.md, packing).
+    column over Python-owned bytes to a Python file markedly more slowly (docs/changelog.md, Ingest).
     """
     lengths = np.array(sizes_bytes, np.int64)
     total_bytes = int(lengths.sum())

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
+from speechdata.alignment.pseudo_labels import with_text_sources
 from speechdata.alignment.table import words_by_utterance
 from speechdata.bridge.clock import SAMPLE_RATE
 from speechdata.bridge.frame_grid import GridError, build_frame_grid, n_frames_for
@@ -61,7 +62,10 @@ class FrameGridSummary(StageSummary):
 
 def run_frame_grids(data_root: DataRoot, shard_id: str, tokenizer) -> FrameGridSummary:
     started = time.perf_counter()
-    index = data_root.read_parquet(layout.utterance_index(shard_id), columns=["utt_id", "text"])
+    # An utterance landed without text was aligned to the aligner's pseudo-label: its grid spells that.
+    index = with_text_sources(
+        data_root, shard_id, data_root.read_parquet(layout.utterance_index(shard_id), columns=["utt_id", "text"])
+    )
     texts = dict(zip(index["utt_id"].to_pylist(), index["text"].to_pylist(), strict=True))
     words = words_by_utterance(data_root.read_parquet(layout.alignments(shard_id)))
     audio = data_root.read_parquet(layout.normalized_audio(shard_id), columns=["utt_id", "n_samples"])

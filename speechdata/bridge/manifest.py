@@ -26,6 +26,8 @@ MANIFEST_COLUMNS = pa.schema(
         pa.field("country", pa.string()),
         pa.field("source", pa.string()),
         pa.field("text", pa.string()),
+        pa.field("text_source", pa.string()),
+        pa.field("asr_confidence", pa.float32()),
         pa.field("alignment_score", pa.float32()),
         pa.field("zero_duration_token_share", pa.float32()),
         pa.field("clipped_share", pa.float32()),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
+from speechdata.alignment.pseudo_labels import with_text_sources
 from speechdata.audio.container import read_container_index
 from speechdata.bridge.clock import SAMPLE_RATE
 from speechdata.bridge.manifest import MANIFEST_COLUMNS
@@ -19,7 +20,7 @@ def build_shard_manifest(data_root: DataRoot, shard_id: str, packed: pa.Table | 
     grids = data_root.read_parquet(
         layout.frame_grids(shard_id), columns=["utt_id", "n_samples", "n_frames", "n_tokens", "zero_duration_tokens"]
     )
-    index = data_root.read_parquet(layout.utterance_index(shard_id))
+    index = with_text_sources(data_root, shard_id, data_root.read_parquet(layout.utterance_index(shard_id)))
     scores = data_root.read_parquet(layout.alignment_scores(shard_id), columns=["utt_id", "score"])
     audio = read_container_index(data_root, layout.normalized_audio(shard_id))
     clipped_by = dict(zip(audio["utt_id"].to_pylist(), audio["clipped_share"].to_pylist(), strict=True))
@@ -47,6 +48,8 @@ def build_shard_manifest(data_root: DataRoot, shard_id: str, packed: pa.Table | 
                 "country": meta["country"],
                 "source": meta["source"],
                 "text": meta["text"],
+                "text_source": meta["text_source"],
+                "asr_confidence": meta["asr_confidence"],
                 "alignment_score": score_by.get(key),
                 "zero_duration_token_share": grid["zero_duration_tokens"] / grid["n_tokens"]
                 if grid["n_tokens"]

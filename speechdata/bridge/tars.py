@@ -25,6 +25,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from speechdata.alignment.pseudo_labels import (
+    TEXT_SOURCE_ASR,
+    TEXT_SOURCE_LANDED,
+    needs_pseudo_label,
+    read_pseudo_labels,
+)
 from speechdata.audio.codec import PCM16_CODECS, decode_audio, decode_pcm16
 from speechdata.bridge.clock import FRAME_RATE_HZ, SAMPLE_RATE
 from speechdata.bridge.tar_stream import BLOCK_BYTES, TarStream, byte_view
@@ -249,6 +255,7 @@ def iter_bridge_samples(data_root: DataRoot, shard_id: str) -> Iterator[BridgeSa
     wavlm_keys = set(read_keys(data_root, layout.wavlm_features(shard_id)))
     packable = sorted(set(read_keys(data_root, layout.frame_grids(shard_id))) & qwen_keys & wavlm_keys)
     del qwen_keys, wavlm_keys
+    pseudo_labels = read_pseudo_labels(data_root, shard_id)
     streams = zip(
         words_in_key_order(data_root, shard_id, packable),
         KeyedRows(data_root, layout.frame_grids(shard_id), GRID_COLUMNS, packable),
@@ -272,7 +279,7 @@ def iter_bridge_samples(data_root: DataRoot, shard_id: str) -> Iterator[BridgeSa
             grid=grid["grid"],
             dur=grid["dur"],
             info={
-                "text": meta["text"],
+                **_text_and_source(meta["text"], pseudo_labels.get(key)),
                 "language": meta["language"],
                 "country": meta["country"],
                 "source": meta["source"],
@@ -301,6 +308,14 @@ def iter_bridge_samples(data_root: DataRoot, shard_id: str) -> Iterator[BridgeSa
                 yield ahead.popleft().result()
         while ahead:
             yield ahead.popleft().result()
+
+
+def _text_and_source(landed: str | None, label: tuple[str, float] | None) -> dict:
+    """The sample's ``text`` and ``text_source``: the landed text, or the aligner's pseudo-label
+    (with its ``asr_confidence``) for an utterance landed without text."""
+    if label is not None and needs_pseudo_label(landed):
+        return {"text": label[0], "text_source": TEXT_SOURCE_ASR, "asr_confidence": label[1]}
+    return {"text": landed, "text_source": TEXT_SOURCE_LANDED}
 
 
 DECODE_THREADS = min(4, os.cpu_count() or 1)

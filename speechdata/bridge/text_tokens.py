@@ -58,6 +58,9 @@ def tiny_tokenizer():
 
 
 def load_text_tokenizer(model_id: str, revision: str | None = None, local_files_only: bool = False):
+    from speechdata.hub_access import hub_model_access
+
+    local_files_only = hub_model_access(model_id, revision, local_files_only=local_files_only)
     from transformers import AutoTokenizer
 
     return AutoTokenizer.from_pretrained(model_id, revision=revision, local_files_only=local_files_only)

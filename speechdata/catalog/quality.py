@@ -24,6 +24,7 @@ NEAR_DUPLICATES_GLOB = f"{layout.SHARDS}/*/near_duplicates.parquet"
 SHARD_FROM_QUALITY_PATH = r"(?:^|/)shards/([^/]+)/(?:quality|quality_decisions|near_duplicates)\.parquet$"
 
 _DUCKDB_TYPES = {pa.string(): "VARCHAR", pa.float64(): "DOUBLE", pa.int64(): "BIGINT", pa.bool_(): "BOOLEAN"}
+_DUCKDB_TYPES[pa.list_(pa.float32(), 256)] = "FLOAT[256]"  # the speaker embedding
 
 QUALITY_NAMED_QUERIES: dict[str, str] = {
     # What each product leaves out, as its stages do (speechdata.quality.decisions): the quality

@@ -80,6 +80,8 @@ def sample_to_cut(sample):
         "key": sample.key,
         "country": sample.row["country"],
         "alignment_score": sample.row["alignment_score"],
+        "text_source": sample.row["text_source"] or "landed",
+        "asr_confidence": sample.row["asr_confidence"],
         "frame_rate_hz": FRAME_RATE_HZ,
     }
     for name in (*TOKEN_ARRAYS, *FRAME_ARRAYS):

@@ -56,6 +56,8 @@ def _line(sample, audio_filepath: str, shard_number: int | None) -> dict:
     if shard_number is not None:
         line["shard_id"] = shard_number
     line.update(source_shard=sample.shard, source_key=sample.key, alignment_score=row["alignment_score"])
+    # Manifests written before text sources existed have none: their text is the landed one.
+    line.update(text_source=row["text_source"] or "landed", asr_confidence=row["asr_confidence"])
     return line
 
 

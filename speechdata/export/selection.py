@@ -107,6 +107,9 @@ def select_published_samples(root: DataRoot, selection: SampleFilter = SampleFil
     tables = []
     for path in sorted(root.fs.glob(root.path(_MANIFEST_GLOB))):
         table = read_parquet(root.fs, path)
+        for column in MANIFEST_COLUMNS:
+            if column.name not in table.column_names:  # a manifest written before the column existed
+                table = table.append_column(column.name, pa.nulls(table.num_rows, column.type))
         tables.append(table.select(_SELECTED_COLUMNS).cast(MANIFEST_COLUMNS))
     if not tables:
         return MANIFEST_COLUMNS.empty_table()

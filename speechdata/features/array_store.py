@@ -27,7 +27,7 @@ ARRAY_STORE_SCHEMA = pa.schema(
 )
 ARRAY_STORE_PARQUET_OPTIONS = {
     "compression": {"utt_id": "zstd", "n_rows": "zstd", "dim": "zstd", "dtype": "zstd", "data": "none"},
-    # Matrices never repeat: a dictionary over them only slows writing and reading (docs/performance.md, 1.).
+    # Matrices never repeat: a dictionary over them only slows writing and reading (docs/changelog.md, Packing).
     "use_dictionary": ["utt_id", "n_rows", "dim", "dtype"],
     "data_page_size": PAYLOAD_PAGE_BYTES,
 }
@@ -35,7 +35,7 @@ ROW_GROUP_BYTES = 16 * 1024 * 1024
 """Flush a row group once this much is buffered. Readers hold a whole row group's column chunk
 (Arrow reads it whole), and packing reads its first row groups before the first sample is written:
 16 MiB halved packing's peak memory and made its cost per utterance flat from 1 000 to 20 000
-utterances against 128 MiB (docs/performance.md, 1.)."""
+utterances against 128 MiB (docs/performance.md, Packing)."""
 
 
 class ArrayStoreWriter:

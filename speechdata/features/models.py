@@ -56,6 +56,9 @@ def tiny_wavlm():
 
 
 def load_pretrained(kind: str, model_id: str, revision: str | None, local_files_only: bool, dtype: torch.dtype):
+    from speechdata.hub_access import hub_model_access
+
+    local_files_only = hub_model_access(model_id, revision, local_files_only=local_files_only)
     from transformers import AutoModel
 
     model = AutoModel.from_pretrained(model_id, revision=revision, local_files_only=local_files_only, dtype=dtype)

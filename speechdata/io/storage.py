@@ -535,7 +535,7 @@ def atomic_parquet_writer(
     parquet_options = {**WRITE_OPTIONS, **parquet_options}
     if _is_local(fs):
         # Arrow writes a local file itself: through a Python handle it first copies every page into a
-        # bytes object (the audio container: 5 ms of CPU per 24 MB, docs/performance.md section 2).
+        # bytes object (the audio container: 5 ms of CPU per 24 MB, docs/changelog.md, Ingest).
         with (
             _atomic_temp(fs, path) as temp,
             pa.OSFile(temp, "wb") as sink,

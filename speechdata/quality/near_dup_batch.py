@@ -66,6 +66,7 @@ from speechdata.quality.near_dup_index import (
     reserve_position,
 )
 from speechdata.quality.near_dup_matching import (
+    FLAG_KINDS,
     KINDS,
     Decision,
     IndexEntry,
@@ -82,7 +83,7 @@ from speechdata.quality.near_dup_postings import (
     rank_of,
     sort_postings,
 )
-from speechdata.quality.near_duplicates import Unchecked, near_duplicates_table, shard_signals
+from speechdata.quality.near_duplicates import Unchecked, shard_signals, write_near_duplicate_files
 
 DEFAULT_PARTITIONS = 16
 """Key partitions (join tasks); decide tasks are as many, or one per selected shard when fewer."""
@@ -290,7 +291,7 @@ def commit_shards(
                 data_root, reservation, shard.signals, decisions, timeout_s=lock_timeout_s, run_id=run_id
             )
         )
-        data_root.write_parquet(layout.near_duplicates(shard.shard_id), near_duplicates_table(decisions))
+        write_near_duplicate_files(data_root, shard.shard_id, decisions)
     return committed
 
 
@@ -538,7 +539,7 @@ def run_near_duplicates_batch(
             shard_id=shards[rank],
             index_position=indexed_shard.position,
             utterances=len(outlines[rank].utt_ids),
-            duplicates=[d for d in decisions[shards[rank]] if d.kind is not None],
+            duplicates=[d for d in decisions[shards[rank]] if d.kind in KINDS],
             unchecked=outlines[rank].unchecked,
             audio_seconds=outlines[rank].audio_seconds,
         )
@@ -640,7 +641,7 @@ def _resolve(
             continue
         rows = []
         for decision in unresolved[rank]:
-            if decision.kind is None:
+            if decision.kind is None or decision.kind in FLAG_KINDS:
                 mine = (shards[rank], decision.utt_id)
             else:
                 mine = representative[(decision.matched_shard, decision.matched_utt)]

@@ -32,15 +32,34 @@ from typing import Protocol
 import numpy as np
 
 from speechdata.quality.fingerprint_audio import (
+    FINGERPRINT_SAMPLE_RATE,
+    HOP_SAMPLES,
     AudioFingerprint,
     compare_at_offset,
     similarity_from_bit_error_rate,
 )
+from speechdata.quality.fingerprint_envelope import ShiftSignature, envelope_correlation, shape_correlation
 from speechdata.quality.fingerprint_text import estimated_jaccard
+from speechdata.quality.speakers import SAME_SPEAKER_MIN_COSINE, speaker_cosine
 
 EXACT_AUDIO, NEAR_AUDIO, NEAR_TRANSCRIPT = "exact_audio", "near_audio", "near_transcript"
-KINDS = (EXACT_AUDIO, NEAR_AUDIO, NEAR_TRANSCRIPT)
-"""Strongest first: an utterance that matches on several signals is reported with the strongest."""
+CONTAINED_AUDIO = "contained_audio"
+"""A clip whose speech lies inside an utterance indexed before it: a duplicate (nothing new in it)."""
+SHIFTED_AUDIO = "shifted_audio"
+"""The same recording played faster or slower (tempo) or shifted in pitch, within the documented
+bounds: its loudness envelope over its speech matches (:mod:`.fingerprint_envelope`)."""
+KINDS = (EXACT_AUDIO, NEAR_AUDIO, CONTAINED_AUDIO, SHIFTED_AUDIO, NEAR_TRANSCRIPT)
+"""Duplicates, strongest first: an utterance that matches on several signals is reported with the strongest."""
+CONTAINS_EARLIER = "contains_earlier"
+"""An utterance that holds an earlier one plus new speech: kept (its new speech is never discarded
+silently), flagged, naming the utterance it contains."""
+OTHER_SPEAKER_READING = "other_speaker_reading"
+"""The transcript of an earlier utterance read by another speaker (speaker embeddings less alike
+than ``same_speaker_min_cosine``): kept by default, rejected where a product's policy says so."""
+FLAG_KINDS = (CONTAINS_EARLIER, OTHER_SPEAKER_READING)
+"""Matches that are not duplicates by themselves: listed in ``near_duplicate_flags.parquet``; the
+utterance stays its own representative."""
+_STRENGTH = {kind: rank for rank, kind in enumerate(KINDS + FLAG_KINDS)}
 
 MAX_KEY_OCCURRENCES = 500
 """Sampled audio keys held by more than this many earlier utterances' frames are too common to point
@@ -55,6 +74,14 @@ AUDIO_CANDIDATES_VERIFIED = 8
 OFFSET_SEARCH_FRAMES = 1
 """The voted offset is refined over +-1 frame: a trim between two hops votes for both."""
 MAX_TRANSCRIPT_CANDIDATES = 64
+ENVELOPE_CANDIDATES = 16
+"""Utterances sharing the most envelope band keys, fetched and verified per utterance."""
+MIN_SHARED_ENVELOPE_BANDS = 3
+"""Envelope band keys an earlier utterance must share before it is fetched. Measured on random
+envelopes, per new utterance against 16 000 indexed: 40 share one band, 0.12 share two; three keep
+the chance candidates (and the entries row groups they cost) flat as the corpus grows. A copy
+(envelope correlation 0.96 and more) shares about 6 of the 24, three or more with probability 0.97."""
+FRAME_SECONDS = HOP_SAMPLES / FINGERPRINT_SAMPLE_RATE
 
 
 @dataclass(frozen=True)
@@ -66,8 +93,17 @@ class NearDuplicateThresholds:
     min_overlap_share: float = 0.8
     """Near audio: the aligned overlap covers at least this share of the shorter utterance's frames."""
     min_duration_ratio: float = 0.3
-    """Near audio: the shorter is at least this share of the longer (a clip inside a long recording
-    is containment, not a copy)."""
+    """Near audio: a later utterance whose speech lies inside an earlier one is ``near_audio`` (a
+    trimmed copy) when it holds at least this share of the earlier one's active frames, else
+    ``contained_audio`` (a clip); both are duplicates. A later utterance that holds an earlier one
+    plus new speech is ``contains_earlier``: kept."""
+    max_new_speech_seconds: float = 0.5
+    """Containment: a later utterance with more than this much active audio outside what it shares with
+    an earlier one holds new speech: it is never a copy (``contains_earlier`` at most), whatever
+    share of it the overlap covers."""
+    min_contained_seconds: float = 1.0
+    """Containment: the contained utterance holds at least this much active audio (a second of shared
+    speech can be chance; a shorter clip is nobody's copy)."""
     min_offset_votes: int = 3
     """Near audio: sub-fingerprints that agree on one offset before a candidate is verified."""
     min_transcript_jaccard: float = 0.8
@@ -76,6 +112,20 @@ class NearDuplicateThresholds:
     """Near transcript: shorter transcripts ("yes", "thank you") are never duplicates by text alone."""
     check_transcripts: bool = True
     """False: only audio makes a duplicate."""
+    min_envelope_correlation: float = 0.8
+    """Shifted audio: least correlation of the two loudness envelopes over their speech (planted tempo
+    and pitch copies: 0.94 at their tenth percentile; unrelated utterances: below 0.52)."""
+    min_shape_correlation: float = 0.9
+    """Shifted audio: least correlation of the two spectral shapes at their best shift of up to 3
+    semitones (copies: 0.93-0.99; other voices reading the same sentence at the same pace: at most 0.80)."""
+    max_tempo_change: float = 1.12
+    """Shifted audio: the longer speech span is at most this many times the shorter (tempo +-10 %
+    and a margin; a pitch shift keeps the duration)."""
+    same_speaker_min_cosine: float = SAME_SPEAKER_MIN_COSINE
+    """Near transcript: two readings of one transcript are by one speaker (a duplicate) when their
+    speaker embeddings are at least this alike; less alike, the later one is an
+    ``other_speaker_reading`` (kept by default). An utterance without an embedding (too short, or
+    indexed before embeddings were stored) counts as the same speaker."""
 
 
 @dataclass(frozen=True)
@@ -89,11 +139,17 @@ class UtteranceSignals:
     fingerprint: AudioFingerprint
     transcript_signature: np.ndarray | None
     transcript_words: int
+    speaker_embedding: np.ndarray | None = None
+    """float32 ``[256]`` L2-normalized (:mod:`speechdata.quality.speakers`); None when unknown."""
+    shift: ShiftSignature | None = None
+    """The loudness envelope and spectral shape over the speech span (:mod:`.fingerprint_envelope`),
+    which tempo and pitch changes keep; None for a flat or short utterance."""
 
 
 @dataclass(frozen=True)
 class Decision:
-    """One utterance's verdict: ``kind`` None when it is the first of its kind (its own representative)."""
+    """One utterance's verdict: ``kind`` None when it is the first of its kind (its own representative).
+    A flag (:data:`FLAG_KINDS`) keeps the utterance its own representative and names what it matched."""
 
     utt_id: str
     representative_shard: str
@@ -169,6 +225,7 @@ class _Query:
     exact: list[int]
     audio: list[int]
     transcript: list[int]
+    envelope: list[int]
 
 
 def decide_shard(
@@ -191,7 +248,7 @@ def decide_shard(
         raise ValueError(f"the candidate source named an utterance at or after index position {position}")
     postings = sort_postings(np.concatenate([looked_up, own]))
     queries = [_candidates(position, rank, signals, postings, thresholds) for rank, signals in enumerate(new)]
-    wanted = sorted({o for q in queries for o in (*q.exact, *q.audio, *q.transcript) if o < first_own})
+    wanted = sorted({o for q in queries for o in (*q.exact, *q.audio, *q.transcript, *q.envelope) if o < first_own})
     fetched = earlier.entries(wanted)
     known: dict[int, IndexEntry] = dict(fetched)
     decisions = []
@@ -199,6 +256,18 @@ def decide_shard(
         match = _decide_one(signals, queries[rank], known, thresholds)
         if match is None:
             decision = Decision(signals.utt_id, signals.shard_id, signals.utt_id, None, 1.0)
+        elif match[0] in FLAG_KINDS:
+            kind, matched, similarity = match
+            matched_signals = known[matched][0]
+            decision = Decision(
+                signals.utt_id,
+                signals.shard_id,
+                signals.utt_id,
+                kind,
+                round(similarity, 4),
+                matched_signals.shard_id,
+                matched_signals.utt_id,
+            )
         else:
             kind, matched, similarity = match
             matched_signals, representative = known[matched]
@@ -234,6 +303,7 @@ def _candidates(
 ) -> _Query:
     from speechdata.quality.near_dup_postings import (
         context_bit_errors,
+        envelope_keys,
         exact_key,
         neighbour_contexts,
         owner_of,
@@ -270,27 +340,83 @@ def _candidates(
         _, found = _key_postings(postings, transcript_keys(signals.transcript_signature), me)
         comparable = found["owner"][found["frame"] >= thresholds.min_transcript_words]
         transcript = sorted(set(comparable.tolist()))[:MAX_TRANSCRIPT_CANDIDATES]
-    return _Query(exact, audio, transcript)
+    envelope: list[int] = []
+    if signals.shift is not None:
+        _, found = _key_postings(postings, envelope_keys(signals.shift.envelope), me)
+        if len(found):
+            owners, hits = np.unique(found["owner"], return_counts=True)
+            owners, hits = owners[hits >= MIN_SHARED_ENVELOPE_BANDS], hits[hits >= MIN_SHARED_ENVELOPE_BANDS]
+            # most shared bands first, the earliest on a tie
+            envelope = owners[np.lexsort((owners, -hits))][:ENVELOPE_CANDIDATES].tolist()
+    return _Query(exact, audio, transcript, envelope)
 
 
 def _decide_one(
     signals: UtteranceSignals, query: _Query, known: dict[int, IndexEntry], thresholds: NearDuplicateThresholds
 ) -> tuple[str, int, float] | None:
+    """The strongest match: a duplicate (:data:`KINDS`) before a flag (:data:`FLAG_KINDS`)."""
     for owner in query.exact:
         if known[owner][0].exact_hash == signals.exact_hash:
             return EXACT_AUDIO, owner, 1.0
     audio = _audio_match(signals.fingerprint, query.audio, known, thresholds)
+    if audio is not None and audio[0] in KINDS:
+        return audio
+    shifted = _shifted_match(signals, query.envelope, known, thresholds)
+    if shifted is not None:
+        return shifted
+    same_speaker, other_speaker = _transcript_matches(signals, query.transcript, known, thresholds)
+    if same_speaker is not None:
+        return NEAR_TRANSCRIPT, same_speaker[0], same_speaker[1]
     if audio is not None:
         return audio
-    best = None
-    for owner in query.transcript:
+    if other_speaker is not None:
+        return OTHER_SPEAKER_READING, other_speaker[0], other_speaker[1]
+    return None
+
+
+def _shifted_match(
+    signals: UtteranceSignals, candidates: list[int], known: dict[int, IndexEntry], thresholds: NearDuplicateThresholds
+) -> tuple[str, int, float] | None:
+    """The earliest candidate whose envelope and spectral shape correlate with this one's (at least
+    ``min_envelope_correlation`` and ``min_shape_correlation``) over a speech span at most
+    ``max_tempo_change`` times longer or shorter."""
+    mine = signals.shift
+    if mine is None:
+        return None
+    for owner in sorted(candidates):
+        other = known[owner][0].shift
+        if other is None:
+            continue
+        shorter, longer = sorted((mine.span_s, other.span_s))
+        if shorter <= 0 or longer > thresholds.max_tempo_change * shorter:
+            continue
+        if envelope_correlation(mine.envelope, other.envelope) < thresholds.min_envelope_correlation:
+            continue
+        shape = shape_correlation(mine.spectral_shape, other.spectral_shape)
+        if shape >= thresholds.min_shape_correlation:
+            return SHIFTED_AUDIO, owner, shape
+    return None
+
+
+def _transcript_matches(
+    signals: UtteranceSignals, candidates: list[int], known: dict[int, IndexEntry], thresholds: NearDuplicateThresholds
+) -> tuple[tuple[int, float] | None, tuple[int, float] | None]:
+    """The most alike earlier transcript read by the same speaker, and by another: ``(owner, similarity)`` each."""
+    same_speaker = other_speaker = None
+    for owner in candidates:
         other = known[owner][0]
         if other.transcript_signature is None or other.transcript_words < thresholds.min_transcript_words:
             continue
         similarity = estimated_jaccard(signals.transcript_signature, other.transcript_signature)
-        if similarity >= thresholds.min_transcript_jaccard and (best is None or similarity > best[1]):
-            best = (owner, similarity)
-    return None if best is None else (NEAR_TRANSCRIPT, best[0], best[1])
+        if similarity < thresholds.min_transcript_jaccard:
+            continue
+        voices = speaker_cosine(signals.speaker_embedding, other.speaker_embedding)
+        if voices is None or voices >= thresholds.same_speaker_min_cosine:
+            if same_speaker is None or similarity > same_speaker[1]:
+                same_speaker = (owner, similarity)
+        elif other_speaker is None or similarity > other_speaker[1]:
+            other_speaker = (owner, similarity)
+    return same_speaker, other_speaker
 
 
 def _full_votes(query: AudioFingerprint, references: Sequence[AudioFingerprint]) -> list[tuple[int, int]]:
@@ -342,27 +468,53 @@ def _audio_match(
     for _, owner, offset in sorted(voted)[:AUDIO_CANDIDATES_VERIFIED]:
         verdict = _verify(query, known[owner][0].fingerprint, offset, thresholds)
         if verdict is not None:
-            accepted.append((owner, verdict))
+            accepted.append((_STRENGTH[verdict[0]], owner, verdict[1], verdict[0]))
     if not accepted:
         return None
-    owner, bit_error_rate = min(accepted)
-    return NEAR_AUDIO, owner, similarity_from_bit_error_rate(bit_error_rate)
+    _, owner, bit_error_rate, kind = min(accepted)
+    return kind, owner, similarity_from_bit_error_rate(bit_error_rate)
 
 
 def _verify(
     query: AudioFingerprint, reference: AudioFingerprint, offset: int, thresholds: NearDuplicateThresholds
-) -> float | None:
-    shorter, longer = sorted((query.frames, reference.frames))
-    if shorter == 0 or shorter < thresholds.min_duration_ratio * longer:
+) -> tuple[str, float] | None:
+    """``(kind, bit error rate)`` of ``query`` against an earlier ``reference`` at ``offset`` (+-1
+    frame), None when they are no copies. Which one holds the other is told by *active* frames
+    (speech), so silence padding is never new speech: the overlap holds at least
+    ``min_overlap_share`` of the query's active frames (nothing new in the query: ``near_audio`` when
+    it holds at least ``min_duration_ratio`` of the reference's, a trimmed copy; ``contained_audio``
+    when less, a clip) with at most ``max_new_speech_seconds`` of the query's outside it, or only of
+    the reference's (the query holds the reference plus new speech: ``contains_earlier``, kept)."""
+    if query.frames == 0 or reference.frames == 0:
         return None
-    comparisons = [
-        compare_at_offset(query, reference, offset + shift)
-        for shift in range(-OFFSET_SEARCH_FRAMES, OFFSET_SEARCH_FRAMES + 1)
-    ]
-    best = min(comparisons, key=lambda comparison: comparison.bit_error_rate)
-    if best.overlap_frames < thresholds.min_overlap_share * shorter or best.compared_frames == 0:
+    best = None
+    for shift in range(-OFFSET_SEARCH_FRAMES, OFFSET_SEARCH_FRAMES + 1):
+        comparison = compare_at_offset(query, reference, offset + shift)
+        if best is None or comparison.bit_error_rate < best[0].bit_error_rate:
+            best = (comparison, offset + shift)
+    comparison, at = best
+    if comparison.compared_frames == 0 or comparison.bit_error_rate > thresholds.max_bit_error_rate:
         return None
-    return best.bit_error_rate if best.bit_error_rate <= thresholds.max_bit_error_rate else None
+    start, end = max(0, -at), min(query.frames, reference.frames - at)
+    query_active, reference_active = int(query.active.sum()), int(reference.active.sum())
+    query_inside = int(query.active[start:end].sum())
+    reference_inside = int(reference.active[start + at : end + at].sum())
+    new_speech_s = (query_active - query_inside) * FRAME_SECONDS
+    query_covered = (
+        query_inside >= thresholds.min_overlap_share * query_active
+        and new_speech_s <= thresholds.max_new_speech_seconds
+    )
+    reference_covered = reference_inside >= thresholds.min_overlap_share * reference_active
+    least_contained = thresholds.min_contained_seconds / FRAME_SECONDS
+    if query_covered:
+        if query_active >= thresholds.min_duration_ratio * reference_active:
+            return NEAR_AUDIO, comparison.bit_error_rate
+        if query_active >= least_contained:
+            return CONTAINED_AUDIO, comparison.bit_error_rate
+        return None
+    if reference_covered and reference_active >= least_contained:
+        return CONTAINS_EARLIER, comparison.bit_error_rate
+    return None
 
 
 def _best_offset_per_owner(pairs: np.ndarray, votes: np.ndarray, min_votes: int) -> list[tuple[int, int]]:

@@ -14,6 +14,14 @@ gain, re-encoded and resampled, in turn). Planted transcript copies: the same
 words (case and punctuation changed) under another utterance of another speaker. Negatives:
 another utterance of an original's speaker; an original's first 30-50 % spliced onto new speech
 (containment, not a copy); half an original's words followed by others, under new audio.
+
+The *extended* set (``planted_set(extended=True)``) adds copies ``tempo`` (x0.9 or x1.1, pitch
+kept), ``pitch`` (-2 or +2 semitones, duration kept), ``padded`` (0.5-2 s of noise at -60 dBFS at
+both ends) and ``clip`` (1.5 s or a quarter of the original from its middle: contained in it), and
+the negative ``container`` (an original followed by 2-4 s of new speech of its speaker: it holds
+the original plus new speech, and must be kept). :func:`planted_readings` adds real voices: the same
+sentences read by espeak-ng voices (the committed fixtures ``tests/fixtures/readings``), where
+another voice's reading must be kept and the same voice's second reading is a duplicate.
 """
 
 from __future__ import annotations
@@ -25,14 +33,29 @@ import numpy as np
 import soundfile as sf
 import soxr
 
-from speechdata.quality.near_dup_matching import EXACT_AUDIO, NEAR_AUDIO, NEAR_TRANSCRIPT
+from speechdata.quality.near_dup_matching import (
+    CONTAINED_AUDIO,
+    EXACT_AUDIO,
+    NEAR_AUDIO,
+    NEAR_TRANSCRIPT,
+    SHIFTED_AUDIO,
+)
 
 SAMPLE_RATE = 24_000
 AUDIO_TRANSFORMS = ("rewrapped", "reencoded", "trimmed", "gain", "resampled", "compound")
 COMPOUND_STEPS = ("trimmed", "gain", "reencoded", "resampled")
 """``compound``: every one of these in turn, as a copy that went through several hands."""
 TRANSCRIPT_TRANSFORMS = ("same_words_other_audio",)
+EXTENDED_AUDIO_TRANSFORMS = ("tempo", "pitch", "padded", "clip")
+"""Copies only the extended set plants (tempo and pitch are found by the loudness envelope)."""
+READING_TRANSFORMS = ("same_speaker_reading", "tempo_of_reading")
 EXPECTED_KIND = {
+    "tempo": SHIFTED_AUDIO,
+    "pitch": SHIFTED_AUDIO,
+    "padded": NEAR_AUDIO,
+    "clip": CONTAINED_AUDIO,
+    "same_speaker_reading": NEAR_TRANSCRIPT,
+    "tempo_of_reading": SHIFTED_AUDIO,
     "rewrapped": EXACT_AUDIO,
     "reencoded": NEAR_AUDIO,
     "trimmed": NEAR_AUDIO,
@@ -150,6 +173,20 @@ def transformed(rng: np.random.Generator, samples: np.ndarray, transform: str) -
         for step in COMPOUND_STEPS:
             samples = transformed(rng, samples, step)
         return samples
+    if transform in ("tempo", "pitch"):
+        import librosa  # only the extended planted set needs it (about 1 s to import)
+
+        if transform == "tempo":
+            return librosa.effects.time_stretch(samples, rate=float(rng.choice([0.9, 1.1]))).astype(np.float32)
+        steps = float(rng.choice([-2.0, 2.0]))
+        return librosa.effects.pitch_shift(samples, sr=SAMPLE_RATE, n_steps=steps).astype(np.float32)
+    if transform == "padded":
+        pads = [rng.standard_normal(int(rng.uniform(0.5, 2.0) * SAMPLE_RATE)) * 10 ** (-60 / 20) for _ in range(2)]
+        return np.concatenate([pads[0], samples, pads[1]]).astype(np.float32)
+    if transform == "clip":
+        length = min(len(samples), max(int(1.5 * SAMPLE_RATE), len(samples) // 4))
+        start = int(rng.integers(0, len(samples) - length + 1))
+        return samples[start : start + length].copy()
     if transform == "resampled":
         narrow = soxr.resample(samples, SAMPLE_RATE, 16_000)
         return soxr.resample(narrow, 16_000, SAMPLE_RATE).astype(np.float32)
@@ -169,10 +206,13 @@ def _reencoded(rng: np.random.Generator, samples: np.ndarray) -> np.ndarray:
     return decoded.astype(np.float32)
 
 
-def planted_set(originals: int = 40, *, seed: int = 0, speakers: int = 6) -> list[PlantedUtterance]:
+def planted_set(
+    originals: int = 40, *, seed: int = 0, speakers: int = 6, extended: bool = False
+) -> list[PlantedUtterance]:
     """``originals`` distinct utterances (3 to 7 s, ``speakers`` speakers), then for each original in
     turn one planted copy (the transforms in rotation, the transcript transform every seventh), and as
-    many look-alikes that are no copies (:data:`NEGATIVE_KINDS` in rotation)."""
+    many look-alikes that are no copies (:data:`NEGATIVE_KINDS` in rotation). ``extended``: the
+    rotations also hold :data:`EXTENDED_AUDIO_TRANSFORMS` and the ``container`` negative."""
     rng = np.random.default_rng(seed)
     voices = [Speaker(float(rng.uniform(90, 230)), float(rng.uniform(0.85, 1.2))) for _ in range(speakers)]
     made: list[PlantedUtterance] = []
@@ -184,7 +224,8 @@ def planted_set(originals: int = 40, *, seed: int = 0, speakers: int = 6) -> lis
                 sentence(rng),
             )
         )
-    transforms = AUDIO_TRANSFORMS + TRANSCRIPT_TRANSFORMS
+    transforms = AUDIO_TRANSFORMS + (EXTENDED_AUDIO_TRANSFORMS if extended else ()) + TRANSCRIPT_TRANSFORMS
+    negatives = NEGATIVE_KINDS + (("container",) if extended else ())
     for number in range(originals):
         original = made[number]
         transform = transforms[number % len(transforms)]
@@ -195,27 +236,69 @@ def planted_set(originals: int = 40, *, seed: int = 0, speakers: int = 6) -> lis
         else:
             samples, text = transformed(rng, original.samples, transform), original.text
         made.append(PlantedUtterance(f"copy-{number:04d}", samples, text, original.utt_id, transform))
-        made.append(_negative(rng, original, voices[number % speakers], number))
+        made.append(_negative(rng, original, voices[number % speakers], negatives[number % len(negatives)], number))
     return made
 
 
 NEGATIVE_KINDS = ("same_speaker", "spliced", "shared_words")
 
 
-def _negative(rng: np.random.Generator, original: PlantedUtterance, speaker: Speaker, number: int) -> PlantedUtterance:
+def _negative(
+    rng: np.random.Generator, original: PlantedUtterance, speaker: Speaker, kind: str, number: int
+) -> PlantedUtterance:
     """Not a copy of ``original``, but close: another utterance of its speaker (``same_speaker``),
-    its first 30-50 % followed by new speech of its speaker (``spliced``), or half its words followed by
-    others, under new audio (``shared_words``)."""
-    kind = NEGATIVE_KINDS[number % len(NEGATIVE_KINDS)]
+    its first 30-50 % followed by new speech of its speaker (``spliced``), half its words followed by
+    others, under new audio (``shared_words``), or all of it followed by 2-4 s of new speech of its
+    speaker, with its words and more (``container``)."""
     samples = speech_like(rng, speaker, rng.uniform(3.0, 7.0))
     text = sentence(rng)
-    if kind == "spliced":
+    if kind == "container":
+        samples = np.concatenate([original.samples, samples[: int(rng.uniform(2.0, 4.0) * SAMPLE_RATE)]])
+        text = original.text.rstrip(".") + " " + text.lower()
+    elif kind == "spliced":
         kept = original.samples[: int(len(original.samples) * rng.uniform(0.3, 0.5))]
         samples = np.concatenate([kept, samples[: max(len(original.samples) - len(kept), 0)]])
     elif kind == "shared_words":
         words = original.text.rstrip(".").split()
         text = " ".join(words[: len(words) // 2] + sentence(rng).rstrip(".").lower().split()) + "."
     return PlantedUtterance(f"negative-{number:04d}", samples, text, transform=None, negative=kind)
+
+
+def planted_readings(directory) -> list[PlantedUtterance]:
+    """The same sentences read by several voices, from the fixtures in ``directory`` (``readings.json``
+    and its FLAC files, made by ``tests/fixtures/readings/generate.py``), at 24 kHz, in ``utt_id``
+    order per sentence: the ``male`` reading first (``read-<s>-0``); ``female`` and ``female2``
+    (another speaker's readings: negatives ``other_speaker_reading``, to be kept); ``male_slow`` (the
+    same voice again: a ``same_speaker_reading`` copy of the first); and the female reading at x1.1
+    tempo (a ``tempo_of_reading`` copy of the female reading)."""
+    import json
+    from pathlib import Path
+
+    import librosa
+
+    folder = Path(directory)
+    by_sentence: dict[str, dict[str, tuple[np.ndarray, str]]] = {}
+    for row in json.loads((folder / "readings.json").read_text()):
+        samples, rate = sf.read(folder / row["file"], dtype="float32")
+        samples = soxr.resample(samples, rate, SAMPLE_RATE).astype(np.float32)
+        by_sentence.setdefault(row["sentence"], {})[row["reading"]] = (samples, row["text"])
+    made = []
+    for name, readings in sorted(by_sentence.items()):
+        male, female = f"read-{name}-0-male", f"read-{name}-1-female"
+        made += [
+            PlantedUtterance(male, *readings["male"]),
+            PlantedUtterance(female, *readings["female"], negative="other_speaker_reading"),
+            PlantedUtterance(f"read-{name}-2-female2", *readings["female2"], negative="other_speaker_reading"),
+            PlantedUtterance(f"read-{name}-3-male-again", *readings["male_slow"], male, "same_speaker_reading"),
+            PlantedUtterance(
+                f"read-{name}-4-female-faster",
+                librosa.effects.time_stretch(readings["female"][0], rate=1.1).astype(np.float32),
+                readings["female"][1],
+                female,
+                "tempo_of_reading",
+            ),
+        ]
+    return made
 
 
 @dataclass(frozen=True)
@@ -247,7 +330,7 @@ def score(
     out of the score. Any other flag (a negative or an original flagged, a wrong representative) is
     a false positive.
     """
-    counted = transforms or AUDIO_TRANSFORMS + TRANSCRIPT_TRANSFORMS
+    counted = transforms or AUDIO_TRANSFORMS + EXTENDED_AUDIO_TRANSFORMS + TRANSCRIPT_TRANSFORMS + READING_TRANSFORMS
     true_positives = false_positives = 0
     outcome = {}
     for utterance in planted:

@@ -7,6 +7,8 @@ indexed utterance contributes *keys*, every one a uint64:
 - its transcript's 32 LSH band keys (:func:`speechdata.quality.fingerprint_text.band_keys`; the band
   number is mixed in), frame = the transcript's word count (so a lookup leaves out transcripts too
   short to compare before fetching them), when its transcript has a signature;
+- its loudness envelope's 20 LSH band keys (:mod:`speechdata.quality.fingerprint_envelope`: tempo- and
+  pitch-shifted copies share them), frame 0, when it has an envelope;
 - its *sampled* audio keys: the active sub-fingerprints whose mixed value falls in one of
   :data:`AUDIO_KEY_SAMPLING` classes, salted, frame = the frame it occurs at. The choice depends on
   the sub-fingerprint's value alone, so a copy keeps the same frames where its bits survived: on the
@@ -40,6 +42,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from speechdata.quality.fingerprint_envelope import envelope_band_keys
 from speechdata.quality.fingerprint_text import band_keys
 
 if TYPE_CHECKING:
@@ -54,6 +57,7 @@ BLOCK_RECORDS = 256
 
 _EXACT_SALT = np.uint64(0x243F6A8885A308D3)
 _AUDIO_SALT = np.uint64(0x13198A2E03707344)
+_ENVELOPE_SALT = np.uint64(0xA4093822299F31D0)
 _MAGIC = b"NDSEG02\n"
 _PREAMBLE = struct.Struct("<8sQ32s")
 """magic, header length, SHA-256 of the header, fences and block CRCs."""
@@ -108,6 +112,11 @@ def sampled_audio_keys(sub_fingerprints: np.ndarray, active: np.ndarray) -> tupl
     return _mix(values[sampled] ^ _AUDIO_SALT), frames[sampled].astype(np.int32)
 
 
+def envelope_keys(envelope: np.ndarray) -> np.ndarray:
+    """The envelope's LSH band keys (:func:`~.fingerprint_envelope.envelope_band_keys`), salted."""
+    return _mix(envelope_band_keys(envelope) ^ _ENVELOPE_SALT)
+
+
 def transcript_keys(signature: np.ndarray) -> np.ndarray:
     return band_keys(signature[None, :])[0].astype(np.uint64)
 
@@ -138,6 +147,10 @@ def utterance_keys(signals: UtteranceSignals) -> tuple[np.ndarray, np.ndarray]:
         bands = transcript_keys(signals.transcript_signature)
         keys.append(bands)
         frames.append(np.full(len(bands), min(signals.transcript_words, 2**31 - 1), np.int32))
+    if signals.shift is not None:
+        envelope = envelope_keys(signals.shift.envelope)
+        keys.append(envelope)
+        frames.append(np.zeros(len(envelope), np.int32))
     audio_keys, audio_frames = sampled_audio_keys(signals.fingerprint.sub_fingerprints, signals.fingerprint.active)
     keys.append(audio_keys)
     frames.append(audio_frames)

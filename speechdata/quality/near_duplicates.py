@@ -15,6 +15,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+import numpy as np
 import pyarrow as pa
 
 from speechdata.audio.codec import decode_audio
@@ -22,6 +23,7 @@ from speechdata.io import layout
 from speechdata.io.shard_lock import EXCLUSIVE_CREATE_PROTOCOLS, LockHolder
 from speechdata.io.storage import DataRoot
 from speechdata.quality.fingerprint_audio import audio_fingerprint, exact_audio_hash
+from speechdata.quality.fingerprint_envelope import shift_signature
 from speechdata.quality.fingerprint_text import normalized_transcript, transcript_signature, word_count
 from speechdata.quality.near_dup_index import (
     DEFAULT_LOCK_TIMEOUT_S,
@@ -35,6 +37,7 @@ from speechdata.quality.near_dup_index import (
     wait_for_earlier,
 )
 from speechdata.quality.near_dup_matching import (
+    FLAG_KINDS,
     KINDS,
     Decision,
     NearDuplicateThresholds,
@@ -42,6 +45,8 @@ from speechdata.quality.near_dup_matching import (
     decide_shard,
 )
 from speechdata.quality.near_dup_postings import index_keys
+from speechdata.quality.paths import near_duplicate_flags
+from speechdata.quality.speakers import SpeakerEncoder, shipped_speaker_encoder
 from speechdata.rejects import error_text
 from speechdata.stage import StageSummary
 
@@ -53,6 +58,10 @@ bounds a step's memory per utterance to about 500 MB."""
 INDEX_ATTEMPTS = 3
 """Reservations lost (taken for dead, or a rebuilt order) or damage repaired, before giving up."""
 
+SPEAKER_MIN_WORDS = NearDuplicateThresholds().min_transcript_words
+"""Transcripts this long get a speaker embedding: the default ``min_transcript_words``, below which
+transcripts are never compared. A shard checked with a lower ``min_transcript_words`` compares its
+shorter transcripts without speakers (as the same speaker: duplicates, as before speakers existed)."""
 REJECT_REASON = "near_duplicate"
 """The reason the quality filter records for every utterance listed in ``near_duplicates.parquet``."""
 
@@ -60,8 +69,11 @@ COLUMN_DESCRIPTIONS = {
     "utt_id": "An utterance of this shard that copies an utterance indexed before it.",
     "representative_shard": "Shard of the group's representative: the copy indexed first, which is kept.",
     "representative_utt": "utt_id of the group's representative.",
-    "kind": "exact_audio (same samples), near_audio (same recording re-encoded, trimmed, gain-changed or "
-    "resampled) or near_transcript (same words under other audio); the strongest signal that matched.",
+    "kind": "exact_audio (same samples), near_audio (same recording re-encoded, trimmed, gain-changed, "
+    "resampled or padded), contained_audio (a clip of an earlier utterance) or near_transcript (same words by "
+    "the same speaker under other audio); the strongest signal that matched. In near_duplicate_flags.parquet: "
+    "contains_earlier (holds an earlier utterance plus new speech) or other_speaker_reading (same words, "
+    "another speaker); there the representative columns name the utterance matched.",
     "similarity": "0-1: 1 for exact_audio; 1 - 2 x fingerprint bit error rate for near_audio; estimated "
     "Jaccard similarity of the transcripts' character 5-grams for near_transcript.",
 }
@@ -104,6 +116,8 @@ class NearDuplicatesSummary(StageSummary):
     place in the index order; ``indexed_before``: utterances of earlier shards it was checked against."""
 
     duplicates: list[Decision]
+    flags: list[Decision]
+    """Matches that are not duplicates (:data:`~.near_dup_matching.FLAG_KINDS`): kept, listed apart."""
     unchecked: list[Unchecked]
     index_position: int
     indexed_before: int
@@ -115,13 +129,30 @@ class NearDuplicatesSummary(StageSummary):
 
     @property
     def by_kind(self) -> dict[str, int]:
-        counts = Counter(decision.kind for decision in self.duplicates)
-        return {kind: counts.get(kind, 0) for kind in KINDS}
+        counts = Counter(decision.kind for decision in self.duplicates + self.flags)
+        return {kind: counts.get(kind, 0) for kind in KINDS + FLAG_KINDS}
 
 
-def utterance_signals(shard_id: str, utt_id: str, samples, sample_rate: int, text: str | None) -> UtteranceSignals:
-    """Everything the index keeps of one utterance (mono float ``samples``)."""
+def utterance_signals(
+    shard_id: str,
+    utt_id: str,
+    samples,
+    sample_rate: int,
+    text: str | None,
+    speaker_encoder: Callable[[], SpeakerEncoder] | None = None,
+) -> UtteranceSignals:
+    """Everything the index keeps of one utterance (mono float ``samples``). The speaker embedding is
+    computed with the encoder ``speaker_encoder()`` returns, for an utterance whose transcript has at
+    least :data:`SPEAKER_MIN_WORDS` words (only such transcripts are compared, so only there does
+    the speaker matter; the encoder is not even loaded for a shard without one), rounded to the
+    float16 the index stores, so a decision taken now and one taken later from the stored entries
+    are the same. No encoder, no embedding."""
     normalized = normalized_transcript(text)
+    embedding = None
+    if speaker_encoder is not None and word_count(normalized) >= SPEAKER_MIN_WORDS:
+        found = speaker_encoder().signals(samples, sample_rate).embedding
+        embedding = None if found is None else found.astype(np.float16).astype(np.float32)
+    shift = shift_signature(samples, sample_rate)
     return UtteranceSignals(
         shard_id=shard_id,
         utt_id=utt_id,
@@ -129,12 +160,16 @@ def utterance_signals(shard_id: str, utt_id: str, samples, sample_rate: int, tex
         fingerprint=audio_fingerprint(samples, sample_rate),
         transcript_signature=transcript_signature(normalized),
         transcript_words=word_count(normalized),
+        speaker_embedding=embedding,
+        shift=shift,
     )
 
 
 def shard_signals(data_root: DataRoot, shard_id: str) -> tuple[list[UtteranceSignals], list[Unchecked], float]:
     """The signals of every utterance in the shard's audio container, in ``utt_id`` order, the
-    utterances that could not be decoded, and the seconds of audio read."""
+    utterances that could not be decoded, and the seconds of audio read. Speaker embeddings come
+    from the encoder shipped in the Resemblyzer wheel, loaded once per process
+    (:func:`~.speakers.shipped_speaker_encoder`, on the CPU: about 4 % of the audio's duration)."""
     texts = dict(
         zip(
             *data_root.read_parquet(layout.utterance_index(shard_id), columns=["utt_id", "text"]).to_pydict().values(),
@@ -165,24 +200,34 @@ def shard_signals(data_root: DataRoot, shard_id: str) -> tuple[list[UtteranceSig
                     unchecked.append(Unchecked(utt_id, f"audio not decodable ({codec}): {error_text(exc)}"))
                     continue
                 audio_seconds += len(samples) / rate
-                signals.append(utterance_signals(shard_id, utt_id, samples, rate, texts.get(utt_id)))
+                signals.append(
+                    utterance_signals(shard_id, utt_id, samples, rate, texts.get(utt_id), shipped_speaker_encoder)
+                )
     return sorted(signals, key=lambda s: s.utt_id), unchecked, audio_seconds
 
 
-def near_duplicates_table(decisions: list[Decision]) -> pa.Table:
-    """The rows of ``near_duplicates.parquet`` (the schema's, even when there are none)."""
+def near_duplicates_table(decisions: list[Decision], kinds: tuple[str, ...] = KINDS) -> pa.Table:
+    """The rows of ``near_duplicates.parquet`` (the schema's, even when there are none); with
+    ``kinds=FLAG_KINDS`` those of ``near_duplicate_flags.parquet``, whose representative columns
+    name the utterance matched (a flagged utterance is its own representative)."""
     rows = [
         {
             "utt_id": d.utt_id,
-            "representative_shard": d.representative_shard,
-            "representative_utt": d.representative_utt,
+            "representative_shard": d.matched_shard if d.kind in FLAG_KINDS else d.representative_shard,
+            "representative_utt": d.matched_utt if d.kind in FLAG_KINDS else d.representative_utt,
             "kind": d.kind,
             "similarity": d.similarity,
         }
         for d in decisions
-        if d.kind is not None
+        if d.kind in kinds
     ]
     return pa.Table.from_pylist(rows, schema=NEAR_DUPLICATES_SCHEMA)
+
+
+def write_near_duplicate_files(data_root: DataRoot, shard_id: str, decisions: list[Decision]) -> None:
+    """The flags first, ``near_duplicates.parquet`` last: that file is the stage's mark of completion."""
+    data_root.write_parquet(near_duplicate_flags(shard_id), near_duplicates_table(decisions, FLAG_KINDS))
+    data_root.write_parquet(layout.near_duplicates(shard_id), near_duplicates_table(decisions))
 
 
 def run_near_duplicates(
@@ -223,7 +268,7 @@ def run_near_duplicates(
                 )
                 # After the commit: a run killed in between re-runs at the position it committed,
                 # with the same decisions, so the file written then is the one this run would have written.
-                data_root.write_parquet(layout.near_duplicates(shard_id), near_duplicates_table(decisions))
+                write_near_duplicate_files(data_root, shard_id, decisions)
             break
         except ReservationLost:
             if attempt == INDEX_ATTEMPTS - 1:
@@ -247,7 +292,8 @@ def run_near_duplicates(
         audio_seconds=audio_seconds,
         compute_seconds=time.perf_counter() - started,
         outputs={"near_duplicates": data_root.uri(layout.near_duplicates(shard_id))},
-        duplicates=[d for d in decisions if d.kind is not None],
+        duplicates=[d for d in decisions if d.kind in KINDS],
+        flags=[d for d in decisions if d.kind in FLAG_KINDS],
         unchecked=unchecked,
         index_position=indexed.position,
         indexed_before=earlier.utterances,

@@ -74,6 +74,13 @@ class QualityPolicy:
     """Longer runs of one letter or digit are a hallucination (no word holds seven of one letter)."""
     max_cer: float | None = 0.3
     """``transcript_mismatch``: the aligner's greedy transcript differs from the landed text by more than this CER."""
+    min_asr_confidence: float | None = 0.7
+    """``low_asr_confidence``: no text landed and the aligner's pseudo-label has a confidence (mean max
+    posterior of its words' frames, 0-1) below this."""
+    reject_other_speaker_readings: bool = False
+    """``near_duplicate``: also reject an ``other_speaker_reading`` (an earlier utterance's transcript
+    read by another speaker, docs/near-duplicates.md). Off in every preset: many speakers per prompt
+    is what read-speech ASR and TTS corpora are made of."""
     min_audio_language_confidence: float | None = 0.7
     """``audio_language_mismatch``: the audio LID names another language with at least this confidence."""
     min_mos: float | None = 3.0
@@ -101,7 +108,9 @@ class QualityPolicy:
 
     def without_model_filters(self) -> QualityPolicy:
         """The filters that need a trained model off (the ``tiny`` profile's models are random)."""
-        return dataclasses.replace(self, max_cer=None, min_audio_language_confidence=None, min_mos=None)
+        return dataclasses.replace(
+            self, max_cer=None, min_asr_confidence=None, min_audio_language_confidence=None, min_mos=None
+        )
 
 
 PRESETS: dict[str, QualityPolicy] = {
@@ -114,7 +123,7 @@ PRESETS: dict[str, QualityPolicy] = {
 }
 """The named preset of each product line that applies a quality policy."""
 
-MODEL_FILTER_REASONS = ("transcript_mismatch", "audio_language_mismatch", "low_mos")
+MODEL_FILTER_REASONS = ("transcript_mismatch", "low_asr_confidence", "audio_language_mismatch", "low_mos")
 """Filters whose signal comes from a trained model: computed in every profile, off by default in ``tiny``."""
 
 
@@ -235,6 +244,7 @@ RULES: tuple[Rule, ...] = (
     Rule("speaking_rate_too_fast", "max_speaking_rate_factor", _speaking_rate(fast=True)),
     Rule("speaking_rate_too_slow", "min_speaking_rate_factor", _speaking_rate(fast=False)),
     Rule("transcript_mismatch", "max_cer", _above("cer")),
+    Rule("low_asr_confidence", "min_asr_confidence", _below("asr_confidence")),
     Rule("audio_language_mismatch", "min_audio_language_confidence", _language_fails("audio", min_letters=False)),
     Rule("low_mos", "min_mos", _below("mos")),
     Rule("low_dnsmos", "min_dnsmos_ovrl", _below("dnsmos_ovrl")),

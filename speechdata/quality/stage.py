@@ -16,6 +16,7 @@ import numpy as np
 import pyarrow as pa
 
 from speechdata.alignment.greedy import greedy_hypotheses_path
+from speechdata.alignment.pseudo_labels import TEXT_SOURCE_LANDED, with_text_sources
 from speechdata.audio.codec import resample
 from speechdata.audio.container import iter_container_audio, read_container_index
 from speechdata.audio.truth import clipped_share
@@ -27,10 +28,12 @@ from speechdata.quality.audio_models import (
     DnsmosScorer,
     SpeechQualityEstimator,
 )
+from speechdata.quality.near_dup_flags import reject_flagged_near_duplicates
 from speechdata.quality.paths import quality_decisions, quality_signals
 from speechdata.quality.policy import QualityPolicy, decide_utterance, policies_digest
 from speechdata.quality.schema import QUALITY_DECISIONS_SCHEMA, QUALITY_SIGNALS_SCHEMA
 from speechdata.quality.signals import effective_bandwidth_hz, level_dbfs, silence_share, wada_snr_db
+from speechdata.quality.speakers import SpeakerEncoder, SpeakerSignals, speaker_columns
 from speechdata.quality.speech_signals import dc_offset_ratio, mains_hum_share, speech_snr_db
 from speechdata.quality.text_language import identify_text_language
 from speechdata.quality.transcript_checks import (
@@ -58,19 +61,25 @@ def run_quality_signals(
     audio_language: AudioLanguageIdentifier | None = None,
     speech_quality: SpeechQualityEstimator | None = None,
     dnsmos: DnsmosScorer | None = None,
+    speakers: SpeakerEncoder | None = None,
 ) -> StageSummary:
     """Measure every indexed utterance; one with no normalized audio (rejected upstream) gets a row
-    with only its text signals. ``audio_language`` / ``speech_quality`` / ``dnsmos``: None leaves
-    their columns null."""
+    with only its text signals. ``audio_language`` / ``speech_quality`` / ``dnsmos`` / ``speakers``:
+    None leaves their columns null."""
     started = time.perf_counter()
-    index = data_root.read_parquet(layout.utterance_index(shard_id), columns=["utt_id", "text", "language"])
+    index = with_text_sources(
+        data_root,
+        shard_id,
+        data_root.read_parquet(layout.utterance_index(shard_id), columns=["utt_id", "text", "language"]),
+    )
     container = read_container_index(data_root, layout.normalized_audio(shard_id))
     source_clipping = dict(zip(container["utt_id"].to_pylist(), container["clipped_share"].to_pylist(), strict=True))
     agreement = _transcript_agreement(data_root, shard_id)
     rows: dict[str, dict] = {}
     texts: dict[str, str] = {}
     for row in index.to_pylist():
-        text_lid = identify_text_language(row["text"])
+        # A pseudo-label is the model's reading in the landed language: text LID on it says nothing new.
+        text_lid = identify_text_language(row["text"] if row["text_source"] == TEXT_SOURCE_LANDED else None)
         texts[row["utt_id"]] = row["text"] or ""
         rows[row["utt_id"]] = {
             "utt_id": row["utt_id"],
@@ -84,13 +93,18 @@ def run_quality_signals(
             "longest_character_run": longest_character_run(row["text"] or ""),
             "hallucination_phrase": hallucination_phrase(row["text"] or ""),
             **agreement.get(row["utt_id"], {}),
+            "text_source": row["text_source"],
+            "asr_confidence": row["asr_confidence"],
         }
 
     pending: list[tuple[str, np.ndarray, int]] = []
+    speaker_evidence: dict[str, SpeakerSignals] = {}
     pending_s = 0.0
     audio_seconds = 0.0
     for utt_id, samples, rate in iter_container_audio(data_root, layout.normalized_audio(shard_id), set(rows)):
         pending.append((utt_id, samples, rate))
+        if speakers is not None:
+            speaker_evidence[utt_id] = speakers.signals(samples, rate)
         pending_s += samples.shape[0] / rate
         if pending_s >= CHUNK_AUDIO_S:
             _measure_chunk(
@@ -104,6 +118,8 @@ def run_quality_signals(
         )
         audio_seconds += pending_s
 
+    for utt_id, columns in speaker_columns(speaker_evidence).items():
+        rows[utt_id].update(columns)
     table = pa.Table.from_pylist([rows[u] for u in sorted(rows)], schema=QUALITY_SIGNALS_SCHEMA)
     data_root.write_parquet(quality_signals(shard_id), table)
     return StageSummary(
@@ -211,6 +227,7 @@ def run_quality_decisions(data_root: DataRoot, shard_id: str, policies: Mapping[
                     "policy_sha256": digest,
                 }
             )
+    reject_flagged_near_duplicates(data_root, shard_id, policies, rows)
     table = pa.Table.from_pylist(rows, schema=QUALITY_DECISIONS_SCHEMA)
     data_root.write_parquet(quality_decisions(shard_id), table)
     return StageSummary(

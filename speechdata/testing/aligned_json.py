@@ -92,6 +92,74 @@ def _write_recording(
                 "end_idx": start_idx + len(human),
             }
         )
+    return _write_files(country_dir, video_id, pieces, segments, rate, audio_format)
+
+
+def build_aligned_json_from_clips(
+    countries_dir: str | Path,
+    recordings: dict[str, list[list[Clip]]],
+    *,
+    seed: int = 0,
+    audio_format: str = "opus",
+) -> list[Path]:
+    """Write ``<countries_dir>/<country>/...`` with one recording per list of clips, one segment per clip.
+
+    Nothing is drawn from a pool: a clip passed once is spoken once in the corpus. A clip shorter than
+    2 s is meant as a ``too_short`` segment. The ASR transcript is the human one, lightly perturbed
+    (one word dropped or one letter changed in every other segment); ``cer`` is jiwer's CER between them.
+    """
+    rng = np.random.default_rng(seed)
+    rate = 48_000 if audio_format == "opus" else 16_000
+    written = []
+    for country, clip_lists in recordings.items():
+        for r, clips in enumerate(clip_lists):
+            pieces, segments, position, transcript = [], [], 0.0, ""
+            for k, clip in enumerate(clips):
+                gap = np.zeros(int(rng.uniform(0.4, 1.2) * rate), np.float32)
+                audio = soxr.resample(clip.samples, clip.sample_rate, rate).astype(np.float32)
+                pieces += [gap, audio]
+                start = position + len(gap) / rate
+                end = start + len(audio) / rate
+                position = end
+                human = clip.text
+                asr = _perturbed(human, rng) if k % 2 else human
+                start_idx = len(transcript) + (1 if transcript else 0)
+                transcript = f"{transcript} {human}" if transcript else human
+                segments.append(
+                    {
+                        "start": round(start, 3),
+                        "end": round(end, 3),
+                        "asr_text": asr,
+                        "human_text": human,
+                        "cer": round(float(jiwer.cer(human, asr)), 4),
+                        "start_idx": start_idx,
+                        "end_idx": start_idx + len(human),
+                    }
+                )
+            written.append(
+                _write_files(
+                    Path(countries_dir) / country, f"vid{country[:2]}{r:04d}", pieces, segments, rate, audio_format
+                )
+            )
+    return written
+
+
+def _perturbed(text: str, rng: np.random.Generator) -> str:
+    """What an ASR model might have heard: one word dropped, or one letter of a word changed."""
+    words = text.split()
+    i = int(rng.integers(len(words)))
+    if len(words) > 3 and rng.random() < 0.5:
+        del words[i]
+    else:
+        word = words[i]
+        j = int(rng.integers(len(word)))
+        words[i] = word[:j] + ("e" if word[j] != "e" else "a") + word[j + 1 :]
+    return " ".join(words)
+
+
+def _write_files(
+    country_dir: Path, video_id: str, pieces: list[np.ndarray], segments: list[dict], rate: int, audio_format: str
+) -> Path:
     pieces.append(np.zeros(int(0.5 * rate), np.float32))
     audio_dir = country_dir / "audio"
     audio_dir.mkdir(parents=True, exist_ok=True)

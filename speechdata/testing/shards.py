@@ -44,6 +44,8 @@ class Clip:
     text: str
     samples: np.ndarray
     sample_rate: int
+    voice: str | None = None
+    """The synthesizer's voice, when known: it lands as the utterance's ``speaker``."""
 
 
 def load_clips(fixtures_dir: Path = FIXTURES_DIR) -> list[Clip]:
@@ -166,7 +168,7 @@ def _row(utt_id, audio_path, picked, language, rng, start_s, end_s) -> dict:
         "start_s": start_s,
         "end_s": end_s,
         "source": "espeak-ng-sample",
-        "speaker": f"espeak-{language}",
+        "speaker": picked[0].voice or f"espeak-{language}",
         "quality_score": round(float(rng.uniform(0.5, 1.0)), 3),
     }
 
@@ -203,3 +205,58 @@ def _tar_bytes(files: dict[str, bytes]) -> bytes:
             info.size = len(files[name])
             tar.addfile(info, io.BytesIO(files[name]))
     return buffer.getvalue()
+
+
+def build_shard_from_clips(
+    data_root: DataRoot,
+    shard_id: str,
+    utterances: list[Clip],
+    recording: list[Clip] = (),
+    *,
+    seed: int = 0,
+    as_tar: bool = False,
+    formats: tuple[str, ...] = ("wav", "flac", "mp3", "opus"),
+    with_faults: bool = False,
+) -> pa.Table:
+    """Land a shard whose every utterance is one distinct clip, so nothing in it repeats by accident.
+
+    ``utterances`` become standalone files ``<shard>_<i:05d>`` in a rotating mix of formats, rates
+    and channel counts (never below 16 kHz: narrowband audio is a reject of its own); ``recording``
+    (clips of one language) becomes one long FLAC described by one ``start_s``/``end_s`` row per
+    clip, ``<shard>_rec000_<k:02d>``. ``with_faults=True`` adds one row for each of
+    :data:`FAULT_REASONS`. A clip passed twice lands twice: that is how a caller plants a copy.
+    """
+    rng = np.random.default_rng(seed)
+    files: dict[str, bytes] = {}
+    rows: list[dict] = []
+    for i, clip in enumerate(utterances):
+        fmt = formats[i % len(formats)]
+        rate = int(rng.choice([r for r in AUDIO_FORMATS[fmt][2] if r >= 16_000]))
+        channels = 2 if i % 3 == 2 else 1
+        audio_path = f"{clip.language}/{shard_id}_{i:05d}.{fmt}"
+        files[audio_path] = _encode(_render([clip], rng, rate, channels), rate, fmt)
+        rows.append(_row(f"{shard_id}_{i:05d}", audio_path, [clip], clip.language, rng, None, None))
+    if recording:
+        base_rate = recording[0].sample_rate
+        gap = np.zeros(int(0.5 * base_rate), np.float32)
+        audio_path = f"recordings/{shard_id}_rec000.flac"
+        position, pieces = 0.0, []
+        for k, clip in enumerate(recording):
+            pieces += [gap, clip.samples]
+            start_s = position + len(gap) / base_rate
+            end_s = start_s + len(clip.samples) / base_rate
+            position = end_s
+            rows.append(_row(f"{shard_id}_rec000_{k:02d}", audio_path, [clip], clip.language, rng, start_s, end_s))
+        pieces.append(gap)
+        files[audio_path] = _encode(np.concatenate(pieces), base_rate, "flac")
+    if with_faults:
+        _add_faults(shard_id, files, rows, rng)
+    if as_tar:
+        data_root.write_bytes(layout.landing_audio_tar(shard_id), _tar_bytes(files))
+    else:
+        for path, data in files.items():
+            data_root.write_bytes(f"{layout.landing_audio_dir(shard_id)}/{path}", data)
+    table = pa.Table.from_pylist(rows, schema=SAMPLE_METADATA_SCHEMA)
+    data_root.write_parquet(layout.landing_metadata(shard_id), table)
+    mark_landed(data_root, shard_id)
+    return table

@@ -270,9 +270,16 @@ def load_metricx(
     """``(model, tokenizer)`` from hub names or local folders; checks the score token's id agrees."""
     from transformers import AutoTokenizer
 
-    tokenizer = AutoTokenizer.from_pretrained(tokenizer_path, local_files_only=local_files_only)
+    from speechdata.hub_access import hub_model_access
+
+    tokenizer = AutoTokenizer.from_pretrained(
+        tokenizer_path, local_files_only=hub_model_access(tokenizer_path, local_files_only=local_files_only)
+    )
     model = MT5ForRegression.from_pretrained(
-        model_path, revision=revision, local_files_only=local_files_only, dtype=dtype
+        model_path,
+        revision=revision,
+        local_files_only=hub_model_access(model_path, revision, local_files_only=local_files_only),
+        dtype=dtype,
     )
     token_id = tokenizer.convert_tokens_to_ids(SCORE_TOKEN)
     if token_id != model.score_token_id:

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 
+from speechdata.alignment.pseudo_labels import with_text_sources
 from speechdata.alignment.table import words_by_utterance
 from speechdata.audio.container import read_container_index
 from speechdata.io import layout
@@ -151,7 +152,10 @@ def run_streaming_segments(
     started = time.perf_counter()
     scores = data_root.read_parquet(layout.alignment_scores(shard_id), columns=["utt_id", "score"])
     words = words_by_utterance(data_root.read_parquet(layout.alignments(shard_id)))
-    index = data_root.read_parquet(layout.utterance_index(shard_id), columns=["utt_id", "text"])
+    # The aligned words of an utterance landed without text spell the aligner's pseudo-label.
+    index = with_text_sources(
+        data_root, shard_id, data_root.read_parquet(layout.utterance_index(shard_id), columns=["utt_id", "text"])
+    )
     texts = dict(zip(index["utt_id"].to_pylist(), index["text"].to_pylist(), strict=True))
     container = read_container_index(data_root, layout.normalized_audio(shard_id))
     durations = dict(zip(container["utt_id"].to_pylist(), container["duration_s"].to_pylist(), strict=True))

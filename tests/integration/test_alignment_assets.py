@@ -68,19 +68,69 @@ def test_sample_shard_is_aligned_and_gridded_and_every_utterance_accounted(insta
     assert "```" in grid_event.metadata["preview"].value
 
 
-def test_empty_transcript_and_unexpressible_text_are_rejected_not_lost(instance, data_root, tiny_resources):
+def test_unexpressible_text_is_rejected_and_empty_text_gets_a_pseudo_label(instance, data_root, tiny_resources):
     from tests.conftest import encode, tone
 
     rows = [
         {"utt_id": "empty", "audio_path": "a.wav", "text": "", "language": "en"},
-        {"utt_id": "nothing", "audio_path": "a.wav", "text": "日本語", "language": "en"},
+        {"utt_id": "missing", "audio_path": "a.wav", "text": None, "language": "en"},
+        # Letters uroman leaves as they are, none of them in the vocabulary.
+        {"utt_id": "nothing", "audio_path": "a.wav", "text": "\u0298\u0298", "language": "en"},
         {"utt_id": "fine", "audio_path": "a.wav", "text": "the fox", "language": "en"},
     ]
     land_shard(data_root, "s2", rows, {"a.wav": encode(tone(2.0, 16_000), 16_000)})
     assert run(instance, tiny_resources, "s2").success
     rejects = {r["utt_id"]: r["reason"] for r in data_root.read_parquet(layout.rejects("s2", "alignments")).to_pylist()}
-    assert rejects == {"empty": "empty_transcript", "nothing": "text_not_in_vocabulary"}
-    assert data_root.read_parquet(layout.frame_grids("s2"))["utt_id"].to_pylist() == ["fine"]
+    assert rejects == {"nothing": "text_not_in_vocabulary"}
+    scores = {s["utt_id"]: s for s in data_root.read_parquet(layout.alignment_scores("s2")).to_pylist()}
+    assert set(scores) == {"empty", "missing", "fine"}
+    assert scores["fine"]["text_source"] == "landed" and scores["fine"]["asr_text"] is None
+    words = {}
+    for row in data_root.read_parquet(layout.alignments("s2")).to_pylist():
+        if row["level"] == "word":
+            words.setdefault(row["utt_id"], []).append(row["text"])
+    for utt_id in ("empty", "missing"):
+        label = scores[utt_id]
+        # The tiny model's words are gibberish; what it heard is what was aligned, word for word.
+        assert label["text_source"] == "asr" and label["asr_text"]
+        assert words[utt_id] == label["asr_text"].split()
+        assert len(label["asr_word_confidences"]) == len(words[utt_id])
+        assert 0 < label["asr_confidence"] <= 1 and all(0 < c <= 1 for c in label["asr_word_confidences"])
+    grids = data_root.read_parquet(layout.frame_grids("s2"))
+    assert sorted(grids["utt_id"].to_pylist()) == ["empty", "fine", "missing"]
+
+
+WRITTEN = {
+    "numbers": ("In 1984 we paid $25, (50%) & more.", "en"),
+    "german": ("Am 12.05.2024 zahlten wir 25€.", "de"),
+    "cyrillic": ("Привет, Москва!", "ru"),
+    "greek": ("Καλημέρα, Αθήνα.", "el"),
+}
+
+
+def test_every_written_word_gets_a_timing_in_the_table_and_the_ctm(instance, data_root, tiny_resources):
+    from tests.conftest import encode, tone
+
+    rows = [
+        {"utt_id": utt_id, "audio_path": "a.wav", "text": text, "language": language}
+        for utt_id, (text, language) in WRITTEN.items()
+    ]
+    land_shard(data_root, "s5", rows, {"a.wav": encode(tone(6.0, 16_000), 16_000)})
+    # The tiny model stands in for a Russian and a Greek model: romanized text is in its alphabet.
+    fields = tiny_resources["aligner"].model_dump()
+    aligner = type(tiny_resources["aligner"])(**{**fields, "models": {**fields["models"], "ru": "tiny", "el": "tiny"}})
+    assert run(instance, {**tiny_resources, "aligner": aligner}, "s5").success
+    words: dict[str, list[dict]] = {}
+    for row in data_root.read_parquet(layout.alignments("s5")).to_pylist():
+        if row["level"] == "word":
+            words.setdefault(row["utt_id"], []).append(row)
+    assert set(words) == set(WRITTEN)
+    for utt_id, (text, _) in WRITTEN.items():
+        assert [w["text"] for w in words[utt_id]] == text.split()  # the original words, punctuation as written
+        assert all(w["end_ms"] > w["start_ms"] for w in words[utt_id]), utt_id
+        with data_root.fs.open(data_root.path(layout.ctm("s5", "words", utt_id))) as handle:
+            ctm_words = read_ctm(handle.read().decode(), "ctm", "word")[utt_id]
+        assert [w.text for w in ctm_words] == text.split()
 
 
 def test_a_two_minute_utterance_is_aligned_in_windows(instance, data_root, tiny_resources, clips):

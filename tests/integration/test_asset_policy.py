@@ -51,7 +51,7 @@ def test_a_gpu_shard_asset_waiting_for_later_inputs_is_in_the_gpu_pool_and_not_t
     assert not asset.check_specs
 
 
-def test_a_group_asset_keeps_its_own_partitions_and_unpartitioned_checks():
+def test_a_group_asset_keeps_its_own_partitions_and_its_checks_are_partitioned_like_it():
     def my_country_product(context):
         """A per-country product."""
 
@@ -69,7 +69,8 @@ def test_a_group_asset_keeps_its_own_partitions_and_unpartitioned_checks():
     assert (spec.group_name, spec.partitions_def, list(spec.owners)) == ("my_group", country_partitions, OWNERS)
     assert not dict(spec.tags).items() & PER_SHARD_TAGS.items()
     [check] = asset.check_specs
-    assert check.partitions_def is None and check.blocking
+    # Evaluated per country, so the UI never charts two countries' check figures as one series.
+    assert check.partitions_def == country_partitions and check.blocking
 
 
 def test_every_asset_of_the_code_location_carries_the_policy():

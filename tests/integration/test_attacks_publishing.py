@@ -26,6 +26,7 @@ from speechdata.io import layout
 from speechdata.landing.ingest import run_raw_shards
 from speechdata.landing.mark import mark_landed
 from tests.conftest import encode, land_shard, tone
+from tests.materialize import materialize_shard
 from tests.tiny_resources import tiny_resources_for
 
 DATASET = "speech-segments"
@@ -171,13 +172,7 @@ def instance(monkeypatch):
 
 
 def index_shard(instance, data_root, shard_id):
-    instance.add_dynamic_partitions(shard_partitions.name, [shard_id])
-    assert dg.materialize(
-        [raw_shards],
-        partition_key=shard_id,
-        instance=instance,
-        resources=tiny_resources_for(data_root.url),
-    ).success
+    assert materialize_shard(instance, data_root, shard_id, [raw_shards]).success
 
 
 def publish(instance, data_root, country):

@@ -23,6 +23,7 @@ ROOT = Path(__file__).resolve().parents[2]
         ("bench_ingest", {"scenarios", "normalize_wall"}),
         ("bench_sensor_tick", {"scan", "tick_none_registered", "tick_mostly_registered"}),
         ("bench_frame_grid", {"grid_utt_per_s", "tokenize_utt_per_s", "grids_breaking_invariants"}),
+        ("bench_text_normalization", {"baseline_words_per_s", "spoken_words_per_s", "ratio_spoken_over_baseline_s"}),
         (
             "bench_landing_fingerprint",
             {"folder_fingerprint_ms", "tar_every_byte_ms", "tar_ratio_fingerprint_over_every_byte"},

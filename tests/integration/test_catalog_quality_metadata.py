@@ -7,11 +7,11 @@ import pytest
 from assets.alignment import alignments, frame_grids
 from assets.catalog import HOURS_LOST, manifest_catalog
 from assets.ingest import normalized_audio, raw_shards
-from assets.partitions import shard_partitions
 from assets.quality import quality_decisions, quality_signals
 from speechdata.catalog.quality import SIGNAL_UNITS
 from speechdata.quality.paths import quality_signals as signals_path
 from speechdata.testing.shards import build_sample_shard, load_clips
+from tests.materialize import materialize_shard
 
 # Demand more speech than any utterance holds: every bridge utterance is lost as no_speech.
 STRICT_BRIDGE = {"ops": {"quality_decisions": {"config": {"bridge": {"thresholds": {"min_speech_share": 0.99}}}}}}
@@ -37,11 +37,11 @@ def test_the_catalog_shows_a_histogram_per_language_and_signal_and_the_hours_los
             formats=("flac",),
             clips=[c for c in clips if c.language == language],
         )
-        instance.add_dynamic_partitions(shard_partitions.name, [shard_id])
-        assert dg.materialize(
+        assert materialize_shard(
+            instance,
+            data_root,
+            shard_id,
             [raw_shards, normalized_audio, alignments, frame_grids, quality_signals, quality_decisions],
-            partition_key=shard_id,
-            instance=instance,
             resources=tiny_resources,
             run_config=STRICT_BRIDGE,
         ).success

@@ -5,11 +5,11 @@ import numpy as np
 import pytest
 
 from assets import SHARD_ASSETS
-from assets.partitions import shard_partitions
 from speechdata.features.array_store import iter_arrays
 from speechdata.io import layout
 from speechdata.quality.decisions import excluded_utterances
 from speechdata.testing.shards import build_sample_shard
+from tests.materialize import materialize_shard
 
 
 @pytest.fixture
@@ -20,8 +20,7 @@ def instance():
 
 def test_features_match_the_frame_grids_for_a_sample_shard(instance, data_root, tiny_resources):
     build_sample_shard(data_root, "s1", 6, seed=7, long_recordings=1)
-    instance.add_dynamic_partitions(shard_partitions.name, ["s1"])
-    result = dg.materialize(SHARD_ASSETS, partition_key="s1", instance=instance, resources=tiny_resources)
+    result = materialize_shard(instance, data_root, "s1", SHARD_ASSETS, resources=tiny_resources)
     assert result.success
     feature_checks = [
         e

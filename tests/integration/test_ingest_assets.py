@@ -6,11 +6,10 @@ import dagster as dg
 import pytest
 
 from assets.ingest import normalized_audio, raw_shards
-from assets.partitions import shard_partitions
 from speechdata.audio.container import iter_container_audio
 from speechdata.io import layout
 from speechdata.testing.shards import FAULT_REASONS, build_sample_shard
-from tests.tiny_resources import tiny_resources_for
+from tests.materialize import materialize_shard
 
 
 @pytest.fixture
@@ -19,15 +18,7 @@ def instance():
         yield instance
 
 
-def materialize(instance, data_root, shard_id, selection=(raw_shards, normalized_audio), raise_on_error=True):
-    instance.add_dynamic_partitions(shard_partitions.name, [shard_id])
-    return dg.materialize(
-        list(selection),
-        partition_key=shard_id,
-        instance=instance,
-        resources=tiny_resources_for(data_root.url),
-        raise_on_error=raise_on_error,
-    )
+INGEST = (raw_shards, normalized_audio)
 
 
 def materialization(result, key):
@@ -37,7 +28,7 @@ def materialization(result, key):
 
 def test_sample_shard_with_faults_is_indexed_normalized_and_accounted_for(instance, data_root):
     landed = build_sample_shard(data_root, "s1", 8, seed=1, long_recordings=1, as_tar=True, with_faults=True)
-    result = materialize(instance, data_root, "s1")
+    result = materialize_shard(instance, data_root, "s1", INGEST)
     assert result.success
 
     raw_meta = materialization(result, "raw_shards")
@@ -71,7 +62,7 @@ def test_contract_breach_fails_the_run_with_file_column_and_rule(instance, data_
     import pyarrow as pa
 
     data_root.write_parquet(layout.landing_metadata("bad"), pa.table({"utt_id": ["a"]}))
-    result = materialize(instance, data_root, "bad", selection=(raw_shards,), raise_on_error=False)
+    result = materialize_shard(instance, data_root, "bad", [raw_shards], raise_on_error=False)
     assert not result.success
     [failure] = [e for e in result.all_events if e.event_type_value == "STEP_FAILURE"]
     info = failure.step_failure_data.user_failure_data
@@ -84,7 +75,7 @@ def test_contract_breach_shows_its_one_reason_on_the_shards_own_check(instance, 
     import pyarrow as pa
 
     data_root.write_parquet(layout.landing_metadata("bad"), pa.table({"utt_id": ["a"]}))
-    result = materialize(instance, data_root, "bad", raise_on_error=False)
+    result = materialize_shard(instance, data_root, "bad", INGEST, raise_on_error=False)
     assert not result.success
     [evaluation] = [e.event_specific_data for e in result.all_events if e.event_type_value == "ASSET_CHECK_EVALUATION"]
     assert evaluation.asset_key == raw_shards.key and evaluation.partition == "bad" and not evaluation.passed
@@ -111,7 +102,7 @@ def land_shard_with_string_start_s(data_root, shard_id):
 
 def test_contract_breach_reads_as_one_reason_in_the_run_failure_and_downstream_is_not_executed(instance, data_root):
     land_shard_with_string_start_s(data_root, "bad")
-    result = materialize(instance, data_root, "bad", raise_on_error=False)
+    result = materialize_shard(instance, data_root, "bad", INGEST, raise_on_error=False)
     assert not result.success
 
     # The run's failure (what the runs list and the run page show) carries the reason itself.
@@ -143,7 +134,7 @@ def test_raw_shards_metadata_shows_the_first_rejects_with_their_reasons(instance
     from assets.reporting import REJECTS_SAMPLE_ROWS
 
     build_sample_shard(data_root, "s1", 8, seed=1, long_recordings=1, with_faults=True)
-    result = materialize(instance, data_root, "s1", selection=(raw_shards,))
+    result = materialize_shard(instance, data_root, "s1", [raw_shards])
     sample = materialization(result, "raw_shards")["rejects_sample"].value
     rejects = data_root.read_parquet(layout.rejects("s1", "raw_shards")).to_pylist()
     assert rejects and len(rejects) <= REJECTS_SAMPLE_ROWS

@@ -17,7 +17,6 @@ import soundfile as sf
 from assets import SHARD_ASSETS
 from assets.ingest import normalized_audio, raw_shards
 from assets.near_duplicates import near_duplicates
-from assets.partitions import shard_partitions
 from speechdata.io import layout
 from speechdata.io.storage import DataRoot
 from speechdata.landing.ingest import run_normalized_audio, run_raw_shards
@@ -26,7 +25,7 @@ from speechdata.quality.near_dup_planted import SAMPLE_RATE, Speaker, speech_lik
 from speechdata.quality.near_duplicates import NEAR_DUPLICATES_SCHEMA, run_near_duplicates
 from speechdata.testing.shards import build_sample_shard
 from tests.conftest import land_shard
-from tests.tiny_resources import tiny_resources_for
+from tests.materialize import materialize_shard
 
 
 def voice(number: int, seconds: float = 4.0) -> np.ndarray:
@@ -80,7 +79,15 @@ def test_a_rewrapped_file_is_an_exact_duplicate_through_ingest(data_root):
             "similarity": 1.0,
         }
     ]
-    assert summary.by_kind == {"exact_audio": 1, "near_audio": 0, "near_transcript": 0}
+    assert summary.by_kind == {
+        "exact_audio": 1,
+        "near_audio": 0,
+        "contained_audio": 0,
+        "shifted_audio": 0,
+        "near_transcript": 0,
+        "contains_earlier": 0,
+        "other_speaker_reading": 0,
+    }
 
 
 @pytest.fixture
@@ -246,13 +253,7 @@ def test_the_asset_materializes_with_the_tiny_resources_and_joins_the_per_shard_
     assert near_duplicates in SHARD_ASSETS
     build_sample_shard(data_root, "sample", 6, seed=2)
     with dg.instance_for_test() as instance:
-        instance.add_dynamic_partitions(shard_partitions.name, ["sample"])
-        result = dg.materialize(
-            [raw_shards, normalized_audio, near_duplicates],
-            partition_key="sample",
-            instance=instance,
-            resources=tiny_resources_for(data_root.url),
-        )
+        result = materialize_shard(instance, data_root, "sample", [raw_shards, normalized_audio, near_duplicates])
     [event] = result.asset_materializations_for_node("near_duplicates")
     metadata = event.metadata
     table = pq.read_table(data_root.path(layout.near_duplicates("sample")))

@@ -107,7 +107,13 @@ def test_the_batch_pass_on_two_ray_nodes_writes_what_the_incremental_path_writes
 
     assert batch == incremental
     assert [(s.shard_id, s.index_position) for s in summary.shards] == list(zip(SHARDS, range(4), strict=True))
-    assert summary.by_kind == {"exact_audio": 1, "near_audio": 3, "near_transcript": 1}
+    assert summary.by_kind == {
+        "exact_audio": 1,
+        "near_audio": 3,
+        "contained_audio": 0,
+        "shifted_audio": 0,
+        "near_transcript": 1,
+    }
     assert ("signals", 4, 4) in progress and ("decide", 3, 3) in progress
     assert [done == total for stage, done, total in progress if stage == "commit"][-1]
 

@@ -6,7 +6,6 @@ import pytest
 from assets.alignment import alignments, frame_grids
 from assets.features import qwen_hidden_states
 from assets.ingest import normalized_audio, raw_shards
-from assets.partitions import shard_partitions
 from assets.quality import quality_decisions, quality_signals
 from speechdata.alignment.greedy import greedy_hypotheses_path
 from speechdata.features.array_store import iter_arrays
@@ -16,6 +15,7 @@ from speechdata.quality.paths import quality_decisions as decisions_path
 from speechdata.quality.paths import quality_signals as signals_path
 from speechdata.quality.policy import default_policies, policies_digest
 from speechdata.testing.shards import build_sample_shard
+from tests.materialize import materialize_shard
 
 UPSTREAM = [raw_shards, normalized_audio, alignments, frame_grids]
 
@@ -35,9 +35,8 @@ def _data_version(instance, asset: str, partition: str) -> str:
 
 def test_a_policy_change_re_decides_and_the_encoder_skips_what_it_rejects(instance, data_root, tiny_resources):
     build_sample_shard(data_root, "s1", 4, seed=5, long_recordings=0, formats=("flac",))
-    instance.add_dynamic_partitions(shard_partitions.name, ["s1"])
-    result = dg.materialize(
-        [*UPSTREAM, quality_signals, quality_decisions], partition_key="s1", instance=instance, resources=tiny_resources
+    result = materialize_shard(
+        instance, data_root, "s1", [*UPSTREAM, quality_signals, quality_decisions], resources=tiny_resources
     )
     assert result.success
 

@@ -5,11 +5,9 @@ import json
 import shutil
 from pathlib import Path
 
-import dagster as dg
 import pytest
 
 from assets.ingest import normalized_audio, raw_shards
-from assets.partitions import shard_partitions
 from assets.vad import vad_segments
 from dagster_project.definitions import defs
 from dagster_project.shard_status import NEVER_MATERIALIZED, shard_asset_keys
@@ -19,7 +17,7 @@ from speechdata.ledgers import ledger_markdown, shard_ledgers
 from speechdata.testing.shards import FAULT_REASONS, build_sample_shard
 from tests.dagster_home import instance_at
 from tests.integration.test_ingest_assets import land_shard_with_string_start_s
-from tests.tiny_resources import tiny_resources_for
+from tests.materialize import materialize_shard
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -34,14 +32,7 @@ def dagster_home(tmp_path):
 
 def materialize(home, data_root, shard_id, selection):
     with instance_at(home) as instance:
-        instance.add_dynamic_partitions(shard_partitions.name, [shard_id])
-        return dg.materialize(
-            selection,
-            partition_key=shard_id,
-            instance=instance,
-            resources=tiny_resources_for(data_root.url),
-            raise_on_error=False,
-        )
+        return materialize_shard(instance, data_root, shard_id, selection, raise_on_error=False)
 
 
 def status_json(capsys, home, data_root, shard_id) -> dict:
@@ -120,3 +111,71 @@ def test_status_refuses_a_shard_id_that_leaves_the_data_root_and_a_missing_insta
     assert run(["shard", "status", "s1", "--dagster-home", str(missing), "--data-root", data_root.url]) == 1
     [line] = capsys.readouterr().err.strip().splitlines()
     assert str(missing) in line and "no Dagster instance" in line
+
+
+@pytest.fixture
+def make_dev_checkout(tmp_path, monkeypatch):
+    """A checkout where ``make dev`` ran: ``./.dagster_home`` and no ``DAGSTER_HOME`` in the shell."""
+    checkout = tmp_path / "checkout"
+    (checkout / ".dagster_home").mkdir(parents=True)
+    shutil.copy(ROOT / "deploy" / "local" / "dagster.yaml", checkout / ".dagster_home" / "dagster.yaml")
+    monkeypatch.delenv("DAGSTER_HOME", raising=False)
+    monkeypatch.chdir(checkout)
+    return checkout
+
+
+def test_status_finds_make_devs_instance_and_says_how_shards_get_registered(make_dev_checkout, data_root, capsys):
+    build_sample_shard(data_root, "s1", 4, seed=3, long_recordings=0)
+    assert run(["shard", "status", "s1", "--json", "--data-root", data_root.url]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["instance"] == str(make_dev_checkout / ".dagster_home")
+    assert report["registered"] is False
+    assert "landed but not registered" in report["hint"] and "landing sensor" in report["hint"]
+    assert "landing/s1/_SUCCESS" in report["hint"] and "make dev" in report["hint"]
+
+    # Registered in that instance: no hint, and the text names the instance it read.
+    with instance_at(make_dev_checkout / ".dagster_home") as instance:
+        instance.add_dynamic_partitions(shard_partitions.name, ["s1"])
+    assert run(["shard", "status", "s1", "--data-root", data_root.url]) == 0
+    text = capsys.readouterr().out
+    assert f"instance: {make_dev_checkout / '.dagster_home'}" in text
+    assert "registered: yes" in text and "hint:" not in text
+
+
+def test_status_of_an_unregistered_shard_says_what_registers_it_at_each_landing_stage(
+    make_dev_checkout, data_root, capsys
+):
+    data_root.fs.makedirs(data_root.root, exist_ok=True)
+    assert run(["shard", "status", "s2", "--data-root", data_root.url]) == 0
+    text = capsys.readouterr().out
+    assert "registered: no" in text
+    [hint] = [line for line in text.splitlines() if line.startswith("hint: ")]
+    assert "neither landed nor registered" in hint and "speechdata land" in hint and "landing sensor" in hint
+
+    build_sample_shard(data_root, "s2", 4, seed=3, long_recordings=0)
+    data_root.fs.rm(data_root.path("landing/s2/_SUCCESS"))
+    assert run(["shard", "status", "s2", "--json", "--data-root", data_root.url]) == 0
+    hint = json.loads(capsys.readouterr().out)["hint"]
+    assert "not complete (no landing/s2/_SUCCESS yet)" in hint and "speechdata land" in hint
+
+
+def test_status_without_any_instance_says_make_dev_creates_one(tmp_path, monkeypatch, data_root, capsys):
+    monkeypatch.delenv("DAGSTER_HOME", raising=False)
+    monkeypatch.chdir(tmp_path)
+    data_root.fs.makedirs(data_root.root, exist_ok=True)
+    assert run(["shard", "status", "s1", "--data-root", data_root.url]) == 1
+    [line] = capsys.readouterr().err.strip().splitlines()
+    assert "neither --dagster-home nor $DAGSTER_HOME is set" in line
+    assert str(tmp_path / ".dagster_home") in line and "make dev" in line
+
+
+def test_status_of_an_unusable_instance_is_one_error_naming_the_instance(tmp_path, monkeypatch, data_root, capsys):
+    home = tmp_path / "broken_home"
+    home.mkdir()
+    (home / "dagster.yaml").write_text("storage:\n  no_such_storage: 1\n")
+    monkeypatch.setenv("DAGSTER_HOME", str(home))
+    data_root.fs.makedirs(data_root.root, exist_ok=True)
+    assert run(["shard", "status", "s1", "--data-root", data_root.url]) == 1
+    error = capsys.readouterr().err
+    assert error.startswith("speechdata shard status: error: DagsterInvalidConfigError")
+    assert f"(instance {home})" in error and "Traceback" not in error

@@ -13,11 +13,11 @@ import numpy as np
 import pytest
 
 from assets import SHARD_ASSETS
-from assets.partitions import shard_partitions
 from speechdata.audio.codec import decode_pcm16
 from speechdata.io import layout
 from speechdata.io.storage import DataRoot
 from speechdata.testing.shards import build_sample_shard
+from tests.materialize import materialize_shard
 from tests.tiny_resources import tiny_resources_for
 
 SHARD = "c1"
@@ -30,10 +30,7 @@ def materialized_root(base, codec: str, model_cache_dir: str) -> DataRoot:
     resources = tiny_resources_for(data_root.url, model_cache_dir)
     run_config = {"ops": {"normalized_audio": {"config": {"codec": codec}}}}
     with dg.instance_for_test() as instance:
-        instance.add_dynamic_partitions(shard_partitions.name, [SHARD])
-        result = dg.materialize(
-            SHARD_ASSETS, partition_key=SHARD, instance=instance, resources=resources, run_config=run_config
-        )
+        result = materialize_shard(instance, data_root, SHARD, SHARD_ASSETS, resources=resources, run_config=run_config)
         assert result.success
     return data_root
 

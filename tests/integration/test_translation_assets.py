@@ -22,6 +22,7 @@ from speechdata.io import layout
 from speechdata.translation.qe_stage import read_jsonl
 from speechdata.translation.segmentation_input import LATENCY_LEVELS
 from tests.conftest import assert_second_shard_read_ahead
+from tests.materialize import materialize_shard
 from tests.tiny_resources import tiny_resources_for
 
 SHARD = "granary-0001"
@@ -42,10 +43,7 @@ def resources(data_root, model_cache_dir):
 
 
 def run(instance, resources, shard_id, assets, run_config=None):
-    instance.add_dynamic_partitions(shard_partitions.name, [shard_id])
-    result = dg.materialize(
-        assets, partition_key=shard_id, instance=instance, resources=resources, run_config=run_config
-    )
+    result = materialize_shard(instance, None, shard_id, assets, resources=resources, run_config=run_config)
     assert result.success
     return result
 

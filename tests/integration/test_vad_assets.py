@@ -10,7 +10,7 @@ import pytest
 import soundfile as sf
 
 from assets.ingest import raw_shards
-from assets.partitions import language_partitions, shard_partitions
+from assets.partitions import language_partitions
 from assets.vad import language_shard_index, vad_segments
 from speechdata.audio.codec import resample
 from speechdata.importers.language_tars import import_language_tar
@@ -18,6 +18,7 @@ from speechdata.io import layout
 from speechdata.testing.shards import build_sample_shard
 from speechdata.vad.language_index import build_urls
 from speechdata.vad.loader import vad_chunk_loader
+from tests.materialize import materialize_shard
 from tests.tiny_resources import tiny_resources_for
 
 CHUNK_CONFIG = {"chunk_s": 1.0, "num_chunks": 4}
@@ -68,13 +69,8 @@ def test_imported_and_sample_shards_are_segmented_indexed_and_streamed(instance,
     run_config = {"ops": {"vad_segments": {"config": CHUNK_CONFIG}}}
     metadata = {}
     for shard_id in ("lid-000005", "dir1"):
-        instance.add_dynamic_partitions(shard_partitions.name, [shard_id])
-        result = dg.materialize(
-            [raw_shards, vad_segments],
-            partition_key=shard_id,
-            instance=instance,
-            resources=resources,
-            run_config=run_config,
+        result = materialize_shard(
+            instance, data_root, shard_id, [raw_shards, vad_segments], resources=resources, run_config=run_config
         )
         assert result.success
         assert all(check.passed for check in result.get_asset_check_evaluations())

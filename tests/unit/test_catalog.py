@@ -35,6 +35,8 @@ def write_manifest(data_root, shard, rows, extra=None):
         "country": [r[2] for r in rows],
         "source": ["hand"] * len(rows),
         "text": [r[5] for r in rows],
+        "text_source": ["landed"] * len(rows),
+        "asr_confidence": [None] * len(rows),
         "alignment_score": [r[4] for r in rows],
         "zero_duration_token_share": [0.0] * len(rows),
         "clipped_share": [0.0] * len(rows),

@@ -8,6 +8,7 @@ import pytest
 
 import dagster_project.definitions as definitions
 from dagster_project import demo
+from speechdata.testing.demo_corpus import DemoCorpus
 
 
 class RecordedJob:
@@ -24,14 +25,18 @@ def test_the_demo_refreshes_the_catalog_after_its_last_job(tmp_path, monkeypatch
     runs: list[str] = []
     fake_defs = SimpleNamespace(resolve_job_def=lambda name: RecordedJob(name, runs))
     monkeypatch.setattr(definitions, "defs", fake_defs)
-    monkeypatch.setattr(definitions, "build_resources", lambda **kwargs: {"catalog": None})
+    monkeypatch.setattr(
+        definitions, "build_resources", lambda **kwargs: {"catalog": None, "aligner": SimpleNamespace(models={})}
+    )
     monkeypatch.setattr(dg.DagsterInstance, "get", staticmethod(dg.DagsterInstance.ephemeral))
-    monkeypatch.setattr(demo, "build_sample_shard", lambda *args, **kwargs: None)
+    corpus = DemoCorpus(shards=["demo-0001", "demo-0002"], countries=["de"], languages=["de", "en"])
+    monkeypatch.setattr(demo, "land_demo_corpus", lambda *args, **kwargs: corpus)
     monkeypatch.setattr(demo, "_print_shard_summary", lambda *args: None)
+    monkeypatch.setattr(demo, "_print_rejects_against_plants", lambda *args: True)
     monkeypatch.setattr(demo, "_print_catalog", lambda *args: runs.append("print catalog"))
 
     def product_jobs(name):
-        def run(data_root, instance, resources, defs):
+        def run(data_root, keys, instance, resources, defs, commands):
             defs.resolve_job_def(name).execute_in_process()
             return True
 
@@ -39,7 +44,7 @@ def test_the_demo_refreshes_the_catalog_after_its_last_job(tmp_path, monkeypatch
 
     # The jobs these two run (hf_dataset_job per country; translation_job, asr_manifest, the VAD
     # index) write files the accounting counts.
-    monkeypatch.setattr(demo, "_publish_aligned_json_countries", product_jobs("hf_dataset_job"))
+    monkeypatch.setattr(demo, "_publish_hf_dataset", product_jobs("hf_dataset_job"))
     monkeypatch.setattr(demo, "_run_the_other_products", product_jobs("translation_job"))
 
     status = demo._demo(argparse.Namespace(data_root=str(tmp_path / "data")))

@@ -37,6 +37,7 @@ def reference_samples(root: DataRoot, shard_id: str) -> list[BridgeSample]:
                 dur=np.asarray(grid["dur"]),
                 info={
                     "text": meta["text"],
+                    "text_source": "landed",
                     "language": meta["language"],
                     "country": meta["country"],
                     "source": meta["source"],
