@@ -19,7 +19,7 @@ from assets.shard_runs import ShardEvents, ShardResult, materialize_shards
 from resources.aligner import CtcAlignerResource
 from resources.alignment_job import alignment_shard_job
 from resources.gpu_workers import GpuWorkersResource
-from resources.model_pins import QWEN, model_that_runs
+from resources.model_pins import QWEN, model_bound
 from resources.storage import DataRootResource
 from resources.text_tokenizer import TextTokenizerResource
 from speechdata.alignment.pseudo_labels import with_text_sources
@@ -129,7 +129,7 @@ GRID_CHECKS = {
     kinds={"parquet"},
     # The grid rule's version and the Qwen tokenizer's pin are part of the code version: changing
     # either marks every shard's grids stale in the UI, and a backfill of the stale set redoes them.
-    code_version=f"frame_grids-v1+grid-{GRID_RULE_VERSION}+tokenizer-{model_that_runs(QWEN).identity}",
+    code_version=model_bound("frame_grids", f"frame_grids-v1+grid-{GRID_RULE_VERSION}+tokenizer-", QWEN),
     checks=GRID_CHECKS,
 )
 def frame_grids(

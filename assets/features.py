@@ -10,7 +10,7 @@ from assets.shard_runs import ShardEvents, ShardResult, materialize_shards
 from resources.encoders import QwenEncoder, WavLMEncoder
 from resources.feature_jobs import FeatureKind, FeatureShardResult, feature_shard_job
 from resources.gpu_workers import GpuWorkersResource
-from resources.model_pins import QWEN, WAVLM, model_that_runs
+from resources.model_pins import QWEN, WAVLM, model_bound
 from resources.storage import DataRootResource
 from resources.torch_device import TorchDeviceResource
 
@@ -66,7 +66,7 @@ def materialize_features(
 
 
 # The model pin is part of the code version: a new model revision marks every shard stale.
-@shard_asset(code_version=f"qwen_hidden_states-v1+{model_that_runs(QWEN).identity}", **FEATURE_ASSET)
+@shard_asset(code_version=model_bound("qwen_hidden_states", "qwen_hidden_states-v1+", QWEN), **FEATURE_ASSET)
 def qwen_hidden_states(
     context: dg.AssetExecutionContext,
     data_root: DataRootResource,
@@ -86,7 +86,7 @@ def qwen_hidden_states(
     yield from materialize_features(context, data_root, torch_device, gpu_workers, "qwen", qwen)
 
 
-@shard_asset(code_version=f"wavlm_features-v1+{model_that_runs(WAVLM).identity}", **FEATURE_ASSET)
+@shard_asset(code_version=model_bound("wavlm_features", "wavlm_features-v1+", WAVLM), **FEATURE_ASSET)
 def wavlm_features(
     context: dg.AssetExecutionContext,
     data_root: DataRootResource,

@@ -6,7 +6,8 @@ with its reason; any other reject is listed, and more than 5 % of them fail the 
 commands to try, each of which works as printed (tests/integration/test_demo.py runs them).
 
 Runs go into the project-local Dagster instance (``DAGSTER_HOME``), so ``make dev`` afterwards shows
-them in the UI. The model profile is :data:`PROFILE` (``--profile`` overrides it).
+them in the UI. The model profile is :data:`PROFILE` (``--profile`` overrides it): ``small``, a CTC
+aligner trained on synthesized English and German speech, every other model tiny and random.
 
 The terminal gets progress and the per-shard summary only: everything written to stderr (Dagster's
 event log at DEBUG, library warnings, tracebacks) goes to ``<DAGSTER_HOME>/demo.log``, named at
@@ -34,7 +35,7 @@ from speechdata.io import layout
 from speechdata.io.storage import DataRoot
 from speechdata.testing.demo_corpus import PLAIN_SHARD, DemoCorpus, land_demo_corpus
 
-PROFILE = "tiny"
+PROFILE = "small"
 """The model profile the demo runs (docs/models-and-profiles.md); ``make demo`` sets nothing else."""
 MAX_UNPLANTED_REJECT_SHARE = 0.05
 """Rejects of sample utterances that are neither planted nor by a product's definition fail the demo above this."""

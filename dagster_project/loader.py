@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
+import warnings
 from collections.abc import Iterable
 from types import ModuleType
 
@@ -25,6 +26,7 @@ from resources.catalog import catalog_resource
 from resources.encoders import qwen_resource, wavlm_resource
 from resources.gpu_workers import gpu_workers_resource
 from resources.hub import hf_dataset_settings_resource, hub_resource
+from resources.model_pins import MODEL_BOUND_ASSETS, base_code_version, model_code_version
 from resources.profile import model_profile_resource
 from resources.qe import qe_resource
 from resources.quality import quality_models_resource
@@ -33,6 +35,7 @@ from resources.storage import data_root_resource
 from resources.text_tokenizer import text_tokenizer_resource
 from resources.torch_device import torch_device_resource
 from resources.vad import vad_resource
+from speechdata.profiles import PROFILE_ENV, Profile, check_profile, runs_tiny_models
 
 RESOURCE_FACTORIES: dict[str, ResourceFactory] = {
     "data_root": data_root_resource,
@@ -94,18 +97,54 @@ def _required_resource_keys(defs: dg.Definitions) -> set[str]:
 
 def build_resources(data_root: str | None = None, profile: str | None = None) -> dict:
     """Every bound resource, built for ``data_root`` (default ``DATA_ROOT``) and ``profile``
-    (default ``SPEECHDATA_PROFILE``)."""
+    (default ``SPEECHDATA_PROFILE``).
+
+    The asset modules' own definitions carry the code versions of the environment's profile; a
+    ``profile`` whose models differ from those would run one model and record another, so it is
+    refused here: :func:`build_definitions` builds assets and resources for any profile."""
+    resolved = check_profile(profile) if profile else model_profile()
+    imported_with = model_profile()
+    if runs_tiny_models(resolved) != runs_tiny_models(imported_with):
+        raise ValueError(
+            f"build_resources(profile={resolved!r}) under {PROFILE_ENV}={imported_with!r}: the assets imported "
+            f"from their modules record the models of {imported_with!r}; set {PROFILE_ENV}={resolved} or "
+            f"use build_definitions(profile={resolved!r}), which builds both for one profile"
+        )
+    return _resources_for(data_root, resolved)
+
+
+def _resources_for(data_root: str | None, profile: Profile) -> dict:
     settings = ResourceSettings(
         data_root_url=data_root or data_root_url(),
-        profile=profile or model_profile(),
+        profile=profile,
         model_cache_dir=str(PROJECT_ROOT / ".cache" / "models"),
     )
     return {key: factory(settings) for key, factory in resource_factories().items()}
 
 
+def with_profile_code_versions(defs: dg.Definitions, profile: Profile) -> dg.Definitions:
+    """``defs`` with every model-bound asset's code version naming the model ``profile`` runs."""
+
+    def rewrite(spec: dg.AssetSpec) -> dg.AssetSpec:
+        pin = MODEL_BOUND_ASSETS.get(spec.key.to_user_string())
+        if pin is None or spec.code_version is None:
+            return spec
+        return spec.replace_attributes(
+            code_version=model_code_version(base_code_version(spec.code_version, pin), pin, profile)
+        )
+
+    with warnings.catch_warnings():
+        # map_asset_specs is marked preview; tests/integration/test_model_profile_source.py pins what it does here.
+        warnings.simplefilter("ignore", dg.PreviewWarning)
+        return defs.map_asset_specs(func=rewrite)
+
+
 def build_definitions(data_root: str | None = None, profile: str | None = None) -> dg.Definitions:
+    """The code location for ``profile`` (default ``SPEECHDATA_PROFILE``): the one place it is read,
+    then passed to the resources and to the code versions of the assets whose output depends on a model."""
     check_product_lines(assets.ALL_ASSETS)
+    resolved = check_profile(profile) if profile else model_profile()
     return dg.Definitions.merge(
-        *(module.defs for module in definition_modules()),
-        dg.Definitions(resources=build_resources(data_root, profile), executor=executor_from_env()),
+        with_profile_code_versions(dg.Definitions.merge(*(module.defs for module in definition_modules())), resolved),
+        dg.Definitions(resources=_resources_for(data_root, resolved), executor=executor_from_env()),
     )

@@ -5,15 +5,29 @@ import dagster as dg
 from pydantic import Field, PrivateAttr
 
 from resources.settings import ResourceSettings
+from speechdata.alignment.acoustic_models import SMALL_MODEL_NAME
 from speechdata.alignment.forced import WildcardSettings
 from speechdata.alignment.log_probs import LogProbSettings, ctc_model_forward
 from speechdata.alignment.long_form import DEFAULT_WILDCARD_PENALTY
 from speechdata.alignment.stage import CtcAligner
 from speechdata.alignment.transcript_units import vocabulary_of
+from speechdata.profiles import SMALL_ALIGNER_LANGUAGES, Profile
 
 DEFAULT_ALIGNMENT_MODELS = {"en": "nvidia/parakeet-ctc-1.1b"}
 TINY_ALIGNMENT_LANGUAGES = ("en", "de", "fr")
 """The tiny CTC model's character set covers these; other sample languages show the no-model reject."""
+
+
+def profile_alignment_models(profile: Profile) -> dict[str, str]:
+    """``{language: model}`` of a profile: ``small`` runs its trained model for the languages it was
+    trained on and the tiny one for the rest of the tiny languages (so those still align, meaninglessly)."""
+    if profile == "full":
+        return dict(DEFAULT_ALIGNMENT_MODELS)
+    models = {language: "tiny" for language in TINY_ALIGNMENT_LANGUAGES}
+    if profile == "small":
+        models.update({language: SMALL_MODEL_NAME for language in SMALL_ALIGNER_LANGUAGES})
+    return models
+
 
 # One load per model and device per process, however many runs or resource instances ask for it.
 _LOADED: dict[tuple[str, str], CtcAligner] = {}
@@ -33,7 +47,8 @@ class CtcAlignerResource(dg.ConfigurableResource):
     loaded once per process.
 
     ``models`` maps ISO 639-1 languages to a Hugging Face model name (hub or local cache), a local
-    transformers directory, or ``tiny`` (the small local model of the tiny profile). A language that is not
+    transformers directory, ``tiny`` (the random local model of the tiny profile) or ``small`` (the
+    trained model shipped in the package). A language that is not
     in the map is not aligned: its utterances become ``no_aligner_for_language`` rejects.
     """
 
@@ -95,7 +110,6 @@ class CtcAlignerResource(dg.ConfigurableResource):
 
 
 def aligner_resource(settings: ResourceSettings) -> CtcAlignerResource:
-    models = (
-        {language: "tiny" for language in TINY_ALIGNMENT_LANGUAGES} if settings.tiny else dict(DEFAULT_ALIGNMENT_MODELS)
+    return CtcAlignerResource(
+        models=profile_alignment_models(settings.profile), model_cache_dir=settings.model_cache_dir
     )
-    return CtcAlignerResource(models=models, model_cache_dir=settings.model_cache_dir)

@@ -9,7 +9,7 @@ stale set recomputes them and nothing else. A deployment may try another revisio
 import os
 from dataclasses import dataclass
 
-from speechdata.profiles import Profile, profile_from_env
+from speechdata.profiles import Profile, profile_from_env, runs_tiny_models
 
 
 @dataclass(frozen=True)
@@ -43,5 +43,31 @@ TINY_MODELS = {
 def model_that_runs(pin: ModelPin, profile: Profile | None = None) -> ModelPin:
     """The model the code location's profile actually runs: the pin (``full``) or its tiny stand-in.
 
-    Code versions name this, so the tiny profile's assets never claim ``Qwen/Qwen3-1.7B@main``."""
-    return pin if (profile or profile_from_env()) == "full" else TINY_MODELS[pin.model_id]
+    Code versions name this, so the tiny profile's assets never claim ``Qwen/Qwen3-1.7B@main``. The code
+    location passes its profile (:func:`model_code_version`); ``profile`` None reads the environment."""
+    return TINY_MODELS[pin.model_id] if runs_tiny_models(profile or profile_from_env()) else pin
+
+
+MODEL_BOUND_ASSETS: dict[str, ModelPin] = {}
+"""Asset name -> the pin its output depends on: the code location appends what runs to its code version."""
+
+
+def model_bound(asset_name: str, base_code_version: str, pin: ModelPin) -> str:
+    """Register ``asset_name`` as depending on ``pin``; its code version as the environment's profile gives it.
+
+    The code location rewrites it for the profile it was built with (:func:`model_code_version`), so
+    ``build_definitions(profile=X)`` records what X runs, whatever ``SPEECHDATA_PROFILE`` says."""
+    MODEL_BOUND_ASSETS[asset_name] = pin
+    return model_code_version(base_code_version, pin, profile_from_env())
+
+
+def model_code_version(base_code_version: str, pin: ModelPin, profile: Profile) -> str:
+    return f"{base_code_version}{model_that_runs(pin, profile).identity}"
+
+
+def base_code_version(code_version: str, pin: ModelPin) -> str:
+    """``code_version`` without the model identity :func:`model_bound` appended (for either profile)."""
+    for ran in (pin, TINY_MODELS[pin.model_id]):
+        if code_version.endswith(ran.identity):
+            return code_version[: -len(ran.identity)]
+    raise ValueError(f"code version {code_version!r} names neither {pin.identity} nor its tiny stand-in")

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from speechdata.profiles import Profile
+from speechdata.profiles import Profile, runs_tiny_models
 
 
 @dataclass(frozen=True)
@@ -23,7 +23,8 @@ class ResourceSettings:
 
     @property
     def tiny(self) -> bool:
-        return self.profile == "tiny"
+        """The tiny stand-ins run for every model but the aligner (``tiny`` and ``small`` profiles)."""
+        return runs_tiny_models(self.profile)
 
 
 ResourceFactory = Callable[[ResourceSettings], Any]

@@ -50,6 +50,10 @@ TINY_ENCODER = {
     "activation_dropout": 0.0,
     "attention_dropout": 0.0,
 }
+SMALL_MODEL_NAME = "small"
+SMALL_MODEL_DIR = Path(__file__).resolve().parent / "small_model"
+"""The ``small`` profile's trained aligner (English and German, synthesized speech), shipped in the
+package; built by :mod:`speechdata.alignment.train_small`."""
 BLANK_TOKEN = "<pad>"
 """The CTC blank, as transformers' Parakeet conversion names it: the tokenizer's pad token, after
 the SentencePiece pieces, and the config's ``pad_token_id``."""
@@ -188,7 +192,7 @@ def check_model_parts_agree(acoustic: CtcAcousticModel, model_sample_rate: int) 
 def load_ctc_model(
     name: str, *, cache_dir: str | os.PathLike, device: str = "cpu", local_files_only: bool = False
 ) -> CtcAcousticModel:
-    """Load a CTC model in eval mode: ``tiny``, a local transformers directory, or a hub name (cache).
+    """Load a CTC model in eval mode: ``tiny``, ``small``, a local transformers directory, or a hub name (cache).
 
     ``local_files_only`` never downloads: a hub name must already be in the Hugging Face cache.
     """
@@ -203,7 +207,9 @@ def load_ctc_model(
             f"CTC model {name!r}: NeMo .nemo checkpoints are not loaded here; give its transformers "
             "directory (transformers' models/parakeet/convert_nemo_to_hf.py writes one)"
         )
-    source = str(tiny_ctc_model_path(cache_dir)) if name == "tiny" else name
+    source = {"tiny": lambda: str(tiny_ctc_model_path(cache_dir)), SMALL_MODEL_NAME: lambda: str(SMALL_MODEL_DIR)}.get(
+        name, lambda: name
+    )()
     options = {"local_files_only": local_files_only or os.path.isdir(source)}
     options["local_files_only"] = hub_model_access(source, local_files_only=options["local_files_only"])
     acoustic = CtcAcousticModel(

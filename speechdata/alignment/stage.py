@@ -10,6 +10,7 @@ up to ``buffer_s`` seconds, and each buffer is aligned in length-sorted batches.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import posixpath
 import time
@@ -289,7 +290,9 @@ def run_alignments(
         if not pending:
             return
         aligner = aligner_of(language)
-        log_probs = compute_log_probs(aligner.forward, [p.audio_16k for p in pending], settings)
+        # Long audio is windowed on the model's own frame grid (40 ms for the small model, 80 ms for parakeet).
+        model_settings = dataclasses.replace(settings, frame_s=aligner.frame_s)
+        log_probs = compute_log_probs(aligner.forward, [p.audio_16k for p in pending], model_settings)
         frame_ms = int(round(aligner.frame_s * 1000))
         for item, lp in zip(pending, log_probs, strict=True):
             text_and_label = _text_to_align(writer, item, lp, aligner, language)

@@ -49,6 +49,7 @@ class CharVocabulary:
         self.blank_id = len(self.labels)
         self.separator_id = self.index.get(" ")
         self.characters = set(self.labels) - {" "}
+        self.marks_word_boundaries = self.separator_id is not None
 
     def word_tokens(self, word: str) -> list[int]:
         return [self.index[c] for c in normalize_word(word) if c in self.index and c != " "]
@@ -78,6 +79,8 @@ class SubwordVocabulary:
         pieces = tokenizer.convert_ids_to_tokens(list(range(blank_id)))
         # Characters some piece spells; anything else would become <unk>, which aligns to nothing real.
         self.characters = {c for piece in pieces if not (piece.startswith("<") and piece.endswith(">")) for c in piece}
+        # SentencePiece pieces carry the word start; a letter vocabulary (the small model) does not.
+        self.marks_word_boundaries = "\u2581" in self.characters
         self.characters.discard("\u2581")
 
     def word_tokens(self, word: str) -> list[int]:

@@ -81,6 +81,8 @@ class QualityPolicy:
     """``near_duplicate``: also reject an ``other_speaker_reading`` (an earlier utterance's transcript
     read by another speaker, docs/near-duplicates.md). Off in every preset: many speakers per prompt
     is what read-speech ASR and TTS corpora are made of."""
+    cer_languages: tuple[str, ...] | None = None
+    """Languages ``transcript_mismatch`` judges (None: every language): those whose aligner is trained."""
     min_audio_language_confidence: float | None = 0.7
     """``audio_language_mismatch``: the audio LID names another language with at least this confidence."""
     min_mos: float | None = 3.0
@@ -112,6 +114,13 @@ class QualityPolicy:
             self, max_cer=None, min_asr_confidence=None, min_audio_language_confidence=None, min_mos=None
         )
 
+    def with_trained_aligner_only(self, languages: tuple[str, ...], max_cer: float) -> QualityPolicy:
+        """``transcript_mismatch`` for ``languages`` at ``max_cer`` (the ``small`` profile's trained
+        aligner); the other model filters off (its audio-LID and MOS models are the tiny, random ones)."""
+        return dataclasses.replace(
+            self, max_cer=max_cer, cer_languages=languages, min_audio_language_confidence=None, min_mos=None
+        )
+
 
 PRESETS: dict[str, QualityPolicy] = {
     "bridge": QualityPolicy(min_snr_db=15.0, min_speech_snr_db=15.0, min_dnsmos_bak=2.6, max_cer=0.25),
@@ -123,14 +132,28 @@ PRESETS: dict[str, QualityPolicy] = {
 }
 """The named preset of each product line that applies a quality policy."""
 
+SMALL_PROFILE_MAX_CER = 0.5
+"""``transcript_mismatch`` in ``small``, for every product: the small aligner's greedy CER on held-out
+speech with the right transcript is 0.2-0.47, with another utterance's transcript 0.7 or more, on
+the first half of the audio 0.53 or more (tests/unit/test_transcript_mismatch_small.py)."""
+
 MODEL_FILTER_REASONS = ("transcript_mismatch", "low_asr_confidence", "audio_language_mismatch", "low_mos")
-"""Filters whose signal comes from a trained model: computed in every profile, off by default in ``tiny``."""
+"""Filters whose signal comes from a trained model: computed in every profile, off by default in
+``tiny``; ``small`` keeps ``transcript_mismatch`` for the languages its aligner was trained on."""
 
 
 def default_policies(profile: str) -> dict[str, QualityPolicy]:
-    """Every product's preset as the profile applies it: ``tiny`` turns the model filters off."""
+    """Every product's preset as the profile applies it: ``tiny`` turns the model filters off,
+    ``small`` keeps ``transcript_mismatch`` for its trained aligner's languages."""
+    from speechdata.profiles import SMALL_ALIGNER_LANGUAGES
+
     if profile == "tiny":
         return {product: policy.without_model_filters() for product, policy in PRESETS.items()}
+    if profile == "small":
+        return {
+            product: policy.with_trained_aligner_only(SMALL_ALIGNER_LANGUAGES, SMALL_PROFILE_MAX_CER)
+            for product, policy in PRESETS.items()
+        }
     return dict(PRESETS)
 
 
@@ -226,6 +249,12 @@ def _language_fails(prefix: str, min_letters: bool) -> Callable[[dict, QualityPo
     return fails
 
 
+def _cer_fails(row: dict, policy: QualityPolicy, limit) -> str | None:
+    if policy.cer_languages is not None and primary_language(row.get("language")) not in policy.cer_languages:
+        return None
+    return _above("cer")(row, policy, limit)
+
+
 RULES: tuple[Rule, ...] = (
     Rule("mostly_silence", "max_silence_share", _above("silence_share")),
     Rule("no_speech", "min_speech_share", _below("speech_share")),
@@ -243,7 +272,7 @@ RULES: tuple[Rule, ...] = (
     Rule("transcript_repetition", "max_ngram_repetition", _repetition_fails),
     Rule("speaking_rate_too_fast", "max_speaking_rate_factor", _speaking_rate(fast=True)),
     Rule("speaking_rate_too_slow", "min_speaking_rate_factor", _speaking_rate(fast=False)),
-    Rule("transcript_mismatch", "max_cer", _above("cer")),
+    Rule("transcript_mismatch", "max_cer", _cer_fails),
     Rule("low_asr_confidence", "min_asr_confidence", _below("asr_confidence")),
     Rule("audio_language_mismatch", "min_audio_language_confidence", _language_fails("audio", min_letters=False)),
     Rule("low_mos", "min_mos", _below("mos")),

@@ -49,6 +49,7 @@ ROOT = Path(__file__).resolve().parents[2]
         ("bench_parquet_integrity", {"whole_read_verified_over_unverified", "streamed_read_verified_over_unverified"}),
         ("bench_ingest_memory", {"per_size", "rows_growth", "peak_rss_growth"}),
         ("bench_alignment_memory", {"per_duration", "max_peak_rss_mb"}),
+        ("bench_alignment_accuracy", {"platform", "pocketsphinx"}),
         ("bench_near_duplicates", {"near_duplicates", "baseline_exact_hash", "ms_per_utt", "baseline_ms_per_utt"}),
         (
             "bench_near_duplicates_batch",

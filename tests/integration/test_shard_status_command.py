@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from assets.ingest import normalized_audio, raw_shards
+from assets.partitions import shard_partitions
 from assets.vad import vad_segments
 from dagster_project.definitions import defs
 from dagster_project.shard_status import NEVER_MATERIALIZED, shard_asset_keys
