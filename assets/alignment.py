@@ -46,7 +46,7 @@ class AlignmentsConfig(dg.Config):
 @shard_asset(
     deps=[normalized_audio],
     kinds={"pytorch", "parquet"},
-    code_version="alignments-v2",  # v2: numbers, symbols and other scripts spoken; pseudo-labels for empty text
+    code_version="alignments-v3",  # v3: long recordings aligned (not rejected), untranscribed stretches, segment rows
     # The CTC model runs on the GPU when there is one: on Kubernetes the step goes to a GPU node,
     # and it shares the `gpu` pool with the feature steps.
     gpu=True,

@@ -1,11 +1,14 @@
 import threading
+from typing import Literal
 
 import dagster as dg
 from pydantic import Field, PrivateAttr
 
 from resources.settings import ResourceSettings
 from speechdata.alignment.acoustic_models import SMALL_MODEL_NAME
+from speechdata.alignment.forced import WildcardSettings
 from speechdata.alignment.log_probs import LogProbSettings, ctc_model_forward
+from speechdata.alignment.long_form import DEFAULT_WILDCARD_PENALTY
 from speechdata.alignment.stage import CtcAligner
 from speechdata.alignment.transcript_units import vocabulary_of
 from speechdata.profiles import SMALL_ALIGNER_LANGUAGES, Profile
@@ -56,6 +59,17 @@ class CtcAlignerResource(dg.ConfigurableResource):
     max_batch_s: float = Field(240.0, description="Padded audio seconds per forward call.")
     max_window_s: float = Field(40.0, description="Longer utterances are aligned from overlapping windows.")
     context_s: float = Field(4.0, description="Audio context on each side of a window.")
+    wildcard: Literal["words", "sentences", "edges", "off"] = Field(
+        "words",
+        description=(
+            "Where a wildcard may absorb audio the transcript does not cover (music, an intro), so the words "
+            "around it keep their timing: words (any word boundary), sentences (after a sentence end), edges "
+            "(before the first and after the last word) or off. Reported per utterance (alignment_scores)."
+        ),
+    )
+    wildcard_penalty: float = Field(
+        DEFAULT_WILDCARD_PENALTY, description="Nats per frame the wildcard costs below the frame's best label."
+    )
 
     _resolved_device: str | None = PrivateAttr(default=None)
 
@@ -63,6 +77,11 @@ class CtcAlignerResource(dg.ConfigurableResource):
         return LogProbSettings(
             frame_s=frame_s, max_batch_s=self.max_batch_s, max_window_s=self.max_window_s, context_s=self.context_s
         )
+
+    def wildcard_settings(self) -> WildcardSettings | None:
+        if self.wildcard == "off":
+            return None
+        return WildcardSettings(placement=self.wildcard, penalty=self.wildcard_penalty)
 
     def aligner_for(self, language: str | None) -> CtcAligner | None:
         name = self.models.get(language or "")

@@ -61,4 +61,5 @@ def align_shard(
         write_ctm_files=write_ctm_files,
         on_progress=on_progress,
         inputs=inputs,
+        wildcard=aligner.wildcard_settings(),
     )

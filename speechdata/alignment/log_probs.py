@@ -60,15 +60,22 @@ def windowed_log_probs(forward: ForwardFn, audio: np.ndarray, settings: LogProbS
     context = int(round(settings.context_s / settings.frame_s))
     core = max(1, int(settings.max_window_s / settings.frame_s) - 2 * context)
     total = -(-audio.shape[0] // step)
-    pieces = []
+    # the frames are written into one array as they come: joining a list of pieces would hold the
+    # utterance's log-probs twice (2 hours at 1 025 classes: 369 MB each)
+    joined: np.ndarray | None = None
+    filled = 0
     for core_start in range(0, total, core):
         core_stop = min(core_start + core, total)
         window_start = max(0, core_start - context)
         window_stop = min(total, core_stop + context)
         [window] = forward([audio[window_start * step : window_stop * step]])
         offset = core_start - window_start
-        pieces.append(window[offset : offset + (core_stop - core_start)])
-    return np.concatenate(pieces, axis=0)
+        piece = window[offset : offset + (core_stop - core_start)]
+        if joined is None:
+            joined = np.empty((total, *piece.shape[1:]), dtype=piece.dtype)
+        joined[filled : filled + piece.shape[0]] = piece
+        filled += piece.shape[0]
+    return joined[:filled]
 
 
 def compute_log_probs(

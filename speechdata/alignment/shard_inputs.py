@@ -15,8 +15,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from speechdata.alignment.log_probs import MODEL_SAMPLE_RATE
-from speechdata.audio.codec import resample
-from speechdata.audio.container import iter_container_audio
+from speechdata.alignment.streamed_audio import StreamedAudio, model_audio
+from speechdata.audio.budget import MAX_LONG_FORM_SECONDS
+from speechdata.audio.container import iter_container_payloads
 from speechdata.io import layout
 from speechdata.io.input_versions import InputFingerprint, fingerprint_is_current, input_fingerprint
 from speechdata.io.storage import DataRoot
@@ -30,8 +31,8 @@ class UtteranceAudio:
     n_samples: int
     sample_rate: int
     """The stored audio's rate: ``n_samples / sample_rate`` is the duration the stage checks and reports."""
-    audio_16k: np.ndarray | None
-    """float32 samples at ``MODEL_SAMPLE_RATE``; None for an utterance no model will see (not in the
+    audio_16k: np.ndarray | StreamedAudio | None
+    """float32 samples at ``MODEL_SAMPLE_RATE`` (a long utterance's streamed in windows); None for an utterance no model will see (not in the
     index, or in a language without a configured model): it is a reject whatever the model."""
 
 
@@ -66,11 +67,12 @@ def read_alignment_inputs(
     fingerprint = input_fingerprint(data_root, [layout.utterance_index(shard_id), layout.normalized_audio(shard_id)])
     utterances = read_utterance_rows(data_root, shard_id)
     audio = []
-    for utt_id, samples, rate in iter_container_audio(data_root, layout.normalized_audio(shard_id)):
+    for utt_id, n_samples, rate, codec, data in iter_container_payloads(data_root, layout.normalized_audio(shard_id)):
         row = utterances.get(utt_id)
         aligned = row is not None and (languages is None or (row["language"] or "") in languages)
-        audio_16k = resample(samples, rate, MODEL_SAMPLE_RATE) if aligned else None
-        audio.append(UtteranceAudio(utt_id, samples.shape[0], rate, audio_16k))
+        aligned = aligned and n_samples <= MAX_LONG_FORM_SECONDS * rate  # past it: a reject, never decoded
+        audio_16k = model_audio(data, codec, rate, n_samples, MODEL_SAMPLE_RATE) if aligned else None
+        audio.append(UtteranceAudio(utt_id, n_samples, rate, audio_16k))
     return AlignmentShardInputs(shard_id, utterances, audio, fingerprint)
 
 

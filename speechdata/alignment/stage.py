@@ -23,6 +23,7 @@ import pyarrow as pa
 from speechdata.alignment.forced import (
     MAX_ALIGNMENT_FRAME_TOKENS,
     AlignmentRejected,
+    WildcardSettings,
     align_transcript,
     alignment_size_problem,
     expected_frames,
@@ -49,7 +50,9 @@ from speechdata.alignment.pseudo_labels import (
     needs_pseudo_label,
     pseudo_label,
 )
+from speechdata.alignment.segmentation import MAX_SEGMENT_MS, cut_segments
 from speechdata.alignment.shard_inputs import AlignmentShardInputs, UtteranceAudio, read_utterance_rows
+from speechdata.alignment.streamed_audio import StreamedAudio, model_audio
 from speechdata.alignment.table import (
     UTTERANCE_SCORES_SCHEMA,
     TimedUnit,
@@ -57,8 +60,8 @@ from speechdata.alignment.table import (
     alignments_table,
 )
 from speechdata.alignment.transcript_units import CharVocabulary, SubwordVocabulary, ctc_targets
-from speechdata.audio.codec import resample
-from speechdata.audio.container import iter_container_audio
+from speechdata.audio.budget import MAX_LONG_FORM_SECONDS, OVER_BUDGET_REASON
+from speechdata.audio.container import iter_container_payloads
 from speechdata.io import layout
 from speechdata.io.storage import TEMP_PREFIX, DataRoot, before_change
 from speechdata.rejects import Reject, rejects_table
@@ -83,7 +86,7 @@ class CtcAligner:
 class _Pending:
     utt_id: str
     text: str | None
-    audio_16k: np.ndarray
+    audio_16k: np.ndarray | StreamedAudio
     duration_ms: int
 
 
@@ -108,11 +111,14 @@ class _ShardAlignmentWriter:
         score: float | None,
         n_frames: int,
         duration_s: float,
+        untranscribed: list[tuple[int, int]] = (),
+        segments: list[TimedUnit] = (),
         label: PseudoLabel | None = None,
     ) -> None:
         """``label``: the pseudo-label the words were aligned to (None: the landed text)."""
         self.rows += alignment_rows(utt_id, "word", words)
         self.rows += alignment_rows(utt_id, "token", tokens)
+        self.rows += alignment_rows(utt_id, "segment", list(segments))
         self.scores.append(
             {
                 "utt_id": utt_id,
@@ -120,6 +126,8 @@ class _ShardAlignmentWriter:
                 "score": score,
                 "n_words": len(words),
                 "n_frames": n_frames,
+                "untranscribed_ms": sum(end - start for start, end in untranscribed),
+                "untranscribed": [{"start_ms": start, "end_ms": end} for start, end in untranscribed],
                 "text_source": TEXT_SOURCE_LANDED if label is None else TEXT_SOURCE_ASR,
                 "asr_text": None if label is None else label.text,
                 "asr_confidence": None if label is None else label.confidence,
@@ -219,9 +227,9 @@ def _shard_inputs(
 
 
 def _streamed_audio(data_root: DataRoot, shard_id: str) -> AudioItems:
-    """From the container, row group by row group."""
-    for utt_id, samples, rate in iter_container_audio(data_root, layout.normalized_audio(shard_id)):
-        yield utt_id, samples.shape[0], rate, functools.partial(resample, samples, rate, MODEL_SAMPLE_RATE)
+    """From the container, row group by row group; decoded only when aligned, a long one in windows."""
+    for utt_id, n_samples, rate, codec, data in iter_container_payloads(data_root, layout.normalized_audio(shard_id)):
+        yield utt_id, n_samples, rate, functools.partial(model_audio, data, codec, rate, n_samples, MODEL_SAMPLE_RATE)
 
 
 def _pre_read_audio(inputs: AlignmentShardInputs) -> AudioItems:
@@ -250,6 +258,7 @@ def run_alignments(
     on_progress: Callable[[int, int], None] | None = None,
     max_frame_tokens: int = MAX_ALIGNMENT_FRAME_TOKENS,
     inputs: AlignmentShardInputs | None = None,
+    wildcard: WildcardSettings | None = None,
 ) -> StageSummary:
     """Force-align every normalized utterance of the shard with the aligner of its language.
 
@@ -259,7 +268,9 @@ def run_alignments(
     scores table: speechdata.alignment.pseudo_labels), or becomes a ``no_words_recognized`` reject
     when that transcript is empty. An utterance whose frames x target
     tokens exceed ``max_frame_tokens`` becomes a ``too_long_to_align`` reject before its log-probs
-    are computed (speechdata.alignment.forced).
+    are computed (speechdata.alignment.forced); a long one within it is aligned in bounded memory.
+    ``wildcard``: where a wildcard may explain stretches the transcript does not cover (reported per
+    utterance in the scores' ``untranscribed`` column); None aligns every frame to the transcript.
 
     ``inputs``: the shard's transcripts and resampled audio already read (a GPU worker's read-ahead,
     :func:`speechdata.alignment.shard_inputs.read_alignment_inputs`); when None the audio streams
@@ -300,6 +311,7 @@ def run_alignments(
                     max_frame_tokens,
                     language=language,
                     emission_offsets_ms=aligner.emission_offsets_ms,
+                    wildcard=wildcard,
                 )
             except AlignmentRejected as exc:
                 writer.reject(item.utt_id, exc.reason, f"{aligner.name}: {exc}")
@@ -312,7 +324,12 @@ def run_alignments(
                 result.score,
                 result.n_frames,
                 item.duration_ms / 1000.0,
-                label,
+                untranscribed=result.untranscribed,
+                # too long for one training sample: where to cut it (speechdata.alignment.segmentation)
+                segments=cut_segments(result.words, item.duration_ms, result.untranscribed)
+                if item.duration_ms > MAX_SEGMENT_MS
+                else (),
+                label=label,
             )
         done += len(pending)
         if on_progress:
@@ -366,6 +383,11 @@ def _alignment_problem(
     """Why the utterance cannot be aligned, as ``(reason, detail)``; None when it can."""
     if aligner is None:
         return "no_aligner_for_language", f"no CTC model is configured for language {row['language']!r}"
+    if duration_s > MAX_LONG_FORM_SECONDS:
+        return (
+            OVER_BUDGET_REASON,
+            f"{duration_s:.1f} s of audio, over the alignment stage's long-form budget of {MAX_LONG_FORM_SECONDS:.0f} s",
+        )
     if needs_pseudo_label(row["text"]):
         return None  # transcribed by the model once its log-probs are computed, then aligned
     targets = ctc_targets(row["text"], aligner.vocabulary, row["language"])

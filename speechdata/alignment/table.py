@@ -30,6 +30,10 @@ ALIGNMENTS_SCHEMA = pa.schema(
     ]
 )
 
+UNTRANSCRIBED_STRETCH = pa.struct(
+    [pa.field("start_ms", pa.int32(), nullable=False), pa.field("end_ms", pa.int32(), nullable=False)]
+)
+
 UTTERANCE_SCORES_SCHEMA = pa.schema(
     [
         pa.field("utt_id", pa.string(), nullable=False),
@@ -37,6 +41,8 @@ UTTERANCE_SCORES_SCHEMA = pa.schema(
         pa.field("score", pa.float32()),
         pa.field("n_words", pa.int32(), nullable=False),
         pa.field("n_frames", pa.int32(), nullable=False),
+        pa.field("untranscribed_ms", pa.int32()),
+        pa.field("untranscribed", pa.list_(UNTRANSCRIBED_STRETCH)),
         # Null only in tables written before pseudo-labels existed: read as "landed".
         pa.field("text_source", pa.string()),
         pa.field("asr_text", pa.string()),
@@ -44,10 +50,13 @@ UTTERANCE_SCORES_SCHEMA = pa.schema(
         pa.field("asr_word_confidences", pa.list_(pa.float32())),
     ]
 )
-"""One row per aligned utterance: ``score`` is the mean frame log-prob on the Viterbi path;
-``text_source`` says whether the aligned text is the landed one (``landed``) or the aligner's own
-greedy transcript (``asr``, speechdata.alignment.pseudo_labels), which is then ``asr_text``, with
-its confidence and one confidence per word (null for landed text)."""
+"""One row per aligned utterance: ``score`` is the mean frame log-prob on the Viterbi path (of the
+transcript's own labels); ``untranscribed`` the stretches the alignment's wildcard explained instead
+of the transcript (``start_ms``, ``end_ms``; empty without one), ``untranscribed_ms`` their total
+(both null in a table written before they existed); ``text_source`` says whether the aligned text is
+the landed one (``landed``) or the aligner's own greedy transcript (``asr``,
+speechdata.alignment.pseudo_labels), which is then ``asr_text``, with its confidence and one
+confidence per word (null for landed text)."""
 
 
 def seconds_to_ms(seconds: float) -> int:

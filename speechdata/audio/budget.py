@@ -23,6 +23,13 @@ MAX_UTTERANCE_SECONDS = 1800.0
 """30 minutes: about what alignment can hold (``MAX_ALIGNMENT_FRAME_TOKENS``), and far past any
 useful training sample. Stored at 24 kHz it decodes to 173 MB of float32."""
 
+MAX_LONG_FORM_SECONDS = 4 * 3600.0
+"""4 hours: the alignment stage's budget for one utterance, which it never decodes whole: past
+``speechdata.alignment.streamed_audio.STREAM_FROM_S`` it decodes, resamples and aligns it window by
+window, in memory that grows with ``sqrt(T)`` x its tokens (docs/performance.md, long-form alignment).
+A container written with ``max_utterance_s`` up to this holds such utterances; ingest still stores
+nothing past :data:`MAX_UTTERANCE_SECONDS`, since every other stage decodes an utterance whole."""
+
 MAX_DECODED_BYTES = 1 << 30
 """1 GiB of float32 source samples: bounds a short segment at an absurd rate or channel count."""
 
@@ -60,8 +67,10 @@ def audio_budget_problem(
     return None
 
 
-def check_audio_budget(frames: int, sample_rate: int, channels: int = 1, *, what: str = "audio") -> None:
+def check_audio_budget(
+    frames: int, sample_rate: int, channels: int = 1, *, what: str = "audio", max_seconds: float | None = None
+) -> None:
     """Raise :class:`OverMemoryBudget` (naming ``what``) when the audio is over the budget."""
-    problem = audio_budget_problem(frames, sample_rate, channels)
+    problem = audio_budget_problem(frames, sample_rate, channels, max_seconds=max_seconds)
     if problem is not None:
         raise OverMemoryBudget(f"{what}: {problem}")

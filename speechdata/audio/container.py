@@ -72,7 +72,10 @@ class EncodedUtterance:
 class AudioContainerWriter:
     """Buffer encoded utterances and write them to a ``pq.ParquetWriter`` in bounded row groups."""
 
-    def __init__(self, writer: pq.ParquetWriter, row_group_bytes: int = ROW_GROUP_BYTES):
+    def __init__(
+        self, writer: pq.ParquetWriter, row_group_bytes: int = ROW_GROUP_BYTES, max_utterance_s: float | None = None
+    ):
+        self._max_utterance_s = max_utterance_s
         self._writer = writer
         self._row_group_bytes = row_group_bytes
         self._pending: list[EncodedUtterance] = []
@@ -82,7 +85,12 @@ class AudioContainerWriter:
 
     def add(self, utterance: EncodedUtterance) -> None:
         # Every reader decodes an utterance whole: one over the budget is never stored (ingest rejects it first).
-        check_audio_budget(utterance.n_samples, utterance.sample_rate, what=f"utterance {utterance.utt_id!r}")
+        check_audio_budget(
+            utterance.n_samples,
+            utterance.sample_rate,
+            what=f"utterance {utterance.utt_id!r}",
+            max_seconds=self._max_utterance_s,
+        )
         self._pending.append(utterance)
         self._pending_bytes += utterance.audio_bytes
         self.rows += 1
@@ -147,6 +155,34 @@ def iter_container_audio(
                 if utt_ids is not None and utt_id not in utt_ids:
                     continue
                 yield utt_id, decode_audio(data, codec), rate
+
+
+def iter_container_payloads(
+    data_root: DataRoot, relative: str, utt_ids: set[str] | None = None
+) -> Iterator[tuple[str, int, int, str, pa.Buffer]]:
+    """Yield ``(utt_id, n_samples, sample_rate, codec, payload)`` row group by row group, undecoded
+    (a reader that decodes only what it needs, or in pieces: the alignment of long utterances).
+
+    The payload is a view of the row group's own memory (``pa.Buffer``: the buffer protocol, and
+    ``pa.BufferReader`` for a file-like), not a copy; and without ``pre_buffer`` the reader keeps no
+    cached copy of the column chunk (with it, and with ``to_pylist``, a 2-hour FLAC of 244 MB was
+    resident three times over once read: 836 MB against 588 MB)."""
+    with data_root.open_parquet(relative, pre_buffer=False) as parquet:
+        for group in range(parquet.num_row_groups):
+            table = parquet.read_row_group(group, columns=["utt_id", "sample_rate", "n_samples", "codec", "audio"])
+            audio = table["audio"]
+            for row, (utt_id, rate, n_samples, codec) in enumerate(
+                zip(
+                    table["utt_id"].to_pylist(),
+                    table["sample_rate"].to_pylist(),
+                    table["n_samples"].to_pylist(),
+                    table["codec"].to_pylist(),
+                    strict=True,
+                )
+            ):
+                if utt_ids is not None and utt_id not in utt_ids:
+                    continue
+                yield utt_id, n_samples, rate, codec, audio[row].as_buffer()
 
 
 def read_container_index(data_root: DataRoot, relative: str) -> pa.Table:

@@ -1,10 +1,10 @@
 """An utterance too long to align within the configured memory bound is a reject, not a dead run."""
 
 import numpy as np
-import pytest
 
-from speechdata.alignment.forced import MAX_ALIGNMENT_FRAME_TOKENS, AlignmentRejected, align_transcript
+from speechdata.alignment.forced import MAX_ALIGNMENT_FRAME_TOKENS, alignment_size_problem
 from speechdata.alignment.log_probs import CTC_FRAME_S, MODEL_SAMPLE_RATE
+from speechdata.alignment.long_form import checkpointed_memory_bytes
 from speechdata.alignment.stage import CtcAligner, run_alignments
 from speechdata.alignment.transcript_units import CharVocabulary
 from speechdata.io import layout
@@ -60,12 +60,69 @@ def test_a_long_utterance_is_rejected_before_its_log_probs_and_the_ledger_balanc
     assert summary.rows_in == 2 == summary.rows_out + len(summary.rejects)
 
 
-def test_a_two_hour_utterance_with_a_17000_word_transcript_is_rejected_at_the_default_limit():
+def test_a_two_hour_utterance_with_a_17000_word_transcript_is_within_the_default_limit_and_bounded_memory():
     two_hours_frames = int(2 * 3600 / CTC_FRAME_S)
-    text = " ".join(["ab"] * 17_000)  # 50 999 tokens, no repeats: alignable in principle, ~9 GB of back-pointers
-    log_probs = np.zeros((two_hours_frames, VOCABULARY.blank_id + 1), np.float32)
-    with pytest.raises(AlignmentRejected) as rejected:
-        align_transcript(log_probs, text, VOCABULARY, 80, 2 * 3600 * 1000)
-    assert rejected.value.reason == "too_long_to_align"
-    assert f"90000 frames x 50999 tokens = {90000 * 50999} frame-tokens" in str(rejected.value)
-    assert f"limit of {MAX_ALIGNMENT_FRAME_TOKENS}" in str(rejected.value)
+    tokens = 50_999  # " ".join(["ab"] * 17_000): ~9 GB of back-pointers for the whole-matrix Viterbi
+    assert alignment_size_problem(two_hours_frames, tokens, MAX_ALIGNMENT_FRAME_TOKENS) is None
+    assert checkpointed_memory_bytes(two_hours_frames, tokens) < 160 * 2**20
+    # pathological input still stops at the limit, before any memory is spent
+    problem = alignment_size_problem(two_hours_frames, 400_000, MAX_ALIGNMENT_FRAME_TOKENS)
+    assert f"90000 frames x 400000 tokens = {90000 * 400_000} frame-tokens" in problem
+    assert f"limit of {MAX_ALIGNMENT_FRAME_TOKENS}" in problem
+
+
+def test_a_long_utterance_streams_in_windows_and_one_past_the_long_form_budget_is_a_reject(data_root, monkeypatch):
+    import speechdata.alignment.stage as stage
+    import speechdata.alignment.streamed_audio as streamed_audio
+
+    rate = 16_000
+    land_shard(
+        data_root,
+        "longform",
+        [
+            {"utt_id": "lecture", "audio_path": "lecture.wav", "text": " ".join(["speech", "data"] * 30)},
+            {"utt_id": "audiobook", "audio_path": "audiobook.wav", "text": "far too long"},
+        ],
+        {"lecture.wav": encode(tone(60.0, rate), rate), "audiobook.wav": encode(tone(90.0, rate), rate)},
+    )
+    run_raw_shards(data_root, "longform")
+    run_normalized_audio(data_root, "longform")
+    monkeypatch.setattr(streamed_audio, "STREAM_FROM_S", 20.0)  # 60 s streams as two hours would
+    monkeypatch.setattr(stage, "MAX_LONG_FORM_SECONDS", 75.0)
+    streamed: list[int] = []
+    real_init = streamed_audio.StreamedAudio.__init__
+
+    def spy(self, *args):
+        real_init(self, *args)
+        streamed.append(self.shape[0])
+
+    monkeypatch.setattr(streamed_audio.StreamedAudio, "__init__", spy)
+    seen: list[int] = []
+    summary = run_alignments(data_root, "longform", lambda language: recording_aligner(seen), write_ctm_files=False)
+
+    assert streamed == [60 * MODEL_SAMPLE_RATE]  # the lecture; the audiobook was never decoded
+    assert max(seen) <= 40 * MODEL_SAMPLE_RATE  # the model saw windows, never the whole
+    assert sum(seen) > 60 * MODEL_SAMPLE_RATE  # windows with context overlap
+    [reject] = data_root.read_parquet(layout.rejects("longform", "alignments")).to_pylist()
+    assert (reject["utt_id"], reject["reason"]) == ("audiobook", "audio_over_memory_budget")
+    assert "long-form budget of 75 s" in reject["detail"]
+    scores = data_root.read_parquet(layout.alignment_scores("longform")).to_pylist()
+    assert [(s["utt_id"], s["n_words"], s["n_frames"]) for s in scores] == [("lecture", 60, 750)]
+    assert scores[0]["untranscribed_ms"] == sum(s["end_ms"] - s["start_ms"] for s in scores[0]["untranscribed"])
+    assert summary.rows_in == 2
+    # 60 s is more than one training sample: segments of at most 30 s, covering every word once
+    rows = data_root.read_parquet(layout.alignments("longform")).to_pylist()
+    segments = [r for r in rows if r["level"] == "segment"]
+    words = [r["text"] for r in rows if r["level"] == "word"]
+    assert len(segments) >= 2 and all(r["end_ms"] - r["start_ms"] <= 30_000 + 400 for r in segments)
+    assert " ".join(r["text"] for r in segments) == " ".join(words)
+
+    # a GPU worker's read-ahead holds the long utterance streamed too, and gives the same outputs
+    import speechdata.alignment.shard_inputs as shard_inputs
+
+    monkeypatch.setattr(shard_inputs, "MAX_LONG_FORM_SECONDS", 75.0)
+    inputs = shard_inputs.read_alignment_inputs(data_root, "longform")
+    held = {item.utt_id: item.audio_16k for item in inputs.audio}
+    assert isinstance(held["lecture"], streamed_audio.StreamedAudio) and held["audiobook"] is None
+    run_alignments(data_root, "longform", lambda language: recording_aligner([]), write_ctm_files=False, inputs=inputs)
+    assert data_root.read_parquet(layout.alignments("longform")).to_pylist() == rows
