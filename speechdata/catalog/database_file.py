@@ -49,7 +49,7 @@ import os
 import shutil
 import stat
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Collection, Iterator, Mapping
 from dataclasses import dataclass, field
 
 import duckdb
@@ -63,11 +63,13 @@ from speechdata.catalog.root_paths import set_root_variable
 from speechdata.catalog.views import (
     CATALOG_FILE,
     CATALOG_STATE_TABLES,
+    FULL_LISTING_EVERY,
     CatalogInputs,
     CatalogSummary,
     create_views,
     list_catalog_inputs,
-    sync_catalog_state,
+    listing_scope,
+    sync_catalog_inputs,
     write_catalog_info,
 )
 from speechdata.io.duckdb_object_store import enable_data_root_reads, upload_database
@@ -157,13 +159,24 @@ def _kind(mode: int) -> str:
 
 
 def refresh_catalog_file(
-    database_path: str, root: DataRoot, *, full: bool = False, queries: Mapping[str, str] | None = None
+    database_path: str,
+    root: DataRoot,
+    *,
+    full: bool = False,
+    queries: Mapping[str, str] | None = None,
+    shards: Collection[str] | None = None,
+    full_listing_every: int = FULL_LISTING_EVERY,
 ) -> RefreshedCatalog:
     """Refresh the catalog at ``database_path`` (a local file) over ``root``: the state beside it in
     place, in one transaction, and the views into a new file swapped in atomically. ``queries``
     (name -> SQL) run on the refreshed state (its tables: :data:`~speechdata.catalog.views.CATALOG_STATE_TABLES`)
     before the swap. On an object-store root the state is fetched from the root when this machine
-    has none, and put back after the refresh (:data:`STATE_FILE`)."""
+    has none, and put back after the refresh (:data:`STATE_FILE`).
+
+    ``shards``: the shards materialized, re-landed or deleted since the last refresh; only their
+    files are stat'ed (by literal path), and the root is listed whole only on ``full``, on the first
+    refresh of a state and once in ``full_listing_every`` (:func:`~speechdata.catalog.views.listing_scope`).
+    None: the caller cannot say what changed, and the root is listed."""
     database_path = os.path.abspath(database_path)
     folder = os.path.dirname(database_path)
     os.makedirs(folder, exist_ok=True)
@@ -172,14 +185,14 @@ def refresh_catalog_file(
         for path in catalog_files(database_path):
             check_catalog_file(path)
         _remove_orphaned_builds(database_path)
-        inputs = list_catalog_inputs(root.uri(""))
+        listing = _Listing(root.uri(""), shards, full_listing_every)
         build = os.path.join(folder, f"{TEMP_PREFIX}{uuid.uuid4().hex[:12]}-{os.path.basename(database_path)}")
         problems, dropped = [], []
         try:
             if not root.is_local:
                 _fetch_state(root, state_path)
             try:
-                refreshed = _refresh_state(state_path, database_path, build, root, inputs, full, queries, dropped)
+                refreshed = _refresh_state(state_path, database_path, build, root, listing, full, queries, dropped)
             except duckdb.Error:
                 problem = _state_problem(state_path)
                 if problem is None:
@@ -187,7 +200,7 @@ def refresh_catalog_file(
                 _remove(state_path)
                 _remove(build)
                 problems.append(problem)
-                refreshed = _refresh_state(state_path, database_path, build, root, inputs, True, queries, dropped)
+                refreshed = _refresh_state(state_path, database_path, build, root, listing, True, queries, dropped)
             summary, tables, reads_through, more_problems = refreshed
             problems += more_problems
             if not root.is_local:
@@ -204,18 +217,32 @@ def refresh_catalog_file(
     return RefreshedCatalog(summary, reads_through, "; ".join(problems) or None, tables, dropped)
 
 
+@dataclass(frozen=True)
+class _Listing:
+    """What a refresh lists: the root, and the shards the caller says changed (None: unknown)."""
+
+    root_uri: str
+    shards: Collection[str] | None
+    full_listing_every: int
+
+    def inputs(self, state: duckdb.DuckDBPyConnection, full: bool) -> CatalogInputs:
+        scope = listing_scope(state, self.shards, full=full, full_listing_every=self.full_listing_every)
+        return list_catalog_inputs(self.root_uri, scope)
+
+
 def _refresh_state(
     state_path: str,
     database_path: str,
     build: str,
     root: DataRoot,
-    inputs: CatalogInputs,
+    listing: _Listing,
     full: bool,
     queries: Mapping[str, str] | None,
     dropped: list[str],
 ) -> tuple[CatalogSummary, dict[str, pa.Table], str, list[str]]:
-    """Bring the state up to ``inputs`` in one transaction, writing the views file into ``build`` on
-    the way; returns the summary, the ``queries``' tables, how the root was read and what was unusable."""
+    """Bring the state up to the root's files in one transaction (listed whole or for the changed
+    shards), then write the views file into ``build``; returns the summary, the ``queries``' tables,
+    how the root was read and what was unusable."""
     state, state_problem = _open_state(state_path)
     problems = [state_problem] if state_problem else []
     try:
@@ -224,12 +251,14 @@ def _refresh_state(
         try:
             dropped += [f"state {d}" for d in drop_foreign_objects(state, _state_tables(), set())]
             ensure_catalog_published_record(state)
+            full = full or state_problem is not None
+            # The views' definitions of a scoped listing come from the synced state: sync first.
+            summary, inputs = sync_catalog_inputs(state, listing.inputs(state, full), full=full)
             recorded = state.execute(f"SELECT definitions_sha256, views_sha256 FROM {_PUBLISHED_VIEWS}").fetchall()
             published_problem, published = _build_published(
                 database_path, build, root, inputs, recorded[0] if len(recorded) == 1 else None, full, dropped
             )
             problems += [published_problem] if published_problem else []
-            summary = sync_catalog_state(state, inputs, full=full or state_problem is not None)
             state.execute(f"DELETE FROM {_PUBLISHED_VIEWS}")
             state.execute(f"INSERT INTO {_PUBLISHED_VIEWS} VALUES (?, ?)", list(published))
             state.commit()
