@@ -97,7 +97,9 @@ def shard_segment(relative_glob: str) -> tuple[int, str]:
 def shard_glob(relative_glob: str, shard: str) -> str:
     """``relative_glob`` narrowed to one shard: its shard segment (:func:`shard_segment`) names it literally."""
     if not layout.is_valid_shard_id(shard):
-        raise ValueError(f"catalog refresh: {shard!r} is not a shard id (a changed shard names a folder under the root)")
+        raise ValueError(
+            f"catalog refresh: {shard!r} is not a shard id (a changed shard names a folder under the root)"
+        )
     index, prefix = shard_segment(relative_glob)
     parts = relative_glob.split("/")
     parts[index] = prefix + shard
@@ -134,9 +136,7 @@ class ShardScope:
     relative_glob: str
 
     def where(self) -> tuple[str, list]:
-        return f" WHERE {shard_of_path_sql(self.relative_glob)} IN (SELECT unnest(?::VARCHAR[]))", [
-            sorted(self.shards)
-        ]
+        return f" WHERE {shard_of_path_sql(self.relative_glob)} IN (SELECT unnest(?::VARCHAR[]))", [sorted(self.shards)]
 
 
 _KNOWN_MATCHES: contextvars.ContextVar[Mapping[str, bool] | None] = contextvars.ContextVar(
