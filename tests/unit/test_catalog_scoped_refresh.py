@@ -11,20 +11,24 @@ from speechdata.catalog.incremental import shard_segment
 from speechdata.io import layout
 from speechdata.io.storage import DataRoot
 from tests.unit.test_catalog import SHARD_B, land_ids, write_manifest, write_rejects
-from tests.unit.test_catalog_incremental import SHARD_D, catalog_contents, comparable
-from tests.unit.test_catalog_incremental import root as local_root  # noqa: F401 (a fixture)
+from tests.unit.test_catalog_incremental import (
+    SHARD_D,
+    catalog_contents,
+    comparable,
+    root,  # noqa: F401 (a fixture: four shards on a local root)
+)
 
 COUNTER = "catalog_listing"
 """Scoped and full refreshes differ in it alone: how many scoped refreshes ran since the last full listing."""
 
 
 @pytest.fixture(params=["local", pytest.param("s3", marks=pytest.mark.slow)])
-def root(request):
+def any_root(request):
     if request.param == "local":
-        return request.getfixturevalue("local_root")
+        return request.getfixturevalue("root")
     bucket_root = DataRoot(f"{request.getfixturevalue('s3_bucket')}/speech")
     # The same four shards as the local root, written into the bucket.
-    local = request.getfixturevalue("local_root")
+    local = request.getfixturevalue("root")
     for path in local.fs.find(local.root):
         relative = path[len(local.root.rstrip("/")) + 1 :]
         bucket_root.write_bytes(relative, local.fs.cat_file(path))
@@ -105,7 +109,8 @@ def assert_same_as_a_full_refresh(root, tmp_path, name, refreshed, database_path
         assert views_now[view] == views_full[view], view
 
 
-def test_a_scoped_refresh_equals_a_full_one_after_adds_relands_and_deletes(root, tmp_path, monkeypatch):
+def test_a_scoped_refresh_equals_a_full_one_after_adds_relands_and_deletes(any_root, tmp_path, monkeypatch):
+    root = any_root
     database_path = str(tmp_path / "catalog" / "catalog.duckdb")
     first = refresh_catalog_file(database_path, root, shards=["shard-a"])
     assert first.summary.manifest_files == 4, "the first refresh of a state lists the whole root"
@@ -144,8 +149,7 @@ def test_a_scoped_refresh_equals_a_full_one_after_adds_relands_and_deletes(root,
     assert summary.shards == 3 and "cy" in summary.languages and "fr" not in summary.languages
 
 
-def test_a_shard_deleted_by_hand_is_found_by_the_periodic_full_listing(local_root, tmp_path):
-    root = local_root
+def test_a_shard_deleted_by_hand_is_found_by_the_periodic_full_listing(root, tmp_path):
     database_path = str(tmp_path / "catalog.duckdb")
     assert refresh_catalog_file(database_path, root, shards=[], full_listing_every=3).summary.manifest_files == 4
     root.fs.rm(root.path("manifests/shard=shard-c"), recursive=True)  # behind the platform's back
@@ -156,16 +160,16 @@ def test_a_shard_deleted_by_hand_is_found_by_the_periodic_full_listing(local_roo
     assert "fr" not in found.summary.languages
 
 
-def test_a_caller_that_cannot_say_what_changed_gets_a_full_listing(local_root, tmp_path):
+def test_a_caller_that_cannot_say_what_changed_gets_a_full_listing(root, tmp_path):
     database_path = str(tmp_path / "catalog.duckdb")
-    refresh_catalog_file(database_path, local_root, shards=[])
-    local_root.fs.rm(local_root.path("manifests/shard=shard-c"), recursive=True)
-    assert refresh_catalog_file(database_path, local_root).summary.manifests_dropped == 1
+    refresh_catalog_file(database_path, root, shards=[])
+    root.fs.rm(root.path("manifests/shard=shard-c"), recursive=True)
+    assert refresh_catalog_file(database_path, root).summary.manifests_dropped == 1
 
 
 @pytest.mark.parametrize("shard", ["../landing", "shard-a/../../x", "*", ""])
-def test_a_changed_shard_that_is_not_a_shard_id_is_refused_by_name(local_root, tmp_path, shard):
+def test_a_changed_shard_that_is_not_a_shard_id_is_refused_by_name(root, tmp_path, shard):
     database_path = str(tmp_path / "catalog.duckdb")
-    refresh_catalog_file(database_path, local_root)
+    refresh_catalog_file(database_path, root)
     with pytest.raises(ValueError, match="is not a shard id"):
-        refresh_catalog_file(database_path, local_root, shards=[shard])
+        refresh_catalog_file(database_path, root, shards=[shard])
