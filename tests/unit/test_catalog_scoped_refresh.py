@@ -15,20 +15,25 @@ from tests.unit.test_catalog_incremental import (
     SHARD_D,
     catalog_contents,
     comparable,
-    root,  # noqa: F401 (a fixture: four shards on a local root)
+    write_four_shards,
 )
 
 COUNTER = "catalog_listing"
 """Scoped and full refreshes differ in it alone: how many scoped refreshes ran since the last full listing."""
 
 
+@pytest.fixture
+def root(data_root):
+    return write_four_shards(data_root)
+
+
 @pytest.fixture(params=["local", pytest.param("s3", marks=pytest.mark.slow)])
-def any_root(request):
+def any_root(request, root):
     if request.param == "local":
-        return request.getfixturevalue("root")
+        return root
     bucket_root = DataRoot(f"{request.getfixturevalue('s3_bucket')}/speech")
     # The same four shards as the local root, written into the bucket.
-    local = request.getfixturevalue("root")
+    local = root
     for path in local.fs.find(local.root):
         relative = path[len(local.root.rstrip("/")) + 1 :]
         bucket_root.write_bytes(relative, local.fs.cat_file(path))
