@@ -166,6 +166,9 @@ class CatalogSummary:
     """Shards whose per-product accounting this refresh recounted (any of their files new, changed or gone)."""
     quality_shards_read: int = 0
     """Shards whose quality aggregates (histograms, hours lost) this refresh recounted."""
+    listed_shards: int | None = None
+    """How many shards' files the refresh stat'ed by name (a refresh told which changed); None: it
+    listed the whole root."""
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -387,6 +390,7 @@ def sync_catalog_inputs(
         rejects_files_read=rejects_counts.read,
         accounting_shards_read=accounting_shards_read,
         quality_shards_read=quality_shards_read,
+        listed_shards=None if scope is None else len(scope),
     )
     return summary, inputs
 

@@ -86,6 +86,7 @@ def comparable(summary):
         "manifests_dropped",
         "rejects_files_read",
         "accounting_shards_read",
+        "listed_shards",
         "hours",
     }
     return {k: v for k, v in summary.as_dict().items() if k not in skip} | {"hours": round(summary.hours, 12)}
