@@ -56,7 +56,7 @@ import duckdb
 import pyarrow as pa
 
 from speechdata.catalog.accounting_state import REJECTS_BY_PRODUCT_FROM_STATE, SHARD_ACCOUNTING_FROM_STATE
-from speechdata.catalog.incremental import HOURS_PER_LANGUAGE_FROM_STATE
+from speechdata.catalog.incremental import HOURS_PER_LANGUAGE_FROM_STATE, list_files
 from speechdata.catalog.quality_state import HOURS_LOST, HOURS_LOST_FROM_STATE, SIGNAL_HISTOGRAMS_FROM_STATE
 from speechdata.catalog.readonly import lock_down
 from speechdata.catalog.root_paths import set_root_variable
@@ -185,12 +185,13 @@ def refresh_catalog_file(
         for path in catalog_files(database_path):
             check_catalog_file(path)
         _remove_orphaned_builds(database_path)
-        listing = _Listing(root.uri(""), shards, full_listing_every)
         build = os.path.join(folder, f"{TEMP_PREFIX}{uuid.uuid4().hex[:12]}-{os.path.basename(database_path)}")
         problems, dropped = [], []
         try:
-            if not root.is_local:
-                _fetch_state(root, state_path)
+            # A state that may be behind the root's (another worker refreshed since) cannot be
+            # brought up to date by the changed shards alone: the root is listed whole then.
+            current = root.is_local or _fetch_state(root, state_path)
+            listing = _Listing(root.uri(""), shards if current else None, full_listing_every)
             try:
                 refreshed = _refresh_state(state_path, database_path, build, root, listing, full, queries, dropped)
             except duckdb.Error:
@@ -205,6 +206,7 @@ def refresh_catalog_file(
             problems += more_problems
             if not root.is_local:
                 upload_database(root, state_path, STATE_FILE)
+                _record_uploaded_state(root, state_path)
             # A WAL left beside the old file by a writer of an older kind must not be replayed onto the new one.
             with contextlib.suppress(FileNotFoundError):
                 os.remove(database_path + ".wal")
@@ -285,11 +287,45 @@ def ensure_catalog_published_record(connection: duckdb.DuckDBPyConnection) -> No
     )
 
 
-def _fetch_state(root: DataRoot, state_path: str) -> None:
-    """This machine's state, from the root when it has none (any state is a valid start: it is
-    checked against the listing, and files changed since are read again)."""
-    if not os.path.exists(state_path) and root.exists(STATE_FILE):
-        root.fs.get(root.path(STATE_FILE), state_path)
+UPLOADED_SUFFIX = ".uploaded"
+"""Beside a local copy of an object-store root's state: the fingerprint (ETag) of the root's state
+file when this machine last put it there."""
+
+
+def _fetch_state(root: DataRoot, state_path: str) -> bool:
+    """This machine's state, the root's when this machine's is not the one the root holds (another
+    worker refreshed since, or none here). Any state is a valid start for a refresh that lists the
+    root (files changed since are read again); returns whether it is the root's latest, which a
+    refresh scoped to the shards changed since the last one needs. One HEAD of the state file."""
+    marker = state_path + UPLOADED_SUFFIX
+    check_catalog_file(marker)
+    on_root = list_files(root, STATE_FILE).get(STATE_FILE)
+    if on_root is None:
+        return False  # nothing published: whatever is here came from elsewhere
+    recorded = None
+    with contextlib.suppress(FileNotFoundError), open(marker, encoding="utf-8") as file:
+        recorded = file.read()
+    if os.path.exists(state_path) and not os.path.exists(state_path + ".wal") and recorded == on_root.fingerprint:
+        return True
+    _remove(state_path)
+    _remove(marker)
+    root.fs.get(root.path(STATE_FILE), state_path)
+    _write_marker(marker, on_root.fingerprint)
+    return True
+
+
+def _record_uploaded_state(root: DataRoot, state_path: str) -> None:
+    uploaded = list_files(root, STATE_FILE).get(STATE_FILE)
+    if uploaded is not None:
+        _write_marker(state_path + UPLOADED_SUFFIX, uploaded.fingerprint)
+
+
+def _write_marker(marker: str, fingerprint: str) -> None:
+    check_catalog_file(marker)
+    written = f"{marker}.{uuid.uuid4().hex[:12]}.tmp"
+    with open(written, "w", encoding="utf-8") as file:
+        file.write(fingerprint)
+    os.replace(written, marker)
 
 
 def _open_state(state_path: str) -> tuple[duckdb.DuckDBPyConnection, str | None]:

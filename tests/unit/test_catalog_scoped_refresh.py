@@ -178,3 +178,24 @@ def test_a_changed_shard_that_is_not_a_shard_id_is_refused_by_name(root, tmp_pat
     refresh_catalog_file(database_path, root)
     with pytest.raises(ValueError, match="is not a shard id"):
         refresh_catalog_file(database_path, root, shards=[shard])
+
+
+@pytest.mark.slow
+def test_a_worker_whose_state_is_behind_the_buckets_takes_the_buckets_before_a_scoped_refresh(
+    root, s3_bucket, tmp_path
+):
+    bucket_root = DataRoot(f"{s3_bucket}/speech")
+    for path in root.fs.find(root.root):
+        bucket_root.write_bytes(path[len(root.root.rstrip("/")) + 1 :], root.fs.cat_file(path))
+    worker_a, worker_b = (str(tmp_path / name / "catalog.duckdb") for name in ("a", "b"))
+    refresh_catalog_file(worker_a, bucket_root, shards=[])
+    refresh_catalog_file(worker_b, bucket_root, shards=[])  # takes the state worker a put in the bucket
+
+    write_manifest(bucket_root, "shard-e", SHARD_D)
+    assert refresh_catalog_file(worker_b, bucket_root, shards=["shard-e"]).summary.listed_shards == 1
+    write_manifest(bucket_root, "shard-f", SHARD_D)
+    # Worker a's own state never saw shard-e; told only of shard-f, it starts from the bucket's state.
+    refreshed = refresh_catalog_file(worker_a, bucket_root, shards=["shard-f"])
+    assert refreshed.summary.listed_shards == 1 and refreshed.summary.manifest_files == 6
+    full, _ = refresh_from_scratch(bucket_root, tmp_path, "full")
+    assert comparable(refreshed.summary) == comparable(full.summary)
