@@ -2,6 +2,7 @@
 
 import dagster as dg
 from dagster_duckdb import DuckDBResource
+from dagster_shared.check import CheckError
 
 from assets.asset_policy import group_asset, group_of
 from assets.packaging import shard_manifest
@@ -43,7 +44,7 @@ def changed_shards(context: dg.AssetExecutionContext) -> tuple[list[str] | None,
     covered = last[0].asset_materialization.metadata.get(CATALOGUED_THROUGH) if last else None
     if covered is None:
         return None, through
-    graph = context.repository_def.asset_graph
+    graph = _asset_graph(context)
     shards: set[str] = set()
     for key in keys:
         shard_keyed = graph.has(key) and graph.get(key).partitions_def == shard_partitions
@@ -64,6 +65,15 @@ def changed_shards(context: dg.AssetExecutionContext) -> tuple[list[str] | None,
                 break
             cursor = page.cursor
     return sorted(shards), through
+
+
+def _asset_graph(context: dg.AssetExecutionContext):
+    """Every asset of the code location (to tell the shard-partitioned catalogued assets); a run
+    outside one (``dg.materialize``) knows the assets it was given."""
+    try:
+        return context.repository_def.asset_graph
+    except CheckError:  # no repository: Dagster's own invariant, not an error of ours
+        return context.job_def.asset_layer.asset_graph
 
 
 class CatalogRefreshConfig(dg.Config):
