@@ -2,12 +2,14 @@
 
 import dagster as dg
 from dagster_duckdb import DuckDBResource
+from dagster_shared.check import CheckError
 
 from assets.asset_policy import group_asset, group_of
 from assets.packaging import shard_manifest
-from assets.partitions import add_partition_keys, country_partitions, language_partitions
+from assets.partitions import add_partition_keys, country_partitions, language_partitions, shard_partitions
 from assets.reporting import markdown_rows
 from resources.storage import DataRootResource
+from speechdata import products
 from speechdata.catalog.database_file import REFRESH_SUMMARY_QUERIES, refresh_catalog_file
 from speechdata.catalog.display import format_table
 from speechdata.catalog.quality import SIGNAL_UNITS
@@ -20,6 +22,58 @@ UI_POSITION = 5
 
 QUALITY_HISTOGRAM_PREFIX = "quality_histogram"
 """Metadata ``quality_histogram/<language>/<signal>``: the signal's distribution over the language's utterances."""
+
+
+CATALOGUED_THROUGH = "catalogued_events_through"
+"""Metadata: the storage id of the newest materialization of a catalogued asset the refresh covered;
+the next refresh looks at the shards materialized after it."""
+MAX_CHANGED_SHARDS = 10_000
+"""More changed shards than this and the refresh lists the root instead of naming each."""
+
+
+def changed_shards(context: dg.AssetExecutionContext) -> tuple[list[str] | None, int]:
+    """The shards whose catalogued assets (:func:`speechdata.products.catalogued_assets`) were
+    materialized since the last refresh, from the event log, and the storage id this covers. None
+    when that cannot be said by shard (no earlier refresh recorded one; a catalogued asset not
+    partitioned by shard, such as a country's HF dataset, was materialized): the root is listed."""
+    instance = context.instance
+    keys = [dg.AssetKey(name) for name in products.catalogued_assets()]
+    newest = [instance.fetch_materializations(key, limit=1).records for key in keys]
+    through = max((records[0].storage_id for records in newest if records), default=0)
+    last = instance.fetch_materializations(context.asset_key, limit=1).records
+    covered = last[0].asset_materialization.metadata.get(CATALOGUED_THROUGH) if last else None
+    if covered is None:
+        return None, through
+    graph = _asset_graph(context)
+    shards: set[str] = set()
+    for key in keys:
+        shard_keyed = graph.has(key) and graph.get(key).partitions_def == shard_partitions
+        cursor = None
+        while True:
+            page = instance.fetch_materializations(
+                dg.AssetRecordsFilter(asset_key=key, after_storage_id=covered.value, before_storage_id=through + 1),
+                limit=1000,
+                cursor=cursor,
+            )
+            for record in page.records:
+                if not shard_keyed or record.partition_key is None:
+                    return None, through
+                shards.add(record.partition_key)
+            if len(shards) > MAX_CHANGED_SHARDS:
+                return None, through
+            if not page.has_more:
+                break
+            cursor = page.cursor
+    return sorted(shards), through
+
+
+def _asset_graph(context: dg.AssetExecutionContext):
+    """Every asset of the code location (to tell the shard-partitioned catalogued assets); a run
+    outside one (``dg.materialize``) knows the assets it was given."""
+    try:
+        return context.repository_def.asset_graph
+    except CheckError:  # no repository: Dagster's own invariant, not an error of ours
+        return context.job_def.asset_layer.asset_graph
 
 
 class CatalogRefreshConfig(dg.Config):
@@ -46,7 +100,10 @@ def manifest_catalog(
     asset re-runs). Query it with `speechdata catalog --named hours_per_language`,
     `speechdata catalog "SELECT ..."`, or `duckdb.connect(path, read_only=True)`.
     A refresh reads only the manifests, ledgers and per-shard indexes changed since the last one
-    (config `full: true`: all of them); its metadata says how many were read and reused, and its
+    (config `full: true`: all of them), and stats only the files of the shards whose catalogued
+    assets were materialized since (from the event log; the whole root is listed on the first
+    refresh, when a catalogued asset not partitioned by shard changed, and once in 100 refreshes:
+    metadata `listed`); its metadata says how many were read and reused, and its
     accounting tables come from the per-shard state the refresh keeps. Per landed language, metadata
     `quality_histogram/<language>/<signal>` shows the distribution of `snr_db`, `bandwidth_hz`,
     `speech_share` and `cer` (view `quality`), and `hours_lost_per_reason_per_language` what each
@@ -58,11 +115,15 @@ def manifest_catalog(
     the database is built locally and uploaded whole.
     """
     root = data_root.get()
+    # Only the shards materialized since the last refresh are looked at (the root is still listed
+    # whole on the first refresh, on `full`, and periodically: speechdata.catalog.views.listing_scope).
+    shards, catalogued_through = changed_shards(context)
     # Built into a new file and swapped in whole: readers keep the version they opened and never block it.
     refreshed = refresh_catalog_file(
         catalog.database,
         root,
         full=config.full,
+        shards=shards,
         # From the stored per-manifest and per-shard state: the named queries would re-read every shard.
         queries=REFRESH_SUMMARY_QUERIES,
     )
@@ -83,6 +144,9 @@ def manifest_catalog(
     return dg.MaterializeResult(
         metadata={
             "dagster/row_count": summary.samples,
+            CATALOGUED_THROUGH: catalogued_through,
+            # What the refresh listed: the changed shards' own paths, or the whole root.
+            "listed": "whole root" if summary.listed_shards is None else f"{summary.listed_shards} changed shards",
             "shards": summary.shards,
             "hours": round(summary.hours, 6),
             "manifests_read": summary.manifests_read,

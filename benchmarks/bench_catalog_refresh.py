@@ -47,6 +47,9 @@ catalog files' sizes. ``growth`` = the figure at the largest N / at the smallest
 costs the same whatever the corpus. ``--baseline DIR`` (a folder holding an earlier ``speechdata``
 package, e.g. ``git archive <commit> speechdata | tar -x -C DIR``) measures that code the same
 way, on the same corpus, beside this one (its histograms binned in Python, as its asset did).
+``scoped``: this code told which shard is new (as the asset tells it the shards materialized
+since its last refresh), so it stats that shard's files instead of listing the root;
+``listed_over_scoped`` per N: the listing refresh's wall over the scoped one's.
 """
 
 from __future__ import annotations
@@ -91,9 +94,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--new-shard-rows", type=int, default=1_000, help="utterances per shard (per_new_shard)")
     parser.add_argument("--baseline", metavar="DIR", help="a folder with an earlier speechdata package to compare")
     parser.add_argument("--measure", nargs=2, metavar=("DATABASE", "ROOT"), help=argparse.SUPPRESS)
+    parser.add_argument("--changed-shards", help=argparse.SUPPRESS)  # with --measure: a JSON list
     args = parser.parse_args(argv)
     if args.measure:
-        _measure_refresh(*args.measure)
+        _measure_refresh(*args.measure, json.loads(args.changed_shards) if args.changed_shards else None)
         return
     if args.quick:
         args.sizes, args.repeats = [20, 100], 1
@@ -252,12 +256,16 @@ def count_samples_read_only(database: str, root: DataRoot):
 
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-CODE = ("new", "baseline")
+CODE = ("new", "scoped", "baseline")
+SCOPED = "scoped"
+"""This code told which shard changed (``shards=[the new one]``, as the asset passes the shards
+materialized since its last refresh): it stats that shard's files alone instead of listing the root."""
 
 
 def per_new_shard(sizes: list[int], rows: int, repeats: int, baseline: str | None) -> dict:
-    """One shard more in corpora of ``sizes`` shards: the asset's refresh, wall and peak RSS, per code."""
-    codes = {"new": str(REPO_ROOT)}
+    """One shard more in corpora of ``sizes`` shards: the asset's refresh, wall and peak RSS, per code
+    (``new``: listing the root; ``scoped``: naming the new shard; ``baseline``: the earlier code)."""
+    codes = {"new": str(REPO_ROOT), SCOPED: str(REPO_ROOT)}
     if baseline:
         codes["baseline"] = f"{os.path.abspath(baseline)}{os.pathsep}{REPO_ROOT}"
     figures: dict = {code: {} for code in codes}
@@ -269,12 +277,14 @@ def per_new_shard(sizes: list[int], rows: int, repeats: int, baseline: str | Non
                 write_corpus_shard(root, rng, index, rows)
             databases = {code: os.path.join(tmp, code, "catalog.duckdb") for code in codes}
             for code, path in codes.items():
-                measure_refresh_subprocess(databases[code], root, path)  # the corpus before: a full refresh
+                # The corpus before: a full refresh (the first refresh of a state lists the root, told or not).
+                measure_refresh_subprocess(databases[code], root, path, [] if code == SCOPED else None)
             runs: dict = {code: [] for code in codes}
             for repeat in range(repeats):
-                write_corpus_shard(root, rng, n + repeat, rows)
+                shard = write_corpus_shard(root, rng, n + repeat, rows)
                 for code, path in codes.items():
-                    runs[code].append(measure_refresh_subprocess(databases[code], root, path))
+                    changed = [shard] if code == SCOPED else None
+                    runs[code].append(measure_refresh_subprocess(databases[code], root, path, changed))
             for code in codes:
                 folder = os.path.dirname(databases[code])
                 figures[code][str(n)] = {
@@ -297,6 +307,9 @@ def per_new_shard(sizes: list[int], rows: int, repeats: int, baseline: str | Non
         for code in codes
     }
     result = {**figures, "growth": growth}
+    result["listed_over_scoped"] = {
+        n: ratio(figures["new"][n]["wall_s"], figures[SCOPED][n]["wall_s"]) for n in figures["new"]
+    }
     if baseline:
         result["baseline_over_new_at_largest"] = {
             name: ratio(figures["baseline"][large][name], figures["new"][large][name])
@@ -305,8 +318,8 @@ def per_new_shard(sizes: list[int], rows: int, repeats: int, baseline: str | Non
     return result
 
 
-def write_corpus_shard(root: DataRoot, rng: np.random.Generator, index: int, rows: int) -> None:
-    """One built shard: manifest, accounting inputs and the quality stages' three files."""
+def write_corpus_shard(root: DataRoot, rng: np.random.Generator, index: int, rows: int) -> str:
+    """One built shard: manifest, accounting inputs and the quality stages' three files; its id."""
     shard = f"shard-{index:06d}"
     sentences = np.array(["a short synthetic sentence", "another one", "speech data at scale"])
     manifest = shard_manifest(rng, shard, rows, sentences, index)
@@ -341,6 +354,7 @@ def write_corpus_shard(root: DataRoot, rng: np.random.Generator, index: int, row
     copies = keys[: max(1, rows // 100)]
     near = {"utt_id": copies, "representative_shard": [shard] * len(copies), "kind": ["exact_audio"] * len(copies)}
     root.write_parquet(quality_paths.near_duplicates(shard), _table(NEAR_DUPLICATES_SCHEMA, len(copies), near, rng))
+    return shard
 
 
 def _table(schema: pa.Schema, rows: int, given: dict, rng: np.random.Generator) -> pa.Table:
@@ -360,11 +374,15 @@ def _table(schema: pa.Schema, rows: int, given: dict, rng: np.random.Generator) 
     return pa.Table.from_arrays(columns, schema=schema)
 
 
-def measure_refresh_subprocess(database: str, root: DataRoot, pythonpath: str) -> dict:
-    """The asset's refresh in a fresh interpreter running the code on ``pythonpath``."""
+def measure_refresh_subprocess(
+    database: str, root: DataRoot, pythonpath: str, changed_shards: list[str] | None = None
+) -> dict:
+    """The asset's refresh in a fresh interpreter running the code on ``pythonpath`` (told which
+    shards changed when ``changed_shards`` is given)."""
     os.makedirs(os.path.dirname(database), exist_ok=True)
+    told = [] if changed_shards is None else ["--changed-shards", json.dumps(changed_shards)]
     done = subprocess.run(
-        [sys.executable, "-m", "benchmarks.bench_catalog_refresh", "--measure", database, root.root],
+        [sys.executable, "-m", "benchmarks.bench_catalog_refresh", "--measure", database, root.root, *told],
         # Not the repository: ``-m`` puts the working folder first on the path, before ``pythonpath``.
         cwd=os.path.dirname(database),
         env={**os.environ, "PYTHONPATH": pythonpath},
@@ -385,7 +403,7 @@ def _peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def _measure_refresh(database: str, root_dir: str) -> None:
+def _measure_refresh(database: str, root_dir: str, changed_shards: list[str] | None = None) -> None:
     """The subprocess: ``manifest_catalog``'s refresh and the tables it shows, with whichever
     ``speechdata`` is first on the path; prints its wall seconds and peak RSS as JSON."""
     root = DataRoot(root_dir)
@@ -410,7 +428,8 @@ def _measure_refresh(database: str, root_dir: str) -> None:
     imported_rss = _peak_rss_mb()
     started = time.perf_counter()
     with stdout_to_stderr():
-        refreshed = refresh_catalog_file(database, root, queries=queries)
+        told = {} if changed_shards is None else {"shards": changed_shards}
+        refreshed = refresh_catalog_file(database, root, queries=queries, **told)
         if bin_in_python:
             for row in refreshed.tables["signals_per_language"].to_pylist():
                 for values in row.values():

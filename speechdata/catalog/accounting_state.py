@@ -25,7 +25,7 @@ import hashlib
 import json
 import re
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 
 import duckdb
 import pyarrow as pa
@@ -40,7 +40,7 @@ from speechdata.catalog.accounting import (
     product_rejects_sql,
     shard_expression,
 )
-from speechdata.catalog.incremental import ListedFile, list_files, locations_of
+from speechdata.catalog.incremental import ListedFile, list_files, list_shard_files, locations_of
 from speechdata.io.storage import DataRoot
 
 ACCOUNTING_STATE_TABLES = {
@@ -79,17 +79,23 @@ def list_accounting_inputs(
     root: DataRoot,
     rejects: Mapping[str, ListedFile],
     already_listed: Mapping[str, Mapping[str, ListedFile]] | None = None,
+    shards: Collection[str] | None = None,
 ) -> dict[str, dict[str, ListedFile]]:
     """Every file per-shard accounting reads, by source: ``landed``, each product line's name,
     ``rejects`` (the ledgers as the refresh already listed them). ``already_listed``: other files the
-    refresh listed, by glob (the shard manifests), used as they are instead of listed again."""
+    refresh listed, by glob (the shard manifests), used as they are instead of listed again.
+    ``shards``: those shards' files only (:func:`~speechdata.catalog.incremental.list_shard_files`)."""
     already_listed = already_listed or {}
-    listed = {LANDED: list_files(root, LANDED_GLOB)}
+
+    def listing(glob: str) -> dict[str, ListedFile]:
+        return list_files(root, glob) if shards is None else list_shard_files(root, glob, shards)
+
+    listed = {LANDED: listing(LANDED_GLOB)}
     for line in products.product_lines():
         if line.name in (LANDED, REJECTS):
             raise ValueError(f"product line {line.name!r} takes the name of a catalog accounting source")
         glob = line.output_glob
-        listed[line.name] = dict(already_listed[glob]) if glob in already_listed else list_files(root, glob)
+        listed[line.name] = dict(already_listed[glob]) if glob in already_listed else listing(glob)
     listed[REJECTS] = dict(rejects)
     return listed
 
@@ -99,12 +105,14 @@ def sync_accounting(
     root_uri: str,
     inputs: Mapping[str, Mapping[str, ListedFile]],
     rejects_shard_from_path: str,
+    shards: Collection[str] | None = None,
 ) -> int:
-    """Bring the per-shard accounting up to the listed ``inputs``; returns how many shards were recounted."""
+    """Bring the per-shard accounting up to the listed ``inputs``; returns how many shards were
+    recounted. ``shards``: the inputs list those shards alone; no other shard's rows are touched."""
     files_by_shard = _files_by_shard(inputs, rejects_shard_from_path)
     registry = _registry_digest()
     digests = {shard: _digest(files, registry) for shard, files in files_by_shard.items()}
-    stored = dict(connection.execute("SELECT shard, inputs_sha256 FROM catalog_accounting_shards").fetchall())
+    stored = dict(connection.execute(*stored_shards_sql("catalog_accounting_shards", shards)).fetchall())
     changed = sorted(shard for shard, digest in digests.items() if stored.get(shard) != digest)
     forget = sorted({*changed, *(shard for shard in stored if shard not in digests)})
     if forget:
@@ -117,6 +125,13 @@ def sync_accounting(
             [changed, [digests[shard] for shard in changed]],
         )
     return len(changed)
+
+
+def stored_shards_sql(table: str, shards: Collection[str] | None) -> tuple[str, list]:
+    """The (shard, inputs_sha256) rows of ``table``: all, or those of ``shards``."""
+    if shards is None:
+        return f"SELECT shard, inputs_sha256 FROM {table}", []
+    return f"SELECT shard, inputs_sha256 FROM {table} WHERE shard IN (SELECT unnest(?::VARCHAR[]))", [sorted(shards)]
 
 
 def _shard_regex(name: str, rejects_shard_from_path: str) -> re.Pattern[str]:

@@ -49,25 +49,27 @@ import os
 import shutil
 import stat
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Collection, Iterator, Mapping
 from dataclasses import dataclass, field
 
 import duckdb
 import pyarrow as pa
 
 from speechdata.catalog.accounting_state import REJECTS_BY_PRODUCT_FROM_STATE, SHARD_ACCOUNTING_FROM_STATE
-from speechdata.catalog.incremental import HOURS_PER_LANGUAGE_FROM_STATE
+from speechdata.catalog.incremental import HOURS_PER_LANGUAGE_FROM_STATE, list_files
 from speechdata.catalog.quality_state import HOURS_LOST, HOURS_LOST_FROM_STATE, SIGNAL_HISTOGRAMS_FROM_STATE
 from speechdata.catalog.readonly import lock_down
 from speechdata.catalog.root_paths import set_root_variable
 from speechdata.catalog.views import (
     CATALOG_FILE,
     CATALOG_STATE_TABLES,
+    FULL_LISTING_EVERY,
     CatalogInputs,
     CatalogSummary,
     create_views,
     list_catalog_inputs,
-    sync_catalog_state,
+    listing_scope,
+    sync_catalog_inputs,
     write_catalog_info,
 )
 from speechdata.io.duckdb_object_store import enable_data_root_reads, upload_database
@@ -157,13 +159,24 @@ def _kind(mode: int) -> str:
 
 
 def refresh_catalog_file(
-    database_path: str, root: DataRoot, *, full: bool = False, queries: Mapping[str, str] | None = None
+    database_path: str,
+    root: DataRoot,
+    *,
+    full: bool = False,
+    queries: Mapping[str, str] | None = None,
+    shards: Collection[str] | None = None,
+    full_listing_every: int = FULL_LISTING_EVERY,
 ) -> RefreshedCatalog:
     """Refresh the catalog at ``database_path`` (a local file) over ``root``: the state beside it in
     place, in one transaction, and the views into a new file swapped in atomically. ``queries``
     (name -> SQL) run on the refreshed state (its tables: :data:`~speechdata.catalog.views.CATALOG_STATE_TABLES`)
     before the swap. On an object-store root the state is fetched from the root when this machine
-    has none, and put back after the refresh (:data:`STATE_FILE`)."""
+    has none, and put back after the refresh (:data:`STATE_FILE`).
+
+    ``shards``: the shards materialized, re-landed or deleted since the last refresh; only their
+    files are stat'ed (by literal path), and the root is listed whole only on ``full``, on the first
+    refresh of a state and once in ``full_listing_every`` (:func:`~speechdata.catalog.views.listing_scope`).
+    None: the caller cannot say what changed, and the root is listed."""
     database_path = os.path.abspath(database_path)
     folder = os.path.dirname(database_path)
     os.makedirs(folder, exist_ok=True)
@@ -172,14 +185,15 @@ def refresh_catalog_file(
         for path in catalog_files(database_path):
             check_catalog_file(path)
         _remove_orphaned_builds(database_path)
-        inputs = list_catalog_inputs(root.uri(""))
         build = os.path.join(folder, f"{TEMP_PREFIX}{uuid.uuid4().hex[:12]}-{os.path.basename(database_path)}")
         problems, dropped = [], []
         try:
-            if not root.is_local:
-                _fetch_state(root, state_path)
+            # A state that may be behind the root's (another worker refreshed since) cannot be
+            # brought up to date by the changed shards alone: the root is listed whole then.
+            current = root.is_local or _fetch_state(root, state_path)
+            listing = _Listing(root.uri(""), shards if current else None, full_listing_every)
             try:
-                refreshed = _refresh_state(state_path, database_path, build, root, inputs, full, queries, dropped)
+                refreshed = _refresh_state(state_path, database_path, build, root, listing, full, queries, dropped)
             except duckdb.Error:
                 problem = _state_problem(state_path)
                 if problem is None:
@@ -187,11 +201,12 @@ def refresh_catalog_file(
                 _remove(state_path)
                 _remove(build)
                 problems.append(problem)
-                refreshed = _refresh_state(state_path, database_path, build, root, inputs, True, queries, dropped)
+                refreshed = _refresh_state(state_path, database_path, build, root, listing, True, queries, dropped)
             summary, tables, reads_through, more_problems = refreshed
             problems += more_problems
             if not root.is_local:
                 upload_database(root, state_path, STATE_FILE)
+                _record_uploaded_state(root, state_path)
             # A WAL left beside the old file by a writer of an older kind must not be replayed onto the new one.
             with contextlib.suppress(FileNotFoundError):
                 os.remove(database_path + ".wal")
@@ -204,18 +219,32 @@ def refresh_catalog_file(
     return RefreshedCatalog(summary, reads_through, "; ".join(problems) or None, tables, dropped)
 
 
+@dataclass(frozen=True)
+class _Listing:
+    """What a refresh lists: the root, and the shards the caller says changed (None: unknown)."""
+
+    root_uri: str
+    shards: Collection[str] | None
+    full_listing_every: int
+
+    def inputs(self, state: duckdb.DuckDBPyConnection, full: bool) -> CatalogInputs:
+        scope = listing_scope(state, self.shards, full=full, full_listing_every=self.full_listing_every)
+        return list_catalog_inputs(self.root_uri, scope)
+
+
 def _refresh_state(
     state_path: str,
     database_path: str,
     build: str,
     root: DataRoot,
-    inputs: CatalogInputs,
+    listing: _Listing,
     full: bool,
     queries: Mapping[str, str] | None,
     dropped: list[str],
 ) -> tuple[CatalogSummary, dict[str, pa.Table], str, list[str]]:
-    """Bring the state up to ``inputs`` in one transaction, writing the views file into ``build`` on
-    the way; returns the summary, the ``queries``' tables, how the root was read and what was unusable."""
+    """Bring the state up to the root's files in one transaction (listed whole or for the changed
+    shards), then write the views file into ``build``; returns the summary, the ``queries``' tables,
+    how the root was read and what was unusable."""
     state, state_problem = _open_state(state_path)
     problems = [state_problem] if state_problem else []
     try:
@@ -224,12 +253,14 @@ def _refresh_state(
         try:
             dropped += [f"state {d}" for d in drop_foreign_objects(state, _state_tables(), set())]
             ensure_catalog_published_record(state)
+            full = full or state_problem is not None
+            # The views' definitions of a scoped listing come from the synced state: sync first.
+            summary, inputs = sync_catalog_inputs(state, listing.inputs(state, full), full=full)
             recorded = state.execute(f"SELECT definitions_sha256, views_sha256 FROM {_PUBLISHED_VIEWS}").fetchall()
             published_problem, published = _build_published(
                 database_path, build, root, inputs, recorded[0] if len(recorded) == 1 else None, full, dropped
             )
             problems += [published_problem] if published_problem else []
-            summary = sync_catalog_state(state, inputs, full=full or state_problem is not None)
             state.execute(f"DELETE FROM {_PUBLISHED_VIEWS}")
             state.execute(f"INSERT INTO {_PUBLISHED_VIEWS} VALUES (?, ?)", list(published))
             state.commit()
@@ -256,11 +287,45 @@ def ensure_catalog_published_record(connection: duckdb.DuckDBPyConnection) -> No
     )
 
 
-def _fetch_state(root: DataRoot, state_path: str) -> None:
-    """This machine's state, from the root when it has none (any state is a valid start: it is
-    checked against the listing, and files changed since are read again)."""
-    if not os.path.exists(state_path) and root.exists(STATE_FILE):
-        root.fs.get(root.path(STATE_FILE), state_path)
+UPLOADED_SUFFIX = ".uploaded"
+"""Beside a local copy of an object-store root's state: the fingerprint (ETag) of the root's state
+file when this machine last put it there."""
+
+
+def _fetch_state(root: DataRoot, state_path: str) -> bool:
+    """This machine's state, the root's when this machine's is not the one the root holds (another
+    worker refreshed since, or none here). Any state is a valid start for a refresh that lists the
+    root (files changed since are read again); returns whether it is the root's latest, which a
+    refresh scoped to the shards changed since the last one needs. One HEAD of the state file."""
+    marker = state_path + UPLOADED_SUFFIX
+    check_catalog_file(marker)
+    on_root = list_files(root, STATE_FILE).get(STATE_FILE)
+    if on_root is None:
+        return False  # nothing published: whatever is here came from elsewhere
+    recorded = None
+    with contextlib.suppress(FileNotFoundError), open(marker, encoding="utf-8") as file:
+        recorded = file.read()
+    if os.path.exists(state_path) and not os.path.exists(state_path + ".wal") and recorded == on_root.fingerprint:
+        return True
+    _remove(state_path)
+    _remove(marker)
+    root.fs.get(root.path(STATE_FILE), state_path)
+    _write_marker(marker, on_root.fingerprint)
+    return True
+
+
+def _record_uploaded_state(root: DataRoot, state_path: str) -> None:
+    uploaded = list_files(root, STATE_FILE).get(STATE_FILE)
+    if uploaded is not None:
+        _write_marker(state_path + UPLOADED_SUFFIX, uploaded.fingerprint)
+
+
+def _write_marker(marker: str, fingerprint: str) -> None:
+    check_catalog_file(marker)
+    written = f"{marker}.{uuid.uuid4().hex[:12]}.tmp"
+    with open(written, "w", encoding="utf-8") as file:
+        file.write(fingerprint)
+    os.replace(written, marker)
 
 
 def _open_state(state_path: str) -> tuple[duckdb.DuckDBPyConnection, str | None]:

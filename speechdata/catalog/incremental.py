@@ -25,13 +25,14 @@ import contextvars
 import fnmatch
 import glob
 import os
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
 import duckdb
 import pyarrow as pa
 
 from speechdata.catalog.root_paths import glob_root
+from speechdata.io import layout
 from speechdata.io.duckdb_object_store import duckdb_location
 from speechdata.io.storage import DataRoot, escape_glob
 
@@ -80,8 +81,85 @@ def list_files(root: DataRoot, relative_glob: str) -> dict[str, ListedFile]:
     return listed
 
 
+def shard_segment(relative_glob: str) -> tuple[int, str]:
+    """(index of the path segment naming the shard, the text before the shard's name in it) of a
+    per-shard glob: its first wildcard segment, ``*`` or ``<prefix>*`` (``shards/*/...``,
+    ``manifests/shard=*/...``); a glob of another form cannot be narrowed to one shard."""
+    for index, part in enumerate(relative_glob.split("/")):
+        if glob.has_magic(part):
+            prefix = part[:-1]
+            if not part.endswith("*") or glob.has_magic(prefix):
+                raise ValueError(f"{relative_glob}: its first wildcard segment {part!r} is not '*' or '<prefix>*'")
+            return index, prefix
+    raise ValueError(f"{relative_glob} has no wildcard segment naming the shard")
+
+
+def shard_glob(relative_glob: str, shard: str) -> str:
+    """``relative_glob`` narrowed to one shard: its shard segment (:func:`shard_segment`) names it literally."""
+    if not layout.is_valid_shard_id(shard):
+        raise ValueError(
+            f"catalog refresh: {shard!r} is not a shard id (a changed shard names a folder under the root)"
+        )
+    index, prefix = shard_segment(relative_glob)
+    parts = relative_glob.split("/")
+    parts[index] = prefix + shard
+    return "/".join(parts)
+
+
+def list_shard_files(root: DataRoot, relative_glob: str, shards: Iterable[str]) -> dict[str, ListedFile]:
+    """:func:`list_files` of ``relative_glob`` for these shards only: a literal path is one stat (one
+    HEAD on an object store), a pattern inside the shard's folder lists that folder alone."""
+    listed: dict[str, ListedFile] = {}
+    for shard in sorted(set(shards)):
+        listed.update(list_files(root, shard_glob(relative_glob, shard)))
+    return listed
+
+
+def shard_of_path(relative_glob: str, path: str) -> str:
+    """The shard a relative ``path`` matched by ``relative_glob`` belongs to (as :func:`shard_of_path_sql`)."""
+    index, prefix = shard_segment(relative_glob)
+    return path.split("/")[index][len(prefix) :]
+
+
+def shard_of_path_sql(relative_glob: str, column: str = "path") -> str:
+    """SQL for the shard a stored relative ``column`` (matched by ``relative_glob``) belongs to."""
+    index, prefix = shard_segment(relative_glob)
+    return f"substr(split_part({column}, '/', {index + 1}), {len(prefix) + 1})"
+
+
+@dataclass(frozen=True)
+class ShardScope:
+    """The shards a scoped refresh looked at, and how to tell a stored file of the glob ``relative_glob``
+    belongs to one of them: only those files' rows are compared with the (scoped) listing."""
+
+    shards: frozenset[str]
+    relative_glob: str
+
+    def where(self) -> tuple[str, list]:
+        return f" WHERE {shard_of_path_sql(self.relative_glob)} IN (SELECT unnest(?::VARCHAR[]))", [sorted(self.shards)]
+
+
+_KNOWN_MATCHES: contextvars.ContextVar[Mapping[str, bool] | None] = contextvars.ContextVar(
+    "catalog_known_matches", default=None
+)
+
+
+@contextlib.contextmanager
+def known_matches(matches: Mapping[str, bool]) -> Iterator[None]:
+    """Within the block, :func:`has_files` of a glob in ``matches`` answers from it, without listing:
+    a scoped refresh knows from its state which per-shard globs match a file of any shard."""
+    token = _KNOWN_MATCHES.set(matches)
+    try:
+        yield
+    finally:
+        _KNOWN_MATCHES.reset(token)
+
+
 def has_files(root: DataRoot, relative_glob: str) -> bool:
     """Whether anything under the root matches ``relative_glob``."""
+    known = _KNOWN_MATCHES.get()
+    if known is not None and relative_glob in known:
+        return known[relative_glob]
     if root.is_local:
         return next(_local_glob_iter(root, relative_glob), None) is not None
     return bool(root.fs.glob(f"{escape_glob(root.root)}/{relative_glob}"))
@@ -183,13 +261,15 @@ def clear_state(connection: duckdb.DuckDBPyConnection, tables: dict[str, str] = 
 
 
 def _changed(
-    connection: duckdb.DuckDBPyConnection, table: str, listed: dict[str, ListedFile]
+    connection: duckdb.DuckDBPyConnection, table: str, listed: dict[str, ListedFile], scope: ShardScope | None = None
 ) -> tuple[list[str], list[str], int]:
-    """(paths to read: new or changed, paths to forget: changed or gone, how many are gone)."""
+    """(paths to read: new or changed, paths to forget: changed or gone, how many are gone); with a
+    ``scope``, only the stored files of its shards are compared (the listing covers those alone)."""
+    where, parameters = scope.where() if scope is not None else ("", [])
     stored = {
         path: (size, fingerprint)
         for path, size, fingerprint in connection.execute(
-            f"SELECT path, size_bytes, fingerprint FROM {table}"
+            f"SELECT path, size_bytes, fingerprint FROM {table}{where}", parameters
         ).fetchall()
     }
     to_read = sorted(p for p, f in listed.items() if stored.get(p) != (f.size_bytes, f.fingerprint))
@@ -240,9 +320,15 @@ def _record_files(
         raise RuntimeError(f"catalog refresh: {recorded} rows of {_CHILD_TABLE[table]} name no listed file")
 
 
-def sync_manifests(connection: duckdb.DuckDBPyConnection, root_uri: str, listed: dict[str, ListedFile]) -> SyncCounts:
-    """Bring the manifest state up to ``listed``: read new and changed manifests, forget the others' rows."""
-    to_read, to_forget, gone = _changed(connection, "catalog_manifest_files", listed)
+def sync_manifests(
+    connection: duckdb.DuckDBPyConnection,
+    root_uri: str,
+    listed: dict[str, ListedFile],
+    scope: ShardScope | None = None,
+) -> SyncCounts:
+    """Bring the manifest state up to ``listed``: read new and changed manifests, forget the others'
+    rows (with a ``scope``: only of its shards; ``reused`` then counts every other stored manifest)."""
+    to_read, to_forget, gone = _changed(connection, "catalog_manifest_files", listed, scope)
     _forget(connection, "catalog_manifest_files", to_forget)
     if to_read:
         locations, prefix_chars = _locations(root_uri, to_read)
@@ -261,14 +347,24 @@ def sync_manifests(connection: duckdb.DuckDBPyConnection, root_uri: str, listed:
             to_read,
             "SELECT path, sum(samples) AS n FROM catalog_manifest_groups GROUP BY path",
         )
-    return SyncCounts(len(to_read), len(listed) - len(to_read), gone)
+    return SyncCounts(len(to_read), stored_files(connection, "catalog_manifest_files") - len(to_read), gone)
+
+
+def stored_files(connection: duckdb.DuckDBPyConnection, table: str) -> int:
+    """How many files the state holds in ``table`` (after a sync: as many as a full listing finds)."""
+    return int(connection.execute(f"SELECT count(*) FROM {table}").fetchone()[0])
 
 
 def sync_rejects(
-    connection: duckdb.DuckDBPyConnection, root_uri: str, listed: dict[str, ListedFile], shard_from_path: str
+    connection: duckdb.DuckDBPyConnection,
+    root_uri: str,
+    listed: dict[str, ListedFile],
+    shard_from_path: str,
+    scope: ShardScope | None = None,
 ) -> SyncCounts:
-    """Bring the rejects-ledger state up to ``listed`` (``shard_from_path``: the regex the view uses)."""
-    to_read, to_forget, gone = _changed(connection, "catalog_rejects_files", listed)
+    """Bring the rejects-ledger state up to ``listed`` (``shard_from_path``: the regex the view uses;
+    ``scope``: as :func:`sync_manifests`)."""
+    to_read, to_forget, gone = _changed(connection, "catalog_rejects_files", listed, scope)
     _forget(connection, "catalog_rejects_files", to_forget)
     if to_read:
         locations, prefix_chars = _locations(root_uri, to_read)
@@ -292,7 +388,7 @@ def sync_rejects(
             )
         finally:
             connection.execute("DROP TABLE IF EXISTS _catalog_read_rejects")
-    return SyncCounts(len(to_read), len(listed) - len(to_read), gone)
+    return SyncCounts(len(to_read), stored_files(connection, "catalog_rejects_files") - len(to_read), gone)
 
 
 def summary_totals(connection: duckdb.DuckDBPyConnection) -> dict:

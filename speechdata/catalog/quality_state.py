@@ -29,11 +29,12 @@ from __future__ import annotations
 import hashlib
 import re
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 
 import duckdb
 
-from speechdata.catalog.incremental import ListedFile, list_files, locations_of
+from speechdata.catalog.accounting_state import stored_shards_sql
+from speechdata.catalog.incremental import ListedFile, list_files, list_shard_files, locations_of
 from speechdata.catalog.quality import (
     DECISIONS_GLOB,
     NEAR_DUPLICATES_GLOB,
@@ -79,7 +80,8 @@ HISTOGRAM_BINS = 10
 QUALITY = "quality"
 DECISIONS = "decisions"
 NEAR_DUPLICATES = "near_duplicates"
-_GLOBS = {QUALITY: QUALITY_GLOB, DECISIONS: DECISIONS_GLOB, NEAR_DUPLICATES: NEAR_DUPLICATES_GLOB}
+QUALITY_GLOBS = {QUALITY: QUALITY_GLOB, DECISIONS: DECISIONS_GLOB, NEAR_DUPLICATES: NEAR_DUPLICATES_GLOB}
+_GLOBS = QUALITY_GLOBS
 _TEMP = {QUALITY: "_quality_rows", DECISIONS: "_quality_decision_rows", NEAR_DUPLICATES: "_quality_near_dup_rows"}
 
 HOURS_LOST = "hours_lost_per_reason_per_language"
@@ -130,15 +132,21 @@ SIGNAL_HISTOGRAMS_FROM_STATE = f"""
 or not finite, ``low``, ``high``); a signal measured for no utterance has one row with ``position`` NULL."""
 
 
-def list_quality_inputs(root: DataRoot) -> dict[str, dict[str, ListedFile]]:
-    """Every shard's quality signals, decisions and near-duplicate list, by source."""
+def list_quality_inputs(root: DataRoot, shards: Collection[str] | None = None) -> dict[str, dict[str, ListedFile]]:
+    """Every shard's quality signals, decisions and near-duplicate list, by source (``shards``: theirs alone)."""
+    if shards is not None:
+        return {name: list_shard_files(root, glob, shards) for name, glob in _GLOBS.items()}
     return {name: list_files(root, glob) for name, glob in _GLOBS.items()}
 
 
 def sync_quality(
-    connection: duckdb.DuckDBPyConnection, root_uri: str, inputs: Mapping[str, Mapping[str, ListedFile]]
+    connection: duckdb.DuckDBPyConnection,
+    root_uri: str,
+    inputs: Mapping[str, Mapping[str, ListedFile]],
+    shards: Collection[str] | None = None,
 ) -> int:
-    """Bring the per-shard quality aggregates up to the listed ``inputs``; returns how many shards were recounted."""
+    """Bring the per-shard quality aggregates up to the listed ``inputs``; returns how many shards
+    were recounted (``shards``: the inputs list those shards alone; no other shard's rows are touched)."""
     files_by_shard: dict[str, list[tuple[str, ListedFile]]] = defaultdict(list)
     regex = re.compile(SHARD_FROM_QUALITY_PATH)
     for name, files in inputs.items():
@@ -147,7 +155,7 @@ def sync_quality(
             if found:
                 files_by_shard[found.group(1)].append((name, listed))
     digests = {shard: _digest(files) for shard, files in files_by_shard.items()}
-    stored = dict(connection.execute("SELECT shard, inputs_sha256 FROM catalog_quality_shards").fetchall())
+    stored = dict(connection.execute(*stored_shards_sql("catalog_quality_shards", shards)).fetchall())
     changed = sorted(shard for shard, digest in digests.items() if stored.get(shard) != digest)
     forget = sorted({*changed, *(shard for shard in stored if shard not in digests)})
     if forget:

@@ -43,28 +43,40 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import asdict, dataclass, field
+from collections.abc import Collection
+from dataclasses import asdict, dataclass, field, replace
 
 import duckdb
 import pyarrow as pa
 
+from speechdata import products
 from speechdata.bridge.manifest import MANIFEST_COLUMNS, manifest_path
-from speechdata.catalog.accounting import product_accounting_sql, product_rejects_sql
-from speechdata.catalog.accounting_state import ACCOUNTING_STATE_TABLES, list_accounting_inputs, sync_accounting
+from speechdata.catalog.accounting import LANDED_GLOB, product_accounting_sql, product_rejects_sql
+from speechdata.catalog.accounting_state import (
+    ACCOUNTING_STATE_TABLES,
+    LANDED,
+    REJECTS,
+    list_accounting_inputs,
+    sync_accounting,
+)
 from speechdata.catalog.incremental import (
     STATE_TABLES,
     ListedFile,
+    ShardScope,
     clear_state,
     ensure_state_tables,
-    has_files,
+    known_matches,
     list_files,
+    list_shard_files,
     one_listing_per_folder,
+    shard_of_path,
+    stored_files,
     summary_totals,
     sync_manifests,
     sync_rejects,
 )
 from speechdata.catalog.quality import quality_view_definitions
-from speechdata.catalog.quality_state import QUALITY_STATE_TABLES, list_quality_inputs, sync_quality
+from speechdata.catalog.quality_state import QUALITY_GLOBS, QUALITY_STATE_TABLES, list_quality_inputs, sync_quality
 from speechdata.catalog.root_paths import glob_root, set_root_variable, under_root
 from speechdata.io import layout
 from speechdata.io.storage import DataRoot
@@ -78,11 +90,24 @@ SUMMARY_VIEWS = ("hours_by_language", "hours_by_country", "hours_by_shard", "pro
 SUMMARY_TABLES = (*SUMMARY_VIEWS, "catalog_info")
 _VIEWS_STATE = "catalog_view_definitions"
 """The digest of the views' DDL the last refresh created (re-created only when it changes)."""
+_LISTED_SHARDS = "catalog_listed_shards"
+"""Per per-shard glob the catalog lists, the shards with a file matching it: which globs match
+anything (what the views are built from) without listing the corpus."""
+_LISTING = "catalog_listing"
+"""How many scoped refreshes ran since the last full listing (no row: none ever listed the root)."""
+LISTING_STATE_TABLES = {
+    _LISTED_SHARDS: "relative_glob VARCHAR, shard VARCHAR",
+    _LISTING: "refreshes_since_full_listing BIGINT",
+}
+FULL_LISTING_EVERY = 100
+"""A refresh told which shards changed still lists the whole root once in this many refreshes: a
+shard deleted or rewritten behind the platform's back is found within that many."""
 CATALOG_STATE_TABLES = (
     STATE_TABLES,
     ACCOUNTING_STATE_TABLES,
     QUALITY_STATE_TABLES,
     {_VIEWS_STATE: "sha256 VARCHAR"},
+    LISTING_STATE_TABLES,
 )
 """Every state table (name -> column definitions), by module."""
 
@@ -141,6 +166,9 @@ class CatalogSummary:
     """Shards whose per-product accounting this refresh recounted (any of their files new, changed or gone)."""
     quality_shards_read: int = 0
     """Shards whose quality aggregates (histograms, hours lost) this refresh recounted."""
+    listed_shards: int | None = None
+    """How many shards' files the refresh stat'ed by name (a refresh told which changed); None: it
+    listed the whole root."""
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -156,32 +184,113 @@ class CatalogInputs:
     accounting: dict[str, dict[str, ListedFile]]
     quality: dict[str, dict[str, ListedFile]]
     definitions: list[tuple[str, str]]
-    """(view, SELECT) for every view, in creation order."""
+    """(view, SELECT) for every view, in creation order (of a scoped listing: empty until
+    :func:`sync_catalog_state` decided them from the state)."""
     definitions_sha256: str
+    shards: frozenset[str] | None = None
+    """The shards listed, when the listing was scoped to them; None: the whole root was listed."""
+    alignments: dict[str, ListedFile] = field(default_factory=dict)
+    manifest_files: int | None = None
+    """Manifests under the root (of a scoped listing: from the state, once synced); None: ``len(manifests)``."""
+    rejects_files: int | None = None
+
+    @property
+    def manifest_file_count(self) -> int:
+        return len(self.manifests) if self.manifest_files is None else self.manifest_files
+
+    @property
+    def rejects_file_count(self) -> int:
+        return len(self.rejects) if self.rejects_files is None else self.rejects_files
+
+    def listed_by_glob(self) -> dict[str, dict[str, ListedFile]]:
+        """Every per-shard glob listed, with its files (several sources may share a glob)."""
+        by_glob: dict[str, dict[str, ListedFile]] = {
+            _MANIFEST_GLOB: self.manifests,
+            _REJECTS_GLOB: self.rejects,
+            _ALIGNMENTS_GLOB: self.alignments,
+        }
+        globs = {LANDED: LANDED_GLOB, REJECTS: _REJECTS_GLOB}
+        globs.update({line.name: line.output_glob for line in products.product_lines()})
+        for name, files in self.accounting.items():
+            by_glob.setdefault(globs[name], {}).update(files)
+        for name, files in self.quality.items():
+            by_glob.setdefault(QUALITY_GLOBS[name], {}).update(files)
+        return by_glob
 
     @property
     def view_names(self) -> set[str]:
         return {view for view, _ in self.definitions}
 
 
-def list_catalog_inputs(root_uri: str) -> CatalogInputs:
+def list_catalog_inputs(root_uri: str, shards: Collection[str] | None = None) -> CatalogInputs:
     """List the files a refresh of the catalog over ``root_uri`` reads (sizes and fingerprints come
     with the listing: no file is opened here). DuckDB fails on a glob that matches nothing, so with
-    no manifests (or no ledgers) yet a view is an empty one with the right columns."""
+    no manifests (or no ledgers) yet a view is an empty one with the right columns.
+
+    ``shards``: list those shards' files alone, by their literal paths (:func:`~speechdata.catalog.incremental.list_shard_files`),
+    a cost that does not grow with the corpus; the views' definitions (which globs match anything)
+    are then decided from the state by :func:`sync_catalog_state`."""
     root = DataRoot(root_uri)
+    if shards is not None:
+        scope = frozenset(shards)
+        manifests = list_shard_files(root, _MANIFEST_GLOB, scope)
+        rejects = list_shard_files(root, _REJECTS_GLOB, scope)
+        return CatalogInputs(
+            root_uri,
+            manifests,
+            rejects,
+            list_accounting_inputs(root, rejects, already_listed={_MANIFEST_GLOB: manifests}, shards=scope),
+            list_quality_inputs(root, scope),
+            [],
+            "",
+            shards=scope,
+            alignments=list_shard_files(root, _ALIGNMENTS_GLOB, scope),
+        )
     with one_listing_per_folder():
         manifests = list_files(root, _MANIFEST_GLOB)
         rejects = list_files(root, _REJECTS_GLOB)
-        any_alignments = has_files(root, _ALIGNMENTS_GLOB)
+        alignments = list_files(root, _ALIGNMENTS_GLOB)
         accounting = list_accounting_inputs(root, rejects, already_listed={_MANIFEST_GLOB: manifests})
         quality = list_quality_inputs(root)
         # A root such as ``/data/run[1]`` must match itself, not a character class.
-        definitions = _view_definitions(root, glob_root(root_uri), bool(manifests), bool(rejects), any_alignments)
+        definitions = _view_definitions(root, glob_root(root_uri), bool(manifests), bool(rejects), bool(alignments))
+    return _with_definitions(
+        CatalogInputs(root_uri, manifests, rejects, accounting, quality, [], "", alignments=alignments), definitions
+    )
+
+
+def _with_definitions(inputs: CatalogInputs, definitions: list[tuple[str, str]]) -> CatalogInputs:
     digest = hashlib.sha256(json.dumps(definitions).encode("utf-8")).hexdigest()
-    return CatalogInputs(root_uri, manifests, rejects, accounting, quality, definitions, digest)
+    return replace(inputs, definitions=definitions, definitions_sha256=digest)
 
 
-def refresh_catalog(connection: duckdb.DuckDBPyConnection, root_uri: str, *, full: bool = False) -> CatalogSummary:
+def listing_scope(
+    connection: duckdb.DuckDBPyConnection,
+    shards: Collection[str] | None,
+    *,
+    full: bool = False,
+    full_listing_every: int = FULL_LISTING_EVERY,
+) -> frozenset[str] | None:
+    """The shards a refresh may list alone, or None when it must list the whole root: on ``full``,
+    when the caller cannot say what changed (``shards`` None), when no refresh listed the root
+    into this state yet, and once in ``full_listing_every`` refreshes (a shard deleted by hand)."""
+    if shards is None or full:
+        return None
+    ensure_catalog_state(connection)
+    rows = connection.execute(f"SELECT refreshes_since_full_listing FROM {_LISTING}").fetchall()
+    if len(rows) != 1 or rows[0][0] + 1 >= full_listing_every:
+        return None
+    return frozenset(shards)
+
+
+def refresh_catalog(
+    connection: duckdb.DuckDBPyConnection,
+    root_uri: str,
+    *,
+    full: bool = False,
+    shards: Collection[str] | None = None,
+    full_listing_every: int = FULL_LISTING_EVERY,
+) -> CatalogSummary:
     """(Re)create the views and bring the per-file state up to the files under ``root_uri``, on one
     connection (the state tables beside the views, as a notebook or a test keeps them).
 
@@ -189,15 +298,17 @@ def refresh_catalog(connection: duckdb.DuckDBPyConnection, root_uri: str, *, ful
     changed since the last refresh are read (:mod:`speechdata.catalog.incremental`), and the views
     are re-created only when their definitions change (which globs match nothing, the root).
     ``full=True`` forgets the stored state and reads every file; both give the same catalog.
+    ``shards``: the shards materialized, re-landed or deleted since the last refresh; only their
+    files are looked at (:func:`listing_scope` says when the whole root is listed all the same).
     Everything is replaced inside one transaction, so a refresh that fails or is killed leaves the
     previous catalog. The catalog file itself (:func:`speechdata.catalog.database_file.refresh_catalog_file`)
     keeps the state in a file of its own, beside the views readers open.
     """
-    inputs = list_catalog_inputs(root_uri)
     set_root_variable(connection, root_uri)
     connection.begin()
     try:
-        summary = sync_catalog_state(connection, inputs, full=full)
+        scope = listing_scope(connection, shards, full=full, full_listing_every=full_listing_every)
+        summary, inputs = sync_catalog_inputs(connection, list_catalog_inputs(root_uri, scope), full=full)
         stored = connection.execute(f"SELECT sha256 FROM {_VIEWS_STATE}").fetchall()
         if full or stored != [(inputs.definitions_sha256,)]:
             create_views(connection, inputs.definitions)
@@ -221,19 +332,57 @@ def sync_catalog_state(
     connection: duckdb.DuckDBPyConnection, inputs: CatalogInputs, *, full: bool = False
 ) -> CatalogSummary:
     """Bring the state tables up to ``inputs`` (reading only new and changed files unless ``full``),
-    inside the caller's transaction, and sum the totals from them."""
+    inside the caller's transaction, and sum the totals from them. Inputs listed for some shards
+    (:attr:`CatalogInputs.shards`) bring those shards' state up to date and leave every other's."""
+    return sync_catalog_inputs(connection, inputs, full=full)[0]
+
+
+def sync_catalog_inputs(
+    connection: duckdb.DuckDBPyConnection, inputs: CatalogInputs, *, full: bool = False
+) -> tuple[CatalogSummary, CatalogInputs]:
+    """:func:`sync_catalog_state`, and the inputs completed from the state (a scoped listing's views'
+    definitions and file counts: what a full listing of the root would give)."""
     ensure_catalog_state(connection)
+    scope = inputs.shards
+    if full and scope is not None:
+        raise ValueError("a full refresh lists the whole root: list_catalog_inputs without shards")
     if full:
         for tables in CATALOG_STATE_TABLES:
             clear_state(connection, tables)
     root_uri = inputs.root_uri
-    manifest_counts = sync_manifests(connection, root_uri, inputs.manifests)
-    rejects_counts = sync_rejects(connection, root_uri, inputs.rejects, _SHARD_FROM_REJECTS_PATH)
-    accounting_shards_read = sync_accounting(connection, root_uri, inputs.accounting, _SHARD_FROM_REJECTS_PATH)
-    quality_shards_read = sync_quality(connection, root_uri, inputs.quality)
-    return CatalogSummary(
-        manifest_files=len(inputs.manifests),
-        rejects_files=len(inputs.rejects),
+    manifest_counts = sync_manifests(
+        connection, root_uri, inputs.manifests, None if scope is None else ShardScope(scope, _MANIFEST_GLOB)
+    )
+    rejects_counts = sync_rejects(
+        connection,
+        root_uri,
+        inputs.rejects,
+        _SHARD_FROM_REJECTS_PATH,
+        None if scope is None else ShardScope(scope, _REJECTS_GLOB),
+    )
+    accounting_shards_read = sync_accounting(
+        connection, root_uri, inputs.accounting, _SHARD_FROM_REJECTS_PATH, shards=scope
+    )
+    quality_shards_read = sync_quality(connection, root_uri, inputs.quality, shards=scope)
+    matches = _sync_listed_shards(connection, inputs)
+    if scope is not None:
+        root = DataRoot(root_uri)
+        with known_matches(matches):
+            definitions = _view_definitions(
+                root,
+                glob_root(root_uri),
+                matches[_MANIFEST_GLOB],
+                matches[_REJECTS_GLOB],
+                matches[_ALIGNMENTS_GLOB],
+            )
+        inputs = replace(
+            _with_definitions(inputs, definitions),
+            manifest_files=stored_files(connection, "catalog_manifest_files"),
+            rejects_files=stored_files(connection, "catalog_rejects_files"),
+        )
+    summary = CatalogSummary(
+        manifest_files=inputs.manifest_file_count,
+        rejects_files=inputs.rejects_file_count,
         **summary_totals(connection),
         manifests_read=manifest_counts.read,
         manifests_reused=manifest_counts.reused,
@@ -241,14 +390,39 @@ def sync_catalog_state(
         rejects_files_read=rejects_counts.read,
         accounting_shards_read=accounting_shards_read,
         quality_shards_read=quality_shards_read,
+        listed_shards=None if scope is None else len(scope),
     )
+    return summary, inputs
+
+
+def _sync_listed_shards(connection: duckdb.DuckDBPyConnection, inputs: CatalogInputs) -> dict[str, bool]:
+    """Record which shards have a file of each listed glob (those of the scope, or all), count the
+    refresh against the next full listing; returns, per glob, whether any shard has a file of it."""
+    listed = inputs.listed_by_glob()
+    if inputs.shards is None:
+        connection.execute(f"DELETE FROM {_LISTED_SHARDS}")
+        connection.execute(f"DELETE FROM {_LISTING}")
+        connection.execute(f"INSERT INTO {_LISTING} VALUES (0)")
+    else:
+        connection.execute(
+            f"DELETE FROM {_LISTED_SHARDS} WHERE shard IN (SELECT unnest(?::VARCHAR[]))", [sorted(inputs.shards)]
+        )
+        connection.execute(f"UPDATE {_LISTING} SET refreshes_since_full_listing = refreshes_since_full_listing + 1")
+    rows = sorted({(glob, shard_of_path(glob, path)) for glob, files in listed.items() for path in files})
+    if rows:
+        connection.execute(
+            f"INSERT INTO {_LISTED_SHARDS} SELECT unnest(?::VARCHAR[]), unnest(?::VARCHAR[])",
+            [[glob for glob, _ in rows], [shard for _, shard in rows]],
+        )
+    found = {row[0] for row in connection.execute(f"SELECT DISTINCT relative_glob FROM {_LISTED_SHARDS}").fetchall()}
+    return {glob: glob in found for glob in listed}
 
 
 def write_catalog_info(connection: duckdb.DuckDBPyConnection, inputs: CatalogInputs) -> None:
     connection.execute(
         "CREATE OR REPLACE TABLE catalog_info AS SELECT current_timestamp AS refreshed_at, "
         "?::VARCHAR AS data_root, ?::BIGINT AS manifest_files, ?::BIGINT AS rejects_files",
-        [inputs.root_uri, len(inputs.manifests), len(inputs.rejects)],
+        [inputs.root_uri, inputs.manifest_file_count, inputs.rejects_file_count],
     )
 
 

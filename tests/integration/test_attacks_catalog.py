@@ -453,14 +453,14 @@ def test_a_catalog_never_built_names_its_path_and_the_command_that_builds_it(roo
 
 KILLED_REFRESH = """
 import os, sys
-import speechdata.catalog.views as views
+import speechdata.catalog.database_file as database_file
 from speechdata.catalog.cli import refresh
 from speechdata.io.storage import DataRoot
 
-def killed(connection):
-    os._exit(9)  # killed half-way through the refresh
+def killed(*args):
+    os._exit(9)  # killed half-way through the refresh: the state synced, not committed; the new views file begun
 
-views.summary_totals = killed
+database_file.write_catalog_info = killed
 refresh(DataRoot(sys.argv[1]))
 """
 

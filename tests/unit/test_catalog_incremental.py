@@ -26,6 +26,10 @@ SHARD_D = [("x1", "de", "at", 4.0, -0.25, "servus")]
 
 @pytest.fixture
 def root(data_root):
+    return write_four_shards(data_root)
+
+
+def write_four_shards(data_root):
     """Four shards with differing extra columns, landed ids, and rejects ledgers (one half-written)."""
     write_manifest(data_root, "shard-a", SHARD_A, extra={"snr_db": (pa.float64(), [20.0, 15.0, 30.0])})
     write_manifest(data_root, "shard-b", SHARD_B, extra={"speaker": (pa.string(), ["s1", "s2"])})
@@ -82,6 +86,7 @@ def comparable(summary):
         "manifests_dropped",
         "rejects_files_read",
         "accounting_shards_read",
+        "listed_shards",
         "hours",
     }
     return {k: v for k, v in summary.as_dict().items() if k not in skip} | {"hours": round(summary.hours, 12)}
