@@ -132,10 +132,12 @@ PRESETS: dict[str, QualityPolicy] = {
 }
 """The named preset of each product line that applies a quality policy."""
 
-SMALL_PROFILE_MAX_CER = 0.5
-"""``transcript_mismatch`` in ``small``, for every product: the small aligner's greedy CER on held-out
-speech with the right transcript is 0.2-0.47, with another utterance's transcript 0.7 or more, on
-the first half of the audio 0.53 or more (tests/unit/test_transcript_mismatch_small.py)."""
+SMALL_PROFILE_MAX_CER = 0.6
+"""``transcript_mismatch`` in ``small``, for every product: the small aligner's greedy CER with the
+right transcript is 0.26-0.46 on held-out speech and at most 0.56 on the demo's clips; with another
+utterance's transcript 0.70 or more; on the first half of the audio 0.53-0.76 (11 of 12 above 0.6).
+Audio cut short that stays under it is the speaking-rate filter's (``speaking_rate_too_fast``,
+model-free); tests/unit/test_transcript_mismatch_small.py."""
 
 MODEL_FILTER_REASONS = ("transcript_mismatch", "low_asr_confidence", "audio_language_mismatch", "low_mos")
 """Filters whose signal comes from a trained model: computed in every profile, off by default in
