@@ -24,7 +24,7 @@ from resources.storage import DataRootResource
 from resources.text_tokenizer import TextTokenizerResource
 from speechdata.alignment.pseudo_labels import with_text_sources
 from speechdata.alignment.stage import run_alignments_from_import
-from speechdata.bridge.clock import SAMPLES_PER_FRAME
+from speechdata.audio.clock import SAMPLES_PER_FRAME
 from speechdata.bridge.frame_grid import GRID_RULE_VERSION
 from speechdata.bridge.grid_stage import run_frame_grids, verify_frame_grids
 from speechdata.io import layout

@@ -18,8 +18,8 @@ from assets.reporting import (
 )
 from assets.shard_runs import ShardEvents, ShardFailure, ShardResult, materialize_shards
 from resources.storage import DataRootResource
+from speechdata.audio.clock import SAMPLE_RATE
 from speechdata.audio.codec import DEFAULT_AUDIO_CODEC
-from speechdata.bridge.clock import SAMPLE_RATE
 from speechdata.landing.contract import ContractError
 from speechdata.landing.ingest import run_normalized_audio, run_raw_shards
 

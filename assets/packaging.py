@@ -10,12 +10,12 @@ from assets.features import qwen_hidden_states, wavlm_features
 from assets.reporting import column_schema, markdown_histogram, markdown_preview
 from assets.shard_runs import ShardEvents, ShardResult, materialize_shards
 from resources.storage import DataRootResource
+from speechdata.accounting.ledgers import PRODUCT_STAGES, ledger_markdown, ledger_numbers, product_ledger, shard_ledgers
 from speechdata.bridge.commit import commit_bridge, stage_bridge, staged_index
 from speechdata.bridge.manifest import manifest_path
 from speechdata.bridge.shard_manifest import build_shard_manifest
 from speechdata.bridge.tars import DEFAULT_MAX_SAMPLES, DEFAULT_MAX_TAR_BYTES, iter_bridge_samples
 from speechdata.io import layout
-from speechdata.ledgers import PRODUCT_STAGES, ledger_markdown, ledger_numbers, product_ledger, shard_ledgers
 
 UI_POSITION = 4
 
@@ -99,7 +99,7 @@ def _pack_one_shard(context: dg.AssetExecutionContext, config: BridgeTarsConfig,
     code_version="shard_manifest-v4",  # bumped for the text_source and asr_confidence columns (pseudo-labels)
     checks={
         "every_utterance_accounted_for": "The bridge ledger balances: landed = packed + distinct rejected by "
-        "the stages bridge tuples depend on (speechdata.ledgers.PRODUCT_STAGES), none in both. Checked before "
+        "the stages bridge tuples depend on (speechdata.accounting.ledgers.PRODUCT_STAGES), none in both. Checked before "
         "the manifest is committed: a shard that fails it never reaches the catalog.",
     },
 )

@@ -9,6 +9,7 @@ from assets.partitions import country_partitions
 from assets.reporting import markdown_rows, unbalanced_ledger_failure, unplotted_check
 from resources.hub import HfDatasetSettings, HubPublisherResource
 from resources.storage import DataRootResource
+from speechdata.accounting.ledger_gate import UnbalancedLedger
 from speechdata.hf.accounting import require_balanced_country
 from speechdata.hf.assignment import refresh_split_assignments
 from speechdata.hf.card import write_dataset_card
@@ -18,7 +19,6 @@ from speechdata.hf.publish import publish_country, register_card
 from speechdata.hf.published_index import write_published_indexes
 from speechdata.hf.state import rows_as_dicts, state_connection
 from speechdata.io import layout
-from speechdata.ledger_gate import UnbalancedLedger
 
 UI_POSITION = 6
 NO_RECORDING_IN_TWO_SPLITS = "no_recording_in_two_splits"

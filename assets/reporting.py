@@ -7,8 +7,8 @@ import time
 import dagster as dg
 import pyarrow as pa
 
-from speechdata.ledger_gate import UnbalancedLedger
-from speechdata.stage import StageSummary
+from speechdata.accounting.ledger_gate import UnbalancedLedger
+from speechdata.accounting.stage import StageSummary
 
 
 def stage_metadata(summary: StageSummary) -> dict[str, dg.RawMetadataValue]:
@@ -143,7 +143,7 @@ REJECTS_SAMPLE_ROWS = 20
 
 
 def rejects_sample(rejects, limit: int = REJECTS_SAMPLE_ROWS) -> dg.MetadataValue:
-    """The first ``limit`` rejects (:class:`speechdata.rejects.Reject`) as a markdown table
+    """The first ``limit`` rejects (:class:`speechdata.accounting.rejects.Reject`) as a markdown table
     (utt_id, reason, detail), with how many are not shown."""
     rejects = list(rejects)
     if not rejects:

@@ -72,6 +72,7 @@ import pyarrow as pa
 
 from benchmarks.bench_catalog import shard_manifest
 from benchmarks.report import emit, progress, ratio, stdout_to_stderr
+from speechdata.accounting.rejects import Reject, rejects_table
 from speechdata.bridge.manifest import manifest_path
 from speechdata.catalog.accounting_state import REJECTS_BY_PRODUCT_FROM_STATE, SHARD_ACCOUNTING_FROM_STATE
 from speechdata.catalog.database_file import open_catalog_read_only, refresh_catalog_file
@@ -80,7 +81,6 @@ from speechdata.catalog.views import refresh_catalog
 from speechdata.io import layout
 from speechdata.io.duckdb_object_store import enable_data_root_reads
 from speechdata.io.storage import DataRoot
-from speechdata.rejects import Reject, rejects_table
 
 
 def main(argv: list[str] | None = None) -> None:

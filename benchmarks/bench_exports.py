@@ -34,7 +34,7 @@ import pyarrow as pa
 
 from benchmarks.bench_tar_writing import SHARD_ID, build_samples
 from benchmarks.report import emit, progress, ratio, stdout_to_stderr
-from speechdata.bridge.clock import SAMPLE_RATE
+from speechdata.audio.clock import SAMPLE_RATE
 from speechdata.bridge.manifest import MANIFEST_COLUMNS, manifest_path
 from speechdata.bridge.tars import BridgeSample, pack_samples
 from speechdata.export.lhotse import export_lhotse

@@ -24,7 +24,7 @@ import torch
 
 from speechdata.alignment.acoustic_models import CtcAcousticModel
 from speechdata.alignment.log_probs import MODEL_SAMPLE_RATE, LogProbSettings, compute_log_probs, ctc_model_forward
-from speechdata.bridge.clock import SAMPLE_RATE
+from speechdata.audio.clock import SAMPLE_RATE
 
 CTC_MODEL_ID = "nvidia/parakeet-ctc-1.1b"
 PARAKEET_VOCAB_SIZE = 1024

@@ -17,11 +17,11 @@ import dagster as dg
 from dagster._core.events import DagsterEventType
 
 from assets.partitions import shard_partitions
+from speechdata.accounting.ledgers import ledger_markdown, shard_ledgers
 from speechdata.io import layout
 from speechdata.io.confinement import confined_landed_shard, validate_partition_key
 from speechdata.io.storage import DataRoot
 from speechdata.landing.fingerprint import shard_content_fingerprint
-from speechdata.ledgers import ledger_markdown, shard_ledgers
 
 NEVER_MATERIALIZED = "never materialized"
 FAILED_RUN_STATUSES = {"FAILURE", "CANCELED"}

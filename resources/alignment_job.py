@@ -14,6 +14,7 @@ from functools import partial
 
 from resources.aligner import CtcAlignerResource
 from resources.gpu_worker import Progress, ShardJob
+from speechdata.accounting.stage import StageSummary
 from speechdata.alignment.log_probs import CTC_FRAME_S
 from speechdata.alignment.shard_inputs import (
     AlignmentShardInputs,
@@ -22,7 +23,6 @@ from speechdata.alignment.shard_inputs import (
 )
 from speechdata.alignment.stage import run_alignments
 from speechdata.io.storage import DataRoot
-from speechdata.stage import StageSummary
 
 
 def alignment_shard_job(data_root: DataRoot, aligner: CtcAlignerResource, write_ctm_files: bool) -> ShardJob:

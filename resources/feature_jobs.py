@@ -13,6 +13,7 @@ from typing import Literal
 from resources.encoders import QwenEncoder, WavLMEncoder
 from resources.gpu_worker import Progress, ShardJob
 from resources.torch_device import TorchDeviceResource
+from speechdata.accounting.stage import StageSummary
 from speechdata.features.shard_inputs import (
     QwenShardInputs,
     WavlmShardInputs,
@@ -24,7 +25,6 @@ from speechdata.features.stage import check_feature_shapes, run_qwen_hidden_stat
 from speechdata.io import layout
 from speechdata.io.storage import DataRoot
 from speechdata.quality.decisions import excluded_utterances
-from speechdata.stage import StageSummary
 
 FeatureKind = Literal["qwen", "wavlm"]
 

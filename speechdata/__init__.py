@@ -27,9 +27,9 @@ _EXPORTS = {
     "read_sample_at": "speechdata.bridge.reader",
     "decode_sample": "speechdata.bridge.reader",
     # The Mimi clock.
-    "SAMPLE_RATE": "speechdata.bridge.clock",
-    "FRAME_RATE_HZ": "speechdata.bridge.clock",
-    "SAMPLES_PER_FRAME": "speechdata.bridge.clock",
+    "SAMPLE_RATE": "speechdata.audio.clock",
+    "FRAME_RATE_HZ": "speechdata.audio.clock",
+    "SAMPLES_PER_FRAME": "speechdata.audio.clock",
     # ASR fine-tuning: dataset, bucketed sampler, collate.
     "AsrManifestDataset": "speechdata.asr.dataset",
     "collate_asr_batch": "speechdata.asr.dataset",
@@ -79,7 +79,7 @@ def __dir__() -> list[str]:
 if TYPE_CHECKING:  # static analysers see the real names
     from speechdata.asr.dataset import AsrManifestDataset, collate_asr_batch
     from speechdata.asr.sampler import DurationBucketBatchSampler
-    from speechdata.bridge.clock import FRAME_RATE_HZ, SAMPLE_RATE, SAMPLES_PER_FRAME
+    from speechdata.audio.clock import FRAME_RATE_HZ, SAMPLE_RATE, SAMPLES_PER_FRAME
     from speechdata.bridge.reader import bridge_dataset, decode_sample, read_sample_at
     from speechdata.io.storage import DataRoot
     from speechdata.vad.language_index import build_urls

@@ -5,7 +5,7 @@ ASR FLACs, VAD chunks, streaming translation segments, the HF dataset's utteranc
 :class:`ProductLine` names its package, the stages it builds (and the module of each stage's entry
 point), the stages whose rejects it owns, its per-shard output and the asset that writes it, what
 the catalog reads of it and its docs page. Everything that iterates the product lines reads them
-here: the ledgers (:mod:`speechdata.ledgers`), the catalog's accounting
+here: the ledgers (:mod:`speechdata.accounting.ledgers`), the catalog's accounting
 (:mod:`speechdata.catalog.accounting`), the catalog refresh sensor (which assets it watches), the
 stage-contract test (which stage entry points it checks) and the code location's load-time check
 that the asset graph agrees with the records. Adding a product line is its own package, its asset
@@ -42,7 +42,7 @@ SHARED_STAGES: Mapping[str, str] = MappingProxyType(
     }
 )
 """The per-shard stages upstream of the product lines, no product line's own: stage -> the module
-holding its ``run_<stage>`` entry point (:mod:`speechdata.stage`). Landing and normalization feed
+holding its ``run_<stage>`` entry point (:mod:`speechdata.accounting.stage`). Landing and normalization feed
 every line, the alignments several, and the quality stages decide for every line."""
 
 
@@ -57,7 +57,7 @@ class ProductLine:
     """Its own package under ``speechdata`` (no Dagster): its stages, schemas and publishing."""
     builds: Mapping[str, str]
     """The per-shard stages the line adds to :data:`SHARED_STAGES`, in pipeline order: stage -> the
-    module holding its ``run_<stage>`` entry point (:mod:`speechdata.stage`), each the asset of the
+    module holding its ``run_<stage>`` entry point (:mod:`speechdata.accounting.stage`), each the asset of the
     same name. Empty when the line's output is built by steps over many shards (the HF dataset)."""
     stages: tuple[str, ...]
     """The stages, in pipeline order, whose rejects this product owns: an utterance one of them rejected

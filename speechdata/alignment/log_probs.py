@@ -17,7 +17,7 @@ import numpy as np
 MODEL_SAMPLE_RATE = 16_000
 CTC_FRAME_S = 0.08
 """Output frame of parakeet's CTC models (10 ms stride x 8x subsampling). Equal to Mimi's frame by
-coincidence: it is the acoustic model's clock, not the bridge's (speechdata.bridge.clock)."""
+coincidence: it is the acoustic model's clock, not the bridge's (speechdata.audio.clock)."""
 
 ForwardFn = Callable[[list[np.ndarray]], list[np.ndarray]]
 """Model forward over a batch of 16 kHz mono float32 arrays; returns log-probs ``[T_i, V]`` each."""

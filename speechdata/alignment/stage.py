@@ -20,6 +20,8 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
+from speechdata.accounting.rejects import Reject, rejects_table
+from speechdata.accounting.stage import StageSummary
 from speechdata.alignment.forced import (
     MAX_ALIGNMENT_FRAME_TOKENS,
     AlignmentRejected,
@@ -64,8 +66,6 @@ from speechdata.audio.budget import MAX_LONG_FORM_SECONDS, OVER_BUDGET_REASON
 from speechdata.audio.container import iter_container_payloads
 from speechdata.io import layout
 from speechdata.io.storage import TEMP_PREFIX, DataRoot, before_change
-from speechdata.rejects import Reject, rejects_table
-from speechdata.stage import StageSummary
 
 STAGE = "alignments"
 

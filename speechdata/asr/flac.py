@@ -31,19 +31,19 @@ import numpy as np
 import pyarrow as pa
 import soundfile as sf
 
+from speechdata.accounting.rejects import Reject, error_text, rejects_table
+from speechdata.accounting.stage import StageSummary
 from speechdata.audio.budget import OverMemoryBudget
 from speechdata.audio.codec import ResamplerName, downmix_to_mono, read_segment_from, resample
 from speechdata.audio.dc_offset import remove_dc_offset
 from speechdata.audio.truth import truncation_reject
-from speechdata.faults import fault_point
 from speechdata.io import layout
 from speechdata.io.confinement import confined_landed_shard
+from speechdata.io.faults import fault_point
 from speechdata.io.safe_tar import TarAudit, UnsafeMember, audit_tar, contained_path
 from speechdata.io.storage import DataRoot
 from speechdata.landing.landed_audio import AudioNotFound, LandedAudio
 from speechdata.landing.normalize import SegmentRequest, segment_requests
-from speechdata.rejects import Reject, error_text, rejects_table
-from speechdata.stage import StageSummary
 
 STAGE = "asr_flac"
 ASR_SAMPLE_RATE = 16_000

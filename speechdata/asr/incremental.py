@@ -68,8 +68,8 @@ from speechdata.asr.manifest import (
     nemo_jsonl_bytes,
 )
 from speechdata.asr.split import HASH_BUCKETS, MIN_RECORDINGS_FOR_HELD_OUT, UTTERANCE_KEY, SaltedMd5
-from speechdata.faults import fault_point
 from speechdata.io import layout
+from speechdata.io.faults import fault_point
 from speechdata.io.storage import DataRoot
 
 STATE_FORMAT = "asr-manifest-state-v1"

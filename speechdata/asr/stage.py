@@ -58,8 +58,8 @@ from speechdata.asr.manifest import (
     nemo_jsonl_bytes,
 )
 from speechdata.asr.split import SaltedMd5
-from speechdata.faults import fault_point
 from speechdata.io import layout
+from speechdata.io.faults import fault_point
 from speechdata.io.shard_versions import LEDGER_INPUTS, shard_input_versions
 from speechdata.io.storage import DataRoot, atomic_open, filesystem_for, read_parquet
 from speechdata.landing.extras import unpack_extras

@@ -20,7 +20,7 @@ import soundfile as sf
 import soxr
 
 from speechdata.audio.budget import check_audio_budget
-from speechdata.bridge.clock import SAMPLE_RATE
+from speechdata.audio.clock import SAMPLE_RATE
 
 TARGET_SAMPLE_RATE = SAMPLE_RATE
 """Every landed utterance is normalized onto the bridge's clock."""

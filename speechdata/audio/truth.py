@@ -19,7 +19,7 @@ import re
 
 import numpy as np
 
-from speechdata.rejects import Reject
+from speechdata.accounting.rejects import Reject
 
 MIN_SAMPLE_RATE_HZ = 4_000
 MAX_SAMPLE_RATE_HZ = 384_000

@@ -1,1 +1,1 @@
-"""The 12.5 Hz bridge: the Mimi clock, frame grids, text tokens, WebDataset tars, manifests and the reader."""
+"""The 12.5 Hz bridge: frame grids, text tokens, WebDataset tars, manifests and the reader."""

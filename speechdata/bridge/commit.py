@@ -28,8 +28,8 @@ from speechdata.bridge.tars import (
     pack_samples,
     remove_stale_tars,
 )
-from speechdata.faults import fault_point
 from speechdata.io import layout
+from speechdata.io.faults import fault_point
 from speechdata.io.storage import DataRoot
 
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from speechdata.alignment.table import TimedUnit
-from speechdata.bridge.clock import FRAME_CENTER_MS, FRAME_MS, SAMPLES_PER_FRAME, n_frames_for
+from speechdata.audio.clock import FRAME_CENTER_MS, FRAME_MS, SAMPLES_PER_FRAME, n_frames_for
 
 SILENCE = -1
 

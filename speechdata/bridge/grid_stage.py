@@ -13,15 +13,15 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
+from speechdata.accounting.rejects import Reject, rejects_table
+from speechdata.accounting.stage import StageSummary
 from speechdata.alignment.pseudo_labels import with_text_sources
 from speechdata.alignment.table import words_by_utterance
-from speechdata.bridge.clock import SAMPLE_RATE
+from speechdata.audio.clock import SAMPLE_RATE
 from speechdata.bridge.frame_grid import GridError, build_frame_grid, n_frames_for
 from speechdata.bridge.text_tokens import tokenize_many
 from speechdata.io import layout
 from speechdata.io.storage import DataRoot
-from speechdata.rejects import Reject, rejects_table
-from speechdata.stage import StageSummary
 
 STAGE = "frame_grids"
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pyarrow as pa
 
 from speechdata.alignment.pseudo_labels import with_text_sources
+from speechdata.audio.clock import SAMPLE_RATE
 from speechdata.audio.container import read_container_index
-from speechdata.bridge.clock import SAMPLE_RATE
 from speechdata.bridge.manifest import MANIFEST_COLUMNS
 from speechdata.io import layout
 from speechdata.io.storage import DataRoot

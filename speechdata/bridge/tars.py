@@ -31,8 +31,8 @@ from speechdata.alignment.pseudo_labels import (
     needs_pseudo_label,
     read_pseudo_labels,
 )
+from speechdata.audio.clock import FRAME_RATE_HZ, SAMPLE_RATE
 from speechdata.audio.codec import PCM16_CODECS, decode_audio, decode_pcm16
-from speechdata.bridge.clock import FRAME_RATE_HZ, SAMPLE_RATE
 from speechdata.bridge.tar_stream import BLOCK_BYTES, TarStream, byte_view
 from speechdata.io import layout
 from speechdata.io.keyed_stream import KeyedRows, read_ahead, read_keys

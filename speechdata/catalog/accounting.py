@@ -1,9 +1,9 @@
-"""The catalog's per-product accounting: the same ledgers as :mod:`speechdata.ledgers`, in SQL.
+"""The catalog's per-product accounting: the same ledgers as :mod:`speechdata.accounting.ledgers`, in SQL.
 
 ``product_accounting`` is a view with one row per (landed shard, product line): ``landed``,
 ``produced`` (NULL when the product has not been built for the shard), ``rejected`` (distinct
 utterances rejected by the stages the product depends on), ``balanced`` (as
-:attr:`speechdata.ledgers.Ledger.balanced`: false when not built) and ``state`` (:data:`ACCOUNTING_STATES`:
+:attr:`speechdata.accounting.ledgers.Ledger.balanced`: false when not built) and ``state`` (:data:`ACCOUNTING_STATES`:
 ``balanced``, ``unbalanced`` or ``not built``, so a product never built is not read as a lost
 utterance), for every product line of :data:`speechdata.products.PRODUCT_LINES`. Being a view it never lags what it summarizes. Every
 glob here is built from an escaped root, so a data root whose path holds glob characters (``[1]``)
@@ -158,7 +158,7 @@ def accounting_select(landed_rows: str, produced_rows: str, built: str, rejects:
 
 def product_rejects_sql(rejects: str = "SELECT * FROM rejects") -> str:
     """The ``product_rejects`` view: each (shard, product, utterance) rejected by one of the product's
-    stages once, under the reason of the earliest such stage (as :func:`speechdata.ledgers.product_ledger`);
+    stages once, under the reason of the earliest such stage (as :func:`speechdata.accounting.ledgers.product_ledger`);
     ``rejects``: the SELECT it reads (the ``rejects`` view, or one refresh's changed ledgers)."""
     stages = ", ".join(
         f"({_literal(line.name)}, {_literal(stage)}, {order})"

@@ -46,7 +46,7 @@ NAMED_QUERIES: dict[str, str] = {
     **QUALITY_NAMED_QUERIES,
 }
 """Queries a person asks often, by name; all read the live views. ``shard_accounting`` lists every
-landed shard once per product line, with that product's own ledger (``speechdata.ledgers``) and its
+landed shard once per product line, with that product's own ledger (``speechdata.accounting.ledgers``) and its
 ``state``: ``balanced``, ``unbalanced`` or ``not built``."""
 
 

@@ -50,6 +50,7 @@ import duckdb
 import pyarrow as pa
 
 from speechdata import products
+from speechdata.accounting.rejects import REJECTS_SCHEMA
 from speechdata.bridge.manifest import MANIFEST_COLUMNS, manifest_path
 from speechdata.catalog.accounting import LANDED_GLOB, product_accounting_sql, product_rejects_sql
 from speechdata.catalog.accounting_state import (
@@ -80,7 +81,6 @@ from speechdata.catalog.quality_state import QUALITY_GLOBS, QUALITY_STATE_TABLES
 from speechdata.catalog.root_paths import glob_root, set_root_variable, under_root
 from speechdata.io import layout
 from speechdata.io.storage import DataRoot
-from speechdata.rejects import REJECTS_SCHEMA
 
 CATALOG_FILE = "catalog.duckdb"
 """The catalog database, relative to the data root."""

@@ -31,7 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
-from speechdata.bridge.clock import FRAME_RATE_HZ
+from speechdata.audio.clock import FRAME_RATE_HZ
 from speechdata.export.output import ExportError, Progress, staged_directory, write_record
 from speechdata.export.selection import SampleFilter, iter_published_samples, select_published_samples
 from speechdata.io.storage import DataRoot

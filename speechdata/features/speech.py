@@ -15,7 +15,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from speechdata.bridge.clock import SAMPLE_RATE
+from speechdata.audio.clock import SAMPLE_RATE
 from speechdata.features.gpu_batching import budgeted_batches, run_splitting_on_oom
 
 WAVLM_SAMPLE_RATE = 16_000

@@ -13,17 +13,17 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from speechdata.accounting.rejects import Reject, rejects_table
+from speechdata.accounting.stage import StageSummary
+from speechdata.audio.clock import SAMPLE_RATE
 from speechdata.audio.container import iter_container_audio
-from speechdata.bridge.clock import SAMPLE_RATE
-from speechdata.faults import fault_point
 from speechdata.features.array_store import ARRAY_STORE_PARQUET_OPTIONS, ARRAY_STORE_SCHEMA, ArrayStoreWriter
 from speechdata.features.background_writes import BackgroundArrayWrites
 from speechdata.features.gpu_batching import ItemTooLarge
 from speechdata.features.shard_inputs import QwenShardInputs, WavlmShardInputs, read_qwen_inputs
 from speechdata.io import layout
+from speechdata.io.faults import fault_point
 from speechdata.io.storage import DataRoot
-from speechdata.rejects import Reject, rejects_table
-from speechdata.stage import StageSummary
 
 if TYPE_CHECKING:
     import torch

@@ -17,12 +17,12 @@ from pathlib import PurePosixPath
 
 import pyarrow.compute as pc
 
+from speechdata.accounting.ledger_gate import UnbalancedLedger
+from speechdata.accounting.ledgers import Ledger, landed_utterances, product_ledger
 from speechdata.hf.shard_paths import HF_STAGE
 from speechdata.hf.state import execute_many, state_connection
 from speechdata.io import layout
 from speechdata.io.storage import DataRoot
-from speechdata.ledger_gate import UnbalancedLedger
-from speechdata.ledgers import Ledger, landed_utterances, product_ledger
 from speechdata.products import product_line
 
 

@@ -34,7 +34,7 @@ def refresh_country(
     seed: int = 0,
 ) -> CountryBuild:
     """``hf_split_assignments`` and ``hf_dataset`` for ``country``: raises
-    :class:`~speechdata.ledger_gate.UnbalancedLedger` (after writing the indexes) when a shard's
+    :class:`~speechdata.accounting.ledger_gate.UnbalancedLedger` (after writing the indexes) when a shard's
     ``hf`` ledger does not balance."""
     options = options or DatasetOptions()
     targets = targets or SplitTargets()

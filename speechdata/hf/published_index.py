@@ -15,12 +15,12 @@ from pathlib import PurePosixPath
 
 import pyarrow as pa
 
+from speechdata.accounting.rejects import Reject, rejects_table
 from speechdata.hf.shard_paths import HF_STAGE, checked_country, published_index
 from speechdata.hf.state import execute_many, read_state, state_connection
 from speechdata.io import layout
 from speechdata.io.confinement import validate_partition_key
 from speechdata.io.storage import DataRoot
-from speechdata.rejects import Reject, rejects_table
 
 PUBLISHED_INDEX_SCHEMA = pa.schema(
     [

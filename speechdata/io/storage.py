@@ -103,7 +103,7 @@ _PATH_COLUMN = re.compile(r"(^|_)(path|url|uri|file|filepath|dir|directory|locat
 
 
 REJECTS_LEDGER_COLUMNS = ["utt_id", "stage", "reason", "detail"]
-"""The columns of a rejects ledger (``speechdata.rejects.REJECTS_SCHEMA``'s, which sits above the
+"""The columns of a rejects ledger (``speechdata.accounting.rejects.REJECTS_SCHEMA``'s, which sits above the
 storage layer; a test keeps them equal): its ``detail`` has the root's prefix taken off, not refused."""
 
 

@@ -2,7 +2,7 @@
 
 Shard-level problems (no metadata, a missing or mistyped column) make the whole shard unusable and
 raise :class:`ContractError`, whose message names the file, the column and the rule. Row-level
-problems (a duplicate or dotted ``utt_id``, a bad segment) become :class:`~speechdata.rejects.Reject`
+problems (a duplicate or dotted ``utt_id``, a bad segment) become :class:`~speechdata.accounting.rejects.Reject`
 records and the rest of the shard goes on.
 """
 
@@ -16,11 +16,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from speechdata.accounting.rejects import Reject
 from speechdata.audio.truth import has_words
 from speechdata.io.storage import read_parquet_handle
 from speechdata.landing.countries import country_problem, is_country_code
 from speechdata.landing.extras import EXTRA_FIELD, pack_extras
-from speechdata.rejects import Reject
 
 UTT_ID_PATTERN = re.compile(r"^[A-Za-z0-9_-]+$")
 MAX_UTT_ID_LENGTH = 200

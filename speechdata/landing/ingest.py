@@ -1,6 +1,6 @@
 """The two ingest steps end to end: landed shard -> utterance index -> 24 kHz mono audio container.
 
-Each step is a shard stage (``speechdata.stage``): it reads from and writes to the data root
+Each step is a shard stage (``speechdata.accounting.stage``): it reads from and writes to the data root
 atomically, replaces its own outputs on a re-run, and returns a summary for the caller to report.
 """
 
@@ -12,18 +12,18 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
+from speechdata.accounting.rejects import Reject, rejects_table
+from speechdata.accounting.stage import StageSummary
 from speechdata.audio.codec import DEFAULT_AUDIO_CODEC, AudioCodec, ResamplerName
 from speechdata.audio.container import AUDIO_CONTAINER_SCHEMA, CONTAINER_PARQUET_OPTIONS, AudioContainerWriter
 from speechdata.audio.truth import MAX_CLIPPED_SHARE
-from speechdata.faults import fault_point
 from speechdata.io import layout
+from speechdata.io.faults import fault_point
 from speechdata.io.storage import DataRoot
 from speechdata.landing.normalize import SEGMENT_COLUMNS, normalize_shard
 from speechdata.landing.normalize import STAGE as NORMALIZE_STAGE
 from speechdata.landing.raw_shard import STAGE as RAW_STAGE
 from speechdata.landing.raw_shard import validate_landed_shard
-from speechdata.rejects import Reject, rejects_table
-from speechdata.stage import StageSummary
 
 
 @dataclass(frozen=True, kw_only=True)

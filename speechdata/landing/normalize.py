@@ -26,6 +26,7 @@ import numpy as np
 import pyarrow as pa
 import soundfile as sf
 
+from speechdata.accounting.rejects import Reject, error_text
 from speechdata.audio.budget import OverMemoryBudget
 from speechdata.audio.codec import (
     DEFAULT_AUDIO_CODEC,
@@ -42,7 +43,6 @@ from speechdata.audio.dc_offset import remove_dc_offset
 from speechdata.audio.truth import MAX_CLIPPED_SHARE, clipped_share, clipping_problem, signal_problem, truncation_reject
 from speechdata.io.storage import DataRoot
 from speechdata.landing.landed_audio import LandedAudio
-from speechdata.rejects import Reject, error_text
 
 STAGE = "normalized_audio"
 FILES_PER_TASK = 16

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
+from speechdata.accounting.rejects import Reject, error_text
 from speechdata.audio.truth import sample_rate_problem
 from speechdata.io import layout
 from speechdata.io.confinement import LandedShardOutsideRoot, confined_landed_shard
@@ -18,7 +19,6 @@ from speechdata.io.regular_files import NotARegularFile, open_regular
 from speechdata.io.storage import DataRoot
 from speechdata.landing.contract import ContractError, check_rows, read_metadata
 from speechdata.landing.landed_audio import AudioHeader, AudioNotFound, LandedAudio, UnsafeAudio
-from speechdata.rejects import Reject, error_text
 
 STAGE = "raw_shards"
 

@@ -13,9 +13,9 @@ from collections.abc import Iterable, Mapping
 
 import pyarrow.compute as pc
 
+from speechdata.accounting.rejects import Reject
 from speechdata.io.storage import DataRoot
 from speechdata.quality.paths import near_duplicates, quality_decisions
-from speechdata.rejects import Reject
 
 NEAR_DUPLICATE = "near_duplicate"
 NEAR_DUPLICATE_COLUMNS = ("utt_id", "representative_shard", "representative_utt", "kind", "similarity")

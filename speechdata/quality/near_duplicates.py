@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import pyarrow as pa
 
+from speechdata.accounting.rejects import error_text
+from speechdata.accounting.stage import StageSummary
 from speechdata.audio.codec import decode_audio
 from speechdata.io import layout
 from speechdata.io.shard_lock import EXCLUSIVE_CREATE_PROTOCOLS, LockHolder
@@ -47,8 +49,6 @@ from speechdata.quality.near_dup_matching import (
 from speechdata.quality.near_dup_postings import index_keys
 from speechdata.quality.paths import near_duplicate_flags
 from speechdata.quality.speakers import SpeakerEncoder, shipped_speaker_encoder
-from speechdata.rejects import error_text
-from speechdata.stage import StageSummary
 
 MAX_CHECKED_SECONDS = 1_800.0
 """An utterance longer than this (30 minutes, the same bound as alignment's) is not decoded for its

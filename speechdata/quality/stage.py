@@ -15,6 +15,7 @@ from collections.abc import Mapping
 import numpy as np
 import pyarrow as pa
 
+from speechdata.accounting.stage import StageSummary
 from speechdata.alignment.greedy import greedy_hypotheses_path
 from speechdata.alignment.pseudo_labels import TEXT_SOURCE_LANDED, with_text_sources
 from speechdata.audio.codec import resample
@@ -43,7 +44,6 @@ from speechdata.quality.transcript_checks import (
     ngram_repetition,
     speaking_rate,
 )
-from speechdata.stage import StageSummary
 from speechdata.vad.silero import VadParams, detect_speech
 
 SIGNALS_STAGE = "quality_signals"

@@ -16,6 +16,7 @@ import numpy as np
 import pyarrow as pa
 
 from speechdata.alignment.table import TimedUnit, alignment_rows, alignments_table
+from speechdata.audio.clock import SAMPLE_RATE, n_frames_for
 from speechdata.audio.codec import encode_audio
 from speechdata.audio.container import (
     AUDIO_CONTAINER_SCHEMA,
@@ -23,7 +24,6 @@ from speechdata.audio.container import (
     AudioContainerWriter,
     EncodedUtterance,
 )
-from speechdata.bridge.clock import SAMPLE_RATE, n_frames_for
 from speechdata.bridge.grid_stage import FRAME_GRIDS_SCHEMA
 from speechdata.features.array_store import ARRAY_STORE_PARQUET_OPTIONS, ARRAY_STORE_SCHEMA, ArrayStoreWriter
 from speechdata.io import layout

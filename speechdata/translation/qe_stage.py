@@ -22,12 +22,12 @@ from dataclasses import dataclass
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from speechdata.accounting.ledger_gate import require_balanced
+from speechdata.accounting.ledgers import produced_utterances
+from speechdata.accounting.stage import StageSummary
 from speechdata.io import layout
 from speechdata.io.input_versions import InputFingerprint, fingerprint_is_current, input_fingerprint
 from speechdata.io.storage import DataRoot
-from speechdata.ledger_gate import require_balanced
-from speechdata.ledgers import produced_utterances
-from speechdata.stage import StageSummary
 from speechdata.translation.segmentation_input import LATENCY_LEVELS
 
 DEFAULT_THRESHOLD = 5.0
@@ -215,7 +215,7 @@ class PairsSummary(StageSummary):
 def run_streaming_pairs(data_root: DataRoot, shard_id: str, threshold: float = DEFAULT_THRESHOLD) -> PairsSummary:
     """Keep the shard's scored segments at or below ``threshold``; write them as JSONL and parquet.
 
-    Raises :class:`~speechdata.ledger_gate.UnbalancedLedger`, writing nothing, when the shard's
+    Raises :class:`~speechdata.accounting.ledger_gate.UnbalancedLedger`, writing nothing, when the shard's
     ``translation`` ledger does not balance."""
     started = time.perf_counter()
     require_balanced(

@@ -18,14 +18,14 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 
+from speechdata.accounting.rejects import Reject, rejects_table
+from speechdata.accounting.stage import StageSummary
 from speechdata.alignment.pseudo_labels import with_text_sources
 from speechdata.alignment.table import words_by_utterance
 from speechdata.audio.container import read_container_index
 from speechdata.io import layout
 from speechdata.io.bounded_json import JsonBoundsError, read_bounded_json_bytes
 from speechdata.io.storage import DataRoot
-from speechdata.rejects import Reject, rejects_table
-from speechdata.stage import StageSummary
 from speechdata.translation.segmentation_input import LATENCY_LEVELS, SegmentationError, read_segmentation
 from speechdata.translation.segments import (
     DEFAULT_MAX_SKIP_WORDS,

@@ -18,12 +18,12 @@ from dataclasses import dataclass, field
 import duckdb
 import pyarrow as pa
 
+from speechdata.accounting.ledger_gate import require_balanced
+from speechdata.accounting.ledgers import produced_utterances
 from speechdata.io import layout
 from speechdata.io.duckdb_object_store import duckdb_location, enable_data_root_reads
 from speechdata.io.shard_versions import LEDGER_INPUTS, shard_input_versions
 from speechdata.io.storage import DataRoot, escape_glob
-from speechdata.ledger_gate import require_balanced
-from speechdata.ledgers import produced_utterances
 from speechdata.vad.chunks import DEFAULT_CHUNK_S, DEFAULT_NUM_CHUNKS, usable_chunk_seconds
 
 LANGUAGE_INDEX_SCHEMA = pa.schema(
@@ -49,7 +49,7 @@ def build_language_shard_index(
     """One row per shard with files in ``language``, from every shard's VAD table (sorted by shard),
     rebuilt from scratch (:func:`update_language_shard_index` is the incremental build).
 
-    Raises :class:`~speechdata.ledger_gate.UnbalancedLedger` when a contributing shard's ``vad``
+    Raises :class:`~speechdata.accounting.ledger_gate.UnbalancedLedger` when a contributing shard's ``vad``
     ledger does not balance."""
     if not data_root.glob(_VAD_GLOB):
         return LANGUAGE_INDEX_SCHEMA.empty_table()

@@ -28,16 +28,15 @@ from dataclasses import dataclass
 import pyarrow as pa
 import soundfile as sf
 
-from speechdata import faults
+from speechdata.accounting.rejects import Reject, rejects_table
+from speechdata.accounting.stage import StageSummary
 from speechdata.audio import budget
 from speechdata.audio.budget import OVER_BUDGET_REASON, audio_budget_problem
-from speechdata.faults import fault_point
-from speechdata.io import layout
+from speechdata.io import faults, layout
 from speechdata.io.audio_tars import deterministic_tar_writer, webdataset_key
+from speechdata.io.faults import fault_point
 from speechdata.io.storage import DataRoot
 from speechdata.landing.landed_audio import LandedAudio
-from speechdata.rejects import Reject, rejects_table
-from speechdata.stage import StageSummary
 from speechdata.vad.chunks import DEFAULT_CHUNK_S, DEFAULT_NUM_CHUNKS, usable_chunk_seconds
 from speechdata.vad.silero import SpeechSegments, VadParams, detect_speech, to_vad_input
 from speechdata.vad.tar_retention import remove_unreferenced_packed_tars

@@ -175,7 +175,7 @@ def test_code_version_change_marks_partitions_stale_and_a_backfill_reruns_only_t
 def test_materialize_all_on_a_shard_through_the_daemon_is_green_with_every_ledger_balanced(session):
     """The UI's "Materialize all" on one shard partition: every shard-partitioned asset, the
     translation ones included, with no LLM segmentation landed."""
-    from speechdata.ledgers import PRODUCT_STAGES, shard_ledgers
+    from speechdata.accounting.ledgers import PRODUCT_STAGES, shard_ledgers
 
     dev = session["dev"]
     assert "first" in session["backfills"], "needs the first backfill"

@@ -19,7 +19,7 @@ import dagster as dg
 
 from assets import ON_DEMAND_SHARD_ASSETS, SHARD_ASSETS
 from assets.partitions import shard_partitions
-from speechdata.faults import KILL_AT_ENV
+from speechdata.io.faults import KILL_AT_ENV
 from tests.tiny_resources import tiny_resources_for
 
 EVERY_SHARD_ASSET = "every-shard-asset"

@@ -25,8 +25,8 @@ from dagster_project.product_graph import ProductGraphMismatch, check_product_li
 from resources.storage import DataRootResource
 from sensors.catalog import catalogued_assets
 from speechdata import products
+from speechdata.accounting.ledgers import shard_ledgers
 from speechdata.io import layout
-from speechdata.ledgers import shard_ledgers
 from speechdata.products import ProductLine
 from tests.conftest import encode, land_shard, tone
 from tests.unit.test_stage_contract import contract_violations

@@ -12,11 +12,11 @@ import os
 import pyarrow as pa
 import pytest
 
+from speechdata.accounting.rejects import Reject, rejects_table
 from speechdata.cli import build_parser, run
 from speechdata.io import layout
 from speechdata.io.storage import AbsolutePathStored, DataRoot, OutsideDataRoot
 from speechdata.landing.ingest import run_normalized_audio, run_raw_shards
-from speechdata.rejects import Reject, rejects_table
 from tests.conftest import encode, land_shard, tone
 
 HOSTILE = "../../../../victim/s1"

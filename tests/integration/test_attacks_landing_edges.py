@@ -9,13 +9,13 @@ import pytest
 
 from assets.partitions import shard_partitions
 from sensors.landing import build_landing_sensor
+from speechdata.accounting.ledgers import landed_utterances
 from speechdata.io import layout
 from speechdata.io.confinement import DataRootMissing, LandedShardOutsideRoot, confined_landed_shard
 from speechdata.io.storage import DataRoot
 from speechdata.landing.contract import ContractError
 from speechdata.landing.ingest import run_raw_shards
 from speechdata.landing.landed_audio import LandedAudio
-from speechdata.ledgers import landed_utterances
 from tests.conftest import encode, land_shard, tone
 from tests.integration.test_attacks_confinement import rejects_of, snapshot
 from tests.integration.test_landing_sensor import tick

@@ -9,10 +9,10 @@ import pytest
 from assets import ON_DEMAND_SHARD_ASSETS, SHARD_ASSETS
 from assets.packaging import bridge_tars, shard_manifest
 from assets.partitions import shard_partitions
+from speechdata.accounting.ledgers import PRODUCT_STAGES, shard_ledgers
 from speechdata.bridge.manifest import manifest_path
 from speechdata.io import layout
 from speechdata.io.storage import DataRoot
-from speechdata.ledgers import PRODUCT_STAGES, shard_ledgers
 from speechdata.testing.shards import build_sample_shard
 from tests.conftest import land_shard
 

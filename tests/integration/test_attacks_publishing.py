@@ -322,7 +322,7 @@ def test_an_unbalanced_vad_ledger_fails_the_language_index_naming_shard_product_
 
 
 def test_an_unbalanced_translation_ledger_writes_no_pairs_and_names_shard_product_and_ids(data_root):
-    from speechdata.ledger_gate import UnbalancedLedger
+    from speechdata.accounting.ledger_gate import UnbalancedLedger
     from speechdata.translation.qe_stage import run_streaming_pairs
     from speechdata.translation.stage import SEGMENTS_SCHEMA
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from speechdata.faults import KILL_AT_ENV
+from speechdata.io.faults import KILL_AT_ENV
 from speechdata.io.storage import TEMP_PREFIX, DataRoot
 from speechdata.testing.shards import build_sample_shard
 

@@ -26,8 +26,8 @@ import soundfile as sf
 from assets import ON_DEMAND_SHARD_ASSETS, SHARD_ASSETS
 from dagster_project.definitions import defs
 from speechdata.audio.budget import OVER_BUDGET_REASON
-from speechdata.faults import KILL_AT_ENV
 from speechdata.io import layout
+from speechdata.io.faults import KILL_AT_ENV
 from speechdata.io.storage import LEAVE_ORPHAN_TEMPS_ENV, TEMP_PREFIX, DataRoot
 from speechdata.landing.mark import mark_landed
 from speechdata.testing.shards import build_sample_shard

@@ -17,7 +17,7 @@ import soundfile as sf
 
 from speechdata.asr.manifest import AsrManifestConfig
 from speechdata.asr.stage import build_and_write_asr_manifests
-from speechdata.bridge.clock import SAMPLE_RATE
+from speechdata.audio.clock import SAMPLE_RATE
 from speechdata.bridge.manifest import manifest_path
 from speechdata.bridge.reader import bridge_dataset
 from speechdata.export.lhotse import export_lhotse

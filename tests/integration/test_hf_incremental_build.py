@@ -11,6 +11,7 @@ from pathlib import Path
 import datasets
 import pytest
 
+from speechdata.accounting.ledgers import shard_ledgers
 from speechdata.hf import dataset as hf_dataset_module
 from speechdata.hf.card import CARD_FILE
 from speechdata.hf.country_build import refresh_country
@@ -21,7 +22,6 @@ from speechdata.hf.state import rows_as_dicts, state_connection
 from speechdata.importers.aligned_json import import_aligned_countries
 from speechdata.io import layout
 from speechdata.landing.ingest import run_raw_shards
-from speechdata.ledgers import shard_ledgers
 from speechdata.testing.aligned_json import build_aligned_json_corpus
 
 DATASET = "ds"

@@ -10,10 +10,10 @@ from assets.near_duplicates import near_duplicates
 from assets.publishing import INPUT_FINGERPRINT, hf_split_assignments
 from resources.hub import HubPublisherResource
 from resources.storage import DataRootResource
+from speechdata.accounting.ledgers import shard_ledgers
 from speechdata.hf.segments import country_input_fingerprints
 from speechdata.landing.ingest import run_normalized_audio, run_raw_shards
 from speechdata.landing.mark import mark_landed
-from speechdata.ledgers import shard_ledgers
 from speechdata.quality.near_dup_planted import transformed
 from speechdata.quality.near_duplicates import run_near_duplicates
 from tests.conftest import land_shard

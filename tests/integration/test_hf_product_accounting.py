@@ -11,12 +11,12 @@ import dagster as dg
 import pytest
 
 from assets.publishing import hf_dataset
+from speechdata.accounting.ledgers import shard_ledgers
 from speechdata.catalog.accounting_state import SHARD_ACCOUNTING_FROM_STATE
 from speechdata.catalog.queries import NAMED_QUERIES, run_query
 from speechdata.catalog.views import refresh_catalog
 from speechdata.hf.state import state_connection
 from speechdata.io import layout
-from speechdata.ledgers import shard_ledgers
 from speechdata.testing.aligned_json import build_aligned_json_corpus
 from tests.integration.test_attacks_publishing import DATASET, index_shard, land_granary_shard
 from tests.integration.test_attacks_publishing import publish as build_country

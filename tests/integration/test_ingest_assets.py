@@ -150,7 +150,7 @@ def test_raw_shards_metadata_shows_the_first_rejects_with_their_reasons(instance
 
 def test_rejects_sample_is_capped_and_says_how_many_it_leaves_out():
     from assets.reporting import rejects_sample
-    from speechdata.rejects import Reject
+    from speechdata.accounting.rejects import Reject
 
     rejects = [Reject(f"u{i}", "raw_shards", "invalid_segment", f"start_s={i}") for i in range(30)]
     text = rejects_sample(rejects, limit=5).value

@@ -193,8 +193,8 @@ def test_the_country_dataset_builds_and_publishes_state_with_the_root_in_the_buc
     assert recordings == sum(summary.recordings_by_split.values()) == 3
     assert pending == sum(written.values())
     # The shards' published indexes and hf_dataset rejects land in the bucket and balance the hf ledger.
+    from speechdata.accounting.ledgers import shard_ledgers
     from speechdata.hf.published_index import write_published_indexes
-    from speechdata.ledgers import shard_ledgers
 
     state_before = root.fs.info(root.path(layout.hf_state_database("ds", "de")))["size"]
     indexed = write_published_indexes(root, "ds", "de")

@@ -12,9 +12,9 @@ from assets.partitions import shard_partitions
 from assets.vad import vad_segments
 from dagster_project.definitions import defs
 from dagster_project.shard_status import NEVER_MATERIALIZED, shard_asset_keys
+from speechdata.accounting.ledgers import ledger_markdown, shard_ledgers
 from speechdata.cli import run
 from speechdata.landing.fingerprint import shard_content_fingerprint
-from speechdata.ledgers import ledger_markdown, shard_ledgers
 from speechdata.testing.shards import FAULT_REASONS, build_sample_shard
 from tests.dagster_home import instance_at
 from tests.integration.test_ingest_assets import land_shard_with_string_start_s
@@ -77,7 +77,7 @@ def test_status_shows_materializations_with_run_and_versions_and_the_ledgers(dag
     assert report["ledgers"]["vad"]["landed"] == ledgers["vad"].landed > 0
     assert set(report["ledgers"]["vad"]["rejects_by_reason"]) == set(FAULT_REASONS)
 
-    # The same state for a person: the asset table and speechdata.ledgers' own table.
+    # The same state for a person: the asset table and speechdata.accounting.ledgers' own table.
     assert run(["shard", "status", "s1", "--dagster-home", str(dagster_home), "--data-root", data_root.url]) == 0
     text = capsys.readouterr().out
     assert f"| raw_shards | materialized | {by_asset['raw_shards']['timestamp']} | {result.run_id} |" in text

@@ -7,13 +7,13 @@ import duckdb
 import pyarrow as pa
 import pytest
 
+from speechdata.accounting.rejects import Reject, rejects_table
 from speechdata.bridge.manifest import MANIFEST_COLUMNS, manifest_path
 from speechdata.catalog.display import format_table
 from speechdata.catalog.exports import export_tar_urls
 from speechdata.catalog.queries import NAMED_QUERIES, run_query, select_samples
 from speechdata.catalog.views import CATALOG_FILE, SUMMARY_TABLES, refresh_catalog
 from speechdata.io import layout
-from speechdata.rejects import Reject, rejects_table
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 HOSTILE = "'; DROP TABLE samples; --"

@@ -9,10 +9,10 @@ import pytest
 import soundfile as sf
 
 import speechdata.vad.language_index as language_index
+from speechdata.accounting.ledger_gate import UnbalancedLedger
 from speechdata.io import layout
 from speechdata.io.storage import DataRoot
 from speechdata.landing.ingest import run_raw_shards
-from speechdata.ledger_gate import UnbalancedLedger
 from speechdata.vad.language_index import (
     build_language_shard_index,
     read_language_shard_index,

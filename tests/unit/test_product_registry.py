@@ -17,15 +17,15 @@ import pyarrow as pa
 import pytest
 
 from speechdata import products
+from speechdata.accounting.ledgers import PRODUCT_STAGES, shard_ledgers
+from speechdata.accounting.rejects import Reject, rejects_table
 from speechdata.bridge.manifest import MANIFEST_COLUMNS
 from speechdata.catalog.accounting_state import SHARD_ACCOUNTING_FROM_STATE
 from speechdata.catalog.queries import NAMED_QUERIES, run_query
 from speechdata.catalog.views import refresh_catalog
 from speechdata.hf.shard_paths import HF_STAGE
 from speechdata.io import layout
-from speechdata.ledgers import PRODUCT_STAGES, shard_ledgers
 from speechdata.products import PRODUCT_LINES, ProductLine, product_line
-from speechdata.rejects import Reject, rejects_table
 from tests.unit.test_catalog_incremental import connect
 
 SHARD = "shard-a"

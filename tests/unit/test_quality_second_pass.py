@@ -127,8 +127,8 @@ def test_duckdb_reads_the_quality_files_with_no_options(planted_root):
 
 
 def test_the_asr_ledger_balances_with_the_quality_reasons(planted_root):
+    from speechdata.accounting.ledgers import produced_utterances, product_ledger
     from speechdata.asr.flac import run_asr_flac
-    from speechdata.ledgers import produced_utterances, product_ledger
 
     root, clean = planted_root
     excluded = excluded_utterances(root, "q1", "asr")

@@ -1,4 +1,4 @@
-"""Every per-shard stage of ``speechdata`` follows the one contract of ``speechdata/stage.py``.
+"""Every per-shard stage of ``speechdata`` follows the one contract of ``speechdata/accounting/stage.py``.
 
 The stages and the modules of their entry points come from the product registry
 (:func:`speechdata.products.shard_stage_modules`: the shared stages and each product line's own), so
@@ -8,8 +8,8 @@ a product line added to the registry is checked here with no edit to this file.
 import importlib
 import inspect
 
+from speechdata.accounting.stage import StageSummary
 from speechdata.products import shard_stage_modules
-from speechdata.stage import StageSummary
 
 
 def stage_modules() -> list[str]:
@@ -62,5 +62,7 @@ def test_the_quality_and_near_duplicate_stages_are_checked():
 
 
 def test_a_stage_that_breaks_the_contract_is_named():
-    # speechdata.stage's own module holds no run_ function: a stage registered there is reported.
-    assert contract_violations({"made_up": "speechdata.stage"}) == ["speechdata.stage has no run_made_up"]
+    # speechdata.accounting.stage's own module holds no run_ function: a stage registered there is reported.
+    assert contract_violations({"made_up": "speechdata.accounting.stage"}) == [
+        "speechdata.accounting.stage has no run_made_up"
+    ]

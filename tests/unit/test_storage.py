@@ -60,10 +60,10 @@ def test_atomic_open_refuses_read_modes(data_root):
 def test_a_killed_writers_temp_is_never_read_and_goes_at_the_next_write(data_root):
     import pyarrow as pa
 
+    from speechdata.accounting.ledgers import product_ledger
+    from speechdata.accounting.rejects import Reject, rejects_table
     from speechdata.io import layout
     from speechdata.io.storage import TEMP_PREFIX
-    from speechdata.ledgers import product_ledger
-    from speechdata.rejects import Reject, rejects_table
 
     data_root.write_parquet(layout.landing_metadata("s"), pa.table({"utt_id": ["a"], "audio_path": ["a.wav"]}))
     orphan = f"{layout.rejects_dir('s')}/{TEMP_PREFIX}0123456789ab-raw_shards.parquet"
@@ -142,8 +142,8 @@ def test_an_owner_whose_block_fails_removes_nothing_but_its_own_failed_write(dat
 
 
 def test_the_storage_layer_knows_a_rejects_ledger_by_the_ledgers_own_columns(data_root):
+    from speechdata.accounting.rejects import REJECTS_SCHEMA, Reject, rejects_table
     from speechdata.io.storage import REJECTS_LEDGER_COLUMNS
-    from speechdata.rejects import REJECTS_SCHEMA, Reject, rejects_table
 
     assert REJECTS_SCHEMA.names == REJECTS_LEDGER_COLUMNS
     # A ledger's detail names a file under the root: stored without the root, not refused.

@@ -60,8 +60,8 @@ def test_histogram_counts_every_value_once_and_nulls_apart():
 
 def test_a_failed_check_says_why_in_its_description_and_a_passed_one_says_nothing():
     from assets.reporting import accounting_check, utterance_check_results
-    from speechdata.rejects import Reject
-    from speechdata.stage import StageSummary
+    from speechdata.accounting.rejects import Reject
+    from speechdata.accounting.stage import StageSummary
 
     lost_one = StageSummary(
         "s1", rows_in=5, rows_out=3, rejects=[Reject("u1", "x", "bad")], audio_seconds=1.0, compute_seconds=1.0

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from speechdata.rejects import Reject, count_by_reason
+from speechdata.accounting.rejects import Reject, count_by_reason
 
 
 @dataclass(frozen=True)

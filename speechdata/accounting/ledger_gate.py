@@ -8,8 +8,8 @@ twice somewhere: publishing then would ship a product that disagrees with its ac
 
 from __future__ import annotations
 
+from speechdata.accounting.ledgers import Ledger, landed_utterances, product_ledger
 from speechdata.io.storage import DataRoot
-from speechdata.ledgers import Ledger, landed_utterances, product_ledger
 
 SHOWN_IDS = 5
 """How many unaccounted ids an error names (the ledger has them all)."""
