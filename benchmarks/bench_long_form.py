@@ -311,7 +311,14 @@ def accuracy(model: str, fixtures: Path, repeat: int) -> dict:
     short = []
     for entry, audio in zip(entries, audios, strict=True):
         [lp] = compute_log_probs(forward, [audio], settings)
-        result = align_transcript(lp, entry["text"], vocabulary, frame_ms, len(audio) * 1000 // MODEL_SAMPLE_RATE)
+        result = align_transcript(
+            lp,
+            entry["text"],
+            vocabulary,
+            frame_ms,
+            len(audio) * 1000 // MODEL_SAMPLE_RATE,
+            emission_offsets_ms=acoustic.emission_offsets_ms,
+        )
         short += errors_ms(result.words, entry["word_spans_s"])
 
     def joined(music_after: int | None):
@@ -345,6 +352,7 @@ def accuracy(model: str, fixtures: Path, repeat: int) -> dict:
             len(audio) * 1000 // MODEL_SAMPLE_RATE,
             wildcard=wildcard,
             whole_matrix_frame_tokens=0,
+            emission_offsets_ms=acoustic.emission_offsets_ms,
         )
         figures[name] = {
             **summary(errors_ms(result.words, truth)),
