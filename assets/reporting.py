@@ -45,6 +45,8 @@ COLUMN_DESCRIPTIONS: dict[str, str] = {
     "asr_text": "The aligner's greedy CTC transcript of an utterance landed without text (null for landed text).",
     "asr_confidence": "The pseudo-label's confidence, 0-1: mean max posterior of its words' frames (null for landed text).",
     "asr_word_confidences": "The pseudo-label's confidence per word (mean max posterior of the word's frames).",
+    "untranscribed": "Stretches (start_ms, end_ms) the alignment's wildcard explained instead of the transcript: music, an intro, speech the text skips (empty without a wildcard).",
+    "untranscribed_ms": "Total ms of the untranscribed stretches.",
     "language": "ISO 639-1 language code (two lower-case letters).",
     "country": "Country the recording belongs to; the HF dataset's config.",
     "start_s": "Segment start in the source audio, seconds (null: from the file's start).",

@@ -369,6 +369,8 @@ def _table(schema: pa.Schema, rows: int, given: dict, rng: np.random.Generator) 
             columns.append(pa.array(rng.integers(0, 100, rows), f.type))
         elif pa.types.is_boolean(f.type):
             columns.append(pa.array(rng.random(rows) > 0.5, f.type))
+        elif pa.types.is_fixed_size_list(f.type) or pa.types.is_list(f.type):
+            columns.append(pa.nulls(rows, f.type))
         else:
             columns.append(pa.array(["x"] * rows, f.type))
     return pa.Table.from_arrays(columns, schema=schema)

@@ -36,8 +36,9 @@ SAMPLE_ARGUMENTS = {
     "audio_sha1": "0" * 40,
     "version": "v1",
     "path_in_repo": "README.md",
+    "name": "transcripts.parquet",
 }
-KEY_PARAMETERS = {"shard_id", "country", "language", "dataset", "utt_id", "stage", "level", "split", "version"}
+KEY_PARAMETERS = {"shard_id", "country", "language", "dataset", "utt_id", "stage", "level", "split", "version", "name"}
 LAYOUT_FUNCTIONS = [
     function
     for name, function in vars(layout).items()
