@@ -79,19 +79,7 @@ def _write_recording(
         if len(words) > 3 and rng.random() < 0.5:
             del words[int(rng.integers(len(words)))]
         asr = " ".join(words)
-        start_idx = len(transcript) + (1 if transcript else 0)
-        transcript = f"{transcript} {human}" if transcript else human
-        segments.append(
-            {
-                "start": round(start, 3),
-                "end": round(end, 3),
-                "asr_text": asr,
-                "human_text": human,
-                "cer": round(float(jiwer.cer(human, asr)), 4),
-                "start_idx": start_idx,
-                "end_idx": start_idx + len(human),
-            }
-        )
+        transcript = _append_segment(segments, transcript, start, end, human, asr)
     return _write_files(country_dir, video_id, pieces, segments, rate, audio_format)
 
 
@@ -123,19 +111,7 @@ def build_aligned_json_from_clips(
                 position = end
                 human = clip.text
                 asr = _perturbed(human, rng) if k % 2 else human
-                start_idx = len(transcript) + (1 if transcript else 0)
-                transcript = f"{transcript} {human}" if transcript else human
-                segments.append(
-                    {
-                        "start": round(start, 3),
-                        "end": round(end, 3),
-                        "asr_text": asr,
-                        "human_text": human,
-                        "cer": round(float(jiwer.cer(human, asr)), 4),
-                        "start_idx": start_idx,
-                        "end_idx": start_idx + len(human),
-                    }
-                )
+                transcript = _append_segment(segments, transcript, start, end, human, asr)
             written.append(
                 _write_files(
                     Path(countries_dir) / country, f"vid{country[:2]}{r:04d}", pieces, segments, rate, audio_format
@@ -176,3 +152,21 @@ def _write_files(
     # Relative to the country folder, as a corpus moved between machines would have it.
     json_path.write_text(json.dumps({"audio_file": f"audio/{audio_file.name}", "segments": segments}, indent=1))
     return json_path
+
+
+def _append_segment(segments: list[dict], transcript: str, start: float, end: float, human: str, asr: str) -> str:
+    """Append one aligned-JSON segment (its ``cer`` computed with jiwer, its character span in the
+    recording's transcript) and return the transcript with ``human`` joined on."""
+    start_idx = len(transcript) + (1 if transcript else 0)
+    segments.append(
+        {
+            "start": round(start, 3),
+            "end": round(end, 3),
+            "asr_text": asr,
+            "human_text": human,
+            "cer": round(float(jiwer.cer(human, asr)), 4),
+            "start_idx": start_idx,
+            "end_idx": start_idx + len(human),
+        }
+    )
+    return f"{transcript} {human}" if transcript else human

@@ -133,19 +133,7 @@ def build_sample_shard(
         pieces.append(gap)
         files[audio_path] = _encode(np.concatenate(pieces), base_rate, "flac")
 
-    if with_faults:
-        _add_faults(shard_id, files, rows, rng)
-
-    if as_tar:
-        data_root.write_bytes(layout.landing_audio_tar(shard_id), _tar_bytes(files))
-    else:
-        for path, data in files.items():
-            data_root.write_bytes(f"{layout.landing_audio_dir(shard_id)}/{path}", data)
-    table = pa.Table.from_pylist(rows, schema=SAMPLE_METADATA_SCHEMA)
-    data_root.write_parquet(layout.landing_metadata(shard_id), table)
-    if complete:
-        mark_landed(data_root, shard_id)
-    return table
+    return _land(data_root, shard_id, files, rows, rng, with_faults=with_faults, as_tar=as_tar, complete=complete)
 
 
 SAMPLE_METADATA_SCHEMA = pa.schema(
@@ -249,6 +237,14 @@ def build_shard_from_clips(
             rows.append(_row(f"{shard_id}_rec000_{k:02d}", audio_path, [clip], clip.language, rng, start_s, end_s))
         pieces.append(gap)
         files[audio_path] = _encode(np.concatenate(pieces), base_rate, "flac")
+    return _land(data_root, shard_id, files, rows, rng, with_faults=with_faults, as_tar=as_tar, complete=True)
+
+
+def _land(
+    data_root: DataRoot, shard_id: str, files: dict, rows: list, rng, *, with_faults: bool, as_tar: bool, complete: bool
+) -> pa.Table:
+    """Write a sample shard's audio (loose files or one tar) and metadata, faulty rows added if asked;
+    ``complete``: then its ``_SUCCESS`` marker."""
     if with_faults:
         _add_faults(shard_id, files, rows, rng)
     if as_tar:
@@ -258,5 +254,6 @@ def build_shard_from_clips(
             data_root.write_bytes(f"{layout.landing_audio_dir(shard_id)}/{path}", data)
     table = pa.Table.from_pylist(rows, schema=SAMPLE_METADATA_SCHEMA)
     data_root.write_parquet(layout.landing_metadata(shard_id), table)
-    mark_landed(data_root, shard_id)
+    if complete:
+        mark_landed(data_root, shard_id)
     return table
