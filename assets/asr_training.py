@@ -36,7 +36,7 @@ NO_RECORDING_LEAKS = "no_recording_in_two_splits"
 @shard_asset(
     deps=[raw_shards, quality_decisions],
     kinds={"flac", "parquet"},
-    code_version="asr_flac-v3",  # bumped when edge silence began to be trimmed and DC removed
+    code_version="asr_flac-v3",
     checks={FLAC_ACCOUNTED: "Every utterance of the index has a FLAC file or an asr_flac reject."},
 )
 def asr_flac(context: dg.AssetExecutionContext, data_root: DataRootResource) -> ShardEvents:
@@ -106,7 +106,7 @@ class AsrManifestAssetConfig(dg.Config):
 @group_asset(
     deps=[asr_flac],
     kinds={"parquet", "polars"},
-    code_version="asr_manifest-v4",  # bumped for the text_source column (pseudo-labels)
+    code_version="asr_manifest-v4",
     checks={NO_RECORDING_LEAKS: "No recording has utterances in both train and validation."},
 )
 def asr_manifest(
