@@ -21,8 +21,9 @@ from resources.storage import DataRootResource
 from speechdata.accounting.ledger_gate import UnbalancedLedger, require_balanced
 from speechdata.accounting.ledgers import produced_utterances
 from speechdata.asr.flac import run_asr_flac
-from speechdata.asr.incremental import MANIFEST_SCHEMA, arrow_schema
+from speechdata.asr.incremental import arrow_schema
 from speechdata.asr.manifest import AsrManifestConfig
+from speechdata.asr.manifest_rows import MANIFEST_SCHEMA
 from speechdata.asr.stage import build_and_write_asr_manifests
 from speechdata.io import layout
 from speechdata.quality.decisions import excluded_utterances
