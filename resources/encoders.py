@@ -10,9 +10,11 @@ from resources.torch_device import TorchDeviceResource
 from speechdata.bridge.text_tokens import TINY_VOCAB_SIZE
 from speechdata.profiles import Profile, runs_tiny_models
 
-PROFILE_FIELD = Field(
-    "full", description="full loads model_id at revision; tiny and small build the model's tiny twin locally."
-)
+
+def profile_field():
+    return Field(
+        "full", description="full loads model_id at revision; tiny and small build the model's tiny twin locally."
+    )
 
 
 class QwenEncoder(dg.ConfigurableResource):
@@ -22,7 +24,7 @@ class QwenEncoder(dg.ConfigurableResource):
     of layer 27 of 28), so the last layer and the LM head are never computed.
     """
 
-    profile: Profile = PROFILE_FIELD
+    profile: Profile = profile_field()
     model_id: str = Field(QWEN.model_id, description="Hugging Face Hub id (or local folder) the full profile loads.")
     revision: str | None = None
     hidden_state_index: int = -2
@@ -64,7 +66,7 @@ class WavLMEncoder(dg.ConfigurableResource):
     (one weight per hidden state) gives their weighted sum instead.
     """
 
-    profile: Profile = PROFILE_FIELD
+    profile: Profile = profile_field()
     model_id: str = Field(WAVLM.model_id, description="Hugging Face Hub id (or local folder) the full profile loads.")
     revision: str | None = None
     layer: int | None = None
