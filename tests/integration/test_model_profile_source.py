@@ -40,7 +40,7 @@ def test_build_definitions_records_the_models_its_resources_run(profile, monkeyp
         assert code_version.endswith(identity), (name, code_version)
     assert resources["model_profile"].profile == profile
     assert resources["aligner"].models == profile_alignment_models(profile)
-    for key in ("qwen", "wavlm", "text_tokenizer", "quality_models"):
+    for key in ("qwen", "wavlm", "text_tokenizer", "quality_models", "qe"):
         assert resources[key].profile == profile, key
     # A Hub id field holds a Hub id in every profile; the profile says whether its tiny twin runs.
     assert resources["qwen"].model_id == resources["text_tokenizer"].model_id == QWEN.model_id
