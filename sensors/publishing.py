@@ -40,8 +40,10 @@ from speechdata.io.layout import is_valid_key
 
 RAW_SHARDS = dg.AssetKey("raw_shards")
 NEAR_DUPLICATES = dg.AssetKey("near_duplicates")
-SHARD_EVENTS = (RAW_SHARDS, NEAR_DUPLICATES)
-"""What changes a country's inputs: a shard indexed, or its near duplicates decided (they are filtered)."""
+ALIGNMENTS = dg.AssetKey("alignments")
+SHARD_EVENTS = (RAW_SHARDS, NEAR_DUPLICATES, ALIGNMENTS)
+"""What changes a country's inputs: a shard indexed, its near duplicates decided (they are filtered),
+or its utterances aligned (those landed without text get their pseudo-labels)."""
 COUNTRY_TAG = "speechdata/hf_country"
 """Runs of one country queue behind each other (run queue ``tag_concurrency_limits`` in dagster.yaml):
 a country's state database has one writer at a time."""

@@ -72,7 +72,7 @@ from speechdata.io import layout
 from speechdata.io.faults import fault_point
 from speechdata.io.storage import DataRoot
 
-STATE_FORMAT = "asr-manifest-state-v1"
+STATE_FORMAT = "asr-manifest-state-v2"  # v2: rows carry asr_confidence
 TEXT_KEY_SALT = "asr-text-group-v1:"
 AUDIO_KEY_SALT = "asr-audio-v1:"
 NULL_AUDIO_KEY = -(2**63)
@@ -92,6 +92,7 @@ MANIFEST_SCHEMA = {
     "original_language": pl.String,
     "quality": pl.Float64,
     "text_source": pl.String,
+    "asr_confidence": pl.Float32,
 }
 REMOVED_SCHEMA = {"shard_id": pl.String, "utt_id": pl.String, "reason": pl.String, "detail": pl.String}
 PREPARED_SCHEMA = {

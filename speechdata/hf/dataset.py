@@ -417,12 +417,13 @@ def _commit_part(
                     db.execute("DELETE FROM files WHERE path_in_repo = ?", [path])
         for f in split_files.files:
             db.execute(
-                "INSERT OR REPLACE INTO files (path_in_repo, split, rows, bytes, sha256, status, error_message, "
-                "commit_oid, shard_id) VALUES (?, ?, ?, ?, ?, ?, NULL, NULL, ?)",
+                "INSERT OR REPLACE INTO files (path_in_repo, split, rows, pseudo_labels, bytes, sha256, status, "
+                "error_message, commit_oid, shard_id) VALUES (?, ?, ?, ?, ?, ?, ?, NULL, NULL, ?)",
                 [
                     f["path_in_repo"],
                     split,
                     f["rows"],
+                    f["pseudo_labels"],
                     f["bytes"],
                     f["sha256"],
                     "uploaded" if old.get(f["path_in_repo"]) == "uploaded" and _same_sha(db, f) else "pending",

@@ -28,11 +28,14 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from speechdata.alignment.formats import aligned_segment_range_problem
+from speechdata.alignment.pseudo_labels import TEXT_SOURCE_ASR
+from speechdata.hf.text_sources import is_blank, pseudo_label_reason, text_columns, with_pseudo_labels
 from speechdata.io import layout
 from speechdata.io.storage import DataRoot, escape_glob, read_parquet_handle
 from speechdata.landing.extras import unpack_extras
 from speechdata.quality.decisions import NEAR_DUPLICATE
 from speechdata.quality.paths import near_duplicates
+from speechdata.quality.policy import QualityPolicy
 
 SEGMENT_SCHEMA = pa.schema(
     [
@@ -52,6 +55,9 @@ SEGMENT_SCHEMA = pa.schema(
         pa.field("cer", pa.float64()),
         pa.field("transcript_start_idx", pa.int32()),
         pa.field("transcript_end_idx", pa.int32()),
+        pa.field("text", pa.string()),
+        pa.field("text_source", pa.string()),
+        pa.field("asr_confidence", pa.float32()),
     ]
 )
 
@@ -68,21 +74,26 @@ REQUIRED_FIELDS = (
     "transcript_start_idx",
     "transcript_end_idx",
 )
-"""Segment fields every published row fills (``video_id`` falls back to the audio file's name)."""
+"""Segment fields every published row fills (``video_id`` falls back to the audio file's name); a
+pseudo-labelled row (:mod:`speechdata.hf.text_sources`) has no ``human_text`` and fills ``text`` instead."""
 
 
 @dataclass(frozen=True)
 class SegmentLimits:
-    """Which segments a dataset keeps: ``[min_duration_s, max_duration_s]`` and ``cer <= max_cer``."""
+    """Which segments a dataset keeps: ``[min_duration_s, max_duration_s]``, ``cer <= max_cer`` and
+    pseudo-labels of at least ``min_asr_confidence``."""
 
     min_duration_s: float = 3.0
     max_duration_s: float = 20.0
     max_cer: float | None = None
     """None keeps every CER (segments without one always pass)."""
+    min_asr_confidence: float | None = QualityPolicy.min_asr_confidence
+    """A pseudo-label (``text_source`` ``asr``) under this confidence is filtered ``low_asr_confidence``
+    (the quality policy's threshold); None keeps every pseudo-label."""
 
     def __post_init__(self) -> None:
         # A NaN limit compares false with every value: it would keep every segment, silently.
-        for name in ("min_duration_s", "max_duration_s", "max_cer"):
+        for name in ("min_duration_s", "max_duration_s", "max_cer", "min_asr_confidence"):
             value = getattr(self, name)
             if value is not None and not (math.isfinite(value) and value >= 0):
                 raise ValueError(f"segment limit {name}={value!r} must be a finite number >= 0")
@@ -119,7 +130,7 @@ def published_shard_index(data_root: DataRoot, shard_id: str) -> pa.Table | None
     marker = table[PUBLISHED_SHARD_MARKER] if PUBLISHED_SHARD_MARKER in table.column_names else None
     if marker is None or marker.null_count == table.num_rows:
         return None
-    return table
+    return with_pseudo_labels(data_root, shard_id, table)
 
 
 def shard_country_segments(data_root: DataRoot, shard_id: str, country: str) -> pa.Table:
@@ -139,7 +150,11 @@ def shard_stamps(data_root: DataRoot) -> dict[str, str]:
     or ETag), from two listings. A stamp that differs from the one recorded when the shard was read
     means it may have changed (a rewrite with the same rows reads it again and finds nothing new);
     an equal one means it did not, so a refresh reads only new and re-indexed shards."""
-    names = ("utterances.parquet", PurePosixPath(near_duplicates("x")).name)
+    names = (
+        "utterances.parquet",
+        PurePosixPath(near_duplicates("x")).name,
+        PurePosixPath(layout.alignment_scores("x")).name,
+    )
     if data_root.is_local:
         return _local_shard_stamps(data_root.path(layout.SHARDS), names)
     root = escape_glob(data_root.root)
@@ -332,7 +347,9 @@ def _as_segments(table: pa.Table, shard_id: str) -> pa.Table:
     audio_path = _column(table, "audio_path", pa.string())
     video_id = _column(table, "video_id", pa.string())
     fallback_recording = pc.binary_join_element_wise(pa.array([shard_id] * n, pa.string()), audio_path, "/")
-    human = _column(table, "human_text", pa.string())
+    texts = text_columns(
+        table, pc.coalesce(_column(table, "human_text", pa.string()), _column(table, "text", pa.string()))
+    )
     return pa.table(
         {
             "key": _column(table, "utt_id", pa.string()),
@@ -346,11 +363,14 @@ def _as_segments(table: pa.Table, shard_id: str) -> pa.Table:
             "end_s": _column(table, "segment_end_s", pa.float64()),
             "duration_s": _column(table, "duration_s", pa.float64()),
             "source_sample_rate": _column(table, "source_sample_rate", pa.int32()),
-            "human_text": pc.coalesce(human, _column(table, "text", pa.string())),
+            "human_text": texts["human_text"],
             "asr_text": _column(table, "asr_text", pa.string()),
             "cer": _column(table, "cer", pa.float64()),
             "transcript_start_idx": _column(table, "transcript_start_idx", pa.int32()),
             "transcript_end_idx": _column(table, "transcript_end_idx", pa.int32()),
+            "text": texts["text"],
+            "text_source": texts["text_source"],
+            "asr_confidence": texts["asr_confidence"],
         },
         schema=SEGMENT_SCHEMA,
     )
@@ -361,17 +381,32 @@ def filter_reasons(
 ) -> list[str | None]:
     """Per segment: None when it is kept, else ``missing_<field>`` (a :data:`REQUIRED_FIELDS` is
     null), ``duration_out_of_range`` (not a finite length >= 0), ``cer_out_of_range`` (not a finite
-    rate >= 0), ``transcript_indexes_out_of_range`` (not ``0 <= start <= end``), ``too_short``, ``too_long``, ``cer_above_max`` or ``near_duplicate`` (its ``(shard_id,
+    rate >= 0), ``transcript_indexes_out_of_range`` (not ``0 <= start <= end``), ``too_short``, ``too_long``, ``cer_above_max``,
+    ``low_asr_confidence`` (a pseudo-label under ``limits.min_asr_confidence``) or ``near_duplicate`` (its ``(shard_id,
     key)`` is in ``near_duplicate_ids``), the first that applies: a copy that fails on its own is
-    counted under its own reason, as the quality filter does."""
+    counted under its own reason, as the quality filter does. A blank human text counts as missing;
+    a pseudo-labelled row needs ``text`` in its place."""
     reasons: list[str | None] = []
     required = {name: segments[name].to_pylist() for name in REQUIRED_FIELDS}
+    texts, sources = segments["text"].to_pylist(), segments["text_source"].to_pylist()
+    confidences = segments["asr_confidence"].to_pylist()
     starts, ends = segments["transcript_start_idx"].to_pylist(), segments["transcript_end_idx"].to_pylist()
     copies = set(near_duplicate_ids)
     for row, (duration, cer, segment_id) in enumerate(
         zip(segments["duration_s"].to_pylist(), segments["cer"].to_pylist(), segment_ids(segments), strict=True)
     ):
-        missing = next((name for name, values in required.items() if values[row] is None), None)
+        labelled = sources[row] == TEXT_SOURCE_ASR
+        missing = next(
+            (
+                name
+                for name, values in required.items()
+                if (values[row] is None and not (labelled and name == "human_text"))
+                or (name == "human_text" and not labelled and is_blank(values[row]))
+            ),
+            None,
+        )
+        if missing is None and labelled and is_blank(texts[row]):
+            missing = "text"
         if missing is not None:
             reasons.append(f"missing_{missing}")
         elif duration is None or not math.isfinite(duration) or duration < 0:
@@ -386,6 +421,8 @@ def filter_reasons(
             reasons.append("too_long")
         elif limits.max_cer is not None and cer is not None and cer > limits.max_cer:
             reasons.append("cer_above_max")
+        elif (low := pseudo_label_reason(sources[row], confidences[row], limits.min_asr_confidence)) is not None:
+            reasons.append(low)
         elif segment_id in copies:
             reasons.append(NEAR_DUPLICATE)
         else:

@@ -1,0 +1,109 @@
+"""An utterance landed without text leaves the platform with the aligner's pseudo-label, its confidence
+and ``text_source = asr``: in the Hugging Face dataset (read back with ``datasets``) and the ASR
+manifest, from one run of the stages (index, audio, alignment, publishing) on one shard. The bridge
+sample's JSON and shard manifest read the same ``alignment_scores.parquet``
+(tests/unit/test_pseudo_labels.py::test_a_pseudo_labelled_utterance_reaches_the_bridge_and_asr_products_marked_asr)."""
+
+from pathlib import Path
+
+import datasets
+import polars as pl
+import pyarrow as pa
+import pytest
+
+from speechdata.alignment.stage import run_alignments
+from speechdata.asr.flac import ASR_FLAC_INDEX_SCHEMA
+from speechdata.asr.manifest import build_asr_manifest
+from speechdata.asr.stage import read_asr_inputs
+from speechdata.hf.assignment import refresh_split_assignments
+from speechdata.hf.card import write_dataset_card
+from speechdata.hf.dataset import DatasetOptions, build_country_dataset
+from speechdata.hf.segments import SegmentLimits
+from speechdata.hf.state import state_connection
+from speechdata.importers.aligned_json import LANDING_SCHEMA
+from speechdata.io import layout
+from speechdata.io.storage import DataRoot
+from speechdata.landing.ingest import run_normalized_audio, run_raw_shards
+from tests.conftest import encode, land_shard, tone
+from tests.integration.test_pseudo_label_stage import known_aligner
+
+SHARD = "de-pseudo"
+DATASET = "speech-segments"
+HEARD, READ = "de_vid0_00500_04500", "de_vid0_05000_09000"
+
+
+def aligned_json_row(utt_id: str, start_s: float, end_s: float, human_text: str | None) -> dict:
+    return {
+        "utt_id": utt_id,
+        "audio_path": "vid0.wav",
+        "text": human_text,
+        "language": "de",
+        "country": "de",
+        "start_s": start_s,
+        "end_s": end_s,
+        "source": "aligned-json:de/vid0_t0_aligned.json",
+        "video_id": "vid0",
+        "transcript_id": "t0",
+        "human_text": human_text,
+        "asr_text": "ab ab",  # the corpus's own ASR transcript, landed beside the human one
+        "cer": 0.0,
+        "transcript_start_idx": 0,
+        "transcript_end_idx": 5,
+    }
+
+
+@pytest.fixture(scope="module")
+def published(tmp_path_factory) -> DataRoot:
+    """One aligned-JSON recording with a segment landed without text, indexed, aligned (a model whose
+    greedy path is known: "ab ba" at 0.9) and published."""
+    data_root = DataRoot(str(tmp_path_factory.mktemp("root")))
+    rows = [aligned_json_row(HEARD, 0.5, 4.5, None), aligned_json_row(READ, 5.0, 9.0, "ab ab")]
+    land_shard(data_root, SHARD, rows, {"vid0.wav": encode(tone(10.0, 16_000), 16_000)}, schema=LANDING_SCHEMA)
+    run_raw_shards(data_root, SHARD)
+    run_normalized_audio(data_root, SHARD)
+    run_alignments(data_root, SHARD, lambda language: known_aligner(), write_ctm_files=False)
+    limits = SegmentLimits(min_asr_confidence=0.7)  # the quality policy's threshold; the label's is 0.9
+    refresh_split_assignments(data_root, DATASET, "de", limits)
+    build_country_dataset(data_root, "de", DatasetOptions(dataset=DATASET, limits=limits))
+    write_dataset_card(data_root, DATASET)
+    return data_root
+
+
+def test_the_hf_dataset_publishes_the_pseudo_label_with_its_source_and_confidence(published):
+    splits = datasets.load_dataset(published.path(layout.hf_dataset_dir(DATASET)), "de")
+    rows = {row["key"]: row for split in splits.values() for row in split.remove_columns("audio")}
+    heard, read = rows[HEARD], rows[READ]
+    assert (heard["text"], heard["text_source"]) == ("ab ba", "asr")
+    assert heard["asr_confidence"] == pytest.approx(0.9, abs=1e-5)
+    assert heard["human_transcript"] is None and heard["wer"] is None
+    assert heard["asr_transcript"] == "ab ab"  # the landed ASR transcript stays what it was
+    assert (read["text"], read["text_source"], read["asr_confidence"]) == ("ab ab", "landed", None)
+    assert read["human_transcript"] == "ab ab" and read["wer"] == 0.0
+    with state_connection(published, layout.hf_state_database(DATASET, "de")) as db:
+        counted = db.execute("SELECT sum(rows), sum(pseudo_labels) FROM files WHERE split IS NOT NULL").fetchall()
+    assert counted == [(2, 1)]
+    card = Path(published.path(layout.hf_dataset_file(DATASET, "README.md"))).read_text()
+    assert "| de | de | train_1 | 2 | 1 |" in card  # rows, then pseudo-labels
+
+
+def test_a_pseudo_label_under_the_threshold_is_filtered_low_asr_confidence(published, tmp_path):
+    state = layout.hf_state_database("strict", "de")
+    summary = refresh_split_assignments(published, "strict", "de", SegmentLimits(min_asr_confidence=0.95))
+    assert summary.filtered_by_reason == {"low_asr_confidence": 1}
+    with state_connection(published, state) as db:
+        assert db.execute("SELECT key FROM segments WHERE reason = 'low_asr_confidence'").fetchall() == [(HEARD,)]
+
+
+def test_the_asr_manifest_marks_the_pseudo_label_asr(published):
+    flac = [
+        {"utt_id": key, "flac_path": f"asr/flac/{SHARD}/{key}.flac", "sample_rate": 16_000, "n_samples": 64_000}
+        for key in (HEARD, READ)
+    ]
+    flac = [{**row, "duration_s": 4.0, "audio_sha1": f"sha-{row['utt_id']}"} for row in flac]
+    published.write_parquet(layout.asr_flac_index(SHARD), pa.Table.from_pylist(flac, schema=ASR_FLAC_INDEX_SCHEMA))
+    utterances, flac_rows = read_asr_inputs(published, [SHARD])
+    build = build_asr_manifest(utterances, flac_rows, audio_root="/")
+    rows = {r["utt_id"]: r for r in pl.concat([build.train, build.validation]).to_dicts()}
+    assert (rows[HEARD]["text_source"], rows[READ]["text_source"]) == ("asr", "landed")
+    assert rows[HEARD]["text"].endswith("ab ba")
+    assert rows[HEARD]["asr_confidence"] == pytest.approx(0.9, abs=1e-5) and rows[READ]["asr_confidence"] is None
