@@ -1,12 +1,15 @@
 """An utterance landed without text leaves the platform with the aligner's pseudo-label, its confidence
-and ``text_source = asr``: in the Hugging Face dataset (read back with ``datasets``) and the ASR
-manifest, from one run of the stages (index, audio, alignment, publishing) on one shard. The bridge
-sample's JSON and shard manifest read the same ``alignment_scores.parquet``
-(tests/unit/test_pseudo_labels.py::test_a_pseudo_labelled_utterance_reaches_the_bridge_and_asr_products_marked_asr)."""
+and ``text_source = asr``: in the Hugging Face dataset (read back with ``datasets``), the ASR manifest
+and the bridge sample's JSON and shard manifest, from one run of the stages on one shard (index,
+audio, alignment with a model whose greedy path is known, frame grids, publishing). The feature
+matrices the bridge packs beside the text are zeros of the right shapes: what they hold is not the
+question here."""
 
+import json
 from pathlib import Path
 
 import datasets
+import numpy as np
 import polars as pl
 import pyarrow as pa
 import pytest
@@ -24,6 +27,11 @@ from speechdata.importers.aligned_json import LANDING_SCHEMA
 from speechdata.io import layout
 from speechdata.io.storage import DataRoot
 from speechdata.landing.ingest import run_normalized_audio, run_raw_shards
+from speechdata.bridge.grid_stage import run_frame_grids
+from speechdata.bridge.shard_manifest import build_shard_manifest
+from speechdata.bridge.tars import iter_bridge_samples, pack_samples
+from speechdata.bridge.text_tokens import tiny_tokenizer
+from speechdata.features.array_store import write_arrays
 from tests.conftest import encode, land_shard, tone
 from tests.integration.test_pseudo_label_stage import known_aligner
 
@@ -66,6 +74,12 @@ def published(tmp_path_factory) -> DataRoot:
     refresh_split_assignments(data_root, DATASET, "de", limits)
     build_country_dataset(data_root, "de", DatasetOptions(dataset=DATASET, limits=limits))
     write_dataset_card(data_root, DATASET)
+    run_frame_grids(data_root, SHARD, tiny_tokenizer())
+    grids = data_root.read_parquet(layout.frame_grids(SHARD)).to_pylist()
+    write_arrays(
+        data_root, layout.qwen_hidden_states(SHARD), [(g["utt_id"], np.zeros((g["n_tokens"], 8))) for g in grids]
+    )
+    write_arrays(data_root, layout.wavlm_features(SHARD), [(g["utt_id"], np.zeros((g["n_frames"], 8))) for g in grids])
     return data_root
 
 
@@ -107,3 +121,17 @@ def test_the_asr_manifest_marks_the_pseudo_label_asr(published):
     assert (rows[HEARD]["text_source"], rows[READ]["text_source"]) == ("asr", "landed")
     assert rows[HEARD]["text"].endswith("ab ba")
     assert rows[HEARD]["asr_confidence"] == pytest.approx(0.9, abs=1e-5) and rows[READ]["asr_confidence"] is None
+
+
+def test_the_bridge_json_and_shard_manifest_carry_the_pseudo_label(published):
+    samples = list(iter_bridge_samples(published, SHARD))
+    info = {s.key: json.loads(b"".join(dict(s.members())[f"{s.key}.json"])) for s in samples}
+    assert (info[HEARD]["text"], info[HEARD]["text_source"]) == ("ab ba", "asr")
+    assert info[HEARD]["asr_confidence"] == pytest.approx(0.9, abs=1e-5)
+    assert [w["word"] for w in info[HEARD]["words"]] == ["ab", "ba"]  # aligned to the label
+    assert (info[READ]["text_source"], "asr_confidence" in info[READ]) == ("landed", False)
+    _, packed = pack_samples(published, SHARD, iter(samples))
+    manifest = {r["key"]: r for r in build_shard_manifest(published, SHARD, packed).to_pylist()}
+    assert (manifest[HEARD]["text"], manifest[HEARD]["text_source"]) == ("ab ba", "asr")
+    assert manifest[HEARD]["asr_confidence"] == pytest.approx(0.9, abs=1e-5)
+    assert (manifest[READ]["text_source"], manifest[READ]["asr_confidence"]) == ("landed", None)
