@@ -18,6 +18,11 @@ from speechdata.alignment.stage import run_alignments
 from speechdata.asr.flac import ASR_FLAC_INDEX_SCHEMA
 from speechdata.asr.manifest import build_asr_manifest
 from speechdata.asr.stage import read_asr_inputs
+from speechdata.bridge.grid_stage import run_frame_grids
+from speechdata.bridge.shard_manifest import build_shard_manifest
+from speechdata.bridge.tars import iter_bridge_samples, pack_samples
+from speechdata.bridge.text_tokens import tiny_tokenizer
+from speechdata.features.array_store import write_arrays
 from speechdata.hf.assignment import refresh_split_assignments
 from speechdata.hf.card import write_dataset_card
 from speechdata.hf.dataset import DatasetOptions, build_country_dataset
@@ -27,11 +32,6 @@ from speechdata.importers.aligned_json import LANDING_SCHEMA
 from speechdata.io import layout
 from speechdata.io.storage import DataRoot
 from speechdata.landing.ingest import run_normalized_audio, run_raw_shards
-from speechdata.bridge.grid_stage import run_frame_grids
-from speechdata.bridge.shard_manifest import build_shard_manifest
-from speechdata.bridge.tars import iter_bridge_samples, pack_samples
-from speechdata.bridge.text_tokens import tiny_tokenizer
-from speechdata.features.array_store import write_arrays
 from tests.conftest import encode, land_shard, tone
 from tests.integration.test_pseudo_label_stage import known_aligner
 
