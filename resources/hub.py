@@ -5,8 +5,8 @@ from pydantic import Field
 
 from resources.settings import ResourceSettings
 from speechdata.hf.dataset import DEFAULT_DATASET, DatasetOptions
+from speechdata.hf.filters import SegmentLimits
 from speechdata.hf.publish import RetryPolicy
-from speechdata.hf.segments import SegmentLimits
 from speechdata.hf.splits import SplitTargets
 from speechdata.quality.policy import QualityPolicy, default_policies
 

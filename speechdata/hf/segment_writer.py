@@ -16,7 +16,7 @@ import soundfile as sf
 
 from speechdata.audio.codec import downmix_to_mono, encode_flac, read_segment_from, resample
 from speechdata.hf.files import SplitFiles, SplitSink
-from speechdata.hf.segments import word_error_rate
+from speechdata.hf.filters import word_error_rate
 from speechdata.landing.landed_audio import AudioNotFound, LandedAudio
 
 if TYPE_CHECKING:
