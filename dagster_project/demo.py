@@ -333,7 +333,7 @@ def _print_pseudo_labels(data_root: DataRoot, corpus: DemoCorpus, commands: list
         )
         for utt_id, (text, confidence) in sorted(labels.items()):
             where = "published" if utt_id in published else "; ".join(rejected.get(utt_id, ["not packed"]))
-            print(f"     {utt_id} confidence {confidence:.2f} {text[:40]!r}: {where}")
+            print(f"     {utt_id} confidence {confidence:.2f} {text[:40]!r} -> {where}")
             shown += 1
     if not shown:
         print("   none: no utterance landed without text was transcribed")
