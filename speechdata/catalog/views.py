@@ -431,9 +431,12 @@ def _view_definitions(
 ) -> list[tuple[str, str]]:
     """(view, SELECT) for every view, in creation order; the same text means the same view."""
     if any_manifests:
+        # Unioned by name with an empty select of every manifest column: a root whose manifests were
+        # all written before a column existed (text_source, asr_confidence) still has it, as NULL,
+        # so the summaries that read it never fail there.
         samples_sql = (
             f"SELECT * FROM read_parquet({under_root(_MANIFEST_GLOB, location)}, "
-            "union_by_name = true, hive_partitioning = false)"
+            f"union_by_name = true, hive_partitioning = false) UNION ALL BY NAME {_empty_select(MANIFEST_COLUMNS)}"
         )
     else:
         samples_sql = _empty_select(MANIFEST_COLUMNS)
