@@ -1,9 +1,9 @@
-"""An utterance landed without text leaves the platform with the aligner's pseudo-label, its confidence
-and ``text_source = asr``: in the Hugging Face dataset (read back with ``datasets``), the ASR manifest
-and the bridge sample's JSON and shard manifest, from one run of the stages on one shard (index,
-audio, alignment with a model whose greedy path is known, frame grids, publishing). The feature
-matrices the bridge packs beside the text are zeros of the right shapes: what they hold is not the
-question here."""
+"""Utterances landed without text, from one run of the stages on one shard (index, audio, alignment
+with a model whose greedy path is known, frame grids, publishing): the alignments stage labels, aligns
+or rejects them with the ledger balanced, and the label leaves the platform with its confidence and
+``text_source = asr`` in the Hugging Face dataset (read back with ``datasets``), the ASR manifest and
+the bridge sample's JSON and shard manifest. The feature matrices the bridge packs beside the text
+are zeros of the right shapes: what they hold is not the question here."""
 
 import json
 from pathlib import Path
@@ -14,7 +14,9 @@ import polars as pl
 import pyarrow as pa
 import pytest
 
-from speechdata.alignment.stage import run_alignments
+from speechdata.alignment.log_probs import CTC_FRAME_S, MODEL_SAMPLE_RATE
+from speechdata.alignment.stage import CtcAligner, run_alignments
+from speechdata.alignment.transcript_units import CharVocabulary
 from speechdata.asr.flac import ASR_FLAC_INDEX_SCHEMA
 from speechdata.asr.manifest import build_asr_manifest
 from speechdata.asr.stage import read_asr_inputs
@@ -33,11 +35,33 @@ from speechdata.io import layout
 from speechdata.io.storage import DataRoot
 from speechdata.landing.ingest import run_normalized_audio, run_raw_shards
 from tests.conftest import encode, land_shard, tone
-from tests.integration.test_pseudo_label_stage import known_aligner
 
 SHARD = "de-pseudo"
 DATASET = "speech-segments"
-HEARD, READ = "de_vid0_00500_04500", "de_vid0_05000_09000"
+HEARD, READ, SILENT = "de_vid0_00500_04500", "de_vid0_05000_09000", "de_vid0_09200_10000"
+VOCABULARY = CharVocabulary(list(" ab"))  # separator 0, a 1, b 2, blank 3
+FRAME_SAMPLES = int(CTC_FRAME_S * MODEL_SAMPLE_RATE)
+SPOKEN_PATH = [3, 1, 1, 2, 3, 0, 2, 1, 1, 3]  # "ab ba"
+
+
+def path_log_probs(labels: list[int], num_frames: int, posterior: float) -> np.ndarray:
+    labels = (labels + [3] * num_frames)[:num_frames]
+    probs = np.full((num_frames, 4), (1 - posterior) / 3)
+    probs[np.arange(num_frames), labels] = posterior
+    return np.log(probs).astype(np.float32)
+
+
+def known_aligner() -> CtcAligner:
+    """A 'model' that hears "ab ba" (each frame of its path at 0.9) in audio over a second, nothing in shorter."""
+
+    def forward(batch: list[np.ndarray]) -> list[np.ndarray]:
+        out = []
+        for audio in batch:
+            frames = -(-audio.shape[0] // FRAME_SAMPLES)
+            out.append(path_log_probs(SPOKEN_PATH if audio.shape[0] > MODEL_SAMPLE_RATE else [], frames, 0.9))
+        return out
+
+    return CtcAligner("known-ctc", forward, VOCABULARY, CTC_FRAME_S)
 
 
 def aligned_json_row(utt_id: str, start_s: float, end_s: float, human_text: str | None) -> dict:
@@ -53,7 +77,7 @@ def aligned_json_row(utt_id: str, start_s: float, end_s: float, human_text: str 
         "video_id": "vid0",
         "transcript_id": "t0",
         "human_text": human_text,
-        "asr_text": "ab ab",  # the corpus's own ASR transcript, landed beside the human one
+        "asr_text": human_text or "ab ab",  # the corpus's own ASR transcript, landed beside the human one
         "cer": 0.0,
         "transcript_start_idx": 0,
         "transcript_end_idx": 5,
@@ -61,15 +85,26 @@ def aligned_json_row(utt_id: str, start_s: float, end_s: float, human_text: str 
 
 
 @pytest.fixture(scope="module")
-def published(tmp_path_factory) -> DataRoot:
-    """One aligned-JSON recording with a segment landed without text, indexed, aligned (a model whose
-    greedy path is known: "ab ba" at 0.9) and published."""
+def aligned(tmp_path_factory):
+    """One aligned-JSON recording: a segment landed without text, one with text, and a blank one too
+    short for the model to hear anything in; indexed and aligned. ``(data root, alignment summary)``."""
     data_root = DataRoot(str(tmp_path_factory.mktemp("root")))
-    rows = [aligned_json_row(HEARD, 0.5, 4.5, None), aligned_json_row(READ, 5.0, 9.0, "ab ab")]
+    rows = [
+        aligned_json_row(HEARD, 0.5, 4.5, None),
+        aligned_json_row(READ, 5.0, 9.0, "Ab, ba!"),
+        aligned_json_row(SILENT, 9.2, 10.0, "   "),
+    ]
     land_shard(data_root, SHARD, rows, {"vid0.wav": encode(tone(10.0, 16_000), 16_000)}, schema=LANDING_SCHEMA)
     run_raw_shards(data_root, SHARD)
     run_normalized_audio(data_root, SHARD)
-    run_alignments(data_root, SHARD, lambda language: known_aligner(), write_ctm_files=False)
+    summary = run_alignments(data_root, SHARD, lambda language: known_aligner(), write_ctm_files=False)
+    return data_root, summary
+
+
+@pytest.fixture(scope="module")
+def published(aligned) -> DataRoot:
+    """The aligned shard published, its frame grids computed and its feature stores filled."""
+    data_root, _ = aligned
     limits = SegmentLimits(min_asr_confidence=0.7)  # the quality policy's threshold; the label's is 0.9
     refresh_split_assignments(data_root, DATASET, "de", limits)
     build_country_dataset(data_root, "de", DatasetOptions(dataset=DATASET, limits=limits))
@@ -83,6 +118,31 @@ def published(tmp_path_factory) -> DataRoot:
     return data_root
 
 
+def test_utterances_without_text_are_labelled_aligned_or_rejected_and_the_ledger_balances(aligned):
+    data_root, summary = aligned
+    rejects = {
+        r["utt_id"]: r["reason"] for r in data_root.read_parquet(layout.rejects(SHARD, "alignments")).to_pylist()
+    }
+    assert rejects == {SILENT: "no_words_recognized"}
+    scores = {s["utt_id"]: s for s in data_root.read_parquet(layout.alignment_scores(SHARD)).to_pylist()}
+    heard, read = scores[HEARD], scores[READ]
+    assert (heard["text_source"], heard["asr_text"]) == ("asr", "ab ba")
+    assert heard["asr_confidence"] == pytest.approx(0.9, abs=1e-5)
+    assert heard["asr_word_confidences"] == pytest.approx([0.9, 0.9], abs=1e-5)
+    assert (read["text_source"], read["asr_text"], read["asr_confidence"]) == ("landed", None, None)
+    words = [r for r in data_root.read_parquet(layout.alignments(SHARD)).to_pylist() if r["level"] == "word"]
+    assert [(w["utt_id"], w["text"], w["start_ms"], w["end_ms"]) for w in words] == [
+        (HEARD, "ab", 80, 320),
+        (HEARD, "ba", 480, 720),
+        (READ, "Ab,", 80, 320),
+        (READ, "ba!", 480, 720),
+    ]
+    # The quality stage's CER compares the landed text only: a label is not judged against itself.
+    hypotheses = data_root.read_parquet(f"shards/{SHARD}/greedy_hypotheses.parquet")["utt_id"].to_pylist()
+    assert hypotheses == [READ]
+    assert summary.rows_in == 3 == summary.rows_out + len(summary.rejects)
+
+
 def test_the_hf_dataset_publishes_the_pseudo_label_with_its_source_and_confidence(published):
     splits = datasets.load_dataset(published.path(layout.hf_dataset_dir(DATASET)), "de")
     rows = {row["key"]: row for split in splits.values() for row in split.remove_columns("audio")}
@@ -91,8 +151,9 @@ def test_the_hf_dataset_publishes_the_pseudo_label_with_its_source_and_confidenc
     assert heard["asr_confidence"] == pytest.approx(0.9, abs=1e-5)
     assert heard["human_transcript"] is None and heard["wer"] is None
     assert heard["asr_transcript"] == "ab ab"  # the landed ASR transcript stays what it was
-    assert (read["text"], read["text_source"], read["asr_confidence"]) == ("ab ab", "landed", None)
-    assert read["human_transcript"] == "ab ab" and read["wer"] == 0.0
+    assert (read["text"], read["text_source"], read["asr_confidence"]) == ("Ab, ba!", "landed", None)
+    assert read["human_transcript"] == "Ab, ba!" and read["wer"] == 0.0
+    assert SILENT not in rows  # blank and too short to hear: no label, no human text
     with state_connection(published, layout.hf_state_database(DATASET, "de")) as db:
         counted = db.execute("SELECT sum(rows), sum(pseudo_labels) FROM files WHERE split IS NOT NULL").fetchall()
     assert counted == [(2, 1)]
@@ -103,7 +164,7 @@ def test_the_hf_dataset_publishes_the_pseudo_label_with_its_source_and_confidenc
 def test_a_pseudo_label_under_the_threshold_is_filtered_low_asr_confidence(published, tmp_path):
     state = layout.hf_state_database("strict", "de")
     summary = refresh_split_assignments(published, "strict", "de", SegmentLimits(min_asr_confidence=0.95))
-    assert summary.filtered_by_reason == {"low_asr_confidence": 1}
+    assert summary.filtered_by_reason == {"low_asr_confidence": 1, "missing_human_text": 1}
     with state_connection(published, state) as db:
         assert db.execute("SELECT key FROM segments WHERE reason = 'low_asr_confidence'").fetchall() == [(HEARD,)]
 
