@@ -307,7 +307,7 @@ def _print_pseudo_labels(data_root: DataRoot, corpus: DemoCorpus, commands: list
     from speechdata.alignment.pseudo_labels import read_pseudo_labels
 
     print("\n== Pseudo-labels: utterances landed without text, transcribed by the aligner (text_source asr)")
-    shown = 0
+    shown = passed = 0
     for shard_id in corpus.shards:
         labels = read_pseudo_labels(data_root, shard_id)
         if not labels:
@@ -329,14 +329,21 @@ def _print_pseudo_labels(data_root: DataRoot, corpus: DemoCorpus, commands: list
                     rejected.setdefault(utt_id, []).append(f"{stage}: {reason}")
         print(
             f"   {shard_id}: {len(labels)} labelled, {len(published)} published in the bridge manifest "
-            f"{data_root.uri(manifest_path(shard_id))} (and its tars' .json: text, text_source, asr_confidence)"
+            f"{data_root.uri(manifest_path(shard_id))} (and its tars' .json: text, text_source, asr_confidence); "
+            f"the labels: {data_root.uri(layout.alignment_scores(shard_id))} (asr_text, asr_confidence)"
         )
+        passed += len(published)
         for utt_id, (text, confidence) in sorted(labels.items()):
             where = "published" if utt_id in published else "; ".join(rejected.get(utt_id, ["not packed"]))
             print(f"     {utt_id} confidence {confidence:.2f} {text[:40]!r} -> {where}")
             shown += 1
     if not shown:
         print("   none: no utterance landed without text was transcribed")
+    elif not passed:
+        print(
+            "   no label passed: this profile's aligner transcribes too poorly for honest thresholds (each "
+            "reject and its reason above); no threshold is lowered for the demo"
+        )
     commands.append(f".venv/bin/speechdata catalog --named pseudo_labels_per_shard{root_option}")
 
 

@@ -130,3 +130,6 @@ def test_the_demo_shows_where_each_pseudo_label_went(demo_run):
         assert 0.0 <= float(confidence) <= 1.0
         # Published in the bridge manifest, or each product's reject with its reason.
         assert where == "published" or re.fullmatch(r"\w+: \w+(; \w+: \w+)*", where), where
+    # The small aligner's labels fail honest filters today: the demo says so rather than loosen one.
+    if not any(where == "published" for *_, where in labels):
+        assert "no label passed" in section and "no threshold is lowered" in section
