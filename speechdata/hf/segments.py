@@ -115,8 +115,9 @@ def shard_country_segments(data_root: DataRoot, shard_id: str, country: str) -> 
 
 
 def shard_stamps(data_root: DataRoot) -> dict[str, str]:
-    """Per indexed shard: a stamp of its utterance index and near-duplicate list (size, time, inode
-    or ETag), from two listings. A stamp that differs from the one recorded when the shard was read
+    """Per indexed shard: a stamp of its utterance index, near-duplicate list and alignment scores
+    (whose pseudo-labels give text to rows landed without it) (size, time, inode or ETag), from three
+    listings (on a local disk one directory listing and three ``stat`` calls a shard). A stamp that differs from the one recorded when the shard was read
     means it may have changed (a rewrite with the same rows reads it again and finds nothing new);
     an equal one means it did not, so a refresh reads only new and re-indexed shards."""
     names = (
@@ -136,7 +137,7 @@ def shard_stamps(data_root: DataRoot) -> dict[str, str]:
 
 
 def _local_shard_stamps(shards_dir: str, names: tuple[str, ...]) -> dict[str, str]:
-    """:func:`shard_stamps` on a local disk: one directory listing and two ``stat`` calls a shard (a
+    """:func:`shard_stamps` on a local disk: one directory listing and a ``stat`` call per file a shard (a
     glob lists every shard folder whole), the same stamps as fsspec's ``size:mtime:ino``."""
     try:
         entries = sorted(entry.name for entry in os.scandir(shards_dir) if entry.is_dir())
