@@ -28,7 +28,7 @@ from speechdata.features.array_store import write_arrays
 from speechdata.hf.assignment import refresh_split_assignments
 from speechdata.hf.card import write_dataset_card
 from speechdata.hf.dataset import DatasetOptions, build_country_dataset
-from speechdata.hf.segments import SegmentLimits
+from speechdata.hf.segments import SegmentLimits, country_input_fingerprints
 from speechdata.hf.state import state_connection
 from speechdata.importers.aligned_json import LANDING_SCHEMA
 from speechdata.io import layout
@@ -39,6 +39,7 @@ from tests.conftest import encode, land_shard, tone
 SHARD = "de-pseudo"
 DATASET = "speech-segments"
 HEARD, READ, SILENT = "de_vid0_00500_04500", "de_vid0_05000_09000", "de_vid0_09200_10000"
+LIMITS = SegmentLimits(min_asr_confidence=0.7)  # the quality policy's threshold; the known label's is 0.9
 VOCABULARY = CharVocabulary(list(" ab"))  # separator 0, a 1, b 2, blank 3
 FRAME_SAMPLES = int(CTC_FRAME_S * MODEL_SAMPLE_RATE)
 SPOKEN_PATH = [3, 1, 1, 2, 3, 0, 2, 1, 1, 3]  # "ab ba"
@@ -97,17 +98,18 @@ def aligned(tmp_path_factory):
     land_shard(data_root, SHARD, rows, {"vid0.wav": encode(tone(10.0, 16_000), 16_000)}, schema=LANDING_SCHEMA)
     run_raw_shards(data_root, SHARD)
     run_normalized_audio(data_root, SHARD)
+    # Publishing does not wait for alignment: a refresh before it finds no text for two rows.
+    before = refresh_split_assignments(data_root, DATASET, "de", LIMITS), country_input_fingerprints(data_root)
     summary = run_alignments(data_root, SHARD, lambda language: known_aligner(), write_ctm_files=False)
-    return data_root, summary
+    return data_root, summary, before
 
 
 @pytest.fixture(scope="module")
 def published(aligned) -> DataRoot:
     """The aligned shard published, its frame grids computed and its feature stores filled."""
-    data_root, _ = aligned
-    limits = SegmentLimits(min_asr_confidence=0.7)  # the quality policy's threshold; the label's is 0.9
-    refresh_split_assignments(data_root, DATASET, "de", limits)
-    build_country_dataset(data_root, "de", DatasetOptions(dataset=DATASET, limits=limits))
+    data_root, _, _ = aligned
+    refresh_split_assignments(data_root, DATASET, "de", LIMITS)
+    build_country_dataset(data_root, "de", DatasetOptions(dataset=DATASET, limits=LIMITS))
     write_dataset_card(data_root, DATASET)
     run_frame_grids(data_root, SHARD, tiny_tokenizer())
     grids = data_root.read_parquet(layout.frame_grids(SHARD)).to_pylist()
@@ -119,7 +121,7 @@ def published(aligned) -> DataRoot:
 
 
 def test_utterances_without_text_are_labelled_aligned_or_rejected_and_the_ledger_balances(aligned):
-    data_root, summary = aligned
+    data_root, summary, _ = aligned
     rejects = {
         r["utt_id"]: r["reason"] for r in data_root.read_parquet(layout.rejects(SHARD, "alignments")).to_pylist()
     }
@@ -159,6 +161,16 @@ def test_the_hf_dataset_publishes_the_pseudo_label_with_its_source_and_confidenc
     assert counted == [(2, 1)]
     card = Path(published.path(layout.hf_dataset_file(DATASET, "README.md"))).read_text()
     assert "| de | de | train_1 | 2 | 1 |" in card  # rows, then pseudo-labels
+
+
+def test_a_label_recorded_after_a_refresh_wakes_the_sensor_and_is_published_by_the_next(aligned, published):
+    data_root, _, (before, fingerprints_before) = aligned
+    assert before.filtered_by_reason == {"missing_human_text": 2}  # HEARD and SILENT: no text yet
+    # The alignment scores are part of the shard's stamp: the country's inputs changed.
+    assert country_input_fingerprints(data_root)["de"] != fingerprints_before["de"]
+    with state_connection(data_root, layout.hf_state_database(DATASET, "de")) as db:
+        statuses = dict(db.execute("SELECT key, coalesce(reason, status) FROM segments").fetchall())
+    assert statuses == {HEARD: "pending", READ: "pending", SILENT: "missing_human_text"}
 
 
 def test_a_pseudo_label_under_the_threshold_is_filtered_low_asr_confidence(published, tmp_path):
