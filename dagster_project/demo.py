@@ -128,6 +128,7 @@ def _demo(args) -> int:
     # ASR, VAD), so `speechdata catalog --named shard_accounting` is current without a --refresh.
     failed |= not _refresh_catalog(instance, resources, defs)
     _print_catalog(resources["catalog"], data_root, corpus, commands, _data_root_option(args.data_root))
+    _print_pseudo_labels(data_root, corpus, commands, _data_root_option(args.data_root))
     failed |= not _print_rejects_against_plants(data_root, corpus, resources["aligner"].models)
     print("\n== Try these")
     for command in commands:
@@ -296,6 +297,54 @@ def _print_catalog(catalog, data_root: DataRoot, corpus: DemoCorpus, commands: l
         print(format_table(accounting))
     commands.append(f".venv/bin/speechdata catalog --named hours_per_language{root_option}")
     commands.append(f".venv/bin/speechdata catalog --named shard_accounting{root_option}")
+
+
+def _print_pseudo_labels(data_root: DataRoot, corpus: DemoCorpus, commands: list[str], root_option: str) -> None:
+    """Every utterance landed without text that the aligner transcribed (``text_source`` ``asr``): where
+    the label was published (the bridge shard manifest, hence the tar's JSON and the catalog), or the
+    reason each product rejected it. Nothing is loosened for the demo: labels that fail an honest
+    threshold are shown failing it."""
+    from speechdata.alignment.pseudo_labels import read_pseudo_labels
+
+    print("\n== Pseudo-labels: utterances landed without text, transcribed by the aligner (text_source asr)")
+    shown = passed = 0
+    for shard_id in corpus.shards:
+        labels = read_pseudo_labels(data_root, shard_id)
+        if not labels:
+            continue
+        published = set()
+        if data_root.exists(manifest_path(shard_id)):
+            manifest = data_root.read_parquet(manifest_path(shard_id), columns=["key", "text_source"])
+            published = {
+                k
+                for k, source in zip(*(manifest[c].to_pylist() for c in ("key", "text_source")), strict=True)
+                if source == "asr"
+            }
+        rejected: dict[str, list[str]] = {}
+        for path in sorted(data_root.glob(f"{layout.rejects_dir(shard_id)}/[!.]*.parquet")):
+            stage = path.rsplit("/", 1)[-1].removesuffix(".parquet")
+            table = data_root.read_parquet(layout.rejects(shard_id, stage), columns=["utt_id", "reason"])
+            for utt_id, reason in zip(table["utt_id"].to_pylist(), table["reason"].to_pylist(), strict=True):
+                if utt_id in labels:
+                    rejected.setdefault(utt_id, []).append(f"{stage}: {reason}")
+        print(
+            f"   {shard_id}: {len(labels)} labelled, {len(published)} published in the bridge manifest "
+            f"{data_root.uri(manifest_path(shard_id))} (and its tars' .json: text, text_source, asr_confidence); "
+            f"the labels: {data_root.uri(layout.alignment_scores(shard_id))} (asr_text, asr_confidence)"
+        )
+        passed += len(published)
+        for utt_id, (text, confidence) in sorted(labels.items()):
+            where = "published" if utt_id in published else "; ".join(rejected.get(utt_id, ["not packed"]))
+            print(f"     {utt_id} confidence {confidence:.2f} {text[:40]!r} -> {where}")
+            shown += 1
+    if not shown:
+        print("   none: no utterance landed without text was transcribed")
+    elif not passed:
+        print(
+            "   no label passed: this profile's aligner transcribes too poorly for honest thresholds (each "
+            "reject and its reason above); no threshold is lowered for the demo"
+        )
+    commands.append(f".venv/bin/speechdata catalog --named pseudo_labels_per_shard{root_option}")
 
 
 def _print_rejects_against_plants(data_root: DataRoot, corpus: DemoCorpus, aligned_languages) -> bool:

@@ -5,9 +5,10 @@ from pydantic import Field
 
 from resources.settings import ResourceSettings
 from speechdata.hf.dataset import DEFAULT_DATASET, DatasetOptions
+from speechdata.hf.filters import SegmentLimits
 from speechdata.hf.publish import RetryPolicy
-from speechdata.hf.segments import SegmentLimits
 from speechdata.hf.splits import SplitTargets
+from speechdata.quality.policy import QualityPolicy, default_policies
 
 
 class HfDatasetSettings(dg.ConfigurableResource):
@@ -18,6 +19,12 @@ class HfDatasetSettings(dg.ConfigurableResource):
     max_duration_s: float = Field(20.0, description="Longer segments are filtered (reason too_long).")
     max_cer: float | None = Field(
         None, description="Segments with a higher CER are filtered (cer_above_max); None keeps all."
+    )
+    min_asr_confidence: float | None = Field(
+        QualityPolicy.min_asr_confidence,
+        description="Segments landed without text are published with the aligner's pseudo-label when its "
+        "confidence reaches this (the quality policy's min_asr_confidence; the tiny profile: None, keep all); "
+        "below it they are filtered (low_asr_confidence).",
     )
     test_share: float = Field(0.01, description="Target duration share of the test split (whole recordings).")
     validation_share: float = Field(0.01, description="Target duration share of the validation split.")
@@ -39,7 +46,7 @@ class HfDatasetSettings(dg.ConfigurableResource):
     pretty_name: str | None = Field(None, description="The card's pretty name; None = the dataset folder name.")
 
     def limits(self) -> SegmentLimits:
-        return SegmentLimits(self.min_duration_s, self.max_duration_s, self.max_cer)
+        return SegmentLimits(self.min_duration_s, self.max_duration_s, self.max_cer, self.min_asr_confidence)
 
     def targets(self) -> SplitTargets:
         return SplitTargets(test=self.test_share, validation=self.validation_share)
@@ -94,7 +101,8 @@ def hub_publisher_from_env() -> HubPublisherResource:
 
 
 def hf_dataset_settings_resource(settings: ResourceSettings) -> HfDatasetSettings:
-    return HfDatasetSettings()
+    # The profile's quality policy decides which pseudo-labels are good enough (every preset shares the threshold).
+    return HfDatasetSettings(min_asr_confidence=default_policies(settings.profile)["asr"].min_asr_confidence)
 
 
 def hub_resource(settings: ResourceSettings) -> HubPublisherResource:

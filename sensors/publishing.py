@@ -8,11 +8,12 @@ from the one last built, at start-up too. A shard re-landed into another country
 countries' fingerprints, so the country it left drops its rows; an unrelated shard (another
 country, a shard not meant for the dataset, an identical re-indexing) changes none.
 
-Fingerprinting reads only the shards indexed (or given near-duplicate decisions) since the last
+Fingerprinting reads only the shards indexed (or given near-duplicate decisions, or aligned: the
+alignment scores carry the pseudo-labels of rows landed without text) since the last
 tick (``speechdata.hf.segments.country_input_fingerprints`` keeps each shard's fingerprints with its
 stamp), and a refresh reads only the shards its country's state has not seen. Shards land in
 batches (a drop of many shards, a backfill), so one run per country per *settled* batch is
-enough: the sensor looks only when shards were indexed (or had their near duplicates decided) since its cursor, and waits until none has been indexed for
+enough: the sensor looks only when shards were indexed (or had their near duplicates decided, or were aligned) since its cursor, and waits until none has been indexed for
 ``SPEECHDATA_PUBLISHING_SETTLE_S`` seconds and no ``per_shard_job`` run is queued or starting (a
 batch still arriving). So that a steady stream of shards cannot starve the countries, a batch older
 than ``SPEECHDATA_PUBLISHING_MAX_WAIT_S`` is compared anyway.
@@ -40,8 +41,10 @@ from speechdata.io.layout import is_valid_key
 
 RAW_SHARDS = dg.AssetKey("raw_shards")
 NEAR_DUPLICATES = dg.AssetKey("near_duplicates")
-SHARD_EVENTS = (RAW_SHARDS, NEAR_DUPLICATES)
-"""What changes a country's inputs: a shard indexed, or its near duplicates decided (they are filtered)."""
+ALIGNMENTS = dg.AssetKey("alignments")
+SHARD_EVENTS = (RAW_SHARDS, NEAR_DUPLICATES, ALIGNMENTS)
+"""What changes a country's inputs: a shard indexed, its near duplicates decided (they are filtered),
+or its utterances aligned (those landed without text get their pseudo-labels)."""
 COUNTRY_TAG = "speechdata/hf_country"
 """Runs of one country queue behind each other (run queue ``tag_concurrency_limits`` in dagster.yaml):
 a country's state database has one writer at a time."""

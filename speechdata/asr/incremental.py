@@ -60,7 +60,7 @@ from speechdata.io import layout
 from speechdata.io.faults import fault_point
 from speechdata.io.storage import DataRoot
 
-STATE_FORMAT = "asr-manifest-state-v1"
+STATE_FORMAT = "asr-manifest-state-v2"  # v2: rows carry asr_confidence
 
 
 def shard_outputs(

@@ -49,6 +49,7 @@ UTTERANCE_COLUMNS = {
     "recording_id": pl.String,
     "quality": pl.Float64,
     "text_source": pl.String,
+    "asr_confidence": pl.Float32,
 }
 FLAC_COLUMNS = {
     "shard_id": pl.String,
@@ -70,6 +71,7 @@ MANIFEST_COLUMNS = [
     "original_language",
     "quality",
     "text_source",
+    "asr_confidence",
 ]
 NEMO_COLUMNS = ["audio_filepath", "duration", "text", "lang"]
 
@@ -276,6 +278,7 @@ def manifest_row_columns(audio_root: str) -> list:
         "original_language",
         "quality",
         "text_source",
+        "asr_confidence",
     ]
 
 

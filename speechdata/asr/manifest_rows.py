@@ -46,6 +46,7 @@ MANIFEST_SCHEMA = {
     "original_language": pl.String,
     "quality": pl.Float64,
     "text_source": pl.String,
+    "asr_confidence": pl.Float32,
 }
 REMOVED_SCHEMA = {"shard_id": pl.String, "utt_id": pl.String, "reason": pl.String, "detail": pl.String}
 PREPARED_SCHEMA = {

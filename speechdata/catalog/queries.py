@@ -28,6 +28,11 @@ NAMED_QUERIES: dict[str, str] = {
         SELECT shard, count(*) AS samples, sum(duration_s) / 3600.0 AS hours,
                avg(alignment_score) AS mean_alignment_score, count(DISTINCT tar_url) AS tars
         FROM samples GROUP BY shard ORDER BY shard""",
+    "pseudo_labels_per_shard": """
+        SELECT shard, language, count(*) AS samples,
+               count(*) FILTER (WHERE text_source = 'asr') AS pseudo_labels,
+               avg(asr_confidence) FILTER (WHERE text_source = 'asr') AS mean_asr_confidence
+        FROM samples GROUP BY shard, language ORDER BY shard, language""",
     "samples_per_language_and_country": """
         SELECT language, country, count(*) AS samples, sum(duration_s) / 3600.0 AS hours
         FROM samples GROUP BY language, country ORDER BY language, country""",
@@ -47,7 +52,8 @@ NAMED_QUERIES: dict[str, str] = {
 }
 """Queries a person asks often, by name; all read the live views. ``shard_accounting`` lists every
 landed shard once per product line, with that product's own ledger (``speechdata.accounting.ledgers``) and its
-``state``: ``balanced``, ``unbalanced`` or ``not built``."""
+``state``: ``balanced``, ``unbalanced`` or ``not built``. ``pseudo_labels_per_shard`` counts the packed
+samples whose text is the aligner's pseudo-label (``text_source = 'asr'``: landed without text) and their mean confidence."""
 
 
 def run_query(connection: duckdb.DuckDBPyConnection, sql: str, params: Sequence | Mapping | None = None) -> pa.Table:

@@ -6,7 +6,7 @@
   metadata's extra columns differ between shards and are NULL where a shard lacks them);
 * ``rejects``: a view over ``shards/*/rejects/*.parquet`` with the ``shard`` taken from the path;
 * ``hours_by_language``, ``hours_by_country``, ``hours_by_shard``: summary views (samples,
-  hours, mean alignment score); ``product_accounting``: every landed shard's ledger per product
+  hours, mean alignment score, ``pseudo_labels``: samples whose text is the aligner's own, ``text_source = 'asr'``); ``product_accounting``: every landed shard's ledger per product
   line of :data:`speechdata.products.PRODUCT_LINES` (:mod:`speechdata.catalog.accounting`); ``catalog_info`` (when and over what the refresh ran);
 * ``quality`` and ``quality_decisions``: every shard's quality signals and per-product decisions
   (:mod:`speechdata.catalog.quality`).
@@ -431,9 +431,12 @@ def _view_definitions(
 ) -> list[tuple[str, str]]:
     """(view, SELECT) for every view, in creation order; the same text means the same view."""
     if any_manifests:
+        # Unioned by name with an empty select of every manifest column: a root whose manifests were
+        # all written before a column existed (text_source, asr_confidence) still has it, as NULL,
+        # so the summaries that read it never fail there.
         samples_sql = (
             f"SELECT * FROM read_parquet({under_root(_MANIFEST_GLOB, location)}, "
-            "union_by_name = true, hive_partitioning = false)"
+            f"union_by_name = true, hive_partitioning = false) UNION ALL BY NAME {_empty_select(MANIFEST_COLUMNS)}"
         )
     else:
         samples_sql = _empty_select(MANIFEST_COLUMNS)
@@ -463,8 +466,8 @@ def _view_definitions(
             (
                 f"hours_by_{group}",
                 f"SELECT {group}, count(*) AS samples, sum(duration_s) / 3600.0 AS hours, "
-                "avg(alignment_score) AS mean_alignment_score, count(DISTINCT shard) AS shards "
-                f"FROM samples GROUP BY {group} ORDER BY hours DESC, {group}",
+                "avg(alignment_score) AS mean_alignment_score, count(DISTINCT shard) AS shards, "
+                f"{_PSEUDO_LABELS} FROM samples GROUP BY {group} ORDER BY hours DESC, {group}",
             )
         )
     definitions.append(("hours_by_shard", _HOURS_BY_SHARD))
@@ -482,10 +485,13 @@ def create_views(connection: duckdb.DuckDBPyConnection, definitions: list[tuple[
         connection.execute(f"CREATE OR REPLACE VIEW {view} AS {sql}")
 
 
-_HOURS_BY_SHARD = """
+_PSEUDO_LABELS = "count(*) FILTER (WHERE text_source = 'asr') AS pseudo_labels"
+"""Packed samples whose text is the aligner's pseudo-label (landed without text): a column of every hours view."""
+
+_HOURS_BY_SHARD = f"""
     WITH packed AS (
         SELECT shard, count(*) AS samples, sum(duration_s) / 3600.0 AS hours,
-               avg(alignment_score) AS mean_alignment_score
+               avg(alignment_score) AS mean_alignment_score, {_PSEUDO_LABELS}
         FROM samples GROUP BY shard
     ), rejected AS (
         SELECT shard, count(DISTINCT utt_id) AS rejected_utterances FROM rejects GROUP BY shard
@@ -494,7 +500,8 @@ _HOURS_BY_SHARD = """
            coalesce(packed.samples, 0) AS samples,
            coalesce(packed.hours, 0.0) AS hours,
            packed.mean_alignment_score,
-           coalesce(rejected.rejected_utterances, 0) AS rejected_utterances
+           coalesce(rejected.rejected_utterances, 0) AS rejected_utterances,
+           coalesce(packed.pseudo_labels, 0) AS pseudo_labels
     FROM packed FULL OUTER JOIN rejected ON packed.shard = rejected.shard
     ORDER BY shard
     """

@@ -13,15 +13,12 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 
+from speechdata.hf.filters import SegmentId, SegmentLimits, filter_reasons, segment_ids
 from speechdata.hf.segments import (
     EMPTY_INPUT_FINGERPRINT,
     SEGMENT_SCHEMA,
-    SegmentId,
-    SegmentLimits,
     country_fingerprint,
-    filter_reasons,
     near_duplicate_segments,
-    segment_ids,
     segments_fingerprint,
     shard_country_segments,
     shard_stamps,

@@ -165,14 +165,21 @@ def dataset_card(
             if license == "other" and not license_name
             else []
         ),
-        "| config | language | split | rows | files | MB |",
-        "|---|---|---|---:|---:|---:|",
+        "Column `text` is what to train on: the human transcript (`text_source` `landed`), or, for a "
+        "segment landed without one, our aligner's own transcript (a pseudo-label: `text_source` `asr`, "
+        "its confidence in `asr_confidence`, `human_transcript` and `wer` empty). Pseudo-labels under "
+        "the quality policy's confidence threshold are not published; column `pseudo-labels` counts "
+        "those that are.",
+        "",
+        "| config | language | split | rows | pseudo-labels | files | MB |",
+        "|---|---|---|---:|---:|---:|---:|",
     ]
     for country, splits in sorted(found.items()):
         for split in sorted(splits, key=_split_order):
             entry = splits[split]
             lines.append(
-                f"| {country} | {languages.get(country, '')} | {split} | {entry['rows']} | {entry['files']} | {entry['bytes'] / 1e6:.1f} |"
+                f"| {country} | {languages.get(country, '')} | {split} | {entry['rows']} | {entry.get('pseudo_labels', 0)} "
+                f"| {entry['files']} | {entry['bytes'] / 1e6:.1f} |"
             )
     stated = [
         (country, split, why)

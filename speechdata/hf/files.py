@@ -20,7 +20,9 @@ import re
 from dataclasses import dataclass, field
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
+from speechdata.alignment.pseudo_labels import TEXT_SOURCE_ASR
 from speechdata.io import layout
 from speechdata.io.storage import DataRoot
 
@@ -38,7 +40,8 @@ PARQUET_RESERVE = 0.01
 class SplitFiles:
     split: str
     files: list[dict] = field(default_factory=list)
-    """``path_in_repo``, ``rows``, ``bytes``, ``sha256`` per file (and, until committed, its ``(shard_id, key)`` rows)."""
+    """``path_in_repo``, ``rows``, ``pseudo_labels`` (rows whose ``text_source`` is ``asr``), ``bytes``,
+    ``sha256`` per file (and, until committed, its ``(shard_id, key)`` rows)."""
 
     @property
     def rows(self) -> int:
@@ -79,6 +82,8 @@ class SplitSink:
         self._writer.write_table(table)
         part = self.parts[-1]
         part["rows"] += table.num_rows
+        if "text_source" in table.column_names:
+            part["pseudo_labels"] += pc.sum(pc.equal(table["text_source"], TEXT_SOURCE_ASR)).as_py() or 0
         part["payload"] += payload
         part["keys"].extend(zip(table["shard_id"].to_pylist(), table["key"].to_pylist(), strict=True))
         self.payload_bytes += payload
@@ -88,7 +93,7 @@ class SplitSink:
         self._stack = contextlib.ExitStack()
         relative = f"{self.build_dir}/{self.split}-{self.part}-{len(self.parts):05d}.parquet"
         self._writer = self._stack.enter_context(self.data_root.parquet_writer(relative, self.schema))
-        self.parts.append({"relative": relative, "rows": 0, "payload": 0, "keys": []})
+        self.parts.append({"relative": relative, "rows": 0, "pseudo_labels": 0, "payload": 0, "keys": []})
 
     def abort(self) -> None:
         with contextlib.suppress(Exception):
@@ -115,6 +120,7 @@ class SplitSink:
                 {
                     "path_in_repo": f"{self.country}/{name}",
                     "rows": part["rows"],
+                    "pseudo_labels": part["pseudo_labels"],
                     "bytes": int(fs.size(target)),
                     "sha256": sha256,
                     "keys": part["keys"],

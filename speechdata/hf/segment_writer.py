@@ -16,7 +16,7 @@ import soundfile as sf
 
 from speechdata.audio.codec import downmix_to_mono, encode_flac, read_segment_from, resample
 from speechdata.hf.files import SplitFiles, SplitSink
-from speechdata.hf.segments import word_error_rate
+from speechdata.hf.filters import word_error_rate
 from speechdata.landing.landed_audio import AudioNotFound, LandedAudio
 
 if TYPE_CHECKING:
@@ -47,6 +47,10 @@ def hf_features(sample_rate: int) -> datasets.Features:
             "wer": v("float32"),
             "original_transcript_start_idx": v("int32"),
             "original_transcript_end_idx": v("int32"),
+            # Appended last: a reader selecting the earlier columns by position keeps working.
+            "text": v("string"),
+            "text_source": v("string"),
+            "asr_confidence": v("float32"),
         }
     )
 
@@ -142,9 +146,13 @@ class SegmentWriter:
             "asr_transcript": value["asr_text"],
             "human_transcript": value["human_text"],
             "cer": value["cer"],
-            "wer": word_error_rate(value["human_text"], value["asr_text"]),
+            # A pseudo-label has no human reference to score the landed ASR transcript against.
+            "wer": None if value["human_text"] is None else word_error_rate(value["human_text"], value["asr_text"]),
             "original_transcript_start_idx": value["transcript_start_idx"],
             "original_transcript_end_idx": value["transcript_end_idx"],
+            "text": value["text"],
+            "text_source": value["text_source"],
+            "asr_confidence": value["asr_confidence"],
         }
 
     def _landed(self, shard_id: str) -> LandedAudio:

@@ -1,5 +1,6 @@
-"""A country's segments and the filters that decide which are published (the split assignment
-step that records them is :mod:`speechdata.hf.assignment`).
+"""A country's segments, and the stamps and fingerprints that say when they changed (the filters that
+decide which are published are :mod:`speechdata.hf.filters`; the split assignment step that records
+them is :mod:`speechdata.hf.assignment`).
 
 Segments come from the utterance index (``raw_shards``) of every shard meant for the dataset: rows
 of that country that met the landing contract. A shard is meant for the dataset when its landed
@@ -7,7 +8,7 @@ metadata carries ASR transcripts (:data:`PUBLISHED_SHARD_MARKER`, filled in at l
 every shard landed from aligned JSON does (with ``video_id``, ``transcript_id``, ``human_text``,
 ``cer`` and the transcript indices). Any other shard (a bridge-tuple shard, a Granary drop: text and
 audio only) never feeds it, whatever its country. A row of a published shard that lacks one of the
-dataset's fields (:data:`REQUIRED_FIELDS`) is filtered with the reason ``missing_<field>``: no
+dataset's fields (:data:`~speechdata.hf.filters.REQUIRED_FIELDS`) is filtered with the reason ``missing_<field>``: no
 published column is ever all null. A segment whose utterance the near-duplicate stage rejected
 (``shards/<shard>/near_duplicates.parquet``; a segment's ``key`` is its shard's ``utt_id``) is
 filtered as ``near_duplicate``: the dataset publishes only the copy indexed first.
@@ -17,17 +18,21 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import os
 from collections.abc import Collection, Iterable, Iterator
-from dataclasses import dataclass
 from pathlib import PurePosixPath
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from speechdata.alignment.formats import aligned_segment_range_problem
+# Where callers have always found them; they live with the filters.
+from speechdata.hf.filters import REQUIRED_FIELDS as REQUIRED_FIELDS
+from speechdata.hf.filters import SegmentId, segment_ids
+from speechdata.hf.filters import SegmentLimits as SegmentLimits
+from speechdata.hf.filters import filter_reasons as filter_reasons
+from speechdata.hf.filters import word_error_rate as word_error_rate
+from speechdata.hf.text_sources import text_columns, with_pseudo_labels
 from speechdata.io import layout
 from speechdata.io.storage import DataRoot, escape_glob, read_parquet_handle
 from speechdata.landing.extras import unpack_extras
@@ -52,40 +57,15 @@ SEGMENT_SCHEMA = pa.schema(
         pa.field("cer", pa.float64()),
         pa.field("transcript_start_idx", pa.int32()),
         pa.field("transcript_end_idx", pa.int32()),
+        pa.field("text", pa.string()),
+        pa.field("text_source", pa.string()),
+        pa.field("asr_confidence", pa.float32()),
     ]
 )
 
 
 PUBLISHED_SHARD_MARKER = "asr_text"
 """The landed column that says a shard is meant for the HF dataset (filled in at least one row)."""
-
-REQUIRED_FIELDS = (
-    "language",
-    "human_text",
-    "asr_text",
-    "cer",
-    "transcript_id",
-    "transcript_start_idx",
-    "transcript_end_idx",
-)
-"""Segment fields every published row fills (``video_id`` falls back to the audio file's name)."""
-
-
-@dataclass(frozen=True)
-class SegmentLimits:
-    """Which segments a dataset keeps: ``[min_duration_s, max_duration_s]`` and ``cer <= max_cer``."""
-
-    min_duration_s: float = 3.0
-    max_duration_s: float = 20.0
-    max_cer: float | None = None
-    """None keeps every CER (segments without one always pass)."""
-
-    def __post_init__(self) -> None:
-        # A NaN limit compares false with every value: it would keep every segment, silently.
-        for name in ("min_duration_s", "max_duration_s", "max_cer"):
-            value = getattr(self, name)
-            if value is not None and not (math.isfinite(value) and value >= 0):
-                raise ValueError(f"segment limit {name}={value!r} must be a finite number >= 0")
 
 
 def published_shard_indexes(data_root: DataRoot) -> Iterator[tuple[str, pa.Table]]:
@@ -119,7 +99,7 @@ def published_shard_index(data_root: DataRoot, shard_id: str) -> pa.Table | None
     marker = table[PUBLISHED_SHARD_MARKER] if PUBLISHED_SHARD_MARKER in table.column_names else None
     if marker is None or marker.null_count == table.num_rows:
         return None
-    return table
+    return with_pseudo_labels(data_root, shard_id, table)
 
 
 def shard_country_segments(data_root: DataRoot, shard_id: str, country: str) -> pa.Table:
@@ -135,11 +115,16 @@ def shard_country_segments(data_root: DataRoot, shard_id: str, country: str) -> 
 
 
 def shard_stamps(data_root: DataRoot) -> dict[str, str]:
-    """Per indexed shard: a stamp of its utterance index and near-duplicate list (size, time, inode
-    or ETag), from two listings. A stamp that differs from the one recorded when the shard was read
+    """Per indexed shard: a stamp of its utterance index, near-duplicate list and alignment scores
+    (whose pseudo-labels give text to rows landed without it) (size, time, inode or ETag), from three
+    listings (on a local disk one directory listing and three ``stat`` calls a shard). A stamp that differs from the one recorded when the shard was read
     means it may have changed (a rewrite with the same rows reads it again and finds nothing new);
     an equal one means it did not, so a refresh reads only new and re-indexed shards."""
-    names = ("utterances.parquet", PurePosixPath(near_duplicates("x")).name)
+    names = (
+        "utterances.parquet",
+        PurePosixPath(near_duplicates("x")).name,
+        PurePosixPath(layout.alignment_scores("x")).name,
+    )
     if data_root.is_local:
         return _local_shard_stamps(data_root.path(layout.SHARDS), names)
     root = escape_glob(data_root.root)
@@ -152,7 +137,7 @@ def shard_stamps(data_root: DataRoot) -> dict[str, str]:
 
 
 def _local_shard_stamps(shards_dir: str, names: tuple[str, ...]) -> dict[str, str]:
-    """:func:`shard_stamps` on a local disk: one directory listing and two ``stat`` calls a shard (a
+    """:func:`shard_stamps` on a local disk: one directory listing and a ``stat`` call per file a shard (a
     glob lists every shard folder whole), the same stamps as fsspec's ``size:mtime:ino``."""
     try:
         entries = sorted(entry.name for entry in os.scandir(shards_dir) if entry.is_dir())
@@ -192,10 +177,6 @@ def country_segments(data_root: DataRoot, country: str) -> pa.Table:
     return pa.concat_tables(pieces).sort_by([("shard_id", "ascending"), ("key", "ascending")])
 
 
-SegmentId = tuple[str, str]
-"""``(shard_id, key)``: a segment's identity; ``key`` is the utterance's ``utt_id`` in its shard."""
-
-
 def near_duplicate_segments(data_root: DataRoot, shard_ids: Iterable[str]) -> frozenset[SegmentId]:
     """``(shard_id, utt_id)`` of every utterance of ``shard_ids`` that the near-duplicate stage rejected.
 
@@ -211,10 +192,6 @@ def near_duplicate_segments(data_root: DataRoot, shard_ids: Iterable[str]) -> fr
             raise ValueError(f"{data_root.uri(relative)}: missing column 'utt_id'")
         found.update((shard_id, utt_id) for utt_id in table["utt_id"].to_pylist())
     return frozenset(found)
-
-
-def segment_ids(segments: pa.Table) -> list[SegmentId]:
-    return list(zip(segments["shard_id"].to_pylist(), segments["key"].to_pylist(), strict=True))
 
 
 def segments_fingerprint(segments: pa.Table, near_duplicate_ids: Collection[SegmentId] = frozenset()) -> str:
@@ -332,7 +309,9 @@ def _as_segments(table: pa.Table, shard_id: str) -> pa.Table:
     audio_path = _column(table, "audio_path", pa.string())
     video_id = _column(table, "video_id", pa.string())
     fallback_recording = pc.binary_join_element_wise(pa.array([shard_id] * n, pa.string()), audio_path, "/")
-    human = _column(table, "human_text", pa.string())
+    texts = text_columns(
+        table, pc.coalesce(_column(table, "human_text", pa.string()), _column(table, "text", pa.string()))
+    )
     return pa.table(
         {
             "key": _column(table, "utt_id", pa.string()),
@@ -346,66 +325,14 @@ def _as_segments(table: pa.Table, shard_id: str) -> pa.Table:
             "end_s": _column(table, "segment_end_s", pa.float64()),
             "duration_s": _column(table, "duration_s", pa.float64()),
             "source_sample_rate": _column(table, "source_sample_rate", pa.int32()),
-            "human_text": pc.coalesce(human, _column(table, "text", pa.string())),
+            "human_text": texts["human_text"],
             "asr_text": _column(table, "asr_text", pa.string()),
             "cer": _column(table, "cer", pa.float64()),
             "transcript_start_idx": _column(table, "transcript_start_idx", pa.int32()),
             "transcript_end_idx": _column(table, "transcript_end_idx", pa.int32()),
+            "text": texts["text"],
+            "text_source": texts["text_source"],
+            "asr_confidence": texts["asr_confidence"],
         },
         schema=SEGMENT_SCHEMA,
     )
-
-
-def filter_reasons(
-    segments: pa.Table, limits: SegmentLimits, near_duplicate_ids: Collection[SegmentId] = frozenset()
-) -> list[str | None]:
-    """Per segment: None when it is kept, else ``missing_<field>`` (a :data:`REQUIRED_FIELDS` is
-    null), ``duration_out_of_range`` (not a finite length >= 0), ``cer_out_of_range`` (not a finite
-    rate >= 0), ``transcript_indexes_out_of_range`` (not ``0 <= start <= end``), ``too_short``, ``too_long``, ``cer_above_max`` or ``near_duplicate`` (its ``(shard_id,
-    key)`` is in ``near_duplicate_ids``), the first that applies: a copy that fails on its own is
-    counted under its own reason, as the quality filter does."""
-    reasons: list[str | None] = []
-    required = {name: segments[name].to_pylist() for name in REQUIRED_FIELDS}
-    starts, ends = segments["transcript_start_idx"].to_pylist(), segments["transcript_end_idx"].to_pylist()
-    copies = set(near_duplicate_ids)
-    for row, (duration, cer, segment_id) in enumerate(
-        zip(segments["duration_s"].to_pylist(), segments["cer"].to_pylist(), segment_ids(segments), strict=True)
-    ):
-        missing = next((name for name, values in required.items() if values[row] is None), None)
-        if missing is not None:
-            reasons.append(f"missing_{missing}")
-        elif duration is None or not math.isfinite(duration) or duration < 0:
-            reasons.append("duration_out_of_range")  # NaN compares false with every limit: never kept
-        elif cer is not None and aligned_segment_range_problem(cer, None, None) is not None:
-            reasons.append("cer_out_of_range")
-        elif aligned_segment_range_problem(None, starts[row], ends[row]) is not None:
-            reasons.append("transcript_indexes_out_of_range")
-        elif duration < limits.min_duration_s:
-            reasons.append("too_short")
-        elif duration > limits.max_duration_s:
-            reasons.append("too_long")
-        elif limits.max_cer is not None and cer is not None and cer > limits.max_cer:
-            reasons.append("cer_above_max")
-        elif segment_id in copies:
-            reasons.append(NEAR_DUPLICATE)
-        else:
-            reasons.append(None)
-    return reasons
-
-
-def word_error_rate(reference: str | None, hypothesis: str | None) -> float | None:
-    """WER of the ASR transcript against the human one (jiwer, words split on whitespace).
-
-    Both empty: 0.0. An empty reference with a non-empty hypothesis: 1.0 (every word inserted; WER
-    is undefined there and 1.0 is the cap a reader expects). No ASR transcript at all: None.
-    """
-    if hypothesis is None:
-        return None
-    reference, hypothesis = (reference or "").strip(), hypothesis.strip()
-    if not reference:
-        return 0.0 if not hypothesis else 1.0
-    if not hypothesis:
-        return 1.0
-    import jiwer  # loaded by the dataset build that scores transcripts, not by the code location
-
-    return float(jiwer.wer(reference, hypothesis))

@@ -24,12 +24,14 @@ def country_stats_path(dataset: str, country: str) -> str:
 
 
 def country_stats(data_root: DataRoot, dataset: str, country: str) -> dict:
-    """``{"splits": {split: {"files", "rows", "bytes"}}, "language", "sample_rate", "missing_splits"}``."""
+    """``{"splits": {split: {"files", "rows", "pseudo_labels", "bytes"}}, "language", "sample_rate",
+    "missing_splits"}`` (``pseudo_labels``: rows whose text is the aligner's, ``text_source`` ``asr``)."""
     with read_state(data_root, layout.hf_state_database(dataset, country)) as db:
         splits = {
-            split: {"files": int(files), "rows": int(rows), "bytes": int(size)}
-            for split, files, rows, size in db.execute(
-                "SELECT split, count(*), coalesce(sum(rows), 0), coalesce(sum(bytes), 0) FROM files "
+            split: {"files": int(files), "rows": int(rows), "pseudo_labels": int(labels), "bytes": int(size)}
+            for split, files, rows, labels, size in db.execute(
+                "SELECT split, count(*), coalesce(sum(rows), 0), coalesce(sum(pseudo_labels), 0), "
+                "coalesce(sum(bytes), 0) FROM files "
                 "WHERE split IS NOT NULL AND status <> 'deleted' GROUP BY split ORDER BY split"
             ).fetchall()
         }

@@ -20,7 +20,7 @@ import pyarrow as pa
 
 from speechdata.accounting.rejects import Reject, rejects_table
 from speechdata.accounting.stage import StageSummary
-from speechdata.alignment.pseudo_labels import with_text_sources
+from speechdata.alignment.pseudo_labels import TEXT_SOURCE_LANDED, with_text_sources
 from speechdata.alignment.table import words_by_utterance
 from speechdata.audio.container import read_container_index
 from speechdata.io import layout
@@ -48,9 +48,11 @@ SEGMENTS_SCHEMA = pa.schema(
         pa.field("first_chunk", pa.int32(), nullable=False),
         pa.field("last_chunk", pa.int32(), nullable=False),
         pa.field("n_unmatched_chunks", pa.int32(), nullable=False),
+        pa.field("text_source", pa.string()),
     ]
 )
-"""One row per emitted segment; ``emit_ms`` is the start of the second it is emitted at."""
+"""One row per emitted segment; ``emit_ms`` is the start of the second it is emitted at; ``text_source``
+says whether the utterance's text (and so its aligned words) landed or is the aligner's pseudo-label."""
 
 
 @dataclass(frozen=True)
@@ -157,6 +159,7 @@ def run_streaming_segments(
         data_root, shard_id, data_root.read_parquet(layout.utterance_index(shard_id), columns=["utt_id", "text"])
     )
     texts = dict(zip(index["utt_id"].to_pylist(), index["text"].to_pylist(), strict=True))
+    sources = dict(zip(index["utt_id"].to_pylist(), index["text_source"].to_pylist(), strict=True))
     container = read_container_index(data_root, layout.normalized_audio(shard_id))
     durations = dict(zip(container["utt_id"].to_pylist(), container["duration_s"].to_pylist(), strict=True))
     landed = _landed_segmentation_files(data_root, shard_id)
@@ -202,10 +205,12 @@ def run_streaming_segments(
             )
             continue
         document = utterance_document(utt_id, texts.get(utt_id) or "", levels, settings.step_ms)
+        source = sources.get(utt_id, TEXT_SOURCE_LANDED)
+        document["text_source"] = source
         data_root.write_bytes(
             layout.streaming_segments_json(shard_id, utt_id), json.dumps(document, ensure_ascii=False).encode()
         )
-        rows += segment_rows(utt_id, levels)
+        rows += [{**row, "text_source": source} for row in segment_rows(utt_id, levels)]
         for level, result in levels.items():
             totals.add(level, result)
         audio_seconds += durations.get(utt_id, 0.0)

@@ -133,16 +133,16 @@ def test_a_build_killed_between_writing_a_part_and_recording_it_is_cleaned_by_th
 ):
     corpus, _, _ = first_shard
     land_second(corpus, data_root, clips)
-    real_commit = hf_dataset_module._commit_part
+    real_commit = hf_dataset_module.commit_part
 
     def killed(*args, **kwargs):
         raise KeyboardInterrupt("worker killed after the part's files were moved into place")
 
-    monkeypatch.setattr(hf_dataset_module, "_commit_part", killed)
+    monkeypatch.setattr(hf_dataset_module, "commit_part", killed)
     with pytest.raises(KeyboardInterrupt):
         refresh_country(data_root, "de", OPTIONS, TARGETS)
     assert state(data_root, "SELECT * FROM part_writes")  # the started part is remembered
-    monkeypatch.setattr(hf_dataset_module, "_commit_part", real_commit)
+    monkeypatch.setattr(hf_dataset_module, "commit_part", real_commit)
     refresh_country(data_root, "de", OPTIONS, TARGETS)
     assert state(data_root, "SELECT * FROM part_writes") == []
     recorded = {f["path_in_repo"] for f in state(data_root, "SELECT * FROM files WHERE split IS NOT NULL")}

@@ -82,7 +82,9 @@ def test_bridge_shards_feed_no_country_and_the_card_has_one_config_per_published
     for split, rows in loaded.items():
         table = rows.remove_columns("audio").data
         all_null = [name for name in table.column_names if table[name].null_count == table.num_rows]
-        assert all_null == [], f"{split}: columns no row fills: {all_null}"
+        # A pseudo-label's confidence: null on every row whose text landed, as here.
+        assert all_null == ["asr_confidence"], f"{split}: columns no row fills: {all_null}"
+        assert set(table["text_source"].to_pylist()) == {"landed"}
     # The bridge shards' hf ledger is never built: no published index names them.
     for shard_id in ("bridge-a", "bridge-b"):
         assert not data_root.exists(published_index(shard_id, "de"))

@@ -114,6 +114,44 @@ def test_refresh_summarizes_every_manifest_and_ledger(populated, connection):
     ]
 
 
+def test_pseudo_labels_are_counted_per_shard_and_language_even_beside_manifests_older_than_the_column(
+    data_root, connection
+):
+    write_manifest(data_root, "shard-a", SHARD_A)
+    labelled = pa.table(
+        {"text_source": ["asr", "landed", "asr"], "asr_confidence": pa.array([0.8, None, 0.6], pa.float32())}
+    )
+    manifest = data_root.read_parquet(manifest_path("shard-a"))
+    for name in labelled.column_names:
+        manifest = manifest.set_column(manifest.column_names.index(name), name, labelled[name])
+    data_root.write_parquet(manifest_path("shard-a"), manifest)
+    write_manifest(data_root, "shard-b", SHARD_B)
+    old = data_root.read_parquet(manifest_path("shard-b")).drop_columns(["text_source", "asr_confidence"])
+    data_root.write_parquet(manifest_path("shard-b"), old)  # written before pseudo-labels existed
+    refresh_catalog(connection, data_root.url)
+    by_shard = run_query(connection, "SELECT shard, pseudo_labels FROM hours_by_shard ORDER BY shard").to_pylist()
+    assert by_shard == [{"shard": "shard-a", "pseudo_labels": 2}, {"shard": "shard-b", "pseudo_labels": 0}]
+    by_language = {
+        r["language"]: r["pseudo_labels"] for r in run_query(connection, "SELECT * FROM hours_by_language").to_pylist()
+    }
+    assert by_language == {"en": 1, "de": 1}
+    per_shard = run_query(connection, NAMED_QUERIES["pseudo_labels_per_shard"]).to_pylist()
+    assert [(r["shard"], r["language"], r["samples"], r["pseudo_labels"]) for r in per_shard] == [
+        ("shard-a", "de", 1, 1),
+        ("shard-a", "en", 2, 1),
+        ("shard-b", "en", 2, 0),
+    ]
+    assert per_shard[0]["mean_asr_confidence"] == pytest.approx(0.6)
+
+    write_manifest(data_root, "shard-a", SHARD_A)
+    data_root.write_parquet(
+        manifest_path("shard-a"),
+        data_root.read_parquet(manifest_path("shard-a")).drop_columns(["text_source", "asr_confidence"]),
+    )
+    refresh_catalog(connection, data_root.url)  # every manifest older than the column: the views still read
+    assert scalar(connection, "SELECT sum(pseudo_labels) FROM hours_by_shard") == 0
+
+
 def test_samples_view_unions_the_shards_differing_extra_columns(populated, connection):
     refresh_catalog(connection, populated.url)
     rows = run_query(connection, "SELECT key, snr_db, speaker FROM samples ORDER BY key").to_pylist()

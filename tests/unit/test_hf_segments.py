@@ -109,3 +109,29 @@ def test_the_empty_input_fingerprint_is_that_of_an_empty_segments_table():
     equal to it, and one with a row does not."""
     assert segments_fingerprint(SEGMENT_SCHEMA.empty_table()) == EMPTY_INPUT_FINGERPRINT
     assert segments_fingerprint(segments_table([segment()])) != EMPTY_INPUT_FINGERPRINT
+
+
+def test_a_pseudo_label_needs_no_human_text_and_is_filtered_below_the_confidence_threshold():
+    rows = [
+        segment(human_text=None, text="heard words", text_source="asr", asr_confidence=0.8),
+        segment(human_text=None, text="heard words", text_source="asr", asr_confidence=0.69),
+        segment(human_text=None, text="heard words", text_source="asr", asr_confidence=None),
+        segment(human_text=None, text=" ", text_source="asr", asr_confidence=0.9),
+        segment(human_text="  ", text_source="landed"),  # blank and not transcribed (yet)
+        segment(human_text=None, text_source="landed"),
+        segment(text="hallo welt", text_source="landed", asr_confidence=None),
+    ]
+    table = segments_table(rows)
+    assert filter_reasons(table, SegmentLimits(3.0, 20.0, min_asr_confidence=0.7)) == [
+        None,
+        "low_asr_confidence",
+        "low_asr_confidence",
+        "missing_text",
+        "missing_human_text",
+        "missing_human_text",
+        None,
+    ]
+    assert filter_reasons(table, SegmentLimits(3.0, 20.0, min_asr_confidence=None))[:3] == [None, None, None]
+    assert SegmentLimits().min_asr_confidence == 0.7  # the quality policy's threshold
+    with pytest.raises(ValueError, match="min_asr_confidence"):
+        SegmentLimits(min_asr_confidence=float("nan"))

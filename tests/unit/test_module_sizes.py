@@ -16,8 +16,6 @@ OVER_THE_LIMIT = {
     "speechdata/catalog/database_file.py",
     "speechdata/catalog/incremental.py",
     "speechdata/catalog/views.py",
-    "speechdata/hf/dataset.py",
-    "speechdata/hf/segments.py",
     # The one declaration of paths under the data root: it takes the product registry's paths next.
     "speechdata/io/layout.py",
     "speechdata/quality/near_dup_batch.py",

@@ -73,6 +73,25 @@ def test_every_aligned_utterance_is_written_or_rejected(data_root):
     assert totals.chunks["low_latency"] == 6 and totals.unmatched_share()["low_latency"] == 0.0
     ledger = data_root.read_parquet(layout.rejects(SHARD, "streaming_segments")).to_pylist()
     assert [(r["utt_id"], r["stage"]) for r in ledger] == [("mismatch", "streaming_segments")]
+    assert set(table["text_source"].to_pylist()) == {"landed"}
+
+
+def test_a_segment_of_a_pseudo_labelled_utterance_says_its_text_came_from_the_aligner(data_root):
+    land(data_root)
+    index = data_root.read_parquet(layout.utterance_index(SHARD)).to_pylist()
+    index[0]["text"] = None  # "good" landed without text; the aligner heard its words
+    data_root.write_parquet(layout.utterance_index(SHARD), pa.Table.from_pylist(index))
+    scores = data_root.read_parquet(layout.alignment_scores(SHARD)).to_pylist()
+    scores[0].update(text_source="asr", asr_text="hello there world", asr_confidence=0.8)
+    data_root.write_parquet(
+        layout.alignment_scores(SHARD), pa.Table.from_pylist(scores, schema=UTTERANCE_SCORES_SCHEMA)
+    )
+    run_streaming_segments(data_root, SHARD)
+    table = data_root.read_parquet(layout.streaming_segments(SHARD)).to_pylist()
+    assert {r["utt_id"]: r["text_source"] for r in table} == {"good": "asr", "poor": "landed", "imported": "landed"}
+    with data_root.fs.open(data_root.path(layout.streaming_segments_json(SHARD, "good"))) as handle:
+        document = json.loads(handle.read())
+    assert (document["original_text"], document["text_source"]) == ("hello there world", "asr")
 
 
 def test_allowed_ids_and_alignment_score_threshold_filter_with_reasons(data_root):
