@@ -22,7 +22,7 @@ together (``boundary``); and for the platform, the share of 80 ms frames whose f
 (the bridge's ``build_frame_grid`` over the tiny text tokenizer) equals the grid built from the
 true word times. ``--quick`` runs three English utterances.
 
-    python -m benchmarks.bench_alignment_accuracy
+    python -m benchmarks.accuracy.bench_alignment_accuracy
 """
 
 from __future__ import annotations

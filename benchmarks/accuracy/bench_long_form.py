@@ -28,7 +28,7 @@ Two kinds of point, each in a fresh interpreter (``--measure``), with its peak R
 ``--accuracy-model PATH`` (a trained CTC model: a transformers directory, or ``small`` once the
 package ships it) adds word boundary accuracy on the synthesized held-out speech of ``--fixtures``
 (16 kHz FLAC and ``heldout.json`` with each word's true start and end, as
-``benchmarks/bench_alignment_accuracy.py`` writes them): each utterance aligned alone (short),
+``benchmarks/accuracy/bench_alignment_accuracy.py`` writes them): each utterance aligned alone (short),
 against all of them joined ``--repeat`` times into one recording (long-form: windows and the
 checkpointed Viterbi), and against that recording with 20 s of synthetic music in the middle that
 the transcript does not cover, with and without the wildcard (median and p95 error in ms).
@@ -118,7 +118,7 @@ def _vocabulary():
 
 
 def _measure_viterbi(minutes: float, method: str, music: str) -> dict:
-    from benchmarks.bench_corpus_scale import RssSampler
+    from benchmarks.corpus.bench_corpus_scale import RssSampler
     from speechdata.alignment.forced import WildcardSettings, align_transcript
 
     log_probs, words, spans = synthetic_recording(minutes, music_s=MUSIC_S if music != "none" else 0.0)
@@ -227,7 +227,7 @@ def _synthetic_forward(batch: list[np.ndarray]) -> list[np.ndarray]:
 
 
 def _measure_stage(root: str, model: str | None) -> dict:
-    from benchmarks.bench_corpus_scale import RssSampler
+    from benchmarks.corpus.bench_corpus_scale import RssSampler
     from speechdata.alignment.forced import WildcardSettings
     from speechdata.alignment.stage import CtcAligner, run_alignments
     from speechdata.io import layout
@@ -368,7 +368,7 @@ def accuracy(model: str, fixtures: Path, repeat: int) -> dict:
 
 def _child(arguments: list[str]) -> dict:
     completed = subprocess.run(
-        [sys.executable, "-m", "benchmarks.bench_long_form", "--measure", json.dumps(arguments)],
+        [sys.executable, "-m", "benchmarks.accuracy.bench_long_form", "--measure", json.dumps(arguments)],
         cwd=ROOT,
         capture_output=True,
         text=True,

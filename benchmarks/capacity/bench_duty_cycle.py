@@ -4,7 +4,7 @@ Why: at the 1 000 audio-hours-per-GPU-hour target a 1 000-utterance shard of 8 s
 (2.2 audio hours) needs about 8 s of GPU, and everything around those 8 s (importing the code
 location, creating the run, starting the step, loading each model, reading inputs and writing
 outputs) costs more. This measures each of those fixed costs here, side by side in one run, and
-composes them in a simulation of one GPU worker's timeline (:mod:`benchmarks.duty_cycle_simulation`)
+composes them in a simulation of one GPU worker's timeline (:mod:`benchmarks.capacity.duty_cycle_simulation`)
 under two architectures: the baseline (today: a model load per GPU asset per run of k shards,
 everything serial) and resident GPU workers (each model loaded once per worker; the next item's
 inputs read and the previous item's outputs written while the current one is on the GPU; run
@@ -12,24 +12,24 @@ creation and step starts ahead of the GPU).
 
 Measured (CPU, this machine):
 
-1. model loads (:mod:`benchmarks.model_load_costs`): the four models written once from random
+1. model loads (:mod:`benchmarks.capacity.model_load_costs`): the four models written once from random
    weights at their real configs and real on-disk format, each load timed cold and warm in a
    fresh interpreter through the resource's own call; seconds, GB/s, peak RSS;
-2. orchestration (:mod:`benchmarks.orchestration_costs`): code-location import (fresh
+2. orchestration (:mod:`benchmarks.orchestration.orchestration_costs`): code-location import (fresh
    interpreter: wall, RSS), run creation per run (``bench_backfill_launch``, SQLite, ``--registered``
    shards), step start in-process and multiprocess (event log timestamps), and the feature stages'
    input reads and output writes for a real shard of ``--utterances`` utterances, scaled per audio hour
-   (:mod:`benchmarks.stage_io_costs`).
+   (:mod:`benchmarks.capacity.stage_io_costs`).
 
 Modelled: GPU compute per shard and stage, from the capacity model's FLOPs per audio second
-(:mod:`benchmarks.capacity_model`) at ``--audio-hours-per-gpu-hour`` end to end; the copy of the
+(:mod:`benchmarks.capacity.capacity_model`) at ``--audio-hours-per-gpu-hour`` end to end; the copy of the
 weights to the GPU at ``--h2d-gb-per-s``. Every assumption of the composition is listed in the
 record's ``assumptions``.
 
 ``--quick``: the tiny profile's model sizes instead of the full ones and small counts (a smoke run:
 its figures mean nothing).
 
-    python -m benchmarks.bench_duty_cycle [--quick]
+    python -m benchmarks.capacity.bench_duty_cycle [--quick]
 """
 
 from __future__ import annotations
@@ -40,12 +40,12 @@ import tempfile
 import time
 from pathlib import Path
 
-from benchmarks.capacity_model import GPU_FLOPS_PER_AUDIO_S, MEASURED_CPU_STAGES, capacity, gpu_stages
-from benchmarks.duty_cycle_simulation import RunCosts, StageCosts, duty_cycle
-from benchmarks.model_load_costs import MODEL_CACHE_DIR, MODELS, folder_bytes, measure_model_loads
-from benchmarks.orchestration_costs import code_location_import, run_creation, step_start
+from benchmarks.capacity.capacity_model import GPU_FLOPS_PER_AUDIO_S, MEASURED_CPU_STAGES, capacity, gpu_stages
+from benchmarks.capacity.duty_cycle_simulation import RunCosts, StageCosts, duty_cycle
+from benchmarks.capacity.model_load_costs import MODEL_CACHE_DIR, MODELS, folder_bytes, measure_model_loads
+from benchmarks.capacity.stage_io_costs import measure_stage_io
+from benchmarks.orchestration.orchestration_costs import code_location_import, run_creation, step_start
 from benchmarks.report import emit, progress, ratio, stdout_to_stderr
-from benchmarks.stage_io_costs import measure_stage_io
 
 BENCHMARK = "duty_cycle"
 SECONDS_PER_HOUR = 3600.0
@@ -267,7 +267,7 @@ def main(argv: list[str] | None = None) -> None:
                 "per_stage_s": {stage: round(s, 3) for stage, s in compute.items()},
                 "per_shard_s": round(sum(compute.values()), 3),
                 "implied_mfu": round(implied_mfu(args.audio_hours_per_gpu_hour), 4),
-                "source": "modelled: benchmarks/capacity_model.py FLOPs per audio second",
+                "source": "modelled: benchmarks/capacity/capacity_model.py FLOPs per audio second",
             },
             "stage_costs": {
                 "baseline": rounded_stages(baseline_stages),

@@ -7,10 +7,10 @@ most expensive stage is the first bottleneck. A per-step fixed cost (a step pod 
 model loading) is paid once per shard and step, so the shard size sets how much of it shows.
 
 CPU rates are the measured figures in docs/performance.md (one core; ``make bench``). GPU rates are
-estimates until ``python -m benchmarks.gpu_features`` runs on a GPU: model FLOPs per audio second
+estimates until ``python -m benchmarks.capacity.gpu_features`` runs on a GPU: model FLOPs per audio second
 over the GPU's dense bf16 peak times an assumed model FLOP utilisation (``--mfu``).
 
-    python -m benchmarks.capacity_model [--cpus 64 --gpus 8] [--mfu 0.15] [--shard-hours 10] [--table]
+    python -m benchmarks.capacity.capacity_model [--cpus 64 --gpus 8] [--mfu 0.15] [--shard-hours 10] [--table]
 """
 
 from __future__ import annotations

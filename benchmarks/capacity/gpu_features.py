@@ -12,7 +12,7 @@ FLOPs as speech.
 Models: ``Qwen/Qwen3-1.7B`` and ``microsoft/wavlm-large`` from the Hugging Face cache or hub, or,
 with ``--random-weights``, the same architectures built from their configs (the real sizes, so
 FLOPs, kernels and memory are the real ones without downloading the weights). The CTC model is
-always built from config at parakeet-ctc-1.1b's sizes (:mod:`benchmarks.gpu_ctc`), and timed in
+always built from config at parakeet-ctc-1.1b's sizes (:mod:`benchmarks.capacity.gpu_ctc`), and timed in
 float32 (as the stage runs it today) and under bf16 autocast. ``end_to_end_audio_hours_per_gpu_hour``
 combines the three stages run one after another on the GPU (the faster CTC precision), against
 the issue's target of 1 000.
@@ -39,7 +39,7 @@ exits 0. ``--tiny-dry-run`` instead builds 2-layer versions of the three models 
 weights), runs one small batch of each on the CPU and reports the same fields, to test the code
 path without a GPU (its speeds mean nothing).
 
-    python -m benchmarks.gpu_features [--random-weights] [--hours H] [--peak-tflops T] [--tiny-dry-run]
+    python -m benchmarks.capacity.gpu_features [--random-weights] [--hours H] [--peak-tflops T] [--tiny-dry-run]
 """
 
 from __future__ import annotations
@@ -51,9 +51,16 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
-from benchmarks.bench_features import ForwardTimer
-from benchmarks.gpu_ctc import CTC_MODEL_ID, build_ctc, ctc_params, flops_per_audio_second, log_probs_pass, to_16k
+from benchmarks.capacity.gpu_ctc import (
+    CTC_MODEL_ID,
+    build_ctc,
+    ctc_params,
+    flops_per_audio_second,
+    log_probs_pass,
+    to_16k,
+)
 from benchmarks.report import emit, progress, stdout_to_stderr
+from benchmarks.stages.bench_features import ForwardTimer
 from speechdata.alignment.log_probs import CTC_FRAME_S, MODEL_SAMPLE_RATE
 from speechdata.features.speech import SOURCE_SAMPLE_RATE, WAVLM_SAMPLE_RATE, wavlm_features
 from speechdata.features.text import keep_layers_through, qwen_hidden_states

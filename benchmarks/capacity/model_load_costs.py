@@ -3,7 +3,7 @@
 Why: under today's orchestration every GPU asset loads its model once per run of 4 shards, so a
 load is a fixed cost paid per run; a resident worker pays it once. This measures it without a hub
 download: each model is built from its real config (sizes from the model cards, written out in
-:mod:`benchmarks.gpu_features` and :mod:`benchmarks.gpu_ctc`), given random weights and saved in its
+:mod:`benchmarks.capacity.gpu_features` and :mod:`benchmarks.capacity.gpu_ctc`), given random weights and saved in its
 real on-disk format (Hugging Face safetensors, in the dtype its hub checkpoint stores) under
 ``.cache/bench-models/`` (git-ignored; built once, atomically, and reused). A load is then timed in a
 fresh interpreter, through the same call the platform's resource makes:
@@ -31,7 +31,7 @@ the page cache (``posix_fadvise(DONTNEED)``, as a node that has not read them), 
 (what a second run on the same node pays). Reported: seconds, GB on disk, GB/s, parameters, the
 child's peak RSS and its import time of torch + transformers (paid before any load).
 
-    python -m benchmarks.model_load_costs write|load <cache folder> <model>... [--tiny]   (a child's work)
+    python -m benchmarks.capacity.model_load_costs write|load <cache folder> <model>... [--tiny]   (a child's work)
 """
 
 from __future__ import annotations
@@ -69,7 +69,7 @@ MT5_XL = dict(
     feed_forward_proj="gated-gelu",
     tie_word_embeddings=False,
 )
-# nvidia/parakeet-ctc-1.1b (FastConformer CTC) at the model card's sizes, as benchmarks/gpu_ctc.py.
+# nvidia/parakeet-ctc-1.1b (FastConformer CTC) at the model card's sizes, as benchmarks/capacity/gpu_ctc.py.
 PARAKEET_CTC_1_1B = dict(
     hidden_size=1024,
     num_hidden_layers=42,
@@ -122,7 +122,7 @@ def _dtype(name: str):
 def qwen_config(tiny: bool):
     from transformers import Qwen3Config
 
-    from benchmarks.gpu_features import QWEN3_1_7B
+    from benchmarks.capacity.gpu_features import QWEN3_1_7B
 
     if tiny:
         return Qwen3Config(
@@ -135,7 +135,7 @@ def qwen_config(tiny: bool):
 def wavlm_config(tiny: bool):
     from transformers import WavLMConfig
 
-    from benchmarks.gpu_features import WAVLM_LARGE
+    from benchmarks.capacity.gpu_features import WAVLM_LARGE
 
     if tiny:
         return WavLMConfig(
@@ -396,7 +396,7 @@ def _child(argv: list[str]) -> None:
 
 def run_child(action: str, names: list[str], tiny: bool, cache_dir: Path, timeout_s: float = 3600) -> dict:
     """Writes or loads in a fresh interpreter, one model after another: ``{name: figures}``."""
-    command = [sys.executable, "-m", "benchmarks.model_load_costs", action, str(cache_dir), *names]
+    command = [sys.executable, "-m", "benchmarks.capacity.model_load_costs", action, str(cache_dir), *names]
     command += ["--tiny"] if tiny else []
     proc = subprocess.run(command, capture_output=True, text=True, timeout=timeout_s, check=False)
     if proc.returncode != 0:
@@ -425,7 +425,7 @@ def measure_model_loads(
     shortcut: the peak RSS then covers the models loaded before too). Otherwise one interpreter per
     model and action, so each load starts from nothing imported and its peak RSS is its own.
     """
-    from benchmarks.bench_packing import evict_from_page_cache
+    from benchmarks.stages.bench_packing import evict_from_page_cache
 
     missing = [name for name in names if not model_folder(name, tiny, cache_dir).exists()]
     writes = in_children("write", missing, tiny, cache_dir, one_process)

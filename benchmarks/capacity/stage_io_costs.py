@@ -143,7 +143,7 @@ def _timed(run) -> float:
 def measure_stage_io(work_dir: Path, utterances: int, seconds: float = 8.0, repeats: int = 1) -> dict:
     import torch
 
-    from benchmarks.bench_packing import evict_from_page_cache
+    from benchmarks.stages.bench_packing import evict_from_page_cache
     from speechdata.audio.container import iter_container_audio
     from speechdata.features.stage import run_qwen_hidden_states, run_wavlm_features
     from speechdata.io import layout

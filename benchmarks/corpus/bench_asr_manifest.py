@@ -8,7 +8,7 @@ English, Tamil and mixed-script transcripts with tags and punctuation, 10 segmen
 Arrow tables and times, wall-clock, ``--repeats`` runs of each, alternating, after one untimed run
 of each on ``--warmup-rows`` rows (one-time costs: thread pools, regex compiles, DuckDB's first
 connection), and compares the medians (then, untimed, checks that every output equals the
-pre-issue-18 build's, kept in ``benchmarks/asr_manifest_reference.py``):
+pre-issue-18 build's, kept in ``benchmarks/corpus/asr_manifest_reference.py``):
 
 * ``polars``: ``pl.from_arrow`` of both tables + :func:`speechdata.asr.manifest.build_asr_manifest`;
 * ``pandas_baseline``: ``to_pandas`` of both + the baseline's merge, filters and row-wise ``apply`` with
@@ -136,7 +136,7 @@ def same_outputs_as_reference(utterances: pa.Table, flac: pa.Table, build) -> tu
     import polars as pl
     from polars.testing import assert_frame_equal
 
-    from benchmarks import asr_manifest_reference
+    from benchmarks.corpus import asr_manifest_reference
     from speechdata.asr.manifest import AsrManifestConfig
 
     started = time.perf_counter()
@@ -238,7 +238,7 @@ def measure_child(mode: str, root: str) -> None:
 
 def _in_child(mode: str, root: str) -> dict:
     result = subprocess.run(
-        [sys.executable, "-m", "benchmarks.bench_asr_manifest", "--measure", mode, root],
+        [sys.executable, "-m", "benchmarks.corpus.bench_asr_manifest", "--measure", mode, root],
         capture_output=True,
         text=True,
         check=True,

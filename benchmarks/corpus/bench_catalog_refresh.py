@@ -70,7 +70,7 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 
-from benchmarks.bench_catalog import shard_manifest
+from benchmarks.corpus.bench_catalog import shard_manifest
 from benchmarks.report import emit, progress, ratio, stdout_to_stderr
 from speechdata.accounting.rejects import Reject, rejects_table
 from speechdata.bridge.manifest import manifest_path
@@ -384,7 +384,7 @@ def measure_refresh_subprocess(
     os.makedirs(os.path.dirname(database), exist_ok=True)
     told = [] if changed_shards is None else ["--changed-shards", json.dumps(changed_shards)]
     done = subprocess.run(
-        [sys.executable, "-m", "benchmarks.bench_catalog_refresh", "--measure", database, root.root, *told],
+        [sys.executable, "-m", "benchmarks.corpus.bench_catalog_refresh", "--measure", database, root.root, *told],
         # Not the repository: ``-m`` puts the working folder first on the path, before ``pythonpath``.
         cwd=os.path.dirname(database),
         env={**os.environ, "PYTHONPATH": pythonpath},

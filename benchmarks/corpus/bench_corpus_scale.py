@@ -227,7 +227,7 @@ def clone_shard(template: Path, files: list[str], root: Path, shard_id: str, *, 
 
 
 def _run_child(arguments: list[str]) -> dict:
-    command = [sys.executable, "-m", "benchmarks.bench_corpus_scale", *arguments]
+    command = [sys.executable, "-m", "benchmarks.corpus.bench_corpus_scale", *arguments]
     completed = subprocess.run(
         command, capture_output=True, text=True, env={**os.environ, "SPEECHDATA_PROFILE": "tiny"}
     )
@@ -379,7 +379,7 @@ def measure(args: argparse.Namespace) -> dict:
 
 
 NEAR_DUPLICATE_SECONDS_PER_UTTERANCE = 4.8
-"""The synthetic index's mean utterance (benchmarks/bench_near_duplicates_index.py)."""
+"""The synthetic index's mean utterance (benchmarks/corpus/bench_near_duplicates_index.py)."""
 
 
 def measure_near_duplicates(hours: list, utterances: int) -> dict:
@@ -387,8 +387,8 @@ def measure_near_duplicates(hours: list, utterances: int) -> dict:
     beside the whole-index scan it replaced (in the same run, on the same index)."""
     import tempfile
 
-    from benchmarks.bench_near_duplicates_index import _build, in_fresh_process
-    from benchmarks.bench_near_duplicates_index import measure as measure_index
+    from benchmarks.corpus.bench_near_duplicates_index import _build, in_fresh_process
+    from benchmarks.corpus.bench_near_duplicates_index import measure as measure_index
 
     per_hours = {}
     with tempfile.TemporaryDirectory(prefix="bench-corpus-scale-near-dup-") as folder:

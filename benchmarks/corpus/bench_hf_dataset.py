@@ -176,7 +176,7 @@ def _step_in_fresh_interpreter(root) -> dict:
     import sys
 
     result = subprocess.run(
-        [sys.executable, "-m", "benchmarks.bench_hf_dataset", "--step", root.url],
+        [sys.executable, "-m", "benchmarks.corpus.bench_hf_dataset", "--step", root.url],
         capture_output=True,
         text=True,
         check=False,

@@ -94,7 +94,7 @@ def measure_child(mode: str, root: str) -> None:
 
 def _in_child(mode: str, root: str) -> dict:
     result = subprocess.run(
-        [sys.executable, "-m", "benchmarks.bench_language_index", "--measure", mode, root],
+        [sys.executable, "-m", "benchmarks.corpus.bench_language_index", "--measure", mode, root],
         capture_output=True,
         text=True,
         check=True,

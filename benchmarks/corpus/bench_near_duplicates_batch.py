@@ -8,7 +8,7 @@ postings of its keys and the entries they name, decides, commits). The batch pas
 each shard decided by the same ``decide_shard``, committed in parallel. Both start from the indexed
 signals (``signals_from="index"``; the incremental baseline is the stage after its fingerprinting,
 which a threshold change would otherwise repeat), on the same synthetic index
-(benchmarks.bench_near_duplicates_index: random fingerprints, a tenth of each shard copies of
+(benchmarks.corpus.bench_near_duplicates_index: random fingerprints, a tenth of each shard copies of
 earlier utterances), in the same run, and must write the same files (checked).
 """
 
@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks.bench_near_duplicates_index import synthetic_signals
+from benchmarks.corpus.bench_near_duplicates_index import synthetic_signals
 from benchmarks.report import emit, progress, ratio, stdout_to_stderr
 
 

@@ -54,7 +54,7 @@ import time
 
 import dagster as dg
 
-from benchmarks.bench_orchestration_scale import bench_instance, webserver_instance
+from benchmarks.orchestration.bench_orchestration_scale import bench_instance, webserver_instance
 from benchmarks.report import emit, progress, ratio, stdout_to_stderr
 from dagster_project.instance_storage import EVENT_BATCH_SIZE, EVENT_BATCH_SIZE_ENV
 

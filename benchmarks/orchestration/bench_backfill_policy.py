@@ -69,7 +69,7 @@ def run_range(start: str, end: str) -> None:
 def launch(start: str, end: str, env: dict[str, str]) -> float:
     began = time.perf_counter()
     subprocess.run(
-        [sys.executable, "-m", "benchmarks.bench_backfill_policy", "--run", start, end],
+        [sys.executable, "-m", "benchmarks.orchestration.bench_backfill_policy", "--run", start, end],
         env=env,
         check=True,
         stdout=subprocess.DEVNULL,

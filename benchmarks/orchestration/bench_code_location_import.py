@@ -5,18 +5,18 @@ before anything else, so its wall time and memory are a fixed cost of each. The 
 (torch, and scipy under datasketch, pandas, jiwer) load in the steps that use them, not at import.
 The baseline is the same import with those libraries imported first, inside the timed span: what
 the code location cost when its modules imported them at module level. Both run in fresh
-interpreters (``benchmarks.orchestration_costs.code_location_import_once``), alternating, so the
+interpreters (``benchmarks.orchestration.orchestration_costs.code_location_import_once``), alternating, so the
 machine's load is shared; median of ``--repeats`` each: the interpreter's wall time, the import's
 own, and the process's peak RSS.
 
-    python -m benchmarks.bench_code_location_import [--quick] [--repeats N]
+    python -m benchmarks.orchestration.bench_code_location_import [--quick] [--repeats N]
 """
 
 from __future__ import annotations
 
 import argparse
 
-from benchmarks.orchestration_costs import code_location_import_once, median_import
+from benchmarks.orchestration.orchestration_costs import code_location_import_once, median_import
 from benchmarks.report import emit, progress, ratio, stdout_to_stderr
 
 BASELINE_PRELOAD = "import datasketch, jiwer, pandas, speechdata.features.speech, speechdata.features.text"

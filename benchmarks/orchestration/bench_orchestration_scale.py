@@ -40,7 +40,7 @@ from collections.abc import Iterator
 
 import dagster as dg
 
-from benchmarks.bench_sensor_tick import small_metadata
+from benchmarks.orchestration.bench_sensor_tick import small_metadata
 from benchmarks.report import emit, progress, ratio, stdout_to_stderr
 from resources.storage import DataRootResource
 from sensors.landing import build_landing_sensor

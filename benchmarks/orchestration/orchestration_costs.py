@@ -3,13 +3,13 @@
 * ``code_location_import``: a fresh interpreter running ``from dagster_project.definitions import
   defs``: the interpreter's whole wall time, the import's own, and the process's peak RSS (what a
   run worker, or a step process under the multiprocess executor, pays before anything else);
-* ``run_creation``: ``benchmarks.bench_backfill_launch`` (SQLite, runs queued and never started)
+* ``run_creation``: ``benchmarks.orchestration.bench_backfill_launch`` (SQLite, runs queued and never started)
   in its own process; its ``per_run_ms`` is the backfill daemon's cost of creating one run;
-* ``step_start``: the trivial asset of :mod:`benchmarks.step_start_probe` run through
+* ``step_start``: the trivial asset of :mod:`benchmarks.orchestration.step_start_probe` run through
   ``dg.materialize`` (in-process executor) and ``dg.execute_job`` with the multiprocess executor on
   a temporary persistent instance; from the ``RUN_START`` event's timestamp to the asset's first
   line (``time.time()`` recorded as metadata, the event log's clock), median over the repeats;
-* ``stage_io``: :mod:`benchmarks.stage_io_costs`.
+* ``stage_io``: :mod:`benchmarks.capacity.stage_io_costs`.
 """
 
 from __future__ import annotations
@@ -92,7 +92,7 @@ def code_location_import(repeats: int) -> dict:
 def run_creation(registered: int, backfill: int) -> dict:
     """Per-run creation cost from ``bench_backfill_launch`` (SQLite) at ``registered`` shards."""
     command = [
-        sys.executable, "-m", "benchmarks.bench_backfill_launch",
+        sys.executable, "-m", "benchmarks.orchestration.bench_backfill_launch",
         "--storage", "sqlite", "--registered", str(registered), "--backfill", str(backfill),
     ]  # fmt: skip
     proc = subprocess.run(command, cwd=REPO_ROOT, capture_output=True, text=True, check=False)
@@ -111,7 +111,7 @@ def run_creation(registered: int, backfill: int) -> dict:
 def _step_start_once(executor: str, instance) -> dict:
     import dagster as dg
 
-    from benchmarks import step_start_probe
+    from benchmarks.orchestration import step_start_probe
 
     if executor == "in_process":
         result = dg.materialize([step_start_probe.step_start_probe], instance=instance)

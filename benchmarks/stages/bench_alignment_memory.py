@@ -4,13 +4,13 @@ Why: the Viterbi keeps a back-pointer byte per frame and state, ``T x (2L + 1)``
 utterance with a 17 000-word transcript asked for gigabytes and killed every retry of the alignment
 run. ``align_transcript`` now rejects an utterance past ``max_frame_tokens`` (frames x tokens) as
 ``too_long_to_align`` before the Viterbi runs; since then the default limit only stops pathological
-input and a long utterance takes the checkpointed Viterbi (``benchmarks/bench_long_form.py`` measures
+input and a long utterance takes the checkpointed Viterbi (``benchmarks/accuracy/bench_long_form.py`` measures
 that against length), so at the default limit every duration here aligns. This aligns one synthetic utterance per duration
 (random character-model log-probs at 80 ms frames, a transcript of 2.36 words a second, the rate of
 the 2-hour case) in a fresh subprocess each, and reports its peak RSS (``ru_maxrss``) and outcome
 beside the baseline: the back-pointer bytes the Viterbi would allocate without the limit.
 
-``python -m benchmarks.bench_alignment_memory --measure SECONDS`` is the subprocess.
+``python -m benchmarks.stages.bench_alignment_memory --measure SECONDS`` is the subprocess.
 """
 
 from __future__ import annotations
@@ -81,7 +81,7 @@ def main() -> None:
     per_duration = []
     for seconds in durations:
         result = subprocess.run(
-            [sys.executable, "-m", "benchmarks.bench_alignment_memory", "--measure", str(seconds)],
+            [sys.executable, "-m", "benchmarks.stages.bench_alignment_memory", "--measure", str(seconds)],
             cwd=ROOT,
             capture_output=True,
             text=True,

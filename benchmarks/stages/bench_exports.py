@@ -32,8 +32,8 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from benchmarks.bench_tar_writing import SHARD_ID, build_samples
 from benchmarks.report import emit, progress, ratio, stdout_to_stderr
+from benchmarks.stages.bench_tar_writing import SHARD_ID, build_samples
 from speechdata.audio.clock import SAMPLE_RATE
 from speechdata.bridge.manifest import MANIFEST_COLUMNS, manifest_path
 from speechdata.bridge.tars import BridgeSample, pack_samples

@@ -15,7 +15,7 @@ built a large shard reports that process's peak. ``VmHWM`` belongs to the new ad
 workers' ``ru_maxrss`` has the same floor (the ingesting process's RSS when the pool starts), which
 is the same at every size.
 
-``python -m benchmarks.bench_ingest_memory --measure ROOT SHARD --workers N`` is the subprocess: it
+``python -m benchmarks.stages.bench_ingest_memory --measure ROOT SHARD --workers N`` is the subprocess: it
 ingests one landed shard and prints its peak RSS as JSON (the test in
 tests/integration/test_ingest_memory.py uses it too).
 """
@@ -76,7 +76,7 @@ def measure_in_subprocess(root_dir: str, shard_id: str, workers: int) -> dict:
         [
             sys.executable,
             "-m",
-            "benchmarks.bench_ingest_memory",
+            "benchmarks.stages.bench_ingest_memory",
             "--measure",
             root_dir,
             shard_id,

@@ -120,7 +120,7 @@ def _child_pack(root: str, write_back_mib: float | None, drop_written: bool) -> 
 
 def _run_child(*argv: str) -> dict:
     proc = subprocess.run(
-        [sys.executable, "-m", "benchmarks.bench_packing", *argv], capture_output=True, text=True, check=False
+        [sys.executable, "-m", "benchmarks.stages.bench_packing", *argv], capture_output=True, text=True, check=False
     )
     if proc.returncode:
         raise RuntimeError(f"child {argv} failed:\n{proc.stderr[-3000:]}")

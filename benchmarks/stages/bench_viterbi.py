@@ -113,7 +113,7 @@ def nemo_paths_in_nemo_env(item_sets: dict[str, list[tuple]]) -> dict[str, tuple
         }
         torch.save(saved, cases)
         subprocess.run(
-            [str(NEMO_PYTHON), "-m", "benchmarks.bench_viterbi", "--nemo-reference", str(cases), str(result)],
+            [str(NEMO_PYTHON), "-m", "benchmarks.stages.bench_viterbi", "--nemo-reference", str(cases), str(result)],
             cwd=REPO_ROOT,
             env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
             stdout=sys.stderr,  # NeMo logs on stdout; this benchmark's stdout is its record
