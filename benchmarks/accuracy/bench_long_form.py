@@ -52,7 +52,7 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks.report import emit, progress, ratio, stdout_to_stderr
+from benchmarks.report import RssSampler, emit, progress, ratio, stdout_to_stderr
 
 ROOT = Path(__file__).resolve().parents[1]
 FRAME_S = 0.08
@@ -118,7 +118,6 @@ def _vocabulary():
 
 
 def _measure_viterbi(minutes: float, method: str, music: str) -> dict:
-    from benchmarks.corpus.bench_corpus_scale import RssSampler
     from speechdata.alignment.forced import WildcardSettings, align_transcript
 
     log_probs, words, spans = synthetic_recording(minutes, music_s=MUSIC_S if music != "none" else 0.0)
@@ -227,7 +226,6 @@ def _synthetic_forward(batch: list[np.ndarray]) -> list[np.ndarray]:
 
 
 def _measure_stage(root: str, model: str | None) -> dict:
-    from benchmarks.corpus.bench_corpus_scale import RssSampler
     from speechdata.alignment.forced import WildcardSettings
     from speechdata.alignment.stage import CtcAligner, run_alignments
     from speechdata.io import layout

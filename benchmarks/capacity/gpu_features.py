@@ -59,8 +59,7 @@ from benchmarks.capacity.gpu_ctc import (
     log_probs_pass,
     to_16k,
 )
-from benchmarks.report import emit, progress, stdout_to_stderr
-from benchmarks.stages.bench_features import ForwardTimer
+from benchmarks.report import ForwardTimer, emit, progress, stdout_to_stderr
 from speechdata.alignment.log_probs import CTC_FRAME_S, MODEL_SAMPLE_RATE
 from speechdata.features.speech import SOURCE_SAMPLE_RATE, WAVLM_SAMPLE_RATE, wavlm_features
 from speechdata.features.text import keep_layers_through, qwen_hidden_states

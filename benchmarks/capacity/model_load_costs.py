@@ -40,7 +40,6 @@ import argparse
 import contextlib
 import json
 import math
-import resource
 import subprocess
 import sys
 import tempfile
@@ -48,7 +47,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from benchmarks.report import stdout_to_stderr
+from benchmarks.report import peak_rss_mb, stdout_to_stderr
 
 MODEL_CACHE_DIR = Path(__file__).resolve().parent.parent / ".cache" / "bench-models"
 GB = 1e9
@@ -352,7 +351,7 @@ def folder_bytes(folder: Path) -> int:
 
 
 def peak_rss_gb() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / GB
+    return peak_rss_mb() * 2**20 / GB
 
 
 def _child(argv: list[str]) -> None:

@@ -29,6 +29,8 @@ from pathlib import Path
 
 import numpy as np
 
+from benchmarks.report import timed_call
+
 SECONDS_PER_HOUR = 3600.0
 QWEN_HIDDEN_SIZE = 2048
 WAVLM_HIDDEN_SIZE = 1024
@@ -134,12 +136,6 @@ def stage_instrumented(qwen: StandInModelCall, wavlm: StandInModelCall, clock: W
         text.qwen_hidden_states, speech.wavlm_features, stage.ArrayStoreWriter = saved
 
 
-def _timed(run) -> float:
-    started = time.perf_counter()
-    run()
-    return time.perf_counter() - started
-
-
 def measure_stage_io(work_dir: Path, utterances: int, seconds: float = 8.0, repeats: int = 1) -> dict:
     import torch
 
@@ -176,10 +172,10 @@ def measure_stage_io(work_dir: Path, utterances: int, seconds: float = 8.0, repe
             reads, stages, writes = [], [], []
             for _ in range(repeats):
                 evict_from_page_cache(work_dir)
-                reads.append(_timed(read))
+                reads.append(timed_call(read)[0])
                 evict_from_page_cache(work_dir)
                 call.seconds = clock.seconds = 0.0
-                stages.append(_timed(run) - call.seconds)
+                stages.append(timed_call(run)[0] - call.seconds)
                 writes.append(clock.seconds)
             read_s, stage_s, write_s = (statistics.median(x) for x in (reads, stages, writes))
             figures[name] = {

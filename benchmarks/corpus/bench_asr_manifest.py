@@ -47,7 +47,7 @@ import time
 import numpy as np
 import pyarrow as pa
 
-from benchmarks.report import emit, progress, ratio, stdout_to_stderr
+from benchmarks.report import emit, peak_rss_mb, progress, ratio, stdout_to_stderr
 
 TARGET_RATIO = 10.0  # the scale target for the manifest build
 MIN_DURATION, MAX_DURATION, MIN_QUALITY = 0.5, 20.0, 0.5
@@ -231,9 +231,7 @@ def measure_child(mode: str, root: str) -> None:
         )
         changed = len(summary.shards_changed)
     wall = time.perf_counter() - started
-    with open("/proc/self/status") as status:
-        hwm_kb = next(int(line.split()[1]) for line in status if line.startswith("VmHWM:"))
-    print(json.dumps({"wall_s": round(wall, 3), "peak_rss_mb": round(hwm_kb / 1024, 1), "shards_changed": changed}))
+    print(json.dumps({"wall_s": round(wall, 3), "peak_rss_mb": round(peak_rss_mb(), 1), "shards_changed": changed}))
 
 
 def _in_child(mode: str, root: str) -> dict:

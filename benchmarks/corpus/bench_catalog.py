@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import tempfile
 import time
 
@@ -39,7 +38,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.csv as pacsv
 
-from benchmarks.report import emit, progress, ratio, stdout_to_stderr
+from benchmarks.report import emit, progress, ratio, stdout_to_stderr, timed
 from speechdata.bridge.manifest import MANIFEST_COLUMNS, manifest_path
 from speechdata.catalog.queries import NAMED_QUERIES, run_query, select_samples
 from speechdata.catalog.views import CATALOG_FILE, refresh_catalog
@@ -119,16 +118,6 @@ def build_data(root: DataRoot, csv_path: str, rows: int, shards: int, seed: int 
         tables.append(table)
     # The baseline's single CSV: every row, the union of the shards' columns (empty where absent).
     pacsv.write_csv(pa.concat_tables(tables, promote_options="default"), csv_path)
-
-
-def timed(fn, repeats: int):
-    """(median seconds, first seconds, last result) of ``repeats`` calls."""
-    seconds, result = [], None
-    for _ in range(repeats):
-        started = time.perf_counter()
-        result = fn()
-        seconds.append(time.perf_counter() - started)
-    return statistics.median(seconds), seconds[0], result
 
 
 def pandas_hours_per_language(frame: pd.DataFrame) -> pd.DataFrame:

@@ -57,7 +57,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import statistics
 import subprocess
 import sys
@@ -71,7 +70,8 @@ import numpy as np
 import pyarrow as pa
 
 from benchmarks.corpus.bench_catalog import shard_manifest
-from benchmarks.report import emit, progress, ratio, stdout_to_stderr
+from benchmarks.report import emit, peak_rss_mb, progress, ratio, stdout_to_stderr
+from benchmarks.report import timed_call as timed
 from speechdata.accounting.rejects import Reject, rejects_table
 from speechdata.bridge.manifest import manifest_path
 from speechdata.catalog.accounting_state import REJECTS_BY_PRODUCT_FROM_STATE, SHARD_ACCOUNTING_FROM_STATE
@@ -397,14 +397,6 @@ def measure_refresh_subprocess(
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def _peak_rss_mb() -> float:
-    with open("/proc/self/status") as status:
-        for line in status:
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-
-
 def _measure_refresh(database: str, root_dir: str, changed_shards: list[str] | None = None) -> None:
     """The subprocess: ``manifest_catalog``'s refresh and the tables it shows, with whichever
     ``speechdata`` is first on the path; prints its wall seconds and peak RSS as JSON."""
@@ -427,7 +419,7 @@ def _measure_refresh(database: str, root_dir: str, changed_shards: list[str] | N
             lost: QUALITY_NAMED_QUERIES[lost],
         }
         bin_in_python = True
-    imported_rss = _peak_rss_mb()
+    imported_rss = peak_rss_mb()
     started = time.perf_counter()
     with stdout_to_stderr():
         told = {} if changed_shards is None else {"shards": changed_shards}
@@ -441,7 +433,7 @@ def _measure_refresh(database: str, root_dir: str, changed_shards: list[str] | N
             for table in refreshed.tables.values():
                 table.to_pylist()
     wall_s = time.perf_counter() - started
-    peak = _peak_rss_mb()
+    peak = peak_rss_mb()
     print(json.dumps({"wall_s": wall_s, "peak_rss_mb": peak, "refresh_rss_mb": peak - imported_rss}))
 
 
@@ -456,12 +448,6 @@ def _python_histogram(values: list, bins: int = 10) -> list[int]:
     for value in present:
         counts[min(int((value - low) / step), bins - 1)] += 1
     return counts
-
-
-def timed(refresh):
-    started = time.perf_counter()
-    summary = refresh()
-    return time.perf_counter() - started, summary
 
 
 if __name__ == "__main__":

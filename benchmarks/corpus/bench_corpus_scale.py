@@ -47,7 +47,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from benchmarks.report import emit, progress, ratio, stdout_to_stderr
+from benchmarks.report import RssSampler, emit, progress, ratio, stdout_to_stderr
 
 TEMPLATE_SHARD = "tplshard-000000"
 PAYLOAD_NAMES = (
@@ -251,40 +251,6 @@ def run_stages(root: Path, partitions: dict[str, list[str]], keys: dict[str, str
             )
         )
     return figures
-
-
-class RssSampler:
-    """The process's peak resident memory while the block ran, and how much of it the block added,
-    sampled every 20 ms from ``/proc/self/statm``: ``ru_maxrss`` survives ``exec`` on Linux, so a child
-    started by a large parent would report the parent's peak."""
-
-    def __init__(self, interval_s: float = 0.02):
-        self.interval_s, self.added_mb, self.peak_mb = interval_s, 0.0, 0.0
-
-    @staticmethod
-    def resident_mb() -> float:
-        with open("/proc/self/statm") as statm:
-            return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
-
-    def __enter__(self):
-        import threading
-
-        self._start, self._stop = self.resident_mb(), threading.Event()
-        self._peak = self._start
-        self._thread = threading.Thread(target=self._sample, daemon=True)
-        self._thread.start()
-        return self
-
-    def _sample(self):
-        while not self._stop.wait(self.interval_s):
-            self._peak = max(self._peak, self.resident_mb())
-
-    def __exit__(self, *exc):
-        self._stop.set()
-        self._thread.join()
-        self.peak_mb = max(self._peak, self.resident_mb())
-        self.added_mb = self.peak_mb - self._start
-        return False
 
 
 def _run_stages_child(stages: list[str], root: str, partitions: dict[str, list[str]], keys: dict[str, str]) -> dict:

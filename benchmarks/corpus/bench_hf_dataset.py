@@ -37,7 +37,7 @@ import tracemalloc
 import numpy as np
 import soundfile as sf
 
-from benchmarks.report import emit, progress, ratio, stdout_to_stderr
+from benchmarks.report import emit, peak_rss_mb, process_cpu_seconds, progress, ratio, stdout_to_stderr
 
 
 def land_corpus(workdir: str, recordings: int):
@@ -131,7 +131,6 @@ one of each, as a real shard of a thousand utterances does at the default 1 %.""
 
 def refresh_country_step(data_root_url: str, dataset: str, country: str) -> dict:
     """One country refresh as the two assets run it; the figures of this process."""
-    import resource
 
     import datasets  # noqa: F401  (loaded by the build either way: its import is not the refresh's cost)
     import jiwer  # noqa: F401
@@ -146,7 +145,7 @@ def refresh_country_step(data_root_url: str, dataset: str, country: str) -> dict
     from speechdata.io.storage import DataRoot
 
     root = DataRoot(data_root_url)
-    cpu_before = _cpu_seconds()
+    cpu_before = process_cpu_seconds()
     started = time.perf_counter()
     refresh_split_assignments(root, dataset, country, targets=SplitTargets(EVALUATION_SHARE, EVALUATION_SHARE))
     require_balanced_country(root, dataset, country)
@@ -156,18 +155,11 @@ def refresh_country_step(data_root_url: str, dataset: str, country: str) -> dict
     write_published_indexes(root, dataset, country)
     return {
         "wall_s": round(time.perf_counter() - started, 3),
-        "cpu_s": round(_cpu_seconds() - cpu_before, 3),
-        "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+        "cpu_s": round(process_cpu_seconds() - cpu_before, 3),
+        "peak_rss_mb": round(peak_rss_mb(), 1),
         "audio_hours_cut": round(summary.audio_seconds / 3600, 4),
         "files_written": sum(len(s.files) for s in summary.written),
     }
-
-
-def _cpu_seconds() -> float:
-    import resource
-
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime + usage.ru_stime
 
 
 def _step_in_fresh_interpreter(root) -> dict:

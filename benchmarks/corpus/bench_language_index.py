@@ -26,7 +26,7 @@ import sys
 import tempfile
 import time
 
-from benchmarks.report import emit, progress, ratio, stdout_to_stderr
+from benchmarks.report import emit, peak_rss_mb, progress, ratio, stdout_to_stderr
 
 LANGUAGES = ("en", "fr", "hi")
 
@@ -87,9 +87,7 @@ def measure_child(mode: str, root: str) -> None:
         remove_unreferenced_packed_tars(data_root)
         checked = None
     wall = time.perf_counter() - started
-    with open("/proc/self/status") as status:
-        hwm_kb = next(int(line.split()[1]) for line in status if line.startswith("VmHWM:"))
-    print(json.dumps({"wall_s": round(wall, 3), "peak_rss_mb": round(hwm_kb / 1024, 1), "shards_checked": checked}))
+    print(json.dumps({"wall_s": round(wall, 3), "peak_rss_mb": round(peak_rss_mb(), 1), "shards_checked": checked}))
 
 
 def _in_child(mode: str, root: str) -> dict:

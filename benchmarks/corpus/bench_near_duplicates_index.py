@@ -32,7 +32,7 @@ import time
 
 import numpy as np
 
-from benchmarks.report import emit, progress, ratio, stdout_to_stderr
+from benchmarks.report import emit, progress, ratio, resident_mb, stdout_to_stderr
 
 FRAMES = (200, 400)
 
@@ -112,11 +112,6 @@ def build_index(url: str, shards: int, utterances: int) -> None:
     write_index(DataRoot(url), corpus)
 
 
-def _rss_mb() -> float:
-    with open("/proc/self/statm") as statm:
-        return int(statm.read().split()[1]) * resource.getpagesize() / 2**20
-
-
 def _new_shard(url: str, utterances: int):
     from speechdata.io.storage import DataRoot
     from speechdata.quality.near_dup_index import read_order, read_shard_entries
@@ -143,7 +138,7 @@ def measure(url: str, utterances: int, path: str, results) -> None:
     root, signals = _new_shard(url, utterances)
     thresholds = NearDuplicateThresholds()
     _warm_up(url)
-    after_imports = _rss_mb()
+    after_imports = resident_mb()
     wall, cpu = time.perf_counter(), time.process_time()
     if path == "baseline_whole_index":
         indexed = [entry for shard in read_order(root) for entry in read_shard_entries(root, shard)]

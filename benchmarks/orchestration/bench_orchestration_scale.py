@@ -33,7 +33,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
-import statistics
 import tempfile
 import time
 from collections.abc import Iterator
@@ -41,7 +40,7 @@ from collections.abc import Iterator
 import dagster as dg
 
 from benchmarks.orchestration.bench_sensor_tick import small_metadata
-from benchmarks.report import emit, progress, ratio, stdout_to_stderr
+from benchmarks.report import emit, progress, ratio, stdout_to_stderr, timed
 from resources.storage import DataRootResource
 from sensors.landing import build_landing_sensor
 from speechdata.io import layout
@@ -97,15 +96,6 @@ def bench_instance(home: str, storage: str, overrides: dict | None = None) -> It
             yield instance
 
 
-def median_seconds(fn, repeats: int) -> tuple[float, object]:
-    seconds, result = [], None
-    for _ in range(repeats):
-        started = time.perf_counter()
-        result = fn()
-        seconds.append(time.perf_counter() - started)
-    return statistics.median(seconds), result
-
-
 @contextlib.contextmanager
 def code_location_workspace(instance: dg.DagsterInstance):
     """The workspace the webserver and the daemon load: ``dagster_project.definitions`` in a code server."""
@@ -148,7 +138,7 @@ def partitions_query_seconds(instance: dg.DagsterInstance, repeats: int) -> tupl
             return result.data
 
         query()  # warm: the first request loads the code location's snapshot
-        seconds, data = median_seconds(query, repeats)
+        seconds, _, data = timed(query, repeats)
     node = data["assetNodeOrError"]
     dimensions = node["partitionKeysByDimension"]
     statuses = node["assetPartitionStatuses"] or {}
@@ -201,9 +191,9 @@ def main(argv: list[str] | None = None) -> None:
                         )
                         return sensor(context)
 
-                    tick_s, result = median_seconds(tick, args.repeats)
+                    tick_s, _, result = timed(tick, args.repeats)
                     # The tick's one read of the instance that grows with N (the rest is the landing zone).
-                    list_s, _ = median_seconds(lambda: instance.get_dynamic_partitions("shard"), args.repeats)
+                    list_s = timed(lambda: instance.get_dynamic_partitions("shard"), args.repeats).median_s
                     figures = {
                         "register_seconds": round(register_s, 2),
                         "tick_seconds": round(tick_s, 3),

@@ -24,7 +24,6 @@ import argparse
 import io
 import json
 import os
-import statistics
 import tempfile
 import time
 
@@ -32,7 +31,7 @@ import dagster as dg
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from benchmarks.report import emit, progress, ratio, stdout_to_stderr
+from benchmarks.report import emit, progress, ratio, stdout_to_stderr, timed
 from resources.storage import DataRootResource
 from sensors.landing import build_landing_sensor
 from speechdata.io import layout
@@ -70,16 +69,6 @@ def build_landing_zone(root_dir: str, n_shards: int) -> list[str]:
             open(os.path.join(root_dir, layout.landing_success_marker(shard_id)), "wb").close()
             complete.append(shard_id)
     return complete
-
-
-def timed(fn, repeats: int):
-    """(median seconds, first seconds, last result) of ``repeats`` calls of ``fn``."""
-    seconds, result = [], None
-    for _ in range(repeats):
-        started = time.perf_counter()
-        result = fn()
-        seconds.append(time.perf_counter() - started)
-    return statistics.median(seconds), seconds[0], result
 
 
 def figure(median_s: float, first_s: float, **checks) -> dict:

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import resource
 import subprocess
 import sys
 import time
@@ -25,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks.report import emit, progress
+from benchmarks.report import emit, peak_rss_mb, progress
 
 ROOT = Path(__file__).resolve().parents[1]
 FRAME_S = 0.08
@@ -48,7 +47,7 @@ def _measure(seconds: float) -> None:
 
     vocabulary = CharVocabulary(LABELS)
     log_probs, text = _utterance(seconds)
-    baseline_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    baseline_rss = peak_rss_mb()
     started = time.perf_counter()
     try:
         align_transcript(log_probs, text, vocabulary, 80, int(seconds * 1000))
@@ -60,7 +59,7 @@ def _measure(seconds: float) -> None:
             {
                 "outcome": outcome,
                 "rss_before_mb": baseline_rss,
-                "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+                "peak_rss_mb": peak_rss_mb(),
                 "seconds": time.perf_counter() - started,
             }
         )

@@ -42,7 +42,7 @@ import numpy as np
 import soxr
 import torch
 
-from benchmarks.report import emit, progress, ratio, stdout_to_stderr
+from benchmarks.report import ForwardTimer, emit, progress, ratio, stdout_to_stderr
 from speechdata.bridge.frame_grid import n_frames_for
 from speechdata.bridge.text_tokens import TINY_VOCAB_SIZE, tiny_tokenizer, tokenize_many
 from speechdata.features.gpu_batching import budgeted_batches
@@ -84,32 +84,6 @@ def build_utterances(count: int, min_s: float, max_s: float, seed: int) -> tuple
         audios.append(audio)
         texts.append(" ".join(kept))
     return audios, texts
-
-
-class ForwardTimer:
-    """Sums wall time inside ``model.forward`` (hooks run inside ``__call__`` around ``forward``).
-
-    ``synchronize`` (e.g. ``torch.cuda.synchronize``) is called at both ends, so that on an
-    asynchronous device the forward's kernels are counted in it and nothing before it is.
-    """
-
-    def __init__(self, model: torch.nn.Module, synchronize: Callable[[], None] | None = None):
-        self.seconds, self.calls, self._started = 0.0, 0, 0.0
-        self._synchronize = synchronize or (lambda: None)
-        model.register_forward_pre_hook(self._pre)
-        model.register_forward_hook(self._post)
-
-    def _pre(self, module, args) -> None:
-        self._synchronize()
-        self._started = time.perf_counter()
-
-    def _post(self, module, args, output) -> None:
-        self._synchronize()
-        self.seconds += time.perf_counter() - self._started
-        self.calls += 1
-
-    def reset(self) -> None:
-        self.seconds, self.calls = 0.0, 0
 
 
 def timed(run: Callable[[], object], timer: ForwardTimer) -> dict[str, float]:

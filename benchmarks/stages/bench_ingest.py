@@ -33,7 +33,7 @@ from collections import defaultdict
 
 import soundfile as sf
 
-from benchmarks.report import emit, progress, ratio, stdout_to_stderr
+from benchmarks.report import emit, median_by_key, progress, ratio, stdout_to_stderr
 from speechdata.audio.codec import DEFAULT_AUDIO_CODEC
 from speechdata.io import layout
 from speechdata.io.storage import DataRoot
@@ -123,10 +123,6 @@ def indexed_segments(root: DataRoot) -> tuple[dict[str, list[tuple[int, int]]], 
         segments[row["audio_path"]].append((first, last))
         seconds[extension(row["audio_path"])] += row["duration_s"]
     return dict(segments), dict(seconds)
-
-
-def median_by_key(passes: list[dict[str, float]]) -> dict[str, float]:
-    return {key: statistics.median(p[key] for p in passes) for key in passes[0]}
 
 
 SCENARIOS = {

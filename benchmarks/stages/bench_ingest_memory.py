@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import resource
 import subprocess
 import sys
 import tempfile
@@ -35,7 +34,7 @@ import numpy as np
 import pyarrow as pa
 import soundfile as sf
 
-from benchmarks.report import emit, progress, ratio, stdout_to_stderr
+from benchmarks.report import children_peak_rss_mb, emit, peak_rss_mb, progress, ratio, stdout_to_stderr
 from speechdata.io import layout
 from speechdata.io.storage import DataRoot
 
@@ -91,15 +90,6 @@ def measure_in_subprocess(root_dir: str, shard_id: str, workers: int) -> dict:
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 
-def peak_rss_mb() -> float:
-    """This address space's peak resident memory (``VmHWM``), in MiB."""
-    with open("/proc/self/status") as status:
-        for line in status:
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # no procfs: may include the parent's
-
-
 def _measure(root_dir: str, shard_id: str, workers: int) -> None:
     from speechdata.landing.ingest import run_normalized_audio, run_raw_shards
 
@@ -113,7 +103,7 @@ def _measure(root_dir: str, shard_id: str, workers: int) -> None:
         json.dumps(
             {
                 "peak_rss_mb": peak_rss_mb(),
-                "peak_worker_rss_mb": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024,
+                "peak_worker_rss_mb": children_peak_rss_mb(),
                 "rows_out": summary.rows_out,
                 "seconds": time.perf_counter() - started,
             }

@@ -14,16 +14,14 @@ import argparse
 import hashlib
 import io
 import os
-import statistics
 import tarfile
 import tempfile
-import time
 
 import numpy as np
 import pyarrow as pa
 import soundfile as sf
 
-from benchmarks.report import emit, progress, ratio, stdout_to_stderr
+from benchmarks.report import emit, progress, ratio, stdout_to_stderr, timed
 from speechdata.io import layout
 from speechdata.io.storage import DataRoot
 from speechdata.landing.fingerprint import shard_content_fingerprint
@@ -66,16 +64,6 @@ def hash_every_byte(root: DataRoot, shard_id: str) -> str:
     return digest.hexdigest()[:16]
 
 
-def median_seconds(function, repeats: int) -> float:
-    function()  # warm-up: the files in the page cache, as on a sensor's second look
-    times = []
-    for _ in range(repeats):
-        started = time.perf_counter()
-        function()
-        times.append(time.perf_counter() - started)
-    return statistics.median(times)
-
-
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="100 files, 2 repeats")
@@ -90,8 +78,10 @@ def main(argv: list[str] | None = None) -> None:
         for layout_name, as_tar in (("folder", False), ("tar", True)):
             shard_id = f"bench-{layout_name}"
             land(root, shard_id, args.files, as_tar)
-            fingerprint_s = median_seconds(lambda s=shard_id: shard_content_fingerprint(root, s), args.repeats)
-            every_byte_s = median_seconds(lambda s=shard_id: hash_every_byte(root, s), args.repeats)
+            fingerprint_s = timed(
+                lambda s=shard_id: shard_content_fingerprint(root, s), args.repeats, warm_up=True
+            ).median_s
+            every_byte_s = timed(lambda s=shard_id: hash_every_byte(root, s), args.repeats, warm_up=True).median_s
             progress(f"{layout_name}: fingerprint {fingerprint_s * 1e3:.1f} ms, every byte {every_byte_s * 1e3:.1f} ms")
             figures[f"{layout_name}_fingerprint_ms"] = round(fingerprint_s * 1e3, 2)
             figures[f"{layout_name}_every_byte_ms"] = round(every_byte_s * 1e3, 2)

@@ -59,7 +59,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from benchmarks.report import emit, progress, ratio, stdout_to_stderr
+from benchmarks.report import emit, peak_rss_mb, progress, ratio, stdout_to_stderr
 
 MB = 1e6
 COPY_BUFFER = 1 << 20
@@ -112,7 +112,7 @@ def _child_pack(root: str, write_back_mib: float | None, drop_written: bool) -> 
         "tars": [data_root.path(t.relative) for t in tars],
         "bytes": sum(t.bytes for t in tars),
         "tar_sizes": [t.bytes for t in tars],
-        "max_rss_mb": usage.ru_maxrss / 1024,
+        "max_rss_mb": peak_rss_mb(),
         "user_seconds": usage.ru_utime - before.ru_utime,
         "system_seconds": usage.ru_stime - before.ru_stime,
     }

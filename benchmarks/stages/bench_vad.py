@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import io
-import statistics
 import tempfile
 import time
 
@@ -30,7 +29,7 @@ import pyarrow as pa
 import soundfile as sf
 import torch
 
-from benchmarks.report import emit, progress, ratio, stdout_to_stderr
+from benchmarks.report import emit, progress, ratio, stdout_to_stderr, timed
 from speechdata.audio.codec import downmix_to_mono, resample
 from speechdata.io import layout
 from speechdata.io.audio_tars import audio_extension, write_deterministic_tar
@@ -58,15 +57,9 @@ def speech_file(seconds: float, rng: np.random.Generator, rate: int) -> np.ndarr
     return np.concatenate(parts)[: int(seconds * rate)]
 
 
-def cpu(fn) -> float:
-    started = time.process_time()
-    fn()
-    return time.process_time() - started
-
-
 def median_cpu(fn, repeats: int) -> float:
-    fn()  # warm-up
-    return statistics.median(cpu(fn) for _ in range(repeats))
+    """CPU seconds, median of ``repeats`` calls after a warm-up."""
+    return timed(fn, repeats, warm_up=True, clock=time.process_time).median_s
 
 
 def measure_vad(files: int, file_s: float, repeats: int, seed: int) -> dict:

@@ -34,7 +34,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -43,7 +42,7 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks.report import emit, progress, ratio, stdout_to_stderr
+from benchmarks.report import emit, progress, ratio, stdout_to_stderr, timed
 
 FRAME_S = 0.08
 VOCAB = 1025
@@ -126,17 +125,6 @@ def nemo_paths_in_nemo_env(item_sets: dict[str, list[tuple]]) -> dict[str, tuple
     }
 
 
-def timed_passes(run, repeats: int) -> tuple[list, float]:
-    """Run once untimed, then ``repeats`` timed passes; the last result and the median seconds."""
-    result = run()
-    seconds = []
-    for _ in range(repeats):
-        started = time.perf_counter()
-        result = run()
-        seconds.append(time.perf_counter() - started)
-    return result, statistics.median(seconds)
-
-
 def mismatches(paths: list, reference: list[np.ndarray]) -> int:
     return sum(not np.array_equal(path.states, ref) for path, ref in zip(paths, reference, strict=True))
 
@@ -210,7 +198,9 @@ def main(argv: list[str] | None = None) -> None:
 
         ours = {}
         for workers in (1, 2):
-            paths, seconds = timed_passes(lambda workers=workers: cv.ctc_viterbi_many(items, workers=workers), repeats)
+            seconds, _, paths = timed(
+                lambda workers=workers: cv.ctc_viterbi_many(items, workers=workers), repeats, warm_up=True
+            )
             ups = count / seconds
             ours[workers] = {"ups": ups, "mismatches": mismatches(paths, reference)}
             progress(f"viterbi: ours workers={workers} {ups:.1f} utt/s, {ours[workers]['mismatches']} mismatches")
@@ -221,7 +211,7 @@ def main(argv: list[str] | None = None) -> None:
         numpy_mismatches = mismatches(numpy_paths, reference)
         progress(f"viterbi: ours numpy backend {numpy_ups:.1f} utt/s, {numpy_mismatches} mismatches")
 
-        labels, ta_s = timed_passes(torchaudio_aligner(items), repeats)
+        ta_s, _, labels = timed(torchaudio_aligner(items), repeats, warm_up=True)
         ta_ups = count / ta_s
         ta = {"utt_per_s": round(ta_ups, 1), "ratio_over_nemo": ratio(ta_ups, nemo_ups)}
         ta.update(compare_labels(items, labels, reference))

@@ -25,17 +25,14 @@ of ``--repeats`` passes; the order of the two variants alternates each repeat.
 from __future__ import annotations
 
 import argparse
-import statistics
 import tempfile
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from benchmarks.report import emit, progress, ratio, stdout_to_stderr
+from benchmarks.report import alternating_medians, emit, progress, ratio, stdout_to_stderr
 from speechdata.audio.container import AUDIO_CONTAINER_SCHEMA, CONTAINER_PARQUET_OPTIONS, ROW_GROUP_BYTES
 from speechdata.io.keyed_stream import BATCH_ROWS, STREAM_BUFFER_BYTES
 
@@ -87,18 +84,6 @@ def read_streamed(path: Path, verify: bool) -> int:
     return rows
 
 
-def paired_medians(
-    with_check: Callable[[], object], without: Callable[[], object], repeats: int
-) -> tuple[float, float]:
-    timings: dict[bool, list[float]] = {True: [], False: []}
-    for repeat in range(repeats):
-        for checked in (True, False) if repeat % 2 == 0 else (False, True):
-            started = time.perf_counter()
-            (with_check if checked else without)()
-            timings[checked].append(time.perf_counter() - started)
-    return statistics.median(timings[True]), statistics.median(timings[False])
-
-
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="16 MB and three passes, for smoke runs")
@@ -112,15 +97,15 @@ def main(argv: list[str] | None = None) -> None:
     with stdout_to_stderr(), tempfile.TemporaryDirectory() as tmp:
         table = payload_table(args.megabytes, args.utterance_kb, seed=0)
         checked_file, plain_file = Path(tmp) / "checked.parquet", Path(tmp) / "plain.parquet"
-        write_checked, write_plain = paired_medians(
+        write_checked, write_plain = alternating_medians(
             lambda: write(checked_file, table, True), lambda: write(plain_file, table, False), args.repeats
         )
         progress(f"write: {write_checked:.3f} s with page checksums, {write_plain:.3f} s without")
         assert read_whole(checked_file, True) == table.num_rows  # warms the page cache, proves the file reads
-        whole_checked, whole_plain = paired_medians(
+        whole_checked, whole_plain = alternating_medians(
             lambda: read_whole(checked_file, True), lambda: read_whole(checked_file, False), args.repeats
         )
-        streamed_checked, streamed_plain = paired_medians(
+        streamed_checked, streamed_plain = alternating_medians(
             lambda: read_streamed(checked_file, True), lambda: read_streamed(checked_file, False), args.repeats
         )
         file_mb = checked_file.stat().st_size / MB

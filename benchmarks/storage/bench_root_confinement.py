@@ -13,13 +13,11 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import tempfile
-import time
 
 import pyarrow as pa
 
-from benchmarks.report import emit, progress, ratio, stdout_to_stderr
+from benchmarks.report import alternating_medians, emit, progress, ratio, stdout_to_stderr
 from speechdata.io import layout
 from speechdata.io.storage import DataRoot, escape_glob
 
@@ -37,31 +35,19 @@ class UnconfinedDataRoot(DataRoot):
         return self.fs.glob(f"{escape_glob(self.root)}/{pattern}")
 
 
-def write_alignment_like_shard(root: DataRoot, utterances: int) -> float:
-    started = time.perf_counter()
+def write_alignment_like_shard(root: DataRoot, utterances: int) -> None:
     for n in range(utterances):
         utt_id = f"utt_{n:06d}"
         root.write_bytes(layout.ctm(SHARD, "words", utt_id), CTM_BYTES)
         root.write_bytes(layout.ctm(SHARD, "tokens", utt_id), CTM_BYTES)
     table = pa.table({"utt_id": [f"utt_{n:06d}" for n in range(utterances)], "score": [0.5] * utterances})
     root.write_parquet(layout.alignments(SHARD), table)
-    return time.perf_counter() - started
 
 
-def glob_shards(root: DataRoot) -> float:
-    started = time.perf_counter()
+def glob_shards(root: DataRoot) -> list[str]:
     found = root.glob(layout.utterance_index("*"))
-    elapsed = time.perf_counter() - started
     assert found
-    return elapsed
-
-
-def median_pair(measure, repeats: int) -> tuple[float, float]:
-    times: dict[bool, list[float]] = {False: [], True: []}
-    for _ in range(repeats):
-        for confined in (False, True):
-            times[confined].append(measure(confined))
-    return statistics.median(times[False]), statistics.median(times[True])
+    return found
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -78,15 +64,19 @@ def main(argv: list[str] | None = None) -> None:
         roots = {True: DataRoot(url), False: UnconfinedDataRoot(url)}
         write_alignment_like_shard(roots[True], args.utterances)  # warm-up: folders exist, files are replaced
         progress(f"alignments-like shard: {args.utterances} utterances, {args.repeats} repeats")
-        unconfined_write, confined_write = median_pair(
-            lambda confined: write_alignment_like_shard(roots[confined], args.utterances), args.repeats
+        unconfined_write, confined_write = alternating_medians(
+            lambda: write_alignment_like_shard(roots[False], args.utterances),
+            lambda: write_alignment_like_shard(roots[True], args.utterances),
+            args.repeats,
         )
         for n in range(args.shards):
             path = roots[False].path(layout.utterance_index(f"s{n:06d}"))
             os.makedirs(os.path.dirname(path), exist_ok=True)
             open(path, "wb").close()
         progress(f"glob over {args.shards} shard folders")
-        unconfined_glob, confined_glob = median_pair(lambda confined: glob_shards(roots[confined]), args.repeats)
+        unconfined_glob, confined_glob = alternating_medians(
+            lambda: glob_shards(roots[False]), lambda: glob_shards(roots[True]), args.repeats
+        )
     files = 2 * args.utterances + 1
     emit(
         "root_confinement",
