@@ -47,6 +47,7 @@ from __future__ import annotations
 import argparse
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -271,7 +272,7 @@ def end_to_end_rate(*audio_hours_per_gpu_hour: float) -> float:
     return round(1.0 / sum(1.0 / rate for rate in audio_hours_per_gpu_hour), 1)
 
 
-def main(argv: list[str] | None = None) -> None:
+def parse_arguments(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="a quarter of an hour of input and one pass")
     parser.add_argument("--random-weights", action="store_true", help="build the models from config, no download")
@@ -292,22 +293,135 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if args.quick:
         args.hours, args.repeats = 0.25, 1
-
     if args.tiny_dry_run:
-        device, dtype, layers = torch.device("cpu"), torch.bfloat16, TINY_LAYERS
         args.random_weights, args.hours, args.repeats = True, 12.0 / SECONDS_PER_HOUR, 1
         args.min_s, args.max_s = 2.0, 4.0
-        device_name, peak_tflops = "cpu (tiny dry run)", args.peak_tflops
-    elif torch.cuda.is_available():
-        device, dtype, layers = torch.device("cuda"), torch.bfloat16, None
-        device_name = torch.cuda.get_device_name()
-        peak_tflops = args.peak_tflops or default_peak_tflops(device_name)
-    else:
+    return args
+
+
+@dataclass(frozen=True)
+class Target:
+    """Where the models run: the device, its dtype, the layers built (None: all) and its bf16 peak."""
+
+    device: torch.device
+    dtype: torch.dtype
+    layers: int | None
+    name: str
+    peak_tflops: float | None
+
+    @property
+    def on_cuda(self) -> bool:
+        return self.device.type == "cuda"
+
+    def synchronize(self) -> Callable[[], None] | None:
+        return torch.cuda.synchronize if self.on_cuda else None
+
+    def release(self) -> None:
+        if self.on_cuda:
+            torch.cuda.empty_cache()
+
+
+def choose_target(args: argparse.Namespace) -> Target | None:
+    """The CPU for a tiny dry run, else the GPU; None without one."""
+    if args.tiny_dry_run:
+        return Target(torch.device("cpu"), torch.bfloat16, TINY_LAYERS, "cpu (tiny dry run)", args.peak_tflops)
+    if torch.cuda.is_available():
+        name = torch.cuda.get_device_name()
+        return Target(torch.device("cuda"), torch.bfloat16, None, name, args.peak_tflops or default_peak_tflops(name))
+    return None
+
+
+def measure_qwen(args: argparse.Namespace, target: Target, tokens: list[list[int]], audio_s: float) -> dict:
+    qwen = build_qwen(args.random_weights, target.layers, target.device, target.dtype)
+    timer = ForwardTimer(qwen, target.synchronize())
+    n_tokens = sum(len(t) for t in tokens)
+    params = qwen_flop_params(qwen)
+    measured = timed_passes(
+        lambda idx, qwen=qwen: qwen_hidden_states(
+            qwen, [tokens[i] for i in idx], device=target.device, max_batch_tokens=args.max_batch_tokens
+        ),
+        len(tokens),
+        timer,
+        args.repeats,
+        target.on_cuda,
+        warm_up=not args.tiny_dry_run,
+    )
+    qwen_figures = {
+        "layers_run": len(qwen.layers),
+        "hidden_size": qwen.config.hidden_size,
+        "attn_implementation": qwen.config._attn_implementation,
+        **figures(measured, audio_s, 2.0 * params * n_tokens, n_tokens, "tokens", target.peak_tflops, params),
+    }
+    del qwen
+    target.release()
+    return qwen_figures
+
+
+def measure_wavlm(
+    args: argparse.Namespace, target: Target, audios: list[np.ndarray], audio_s: float
+) -> tuple[dict, int]:
+    """WavLM's figures, and the 50 Hz frames it computed."""
+    wavlm = build_wavlm(args.random_weights, target.layers, target.device, target.dtype)
+    timer = ForwardTimer(wavlm, target.synchronize())
+    samples_16k = [-(-a.shape[0] * WAVLM_SAMPLE_RATE // SOURCE_SAMPLE_RATE) for a in audios]
+    frames = int(wavlm._get_feat_extract_output_lengths(torch.tensor(samples_16k)).sum())
+    n_frames = [-(-a.shape[0] // 1920) for a in audios]  # Mimi frames, 12.5 Hz at 24 kHz
+    params = wavlm_flop_params(wavlm)
+    conv_flops = sum(conv_extractor_flops(wavlm.config, n) for n in samples_16k)
+    measured = timed_passes(
+        lambda idx, wavlm=wavlm: wavlm_features(
+            wavlm,
+            [audios[i] for i in idx],
+            [n_frames[i] for i in idx],
+            device=target.device,
+            dtype=target.dtype,
+            max_batch_s=args.max_batch_s,
+        ),
+        len(audios),
+        timer,
+        args.repeats,
+        target.on_cuda,
+        warm_up=not args.tiny_dry_run,
+    )
+    flops = 2.0 * params * frames + conv_flops
+    wavlm_figures = {
+        "layers_run": len(wavlm.encoder.layers),
+        "hidden_size": wavlm.config.hidden_size,
+        "conv_extractor_share_of_flops": round(conv_flops / flops, 4),
+        **figures(measured, audio_s, flops, frames, "frames_50hz", target.peak_tflops, params),
+    }
+    del wavlm
+    target.release()
+    return wavlm_figures, frames
+
+
+def run_params(args: argparse.Namespace, target: Target) -> dict:
+    return {
+        "quick": args.quick,
+        "tiny_dry_run": args.tiny_dry_run,
+        "random_weights": args.random_weights,
+        "models": {"qwen": QWEN_ID, "wavlm": WAVLM_ID, "ctc": CTC_MODEL_ID},
+        "device": target.name,
+        "dtype": str(target.dtype),
+        "torch": torch.__version__,
+        "hours": args.hours,
+        "min_s": args.min_s,
+        "max_s": args.max_s,
+        "tokens_per_s": args.tokens_per_s,
+        "max_batch_tokens": args.max_batch_tokens,
+        "max_batch_s": args.max_batch_s,
+        "repeats": args.repeats,
+        "seed": args.seed,
+        "peak_bf16_tflops": target.peak_tflops,
+    }
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_arguments(argv)
+    target = choose_target(args)
+    if target is None:
         print('{"benchmark": "gpu_features", "skipped": "no CUDA device"}', flush=True)
         return
-    on_cuda = device.type == "cuda"
-    sync = torch.cuda.synchronize if on_cuda else None
-
     with stdout_to_stderr():
         started = time.perf_counter()
         audios, tokens = synthetic_input(
@@ -318,110 +432,26 @@ def main(argv: list[str] | None = None) -> None:
             f"{len(audios)} utterances, {audio_s / 3600:.2f} h, {sum(map(len, tokens))} tokens "
             f"({time.perf_counter() - started:.1f} s)"
         )
-
-        qwen = build_qwen(args.random_weights, layers, device, dtype)
-        qwen_timer = ForwardTimer(qwen, sync)
-        n_tokens = sum(len(t) for t in tokens)
-        qwen_params = qwen_flop_params(qwen)
-        qwen_measured = timed_passes(
-            lambda idx: qwen_hidden_states(
-                qwen,  # noqa: F821 (bound above; deleted only after the passes)
-                [tokens[i] for i in idx],
-                device=device,
-                max_batch_tokens=args.max_batch_tokens,
-            ),
-            len(tokens),
-            qwen_timer,
-            args.repeats,
-            on_cuda,
-            warm_up=not args.tiny_dry_run,
-        )
-        qwen_figures = {
-            "layers_run": len(qwen.layers),
-            "hidden_size": qwen.config.hidden_size,
-            "attn_implementation": qwen.config._attn_implementation,
-            **figures(
-                qwen_measured, audio_s, 2.0 * qwen_params * n_tokens, n_tokens, "tokens", peak_tflops, qwen_params
-            ),
-        }
+        qwen_figures = measure_qwen(args, target, tokens, audio_s)
         progress(f"qwen {qwen_figures}")
-        del qwen
-        if on_cuda:
-            torch.cuda.empty_cache()
-
-        wavlm = build_wavlm(args.random_weights, layers, device, dtype)
-        wavlm_timer = ForwardTimer(wavlm, sync)
-        samples_16k = [-(-a.shape[0] * WAVLM_SAMPLE_RATE // SOURCE_SAMPLE_RATE) for a in audios]
-        frames = int(wavlm._get_feat_extract_output_lengths(torch.tensor(samples_16k)).sum())
-        n_frames = [-(-a.shape[0] // 1920) for a in audios]  # Mimi frames, 12.5 Hz at 24 kHz
-        wavlm_params = wavlm_flop_params(wavlm)
-        conv_flops = sum(conv_extractor_flops(wavlm.config, n) for n in samples_16k)
-        wavlm_measured = timed_passes(
-            lambda idx, wavlm=wavlm: wavlm_features(
-                wavlm,
-                [audios[i] for i in idx],
-                [n_frames[i] for i in idx],
-                device=device,
-                dtype=dtype,
-                max_batch_s=args.max_batch_s,
-            ),
-            len(audios),
-            wavlm_timer,
-            args.repeats,
-            on_cuda,
-            warm_up=not args.tiny_dry_run,
-        )
-        wavlm_figures = {
-            "layers_run": len(wavlm.encoder.layers),
-            "hidden_size": wavlm.config.hidden_size,
-            "conv_extractor_share_of_flops": round(conv_flops / (2.0 * wavlm_params * frames + conv_flops), 4),
-            **figures(
-                wavlm_measured,
-                audio_s,
-                2.0 * wavlm_params * frames + conv_flops,
-                frames,
-                "frames_50hz",
-                peak_tflops,
-                wavlm_params,
-            ),
-        }
+        wavlm_figures, frames = measure_wavlm(args, target, audios, audio_s)
         progress(f"wavlm {wavlm_figures}")
-        del wavlm
-        if on_cuda:
-            torch.cuda.empty_cache()
-
-        ctc_figures = measure_ctc(audios, layers, device, args.repeats, on_cuda, peak_tflops, args.tiny_dry_run)
+        ctc_figures = measure_ctc(
+            audios, target.layers, target.device, args.repeats, target.on_cuda, target.peak_tflops, args.tiny_dry_run
+        )
         progress(f"ctc {ctc_figures}")
         end_to_end = end_to_end_rate(
             qwen_figures["audio_hours_per_gpu_hour"],
             wavlm_figures["audio_hours_per_gpu_hour"],
             max(ctc_figures[name]["audio_hours_per_gpu_hour"] for name in CTC_PRECISIONS),
         )
-
     emit(
         BENCHMARK,
-        {
-            "quick": args.quick,
-            "tiny_dry_run": args.tiny_dry_run,
-            "random_weights": args.random_weights,
-            "models": {"qwen": QWEN_ID, "wavlm": WAVLM_ID, "ctc": CTC_MODEL_ID},
-            "device": device_name,
-            "dtype": str(dtype),
-            "torch": torch.__version__,
-            "hours": args.hours,
-            "min_s": args.min_s,
-            "max_s": args.max_s,
-            "tokens_per_s": args.tokens_per_s,
-            "max_batch_tokens": args.max_batch_tokens,
-            "max_batch_s": args.max_batch_s,
-            "repeats": args.repeats,
-            "seed": args.seed,
-            "peak_bf16_tflops": peak_tflops,
-        },
+        run_params(args, target),
         {
             "utterances": len(audios),
             "audio_hours": round(audio_s / SECONDS_PER_HOUR, 4),
-            "tokens": n_tokens,
+            "tokens": sum(len(t) for t in tokens),
             "frames_50hz": frames,
             "qwen": qwen_figures,
             "wavlm": wavlm_figures,
