@@ -37,7 +37,6 @@ from __future__ import annotations
 import argparse
 import os
 import tempfile
-import time
 from pathlib import Path
 
 from benchmarks.capacity.capacity_model import GPU_FLOPS_PER_AUDIO_S, MEASURED_CPU_STAGES, capacity, gpu_stages
@@ -45,7 +44,7 @@ from benchmarks.capacity.duty_cycle_simulation import RunCosts, StageCosts, duty
 from benchmarks.capacity.model_load_costs import MODEL_CACHE_DIR, MODELS, folder_bytes, measure_model_loads
 from benchmarks.capacity.stage_io_costs import measure_stage_io
 from benchmarks.orchestration.orchestration_costs import code_location_import, run_creation, step_start
-from benchmarks.report import emit, progress, ratio, stdout_to_stderr
+from benchmarks.report import Stopwatch, emit, progress, ratio, stdout_to_stderr
 
 BENCHMARK = "duty_cycle"
 SECONDS_PER_HOUR = 3600.0
@@ -157,7 +156,7 @@ def rounded_stages(stages: list[StageCosts]) -> dict:
     }
 
 
-def main(argv: list[str] | None = None) -> None:
+def parse_arguments(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="tiny models and small counts (smoke run)")
     parser.add_argument("--backfill-shards", type=int, default=10_000)
@@ -177,110 +176,125 @@ def main(argv: list[str] | None = None) -> None:
     if args.quick:
         args.backfill_shards, args.landing_shards, args.repeats = 200, 60, 1
         args.registered, args.run_creation_shards = 200, 8
-    io_utterances = args.io_utterances or (40 if args.quick else args.utterances)
-    shard_audio_s = args.utterances * args.utterance_s
-    shard_audio_h = shard_audio_s / SECONDS_PER_HOUR
-    load_before = round(os.getloadavg()[0], 2)
+    args.io_utterances = args.io_utterances or (40 if args.quick else args.utterances)
+    return args
 
-    with stdout_to_stderr():
-        started = time.perf_counter()
+
+def measure_costs(args: argparse.Namespace) -> dict:
+    """What the simulation composes, each measured: model loads, orchestration, stage I/O."""
+    with Stopwatch() as watch:
         loads = measure_model_loads(
             [spec.name for spec in MODELS], args.quick, warm=not args.quick, one_process=args.quick
         )
         progress(f"model loads: {loads}")
         cache_gb = sum(folder_bytes(p) for p in MODEL_CACHE_DIR.iterdir() if p.is_dir()) / 1e9
-
         location = code_location_import(args.repeats)
         progress(f"code location import: {location}")
         creation = run_creation(args.registered, args.run_creation_shards)
         progress(f"run creation: {creation}")
         steps = step_start(args.repeats)
         with tempfile.TemporaryDirectory(prefix="bench-duty-cycle-io-") as work:
-            io = measure_stage_io(Path(work), io_utterances, args.utterance_s, args.repeats)
+            io = measure_stage_io(Path(work), args.io_utterances, args.utterance_s, args.repeats)
         progress(f"stage I/O: {io}")
-        measure_s = time.perf_counter() - started
+    return {
+        "model_loads": loads,
+        "model_cache_gb": round(cache_gb, 3),
+        "code_location_import": location,
+        "run_creation": creation,
+        "step_start": steps,
+        "stage_io": io,
+        "measure_seconds": round(watch.wall_s, 1),
+    }
 
-        compute = modelled_compute_s(shard_audio_s, args.audio_hours_per_gpu_hour)
-        torch_import_s = 0.0 if location["torch_imported"] else loads["qwen3-1.7b"]["import_torch_transformers_s"]
-        run_start_s = location["import_s"] + torch_import_s
-        baseline_stages = stage_costs(loads, io, compute, shard_audio_h, args.h2d_gb_per_s, warm=True)
-        resident_stages = stage_costs(loads, io, compute, shard_audio_h, args.h2d_gb_per_s, warm=False)
-        in_process = RunCosts(creation["per_run_s"], run_start_s, steps["in_process"]["run_start_to_first_line_s"])
-        multiprocess = RunCosts(
-            creation["per_run_s"],
-            run_start_s,
-            steps["multiprocess"]["run_start_to_first_line_s"] + torch_import_s,
+
+def simulate(args: argparse.Namespace, measured: dict) -> dict:
+    """The duty cycle of both architectures in both modes, from the measured costs and modelled compute."""
+    loads, location, steps = measured["model_loads"], measured["code_location_import"], measured["step_start"]
+    shard_audio_s = args.utterances * args.utterance_s
+    shard_audio_h = shard_audio_s / SECONDS_PER_HOUR
+    compute = modelled_compute_s(shard_audio_s, args.audio_hours_per_gpu_hour)
+    torch_import_s = 0.0 if location["torch_imported"] else loads["qwen3-1.7b"]["import_torch_transformers_s"]
+    run_start_s = location["import_s"] + torch_import_s
+    io = measured["stage_io"]
+    baseline_stages = stage_costs(loads, io, compute, shard_audio_h, args.h2d_gb_per_s, warm=True)
+    resident_stages = stage_costs(loads, io, compute, shard_audio_h, args.h2d_gb_per_s, warm=False)
+    per_run_s = measured["run_creation"]["per_run_s"]
+    in_process = RunCosts(per_run_s, run_start_s, steps["in_process"]["run_start_to_first_line_s"])
+    multiprocess = RunCosts(per_run_s, run_start_s, steps["multiprocess"]["run_start_to_first_line_s"] + torch_import_s)
+    modes = {
+        "backfill": dict(shards=args.backfill_shards, shards_per_run=args.shards_per_run),
+        "landing": dict(shards=args.landing_shards, shards_per_run=1, landing_interval_s=args.landing_interval_s),
+    }
+    duty = {}
+    for mode, settings in modes.items():
+        baseline = duty_cycle("baseline", mode, baseline_stages, in_process, **settings)
+        baseline_mp = duty_cycle("baseline", mode, baseline_stages, multiprocess, **settings)
+        # Dagster's backfill daemon creates runs in its own process while earlier runs execute:
+        # the baseline with run creation entirely off the GPU's path bounds that overlap.
+        creation_hidden = RunCosts(0.0, in_process.run_start_s, in_process.step_start_s)
+        baseline_hidden = duty_cycle("baseline", mode, baseline_stages, creation_hidden, **settings)
+        resident = duty_cycle(
+            "resident", mode, resident_stages, in_process, **settings, concurrent_runs=args.concurrent_runs
         )
-        modes = {
-            "backfill": dict(shards=args.backfill_shards, shards_per_run=args.shards_per_run),
-            "landing": dict(shards=args.landing_shards, shards_per_run=1, landing_interval_s=args.landing_interval_s),
+        duty[mode] = {
+            "baseline": baseline,
+            "baseline_multiprocess": baseline_mp,
+            "baseline_run_creation_overlapped": baseline_hidden,
+            "resident": resident,
+            "resident_over_baseline": ratio(resident["duty_cycle"], baseline["duty_cycle"]),
+            "resident_meets_goal": resident["duty_cycle"] >= TARGET_GOAL,
         }
-        duty = {}
-        for mode, settings in modes.items():
-            baseline = duty_cycle("baseline", mode, baseline_stages, in_process, **settings)
-            baseline_mp = duty_cycle("baseline", mode, baseline_stages, multiprocess, **settings)
-            # Dagster's backfill daemon creates runs in its own process while earlier runs execute:
-            # the baseline with run creation entirely off the GPU's path bounds that overlap.
-            creation_hidden = RunCosts(0.0, in_process.run_start_s, in_process.step_start_s)
-            baseline_hidden = duty_cycle("baseline", mode, baseline_stages, creation_hidden, **settings)
-            resident = duty_cycle(
-                "resident", mode, resident_stages, in_process, **settings, concurrent_runs=args.concurrent_runs
-            )
-            duty[mode] = {
-                "baseline": baseline,
-                "baseline_multiprocess": baseline_mp,
-                "baseline_run_creation_overlapped": baseline_hidden,
-                "resident": resident,
-                "resident_over_baseline": ratio(resident["duty_cycle"], baseline["duty_cycle"]),
-                "resident_meets_goal": resident["duty_cycle"] >= TARGET_GOAL,
-            }
-            progress(f"{mode}: baseline {baseline['duty_cycle']}, resident {resident['duty_cycle']}")
+        progress(f"{mode}: baseline {baseline['duty_cycle']}, resident {resident['duty_cycle']}")
+    return {
+        "gpu_compute_modelled": {
+            "shard_audio_hours": round(shard_audio_h, 4),
+            "per_stage_s": {stage: round(s, 3) for stage, s in compute.items()},
+            "per_shard_s": round(sum(compute.values()), 3),
+            "implied_mfu": round(implied_mfu(args.audio_hours_per_gpu_hour), 4),
+            "source": "modelled: benchmarks/capacity/capacity_model.py FLOPs per audio second",
+        },
+        "stage_costs": {"baseline": rounded_stages(baseline_stages), "resident": rounded_stages(resident_stages)},
+        "run_costs": {"in_process": vars(in_process), "multiprocess": vars(multiprocess)},
+        "duty_cycle": duty,
+    }
 
+
+def run_params(args: argparse.Namespace, load_before: float) -> dict:
+    return {
+        "quick": args.quick,
+        "backfill_shards": args.backfill_shards,
+        "landing_shards": args.landing_shards,
+        "landing_interval_s": args.landing_interval_s,
+        "shards_per_run": args.shards_per_run,
+        "concurrent_runs": args.concurrent_runs,
+        "utterances_per_shard": args.utterances,
+        "utterance_s": args.utterance_s,
+        "audio_hours_per_gpu_hour": args.audio_hours_per_gpu_hour,
+        "h2d_gb_per_s": args.h2d_gb_per_s,
+        "registered": args.registered,
+        "repeats": args.repeats,
+        "io_utterances": args.io_utterances,
+        "load_average_1m_before": load_before,
+        "load_average_1m_after": round(os.getloadavg()[0], 2),
+    }
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_arguments(argv)
+    load_before = round(os.getloadavg()[0], 2)
+    with stdout_to_stderr():
+        measured = measure_costs(args)
+        simulated = simulate(args, measured)
+    measure_seconds = measured.pop("measure_seconds")
     emit(
         BENCHMARK,
+        run_params(args, load_before),
         {
-            "quick": args.quick,
-            "backfill_shards": args.backfill_shards,
-            "landing_shards": args.landing_shards,
-            "landing_interval_s": args.landing_interval_s,
-            "shards_per_run": args.shards_per_run,
-            "concurrent_runs": args.concurrent_runs,
-            "utterances_per_shard": args.utterances,
-            "utterance_s": args.utterance_s,
-            "audio_hours_per_gpu_hour": args.audio_hours_per_gpu_hour,
-            "h2d_gb_per_s": args.h2d_gb_per_s,
-            "registered": args.registered,
-            "repeats": args.repeats,
-            "io_utterances": io_utterances,
-            "load_average_1m_before": load_before,
-            "load_average_1m_after": round(os.getloadavg()[0], 2),
-        },
-        {
-            "model_loads": loads,
-            "model_cache_gb": round(cache_gb, 3),
-            "code_location_import": location,
-            "run_creation": creation,
-            "step_start": steps,
-            "stage_io": io,
-            "gpu_compute_modelled": {
-                "shard_audio_hours": round(shard_audio_h, 4),
-                "per_stage_s": {stage: round(s, 3) for stage, s in compute.items()},
-                "per_shard_s": round(sum(compute.values()), 3),
-                "implied_mfu": round(implied_mfu(args.audio_hours_per_gpu_hour), 4),
-                "source": "modelled: benchmarks/capacity/capacity_model.py FLOPs per audio second",
-            },
-            "stage_costs": {
-                "baseline": rounded_stages(baseline_stages),
-                "resident": rounded_stages(resident_stages),
-            },
-            "run_costs": {
-                "in_process": vars(in_process),
-                "multiprocess": vars(multiprocess),
-            },
-            "duty_cycle": duty,
+            **measured,
+            **simulated,
             "goal": TARGET_GOAL,
             "assumptions": list(ASSUMPTIONS),
-            "measure_seconds": round(measure_s, 1),
+            "measure_seconds": measure_seconds,
         },
     )
 
