@@ -249,7 +249,7 @@ def measure(
     }
 
 
-def main(argv: list[str] | None = None) -> None:
+def parse_arguments(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small sizes, for smoke runs")
     parser.add_argument("--registered", type=int, default=20_000, help="shard partitions in the instance")
@@ -272,87 +272,75 @@ def main(argv: list[str] | None = None) -> None:
         help="DAGSTER_EVENT_BATCH_SIZE for run creation: PostgreSQL then writes a run's planned events in batches",
     )
     args = parser.parse_args(argv)
-    if args.event_batch_size:
-        os.environ[EVENT_BATCH_SIZE_ENV] = str(args.event_batch_size)
     if args.quick:
         args.registered, args.backfill, args.sizes = 200, 16, [100, 400]
+    return args
 
-    from assets.shard_runs import SHARDS_PER_RUN
 
-    params = {
-        "quick": args.quick,
-        "backfill": args.backfill,
-        "storage": args.storage,
-        "event_batch_size": args.event_batch_size,
-        "storage_cache": args.storage_cache,
-    }
-    shapes = {"old": OLD_SHARDS_PER_RUN, "new": args.shards_per_run or SHARDS_PER_RUN}
-    with stdout_to_stderr():
-        if args.compare and args.storage_cache:
-            per_storage = {}
-            with code_server(shapes["new"]) as server:
-                for name, cache, batch_size in STORAGES:
-                    # Dagster reads the switch at every event; "0" also keeps the caching storage from setting it.
-                    os.environ[EVENT_BATCH_SIZE_ENV] = str(args.event_batch_size or batch_size)
-                    per_storage[name] = {
-                        str(n): measure(
-                            server,
-                            n,
-                            args.backfill,
-                            shapes["new"],
-                            args.storage,
-                            args.max_iterations,
-                            storage_cache=cache,
-                        )
-                        for n in sorted(args.sizes)
-                    }
-        elif args.compare:
-            per_shape = {}
-            for shape, k in shapes.items():
-                with code_server(k) as server:
-                    per_shape[shape] = {
-                        str(n): measure(server, n, args.backfill, k, args.storage, args.max_iterations)
-                        for n in sorted(args.sizes)
-                    }
-        else:
-            with code_server(shapes["new"]) as server:
-                figures = measure(
-                    server,
-                    args.registered,
-                    args.backfill,
-                    shapes["new"],
-                    args.storage,
-                    args.max_iterations,
-                    args.profile,
-                    args.storage_cache,
-                )
-    if not args.compare:
-        emit("backfill_launch", {**params, "registered": args.registered}, figures)
-        return
-    small, large = str(min(args.sizes)), str(max(args.sizes))
-    if args.storage_cache:
-        emit(
-            "backfill_launch",
-            {**params, "sizes": args.sizes, "shards_per_run": shapes["new"]},
-            {
-                "per_storage": per_storage,
-                "growth": {
-                    name: ratio(sizes[large]["per_run_ms"], sizes[small]["per_run_ms"])
-                    for name, sizes in per_storage.items()
-                },
-                **{
-                    f"{name}_over_plain_per_run": {
-                        n: ratio(per_storage[name][n]["per_run_ms"], per_storage["plain"][n]["per_run_ms"])
-                        for n in per_storage["plain"]
-                    }
-                    for name in ("cached", "batched")
-                },
-                "runs_created_seconds": per_storage["batched"][large]["runs_created_seconds"],
-                "runs": per_storage["batched"][large]["runs"],
-                "expected_runs": per_storage["batched"][large]["expected_runs"],
-            },
+def launch_once(args: argparse.Namespace, params: dict, shards_per_run: int) -> None:
+    """One backfill of ``--backfill`` shards among ``--registered``: the plain record."""
+    with stdout_to_stderr(), code_server(shards_per_run) as server:
+        figures = measure(
+            server,
+            args.registered,
+            args.backfill,
+            shards_per_run,
+            args.storage,
+            args.max_iterations,
+            args.profile,
+            args.storage_cache,
         )
-        return
+    emit("backfill_launch", {**params, "registered": args.registered}, figures)
+
+
+def compare_storages(args: argparse.Namespace, params: dict, shards_per_run: int) -> None:
+    """Plain, cached and batched instance storage at each of ``--sizes``, one run shape."""
+    per_storage = {}
+    with stdout_to_stderr(), code_server(shards_per_run) as server:
+        for name, cache, batch_size in STORAGES:
+            # Dagster reads the switch at every event; "0" also keeps the caching storage from setting it.
+            os.environ[EVENT_BATCH_SIZE_ENV] = str(args.event_batch_size or batch_size)
+            per_storage[name] = {
+                str(n): measure(
+                    server, n, args.backfill, shards_per_run, args.storage, args.max_iterations, storage_cache=cache
+                )
+                for n in sorted(args.sizes)
+            }
+    small, large = str(min(args.sizes)), str(max(args.sizes))
+    emit(
+        "backfill_launch",
+        {**params, "sizes": args.sizes, "shards_per_run": shards_per_run},
+        {
+            "per_storage": per_storage,
+            "growth": {
+                name: ratio(sizes[large]["per_run_ms"], sizes[small]["per_run_ms"])
+                for name, sizes in per_storage.items()
+            },
+            **{
+                f"{name}_over_plain_per_run": {
+                    n: ratio(per_storage[name][n]["per_run_ms"], per_storage["plain"][n]["per_run_ms"])
+                    for n in per_storage["plain"]
+                }
+                for name in ("cached", "batched")
+            },
+            "runs_created_seconds": per_storage["batched"][large]["runs_created_seconds"],
+            "runs": per_storage["batched"][large]["runs"],
+            "expected_runs": per_storage["batched"][large]["expected_runs"],
+        },
+    )
+
+
+def compare_shapes(args: argparse.Namespace, params: dict, shapes: dict[str, int]) -> None:
+    """The old and the new run shape (shards per run) at each of ``--sizes``."""
+    per_shape = {}
+    with stdout_to_stderr():
+        for shape, k in shapes.items():
+            with code_server(k) as server:
+                per_shape[shape] = {
+                    str(n): measure(server, n, args.backfill, k, args.storage, args.max_iterations)
+                    for n in sorted(args.sizes)
+                }
+    small, large = str(min(args.sizes)), str(max(args.sizes))
     last = per_shape["new"][large]
     emit(
         "backfill_launch",
@@ -374,6 +362,28 @@ def main(argv: list[str] | None = None) -> None:
             "expected_runs": last["expected_runs"],
         },
     )
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_arguments(argv)
+    if args.event_batch_size:
+        os.environ[EVENT_BATCH_SIZE_ENV] = str(args.event_batch_size)
+    from assets.shard_runs import SHARDS_PER_RUN
+
+    params = {
+        "quick": args.quick,
+        "backfill": args.backfill,
+        "storage": args.storage,
+        "event_batch_size": args.event_batch_size,
+        "storage_cache": args.storage_cache,
+    }
+    shapes = {"old": OLD_SHARDS_PER_RUN, "new": args.shards_per_run or SHARDS_PER_RUN}
+    if args.compare and args.storage_cache:
+        compare_storages(args, params, shapes["new"])
+    elif args.compare:
+        compare_shapes(args, params, shapes)
+    else:
+        launch_once(args, params, shapes["new"])
 
 
 if __name__ == "__main__":
