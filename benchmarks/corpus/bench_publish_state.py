@@ -47,7 +47,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from benchmarks.report import emit, progress, ratio, stdout_to_stderr
+from benchmarks.report import emit, progress, ratio, stdout_to_stderr, timed_call
 
 TARGET_RATIO = 100.0
 FACTS_ROW_GROUP_ROWS = 65_536
@@ -275,7 +275,7 @@ def build_state(root, state: str, columns: dict[str, np.ndarray]) -> None:
             )
 
 
-def main(argv: list[str] | None = None) -> None:
+def parse_arguments(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="50 000 segments, for smoke runs")
     parser.add_argument("--segments", type=int, default=1_000_000)
@@ -285,79 +285,114 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if args.quick:
         args.segments, args.batch, args.repeats = 50_000, 1_000, 1
+    return args
+
+
+def write_inputs(tmp: str, segments: int) -> tuple[str, str, str]:
+    """The baseline's CSV, the state database (and an untouched copy) and the segment facts:
+    (CSV path, state, facts path)."""
+    import pandas as pd
 
     from speechdata.io.layout import hf_state_database
     from speechdata.io.storage import DataRoot
 
+    columns = synthetic(segments)
+    csv_path = os.path.join(tmp, f"{COUNTRY}_manifest.csv")
+    pd.DataFrame(columns).to_csv(csv_path, index=False)
+    root = DataRoot(tmp)
+    state = hf_state_database("bench", COUNTRY)
+    build_state(root, state, columns)
+    shutil.copy(root.path(state), root.path(state + ".before"))
+    facts = os.path.join(tmp, "segments.parquet")
+    pq.write_table(
+        pa.table({name: columns[name] for name in ("key", "language", "duration_seconds", "cer")}),
+        facts,
+        row_group_size=FACTS_ROW_GROUP_ROWS,
+    )
+    progress(f"{segments} segments; CSV {os.path.getsize(csv_path) / 1e6:.0f} MB")
+    return csv_path, state, facts
+
+
+def alternate_cycles(pipe, csv_path: str, args: argparse.Namespace) -> dict:
+    """Baseline and DuckDB cycles in turn, ``--repeats`` times, each batch the next pending segments,
+    as repeated uploads go. Untimed before each: write back every dirty page, so neither cycle pays
+    for the other's writes (DuckDB's commit syncs its log, which waited for the CSV the baseline had
+    just written)."""
+    baseline_runs, duck_runs, duck_batches = [], [], []
+    same_keys = same_hours = True
+    for _ in range(args.repeats):
+        os.sync()
+        seconds, (baseline_hours, baseline_keys) = timed_call(
+            lambda: baseline_cycle(csv_path, args.max_cer, args.batch)
+        )
+        baseline_runs.append(seconds)
+        os.sync()
+        pipe.send("new")
+        seconds, duck_hours, duck_keys = pipe.recv()
+        duck_runs.append(seconds)
+        duck_batches.append((duck_hours, duck_keys))
+        progress(f"baseline {baseline_runs[-1]:.2f} s, duckdb {duck_runs[-1]:.3f} s")
+        same_keys &= baseline_keys == duck_keys
+        same_hours &= set(baseline_hours) == set(duck_hours) and all(
+            abs(baseline_hours[k] - duck_hours[k]) < 1e-6 for k in baseline_hours
+        )
+    assert same_keys and same_hours, "the two cycles disagree"
+    return {"baseline": baseline_runs, "duckdb": duck_runs, "batches": duck_batches, "same": same_keys and same_hours}
+
+
+def previous_cycles(pipe, repeats: int) -> tuple[list[float], list]:
+    """The previous cycle, as many batches (the caller restores the state first)."""
+    runs, batches = [], []
+    for _ in range(repeats):
+        os.sync()
+        pipe.send("previous")
+        seconds, hours, keys = pipe.recv()
+        runs.append(seconds)
+        batches.append((hours, keys))
+    return runs, batches
+
+
+def measure_cycles(tmp: str, args: argparse.Namespace) -> tuple[dict, list[float]]:
+    """Both cycles against each other, then the previous cycle on a fresh copy of the state (the
+    copy untimed); the project's cycles run in a worker process that imported them first."""
+    from speechdata.io.storage import DataRoot
+
+    csv_path, state, facts = write_inputs(tmp, args.segments)
+    context = multiprocessing.get_context("spawn")
+    pipe, child_pipe = context.Pipe()
+    worker = context.Process(
+        target=project_worker, args=(child_pipe, tmp, state, facts, args.max_cer, args.batch), daemon=True
+    )
+    worker.start()
+    try:
+        assert pipe.recv() == "ready"
+        cycles = alternate_cycles(pipe, csv_path, args)
+        root = DataRoot(tmp)
+        shutil.copy(root.path(state + ".before"), root.path(state))
+        previous_runs, previous_batches = previous_cycles(pipe, args.repeats)
+    finally:
+        pipe.send(None)
+        worker.join(timeout=60)
+    for (previous_hours, previous_keys), (duck_hours, duck_keys) in zip(
+        previous_batches, cycles["batches"], strict=True
+    ):
+        # DuckDB's parallel sum may add in another order: equal within 1e-6 hours.
+        assert previous_keys == duck_keys
+        assert all(abs(previous_hours[k] - duck_hours[k]) < 1e-6 for k in duck_hours)
+    return cycles, previous_runs
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_arguments(argv)
     with stdout_to_stderr(), tempfile.TemporaryDirectory(prefix="bench-publish-") as tmp:
-        import pandas as pd
+        import pandas as pd  # noqa: F401  imported before timing
 
         import speechdata.hf.state  # noqa: F401  imported before timing, as pandas is
 
-        columns = synthetic(args.segments)
-        csv_path = os.path.join(tmp, f"{COUNTRY}_manifest.csv")
-        pd.DataFrame(columns).to_csv(csv_path, index=False)
-        root = DataRoot(tmp)
-        state = hf_state_database("bench", COUNTRY)
-        build_state(root, state, columns)
-        shutil.copy(root.path(state), root.path(state + ".before"))
-        facts = os.path.join(tmp, "segments.parquet")
-        pq.write_table(
-            pa.table({name: columns[name] for name in ("key", "language", "duration_seconds", "cer")}),
-            facts,
-            row_group_size=FACTS_ROW_GROUP_ROWS,
-        )
-        progress(f"{args.segments} segments; CSV {os.path.getsize(csv_path) / 1e6:.0f} MB")
-
-        # Cycles alternate (baseline, project), ``--repeats`` times, each batch the next 10 000 pending
-        # segments, as repeated uploads go; medians are compared. Untimed before each: write back
-        # every dirty page, so neither cycle pays for the other's writes (DuckDB's commit syncs its
-        # log, which waited for the CSV the baseline had just written).
-        baseline_runs, duck_runs, previous_runs, duck_batches, previous_batches = [], [], [], [], []
-        same_keys = same_hours = True
-        context = multiprocessing.get_context("spawn")
-        pipe, child_pipe = context.Pipe()
-        worker = context.Process(
-            target=project_worker, args=(child_pipe, tmp, state, facts, args.max_cer, args.batch), daemon=True
-        )
-        worker.start()
-        try:
-            assert pipe.recv() == "ready"
-            for _ in range(args.repeats):
-                os.sync()
-                started = time.perf_counter()
-                baseline_hours, baseline_keys = baseline_cycle(csv_path, args.max_cer, args.batch)
-                baseline_runs.append(time.perf_counter() - started)
-                os.sync()
-                pipe.send("new")
-                seconds, duck_hours, duck_keys = pipe.recv()
-                duck_runs.append(seconds)
-                duck_batches.append((duck_hours, duck_keys))
-                progress(f"baseline {baseline_runs[-1]:.2f} s, duckdb {duck_runs[-1]:.3f} s")
-                same_keys &= baseline_keys == duck_keys
-                same_hours &= set(baseline_hours) == set(duck_hours) and all(
-                    abs(baseline_hours[k] - duck_hours[k]) < 1e-6 for k in baseline_hours
-                )
-            assert same_keys and same_hours, "the two cycles disagree"
-            # The previous cycle on a fresh copy of the state (the copy untimed), as many batches.
-            shutil.copy(root.path(state + ".before"), root.path(state))
-            for _ in range(args.repeats):
-                os.sync()
-                pipe.send("previous")
-                seconds, previous_hours, previous_keys = pipe.recv()
-                previous_runs.append(seconds)
-                previous_batches.append((previous_hours, previous_keys))
-        finally:
-            pipe.send(None)
-            worker.join(timeout=60)
-        for (previous_hours, previous_keys), (duck_hours, duck_keys) in zip(
-            previous_batches, duck_batches, strict=True
-        ):
-            # DuckDB's parallel sum may add in another order: equal within 1e-6 hours.
-            assert previous_keys == duck_keys
-            assert all(abs(previous_hours[k] - duck_hours[k]) < 1e-6 for k in duck_hours)
-        baseline_s, duck_s, previous_s = (statistics.median(runs) for runs in (baseline_runs, duck_runs, previous_runs))
-
+        cycles, previous_runs = measure_cycles(tmp, args)
+    baseline_s, duck_s, previous_s = (
+        statistics.median(runs) for runs in (cycles["baseline"], cycles["duckdb"], previous_runs)
+    )
     speedup = ratio(baseline_s, duck_s)
     emit(
         "publish_state",
@@ -371,13 +406,13 @@ def main(argv: list[str] | None = None) -> None:
         {
             "baseline_csv_pandas_seconds": round(baseline_s, 3),
             "duckdb_state_seconds": round(duck_s, 4),
-            "baseline_seconds_each": [round(x, 3) for x in baseline_runs],
-            "duckdb_seconds_each": [round(x, 4) for x in duck_runs],
+            "baseline_seconds_each": [round(x, 3) for x in cycles["baseline"]],
+            "duckdb_seconds_each": [round(x, 4) for x in cycles["duckdb"]],
             "previous_duckdb_cycle_seconds": round(previous_s, 4),
             "ratio_baseline_over_duckdb": speedup,
             "meets_target": bool(speedup and speedup >= TARGET_RATIO),
-            "marked_uploaded": sum(len(keys) for _, keys in duck_batches),
-            "same_selection_and_hours": same_keys and same_hours,
+            "marked_uploaded": sum(len(keys) for _, keys in cycles["batches"]),
+            "same_selection_and_hours": cycles["same"],
         },
     )
 
