@@ -35,7 +35,7 @@ import numpy as np
 
 from benchmarks.report import emit, progress, stdout_to_stderr
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = REPO_ROOT / "tests" / "fixtures" / "synthesized_speech"
 HELDOUT_SEED = 7_919
 HELDOUT_VOICES = {

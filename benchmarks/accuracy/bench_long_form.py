@@ -54,7 +54,7 @@ import numpy as np
 
 from benchmarks.report import RssSampler, emit, progress, ratio, stdout_to_stderr
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 FRAME_S = 0.08
 FRAME_MS = 80
 WORDS_PER_S = 17_280 / 7200

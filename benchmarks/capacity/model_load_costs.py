@@ -49,7 +49,7 @@ from pathlib import Path
 
 from benchmarks.report import peak_rss_mb, stdout_to_stderr
 
-MODEL_CACHE_DIR = Path(__file__).resolve().parent.parent / ".cache" / "bench-models"
+MODEL_CACHE_DIR = Path(__file__).resolve().parents[2] / ".cache" / "bench-models"
 GB = 1e9
 SHARD_BYTES = 2 * 10**9  # hub checkpoints come in shards of a few GB (Qwen3-1.7B: 2 files)
 

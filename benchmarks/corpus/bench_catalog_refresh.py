@@ -255,7 +255,7 @@ def count_samples_read_only(database: str, root: DataRoot):
         return connection.execute(SAMPLES_QUERY).fetchone()
 
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+REPO_ROOT = Path(__file__).resolve().parents[2]
 CODE = ("new", "scoped", "baseline")
 SCOPED = "scoped"
 """This code told which shard changed (``shards=[the new one]``, as the asset passes the shards

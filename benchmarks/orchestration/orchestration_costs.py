@@ -24,7 +24,7 @@ from pathlib import Path
 
 from benchmarks.report import progress
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parents[2]
 MODEL_LIBRARIES = (
     "torch",
     "transformers",

@@ -26,7 +26,7 @@ import numpy as np
 
 from benchmarks.report import emit, peak_rss_mb, progress
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 FRAME_S = 0.08
 WORDS_PER_S = 17_000 / 7200
 LABELS = list(" abcdefghijklmnopqrstuvwxyz'")

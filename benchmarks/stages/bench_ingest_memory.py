@@ -41,7 +41,7 @@ from speechdata.io.storage import DataRoot
 SHARD_ID = "bench-memory"
 SAMPLE_RATE = 24_000
 ROW_S = 0.5
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def land_long_files_shard(root: DataRoot, shard_id: str, files: int, rows_per_file: int, row_s: float = ROW_S) -> int:

@@ -47,7 +47,7 @@ from benchmarks.report import emit, progress, ratio, stdout_to_stderr, timed
 FRAME_S = 0.08
 VOCAB = 1025
 TARGET_RATIO = 16.0
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parents[2]
 NEMO_PYTHON = REPO_ROOT / ".venv-nemo" / "bin" / "python"
 
 
