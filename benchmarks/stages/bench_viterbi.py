@@ -42,7 +42,7 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks.report import emit, progress, ratio, stdout_to_stderr, timed
+from benchmarks.report import emit, progress, ratio, stdout_to_stderr, timed, timed_call
 
 FRAME_S = 0.08
 VOCAB = 1025
@@ -156,7 +156,7 @@ def compare_labels(items: list[tuple], labels: list[np.ndarray], reference: list
     return {"label_mismatches": label_mismatches, "worse_paths": worse, "worst_log_prob_loss": round(worst_loss, 4)}
 
 
-def main(argv: list[str] | None = None) -> None:
+def parse_arguments(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="~20 utterances, for smoke runs")
     parser.add_argument("--utterances", type=int, default=None, help="number of utterances (default 200)")
@@ -167,100 +167,109 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument("--nemo-reference", nargs=2, metavar=("CASES", "RESULT"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    args.utterances = args.utterances or (20 if args.quick else 200)
+    args.repeats = 2 if args.quick else args.repeats
+    if args.tied_utterances is None:
+        args.tied_utterances = 10 if args.quick else 50
+    return args
+
+
+def measure_ours(cv, items: list[tuple], reference: list[np.ndarray], repeats: int) -> dict:
+    """Our aligner with one and two workers (numba), and the numpy backend once: utterances per second
+    and paths that differ from NeMo's."""
+    count, ours = len(items), {}
+    for workers in (1, 2):
+        seconds, _, paths = timed(
+            lambda workers=workers: cv.ctc_viterbi_many(items, workers=workers), repeats, warm_up=True
+        )
+        ours[workers] = {"ups": count / seconds, "mismatches": mismatches(paths, reference)}
+        progress(
+            f"viterbi: ours workers={workers} {ours[workers]['ups']:.1f} utt/s, {ours[workers]['mismatches']} mismatches"
+        )
+    seconds, numpy_paths = timed_call(lambda: cv.ctc_viterbi_many(items, workers=1, backend="numpy"))
+    ours["numpy"] = {"ups": count / seconds, "mismatches": mismatches(numpy_paths, reference)}
+    progress(f"viterbi: ours numpy backend {ours['numpy']['ups']:.1f} utt/s, {ours['numpy']['mismatches']} mismatches")
+    return ours
+
+
+def measure_torchaudio(items: list[tuple], reference: list[np.ndarray], repeats: int, nemo_ups: float) -> dict:
+    ta_s, _, labels = timed(torchaudio_aligner(items), repeats, warm_up=True)
+    ta_ups = len(items) / ta_s
+    ta = {"utt_per_s": round(ta_ups, 1), "ratio_over_nemo": ratio(ta_ups, nemo_ups)}
+    ta.update(compare_labels(items, labels, reference))
+    progress(f"viterbi: torchaudio {ta}")
+    return ta
+
+
+def figures(ours: dict, nemo_ups: float, kernel_load_s: float, ta: dict, tied: dict) -> dict:
+    identical = all(ours[key]["mismatches"] == 0 for key in (1, 2, "numpy")) and tied["path_mismatches"] == 0
+    return {
+        "nemo_utt_per_s": round(nemo_ups, 2),
+        "ours_utt_per_s": round(ours[1]["ups"], 1),
+        "ours_workers2_utt_per_s": round(ours[2]["ups"], 1),
+        "ratio_ours_over_nemo": ratio(ours[1]["ups"], nemo_ups),
+        "ratio_ours_workers2_over_nemo": ratio(ours[2]["ups"], nemo_ups),
+        "ratio_workers2_over_workers1": ratio(ours[2]["ups"], ours[1]["ups"]),
+        "path_mismatches": ours[1]["mismatches"],
+        "path_mismatches_workers2": ours[2]["mismatches"],
+        "identical_paths": identical,
+        "target_ratio": TARGET_RATIO,
+        "meets_target": identical and ratio(ours[1]["ups"], nemo_ups) >= TARGET_RATIO,
+        "kernel_load_s": round(kernel_load_s, 3),
+        "ours_numpy_backend": {
+            "utt_per_s": round(ours["numpy"]["ups"], 1),
+            "ratio_over_nemo": ratio(ours["numpy"]["ups"], nemo_ups),
+            "path_mismatches": ours["numpy"]["mismatches"],
+        },
+        "torchaudio_forced_align": ta,
+        "tied_log_probs": tied,
+    }
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_arguments(argv)
     if args.nemo_reference:
         write_nemo_reference(*args.nemo_reference)
         return
-    count = args.utterances or (20 if args.quick else 200)
-    repeats = 2 if args.quick else args.repeats
-    if args.tied_utterances is None:
-        args.tied_utterances = 10 if args.quick else 50
-
     import torch
 
     torch.set_num_threads(1)
     with stdout_to_stderr():
         from speechdata.alignment import viterbi as cv
 
-        items = make_utterances(count, args.seed)
+        items = make_utterances(args.utterances, args.seed)
         frames = sum(lp.shape[0] for lp, _, _ in items)
-        progress(f"viterbi: {count} utterances, {frames} frames, V={VOCAB}")
-
-        started = time.perf_counter()
-        cv.ctc_viterbi(*items[0], backend="numba")
-        kernel_load_s = time.perf_counter() - started
-
+        progress(f"viterbi: {args.utterances} utterances, {frames} frames, V={VOCAB}")
+        kernel_load_s, _ = timed_call(lambda: cv.ctc_viterbi(*items[0], backend="numba"))
         # exact ties: the same utterances with log-probs rounded to quarters
         tied = [(torch.round(lp * 4) / 4, t, blank) for lp, t, blank in items[: args.tied_utterances]]
         references = nemo_paths_in_nemo_env({"random": items, "tied": tied})
         reference, nemo_s = references["random"]
-        nemo_ups = count / nemo_s
+        nemo_ups = args.utterances / nemo_s
         progress(f"viterbi: nemo {nemo_ups:.1f} utt/s")
-
-        ours = {}
-        for workers in (1, 2):
-            seconds, _, paths = timed(
-                lambda workers=workers: cv.ctc_viterbi_many(items, workers=workers), repeats, warm_up=True
-            )
-            ups = count / seconds
-            ours[workers] = {"ups": ups, "mismatches": mismatches(paths, reference)}
-            progress(f"viterbi: ours workers={workers} {ups:.1f} utt/s, {ours[workers]['mismatches']} mismatches")
-
-        started = time.perf_counter()
-        numpy_paths = cv.ctc_viterbi_many(items, workers=1, backend="numpy")
-        numpy_ups = count / (time.perf_counter() - started)
-        numpy_mismatches = mismatches(numpy_paths, reference)
-        progress(f"viterbi: ours numpy backend {numpy_ups:.1f} utt/s, {numpy_mismatches} mismatches")
-
-        ta_s, _, labels = timed(torchaudio_aligner(items), repeats, warm_up=True)
-        ta_ups = count / ta_s
-        ta = {"utt_per_s": round(ta_ups, 1), "ratio_over_nemo": ratio(ta_ups, nemo_ups)}
-        ta.update(compare_labels(items, labels, reference))
-        progress(f"viterbi: torchaudio {ta}")
-
+        ours = measure_ours(cv, items, reference, args.repeats)
+        ta = measure_torchaudio(items, reference, args.repeats, nemo_ups)
         tied_reference, _ = references["tied"]
-        tied_ours = mismatches(cv.ctc_viterbi_many(tied), tied_reference)
-        tied_ta = compare_labels(tied, torchaudio_aligner(tied)(), tied_reference)
-        progress(f"viterbi: tied log-probs: ours {tied_ours} mismatches, torchaudio {tied_ta}")
-
-    identical = ours[1]["mismatches"] == 0 and ours[2]["mismatches"] == 0 and numpy_mismatches == 0 and tied_ours == 0
+        tied_figures = {
+            "utterances": len(tied),
+            "path_mismatches": mismatches(cv.ctc_viterbi_many(tied), tied_reference),
+            "torchaudio_forced_align": compare_labels(tied, torchaudio_aligner(tied)(), tied_reference),
+        }
+        progress(f"viterbi: tied log-probs: {tied_figures}")
     emit(
         "bench_viterbi",
         {
-            "utterances": count,
+            "utterances": args.utterances,
             "frames": frames,
             "frame_s": FRAME_S,
             "vocab": VOCAB,
             "tokens_per_frame": round(sum(len(t) for _, t, _ in items) / frames, 3),
-            "repeats": repeats,
+            "repeats": args.repeats,
             "seed": args.seed,
             "tied_utterances": args.tied_utterances,
             "torch_threads": 1,
         },
-        {
-            "nemo_utt_per_s": round(nemo_ups, 2),
-            "ours_utt_per_s": round(ours[1]["ups"], 1),
-            "ours_workers2_utt_per_s": round(ours[2]["ups"], 1),
-            "ratio_ours_over_nemo": ratio(ours[1]["ups"], nemo_ups),
-            "ratio_ours_workers2_over_nemo": ratio(ours[2]["ups"], nemo_ups),
-            "ratio_workers2_over_workers1": ratio(ours[2]["ups"], ours[1]["ups"]),
-            "path_mismatches": ours[1]["mismatches"],
-            "path_mismatches_workers2": ours[2]["mismatches"],
-            "identical_paths": identical,
-            "target_ratio": TARGET_RATIO,
-            "meets_target": identical and ratio(ours[1]["ups"], nemo_ups) >= TARGET_RATIO,
-            "kernel_load_s": round(kernel_load_s, 3),
-            "ours_numpy_backend": {
-                "utt_per_s": round(numpy_ups, 1),
-                "ratio_over_nemo": ratio(numpy_ups, nemo_ups),
-                "path_mismatches": numpy_mismatches,
-            },
-            "torchaudio_forced_align": ta,
-            "tied_log_probs": {
-                "utterances": len(tied),
-                "path_mismatches": tied_ours,
-                "torchaudio_forced_align": tied_ta,
-            },
-        },
+        figures(ours, nemo_ups, kernel_load_s, ta, tied_figures),
     )
 
 

@@ -70,3 +70,15 @@ def test_run_all_finds_each_benchmark_by_stem_and_by_module():
         assert module_of(stem) == module_of(module.removeprefix("benchmarks.")) == module
     assert module_of("bench_no_such_thing") is None
     assert module_of("capacity_model") is None, "a helper module is not a benchmark"
+
+
+def test_benchmarks_that_name_the_repository_root_find_it():
+    """A benchmark one folder deeper than it was would otherwise look for ``.venv-nemo``, the model
+    cache or the code location beside itself (only ``parents[N]`` names a root here)."""
+    named = 0
+    for path in sorted((REPOSITORY / "benchmarks").rglob("*.py")):
+        for level in re.findall(r"Path\(__file__\)\.resolve\(\)\.parents\[(\d+)\]", path.read_text()):
+            named += 1
+            assert path.resolve().parents[int(level)] == REPOSITORY, f"{path.relative_to(REPOSITORY)}: parents[{level}]"
+        assert ".resolve().parent.parent" not in path.read_text(), f"{path.relative_to(REPOSITORY)}: use parents[N]"
+    assert named >= 5
