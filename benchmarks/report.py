@@ -158,6 +158,12 @@ class ForwardTimer:
     def reset(self) -> None:
         self.seconds, self.calls = 0.0, 0
 
+    def timed_pass(self, run: Callable[[], object]) -> dict[str, float]:
+        """One call of ``run``: its wall seconds, and the seconds and calls inside ``forward``."""
+        self.reset()
+        total, _ = timed_call(run)
+        return {"total_s": total, "forward_s": self.seconds, "forwards": self.calls}
+
 
 # Memory
 

@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import time
 from collections.abc import Callable
 
 import numpy as np
@@ -52,6 +51,7 @@ from speechdata.features.text import keep_layers_through, qwen_hidden_states
 from speechdata.testing.shards import load_clips
 
 SAMPLE_RATE = 24_000
+DEVICE = torch.device("cpu")
 BATCHED_MAX_TOKENS = 16_384  # TorchDeviceResource.max_batch_tokens default
 BATCHED_MAX_AUDIO_S = 200.0  # TorchDeviceResource.max_batch_audio_s default
 # Budgets below any single utterance's cost: every forward holds exactly one utterance.
@@ -86,14 +86,6 @@ def build_utterances(count: int, min_s: float, max_s: float, seed: int) -> tuple
     return audios, texts
 
 
-def timed(run: Callable[[], object], timer: ForwardTimer) -> dict[str, float]:
-    timer.reset()
-    started = time.perf_counter()
-    run()
-    total = time.perf_counter() - started
-    return {"total_s": total, "forward_s": timer.seconds, "forwards": timer.calls}
-
-
 def padded_over_real(costs: list[int], budget: int) -> float:
     """Padded cost (``len(batch) * max(cost)`` summed over batches) over the real cost, for ``budget``."""
     padded = sum(len(b) * max(costs[i] for i in b) for b in budgeted_batches(costs, budget))
@@ -114,7 +106,7 @@ def measure(
     for repeat in range(repeats):
         order = list(runs) if repeat % 2 == 0 else list(runs)[::-1]
         for mode in order:
-            passes[mode].append(timed(lambda mode=mode: runs[mode](everything), timer))
+            passes[mode].append(timer.timed_pass(lambda mode=mode: runs[mode](everything)))
     out = {}
     for mode, results in passes.items():
         # The median pass by wall time (the faster of the middle two for an even count), whole:
@@ -133,7 +125,7 @@ def measure(
     return out
 
 
-def main(argv: list[str] | None = None) -> None:
+def parse_arguments(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="few utterances and one pass, for smoke runs")
     parser.add_argument("--utterances", type=int, default=200)
@@ -146,88 +138,83 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if args.quick:
         args.utterances, args.repeats, args.qwen_repeats = 24, 1, 1
+    return args
 
+
+def measure_qwen(tokens: list[list[int]], audio_s: float, repeats: int) -> dict:
+    qwen = keep_layers_through(tiny_qwen3(TINY_VOCAB_SIZE), -2).to(DEVICE)
+
+    def qwen_run(max_batch_tokens: int):
+        return lambda indices: qwen_hidden_states(
+            qwen, [tokens[i] for i in indices], device=DEVICE, max_batch_tokens=max_batch_tokens
+        )
+
+    runs = {"batched": qwen_run(BATCHED_MAX_TOKENS), "one_at_a_time": qwen_run(ONE_MAX_TOKENS)}
+    qwen_figures = measure(runs, ForwardTimer(qwen), len(tokens), audio_s, repeats)
+    qwen_figures["batched_padded_over_real"] = padded_over_real([max(len(t), 1) for t in tokens], BATCHED_MAX_TOKENS)
+    return qwen_figures
+
+
+def measure_wavlm(audios: list[np.ndarray], audio_s: float, repeats: int) -> dict:
+    wavlm = tiny_wavlm().to(DEVICE)
+    n_frames = [n_frames_for(a.shape[0]) for a in audios]
+
+    def wavlm_run(max_batch_s: float):
+        return lambda indices: wavlm_features(
+            wavlm,
+            [audios[i] for i in indices],
+            [n_frames[i] for i in indices],
+            device=DEVICE,
+            dtype=torch.float32,
+            max_batch_s=max_batch_s,
+        )
+
+    runs = {"batched": wavlm_run(BATCHED_MAX_AUDIO_S), "one_at_a_time": wavlm_run(ONE_MAX_AUDIO_S)}
+    wavlm_figures = measure(runs, ForwardTimer(wavlm), len(audios), audio_s, repeats)
+    wavlm_figures["batched_padded_over_real"] = padded_over_real(
+        [-(-a.shape[0] * WAVLM_SAMPLE_RATE // SOURCE_SAMPLE_RATE) for a in audios],
+        int(BATCHED_MAX_AUDIO_S * WAVLM_SAMPLE_RATE),
+    )
+    return wavlm_figures
+
+
+def run_params(args: argparse.Namespace, load_before: float, load_after: float) -> dict:
+    return {
+        "quick": args.quick,
+        "utterances": args.utterances,
+        "min_s": args.min_s,
+        "max_s": args.max_s,
+        "repeats": args.repeats,
+        "qwen_repeats": args.qwen_repeats,
+        "seed": args.seed,
+        "device": "cpu",
+        "dtype": "float32",
+        "torch_num_threads": args.threads,
+        "models": "tiny_qwen3 (cut at hidden_states[-2]), tiny_wavlm",
+        "batched_budgets": {"max_batch_tokens": BATCHED_MAX_TOKENS, "max_batch_s": BATCHED_MAX_AUDIO_S},
+        # Other processes competing for the cores slow multi-threaded torch a lot (threads wait
+        # on each other at every op); the 1-minute load average before and after says how busy.
+        "load_average_1m": {"before": load_before, "after": load_after},
+    }
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_arguments(argv)
     load_before = round(os.getloadavg()[0], 2)
     with stdout_to_stderr():
         torch.set_num_threads(args.threads)
-        device = torch.device("cpu")
         audios, texts = build_utterances(args.utterances, args.min_s, args.max_s, args.seed)
         audio_s = sum(a.shape[0] for a in audios) / SAMPLE_RATE
         tokens = [t.ids for t in tokenize_many(tiny_tokenizer(), texts)]
-        n_frames = [n_frames_for(a.shape[0]) for a in audios]
         n_tokens = sum(len(t) for t in tokens)
         progress(f"{len(audios)} utterances, {audio_s:.0f} s of audio, {n_tokens} tokens")
-
-        qwen = keep_layers_through(tiny_qwen3(TINY_VOCAB_SIZE), -2).to(device)
-        qwen_timer = ForwardTimer(qwen)
-
-        def qwen_run(max_batch_tokens: int):
-            return lambda indices: qwen_hidden_states(
-                qwen, [tokens[i] for i in indices], device=device, max_batch_tokens=max_batch_tokens
-            )
-
-        qwen_figures = measure(
-            {"batched": qwen_run(BATCHED_MAX_TOKENS), "one_at_a_time": qwen_run(ONE_MAX_TOKENS)},
-            qwen_timer,
-            len(audios),
-            audio_s,
-            args.qwen_repeats,
-        )
-        qwen_figures["batched_padded_over_real"] = padded_over_real(
-            [max(len(t), 1) for t in tokens], BATCHED_MAX_TOKENS
-        )
-
-        wavlm = tiny_wavlm().to(device)
-        wavlm_timer = ForwardTimer(wavlm)
-
-        def wavlm_run(max_batch_s: float):
-            return lambda indices: wavlm_features(
-                wavlm,
-                [audios[i] for i in indices],
-                [n_frames[i] for i in indices],
-                device=device,
-                dtype=torch.float32,
-                max_batch_s=max_batch_s,
-            )
-
-        wavlm_figures = measure(
-            {"batched": wavlm_run(BATCHED_MAX_AUDIO_S), "one_at_a_time": wavlm_run(ONE_MAX_AUDIO_S)},
-            wavlm_timer,
-            len(audios),
-            audio_s,
-            args.repeats,
-        )
-        wavlm_figures["batched_padded_over_real"] = padded_over_real(
-            [-(-a.shape[0] * WAVLM_SAMPLE_RATE // SOURCE_SAMPLE_RATE) for a in audios],
-            int(BATCHED_MAX_AUDIO_S * WAVLM_SAMPLE_RATE),
-        )
+        qwen_figures = measure_qwen(tokens, audio_s, args.qwen_repeats)
+        wavlm_figures = measure_wavlm(audios, audio_s, args.repeats)
         load_after = round(os.getloadavg()[0], 2)
-
     emit(
         "features",
-        {
-            "quick": args.quick,
-            "utterances": args.utterances,
-            "min_s": args.min_s,
-            "max_s": args.max_s,
-            "repeats": args.repeats,
-            "qwen_repeats": args.qwen_repeats,
-            "seed": args.seed,
-            "device": "cpu",
-            "dtype": "float32",
-            "torch_num_threads": args.threads,
-            "models": "tiny_qwen3 (cut at hidden_states[-2]), tiny_wavlm",
-            "batched_budgets": {"max_batch_tokens": BATCHED_MAX_TOKENS, "max_batch_s": BATCHED_MAX_AUDIO_S},
-            # Other processes competing for the cores slow multi-threaded torch a lot (threads wait
-            # on each other at every op); the 1-minute load average before and after says how busy.
-            "load_average_1m": {"before": load_before, "after": load_after},
-        },
-        {
-            "audio_seconds": round(audio_s, 1),
-            "tokens": n_tokens,
-            "qwen": qwen_figures,
-            "wavlm": wavlm_figures,
-        },
+        run_params(args, load_before, load_after),
+        {"audio_seconds": round(audio_s, 1), "tokens": n_tokens, "qwen": qwen_figures, "wavlm": wavlm_figures},
     )
 
 
