@@ -184,7 +184,7 @@ def _copy(inputs: list[Path], output_sizes: list[int], out_dir: Path) -> tuple[f
     return seconds, returned
 
 
-def main(argv: list[str] | None = None) -> None:
+def parse_arguments(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small shards and small features, for smoke runs")
     parser.add_argument("--sizes", type=int, nargs="+", default=[1000, 5000, 20000], help="utterances per shard")
@@ -199,58 +199,84 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--child", nargs=2, metavar=("ACTION", "ROOT"), help=argparse.SUPPRESS)
     parser.add_argument("--count", type=int, default=0, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    if args.child:
-        action, root = args.child
-        if action == "build":
-            _child_build(root, args.count, args)
-            print(json.dumps({}))
-        else:
-            print(json.dumps(_child_pack(root, args.write_back_mib, args.drop_written)))
-        return
-    if args.quick:
+    if args.quick and not args.child:
         args.sizes, args.seconds, args.qwen_dim = [40, 120], 2.0, 64
+    return args
 
+
+def run_child_action(args: argparse.Namespace) -> None:
+    """A child's work: build a shard's inputs, or pack them and print the figures."""
+    action, root = args.child
+    if action == "build":
+        _child_build(root, args.count, args)
+        print(json.dumps({}))
+    else:
+        print(json.dumps(_child_pack(root, args.write_back_mib, args.drop_written)))
+
+
+def measure_size(args: argparse.Namespace, count: int) -> dict:
+    """One shard of ``count`` utterances built, packed and copied, each from a cold page cache."""
+    with tempfile.TemporaryDirectory(prefix="bench-packing-", dir=os.environ.get("BENCH_TMP")) as tmp:
+        common = ["--seconds", str(args.seconds), "--qwen-dim", str(args.qwen_dim), "--codec", args.codec]
+        _run_child("--child", "build", tmp, "--count", str(count), *common)
+        evict_from_page_cache(Path(tmp))
+        window = [] if args.write_back_mib is None else ["--write-back-mib", str(args.write_back_mib)]
+        window += ["--drop-written"] if args.drop_written else []
+        packed = _run_child("--child", "pack", tmp, *window)
+        evict_from_page_cache(Path(tmp))
+        copy_s, copy_returned_s = _copy(packing_inputs(Path(tmp)), packed["tar_sizes"], Path(tmp))
+        input_mb = sum(p.stat().st_size for p in packing_inputs(Path(tmp))) / MB
+        shutil.rmtree(Path(tmp), ignore_errors=True)
+    samples = packed["samples"]
+    pack_mb_s = packed["bytes"] / MB / packed["seconds"]
+    copy_mb_s = packed["bytes"] / MB / copy_s
+    return {
+        "tar_mb": round(packed["bytes"] / MB, 1),
+        "input_mb": round(input_mb, 1),
+        "tars": len(packed["tars"]),
+        "pack_seconds": round(packed["seconds"], 2),
+        "ms_per_utt": round(1000 * packed["seconds"] / samples, 3),
+        "copy_ms_per_utt": round(1000 * copy_s / samples, 3),
+        "pack_mb_per_s": round(pack_mb_s, 1),
+        "copy_mb_per_s": round(copy_mb_s, 1),
+        "pack_over_copy": ratio(pack_mb_s, copy_mb_s),
+        "returned_ms_per_utt": round(1000 * packed["returned_seconds"] / samples, 3),
+        "copy_returned_ms_per_utt": round(1000 * copy_returned_s / samples, 3),
+        "returned_pack_over_copy": ratio(copy_returned_s, packed["returned_seconds"]),
+        "cpu_ms_per_utt": round(1000 * (packed["user_seconds"] + packed["system_seconds"]) / samples, 3),
+        "system_ms_per_utt": round(1000 * packed["system_seconds"] / samples, 3),
+        "max_rss_mb": round(packed["max_rss_mb"], 1),
+    }
+
+
+def spreads(per_size: dict) -> dict:
+    """How flat each figure stays across the sizes (largest over smallest), and the worst pack/copy."""
+
+    def spread(key: str) -> float | None:
+        values = [v[key] for v in per_size.values()]
+        return ratio(max(values), min(values))
+
+    return {
+        "ms_per_utt_spread": spread("ms_per_utt"),
+        "copy_ms_per_utt_spread": spread("copy_ms_per_utt"),
+        "rss_spread": spread("max_rss_mb"),
+        "cpu_ms_per_utt_spread": spread("cpu_ms_per_utt"),
+        "pack_over_copy_min": min(v["pack_over_copy"] for v in per_size.values()),
+        "returned_ms_per_utt_spread": spread("returned_ms_per_utt"),
+        "returned_pack_over_copy_min": min(v["returned_pack_over_copy"] for v in per_size.values()),
+    }
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_arguments(argv)
+    if args.child:
+        run_child_action(args)
+        return
     per_size = {}
     with stdout_to_stderr():
         for count in args.sizes:
-            with tempfile.TemporaryDirectory(prefix="bench-packing-", dir=os.environ.get("BENCH_TMP")) as tmp:
-                common = ["--seconds", str(args.seconds), "--qwen-dim", str(args.qwen_dim), "--codec", args.codec]
-                _run_child("--child", "build", tmp, "--count", str(count), *common)
-                evict_from_page_cache(Path(tmp))
-                window = [] if args.write_back_mib is None else ["--write-back-mib", str(args.write_back_mib)]
-                window += ["--drop-written"] if args.drop_written else []
-                packed = _run_child("--child", "pack", tmp, *window)
-                evict_from_page_cache(Path(tmp))
-                copy_s, copy_returned_s = _copy(packing_inputs(Path(tmp)), packed["tar_sizes"], Path(tmp))
-                pack_mb_s = packed["bytes"] / MB / packed["seconds"]
-                copy_mb_s = packed["bytes"] / MB / copy_s
-                per_size[str(count)] = {
-                    "tar_mb": round(packed["bytes"] / MB, 1),
-                    "input_mb": round(sum(p.stat().st_size for p in packing_inputs(Path(tmp))) / MB, 1),
-                    "tars": len(packed["tars"]),
-                    "pack_seconds": round(packed["seconds"], 2),
-                    "ms_per_utt": round(1000 * packed["seconds"] / packed["samples"], 3),
-                    "copy_ms_per_utt": round(1000 * copy_s / packed["samples"], 3),
-                    "pack_mb_per_s": round(pack_mb_s, 1),
-                    "copy_mb_per_s": round(copy_mb_s, 1),
-                    "pack_over_copy": ratio(pack_mb_s, copy_mb_s),
-                    "returned_ms_per_utt": round(1000 * packed["returned_seconds"] / packed["samples"], 3),
-                    "copy_returned_ms_per_utt": round(1000 * copy_returned_s / packed["samples"], 3),
-                    "returned_pack_over_copy": ratio(copy_returned_s, packed["returned_seconds"]),
-                    "cpu_ms_per_utt": round(
-                        1000 * (packed["user_seconds"] + packed["system_seconds"]) / packed["samples"], 3
-                    ),
-                    "system_ms_per_utt": round(1000 * packed["system_seconds"] / packed["samples"], 3),
-                    "max_rss_mb": round(packed["max_rss_mb"], 1),
-                }
-                progress(f"{count} utterances: {per_size[str(count)]}")
-                shutil.rmtree(Path(tmp), ignore_errors=True)
-
-    ms = [v["ms_per_utt"] for v in per_size.values()]
-    copy_ms = [v["copy_ms_per_utt"] for v in per_size.values()]
-    returned_ms = [v["returned_ms_per_utt"] for v in per_size.values()]
-    rss = [v["max_rss_mb"] for v in per_size.values()]
-    cpu_ms = [v["cpu_ms_per_utt"] for v in per_size.values()]
+            per_size[str(count)] = measure_size(args, count)
+            progress(f"{count} utterances: {per_size[str(count)]}")
     emit(
         "packing",
         {
@@ -265,16 +291,7 @@ def main(argv: list[str] | None = None) -> None:
             "write_back_mib": args.write_back_mib,
             "drop_written": args.drop_written,
         },
-        {
-            "per_size": per_size,
-            "ms_per_utt_spread": ratio(max(ms), min(ms)),
-            "copy_ms_per_utt_spread": ratio(max(copy_ms), min(copy_ms)),
-            "rss_spread": ratio(max(rss), min(rss)),
-            "cpu_ms_per_utt_spread": ratio(max(cpu_ms), min(cpu_ms)),
-            "pack_over_copy_min": min(v["pack_over_copy"] for v in per_size.values()),
-            "returned_ms_per_utt_spread": ratio(max(returned_ms), min(returned_ms)),
-            "returned_pack_over_copy_min": min(v["returned_pack_over_copy"] for v in per_size.values()),
-        },
+        {"per_size": per_size, **spreads(per_size)},
     )
 
 
