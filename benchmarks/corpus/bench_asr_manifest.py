@@ -47,7 +47,7 @@ import time
 import numpy as np
 import pyarrow as pa
 
-from benchmarks.report import emit, peak_rss_mb, progress, ratio, stdout_to_stderr
+from benchmarks.report import emit, peak_rss_mb, progress, ratio, stdout_to_stderr, timed_call
 
 TARGET_RATIO = 10.0  # the scale target for the manifest build
 MIN_DURATION, MAX_DURATION, MIN_QUALITY = 0.5, 20.0, 0.5
@@ -273,7 +273,7 @@ def per_new_shard(corpus_shards: list[int], shard_rows: int) -> dict:
     return {"shard_rows": shard_rows, "by_corpus_shards": figures, "growth": growth}
 
 
-def main(argv: list[str] | None = None) -> None:
+def parse_arguments(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="50 000 rows, for smoke runs")
     parser.add_argument("--rows", type=int, default=1_000_000)
@@ -290,12 +290,35 @@ def main(argv: list[str] | None = None) -> None:
         "--warmup-rows", type=int, default=10_000, help="both builds run once on this many rows first, untimed"
     )
     args = parser.parse_args(argv)
+    if args.quick and not args.measure:
+        args.rows, args.repeats = 50_000, 1
+        args.corpus_shards, args.shard_rows = [2, 8], 200
+    return args
+
+
+def time_builds(utterances, flac, args: argparse.Namespace) -> dict:
+    """polars and the pandas baseline in turn, ``--repeats`` times, after a small untimed run of each:
+    one-time costs (polars' thread pool and regex compiles, DuckDB's first connection, pandas' first
+    apply) are paid there, so the figure is per-row throughput."""
+    if args.warmup_rows:
+        run_polars(utterances.slice(0, args.warmup_rows), flac.slice(0, args.warmup_rows))
+        run_pandas_baseline(utterances.slice(0, args.warmup_rows), flac.slice(0, args.warmup_rows))
+    polars_runs, pandas_runs = [], []
+    for _ in range(args.repeats):
+        seconds, build = timed_call(lambda: run_polars(utterances, flac))
+        polars_runs.append(seconds)
+        progress(f"polars: {seconds:.2f} s, train {build.train.height}, removed {build.removed.height}")
+        seconds, baseline_df = timed_call(lambda: run_pandas_baseline(utterances, flac))
+        pandas_runs.append(seconds)
+        progress(f"pandas (baseline): {seconds:.2f} s, {len(baseline_df)} rows")
+    return {"polars": polars_runs, "pandas": pandas_runs, "build": build, "baseline_df": baseline_df}
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_arguments(argv)
     if args.measure:
         measure_child(*args.measure)
         return
-    if args.quick:
-        args.rows, args.repeats = 50_000, 1
-        args.corpus_shards, args.shard_rows = [2, 8], 200
     with stdout_to_stderr():
         import pandas  # noqa: F401  imported before timing: to_pandas would otherwise pay it
         import polars  # noqa: F401
@@ -306,27 +329,14 @@ def main(argv: list[str] | None = None) -> None:
         progress(
             f"{args.rows} rows, {len(set(utterances['text'].to_pylist()[:100_000]))} distinct texts in the first 100k"
         )
-        # One-time costs (polars' thread pool and regex compiles, DuckDB's first connection, pandas'
-        # first apply) are paid by a small run of each, so the figure is per-row throughput.
-        if args.warmup_rows:
-            run_polars(utterances.slice(0, args.warmup_rows), flac.slice(0, args.warmup_rows))
-            run_pandas_baseline(utterances.slice(0, args.warmup_rows), flac.slice(0, args.warmup_rows))
-        polars_runs, pandas_runs = [], []
-        for _ in range(args.repeats):
-            started = time.perf_counter()
-            build = run_polars(utterances, flac)
-            polars_runs.append(time.perf_counter() - started)
-            progress(f"polars: {polars_runs[-1]:.2f} s, train {build.train.height}, removed {build.removed.height}")
-            started = time.perf_counter()
-            baseline_df = run_pandas_baseline(utterances, flac)
-            pandas_runs.append(time.perf_counter() - started)
-            progress(f"pandas (baseline): {pandas_runs[-1]:.2f} s, {len(baseline_df)} rows")
-        polars_s, pandas_s = statistics.median(polars_runs), statistics.median(pandas_runs)
+        runs = time_builds(utterances, flac, args)
+        build = runs["build"]
         same_outputs, previous_s = None, None
         if not args.no_check:
             same_outputs, previous_s = same_outputs_as_reference(utterances, flac, build)
         progress(f"same outputs as the pre-issue-18 build: {same_outputs} (which took {previous_s} s)")
         new_shard = per_new_shard(args.corpus_shards, args.shard_rows)
+    polars_s, pandas_s = statistics.median(runs["polars"]), statistics.median(runs["pandas"])
     speedup = ratio(pandas_s, polars_s)
     emit(
         "asr_manifest",
@@ -342,13 +352,13 @@ def main(argv: list[str] | None = None) -> None:
         {
             "polars_seconds": round(polars_s, 3),
             "pandas_baseline_seconds": round(pandas_s, 3),
-            "polars_seconds_each": [round(x, 3) for x in polars_runs],
-            "pandas_baseline_seconds_each": [round(x, 3) for x in pandas_runs],
+            "polars_seconds_each": [round(x, 3) for x in runs["polars"]],
+            "pandas_baseline_seconds_each": [round(x, 3) for x in runs["pandas"]],
             "ratio_pandas_over_polars": speedup,
             "meets_target": bool(speedup and speedup >= TARGET_RATIO),
             "polars_rows_per_second": round(args.rows / polars_s),
             "rows_kept_polars": build.train.height + build.validation.height,
-            "rows_kept_pandas_baseline": len(baseline_df),
+            "rows_kept_pandas_baseline": len(runs["baseline_df"]),
             "polars_removed_by_reason": build.removed_by_reason,
             "same_outputs_as_reference": same_outputs,
             # The pre-issue-18 build on the same rows, run last: before and after in one run.

@@ -34,13 +34,12 @@ import argparse
 import contextlib
 import os
 import tempfile
-import time
 from collections.abc import Iterator
 
 import dagster as dg
 
 from benchmarks.orchestration.bench_sensor_tick import small_metadata
-from benchmarks.report import emit, progress, ratio, stdout_to_stderr, timed
+from benchmarks.report import emit, progress, ratio, stdout_to_stderr, timed, timed_call
 from resources.storage import DataRootResource
 from sensors.landing import build_landing_sensor
 from speechdata.io import layout
@@ -149,7 +148,7 @@ def partitions_query_seconds(instance: dg.DagsterInstance, repeats: int) -> tupl
     )
 
 
-def main(argv: list[str] | None = None) -> None:
+def parse_arguments(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small sizes, for smoke runs")
     parser.add_argument("--sizes", type=int, nargs="+", default=[1_000, 20_000, 100_000])
@@ -163,62 +162,78 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if args.quick:
         args.sizes, args.repeats = [200, 1000], 1
+    return args
 
+
+def register_and_materialize(instance: dg.DagsterInstance, registered: list[str], max_materialized: int) -> tuple:
+    """Every landed shard but the new ones registered (timed), then half of them (at most
+    ``max_materialized``) marked as having their tars: (seconds to register, the materialized)."""
+
+    def register() -> None:
+        for start in range(0, len(registered), 10_000):
+            instance.add_dynamic_partitions("shard", registered[start : start + 10_000])
+
+    register_s, _ = timed_call(register)
+    materialized = registered[: min(len(registered) // 2, max_materialized)]
+    # Setup, not timed: on PostgreSQL a pooled connection, not one per event.
+    with webserver_instance(instance) as writer:
+        for shard_id in materialized:
+            writer.report_runless_asset_event(dg.AssetMaterialization(asset_key="bridge_tars", partition=shard_id))
+    return register_s, materialized
+
+
+def measure_size(args: argparse.Namespace, sensor, n: int) -> dict:
+    """The landing sensor's tick, the partition list and (unless ``--no-graphql``) the UI's partitions
+    query, with ``n`` shards registered."""
+    with tempfile.TemporaryDirectory(prefix="bench-orch-") as tmp:
+        data = os.path.join(tmp, "data")
+        registered = build_landing(data, n, args.new)
+        os.makedirs(os.path.join(tmp, "dagster_home"))
+        with bench_instance(os.path.join(tmp, "dagster_home"), args.storage) as instance:
+            register_s, materialized = register_and_materialize(instance, registered, args.max_materialized)
+
+            def tick():
+                context = dg.build_sensor_context(
+                    instance=instance, resources={"data_root": DataRootResource(url=data)}
+                )
+                return sensor(context)
+
+            tick_s, _, result = timed(tick, args.repeats)
+            # The tick's one read of the instance that grows with N (the rest is the landing zone).
+            list_s = timed(lambda: instance.get_dynamic_partitions("shard"), args.repeats).median_s
+            figures = {
+                "register_seconds": round(register_s, 2),
+                "tick_seconds": round(tick_s, 3),
+                "tick_over_target": ratio(tick_s, TICK_TARGET_S),
+                "partition_list_seconds": round(list_s, 3),
+                "tick_new_shards": sum(
+                    len(request.partition_keys or [])
+                    for request in result.dynamic_partitions_requests or []
+                    if request.partitions_def_name == "shard"
+                ),
+                "tick_runs_requested": len(result.run_requests or []),
+                "materialized_partitions": len(materialized),
+                "run_storage": type(instance.run_storage).__name__,
+            }
+            if not args.no_graphql:
+                query_s, keys, materialized_count = partitions_query_seconds(instance, args.repeats)
+                figures |= {
+                    "partitions_query_seconds": round(query_s, 3),
+                    "query_over_target": ratio(query_s, QUERY_TARGET_S),
+                    "query_partition_keys": keys,
+                    "query_materialized": materialized_count,
+                }
+    return figures
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_arguments(argv)
     per_size = {}
     with stdout_to_stderr():
         sensor = build_landing_sensor(max_shards_per_tick=args.new)
         for n in args.sizes:
-            with tempfile.TemporaryDirectory(prefix="bench-orch-") as tmp:
-                data = os.path.join(tmp, "data")
-                registered = build_landing(data, n, args.new)
-                os.makedirs(os.path.join(tmp, "dagster_home"))
-                with bench_instance(os.path.join(tmp, "dagster_home"), args.storage) as instance:
-                    started = time.perf_counter()
-                    for start in range(0, n, 10_000):
-                        instance.add_dynamic_partitions("shard", registered[start : start + 10_000])
-                    register_s = time.perf_counter() - started
-                    materialized = registered[: min(n // 2, args.max_materialized)]
-                    # Setup, not timed: on PostgreSQL a pooled connection, not one per event.
-                    with webserver_instance(instance) as writer:
-                        for shard_id in materialized:
-                            writer.report_runless_asset_event(
-                                dg.AssetMaterialization(asset_key="bridge_tars", partition=shard_id)
-                            )
-
-                    def tick(data=data):
-                        context = dg.build_sensor_context(
-                            instance=instance, resources={"data_root": DataRootResource(url=data)}
-                        )
-                        return sensor(context)
-
-                    tick_s, _, result = timed(tick, args.repeats)
-                    # The tick's one read of the instance that grows with N (the rest is the landing zone).
-                    list_s = timed(lambda: instance.get_dynamic_partitions("shard"), args.repeats).median_s
-                    figures = {
-                        "register_seconds": round(register_s, 2),
-                        "tick_seconds": round(tick_s, 3),
-                        "tick_over_target": ratio(tick_s, TICK_TARGET_S),
-                        "partition_list_seconds": round(list_s, 3),
-                        "tick_new_shards": sum(
-                            len(request.partition_keys or [])
-                            for request in result.dynamic_partitions_requests or []
-                            if request.partitions_def_name == "shard"
-                        ),
-                        "tick_runs_requested": len(result.run_requests or []),
-                        "materialized_partitions": len(materialized),
-                        "run_storage": type(instance.run_storage).__name__,
-                    }
-                    if not args.no_graphql:
-                        query_s, keys, materialized_count = partitions_query_seconds(instance, args.repeats)
-                        figures |= {
-                            "partitions_query_seconds": round(query_s, 3),
-                            "query_over_target": ratio(query_s, QUERY_TARGET_S),
-                            "query_partition_keys": keys,
-                            "query_materialized": materialized_count,
-                        }
-                per_size[str(n)] = figures
-                progress(f"{n} shards: {figures}")
-
+            per_size[str(n)] = measure_size(args, sensor, n)
+            progress(f"{n} shards: {per_size[str(n)]}")
     small, large = min(args.sizes), max(args.sizes)
     emit(
         "orchestration_scale",

@@ -33,13 +33,12 @@ import os
 import shutil
 import statistics
 import tempfile
-import time
 from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 
-from benchmarks.report import emit, progress, ratio, stdout_to_stderr
+from benchmarks.report import emit, progress, ratio, stdout_to_stderr, timed_call
 from speechdata.bridge.tars import FRAME_RATE_HZ, SAMPLE_RATE, BridgeSample, pack_samples
 from speechdata.io.storage import DataRoot
 
@@ -83,7 +82,7 @@ def build_samples(count: int, min_s: float, max_s: float, qwen_dim: int, seed: i
     return samples
 
 
-def main(argv: list[str] | None = None) -> None:
+def parse_arguments(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="30 samples and one pass, for smoke runs")
     parser.add_argument("--samples", type=int, default=300)
@@ -95,7 +94,47 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if args.quick:
         args.samples, args.repeats = 30, 1
+    return args
 
+
+def write_methods(root: DataRoot, tmp: str, samples: list, source_copy: Path, tar_bytes: bytes) -> dict:
+    """The four ways of putting the tar's bytes on disk that are compared, by name."""
+
+    def pack() -> None:
+        pack_samples(root, SHARD_ID, iter(samples))
+
+    def copy() -> None:
+        with open(source_copy, "rb") as src, open(Path(tmp) / "copy.tar", "wb") as dst:
+            shutil.copyfileobj(src, dst, COPY_BUFFER)
+
+    def write() -> None:
+        with open(Path(tmp) / "write.tar", "wb") as dst:
+            dst.write(tar_bytes)
+
+    def encode() -> None:
+        for sample in samples:
+            sample.members()
+
+    return {"pack": pack, "copy": copy, "write": write, "encode_only": encode}
+
+
+def time_methods(methods: dict[str, Callable[[], None]], repeats: int) -> dict[str, list[float]]:
+    """Each method warmed up (``pack`` already was), then ``repeats`` rounds, the order rotated each round,
+    every dirty page written back before each call."""
+    for name, method in methods.items():
+        if name != "pack":
+            method()
+    seconds: dict[str, list[float]] = {name: [] for name in methods}
+    names = list(methods)
+    for repeat in range(repeats):
+        for name in names[repeat % len(names) :] + names[: repeat % len(names)]:
+            os.sync()
+            seconds[name].append(timed_call(methods[name])[0])
+    return seconds
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_arguments(argv)
     with stdout_to_stderr(), tempfile.TemporaryDirectory(prefix="bench-tar-") as tmp:
         samples = build_samples(args.samples, args.min_s, args.max_s, args.qwen_dim, args.seed)
         audio_s = sum(s.wav.shape[0] for s in samples) / SAMPLE_RATE
@@ -107,34 +146,7 @@ def main(argv: list[str] | None = None) -> None:
         tar_bytes = source_copy.read_bytes()
         total = len(tar_bytes)
         progress(f"{len(samples)} samples, {audio_s:.0f} s of audio, {total / MB:.1f} MB of tar")
-
-        def pack() -> None:
-            pack_samples(root, SHARD_ID, iter(samples))
-
-        def copy() -> None:
-            with open(source_copy, "rb") as src, open(Path(tmp) / "copy.tar", "wb") as dst:
-                shutil.copyfileobj(src, dst, COPY_BUFFER)
-
-        def write() -> None:
-            with open(Path(tmp) / "write.tar", "wb") as dst:
-                dst.write(tar_bytes)
-
-        def encode() -> None:
-            for sample in samples:
-                sample.members()
-
-        methods: dict[str, Callable[[], None]] = {"pack": pack, "copy": copy, "write": write, "encode_only": encode}
-        for name, method in methods.items():
-            if name != "pack":  # pack was warmed up above
-                method()
-        seconds: dict[str, list[float]] = {name: [] for name in methods}
-        names = list(methods)
-        for repeat in range(args.repeats):
-            for name in names[repeat % len(names) :] + names[: repeat % len(names)]:
-                os.sync()
-                started = time.perf_counter()
-                methods[name]()
-                seconds[name].append(time.perf_counter() - started)
+        seconds = time_methods(write_methods(root, tmp, samples, source_copy, tar_bytes), args.repeats)
         progress(f"seconds {seconds}")
         assert Path(root.path(packed.relative)).read_bytes() == tar_bytes, "pack_samples is not deterministic"
 
