@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import io
+import json
 import tempfile
 import time
 import tracemalloc
@@ -203,7 +204,7 @@ def per_new_shard(workdir: str, shards: int, shard_recordings: int) -> dict:
     return {"shards_before": shards, **figures}
 
 
-def main() -> None:
+def parse_arguments() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--recordings", type=int, default=64)
     parser.add_argument("--shards", type=int, nargs=2, default=(4, 16), metavar=("SMALL", "LARGE"))
@@ -212,61 +213,72 @@ def main() -> None:
     parser.add_argument("--per-new-shard-only", action="store_true", help="measure only the cost of one new shard")
     parser.add_argument("--quick", action="store_true", help="8 recordings: a smoke run, not a measurement")
     args = parser.parse_args()
-    if args.step:
-        import json
+    if args.quick:
+        args.recordings, args.shards, args.shard_recordings = 8, (1, 3), 4
+    args.shards = tuple(args.shards)
+    return args
 
+
+def compare_with_baseline(label: str, count: int) -> dict:
+    """Ours against the baseline approach on a country of ``count`` landed recordings."""
+    with tempfile.TemporaryDirectory() as workdir:
+        progress(f"landing {count} recordings")
+        root = land_corpus(workdir, count)
+        ours_s, ours_peak, ours_rows = ours(root)
+        baseline_s, baseline_peak, baseline_rows = baseline_approach(root, f"{workdir}/baseline.parquet")
+        if ours_rows != baseline_rows:
+            raise SystemExit(f"row counts differ: ours {ours_rows}, baseline {baseline_rows}")
+        audio_s = sum(sf.info(io.BytesIO(b)).duration for b in _audio_bytes(root)) if label == "full" else None
+    figures = {
+        "recordings": count,
+        "rows": ours_rows,
+        "segments_per_s": round(ours_rows / ours_s, 1),
+        "baseline_segments_per_s": round(baseline_rows / baseline_s, 1),
+        "ratio_speed_over_baseline": ratio(baseline_s, ours_s),
+        "peak_python_mb": round(ours_peak / 1e6, 2),
+        "baseline_peak_python_mb": round(baseline_peak / 1e6, 2),
+        "ratio_peak_memory_baseline_over_ours": ratio(baseline_peak, ours_peak),
+    }
+    if audio_s is not None:
+        figures["audio_seconds_per_second"] = round(audio_s / ours_s, 1)
+    return figures
+
+
+def per_new_shard_growth(shard_sizes: tuple[int, int], shard_recordings: int) -> dict:
+    """One new shard's cost on a small and a large corpus, and how much it grew."""
+    by_size = {}
+    for shards in shard_sizes:
+        with tempfile.TemporaryDirectory() as workdir:
+            by_size[f"{shards}_shards"] = per_new_shard(workdir, shards, shard_recordings)
+    small, large = (by_size[f"{n}_shards"] for n in shard_sizes)
+    return {
+        "shard_recordings": shard_recordings,
+        **by_size,
+        "growth": {
+            "corpus": ratio(shard_sizes[1], shard_sizes[0]),
+            "wall": ratio(large["wall_s"], small["wall_s"]),
+            "cpu": ratio(large["cpu_s"], small["cpu_s"]),
+            "peak_rss": ratio(large["peak_rss_mb"], small["peak_rss_mb"]),
+            "audio_hours_cut": ratio(large["audio_hours_cut"], small["audio_hours_cut"]),
+        },
+    }
+
+
+def main() -> None:
+    args = parse_arguments()
+    if args.step:
         with stdout_to_stderr():
-            figures = refresh_country_step(args.step, "bench", "de")
-        print(json.dumps(figures), flush=True)
+            step_figures = refresh_country_step(args.step, "bench", "de")
+        print(json.dumps(step_figures), flush=True)
         return
-    recordings = 8 if args.quick else args.recordings
-    shard_sizes = (1, 3) if args.quick else tuple(args.shards)
-    shard_recordings = 4 if args.quick else args.shard_recordings
-    figures = {}
+    sizes = () if args.per_new_shard_only else (("quarter", max(args.recordings // 4, 2)), ("full", args.recordings))
     with stdout_to_stderr():
         import datasets  # noqa: F401  (imported before timing: its import is not part of either side)
 
         datasets.disable_progress_bars()
-        for label, count in (
-            () if args.per_new_shard_only else (("quarter", max(recordings // 4, 2)), ("full", recordings))
-        ):
-            with tempfile.TemporaryDirectory() as workdir:
-                progress(f"landing {count} recordings")
-                root = land_corpus(workdir, count)
-                ours_s, ours_peak, ours_rows = ours(root)
-                baseline_s, baseline_peak, baseline_rows = baseline_approach(root, f"{workdir}/baseline.parquet")
-                if ours_rows != baseline_rows:
-                    raise SystemExit(f"row counts differ: ours {ours_rows}, baseline {baseline_rows}")
-                audio_s = sum(sf.info(io.BytesIO(b)).duration for b in _audio_bytes(root)) if label == "full" else None
-                figures[label] = {
-                    "recordings": count,
-                    "rows": ours_rows,
-                    "segments_per_s": round(ours_rows / ours_s, 1),
-                    "baseline_segments_per_s": round(baseline_rows / baseline_s, 1),
-                    "ratio_speed_over_baseline": ratio(baseline_s, ours_s),
-                    "peak_python_mb": round(ours_peak / 1e6, 2),
-                    "baseline_peak_python_mb": round(baseline_peak / 1e6, 2),
-                    "ratio_peak_memory_baseline_over_ours": ratio(baseline_peak, ours_peak),
-                }
-                if audio_s is not None:
-                    figures[label]["audio_seconds_per_second"] = round(audio_s / ours_s, 1)
-        by_size = {}
-        for shards in shard_sizes:
-            with tempfile.TemporaryDirectory() as workdir:
-                by_size[f"{shards}_shards"] = per_new_shard(workdir, shards, shard_recordings)
-        small, large = (by_size[f"{n}_shards"] for n in shard_sizes)
-        figures["per_new_shard"] = {
-            "shard_recordings": shard_recordings,
-            **by_size,
-            "growth": {
-                "corpus": ratio(shard_sizes[1], shard_sizes[0]),
-                "wall": ratio(large["wall_s"], small["wall_s"]),
-                "cpu": ratio(large["cpu_s"], small["cpu_s"]),
-                "peak_rss": ratio(large["peak_rss_mb"], small["peak_rss_mb"]),
-                "audio_hours_cut": ratio(large["audio_hours_cut"], small["audio_hours_cut"]),
-            },
-        }
-    emit("hf_dataset", {"recordings": recordings, "segments_per_recording": 6, "source": "FLAC 16 kHz"}, figures)
+        figures = {label: compare_with_baseline(label, count) for label, count in sizes}
+        figures["per_new_shard"] = per_new_shard_growth(args.shards, args.shard_recordings)
+    emit("hf_dataset", {"recordings": args.recordings, "segments_per_recording": 6, "source": "FLAC 16 kHz"}, figures)
 
 
 def _audio_bytes(root):

@@ -26,14 +26,13 @@ from __future__ import annotations
 
 import argparse
 import posixpath
-import statistics
 import tempfile
 import time
 from collections import defaultdict
 
 import soundfile as sf
 
-from benchmarks.report import emit, median_by_key, progress, ratio, stdout_to_stderr
+from benchmarks.report import alternating_medians, emit, median_by_key, progress, ratio, stdout_to_stderr
 from speechdata.audio.codec import DEFAULT_AUDIO_CODEC
 from speechdata.io import layout
 from speechdata.io.storage import DataRoot
@@ -95,12 +94,6 @@ def decode_cpu(root: DataRoot, segments: dict[str, list[tuple[int, int]]]) -> di
             cpu[extension(path)] += time.process_time() - started
     cpu["total"] = sum(cpu.values())
     return dict(cpu)
-
-
-def normalize_wall(root: DataRoot, workers: int) -> float:
-    started = time.perf_counter()
-    run_normalized_audio(root, SHARD_ID, workers=workers)
-    return time.perf_counter() - started
 
 
 def extension(path: str) -> str:
@@ -172,6 +165,32 @@ def measure_cpu(root: DataRoot, repeats: int) -> dict:
     }
 
 
+def measure_scenario(args: argparse.Namespace, formats: tuple[str, ...]) -> dict:
+    """CPU seconds of ingest and of decoding alone, for a shard landed in ``formats``."""
+    with tempfile.TemporaryDirectory(prefix="bench-ingest-") as tmp:
+        root = DataRoot(tmp)
+        build_sample_shard(
+            root, SHARD_ID, args.utterances, seed=args.seed, formats=formats, long_recordings=args.long_recordings
+        )
+        return {"formats": list(formats), **measure_cpu(root, args.repeats)}
+
+
+def measure_parallel_normalize(args: argparse.Namespace) -> tuple[float, float]:
+    """Median wall seconds of normalizing one compressed shard with one worker and with two (alternating)."""
+    with tempfile.TemporaryDirectory(prefix="bench-ingest-") as tmp:
+        root = DataRoot(tmp)
+        build_sample_shard(root, SHARD_ID, args.parallel_utterances, seed=args.seed, formats=("mp3", "opus"))
+        run_raw_shards(root, SHARD_ID)
+        run_normalized_audio(root, SHARD_ID, workers=2)  # warm-up of the spawn path
+        wall_1, wall_2 = alternating_medians(
+            lambda: run_normalized_audio(root, SHARD_ID, workers=1),
+            lambda: run_normalized_audio(root, SHARD_ID, workers=2),
+            args.repeats,
+        )
+        progress(f"normalize wall: 1 worker {wall_1:.2f} s, 2 workers {wall_2:.2f} s")
+        return wall_1, wall_2
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small shards and one pass, for smoke runs")
@@ -183,33 +202,9 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if args.quick:
         args.utterances, args.parallel_utterances, args.repeats = 8, 40, 1
-
-    scenarios = {}
     with stdout_to_stderr():
-        for name, formats in SCENARIOS.items():
-            with tempfile.TemporaryDirectory(prefix="bench-ingest-") as tmp:
-                root = DataRoot(tmp)
-                build_sample_shard(
-                    root,
-                    SHARD_ID,
-                    args.utterances,
-                    seed=args.seed,
-                    formats=formats,
-                    long_recordings=args.long_recordings,
-                )
-                scenarios[name] = {"formats": list(formats), **measure_cpu(root, args.repeats)}
-
-        with tempfile.TemporaryDirectory(prefix="bench-ingest-") as tmp:
-            root = DataRoot(tmp)
-            build_sample_shard(root, SHARD_ID, args.parallel_utterances, seed=args.seed, formats=("mp3", "opus"))
-            run_raw_shards(root, SHARD_ID)
-            normalize_wall(root, 2)  # warm-up of the spawn path
-            walls: dict[int, list[float]] = {1: [], 2: []}
-            for repeat in range(args.repeats):
-                for workers in (1, 2) if repeat % 2 == 0 else (2, 1):
-                    walls[workers].append(normalize_wall(root, workers))
-            wall_1, wall_2 = statistics.median(walls[1]), statistics.median(walls[2])
-            progress(f"normalize wall {walls}")
+        scenarios = {name: measure_scenario(args, formats) for name, formats in SCENARIOS.items()}
+        wall_1, wall_2 = measure_parallel_normalize(args)
 
     flac = scenarios["compressed"]["overhead_share_by_codec"]["flac16"]
     mixed_default = scenarios["mixed"]["overhead_share_by_codec"][DEFAULT_AUDIO_CODEC]
