@@ -50,12 +50,11 @@ import math
 import os
 import sys
 import tempfile
-import time
 
 import dagster as dg
 
 from benchmarks.orchestration.bench_orchestration_scale import bench_instance, webserver_instance
-from benchmarks.report import emit, progress, ratio, stdout_to_stderr
+from benchmarks.report import Stopwatch, emit, progress, ratio, stdout_to_stderr, timed_call
 from dagster_project.instance_storage import EVENT_BATCH_SIZE, EVENT_BATCH_SIZE_ENV
 
 LAUNCH_BACKFILL = """
@@ -158,6 +157,69 @@ OLD_SHARDS_PER_RUN = 4
 """The per-shard assets' backfill policy before runs grew: the old shape ``--compare`` measures against."""
 
 
+def launch_backfill(instance: dg.DagsterInstance, server, partitions: list[str], assets: list[list[str]]) -> tuple:
+    """Launch a backfill of ``assets`` over ``partitions`` through GraphQL, as the UI does: (seconds, its id)."""
+    from dagster_graphql.test.utils import execute_dagster_graphql
+
+    with webserver_instance(instance) as webserver, code_location_workspace(webserver, server) as webserver_context:
+        params = {
+            "assetSelection": [{"path": path} for path in assets],
+            "partitionNames": partitions,
+            "tags": [{"key": "speechdata/launched_by", "value": "bench_backfill_launch"}],
+            "title": "bench_backfill_launch",
+        }
+        launch_s, result = timed_call(
+            lambda: execute_dagster_graphql(
+                webserver_context.create_request_context(), LAUNCH_BACKFILL, variables={"params": params}
+            )
+        )
+    launched = (result.data or {}).get("launchPartitionBackfill") or {}
+    if result.errors or launched.get("__typename") != "LaunchBackfillSuccess":
+        raise RuntimeError(f"launchPartitionBackfill failed: {result.errors or launched}")
+    progress(f"launched backfill {launched['backfillId']} in {launch_s:.3f} s")
+    return launch_s, launched["backfillId"]
+
+
+def create_runs(
+    instance: dg.DagsterInstance, server, backfill_id: str, expected_runs: int, max_iterations: int, profile: str | None
+) -> dict:
+    """The backfill daemon's iterations until ``expected_runs`` exist (or ``max_iterations``), timed, in
+    the daemon's own instance and workspace (on PostgreSQL one connection per query)."""
+    from dagster._core.storage.dagster_run import RunsFilter
+    from dagster._daemon.backfill import execute_backfill_iteration
+
+    with code_location_workspace(instance, server) as process_context:
+        logger = logging.getLogger("bench_backfill_launch")
+        runs_filter = RunsFilter(tags={"dagster/backfill": backfill_id})
+        iterations, runs = 0, 0
+        profiler = cProfile.Profile() if profile else None
+        if profiler:
+            profiler.enable()
+        reads_before, batches_before = full_key_list_reads(instance), one_connection_batches(instance)
+        with Stopwatch() as watch:
+            while runs < expected_runs and iterations < max_iterations:
+                for error in execute_backfill_iteration(process_context, logger):
+                    if error is not None:
+                        raise RuntimeError(f"backfill daemon iteration failed: {error}")
+                iterations += 1
+                runs = instance.get_runs_count(runs_filter)
+        reads_after, batches_after = full_key_list_reads(instance), one_connection_batches(instance)
+        if profiler:
+            profiler.disable()
+            profiler.dump_stats(profile)
+        queued = instance.get_runs_count(
+            RunsFilter(tags={"dagster/backfill": backfill_id}, statuses=[dg.DagsterRunStatus.QUEUED])
+        )
+    return {
+        "runs_s": watch.wall_s,
+        "runs": runs,
+        "iterations": iterations,
+        "queued": queued,
+        "full_key_list_reads": None if reads_before is None else reads_after - reads_before,
+        "event_batches_in_one_transaction": None if batches_before is None else batches_after - batches_before,
+    }
+
+
 def measure(
     server,
     registered: int,
@@ -171,10 +233,7 @@ def measure(
     """Register ``registered`` shards in a fresh instance, launch a backfill of the first ``backfill``
     as the UI does, and time the daemon until its runs exist. ``server``: the ``code_server`` of
     ``shards_per_run``."""
-    from dagster._core.storage.dagster_run import RunsFilter
-    from dagster._daemon.backfill import execute_backfill_iteration
-    from dagster_graphql.test.utils import execute_dagster_graphql
-
+    expected_runs = math.ceil(backfill / shards_per_run)
     with tempfile.TemporaryDirectory(prefix="bench-backfill-") as tmp:
         os.makedirs(os.path.join(tmp, "dagster_home"))
         with launch_instance(os.path.join(tmp, "dagster_home"), storage, storage_cache) as instance:
@@ -182,68 +241,25 @@ def measure(
             for start in range(0, len(shards), 10_000):
                 instance.add_dynamic_partitions("shard", shards[start : start + 10_000])
             assets = per_shard_asset_paths()
-            expected_runs = math.ceil(backfill / shards_per_run)
-            with (
-                webserver_instance(instance) as webserver,
-                code_location_workspace(webserver, server) as webserver_context,
-            ):
-                params = {
-                    "assetSelection": [{"path": path} for path in assets],
-                    "partitionNames": shards[:backfill],
-                    "tags": [{"key": "speechdata/launched_by", "value": "bench_backfill_launch"}],
-                    "title": "bench_backfill_launch",
-                }
-                started = time.perf_counter()
-                result = execute_dagster_graphql(
-                    webserver_context.create_request_context(), LAUNCH_BACKFILL, variables={"params": params}
-                )
-                launch_s = time.perf_counter() - started
-                launched = (result.data or {}).get("launchPartitionBackfill") or {}
-                if result.errors or launched.get("__typename") != "LaunchBackfillSuccess":
-                    raise RuntimeError(f"launchPartitionBackfill failed: {result.errors or launched}")
-                backfill_id = launched["backfillId"]
-                progress(f"launched backfill {backfill_id} in {launch_s:.3f} s")
-
-            # The daemon's own instance and workspace: on PostgreSQL one connection per query.
-            with code_location_workspace(instance, server) as process_context:
-                logger = logging.getLogger("bench_backfill_launch")
-                runs_filter = RunsFilter(tags={"dagster/backfill": backfill_id})
-                iterations, runs = 0, 0
-                profiler = cProfile.Profile() if profile else None
-                if profiler:
-                    profiler.enable()
-                reads_before, batches_before = full_key_list_reads(instance), one_connection_batches(instance)
-                started = time.perf_counter()
-                while runs < expected_runs and iterations < max_iterations:
-                    for error in execute_backfill_iteration(process_context, logger):
-                        if error is not None:
-                            raise RuntimeError(f"backfill daemon iteration failed: {error}")
-                    iterations += 1
-                    runs = instance.get_runs_count(runs_filter)
-                runs_s = time.perf_counter() - started
-                reads_after, batches_after = full_key_list_reads(instance), one_connection_batches(instance)
-                if profiler:
-                    profiler.disable()
-                    profiler.dump_stats(profile)
-                progress(
-                    f"{registered} registered, {shards_per_run} per run: {runs} runs after {iterations} "
-                    f"daemon iterations, {runs_s:.3f} s"
-                )
-                queued = instance.get_runs_count(
-                    RunsFilter(tags={"dagster/backfill": backfill_id}, statuses=[dg.DagsterRunStatus.QUEUED])
-                )
+            launch_s, backfill_id = launch_backfill(instance, server, shards[:backfill], assets)
+            created = create_runs(instance, server, backfill_id, expected_runs, max_iterations, profile)
+    runs, runs_s = created["runs"], created["runs_s"]
+    progress(
+        f"{registered} registered, {shards_per_run} per run: {runs} runs after {created['iterations']} "
+        f"daemon iterations, {runs_s:.3f} s"
+    )
     return {
         "assets": len(assets),
         "storage_cache": storage_cache,
-        "full_key_list_reads": None if reads_before is None else reads_after - reads_before,
-        "event_batches_in_one_transaction": None if batches_before is None else batches_after - batches_before,
+        "full_key_list_reads": created["full_key_list_reads"],
+        "event_batches_in_one_transaction": created["event_batches_in_one_transaction"],
         "shards_per_run": shards_per_run,
         "launch_seconds": round(launch_s, 3),
         "runs_created_seconds": round(runs_s, 3),
         "runs": runs,
         "expected_runs": expected_runs,
-        "queued_runs": queued,
-        "daemon_iterations": iterations,
+        "queued_runs": created["queued"],
+        "daemon_iterations": created["iterations"],
         "per_run_ms": ratio(1000 * runs_s, runs),
         "per_shard_ms": ratio(1000 * runs_s, min(backfill, runs * shards_per_run)),
     }
