@@ -13,12 +13,10 @@ Both produce the same batches (checked when the reference runs on everything).
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
 
 import numpy as np
 
-from benchmarks.report import emit, progress, ratio, stdout_to_stderr
+from benchmarks.report import emit, progress, ratio, stdout_to_stderr, timed, timed_call
 from speechdata.asr.sampler import DurationBucketBatchSampler
 from tests.unit.asr_sampler_reference import reference_rank_batches
 
@@ -46,21 +44,15 @@ def main(argv: list[str] | None = None) -> None:
     reference_n = args.reference_utterances or args.utterances
     with stdout_to_stderr():
         durations, languages = synthetic(args.utterances)
-        started = time.perf_counter()
-        sampler = DurationBucketBatchSampler(durations, languages, **SETTINGS)
-        construct_s = time.perf_counter() - started
-        epoch_s = []
-        for epoch in range(args.repeats):
-            started = time.perf_counter()
-            sampler.set_epoch(epoch)
-            epoch_s.append(time.perf_counter() - started)
+        construct_s, sampler = timed_call(lambda: DurationBucketBatchSampler(durations, languages, **SETTINGS))
+        epochs = iter(range(args.repeats))
+        numpy_s = timed(lambda: sampler.set_epoch(next(epochs)), args.repeats).median_s
         sampler.set_epoch(0)
-        numpy_s = statistics.median(epoch_s)
         progress(f"numpy: construct {construct_s:.2f} s, epoch {numpy_s:.3f} s, {len(sampler)} batches")
         durations_list, languages_list = durations[:reference_n].tolist(), languages[:reference_n].tolist()
-        started = time.perf_counter()
-        expected = reference_rank_batches(durations_list, languages_list, epoch=0, **SETTINGS)
-        reference_s = time.perf_counter() - started
+        reference_s, expected = timed_call(
+            lambda: reference_rank_batches(durations_list, languages_list, epoch=0, **SETTINGS)
+        )
         scaled_reference_s = reference_s * args.utterances / reference_n
         same = list(sampler) == expected if reference_n == args.utterances else None
         progress(f"python reference: {reference_s:.2f} s on {reference_n}, same batches: {same}")

@@ -12,11 +12,10 @@ utterances per second each and as a ratio.
 from __future__ import annotations
 
 import argparse
-import time
 
 import numpy as np
 
-from benchmarks.report import emit, progress, ratio, stdout_to_stderr
+from benchmarks.report import emit, progress, ratio, stdout_to_stderr, timed_call
 from speechdata.alignment.table import TimedUnit
 from speechdata.bridge.frame_grid import build_frame_grid, check_grid_invariants
 from speechdata.bridge.text_tokens import tiny_tokenizer, tokenize_many
@@ -49,15 +48,13 @@ def main(argv: list[str] | None = None) -> None:
         utterances = synthetic_utterances(args.utterances, args.seed)
         tokenizer = tiny_tokenizer()
         tokenize_many(tokenizer, [u[0] for u in utterances[:100]])  # warm-up
-        started = time.perf_counter()
-        tokenized = tokenize_many(tokenizer, [u[0] for u in utterances])
-        tokenize_s = time.perf_counter() - started
-        started = time.perf_counter()
-        grids = [
-            build_frame_grid(text, words, tokens.ids, tokens.offsets, n_samples)
-            for (text, words, n_samples), tokens in zip(utterances, tokenized, strict=True)
-        ]
-        grid_s = time.perf_counter() - started
+        tokenize_s, tokenized = timed_call(lambda: tokenize_many(tokenizer, [u[0] for u in utterances]))
+        grid_s, grids = timed_call(
+            lambda: [
+                build_frame_grid(text, words, tokens.ids, tokens.offsets, n_samples)
+                for (text, words, n_samples), tokens in zip(utterances, tokenized, strict=True)
+            ]
+        )
         broken = sum(bool(check_grid_invariants(g, u[2])) for g, u in zip(grids, utterances, strict=True))
         tokens = sum(g.n_tokens for g in grids)
         progress(f"tokenize {tokenize_s:.2f} s, grids {grid_s:.2f} s, {tokens} tokens, {broken} broken")

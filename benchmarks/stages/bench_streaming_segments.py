@@ -21,11 +21,10 @@ from __future__ import annotations
 import argparse
 import math
 import re
-import time
 
 import numpy as np
 
-from benchmarks.report import emit, progress, ratio, stdout_to_stderr
+from benchmarks.report import emit, progress, ratio, stdout_to_stderr, timed_call
 from speechdata.alignment.table import TimedUnit
 from speechdata.testing.shards import load_clips
 from speechdata.translation.segmentation_input import LATENCY_LEVELS, LevelChunks, Segmentation
@@ -116,15 +115,13 @@ def main(argv: list[str] | None = None) -> None:
         args.utterances = 5_000
     with stdout_to_stderr():
         utterances = synthetic_utterances(args.utterances, args.seed)
-        started = time.perf_counter()
-        ours = [utterance_segments(seg, words) for words, seg, _ in utterances]
-        ours_s = time.perf_counter() - started
-        started = time.perf_counter()
-        baseline = [
-            {level: baseline_level(seg.levels[level], words) for level in LATENCY_LEVELS}
-            for words, seg, _ in utterances
-        ]
-        baseline_s = time.perf_counter() - started
+        ours_s, ours = timed_call(lambda: [utterance_segments(seg, words) for words, seg, _ in utterances])
+        baseline_s, baseline = timed_call(
+            lambda: [
+                {level: baseline_level(seg.levels[level], words) for level in LATENCY_LEVELS}
+                for words, seg, _ in utterances
+            ]
+        )
         ours_segments = sum(len(r.segments) for levels in ours for r in levels.values())
         baseline_segments = sum(len(levels[lvl][1]) for levels in baseline for lvl in LATENCY_LEVELS)
         ours_bad = baseline_bad = matched_ours = matched_baseline = 0

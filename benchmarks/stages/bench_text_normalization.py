@@ -13,11 +13,10 @@ once per process.
 from __future__ import annotations
 
 import argparse
-import time
 
 import numpy as np
 
-from benchmarks.report import emit, progress, ratio, stdout_to_stderr
+from benchmarks.report import emit, progress, ratio, stdout_to_stderr, timed_call
 from speechdata.alignment.transcript_units import CharVocabulary, ctc_targets
 from speechdata.testing.shards import load_clips
 
@@ -55,12 +54,10 @@ def main(argv: list[str] | None = None) -> None:
         texts = transcripts(args.transcripts, args.words, args.written_share, args.seed)
         ctc_targets(" ".join(WRITTEN), vocabulary, "en")  # warm-up: uroman's tables, num2words' languages
         n_words = sum(len(t.split()) for t in texts)
-        started = time.perf_counter()
-        baseline_targets = sum(len(vocabulary.word_tokens(w)) for t in texts for w in t.split())
-        baseline_s = time.perf_counter() - started
-        started = time.perf_counter()
-        spoken_targets = sum(len(ctc_targets(t, vocabulary, "en").targets) for t in texts)
-        spoken_s = time.perf_counter() - started
+        baseline_s, baseline_targets = timed_call(
+            lambda: sum(len(vocabulary.word_tokens(w)) for t in texts for w in t.split())
+        )
+        spoken_s, spoken_targets = timed_call(lambda: sum(len(ctc_targets(t, vocabulary, "en").targets) for t in texts))
         progress(f"{n_words} words: baseline {baseline_s:.3f} s, spoken forms {spoken_s:.3f} s")
     emit(
         "text_normalization",
