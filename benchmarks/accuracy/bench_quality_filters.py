@@ -24,7 +24,7 @@ import tempfile
 import time
 from unittest import mock
 
-from benchmarks.report import emit, progress, ratio, stdout_to_stderr
+from benchmarks.report import emit, progress, ratio, stdout_to_stderr, timed_call
 from speechdata.audio.codec import resample
 from speechdata.audio.container import iter_container_audio
 from speechdata.io import layout
@@ -97,22 +97,29 @@ def signal_costs(root: DataRoot, dnsmos: Dnsmos) -> dict:
     audio = [(samples, rate) for _, samples, rate in iter_container_audio(root, layout.normalized_audio("q1"), None)]
     hours = sum(s.shape[0] / r for s, r in audio) / 3600.0
     vad = load_silero_model()
-    started = time.process_time()
-    audios_16k = [resample(s, r, 16_000) for s, r in audio]
-    segments = detect_speech(vad, audios_16k, VadParams())
-    for samples, rate in audio:
-        level_dbfs(samples), effective_bandwidth_hz(samples, rate), wada_snr_db(samples), silence_share(samples, rate)
-    current_s = time.process_time() - started
-    started = time.process_time()
-    for (samples, _), audio_16k, found in zip(audio, audios_16k, segments, strict=True):
-        dc_offset_ratio(samples), mains_hum_share(audio_16k, 16_000)
-        speech_snr_db(audio_16k, 16_000, found.start_s, found.end_s)
-        speaking_rate("a sentence of ordinary length read at an ordinary pace", found.speech_s)
-        ngram_repetition("a sentence of ordinary length"), longest_character_run("a sentence")
-    new_dsp_s = time.process_time() - started
-    started = time.process_time()
-    dnsmos.score(audios_16k)
-    dnsmos_s = time.process_time() - started
+
+    def current_signals() -> tuple[list, list]:
+        audios_16k = [resample(s, r, 16_000) for s, r in audio]
+        segments = detect_speech(vad, audios_16k, VadParams())
+        for samples, rate in audio:
+            (
+                level_dbfs(samples),
+                effective_bandwidth_hz(samples, rate),
+                wada_snr_db(samples),
+                silence_share(samples, rate),
+            )
+        return audios_16k, segments
+
+    def new_dsp_signals() -> None:
+        for (samples, _), audio_16k, found in zip(audio, audios_16k, segments, strict=True):
+            dc_offset_ratio(samples), mains_hum_share(audio_16k, 16_000)
+            speech_snr_db(audio_16k, 16_000, found.start_s, found.end_s)
+            speaking_rate("a sentence of ordinary length read at an ordinary pace", found.speech_s)
+            ngram_repetition("a sentence of ordinary length"), longest_character_run("a sentence")
+
+    current_s, (audios_16k, segments) = timed_call(current_signals, clock=time.process_time)
+    new_dsp_s, _ = timed_call(new_dsp_signals, clock=time.process_time)
+    dnsmos_s, _ = timed_call(lambda: dnsmos.score(audios_16k), clock=time.process_time)
     per_hour = {
         "current_signals": round(current_s / hours, 1),
         "new_dsp_signals": round(new_dsp_s / hours, 1),

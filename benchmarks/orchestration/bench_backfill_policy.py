@@ -27,12 +27,11 @@ import os
 import subprocess
 import sys
 import tempfile
-import time
 from concurrent.futures import ThreadPoolExecutor
 
 import dagster as dg
 
-from benchmarks.report import emit, progress, ratio, stdout_to_stderr
+from benchmarks.report import emit, progress, ratio, stdout_to_stderr, timed_call
 
 RANGE_START, RANGE_END = "dagster/asset_partition_range_start", "dagster/asset_partition_range_end"
 DEFAULT_ASSETS = "raw_shards,normalized_audio,alignments,frame_grids,vad_segments,asr_flac"
@@ -66,8 +65,7 @@ def run_range(start: str, end: str) -> None:
             raise SystemExit(f"run over {start}..{end} failed")
 
 
-def launch(start: str, end: str, env: dict[str, str]) -> float:
-    began = time.perf_counter()
+def launch(start: str, end: str, env: dict[str, str]) -> None:
     subprocess.run(
         [sys.executable, "-m", "benchmarks.orchestration.bench_backfill_policy", "--run", start, end],
         env=env,
@@ -75,14 +73,16 @@ def launch(start: str, end: str, env: dict[str, str]) -> float:
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
-    return time.perf_counter() - began
 
 
 def backfill(chunks: list[list[str]], concurrent_runs: int, env: dict[str, str]) -> float:
-    began = time.perf_counter()
-    with ThreadPoolExecutor(max_workers=concurrent_runs) as pool:
-        list(pool.map(lambda chunk: launch(chunk[0], chunk[-1], env), chunks))
-    return time.perf_counter() - began
+    """Wall seconds of launching every chunk as a run, ``concurrent_runs`` at a time."""
+
+    def launch_all() -> None:
+        with ThreadPoolExecutor(max_workers=concurrent_runs) as pool:
+            list(pool.map(lambda chunk: launch(chunk[0], chunk[-1], env), chunks))
+
+    return timed_call(launch_all)[0]
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -17,11 +17,10 @@ import contextlib
 import os
 import statistics
 import tempfile
-import time
 
 import pyarrow as pa
 
-from benchmarks.report import emit, progress, ratio, stdout_to_stderr
+from benchmarks.report import emit, progress, ratio, stdout_to_stderr, timed_call
 from resources.gpu_worker import ShardJob, ShardWorker
 from speechdata.io import layout
 from speechdata.io.shard_lock import held_fence, shard_write_lock
@@ -52,9 +51,7 @@ def shard_seconds(root: DataRoot, utterances: int, fenced: bool) -> float:
     worker = ShardWorker("bench")
     with shard_write_lock(root, SHARD, PRODUCT, run_id="bench"):
         fence = held_fence(SHARD).next_attempt() if fenced else None
-        started = time.perf_counter()
-        worker.run_shard(job, SHARD, fence=fence)
-        return time.perf_counter() - started
+        return timed_call(lambda: worker.run_shard(job, SHARD, fence=fence))[0]
 
 
 def measure(root: DataRoot, utterances: int, repeats: int) -> dict:
