@@ -3,5 +3,5 @@
 They live in folders by kind (``stages``, ``storage``, ``corpus``, ``orchestration``, ``accuracy``,
 ``capacity``) and run as ``python -m benchmarks.<kind>.<name>``; ``python -m benchmarks.run_all`` runs
 every ``bench_*`` among them. ``benchmarks.gpu_features`` and ``benchmarks.bench_duty_cycle`` stay
-runnable by their short names, which the deployment guide and the runbooks use.
+runnable by their short names, which docs/deploying.md and docs/performance.md use.
 """
