@@ -2,7 +2,7 @@
 
 - ``in_process`` (default; ``make dev``, a single machine): every step of a run in the run's own
   process, so torch, NeMo and each model are loaded once per run instead of once per step
-  (``benchmarks/bench_backfill_policy.py`` compares the executors; docs/performance.md has the
+  (``benchmarks/orchestration/bench_backfill_policy.py`` compares the executors; docs/performance.md has the
   figures). GPU steps are still limited by the ``gpu`` pool across runs.
 - ``multiprocess``: each step in its own process on the run's machine, at most
   ``SPEECHDATA_MAX_CONCURRENT_STEPS`` at once (default: the CPU count, at most 4: every step process

@@ -7,7 +7,7 @@ amount (:data:`~speechdata.alignment.acoustic_models.EMISSION_CALIBRATION_FILE` 
 synthesizes calibration speech whose word times are known by construction (each word synthesized
 alone and joined with known gaps, :func:`~speechdata.alignment.synthetic_speech.synthesize_words`),
 with the TRAINING voices and a seed of its own, so the held-out set of
-``benchmarks/bench_alignment_accuracy.py`` (other voices) never informs the correction. It aligns
+``benchmarks/accuracy/bench_alignment_accuracy.py`` (other voices) never informs the correction. It aligns
 the speech uncorrected through the platform's own functions and stores the median signed start and
 end errors, rounded to 10 ms, as the offsets the aligner adds. Needs Debian's ``espeak-ng``; the
 result is committed with the model, so nothing downstream does.

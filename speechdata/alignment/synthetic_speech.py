@@ -3,7 +3,7 @@
 Speech comes from Debian's ``espeak-ng`` binary (a formant synthesizer: many languages, voice
 variants, speeds and pitches, fully offline and deterministic). It is used only by the committed
 scripts that build the small model and its fixtures (:mod:`speechdata.alignment.train_small`,
-``benchmarks/bench_alignment_accuracy.py``); tests and the demo read what those scripts wrote,
+``benchmarks/accuracy/bench_alignment_accuracy.py``); tests and the demo read what those scripts wrote,
 so nothing at run time needs ``espeak-ng``.
 
 Text comes from :mod:`speechdata.alignment.synthetic_text` (word lists, numbers written as

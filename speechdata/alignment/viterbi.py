@@ -5,7 +5,7 @@ frames in Python with a dozen tensor ops per frame.
 This module runs the same recurrence, with the same float32 arithmetic and the same tie-breaking, in
 a compiled loop (numba, ``nogil``; the kernels are in :mod:`speechdata.alignment.kernels`), so it
 returns NeMo's path bit for bit, two orders of magnitude faster on one core
-(``benchmarks/bench_viterbi.py`` measures both; docs/performance.md has the figures). The first call
+(``benchmarks/stages/bench_viterbi.py`` measures both; docs/performance.md has the figures). The first call
 in a process pays a one-off cost: importing numba and loading the kernel (compiled on first use and
 cached by numba under ``speechdata/__pycache__`` when writable, else recompiled per process).
 
@@ -34,7 +34,7 @@ case log-prob -23 against NeMo's (optimal) -4; with log-probs rounded to quarter
 34 of 50 benchmark utterances (up to 3.75 nats); on random float32 log-probs a path 0.37 worse in
 1 of 5,000 utterances (a tie made by float32 rounding). It also takes the max before adding the
 frame's log-prob, which breaks near-ties differently from NeMo. ``tests/unit/test_ctc_viterbi.py``
-keeps the hand-made case; ``benchmarks/bench_viterbi.py`` reports torchaudio next to ours.
+keeps the hand-made case; ``benchmarks/stages/bench_viterbi.py`` reports torchaudio next to ours.
 
 Without numba (a core dependency, but the kernel still runs where it cannot be imported) the
 same recurrence runs vectorised over states in numpy: same arithmetic, same paths, an order of
@@ -202,7 +202,7 @@ def ctc_viterbi_many(
     much a second thread buys depends on the machine: the kernel reads most of the [T, V] matrix (~1
     MB per 15 s utterance at V = 1025), so it is memory-bound; on the 2-vCPU VM this was built on,
     which gets no more memory throughput from two threads than from one, two workers were no faster
-    than one (``benchmarks/bench_viterbi.py`` measures it; hosts with more memory bandwidth per core
+    than one (``benchmarks/stages/bench_viterbi.py`` measures it; hosts with more memory bandwidth per core
     were not measured).
 
     With ``return_errors`` an :class:`AlignmentImpossible` takes that item's place in the result

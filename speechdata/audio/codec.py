@@ -2,7 +2,7 @@
 
 Everything the platform stores is 24 kHz mono (Mimi's rate). Decoding goes through soundfile
 (libsndfile reads WAV, FLAC, MP3 and Ogg/Opus). Resampling uses soxr or
-torchaudio; ``benchmarks/bench_resample.py`` measures both at every common source rate. soxr's HQ
+torchaudio; ``benchmarks/stages/bench_resample.py`` measures both at every common source rate. soxr's HQ
 preset is the default everywhere: it is clearly faster from 48 kHz (Opus and most web audio) and
 from 8 kHz, torchaudio's sharpest kernel at comparable cost is close to it at 16-44.1 kHz (which
 one leads changes between runs), and soxr's stopband is much deeper (docs/performance.md).

@@ -4,7 +4,7 @@ Every parquet file written through :mod:`speechdata.io.storage` carries a CRC-32
 (Parquet's own ``crc`` field: ``write_page_checksum``), and every read through it checks them
 (``page_checksum_verification``). The checksum travels inside the file, so a read checks exactly the
 pages it decodes: a column-pruned read of ``utt_id`` touches no audio page and pays for none, and a
-payload read pays one CRC-32 per page (benchmarks/bench_parquet_integrity.py measures the ratio).
+payload read pays one CRC-32 per page (benchmarks/storage/bench_parquet_integrity.py measures the ratio).
 
 Bytes overwritten in a page fail its CRC; a truncated file or a damaged footer fails Arrow's parse.
 Either way the reader raises :class:`UnreadableIntermediate`, naming the file relative to the data

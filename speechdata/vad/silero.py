@@ -6,7 +6,7 @@ the wheel, so this works offline). Silero's own ``get_speech_timestamps`` runs t
 a batch of windows with one recurrent state per row, so here the windows of up to ``batch_files``
 files (sorted by length, zero-padded) go through it together, and each file's probabilities are then
 cut into segments by silero's own ``get_speech_timestamps_from_probs``. The probabilities agree with
-the one-file path to about 1e-5 (``tests/unit/test_vad.py``); ``benchmarks/bench_vad.py`` measures
+the one-file path to about 1e-5 (``tests/unit/test_vad.py``); ``benchmarks/stages/bench_vad.py`` measures
 the speed-up.
 
 Audio is resampled to 16 kHz with soxr before the model sees it; silero's fallback for 32/48 kHz

@@ -16,7 +16,7 @@ MODELS = ("parakeet-ctc-1.1b", "qwen3-1.7b", "wavlm-large", "metricx-24-hybrid-x
 @pytest.fixture(scope="module")
 def record():
     result = subprocess.run(
-        [sys.executable, "-m", "benchmarks.bench_duty_cycle", "--quick"],
+        [sys.executable, "-m", "benchmarks.capacity.bench_duty_cycle", "--quick"],
         cwd=ROOT,
         capture_output=True,
         text=True,

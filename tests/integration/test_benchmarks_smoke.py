@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks.run_all import module_of
+
 pytestmark = pytest.mark.bench
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -66,7 +68,7 @@ ROOT = Path(__file__).resolve().parents[2]
 )
 def test_benchmark_prints_one_json_record(name, keys):
     result = subprocess.run(
-        [sys.executable, "-m", f"benchmarks.{name}", "--quick"],
+        [sys.executable, "-m", module_of(name), "--quick"],
         cwd=ROOT,
         capture_output=True,
         text=True,

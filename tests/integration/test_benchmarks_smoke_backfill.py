@@ -8,15 +8,17 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks.run_all import module_of
+
 pytestmark = pytest.mark.bench
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def run_benchmark(name: str, *args: str, timeout_s: float = 600) -> dict:
-    """``python -m benchmarks.<name> *args``: asserts it exits 0 and prints exactly one line, the record."""
+    """``python -m benchmarks.<kind>.<name> *args``: asserts it exits 0 and prints exactly one line, the record."""
     result = subprocess.run(
-        [sys.executable, "-m", f"benchmarks.{name}", *args],
+        [sys.executable, "-m", module_of(name), *args],
         cwd=ROOT,
         capture_output=True,
         text=True,

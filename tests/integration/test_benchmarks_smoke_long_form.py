@@ -14,7 +14,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def test_long_form_benchmark_prints_one_record_with_the_whole_matrix_baseline():
     result = subprocess.run(
-        [sys.executable, "-m", "benchmarks.bench_long_form", "--quick"],
+        [sys.executable, "-m", "benchmarks.accuracy.bench_long_form", "--quick"],
         cwd=ROOT,
         capture_output=True,
         text=True,

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.orchestration_costs import MODEL_LIBRARIES
+from benchmarks.orchestration.orchestration_costs import MODEL_LIBRARIES
 
 ROOT = Path(__file__).resolve().parents[2]
 

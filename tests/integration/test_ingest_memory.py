@@ -1,6 +1,6 @@
 """Ingest's peak memory is bounded by its configuration, not by the number of rows it cuts."""
 
-from benchmarks.bench_ingest_memory import land_long_files_shard, measure_in_subprocess
+from benchmarks.stages.bench_ingest_memory import land_long_files_shard, measure_in_subprocess
 from speechdata.io.storage import DataRoot
 
 FILES = 32

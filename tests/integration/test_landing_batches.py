@@ -155,8 +155,8 @@ def test_the_sensor_daemon_queues_one_per_shard_job_run_over_the_batchs_range(tm
     from dagster._core.events import DagsterEventType
     from dagster._daemon.sensor import execute_sensor_iteration
 
-    from benchmarks.bench_backfill_launch import QUEUE_ONLY
-    from benchmarks.bench_orchestration_scale import code_location_workspace
+    from benchmarks.orchestration.bench_backfill_launch import QUEUE_ONLY
+    from benchmarks.orchestration.bench_orchestration_scale import code_location_workspace
     from speechdata.io.storage import DataRoot
 
     # The code server the daemon loads reads these when it starts.

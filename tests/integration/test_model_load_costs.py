@@ -5,8 +5,8 @@ import json
 import pytest
 from safetensors import safe_open
 
-from benchmarks import model_load_costs
-from benchmarks.model_load_costs import (
+from benchmarks.capacity import model_load_costs
+from benchmarks.capacity.model_load_costs import (
     MODELS,
     build_model,
     checkpoint_tensors,

@@ -1,6 +1,6 @@
 """The faster ASR manifest build (key-order join, cheaper cleaning) gives exactly the previous outputs.
 
-The previous build is kept verbatim in ``benchmarks/asr_manifest_reference.py``; each case builds
+The previous build is kept verbatim in ``benchmarks/corpus/asr_manifest_reference.py``; each case builds
 both on the same synthetic rows and compares every output table with ``assert_frame_equal``.
 """
 
@@ -9,8 +9,8 @@ import polars as pl
 import pytest
 from polars.testing import assert_frame_equal
 
-from benchmarks import asr_manifest_reference as reference
-from benchmarks.bench_asr_manifest import synthetic_inputs
+from benchmarks.corpus import asr_manifest_reference as reference
+from benchmarks.corpus.bench_asr_manifest import synthetic_inputs
 from speechdata.asr.key_order import join_flac_in_key_order
 from speechdata.asr.manifest import FLAC_COLUMNS, UTTERANCE_COLUMNS, AsrManifestConfig, build_asr_manifest, conform
 from speechdata.asr.text import clean_transcripts

@@ -6,7 +6,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from benchmarks.bench_publish_state import choose_batch, synthetic
+from benchmarks.corpus.bench_publish_state import choose_batch, synthetic
 from speechdata.hf.state import registered_rows, state_connection
 from speechdata.io.storage import DataRoot
 

@@ -2,7 +2,7 @@
 
 import pytest
 
-from benchmarks.capacity_model import MEASURED_CPU_STAGES, Stage, capacity, gpu_stages, pool_rate
+from benchmarks.capacity.capacity_model import MEASURED_CPU_STAGES, Stage, capacity, gpu_stages, pool_rate
 
 STAGES = (
     Stage("decode", "cpu", 500.0, "test"),

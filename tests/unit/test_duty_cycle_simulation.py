@@ -2,7 +2,7 @@
 
 import pytest
 
-from benchmarks.duty_cycle_simulation import (
+from benchmarks.capacity.duty_cycle_simulation import (
     RunCosts,
     StageCosts,
     Task,

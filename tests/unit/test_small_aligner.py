@@ -1,7 +1,7 @@
 """The small profile's trained aligner loads through the production path and aligns held-out speech.
 
 The held-out utterances (tests/fixtures/synthesized_speech/, written by
-``python -m benchmarks.bench_alignment_accuracy --write-fixtures``) are voices the model never heard
+``python -m benchmarks.accuracy.bench_alignment_accuracy --write-fixtures``) are voices the model never heard
 saying sentences it never saw, each word synthesized alone so its true boundaries are known.
 """
 

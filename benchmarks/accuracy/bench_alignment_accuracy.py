@@ -1,0 +1,254 @@
+"""Alignment accuracy in milliseconds: the small profile's trained aligner against the truth, beside pocketsphinx.
+
+Why: the platform claims speech "exactly aligned" on the 12.5 Hz clock; this measures how exact.
+
+Input: the held-out utterances committed in ``tests/fixtures/synthesized_speech/`` (16 kHz FLAC and
+``heldout.json``), written once by ``--write-fixtures`` (needs Debian's ``espeak-ng``): sentences
+from a seed the training never used, spoken by voice variants it never heard
+(:data:`speechdata.alignment.synthetic_speech.HELD_OUT_VARIANTS`). Word boundaries are known by
+construction: each word synthesized alone, its leading and trailing silence trimmed (10 ms frames
+more than 35 dB under the word's loudest frame are silence), the words joined with 30-300 ms gaps
+of silence, 0.2-0.4 s of silence around the utterance; half of them get pink noise at 25 dB SNR.
+
+Measured, for each aligner on the same audio and text:
+
+* ``platform``: the ``small`` model through the platform's own path (``CtcAlignerResource`` ->
+  ``compute_log_probs`` -> ``align_transcript``, as the ``alignments`` stage runs it);
+* ``pocketsphinx``: pocketsphinx 5.1.1's forced alignment (``Decoder.set_align_text``, its en-US
+  model; English only), the independent reference.
+
+Figures: median and 95th percentile of the absolute word start and end errors in ms, and of both
+together (``boundary``); and for the platform, the share of 80 ms frames whose frame-grid token
+(the bridge's ``build_frame_grid`` over the tiny text tokenizer) equals the grid built from the
+true word times. ``--quick`` runs three English utterances.
+
+    python -m benchmarks.accuracy.bench_alignment_accuracy
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import numpy as np
+
+from benchmarks.report import emit, progress, stdout_to_stderr
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+FIXTURES = REPO_ROOT / "tests" / "fixtures" / "synthesized_speech"
+HELDOUT_SEED = 7_919
+HELDOUT_VOICES = {
+    "en": ("en-us+f4", "en-gb+m7", "en-us+steph", "en-gb-scotland+f4"),
+    "de": ("de+m7", "de+f4"),
+}
+PER_VOICE = {"en": 3, "de": 2}
+BRIDGE_SAMPLE_RATE = 24_000
+
+
+def write_fixtures(directory: Path = FIXTURES) -> None:
+    """Synthesize the held-out set into ``directory`` (deterministic; needs ``espeak-ng``)."""
+    import soundfile as sf
+
+    from speechdata.alignment.synthetic_speech import (
+        SAMPLE_RATE,
+        Voice,
+        add_noise,
+        pad_silence,
+        sentence,
+        synthesize_words,
+    )
+
+    directory.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(HELDOUT_SEED)
+    entries = []
+    for language, voices in HELDOUT_VOICES.items():
+        for voice_name in voices:
+            for k in range(PER_VOICE[language]):
+                voice = Voice(language, voice_name, int(rng.integers(140, 191)), int(rng.integers(35, 66)))
+                words = sentence(rng, language, min_words=5, max_words=9).split()
+                utterance = pad_silence(synthesize_words(words, voice, rng), rng, pad_s=(0.2, 0.4))
+                audio = utterance.audio
+                if k % 2 == 1:
+                    audio = add_noise(audio, rng, 25.0, pink=True)
+                utt_id = f"heldout-{language}-{len(entries):02d}"
+                peak = float(np.abs(audio).max())
+                sf.write(directory / f"{utt_id}.flac", audio / max(peak, 1.0) * 0.9, SAMPLE_RATE, subtype="PCM_16")
+                entries.append(
+                    {
+                        "utt_id": utt_id,
+                        "language": language,
+                        "voice": voice_name,
+                        "speed": voice.speed,
+                        "pitch": voice.pitch,
+                        "text": utterance.text,
+                        "word_spans_s": [[round(s, 4), round(e, 4)] for s, e in utterance.word_spans_s],
+                    }
+                )
+    (directory / "heldout.json").write_text(json.dumps(entries, indent=1, ensure_ascii=False) + "\n")
+
+
+def load_heldout(directory: Path = FIXTURES) -> list[dict]:
+    import soundfile as sf
+
+    entries = json.loads((directory / "heldout.json").read_text())
+    for entry in entries:
+        audio, rate = sf.read(directory / f"{entry['utt_id']}.flac", dtype="float32")
+        entry["audio"], entry["rate"] = audio, rate
+    return entries
+
+
+def platform_word_spans(
+    entries: list[dict], model_cache_dir: str, calibrated: bool = True
+) -> list[list[tuple[float, float]]]:
+    """Word spans (s) from the small model through the resource and the alignment stage's functions."""
+    from resources.aligner import CtcAlignerResource
+    from speechdata.alignment.forced import align_transcript
+    from speechdata.alignment.log_probs import compute_log_probs
+
+    resource = CtcAlignerResource(models={"en": "small", "de": "small"}, device="cpu", model_cache_dir=model_cache_dir)
+    spans = []
+    for entry in entries:
+        aligner = resource.aligner_for(entry["language"])
+        [log_probs] = compute_log_probs(aligner.forward, [entry["audio"]])
+        duration_ms = int(round(len(entry["audio"]) / entry["rate"] * 1000))
+        alignment = align_transcript(
+            log_probs,
+            entry["text"],
+            aligner.vocabulary,
+            int(round(aligner.frame_s * 1000)),
+            duration_ms,
+            emission_offsets_ms=aligner.emission_offsets_ms if calibrated else (0, 0),
+        )
+        spans.append([(w.start_ms / 1000, w.end_ms / 1000) for w in alignment.words])
+    return spans
+
+
+def pocketsphinx_word_spans(entry: dict) -> list[tuple[float, float]] | None:
+    """pocketsphinx's forced alignment of the entry's words (None when it cannot align them)."""
+    from pocketsphinx import Decoder
+
+    # Wider beams than the defaults: with them the alignment of these utterances reaches the
+    # grammar's end (at the defaults most fail with "Final result does not match the grammar").
+    decoder = Decoder(samprate=entry["rate"], loglevel="FATAL", beam=1e-100, wbeam=1e-80, pbeam=1e-100)
+    words = entry["text"].lower().split()
+    if any(decoder.lookup_word(w) is None for w in words):
+        return None
+    pcm = (np.clip(entry["audio"], -1, 1) * 32767).astype("<i2").tobytes()
+    decoder.set_align_text(" ".join(words))
+    decoder.start_utt()
+    decoder.process_raw(pcm, full_utt=True)
+    decoder.end_utt()
+    if decoder.hyp() is None:
+        return None
+    frame_s = 1 / float(decoder.config["frate"])
+    segments = [s for s in decoder.seg() if s.word not in ("<s>", "</s>", "<sil>", "[NOISE]")]
+    found = [(s.word.split("(")[0], s.start_frame * frame_s, (s.end_frame + 1) * frame_s) for s in segments]
+    if [w for w, _, _ in found] != words:
+        return None
+    return [(start, end) for _, start, end in found]
+
+
+def errors_ms(truth: list[list[float]], found: list[tuple[float, float]]) -> tuple[list[float], list[float]]:
+    starts = [abs(f[0] - t[0]) * 1000 for t, f in zip(truth, found, strict=True)]
+    ends = [abs(f[1] - t[1]) * 1000 for t, f in zip(truth, found, strict=True)]
+    return starts, ends
+
+
+def summary(starts: list[float], ends: list[float]) -> dict:
+    both = starts + ends
+    if not both:
+        return {"words": 0}
+
+    def pct(values, q):
+        return round(float(np.percentile(values, q)), 1)
+
+    return {
+        "words": len(starts),
+        "start_median_ms": pct(starts, 50),
+        "start_p95_ms": pct(starts, 95),
+        "end_median_ms": pct(ends, 50),
+        "end_p95_ms": pct(ends, 95),
+        "boundary_median_ms": pct(both, 50),
+        "boundary_p95_ms": pct(both, 95),
+    }
+
+
+def grid_agreement(entry: dict, found: list[tuple[float, float]], tokenizer) -> tuple[int, int]:
+    """(frames whose grid token equals the truth grid's, frames) for one utterance."""
+    from speechdata.alignment.table import TimedUnit
+    from speechdata.bridge.frame_grid import build_frame_grid
+    from speechdata.bridge.text_tokens import tokenize_with_offsets
+
+    text = entry["text"]
+    tokens = tokenize_with_offsets(tokenizer, text)
+    n_samples = int(round(len(entry["audio"]) / entry["rate"] * BRIDGE_SAMPLE_RATE))
+
+    def grid(spans):
+        words = [
+            TimedUnit(w, int(round(s * 1000)), int(round(e * 1000)))
+            for w, (s, e) in zip(text.split(), spans, strict=True)
+        ]
+        return build_frame_grid(text, words, tokens.ids, tokens.offsets, n_samples).grid
+
+    truth, ours = grid(entry["word_spans_s"]), grid(found)
+    return int(np.count_nonzero(truth == ours)), int(truth.shape[0])
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="three English utterances")
+    parser.add_argument("--write-fixtures", action="store_true", help="synthesize the held-out set (espeak-ng)")
+    parser.add_argument("--model-cache-dir", default=str(REPO_ROOT / ".cache" / "models"))
+    args = parser.parse_args(argv)
+    if args.write_fixtures:
+        write_fixtures()
+        return
+    import torch
+
+    torch.set_num_threads(2)
+    from speechdata.bridge.text_tokens import tiny_tokenizer
+
+    entries = load_heldout()
+    if args.quick:
+        entries = [e for e in entries if e["language"] == "en"][:3]
+    with stdout_to_stderr():
+        progress(f"aligning {len(entries)} held-out utterances with the small model")
+        found = platform_word_spans(entries, args.model_cache_dir)
+        tokenizer = tiny_tokenizer()
+    figures: dict = {"platform": {}, "pocketsphinx": {}}
+    for language in sorted({e["language"] for e in entries}):
+        chosen = [(e, f) for e, f in zip(entries, found, strict=True) if e["language"] == language]
+        starts, ends, same, frames = [], [], 0, 0
+        for entry, spans in chosen:
+            s, e = errors_ms(entry["word_spans_s"], spans)
+            starts += s
+            ends += e
+            agree, total = grid_agreement(entry, spans, tokenizer)
+            same, frames = same + agree, frames + total
+        figures["platform"][language] = {**summary(starts, ends), "grid_frames_equal_share": round(same / frames, 4)}
+        if language == "en":
+            starts, ends, refused = [], [], 0
+            for entry, _ in chosen:
+                spans = pocketsphinx_word_spans(entry)
+                if spans is None:
+                    refused += 1
+                    continue
+                s, e = errors_ms(entry["word_spans_s"], spans)
+                starts += s
+                ends += e
+            figures["pocketsphinx"][language] = {**summary(starts, ends), "utterances_not_aligned": refused}
+    model_info = json.loads((REPO_ROOT / "speechdata" / "alignment" / "small_model" / "training.json").read_text())
+    emit(
+        "alignment_accuracy",
+        {
+            "utterances": len(entries),
+            "quick": args.quick,
+            "model_steps": model_info.get("init_from_steps", 0) + model_info.get("steps", 0),
+        },
+        figures,
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,476 @@
+"""Long-form alignment: peak memory and time against the recording's length (1, 10, 30, 120 minutes).
+
+Why: the whole-matrix Viterbi keeps one back-pointer byte per frame and state, so its memory grows
+with frames x tokens (a 2-hour recording with its 17 280-word transcript: ~5 GB), and the stage used
+to reject such an utterance as ``too_long_to_align``. The checkpointed Viterbi
+(``speechdata.alignment.long_form``) keeps ``~4 sqrt(T)`` bytes per state and gives the same path.
+
+Two kinds of point, each in a fresh interpreter (``--measure``), with its peak RSS sampled from
+``/proc/self/statm`` every 20 ms (as ``bench_corpus_scale`` does) and its wall time:
+
+* ``viterbi``: ``align_transcript`` on **synthetic log-probs with a known path** (no model): a
+  1 024-label vocabulary like parakeet's (1 025 classes with the blank), words of one or two tokens
+  (the BPE's ~1.5 per word), 2.4 words a second (17 280 words in 2 hours), each token 1-3 frames
+  after a 1-2 frame pause; log-probs = log-softmax of N(0, 1) noise plus 7 on the path's label.
+  ``checkpointed`` (the new kernel) against ``whole`` (the whole-matrix kernel, the baseline) where
+  its back-pointers fit ``--whole-limit-gb`` (default 2.5: this shared machine's per-process rule),
+  with the word boundaries' error against the known path and whether both kernels gave the same words.
+  A ``music`` variant inserts a 20 s stretch the transcript does not cover (best label random,
+  blank unlikely) in the middle and aligns it with and without the wildcard.
+* ``stage``: ``run_alignments`` (the ``alignments`` stage) on a shard whose container holds one
+  utterance of that length (24 kHz FLAC, written with the long-form budget) and its transcript, with
+  the stage's default wildcard: the audio is streamed in windows from the FLAC, log-probs computed per
+  40 s window, aligned, CTMs and tables written. The model is a **synthetic forward** (N(0, 1) logits
+  over 1 025 classes per 80 ms frame of each window: no model cost, so the figures are the stage's own
+  memory and time), or ``--model PATH`` (a transformers CTC directory, or ``tiny``) for a real one;
+  the tiny model on 2 CPUs takes minutes per audio hour, so use it with short ``--minutes``.
+
+``--accuracy-model PATH`` (a trained CTC model: a transformers directory, or ``small`` once the
+package ships it) adds word boundary accuracy on the synthesized held-out speech of ``--fixtures``
+(16 kHz FLAC and ``heldout.json`` with each word's true start and end, as
+``benchmarks/accuracy/bench_alignment_accuracy.py`` writes them): each utterance aligned alone (short),
+against all of them joined ``--repeat`` times into one recording (long-form: windows and the
+checkpointed Viterbi), and against that recording with 20 s of synthetic music in the middle that
+the transcript does not cover, with and without the wildcard (median and p95 error in ms).
+
+``--quick``: 0.5 minutes (the music variant: 1 minute), for the smoke test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import io
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from benchmarks.report import RssSampler, emit, progress, ratio, stdout_to_stderr
+
+ROOT = Path(__file__).resolve().parents[2]
+FRAME_S = 0.08
+FRAME_MS = 80
+WORDS_PER_S = 17_280 / 7200
+VOCAB = 1024
+LABELS = [chr(0x4E00 + i) for i in range(VOCAB)]
+"""One character per label, so that CharVocabulary tokenizes a word into exactly its characters
+(no separator: like a BPE, whose pieces carry the word boundary)."""
+MUSIC_S = 20.0
+SHARD = "longform-000000"
+
+
+def synthetic_recording(minutes: float, seed: int = 0, music_s: float = 0.0, *, with_log_probs: bool = True):
+    """``(log_probs [T, 1025] float32, words, word spans [(first, last)])`` with a known path
+    (``with_log_probs=False``: None in their place, for the transcript alone)."""
+    rng = np.random.default_rng(seed)
+    seconds = minutes * 60
+    n_words = max(1, int(round(seconds * WORDS_PER_S)))
+    total = int(round(seconds / FRAME_S))
+    music_frames = int(round(music_s / FRAME_S))
+    labels = np.full(total + music_frames, VOCAB, np.int32)  # blank everywhere, then the words
+    words, spans = [], []
+    t = 0
+    music_at = n_words // 2 if music_frames else -1
+    for i in range(n_words):
+        if i == music_at:
+            labels[t : t + music_frames] = -1
+            t += music_frames
+        t += int(rng.integers(1, 3))
+        tokens = rng.integers(0, VOCAB, int(rng.integers(1, 3)))
+        while tokens.size == 2 and tokens[0] == tokens[1]:
+            tokens = rng.integers(0, VOCAB, 2)
+        first = t
+        for token in tokens:
+            d = int(rng.integers(1, 4))
+            labels[t : t + d] = token
+            t += d
+        spans.append((first, t))
+        words.append("".join(LABELS[k] for k in tokens))
+        if t >= labels.size - 4:
+            raise ValueError(f"{n_words} words do not fit {minutes} minutes")
+    if not with_log_probs:
+        return None, words, spans
+    log_probs = np.empty((labels.size, VOCAB + 1), np.float32)
+    for start in range(0, labels.size, 8192):  # in chunks: float32 throughout, no [T, V] float64
+        chunk = rng.standard_normal((min(8192, labels.size - start), VOCAB + 1), dtype=np.float32)
+        rows = labels[start : start + chunk.shape[0]]
+        spoken = rows >= 0
+        chunk[np.flatnonzero(spoken), rows[spoken]] += 7.0
+        music = np.flatnonzero(~spoken)
+        chunk[music, rng.integers(0, VOCAB, music.size)] += 3.0
+        chunk[music, VOCAB] -= 3.0
+        chunk -= np.log(np.exp(chunk).sum(axis=1, keepdims=True))
+        log_probs[start : start + chunk.shape[0]] = chunk
+    return log_probs, words, spans
+
+
+def _vocabulary():
+    from speechdata.alignment.transcript_units import CharVocabulary
+
+    return CharVocabulary(LABELS)
+
+
+def _measure_viterbi(minutes: float, method: str, music: str) -> dict:
+    from speechdata.alignment.forced import WildcardSettings, align_transcript
+
+    log_probs, words, spans = synthetic_recording(minutes, music_s=MUSIC_S if music != "none" else 0.0)
+    vocabulary = _vocabulary()
+    align_transcript(log_probs[:50], words[0], vocabulary, FRAME_MS, 4000)  # load the kernels first
+    wildcard = WildcardSettings() if music == "wildcard" else None
+    whole_limit = 10**18 if method == "whole" else 0
+    with RssSampler() as rss:
+        started, cpu_started = time.perf_counter(), time.process_time()
+        result = align_transcript(
+            log_probs,
+            " ".join(words),
+            vocabulary,
+            FRAME_MS,
+            log_probs.shape[0] * FRAME_MS,
+            wildcard=wildcard,
+            whole_matrix_frame_tokens=whole_limit,
+        )
+        wall, cpu = time.perf_counter() - started, time.process_time() - cpu_started
+    got = np.array([(w.start_ms // FRAME_MS, w.end_ms // FRAME_MS) for w in result.words], np.int64)
+    errors = np.abs(got - np.array(spans, np.int64)).ravel()
+    return {
+        "frames": int(log_probs.shape[0]),
+        "words": len(words),
+        "wall_s": round(wall, 3),
+        "cpu_s": round(cpu, 3),
+        "rss_before_mb": round(rss._start, 1),
+        "peak_rss_mb": round(rss.peak_mb, 1),
+        "added_rss_mb": round(rss.added_mb, 1),
+        "median_boundary_error_ms": float(np.median(errors)) * FRAME_MS,
+        "max_boundary_error_ms": int(errors.max()) * FRAME_MS,
+        "untranscribed_ms": [list(s) for s in result.untranscribed],
+        "words_digest": hashlib.sha256(got.tobytes()).hexdigest()[:16],
+    }
+
+
+ENGLISH_WORDS = [
+    "the",
+    "speech",
+    "data",
+    "platform",
+    "aligns",
+    "every",
+    "word",
+    "of",
+    "a",
+    "long",
+    "recording",
+    "in",
+    "bounded",
+    "memory",
+]
+
+
+def build_shard(root: str, minutes: float, english: bool = False) -> dict:
+    """One utterance of ``minutes`` of 24 kHz FLAC (tone + noise, encoded in blocks) and its transcript
+    (the synthetic labels' words; ``english``: English words at the same rate, for a real model)."""
+    import pyarrow as pa
+    import soundfile as sf
+
+    from speechdata.audio.budget import MAX_LONG_FORM_SECONDS
+    from speechdata.audio.container import (
+        AUDIO_CONTAINER_SCHEMA,
+        CONTAINER_PARQUET_OPTIONS,
+        AudioContainerWriter,
+        EncodedUtterance,
+    )
+    from speechdata.io import layout
+    from speechdata.io.storage import DataRoot
+
+    data_root = DataRoot(root)
+    rate, n = 24_000, int(minutes * 60 * 24_000)
+    rng = np.random.default_rng(1)
+    buffer = io.BytesIO()
+    with sf.SoundFile(buffer, "w", rate, 1, format="FLAC", subtype="PCM_16") as sound:
+        for start in range(0, n, rate * 60):
+            k = np.arange(start, min(n, start + rate * 60))
+            block = 0.2 * np.sin(2 * np.pi * 220 * k / rate) + 0.02 * rng.standard_normal(k.size)
+            sound.write(block.astype(np.float32))
+    payload = buffer.getvalue()
+    with data_root.parquet_writer(
+        layout.normalized_audio(SHARD), AUDIO_CONTAINER_SCHEMA, **CONTAINER_PARQUET_OPTIONS
+    ) as parquet:
+        container = AudioContainerWriter(parquet, max_utterance_s=MAX_LONG_FORM_SECONDS)
+        container.add(EncodedUtterance("recording", rate, n, "flac16", payload))
+        container.flush()
+    _, words, _ = synthetic_recording(minutes, with_log_probs=False)
+    if english:
+        words = [ENGLISH_WORDS[i % len(ENGLISH_WORDS)] for i in range(len(words))]
+    data_root.write_parquet(
+        layout.utterance_index(SHARD),
+        pa.table({"utt_id": ["recording"], "text": [" ".join(words)], "language": ["en"]}),
+    )
+    return {"flac_mb": round(len(payload) / 2**20, 1), "words": len(words)}
+
+
+def _synthetic_forward(batch: list[np.ndarray]) -> list[np.ndarray]:
+    from speechdata.alignment.log_probs import MODEL_SAMPLE_RATE
+
+    out = []
+    for audio in batch:
+        frames = -(-audio.shape[0] // int(FRAME_S * MODEL_SAMPLE_RATE))
+        logits = np.random.default_rng(frames).standard_normal((frames, VOCAB + 1), dtype=np.float32)
+        out.append(logits - np.log(np.exp(logits).sum(axis=1, keepdims=True)))
+    return out
+
+
+def _measure_stage(root: str, model: str | None) -> dict:
+    from speechdata.alignment.forced import WildcardSettings
+    from speechdata.alignment.stage import CtcAligner, run_alignments
+    from speechdata.io import layout
+    from speechdata.io.storage import DataRoot
+
+    if model is None:
+        aligner = CtcAligner("synthetic-ctc", _synthetic_forward, _vocabulary(), FRAME_S)
+    else:
+        from speechdata.alignment.acoustic_models import load_ctc_model
+        from speechdata.alignment.log_probs import ctc_model_forward
+        from speechdata.alignment.transcript_units import vocabulary_of
+
+        acoustic = load_ctc_model(model, cache_dir=os.environ.get("SPEECHDATA_MODEL_CACHE", ".cache/models"))
+        aligner = CtcAligner(model, ctc_model_forward(acoustic), vocabulary_of(acoustic), acoustic.frame_s)
+    data_root = DataRoot(root)
+    with RssSampler() as rss:
+        started, cpu_started = time.perf_counter(), time.process_time()
+        summary = run_alignments(data_root, SHARD, lambda language: aligner, wildcard=WildcardSettings())
+        wall, cpu = time.perf_counter() - started, time.process_time() - cpu_started
+    [scores] = data_root.read_parquet(layout.alignment_scores(SHARD)).to_pylist() or [None]
+    return {
+        "aligned": scores is not None,
+        "rejects": [(r.reason, r.detail[:200]) for r in summary.rejects],
+        "n_frames": scores["n_frames"] if scores else None,
+        "wall_s": round(wall, 3),
+        "cpu_s": round(cpu, 3),
+        "rss_before_mb": round(rss._start, 1),
+        "peak_rss_mb": round(rss.peak_mb, 1),
+        "added_rss_mb": round(rss.added_mb, 1),
+    }
+
+
+def music_stretch(seconds: float, rate: int, seed: int = 0) -> np.ndarray:
+    """Synthetic 'music': chords that change every half second over soft noise bursts, at speech level."""
+    rng = np.random.default_rng(seed)
+    t = np.arange(int(seconds * rate)) / rate
+    out = np.zeros(t.size, np.float64)
+    for start in range(0, t.size, rate // 2):
+        part = slice(start, start + rate // 2)
+        for semitones in rng.integers(-12, 13, 3):
+            frequency = 220.0 * 2 ** (semitones / 12)
+            out[part] += 0.08 * np.sin(2 * np.pi * frequency * t[part]) + 0.03 * np.sin(4 * np.pi * frequency * t[part])
+        out[part] += 0.02 * rng.standard_normal(out[part].size) * rng.integers(0, 2)
+    return out.astype(np.float32)
+
+
+def accuracy(model: str, fixtures: Path, repeat: int) -> dict:
+    """Word boundary errors of a trained model on synthesized speech with known word times: each
+    utterance aligned alone (short) against all of them joined into one recording (long-form: 40 s
+    windows and the checkpointed Viterbi), and the recording with a 20 s music stretch in the middle
+    that the transcript does not cover, with and without the wildcard."""
+    import soundfile as sf
+
+    from speechdata.alignment.acoustic_models import load_ctc_model
+    from speechdata.alignment.forced import WildcardSettings, align_transcript
+    from speechdata.alignment.log_probs import MODEL_SAMPLE_RATE, LogProbSettings, compute_log_probs, ctc_model_forward
+    from speechdata.alignment.transcript_units import vocabulary_of
+
+    acoustic = load_ctc_model(model, cache_dir=os.environ.get("SPEECHDATA_MODEL_CACHE", ".cache/models"))
+    forward, vocabulary = ctc_model_forward(acoustic), vocabulary_of(acoustic)
+    settings = LogProbSettings(frame_s=acoustic.frame_s)
+    frame_ms = int(round(acoustic.frame_s * 1000))
+    entries = [e for e in json.loads((fixtures / "heldout.json").read_text()) if e["language"] == "en"]
+    audios = []
+    for entry in entries:
+        samples, rate = sf.read(fixtures / f"{entry['utt_id']}.flac", dtype="float32")
+        if rate != MODEL_SAMPLE_RATE:
+            raise ValueError(f"{entry['utt_id']}: {rate} Hz, expected {MODEL_SAMPLE_RATE}")
+        audios.append(samples)
+
+    def errors_ms(words, truth_s) -> list[float]:
+        return [
+            abs(got - round(want * 1000))
+            for word, (start, end) in zip(words, truth_s, strict=True)
+            for got, want in ((word.start_ms, start), (word.end_ms, end))
+        ]
+
+    def summary(errors: list[float]) -> dict:
+        return {"median_ms": float(np.median(errors)), "p95_ms": float(np.percentile(errors, 95)), "n": len(errors)}
+
+    short = []
+    for entry, audio in zip(entries, audios, strict=True):
+        [lp] = compute_log_probs(forward, [audio], settings)
+        result = align_transcript(
+            lp,
+            entry["text"],
+            vocabulary,
+            frame_ms,
+            len(audio) * 1000 // MODEL_SAMPLE_RATE,
+            emission_offsets_ms=acoustic.emission_offsets_ms,
+        )
+        short += errors_ms(result.words, entry["word_spans_s"])
+
+    def joined(music_after: int | None):
+        pieces, texts, truth, offset = [], [], [], 0.0
+        order = [i for _ in range(repeat) for i in range(len(entries))]
+        for k, i in enumerate(order):
+            pieces.append(audios[i])
+            texts.append(entries[i]["text"])
+            truth += [(a + offset, b + offset) for a, b in entries[i]["word_spans_s"]]
+            offset += len(audios[i]) / MODEL_SAMPLE_RATE
+            if k == music_after:
+                pieces.append(music_stretch(MUSIC_S, MODEL_SAMPLE_RATE))
+                offset += MUSIC_S
+        return np.concatenate(pieces), " ".join(texts), truth
+
+    figures = {"model": model, "utterances": len(entries), "short": summary(short)}
+    middle = repeat * len(entries) // 2
+    for name, music_after, wildcard in (
+        ("long", None, None),
+        ("long_wildcard", None, WildcardSettings()),
+        ("long_music_forced", middle, None),
+        ("long_music_wildcard", middle, WildcardSettings()),
+    ):
+        audio, text, truth = joined(music_after)
+        [lp] = compute_log_probs(forward, [audio], settings)
+        result = align_transcript(
+            lp,
+            text,
+            vocabulary,
+            frame_ms,
+            len(audio) * 1000 // MODEL_SAMPLE_RATE,
+            wildcard=wildcard,
+            whole_matrix_frame_tokens=0,
+            emission_offsets_ms=acoustic.emission_offsets_ms,
+        )
+        figures[name] = {
+            **summary(errors_ms(result.words, truth)),
+            "seconds": round(len(audio) / MODEL_SAMPLE_RATE, 1),
+            "untranscribed_ms": [list(s) for s in result.untranscribed],
+        }
+    figures["ratio_long_over_short_median"] = ratio(figures["long"]["median_ms"], figures["short"]["median_ms"])
+    figures["ratio_music_wildcard_over_long_median"] = ratio(
+        figures["long_music_wildcard"]["median_ms"], figures["long"]["median_ms"]
+    )
+    return figures
+
+
+def _child(arguments: list[str]) -> dict:
+    completed = subprocess.run(
+        [sys.executable, "-m", "benchmarks.accuracy.bench_long_form", "--measure", json.dumps(arguments)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    if completed.returncode != 0:
+        raise RuntimeError(f"{arguments}: {completed.stderr[-3000:]}")
+    return json.loads(completed.stdout.strip().splitlines()[-1])
+
+
+def _whole_matrix_bytes(minutes: float) -> int:
+    frames = int(round(minutes * 60 / FRAME_S))
+    tokens = int(round(minutes * 60 * WORDS_PER_S * 1.5))
+    return frames * (2 * tokens + 1)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--minutes", type=float, nargs="+", default=[1, 10, 30, 120])
+    parser.add_argument("--quick", action="store_true", help="0.5 minutes (music: 1 minute)")
+    parser.add_argument("--whole-limit-gb", type=float, default=2.5, help="run the whole-matrix baseline up to this")
+    parser.add_argument("--music-minutes", type=float, default=10.0, help="length of the 20 s music variant")
+    parser.add_argument("--model", help="a CTC model (transformers directory, or tiny) for the stage points")
+    parser.add_argument("--no-stage", action="store_true", help="the Viterbi points only")
+    parser.add_argument(
+        "--accuracy-model",
+        help="also measure word boundary accuracy with this trained CTC model (transformers directory, or small)",
+    )
+    parser.add_argument("--fixtures", type=Path, default=ROOT / "tests" / "fixtures" / "synthesized_speech")
+    parser.add_argument("--repeat", type=int, default=3, help="accuracy: times the held-out set is joined")
+    parser.add_argument("--measure", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.measure is not None:
+        kind, *rest = json.loads(args.measure)
+        with stdout_to_stderr():
+            figures = _measure_viterbi(*rest) if kind == "viterbi" else _measure_stage(*rest)
+        print(json.dumps(figures))
+        return
+    minutes = [0.5] if args.quick else args.minutes
+    music_minutes = 1.0 if args.quick else args.music_minutes
+    points = []
+    with stdout_to_stderr():
+        for m in minutes:
+            point: dict = {"minutes": m, "whole_matrix_backpointer_mb": round(_whole_matrix_bytes(m) / 2**20, 1)}
+            point["checkpointed"] = _child(["viterbi", m, "checkpointed", "none"])
+            if _whole_matrix_bytes(m) <= args.whole_limit_gb * 2**30:
+                whole = _child(["viterbi", m, "whole", "none"])
+                point["whole"] = whole
+                point["same_words"] = whole["words_digest"] == point["checkpointed"]["words_digest"]
+                point["ratio_peak_rss_over_whole"] = ratio(point["checkpointed"]["peak_rss_mb"], whole["peak_rss_mb"])
+                point["ratio_added_rss_over_whole"] = ratio(
+                    point["checkpointed"]["added_rss_mb"], whole["added_rss_mb"]
+                )
+                point["ratio_wall_over_whole"] = ratio(point["checkpointed"]["wall_s"], whole["wall_s"])
+                point["ratio_cpu_over_whole"] = ratio(point["checkpointed"]["cpu_s"], whole["cpu_s"])
+            else:
+                point["whole"] = f"not run: {_whole_matrix_bytes(m) / 2**30:.1f} GB of back-pointers"
+            if not args.no_stage:
+                workdir = tempfile.mkdtemp(prefix="bench_long_form_")
+                try:
+                    point["stage"] = {
+                        **build_shard(workdir, m, english=args.model is not None),
+                        **_child(["stage", workdir, args.model]),
+                    }
+                finally:
+                    shutil.rmtree(workdir, ignore_errors=True)
+            progress(
+                f"{m} min: checkpointed {point['checkpointed']['peak_rss_mb']} MB "
+                f"{point['checkpointed']['wall_s']} s; whole {point.get('whole')!s:.80}; "
+                f"stage {point.get('stage', {}).get('peak_rss_mb')} MB {point.get('stage', {}).get('wall_s')} s"
+            )
+            points.append(point)
+        music = {
+            variant: _child(["viterbi", music_minutes, "checkpointed", variant]) for variant in ("forced", "wildcard")
+        }
+        clean = _child(["viterbi", music_minutes, "checkpointed", "none"])
+        accuracy_figures = None
+        if args.accuracy_model:
+            accuracy_figures = accuracy(args.accuracy_model, args.fixtures, args.repeat)
+    emit(
+        "long_form",
+        {
+            "minutes": minutes,
+            "words_per_s": round(WORDS_PER_S, 3),
+            "frame_s": FRAME_S,
+            "classes": VOCAB + 1,
+            "viterbi_points": "synthetic log-probs with a known path",
+            "stage_model": args.model or "synthetic forward (N(0,1) logits)",
+        },
+        {
+            "points": points,
+            "music_20s": {
+                "minutes": music_minutes,
+                "clean_median_boundary_error_ms": clean["median_boundary_error_ms"],
+                "forced_median_boundary_error_ms": music["forced"]["median_boundary_error_ms"],
+                "forced_max_boundary_error_ms": music["forced"]["max_boundary_error_ms"],
+                "wildcard_median_boundary_error_ms": music["wildcard"]["median_boundary_error_ms"],
+                "wildcard_max_boundary_error_ms": music["wildcard"]["max_boundary_error_ms"],
+                "wildcard_untranscribed_ms": music["wildcard"]["untranscribed_ms"],
+            },
+            "accuracy": accuracy_figures or "not run: pass --accuracy-model PATH (a trained CTC model)",
+        },
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,441 @@
+"""What one new shard costs each corpus-wide stage, against the size of the corpus already built.
+
+Why: per-shard stages are independent, but a corpus-wide stage (near duplicates, the ASR manifest,
+the per-country HF builds, the language index, the catalog) runs again whenever a shard lands. If
+its work grows with the corpus, building a corpus of N shards costs N^2. This measures, for corpora
+of ``--hours`` N (default 10, 100, 1 000 and 10 000 hours), the wall time, CPU time and peak RSS of
+adding ONE shard of about 1 000 utterances to each stage, through the stage's own asset
+(``dg.materialize`` in a fresh interpreter, the tiny model profile).
+
+The corpus: one template shard of ``--utterances`` utterances is landed and built through every
+per-shard asset once (cached under ``--workdir``; its near-duplicate file is written empty so that
+its utterances reach every product, as distinct speech would). Shard k of the corpus is the template
+with every string value and path naming the template's shard id renamed: the small tables
+(utterances, ledgers, quality, VAD segments, manifests, FLAC index) are rewritten, the payloads that
+no corpus-wide stage should read (normalized audio, features, alignments, bridge tars, FLAC files)
+are hard links to the template's, so a 10 000-hour corpus costs a few GB of disk. The measured new
+shard is a full copy, payloads included, with its own ids.
+
+For each N, in order: the corpus is extended to N hours, every stage catches up once (reported as
+``catch_up_s``: the first import of that many shards), then one new shard is added and every stage
+runs once for it (``wall_s`` is the step's own time from Dagster's event; ``cpu_s`` and
+``peak_rss_mb`` are the child process's). ``growth`` per stage = wall at the largest N / wall at
+100 h (1 = flat per new shard; the corpus-scale target is <= 1.5).
+
+Near duplicates are measured separately from synthetic index entries (``near_duplicates``: ``--nd-hours``,
+up to 100 000 h), since clones of one template are all exact copies of each other, plus the wait of
+the last of 16 shards that reach near duplicates at once against one alone.
+
+``--quick``: a template of 20 utterances and one long recording (0.05 h), corpora of one and two
+template shards plus the measured new one, for the smoke test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import resource
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from benchmarks.report import RssSampler, emit, progress, ratio, stdout_to_stderr
+
+TEMPLATE_SHARD = "tplshard-000000"
+PAYLOAD_NAMES = (
+    "audio_24k.parquet",
+    "qwen_hidden_states.parquet",
+    "wavlm_features.parquet",
+    "frame_grids.parquet",
+    "alignments.parquet",
+)
+"""Per-shard files hard-linked into corpus shards (their ids stay the template's): no corpus-wide
+stage should read an old shard's payload."""
+
+PAYLOAD_FOLDERS = ("bridge/", "asr/flac/", f"landing/{TEMPLATE_SHARD}/audio", f"shards/{TEMPLATE_SHARD}/ctm/")
+PAYLOAD_MIN_BYTES = 4 << 20
+"""Any larger per-shard file is a payload too (the VAD stage's audio tar, for one)."""
+
+STAGES = {
+    "asr_manifest": {"assets": ["asr_manifest"], "partition": None},
+    "asr_manifest_parts_only": {
+        "assets": ["asr_manifest"],
+        "partition": None,
+        "run_config": {"ops": {"asr_manifest": {"config": {"combined_files": False}}}},
+    },
+    "hf_country": {"assets": ["hf_split_assignments", "hf_dataset"], "partition": "country"},
+    "language_shard_index": {"assets": ["language_shard_index"], "partition": "language"},
+    "manifest_catalog": {"assets": ["manifest_catalog"], "partition": None},
+}
+"""Each corpus-wide stage: the assets materialized together, and which partition kind they run for
+(the new shard's country or language). ``asr_manifest_parts_only``: the manifest published as its
+per-shard parts alone (``combined_files: false``), the mode that scales past about 1 000 hours."""
+
+
+def shard_name(k: int) -> str:
+    return f"shard-{k:06d}"
+
+
+# --- the template shard
+
+
+def build_template(workdir: Path, utterances: int, long_recordings: int = 4) -> Path:
+    """Land and build the template shard (once per ``utterances`` and ``long_recordings``); returns its data root."""
+    root = workdir / f"template-{utterances}-{long_recordings}"
+    stamp = root / ".built"
+    if stamp.exists():
+        return root
+    shutil.rmtree(root, ignore_errors=True)
+    progress(f"building the template shard ({utterances} utterances) through every shard asset")
+    _run_child(
+        ["--build-template", str(root), "--utterances", str(utterances), "--long-recordings", str(long_recordings)]
+    )
+    stamp.write_text("ok")
+    return root
+
+
+def _build_template_child(root: str, utterances: int, long_recordings: int) -> None:
+    import dagster as dg
+
+    from assets import SHARD_ASSETS
+    from assets.partitions import shard_partitions
+    from speechdata.io import layout
+    from speechdata.io.storage import DataRoot
+    from speechdata.quality.near_duplicates import NEAR_DUPLICATES_SCHEMA
+    from speechdata.testing.shards import build_sample_shard
+
+    data_root = DataRoot(root)
+    build_sample_shard(data_root, TEMPLATE_SHARD, utterances, long_recordings=long_recordings, formats=("flac", "wav"))
+    # The fixture clips repeat, so the real near-duplicate stage would reject most utterances; the
+    # template stands for distinct speech, so its near-duplicate file is empty and the stage skipped.
+    data_root.write_parquet(layout.near_duplicates(TEMPLATE_SHARD), NEAR_DUPLICATES_SCHEMA.empty_table())
+    selection = [asset for asset in SHARD_ASSETS if asset.key.path[-1] != "near_duplicates"]
+    resources = _resources(root)
+    resources["quality_models"] = _template_quality_models(resources["quality_models"])
+    with dg.instance_for_test() as instance:
+        instance.add_dynamic_partitions(shard_partitions.name, [TEMPLATE_SHARD])
+        result = dg.materialize(selection, partition_key=TEMPLATE_SHARD, instance=instance, resources=resources)
+    if not result.success:
+        raise SystemExit("the template shard did not build")
+
+
+class _FixedMos:
+    """The template's MOS. The tiny profile's SQUIM model takes about an hour for two hours of audio on
+    two cores, and the corpus-wide stages read the score column, not the model behind it."""
+
+    def mos(self, audios_16k) -> list[float]:
+        return [3.5 for _ in audios_16k]
+
+
+def _template_quality_models(bound):
+    from resources.quality import QualityModelsResource
+
+    class TemplateQualityModels(QualityModelsResource):
+        def speech_quality(self, device):
+            return _FixedMos()
+
+    return TemplateQualityModels(**bound.model_dump())
+
+
+def _resources(root: str) -> dict:
+    from dagster_project.definitions import build_resources
+
+    resources = build_resources(root, profile="tiny")
+    cache = os.environ.get("SPEECHDATA_BENCH_MODEL_CACHE", str(Path(root).parent / "models"))
+    for key, resource_ in resources.items():
+        if "model_cache_dir" in getattr(type(resource_), "model_fields", {}):
+            resources[key] = resource_.model_copy(update={"model_cache_dir": cache})
+    resources["torch_device"] = resources["torch_device"].model_copy(update={"device": "cpu"})
+    return resources
+
+
+def template_files(template: Path) -> list[str]:
+    """The template's per-shard files (relative paths naming the template shard)."""
+    return sorted(
+        str(path.relative_to(template))
+        for path in template.rglob("*")
+        if path.is_file() and TEMPLATE_SHARD in str(path.relative_to(template))
+    )
+
+
+def template_hours(template: Path) -> float:
+    table = pq.read_table(template / "shards" / TEMPLATE_SHARD / "utterances.parquet", columns=["duration_s"])
+    return float(pc.sum(table["duration_s"]).as_py() or 0.0) / 3600
+
+
+# --- cloning
+
+
+def _renamed(array: pa.Array, shard_id: str) -> pa.Array:
+    """``array`` with the template's shard id renamed in every string it holds, lists and structs included."""
+    kind = array.type
+    if pa.types.is_string(kind) or pa.types.is_large_string(kind):
+        return pc.replace_substring(array, TEMPLATE_SHARD, shard_id)
+    if pa.types.is_list(kind) or pa.types.is_large_list(kind):
+        values = _renamed(array.values, shard_id)
+        return type(array).from_arrays(array.offsets, values, mask=array.is_null() if array.null_count else None)
+    if pa.types.is_struct(kind):
+        children = [_renamed(array.field(i), shard_id) for i in range(kind.num_fields)]
+        return pa.StructArray.from_arrays(
+            children, fields=list(kind), mask=array.is_null() if array.null_count else None
+        )
+    return array
+
+
+def _renamed_table(table: pa.Table, shard_id: str) -> pa.Table:
+    columns = [
+        pa.chunked_array([_renamed(chunk, shard_id) for chunk in column.chunks], type=column.type)
+        for column in table.columns
+    ]
+    return pa.Table.from_arrays(columns, schema=table.schema)
+
+
+def clone_shard(template: Path, files: list[str], root: Path, shard_id: str, *, full: bool) -> None:
+    """Shard ``shard_id`` under ``root``: the template's files renamed (``full``: payloads rewritten
+    too; else hard-linked)."""
+    from speechdata.io.parquet_integrity import WRITE_OPTIONS
+
+    for relative in files:
+        source = template / relative
+        target = root / relative.replace(TEMPLATE_SHARD, shard_id)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        payload = (
+            os.path.basename(relative) in PAYLOAD_NAMES
+            or relative.startswith(PAYLOAD_FOLDERS)
+            or source.stat().st_size > PAYLOAD_MIN_BYTES
+        )
+        if payload and not full:
+            os.link(source, target)
+        elif relative.endswith(".parquet"):
+            table = pq.read_table(source)
+            pq.write_table(_renamed_table(table, shard_id), target, **WRITE_OPTIONS)
+        elif relative.endswith((".json", ".jsonl", ".txt", ".ctm")) or os.path.basename(relative) == "_SUCCESS":
+            target.write_text(source.read_text().replace(TEMPLATE_SHARD, shard_id))
+        else:
+            shutil.copyfile(source, target)
+
+
+# --- running a stage in a fresh interpreter
+
+
+def _run_child(arguments: list[str]) -> dict:
+    command = [sys.executable, "-m", "benchmarks.corpus.bench_corpus_scale", *arguments]
+    completed = subprocess.run(
+        command, capture_output=True, text=True, env={**os.environ, "SPEECHDATA_PROFILE": "tiny"}
+    )
+    if completed.returncode != 0:
+        sys.stderr.write(completed.stderr[-6000:])
+        raise SystemExit(f"{' '.join(arguments[:2])} failed (exit {completed.returncode})")
+    lines = [line for line in completed.stdout.splitlines() if line.startswith("{")]
+    return json.loads(lines[-1]) if lines else {}
+
+
+def run_stages(root: Path, partitions: dict[str, list[str]], keys: dict[str, str], *, one_process: bool) -> dict:
+    """One run of every stage (for the new shard's country or language), each in a fresh interpreter
+    (``one_process``: all in one, imports paid once): step wall, CPU, peak and added RSS."""
+    groups = [list(STAGES)] if one_process else [[stage] for stage in STAGES]
+    figures = {}
+    for stages in groups:
+        figures.update(
+            _run_child(
+                ["--run-stages", ",".join(stages), "--root", str(root), "--partitions", json.dumps(partitions)]
+                + ["--keys", json.dumps(keys)]
+            )
+        )
+    return figures
+
+
+def _run_stages_child(stages: list[str], root: str, partitions: dict[str, list[str]], keys: dict[str, str]) -> dict:
+    return {stage: _run_stage(stage, root, partitions, _key(STAGES[stage], keys)) for stage in stages}
+
+
+def _run_stage(stage: str, root: str, partitions: dict[str, list[str]], key: str | None) -> dict:
+    import dagster as dg
+
+    from assets import ALL_ASSETS
+
+    wanted = set(STAGES[stage]["assets"])
+    assets = [asset for asset in ALL_ASSETS if {key.path[-1] for key in asset.keys} & wanted]
+    started_cpu = resource.getrusage(resource.RUSAGE_SELF)
+    started = time.perf_counter()
+    with RssSampler() as rss, dg.instance_for_test() as instance:
+        for kind, keys in partitions.items():
+            instance.add_dynamic_partitions(kind, keys)
+        result = dg.materialize(
+            assets,
+            partition_key=key or None,
+            instance=instance,
+            resources=_resources(root),
+            run_config=STAGES[stage].get("run_config"),
+        )
+        steps = [event for event in result.all_events if event.event_type_value == "STEP_SUCCESS"]
+        step_seconds = sum(event.event_specific_data.duration_ms for event in steps) / 1000
+    wall = time.perf_counter() - started
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    cpu = usage.ru_utime + usage.ru_stime - started_cpu.ru_utime - started_cpu.ru_stime
+    if not result.success:
+        raise SystemExit(f"{stage} failed")
+    return {
+        "wall_s": round(step_seconds, 3),
+        "run_wall_s": round(wall, 3),
+        "cpu_s": round(cpu, 3),
+        "peak_rss_mb": round(rss.peak_mb, 1),
+        "added_rss_mb": round(rss.added_mb, 1),
+    }
+
+
+# --- the corpus, grown N by N
+
+
+def new_shard_partitions(template: Path) -> dict[str, str]:
+    """The country and language the measured shard feeds (the template's most frequent ones)."""
+    table = pq.read_table(template / "shards" / TEMPLATE_SHARD / "utterances.parquet", columns=["language", "country"])
+    keys = {}
+    for column in ("language", "country"):
+        counts = pc.value_counts(pc.drop_null(table[column])).to_pylist()
+        keys[column] = max(counts, key=lambda row: row["counts"])["values"]
+    return keys
+
+
+def measure(args: argparse.Namespace) -> dict:
+    workdir = Path(args.workdir)
+    template = build_template(workdir, args.utterances, args.long_recordings)
+    files = template_files(template)
+    hours_per_shard = template_hours(template)
+    keys = new_shard_partitions(template)
+    root = workdir / f"corpus-{args.utterances}"
+    shutil.rmtree(root, ignore_errors=True)
+    root.mkdir(parents=True)
+    shards: list[str] = []
+    per_hours = {}
+    for hours in args.hours:
+        wanted = max(1, math.ceil(hours / hours_per_shard))
+        progress(f"corpus of {hours} h: {wanted} shards of {hours_per_shard:.2f} h")
+        started = time.perf_counter()
+        while len(shards) < wanted:
+            shard_id = shard_name(len(shards))
+            clone_shard(template, files, root, shard_id, full=False)
+            shards.append(shard_id)
+        cloned_s = time.perf_counter() - started
+        partitions = {"shard": shards, "country": [keys["country"]], "language": [keys["language"]]}
+        ran = run_stages(root, partitions, keys, one_process=args.quick)
+        catch_up = {stage: figures["wall_s"] for stage, figures in ran.items()}
+        new = shard_name(len(shards))
+        clone_shard(template, files, root, new, full=True)
+        shards.append(new)
+        partitions["shard"] = shards
+        figures = run_stages(root, partitions, keys, one_process=args.quick)
+        progress(f"  new shard at {hours} h: {figures}")
+        per_hours[str(hours)] = {
+            "shards": len(shards),
+            "hours": round(len(shards) * hours_per_shard, 2),
+            "clone_s": round(cloned_s, 2),
+            "catch_up_s": catch_up,
+            "new_shard": figures,
+        }
+    return {"per_hours": per_hours, "hours_per_shard": round(hours_per_shard, 3)}
+
+
+NEAR_DUPLICATE_SECONDS_PER_UTTERANCE = 4.8
+"""The synthetic index's mean utterance (benchmarks/corpus/bench_near_duplicates_index.py)."""
+
+
+def measure_near_duplicates(hours: list, utterances: int) -> dict:
+    """Near duplicates per new shard against a synthetic index of each size, the postings index
+    beside the whole-index scan it replaced (in the same run, on the same index)."""
+    import tempfile
+
+    from benchmarks.corpus.bench_near_duplicates_index import _build, in_fresh_process
+    from benchmarks.corpus.bench_near_duplicates_index import measure as measure_index
+
+    per_hours = {}
+    with tempfile.TemporaryDirectory(prefix="bench-corpus-scale-near-dup-") as folder:
+        for size in hours:
+            shards = max(2, math.ceil(size * 3600 / (utterances * NEAR_DUPLICATE_SECONDS_PER_UTTERANCE)))
+            url = f"{folder}/h{size}"
+            built = in_fresh_process(_build, url, shards, utterances)
+            figures = {"shards": shards, **built}
+            # The baseline first: the postings path commits the new shard to the index.
+            paths = (["baseline_whole_index"] if size <= 1000 else []) + ["postings_index"]
+            for path in paths:
+                figures.update(in_fresh_process(measure_index, url, utterances, path))
+            progress(f"near duplicates at {size} h ({shards} shards): {figures}")
+            per_hours[str(size)] = figures
+    return per_hours
+
+
+def _key(spec: dict, keys: dict[str, str]) -> str | None:
+    return keys[spec["partition"]] if spec["partition"] else None
+
+
+def growth(per_hours: dict, stage: str, base: str = "100") -> float | None:
+    sizes = list(per_hours)
+    base = base if base in per_hours else sizes[0]
+    return ratio(per_hours[sizes[-1]]["new_shard"][stage]["wall_s"], per_hours[base]["new_shard"][stage]["wall_s"])
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--hours", default="10,100,1000,10000")
+    parser.add_argument("--utterances", type=int, default=1000)
+    parser.add_argument("--long-recordings", type=int, default=4, help="the template's recordings of three clips")
+    parser.add_argument("--nd-hours", default="10,100,1000", help="near-duplicate index sizes (hours)")
+    parser.add_argument("--nd-utterances", type=int, default=1000)
+    parser.add_argument("--skip-stages", action="store_true", help="near duplicates only")
+    parser.add_argument("--workdir", default=os.path.join(os.environ.get("TMPDIR", "/tmp"), "speechdata-corpus-scale"))
+    parser.add_argument("--build-template", help=argparse.SUPPRESS)
+    parser.add_argument("--run-stages", help=argparse.SUPPRESS)
+    parser.add_argument("--root", help=argparse.SUPPRESS)
+    parser.add_argument("--partitions", help=argparse.SUPPRESS)
+    parser.add_argument("--keys", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.build_template:
+        with stdout_to_stderr():
+            _build_template_child(args.build_template, args.utterances, args.long_recordings)
+        return
+    if args.run_stages:
+        with stdout_to_stderr():
+            figures = _run_stages_child(
+                args.run_stages.split(","), args.root, json.loads(args.partitions), json.loads(args.keys)
+            )
+        print(json.dumps(figures), flush=True)
+        return
+    if args.quick:
+        # The template build (every shard asset, tiny models) is most of the smoke run: half of the
+        # former 40 utterances and four long recordings, with the corpus sizes halved to keep one and two shards.
+        args.utterances, args.long_recordings, args.hours = 20, 1, "0.02,0.08"
+        args.nd_hours, args.nd_utterances = "0.05,0.2", 40
+    args.hours = _sizes(args.hours)
+    args.nd_hours = _sizes(args.nd_hours)
+    with stdout_to_stderr():
+        figures = {} if args.skip_stages else measure(args)
+        near = measure_near_duplicates(args.nd_hours, args.nd_utterances)
+    per_hours = figures.get("per_hours", {})
+    nd_sizes = list(near)
+    growths = {stage: growth(per_hours, stage) for stage in STAGES} if per_hours else {}
+    growths["near_duplicates"] = ratio(
+        near[nd_sizes[-1]]["postings_index"]["wall_s"],
+        near["100" if "100" in near else nd_sizes[0]]["postings_index"]["wall_s"],
+    )
+    emit(
+        "corpus_scale",
+        {"hours": args.hours, "utterances_per_shard": args.utterances, "nd_hours": args.nd_hours},
+        {**figures, "near_duplicates": near, "growth": growths},
+    )
+
+
+def _sizes(text: str) -> list:
+    return [float(h) if "." in h else int(h) for h in text.split(",")]
+
+
+if __name__ == "__main__":
+    main()

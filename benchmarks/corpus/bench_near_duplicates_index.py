@@ -1,0 +1,236 @@
+"""Near duplicates per new shard against a corpus index of N shards: wall, CPU and peak RSS, against
+the whole-index scan it replaced, at two N.
+
+Why: every landed shard is checked against everything indexed before it. The earlier design read
+every entries file of the index, parsed every utterance and built a lookup over every key for each
+new shard, so a shard cost grew with the corpus (issue figures: 118 s and 12.7 GB at 1 000 h). The
+index keyed by postings (speechdata.quality.near_dup_index) looks up only the new shard's keys and
+fetches only the candidates they name. The baseline, in the same run on the same index: read and
+parse every entries file of the index, build the in-memory candidate source over all of it and
+decide the shard (:class:`~speechdata.quality.near_dup_matching.MemorySource`: what the earlier
+design did per shard). The new path: reserve a position, read the postings of the shard's keys and
+the entries they name, decide, commit (entries file, level-0 segment, order row) and compact.
+
+The index is synthetic (signals, not audio: fingerprinting costs the same in both designs and is
+per utterance): N shards of ``--utterances`` utterances of 3.2-6.4 s (random sub-fingerprints, 85 %
+of frames active, 8-word transcripts' MinHash, a speaker embedding, a loudness envelope and spectral
+shape with their 24 envelope keys); the new shard holds as many utterances, a tenth of them copies
+of earlier utterances (5 % of frames with one bit flipped, the same transcript and speaker, the
+envelope with noise). Each
+measurement runs in a fresh process; peak RSS is that process's high-water mark, ``added`` the part
+above what the process held after its imports.
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing
+import resource
+import secrets
+import tempfile
+import time
+
+import numpy as np
+
+from benchmarks.report import emit, progress, ratio, resident_mb, stdout_to_stderr
+
+FRAMES = (200, 400)
+
+
+def _unit(vector: np.ndarray) -> np.ndarray:
+    return (vector / np.linalg.norm(vector)).astype(np.float16).astype(np.float32)
+
+
+def synthetic_shift(rng: np.random.Generator, like=None):
+    """A loudness envelope, spectral shape and speech span (random; a copy's: the original's envelope
+    with noise, its shape and span)."""
+    from speechdata.quality.fingerprint_envelope import ENVELOPE_POINTS, SHAPE_SEGMENTS, ShiftSignature
+
+    if like is not None:
+        return ShiftSignature(
+            _unit(like.envelope + rng.normal(0, 0.03, ENVELOPE_POINTS)), like.spectral_shape, like.span_s
+        )
+    return ShiftSignature(
+        _unit(rng.standard_normal(ENVELOPE_POINTS)),
+        rng.integers(-60, 60, (SHAPE_SEGMENTS, 52)).astype(np.int8),
+        float(rng.uniform(2.5, 6.0)),
+    )
+
+
+def synthetic_signals(shard_id: str, count: int, rng: np.random.Generator, copies_of=None):
+    from speechdata.quality.fingerprint_audio import AudioFingerprint
+    from speechdata.quality.near_dup_matching import UtteranceSignals
+
+    made = []
+    for number in range(count):
+        utt_id = f"{shard_id}-{number:05d}"
+        if copies_of and number % 10 == 0:
+            original = copies_of[int(rng.integers(len(copies_of)))]
+            values = original.fingerprint.sub_fingerprints.copy()
+            flipped = rng.random(len(values)) < 0.05
+            values[flipped] ^= np.uint32(1) << rng.integers(0, 32, flipped.sum()).astype(np.uint32)
+            made.append(
+                UtteranceSignals(
+                    shard_id,
+                    utt_id,
+                    None,
+                    AudioFingerprint(values, original.fingerprint.active.copy()),
+                    original.transcript_signature,
+                    original.transcript_words,
+                    original.speaker_embedding,
+                    synthetic_shift(rng, original.shift) if original.shift is not None else None,
+                )
+            )
+            continue
+        frames = int(rng.integers(*FRAMES))
+        made.append(
+            UtteranceSignals(
+                shard_id,
+                utt_id,
+                secrets.token_hex(32),
+                AudioFingerprint(rng.integers(0, 2**32, frames, dtype=np.uint32), rng.random(frames) < 0.85),
+                rng.integers(0, 2**63, 128, dtype=np.uint64),
+                8,
+                _unit(rng.standard_normal(256)),
+                synthetic_shift(rng),
+            )
+        )
+    return made
+
+
+def build_index(url: str, shards: int, utterances: int) -> None:
+    from speechdata.io.storage import DataRoot
+    from speechdata.quality.near_dup_index import write_index
+    from speechdata.quality.near_dup_matching import Decision
+
+    rng = np.random.default_rng(shards)
+    corpus = []
+    for number in range(shards):
+        shard_id = f"s{number:05d}"
+        signals = synthetic_signals(shard_id, utterances, rng)
+        corpus.append((shard_id, signals, [Decision(s.utt_id, shard_id, s.utt_id, None, 1.0) for s in signals]))
+    write_index(DataRoot(url), corpus)
+
+
+def _new_shard(url: str, utterances: int):
+    from speechdata.io.storage import DataRoot
+    from speechdata.quality.near_dup_index import read_order, read_shard_entries
+
+    root = DataRoot(url)
+    order = read_order(root)
+    rng = np.random.default_rng(7)
+    earlier = [signals for signals, _ in read_shard_entries(root, order[int(rng.integers(len(order)))])]
+    return root, synthetic_signals("new", utterances, rng, copies_of=earlier)
+
+
+def measure(url: str, utterances: int, path: str, results) -> None:
+    from speechdata.quality.near_dup_index import (
+        IndexReader,
+        commit_shard_entries,
+        compact_index,
+        read_order,
+        read_shard_entries,
+        reserve_position,
+        wait_for_earlier,
+    )
+    from speechdata.quality.near_dup_matching import MemorySource, NearDuplicateThresholds, decide_shard
+
+    root, signals = _new_shard(url, utterances)
+    thresholds = NearDuplicateThresholds()
+    _warm_up(url)
+    after_imports = resident_mb()
+    wall, cpu = time.perf_counter(), time.process_time()
+    if path == "baseline_whole_index":
+        indexed = [entry for shard in read_order(root) for entry in read_shard_entries(root, shard)]
+        source = MemorySource(indexed)
+        decisions = decide_shard(source.next_position, signals, source, thresholds)
+        touched = len(indexed)
+    else:
+        with reserve_position(root, "new") as reservation:
+            reader = IndexReader(root, reservation.position, wait_for_earlier(root, reservation))
+            decisions = decide_shard(reservation.position, signals, reader, thresholds)
+            commit_shard_entries(root, reservation, signals, decisions)
+        compact_index(root)
+        touched = reader.rows_read
+    results[path] = {
+        "wall_s": round(time.perf_counter() - wall, 3),
+        "cpu_s": round(time.process_time() - cpu, 3),
+        "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+        "added_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024 - after_imports, 1),
+        "copies_found": sum(1 for d in decisions if d.kind),
+        "indexed_utterances_read": touched,
+    }
+
+
+def _warm_up(url: str) -> None:
+    """Load what either path imports on first use (the lock, the parquet writer, which imports
+    pandas) outside the timing: a step pays it once per process, not per shard."""
+    from speechdata.io.storage import DataRoot
+    from speechdata.quality.near_dup_index import read_order, reserve_position
+
+    scratch = DataRoot(f"{url}-warm-up")
+    with reserve_position(scratch, "warm-up"):
+        read_order(DataRoot(url))
+    scratch.fs.rm(scratch.root, recursive=True)
+
+
+def in_fresh_process(target, *args):
+    context = multiprocessing.get_context("spawn")
+    with context.Manager() as manager:
+        results = manager.dict()
+        worker = context.Process(target=target, args=(*args, results))
+        worker.start()
+        worker.join()
+        if worker.exitcode != 0:
+            raise RuntimeError(f"{target.__name__}{args} exited {worker.exitcode}")
+        return dict(results)
+
+
+def _build(url, shards, utterances, results):
+    started = time.perf_counter()
+    build_index(url, shards, utterances)
+    results["build_s"] = round(time.perf_counter() - started, 1)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="indexes of 2 and 8 shards of 40 utterances")
+    parser.add_argument("--shards", type=int, nargs=2, default=(10, 200), help="the two index sizes")
+    parser.add_argument("--utterances", type=int, default=300, help="per shard, and in the new shard")
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.shards, args.utterances = (2, 8), 40
+    per_size = {}
+    with stdout_to_stderr(), tempfile.TemporaryDirectory(prefix="bench-near-dup-index-") as folder:
+        for shards in args.shards:
+            url = f"{folder}/n{shards}"
+            built = in_fresh_process(_build, url, shards, args.utterances)
+            progress(f"{shards} shards indexed in {built['build_s']} s")
+            figures = {"indexed_hours": round(shards * args.utterances * 4.8 / 3600, 1), **built}
+            for path in ("baseline_whole_index", "postings_index"):
+                figures.update(in_fresh_process(measure, url, args.utterances, path))
+                progress(f"{shards} shards, {path}: {figures[path]}")
+            per_size[shards] = figures
+    small, large = args.shards
+    growth = {
+        path: {
+            "wall": ratio(per_size[large][path]["wall_s"], per_size[small][path]["wall_s"]),
+            "added_rss": ratio(per_size[large][path]["added_rss_mb"], max(per_size[small][path]["added_rss_mb"], 1.0)),
+        }
+        for path in ("baseline_whole_index", "postings_index")
+    }
+    emit(
+        "near_duplicates_index",
+        {"quick": args.quick, "shards": list(args.shards), "utterances": args.utterances},
+        {
+            "per_size": per_size,
+            "growth": growth,
+            "new_over_baseline_wall_at_largest": ratio(
+                per_size[large]["postings_index"]["wall_s"], per_size[large]["baseline_whole_index"]["wall_s"]
+            ),
+        },
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""What the storage guarantees cost: Parquet page checksums, root confinement, the shard write fence."""
