@@ -425,6 +425,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--nd-hours", default="10,100,1000", help="near-duplicate index sizes (hours)")
     parser.add_argument("--nd-utterances", type=int, default=1000)
     parser.add_argument("--skip-stages", action="store_true", help="near duplicates only")
+    parser.add_argument("--skip-near-duplicates", action="store_true", help="the other corpus-wide stages only")
     parser.add_argument("--workdir", default=os.path.join(os.environ.get("TMPDIR", "/tmp"), "speechdata-corpus-scale"))
     parser.add_argument("--build-template", help=argparse.SUPPRESS)
     parser.add_argument("--run-stages", help=argparse.SUPPRESS)
@@ -452,14 +453,15 @@ def main(argv: list[str] | None = None) -> None:
     args.nd_hours = _sizes(args.nd_hours)
     with stdout_to_stderr():
         figures = {} if args.skip_stages else measure(args)
-        near = measure_near_duplicates(args.nd_hours, args.nd_utterances)
+        near = {} if args.skip_near_duplicates else measure_near_duplicates(args.nd_hours, args.nd_utterances)
     per_hours = figures.get("per_hours", {})
     nd_sizes = list(near)
     growths = {stage: growth(per_hours, stage) for stage in STAGES} if per_hours else {}
-    growths["near_duplicates"] = ratio(
-        near[nd_sizes[-1]]["postings_index"]["wall_s"],
-        near["100" if "100" in near else nd_sizes[0]]["postings_index"]["wall_s"],
-    )
+    if near:
+        growths["near_duplicates"] = ratio(
+            near[nd_sizes[-1]]["postings_index"]["wall_s"],
+            near["100" if "100" in near else nd_sizes[0]]["postings_index"]["wall_s"],
+        )
     emit(
         "corpus_scale",
         {"hours": args.hours, "utterances_per_shard": args.utterances, "nd_hours": args.nd_hours},
