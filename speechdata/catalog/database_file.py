@@ -67,18 +67,17 @@ from speechdata.catalog.database_checks import (
     CatalogFileRefused as CatalogFileRefused,  # re-exported: raised by the refresh and readers alike
 )
 from speechdata.catalog.incremental import HOURS_PER_LANGUAGE_FROM_STATE
+from speechdata.catalog.listing_state import CHECKED_SHARDS_PER_REFRESH, FULL_LISTING_EVERY, listing_scope
 from speechdata.catalog.quality_state import HOURS_LOST, HOURS_LOST_FROM_STATE, SIGNAL_HISTOGRAMS_FROM_STATE
 from speechdata.catalog.readonly import lock_down
 from speechdata.catalog.root_paths import set_root_variable
 from speechdata.catalog.state_store import LEGACY_STATE_FILE, STATE_FOLDER, ObjectStoreState
 from speechdata.catalog.views import (
     CATALOG_STATE_TABLES,
-    FULL_LISTING_EVERY,
     CatalogInputs,
     CatalogSummary,
     create_views,
     list_catalog_inputs,
-    listing_scope,
     sync_catalog_inputs,
     write_catalog_info,
 )
@@ -140,7 +139,8 @@ def refresh_catalog_file(
     full: bool = False,
     queries: Mapping[str, str] | None = None,
     shards: Collection[str] | None = None,
-    full_listing_every: int = FULL_LISTING_EVERY,
+    full_listing_every: int | None = FULL_LISTING_EVERY,
+    checked_per_refresh: int = CHECKED_SHARDS_PER_REFRESH,
 ) -> RefreshedCatalog:
     """Refresh the catalog at ``database_path`` (a local file) over ``root``: the state beside it in
     place, in one transaction, and the views into a new file swapped in atomically. ``queries``
@@ -150,8 +150,9 @@ def refresh_catalog_file(
     as what changed: a delta of the shards listed, or a snapshot (:mod:`~speechdata.catalog.state_store`).
 
     ``shards``: the shards materialized, re-landed or deleted since the last refresh; only their
-    files are stat'ed (by literal path), and the root is listed whole only on ``full``, on the first
-    refresh of a state and once in ``full_listing_every`` (:func:`~speechdata.catalog.views.listing_scope`).
+    files are stat'ed (by literal path) with ``checked_per_refresh`` known shards in turn (the
+    consistency check), and the root is listed whole only on ``full``, on the first refresh of a state
+    and, when set, once in ``full_listing_every`` (:func:`~speechdata.catalog.listing_state.listing_scope`).
     None: the caller cannot say what changed, and the root is listed."""
     database_path = os.path.abspath(database_path)
     folder = os.path.dirname(database_path)
@@ -168,7 +169,7 @@ def refresh_catalog_file(
             # brought up to date by the changed shards alone: the root is listed whole then.
             store = None if root.is_local else ObjectStoreState(root, state_path, state_table_columns())
             current = store is None or store.fetch()
-            listing = _Listing(root.uri(""), shards if current else None, full_listing_every)
+            listing = _Listing(root.uri(""), shards if current else None, full_listing_every, checked_per_refresh)
             if store is not None:
                 store.begin(listing.shards)
             try:
@@ -203,11 +204,18 @@ class _Listing:
 
     root_uri: str
     shards: Collection[str] | None
-    full_listing_every: int
+    full_listing_every: int | None
+    checked_per_refresh: int
 
     def inputs(self, state: duckdb.DuckDBPyConnection, full: bool) -> CatalogInputs:
         """The files listed: those of the changed shards, or (:func:`listing_scope` None) the whole root's."""
-        scope = listing_scope(state, self.shards, full=full, full_listing_every=self.full_listing_every)
+        scope = listing_scope(
+            state,
+            self.shards,
+            full=full,
+            full_listing_every=self.full_listing_every,
+            checked_per_refresh=self.checked_per_refresh,
+        )
         return list_catalog_inputs(self.root_uri, scope)
 
 

@@ -13,7 +13,7 @@ from speechdata.catalog.state_store import STATE_FOLDER, STATE_LOG, ObjectStoreS
 from speechdata.io.storage import DataRoot
 from tests.unit.test_catalog import write_manifest, write_rejects
 from tests.unit.test_catalog_incremental import SHARD_D, catalog_contents, write_four_shards
-from tests.unit.test_catalog_scoped_refresh import COUNTER
+from tests.unit.test_catalog_scoped_refresh import CHECKED, COUNTER
 
 pytestmark = pytest.mark.slow  # the loopback S3 server
 
@@ -51,12 +51,13 @@ def full_refresh_state(root, folder) -> dict:
 
 
 def without_counter(contents: dict) -> dict:
-    return {name: rows for name, rows in contents.items() if name != COUNTER}
+    return {name: rows for name, rows in contents.items() if name not in (COUNTER, CHECKED)}
 
 
-def test_a_scoped_refresh_puts_up_a_delta_of_its_shards_and_a_fresh_worker_rebuilds_the_same_state(
-    bucket_root, tmp_path
+def test_a_scoped_refresh_puts_up_a_delta_of_its_shards_and_a_snapshot_replaces_them_in_time(
+    bucket_root, tmp_path, monkeypatch
 ):
+    monkeypatch.setattr(state_store, "DELTAS_PER_SNAPSHOT", 3)
     root = bucket_root
     database_path = str(tmp_path / "worker" / "catalog.duckdb")
     refresh_catalog_file(database_path, root, shards=[])  # the first refresh lists the root: a snapshot
@@ -65,9 +66,9 @@ def test_a_scoped_refresh_puts_up_a_delta_of_its_shards_and_a_fresh_worker_rebui
 
     write_manifest(root, "shard-e", SHARD_D)
     write_rejects(root, "shard-e", "ingest", ["shard-e_x2"], reason="unreadable_audio")
-    refresh_catalog_file(database_path, root, shards=["shard-e"])
+    refresh_catalog_file(database_path, root, shards=["shard-e"], checked_per_refresh=0)
     root.fs.rm(root.path("manifests/shard=shard-c"), recursive=True)
-    refresh_catalog_file(database_path, root, shards=["shard-c"])
+    refresh_catalog_file(database_path, root, shards=["shard-c"], checked_per_refresh=0)
 
     log = log_of(root)
     assert log["snapshot"] == snapshot and len(log["deltas"]) == 2, "the state was put up whole again"
@@ -81,32 +82,16 @@ def test_a_scoped_refresh_puts_up_a_delta_of_its_shards_and_a_fresh_worker_rebui
         assert manifests == ["manifests/shard=shard-e/part-0.parquet"]
         [(shards,)] = delta.execute("SELECT list(DISTINCT shard) FROM catalog_manifest_groups").fetchall()
         assert shards == ["shard-e"]
-
     with duckdb.connect(state_path_of(database_path), read_only=True) as connection:
-        local = catalog_contents(connection)
-    rebuilt = state_a_fresh_worker_takes(root, tmp_path / "fresh")
-    assert rebuilt == local
-    assert without_counter(rebuilt) == without_counter(full_refresh_state(root, tmp_path / "full"))
+        assert state_a_fresh_worker_takes(root, tmp_path / "fresh") == catalog_contents(connection)
 
-
-def test_a_snapshot_goes_up_once_the_log_holds_enough_deltas_and_the_parts_it_replaces_go(
-    bucket_root, tmp_path, monkeypatch
-):
-    monkeypatch.setattr(state_store, "DELTAS_PER_SNAPSHOT", 3)
-    root = bucket_root
-    database_path = str(tmp_path / "worker" / "catalog.duckdb")
-    refresh_catalog_file(database_path, root, shards=[])
-    first = log_of(root)["snapshot"]
-    for number in range(2):
-        write_manifest(root, f"shard-n{number}", SHARD_D)
-        refresh_catalog_file(database_path, root, shards=[f"shard-n{number}"])
-    assert len(log_of(root)["deltas"]) == 2
-    write_manifest(root, "shard-n2", SHARD_D)
-    refresh_catalog_file(database_path, root, shards=["shard-n2"])
+    # The third delta would make three: a snapshot goes up instead and the parts it replaces go.
+    write_manifest(root, "shard-f", SHARD_D)
+    refresh_catalog_file(database_path, root, shards=["shard-f"])
     log = log_of(root)
-    assert log["snapshot"] != first and log["deltas"] == []
+    assert log["snapshot"] != snapshot and log["deltas"] == []
     assert parts_on(root) == {log["snapshot"]}
-    rebuilt = state_a_fresh_worker_takes(root, tmp_path / "fresh")
+    rebuilt = state_a_fresh_worker_takes(root, tmp_path / "fresh-after-snapshot")
     assert without_counter(rebuilt) == without_counter(full_refresh_state(root, tmp_path / "full"))
 
 
@@ -114,43 +99,40 @@ class Killed(BaseException):
     """Stands for the process dying: nothing in the refresh catches it."""
 
 
-@pytest.mark.parametrize("killed_at", ["before the part went up", "between the part and the log", "after the log"])
-def test_a_refresh_killed_mid_upload_and_the_next_one_leave_the_root_as_a_full_refresh_would(
-    bucket_root, tmp_path, monkeypatch, killed_at
+def test_refreshes_killed_mid_upload_and_the_next_ones_leave_the_root_as_a_full_refresh_would(
+    bucket_root, tmp_path, monkeypatch
 ):
     root = bucket_root
     database_path = str(tmp_path / "worker" / "catalog.duckdb")
     refresh_catalog_file(database_path, root, shards=[])
-    write_manifest(root, "shard-e", SHARD_D)
+    opened, recorded = DataRoot.open_atomic, ObjectStoreState._write_record
 
-    with monkeypatch.context() as patch:
-        if killed_at == "before the part went up":
-            patch.setattr(state_store, "upload_database", _kill)
-        elif killed_at == "between the part and the log":
-            opened = DataRoot.open_atomic
+    def open_unless_the_log(self, relative):
+        if relative == STATE_LOG:
+            _kill()
+        return opened(self, relative)
 
-            def open_unless_the_log(self, relative):
-                if relative == STATE_LOG:
-                    _kill()
-                return opened(self, relative)
+    def record_unless_published(self):
+        if self.pending == [] and self.log["deltas"]:  # the refresh's delta is in the root's log
+            _kill()
+        recorded(self)
 
-            patch.setattr(DataRoot, "open_atomic", open_unless_the_log)
-        else:
-            written = ObjectStoreState._write_record
-
-            def record_unless_published(self):
-                if self.pending == [] and self.log["deltas"]:  # the refresh's delta is in the root's log
-                    _kill()
-                written(self)
-
-            patch.setattr(ObjectStoreState, "_write_record", record_unless_published)
-        with pytest.raises(Killed):
-            refresh_catalog_file(database_path, root, shards=["shard-e"])
-
-    # The next refresh is told of another shard only: shard-e's rows still reach the root.
-    write_rejects(root, "shard-b", "ingest", ["shard-b_v9"], reason="unreadable_audio")
-    refreshed = refresh_catalog_file(database_path, root, shards=["shard-b"])
-    assert refreshed.summary.listed_shards == 1
+    kills = {
+        "before the part went up": (state_store, "upload_database", _kill),
+        "between the part and the log": (DataRoot, "open_atomic", open_unless_the_log),
+        "after the log": (ObjectStoreState, "_write_record", record_unless_published),
+    }
+    for number, (where, (owner, name, replacement)) in enumerate(kills.items()):
+        killed_shard = f"shard-k{number}"
+        write_manifest(root, killed_shard, SHARD_D)
+        with monkeypatch.context() as patch:
+            patch.setattr(owner, name, replacement)
+            with pytest.raises(Killed):
+                refresh_catalog_file(database_path, root, shards=[killed_shard], checked_per_refresh=0)
+        # The next refresh is told of another shard only: the killed one's rows still reach the root.
+        write_rejects(root, "shard-b", "ingest", [f"shard-b_v{number}"], reason="unreadable_audio")
+        refreshed = refresh_catalog_file(database_path, root, shards=["shard-b"], checked_per_refresh=0)
+        assert refreshed.summary.listed_shards == 1, where
     rebuilt = state_a_fresh_worker_takes(root, tmp_path / "fresh")
     assert without_counter(rebuilt) == without_counter(full_refresh_state(root, tmp_path / "full"))
 
