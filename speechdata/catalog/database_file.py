@@ -6,7 +6,9 @@ A catalog is two DuckDB files beside each other:
   opened read-only by readers (``duckdb.connect(path, read_only=True)``, the CLI);
 * ``.catalog.duckdb.state``: the per-file and per-shard state that lets a refresh read only what
   changed (:mod:`~speechdata.catalog.incremental`, :mod:`~speechdata.catalog.accounting_state`,
-  :mod:`~speechdata.catalog.quality_state`), which grows with the corpus. No reader opens it.
+  :mod:`~speechdata.catalog.quality_state`), which grows with the corpus. No reader opens it. On
+  an object-store root it is a local copy of the root's, which the refresh brings up to the root's
+  log and puts back as what it changed (:mod:`~speechdata.catalog.state_store`).
 
 A refresh updates the state in place inside one DuckDB transaction (committed whole or, killed,
 rolled back from its write-ahead log when the file is next opened), and rebuilds the small views
@@ -71,7 +73,7 @@ from speechdata.catalog.listing_state import CHECKED_SHARDS_PER_REFRESH, FULL_LI
 from speechdata.catalog.quality_state import HOURS_LOST, HOURS_LOST_FROM_STATE, SIGNAL_HISTOGRAMS_FROM_STATE
 from speechdata.catalog.readonly import lock_down
 from speechdata.catalog.root_paths import set_root_variable
-from speechdata.catalog.state_store import LEGACY_STATE_FILE, STATE_FOLDER, ObjectStoreState
+from speechdata.catalog.state_store import LEGACY_STATE_FILE, ObjectStoreState
 from speechdata.catalog.views import (
     CATALOG_STATE_TABLES,
     CatalogInputs,
@@ -264,7 +266,6 @@ def _refresh_state(
 STATE_FILE = LEGACY_STATE_FILE
 """Where an object-store root kept the whole state before it was kept as a snapshot and deltas
 (:data:`~speechdata.catalog.state_store.STATE_FOLDER`); read once as a starting point."""
-STATE_PARTS = STATE_FOLDER
 
 
 def _state_tables() -> set[str]:

@@ -23,9 +23,9 @@ the log a refresh ahead, whose delta re-applied to the local copy changes nothin
 of the same rows). A local copy the root's log does not extend (another worker's snapshot replaced
 our log) is replaced by the root's; when it may hold changes the root's lacks (pending shards, a
 left-over write-ahead log, no record of what it is) the refresh then lists the whole root
-(:meth:`ObjectStoreState.fetch` returns False). Workers take turns: two refreshes of one root at the
-same moment from two machines may lose one's delta until a full listing. Parts no log names any
-more are removed when a snapshot goes up.
+(:meth:`ObjectStoreState.fetch` returns False). Refreshes of one root are meant to run one at a time
+(the refresh lock covers one machine): two at the same moment from two machines may lose one's delta
+until a full listing. Parts no log names any more are removed when a snapshot goes up.
 
 A root whose state predates the log (a whole ``.catalog.duckdb.state``, :data:`LEGACY_STATE_FILE`)
 is read as a starting point, listed whole once and removed after the first snapshot.
