@@ -217,6 +217,7 @@ class _Listing:
             full=full,
             full_listing_every=self.full_listing_every,
             checked_per_refresh=self.checked_per_refresh,
+            root_uri=self.root_uri,
         )
         return list_catalog_inputs(self.root_uri, scope)
 

@@ -3,11 +3,14 @@ or (first refresh of a state, a caller that cannot say what changed, ``full``) t
 
 A refresh told which shards changed stats those shards' files by their literal paths, a cost that
 does not grow with the corpus. A shard deleted or rewritten behind the platform's back (no run told
-the catalog) is found by the consistency check that rides along: each scoped refresh also stats
-:data:`CHECKED_SHARDS_PER_REFRESH` shards the state knows, the next ones in shard order after the
-last checked (wrapping round), so every known shard is checked once in ``known / that many``
-refreshes at a fixed cost per refresh. (It replaced a full listing of the root once in 100 refreshes,
-whose cost grew with the corpus.) ``speechdata catalog --refresh`` still lists the whole root.
+the catalog) is found by the consistency check that rides along: each scoped refresh also stats the
+manifest of :data:`CHECKED_SHARDS_PER_REFRESH` shards the state knows, the next ones in shard order
+after the last checked (wrapping round), one ``stat`` each, and a shard whose manifest is gone or not
+the one the state recorded is looked at whole with the changed ones. Every known shard is checked
+once in ``known / that many`` refreshes, at a fixed cost per refresh. (It replaced a full listing of
+the root once in 100 refreshes, whose cost grew with the corpus.) A file other than the manifest
+changed by hand with the manifest left as it was is found by ``speechdata catalog --refresh`` (a
+full listing) or ``full``.
 """
 
 from __future__ import annotations
@@ -17,7 +20,9 @@ from typing import TYPE_CHECKING
 
 import duckdb
 
-from speechdata.catalog.incremental import ensure_state_tables, shard_of_path
+from speechdata.bridge.manifest import manifest_path
+from speechdata.catalog.incremental import ensure_state_tables, list_shard_files, shard_of_path, shard_of_path_sql
+from speechdata.io.storage import DataRoot
 
 if TYPE_CHECKING:
     from speechdata.catalog.views import CatalogInputs
@@ -48,9 +53,10 @@ def listing_scope(
     full: bool = False,
     full_listing_every: int | None = FULL_LISTING_EVERY,
     checked_per_refresh: int = CHECKED_SHARDS_PER_REFRESH,
+    root_uri: str | None = None,
 ) -> frozenset[str] | None:
-    """The shards a refresh may list alone (the changed ``shards`` and the next ``checked_per_refresh``
-    known ones), or None when it must list the whole root: on ``full``, when the caller cannot say
+    """The shards a refresh may list alone (the changed ``shards`` and those of the next
+    ``checked_per_refresh`` known ones whose manifest under ``root_uri`` is not the recorded one), or None when it must list the whole root: on ``full``, when the caller cannot say
     what changed (``shards`` None), when no refresh listed the root into this state yet, and once in
     ``full_listing_every`` refreshes when that is set. Inside the caller's transaction (the check's
     cursor moves on)."""
@@ -61,7 +67,11 @@ def listing_scope(
     if len(rows) != 1 or (full_listing_every is not None and rows[0][0] + 1 >= full_listing_every):
         return None
     changed = frozenset(shards)
-    return changed | _next_checked(connection, changed, checked_per_refresh)
+    if root_uri is None:
+        return changed
+    return changed | _inconsistent(
+        connection, DataRoot(root_uri), _next_checked(connection, changed, checked_per_refresh)
+    )
 
 
 def _next_checked(connection: duckdb.DuckDBPyConnection, changed: frozenset[str], count: int) -> frozenset[str]:
@@ -82,6 +92,25 @@ def _next_checked(connection: duckdb.DuckDBPyConnection, changed: frozenset[str]
         connection.execute(f"DELETE FROM {CHECKED}")
         connection.execute(f"INSERT INTO {CHECKED} VALUES (?)", [picked[-1]])
     return frozenset(picked)
+
+
+_MANIFEST_GLOB = manifest_path("*")
+
+
+def _inconsistent(connection: duckdb.DuckDBPyConnection, root: DataRoot, shards: frozenset[str]) -> frozenset[str]:
+    """Those of ``shards`` whose manifest (one stat each) is gone, new or not the one the state recorded."""
+    if not shards:
+        return frozenset()
+    listed = {path: (f.size_bytes, f.fingerprint) for path, f in list_shard_files(root, _MANIFEST_GLOB, shards).items()}
+    stored = {
+        path: (size, fingerprint)
+        for path, size, fingerprint in connection.execute(
+            "SELECT path, size_bytes, fingerprint FROM catalog_manifest_files "
+            f"WHERE {shard_of_path_sql(_MANIFEST_GLOB)} IN (SELECT unnest(?::VARCHAR[]))",
+            [sorted(shards)],
+        ).fetchall()
+    }
+    return frozenset(shard_of_path(_MANIFEST_GLOB, p) for p in {*listed, *stored} if listed.get(p) != stored.get(p))
 
 
 def sync_listed_shards(connection: duckdb.DuckDBPyConnection, inputs: CatalogInputs) -> dict[str, bool]:

@@ -277,6 +277,7 @@ def refresh_catalog(
             full=full,
             full_listing_every=full_listing_every,
             checked_per_refresh=checked_per_refresh,
+            root_uri=root_uri,
         )
         summary, inputs = sync_catalog_inputs(connection, list_catalog_inputs(root_uri, scope), full=full)
         stored = connection.execute(f"SELECT sha256 FROM {_VIEWS_STATE}").fetchall()
