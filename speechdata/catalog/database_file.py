@@ -93,10 +93,14 @@ the ``catalog.duckdb`` the refresh published."""
 _PUBLISHED_VIEWS_COLUMNS = "definitions_sha256 VARCHAR, views_sha256 VARCHAR"
 _PUBLISHED_TABLES = {"catalog_info"}
 
+ACCOUNTING_ROWS_SHOWN = 100
 REFRESH_SUMMARY_QUERIES = {
     "by_language": HOURS_PER_LANGUAGE_FROM_STATE,
     "by_product": REJECTS_BY_PRODUCT_FROM_STATE,
-    "accounting": SHARD_ACCOUNTING_FROM_STATE,
+    # The first rows the asset shows and the count per state: the whole table (a row per shard and
+    # product line) would be brought into Python on every refresh.
+    "accounting": f"{SHARD_ACCOUNTING_FROM_STATE} LIMIT {ACCOUNTING_ROWS_SHOWN}",
+    "accounting_states": f"SELECT state, count(*)::BIGINT AS rows FROM ({SHARD_ACCOUNTING_FROM_STATE}) GROUP BY state",
     "signal_histograms": SIGNAL_HISTOGRAMS_FROM_STATE,
     HOURS_LOST: HOURS_LOST_FROM_STATE,
 }
