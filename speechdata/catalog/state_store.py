@@ -44,8 +44,8 @@ from dataclasses import dataclass, field
 import duckdb
 
 from speechdata.catalog.incremental import shard_of_path_sql
+from speechdata.catalog.view_definitions import MANIFEST_GLOB, REJECTS_GLOB
 from speechdata.io.duckdb_object_store import upload_database
-from speechdata.io.layout import SHARDS
 from speechdata.io.storage import DataRoot
 
 STATE_FOLDER = ".catalog.duckdb.state.d"
@@ -61,10 +61,10 @@ DELTA_BLOCK_SIZE = 16384
 
 _SCOPE_TABLE = "delta_scope"
 _SHARD_OF_PATH = {
-    "catalog_manifest_files": "manifests/shard=*/part-0.parquet",
-    "catalog_manifest_groups": "manifests/shard=*/part-0.parquet",
-    "catalog_rejects_files": f"{SHARDS}/*/rejects/[!.]*.parquet",
-    "catalog_rejected_ids": f"{SHARDS}/*/rejects/[!.]*.parquet",
+    "catalog_manifest_files": MANIFEST_GLOB,
+    "catalog_manifest_groups": MANIFEST_GLOB,
+    "catalog_rejects_files": REJECTS_GLOB,
+    "catalog_rejected_ids": REJECTS_GLOB,
 }
 """Per-file tables: the shard of a row is its file's (the path), whatever the file holds."""
 
