@@ -45,7 +45,6 @@ process sees the new version once it has closed its connections to the old one.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import os
 import shutil
 import uuid
@@ -56,7 +55,7 @@ import duckdb
 import pyarrow as pa
 
 from speechdata.catalog.accounting_state import REJECTS_BY_PRODUCT_FROM_STATE, SHARD_ACCOUNTING_FROM_STATE
-from speechdata.catalog.database_checks import (
+from speechdata.catalog.database_checks import (  # CatalogFileRefused re-exported: raised by refresh and readers
     BUILD_COMMAND,
     check_catalog_file,
     drop_foreign_objects,
@@ -66,12 +65,13 @@ from speechdata.catalog.database_checks import (
     views_digest,
 )
 from speechdata.catalog.database_checks import (
-    CatalogFileRefused as CatalogFileRefused,  # re-exported: raised by the refresh and readers alike
+    CatalogFileRefused as CatalogFileRefused,
 )
 from speechdata.catalog.incremental import HOURS_PER_LANGUAGE_FROM_STATE
 from speechdata.catalog.listing_state import CHECKED_SHARDS_PER_REFRESH, FULL_LISTING_EVERY, listing_scope
 from speechdata.catalog.quality_state import HOURS_LOST, HOURS_LOST_FROM_STATE, SIGNAL_HISTOGRAMS_FROM_STATE
 from speechdata.catalog.readonly import lock_down
+from speechdata.catalog.refresh_lock import fsync_folder, refresh_lock, remove_orphaned_builds
 from speechdata.catalog.root_paths import set_root_variable
 from speechdata.catalog.state_store import LEGACY_STATE_FILE, ObjectStoreState
 from speechdata.catalog.views import (
@@ -164,10 +164,10 @@ def refresh_catalog_file(
     folder = os.path.dirname(database_path)
     os.makedirs(folder, exist_ok=True)
     state_path = state_path_of(database_path)
-    with _refresh_lock(database_path):
+    with refresh_lock(database_path):
         for path in catalog_files(database_path):
             check_catalog_file(path)
-        _remove_orphaned_builds(database_path)
+        remove_orphaned_builds(database_path)
         build = os.path.join(folder, f"{TEMP_PREFIX}{uuid.uuid4().hex[:12]}-{os.path.basename(database_path)}")
         problems, dropped = [], []
         try:
@@ -196,7 +196,7 @@ def refresh_catalog_file(
             with contextlib.suppress(FileNotFoundError):
                 os.remove(database_path + ".wal")
             os.replace(build, database_path)
-            _fsync_folder(folder)
+            fsync_folder(folder)
         finally:
             for leftover in (build, build + ".wal"):
                 with contextlib.suppress(FileNotFoundError):
@@ -245,7 +245,7 @@ def _refresh_state(
         reads_through = enable_data_root_reads(state, root)
         state.begin()
         try:
-            dropped += [f"state {d}" for d in drop_foreign_objects(state, _state_tables(), set())]
+            dropped += [f"state {d}" for d in drop_foreign_objects(state, set(state_table_columns()), set())]
             ensure_catalog_published_record(state)
             full = full or state_problem is not None
             # The views' definitions of a scoped listing come from the synced state: sync first.
@@ -271,10 +271,6 @@ def _refresh_state(
 STATE_FILE = LEGACY_STATE_FILE
 """Where an object-store root kept the whole state before it was kept as a snapshot and deltas
 (:data:`~speechdata.catalog.state_store.STATE_FOLDER`); read once as a starting point."""
-
-
-def _state_tables() -> set[str]:
-    return set(state_table_columns())
 
 
 def state_table_columns() -> dict[str, str]:
@@ -365,41 +361,6 @@ def _build_published(
 
 def _arrow(relation) -> pa.Table:
     return relation.to_arrow_table() if hasattr(relation, "to_arrow_table") else relation.fetch_arrow_table()
-
-
-@contextlib.contextmanager
-def _refresh_lock(database_path: str) -> Iterator[None]:
-    """Refreshes of one catalog one at a time; readers never take this lock."""
-    lock_path = os.path.join(os.path.dirname(database_path), f".{os.path.basename(database_path)}.refresh-lock")
-    check_catalog_file(lock_path)
-    # O_NOFOLLOW: a link planted between the check and the open is refused, never followed.
-    descriptor = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK, 0o644)
-    try:
-        check_catalog_file(lock_path)
-        fcntl.flock(descriptor, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(descriptor, fcntl.LOCK_UN)
-    finally:
-        os.close(descriptor)
-
-
-def _remove_orphaned_builds(database_path: str) -> None:
-    """Temps of refreshes that were killed (safe: this runs under the refresh lock)."""
-    folder, name = os.path.split(database_path)
-    for entry in os.listdir(folder):
-        if entry.startswith(TEMP_PREFIX) and (entry.endswith("-" + name) or entry.endswith("-" + name + ".wal")):
-            with contextlib.suppress(FileNotFoundError):
-                os.remove(os.path.join(folder, entry))
-
-
-def _fsync_folder(folder: str) -> None:
-    descriptor = os.open(folder, os.O_RDONLY)
-    try:
-        os.fsync(descriptor)
-    finally:
-        os.close(descriptor)
 
 
 def require_catalog(database_path: str, location: str | None = None) -> None:
