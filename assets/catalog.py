@@ -130,6 +130,7 @@ def manifest_catalog(
     summary, read_through = refreshed.summary, refreshed.reads_through
     by_language, accounting = refreshed.tables["by_language"], refreshed.tables["accounting"]
     by_product = refreshed.tables["by_product"].to_pylist()
+    ledgers_by_state = {r["state"]: r["rows"] for r in refreshed.tables["accounting_states"].to_pylist()}
     if refreshed.rebuilt_because:
         context.log.warning(f"catalog rebuilt from scratch: {refreshed.rebuilt_because}")
     if refreshed.dropped:
@@ -165,9 +166,11 @@ def manifest_catalog(
                 )
             ),
             **{f"rejects/{r['product']}/{r['reason']}": int(r["utterances"]) for r in by_product},
-            "unbalanced_ledgers": sum(1 for r in accounting.to_pylist() if r["state"] == "unbalanced"),
-            "ledgers_not_built": sum(1 for r in accounting.to_pylist() if r["state"] == "not built"),
-            "shard_accounting": dg.MetadataValue.md(f"```\n{format_table(accounting, max_rows=100)}\n```"),
+            "unbalanced_ledgers": ledgers_by_state.get("unbalanced", 0),
+            "ledgers_not_built": ledgers_by_state.get("not built", 0),
+            "shard_accounting": dg.MetadataValue.md(
+                f"```\n{format_table(accounting, max_rows=100, total_rows=sum(ledgers_by_state.values()))}\n```"
+            ),
             "catalog_uri": dg.MetadataValue.path(root.uri(CATALOG_FILE)),
             "rebuilt_because": refreshed.rebuilt_because or "",
             "left_out_not_its_own": dg.MetadataValue.json(refreshed.dropped),

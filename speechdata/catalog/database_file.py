@@ -6,7 +6,9 @@ A catalog is two DuckDB files beside each other:
   opened read-only by readers (``duckdb.connect(path, read_only=True)``, the CLI);
 * ``.catalog.duckdb.state``: the per-file and per-shard state that lets a refresh read only what
   changed (:mod:`~speechdata.catalog.incremental`, :mod:`~speechdata.catalog.accounting_state`,
-  :mod:`~speechdata.catalog.quality_state`), which grows with the corpus. No reader opens it.
+  :mod:`~speechdata.catalog.quality_state`), which grows with the corpus. No reader opens it. On
+  an object-store root it is a local copy of the root's, which the refresh brings up to the root's
+  log and puts back as what it changed (:mod:`~speechdata.catalog.state_store`).
 
 A refresh updates the state in place inside one DuckDB transaction (committed whole or, killed,
 rolled back from its write-ahead log when the file is next opened), and rebuilds the small views
@@ -43,11 +45,8 @@ process sees the new version once it has closed its connections to the old one.
 from __future__ import annotations
 
 import contextlib
-import fcntl
-import hashlib
 import os
 import shutil
-import stat
 import uuid
 from collections.abc import Collection, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -56,36 +55,52 @@ import duckdb
 import pyarrow as pa
 
 from speechdata.catalog.accounting_state import REJECTS_BY_PRODUCT_FROM_STATE, SHARD_ACCOUNTING_FROM_STATE
-from speechdata.catalog.incremental import HOURS_PER_LANGUAGE_FROM_STATE, list_files
+from speechdata.catalog.database_checks import (  # CatalogFileRefused re-exported: raised by refresh and readers
+    BUILD_COMMAND,
+    check_catalog_file,
+    drop_foreign_objects,
+    foreign_objects,
+    open_checked,
+    unreadable,
+    views_digest,
+)
+from speechdata.catalog.database_checks import (
+    CatalogFileRefused as CatalogFileRefused,
+)
+from speechdata.catalog.incremental import HOURS_PER_LANGUAGE_FROM_STATE
+from speechdata.catalog.listing_state import CHECKED_SHARDS_PER_REFRESH, FULL_LISTING_EVERY, listing_scope
 from speechdata.catalog.quality_state import HOURS_LOST, HOURS_LOST_FROM_STATE, SIGNAL_HISTOGRAMS_FROM_STATE
 from speechdata.catalog.readonly import lock_down
+from speechdata.catalog.refresh_lock import fsync_folder, refresh_lock, remove_orphaned_builds
 from speechdata.catalog.root_paths import set_root_variable
+from speechdata.catalog.state_store import LEGACY_STATE_FILE, ObjectStoreState
 from speechdata.catalog.views import (
-    CATALOG_FILE,
     CATALOG_STATE_TABLES,
-    FULL_LISTING_EVERY,
     CatalogInputs,
     CatalogSummary,
     create_views,
     list_catalog_inputs,
-    listing_scope,
     sync_catalog_inputs,
     write_catalog_info,
 )
-from speechdata.io.duckdb_object_store import enable_data_root_reads, upload_database
+from speechdata.io.duckdb_object_store import enable_data_root_reads
 from speechdata.io.storage import TEMP_PREFIX, DataRoot
 
-BUILD_COMMAND = "speechdata catalog --refresh"
 STATE_SUFFIX = ".state"
 _PUBLISHED_VIEWS = "catalog_published_views"
 """In the state: the views' definitions digest and the digest of the views as DuckDB stored them in
 the ``catalog.duckdb`` the refresh published."""
+_PUBLISHED_VIEWS_COLUMNS = "definitions_sha256 VARCHAR, views_sha256 VARCHAR"
 _PUBLISHED_TABLES = {"catalog_info"}
 
+ACCOUNTING_ROWS_SHOWN = 100
 REFRESH_SUMMARY_QUERIES = {
     "by_language": HOURS_PER_LANGUAGE_FROM_STATE,
     "by_product": REJECTS_BY_PRODUCT_FROM_STATE,
-    "accounting": SHARD_ACCOUNTING_FROM_STATE,
+    # The first rows the asset shows and the count per state: the whole table (a row per shard and
+    # product line) would be brought into Python on every refresh.
+    "accounting": f"{SHARD_ACCOUNTING_FROM_STATE} LIMIT {ACCOUNTING_ROWS_SHOWN}",
+    "accounting_states": f"SELECT state, count(*)::BIGINT AS rows FROM ({SHARD_ACCOUNTING_FROM_STATE}) GROUP BY state",
     "signal_histograms": SIGNAL_HISTOGRAMS_FROM_STATE,
     HOURS_LOST: HOURS_LOST_FROM_STATE,
 }
@@ -95,10 +110,6 @@ whatever the corpus size): pass as ``queries`` to :func:`refresh_catalog_file`."
 
 class CatalogNotBuilt(FileNotFoundError):
     """The catalog file does not exist: it names the path and how to build it."""
-
-
-class CatalogFileRefused(OSError):
-    """A catalog file (or its ``.wal``) is a symbolic link or not a regular file: it names the path."""
 
 
 @dataclass(frozen=True)
@@ -127,37 +138,6 @@ def catalog_files(database_path: str) -> list[str]:
     return [database_path, database_path + ".wal", state, state + ".wal"]
 
 
-def check_catalog_file(path: str) -> None:
-    """:class:`CatalogFileRefused` when ``path`` exists and is not a regular file (a symbolic link
-    included, whatever it points at); nothing when it is one or does not exist."""
-    try:
-        info = os.lstat(path)
-    except FileNotFoundError:
-        return
-    if stat.S_ISLNK(info.st_mode):
-        raise CatalogFileRefused(
-            f"{path} is a symbolic link (to {os.readlink(path)}): the catalog's files must be regular files "
-            f"of the data root; remove it and run `{BUILD_COMMAND}`"
-        )
-    if not stat.S_ISREG(info.st_mode):
-        raise CatalogFileRefused(
-            f"{path} is not a regular file ({_kind(info.st_mode)}): remove it and run `{BUILD_COMMAND}`"
-        )
-
-
-def _kind(mode: int) -> str:
-    for test, name in (
-        (stat.S_ISDIR, "a folder"),
-        (stat.S_ISFIFO, "a named pipe"),
-        (stat.S_ISSOCK, "a socket"),
-        (stat.S_ISCHR, "a character device"),
-        (stat.S_ISBLK, "a block device"),
-    ):
-        if test(mode):
-            return name
-    return "not a file"
-
-
 def refresh_catalog_file(
     database_path: str,
     root: DataRoot,
@@ -165,33 +145,39 @@ def refresh_catalog_file(
     full: bool = False,
     queries: Mapping[str, str] | None = None,
     shards: Collection[str] | None = None,
-    full_listing_every: int = FULL_LISTING_EVERY,
+    full_listing_every: int | None = FULL_LISTING_EVERY,
+    checked_per_refresh: int = CHECKED_SHARDS_PER_REFRESH,
 ) -> RefreshedCatalog:
     """Refresh the catalog at ``database_path`` (a local file) over ``root``: the state beside it in
     place, in one transaction, and the views into a new file swapped in atomically. ``queries``
     (name -> SQL) run on the refreshed state (its tables: :data:`~speechdata.catalog.views.CATALOG_STATE_TABLES`)
-    before the swap. On an object-store root the state is fetched from the root when this machine
-    has none, and put back after the refresh (:data:`STATE_FILE`).
+    before the swap. On an object-store root the state is a local copy brought up to the root's
+    (:meth:`~speechdata.catalog.state_store.ObjectStoreState.fetch`) and put back after the refresh
+    as what changed: a delta of the shards listed, or a snapshot (:mod:`~speechdata.catalog.state_store`).
 
     ``shards``: the shards materialized, re-landed or deleted since the last refresh; only their
-    files are stat'ed (by literal path), and the root is listed whole only on ``full``, on the first
-    refresh of a state and once in ``full_listing_every`` (:func:`~speechdata.catalog.views.listing_scope`).
+    files are stat'ed (by literal path) with ``checked_per_refresh`` known shards in turn (the
+    consistency check), and the root is listed whole only on ``full``, on the first refresh of a state
+    and, when set, once in ``full_listing_every`` (:func:`~speechdata.catalog.listing_state.listing_scope`).
     None: the caller cannot say what changed, and the root is listed."""
     database_path = os.path.abspath(database_path)
     folder = os.path.dirname(database_path)
     os.makedirs(folder, exist_ok=True)
     state_path = state_path_of(database_path)
-    with _refresh_lock(database_path):
+    with refresh_lock(database_path):
         for path in catalog_files(database_path):
             check_catalog_file(path)
-        _remove_orphaned_builds(database_path)
+        remove_orphaned_builds(database_path)
         build = os.path.join(folder, f"{TEMP_PREFIX}{uuid.uuid4().hex[:12]}-{os.path.basename(database_path)}")
         problems, dropped = [], []
         try:
             # A state that may be behind the root's (another worker refreshed since) cannot be
             # brought up to date by the changed shards alone: the root is listed whole then.
-            current = root.is_local or _fetch_state(root, state_path)
-            listing = _Listing(root.uri(""), shards if current else None, full_listing_every)
+            store = None if root.is_local else ObjectStoreState(root, state_path, state_table_columns())
+            current = store is None or store.fetch()
+            listing = _Listing(root.uri(""), shards if current else None, full_listing_every, checked_per_refresh)
+            if store is not None:
+                store.begin(listing.shards)
             try:
                 refreshed = _refresh_state(state_path, database_path, build, root, listing, full, queries, dropped)
             except duckdb.Error:
@@ -202,16 +188,15 @@ def refresh_catalog_file(
                 _remove(build)
                 problems.append(problem)
                 refreshed = _refresh_state(state_path, database_path, build, root, listing, True, queries, dropped)
-            summary, tables, reads_through, more_problems = refreshed
+            summary, tables, reads_through, more_problems, scope = refreshed
             problems += more_problems
-            if not root.is_local:
-                upload_database(root, state_path, STATE_FILE)
-                _record_uploaded_state(root, state_path)
+            if store is not None:
+                store.publish(scope)
             # A WAL left beside the old file by a writer of an older kind must not be replayed onto the new one.
             with contextlib.suppress(FileNotFoundError):
                 os.remove(database_path + ".wal")
             os.replace(build, database_path)
-            _fsync_folder(folder)
+            fsync_folder(folder)
         finally:
             for leftover in (build, build + ".wal"):
                 with contextlib.suppress(FileNotFoundError):
@@ -225,10 +210,19 @@ class _Listing:
 
     root_uri: str
     shards: Collection[str] | None
-    full_listing_every: int
+    full_listing_every: int | None
+    checked_per_refresh: int
 
     def inputs(self, state: duckdb.DuckDBPyConnection, full: bool) -> CatalogInputs:
-        scope = listing_scope(state, self.shards, full=full, full_listing_every=self.full_listing_every)
+        """The files listed: those of the changed shards, or (:func:`listing_scope` None) the whole root's."""
+        scope = listing_scope(
+            state,
+            self.shards,
+            full=full,
+            full_listing_every=self.full_listing_every,
+            checked_per_refresh=self.checked_per_refresh,
+            root_uri=self.root_uri,
+        )
         return list_catalog_inputs(self.root_uri, scope)
 
 
@@ -241,21 +235,22 @@ def _refresh_state(
     full: bool,
     queries: Mapping[str, str] | None,
     dropped: list[str],
-) -> tuple[CatalogSummary, dict[str, pa.Table], str, list[str]]:
+) -> tuple[CatalogSummary, dict[str, pa.Table], str, list[str], frozenset[str] | None]:
     """Bring the state up to the root's files in one transaction (listed whole or for the changed
     shards), then write the views file into ``build``; returns the summary, the ``queries``' tables,
-    how the root was read and what was unusable."""
+    how the root was read, what was unusable and the shards listed (None: the whole root)."""
     state, state_problem = _open_state(state_path)
     problems = [state_problem] if state_problem else []
     try:
         reads_through = enable_data_root_reads(state, root)
         state.begin()
         try:
-            dropped += [f"state {d}" for d in drop_foreign_objects(state, _state_tables(), set())]
+            dropped += [f"state {d}" for d in drop_foreign_objects(state, set(state_table_columns()), set())]
             ensure_catalog_published_record(state)
             full = full or state_problem is not None
             # The views' definitions of a scoped listing come from the synced state: sync first.
             summary, inputs = sync_catalog_inputs(state, listing.inputs(state, full), full=full)
+            scope = inputs.shards
             recorded = state.execute(f"SELECT definitions_sha256, views_sha256 FROM {_PUBLISHED_VIEWS}").fetchall()
             published_problem, published = _build_published(
                 database_path, build, root, inputs, recorded[0] if len(recorded) == 1 else None, full, dropped
@@ -270,62 +265,22 @@ def _refresh_state(
         tables = {name: _arrow(state.sql(sql)) for name, sql in (queries or {}).items()}
     finally:
         state.close()
-    return summary, tables, reads_through, problems
+    return summary, tables, reads_through, problems, scope
 
 
-STATE_FILE = f".{CATALOG_FILE}{STATE_SUFFIX}"
-"""The state, relative to an object-store data root (a local root's is beside its ``catalog.duckdb``)."""
+STATE_FILE = LEGACY_STATE_FILE
+"""Where an object-store root kept the whole state before it was kept as a snapshot and deltas
+(:data:`~speechdata.catalog.state_store.STATE_FOLDER`); read once as a starting point."""
 
 
-def _state_tables() -> set[str]:
-    return {name for tables in CATALOG_STATE_TABLES for name in tables} | {_PUBLISHED_VIEWS}
+def state_table_columns() -> dict[str, str]:
+    """Every table of the state (name -> column definitions)."""
+    columns = {name: definition for tables in CATALOG_STATE_TABLES for name, definition in tables.items()}
+    return {**columns, _PUBLISHED_VIEWS: _PUBLISHED_VIEWS_COLUMNS}
 
 
 def ensure_catalog_published_record(connection: duckdb.DuckDBPyConnection) -> None:
-    connection.execute(
-        f"CREATE TABLE IF NOT EXISTS {_PUBLISHED_VIEWS} (definitions_sha256 VARCHAR, views_sha256 VARCHAR)"
-    )
-
-
-UPLOADED_SUFFIX = ".uploaded"
-"""Beside a local copy of an object-store root's state: the fingerprint (ETag) of the root's state
-file when this machine last put it there."""
-
-
-def _fetch_state(root: DataRoot, state_path: str) -> bool:
-    """This machine's state, the root's when this machine's is not the one the root holds (another
-    worker refreshed since, or none here). Any state is a valid start for a refresh that lists the
-    root (files changed since are read again); returns whether it is the root's latest, which a
-    refresh scoped to the shards changed since the last one needs. One HEAD of the state file."""
-    marker = state_path + UPLOADED_SUFFIX
-    check_catalog_file(marker)
-    on_root = list_files(root, STATE_FILE).get(STATE_FILE)
-    if on_root is None:
-        return False  # nothing published: whatever is here came from elsewhere
-    recorded = None
-    with contextlib.suppress(FileNotFoundError), open(marker, encoding="utf-8") as file:
-        recorded = file.read()
-    if os.path.exists(state_path) and not os.path.exists(state_path + ".wal") and recorded == on_root.fingerprint:
-        return True
-    _remove(state_path)
-    _remove(marker)
-    root.fs.get(root.path(STATE_FILE), state_path)
-    _write_marker(marker, on_root.fingerprint)
-    return True
-
-
-def _record_uploaded_state(root: DataRoot, state_path: str) -> None:
-    uploaded = list_files(root, STATE_FILE).get(STATE_FILE)
-    if uploaded is not None:
-        _write_marker(state_path + UPLOADED_SUFFIX, uploaded.fingerprint)
-
-
-def _write_marker(marker: str, fingerprint: str) -> None:
-    check_catalog_file(marker)
-    written = f"{marker}.{uuid.uuid4().hex[:12]}.tmp"
-    with open(written, "w", encoding="utf-8") as file:
-        file.write(fingerprint)
-    os.replace(written, marker)
+    connection.execute(f"CREATE TABLE IF NOT EXISTS {_PUBLISHED_VIEWS} ({_PUBLISHED_VIEWS_COLUMNS})")
 
 
 def _open_state(state_path: str) -> tuple[duckdb.DuckDBPyConnection, str | None]:
@@ -338,7 +293,7 @@ def _open_state(state_path: str) -> tuple[duckdb.DuckDBPyConnection, str | None]
     try:
         return duckdb.connect(state_path), None
     except duckdb.Error as error:
-        problem = _unreadable(state_path, state_path, error)
+        problem = unreadable(state_path, state_path, error)
     _remove(state_path)
     return duckdb.connect(state_path), problem
 
@@ -346,29 +301,10 @@ def _open_state(state_path: str) -> tuple[duckdb.DuckDBPyConnection, str | None]
 def _state_problem(state_path: str) -> str | None:
     """Why the state (closed) is unusable, after a refresh over it failed; None when it reads whole
     (the failure came from elsewhere: a data file, the root)."""
-    connection, problem = _open_checked(state_path, state_path)
+    connection, problem = open_checked(state_path, state_path)
     if connection is not None:
         connection.close()
     return problem
-
-
-def _unreadable(path: str, named: str, error: Exception) -> str:
-    lines = str(error).strip().splitlines()
-    detail = (lines[0] if lines else type(error).__name__).replace(path, named)
-    return f"{os.path.basename(named)} is unreadable ({detail})"
-
-
-def _open_checked(path: str, named: str) -> tuple[duckdb.DuckDBPyConnection | None, str | None]:
-    """A connection to ``path`` whose every table reads, or None and why (naming ``named``)."""
-    connection = None
-    try:
-        connection = duckdb.connect(path)
-        _read_every_table(connection)
-        return connection, None
-    except duckdb.Error as error:
-        if connection is not None:
-            connection.close()
-        return None, _unreadable(path, named, error)
 
 
 def _remove(path: str) -> None:
@@ -395,7 +331,7 @@ def _build_published(
         # Small (views and catalog_info): the state that grows with the corpus is in a file of its own.
         # The WAL is not copied: the catalog is checkpointed before it is published, so one beside it is not ours.
         shutil.copyfile(database_path, build)
-        connection, problem = _open_checked(build, database_path)
+        connection, problem = open_checked(build, database_path)
         if connection is not None:
             foreign = foreign_objects(connection, _PUBLISHED_TABLES, inputs.view_names)
             if foreign:
@@ -423,117 +359,8 @@ def _build_published(
     return problem, published
 
 
-def views_digest(connection: duckdb.DuckDBPyConnection) -> str:
-    """The digest of the database's views as DuckDB stores them (a view replaced by hand changes it)."""
-    rows = connection.execute(
-        "SELECT view_name, sql FROM duckdb_views() WHERE database_name = current_database() "
-        "AND NOT internal AND NOT temporary ORDER BY view_name"
-    ).fetchall()
-    return hashlib.sha256(repr(rows).encode("utf-8")).hexdigest()
-
-
-def foreign_objects(connection: duckdb.DuckDBPyConnection, tables: set[str], views: set[str]) -> list[str]:
-    """Every object of the connection's database that is not one of ``tables`` or ``views``
-    (``kind name``): other tables and views, anything in another schema, macros, sequences, types, indexes."""
-    queries = (
-        ("schema", "SELECT 'schema', schema_name, schema_name FROM duckdb_schemas() WHERE NOT internal"),
-        ("table", "SELECT 'table', schema_name, table_name FROM duckdb_tables() WHERE NOT temporary"),
-        ("view", "SELECT 'view', schema_name, view_name FROM duckdb_views() WHERE NOT internal AND NOT temporary"),
-        # One scan of duckdb_functions() (every built-in function: about 0.1 s), for both kinds of macro.
-        (
-            "macro",
-            "SELECT DISTINCT CASE function_type WHEN 'macro' THEN 'macro' ELSE 'table macro' END, schema_name, "
-            "function_name FROM duckdb_functions() WHERE NOT internal AND function_type IN ('macro', 'table_macro')",
-        ),
-        ("sequence", "SELECT 'sequence', schema_name, sequence_name FROM duckdb_sequences() WHERE NOT temporary"),
-        ("type", "SELECT 'type', schema_name, type_name FROM duckdb_types() WHERE NOT internal"),
-        ("index", "SELECT 'index', schema_name, index_name FROM duckdb_indexes() WHERE true"),
-    )
-    found = []
-    for _, sql in queries:
-        for kind, schema, name in connection.execute(sql + " AND database_name = current_database()").fetchall():
-            if kind == "schema":
-                ours = schema in ("main", "pg_catalog", "information_schema")
-            else:
-                ours = schema == "main" and ((kind == "table" and name in tables) or (kind == "view" and name in views))
-            if not ours:
-                found.append(f"{kind} {schema}.{name}")
-    return found
-
-
-def drop_foreign_objects(connection: duckdb.DuckDBPyConnection, tables: set[str], views: set[str]) -> list[str]:
-    """Drop every :func:`foreign_objects` of the connection's database; returns what was dropped."""
-    found = foreign_objects(connection, tables, views)
-    statements = {
-        "schema": "DROP SCHEMA IF EXISTS {name} CASCADE",
-        "table": "DROP TABLE IF EXISTS {qualified} CASCADE",
-        "view": "DROP VIEW IF EXISTS {qualified} CASCADE",
-        "macro": "DROP MACRO IF EXISTS {qualified}",
-        "table macro": "DROP MACRO TABLE IF EXISTS {qualified}",
-        "sequence": "DROP SEQUENCE IF EXISTS {qualified} CASCADE",
-        "type": "DROP TYPE IF EXISTS {qualified} CASCADE",
-        "index": "DROP INDEX IF EXISTS {qualified}",
-    }
-    # Schemas first: everything in them goes with them.
-    for entry in sorted(found, key=lambda e: not e.startswith("schema ")):
-        kind, qualified = entry.rsplit(" ", 1)
-        schema, name = qualified.split(".", 1)
-        quoted = f"{_quote(schema)}.{_quote(name)}"
-        connection.execute(statements[kind].format(name=_quote(name), qualified=quoted))
-    return found
-
-
-def _quote(name: str) -> str:
-    return '"' + name.replace('"', '""') + '"'
-
-
-def _read_every_table(connection: duckdb.DuckDBPyConnection) -> None:
-    """Read every block of every table: a file cut short can open and fail only at the blocks it lost."""
-    tables = connection.execute(
-        "SELECT schema_name, table_name FROM duckdb_tables() WHERE database_name = current_database()"
-    ).fetchall()
-    for schema, table in tables:
-        # hash() of the whole row makes DuckDB read every column, without bringing the rows into Python.
-        connection.execute(f"SELECT sum(hash(t)) FROM {_quote(schema)}.{_quote(table)} AS t").fetchall()
-
-
 def _arrow(relation) -> pa.Table:
     return relation.to_arrow_table() if hasattr(relation, "to_arrow_table") else relation.fetch_arrow_table()
-
-
-@contextlib.contextmanager
-def _refresh_lock(database_path: str) -> Iterator[None]:
-    """Refreshes of one catalog one at a time; readers never take this lock."""
-    lock_path = os.path.join(os.path.dirname(database_path), f".{os.path.basename(database_path)}.refresh-lock")
-    check_catalog_file(lock_path)
-    # O_NOFOLLOW: a link planted between the check and the open is refused, never followed.
-    descriptor = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK, 0o644)
-    try:
-        check_catalog_file(lock_path)
-        fcntl.flock(descriptor, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(descriptor, fcntl.LOCK_UN)
-    finally:
-        os.close(descriptor)
-
-
-def _remove_orphaned_builds(database_path: str) -> None:
-    """Temps of refreshes that were killed (safe: this runs under the refresh lock)."""
-    folder, name = os.path.split(database_path)
-    for entry in os.listdir(folder):
-        if entry.startswith(TEMP_PREFIX) and (entry.endswith("-" + name) or entry.endswith("-" + name + ".wal")):
-            with contextlib.suppress(FileNotFoundError):
-                os.remove(os.path.join(folder, entry))
-
-
-def _fsync_folder(folder: str) -> None:
-    descriptor = os.open(folder, os.O_RDONLY)
-    try:
-        os.fsync(descriptor)
-    finally:
-        os.close(descriptor)
 
 
 def require_catalog(database_path: str, location: str | None = None) -> None:

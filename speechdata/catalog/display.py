@@ -5,8 +5,9 @@ from __future__ import annotations
 import pyarrow as pa
 
 
-def format_table(table: pa.Table, max_rows: int = 50, max_width: int = 60) -> str:
-    """An aligned plain-text rendering of ``table`` for a terminal (numbers right-aligned)."""
+def format_table(table: pa.Table, max_rows: int = 50, max_width: int = 60, total_rows: int | None = None) -> str:
+    """An aligned plain-text rendering of ``table`` for a terminal (numbers right-aligned);
+    ``total_rows``: how many rows ``table`` was taken from (default: its own)."""
     names = table.column_names
     if not names:
         return "(no columns)"
@@ -23,7 +24,7 @@ def format_table(table: pa.Table, max_rows: int = 50, max_width: int = 60) -> st
 
     out = [line(list(names)), "  ".join("-" * w for w in widths)]
     out.extend(line(r) for r in cells)
-    total = table.num_rows
+    total = table.num_rows if total_rows is None else total_rows
     noun = "row" if total == 1 else "rows"
     out.append(f"({len(shown)} of {total} {noun} shown)" if len(shown) < total else f"({total} {noun})")
     return "\n".join(out)

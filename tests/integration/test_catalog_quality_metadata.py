@@ -64,3 +64,11 @@ def test_the_catalog_shows_a_histogram_per_language_and_signal_and_the_hours_los
     assert lost.splitlines()[0] == "| product | reason | language | utterances | hours |"
     assert "| bridge | no_speech | en | 3 |" in lost
     assert "| bridge | no_speech | de | 3 |" in lost
+
+    # The per-shard accounting: counted per state by DuckDB, its first rows shown with the total.
+    from speechdata import products
+
+    total = 2 * len(products.product_lines())  # a row per landed shard and product line
+    assert metadata["ledgers_not_built"].value > 0  # no shard got past quality_decisions
+    assert metadata["unbalanced_ledgers"].value + metadata["ledgers_not_built"].value <= total
+    assert metadata["shard_accounting"].value.rstrip("`\n").endswith(f"({total} rows)")

@@ -17,10 +17,10 @@ from assets.vad import language_shard_index
 from speechdata.bridge.manifest import manifest_path, tar_location
 from speechdata.bridge.reader import bridge_dataset, read_sample_at
 from speechdata.catalog.accounting_state import REJECTS_BY_PRODUCT_FROM_STATE, SHARD_ACCOUNTING_FROM_STATE
-from speechdata.catalog.database_file import STATE_FILE
+from speechdata.catalog.database_file import STATE_FILE, state_table_columns
 from speechdata.catalog.queries import NAMED_QUERIES, run_query
+from speechdata.catalog.state_store import STATE_LOG, ObjectStoreState
 from speechdata.io import layout
-from speechdata.io.duckdb_object_store import database_on_root
 from speechdata.io.storage import TEMP_PREFIX, DataRoot
 from speechdata.testing.shards import build_sample_shard
 
@@ -94,7 +94,7 @@ def test_bridge_tars_stream_from_the_bucket_with_webdataset_and_by_byte_range(bu
         assert np.array_equal(single["grid"], sample["grid"]) and np.array_equal(single["wav"], sample["wav"])
 
 
-def test_duckdb_reads_the_manifests_in_the_bucket_through_the_catalog(bucket_root):
+def test_duckdb_reads_the_manifests_in_the_bucket_through_the_catalog(bucket_root, tmp_path):
     from speechdata.catalog.cli import main, open_catalog
 
     root, _, _, catalog, languages = bucket_root
@@ -104,10 +104,11 @@ def test_duckdb_reads_the_manifests_in_the_bucket_through_the_catalog(bucket_roo
     assert event.metadata["duckdb_reads_through"].value in ("httpfs", "fsspec")
     assert root.exists("catalog.duckdb")  # the built database was uploaded next to the manifests
     assert languages == sorted(event.metadata["languages"].value) and "en" in languages
-    # The refresh's state went up beside the catalog, for the next worker to start from.
-    assert root.exists(STATE_FILE)
+    # The refresh's state went up beside the catalog (a snapshot and its log), for the next worker to start from.
+    assert root.exists(STATE_LOG) and not root.exists(STATE_FILE)
+    state_copy = str(tmp_path / ".catalog.duckdb.state")
+    assert ObjectStoreState(root, state_copy, state_table_columns()).fetch()
     with (
-        database_on_root(root, STATE_FILE, read_only=True) as state_copy,
         duckdb.connect(state_copy, read_only=True) as state,
         open_catalog(root) as connection,
     ):

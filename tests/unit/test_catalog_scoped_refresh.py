@@ -19,7 +19,9 @@ from tests.unit.test_catalog_incremental import (
 )
 
 COUNTER = "catalog_listing"
-"""Scoped and full refreshes differ in it alone: how many scoped refreshes ran since the last full listing."""
+"""Scoped and full refreshes differ in it and CHECKED alone: how many scoped refreshes ran since the
+last full listing, and where the consistency check stands."""
+CHECKED = "catalog_checked_shards"
 
 
 @pytest.fixture
@@ -96,6 +98,7 @@ def state_contents(database_path: str) -> dict[str, list]:
     with duckdb.connect(state_path_of(database_path), read_only=True) as connection:
         found = catalog_contents(connection)
     found.pop(COUNTER)
+    found.pop(CHECKED)
     return found
 
 
@@ -143,7 +146,7 @@ def test_a_scoped_refresh_equals_a_full_one_after_adds_relands_and_deletes(any_r
     for number, step in enumerate(steps):
         changed = step()
         log = GlobLog(monkeypatch)
-        refreshed = refresh_catalog_file(database_path, root, shards=changed)
+        refreshed = refresh_catalog_file(database_path, root, shards=changed, checked_per_refresh=0)
         monkeypatch.undo()
         assert log.globs, "the refresh listed nothing at all"
         assert log.shards_named() == changed, log.globs
@@ -156,13 +159,47 @@ def test_a_scoped_refresh_equals_a_full_one_after_adds_relands_and_deletes(any_r
 
 def test_a_shard_deleted_by_hand_is_found_by_the_periodic_full_listing(root, tmp_path):
     database_path = str(tmp_path / "catalog.duckdb")
-    assert refresh_catalog_file(database_path, root, shards=[], full_listing_every=3).summary.manifest_files == 4
+    assert (
+        refresh_catalog_file(
+            database_path, root, shards=[], full_listing_every=3, checked_per_refresh=0
+        ).summary.manifest_files
+        == 4
+    )
     root.fs.rm(root.path("manifests/shard=shard-c"), recursive=True)  # behind the platform's back
-    assert refresh_catalog_file(database_path, root, shards=[], full_listing_every=3).summary.manifest_files == 4
-    assert refresh_catalog_file(database_path, root, shards=[], full_listing_every=3).summary.manifest_files == 4
-    found = refresh_catalog_file(database_path, root, shards=[], full_listing_every=3)
+    assert (
+        refresh_catalog_file(
+            database_path, root, shards=[], full_listing_every=3, checked_per_refresh=0
+        ).summary.manifest_files
+        == 4
+    )
+    assert (
+        refresh_catalog_file(
+            database_path, root, shards=[], full_listing_every=3, checked_per_refresh=0
+        ).summary.manifest_files
+        == 4
+    )
+    found = refresh_catalog_file(database_path, root, shards=[], full_listing_every=3, checked_per_refresh=0)
     assert (found.summary.manifest_files, found.summary.manifests_dropped) == (3, 1)
     assert "fr" not in found.summary.languages
+
+
+def test_the_consistency_check_finds_a_shard_deleted_by_hand_stating_a_few_known_shards_per_refresh(
+    root, tmp_path, monkeypatch
+):
+    database_path = str(tmp_path / "catalog.duckdb")
+    refresh_catalog_file(database_path, root, shards=[])  # the first refresh lists the root
+    root.fs.rm(root.path("manifests/shard=shard-c"), recursive=True)  # behind the platform's back
+    checked, found = [], None
+    for _ in range(4):  # four known shards, one checked per refresh: each once in four refreshes
+        log = GlobLog(monkeypatch)
+        refreshed = refresh_catalog_file(database_path, root, shards=[], checked_per_refresh=1)
+        monkeypatch.undo()
+        [shard] = log.shards_named()  # never the whole root
+        checked.append(shard)
+        if refreshed.summary.manifests_dropped:
+            found = shard
+    assert sorted(checked) == ["shard-a", "shard-b", "shard-c", "shard-d"] and found == "shard-c"
+    assert "fr" not in refreshed.summary.languages and refreshed.summary.manifest_files == 3
 
 
 def test_a_caller_that_cannot_say_what_changed_gets_a_full_listing(root, tmp_path):
@@ -192,10 +229,13 @@ def test_a_worker_whose_state_is_behind_the_buckets_takes_the_buckets_before_a_s
     refresh_catalog_file(worker_b, bucket_root, shards=[])  # takes the state worker a put in the bucket
 
     write_manifest(bucket_root, "shard-e", SHARD_D)
-    assert refresh_catalog_file(worker_b, bucket_root, shards=["shard-e"]).summary.listed_shards == 1
+    assert (
+        refresh_catalog_file(worker_b, bucket_root, shards=["shard-e"], checked_per_refresh=0).summary.listed_shards
+        == 1
+    )
     write_manifest(bucket_root, "shard-f", SHARD_D)
     # Worker a's own state never saw shard-e; told only of shard-f, it starts from the bucket's state.
-    refreshed = refresh_catalog_file(worker_a, bucket_root, shards=["shard-f"])
+    refreshed = refresh_catalog_file(worker_a, bucket_root, shards=["shard-f"], checked_per_refresh=0)
     assert refreshed.summary.listed_shards == 1 and refreshed.summary.manifest_files == 6
     full, _ = refresh_from_scratch(bucket_root, tmp_path, "full")
     assert comparable(refreshed.summary) == comparable(full.summary)
