@@ -382,7 +382,7 @@ NEAR_DUPLICATE_SECONDS_PER_UTTERANCE = 4.8
 """The synthetic index's mean utterance (benchmarks/bench_near_duplicates_index.py)."""
 
 
-def measure_near_duplicates(hours: list, utterances: int) -> dict:
+def measure_near_duplicates(hours: list, utterances: int, baseline_max_hours: float = 1000) -> dict:
     """Near duplicates per new shard against a synthetic index of each size, the postings index
     beside the whole-index scan it replaced (in the same run, on the same index)."""
     import tempfile
@@ -398,7 +398,7 @@ def measure_near_duplicates(hours: list, utterances: int) -> dict:
             built = in_fresh_process(_build, url, shards, utterances)
             figures = {"shards": shards, **built}
             # The baseline first: the postings path commits the new shard to the index.
-            paths = (["baseline_whole_index"] if size <= 1000 else []) + ["postings_index"]
+            paths = (["baseline_whole_index"] if size <= baseline_max_hours else []) + ["postings_index"]
             for path in paths:
                 figures.update(in_fresh_process(measure_index, url, utterances, path))
             progress(f"near duplicates at {size} h ({shards} shards): {figures}")
@@ -425,6 +425,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--nd-hours", default="10,100,1000", help="near-duplicate index sizes (hours)")
     parser.add_argument("--nd-utterances", type=int, default=1000)
     parser.add_argument("--skip-stages", action="store_true", help="near duplicates only")
+    parser.add_argument(
+        "--nd-baseline-max-hours",
+        type=float,
+        default=1000,
+        help="the whole-index scan baseline up to this size (13 GB of memory at 1 000 h; 0: none)",
+    )
     parser.add_argument("--workdir", default=os.path.join(os.environ.get("TMPDIR", "/tmp"), "speechdata-corpus-scale"))
     parser.add_argument("--build-template", help=argparse.SUPPRESS)
     parser.add_argument("--run-stages", help=argparse.SUPPRESS)
@@ -452,7 +458,7 @@ def main(argv: list[str] | None = None) -> None:
     args.nd_hours = _sizes(args.nd_hours)
     with stdout_to_stderr():
         figures = {} if args.skip_stages else measure(args)
-        near = measure_near_duplicates(args.nd_hours, args.nd_utterances)
+        near = measure_near_duplicates(args.nd_hours, args.nd_utterances, args.nd_baseline_max_hours)
     per_hours = figures.get("per_hours", {})
     nd_sizes = list(near)
     growths = {stage: growth(per_hours, stage) for stage in STAGES} if per_hours else {}

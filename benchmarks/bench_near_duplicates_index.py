@@ -104,12 +104,15 @@ def build_index(url: str, shards: int, utterances: int) -> None:
     from speechdata.quality.near_dup_matching import Decision
 
     rng = np.random.default_rng(shards)
-    corpus = []
-    for number in range(shards):
-        shard_id = f"s{number:05d}"
-        signals = synthetic_signals(shard_id, utterances, rng)
-        corpus.append((shard_id, signals, [Decision(s.utt_id, shard_id, s.utt_id, None, 1.0) for s in signals]))
-    write_index(DataRoot(url), corpus)
+
+    def corpus():
+        # One shard's signals at a time: a 10 000-hour index does not fit in memory at once.
+        for number in range(shards):
+            shard_id = f"s{number:06d}"
+            signals = synthetic_signals(shard_id, utterances, rng)
+            yield shard_id, signals, [Decision(s.utt_id, shard_id, s.utt_id, None, 1.0) for s in signals]
+
+    write_index(DataRoot(url), corpus())
 
 
 def _rss_mb() -> float:

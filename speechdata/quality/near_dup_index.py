@@ -65,8 +65,17 @@ from speechdata.io.shard_lock import LockHolder, ShardLocked, data_root_lock
 from speechdata.io.storage import DataRoot
 from speechdata.quality.fingerprint_audio import AudioFingerprint
 from speechdata.quality.fingerprint_envelope import SHAPE_SEGMENTS, ShiftSignature
+from speechdata.quality.near_dup_filter import (
+    DamagedFilter,
+    FilterBuilder,
+    filter_bytes,
+    filter_name,
+    keys_maybe_in,
+    verify_filter,
+)
 from speechdata.quality.near_dup_matching import Decision, IndexEntry, UtteranceSignals
 from speechdata.quality.near_dup_postings import (
+    BLOCK_RECORDS,
     POSTING_DTYPE,
     DamagedSegment,
     SegmentShard,
@@ -76,6 +85,7 @@ from speechdata.quality.near_dup_postings import (
     merge_segments,
     position_of,
     rank_of,
+    read_blocks,
     read_segment_header,
     segment_bytes,
     segment_name,
@@ -434,12 +444,28 @@ def _commit_record_relative(shard_id: str) -> str:
     return f"{layout.NEAR_DUPLICATES_INDEX}/committed/{shard_id}.json"
 
 
+def _filter_relative(segment: str) -> str:
+    return _segment_relative(filter_name(segment))
+
+
 def _write_level0(data_root: DataRoot, shard_id: str, position: int, version: str, signals) -> str:
-    content = segment_bytes(index_keys(signals, position), 0, [SegmentShard(position, shard_id, version)])
+    """The shard's level-0 segment, its key filter written first (a segment never lacks one for long:
+    a run killed between the two leaves a filter no segment names, removed once old)."""
+    postings = index_keys(signals, position)
+    content = segment_bytes(postings, 0, [SegmentShard(position, shard_id, version)])
     name = segment_name(content, 0)
+    if not data_root.exists(_filter_relative(name)):
+        data_root.write_bytes(_filter_relative(name), filter_bytes(postings["key"], name))
     if not data_root.exists(_segment_relative(name)):
         data_root.write_bytes(_segment_relative(name), content)
     return name
+
+
+def _remove_segment(data_root: DataRoot, name: str) -> None:
+    """Delete a segment and its filter (the segment first: a filter alone is never read)."""
+    for relative in (_segment_relative(name), _filter_relative(name)):
+        with contextlib.suppress(FileNotFoundError):
+            data_root.fs.rm_file(data_root.path(relative))
 
 
 def commit_shard_entries(
@@ -548,8 +574,7 @@ def _remove_unreferenced_segments(data_root: DataRoot, candidates: set[str]) -> 
         return
     referenced = {s.segment for s in read_state(data_root)}
     for name in candidates - referenced:
-        with contextlib.suppress(FileNotFoundError):
-            data_root.fs.rm_file(data_root.path(_segment_relative(name)))
+        _remove_segment(data_root, name)
 
 
 # --- reading: the candidate source ---------------------------------------------------------------
@@ -580,7 +605,8 @@ class IndexReader:
     """The committed shards before ``position``, as a :class:`~.near_dup_matching.CandidateSource`:
     postings read block by block from the live segments, entries row group by row group. Holds
     nothing but the order's rows (and the postings of one :meth:`prefetch`); counts what it read
-    (``postings_read``, ``rows_read``).
+    (``postings_read``, ``rows_read``, ``filter_bytes_read``). A key a segment's filter rules out
+    reads nothing of that segment.
 
     :meth:`prefetch` then :meth:`settle` let a shard read the postings of its keys from what is
     committed while shards reserved before it are still deciding, and then read only the postings
@@ -591,6 +617,7 @@ class IndexReader:
         self.position = position
         self.postings_read = 0
         self.rows_read = 0
+        self.filter_bytes_read = 0
         self._prefetched: tuple[np.ndarray, dict[int, str | None], np.ndarray] | None = None
         self.settle(read_state(data_root) if state is None else state)
 
@@ -629,8 +656,19 @@ class IndexReader:
         for name, positions in sorted(by_segment.items()):
             relative = _segment_relative(name)
             try:
+                present, read = keys_maybe_in(self.data_root, _filter_relative(name), name, keys)
+            except FileNotFoundError as exc:
+                raise IndexDamaged(f"the filter of segment {relative} is missing") from exc
+            except DamagedFilter as exc:
+                raise IndexDamaged(str(exc)) from exc
+            self.filter_bytes_read += read
+            if len(present) == 0:
+                if not self.data_root.exists(relative):
+                    raise IndexDamaged(f"segment {relative} is missing")
+                continue
+            try:
                 with self.data_root.fs.open(self.data_root.path(relative), "rb") as handle:
-                    header, postings = lookup_segment(handle, relative, keys)
+                    header, postings = lookup_segment(handle, relative, present)
             except FileNotFoundError as exc:
                 raise IndexDamaged(f"segment {relative} is missing") from exc
             except DamagedSegment as exc:
@@ -713,6 +751,7 @@ def repair_index(
             state = _state_from_commit_records(data_root)
             done.append(f"rebuilt shards.parquet from {len(state)} commit records ({exc})")
         held_by_segment = _healthy_segments(data_root)
+        done += _repair_filters(data_root, list(held_by_segment))
         repaired = []
         for shard in state:
             kept, line = _repair_shard(data_root, shard, held_by_segment, damaged_entries, refingerprint)
@@ -821,11 +860,39 @@ def _healthy_segments(data_root: DataRoot) -> dict[str, set[tuple[int, str]]]:
             with data_root.fs.open(path, "rb") as handle:
                 header = verify_segment(handle, name)
         except DamagedSegment:
-            with contextlib.suppress(FileNotFoundError):
-                data_root.fs.rm_file(path)
+            _remove_segment(data_root, name)
             continue
         healthy[name] = {(s.position, s.entries_version) for s in header.shards}
     return healthy
+
+
+def _repair_filters(data_root: DataRoot, segments: Sequence[str]) -> list[str]:
+    """Rebuild the key filter of each of ``segments`` whose filter is missing or damaged, from the
+    segment's postings; return what was done, one line each."""
+    done = []
+    for name in sorted(segments):
+        try:
+            with data_root.fs.open(data_root.path(_filter_relative(name)), "rb") as handle:
+                verify_filter(handle, _filter_relative(name), name)
+            continue
+        except (FileNotFoundError, DamagedFilter) as exc:
+            reason = "missing" if isinstance(exc, FileNotFoundError) else "damaged"
+        relative = _segment_relative(name)
+        try:
+            with data_root.fs.open(data_root.path(relative), "rb") as handle:
+                header = read_segment_header(handle, relative)
+                builder = FilterBuilder(header.records)
+                step = max(MERGE_CHUNK_POSTINGS // BLOCK_RECORDS, 1)
+                for first in range(0, len(header.fences), step):
+                    end = min(first + step, len(header.fences))
+                    builder.add(read_blocks(handle, relative, header, first, end)["key"])
+        except (FileNotFoundError, DamagedSegment):
+            continue  # the segment itself is repaired by the shards that need it
+        with data_root.open_atomic(_filter_relative(name)) as output:
+            for piece in builder.finish(name):
+                output.write(piece)
+        done.append(f"filter of segment {name} rebuilt ({reason})")
+    return done
 
 
 def _level(name: str) -> int:
@@ -888,7 +955,6 @@ def _write_merged(
     """Merge ``inputs`` (keeping only ``members``' postings) into one segment of ``level``, streamed;
     its name, or None when an input is gone or damaged (the next run that reads it repairs it)."""
     shards = [SegmentShard(p, members[(p, v)].shard_id, v) for p, v in sorted(members)]
-    writer = SegmentWriter()
     with contextlib.ExitStack() as stack:
         opened = []
         for name in inputs:
@@ -905,11 +971,15 @@ def _write_merged(
             # Only the positions the order maps to this segment: it may also hold an older version
             # of a shard since re-indexed elsewhere.
             opened.append((handle, relative, header, np.array([position for position, _ in mine], np.int64)))
+        writer = SegmentWriter(key_filter=FilterBuilder(sum(header.records for _, _, header, _ in opened)))
         try:
             merge_segments(opened, writer, MERGE_CHUNK_POSTINGS)
         except DamagedSegment:
             return None
     merged, pieces = writer.finish(level, shards)
+    with data_root.open_atomic(_filter_relative(merged)) as output:
+        for piece in writer.key_filter.finish(merged):
+            output.write(piece)
     with data_root.open_atomic(_segment_relative(merged)) as output:
         for piece in pieces:
             output.write(piece)
@@ -926,7 +996,9 @@ def _remove_orphan_segments(data_root: DataRoot, referenced: set[str]) -> int:
     and its commit, a merge that lost its switch) once :data:`ORPHAN_GRACE_S` old; return how many."""
     removed = 0
     now = time.time()
-    for path in data_root.glob(f"{layout.NEAR_DUPLICATES_INDEX}/segments/*.seg"):
+    referenced = referenced | {filter_name(name) for name in referenced}
+    folder = f"{layout.NEAR_DUPLICATES_INDEX}/segments"
+    for path in data_root.glob(f"{folder}/*.seg") + data_root.glob(f"{folder}/*.seg.filter"):
         if posixpath.basename(path) in referenced:
             continue
         with contextlib.suppress(FileNotFoundError):
