@@ -16,7 +16,7 @@ from assets.reporting import (
     utterance_check_results,
 )
 from assets.shard_runs import ShardEvents, ShardResult, materialize_shards
-from resources.aligner import CtcAlignerResource
+from resources.aligner import CtcAlignerResource, profile_aligner_identity
 from resources.alignment_job import alignment_shard_job
 from resources.gpu_workers import GpuWorkersResource
 from resources.model_pins import QWEN, model_bound
@@ -46,7 +46,9 @@ class AlignmentsConfig(dg.Config):
 @shard_asset(
     deps=[normalized_audio],
     kinds={"pytorch", "parquet"},
-    code_version="alignments-v3",  # v3: long recordings aligned (not rejected), untranscribed stretches, segment rows
+    # The aligner that runs is part of the code version: switching profile or moving the parakeet pin
+    # marks alignments (and what is built from them) stale.
+    code_version=model_bound("alignments", "alignments-v3+aligner-", profile_aligner_identity),
     # The CTC model runs on the GPU when there is one: on Kubernetes the step goes to a GPU node,
     # and it shares the `gpu` pool with the feature steps.
     gpu=True,

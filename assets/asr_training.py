@@ -21,8 +21,9 @@ from resources.storage import DataRootResource
 from speechdata.accounting.ledger_gate import UnbalancedLedger, require_balanced
 from speechdata.accounting.ledgers import produced_utterances
 from speechdata.asr.flac import run_asr_flac
-from speechdata.asr.incremental import MANIFEST_SCHEMA, arrow_schema
+from speechdata.asr.incremental import arrow_schema
 from speechdata.asr.manifest import AsrManifestConfig
+from speechdata.asr.manifest_rows import MANIFEST_SCHEMA
 from speechdata.asr.stage import build_and_write_asr_manifests
 from speechdata.io import layout
 from speechdata.quality.decisions import excluded_utterances
@@ -36,7 +37,7 @@ NO_RECORDING_LEAKS = "no_recording_in_two_splits"
 @shard_asset(
     deps=[raw_shards, quality_decisions],
     kinds={"flac", "parquet"},
-    code_version="asr_flac-v3",  # bumped when edge silence began to be trimmed and DC removed
+    code_version="asr_flac-v3",
     checks={FLAC_ACCOUNTED: "Every utterance of the index has a FLAC file or an asr_flac reject."},
 )
 def asr_flac(context: dg.AssetExecutionContext, data_root: DataRootResource) -> ShardEvents:
@@ -106,7 +107,7 @@ class AsrManifestAssetConfig(dg.Config):
 @group_asset(
     deps=[asr_flac],
     kinds={"parquet", "polars"},
-    code_version="asr_manifest-v4",  # bumped for the text_source column (pseudo-labels)
+    code_version="asr_manifest-v4",
     checks={NO_RECORDING_LEAKS: "No recording has utterances in both train and validation."},
 )
 def asr_manifest(

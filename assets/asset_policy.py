@@ -42,6 +42,8 @@ def shard_asset(
 ) -> AssetDecorator:
     """A shard-partitioned asset that materializes through ``materialize_shards``.
 
+    ``code_version``: bump it whenever the same inputs would give other output bytes, so every
+    partition built before shows stale (what changed belongs in the commit, not in a comment).
     ``checks``: ``{check name: description}``, blocking checks evaluated once per shard.
     ``gpu``: the step runs in the `gpu` pool and asks Kubernetes for one GPU.
     ``in_per_shard_job``: False for assets whose inputs land later than the shard (the landing

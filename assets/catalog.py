@@ -84,7 +84,7 @@ class CatalogRefreshConfig(dg.Config):
 @group_asset(
     deps=[shard_manifest],
     kinds={"duckdb"},
-    code_version="manifest_catalog-v4",  # bumped when the accounting moved to per-shard state
+    code_version="manifest_catalog-v4",
 )
 def manifest_catalog(
     context: dg.AssetExecutionContext,

@@ -109,7 +109,7 @@ class NormalizedAudioConfig(dg.Config):
 @shard_asset(
     deps=[raw_shards],
     kinds={"parquet"},
-    code_version="normalized_audio-v4",  # bumped when a constant DC offset began to be removed
+    code_version="normalized_audio-v4",
     checks={AUDIO_ACCOUNTED: "Every utterance of the index is in the audio container or in the rejects."},
 )
 def normalized_audio(

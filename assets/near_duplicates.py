@@ -104,7 +104,6 @@ class NearDuplicatesConfig(dg.Config):
         )
 
 
-# v2: speaker-aware transcript matches, containment that keeps new speech, tempo and pitch copies, the flags file
 @shard_asset(deps=[normalized_audio], kinds={"parquet"}, code_version="near_duplicates-v2")
 def near_duplicates(
     context: dg.AssetExecutionContext, config: NearDuplicatesConfig, data_root: DataRootResource

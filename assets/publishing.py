@@ -35,7 +35,7 @@ INPUT_FINGERPRINT = "input_fingerprint"
         dg.AssetDep(near_duplicates, partition_mapping=dg.AllPartitionMapping()),
     ],
     kinds={"duckdb"},
-    code_version="hf_split_assignments-v4",  # bumped when it began to read only the shards that changed
+    code_version="hf_split_assignments-v4",
     checks={
         NO_RECORDING_IN_TWO_SPLITS: "Every segment's split is its recording's split: no recording leaks between splits."
     },
@@ -114,7 +114,7 @@ def hf_split_assignments(
     partitions_def=country_partitions,
     deps=[hf_split_assignments],
     kinds={"huggingface", "parquet"},
-    code_version="hf_dataset-v7",  # bumped for one part per shard, only changed parts rewritten
+    code_version="hf_dataset-v7",
 )
 def hf_dataset(
     context: dg.AssetExecutionContext,

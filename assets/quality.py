@@ -55,7 +55,7 @@ SIGNAL_HISTOGRAMS = {
 @shard_asset(
     deps=[normalized_audio, alignments],
     kinds={"pytorch", "parquet"},
-    code_version="quality_signals-v4",  # bumped for the speaker columns and the pseudo-label columns
+    code_version="quality_signals-v4",
     checks={"one_row_per_indexed_utterance": "quality.parquet has exactly one row per utterance of the index."},
     gpu=True,
 )

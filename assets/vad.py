@@ -29,7 +29,7 @@ class ChunkingConfig(dg.Config):
 @shard_asset(
     deps=[raw_shards],
     kinds={"parquet", "pytorch"},
-    code_version="vad_segments-v2",  # bumped for the content-named packed tar and the audio_sha1 column
+    code_version="vad_segments-v2",
     checks={VAD_ACCOUNTED: "Every utterance of the index has its file in the segments table or is rejected."},
 )
 def vad_segments(
@@ -105,7 +105,7 @@ def _segment_one_shard(
     deps=[dg.AssetDep(vad_segments, partition_mapping=dg.AllPartitionMapping())],
     partitions_def=language_partitions,
     kinds={"parquet", "duckdb"},
-    code_version="language_shard_index-v2",  # bumped for one part per shard, built incrementally
+    code_version="language_shard_index-v2",
 )
 def language_shard_index(
     context: dg.AssetExecutionContext, config: ChunkingConfig, data_root: DataRootResource

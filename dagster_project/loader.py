@@ -26,7 +26,7 @@ from resources.catalog import catalog_resource
 from resources.encoders import qwen_resource, wavlm_resource
 from resources.gpu_workers import gpu_workers_resource
 from resources.hub import hf_dataset_settings_resource, hub_resource
-from resources.model_pins import MODEL_BOUND_ASSETS, base_code_version, model_code_version
+from resources.model_pins import MODEL_BOUND_ASSETS, profile_code_version
 from resources.profile import model_profile_resource
 from resources.qe import qe_resource
 from resources.quality import quality_models_resource
@@ -35,7 +35,7 @@ from resources.storage import data_root_resource
 from resources.text_tokenizer import text_tokenizer_resource
 from resources.torch_device import torch_device_resource
 from resources.vad import vad_resource
-from speechdata.profiles import PROFILE_ENV, Profile, check_profile, runs_tiny_models
+from speechdata.profiles import PROFILE_ENV, Profile, check_profile
 
 RESOURCE_FACTORIES: dict[str, ResourceFactory] = {
     "data_root": data_root_resource,
@@ -104,7 +104,9 @@ def build_resources(data_root: str | None = None, profile: str | None = None) ->
     refused here: :func:`build_definitions` builds assets and resources for any profile."""
     resolved = check_profile(profile) if profile else model_profile()
     imported_with = model_profile()
-    if runs_tiny_models(resolved) != runs_tiny_models(imported_with):
+    if any(
+        profile_code_version(name, resolved) != profile_code_version(name, imported_with) for name in MODEL_BOUND_ASSETS
+    ):
         raise ValueError(
             f"build_resources(profile={resolved!r}) under {PROFILE_ENV}={imported_with!r}: the assets imported "
             f"from their modules record the models of {imported_with!r}; set {PROFILE_ENV}={resolved} or "
@@ -126,12 +128,8 @@ def with_profile_code_versions(defs: dg.Definitions, profile: Profile) -> dg.Def
     """``defs`` with every model-bound asset's code version naming the model ``profile`` runs."""
 
     def rewrite(spec: dg.AssetSpec) -> dg.AssetSpec:
-        pin = MODEL_BOUND_ASSETS.get(spec.key.to_user_string())
-        if pin is None or spec.code_version is None:
-            return spec
-        return spec.replace_attributes(
-            code_version=model_code_version(base_code_version(spec.code_version, pin), pin, profile)
-        )
+        code_version = profile_code_version(spec.key.to_user_string(), profile)
+        return spec if code_version is None else spec.replace_attributes(code_version=code_version)
 
     with warnings.catch_warnings():
         # map_asset_specs is marked preview; tests/integration/test_model_profile_source.py pins what it does here.

@@ -12,12 +12,18 @@ import dagster as dg
 from pydantic import Field
 
 from resources.loaded_models import load_once
+from resources.model_pins import ModelPin
 from resources.settings import ResourceSettings
 from resources.torch_device import TorchDeviceResource
+from speechdata.profiles import Profile, runs_tiny_models
 
 TINY_LANGUAGES = ("eng", "deu", "fra", "spa")
 """The tiny audio-LID model's labels (ISO 639-3, as MMS-LID names them)."""
 TINY_SEED = 0
+TINY_AUDIO_LANGUAGE = ModelPin("tiny-wav2vec2-lid", "local-random-seed")
+"""The tiny twin of the spoken-language ID model: :func:`tiny_audio_language_model`."""
+TINY_MOS = ModelPin("tiny-squim-objective", "local-random-seed")
+"""The tiny twin of the MOS estimator: :func:`tiny_squim_objective_model`."""
 
 
 def tiny_audio_language_model():
@@ -63,19 +69,37 @@ def tiny_squim_objective_model():
 class QualityModelsResource(dg.ConfigurableResource):
     """The quality stage's audio models; each loaded once per process."""
 
+    profile: Profile = Field(
+        "full", description="full loads the models named below; tiny and small build their tiny twins locally."
+    )
     audio_language_model_id: str = Field(
-        "facebook/mms-lid-126", description="transformers audio classifier for spoken-language ID; 'tiny' builds one."
+        "facebook/mms-lid-126",
+        description="Hugging Face Hub id of a transformers audio classifier (spoken-language ID).",
     )
     audio_language_revision: str | None = None
-    mos_model: str = Field("squim_objective", description="squim_objective (torchaudio's pretrained) or tiny.")
+    mos_model: str = Field("squim_objective", description="squim_objective: torchaudio's pretrained SQUIM.")
     local_files_only: bool = False
     dnsmos_threads: int = Field(
         1, description="onnxruntime intra-op threads for DNSMOS (0: onnxruntime's default, all cores)."
     )
 
     @property
+    def runs_tiny(self) -> bool:
+        return runs_tiny_models(self.profile)
+
+    @property
+    def audio_language_model(self) -> ModelPin:
+        if self.runs_tiny:
+            return TINY_AUDIO_LANGUAGE
+        return ModelPin(self.audio_language_model_id, self.audio_language_revision or "default")
+
+    @property
+    def mos_model_that_runs(self) -> str:
+        return TINY_MOS.identity if self.runs_tiny else self.mos_model
+
+    @property
     def identity(self) -> str:
-        return f"{self.audio_language_model_id}@{self.audio_language_revision or 'default'}+{self.mos_model}+dnsmos"
+        return f"{self.audio_language_model.identity}+{self.mos_model_that_runs}+dnsmos"
 
     def audio_language(self, device: TorchDeviceResource):
         from speechdata.quality.audio_models import AudioClassifierLanguageId
@@ -83,7 +107,7 @@ class QualityModelsResource(dg.ConfigurableResource):
         torch_device = device.torch_device()
 
         def build():
-            if self.audio_language_model_id == "tiny":
+            if self.runs_tiny:
                 model, extractor = tiny_audio_language_model()
             else:
                 from speechdata.hub_access import hub_model_access
@@ -105,9 +129,7 @@ class QualityModelsResource(dg.ConfigurableResource):
                 )
             return AudioClassifierLanguageId(model.eval().to(torch_device), extractor, str(torch_device))
 
-        return load_once(
-            ("audio_lid", self.audio_language_model_id, self.audio_language_revision, str(torch_device)), build
-        )
+        return load_once(("audio_lid", self.audio_language_model.identity, str(torch_device)), build)
 
     def speech_quality(self, device: TorchDeviceResource):
         from speechdata.quality.audio_models import SquimObjectiveMos
@@ -115,17 +137,17 @@ class QualityModelsResource(dg.ConfigurableResource):
         torch_device = device.torch_device()
 
         def build():
-            if self.mos_model == "tiny":
+            if self.runs_tiny:
                 model = tiny_squim_objective_model()
             elif self.mos_model == "squim_objective":
                 from torchaudio.pipelines import SQUIM_OBJECTIVE
 
                 model = SQUIM_OBJECTIVE.get_model()
             else:
-                raise ValueError(f"quality_models.mos_model {self.mos_model!r}: use squim_objective or tiny")
+                raise ValueError(f"quality_models.mos_model {self.mos_model!r}: use squim_objective")
             return SquimObjectiveMos(model.eval().to(torch_device), str(torch_device))
 
-        return load_once(("mos", self.mos_model, str(torch_device)), build)
+        return load_once(("mos", self.mos_model_that_runs, str(torch_device)), build)
 
     def dnsmos(self):
         """DNSMOS P.835 (SIG/BAK/OVRL), loaded once per process."""
@@ -143,6 +165,4 @@ class QualityModelsResource(dg.ConfigurableResource):
 
 
 def quality_models_resource(settings: ResourceSettings) -> QualityModelsResource:
-    if settings.tiny:
-        return QualityModelsResource(audio_language_model_id="tiny", mos_model="tiny")
-    return QualityModelsResource()
+    return QualityModelsResource(profile=settings.profile)

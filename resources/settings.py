@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from speechdata.profiles import Profile, runs_tiny_models
+from speechdata.profiles import Profile
 
 
 @dataclass(frozen=True)
@@ -20,11 +20,6 @@ class ResourceSettings:
     profile: Profile
     model_cache_dir: str
     """Where locally built models (the tiny profile's, NeMo's save/restore) are kept."""
-
-    @property
-    def tiny(self) -> bool:
-        """The tiny stand-ins run for every model but the aligner (``tiny`` and ``small`` profiles)."""
-        return runs_tiny_models(self.profile)
 
 
 ResourceFactory = Callable[[ResourceSettings], Any]

@@ -1,18 +1,21 @@
 import dagster as dg
 from pydantic import Field, PrivateAttr
 
-from resources.model_pins import QWEN
+from resources.model_pins import QWEN, TINY_QWEN, ModelPin
 from resources.settings import ResourceSettings
 from speechdata.bridge.text_tokens import load_text_tokenizer, tiny_tokenizer
+from speechdata.profiles import Profile, runs_tiny_models
 
 
 class TextTokenizerResource(dg.ConfigurableResource):
     """The text model's tokenizer (Qwen3's in production), with character offsets.
 
-    ``model_id`` ``tiny`` trains the small Qwen-style byte-level BPE of the tiny profile.
+    The ``tiny`` and ``small`` profiles train the tiny twin's tokenizer instead: the small Qwen-style
+    byte-level BPE of ``tiny-qwen3``.
     """
 
-    model_id: str = "Qwen/Qwen3-1.7B"
+    profile: Profile = Field("full", description="full loads model_id's tokenizer; tiny and small train the tiny BPE.")
+    model_id: str = Field(QWEN.model_id, description="Hugging Face Hub id (or local folder) the full profile loads.")
     revision: str | None = None
     local_files_only: bool = Field(False, description="Never download: use the Hugging Face cache only.")
 
@@ -20,7 +23,7 @@ class TextTokenizerResource(dg.ConfigurableResource):
 
     def get(self):
         if self._tokenizer is None:
-            if self.model_id == "tiny":
+            if runs_tiny_models(self.profile):
                 self._tokenizer = tiny_tokenizer()
             else:
                 self._tokenizer = load_text_tokenizer(self.model_id, self.revision, self.local_files_only)
@@ -28,11 +31,13 @@ class TextTokenizerResource(dg.ConfigurableResource):
 
     @property
     def identity(self) -> str:
-        """Model id and revision, recorded in metadata so a tokenizer change is visible."""
-        return f"{self.model_id}@{self.revision or 'default'}"
+        """The model whose tokenizer runs, recorded in metadata so a tokenizer change is visible."""
+        return self.model_that_runs.identity
+
+    @property
+    def model_that_runs(self) -> ModelPin:
+        return TINY_QWEN if runs_tiny_models(self.profile) else ModelPin(self.model_id, self.revision or "default")
 
 
 def text_tokenizer_resource(settings: ResourceSettings) -> TextTokenizerResource:
-    if settings.tiny:
-        return TextTokenizerResource(model_id="tiny", revision=None)
-    return TextTokenizerResource(model_id=QWEN.model_id, revision=QWEN.revision)
+    return TextTokenizerResource(profile=settings.profile, model_id=QWEN.model_id, revision=QWEN.revision)

@@ -24,6 +24,14 @@ def pytest_addoption(parser):
     )
 
 
+@pytest.hookimpl(optionalhook=True)  # pytest-xdist's hook: without xdist (-p no:xdist) it is never called
+def pytest_xdist_make_scheduler(config, log):
+    """The longest modules go to the workers first (tests/longest_first.py)."""
+    from tests.longest_first import make_scheduler
+
+    return make_scheduler(config, log)
+
+
 @pytest.fixture
 def update_spec_snapshot(request) -> bool:
     return request.config.getoption(UPDATE_SPEC_SNAPSHOT)

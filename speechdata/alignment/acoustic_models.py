@@ -220,11 +220,17 @@ def check_model_parts_agree(acoustic: CtcAcousticModel, model_sample_rate: int) 
 
 
 def load_ctc_model(
-    name: str, *, cache_dir: str | os.PathLike, device: str = "cpu", local_files_only: bool = False
+    name: str,
+    *,
+    cache_dir: str | os.PathLike,
+    device: str = "cpu",
+    local_files_only: bool = False,
+    revision: str | None = None,
 ) -> CtcAcousticModel:
     """Load a CTC model in eval mode: ``tiny``, ``small``, a local transformers directory, or a hub name (cache).
 
     ``local_files_only`` never downloads: a hub name must already be in the Hugging Face cache.
+    ``revision`` (a hub name's branch, tag or commit; None: the hub's default) is ignored for a directory.
     """
     import torch
     from transformers import ParakeetFeatureExtractor, ParakeetForCTC, ParakeetTokenizer
@@ -240,14 +246,16 @@ def load_ctc_model(
     source = {"tiny": lambda: str(tiny_ctc_model_path(cache_dir)), SMALL_MODEL_NAME: lambda: str(SMALL_MODEL_DIR)}.get(
         name, lambda: name
     )()
-    options = {"local_files_only": local_files_only or os.path.isdir(source)}
-    options["local_files_only"] = hub_model_access(source, local_files_only=options["local_files_only"])
+    is_directory = os.path.isdir(source)
+    revision = None if is_directory else revision
+    options: dict[str, Any] = {"revision": revision} if revision else {}
+    options["local_files_only"] = hub_model_access(source, revision, local_files_only=local_files_only or is_directory)
     acoustic = CtcAcousticModel(
         name=name,
         model=ParakeetForCTC.from_pretrained(source, dtype=torch.float32, **options).to(device).eval(),
         feature_extractor=ParakeetFeatureExtractor.from_pretrained(source, **options),
         tokenizer=ParakeetTokenizer.from_pretrained(source, **options),
-        emission_offsets_ms=read_emission_offsets(source) if os.path.isdir(source) else (0, 0),
+        emission_offsets_ms=read_emission_offsets(source) if is_directory else (0, 0),
     )
     check_model_parts_agree(acoustic, MODEL_SAMPLE_RATE)
     return acoustic

@@ -110,3 +110,14 @@ def words_by_utterance(table: pa.Table) -> dict[str, list[TimedUnit]]:
             TimedUnit(row["text"], row["start_ms"], row["end_ms"], row["score"])
         )
     return grouped
+
+
+class AlignmentFormatError(ValueError):
+    """An alignment file that cannot be read: ``source`` (file name), ``line`` (1-based or None)."""
+
+    def __init__(self, source: str, line: int | None, message: str):
+        self.source = source
+        self.line = line
+        self.message = message
+        where = source if line is None else f"{source}:{line}"
+        super().__init__(f"{where}: {message}")

@@ -34,130 +34,21 @@ from decimal import Decimal, InvalidOperation
 
 from num2words import num2words
 
+from speechdata.alignment.spoken_names import (
+    CURRENCY_CODES,
+    CURRENCY_NAMES,
+    CURRENCY_SYMBOLS,
+    DECIMAL_COMMA_LANGUAGES,
+    MONTHS,
+    ORDINAL_SUFFIXES,
+    SYMBOL_CHARACTERS,
+    SYMBOL_NAMES,
+)
+
 DEFAULT_LANGUAGE = "en"
 """Numbers of an utterance without a language (or in one ``num2words`` does not know) are spoken in English."""
 
 _APOSTROPHES = str.maketrans({"\u2019": "'", "\u2018": "'", "\u02bc": "'", "`": "'"})
-
-_ORDINAL_SUFFIXES = {
-    "en": r"st|nd|rd|th",
-    "fr": r"er|re|ère|ème|eme|e",
-    "es": r"\.?º|\.?ª|o|a",
-}
-
-_SYMBOL_CHARACTERS = "$€£¥%&+@=#°"
-
-_CURRENCY_SYMBOLS = {"$": "USD", "€": "EUR", "£": "GBP", "¥": "JPY"}
-_CURRENCY_CODES = frozenset({"USD", "EUR", "GBP", "JPY", "CHF"})
-
-# (singular, plural) of each currency, and of its hundredth ("cent", or "cent:<code>" where it has its own name).
-_CURRENCY_NAMES: dict[str, dict[str, tuple[str, str]]] = {
-    "en": {
-        "USD": ("dollar", "dollars"),
-        "EUR": ("euro", "euros"),
-        "GBP": ("pound", "pounds"),
-        "JPY": ("yen", "yen"),
-        "CHF": ("franc", "francs"),
-        "cent": ("cent", "cents"),
-        "cent:GBP": ("penny", "pence"),
-    },
-    "de": {
-        "USD": ("dollar", "dollar"),
-        "EUR": ("euro", "euro"),
-        "GBP": ("pfund", "pfund"),
-        "JPY": ("yen", "yen"),
-        "CHF": ("franken", "franken"),
-        "cent": ("cent", "cent"),
-        "cent:GBP": ("penny", "pence"),
-    },
-    "fr": {
-        "USD": ("dollar", "dollars"),
-        "EUR": ("euro", "euros"),
-        "GBP": ("livre", "livres"),
-        "JPY": ("yen", "yens"),
-        "CHF": ("franc", "francs"),
-        "cent": ("centime", "centimes"),
-        "cent:GBP": ("penny", "pence"),
-    },
-    "es": {
-        "USD": ("dólar", "dólares"),
-        "EUR": ("euro", "euros"),
-        "GBP": ("libra", "libras"),
-        "JPY": ("yen", "yenes"),
-        "CHF": ("franco", "francos"),
-        "cent": ("céntimo", "céntimos"),
-        "cent:GBP": ("penique", "peniques"),
-    },
-}
-
-_SYMBOL_NAMES: dict[str, dict[str, str]] = {
-    "en": {"%": "percent", "&": "and", "+": "plus", "@": "at", "=": "equals", "#": "number", "°": "degrees"},
-    "de": {"%": "prozent", "&": "und", "+": "plus", "@": "at", "=": "gleich", "#": "nummer", "°": "grad"},
-    "fr": {"%": "pour cent", "&": "et", "+": "plus", "@": "arobase", "=": "égale", "#": "numéro", "°": "degrés"},
-    "es": {"%": "por ciento", "&": "y", "+": "más", "@": "arroba", "=": "igual", "#": "número", "°": "grados"},
-}
-
-_MONTHS: dict[str, tuple[str, ...]] = {
-    "en": [
-        "january",
-        "february",
-        "march",
-        "april",
-        "may",
-        "june",
-        "july",
-        "august",
-        "september",
-        "october",
-        "november",
-        "december",
-    ],
-    "de": [
-        "januar",
-        "februar",
-        "märz",
-        "april",
-        "mai",
-        "juni",
-        "juli",
-        "august",
-        "september",
-        "oktober",
-        "november",
-        "dezember",
-    ],
-    "fr": [
-        "janvier",
-        "février",
-        "mars",
-        "avril",
-        "mai",
-        "juin",
-        "juillet",
-        "août",
-        "septembre",
-        "octobre",
-        "novembre",
-        "décembre",
-    ],
-    "es": [
-        "enero",
-        "febrero",
-        "marzo",
-        "abril",
-        "mayo",
-        "junio",
-        "julio",
-        "agosto",
-        "septiembre",
-        "octubre",
-        "noviembre",
-        "diciembre",
-    ],
-}
-
-_DECIMAL_COMMA_LANGUAGES = frozenset({"de", "fr", "es", "it", "pt", "nl", "pl", "ru", "cs", "da", "sv", "nb", "fi"})
-"""Languages that write ``1.000,5``; the others write ``1,000.5``."""
 
 _LETTERS = r"[^\W\d_]+(?:'[^\W\d_]+)*"
 _NUMBER = r"\d+(?:[.,:/-]\d+)*"
@@ -167,10 +58,10 @@ _WORD_SPLIT = re.compile(r"[\s\-,]+")
 
 @functools.cache
 def _piece_pattern(language: str) -> re.Pattern:
-    suffix = _ORDINAL_SUFFIXES.get(language)
+    suffix = ORDINAL_SUFFIXES.get(language)
     ordinal = rf"(?P<ordinal>{suffix})?(?![^\W\d_])" if suffix else ""
     return re.compile(
-        rf"(?P<number>{_NUMBER}){ordinal}|(?P<letters>{_LETTERS})|(?P<symbol>[{re.escape(_SYMBOL_CHARACTERS)}])"
+        rf"(?P<number>{_NUMBER}){ordinal}|(?P<letters>{_LETTERS})|(?P<symbol>[{re.escape(SYMBOL_CHARACTERS)}])"
     )
 
 
@@ -241,7 +132,7 @@ def _integer(digits: str, language: str, *, as_year: bool) -> list[str]:
 
 def _date(parts: list[str], language: str) -> list[str] | None:
     """Day, month name and year of a 3-part date (``2024-05-12``, ``12/05/2024``, ``05/12/2024`` in en)."""
-    if len(parts) != 3 or language not in _MONTHS:
+    if len(parts) != 3 or language not in MONTHS:
         return None
     numbers = [int(p) for p in parts]
     if len(parts[0]) == 4:
@@ -254,7 +145,7 @@ def _date(parts: list[str], language: str) -> list[str] | None:
         return None
     if not (1 <= month <= 12 and 1 <= day <= 31):
         return None
-    month_name = [_MONTHS[language][month - 1]]
+    month_name = [MONTHS[language][month - 1]]
     year_words = _integer(parts[2] if len(parts[0]) != 4 else parts[0], language, as_year=True)
     if language == "en":
         return [*month_name, *_words(num2words(day, lang="en", to="ordinal")), *year_words]
@@ -268,7 +159,7 @@ def _date(parts: list[str], language: str) -> list[str] | None:
 
 def _thousands_and_decimal(number: str, language: str) -> tuple[str, str | None] | None:
     """``(integer digits, decimal digits or None)`` of a number with separators, or None if it is none."""
-    thousands, decimal = (".", ",") if language in _DECIMAL_COMMA_LANGUAGES else (",", ".")
+    thousands, decimal = (".", ",") if language in DECIMAL_COMMA_LANGUAGES else (",", ".")
     match = re.fullmatch(rf"(\d{{1,3}}(?:{re.escape(thousands)}\d{{3}})+|\d+)(?:{re.escape(decimal)}(\d+))?", number)
     if match is None:
         return None
@@ -314,7 +205,7 @@ def _number(number: str, language: str, *, ordinal: bool, as_year: bool) -> tupl
 
 
 def _currency_words(amount: Decimal | None, amount_words: list[str], currency: str, language: str) -> list[str]:
-    names = _CURRENCY_NAMES.get(language)
+    names = CURRENCY_NAMES.get(language)
     if names is None:
         return amount_words
     singular, plural = names[currency]
@@ -338,26 +229,26 @@ def _verbalized(word: str, language: str) -> list[str]:
         kind = piece.lastgroup if piece.lastgroup != "ordinal" else "number"
         text = piece.group(kind)
         if kind == "letters":
-            if text in _CURRENCY_CODES and language in _CURRENCY_NAMES:
-                spoken += _words(_CURRENCY_NAMES[language][text][1])
+            if text in CURRENCY_CODES and language in CURRENCY_NAMES:
+                spoken += _words(CURRENCY_NAMES[language][text][1])
             else:
                 spoken.append(text.lower())
         elif kind == "symbol":
-            currency = _CURRENCY_SYMBOLS.get(text)
+            currency = CURRENCY_SYMBOLS.get(text)
             next_is_number = i + 1 < len(pieces) and pieces[i + 1].lastgroup in ("number", "ordinal")
             if currency is not None and next_is_number:
                 pending_currency = currency  # "$25": spoken after the amount
-            elif currency is not None and language in _CURRENCY_NAMES:
-                spoken += _words(_CURRENCY_NAMES[language][currency][1])
-            elif text in _SYMBOL_NAMES.get(language, {}):
-                spoken += _words(_SYMBOL_NAMES[language][text])
+            elif currency is not None and language in CURRENCY_NAMES:
+                spoken += _words(CURRENCY_NAMES[language][currency][1])
+            elif text in SYMBOL_NAMES.get(language, {}):
+                spoken += _words(SYMBOL_NAMES[language][text])
         else:
             ordinal = bool(piece.groupdict().get("ordinal"))
             following = pieces[i + 1].group() if i + 1 < len(pieces) else None
-            amount_follows = following in _CURRENCY_SYMBOLS or following == "%"
+            amount_follows = following in CURRENCY_SYMBOLS or following == "%"
             words, amount = _number(text, language, ordinal=ordinal, as_year=not (pending_currency or amount_follows))
-            if pending_currency is None and following in _CURRENCY_SYMBOLS:
-                pending_currency = _CURRENCY_SYMBOLS[following]
+            if pending_currency is None and following in CURRENCY_SYMBOLS:
+                pending_currency = CURRENCY_SYMBOLS[following]
                 pieces[i + 1 : i + 2] = []  # "25€": the symbol is spoken with the amount
             if pending_currency is not None:
                 words = _currency_words(amount, words, pending_currency, language)
@@ -389,7 +280,7 @@ def spoken_form(word: str, language: str | None, characters: Collection[str]) ->
     lowered = normalized.lower()
     # Most words: letters the vocabulary has, maybe with punctuation around them ("fox,", "(the").
     core = _without_edge_punctuation(lowered, characters)
-    if core and all(c in characters for c in core) and normalized.strip(_EDGE_PUNCTUATION) not in _CURRENCY_CODES:
+    if core and all(c in characters for c in core) and normalized.strip(_EDGE_PUNCTUATION) not in CURRENCY_CODES:
         return [core]
     language = (language or DEFAULT_LANGUAGE).split("-")[0].lower()
     try:

@@ -22,30 +22,9 @@ import pyarrow.csv as pacsv
 from speechdata.alignment.pseudo_labels import with_text_sources
 from speechdata.asr.flac_retention import remove_unreferenced_flacs
 from speechdata.asr.incremental import (
-    MANIFEST_SCHEMA,
-    PART_TO_ROOT,
-    REMOVED_SCHEMA,
-    AsrManifestTotals,
-    PreparedShard,
-    arrow_schema,
-    eval_subset,
     fingerprint,
-    forced_validation,
-    open_state,
-    prepare_shard,
-    prepared_info,
     remove_shard_parts,
-    replace_candidates,
-    replace_eval_candidates,
-    replace_kept_recordings,
-    reset_for_fingerprint,
-    set_state_value,
     shard_outputs,
-    shard_stats,
-    state_value,
-    totals,
-    transaction,
-    with_audio_root,
     write_shard_parts,
 )
 from speechdata.asr.manifest import (
@@ -57,11 +36,39 @@ from speechdata.asr.manifest import (
     conform,
     nemo_jsonl_bytes,
 )
+from speechdata.asr.manifest_rows import (
+    MANIFEST_SCHEMA,
+    REMOVED_SCHEMA,
+    PreparedShard,
+    prepare_shard,
+    prepared_info,
+    shard_stats,
+)
+from speechdata.asr.manifest_state import (
+    AsrManifestTotals,
+    eval_subset,
+    forced_validation,
+    open_state,
+    replace_candidates,
+    replace_eval_candidates,
+    replace_kept_recordings,
+    reset_for_fingerprint,
+    set_state_value,
+    state_value,
+    totals,
+    transaction,
+)
+from speechdata.asr.published_manifests import (
+    MANIFEST_TO_ROOT,
+    concatenate_jsonl,
+    concatenate_parquet,
+    read_published_build,
+)
 from speechdata.asr.split import SaltedMd5
 from speechdata.io import layout
 from speechdata.io.faults import fault_point
 from speechdata.io.shard_versions import LEDGER_INPUTS, shard_input_versions
-from speechdata.io.storage import DataRoot, atomic_open, filesystem_for, read_parquet
+from speechdata.io.storage import DataRoot, filesystem_for, read_parquet
 from speechdata.landing.extras import unpack_extras
 
 SPLITS = ("train", "validation", "eval")
@@ -137,14 +144,6 @@ def read_language_corrections(data_root: DataRoot, location: str | None) -> pl.D
             return pl.from_arrow(pacsv.read_csv(handle))
     return pl.from_arrow(read_parquet(fs, path))
 
-
-MANIFEST_TO_ROOT = "../.."
-"""``audio_filepath`` is relative to the manifest's own directory (``asr/manifests/``): NeMo resolves
-a relative path against the manifest's directory (``get_full_path``), and so does
-:class:`speechdata.asr.dataset.AsrManifestDataset`; the data root can then be copied or moved.
-The per-shard parts (``asr/manifests/parts/<split>/``) are two levels deeper: their rows keep the
-same ``audio_filepath`` (so a part is a slice of the corpus-wide file, byte for byte), and a reader
-of a part resolves it against ``asr/manifests/`` (:func:`speechdata.asr.dataset.manifest_base_dir`)."""
 
 ShardGate = Callable[[str], object]
 """Called with each changed shard's id before anything is written; raises to stop the build."""
@@ -343,78 +342,13 @@ def _write_manifests(
             data_root.write_bytes(layout.asr_manifest(split, "jsonl"), nemo_jsonl_bytes(eval_frame))
             fault_point("asr-manifest-jsonl")
         elif combined:
-            _concatenate_parquet(data_root, layout.asr_manifest(split), split, shard_ids, MANIFEST_SCHEMA)
+            concatenate_parquet(data_root, layout.asr_manifest(split), split, shard_ids, MANIFEST_SCHEMA)
             fault_point("asr-manifest-parquet")
-            _concatenate_jsonl(data_root, layout.asr_manifest(split, "jsonl"), split, shard_ids)
+            concatenate_jsonl(data_root, layout.asr_manifest(split, "jsonl"), split, shard_ids)
             fault_point("asr-manifest-jsonl")
     if combined:
-        _concatenate_parquet(data_root, layout.asr_manifest_removed(), "removed", shard_ids, REMOVED_SCHEMA)
+        concatenate_parquet(data_root, layout.asr_manifest_removed(), "removed", shard_ids, REMOVED_SCHEMA)
         fault_point("asr-manifest-removed")
     with transaction(connection):
         set_state_value(connection, "combined_current", "1")
     return outputs
-
-
-def _concatenate_parquet(data_root: DataRoot, target: str, kind: str, shard_ids: list[str], schema: dict) -> None:
-    """``target`` from every shard's part, in shard order, one part in memory at a time."""
-    with data_root.parquet_writer(target, arrow_schema(schema)) as writer:
-        for shard_id in shard_ids:
-            part = _read_part_arrow(data_root, kind, shard_id)
-            if part.num_rows:
-                writer.write_table(part)
-
-
-def _concatenate_jsonl(data_root: DataRoot, target: str, kind: str, shard_ids: list[str]) -> None:
-    """``target`` from every shard's JSONL part, byte for byte but each line's path prefix: every line
-    starts with ``{"audio_filepath":"<PART_TO_ROOT>/``, which becomes ``<MANIFEST_TO_ROOT>/``."""
-    part_prefix = f'{{"audio_filepath":"{PART_TO_ROOT}/'.encode()
-    manifest_prefix = f'{{"audio_filepath":"{MANIFEST_TO_ROOT}/'.encode()
-    with atomic_open(data_root.fs, data_root.path(target)) as handle:
-        for shard_id in shard_ids:
-            data = data_root.fs.cat_file(data_root.path(layout.asr_manifest_part(kind, shard_id, "jsonl")))
-            lines = data.count(b"\n")
-            if data.count(b"\n" + part_prefix) + data.startswith(part_prefix) != lines:
-                raise ValueError(
-                    f"{layout.asr_manifest_part(kind, shard_id, 'jsonl')}: a line without the part's path prefix"
-                )
-            handle.write(data.replace(part_prefix, manifest_prefix))
-
-
-def _read_part_arrow(data_root: DataRoot, kind: str, shard_id: str) -> pa.Table:
-    """A shard's part as the corpus-wide file holds it (``audio_filepath`` relative to ``asr/manifests/``)."""
-    part = data_root.read_parquet(layout.asr_manifest_part(kind, shard_id))
-    if kind == "removed":
-        return part
-    # Through polars, not pyarrow.compute: the latter's string kernels import pandas (seconds).
-    return with_audio_root(pl.from_arrow(part), MANIFEST_TO_ROOT).to_arrow()
-
-
-def _read_part(data_root: DataRoot, kind: str, shard_id: str) -> pl.DataFrame:
-    return pl.from_arrow(_read_part_arrow(data_root, kind, shard_id))
-
-
-def read_published_build(data_root: DataRoot, summary_totals: AsrManifestTotals | None = None) -> AsrManifestBuild:
-    """The published manifests as one :class:`AsrManifestBuild` (the corpus-wide files, else the parts)."""
-
-    def read(kind: str, schema: dict) -> pl.DataFrame:
-        whole = layout.asr_manifest_removed() if kind == "removed" else layout.asr_manifest(kind)
-        if data_root.exists(whole):
-            return pl.from_arrow(data_root.read_parquet(whole))
-        shard_ids = sorted(
-            p.rstrip("/").rsplit("/", 1)[-1].removesuffix(".parquet")
-            for p in data_root.glob(layout.asr_manifest_part(kind, "*"))
-        )
-        frames = [_read_part(data_root, kind, shard_id) for shard_id in shard_ids]
-        return pl.concat(frames) if frames else pl.DataFrame(schema=schema)
-
-    t = summary_totals or AsrManifestTotals()
-    return AsrManifestBuild(
-        train=read("train", MANIFEST_SCHEMA),
-        validation=read("validation", MANIFEST_SCHEMA),
-        eval=read("eval", MANIFEST_SCHEMA),
-        removed=read("removed", REMOVED_SCHEMA),
-        relabeled=t.relabeled,
-        recordings=t.recordings,
-        validation_share=t.validation_share,
-        forced_validation=t.forced_validation,
-    )

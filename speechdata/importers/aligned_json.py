@@ -35,7 +35,8 @@ from pathlib import Path, PurePosixPath
 import fsspec
 import pyarrow as pa
 
-from speechdata.alignment.formats import ALIGNED_JSON_SUFFIX, AlignedSegment, AlignmentFormatError, read_aligned_json
+from speechdata.alignment.aligned_json_format import ALIGNED_JSON_SUFFIX, AlignedSegment, read_aligned_json
+from speechdata.alignment.table import AlignmentFormatError
 from speechdata.command_options import (
     add_data_root_option,
     add_quiet_option,

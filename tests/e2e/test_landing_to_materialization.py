@@ -17,8 +17,7 @@ from tests.e2e.postgres_server import PostgresServer
 
 pytestmark = pytest.mark.e2e
 
-# Each step is a fresh process (imports, NeMo's ~30 s) on 2 shared cores, beside the publishing runs the
-# country sensor starts: a shard takes 2-4 minutes here.
+# A run is a fresh process (imports, NeMo's ~30 s) on 2 shared cores: a shard takes 1-3 minutes here.
 SHARD_TIMEOUT_S = 420
 
 SHARD_ASSETS = spec_snapshot.job_asset_keys("per_shard_job")
@@ -84,6 +83,9 @@ def test_landed_shards_are_materialized_by_the_sensor_run_once_each(tmp_path):
         "SPEECHDATA_CATALOG_SENSOR_INTERVAL_S": "2",
         # A shard alone launches once it has waited 2 s for a batch (a run of its own, as below).
         "SPEECHDATA_LANDING_BATCH_WAIT_S": "2",
+        # The country sensor ticks once at start and then sleeps: its hf_dataset runs (a process each,
+        # beside the shard runs) prove nothing here; the publishing tests tick it by hand.
+        "SPEECHDATA_PUBLISHING_SENSOR_INTERVAL_S": "86400",
     }
     with (
         PostgresServer() as postgres,

@@ -38,7 +38,7 @@ def instance():
 @pytest.fixture
 def resources(data_root, model_cache_dir):
     return tiny_resources_for(
-        data_root.url, model_cache_dir, qe=MetricXResource(model_path="tiny", model_cache_dir=model_cache_dir)
+        data_root.url, model_cache_dir, qe=MetricXResource(profile="tiny", model_cache_dir=model_cache_dir)
     )
 
 

@@ -148,7 +148,7 @@ def qe_shards_and_job(data_root, model_cache_dir):
     for shard_id, pairs in PAIRS.items():
         write_segments(data_root, shard_id, pairs)
     resources = tiny_resources_for(data_root.url, model_cache_dir)
-    qe = MetricXResource(model_path="tiny", model_cache_dir=model_cache_dir)
+    qe = MetricXResource(profile="tiny", model_cache_dir=model_cache_dir)
     job, received = recording_inputs(qe_shard_job(data_root, qe, resources["torch_device"]))
     return job, received, load_scorer(qe.model_dump(), resources["torch_device"].model_dump())
 

@@ -171,7 +171,7 @@ def test_the_new_filters_are_on_in_tiny_and_can_be_turned_off_by_reason():
 def test_the_resource_loads_dnsmos_once_per_process_and_it_hears_noise_under_speech(voice):
     from resources.quality import QualityModelsResource
 
-    dnsmos = QualityModelsResource(audio_language_model_id="tiny", mos_model="tiny").dnsmos()
+    dnsmos = QualityModelsResource(profile="tiny").dnsmos()
     assert QualityModelsResource().dnsmos() is dnsmos
     rms = float(np.sqrt(np.mean(voice**2)))
     noisy = voice + np.random.default_rng(1).standard_normal(voice.size) * rms  # 0 dB white noise
