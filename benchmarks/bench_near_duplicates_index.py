@@ -209,12 +209,14 @@ def _stage_flow(root, shard_id: str, signals, thresholds) -> dict:
     return {"wall_s": time.perf_counter() - started, "waited_s": waited, "attempts": attempt + 1}
 
 
-def _one_of_many(url: str, utterances: int, number: int, start_at: float, results) -> None:
+def _one_of_many(url: str, utterances: int, number: int, ready, results) -> None:
+    """One of the simultaneous shards: ready (imports and signals done), released with the others."""
     from speechdata.quality.near_dup_matching import NearDuplicateThresholds
 
     root, signals = _new_shard(url, utterances, f"batch{number:02d}", seed=100 + number)
     _warm_up(f"{url}-{number}")
-    time.sleep(max(0.0, start_at - time.time()))
+    if ready is not None:
+        ready.wait(timeout=1_800)
     figures = _stage_flow(root, f"batch{number:02d}", signals, NearDuplicateThresholds())
     figures["finished_at"] = time.time()
     results[number] = figures
@@ -227,17 +229,19 @@ def measure_simultaneous(url: str, utterances: int, shards: int = 16) -> dict:
     the CPU: ``cpu_bound_floor_s`` = one alone x shards / cores is what no index design beats there."""
     import os
 
-    single = in_fresh_process(_one_of_many, url, utterances, 99, time.time())[99]
+    single = in_fresh_process(_one_of_many, url, utterances, 99, None)[99]
     context = multiprocessing.get_context("spawn")
     with context.Manager() as manager:
         results = manager.dict()
-        start_at = time.time() + 20.0 + 2.0 * shards
+        ready = context.Barrier(shards + 1)
         workers = [
-            context.Process(target=_one_of_many, args=(url, utterances, number, start_at, results))
+            context.Process(target=_one_of_many, args=(url, utterances, number, ready, results))
             for number in range(shards)
         ]
         for worker in workers:
             worker.start()
+        ready.wait(timeout=1_800)  # a worker that failed before it was ready breaks the barrier
+        start_at = time.time()
         for worker in workers:
             worker.join()
         if any(worker.exitcode != 0 for worker in workers):
