@@ -366,12 +366,14 @@ NEAR_DUPLICATE_SECONDS_PER_UTTERANCE = 4.8
 """The synthetic index's mean utterance (benchmarks/corpus/bench_near_duplicates_index.py)."""
 
 
-def measure_near_duplicates(hours: list, utterances: int) -> dict:
+def measure_near_duplicates(
+    hours: list, utterances: int, baseline_max_hours: float = 1000, simultaneous: int = 16
+) -> dict:
     """Near duplicates per new shard against a synthetic index of each size, the postings index
     beside the whole-index scan it replaced (in the same run, on the same index)."""
     import tempfile
 
-    from benchmarks.corpus.bench_near_duplicates_index import _build, in_fresh_process
+    from benchmarks.corpus.bench_near_duplicates_index import _build, in_fresh_process, measure_simultaneous
     from benchmarks.corpus.bench_near_duplicates_index import measure as measure_index
 
     per_hours = {}
@@ -382,9 +384,11 @@ def measure_near_duplicates(hours: list, utterances: int) -> dict:
             built = in_fresh_process(_build, url, shards, utterances)
             figures = {"shards": shards, **built}
             # The baseline first: the postings path commits the new shard to the index.
-            paths = (["baseline_whole_index"] if size <= 1000 else []) + ["postings_index"]
+            paths = (["baseline_whole_index"] if size <= baseline_max_hours else []) + ["postings_index"]
             for path in paths:
                 figures.update(in_fresh_process(measure_index, url, utterances, path))
+            if size == hours[-1] and simultaneous > 1:
+                figures["simultaneous"] = measure_simultaneous(url, utterances, simultaneous)
             progress(f"near duplicates at {size} h ({shards} shards): {figures}")
             per_hours[str(size)] = figures
     return per_hours
@@ -411,6 +415,18 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--skip-stages", action="store_true", help="near duplicates only")
     parser.add_argument("--skip-near-duplicates", action="store_true", help="the other corpus-wide stages only")
     parser.add_argument("--clone-workers", type=int, default=os.cpu_count() or 1, help="processes cloning shards")
+    parser.add_argument(
+        "--nd-baseline-max-hours",
+        type=float,
+        default=1000,
+        help="the whole-index scan baseline up to this size (13 GB of memory at 1 000 h; 0: none)",
+    )
+    parser.add_argument(
+        "--nd-simultaneous",
+        type=int,
+        default=16,
+        help="new shards reaching near duplicates at once, at the largest size",
+    )
     parser.add_argument("--workdir", default=os.path.join(os.environ.get("TMPDIR", "/tmp"), "speechdata-corpus-scale"))
     parser.add_argument("--build-template", help=argparse.SUPPRESS)
     parser.add_argument("--run-stages", help=argparse.SUPPRESS)
@@ -433,12 +449,18 @@ def main(argv: list[str] | None = None) -> None:
         # The template build (every shard asset, tiny models) is most of the smoke run: half of the
         # former 40 utterances and four long recordings, with the corpus sizes halved to keep one and two shards.
         args.utterances, args.long_recordings, args.hours = 20, 1, "0.02,0.08"
-        args.nd_hours, args.nd_utterances = "0.05,0.2", 40
+        args.nd_hours, args.nd_utterances, args.nd_simultaneous = "0.05,0.2", 40, 2
     args.hours = _sizes(args.hours)
     args.nd_hours = _sizes(args.nd_hours)
     with stdout_to_stderr():
         figures = {} if args.skip_stages else measure(args)
-        near = {} if args.skip_near_duplicates else measure_near_duplicates(args.nd_hours, args.nd_utterances)
+        near = (
+            {}
+            if args.skip_near_duplicates
+            else measure_near_duplicates(
+                args.nd_hours, args.nd_utterances, args.nd_baseline_max_hours, args.nd_simultaneous
+            )
+        )
     per_hours = figures.get("per_hours", {})
     nd_sizes = list(near)
     growths = {stage: growth(per_hours, stage) for stage in STAGES} if per_hours else {}

@@ -104,23 +104,26 @@ def build_index(url: str, shards: int, utterances: int) -> None:
     from speechdata.quality.near_dup_matching import Decision
 
     rng = np.random.default_rng(shards)
-    corpus = []
-    for number in range(shards):
-        shard_id = f"s{number:05d}"
-        signals = synthetic_signals(shard_id, utterances, rng)
-        corpus.append((shard_id, signals, [Decision(s.utt_id, shard_id, s.utt_id, None, 1.0) for s in signals]))
-    write_index(DataRoot(url), corpus)
+
+    def corpus():
+        # One shard's signals at a time: a 10 000-hour index does not fit in memory at once.
+        for number in range(shards):
+            shard_id = f"s{number:06d}"
+            signals = synthetic_signals(shard_id, utterances, rng)
+            yield shard_id, signals, [Decision(s.utt_id, shard_id, s.utt_id, None, 1.0) for s in signals]
+
+    write_index(DataRoot(url), corpus())
 
 
-def _new_shard(url: str, utterances: int):
+def _new_shard(url: str, utterances: int, shard_id: str = "new", seed: int = 7):
     from speechdata.io.storage import DataRoot
     from speechdata.quality.near_dup_index import read_order, read_shard_entries
 
     root = DataRoot(url)
     order = read_order(root)
-    rng = np.random.default_rng(7)
+    rng = np.random.default_rng(seed)
     earlier = [signals for signals, _ in read_shard_entries(root, order[int(rng.integers(len(order)))])]
-    return root, synthetic_signals("new", utterances, rng, copies_of=earlier)
+    return root, synthetic_signals(shard_id, utterances, rng, copies_of=earlier)
 
 
 def measure(url: str, utterances: int, path: str, results) -> None:
@@ -159,6 +162,97 @@ def measure(url: str, utterances: int, path: str, results) -> None:
         "added_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024 - after_imports, 1),
         "copies_found": sum(1 for d in decisions if d.kind),
         "indexed_utterances_read": touched,
+    }
+
+
+def _stage_flow(root, shard_id: str, signals, thresholds) -> dict:
+    """One shard through the stage's own order (``run_near_duplicates`` less the audio): reserve,
+    prefetch the postings of its keys, wait for the shards reserved before it, settle, decide,
+    commit, compact. Returns its seconds in all and waiting."""
+    from speechdata.quality.near_dup_index import (
+        IndexDamaged,
+        IndexReader,
+        commit_shard_entries,
+        compact_index,
+        index_keys,
+        repair_index,
+        reserve_position,
+        wait_for_earlier,
+    )
+    from speechdata.quality.near_dup_matching import decide_shard
+
+    started = time.perf_counter()
+    for attempt in range(3):
+        try:
+            with reserve_position(root, shard_id) as reservation:
+                reader = IndexReader(root, reservation.position)
+                reader.prefetch(index_keys(signals, reservation.position)["key"])
+                waiting = time.perf_counter()
+                state = wait_for_earlier(root, reservation)
+                waited = time.perf_counter() - waiting
+                reader.settle(state)
+                decisions = decide_shard(reservation.position, signals, reader, thresholds)
+                commit_shard_entries(root, reservation, signals, decisions)
+            break
+        except IndexDamaged:
+            # As the stage does: a segment merged away while this shard read the order before the
+            # switch reads as missing; repair finds it whole and the shard decides again.
+            if attempt == 2:
+                raise
+            repair_index(root)
+    compact_index(root)
+    return {"wall_s": time.perf_counter() - started, "waited_s": waited, "attempts": attempt + 1}
+
+
+def _one_of_many(url: str, utterances: int, number: int, ready, results) -> None:
+    """One of the simultaneous shards: ready (imports and signals done), released with the others."""
+    from speechdata.quality.near_dup_matching import NearDuplicateThresholds
+
+    root, signals = _new_shard(url, utterances, f"batch{number:02d}", seed=100 + number)
+    _warm_up(f"{url}-{number}")
+    if ready is not None:
+        ready.wait(timeout=1_800)
+    figures = _stage_flow(root, f"batch{number:02d}", signals, NearDuplicateThresholds())
+    figures["finished_at"] = time.time()
+    results[number] = figures
+
+
+def measure_simultaneous(url: str, utterances: int, shards: int = 16) -> dict:
+    """``shards`` new shards reaching near duplicates at once (each its own process, released
+    together once all are ready): when the last finishes, against one alone (measured first, on
+    the same index). On a machine with fewer cores than shards the decisions themselves queue for
+    the CPU: ``cpu_bound_floor_s`` = one alone x shards / cores is what no index design beats there."""
+    import os
+
+    single = in_fresh_process(_one_of_many, url, utterances, 99, None)[99]
+    context = multiprocessing.get_context("spawn")
+    with context.Manager() as manager:
+        results = manager.dict()
+        ready = context.Barrier(shards + 1)
+        workers = [
+            context.Process(target=_one_of_many, args=(url, utterances, number, ready, results))
+            for number in range(shards)
+        ]
+        for worker in workers:
+            worker.start()
+        ready.wait(timeout=1_800)  # a worker that failed before it was ready breaks the barrier
+        start_at = time.time()
+        for worker in workers:
+            worker.join()
+        if any(worker.exitcode != 0 for worker in workers):
+            raise RuntimeError("a simultaneous shard failed")
+        finished = {number: dict(figures) for number, figures in results.items()}
+    last = max(figures["finished_at"] for figures in finished.values()) - start_at
+    cores = len(os.sched_getaffinity(0))
+    return {
+        "shards": shards,
+        "one_alone_s": round(single["wall_s"], 3),
+        "last_of_many_s": round(last, 3),
+        "last_over_one": ratio(last, single["wall_s"]),
+        "longest_wait_s": round(max(figures["waited_s"] for figures in finished.values()), 3),
+        "decided_again": sum(figures["attempts"] - 1 for figures in finished.values()),
+        "cores": cores,
+        "cpu_bound_floor_s": round(single["wall_s"] * shards / min(cores, shards), 3),
     }
 
 

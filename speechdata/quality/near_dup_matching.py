@@ -247,7 +247,10 @@ def decide_shard(
     if len(looked_up) and int(looked_up["owner"].max()) >= first_own:
         raise ValueError(f"the candidate source named an utterance at or after index position {position}")
     postings = sort_postings(np.concatenate([looked_up, own]))
-    queries = [_candidates(position, rank, signals, postings, thresholds) for rank, signals in enumerate(new)]
+    posting_keys = np.ascontiguousarray(postings["key"])
+    queries = [
+        _candidates(position, rank, signals, postings, posting_keys, thresholds) for rank, signals in enumerate(new)
+    ]
     wanted = sorted({o for q in queries for o in (*q.exact, *q.audio, *q.transcript, *q.envelope) if o < first_own})
     fetched = earlier.entries(wanted)
     known: dict[int, IndexEntry] = dict(fetched)
@@ -284,10 +287,16 @@ def decide_shard(
     return decisions
 
 
-def _key_postings(postings: np.ndarray, keys: np.ndarray, before: int) -> tuple[np.ndarray, np.ndarray]:
-    """``(index into keys, posting)`` pairs for every posting of ``keys`` owned before ``before``."""
-    starts = np.searchsorted(postings["key"], keys, side="left")
-    ends = np.searchsorted(postings["key"], keys, side="right")
+def _key_postings(
+    postings: np.ndarray, keys: np.ndarray, before: int, posting_keys: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """``(index into keys, posting)`` pairs for every posting of ``keys`` owned before ``before``.
+    ``posting_keys``: ``postings["key"]`` as one contiguous array, made once per shard (searching the
+    strided field copies it whole on every call, a cost that grew with the postings looked up)."""
+    if posting_keys is None:
+        posting_keys = np.ascontiguousarray(postings["key"])
+    starts = np.searchsorted(posting_keys, keys, side="left")
+    ends = np.searchsorted(posting_keys, keys, side="right")
     counts = ends - starts
     if counts.sum() == 0:
         return np.zeros(0, np.int64), postings[:0]
@@ -299,7 +308,12 @@ def _key_postings(postings: np.ndarray, keys: np.ndarray, before: int) -> tuple[
 
 
 def _candidates(
-    position: int, rank: int, signals: UtteranceSignals, postings: np.ndarray, thresholds: NearDuplicateThresholds
+    position: int,
+    rank: int,
+    signals: UtteranceSignals,
+    postings: np.ndarray,
+    posting_keys: np.ndarray,
+    thresholds: NearDuplicateThresholds,
 ) -> _Query:
     from speechdata.quality.near_dup_postings import (
         context_bit_errors,
@@ -314,12 +328,12 @@ def _candidates(
     me = owner_of(position, rank)
     exact: list[int] = []
     if signals.exact_hash is not None:
-        _, found = _key_postings(postings, np.array([exact_key(signals.exact_hash)], np.uint64), me)
+        _, found = _key_postings(postings, np.array([exact_key(signals.exact_hash)], np.uint64), me, posting_keys)
         exact = sorted(set(found["owner"].tolist()))
     audio: list[int] = []
     keys, frames = sampled_audio_keys(signals.fingerprint.sub_fingerprints, signals.fingerprint.active)
     if len(keys):
-        which, found = _key_postings(postings, keys, me)
+        which, found = _key_postings(postings, keys, me, posting_keys)
         if len(found):
             per_key = np.bincount(which, minlength=len(keys))
             contexts = neighbour_contexts(signals.fingerprint.sub_fingerprints, frames)
@@ -337,12 +351,12 @@ def _candidates(
         and signals.transcript_signature is not None
         and signals.transcript_words >= thresholds.min_transcript_words
     ):
-        _, found = _key_postings(postings, transcript_keys(signals.transcript_signature), me)
+        _, found = _key_postings(postings, transcript_keys(signals.transcript_signature), me, posting_keys)
         comparable = found["owner"][found["frame"] >= thresholds.min_transcript_words]
         transcript = sorted(set(comparable.tolist()))[:MAX_TRANSCRIPT_CANDIDATES]
     envelope: list[int] = []
     if signals.shift is not None:
-        _, found = _key_postings(postings, envelope_keys(signals.shift.envelope), me)
+        _, found = _key_postings(postings, envelope_keys(signals.shift.envelope), me, posting_keys)
         if len(found):
             owners, hits = np.unique(found["owner"], return_counts=True)
             owners, hits = owners[hits >= MIN_SHARED_ENVELOPE_BANDS], hits[hits >= MIN_SHARED_ENVELOPE_BANDS]

@@ -276,7 +276,7 @@ def read_segment_header(handle, path: str) -> SegmentHeader:
     )
 
 
-def _read_blocks(handle, path: str, header: SegmentHeader, first: int, end: int) -> np.ndarray:
+def read_blocks(handle, path: str, header: SegmentHeader, first: int, end: int) -> np.ndarray:
     size = POSTING_DTYPE.itemsize
     handle.seek(header.body_offset + first * BLOCK_RECORDS * size)
     last_records = min(end * BLOCK_RECORDS, header.records) - first * BLOCK_RECORDS
@@ -316,7 +316,7 @@ def lookup_segment(handle, path: str, keys: np.ndarray) -> tuple[SegmentHeader, 
     header = read_segment_header(handle, path)
     wanted = np.unique(keys.astype(np.uint64))
     found = [
-        _postings_for_unique(_read_blocks(handle, path, header, first, end), wanted)
+        _postings_for_unique(read_blocks(handle, path, header, first, end), wanted)
         for first, end in block_ranges(header.fences, wanted)
     ]
     return header, (np.concatenate(found) if found else np.empty(0, POSTING_DTYPE))
@@ -326,7 +326,7 @@ def read_all_postings(handle, path: str) -> tuple[SegmentHeader, np.ndarray]:
     """Every posting of a segment (for merging segments), every block checked."""
     header = read_segment_header(handle, path)
     blocks = len(header.fences)
-    postings = _read_blocks(handle, path, header, 0, blocks) if blocks else np.empty(0, POSTING_DTYPE)
+    postings = read_blocks(handle, path, header, 0, blocks) if blocks else np.empty(0, POSTING_DTYPE)
     return header, postings
 
 
@@ -334,7 +334,7 @@ def verify_segment(handle, path: str, blocks_at_once: int = 4_096) -> SegmentHea
     """The header of a segment whose every block checks out (read a few MB at a time)."""
     header = read_segment_header(handle, path)
     for first in range(0, len(header.fences), blocks_at_once):
-        _read_blocks(handle, path, header, first, min(first + blocks_at_once, len(header.fences)))
+        read_blocks(handle, path, header, first, min(first + blocks_at_once, len(header.fences)))
     return header
 
 
@@ -343,7 +343,9 @@ class SegmentWriter:
     temporary file block by block, the header is written once every block is known. The file is the
     one :func:`segment_bytes` gives for all the postings at once, byte for byte."""
 
-    def __init__(self) -> None:
+    def __init__(self, key_filter=None) -> None:
+        """``key_filter``: a :class:`~.near_dup_filter.FilterBuilder` given every key written."""
+        self.key_filter = key_filter
         # Closed by the last piece :meth:`finish` yields (or the garbage collector, if never read).
         self._body = tempfile.TemporaryFile()  # noqa: SIM115
         self._pending = np.empty(0, POSTING_DTYPE)
@@ -367,6 +369,8 @@ class SegmentWriter:
         self._fences.append(np.ascontiguousarray(postings["key"][::BLOCK_RECORDS], "<u8"))
         self._body.write(body)
         self.records += len(postings)
+        if self.key_filter is not None:
+            self.key_filter.add(postings["key"])
 
     def finish(self, level: int, shards: Sequence[SegmentShard]) -> tuple[str, Iterator[bytes]]:
         """The segment's name and its bytes, in pieces (the temporary file is closed after the last)."""
@@ -413,7 +417,7 @@ def merge_segments(
             end = len(header.fences) if high is None else int(np.searchsorted(header.fences, np.uint64(high), "left"))
             if end <= first:
                 continue
-            postings = _read_blocks(handle, path, header, first, end)
+            postings = read_blocks(handle, path, header, first, end)
             inside = np.ones(len(postings), bool)
             if low is not None:
                 inside &= postings["key"] >= np.uint64(low)

@@ -6,10 +6,11 @@ in-memory one does (what a batch pass relies on)."""
 import threading
 import time
 
+import pyarrow as pa
 import pytest
 
 from speechdata.io import layout
-from speechdata.quality import near_dup_index, near_duplicates
+from speechdata.quality import near_dup_index, near_dup_index_order, near_dup_index_repair, near_duplicates
 from speechdata.quality.near_dup_index import (
     CorpusIndexBusy,
     IndexedShard,
@@ -75,16 +76,14 @@ def test_a_dead_shards_reservation_is_dropped_and_a_live_one_waited_for(two_shar
     ghost = IndexedShard(1, "ghost", None, 0, "reserved", None, "token-of-a-dead-run")
     root.write_parquet(
         layout.near_duplicates_index_order(),
-        near_dup_index.pa.Table.from_pylist(
-            [vars(s) for s in [*read_state(root), ghost]], schema=near_dup_index.ORDER_SCHEMA
-        ),
+        pa.Table.from_pylist([vars(s) for s in [*read_state(root), ghost]], schema=near_dup_index.ORDER_SCHEMA),
     )
     summary = run_near_duplicates(root, "b")  # nobody holds position 1's lock: its run is gone
     assert summary.index_position == 2 and [s.shard_id for s in read_state(root)] == ["a", "b"]
     assert verdicts(root, "b") == B_VERDICTS
 
     land_and_normalize(root, "c", {"c-0": (encoded(voice(30)), "wav", "words of shard c alone here")})
-    monkeypatch.setattr(near_dup_index, "LOCK_POLL_S", 0.05)
+    monkeypatch.setattr(near_dup_index_order, "LOCK_POLL_S", 0.05)
     with near_dup_index.reserve_position(root, "late") as reservation:  # alive, and not committing
         assert reservation.position == 3
         with pytest.raises(CorpusIndexBusy, match="late at 3"):
@@ -95,7 +94,7 @@ def test_a_dead_shards_reservation_is_dropped_and_a_live_one_waited_for(two_shar
 
 
 def test_merged_segments_change_no_decision(data_root, monkeypatch):
-    monkeypatch.setattr(near_dup_index, "FANOUT", 2)
+    monkeypatch.setattr(near_dup_index_repair, "FANOUT", 2)
     shards = {f"s{n}": voice(40 + n) for n in range(3)}
     for shard_id, samples in shards.items():
         land_and_normalize(data_root, shard_id, {f"{shard_id}-0": (encoded(samples), "wav", f"words of {shard_id}")})
@@ -150,7 +149,7 @@ def test_the_index_on_disk_decides_as_the_utterances_in_memory(data_root):
 
 
 def test_a_shard_waiting_on_an_earlier_reservation_sees_what_it_commits(data_root, monkeypatch):
-    monkeypatch.setattr(near_dup_index, "LOCK_POLL_S", 0.05)
+    monkeypatch.setattr(near_dup_index_order, "LOCK_POLL_S", 0.05)
     land_and_normalize(data_root, "first", {"first-0": (encoded(voice(60)), "wav", "the words of the first")})
     land_and_normalize(data_root, "second", {"second-0": (encoded(voice(60) * 0.5), "wav", "quieter and other words")})
     with near_dup_index.reserve_position(data_root, "first") as reservation:
@@ -188,7 +187,7 @@ def test_a_segment_no_shard_names_is_removed_once_old(two_shards, monkeypatch):
     root.write_bytes(orphan, b"left by a run killed before its commit")
     run_near_duplicates(root, "b")
     assert root.exists(orphan)  # young: it may be a commit on its way
-    monkeypatch.setattr(near_dup_index, "ORPHAN_GRACE_S", 0.0)
+    monkeypatch.setattr(near_dup_index_repair, "ORPHAN_GRACE_S", 0.0)
     run_near_duplicates(root, "b")
     assert not root.exists(orphan) and len(segments(root)) == 2
 
@@ -222,7 +221,7 @@ def _one_row_group(content: bytes) -> bytes:
 
 
 def test_shards_indexed_together_decide_as_if_one_after_the_other_in_their_order(data_root, monkeypatch):
-    monkeypatch.setattr(near_dup_index, "WAIT_POLL_S", 0.02)
+    monkeypatch.setattr(near_dup_index_order, "WAIT_POLL_S", 0.02)
     planted = planted_set(6, seed=8)  # 6 originals, then a copy and a look-alike of each
     by_shard = {f"t{n}": [] for n in range(4)}
     for number, utterance in enumerate(planted):

@@ -40,10 +40,10 @@ def test_a_lookup_reads_only_the_blocks_of_its_keys_and_finds_every_posting_of_t
     content = segment_bytes(everything, 0, [SegmentShard(0, "s", "v")])
     keys = np.unique(np.concatenate([everything["key"][[5, 5_000, 9_999]], [10**9]]))
     blocks_read = []
-    read_blocks = postings_module._read_blocks
+    read_blocks = postings_module.read_blocks
     monkeypatch.setattr(
         postings_module,
-        "_read_blocks",
+        "read_blocks",
         lambda *args: blocks_read.append(args[4] - args[3]) or read_blocks(*args),
     )
     header, found = lookup_segment(io.BytesIO(content), "s.seg", keys)

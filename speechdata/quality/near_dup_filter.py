@@ -1,0 +1,197 @@
+"""Key filters beside the posting segments: a key a segment does not hold costs no block read.
+
+Why: a new shard looks up about 200 000 keys. Without a filter each key reads the block that could
+hold it in every live segment, although most keys are in none (at 1 000 hours that was about 2 GB
+read per new shard, so the cost per shard grew with the corpus). A filter answers "not here" for
+almost every absent key from one 64-byte line; only the keys that pass read a block.
+
+A filter (``index/near_duplicates/segments/<segment>.filter``) is a blocked Bloom filter: a 64-byte
+header, then lines of 64 bytes, each seven words of bits (448) and one check word. A key sets
+:data:`HASHES` bits in the one line its hash picks (:data:`BITS_PER_KEY` bits of lines per posting
+of the segment: about 1 % false positives). The check word of line ``i`` is a hash of ``i`` and its
+bits, so a torn, truncated, shifted or altered line is caught when it is read
+(:class:`DamagedFilter`), and the header names the segment the filter was built from. A present key
+is always found: a filter only ever sets bits.
+
+A lookup reads only the lines of the queried keys: through a memory map on a local data root, the
+whole file on an object store (:func:`keys_maybe_in`). Nothing is cached between lookups.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+import tempfile
+from collections.abc import Iterator
+
+import numpy as np
+
+LINE_WORDS = 8
+"""uint64 words per line: :data:`BIT_WORDS` of bits, then the line's check word."""
+BIT_WORDS = 7
+LINE_BITS = BIT_WORDS * 64
+LINE_BYTES = LINE_WORDS * 8
+HASHES = 6
+BITS_PER_KEY = 12
+"""Filter bits per posting the segment holds (distinct keys are fewer: the rate only falls)."""
+ADD_CHUNK = 1 << 20
+"""Keys set at once while a filter is built (bounds the memory of a merge's filter)."""
+
+_MAGIC = b"NDFLT01\n"
+_HEADER = struct.Struct("<8sQI4x24sQQ")
+"""magic, lines, hashes, the segment's name (padded), reserved, the header's check word: 64 bytes."""
+_FILTER_SALT = np.uint64(0x3C6EF372FE94F82B)
+_CHECK_SALT = np.uint64(0x510E527FADE682D1)
+
+
+class DamagedFilter(RuntimeError):
+    """A filter whose header, length or a line's check word does not match: torn, truncated or altered."""
+
+    def __init__(self, path: str, detail: str):
+        super().__init__(f"near-duplicate index filter {path} is damaged ({detail}); the next run rebuilds it")
+        self.path = path
+
+
+def filter_name(segment: str) -> str:
+    return f"{segment}.filter"
+
+
+def _mix(values: np.ndarray) -> np.ndarray:
+    z = values.astype(np.uint64)
+    with np.errstate(over="ignore"):
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        return z ^ (z >> np.uint64(31))
+
+
+def line_count(records: int) -> int:
+    return max(1, -(-records * BITS_PER_KEY // LINE_BITS))
+
+
+def _lines_and_bits(keys: np.ndarray, lines: int) -> tuple[np.ndarray, np.ndarray]:
+    """Each key's line, and its :data:`HASHES` bit numbers within the line (shape ``(len, HASHES)``)."""
+    hashed = _mix(keys.astype(np.uint64) ^ _FILTER_SALT)
+    line = ((hashed >> np.uint64(32)) * np.uint64(lines)) >> np.uint64(32)
+    spread = _mix(hashed)
+    bits = np.stack([(spread >> np.uint64(9 * j)) & np.uint64(511) for j in range(HASHES)], axis=1)
+    return line.astype(np.int64), (bits % np.uint64(LINE_BITS)).astype(np.int64)
+
+
+def _check_words(lines: np.ndarray, line_numbers: np.ndarray) -> np.ndarray:
+    """The check word of each line (``lines``: shape ``(n, LINE_WORDS)``) at its number."""
+    check = _mix(line_numbers.astype(np.uint64) ^ _CHECK_SALT)
+    for word in range(BIT_WORDS):
+        check = _mix(check ^ lines[:, word])
+    return check
+
+
+def _header(lines: int, segment: str) -> bytes:
+    body = _HEADER.pack(_MAGIC, lines, HASHES, segment.encode()[:24], 0, 0)
+    check = int(_mix(np.frombuffer(body[:-8], "<u8")).sum(dtype=np.uint64))
+    return body[:-8] + struct.pack("<Q", check)
+
+
+def _read_header(header: bytes, path: str, segment: str) -> int:
+    """The filter's line count, once its header checks out and names ``segment``."""
+    if len(header) != _HEADER.size:
+        raise DamagedFilter(path, "shorter than its header")
+    magic, lines, hashes, named, _, _ = _HEADER.unpack(header)
+    if magic != _MAGIC or hashes != HASHES or header != _header(lines, named.rstrip(b"\0").decode(errors="replace")):
+        raise DamagedFilter(path, "header checksum mismatch")
+    named = named.rstrip(b"\0")
+    if named != segment.encode()[:24]:
+        raise DamagedFilter(path, f"built for another segment ({named.decode(errors='replace')})")
+    return lines
+
+
+class FilterBuilder:
+    """A filter built from keys added a chunk at a time, sized for ``records`` postings; the bits live
+    in a temporary file (a merged segment's filter can be larger than the memory a step should hold)."""
+
+    def __init__(self, records: int):
+        self.lines = line_count(records)
+        self._file = tempfile.TemporaryFile()  # noqa: SIM115 - closed by finish()
+        self._file.truncate(self.lines * LINE_BYTES)
+        self._bits = np.memmap(self._file, np.uint64, "r+", shape=(self.lines, LINE_WORDS))
+
+    def add(self, keys: np.ndarray) -> None:
+        for start in range(0, len(keys), ADD_CHUNK):
+            line, bits = _lines_and_bits(keys[start : start + ADD_CHUNK], self.lines)
+            word = np.repeat(line * LINE_WORDS, HASHES) + (bits // 64).ravel()
+            masks = np.left_shift(np.uint64(1), (bits % 64).astype(np.uint64)).ravel()
+            np.bitwise_or.at(self._bits.reshape(-1), word, masks)
+
+    def finish(self, segment: str) -> Iterator[bytes]:
+        """The filter's bytes for ``segment``, in pieces (the temporary file is closed after the last)."""
+        try:
+            yield _header(self.lines, segment)
+            step = max(1, (4 << 20) // LINE_BYTES)
+            for start in range(0, self.lines, step):
+                lines = np.array(self._bits[start : start + step])
+                lines[:, BIT_WORDS] = _check_words(lines, np.arange(start, start + len(lines)))
+                yield lines.astype("<u8").tobytes()
+        finally:
+            del self._bits
+            self._file.close()
+
+
+def filter_bytes(keys: np.ndarray, segment: str) -> bytes:
+    """The whole filter of ``segment``, whose postings have ``keys`` (one per posting)."""
+    builder = FilterBuilder(len(keys))
+    builder.add(keys)
+    return b"".join(builder.finish(segment))
+
+
+def _check_lines(lines: np.ndarray, numbers: np.ndarray, path: str) -> None:
+    bad = np.flatnonzero(_check_words(lines, numbers) != lines[:, BIT_WORDS])
+    if len(bad):
+        raise DamagedFilter(path, f"line {int(numbers[bad[0]])} checksum mismatch")
+
+
+def _present(lines_read: np.ndarray, at: np.ndarray, bits: np.ndarray) -> np.ndarray:
+    """Whether every bit of each key is set (``at``: each key's row in ``lines_read``)."""
+    words = lines_read[at[:, None], bits // 64]
+    return np.all((words >> (bits % 64).astype(np.uint64)) & np.uint64(1) == 1, axis=1)
+
+
+def keys_maybe_in(data_root, relative: str, segment: str, keys: np.ndarray) -> tuple[np.ndarray, int]:
+    """The keys of ``keys`` (sorted, unique uint64) that the segment may hold (every key it holds is
+    among them), and how many filter bytes were read. Raises :class:`DamagedFilter` or
+    ``FileNotFoundError``."""
+    if len(keys) == 0:
+        return keys, 0
+    path = data_root.path(relative)
+    if data_root.is_local:
+        size = os.path.getsize(path)
+        with open(path, "rb") as handle:
+            lines = _read_header(handle.read(_HEADER.size), relative, segment)
+        if size != _HEADER.size + lines * LINE_BYTES:
+            raise DamagedFilter(relative, f"{size} bytes, {_HEADER.size + lines * LINE_BYTES} expected")
+        table = np.memmap(path, "<u8", "r", offset=_HEADER.size, shape=(lines, LINE_WORDS))
+    else:
+        content = data_root.fs.cat_file(path)
+        lines = _read_header(content[: _HEADER.size], relative, segment)
+        if len(content) != _HEADER.size + lines * LINE_BYTES:
+            raise DamagedFilter(relative, f"{len(content)} bytes, {_HEADER.size + lines * LINE_BYTES} expected")
+        table = np.frombuffer(content, "<u8", offset=_HEADER.size).reshape(lines, LINE_WORDS)
+    line, bits = _lines_and_bits(keys, lines)
+    wanted, at = np.unique(line, return_inverse=True)
+    lines_read = np.array(table[wanted])
+    del table
+    _check_lines(lines_read, wanted, relative)
+    return keys[_present(lines_read, at.ravel(), bits)], len(wanted) * LINE_BYTES + _HEADER.size
+
+
+def verify_filter(handle, path: str, segment: str) -> None:
+    """Raise :class:`DamagedFilter` unless every line of the filter open as ``handle`` checks out
+    (read a few MB at a time)."""
+    lines = _read_header(handle.read(_HEADER.size), path, segment)
+    step = max(1, (4 << 20) // LINE_BYTES)
+    for start in range(0, lines, step):
+        count = min(step, lines - start)
+        piece = handle.read(count * LINE_BYTES)
+        if len(piece) != count * LINE_BYTES:
+            raise DamagedFilter(path, "truncated")
+        _check_lines(np.frombuffer(piece, "<u8").reshape(count, LINE_WORDS), np.arange(start, start + count), path)
+    if handle.read(1):
+        raise DamagedFilter(path, "longer than its lines")

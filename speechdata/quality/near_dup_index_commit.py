@@ -1,0 +1,119 @@
+"""Committing a shard to the near-duplicate index: its entries file, its level-0 segment with the
+segment's key filter, then its row in the order under the index lock."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Sequence
+
+from speechdata.io import layout
+from speechdata.io.shard_lock import LockHolder
+from speechdata.io.storage import DataRoot
+from speechdata.quality.near_dup_filter import (
+    filter_bytes,
+    filter_name,
+)
+from speechdata.quality.near_dup_index_entries import (
+    _entries_bytes,
+    entries_table,
+    remove_unlisted_entries,
+)
+from speechdata.quality.near_dup_index_order import (
+    COMMITTED,
+    DEFAULT_LOCK_TIMEOUT_S,
+    RESERVED,
+    IndexedShard,
+    Reservation,
+    ReservationLost,
+    _write_commit_record,
+    _write_state,
+    corpus_index_lock,
+    read_state,
+)
+from speechdata.quality.near_dup_matching import Decision, UtteranceSignals
+from speechdata.quality.near_dup_postings import (
+    SegmentShard,
+    index_keys,
+    segment_bytes,
+    segment_name,
+)
+
+
+def _segment_relative(name: str) -> str:
+    return f"{layout.NEAR_DUPLICATES_INDEX}/segments/{name}"
+
+
+def _filter_relative(segment: str) -> str:
+    return _segment_relative(filter_name(segment))
+
+
+def _write_level0(data_root: DataRoot, shard_id: str, position: int, version: str, signals) -> str:
+    """The shard's level-0 segment, its key filter written first (a segment never lacks one for long:
+    a run killed between the two leaves a filter no segment names, removed once old)."""
+    postings = index_keys(signals, position)
+    content = segment_bytes(postings, 0, [SegmentShard(position, shard_id, version)])
+    name = segment_name(content, 0)
+    if not data_root.exists(_filter_relative(name)):
+        data_root.write_bytes(_filter_relative(name), filter_bytes(postings["key"], name))
+    if not data_root.exists(_segment_relative(name)):
+        data_root.write_bytes(_segment_relative(name), content)
+    return name
+
+
+def _remove_segment(data_root: DataRoot, name: str) -> None:
+    """Delete a segment and its filter (the segment first: a filter alone is never read)."""
+    for relative in (_segment_relative(name), _filter_relative(name)):
+        with contextlib.suppress(FileNotFoundError):
+            data_root.fs.rm_file(data_root.path(relative))
+
+
+def commit_shard_entries(
+    data_root: DataRoot,
+    reservation: Reservation,
+    signals: Sequence[UtteranceSignals],
+    decisions: Sequence[Decision],
+    *,
+    timeout_s: float = DEFAULT_LOCK_TIMEOUT_S,
+    run_id: str | None = None,
+    holder_finished: Callable[[LockHolder], bool] | None = None,
+) -> IndexedShard:
+    """Write the shard's entries and level-0 segment, then commit its row (and its commit record)
+    under the index lock; remove what it replaced. Raises :class:`ReservationLost` when the
+    reservation was dropped meanwhile (nothing is committed: reserve and decide again)."""
+    content, version = _entries_bytes(entries_table(signals, decisions))
+    entries_relative = layout.near_duplicates_index_entries(reservation.shard_id, version)
+    if not data_root.exists(entries_relative):
+        data_root.write_bytes(entries_relative, content)
+    with corpus_index_lock(data_root, timeout_s=timeout_s, run_id=run_id, holder_finished=holder_finished):
+        state = read_state(data_root)
+        mine = next((s for s in state if s.shard_id == reservation.shard_id), None)
+        if mine is None or mine.position != reservation.position:
+            raise ReservationLost(f"{reservation.shard_id} lost index position {reservation.position}")
+        if mine.state == RESERVED and mine.reservation != reservation.token:
+            raise ReservationLost(f"{reservation.shard_id}'s reservation of position {reservation.position} was taken")
+        unchanged = mine.state == COMMITTED and mine.entries_version == version and _segment_present(data_root, mine)
+        if unchanged:
+            committed = mine
+        else:
+            segment = _write_level0(data_root, reservation.shard_id, reservation.position, version, signals)
+            committed = IndexedShard(
+                reservation.position, reservation.shard_id, version, len(signals), COMMITTED, segment
+            )
+            _write_state(data_root, [s for s in state if s.shard_id != reservation.shard_id] + [committed])
+        _write_commit_record(data_root, committed)
+    if not unchanged and mine.state == COMMITTED:
+        _remove_unreferenced_segments(data_root, {mine.segment} - {None})
+    remove_unlisted_entries(data_root, reservation.shard_id, version)
+    return committed
+
+
+def _segment_present(data_root: DataRoot, shard: IndexedShard) -> bool:
+    return shard.segment is not None and data_root.exists(_segment_relative(shard.segment))
+
+
+def _remove_unreferenced_segments(data_root: DataRoot, candidates: set[str]) -> None:
+    if not candidates:
+        return
+    referenced = {s.segment for s in read_state(data_root)}
+    for name in candidates - referenced:
+        _remove_segment(data_root, name)

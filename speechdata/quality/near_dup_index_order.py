@@ -1,0 +1,326 @@
+"""The near-duplicate index's order (``shards.parquet``), its locks and its commit records.
+
+A shard reserves a position under the index lock, holds its position's lock until it commits, and
+waits only for the shards reserved before it (docs/near-duplicates.md, :mod:`.near_dup_index`)."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import secrets
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+
+import pyarrow as pa
+
+from speechdata.io import layout
+from speechdata.io.parquet_integrity import UnreadableIntermediate
+from speechdata.io.shard_lock import LockHolder, ShardLocked, data_root_lock
+from speechdata.io.storage import DataRoot
+
+INDEX_LOCK_KEY = "near-duplicates-index"
+"""The lock's folder under ``_locks/``: spelled like a shard id (so :func:`shard_lock` takes it);
+no asset writes a product named :data:`INDEX_LOCK_PRODUCT`, so no shard's own lock can clash."""
+INDEX_LOCK_PRODUCT = "corpus_index"
+DEFAULT_LOCK_TIMEOUT_S = 1_800.0
+LOCK_POLL_S = 0.05
+"""How often a run waiting for the index lock tries it again. The lock is held for milliseconds (a
+reservation, a commit, a merge's switch), so a shard of a batch landing together waited mostly in
+this sleep at 0.5 s; at 0.05 s a waiter costs an exclusive create (an S3 request) 20 times a second."""
+WAIT_POLL_S = 0.1
+LIVENESS_CHECK_S = 2.0
+"""How often a waiting shard tries the position locks of the shards it waits for (a lock it can take
+is a run that is gone): an S3 request per shard waited for."""
+"""How often a shard waiting for the shards reserved before it reads the order (a small file): each
+of a queue of shards landing together waits at most this long past the one before it commits."""
+RESERVED, COMMITTED = "reserved", "committed"
+ORDER_SCHEMA = pa.schema(
+    [
+        pa.field("position", pa.int64(), nullable=False),
+        pa.field("shard_id", pa.string(), nullable=False),
+        pa.field("state", pa.string(), nullable=False),
+        pa.field("entries_version", pa.string()),
+        pa.field("utterances", pa.int64(), nullable=False),
+        pa.field("segment", pa.string()),
+        pa.field("reservation", pa.string()),
+    ]
+)
+"""``state``: ``reserved`` (position taken, not committed: ``reservation`` is the run's token) or
+``committed`` (``entries_version`` names its entries file, ``segment`` the segment holding its postings)."""
+
+
+@dataclass(frozen=True)
+class IndexedShard:
+    """A row of ``shards.parquet``."""
+
+    position: int
+    shard_id: str
+    entries_version: str | None
+    utterances: int
+    state: str = COMMITTED
+    segment: str | None = None
+    reservation: str | None = None
+
+
+@dataclass(frozen=True)
+class Reservation:
+    """A shard's place in the index order, held (with its position lock) until it commits."""
+
+    shard_id: str
+    position: int
+    token: str
+    recommit: bool
+    """The shard was committed before (a re-run): it keeps its position."""
+
+
+class CorpusIndexBusy(RuntimeError):
+    """The index stayed locked by another run for longer than the caller would wait."""
+
+
+class ReservationLost(RuntimeError):
+    """The shard's reservation was dropped (taken for dead, or lost with a rebuilt order): reserve again."""
+
+
+class IndexDamaged(RuntimeError):
+    """A part of the index failed its checksum or is missing: :func:`repair_index` rebuilds it.
+    ``entries_of``: the shard whose entries file could not be read, when that was the part."""
+
+    def __init__(self, message: str, entries_of: str | None = None):
+        super().__init__(message)
+        self.entries_of = entries_of
+
+
+@contextlib.contextmanager
+def corpus_index_lock(
+    data_root: DataRoot,
+    *,
+    timeout_s: float = DEFAULT_LOCK_TIMEOUT_S,
+    run_id: str | None = None,
+    holder_finished: Callable[[LockHolder], bool] | None = None,
+) -> Iterator[LockHolder | None]:
+    """Hold the corpus index's lock for the block, waiting up to ``timeout_s`` for another holder.
+
+    Held only for a reservation, a commit or a compaction's switch (milliseconds). A holder that
+    died is taken over (:func:`speechdata.io.shard_lock.data_root_lock`: a lock file on a local
+    root, a conditionally created object on S3). A store without exclusive create (GCS, Azure) runs
+    the block unlocked (yields None): the deployment must run one ``near_duplicates`` step at a time
+    there (docs/near-duplicates.md).
+    """
+    deadline = time.monotonic() + timeout_s
+    while True:
+        stack = contextlib.ExitStack()
+        try:
+            holder = stack.enter_context(
+                data_root_lock(
+                    data_root, INDEX_LOCK_KEY, INDEX_LOCK_PRODUCT, run_id=run_id, holder_finished=holder_finished
+                )
+            )
+            break
+        except ShardLocked as locked:
+            stack.close()
+            if time.monotonic() >= deadline:
+                raise CorpusIndexBusy(
+                    f"the near-duplicate index ({layout.NEAR_DUPLICATES_INDEX}) stayed locked for {timeout_s:.0f} s "
+                    f"by {locked.holder.describe()} (lock {locked.lock_path})"
+                ) from locked
+            time.sleep(LOCK_POLL_S)
+    with stack:
+        yield holder
+
+
+def _position_lock(data_root: DataRoot, position: int, run_id=None, holder_finished=None):
+    return data_root_lock(
+        data_root, INDEX_LOCK_KEY, f"position-{position:012d}", run_id=run_id, holder_finished=holder_finished
+    )
+
+
+def read_state(data_root: DataRoot) -> list[IndexedShard]:
+    """Every row of ``shards.parquet`` (reserved and committed), by position; empty before the first
+    shard. Raises :class:`IndexDamaged` when the file cannot be read."""
+    relative = layout.near_duplicates_index_order()
+    if not data_root.exists(relative):
+        return []
+    try:
+        table = data_root.read_parquet(relative)
+    except UnreadableIntermediate as exc:
+        raise IndexDamaged(str(exc)) from exc
+    rows = table.to_pylist()
+    shards = [
+        IndexedShard(
+            position=row["position"],
+            shard_id=row["shard_id"],
+            entries_version=row["entries_version"],
+            utterances=row["utterances"],
+            state=row.get("state") or COMMITTED,
+            segment=row.get("segment"),
+            reservation=row.get("reservation"),
+        )
+        for row in rows
+    ]
+    return sorted(shards, key=lambda shard: shard.position)
+
+
+def read_order(data_root: DataRoot) -> list[IndexedShard]:
+    """The committed shards, by position; empty before the first shard is indexed."""
+    return [shard for shard in read_state(data_root) if shard.state == COMMITTED]
+
+
+def _write_state(data_root: DataRoot, shards: Sequence[IndexedShard]) -> None:
+    rows = [
+        {field.name: getattr(shard, field.name) for field in ORDER_SCHEMA}
+        for shard in sorted(shards, key=lambda s: s.position)
+    ]
+    data_root.write_parquet(layout.near_duplicates_index_order(), pa.Table.from_pylist(rows, schema=ORDER_SCHEMA))
+
+
+@contextlib.contextmanager
+def reserve_position(
+    data_root: DataRoot,
+    shard_id: str,
+    *,
+    timeout_s: float = DEFAULT_LOCK_TIMEOUT_S,
+    run_id: str | None = None,
+    holder_finished: Callable[[LockHolder], bool] | None = None,
+) -> Iterator[Reservation]:
+    """Take ``shard_id``'s place in the index order for the block: its committed position when it
+    was indexed before, its own earlier reservation when a run of it died, else the next position.
+    The position's lock is held for the block (it tells waiting shards this run is alive)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        with corpus_index_lock(
+            data_root, timeout_s=max(deadline - time.monotonic(), 0.0), run_id=run_id, holder_finished=holder_finished
+        ):
+            state = read_state(data_root)
+            mine = next((shard for shard in state if shard.shard_id == shard_id), None)
+            position = mine.position if mine else max((shard.position for shard in state), default=-1) + 1
+            stack = contextlib.ExitStack()
+            try:
+                stack.enter_context(_position_lock(data_root, position, run_id, holder_finished))
+            except ShardLocked as locked:
+                stack.close()
+                if time.monotonic() >= deadline:
+                    raise CorpusIndexBusy(
+                        f"index position {position} of {shard_id} stayed held by {locked.holder.describe()}"
+                    ) from locked
+                busy = True
+            else:
+                busy = False
+                token = secrets.token_hex(8)
+                recommit = mine is not None and mine.state == COMMITTED
+                if not recommit:
+                    reserved = IndexedShard(position, shard_id, None, 0, RESERVED, None, token)
+                    _write_state(data_root, [s for s in state if s.shard_id != shard_id] + [reserved])
+        if busy:
+            time.sleep(LOCK_POLL_S)
+            continue
+        with stack:
+            yield Reservation(shard_id, position, token, recommit)
+        return
+
+
+def wait_for_earlier(
+    data_root: DataRoot,
+    reservation: Reservation,
+    *,
+    timeout_s: float = DEFAULT_LOCK_TIMEOUT_S,
+    run_id: str | None = None,
+    holder_finished: Callable[[LockHolder], bool] | None = None,
+) -> list[IndexedShard]:
+    """Wait until no shard before ``reservation`` is still reserved: each commits, or its run is
+    found gone (its position lock can be taken) and its reservation is dropped. Returns the state
+    then (the committed shards before ``reservation`` are what it is decided against)."""
+    deadline = time.monotonic() + timeout_s
+    next_liveness_check = 0.0
+    while True:
+        state = read_state(data_root)
+        pending = [s for s in state if s.state == RESERVED and s.position < reservation.position]
+        if not pending:
+            return state
+        if time.monotonic() >= next_liveness_check:
+            next_liveness_check = time.monotonic() + LIVENESS_CHECK_S
+            for shard in pending:
+                try:
+                    with _position_lock(data_root, shard.position, run_id, holder_finished):
+                        _drop_reservation(data_root, shard, run_id=run_id, holder_finished=holder_finished)
+                except ShardLocked:
+                    continue
+            continue  # read the order again: a dropped reservation is no longer waited for
+        # Until the next liveness check, watch the pending shards' commit records (a small file
+        # each) rather than the order, which grows with the corpus.
+        while time.monotonic() < next_liveness_check:
+            if time.monotonic() >= deadline:
+                raise CorpusIndexBusy(
+                    f"shards reserved before {reservation.shard_id} (position {reservation.position}) did not "
+                    f"commit in {timeout_s:.0f} s: {', '.join(f'{s.shard_id} at {s.position}' for s in pending)}"
+                )
+            if all(_committed_at(data_root, shard) for shard in pending):
+                break
+            time.sleep(WAIT_POLL_S)
+
+
+def _committed_at(data_root: DataRoot, shard: IndexedShard) -> bool:
+    """Whether ``shard``'s commit record names its reserved position (it has committed there)."""
+    try:
+        return (
+            json.loads(data_root.fs.cat_file(data_root.path(_commit_record_relative(shard.shard_id))))["position"]
+            == shard.position
+        )
+    except (FileNotFoundError, ValueError, KeyError, TypeError):
+        return False
+
+
+def _drop_reservation(data_root: DataRoot, shard: IndexedShard, **lock_options) -> None:
+    """Remove ``shard``'s reservation if it is still the one read (its run was found gone)."""
+    with corpus_index_lock(data_root, **lock_options):
+        state = read_state(data_root)
+        if any(s.position == shard.position and s.reservation == shard.reservation for s in state):
+            _write_state(data_root, [s for s in state if s.position != shard.position])
+
+
+position_lock = _position_lock
+"""The lock a reserving run holds on its position until it commits (taking it proves that run gone)."""
+drop_reservation = _drop_reservation
+
+
+def _commit_record_relative(shard_id: str) -> str:
+    return f"{layout.NEAR_DUPLICATES_INDEX}/committed/{shard_id}.json"
+
+
+def _commit_record(shard: IndexedShard) -> bytes:
+    body = {
+        "shard_id": shard.shard_id,
+        "position": shard.position,
+        "entries_version": shard.entries_version,
+        "utterances": shard.utterances,
+    }
+    canonical = json.dumps(body, sort_keys=True, separators=(",", ":"))
+    body["sha256"] = hashlib.sha256(canonical.encode()).hexdigest()
+    return (json.dumps(body, sort_keys=True, indent=1) + "\n").encode()
+
+
+def _write_commit_record(data_root: DataRoot, shard: IndexedShard) -> None:
+    relative = _commit_record_relative(shard.shard_id)
+    content = _commit_record(shard)
+    with contextlib.suppress(FileNotFoundError):
+        if data_root.fs.cat_file(data_root.path(relative)) == content:
+            return
+    data_root.write_bytes(relative, content)
+
+
+def _state_from_commit_records(data_root: DataRoot) -> list[IndexedShard]:
+    """The committed shards as their checksummed commit records name them, each mapped to no
+    segment yet (:func:`repair_index` finds or rebuilds their postings)."""
+    shards = []
+    for path in sorted(data_root.glob(f"{layout.NEAR_DUPLICATES_INDEX}/committed/*.json")):
+        try:
+            body = json.loads(data_root.fs.cat_file(path))
+            digest = body.pop("sha256")
+            canonical = json.dumps(body, sort_keys=True, separators=(",", ":"))
+            if hashlib.sha256(canonical.encode()).hexdigest() != digest:
+                continue
+            shards.append(IndexedShard(body["position"], body["shard_id"], body["entries_version"], body["utterances"]))
+        except (ValueError, KeyError, TypeError):
+            continue
+    return sorted(shards, key=lambda s: s.position)
