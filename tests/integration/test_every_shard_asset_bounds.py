@@ -2,12 +2,16 @@
 killed run's temps. Nothing here names a stage: the assets are enumerated from the code location.
 
 One materialization of every shard-partitioned asset, in a subprocess whose data segment is capped
-(``RLIMIT_DATA``, inherited by the ingest workers), on a shard holding a 2-hour recording beside
-ordinary ones. Before the per-utterance budget, ingest stored the 2-hour utterance and the stages
-after it decoded it whole (the alignment inputs alone asked for 660 MB at once; ``near_duplicates``
-reached 6 GB): the run died under the cap. The same run leaves, before each asset's sweep, one temp
-in every folder the asset wrote to, exactly as a run killed there would leave it
-(``SPEECHDATA_LEAVE_ORPHAN_TEMPS``), and none may survive.
+(``RLIMIT_DATA``, inherited by the ingest workers), on a shard holding a long-form recording with
+its transcript and a 2-hour recording beside ordinary ones. The budgets are scaled down for the run
+(whole-decode budget 40 s, long-form limit 30 minutes: ``SPEECHDATA_MAX_UTTERANCE_SECONDS``,
+``SPEECHDATA_MAX_LONG_FORM_SECONDS``), so the 100 s talk takes every stage's long-form path (ingest
+streams it, the stages after it read it in windows, the bridge packs its aligned segments) in
+seconds, and the 2-hour recording is past the long-form limit: refused from its header. Before the
+budget, ingest stored a 2-hour utterance and the stages after it decoded it whole (the alignment
+inputs alone asked for 660 MB at once; ``near_duplicates`` reached 6 GB): the run died under the cap.
+The same run leaves, before each asset's sweep, one temp in every folder the asset wrote to, exactly
+as a run killed there would leave it (``SPEECHDATA_LEAVE_ORPHAN_TEMPS``), and none may survive.
 """
 
 import os
@@ -30,12 +34,17 @@ from speechdata.io import layout
 from speechdata.io.faults import KILL_AT_ENV
 from speechdata.io.storage import LEAVE_ORPHAN_TEMPS_ENV, TEMP_PREFIX, DataRoot
 from speechdata.landing.mark import mark_landed
-from speechdata.testing.shards import build_sample_shard
+from speechdata.quality.paths import quality_signals
+from speechdata.testing.shards import build_sample_shard, load_clips
 from tests.integration.materialize_shard import EVERY_SHARD_ASSET
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SHARD = "long"
 LONG_UTT = "two_hours"
+TALK = "talk"
+TALK_SECONDS = 100.0
+SCALED_BUDGETS = {"SPEECHDATA_MAX_UTTERANCE_SECONDS": "40", "SPEECHDATA_MAX_LONG_FORM_SECONDS": "1800"}
+"""The run's budgets: the talk is long-form (past 40 s), the 2-hour recording past the long-form limit."""
 MEMORY_CAP_BYTES = 3 << 30
 """The run's data segment (heap and anonymous mappings) stays under this: the budgeted run peaks near
 1.6 GB resident, the unbudgeted one failed to allocate inside its alignment step under 3.5 GB."""
@@ -49,10 +58,27 @@ def shard_assets_of_the_definitions() -> set[str]:
     }
 
 
+def write_talk(path: str) -> str:
+    """English sample clips one after another, 0.4 s apart, until :data:`TALK_SECONDS`; their transcript."""
+    english = [c for c in load_clips() if c.language == "en"]
+    rate = english[0].sample_rate
+    clips = [c for c in english if c.sample_rate == rate and c.samples.ndim == 1]
+    gap = np.zeros(int(0.4 * rate), np.float32)
+    pieces, words, seconds = [], [], 0.0
+    while seconds < TALK_SECONDS:
+        clip = clips[len(words) % len(clips)]
+        pieces += [gap, clip.samples]
+        words.append(clip.text)
+        seconds += (gap.size + clip.samples.shape[0]) / rate
+    sf.write(path, np.concatenate(pieces), rate, subtype="PCM_16")
+    return " ".join(words)
+
+
 def land_shard_with_a_two_hour_recording(root: DataRoot) -> None:
-    """Ordinary sample utterances plus one 2-hour, 8 kHz recording as a single utterance (115 MB on
-    disk, written a minute at a time)."""
+    """Ordinary sample utterances, a 100 s talk with its transcript, and one 2-hour, 8 kHz recording as
+    a single utterance (115 MB on disk, written a minute at a time)."""
     build_sample_shard(root, SHARD, 2, seed=3, long_recordings=1, complete=False)
+    talk_text = write_talk(root.path(f"{layout.landing_audio_dir(SHARD)}/{TALK}.wav"))
     rate = 8_000
     minute = np.sin(np.arange(60 * rate, dtype=np.float32) * np.float32(0.05)) * np.float32(0.3)
     with sf.SoundFile(root.path(f"{layout.landing_audio_dir(SHARD)}/{LONG_UTT}.wav"), "w", rate, 1, "PCM_16") as out:
@@ -68,8 +94,10 @@ def land_shard_with_a_two_hour_recording(root: DataRoot) -> None:
         language=first["language"],
         source=first.get("source"),
     )
+    talk = {**row, "utt_id": TALK, "audio_path": f"{TALK}.wav", "text": talk_text, "language": "en"}
+    talk["country"] = next((r["country"] for r in metadata.to_pylist() if r["language"] == "en"), None)
     pq.write_table(
-        pa.concat_tables([metadata, pa.Table.from_pylist([row], schema=metadata.schema)]),
+        pa.concat_tables([metadata, pa.Table.from_pylist([row, talk], schema=metadata.schema)]),
         root.path(layout.landing_metadata(SHARD)),
     )
     mark_landed(root, SHARD)
@@ -80,7 +108,7 @@ def _cap_data_segment() -> None:
 
 
 def materialize(root: Path, model_cache_dir: str, assets: str, **env) -> subprocess.CompletedProcess:
-    environment = {**os.environ, "SPEECHDATA_PROFILE": "tiny", **env}
+    environment = {**os.environ, "SPEECHDATA_PROFILE": "tiny", **SCALED_BUDGETS, **env}
     if KILL_AT_ENV not in env:
         environment.pop(KILL_AT_ENV, None)
     return subprocess.run(
@@ -107,19 +135,35 @@ def capped_run(tmp_path_factory, model_cache_dir):
 
 @pytest.mark.slow
 @pytest.mark.timeout(1500)
-def test_every_shard_asset_runs_a_two_hour_recording_under_a_memory_cap(capped_run):
+def test_every_shard_asset_runs_a_long_form_and_a_two_hour_recording_under_a_memory_cap(capped_run):
     root, done, _ = capped_run
     assert done.returncode == 0, done.stderr[-4000:]
     data_root = DataRoot(str(root))
     enumerated = {asset.key.to_user_string() for asset in SHARD_ASSETS + ON_DEMAND_SHARD_ASSETS}
     assert enumerated == shard_assets_of_the_definitions()  # the run covered every shard asset there is
-    stored = data_root.read_parquet(layout.normalized_audio(SHARD), columns=["utt_id"])["utt_id"].to_pylist()
-    assert LONG_UTT not in stored and len(stored) >= 2  # the ordinary utterances went through
-    # Each stage that reads landed audio rejects it from the header, with the budget named.
-    for stage in ("normalized_audio", "asr_flac", "vad_segments"):
+    stored = data_root.read_parquet(layout.normalized_audio(SHARD), columns=["utt_id", "n_samples"]).to_pylist()
+    lengths = {r["utt_id"]: r["n_samples"] for r in stored}
+    assert LONG_UTT not in lengths and len(lengths) >= 3  # the ordinary utterances and the talk went through
+    assert lengths[TALK] >= TALK_SECONDS * 24_000
+    # Past the long-form limit: refused from the header, with the limit named.
+    rejects = {r["utt_id"]: r for r in data_root.read_parquet(layout.rejects(SHARD, "normalized_audio")).to_pylist()}
+    assert rejects[LONG_UTT]["reason"] == OVER_BUDGET_REASON
+    assert "7200.0 s of audio, over the long-form limit of 1800 s" in rejects[LONG_UTT]["detail"]
+    # The products of short samples read the landed file whole: both are refused there, with the budget named.
+    for stage in ("asr_flac", "vad_segments"):
         rejects = {r["utt_id"]: r for r in data_root.read_parquet(layout.rejects(SHARD, stage)).to_pylist()}
-        assert rejects[LONG_UTT]["reason"] == OVER_BUDGET_REASON, stage
-        assert "7200.0 s of audio, over the per-utterance memory budget of 1800 s" in rejects[LONG_UTT]["detail"]
+        for utt_id, seconds in ((LONG_UTT, "7200.0"), (TALK, f"{lengths[TALK] / 24_000:.1f}")):
+            assert rejects[utt_id]["reason"] == OVER_BUDGET_REASON, (stage, utt_id)
+            assert f"{seconds} s of audio, over the per-utterance memory budget of 40 s" in rejects[utt_id]["detail"]
+    # The talk took the long-form path through every bridge stage: aligned, measured, featurized, and
+    # packed as its aligned segments, each a sample no longer than a training sample.
+    quality = {r["utt_id"]: r for r in data_root.read_parquet(quality_signals(SHARD)).to_pylist()}
+    assert quality[TALK]["has_audio"] and abs(quality[TALK]["duration_s"] - lengths[TALK] / 24_000) < 1e-6
+    manifest = data_root.read_parquet(layout.shard_manifest(SHARD)).to_pylist()
+    segments = [r for r in manifest if r["key"].startswith(f"{TALK}+")]
+    assert len(segments) >= 4 and TALK not in {r["key"] for r in manifest}
+    assert all(r["duration_s"] <= 31.0 for r in segments)
+    assert sum(r["n_frames"] for r in segments) <= -(-lengths[TALK] // 1920)
 
 
 @pytest.mark.slow
