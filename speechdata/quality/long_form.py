@@ -20,7 +20,12 @@ import numpy as np
 from speechdata.quality.speakers import MAX_WINDOWS, SpeakerEncoder, SpeakerSignals, speaker_signals
 from speechdata.quality.transcript_checks import speaking_rate
 
-WINDOW_S = 60.0
+WINDOW_S = 10.0
+"""Short enough for every model of the stage: SQUIM's MOS attends over its whole input (a 60 s window
+asked for 7.2 GB), and about the length of the utterances the signals and thresholds are made for."""
+
+WINDOWS_PER_CALL = 30
+"""Windows measured together (batched VAD and models): 300 s of audio held at once."""
 
 _WEIGHTED_MEANS = (
     "snr_db",
@@ -42,22 +47,29 @@ def measure_long_recording(
     text: str,
     measure: Callable[[list[tuple[str, np.ndarray, int]], dict[str, dict]], None],
     speakers: SpeakerEncoder | None,
-    window_s: float = WINDOW_S,
+    window_s: float | None = None,
 ) -> tuple[dict, SpeakerSignals | None]:
     """The recording's audio signals and speaker signals. ``measure(pending, rows)`` measures a list of
     ``(id, samples, rate)`` into ``rows[id]`` (the stage's own per-utterance measurement)."""
-    window = int(window_s * rate)
+    window = int((WINDOW_S if window_s is None else window_s) * rate)
     total = audio.shape[0]
     measured: list[dict] = []
     embeddings: list[np.ndarray] = []
-    for number, start in enumerate(range(0, total, window)):
-        samples = np.asarray(audio[start : min(start + window, total)], np.float32)
-        key = f"{utt_id}{_WINDOW_SEPARATOR}{number}"
-        rows = {key: {}}
-        measure([(key, samples, rate)], rows)
-        measured.append(rows[key])
+    starts = list(range(0, total, window))
+    for group in range(0, len(starts), WINDOWS_PER_CALL):
+        pending = [
+            (
+                f"{utt_id}{_WINDOW_SEPARATOR}{number}",
+                np.asarray(audio[start : min(start + window, total)], np.float32),
+                rate,
+            )
+            for number, start in enumerate(starts[group : group + WINDOWS_PER_CALL], start=group)
+        ]
+        rows: dict[str, dict] = {key: {} for key, _, _ in pending}
+        measure(pending, rows)
+        measured += [rows[key] for key, _, _ in pending]
         if speakers is not None:
-            embeddings.append(speakers.window_embeddings(samples, rate))
+            embeddings += [speakers.window_embeddings(samples, rate) for _, samples, _ in pending]
     signals = combine_windows(measured, text)
     if speakers is None:
         return signals, None
