@@ -560,7 +560,12 @@ def _child(arguments: list[str]) -> dict:
         cwd=ROOT,
         capture_output=True,
         text=True,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        # the pipeline's assets record the models of the profile they are imported under
+        env={
+            **os.environ,
+            "PYTHONPATH": str(ROOT),
+            **({"SPEECHDATA_PROFILE": "tiny"} if arguments[0] == "pipeline" else {}),
+        },
     )
     if completed.returncode != 0:
         raise RuntimeError(f"{arguments}: {completed.stderr[-3000:]}")

@@ -145,16 +145,20 @@ def test_every_shard_asset_runs_a_long_form_and_a_two_hour_recording_under_a_mem
     lengths = {r["utt_id"]: r["n_samples"] for r in stored}
     assert LONG_UTT not in lengths and len(lengths) >= 3  # the ordinary utterances and the talk went through
     assert lengths[TALK] >= TALK_SECONDS * 24_000
-    # Past the long-form limit: refused from the header, with the limit named.
-    rejects = {r["utt_id"]: r for r in data_root.read_parquet(layout.rejects(SHARD, "normalized_audio")).to_pylist()}
-    assert rejects[LONG_UTT]["reason"] == OVER_BUDGET_REASON
-    assert "7200.0 s of audio, over the long-form limit of 1800 s" in rejects[LONG_UTT]["detail"]
-    # The products of short samples read the landed file whole: both are refused there, with the budget named.
-    for stage in ("asr_flac", "vad_segments"):
+    # Past the long-form limit: refused from the header by each stage that reads landed files, the limit named.
+    for stage in ("normalized_audio", "vad_segments"):
         rejects = {r["utt_id"]: r for r in data_root.read_parquet(layout.rejects(SHARD, stage)).to_pylist()}
-        for utt_id, seconds in ((LONG_UTT, "7200.0"), (TALK, f"{lengths[TALK] / 24_000:.1f}")):
-            assert rejects[utt_id]["reason"] == OVER_BUDGET_REASON, (stage, utt_id)
-            assert f"{seconds} s of audio, over the per-utterance memory budget of 40 s" in rejects[utt_id]["detail"]
+        assert rejects[LONG_UTT]["reason"] == OVER_BUDGET_REASON, stage
+        assert "7200.0 s of audio, over the long-form limit of 1800 s" in rejects[LONG_UTT]["detail"]
+        assert TALK not in rejects, stage
+    # VAD found the talk's speech window by window.
+    vad = {r["audio_path"]: r for r in data_root.read_parquet(layout.vad_segments(SHARD)).to_pylist()}
+    assert vad[f"{TALK}.wav"]["duration_s"] >= TALK_SECONDS
+    # ASR FLACs are short training samples, cut from the landed file whole: both are refused, the budget named.
+    rejects = {r["utt_id"]: r for r in data_root.read_parquet(layout.rejects(SHARD, "asr_flac")).to_pylist()}
+    for utt_id in (LONG_UTT, TALK):
+        assert rejects[utt_id]["reason"] == OVER_BUDGET_REASON, utt_id
+        assert "s of audio, over the per-utterance memory budget of 40 s" in rejects[utt_id]["detail"]
     # The talk took the long-form path through every bridge stage: aligned, measured, featurized, and
     # packed as its aligned segments, each a sample no longer than a training sample.
     quality = {r["utt_id"]: r for r in data_root.read_parquet(quality_signals(SHARD)).to_pylist()}

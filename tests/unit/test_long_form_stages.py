@@ -2,9 +2,12 @@
 gives what reading it whole gives, where both fit. The budget is lowered to 10 s so a recording of
 half a minute takes the windowed paths in seconds."""
 
+import io
+
 import numpy as np
 import pyarrow as pa
 import pytest
+import soundfile as sf
 import torch
 
 from speechdata.audio import budget
@@ -21,7 +24,8 @@ from speechdata.quality.long_form import combine_windows
 from speechdata.quality.paths import quality_signals
 from speechdata.quality.stage import run_quality_signals
 from speechdata.testing.shards import Clip, build_sample_shard, load_clips
-from speechdata.vad.silero import load_silero_model
+from speechdata.vad.long_form import long_file_speech
+from speechdata.vad.silero import detect_speech, load_silero_model, to_vad_input
 
 SHARD = "talks"
 
@@ -97,6 +101,24 @@ def test_quality_signals_of_a_recording_past_the_budget_agree_with_measuring_it_
     assert abs(windowed["trailing_silence_s"] - whole["trailing_silence_s"]) < 0.2
     assert abs(windowed["words_per_s"] - whole["words_per_s"]) < 0.05 * whole["words_per_s"]
     assert abs(windowed["snr_db"] - whole["snr_db"]) < 3.0
+
+
+def test_vad_of_a_long_file_window_by_window_finds_the_whole_files_segments():
+    english = [c for c in load_clips() if c.language == "en"]
+    rate = english[0].sample_rate
+    gap = np.zeros(int(0.7 * rate), np.float32)
+    samples = np.concatenate([p for c in english[:5] if c.sample_rate == rate for p in (gap, c.samples)] + [gap])
+    buffer = io.BytesIO()
+    sf.write(buffer, samples, rate, format="WAV", subtype="PCM_16")
+    buffer.seek(0)
+    model = load_silero_model()
+    with sf.SoundFile(buffer) as sound:
+        whole_samples = sound.read(dtype="float32", always_2d=True)
+        [whole] = detect_speech(model, [to_vad_input(whole_samples, rate)])
+        windowed = long_file_speech(model, sound, window_s=3.0)  # windows much shorter than the file
+    assert len(whole) >= 3 and len(windowed) == len(whole)
+    assert np.max(np.abs(np.array(windowed.start_s) - whole.start_s)) < 0.1
+    assert np.max(np.abs(np.array(windowed.end_s) - whole.end_s)) < 0.1
 
 
 def test_windows_combine_energies_speech_and_silence_runs():
