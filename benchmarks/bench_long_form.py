@@ -42,7 +42,8 @@ job is materialized with the tiny profile, **one asset per fresh process** in pi
 alignments, frame grids, quality, near duplicates, features, bridge, ASR FLACs, VAD), each process's
 peak RSS (its whole process tree, sampled every 50 ms) and wall time recorded. The first length is
 the baseline: every other length's peak per stage is given as a ratio to it (``--minutes 1 120``:
-a 2-hour recording against a 1-minute one).
+a 2-hour recording against a 1-minute one). ``--whole-decode-s`` lowers the whole-decode budget
+for every stage process, so a shorter recording takes the long-form paths.
 """
 
 from __future__ import annotations
@@ -593,6 +594,11 @@ def main() -> None:
     parser.add_argument("--fixtures", type=Path, default=ROOT / "tests" / "fixtures" / "synthesized_speech")
     parser.add_argument("--repeat", type=int, default=3, help="accuracy: times the held-out set is joined")
     parser.add_argument("--pipeline", action="store_true", help="every shard asset, one per process (docstring)")
+    parser.add_argument(
+        "--whole-decode-s",
+        type=float,
+        help="pipeline: the whole-decode budget (SPEECHDATA_MAX_UTTERANCE_SECONDS) for every stage process",
+    )
     parser.add_argument("--measure", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.measure is not None:
@@ -603,10 +609,17 @@ def main() -> None:
         print(json.dumps(figures))
         return
     if args.pipeline:
+        if args.whole_decode_s is not None:  # read by the stage processes, which inherit it
+            os.environ["SPEECHDATA_MAX_UTTERANCE_SECONDS"] = str(args.whole_decode_s)
         minutes = [0.5, 1.0] if args.quick else args.minutes
         with stdout_to_stderr():
             figures = pipeline(minutes)
-        emit("long_form_pipeline", {"minutes": minutes, "profile": "tiny", "per_process": "one asset"}, figures)
+        whole_decode_s = args.whole_decode_s or 1800.0
+        emit(
+            "long_form_pipeline",
+            {"minutes": minutes, "profile": "tiny", "per_process": "one asset", "whole_decode_s": whole_decode_s},
+            figures,
+        )
         return
     minutes = [0.5] if args.quick else args.minutes
     music_minutes = 1.0 if args.quick else args.music_minutes

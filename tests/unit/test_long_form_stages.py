@@ -136,3 +136,18 @@ def test_windows_combine_energies_speech_and_silence_runs():
     assert row["level_dbfs"] == pytest.approx(-20.0 + 10 * np.log10(2 / 3))
     assert row["leading_silence_s"] == 12.0 and row["trailing_silence_s"] == 4.0
     assert row["words_per_s"] == pytest.approx(0.3) and row["audio_language"] == "en"
+
+
+def test_squim_scores_long_audio_in_pieces_averaged_by_length():
+    from speechdata.quality.audio_models import SquimObjectiveMos
+
+    seen = []
+
+    def pesq_of_level(waveform):  # a stand-in that remembers its input: PESQ = the piece's first sample
+        seen.append(waveform.shape[-1])
+        return None, waveform[:, 0], None
+
+    audio = np.concatenate([np.full(16_000 * 10, 2.0), np.full(16_000 * 10, 4.0), np.full(16_000 * 5, 3.0)])
+    [score] = SquimObjectiveMos(pesq_of_level).mos([audio.astype(np.float32)])
+    assert seen == [160_000, 160_000, 80_000]  # never more than 10 s at once
+    assert score == pytest.approx((2 * 10 + 4 * 10 + 3 * 5) / 25)
