@@ -24,8 +24,9 @@ WINDOW_S = 10.0
 """Short enough for every model of the stage: SQUIM's MOS attends over its whole input (a 60 s window
 asked for 7.2 GB), and about the length of the utterances the signals and thresholds are made for."""
 
-WINDOWS_PER_CALL = 30
-"""Windows measured together (batched VAD and models): 300 s of audio held at once."""
+WINDOWS_PER_CALL = 6
+"""Windows measured together (batched VAD and models): 60 s of audio held at once. 30 at a time
+(300 s) took a run of every shard asset past a 3 GB data-segment cap."""
 
 _WEIGHTED_MEANS = (
     "snr_db",
