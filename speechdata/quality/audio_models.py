@@ -123,8 +123,9 @@ def _batches(audios: Sequence[np.ndarray], max_batch_s: float):
         yield batch
 
 
-SQUIM_PIECE_S = 10.0
-"""SQUIM scores audio in pieces of at most this length (its attention grows with the square of it)."""
+SQUIM_PIECE_S = 5.0
+"""SQUIM scores audio in pieces of at most this length (its attention grows with the square of it:
+200 MB for a 10 s piece, which took a run of every shard asset past a 3 GB data-segment cap)."""
 
 
 class SquimObjectiveMos:

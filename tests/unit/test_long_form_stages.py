@@ -147,7 +147,19 @@ def test_squim_scores_long_audio_in_pieces_averaged_by_length():
         seen.append(waveform.shape[-1])
         return None, waveform[:, 0], None
 
-    audio = np.concatenate([np.full(16_000 * 10, 2.0), np.full(16_000 * 10, 4.0), np.full(16_000 * 5, 3.0)])
+    audio = np.concatenate([np.full(16_000 * 5, 2.0), np.full(16_000 * 5, 4.0), np.full(int(16_000 * 5.5), 3.0)])
     [score] = SquimObjectiveMos(pesq_of_level).mos([audio.astype(np.float32)])
-    assert seen == [160_000, 160_000, 80_000]  # never more than 10 s at once
-    assert score == pytest.approx((2 * 10 + 4 * 10 + 3 * 5) / 25)
+    assert seen == [80_000, 80_000, 88_000]  # never more than 5 s at once; a last half second joins its piece
+    assert score == pytest.approx((2 * 5 + 4 * 5 + 3 * 5.5) / 15.5)
+
+
+def test_error_rates_of_a_long_transcript_are_jiwers():
+    import jiwer
+
+    from speechdata.quality.stage import error_rates_of_long_transcript
+
+    reference = "the quick brown fox jumps over the lazy dog  " * 40
+    hypothesis = "the quick brown fax jumped over a lazy dog " * 39
+    rates = error_rates_of_long_transcript(reference, hypothesis)
+    assert rates["cer"] == pytest.approx(jiwer.cer(reference, hypothesis))
+    assert rates["wer"] == pytest.approx(jiwer.wer(reference, hypothesis))
