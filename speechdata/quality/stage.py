@@ -163,36 +163,12 @@ def _transcript_agreement(data_root: DataRoot, shard_id: str) -> dict[str, dict]
         reference, hypothesis = row["reference"], row["hypothesis"]
         if not reference:
             continue
-        if len(reference) > LONG_TRANSCRIPT_CHARS:
-            agreement[row["utt_id"]] = {
-                "hypothesis": hypothesis,
-                **error_rates_of_long_transcript(reference, hypothesis),
-            }
-            continue
         agreement[row["utt_id"]] = {
             "hypothesis": hypothesis,
             "cer": float(jiwer.cer(reference, hypothesis)),
             "wer": float(jiwer.wer(reference, hypothesis)),
         }
     return agreement
-
-
-LONG_TRANSCRIPT_CHARS = 5_000
-"""Past this, CER and WER come from rapidfuzz's bit-parallel edit distance (memory linear in the
-text) rather than jiwer's alignment, whose memory grows with the product of the two lengths: a 30-minute
-recording's transcript took the quality stage past 3.9 GB."""
-
-
-def error_rates_of_long_transcript(reference: str, hypothesis: str) -> dict[str, float]:
-    """jiwer's ``cer`` (over the stripped characters) and ``wer`` (over the words), as edit distances
-    over the reference's length."""
-    from rapidfuzz.distance import Levenshtein
-
-    characters, words = reference.strip(), reference.split()
-    return {
-        "cer": Levenshtein.distance(characters, hypothesis.strip()) / max(len(characters), 1),
-        "wer": Levenshtein.distance(words, hypothesis.split()) / max(len(words), 1),
-    }
 
 
 def _measure_chunk(

@@ -151,15 +151,3 @@ def test_squim_scores_long_audio_in_pieces_averaged_by_length():
     [score] = SquimObjectiveMos(pesq_of_level).mos([audio.astype(np.float32)])
     assert seen == [80_000, 80_000, 88_000]  # never more than 5 s at once; a last half second joins its piece
     assert score == pytest.approx((2 * 5 + 4 * 5 + 3 * 5.5) / 15.5)
-
-
-def test_error_rates_of_a_long_transcript_are_jiwers():
-    import jiwer
-
-    from speechdata.quality.stage import error_rates_of_long_transcript
-
-    reference = "the quick brown fox jumps over the lazy dog  " * 40
-    hypothesis = "the quick brown fax jumped over a lazy dog " * 39
-    rates = error_rates_of_long_transcript(reference, hypothesis)
-    assert rates["cer"] == pytest.approx(jiwer.cer(reference, hypothesis))
-    assert rates["wer"] == pytest.approx(jiwer.wer(reference, hypothesis))
