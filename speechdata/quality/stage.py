@@ -105,6 +105,12 @@ def run_quality_signals(
     audio_seconds = 0.0
     for utt_id, samples, rate in iter_container_utterances(data_root, layout.normalized_audio(shard_id), set(rows)):
         if isinstance(samples, StreamedAudio):  # past the whole-decode budget: measured window by window
+            if pending:  # the utterances read so far first: their audio is not held through the recording's windows
+                _measure_chunk(
+                    pending, rows, texts, source_clipping, vad_model, vad_params, audio_language, speech_quality, dnsmos
+                )
+                audio_seconds += pending_s
+                pending, pending_s = [], 0.0
 
             def measure(windows, window_rows):
                 _measure_chunk(
