@@ -71,6 +71,9 @@ class ProductLine:
     id_column: str
     ids_are_lists: bool = False
     """True when each row holds a list of utterance ids (a VAD chunk spans several utterances)."""
+    id_part_separator: str | None = None
+    """An id holding this separator names a part of the utterance before it: the bridge packs a long
+    recording as one sample per segment, keyed ``<utt_id>+<index>`` (docs/bridge-tuples.md)."""
     shard_column: str | None = None
     """A column of the output's rows that names their shard. The catalog's accounting then takes a
     row's shard from it (as the ``samples`` view does for bridge manifests) instead of from the file's
@@ -142,6 +145,7 @@ PRODUCT_LINES: tuple[ProductLine, ...] = (
         stages=("raw_shards", "normalized_audio", "alignments", "frame_grids", "qwen_hidden_states", "wavlm_features"),
         output=layout.shard_manifest,
         id_column="key",
+        id_part_separator="+",
         shard_column="shard",
         output_asset="shard_manifest",
         catalog_views=("samples", "words", "hours_by_language", "hours_by_country", "hours_by_shard"),

@@ -34,6 +34,16 @@ checkpointed Viterbi), and against that recording with 20 s of synthetic music i
 the transcript does not cover, with and without the wildcard (median and p95 error in ms).
 
 ``--quick``: 0.5 minutes (the music variant: 1 minute), for the smoke test.
+
+``--pipeline``: the whole pipeline instead. A shard is landed with one ordinary utterance and a
+recording of ``--minutes`` of synthesized English speech (the sample clips one after another, 0.4 s
+apart, as a 16-bit WAV written clip by clip) with its transcript, and every shard asset of the per-shard
+job is materialized with the tiny profile, **one asset per fresh process** in pipeline order (ingest,
+alignments, frame grids, quality, near duplicates, features, bridge, ASR FLACs, VAD), each process's
+peak RSS (its whole process tree, sampled every 50 ms) and wall time recorded. The first length is
+the baseline: every other length's peak per stage is given as a ratio to it (``--minutes 1 120``:
+a 2-hour recording against a 1-minute one). ``--whole-decode-s`` lowers the whole-decode budget
+for every stage process, so a shorter recording takes the long-form paths.
 """
 
 from __future__ import annotations
@@ -53,6 +63,7 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks.report import RssSampler, emit, progress, ratio, stdout_to_stderr
+from speechdata.audio.budget import MAX_LONG_FORM_SECONDS as LONG_FORM_LIMIT_S
 
 ROOT = Path(__file__).resolve().parents[2]
 FRAME_S = 0.08
@@ -364,13 +375,197 @@ def accuracy(model: str, fixtures: Path, repeat: int) -> dict:
     return figures
 
 
+PIPELINE_ASSETS = (
+    "raw_shards",
+    "normalized_audio",
+    "alignments",
+    "frame_grids",
+    "quality_signals",
+    "near_duplicates",
+    "quality_decisions",
+    "qwen_hidden_states",
+    "wavlm_features",
+    "bridge_tars",
+    "shard_manifest",
+    "asr_flac",
+    "vad_segments",
+)
+"""The per-shard job's assets, each after those it reads."""
+TALK = "talk"
+
+
+def land_talk(root: str, minutes: float) -> dict:
+    """Land the pipeline shard: one ordinary sample utterance and a ``minutes`` recording of the English
+    sample clips with its transcript (module docstring)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    import soundfile as sf
+
+    from speechdata.io import layout
+    from speechdata.io.storage import DataRoot
+    from speechdata.landing.mark import mark_landed
+    from speechdata.testing.shards import build_sample_shard, load_clips
+
+    data_root = DataRoot(root)
+    build_sample_shard(data_root, SHARD, 1, seed=3, long_recordings=0, complete=False)
+    english = [c for c in load_clips() if c.language == "en"]
+    rate = english[0].sample_rate
+    clips = [c for c in english if c.sample_rate == rate and c.samples.ndim == 1]
+    gap = np.zeros(int(0.4 * rate), np.float32)
+    words, frames = [], 0
+    with sf.SoundFile(data_root.path(f"{layout.landing_audio_dir(SHARD)}/{TALK}.wav"), "w", rate, 1, "PCM_16") as out:
+        while frames < minutes * 60 * rate:
+            clip = clips[len(words) % len(clips)]
+            out.write(gap)
+            out.write(clip.samples)
+            frames += gap.size + clip.samples.shape[0]
+            words.append(clip.text)
+    metadata = pq.read_table(data_root.path(layout.landing_metadata(SHARD)))
+    row = {**metadata.slice(0, 1).to_pylist()[0], "utt_id": TALK, "audio_path": f"{TALK}.wav"}
+    row.update(text=" ".join(words), language="en", start_s=None, end_s=None)
+    pq.write_table(
+        pa.concat_tables([metadata, pa.Table.from_pylist([row], schema=metadata.schema)]),
+        data_root.path(layout.landing_metadata(SHARD)),
+    )
+    mark_landed(data_root, SHARD)
+    return {"seconds": round(frames / rate, 1), "words": len(" ".join(words).split()), "source_rate": rate}
+
+
+class TreeRss:
+    """Peak resident memory of this process and its descendants (ingest's workers), sampled every 50 ms."""
+
+    def __init__(self, interval_s: float = 0.05):
+        self.interval_s, self.peak_mb, self.start_mb = interval_s, 0.0, 0.0
+
+    @staticmethod
+    def resident_mb() -> float:
+        page = os.sysconf("SC_PAGE_SIZE")
+        parents: dict[int, int] = {}
+        for entry in os.listdir("/proc"):
+            if entry.isdigit():
+                try:
+                    with open(f"/proc/{entry}/stat") as stat:
+                        parents[int(entry)] = int(stat.read().rsplit(")", 1)[1].split()[1])
+                except OSError:
+                    continue
+        tree, grown = {os.getpid()}, True
+        while grown:
+            more = {pid for pid, parent in parents.items() if parent in tree} - tree
+            tree |= more
+            grown = bool(more)
+        total = 0
+        for pid in tree:
+            try:
+                with open(f"/proc/{pid}/statm") as statm:
+                    total += int(statm.read().split()[1]) * page
+            except OSError:
+                continue
+        return total / 2**20
+
+    def __enter__(self):
+        import threading
+
+        self.start_mb = self._peak = self.resident_mb()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+        self._thread.start()
+        return self
+
+    def _sample(self):
+        while not self._stop.wait(self.interval_s):
+            self._peak = max(self._peak, self.resident_mb())
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join()
+        self.peak_mb = max(self._peak, self.resident_mb())
+
+
+def _measure_pipeline_asset(root: str, model_cache_dir: str, asset: str) -> dict:
+    """One asset of the landed shard, materialized in this (fresh) process with the tiny resources."""
+    import dagster as dg
+
+    from assets import SHARD_ASSETS
+    from assets.partitions import shard_partitions
+    from tests.tiny_resources import tiny_resources_for
+
+    resources = tiny_resources_for(root, model_cache_dir)
+    with dg.instance_for_test() as instance:
+        instance.add_dynamic_partitions(shard_partitions.name, [SHARD])
+        with TreeRss() as rss:
+            started = time.perf_counter()
+            result = dg.materialize(
+                SHARD_ASSETS,
+                selection=[asset],
+                partition_key=SHARD,
+                instance=instance,
+                resources=resources,
+                raise_on_error=False,
+            )
+            wall = time.perf_counter() - started
+    return {
+        "asset": asset,
+        "success": result.success,
+        "wall_s": round(wall, 1),
+        "rss_before_mb": round(rss.start_mb, 1),
+        "peak_rss_mb": round(rss.peak_mb, 1),
+    }
+
+
+def pipeline(minutes: list[float]) -> dict:
+    """Every length through every asset (module docstring), and each stage's peak against the first length's."""
+    from speechdata.io import layout
+    from speechdata.io.storage import DataRoot
+
+    model_cache_dir = tempfile.mkdtemp(prefix="bench_long_form_models_")
+    runs = []
+    try:
+        for m in minutes:
+            workdir = tempfile.mkdtemp(prefix="bench_long_form_pipeline_")
+            try:
+                landed = land_talk(workdir, m)
+                stages = []
+                for asset in PIPELINE_ASSETS:
+                    figures = _child(["pipeline", workdir, model_cache_dir, asset])
+                    stages.append(figures)
+                    progress(
+                        f"{m} min: {asset} {figures['peak_rss_mb']} MB {figures['wall_s']} s ok={figures['success']}"
+                    )
+                data_root = DataRoot(workdir)
+                keys = data_root.read_parquet(layout.shard_manifest(SHARD), columns=["key", "duration_s"]).to_pylist()
+                talk = [k for k in keys if k["key"] == TALK or k["key"].startswith(f"{TALK}+")]
+                runs.append(
+                    {
+                        "minutes": m,
+                        **landed,
+                        "talk_samples_in_bridge": len(talk),
+                        "longest_talk_sample_s": round(max((k["duration_s"] for k in talk), default=0.0), 1),
+                        "stages": stages,
+                    }
+                )
+            finally:
+                shutil.rmtree(workdir, ignore_errors=True)
+    finally:
+        shutil.rmtree(model_cache_dir, ignore_errors=True)
+    baseline = {s["asset"]: s for s in runs[0]["stages"]}
+    for run in runs[1:]:
+        for stage in run["stages"]:
+            stage["peak_ratio_over_baseline"] = ratio(stage["peak_rss_mb"], baseline[stage["asset"]]["peak_rss_mb"])
+    return {"baseline_minutes": minutes[0], "runs": runs}
+
+
 def _child(arguments: list[str]) -> dict:
     completed = subprocess.run(
         [sys.executable, "-m", "benchmarks.accuracy.bench_long_form", "--measure", json.dumps(arguments)],
         cwd=ROOT,
         capture_output=True,
         text=True,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        # the pipeline's assets record the models of the profile they are imported under
+        env={
+            **os.environ,
+            "PYTHONPATH": str(ROOT),
+            **({"SPEECHDATA_PROFILE": "tiny"} if arguments[0] == "pipeline" else {}),
+        },
     )
     if completed.returncode != 0:
         raise RuntimeError(f"{arguments}: {completed.stderr[-3000:]}")
@@ -397,13 +592,35 @@ def main() -> None:
     )
     parser.add_argument("--fixtures", type=Path, default=ROOT / "tests" / "fixtures" / "synthesized_speech")
     parser.add_argument("--repeat", type=int, default=3, help="accuracy: times the held-out set is joined")
+    parser.add_argument("--pipeline", action="store_true", help="every shard asset, one per process (docstring)")
+    parser.add_argument(
+        "--whole-decode-s",
+        type=float,
+        help="pipeline: the whole-decode budget (SPEECHDATA_MAX_UTTERANCE_SECONDS) for every stage process",
+    )
     parser.add_argument("--measure", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.measure is not None:
         kind, *rest = json.loads(args.measure)
+        measure = {"viterbi": _measure_viterbi, "stage": _measure_stage, "pipeline": _measure_pipeline_asset}[kind]
         with stdout_to_stderr():
-            figures = _measure_viterbi(*rest) if kind == "viterbi" else _measure_stage(*rest)
+            figures = measure(*rest)
         print(json.dumps(figures))
+        return
+    if args.pipeline:
+        if args.whole_decode_s is not None:  # read by the stage processes, which inherit it
+            os.environ["SPEECHDATA_MAX_UTTERANCE_SECONDS"] = str(args.whole_decode_s)
+        # Long-form landing is opt-in (speechdata.audio.budget): the pipeline measures it turned on.
+        os.environ.setdefault("SPEECHDATA_MAX_LANDED_LONG_FORM_SECONDS", str(LONG_FORM_LIMIT_S))
+        minutes = [0.5, 1.0] if args.quick else args.minutes
+        with stdout_to_stderr():
+            figures = pipeline(minutes)
+        whole_decode_s = args.whole_decode_s or 1800.0
+        emit(
+            "long_form_pipeline",
+            {"minutes": minutes, "profile": "tiny", "per_process": "one asset", "whole_decode_s": whole_decode_s},
+            figures,
+        )
         return
     minutes = [0.5] if args.quick else args.minutes
     music_minutes = 1.0 if args.quick else args.music_minutes

@@ -106,6 +106,8 @@ def produced_utterances(data_root: DataRoot, shard_id: str, product: str) -> set
     ]
     if line.ids_are_lists:
         return {u for ids in values for u in (ids or [])}
+    if line.id_part_separator:  # every part of an utterance accounts for it
+        return {value.split(line.id_part_separator, 1)[0] for value in values}
     return set(values)
 
 

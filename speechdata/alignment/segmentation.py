@@ -1,14 +1,12 @@
 """Training-sized segments of a long aligned recording, cut at its pauses and untranscribed stretches.
 
-A recording of an hour is one utterance to the aligner but no use as one training sample: the
-bridge packs one sample per utterance, and every other stage decodes an utterance whole. Once it is
-aligned, its word timings say where it can be cut without cutting a word: :func:`cut_segments`
+A recording of an hour is one utterance to the aligner but no use as one training sample. Once it
+is aligned, its word timings say where it can be cut without cutting a word: :func:`cut_segments`
 returns segments of at most ``max_segment_ms``, each cut in the longest pause between two words of
 the stretch that would overflow, never across a stretch the transcript does not cover (the
 wildcard's). The ``alignments`` stage writes them as ``segment`` rows of ``alignments.parquet``
-(for utterances longer than ``max_segment_ms``); landed again as segments of the same file
-(``start_s``, ``end_s``, ``text``: docs/landing-contract.md) each one becomes an utterance of its own,
-which the bridge packs like any other.
+(for utterances longer than ``max_segment_ms``), and the bridge packs each as a sample of its own,
+cut on the Mimi clock (:mod:`speechdata.bridge.segments`).
 """
 
 from __future__ import annotations

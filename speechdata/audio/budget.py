@@ -13,22 +13,38 @@ header or the container's ``n_samples`` already says, in the two places every re
   decode an utterance of ``audio_24k.parquet`` (every stage after ingest).
 
 Past the budget it raises :class:`OverMemoryBudget`, whose ``reason`` (``audio_over_memory_budget``)
-the stage records as the utterance's reject. Ingest rejects such an utterance, so the later stages
-never meet one in ``audio_24k.parquet``; their check is what keeps a stage added later honest.
+the stage records as the utterance's reject. A recording past the budget but within the long-form
+limit is read another way, never through these: ingest streams it in chunks
+(:mod:`speechdata.landing.long_form`) and the stages after it slice it window by window
+(:class:`speechdata.audio.streamed.StreamedAudio`). A stage added later that decodes whole meets
+the check, which is what keeps it honest.
 """
 
 from __future__ import annotations
 
-MAX_UTTERANCE_SECONDS = 1800.0
-"""30 minutes: about what alignment can hold (``MAX_ALIGNMENT_FRAME_TOKENS``), and far past any
-useful training sample. Stored at 24 kHz it decodes to 173 MB of float32."""
+import os
 
-MAX_LONG_FORM_SECONDS = 4 * 3600.0
-"""4 hours: the alignment stage's budget for one utterance, which it never decodes whole: past
-``speechdata.alignment.streamed_audio.STREAM_FROM_S`` it decodes, resamples and aligns it window by
-window, in memory that grows with ``sqrt(T)`` x its tokens (docs/performance.md, long-form alignment).
-A container written with ``max_utterance_s`` up to this holds such utterances; ingest still stores
-nothing past :data:`MAX_UTTERANCE_SECONDS`, since every other stage decodes an utterance whole."""
+MAX_UTTERANCE_SECONDS = float(os.environ.get("SPEECHDATA_MAX_UTTERANCE_SECONDS", 1800.0))
+"""30 minutes: the whole-decode budget. An utterance up to this is decoded whole by every stage
+(stored at 24 kHz it decodes to 173 MB of float32); a longer one (up to :data:`MAX_LONG_FORM_SECONDS`)
+is a long-form recording, which no stage decodes whole: each reads it in windows
+(docs/long-form-alignment.md, "The whole pipeline"). ``SPEECHDATA_MAX_UTTERANCE_SECONDS`` sets it
+(lower on a small machine; the tests lower it to exercise the windowed paths in seconds)."""
+
+MAX_LONG_FORM_SECONDS = float(os.environ.get("SPEECHDATA_MAX_LONG_FORM_SECONDS", 4 * 3600.0))
+"""4 hours: the long-form limit. Ingest streams such a recording into the container in chunks; the
+alignment stage aligns it window by window in memory that grows with ``sqrt(T)`` x its tokens (a
+2-hour recording: 1.4 GB peak, docs/performance.md); the other stages read it in windows or by its
+aligned segments. Past it a recording is rejected ``audio_over_memory_budget`` from its header,
+before anything is decoded. ``SPEECHDATA_MAX_LONG_FORM_SECONDS`` sets it."""
+
+MAX_LANDED_LONG_FORM_SECONDS = float(os.environ.get("SPEECHDATA_MAX_LANDED_LONG_FORM_SECONDS", MAX_UTTERANCE_SECONDS))
+"""How long a landed recording ingest stores: by default the whole-decode budget, so long-form landing
+is opt-in (set it to :data:`MAX_LONG_FORM_SECONDS`, ``SPEECHDATA_MAX_LANDED_LONG_FORM_SECONDS=14400``).
+Why not on yet: ``quality_signals`` on a landed 30-minute recording grew past 6 GB in its benchmark
+(10 minutes peaked at 1.7 GB; cause not found), while ingest, VAD, alignment, WavLM and the bridge
+stay within 2 GB. Past it a landed recording is rejected ``audio_over_memory_budget`` from its header.
+Every later stage still reads up to :data:`MAX_LONG_FORM_SECONDS` (a container written otherwise)."""
 
 MAX_DECODED_BYTES = 1 << 30
 """1 GiB of float32 source samples: bounds a short segment at an absurd rate or channel count."""

@@ -16,6 +16,7 @@ import pyarrow.parquet as pq
 
 from speechdata.audio.budget import check_audio_budget
 from speechdata.audio.codec import AudioCodec, decode_audio
+from speechdata.audio.streamed import StreamedAudio, is_long_form
 from speechdata.io.keyed_stream import PAYLOAD_PAGE_BYTES
 from speechdata.io.storage import DataRoot
 
@@ -195,3 +196,16 @@ def read_container_index(data_root: DataRoot, relative: str) -> pa.Table:
     if not has_clipping:
         table = table.append_column(pa.field("clipped_share", pa.float32()), pa.nulls(table.num_rows, pa.float32()))
     return table
+
+
+def iter_container_utterances(
+    data_root: DataRoot, relative: str, utt_ids: set[str] | None = None
+) -> Iterator[tuple[str, np.ndarray | StreamedAudio, int]]:
+    """:func:`iter_container_audio`, except that an utterance past the whole-decode budget comes as a
+    :class:`~speechdata.audio.streamed.StreamedAudio` at its stored rate (sliced window by window,
+    never decoded whole) instead of its samples."""
+    for utt_id, n_samples, rate, codec, payload in iter_container_payloads(data_root, relative, utt_ids):
+        if is_long_form(n_samples, rate):
+            yield utt_id, StreamedAudio(payload, codec, rate, n_samples, rate), rate
+        else:
+            yield utt_id, decode_audio(payload, codec), rate

@@ -4,18 +4,17 @@ One sample per utterance: ``<key>.wav`` (24 kHz mono 16-bit: the very samples in
 16-bit codec stored them), ``<key>.qwen.npy``,
 ``<key>.wavlm.npy``, ``<key>.dur.npy``, ``<key>.grid.npy``, ``<key>.tokens.npy`` and ``<key>.json`` (text, language, ..., and ``words``: the word alignment as
 ``{"word", "start_ms", "end_ms"}`` dicts).
-Samples are sorted by key and members by name; every header has mtime 0, uid/gid 0, empty owner
+A recording longer than one training sample is packed as one sample per aligned segment, cut on
+the Mimi clock (:mod:`speechdata.bridge.segments`). Samples are sorted by key and members by name; every header has mtime 0, uid/gid 0, empty owner
 names and mode 0644, so packing the same inputs again gives byte-identical tars. A tar rolls over
 to the next number before it would pass ``max_tar_bytes`` or ``max_samples``.
 """
 
 from __future__ import annotations
 
-import functools
 import io
 import json
 import os
-import struct
 from collections import deque
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -24,6 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+import soundfile as sf
 
 from speechdata.alignment.pseudo_labels import (
     TEXT_SOURCE_ASR,
@@ -33,6 +33,8 @@ from speechdata.alignment.pseudo_labels import (
 )
 from speechdata.audio.clock import FRAME_RATE_HZ, SAMPLE_RATE
 from speechdata.audio.codec import PCM16_CODECS, decode_audio, decode_pcm16
+from speechdata.bridge.segments import SegmentCut, cut_grid, long_form_cuts, words_of
+from speechdata.bridge.tar_members import npy_pieces, wav_pieces
 from speechdata.bridge.tar_stream import BLOCK_BYTES, TarStream, byte_view
 from speechdata.io import layout
 from speechdata.io.keyed_stream import KeyedRows, read_ahead, read_keys
@@ -73,51 +75,17 @@ class BridgeSample:
         cached = self.__dict__.get("_members")
         if cached is None:
             files = {
-                f"{self.key}.wav": _wav_pieces(self.wav),
-                f"{self.key}.qwen.npy": _npy_pieces(self.qwen, np.float16),
-                f"{self.key}.wavlm.npy": _npy_pieces(self.wavlm, np.float16),
-                f"{self.key}.tokens.npy": _npy_pieces(self.tokens, np.int32),
-                f"{self.key}.grid.npy": _npy_pieces(self.grid, np.int32),
-                f"{self.key}.dur.npy": _npy_pieces(self.dur, np.int32),
+                f"{self.key}.wav": wav_pieces(self.wav),
+                f"{self.key}.qwen.npy": npy_pieces(self.qwen, np.float16),
+                f"{self.key}.wavlm.npy": npy_pieces(self.wavlm, np.float16),
+                f"{self.key}.tokens.npy": npy_pieces(self.tokens, np.int32),
+                f"{self.key}.grid.npy": npy_pieces(self.grid, np.int32),
+                f"{self.key}.dur.npy": npy_pieces(self.dur, np.int32),
                 f"{self.key}.json": (json.dumps(self.info, sort_keys=True, ensure_ascii=False).encode(),),
             }
             cached = sorted(files.items())
             object.__setattr__(self, "_members", cached)  # frozen dataclass: set once, bypassing __setattr__
         return cached
-
-
-def _npy_pieces(array: np.ndarray, dtype) -> tuple:
-    """What ``np.save`` writes, as (header, the array's own buffer)."""
-    array = np.ascontiguousarray(array, dtype=dtype)
-    return _npy_header(array.dtype.str, array.shape), byte_view(array)
-
-
-@functools.lru_cache(maxsize=4096)
-def _npy_header(descr: str, shape: tuple[int, ...]) -> bytes:
-    """``np.save``'s header (format 1.0) for a C-ordered array: shapes repeat, so each is built once."""
-    buffer = io.BytesIO()
-    header = {"descr": descr, "fortran_order": False, "shape": shape}
-    np.lib.format.write_array_header_1_0(buffer, header)
-    return buffer.getvalue()
-
-
-def _wav_pieces(samples: np.ndarray) -> tuple:
-    """A 16-bit mono WAV: the 44-byte canonical header libsndfile writes, then the PCM (no soundfile round trip).
-
-    int16 samples (the stored audio) go in untouched; floats are quantized as ingest quantizes them.
-    """
-    if samples.dtype != np.int16:
-        samples = np.rint(np.clip(samples, -1.0, 1.0) * 32767.0).astype("<i2")
-    pcm = byte_view(np.ascontiguousarray(samples, dtype="<i2"))
-    header = struct.pack(
-        "<4sI4s4sIHHIIHH4sI", b"RIFF", 36 + pcm.nbytes, b"WAVE", b"fmt ", 16, 1, 1, SAMPLE_RATE, 2 * SAMPLE_RATE, 2, 16,
-        b"data", pcm.nbytes,
-    )  # fmt: skip
-    return header, pcm
-
-
-def _wav_bytes(samples: np.ndarray) -> bytes:
-    return b"".join(bytes(piece) for piece in _wav_pieces(samples))
 
 
 @dataclass(frozen=True)
@@ -246,7 +214,8 @@ def words_in_key_order(data_root: DataRoot, shard_id: str, keys: list[str]) -> I
 
 
 def iter_bridge_samples(data_root: DataRoot, shard_id: str) -> Iterator[BridgeSample]:
-    """Every utterance with a grid and both feature matrices, sorted by utt_id.
+    """Every utterance with a grid and both feature matrices, sorted by key: one sample each, or one
+    per segment for a long recording (:mod:`speechdata.bridge.segments`).
 
     One pass over each input (:class:`~speechdata.io.keyed_stream.KeyedRows`): cost per utterance
     does not grow with the shard, and memory holds a row group per file, not the shard.
@@ -256,20 +225,45 @@ def iter_bridge_samples(data_root: DataRoot, shard_id: str) -> Iterator[BridgeSa
     packable = sorted(set(read_keys(data_root, layout.frame_grids(shard_id))) & qwen_keys & wavlm_keys)
     del qwen_keys, wavlm_keys
     pseudo_labels = read_pseudo_labels(data_root, shard_id)
+    segments = long_form_cuts(
+        data_root,
+        shard_id,
+        data_root.read_parquet(
+            layout.frame_grids(shard_id), columns=["utt_id", "n_samples", "n_frames", "token_start_ms", "token_end_ms"]
+        ),
+    )
     streams = zip(
         words_in_key_order(data_root, shard_id, packable),
         KeyedRows(data_root, layout.frame_grids(shard_id), GRID_COLUMNS, packable),
         KeyedRows(data_root, layout.utterance_index(shard_id), INFO_COLUMNS, packable),
         # The three payload files (99 % of the bytes) each read in their own thread.
-        read_ahead(KeyedRows(data_root, layout.normalized_audio(shard_id), ["codec", "audio"], packable)),
+        read_ahead(KeyedRows(data_root, layout.normalized_audio(shard_id), ["codec", "n_samples", "audio"], packable)),
         read_ahead(KeyedRows(data_root, layout.qwen_hidden_states(shard_id), ARRAY_COLUMNS, packable)),
         read_ahead(KeyedRows(data_root, layout.wavlm_features(shard_id), ARRAY_COLUMNS, packable)),
         strict=True,
     )
 
+    def info(key: str, meta: dict, grid: dict, words: list[dict]) -> dict:
+        return {
+            **_text_and_source(meta["text"], pseudo_labels.get(key)),
+            "language": meta["language"],
+            "country": meta["country"],
+            "source": meta["source"],
+            "shard": shard_id,
+            "sample_rate": SAMPLE_RATE,
+            "frame_rate": FRAME_RATE_HZ,
+            "n_frames": grid["n_frames"],
+            "n_tokens": grid["n_tokens"],
+            "words": words,
+        }
+
     def build(
         key: str, words: list[dict], grid: dict, meta: dict, audio: dict, qwen: dict, wavlm: dict
-    ) -> BridgeSample:
+    ) -> list[BridgeSample]:
+        if key in segments:
+            return _segment_samples(
+                segments[key], words, grid, audio, _array(qwen), _array(wavlm), info(key, meta, grid, words)
+            )
         sample = BridgeSample(
             key=key,
             wav=_stored_pcm(audio["audio"], audio["codec"]),
@@ -278,21 +272,10 @@ def iter_bridge_samples(data_root: DataRoot, shard_id: str) -> Iterator[BridgeSa
             tokens=grid["tokens"],
             grid=grid["grid"],
             dur=grid["dur"],
-            info={
-                **_text_and_source(meta["text"], pseudo_labels.get(key)),
-                "language": meta["language"],
-                "country": meta["country"],
-                "source": meta["source"],
-                "shard": shard_id,
-                "sample_rate": SAMPLE_RATE,
-                "frame_rate": FRAME_RATE_HZ,
-                "n_frames": grid["n_frames"],
-                "n_tokens": grid["n_tokens"],
-                "words": words,
-            },
+            info=info(key, meta, grid, words),
         )
         sample.members()  # encode here, in the worker thread
-        return sample
+        return [sample]
 
     # Decoding FLAC (flac16 storage; libsndfile releases the GIL) runs in threads a bounded number of
     # samples ahead; samples are handed on in key order. With pcm16 storage building is a few views.
@@ -305,9 +288,80 @@ def iter_bridge_samples(data_root: DataRoot, shard_id: str) -> Iterator[BridgeSa
             else:
                 ahead.append(pool.submit(build, key, *rows))
             if len(ahead) > 2 * DECODE_THREADS:
-                yield ahead.popleft().result()
+                yield from ahead.popleft().result()
         while ahead:
-            yield ahead.popleft().result()
+            yield from ahead.popleft().result()
+
+
+def _segment_samples(
+    cuts: list[SegmentCut],
+    words: list[dict],
+    grid: dict,
+    audio: dict,
+    qwen: np.ndarray,
+    wavlm: np.ndarray,
+    info: dict,
+) -> list[BridgeSample]:
+    """One sample per segment of a long recording: its audio, frames, tokens, features and words cut on
+    the Mimi clock; ``segment`` in its json says where it lies in the recording."""
+    samples = []
+    with _StoredPcmRanges(audio["audio"], audio["codec"], audio["n_samples"]) as pcm:
+        for cut in cuts:
+            tokens, segment_grid, dur = cut_grid(cut, grid["tokens"], grid["grid"])
+            samples.append(
+                BridgeSample(
+                    key=cut.key,
+                    wav=pcm.read(cut.samples(audio["n_samples"])),
+                    qwen=qwen[cut.first_token : cut.end_token],
+                    wavlm=wavlm[cut.first_frame : cut.end_frame],
+                    tokens=tokens,
+                    grid=segment_grid,
+                    dur=dur,
+                    info={
+                        **info,
+                        "text": cut.text,
+                        "n_frames": cut.n_frames,
+                        "n_tokens": cut.n_tokens,
+                        "words": words_of(cut, words),
+                        "segment": {
+                            "utt_id": cut.utt_id,
+                            "index": cut.index,
+                            "offset_ms": cut.offset_ms,
+                            "first_frame": cut.first_frame,
+                            "first_token": cut.first_token,
+                        },
+                    },
+                )
+            )
+    return samples
+
+
+class _StoredPcmRanges:
+    """Sample ranges of one stored utterance, decoded range by range (never the whole recording):
+    pcm16 is sliced in place; FLAC is read through one decoder over the payload, seeking to each range."""
+
+    def __init__(self, data, codec: str, n_samples: int):
+        self.data, self.codec, self.n_samples = data, codec, n_samples
+        self._sound: sf.SoundFile | None = None
+
+    def __enter__(self) -> _StoredPcmRanges:
+        if self.codec != "pcm16":
+            source = io.BytesIO(self.data) if isinstance(self.data, bytes) else pa.BufferReader(self.data)
+            self._sound = sf.SoundFile(source)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._sound is not None:
+            self._sound.close()
+
+    def read(self, samples: slice) -> np.ndarray:
+        if self._sound is None:
+            return np.frombuffer(self.data, dtype="<i2")[samples]
+        self._sound.seek(samples.start)
+        count = samples.stop - samples.start
+        if self.codec == "flac16":
+            return self._sound.read(count, dtype="int16").astype("<i2", copy=False)
+        return self._sound.read(count, dtype="float32")  # flac24: quantized to 16 bits like any float audio
 
 
 def _text_and_source(landed: str | None, label: tuple[str, float] | None) -> dict:

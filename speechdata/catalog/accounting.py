@@ -48,7 +48,11 @@ def _identifier(name: str) -> str:
 def ids_expression(line: ProductLine) -> str:
     """The SQL expression giving one row per utterance id of the product's output rows."""
     column = _identifier(line.id_column)
-    return f"unnest({column})" if line.ids_are_lists else column
+    if line.ids_are_lists:
+        return f"unnest({column})"
+    if line.id_part_separator:  # a part's id names its utterance before the separator
+        return f"split_part({column}, {_literal(line.id_part_separator)}, 1)"
+    return column
 
 
 def shard_expression(line: ProductLine) -> str:

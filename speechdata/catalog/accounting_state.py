@@ -160,6 +160,7 @@ def _registry_digest() -> str:
     """What the product lines count: a shard counted under other product lines is counted again."""
     described = [
         [line.name, list(line.stages), line.output_glob, line.id_column, line.ids_are_lists, line.shard_column]
+        + ([line.id_part_separator] if line.id_part_separator else [])
         for line in products.product_lines()
     ]
     return hashlib.sha256(json.dumps(described).encode("utf-8")).hexdigest()

@@ -14,7 +14,8 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
-from speechdata.audio.codec import decode_audio
+from speechdata.audio.codec import decode_audio, stored_frames
+from speechdata.audio.streamed import StreamedAudio, is_long_form
 from speechdata.io import layout
 from speechdata.io.input_versions import InputFingerprint, fingerprint_is_current, input_fingerprint
 from speechdata.io.storage import DataRoot
@@ -43,8 +44,9 @@ class WavlmShardInputs:
     """``utt_id``, ``sample_rate``, ``codec``, ``audio`` (encoded bytes) of the utterances in ``n_frames``."""
     fingerprint: InputFingerprint
 
-    def iter_audio(self) -> Iterator[tuple[str, np.ndarray, int]]:
-        """``(utt_id, samples float32 [n], sample_rate)`` in container order, decoded one at a time."""
+    def iter_audio(self) -> Iterator[tuple[str, np.ndarray | StreamedAudio, int]]:
+        """``(utt_id, samples float32 [n], sample_rate)`` in container order, decoded one at a time;
+        one past the whole-decode budget as a :class:`StreamedAudio`, read window by window."""
         for utt_id, rate, codec, data in zip(
             self.audio["utt_id"].to_pylist(),
             self.audio["sample_rate"].to_pylist(),
@@ -52,7 +54,11 @@ class WavlmShardInputs:
             self.audio["audio"].to_pylist(),
             strict=True,
         ):
-            yield utt_id, decode_audio(data, codec), rate
+            n_samples = stored_frames(data, codec)
+            if is_long_form(n_samples, rate):
+                yield utt_id, StreamedAudio(data, codec, rate, n_samples, rate), rate
+            else:
+                yield utt_id, decode_audio(data, codec), rate
 
 
 def read_qwen_inputs(data_root: DataRoot, shard_id: str) -> QwenShardInputs:

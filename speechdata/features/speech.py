@@ -95,3 +95,72 @@ def wavlm_features(
         if on_batch:
             on_batch(len(batch))
     return results  # type: ignore[return-value]
+
+
+WINDOW_FRAMES = 375
+"""A long utterance's WavLM runs on windows of this many Mimi frames (30 s) ..."""
+
+CONTEXT_FRAMES = 25
+"""... each seen with this many frames (2 s) of its neighbours on either side, whose features are
+dropped: WavLM's convolutions and attention see past a window's edge, the kept frames do not."""
+
+
+def wavlm_features_streamed(
+    model,
+    audio,
+    n_frames: int,
+    *,
+    device: str | torch.device,
+    dtype: torch.dtype = torch.float32,
+    layer: int | None = None,
+    layer_weights: Sequence[float] | None = None,
+    window_frames: int = WINDOW_FRAMES,
+    context_frames: int = CONTEXT_FRAMES,
+) -> np.ndarray:
+    """float16 ``[n_frames, hidden]`` of a long utterance, window by window (never the whole audio).
+
+    ``audio``: the utterance at 24 kHz, sliceable (:class:`~speechdata.audio.streamed.StreamedAudio`,
+    or an array). Each window of ``window_frames`` Mimi frames is cut on the frame grid with
+    ``context_frames`` on each side, resampled to 16 kHz, normalized with the *whole* utterance's mean
+    and variance (measured in a first pass over the same windows, so the level is what
+    :func:`wavlm_features` gives), run through WavLM and pooled; its own frames are kept. A window
+    covering the whole utterance gives :func:`wavlm_features`'s result to float16 rounding."""
+    import torchaudio.functional as AF
+
+    total = audio.shape[0]
+    samples_per_frame = SOURCE_SAMPLE_RATE * 2 // 25  # 1920 at 24 kHz: one 80 ms Mimi frame
+    per_frame_16k = WAVLM_SAMPLE_RATE * 2 // 25
+    need_hidden_states = layer is not None or layer_weights is not None
+
+    def windows():
+        for first in range(0, n_frames, window_frames):
+            last = min(first + window_frames, n_frames)
+            start = max(0, first - context_frames)
+            stop = min(n_frames, last + context_frames)
+            pcm = np.asarray(audio[start * samples_per_frame : min(stop * samples_per_frame, total)], np.float32)
+            with torch.inference_mode():
+                wave = AF.resample(
+                    torch.from_numpy(np.ascontiguousarray(pcm)).to(device), SOURCE_SAMPLE_RATE, WAVLM_SAMPLE_RATE
+                )
+            wave = wave[: -(-pcm.shape[0] * WAVLM_SAMPLE_RATE // SOURCE_SAMPLE_RATE)]
+            yield first, last, start, stop, wave
+
+    count, total_sum, total_squares = 0, 0.0, 0.0
+    for first, last, start, _, wave in windows():
+        own = wave[(first - start) * per_frame_16k : (last - start) * per_frame_16k].double()
+        count += own.numel()
+        total_sum += float(own.sum())
+        total_squares += float((own * own).sum())
+    mean = total_sum / max(count, 1)
+    std = float(np.sqrt(max(total_squares / max(count, 1) - mean * mean, 0.0) + 1e-7))
+
+    pieces = []
+    for first, last, start, stop, wave in windows():
+        batch = ((wave - mean) / std).unsqueeze(0)
+        mask = torch.ones_like(batch, dtype=torch.long)
+        with torch.inference_mode():
+            outputs = model(batch.to(dtype), attention_mask=mask, output_hidden_states=need_hidden_states)
+            hidden = select_layer(outputs, layer, layer_weights).float()[0]
+            pooled = pool_to_mimi_frames(hidden, stop - start)
+        pieces.append(pooled[first - start : last - start].to(torch.float16).cpu().numpy())
+    return np.concatenate(pieces) if pieces else np.zeros((n_frames, model.config.hidden_size), np.float16)

@@ -16,7 +16,8 @@ import numpy as np
 from speechdata.accounting.rejects import Reject, rejects_table
 from speechdata.accounting.stage import StageSummary
 from speechdata.audio.clock import SAMPLE_RATE
-from speechdata.audio.container import iter_container_audio
+from speechdata.audio.container import iter_container_utterances
+from speechdata.audio.streamed import StreamedAudio
 from speechdata.features.array_store import ARRAY_STORE_PARQUET_OPTIONS, ARRAY_STORE_SCHEMA, ArrayStoreWriter
 from speechdata.features.background_writes import BackgroundArrayWrites
 from speechdata.features.gpu_batching import ItemTooLarge
@@ -140,7 +141,7 @@ def run_wavlm_features(
 
     ``inputs``: the shard's frame counts and encoded audio already read (a GPU worker's read-ahead);
     when None the audio streams from the container row group by row group."""
-    from speechdata.features.speech import wavlm_features
+    from speechdata.features.speech import wavlm_features, wavlm_features_streamed
 
     started = time.perf_counter()
     if inputs is None:
@@ -150,11 +151,7 @@ def run_wavlm_features(
         all_frames = inputs.n_frames
     keep, rejects = _without_excluded(list(all_frames), excluded or {}, WAVLM_STAGE)
     n_frames = {u: f for (u, f), k in zip(all_frames.items(), keep, strict=True) if k}
-    if inputs is None:
-        audio = iter_container_audio(data_root, layout.normalized_audio(shard_id), set(n_frames))
-    else:
-        # The read-ahead holds every utterance's audio; an excluded one never reaches the model.
-        audio = (item for item in inputs.iter_audio() if item[0] in n_frames)
+    audio = _wavlm_audio(data_root, shard_id, inputs, set(n_frames))
     done, audio_done = 0, 0.0
 
     def compute(items):
@@ -190,10 +187,25 @@ def run_wavlm_features(
             if on_progress:
                 on_progress(done, len(n_frames), audio_done)
 
+        def encode_long(utt_id: str, samples: StreamedAudio) -> None:
+            """A recording past the whole-decode budget: alone, in windows with context (never whole)."""
+            nonlocal done, audio_done
+            features = wavlm_features_streamed(
+                model, samples, n_frames[utt_id], device=device, dtype=dtype, layer=layer, layer_weights=layer_weights
+            )
+            writes.submit([(utt_id, features)])
+            done += 1
+            audio_done += samples.shape[0] / SAMPLE_RATE
+            if on_progress:
+                on_progress(done, len(n_frames), audio_done)
+
         pending: list[tuple[str, np.ndarray]] = []
         pending_s = 0.0
         with writes:
             for utt_id, samples, _rate in audio:
+                if isinstance(samples, StreamedAudio):
+                    encode_long(utt_id, samples)
+                    continue
                 pending.append((utt_id, samples))
                 pending_s += samples.shape[0] / SAMPLE_RATE
                 if pending_s >= CHUNK_AUDIO_S:
@@ -214,6 +226,15 @@ def run_wavlm_features(
             "rejects": data_root.uri(layout.rejects(shard_id, WAVLM_STAGE)),
         },
     )
+
+
+def _wavlm_audio(data_root: DataRoot, shard_id: str, inputs: WavlmShardInputs | None, wanted: set[str]):
+    """``(utt_id, samples or StreamedAudio, rate)`` of the utterances to encode: streamed from the
+    container row group by row group, or from a GPU worker's read-ahead."""
+    if inputs is None:
+        return iter_container_utterances(data_root, layout.normalized_audio(shard_id), wanted)
+    # The read-ahead holds every utterance's audio; an excluded one never reaches the model.
+    return (item for item in inputs.iter_audio() if item[0] in wanted)
 
 
 def check_feature_shapes(

@@ -14,6 +14,7 @@ import pyarrow as pa
 
 from speechdata.accounting.rejects import Reject, rejects_table
 from speechdata.accounting.stage import StageSummary
+from speechdata.audio import budget
 from speechdata.audio.codec import DEFAULT_AUDIO_CODEC, AudioCodec, ResamplerName
 from speechdata.audio.container import AUDIO_CONTAINER_SCHEMA, CONTAINER_PARQUET_OPTIONS, AudioContainerWriter
 from speechdata.audio.truth import MAX_CLIPPED_SHARE
@@ -77,7 +78,8 @@ def run_normalized_audio(
     with data_root.parquet_writer(
         layout.normalized_audio(shard_id), AUDIO_CONTAINER_SCHEMA, **CONTAINER_PARQUET_OPTIONS
     ) as parquet:
-        container = AudioContainerWriter(parquet)
+        # Past the whole-decode budget an utterance was normalized in streamed chunks (landing.long_form).
+        container = AudioContainerWriter(parquet, max_utterance_s=budget.MAX_LONG_FORM_SECONDS)
         for item in normalize_shard(
             data_root,
             shard_id,

@@ -27,7 +27,8 @@ import pyarrow as pa
 import soundfile as sf
 
 from speechdata.accounting.rejects import Reject, error_text
-from speechdata.audio.budget import OverMemoryBudget
+from speechdata.audio import budget
+from speechdata.audio.budget import OVER_BUDGET_REASON, OverMemoryBudget
 from speechdata.audio.codec import (
     DEFAULT_AUDIO_CODEC,
     TARGET_SAMPLE_RATE,
@@ -43,6 +44,7 @@ from speechdata.audio.dc_offset import remove_dc_offset
 from speechdata.audio.truth import MAX_CLIPPED_SHARE, clipped_share, clipping_problem, signal_problem, truncation_reject
 from speechdata.io.storage import DataRoot
 from speechdata.landing.landed_audio import LandedAudio
+from speechdata.landing.long_form import normalize_long_segment
 
 STAGE = "normalized_audio"
 FILES_PER_TASK = 16
@@ -135,6 +137,11 @@ def _normalize_one(
     codec: AudioCodec,
     max_clipped_share: float = MAX_CLIPPED_SHARE,
 ) -> EncodedUtterance | Reject:
+    long_form = _long_form_frames(sound, request)
+    if isinstance(long_form, Reject):
+        return long_form
+    if long_form is not None:
+        return _normalize_long(sound, request, *long_form, codec, max_clipped_share)
     try:
         samples = read_segment_from(sound, request.start_s, request.end_s)
     except OverMemoryBudget as exc:  # from the header: nothing was decoded
@@ -171,6 +178,49 @@ def _normalize_one(
         encode_audio_payload(mono, TARGET_SAMPLE_RATE, codec),
         clipped_share=float(np.float32(share)),
     )
+
+
+def _long_form_frames(sound: sf.SoundFile, request: SegmentRequest) -> tuple[int, int] | Reject | None:
+    """The segment's ``(first, last)`` frames when it is past the whole-decode budget but within the
+    long-form limit (streamed: :mod:`speechdata.landing.long_form`); a reject past the long-form
+    limit; None for an utterance decoded whole. From the header: nothing is decoded here."""
+    rate = sound.samplerate
+    first = int(round(request.start_s * rate))
+    last = min(int(round(request.end_s * rate)), sound.frames)
+    seconds = max(last - first, 0) / rate if rate > 0 else 0.0
+    if seconds <= budget.MAX_UTTERANCE_SECONDS:
+        return None
+    limit = min(budget.MAX_LANDED_LONG_FORM_SECONDS, budget.MAX_LONG_FORM_SECONDS)
+    if seconds > limit:
+        return Reject(
+            request.utt_id,
+            STAGE,
+            OVER_BUDGET_REASON,
+            f"{request.audio_path}: {seconds:.1f} s of audio, over the landed long-form limit of {limit:.0f} s "
+            "(SPEECHDATA_MAX_LANDED_LONG_FORM_SECONDS)",
+        )
+    return first, last
+
+
+def _normalize_long(
+    sound: sf.SoundFile,
+    request: SegmentRequest,
+    first: int,
+    last: int,
+    codec: AudioCodec,
+    max_clipped_share: float,
+) -> EncodedUtterance | Reject:
+    try:
+        result = normalize_long_segment(
+            sound, request.utt_id, request.audio_path, first, last, codec, STAGE, max_clipped_share
+        )
+    except Exception as exc:
+        return Reject(request.utt_id, STAGE, "audio_decode_failed", f"{request.audio_path}: {error_text(exc)}")
+    if isinstance(result, Reject):
+        return result
+    decoded_s = result.n_samples / TARGET_SAMPLE_RATE
+    truncated = truncation_reject(request.utt_id, STAGE, request.audio_path, request.end_s - request.start_s, decoded_s)
+    return truncated or result
 
 
 _worker_audio: LandedAudio | None = None

@@ -123,6 +123,11 @@ def _batches(audios: Sequence[np.ndarray], max_batch_s: float):
         yield batch
 
 
+SQUIM_PIECE_S = 5.0
+"""SQUIM scores audio in pieces of at most this length (its attention grows with the square of it:
+200 MB for a 10 s piece, which took a run of every shard asset past a 3 GB data-segment cap)."""
+
+
 class SquimObjectiveMos:
     """MOS from torchaudio's SQUIM objective model: its PESQ estimate (MOS-LQO, about 1-4.5), no reference needed."""
 
@@ -133,10 +138,21 @@ class SquimObjectiveMos:
         import torch
 
         scores: list[float | None] = []
+        piece = int(SQUIM_PIECE_S * MODEL_SAMPLE_RATE)
         with torch.inference_mode():
             for audio in audios_16k:  # one at a time: padding would read as silence and lower the score
-                waveform = torch.from_numpy(np.ascontiguousarray(audio, dtype=np.float32))[None].to(self.device)
-                _stoi, pesq, _si_sdr = self.model(waveform)
-                score = float(pesq[0])
-                scores.append(score if np.isfinite(score) else None)  # silence: the model divides by its zero level
+                # In pieces: SQUIM attends over its whole input (a 60 s one asked for 7.2 GB); the
+                # pieces' scores are averaged by length. A last piece under a second joins the one before.
+                starts = list(range(0, max(len(audio), 1), piece))
+                if len(starts) > 1 and len(audio) - starts[-1] < MODEL_SAMPLE_RATE:
+                    starts.pop()
+                bounds = list(zip(starts, starts[1:] + [len(audio)], strict=True))
+                weighted, total = 0.0, 0
+                for start, stop in bounds:
+                    chunk = np.ascontiguousarray(audio[start:stop], dtype=np.float32)
+                    _stoi, pesq, _si_sdr = self.model(torch.from_numpy(chunk)[None].to(self.device))
+                    score = float(pesq[0])
+                    if np.isfinite(score):  # silence: the model divides by its zero level
+                        weighted, total = weighted + score * (stop - start), total + (stop - start)
+                scores.append(weighted / total if total else None)
         return scores

@@ -20,6 +20,7 @@ import pyarrow as pa
 
 from speechdata.accounting.rejects import error_text
 from speechdata.accounting.stage import StageSummary
+from speechdata.audio import budget
 from speechdata.audio.codec import decode_audio
 from speechdata.io import layout
 from speechdata.io.shard_lock import EXCLUSIVE_CREATE_PROTOCOLS, LockHolder
@@ -55,6 +56,14 @@ MAX_CHECKED_SECONDS = 1_800.0
 signals: it stays unchecked, with the reason, and unindexed. Decoding, hashing and fingerprinting
 hold about 0.3 MB per second of audio at once (the fingerprint is computed in windows), so this
 bounds a step's memory per utterance to about 500 MB."""
+
+
+def checked_seconds() -> float:
+    """:data:`MAX_CHECKED_SECONDS`, or the whole-decode budget where that is lower (a long recording
+    is never decoded whole: it stays unchecked)."""
+    return min(MAX_CHECKED_SECONDS, budget.MAX_UTTERANCE_SECONDS)
+
+
 INDEX_ATTEMPTS = 3
 """Reservations lost (taken for dead, or a rebuilt order) or damage repaired, before giving up."""
 
@@ -181,7 +190,7 @@ def shard_signals(data_root: DataRoot, shard_id: str) -> tuple[list[UtteranceSig
         for group in range(parquet.num_row_groups):
             described = parquet.read_row_group(group, columns=["utt_id", "sample_rate", "n_samples", "codec"])
             utt_ids, rates, lengths, codecs = described.to_pydict().values()
-            checked = [length <= MAX_CHECKED_SECONDS * rate for rate, length in zip(rates, lengths, strict=True)]
+            checked = [length <= checked_seconds() * rate for rate, length in zip(rates, lengths, strict=True)]
             # A group of overlong utterances only is never read: their payloads alone can take GBs.
             payloads = parquet.read_row_group(group, columns=["audio"]).column(0) if any(checked) else None
             for row, (utt_id, rate, n_samples, codec) in enumerate(zip(utt_ids, rates, lengths, codecs, strict=True)):
@@ -189,7 +198,7 @@ def shard_signals(data_root: DataRoot, shard_id: str) -> tuple[list[UtteranceSig
                     unchecked.append(
                         Unchecked(
                             utt_id,
-                            f"{n_samples / rate:.0f} s of audio, longer than the {MAX_CHECKED_SECONDS:.0f} s checked "
+                            f"{n_samples / rate:.0f} s of audio, longer than the {checked_seconds():.0f} s checked "
                             "for near duplicates",
                         )
                     )

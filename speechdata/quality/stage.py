@@ -19,7 +19,8 @@ from speechdata.accounting.stage import StageSummary
 from speechdata.alignment.greedy import greedy_hypotheses_path
 from speechdata.alignment.pseudo_labels import TEXT_SOURCE_LANDED, with_text_sources
 from speechdata.audio.codec import resample
-from speechdata.audio.container import iter_container_audio, read_container_index
+from speechdata.audio.container import iter_container_utterances, read_container_index
+from speechdata.audio.streamed import StreamedAudio
 from speechdata.audio.truth import clipped_share
 from speechdata.io import layout
 from speechdata.io.storage import DataRoot
@@ -29,6 +30,7 @@ from speechdata.quality.audio_models import (
     DnsmosScorer,
     SpeechQualityEstimator,
 )
+from speechdata.quality.long_form import measure_long_recording
 from speechdata.quality.near_dup_flags import reject_flagged_near_duplicates
 from speechdata.quality.paths import quality_decisions, quality_signals
 from speechdata.quality.policy import QualityPolicy, decide_utterance, policies_digest
@@ -101,7 +103,28 @@ def run_quality_signals(
     speaker_evidence: dict[str, SpeakerSignals] = {}
     pending_s = 0.0
     audio_seconds = 0.0
-    for utt_id, samples, rate in iter_container_audio(data_root, layout.normalized_audio(shard_id), set(rows)):
+    for utt_id, samples, rate in iter_container_utterances(data_root, layout.normalized_audio(shard_id), set(rows)):
+        if isinstance(samples, StreamedAudio):  # past the whole-decode budget: measured window by window
+            if pending:  # the utterances read so far first: their audio is not held through the recording's windows
+                _measure_chunk(
+                    pending, rows, texts, source_clipping, vad_model, vad_params, audio_language, speech_quality, dnsmos
+                )
+                audio_seconds += pending_s
+                pending, pending_s = [], 0.0
+
+            def measure(windows, window_rows):
+                _measure_chunk(
+                    windows, window_rows, {}, {}, vad_model, vad_params, audio_language, speech_quality, dnsmos
+                )
+
+            signals, speaker = measure_long_recording(utt_id, samples, rate, texts.get(utt_id, ""), measure, speakers)
+            if source_clipping.get(utt_id) is not None:
+                signals["clipped_share"] = float(source_clipping[utt_id])
+            rows[utt_id].update(signals)
+            if speaker is not None:
+                speaker_evidence[utt_id] = speaker
+            audio_seconds += samples.shape[0] / rate
+            continue
         pending.append((utt_id, samples, rate))
         if speakers is not None:
             speaker_evidence[utt_id] = speakers.signals(samples, rate)

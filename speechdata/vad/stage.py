@@ -38,6 +38,7 @@ from speechdata.io.faults import fault_point
 from speechdata.io.storage import DataRoot
 from speechdata.landing.landed_audio import LandedAudio
 from speechdata.vad.chunks import DEFAULT_CHUNK_S, DEFAULT_NUM_CHUNKS, usable_chunk_seconds
+from speechdata.vad.long_form import long_file_speech
 from speechdata.vad.silero import SpeechSegments, VadParams, detect_speech, to_vad_input
 from speechdata.vad.tar_retention import remove_unreferenced_packed_tars
 
@@ -193,8 +194,14 @@ def run_vad_segments(
         for batch in _batches(files, batch_files):
             signals, waiting = [], []
             for file in batch:
-                if file.budget_problem is not None:  # never read: the whole file would be decoded
-                    detail = f"{file.audio_path}: {file.budget_problem}"
+                long_form = file.budget_problem is not None  # never decoded whole: window by window
+                # Past the landed long-form limit ingest stores nothing of it: never read at all.
+                limit = min(budget.MAX_LANDED_LONG_FORM_SECONDS, budget.MAX_LONG_FORM_SECONDS)
+                if long_form and file.duration_s > limit:
+                    detail = (
+                        f"{file.audio_path}: {file.duration_s:.1f} s of audio, over the landed long-form limit of "
+                        f"{limit:.0f} s (SPEECHDATA_MAX_LANDED_LONG_FORM_SECONDS)"
+                    )
                     rejects += [Reject(u, STAGE, OVER_BUDGET_REASON, detail) for u in file.utt_ids]
                     continue
                 try:
@@ -207,6 +214,10 @@ def run_vad_segments(
                         faults.fault_point("vad-staging")
                     if file.audio_path in imported:
                         segments[file.audio_path] = imported[file.audio_path]
+                        continue
+                    if long_form:
+                        with sf.SoundFile(io.BytesIO(data)) as sound:
+                            segments[file.audio_path] = long_file_speech(model, sound, params)
                         continue
                     samples, rate = sf.read(io.BytesIO(data), dtype="float32", always_2d=True)
                     signals.append(to_vad_input(samples, rate))

@@ -119,7 +119,9 @@ def test_every_shard_asset_runs_a_two_hour_recording_under_a_memory_cap(capped_r
     for stage in ("normalized_audio", "asr_flac", "vad_segments"):
         rejects = {r["utt_id"]: r for r in data_root.read_parquet(layout.rejects(SHARD, stage)).to_pylist()}
         assert rejects[LONG_UTT]["reason"] == OVER_BUDGET_REASON, stage
-        assert "7200.0 s of audio, over the per-utterance memory budget of 1800 s" in rejects[LONG_UTT]["detail"]
+        assert (
+            "7200.0 s of audio, over the" in rejects[LONG_UTT]["detail"] and "of 1800 s" in rejects[LONG_UTT]["detail"]
+        )
 
 
 @pytest.mark.slow

@@ -109,14 +109,14 @@ def test_wav_member_is_what_soundfile_writes(n_samples):
 
     import soundfile as sf
 
-    from speechdata.bridge.tars import _wav_bytes
+    from speechdata.bridge.tar_members import wav_bytes
 
     samples = np.random.default_rng(n_samples).uniform(-1.2, 1.2, n_samples).astype(np.float32)
     buffer = io.BytesIO()
     pcm = np.rint(np.clip(samples, -1.0, 1.0) * 32767.0).astype(np.int16)
     sf.write(buffer, pcm, 24_000, format="WAV", subtype="PCM_16")
-    assert _wav_bytes(samples) == buffer.getvalue()
-    decoded, rate = sf.read(io.BytesIO(_wav_bytes(samples)), dtype="int16")
+    assert wav_bytes(samples) == buffer.getvalue()
+    decoded, rate = sf.read(io.BytesIO(wav_bytes(samples)), dtype="int16")
     assert rate == 24_000 and np.array_equal(decoded, pcm)
 
 

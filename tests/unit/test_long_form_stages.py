@@ -1,0 +1,153 @@
+"""The stages after ingest on a recording past the whole-decode budget: each reads it in windows and
+gives what reading it whole gives, where both fit. The budget is lowered to 10 s so a recording of
+half a minute takes the windowed paths in seconds."""
+
+import io
+
+import numpy as np
+import pyarrow as pa
+import pytest
+import soundfile as sf
+import torch
+
+from speechdata.audio import budget
+from speechdata.audio.clock import n_frames_for
+from speechdata.features.array_store import iter_arrays
+from speechdata.features.models import tiny_wavlm
+from speechdata.features.speech import wavlm_features, wavlm_features_streamed
+from speechdata.features.stage import run_wavlm_features
+from speechdata.io import layout
+from speechdata.io.storage import DataRoot
+from speechdata.landing.ingest import run_normalized_audio, run_raw_shards
+from speechdata.quality import long_form
+from speechdata.quality.long_form import combine_windows
+from speechdata.quality.paths import quality_signals
+from speechdata.quality.stage import run_quality_signals
+from speechdata.testing.shards import Clip, build_sample_shard, load_clips
+from speechdata.vad.long_form import long_file_speech
+from speechdata.vad.silero import detect_speech, load_silero_model, to_vad_input
+
+SHARD = "talks"
+
+
+@pytest.fixture(scope="module")
+def talk(tmp_path_factory):
+    """A shard whose one utterance is half a minute of English speech with pauses (clips one after another)."""
+    english = [c for c in load_clips() if c.language == "en"]
+    rate = english[0].sample_rate
+    gap = np.zeros(int(0.6 * rate), np.float32)
+    picked = [c for c in english if c.sample_rate == rate and c.samples.ndim == 1][:6]
+    samples = np.concatenate([piece for c in picked for piece in (gap, c.samples)])
+    clip = Clip("talk", "en", " ".join(c.text for c in picked), samples, rate)
+    root = DataRoot(str(tmp_path_factory.mktemp("talk") / "data"))
+    build_sample_shard(root, SHARD, 1, long_recordings=0, formats=("flac",), clips=[clip])
+    run_raw_shards(root, SHARD)
+    run_normalized_audio(root, SHARD)
+    [stored] = root.read_parquet(layout.normalized_audio(SHARD), columns=["utt_id", "n_samples"]).to_pylist()
+    assert stored["n_samples"] > 20 * 24_000
+    return root, stored["utt_id"], stored["n_samples"]
+
+
+@pytest.fixture(scope="module")
+def model():
+    return tiny_wavlm()
+
+
+def test_wavlm_windows_join_into_the_whole_recordings_features(model):
+    rng = np.random.default_rng(0)
+    t = np.arange(24_000 * 8) / 24_000
+    audio = 0.3 * np.sin(2 * np.pi * 200 * t) * np.sin(2 * np.pi * 0.5 * t) + 0.05 * rng.standard_normal(t.size)
+    audio = audio.astype(np.float32)
+    frames = n_frames_for(audio.size)
+    [whole] = wavlm_features(model, [audio], [frames], device="cpu")
+    one_window = wavlm_features_streamed(model, audio, frames, device="cpu", window_frames=10_000)
+    # one window is the whole path (its level measured in float64: the last float16 bit may differ)
+    np.testing.assert_allclose(one_window.astype(np.float32), whole.astype(np.float32), rtol=2e-3, atol=2e-3)
+    windows = wavlm_features_streamed(model, audio, frames, device="cpu", window_frames=30, context_frames=20)
+    assert windows.shape == whole.shape and windows.dtype == np.float16
+    a, b = windows.astype(np.float32), whole.astype(np.float32)
+    cosine = (a * b).sum(axis=1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1)
+    assert cosine.min() > 0.999  # 2 s of context each side: the joins are where the whole path is
+
+
+def test_the_wavlm_stage_encodes_a_recording_past_the_budget_in_windows(talk, model, monkeypatch):
+    root, utt_id, n_samples = talk
+    root.write_parquet(layout.frame_grids(SHARD), pa.table({"utt_id": [utt_id], "n_frames": [n_frames_for(n_samples)]}))
+    run_wavlm_features(root, SHARD, model, device="cpu", dtype=torch.float32, max_batch_s=200.0)
+    [(_, whole)] = list(iter_arrays(root, layout.wavlm_features(SHARD)))
+    monkeypatch.setattr(budget, "MAX_UTTERANCE_SECONDS", 10.0)  # decoding it whole would now raise
+    run_wavlm_features(root, SHARD, model, device="cpu", dtype=torch.float32, max_batch_s=200.0)
+    [(_, streamed)] = list(iter_arrays(root, layout.wavlm_features(SHARD)))
+    assert streamed.shape == whole.shape == (n_frames_for(n_samples), model.config.hidden_size)
+    a, b = streamed.astype(np.float32), whole.astype(np.float32)
+    assert ((a * b).sum(axis=1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1)).min() > 0.99
+
+
+def test_quality_signals_of_a_recording_past_the_budget_agree_with_measuring_it_whole(talk, monkeypatch):
+    root, _, n_samples = talk
+    vad = load_silero_model()
+    run_quality_signals(root, SHARD, vad_model=vad)
+    [whole] = root.read_parquet(quality_signals(SHARD)).to_pylist()
+    monkeypatch.setattr(budget, "MAX_UTTERANCE_SECONDS", 10.0)
+    monkeypatch.setattr(long_form, "WINDOW_S", 6.0)
+    run_quality_signals(root, SHARD, vad_model=vad)
+    [windowed] = root.read_parquet(quality_signals(SHARD)).to_pylist()
+    assert windowed["duration_s"] == whole["duration_s"] == n_samples / 24_000
+    assert windowed["clipped_share"] == whole["clipped_share"]
+    assert abs(windowed["level_dbfs"] - whole["level_dbfs"]) < 0.01  # energies add up exactly
+    assert abs(windowed["speech_s"] - whole["speech_s"]) < 0.05 * whole["speech_s"]
+    assert abs(windowed["silence_share"] - whole["silence_share"]) < 0.02
+    assert abs(windowed["leading_silence_s"] - whole["leading_silence_s"]) < 0.2
+    assert abs(windowed["trailing_silence_s"] - whole["trailing_silence_s"]) < 0.2
+    assert abs(windowed["words_per_s"] - whole["words_per_s"]) < 0.05 * whole["words_per_s"]
+    assert abs(windowed["snr_db"] - whole["snr_db"]) < 3.0
+
+
+def test_vad_of_a_long_file_window_by_window_finds_the_whole_files_segments():
+    english = [c for c in load_clips() if c.language == "en"]
+    rate = english[0].sample_rate
+    gap = np.zeros(int(0.7 * rate), np.float32)
+    samples = np.concatenate([p for c in english[:5] if c.sample_rate == rate for p in (gap, c.samples)] + [gap])
+    buffer = io.BytesIO()
+    sf.write(buffer, samples, rate, format="WAV", subtype="PCM_16")
+    buffer.seek(0)
+    model = load_silero_model()
+    with sf.SoundFile(buffer) as sound:
+        whole_samples = sound.read(dtype="float32", always_2d=True)
+        [whole] = detect_speech(model, [to_vad_input(whole_samples, rate)])
+        windowed = long_file_speech(model, sound, window_s=3.0)  # windows much shorter than the file
+    assert len(whole) >= 3 and len(windowed) == len(whole)
+    assert np.max(np.abs(np.array(windowed.start_s) - whole.start_s)) < 0.1
+    assert np.max(np.abs(np.array(windowed.end_s) - whole.end_s)) < 0.1
+
+
+def test_windows_combine_energies_speech_and_silence_runs():
+    def window(level, speech_s, leading, trailing, language="en"):
+        return dict(
+            duration_s=10.0, level_dbfs=level, speech_s=speech_s, leading_silence_s=leading,
+            trailing_silence_s=trailing, bandwidth_hz=4000.0, snr_db=20.0, silence_share=0.1,
+            audio_language=language, audio_language_confidence=0.9, clipped_share=0.0,
+        )  # fmt: skip
+
+    row = combine_windows(
+        [window(-200.0, 0.0, 10.0, 10.0), window(-20.0, 6.0, 2.0, 1.0), window(-20.0, 4.0, 3.0, 4.0)], "a b c"
+    )
+    assert row["duration_s"] == 30.0 and row["speech_s"] == 10.0 and row["speech_share"] == pytest.approx(1 / 3)
+    assert row["level_dbfs"] == pytest.approx(-20.0 + 10 * np.log10(2 / 3))
+    assert row["leading_silence_s"] == 12.0 and row["trailing_silence_s"] == 4.0
+    assert row["words_per_s"] == pytest.approx(0.3) and row["audio_language"] == "en"
+
+
+def test_squim_scores_long_audio_in_pieces_averaged_by_length():
+    from speechdata.quality.audio_models import SquimObjectiveMos
+
+    seen = []
+
+    def pesq_of_level(waveform):  # a stand-in that remembers its input: PESQ = the piece's first sample
+        seen.append(waveform.shape[-1])
+        return None, waveform[:, 0], None
+
+    audio = np.concatenate([np.full(16_000 * 5, 2.0), np.full(16_000 * 5, 4.0), np.full(int(16_000 * 5.5), 3.0)])
+    [score] = SquimObjectiveMos(pesq_of_level).mos([audio.astype(np.float32)])
+    assert seen == [80_000, 80_000, 88_000]  # never more than 5 s at once; a last half second joins its piece
+    assert score == pytest.approx((2 * 5 + 4 * 5 + 3 * 5.5) / 15.5)
