@@ -93,7 +93,7 @@ class SpeakerEncoder:
 
         self._encoder = VoiceEncoder(device=device, verbose=False)
         self.device = device
-        self._memo: OrderedDict[tuple[bytes, int], np.ndarray] = OrderedDict()
+        self._memo: OrderedDict[bytes, np.ndarray] = OrderedDict()
         self._memo_lock = threading.Lock()
         if device == "cpu":
             # float64 on the CPU: processes whose BLAS is set up differently (a Ray worker, a Dagster
@@ -109,20 +109,21 @@ class SpeakerEncoder:
     def window_embeddings_many(self, audios: Sequence[tuple[np.ndarray, int]]) -> list[np.ndarray]:
         """:meth:`window_embeddings` of each ``(samples, sample_rate)``, in input order, the windows
         of all of them embedded :data:`BATCH_WINDOWS` at a time."""
+        from speechdata.audio.codec import resample
+
         results: list[np.ndarray | None] = [None] * len(audios)
-        keys = [_audio_key(samples, rate) for samples, rate in audios]
-        pending: dict[tuple[bytes, int], list[int]] = {}
-        for number, key in enumerate(keys):
+        wavs = [resample(np.asarray(samples, np.float32), rate, ENCODER_SAMPLE_RATE) for samples, rate in audios]
+        pending: dict[bytes, list[int]] = {}
+        for number, key in enumerate(_audio_key(wav) for wav in wavs):
             remembered = self._remembered(key)
             if remembered is not None:
                 results[number] = remembered
             else:
                 pending.setdefault(key, []).append(number)
         mels: list[np.ndarray] = []
-        spans: dict[tuple[bytes, int], slice] = {}
+        spans: dict[bytes, slice] = {}
         for key, numbers in pending.items():
-            samples, rate = audios[numbers[0]]
-            windows = self._window_mels(samples, rate)
+            windows = self._window_mels(wavs[numbers[0]])
             count = 0 if windows is None else len(windows)
             spans[key] = slice(len(mels), len(mels) + count)
             mels += [] if windows is None else list(windows)
@@ -141,14 +142,11 @@ class SpeakerEncoder:
         """:meth:`signals` of each ``(samples, sample_rate)``, in input order, embedded together."""
         return [speaker_signals(windows) for windows in self.window_embeddings_many(audios)]
 
-    def _window_mels(self, samples: np.ndarray, sample_rate: int) -> np.ndarray | None:
-        """The mel frames ``[windows, frames, 40]`` of the utterance's windows; None for audio too
-        short or without sound."""
+    def _window_mels(self, wav: np.ndarray) -> np.ndarray | None:
+        """The mel frames ``[windows, frames, 40]`` of the windows of 16 kHz ``wav``; None for audio
+        too short or without sound."""
         from resemblyzer import audio as resemblyzer_audio
 
-        from speechdata.audio.codec import resample
-
-        wav = resample(np.asarray(samples, np.float32), sample_rate, ENCODER_SAMPLE_RATE).astype(np.float32)
         peak = float(np.abs(wav).max()) if len(wav) else 0.0
         if len(wav) < MIN_EMBEDDED_S * ENCODER_SAMPLE_RATE or peak < 1e-4:
             return None
@@ -178,14 +176,14 @@ class SpeakerEncoder:
                 parts.append(self._encoder(torch.from_numpy(batch).to(self._encoder.device)).cpu().numpy())
         return _normalized(np.concatenate(parts).astype(np.float32))
 
-    def _remembered(self, key: tuple[bytes, int]) -> np.ndarray | None:
+    def _remembered(self, key: bytes) -> np.ndarray | None:
         with self._memo_lock:
             found = self._memo.get(key)
             if found is not None:
                 self._memo.move_to_end(key)
             return found
 
-    def _remember(self, key: tuple[bytes, int], windows: np.ndarray) -> None:
+    def _remember(self, key: bytes, windows: np.ndarray) -> None:
         windows.setflags(write=False)  # shared by every caller that asks for the same audio
         with self._memo_lock:
             self._memo[key] = windows
@@ -194,10 +192,11 @@ class SpeakerEncoder:
                 self._memo.popitem(last=False)
 
 
-def _audio_key(samples: np.ndarray, sample_rate: int) -> tuple[bytes, int]:
-    """What the window embeddings are a function of: the float32 samples and their rate."""
-    data = np.ascontiguousarray(samples, np.float32)
-    return hashlib.blake2b(data.tobytes(), digest_size=20).digest(), sample_rate
+def _audio_key(wav: np.ndarray) -> bytes:
+    """What the window embeddings are a function of: the 16 kHz float32 samples (so the quality
+    signals, which pass audio already at 16 kHz, and the near-duplicate signals, which pass it at
+    its stored rate, find each other's)."""
+    return hashlib.blake2b(np.ascontiguousarray(wav, np.float32).tobytes(), digest_size=20).digest()
 
 
 _SHIPPED: dict[str, SpeakerEncoder] = {}
