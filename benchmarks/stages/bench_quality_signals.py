@@ -11,7 +11,7 @@ embed nothing again.
 On the sample shard (``--utterances`` sample utterances plus ``--long`` long recordings, normalized
 through ingest), with the tiny profile's models (tiny audio LID and SQUIM twins, the real DNSMOS and
 the real speaker encoder), this reports in wall seconds per audio hour (the median of ``--repeats``
-passes, old and new in turn, one torch thread):
+passes, old and new in turn; ``--torch-threads``, torch's default unless set):
 
 * ``quality_signals`` with the old speaker path (one encoder forward per utterance, audio resampled
   again, nothing remembered) against the new one, and the speaker part of each alone;
@@ -64,11 +64,6 @@ class PerUtteranceEncoder:
         return [signals_of_windows(self.window_embeddings(samples, rate)) for samples, rate in audios]
 
 
-def forget(encoder: SpeakerEncoder) -> None:
-    with encoder._memo_lock:
-        encoder._memo.clear()
-
-
 def build_shard(root: DataRoot, utterances: int, long_recordings: int, seed: int) -> None:
     build_sample_shard(root, SHARD, utterances, seed=seed, long_recordings=long_recordings, formats=("flac",))
     run_raw_shards(root, SHARD)
@@ -87,8 +82,9 @@ def tiny_models() -> dict:
     }
 
 
-def measure(utterances: int, long_recordings: int, repeats: int, seed: int) -> dict:
-    torch.set_num_threads(1)
+def measure(utterances: int, long_recordings: int, repeats: int, seed: int, torch_threads: int) -> dict:
+    if torch_threads:
+        torch.set_num_threads(torch_threads)
     with tempfile.TemporaryDirectory() as tmp:
         root = DataRoot(f"{tmp}/data")
         build_shard(root, utterances, long_recordings, seed)
@@ -102,11 +98,11 @@ def measure(utterances: int, long_recordings: int, repeats: int, seed: int) -> d
             return Path(root.path(quality_signals(SHARD))).read_bytes()
 
         def new_step() -> bytes:
-            forget(encoder)
+            encoder.forget()
             run_quality_signals(root, SHARD, speakers=encoder, **models)
             return Path(root.path(quality_signals(SHARD))).read_bytes()
 
-        forget(encoder)
+        encoder.forget()
         audio_s = run_quality_signals(root, SHARD, speakers=encoder, **models).audio_seconds  # warm-up
         passes: dict[str, list[float]] = {"old": [], "new": [], "old_speakers": [], "new_speakers": []}
         passes |= {"nd_cold": [], "nd_after_quality": []}
@@ -119,13 +115,13 @@ def measure(utterances: int, long_recordings: int, repeats: int, seed: int) -> d
                 else:
                     new_bytes = written
                     # The quality step filled the encoder's memory: the near-duplicate signals find it.
-                    seconds, after_quality = timed_call(lambda: shard_signals(root, SHARD))
+                    seconds, after_quality = timed_call(lambda: shard_signals(root, SHARD)[0])
                     passes["nd_after_quality"].append(seconds)
-                    forget(encoder)
-                    seconds, cold = timed_call(lambda: shard_signals(root, SHARD))
+                    encoder.forget()
+                    seconds, cold = timed_call(lambda: shard_signals(root, SHARD)[0])
                     passes["nd_cold"].append(seconds)
             passes["old_speakers"].append(timed_call(lambda: old_encoder.signals_many(audios))[0])
-            forget(encoder)
+            encoder.forget()
             passes["new_speakers"].append(timed_call(lambda: encoder.signals_many(audios))[0])
         medians = {key: float(np.median(values)) for key, values in passes.items()}
         hours = audio_s / 3600
@@ -166,9 +162,10 @@ def main() -> None:
     parser.add_argument("--long", type=int, default=1, help="long recordings in the sample shard")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--torch-threads", type=int, default=0, help="0: torch's default, as the stage runs")
     args = parser.parse_args()
     with stdout_to_stderr():
-        figures = measure(args.utterances, args.long, args.repeats, args.seed)
+        figures = measure(args.utterances, args.long, args.repeats, args.seed, args.torch_threads)
     emit("quality_signals", vars(args), figures)
 
 

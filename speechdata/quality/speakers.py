@@ -176,6 +176,11 @@ class SpeakerEncoder:
                 parts.append(self._encoder(torch.from_numpy(batch).to(self._encoder.device)).cpu().numpy())
         return _normalized(np.concatenate(parts).astype(np.float32))
 
+    def forget(self) -> None:
+        """Drop every remembered embedding (a benchmark's cold pass, a test's fresh computation)."""
+        with self._memo_lock:
+            self._memo.clear()
+
     def _remembered(self, key: bytes) -> np.ndarray | None:
         with self._memo_lock:
             found = self._memo.get(key)

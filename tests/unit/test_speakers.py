@@ -54,6 +54,24 @@ def test_embeddings_are_unit_vectors_that_tell_voices_apart(evidence):
         )
 
 
+def test_a_batch_embeds_as_one_utterance_at_a_time_and_is_remembered_by_its_audio(readings):
+    encoder = shipped_speaker_encoder()
+    audios = [(samples, rate) for (sentence, _), (samples, rate, _) in readings.items() if sentence == "s1"]
+    encoder.forget()
+    alone = [encoder.window_embeddings(samples, rate) for samples, rate in audios]
+    encoder.forget()
+    together = encoder.window_embeddings_many(audios)
+    for one, batched in zip(alone, together, strict=True):
+        assert one.shape == batched.shape and len(one) > 1
+        assert np.allclose(one, batched, atol=1e-6)
+        assert np.array_equal(one.astype(np.float16), batched.astype(np.float16))  # what the index stores
+    # The same audio at another rate resamples to the same 16 kHz samples: embedded once, not again.
+    samples, rate = audios[0]
+    from speechdata.audio.codec import resample
+
+    assert encoder.window_embeddings(resample(samples, rate, 16_000), 16_000) is together[0]
+
+
 def test_a_speaker_change_inside_an_utterance_is_counted_and_flagged(readings):
     male, rate, _ = readings[("s1", "male")]
     female, _, _ = readings[("s2", "female")]
