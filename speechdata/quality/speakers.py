@@ -73,7 +73,8 @@ NO_SPEAKER = SpeakerSignals(None, 0, False, None)
 
 BATCH_WINDOWS = 128
 """Windows (of however many utterances) embedded in one forward: one LSTM call over many windows
-costs a fraction of one call per utterance, and the bound keeps memory flat (about 30 MB in float64)."""
+costs a fraction of one call per utterance, and the bound keeps memory flat however many utterances
+a chunk holds."""
 MEMO_UTTERANCES = 4096
 """Utterances whose window embeddings an encoder remembers (12 KB each at most): the near-duplicate
 check and the quality signals of one shard read the same audio, and in one process the second pays nothing."""
