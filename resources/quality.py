@@ -158,10 +158,10 @@ class QualityModelsResource(dg.ConfigurableResource):
     def speaker_encoder(self, device: TorchDeviceResource):
         """Resemblyzer's speaker encoder: its trained weights ship in the wheel (no download), and it
         runs at about 4 % of real time on a CPU, so every profile, ``tiny`` included, uses it."""
-        from speechdata.quality.speakers import SpeakerEncoder
+        from speechdata.quality.speakers import shipped_speaker_encoder
 
-        torch_device = str(device.torch_device())
-        return load_once(("speaker_encoder", torch_device), lambda: SpeakerEncoder(torch_device))
+        # The near-duplicate signals use the same instance: audio it embedded is not embedded again.
+        return shipped_speaker_encoder(str(device.torch_device()))
 
 
 def quality_models_resource(settings: ResourceSettings) -> QualityModelsResource:

@@ -71,6 +71,8 @@ SPEAKER_MIN_WORDS = NearDuplicateThresholds().min_transcript_words
 """Transcripts this long get a speaker embedding: the default ``min_transcript_words``, below which
 transcripts are never compared. A shard checked with a lower ``min_transcript_words`` compares its
 shorter transcripts without speakers (as the same speaker: duplicates, as before speakers existed)."""
+SIGNALS_BATCH_S = 300.0
+"""Decoded audio held at once while computing signals: its speaker windows go through the encoder together."""
 REJECT_REASON = "near_duplicate"
 """The reason the quality filter records for every utterance listed in ``near_duplicates.parquet``."""
 
@@ -186,6 +188,8 @@ def shard_signals(data_root: DataRoot, shard_id: str) -> tuple[list[UtteranceSig
         )
     )
     signals, unchecked, audio_seconds = [], [], 0.0
+    decoded: list[tuple[str, np.ndarray, int]] = []
+    decoded_s = 0.0
     with data_root.open_parquet(layout.normalized_audio(shard_id)) as parquet:
         for group in range(parquet.num_row_groups):
             described = parquet.read_row_group(group, columns=["utt_id", "sample_rate", "n_samples", "codec"])
@@ -209,10 +213,29 @@ def shard_signals(data_root: DataRoot, shard_id: str) -> tuple[list[UtteranceSig
                     unchecked.append(Unchecked(utt_id, f"audio not decodable ({codec}): {error_text(exc)}"))
                     continue
                 audio_seconds += len(samples) / rate
-                signals.append(
-                    utterance_signals(shard_id, utt_id, samples, rate, texts.get(utt_id), shipped_speaker_encoder)
-                )
+                decoded.append((utt_id, samples, rate))
+                decoded_s += len(samples) / rate
+                if decoded_s >= SIGNALS_BATCH_S:
+                    signals += _batch_signals(shard_id, decoded, texts)
+                    decoded, decoded_s = [], 0.0
+    signals += _batch_signals(shard_id, decoded, texts)
     return sorted(signals, key=lambda s: s.utt_id), unchecked, audio_seconds
+
+
+def _batch_signals(shard_id: str, decoded: list[tuple[str, np.ndarray, int]], texts: dict) -> list[UtteranceSignals]:
+    """The signals of decoded utterances; the speaker windows of those that get an embedding are
+    embedded together first (the encoder remembers them), far cheaper than one call per utterance."""
+    speaking = [
+        (samples, rate)
+        for utt_id, samples, rate in decoded
+        if word_count(normalized_transcript(texts.get(utt_id))) >= SPEAKER_MIN_WORDS
+    ]
+    if speaking:
+        shipped_speaker_encoder().window_embeddings_many(speaking)
+    return [
+        utterance_signals(shard_id, utt_id, samples, rate, texts.get(utt_id), shipped_speaker_encoder)
+        for utt_id, samples, rate in decoded
+    ]
 
 
 def near_duplicates_table(decisions: list[Decision], kinds: tuple[str, ...] = KINDS) -> pa.Table:

@@ -8,13 +8,16 @@ import numpy as np
 import pytest
 import soundfile as sf
 
+from speechdata.audio.codec import resample
 from speechdata.quality.speakers import (
     EMBEDDING_SIZE,
+    ENCODER_SAMPLE_RATE,
     SAME_SPEAKER_MIN_COSINE,
     cluster_embeddings,
     shard_speaker_clusters,
     shipped_speaker_encoder,
     speaker_cosine,
+    speaker_signals,
 )
 
 READINGS = Path(__file__).resolve().parents[1] / "fixtures" / "readings"
@@ -33,7 +36,9 @@ def readings():
 @pytest.fixture(scope="module")
 def evidence(readings):
     encoder = shipped_speaker_encoder()
-    return {key: encoder.signals(samples, rate) for key, (samples, rate, _) in readings.items()}
+    encoder.forget()  # all of them embedded here, in one batch
+    found = encoder.signals_many([(samples, rate) for samples, rate, _ in readings.values()])
+    return dict(zip(readings, found, strict=True))
 
 
 def test_embeddings_are_unit_vectors_that_tell_voices_apart(evidence):
@@ -52,6 +57,21 @@ def test_embeddings_are_unit_vectors_that_tell_voices_apart(evidence):
             speaker_cosine(evidence[(sentence, "female")].embedding, evidence[(sentence, "female2")].embedding)
             < SAME_SPEAKER_MIN_COSINE
         )
+
+
+def test_a_batch_embeds_as_one_utterance_at_a_time_and_is_remembered_by_its_audio(readings, evidence):
+    encoder = shipped_speaker_encoder()
+    remembered = encoder.window_embeddings(*readings[("s1", "male")][:2])
+    # The same audio at another rate resamples to the same 16 kHz samples: embedded once, not again.
+    samples, rate, _ = readings[("s1", "male")]
+    assert encoder.window_embeddings(resample(samples, rate, ENCODER_SAMPLE_RATE), ENCODER_SAMPLE_RATE) is remembered
+    encoder.forget()
+    for key in [("s1", "male"), ("s1", "female")]:
+        windows = encoder.window_embeddings(*readings[key][:2])  # alone, against the fixture's batch
+        assert len(windows) > 1 and speaker_signals(windows).speakers == evidence[key].speakers
+        embedding = speaker_signals(windows).embedding
+        assert np.allclose(embedding, evidence[key].embedding, atol=1e-6)
+        assert np.array_equal(embedding.astype(np.float16), evidence[key].embedding.astype(np.float16))
 
 
 def test_a_speaker_change_inside_an_utterance_is_counted_and_flagged(readings):
