@@ -136,30 +136,136 @@ def _position_lock(data_root: DataRoot, position: int, run_id=None, holder_finis
     )
 
 
-def read_state(data_root: DataRoot) -> list[IndexedShard]:
-    """Every row of ``shards.parquet`` (reserved and committed), by position; empty before the first
-    shard. Raises :class:`IndexDamaged` when the file cannot be read."""
+ORDER_LOG = f"{layout.NEAR_DUPLICATES_INDEX}/order"
+"""The order's records since its snapshot: ``order/<seq>.json``, one per reservation, commit, dropped
+reservation or compaction switch, each checksummed."""
+FOLD_EVERY = 64
+"""Records after the snapshot that make the writer of the last one rewrite ``shards.parquet`` (the
+snapshot) through it: a reservation or commit writes one small record, and one in this many also
+rewrites the snapshot; a reader reads the snapshot and at most this many records."""
+THROUGH_KEY = b"speechdata.order_through"
+"""The snapshot's parquet metadata: the sequence number of the last record folded into it (-1: none)."""
+READ_ATTEMPTS = 5
+
+
+@dataclass(frozen=True)
+class _OrderView:
+    shards: list[IndexedShard]
+    through: int
+    """The last record folded into the snapshot."""
+    last: int
+    """The last record written (the next one is ``last + 1``)."""
+
+
+class _FoldedMeanwhile(Exception):
+    """A record listed after the snapshot read was gone when read: a writer folded it meanwhile."""
+
+
+def _record_relative(seq: int) -> str:
+    return f"{ORDER_LOG}/{seq:012d}.json"
+
+
+def _sealed(body: dict) -> bytes:
+    canonical = json.dumps(body, sort_keys=True, separators=(",", ":"))
+    return (
+        json.dumps({**body, "sha256": hashlib.sha256(canonical.encode()).hexdigest()}, sort_keys=True) + "\n"
+    ).encode()
+
+
+def _unsealed(content: bytes) -> dict | None:
+    """The record's body, or None when it fails its checksum (torn, damaged)."""
+    try:
+        body = json.loads(content)
+        digest = body.pop("sha256")
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return None
+    canonical = json.dumps(body, sort_keys=True, separators=(",", ":"))
+    return body if hashlib.sha256(canonical.encode()).hexdigest() == digest else None
+
+
+def _listed_records(data_root: DataRoot) -> dict[int, str]:
+    records = {}
+    for path in data_root.glob(f"{ORDER_LOG}/*.json"):
+        stem = path.rsplit("/", 1)[-1].removesuffix(".json")
+        if stem.isdigit():
+            records[int(stem)] = path
+    return records
+
+
+def _read_snapshot(data_root: DataRoot) -> tuple[int, list[IndexedShard]]:
     relative = layout.near_duplicates_index_order()
     if not data_root.exists(relative):
-        return []
+        return -1, []
     try:
         table = data_root.read_parquet(relative)
     except UnreadableIntermediate as exc:
         raise IndexDamaged(str(exc)) from exc
-    rows = table.to_pylist()
-    shards = [
-        IndexedShard(
-            position=row["position"],
-            shard_id=row["shard_id"],
-            entries_version=row["entries_version"],
-            utterances=row["utterances"],
-            state=row.get("state") or COMMITTED,
-            segment=row.get("segment"),
-            reservation=row.get("reservation"),
-        )
-        for row in rows
-    ]
-    return sorted(shards, key=lambda shard: shard.position)
+    through = int((table.schema.metadata or {}).get(THROUGH_KEY, b"-1"))
+    return through, [_shard_of(row) for row in table.to_pylist()]
+
+
+def _shard_of(row: dict) -> IndexedShard:
+    return IndexedShard(
+        position=row["position"],
+        shard_id=row["shard_id"],
+        entries_version=row["entries_version"],
+        utterances=row["utterances"],
+        state=row.get("state") or COMMITTED,
+        segment=row.get("segment"),
+        reservation=row.get("reservation"),
+    )
+
+
+def _row_of(shard: IndexedShard) -> dict:
+    return {field.name: getattr(shard, field.name) for field in ORDER_SCHEMA}
+
+
+def _applied(
+    shards: Sequence[IndexedShard], upserts: Sequence[IndexedShard], removed: Sequence[int]
+) -> list[IndexedShard]:
+    """``shards`` with each of ``upserts`` replacing its shard's row and the rows at ``removed`` gone."""
+    replaced = {shard.shard_id for shard in upserts}
+    gone = set(removed)
+    kept = [s for s in shards if s.shard_id not in replaced and s.position not in gone]
+    return sorted([*kept, *upserts], key=lambda shard: shard.position)
+
+
+def _read_view(data_root: DataRoot) -> _OrderView:
+    """The snapshot with the records after it applied in sequence. A record missing from the run
+    after the snapshot, or failing its checksum, raises :class:`IndexDamaged` (unless the snapshot
+    moved past it meanwhile: a fold by a concurrent writer, read again)."""
+    for _ in range(READ_ATTEMPTS):
+        through, shards = _read_snapshot(data_root)
+        records = _listed_records(data_root)
+        later = sorted(seq for seq in records if seq > through)
+        try:
+            if later != list(range(through + 1, through + 1 + len(later))):
+                raise _FoldedMeanwhile
+            for seq in later:
+                try:
+                    content = data_root.fs.cat_file(records[seq])
+                except FileNotFoundError as exc:
+                    raise _FoldedMeanwhile from exc
+                body = _unsealed(content)
+                if body is None or body.get("seq") != seq:
+                    raise IndexDamaged(f"order record {_record_relative(seq)} fails its checksum (torn or damaged)")
+                shards = _applied(shards, [_shard_of(row) for row in body["upsert"]], body["remove"])
+        except _FoldedMeanwhile:
+            if _read_snapshot(data_root)[0] != through:
+                continue
+            raise IndexDamaged(
+                f"an order record after {layout.near_duplicates_index_order()} (through record {through}) is "
+                f"missing: {ORDER_LOG} holds {', '.join(map(str, later))}"
+            ) from None
+        return _OrderView(shards, through, later[-1] if later else through)
+    raise IndexDamaged(f"{layout.near_duplicates_index_order()} moved on every one of {READ_ATTEMPTS} reads")
+
+
+def read_state(data_root: DataRoot) -> list[IndexedShard]:
+    """Every shard of the order (reserved and committed), by position: ``shards.parquet`` and the
+    records after it; empty before the first shard. Raises :class:`IndexDamaged` when the snapshot
+    or a record after it cannot be read, or a record is missing."""
+    return _read_view(data_root).shards
 
 
 def read_order(data_root: DataRoot) -> list[IndexedShard]:
@@ -167,12 +273,42 @@ def read_order(data_root: DataRoot) -> list[IndexedShard]:
     return [shard for shard in read_state(data_root) if shard.state == COMMITTED]
 
 
+def _append(
+    data_root: DataRoot, view: _OrderView, upserts: Sequence[IndexedShard] = (), removed: Sequence[int] = ()
+) -> list[IndexedShard]:
+    """Record a change to the order read as ``view`` (under the index lock): one record, the commit
+    point; every :data:`FOLD_EVERY` records, the snapshot rewritten through it. Returns the state."""
+    seq = view.last + 1
+    body = {"seq": seq, "upsert": [_row_of(shard) for shard in upserts], "remove": sorted(removed)}
+    data_root.write_bytes(_record_relative(seq), _sealed(body))
+    state = _applied(view.shards, upserts, removed)
+    if seq - view.through >= FOLD_EVERY:
+        _fold(data_root, state, seq)
+    return state
+
+
+def _fold(data_root: DataRoot, shards: Sequence[IndexedShard], through: int) -> None:
+    """Rewrite the snapshot as ``shards`` through record ``through``, then remove the records it
+    holds (a run killed in between leaves records at or before ``through``: never read, removed by
+    the next fold)."""
+    rows = [_row_of(shard) for shard in sorted(shards, key=lambda s: s.position)]
+    table = pa.Table.from_pylist(rows, schema=ORDER_SCHEMA.with_metadata({THROUGH_KEY: str(through).encode()}))
+    data_root.write_parquet(layout.near_duplicates_index_order(), table)
+    for seq, path in sorted(_listed_records(data_root).items()):
+        if seq <= through:
+            with contextlib.suppress(FileNotFoundError):
+                data_root.fs.rm_file(path)
+
+
 def _write_state(data_root: DataRoot, shards: Sequence[IndexedShard]) -> None:
-    rows = [
-        {field.name: getattr(shard, field.name) for field in ORDER_SCHEMA}
-        for shard in sorted(shards, key=lambda s: s.position)
-    ]
-    data_root.write_parquet(layout.near_duplicates_index_order(), pa.Table.from_pylist(rows, schema=ORDER_SCHEMA))
+    """Replace the whole order with ``shards`` (a repair, a whole-corpus write): a snapshot through
+    every record there is, which are then removed."""
+    records = _listed_records(data_root)
+    try:
+        through = _read_snapshot(data_root)[0]
+    except IndexDamaged:
+        through = -1
+    _fold(data_root, shards, max([through, *records]))
 
 
 @contextlib.contextmanager
@@ -192,7 +328,8 @@ def reserve_position(
         with corpus_index_lock(
             data_root, timeout_s=max(deadline - time.monotonic(), 0.0), run_id=run_id, holder_finished=holder_finished
         ):
-            state = read_state(data_root)
+            view = _read_view(data_root)
+            state = view.shards
             mine = next((shard for shard in state if shard.shard_id == shard_id), None)
             position = mine.position if mine else max((shard.position for shard in state), default=-1) + 1
             stack = contextlib.ExitStack()
@@ -211,7 +348,7 @@ def reserve_position(
                 recommit = mine is not None and mine.state == COMMITTED
                 if not recommit:
                     reserved = IndexedShard(position, shard_id, None, 0, RESERVED, None, token)
-                    _write_state(data_root, [s for s in state if s.shard_id != shard_id] + [reserved])
+                    _append(data_root, view, [reserved])
         if busy:
             time.sleep(LOCK_POLL_S)
             continue
@@ -274,9 +411,9 @@ def _committed_at(data_root: DataRoot, shard: IndexedShard) -> bool:
 def _drop_reservation(data_root: DataRoot, shard: IndexedShard, **lock_options) -> None:
     """Remove ``shard``'s reservation if it is still the one read (its run was found gone)."""
     with corpus_index_lock(data_root, **lock_options):
-        state = read_state(data_root)
-        if any(s.position == shard.position and s.reservation == shard.reservation for s in state):
-            _write_state(data_root, [s for s in state if s.position != shard.position])
+        view = _read_view(data_root)
+        if any(s.position == shard.position and s.reservation == shard.reservation for s in view.shards):
+            _append(data_root, view, removed=[shard.position])
 
 
 position_lock = _position_lock
