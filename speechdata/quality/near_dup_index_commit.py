@@ -26,7 +26,7 @@ from speechdata.quality.near_dup_index_order import (
     Reservation,
     ReservationLost,
     _append,
-    _read_view,
+    _read_head,
     _write_commit_record,
     corpus_index_lock,
     read_state,
@@ -86,8 +86,8 @@ def commit_shard_entries(
     if not data_root.exists(entries_relative):
         data_root.write_bytes(entries_relative, content)
     with corpus_index_lock(data_root, timeout_s=timeout_s, run_id=run_id, holder_finished=holder_finished):
-        view = _read_view(data_root)
-        mine = next((s for s in view.shards if s.shard_id == reservation.shard_id), None)
+        head = _read_head(data_root, reservation.shard_id)
+        mine = head.mine
         if mine is None or mine.position != reservation.position:
             raise ReservationLost(f"{reservation.shard_id} lost index position {reservation.position}")
         if mine.state == RESERVED and mine.reservation != reservation.token:
@@ -100,7 +100,7 @@ def commit_shard_entries(
             committed = IndexedShard(
                 reservation.position, reservation.shard_id, version, len(signals), COMMITTED, segment
             )
-            _append(data_root, view, [committed])
+            _append(data_root, head, [committed])
         _write_commit_record(data_root, committed)
     if not unchanged and mine.state == COMMITTED:
         _remove_unreferenced_segments(data_root, {mine.segment} - {None})

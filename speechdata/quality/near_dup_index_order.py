@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from speechdata.io import layout
 from speechdata.io.parquet_integrity import UnreadableIntermediate
@@ -192,16 +193,20 @@ def _listed_records(data_root: DataRoot) -> dict[int, str]:
     return records
 
 
-def _read_snapshot(data_root: DataRoot) -> tuple[int, list[IndexedShard]]:
+def _read_snapshot_table(data_root: DataRoot) -> tuple[int, pa.Table | None]:
     relative = layout.near_duplicates_index_order()
     if not data_root.exists(relative):
-        return -1, []
+        return -1, None
     try:
         table = data_root.read_parquet(relative)
     except UnreadableIntermediate as exc:
         raise IndexDamaged(str(exc)) from exc
-    through = int((table.schema.metadata or {}).get(THROUGH_KEY, b"-1"))
-    return through, [_shard_of(row) for row in table.to_pylist()]
+    return int((table.schema.metadata or {}).get(THROUGH_KEY, b"-1")), table
+
+
+def _read_snapshot(data_root: DataRoot) -> tuple[int, list[IndexedShard]]:
+    through, table = _read_snapshot_table(data_root)
+    return through, [] if table is None else [_shard_of(row) for row in table.to_pylist()]
 
 
 def _shard_of(row: dict) -> IndexedShard:
@@ -230,14 +235,27 @@ def _applied(
     return sorted([*kept, *upserts], key=lambda shard: shard.position)
 
 
-def _read_view(data_root: DataRoot) -> _OrderView:
-    """The snapshot with the records after it applied in sequence. A record missing from the run
-    after the snapshot, or failing its checksum, raises :class:`IndexDamaged` (unless the snapshot
-    moved past it meanwhile: a fold by a concurrent writer, read again)."""
+@dataclass(frozen=True)
+class _Log:
+    through: int
+    snapshot: pa.Table | None
+    changes: list[tuple[list[IndexedShard], list[int]]]
+    """Each record after the snapshot, in sequence: (rows upserted, positions removed)."""
+
+    @property
+    def last(self) -> int:
+        return self.through + len(self.changes)
+
+
+def _read_log(data_root: DataRoot) -> _Log:
+    """The snapshot and the records after it. A record missing from the run after the snapshot, or
+    failing its checksum, raises :class:`IndexDamaged` (unless the snapshot moved past it meanwhile:
+    a fold by a concurrent writer, read again)."""
     for _ in range(READ_ATTEMPTS):
-        through, shards = _read_snapshot(data_root)
+        through, table = _read_snapshot_table(data_root)
         records = _listed_records(data_root)
         later = sorted(seq for seq in records if seq > through)
+        changes = []
         try:
             if later != list(range(through + 1, through + 1 + len(later))):
                 raise _FoldedMeanwhile
@@ -249,16 +267,70 @@ def _read_view(data_root: DataRoot) -> _OrderView:
                 body = _unsealed(content)
                 if body is None or body.get("seq") != seq:
                     raise IndexDamaged(f"order record {_record_relative(seq)} fails its checksum (torn or damaged)")
-                shards = _applied(shards, [_shard_of(row) for row in body["upsert"]], body["remove"])
+                changes.append(([_shard_of(row) for row in body["upsert"]], list(body["remove"])))
         except _FoldedMeanwhile:
-            if _read_snapshot(data_root)[0] != through:
+            if _read_snapshot_table(data_root)[0] != through:
                 continue
             raise IndexDamaged(
                 f"an order record after {layout.near_duplicates_index_order()} (through record {through}) is "
                 f"missing: {ORDER_LOG} holds {', '.join(map(str, later))}"
             ) from None
-        return _OrderView(shards, through, later[-1] if later else through)
+        return _Log(through, table, changes)
     raise IndexDamaged(f"{layout.near_duplicates_index_order()} moved on every one of {READ_ATTEMPTS} reads")
+
+
+def _read_view(data_root: DataRoot) -> _OrderView:
+    """Every row of the order: the snapshot with the records after it applied in sequence."""
+    log = _read_log(data_root)
+    shards = [] if log.snapshot is None else [_shard_of(row) for row in log.snapshot.to_pylist()]
+    for upserts, removed in log.changes:
+        shards = _applied(shards, upserts, removed)
+    return _OrderView(shards, log.through, log.last)
+
+
+@dataclass(frozen=True)
+class _OrderHead:
+    """What a reservation or a commit needs of the order, read without building every row."""
+
+    through: int
+    last: int
+    next_position: int
+    """One past the highest position taken."""
+    mine: IndexedShard | None
+    """The row of the shard asked for, if it has one."""
+
+
+def _read_head(data_root: DataRoot, shard_id: str) -> _OrderHead:
+    """The next free position and ``shard_id``'s row: the snapshot's columns taken whole (Arrow, no
+    row built but the shard's own), then the records after it."""
+    log = _read_log(data_root)
+    removed: set[int] = set()
+    replaced: set[str] = set()
+    upserted: dict[str, IndexedShard] = {}
+    for upserts, gone in log.changes:
+        removed.update(gone)
+        upserted = {key: shard for key, shard in upserted.items() if shard.position not in gone}
+        for shard in upserts:
+            replaced.add(shard.shard_id)
+            upserted[shard.shard_id] = shard
+    highest, mine = -1, upserted.get(shard_id)
+    if log.snapshot is not None and log.snapshot.num_rows:
+        ids = log.snapshot.column("shard_id")
+        positions = log.snapshot.column("position")
+        live = pc.invert(
+            pc.or_(
+                pc.is_in(positions, pa.array(sorted(removed), pa.int64())),
+                pc.is_in(ids, pa.array(sorted(replaced), pa.string())),
+            )
+        )
+        live_positions = pc.filter(positions, live)
+        if len(live_positions):
+            highest = pc.max(live_positions).as_py()
+        if mine is None and shard_id not in replaced:
+            rows = log.snapshot.filter(pc.and_(live, pc.equal(ids, shard_id))).to_pylist()
+            mine = _shard_of(rows[0]) if rows else None
+    highest = max([highest, *(shard.position for shard in upserted.values())])
+    return _OrderHead(log.through, log.last, highest + 1, mine)
 
 
 def read_state(data_root: DataRoot) -> list[IndexedShard]:
@@ -274,17 +346,18 @@ def read_order(data_root: DataRoot) -> list[IndexedShard]:
 
 
 def _append(
-    data_root: DataRoot, view: _OrderView, upserts: Sequence[IndexedShard] = (), removed: Sequence[int] = ()
-) -> list[IndexedShard]:
-    """Record a change to the order read as ``view`` (under the index lock): one record, the commit
-    point; every :data:`FOLD_EVERY` records, the snapshot rewritten through it. Returns the state."""
-    seq = view.last + 1
+    data_root: DataRoot,
+    read: _OrderView | _OrderHead,
+    upserts: Sequence[IndexedShard] = (),
+    removed: Sequence[int] = (),
+) -> None:
+    """Record a change to the order as ``read`` (under the index lock): one record, the commit point;
+    the writer of every :data:`FOLD_EVERY`-th record after the snapshot rewrites the snapshot through it."""
+    seq = read.last + 1
     body = {"seq": seq, "upsert": [_row_of(shard) for shard in upserts], "remove": sorted(removed)}
     data_root.write_bytes(_record_relative(seq), _sealed(body))
-    state = _applied(view.shards, upserts, removed)
-    if seq - view.through >= FOLD_EVERY:
-        _fold(data_root, state, seq)
-    return state
+    if seq - read.through >= FOLD_EVERY:
+        _fold(data_root, _read_view(data_root).shards, seq)
 
 
 def _fold(data_root: DataRoot, shards: Sequence[IndexedShard], through: int) -> None:
@@ -328,10 +401,9 @@ def reserve_position(
         with corpus_index_lock(
             data_root, timeout_s=max(deadline - time.monotonic(), 0.0), run_id=run_id, holder_finished=holder_finished
         ):
-            view = _read_view(data_root)
-            state = view.shards
-            mine = next((shard for shard in state if shard.shard_id == shard_id), None)
-            position = mine.position if mine else max((shard.position for shard in state), default=-1) + 1
+            head = _read_head(data_root, shard_id)
+            mine = head.mine
+            position = mine.position if mine else head.next_position
             stack = contextlib.ExitStack()
             try:
                 stack.enter_context(_position_lock(data_root, position, run_id, holder_finished))
@@ -348,7 +420,7 @@ def reserve_position(
                 recommit = mine is not None and mine.state == COMMITTED
                 if not recommit:
                     reserved = IndexedShard(position, shard_id, None, 0, RESERVED, None, token)
-                    _append(data_root, view, [reserved])
+                    _append(data_root, head, [reserved])
         if busy:
             time.sleep(LOCK_POLL_S)
             continue
@@ -411,9 +483,9 @@ def _committed_at(data_root: DataRoot, shard: IndexedShard) -> bool:
 def _drop_reservation(data_root: DataRoot, shard: IndexedShard, **lock_options) -> None:
     """Remove ``shard``'s reservation if it is still the one read (its run was found gone)."""
     with corpus_index_lock(data_root, **lock_options):
-        view = _read_view(data_root)
-        if any(s.position == shard.position and s.reservation == shard.reservation for s in view.shards):
-            _append(data_root, view, removed=[shard.position])
+        head = _read_head(data_root, shard.shard_id)
+        if head.mine is not None and (head.mine.position, head.mine.reservation) == (shard.position, shard.reservation):
+            _append(data_root, head, removed=[shard.position])
 
 
 position_lock = _position_lock

@@ -123,3 +123,23 @@ def test_a_reader_racing_a_fold_reads_the_state_after_it(data_root, fold_every_4
     reads = iter([stale])
     monkeypatch.setattr(order, "_read_snapshot", lambda root: next(reads, None) or read_snapshot(root))
     assert [s.shard_id for s in read_state(data_root)] == ["a", "b", "c"]
+
+
+def test_the_head_a_writer_reads_agrees_with_the_whole_order(data_root, monkeypatch):
+    monkeypatch.setattr(order, "FOLD_EVERY", 3)  # snapshots at varying points among the records
+    for shard_id in ["a", "b", "c", "d", "e"]:
+        with reserve_position(data_root, shard_id) as reservation:
+            # b and d stay reserved (their runs gone) until the next shard has reserved after them.
+            for gone in [s for s in read_state(data_root) if s.state == order.RESERVED and s.shard_id != shard_id]:
+                order.drop_reservation(data_root, gone)
+            if shard_id not in "bd":
+                commit(data_root, reservation, f"v-{shard_id}")
+        view = order._read_view(data_root)
+        for asked in ["a", "b", "c", "d", "e", "never"]:
+            head = order._read_head(data_root, asked)
+            assert head.mine == next((s for s in view.shards if s.shard_id == asked), None)
+            assert head.next_position == max(s.position for s in view.shards) + 1
+            assert (head.through, head.last) == (view.through, view.last)
+    assert positions(data_root) == [(0, "a", "committed"), (2, "c", "committed"), (4, "e", "committed")]
+    assert data_root.exists(layout.near_duplicates_index_order())
+    assert data_root.exists(layout.near_duplicates_index_order())
