@@ -61,24 +61,24 @@ def _one_shard(root, shard_id: str, earlier: bool) -> tuple[float, float]:
 
     held = 0.0
     started = time.perf_counter()
+    position = None
     for step in ("reserve", "commit"):
         with order.corpus_index_lock(root):
             locked = time.perf_counter()
-            if earlier:
+            if earlier:  # the earlier code: every row read and written
                 state = _earlier_read(root)
-                position = max(s.position for s in state) + 1 if step == "reserve" else state[-1].position
+                position = max(s.position for s in state) + 1 if position is None else position
+            else:  # what reserve_position and commit_shard_entries do now
+                head = order._read_head(root, shard_id)
+                position = head.next_position if head.mine is None else head.mine.position
+            if step == "reserve":
                 row = order.IndexedShard(position, shard_id, None, 0, order.RESERVED, None, "token")
-                if step == "commit":
-                    row = order.IndexedShard(position, shard_id, "0" * 16, 1_000, order.COMMITTED, "L0-x.seg")
+            else:
+                row = order.IndexedShard(position, shard_id, "0" * 16, 1_000, order.COMMITTED, "L0-x.seg")
+            if earlier:
                 _earlier_write(root, [s for s in state if s.shard_id != shard_id] + [row])
             else:
-                view = order._read_view(root)
-                state = view.shards
-                position = max(s.position for s in state) + 1 if step == "reserve" else state[-1].position
-                row = order.IndexedShard(position, shard_id, None, 0, order.RESERVED, None, "token")
-                if step == "commit":
-                    row = order.IndexedShard(position, shard_id, "0" * 16, 1_000, order.COMMITTED, "L0-x.seg")
-                order._append(root, view, [row])
+                order._append(root, head, [row])
             held += time.perf_counter() - locked
     return time.perf_counter() - started, held
 
