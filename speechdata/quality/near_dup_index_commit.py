@@ -1,5 +1,5 @@
 """Committing a shard to the near-duplicate index: its entries file, its level-0 segment with the
-segment's key filter, then its row in the order under the index lock."""
+segment's key filter, then its row in the order (one record) under the index lock."""
 
 from __future__ import annotations
 

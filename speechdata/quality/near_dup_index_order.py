@@ -1,4 +1,5 @@
-"""The near-duplicate index's order (``shards.parquet``), its locks and its commit records.
+"""The near-duplicate index's order (the snapshot ``shards.parquet`` and the records after it,
+``order/<seq>.json``), its locks and its commit records.
 
 A shard reserves a position under the index lock, holds its position's lock until it commits, and
 waits only for the shards reserved before it (docs/near-duplicates.md, :mod:`.near_dup_index`)."""
