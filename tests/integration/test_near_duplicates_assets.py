@@ -148,9 +148,9 @@ def test_rerunning_a_shard_changes_nothing_and_its_entries_never_match_themselve
     again_a = run_near_duplicates(root, "a")
     again_b = run_near_duplicates(root, "b")
     after = written_bytes(root)
-    # the order; per shard its entries, its postings segment and the segment's key filter, its commit
-    # record and its file
-    assert len(before) == 11
+    # the order's records (a reservation and a commit per shard; no snapshot before 64 records); per
+    # shard its entries, its postings segment and the segment's key filter, its commit record and its file
+    assert len(before) == 14
     assert after == before
     assert (again_a.index_position, again_a.indexed_before, again_a.duplicates) == (0, 0, [])
     assert (again_b.index_position, again_b.indexed_before, len(again_b.duplicates)) == (1, 2, 3)
