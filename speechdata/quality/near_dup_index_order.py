@@ -251,7 +251,9 @@ class _Log:
 def _read_log(data_root: DataRoot) -> _Log:
     """The snapshot and the records after it. A record missing from the run after the snapshot, or
     failing its checksum, raises :class:`IndexDamaged` (unless the snapshot moved past it meanwhile:
-    a fold by a concurrent writer, read again)."""
+    a fold by a concurrent writer, or a withdrawn reservation: read again; the same gap read twice
+    is damage)."""
+    previous = None
     for _ in range(READ_ATTEMPTS):
         through, table = _read_snapshot_table(data_root)
         records = _listed_records(data_root)
@@ -270,7 +272,8 @@ def _read_log(data_root: DataRoot) -> _Log:
                     raise IndexDamaged(f"order record {_record_relative(seq)} fails its checksum (torn or damaged)")
                 changes.append(([_shard_of(row) for row in body["upsert"]], list(body["remove"])))
         except _FoldedMeanwhile:
-            if _read_snapshot_table(data_root)[0] != through:
+            if (through, later) != previous:
+                previous = (through, later)
                 continue
             raise IndexDamaged(
                 f"an order record after {layout.near_duplicates_index_order()} (through record {through}) is "
@@ -299,6 +302,8 @@ class _OrderHead:
     """One past the highest position taken."""
     mine: IndexedShard | None
     """The row of the shard asked for, if it has one."""
+    last_change: tuple[list[IndexedShard], list[int]] | None
+    """The last record after the snapshot (rows set, positions dropped); None when there is none."""
 
 
 def _read_head(data_root: DataRoot, shard_id: str) -> _OrderHead:
@@ -331,7 +336,7 @@ def _read_head(data_root: DataRoot, shard_id: str) -> _OrderHead:
             rows = log.snapshot.filter(pc.and_(live, pc.equal(ids, shard_id))).to_pylist()
             mine = _shard_of(rows[0]) if rows else None
     highest = max([highest, *(shard.position for shard in upserted.values())])
-    return _OrderHead(log.through, log.last, highest + 1, mine)
+    return _OrderHead(log.through, log.last, highest + 1, mine, log.changes[-1] if log.changes else None)
 
 
 def read_state(data_root: DataRoot) -> list[IndexedShard]:
@@ -485,7 +490,13 @@ def _drop_reservation(data_root: DataRoot, shard: IndexedShard, **lock_options) 
     """Remove ``shard``'s reservation if it is still the one read (its run was found gone)."""
     with corpus_index_lock(data_root, **lock_options):
         head = _read_head(data_root, shard.shard_id)
-        if head.mine is not None and (head.mine.position, head.mine.reservation) == (shard.position, shard.reservation):
+        if head.mine is None or (head.mine.position, head.mine.reservation) != (shard.position, shard.reservation):
+            return
+        if head.last_change == ([head.mine], []):
+            # Its reservation is the last record: withdrawn, the order is as it was before it (a
+            # pass that fails gives its positions back without a trace).
+            data_root.fs.rm_file(data_root.path(_record_relative(head.last)))
+        else:
             _append(data_root, head, removed=[shard.position])
 
 

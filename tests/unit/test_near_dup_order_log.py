@@ -67,7 +67,7 @@ def test_the_folded_snapshot_is_byte_identical_in_a_second_root(tmp_path, fold_e
     assert one == two
 
 
-def test_a_dropped_reservation_is_a_record_and_the_next_shard_takes_the_next_position(data_root):
+def test_a_dropped_reservation_is_withdrawn_when_last_and_recorded_otherwise(data_root):
     index(data_root, ["a"])
     with reserve_position(data_root, "ghost"):
         [ghost] = [s for s in read_state(data_root) if s.shard_id == "ghost"]
@@ -75,7 +75,13 @@ def test_a_dropped_reservation_is_a_record_and_the_next_shard_takes_the_next_pos
     assert positions(data_root) == [(0, "a", "committed")]
     index(data_root, ["b"])
     assert positions(data_root) == [(0, "a", "committed"), (1, "b", "committed")]
-    assert len(records(data_root)) == 6  # a: 2, ghost: reserved and dropped, b: 2
+    assert len(records(data_root)) == 4  # a: 2, b: 2; ghost's reservation was the last record: withdrawn
+    with reserve_position(data_root, "ghost"):
+        [ghost] = [s for s in read_state(data_root) if s.shard_id == "ghost"]
+    with reserve_position(data_root, "c"):
+        order.drop_reservation(data_root, ghost)  # not the last record: a record of its own
+    assert len(records(data_root)) == 7
+    assert positions(data_root) == [(0, "a", "committed"), (1, "b", "committed"), (3, "c", "reserved")]
 
 
 @pytest.mark.parametrize("damage", ["torn", "missing"])
