@@ -555,7 +555,7 @@ def _position_or_zero(committed: dict[str, IndexedShard], shard_id: str) -> int:
 def _drop_new_reservations(data_root: DataRoot, reservations, **lock_options) -> None:
     """A pass that fails before committing gives back the positions it reserved for new shards
     (it still holds their locks), so shards landing after it need not wait to find it gone."""
-    for reservation in reservations:
+    for reservation in reversed(reservations):  # the last reserved first: each withdraws its record
         if not reservation.recommit:
             # The pass is failing with its own error, which this must not hide; a position not given
             # back is dropped by the next shard that finds its lock free.

@@ -3,8 +3,11 @@
 Layout (docs/near-duplicates.md, docs/storage-layout.md)::
 
     shards.parquet                        position, shard_id, state, entries_version, utterances,
-                                          segment, reservation: the order and the commit point
-    committed/<shard>.json                one shard's commit record (checksummed): rebuilds shards.parquet
+                                          segment, reservation: the order's snapshot (through the
+                                          record its metadata names)
+    order/<seq>.json                      one change to the order after the snapshot, checksummed: the
+                                          commit point; folded into the snapshot every FOLD_EVERY
+    committed/<shard>.json                one shard's commit record (checksummed): rebuilds the order
     entries/<shard>-<version>.parquet     one row per utterance (signals + representative), 64 rows a
                                           row group; version = digest of the content
     segments/L<level>-<digest>.seg        postings key -> (owner, frame), sorted, blocked, checksummed
@@ -13,7 +16,7 @@ Layout (docs/near-duplicates.md, docs/storage-layout.md)::
                                           checked (:mod:`.near_dup_filter`)
 
 The order rule. A shard *reserves* a position in a short critical section (the index lock, held for
-milliseconds: read ``shards.parquet``, append a ``reserved`` row, write it) and holds the lock of
+milliseconds: read the order's head, write a record of its ``reserved`` row) and holds the lock of
 its position (``_locks/near-duplicates-index/position-<n>.lock``) until it commits. It then waits
 only for the shards reserved before it (:func:`wait_for_earlier`): each either commits, or is found
 dead (its position lock is free) and its reservation is dropped, so it re-reserves after this one
@@ -29,8 +32,8 @@ line per key), the keys that pass looked up block by block in that segment (segm
 tiers of ``FANOUT``, so there are few), plus the entries row groups of the utterances those keys
 name. Nothing is cached between shards.
 
-Repair (:func:`repair_index`, run by the stage whenever it finds damage): a ``shards.parquet`` that
-cannot be read is rebuilt from the commit records; a key filter that is damaged or missing is
+Repair (:func:`repair_index`, run by the stage whenever it finds damage): a ``shards.parquet`` or an
+order record that cannot be read (or a gap in the records) is rebuilt from the commit records; a key filter that is damaged or missing is
 rebuilt from its segment; a segment that is damaged or missing is rebuilt
 from the entries files of the shards it held (a shard whose entries file is also unreadable is
 dropped from the index and re-indexed at the end by its next run); an entries file that cannot be

@@ -1,5 +1,5 @@
 """Committing a shard to the near-duplicate index: its entries file, its level-0 segment with the
-segment's key filter, then its row in the order under the index lock."""
+segment's key filter, then its row in the order (one record) under the index lock."""
 
 from __future__ import annotations
 
@@ -25,8 +25,9 @@ from speechdata.quality.near_dup_index_order import (
     IndexedShard,
     Reservation,
     ReservationLost,
+    _append,
+    _read_head,
     _write_commit_record,
-    _write_state,
     corpus_index_lock,
     read_state,
 )
@@ -85,8 +86,8 @@ def commit_shard_entries(
     if not data_root.exists(entries_relative):
         data_root.write_bytes(entries_relative, content)
     with corpus_index_lock(data_root, timeout_s=timeout_s, run_id=run_id, holder_finished=holder_finished):
-        state = read_state(data_root)
-        mine = next((s for s in state if s.shard_id == reservation.shard_id), None)
+        head = _read_head(data_root, reservation.shard_id)
+        mine = head.mine
         if mine is None or mine.position != reservation.position:
             raise ReservationLost(f"{reservation.shard_id} lost index position {reservation.position}")
         if mine.state == RESERVED and mine.reservation != reservation.token:
@@ -99,7 +100,7 @@ def commit_shard_entries(
             committed = IndexedShard(
                 reservation.position, reservation.shard_id, version, len(signals), COMMITTED, segment
             )
-            _write_state(data_root, [s for s in state if s.shard_id != reservation.shard_id] + [committed])
+            _append(data_root, head, [committed])
         _write_commit_record(data_root, committed)
     if not unchanged and mine.state == COMMITTED:
         _remove_unreferenced_segments(data_root, {mine.segment} - {None})

@@ -39,7 +39,9 @@ from speechdata.quality.near_dup_index_order import (
     DEFAULT_LOCK_TIMEOUT_S,
     IndexDamaged,
     IndexedShard,
+    _append,
     _commit_record_relative,
+    _read_view,
     _state_from_commit_records,
     _write_commit_record,
     _write_state,
@@ -262,16 +264,15 @@ def compact_index(data_root: DataRoot, *, timeout_s: float = DEFAULT_LOCK_TIMEOU
         return None
     with corpus_index_lock(data_root, timeout_s=timeout_s, **lock_options):
         try:
-            current = read_state(data_root)
+            current = _read_view(data_root)
         except IndexDamaged:
             return None
         switched = [
             replace(s, segment=merged)
+            for s in current.shards
             if s.state == COMMITTED and s.segment in inputs and (s.position, s.entries_version) in members
-            else s
-            for s in current
         ]
-        _write_state(data_root, switched)
+        _append(data_root, current, switched)
     _remove_unreferenced_segments(data_root, set(inputs) | {merged})
     return merged
 

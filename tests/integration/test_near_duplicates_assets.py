@@ -3,6 +3,7 @@ incremental order (the copy indexed first is kept), idempotent re-runs, the corp
 a run killed mid-commit, and the asset with the tiny resources."""
 
 import io
+import json
 import multiprocessing
 import threading
 import time
@@ -20,6 +21,7 @@ from assets.near_duplicates import near_duplicates
 from speechdata.io import layout
 from speechdata.io.storage import DataRoot
 from speechdata.landing.ingest import run_normalized_audio, run_raw_shards
+from speechdata.quality import near_dup_index_order
 from speechdata.quality.near_dup_index import CorpusIndexBusy, corpus_index_lock, read_order
 from speechdata.quality.near_dup_planted import SAMPLE_RATE, Speaker, speech_like, transformed
 from speechdata.quality.near_duplicates import NEAR_DUPLICATES_SCHEMA, run_near_duplicates
@@ -146,9 +148,9 @@ def test_rerunning_a_shard_changes_nothing_and_its_entries_never_match_themselve
     again_a = run_near_duplicates(root, "a")
     again_b = run_near_duplicates(root, "b")
     after = written_bytes(root)
-    # the order; per shard its entries, its postings segment and the segment's key filter, its commit
-    # record and its file
-    assert len(before) == 11
+    # the order's records (a reservation and a commit per shard; no snapshot before 64 records); per
+    # shard its entries, its postings segment and the segment's key filter, its commit record and its file
+    assert len(before) == 14
     assert after == before
     assert (again_a.index_position, again_a.indexed_before, again_a.duplicates) == (0, 0, [])
     assert (again_b.index_position, again_b.indexed_before, len(again_b.duplicates)) == (1, 2, 3)
@@ -228,15 +230,17 @@ def test_a_shard_waits_for_the_index_lock_and_gives_up_naming_the_holder(data_ro
 def test_a_run_killed_between_its_entries_and_the_order_reruns_clean(two_shards, monkeypatch):
     root = two_shards
     run_near_duplicates(root, "a")
-    write_parquet = root.write_parquet
+    write_bytes = root.write_bytes
 
-    def killed_at_the_order(relative, table, **options):
-        committing_b = {"shard_id": "b", "state": "committed"}.items() <= dict(table.to_pylist()[-1]).items()
-        if relative == layout.near_duplicates_index_order() and committing_b:
+    def killed_at_the_order(relative, content):
+        committing_b = relative.startswith(near_dup_index_order.ORDER_LOG) and any(
+            row["shard_id"] == "b" and row["state"] == "committed" for row in json.loads(content)["upsert"]
+        )
+        if committing_b:
             raise KeyboardInterrupt("killed")
-        return write_parquet(relative, table, **options)
+        return write_bytes(relative, content)
 
-    monkeypatch.setattr(root, "write_parquet", killed_at_the_order)
+    monkeypatch.setattr(root, "write_bytes", killed_at_the_order)
     with pytest.raises(KeyboardInterrupt):
         run_near_duplicates(root, "b")
     monkeypatch.undo()

@@ -46,9 +46,9 @@ def test_a_torn_order_is_rebuilt_by_the_next_run_with_every_position_kept(two_sh
     run_near_duplicates(root, "a")
     run_near_duplicates(root, "b")
     expected = root.fs.cat_file(root.path(layout.near_duplicates("b")))
-    order_path = root.path(layout.near_duplicates_index_order())
-    torn = root.fs.cat_file(order_path)
-    root.fs.pipe_file(order_path, torn[: len(torn) // 2])
+    [*_, last_record] = sorted(root.glob(f"{near_dup_index_order.ORDER_LOG}/*.json"))  # b's commit
+    torn = root.fs.cat_file(last_record)
+    root.fs.pipe_file(last_record, torn[: len(torn) // 2])
     again = run_near_duplicates(root, "b")
     assert again.repairs and "rebuilt shards.parquet" in again.repairs[0]
     assert [(s.position, s.shard_id) for s in read_order(root)] == [(0, "a"), (1, "b")]
@@ -198,11 +198,11 @@ def test_an_index_of_the_earlier_layout_is_taken_over_by_the_next_run(two_shards
     # The earlier layout: an order of four columns and one row group per entries file, no segments.
     [entries_a] = root.glob(f"{layout.near_duplicates_index_entries_dir()}/a-*.parquet")
     root.fs.pipe_file(entries_a, _one_row_group(root.fs.cat_file(entries_a)))
-    order = root.read_parquet(layout.near_duplicates_index_order())
+    order = pa.Table.from_pylist([vars(s) for s in read_state(root)], schema=near_dup_index.ORDER_SCHEMA)
     root.write_parquet(
         layout.near_duplicates_index_order(), order.select(["position", "shard_id", "entries_version", "utterances"])
     )
-    for folder in ("segments", "committed"):
+    for folder in ("segments", "committed", "order"):
         root.fs.rm(root.path(f"{layout.NEAR_DUPLICATES_INDEX}/{folder}"), recursive=True)
     summary = run_near_duplicates(root, "b")
     assert any("segment rebuilt from its entries" in line for line in summary.repairs)
