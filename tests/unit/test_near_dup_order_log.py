@@ -9,6 +9,7 @@ import pytest
 from speechdata.io import layout
 from speechdata.io.storage import DataRoot
 from speechdata.quality import near_dup_index_order as order
+from speechdata.quality import near_dup_order_log as order_log
 from speechdata.quality.near_dup_index import IndexDamaged, IndexedShard, read_state, reserve_position
 
 
@@ -40,7 +41,7 @@ def positions(root) -> list[tuple[int, str, str]]:
 
 @pytest.fixture
 def fold_every_4(monkeypatch):
-    monkeypatch.setattr(order, "FOLD_EVERY", 4)
+    monkeypatch.setattr(order_log, "FOLD_EVERY", 4)
 
 
 def test_each_reservation_and_commit_is_one_record_and_every_fourth_folds_the_snapshot(data_root, fold_every_4):
@@ -127,12 +128,12 @@ def test_a_reader_racing_a_fold_reads_the_state_after_it(data_root, fold_every_4
     index(data_root, ["b", "c"])  # folds through record 3, removes records 0-3, writes 4 and 5
     read_snapshot = order._read_snapshot
     reads = iter([stale])
-    monkeypatch.setattr(order, "_read_snapshot", lambda root: next(reads, None) or read_snapshot(root))
+    monkeypatch.setattr(order_log, "_read_snapshot", lambda root: next(reads, None) or read_snapshot(root))
     assert [s.shard_id for s in read_state(data_root)] == ["a", "b", "c"]
 
 
 def test_the_head_a_writer_reads_agrees_with_the_whole_order(data_root, monkeypatch):
-    monkeypatch.setattr(order, "FOLD_EVERY", 3)  # snapshots at varying points among the records
+    monkeypatch.setattr(order_log, "FOLD_EVERY", 3)  # snapshots at varying points among the records
     for shard_id in ["a", "b", "c", "d", "e"]:
         with reserve_position(data_root, shard_id) as reservation:
             # b and d stay reserved (their runs gone) until the next shard has reserved after them.
