@@ -31,9 +31,9 @@ def packed(tmp_path_factory, model_cache_dir):
     resources = tiny_resources_for(data_root.url, model_cache_dir)
     with dg.instance_for_test() as instance:
         landed = {}
-        # s1 holds a long recording (its segments packed beside standalone files), s2 standalone files
-        # only: enough samples in s2 for the tar budget to roll over, each language filter still non-empty.
-        for shard_id, seed, utterances, long_recordings in (("s1", 1, 3, 1), ("s2", 2, 4, 0)):
+        # A few standalone files and a long recording's three segments each: s2 keeps more than two
+        # samples after the quality filters (the tar budget rolls over), each language filter non-empty.
+        for shard_id, seed, utterances, long_recordings in (("s1", 1, 3, 1), ("s2", 2, 4, 1)):
             landed[shard_id] = build_sample_shard(
                 data_root, shard_id, utterances, seed=seed, long_recordings=long_recordings, with_faults=True
             )
