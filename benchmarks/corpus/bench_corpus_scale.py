@@ -26,8 +26,8 @@ Near duplicates are measured separately from synthetic index entries (``near_dup
 up to 100 000 h), since clones of one template are all exact copies of each other, plus the wait of
 the last of 16 shards that reach near duplicates at once against one alone.
 
-``--quick``: a template of 8 utterances and one long recording (about 0.025 h), corpora of one and
-two (or three) template shards plus the measured new one, for the smoke test.
+``--quick``: a template of 20 utterances and one long recording (0.05 h), corpora of one and two
+template shards plus the measured new one, for the smoke test.
 """
 
 from __future__ import annotations
@@ -446,9 +446,9 @@ def main(argv: list[str] | None = None) -> None:
         print(json.dumps(figures), flush=True)
         return
     if args.quick:
-        # The template build (every shard asset, tiny models) is most of the smoke run: 8 utterances
-        # and one long recording (about 0.025 h), corpus sizes of one and two or three template shards.
-        args.utterances, args.long_recordings, args.hours = 8, 1, "0.01,0.04"
+        # The template build (every shard asset, tiny models) is most of the smoke run: half of the
+        # former 40 utterances and four long recordings, with the corpus sizes halved to keep one and two shards.
+        args.utterances, args.long_recordings, args.hours = 20, 1, "0.02,0.08"
         args.nd_hours, args.nd_utterances, args.nd_simultaneous = "0.05,0.2", 40, 2
     args.hours = _sizes(args.hours)
     args.nd_hours = _sizes(args.nd_hours)

@@ -17,9 +17,7 @@ def build_finished_root(data_root: DataRoot, model_cache_dir: str, shards=(("e1"
     resources = tiny_resources_for(data_root.url, model_cache_dir)
     with dg.instance_for_test() as instance:
         for shard_id, seed in shards:
-            # Three files and a long recording's three segments: with two shards, more samples than a
-            # tar (5) or a Shar shard (4) holds, and an English one among them.
-            build_sample_shard(data_root, shard_id, 3, seed=seed, long_recordings=1)
+            build_sample_shard(data_root, shard_id, 5, seed=seed, long_recordings=1)
             instance.add_dynamic_partitions(shard_partitions.name, [shard_id])
             result = dg.materialize(SHARD_ASSETS, partition_key=shard_id, instance=instance, resources=resources)
             assert result.success
