@@ -103,8 +103,9 @@ def main(argv: list[str] | None = None) -> None:
         _measure_refresh(*args.measure, json.loads(args.changed_shards) if args.changed_shards else None)
         return
     if args.quick:
-        args.sizes, args.repeats = [20, 100], 1
-        args.new_shard_sizes, args.new_shard_rows = [5, 20], 50
+        # Small enough for the smoke test; every path (full, incremental, unchanged, new shard) still runs.
+        args.sizes, args.repeats = [10, 40], 1
+        args.new_shard_sizes, args.new_shard_rows = [4, 12], 20
 
     per_size = {}
     with stdout_to_stderr():
