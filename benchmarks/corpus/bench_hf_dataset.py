@@ -109,6 +109,9 @@ def baseline_approach(root, out_path: str) -> tuple[float, int, int]:
                     "wer": word_error_rate(seg["human_text"], seg["asr_text"]),
                     "original_transcript_start_idx": seg["transcript_start_idx"],
                     "original_transcript_end_idx": seg["transcript_end_idx"],
+                    "text": seg["human_text"],  # the baseline publishes landed human transcripts only
+                    "text_source": "landed",
+                    "asr_confidence": None,
                 }
             )
     # from_list would encode Audio values through torchcodec (needs FFmpeg); the same bytes go in as

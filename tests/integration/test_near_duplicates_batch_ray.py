@@ -15,6 +15,7 @@ from speechdata.quality.near_dup_index import read_order
 from speechdata.quality.near_dup_matching import NearDuplicateThresholds
 from speechdata.quality.near_dup_planted import transformed
 from speechdata.quality.near_duplicates import run_near_duplicates
+from tests.index_journal import read_state, without_order_records
 from tests.integration.test_near_duplicates_assets import encoded, land_and_normalize, voice, written_bytes
 from tests.ray_cluster import NODES, start_cluster
 
@@ -83,7 +84,7 @@ def test_the_batch_pass_on_two_ray_nodes_writes_what_the_incremental_path_writes
     build_corpus(data_root)
     for shard_id in SHARDS:
         run_near_duplicates(data_root, shard_id)
-    incremental = written_bytes(data_root)
+    incremental, incremental_order = without_order_records(written_bytes(data_root)), read_state(data_root)
     rows = {s: data_root.read_parquet(layout.near_duplicates(s)).to_pylist() for s in SHARDS}
     assert {row["kind"] for shard in rows.values() for row in shard} == {"exact_audio", "near_audio", "near_transcript"}
     assert [row["representative_utt"] for row in rows["c2"]] == ["c0-c", "c0-b"]  # a copy of a copy
@@ -100,12 +101,12 @@ def test_the_batch_pass_on_two_ray_nodes_writes_what_the_incremental_path_writes
             partitions=3,
             on_progress=lambda stage, done, total: progress.append((stage, done, total)),
         )
-        batch = written_bytes(data_root)
+        batch, batch_order = without_order_records(written_bytes(data_root)), read_state(data_root)
         # A threshold change: the indexed shards' stored signals, decided again.
         run_near_duplicates_batch(data_root, SHARDS, audio_only, engine=RayEngine(), signals_from="index")
-        batch_audio_only = written_bytes(data_root)
+        batch_audio_only = without_order_records(written_bytes(data_root))
 
-    assert batch == incremental
+    assert batch == incremental and batch_order == incremental_order
     assert [(s.shard_id, s.index_position) for s in summary.shards] == list(zip(SHARDS, range(4), strict=True))
     assert summary.by_kind == {
         "exact_audio": 1,
@@ -119,6 +120,6 @@ def test_the_batch_pass_on_two_ray_nodes_writes_what_the_incremental_path_writes
 
     for shard_id in SHARDS:
         run_near_duplicates(data_root, shard_id, audio_only)
-    assert written_bytes(data_root) == batch_audio_only != batch
+    assert without_order_records(written_bytes(data_root)) == batch_audio_only != batch
     assert [s.shard_id for s in read_order(data_root)] == SHARDS
     assert [row["utt_id"] for row in data_root.read_parquet(layout.near_duplicates("c2")).to_pylist()] == ["c2-trimmed"]
