@@ -91,6 +91,17 @@ class AsrManifestConfig:
     dedup_duration_resolution_ms: int = 10
 
 
+def empty_split_reason(recordings: int, validation_share: float) -> str:
+    """Why a split the split rule promises came out empty (the manifest says so, never silently)."""
+    if recordings == 0:
+        return "no utterance passed the filters"
+    if validation_share == 0:
+        return "validation_share is 0"
+    if recordings < MIN_RECORDINGS_FOR_HELD_OUT:
+        return f"{recordings} recording(s): validation and eval need at least {MIN_RECORDINGS_FOR_HELD_OUT}"
+    return "every recording fell in another split"
+
+
 @dataclass(frozen=True)
 class AsrManifestBuild:
     train: pl.DataFrame
@@ -109,14 +120,7 @@ class AsrManifestBuild:
     @property
     def empty_splits(self) -> dict[str, str]:
         """Each empty split and why: never silently empty."""
-        if self.recordings == 0:
-            why = "no utterance passed the filters"
-        elif self.validation_share == 0:
-            why = "validation_share is 0"
-        elif self.recordings < MIN_RECORDINGS_FOR_HELD_OUT:
-            why = f"{self.recordings} recording(s): validation and eval need at least {MIN_RECORDINGS_FOR_HELD_OUT}"
-        else:
-            why = "every recording fell in another split"
+        why = empty_split_reason(self.recordings, self.validation_share)
         splits = (("train", self.train), ("validation", self.validation), ("eval", self.eval))
         return {split: why for split, frame in splits if frame.height == 0}
 

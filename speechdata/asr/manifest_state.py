@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 import polars as pl
 
 from speechdata.asr.filters import REMOVAL_REASONS
-from speechdata.asr.manifest import MANIFEST_COLUMNS, AsrManifestConfig
+from speechdata.asr.manifest import MANIFEST_COLUMNS, AsrManifestConfig, empty_split_reason
 from speechdata.asr.manifest_rows import MANIFEST_SCHEMA, ShardOutputs
 from speechdata.asr.split import HASH_BUCKETS, MIN_RECORDINGS_FOR_HELD_OUT, UTTERANCE_KEY
 from speechdata.io import layout
@@ -304,14 +304,7 @@ class AsrManifestTotals:
 
     @property
     def empty_splits(self) -> dict[str, str]:
-        if self.recordings == 0:
-            why = "no utterance passed the filters"
-        elif self.validation_share == 0:
-            why = "validation_share is 0"
-        elif self.recordings < MIN_RECORDINGS_FOR_HELD_OUT:
-            why = f"{self.recordings} recording(s): validation and eval need at least {MIN_RECORDINGS_FOR_HELD_OUT}"
-        else:
-            why = "every recording fell in another split"
+        why = empty_split_reason(self.recordings, self.validation_share)
         counts = {"train": self.train_rows, "validation": self.validation_rows, "eval": self.eval_rows}
         return {split: why for split, n in counts.items() if n == 0}
 
