@@ -151,38 +151,49 @@ def _viterbi_numba_source(lp, y):  # noqa: C901  # pragma: no cover - compiled b
     return states, frame_log_probs, 0  # OK
 
 
-_numba_lock = threading.Lock()
-_numba_kernel: Kernel | None = None
-_numba_error: BaseException | None = None
+class NumbaKernel:
+    """A numba kernel compiled once per process on first use (cached on disk by numba when the package
+    is writable), with its numpy twin for when numba is missing or broken."""
 
+    def __init__(self, source: Callable, signature: str, numpy_kernel: Callable):
+        self._source, self._signature, self._numpy_kernel = source, signature, numpy_kernel
+        self._lock = threading.Lock()
+        self._compiled: Callable | None = None
+        self._error: BaseException | None = None
 
-def _load_numba() -> Kernel | None:
-    """Compile the kernel once per process (cached on disk by numba when the package is writable)."""
-    global _numba_kernel, _numba_error
-    with _numba_lock:
-        if _numba_kernel is None and _numba_error is None:
-            try:
-                import numba
-
-                signature = "Tuple((int32[::1], float32[::1], int64))(float32[:, ::1], int64[::1])"
+    def _load(self) -> Callable | None:
+        with self._lock:
+            if self._compiled is None and self._error is None:
                 try:
-                    _numba_kernel = numba.njit(signature, nogil=True, cache=True)(_viterbi_numba_source)
-                except Exception:  # an unwritable cache directory: compile without caching
-                    _numba_kernel = numba.njit(signature, nogil=True)(_viterbi_numba_source)
-            except Exception as error:  # numba missing or broken: numpy fallback
-                _numba_error = error
-        return _numba_kernel
+                    import numba
+
+                    try:
+                        self._compiled = numba.njit(self._signature, nogil=True, cache=True)(self._source)
+                    except Exception:  # an unwritable cache directory: compile without caching
+                        self._compiled = numba.njit(self._signature, nogil=True)(self._source)
+                except Exception as error:  # numba missing or broken: numpy fallback
+                    self._error = error
+            return self._compiled
+
+    def for_backend(self, backend: str) -> Callable:
+        """The kernel for ``backend`` (``auto``: numba when it loads, else numpy)."""
+        if backend == "numpy":
+            return self._numpy_kernel
+        if backend not in ("auto", "numba"):
+            raise ValueError(f"backend must be 'auto', 'numba' or 'numpy'; got {backend!r}")
+        kernel = self._load()
+        if kernel is not None:
+            return kernel
+        if backend == "numba":
+            raise RuntimeError(f"numba backend unavailable: {self._error!r}")
+        return self._numpy_kernel
+
+
+_VITERBI = NumbaKernel(
+    _viterbi_numba_source, "Tuple((int32[::1], float32[::1], int64))(float32[:, ::1], int64[::1])", _viterbi_numpy
+)
 
 
 def kernel_for(backend: str) -> Kernel:
     """The kernel for ``backend`` (``auto``: numba when it loads, else numpy)."""
-    if backend == "numpy":
-        return _viterbi_numpy
-    if backend not in ("auto", "numba"):
-        raise ValueError(f"backend must be 'auto', 'numba' or 'numpy'; got {backend!r}")
-    kernel = _load_numba()
-    if kernel is not None:
-        return kernel
-    if backend == "numba":
-        raise RuntimeError(f"numba backend unavailable: {_numba_error!r}")
-    return _viterbi_numpy
+    return _VITERBI.for_backend(backend)

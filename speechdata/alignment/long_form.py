@@ -34,13 +34,12 @@ are returned (``wildcard_frames``) and reported as stretches.
 from __future__ import annotations
 
 import math
-import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
-from speechdata.alignment.kernels import OK, PADDING_VALUE
+from speechdata.alignment.kernels import OK, PADDING_VALUE, NumbaKernel
 from speechdata.alignment.viterbi import (
     ArrayLike,
     ViterbiPath,
@@ -358,39 +357,13 @@ def _checkpointed_numba_source(lp, y, skip, gap, star, interval):  # noqa: C901 
 
 
 Kernel = Callable[..., tuple[np.ndarray, np.ndarray, np.ndarray, int]]
-_numba_lock = threading.Lock()
-_numba_kernel: Kernel | None = None
-_numba_error: BaseException | None = None
-
-
-def _load_numba() -> Kernel | None:
-    global _numba_kernel, _numba_error
-    with _numba_lock:
-        if _numba_kernel is None and _numba_error is None:
-            try:
-                import numba
-
-                signature = (
-                    "Tuple((int32[::1], float32[::1], uint8[::1], int64))"
-                    "(float32[:, ::1], int64[::1], boolean[::1], boolean[::1], float32[::1], int64)"
-                )
-                try:
-                    _numba_kernel = numba.njit(signature, nogil=True, cache=True)(_checkpointed_numba_source)
-                except Exception:  # an unwritable cache directory: compile without caching
-                    _numba_kernel = numba.njit(signature, nogil=True)(_checkpointed_numba_source)
-            except Exception as error:  # numba missing or broken: numpy fallback
-                _numba_error = error
-        return _numba_kernel
+_CHECKPOINTED = NumbaKernel(
+    _checkpointed_numba_source,
+    "Tuple((int32[::1], float32[::1], uint8[::1], int64))"
+    "(float32[:, ::1], int64[::1], boolean[::1], boolean[::1], float32[::1], int64)",
+    _checkpointed_numpy,
+)
 
 
 def _kernel_for(backend: str) -> Kernel:
-    if backend == "numpy":
-        return _checkpointed_numpy
-    if backend not in ("auto", "numba"):
-        raise ValueError(f"backend must be 'auto', 'numba' or 'numpy'; got {backend!r}")
-    kernel = _load_numba()
-    if kernel is not None:
-        return kernel
-    if backend == "numba":
-        raise RuntimeError(f"numba backend unavailable: {_numba_error!r}")
-    return _checkpointed_numpy
+    return _CHECKPOINTED.for_backend(backend)
