@@ -26,7 +26,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple, NoReturn
 
 if TYPE_CHECKING:
     import torch
@@ -59,6 +59,18 @@ def emit(benchmark: str, params: dict, figures: dict) -> None:
     """Print ``{"benchmark", "params", "machine", **figures}`` as one JSON line."""
     record = {"benchmark": benchmark, "params": params, "machine": machine(), **figures}
     print(json.dumps(record, sort_keys=False), flush=True)
+
+
+def leave_measured() -> NoReturn:
+    """End a measurement child once its figures are written, without interpreter teardown.
+
+    Arrow's parquet threads can abort a finished process at exit (``terminate called without an
+    active exception``, apache/arrow#34314), which would discard figures already printed; a child
+    measures the work, not the teardown.
+    """
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 def progress(message: str) -> None:

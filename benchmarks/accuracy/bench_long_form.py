@@ -62,7 +62,7 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks.report import RssSampler, emit, progress, ratio, stdout_to_stderr
+from benchmarks.report import RssSampler, emit, leave_measured, progress, ratio, stdout_to_stderr
 from speechdata.audio.budget import MAX_LONG_FORM_SECONDS as LONG_FORM_LIMIT_S
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -606,7 +606,7 @@ def main() -> None:
         with stdout_to_stderr():
             figures = measure(*rest)
         print(json.dumps(figures))
-        return
+        leave_measured()
     if args.pipeline:
         if args.whole_decode_s is not None:  # read by the stage processes, which inherit it
             os.environ["SPEECHDATA_MAX_UTTERANCE_SECONDS"] = str(args.whole_decode_s)

@@ -47,7 +47,7 @@ import time
 import numpy as np
 import pyarrow as pa
 
-from benchmarks.report import emit, peak_rss_mb, progress, ratio, stdout_to_stderr, timed_call
+from benchmarks.report import emit, leave_measured, peak_rss_mb, progress, ratio, stdout_to_stderr, timed_call
 
 TARGET_RATIO = 10.0  # the scale target for the manifest build
 MIN_DURATION, MAX_DURATION, MIN_QUALITY = 0.5, 20.0, 0.5
@@ -318,7 +318,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parse_arguments(argv)
     if args.measure:
         measure_child(*args.measure)
-        return
+        leave_measured()
     with stdout_to_stderr():
         import pandas  # noqa: F401  imported before timing: to_pandas would otherwise pay it
         import polars  # noqa: F401

@@ -73,7 +73,7 @@ import numpy as np
 import pyarrow as pa
 
 from benchmarks.corpus.bench_catalog import shard_manifest
-from benchmarks.report import emit, peak_rss_mb, progress, ratio, stdout_to_stderr
+from benchmarks.report import emit, leave_measured, peak_rss_mb, progress, ratio, stdout_to_stderr
 from benchmarks.report import timed_call as timed
 from speechdata.accounting.rejects import Reject, rejects_table
 from speechdata.bridge.manifest import manifest_path
@@ -101,7 +101,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if args.measure:
         _measure_refresh(*args.measure, json.loads(args.changed_shards) if args.changed_shards else None)
-        return
+        leave_measured()
     if args.quick:
         # Small enough for the smoke test; every path (full, incremental, unchanged, new shard) still runs.
         args.sizes, args.repeats = [10, 40], 1

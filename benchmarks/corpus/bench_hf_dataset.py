@@ -38,7 +38,7 @@ import tracemalloc
 import numpy as np
 import soundfile as sf
 
-from benchmarks.report import emit, peak_rss_mb, process_cpu_seconds, progress, ratio, stdout_to_stderr
+from benchmarks.report import emit, leave_measured, peak_rss_mb, process_cpu_seconds, progress, ratio, stdout_to_stderr
 
 
 def land_corpus(workdir: str, recordings: int):
@@ -273,7 +273,7 @@ def main() -> None:
         with stdout_to_stderr():
             step_figures = refresh_country_step(args.step, "bench", "de")
         print(json.dumps(step_figures), flush=True)
-        return
+        leave_measured()
     sizes = () if args.per_new_shard_only else (("quarter", max(args.recordings // 4, 2)), ("full", args.recordings))
     with stdout_to_stderr():
         import datasets  # noqa: F401  (imported before timing: its import is not part of either side)

@@ -26,7 +26,7 @@ import sys
 import tempfile
 import time
 
-from benchmarks.report import emit, peak_rss_mb, progress, ratio, stdout_to_stderr
+from benchmarks.report import emit, leave_measured, peak_rss_mb, progress, ratio, stdout_to_stderr
 
 LANGUAGES = ("en", "fr", "hi")
 
@@ -135,7 +135,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if args.measure:
         measure_child(*args.measure)
-        return
+        leave_measured()
     if args.quick:
         args.corpus_shards, args.shard_files = [2, 8], 100
     with stdout_to_stderr():

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks.report import emit, peak_rss_mb, progress
+from benchmarks.report import emit, leave_measured, peak_rss_mb, progress
 
 ROOT = Path(__file__).resolve().parents[2]
 FRAME_S = 0.08
@@ -74,7 +74,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.measure is not None:
         _measure(args.measure)
-        return
+        leave_measured()
     # 30 minutes takes the checkpointed Viterbi; 2 hours would too, at minutes of CPU for a smoke test
     durations = [60, 300, 1800] if args.quick else args.durations_s
     per_duration = []

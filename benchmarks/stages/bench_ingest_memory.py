@@ -34,7 +34,7 @@ import numpy as np
 import pyarrow as pa
 import soundfile as sf
 
-from benchmarks.report import children_peak_rss_mb, emit, peak_rss_mb, progress, ratio, stdout_to_stderr
+from benchmarks.report import children_peak_rss_mb, emit, leave_measured, peak_rss_mb, progress, ratio, stdout_to_stderr
 from speechdata.io import layout
 from speechdata.io.storage import DataRoot
 
@@ -121,7 +121,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.measure:
         _measure(args.measure[0], args.measure[1], args.workers)
-        return
+        leave_measured()
     sizes = [20, 80] if args.quick else args.rows_per_file
     per_size = []
     for rows_per_file in sizes:

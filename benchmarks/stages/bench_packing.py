@@ -59,7 +59,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from benchmarks.report import emit, peak_rss_mb, progress, ratio, stdout_to_stderr
+from benchmarks.report import emit, leave_measured, peak_rss_mb, progress, ratio, stdout_to_stderr
 
 MB = 1e6
 COPY_BUFFER = 1 << 20
@@ -212,6 +212,7 @@ def run_child_action(args: argparse.Namespace) -> None:
         print(json.dumps({}))
     else:
         print(json.dumps(_child_pack(root, args.write_back_mib, args.drop_written)))
+    leave_measured()
 
 
 def measure_size(args: argparse.Namespace, count: int) -> dict:
