@@ -38,7 +38,7 @@ NO_RECORDING_LEAKS = "no_recording_in_two_splits"
 @shard_asset(
     deps=[raw_shards, quality_decisions],
     kinds={"flac", "parquet"},
-    code_version="asr_flac-v3",
+    code_version="asr_flac-v4",
     checks={FLAC_ACCOUNTED: "Every utterance of the index has a FLAC file or an asr_flac reject."},
 )
 def asr_flac(context: dg.AssetExecutionContext, data_root: DataRootResource) -> ShardEvents:
@@ -48,7 +48,10 @@ def asr_flac(context: dg.AssetExecutionContext, data_root: DataRootResource) -> 
     `flac_path`, `n_samples`, `duration_s`, `audio_sha1` of the PCM, used for deduplication) and
     `shards/<shard>/rejects/asr_flac.parquet`. A landed tar is audited before anything is read: members
     with `..` or absolute names, links and devices are never read or written, and are listed here
-    (`unsafe_tar_members`); an utterance that points at one is rejected with the reason.
+    (`unsafe_tar_members`); an utterance that points at one is rejected with the reason. A long
+    recording the aligner cut into segments is one FLAC per segment (`<utt_id>+<index>`, `text` = its
+    words), each read by seeking in the landed file; one past the whole-decode budget without segments
+    is rejected `not_aligned`.
     """
     yield from materialize_shards(context, lambda shard_id: _extract_one_shard(context, data_root, shard_id))
 
