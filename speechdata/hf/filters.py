@@ -62,6 +62,13 @@ SegmentId = tuple[str, str]
 """``(shard_id, key)``: a segment's identity; ``key`` is the utterance's ``utt_id`` in its shard."""
 
 
+def recording_id(segment_id: SegmentId) -> SegmentId:
+    """``(shard_id, utt_id)`` of the landed utterance a segment is (itself) or is part of (a long
+    recording's segment ``<utt_id>+<index>``)."""
+    shard_id, key = segment_id
+    return (shard_id, key if key is None else utterance_of_key(key))
+
+
 def segment_ids(segments: pa.Table) -> list[SegmentId]:
     return list(zip(segments["shard_id"].to_pylist(), segments["key"].to_pylist(), strict=True))
 
@@ -87,7 +94,7 @@ def filter_reasons(
     ):
         labelled = sources[row] == TEXT_SOURCE_ASR
         # A segment of a long recording has no ASR transcript, CER or span of its own.
-        part_of_recording = SEGMENT_KEY_SEPARATOR in segment_id[1]
+        part_of_recording = SEGMENT_KEY_SEPARATOR in (segment_id[1] or "")
         missing = next(
             (
                 name
@@ -119,7 +126,7 @@ def filter_reasons(
             reasons.append("cer_above_max")
         elif (low := pseudo_label_reason(sources[row], confidences[row], limits.min_asr_confidence)) is not None:
             reasons.append(low)
-        elif (segment_id[0], utterance_of_key(segment_id[1])) in copies:
+        elif recording_id(segment_id) in copies:
             reasons.append(NEAR_DUPLICATE)
         else:
             reasons.append(None)

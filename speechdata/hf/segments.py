@@ -32,10 +32,10 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from speechdata.alignment.segmentation import MAX_SEGMENT_MS
-from speechdata.bridge.segments import segment_key, segment_spans, utterance_of_key
+from speechdata.bridge.segments import segment_key, segment_spans
 
 # Where callers have always found them; they live with the filters.
-from speechdata.hf.filters import RECORDING_ONLY_FIELDS, SegmentId, segment_ids
+from speechdata.hf.filters import RECORDING_ONLY_FIELDS, SegmentId, recording_id, segment_ids
 from speechdata.hf.filters import REQUIRED_FIELDS as REQUIRED_FIELDS
 from speechdata.hf.filters import SegmentLimits as SegmentLimits
 from speechdata.hf.filters import filter_reasons as filter_reasons
@@ -258,7 +258,7 @@ def segments_fingerprint(segments: pa.Table, near_duplicate_ids: Collection[Segm
     Equal fingerprints mean the build would read the same rows and filter the same copies, so the
     country need not be rebuilt. With no near duplicate among the segments the hash is the rows' alone."""
     # A segment of a long recording is a copy when its recording is.
-    copies = sorted({(shard, utterance_of_key(key)) for shard, key in segment_ids(segments)} & set(near_duplicate_ids))
+    copies = sorted({recording_id(segment_id) for segment_id in segment_ids(segments)} & set(near_duplicate_ids))
     return _columns_fingerprint(((name, segments[name].to_pylist()) for name in segments.column_names), copies)
 
 
