@@ -51,7 +51,7 @@ def asr_flac(context: dg.AssetExecutionContext, data_root: DataRootResource) -> 
     (`unsafe_tar_members`); an utterance that points at one is rejected with the reason. A long
     recording the aligner cut into segments is one FLAC per segment (`<utt_id>+<index>`, `text` = its
     words), each read by seeking in the landed file; one past the whole-decode budget without segments
-    is rejected `not_aligned`.
+    is rejected `audio_over_memory_budget` (not aligned).
     """
     yield from materialize_shards(context, lambda shard_id: _extract_one_shard(context, data_root, shard_id))
 

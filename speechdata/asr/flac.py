@@ -71,9 +71,6 @@ ASR_FLAC_INDEX_SCHEMA = pa.schema(
 """``text`` is set on the rows of a long recording's segments only (their words); an utterance's
 text is the utterance index's."""
 
-NOT_ALIGNED = "not_aligned"
-"""The reject of a recording past the whole-decode budget that has no aligned segments to publish."""
-
 TOO_LONG = "too_long"
 """The quality policy's length rule: a long recording published as segments is judged segment by
 segment by the manifest's own duration filter instead."""
@@ -267,21 +264,15 @@ def _planned(
         elif segmented:
             cut = _segment_requests(request, spans[request.utt_id])
             if not cut:
-                rejects.append(
-                    Reject(request.utt_id, STAGE, NOT_ALIGNED, f"{request.audio_path}: no aligned segment holds audio")
-                )
+                detail = f"{request.audio_path}: not aligned: no aligned segment holds audio"
+                rejects.append(Reject(request.utt_id, STAGE, "audio_empty", detail))
             planned += cut
             texts.update({segment.utt_id: text for segment, text in cut.items()})
         elif is_long_recording(request) and request.duration_s > budget.MAX_UTTERANCE_SECONDS:
-            rejects.append(
-                Reject(
-                    request.utt_id,
-                    STAGE,
-                    NOT_ALIGNED,
-                    f"{request.audio_path}: {request.duration_s:.1f} s, past the whole-decode budget of "
-                    f"{budget.MAX_UTTERANCE_SECONDS:.0f} s, and no aligned segments to publish it as",
-                )
-            )
+            # Never decoded: the reason every stage gives a recording it may not decode whole.
+            problem = budget.audio_budget_problem(round(request.duration_s * 1000), 1000)
+            detail = f"{request.audio_path}: the segment: {problem}; not aligned: no segments to publish it as"
+            rejects.append(Reject(request.utt_id, STAGE, budget.OVER_BUDGET_REASON, detail))
         else:
             planned.append(_kept(request, kept_spans))
     planned.sort(key=lambda r: (r.audio_path, r.start_s, r.utt_id))

@@ -1,7 +1,7 @@
 """A recording longer than one training sample reaches the ASR product as its aligned segments: one FLAC
 and one manifest row per segment, cut by seeking in the landed file (the whole-decode budget is lowered
 below the recording, so decoding it whole would fail), read back by the training dataset and NeMo's own
-manifest reader; an unaligned one past the budget is a recorded reject; the ledger balances; a re-run
+manifest rule; an unaligned one past the budget is a recorded reject; the ledger balances; a re-run
 writes the same bytes."""
 
 import hashlib
@@ -14,7 +14,7 @@ import soundfile as sf
 
 from speechdata.accounting.ledgers import shard_ledgers
 from speechdata.asr.dataset import AsrManifestDataset
-from speechdata.asr.flac import ASR_SAMPLE_RATE, NOT_ALIGNED, pcm16, run_asr_flac
+from speechdata.asr.flac import ASR_SAMPLE_RATE, pcm16, run_asr_flac
 from speechdata.asr.manifest import AsrManifestConfig
 from speechdata.asr.stage import build_and_write_asr_manifests, read_published_build
 from speechdata.audio import budget
@@ -119,8 +119,10 @@ def test_every_jsonl_line_names_a_segment_file_from_its_own_directory(published)
 def test_an_unaligned_recording_past_the_budget_is_rejected_and_the_ledger_balances(published):
     data_root, _ = published
     rejects = data_root.read_parquet(layout.rejects(SHARD, "asr_flac")).to_pylist()
-    assert [(r["utt_id"], r["reason"]) for r in rejects] == [("lecture", NOT_ALIGNED)]
-    assert "90.0 s" in rejects[0]["detail"] and "lecture.flac" in rejects[0]["detail"]
+    assert [(r["utt_id"], r["reason"]) for r in rejects] == [("lecture", budget.OVER_BUDGET_REASON)]
+    detail = rejects[0]["detail"]
+    assert detail.startswith("lecture.flac: the segment: 90.0 s of audio, over the") and "of 60 s" in detail
+    assert detail.endswith("not aligned: no segments to publish it as")
     ledger = shard_ledgers(data_root, SHARD)["asr"]
     assert ledger.balanced and (ledger.landed, ledger.produced, ledger.rejected) == (4, 3, 1)
 
