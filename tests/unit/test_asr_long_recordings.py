@@ -9,13 +9,14 @@ import json
 import posixpath
 
 import numpy as np
+import polars as pl
 import pytest
 import soundfile as sf
 
 from speechdata.accounting.ledgers import shard_ledgers
 from speechdata.asr.dataset import AsrManifestDataset
 from speechdata.asr.flac import ASR_SAMPLE_RATE, pcm16, run_asr_flac
-from speechdata.asr.manifest import AsrManifestConfig
+from speechdata.asr.manifest import AsrManifestConfig, apply_language_corrections
 from speechdata.asr.stage import build_and_write_asr_manifests, read_published_build
 from speechdata.audio import budget
 from speechdata.audio.codec import read_segment_from, resample
@@ -139,3 +140,19 @@ def test_a_recording_the_quality_policy_finds_only_too_long_is_segmented_any_oth
     summary = run_asr_flac(data_root, SHARD, excluded=noisy)
     assert summary.rows_out == 1 and summary.segments == 0  # the lecture, whole: within the budget
     assert [(r.utt_id, r.reason) for r in summary.rejects] == [("talk", "too_long")]
+
+
+def test_a_language_correction_of_the_recording_relabels_its_segments():
+    rows = pl.DataFrame(
+        {
+            "shard_id": ["s", "s", "s"],
+            "utt_id": ["talk+0000", "talk+0001", "talk_2"],
+            "language": ["en", "en", "en"],
+            "recording_id": [None, None, None],
+        },
+        schema_overrides={"recording_id": pl.String},
+    )
+    corrections = pl.DataFrame({"utt_id": ["talk"], "language": ["de"]})
+    corrected = apply_language_corrections(rows, corrections)
+    assert corrected.columns == [*rows.columns, "original_language"]
+    assert corrected.select("utt_id", "language").rows() == [("talk+0000", "de"), ("talk+0001", "de"), ("talk_2", "en")]
