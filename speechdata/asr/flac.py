@@ -167,9 +167,10 @@ def run_asr_flac(
     """
     started = time.perf_counter()
     index = data_root.read_parquet(layout.utterance_index(shard_id))
-    requests, rejects, texts = _planned(
-        segment_requests(index), aligned_segments(data_root, shard_id), excluded or {}, kept_spans or {}
-    )
+    requests = segment_requests(index)
+    # The alignments (every word of the shard) are read only for a shard that holds a long recording.
+    spans = aligned_segments(data_root, shard_id) if any(is_long_recording(r) for r in requests) else {}
+    requests, rejects, texts = _planned(requests, spans, excluded or {}, kept_spans or {})
     rows: dict[str, list] = {field.name: [] for field in ASR_FLAC_INDEX_SCHEMA}
     audio_seconds = 0.0
     audio = _ShardAudio(data_root, shard_id)

@@ -116,18 +116,16 @@ def with_recording_segments(data_root: DataRoot, shard_id: str, index: pa.Table)
     the segment's (``segment_start_s``/``segment_end_s``, ``duration_s``), ``text`` (and ``human_text``
     where the recording's is landed) the segment's words, :data:`~speechdata.hf.filters.RECORDING_ONLY_FIELDS` null; every
     other column the recording's. A recording without segment rows stays one row."""
-    if not data_root.exists(layout.alignments(shard_id)):
+    durations = _column(index, "duration_s", pa.float64()).to_pylist()
+    longer = [
+        row for row, duration in enumerate(durations) if duration is not None and duration * 1000 > MAX_SEGMENT_MS
+    ]
+    # The alignments (every word of the shard) are read only for a shard that holds a long recording.
+    if not longer or not data_root.exists(layout.alignments(shard_id)):
         return index
     spans = segment_spans(data_root, shard_id)
-    if not spans:
-        return index
-    durations = _column(index, "duration_s", pa.float64()).to_pylist()
     utt_ids = index["utt_id"].to_pylist()
-    long_rows = [
-        row
-        for row, (utt_id, duration) in enumerate(zip(utt_ids, durations, strict=True))
-        if utt_id in spans and duration is not None and duration * 1000 > MAX_SEGMENT_MS
-    ]
+    long_rows = [row for row in longer if utt_ids[row] in spans]
     if not long_rows:
         return index
     pieces, expanded = [], []
