@@ -14,8 +14,9 @@ import pytest
 import soundfile as sf
 
 from speechdata.accounting.ledgers import shard_ledgers
+from speechdata.accounting.rejects import Reject
 from speechdata.asr.dataset import AsrManifestDataset
-from speechdata.asr.flac import ASR_SAMPLE_RATE, pcm16, run_asr_flac
+from speechdata.asr.flac import ASR_SAMPLE_RATE, _recordings_without_segments, pcm16, run_asr_flac
 from speechdata.asr.manifest import AsrManifestConfig, apply_language_corrections
 from speechdata.asr.stage import build_and_write_asr_manifests, read_published_build
 from speechdata.audio import budget
@@ -156,3 +157,15 @@ def test_a_language_correction_of_the_recording_relabels_its_segments():
     corrected = apply_language_corrections(rows, corrections)
     assert corrected.columns == [*rows.columns, "original_language"]
     assert corrected.select("utt_id", "language").rows() == [("talk+0000", "de"), ("talk+0001", "de"), ("talk_2", "en")]
+
+
+def test_a_recording_none_of_whose_segments_was_cut_is_rejected_under_its_own_id():
+    failed = [
+        Reject("talk+0000", "asr_flac", "audio_decode_failed", "talk.flac: bad frame"),
+        Reject("talk+0001", "asr_flac", "audio_decode_failed", "talk.flac: bad frame"),
+        Reject("lecture+0003", "asr_flac", "audio_empty", "lecture.flac: no samples decoded"),
+    ]
+    rejects = _recordings_without_segments(list(failed), written={"lecture+0000", "clip00"})
+    assert rejects[:3] == failed  # each segment stays a reject of its own key
+    [talk] = rejects[3:]
+    assert (talk.utt_id, talk.reason) == ("talk", "audio_decode_failed") and "no segment of 2 cut" in talk.detail

@@ -17,7 +17,8 @@ from speechdata.audio import budget
 from speechdata.bridge.segments import segment_key, segment_spans, utterance_of_key
 from speechdata.hf.country_build import refresh_country
 from speechdata.hf.dataset import DatasetOptions
-from speechdata.hf.filters import SegmentLimits
+from speechdata.hf.filters import SegmentLimits, filter_reasons
+from speechdata.hf.segments import shard_country_segments
 from speechdata.hf.splits import SplitTargets
 from speechdata.io import layout
 from speechdata.io.storage import DataRoot
@@ -103,3 +104,12 @@ def test_a_recording_whose_every_segment_is_filtered_is_rejected_under_its_own_i
     assert {r["reason"] for r in talk} == {"too_long"}
     assert [r["utt_id"] for r in talk if "+" not in r["utt_id"]] == ["talk"]
     assert len(talk) == len(segment_spans(data_root, SHARD)["talk"]) + 1
+
+
+def test_every_segment_of_a_recording_the_near_duplicate_stage_rejected_is_filtered(published):
+    data_root, _, _ = published
+    segments = shard_country_segments(data_root, SHARD, "de")
+    reasons = dict(zip(segments["key"].to_pylist(), filter_reasons(segments, OPTIONS.limits, {(SHARD, "talk")})))
+    talk = {key: reason for key, reason in reasons.items() if utterance_of_key(key) == "talk"}
+    assert len(talk) >= 5 and set(talk.values()) == {"near_duplicate"}
+    assert reasons["clip00"] is None
