@@ -276,7 +276,8 @@ def _planned(
             rejects.append(Reject(request.utt_id, STAGE, budget.OVER_BUDGET_REASON, detail))
         else:
             planned.append(_kept(request, kept_spans))
-    planned.sort(key=lambda r: (r.audio_path, r.start_s, r.utt_id))
+    if texts:  # segments join their file's other utterances, in order (each file is opened once)
+        planned.sort(key=lambda r: (r.audio_path, r.start_s, r.utt_id))
     return planned, rejects, texts
 
 
