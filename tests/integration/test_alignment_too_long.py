@@ -4,8 +4,8 @@ import numpy as np
 
 from speechdata.alignment.forced import MAX_ALIGNMENT_FRAME_TOKENS, alignment_size_problem
 from speechdata.alignment.log_probs import CTC_FRAME_S, MODEL_SAMPLE_RATE
-from speechdata.alignment.segmentation import MAX_SEGMENT_MS
 from speechdata.alignment.long_form import checkpointed_memory_bytes
+from speechdata.alignment.segmentation import MAX_SEGMENT_MS
 from speechdata.alignment.stage import CtcAligner, run_alignments
 from speechdata.alignment.transcript_units import CharVocabulary
 from speechdata.io import layout
