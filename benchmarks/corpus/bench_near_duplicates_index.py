@@ -147,14 +147,14 @@ def measure(url: str, utterances: int, path: str, results) -> None:
         indexed = [entry for shard in read_order(root) for entry in read_shard_entries(root, shard)]
         source = MemorySource(indexed)
         decisions = decide_shard(source.next_position, signals, source, thresholds)
-        touched = len(indexed)
+        touched, postings_read = len(indexed), None
     else:
         with reserve_position(root, "new") as reservation:
             reader = IndexReader(root, reservation.position, wait_for_earlier(root, reservation))
             decisions = decide_shard(reservation.position, signals, reader, thresholds)
             commit_shard_entries(root, reservation, signals, decisions)
         compact_index(root)
-        touched = reader.rows_read
+        touched, postings_read = reader.rows_read, reader.postings_read
     results[path] = {
         "wall_s": round(time.perf_counter() - wall, 3),
         "cpu_s": round(time.process_time() - cpu, 3),
@@ -162,6 +162,8 @@ def measure(url: str, utterances: int, path: str, results) -> None:
         "added_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024 - after_imports, 1),
         "copies_found": sum(1 for d in decisions if d.kind),
         "indexed_utterances_read": touched,
+        # What the lookup found in the segments: the postings its keys hit, chance hits included.
+        "postings_read": postings_read,
     }
 
 

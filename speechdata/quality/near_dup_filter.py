@@ -37,7 +37,9 @@ BITS_PER_KEY = 12
 ADD_CHUNK = 1 << 20
 """Keys set at once while a filter is built (bounds the memory of a merge's filter)."""
 
-_MAGIC = b"NDFLT01\n"
+_MAGIC = b"NDFLT02\n"
+"""02: the filter of a segment of ``near_dup_postings.SEGMENT_FORMAT`` 3 (envelope band pairs). A
+lookup tests a filter before it reads its segment's header, so the filter says the format too."""
 _HEADER = struct.Struct("<8sQI4x24sQQ")
 """magic, lines, hashes, the segment's name (padded), reserved, the header's check word: 64 bytes."""
 _FILTER_SALT = np.uint64(0x3C6EF372FE94F82B)
@@ -96,6 +98,8 @@ def _read_header(header: bytes, path: str, segment: str) -> int:
     if len(header) != _HEADER.size:
         raise DamagedFilter(path, "shorter than its header")
     magic, lines, hashes, named, _, _ = _HEADER.unpack(header)
+    if magic[:5] == _MAGIC[:5] and magic != _MAGIC:
+        raise DamagedFilter(path, f"written for an earlier index format ({magic[:7].decode(errors='replace')})")
     if magic != _MAGIC or hashes != HASHES or header != _header(lines, named.rstrip(b"\0").decode(errors="replace")):
         raise DamagedFilter(path, "header checksum mismatch")
     named = named.rstrip(b"\0")
