@@ -14,7 +14,7 @@ the entries they name, decide, commit (entries file, level-0 segment, order row)
 The index is synthetic (signals, not audio: fingerprinting costs the same in both designs and is
 per utterance): N shards of ``--utterances`` utterances of 3.2-6.4 s (random sub-fingerprints, 85 %
 of frames active, 8-word transcripts' MinHash, a speaker embedding, a loudness envelope and spectral
-shape with their 24 envelope keys); the new shard holds as many utterances, a tenth of them copies
+shape with their 276 envelope band-pair keys); the new shard holds as many utterances, a tenth of them copies
 of earlier utterances (5 % of frames with one bit flipped, the same transcript and speaker, the
 envelope with noise). Each
 measurement runs in a fresh process; peak RSS is that process's high-water mark, ``added`` the part
