@@ -62,6 +62,25 @@ def flags_of(signals, thresholds) -> tuple[dict[str, tuple[str, str]], float]:
     return flagged, time.perf_counter() - started
 
 
+def postings_hit(signals) -> dict[str, int]:
+    """The postings each utterance's lookup finds among the utterances before it (one shard: the
+    set in order), all keys and the envelope keys alone (band pairs since the segment format 03)."""
+    import numpy as np
+
+    from speechdata.quality.near_dup_postings import envelope_keys, index_keys
+
+    def earlier_hits(keys: np.ndarray) -> int:
+        _, counts = np.unique(keys, return_counts=True)
+        return int((counts * (counts - 1) // 2).sum())
+
+    envelopes = [envelope_keys(s.shift.envelope) for s in signals if s.shift is not None]
+    return {
+        "all_keys": earlier_hits(index_keys(signals, 0)["key"]),
+        "envelope_keys": earlier_hits(np.concatenate(envelopes)) if envelopes else 0,
+        "envelope_keys_per_utterance": len(envelopes[0]) if envelopes else 0,
+    }
+
+
 def recall_by_transform(planted, measured) -> dict[str, float]:
     transforms = {u.utt_id: u.transform for u in planted}
     found = Counter(transforms[utt] for utt, outcome in measured.outcome.items() if outcome == "found")
@@ -143,6 +162,7 @@ def main(argv: list[str] | None = None) -> None:
             "ms_per_utt_signals": round(signals_s / utterances * 1e3, 3),
             "ms_per_utt_matching": round(match_s / utterances * 1e3, 3),
             "baseline_ms_per_utt": round(baseline_ms, 3),
+            "postings_hit": postings_hit(signals),
             "ratio_ms_per_utt_over_baseline": ratio(near_ms, baseline_ms),
         }
         progress(f"near duplicates {figures['near_duplicates']}, exact hash {figures['baseline_exact_hash']}")

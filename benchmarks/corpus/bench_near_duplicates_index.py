@@ -14,7 +14,7 @@ the entries they name, decide, commit (entries file, level-0 segment, order row)
 The index is synthetic (signals, not audio: fingerprinting costs the same in both designs and is
 per utterance): N shards of ``--utterances`` utterances of 3.2-6.4 s (random sub-fingerprints, 85 %
 of frames active, 8-word transcripts' MinHash, a speaker embedding, a loudness envelope and spectral
-shape with their 24 envelope keys); the new shard holds as many utterances, a tenth of them copies
+shape with their 276 envelope band-pair keys); the new shard holds as many utterances, a tenth of them copies
 of earlier utterances (5 % of frames with one bit flipped, the same transcript and speaker, the
 envelope with noise). Each
 measurement runs in a fresh process; peak RSS is that process's high-water mark, ``added`` the part
@@ -147,14 +147,14 @@ def measure(url: str, utterances: int, path: str, results) -> None:
         indexed = [entry for shard in read_order(root) for entry in read_shard_entries(root, shard)]
         source = MemorySource(indexed)
         decisions = decide_shard(source.next_position, signals, source, thresholds)
-        touched = len(indexed)
+        touched, postings_read = len(indexed), None
     else:
         with reserve_position(root, "new") as reservation:
             reader = IndexReader(root, reservation.position, wait_for_earlier(root, reservation))
             decisions = decide_shard(reservation.position, signals, reader, thresholds)
             commit_shard_entries(root, reservation, signals, decisions)
         compact_index(root)
-        touched = reader.rows_read
+        touched, postings_read = reader.rows_read, reader.postings_read
     results[path] = {
         "wall_s": round(time.perf_counter() - wall, 3),
         "cpu_s": round(time.process_time() - cpu, 3),
@@ -162,6 +162,8 @@ def measure(url: str, utterances: int, path: str, results) -> None:
         "added_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024 - after_imports, 1),
         "copies_found": sum(1 for d in decisions if d.kind),
         "indexed_utterances_read": touched,
+        # What the lookup found in the segments: the postings its keys hit, chance hits included.
+        "postings_read": postings_read,
     }
 
 

@@ -19,8 +19,9 @@ another pitch (measured: copies 0.93-0.99 at their best shift, other voices read
 sentence at most 0.80, unrelated synthetic utterances at most 0.70).
 
 Matching (:mod:`.near_dup_matching`): the envelope is hashed by random hyperplanes (SimHash) into
-:data:`LSH_BANDS` bands of :data:`LSH_BAND_BITS` bits, each a lookup key; a candidate sharing a band
-is verified on the envelope's correlation (``min_envelope_correlation``), the spectral shape's
+:data:`LSH_BANDS` bands of :data:`LSH_BAND_BITS` bits; each *pair* of bands is a lookup key
+(:func:`envelope_band_pair_keys`), so a candidate sharing 3 bands (3 pairs) is found without reading
+the chance hits of single bands, which grow with the corpus; it is verified on the envelope's correlation (``min_envelope_correlation``), the spectral shape's
 (``min_shape_correlation``) and the durations of the two spans (a tempo change within
 ``max_tempo_change``). It finds whole-utterance copies that the frame fingerprint cannot; a copy both
 trimmed and tempo-shifted changes its span and is not found.
@@ -62,8 +63,12 @@ LSH_BAND_BITS = 14
 """Random-hyperplane (SimHash) bits, 24 bands of 14: a copy whose envelope correlates 0.96 with the
 original's (the least of 64 planted tempo and pitch copies) keeps a band with probability 0.27, so
 shares about 6 of 24 (a candidate needs 3: ``near_dup_matching.MIN_SHARED_ENVELOPE_BANDS``); an
-unrelated utterance shares one with probability about 24 / 16 384, so the envelope postings read per
-utterance grow with the corpus by about 0.25 % of its size."""
+unrelated utterance shares one with probability about 0.25 % (measured), two (a pair: what the index
+keys, :func:`envelope_band_pair_keys`) with probability about 7.5e-6 (0.12 per 16 000)."""
+LSH_BAND_PAIRS = LSH_BANDS * (LSH_BANDS - 1) // 2
+"""276 band-pair keys per envelope: an earlier envelope shares k bands exactly when it shares k (k - 1)
+/ 2 pairs, so "at least 3 shared pairs" is "at least 3 shared bands"."""
+_PAIR_FIRST, _PAIR_SECOND = np.triu_indices(LSH_BANDS, k=1)
 SHAPE_SEGMENTS = 12
 """The spectral shape: the speech span cut into this many equal parts (so tempo never moves them) ..."""
 SHAPE_BAND_EDGES_HZ = 150.0 * 2 ** (np.arange(53) / 12)
@@ -177,8 +182,16 @@ def envelope_correlation(first: np.ndarray, second: np.ndarray) -> float:
 
 
 def envelope_band_keys(envelope: np.ndarray) -> np.ndarray:
-    """uint64 ``[LSH_BANDS]``: each band's 16 hyperplane signs as an integer, its band number above them
+    """uint64 ``[LSH_BANDS]``: each band's 14 hyperplane signs as an integer, its band number above them
     (keys of different bands never meet)."""
     signs = (_HYPERPLANES @ envelope.astype(np.float64) > 0).reshape(LSH_BANDS, LSH_BAND_BITS)
     values = signs.astype(np.uint64) @ _BAND_WEIGHTS
     return values | (np.arange(LSH_BANDS, dtype=np.uint64) << np.uint64(LSH_BAND_BITS))
+
+
+def envelope_band_pair_keys(envelope: np.ndarray) -> np.ndarray:
+    """uint64 ``[LSH_BAND_PAIRS]``: one key per pair of bands ``i < j`` (in that order), both band keys
+    of :func:`envelope_band_keys` side by side (19 bits each: band number and value), so two envelopes
+    share a pair's key exactly when they share both bands."""
+    bands = envelope_band_keys(envelope)
+    return (bands[_PAIR_FIRST] << np.uint64(LSH_BAND_BITS + 5)) | bands[_PAIR_SECOND]

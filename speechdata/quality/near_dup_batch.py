@@ -172,8 +172,8 @@ def signals_from_index(
 
 def shard_postings(shard: ShardSignals, position: int, partitions: int) -> tuple[np.ndarray, ...]:
     """The shard's postings (:func:`~speechdata.quality.near_dup_postings.index_keys`: exact hash,
-    transcript band and sampled audio keys, owned by the shard at index ``position``), split into
-    ``partitions`` by key."""
+    transcript band, envelope band-pair and sampled audio keys, owned by the shard at index
+    ``position``: the keys the index holds), split into ``partitions`` by key."""
     postings = index_keys(shard.signals, position)
     part = (postings["key"] % np.uint64(partitions)).astype(np.int64)
     return tuple(postings[part == p] for p in range(partitions))

@@ -36,8 +36,12 @@ BITS_PER_KEY = 12
 """Filter bits per posting the segment holds (distinct keys are fewer: the rate only falls)."""
 ADD_CHUNK = 1 << 20
 """Keys set at once while a filter is built (bounds the memory of a merge's filter)."""
+LOOKUP_CHUNK = 1 << 16
+"""Keys tested at once by a lookup (bounds its memory whatever the shard's size)."""
 
-_MAGIC = b"NDFLT01\n"
+_MAGIC = b"NDFLT02\n"
+"""02: the filter of a segment of ``near_dup_postings.SEGMENT_FORMAT`` 3 (envelope band pairs). A
+lookup tests a filter before it reads its segment's header, so the filter says the format too."""
 _HEADER = struct.Struct("<8sQI4x24sQQ")
 """magic, lines, hashes, the segment's name (padded), reserved, the header's check word: 64 bytes."""
 _FILTER_SALT = np.uint64(0x3C6EF372FE94F82B)
@@ -96,6 +100,8 @@ def _read_header(header: bytes, path: str, segment: str) -> int:
     if len(header) != _HEADER.size:
         raise DamagedFilter(path, "shorter than its header")
     magic, lines, hashes, named, _, _ = _HEADER.unpack(header)
+    if magic[:5] == _MAGIC[:5] and magic != _MAGIC:
+        raise DamagedFilter(path, f"written for an earlier index format ({magic[:7].decode(errors='replace')})")
     if magic != _MAGIC or hashes != HASHES or header != _header(lines, named.rstrip(b"\0").decode(errors="replace")):
         raise DamagedFilter(path, "header checksum mismatch")
     named = named.rstrip(b"\0")
@@ -174,12 +180,19 @@ def keys_maybe_in(data_root, relative: str, segment: str, keys: np.ndarray) -> t
         if len(content) != _HEADER.size + lines * LINE_BYTES:
             raise DamagedFilter(relative, f"{len(content)} bytes, {_HEADER.size + lines * LINE_BYTES} expected")
         table = np.frombuffer(content, "<u8", offset=_HEADER.size).reshape(lines, LINE_WORDS)
-    line, bits = _lines_and_bits(keys, lines)
-    wanted, at = np.unique(line, return_inverse=True)
-    lines_read = np.array(table[wanted])
+    present, read = [], _HEADER.size
+    # A chunk of keys at a time: the per-key arrays (a line and six bit numbers each) would otherwise
+    # hold about 150 bytes per key of the shard at once (65 MB for 434 000 keys).
+    for start in range(0, len(keys), LOOKUP_CHUNK):
+        chunk = keys[start : start + LOOKUP_CHUNK]
+        line, bits = _lines_and_bits(chunk, lines)
+        wanted, at = np.unique(line, return_inverse=True)
+        lines_read = np.array(table[wanted])
+        _check_lines(lines_read, wanted, relative)
+        present.append(chunk[_present(lines_read, at.ravel(), bits)])
+        read += len(wanted) * LINE_BYTES
     del table
-    _check_lines(lines_read, wanted, relative)
-    return keys[_present(lines_read, at.ravel(), bits)], len(wanted) * LINE_BYTES + _HEADER.size
+    return np.concatenate(present), read
 
 
 def verify_filter(handle, path: str, segment: str) -> None:

@@ -81,6 +81,8 @@ MIN_SHARED_ENVELOPE_BANDS = 3
 envelopes, per new utterance against 16 000 indexed: 40 share one band, 0.12 share two; three keep
 the chance candidates (and the entries row groups they cost) flat as the corpus grows. A copy
 (envelope correlation 0.96 and more) shares about 6 of the 24, three or more with probability 0.97."""
+MIN_SHARED_ENVELOPE_PAIRS = MIN_SHARED_ENVELOPE_BANDS * (MIN_SHARED_ENVELOPE_BANDS - 1) // 2
+"""The same rule on the band-pair keys the index holds: k shared bands are k (k - 1) / 2 shared pairs."""
 FRAME_SECONDS = HOP_SAMPLES / FINGERPRINT_SAMPLE_RATE
 
 
@@ -359,8 +361,8 @@ def _candidates(
         _, found = _key_postings(postings, envelope_keys(signals.shift.envelope), me, posting_keys)
         if len(found):
             owners, hits = np.unique(found["owner"], return_counts=True)
-            owners, hits = owners[hits >= MIN_SHARED_ENVELOPE_BANDS], hits[hits >= MIN_SHARED_ENVELOPE_BANDS]
-            # most shared bands first, the earliest on a tie
+            owners, hits = owners[hits >= MIN_SHARED_ENVELOPE_PAIRS], hits[hits >= MIN_SHARED_ENVELOPE_PAIRS]
+            # most shared pairs (so bands) first, the earliest on a tie
             envelope = owners[np.lexsort((owners, -hits))][:ENVELOPE_CANDIDATES].tolist()
     return _Query(exact, audio, transcript, envelope)
 

@@ -7,8 +7,8 @@ indexed utterance contributes *keys*, every one a uint64:
 - its transcript's 32 LSH band keys (:func:`speechdata.quality.fingerprint_text.band_keys`; the band
   number is mixed in), frame = the transcript's word count (so a lookup leaves out transcripts too
   short to compare before fetching them), when its transcript has a signature;
-- its loudness envelope's 20 LSH band keys (:mod:`speechdata.quality.fingerprint_envelope`: tempo- and
-  pitch-shifted copies share them), frame 0, when it has an envelope;
+- its loudness envelope's 276 band-pair keys (:func:`~.fingerprint_envelope.envelope_band_pair_keys`:
+  a shifted copy shares 3 or more, a chance hit must share two bands), frame 0, when it has an envelope;
 - its *sampled* audio keys: the active sub-fingerprints whose mixed value falls in one of
   :data:`AUDIO_KEY_SAMPLING` classes, salted, frame = the frame it occurs at. The choice depends on
   the sub-fingerprint's value alone, so a copy keeps the same frames where its bits survived: on the
@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from speechdata.quality.fingerprint_envelope import envelope_band_keys
+from speechdata.quality.fingerprint_envelope import envelope_band_pair_keys
 from speechdata.quality.fingerprint_text import band_keys
 
 if TYPE_CHECKING:
@@ -58,7 +58,10 @@ BLOCK_RECORDS = 256
 _EXACT_SALT = np.uint64(0x243F6A8885A308D3)
 _AUDIO_SALT = np.uint64(0x13198A2E03707344)
 _ENVELOPE_SALT = np.uint64(0xA4093822299F31D0)
-_MAGIC = b"NDSEG02\n"
+SEGMENT_FORMAT = 3
+"""The keys a segment holds: 3 since envelope band pairs replaced single bands. A segment (and key
+filter) of an earlier format is :class:`OutdatedSegment`: the next run rebuilds it from the entries."""
+_MAGIC = b"NDSEG%02d\n" % SEGMENT_FORMAT
 _PREAMBLE = struct.Struct("<8sQ32s")
 """magic, header length, SHA-256 of the header, fences and block CRCs."""
 
@@ -74,6 +77,10 @@ class DamagedSegment(RuntimeError):
     def __init__(self, path: str, detail: str):
         super().__init__(f"near-duplicate index segment {path} is damaged ({detail}); the next run rebuilds it")
         self.path = path
+
+
+class OutdatedSegment(DamagedSegment):
+    """A segment written by an earlier :data:`SEGMENT_FORMAT` (other keys): repaired like a damaged one."""
 
 
 def owner_of(position: int, rank: int) -> int:
@@ -113,8 +120,8 @@ def sampled_audio_keys(sub_fingerprints: np.ndarray, active: np.ndarray) -> tupl
 
 
 def envelope_keys(envelope: np.ndarray) -> np.ndarray:
-    """The envelope's LSH band keys (:func:`~.fingerprint_envelope.envelope_band_keys`), salted."""
-    return _mix(envelope_band_keys(envelope) ^ _ENVELOPE_SALT)
+    """The envelope's band-pair keys (:func:`~.fingerprint_envelope.envelope_band_pair_keys`), salted."""
+    return _mix(envelope_band_pair_keys(envelope) ^ _ENVELOPE_SALT)
 
 
 def transcript_keys(signature: np.ndarray) -> np.ndarray:
@@ -137,8 +144,9 @@ def context_bit_errors(first: np.ndarray, second: np.ndarray) -> np.ndarray:
     return np.unpackbits(differing.view(np.uint8).reshape(-1, 8), axis=1).sum(axis=1)
 
 
-def utterance_keys(signals: UtteranceSignals) -> tuple[np.ndarray, np.ndarray]:
-    """``(keys, frames)`` of one utterance: exact hash, transcript band keys, sampled audio keys."""
+def utterance_keys(signals: UtteranceSignals) -> tuple[np.ndarray, np.ndarray, int]:
+    """``(keys, frames, where the audio keys start)`` of one utterance: exact hash, transcript band
+    keys, envelope band-pair keys, then sampled audio keys."""
     keys, frames = [], []
     if signals.exact_hash is not None:
         keys.append(np.array([exact_key(signals.exact_hash)], np.uint64))
@@ -154,7 +162,7 @@ def utterance_keys(signals: UtteranceSignals) -> tuple[np.ndarray, np.ndarray]:
     audio_keys, audio_frames = sampled_audio_keys(signals.fingerprint.sub_fingerprints, signals.fingerprint.active)
     keys.append(audio_keys)
     frames.append(audio_frames)
-    return np.concatenate(keys), np.concatenate(frames)
+    return np.concatenate(keys), np.concatenate(frames), sum(len(part) for part in keys[:-1])
 
 
 def index_keys(signals: Sequence[UtteranceSignals], position: int) -> np.ndarray:
@@ -162,25 +170,13 @@ def index_keys(signals: Sequence[UtteranceSignals], position: int) -> np.ndarray
     index) at index ``position``, sorted by (key, owner, frame): the shard's level-0 segment."""
     parts = []
     for rank, utterance in enumerate(signals):
-        keys, frames = utterance_keys(utterance)
+        keys, frames, audio = utterance_keys(utterance)
         part = np.zeros(len(keys), POSTING_DTYPE)
         part["key"], part["owner"], part["frame"] = keys, owner_of(position, rank), frames
-        audio = len(keys) - _audio_key_count(utterance)
         if audio < len(keys):
             part["context"][audio:] = neighbour_contexts(utterance.fingerprint.sub_fingerprints, frames[audio:])
         parts.append(part)
     return sort_postings(np.concatenate(parts) if parts else np.empty(0, POSTING_DTYPE))
-
-
-def _audio_key_count(signals: UtteranceSignals) -> int:
-    """How many of :func:`utterance_keys` are audio keys (they come last)."""
-    return int(
-        (
-            _mix(signals.fingerprint.sub_fingerprints[signals.fingerprint.active].astype(np.uint64))
-            % np.uint64(AUDIO_KEY_SAMPLING)
-            == 0
-        ).sum()
-    )
 
 
 def sort_postings(postings: np.ndarray) -> np.ndarray:
@@ -255,6 +251,8 @@ def read_segment_header(handle, path: str) -> SegmentHeader:
     if len(preamble) != _PREAMBLE.size:
         raise DamagedSegment(path, "shorter than its preamble")
     magic, header_length, digest = _PREAMBLE.unpack(preamble)
+    if magic[:5] == _MAGIC[:5] and magic != _MAGIC:
+        raise OutdatedSegment(path, f"format {magic[5:7].decode(errors='replace')}, not {SEGMENT_FORMAT:02d}")
     if magic != _MAGIC or header_length > 1 << 30:
         raise DamagedSegment(path, "not a segment file")
     header_bytes = handle.read(header_length)

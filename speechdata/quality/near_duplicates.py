@@ -315,7 +315,10 @@ def run_near_duplicates(
                 timeout_s=lock_timeout_s,
                 **lock_options,
             )
-    compact_index(data_root, timeout_s=lock_timeout_s, **lock_options)
+    # One merge per shard keeps the segments logarithmic; a repair may have rebuilt many level-0
+    # segments at once (an index of an earlier format is rebuilt whole), so it merges all that is due.
+    while compact_index(data_root, timeout_s=lock_timeout_s, **lock_options) and repairs:
+        pass
     return NearDuplicatesSummary(
         shard_id=shard_id,
         rows_in=len(signals) + len(unchecked),

@@ -10,7 +10,15 @@ import pyarrow as pa
 import pytest
 
 from speechdata.io import layout
-from speechdata.quality import near_dup_index, near_dup_index_order, near_dup_index_repair, near_duplicates
+from speechdata.quality import (
+    near_dup_filter,
+    near_dup_index,
+    near_dup_index_order,
+    near_dup_index_repair,
+    near_dup_postings,
+    near_duplicates,
+)
+from speechdata.quality.fingerprint_envelope import envelope_band_keys
 from speechdata.quality.near_dup_index import (
     CorpusIndexBusy,
     IndexedShard,
@@ -208,6 +216,23 @@ def test_an_index_of_the_earlier_layout_is_taken_over_by_the_next_run(two_shards
     assert any("segment rebuilt from its entries" in line for line in summary.repairs)
     assert verdicts(root, "b") == B_VERDICTS
     assert [(s.position, s.shard_id) for s in read_order(root)] == [(0, "a"), (1, "b")]
+
+
+def test_an_index_of_an_earlier_segment_format_is_rebuilt_by_the_next_run(two_shards, monkeypatch):
+    root = two_shards
+    with monkeypatch.context() as earlier_format:  # single envelope bands as keys, segment format 02
+        earlier_format.setattr(near_dup_postings, "_MAGIC", b"NDSEG02\n")
+        earlier_format.setattr(near_dup_filter, "_MAGIC", b"NDFLT01\n")
+        earlier_format.setattr(
+            near_dup_postings,
+            "envelope_keys",
+            lambda envelope: near_dup_postings._mix(envelope_band_keys(envelope) ^ near_dup_postings._ENVELOPE_SALT),
+        )
+        run_near_duplicates(root, "a")
+    summary = run_near_duplicates(root, "b")
+    assert any("a: segment rebuilt from its entries" in line for line in summary.repairs)
+    assert verdicts(root, "b") == B_VERDICTS
+    assert [root.fs.cat_file(path)[:8] for path in segments(root)] == [b"NDSEG03\n"] * 2
 
 
 def _one_row_group(content: bytes) -> bytes:

@@ -86,3 +86,24 @@ def test_a_streamed_merge_writes_the_segment_an_in_memory_merge_would(chunk):
     merge_segments([(handle, path, header, kept) for handle, path, header in inputs], writer, chunk)
     name, pieces = writer.finish(1, shards)
     assert b"".join(pieces) == expected and name == segment_name(expected, 1)
+
+
+def test_an_envelope_pair_key_is_shared_exactly_when_both_of_its_bands_are():
+    from speechdata.quality.fingerprint_envelope import LSH_BAND_PAIRS, LSH_BANDS, envelope_band_keys
+    from speechdata.quality.near_dup_postings import envelope_keys
+
+    rng = np.random.default_rng(3)
+    first, second = np.triu_indices(LSH_BANDS, k=1)
+    original = rng.standard_normal(64)
+    shared_counts = set()
+    for noise in [0.0, *np.linspace(0.3, 0.68, 20), 50.0]:
+        copy = original + rng.normal(0, noise, 64)
+        same_band = envelope_band_keys(original) == envelope_band_keys(copy)
+        keys, copy_keys = envelope_keys(original), envelope_keys(copy)
+        assert len(keys) == len(np.unique(keys)) == LSH_BAND_PAIRS
+        shared = set(keys.tolist()) & set(copy_keys.tolist())
+        # the keys shared are exactly those of the pairs whose two bands both match: k bands, k (k-1) / 2 keys
+        assert shared == set(keys[same_band[first] & same_band[second]].tolist())
+        assert len(shared) == same_band.sum() * (same_band.sum() - 1) // 2
+        shared_counts.add(int(same_band.sum()))
+    assert {0, 1, 2, 3, LSH_BANDS} <= shared_counts  # no band, one, the two of a pair, three, all
