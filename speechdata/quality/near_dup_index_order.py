@@ -1,5 +1,5 @@
-"""The near-duplicate index's order (the snapshot ``shards.parquet`` and the records after it,
-``order/<seq>.json``), its locks and its commit records.
+"""The near-duplicate index's order (the snapshot's parts under ``shard_list/`` and the records
+after it, ``order/<seq>.json``), its locks and its commit records.
 
 A shard reserves a position under the index lock, holds its position's lock until it commits, and
 waits only for the shards reserved before it (docs/near-duplicates.md, :mod:`.near_dup_index`)."""
@@ -19,10 +19,14 @@ from speechdata.io.storage import DataRoot
 from speechdata.quality.near_dup_order_log import (  # noqa: F401 (re-exported: the index's one import point)
     COMMITTED,
     FOLD_EVERY,
+    HEAD,
     ORDER_LOG,
     ORDER_SCHEMA,
+    PART_BUCKETS,
+    PARTS,
     READ_ATTEMPTS,
     RESERVED,
+    SHARD_LIST,
     THROUGH_KEY,
     CorpusIndexBusy,
     IndexDamaged,
@@ -33,14 +37,13 @@ from speechdata.quality.near_dup_order_log import (  # noqa: F401 (re-exported: 
     _applied,
     _fold,
     _FoldedMeanwhile,
+    _listed_parts,
     _listed_records,
     _Log,
     _OrderHead,
     _OrderView,
     _read_head,
     _read_log,
-    _read_snapshot,
-    _read_snapshot_table,
     _read_view,
     _record_relative,
     _row_of,
@@ -215,12 +218,12 @@ def _drop_reservation(data_root: DataRoot, shard: IndexedShard, **lock_options) 
         head = _read_head(data_root, shard.shard_id)
         if head.mine is None or (head.mine.position, head.mine.reservation) != (shard.position, shard.reservation):
             return
-        if head.last_change == ([head.mine], []):
+        if head.last_change is not None and head.last_change[:2] == ([head.mine], []):
             # Its reservation is the last record: withdrawn, the order is as it was before it (a
             # pass that fails gives its positions back without a trace).
             data_root.fs.rm_file(data_root.path(_record_relative(head.last)))
         else:
-            _append(data_root, head, removed=[shard.position])
+            _append(data_root, head, removed=[head.mine])
 
 
 position_lock = _position_lock

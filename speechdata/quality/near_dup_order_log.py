@@ -1,21 +1,33 @@
-"""The near-duplicate index's shard list: its rows (:class:`IndexedShard`), the snapshot
-``shards.parquet`` and the checksummed records after it (``order/<seq>.json``), read together and
-folded into the snapshot every :data:`FOLD_EVERY` records (docs/near-duplicates.md, "The shard list:
-a snapshot and records"). The locks, reservations and commits that write it: :mod:`.near_dup_index_order`."""
+"""The near-duplicate index's shard list: its rows (:class:`IndexedShard`), the snapshot and the
+checksummed records after it (``order/<seq>.json``), read together and folded into the snapshot
+every :data:`FOLD_EVERY` records (docs/near-duplicates.md, "The shard list: a partitioned snapshot
+and records"). The locks, reservations and commits that write it: :mod:`.near_dup_index_order`.
+
+The snapshot is partitioned by a hash of the shard id into :data:`PART_BUCKETS` parts
+(``shard_list/parts/<bucket>-<sha256>.parquet``, named by their content) that a checksummed head
+(``shard_list/head.json``) names with the last record folded in and the next free position. A
+reservation or a commit reads the head, the records after it and its own shard's part; a fold
+rewrites only the parts its records touch: both are flat in the number of shards listed. An index
+of the earlier layout (one ``shards.parquet`` holding every row) is read as it is and taken over
+by the first record written to it."""
 
 from __future__ import annotations
 
 import contextlib
 import hashlib
 import json
-from collections.abc import Sequence
+import re
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import TypeVar
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
 from speechdata.io import layout
-from speechdata.io.parquet_integrity import UnreadableIntermediate
+from speechdata.io.parquet_integrity import WRITE_OPTIONS, UnreadableIntermediate
 from speechdata.io.storage import DataRoot
 
 RESERVED, COMMITTED = "reserved", "committed"
@@ -36,7 +48,7 @@ ORDER_SCHEMA = pa.schema(
 
 @dataclass(frozen=True)
 class IndexedShard:
-    """A row of ``shards.parquet``."""
+    """A row of the shard list."""
 
     position: int
     shard_id: str
@@ -78,13 +90,52 @@ class IndexDamaged(RuntimeError):
 ORDER_LOG = f"{layout.NEAR_DUPLICATES_INDEX}/order"
 """The order's records since its snapshot: ``order/<seq>.json``, one per reservation, commit, dropped
 reservation or compaction switch, each checksummed."""
+SHARD_LIST = f"{layout.NEAR_DUPLICATES_INDEX}/shard_list"
+HEAD = f"{SHARD_LIST}/head.json"
+"""The snapshot's head (checksummed): the last record folded in (``through``), the next free
+position, the fan-out and the part of each bucket that has rows. Its write is a fold's commit point."""
+PARTS = f"{SHARD_LIST}/parts"
+PART_BUCKETS = 256
+"""Parts of the snapshot: a shard's row is in the part of ``sha256(shard_id) mod PART_BUCKETS``. An
+index keeps the fan-out its head names; a whole rewrite (a repair, a migration) takes this one."""
 FOLD_EVERY = 64
-"""Records after the snapshot that make the writer of the last one rewrite ``shards.parquet`` (the
-snapshot) through it: a reservation or commit writes one small record, and one in this many also
-rewrites the snapshot; a reader reads the snapshot and at most this many records."""
+"""Records after the snapshot that make the writer of the last one fold them into the snapshot: a
+reservation or commit writes one small record, and one in this many also rewrites the parts those
+records touch (about 30 of a few hundred rows each); a reader reads at most this many records."""
 THROUGH_KEY = b"speechdata.order_through"
-"""The snapshot's parquet metadata: the sequence number of the last record folded into it (-1: none)."""
+"""The earlier layout's ``shards.parquet`` metadata: the last record folded into it (-1: none)."""
 READ_ATTEMPTS = 5
+PARALLEL_PART_READS = 8
+"""Parts a whole read fetches at once (an object store answers each in tens of milliseconds)."""
+_PART_NAME = re.compile(r"^[0-9a-f]{4}-[0-9a-f]{16}\.parquet$")
+
+Change = tuple[list[IndexedShard], list[int], list[str] | None]
+"""A record: (rows set, positions dropped, the shard ids dropped; None in a record of the earlier
+code, which named positions only)."""
+
+
+@dataclass(frozen=True)
+class _Head:
+    through: int
+    next_position: int
+    fanout: int
+    parts: dict[str, str]
+    """Bucket -> the part file holding its rows (buckets without rows have none)."""
+
+
+@dataclass(frozen=True)
+class _Log:
+    through: int
+    """The last record folded into the snapshot (-1: none)."""
+    head: _Head | None
+    legacy: pa.Table | None
+    """The earlier layout's whole snapshot (``shards.parquet``), read when there is no head."""
+    changes: list[Change]
+    """Each record after the snapshot, in sequence."""
+
+    @property
+    def last(self) -> int:
+        return self.through + len(self.changes)
 
 
 @dataclass(frozen=True)
@@ -94,14 +145,42 @@ class _OrderView:
     """The last record folded into the snapshot."""
     last: int
     """The last record written (the next one is ``last + 1``)."""
+    legacy: bool = False
+    """The snapshot is of the earlier layout: the next record written takes it over."""
+
+
+@dataclass(frozen=True)
+class _OrderHead:
+    """What a reservation or a commit needs of the order: the head, the records after it and the
+    part of the shard asked for."""
+
+    through: int
+    last: int
+    next_position: int
+    """One past the highest position any row was given (a dropped reservation's position is not
+    given again; a withdrawn one's is)."""
+    mine: IndexedShard | None
+    """The row of the shard asked for, if it has one."""
+    last_change: Change | None
+    """The last record after the snapshot; None when there is none."""
+    legacy: bool = False
 
 
 class _FoldedMeanwhile(Exception):
-    """A record listed after the snapshot read was gone when read: a writer folded it meanwhile."""
+    """Something the head or the listing named was gone when read: a writer folded it meanwhile.
+    ``args``: (what was missed, the damage it is when missed twice)."""
 
 
 def _record_relative(seq: int) -> str:
     return f"{ORDER_LOG}/{seq:012d}.json"
+
+
+def _part_relative(name: str) -> str:
+    return f"{PARTS}/{name}"
+
+
+def _bucket_of(shard_id: str, fanout: int) -> str:
+    return f"{int.from_bytes(hashlib.sha256(shard_id.encode()).digest()[:4], 'big') % fanout:04x}"
 
 
 def _sealed(body: dict) -> bytes:
@@ -131,20 +210,14 @@ def _listed_records(data_root: DataRoot) -> dict[int, str]:
     return records
 
 
-def _read_snapshot_table(data_root: DataRoot) -> tuple[int, pa.Table | None]:
-    relative = layout.near_duplicates_index_order()
-    if not data_root.exists(relative):
-        return -1, None
-    try:
-        table = data_root.read_parquet(relative)
-    except UnreadableIntermediate as exc:
-        raise IndexDamaged(str(exc)) from exc
-    return int((table.schema.metadata or {}).get(THROUGH_KEY, b"-1")), table
-
-
-def _read_snapshot(data_root: DataRoot) -> tuple[int, list[IndexedShard]]:
-    through, table = _read_snapshot_table(data_root)
-    return through, [] if table is None else [_shard_of(row) for row in table.to_pylist()]
+def _listed_parts(data_root: DataRoot) -> dict[str, str]:
+    """Part files present (name -> path), named or not by the head."""
+    found = {}
+    for path in data_root.glob(f"{PARTS}/*.parquet"):
+        name = path.rsplit("/", 1)[-1]
+        if _PART_NAME.match(name):
+            found[name] = path
+    return found
 
 
 def _shard_of(row: dict) -> IndexedShard:
@@ -173,113 +246,178 @@ def _applied(
     return sorted([*kept, *upserts], key=lambda shard: shard.position)
 
 
-@dataclass(frozen=True)
-class _Log:
-    through: int
-    snapshot: pa.Table | None
-    changes: list[tuple[list[IndexedShard], list[int]]]
-    """Each record after the snapshot, in sequence: (rows upserted, positions removed)."""
+def _read_head_file(data_root: DataRoot) -> _Head | None:
+    try:
+        content = data_root.fs.cat_file(data_root.path(HEAD))
+    except FileNotFoundError:
+        return None
+    body = _unsealed(content)
+    if body is None:
+        raise IndexDamaged(f"the shard list's head {HEAD} fails its checksum (torn or damaged)")
+    return _Head(int(body["through"]), int(body["next_position"]), int(body["fanout"]), dict(body["parts"]))
 
-    @property
-    def last(self) -> int:
-        return self.through + len(self.changes)
+
+def _read_legacy(data_root: DataRoot) -> tuple[int, pa.Table | None]:
+    """The earlier layout's snapshot and the last record folded into it; (-1, None) when absent."""
+    relative = layout.near_duplicates_index_order()
+    if not data_root.exists(relative):
+        return -1, None
+    try:
+        table = data_root.read_parquet(relative)
+    except UnreadableIntermediate as exc:
+        raise IndexDamaged(str(exc)) from exc
+    return int((table.schema.metadata or {}).get(THROUGH_KEY, b"-1")), table
+
+
+def _read_base(data_root: DataRoot) -> tuple[int, _Head | None, pa.Table | None]:
+    """(through, head, legacy snapshot): the head when there is one (a ``shards.parquet`` beside it
+    is a migration's leftover, never read), else the earlier layout's snapshot, else nothing."""
+    head = _read_head_file(data_root)
+    if head is not None:
+        return head.through, head, None
+    through, legacy = _read_legacy(data_root)
+    return through, None, legacy
+
+
+def _read_log_once(data_root: DataRoot) -> _Log:
+    through, head, legacy = _read_base(data_root)
+    records = _listed_records(data_root)
+    later = sorted(seq for seq in records if seq > through)
+    missing = (
+        f"an order record after the shard list's snapshot (through record {through}) is missing: "
+        f"{ORDER_LOG} holds {', '.join(map(str, later))}"
+    )
+    if later != list(range(through + 1, through + 1 + len(later))):
+        raise _FoldedMeanwhile((through, tuple(later)), missing)
+    if head is None and legacy is None and not later and _listed_parts(data_root):
+        raise IndexDamaged(f"the shard list's head {HEAD} is missing while {PARTS} holds parts")
+    changes: list[Change] = []
+    for seq in later:
+        try:
+            content = data_root.fs.cat_file(records[seq])
+        except FileNotFoundError:
+            raise _FoldedMeanwhile((through, tuple(later)), missing) from None
+        body = _unsealed(content)
+        if body is None or body.get("seq") != seq:
+            raise IndexDamaged(f"order record {_record_relative(seq)} fails its checksum (torn or damaged)")
+        changes.append(([_shard_of(row) for row in body["upsert"]], list(body["remove"]), body.get("remove_shards")))
+    return _Log(through, head, legacy, changes)
+
+
+Read = TypeVar("Read")
+
+
+def _retried(data_root: DataRoot, read: Callable[[_Log], Read]) -> Read:
+    """``read`` of the log, again when a writer folded away what it was reading (a concurrent fold,
+    a withdrawn reservation); the same thing missed twice is damage (:class:`IndexDamaged`)."""
+    previous = None
+    for _ in range(READ_ATTEMPTS):
+        try:
+            return read(_read_log_once(data_root))
+        except _FoldedMeanwhile as moved:
+            missed, damage = moved.args
+            if missed != previous:
+                previous = missed
+                continue
+            raise IndexDamaged(damage) from None
+    raise IndexDamaged(f"the shard list ({SHARD_LIST}) moved on every one of {READ_ATTEMPTS} reads")
 
 
 def _read_log(data_root: DataRoot) -> _Log:
-    """The snapshot and the records after it. A record missing from the run after the snapshot, or
-    failing its checksum, raises :class:`IndexDamaged` (unless the snapshot moved past it meanwhile:
-    a fold by a concurrent writer, or a withdrawn reservation: read again; the same gap read twice
-    is damage)."""
-    previous = None
-    for _ in range(READ_ATTEMPTS):
-        through, table = _read_snapshot_table(data_root)
-        records = _listed_records(data_root)
-        later = sorted(seq for seq in records if seq > through)
-        changes = []
-        try:
-            if later != list(range(through + 1, through + 1 + len(later))):
-                raise _FoldedMeanwhile
-            for seq in later:
-                try:
-                    content = data_root.fs.cat_file(records[seq])
-                except FileNotFoundError as exc:
-                    raise _FoldedMeanwhile from exc
-                body = _unsealed(content)
-                if body is None or body.get("seq") != seq:
-                    raise IndexDamaged(f"order record {_record_relative(seq)} fails its checksum (torn or damaged)")
-                changes.append(([_shard_of(row) for row in body["upsert"]], list(body["remove"])))
-        except _FoldedMeanwhile:
-            if (through, later) != previous:
-                previous = (through, later)
-                continue
-            raise IndexDamaged(
-                f"an order record after {layout.near_duplicates_index_order()} (through record {through}) is "
-                f"missing: {ORDER_LOG} holds {', '.join(map(str, later))}"
-            ) from None
-        return _Log(through, table, changes)
-    raise IndexDamaged(f"{layout.near_duplicates_index_order()} moved on every one of {READ_ATTEMPTS} reads")
+    """The snapshot's head (or the earlier layout's snapshot) and the records after it. A record
+    missing from the run after the snapshot, or failing its checksum, raises :class:`IndexDamaged`."""
+    return _retried(data_root, lambda log: log)
+
+
+def _read_part(data_root: DataRoot, name: str, head: _Head) -> pa.Table:
+    """A part the head names, checked against the checksum in its name. Gone: a fold replaced it
+    since the head was read (:class:`_FoldedMeanwhile`; under the index lock, damage)."""
+    relative = _part_relative(name)
+    try:
+        content = data_root.fs.cat_file(data_root.path(relative))
+    except FileNotFoundError:
+        raise _FoldedMeanwhile((head.through, name), f"part {relative} of the shard list is missing") from None
+    if hashlib.sha256(content).hexdigest()[:16] != name.removesuffix(".parquet").rsplit("-", 1)[-1]:
+        raise IndexDamaged(f"part {relative} of the shard list fails its checksum (torn or damaged)")
+    return pq.read_table(pa.BufferReader(content))
+
+
+def _snapshot_rows(data_root: DataRoot, log: _Log) -> list[IndexedShard]:
+    """Every row of the snapshot (every part, or the earlier layout's file)."""
+    if log.head is None:
+        return [] if log.legacy is None else [_shard_of(row) for row in log.legacy.to_pylist()]
+    names = sorted(log.head.parts.values())
+    if len(names) > 1:
+        with ThreadPoolExecutor(min(PARALLEL_PART_READS, len(names))) as pool:
+            tables = list(pool.map(lambda name: _read_part(data_root, name, log.head), names))
+    else:
+        tables = [_read_part(data_root, name, log.head) for name in names]
+    rows = [_shard_of(row) for table in tables for row in table.to_pylist()]
+    return sorted(rows, key=lambda shard: shard.position)
+
+
+def _view_of(data_root: DataRoot, log: _Log) -> _OrderView:
+    shards = _snapshot_rows(data_root, log)
+    for upserts, removed, _ in log.changes:
+        shards = _applied(shards, upserts, removed)
+    return _OrderView(shards, log.through, log.last, log.head is None and log.legacy is not None)
 
 
 def _read_view(data_root: DataRoot) -> _OrderView:
     """Every row of the order: the snapshot with the records after it applied in sequence."""
-    log = _read_log(data_root)
-    shards = [] if log.snapshot is None else [_shard_of(row) for row in log.snapshot.to_pylist()]
-    for upserts, removed in log.changes:
-        shards = _applied(shards, upserts, removed)
-    return _OrderView(shards, log.through, log.last)
+    return _retried(data_root, lambda log: _view_of(data_root, log))
 
 
-@dataclass(frozen=True)
-class _OrderHead:
-    """What a reservation or a commit needs of the order, read without building every row."""
+def _next_position(log: _Log) -> int:
+    """One past the highest position given: the head's, or the earlier layout's highest row, and the
+    rows of the records after it."""
+    if log.head is not None:
+        taken = log.head.next_position
+    elif log.legacy is not None and log.legacy.num_rows:
+        taken = pc.max(log.legacy.column("position")).as_py() + 1
+    else:
+        taken = 0
+    return max([taken, *(shard.position + 1 for upserts, _, _ in log.changes for shard in upserts)])
 
-    through: int
-    last: int
-    next_position: int
-    """One past the highest position taken."""
-    mine: IndexedShard | None
-    """The row of the shard asked for, if it has one."""
-    last_change: tuple[list[IndexedShard], list[int]] | None
-    """The last record after the snapshot (rows set, positions dropped); None when there is none."""
+
+def _row_in_snapshot(data_root: DataRoot, log: _Log, shard_id: str) -> IndexedShard | None:
+    """``shard_id``'s row in the snapshot: the one part that can hold it (or the earlier layout's file)."""
+    if log.head is not None:
+        name = log.head.parts.get(_bucket_of(shard_id, log.head.fanout))
+        table = None if name is None else _read_part(data_root, name, log.head)
+    else:
+        table = log.legacy
+    if table is None or not table.num_rows:
+        return None
+    rows = table.filter(pc.equal(table.column("shard_id"), shard_id)).to_pylist()
+    return _shard_of(rows[0]) if rows else None
+
+
+def _head_of(data_root: DataRoot, log: _Log, shard_id: str) -> _OrderHead:
+    found = _row_in_snapshot(data_root, log, shard_id)
+    mine = [] if found is None else [found]
+    for upserts, removed, _ in log.changes:
+        mine = _applied(mine, [shard for shard in upserts if shard.shard_id == shard_id], removed)
+    return _OrderHead(
+        log.through,
+        log.last,
+        _next_position(log),
+        mine[0] if mine else None,
+        log.changes[-1] if log.changes else None,
+        log.head is None and log.legacy is not None,
+    )
 
 
 def _read_head(data_root: DataRoot, shard_id: str) -> _OrderHead:
-    """The next free position and ``shard_id``'s row: the snapshot's columns taken whole (Arrow, no
-    row built but the shard's own), then the records after it."""
-    log = _read_log(data_root)
-    removed: set[int] = set()
-    replaced: set[str] = set()
-    upserted: dict[str, IndexedShard] = {}
-    for upserts, gone in log.changes:
-        removed.update(gone)
-        upserted = {key: shard for key, shard in upserted.items() if shard.position not in gone}
-        for shard in upserts:
-            replaced.add(shard.shard_id)
-            upserted[shard.shard_id] = shard
-    highest, mine = -1, upserted.get(shard_id)
-    if log.snapshot is not None and log.snapshot.num_rows:
-        ids = log.snapshot.column("shard_id")
-        positions = log.snapshot.column("position")
-        live = pc.invert(
-            pc.or_(
-                pc.is_in(positions, pa.array(sorted(removed), pa.int64())),
-                pc.is_in(ids, pa.array(sorted(replaced), pa.string())),
-            )
-        )
-        live_positions = pc.filter(positions, live)
-        if len(live_positions):
-            highest = pc.max(live_positions).as_py()
-        if mine is None and shard_id not in replaced:
-            rows = log.snapshot.filter(pc.and_(live, pc.equal(ids, shard_id))).to_pylist()
-            mine = _shard_of(rows[0]) if rows else None
-    highest = max([highest, *(shard.position for shard in upserted.values())])
-    return _OrderHead(log.through, log.last, highest + 1, mine, log.changes[-1] if log.changes else None)
+    """The next free position and ``shard_id``'s row: the head, the records after it and the one
+    part that can hold the shard (no other row read)."""
+    return _retried(data_root, lambda log: _head_of(data_root, log, shard_id))
 
 
 def read_state(data_root: DataRoot) -> list[IndexedShard]:
-    """Every shard of the order (reserved and committed), by position: ``shards.parquet`` and the
-    records after it; empty before the first shard. Raises :class:`IndexDamaged` when the snapshot
-    or a record after it cannot be read, or a record is missing."""
+    """Every shard of the order (reserved and committed), by position: the snapshot's parts and the
+    records after it; empty before the first shard. Raises :class:`IndexDamaged` when the head, a
+    part or a record after it cannot be read, or a record is missing."""
     return _read_view(data_root).shards
 
 
@@ -292,28 +430,107 @@ def _append(
     data_root: DataRoot,
     read: _OrderView | _OrderHead,
     upserts: Sequence[IndexedShard] = (),
-    removed: Sequence[int] = (),
+    removed: Sequence[IndexedShard] = (),
 ) -> None:
     """Record a change to the order as ``read`` (under the index lock): one record, the commit point;
-    the writer of every :data:`FOLD_EVERY`-th record after the snapshot rewrites the snapshot through it."""
+    the writer of every :data:`FOLD_EVERY`-th record after the snapshot folds them into it (and the
+    first record written over the earlier layout takes it over)."""
     seq = read.last + 1
-    body = {"seq": seq, "upsert": [_row_of(shard) for shard in upserts], "remove": sorted(removed)}
+    body = {
+        "seq": seq,
+        "upsert": [_row_of(shard) for shard in upserts],
+        "remove": sorted(shard.position for shard in removed),
+        "remove_shards": sorted(shard.shard_id for shard in removed),
+    }
     data_root.write_bytes(_record_relative(seq), _sealed(body))
-    if seq - read.through >= FOLD_EVERY:
-        _fold(data_root, _read_view(data_root).shards, seq)
+    if seq - read.through >= FOLD_EVERY or read.legacy:
+        _fold(data_root)
 
 
-def _fold(data_root: DataRoot, shards: Sequence[IndexedShard], through: int) -> None:
-    """Rewrite the snapshot as ``shards`` through record ``through``, then remove the records it
-    holds (a run killed in between leaves records at or before ``through``: never read, removed by
-    the next fold)."""
-    rows = [_row_of(shard) for shard in sorted(shards, key=lambda s: s.position)]
-    table = pa.Table.from_pylist(rows, schema=ORDER_SCHEMA.with_metadata({THROUGH_KEY: str(through).encode()}))
-    data_root.write_parquet(layout.near_duplicates_index_order(), table)
+def _part_bytes(shards: Sequence[IndexedShard]) -> bytes:
+    table = pa.Table.from_pylist(
+        [_row_of(shard) for shard in sorted(shards, key=lambda s: s.position)], schema=ORDER_SCHEMA
+    )
+    sink = pa.BufferOutputStream()
+    pq.write_table(table, sink, compression="zstd", **WRITE_OPTIONS)
+    return sink.getvalue().to_pybytes()
+
+
+def _write_part(data_root: DataRoot, bucket: str, shards: Sequence[IndexedShard]) -> str:
+    content = _part_bytes(shards)
+    name = f"{bucket}-{hashlib.sha256(content).hexdigest()[:16]}.parquet"
+    data_root.write_bytes(_part_relative(name), content)  # again when present: it may be the damaged one
+    return name
+
+
+def _fold(data_root: DataRoot) -> None:
+    """Fold every record into the snapshot (under the index lock): rewrite the parts the records
+    touch, then the head (the commit point), then remove the records it holds, the parts it no
+    longer names and an earlier layout's ``shards.parquet``. A run killed before the head leaves
+    parts no head names (never read, removed by the next fold); after it, records at or before
+    ``through`` (never read, removed by the next fold)."""
+    log = _retried(data_root, lambda log: log)
+    head = log.head
+    legacy_removals = any(removed and removed_shards is None for _, removed, removed_shards in log.changes)
+    if head is None or legacy_removals:
+        _write_snapshot(data_root, _view_of(data_root, log).shards, log.last, _next_position(log), PART_BUCKETS)
+        return
+    parts = dict(head.parts)
+    touched = sorted(
+        {_bucket_of(shard.shard_id, head.fanout) for upserts, _, _ in log.changes for shard in upserts}
+        | {_bucket_of(shard_id, head.fanout) for _, _, gone in log.changes for shard_id in gone or ()}
+    )
+    for bucket in touched:
+        rows = (
+            [] if bucket not in parts else [_shard_of(row) for row in _read_part_locked(data_root, parts[bucket], head)]
+        )
+        for upserts, removed, _ in log.changes:
+            rows = _applied(rows, [s for s in upserts if _bucket_of(s.shard_id, head.fanout) == bucket], removed)
+        if rows:
+            parts[bucket] = _write_part(data_root, bucket, rows)
+        else:
+            parts.pop(bucket, None)
+    _commit_snapshot(data_root, _Head(log.last, _next_position(log), head.fanout, parts))
+
+
+def _read_part_locked(data_root: DataRoot, name: str, head: _Head) -> list[dict]:
+    """A part read by the folding writer (under the index lock nothing replaces it: gone is damage)."""
+    try:
+        return _read_part(data_root, name, head).to_pylist()
+    except _FoldedMeanwhile as moved:
+        raise IndexDamaged(moved.args[1]) from None
+
+
+def _write_snapshot(
+    data_root: DataRoot, shards: Sequence[IndexedShard], through: int, next_position: int, fanout: int
+) -> None:
+    """Write every part of ``shards`` and a head through record ``through``."""
+    by_bucket: dict[str, list[IndexedShard]] = {}
+    for shard in shards:
+        by_bucket.setdefault(_bucket_of(shard.shard_id, fanout), []).append(shard)
+    parts = {bucket: _write_part(data_root, bucket, rows) for bucket, rows in sorted(by_bucket.items())}
+    _commit_snapshot(data_root, _Head(through, next_position, fanout, parts))
+
+
+def _commit_snapshot(data_root: DataRoot, head: _Head) -> None:
+    body = {
+        "through": head.through,
+        "next_position": head.next_position,
+        "fanout": head.fanout,
+        "parts": dict(sorted(head.parts.items())),
+    }
+    data_root.write_bytes(HEAD, _sealed(body))
     for seq, path in sorted(_listed_records(data_root).items()):
-        if seq <= through:
+        if seq <= head.through:
             with contextlib.suppress(FileNotFoundError):
                 data_root.fs.rm_file(path)
+    named = set(head.parts.values())
+    for name, path in _listed_parts(data_root).items():
+        if name not in named:
+            with contextlib.suppress(FileNotFoundError):
+                data_root.fs.rm_file(path)
+    with contextlib.suppress(FileNotFoundError):
+        data_root.fs.rm_file(data_root.path(layout.near_duplicates_index_order()))
 
 
 def _write_state(data_root: DataRoot, shards: Sequence[IndexedShard]) -> None:
@@ -321,7 +538,13 @@ def _write_state(data_root: DataRoot, shards: Sequence[IndexedShard]) -> None:
     every record there is, which are then removed."""
     records = _listed_records(data_root)
     try:
-        through = _read_snapshot(data_root)[0]
+        through = _read_base(data_root)[0]
     except IndexDamaged:
         through = -1
-    _fold(data_root, shards, max([through, *records]))
+    _write_snapshot(
+        data_root,
+        shards,
+        max([through, *records]),
+        max([-1, *(shard.position for shard in shards)]) + 1,
+        PART_BUCKETS,
+    )
