@@ -127,12 +127,18 @@ def test_shards_are_reserved_decided_committed_and_repaired_on_s3(s3_root, monke
         decided[shard_id] = {d.utt_id: d.representative_shard for d in decisions if d.kind}
     assert decided["first"] == {} and set(decided["second"].values()) == {"first"}
     assert [s.shard_id for s in near_dup_index.read_order(s3_root)] == ["first", "second"]
-    # The snapshot holds records 0-2; record 3 (second's commit) follows it.
+    # The snapshot (a head and a part per shard) holds records 0-2; record 3 (second's commit) follows it.
     [record] = s3_root.glob(f"{near_dup_index_order.ORDER_LOG}/*.json")
     assert record.endswith("000000000003.json")
-    # A torn record, then a torn snapshot, on S3: each rebuilt from the commit records, positions kept.
-    order = s3_root.path("index/near_duplicates/shards.parquet")
-    for torn in (record, order):
+    assert len(near_dup_index_order._listed_parts(s3_root)) == 2
+    # A torn record, then a torn part, then a torn head, on S3: each rebuilt from the commit records,
+    # positions kept.
+    for which in ("record", "part", "head"):
+        torn = {
+            "record": record,
+            "part": min(near_dup_index_order._listed_parts(s3_root).values()),
+            "head": s3_root.path(near_dup_index_order.HEAD),
+        }[which]
         s3_root.fs.pipe_file(torn, s3_root.fs.cat_file(torn)[:40])
         assert "rebuilt shards.parquet" in near_dup_index.repair_index(s3_root)[0]
         assert [(s.position, s.shard_id) for s in near_dup_index.read_order(s3_root)] == [(0, "first"), (1, "second")]
