@@ -22,7 +22,7 @@ from speechdata.quality.near_dup_order_log import (  # noqa: F401 (re-exported: 
     HEAD,
     ORDER_LOG,
     ORDER_SCHEMA,
-    PART_BUCKETS,
+    PART_ROWS,
     PARTS,
     READ_ATTEMPTS,
     RESERVED,
@@ -35,6 +35,8 @@ from speechdata.quality.near_dup_order_log import (  # noqa: F401 (re-exported: 
     ReservationLost,
     _append,
     _applied,
+    _commit_record_relative,
+    _committed_position,
     _fold,
     _FoldedMeanwhile,
     _listed_parts,
@@ -223,16 +225,12 @@ def _drop_reservation(data_root: DataRoot, shard: IndexedShard, **lock_options) 
             # pass that fails gives its positions back without a trace).
             data_root.fs.rm_file(data_root.path(_record_relative(head.last)))
         else:
-            _append(data_root, head, removed=[head.mine])
+            _append(data_root, head, removed=[shard.position])
 
 
 position_lock = _position_lock
 """The lock a reserving run holds on its position until it commits (taking it proves that run gone)."""
 drop_reservation = _drop_reservation
-
-
-def _commit_record_relative(shard_id: str) -> str:
-    return f"{layout.NEAR_DUPLICATES_INDEX}/committed/{shard_id}.json"
 
 
 def _commit_record(shard: IndexedShard) -> bytes:

@@ -3,13 +3,14 @@ checksummed records after it (``order/<seq>.json``), read together and folded in
 every :data:`FOLD_EVERY` records (docs/near-duplicates.md, "The shard list: a partitioned snapshot
 and records"). The locks, reservations and commits that write it: :mod:`.near_dup_index_order`.
 
-The snapshot is partitioned by a hash of the shard id into :data:`PART_BUCKETS` parts
-(``shard_list/parts/<bucket>-<sha256>.parquet``, named by their content) that a checksummed head
-(``shard_list/head.json``) names with the last record folded in and the next free position. A
-reservation or a commit reads the head, the records after it and its own shard's part; a fold
-rewrites only the parts its records touch: both are flat in the number of shards listed. An index
-of the earlier layout (one ``shards.parquet`` holding every row) is read as it is and taken over
-by the first record written to it."""
+The snapshot is parts by position range (:data:`PART_ROWS` positions each,
+``shard_list/parts/<part>-<sha256>.parquet``, named by their content) under a checksummed head
+(``shard_list/head.json``: the last record folded in, the next free position, each part's file and
+the rows still reserved). A reservation or a commit reads the head and the records after it, and a
+re-run also its shard's commit record and the one part holding its position; a fold rewrites only
+the parts its records touch (the last one, mostly): both are flat in the number of shards listed.
+An index of the earlier layout (one ``shards.parquet`` holding every row) is read as it is and
+taken over by the first record written to it."""
 
 from __future__ import annotations
 
@@ -93,34 +94,37 @@ reservation or compaction switch, each checksummed."""
 SHARD_LIST = f"{layout.NEAR_DUPLICATES_INDEX}/shard_list"
 HEAD = f"{SHARD_LIST}/head.json"
 """The snapshot's head (checksummed): the last record folded in (``through``), the next free
-position, the fan-out and the part of each bucket that has rows. Its write is a fold's commit point."""
+position, the rows per part, each part's file and the reserved rows. Its write is a fold's commit
+point."""
 PARTS = f"{SHARD_LIST}/parts"
-PART_BUCKETS = 256
-"""Parts of the snapshot: a shard's row is in the part of ``sha256(shard_id) mod PART_BUCKETS``. An
-index keeps the fan-out its head names; a whole rewrite (a repair, a migration) takes this one."""
+PART_ROWS = 2_048
+"""Positions per part of the snapshot: part ``k`` holds the rows at positions ``k * PART_ROWS`` to
+``(k + 1) * PART_ROWS - 1``. An index keeps the size its head names; a whole rewrite (a repair, a
+migration) takes this one."""
 FOLD_EVERY = 64
 """Records after the snapshot that make the writer of the last one fold them into the snapshot: a
 reservation or commit writes one small record, and one in this many also rewrites the parts those
-records touch (about 30 of a few hundred rows each); a reader reads at most this many records."""
+records touch (the last part, mostly); a reader reads at most this many records."""
 THROUGH_KEY = b"speechdata.order_through"
 """The earlier layout's ``shards.parquet`` metadata: the last record folded into it (-1: none)."""
 READ_ATTEMPTS = 5
 PARALLEL_PART_READS = 8
 """Parts a whole read fetches at once (an object store answers each in tens of milliseconds)."""
-_PART_NAME = re.compile(r"^[0-9a-f]{4}-[0-9a-f]{16}\.parquet$")
+_PART_NAME = re.compile(r"^[0-9]{8}-[0-9a-f]{16}\.parquet$")
 
-Change = tuple[list[IndexedShard], list[int], list[str] | None]
-"""A record: (rows set, positions dropped, the shard ids dropped; None in a record of the earlier
-code, which named positions only)."""
+Change = tuple[list[IndexedShard], list[int]]
+"""A record: (rows set, positions dropped)."""
 
 
 @dataclass(frozen=True)
 class _Head:
     through: int
     next_position: int
-    fanout: int
-    parts: dict[str, str]
-    """Bucket -> the part file holding its rows (buckets without rows have none)."""
+    part_rows: int
+    parts: dict[int, str]
+    """Part number -> its file (parts without rows have none)."""
+    reserved: list[IndexedShard]
+    """The reserved rows (a few: shards deciding, and runs gone not yet dropped)."""
 
 
 @dataclass(frozen=True)
@@ -151,8 +155,8 @@ class _OrderView:
 
 @dataclass(frozen=True)
 class _OrderHead:
-    """What a reservation or a commit needs of the order: the head, the records after it and the
-    part of the shard asked for."""
+    """What a reservation or a commit needs of the order, read without every row: the head, the
+    records after it and, for a shard committed before, the part holding its position."""
 
     through: int
     last: int
@@ -179,8 +183,8 @@ def _part_relative(name: str) -> str:
     return f"{PARTS}/{name}"
 
 
-def _bucket_of(shard_id: str, fanout: int) -> str:
-    return f"{int.from_bytes(hashlib.sha256(shard_id.encode()).digest()[:4], 'big') % fanout:04x}"
+def _commit_record_relative(shard_id: str) -> str:
+    return f"{layout.NEAR_DUPLICATES_INDEX}/committed/{shard_id}.json"
 
 
 def _sealed(body: dict) -> bytes:
@@ -199,6 +203,16 @@ def _unsealed(content: bytes) -> dict | None:
         return None
     canonical = json.dumps(body, sort_keys=True, separators=(",", ":"))
     return body if hashlib.sha256(canonical.encode()).hexdigest() == digest else None
+
+
+def _committed_position(data_root: DataRoot, shard_id: str) -> int | None:
+    """The position ``shard_id``'s commit record names (written before the order's record of the
+    commit, so every shard committed in the order has one); None without a readable one."""
+    try:
+        body = json.loads(data_root.fs.cat_file(data_root.path(_commit_record_relative(shard_id))))
+        return int(body["position"])
+    except (FileNotFoundError, ValueError, KeyError, TypeError):
+        return None
 
 
 def _listed_records(data_root: DataRoot) -> dict[int, str]:
@@ -240,10 +254,27 @@ def _applied(
     shards: Sequence[IndexedShard], upserts: Sequence[IndexedShard], removed: Sequence[int]
 ) -> list[IndexedShard]:
     """``shards`` with each of ``upserts`` replacing its shard's row and the rows at ``removed`` gone."""
-    replaced = {shard.shard_id for shard in upserts}
-    gone = set(removed)
-    kept = [s for s in shards if s.shard_id not in replaced and s.position not in gone]
-    return sorted([*kept, *upserts], key=lambda shard: shard.position)
+    return _all_applied(shards, [(list(upserts), list(removed))])
+
+
+def _all_applied(shards: Sequence[IndexedShard], changes: Sequence[Change]) -> list[IndexedShard]:
+    """``shards`` with every change applied in sequence (each row set replaces its shard's row, each
+    position dropped loses its row), by position: one dictionary update per row a record names, not
+    a pass over every row per record."""
+    by_position = {shard.position: shard for shard in shards}
+    position_of = {shard.shard_id: shard.position for shard in shards}
+    for upserts, removed in changes:
+        for position in removed:
+            gone = by_position.pop(position, None)
+            if gone is not None:
+                del position_of[gone.shard_id]
+        for shard in upserts:
+            earlier = position_of.pop(shard.shard_id, None)
+            if earlier is not None:
+                del by_position[earlier]
+            by_position[shard.position] = shard
+            position_of[shard.shard_id] = shard.position
+    return [by_position[position] for position in sorted(by_position)]
 
 
 def _read_head_file(data_root: DataRoot) -> _Head | None:
@@ -254,7 +285,13 @@ def _read_head_file(data_root: DataRoot) -> _Head | None:
     body = _unsealed(content)
     if body is None:
         raise IndexDamaged(f"the shard list's head {HEAD} fails its checksum (torn or damaged)")
-    return _Head(int(body["through"]), int(body["next_position"]), int(body["fanout"]), dict(body["parts"]))
+    return _Head(
+        int(body["through"]),
+        int(body["next_position"]),
+        int(body["part_rows"]),
+        {int(part): name for part, name in body["parts"].items()},
+        [_shard_of(row) for row in body["reserved"]],
+    )
 
 
 def _read_legacy(data_root: DataRoot) -> tuple[int, pa.Table | None]:
@@ -300,7 +337,7 @@ def _read_log_once(data_root: DataRoot) -> _Log:
         body = _unsealed(content)
         if body is None or body.get("seq") != seq:
             raise IndexDamaged(f"order record {_record_relative(seq)} fails its checksum (torn or damaged)")
-        changes.append(([_shard_of(row) for row in body["upsert"]], list(body["remove"]), body.get("remove_shards")))
+        changes.append(([_shard_of(row) for row in body["upsert"]], list(body["remove"])))
     return _Log(through, head, legacy, changes)
 
 
@@ -331,7 +368,7 @@ def _read_log(data_root: DataRoot) -> _Log:
 
 def _read_part(data_root: DataRoot, name: str, head: _Head) -> pa.Table:
     """A part the head names, checked against the checksum in its name. Gone: a fold replaced it
-    since the head was read (:class:`_FoldedMeanwhile`; under the index lock, damage)."""
+    since the head was read (:class:`_FoldedMeanwhile`; read twice, damage)."""
     relative = _part_relative(name)
     try:
         content = data_root.fs.cat_file(data_root.path(relative))
@@ -343,23 +380,20 @@ def _read_part(data_root: DataRoot, name: str, head: _Head) -> pa.Table:
 
 
 def _snapshot_rows(data_root: DataRoot, log: _Log) -> list[IndexedShard]:
-    """Every row of the snapshot (every part, or the earlier layout's file)."""
+    """Every row of the snapshot (every part, or the earlier layout's file), by position."""
     if log.head is None:
         return [] if log.legacy is None else [_shard_of(row) for row in log.legacy.to_pylist()]
-    names = sorted(log.head.parts.values())
+    names = [name for _, name in sorted(log.head.parts.items())]
     if len(names) > 1:
         with ThreadPoolExecutor(min(PARALLEL_PART_READS, len(names))) as pool:
             tables = list(pool.map(lambda name: _read_part(data_root, name, log.head), names))
     else:
         tables = [_read_part(data_root, name, log.head) for name in names]
-    rows = [_shard_of(row) for table in tables for row in table.to_pylist()]
-    return sorted(rows, key=lambda shard: shard.position)
+    return [_shard_of(row) for table in tables for row in table.to_pylist()]
 
 
 def _view_of(data_root: DataRoot, log: _Log) -> _OrderView:
-    shards = _snapshot_rows(data_root, log)
-    for upserts, removed, _ in log.changes:
-        shards = _applied(shards, upserts, removed)
+    shards = _all_applied(_snapshot_rows(data_root, log), log.changes)
     return _OrderView(shards, log.through, log.last, log.head is None and log.legacy is not None)
 
 
@@ -369,7 +403,7 @@ def _read_view(data_root: DataRoot) -> _OrderView:
 
 
 def _next_position(log: _Log) -> int:
-    """One past the highest position given: the head's, or the earlier layout's highest row, and the
+    """One past the highest position given: the head's (or the earlier layout's highest row) and the
     rows of the records after it."""
     if log.head is not None:
         taken = log.head.next_position
@@ -377,16 +411,21 @@ def _next_position(log: _Log) -> int:
         taken = pc.max(log.legacy.column("position")).as_py() + 1
     else:
         taken = 0
-    return max([taken, *(shard.position + 1 for upserts, _, _ in log.changes for shard in upserts)])
+    return max([taken, *(shard.position + 1 for upserts, _ in log.changes for shard in upserts)])
 
 
 def _row_in_snapshot(data_root: DataRoot, log: _Log, shard_id: str) -> IndexedShard | None:
-    """``shard_id``'s row in the snapshot: the one part that can hold it (or the earlier layout's file)."""
-    if log.head is not None:
-        name = log.head.parts.get(_bucket_of(shard_id, log.head.fanout))
-        table = None if name is None else _read_part(data_root, name, log.head)
-    else:
+    """``shard_id``'s row in the snapshot: among the head's reserved rows, else at the position its
+    commit record names (the one part holding it), else none; the earlier layout's file: filtered."""
+    if log.head is None:
         table = log.legacy
+    else:
+        reserved = next((shard for shard in log.head.reserved if shard.shard_id == shard_id), None)
+        if reserved is not None:
+            return reserved
+        position = _committed_position(data_root, shard_id)
+        name = None if position is None else log.head.parts.get(position // log.head.part_rows)
+        table = None if name is None else _read_part(data_root, name, log.head)
     if table is None or not table.num_rows:
         return None
     rows = table.filter(pc.equal(table.column("shard_id"), shard_id)).to_pylist()
@@ -394,10 +433,13 @@ def _row_in_snapshot(data_root: DataRoot, log: _Log, shard_id: str) -> IndexedSh
 
 
 def _head_of(data_root: DataRoot, log: _Log, shard_id: str) -> _OrderHead:
-    found = _row_in_snapshot(data_root, log, shard_id)
-    mine = [] if found is None else [found]
-    for upserts, removed, _ in log.changes:
-        mine = _applied(mine, [shard for shard in upserts if shard.shard_id == shard_id], removed)
+    mine: list[IndexedShard] = []
+    if not any(shard.shard_id == shard_id for upserts, _ in log.changes for shard in upserts):
+        found = _row_in_snapshot(data_root, log, shard_id)  # not needed when the records set its row
+        mine = [] if found is None else [found]
+    mine = _all_applied(
+        mine, [([s for s in upserts if s.shard_id == shard_id], removed) for upserts, removed in log.changes]
+    )
     return _OrderHead(
         log.through,
         log.last,
@@ -409,8 +451,8 @@ def _head_of(data_root: DataRoot, log: _Log, shard_id: str) -> _OrderHead:
 
 
 def _read_head(data_root: DataRoot, shard_id: str) -> _OrderHead:
-    """The next free position and ``shard_id``'s row: the head, the records after it and the one
-    part that can hold the shard (no other row read)."""
+    """The next free position and ``shard_id``'s row: the head and the records after it (a shard
+    committed before: also the part holding its position); no other row read."""
     return _retried(data_root, lambda log: _head_of(data_root, log, shard_id))
 
 
@@ -430,18 +472,13 @@ def _append(
     data_root: DataRoot,
     read: _OrderView | _OrderHead,
     upserts: Sequence[IndexedShard] = (),
-    removed: Sequence[IndexedShard] = (),
+    removed: Sequence[int] = (),
 ) -> None:
     """Record a change to the order as ``read`` (under the index lock): one record, the commit point;
     the writer of every :data:`FOLD_EVERY`-th record after the snapshot folds them into it (and the
     first record written over the earlier layout takes it over)."""
     seq = read.last + 1
-    body = {
-        "seq": seq,
-        "upsert": [_row_of(shard) for shard in upserts],
-        "remove": sorted(shard.position for shard in removed),
-        "remove_shards": sorted(shard.shard_id for shard in removed),
-    }
+    body = {"seq": seq, "upsert": [_row_of(shard) for shard in upserts], "remove": sorted(removed)}
     data_root.write_bytes(_record_relative(seq), _sealed(body))
     if seq - read.through >= FOLD_EVERY or read.legacy:
         _fold(data_root)
@@ -456,41 +493,39 @@ def _part_bytes(shards: Sequence[IndexedShard]) -> bytes:
     return sink.getvalue().to_pybytes()
 
 
-def _write_part(data_root: DataRoot, bucket: str, shards: Sequence[IndexedShard]) -> str:
+def _write_part(data_root: DataRoot, part: int, shards: Sequence[IndexedShard]) -> str:
     content = _part_bytes(shards)
-    name = f"{bucket}-{hashlib.sha256(content).hexdigest()[:16]}.parquet"
-    data_root.write_bytes(_part_relative(name), content)  # again when present: it may be the damaged one
+    name = f"{part:08d}-{hashlib.sha256(content).hexdigest()[:16]}.parquet"
+    data_root.write_bytes(_part_relative(name), content)  # again when present: it may be a damaged one
     return name
 
 
 def _fold(data_root: DataRoot) -> None:
-    """Fold every record into the snapshot (under the index lock): rewrite the parts the records
-    touch, then the head (the commit point), then remove the records it holds, the parts it no
-    longer names and an earlier layout's ``shards.parquet``. A run killed before the head leaves
-    parts no head names (never read, removed by the next fold); after it, records at or before
-    ``through`` (never read, removed by the next fold)."""
-    log = _retried(data_root, lambda log: log)
+    """Fold every record into the snapshot (under the index lock): rewrite the parts holding the
+    positions the records set or drop, then the head (the commit point), then remove the records it
+    holds, the parts it no longer names and an earlier layout's ``shards.parquet``. A run killed
+    before the head leaves parts no head names (never read, removed by the next fold); after it,
+    records at or before ``through`` (never read, removed by the next fold)."""
+    log = _read_log(data_root)
     head = log.head
-    legacy_removals = any(removed and removed_shards is None for _, removed, removed_shards in log.changes)
-    if head is None or legacy_removals:
-        _write_snapshot(data_root, _view_of(data_root, log).shards, log.last, _next_position(log), PART_BUCKETS)
+    if head is None:  # the first fold, or the earlier layout taken over: every row
+        _write_snapshot(data_root, _view_of(data_root, log).shards, log.last, _next_position(log), PART_ROWS)
         return
     parts = dict(head.parts)
-    touched = sorted(
-        {_bucket_of(shard.shard_id, head.fanout) for upserts, _, _ in log.changes for shard in upserts}
-        | {_bucket_of(shard_id, head.fanout) for _, _, gone in log.changes for shard_id in gone or ()}
-    )
-    for bucket in touched:
-        rows = (
-            [] if bucket not in parts else [_shard_of(row) for row in _read_part_locked(data_root, parts[bucket], head)]
+    touched = {shard.position // head.part_rows for upserts, _ in log.changes for shard in upserts}
+    touched |= {position // head.part_rows for _, removed in log.changes for position in removed}
+    for part in sorted(touched):
+        rows = [] if part not in parts else [_shard_of(row) for row in _read_part_locked(data_root, parts[part], head)]
+        rows = _all_applied(
+            rows,
+            [([s for s in upserts if s.position // head.part_rows == part], gone) for upserts, gone in log.changes],
         )
-        for upserts, removed, _ in log.changes:
-            rows = _applied(rows, [s for s in upserts if _bucket_of(s.shard_id, head.fanout) == bucket], removed)
         if rows:
-            parts[bucket] = _write_part(data_root, bucket, rows)
+            parts[part] = _write_part(data_root, part, rows)
         else:
-            parts.pop(bucket, None)
-    _commit_snapshot(data_root, _Head(log.last, _next_position(log), head.fanout, parts))
+            parts.pop(part, None)
+    reserved = [shard for shard in _all_applied(head.reserved, log.changes) if shard.state == RESERVED]
+    _commit_snapshot(data_root, _Head(log.last, _next_position(log), head.part_rows, parts, reserved))
 
 
 def _read_part_locked(data_root: DataRoot, name: str, head: _Head) -> list[dict]:
@@ -502,22 +537,24 @@ def _read_part_locked(data_root: DataRoot, name: str, head: _Head) -> list[dict]
 
 
 def _write_snapshot(
-    data_root: DataRoot, shards: Sequence[IndexedShard], through: int, next_position: int, fanout: int
+    data_root: DataRoot, shards: Sequence[IndexedShard], through: int, next_position: int, part_rows: int
 ) -> None:
     """Write every part of ``shards`` and a head through record ``through``."""
-    by_bucket: dict[str, list[IndexedShard]] = {}
+    by_part: dict[int, list[IndexedShard]] = {}
     for shard in shards:
-        by_bucket.setdefault(_bucket_of(shard.shard_id, fanout), []).append(shard)
-    parts = {bucket: _write_part(data_root, bucket, rows) for bucket, rows in sorted(by_bucket.items())}
-    _commit_snapshot(data_root, _Head(through, next_position, fanout, parts))
+        by_part.setdefault(shard.position // part_rows, []).append(shard)
+    parts = {part: _write_part(data_root, part, rows) for part, rows in sorted(by_part.items())}
+    reserved = [shard for shard in shards if shard.state == RESERVED]
+    _commit_snapshot(data_root, _Head(through, next_position, part_rows, parts, reserved))
 
 
 def _commit_snapshot(data_root: DataRoot, head: _Head) -> None:
     body = {
         "through": head.through,
         "next_position": head.next_position,
-        "fanout": head.fanout,
-        "parts": dict(sorted(head.parts.items())),
+        "part_rows": head.part_rows,
+        "parts": {f"{part:08d}": name for part, name in sorted(head.parts.items())},
+        "reserved": [_row_of(shard) for shard in sorted(head.reserved, key=lambda s: s.position)],
     }
     data_root.write_bytes(HEAD, _sealed(body))
     for seq, path in sorted(_listed_records(data_root).items()):
@@ -546,5 +583,5 @@ def _write_state(data_root: DataRoot, shards: Sequence[IndexedShard]) -> None:
         shards,
         max([through, *records]),
         max([-1, *(shard.position for shard in shards)]) + 1,
-        PART_BUCKETS,
+        PART_ROWS,
     )

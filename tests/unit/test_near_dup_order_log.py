@@ -52,7 +52,7 @@ def positions(root) -> list[tuple[int, str, str]]:
 @pytest.fixture
 def fold_every_4(monkeypatch):
     monkeypatch.setattr(order_log, "FOLD_EVERY", 4)
-    monkeypatch.setattr(order_log, "PART_BUCKETS", 16)
+    monkeypatch.setattr(order_log, "PART_ROWS", 4)
 
 
 def test_each_reservation_and_commit_is_one_record_and_every_fourth_folds_into_the_parts(data_root, fold_every_4):
@@ -64,7 +64,7 @@ def test_each_reservation_and_commit_is_one_record_and_every_fourth_folds_into_t
         commit(data_root, reservation, "v-b")  # record 3: folded
     assert records(data_root) == []
     assert head(data_root)["through"] == 3 and head(data_root)["next_position"] == 2
-    assert sorted(head(data_root)["parts"]) == sorted({order_log._bucket_of(s, 16) for s in "ab"})
+    assert list(head(data_root)["parts"]) == ["00000000"]  # positions 0-3
     assert sorted(head(data_root)["parts"].values()) == parts(data_root)
     listed = pa.concat_tables(data_root.read_parquet(f"{order.PARTS}/{name}") for name in parts(data_root))
     assert sorted(listed.column("shard_id").to_pylist()) == ["a", "b"]
@@ -75,25 +75,31 @@ def test_each_reservation_and_commit_is_one_record_and_every_fourth_folds_into_t
 
 def test_a_fold_rewrites_only_the_parts_its_records_touch(data_root, fold_every_4):
     earlier = [f"s{n:02d}" for n in range(30)]
-    index(data_root, earlier)  # 60 records: folded 15 times
+    index(data_root, earlier)  # 60 records: folded 15 times, positions 0-29 in parts of 4
     before = head(data_root)["parts"]
-    index(data_root, ["new-1", "new-2"])  # 4 records: one fold
+    assert len(before) == 8
+    index(data_root, ["new-1", "new-2"])  # positions 30 and 31: 4 records, one fold
     after = head(data_root)["parts"]
-    touched = {order_log._bucket_of(shard_id, 16) for shard_id in ("new-1", "new-2")}
-    assert {bucket for bucket in after if after[bucket] != before.get(bucket)} == touched
-    assert parts(data_root) == sorted(after.values())  # the replaced parts are gone
+    assert {part for part in after if after[part] != before.get(part)} == {"00000007"}
+    assert parts(data_root) == sorted(after.values())  # the replaced part is gone
     assert [s.shard_id for s in read_state(data_root)] == [*earlier, "new-1", "new-2"]
 
 
-def test_a_reservation_and_a_commit_read_the_head_the_records_and_one_part(data_root, fold_every_4, monkeypatch):
+def test_a_reservation_reads_no_part_and_a_re_run_the_one_holding_its_position(data_root, fold_every_4, monkeypatch):
     index(data_root, [f"s{n:02d}" for n in range(12)])
-    assert len(parts(data_root)) > 4
+    assert len(parts(data_root)) == 3
     cat_file, read = data_root.fs.cat_file, []
     monkeypatch.setattr(data_root.fs, "cat_file", lambda path: read.append(path) or cat_file(path))
     with reserve_position(data_root, "late") as reservation:
         commit(data_root, reservation, "v-late")
-    assert sum(f"/{order.PARTS}/" in path for path in read) <= 2  # one part per read of the head
+    assert not [path for path in read if f"/{order.PARTS}/" in path]
     assert sum(path.endswith(order.HEAD) for path in read) == 2
+    read.clear()
+    with reserve_position(data_root, "s05") as reservation:  # folded long ago, at position 5
+        assert reservation.recommit and reservation.position == 5
+        commit(data_root, reservation, "v-s05-again")
+    assert sorted({path.rsplit("/", 1)[-1][:8] for path in read if f"/{order.PARTS}/" in path}) == ["00000001"]
+    assert [s.entries_version for s in read_state(data_root) if s.shard_id == "s05"] == ["v-s05-again"]
 
 
 def test_the_folded_snapshot_is_byte_identical_in_a_second_root(tmp_path, fold_every_4):
@@ -104,7 +110,7 @@ def test_the_folded_snapshot_is_byte_identical_in_a_second_root(tmp_path, fold_e
         {path: root.fs.cat_file(root.path(path)) for path in [order.HEAD, *map(order_log._part_relative, parts(root))]}
         for root in roots
     )
-    assert one == two and len(one) > 2
+    assert one == two and len(one) == 2
 
 
 def test_a_dropped_reservation_is_withdrawn_when_last_and_recorded_otherwise(data_root):
@@ -179,7 +185,7 @@ def test_a_fold_killed_before_its_head_or_its_removals_reads_the_same_and_the_ne
         index(data_root, ["c", "d"])
     monkeypatch.undo()
     monkeypatch.setattr(order_log, "FOLD_EVERY", 4)
-    monkeypatch.setattr(order_log, "PART_BUCKETS", 16)
+    monkeypatch.setattr(order_log, "PART_ROWS", 4)
     assert len(records(data_root)) == 4  # the fold's records are all there
     assert positions(data_root)[:3] == [(0, "a", "committed"), (1, "b", "committed"), (2, "c", "committed")]
     index(data_root, ["d", "e", "f", "g"])  # the next fold removes what the killed one left
