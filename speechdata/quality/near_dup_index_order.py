@@ -54,6 +54,7 @@ from speechdata.quality.near_dup_order_log import (  # noqa: F401 (re-exported: 
     _unsealed,
     _write_state,
     read_order,
+    read_reserved,
     read_state,
 )
 
@@ -177,10 +178,10 @@ def wait_for_earlier(
     deadline = time.monotonic() + timeout_s
     next_liveness_check = 0.0
     while True:
-        state = read_state(data_root)
-        pending = [s for s in state if s.state == RESERVED and s.position < reservation.position]
+        # The reserved rows alone (the head and its records) while waiting; every row once, at the end.
+        pending = [s for s in read_reserved(data_root) if s.position < reservation.position]
         if not pending:
-            return state
+            return read_state(data_root)
         if time.monotonic() >= next_liveness_check:
             next_liveness_check = time.monotonic() + LIVENESS_CHECK_S
             for shard in pending:

@@ -222,6 +222,7 @@ def test_an_index_of_the_earlier_layout_is_read_and_taken_over_by_the_next_recor
 
 def test_the_head_a_writer_reads_agrees_with_the_whole_order(data_root, monkeypatch):
     monkeypatch.setattr(order_log, "FOLD_EVERY", 3)  # snapshots at varying points among the records
+    monkeypatch.setattr(order_log, "PART_ROWS", 2)
     for shard_id in ["a", "b", "c", "d", "e"]:
         with reserve_position(data_root, shard_id) as reservation:
             # b and d stay reserved (their runs gone) until the next shard has reserved after them.
@@ -230,6 +231,7 @@ def test_the_head_a_writer_reads_agrees_with_the_whole_order(data_root, monkeypa
             if shard_id not in "bd":
                 commit(data_root, reservation, f"v-{shard_id}")
         view = order._read_view(data_root)
+        assert order.read_reserved(data_root) == [s for s in view.shards if s.state == order.RESERVED]
         for asked in ["a", "b", "c", "d", "e", "never"]:
             head = order._read_head(data_root, asked)
             assert head.mine == next((s for s in view.shards if s.shard_id == asked), None)
