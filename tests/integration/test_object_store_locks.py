@@ -109,6 +109,7 @@ def test_shards_are_reserved_decided_committed_and_repaired_on_s3(s3_root, monke
     from speechdata.quality.near_duplicates import utterance_signals
 
     monkeypatch.setattr(near_dup_order_log, "FOLD_EVERY", 3)  # records 0-2 folded into the snapshot
+    monkeypatch.setattr(near_dup_order_log, "PART_ROWS", 1)  # a part per position
     planted = planted_set(3, seed=4)  # originals first: their copies land in the second shard
     shards = {"first": planted[:3], "second": planted[3:]}
     decided = {}
@@ -127,7 +128,7 @@ def test_shards_are_reserved_decided_committed_and_repaired_on_s3(s3_root, monke
         decided[shard_id] = {d.utt_id: d.representative_shard for d in decisions if d.kind}
     assert decided["first"] == {} and set(decided["second"].values()) == {"first"}
     assert [s.shard_id for s in near_dup_index.read_order(s3_root)] == ["first", "second"]
-    # The snapshot (a head and a part per shard) holds records 0-2; record 3 (second's commit) follows it.
+    # The snapshot (a head and a part per position) holds records 0-2; record 3 (second's commit) follows it.
     [record] = s3_root.glob(f"{near_dup_index_order.ORDER_LOG}/*.json")
     assert record.endswith("000000000003.json")
     assert len(near_dup_index_order._listed_parts(s3_root)) == 2
