@@ -16,13 +16,18 @@ from collections.abc import Callable, Iterator
 from speechdata.io import layout
 from speechdata.io.shard_lock import LockHolder, ShardLocked, data_root_lock
 from speechdata.io.storage import DataRoot
+from speechdata.quality.near_dup_order_fold import (  # noqa: F401 (re-exported: the index's one import point)
+    FOLD_EVERY,
+    PART_ROWS,
+    _append,
+    _fold,
+    _write_state,
+)
 from speechdata.quality.near_dup_order_log import (  # noqa: F401 (re-exported: the index's one import point)
     COMMITTED,
-    FOLD_EVERY,
     HEAD,
     ORDER_LOG,
     ORDER_SCHEMA,
-    PART_ROWS,
     PARTS,
     READ_ATTEMPTS,
     RESERVED,
@@ -33,11 +38,9 @@ from speechdata.quality.near_dup_order_log import (  # noqa: F401 (re-exported: 
     IndexedShard,
     Reservation,
     ReservationLost,
-    _append,
     _applied,
     _commit_record_relative,
     _committed_position,
-    _fold,
     _FoldedMeanwhile,
     _listed_parts,
     _listed_records,
@@ -52,7 +55,6 @@ from speechdata.quality.near_dup_order_log import (  # noqa: F401 (re-exported: 
     _sealed,
     _shard_of,
     _unsealed,
-    _write_state,
     read_order,
     read_reserved,
     read_state,

@@ -1,9 +1,10 @@
-"""The near-duplicate index's shard list: its rows (:class:`IndexedShard`), the snapshot and the
-checksummed records after it (``order/<seq>.json``), read together and folded into the snapshot
-every :data:`FOLD_EVERY` records (docs/near-duplicates.md, "The shard list: a partitioned snapshot
-and records"). The locks, reservations and commits that write it: :mod:`.near_dup_index_order`.
+"""Reading the near-duplicate index's shard list: the snapshot and the checksummed records after it
+(``order/<seq>.json``), read together (docs/near-duplicates.md, "The shard list: a snapshot and
+records"). Its rows: :mod:`.near_dup_order_rows`; the records written and folded into the snapshot
+(under the index lock): :mod:`.near_dup_order_fold`; the locks, reservations and commits:
+:mod:`.near_dup_index_order`.
 
-The snapshot is parts by position range (:data:`PART_ROWS` positions each,
+The snapshot is parts by position range (``PART_ROWS`` positions each,
 ``shard_list/parts/<part>-<sha256>.parquet``, named by their content) under a checksummed head
 (``shard_list/head.json``: the last record folded in, the next free position, each part's file and
 the rows still reserved). A reservation or a commit reads the head and the records after it, and a
@@ -14,11 +15,10 @@ taken over by the first record written to it."""
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TypeVar
@@ -28,65 +28,24 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from speechdata.io import layout
-from speechdata.io.parquet_integrity import WRITE_OPTIONS, UnreadableIntermediate
+from speechdata.io.parquet_integrity import UnreadableIntermediate
 from speechdata.io.storage import DataRoot
-
-RESERVED, COMMITTED = "reserved", "committed"
-ORDER_SCHEMA = pa.schema(
-    [
-        pa.field("position", pa.int64(), nullable=False),
-        pa.field("shard_id", pa.string(), nullable=False),
-        pa.field("state", pa.string(), nullable=False),
-        pa.field("entries_version", pa.string()),
-        pa.field("utterances", pa.int64(), nullable=False),
-        pa.field("segment", pa.string()),
-        pa.field("reservation", pa.string()),
-    ]
+from speechdata.quality.near_dup_order_rows import (  # noqa: F401 (re-exported: the shard list's names in one place)
+    COMMITTED,
+    ORDER_SCHEMA,
+    RESERVED,
+    Change,
+    CorpusIndexBusy,
+    IndexDamaged,
+    IndexedShard,
+    Reservation,
+    ReservationLost,
+    _all_applied,
+    _applied,
+    _row_of,
+    _shard_of,
+    _shards_of_table,
 )
-"""``state``: ``reserved`` (position taken, not committed: ``reservation`` is the run's token) or
-``committed`` (``entries_version`` names its entries file, ``segment`` the segment holding its postings)."""
-
-
-@dataclass(frozen=True)
-class IndexedShard:
-    """A row of the shard list."""
-
-    position: int
-    shard_id: str
-    entries_version: str | None
-    utterances: int
-    state: str = COMMITTED
-    segment: str | None = None
-    reservation: str | None = None
-
-
-@dataclass(frozen=True)
-class Reservation:
-    """A shard's place in the index order, held (with its position lock) until it commits."""
-
-    shard_id: str
-    position: int
-    token: str
-    recommit: bool
-    """The shard was committed before (a re-run): it keeps its position."""
-
-
-class CorpusIndexBusy(RuntimeError):
-    """The index stayed locked by another run for longer than the caller would wait."""
-
-
-class ReservationLost(RuntimeError):
-    """The shard's reservation was dropped (taken for dead, or lost with a rebuilt order): reserve again."""
-
-
-class IndexDamaged(RuntimeError):
-    """A part of the index failed its checksum or is missing: :func:`repair_index` rebuilds it.
-    ``entries_of``: the shard whose entries file could not be read, when that was the part."""
-
-    def __init__(self, message: str, entries_of: str | None = None):
-        super().__init__(message)
-        self.entries_of = entries_of
-
 
 ORDER_LOG = f"{layout.NEAR_DUPLICATES_INDEX}/order"
 """The order's records since its snapshot: ``order/<seq>.json``, one per reservation, commit, dropped
@@ -97,23 +56,12 @@ HEAD = f"{SHARD_LIST}/head.json"
 position, the rows per part, each part's file and the reserved rows. Its write is a fold's commit
 point."""
 PARTS = f"{SHARD_LIST}/parts"
-PART_ROWS = 2_048
-"""Positions per part of the snapshot: part ``k`` holds the rows at positions ``k * PART_ROWS`` to
-``(k + 1) * PART_ROWS - 1``. An index keeps the size its head names; a whole rewrite (a repair, a
-migration) takes this one."""
-FOLD_EVERY = 64
-"""Records after the snapshot that make the writer of the last one fold them into the snapshot: a
-reservation or commit writes one small record, and one in this many also rewrites the parts those
-records touch (the last part, mostly); a reader reads at most this many records."""
 THROUGH_KEY = b"speechdata.order_through"
 """The earlier layout's ``shards.parquet`` metadata: the last record folded into it (-1: none)."""
 READ_ATTEMPTS = 5
 PARALLEL_PART_READS = 8
 """Parts a whole read fetches at once (an object store answers each in tens of milliseconds)."""
 _PART_NAME = re.compile(r"^[0-9]{8}-[0-9a-f]{16}\.parquet$")
-
-Change = tuple[list[IndexedShard], list[int]]
-"""A record: (rows set, positions dropped)."""
 
 
 @dataclass(frozen=True)
@@ -232,63 +180,6 @@ def _listed_parts(data_root: DataRoot) -> dict[str, str]:
         if _PART_NAME.match(name):
             found[name] = path
     return found
-
-
-def _shard_of(row: dict) -> IndexedShard:
-    return IndexedShard(
-        position=row["position"],
-        shard_id=row["shard_id"],
-        entries_version=row["entries_version"],
-        utterances=row["utterances"],
-        state=row.get("state") or COMMITTED,
-        segment=row.get("segment"),
-        reservation=row.get("reservation"),
-    )
-
-
-def _shards_of_table(table: pa.Table) -> list[IndexedShard]:
-    """The table's rows, column by column (a tenth of the time of a dictionary per row); a table of
-    the earlier layout may lack the state, segment and reservation columns."""
-    names = table.column_names
-    columns = [
-        table.column(name).to_pylist() if name in names else [COMMITTED if name == "state" else None] * table.num_rows
-        for name in ORDER_SCHEMA.names
-    ]
-    columns[2] = [state or COMMITTED for state in columns[2]]
-    return [IndexedShard(p, i, v, u, st, sg, r) for p, i, st, v, u, sg, r in zip(*columns, strict=True)]
-
-
-def _row_of(shard: IndexedShard) -> dict:
-    return {field.name: getattr(shard, field.name) for field in ORDER_SCHEMA}
-
-
-def _applied(
-    shards: Sequence[IndexedShard], upserts: Sequence[IndexedShard], removed: Sequence[int]
-) -> list[IndexedShard]:
-    """``shards`` with each of ``upserts`` replacing its shard's row and the rows at ``removed`` gone."""
-    return _all_applied(shards, [(list(upserts), list(removed))])
-
-
-def _all_applied(shards: Sequence[IndexedShard], changes: Sequence[Change]) -> list[IndexedShard]:
-    """``shards`` with every change applied in sequence (each row set replaces its shard's row, each
-    position dropped loses its row), by position: one dictionary update per row a record names, not
-    a pass over every row per record."""
-    if not any(upserts or removed for upserts, removed in changes):
-        return sorted(shards, key=lambda shard: shard.position)
-    by_position = {shard.position: shard for shard in shards}
-    position_of = {shard.shard_id: shard.position for shard in shards}
-    for upserts, removed in changes:
-        for position in removed:
-            gone = by_position.pop(position, None)
-            if gone is not None:
-                del position_of[gone.shard_id]
-        for shard in upserts:
-            earlier = position_of.pop(shard.shard_id, None)
-            if earlier is not None:
-                del by_position[earlier]
-            by_position[shard.position] = shard
-            position_of[shard.shard_id] = shard.position
-    return [by_position[position] for position in sorted(by_position)]
 
 
 def _read_head_file(data_root: DataRoot) -> _Head | None:
@@ -491,122 +382,3 @@ def read_reserved(data_root: DataRoot) -> list[IndexedShard]:
 def read_order(data_root: DataRoot) -> list[IndexedShard]:
     """The committed shards, by position; empty before the first shard is indexed."""
     return [shard for shard in read_state(data_root) if shard.state == COMMITTED]
-
-
-def _append(
-    data_root: DataRoot,
-    read: _OrderView | _OrderHead,
-    upserts: Sequence[IndexedShard] = (),
-    removed: Sequence[int] = (),
-) -> None:
-    """Record a change to the order as ``read`` (under the index lock): one record, the commit point;
-    the writer of every :data:`FOLD_EVERY`-th record after the snapshot folds them into it (and the
-    first record written over the earlier layout takes it over)."""
-    seq = read.last + 1
-    body = {"seq": seq, "upsert": [_row_of(shard) for shard in upserts], "remove": sorted(removed)}
-    data_root.write_bytes(_record_relative(seq), _sealed(body))
-    if seq - read.through >= FOLD_EVERY or read.legacy:
-        _fold(data_root)
-
-
-def _part_bytes(shards: Sequence[IndexedShard]) -> bytes:
-    table = pa.Table.from_pylist(
-        [_row_of(shard) for shard in sorted(shards, key=lambda s: s.position)], schema=ORDER_SCHEMA
-    )
-    sink = pa.BufferOutputStream()
-    pq.write_table(table, sink, compression="zstd", **WRITE_OPTIONS)
-    return sink.getvalue().to_pybytes()
-
-
-def _write_part(data_root: DataRoot, part: int, shards: Sequence[IndexedShard]) -> str:
-    content = _part_bytes(shards)
-    name = f"{part:08d}-{hashlib.sha256(content).hexdigest()[:16]}.parquet"
-    data_root.write_bytes(_part_relative(name), content)  # again when present: it may be a damaged one
-    return name
-
-
-def _fold(data_root: DataRoot) -> None:
-    """Fold every record into the snapshot (under the index lock): rewrite the parts holding the
-    positions the records set or drop, then the head (the commit point), then remove the records it
-    holds, the parts it no longer names and an earlier layout's ``shards.parquet``. A run killed
-    before the head leaves parts no head names (never read, removed by the next fold); after it,
-    records at or before ``through`` (never read, removed by the next fold)."""
-    log = _read_log(data_root)
-    head = log.head
-    if head is None:  # the first fold, or the earlier layout taken over: every row
-        _write_snapshot(data_root, _view_of(data_root, log).shards, log.last, _next_position(log), PART_ROWS)
-        return
-    parts = dict(head.parts)
-    touched = {shard.position // head.part_rows for upserts, _ in log.changes for shard in upserts}
-    touched |= {position // head.part_rows for _, removed in log.changes for position in removed}
-    for part in sorted(touched):
-        rows = [] if part not in parts else [_shard_of(row) for row in _read_part_locked(data_root, parts[part], head)]
-        rows = _all_applied(
-            rows,
-            [([s for s in upserts if s.position // head.part_rows == part], gone) for upserts, gone in log.changes],
-        )
-        if rows:
-            parts[part] = _write_part(data_root, part, rows)
-        else:
-            parts.pop(part, None)
-    reserved = [shard for shard in _all_applied(head.reserved, log.changes) if shard.state == RESERVED]
-    _commit_snapshot(data_root, _Head(log.last, _next_position(log), head.part_rows, parts, reserved))
-
-
-def _read_part_locked(data_root: DataRoot, name: str, head: _Head) -> list[dict]:
-    """A part read by the folding writer (under the index lock nothing replaces it: gone is damage)."""
-    try:
-        return _read_part(data_root, name, head).to_pylist()
-    except _FoldedMeanwhile as moved:
-        raise IndexDamaged(moved.args[1]) from None
-
-
-def _write_snapshot(
-    data_root: DataRoot, shards: Sequence[IndexedShard], through: int, next_position: int, part_rows: int
-) -> None:
-    """Write every part of ``shards`` and a head through record ``through``."""
-    by_part: dict[int, list[IndexedShard]] = {}
-    for shard in shards:
-        by_part.setdefault(shard.position // part_rows, []).append(shard)
-    parts = {part: _write_part(data_root, part, rows) for part, rows in sorted(by_part.items())}
-    reserved = [shard for shard in shards if shard.state == RESERVED]
-    _commit_snapshot(data_root, _Head(through, next_position, part_rows, parts, reserved))
-
-
-def _commit_snapshot(data_root: DataRoot, head: _Head) -> None:
-    body = {
-        "through": head.through,
-        "next_position": head.next_position,
-        "part_rows": head.part_rows,
-        "parts": {f"{part:08d}": name for part, name in sorted(head.parts.items())},
-        "reserved": [_row_of(shard) for shard in sorted(head.reserved, key=lambda s: s.position)],
-    }
-    data_root.write_bytes(HEAD, _sealed(body))
-    for seq, path in sorted(_listed_records(data_root).items()):
-        if seq <= head.through:
-            with contextlib.suppress(FileNotFoundError):
-                data_root.fs.rm_file(path)
-    named = set(head.parts.values())
-    for name, path in _listed_parts(data_root).items():
-        if name not in named:
-            with contextlib.suppress(FileNotFoundError):
-                data_root.fs.rm_file(path)
-    with contextlib.suppress(FileNotFoundError):
-        data_root.fs.rm_file(data_root.path(layout.near_duplicates_index_order()))
-
-
-def _write_state(data_root: DataRoot, shards: Sequence[IndexedShard]) -> None:
-    """Replace the whole order with ``shards`` (a repair, a whole-corpus write): a snapshot through
-    every record there is, which are then removed."""
-    records = _listed_records(data_root)
-    try:
-        through = _read_base(data_root)[0]
-    except IndexDamaged:
-        through = -1
-    _write_snapshot(
-        data_root,
-        shards,
-        max([through, *records]),
-        max([-1, *(shard.position for shard in shards)]) + 1,
-        PART_ROWS,
-    )

@@ -103,13 +103,13 @@ def test_the_near_duplicate_index_is_locked_on_s3_and_a_second_indexer_gives_up_
 
 
 def test_shards_are_reserved_decided_committed_and_repaired_on_s3(s3_root, monkeypatch):
-    from speechdata.quality import near_dup_index, near_dup_index_order, near_dup_order_log
+    from speechdata.quality import near_dup_index, near_dup_index_order, near_dup_order_fold
     from speechdata.quality.near_dup_matching import NearDuplicateThresholds, decide_shard
     from speechdata.quality.near_dup_planted import planted_set
     from speechdata.quality.near_duplicates import utterance_signals
 
-    monkeypatch.setattr(near_dup_order_log, "FOLD_EVERY", 3)  # records 0-2 folded into the snapshot
-    monkeypatch.setattr(near_dup_order_log, "PART_ROWS", 1)  # a part per position
+    monkeypatch.setattr(near_dup_order_fold, "FOLD_EVERY", 3)  # records 0-2 folded into the snapshot
+    monkeypatch.setattr(near_dup_order_fold, "PART_ROWS", 1)  # a part per position
     planted = planted_set(3, seed=4)  # originals first: their copies land in the second shard
     shards = {"first": planted[:3], "second": planted[3:]}
     decided = {}

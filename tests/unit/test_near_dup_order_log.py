@@ -11,6 +11,7 @@ import pytest
 from speechdata.io import layout
 from speechdata.io.storage import DataRoot
 from speechdata.quality import near_dup_index_order as order
+from speechdata.quality import near_dup_order_fold as order_fold
 from speechdata.quality import near_dup_order_log as order_log
 from speechdata.quality.near_dup_index import IndexDamaged, IndexedShard, read_state, reserve_position
 
@@ -51,8 +52,8 @@ def positions(root) -> list[tuple[int, str, str]]:
 
 @pytest.fixture
 def fold_every_4(monkeypatch):
-    monkeypatch.setattr(order_log, "FOLD_EVERY", 4)
-    monkeypatch.setattr(order_log, "PART_ROWS", 4)
+    monkeypatch.setattr(order_fold, "FOLD_EVERY", 4)
+    monkeypatch.setattr(order_fold, "PART_ROWS", 4)
 
 
 def test_each_reservation_and_commit_is_one_record_and_every_fourth_folds_into_the_parts(data_root, fold_every_4):
@@ -184,8 +185,8 @@ def test_a_fold_killed_before_its_head_or_its_removals_reads_the_same_and_the_ne
     with pytest.raises(KeyboardInterrupt):
         index(data_root, ["c", "d"])
     monkeypatch.undo()
-    monkeypatch.setattr(order_log, "FOLD_EVERY", 4)
-    monkeypatch.setattr(order_log, "PART_ROWS", 4)
+    monkeypatch.setattr(order_fold, "FOLD_EVERY", 4)
+    monkeypatch.setattr(order_fold, "PART_ROWS", 4)
     assert len(records(data_root)) == 4  # the fold's records are all there
     assert positions(data_root)[:3] == [(0, "a", "committed"), (1, "b", "committed"), (2, "c", "committed")]
     index(data_root, ["d", "e", "f", "g"])  # the next fold removes what the killed one left
@@ -221,8 +222,8 @@ def test_an_index_of_the_earlier_layout_is_read_and_taken_over_by_the_next_recor
 
 
 def test_the_head_a_writer_reads_agrees_with_the_whole_order(data_root, monkeypatch):
-    monkeypatch.setattr(order_log, "FOLD_EVERY", 3)  # snapshots at varying points among the records
-    monkeypatch.setattr(order_log, "PART_ROWS", 2)
+    monkeypatch.setattr(order_fold, "FOLD_EVERY", 3)  # snapshots at varying points among the records
+    monkeypatch.setattr(order_fold, "PART_ROWS", 2)
     for shard_id in ["a", "b", "c", "d", "e"]:
         with reserve_position(data_root, shard_id) as reservation:
             # b and d stay reserved (their runs gone) until the next shard has reserved after them.
