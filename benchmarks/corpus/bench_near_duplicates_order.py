@@ -4,9 +4,10 @@ the partitioned snapshot against the single-file snapshot it replaced, in one ru
 Why: each reservation and commit appends one small checksummed record (``order/<seq>.json``), but
 with one ``shards.parquet`` snapshot every reservation still read the whole snapshot (Arrow columns,
 O(N)) and every 64th record rewrote it whole (O(N/64) amortized): 2.9-3.0x per shard from 100 to
-10 000 shards. Now the snapshot is parts by a hash of the shard id under a small head
-(``shard_list/``): a reservation or commit reads the head, the records and the one part that can
-hold its shard; a fold rewrites the parts its records touch (speechdata.quality.near_dup_order_log).
+10 000 shards. Now the snapshot is parts of 2 048 positions under a small head (``shard_list/``): a
+reservation or commit reads the head (which lists the reserved rows) and the records, a re-run also
+the one part holding its position; a fold rewrites the parts its records touch, the last one mostly
+(speechdata.quality.near_dup_order_fold).
 
 Both paths run on an order of N committed shards on a local data root, timing only the order's part
 of a shard's run (its entries file and segment cost the same in both): ``reserve`` (index lock, read
@@ -14,8 +15,7 @@ what a reservation reads, append the reserved row) then ``commit`` (index lock, 
 row). The baseline is the earlier code path, kept here: the snapshot's columns read whole, the
 record appended, the whole snapshot rewritten by every 64th record. Each figure is the mean over
 ``--shards`` consecutive shards (the commit record each commit writes included), so the folds are
-counted in it (``max_ms``: the slowest shard, one
-that folded); ``lock_held_ms``: the time inside the index lock per shard. ``whole_read_ms``: one
+counted in it (``max_ms``: the slowest shard, one that folded); ``lock_held_ms``: the time inside the index lock per shard. ``whole_read_ms``: one
 ``read_state`` of every row (what ``wait_for_earlier`` and ``IndexReader`` read), for comparison.
 """
 
@@ -165,7 +165,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--shards", type=int, default=128, help="new shards per size and path")
     parser.add_argument("--quick", action="store_true", help="100 and 1 000 listed, a few shards")
     args = parser.parse_args(argv)
-    from speechdata.quality.near_dup_order_log import FOLD_EVERY, PART_ROWS
+    from speechdata.quality.near_dup_order_fold import FOLD_EVERY, PART_ROWS
 
     if args.quick:
         args.sizes, args.shards = "100,1000", 40

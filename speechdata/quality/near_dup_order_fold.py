@@ -9,6 +9,7 @@ import hashlib
 from collections.abc import Sequence
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from speechdata.io import layout
@@ -35,6 +36,7 @@ from speechdata.quality.near_dup_order_log import (
 from speechdata.quality.near_dup_order_rows import (
     ORDER_SCHEMA,
     RESERVED,
+    Change,
     IndexedShard,
     _all_applied,
     _row_of,
@@ -67,20 +69,43 @@ def _append(
         _fold(data_root)
 
 
-def _part_bytes(shards: Sequence[IndexedShard]) -> bytes:
-    table = pa.Table.from_pylist(
-        [_row_of(shard) for shard in sorted(shards, key=lambda s: s.position)], schema=ORDER_SCHEMA
-    )
+def _table_of(shards: Sequence[IndexedShard]) -> pa.Table:
+    return pa.Table.from_pylist([_row_of(shard) for shard in shards], schema=ORDER_SCHEMA)
+
+
+def _part_bytes(table: pa.Table) -> bytes:
+    """The part's file: its rows by position, one chunk (the same bytes however they were gathered)."""
+    table = table.cast(ORDER_SCHEMA).sort_by("position").combine_chunks()
     sink = pa.BufferOutputStream()
     pq.write_table(table, sink, compression="zstd", **WRITE_OPTIONS)
     return sink.getvalue().to_pybytes()
 
 
-def _write_part(data_root: DataRoot, part: int, shards: Sequence[IndexedShard]) -> str:
-    content = _part_bytes(shards)
+def _write_part(data_root: DataRoot, part: int, table: pa.Table) -> str:
+    content = _part_bytes(table)
     name = f"{part:08d}-{hashlib.sha256(content).hexdigest()[:16]}.parquet"
     data_root.write_bytes(_part_relative(name), content)  # again when present: it may be a damaged one
     return name
+
+
+def _part_folded(part: pa.Table | None, changes: Sequence[Change]) -> pa.Table:
+    """``part`` (None: no rows yet) with ``changes`` (their rows of this part) applied: the rows no
+    change names are kept as Arrow columns (no row object each); only the shards the changes set are
+    replayed row by row."""
+    named = sorted({shard.shard_id for upserts, _ in changes for shard in upserts})
+    dropped = sorted({position for _, removed in changes for position in removed})
+    if part is None:
+        return _table_of(_all_applied([], changes))
+    ids = part.column("shard_id")
+    named_rows = part.filter(pc.is_in(ids, pa.array(named, pa.string())))
+    replayed = _all_applied([_shard_of(row) for row in named_rows.to_pylist()], changes)
+    untouched = pc.invert(
+        pc.or_(
+            pc.is_in(ids, pa.array(named, pa.string())),
+            pc.is_in(part.column("position"), pa.array(dropped, pa.int64())),
+        )
+    )
+    return pa.concat_tables([part.filter(untouched).cast(ORDER_SCHEMA), _table_of(replayed)])
 
 
 def _fold(data_root: DataRoot) -> None:
@@ -98,23 +123,22 @@ def _fold(data_root: DataRoot) -> None:
     touched = {shard.position // head.part_rows for upserts, _ in log.changes for shard in upserts}
     touched |= {position // head.part_rows for _, removed in log.changes for position in removed}
     for part in sorted(touched):
-        rows = [] if part not in parts else [_shard_of(row) for row in _read_part_locked(data_root, parts[part], head)]
-        rows = _all_applied(
-            rows,
+        table = _part_folded(
+            None if part not in parts else _read_part_locked(data_root, parts[part], head),
             [([s for s in upserts if s.position // head.part_rows == part], gone) for upserts, gone in log.changes],
         )
-        if rows:
-            parts[part] = _write_part(data_root, part, rows)
+        if table.num_rows:
+            parts[part] = _write_part(data_root, part, table)
         else:
             parts.pop(part, None)
     reserved = [shard for shard in _all_applied(head.reserved, log.changes) if shard.state == RESERVED]
     _commit_snapshot(data_root, _Head(log.last, _next_position(log), head.part_rows, parts, reserved))
 
 
-def _read_part_locked(data_root: DataRoot, name: str, head: _Head) -> list[dict]:
+def _read_part_locked(data_root: DataRoot, name: str, head: _Head) -> pa.Table:
     """A part read by the folding writer (under the index lock nothing replaces it: gone is damage)."""
     try:
-        return _read_part(data_root, name, head).to_pylist()
+        return _read_part(data_root, name, head)
     except _FoldedMeanwhile as moved:
         raise IndexDamaged(moved.args[1]) from None
 
@@ -126,7 +150,7 @@ def _write_snapshot(
     by_part: dict[int, list[IndexedShard]] = {}
     for shard in shards:
         by_part.setdefault(shard.position // part_rows, []).append(shard)
-    parts = {part: _write_part(data_root, part, rows) for part, rows in sorted(by_part.items())}
+    parts = {part: _write_part(data_root, part, _table_of(rows)) for part, rows in sorted(by_part.items())}
     reserved = [shard for shard in shards if shard.state == RESERVED]
     _commit_snapshot(data_root, _Head(through, next_position, part_rows, parts, reserved))
 

@@ -74,7 +74,7 @@ def test_each_reservation_and_commit_is_one_record_and_every_fourth_folds_into_t
     assert positions(data_root) == [(0, "a", "committed"), (1, "b", "committed"), (2, "c", "committed")]
 
 
-def test_a_fold_rewrites_only_the_parts_its_records_touch(data_root, fold_every_4):
+def test_a_fold_rewrites_only_the_parts_its_records_touch(data_root, fold_every_4, tmp_path):
     earlier = [f"s{n:02d}" for n in range(30)]
     index(data_root, earlier)  # 60 records: folded 15 times, positions 0-29 in parts of 4
     before = head(data_root)["parts"]
@@ -84,6 +84,12 @@ def test_a_fold_rewrites_only_the_parts_its_records_touch(data_root, fold_every_
     assert {part for part in after if after[part] != before.get(part)} == {"00000007"}
     assert parts(data_root) == sorted(after.values())  # the replaced part is gone
     assert [s.shard_id for s in read_state(data_root)] == [*earlier, "new-1", "new-2"]
+    # The parts a fold rewrote are the bytes a whole write of the same rows gives.
+    whole = DataRoot(str(tmp_path / "whole"))
+    order._write_state(whole, read_state(data_root))
+    assert {name: whole.fs.cat_file(path) for name, path in order._listed_parts(whole).items()} == {
+        name: data_root.fs.cat_file(path) for name, path in order._listed_parts(data_root).items()
+    }
 
 
 def test_a_reservation_reads_no_part_and_a_re_run_the_one_holding_its_position(data_root, fold_every_4, monkeypatch):
