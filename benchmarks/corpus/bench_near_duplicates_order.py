@@ -9,7 +9,8 @@ reservation or commit reads the head (which lists the reserved rows) and the rec
 the one part holding its position; a fold rewrites the parts its records touch, the last one mostly
 (speechdata.quality.near_dup_order_fold).
 
-Both paths run on an order of N committed shards on a local data root, timing only the order's part
+Both paths run on an order of N committed shards on a local data root, every size and path in turns
+(``--rounds``: the load of a shared machine falls on all alike), timing only the order's part
 of a shard's run (its entries file and segment cost the same in both): ``reserve`` (index lock, read
 what a reservation reads, append the reserved row) then ``commit`` (index lock, read, the committed
 row). The baseline is the earlier code path, kept here: the snapshot's columns read whole, the
@@ -22,6 +23,7 @@ counted in it (``max_ms``: the slowest shard, one that folded); ``lock_held_ms``
 from __future__ import annotations
 
 import argparse
+import contextlib
 import statistics
 import tempfile
 import time
@@ -122,60 +124,79 @@ def _one_shard(root, shard_id: str, earlier: bool) -> tuple[float, float]:
     return time.perf_counter() - started, held
 
 
-def measure(listed: int, shards: int) -> dict:
+PATHS = (("single_file", True), ("partitioned", False))
+
+
+def measure(sizes: list[int], shards: int, rounds: int) -> dict:
+    """Every size and path on its own index, in turns (``rounds`` turns of ``shards / rounds``
+    shards each), so the load of a shared machine falls on every size alike."""
     from speechdata.io.storage import DataRoot
     from speechdata.quality import near_dup_index_order as order
 
-    figures = {}
-    for name, earlier in (("single_file", True), ("partitioned", False)):
-        with tempfile.TemporaryDirectory() as folder:
-            root = DataRoot(folder)
-            if earlier:
-                _earlier_snapshot(root, _listed(listed), -1)
-            else:
-                order._write_state(root, _listed(listed))
-            timings = [_one_shard(root, f"new-{n}", earlier) for n in range(shards)]
+    per_turn = max(shards // rounds, 1)
+    with contextlib.ExitStack() as stack:
+        roots, timings = {}, {}
+        for listed in sizes:
+            for name, earlier in PATHS:
+                root = DataRoot(stack.enter_context(tempfile.TemporaryDirectory()))
+                if earlier:
+                    _earlier_snapshot(root, _listed(listed), -1)
+                else:
+                    order._write_state(root, _listed(listed))
+                roots[listed, name], timings[listed, name] = root, []
+        for turn in range(rounds):
+            for (listed, name), root in roots.items():
+                earlier = name == "single_file"
+                done = len(timings[listed, name])
+                timings[listed, name] += [_one_shard(root, f"new-{done + n}", earlier) for n in range(per_turn)]
+            progress(f"turn {turn + 1} of {rounds}")
+        per_size = {}
+        for (listed, name), root in roots.items():
             started = time.perf_counter()
-            state = order.read_state(root) if not earlier else None
+            state = order.read_state(root)  # the earlier layout read as it is (the new reader reads it)
             whole_read = time.perf_counter() - started
-            if earlier:  # read as the earlier code did: the snapshot's rows, then the records
-                started = time.perf_counter()
-                state = order.read_state(root)  # (the new reader reads the earlier layout as it is)
-                whole_read = time.perf_counter() - started
-            assert len(state) == listed + shards and state[-1].state == order.COMMITTED
-        walls = [wall for wall, _ in timings]
-        figures[name] = {
-            "shards": shards,
-            "mean_ms": round(1_000 * statistics.fmean(walls), 2),
-            "median_ms": round(1_000 * statistics.median(walls), 2),
-            "max_ms": round(1_000 * max(walls), 2),
-            "lock_held_ms": round(1_000 * statistics.fmean(held for _, held in timings), 2),
-            "whole_read_ms": round(1_000 * whole_read, 1),
-        }
-        progress(f"{listed} listed, {name}: {figures[name]}")
-    figures["partitioned_over_single_file_mean"] = ratio(
-        figures["partitioned"]["mean_ms"], figures["single_file"]["mean_ms"]
-    )
-    return figures
+            assert len(state) == listed + per_turn * rounds and state[-1].state == order.COMMITTED
+            walls = [wall for wall, _ in timings[listed, name]]
+            per_size.setdefault(str(listed), {})[name] = {
+                "shards": len(walls),
+                "mean_ms": round(1_000 * statistics.fmean(walls), 2),
+                "median_ms": round(1_000 * statistics.median(walls), 2),
+                "max_ms": round(1_000 * max(walls), 2),
+                "lock_held_ms": round(1_000 * statistics.fmean(held for _, held in timings[listed, name]), 2),
+                "whole_read_ms": round(1_000 * whole_read, 1),
+            }
+    for listed, figures in per_size.items():
+        figures["partitioned_over_single_file_mean"] = ratio(
+            figures["partitioned"]["mean_ms"], figures["single_file"]["mean_ms"]
+        )
+        progress(f"{listed} listed: {figures}")
+    return per_size
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", default="100,10000,100000", help="shards listed in the order")
     parser.add_argument("--shards", type=int, default=128, help="new shards per size and path")
+    parser.add_argument("--rounds", type=int, default=8, help="turns taken over the sizes and paths")
     parser.add_argument("--quick", action="store_true", help="100 and 1 000 listed, a few shards")
     args = parser.parse_args(argv)
     from speechdata.quality.near_dup_order_fold import FOLD_EVERY, PART_ROWS
 
     if args.quick:
-        args.sizes, args.shards = "100,1000", 40
+        args.sizes, args.shards, args.rounds = "100,1000", 40, 2
     sizes = [int(size) for size in args.sizes.split(",")]
     with stdout_to_stderr():
-        per_size = {str(size): measure(size, args.shards) for size in sizes}
+        per_size = measure(sizes, args.shards, args.rounds)
     largest, smallest = per_size[str(sizes[-1])], per_size[str(sizes[0])]
     emit(
         "near_duplicates_order",
-        {"sizes": sizes, "shards": args.shards, "fold_every": FOLD_EVERY, "part_rows": PART_ROWS},
+        {
+            "sizes": sizes,
+            "shards": args.shards,
+            "rounds": args.rounds,
+            "fold_every": FOLD_EVERY,
+            "part_rows": PART_ROWS,
+        },
         {
             "per_size": per_size,
             "growth": {
