@@ -9,26 +9,30 @@ reservation or commit reads the head (which lists the reserved rows) and the rec
 the one part holding its position; a fold rewrites the parts its records touch, the last one mostly
 (speechdata.quality.near_dup_order_fold).
 
-Both paths run on an order of N committed shards on a local data root, every size and path in turns
-(``--rounds``: the load of a shared machine falls on all alike), timing only the order's part
+Both paths run on an order of N committed shards on a local data root, each path in a fresh
+interpreter with its sizes in turns (``--rounds``: the load of a shared machine falls on all alike), timing only the order's part
 of a shard's run (its entries file and segment cost the same in both): ``reserve`` (index lock, read
 what a reservation reads, append the reserved row) then ``commit`` (index lock, read, the committed
 row). The baseline is the earlier code path, kept here: the snapshot's columns read whole, the
 record appended, the whole snapshot rewritten by every 64th record. Each figure is the mean over
 ``--shards`` consecutive shards (the commit record each commit writes included), so the folds are
-counted in it (``max_ms``: the slowest shard, one that folded); ``lock_held_ms``: the time inside the index lock per shard. ``whole_read_ms``: one
-``read_state`` of every row (what ``wait_for_earlier`` and ``IndexReader`` read), for comparison.
+counted in it (``max_ms``: the slowest shard, one that folded); ``lock_held_ms``: the time inside
+the index lock per shard. ``whole_read_ms``: one ``read_state`` of every row (what
+``IndexReader`` reads outside the lock), for comparison.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 
-from benchmarks.report import emit, progress, ratio, stdout_to_stderr
+from benchmarks.report import emit, leave_measured, progress, ratio, stdout_to_stderr
 
 EARLIER_FOLD_EVERY = 64
 
@@ -124,69 +128,89 @@ def _one_shard(root, shard_id: str, earlier: bool) -> tuple[float, float]:
     return time.perf_counter() - started, held
 
 
-PATHS = (("single_file", True), ("partitioned", False))
+PATHS = {"single_file": True, "partitioned": False}
+"""Each path's name and whether it is the earlier code."""
 
 
-def measure(sizes: list[int], shards: int, rounds: int) -> dict:
-    """Every size and path on its own index, in turns (``rounds`` turns of ``shards / rounds``
-    shards each), so the load of a shared machine falls on every size alike."""
+def measure_path(name: str, sizes: list[int], shards: int, rounds: int) -> dict:
+    """One path at every size, each size on its own index, in turns (``rounds`` turns of
+    ``shards / rounds`` shards each), so the load of a shared machine falls on every size alike."""
     from speechdata.io.storage import DataRoot
     from speechdata.quality import near_dup_index_order as order
 
+    earlier = PATHS[name]
     per_turn = max(shards // rounds, 1)
+    figures = {}
     with contextlib.ExitStack() as stack:
         roots, timings = {}, {}
         for listed in sizes:
-            for name, earlier in PATHS:
-                root = DataRoot(stack.enter_context(tempfile.TemporaryDirectory()))
-                if earlier:
-                    _earlier_snapshot(root, _listed(listed), -1)
-                else:
-                    order._write_state(root, _listed(listed))
-                roots[listed, name], timings[listed, name] = root, []
-        for turn in range(rounds):
-            for (listed, name), root in roots.items():
-                earlier = name == "single_file"
-                done = len(timings[listed, name])
-                timings[listed, name] += [_one_shard(root, f"new-{done + n}", earlier) for n in range(per_turn)]
-            progress(f"turn {turn + 1} of {rounds}")
-        per_size = {}
-        for (listed, name), root in roots.items():
+            root = DataRoot(stack.enter_context(tempfile.TemporaryDirectory()))
+            if earlier:
+                _earlier_snapshot(root, _listed(listed), -1)
+            else:
+                order._write_state(root, _listed(listed))
+            roots[listed], timings[listed] = root, []
+        for _ in range(rounds):
+            for listed, root in roots.items():
+                done = len(timings[listed])
+                timings[listed] += [_one_shard(root, f"new-{done + n}", earlier) for n in range(per_turn)]
+        for listed, root in roots.items():
             started = time.perf_counter()
             state = order.read_state(root)  # the earlier layout read as it is (the new reader reads it)
             whole_read = time.perf_counter() - started
             assert len(state) == listed + per_turn * rounds and state[-1].state == order.COMMITTED
-            walls = [wall for wall, _ in timings[listed, name]]
-            per_size.setdefault(str(listed), {})[name] = {
+            walls = [wall for wall, _ in timings[listed]]
+            figures[str(listed)] = {
                 "shards": len(walls),
                 "mean_ms": round(1_000 * statistics.fmean(walls), 2),
                 "median_ms": round(1_000 * statistics.median(walls), 2),
                 "max_ms": round(1_000 * max(walls), 2),
-                "lock_held_ms": round(1_000 * statistics.fmean(held for _, held in timings[listed, name]), 2),
+                "lock_held_ms": round(1_000 * statistics.fmean(held for _, held in timings[listed]), 2),
                 "whole_read_ms": round(1_000 * whole_read, 1),
             }
-    for listed, figures in per_size.items():
-        figures["partitioned_over_single_file_mean"] = ratio(
-            figures["partitioned"]["mean_ms"], figures["single_file"]["mean_ms"]
-        )
-        progress(f"{listed} listed: {figures}")
-    return per_size
+    return figures
+
+
+def _in_child(name: str, sizes: list[int], shards: int, rounds: int) -> dict:
+    """``measure_path`` in a fresh interpreter: one path's garbage (the earlier path's 100 000-row
+    rewrites) never slows the other's allocations."""
+    command = [sys.executable, "-m", "benchmarks.corpus.bench_near_duplicates_order", "--measure", name]
+    command += ["--sizes", ",".join(map(str, sizes)), "--shards", str(shards), "--rounds", str(rounds)]
+    result = subprocess.run(command, capture_output=True, text=True, check=True)
+    return json.loads(result.stdout.strip().splitlines()[-1])
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", default="100,10000,100000", help="shards listed in the order")
     parser.add_argument("--shards", type=int, default=128, help="new shards per size and path")
-    parser.add_argument("--rounds", type=int, default=8, help="turns taken over the sizes and paths")
+    parser.add_argument("--rounds", type=int, default=8, help="turns taken over the sizes")
     parser.add_argument("--quick", action="store_true", help="100 and 1 000 listed, a few shards")
+    parser.add_argument("--measure", choices=sorted(PATHS), help=argparse.SUPPRESS)  # a measurement child
     args = parser.parse_args(argv)
     from speechdata.quality.near_dup_order_fold import FOLD_EVERY, PART_ROWS
 
     if args.quick:
         args.sizes, args.shards, args.rounds = "100,1000", 40, 2
     sizes = [int(size) for size in args.sizes.split(",")]
-    with stdout_to_stderr():
-        per_size = measure(sizes, args.shards, args.rounds)
+    if args.measure:
+        with stdout_to_stderr():
+            figures = measure_path(args.measure, sizes, args.shards, args.rounds)
+        print(json.dumps(figures), flush=True)
+        leave_measured()
+    by_path = {}
+    for name in PATHS:
+        by_path[name] = _in_child(name, sizes, args.shards, args.rounds)
+        progress(f"{name}: {by_path[name]}")
+    per_size = {
+        str(size): {
+            **{name: by_path[name][str(size)] for name in PATHS},
+            "partitioned_over_single_file_mean": ratio(
+                by_path["partitioned"][str(size)]["mean_ms"], by_path["single_file"][str(size)]["mean_ms"]
+            ),
+        }
+        for size in sizes
+    }
     largest, smallest = per_size[str(sizes[-1])], per_size[str(sizes[0])]
     emit(
         "near_duplicates_order",
@@ -201,6 +225,7 @@ def main(argv: list[str] | None = None) -> None:
             "per_size": per_size,
             "growth": {
                 "partitioned_mean": ratio(largest["partitioned"]["mean_ms"], smallest["partitioned"]["mean_ms"]),
+                "partitioned_median": ratio(largest["partitioned"]["median_ms"], smallest["partitioned"]["median_ms"]),
                 "single_file_mean": ratio(largest["single_file"]["mean_ms"], smallest["single_file"]["mean_ms"]),
             },
             "partitioned_over_single_file_mean_at_largest": largest["partitioned_over_single_file_mean"],
