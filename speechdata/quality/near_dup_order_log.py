@@ -59,8 +59,7 @@ PARTS = f"{SHARD_LIST}/parts"
 THROUGH_KEY = b"speechdata.order_through"
 """The earlier layout's ``shards.parquet`` metadata: the last record folded into it (-1: none)."""
 READ_ATTEMPTS = 5
-PARALLEL_PART_READS = 8
-"""Parts a whole read fetches at once (an object store answers each in tens of milliseconds)."""
+PARALLEL_PART_READS = 8  # parts a whole read fetches at once (an object store answers in tens of ms)
 _PART_NAME = re.compile(r"^[0-9]{8}-[0-9a-f]{16}\.parquet$")
 
 
@@ -153,14 +152,23 @@ def _unsealed(content: bytes) -> dict | None:
     return body if hashlib.sha256(canonical.encode()).hexdigest() == digest else None
 
 
+UNREADABLE = -1  # a commit record there but failing its checksum
+
+
 def _committed_position(data_root: DataRoot, shard_id: str) -> int | None:
     """The position ``shard_id``'s commit record names (written before the order's record of the
-    commit, so every shard committed in the order has one); None without a readable one."""
+    commit, so every shard committed in the order has one); None without one, else :data:`UNREADABLE`."""
     try:
         body = json.loads(data_root.fs.cat_file(data_root.path(_commit_record_relative(shard_id))))
+        digest = body.pop("sha256")
+        canonical = json.dumps(body, sort_keys=True, separators=(",", ":"))
+        if hashlib.sha256(canonical.encode()).hexdigest() != digest:
+            return UNREADABLE
         return int(body["position"])
-    except (FileNotFoundError, ValueError, KeyError, TypeError):
+    except FileNotFoundError:
         return None
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return UNREADABLE
 
 
 def _listed_records(data_root: DataRoot) -> dict[int, str]:
@@ -321,20 +329,27 @@ def _next_position(log: _Log) -> int:
 
 def _row_in_snapshot(data_root: DataRoot, log: _Log, shard_id: str) -> IndexedShard | None:
     """``shard_id``'s row in the snapshot: among the head's reserved rows, else at the position its
-    commit record names (the one part holding it), else none; the earlier layout's file: filtered."""
+    commit record names (the one part holding it; every part when the record is damaged), else none;
+    the earlier layout's file: filtered."""
     if log.head is None:
-        table = log.legacy
+        tables = [] if log.legacy is None else [log.legacy]
     else:
         reserved = next((shard for shard in log.head.reserved if shard.shard_id == shard_id), None)
         if reserved is not None:
             return reserved
         position = _committed_position(data_root, shard_id)
-        name = None if position is None else log.head.parts.get(position // log.head.part_rows)
-        table = None if name is None else _read_part(data_root, name, log.head)
-    if table is None or not table.num_rows:
-        return None
-    rows = table.filter(pc.equal(table.column("shard_id"), shard_id)).to_pylist()
-    return _shard_of(rows[0]) if rows else None
+        if position is None:
+            return None
+        names = (
+            log.head.parts.values() if position == UNREADABLE else [log.head.parts.get(position // log.head.part_rows)]
+        )
+        tables = [_read_part(data_root, name, log.head) for name in names if name is not None]
+    rows = [
+        _shard_of(row)
+        for table in tables
+        for row in table.filter(pc.equal(table.column("shard_id"), shard_id)).to_pylist()
+    ]
+    return max(rows, key=lambda shard: shard.position) if rows else None
 
 
 def _head_of(data_root: DataRoot, log: _Log, shard_id: str) -> _OrderHead:

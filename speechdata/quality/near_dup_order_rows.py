@@ -109,10 +109,12 @@ def _all_applied(shards: Sequence[IndexedShard], changes: Sequence[Change]) -> l
     """``shards`` with every change applied in sequence (each row set replaces its shard's row, each
     position dropped loses its row), by position: one dictionary update per row a record names, not
     a pass over every row per record."""
-    if not any(upserts or removed for upserts, removed in changes):
-        return sorted(shards, key=lambda shard: shard.position)
-    by_position = {shard.position: shard for shard in shards}
-    position_of = {shard.shard_id: shard.position for shard in shards}
+    latest = {}
+    for shard in sorted(shards, key=lambda shard: shard.position):
+        # A shard listed twice (its commit record lost, so its re-run took a new position): the later.
+        latest[shard.shard_id] = shard
+    by_position = {shard.position: shard for shard in latest.values()}
+    position_of = {shard.shard_id: shard.position for shard in latest.values()}
     for upserts, removed in changes:
         for position in removed:
             gone = by_position.pop(position, None)
