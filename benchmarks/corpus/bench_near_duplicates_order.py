@@ -1,58 +1,103 @@
-"""A shard's reservation and commit in the near-duplicate index's order, at N shards listed: the
-snapshot plus one record per change against the whole-file rewrite it replaced, in one run.
+"""A shard's reservation and commit in the near-duplicate index's shard list, at N shards listed:
+the partitioned snapshot against the single-file snapshot it replaced, in one run.
 
-Why: the order (``index/near_duplicates/shards.parquet``: position, shard id, state, entries
-version, segment) was rewritten whole on every reservation and every commit, under the corpus-wide
-index lock, so each new shard held that lock for time growing with the corpus (0.3-0.4 s at
-10 000 shards). Now each change is one small checksummed record (``order/<seq>.json``) and the
-snapshot is rewritten once every ``FOLD_EVERY`` records (speechdata.quality.near_dup_index_order).
+Why: each reservation and commit appends one small checksummed record (``order/<seq>.json``), but
+with one ``shards.parquet`` snapshot every reservation still read the whole snapshot (Arrow columns,
+O(N)) and every 64th record rewrote it whole (O(N/64) amortized): 2.9-3.0x per shard from 100 to
+10 000 shards. Now the snapshot is parts of 2 048 positions under a small head (``shard_list/``): a
+reservation or commit reads the head (which lists the reserved rows) and the records, a re-run also
+the one part holding its position; a fold rewrites the parts its records touch, the last one mostly
+(speechdata.quality.near_dup_order_fold).
 
-Both paths run on the same index of N committed shards, on a local data root, timing only the
-order's part of a shard's run (its entries file and segment cost the same in both): ``reserve``
-(index lock, read the order, append the reserved row) then ``commit`` (index lock, read the order,
-the committed row). The baseline is the earlier code path: read ``shards.parquet`` whole and write
-it whole, each time. The new path's figure is the mean over ``--shards`` consecutive shards, so the
-snapshot rewrites it does every ``FOLD_EVERY`` records are counted in it (``max_ms``: the slowest
-shard, one that folded). ``lock_held_ms``: the time inside the index lock per shard.
+Both paths run on an order of N committed shards on a local data root, each path in a fresh
+interpreter with its sizes in turns (``--rounds``: the load of a shared machine falls on all alike), timing only the order's part
+of a shard's run (its entries file and segment cost the same in both): ``reserve`` (index lock, read
+what a reservation reads, append the reserved row) then ``commit`` (index lock, read, the committed
+row). The baseline is the earlier code path, kept here: the snapshot's columns read whole, the
+record appended, the whole snapshot rewritten by every 64th record. Each figure is the mean over
+``--shards`` consecutive shards (the commit record each commit writes included), so the folds are
+counted in it (``max_ms``: the slowest shard, one that folded); ``lock_held_ms``: the time inside
+the index lock per shard. ``whole_read_ms``: one ``read_state`` of every row (what
+``IndexReader`` reads outside the lock), for comparison.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import json
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 
-from benchmarks.report import emit, progress, ratio, stdout_to_stderr
+from benchmarks.report import emit, leave_measured, progress, ratio, stdout_to_stderr
+
+EARLIER_FOLD_EVERY = 64
 
 
-def _index_of(url: str, shards: int) -> None:
-    from speechdata.io.storage import DataRoot
+def _listed(shards: int) -> list:
     from speechdata.quality import near_dup_index_order as order
 
-    root = DataRoot(url)
-    listed = [
+    return [
         order.IndexedShard(p, f"shard-{p:07d}", f"{p:016x}", 1_000, order.COMMITTED, f"L1-{p // 8:016x}.seg")
         for p in range(shards)
     ]
-    order._write_state(root, listed)
 
 
-def _earlier_write(root, shards) -> None:
+def _earlier_snapshot(root, shards, through: int) -> None:
+    """The earlier layout: one ``shards.parquet`` of every row, through record ``through``."""
     import pyarrow as pa
 
     from speechdata.io import layout
     from speechdata.quality import near_dup_index_order as order
 
     rows = [order._row_of(shard) for shard in sorted(shards, key=lambda s: s.position)]
-    root.write_parquet(layout.near_duplicates_index_order(), pa.Table.from_pylist(rows, schema=order.ORDER_SCHEMA))
+    schema = order.ORDER_SCHEMA.with_metadata({order.THROUGH_KEY: str(through).encode()})
+    root.write_parquet(layout.near_duplicates_index_order(), pa.Table.from_pylist(rows, schema=schema))
 
 
-def _earlier_read(root):
+def _earlier_read(root, shard_id: str):
+    """What the earlier code read for a reservation or a commit: the whole snapshot's columns (Arrow),
+    then the records after it; (through, last, next position, the shard's row)."""
+    import pyarrow.compute as pc
+
     from speechdata.io import layout
     from speechdata.quality import near_dup_index_order as order
 
-    return [order._shard_of(row) for row in root.read_parquet(layout.near_duplicates_index_order()).to_pylist()]
+    table = root.read_parquet(layout.near_duplicates_index_order())
+    through = int(table.schema.metadata[order.THROUGH_KEY])
+    later = sorted(seq for seq in order._listed_records(root) if seq > through)
+    upserted = {}
+    for seq in later:
+        body = order._unsealed(root.fs.cat_file(root.path(order._record_relative(seq))))
+        for row in body["upsert"]:
+            upserted[row["shard_id"]] = order._shard_of(row)
+    ids = table.column("shard_id")
+    highest = max([pc.max(table.column("position")).as_py(), *(s.position for s in upserted.values())])
+    mine = upserted.get(shard_id)
+    if mine is None:
+        rows = table.filter(pc.equal(ids, shard_id)).to_pylist()
+        mine = order._shard_of(rows[0]) if rows else None
+    return through, through + len(later), highest + 1, mine
+
+
+def _earlier_append(root, through: int, last: int, row) -> None:
+    from speechdata.quality import near_dup_index_order as order
+
+    seq = last + 1
+    root.write_bytes(
+        order._record_relative(seq), order._sealed({"seq": seq, "upsert": [order._row_of(row)], "remove": []})
+    )
+    if seq - through >= EARLIER_FOLD_EVERY:
+        shards = [order._shard_of(r) for r in root.read_parquet("index/near_duplicates/shards.parquet").to_pylist()]
+        for later in range(through + 1, seq + 1):
+            body = order._unsealed(root.fs.cat_file(root.path(order._record_relative(later))))
+            shards = order._applied(shards, [order._shard_of(r) for r in body["upsert"]], [])
+        _earlier_snapshot(root, shards, seq)
+        for later in range(through + 1, seq + 1):
+            root.fs.rm_file(root.path(order._record_relative(later)))
 
 
 def _one_shard(root, shard_id: str, earlier: bool) -> tuple[float, float]:
@@ -61,76 +106,129 @@ def _one_shard(root, shard_id: str, earlier: bool) -> tuple[float, float]:
 
     held = 0.0
     started = time.perf_counter()
-    position = None
     for step in ("reserve", "commit"):
         with order.corpus_index_lock(root):
             locked = time.perf_counter()
-            if earlier:  # the earlier code: every row read and written
-                state = _earlier_read(root)
-                position = max(s.position for s in state) + 1 if position is None else position
+            if earlier:
+                through, last, next_position, mine = _earlier_read(root, shard_id)
             else:  # what reserve_position and commit_shard_entries do now
                 head = order._read_head(root, shard_id)
-                position = head.next_position if head.mine is None else head.mine.position
+                next_position, mine = head.next_position, head.mine
+            position = next_position if mine is None else mine.position
             if step == "reserve":
                 row = order.IndexedShard(position, shard_id, None, 0, order.RESERVED, None, "token")
             else:
                 row = order.IndexedShard(position, shard_id, "0" * 16, 1_000, order.COMMITTED, "L0-x.seg")
+                order._write_commit_record(root, row)  # both paths write it (the new one first)
             if earlier:
-                _earlier_write(root, [s for s in state if s.shard_id != shard_id] + [row])
+                _earlier_append(root, through, last, row)
             else:
                 order._append(root, head, [row])
             held += time.perf_counter() - locked
     return time.perf_counter() - started, held
 
 
-def measure(listed: int, shards: int, earlier_shards: int) -> dict:
+PATHS = {"single_file": True, "partitioned": False}
+"""Each path's name and whether it is the earlier code."""
+
+
+def measure_path(name: str, sizes: list[int], shards: int, rounds: int) -> dict:
+    """One path at every size, each size on its own index, in turns (``rounds`` turns of
+    ``shards / rounds`` shards each), so the load of a shared machine falls on every size alike."""
     from speechdata.io.storage import DataRoot
     from speechdata.quality import near_dup_index_order as order
 
+    earlier = PATHS[name]
+    per_turn = max(shards // rounds, 1)
     figures = {}
-    for name, earlier, count in (("earlier", True, earlier_shards), ("records", False, shards)):
-        with tempfile.TemporaryDirectory() as folder:
-            _index_of(folder, listed)
-            root = DataRoot(folder)
-            timings = [_one_shard(root, f"new-{n}", earlier) for n in range(count)]
-            assert len(order.read_state(root)) == listed + count
-        walls = [wall for wall, _ in timings]
-        figures[name] = {
-            "shards": count,
-            "mean_ms": round(1_000 * statistics.fmean(walls), 2),
-            "max_ms": round(1_000 * max(walls), 2),
-            "lock_held_ms": round(1_000 * statistics.fmean(held for _, held in timings), 2),
-        }
-        progress(f"{listed} listed, {name}: {figures[name]}")
-    figures["records_over_earlier_mean"] = ratio(figures["records"]["mean_ms"], figures["earlier"]["mean_ms"])
+    with contextlib.ExitStack() as stack:
+        roots, timings = {}, {}
+        for listed in sizes:
+            root = DataRoot(stack.enter_context(tempfile.TemporaryDirectory()))
+            if earlier:
+                _earlier_snapshot(root, _listed(listed), -1)
+            else:
+                order._write_state(root, _listed(listed))
+            roots[listed], timings[listed] = root, []
+        for _ in range(rounds):
+            for listed, root in roots.items():
+                done = len(timings[listed])
+                timings[listed] += [_one_shard(root, f"new-{done + n}", earlier) for n in range(per_turn)]
+        for listed, root in roots.items():
+            started = time.perf_counter()
+            state = order.read_state(root)  # the earlier layout read as it is (the new reader reads it)
+            whole_read = time.perf_counter() - started
+            assert len(state) == listed + per_turn * rounds and state[-1].state == order.COMMITTED
+            walls = [wall for wall, _ in timings[listed]]
+            figures[str(listed)] = {
+                "shards": len(walls),
+                "mean_ms": round(1_000 * statistics.fmean(walls), 2),
+                "median_ms": round(1_000 * statistics.median(walls), 2),
+                "max_ms": round(1_000 * max(walls), 2),
+                "lock_held_ms": round(1_000 * statistics.fmean(held for _, held in timings[listed]), 2),
+                "whole_read_ms": round(1_000 * whole_read, 1),
+            }
     return figures
+
+
+def _in_child(name: str, sizes: list[int], shards: int, rounds: int) -> dict:
+    """``measure_path`` in a fresh interpreter: one path's garbage (the earlier path's 100 000-row
+    rewrites) never slows the other's allocations."""
+    command = [sys.executable, "-m", "benchmarks.corpus.bench_near_duplicates_order", "--measure", name]
+    command += ["--sizes", ",".join(map(str, sizes)), "--shards", str(shards), "--rounds", str(rounds)]
+    result = subprocess.run(command, capture_output=True, text=True, check=True)
+    return json.loads(result.stdout.strip().splitlines()[-1])
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--sizes", default="100,10000", help="shards listed in the order")
-    parser.add_argument("--shards", type=int, default=128, help="new shards per size (new path)")
-    parser.add_argument("--earlier-shards", type=int, default=16, help="new shards per size (baseline)")
+    parser.add_argument("--sizes", default="100,10000,100000", help="shards listed in the order")
+    parser.add_argument("--shards", type=int, default=128, help="new shards per size and path")
+    parser.add_argument("--rounds", type=int, default=8, help="turns taken over the sizes")
     parser.add_argument("--quick", action="store_true", help="100 and 1 000 listed, a few shards")
+    parser.add_argument("--measure", choices=sorted(PATHS), help=argparse.SUPPRESS)  # a measurement child
     args = parser.parse_args(argv)
-    from speechdata.quality.near_dup_index_order import FOLD_EVERY
+    from speechdata.quality.near_dup_order_fold import FOLD_EVERY, PART_ROWS
 
     if args.quick:
-        args.sizes, args.shards, args.earlier_shards = "100,1000", 40, 4
+        args.sizes, args.shards, args.rounds = "100,1000", 40, 2
     sizes = [int(size) for size in args.sizes.split(",")]
-    with stdout_to_stderr():
-        per_size = {str(size): measure(size, args.shards, args.earlier_shards) for size in sizes}
+    if args.measure:
+        with stdout_to_stderr():
+            figures = measure_path(args.measure, sizes, args.shards, args.rounds)
+        print(json.dumps(figures), flush=True)
+        leave_measured()
+    by_path = {}
+    for name in PATHS:
+        by_path[name] = _in_child(name, sizes, args.shards, args.rounds)
+        progress(f"{name}: {by_path[name]}")
+    per_size = {
+        str(size): {
+            **{name: by_path[name][str(size)] for name in PATHS},
+            "partitioned_over_single_file_mean": ratio(
+                by_path["partitioned"][str(size)]["mean_ms"], by_path["single_file"][str(size)]["mean_ms"]
+            ),
+        }
+        for size in sizes
+    }
     largest, smallest = per_size[str(sizes[-1])], per_size[str(sizes[0])]
     emit(
         "near_duplicates_order",
-        {"sizes": sizes, "shards": args.shards, "earlier_shards": args.earlier_shards, "fold_every": FOLD_EVERY},
+        {
+            "sizes": sizes,
+            "shards": args.shards,
+            "rounds": args.rounds,
+            "fold_every": FOLD_EVERY,
+            "part_rows": PART_ROWS,
+        },
         {
             "per_size": per_size,
             "growth": {
-                "records_mean": ratio(largest["records"]["mean_ms"], smallest["records"]["mean_ms"]),
-                "earlier_mean": ratio(largest["earlier"]["mean_ms"], smallest["earlier"]["mean_ms"]),
+                "partitioned_mean": ratio(largest["partitioned"]["mean_ms"], smallest["partitioned"]["mean_ms"]),
+                "partitioned_median": ratio(largest["partitioned"]["median_ms"], smallest["partitioned"]["median_ms"]),
+                "single_file_mean": ratio(largest["single_file"]["mean_ms"], smallest["single_file"]["mean_ms"]),
             },
-            "records_over_earlier_mean_at_largest": largest["records_over_earlier_mean"],
+            "partitioned_over_single_file_mean_at_largest": largest["partitioned_over_single_file_mean"],
         },
     )
 

@@ -2,11 +2,14 @@
 
 Layout (docs/near-duplicates.md, docs/storage-layout.md)::
 
-    shards.parquet                        position, shard_id, state, entries_version, utterances,
-                                          segment, reservation: the order's snapshot (through the
-                                          record its metadata names)
+    shard_list/head.json                  the order's snapshot head (checksummed): the last record
+                                          folded in, the next position, each part's file, the
+                                          reserved rows (:mod:`.near_dup_order_log`)
+    shard_list/parts/<part>-<sha>.parquet position, shard_id, state, entries_version, utterances,
+                                          segment, reservation of PART_ROWS positions
     order/<seq>.json                      one change to the order after the snapshot, checksummed: the
-                                          commit point; folded into the snapshot every FOLD_EVERY
+                                          commit point; folded into the parts it touches every
+                                          FOLD_EVERY
     committed/<shard>.json                one shard's commit record (checksummed): rebuilds the order
     entries/<shard>-<version>.parquet     one row per utterance (signals + representative), 64 rows a
                                           row group; version = digest of the content
@@ -32,8 +35,8 @@ line per key), the keys that pass looked up block by block in that segment (segm
 tiers of ``FANOUT``, so there are few), plus the entries row groups of the utterances those keys
 name. Nothing is cached between shards.
 
-Repair (:func:`repair_index`, run by the stage whenever it finds damage): a ``shards.parquet`` or an
-order record that cannot be read (or a gap in the records) is rebuilt from the commit records; a key filter that is damaged or missing is
+Repair (:func:`repair_index`, run by the stage whenever it finds damage): the shard list's head, a
+part or an order record that cannot be read (or a gap in the records) is rebuilt from the commit records; a key filter that is damaged or missing is
 rebuilt from its segment; a segment that is damaged or missing is rebuilt
 from the entries files of the shards it held (a shard whose entries file is also unreadable is
 dropped from the index and re-indexed at the end by its next run); an entries file that cannot be

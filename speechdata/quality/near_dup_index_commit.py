@@ -78,8 +78,8 @@ def commit_shard_entries(
     run_id: str | None = None,
     holder_finished: Callable[[LockHolder], bool] | None = None,
 ) -> IndexedShard:
-    """Write the shard's entries and level-0 segment, then commit its row (and its commit record)
-    under the index lock; remove what it replaced. Raises :class:`ReservationLost` when the
+    """Write the shard's entries and level-0 segment, then its commit record and its row under the
+    index lock; remove what it replaced. Raises :class:`ReservationLost` when the
     reservation was dropped meanwhile (nothing is committed: reserve and decide again)."""
     content, version = _entries_bytes(entries_table(signals, decisions))
     entries_relative = layout.near_duplicates_index_entries(reservation.shard_id, version)
@@ -95,13 +95,17 @@ def commit_shard_entries(
         unchanged = mine.state == COMMITTED and mine.entries_version == version and _segment_present(data_root, mine)
         if unchanged:
             committed = mine
+            _write_commit_record(data_root, committed)  # nothing written when it is there already
         else:
             segment = _write_level0(data_root, reservation.shard_id, reservation.position, version, signals)
             committed = IndexedShard(
                 reservation.position, reservation.shard_id, version, len(signals), COMMITTED, segment
             )
+            # The commit record first: a reservation finds a committed shard's row by the position
+            # it names (a run killed between the two leaves a record naming a reserved row, which
+            # the order, read first, overrules).
+            _write_commit_record(data_root, committed)
             _append(data_root, head, [committed])
-        _write_commit_record(data_root, committed)
     if not unchanged and mine.state == COMMITTED:
         _remove_unreferenced_segments(data_root, {mine.segment} - {None})
     remove_unlisted_entries(data_root, reservation.shard_id, version)

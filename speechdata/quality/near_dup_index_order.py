@@ -1,5 +1,5 @@
-"""The near-duplicate index's order (the snapshot ``shards.parquet`` and the records after it,
-``order/<seq>.json``), its locks and its commit records.
+"""The near-duplicate index's order (the snapshot's parts under ``shard_list/`` and the records
+after it, ``order/<seq>.json``), its locks and its commit records.
 
 A shard reserves a position under the index lock, holds its position's lock until it commits, and
 waits only for the shards reserved before it (docs/near-duplicates.md, :mod:`.near_dup_index`)."""
@@ -16,39 +16,47 @@ from collections.abc import Callable, Iterator
 from speechdata.io import layout
 from speechdata.io.shard_lock import LockHolder, ShardLocked, data_root_lock
 from speechdata.io.storage import DataRoot
+from speechdata.quality.near_dup_order_fold import (  # noqa: F401 (re-exported: the index's one import point)
+    FOLD_EVERY,
+    PART_ROWS,
+    _append,
+    _fold,
+    _write_state,
+)
 from speechdata.quality.near_dup_order_log import (  # noqa: F401 (re-exported: the index's one import point)
     COMMITTED,
-    FOLD_EVERY,
+    HEAD,
     ORDER_LOG,
     ORDER_SCHEMA,
+    PARTS,
     READ_ATTEMPTS,
     RESERVED,
+    SHARD_LIST,
     THROUGH_KEY,
     CorpusIndexBusy,
     IndexDamaged,
     IndexedShard,
     Reservation,
     ReservationLost,
-    _append,
     _applied,
-    _fold,
+    _commit_record_relative,
+    _committed_position,
     _FoldedMeanwhile,
+    _listed_parts,
     _listed_records,
     _Log,
     _OrderHead,
     _OrderView,
     _read_head,
     _read_log,
-    _read_snapshot,
-    _read_snapshot_table,
     _read_view,
     _record_relative,
     _row_of,
     _sealed,
     _shard_of,
     _unsealed,
-    _write_state,
     read_order,
+    read_reserved,
     read_state,
 )
 
@@ -172,10 +180,10 @@ def wait_for_earlier(
     deadline = time.monotonic() + timeout_s
     next_liveness_check = 0.0
     while True:
-        state = read_state(data_root)
-        pending = [s for s in state if s.state == RESERVED and s.position < reservation.position]
+        # The reserved rows alone (the head and its records) while waiting; every row once, at the end.
+        pending = [s for s in read_reserved(data_root) if s.position < reservation.position]
         if not pending:
-            return state
+            return read_state(data_root)
         if time.monotonic() >= next_liveness_check:
             next_liveness_check = time.monotonic() + LIVENESS_CHECK_S
             for shard in pending:
@@ -215,7 +223,7 @@ def _drop_reservation(data_root: DataRoot, shard: IndexedShard, **lock_options) 
         head = _read_head(data_root, shard.shard_id)
         if head.mine is None or (head.mine.position, head.mine.reservation) != (shard.position, shard.reservation):
             return
-        if head.last_change == ([head.mine], []):
+        if head.last_change is not None and head.last_change[:2] == ([head.mine], []):
             # Its reservation is the last record: withdrawn, the order is as it was before it (a
             # pass that fails gives its positions back without a trace).
             data_root.fs.rm_file(data_root.path(_record_relative(head.last)))
@@ -226,10 +234,6 @@ def _drop_reservation(data_root: DataRoot, shard: IndexedShard, **lock_options) 
 position_lock = _position_lock
 """The lock a reserving run holds on its position until it commits (taking it proves that run gone)."""
 drop_reservation = _drop_reservation
-
-
-def _commit_record_relative(shard_id: str) -> str:
-    return f"{layout.NEAR_DUPLICATES_INDEX}/committed/{shard_id}.json"
 
 
 def _commit_record(shard: IndexedShard) -> bytes:

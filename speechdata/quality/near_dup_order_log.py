@@ -1,90 +1,92 @@
-"""The near-duplicate index's shard list: its rows (:class:`IndexedShard`), the snapshot
-``shards.parquet`` and the checksummed records after it (``order/<seq>.json``), read together and
-folded into the snapshot every :data:`FOLD_EVERY` records (docs/near-duplicates.md, "The shard list:
-a snapshot and records"). The locks, reservations and commits that write it: :mod:`.near_dup_index_order`."""
+"""Reading the near-duplicate index's shard list: the snapshot and the checksummed records after it
+(``order/<seq>.json``), read together (docs/near-duplicates.md, "The shard list: a snapshot and
+records"). Its rows: :mod:`.near_dup_order_rows`; the records written and folded into the snapshot
+(under the index lock): :mod:`.near_dup_order_fold`; the locks, reservations and commits:
+:mod:`.near_dup_index_order`.
+
+The snapshot is parts by position range (``PART_ROWS`` positions each,
+``shard_list/parts/<part>-<sha256>.parquet``, named by their content) under a checksummed head
+(``shard_list/head.json``: the last record folded in, the next free position, each part's file and
+the rows still reserved). A reservation or a commit reads the head and the records after it, and a
+re-run also its shard's commit record and the one part holding its position; a fold rewrites only
+the parts its records touch (the last one, mostly): both are flat in the number of shards listed.
+An index of the earlier layout (one ``shards.parquet`` holding every row) is read as it is and
+taken over by the first record written to it."""
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
-from collections.abc import Sequence
+import re
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import TypeVar
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
 from speechdata.io import layout
 from speechdata.io.parquet_integrity import UnreadableIntermediate
 from speechdata.io.storage import DataRoot
-
-RESERVED, COMMITTED = "reserved", "committed"
-ORDER_SCHEMA = pa.schema(
-    [
-        pa.field("position", pa.int64(), nullable=False),
-        pa.field("shard_id", pa.string(), nullable=False),
-        pa.field("state", pa.string(), nullable=False),
-        pa.field("entries_version", pa.string()),
-        pa.field("utterances", pa.int64(), nullable=False),
-        pa.field("segment", pa.string()),
-        pa.field("reservation", pa.string()),
-    ]
+from speechdata.quality.near_dup_order_rows import (  # noqa: F401 (re-exported: the shard list's names in one place)
+    COMMITTED,
+    ORDER_SCHEMA,
+    RESERVED,
+    Change,
+    CorpusIndexBusy,
+    IndexDamaged,
+    IndexedShard,
+    Reservation,
+    ReservationLost,
+    _all_applied,
+    _applied,
+    _row_of,
+    _shard_of,
+    _shards_of_table,
 )
-"""``state``: ``reserved`` (position taken, not committed: ``reservation`` is the run's token) or
-``committed`` (``entries_version`` names its entries file, ``segment`` the segment holding its postings)."""
-
-
-@dataclass(frozen=True)
-class IndexedShard:
-    """A row of ``shards.parquet``."""
-
-    position: int
-    shard_id: str
-    entries_version: str | None
-    utterances: int
-    state: str = COMMITTED
-    segment: str | None = None
-    reservation: str | None = None
-
-
-@dataclass(frozen=True)
-class Reservation:
-    """A shard's place in the index order, held (with its position lock) until it commits."""
-
-    shard_id: str
-    position: int
-    token: str
-    recommit: bool
-    """The shard was committed before (a re-run): it keeps its position."""
-
-
-class CorpusIndexBusy(RuntimeError):
-    """The index stayed locked by another run for longer than the caller would wait."""
-
-
-class ReservationLost(RuntimeError):
-    """The shard's reservation was dropped (taken for dead, or lost with a rebuilt order): reserve again."""
-
-
-class IndexDamaged(RuntimeError):
-    """A part of the index failed its checksum or is missing: :func:`repair_index` rebuilds it.
-    ``entries_of``: the shard whose entries file could not be read, when that was the part."""
-
-    def __init__(self, message: str, entries_of: str | None = None):
-        super().__init__(message)
-        self.entries_of = entries_of
-
 
 ORDER_LOG = f"{layout.NEAR_DUPLICATES_INDEX}/order"
 """The order's records since its snapshot: ``order/<seq>.json``, one per reservation, commit, dropped
 reservation or compaction switch, each checksummed."""
-FOLD_EVERY = 64
-"""Records after the snapshot that make the writer of the last one rewrite ``shards.parquet`` (the
-snapshot) through it: a reservation or commit writes one small record, and one in this many also
-rewrites the snapshot; a reader reads the snapshot and at most this many records."""
+SHARD_LIST = f"{layout.NEAR_DUPLICATES_INDEX}/shard_list"
+HEAD = f"{SHARD_LIST}/head.json"
+"""The snapshot's head (checksummed): the last record folded in (``through``), the next free
+position, the rows per part, each part's file and the reserved rows. Its write is a fold's commit
+point."""
+PARTS = f"{SHARD_LIST}/parts"
 THROUGH_KEY = b"speechdata.order_through"
-"""The snapshot's parquet metadata: the sequence number of the last record folded into it (-1: none)."""
+"""The earlier layout's ``shards.parquet`` metadata: the last record folded into it (-1: none)."""
 READ_ATTEMPTS = 5
+PARALLEL_PART_READS = 8  # parts a whole read fetches at once (an object store answers in tens of ms)
+_PART_NAME = re.compile(r"^[0-9]{8}-[0-9a-f]{16}\.parquet$")
+
+
+@dataclass(frozen=True)
+class _Head:
+    through: int
+    next_position: int
+    part_rows: int
+    parts: dict[int, str]
+    """Part number -> its file (parts without rows have none)."""
+    reserved: list[IndexedShard]
+    """The reserved rows (a few: shards deciding, and runs gone not yet dropped)."""
+
+
+@dataclass(frozen=True)
+class _Log:
+    through: int
+    """The last record folded into the snapshot (-1: none)."""
+    head: _Head | None
+    legacy: pa.Table | None
+    """The earlier layout's whole snapshot (``shards.parquet``), read when there is no head."""
+    changes: list[Change]
+    """Each record after the snapshot, in sequence."""
+
+    @property
+    def last(self) -> int:
+        return self.through + len(self.changes)
 
 
 @dataclass(frozen=True)
@@ -94,14 +96,42 @@ class _OrderView:
     """The last record folded into the snapshot."""
     last: int
     """The last record written (the next one is ``last + 1``)."""
+    legacy: bool = False
+    """The snapshot is of the earlier layout: the next record written takes it over."""
+
+
+@dataclass(frozen=True)
+class _OrderHead:
+    """What a reservation or a commit needs of the order, read without every row: the head, the
+    records after it and, for a shard committed before, the part holding its position."""
+
+    through: int
+    last: int
+    next_position: int
+    """One past the highest position any row was given (a dropped reservation's position is not
+    given again; a withdrawn one's is)."""
+    mine: IndexedShard | None
+    """The row of the shard asked for, if it has one."""
+    last_change: Change | None
+    """The last record after the snapshot; None when there is none."""
+    legacy: bool = False
 
 
 class _FoldedMeanwhile(Exception):
-    """A record listed after the snapshot read was gone when read: a writer folded it meanwhile."""
+    """Something the head or the listing named was gone when read: a writer folded it meanwhile.
+    ``args``: (what was missed, the damage it is when missed twice)."""
 
 
 def _record_relative(seq: int) -> str:
     return f"{ORDER_LOG}/{seq:012d}.json"
+
+
+def _part_relative(name: str) -> str:
+    return f"{PARTS}/{name}"
+
+
+def _commit_record_relative(shard_id: str) -> str:
+    return f"{layout.NEAR_DUPLICATES_INDEX}/committed/{shard_id}.json"
 
 
 def _sealed(body: dict) -> bytes:
@@ -122,6 +152,25 @@ def _unsealed(content: bytes) -> dict | None:
     return body if hashlib.sha256(canonical.encode()).hexdigest() == digest else None
 
 
+UNREADABLE = -1  # a commit record there but failing its checksum
+
+
+def _committed_position(data_root: DataRoot, shard_id: str) -> int | None:
+    """The position ``shard_id``'s commit record names (written before the order's record of the
+    commit, so every shard committed in the order has one); None without one, else :data:`UNREADABLE`."""
+    try:
+        body = json.loads(data_root.fs.cat_file(data_root.path(_commit_record_relative(shard_id))))
+        digest = body.pop("sha256")
+        canonical = json.dumps(body, sort_keys=True, separators=(",", ":"))
+        if hashlib.sha256(canonical.encode()).hexdigest() != digest:
+            return UNREADABLE
+        return int(body["position"])
+    except FileNotFoundError:
+        return None
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return UNREADABLE
+
+
 def _listed_records(data_root: DataRoot) -> dict[int, str]:
     records = {}
     for path in data_root.glob(f"{ORDER_LOG}/*.json"):
@@ -131,7 +180,35 @@ def _listed_records(data_root: DataRoot) -> dict[int, str]:
     return records
 
 
-def _read_snapshot_table(data_root: DataRoot) -> tuple[int, pa.Table | None]:
+def _listed_parts(data_root: DataRoot) -> dict[str, str]:
+    """Part files present (name -> path), named or not by the head."""
+    found = {}
+    for path in data_root.glob(f"{PARTS}/*.parquet"):
+        name = path.rsplit("/", 1)[-1]
+        if _PART_NAME.match(name):
+            found[name] = path
+    return found
+
+
+def _read_head_file(data_root: DataRoot) -> _Head | None:
+    try:
+        content = data_root.fs.cat_file(data_root.path(HEAD))
+    except FileNotFoundError:
+        return None
+    body = _unsealed(content)
+    if body is None:
+        raise IndexDamaged(f"the shard list's head {HEAD} fails its checksum (torn or damaged)")
+    return _Head(
+        int(body["through"]),
+        int(body["next_position"]),
+        int(body["part_rows"]),
+        {int(part): name for part, name in body["parts"].items()},
+        [_shard_of(row) for row in body["reserved"]],
+    )
+
+
+def _read_legacy(data_root: DataRoot) -> tuple[int, pa.Table | None]:
+    """The earlier layout's snapshot and the last record folded into it; (-1, None) when absent."""
     relative = layout.near_duplicates_index_order()
     if not data_root.exists(relative):
         return -1, None
@@ -142,186 +219,181 @@ def _read_snapshot_table(data_root: DataRoot) -> tuple[int, pa.Table | None]:
     return int((table.schema.metadata or {}).get(THROUGH_KEY, b"-1")), table
 
 
-def _read_snapshot(data_root: DataRoot) -> tuple[int, list[IndexedShard]]:
-    through, table = _read_snapshot_table(data_root)
-    return through, [] if table is None else [_shard_of(row) for row in table.to_pylist()]
+def _read_base(data_root: DataRoot) -> tuple[int, _Head | None, pa.Table | None]:
+    """(through, head, legacy snapshot): the head when there is one (a ``shards.parquet`` beside it
+    is a migration's leftover, never read), else the earlier layout's snapshot, else nothing."""
+    head = _read_head_file(data_root)
+    if head is not None:
+        return head.through, head, None
+    through, legacy = _read_legacy(data_root)
+    return through, None, legacy
 
 
-def _shard_of(row: dict) -> IndexedShard:
-    return IndexedShard(
-        position=row["position"],
-        shard_id=row["shard_id"],
-        entries_version=row["entries_version"],
-        utterances=row["utterances"],
-        state=row.get("state") or COMMITTED,
-        segment=row.get("segment"),
-        reservation=row.get("reservation"),
+def _read_log_once(data_root: DataRoot) -> _Log:
+    through, head, legacy = _read_base(data_root)
+    records = _listed_records(data_root)
+    later = sorted(seq for seq in records if seq > through)
+    missing = (
+        f"an order record after the shard list's snapshot (through record {through}) is missing: "
+        f"{ORDER_LOG} holds {', '.join(map(str, later))}"
     )
+    if later != list(range(through + 1, through + 1 + len(later))):
+        raise _FoldedMeanwhile((through, tuple(later)), missing)
+    if head is None and legacy is None and not later and _listed_parts(data_root):
+        raise IndexDamaged(f"the shard list's head {HEAD} is missing while {PARTS} holds parts")
+    changes: list[Change] = []
+    for seq in later:
+        try:
+            content = data_root.fs.cat_file(records[seq])
+        except FileNotFoundError:
+            raise _FoldedMeanwhile((through, tuple(later)), missing) from None
+        body = _unsealed(content)
+        if body is None or body.get("seq") != seq:
+            raise IndexDamaged(f"order record {_record_relative(seq)} fails its checksum (torn or damaged)")
+        changes.append(([_shard_of(row) for row in body["upsert"]], list(body["remove"])))
+    return _Log(through, head, legacy, changes)
 
 
-def _row_of(shard: IndexedShard) -> dict:
-    return {field.name: getattr(shard, field.name) for field in ORDER_SCHEMA}
+Read = TypeVar("Read")
 
 
-def _applied(
-    shards: Sequence[IndexedShard], upserts: Sequence[IndexedShard], removed: Sequence[int]
-) -> list[IndexedShard]:
-    """``shards`` with each of ``upserts`` replacing its shard's row and the rows at ``removed`` gone."""
-    replaced = {shard.shard_id for shard in upserts}
-    gone = set(removed)
-    kept = [s for s in shards if s.shard_id not in replaced and s.position not in gone]
-    return sorted([*kept, *upserts], key=lambda shard: shard.position)
-
-
-@dataclass(frozen=True)
-class _Log:
-    through: int
-    snapshot: pa.Table | None
-    changes: list[tuple[list[IndexedShard], list[int]]]
-    """Each record after the snapshot, in sequence: (rows upserted, positions removed)."""
-
-    @property
-    def last(self) -> int:
-        return self.through + len(self.changes)
+def _retried(data_root: DataRoot, read: Callable[[_Log], Read]) -> Read:
+    """``read`` of the log, again when a writer folded away what it was reading (a concurrent fold,
+    a withdrawn reservation); the same thing missed twice is damage (:class:`IndexDamaged`)."""
+    previous = None
+    for _ in range(READ_ATTEMPTS):
+        try:
+            return read(_read_log_once(data_root))
+        except _FoldedMeanwhile as moved:
+            missed, damage = moved.args
+            if missed != previous:
+                previous = missed
+                continue
+            raise IndexDamaged(damage) from None
+    raise IndexDamaged(f"the shard list ({SHARD_LIST}) moved on every one of {READ_ATTEMPTS} reads")
 
 
 def _read_log(data_root: DataRoot) -> _Log:
-    """The snapshot and the records after it. A record missing from the run after the snapshot, or
-    failing its checksum, raises :class:`IndexDamaged` (unless the snapshot moved past it meanwhile:
-    a fold by a concurrent writer, or a withdrawn reservation: read again; the same gap read twice
-    is damage)."""
-    previous = None
-    for _ in range(READ_ATTEMPTS):
-        through, table = _read_snapshot_table(data_root)
-        records = _listed_records(data_root)
-        later = sorted(seq for seq in records if seq > through)
-        changes = []
-        try:
-            if later != list(range(through + 1, through + 1 + len(later))):
-                raise _FoldedMeanwhile
-            for seq in later:
-                try:
-                    content = data_root.fs.cat_file(records[seq])
-                except FileNotFoundError as exc:
-                    raise _FoldedMeanwhile from exc
-                body = _unsealed(content)
-                if body is None or body.get("seq") != seq:
-                    raise IndexDamaged(f"order record {_record_relative(seq)} fails its checksum (torn or damaged)")
-                changes.append(([_shard_of(row) for row in body["upsert"]], list(body["remove"])))
-        except _FoldedMeanwhile:
-            if (through, later) != previous:
-                previous = (through, later)
-                continue
-            raise IndexDamaged(
-                f"an order record after {layout.near_duplicates_index_order()} (through record {through}) is "
-                f"missing: {ORDER_LOG} holds {', '.join(map(str, later))}"
-            ) from None
-        return _Log(through, table, changes)
-    raise IndexDamaged(f"{layout.near_duplicates_index_order()} moved on every one of {READ_ATTEMPTS} reads")
+    """The snapshot's head (or the earlier layout's snapshot) and the records after it. A record
+    missing from the run after the snapshot, or failing its checksum, raises :class:`IndexDamaged`."""
+    return _retried(data_root, lambda log: log)
+
+
+def _read_part(data_root: DataRoot, name: str, head: _Head) -> pa.Table:
+    """A part the head names, checked against the checksum in its name. Gone: a fold replaced it
+    since the head was read (:class:`_FoldedMeanwhile`; read twice, damage)."""
+    relative = _part_relative(name)
+    try:
+        content = data_root.fs.cat_file(data_root.path(relative))
+    except FileNotFoundError:
+        raise _FoldedMeanwhile((head.through, name), f"part {relative} of the shard list is missing") from None
+    if hashlib.sha256(content).hexdigest()[:16] != name.removesuffix(".parquet").rsplit("-", 1)[-1]:
+        raise IndexDamaged(f"part {relative} of the shard list fails its checksum (torn or damaged)")
+    return pq.read_table(pa.BufferReader(content))
+
+
+def _snapshot_rows(data_root: DataRoot, log: _Log) -> list[IndexedShard]:
+    """Every row of the snapshot (every part, or the earlier layout's file), by position."""
+    if log.head is None:
+        return [] if log.legacy is None else _shards_of_table(log.legacy)
+    names = [name for _, name in sorted(log.head.parts.items())]
+    if len(names) > 1:
+        with ThreadPoolExecutor(min(PARALLEL_PART_READS, len(names))) as pool:
+            tables = list(pool.map(lambda name: _read_part(data_root, name, log.head), names))
+    else:
+        tables = [_read_part(data_root, name, log.head) for name in names]
+    return [shard for table in tables for shard in _shards_of_table(table)]
+
+
+def _view_of(data_root: DataRoot, log: _Log) -> _OrderView:
+    shards = _all_applied(_snapshot_rows(data_root, log), log.changes)
+    return _OrderView(shards, log.through, log.last, log.head is None and log.legacy is not None)
 
 
 def _read_view(data_root: DataRoot) -> _OrderView:
     """Every row of the order: the snapshot with the records after it applied in sequence."""
-    log = _read_log(data_root)
-    shards = [] if log.snapshot is None else [_shard_of(row) for row in log.snapshot.to_pylist()]
-    for upserts, removed in log.changes:
-        shards = _applied(shards, upserts, removed)
-    return _OrderView(shards, log.through, log.last)
+    return _retried(data_root, lambda log: _view_of(data_root, log))
 
 
-@dataclass(frozen=True)
-class _OrderHead:
-    """What a reservation or a commit needs of the order, read without building every row."""
+def _next_position(log: _Log) -> int:
+    """One past the highest position given: the head's (or the earlier layout's highest row) and the
+    rows of the records after it."""
+    if log.head is not None:
+        taken = log.head.next_position
+    elif log.legacy is not None and log.legacy.num_rows:
+        taken = pc.max(log.legacy.column("position")).as_py() + 1
+    else:
+        taken = 0
+    return max([taken, *(shard.position + 1 for upserts, _ in log.changes for shard in upserts)])
 
-    through: int
-    last: int
-    next_position: int
-    """One past the highest position taken."""
-    mine: IndexedShard | None
-    """The row of the shard asked for, if it has one."""
-    last_change: tuple[list[IndexedShard], list[int]] | None
-    """The last record after the snapshot (rows set, positions dropped); None when there is none."""
+
+def _row_in_snapshot(data_root: DataRoot, log: _Log, shard_id: str) -> IndexedShard | None:
+    """``shard_id``'s row in the snapshot: among the head's reserved rows, else at the position its
+    commit record names (the one part holding it; every part when the record is damaged), else none;
+    the earlier layout's file: filtered."""
+    if log.head is None:
+        tables = [] if log.legacy is None else [log.legacy]
+    else:
+        reserved = next((shard for shard in log.head.reserved if shard.shard_id == shard_id), None)
+        if reserved is not None:
+            return reserved
+        position = _committed_position(data_root, shard_id)
+        if position is None:
+            return None
+        names = (
+            log.head.parts.values() if position == UNREADABLE else [log.head.parts.get(position // log.head.part_rows)]
+        )
+        tables = [_read_part(data_root, name, log.head) for name in names if name is not None]
+    rows = [
+        _shard_of(row)
+        for table in tables
+        for row in table.filter(pc.equal(table.column("shard_id"), shard_id)).to_pylist()
+    ]
+    return max(rows, key=lambda shard: shard.position) if rows else None
+
+
+def _head_of(data_root: DataRoot, log: _Log, shard_id: str) -> _OrderHead:
+    mine: list[IndexedShard] = []
+    if not any(shard.shard_id == shard_id for upserts, _ in log.changes for shard in upserts):
+        found = _row_in_snapshot(data_root, log, shard_id)  # not needed when the records set its row
+        mine = [] if found is None else [found]
+    mine = _all_applied(
+        mine, [([s for s in upserts if s.shard_id == shard_id], removed) for upserts, removed in log.changes]
+    )
+    return _OrderHead(
+        log.through,
+        log.last,
+        _next_position(log),
+        mine[0] if mine else None,
+        log.changes[-1] if log.changes else None,
+        log.head is None and log.legacy is not None,
+    )
 
 
 def _read_head(data_root: DataRoot, shard_id: str) -> _OrderHead:
-    """The next free position and ``shard_id``'s row: the snapshot's columns taken whole (Arrow, no
-    row built but the shard's own), then the records after it."""
-    log = _read_log(data_root)
-    removed: set[int] = set()
-    replaced: set[str] = set()
-    upserted: dict[str, IndexedShard] = {}
-    for upserts, gone in log.changes:
-        removed.update(gone)
-        upserted = {key: shard for key, shard in upserted.items() if shard.position not in gone}
-        for shard in upserts:
-            replaced.add(shard.shard_id)
-            upserted[shard.shard_id] = shard
-    highest, mine = -1, upserted.get(shard_id)
-    if log.snapshot is not None and log.snapshot.num_rows:
-        ids = log.snapshot.column("shard_id")
-        positions = log.snapshot.column("position")
-        live = pc.invert(
-            pc.or_(
-                pc.is_in(positions, pa.array(sorted(removed), pa.int64())),
-                pc.is_in(ids, pa.array(sorted(replaced), pa.string())),
-            )
-        )
-        live_positions = pc.filter(positions, live)
-        if len(live_positions):
-            highest = pc.max(live_positions).as_py()
-        if mine is None and shard_id not in replaced:
-            rows = log.snapshot.filter(pc.and_(live, pc.equal(ids, shard_id))).to_pylist()
-            mine = _shard_of(rows[0]) if rows else None
-    highest = max([highest, *(shard.position for shard in upserted.values())])
-    return _OrderHead(log.through, log.last, highest + 1, mine, log.changes[-1] if log.changes else None)
+    """The next free position and ``shard_id``'s row: the head and the records after it (a shard
+    committed before: also the part holding its position); no other row read."""
+    return _retried(data_root, lambda log: _head_of(data_root, log, shard_id))
 
 
 def read_state(data_root: DataRoot) -> list[IndexedShard]:
-    """Every shard of the order (reserved and committed), by position: ``shards.parquet`` and the
-    records after it; empty before the first shard. Raises :class:`IndexDamaged` when the snapshot
-    or a record after it cannot be read, or a record is missing."""
+    """Every shard of the order (reserved and committed), by position: the snapshot's parts and the
+    records after it; empty before the first shard. Raises :class:`IndexDamaged` when the head, a
+    part or a record after it cannot be read, or a record is missing."""
     return _read_view(data_root).shards
+
+
+def read_reserved(data_root: DataRoot) -> list[IndexedShard]:
+    """The reserved rows, by position: the head's and the records after it (no part read; over the
+    earlier layout, which lists no reserved rows apart, every row)."""
+
+    def reserved(log: _Log) -> list[IndexedShard]:
+        rows = log.head.reserved if log.head is not None else _snapshot_rows(data_root, log)
+        return [shard for shard in _all_applied(rows, log.changes) if shard.state == RESERVED]
+
+    return _retried(data_root, reserved)
 
 
 def read_order(data_root: DataRoot) -> list[IndexedShard]:
     """The committed shards, by position; empty before the first shard is indexed."""
     return [shard for shard in read_state(data_root) if shard.state == COMMITTED]
-
-
-def _append(
-    data_root: DataRoot,
-    read: _OrderView | _OrderHead,
-    upserts: Sequence[IndexedShard] = (),
-    removed: Sequence[int] = (),
-) -> None:
-    """Record a change to the order as ``read`` (under the index lock): one record, the commit point;
-    the writer of every :data:`FOLD_EVERY`-th record after the snapshot rewrites the snapshot through it."""
-    seq = read.last + 1
-    body = {"seq": seq, "upsert": [_row_of(shard) for shard in upserts], "remove": sorted(removed)}
-    data_root.write_bytes(_record_relative(seq), _sealed(body))
-    if seq - read.through >= FOLD_EVERY:
-        _fold(data_root, _read_view(data_root).shards, seq)
-
-
-def _fold(data_root: DataRoot, shards: Sequence[IndexedShard], through: int) -> None:
-    """Rewrite the snapshot as ``shards`` through record ``through``, then remove the records it
-    holds (a run killed in between leaves records at or before ``through``: never read, removed by
-    the next fold)."""
-    rows = [_row_of(shard) for shard in sorted(shards, key=lambda s: s.position)]
-    table = pa.Table.from_pylist(rows, schema=ORDER_SCHEMA.with_metadata({THROUGH_KEY: str(through).encode()}))
-    data_root.write_parquet(layout.near_duplicates_index_order(), table)
-    for seq, path in sorted(_listed_records(data_root).items()):
-        if seq <= through:
-            with contextlib.suppress(FileNotFoundError):
-                data_root.fs.rm_file(path)
-
-
-def _write_state(data_root: DataRoot, shards: Sequence[IndexedShard]) -> None:
-    """Replace the whole order with ``shards`` (a repair, a whole-corpus write): a snapshot through
-    every record there is, which are then removed."""
-    records = _listed_records(data_root)
-    try:
-        through = _read_snapshot(data_root)[0]
-    except IndexDamaged:
-        through = -1
-    _fold(data_root, shards, max([through, *records]))

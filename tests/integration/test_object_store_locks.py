@@ -103,12 +103,13 @@ def test_the_near_duplicate_index_is_locked_on_s3_and_a_second_indexer_gives_up_
 
 
 def test_shards_are_reserved_decided_committed_and_repaired_on_s3(s3_root, monkeypatch):
-    from speechdata.quality import near_dup_index, near_dup_index_order, near_dup_order_log
+    from speechdata.quality import near_dup_index, near_dup_index_order, near_dup_order_fold
     from speechdata.quality.near_dup_matching import NearDuplicateThresholds, decide_shard
     from speechdata.quality.near_dup_planted import planted_set
     from speechdata.quality.near_duplicates import utterance_signals
 
-    monkeypatch.setattr(near_dup_order_log, "FOLD_EVERY", 3)  # records 0-2 folded into the snapshot
+    monkeypatch.setattr(near_dup_order_fold, "FOLD_EVERY", 3)  # records 0-2 folded into the snapshot
+    monkeypatch.setattr(near_dup_order_fold, "PART_ROWS", 1)  # a part per position
     planted = planted_set(3, seed=4)  # originals first: their copies land in the second shard
     shards = {"first": planted[:3], "second": planted[3:]}
     decided = {}
@@ -127,12 +128,18 @@ def test_shards_are_reserved_decided_committed_and_repaired_on_s3(s3_root, monke
         decided[shard_id] = {d.utt_id: d.representative_shard for d in decisions if d.kind}
     assert decided["first"] == {} and set(decided["second"].values()) == {"first"}
     assert [s.shard_id for s in near_dup_index.read_order(s3_root)] == ["first", "second"]
-    # The snapshot holds records 0-2; record 3 (second's commit) follows it.
+    # The snapshot (a head and a part per position) holds records 0-2; record 3 (second's commit) follows it.
     [record] = s3_root.glob(f"{near_dup_index_order.ORDER_LOG}/*.json")
     assert record.endswith("000000000003.json")
-    # A torn record, then a torn snapshot, on S3: each rebuilt from the commit records, positions kept.
-    order = s3_root.path("index/near_duplicates/shards.parquet")
-    for torn in (record, order):
+    assert len(near_dup_index_order._listed_parts(s3_root)) == 2
+    # A torn record, then a torn part, then a torn head, on S3: each rebuilt from the commit records,
+    # positions kept.
+    for which in ("record", "part", "head"):
+        torn = {
+            "record": record,
+            "part": min(near_dup_index_order._listed_parts(s3_root).values()),
+            "head": s3_root.path(near_dup_index_order.HEAD),
+        }[which]
         s3_root.fs.pipe_file(torn, s3_root.fs.cat_file(torn)[:40])
         assert "rebuilt shards.parquet" in near_dup_index.repair_index(s3_root)[0]
         assert [(s.position, s.shard_id) for s in near_dup_index.read_order(s3_root)] == [(0, "first"), (1, "second")]
