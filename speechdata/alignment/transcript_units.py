@@ -21,6 +21,10 @@ from speechdata.alignment.text_normalization import spoken_form
 _APOSTROPHES = str.maketrans({"\u2019": "'", "\u2018": "'", "\u02bc": "'", "`": "'"})
 _WORD = re.compile(r"\S+")
 
+WORD_DELIMITER = "|"
+"""wav2vec2's word-delimiter piece: a letter vocabulary that has it (the small model's) puts it
+between words, so a greedy transcript of that model comes out in words."""
+
 
 @dataclass(frozen=True)
 class CtcTargets:
@@ -74,14 +78,15 @@ class SubwordVocabulary:
     def __init__(self, tokenizer, blank_id: int):
         self.tokenizer = tokenizer
         self.blank_id = blank_id
-        self.separator_id = None
         self.unk_id = tokenizer.unk_token_id
         pieces = tokenizer.convert_ids_to_tokens(list(range(blank_id)))
+        # A letter vocabulary with wav2vec2's delimiter (the small model) separates words by a token
+        # of its own, as a CharVocabulary's space does; SentencePiece pieces carry the word start.
+        self.separator_id = pieces.index(WORD_DELIMITER) if WORD_DELIMITER in pieces else None
         # Characters some piece spells; anything else would become <unk>, which aligns to nothing real.
         self.characters = {c for piece in pieces if not (piece.startswith("<") and piece.endswith(">")) for c in piece}
-        # SentencePiece pieces carry the word start; a letter vocabulary (the small model) does not.
-        self.marks_word_boundaries = "\u2581" in self.characters
-        self.characters.discard("\u2581")
+        self.marks_word_boundaries = "\u2581" in self.characters or self.separator_id is not None
+        self.characters -= {"\u2581", WORD_DELIMITER}
 
     def word_tokens(self, word: str) -> list[int]:
         kept = "".join(c for c in normalize_word(word) if c in self.characters)
@@ -90,7 +95,16 @@ class SubwordVocabulary:
         return [t for t in self.tokenizer.encode(kept, add_special_tokens=False) if t != self.unk_id]
 
     def spoken_tokens(self, spoken: list[str]) -> list[int]:
-        """Tokens of a written word's spoken words, encoded as one phrase (each word gets its ``\u2581``)."""
+        """Tokens of a written word's spoken words, encoded as one phrase (each word gets its ``\u2581``),
+        or with the delimiter between them where the vocabulary has one."""
+        if self.separator_id is not None:
+            tokens: list[int] = []
+            for word in spoken:
+                word_tokens = self.word_tokens(word)
+                if word_tokens and tokens:
+                    tokens.append(self.separator_id)
+                tokens += word_tokens
+            return tokens
         kept = " ".join(w for w in ("".join(c for c in normalize_word(s) if c in self.characters) for s in spoken) if w)
         if not kept:
             return []
