@@ -105,7 +105,7 @@ def platform_runs(
     the transcript's forced alignment and the pseudo-label (greedy transcript) with its reference,
     the transcript normalized through the model's vocabulary as the stage normalizes it."""
     from resources.aligner import CtcAlignerResource
-    from speechdata.alignment.forced import SEPARATOR_POLICY, align_transcript
+    from speechdata.alignment.forced import align_transcript
     from speechdata.alignment.greedy import tokens_to_text
     from speechdata.alignment.log_probs import compute_log_probs
     from speechdata.alignment.pseudo_labels import pseudo_label
@@ -125,7 +125,7 @@ def platform_runs(
             duration_ms,
             language=entry["language"],
             emission_offsets_ms=aligner.emission_offsets_ms,
-            separator_policy=separator_policy or SEPARATOR_POLICY,
+            separator_policy=separator_policy,
         )
         label = pseudo_label(log_probs, aligner.vocabulary)
         # Spaced between words whatever the vocabulary, so a model without a separator scores its one long word.

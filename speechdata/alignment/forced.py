@@ -51,10 +51,10 @@ _SENTENCE_END = re.compile(r"[.!?…。！？][\"')\]»”’]*$")
 
 
 SEPARATOR_POLICIES = ("required", "optional")
-SEPARATOR_POLICY = "required"
 """How a vocabulary's word separator (the small model's ``|``, a character model's space) is aligned:
 ``required``, a target between every two words, as the model was trained; or ``optional``, no target,
-the separator's probability added to the blank's so any blank frame may be it."""
+the separator's probability added to the blank's so any blank frame may be it. Each vocabulary
+says which it takes (``separator_policy``; :mod:`speechdata.alignment.transcript_units` says why)."""
 
 
 def separator_as_blank(log_probs: np.ndarray, targets: CtcTargets, separator_id: int, blank_id: int):
@@ -157,7 +157,7 @@ def align_transcript(
     wildcard: WildcardSettings | None = None,
     whole_matrix_frame_tokens: int = WHOLE_MATRIX_FRAME_TOKENS,
     emission_offsets_ms: tuple[int, int] = (0, 0),
-    separator_policy: str = SEPARATOR_POLICY,
+    separator_policy: str | None = None,
 ) -> UtteranceAlignment:
     """Force-align ``text`` to ``log_probs [T, V]``; raise :class:`AlignmentRejected` with a reason code.
 
@@ -165,8 +165,10 @@ def align_transcript(
     numbers and symbols are spoken (:func:`~speechdata.alignment.transcript_units.ctc_targets`); each
     written word spans from its spoken form's first token to its last. ``emission_offsets_ms`` (the
     model's calibrated emission delay, :func:`shifted_token_spans_ms`) moves every token's start and end.
-    ``separator_policy`` (:data:`SEPARATOR_POLICIES`) says whether word separators are targets. Past ``whole_matrix_frame_tokens``
+    ``separator_policy`` (:data:`SEPARATOR_POLICIES`; None: the vocabulary's own) says whether word
+    separators are targets. Past ``whole_matrix_frame_tokens``
     (or with a ``wildcard``) the checkpointed Viterbi runs: the same path in bounded memory."""
+    separator_policy = separator_policy or vocabulary.separator_policy
     if separator_policy not in SEPARATOR_POLICIES:
         raise ValueError(f"separator_policy {separator_policy!r} is not one of {SEPARATOR_POLICIES}")
     targets = ctc_targets(text or "", vocabulary, language)

@@ -56,6 +56,23 @@ def test_it_transcribes_held_out_speech(small_aligners, language, max_cer):
         assert jiwer.cer(reference, hypothesis) < max_cer, (entry["utt_id"], reference, hypothesis)
 
 
+def test_its_pseudo_labels_come_out_in_words(small_aligners):
+    """The model emits its word delimiter ``|`` between words, so an utterance transcribed without
+    landed text gets a label of as many words as were spoken (give or take one), close in spelling
+    (the spaced CER counts a missed or extra word break as an error)."""
+    from speechdata.alignment.pseudo_labels import pseudo_label
+
+    aligner = small_aligners["en"]
+    entries = heldout("en", 3)
+    log_probs = compute_log_probs(aligner.forward, [e["audio"] for e in entries])
+    for entry, scores in zip(entries, log_probs, strict=True):
+        label = pseudo_label(scores, aligner.vocabulary)
+        reference = normalized_reference(entry["text"], aligner.vocabulary)
+        assert abs(len(label.words) - len(reference.split())) <= 1, (entry["utt_id"], reference, label.text)
+        assert jiwer.cer(reference, label.text) < 0.5, (entry["utt_id"], reference, label.text)
+        assert len(label.word_confidences) == len(label.words)
+
+
 def test_its_emission_delay_is_calibrated_on_training_voices_only(small_aligners):
     """The model fires early by a steady amount; the offsets the aligner adds were measured on
     calibration speech of the training voices (speechdata.alignment.calibrate_emission), never on the
