@@ -89,14 +89,18 @@ class SubwordVocabulary:
         self.blank_id = blank_id
         self.unk_id = tokenizer.unk_token_id
         pieces = tokenizer.convert_ids_to_tokens(list(range(blank_id)))
-        # A letter vocabulary with wav2vec2's delimiter (the small model) separates words by a token
-        # of its own, as a CharVocabulary's space does; SentencePiece pieces carry the word start.
-        self.separator_id = pieces.index(WORD_DELIMITER) if WORD_DELIMITER in pieces else None
-        self.separator_policy = DELIMITER_SEPARATOR_POLICY
         # Characters some piece spells; anything else would become <unk>, which aligns to nothing real.
         self.characters = {c for piece in pieces if not (piece.startswith("<") and piece.endswith(">")) for c in piece}
-        self.marks_word_boundaries = "\u2581" in self.characters or self.separator_id is not None
-        self.characters -= {"\u2581", WORD_DELIMITER}
+        # SentencePiece pieces carry the word start (a "|" piece there spells a bar); a letter
+        # vocabulary with wav2vec2's delimiter (the small model) separates words by that token, as a
+        # CharVocabulary's space does.
+        is_sentencepiece = "\u2581" in self.characters
+        self.separator_id = pieces.index(WORD_DELIMITER) if not is_sentencepiece and WORD_DELIMITER in pieces else None
+        self.separator_policy = DELIMITER_SEPARATOR_POLICY
+        self.marks_word_boundaries = is_sentencepiece or self.separator_id is not None
+        self.characters.discard("\u2581")
+        if self.separator_id is not None:
+            self.characters.discard(WORD_DELIMITER)
 
     def word_tokens(self, word: str) -> list[int]:
         kept = "".join(c for c in normalize_word(word) if c in self.characters)
