@@ -272,7 +272,7 @@ def main(argv: list[str] | None = None) -> None:
         "--separator-policy",
         action="append",
         choices=("required", "optional"),
-        help="align word separators this way (repeatable: each is measured; default: the aligner's)",
+        help="also align word separators this way (repeatable: each is measured beside the aligner's own way)",
     )
     args = parser.parse_args(argv)
     if args.write_fixtures:
@@ -286,7 +286,7 @@ def main(argv: list[str] | None = None) -> None:
     entries = load_heldout()
     if args.quick:
         entries = [e for e in entries if e["language"] == "en"][:3]
-    policies = args.separator_policy or [None]
+    policies = [None, *(args.separator_policy or [])]
     with stdout_to_stderr():
         progress(f"aligning {len(entries)} held-out utterances with {args.model}")
         runs = {policy: platform_runs(entries, args.model_cache_dir, args.model, policy) for policy in policies}
