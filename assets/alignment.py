@@ -48,7 +48,7 @@ class AlignmentsConfig(dg.Config):
     kinds={"pytorch", "parquet"},
     # The aligner that runs is part of the code version: switching profile or moving the parakeet pin
     # marks alignments (and what is built from them) stale.
-    code_version=model_bound("alignments", "alignments-v3+aligner-", profile_aligner_identity),
+    code_version=model_bound("alignments", "alignments-v4+aligner-", profile_aligner_identity),
     # The CTC model runs on the GPU when there is one: on Kubernetes the step goes to a GPU node,
     # and it shares the `gpu` pool with the feature steps.
     gpu=True,

@@ -159,6 +159,8 @@ PRODUCT_LINES: tuple[ProductLine, ...] = (
         stages=("raw_shards", "asr_flac"),
         output=layout.asr_flac_index,
         id_column="utt_id",
+        # A long recording is published as one FLAC per aligned segment, keyed as the bridge keys them.
+        id_part_separator="+",
         output_asset="asr_flac",
         docs="asr-data.md",
     ),
@@ -200,6 +202,8 @@ PRODUCT_LINES: tuple[ProductLine, ...] = (
         stages=("raw_shards", "hf_dataset"),
         output=layout.hf_published_index_parts,
         id_column="utt_id",
+        # A long recording is published as one row per aligned segment, keyed as the bridge keys them.
+        id_part_separator="+",
         output_asset="hf_dataset",
         catalog_assets=("hf_split_assignments",),
         docs="hf-splits.md",

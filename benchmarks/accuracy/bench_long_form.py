@@ -43,7 +43,17 @@ alignments, frame grids, quality, near duplicates, features, bridge, ASR FLACs, 
 peak RSS (its whole process tree, sampled every 50 ms) and wall time recorded. The first length is
 the baseline: every other length's peak per stage is given as a ratio to it (``--minutes 1 120``:
 a 2-hour recording against a 1-minute one). ``--whole-decode-s`` lowers the whole-decode budget
-for every stage process, so a shorter recording takes the long-form paths.
+for every stage process, so a shorter recording takes the long-form paths. After the shard assets the
+two corpus-wide products the recording reaches as its aligned segments are built, each in a fresh
+process too: ``asr_manifest`` (``build_and_write_asr_manifests``) and ``hf_dataset`` (the talk's
+country, ``refresh_country``; the talk lands with the aligned-JSON fields that make its shard one the
+dataset publishes).
+
+``--products``: only what those products read: ingest's index (``raw_shards``), then the talk's word
+and segment rows written from its clips' known times (each clip's words spread evenly over it, cut as
+the ``alignments`` stage cuts them: no model), then ``asr_flac``, ``asr_manifest`` and ``hf_dataset``.
+It measures the products' own memory on long recordings in minutes where the whole pipeline takes
+hours on 2 CPUs.
 """
 
 from __future__ import annotations
@@ -63,7 +73,9 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks.report import RssSampler, emit, leave_measured, progress, ratio, stdout_to_stderr
+from speechdata.alignment.table import TimedUnit
 from speechdata.audio.budget import MAX_LONG_FORM_SECONDS as LONG_FORM_LIMIT_S
+from speechdata.testing.long_recordings import ALIGNED_JSON_COLUMNS
 
 ROOT = Path(__file__).resolve().parents[2]
 FRAME_S = 0.08
@@ -391,7 +403,14 @@ PIPELINE_ASSETS = (
     "vad_segments",
 )
 """The per-shard job's assets, each after those it reads."""
+PRODUCT_STEPS = ("asr_manifest", "hf_dataset")
+"""The corpus-wide products a long recording reaches as its aligned segments, after the shard assets:
+the ASR manifests and the talk's country in the Hugging Face dataset."""
+PRODUCTS_ONLY_ASSETS = ("raw_shards", "asr_flac")
+"""``--products``: the shard assets the products read (the landed file, its index), the alignment's
+segment rows written from the talk's known clip times instead of aligned."""
 TALK = "talk"
+TALK_COUNTRY = "us"
 
 
 def land_talk(root: str, minutes: float) -> dict:
@@ -408,6 +427,7 @@ def land_talk(root: str, minutes: float) -> dict:
 
     data_root = DataRoot(root)
     build_sample_shard(data_root, SHARD, 1, seed=3, long_recordings=0, complete=False)
+    clip_spans = []
     english = [c for c in load_clips() if c.language == "en"]
     rate = english[0].sample_rate
     clips = [c for c in english if c.sample_rate == rate and c.samples.ndim == 1]
@@ -418,17 +438,80 @@ def land_talk(root: str, minutes: float) -> dict:
             clip = clips[len(words) % len(clips)]
             out.write(gap)
             out.write(clip.samples)
+            clip_spans.append((frames + gap.size, frames + gap.size + clip.samples.shape[0]))
             frames += gap.size + clip.samples.shape[0]
             words.append(clip.text)
     metadata = pq.read_table(data_root.path(layout.landing_metadata(SHARD)))
+    # The aligned-JSON fields make the shard one the Hugging Face dataset publishes (the talk's country).
+    for name, kind in ALIGNED_JSON_COLUMNS.items():
+        metadata = metadata.append_column(name, pa.nulls(metadata.num_rows, kind))
+    text = " ".join(words)
     row = {**metadata.slice(0, 1).to_pylist()[0], "utt_id": TALK, "audio_path": f"{TALK}.wav"}
-    row.update(text=" ".join(words), language="en", start_s=None, end_s=None)
+    row.update(text=text, language="en", country=TALK_COUNTRY, start_s=None, end_s=None)
+    row.update(human_text=text, asr_text=text, cer=0.0, video_id=TALK, transcript_id="t0")
+    row.update(transcript_start_idx=0, transcript_end_idx=len(text))
     pq.write_table(
         pa.concat_tables([metadata, pa.Table.from_pylist([row], schema=metadata.schema)]),
         data_root.path(layout.landing_metadata(SHARD)),
     )
     mark_landed(data_root, SHARD)
-    return {"seconds": round(frames / rate, 1), "words": len(" ".join(words).split()), "source_rate": rate}
+    timed = []
+    for clip_text, (first, last) in zip(words, clip_spans, strict=True):
+        spoken = clip_text.split()
+        step = (last - first) / len(spoken)
+        timed += [
+            TimedUnit(w, int((first + i * step) * 1000 / rate), int((first + (i + 1) * step) * 1000 / rate))
+            for i, w in enumerate(spoken)
+        ]
+    return {
+        "seconds": round(frames / rate, 1),
+        "words": len(text.split()),
+        "source_rate": rate,
+        "timed_words": timed,
+    }
+
+
+def write_known_segments(root: str, landed: dict) -> None:
+    """``--products``: the talk's word and segment rows from its clips' known times (each clip's words
+    spread evenly over it), as the ``alignments`` stage would write them."""
+    from speechdata.io.storage import DataRoot
+    from speechdata.testing.long_recordings import write_alignments
+
+    write_alignments(DataRoot(root), SHARD, {TALK: landed["timed_words"]}, {TALK: landed["seconds"]})
+
+
+def _measure_product_step(root: str, step: str) -> dict:
+    """One corpus-wide product over the shard, built in this (fresh) process as its asset builds it."""
+    from speechdata.asr.stage import build_and_write_asr_manifests
+    from speechdata.hf.country_build import refresh_country
+    from speechdata.hf.dataset import DatasetOptions
+    from speechdata.hf.filters import SegmentLimits
+    from speechdata.io.storage import DataRoot
+
+    data_root = DataRoot(root)
+    with TreeRss() as rss:
+        started = time.perf_counter()
+        if step == "asr_manifest":
+            totals = build_and_write_asr_manifests(data_root).totals
+            rows = {"train_rows": totals.train_rows, "validation_rows": totals.validation_rows}
+        else:
+            limits = SegmentLimits(min_duration_s=0.5, max_duration_s=30.0, min_asr_confidence=None)
+            build = refresh_country(data_root, TALK_COUNTRY, DatasetOptions(limits=limits)).build
+            rows = {
+                "rows_written": sum(f.rows for f in build.written),
+                "audio_s": round(build.audio_seconds, 1),
+                "max_recording_buffer_mb": round(build.max_recording_buffer_bytes / 2**20, 1),
+                "errors": len(build.errors),
+            }
+        wall = time.perf_counter() - started
+    return {
+        "asset": step,
+        "success": True,
+        **rows,
+        "wall_s": round(wall, 1),
+        "rss_before_mb": round(rss.start_mb, 1),
+        "peak_rss_mb": round(rss.peak_mb, 1),
+    }
 
 
 class TreeRss:
@@ -512,7 +595,7 @@ def _measure_pipeline_asset(root: str, model_cache_dir: str, asset: str) -> dict
     }
 
 
-def pipeline(minutes: list[float]) -> dict:
+def pipeline(minutes: list[float], products_only: bool = False) -> dict:
     """Every length through every asset (module docstring), and each stage's peak against the first length's."""
     from speechdata.io import layout
     from speechdata.io.storage import DataRoot
@@ -525,24 +608,33 @@ def pipeline(minutes: list[float]) -> dict:
             try:
                 landed = land_talk(workdir, m)
                 stages = []
-                for asset in PIPELINE_ASSETS:
+                for asset in PRODUCTS_ONLY_ASSETS if products_only else PIPELINE_ASSETS:
                     figures = _child(["pipeline", workdir, model_cache_dir, asset])
                     stages.append(figures)
                     progress(
                         f"{m} min: {asset} {figures['peak_rss_mb']} MB {figures['wall_s']} s ok={figures['success']}"
                     )
+                    if products_only and asset == "raw_shards":
+                        write_known_segments(workdir, landed)
+                for step in PRODUCT_STEPS:
+                    figures = _child(["product", workdir, step])
+                    stages.append(figures)
+                    progress(f"{m} min: {step} {figures['peak_rss_mb']} MB {figures['wall_s']} s")
+                del landed["timed_words"]
                 data_root = DataRoot(workdir)
-                keys = data_root.read_parquet(layout.shard_manifest(SHARD), columns=["key", "duration_s"]).to_pylist()
-                talk = [k for k in keys if k["key"] == TALK or k["key"].startswith(f"{TALK}+")]
-                runs.append(
-                    {
-                        "minutes": m,
-                        **landed,
-                        "talk_samples_in_bridge": len(talk),
-                        "longest_talk_sample_s": round(max((k["duration_s"] for k in talk), default=0.0), 1),
-                        "stages": stages,
-                    }
-                )
+                run = {
+                    "minutes": m,
+                    **landed,
+                    "talk_segments_in_asr_flac": _talk_keys(data_root, layout.asr_flac_index),
+                }
+                if not products_only:
+                    keys = data_root.read_parquet(
+                        layout.shard_manifest(SHARD), columns=["key", "duration_s"]
+                    ).to_pylist()
+                    talk = [k for k in keys if k["key"] == TALK or k["key"].startswith(f"{TALK}+")]
+                    run["talk_samples_in_bridge"] = len(talk)
+                    run["longest_talk_sample_s"] = round(max((k["duration_s"] for k in talk), default=0.0), 1)
+                runs.append({**run, "stages": stages})
             finally:
                 shutil.rmtree(workdir, ignore_errors=True)
     finally:
@@ -552,6 +644,11 @@ def pipeline(minutes: list[float]) -> dict:
         for stage in run["stages"]:
             stage["peak_ratio_over_baseline"] = ratio(stage["peak_rss_mb"], baseline[stage["asset"]]["peak_rss_mb"])
     return {"baseline_minutes": minutes[0], "runs": runs}
+
+
+def _talk_keys(data_root, output) -> int:
+    keys = data_root.read_parquet(output(SHARD), columns=["utt_id"])["utt_id"].to_pylist()
+    return sum(1 for key in keys if key.startswith(f"{TALK}+"))
 
 
 def _child(arguments: list[str]) -> dict:
@@ -594,6 +691,11 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3, help="accuracy: times the held-out set is joined")
     parser.add_argument("--pipeline", action="store_true", help="every shard asset, one per process (docstring)")
     parser.add_argument(
+        "--products",
+        action="store_true",
+        help="pipeline: only ingest's index, the ASR FLACs and the two products, on known segments (docstring)",
+    )
+    parser.add_argument(
         "--whole-decode-s",
         type=float,
         help="pipeline: the whole-decode budget (SPEECHDATA_MAX_UTTERANCE_SECONDS) for every stage process",
@@ -602,22 +704,27 @@ def main() -> None:
     args = parser.parse_args()
     if args.measure is not None:
         kind, *rest = json.loads(args.measure)
-        measure = {"viterbi": _measure_viterbi, "stage": _measure_stage, "pipeline": _measure_pipeline_asset}[kind]
+        measure = {
+            "viterbi": _measure_viterbi,
+            "stage": _measure_stage,
+            "pipeline": _measure_pipeline_asset,
+            "product": _measure_product_step,
+        }[kind]
         with stdout_to_stderr():
             figures = measure(*rest)
         print(json.dumps(figures))
         leave_measured()
-    if args.pipeline:
+    if args.pipeline or args.products:
         if args.whole_decode_s is not None:  # read by the stage processes, which inherit it
             os.environ["SPEECHDATA_MAX_UTTERANCE_SECONDS"] = str(args.whole_decode_s)
         # Long-form landing is opt-in (speechdata.audio.budget): the pipeline measures it turned on.
         os.environ.setdefault("SPEECHDATA_MAX_LANDED_LONG_FORM_SECONDS", str(LONG_FORM_LIMIT_S))
         minutes = [0.5, 1.0] if args.quick else args.minutes
         with stdout_to_stderr():
-            figures = pipeline(minutes)
+            figures = pipeline(minutes, products_only=args.products)
         whole_decode_s = args.whole_decode_s or 1800.0
         emit(
-            "long_form_pipeline",
+            "long_form_products" if args.products else "long_form_pipeline",
             {"minutes": minutes, "profile": "tiny", "per_process": "one asset", "whole_decode_s": whole_decode_s},
             figures,
         )

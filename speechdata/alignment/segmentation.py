@@ -13,8 +13,9 @@ from __future__ import annotations
 
 from speechdata.alignment.table import TimedUnit
 
-MAX_SEGMENT_MS = 30_000
-"""Longest segment cut from a long recording (the longest useful training sample, about)."""
+MAX_SEGMENT_MS = 20_000
+"""Longest segment cut from a long recording: the ASR manifest's and the HF dataset's default longest
+utterance, so every segment the bridge packs is one those products can also publish."""
 
 EDGE_PAD_MS = 200
 """Silence kept around a segment's first and last word, at most half the pause to the next word."""

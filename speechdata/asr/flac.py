@@ -12,6 +12,12 @@ contract), never from a tar member name; tar members are audited first
 Alongside, ``shards/<shard_id>/asr_flac.parquet`` lists each file with its duration and a SHA-1 of
 its PCM samples (the manifest's audio deduplication key: the same audio, whatever container or
 rate it landed in, hashes the same after this normalisation).
+
+A long recording (longer than one training sample, :data:`~speechdata.alignment.segmentation.MAX_SEGMENT_MS`)
+that the ``alignments`` stage cut into ``segment`` rows is published as those segments, never as one
+file: one FLAC per segment, named and indexed by the bridge's key ``<utt_id>+<index>``, its ``text``
+the segment's words (docs/asr-data.md, "Long recordings"). Each segment is read from the landed file
+by seeking to it, so the recording is never decoded whole.
 """
 
 from __future__ import annotations
@@ -33,10 +39,13 @@ import soundfile as sf
 
 from speechdata.accounting.rejects import Reject, error_text, rejects_table
 from speechdata.accounting.stage import StageSummary
+from speechdata.alignment.segmentation import MAX_SEGMENT_MS
+from speechdata.audio import budget
 from speechdata.audio.budget import OverMemoryBudget
 from speechdata.audio.codec import ResamplerName, downmix_to_mono, read_segment_from, resample
 from speechdata.audio.dc_offset import remove_dc_offset
 from speechdata.audio.truth import truncation_reject
+from speechdata.bridge.segments import SEGMENT_KEY_SEPARATOR, segment_key, segment_spans, utterance_of_key
 from speechdata.io import layout
 from speechdata.io.confinement import confined_landed_shard
 from speechdata.io.faults import fault_point
@@ -56,8 +65,15 @@ ASR_FLAC_INDEX_SCHEMA = pa.schema(
         pa.field("n_samples", pa.int64()),
         pa.field("duration_s", pa.float64()),
         pa.field("audio_sha1", pa.string()),
+        pa.field("text", pa.string()),
     ]
 )
+"""``text`` is set on the rows of a long recording's segments only (their words); an utterance's
+text is the utterance index's."""
+
+TOO_LONG = "too_long"
+"""The quality policy's length rule: a long recording published as segments is judged segment by
+segment by the manifest's own duration filter instead."""
 
 
 def pcm16(samples: np.ndarray) -> np.ndarray:
@@ -122,6 +138,8 @@ class AsrFlacSummary(StageSummary):
     """The stage's summary, with every unsafe member of the shard's landed tars (referenced or not)."""
 
     unsafe_members: list[UnsafeMember]
+    segments: int = 0
+    """FLACs written for segments of long recordings (``rows_out`` counts each recording once)."""
 
 
 def run_asr_flac(
@@ -149,11 +167,10 @@ def run_asr_flac(
     """
     started = time.perf_counter()
     index = data_root.read_parquet(layout.utterance_index(shard_id))
-    excluded = excluded or {}
-    rejects: list[Reject] = [
-        Reject(r.utt_id, STAGE, *excluded[r.utt_id]) for r in segment_requests(index) if r.utt_id in excluded
-    ]
-    requests = [_kept(r, kept_spans or {}) for r in segment_requests(index) if r.utt_id not in excluded]
+    requests = segment_requests(index)
+    # The alignments (every word of the shard) are read only for a shard that holds a long recording.
+    spans = aligned_segments(data_root, shard_id) if any(is_long_recording(r) for r in requests) else {}
+    requests, rejects, texts = _planned(requests, spans, excluded or {}, kept_spans or {})
     rows: dict[str, list] = {field.name: [] for field in ASR_FLAC_INDEX_SCHEMA}
     audio_seconds = 0.0
     audio = _ShardAudio(data_root, shard_id)
@@ -173,7 +190,15 @@ def run_asr_flac(
                 data_root.write_bytes(relative, flac_bytes(pcm))
                 for name, value in zip(
                     rows,
-                    (request.utt_id, relative, ASR_SAMPLE_RATE, pcm.shape[0], pcm.shape[0] / ASR_SAMPLE_RATE, digest),
+                    (
+                        request.utt_id,
+                        relative,
+                        ASR_SAMPLE_RATE,
+                        pcm.shape[0],
+                        pcm.shape[0] / ASR_SAMPLE_RATE,
+                        digest,
+                        texts.get(request.utt_id),
+                    ),
                     strict=True,
                 ):
                     rows[name].append(value)
@@ -185,6 +210,8 @@ def run_asr_flac(
         audio.close()
 
     table = pa.table(rows, schema=ASR_FLAC_INDEX_SCHEMA).sort_by("utt_id")
+    rejects = _recordings_without_segments(rejects, set(table["utt_id"].to_pylist()))
+    produced = {utterance_of_key(utt_id) for utt_id in table["utt_id"].to_pylist()}
     fault_point("asr-flac-files")  # new files written, the old index still names the old ones
     data_root.write_parquet(layout.asr_flac_index(shard_id), table)
     fault_point("asr-flac-index")
@@ -192,7 +219,7 @@ def run_asr_flac(
     return AsrFlacSummary(
         shard_id=shard_id,
         rows_in=index.num_rows,
-        rows_out=table.num_rows,
+        rows_out=len(produced),
         rejects=rejects,
         audio_seconds=audio_seconds,
         compute_seconds=time.perf_counter() - started,
@@ -202,7 +229,93 @@ def run_asr_flac(
             "rejects": data_root.uri(layout.rejects(shard_id, STAGE)),
         },
         unsafe_members=unsafe,
+        segments=sum(1 for utt_id in table["utt_id"].to_pylist() if utt_id in texts),
     )
+
+
+def aligned_segments(data_root: DataRoot, shard_id: str) -> dict[str, list[tuple[int, str, int, int]]]:
+    """The aligner's segments of the shard's long recordings (none before its ``alignments`` exist)."""
+    if not data_root.exists(layout.alignments(shard_id)):
+        return {}
+    return segment_spans(data_root, shard_id)
+
+
+def is_long_recording(request: SegmentRequest) -> bool:
+    """Published as its aligned segments: longer than the longest segment the aligner cuts."""
+    return request.duration_s * 1000 > MAX_SEGMENT_MS
+
+
+def _planned(
+    requests: list[SegmentRequest],
+    spans: Mapping[str, list[tuple[int, str, int, int]]],
+    excluded: Mapping[str, tuple[str, str]],
+    kept_spans: Mapping[str, tuple[float, float]],
+) -> tuple[list[SegmentRequest], list[Reject], dict[str, str]]:
+    """``(requests, rejects, texts)``: what to cut (a long recording's segments in its place, keyed
+    ``<utt_id>+<index>``, ordered by file then start), the utterances left out with their reason, and
+    each segment's words by its key."""
+    planned: list[SegmentRequest] = []
+    rejects: list[Reject] = []
+    texts: dict[str, str] = {}
+    for request in requests:
+        segmented = is_long_recording(request) and request.utt_id in spans
+        exclusion = excluded.get(request.utt_id)
+        if exclusion is not None and not (segmented and _only_too_long(exclusion)):
+            rejects.append(Reject(request.utt_id, STAGE, *exclusion))
+        elif segmented:
+            cut = _segment_requests(request, spans[request.utt_id])
+            if not cut:
+                detail = f"{request.audio_path}: not aligned: no aligned segment holds audio"
+                rejects.append(Reject(request.utt_id, STAGE, "audio_empty", detail))
+            planned += cut
+            texts.update({segment.utt_id: text for segment, text in cut.items()})
+        elif is_long_recording(request) and request.duration_s > budget.MAX_UTTERANCE_SECONDS:
+            # Never decoded: the reason every stage gives a recording it may not decode whole.
+            problem = budget.audio_budget_problem(round(request.duration_s * 1000), 1000)
+            detail = f"{request.audio_path}: the segment: {problem}; not aligned: no segments to publish it as"
+            rejects.append(Reject(request.utt_id, STAGE, budget.OVER_BUDGET_REASON, detail))
+        else:
+            planned.append(_kept(request, kept_spans))
+    if texts:  # segments join their file's other utterances, in order (each file is opened once)
+        planned.sort(key=lambda r: (r.audio_path, r.start_s, r.utt_id))
+    return planned, rejects, texts
+
+
+def _segment_requests(recording: SegmentRequest, spans: list[tuple[int, str, int, int]]) -> dict[SegmentRequest, str]:
+    """The recording's aligned segments (times in ms of the recording) as requests into its landed file,
+    with their words."""
+    cut = {}
+    for index, text, start_ms, end_ms in spans:
+        start_s = recording.start_s + start_ms / 1000
+        end_s = min(recording.start_s + end_ms / 1000, recording.end_s)
+        if end_s > start_s:
+            cut[SegmentRequest(segment_key(recording.utt_id, index), recording.audio_path, start_s, end_s)] = text
+    return cut
+
+
+def _only_too_long(exclusion: tuple[str, str]) -> bool:
+    """The quality policy failed the recording on its length alone (its detail lists every other rule
+    that failed as "(also ...)")."""
+    reason, detail = exclusion
+    return reason == TOO_LONG and "(also " not in detail
+
+
+def _recordings_without_segments(rejects: list[Reject], written: set[str]) -> list[Reject]:
+    """A segment that could not be cut stays a reject under its own key; a recording none of whose
+    segments was written is rejected under its own id too (the first segment's reason), so the
+    ledger accounts for it."""
+    failed: dict[str, list[Reject]] = {}
+    for reject in rejects:
+        if SEGMENT_KEY_SEPARATOR in reject.utt_id:
+            failed.setdefault(utterance_of_key(reject.utt_id), []).append(reject)
+    kept = {utterance_of_key(utt_id) for utt_id in written}
+    for utt_id, segment_rejects in sorted(failed.items()):
+        if utt_id not in kept:
+            first = segment_rejects[0]
+            rejects.append(
+                Reject(utt_id, STAGE, first.reason, f"no segment of {len(segment_rejects)} cut; first: {first.detail}")
+            )
+    return rejects
 
 
 def _kept(request: SegmentRequest, kept_spans: Mapping[str, tuple[float, float]]) -> SegmentRequest:

@@ -169,6 +169,9 @@ def apply_language_corrections(rows: pl.DataFrame, corrections: pl.DataFrame | N
     if "language" not in corrections.columns:
         raise ValueError(f"the corrections table needs a 'language' column (has {corrections.columns})")
     corrected = pl.lit(None, pl.String)
+    # A long recording's segments (``<utt_id>+<index>``) take the recording's utterance correction.
+    segment_ids = pl.col("utt_id")
+    rows = rows.with_columns(pl.col("utt_id").str.split("+").list.first().alias("utt_id"), segment_ids.alias("_key"))
     for keys in (["shard_id", "utt_id"], ["utt_id"], ["recording_id"]):
         if not set(keys) <= set(corrections.columns) or (keys == ["utt_id"] and "shard_id" in corrections.columns):
             continue
@@ -183,7 +186,10 @@ def apply_language_corrections(rows: pl.DataFrame, corrections: pl.DataFrame | N
         corrected = pl.coalesce(corrected, pl.col(name))
     names = [c for c in rows.columns if c.startswith("_corrected_by_")]
     # Utterance-level columns were joined first, so coalesce's order is the precedence.
-    return rows.with_columns(pl.coalesce(corrected, pl.col("language")).alias("language")).drop(names)
+    rows = rows.with_columns(
+        pl.coalesce(corrected, pl.col("language")).alias("language"), pl.col("_key").alias("utt_id")
+    )
+    return rows.drop([*names, "_key"])
 
 
 def _refuse_ids_in_several_shards(rows: pl.DataFrame, corrections: pl.DataFrame) -> None:

@@ -65,6 +65,7 @@ from speechdata.asr.published_manifests import (
     read_published_build,
 )
 from speechdata.asr.split import SaltedMd5
+from speechdata.bridge.segments import SEGMENT_KEY_SEPARATOR
 from speechdata.io import layout
 from speechdata.io.faults import fault_point
 from speechdata.io.shard_versions import LEDGER_INPUTS, shard_input_versions
@@ -120,12 +121,36 @@ def read_asr_inputs(
             index = index.rename({quality_column: "quality"}) if quality_column != "quality" else index
         else:
             index = index.drop("quality", strict=False)
-        utterances.append(conform(index.with_columns(pl.lit(shard_id).alias("shard_id")), UTTERANCE_COLUMNS))
         extracted = pl.from_arrow(data_root.read_parquet(layout.asr_flac_index(shard_id)))
+        index = with_recording_segments(index, extracted)
+        utterances.append(conform(index.with_columns(pl.lit(shard_id).alias("shard_id")), UTTERANCE_COLUMNS))
         flac.append(conform(extracted.with_columns(pl.lit(shard_id).alias("shard_id")), FLAC_COLUMNS))
     if not shard_ids:
         return pl.DataFrame(schema=UTTERANCE_COLUMNS), pl.DataFrame(schema=FLAC_COLUMNS)
     return pl.concat(utterances), pl.concat(flac)
+
+
+def with_recording_segments(index: pl.DataFrame, extracted: pl.DataFrame) -> pl.DataFrame:
+    """The utterance index with each long recording that ``asr_flac`` published as segments replaced by
+    one row per segment: keyed ``<utt_id>+<index>`` as its FLAC, its text the segment's words, every
+    other column (language, recording, quality, text source) the recording's. Every later step (the
+    filters, deduplication, the split by recording, the sampler) sees the segments as utterances."""
+    if "text" not in extracted.columns:  # an index written before long recordings were segmented
+        return index
+    segments = extracted.filter(pl.col("utt_id").str.contains(SEGMENT_KEY_SEPARATOR, literal=True)).select(
+        pl.col("utt_id").alias("segment_key"),
+        pl.col("utt_id").str.split(SEGMENT_KEY_SEPARATOR).list.first().alias("utt_id"),
+        pl.col("text").alias("segment_text"),
+    )
+    if segments.is_empty():
+        return index
+    expanded = (
+        index.join(segments, on="utt_id", how="inner")
+        .with_columns(pl.col("segment_key").alias("utt_id"), pl.col("segment_text").alias("text"))
+        .drop("segment_key", "segment_text")
+    )
+    recordings = segments["utt_id"].unique().implode()
+    return pl.concat([index.filter(~pl.col("utt_id").is_in(recordings)), expanded], how="vertical")
 
 
 def read_language_corrections(data_root: DataRoot, location: str | None) -> pl.DataFrame | None:

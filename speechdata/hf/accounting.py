@@ -19,6 +19,7 @@ import pyarrow.compute as pc
 
 from speechdata.accounting.ledger_gate import UnbalancedLedger
 from speechdata.accounting.ledgers import Ledger, landed_utterances, product_ledger
+from speechdata.bridge.segments import utterance_of_key
 from speechdata.hf.shard_paths import HF_STAGE
 from speechdata.hf.state import execute_many, state_connection
 from speechdata.io import layout
@@ -65,7 +66,8 @@ def country_ledgers(data_root: DataRoot, dataset: str, country: str) -> dict[str
         if not pc.any(in_country).as_py() and shard_id not in recorded:
             continue
         elsewhere = set(index.filter(pc.invert(pc.fill_null(in_country, False)))["utt_id"].to_pylist())
-        produced = recorded.get(shard_id, set()) | elsewhere
+        # A long recording's segments (``<utt_id>+<index>``) account for the recording.
+        produced = {utterance_of_key(key) for key in recorded.get(shard_id, set())} | elsewhere
         ledgers[shard_id] = product_ledger(data_root, shard_id, "hf", produced, stages=state_gate_stages())
     return ledgers
 
@@ -101,13 +103,14 @@ def _recorded(data_root: DataRoot, dataset: str, country: str, shard_id: str) ->
 
 def published_utterances(data_root: DataRoot, dataset: str, shard_id: str) -> set[str]:
     """The shard's utterance ids that some country's state accounts for (any status but ``withdrawn``):
-    the ``hf`` product's produced and ``hf_dataset``-rejected ids together, read from the states."""
+    the ``hf`` product's produced and ``hf_dataset``-rejected ids together, read from the states (a
+    long recording's, by any of its segments)."""
     produced: set[str] = set()
     for path in sorted(data_root.glob(layout.hf_state_database(dataset, "*"))):
         country = PurePosixPath(path).name.removesuffix(".duckdb")
         with state_connection(data_root, layout.hf_state_database(dataset, country)) as db:
             produced |= {
-                key
+                utterance_of_key(key)
                 for (key,) in db.execute(
                     "SELECT key FROM segments WHERE shard_id = ? AND status <> 'withdrawn'", [shard_id]
                 ).fetchall()

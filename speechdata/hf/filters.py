@@ -15,6 +15,7 @@ import pyarrow as pa
 
 from speechdata.alignment.formats import aligned_segment_range_problem
 from speechdata.alignment.pseudo_labels import TEXT_SOURCE_ASR
+from speechdata.bridge.segments import SEGMENT_KEY_SEPARATOR, utterance_of_key
 from speechdata.hf.text_sources import is_blank, pseudo_label_reason
 from speechdata.quality.decisions import NEAR_DUPLICATE
 from speechdata.quality.policy import QualityPolicy
@@ -30,6 +31,10 @@ REQUIRED_FIELDS = (
 )
 """Segment fields every published row fills (``video_id`` falls back to the audio file's name); a
 pseudo-labelled row (:mod:`speechdata.hf.text_sources`) has no ``human_text`` and fills ``text`` instead."""
+
+RECORDING_ONLY_FIELDS = ("asr_text", "cer", "transcript_start_idx", "transcript_end_idx")
+"""Required fields a segment of a long recording (key ``<utt_id>+<index>``) leaves null: they are the
+whole recording's, and no part of them is known to belong to one segment."""
 
 
 @dataclass(frozen=True)
@@ -57,6 +62,13 @@ SegmentId = tuple[str, str]
 """``(shard_id, key)``: a segment's identity; ``key`` is the utterance's ``utt_id`` in its shard."""
 
 
+def recording_id(segment_id: SegmentId) -> SegmentId:
+    """``(shard_id, utt_id)`` of the landed utterance a segment is (itself) or is part of (a long
+    recording's segment ``<utt_id>+<index>``)."""
+    shard_id, key = segment_id
+    return (shard_id, key if key is None else utterance_of_key(key))
+
+
 def segment_ids(segments: pa.Table) -> list[SegmentId]:
     return list(zip(segments["shard_id"].to_pylist(), segments["key"].to_pylist(), strict=True))
 
@@ -81,11 +93,17 @@ def filter_reasons(
         zip(segments["duration_s"].to_pylist(), segments["cer"].to_pylist(), segment_ids(segments), strict=True)
     ):
         labelled = sources[row] == TEXT_SOURCE_ASR
+        # A segment of a long recording has no ASR transcript, CER or span of its own.
+        part_of_recording = SEGMENT_KEY_SEPARATOR in (segment_id[1] or "")
         missing = next(
             (
                 name
                 for name, values in required.items()
-                if (values[row] is None and not (labelled and name == "human_text"))
+                if (
+                    values[row] is None
+                    and not (labelled and name == "human_text")
+                    and not (part_of_recording and name in RECORDING_ONLY_FIELDS)
+                )
                 or (name == "human_text" and not labelled and is_blank(values[row]))
             ),
             None,
@@ -108,7 +126,7 @@ def filter_reasons(
             reasons.append("cer_above_max")
         elif (low := pseudo_label_reason(sources[row], confidences[row], limits.min_asr_confidence)) is not None:
             reasons.append(low)
-        elif segment_id in copies:
+        elif recording_id(segment_id) in copies:
             reasons.append(NEAR_DUPLICATE)
         else:
             reasons.append(None)

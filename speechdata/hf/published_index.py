@@ -16,6 +16,7 @@ from pathlib import PurePosixPath
 import pyarrow as pa
 
 from speechdata.accounting.rejects import Reject, rejects_table
+from speechdata.bridge.segments import SEGMENT_KEY_SEPARATOR, utterance_of_key
 from speechdata.hf.shard_paths import HF_STAGE, checked_country, published_index
 from speechdata.hf.state import execute_many, read_state, state_connection
 from speechdata.io import layout
@@ -82,6 +83,7 @@ def write_filtered_rejects(data_root: DataRoot, dataset: str, shard_ids: list[st
     if not shard_ids:
         return
     rejects: dict[str, list[Reject]] = {shard_id: [] for shard_id in shard_ids}
+    published: set[tuple[str, str]] = set()
     for path in sorted(data_root.glob(layout.hf_state_database(dataset, "*"))):
         country = PurePosixPath(path).name.removesuffix(".duckdb")
         with read_state(data_root, layout.hf_state_database(dataset, country)) as db:
@@ -90,8 +92,32 @@ def write_filtered_rejects(data_root: DataRoot, dataset: str, shard_ids: list[st
                 "WHERE status = ? AND shard_id IN (SELECT unnest(?::VARCHAR[])) ORDER BY shard_id, key",
                 [FILTERED, list(shard_ids)],
             ).fetchall()
+            published |= {
+                (shard_id, utterance_of_key(key))
+                for shard_id, key in db.execute(
+                    "SELECT shard_id, key FROM segments WHERE status NOT IN (SELECT unnest(?::VARCHAR[])) "
+                    "AND shard_id IN (SELECT unnest(?::VARCHAR[])) AND contains(key, ?)",
+                    [list(NOT_PUBLISHED), list(shard_ids), SEGMENT_KEY_SEPARATOR],
+                ).fetchall()
+            }
         for shard_id, key, reason, split in filtered:
             rejects[shard_id].append(Reject(key, HF_STAGE, reason, f"{country} {split}"))
     for shard_id, found in rejects.items():
+        found += _recordings_left_out(shard_id, found, published)
         found.sort(key=lambda r: (r.utt_id, r.reason, r.detail))
         data_root.write_parquet(layout.rejects(shard_id, HF_STAGE), rejects_table(found))
+
+
+def _recordings_left_out(shard_id: str, filtered: list[Reject], published: set[tuple[str, str]]) -> list[Reject]:
+    """A long recording none of whose segments is published (all filtered) is rejected under its own
+    id too, with its first segment's reason, so the ledger accounts for it; its segments' rejects stay
+    under their keys."""
+    first: dict[str, Reject] = {}
+    for reject in filtered:
+        if SEGMENT_KEY_SEPARATOR in reject.utt_id:
+            first.setdefault(utterance_of_key(reject.utt_id), reject)
+    return [
+        Reject(utt_id, HF_STAGE, reject.reason, f"every segment filtered; first {reject.utt_id}: {reject.detail}")
+        for utt_id, reject in sorted(first.items())
+        if (shard_id, utt_id) not in published
+    ]

@@ -55,6 +55,10 @@ def hf_features(sample_rate: int) -> datasets.Features:
     )
 
 
+ROWS_PER_BATCH = 16
+"""Rows turned into Arrow at once while a recording is cut (a long recording has hundreds)."""
+
+
 class SegmentWriter:
     """Cuts segments out of landed recordings and streams them into a split's parquet files."""
 
@@ -96,7 +100,9 @@ class SegmentWriter:
         return self._recording_rows(recording, keys)
 
     def _recording_rows(self, recording: dict, keys: list[tuple[str, str]]) -> tuple[pa.Table | None, int]:
-        rows, payload = [], 0
+        # A long recording's segments become Arrow a few at a time: the rows as Python objects are
+        # never all held beside the table (the encoded audio once, not twice).
+        batches, rows, payload = [], [], 0
         try:
             with self._landed(recording["shard_id"]).sound_file(recording["audio_path"]) as sound:
                 for key in sorted(keys, key=lambda k: self.segments["start_s"][self.position[k]].as_py() or 0.0):
@@ -107,15 +113,20 @@ class SegmentWriter:
                         continue
                     payload += len(row["audio"]["bytes"]) + sum(len(str(v)) for k, v in row.items() if k != "audio")
                     rows.append(row)
+                    if len(rows) == ROWS_PER_BATCH:
+                        batches.append(pa.Table.from_pylist(rows, schema=self.schema))
+                        rows = []
         except (AudioNotFound, sf.LibsndfileError, RuntimeError) as exc:
             for key in keys:
                 self.summary.errors.setdefault(
                     key, f"recording {recording['audio_path']} in shard {recording['shard_id']}: {exc}"
                 )
         self.summary.max_recording_buffer_bytes = max(self.summary.max_recording_buffer_bytes, payload)
-        if not rows:
+        if rows:
+            batches.append(pa.Table.from_pylist(rows, schema=self.schema))
+        if not batches:
             return None, 0
-        return pa.Table.from_pylist(rows, schema=self.schema), payload
+        return pa.concat_tables(batches), payload
 
     def _row(self, sound: sf.SoundFile, identity: tuple[str, str]) -> dict:
         i = self.position[identity]

@@ -12,6 +12,11 @@ dataset's fields (:data:`~speechdata.hf.filters.REQUIRED_FIELDS`) is filtered wi
 published column is ever all null. A segment whose utterance the near-duplicate stage rejected
 (``shards/<shard>/near_duplicates.parquet``; a segment's ``key`` is its shard's ``utt_id``) is
 filtered as ``near_duplicate``: the dataset publishes only the copy indexed first.
+
+A long recording (one landed row longer than one training sample) that the ``alignments`` stage cut
+into ``segment`` rows is one segment per aligned segment here, keyed ``<utt_id>+<index>`` as the
+bridge keys them (:func:`with_recording_segments`): its audio span, its words as the text, the
+recording's identity (so all its segments go to the recording's split).
 """
 
 from __future__ import annotations
@@ -26,13 +31,16 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from speechdata.alignment.segmentation import MAX_SEGMENT_MS
+from speechdata.bridge.segments import segment_key, segment_spans
+
 # Where callers have always found them; they live with the filters.
+from speechdata.hf.filters import RECORDING_ONLY_FIELDS, SegmentId, recording_id, segment_ids
 from speechdata.hf.filters import REQUIRED_FIELDS as REQUIRED_FIELDS
-from speechdata.hf.filters import SegmentId, segment_ids
 from speechdata.hf.filters import SegmentLimits as SegmentLimits
 from speechdata.hf.filters import filter_reasons as filter_reasons
 from speechdata.hf.filters import word_error_rate as word_error_rate
-from speechdata.hf.text_sources import text_columns, with_pseudo_labels
+from speechdata.hf.text_sources import is_blank, text_columns, with_pseudo_labels
 from speechdata.io import layout
 from speechdata.io.storage import DataRoot, escape_glob, read_parquet_handle
 from speechdata.landing.extras import unpack_extras
@@ -99,7 +107,54 @@ def published_shard_index(data_root: DataRoot, shard_id: str) -> pa.Table | None
     marker = table[PUBLISHED_SHARD_MARKER] if PUBLISHED_SHARD_MARKER in table.column_names else None
     if marker is None or marker.null_count == table.num_rows:
         return None
-    return with_pseudo_labels(data_root, shard_id, table)
+    return with_recording_segments(data_root, shard_id, with_pseudo_labels(data_root, shard_id, table))
+
+
+def with_recording_segments(data_root: DataRoot, shard_id: str, index: pa.Table) -> pa.Table:
+    """The unpacked index with each long recording the aligner cut into segments replaced by one row per
+    segment (docs/hf-splits.md, "Long recordings"): ``utt_id`` ``<utt_id>+<index>``, the span moved to
+    the segment's (``segment_start_s``/``segment_end_s``, ``duration_s``), ``text`` (and ``human_text``
+    where the recording's is landed) the segment's words, :data:`~speechdata.hf.filters.RECORDING_ONLY_FIELDS` null; every
+    other column the recording's. A recording without segment rows stays one row."""
+    durations = _column(index, "duration_s", pa.float64()).to_pylist()
+    longer = [
+        row for row, duration in enumerate(durations) if duration is not None and duration * 1000 > MAX_SEGMENT_MS
+    ]
+    # The alignments (every word of the shard) are read only for a shard that holds a long recording.
+    if not longer or not data_root.exists(layout.alignments(shard_id)):
+        return index
+    spans = segment_spans(data_root, shard_id)
+    utt_ids = index["utt_id"].to_pylist()
+    long_rows = [row for row in longer if utt_ids[row] in spans]
+    if not long_rows:
+        return index
+    pieces, expanded = [], []
+    for row in long_rows:
+        recording = index.slice(row, 1).to_pylist()[0]
+        start_s = recording.get("segment_start_s") or 0.0
+        end_s = recording.get("segment_end_s")
+        end_s = start_s + recording["duration_s"] if end_s is None else end_s
+        for position, text, start_ms, end_ms in spans[recording["utt_id"]]:
+            first, last = start_s + start_ms / 1000, min(start_s + end_ms / 1000, end_s)
+            if last <= first:
+                continue
+            segment = dict(recording)
+            segment.update(
+                utt_id=segment_key(recording["utt_id"], position),
+                segment_start_s=first,
+                segment_end_s=last,
+                duration_s=last - first,
+                text=text,
+                **{name: None for name in RECORDING_ONLY_FIELDS if name in recording},
+            )
+            if "human_text" in segment and not is_blank(recording.get("human_text")):
+                segment["human_text"] = text
+            expanded.append(segment)
+    keep = pc.invert(pc.is_in(index["utt_id"], pa.array([utt_ids[r] for r in long_rows], pa.string())))
+    pieces.append(index.filter(keep))
+    if expanded:
+        pieces.append(pa.Table.from_pylist(expanded, schema=index.schema))
+    return pa.concat_tables(pieces)
 
 
 def shard_country_segments(data_root: DataRoot, shard_id: str, country: str) -> pa.Table:
@@ -200,7 +255,8 @@ def segments_fingerprint(segments: pa.Table, near_duplicate_ids: Collection[Segm
 
     Equal fingerprints mean the build would read the same rows and filter the same copies, so the
     country need not be rebuilt. With no near duplicate among the segments the hash is the rows' alone."""
-    copies = sorted(set(segment_ids(segments)) & set(near_duplicate_ids))
+    # A segment of a long recording is a copy when its recording is.
+    copies = sorted({recording_id(segment_id) for segment_id in segment_ids(segments)} & set(near_duplicate_ids))
     return _columns_fingerprint(((name, segments[name].to_pylist()) for name in segments.column_names), copies)
 
 

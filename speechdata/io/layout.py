@@ -314,8 +314,19 @@ def asr_flac_dir(shard_id: str) -> str:
 
 def asr_flac(shard_id: str, utt_id: str, audio_sha1: str) -> str:
     """One utterance's 16 kHz mono FLAC for ASR training (the file NeMo manifests point at), named by
-    its content so a rewrite never changes the bytes under a name a published manifest holds."""
-    return f"{asr_flac_dir(shard_id)}/{_utt(utt_id)}-{audio_sha1[:ASR_FLAC_DIGEST_CHARS]}.flac"
+    its content so a rewrite never changes the bytes under a name a published manifest holds. A long
+    recording's segment is named by its key ``<utt_id>+<4 digits>`` (docs/asr-data.md)."""
+    return f"{asr_flac_dir(shard_id)}/{_utt_or_segment(utt_id)}-{audio_sha1[:ASR_FLAC_DIGEST_CHARS]}.flac"
+
+
+_SEGMENT_INDEX = re.compile(r"^[0-9]{4,9}$")
+
+
+def _utt_or_segment(key: str) -> str:
+    utt_id, separator, index = key.partition("+")
+    if separator and not _SEGMENT_INDEX.match(index):
+        raise ValueError(f"refusing segment key {key!r}: its index {index!r} must be 4 to 9 digits")
+    return _utt(utt_id) + separator + index
 
 
 def asr_flac_index(shard_id: str) -> str:

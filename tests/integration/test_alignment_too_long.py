@@ -5,6 +5,7 @@ import numpy as np
 from speechdata.alignment.forced import MAX_ALIGNMENT_FRAME_TOKENS, alignment_size_problem
 from speechdata.alignment.log_probs import CTC_FRAME_S, MODEL_SAMPLE_RATE
 from speechdata.alignment.long_form import checkpointed_memory_bytes
+from speechdata.alignment.segmentation import MAX_SEGMENT_MS
 from speechdata.alignment.stage import CtcAligner, run_alignments
 from speechdata.alignment.transcript_units import CharVocabulary
 from speechdata.io import layout
@@ -110,11 +111,11 @@ def test_a_long_utterance_streams_in_windows_and_one_past_the_long_form_budget_i
     assert [(s["utt_id"], s["n_words"], s["n_frames"]) for s in scores] == [("lecture", 60, 750)]
     assert scores[0]["untranscribed_ms"] == sum(s["end_ms"] - s["start_ms"] for s in scores[0]["untranscribed"])
     assert summary.rows_in == 2
-    # 60 s is more than one training sample: segments of at most 30 s, covering every word once
+    # 60 s is more than one training sample: segments of at most MAX_SEGMENT_MS, covering every word once
     rows = data_root.read_parquet(layout.alignments("longform")).to_pylist()
     segments = [r for r in rows if r["level"] == "segment"]
     words = [r["text"] for r in rows if r["level"] == "word"]
-    assert len(segments) >= 2 and all(r["end_ms"] - r["start_ms"] <= 30_000 + 400 for r in segments)
+    assert len(segments) >= 2 and all(r["end_ms"] - r["start_ms"] <= MAX_SEGMENT_MS + 400 for r in segments)
     assert " ".join(r["text"] for r in segments) == " ".join(words)
 
     # a GPU worker's read-ahead holds the long utterance streamed too, and gives the same outputs

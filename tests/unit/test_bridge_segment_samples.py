@@ -62,7 +62,7 @@ def test_each_segment_is_a_sample_cut_on_the_mimi_clock(packed):
     words = {k: [w.text for w in v] for k, v in words_by_utterance(root.read_parquet(layout.alignments(SHARD))).items()}
     for key in keys:
         mine = [s for s in samples if utterance_of_key(s.key) == key]
-        assert len(mine) >= 3  # 70 s cut into segments of at most 30 s
+        assert len(mine) >= 3  # 70 s cut into segments of at most 20 s
         assert [w["word"] for s in mine for w in s.info["words"]] == words[key]  # every word in one segment
         assert " ".join(s.info["text"] for s in mine) == " ".join(words[key])
         for sample in mine:
