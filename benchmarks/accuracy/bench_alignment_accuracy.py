@@ -20,7 +20,14 @@ Measured, for each aligner on the same audio and text:
 Figures: median and 95th percentile of the absolute word start and end errors in ms, and of both
 together (``boundary``); and for the platform, the share of 80 ms frames whose frame-grid token
 (the bridge's ``build_frame_grid`` over the tiny text tokenizer) equals the grid built from the
-true word times. ``--quick`` runs three English utterances.
+true word times. Per language, the model's pseudo-labels (its greedy transcript, as an utterance
+landed without text gets it) against the normalized text: WER, CER, letter CER, words found per
+true word, confidence; and the CER ``transcript_mismatch`` judges with the right transcript, a
+swapped one, and the first half and third of the audio. ``--quick`` runs three English utterances.
+
+``--baseline-model DIR`` measures another model directory beside it in the same run (the model a
+retrained one replaces); ``--separator-policy required|optional`` (repeatable) also aligns the word
+separator that way (:data:`speechdata.alignment.forced.SEPARATOR_POLICIES`).
 
     python -m benchmarks.accuracy.bench_alignment_accuracy
 """
@@ -106,7 +113,7 @@ def platform_runs(
     the transcript normalized through the model's vocabulary as the stage normalizes it."""
     from resources.aligner import CtcAlignerResource
     from speechdata.alignment.forced import align_transcript
-    from speechdata.alignment.greedy import tokens_to_text
+    from speechdata.alignment.greedy import greedy_transcript, normalized_reference, tokens_to_text
     from speechdata.alignment.log_probs import compute_log_probs
     from speechdata.alignment.pseudo_labels import pseudo_label
     from speechdata.alignment.transcript_units import ctc_targets
@@ -128,6 +135,10 @@ def platform_runs(
             separator_policy=separator_policy,
         )
         label = pseudo_label(log_probs, aligner.vocabulary)
+        samples = len(entry["audio"])
+        first_half, first_third = compute_log_probs(
+            aligner.forward, [entry["audio"][: samples // 2], entry["audio"][: samples // 3]]
+        )
         # Spaced between words whatever the vocabulary, so a model without a separator scores its one long word.
         targets = ctc_targets(entry["text"], aligner.vocabulary, entry["language"])
         reference = " ".join(
@@ -139,6 +150,11 @@ def platform_runs(
                 "pseudo_label": label.text,
                 "pseudo_label_confidence": label.confidence,
                 "reference": " ".join(reference.split()),
+                # What transcript_mismatch compares (the quality stage's greedy hypotheses).
+                "mismatch_reference": normalized_reference(entry["text"], aligner.vocabulary, entry["language"]),
+                "greedy": greedy_transcript(log_probs, aligner.vocabulary),
+                "greedy_first_half": greedy_transcript(first_half, aligner.vocabulary),
+                "greedy_first_third": greedy_transcript(first_third, aligner.vocabulary),
             }
         )
     return runs
@@ -238,6 +254,25 @@ def grid_agreement(entry: dict, found: list[tuple[float, float]], tokenizer) -> 
     return int(np.count_nonzero(truth == ours)), int(truth.shape[0])
 
 
+def transcript_mismatch_figures(runs: list[dict]) -> dict:
+    """``[min, max]`` per utterance of the CER ``transcript_mismatch`` judges (greedy transcript against
+    the normalized text, jiwer): with the right transcript, with the next utterance's (swapped), and
+    on the first half and the first third of the audio with the whole transcript."""
+    import jiwer
+
+    def spread(pairs):
+        values = [float(jiwer.cer(reference, hypothesis)) for reference, hypothesis in pairs]
+        return [round(min(values), 3), round(max(values), 3)]
+
+    references = [r["mismatch_reference"] for r in runs]
+    return {
+        "right": spread((ref, r["greedy"]) for ref, r in zip(references, runs, strict=True)),
+        "swapped": spread((ref, r["greedy"]) for ref, r in zip(references[1:] + references[:1], runs, strict=True)),
+        "first_half": spread((ref, r["greedy_first_half"]) for ref, r in zip(references, runs, strict=True)),
+        "first_third": spread((ref, r["greedy_first_third"]) for ref, r in zip(references, runs, strict=True)),
+    }
+
+
 def platform_figures(entries: list[dict], runs: list[dict], tokenizer) -> dict:
     """Per language: word-boundary errors, grid agreement and pseudo-label figures of one model's runs."""
     figures = {}
@@ -255,6 +290,7 @@ def platform_figures(entries: list[dict], runs: list[dict], tokenizer) -> dict:
             **summary(starts, ends),
             "grid_frames_equal_share": round(same / frames, 4),
             "pseudo_labels": pseudo_label_figures([r for _, r in chosen], durations),
+            "transcript_mismatch_cer": transcript_mismatch_figures([r for _, r in chosen]),
         }
     return figures
 
