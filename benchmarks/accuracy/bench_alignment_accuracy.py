@@ -20,7 +20,14 @@ Measured, for each aligner on the same audio and text:
 Figures: median and 95th percentile of the absolute word start and end errors in ms, and of both
 together (``boundary``); and for the platform, the share of 80 ms frames whose frame-grid token
 (the bridge's ``build_frame_grid`` over the tiny text tokenizer) equals the grid built from the
-true word times. ``--quick`` runs three English utterances.
+true word times. Per language, the model's pseudo-labels (its greedy transcript, as an utterance
+landed without text gets it) against the normalized text: WER, CER, letter CER, words found per
+true word, confidence; and the CER ``transcript_mismatch`` judges with the right transcript, a
+swapped one, and the first half and third of the audio. ``--quick`` runs three English utterances.
+
+``--baseline-model DIR`` measures another model directory beside it in the same run (the model a
+retrained one replaces); ``--separator-policy required|optional`` (repeatable) also aligns the word
+separator that way (:data:`speechdata.alignment.forced.SEPARATOR_POLICIES`).
 
     python -m benchmarks.accuracy.bench_alignment_accuracy
 """
@@ -98,16 +105,21 @@ def load_heldout(directory: Path = FIXTURES) -> list[dict]:
     return entries
 
 
-def platform_word_spans(
-    entries: list[dict], model_cache_dir: str, calibrated: bool = True
-) -> list[list[tuple[float, float]]]:
-    """Word spans (s) from the small model through the resource and the alignment stage's functions."""
+def platform_runs(
+    entries: list[dict], model_cache_dir: str, model: str = "small", separator_policy: str | None = None
+) -> list[dict]:
+    """Per entry, through the resource and the alignment stage's functions: the word spans (s) of
+    the transcript's forced alignment and the pseudo-label (greedy transcript) with its reference,
+    the transcript normalized through the model's vocabulary as the stage normalizes it."""
     from resources.aligner import CtcAlignerResource
     from speechdata.alignment.forced import align_transcript
+    from speechdata.alignment.greedy import greedy_transcript, normalized_reference, tokens_to_text
     from speechdata.alignment.log_probs import compute_log_probs
+    from speechdata.alignment.pseudo_labels import pseudo_label
+    from speechdata.alignment.transcript_units import ctc_targets
 
-    resource = CtcAlignerResource(models={"en": "small", "de": "small"}, device="cpu", model_cache_dir=model_cache_dir)
-    spans = []
+    resource = CtcAlignerResource(models={"en": model, "de": model}, device="cpu", model_cache_dir=model_cache_dir)
+    runs = []
     for entry in entries:
         aligner = resource.aligner_for(entry["language"])
         [log_probs] = compute_log_probs(aligner.forward, [entry["audio"]])
@@ -118,10 +130,57 @@ def platform_word_spans(
             aligner.vocabulary,
             int(round(aligner.frame_s * 1000)),
             duration_ms,
-            emission_offsets_ms=aligner.emission_offsets_ms if calibrated else (0, 0),
+            language=entry["language"],
+            emission_offsets_ms=aligner.emission_offsets_ms,
+            separator_policy=separator_policy,
         )
-        spans.append([(w.start_ms / 1000, w.end_ms / 1000) for w in alignment.words])
-    return spans
+        label = pseudo_label(log_probs, aligner.vocabulary)
+        samples = len(entry["audio"])
+        first_half, first_third = compute_log_probs(
+            aligner.forward, [entry["audio"][: samples // 2], entry["audio"][: samples // 3]]
+        )
+        # Spaced between words whatever the vocabulary, so a model without a separator scores its one long word.
+        targets = ctc_targets(entry["text"], aligner.vocabulary, entry["language"])
+        reference = " ".join(
+            tokens_to_text(targets.targets[a:b], aligner.vocabulary) for a, b in targets.word_target_ranges
+        )
+        runs.append(
+            {
+                "spans": [(w.start_ms / 1000, w.end_ms / 1000) for w in alignment.words],
+                "pseudo_label": label.text,
+                "pseudo_label_confidence": label.confidence,
+                "reference": " ".join(reference.split()),
+                # What transcript_mismatch compares (the quality stage's greedy hypotheses).
+                "mismatch_reference": normalized_reference(entry["text"], aligner.vocabulary, entry["language"]),
+                "greedy": greedy_transcript(log_probs, aligner.vocabulary),
+                "greedy_first_half": greedy_transcript(first_half, aligner.vocabulary),
+                "greedy_first_third": greedy_transcript(first_third, aligner.vocabulary),
+            }
+        )
+    return runs
+
+
+def pseudo_label_figures(runs: list[dict], durations_s: list[float]) -> dict:
+    """Pseudo-labels against the normalized transcripts over the whole set (jiwer): WER, CER, the CER
+    of the letters alone (spaces dropped on both sides), words found per true word, words per
+    second, and the mean confidence."""
+    import jiwer
+
+    references = [r["reference"] for r in runs]
+    hypotheses = [r["pseudo_label"] for r in runs]
+    words_found = sum(len(h.split()) for h in hypotheses)
+
+    def letters(texts: list[str]) -> list[str]:
+        return ["".join(t.split()) for t in texts]
+
+    return {
+        "wer": round(float(jiwer.wer(references, hypotheses)), 4),
+        "cer": round(float(jiwer.cer(references, hypotheses)), 4),
+        "letter_cer": round(float(jiwer.cer(letters(references), letters(hypotheses))), 4),
+        "words_found_per_true_word": round(words_found / sum(len(r.split()) for r in references), 3),
+        "words_per_s": round(words_found / sum(durations_s), 3),
+        "mean_confidence": round(float(np.mean([r["pseudo_label_confidence"] for r in runs])), 4),
+    }
 
 
 def pocketsphinx_word_spans(entry: dict) -> list[tuple[float, float]] | None:
@@ -195,11 +254,62 @@ def grid_agreement(entry: dict, found: list[tuple[float, float]], tokenizer) -> 
     return int(np.count_nonzero(truth == ours)), int(truth.shape[0])
 
 
+def transcript_mismatch_figures(runs: list[dict]) -> dict:
+    """``[min, max]`` per utterance of the CER ``transcript_mismatch`` judges (greedy transcript against
+    the normalized text, jiwer): with the right transcript, with the next utterance's (swapped), and
+    on the first half and the first third of the audio with the whole transcript."""
+    import jiwer
+
+    def spread(pairs):
+        values = [float(jiwer.cer(reference, hypothesis)) for reference, hypothesis in pairs]
+        return [round(min(values), 3), round(max(values), 3)]
+
+    references = [r["mismatch_reference"] for r in runs]
+    return {
+        "right": spread((ref, r["greedy"]) for ref, r in zip(references, runs, strict=True)),
+        "swapped": spread((ref, r["greedy"]) for ref, r in zip(references[1:] + references[:1], runs, strict=True)),
+        "first_half": spread((ref, r["greedy_first_half"]) for ref, r in zip(references, runs, strict=True)),
+        "first_third": spread((ref, r["greedy_first_third"]) for ref, r in zip(references, runs, strict=True)),
+    }
+
+
+def platform_figures(entries: list[dict], runs: list[dict], tokenizer) -> dict:
+    """Per language: word-boundary errors, grid agreement and pseudo-label figures of one model's runs."""
+    figures = {}
+    for language in sorted({e["language"] for e in entries}):
+        chosen = [(e, r) for e, r in zip(entries, runs, strict=True) if e["language"] == language]
+        starts, ends, same, frames = [], [], 0, 0
+        for entry, run in chosen:
+            s, e = errors_ms(entry["word_spans_s"], run["spans"])
+            starts += s
+            ends += e
+            agree, total = grid_agreement(entry, run["spans"], tokenizer)
+            same, frames = same + agree, frames + total
+        durations = [len(e["audio"]) / e["rate"] for e, _ in chosen]
+        figures[language] = {
+            **summary(starts, ends),
+            "grid_frames_equal_share": round(same / frames, 4),
+            "pseudo_labels": pseudo_label_figures([r for _, r in chosen], durations),
+            "transcript_mismatch_cer": transcript_mismatch_figures([r for _, r in chosen]),
+        }
+    return figures
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="three English utterances")
     parser.add_argument("--write-fixtures", action="store_true", help="synthesize the held-out set (espeak-ng)")
     parser.add_argument("--model-cache-dir", default=str(REPO_ROOT / ".cache" / "models"))
+    parser.add_argument("--model", default="small", help="the model measured: small (shipped) or a directory")
+    parser.add_argument(
+        "--baseline-model", default=None, help="a model directory measured beside it in the same run (an older one)"
+    )
+    parser.add_argument(
+        "--separator-policy",
+        action="append",
+        choices=("required", "optional"),
+        help="also align word separators this way (repeatable: each is measured beside the aligner's own way)",
+    )
     args = parser.parse_args(argv)
     if args.write_fixtures:
         write_fixtures()
@@ -212,39 +322,46 @@ def main(argv: list[str] | None = None) -> None:
     entries = load_heldout()
     if args.quick:
         entries = [e for e in entries if e["language"] == "en"][:3]
+    policies = [None, *(args.separator_policy or [])]
     with stdout_to_stderr():
-        progress(f"aligning {len(entries)} held-out utterances with the small model")
-        found = platform_word_spans(entries, args.model_cache_dir)
+        progress(f"aligning {len(entries)} held-out utterances with {args.model}")
+        runs = {policy: platform_runs(entries, args.model_cache_dir, args.model, policy) for policy in policies}
+        baseline = None
+        if args.baseline_model:
+            progress(f"aligning them with the baseline {args.baseline_model}")
+            baseline = platform_runs(entries, args.model_cache_dir, args.baseline_model)
         tokenizer = tiny_tokenizer()
     figures: dict = {"platform": {}, "pocketsphinx": {}}
-    for language in sorted({e["language"] for e in entries}):
-        chosen = [(e, f) for e, f in zip(entries, found, strict=True) if e["language"] == language]
-        starts, ends, same, frames = [], [], 0, 0
-        for entry, spans in chosen:
+    for policy, policy_runs in runs.items():
+        measured = platform_figures(entries, policy_runs, tokenizer)
+        if policy is None:
+            figures["platform"] = measured
+        else:
+            figures.setdefault("platform_by_separator_policy", {})[policy] = measured
+    if baseline is not None:
+        figures["baseline"] = platform_figures(entries, baseline, tokenizer)
+    english = [e for e in entries if e["language"] == "en"]
+    if english:
+        starts, ends, refused = [], [], 0
+        for entry in english:
+            spans = pocketsphinx_word_spans(entry)
+            if spans is None:
+                refused += 1
+                continue
             s, e = errors_ms(entry["word_spans_s"], spans)
             starts += s
             ends += e
-            agree, total = grid_agreement(entry, spans, tokenizer)
-            same, frames = same + agree, frames + total
-        figures["platform"][language] = {**summary(starts, ends), "grid_frames_equal_share": round(same / frames, 4)}
-        if language == "en":
-            starts, ends, refused = [], [], 0
-            for entry, _ in chosen:
-                spans = pocketsphinx_word_spans(entry)
-                if spans is None:
-                    refused += 1
-                    continue
-                s, e = errors_ms(entry["word_spans_s"], spans)
-                starts += s
-                ends += e
-            figures["pocketsphinx"][language] = {**summary(starts, ends), "utterances_not_aligned": refused}
-    model_info = json.loads((REPO_ROOT / "speechdata" / "alignment" / "small_model" / "training.json").read_text())
+        figures["pocketsphinx"]["en"] = {**summary(starts, ends), "utterances_not_aligned": refused}
+    model_dir = REPO_ROOT / "speechdata" / "alignment" / "small_model" if args.model == "small" else Path(args.model)
+    model_info = json.loads((model_dir / "training.json").read_text())
     emit(
         "alignment_accuracy",
         {
             "utterances": len(entries),
             "quick": args.quick,
+            "model": args.model,
             "model_steps": model_info.get("init_from_steps", 0) + model_info.get("steps", 0),
+            "baseline_model": args.baseline_model,
         },
         figures,
     )

@@ -37,8 +37,11 @@ def calibration_utterances(seed: int = CALIBRATION_SEED):
             yield language, pad_silence(synthesize_words(words, voice, rng), rng, pad_s=(0.2, 0.4))
 
 
-def signed_errors_ms(model_dir: str, utterances) -> tuple[np.ndarray, np.ndarray]:
-    """Per word: found minus true start and end in ms, aligned with no emission offsets."""
+def signed_errors_ms(
+    model_dir: str, utterances, separator_policy: str | None = None
+) -> tuple[np.ndarray, np.ndarray, str]:
+    """Per word: found minus true start and end in ms, aligned with no emission offsets, and how word
+    separators were aligned (``separator_policy``; None: the model vocabulary's own)."""
     from speechdata.alignment.acoustic_models import load_ctc_model
     from speechdata.alignment.forced import align_transcript
     from speechdata.alignment.log_probs import compute_log_probs, ctc_model_forward
@@ -48,24 +51,39 @@ def signed_errors_ms(model_dir: str, utterances) -> tuple[np.ndarray, np.ndarray
     acoustic = load_ctc_model(model_dir, cache_dir=".cache/models")
     forward, vocabulary = ctc_model_forward(acoustic, "cpu"), vocabulary_of(acoustic)
     frame_ms = int(round(acoustic.frame_s * 1000))
+    separator_policy = separator_policy or vocabulary.separator_policy
     starts, ends = [], []
     for language, utterance in utterances:
         [log_probs] = compute_log_probs(forward, [utterance.audio])
         duration_ms = int(round(len(utterance.audio) / SAMPLE_RATE * 1000))
-        alignment = align_transcript(log_probs, utterance.text, vocabulary, frame_ms, duration_ms, language=language)
+        alignment = align_transcript(
+            log_probs,
+            utterance.text,
+            vocabulary,
+            frame_ms,
+            duration_ms,
+            language=language,
+            separator_policy=separator_policy,
+        )
         for word, (true_start, true_end) in zip(alignment.words, utterance.word_spans_s, strict=True):
             starts.append(word.start_ms - true_start * 1000)
             ends.append(word.end_ms - true_end * 1000)
-    return np.asarray(starts), np.asarray(ends)
+    return np.asarray(starts), np.asarray(ends), separator_policy
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", default=str(Path(__file__).resolve().parent / "small_model"))
+    parser.add_argument(
+        "--separator-policy",
+        choices=("required", "optional"),
+        default=None,
+        help="how word separators are aligned while measuring (default: the model vocabulary's own)",
+    )
     args = parser.parse_args(argv)
     from speechdata.alignment.acoustic_models import EMISSION_CALIBRATION_FILE
 
-    starts, ends = signed_errors_ms(args.model, calibration_utterances())
+    starts, ends, policy = signed_errors_ms(args.model, calibration_utterances(), args.separator_policy)
     record = {
         # The aligner adds these: minus the median signed error, to the nearest 10 ms.
         "start_offset_ms": -int(round(float(np.median(starts)) / 10) * 10),
@@ -74,6 +92,7 @@ def main(argv: list[str] | None = None) -> None:
             "words": int(starts.size),
             "utterances_per_language": UTTERANCES_PER_LANGUAGE,
             "seed": CALIBRATION_SEED,
+            "separator_policy": policy,
             "voices": "training voices (synthetic_speech.TRAIN_VARIANTS), words synthesized alone, known gaps",
             "start_error_ms_p5_median_p95": [round(float(np.percentile(starts, q)), 1) for q in (5, 50, 95)],
             "end_error_ms_p5_median_p95": [round(float(np.percentile(ends, q)), 1) for q in (5, 50, 95)],

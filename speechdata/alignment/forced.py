@@ -50,6 +50,36 @@ _SENTENCE_END = re.compile(r"[.!?…。！？][\"')\]»”’]*$")
 """A word ending a sentence: its last mark, then perhaps closing quotes or brackets."""
 
 
+SEPARATOR_POLICIES = ("required", "optional")
+"""How a vocabulary's word separator (the small model's ``|``, a character model's space) is aligned:
+``required``, a target between every two words, as the model was trained; or ``optional``, no target,
+the separator's probability added to the blank's so any blank frame may be it. Each vocabulary
+says which it takes (``separator_policy``; :mod:`speechdata.alignment.transcript_units` says why)."""
+
+
+def separator_as_blank(log_probs: np.ndarray, targets: CtcTargets, separator_id: int, blank_id: int):
+    """``(log_probs, targets)`` with the separator folded into the blank: its targets dropped (word
+    ranges kept on the same tokens) and the blank's column ``logaddexp(blank, separator)``."""
+    kept = [k for k, token in enumerate(targets.targets) if token != separator_id]
+    new_index = {old: new for new, old in enumerate(kept)}
+
+    def remapped(first: int, last: int) -> tuple[int, int]:
+        inside = [new_index[k] for k in range(first, last) if k in new_index]
+        if not inside:
+            start = sum(1 for k in kept if k < first)
+            return start, start
+        return inside[0], inside[-1] + 1
+
+    folded = np.array(log_probs, copy=True)
+    folded[:, blank_id] = np.logaddexp(folded[:, blank_id], folded[:, separator_id])
+    return folded, CtcTargets(
+        targets.words,
+        [targets.targets[k] for k in kept],
+        [remapped(first, last) for first, last in targets.word_target_ranges],
+        [targets.token_texts[k] for k in kept],
+    )
+
+
 @dataclass(frozen=True)
 class WildcardSettings:
     """The wildcard for stretches the transcript does not cover (:mod:`speechdata.alignment.long_form`)."""
@@ -127,6 +157,7 @@ def align_transcript(
     wildcard: WildcardSettings | None = None,
     whole_matrix_frame_tokens: int = WHOLE_MATRIX_FRAME_TOKENS,
     emission_offsets_ms: tuple[int, int] = (0, 0),
+    separator_policy: str | None = None,
 ) -> UtteranceAlignment:
     """Force-align ``text`` to ``log_probs [T, V]``; raise :class:`AlignmentRejected` with a reason code.
 
@@ -134,11 +165,17 @@ def align_transcript(
     numbers and symbols are spoken (:func:`~speechdata.alignment.transcript_units.ctc_targets`); each
     written word spans from its spoken form's first token to its last. ``emission_offsets_ms`` (the
     model's calibrated emission delay, :func:`shifted_token_spans_ms`) moves every token's start and end.
-    Past ``whole_matrix_frame_tokens``
+    ``separator_policy`` (:data:`SEPARATOR_POLICIES`; None: the vocabulary's own) says whether word
+    separators are targets. Past ``whole_matrix_frame_tokens``
     (or with a ``wildcard``) the checkpointed Viterbi runs: the same path in bounded memory."""
+    separator_policy = separator_policy or vocabulary.separator_policy
+    if separator_policy not in SEPARATOR_POLICIES:
+        raise ValueError(f"separator_policy {separator_policy!r} is not one of {SEPARATOR_POLICIES}")
     targets = ctc_targets(text or "", vocabulary, language)
     if not targets.words:
         raise AlignmentRejected("empty_transcript", "the transcript has no words")
+    if separator_policy == "optional" and vocabulary.separator_id is not None:
+        log_probs, targets = separator_as_blank(log_probs, targets, vocabulary.separator_id, vocabulary.blank_id)
     if not targets.targets:
         raise AlignmentRejected(
             "text_not_in_vocabulary", f"nothing in {text[:80]!r} can be expressed in the model's vocabulary"

@@ -83,7 +83,7 @@ def greedy_transcript(log_probs: np.ndarray, vocabulary) -> str:
 def normalized_reference(text: str, vocabulary, language: str | None = None) -> str:
     """The landed text as the aligner sees it: each word's tokens decoded back, words spaced.
 
-    A vocabulary with no word boundary (letters only, as the small model's) cannot put spaces in its
+    A vocabulary with no word boundary (letters only, no delimiter) cannot put spaces in its
     greedy transcript, so its reference has none either: the CER then compares letters with letters."""
     targets = ctc_targets(text or "", vocabulary, language)
     words = [tokens_to_text(targets.targets[first:last], vocabulary) for first, last in targets.word_target_ranges]

@@ -29,10 +29,11 @@ from pathlib import Path
 import numpy as np
 
 from speechdata.alignment.acoustic_models import BLANK_TOKEN
+from speechdata.alignment.transcript_units import WORD_DELIMITER
 from speechdata.profiles import SMALL_ALIGNER_LANGUAGES
 
 SMALL_ALPHABET = "abcdefghijklmnopqrstuvwxyz'äöüß"
-"""The small model's labels: English and German letters (the languages it was trained on)."""
+"""The small model's letters: English and German (the languages it was trained on)."""
 SEED = 20_260_127
 SMALL_ENCODER = {
     "hidden_size": 128,
@@ -52,12 +53,14 @@ SMALL_ENCODER = {
 
 
 def char_tokenizer():
-    """A ``ParakeetTokenizer`` whose pieces are single letters; ``<unk>``, then the blank last."""
+    """A ``ParakeetTokenizer`` whose pieces are single letters, ``<unk>`` and the word delimiter
+    ``|`` (wav2vec2's), then the blank last."""
     from tokenizers import AddedToken, Tokenizer, models
     from transformers import ParakeetTokenizer
 
     vocabulary = {c: i for i, c in enumerate(SMALL_ALPHABET)}
     vocabulary["<unk>"] = len(vocabulary)
+    vocabulary[WORD_DELIMITER] = len(vocabulary)
     tokenizer = ParakeetTokenizer(
         tokenizer_object=Tokenizer(models.BPE(vocab=vocabulary, merges=[], unk_token="<unk>")),
         clean_up_tokenization_spaces=False,
@@ -69,7 +72,7 @@ def char_tokenizer():
 
 
 def text_targets(text: str, tokenizer) -> list[int]:
-    """The transcript as the aligner tokenizes it: word by word, letters only, no separator."""
+    """The transcript as the aligner tokenizes it: word by word, letters, ``|`` between words."""
     from speechdata.alignment.transcript_units import SubwordVocabulary, ctc_targets
 
     return ctc_targets(text, SubwordVocabulary(tokenizer, tokenizer.pad_token_id)).targets
@@ -101,29 +104,24 @@ def build_features(work: Path, count: int, tokenizer, feature_extractor, chunk: 
         if not path.exists():
             utterances = [training_utterance(index, SEED) for index in range(first, min(first + chunk, count))]
             features = log_mels(feature_extractor, [u.audio for u in utterances])
-            targets = [np.asarray(text_targets(u.text, tokenizer), dtype=np.int16) for u in utterances]
-            texts = [u.text for u in utterances]
             tmp = path.with_suffix(".tmp.npz")
             np.savez(
                 tmp,
                 lengths=np.array([len(f) for f in features]),
                 features=np.concatenate(features),
-                target_lengths=np.array([len(t) for t in targets]),
-                targets=np.concatenate(targets),
-                texts=np.array(texts),
+                texts=np.array([u.text for u in utterances]),
             )
             tmp.rename(path)
         # Each NpzFile item access reads the whole array again: read each once, keep views into it.
         with np.load(path) as data:
-            lengths, features = data["lengths"], data["features"]
-            target_lengths, targets = data["target_lengths"], data["targets"].astype(np.int64)
+            lengths, features, texts = data["lengths"], data["features"], data["texts"]
         feature_offsets = np.concatenate([[0], np.cumsum(lengths)])
-        target_offsets = np.concatenate([[0], np.cumsum(target_lengths)])
+        # Targets come from the cached texts, not the cache: the same audio serves any vocabulary.
         for k in range(len(lengths)):
             items.append(
                 {
                     "features": features[feature_offsets[k] : feature_offsets[k + 1]],
-                    "targets": targets[target_offsets[k] : target_offsets[k + 1]],
+                    "targets": np.asarray(text_targets(str(texts[k]), tokenizer), dtype=np.int64),
                 }
             )
     return items
@@ -203,6 +201,41 @@ def save(model, feature_extractor, tokenizer, out: Path, info: dict) -> None:
     tmp.rename(out)
 
 
+def warm_started(init_from: str, tokenizer):
+    """The model saved in ``init_from``, its output layer extended to ``tokenizer``'s vocabulary.
+
+    Tokens the saved model has keep their rows (found by name, so the blank moves to the new last
+    class); a new token starts as a copy of the blank's row with its bias lowered by
+    ``NEW_TOKEN_BIAS_OFFSET``: it fires where the blank fires (between words, for ``|``) but loses
+    to it until training moves it, so the warm-started model starts out decoding as the saved one."""
+    import torch
+    from transformers import AutoTokenizer, ParakeetForCTC
+
+    model = ParakeetForCTC.from_pretrained(init_from)
+    old_vocabulary = AutoTokenizer.from_pretrained(init_from).get_vocab()
+    new_vocabulary = tokenizer.get_vocab()
+    if old_vocabulary == new_vocabulary:
+        return model
+    old_blank = model.config.pad_token_id
+    head = model.ctc_head
+    weight, bias = head.weight.detach(), head.bias.detach()
+    new_weight = weight[old_blank].expand(len(new_vocabulary), *weight.shape[1:]).clone()
+    new_bias = bias[old_blank].expand(len(new_vocabulary)).clone() - NEW_TOKEN_BIAS_OFFSET
+    for token, new_id in new_vocabulary.items():
+        if token in old_vocabulary:
+            new_weight[new_id] = weight[old_vocabulary[token]]
+            new_bias[new_id] = bias[old_vocabulary[token]]
+    head.weight = torch.nn.Parameter(new_weight)
+    head.bias = torch.nn.Parameter(new_bias)
+    head.out_channels = len(new_vocabulary)
+    model.config.vocab_size = len(new_vocabulary)
+    model.config.pad_token_id = tokenizer.pad_token_id
+    return model
+
+
+NEW_TOKEN_BIAS_OFFSET = 2.0
+
+
 def train(args) -> None:
     import torch
     from transformers import ParakeetCTCConfig, ParakeetFeatureExtractor, ParakeetForCTC
@@ -227,10 +260,13 @@ def train(args) -> None:
     config = ParakeetCTCConfig(
         vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id, encoder_config=dict(SMALL_ENCODER)
     )
-    # --init-from continues from a saved model (the committed one was trained in two such runs).
-    model = ParakeetForCTC.from_pretrained(args.init_from) if args.init_from else ParakeetForCTC(config)
+    # --init-from continues from a saved model (the committed one was trained in three such runs);
+    # a model saved before a token was added gets its output layer extended (warm_started).
+    model = warm_started(args.init_from, tokenizer) if args.init_from else ParakeetForCTC(config)
     say(f"parameters: {sum(p.numel() for p in model.parameters()) / 1e6:.2f} M")
-    init_steps = json.loads((Path(args.init_from) / "training.json").read_text())["steps"] if args.init_from else 0
+    init_info = json.loads((Path(args.init_from) / "training.json").read_text()) if args.init_from else {}
+    # Steps the initial model had seen, over all the runs behind it.
+    init_steps = init_info.get("steps", 0) + init_info.get("init_from_steps", 0)
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.01, betas=(0.9, 0.98))
 
     def learning_rate(step: int) -> float:

@@ -21,6 +21,18 @@ from speechdata.alignment.text_normalization import spoken_form
 _APOSTROPHES = str.maketrans({"\u2019": "'", "\u2018": "'", "\u02bc": "'", "`": "'"})
 _WORD = re.compile(r"\S+")
 
+WORD_DELIMITER = "|"
+"""wav2vec2's word-delimiter piece: a letter vocabulary that has it (the small model's) puts it
+between words, so a greedy transcript of that model comes out in words."""
+
+DELIMITER_SEPARATOR_POLICY = "optional"
+"""How forced alignment treats ``|`` (:data:`speechdata.alignment.forced.SEPARATOR_POLICIES`): as a
+blank, not a target. Measured on the held-out speech with the small model
+(``benchmarks/accuracy/bench_alignment_accuracy.py --separator-policy required --separator-policy
+optional``): median word-boundary error 19.5 ms (en) and 22.9 ms (de) optional, 23.7 and 25.0 ms
+required. A required delimiter must take a frame of its own between two words, which pulls a
+word's last letter early where the model fires the delimiter late; word starts are the same."""
+
 
 @dataclass(frozen=True)
 class CtcTargets:
@@ -48,6 +60,7 @@ class CharVocabulary:
         self.index = {label: i for i, label in enumerate(self.labels)}
         self.blank_id = len(self.labels)
         self.separator_id = self.index.get(" ")
+        self.separator_policy = "required"
         self.characters = set(self.labels) - {" "}
         self.marks_word_boundaries = self.separator_id is not None
 
@@ -74,14 +87,20 @@ class SubwordVocabulary:
     def __init__(self, tokenizer, blank_id: int):
         self.tokenizer = tokenizer
         self.blank_id = blank_id
-        self.separator_id = None
         self.unk_id = tokenizer.unk_token_id
         pieces = tokenizer.convert_ids_to_tokens(list(range(blank_id)))
         # Characters some piece spells; anything else would become <unk>, which aligns to nothing real.
         self.characters = {c for piece in pieces if not (piece.startswith("<") and piece.endswith(">")) for c in piece}
-        # SentencePiece pieces carry the word start; a letter vocabulary (the small model) does not.
-        self.marks_word_boundaries = "\u2581" in self.characters
+        # SentencePiece pieces carry the word start (a "|" piece there spells a bar); a letter
+        # vocabulary with wav2vec2's delimiter (the small model) separates words by that token, as a
+        # CharVocabulary's space does.
+        is_sentencepiece = "\u2581" in self.characters
+        self.separator_id = pieces.index(WORD_DELIMITER) if not is_sentencepiece and WORD_DELIMITER in pieces else None
+        self.separator_policy = DELIMITER_SEPARATOR_POLICY
+        self.marks_word_boundaries = is_sentencepiece or self.separator_id is not None
         self.characters.discard("\u2581")
+        if self.separator_id is not None:
+            self.characters.discard(WORD_DELIMITER)
 
     def word_tokens(self, word: str) -> list[int]:
         kept = "".join(c for c in normalize_word(word) if c in self.characters)
@@ -90,7 +109,16 @@ class SubwordVocabulary:
         return [t for t in self.tokenizer.encode(kept, add_special_tokens=False) if t != self.unk_id]
 
     def spoken_tokens(self, spoken: list[str]) -> list[int]:
-        """Tokens of a written word's spoken words, encoded as one phrase (each word gets its ``\u2581``)."""
+        """Tokens of a written word's spoken words, encoded as one phrase (each word gets its ``\u2581``),
+        or with the delimiter between them where the vocabulary has one."""
+        if self.separator_id is not None:
+            tokens: list[int] = []
+            for word in spoken:
+                word_tokens = self.word_tokens(word)
+                if word_tokens and tokens:
+                    tokens.append(self.separator_id)
+                tokens += word_tokens
+            return tokens
         kept = " ".join(w for w in ("".join(c for c in normalize_word(s) if c in self.characters) for s in spoken) if w)
         if not kept:
             return []

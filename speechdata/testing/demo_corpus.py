@@ -265,8 +265,8 @@ PSEUDO_LABEL_FILTERS = frozenset(
     }
 )
 """Transcript filters that judge an utterance landed without text by its pseudo-label: the demo's small
-and tiny aligners transcribe poorly (the small one at CER ~0.35, the tiny one at random), so most such
-labels fail one, as they should."""
+and tiny aligners transcribe poorly (the small one at CER ~0.38 on the demo's sentences, the tiny one at
+random), so many such labels fail one, as they should."""
 
 
 def _by_design(reason: str, language: str | None, text: str | None, aligned_languages) -> str | None:

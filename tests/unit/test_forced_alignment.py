@@ -55,3 +55,21 @@ def test_unalignable_utterances_are_rejected_with_a_reason(text, frames, reason)
     with pytest.raises(AlignmentRejected) as err:
         align_transcript(peaked([3] * frames), text, VOCAB, frame_ms=80, duration_ms=frames * 80)
     assert err.value.reason == reason
+
+
+def test_an_optional_separator_aligns_like_a_blank_and_words_keep_their_tokens():
+    """``separator_policy="optional"``: no separator target, so two words with no separator frame
+    between them still align (required, they cannot), and words keep their own letters."""
+    lp = peaked([3, 1, 1, 2, 2, 3])  # blank a a b b blank: no separator frame
+    with pytest.raises(AlignmentRejected):
+        align_transcript(peaked([1, 2]), "a b", VOCAB, frame_ms=80, duration_ms=160)
+    result = align_transcript(lp, "a b", VOCAB, frame_ms=80, duration_ms=480, separator_policy="optional")
+    assert [(w.text, w.start_ms, w.end_ms) for w in result.words] == [("a", 80, 240), ("b", 240, 400)]
+    assert [t.text for t in result.tokens] == ["a", "b"]
+    # Where the separator does fire, its frame goes to the blank between the words.
+    separated = align_transcript(
+        peaked([1, 0, 2]), "a ?? b", VOCAB, frame_ms=80, duration_ms=240, separator_policy="optional"
+    )
+    assert [(w.text, w.start_ms, w.end_ms) for w in separated.words] == [("a", 0, 80), ("??", 80, 80), ("b", 160, 240)]
+    with pytest.raises(ValueError, match="separator_policy"):
+        align_transcript(lp, "a b", VOCAB, frame_ms=80, duration_ms=480, separator_policy="sometimes")

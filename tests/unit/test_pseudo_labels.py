@@ -37,6 +37,32 @@ def test_words_and_confidences_come_from_the_frames_of_each_word():
     assert label.confidence == pytest.approx((0.9 + 0.7 + 0.5 + 0.6) / 4, abs=1e-5)
 
 
+def test_the_small_models_word_delimiter_splits_pseudo_labels_and_greedy_transcripts_into_words():
+    """The small model's letters carry wav2vec2's ``|`` between words (a token of its tokenizer, not a
+    space): targets put it between words, greedy decoding and pseudo-labels split on it."""
+    from speechdata.alignment.greedy import greedy_transcript, normalized_reference
+    from speechdata.alignment.train_small import char_tokenizer
+    from speechdata.alignment.transcript_units import WORD_DELIMITER, SubwordVocabulary, ctc_targets
+
+    tokenizer = char_tokenizer()
+    vocabulary = SubwordVocabulary(tokenizer, tokenizer.pad_token_id)
+    assert vocabulary.separator_id == tokenizer.convert_tokens_to_ids(WORD_DELIMITER)
+    assert vocabulary.marks_word_boundaries and WORD_DELIMITER not in vocabulary.characters
+    targets = ctc_targets("Hi, 12 you", vocabulary, "en")
+    assert [vocabulary.token_text(t) for t in targets.targets] == list("hi|twelve|you")
+    assert targets.word_target_ranges == [(0, 2), (3, 9), (10, 13)]
+    assert normalized_reference("Hi, 12 you", vocabulary, "en") == "hi twelve you"
+
+    classes = len(tokenizer)
+    frames = [vocabulary.blank_id, *targets.targets[:3], vocabulary.separator_id, *targets.targets[3:]]
+    log_probs = np.full((len(frames), classes), np.log(0.1 / (classes - 1)), dtype=np.float32)
+    log_probs[np.arange(len(frames)), frames] = np.log(0.9)
+    label = pseudo_label(log_probs, vocabulary)
+    assert label.words == ["hi", "twelve", "you"]
+    assert label.confidence == pytest.approx(0.9, abs=1e-5)
+    assert greedy_transcript(log_probs, vocabulary) == "hi twelve you"
+
+
 def test_a_blank_between_repeats_gives_two_tokens_and_all_blank_gives_no_words():
     assert pseudo_label(log_probs_with([(A, 0.9), (BLANK, 0.9), (A, 0.9)]), VOCABULARY).words == ["aa"]
     empty = pseudo_label(log_probs_with([(BLANK, 0.99)] * 5), VOCABULARY)

@@ -46,7 +46,12 @@ def test_the_committed_model_loads_through_the_production_loader(tmp_path):
 
 
 @pytest.mark.parametrize("language, max_cer", [("en", 0.5), ("de", 0.5)])
-def test_it_transcribes_held_out_speech(small_aligners, language, max_cer):
+def test_it_transcribes_held_out_speech_in_words(small_aligners, language, max_cer):
+    """The model emits its word delimiter ``|`` between words, so its greedy transcript, and the
+    pseudo-label of an utterance landed without text, have as many words as were spoken (give or
+    take one), close in spelling (the spaced CER counts a missed or extra word break as an error)."""
+    from speechdata.alignment.pseudo_labels import pseudo_label
+
     aligner = small_aligners[language]
     entries = heldout(language, 3)
     log_probs = compute_log_probs(aligner.forward, [e["audio"] for e in entries])
@@ -54,6 +59,9 @@ def test_it_transcribes_held_out_speech(small_aligners, language, max_cer):
         reference = normalized_reference(entry["text"], aligner.vocabulary)
         hypothesis = greedy_transcript(scores, aligner.vocabulary)
         assert jiwer.cer(reference, hypothesis) < max_cer, (entry["utt_id"], reference, hypothesis)
+        label = pseudo_label(scores, aligner.vocabulary)
+        assert label.text == hypothesis and len(label.word_confidences) == len(label.words)
+        assert abs(len(label.words) - len(reference.split())) <= 1, (entry["utt_id"], reference, label.text)
 
 
 def test_its_emission_delay_is_calibrated_on_training_voices_only(small_aligners):

@@ -58,9 +58,12 @@ def test_a_swapped_transcript_is_a_transcript_mismatch(english):
 
 
 def test_audio_cut_short_is_a_transcript_mismatch(english):
+    """Two thirds of the audio cut off: even a perfect model's CER is then 2/3, above the 0.6 limit.
+    (Cut in half, a perfect model's CER is 0.5: a model that transcribes well keeps such audio under
+    the limit, and catching it is the speaking-rate filter's job, docs/quality.md.)"""
     aligner, entries = english
     for entry in entries:
-        kept = entry["audio"][: len(entry["audio"]) // 2]
+        kept = entry["audio"][: len(entry["audio"]) // 3]
         row = {"language": "en", "cer": cer(aligner, kept, entry["text"])}
         for product, verdict in verdicts(row).items():
             assert verdict is not None and verdict[0] == "transcript_mismatch", (product, entry["utt_id"], row)
