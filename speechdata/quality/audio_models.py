@@ -109,16 +109,29 @@ class RegressionHeadMos(_AudioModel):
         return scores
 
 
-def _batches(audios: Sequence[np.ndarray], max_batch_s: float):
+MAX_PADDED_ATTENTION_S2 = 1800.0
+"""A batch's utterances times the square of its longest one's seconds stays under this. Padding a
+batch makes the models attend with a mask, where PyTorch's attention builds the whole ``[T, T]``
+score matrix per utterance and head (a 60 s utterance padded beside a 3 s one took the tiny language
+ID 1.4 GB; two near 120 s, the old batch's bound, would take 5-6 GB); an utterance alone is not
+padded. 1 800 s^2 keeps eight 15 s utterances in one batch."""
+
+
+def _batches(
+    audios: Sequence[np.ndarray], max_batch_s: float, max_padded_attention_s2: float = MAX_PADDED_ATTENTION_S2
+):
+    """Consecutive batches of at most ``max_batch_s`` seconds and :data:`MAX_PADDED_ATTENTION_S2`."""
     batch: list[np.ndarray] = []
-    seconds = 0.0
+    seconds = longest_s = 0.0
     for audio in audios:
         length_s = audio.shape[0] / MODEL_SAMPLE_RATE
-        if batch and seconds + length_s > max_batch_s:
+        padded = (len(batch) + 1) * max(longest_s, length_s) ** 2
+        if batch and (seconds + length_s > max_batch_s or padded > max_padded_attention_s2):
             yield batch
-            batch, seconds = [], 0.0
+            batch, seconds, longest_s = [], 0.0, 0.0
         batch.append(audio)
         seconds += length_s
+        longest_s = max(longest_s, length_s)
     if batch:
         yield batch
 

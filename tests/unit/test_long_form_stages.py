@@ -204,3 +204,16 @@ def test_squim_scores_long_audio_in_pieces_averaged_by_length():
     [score] = SquimObjectiveMos(pesq_of_level).mos([audio.astype(np.float32)])
     assert seen == [80_000, 80_000, 88_000]  # never more than 5 s at once; a last half second joins its piece
     assert score == pytest.approx((2 * 5 + 4 * 5 + 3 * 5.5) / 15.5)
+
+
+def test_audio_model_batches_bound_the_padded_attention_and_keep_a_long_utterance_alone():
+    from speechdata.quality.audio_models import MAX_PADDED_ATTENTION_S2, MODEL_SAMPLE_RATE, _batches
+
+    seconds = [3, 60, 4, 5, 15, 15, 15, 15, 15, 15, 15, 15, 15, 119, 2, 2]
+    audios = [np.zeros(s * MODEL_SAMPLE_RATE, np.float32) for s in seconds]
+    batches = [[len(a) // MODEL_SAMPLE_RATE for a in batch] for batch in _batches(audios, 120.0)]
+    assert [s for batch in batches for s in batch] == seconds  # every utterance, in order
+    for batch in batches:
+        assert len(batch) == 1 or len(batch) * max(batch) ** 2 <= MAX_PADDED_ATTENTION_S2
+    assert [60] in batches and [119] in batches  # a long utterance is never padded beside a short one
+    assert max(len(batch) for batch in batches) >= 8  # ordinary utterances still go through together
