@@ -63,7 +63,6 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks.report import RssSampler, emit, leave_measured, progress, ratio, stdout_to_stderr
-from speechdata.audio.budget import MAX_LONG_FORM_SECONDS as LONG_FORM_LIMIT_S
 
 ROOT = Path(__file__).resolve().parents[2]
 FRAME_S = 0.08
@@ -610,8 +609,6 @@ def main() -> None:
     if args.pipeline:
         if args.whole_decode_s is not None:  # read by the stage processes, which inherit it
             os.environ["SPEECHDATA_MAX_UTTERANCE_SECONDS"] = str(args.whole_decode_s)
-        # Long-form landing is opt-in (speechdata.audio.budget): the pipeline measures it turned on.
-        os.environ.setdefault("SPEECHDATA_MAX_LANDED_LONG_FORM_SECONDS", str(LONG_FORM_LIMIT_S))
         minutes = [0.5, 1.0] if args.quick else args.minutes
         with stdout_to_stderr():
             figures = pipeline(minutes)
