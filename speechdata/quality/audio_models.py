@@ -82,6 +82,14 @@ class _AudioModel:
                 yield self.model(**{k: v.to(self.device) for k, v in inputs.items()}).logits
 
 
+LANGUAGE_ID_PIECE_S = 30.0
+"""The language ID hears an utterance in pieces of at most this length: its convolutions hold the
+whole input's features and its attention grows with the square of it (the tiny model took 614 MB and
+112 s over a 10-minute utterance whole, the full MMS-LID's first layer alone would ask gigabytes); a
+longer utterance's language is the most probable one over its pieces' probabilities averaged by
+length. An utterance up to one piece is heard whole, as before."""
+
+
 class AudioClassifierLanguageId(_AudioModel):
     """Spoken-language ID with a transformers ``AutoModelForAudioClassification`` (MMS-LID, VoxLingua107)."""
 
@@ -89,14 +97,35 @@ class AudioClassifierLanguageId(_AudioModel):
         import torch
 
         labels = self.model.config.id2label
+        pieces, owners = [], []
+        for number, audio in enumerate(audios_16k):
+            for start, stop in _pieces(len(audio), int(LANGUAGE_ID_PIECE_S * MODEL_SAMPLE_RATE)):
+                pieces.append(audio[start:stop])
+                owners.append((number, stop - start))
+        summed: list = [None] * len(audios_16k)
+        weights = [0] * len(audios_16k)
+        rows = iter(owners)
+        for logits in self._logits(pieces):
+            for probabilities in torch.softmax(logits.float(), dim=-1).cpu():
+                number, length = next(rows)
+                weighted = probabilities.double() * max(length, 1)
+                summed[number] = weighted if summed[number] is None else summed[number] + weighted
+                weights[number] += max(length, 1)
         results: list[tuple[str, float]] = []
-        for logits in self._logits(audios_16k):
-            probabilities = torch.softmax(logits.float(), dim=-1).cpu()
-            best = probabilities.argmax(dim=-1)
-            results += [
-                (language_code(labels[int(i)]), float(probabilities[row, int(i)])) for row, i in enumerate(best)
-            ]
+        for total, weight in zip(summed, weights, strict=True):
+            probabilities = total / weight
+            best = int(probabilities.argmax())
+            results.append((language_code(labels[best]), float(probabilities[best])))
         return results
+
+
+def _pieces(length: int, piece: int) -> list[tuple[int, int]]:
+    """``(start, stop)`` of consecutive pieces of at most ``piece`` samples covering ``length``; a last
+    piece under a second joins the one before (a scrap would weigh little and say less)."""
+    starts = list(range(0, max(length, 1), piece))
+    if len(starts) > 1 and length - starts[-1] < MODEL_SAMPLE_RATE:
+        starts.pop()
+    return list(zip(starts, starts[1:] + [length], strict=True))
 
 
 class RegressionHeadMos(_AudioModel):

@@ -217,3 +217,33 @@ def test_audio_model_batches_bound_the_padded_attention_and_keep_a_long_utteranc
         assert len(batch) == 1 or len(batch) * max(batch) ** 2 <= MAX_PADDED_ATTENTION_S2
     assert [60] in batches and [119] in batches  # a long utterance is never padded beside a short one
     assert max(len(batch) for batch in batches) >= 8  # ordinary utterances still go through together
+
+
+def test_the_language_id_hears_a_long_utterance_in_pieces_averaged_by_length(monkeypatch):
+    from types import SimpleNamespace
+
+    import torch
+    from transformers import Wav2Vec2FeatureExtractor
+
+    from speechdata.quality import audio_models
+
+    heard: list[int] = []
+
+    class LevelClassifier:  # a stand-in that remembers its input: logits (level, 0) from each piece's first sample
+        config = SimpleNamespace(id2label={0: "eng", 1: "deu"})
+
+        def __call__(self, input_values, **_):
+            heard.append(input_values.shape[-1])
+            return SimpleNamespace(logits=torch.stack([input_values[:, 0], torch.zeros(len(input_values))], dim=1))
+
+    monkeypatch.setattr(audio_models, "LANGUAGE_ID_PIECE_S", 2.0)  # 30 s as 2 s: the same pieces, shorter
+    extractor = Wav2Vec2FeatureExtractor(sampling_rate=16_000, do_normalize=False, return_attention_mask=True)
+    lid = audio_models.AudioClassifierLanguageId(LevelClassifier(), extractor)
+    rate = audio_models.MODEL_SAMPLE_RATE
+    levels = np.concatenate([np.full(2 * rate, -2.0), np.full(2 * rate, 4.0), np.full(int(1.5 * rate), 3.0)])
+    [(language, confidence), short] = lid.identify([levels.astype(np.float32), np.full(rate, -1.0, np.float32)])
+    assert max(heard) <= 2 * rate  # never more than one piece at once, however long the utterance
+    sigmoid = lambda x: 1 / (1 + np.exp(-x))  # noqa: E731
+    expected = (sigmoid(-2.0) * 2 + sigmoid(4.0) * 2 + sigmoid(3.0) * 1.5) / 5.5
+    assert language == "en" and confidence == pytest.approx(expected, rel=1e-6)
+    assert short == ("de", pytest.approx(1 - sigmoid(-1.0), rel=1e-6))  # up to one piece: heard whole
