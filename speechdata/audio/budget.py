@@ -40,8 +40,8 @@ before anything is decoded. ``SPEECHDATA_MAX_LONG_FORM_SECONDS`` sets it."""
 
 MAX_LANDED_LONG_FORM_SECONDS = float(os.environ.get("SPEECHDATA_MAX_LANDED_LONG_FORM_SECONDS", MAX_LONG_FORM_SECONDS))
 """How long a landed recording ingest stores: by default the long-form limit (4 hours), so a long
-recording lands and every stage reads it in windows within 3 GB (docs/performance.md, "Long-form
-recordings through the whole pipeline"). Past it a landed recording is rejected
+recording lands and every stage reads it in windows (30 minutes within 1.8 GB a stage: docs/performance.md,
+"Long-form recordings through the whole pipeline"). Past it a landed recording is rejected
 ``audio_over_memory_budget`` from its header, its length and the limit in the detail.
 ``SPEECHDATA_MAX_LANDED_LONG_FORM_SECONDS`` lowers it (down to :data:`MAX_UTTERANCE_SECONDS` stores
 only what every stage may decode whole); above :data:`MAX_LONG_FORM_SECONDS` it has no effect."""
