@@ -74,7 +74,6 @@ import numpy as np
 
 from benchmarks.report import RssSampler, emit, leave_measured, progress, ratio, stdout_to_stderr
 from speechdata.alignment.table import TimedUnit
-from speechdata.audio.budget import MAX_LONG_FORM_SECONDS as LONG_FORM_LIMIT_S
 from speechdata.testing.long_recordings import ALIGNED_JSON_COLUMNS
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -717,8 +716,6 @@ def main() -> None:
     if args.pipeline or args.products:
         if args.whole_decode_s is not None:  # read by the stage processes, which inherit it
             os.environ["SPEECHDATA_MAX_UTTERANCE_SECONDS"] = str(args.whole_decode_s)
-        # Long-form landing is opt-in (speechdata.audio.budget): the pipeline measures it turned on.
-        os.environ.setdefault("SPEECHDATA_MAX_LANDED_LONG_FORM_SECONDS", str(LONG_FORM_LIMIT_S))
         minutes = [0.5, 1.0] if args.quick else args.minutes
         with stdout_to_stderr():
             figures = pipeline(minutes, products_only=args.products)

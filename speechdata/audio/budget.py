@@ -38,13 +38,13 @@ alignment stage aligns it window by window in memory that grows with ``sqrt(T)``
 aligned segments. Past it a recording is rejected ``audio_over_memory_budget`` from its header,
 before anything is decoded. ``SPEECHDATA_MAX_LONG_FORM_SECONDS`` sets it."""
 
-MAX_LANDED_LONG_FORM_SECONDS = float(os.environ.get("SPEECHDATA_MAX_LANDED_LONG_FORM_SECONDS", MAX_UTTERANCE_SECONDS))
-"""How long a landed recording ingest stores: by default the whole-decode budget, so long-form landing
-is opt-in (set it to :data:`MAX_LONG_FORM_SECONDS`, ``SPEECHDATA_MAX_LANDED_LONG_FORM_SECONDS=14400``).
-Why not on yet: ``quality_signals`` on a landed 30-minute recording grew past 6 GB in its benchmark
-(10 minutes peaked at 1.7 GB; cause not found), while ingest, VAD, alignment, WavLM and the bridge
-stay within 2 GB. Past it a landed recording is rejected ``audio_over_memory_budget`` from its header.
-Every later stage still reads up to :data:`MAX_LONG_FORM_SECONDS` (a container written otherwise)."""
+MAX_LANDED_LONG_FORM_SECONDS = float(os.environ.get("SPEECHDATA_MAX_LANDED_LONG_FORM_SECONDS", MAX_LONG_FORM_SECONDS))
+"""How long a landed recording ingest stores: by default the long-form limit (4 hours), so a long
+recording lands and every stage reads it in windows (30 minutes within 1.8 GB a stage: docs/performance.md,
+"Long-form recordings through the whole pipeline"). Past it a landed recording is rejected
+``audio_over_memory_budget`` from its header, its length and the limit in the detail.
+``SPEECHDATA_MAX_LANDED_LONG_FORM_SECONDS`` lowers it (down to :data:`MAX_UTTERANCE_SECONDS` stores
+only what every stage may decode whole); above :data:`MAX_LONG_FORM_SECONDS` it has no effect."""
 
 MAX_DECODED_BYTES = 1 << 30
 """1 GiB of float32 source samples: bounds a short segment at an absurd rate or channel count."""

@@ -82,6 +82,14 @@ class _AudioModel:
                 yield self.model(**{k: v.to(self.device) for k, v in inputs.items()}).logits
 
 
+LANGUAGE_ID_PIECE_S = 30.0
+"""The language ID hears an utterance in pieces of at most this length: its convolutions hold the
+whole input's features and its attention grows with the square of it (the tiny model took 614 MB and
+112 s over a 10-minute utterance whole, the full MMS-LID's first layer alone would ask gigabytes); a
+longer utterance's language is the most probable one over its pieces' probabilities averaged by
+length. An utterance up to one piece is heard whole, as before."""
+
+
 class AudioClassifierLanguageId(_AudioModel):
     """Spoken-language ID with a transformers ``AutoModelForAudioClassification`` (MMS-LID, VoxLingua107)."""
 
@@ -89,14 +97,35 @@ class AudioClassifierLanguageId(_AudioModel):
         import torch
 
         labels = self.model.config.id2label
+        pieces, owners = [], []
+        for number, audio in enumerate(audios_16k):
+            for start, stop in _pieces(len(audio), int(LANGUAGE_ID_PIECE_S * MODEL_SAMPLE_RATE)):
+                pieces.append(audio[start:stop])
+                owners.append((number, stop - start))
+        summed: list = [None] * len(audios_16k)
+        weights = [0] * len(audios_16k)
+        rows = iter(owners)
+        for logits in self._logits(pieces):
+            for probabilities in torch.softmax(logits.float(), dim=-1).cpu():
+                number, length = next(rows)
+                weighted = probabilities.double() * max(length, 1)
+                summed[number] = weighted if summed[number] is None else summed[number] + weighted
+                weights[number] += max(length, 1)
         results: list[tuple[str, float]] = []
-        for logits in self._logits(audios_16k):
-            probabilities = torch.softmax(logits.float(), dim=-1).cpu()
-            best = probabilities.argmax(dim=-1)
-            results += [
-                (language_code(labels[int(i)]), float(probabilities[row, int(i)])) for row, i in enumerate(best)
-            ]
+        for total, weight in zip(summed, weights, strict=True):
+            probabilities = total / weight
+            best = int(probabilities.argmax())
+            results.append((language_code(labels[best]), float(probabilities[best])))
         return results
+
+
+def _pieces(length: int, piece: int) -> list[tuple[int, int]]:
+    """``(start, stop)`` of consecutive pieces of at most ``piece`` samples covering ``length``; a last
+    piece under a second joins the one before (a scrap would weigh little and say less)."""
+    starts = list(range(0, max(length, 1), piece))
+    if len(starts) > 1 and length - starts[-1] < MODEL_SAMPLE_RATE:
+        starts.pop()
+    return list(zip(starts, starts[1:] + [length], strict=True))
 
 
 class RegressionHeadMos(_AudioModel):
@@ -109,16 +138,29 @@ class RegressionHeadMos(_AudioModel):
         return scores
 
 
-def _batches(audios: Sequence[np.ndarray], max_batch_s: float):
+MAX_PADDED_ATTENTION_S2 = 1800.0
+"""A batch's utterances times the square of its longest one's seconds stays under this. Padding a
+batch makes the models attend with a mask, where PyTorch's attention builds the whole ``[T, T]``
+score matrix per utterance and head (a 60 s utterance padded beside a 3 s one took the tiny language
+ID 1.4 GB; two near 120 s, the old batch's bound, would take 5-6 GB); an utterance alone is not
+padded. 1 800 s^2 keeps eight 15 s utterances in one batch."""
+
+
+def _batches(
+    audios: Sequence[np.ndarray], max_batch_s: float, max_padded_attention_s2: float = MAX_PADDED_ATTENTION_S2
+):
+    """Consecutive batches of at most ``max_batch_s`` seconds and :data:`MAX_PADDED_ATTENTION_S2`."""
     batch: list[np.ndarray] = []
-    seconds = 0.0
+    seconds = longest_s = 0.0
     for audio in audios:
         length_s = audio.shape[0] / MODEL_SAMPLE_RATE
-        if batch and seconds + length_s > max_batch_s:
+        padded = (len(batch) + 1) * max(longest_s, length_s) ** 2
+        if batch and (seconds + length_s > max_batch_s or padded > max_padded_attention_s2):
             yield batch
-            batch, seconds = [], 0.0
+            batch, seconds, longest_s = [], 0.0, 0.0
         batch.append(audio)
         seconds += length_s
+        longest_s = max(longest_s, length_s)
     if batch:
         yield batch
 

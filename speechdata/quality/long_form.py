@@ -7,6 +7,12 @@ combine as energies; ratios, scores and shares are duration-weighted means (the 
 speech-weighted); the bandwidth is the windows' median; the audio language is the one with the most
 speech; leading and trailing silence run across windows; the speaker signals come from the window
 embeddings of every window together (at most the speaker encoder's cap, spread evenly).
+
+Nothing kept grows with the recording beyond one small row and one count per window: the speaker
+signals keep only :data:`~speechdata.quality.speakers.MAX_WINDOWS` window embeddings of the whole
+recording, so a first pass counts each window's embeddings (no encoder) and a second embeds only the
+windows that hold the kept ones (at most that many windows, read again): the same embeddings as
+embedding every window and keeping the spread, at the cost of a dozen windows instead of every one.
 """
 
 from __future__ import annotations
@@ -17,7 +23,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from speechdata.quality.speakers import MAX_WINDOWS, SpeakerEncoder, SpeakerSignals, speaker_signals
+from speechdata.quality.speakers import EMBEDDING_SIZE, MAX_WINDOWS, SpeakerEncoder, SpeakerSignals, speaker_signals
 from speechdata.quality.transcript_checks import speaking_rate
 
 WINDOW_S = 10.0
@@ -55,7 +61,7 @@ def measure_long_recording(
     window = int((WINDOW_S if window_s is None else window_s) * rate)
     total = audio.shape[0]
     measured: list[dict] = []
-    embeddings: list[np.ndarray] = []
+    embedding_counts: list[int] = []
     starts = list(range(0, total, window))
     for group in range(0, len(starts), WINDOWS_PER_CALL):
         pending = [
@@ -70,14 +76,30 @@ def measure_long_recording(
         measure(pending, rows)
         measured += [rows[key] for key, _, _ in pending]
         if speakers is not None:
-            embeddings += [speakers.window_embeddings(samples, rate) for _, samples, _ in pending]
+            embedding_counts += [speakers.window_count(samples, rate) for _, samples, _ in pending]
     signals = combine_windows(measured, text)
     if speakers is None:
         return signals, None
-    windows = np.concatenate(embeddings) if embeddings else np.zeros((0, 1), np.float32)
-    if len(windows) > MAX_WINDOWS:
-        windows = windows[np.linspace(0, len(windows) - 1, MAX_WINDOWS).round().astype(int)]
+    kept: list[np.ndarray] = []
+    for number, picks in kept_window_embeddings(embedding_counts).items():
+        start = starts[number]
+        samples = np.asarray(audio[start : min(start + window, total)], np.float32)
+        kept.append(speakers.window_embeddings(samples, rate)[picks])
+    windows = np.concatenate(kept) if kept else np.zeros((0, EMBEDDING_SIZE), np.float32)
     return signals, speaker_signals(windows)
+
+
+def kept_window_embeddings(counts: list[int]) -> dict[int, list[int]]:
+    """Which embeddings the speaker signals keep, by window number: of all the windows' embeddings in
+    order (``counts[i]`` in window ``i``), every one up to :data:`MAX_WINDOWS`, else that many spread evenly."""
+    total = sum(counts)
+    chosen = range(total) if total <= MAX_WINDOWS else np.linspace(0, total - 1, MAX_WINDOWS).round().astype(int)
+    bounds = np.cumsum([0, *counts])
+    picks: dict[int, list[int]] = {}
+    for index in (int(i) for i in chosen):
+        number = int(np.searchsorted(bounds, index, side="right")) - 1
+        picks.setdefault(number, []).append(index - int(bounds[number]))
+    return picks
 
 
 def combine_windows(windows: list[dict], text: str) -> dict:

@@ -136,6 +136,17 @@ class SpeakerEncoder:
                 results[number] = windows
         return results
 
+    def window_count(self, samples: np.ndarray, sample_rate: int) -> int:
+        """How many embeddings :meth:`window_embeddings` gives for this audio, found without the encoder
+        (a long recording's windows are counted first, and only those its speaker signals keep are embedded)."""
+        from speechdata.audio.codec import resample
+
+        wav = resample(np.asarray(samples, np.float32), sample_rate, ENCODER_SAMPLE_RATE)
+        if not _embeddable(wav):
+            return 0
+        _, mel_slices = self._encoder.compute_partial_slices(len(wav), WINDOWS_PER_SECOND, 0.75)
+        return min(len(mel_slices), MAX_WINDOWS)
+
     def signals(self, samples: np.ndarray, sample_rate: int) -> SpeakerSignals:
         return speaker_signals(self.window_embeddings(samples, sample_rate))
 
@@ -148,8 +159,7 @@ class SpeakerEncoder:
         too short or without sound."""
         from resemblyzer import audio as resemblyzer_audio
 
-        peak = float(np.abs(wav).max()) if len(wav) else 0.0
-        if len(wav) < MIN_EMBEDDED_S * ENCODER_SAMPLE_RATE or peak < 1e-4:
+        if not _embeddable(wav):
             return None
         # The encoder was trained on audio at -30 dBFS RMS: gain never changes who speaks.
         rms = float(np.sqrt(np.mean(wav.astype(np.float64) ** 2)))
@@ -196,6 +206,12 @@ class SpeakerEncoder:
             self._memo.move_to_end(key)
             while len(self._memo) > MEMO_UTTERANCES:
                 self._memo.popitem(last=False)
+
+
+def _embeddable(wav: np.ndarray) -> bool:
+    """16 kHz audio long enough and loud enough to tell a speaker (:data:`MIN_EMBEDDED_S`)."""
+    peak = float(np.abs(wav).max()) if len(wav) else 0.0
+    return len(wav) >= MIN_EMBEDDED_S * ENCODER_SAMPLE_RATE and peak >= 1e-4
 
 
 def _audio_key(wav: np.ndarray) -> bytes:

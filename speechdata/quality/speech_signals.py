@@ -52,16 +52,18 @@ def dc_offset_ratio(samples: np.ndarray) -> float:
 def mains_hum_share(samples: np.ndarray, sample_rate: int) -> float:
     """Share (0-1) of the power (DC removed) in narrow lines at 50 or 60 Hz and harmonics, above
     their neighbourhood's level; the larger of the two mains frequencies."""
-    from scipy.signal import welch
+    from speechdata.quality.signals import welch_in_blocks
 
-    values = samples.astype(np.float64) - float(np.mean(samples)) if samples.size else samples
     segment = int(sample_rate / HUM_RESOLUTION_HZ)
-    if values.size < segment // 2 or not np.any(values):
+    # A constant is all DC: nothing left once it is removed.
+    if samples.size < segment // 2 or samples.min() == samples.max():
         return 0.0
     # A power-of-two FFT of at least the resolution's length: an utterance shorter than one segment
-    # is zero-padded, and odd lengths would make the FFT many times slower.
+    # is zero-padded, and odd lengths would make the FFT many times slower. The DC is removed block
+    # by block (no float64 copy of the whole utterance).
     nfft = 1 << (segment - 1).bit_length()
-    frequencies, power = welch(values, fs=sample_rate, nperseg=min(segment, values.size), nfft=nfft)
+    nperseg = min(segment, samples.size)
+    frequencies, power = welch_in_blocks(samples, sample_rate, nperseg, nfft=nfft, offset=float(np.mean(samples)))
     total = float(power.sum())
     if total <= _EPS:
         return 0.0

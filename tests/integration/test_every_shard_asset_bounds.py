@@ -2,12 +2,17 @@
 killed run's temps. Nothing here names a stage: the assets are enumerated from the code location.
 
 One materialization of every shard-partitioned asset, in a subprocess whose data segment is capped
-(``RLIMIT_DATA``, inherited by the ingest workers), on a shard holding a 2-hour recording beside
-ordinary ones. Before the per-utterance budget, ingest stored the 2-hour utterance and the stages
-after it decoded it whole (the alignment inputs alone asked for 660 MB at once; ``near_duplicates``
-reached 6 GB): the run died under the cap. The same run leaves, before each asset's sweep, one temp
-in every folder the asset wrote to, exactly as a run killed there would leave it
-(``SPEECHDATA_LEAVE_ORPHAN_TEMPS``), and none may survive.
+(``RLIMIT_DATA``, inherited by the ingest workers), on a shard holding, beside ordinary utterances,
+a long-form talk and a 2-hour recording. Long-form landing is on by default: the talk (past a
+whole-decode budget lowered to 20 s, so that its windowed paths run in seconds) lands with no
+setting and every asset reads it in windows; the 2-hour recording is past a long-form limit lowered
+to 1 hour and is refused from its header, never decoded. Before the per-utterance budget, ingest
+stored a 2-hour utterance and the stages after it decoded it whole (the alignment inputs alone
+asked for 660 MB at once; ``near_duplicates`` reached 6 GB): the run died under the cap. That every
+stage's peak stays flat up to 2 hours is measured, not tested here (a 2-hour recording through every
+asset takes most of an hour on a small machine): ``benchmarks/accuracy/bench_long_form.py --pipeline``.
+The same run leaves, before each asset's sweep, one temp in every folder the asset wrote to, exactly
+as a run killed there would leave it (``SPEECHDATA_LEAVE_ORPHAN_TEMPS``), and none may survive.
 """
 
 import os
@@ -30,12 +35,18 @@ from speechdata.io import layout
 from speechdata.io.faults import KILL_AT_ENV
 from speechdata.io.storage import LEAVE_ORPHAN_TEMPS_ENV, TEMP_PREFIX, DataRoot
 from speechdata.landing.mark import mark_landed
-from speechdata.testing.shards import build_sample_shard
+from speechdata.quality.paths import quality_signals
+from speechdata.testing.shards import build_sample_shard, load_clips
 from tests.integration.materialize_shard import EVERY_SHARD_ASSET
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SHARD = "long"
 LONG_UTT = "two_hours"
+TALK = "talk"
+TALK_S = 45.0
+BUDGETS = {"SPEECHDATA_MAX_UTTERANCE_SECONDS": "20", "SPEECHDATA_MAX_LONG_FORM_SECONDS": "3600"}
+"""The whole-decode budget and the long-form limit of the run (the landed long-form limit is left at
+its default, the long-form limit): the talk is long-form, the 2-hour recording past the limit."""
 MEMORY_CAP_BYTES = 3 << 30
 """The run's data segment (heap and anonymous mappings) stays under this: the budgeted run peaks near
 1.6 GB resident, the unbudgeted one failed to allocate inside its alignment step under 3.5 GB."""
@@ -50,26 +61,35 @@ def shard_assets_of_the_definitions() -> set[str]:
 
 
 def land_shard_with_a_two_hour_recording(root: DataRoot) -> None:
-    """Ordinary sample utterances plus one 2-hour, 8 kHz recording as a single utterance (115 MB on
-    disk, written a minute at a time)."""
+    """Ordinary sample utterances, a long-form talk (English sample clips one after another, with its
+    transcript) and one 2-hour, 8 kHz recording as a single utterance (115 MB on disk, written a
+    minute at a time)."""
     build_sample_shard(root, SHARD, 2, seed=3, long_recordings=1, complete=False)
     rate = 8_000
     minute = np.sin(np.arange(60 * rate, dtype=np.float32) * np.float32(0.05)) * np.float32(0.3)
     with sf.SoundFile(root.path(f"{layout.landing_audio_dir(SHARD)}/{LONG_UTT}.wav"), "w", rate, 1, "PCM_16") as out:
         for _ in range(120):
             out.write(minute)
+    english = [c for c in load_clips() if c.language == "en"]
+    talk_rate = english[0].sample_rate
+    clips = [c for c in english if c.sample_rate == talk_rate and c.samples.ndim == 1]
+    gap = np.zeros(int(0.4 * talk_rate), np.float32)
+    said, frames = [], 0
+    with sf.SoundFile(root.path(f"{layout.landing_audio_dir(SHARD)}/{TALK}.wav"), "w", talk_rate, 1, "PCM_16") as out:
+        while frames < TALK_S * talk_rate:
+            clip = clips[len(said) % len(clips)]
+            out.write(np.concatenate([gap, clip.samples]))
+            frames += gap.size + clip.samples.size
+            said.append(clip.text)
     metadata = pq.read_table(root.path(layout.landing_metadata(SHARD)))
-    row = dict.fromkeys(metadata.schema.names)
     first = metadata.slice(0, 1).to_pylist()[0]
-    row.update(
-        utt_id=LONG_UTT,
-        audio_path=f"{LONG_UTT}.wav",
-        text="a very long talk " * 1000,
-        language=first["language"],
-        source=first.get("source"),
-    )
+    rows = []
+    for utt_id, text in ((LONG_UTT, "a very long talk " * 1000), (TALK, " ".join(said))):
+        row = dict.fromkeys(metadata.schema.names)
+        row.update(utt_id=utt_id, audio_path=f"{utt_id}.wav", text=text, language="en", source=first.get("source"))
+        rows.append(row)
     pq.write_table(
-        pa.concat_tables([metadata, pa.Table.from_pylist([row], schema=metadata.schema)]),
+        pa.concat_tables([metadata, pa.Table.from_pylist(rows, schema=metadata.schema)]),
         root.path(layout.landing_metadata(SHARD)),
     )
     mark_landed(root, SHARD)
@@ -80,7 +100,8 @@ def _cap_data_segment() -> None:
 
 
 def materialize(root: Path, model_cache_dir: str, assets: str, **env) -> subprocess.CompletedProcess:
-    environment = {**os.environ, "SPEECHDATA_PROFILE": "tiny", **env}
+    environment = {**os.environ, "SPEECHDATA_PROFILE": "tiny", **BUDGETS, **env}
+    environment.pop("SPEECHDATA_MAX_LANDED_LONG_FORM_SECONDS", None)  # long-form landing as deployed: the default
     if KILL_AT_ENV not in env:
         environment.pop(KILL_AT_ENV, None)
     return subprocess.run(
@@ -114,14 +135,18 @@ def test_every_shard_asset_runs_a_two_hour_recording_under_a_memory_cap(capped_r
     enumerated = {asset.key.to_user_string() for asset in SHARD_ASSETS + ON_DEMAND_SHARD_ASSETS}
     assert enumerated == shard_assets_of_the_definitions()  # the run covered every shard asset there is
     stored = data_root.read_parquet(layout.normalized_audio(SHARD), columns=["utt_id"])["utt_id"].to_pylist()
-    assert LONG_UTT not in stored and len(stored) >= 2  # the ordinary utterances went through
-    # Each stage that reads landed audio rejects it from the header, with the budget named.
-    for stage in ("normalized_audio", "asr_flac", "vad_segments"):
+    assert LONG_UTT not in stored and TALK in stored and len(stored) >= 4  # the talk landed by default
+    # Each stage that reads landed audio rejects the 2-hour recording from its header, the limit named.
+    for stage in ("normalized_audio", "vad_segments"):
         rejects = {r["utt_id"]: r for r in data_root.read_parquet(layout.rejects(SHARD, stage)).to_pylist()}
         assert rejects[LONG_UTT]["reason"] == OVER_BUDGET_REASON, stage
-        assert (
-            "7200.0 s of audio, over the" in rejects[LONG_UTT]["detail"] and "of 1800 s" in rejects[LONG_UTT]["detail"]
-        )
+        assert "7200.0 s of audio, over the landed long-form limit of 3600 s" in rejects[LONG_UTT]["detail"]
+        assert TALK not in rejects, stage
+    # The talk went through the windowed paths: measured as one row, aligned word by word.
+    quality = {r["utt_id"]: r for r in data_root.read_parquet(quality_signals(SHARD)).to_pylist()}
+    assert quality[TALK]["has_audio"] and quality[TALK]["duration_s"] > TALK_S
+    spans = data_root.read_parquet(layout.alignments(SHARD), columns=["utt_id", "level"]).to_pylist()
+    assert sum(1 for r in spans if r["utt_id"] == TALK and r["level"] == "word") > 50
 
 
 @pytest.mark.slow

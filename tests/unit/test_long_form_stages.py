@@ -12,6 +12,7 @@ import torch
 
 from speechdata.audio import budget
 from speechdata.audio.clock import n_frames_for
+from speechdata.audio.container import iter_container_utterances
 from speechdata.features.array_store import iter_arrays
 from speechdata.features.models import tiny_wavlm
 from speechdata.features.speech import wavlm_features, wavlm_features_streamed
@@ -22,10 +23,11 @@ from speechdata.landing.ingest import run_normalized_audio, run_raw_shards
 from speechdata.quality import long_form
 from speechdata.quality.long_form import combine_windows
 from speechdata.quality.paths import quality_signals
-from speechdata.quality.stage import run_quality_signals
+from speechdata.quality.speakers import EMBEDDING_SIZE, MAX_WINDOWS, SpeakerEncoder, speaker_signals
+from speechdata.quality.stage import _measure_chunk, run_quality_signals
 from speechdata.testing.shards import Clip, build_sample_shard, load_clips
 from speechdata.vad.long_form import long_file_speech
-from speechdata.vad.silero import detect_speech, load_silero_model, to_vad_input
+from speechdata.vad.silero import VadParams, detect_speech, load_silero_model, to_vad_input
 
 SHARD = "talks"
 
@@ -103,6 +105,57 @@ def test_quality_signals_of_a_recording_past_the_budget_agree_with_measuring_it_
     assert abs(windowed["snr_db"] - whole["snr_db"]) < 3.0
 
 
+def test_kept_window_embeddings_are_the_even_spread_of_every_windows_embeddings():
+    for counts in ([3, 0, 5], [0, 0, 0], [12, 12, 12, 0, 1] * 40, [1] * 700):
+        labels = np.concatenate([np.zeros(0, int)] + [np.full(c, n) for n, c in enumerate(counts)])
+        local = np.concatenate([np.zeros(0, int)] + [np.arange(c) for c in counts])
+        spread = np.linspace(0, len(labels) - 1, MAX_WINDOWS).round().astype(int)
+        expected = range(len(labels)) if len(labels) <= MAX_WINDOWS else spread
+        picks = long_form.kept_window_embeddings(counts)
+        assert [(n, i) for n, kept in picks.items() for i in kept] == [(labels[j], local[j]) for j in expected]
+
+
+class _MelMeanEncoder(SpeakerEncoder):
+    """Resemblyzer's windows and mel frames, each window embedded as its mean mel frame (the LSTM is
+    what costs, and the selection, not the network, is what is tested here)."""
+
+    def _embed(self, mels):
+        vectors = np.zeros((len(mels), EMBEDDING_SIZE), np.float32)
+        if mels:
+            vectors[:, : mels[0].shape[-1]] = np.stack(mels).mean(axis=1)
+        return vectors / np.maximum(np.linalg.norm(vectors, axis=-1, keepdims=True), 1e-12)
+
+
+def test_a_long_recordings_speaker_signals_embed_only_the_windows_they_keep(talk, monkeypatch):
+    """Two passes (count every window, embed the few whose embeddings are kept) give the embeddings of
+    embedding every window and spreading them; what is embedded does not grow with the recording."""
+    root, utt_id, _ = talk
+    [(_, samples, rate)] = list(iter_container_utterances(root, layout.normalized_audio(SHARD), {utt_id}))
+    vad = load_silero_model()
+    speakers = _MelMeanEncoder()
+    embedded: list[int] = []
+    original = speakers.window_embeddings
+    monkeypatch.setattr(speakers, "window_embeddings", lambda s, r: embedded.append(len(s)) or original(s, r))
+
+    def measure(windows, rows):
+        _measure_chunk(windows, rows, {}, {}, vad, VadParams(), None, None, None)
+
+    window_s = 1.0
+    _, found = long_form.measure_long_recording(utt_id, samples, rate, "", measure, speakers, window_s=window_s)
+    window = int(window_s * rate)
+    every = [original(samples[start : start + window], rate) for start in range(0, len(samples), window)]
+    assert len(every) > 2 * MAX_WINDOWS and 0 < len(embedded) <= MAX_WINDOWS
+    all_embeddings = np.concatenate(every)
+    spread = all_embeddings[np.linspace(0, len(all_embeddings) - 1, MAX_WINDOWS).round().astype(int)]
+    expected = speaker_signals(spread)
+    assert np.array_equal(found.embedding, expected.embedding)
+    assert (found.speakers, found.overlap, found.least_window_cosine) == (
+        expected.speakers,
+        expected.overlap,
+        expected.least_window_cosine,
+    )
+
+
 def test_vad_of_a_long_file_window_by_window_finds_the_whole_files_segments():
     english = [c for c in load_clips() if c.language == "en"]
     rate = english[0].sample_rate
@@ -151,3 +204,46 @@ def test_squim_scores_long_audio_in_pieces_averaged_by_length():
     [score] = SquimObjectiveMos(pesq_of_level).mos([audio.astype(np.float32)])
     assert seen == [80_000, 80_000, 88_000]  # never more than 5 s at once; a last half second joins its piece
     assert score == pytest.approx((2 * 5 + 4 * 5 + 3 * 5.5) / 15.5)
+
+
+def test_audio_model_batches_bound_the_padded_attention_and_keep_a_long_utterance_alone():
+    from speechdata.quality.audio_models import MAX_PADDED_ATTENTION_S2, MODEL_SAMPLE_RATE, _batches
+
+    seconds = [3, 60, 4, 5, 15, 15, 15, 15, 15, 15, 15, 15, 15, 119, 2, 2]
+    audios = [np.zeros(s * MODEL_SAMPLE_RATE, np.float32) for s in seconds]
+    batches = [[len(a) // MODEL_SAMPLE_RATE for a in batch] for batch in _batches(audios, 120.0)]
+    assert [s for batch in batches for s in batch] == seconds  # every utterance, in order
+    for batch in batches:
+        assert len(batch) == 1 or len(batch) * max(batch) ** 2 <= MAX_PADDED_ATTENTION_S2
+    assert [60] in batches and [119] in batches  # a long utterance is never padded beside a short one
+    assert max(len(batch) for batch in batches) >= 8  # ordinary utterances still go through together
+
+
+def test_the_language_id_hears_a_long_utterance_in_pieces_averaged_by_length(monkeypatch):
+    from types import SimpleNamespace
+
+    import torch
+    from transformers import Wav2Vec2FeatureExtractor
+
+    from speechdata.quality import audio_models
+
+    heard: list[int] = []
+
+    class LevelClassifier:  # a stand-in that remembers its input: logits (level, 0) from each piece's first sample
+        config = SimpleNamespace(id2label={0: "eng", 1: "deu"})
+
+        def __call__(self, input_values, **_):
+            heard.append(input_values.shape[-1])
+            return SimpleNamespace(logits=torch.stack([input_values[:, 0], torch.zeros(len(input_values))], dim=1))
+
+    monkeypatch.setattr(audio_models, "LANGUAGE_ID_PIECE_S", 2.0)  # 30 s as 2 s: the same pieces, shorter
+    extractor = Wav2Vec2FeatureExtractor(sampling_rate=16_000, do_normalize=False, return_attention_mask=True)
+    lid = audio_models.AudioClassifierLanguageId(LevelClassifier(), extractor)
+    rate = audio_models.MODEL_SAMPLE_RATE
+    levels = np.concatenate([np.full(2 * rate, -2.0), np.full(2 * rate, 4.0), np.full(int(1.5 * rate), 3.0)])
+    [(language, confidence), short] = lid.identify([levels.astype(np.float32), np.full(rate, -1.0, np.float32)])
+    assert max(heard) <= 2 * rate  # never more than one piece at once, however long the utterance
+    sigmoid = lambda x: 1 / (1 + np.exp(-x))  # noqa: E731
+    expected = (sigmoid(-2.0) * 2 + sigmoid(4.0) * 2 + sigmoid(3.0) * 1.5) / 5.5
+    assert language == "en" and confidence == pytest.approx(expected, rel=1e-6)
+    assert short == ("de", pytest.approx(1 - sigmoid(-1.0), rel=1e-6))  # up to one piece: heard whole

@@ -54,6 +54,20 @@ def test_mains_hum_is_a_share_of_the_power_and_a_steady_voice_is_not_hum(voice):
     assert mains_hum_share((voice + buzz).astype(np.float32), RATE) == 0.0
 
 
+def test_welch_in_blocks_is_scipys_welch_in_memory_that_does_not_grow(voice):
+    from scipy.signal import welch
+
+    from speechdata.quality.signals import welch_in_blocks
+
+    noisy = (voice + 0.01 * np.random.default_rng(0).standard_normal(voice.size)).astype(np.float32)
+    for nperseg, nfft, offset in ((480, None, 0.0), (3200, 4096, float(np.mean(noisy)))):
+        frequencies, power = welch(noisy.astype(np.float64) - offset, fs=RATE, nperseg=nperseg, nfft=nfft)
+        for block_samples in (nperseg, 5 * nperseg + 7, 1 << 21):  # one segment a block, a few, all at once
+            found_frequencies, found = welch_in_blocks(noisy, RATE, nperseg, nfft, offset, block_samples)
+            np.testing.assert_array_equal(found_frequencies, frequencies)
+            np.testing.assert_allclose(found, power, rtol=1e-9, atol=1e-30)
+
+
 def test_the_speech_snr_reads_noise_in_the_pauses_and_digital_silence_as_clean(voice):
     pad = np.zeros(RATE // 2)
     speech = np.concatenate([pad, voice, pad])
