@@ -59,7 +59,10 @@ def product_ledger(
 ) -> Ledger:
     """Balance ``produced`` (the product's utterance ids for the shard) against landed and rejected.
     ``stages``: whose rejects count, when not all of the product's (a gate that runs before a stage)."""
-    stages = products.product_line(product).stages if stages is None else stages
+    line = products.product_line(product)
+    stages = line.stages if stages is None else stages
+    if line.id_part_separator:  # a part (a long recording's segment) accounts for its utterance
+        produced = {value.split(line.id_part_separator, 1)[0] for value in produced}
     landed_ids, landed_nulls = landed_utterances(data_root, shard_id)
     reason_of: dict[str, str] = {}
     null_reasons: Counter[str] = Counter()

@@ -151,3 +151,18 @@ def test_the_storage_layer_knows_a_rejects_ledger_by_the_ledgers_own_columns(dat
     ledger = rejects_table([Reject("a", "raw_shards", "unreadable_audio", f"cannot read {absolute}")])
     stored = data_root.without_root_paths("shards/s/rejects/raw_shards.parquet", ledger)
     assert stored["detail"].to_pylist() == ["cannot read landing/s/audio/a.wav"]
+
+
+def test_a_long_recordings_segment_samples_account_for_the_recording_in_the_bridge_ledger(data_root):
+    import pyarrow as pa
+
+    from speechdata.accounting.ledgers import product_ledger
+    from speechdata.io import layout
+
+    data_root.write_parquet(
+        layout.landing_metadata("s"), pa.table({"utt_id": ["talk", "short"], "audio_path": ["t.wav", "s.wav"]})
+    )
+    # the keys shard_manifest packs: a recording's segments and an ordinary utterance
+    ledger = product_ledger(data_root, "s", "bridge", {"talk+0000", "talk+0001", "short"})
+    assert ledger.balanced and ledger.produced == 2 and ledger.unaccounted == []
+    assert product_ledger(data_root, "s", "bridge", {"talk+0000"}).unaccounted == ["short"]
