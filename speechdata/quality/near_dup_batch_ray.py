@@ -83,8 +83,10 @@ def ray_connection(address: str = LOCAL, *, num_cpus: int | None = None) -> Iter
         yield _describe(ray)
         return
     local = address == LOCAL
+    # "local" always starts an instance of its own: with None, Ray joins whatever cluster it last
+    # recorded on this machine (another process's), and then refuses num_cpus
     ray.init(
-        address=None if local else address,
+        address=LOCAL if local else address,
         num_cpus=num_cpus if local else None,
         include_dashboard=False,
         log_to_driver=False,
