@@ -9,12 +9,15 @@ import io
 
 import datasets
 import numpy as np
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
 import pytest
 import soundfile as sf
 
 from speechdata.accounting.ledgers import shard_ledgers
 from speechdata.audio import budget
 from speechdata.bridge.segments import segment_key, segment_spans, utterance_of_key
+from speechdata.hf import segment_writer
 from speechdata.hf.country_build import refresh_country
 from speechdata.hf.dataset import DatasetOptions
 from speechdata.hf.filters import SegmentLimits, filter_reasons
@@ -40,13 +43,18 @@ def dataset_files(data_root: DataRoot) -> dict[str, str]:
     return {p: hashlib.sha256(data_root.fs.cat_file(p)).hexdigest() for p in paths}
 
 
-@pytest.fixture(scope="module")
-def published(tmp_path_factory):
-    data_root = DataRoot(str(tmp_path_factory.mktemp("hf-long")))
+def land(data_root: DataRoot) -> dict:
     words = land_long_recording_shard(
         data_root, SHARD, country="de", language="de", aligned_json=True, short_utterances=3
     )
     run_raw_shards(data_root, SHARD)
+    return words
+
+
+@pytest.fixture(scope="module")
+def published(tmp_path_factory):
+    data_root = DataRoot(str(tmp_path_factory.mktemp("hf-long")))
+    words = land(data_root)
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(budget, "MAX_UTTERANCE_SECONDS", 60.0)  # the 150 s talk may not be decoded whole
         build = refresh_country(data_root, "de", OPTIONS, SplitTargets(test=0.2, validation=0.2))
@@ -113,3 +121,67 @@ def test_every_segment_of_a_recording_the_near_duplicate_stage_rejected_is_filte
     talk = {key: reason for key, reason in reasons.items() if utterance_of_key(key) == "talk"}
     assert len(talk) >= 5 and set(talk.values()) == {"near_duplicate"}
     assert reasons["clip00"] is None
+
+
+def test_a_recording_past_the_row_group_budget_is_written_in_bounded_row_groups_with_the_same_rows(
+    published, tmp_path, monkeypatch
+):
+    data_root, _, build = published
+    talk_payload = build.build.max_recording_buffer_bytes  # the talk's rows, held whole within the budget
+    budget_bytes = talk_payload // 3
+    other = DataRoot(str(tmp_path))
+    land(other)
+    monkeypatch.setattr(budget, "MAX_UTTERANCE_SECONDS", 60.0)
+    monkeypatch.setattr(segment_writer, "ROWS_PER_BATCH", 2)
+    monkeypatch.setattr(segment_writer, "ROW_GROUP_BYTES", budget_bytes)
+    batched = refresh_country(other, "de", OPTIONS, SplitTargets(test=0.2, validation=0.2)).build
+    assert not batched.errors
+    sizes = talk_audio_sizes(data_root)
+    largest_batch = max(sum(sizes[i : i + 2]) for i in range(0, len(sizes), 2)) * 1.1  # text too
+    # Memory held at most the budget (plus the batch that passed it), not the talk's rows.
+    assert batched.max_recording_buffer_bytes <= budget_bytes + largest_batch < talk_payload
+
+    def files(root):
+        return {p.rsplit("/", 1)[-1]: p for p in root.fs.find(root.path(layout.hf_dataset_dir(DATASET)))}
+
+    whole, bounded = files(data_root), files(other)
+    talk_files = [name for name, path in bounded.items() if name.endswith(".parquet") and holds_talk(path)]
+    assert len(talk_files) == 1
+    # The files without the talk are the same bytes (their names end in their content's digest).
+    assert {n for n in whole if n.endswith(".parquet")} - {n for n in bounded} == {
+        n for n in whole if n.endswith(".parquet") and holds_talk(whole[n])
+    }
+    (whole_talk,) = (path for name, path in whole.items() if name.endswith(".parquet") and holds_talk(path))
+    assert pq.ParquetFile(whole_talk).metadata.num_row_groups == 1  # within the budget: one row group, as ever
+    metadata = pq.ParquetFile(bounded[talk_files[0]]).metadata
+    assert metadata.num_row_groups >= 3
+    table = pq.read_table(bounded[talk_files[0]])
+    offset = 0
+    for group in range(metadata.num_row_groups):
+        rows = metadata.row_group(group).num_rows
+        audio = sum(len(a["bytes"]) for a in table["audio"].slice(offset, rows).to_pylist())
+        assert audio <= budget_bytes or rows <= 2  # within the budget, or one batch that alone passes it
+        offset += rows
+    # The `datasets` reader reads the same rows, audio bytes included, in the same splits.
+    assert published_rows(other) == published_rows(data_root)
+
+
+def holds_talk(path: str) -> bool:
+    keys = pq.read_table(path, columns=["key"])["key"]
+    return pc.any(pc.starts_with(keys, "talk+")).as_py()
+
+
+def talk_audio_sizes(data_root: DataRoot) -> list[int]:
+    """The talk's segments' FLAC sizes, in the order they are cut."""
+    paths = [p for p in data_root.fs.find(data_root.path(layout.hf_dataset_dir(DATASET))) if p.endswith(".parquet")]
+    table = next(pq.read_table(p) for p in paths if holds_talk(p))
+    return [len(a["bytes"]) for a in table["audio"].to_pylist()]
+
+
+def published_rows(data_root: DataRoot) -> dict:
+    splits = datasets.load_dataset(data_root.path(layout.hf_dataset_dir(DATASET)), "de")
+    return {
+        (split, row["key"]): row
+        for split, table in splits.items()
+        for row in table.cast_column("audio", datasets.Audio(decode=False))
+    }
