@@ -21,7 +21,7 @@ from speechdata.hf import segment_writer
 from speechdata.hf.country_build import refresh_country
 from speechdata.hf.dataset import DatasetOptions
 from speechdata.hf.filters import SegmentLimits, filter_reasons
-from speechdata.hf.segments import shard_country_segments
+from speechdata.hf.segments import published_shard_index, shard_country_segments
 from speechdata.hf.splits import SplitTargets
 from speechdata.io import layout
 from speechdata.io.storage import DataRoot
@@ -164,6 +164,19 @@ def test_a_recording_past_the_row_group_budget_is_written_in_bounded_row_groups_
         offset += rows
     # The `datasets` reader reads the same rows, audio bytes included, in the same splits.
     assert published_rows(other) == published_rows(data_root)
+
+
+def test_the_segment_rows_of_a_long_recording_do_not_each_carry_its_landed_json(published):
+    data_root, _, _ = published
+    landed = data_root.read_parquet(layout.utterance_index(SHARD))
+    talk_json = len(landed.filter(pc.equal(landed["utt_id"], "talk"))["extra"][0].as_py())
+    index = published_shard_index(data_root, SHARD)
+    talk_rows = sum(1 for key in index["utt_id"].to_pylist() if utterance_of_key(key) == "talk")
+    assert talk_rows >= 5
+    # The JSON (a 2-hour recording's holds its whole transcript twice) is unpacked, then dropped: kept,
+    # each segment row copied it (401 segments of a 2-hour recording: ~80 MB).
+    assert "extra" not in index.column_names
+    assert index.nbytes < landed.nbytes + talk_rows * talk_json / 2
 
 
 def holds_talk(path: str) -> bool:
