@@ -4,6 +4,7 @@ every segment in the recording's split, read back with `datasets.load_dataset`; 
 a recording none of whose segments passes is accounted for, and a refresh with nothing new writes
 nothing."""
 
+import functools
 import hashlib
 import io
 
@@ -43,18 +44,13 @@ def dataset_files(data_root: DataRoot) -> dict[str, str]:
     return {p: hashlib.sha256(data_root.fs.cat_file(p)).hexdigest() for p in paths}
 
 
-def land(data_root: DataRoot) -> dict:
+@pytest.fixture(scope="module")
+def published(tmp_path_factory):
+    data_root = DataRoot(str(tmp_path_factory.mktemp("hf-long")))
     words = land_long_recording_shard(
         data_root, SHARD, country="de", language="de", aligned_json=True, short_utterances=3
     )
     run_raw_shards(data_root, SHARD)
-    return words
-
-
-@pytest.fixture(scope="module")
-def published(tmp_path_factory):
-    data_root = DataRoot(str(tmp_path_factory.mktemp("hf-long")))
-    words = land(data_root)
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(budget, "MAX_UTTERANCE_SECONDS", 60.0)  # the 150 s talk may not be decoded whole
         build = refresh_country(data_root, "de", OPTIONS, SplitTargets(test=0.2, validation=0.2))
@@ -67,13 +63,7 @@ def published(tmp_path_factory):
 def test_each_segment_is_a_row_with_its_words_audio_and_timings_in_the_recordings_split(published):
     data_root, words, build = published
     assert not build.build.errors
-    splits = datasets.load_dataset(data_root.path(layout.hf_dataset_dir(DATASET)), "de")
-    rows = {
-        row["key"]: (split, row)
-        for split, table in splits.items()
-        # The FLAC bytes as stored (decoding through `datasets` costs seconds a row).
-        for row in table.cast_column("audio", datasets.Audio(decode=False))
-    }
+    rows = {key: (split, row) for (split, key), row in published_rows(data_root, DATASET).items()}
     spans = segment_spans(data_root, SHARD)["talk"]
     keys = [segment_key("talk", position) for position, *_ in spans]
     assert set(rows) == {*keys, "clip00", "clip01", "clip02"}  # the 90 s lecture is filtered too_long
@@ -124,38 +114,31 @@ def test_every_segment_of_a_recording_the_near_duplicate_stage_rejected_is_filte
 
 
 def test_a_recording_past_the_row_group_budget_is_written_in_bounded_row_groups_with_the_same_rows(
-    published, tmp_path, monkeypatch
+    published, monkeypatch
 ):
     data_root, _, build = published
     talk_payload = build.build.max_recording_buffer_bytes  # the talk's rows, held whole within the budget
     budget_bytes = talk_payload // 3
-    other = DataRoot(str(tmp_path))
-    land(other)
     monkeypatch.setattr(budget, "MAX_UTTERANCE_SECONDS", 60.0)
     monkeypatch.setattr(segment_writer, "ROWS_PER_BATCH", 2)
     monkeypatch.setattr(segment_writer, "ROW_GROUP_BYTES", budget_bytes)
-    batched = refresh_country(other, "de", OPTIONS, SplitTargets(test=0.2, validation=0.2)).build
+    # The same shard into a second dataset of the same root (each dataset has its own files and state).
+    bounded_options = DatasetOptions(dataset="bounded", limits=OPTIONS.limits, sample_rate=RATE)
+    batched = refresh_country(data_root, "de", bounded_options, SplitTargets(test=0.2, validation=0.2)).build
     assert not batched.errors
-    sizes = talk_audio_sizes(data_root)
+    sizes = talk_audio_sizes(data_root, DATASET)
     largest_batch = max(sum(sizes[i : i + 2]) for i in range(0, len(sizes), 2)) * 1.1  # text too
     # Memory held at most the budget (plus the batch that passed it), not the talk's rows.
     assert batched.max_recording_buffer_bytes <= budget_bytes + largest_batch < talk_payload
-
-    def files(root):
-        return {p.rsplit("/", 1)[-1]: p for p in root.fs.find(root.path(layout.hf_dataset_dir(DATASET)))}
-
-    whole, bounded = files(data_root), files(other)
-    talk_files = [name for name, path in bounded.items() if name.endswith(".parquet") and holds_talk(path)]
-    assert len(talk_files) == 1
-    # The files without the talk are the same bytes (their names end in their content's digest).
-    assert {n for n in whole if n.endswith(".parquet")} - {n for n in bounded} == {
-        n for n in whole if n.endswith(".parquet") and holds_talk(whole[n])
-    }
-    (whole_talk,) = (path for name, path in whole.items() if name.endswith(".parquet") and holds_talk(path))
+    whole, bounded = parquet_files(data_root, DATASET), parquet_files(data_root, "bounded")
+    (whole_talk,) = (path for path in whole.values() if holds_talk(path))
+    (bounded_talk,) = (path for path in bounded.values() if holds_talk(path))
     assert pq.ParquetFile(whole_talk).metadata.num_row_groups == 1  # within the budget: one row group, as ever
-    metadata = pq.ParquetFile(bounded[talk_files[0]]).metadata
+    # The files without the talk are the same bytes (their names end in their content's digest).
+    assert set(whole) - set(bounded) == {whole_talk.rsplit("/", 1)[-1]}
+    metadata = pq.ParquetFile(bounded_talk).metadata
     assert metadata.num_row_groups >= 3
-    table = pq.read_table(bounded[talk_files[0]])
+    table = pq.read_table(bounded_talk)
     offset = 0
     for group in range(metadata.num_row_groups):
         rows = metadata.row_group(group).num_rows
@@ -163,7 +146,7 @@ def test_a_recording_past_the_row_group_budget_is_written_in_bounded_row_groups_
         assert audio <= budget_bytes or rows <= 2  # within the budget, or one batch that alone passes it
         offset += rows
     # The `datasets` reader reads the same rows, audio bytes included, in the same splits.
-    assert published_rows(other) == published_rows(data_root)
+    assert published_rows(data_root, "bounded") == published_rows(data_root, DATASET)
 
 
 def test_the_segment_rows_of_a_long_recording_do_not_each_carry_its_landed_json(published):
@@ -179,22 +162,30 @@ def test_the_segment_rows_of_a_long_recording_do_not_each_carry_its_landed_json(
     assert index.nbytes < landed.nbytes + talk_rows * talk_json / 2
 
 
+def parquet_files(data_root: DataRoot, dataset: str) -> dict[str, str]:
+    """``{file name: path}`` of the dataset's parquet files."""
+    paths = data_root.fs.find(data_root.path(layout.hf_dataset_dir(dataset)))
+    return {p.rsplit("/", 1)[-1]: p for p in paths if p.endswith(".parquet")}
+
+
 def holds_talk(path: str) -> bool:
     keys = pq.read_table(path, columns=["key"])["key"]
     return pc.any(pc.starts_with(keys, "talk+")).as_py()
 
 
-def talk_audio_sizes(data_root: DataRoot) -> list[int]:
+def talk_audio_sizes(data_root: DataRoot, dataset: str) -> list[int]:
     """The talk's segments' FLAC sizes, in the order they are cut."""
-    paths = [p for p in data_root.fs.find(data_root.path(layout.hf_dataset_dir(DATASET))) if p.endswith(".parquet")]
-    table = next(pq.read_table(p) for p in paths if holds_talk(p))
+    table = next(pq.read_table(p) for p in parquet_files(data_root, dataset).values() if holds_talk(p))
     return [len(a["bytes"]) for a in table["audio"].to_pylist()]
 
 
-def published_rows(data_root: DataRoot) -> dict:
-    splits = datasets.load_dataset(data_root.path(layout.hf_dataset_dir(DATASET)), "de")
+@functools.cache
+def published_rows(data_root: DataRoot, dataset: str) -> dict:
+    """``{(split, key): row}`` of the dataset as `datasets.load_dataset` reads it (read once per dataset)."""
+    splits = datasets.load_dataset(data_root.path(layout.hf_dataset_dir(dataset)), "de")
     return {
         (split, row["key"]): row
         for split, table in splits.items()
+        # The FLAC bytes as stored (decoding through `datasets` costs seconds a row).
         for row in table.cast_column("audio", datasets.Audio(decode=False))
     }

@@ -83,9 +83,9 @@ def test_a_sum_of_blocks_in_order_is_not_numpys_sum(monkeypatch):
     assert blocked_sum(lambda a, b: values[a:b], 0, values.size, 4096) == float(np.add.reduce(values))
 
 
-@pytest.mark.parametrize("block", [1000, 4096, 1 << 20])
+@pytest.mark.parametrize("block", [4096, 1 << 20])
 def test_every_blocked_signal_equals_the_whole_utterances_value(monkeypatch, block):
-    samples = talk(75.0)  # 1.8 M samples: more than one default block
+    samples = talk(50.0)  # 1.2 M samples: more than one default block
     monkeypatch.setattr(signals, "SIGNAL_BLOCK_SAMPLES", block)
     assert level_dbfs(samples) == whole_level_dbfs(samples)
     share = silence_share(samples, RATE)
