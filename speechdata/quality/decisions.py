@@ -66,14 +66,21 @@ def excluded_utterances(data_root: DataRoot, shard_id: str, product: str) -> dic
 
 
 def _segmented_for_length_alone(data_root: DataRoot, shard_id: str, excluded: Exclusions) -> set[str]:
-    """The utterances failed on their length alone (a decision's detail lists every other failed rule as
-    "(also ...)") that the ``alignments`` stage cut into ``segment`` rows: published as those segments."""
-    length_only = [u for u, (reason, detail) in excluded.items() if reason == TOO_LONG and "(also " not in detail]
+    """The utterances failed on their length alone that the ``alignments`` stage cut into ``segment``
+    rows: published as those segments."""
+    length_only = [u for u, exclusion in excluded.items() if failed_on_length_alone(exclusion)]
     if not length_only or not data_root.exists(layout.alignments(shard_id)):
         return set()
     table = data_root.read_parquet(layout.alignments(shard_id), columns=["utt_id", "level"])
     table = table.filter(pc.equal(table["level"], "segment"))
     return set(length_only) & set(pc.unique(table["utt_id"]).to_pylist())
+
+
+def failed_on_length_alone(exclusion: tuple[str, str]) -> bool:
+    """The quality policy failed the utterance on its length alone (a decision's detail lists every other
+    rule that failed as "(also ...)")."""
+    reason, detail = exclusion
+    return reason == TOO_LONG and "(also " not in detail
 
 
 def exclusion_rejects(excluded: Exclusions, utt_ids: Iterable[str], stage: str) -> list[Reject]:
