@@ -40,7 +40,8 @@ from speechdata.io.faults import KILL_AT_ENV
 from speechdata.io.storage import LEAVE_ORPHAN_TEMPS_ENV, TEMP_PREFIX, DataRoot
 from speechdata.landing.mark import mark_landed
 from speechdata.quality.paths import quality_decisions, quality_signals
-from speechdata.testing.shards import build_sample_shard, load_clips
+from speechdata.testing.long_recordings import write_clip_talk
+from speechdata.testing.shards import build_sample_shard
 from tests.integration.materialize_shard import EVERY_SHARD_ASSET, PEAK_RSS_PREFIX
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -78,21 +79,11 @@ def land_shard_with_a_two_hour_recording(root: DataRoot) -> None:
     with sf.SoundFile(root.path(f"{layout.landing_audio_dir(SHARD)}/{LONG_UTT}.wav"), "w", rate, 1, "PCM_16") as out:
         for _ in range(120):
             out.write(minute)
-    english = [c for c in load_clips() if c.language == "en"]
-    talk_rate = english[0].sample_rate
-    clips = [c for c in english if c.sample_rate == talk_rate and c.samples.ndim == 1]
-    gap = np.zeros(int(0.4 * talk_rate), np.float32)
-    said, frames = [], 0
-    with sf.SoundFile(root.path(f"{layout.landing_audio_dir(SHARD)}/{TALK}.wav"), "w", talk_rate, 1, "PCM_16") as out:
-        while frames < TALK_S * talk_rate:
-            clip = clips[len(said) % len(clips)]
-            out.write(np.concatenate([gap, clip.samples]))
-            frames += gap.size + clip.samples.size
-            said.append(clip.text)
+    talk = write_clip_talk(root.path(f"{layout.landing_audio_dir(SHARD)}/{TALK}.wav"), TALK_S)
     metadata = pq.read_table(root.path(layout.landing_metadata(SHARD)))
     first = metadata.slice(0, 1).to_pylist()[0]
     rows = []
-    for utt_id, text in ((LONG_UTT, "a very long talk " * 1000), (TALK, " ".join(said))):
+    for utt_id, text in ((LONG_UTT, "a very long talk " * 1000), (TALK, talk.transcript)):
         row = dict.fromkeys(metadata.schema.names)
         row.update(utt_id=utt_id, audio_path=f"{utt_id}.wav", text=text, language="en", source=first.get("source"))
         rows.append(row)
