@@ -66,7 +66,7 @@ def materialize_features(
 
 
 # The model pin is part of the code version: a new model revision marks every shard stale.
-@shard_asset(code_version=model_bound("qwen_hidden_states", "qwen_hidden_states-v1+", QWEN), **FEATURE_ASSET)
+@shard_asset(code_version=model_bound("qwen_hidden_states", "qwen_hidden_states-v2+", QWEN), **FEATURE_ASSET)
 def qwen_hidden_states(
     context: dg.AssetExecutionContext,
     data_root: DataRootResource,
@@ -86,7 +86,7 @@ def qwen_hidden_states(
     yield from materialize_features(context, data_root, torch_device, gpu_workers, "qwen", qwen)
 
 
-@shard_asset(code_version=model_bound("wavlm_features", "wavlm_features-v1+", WAVLM), **FEATURE_ASSET)
+@shard_asset(code_version=model_bound("wavlm_features", "wavlm_features-v2+", WAVLM), **FEATURE_ASSET)
 def wavlm_features(
     context: dg.AssetExecutionContext,
     data_root: DataRootResource,

@@ -28,7 +28,7 @@ class BridgeTarsConfig(dg.Config):
 @shard_asset(
     deps=[qwen_hidden_states, wavlm_features],
     kinds={"webdataset"},
-    code_version="bridge_tars-v4",
+    code_version="bridge_tars-v5",
     checks={
         "tars_read_back_with_webdataset": "Every tar opens with the real webdataset reader, holds exactly the "
         "packed keys, and every sample's arrays agree (T and F).",
@@ -96,7 +96,7 @@ def _pack_one_shard(context: dg.AssetExecutionContext, config: BridgeTarsConfig,
 @shard_asset(
     deps=[bridge_tars],
     kinds={"parquet"},
-    code_version="shard_manifest-v4",
+    code_version="shard_manifest-v5",
     checks={
         "every_utterance_accounted_for": "The bridge ledger balances: landed = packed + distinct rejected by "
         "the stages bridge tuples depend on (speechdata.accounting.ledgers.PRODUCT_STAGES), none in both. Checked before "

@@ -81,7 +81,6 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks.report import RssSampler, emit, leave_measured, progress, ratio, stdout_to_stderr
-from speechdata.alignment.table import TimedUnit
 from speechdata.testing.long_recordings import ALIGNED_JSON_COLUMNS
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -425,34 +424,21 @@ def land_talk(root: str, minutes: float) -> dict:
     sample clips with its transcript (module docstring)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
-    import soundfile as sf
 
     from speechdata.io import layout
     from speechdata.io.storage import DataRoot
     from speechdata.landing.mark import mark_landed
-    from speechdata.testing.shards import build_sample_shard, load_clips
+    from speechdata.testing.long_recordings import write_clip_talk
+    from speechdata.testing.shards import build_sample_shard
 
     data_root = DataRoot(root)
     build_sample_shard(data_root, SHARD, 1, seed=3, long_recordings=0, complete=False)
-    clip_spans = []
-    english = [c for c in load_clips() if c.language == "en"]
-    rate = english[0].sample_rate
-    clips = [c for c in english if c.sample_rate == rate and c.samples.ndim == 1]
-    gap = np.zeros(int(0.4 * rate), np.float32)
-    words, frames = [], 0
-    with sf.SoundFile(data_root.path(f"{layout.landing_audio_dir(SHARD)}/{TALK}.wav"), "w", rate, 1, "PCM_16") as out:
-        while frames < minutes * 60 * rate:
-            clip = clips[len(words) % len(clips)]
-            out.write(gap)
-            out.write(clip.samples)
-            clip_spans.append((frames + gap.size, frames + gap.size + clip.samples.shape[0]))
-            frames += gap.size + clip.samples.shape[0]
-            words.append(clip.text)
+    talk = write_clip_talk(data_root.path(f"{layout.landing_audio_dir(SHARD)}/{TALK}.wav"), minutes * 60)
     metadata = pq.read_table(data_root.path(layout.landing_metadata(SHARD)))
     # The aligned-JSON fields make the shard one the Hugging Face dataset publishes (the talk's country).
     for name, kind in ALIGNED_JSON_COLUMNS.items():
         metadata = metadata.append_column(name, pa.nulls(metadata.num_rows, kind))
-    text = " ".join(words)
+    text = talk.transcript
     row = {**metadata.slice(0, 1).to_pylist()[0], "utt_id": TALK, "audio_path": f"{TALK}.wav"}
     row.update(text=text, language="en", country=TALK_COUNTRY, start_s=None, end_s=None)
     row.update(human_text=text, asr_text=text, cer=0.0, video_id=TALK, transcript_id="t0")
@@ -462,19 +448,11 @@ def land_talk(root: str, minutes: float) -> dict:
         data_root.path(layout.landing_metadata(SHARD)),
     )
     mark_landed(data_root, SHARD)
-    timed = []
-    for clip_text, (first, last) in zip(words, clip_spans, strict=True):
-        spoken = clip_text.split()
-        step = (last - first) / len(spoken)
-        timed += [
-            TimedUnit(w, int((first + i * step) * 1000 / rate), int((first + (i + 1) * step) * 1000 / rate))
-            for i, w in enumerate(spoken)
-        ]
     return {
-        "seconds": round(frames / rate, 1),
+        "seconds": round(talk.n_samples / talk.sample_rate, 1),
         "words": len(text.split()),
-        "source_rate": rate,
-        "timed_words": timed,
+        "source_rate": talk.sample_rate,
+        "timed_words": talk.timed_words(),
     }
 
 

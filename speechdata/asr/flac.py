@@ -53,6 +53,7 @@ from speechdata.io.safe_tar import TarAudit, UnsafeMember, audit_tar, contained_
 from speechdata.io.storage import DataRoot
 from speechdata.landing.landed_audio import AudioNotFound, LandedAudio
 from speechdata.landing.normalize import SegmentRequest, segment_requests
+from speechdata.quality.decisions import failed_on_length_alone
 
 STAGE = "asr_flac"
 ASR_SAMPLE_RATE = 16_000
@@ -70,10 +71,6 @@ ASR_FLAC_INDEX_SCHEMA = pa.schema(
 )
 """``text`` is set on the rows of a long recording's segments only (their words); an utterance's
 text is the utterance index's."""
-
-TOO_LONG = "too_long"
-"""The quality policy's length rule: a long recording published as segments is judged segment by
-segment by the manifest's own duration filter instead."""
 
 
 def pcm16(samples: np.ndarray) -> np.ndarray:
@@ -260,7 +257,7 @@ def _planned(
     for request in requests:
         segmented = is_long_recording(request) and request.utt_id in spans
         exclusion = excluded.get(request.utt_id)
-        if exclusion is not None and not (segmented and _only_too_long(exclusion)):
+        if exclusion is not None and not (segmented and failed_on_length_alone(exclusion)):
             rejects.append(Reject(request.utt_id, STAGE, *exclusion))
         elif segmented:
             cut = _segment_requests(request, spans[request.utt_id])
@@ -291,13 +288,6 @@ def _segment_requests(recording: SegmentRequest, spans: list[tuple[int, str, int
         if end_s > start_s:
             cut[SegmentRequest(segment_key(recording.utt_id, index), recording.audio_path, start_s, end_s)] = text
     return cut
-
-
-def _only_too_long(exclusion: tuple[str, str]) -> bool:
-    """The quality policy failed the recording on its length alone (its detail lists every other rule
-    that failed as "(also ...)")."""
-    reason, detail = exclusion
-    return reason == TOO_LONG and "(also " not in detail
 
 
 def _recordings_without_segments(rejects: list[Reject], written: set[str]) -> list[Reject]:

@@ -14,6 +14,7 @@ from collections.abc import Iterable, Mapping
 import pyarrow.compute as pc
 
 from speechdata.accounting.rejects import Reject
+from speechdata.io import layout
 from speechdata.io.storage import DataRoot
 from speechdata.quality.paths import near_duplicates, quality_decisions
 
@@ -22,6 +23,11 @@ NEAR_DUPLICATE_COLUMNS = ("utt_id", "representative_shard", "representative_utt"
 
 Exclusions = Mapping[str, tuple[str, str]]
 """``{utt_id: (reason, detail)}``."""
+
+TOO_LONG = "too_long"
+SEGMENTED_PRODUCTS = ("bridge", "asr")
+"""Products that publish a long recording as its aligned segments (at most ``MAX_SEGMENT_MS`` each), so
+the policy's longest-utterance rule judges the segments, not the recording."""
 
 
 def excluded_utterances(data_root: DataRoot, shard_id: str, product: str) -> dict[str, tuple[str, str]]:
@@ -38,6 +44,9 @@ def excluded_utterances(data_root: DataRoot, shard_id: str, product: str) -> dic
             table["utt_id"].to_pylist(), table["reason"].to_pylist(), table["detail"].to_pylist(), strict=True
         ):
             excluded[utt_id] = (reason, f"quality: {detail}")
+        if product in SEGMENTED_PRODUCTS:
+            for utt_id in _segmented_for_length_alone(data_root, shard_id, excluded):
+                del excluded[utt_id]
     relative = near_duplicates(shard_id)
     if data_root.exists(relative):
         table = data_root.read_parquet(relative)
@@ -54,6 +63,24 @@ def excluded_utterances(data_root: DataRoot, shard_id: str, product: str) -> dic
                 ),
             )
     return excluded
+
+
+def _segmented_for_length_alone(data_root: DataRoot, shard_id: str, excluded: Exclusions) -> set[str]:
+    """The utterances failed on their length alone that the ``alignments`` stage cut into ``segment``
+    rows: published as those segments."""
+    length_only = [u for u, exclusion in excluded.items() if failed_on_length_alone(exclusion)]
+    if not length_only or not data_root.exists(layout.alignments(shard_id)):
+        return set()
+    table = data_root.read_parquet(layout.alignments(shard_id), columns=["utt_id", "level"])
+    table = table.filter(pc.equal(table["level"], "segment"))
+    return set(length_only) & set(pc.unique(table["utt_id"]).to_pylist())
+
+
+def failed_on_length_alone(exclusion: tuple[str, str]) -> bool:
+    """The quality policy failed the utterance on its length alone (a decision's detail lists every other
+    rule that failed as "(also ...)")."""
+    reason, detail = exclusion
+    return reason == TOO_LONG and "(also " not in detail
 
 
 def exclusion_rejects(excluded: Exclusions, utt_ids: Iterable[str], stage: str) -> list[Reject]:

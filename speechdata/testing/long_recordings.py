@@ -11,6 +11,7 @@ bytes.
 
 from __future__ import annotations
 
+import dataclasses
 import io
 
 import numpy as np
@@ -22,6 +23,7 @@ from speechdata.alignment.table import TimedUnit, alignment_rows, alignments_tab
 from speechdata.io import layout
 from speechdata.io.storage import DataRoot
 from speechdata.landing.mark import mark_landed
+from speechdata.testing.shards import load_clips
 
 SOURCE_RATE = 22_050
 """Not the products' rates: every cut is resampled."""
@@ -150,3 +152,54 @@ def write_alignments(
         if duration_ms > MAX_SEGMENT_MS:
             rows += alignment_rows(utt_id, "segment", cut_segments(spoken, duration_ms))
     data_root.write_parquet(layout.alignments(shard_id), alignments_table(rows))
+
+
+@dataclasses.dataclass(frozen=True)
+class ClipTalk:
+    """A recording of the English sample clips one after another: what each clip says, where it lies
+    (first and last sample), and the recording's rate and length in samples."""
+
+    texts: list[str]
+    spans: list[tuple[int, int]]
+    sample_rate: int
+    n_samples: int
+
+    @property
+    def transcript(self) -> str:
+        return " ".join(self.texts)
+
+    def timed_words(self) -> list[TimedUnit]:
+        """Each clip's words spread evenly over the clip (a benchmark's reference times)."""
+        timed = []
+        for text, (first, last) in zip(self.texts, self.spans, strict=True):
+            spoken = text.split()
+            step = (last - first) / len(spoken)
+            timed += [
+                TimedUnit(
+                    word,
+                    int((first + i * step) * 1000 / self.sample_rate),
+                    int((first + (i + 1) * step) * 1000 / self.sample_rate),
+                )
+                for i, word in enumerate(spoken)
+            ]
+        return timed
+
+
+def write_clip_talk(path: str, seconds: float, gap_s: float = 0.4) -> ClipTalk:
+    """Write, as 16-bit WAV at ``path``, real speech at least ``seconds`` long: the English sample clips
+    of one rate in turn, each after ``gap_s`` of silence, written a clip at a time (hours of it never
+    sit in memory)."""
+    english = [c for c in load_clips() if c.language == "en"]
+    rate = english[0].sample_rate
+    clips = [c for c in english if c.sample_rate == rate and c.samples.ndim == 1]
+    gap = np.zeros(int(gap_s * rate), np.float32)
+    texts, spans, frames = [], [], 0
+    with sf.SoundFile(path, "w", rate, 1, "PCM_16") as out:
+        while frames < seconds * rate:
+            clip = clips[len(texts) % len(clips)]
+            out.write(gap)
+            out.write(clip.samples)
+            spans.append((frames + gap.size, frames + gap.size + clip.samples.shape[0]))
+            frames += gap.size + clip.samples.shape[0]
+            texts.append(clip.text)
+    return ClipTalk(texts, spans, rate, frames)

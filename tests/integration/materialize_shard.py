@@ -3,8 +3,9 @@
 python -m tests.integration.materialize_shard <data_root> <shard_id> <model_cache_dir> [ASSETS]
 
 With ``ASSETS`` (asset keys separated by commas, or ``every-shard-asset`` for every shard-partitioned
-asset of the code location: the per-shard job's and the on-demand ones) it materializes those once
-and exits with 0 or 1. Without, it imports Dagster, torch and the code location once, then serves runs: for each line
+asset of the code location: the per-shard job's and the on-demand ones) it materializes those once,
+prints ``peak_rss_bytes=N`` (the kernel's high-water mark of resident memory: this process's, or a
+worker's it started if larger) and exits with 0 or 1. Without, it imports Dagster, torch and the code location once, then serves runs: for each line
 ``<kill_point or -> <log_path>`` on stdin it forks a child that materializes the shard (its stdout
 and stderr go to ``log_path``), waits for it, and answers with the child's exit status on stdout as
 ``subprocess`` reports it (``-9`` for a SIGKILL). Each run is thus a separate process killed by a
@@ -12,6 +13,7 @@ real SIGKILL, started from the same freshly imported state, without paying the i
 """
 
 import os
+import resource
 import signal
 import sys
 
@@ -88,7 +90,20 @@ def serve(root: str, shard_id: str, model_cache_dir: str) -> None:
     os._exit(0)
 
 
+PEAK_RSS_PREFIX = "peak_rss_bytes="
+
+
+def peak_resident_bytes() -> int:
+    """The largest resident high-water mark of this process and the workers it has waited for (Linux
+    reports ``ru_maxrss`` in KiB)."""
+    own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    workers = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    return max(own, workers) * 1024
+
+
 if __name__ == "__main__":
     if len(sys.argv) > 4:
-        sys.exit(materialize(*sys.argv[1:5]))
+        code = materialize(*sys.argv[1:5])
+        print(f"{PEAK_RSS_PREFIX}{peak_resident_bytes()}", flush=True)
+        sys.exit(code)
     serve(*sys.argv[1:4])

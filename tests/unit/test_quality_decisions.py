@@ -6,6 +6,7 @@ import pytest
 
 from speechdata.alignment.greedy import greedy_transcript, normalized_reference
 from speechdata.alignment.transcript_units import CharVocabulary
+from speechdata.io import layout
 from speechdata.io.storage import DataRoot
 from speechdata.quality.decisions import excluded_utterances
 from speechdata.quality.paths import near_duplicates, quality_decisions
@@ -157,3 +158,25 @@ def test_a_near_duplicate_list_without_its_columns_is_refused_naming_the_file(tm
     root.write_parquet(near_duplicates("s1"), pa.table({"utt_id": ["a"]}))
     with pytest.raises(ValueError, match="near_duplicates.parquet.*representative_shard"):
         excluded_utterances(root, "s1", "bridge")
+
+
+def test_a_recording_too_long_alone_is_published_as_its_segments_and_any_other_failure_keeps_it_out(tmp_path):
+    root = DataRoot(str(tmp_path / "data"))
+    too_long = "duration_s 62.33 s > 30 s"
+    rows = [
+        {"utt_id": u, "product": p, "reason": "too_long", "detail": d, "policy_sha256": "d"}
+        for u, d in [("talk", too_long), ("noisy", too_long + " (also low_snr: snr_db 2.0 < 5)"), ("whole", too_long)]
+        for p in ("bridge", "asr", "translation")
+    ]
+    root.write_parquet(quality_decisions("s1"), pa.Table.from_pylist(rows, schema=QUALITY_DECISIONS_SCHEMA))
+    assert set(excluded_utterances(root, "s1", "bridge")) == {"talk", "noisy", "whole"}  # not aligned yet
+    segments = [
+        {"utt_id": u, "level": level, "index": i}
+        for u in ("talk", "noisy", "whole")
+        for level, i in [("word", 0), ("segment", 0), ("segment", 1)]
+        if level == "word" or u != "whole"
+    ]
+    root.write_parquet(layout.alignments("s1"), pa.Table.from_pylist(segments))
+    for product in ("bridge", "asr"):
+        assert set(excluded_utterances(root, "s1", product)) == {"noisy", "whole"}
+    assert set(excluded_utterances(root, "s1", "translation")) == {"talk", "noisy", "whole"}
