@@ -114,7 +114,7 @@ def hf_split_assignments(
     partitions_def=country_partitions,
     deps=[hf_split_assignments],
     kinds={"huggingface", "parquet"},
-    code_version="hf_dataset-v7",
+    code_version="hf_dataset-v8",
 )
 def hf_dataset(
     context: dg.AssetExecutionContext,

@@ -54,6 +54,14 @@ and segment rows written from its clips' known times (each clip's words spread e
 the ``alignments`` stage cuts them: no model), then ``asr_flac``, ``asr_manifest`` and ``hf_dataset``.
 It measures the products' own memory on long recordings in minutes where the whole pipeline takes
 hours on 2 CPUs.
+
+``--whole-path``: ``quality_signals``' whole-decode path alone (an utterance up to the 30-minute
+whole-decode budget is decoded whole and measured at once): per length, a fresh process loads the
+tiny profile's quality models, builds one utterance of ``--minutes`` of the English sample clips at
+24 kHz (the normalized rate) and measures it as the stage measures a chunk (``_measure_chunk``, then
+the speaker signals), the process's peak RSS sampled every 20 ms, and every signal and model call's
+own peak and the memory it added above the RSS at its start (the samples themselves are held
+throughout: 10 minutes of float32 at 24 kHz is 55 MB).
 """
 
 from __future__ import annotations
@@ -623,6 +631,123 @@ def pipeline(minutes: list[float], products_only: bool = False) -> dict:
     return {"baseline_minutes": minutes[0], "runs": runs}
 
 
+WHOLE_PATH_RATE = 24_000
+WHOLE_PATH_CALLS = (
+    "resample",
+    "detect_speech",
+    "level_dbfs",
+    "effective_bandwidth_hz",
+    "wada_snr_db",
+    "silence_share",
+    "speech_snr_db",
+    "dc_offset_ratio",
+    "mains_hum_share",
+)
+"""The stage module's functions profiled one by one on the whole path (``speechdata.quality.stage``)."""
+
+
+def _measure_whole_path(minutes: float, model_cache_dir: str) -> dict:
+    """``quality_signals``' whole path on one utterance of ``minutes`` (module docstring), in this fresh process."""
+    import functools
+
+    from speechdata.audio.codec import resample
+    from speechdata.quality import stage
+    from speechdata.testing.shards import load_clips
+    from tests.tiny_resources import tiny_resources_for
+
+    calls: dict[str, dict] = {}
+
+    def profiled(name: str, function):
+        @functools.wraps(function)
+        def call(*args, **kwargs):
+            with RssSampler() as rss:
+                started = time.perf_counter()
+                result = function(*args, **kwargs)
+            calls[name] = {
+                "added_mb": round(rss.added_mb, 1),
+                "peak_mb": round(rss.peak_mb, 1),
+                "wall_s": round(time.perf_counter() - started, 2),
+            }
+            return result
+
+        return call
+
+    workdir = tempfile.mkdtemp(prefix="bench_long_form_whole_")
+    try:
+        resources = tiny_resources_for(workdir, model_cache_dir)
+        device, models = resources["torch_device"], resources["quality_models"]
+        vad = resources["vad"]
+        vad_model = vad.model()
+        audio_language, speech_quality = models.audio_language(device), models.speech_quality(device)
+        dnsmos, speakers = models.dnsmos(), models.speaker_encoder(device)
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    english = [c for c in load_clips() if c.language == "en" and c.samples.ndim == 1]
+    pieces, frames, texts = [], 0, []
+    gap = np.zeros(int(0.4 * WHOLE_PATH_RATE), np.float32)
+    while frames < minutes * 60 * WHOLE_PATH_RATE:
+        clip = english[len(texts) % len(english)]
+        voice = resample(np.asarray(clip.samples, np.float32), clip.sample_rate, WHOLE_PATH_RATE)
+        pieces += [gap, voice]
+        frames += gap.size + voice.size
+        texts.append(clip.text)
+    samples = np.concatenate(pieces)
+    del pieces
+    for name in WHOLE_PATH_CALLS:
+        setattr(stage, name, profiled(name, getattr(stage, name)))
+    audio_language.identify = profiled("audio_language", audio_language.identify)
+    speech_quality.mos = profiled("mos", speech_quality.mos)
+    dnsmos.score = profiled("dnsmos", dnsmos.score)
+    speakers.signals_many = profiled("speakers", speakers.signals_many)
+    pending = [("talk", samples, WHOLE_PATH_RATE)]
+    rows: dict[str, dict] = {"talk": {}}
+    with RssSampler() as whole:
+        started = time.perf_counter()
+        audios_16k = stage._measure_chunk(
+            pending,
+            rows,
+            {"talk": " ".join(texts)},
+            {"talk": 0.0},  # the container's clipping, as the stage reads it
+            vad_model,
+            vad.params(),
+            audio_language,
+            speech_quality,
+            dnsmos,
+        )
+        evidence: dict = {}
+        stage._measure_speakers(pending, audios_16k, speakers, evidence)
+        wall = time.perf_counter() - started
+    return {
+        "minutes": minutes,
+        "seconds": round(samples.size / WHOLE_PATH_RATE, 1),
+        "samples_mb": round(samples.nbytes / 2**20, 1),
+        "rss_before_mb": round(whole.peak_mb - whole.added_mb, 1),
+        "peak_rss_mb": round(whole.peak_mb, 1),
+        "wall_s": round(wall, 1),
+        "calls": calls,
+        "signals": {k: rows["talk"][k] for k in ("level_dbfs", "snr_db", "silence_share", "dc_offset_ratio")},
+    }
+
+
+def whole_path(minutes: list[float]) -> dict:
+    """Each length's whole-path profile in a fresh process; peaks against the first length's."""
+    model_cache_dir = tempfile.mkdtemp(prefix="bench_long_form_models_")
+    try:
+        points = []
+        for m in minutes:
+            point = _child(["whole_path", m, model_cache_dir])
+            progress(
+                f"{m} min: whole path {point['peak_rss_mb']} MB {point['wall_s']} s; "
+                + ", ".join(f"{k} +{v['added_mb']} MB" for k, v in point["calls"].items())
+            )
+            points.append(point)
+    finally:
+        shutil.rmtree(model_cache_dir, ignore_errors=True)
+    for point in points[1:]:
+        point["peak_ratio_over_baseline"] = ratio(point["peak_rss_mb"], points[0]["peak_rss_mb"])
+    return {"baseline_minutes": minutes[0], "points": points}
+
+
 def _talk_keys(data_root, output) -> int:
     keys = data_root.read_parquet(output(SHARD), columns=["utt_id"])["utt_id"].to_pylist()
     return sum(1 for key in keys if key.startswith(f"{TALK}+"))
@@ -638,7 +763,7 @@ def _child(arguments: list[str]) -> dict:
         env={
             **os.environ,
             "PYTHONPATH": str(ROOT),
-            **({"SPEECHDATA_PROFILE": "tiny"} if arguments[0] == "pipeline" else {}),
+            **({"SPEECHDATA_PROFILE": "tiny"} if arguments[0] in ("pipeline", "whole_path") else {}),
         },
     )
     if completed.returncode != 0:
@@ -677,6 +802,9 @@ def main() -> None:
         type=float,
         help="pipeline: the whole-decode budget (SPEECHDATA_MAX_UTTERANCE_SECONDS) for every stage process",
     )
+    parser.add_argument(
+        "--whole-path", action="store_true", help="quality_signals' whole-decode path alone, per length (docstring)"
+    )
     parser.add_argument("--measure", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.measure is not None:
@@ -686,11 +814,21 @@ def main() -> None:
             "stage": _measure_stage,
             "pipeline": _measure_pipeline_asset,
             "product": _measure_product_step,
+            "whole_path": _measure_whole_path,
         }[kind]
         with stdout_to_stderr():
             figures = measure(*rest)
         print(json.dumps(figures))
         leave_measured()
+    if args.whole_path:
+        with stdout_to_stderr():
+            figures = whole_path(args.minutes)
+        emit(
+            "long_form_quality_whole_path",
+            {"minutes": args.minutes, "profile": "tiny", "rate": WHOLE_PATH_RATE},
+            figures,
+        )
+        return
     if args.pipeline or args.products:
         if args.whole_decode_s is not None:  # read by the stage processes, which inherit it
             os.environ["SPEECHDATA_MAX_UTTERANCE_SECONDS"] = str(args.whole_decode_s)

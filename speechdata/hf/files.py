@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import pyarrow as pa
@@ -75,17 +76,20 @@ class SplitSink:
         self._writer = None
         self.result = SplitFiles(split)
 
-    def append(self, table: pa.Table, payload: int) -> None:
+    def append(self, tables: pa.Table | Iterable[pa.Table], payload: int) -> None:
+        """One recording's rows (``payload`` bytes), in the current file or a new one: a table, or the
+        tables of a long recording (one row group each)."""
         current = self.parts[-1]["payload"] if self.parts else 0
         if self._writer is None or (current and current + payload > self.max_file_bytes * (1 - PARQUET_RESERVE)):
             self._roll()
-        self._writer.write_table(table)
         part = self.parts[-1]
-        part["rows"] += table.num_rows
-        if "text_source" in table.column_names:
-            part["pseudo_labels"] += pc.sum(pc.equal(table["text_source"], TEXT_SOURCE_ASR)).as_py() or 0
+        for table in [tables] if isinstance(tables, pa.Table) else tables:
+            self._writer.write_table(table)
+            part["rows"] += table.num_rows
+            if "text_source" in table.column_names:
+                part["pseudo_labels"] += pc.sum(pc.equal(table["text_source"], TEXT_SOURCE_ASR)).as_py() or 0
+            part["keys"].extend(zip(table["shard_id"].to_pylist(), table["key"].to_pylist(), strict=True))
         part["payload"] += payload
-        part["keys"].extend(zip(table["shard_id"].to_pylist(), table["key"].to_pylist(), strict=True))
         self.payload_bytes += payload
 
     def _roll(self) -> None:

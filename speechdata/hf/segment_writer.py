@@ -1,12 +1,15 @@
 """Cut segments out of landed recordings and stream them into a split's parquet files.
 
 Rows follow the published dataset's features (:func:`hf_features`) plus ``shard_id``: a row is identified by
-``(shard_id, key)``. Memory holds one landed file's encoded segments at a time.
+``(shard_id, key)``. Memory holds one landed file's encoded segments at a time, up to
+:data:`ROW_GROUP_BYTES` of them (:class:`RecordingRows`): a longer recording's rows wait in an
+anonymous temporary file and are written in row groups of about that size.
 """
 
 from __future__ import annotations
 
 import contextlib
+import tempfile
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
@@ -58,6 +61,79 @@ def hf_features(sample_rate: int) -> datasets.Features:
 ROWS_PER_BATCH = 16
 """Rows turned into Arrow at once while a recording is cut (a long recording has hundreds)."""
 
+ROW_GROUP_BYTES = 16_000_000
+"""Encoded payload of one recording's rows held in memory, and of one row group of a longer recording.
+
+A recording within it is written as one row group, as it always was (the same file bytes); 2 hours
+of 16 kHz FLAC are 148 MB, and holding them made a build's memory grow with the recording."""
+
+
+class RecordingRows:
+    """One recording's encoded rows as they are cut, :data:`ROWS_PER_BATCH` at a time: held in memory
+    up to :data:`ROW_GROUP_BYTES` of payload, past that moved to an anonymous temporary file (Arrow
+    IPC; gone with the process, whatever kills it). Iterating gives the tables to write, one row
+    group each: the held rows as one table, or the file's read back in groups of about that payload."""
+
+    def __init__(self, schema: pa.Schema):
+        self.schema = schema
+        self.payload = 0
+        self.most_held = 0
+        """The most payload held in memory at once."""
+        self._held: list[tuple[pa.Table, int]] = []
+        self._spill = None
+        self._spilled: list[tuple[int, int]] = []
+        """``(record batches, payload)`` of each table in the file, in order."""
+
+    def add(self, table: pa.Table, payload: int) -> None:
+        self.payload += payload
+        if self._spill is None:
+            self._held.append((table, payload))
+            held = sum(p for _, p in self._held)
+            self.most_held = max(self.most_held, held)
+            if held <= ROW_GROUP_BYTES:
+                return
+            # Closed once read back (or with this object): it outlives the block that opens it.
+            handle = tempfile.TemporaryFile()  # noqa: SIM115
+            self._spill = (handle, pa.ipc.new_stream(handle, self.schema))
+            held, self._held = self._held, []
+            for spilled, spilled_payload in held:
+                self._write_spill(spilled, spilled_payload)
+        else:
+            self.most_held = max(self.most_held, payload)
+            self._write_spill(table, payload)
+
+    def _write_spill(self, table: pa.Table, payload: int) -> None:
+        batches = table.to_batches()
+        for batch in batches:
+            self._spill[1].write_batch(batch)
+        self._spilled.append((len(batches), payload))
+
+    def __bool__(self) -> bool:
+        return bool(self._held or self._spilled)
+
+    def __iter__(self) -> Iterator[pa.Table]:
+        if self._spill is None:
+            if self._held:
+                yield pa.concat_tables([table for table, _ in self._held])
+            return
+        handle, writer = self._spill
+        writer.close()
+        handle.seek(0)
+        try:
+            reader = pa.ipc.open_stream(handle)
+            group: list[pa.RecordBatch] = []
+            group_payload = 0
+            for count, payload in self._spilled:
+                if group and group_payload + payload > ROW_GROUP_BYTES:
+                    yield pa.Table.from_batches(group, self.schema)
+                    group, group_payload = [], 0
+                group += [reader.read_next_batch() for _ in range(count)]
+                group_payload += payload
+            if group:
+                yield pa.Table.from_batches(group, self.schema)
+        finally:
+            handle.close()
+
 
 class SegmentWriter:
     """Cuts segments out of landed recordings and streams them into a split's parquet files."""
@@ -95,14 +171,14 @@ class SegmentWriter:
                     sink.append(table, payload)
         return sink.result
 
-    def cut(self, recording: dict, keys: list[tuple[str, str]]) -> tuple[pa.Table | None, int]:
+    def cut(self, recording: dict, keys: list[tuple[str, str]]) -> tuple[RecordingRows | None, int]:
         """The recording's segments ``keys``, cut and encoded as rows, and their payload in bytes."""
         return self._recording_rows(recording, keys)
 
-    def _recording_rows(self, recording: dict, keys: list[tuple[str, str]]) -> tuple[pa.Table | None, int]:
+    def _recording_rows(self, recording: dict, keys: list[tuple[str, str]]) -> tuple[RecordingRows | None, int]:
         # A long recording's segments become Arrow a few at a time: the rows as Python objects are
         # never all held beside the table (the encoded audio once, not twice).
-        batches, rows, payload = [], [], 0
+        cut, rows = RecordingRows(self.schema), []
         try:
             with self._landed(recording["shard_id"]).sound_file(recording["audio_path"]) as sound:
                 for key in sorted(keys, key=lambda k: self.segments["start_s"][self.position[k]].as_py() or 0.0):
@@ -111,22 +187,25 @@ class SegmentWriter:
                     except (RuntimeError, ValueError, sf.LibsndfileError) as exc:
                         self.summary.errors[key] = f"cutting {recording['audio_path']} failed: {exc}"
                         continue
-                    payload += len(row["audio"]["bytes"]) + sum(len(str(v)) for k, v in row.items() if k != "audio")
-                    rows.append(row)
+                    size = len(row["audio"]["bytes"]) + sum(len(str(v)) for k, v in row.items() if k != "audio")
+                    rows.append((row, size))
                     if len(rows) == ROWS_PER_BATCH:
-                        batches.append(pa.Table.from_pylist(rows, schema=self.schema))
+                        self._add_batch(cut, rows)
                         rows = []
         except (AudioNotFound, sf.LibsndfileError, RuntimeError) as exc:
             for key in keys:
                 self.summary.errors.setdefault(
                     key, f"recording {recording['audio_path']} in shard {recording['shard_id']}: {exc}"
                 )
-        self.summary.max_recording_buffer_bytes = max(self.summary.max_recording_buffer_bytes, payload)
         if rows:
-            batches.append(pa.Table.from_pylist(rows, schema=self.schema))
-        if not batches:
+            self._add_batch(cut, rows)
+        self.summary.max_recording_buffer_bytes = max(self.summary.max_recording_buffer_bytes, cut.most_held)
+        if not cut:
             return None, 0
-        return pa.concat_tables(batches), payload
+        return cut, cut.payload
+
+    def _add_batch(self, cut: RecordingRows, rows: list[tuple[dict, int]]) -> None:
+        cut.add(pa.Table.from_pylist([row for row, _ in rows], schema=self.schema), sum(size for _, size in rows))
 
     def _row(self, sound: sf.SoundFile, identity: tuple[str, str]) -> dict:
         i = self.position[identity]

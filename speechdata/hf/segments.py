@@ -43,7 +43,7 @@ from speechdata.hf.filters import word_error_rate as word_error_rate
 from speechdata.hf.text_sources import is_blank, text_columns, with_pseudo_labels
 from speechdata.io import layout
 from speechdata.io.storage import DataRoot, escape_glob, read_parquet_handle
-from speechdata.landing.extras import unpack_extras
+from speechdata.landing.extras import EXTRA_COLUMN, unpack_extras
 from speechdata.quality.decisions import NEAR_DUPLICATE
 from speechdata.quality.paths import near_duplicates
 
@@ -104,6 +104,9 @@ def published_shard_index(data_root: DataRoot, shard_id: str) -> pa.Table | None
         return None
     # The aligned JSON's own fields ride in the landed metadata's ``extra`` namespace.
     table = unpack_extras(table, [f for f in SEGMENT_SCHEMA if f.name in _ALIGNED_JSON_FIELDS])
+    # Unpacked, the JSON is read no more; kept, it would be copied into every segment row of a long
+    # recording (whose JSON holds its whole transcript twice: 2 hours, 401 segments, ~80 MB).
+    table = table.drop_columns([c for c in (EXTRA_COLUMN,) if c in table.column_names])
     marker = table[PUBLISHED_SHARD_MARKER] if PUBLISHED_SHARD_MARKER in table.column_names else None
     if marker is None or marker.null_count == table.num_rows:
         return None

@@ -7,6 +7,7 @@ returns a plain float with the unit in its name (docs/quality.md defines each on
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 
 import numpy as np
 
@@ -27,11 +28,35 @@ BANDWIDTH_DYNAMIC_RANGE_DB = 90.0
 _EPS = 1e-10
 
 
+SIGNAL_BLOCK_SAMPLES = 1 << 20
+"""Samples a whole-utterance signal turns into float64 at once (1 M: 8 MB). A 30-minute utterance
+at 24 kHz whole in float64 is 345 MB, and the level, WADA-SNR, silence and DC signals each made
+one or two such copies; in blocks they hold a few times 8 MB whatever the length."""
+
+
+def blocked_sum(values: Callable[[int, int], np.ndarray], start: int, stop: int, block: int | None = None) -> float:
+    """``float(np.add.reduce(values(start, stop)))`` (a float64 array) without ever holding more than
+    ``block`` (:data:`SIGNAL_BLOCK_SAMPLES`) values of it, and bit for bit the same sum.
+
+    numpy adds a contiguous float64 array pairwise: over 128 numbers it splits the array in two
+    (the first half's length rounded down to a multiple of 8) and adds the halves' sums. Splitting
+    the same way down to halves of at most ``block`` numbers, summed by numpy itself, adds the same
+    numbers in the same order; ``tests/unit/test_quality_signal_blocks.py`` checks it against numpy."""
+    block = max(128, SIGNAL_BLOCK_SAMPLES if block is None else block)
+    size = stop - start
+    if size <= block:
+        return float(np.add.reduce(values(start, stop)))
+    half = size // 2
+    half -= half % 8
+    return blocked_sum(values, start, start + half, block) + blocked_sum(values, start + half, stop, block)
+
+
 def level_dbfs(samples: np.ndarray) -> float:
     """RMS level of the whole utterance in dB relative to full scale (a full-scale sine is -3 dBFS)."""
     if samples.size == 0:
         return float("-inf")
-    rms = float(np.sqrt(np.mean(np.square(samples, dtype=np.float64))))
+    energy = blocked_sum(lambda a, b: np.square(samples[a:b], dtype=np.float64), 0, samples.size)
+    rms = float(np.sqrt(energy / samples.size))
     return 20.0 * np.log10(max(rms, _EPS))
 
 
@@ -46,10 +71,20 @@ def frame_levels_dbfs(samples: np.ndarray, sample_rate: int, frame_s: float = FR
 
 
 def silence_share(samples: np.ndarray, sample_rate: int, floor_dbfs: float = SILENCE_FLOOR_DBFS) -> float:
-    """Share of 30 ms frames quieter than ``floor_dbfs``: 1.0 for silence or near-silent hiss."""
+    """Share of 30 ms frames quieter than ``floor_dbfs``: 1.0 for silence or near-silent hiss.
+
+    Counted over blocks of whole frames (each frame's level is its own: the same levels as framing
+    the whole utterance at once)."""
     if samples.size == 0:
         return 1.0
-    return float(np.mean(frame_levels_dbfs(samples, sample_rate) < floor_dbfs))
+    size = max(1, int(round(FRAME_S * sample_rate)))
+    n_frames = -(-samples.size // size)
+    frames_per_block = max(1, SIGNAL_BLOCK_SAMPLES // size)
+    quiet = 0
+    for first in range(0, n_frames, frames_per_block):
+        block = samples[first * size : (first + frames_per_block) * size]
+        quiet += int(np.count_nonzero(frame_levels_dbfs(block, sample_rate) < floor_dbfs))
+    return quiet / n_frames
 
 
 WELCH_BLOCK_SAMPLES = 1 << 21
@@ -137,8 +172,14 @@ def wada_snr_db(samples: np.ndarray) -> float:
     speech reads high; broadband noise under the speech pulls it down."""
     if samples.size == 0 or not np.any(samples):
         return float(WADA_SNR_RANGE_DB[0])
-    magnitude = np.abs(samples.astype(np.float64)) / float(np.max(np.abs(samples)))
-    magnitude = np.maximum(magnitude, _EPS)
-    statistic = np.log(magnitude.mean()) - np.log(magnitude).mean()
+    # max |x| without an |x| copy of the whole utterance; the sums below go block by block.
+    peak = max(float(np.max(samples)), -float(np.min(samples)))
+
+    def magnitude(start: int, stop: int) -> np.ndarray:
+        return np.maximum(np.abs(samples[start:stop].astype(np.float64)) / peak, _EPS)
+
+    mean = blocked_sum(magnitude, 0, samples.size) / samples.size
+    mean_log = blocked_sum(lambda a, b: np.log(magnitude(a, b)), 0, samples.size) / samples.size
+    statistic = np.log(mean) - mean_log
     snrs, curve = _wada_curve()
     return float(np.clip(np.interp(statistic, curve, snrs), *WADA_SNR_RANGE_DB))

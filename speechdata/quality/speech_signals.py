@@ -42,11 +42,18 @@ fills the gaps between words and the closures of stops, clean speech leaves them
 
 def dc_offset_ratio(samples: np.ndarray) -> float:
     """``|mean| / RMS`` of the samples: 0 for audio centred on zero, 1 for a constant."""
+    from speechdata.quality.signals import blocked_sum
+
     if samples.size == 0:
         return 0.0
-    values = samples.astype(np.float64)
-    rms = float(np.sqrt(np.mean(values**2)))
-    return abs(float(values.mean())) / rms if rms > _EPS else 0.0
+
+    def values(start: int, stop: int) -> np.ndarray:
+        return samples[start:stop].astype(np.float64)
+
+    # Summed block by block, the same sums as of the whole utterance in float64 (no copy of it).
+    rms = float(np.sqrt(blocked_sum(lambda a, b: values(a, b) ** 2, 0, samples.size) / samples.size))
+    mean = blocked_sum(values, 0, samples.size) / samples.size
+    return abs(mean) / rms if rms > _EPS else 0.0
 
 
 def mains_hum_share(samples: np.ndarray, sample_rate: int) -> float:
@@ -85,13 +92,21 @@ def mains_hum_share(samples: np.ndarray, sample_rate: int) -> float:
 
 
 def frame_powers(samples: np.ndarray, sample_rate: int, frame_s: float = SNR_FRAME_S) -> np.ndarray:
-    """Mean square of each non-overlapping frame (a last partial frame is dropped)."""
+    """Mean square of each non-overlapping frame (a last partial frame is dropped), computed over
+    blocks of whole frames (each frame's mean is its own: no float64 copy of the whole utterance)."""
+    from speechdata.quality.signals import SIGNAL_BLOCK_SAMPLES
+
     size = max(1, int(round(frame_s * sample_rate)))
     n_frames = samples.size // size
     if n_frames == 0:
         return np.zeros(0)
-    framed = samples[: n_frames * size].astype(np.float64).reshape(n_frames, size)
-    return np.mean(framed**2, axis=1)
+    frames_per_block = max(1, SIGNAL_BLOCK_SAMPLES // size)
+    powers = []
+    for first in range(0, n_frames, frames_per_block):
+        count = min(frames_per_block, n_frames - first)
+        framed = samples[first * size : (first + count) * size].astype(np.float64).reshape(count, size)
+        powers.append(np.mean(framed**2, axis=1))
+    return np.concatenate(powers)
 
 
 def speech_snr_db(

@@ -4,21 +4,25 @@ every segment in the recording's split, read back with `datasets.load_dataset`; 
 a recording none of whose segments passes is accounted for, and a refresh with nothing new writes
 nothing."""
 
+import functools
 import hashlib
 import io
 
 import datasets
 import numpy as np
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
 import pytest
 import soundfile as sf
 
 from speechdata.accounting.ledgers import shard_ledgers
 from speechdata.audio import budget
 from speechdata.bridge.segments import segment_key, segment_spans, utterance_of_key
+from speechdata.hf import segment_writer
 from speechdata.hf.country_build import refresh_country
 from speechdata.hf.dataset import DatasetOptions
 from speechdata.hf.filters import SegmentLimits, filter_reasons
-from speechdata.hf.segments import shard_country_segments
+from speechdata.hf.segments import published_shard_index, shard_country_segments
 from speechdata.hf.splits import SplitTargets
 from speechdata.io import layout
 from speechdata.io.storage import DataRoot
@@ -59,13 +63,7 @@ def published(tmp_path_factory):
 def test_each_segment_is_a_row_with_its_words_audio_and_timings_in_the_recordings_split(published):
     data_root, words, build = published
     assert not build.build.errors
-    splits = datasets.load_dataset(data_root.path(layout.hf_dataset_dir(DATASET)), "de")
-    rows = {
-        row["key"]: (split, row)
-        for split, table in splits.items()
-        # The FLAC bytes as stored (decoding through `datasets` costs seconds a row).
-        for row in table.cast_column("audio", datasets.Audio(decode=False))
-    }
+    rows = {key: (split, row) for (split, key), row in published_rows(data_root, DATASET).items()}
     spans = segment_spans(data_root, SHARD)["talk"]
     keys = [segment_key("talk", position) for position, *_ in spans]
     assert set(rows) == {*keys, "clip00", "clip01", "clip02"}  # the 90 s lecture is filtered too_long
@@ -113,3 +111,81 @@ def test_every_segment_of_a_recording_the_near_duplicate_stage_rejected_is_filte
     talk = {key: reason for key, reason in reasons.items() if utterance_of_key(key) == "talk"}
     assert len(talk) >= 5 and set(talk.values()) == {"near_duplicate"}
     assert reasons["clip00"] is None
+
+
+def test_a_recording_past_the_row_group_budget_is_written_in_bounded_row_groups_with_the_same_rows(
+    published, monkeypatch
+):
+    data_root, _, build = published
+    talk_payload = build.build.max_recording_buffer_bytes  # the talk's rows, held whole within the budget
+    budget_bytes = talk_payload // 3
+    monkeypatch.setattr(budget, "MAX_UTTERANCE_SECONDS", 60.0)
+    monkeypatch.setattr(segment_writer, "ROWS_PER_BATCH", 2)
+    monkeypatch.setattr(segment_writer, "ROW_GROUP_BYTES", budget_bytes)
+    # The same shard into a second dataset of the same root (each dataset has its own files and state).
+    bounded_options = DatasetOptions(dataset="bounded", limits=OPTIONS.limits, sample_rate=RATE)
+    batched = refresh_country(data_root, "de", bounded_options, SplitTargets(test=0.2, validation=0.2)).build
+    assert not batched.errors
+    sizes = talk_audio_sizes(data_root, DATASET)
+    largest_batch = max(sum(sizes[i : i + 2]) for i in range(0, len(sizes), 2)) * 1.1  # text too
+    # Memory held at most the budget (plus the batch that passed it), not the talk's rows.
+    assert batched.max_recording_buffer_bytes <= budget_bytes + largest_batch < talk_payload
+    whole, bounded = parquet_files(data_root, DATASET), parquet_files(data_root, "bounded")
+    (whole_talk,) = (path for path in whole.values() if holds_talk(path))
+    (bounded_talk,) = (path for path in bounded.values() if holds_talk(path))
+    assert pq.ParquetFile(whole_talk).metadata.num_row_groups == 1  # within the budget: one row group, as ever
+    # The files without the talk are the same bytes (their names end in their content's digest).
+    assert set(whole) - set(bounded) == {whole_talk.rsplit("/", 1)[-1]}
+    metadata = pq.ParquetFile(bounded_talk).metadata
+    assert metadata.num_row_groups >= 3
+    table = pq.read_table(bounded_talk)
+    offset = 0
+    for group in range(metadata.num_row_groups):
+        rows = metadata.row_group(group).num_rows
+        audio = sum(len(a["bytes"]) for a in table["audio"].slice(offset, rows).to_pylist())
+        assert audio <= budget_bytes or rows <= 2  # within the budget, or one batch that alone passes it
+        offset += rows
+    # The `datasets` reader reads the same rows, audio bytes included, in the same splits.
+    assert published_rows(data_root, "bounded") == published_rows(data_root, DATASET)
+
+
+def test_the_segment_rows_of_a_long_recording_do_not_each_carry_its_landed_json(published):
+    data_root, _, _ = published
+    landed = data_root.read_parquet(layout.utterance_index(SHARD))
+    talk_json = len(landed.filter(pc.equal(landed["utt_id"], "talk"))["extra"][0].as_py())
+    index = published_shard_index(data_root, SHARD)
+    talk_rows = sum(1 for key in index["utt_id"].to_pylist() if utterance_of_key(key) == "talk")
+    assert talk_rows >= 5
+    # The JSON (a 2-hour recording's holds its whole transcript twice) is unpacked, then dropped: kept,
+    # each segment row copied it (401 segments of a 2-hour recording: ~80 MB).
+    assert "extra" not in index.column_names
+    assert index.nbytes < landed.nbytes + talk_rows * talk_json / 2
+
+
+def parquet_files(data_root: DataRoot, dataset: str) -> dict[str, str]:
+    """``{file name: path}`` of the dataset's parquet files."""
+    paths = data_root.fs.find(data_root.path(layout.hf_dataset_dir(dataset)))
+    return {p.rsplit("/", 1)[-1]: p for p in paths if p.endswith(".parquet")}
+
+
+def holds_talk(path: str) -> bool:
+    keys = pq.read_table(path, columns=["key"])["key"]
+    return pc.any(pc.starts_with(keys, "talk+")).as_py()
+
+
+def talk_audio_sizes(data_root: DataRoot, dataset: str) -> list[int]:
+    """The talk's segments' FLAC sizes, in the order they are cut."""
+    table = next(pq.read_table(p) for p in parquet_files(data_root, dataset).values() if holds_talk(p))
+    return [len(a["bytes"]) for a in table["audio"].to_pylist()]
+
+
+@functools.cache
+def published_rows(data_root: DataRoot, dataset: str) -> dict:
+    """``{(split, key): row}`` of the dataset as `datasets.load_dataset` reads it (read once per dataset)."""
+    splits = datasets.load_dataset(data_root.path(layout.hf_dataset_dir(dataset)), "de")
+    return {
+        (split, row["key"]): row
+        for split, table in splits.items()
+        # The FLAC bytes as stored (decoding through `datasets` costs seconds a row).
+        for row in table.cast_column("audio", datasets.Audio(decode=False))
+    }
