@@ -40,7 +40,8 @@ recording of ``--minutes`` of synthesized English speech (the sample clips one a
 apart, as a 16-bit WAV written clip by clip) with its transcript, and every shard asset of the per-shard
 job is materialized with the tiny profile, **one asset per fresh process** in pipeline order (ingest,
 alignments, frame grids, quality, near duplicates, features, bridge, ASR FLACs, VAD), each process's
-peak RSS (its whole process tree, sampled every 50 ms) and wall time recorded. The first length is
+peak RSS (its whole process tree, sampled every 50 ms) and wall time recorded (quality decided without
+the looped-phrase filter: :data:`LOOPED_TALK_POLICY`). The first length is
 the baseline: every other length's peak per stage is given as a ratio to it (``--minutes 1 120``:
 a 2-hour recording against a 1-minute one). ``--whole-decode-s`` lowers the whole-decode budget
 for every stage process, so a shorter recording takes the long-form paths. After the shard assets the
@@ -409,6 +410,11 @@ PIPELINE_ASSETS = (
     "vad_segments",
 )
 """The per-shard job's assets, each after those it reads."""
+LOOPED_TALK_POLICY = {product: {"disabled": ["transcript_repetition"]} for product in ("bridge", "asr", "translation")}
+"""The quality policy the pipeline decides with: the preset, less the looped-phrase filter. The talk
+repeats the sample clips' few dozen sentences, so past a minute every trigram of its transcript recurs
+and the filter rightly leaves it out of every product (a real recording of that length does not loop);
+every other rule, ``too_long`` included, stays."""
 PRODUCT_STEPS = ("asr_manifest", "hf_dataset")
 """The corpus-wide products a long recording reaches as its aligned segments, after the shard assets:
 the ASR manifests and the talk's country in the Hugging Face dataset."""
@@ -569,6 +575,7 @@ def _measure_pipeline_asset(root: str, model_cache_dir: str, asset: str) -> dict
                 instance=instance,
                 resources=resources,
                 raise_on_error=False,
+                run_config=({"ops": {asset: {"config": LOOPED_TALK_POLICY}}} if asset == "quality_decisions" else None),
             )
             wall = time.perf_counter() - started
     return {
