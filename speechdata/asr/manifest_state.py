@@ -155,10 +155,15 @@ def replace_candidates(
             "INSERT OR IGNORE INTO touched_text "
             "SELECT c.text_key FROM touched_audio a CROSS JOIN candidates c ON c.audio = a.k"
         )
+        # Only shards after this one in key order: a row's decision names the first holder of its keys
+        # in (shard, row) order, so a row before every row of this shard has the same first holder
+        # whatever this shard holds. Shards landing in key order thus never mark an earlier one.
         connection.execute(
             "UPDATE shards SET marked = 1 WHERE shard_id IN ("
-            " SELECT c.shard_id FROM touched_audio a CROSS JOIN candidates c ON c.audio = a.k"
-            " UNION SELECT c.shard_id FROM touched_text t CROSS JOIN candidates c ON c.text_key = t.k)"
+            " SELECT c.shard_id FROM touched_audio a CROSS JOIN candidates c ON c.audio = a.k WHERE c.shard_id > ?1"
+            " UNION SELECT c.shard_id FROM touched_text t CROSS JOIN candidates c ON c.text_key = t.k"
+            " WHERE c.shard_id > ?1)",
+            [shard_id],
         )
         if rows is None:
             for table in ("shards", "kept_recordings", "eval_candidates", "correction_ids"):

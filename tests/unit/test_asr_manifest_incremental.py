@@ -237,3 +237,21 @@ def test_missing_and_malformed_audio_hashes_group_as_in_the_corpus_wide_build(tm
         write_shard(data_root, shard_id, rows)
         build_and_write_asr_manifests(data_root, CONFIG)
         assert_equals_corpus_wide(data_root)
+
+
+def test_a_shard_sharing_keys_with_earlier_shards_in_key_order_rewrites_only_itself(tmp_path):
+    data_root = DataRoot(str(tmp_path / "root"))
+    for seed, shard_id in enumerate(("s1", "s2", "s3")):
+        shared = [{**DUPLICATED, "utt_id": "dup", "recording_id": f"elsewhere-{shard_id}"}]
+        write_shard(data_root, shard_id, shard_rows(shard_id, seed, shared=shared))
+    build_and_write_asr_manifests(data_root, CONFIG)
+    # s9 repeats the audio every earlier shard holds: their decisions name s1's row, whatever s9 holds.
+    write_shard(data_root, "s9", shard_rows("s9", 9, shared=[{**DUPLICATED, "utt_id": "dup", "recording_id": "x"}]))
+    summary = build_and_write_asr_manifests(data_root, CONFIG)
+    assert summary.shards_changed == ["s9"] and summary.shards_rewritten == ["s9"]
+    assert_equals_corpus_wide(data_root)
+    # s0 sorts before them all: every holder of the audio now names s0's row, so each is rewritten.
+    write_shard(data_root, "s0", shard_rows("s0", 10, shared=[{**DUPLICATED, "utt_id": "dup", "recording_id": "y"}]))
+    summary = build_and_write_asr_manifests(data_root, CONFIG)
+    assert summary.shards_changed == ["s0"] and set(summary.shards_rewritten) == {"s0", "s1", "s2", "s3", "s9"}
+    assert_equals_corpus_wide(data_root)
