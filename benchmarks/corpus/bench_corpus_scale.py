@@ -135,12 +135,45 @@ class _FixedMos:
         return [3.5 for _ in audios_16k]
 
 
+class _FixedDnsmos:
+    """The template's DNSMOS: the real P.835 model costs about 140 CPU seconds per audio hour, and
+    more than its share on a loaded machine; the corpus-wide stages read its columns only."""
+
+    def score(self, audios_16k) -> list:
+        from speechdata.quality.dnsmos import DnsmosScores
+
+        return [DnsmosScores(3.5, 3.5, 3.5) if audio.size and audio.any() else None for audio in audios_16k]
+
+
+def _fixed_speaker_encoder():
+    """Resemblyzer with its LSTM replaced by one fixed direction (one speaker per utterance): the
+    float64 encoder is most of the quality step's time (docs/performance.md, "Quality signals:
+    speaker encoder"), and no corpus-wide stage reads an embedding."""
+    import numpy as np
+
+    from speechdata.quality.speakers import EMBEDDING_SIZE, SpeakerEncoder
+
+    class FixedSpeakerEncoder(SpeakerEncoder):
+        def _embed(self, mels):
+            embeddings = np.zeros((len(mels), EMBEDDING_SIZE), np.float32)
+            embeddings[:, 0] = 1.0
+            return embeddings
+
+    return FixedSpeakerEncoder("cpu")
+
+
 def _template_quality_models(bound):
     from resources.quality import QualityModelsResource
 
     class TemplateQualityModels(QualityModelsResource):
         def speech_quality(self, device):
             return _FixedMos()
+
+        def dnsmos(self):
+            return _FixedDnsmos()
+
+        def speaker_encoder(self, device):
+            return _fixed_speaker_encoder()
 
     return TemplateQualityModels(**bound.model_dump())
 
