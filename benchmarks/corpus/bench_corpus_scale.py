@@ -26,6 +26,13 @@ Near duplicates are measured separately from synthetic index entries (``near_dup
 up to 100 000 h), since clones of one template are all exact copies of each other, plus the wait of
 the last of 16 shards that reach near duplicates at once against one alone.
 
+``--stages``: a subset of the stages (``asr_manifest``, the combined files, is quadratic: leave it out
+past 1 000 h). ``--reuse-corpus``: keep the corpus a previous run cloned under ``--workdir`` (and each
+stage's state over it) and measure one more new shard on it, cloning only what it lacks (10 000 h is
+20 minutes of cloning on two cores). ``SPEECHDATA_BENCH_PROFILE_DIR``: profile each stage's run.
+Each stage runs on a fresh Dagster instance, so the catalog's refresh is its first-refresh path (the
+root listed whole), not the scoped one a deployment's event log allows.
+
 ``--quick``: a template of 20 utterances and one long recording (0.05 h), corpora of one and two
 template shards plus the measured new one, for the smoke test.
 """
@@ -333,8 +340,25 @@ def run_stages(
     return figures
 
 
+PROFILE_ENV = "SPEECHDATA_BENCH_PROFILE_DIR"
+"""Where set, each stage's run is profiled (cProfile, in the child) into ``<dir>/<stage>-<shards>.prof``:
+what a stage's time per new shard is spent on, at the size where it grows."""
+
+
 def _run_stages_child(stages: list[str], root: str, partitions: dict[str, list[str]], keys: dict[str, str]) -> dict:
-    return {stage: _run_stage(stage, root, partitions, _key(STAGES[stage], keys)) for stage in stages}
+    folder = os.environ.get(PROFILE_ENV)
+    figures = {}
+    for stage in stages:
+        run = (_run_stage, stage, root, partitions, _key(STAGES[stage], keys))
+        if not folder:
+            figures[stage] = run[0](*run[1:])
+            continue
+        import cProfile
+
+        profiler = cProfile.Profile()
+        figures[stage] = profiler.runcall(*run)
+        profiler.dump_stats(os.path.join(folder, f"{stage}-{len(partitions['shard'])}.prof"))
+    return figures
 
 
 def _run_stage(stage: str, root: str, partitions: dict[str, list[str]], key: str | None) -> dict:
