@@ -26,6 +26,13 @@ Near duplicates are measured separately from synthetic index entries (``near_dup
 up to 100 000 h), since clones of one template are all exact copies of each other, plus the wait of
 the last of 16 shards that reach near duplicates at once against one alone.
 
+``--stages``: a subset of the stages (``asr_manifest``, the combined files, is quadratic: leave it out
+past 1 000 h). ``--reuse-corpus``: keep the corpus a previous run cloned under ``--workdir`` (and each
+stage's state over it) and measure one more new shard on it, cloning only what it lacks (10 000 h is
+20 minutes of cloning on two cores). ``SPEECHDATA_BENCH_PROFILE_DIR``: profile each stage's run.
+Each stage runs on a fresh Dagster instance, so the catalog's refresh is its first-refresh path (the
+root listed whole), not the scoped one a deployment's event log allows.
+
 ``--quick``: a template of 20 utterances and one long recording (0.05 h), corpora of one and two
 template shards plus the measured new one, for the smoke test.
 """
@@ -135,12 +142,45 @@ class _FixedMos:
         return [3.5 for _ in audios_16k]
 
 
+class _FixedDnsmos:
+    """The template's DNSMOS: the real P.835 model costs about 140 CPU seconds per audio hour, and
+    more than its share on a loaded machine; the corpus-wide stages read its columns only."""
+
+    def score(self, audios_16k) -> list:
+        from speechdata.quality.dnsmos import DnsmosScores
+
+        return [DnsmosScores(3.5, 3.5, 3.5) if audio.size and audio.any() else None for audio in audios_16k]
+
+
+def _fixed_speaker_encoder():
+    """Resemblyzer with its LSTM replaced by one fixed direction (one speaker per utterance): the
+    float64 encoder is most of the quality step's time (docs/performance.md, "Quality signals:
+    speaker encoder"), and no corpus-wide stage reads an embedding."""
+    import numpy as np
+
+    from speechdata.quality.speakers import EMBEDDING_SIZE, SpeakerEncoder
+
+    class FixedSpeakerEncoder(SpeakerEncoder):
+        def _embed(self, mels):
+            embeddings = np.zeros((len(mels), EMBEDDING_SIZE), np.float32)
+            embeddings[:, 0] = 1.0
+            return embeddings
+
+    return FixedSpeakerEncoder("cpu")
+
+
 def _template_quality_models(bound):
     from resources.quality import QualityModelsResource
 
     class TemplateQualityModels(QualityModelsResource):
         def speech_quality(self, device):
             return _FixedMos()
+
+        def dnsmos(self):
+            return _FixedDnsmos()
+
+        def speaker_encoder(self, device):
+            return _fixed_speaker_encoder()
 
     return TemplateQualityModels(**bound.model_dump())
 
@@ -213,6 +253,8 @@ def clone_shard(template: Path, files: list[str], root: Path, shard_id: str, *, 
             or source.stat().st_size > PAYLOAD_MIN_BYTES
         )
         if payload and not full:
+            # A shard a killed run left half cloned is cloned again over what it wrote.
+            target.unlink(missing_ok=True)
             os.link(source, target)
         elif relative.endswith(".parquet"):
             table = pq.read_table(source)
@@ -221,6 +263,20 @@ def clone_shard(template: Path, files: list[str], root: Path, shard_id: str, *, 
             target.write_text(source.read_text().replace(TEMPLATE_SHARD, shard_id))
         else:
             shutil.copyfile(source, target)
+
+
+def cloned_ledger(root: Path) -> Path:
+    """The corpus shards whose every file is written, one id a line (beside the data root, so no stage
+    lists it): what ``--reuse-corpus`` keeps."""
+    return root.parent / f"{root.name}.cloned"
+
+
+def cloned_shards(root: Path) -> list[str]:
+    """The shards a previous run finished cloning into ``root``, in shard order."""
+    ledger = cloned_ledger(root)
+    if not ledger.exists():
+        return []
+    return sorted({line for line in ledger.read_text().splitlines() if line})
 
 
 def clone_shards(template: Path, files: list[str], root: Path, shard_ids: list[str], workers: int) -> None:
@@ -240,6 +296,9 @@ def clone_shards(template: Path, files: list[str], root: Path, shard_ids: list[s
 
 def _clone_corpus_shard(template: Path, files: list[str], root: Path, shard_id: str) -> None:
     clone_shard(template, files, root, shard_id, full=False)
+    # One short line appended whole (O_APPEND): workers cloning at once do not interleave.
+    with open(cloned_ledger(root), "a") as ledger:
+        ledger.write(shard_id + "\n")
 
 
 # --- running a stage in a fresh interpreter
@@ -257,23 +316,49 @@ def _run_child(arguments: list[str]) -> dict:
     return json.loads(lines[-1]) if lines else {}
 
 
-def run_stages(root: Path, partitions: dict[str, list[str]], keys: dict[str, str], *, one_process: bool) -> dict:
-    """One run of every stage (for the new shard's country or language), each in a fresh interpreter
-    (``one_process``: all in one, imports paid once): step wall, CPU, peak and added RSS."""
-    groups = [list(STAGES)] if one_process else [[stage] for stage in STAGES]
+def run_stages(
+    root: Path,
+    partitions: dict[str, list[str]],
+    keys: dict[str, str],
+    *,
+    one_process: bool,
+    stages: list[str] | None = None,
+) -> dict:
+    """One run of each of ``stages`` (default: every stage; for the new shard's country or language),
+    each in a fresh interpreter (``one_process``: all in one, imports paid once): step wall, CPU,
+    peak and added RSS, and the machine's load averages (1, 5, 15 min) as each stage started."""
+    stages = stages or list(STAGES)
+    groups = [stages] if one_process else [[stage] for stage in stages]
     figures = {}
-    for stages in groups:
-        figures.update(
-            _run_child(
-                ["--run-stages", ",".join(stages), "--root", str(root), "--partitions", json.dumps(partitions)]
-                + ["--keys", json.dumps(keys)]
-            )
+    for group in groups:
+        load = [round(value, 2) for value in os.getloadavg()]
+        ran = _run_child(
+            ["--run-stages", ",".join(group), "--root", str(root), "--partitions", json.dumps(partitions)]
+            + ["--keys", json.dumps(keys)]
         )
+        figures.update({stage: {**stage_figures, "load_avg": load} for stage, stage_figures in ran.items()})
     return figures
 
 
+PROFILE_ENV = "SPEECHDATA_BENCH_PROFILE_DIR"
+"""Where set, each stage's run is profiled (cProfile, in the child) into ``<dir>/<stage>-<shards>.prof``:
+what a stage's time per new shard is spent on, at the size where it grows."""
+
+
 def _run_stages_child(stages: list[str], root: str, partitions: dict[str, list[str]], keys: dict[str, str]) -> dict:
-    return {stage: _run_stage(stage, root, partitions, _key(STAGES[stage], keys)) for stage in stages}
+    folder = os.environ.get(PROFILE_ENV)
+    figures = {}
+    for stage in stages:
+        run = (_run_stage, stage, root, partitions, _key(STAGES[stage], keys))
+        if not folder:
+            figures[stage] = run[0](*run[1:])
+            continue
+        import cProfile
+
+        profiler = cProfile.Profile()
+        figures[stage] = profiler.runcall(*run)
+        profiler.dump_stats(os.path.join(folder, f"{stage}-{len(partitions['shard'])}.prof"))
+    return figures
 
 
 def _run_stage(stage: str, root: str, partitions: dict[str, list[str]], key: str | None) -> dict:
@@ -331,9 +416,16 @@ def measure(args: argparse.Namespace) -> dict:
     hours_per_shard = template_hours(template)
     keys = new_shard_partitions(template)
     root = workdir / f"corpus-{args.utterances}"
-    shutil.rmtree(root, ignore_errors=True)
-    root.mkdir(parents=True)
     shards: list[str] = []
+    if args.reuse_corpus and root.exists():
+        # The corpus a previous run built, and every stage's state over it; its measured new shards
+        # stay in it (each is one shard more), and this run's new shard takes the next free id.
+        shards = cloned_shards(root)
+        progress(f"re-using the corpus under {root}: {len(shards)} shards")
+    else:
+        shutil.rmtree(root, ignore_errors=True)
+        cloned_ledger(root).unlink(missing_ok=True)
+        root.mkdir(parents=True)
     per_hours = {}
     for hours in args.hours:
         wanted = max(1, math.ceil(hours / hours_per_shard))
@@ -344,13 +436,15 @@ def measure(args: argparse.Namespace) -> dict:
         shards += added
         cloned_s = time.perf_counter() - started
         partitions = {"shard": shards, "country": [keys["country"]], "language": [keys["language"]]}
-        ran = run_stages(root, partitions, keys, one_process=args.quick)
+        ran = run_stages(root, partitions, keys, one_process=args.quick, stages=args.stages)
         catch_up = {stage: figures["wall_s"] for stage, figures in ran.items()}
         new = shard_name(len(shards))
         clone_shard(template, files, root, new, full=True)
+        with open(cloned_ledger(root), "a") as ledger:
+            ledger.write(new + "\n")
         shards.append(new)
         partitions["shard"] = shards
-        figures = run_stages(root, partitions, keys, one_process=args.quick)
+        figures = run_stages(root, partitions, keys, one_process=args.quick, stages=args.stages)
         progress(f"  new shard at {hours} h: {figures}")
         per_hours[str(hours)] = {
             "shards": len(shards),
@@ -398,10 +492,10 @@ def _key(spec: dict, keys: dict[str, str]) -> str | None:
     return keys[spec["partition"]] if spec["partition"] else None
 
 
-def growth(per_hours: dict, stage: str, base: str = "100") -> float | None:
+def growth(per_hours: dict, stage: str, base: str = "100", figure: str = "wall_s") -> float | None:
     sizes = list(per_hours)
     base = base if base in per_hours else sizes[0]
-    return ratio(per_hours[sizes[-1]]["new_shard"][stage]["wall_s"], per_hours[base]["new_shard"][stage]["wall_s"])
+    return ratio(per_hours[sizes[-1]]["new_shard"][stage][figure], per_hours[base]["new_shard"][stage][figure])
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -414,6 +508,18 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--nd-utterances", type=int, default=1000)
     parser.add_argument("--skip-stages", action="store_true", help="near duplicates only")
     parser.add_argument("--skip-near-duplicates", action="store_true", help="the other corpus-wide stages only")
+    parser.add_argument(
+        "--stages",
+        default=",".join(STAGES),
+        help="the corpus-wide stages measured, comma-separated (asr_manifest, the combined files, is "
+        "quadratic: minutes at 1 000 h, so leave it out past that)",
+    )
+    parser.add_argument(
+        "--reuse-corpus",
+        action="store_true",
+        help="keep the corpus a previous run cloned under --workdir (and its stages' state), clone "
+        "only the shards it lacks, and measure a new shard on it",
+    )
     parser.add_argument("--clone-workers", type=int, default=os.cpu_count() or 1, help="processes cloning shards")
     parser.add_argument(
         "--nd-baseline-max-hours",
@@ -451,6 +557,10 @@ def main(argv: list[str] | None = None) -> None:
         args.utterances, args.long_recordings, args.hours = 20, 1, "0.02,0.08"
         args.nd_hours, args.nd_utterances, args.nd_simultaneous = "0.05,0.2", 40, 2
     args.hours = _sizes(args.hours)
+    args.stages = args.stages.split(",")
+    unknown = sorted(set(args.stages) - set(STAGES))
+    if unknown:
+        parser.error(f"--stages: no stage {', '.join(unknown)} (known: {', '.join(STAGES)})")
     args.nd_hours = _sizes(args.nd_hours)
     with stdout_to_stderr():
         figures = {} if args.skip_stages else measure(args)
@@ -463,7 +573,9 @@ def main(argv: list[str] | None = None) -> None:
         )
     per_hours = figures.get("per_hours", {})
     nd_sizes = list(near)
-    growths = {stage: growth(per_hours, stage) for stage in STAGES} if per_hours else {}
+    growths = {stage: growth(per_hours, stage) for stage in args.stages} if per_hours else {}
+    # CPU beside wall: on a shared machine the wall time of one run is mostly the neighbours' load.
+    growths_cpu = {stage: growth(per_hours, stage, figure="cpu_s") for stage in args.stages} if per_hours else {}
     if near:
         growths["near_duplicates"] = ratio(
             near[nd_sizes[-1]]["postings_index"]["wall_s"],
@@ -471,8 +583,13 @@ def main(argv: list[str] | None = None) -> None:
         )
     emit(
         "corpus_scale",
-        {"hours": args.hours, "utterances_per_shard": args.utterances, "nd_hours": args.nd_hours},
-        {**figures, "near_duplicates": near, "growth": growths},
+        {
+            "hours": args.hours,
+            "utterances_per_shard": args.utterances,
+            "nd_hours": args.nd_hours,
+            "stages": args.stages,
+        },
+        {**figures, "near_duplicates": near, "growth": growths, "growth_cpu": growths_cpu},
     )
 
 

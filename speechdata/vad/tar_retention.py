@@ -29,12 +29,31 @@ def published_tar_paths(data_root: DataRoot, shard_id: str | None = None) -> set
     ``shard_id``, of the parts that can name that shard's tars: its own part in every language (a
     shard's tars are in its own folder, so no other shard's part names them) and any single-file
     index an earlier build left."""
-    shard_parts = layout.language_shard_index_part("*", "*" if shard_id is None else shard_id)
     named: set[str] = set()
     prefix = data_root.path("")
-    for path in data_root.glob(shard_parts) + data_root.glob(_LEGACY_INDEX_GLOB):
-        named.update(data_root.read_parquet(path[len(prefix) :], ["tar_path"])["tar_path"].to_pylist())
+    if shard_id is None:
+        paths = [path[len(prefix) :] for path in data_root.glob(layout.language_shard_index_part("*", "*"))]
+        paths += [path[len(prefix) :] for path in data_root.glob(_LEGACY_INDEX_GLOB)]
+    else:
+        paths = _parts_naming(data_root, shard_id)
+    for path in paths:
+        named.update(data_root.read_parquet(path, ["tar_path"])["tar_path"].to_pylist())
     return named
+
+
+def _parts_naming(data_root: DataRoot, shard_id: str) -> list[str]:
+    """The shard's own part and any single-file index, in each language folder: one listing of the
+    languages and a stat per language. A glob of ``language=*/shard-<id>.parquet`` would list every
+    part of every language (one per shard): a cost per new shard that grows with the corpus, and a
+    first import of N shards that costs N^2 (minutes at 4 760 shards)."""
+    prefix = data_root.path("")
+    part_name = layout.language_shard_index_part("any", shard_id).rsplit("/", 1)[-1]
+    legacy_name = layout.language_shard_index("any").rsplit("/", 1)[-1]
+    found = []
+    for folder in sorted(data_root.glob(f"{layout.LANGUAGE_INDEX}/language=*")):
+        relative = folder[len(prefix) :].rstrip("/")
+        found += [path for path in (f"{relative}/{part_name}", f"{relative}/{legacy_name}") if data_root.exists(path)]
+    return found
 
 
 def remove_unreferenced_packed_tars(data_root: DataRoot, shard_id: str | Iterable[str] | None = None) -> int:

@@ -166,3 +166,23 @@ def test_a_shard_that_loses_the_language_loses_its_part(data_root):
     assert update.shards_checked == ["s2"] and update.parts_removed == ["s2"]
     assert read_language_shard_index(data_root, "fr")["shard"].to_pylist() == ["s1"]
     assert read_language_shard_index(data_root, "fr") == build_language_shard_index(data_root, "fr")
+
+
+def test_a_shards_published_tars_are_found_without_listing_every_shards_part(data_root, monkeypatch):
+    segmented_shard(data_root, "s1", 0)
+    segmented_shard(data_root, "s2", 1)
+    segmented_shard(data_root, "s3", 2, languages=("fr", "fr", "fr"))
+    update_language_shard_index(data_root, "en")
+    update_language_shard_index(data_root, "fr")
+    every = published_tar_paths(data_root)
+    patterns = []
+    glob = data_root.glob
+    monkeypatch.setattr(data_root, "glob", lambda pattern: patterns.append(pattern) or glob(pattern))
+
+    by_shard = {shard: published_tar_paths(data_root, shard) for shard in ("s1", "s2", "s3")}
+
+    own = {shard: {tar for tar in every if tar.startswith(f"shards/{shard}/")} for shard in by_shard}
+    assert all(len(tars) == 1 for tars in own.values()) and set().union(*own.values()) == every
+    assert by_shard == own
+    # One listing of the language folders per shard: the cost per new shard stays flat in the corpus.
+    assert set(patterns) == {f"{layout.LANGUAGE_INDEX}/language=*"}
