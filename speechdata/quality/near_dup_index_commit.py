@@ -29,9 +29,9 @@ from speechdata.quality.near_dup_index_order import (
     _read_head,
     _write_commit_record,
     corpus_index_lock,
-    read_state,
 )
 from speechdata.quality.near_dup_matching import Decision, UtteranceSignals
+from speechdata.quality.near_dup_order_directory import read_directory
 from speechdata.quality.near_dup_postings import (
     SegmentShard,
     index_keys,
@@ -119,6 +119,6 @@ def _segment_present(data_root: DataRoot, shard: IndexedShard) -> bool:
 def _remove_unreferenced_segments(data_root: DataRoot, candidates: set[str]) -> None:
     if not candidates:
         return
-    referenced = {s.segment for s in read_state(data_root)}
+    referenced = set(read_directory(data_root).lowest_positions())  # every part's segments, from its summary
     for name in candidates - referenced:
         _remove_segment(data_root, name)

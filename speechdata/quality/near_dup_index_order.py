@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterator
 from speechdata.io import layout
 from speechdata.io.shard_lock import LockHolder, ShardLocked, data_root_lock
 from speechdata.io.storage import DataRoot
+from speechdata.quality.near_dup_order_directory import ShardDirectory, read_directory
 from speechdata.quality.near_dup_order_fold import (  # noqa: F401 (re-exported: the index's one import point)
     FOLD_EVERY,
     PART_ROWS,
@@ -157,13 +158,24 @@ def reserve_position(
                 recommit = mine is not None and mine.state == COMMITTED
                 if not recommit:
                     reserved = IndexedShard(position, shard_id, None, 0, RESERVED, None, token)
-                    _append(data_root, head, [reserved])
+                    _append(data_root, head, [reserved], [] if mine else _earlier_rows(data_root, shard_id))
         if busy:
             time.sleep(LOCK_POLL_S)
             continue
         with stack:
             yield Reservation(shard_id, position, token, recommit)
         return
+
+
+def _earlier_rows(data_root: DataRoot, shard_id: str) -> list[int]:
+    """The positions of rows ``shard_id`` keeps in the snapshot though its reservation found none
+    (its commit record lost): its new row's record drops them, so no row is listed twice and a part
+    no record touches is exactly what its summary says. Read (every row) only for a shard that left
+    an entries or decisions file, so never for a new one."""
+    left = data_root.glob(f"{layout.NEAR_DUPLICATES_INDEX}/entries/{shard_id}-*.parquet")
+    if not left and not data_root.exists(layout.near_duplicates(shard_id)):
+        return []
+    return [shard.position for shard in read_state(data_root) if shard.shard_id == shard_id]
 
 
 def wait_for_earlier(
@@ -173,17 +185,19 @@ def wait_for_earlier(
     timeout_s: float = DEFAULT_LOCK_TIMEOUT_S,
     run_id: str | None = None,
     holder_finished: Callable[[LockHolder], bool] | None = None,
-) -> list[IndexedShard]:
+) -> ShardDirectory:
     """Wait until no shard before ``reservation`` is still reserved: each commits, or its run is
     found gone (its position lock can be taken) and its reservation is dropped. Returns the state
-    then (the committed shards before ``reservation`` are what it is decided against)."""
+    then (the committed shards before ``reservation`` are what it is decided against) as a
+    :class:`~.near_dup_order_directory.ShardDirectory`: the head, the records and the part holding
+    ``reservation``'s position read, every other part summarized (every row only when iterated)."""
     deadline = time.monotonic() + timeout_s
     next_liveness_check = 0.0
     while True:
         # The reserved rows alone (the head and its records) while waiting; every row once, at the end.
         pending = [s for s in read_reserved(data_root) if s.position < reservation.position]
         if not pending:
-            return read_state(data_root)
+            return read_directory(data_root, reservation.position)
         if time.monotonic() >= next_liveness_check:
             next_liveness_check = time.monotonic() + LIVENESS_CHECK_S
             for shard in pending:
@@ -223,9 +237,10 @@ def _drop_reservation(data_root: DataRoot, shard: IndexedShard, **lock_options) 
         head = _read_head(data_root, shard.shard_id)
         if head.mine is None or (head.mine.position, head.mine.reservation) != (shard.position, shard.reservation):
             return
-        if head.last_change is not None and head.last_change[:2] == ([head.mine], []):
+        if head.last_change is not None and head.last_change[0] == [head.mine]:
             # Its reservation is the last record: withdrawn, the order is as it was before it (a
-            # pass that fails gives its positions back without a trace).
+            # pass that fails gives its positions back without a trace; an earlier row the
+            # reservation dropped is listed again).
             data_root.fs.rm_file(data_root.path(_record_relative(head.last)))
         else:
             _append(data_root, head, removed=[shard.position])

@@ -41,6 +41,8 @@ from speechdata.quality.near_dup_order_rows import (
     _all_applied,
     _row_of,
     _shard_of,
+    _shards_of_table,
+    summary_of,
 )
 
 PART_ROWS = 2_048
@@ -116,10 +118,13 @@ def _fold(data_root: DataRoot) -> None:
     records at or before ``through`` (never read, removed by the next fold)."""
     log = _read_log(data_root)
     head = log.head
-    if head is None:  # the first fold, or the earlier layout taken over: every row
-        _write_snapshot(data_root, _view_of(data_root, log).shards, log.last, _next_position(log), PART_ROWS)
+    if head is None or head.summary is None:
+        # The first fold, the earlier layout taken over, or a head written before part summaries
+        # (its parts may list a shard twice: rewritten once, every row, as read).
+        part_rows = PART_ROWS if head is None else head.part_rows
+        _write_snapshot(data_root, _view_of(data_root, log).shards, log.last, _next_position(log), part_rows)
         return
-    parts = dict(head.parts)
+    parts, summary = dict(head.parts), dict(head.summary)
     touched = {shard.position // head.part_rows for upserts, _ in log.changes for shard in upserts}
     touched |= {position // head.part_rows for _, removed in log.changes for position in removed}
     for part in sorted(touched):
@@ -129,10 +134,12 @@ def _fold(data_root: DataRoot) -> None:
         )
         if table.num_rows:
             parts[part] = _write_part(data_root, part, table)
+            summary[part] = summary_of(_shards_of_table(table))
         else:
             parts.pop(part, None)
+            summary.pop(part, None)
     reserved = [shard for shard in _all_applied(head.reserved, log.changes) if shard.state == RESERVED]
-    _commit_snapshot(data_root, _Head(log.last, _next_position(log), head.part_rows, parts, reserved))
+    _commit_snapshot(data_root, _Head(log.last, _next_position(log), head.part_rows, parts, reserved, summary))
 
 
 def _read_part_locked(data_root: DataRoot, name: str, head: _Head) -> pa.Table:
@@ -151,8 +158,9 @@ def _write_snapshot(
     for shard in shards:
         by_part.setdefault(shard.position // part_rows, []).append(shard)
     parts = {part: _write_part(data_root, part, _table_of(rows)) for part, rows in sorted(by_part.items())}
+    summary = {part: summary_of(rows) for part, rows in by_part.items()}
     reserved = [shard for shard in shards if shard.state == RESERVED]
-    _commit_snapshot(data_root, _Head(through, next_position, part_rows, parts, reserved))
+    _commit_snapshot(data_root, _Head(through, next_position, part_rows, parts, reserved, summary))
 
 
 def _commit_snapshot(data_root: DataRoot, head: _Head) -> None:
@@ -162,6 +170,7 @@ def _commit_snapshot(data_root: DataRoot, head: _Head) -> None:
         "part_rows": head.part_rows,
         "parts": {f"{part:08d}": name for part, name in sorted(head.parts.items())},
         "reserved": [_row_of(shard) for shard in sorted(head.reserved, key=lambda s: s.position)],
+        "summary": {f"{part:08d}": body.body() for part, body in sorted((head.summary or {}).items())},
     }
     data_root.write_bytes(HEAD, _sealed(body))
     for seq, path in sorted(_listed_records(data_root).items()):

@@ -38,6 +38,7 @@ from speechdata.quality.near_dup_order_rows import (  # noqa: F401 (re-exported:
     CorpusIndexBusy,
     IndexDamaged,
     IndexedShard,
+    PartSummary,
     Reservation,
     ReservationLost,
     _all_applied,
@@ -56,8 +57,7 @@ HEAD = f"{SHARD_LIST}/head.json"
 position, the rows per part, each part's file and the reserved rows. Its write is a fold's commit
 point."""
 PARTS = f"{SHARD_LIST}/parts"
-THROUGH_KEY = b"speechdata.order_through"
-"""The earlier layout's ``shards.parquet`` metadata: the last record folded into it (-1: none)."""
+THROUGH_KEY = b"speechdata.order_through"  # the earlier layout's metadata: the last record folded in
 READ_ATTEMPTS = 5
 PARALLEL_PART_READS = 8  # parts a whole read fetches at once (an object store answers in tens of ms)
 _PART_NAME = re.compile(r"^[0-9]{8}-[0-9a-f]{16}\.parquet$")
@@ -72,6 +72,8 @@ class _Head:
     """Part number -> its file (parts without rows have none)."""
     reserved: list[IndexedShard]
     """The reserved rows (a few: shards deciding, and runs gone not yet dropped)."""
+    summary: dict[int, PartSummary] | None = None
+    """Part number -> its summary (None: a head written before summaries; read every part instead)."""
 
 
 @dataclass(frozen=True)
@@ -79,10 +81,8 @@ class _Log:
     through: int
     """The last record folded into the snapshot (-1: none)."""
     head: _Head | None
-    legacy: pa.Table | None
-    """The earlier layout's whole snapshot (``shards.parquet``), read when there is no head."""
-    changes: list[Change]
-    """Each record after the snapshot, in sequence."""
+    legacy: pa.Table | None  # the earlier layout's whole snapshot (``shards.parquet``) when there is no head
+    changes: list[Change]  # each record after the snapshot, in sequence
 
     @property
     def last(self) -> int:
@@ -204,6 +204,7 @@ def _read_head_file(data_root: DataRoot) -> _Head | None:
         int(body["part_rows"]),
         {int(part): name for part, name in body["parts"].items()},
         [_shard_of(row) for row in body["reserved"]],
+        None if "summary" not in body else {int(k): PartSummary.of_body(v) for k, v in body["summary"].items()},
     )
 
 
