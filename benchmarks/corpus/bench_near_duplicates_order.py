@@ -17,8 +17,13 @@ row). The baseline is the earlier code path, kept here: the snapshot's columns r
 record appended, the whole snapshot rewritten by every 64th record. Each figure is the mean over
 ``--shards`` consecutive shards (the commit record each commit writes included), so the folds are
 counted in it (``max_ms``: the slowest shard, one that folded); ``lock_held_ms``: the time inside
-the index lock per shard. ``whole_read_ms``: one ``read_state`` of every row (what
-``IndexReader`` reads outside the lock), for comparison.
+the index lock per shard. ``whole_read_ms``: one ``read_state`` of every row, for comparison.
+
+``reader_wait`` (partitioned layout): what a new shard's ``IndexReader`` and ``wait_for_earlier``
+read of the shard list outside the lock, per shard, at the order's new end: ``whole_ms`` the earlier
+code (``read_state`` of every row, twice, each row an object), ``directory_ms`` now (the head, the
+records and the part holding the position, twice; every other part from the head's summary of it).
+The listed shards map to segments as tiered compaction leaves them.
 """
 
 from __future__ import annotations
@@ -37,13 +42,47 @@ from benchmarks.report import emit, leave_measured, progress, ratio, stdout_to_s
 EARLIER_FOLD_EVERY = 64
 
 
+def _tiered_segments(shards: int) -> list[str]:
+    """Each position's segment as tiered compaction (``FANOUT`` 8) leaves them: blocks of 8**k
+    positions, the largest first (a few dozen segments at 100 000 shards)."""
+    names, start = [], 0
+    for level in range(8, -1, -1):
+        while start + 8**level <= shards:
+            names += [f"L{level}-{start:016x}.seg"] * 8**level
+            start += 8**level
+    return names
+
+
 def _listed(shards: int) -> list:
     from speechdata.quality import near_dup_index_order as order
 
     return [
-        order.IndexedShard(p, f"shard-{p:07d}", f"{p:016x}", 1_000, order.COMMITTED, f"L1-{p // 8:016x}.seg")
-        for p in range(shards)
+        order.IndexedShard(p, f"shard-{p:07d}", f"{p:016x}", 1_000, order.COMMITTED, segment)
+        for p, segment in enumerate(_tiered_segments(shards))
     ]
+
+
+def _reader_part(root, position: int, whole: bool) -> float:
+    """What a new shard's reader and wait read of the shard list (outside the lock): the reader's
+    state when it is built, the state ``wait_for_earlier`` returns, each taken as the reader's
+    settle takes it, and the utterances before ``position``; seconds. ``whole``: the earlier code
+    (``read_state`` of every row, each time)."""
+    from speechdata.quality import near_dup_index_order as order
+    from speechdata.quality.near_dup_order_directory import read_directory
+
+    started = time.perf_counter()
+    for _ in ("reader", "wait"):
+        if whole:
+            state = order.read_state(root)
+            shards = {s.position: s for s in state if s.state == order.COMMITTED and s.position < position}
+            segments = {s.segment for s in shards.values()}
+            utterances = sum(s.utterances for s in shards.values())
+        else:
+            directory = read_directory(root, position)
+            segments = set(directory.segments(position))
+            utterances = directory.utterances(position)
+    assert segments and utterances > 0
+    return time.perf_counter() - started
 
 
 def _earlier_snapshot(root, shards, through: int) -> None:
@@ -150,10 +189,15 @@ def measure_path(name: str, sizes: list[int], shards: int, rounds: int) -> dict:
             else:
                 order._write_state(root, _listed(listed))
             roots[listed], timings[listed] = root, []
+        readers: dict[int, dict[bool, list[float]]] = {listed: {True: [], False: []} for listed in sizes}
         for _ in range(rounds):
             for listed, root in roots.items():
                 done = len(timings[listed])
                 timings[listed] += [_one_shard(root, f"new-{done + n}", earlier) for n in range(per_turn)]
+                if not earlier:  # the reader's part at the new end of the order, both ways in turn
+                    position = order._read_head(root, "none").next_position
+                    for whole in (True, False):
+                        readers[listed][whole] += [_reader_part(root, position, whole) for _ in range(per_turn)]
         for listed, root in roots.items():
             started = time.perf_counter()
             state = order.read_state(root)  # the earlier layout read as it is (the new reader reads it)
@@ -168,6 +212,15 @@ def measure_path(name: str, sizes: list[int], shards: int, rounds: int) -> dict:
                 "lock_held_ms": round(1_000 * statistics.fmean(held for _, held in timings[listed]), 2),
                 "whole_read_ms": round(1_000 * whole_read, 1),
             }
+            if not earlier:
+                figures[str(listed)]["reader_wait"] = {
+                    "whole_ms": round(1_000 * statistics.fmean(readers[listed][True]), 2),
+                    "directory_ms": round(1_000 * statistics.fmean(readers[listed][False]), 2),
+                    "directory_max_ms": round(1_000 * max(readers[listed][False]), 2),
+                    "directory_over_whole": ratio(
+                        statistics.fmean(readers[listed][False]), statistics.fmean(readers[listed][True])
+                    ),
+                }
     return figures
 
 
@@ -227,6 +280,14 @@ def main(argv: list[str] | None = None) -> None:
                 "partitioned_mean": ratio(largest["partitioned"]["mean_ms"], smallest["partitioned"]["mean_ms"]),
                 "partitioned_median": ratio(largest["partitioned"]["median_ms"], smallest["partitioned"]["median_ms"]),
                 "single_file_mean": ratio(largest["single_file"]["mean_ms"], smallest["single_file"]["mean_ms"]),
+                "reader_wait_whole": ratio(
+                    largest["partitioned"]["reader_wait"]["whole_ms"],
+                    smallest["partitioned"]["reader_wait"]["whole_ms"],
+                ),
+                "reader_wait_directory": ratio(
+                    largest["partitioned"]["reader_wait"]["directory_ms"],
+                    smallest["partitioned"]["reader_wait"]["directory_ms"],
+                ),
             },
             "partitioned_over_single_file_mean_at_largest": largest["partitioned_over_single_file_mean"],
         },

@@ -169,11 +169,10 @@ def reserve_position(
 
 def _earlier_rows(data_root: DataRoot, shard_id: str) -> list[int]:
     """The positions of rows ``shard_id`` keeps in the snapshot though its reservation found none
-    (its commit record lost): its new row's record drops them, so no row is listed twice and a part
-    no record touches is exactly what its summary says. Read (every row) only for a shard that left
-    an entries or decisions file, so never for a new one."""
-    left = data_root.glob(f"{layout.NEAR_DUPLICATES_INDEX}/entries/{shard_id}-*.parquet")
-    if not left and not data_root.exists(layout.near_duplicates(shard_id)):
+    (its commit record lost): its new row's record drops them, so no shard is listed twice and a
+    part no record touches is exactly what its summary says. Every row is read only for a shard
+    that wrote its decisions file before (one file's existence checked: never a new shard)."""
+    if not data_root.exists(layout.near_duplicates(shard_id)):
         return []
     return [shard.position for shard in read_state(data_root) if shard.shard_id == shard_id]
 

@@ -76,6 +76,7 @@ class IndexReader:
         or every row (:func:`.read_state`)."""
         self._directory = state if isinstance(state, ShardDirectory) else ShardDirectory.of_rows(self.data_root, state)
         self._live = self._directory.segments(self.position)
+        self._owners = {}
 
     @property
     def utterances(self) -> int:
@@ -159,9 +160,8 @@ class IndexReader:
                 chosen = in_part.values()
             else:
                 directory.load(part)
-                rows = [s for s in directory.committed(self.position) if directory.part_of(s.position) == part]
                 chosen = []
-                for row in rows:
+                for row in directory.committed_in(part, self.position):
                     if row.segment != name:
                         continue
                     kept = in_part.get(row.position)

@@ -49,6 +49,7 @@ class ShardDirectory(Sequence[IndexedShard]):
     rows: dict[int, IndexedShard]
     loaded: set[int] = field(default_factory=set)
     _every_row: list[IndexedShard] | None = None
+    _by_part: dict[int, list[IndexedShard]] | None = None
 
     @classmethod
     def of_rows(cls, data_root: DataRoot, shards: Sequence[IndexedShard]) -> ShardDirectory:
@@ -81,6 +82,15 @@ class ShardDirectory(Sequence[IndexedShard]):
                 self.rows[shard.position] = shard
         self.loaded.add(part)
         self.summaries.pop(part, None)
+        self._by_part = None
+
+    def committed_in(self, part: int, before: int) -> list[IndexedShard]:
+        """The committed rows of loaded ``part`` before ``before``, by position."""
+        if self._by_part is None:
+            self._by_part = {}
+            for shard in self.committed():
+                self._by_part.setdefault(self.part_of(shard.position), []).append(shard)
+        return [shard for shard in self._by_part.get(part, []) if shard.position < before]
 
     def committed(self, before: int | None = None) -> Iterator[IndexedShard]:
         """The loaded committed rows (before ``before``), by position."""
