@@ -4,7 +4,8 @@ Layout (docs/near-duplicates.md, docs/storage-layout.md)::
 
     shard_list/head.json                  the order's snapshot head (checksummed): the last record
                                           folded in, the next position, each part's file, the
-                                          reserved rows (:mod:`.near_dup_order_log`)
+                                          reserved rows, each part's summary (:mod:`.near_dup_order_log`;
+                                          what a new shard reads: :mod:`.near_dup_order_directory`)
     shard_list/parts/<part>-<sha>.parquet position, shard_id, state, entries_version, utterances,
                                           segment, reservation of PART_ROWS positions
     order/<seq>.json                      one change to the order after the snapshot, checksummed: the

@@ -67,7 +67,8 @@ class IndexReader:
         self._keys: np.ndarray | None = None
         self._read: dict[str, tuple[SegmentHeader, np.ndarray]] = {}
         """Segment -> its header and raw postings of ``_keys`` (the prefetched keys)."""
-        self._owners: dict[int, tuple[str, str]] = {}
+        self._owners: list[tuple[np.ndarray, Sequence[SegmentShard]]] = []
+        """Per segment read: the positions whose postings counted, and the header's shards."""
         self.settle(read_directory(data_root, position) if state is None else state)
 
     def settle(self, state: Sequence[IndexedShard]) -> None:
@@ -75,8 +76,12 @@ class IndexReader:
         :class:`~.near_dup_order_directory.ShardDirectory` (what :func:`.wait_for_earlier` returns)
         or every row (:func:`.read_state`)."""
         self._directory = state if isinstance(state, ShardDirectory) else ShardDirectory.of_rows(self.data_root, state)
-        self._live = self._directory.segments(self.position)
-        self._owners = {}
+        try:
+            self._live = self._directory.segments(self.position)
+        except _FoldedMeanwhile:  # its own part folded away since ``state`` was read: read it again
+            self._directory = read_directory(self.data_root, self.position)
+            self._live = self._directory.segments(self.position)
+        self._owners = []
 
     @property
     def utterances(self) -> int:
@@ -114,8 +119,7 @@ class IndexReader:
             header, postings = self._read[name]
             if header is None:
                 continue
-            owners = self._owners_in(name, header)
-            found.append(postings[np.isin(position_of(postings["owner"]), np.fromiter(owners, np.int64))])
+            found.append(postings[np.isin(position_of(postings["owner"]), self._owners_in(name, header))])
         return np.concatenate(found) if found else np.empty(0, POSTING_DTYPE)
 
     def _segment_postings(self, name: str, keys: np.ndarray) -> tuple[SegmentHeader | None, np.ndarray]:
@@ -142,36 +146,45 @@ class IndexReader:
         self.postings_read += len(postings)
         return header, postings
 
-    def _owners_in(self, name: str, header: SegmentHeader) -> set[int]:
+    def _owners_in(self, name: str, header: SegmentHeader) -> np.ndarray:
         """The positions whose postings in segment ``name`` count: committed before the reader's
         position and mapped to this segment at the entries version it holds. A part whose count of
-        shards mapped here equals the count the segment holds of it: every one it holds (a mapped
-        shard is always held); otherwise its rows, read."""
+        rows mapped here equals the count of its shards the segment holds: every one it holds (a
+        mapped row is always held); otherwise its rows, read, each checked against the header."""
         directory, relative = self._directory, _segment_relative(name)
-        held: dict[int, dict[int, SegmentShard]] = defaultdict(dict)
-        for shard in header.shards:
-            if shard.position < self.position:
-                held[directory.part_of(shard.position)][shard.position] = shard
+        held = header.shards.positions
+        held = held[held < self.position]
+        held_parts, held_counts = np.unique(held // directory.part_rows, return_counts=True)
+        held_count = dict(zip(held_parts.tolist(), held_counts.tolist(), strict=True))
         mapped = self._live[name]
-        owners = set()
-        for part in sorted(set(held) | set(mapped)):
-            in_part = held.get(part, {})
-            if part not in directory.loaded and mapped.get(part, 0) == len(in_part):
-                chosen = in_part.values()
-            else:
-                directory.load(part)
-                chosen = []
-                for row in directory.committed_in(part, self.position):
-                    if row.segment != name:
-                        continue
-                    kept = in_part.get(row.position)
-                    if kept is None or kept.entries_version != row.entries_version:
-                        raise IndexDamaged(f"segment {relative} does not hold {row.shard_id}")
-                    chosen.append(kept)
-            for shard in chosen:
-                self._owners[shard.position] = (shard.shard_id, shard.entries_version)
-                owners.add(shard.position)
-        return owners
+        owners = []
+        for part in sorted(set(held_count) | set(mapped)):
+            if part not in directory.loaded and mapped.get(part, 0) == held_count.get(part, 0):
+                first, end = np.searchsorted(held, [part * directory.part_rows, (part + 1) * directory.part_rows])
+                owners.append(held[first:end])
+                continue
+            directory.load(part)
+            chosen = []
+            for row in directory.committed_in(part, self.position):
+                if row.segment != name:
+                    continue
+                kept = header.shards.at(row.position)
+                if kept is None or kept.entries_version != row.entries_version:
+                    raise IndexDamaged(f"segment {relative} does not hold {row.shard_id}")
+                chosen.append(row.position)
+            owners.append(np.array(chosen, np.int64))
+        valid = np.sort(np.concatenate(owners)) if owners else np.empty(0, np.int64)
+        self._owners.append((valid, header.shards))
+        return valid
+
+    def _owner(self, position: int) -> tuple[str, str]:
+        """(shard id, entries version) of a position some segment's postings counted for."""
+        for valid, shards in self._owners:
+            at = int(np.searchsorted(valid, position))
+            if at < len(valid) and valid[at] == position:
+                shard = shards.at(position)
+                return shard.shard_id, shard.entries_version
+        raise KeyError(position)
 
     def entries(self, owners: Sequence[int]) -> dict[int, IndexEntry]:
         by_position: dict[int, list[int]] = defaultdict(list)
@@ -179,7 +192,7 @@ class IndexReader:
             by_position[int(position_of(owner))].append(owner)
         fetched: dict[int, IndexEntry] = {}
         for position, wanted in sorted(by_position.items()):
-            shard_id, version = self._owners[position]
+            shard_id, version = self._owner(position)
             relative = layout.near_duplicates_index_entries(shard_id, version)
             ranks = np.array([int(rank_of(owner)) for owner in wanted], np.int64)
             try:
