@@ -12,6 +12,9 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
+import pyarrow as pa
+import pyarrow.compute as pc
+
 from speechdata.io.storage import DataRoot
 from speechdata.quality.near_dup_order_log import (
     _all_applied,
@@ -25,9 +28,11 @@ from speechdata.quality.near_dup_order_log import (
 from speechdata.quality.near_dup_order_rows import (
     COMMITTED,
     NO_SEGMENT,
+    ORDER_SCHEMA,
     IndexDamaged,
     IndexedShard,
     PartSummary,
+    _row_of,
     _shards_of_table,
     summary_of,
 )
@@ -38,9 +43,10 @@ WHOLE = 1 << 62
 
 @dataclass
 class ShardDirectory(Sequence[IndexedShard]):
-    """The shard list with only some parts' rows: ``rows`` (by position) for the ``loaded`` parts,
-    the head's ``summaries`` for the others. As a sequence it is every row (read then: the
-    whole-corpus API, :func:`read_state`'s rows)."""
+    """The shard list with only some parts' rows: those of the ``loaded`` parts (as Arrow
+    ``tables``, the rows no record names, and ``rows``, the rows the records set, by position), the
+    head's ``summaries`` for the others. As a sequence it is every row (read then: the whole-corpus
+    API, :func:`read_state`'s rows)."""
 
     data_root: DataRoot
     log: _Log | None
@@ -48,12 +54,13 @@ class ShardDirectory(Sequence[IndexedShard]):
     summaries: dict[int, PartSummary]
     rows: dict[int, IndexedShard]
     loaded: set[int] = field(default_factory=set)
+    tables: list[pa.Table] = field(default_factory=list)
     _every_row: list[IndexedShard] | None = None
     _by_part: dict[int, list[IndexedShard]] | None = None
 
     @classmethod
-    def of_rows(cls, data_root: DataRoot, shards: Sequence[IndexedShard]) -> ShardDirectory:
-        return cls(data_root, None, WHOLE, {}, {s.position: s for s in shards}, {0}, list(shards))
+    def of_rows(cls, data_root: DataRoot, shards: Sequence[IndexedShard], log: _Log | None = None) -> ShardDirectory:
+        return cls(data_root, log, WHOLE, {}, {s.position: s for s in shards}, {0}, [], list(shards))
 
     # What an order record needs of what it was read against (:func:`.near_dup_order_fold._append`).
     @property
@@ -78,11 +85,27 @@ class ShardDirectory(Sequence[IndexedShard]):
             return
         name = self.log.head.parts.get(part) if self.log is not None and self.log.head is not None else None
         if name is not None:
-            for shard in _shards_of_table(_read_part(self.data_root, name, self.log.head)):
-                self.rows[shard.position] = shard
+            self.tables.append(_read_part(self.data_root, name, self.log.head).select(ORDER_SCHEMA.names))
         self.loaded.add(part)
         self.summaries.pop(part, None)
         self._by_part = None
+
+    def _committed_table(self, before: int | None) -> pa.Table:
+        """The loaded parts' committed rows no record names (before ``before``), as Arrow columns."""
+        table = pa.concat_tables(self.tables) if self.tables else ORDER_SCHEMA.empty_table()
+        keep = pc.equal(table.column("state"), COMMITTED)
+        if before is not None:
+            keep = pc.and_(keep, pc.less(table.column("position"), before))
+        return table.filter(keep)
+
+    def _named(self, before: int | None) -> list[IndexedShard]:
+        """The committed rows the records set (before ``before``)."""
+        return [s for s in self.rows.values() if s.state == COMMITTED and (before is None or s.position < before)]
+
+    def committed(self, before: int | None = None) -> list[IndexedShard]:
+        """The loaded committed rows (before ``before``), by position (a row object each)."""
+        shards = _shards_of_table(self._committed_table(before)) + self._named(before)
+        return sorted(shards, key=lambda shard: shard.position)
 
     def committed_in(self, part: int, before: int) -> list[IndexedShard]:
         """The committed rows of loaded ``part`` before ``before``, by position."""
@@ -91,13 +114,6 @@ class ShardDirectory(Sequence[IndexedShard]):
             for shard in self.committed():
                 self._by_part.setdefault(self.part_of(shard.position), []).append(shard)
         return [shard for shard in self._by_part.get(part, []) if shard.position < before]
-
-    def committed(self, before: int | None = None) -> Iterator[IndexedShard]:
-        """The loaded committed rows (before ``before``), by position."""
-        for position in sorted(self.rows):
-            shard = self.rows[position]
-            if shard.state == COMMITTED and (before is None or position < before):
-                yield shard
 
     def segments(self, before: int | None = None) -> dict[str, dict[int, int]]:
         """Segment -> part -> committed rows before ``before`` mapped to it (the part of ``before``
@@ -113,22 +129,41 @@ class ShardDirectory(Sequence[IndexedShard]):
                 continue
             for name, (count, _) in summary.segments.items():
                 found.setdefault(name, {})[part] = count
-        for shard in self.committed(before):
-            if shard.segment is None:
-                raise IndexDamaged(f"{shard.shard_id} (position {shard.position}) is mapped to no segment")
-            by_part = found.setdefault(shard.segment, {})
-            by_part[self.part_of(shard.position)] = by_part.get(self.part_of(shard.position), 0) + 1
+        table = self._committed_table(before)
+        unmapped = table.filter(pc.is_null(table.column("segment"))).to_pylist()
+        unmapped += [_row_of(s) for s in self._named(before) if s.segment is None]
+        if unmapped:
+            raise IndexDamaged(
+                f"{unmapped[0]['shard_id']} (position {unmapped[0]['position']}) is mapped to no segment"
+            )
+        parts = pc.divide(table.column("position"), self.part_rows)
+        grouped = pa.table({"segment": table.column("segment"), "part": parts}).group_by(["segment", "part"])
+        counted = grouped.aggregate([("part", "count")]).to_pydict()
+        named = [(s.segment, self.part_of(s.position)) for s in self._named(before)]
+        for name, part, count in [
+            *zip(counted["segment"], counted["part"], counted["part_count"], strict=True),
+            *((n, p, 1) for n, p in named),
+        ]:
+            found.setdefault(name, {})[part] = found.get(name, {}).get(part, 0) + count
         return found
 
     def lowest_positions(self) -> dict[str, int]:
         """Segment -> the lowest position of a committed row mapped to it (every segment listed)."""
         lowest: dict[str, int] = {}
-        for summary in self.summaries.values():
-            for name, (_, position) in summary.segments.items():
-                lowest[name] = min(lowest.get(name, position), position)
-        for shard in self.committed():
-            if shard.segment:
-                lowest[shard.segment] = min(lowest.get(shard.segment, shard.position), shard.position)
+        table = self._committed_table(None)
+        table = table.filter(pc.is_valid(table.column("segment")))
+        low = table.group_by("segment").aggregate([("position", "min")]).to_pydict()
+        pairs = [
+            *(
+                (name, position)
+                for summary in self.summaries.values()
+                for name, (_, position) in summary.segments.items()
+            ),
+            *zip(low["segment"], low["position_min"], strict=True),
+            *((s.segment, s.position) for s in self._named(None) if s.segment),
+        ]
+        for name, position in pairs:
+            lowest[name] = min(lowest.get(name, position), position)
         lowest.pop(NO_SEGMENT, None)
         return lowest
 
@@ -142,7 +177,8 @@ class ShardDirectory(Sequence[IndexedShard]):
         """The committed utterances before position ``before``."""
         self.load(self.part_of(before))
         summarized = sum(s.utterances for part, s in self.summaries.items() if part < self.part_of(before))
-        return summarized + sum(shard.utterances for shard in self.committed(before))
+        listed = pc.sum(self._committed_table(before).column("utterances")).as_py() or 0
+        return summarized + listed + sum(shard.utterances for shard in self._named(before))
 
     # The whole-corpus API: every row, as :func:`read_state` gives them.
     def _all(self) -> list[IndexedShard]:
@@ -166,25 +202,27 @@ class ShardDirectory(Sequence[IndexedShard]):
 def _directory_of(data_root: DataRoot, log: _Log, position: int | None) -> ShardDirectory:
     head = log.head
     if head is None or head.summary is None:
-        shards = _all_applied(_snapshot_rows(data_root, log), log.changes)
-        directory = ShardDirectory.of_rows(data_root, shards)
-        directory.log = log
-        return directory
+        return ShardDirectory.of_rows(data_root, _all_applied(_snapshot_rows(data_root, log), log.changes), log)
     touched = {shard.position // head.part_rows for upserts, _ in log.changes for shard in upserts}
     touched |= {position // head.part_rows for _, removed in log.changes for position in removed}
     if position is not None:
         touched.add(position // head.part_rows)
-    rows = [
-        shard
-        for part in sorted(touched)
-        if part in head.parts
-        for shard in _shards_of_table(_read_part(data_root, head.parts[part], head))
-    ]
     # Every change names only rows of the touched parts (a shard taking a new position drops its
-    # earlier row in the same record: :func:`.near_dup_index_order.reserve_position`).
-    applied = _all_applied(rows, log.changes)
+    # earlier row in the same record: :func:`.near_dup_index_order.reserve_position`). The rows the
+    # records name are replayed as objects; the others stay Arrow columns (as a fold does).
+    named = pa.array(sorted({shard.shard_id for upserts, _ in log.changes for shard in upserts}), pa.string())
+    dropped = pa.array(sorted({position for _, removed in log.changes for position in removed}), pa.int64())
+    tables, replayed = [], []
+    for part in sorted(touched):
+        if part not in head.parts:
+            continue
+        table = _read_part(data_root, head.parts[part], head).select(ORDER_SCHEMA.names)
+        is_named = pc.is_in(table.column("shard_id"), named)
+        replayed += _shards_of_table(table.filter(is_named))
+        tables.append(table.filter(pc.invert(pc.or_(is_named, pc.is_in(table.column("position"), dropped)))))
+    rows = {shard.position: shard for shard in _all_applied(replayed, log.changes)}
     summaries = {part: summary for part, summary in head.summary.items() if part not in touched}
-    return ShardDirectory(data_root, log, head.part_rows, summaries, {s.position: s for s in applied}, touched)
+    return ShardDirectory(data_root, log, head.part_rows, summaries, rows, touched, tables)
 
 
 def read_directory(data_root: DataRoot, position: int | None = None) -> ShardDirectory:
