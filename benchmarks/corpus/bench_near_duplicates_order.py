@@ -23,7 +23,11 @@ the index lock per shard. ``whole_read_ms``: one ``read_state`` of every row, fo
 read of the shard list outside the lock, per shard, at the order's new end: ``whole_ms`` the earlier
 code (``read_state`` of every row, twice, each row an object), ``directory_ms`` now (the head, the
 records and the part holding the position, twice; every other part from the head's summary of it).
-The listed shards map to segments as tiered compaction leaves them.
+The listed shards map to segments as tiered compaction leaves them. ``segment_headers``: every live
+segment's header read, as by a lookup whose keys hit each one (the headers list their shards: 32 768
+in a level-5 segment): ``objects_ms`` the earlier code (a row object per shard listed),
+``positions_ms`` now (the positions parsed as one array; a shard's id and version only for the
+shards a posting names).
 """
 
 from __future__ import annotations
@@ -167,6 +171,38 @@ def _one_shard(root, shard_id: str, earlier: bool) -> tuple[float, float]:
     return time.perf_counter() - started, held
 
 
+def _segment_headers(listed: int) -> list[bytes]:
+    """The live segments of an order of ``listed`` shards (tiered), each holding one block of postings
+    and listing its shards as a merged segment's header does."""
+    import numpy as np
+
+    from speechdata.quality.near_dup_postings import POSTING_DTYPE, SegmentShard, segment_bytes
+
+    by_segment: dict[str, list] = {}
+    for shard in _listed(listed):
+        by_segment.setdefault(shard.segment, []).append(
+            SegmentShard(shard.position, shard.shard_id, shard.entries_version)
+        )
+    postings = np.zeros(256, POSTING_DTYPE)
+    postings["key"] = np.arange(256)
+    return [segment_bytes(postings, int(name[1]), shards) for name, shards in sorted(by_segment.items())]
+
+
+def _headers_read(headers: list[bytes], whole: bool) -> float:
+    """Every live segment's header read as a lookup whose keys hit each one: its shards' positions
+    (now), or a row object per shard (``whole``: the earlier code); seconds."""
+    import io
+
+    from speechdata.quality.near_dup_postings import read_segment_header
+
+    started = time.perf_counter()
+    for content in headers:
+        shards = read_segment_header(io.BytesIO(content), "segment").shards
+        held = len(tuple(shards)) if whole else len(shards.positions)
+        assert held
+    return time.perf_counter() - started
+
+
 PATHS = {"single_file": True, "partitioned": False}
 """Each path's name and whether it is the earlier code."""
 
@@ -190,6 +226,8 @@ def measure_path(name: str, sizes: list[int], shards: int, rounds: int) -> dict:
                 order._write_state(root, _listed(listed))
             roots[listed], timings[listed] = root, []
         readers: dict[int, dict[bool, list[float]]] = {listed: {True: [], False: []} for listed in sizes}
+        headers = {listed: {True: [], False: []} for listed in sizes}
+        segment_headers = {} if earlier else {listed: _segment_headers(listed) for listed in sizes}
         for _ in range(rounds):
             for listed, root in roots.items():
                 done = len(timings[listed])
@@ -198,6 +236,7 @@ def measure_path(name: str, sizes: list[int], shards: int, rounds: int) -> dict:
                     position = order._read_head(root, "none").next_position
                     for whole in (True, False):
                         readers[listed][whole] += [_reader_part(root, position, whole) for _ in range(per_turn)]
+                        headers[listed][whole] += [_headers_read(segment_headers[listed], whole) for _ in range(2)]
         for listed, root in roots.items():
             started = time.perf_counter()
             state = order.read_state(root)  # the earlier layout read as it is (the new reader reads it)
@@ -219,6 +258,14 @@ def measure_path(name: str, sizes: list[int], shards: int, rounds: int) -> dict:
                     "directory_max_ms": round(1_000 * max(readers[listed][False]), 2),
                     "directory_over_whole": ratio(
                         statistics.fmean(readers[listed][False]), statistics.fmean(readers[listed][True])
+                    ),
+                }
+                figures[str(listed)]["segment_headers"] = {
+                    "segments": len(segment_headers[listed]),
+                    "objects_ms": round(1_000 * statistics.fmean(headers[listed][True]), 2),
+                    "positions_ms": round(1_000 * statistics.fmean(headers[listed][False]), 2),
+                    "positions_over_objects": ratio(
+                        statistics.fmean(headers[listed][False]), statistics.fmean(headers[listed][True])
                     ),
                 }
     return figures
@@ -287,6 +334,14 @@ def main(argv: list[str] | None = None) -> None:
                 "reader_wait_directory": ratio(
                     largest["partitioned"]["reader_wait"]["directory_ms"],
                     smallest["partitioned"]["reader_wait"]["directory_ms"],
+                ),
+                "segment_headers_objects": ratio(
+                    largest["partitioned"]["segment_headers"]["objects_ms"],
+                    smallest["partitioned"]["segment_headers"]["objects_ms"],
+                ),
+                "segment_headers_positions": ratio(
+                    largest["partitioned"]["segment_headers"]["positions_ms"],
+                    smallest["partitioned"]["segment_headers"]["positions_ms"],
                 ),
             },
             "partitioned_over_single_file_mean_at_largest": largest["partitioned_over_single_file_mean"],
