@@ -255,6 +255,8 @@ def measure_path(name: str, sizes: list[int], shards: int, rounds: int) -> dict:
                 figures[str(listed)]["reader_wait"] = {
                     "whole_ms": round(1_000 * statistics.fmean(readers[listed][True]), 2),
                     "directory_ms": round(1_000 * statistics.fmean(readers[listed][False]), 2),
+                    "whole_median_ms": round(1_000 * statistics.median(readers[listed][True]), 2),
+                    "directory_median_ms": round(1_000 * statistics.median(readers[listed][False]), 2),
                     "directory_max_ms": round(1_000 * max(readers[listed][False]), 2),
                     "directory_over_whole": ratio(
                         statistics.fmean(readers[listed][False]), statistics.fmean(readers[listed][True])
@@ -334,6 +336,10 @@ def main(argv: list[str] | None = None) -> None:
                 "reader_wait_directory": ratio(
                     largest["partitioned"]["reader_wait"]["directory_ms"],
                     smallest["partitioned"]["reader_wait"]["directory_ms"],
+                ),
+                "reader_wait_directory_median": ratio(
+                    largest["partitioned"]["reader_wait"]["directory_median_ms"],
+                    smallest["partitioned"]["reader_wait"]["directory_median_ms"],
                 ),
                 "segment_headers_objects": ratio(
                     largest["partitioned"]["segment_headers"]["objects_ms"],
