@@ -293,7 +293,7 @@ def main(argv: list[str] | None = None) -> None:
     from speechdata.quality.near_dup_order_fold import FOLD_EVERY, PART_ROWS
 
     if args.quick:
-        args.sizes, args.shards, args.rounds = "100,1000", 40, 2
+        args.sizes, args.shards, args.rounds = "100,1000", 8, 2
     sizes = [int(size) for size in args.sizes.split(",")]
     if args.measure:
         with stdout_to_stderr():
