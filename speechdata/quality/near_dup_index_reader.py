@@ -65,8 +65,8 @@ class IndexReader:
         self.rows_read = 0
         self.filter_bytes_read = 0
         self._keys: np.ndarray | None = None
-        self._read: dict[str, tuple[SegmentHeader, np.ndarray]] = {}
-        """Segment -> its header and raw postings of ``_keys`` (the prefetched keys)."""
+        self._read: dict[str, tuple[SegmentHeader | None, np.ndarray]] = {}
+        """Segment -> its header (None: its filter ruled every key out) and its postings of ``_keys``."""
         self._owners: list[tuple[np.ndarray, Sequence[SegmentShard]]] = []
         """Per segment read: the positions whose postings counted, and the header's shards."""
         self.settle(read_directory(data_root, position) if state is None else state)
