@@ -158,23 +158,13 @@ def reserve_position(
                 recommit = mine is not None and mine.state == COMMITTED
                 if not recommit:
                     reserved = IndexedShard(position, shard_id, None, 0, RESERVED, None, token)
-                    _append(data_root, head, [reserved], [] if mine else _earlier_rows(data_root, shard_id))
+                    _append(data_root, head, [reserved])
         if busy:
             time.sleep(LOCK_POLL_S)
             continue
         with stack:
             yield Reservation(shard_id, position, token, recommit)
         return
-
-
-def _earlier_rows(data_root: DataRoot, shard_id: str) -> list[int]:
-    """The positions of rows ``shard_id`` keeps in the snapshot though its reservation found none
-    (its commit record lost): its new row's record drops them, so no shard is listed twice and a
-    part no record touches is exactly what its summary says. Every row is read only for a shard
-    that wrote its decisions file before (one file's existence checked: never a new shard)."""
-    if not data_root.exists(layout.near_duplicates(shard_id)):
-        return []
-    return [shard.position for shard in read_state(data_root) if shard.shard_id == shard_id]
 
 
 def wait_for_earlier(
@@ -238,8 +228,7 @@ def _drop_reservation(data_root: DataRoot, shard: IndexedShard, **lock_options) 
             return
         if head.last_change is not None and head.last_change[0] == [head.mine]:
             # Its reservation is the last record: withdrawn, the order is as it was before it (a
-            # pass that fails gives its positions back without a trace; an earlier row the
-            # reservation dropped is listed again).
+            # pass that fails gives its positions back without a trace).
             data_root.fs.rm_file(data_root.path(_record_relative(head.last)))
         else:
             _append(data_root, head, removed=[shard.position])

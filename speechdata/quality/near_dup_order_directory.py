@@ -207,9 +207,9 @@ def _directory_of(data_root: DataRoot, log: _Log, position: int | None) -> Shard
     touched |= {position // head.part_rows for _, removed in log.changes for position in removed}
     if position is not None:
         touched.add(position // head.part_rows)
-    # Every change names only rows of the touched parts (a shard taking a new position drops its
-    # earlier row in the same record: :func:`.near_dup_index_order.reserve_position`). The rows the
-    # records name are replayed as objects; the others stay Arrow columns (as a fold does).
+    # Every change names only rows of the touched parts (a shard takes a new position only when no
+    # part lists it: the parts' membership filters, :func:`.near_dup_order_log._row_in_snapshot`).
+    # The rows the records name are replayed as objects; the others stay Arrow columns (as a fold does).
     named = pa.array(sorted({shard.shard_id for upserts, _ in log.changes for shard in upserts}), pa.string())
     dropped = pa.array(sorted({position for _, removed in log.changes for position in removed}), pa.int64())
     tables, replayed = [], []

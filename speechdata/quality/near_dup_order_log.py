@@ -46,6 +46,8 @@ from speechdata.quality.near_dup_order_rows import (  # noqa: F401 (re-exported:
     _row_of,
     _shard_of,
     _shards_of_table,
+    parts_may_list,
+    summaries_of,
 )
 
 ORDER_LOG = f"{layout.NEAR_DUPLICATES_INDEX}/order"
@@ -73,7 +75,7 @@ class _Head:
     reserved: list[IndexedShard]
     """The reserved rows (a few: shards deciding, and runs gone not yet dropped)."""
     summary: dict[int, PartSummary] | None = None
-    """Part number -> its summary (None: a head written before summaries; read every part instead)."""
+    """Part number -> its summary (None: a head from before membership filters; every part read)."""
 
 
 @dataclass(frozen=True)
@@ -204,7 +206,7 @@ def _read_head_file(data_root: DataRoot) -> _Head | None:
         int(body["part_rows"]),
         {int(part): name for part, name in body["parts"].items()},
         [_shard_of(row) for row in body["reserved"]],
-        None if "summary" not in body else {int(k): PartSummary.of_body(v) for k, v in body["summary"].items()},
+        summaries_of(body),
     )
 
 
@@ -329,9 +331,8 @@ def _next_position(log: _Log) -> int:
 
 
 def _row_in_snapshot(data_root: DataRoot, log: _Log, shard_id: str) -> IndexedShard | None:
-    """``shard_id``'s row in the snapshot: among the head's reserved rows, else at the position its
-    commit record names (the one part holding it; every part when the record is damaged), else none;
-    the earlier layout's file: filtered."""
+    """``shard_id``'s row in the snapshot: a reserved row of the head, else in the part its commit record
+    names, else (none, lost or torn) in the parts whose filters may list it (so never listed twice)."""
     if log.head is None:
         tables = [] if log.legacy is None else [log.legacy]
     else:
@@ -339,11 +340,10 @@ def _row_in_snapshot(data_root: DataRoot, log: _Log, shard_id: str) -> IndexedSh
         if reserved is not None:
             return reserved
         position = _committed_position(data_root, shard_id)
-        if position is None:
-            return None
-        names = (
-            log.head.parts.values() if position == UNREADABLE else [log.head.parts.get(position // log.head.part_rows)]
-        )
+        if position is None or position == UNREADABLE:
+            names = parts_may_list(log.head.summary, log.head.parts, shard_id)
+        else:
+            names = [log.head.parts.get(position // log.head.part_rows)]
         tables = [_read_part(data_root, name, log.head) for name in names if name is not None]
     rows = [
         _shard_of(row)

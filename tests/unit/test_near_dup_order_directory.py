@@ -1,8 +1,8 @@
 """What a new shard's run reads of the near-duplicate shard list (``ShardDirectory``): the head with
 each part's summary, the records and the part holding its position, never another part; its
 committed utterances and rows per segment before any position agree with every row read whole;
-a shard re-listed at a new position drops its earlier row in the same record; a head written
-before summaries is read whole and given them by the next fold. No audio: the order alone."""
+a shard whose commit record is lost after its run was killed keeps its position (never listed
+twice); a head written before summaries is read whole and given them by the next fold. No audio: the order alone."""
 
 import pytest
 
@@ -61,16 +61,28 @@ def test_a_new_shard_reads_only_its_own_part_and_what_the_records_touch_and_agre
         assert list(read_directory(data_root)) == read_state(data_root)  # as a sequence: every row
 
 
-def test_a_shard_re_listed_after_losing_its_commit_record_drops_its_earlier_row_in_the_same_record(data_root):
-    for n, shard_id in enumerate(["a", "b", "c", "d"]):  # folded: part 0 holds a-d
-        index(data_root, shard_id, f"L0-{shard_id}", 10 + n)
-    data_root.write_bytes(layout.near_duplicates("b"), b"its decisions file")
-    data_root.fs.rm_file(data_root.path(order._commit_record_relative("b")))
-    index(data_root, "b", "L0-b-again", 5)  # taken for a new shard: indexed again at the end
-    assert [(s.position, s.shard_id) for s in read_state(data_root)] == [(0, "a"), (2, "c"), (3, "d"), (4, "b")]
-    last = order_log._read_log(data_root).changes[0]
-    assert last[1] == [1] and [s.shard_id for s in last[0]] == ["b"]  # its reservation dropped position 1
-    for position in range(6):
+def test_a_shard_killed_after_its_commit_whose_commit_record_is_lost_keeps_its_position_listed_once(
+    data_root, monkeypatch
+):
+    """A run killed after committing, before its decisions file: its order record folded away by 64
+    other commits, its commit record then lost. Its re-run finds its row through the parts' membership
+    filters (reading that part alone) and keeps its position: never listed twice, so no part's
+    summary counts a row the shard list no longer has."""
+    index(data_root, "killed", "L0-killed", 9)  # committed; no decisions file written
+    for n in range(64):
+        index(data_root, f"s{n:02d}", f"L0-{n}", 1 + n % 3)
+    assert not any(s.shard_id == "killed" for upserts, _ in order_log._read_log(data_root).changes for s in upserts)
+    data_root.fs.rm_file(data_root.path(order._commit_record_relative("killed")))
+    assert not data_root.exists(layout.near_duplicates("killed"))
+    cat_file, read = data_root.fs.cat_file, []
+    monkeypatch.setattr(data_root.fs, "cat_file", lambda path: read.append(path) or cat_file(path))
+    with reserve_position(data_root, "killed") as reservation:
+        assert (reservation.recommit, reservation.position) == (True, 0)
+        assert {path.rsplit("/", 1)[-1][:8] for path in read if f"/{order.PARTS}/" in path} == {"00000000"}
+    monkeypatch.undo()
+    index(data_root, "killed", "L0-killed", 9)  # its commit again: the same row
+    assert [s.shard_id for s in read_state(data_root)].count("killed") == 1
+    for position in [0, 1, 30, 64, 65]:
         directory = read_directory(data_root, position)
         assert (directory.utterances(position), directory.segments(position)) == whole_before(data_root, position)
 
