@@ -42,6 +42,7 @@ from speechdata.quality.near_dup_index_order import (
     _append,
     _commit_record_relative,
     _FoldedMeanwhile,
+    _read_log,
     _state_from_commit_records,
     _write_commit_record,
     _write_state,
@@ -50,6 +51,7 @@ from speechdata.quality.near_dup_index_order import (
 )
 from speechdata.quality.near_dup_matching import Decision, UtteranceSignals
 from speechdata.quality.near_dup_order_directory import read_directory
+from speechdata.quality.near_dup_order_members import read_members
 from speechdata.quality.near_dup_postings import (
     BLOCK_RECORDS,
     DamagedSegment,
@@ -92,6 +94,8 @@ def repair_index(
         except IndexDamaged as exc:
             state = _state_from_commit_records(data_root)
             done.append(f"rebuilt shards.parquet from {len(state)} commit records ({exc})")
+        else:
+            done += _damaged_members(data_root)
         held_by_segment = _healthy_segments(data_root)
         done += _repair_filters(data_root, list(held_by_segment))
         repaired = []
@@ -107,6 +111,17 @@ def repair_index(
                 if shard.state == COMMITTED:
                     _write_commit_record(data_root, shard)
     return done
+
+
+def _damaged_members(data_root: DataRoot) -> list[str]:
+    """The shard list's membership filters torn or missing (then written again with the order)."""
+    head = _read_log(data_root).head
+    try:
+        if head is not None and head.members is not None:
+            read_members(data_root, head.members, head.parts, head.part_rows)
+    except (IndexDamaged, _FoldedMeanwhile) as damaged:  # under the index lock, missing is damage
+        return [f"rebuilt the shard list's membership filters ({damaged.args[-1]})"]
+    return []
 
 
 def _repair_shard(

@@ -30,6 +30,7 @@ import pyarrow.parquet as pq
 from speechdata.io import layout
 from speechdata.io.parquet_integrity import UnreadableIntermediate
 from speechdata.io.storage import DataRoot
+from speechdata.quality.near_dup_order_members import parts_may_list
 from speechdata.quality.near_dup_order_rows import (  # noqa: F401 (re-exported: the shard list's names in one place)
     COMMITTED,
     ORDER_SCHEMA,
@@ -43,11 +44,10 @@ from speechdata.quality.near_dup_order_rows import (  # noqa: F401 (re-exported:
     ReservationLost,
     _all_applied,
     _applied,
+    _FoldedMeanwhile,
     _row_of,
     _shard_of,
     _shards_of_table,
-    parts_may_list,
-    summaries_of,
 )
 
 ORDER_LOG = f"{layout.NEAR_DUPLICATES_INDEX}/order"
@@ -76,6 +76,7 @@ class _Head:
     """The reserved rows (a few: shards deciding, and runs gone not yet dropped)."""
     summary: dict[int, PartSummary] | None = None
     """Part number -> its summary (None: a head from before membership filters; every part read)."""
+    members: str | None = None  # the parts' membership filters (:mod:`.near_dup_order_members`)
 
 
 @dataclass(frozen=True)
@@ -117,11 +118,6 @@ class _OrderHead:
     last_change: Change | None
     """The last record after the snapshot; None when there is none."""
     legacy: bool = False
-
-
-class _FoldedMeanwhile(Exception):
-    """Something the head or the listing named was gone when read: a writer folded it meanwhile.
-    ``args``: (what was missed, the damage it is when missed twice)."""
 
 
 def _record_relative(seq: int) -> str:
@@ -206,7 +202,10 @@ def _read_head_file(data_root: DataRoot) -> _Head | None:
         int(body["part_rows"]),
         {int(part): name for part, name in body["parts"].items()},
         [_shard_of(row) for row in body["reserved"]],
-        summaries_of(body),
+        None
+        if not {"members", "summary"} <= body.keys()
+        else {int(k): PartSummary.of_body(v) for k, v in body["summary"].items()},
+        body.get("members"),
     )
 
 
@@ -341,7 +340,7 @@ def _row_in_snapshot(data_root: DataRoot, log: _Log, shard_id: str) -> IndexedSh
             return reserved
         position = _committed_position(data_root, shard_id)
         if position is None or position == UNREADABLE:
-            names = parts_may_list(log.head.summary, log.head.parts, shard_id)
+            names = parts_may_list(data_root, log.head, shard_id)
         else:
             names = [log.head.parts.get(position // log.head.part_rows)]
         tables = [_read_part(data_root, name, log.head) for name in names if name is not None]

@@ -4,12 +4,9 @@
 
 from __future__ import annotations
 
-import base64
-import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-import numpy as np
 import pyarrow as pa
 
 RESERVED, COMMITTED = "reserved", "committed"
@@ -136,57 +133,20 @@ NO_SEGMENT = ""
 """A part summary's name for committed rows mapped to no segment (damage: the reader reports it)."""
 
 
-MEMBER_BITS_PER_ROW = 16
-"""A part's membership filter (a Bloom filter of the shard ids it lists, every state): 16 bits per
-row and :data:`MEMBER_HASHES` probes, about one false "maybe" in 2 000 parts asked (4 KiB a full
-part, in the head). A "maybe" is checked exactly by reading the part; a "no" is exact."""
-MEMBER_HASHES = 11
-
-
-def _probes(shard_ids: Sequence[str], bits: int) -> np.ndarray:
-    """The filter bits of each of ``shard_ids`` (one row each): double hashing of a 128-bit digest."""
-    digests = b"".join(hashlib.blake2b(shard_id.encode(), digest_size=16).digest() for shard_id in shard_ids)
-    pairs = np.frombuffer(digests, dtype="<u8").reshape(-1, 2)
-    steps = np.arange(MEMBER_HASHES, dtype=np.uint64)
-    return (pairs[:, :1] + steps * (pairs[:, 1:] | np.uint64(1))) % np.uint64(bits)
-
-
-def members_filter(shard_ids: Sequence[str]) -> bytes:
-    """The membership filter of a part listing ``shard_ids``."""
-    bits = max(64, -(-MEMBER_BITS_PER_ROW * len(shard_ids) // 64) * 64)
-    flags = np.zeros(bits, dtype=bool)
-    if shard_ids:
-        flags[_probes(shard_ids, bits).ravel().astype(np.int64)] = True
-    return np.packbits(flags, bitorder="little").tobytes()
-
-
-def may_list(members: bytes, shard_id: str) -> bool:
-    """Whether a part with filter ``members`` may list ``shard_id`` (False: it does not)."""
-    flags = np.unpackbits(np.frombuffer(members, dtype=np.uint8), bitorder="little")
-    return bool(flags[_probes([shard_id], len(flags)).ravel().astype(np.int64)].all())
-
-
 @dataclass(frozen=True)
 class PartSummary:
-    """What a reader needs of a part without its rows: the committed utterances it lists, per
-    segment its committed rows mapped there (how many, the lowest position), and which shards it
-    lists (:func:`members_filter`)."""
+    """What a reader needs of a part without its rows: the committed utterances it lists, and per
+    segment its committed rows mapped there (how many, the lowest position)."""
 
     utterances: int
     segments: dict[str, tuple[int, int]]
-    members: bytes
 
     def body(self) -> dict:
-        segments = {name: list(v) for name, v in sorted(self.segments.items())}
-        return {"utterances": self.utterances, "segments": segments, "members": base64.b64encode(self.members).decode()}
+        return {"utterances": self.utterances, "segments": {name: list(v) for name, v in sorted(self.segments.items())}}
 
     @classmethod
     def of_body(cls, body: dict) -> PartSummary:
-        segments = {name: (int(c), int(m)) for name, (c, m) in body["segments"].items()}
-        return cls(int(body["utterances"]), segments, base64.b64decode(body["members"]))
-
-    def may_list(self, shard_id: str) -> bool:
-        return may_list(self.members, shard_id)
+        return cls(int(body["utterances"]), {name: (int(c), int(m)) for name, (c, m) in body["segments"].items()})
 
 
 def summary_of(shards: Sequence[IndexedShard]) -> PartSummary:
@@ -199,16 +159,9 @@ def summary_of(shards: Sequence[IndexedShard]) -> PartSummary:
         name = shard.segment or NO_SEGMENT
         count, lowest = segments.get(name, (0, shard.position))
         segments[name] = (count + 1, min(lowest, shard.position))
-    return PartSummary(utterances, segments, members_filter([shard.shard_id for shard in shards]))
+    return PartSummary(utterances, segments)
 
 
-def summaries_of(head: dict) -> dict[int, PartSummary] | None:
-    """A head's part summaries; None for a head written before summaries with membership filters."""
-    if not all("members" in summary for summary in head.get("summary", {None: {}}).values()):
-        return None
-    return {int(part): PartSummary.of_body(summary) for part, summary in head["summary"].items()}
-
-
-def parts_may_list(summaries: dict[int, PartSummary] | None, parts: dict[int, str], shard_id: str) -> list[str]:
-    """The files of ``parts`` whose membership filters may list ``shard_id`` (every one without summaries)."""
-    return [name for part, name in parts.items() if summaries is None or summaries[part].may_list(shard_id)]
+class _FoldedMeanwhile(Exception):
+    """Something the head or the listing named was gone when read: a writer folded it meanwhile.
+    ``args``: (what was missed, the damage it is when missed twice)."""

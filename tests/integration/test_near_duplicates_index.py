@@ -16,6 +16,7 @@ from speechdata.quality import (
     near_dup_index_order,
     near_dup_index_repair,
     near_dup_order_fold,
+    near_dup_order_members,
     near_dup_postings,
     near_duplicates,
 )
@@ -228,6 +229,24 @@ def test_a_run_killed_after_its_commit_whose_commit_record_is_lost_decides_the_s
     assert again.index_position == 1 and again.indexed_before == a_utterances(root)
     assert [(s.position, s.shard_id) for s in read_state(root)] == [(0, "a"), (1, "b")]
     assert rows_of(root, "b") == killed_with[0] and verdicts(root, "b") == B_VERDICTS
+
+
+@pytest.mark.parametrize("damage", ["torn", "missing"])
+def test_torn_or_missing_membership_filters_are_rebuilt_by_the_next_run_which_decides_the_same(
+    two_shards, monkeypatch, damage
+):
+    root = two_shards
+    monkeypatch.setattr(near_dup_order_fold, "FOLD_EVERY", 2)
+    run_near_duplicates(root, "a")  # folded: the head names a's part and its filter
+    [members] = root.glob(f"{near_dup_order_members.MEMBERS}/*.bin")
+    if damage == "torn":
+        root.fs.pipe_file(members, root.fs.cat_file(members)[:100])
+    else:
+        root.fs.rm_file(members)
+    summary = run_near_duplicates(root, "b")  # a new shard: it reads the filters
+    assert any("membership filters" in line for line in summary.repairs)
+    assert verdicts(root, "b") == B_VERDICTS
+    assert [(s.position, s.shard_id) for s in read_state(root)] == [(0, "a"), (1, "b")]
 
 
 class Killed(Exception):
