@@ -27,7 +27,9 @@ The listed shards map to segments as tiered compaction leaves them. ``segment_he
 segment's header read, as by a lookup whose keys hit each one (the headers list their shards: 32 768
 in a level-5 segment): ``objects_ms`` the earlier code (a row object per shard listed),
 ``positions_ms`` now (the positions parsed as one array; a shard's id and version only for the
-shards a posting names).
+shards a posting names). ``entries_cleanup``: a commit's removal of its shard's other entries files
+with one entries file per listed shard in the folder: ``listing_ms`` the earlier code (the folder
+listed), ``noted_ms`` now (the shard's own list of the versions it wrote).
 """
 
 from __future__ import annotations
@@ -203,6 +205,54 @@ def _headers_read(headers: list[bytes], whole: bool) -> float:
     return time.perf_counter() - started
 
 
+CLEANUP_REPEATS = 5
+
+
+def _entries_cleanup(root, listed: int) -> dict:
+    """A commit's removal of its shard's other entries files with ``listed`` entries files in the
+    folder (empty files: only their names are read): ``listing_ms`` the earlier code (the folder
+    listed, every name parsed), ``noted_ms`` now (its version noted before its file is written, then
+    the files its list names removed and the list). Medians over :data:`CLEANUP_REPEATS` commits,
+    each leaving a killed run's file to remove."""
+    from pathlib import Path
+
+    from speechdata.io import layout
+    from speechdata.quality.near_dup_index_entries import (
+        ENTRIES_VERSION_CHARS,
+        note_entries_written,
+        remove_unlisted_entries,
+        remove_written_entries,
+    )
+
+    folder = Path(root.path(layout.near_duplicates_index_entries_dir()))
+    folder.mkdir(parents=True, exist_ok=True)
+    for p in range(listed):
+        (folder / f"shard-{p:07d}-{p:0{ENTRIES_VERSION_CHARS}x}.parquet").touch()
+    timings: dict[bool, list[float]] = {True: [], False: []}
+    for repeat in range(CLEANUP_REPEATS):
+        for earlier in (True, False):
+            shard_id = f"cleanup-{repeat}-{int(earlier)}"
+            killed, committed = (f"{v:0{ENTRIES_VERSION_CHARS}x}" for v in (1, 2))
+            if not earlier:
+                note_entries_written(root, shard_id, killed)  # the killed run noted its file
+            root.write_bytes(layout.near_duplicates_index_entries(shard_id, killed), b"")
+            started = time.perf_counter()
+            if earlier:
+                removed = remove_unlisted_entries(root, shard_id, committed)
+            else:
+                note_entries_written(root, shard_id, committed)
+                removed = remove_written_entries(root, shard_id, committed)
+            timings[earlier].append(time.perf_counter() - started)
+            assert removed == 1
+    listing, noted = statistics.median(timings[True]), statistics.median(timings[False])
+    return {
+        "files": listed,
+        "listing_ms": round(1_000 * listing, 3),
+        "noted_ms": round(1_000 * noted, 3),
+        "noted_over_listing": ratio(noted, listing),
+    }
+
+
 PATHS = {"single_file": True, "partitioned": False}
 """Each path's name and whether it is the earlier code."""
 
@@ -262,6 +312,7 @@ def measure_path(name: str, sizes: list[int], shards: int, rounds: int) -> dict:
                         statistics.fmean(readers[listed][False]), statistics.fmean(readers[listed][True])
                     ),
                 }
+                figures[str(listed)]["entries_cleanup"] = _entries_cleanup(root, listed)
                 figures[str(listed)]["segment_headers"] = {
                     "segments": len(segment_headers[listed]),
                     "objects_ms": round(1_000 * statistics.fmean(headers[listed][True]), 2),
@@ -344,6 +395,14 @@ def main(argv: list[str] | None = None) -> None:
                 "segment_headers_objects": ratio(
                     largest["partitioned"]["segment_headers"]["objects_ms"],
                     smallest["partitioned"]["segment_headers"]["objects_ms"],
+                ),
+                "entries_cleanup_listing": ratio(
+                    largest["partitioned"]["entries_cleanup"]["listing_ms"],
+                    smallest["partitioned"]["entries_cleanup"]["listing_ms"],
+                ),
+                "entries_cleanup_noted": ratio(
+                    largest["partitioned"]["entries_cleanup"]["noted_ms"],
+                    smallest["partitioned"]["entries_cleanup"]["noted_ms"],
                 ),
                 "segment_headers_positions": ratio(
                     largest["partitioned"]["segment_headers"]["positions_ms"],
