@@ -34,6 +34,7 @@ from speechdata.quality.near_dup_order_log import (  # noqa: F401 (re-exported: 
     RESERVED,
     SHARD_LIST,
     THROUGH_KEY,
+    UNREADABLE,
     CorpusIndexBusy,
     IndexDamaged,
     IndexedShard,
@@ -60,6 +61,7 @@ from speechdata.quality.near_dup_order_log import (  # noqa: F401 (re-exported: 
     read_reserved,
     read_state,
 )
+from speechdata.quality.near_dup_order_members import parts_may_list
 
 INDEX_LOCK_KEY = "near-duplicates-index"
 """The lock's folder under ``_locks/``: spelled like a shard id (so :func:`shard_lock` takes it);
@@ -136,6 +138,7 @@ def reserve_position(
     The position's lock is held for the block (it tells waiting shards this run is alive)."""
     deadline = time.monotonic() + timeout_s
     while True:
+        _look_up_membership(data_root, shard_id)
         with corpus_index_lock(
             data_root, timeout_s=max(deadline - time.monotonic(), 0.0), run_id=run_id, holder_finished=holder_finished
         ):
@@ -165,6 +168,18 @@ def reserve_position(
         with stack:
             yield Reservation(shard_id, position, token, recommit)
         return
+
+
+def _look_up_membership(data_root: DataRoot, shard_id: str) -> None:
+    """Read the parts' membership filters for a shard without a commit record before taking the
+    index lock (the answer is kept by the filters file's name: under the lock, the head unchanged,
+    no filter is read); anything amiss is left for the read under the lock."""
+    if _committed_position(data_root, shard_id) not in (None, UNREADABLE):
+        return
+    with contextlib.suppress(IndexDamaged, _FoldedMeanwhile):
+        head = _read_log(data_root).head
+        if head is not None:
+            parts_may_list(data_root, head, shard_id)
 
 
 def wait_for_earlier(

@@ -69,18 +69,33 @@ def read_members(data_root: DataRoot, name: str, parts: Iterable[int], part_rows
     return {part: content[n * size : (n + 1) * size] for n, part in enumerate(parts)}
 
 
+_ANSWERS: dict[tuple[str, str], list[int]] = {}
+"""(filters file, shard id) -> the filters (by their order in the file: the n-th is the head's n-th
+part) that may list the shard. A filters file is named by its
+content, so an answer stays true for as long as a head names that file: a reservation looks its
+shard up before taking the index lock (:func:`.near_dup_index_order.reserve_position`) and, the head
+unchanged, reads no filter under it."""
+_ANSWERS_KEPT = 256
+
+
 def parts_may_list(data_root: DataRoot, head, shard_id: str) -> list[str]:
     """The files of the head's parts that may list ``shard_id`` (every part when the head names no
     filters: one written before them, read whole until its first fold)."""
     if head.members is None:
         return list(head.parts.values())
-    filters = read_members(data_root, head.members, head.parts, head.part_rows)
-    bits = _probes([shard_id], filter_size(head.part_rows) * 8)[0]
-    return [
-        head.parts[part]
-        for part, members in filters.items()
-        if all(members[bit >> 3] >> (bit & 7) & 1 for bit in bits.tolist())
-    ]
+    key = (head.members, shard_id)
+    if key not in _ANSWERS:
+        filters = read_members(data_root, head.members, head.parts, head.part_rows)
+        bits = _probes([shard_id], filter_size(head.part_rows) * 8)[0].tolist()
+        if len(_ANSWERS) >= _ANSWERS_KEPT:
+            _ANSWERS.clear()
+        _ANSWERS[key] = [
+            n
+            for n, members in enumerate(filters[part] for part in sorted(filters))
+            if all(members[bit >> 3] >> (bit & 7) & 1 for bit in bits)
+        ]
+    parts = sorted(head.parts)
+    return [head.parts[parts[n]] for n in _ANSWERS[key]]
 
 
 def remove_unnamed_members(data_root: DataRoot, named: str | None) -> None:

@@ -13,6 +13,7 @@ from speechdata.io.storage import DataRoot
 from speechdata.quality import near_dup_index_order as order
 from speechdata.quality import near_dup_order_fold as order_fold
 from speechdata.quality import near_dup_order_log as order_log
+from speechdata.quality import near_dup_order_members as order_members
 from speechdata.quality.near_dup_index import IndexDamaged, IndexedShard, read_state, reserve_position
 
 
@@ -100,7 +101,11 @@ def test_a_reservation_reads_no_part_and_a_re_run_the_one_holding_its_position(d
     with reserve_position(data_root, "late") as reservation:
         commit(data_root, reservation, "v-late")
     assert not [path for path in read if f"/{order.PARTS}/" in path]
-    assert sum(path.endswith(order.HEAD) for path in read) == 2
+    # The head once before the index lock (with the parts' membership filters: no part lists it),
+    # once under it (the filters' answer kept: not read again) and once for the commit.
+    heads = [n for n, path in enumerate(read) if path.endswith(order.HEAD)]
+    filters = [n for n, path in enumerate(read) if f"/{order_members.MEMBERS}/" in path]
+    assert len(heads) == 3 and len(filters) == 1 and heads[0] < filters[0] < heads[1]
     read.clear()
     with reserve_position(data_root, "s05") as reservation:  # folded long ago, at position 5
         assert reservation.recommit and reservation.position == 5
