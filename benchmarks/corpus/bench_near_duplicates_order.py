@@ -152,6 +152,8 @@ def _one_shard(root, shard_id: str, earlier: bool) -> tuple[float, float]:
     held = 0.0
     started = time.perf_counter()
     for step in ("reserve", "commit"):
+        if step == "reserve" and not earlier:
+            order._look_up_membership(root, shard_id)  # the parts' membership filters, before the lock
         with order.corpus_index_lock(root):
             locked = time.perf_counter()
             if earlier:
