@@ -69,8 +69,11 @@ def test_a_shard_killed_after_its_commit_whose_commit_record_is_lost_keeps_its_p
     filters (reading that part alone) and keeps its position: never listed twice, so no part's
     summary counts a row the shard list no longer has."""
     index(data_root, "killed", "L0-killed", 9)  # committed; no decisions file written
-    for n in range(64):
-        index(data_root, f"s{n:02d}", f"L0-{n}", 1 + n % 3)
+    with order.corpus_index_lock(data_root):  # 64 other commits: their order records alone
+        for n in range(64):
+            head = order._read_head(data_root, f"s{n:02d}")
+            shard = IndexedShard(head.next_position, f"s{n:02d}", f"v-{n}", 1 + n % 3, order.COMMITTED, f"L0-{n}")
+            order._append(data_root, head, [shard])
     assert not any(s.shard_id == "killed" for upserts, _ in order_log._read_log(data_root).changes for s in upserts)
     data_root.fs.rm_file(data_root.path(order._commit_record_relative("killed")))
     assert not data_root.exists(layout.near_duplicates("killed"))
