@@ -17,8 +17,19 @@ row). The baseline is the earlier code path, kept here: the snapshot's columns r
 record appended, the whole snapshot rewritten by every 64th record. Each figure is the mean over
 ``--shards`` consecutive shards (the commit record each commit writes included), so the folds are
 counted in it (``max_ms``: the slowest shard, one that folded); ``lock_held_ms``: the time inside
-the index lock per shard. ``whole_read_ms``: one ``read_state`` of every row (what
-``IndexReader`` reads outside the lock), for comparison.
+the index lock per shard. ``whole_read_ms``: one ``read_state`` of every row, for comparison.
+
+``reader_wait`` (partitioned layout): what a new shard's ``IndexReader`` and ``wait_for_earlier``
+read of the shard list outside the lock, per shard, at the order's new end: ``whole_ms`` the earlier
+code (``read_state`` of every row, twice, each row an object), ``directory_ms`` now (the head, the
+records and the part holding the position, twice; every other part from the head's summary of it).
+The listed shards map to segments as tiered compaction leaves them. ``segment_headers``: every live
+segment's header read, as by a lookup whose keys hit each one (the headers list their shards: 32 768
+in a level-5 segment): ``objects_ms`` the earlier code (a row object per shard listed),
+``positions_ms`` now (the positions parsed as one array; a shard's id and version only for the
+shards a posting names). ``entries_cleanup``: a commit's removal of its shard's other entries files
+with one entries file per listed shard in the folder: ``listing_ms`` the earlier code (the folder
+listed), ``noted_ms`` now (the shard's own list of the versions it wrote).
 """
 
 from __future__ import annotations
@@ -37,13 +48,47 @@ from benchmarks.report import emit, leave_measured, progress, ratio, stdout_to_s
 EARLIER_FOLD_EVERY = 64
 
 
+def _tiered_segments(shards: int) -> list[str]:
+    """Each position's segment as tiered compaction (``FANOUT`` 8) leaves them: blocks of 8**k
+    positions, the largest first (a few dozen segments at 100 000 shards)."""
+    names, start = [], 0
+    for level in range(8, -1, -1):
+        while start + 8**level <= shards:
+            names += [f"L{level}-{start:016x}.seg"] * 8**level
+            start += 8**level
+    return names
+
+
 def _listed(shards: int) -> list:
     from speechdata.quality import near_dup_index_order as order
 
     return [
-        order.IndexedShard(p, f"shard-{p:07d}", f"{p:016x}", 1_000, order.COMMITTED, f"L1-{p // 8:016x}.seg")
-        for p in range(shards)
+        order.IndexedShard(p, f"shard-{p:07d}", f"{p:016x}", 1_000, order.COMMITTED, segment)
+        for p, segment in enumerate(_tiered_segments(shards))
     ]
+
+
+def _reader_part(root, position: int, whole: bool) -> float:
+    """What a new shard's reader and wait read of the shard list (outside the lock): the reader's
+    state when it is built, the state ``wait_for_earlier`` returns, each taken as the reader's
+    settle takes it, and the utterances before ``position``; seconds. ``whole``: the earlier code
+    (``read_state`` of every row, each time)."""
+    from speechdata.quality import near_dup_index_order as order
+    from speechdata.quality.near_dup_order_directory import read_directory
+
+    started = time.perf_counter()
+    for _ in ("reader", "wait"):
+        if whole:
+            state = order.read_state(root)
+            shards = {s.position: s for s in state if s.state == order.COMMITTED and s.position < position}
+            segments = {s.segment for s in shards.values()}
+            utterances = sum(s.utterances for s in shards.values())
+        else:
+            directory = read_directory(root, position)
+            segments = set(directory.segments(position))
+            utterances = directory.utterances(position)
+    assert segments and utterances > 0
+    return time.perf_counter() - started
 
 
 def _earlier_snapshot(root, shards, through: int) -> None:
@@ -107,6 +152,8 @@ def _one_shard(root, shard_id: str, earlier: bool) -> tuple[float, float]:
     held = 0.0
     started = time.perf_counter()
     for step in ("reserve", "commit"):
+        if step == "reserve" and not earlier:
+            order._look_up_membership(root, shard_id)  # the parts' membership filters, before the lock
         with order.corpus_index_lock(root):
             locked = time.perf_counter()
             if earlier:
@@ -126,6 +173,86 @@ def _one_shard(root, shard_id: str, earlier: bool) -> tuple[float, float]:
                 order._append(root, head, [row])
             held += time.perf_counter() - locked
     return time.perf_counter() - started, held
+
+
+def _segment_headers(listed: int) -> list[bytes]:
+    """The live segments of an order of ``listed`` shards (tiered), each holding one block of postings
+    and listing its shards as a merged segment's header does."""
+    import numpy as np
+
+    from speechdata.quality.near_dup_postings import POSTING_DTYPE, SegmentShard, segment_bytes
+
+    by_segment: dict[str, list] = {}
+    for shard in _listed(listed):
+        by_segment.setdefault(shard.segment, []).append(
+            SegmentShard(shard.position, shard.shard_id, shard.entries_version)
+        )
+    postings = np.zeros(256, POSTING_DTYPE)
+    postings["key"] = np.arange(256)
+    return [segment_bytes(postings, int(name[1]), shards) for name, shards in sorted(by_segment.items())]
+
+
+def _headers_read(headers: list[bytes], whole: bool) -> float:
+    """Every live segment's header read as a lookup whose keys hit each one: its shards' positions
+    (now), or a row object per shard (``whole``: the earlier code); seconds."""
+    import io
+
+    from speechdata.quality.near_dup_postings import read_segment_header
+
+    started = time.perf_counter()
+    for content in headers:
+        shards = read_segment_header(io.BytesIO(content), "segment").shards
+        held = len(tuple(shards)) if whole else len(shards.positions)
+        assert held
+    return time.perf_counter() - started
+
+
+CLEANUP_REPEATS = 5
+
+
+def _entries_cleanup(root, listed: int) -> dict:
+    """A commit's removal of its shard's other entries files with ``listed`` entries files in the
+    folder (empty files: only their names are read): ``listing_ms`` the earlier code (the folder
+    listed, every name parsed), ``noted_ms`` now (its version noted before its file is written, then
+    the files its list names removed and the list). Medians over :data:`CLEANUP_REPEATS` commits,
+    each leaving a killed run's file to remove."""
+    from pathlib import Path
+
+    from speechdata.io import layout
+    from speechdata.quality.near_dup_index_entries import (
+        ENTRIES_VERSION_CHARS,
+        note_entries_written,
+        remove_unlisted_entries,
+        remove_written_entries,
+    )
+
+    folder = Path(root.path(layout.near_duplicates_index_entries_dir()))
+    folder.mkdir(parents=True, exist_ok=True)
+    for p in range(listed):
+        (folder / f"shard-{p:07d}-{p:0{ENTRIES_VERSION_CHARS}x}.parquet").touch()
+    timings: dict[bool, list[float]] = {True: [], False: []}
+    for repeat in range(CLEANUP_REPEATS):
+        for earlier in (True, False):
+            shard_id = f"cleanup-{repeat}-{int(earlier)}"
+            killed, committed = (f"{v:0{ENTRIES_VERSION_CHARS}x}" for v in (1, 2))
+            if not earlier:
+                note_entries_written(root, shard_id, killed)  # the killed run noted its file
+            root.write_bytes(layout.near_duplicates_index_entries(shard_id, killed), b"")
+            started = time.perf_counter()
+            if earlier:
+                removed = remove_unlisted_entries(root, shard_id, committed)
+            else:
+                note_entries_written(root, shard_id, committed)
+                removed = remove_written_entries(root, shard_id, committed)
+            timings[earlier].append(time.perf_counter() - started)
+            assert removed == 1
+    listing, noted = statistics.median(timings[True]), statistics.median(timings[False])
+    return {
+        "files": listed,
+        "listing_ms": round(1_000 * listing, 3),
+        "noted_ms": round(1_000 * noted, 3),
+        "noted_over_listing": ratio(noted, listing),
+    }
 
 
 PATHS = {"single_file": True, "partitioned": False}
@@ -150,10 +277,18 @@ def measure_path(name: str, sizes: list[int], shards: int, rounds: int) -> dict:
             else:
                 order._write_state(root, _listed(listed))
             roots[listed], timings[listed] = root, []
+        readers: dict[int, dict[bool, list[float]]] = {listed: {True: [], False: []} for listed in sizes}
+        headers = {listed: {True: [], False: []} for listed in sizes}
+        segment_headers = {} if earlier else {listed: _segment_headers(listed) for listed in sizes}
         for _ in range(rounds):
             for listed, root in roots.items():
                 done = len(timings[listed])
                 timings[listed] += [_one_shard(root, f"new-{done + n}", earlier) for n in range(per_turn)]
+                if not earlier:  # the reader's part at the new end of the order, both ways in turn
+                    position = order._read_head(root, "none").next_position
+                    for whole in (True, False):
+                        readers[listed][whole] += [_reader_part(root, position, whole) for _ in range(per_turn)]
+                        headers[listed][whole] += [_headers_read(segment_headers[listed], whole) for _ in range(2)]
         for listed, root in roots.items():
             started = time.perf_counter()
             state = order.read_state(root)  # the earlier layout read as it is (the new reader reads it)
@@ -168,6 +303,26 @@ def measure_path(name: str, sizes: list[int], shards: int, rounds: int) -> dict:
                 "lock_held_ms": round(1_000 * statistics.fmean(held for _, held in timings[listed]), 2),
                 "whole_read_ms": round(1_000 * whole_read, 1),
             }
+            if not earlier:
+                figures[str(listed)]["reader_wait"] = {
+                    "whole_ms": round(1_000 * statistics.fmean(readers[listed][True]), 2),
+                    "directory_ms": round(1_000 * statistics.fmean(readers[listed][False]), 2),
+                    "whole_median_ms": round(1_000 * statistics.median(readers[listed][True]), 2),
+                    "directory_median_ms": round(1_000 * statistics.median(readers[listed][False]), 2),
+                    "directory_max_ms": round(1_000 * max(readers[listed][False]), 2),
+                    "directory_over_whole": ratio(
+                        statistics.fmean(readers[listed][False]), statistics.fmean(readers[listed][True])
+                    ),
+                }
+                figures[str(listed)]["entries_cleanup"] = _entries_cleanup(root, listed)
+                figures[str(listed)]["segment_headers"] = {
+                    "segments": len(segment_headers[listed]),
+                    "objects_ms": round(1_000 * statistics.fmean(headers[listed][True]), 2),
+                    "positions_ms": round(1_000 * statistics.fmean(headers[listed][False]), 2),
+                    "positions_over_objects": ratio(
+                        statistics.fmean(headers[listed][False]), statistics.fmean(headers[listed][True])
+                    ),
+                }
     return figures
 
 
@@ -191,7 +346,7 @@ def main(argv: list[str] | None = None) -> None:
     from speechdata.quality.near_dup_order_fold import FOLD_EVERY, PART_ROWS
 
     if args.quick:
-        args.sizes, args.shards, args.rounds = "100,1000", 40, 2
+        args.sizes, args.shards, args.rounds = "100,1000", 8, 2
     sizes = [int(size) for size in args.sizes.split(",")]
     if args.measure:
         with stdout_to_stderr():
@@ -227,6 +382,34 @@ def main(argv: list[str] | None = None) -> None:
                 "partitioned_mean": ratio(largest["partitioned"]["mean_ms"], smallest["partitioned"]["mean_ms"]),
                 "partitioned_median": ratio(largest["partitioned"]["median_ms"], smallest["partitioned"]["median_ms"]),
                 "single_file_mean": ratio(largest["single_file"]["mean_ms"], smallest["single_file"]["mean_ms"]),
+                "reader_wait_whole": ratio(
+                    largest["partitioned"]["reader_wait"]["whole_ms"],
+                    smallest["partitioned"]["reader_wait"]["whole_ms"],
+                ),
+                "reader_wait_directory": ratio(
+                    largest["partitioned"]["reader_wait"]["directory_ms"],
+                    smallest["partitioned"]["reader_wait"]["directory_ms"],
+                ),
+                "reader_wait_directory_median": ratio(
+                    largest["partitioned"]["reader_wait"]["directory_median_ms"],
+                    smallest["partitioned"]["reader_wait"]["directory_median_ms"],
+                ),
+                "segment_headers_objects": ratio(
+                    largest["partitioned"]["segment_headers"]["objects_ms"],
+                    smallest["partitioned"]["segment_headers"]["objects_ms"],
+                ),
+                "entries_cleanup_listing": ratio(
+                    largest["partitioned"]["entries_cleanup"]["listing_ms"],
+                    smallest["partitioned"]["entries_cleanup"]["listing_ms"],
+                ),
+                "entries_cleanup_noted": ratio(
+                    largest["partitioned"]["entries_cleanup"]["noted_ms"],
+                    smallest["partitioned"]["entries_cleanup"]["noted_ms"],
+                ),
+                "segment_headers_positions": ratio(
+                    largest["partitioned"]["segment_headers"]["positions_ms"],
+                    smallest["partitioned"]["segment_headers"]["positions_ms"],
+                ),
             },
             "partitioned_over_single_file_mean_at_largest": largest["partitioned_over_single_file_mean"],
         },

@@ -458,6 +458,12 @@ def near_duplicates_index_entries_dir() -> str:
     return f"{NEAR_DUPLICATES_INDEX}/entries"
 
 
+def near_duplicates_index_entries_written(shard_id: str) -> str:
+    """The versions of one shard's entries files written since its last commit cleaned them up (the
+    files its commit removes, but the one it commits: no listing of the entries folder)."""
+    return f"{NEAR_DUPLICATES_INDEX}/entries_written/{_shard(shard_id)}.json"
+
+
 # --- the root's top level ---------------------------------------------------------------
 
 INDEX = "index"

@@ -4,15 +4,18 @@ Layout (docs/near-duplicates.md, docs/storage-layout.md)::
 
     shard_list/head.json                  the order's snapshot head (checksummed): the last record
                                           folded in, the next position, each part's file, the
-                                          reserved rows (:mod:`.near_dup_order_log`)
+                                          reserved rows, each part's summary (:mod:`.near_dup_order_log`;
+                                          what a new shard reads: :mod:`.near_dup_order_directory`)
     shard_list/parts/<part>-<sha>.parquet position, shard_id, state, entries_version, utterances,
                                           segment, reservation of PART_ROWS positions
+    shard_list/members/<sha>.bin          the parts' membership filters (:mod:`.near_dup_order_members`)
     order/<seq>.json                      one change to the order after the snapshot, checksummed: the
                                           commit point; folded into the parts it touches every
                                           FOLD_EVERY
     committed/<shard>.json                one shard's commit record (checksummed): rebuilds the order
     entries/<shard>-<version>.parquet     one row per utterance (signals + representative), 64 rows a
                                           row group; version = digest of the content
+    entries_written/<shard>.json          the versions of a shard's entries files its commit removes
     segments/L<level>-<digest>.seg        postings key -> (owner, frame), sorted, blocked, checksummed
                                           (:mod:`.near_dup_postings`)
     segments/L<level>-<digest>.seg.filter the segment's key filter: a blocked Bloom filter, each line

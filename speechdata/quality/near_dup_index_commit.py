@@ -16,7 +16,8 @@ from speechdata.quality.near_dup_filter import (
 from speechdata.quality.near_dup_index_entries import (
     _entries_bytes,
     entries_table,
-    remove_unlisted_entries,
+    note_entries_written,
+    remove_written_entries,
 )
 from speechdata.quality.near_dup_index_order import (
     COMMITTED,
@@ -29,9 +30,9 @@ from speechdata.quality.near_dup_index_order import (
     _read_head,
     _write_commit_record,
     corpus_index_lock,
-    read_state,
 )
 from speechdata.quality.near_dup_matching import Decision, UtteranceSignals
+from speechdata.quality.near_dup_order_directory import read_directory
 from speechdata.quality.near_dup_postings import (
     SegmentShard,
     index_keys,
@@ -83,6 +84,7 @@ def commit_shard_entries(
     reservation was dropped meanwhile (nothing is committed: reserve and decide again)."""
     content, version = _entries_bytes(entries_table(signals, decisions))
     entries_relative = layout.near_duplicates_index_entries(reservation.shard_id, version)
+    note_entries_written(data_root, reservation.shard_id, version)  # before the file: never left unnamed
     if not data_root.exists(entries_relative):
         data_root.write_bytes(entries_relative, content)
     with corpus_index_lock(data_root, timeout_s=timeout_s, run_id=run_id, holder_finished=holder_finished):
@@ -97,6 +99,8 @@ def commit_shard_entries(
             committed = mine
             _write_commit_record(data_root, committed)  # nothing written when it is there already
         else:
+            if mine.state == COMMITTED and mine.entries_version:  # the version this commit replaces
+                note_entries_written(data_root, reservation.shard_id, mine.entries_version)
             segment = _write_level0(data_root, reservation.shard_id, reservation.position, version, signals)
             committed = IndexedShard(
                 reservation.position, reservation.shard_id, version, len(signals), COMMITTED, segment
@@ -108,7 +112,7 @@ def commit_shard_entries(
             _append(data_root, head, [committed])
     if not unchanged and mine.state == COMMITTED:
         _remove_unreferenced_segments(data_root, {mine.segment} - {None})
-    remove_unlisted_entries(data_root, reservation.shard_id, version)
+    remove_written_entries(data_root, reservation.shard_id, version)
     return committed
 
 
@@ -119,6 +123,6 @@ def _segment_present(data_root: DataRoot, shard: IndexedShard) -> bool:
 def _remove_unreferenced_segments(data_root: DataRoot, candidates: set[str]) -> None:
     if not candidates:
         return
-    referenced = {s.segment for s in read_state(data_root)}
+    referenced = set(read_directory(data_root).lowest_positions())  # every part's segments, from its summary
     for name in candidates - referenced:
         _remove_segment(data_root, name)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import io
+import json
 import posixpath
 from collections.abc import Sequence
 
@@ -94,9 +95,51 @@ def _entries_bytes(entries: pa.Table) -> tuple[bytes, str]:
     return content, hashlib.sha256(content).hexdigest()[:ENTRIES_VERSION_CHARS]
 
 
+def note_entries_written(data_root: DataRoot, shard_id: str, *versions: str) -> None:
+    """Name ``versions`` in the shard's list of entries files written since its last commit, before
+    writing them (or, for the committed version a commit replaces, before the commit): every entries
+    file of the shard that its commit does not name is then in the list, and
+    :func:`remove_written_entries` removes them without listing the entries folder."""
+    relative = layout.near_duplicates_index_entries_written(shard_id)
+    noted = _noted_versions(data_root, relative)
+    if not set(versions) <= noted:
+        data_root.write_bytes(relative, (json.dumps(sorted(noted | set(versions))) + "\n").encode())
+
+
+def remove_written_entries(data_root: DataRoot, shard_id: str, current_version: str) -> int:
+    """After ``shard_id`` committed ``current_version``: delete the other entries files its list
+    names (replaced ones, or one a killed run wrote before committing), then the list; return how
+    many files were there. A run killed meanwhile leaves the list, and the next commit finishes."""
+    relative = layout.near_duplicates_index_entries_written(shard_id)
+    removed = 0
+    for version in sorted(_noted_versions(data_root, relative) - {current_version}):
+        with contextlib.suppress(FileNotFoundError):
+            data_root.fs.rm_file(data_root.path(layout.near_duplicates_index_entries(shard_id, version)))
+            removed += 1
+    with contextlib.suppress(FileNotFoundError):
+        data_root.fs.rm_file(data_root.path(relative))
+    return removed
+
+
+def _noted_versions(data_root: DataRoot, relative: str) -> set[str]:
+    """The versions a list names (none when absent; a damaged list names none: its files are left,
+    never a committed one removed)."""
+    try:
+        versions = json.loads(data_root.fs.cat_file(data_root.path(relative)))
+    except FileNotFoundError:
+        return set()
+    except ValueError:
+        return set()
+    if not isinstance(versions, list):
+        return set()
+    return {v for v in versions if isinstance(v, str) and len(v) == ENTRIES_VERSION_CHARS and v.isalnum()}
+
+
 def remove_unlisted_entries(data_root: DataRoot, shard_id: str, current_version: str) -> int:
     """Delete ``shard_id``'s entries files other than ``current_version`` (replaced ones, or one a
-    killed run wrote before committing the order); return how many."""
+    killed run wrote before committing the order); return how many. Lists the whole entries folder:
+    a whole-corpus write's (:func:`.near_dup_index_repair.write_index`); a shard's commit removes
+    only what it noted (:func:`remove_written_entries`)."""
     folder = data_root.path(layout.near_duplicates_index_entries_dir())
     if not data_root.fs.exists(folder):
         return 0

@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterator
 from speechdata.io import layout
 from speechdata.io.shard_lock import LockHolder, ShardLocked, data_root_lock
 from speechdata.io.storage import DataRoot
+from speechdata.quality.near_dup_order_directory import ShardDirectory, read_directory
 from speechdata.quality.near_dup_order_fold import (  # noqa: F401 (re-exported: the index's one import point)
     FOLD_EVERY,
     PART_ROWS,
@@ -33,6 +34,7 @@ from speechdata.quality.near_dup_order_log import (  # noqa: F401 (re-exported: 
     RESERVED,
     SHARD_LIST,
     THROUGH_KEY,
+    UNREADABLE,
     CorpusIndexBusy,
     IndexDamaged,
     IndexedShard,
@@ -59,6 +61,7 @@ from speechdata.quality.near_dup_order_log import (  # noqa: F401 (re-exported: 
     read_reserved,
     read_state,
 )
+from speechdata.quality.near_dup_order_members import parts_may_list
 
 INDEX_LOCK_KEY = "near-duplicates-index"
 """The lock's folder under ``_locks/``: spelled like a shard id (so :func:`shard_lock` takes it);
@@ -135,6 +138,7 @@ def reserve_position(
     The position's lock is held for the block (it tells waiting shards this run is alive)."""
     deadline = time.monotonic() + timeout_s
     while True:
+        _look_up_membership(data_root, shard_id)
         with corpus_index_lock(
             data_root, timeout_s=max(deadline - time.monotonic(), 0.0), run_id=run_id, holder_finished=holder_finished
         ):
@@ -166,6 +170,18 @@ def reserve_position(
         return
 
 
+def _look_up_membership(data_root: DataRoot, shard_id: str) -> None:
+    """Read the parts' membership filters for a shard without a commit record before taking the
+    index lock (the answer is kept by the filters file's name: under the lock, the head unchanged,
+    no filter is read); anything amiss is left for the read under the lock."""
+    if _committed_position(data_root, shard_id) not in (None, UNREADABLE):
+        return
+    with contextlib.suppress(IndexDamaged, _FoldedMeanwhile):
+        head = _read_log(data_root).head
+        if head is not None:
+            parts_may_list(data_root, head, shard_id)
+
+
 def wait_for_earlier(
     data_root: DataRoot,
     reservation: Reservation,
@@ -173,17 +189,19 @@ def wait_for_earlier(
     timeout_s: float = DEFAULT_LOCK_TIMEOUT_S,
     run_id: str | None = None,
     holder_finished: Callable[[LockHolder], bool] | None = None,
-) -> list[IndexedShard]:
+) -> ShardDirectory:
     """Wait until no shard before ``reservation`` is still reserved: each commits, or its run is
     found gone (its position lock can be taken) and its reservation is dropped. Returns the state
-    then (the committed shards before ``reservation`` are what it is decided against)."""
+    then (the committed shards before ``reservation`` are what it is decided against) as a
+    :class:`~.near_dup_order_directory.ShardDirectory`: the head, the records and the part holding
+    ``reservation``'s position read, every other part summarized (every row only when iterated)."""
     deadline = time.monotonic() + timeout_s
     next_liveness_check = 0.0
     while True:
         # The reserved rows alone (the head and its records) while waiting; every row once, at the end.
         pending = [s for s in read_reserved(data_root) if s.position < reservation.position]
         if not pending:
-            return read_state(data_root)
+            return read_directory(data_root, reservation.position)
         if time.monotonic() >= next_liveness_check:
             next_liveness_check = time.monotonic() + LIVENESS_CHECK_S
             for shard in pending:
@@ -223,7 +241,7 @@ def _drop_reservation(data_root: DataRoot, shard: IndexedShard, **lock_options) 
         head = _read_head(data_root, shard.shard_id)
         if head.mine is None or (head.mine.position, head.mine.reservation) != (shard.position, shard.reservation):
             return
-        if head.last_change is not None and head.last_change[:2] == ([head.mine], []):
+        if head.last_change is not None and head.last_change[0] == [head.mine]:
             # Its reservation is the last record: withdrawn, the order is as it was before it (a
             # pass that fails gives its positions back without a trace).
             data_root.fs.rm_file(data_root.path(_record_relative(head.last)))

@@ -23,15 +23,18 @@ from speechdata.quality.near_dup_index_entries import (
     _parse_entry,
 )
 from speechdata.quality.near_dup_index_order import (
-    COMMITTED,
+    READ_ATTEMPTS,
     IndexDamaged,
     IndexedShard,
-    read_state,
+    _FoldedMeanwhile,
 )
 from speechdata.quality.near_dup_matching import IndexEntry
+from speechdata.quality.near_dup_order_directory import ShardDirectory, read_directory
 from speechdata.quality.near_dup_postings import (
     POSTING_DTYPE,
     DamagedSegment,
+    SegmentHeader,
+    SegmentShard,
     lookup_segment,
     position_of,
     rank_of,
@@ -40,14 +43,20 @@ from speechdata.quality.near_dup_postings import (
 
 class IndexReader:
     """The committed shards before ``position``, as a :class:`~.near_dup_matching.CandidateSource`:
-    postings read block by block from the live segments, entries row group by row group. Holds
-    nothing but the order's rows (and the postings of one :meth:`prefetch`); counts what it read
-    (``postings_read``, ``rows_read``, ``filter_bytes_read``). A key a segment's filter rules out
-    reads nothing of that segment.
+    postings read block by block from the live segments, entries row group by row group. Reads of
+    the shard list only its head, its records and the part holding ``position``
+    (:class:`~.near_dup_order_directory.ShardDirectory`): the segments to read and each part's rows
+    mapped to them come from the head's part summaries, the owner of a posting from its segment's
+    header; a part is read only where a segment holds a different number of its shards than the
+    summary maps there (a shard re-indexed elsewhere since). Counts what it read
+    (``postings_read``, ``rows_read``, ``filter_bytes_read``, ``parts_read``). A key a segment's
+    filter rules out reads nothing of that segment.
 
     :meth:`prefetch` then :meth:`settle` let a shard read the postings of its keys from what is
-    committed while shards reserved before it are still deciding, and then read only the postings
-    of the shards that committed meanwhile: the result is the same as one read after them."""
+    committed while shards reserved before it are still deciding, and then read only the segments
+    that appeared meanwhile: a segment's postings of the same keys never change (segments are
+    immutable), and which of them count is decided against the state :meth:`settle` gave, so the
+    result is the same as one read after them."""
 
     def __init__(self, data_root: DataRoot, position: int, state: Sequence[IndexedShard] | None = None):
         self.data_root = data_root
@@ -55,69 +64,127 @@ class IndexReader:
         self.postings_read = 0
         self.rows_read = 0
         self.filter_bytes_read = 0
-        self._prefetched: tuple[np.ndarray, dict[int, str | None], np.ndarray] | None = None
-        self.settle(read_state(data_root) if state is None else state)
+        self._keys: np.ndarray | None = None
+        self._read: dict[str, tuple[SegmentHeader | None, np.ndarray]] = {}
+        """Segment -> its header (None: its filter ruled every key out) and its postings of ``_keys``."""
+        self._owners: list[tuple[np.ndarray, Sequence[SegmentShard]]] = []
+        """Per segment read: the positions whose postings counted, and the header's shards."""
+        self.settle(read_directory(data_root, position) if state is None else state)
 
     def settle(self, state: Sequence[IndexedShard]) -> None:
-        """Decide against the committed shards before the position in ``state`` from now on."""
-        self.shards = {s.position: s for s in state if s.state == COMMITTED and s.position < self.position}
+        """Decide against the committed shards before the position in ``state`` from now on: a
+        :class:`~.near_dup_order_directory.ShardDirectory` (what :func:`.wait_for_earlier` returns)
+        or every row (:func:`.read_state`)."""
+        self._directory = state if isinstance(state, ShardDirectory) else ShardDirectory.of_rows(self.data_root, state)
+        try:
+            self._live = self._directory.segments(self.position)
+        except _FoldedMeanwhile:  # its own part folded away since ``state`` was read: read it again
+            self._directory = read_directory(self.data_root, self.position)
+            self._live = self._directory.segments(self.position)
+        self._owners = []
 
     @property
     def utterances(self) -> int:
-        return sum(shard.utterances for shard in self.shards.values())
+        return self._directory.utterances(self.position)
+
+    @property
+    def parts_read(self) -> int:
+        return len(self._directory.loaded)
 
     def prefetch(self, keys: np.ndarray) -> None:
-        """Read the postings of ``keys`` now; a later :meth:`postings` of the same keys reuses them
-        for every shard still committed at the same entries version."""
-        wanted = np.unique(keys.astype(np.uint64))
-        versions = {position: shard.entries_version for position, shard in self.shards.items()}
-        self._prefetched = (wanted, versions, self._lookup(wanted, self.shards))
+        """Read the postings of ``keys`` in every live segment now; a later :meth:`postings` of the
+        same keys reads only the segments that were not live then."""
+        self._keys, self._read = np.unique(keys.astype(np.uint64)), {}
+        for name in sorted(self._live):
+            self._read[name] = self._segment_postings(name, self._keys)
 
     def postings(self, keys: np.ndarray) -> np.ndarray:
         wanted = np.unique(keys.astype(np.uint64))
-        if self._prefetched is None or not np.array_equal(wanted, self._prefetched[0]):
-            return self._lookup(wanted, self.shards)
-        _, versions, prefetched = self._prefetched
-        same = [p for p, shard in self.shards.items() if versions.get(p, "") == shard.entries_version]
-        fresh = {p: shard for p, shard in self.shards.items() if versions.get(p, "") != shard.entries_version}
-        kept = prefetched[np.isin(position_of(prefetched["owner"]), np.asarray(same, np.int64))]
-        return np.concatenate([kept, self._lookup(wanted, fresh)])
+        if self._keys is None or not np.array_equal(wanted, self._keys):
+            self._keys, self._read = wanted, {}
+        for attempt in range(READ_ATTEMPTS):
+            try:
+                return self._counted(wanted)
+            except _FoldedMeanwhile:  # a part read lazily was folded away: the state after the fold
+                if attempt == READ_ATTEMPTS - 1:
+                    raise IndexDamaged(f"the shard list moved on every one of {READ_ATTEMPTS} reads") from None
+                self.settle(read_directory(self.data_root, self.position))
+        raise AssertionError("unreachable")
 
-    def _lookup(self, keys: np.ndarray, shards: dict[int, IndexedShard]) -> np.ndarray:
-        by_segment: dict[str, set[int]] = defaultdict(set)
-        for shard in shards.values():
-            if shard.segment is None:
-                raise IndexDamaged(f"{shard.shard_id} (position {shard.position}) is mapped to no segment")
-            by_segment[shard.segment].add(shard.position)
+    def _counted(self, wanted: np.ndarray) -> np.ndarray:
         found = []
-        for name, positions in sorted(by_segment.items()):
-            relative = _segment_relative(name)
-            try:
-                present, read = keys_maybe_in(self.data_root, _filter_relative(name), name, keys)
-            except FileNotFoundError as exc:
-                raise IndexDamaged(f"the filter of segment {relative} is missing") from exc
-            except DamagedFilter as exc:
-                raise IndexDamaged(str(exc)) from exc
-            self.filter_bytes_read += read
-            if len(present) == 0:
-                if not self.data_root.exists(relative):
-                    raise IndexDamaged(f"segment {relative} is missing")
+        for name in sorted(self._live):
+            if name not in self._read:
+                self._read[name] = self._segment_postings(name, wanted)
+            header, postings = self._read[name]
+            if header is None:
                 continue
-            try:
-                with self.data_root.fs.open(self.data_root.path(relative), "rb") as handle:
-                    header, postings = lookup_segment(handle, relative, present)
-            except FileNotFoundError as exc:
-                raise IndexDamaged(f"segment {relative} is missing") from exc
-            except DamagedSegment as exc:
-                raise IndexDamaged(str(exc)) from exc
-            held = {(s.position, s.entries_version) for s in header.shards}
-            for position in positions:
-                if (position, shards[position].entries_version) not in held:
-                    raise IndexDamaged(f"segment {relative} does not hold {shards[position].shard_id}")
-            self.postings_read += len(postings)
-            wanted = np.isin(position_of(postings["owner"]), np.fromiter(positions, np.int64))
-            found.append(postings[wanted])
+            found.append(postings[np.isin(position_of(postings["owner"]), self._owners_in(name, header))])
         return np.concatenate(found) if found else np.empty(0, POSTING_DTYPE)
+
+    def _segment_postings(self, name: str, keys: np.ndarray) -> tuple[SegmentHeader | None, np.ndarray]:
+        """The segment's header and its postings of ``keys`` (no header: its filter rules them all out)."""
+        relative = _segment_relative(name)
+        try:
+            present, read = keys_maybe_in(self.data_root, _filter_relative(name), name, keys)
+        except FileNotFoundError as exc:
+            raise IndexDamaged(f"the filter of segment {relative} is missing") from exc
+        except DamagedFilter as exc:
+            raise IndexDamaged(str(exc)) from exc
+        self.filter_bytes_read += read
+        if len(present) == 0:
+            if not self.data_root.exists(relative):
+                raise IndexDamaged(f"segment {relative} is missing")
+            return None, np.empty(0, POSTING_DTYPE)
+        try:
+            with self.data_root.fs.open(self.data_root.path(relative), "rb") as handle:
+                header, postings = lookup_segment(handle, relative, present)
+        except FileNotFoundError as exc:
+            raise IndexDamaged(f"segment {relative} is missing") from exc
+        except DamagedSegment as exc:
+            raise IndexDamaged(str(exc)) from exc
+        self.postings_read += len(postings)
+        return header, postings
+
+    def _owners_in(self, name: str, header: SegmentHeader) -> np.ndarray:
+        """The positions whose postings in segment ``name`` count: committed before the reader's
+        position and mapped to this segment at the entries version it holds. A part whose count of
+        rows mapped here equals the count of its shards the segment holds: every one it holds (a
+        mapped row is always held); otherwise its rows, read, each checked against the header."""
+        directory, relative = self._directory, _segment_relative(name)
+        held = header.shards.positions
+        held = held[held < self.position]
+        held_parts, held_counts = np.unique(held // directory.part_rows, return_counts=True)
+        held_count = dict(zip(held_parts.tolist(), held_counts.tolist(), strict=True))
+        mapped = self._live[name]
+        owners = []
+        for part in sorted(set(held_count) | set(mapped)):
+            if part not in directory.loaded and mapped.get(part, 0) == held_count.get(part, 0):
+                first, end = np.searchsorted(held, [part * directory.part_rows, (part + 1) * directory.part_rows])
+                owners.append(held[first:end])
+                continue
+            directory.load(part)
+            chosen = []
+            for row in directory.committed_in(part, self.position):
+                if row.segment != name:
+                    continue
+                kept = header.shards.at(row.position)
+                if kept is None or kept.entries_version != row.entries_version:
+                    raise IndexDamaged(f"segment {relative} does not hold {row.shard_id}")
+                chosen.append(row.position)
+            owners.append(np.array(chosen, np.int64))
+        valid = np.sort(np.concatenate(owners)) if owners else np.empty(0, np.int64)
+        self._owners.append((valid, header.shards))
+        return valid
+
+    def _owner(self, position: int) -> tuple[str, str]:
+        """(shard id, entries version) of a position some segment's postings counted for."""
+        for valid, shards in self._owners:
+            at = int(np.searchsorted(valid, position))
+            if at < len(valid) and valid[at] == position:
+                shard = shards.at(position)
+                return shard.shard_id, shard.entries_version
+        raise KeyError(position)
 
     def entries(self, owners: Sequence[int]) -> dict[int, IndexEntry]:
         by_position: dict[int, list[int]] = defaultdict(list)
@@ -125,8 +192,8 @@ class IndexReader:
             by_position[int(position_of(owner))].append(owner)
         fetched: dict[int, IndexEntry] = {}
         for position, wanted in sorted(by_position.items()):
-            shard = self.shards[position]
-            relative = layout.near_duplicates_index_entries(shard.shard_id, shard.entries_version)
+            shard_id, version = self._owner(position)
+            relative = layout.near_duplicates_index_entries(shard_id, version)
             ranks = np.array([int(rank_of(owner)) for owner in wanted], np.int64)
             try:
                 with self.data_root.open_parquet(relative) as parquet:
@@ -137,18 +204,14 @@ class IndexReader:
                     groups = sorted(set(of_rank.tolist()))
                     table = parquet.read_row_groups(groups)
             except (UnreadableIntermediate, FileNotFoundError) as exc:
-                raise IndexDamaged(
-                    f"entries of {shard.shard_id} ({relative}) unreadable: {exc}", shard.shard_id
-                ) from exc
+                raise IndexDamaged(f"entries of {shard_id} ({relative}) unreadable: {exc}", shard_id) from exc
             if int(ranks.max()) >= int(starts[-1]):
-                raise IndexDamaged(
-                    f"entries of {shard.shard_id} ({relative}) hold fewer rows than indexed", shard.shard_id
-                )
+                raise IndexDamaged(f"entries of {shard_id} ({relative}) hold fewer rows than indexed", shard_id)
             rows = table.to_pylist()
             self.rows_read += len(rows)
             first_row = {
                 group: int(sum(starts[g + 1] - starts[g] for g in groups[:i])) for i, group in enumerate(groups)
             }
             for owner, rank, group in zip(wanted, ranks.tolist(), of_rank.tolist(), strict=True):
-                fetched[owner] = _parse_entry(shard.shard_id, rows[first_row[group] + rank - int(starts[group])])
+                fetched[owner] = _parse_entry(shard_id, rows[first_row[group] + rank - int(starts[group])])
         return fetched

@@ -41,7 +41,8 @@ from speechdata.quality.near_dup_index_order import (
     IndexedShard,
     _append,
     _commit_record_relative,
-    _read_view,
+    _FoldedMeanwhile,
+    _read_log,
     _state_from_commit_records,
     _write_commit_record,
     _write_state,
@@ -49,6 +50,8 @@ from speechdata.quality.near_dup_index_order import (
     read_state,
 )
 from speechdata.quality.near_dup_matching import Decision, UtteranceSignals
+from speechdata.quality.near_dup_order_directory import read_directory
+from speechdata.quality.near_dup_order_members import read_members
 from speechdata.quality.near_dup_postings import (
     BLOCK_RECORDS,
     DamagedSegment,
@@ -91,6 +94,8 @@ def repair_index(
         except IndexDamaged as exc:
             state = _state_from_commit_records(data_root)
             done.append(f"rebuilt shards.parquet from {len(state)} commit records ({exc})")
+        else:
+            done += _damaged_members(data_root)
         held_by_segment = _healthy_segments(data_root)
         done += _repair_filters(data_root, list(held_by_segment))
         repaired = []
@@ -106,6 +111,17 @@ def repair_index(
                 if shard.state == COMMITTED:
                     _write_commit_record(data_root, shard)
     return done
+
+
+def _damaged_members(data_root: DataRoot) -> list[str]:
+    """The shard list's membership filters torn or missing (then written again with the order)."""
+    head = _read_log(data_root).head
+    try:
+        if head is not None and head.members is not None:
+            read_members(data_root, head.members, head.parts, head.part_rows)
+    except (IndexDamaged, _FoldedMeanwhile) as damaged:  # under the index lock, missing is damage
+        return [f"rebuilt the shard list's membership filters ({damaged.args[-1]})"]
+    return []
 
 
 def _repair_shard(
@@ -246,44 +262,47 @@ def compact_index(data_root: DataRoot, *, timeout_s: float = DEFAULT_LOCK_TIMEOU
     The merge runs outside the index lock; the switch (shards remapped, only where they still point
     at the merged segments with the same entries version) under it."""
     try:
-        state = read_state(data_root)
+        directory = read_directory(data_root)
+        lowest = directory.lowest_positions()
     except IndexDamaged:
         return None  # repaired by the next run that needs it
-    by_segment: dict[str, list[IndexedShard]] = defaultdict(list)
-    for shard in state:
-        if shard.state == COMMITTED and shard.segment:
-            by_segment[shard.segment].append(shard)
-    _remove_orphan_segments(data_root, set(by_segment))
-    due = _due_merge(by_segment)
+    _remove_orphan_segments(data_root, set(lowest))
+    due = _due_merge(lowest)
     if due is None:
         return None
     level, inputs = due
-    members = {(s.position, s.entries_version): s for name in inputs for s in by_segment[name]}
+    try:  # the rows mapped to the merged segments: the parts whose summaries name them
+        directory.load_parts_of(set(inputs))
+    except _FoldedMeanwhile:
+        return None  # the next shard's run merges them
+    members = {(s.position, s.entries_version): s for s in directory.committed() if s.segment in inputs}
     merged = _write_merged(data_root, inputs, members, level + 1)
     if merged is None:
         return None
     with corpus_index_lock(data_root, timeout_s=timeout_s, **lock_options):
         try:
-            current = _read_view(data_root)
+            current = read_directory(data_root)
+            current.load_parts_of(set(inputs))  # under the lock nothing folds them away
         except IndexDamaged:
             return None
         switched = [
             replace(s, segment=merged)
-            for s in current.shards
-            if s.state == COMMITTED and s.segment in inputs and (s.position, s.entries_version) in members
+            for s in current.committed()
+            if s.segment in inputs and (s.position, s.entries_version) in members
         ]
         _append(data_root, current, switched)
     _remove_unreferenced_segments(data_root, set(inputs) | {merged})
     return merged
 
 
-def _due_merge(by_segment: dict[str, list[IndexedShard]]) -> tuple[int, list[str]] | None:
-    """``(level, the FANOUT earliest segments of it)`` for the lowest level that has that many."""
+def _due_merge(lowest: dict[str, int]) -> tuple[int, list[str]] | None:
+    """``(level, the FANOUT earliest segments of it)`` for the lowest level that has that many;
+    ``lowest``: each live segment's lowest position."""
     by_level: dict[int, list[str]] = defaultdict(list)
-    for name in by_segment:
+    for name in lowest:
         by_level[_level(name)].append(name)
     for level in sorted(by_level):
-        names = sorted(by_level[level], key=lambda name: min(s.position for s in by_segment[name]))
+        names = sorted(by_level[level], key=lambda name: lowest[name])
         if len(names) >= FANOUT:
             return level, names[:FANOUT]
     return None

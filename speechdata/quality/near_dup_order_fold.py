@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 from collections.abc import Sequence
+from dataclasses import replace
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -33,6 +34,12 @@ from speechdata.quality.near_dup_order_log import (
     _sealed,
     _view_of,
 )
+from speechdata.quality.near_dup_order_members import (
+    members_filter,
+    read_members,
+    remove_unnamed_members,
+    write_members,
+)
 from speechdata.quality.near_dup_order_rows import (
     ORDER_SCHEMA,
     RESERVED,
@@ -41,6 +48,8 @@ from speechdata.quality.near_dup_order_rows import (
     _all_applied,
     _row_of,
     _shard_of,
+    _shards_of_table,
+    summary_of,
 )
 
 PART_ROWS = 2_048
@@ -116,10 +125,14 @@ def _fold(data_root: DataRoot) -> None:
     records at or before ``through`` (never read, removed by the next fold)."""
     log = _read_log(data_root)
     head = log.head
-    if head is None:  # the first fold, or the earlier layout taken over: every row
-        _write_snapshot(data_root, _view_of(data_root, log).shards, log.last, _next_position(log), PART_ROWS)
+    if head is None or head.summary is None:
+        # The first fold, the earlier layout taken over, or a head written before part summaries and
+        # membership filters (its parts may list a shard twice: rewritten once, every row, as read).
+        part_rows = PART_ROWS if head is None else head.part_rows
+        _write_snapshot(data_root, _view_of(data_root, log).shards, log.last, _next_position(log), part_rows)
         return
-    parts = dict(head.parts)
+    parts, summary = dict(head.parts), dict(head.summary)
+    members = _read_members_locked(data_root, head)
     touched = {shard.position // head.part_rows for upserts, _ in log.changes for shard in upserts}
     touched |= {position // head.part_rows for _, removed in log.changes for position in removed}
     for part in sorted(touched):
@@ -129,10 +142,22 @@ def _fold(data_root: DataRoot) -> None:
         )
         if table.num_rows:
             parts[part] = _write_part(data_root, part, table)
+            summary[part] = summary_of(_shards_of_table(table))
+            members[part] = members_filter(table.column("shard_id").to_pylist(), head.part_rows)
         else:
             parts.pop(part, None)
+            summary.pop(part, None)
+            members.pop(part, None)
     reserved = [shard for shard in _all_applied(head.reserved, log.changes) if shard.state == RESERVED]
-    _commit_snapshot(data_root, _Head(log.last, _next_position(log), head.part_rows, parts, reserved))
+    head = _Head(log.last, _next_position(log), head.part_rows, parts, reserved, summary)
+    _commit_snapshot(data_root, replace(head, members=write_members(data_root, members)))
+
+
+def _read_members_locked(data_root: DataRoot, head: _Head) -> dict[int, bytes]:
+    try:
+        return read_members(data_root, head.members, head.parts, head.part_rows) if head.members else {}
+    except _FoldedMeanwhile as moved:
+        raise IndexDamaged(moved.args[1]) from None
 
 
 def _read_part_locked(data_root: DataRoot, name: str, head: _Head) -> pa.Table:
@@ -151,8 +176,11 @@ def _write_snapshot(
     for shard in shards:
         by_part.setdefault(shard.position // part_rows, []).append(shard)
     parts = {part: _write_part(data_root, part, _table_of(rows)) for part, rows in sorted(by_part.items())}
+    summary = {part: summary_of(rows) for part, rows in by_part.items()}
+    members = {part: members_filter([shard.shard_id for shard in rows], part_rows) for part, rows in by_part.items()}
     reserved = [shard for shard in shards if shard.state == RESERVED]
-    _commit_snapshot(data_root, _Head(through, next_position, part_rows, parts, reserved))
+    head = _Head(through, next_position, part_rows, parts, reserved, summary)
+    _commit_snapshot(data_root, replace(head, members=write_members(data_root, members)))
 
 
 def _commit_snapshot(data_root: DataRoot, head: _Head) -> None:
@@ -162,6 +190,8 @@ def _commit_snapshot(data_root: DataRoot, head: _Head) -> None:
         "part_rows": head.part_rows,
         "parts": {f"{part:08d}": name for part, name in sorted(head.parts.items())},
         "reserved": [_row_of(shard) for shard in sorted(head.reserved, key=lambda s: s.position)],
+        "summary": {f"{part:08d}": body.body() for part, body in sorted((head.summary or {}).items())},
+        "members": head.members,
     }
     data_root.write_bytes(HEAD, _sealed(body))
     for seq, path in sorted(_listed_records(data_root).items()):
@@ -173,6 +203,7 @@ def _commit_snapshot(data_root: DataRoot, head: _Head) -> None:
         if name not in named:
             with contextlib.suppress(FileNotFoundError):
                 data_root.fs.rm_file(path)
+    remove_unnamed_members(data_root, head.members)
     with contextlib.suppress(FileNotFoundError):
         data_root.fs.rm_file(data_root.path(layout.near_duplicates_index_order()))
 

@@ -30,6 +30,7 @@ import pyarrow.parquet as pq
 from speechdata.io import layout
 from speechdata.io.parquet_integrity import UnreadableIntermediate
 from speechdata.io.storage import DataRoot
+from speechdata.quality.near_dup_order_members import parts_may_list
 from speechdata.quality.near_dup_order_rows import (  # noqa: F401 (re-exported: the shard list's names in one place)
     COMMITTED,
     ORDER_SCHEMA,
@@ -38,10 +39,12 @@ from speechdata.quality.near_dup_order_rows import (  # noqa: F401 (re-exported:
     CorpusIndexBusy,
     IndexDamaged,
     IndexedShard,
+    PartSummary,
     Reservation,
     ReservationLost,
     _all_applied,
     _applied,
+    _FoldedMeanwhile,
     _row_of,
     _shard_of,
     _shards_of_table,
@@ -56,8 +59,7 @@ HEAD = f"{SHARD_LIST}/head.json"
 position, the rows per part, each part's file and the reserved rows. Its write is a fold's commit
 point."""
 PARTS = f"{SHARD_LIST}/parts"
-THROUGH_KEY = b"speechdata.order_through"
-"""The earlier layout's ``shards.parquet`` metadata: the last record folded into it (-1: none)."""
+THROUGH_KEY = b"speechdata.order_through"  # the earlier layout's metadata: the last record folded in
 READ_ATTEMPTS = 5
 PARALLEL_PART_READS = 8  # parts a whole read fetches at once (an object store answers in tens of ms)
 _PART_NAME = re.compile(r"^[0-9]{8}-[0-9a-f]{16}\.parquet$")
@@ -72,6 +74,9 @@ class _Head:
     """Part number -> its file (parts without rows have none)."""
     reserved: list[IndexedShard]
     """The reserved rows (a few: shards deciding, and runs gone not yet dropped)."""
+    summary: dict[int, PartSummary] | None = None
+    """Part number -> its summary (None: a head from before membership filters; every part read)."""
+    members: str | None = None  # the parts' membership filters (:mod:`.near_dup_order_members`)
 
 
 @dataclass(frozen=True)
@@ -79,10 +84,8 @@ class _Log:
     through: int
     """The last record folded into the snapshot (-1: none)."""
     head: _Head | None
-    legacy: pa.Table | None
-    """The earlier layout's whole snapshot (``shards.parquet``), read when there is no head."""
-    changes: list[Change]
-    """Each record after the snapshot, in sequence."""
+    legacy: pa.Table | None  # the earlier layout's whole snapshot (``shards.parquet``) when there is no head
+    changes: list[Change]  # each record after the snapshot, in sequence
 
     @property
     def last(self) -> int:
@@ -115,11 +118,6 @@ class _OrderHead:
     last_change: Change | None
     """The last record after the snapshot; None when there is none."""
     legacy: bool = False
-
-
-class _FoldedMeanwhile(Exception):
-    """Something the head or the listing named was gone when read: a writer folded it meanwhile.
-    ``args``: (what was missed, the damage it is when missed twice)."""
 
 
 def _record_relative(seq: int) -> str:
@@ -204,6 +202,10 @@ def _read_head_file(data_root: DataRoot) -> _Head | None:
         int(body["part_rows"]),
         {int(part): name for part, name in body["parts"].items()},
         [_shard_of(row) for row in body["reserved"]],
+        None
+        if not {"members", "summary"} <= body.keys()
+        else {int(k): PartSummary.of_body(v) for k, v in body["summary"].items()},
+        body.get("members"),
     )
 
 
@@ -328,9 +330,8 @@ def _next_position(log: _Log) -> int:
 
 
 def _row_in_snapshot(data_root: DataRoot, log: _Log, shard_id: str) -> IndexedShard | None:
-    """``shard_id``'s row in the snapshot: among the head's reserved rows, else at the position its
-    commit record names (the one part holding it; every part when the record is damaged), else none;
-    the earlier layout's file: filtered."""
+    """``shard_id``'s row in the snapshot: a reserved row of the head, else in the part its commit record
+    names, else (none, lost or torn) in the parts whose filters may list it (so never listed twice)."""
     if log.head is None:
         tables = [] if log.legacy is None else [log.legacy]
     else:
@@ -338,11 +339,10 @@ def _row_in_snapshot(data_root: DataRoot, log: _Log, shard_id: str) -> IndexedSh
         if reserved is not None:
             return reserved
         position = _committed_position(data_root, shard_id)
-        if position is None:
-            return None
-        names = (
-            log.head.parts.values() if position == UNREADABLE else [log.head.parts.get(position // log.head.part_rows)]
-        )
+        if position is None or position == UNREADABLE:
+            names = parts_may_list(data_root, log.head, shard_id)
+        else:
+            names = [log.head.parts.get(position // log.head.part_rows)]
         tables = [_read_part(data_root, name, log.head) for name in names if name is not None]
     rows = [
         _shard_of(row)

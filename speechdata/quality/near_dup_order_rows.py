@@ -111,7 +111,7 @@ def _all_applied(shards: Sequence[IndexedShard], changes: Sequence[Change]) -> l
     a pass over every row per record."""
     latest = {}
     for shard in sorted(shards, key=lambda shard: shard.position):
-        # A shard listed twice (its commit record lost, so its re-run took a new position): the later.
+        # A shard listed twice (an index written before parts had membership filters): the later.
         latest[shard.shard_id] = shard
     by_position = {shard.position: shard for shard in latest.values()}
     position_of = {shard.shard_id: shard.position for shard in latest.values()}
@@ -127,3 +127,41 @@ def _all_applied(shards: Sequence[IndexedShard], changes: Sequence[Change]) -> l
             by_position[shard.position] = shard
             position_of[shard.shard_id] = shard.position
     return [by_position[position] for position in sorted(by_position)]
+
+
+NO_SEGMENT = ""
+"""A part summary's name for committed rows mapped to no segment (damage: the reader reports it)."""
+
+
+@dataclass(frozen=True)
+class PartSummary:
+    """What a reader needs of a part without its rows: the committed utterances it lists, and per
+    segment its committed rows mapped there (how many, the lowest position)."""
+
+    utterances: int
+    segments: dict[str, tuple[int, int]]
+
+    def body(self) -> dict:
+        return {"utterances": self.utterances, "segments": {name: list(v) for name, v in sorted(self.segments.items())}}
+
+    @classmethod
+    def of_body(cls, body: dict) -> PartSummary:
+        return cls(int(body["utterances"]), {name: (int(c), int(m)) for name, (c, m) in body["segments"].items()})
+
+
+def summary_of(shards: Sequence[IndexedShard]) -> PartSummary:
+    """The summary of a part holding ``shards``."""
+    utterances, segments = 0, {}
+    for shard in shards:
+        if shard.state != COMMITTED:
+            continue
+        utterances += shard.utterances
+        name = shard.segment or NO_SEGMENT
+        count, lowest = segments.get(name, (0, shard.position))
+        segments[name] = (count + 1, min(lowest, shard.position))
+    return PartSummary(utterances, segments)
+
+
+class _FoldedMeanwhile(Exception):
+    """Something the head or the listing named was gone when read: a writer folded it meanwhile.
+    ``args``: (what was missed, the damage it is when missed twice)."""

@@ -44,6 +44,7 @@ import numpy as np
 
 from speechdata.quality.fingerprint_envelope import envelope_band_pair_keys
 from speechdata.quality.fingerprint_text import band_keys
+from speechdata.quality.near_dup_held_shards import HeldShards
 
 if TYPE_CHECKING:
     from speechdata.quality.near_dup_matching import UtteranceSignals
@@ -210,7 +211,8 @@ class SegmentShard:
 class SegmentHeader:
     level: int
     records: int
-    shards: tuple[SegmentShard, ...]
+    shards: Sequence[SegmentShard]
+    """Read lazily (:class:`~.near_dup_held_shards.HeldShards`): ``shards.positions`` costs no row each."""
     fences: np.ndarray
     block_crcs: np.ndarray
     body_offset: int
@@ -257,7 +259,7 @@ def read_segment_header(handle, path: str) -> SegmentHeader:
         raise DamagedSegment(path, "not a segment file")
     header_bytes = handle.read(header_length)
     try:
-        header = json.loads(header_bytes)
+        header, shards = HeldShards.of_header(header_bytes, SegmentShard)
         blocks = -(-int(header["records"]) // int(header["block_records"]))
     except (ValueError, KeyError, TypeError) as exc:
         raise DamagedSegment(path, f"header unreadable: {exc}") from None
@@ -267,7 +269,7 @@ def read_segment_header(handle, path: str) -> SegmentHeader:
     return SegmentHeader(
         level=int(header["level"]),
         records=int(header["records"]),
-        shards=tuple(SegmentShard(int(p), str(s), str(v)) for p, s, v in header["shards"]),
+        shards=shards,
         fences=np.frombuffer(fences_crcs[: blocks * 8], "<u8"),
         block_crcs=np.frombuffer(fences_crcs[blocks * 8 :], "<u4"),
         body_offset=_PREAMBLE.size + header_length + blocks * 12,

@@ -23,6 +23,7 @@ from speechdata.io.storage import DataRoot
 from speechdata.landing.ingest import run_normalized_audio, run_raw_shards
 from speechdata.quality import near_dup_index_order
 from speechdata.quality.near_dup_index import CorpusIndexBusy, corpus_index_lock, read_order
+from speechdata.quality.near_dup_index_entries import ENTRIES_VERSION_CHARS, note_entries_written
 from speechdata.quality.near_dup_planted import SAMPLE_RATE, Speaker, speech_like, transformed
 from speechdata.quality.near_duplicates import NEAR_DUPLICATES_SCHEMA, run_near_duplicates
 from speechdata.testing.shards import build_sample_shard
@@ -173,6 +174,8 @@ def test_a_shard_reads_only_what_its_keys_touch_and_sees_a_reindexed_shard(two_s
         },
     )
     run_near_duplicates(root, "a")
+    [entries] = root.glob(f"{layout.near_duplicates_index_entries_dir()}/a-*.parquet")  # the replaced one removed
+    assert entries.endswith(f"a-{read_order(root)[0].entries_version}.parquet")
     again = run_near_duplicates(root, "b")
     assert {row["utt_id"] for row in rows_of(root, "b")} == {"b-2-trimmed"}
     assert again.index_position == 1 and again.indexed_before == 2
@@ -252,6 +255,23 @@ def test_a_run_killed_between_its_entries_and_the_order_reruns_clean(two_shards,
     [entries] = root.glob(f"{layout.near_duplicates_index_entries_dir()}/b-*.parquet")
     assert entries.endswith(f"b-{read_order(root)[1].entries_version}.parquet")
     assert len(rows_of(root, "b")) == 3
+
+
+def test_a_commit_removes_the_entries_files_its_shard_wrote_without_listing_the_entries_folder(two_shards, monkeypatch):
+    root = two_shards
+    run_near_duplicates(root, "a")
+    abandoned = "0" * ENTRIES_VERSION_CHARS  # a killed run's file: noted before it was written
+    note_entries_written(root, "b", abandoned)
+    root.write_bytes(layout.near_duplicates_index_entries("b", abandoned), b"a killed run's entries")
+    folder = root.path(layout.near_duplicates_index_entries_dir()).rstrip("/")
+    ls, listed = root.fs.ls, []
+    monkeypatch.setattr(root.fs, "ls", lambda path, *args, **kwargs: listed.append(path) or ls(path, *args, **kwargs))
+    run_near_duplicates(root, "b")
+    monkeypatch.undo()
+    assert folder not in {path.rstrip("/") for path in listed}
+    [entries] = root.glob(f"{layout.near_duplicates_index_entries_dir()}/b-*.parquet")
+    assert entries.endswith(f"b-{read_order(root)[1].entries_version}.parquet")
+    assert not root.exists(layout.near_duplicates_index_entries_written("b"))
 
 
 def test_the_asset_materializes_with_the_tiny_resources_and_joins_the_per_shard_job(data_root):

@@ -15,6 +15,8 @@ from speechdata.quality import (
     near_dup_index,
     near_dup_index_order,
     near_dup_index_repair,
+    near_dup_order_fold,
+    near_dup_order_members,
     near_dup_postings,
     near_duplicates,
 )
@@ -198,6 +200,61 @@ def test_a_segment_no_shard_names_is_removed_once_old(two_shards, monkeypatch):
     monkeypatch.setattr(near_dup_index_repair, "ORPHAN_GRACE_S", 0.0)
     run_near_duplicates(root, "b")
     assert not root.exists(orphan) and len(segments(root)) == 2
+
+
+def test_a_run_killed_after_its_commit_whose_commit_record_is_lost_decides_the_same_at_its_position(
+    two_shards, monkeypatch
+):
+    """Killed after committing, before its decisions file; its order record folded into a part no
+    later record touches; its commit record lost. The re-run finds its row (the parts' membership
+    filters) and decides at its own position as the killed run did, never against its own earlier
+    postings."""
+    root = two_shards
+    monkeypatch.setattr(near_dup_order_fold, "FOLD_EVERY", 2)
+    monkeypatch.setattr(near_dup_order_fold, "PART_ROWS", 1)
+    run_near_duplicates(root, "a")
+    killed_with = []
+
+    def killed(data_root, shard_id, decisions):
+        killed_with.append(near_duplicates.near_duplicates_table(decisions).to_pylist())
+        raise Killed("before its decisions file")
+
+    with monkeypatch.context() as kill, pytest.raises(Killed):
+        kill.setattr(near_duplicates, "write_near_duplicate_files", killed)
+        run_near_duplicates(root, "b")
+    assert not near_dup_index_order._read_log(root).changes  # b's commit folded into part 1
+    root.fs.rm_file(root.path(near_dup_index_order._commit_record_relative("b")))
+    assert not root.exists(layout.near_duplicates("b"))
+    again = run_near_duplicates(root, "b")
+    assert again.index_position == 1 and again.indexed_before == a_utterances(root)
+    assert [(s.position, s.shard_id) for s in read_state(root)] == [(0, "a"), (1, "b")]
+    assert rows_of(root, "b") == killed_with[0] and verdicts(root, "b") == B_VERDICTS
+
+
+@pytest.mark.parametrize("damage", ["torn", "missing"])
+def test_torn_or_missing_membership_filters_are_rebuilt_by_the_next_run_which_decides_the_same(
+    two_shards, monkeypatch, damage
+):
+    root = two_shards
+    monkeypatch.setattr(near_dup_order_fold, "FOLD_EVERY", 2)
+    run_near_duplicates(root, "a")  # folded: the head names a's part and its filter
+    [members] = root.glob(f"{near_dup_order_members.MEMBERS}/*.bin")
+    if damage == "torn":
+        root.fs.pipe_file(members, root.fs.cat_file(members)[:100])
+    else:
+        root.fs.rm_file(members)
+    summary = run_near_duplicates(root, "b")  # a new shard: it reads the filters
+    assert any("membership filters" in line for line in summary.repairs)
+    assert verdicts(root, "b") == B_VERDICTS
+    assert [(s.position, s.shard_id) for s in read_state(root)] == [(0, "a"), (1, "b")]
+
+
+class Killed(Exception):
+    """The run stopped where a kill would stop it."""
+
+
+def a_utterances(root) -> int:
+    return next(s.utterances for s in read_state(root) if s.shard_id == "a")
 
 
 def test_an_index_of_the_earlier_layout_is_taken_over_by_the_next_run(two_shards):

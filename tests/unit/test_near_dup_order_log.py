@@ -13,6 +13,7 @@ from speechdata.io.storage import DataRoot
 from speechdata.quality import near_dup_index_order as order
 from speechdata.quality import near_dup_order_fold as order_fold
 from speechdata.quality import near_dup_order_log as order_log
+from speechdata.quality import near_dup_order_members as order_members
 from speechdata.quality.near_dup_index import IndexDamaged, IndexedShard, read_state, reserve_position
 
 
@@ -100,7 +101,11 @@ def test_a_reservation_reads_no_part_and_a_re_run_the_one_holding_its_position(d
     with reserve_position(data_root, "late") as reservation:
         commit(data_root, reservation, "v-late")
     assert not [path for path in read if f"/{order.PARTS}/" in path]
-    assert sum(path.endswith(order.HEAD) for path in read) == 2
+    # The head once before the index lock (with the parts' membership filters: no part lists it),
+    # once under it (the filters' answer kept: not read again) and once for the commit.
+    heads = [n for n, path in enumerate(read) if path.endswith(order.HEAD)]
+    filters = [n for n, path in enumerate(read) if f"/{order_members.MEMBERS}/" in path]
+    assert len(heads) == 3 and len(filters) == 1 and heads[0] < filters[0] < heads[1]
     read.clear()
     with reserve_position(data_root, "s05") as reservation:  # folded long ago, at position 5
         assert reservation.recommit and reservation.position == 5
@@ -248,20 +253,22 @@ def test_the_head_a_writer_reads_agrees_with_the_whole_order(data_root, monkeypa
     assert data_root.exists(order.HEAD)
 
 
-def test_a_re_run_whose_commit_record_is_torn_keeps_its_position_and_one_lost_is_listed_once(
+def test_a_re_run_whose_commit_record_is_torn_or_lost_keeps_its_position_reading_only_its_own_part(
     data_root, fold_every_4, monkeypatch
 ):
     monkeypatch.setattr(order_fold, "PART_ROWS", 2)
-    index(data_root, ["a", "b", "c"])  # a and b folded into part 0
+    index(data_root, ["a", "b", "c", "d", "e", "f"])  # folded: parts 0-2 hold a-f
     torn = data_root.path(order._commit_record_relative("a"))
     data_root.fs.pipe_file(torn, data_root.fs.cat_file(torn)[:20])
-    with reserve_position(data_root, "a") as reservation:  # found by reading every part
-        assert reservation.recommit and reservation.position == 0
-    data_root.fs.rm_file(data_root.path(order._commit_record_relative("b")))
-    with reserve_position(data_root, "b") as reservation:  # taken for a new shard: indexed again at the end
-        assert not reservation.recommit and reservation.position == 3
-        commit(data_root, reservation, "v-b-again")
-    index(data_root, ["d"])  # b's new row folded into part 1; its row at 1 stays in part 0, read as replaced
-    part_0 = data_root.read_parquet(f"{order.PARTS}/{head(data_root)['parts']['00000000']}")
-    assert part_0.column("shard_id").to_pylist() == ["a", "b"]
-    assert [(s.position, s.shard_id) for s in read_state(data_root)] == [(0, "a"), (2, "c"), (3, "b"), (4, "d")]
+    data_root.fs.rm_file(data_root.path(order._commit_record_relative("c")))
+    cat_file, read = data_root.fs.cat_file, []
+    monkeypatch.setattr(data_root.fs, "cat_file", lambda path: read.append(path) or cat_file(path))
+    for shard_id, position in [("a", 0), ("c", 2), ("new", 6)]:
+        read.clear()
+        with reserve_position(data_root, shard_id) as reservation:  # its row found by the parts' filters
+            parts_read = sorted({path.rsplit("/", 1)[-1][:8] for path in read if f"/{order.PARTS}/" in path})
+            assert parts_read == ([] if shard_id == "new" else [f"{position // 2:08d}"])
+            assert (reservation.recommit, reservation.position) == (shard_id != "new", position)
+            commit(data_root, reservation, f"v-{shard_id}")
+    monkeypatch.undo()
+    assert [s.shard_id for s in read_state(data_root)] == ["a", "b", "c", "d", "e", "f", "new"]
