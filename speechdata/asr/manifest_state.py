@@ -149,15 +149,17 @@ def replace_candidates(
         text = {t for _, t in old} | (set() if rows is None else set(new["text_key"].to_list()))
         _keys_table(connection, "touched_audio", audio)
         _keys_table(connection, "touched_text", text)
-        # CROSS JOIN keeps the touched keys as the outer loop (SQLite does not reorder it): a lookup in
-        # the index per key, never a scan of every candidate.
+        # Only rows after this shard's in key order can change: a row's decision names the first holder
+        # of its keys in (shard, row) order, so a row before every row of this shard has the same first
+        # holder whatever this shard holds (and, being first of its audio or not, the same standing for
+        # its text). Shards landing in key order thus neither scan nor mark an earlier one.
+        # CROSS JOIN keeps the touched keys as the outer loop (SQLite does not reorder it): an index
+        # range per key, never a scan of every candidate.
         connection.execute(
             "INSERT OR IGNORE INTO touched_text "
-            "SELECT c.text_key FROM touched_audio a CROSS JOIN candidates c ON c.audio = a.k"
+            "SELECT c.text_key FROM touched_audio a CROSS JOIN candidates c ON c.audio = a.k WHERE c.shard_id > ?",
+            [shard_id],
         )
-        # Only shards after this one in key order: a row's decision names the first holder of its keys
-        # in (shard, row) order, so a row before every row of this shard has the same first holder
-        # whatever this shard holds. Shards landing in key order thus never mark an earlier one.
         connection.execute(
             "UPDATE shards SET marked = 1 WHERE shard_id IN ("
             " SELECT c.shard_id FROM touched_audio a CROSS JOIN candidates c ON c.audio = a.k WHERE c.shard_id > ?1"
