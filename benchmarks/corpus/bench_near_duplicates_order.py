@@ -335,6 +335,27 @@ def _in_child(name: str, sizes: list[int], shards: int, rounds: int) -> dict:
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 
+GROWTH_FIGURES = {
+    "partitioned_mean": ("partitioned", "mean_ms"),
+    "partitioned_median": ("partitioned", "median_ms"),
+    "single_file_mean": ("single_file", "mean_ms"),
+    "reader_wait_whole": ("partitioned", "reader_wait", "whole_ms"),
+    "reader_wait_directory": ("partitioned", "reader_wait", "directory_ms"),
+    "reader_wait_directory_median": ("partitioned", "reader_wait", "directory_median_ms"),
+    "segment_headers_objects": ("partitioned", "segment_headers", "objects_ms"),
+    "entries_cleanup_listing": ("partitioned", "entries_cleanup", "listing_ms"),
+    "entries_cleanup_noted": ("partitioned", "entries_cleanup", "noted_ms"),
+    "segment_headers_positions": ("partitioned", "segment_headers", "positions_ms"),
+}
+"""Each growth figure (largest size over smallest) and where it sits in a size's record."""
+
+
+def growth(largest: dict, smallest: dict, *path: str) -> float | None:
+    for key in path:
+        largest, smallest = largest[key], smallest[key]
+    return ratio(largest, smallest)
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", default="100,10000,100000", help="shards listed in the order")
@@ -378,39 +399,7 @@ def main(argv: list[str] | None = None) -> None:
         },
         {
             "per_size": per_size,
-            "growth": {
-                "partitioned_mean": ratio(largest["partitioned"]["mean_ms"], smallest["partitioned"]["mean_ms"]),
-                "partitioned_median": ratio(largest["partitioned"]["median_ms"], smallest["partitioned"]["median_ms"]),
-                "single_file_mean": ratio(largest["single_file"]["mean_ms"], smallest["single_file"]["mean_ms"]),
-                "reader_wait_whole": ratio(
-                    largest["partitioned"]["reader_wait"]["whole_ms"],
-                    smallest["partitioned"]["reader_wait"]["whole_ms"],
-                ),
-                "reader_wait_directory": ratio(
-                    largest["partitioned"]["reader_wait"]["directory_ms"],
-                    smallest["partitioned"]["reader_wait"]["directory_ms"],
-                ),
-                "reader_wait_directory_median": ratio(
-                    largest["partitioned"]["reader_wait"]["directory_median_ms"],
-                    smallest["partitioned"]["reader_wait"]["directory_median_ms"],
-                ),
-                "segment_headers_objects": ratio(
-                    largest["partitioned"]["segment_headers"]["objects_ms"],
-                    smallest["partitioned"]["segment_headers"]["objects_ms"],
-                ),
-                "entries_cleanup_listing": ratio(
-                    largest["partitioned"]["entries_cleanup"]["listing_ms"],
-                    smallest["partitioned"]["entries_cleanup"]["listing_ms"],
-                ),
-                "entries_cleanup_noted": ratio(
-                    largest["partitioned"]["entries_cleanup"]["noted_ms"],
-                    smallest["partitioned"]["entries_cleanup"]["noted_ms"],
-                ),
-                "segment_headers_positions": ratio(
-                    largest["partitioned"]["segment_headers"]["positions_ms"],
-                    smallest["partitioned"]["segment_headers"]["positions_ms"],
-                ),
-            },
+            "growth": {name: growth(largest, smallest, *path) for name, path in GROWTH_FIGURES.items()},
             "partitioned_over_single_file_mean_at_largest": largest["partitioned_over_single_file_mean"],
         },
     )
