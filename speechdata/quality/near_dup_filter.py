@@ -13,8 +13,10 @@ bits, so a torn, truncated, shifted or altered line is caught when it is read
 (:class:`DamagedFilter`), and the header names the segment the filter was built from. A present key
 is always found: a filter only ever sets bits.
 
-A lookup reads only the lines of the queried keys: through a memory map on a local data root, the
-whole file on an object store (:func:`keys_maybe_in`). Nothing is cached between lookups.
+A lookup reads only the lines of the queried keys: on a local data root the lines' own pages, read
+in line order (no memory map: a mapped page counts in the process's resident memory, and a new
+shard's keys touch most pages of a large filter), the whole file on an object store
+(:func:`keys_maybe_in`). Nothing is cached between lookups.
 """
 
 from __future__ import annotations
@@ -72,13 +74,22 @@ def line_count(records: int) -> int:
     return max(1, -(-records * BITS_PER_KEY // LINE_BITS))
 
 
+def _line_of_hashed(hashed: np.ndarray, lines: int) -> np.ndarray:
+    return (((hashed >> np.uint64(32)) * np.uint64(lines)) >> np.uint64(32)).astype(np.int64)
+
+
+def _lines_of(keys: np.ndarray, lines: int) -> np.ndarray:
+    """Each key's line (what :func:`_lines_and_bits` gives first, without the bit numbers)."""
+    return _line_of_hashed(_mix(keys.astype(np.uint64) ^ _FILTER_SALT), lines)
+
+
 def _lines_and_bits(keys: np.ndarray, lines: int) -> tuple[np.ndarray, np.ndarray]:
     """Each key's line, and its :data:`HASHES` bit numbers within the line (shape ``(len, HASHES)``)."""
     hashed = _mix(keys.astype(np.uint64) ^ _FILTER_SALT)
-    line = ((hashed >> np.uint64(32)) * np.uint64(lines)) >> np.uint64(32)
+    line = _line_of_hashed(hashed, lines)
     spread = _mix(hashed)
     bits = np.stack([(spread >> np.uint64(9 * j)) & np.uint64(511) for j in range(HASHES)], axis=1)
-    return line.astype(np.int64), (bits % np.uint64(LINE_BITS)).astype(np.int64)
+    return line, (bits % np.uint64(LINE_BITS)).astype(np.int64)
 
 
 def _check_words(lines: np.ndarray, line_numbers: np.ndarray) -> np.ndarray:
@@ -160,39 +171,81 @@ def _present(lines_read: np.ndarray, at: np.ndarray, bits: np.ndarray) -> np.nda
     return np.all((words >> (bits % 64).astype(np.uint64)) & np.uint64(1) == 1, axis=1)
 
 
+RUN_GAP_LINES = 128
+"""Lines a local lookup reads through rather than starting another read (8 KiB: a page or two read
+for nothing costs less than a system call)."""
+RUN_LINES = 1 << 14
+"""Most lines one local read brings in (1 MiB)."""
+
+
+def _pread_lines(descriptor: int, wanted: np.ndarray) -> np.ndarray:
+    """The lines ``wanted`` (sorted, unique line numbers) of the filter open as ``descriptor``, read
+    in runs of nearby lines (``os.pread``): only the lines' own pages are read, into memory the
+    lookup owns, so a large filter's pages are neither mapped into the process (where each would
+    count in its resident memory) nor read for lines no key needs."""
+    out = np.empty((len(wanted), LINE_WORDS), "<u8")
+    breaks = np.flatnonzero(np.diff(wanted) > RUN_GAP_LINES) + 1
+    starts = np.concatenate([[0], breaks]).tolist()
+    ends = np.concatenate([breaks, [len(wanted)]]).tolist()
+    for first, end in zip(starts, ends, strict=True):
+        while first < end:
+            # A run wider than RUN_LINES is read in pieces, each starting at a wanted line.
+            last = first + int(np.searchsorted(wanted[first:end], wanted[first] + RUN_LINES, "left"))
+            low, high = int(wanted[first]), int(wanted[last - 1]) + 1
+            data = os.pread(descriptor, (high - low) * LINE_BYTES, _HEADER.size + low * LINE_BYTES)
+            if len(data) != (high - low) * LINE_BYTES:
+                raise EOFError
+            out[first:last] = np.frombuffer(data, "<u8").reshape(-1, LINE_WORDS)[wanted[first:last] - low]
+            first = last
+    return out
+
+
 def keys_maybe_in(data_root, relative: str, segment: str, keys: np.ndarray) -> tuple[np.ndarray, int]:
     """The keys of ``keys`` (sorted, unique uint64) that the segment may hold (every key it holds is
     among them), and how many filter bytes were read. Raises :class:`DamagedFilter` or
-    ``FileNotFoundError``."""
+    ``FileNotFoundError``.
+
+    On a local root the keys are tested in the order of the lines they pick, a chunk at a time, and
+    each chunk's lines are read with :func:`_pread_lines`: the filter is read at most once, its
+    pages never mapped. On an object store the whole file is read once."""
     if len(keys) == 0:
         return keys, 0
     path = data_root.path(relative)
     if data_root.is_local:
-        size = os.path.getsize(path)
         with open(path, "rb") as handle:
+            size = os.fstat(handle.fileno()).st_size
             lines = _read_header(handle.read(_HEADER.size), relative, segment)
-        if size != _HEADER.size + lines * LINE_BYTES:
-            raise DamagedFilter(relative, f"{size} bytes, {_HEADER.size + lines * LINE_BYTES} expected")
-        table = np.memmap(path, "<u8", "r", offset=_HEADER.size, shape=(lines, LINE_WORDS))
-    else:
-        content = data_root.fs.cat_file(path)
-        lines = _read_header(content[: _HEADER.size], relative, segment)
-        if len(content) != _HEADER.size + lines * LINE_BYTES:
-            raise DamagedFilter(relative, f"{len(content)} bytes, {_HEADER.size + lines * LINE_BYTES} expected")
-        table = np.frombuffer(content, "<u8", offset=_HEADER.size).reshape(lines, LINE_WORDS)
-    present, read = [], _HEADER.size
-    # A chunk of keys at a time: the per-key arrays (a line and six bit numbers each) would otherwise
-    # hold about 150 bytes per key of the shard at once (65 MB for 434 000 keys).
+            if size != _HEADER.size + lines * LINE_BYTES:
+                raise DamagedFilter(relative, f"{size} bytes, {_HEADER.size + lines * LINE_BYTES} expected")
+            descriptor = handle.fileno()
+            try:
+                return _tested(keys, lines, relative, lambda wanted: _pread_lines(descriptor, wanted))
+            except EOFError:
+                raise DamagedFilter(relative, "truncated while read") from None
+    content = data_root.fs.cat_file(path)
+    lines = _read_header(content[: _HEADER.size], relative, segment)
+    if len(content) != _HEADER.size + lines * LINE_BYTES:
+        raise DamagedFilter(relative, f"{len(content)} bytes, {_HEADER.size + lines * LINE_BYTES} expected")
+    table = np.frombuffer(content, "<u8", offset=_HEADER.size).reshape(lines, LINE_WORDS)
+    return _tested(keys, lines, relative, lambda wanted: table[wanted])
+
+
+def _tested(keys: np.ndarray, lines: int, relative: str, read_lines) -> tuple[np.ndarray, int]:
+    """:func:`keys_maybe_in` over a filter of ``lines`` lines whose lines ``read_lines`` returns."""
+    present, read = np.zeros(len(keys), bool), _HEADER.size
+    # In line order, so that the chunks read disjoint stretches of the filter; a chunk of keys at a
+    # time, since the per-key arrays (a line and six bit numbers each) would otherwise hold about
+    # 150 bytes per key of the shard at once (65 MB for 434 000 keys).
+    by_line = np.argsort(_lines_of(keys, lines), kind="stable")
     for start in range(0, len(keys), LOOKUP_CHUNK):
-        chunk = keys[start : start + LOOKUP_CHUNK]
-        line, bits = _lines_and_bits(chunk, lines)
+        chosen = by_line[start : start + LOOKUP_CHUNK]
+        line, bits = _lines_and_bits(keys[chosen], lines)
         wanted, at = np.unique(line, return_inverse=True)
-        lines_read = np.array(table[wanted])
+        lines_read = read_lines(wanted)
         _check_lines(lines_read, wanted, relative)
-        present.append(chunk[_present(lines_read, at.ravel(), bits)])
+        present[chosen] = _present(lines_read, at.ravel(), bits)
         read += len(wanted) * LINE_BYTES
-    del table
-    return np.concatenate(present), read
+    return keys[present], read
 
 
 def verify_filter(handle, path: str, segment: str) -> None:

@@ -241,10 +241,10 @@ def decide_shard(
 
     Reads ``earlier`` twice: once for the postings of every key of the shard, once for the
     candidates those postings name; memory and time follow the shard and what it touches."""
-    from speechdata.quality.near_dup_postings import index_keys, owner_of, sort_postings
+    from speechdata.quality.near_dup_postings import index_keys, owner_of, sort_postings, sorted_unique
 
     own = index_keys(new, position)
-    looked_up = earlier.postings(np.unique(own["key"]))
+    looked_up = earlier.postings(sorted_unique(own["key"]))
     first_own = owner_of(position, 0)
     if len(looked_up) and int(looked_up["owner"].max()) >= first_own:
         raise ValueError(f"the candidate source named an utterance at or after index position {position}")

@@ -184,9 +184,22 @@ def sort_postings(postings: np.ndarray) -> np.ndarray:
     return postings[np.lexsort((postings["frame"], postings["owner"], postings["key"]))]
 
 
+def sorted_unique(values: np.ndarray) -> np.ndarray:
+    """``np.unique(values)`` of a 1-d integer array, by a sort. NumPy 2.3+ finds the unique values of
+    an array through a hash table first: on a shard's 434 000 uint64 keys that took 0.27 s where a
+    sort takes 3 ms (measured), and each new shard took it several times."""
+    ordered = np.sort(values, kind="stable")
+    if len(ordered) < 2:
+        return ordered
+    keep = np.empty(len(ordered), bool)
+    keep[0] = True
+    np.not_equal(ordered[1:], ordered[:-1], out=keep[1:])
+    return ordered[keep]
+
+
 def postings_for(postings: np.ndarray, keys: np.ndarray) -> np.ndarray:
     """The postings (sorted by key) whose key is one of ``keys``."""
-    return _postings_for_unique(postings, np.unique(keys.astype(np.uint64)))
+    return _postings_for_unique(postings, sorted_unique(keys.astype(np.uint64)))
 
 
 def _postings_for_unique(postings: np.ndarray, wanted: np.ndarray) -> np.ndarray:
@@ -314,7 +327,7 @@ def lookup_segment(handle, path: str, keys: np.ndarray) -> tuple[SegmentHeader, 
     """The segment's header and its postings whose key is in ``keys``, reading only the blocks
     that can hold them."""
     header = read_segment_header(handle, path)
-    wanted = np.unique(keys.astype(np.uint64))
+    wanted = sorted_unique(keys.astype(np.uint64))
     found = [
         _postings_for_unique(read_blocks(handle, path, header, first, end), wanted)
         for first, end in block_ranges(header.fences, wanted)
@@ -405,7 +418,7 @@ def merge_segments(
     """Add to ``writer``, in key order, the postings of each segment (open ``handle``, its path, its
     checked header, the positions to keep from it) about ``chunk`` postings at a time: the key space
     is cut at the segments' fences, so no more is held at once."""
-    fences = np.unique(np.concatenate([header.fences for _, _, header, _ in handles]))
+    fences = sorted_unique(np.concatenate([header.fences for _, _, header, _ in handles]))
     stride = max(chunk // BLOCK_RECORDS, 1)
     bounds = [None, *fences[stride::stride].tolist(), None]
     for low, high in zip(bounds[:-1], bounds[1:], strict=True):

@@ -81,3 +81,60 @@ def test_benchmark_prints_one_json_record(name, keys):
     record = json.loads(lines[0])
     assert record["benchmark"] == name.removeprefix("bench_")
     assert keys <= set(record)
+
+
+def test_corpus_scale_measures_a_prebuilt_near_duplicate_index_on_a_copy_and_leaves_it_as_it_was(tmp_path):
+    """``--nd-index HOURS=DIR``: the new shard is measured on a hard-linked copy of DIR (its commit
+    and compaction replace and remove names in the copy only), with the counters that tell the
+    lookup's terms apart in the record."""
+    import hashlib
+
+    from benchmarks.corpus.bench_near_duplicates_index import build_index
+
+    index = tmp_path / "index"
+    build_index(str(index), 2, 40)
+
+    def files() -> dict[str, str]:
+        return {
+            str(path.relative_to(index)): hashlib.sha256(path.read_bytes()).hexdigest()
+            for path in sorted(index.rglob("*"))
+            if path.is_file()
+        }
+
+    before = files()
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "benchmarks.corpus.bench_corpus_scale",
+            "--skip-stages",
+            "--nd-hours",
+            "0.05",
+            "--nd-utterances",
+            "40",
+            "--nd-index",
+            f"0.05={index}",
+            "--nd-baseline-max-hours",
+            "0",
+            "--nd-simultaneous",
+            "1",
+            "--nd-scratch",
+            str(scratch),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    measured = json.loads(result.stdout.strip().splitlines()[-1])["near_duplicates"]["0.05"]
+    assert measured["shards"] == 2 and measured["index"] == str(index)
+    figures = measured["postings_index"]
+    assert figures["copies_found"] == 4  # a tenth of the new shard's 40 utterances are copies
+    for counter in ("minor_faults", "rss_anon_peak_mb", "rss_file_peak_mb", "filter_bytes_read", "segment_bytes_read"):
+        assert figures[counter] >= 0
+    assert figures["segment_bytes_read"] > 0 and figures["live_segments"]
+    assert files() == before
+    assert list(scratch.iterdir()) == []
