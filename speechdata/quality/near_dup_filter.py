@@ -78,18 +78,36 @@ def _line_of_hashed(hashed: np.ndarray, lines: int) -> np.ndarray:
     return (((hashed >> np.uint64(32)) * np.uint64(lines)) >> np.uint64(32)).astype(np.int64)
 
 
-def _lines_of(keys: np.ndarray, lines: int) -> np.ndarray:
-    """Each key's line (what :func:`_lines_and_bits` gives first, without the bit numbers)."""
-    return _line_of_hashed(_mix(keys.astype(np.uint64) ^ _FILTER_SALT), lines)
-
-
 def _lines_and_bits(keys: np.ndarray, lines: int) -> tuple[np.ndarray, np.ndarray]:
     """Each key's line, and its :data:`HASHES` bit numbers within the line (shape ``(len, HASHES)``)."""
     hashed = _mix(keys.astype(np.uint64) ^ _FILTER_SALT)
-    line = _line_of_hashed(hashed, lines)
+    return _line_of_hashed(hashed, lines), _bits_of_hashed(hashed).astype(np.int64)
+
+
+def _bits_of_hashed(hashed: np.ndarray) -> np.ndarray:
     spread = _mix(hashed)
     bits = np.stack([(spread >> np.uint64(9 * j)) & np.uint64(511) for j in range(HASHES)], axis=1)
-    return line, (bits % np.uint64(LINE_BITS)).astype(np.int64)
+    return (bits % np.uint64(LINE_BITS)).astype(np.uint16)
+
+
+class KeyProbe:
+    """A shard's keys prepared once for every live segment's filter: their hash, their bit numbers,
+    and the order of the lines they pick. A key's line is its hash's high half scaled to the
+    filter's line count, so that order is the same in every filter, whatever its size: a lookup
+    sorts and hashes the keys once, not once per segment (a new shard tests ~434 000 keys against
+    each of the few live segments per level)."""
+
+    def __init__(self, keys: np.ndarray):
+        """``keys``: sorted, unique uint64."""
+        hashed = _mix(keys.astype(np.uint64) ^ _FILTER_SALT)
+        self.keys = keys
+        self.order = np.argsort(hashed >> np.uint64(32), kind="stable")
+        self.high = (hashed >> np.uint64(32))[self.order]
+        self.bits = _bits_of_hashed(hashed[self.order])
+
+    def lines(self, lines: int) -> np.ndarray:
+        """Each key's line in a filter of ``lines`` lines, in :attr:`order` (non-decreasing)."""
+        return ((self.high * np.uint64(lines)) >> np.uint64(32)).astype(np.int64)
 
 
 def _check_words(lines: np.ndarray, line_numbers: np.ndarray) -> np.ndarray:
@@ -200,9 +218,12 @@ def _pread_lines(descriptor: int, wanted: np.ndarray) -> np.ndarray:
     return out
 
 
-def keys_maybe_in(data_root, relative: str, segment: str, keys: np.ndarray) -> tuple[np.ndarray, int]:
+def keys_maybe_in(
+    data_root, relative: str, segment: str, keys: np.ndarray, probe: KeyProbe | None = None
+) -> tuple[np.ndarray, int]:
     """The keys of ``keys`` (sorted, unique uint64) that the segment may hold (every key it holds is
-    among them), and how many filter bytes were read. Raises :class:`DamagedFilter` or
+    among them), and how many filter bytes were read. ``probe``: the keys' :class:`KeyProbe`, made
+    once for every segment a lookup tests them against. Raises :class:`DamagedFilter` or
     ``FileNotFoundError``.
 
     On a local root the keys are tested in the order of the lines they pick, a chunk at a time, and
@@ -210,6 +231,7 @@ def keys_maybe_in(data_root, relative: str, segment: str, keys: np.ndarray) -> t
     pages never mapped. On an object store the whole file is read once."""
     if len(keys) == 0:
         return keys, 0
+    probe = KeyProbe(keys) if probe is None else probe
     path = data_root.path(relative)
     if data_root.is_local:
         with open(path, "rb") as handle:
@@ -219,7 +241,7 @@ def keys_maybe_in(data_root, relative: str, segment: str, keys: np.ndarray) -> t
                 raise DamagedFilter(relative, f"{size} bytes, {_HEADER.size + lines * LINE_BYTES} expected")
             descriptor = handle.fileno()
             try:
-                return _tested(keys, lines, relative, lambda wanted: _pread_lines(descriptor, wanted))
+                return _tested(probe, lines, relative, lambda wanted: _pread_lines(descriptor, wanted))
             except EOFError:
                 raise DamagedFilter(relative, "truncated while read") from None
     content = data_root.fs.cat_file(path)
@@ -227,25 +249,27 @@ def keys_maybe_in(data_root, relative: str, segment: str, keys: np.ndarray) -> t
     if len(content) != _HEADER.size + lines * LINE_BYTES:
         raise DamagedFilter(relative, f"{len(content)} bytes, {_HEADER.size + lines * LINE_BYTES} expected")
     table = np.frombuffer(content, "<u8", offset=_HEADER.size).reshape(lines, LINE_WORDS)
-    return _tested(keys, lines, relative, lambda wanted: table[wanted])
+    return _tested(probe, lines, relative, lambda wanted: table[wanted])
 
 
-def _tested(keys: np.ndarray, lines: int, relative: str, read_lines) -> tuple[np.ndarray, int]:
+def _tested(probe: KeyProbe, lines: int, relative: str, read_lines) -> tuple[np.ndarray, int]:
     """:func:`keys_maybe_in` over a filter of ``lines`` lines whose lines ``read_lines`` returns."""
-    present, read = np.zeros(len(keys), bool), _HEADER.size
+    present, read = np.zeros(len(probe.keys), bool), _HEADER.size
     # In line order, so that the chunks read disjoint stretches of the filter; a chunk of keys at a
-    # time, since the per-key arrays (a line and six bit numbers each) would otherwise hold about
-    # 150 bytes per key of the shard at once (65 MB for 434 000 keys).
-    by_line = np.argsort(_lines_of(keys, lines), kind="stable")
-    for start in range(0, len(keys), LOOKUP_CHUNK):
-        chosen = by_line[start : start + LOOKUP_CHUNK]
-        line, bits = _lines_and_bits(keys[chosen], lines)
-        wanted, at = np.unique(line, return_inverse=True)
+    # time, so that the per-key arrays stay small whatever the shard's size.
+    line_of = probe.lines(lines)
+    for start in range(0, len(line_of), LOOKUP_CHUNK):
+        line = line_of[start : start + LOOKUP_CHUNK]
+        starts_line = np.empty(len(line), bool)
+        starts_line[0] = True
+        np.not_equal(line[1:], line[:-1], out=starts_line[1:])
+        wanted, at = line[starts_line], np.cumsum(starts_line) - 1
         lines_read = read_lines(wanted)
         _check_lines(lines_read, wanted, relative)
-        present[chosen] = _present(lines_read, at.ravel(), bits)
+        bits = probe.bits[start : start + LOOKUP_CHUNK].astype(np.int64)
+        present[start : start + len(line)] = _present(lines_read, at, bits)
         read += len(wanted) * LINE_BYTES
-    return keys[present], read
+    return probe.keys[np.sort(probe.order[present])], read
 
 
 def verify_filter(handle, path: str, segment: str) -> None:

@@ -13,6 +13,7 @@ from speechdata.io.parquet_integrity import UnreadableIntermediate
 from speechdata.io.storage import DataRoot
 from speechdata.quality.near_dup_filter import (
     DamagedFilter,
+    KeyProbe,
     keys_maybe_in,
 )
 from speechdata.quality.near_dup_index_commit import (
@@ -84,6 +85,8 @@ class IndexReader:
         self.segment_bytes_read = 0
         self.entries_fetched = 0
         self._keys: np.ndarray | None = None
+        self._probe: tuple[np.ndarray, KeyProbe] | None = None
+        """The last keys looked up and their filter probe, made once for every segment."""
         self._read: dict[str, tuple[SegmentHeader | None, np.ndarray]] = {}
         """Segment -> its header (None: its filter ruled every key out) and its postings of ``_keys``."""
         self._owners: list[tuple[np.ndarray, Sequence[SegmentShard]]] = []
@@ -145,7 +148,9 @@ class IndexReader:
         """The segment's header and its postings of ``keys`` (no header: its filter rules them all out)."""
         relative = _segment_relative(name)
         try:
-            present, read = keys_maybe_in(self.data_root, _filter_relative(name), name, keys)
+            if self._probe is None or self._probe[0] is not keys:
+                self._probe = (keys, KeyProbe(keys))
+            present, read = keys_maybe_in(self.data_root, _filter_relative(name), name, keys, self._probe[1])
         except FileNotFoundError as exc:
             raise IndexDamaged(f"the filter of segment {relative} is missing") from exc
         except DamagedFilter as exc:

@@ -89,6 +89,7 @@ def test_corpus_scale_measures_a_prebuilt_near_duplicate_index_on_a_copy_and_lea
     lookup's terms apart in the record."""
     import hashlib
 
+    from benchmarks.corpus.bench_corpus_scale import measure_near_duplicates
     from benchmarks.corpus.bench_near_duplicates_index import build_index
 
     index = tmp_path / "index"
@@ -104,32 +105,9 @@ def test_corpus_scale_measures_a_prebuilt_near_duplicate_index_on_a_copy_and_lea
     before = files()
     scratch = tmp_path / "scratch"
     scratch.mkdir()
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "benchmarks.corpus.bench_corpus_scale",
-            "--skip-stages",
-            "--nd-hours",
-            "0.05",
-            "--nd-utterances",
-            "40",
-            "--nd-index",
-            f"0.05={index}",
-            "--nd-baseline-max-hours",
-            "0",
-            "--nd-simultaneous",
-            "1",
-            "--nd-scratch",
-            str(scratch),
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    measured = json.loads(result.stdout.strip().splitlines()[-1])["near_duplicates"]["0.05"]
+    measured = measure_near_duplicates(
+        [0.05], 40, baseline_max_hours=0, simultaneous=1, prebuilt={"0.05": str(index)}, scratch=str(scratch)
+    )["0.05"]
     assert measured["shards"] == 2 and measured["index"] == str(index)
     figures = measured["postings_index"]
     assert figures["copies_found"] == 4  # a tenth of the new shard's 40 utterances are copies

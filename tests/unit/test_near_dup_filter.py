@@ -190,7 +190,9 @@ def test_keys_absent_from_a_segment_read_none_of_its_blocks_but_false_positives(
     assert filtered <= 0.03 * keys * 3  # three segments
 
     blocks_read.clear()
-    monkeypatch.setattr(near_dup_index_reader, "keys_maybe_in", lambda root, relative, name, keys: (keys, 0))
+    monkeypatch.setattr(
+        near_dup_index_reader, "keys_maybe_in", lambda root, relative, name, keys, probe=None: (keys, 0)
+    )
     decide_new(data_root, new)
     assert len(blocks_read) > filtered
 
