@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from speechdata.quality.fingerprint_envelope import envelope_band_pair_keys
+from speechdata.quality.fingerprint_envelope import LSH_BAND_PAIRS, envelope_band_pair_keys
 from speechdata.quality.fingerprint_text import band_keys
 from speechdata.quality.near_dup_held_shards import HeldShards
 
@@ -69,7 +69,10 @@ _PREAMBLE = struct.Struct("<8sQ32s")
 POSTING_DTYPE = np.dtype([("key", "<u8"), ("owner", "<i8"), ("frame", "<i4"), ("context", "<u8")])
 """One posting: 28 bytes on disk, little-endian. ``context``: for an audio key, the sub-fingerprints of
 the two frames after it (:func:`neighbour_contexts`), which let a lookup tell a copy's hit from a
-chance one without fetching the utterance; 0 for other keys."""
+chance one without fetching the utterance; for an envelope band-pair key, the utterance's speech span
+(:func:`span_context`: the float64's bits), which lets a lookup leave out a candidate the tempo
+rule rules out before fetching it; 0 for other keys, and for envelope keys indexed before spans were
+(read as "unknown": fetched)."""
 
 
 class DamagedSegment(RuntimeError):
@@ -118,6 +121,16 @@ def sampled_audio_keys(sub_fingerprints: np.ndarray, active: np.ndarray) -> tupl
     values = sub_fingerprints[frames].astype(np.uint64)
     sampled = _mix(values) % np.uint64(AUDIO_KEY_SAMPLING) == 0
     return _mix(values[sampled] ^ _AUDIO_SALT), frames[sampled].astype(np.int32)
+
+
+def span_context(span_s: float) -> np.uint64:
+    """The context of an envelope band-pair posting: the speech span's float64 bits (0: unknown)."""
+    return np.array([span_s], "<f8").view("<u8")[0]
+
+
+def span_of_context(context: int) -> float | None:
+    """The speech span an envelope posting's context holds; None when unknown (0)."""
+    return None if context == 0 else float(np.array([context], "<u8").view("<f8")[0])
 
 
 def envelope_keys(envelope: np.ndarray) -> np.ndarray:
@@ -176,6 +189,8 @@ def index_keys(signals: Sequence[UtteranceSignals], position: int) -> np.ndarray
         part["key"], part["owner"], part["frame"] = keys, owner_of(position, rank), frames
         if audio < len(keys):
             part["context"][audio:] = neighbour_contexts(utterance.fingerprint.sub_fingerprints, frames[audio:])
+        if utterance.shift is not None:  # its envelope keys come right before the audio keys
+            part["context"][audio - LSH_BAND_PAIRS : audio] = span_context(utterance.shift.span_s)
         parts.append(part)
     return sort_postings(np.concatenate(parts) if parts else np.empty(0, POSTING_DTYPE))
 
