@@ -184,9 +184,17 @@ def _check_lines(lines: np.ndarray, numbers: np.ndarray, path: str) -> None:
 
 
 def _present(lines_read: np.ndarray, at: np.ndarray, bits: np.ndarray) -> np.ndarray:
-    """Whether every bit of each key is set (``at``: each key's row in ``lines_read``)."""
-    words = lines_read[at[:, None], bits // 64]
-    return np.all((words >> (bits % 64).astype(np.uint64)) & np.uint64(1) == 1, axis=1)
+    """Whether every bit of each key is set (``at``: each key's row in ``lines_read``). One bit
+    number at a time, for the keys whose earlier bits were all set: most absent keys fail at the
+    first or second, so about 1.7 bits are looked at per key instead of :data:`HASHES`."""
+    alive = np.arange(len(at))
+    for j in range(bits.shape[1]):
+        bit = bits[alive, j]
+        words = lines_read[at[alive], bit // 64]
+        alive = alive[(words >> (bit % 64).astype(np.uint64)) & np.uint64(1) == 1]
+    present = np.zeros(len(at), bool)
+    present[alive] = True
+    return present
 
 
 RUN_GAP_LINES = 128

@@ -55,6 +55,8 @@ AUDIO_KEY_SAMPLING = 2
 """One sub-fingerprint value in two is a lookup key (chosen by value, so copies choose alike)."""
 BLOCK_RECORDS = 256
 """Postings per block: the unit a lookup reads (7 KiB)."""
+LOOKUP_BATCH_BYTES = 8 << 20
+"""Block bytes a lookup gathers before searching them for its keys."""
 
 _EXACT_SALT = np.uint64(0x243F6A8885A308D3)
 _AUDIO_SALT = np.uint64(0x13198A2E03707344)
@@ -305,6 +307,11 @@ def read_segment_header(handle, path: str) -> SegmentHeader:
 
 
 def read_blocks(handle, path: str, header: SegmentHeader, first: int, end: int) -> np.ndarray:
+    return np.frombuffer(_checked_blocks(handle, path, header, first, end), POSTING_DTYPE)
+
+
+def _checked_blocks(handle, path: str, header: SegmentHeader, first: int, end: int) -> bytes:
+    """The bytes of blocks ``[first, end)``, each checked against its CRC."""
     size = POSTING_DTYPE.itemsize
     handle.seek(header.body_offset + first * BLOCK_RECORDS * size)
     last_records = min(end * BLOCK_RECORDS, header.records) - first * BLOCK_RECORDS
@@ -315,7 +322,7 @@ def read_blocks(handle, path: str, header: SegmentHeader, first: int, end: int) 
         start = (block - first) * BLOCK_RECORDS * size
         if zlib.crc32(data[start : start + BLOCK_RECORDS * size]) != int(header.block_crcs[block]):
             raise DamagedSegment(path, f"block {block} checksum mismatch")
-    return np.frombuffer(data, POSTING_DTYPE)
+    return data
 
 
 def block_ranges(fences: np.ndarray, keys: np.ndarray) -> list[tuple[int, int]]:
@@ -343,10 +350,17 @@ def lookup_segment(handle, path: str, keys: np.ndarray) -> tuple[SegmentHeader, 
     that can hold them."""
     header = read_segment_header(handle, path)
     wanted = sorted_unique(keys.astype(np.uint64))
-    found = [
-        _postings_for_unique(read_blocks(handle, path, header, first, end), wanted)
-        for first, end in block_ranges(header.fences, wanted)
-    ]
+    found, pending, pending_bytes = [], [], 0
+    # The blocks' bytes searched together, a few MB at a time: a key a filter let through by chance
+    # reads a block of its own, and searching each block apart cost more than reading it.
+    for first, end in block_ranges(header.fences, wanted):
+        pending.append(_checked_blocks(handle, path, header, first, end))
+        pending_bytes += len(pending[-1])
+        if pending_bytes >= LOOKUP_BATCH_BYTES:
+            found.append(_postings_for_unique(np.frombuffer(b"".join(pending), POSTING_DTYPE), wanted))
+            pending, pending_bytes = [], 0
+    if pending:
+        found.append(_postings_for_unique(np.frombuffer(b"".join(pending), POSTING_DTYPE), wanted))
     return header, (np.concatenate(found) if found else np.empty(0, POSTING_DTYPE))
 
 

@@ -176,9 +176,9 @@ def test_keys_absent_from_a_segment_read_none_of_its_blocks_but_false_positives(
     from speechdata.quality import near_dup_index_reader, near_dup_postings
 
     blocks_read = []
-    read_blocks = near_dup_postings.read_blocks
+    checked_blocks = near_dup_postings._checked_blocks
     monkeypatch.setattr(
-        near_dup_postings, "read_blocks", lambda *args: blocks_read.append(args[-2:]) or read_blocks(*args)
+        near_dup_postings, "_checked_blocks", lambda *args: blocks_read.append(args[-2:]) or checked_blocks(*args)
     )
     rng = np.random.default_rng(4)
     index_of(data_root, 3, rng)
