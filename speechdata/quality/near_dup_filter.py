@@ -197,9 +197,10 @@ def _present(lines_read: np.ndarray, at: np.ndarray, bits: np.ndarray) -> np.nda
     return present
 
 
-RUN_GAP_LINES = 128
-"""Lines a local lookup reads through rather than starting another read (8 KiB: a page or two read
-for nothing costs less than a system call)."""
+RUN_GAP_LINES = 64
+"""Lines a local lookup reads through rather than starting another read: at most a page (4 KiB), so
+what it reads stays within about twice the pages its lines lie on, and a filter far larger than the
+keys' lines is never read whole."""
 RUN_LINES = 1 << 14
 """Most lines one local read brings in (1 MiB)."""
 

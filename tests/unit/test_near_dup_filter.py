@@ -64,7 +64,7 @@ def test_a_filter_built_a_chunk_at_a_time_is_the_one_built_at_once(monkeypatch):
     assert b"".join(builder.finish(SEGMENT)) == filter_bytes(keys, SEGMENT)
 
 
-@pytest.mark.parametrize("gap, run", [(0, 1), (3, 5), (128, 1 << 14)])
+@pytest.mark.parametrize("gap, run", [(0, 1), (3, 5), (64, 1 << 14)])
 def test_a_local_lookup_reads_the_lines_it_needs_and_answers_as_the_whole_file_does(data_root, monkeypatch, gap, run):
     """The local lookup (lines read in runs, keys in line order, chunk by chunk) lets through exactly
     the keys a lookup over the whole file in memory does, and reads only the lines its keys pick:
