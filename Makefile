@@ -28,8 +28,11 @@ $(STAMP): pyproject.toml
 	@command -v $(PYTHON) >/dev/null || { echo "need $(PYTHON) (pyenv, apt or python.org)"; exit 1; }
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip uv
-	# uv resolves and installs the ~6 GB ML stack in a fraction of pip's time.
-	$(BIN)/uv pip install --python $(BIN)/python -e '.[platform,dev]'
+	# uv resolves and installs the ~6 GB ML stack in a fraction of pip's time. --compile-bytecode writes
+	# every module's .pyc now: where PYTHONDONTWRITEBYTECODE is set no import writes one, and each new
+	# interpreter (a run worker, a benchmark's child, a test's subprocess) compiled torch, transformers
+	# and Dagster from source again, seconds of CPU each (docs/testing.md, "Bytecode compiled once").
+	$(BIN)/uv pip install --compile-bytecode --python $(BIN)/python -e '.[platform,dev]'
 	touch $(STAMP)
 
 # The consumers' environment: the core library and nemo_toolkit[asr] with the same torch pins (the
@@ -40,7 +43,7 @@ nemo-env: $(NEMO_STAMP)
 
 $(NEMO_STAMP): pyproject.toml | $(STAMP)
 	test -x $(NEMO_VENV)/bin/python || $(PYTHON) -m venv $(NEMO_VENV)
-	$(BIN)/uv pip install --python $(NEMO_VENV)/bin/python -e . --group pyproject.toml:nemo-consumer
+	$(BIN)/uv pip install --compile-bytecode --python $(NEMO_VENV)/bin/python -e . --group pyproject.toml:nemo-consumer
 	touch $(NEMO_STAMP)
 
 # Copied every time, so that switching DAGSTER_INSTANCE takes effect.
