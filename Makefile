@@ -9,6 +9,8 @@ NEMO_STAMP := $(NEMO_VENV)/.installed
 export DAGSTER_HOME ?= $(CURDIR)/.dagster_home
 export DATA_ROOT ?= $(CURDIR)/.data
 PORT ?= 3000
+# The checkout's Python packages (the suite's interpreters import them from here).
+CHECKOUT_PACKAGES := speechdata assets resources sensors dagster_project benchmarks tests
 # The instance dagster.yaml: deploy/local (SQLite in DAGSTER_HOME) or deploy/production (PostgreSQL,
 # connection from DAGSTER_POSTGRES_*).
 DAGSTER_INSTANCE ?= local
@@ -28,8 +30,11 @@ $(STAMP): pyproject.toml
 	@command -v $(PYTHON) >/dev/null || { echo "need $(PYTHON) (pyenv, apt or python.org)"; exit 1; }
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip uv
-	# uv resolves and installs the ~6 GB ML stack in a fraction of pip's time.
-	$(BIN)/uv pip install --python $(BIN)/python -e '.[platform,dev]'
+	# uv resolves and installs the ~6 GB ML stack in a fraction of pip's time. --compile-bytecode writes
+	# every module's .pyc now: where PYTHONDONTWRITEBYTECODE is set no import writes one, and each new
+	# interpreter (a run worker, a benchmark's child, a test's subprocess) compiled torch, transformers
+	# and Dagster from source again, seconds of CPU each (docs/testing.md, "Bytecode compiled once").
+	$(BIN)/uv pip install --compile-bytecode --python $(BIN)/python -e '.[platform,dev]'
 	touch $(STAMP)
 
 # The consumers' environment: the core library and nemo_toolkit[asr] with the same torch pins (the
@@ -40,7 +45,7 @@ nemo-env: $(NEMO_STAMP)
 
 $(NEMO_STAMP): pyproject.toml | $(STAMP)
 	test -x $(NEMO_VENV)/bin/python || $(PYTHON) -m venv $(NEMO_VENV)
-	$(BIN)/uv pip install --python $(NEMO_VENV)/bin/python -e . --group pyproject.toml:nemo-consumer
+	$(BIN)/uv pip install --compile-bytecode --python $(NEMO_VENV)/bin/python -e . --group pyproject.toml:nemo-consumer
 	touch $(NEMO_STAMP)
 
 # Copied every time, so that switching DAGSTER_INSTANCE takes effect.
@@ -90,13 +95,17 @@ check: export PYTHONPATH := $(CURDIR)
 check: lint
 	SPEECHDATA_PROFILE=tiny $(BIN)/python -m pytest -q -p no:cacheprovider -m "not slow" tests/unit
 
-# Everything: lint, Chromium and PostgreSQL for the e2e tests, then the whole suite.
+# Everything: lint, Chromium and PostgreSQL for the e2e tests, then the whole suite. compileall first:
+# the checkout's own .pyc, which no import writes under PYTHONDONTWRITEBYTECODE (under a second, and
+# each interpreter the suite starts then reads them instead of compiling; docs/testing.md).
 test: setup nemo-env lint $(CHROMIUM) postgres-server
+	$(BIN)/python -m compileall -q $(CHECKOUT_PACKAGES)
 	SPEECHDATA_PROFILE=tiny $(BIN)/python -m pytest -n 2 --dist loadfile --durations=25 tests
 
 # The whole suite but the benchmark smoke tests (marker bench) and the e2e tests (marker e2e: a real
 # dagster dev, Chromium, PostgreSQL): the check before pushing when no browser or server is at hand.
 test-fast: setup nemo-env lint
+	$(BIN)/python -m compileall -q $(CHECKOUT_PACKAGES)
 	SPEECHDATA_PROFILE=tiny $(BIN)/python -m pytest -n 2 --dist loadfile -m "not bench and not e2e" tests
 
 bench: setup nemo-env

@@ -293,7 +293,10 @@ def wait_for_texts(page, expected: list[str], timeout_s: float = 45) -> str:
 
 
 def photograph(page, dirs: list, name: str) -> None:
-    page.wait_for_timeout(1500)  # let the graph and tables settle before the picture
+    # The texts are asserted before (wait_for_texts); the pause only lets the graph and tables settle
+    # for a picture someone looks at: the docs' (SPEECHDATA_UPDATE_SCREENSHOTS=1) or a kept folder's.
+    kept = os.environ.get("SPEECHDATA_UPDATE_SCREENSHOTS") == "1" or os.environ.get(SCREENSHOTS_ENV)
+    page.wait_for_timeout(1500 if kept else 200)
     for folder in dirs:
         page.screenshot(path=str(folder / name), full_page=True)
 

@@ -97,7 +97,7 @@ def test_landed_shards_are_materialized_by_the_sensor_run_once_each(tmp_path):
         ) as dev,
     ):
         build_sample_shard(data_root, "e2e-0001", 3, seed=1, long_recordings=1, complete=False)
-        time.sleep(6)  # a few sensor ticks over a half-landed shard
+        time.sleep(4)  # two sensor ticks or more over a half-landed shard (the e2e daemon ticks every 2 s)
         assert shard_runs(dev, "e2e-0001") == []
 
         from speechdata.landing.mark import mark_landed
