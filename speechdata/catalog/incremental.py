@@ -8,7 +8,11 @@ data root, what a refresh needs from it:
   ``catalog_manifest_groups``: the manifest's samples, seconds of audio and alignment-score sum and
   count per (``shard``, ``language``, ``country``);
 * ``catalog_rejects_files`` (``path``, ``size_bytes``, ``fingerprint``, ``rejects``) and
-  ``catalog_rejected_ids``: the ledger's distinct rejected ``(shard, utt_id)``.
+  ``catalog_rejected_ids``: the ledger's distinct rejected ``(shard, utt_id)``;
+* ``catalog_rejected_shards`` (``shard``, ``rejected_utterances``): per shard, its distinct rejected
+  utterances over all its ledgers, recounted for the shards whose ledgers a refresh read or forgot,
+  so that the total is a sum over one row per shard, not a DISTINCT over every rejected utterance
+  of the corpus at each refresh.
 
 A refresh lists the files (sizes and fingerprints come with the listing), reads only those that are
 new or whose size or fingerprint changed, and drops the rows of files that are gone (a re-landed or
@@ -44,6 +48,7 @@ STATE_TABLES = {
     ),
     "catalog_rejects_files": "path VARCHAR, size_bytes BIGINT, fingerprint VARCHAR, rejects BIGINT",
     "catalog_rejected_ids": "path VARCHAR, shard VARCHAR, utt_id VARCHAR",
+    "catalog_rejected_shards": "shard VARCHAR, rejected_utterances BIGINT",
 }
 """Per-file state, each table keyed (or grouped) by the file's path relative to the data root."""
 _CHILD_TABLE = {"catalog_manifest_files": "catalog_manifest_groups", "catalog_rejects_files": "catalog_rejected_ids"}
@@ -365,6 +370,7 @@ def sync_rejects(
     """Bring the rejects-ledger state up to ``listed`` (``shard_from_path``: the regex the view uses;
     ``scope``: as :func:`sync_manifests`)."""
     to_read, to_forget, gone = _changed(connection, "catalog_rejects_files", listed, scope)
+    recount = _shards_of_rejects(connection, to_forget)
     _forget(connection, "catalog_rejects_files", to_forget)
     if to_read:
         locations, prefix_chars = _locations(root_uri, to_read)
@@ -388,7 +394,31 @@ def sync_rejects(
             )
         finally:
             connection.execute("DROP TABLE IF EXISTS _catalog_read_rejects")
+    _count_rejected_shards(connection, recount | _shards_of_rejects(connection, to_read))
     return SyncCounts(len(to_read), stored_files(connection, "catalog_rejects_files") - len(to_read), gone)
+
+
+def _shards_of_rejects(connection: duckdb.DuckDBPyConnection, paths: list[str]) -> set[str]:
+    """The shards the stored rejected utterances of these ledgers belong to."""
+    if not paths:
+        return set()
+    rows = connection.execute(
+        "SELECT DISTINCT shard FROM catalog_rejected_ids WHERE path IN (SELECT unnest(?::VARCHAR[]))", [paths]
+    ).fetchall()
+    return {row[0] for row in rows}
+
+
+def _count_rejected_shards(connection: duckdb.DuckDBPyConnection, shards: set[str]) -> None:
+    """``catalog_rejected_shards`` of these shards recounted from their stored rejected utterances."""
+    if not shards:
+        return
+    chosen = sorted(shards)
+    connection.execute("DELETE FROM catalog_rejected_shards WHERE shard IN (SELECT unnest(?::VARCHAR[]))", [chosen])
+    connection.execute(
+        "INSERT INTO catalog_rejected_shards SELECT shard, count(DISTINCT utt_id) FROM catalog_rejected_ids "
+        "WHERE shard IN (SELECT unnest(?::VARCHAR[])) GROUP BY shard",
+        [chosen],
+    )
 
 
 def summary_totals(connection: duckdb.DuckDBPyConnection) -> dict:
@@ -398,8 +428,9 @@ def summary_totals(connection: duckdb.DuckDBPyConnection) -> dict:
         "FROM catalog_manifest_groups WHERE samples > 0"
     ).fetchone()
     rejects = connection.execute("SELECT coalesce(sum(rejects), 0) FROM catalog_rejects_files").fetchone()[0]
+    # Distinct (shard, utt_id) pairs: each shard's distinct utterances, summed.
     rejected = connection.execute(
-        "SELECT count(*) FROM (SELECT DISTINCT shard, utt_id FROM catalog_rejected_ids)"
+        "SELECT coalesce(sum(rejected_utterances), 0) FROM catalog_rejected_shards"
     ).fetchone()[0]
 
     def distinct(column: str) -> list[str]:

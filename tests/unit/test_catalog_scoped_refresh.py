@@ -239,3 +239,22 @@ def test_a_worker_whose_state_is_behind_the_buckets_takes_the_buckets_before_a_s
     assert refreshed.summary.listed_shards == 1 and refreshed.summary.manifest_files == 6
     full, _ = refresh_from_scratch(bucket_root, tmp_path, "full")
     assert comparable(refreshed.summary) == comparable(full.summary)
+
+
+def test_a_state_of_an_earlier_layout_is_rebuilt_whole_once_then_refreshed_scoped(root, tmp_path):
+    database_path = str(tmp_path / "catalog" / "catalog.duckdb")
+    refresh_catalog_file(database_path, root)
+    # The state as a refresh before the per-shard rejected counts and histogram totals left it.
+    with duckdb.connect(state_path_of(database_path)) as state:
+        for table in ("catalog_state_layout", "catalog_rejected_shards", "catalog_quality_bin_totals"):
+            state.execute(f"DROP TABLE {table}")
+    write_manifest(root, "shard-e", SHARD_D)
+    write_rejects(root, "shard-e", "ingest", ["shard-e_x2"], reason="unreadable_audio")
+
+    rebuilt = refresh_catalog_file(database_path, root, shards=["shard-e"])
+    assert rebuilt.summary.listed_shards is None and rebuilt.summary.manifests_read == 5, "every file read again"
+    assert_same_as_a_full_refresh(root, tmp_path, "full", rebuilt, database_path)
+
+    again = refresh_catalog_file(database_path, root, shards=["shard-e"])
+    assert (again.summary.listed_shards, again.summary.manifests_read) == (1, 0)
+    assert again.summary.rejected_utterances == rebuilt.summary.rejected_utterances > 0
