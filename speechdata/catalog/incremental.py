@@ -33,7 +33,6 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
 import duckdb
-import pyarrow as pa
 
 from speechdata.catalog.root_paths import glob_root
 from speechdata.io import layout
@@ -301,28 +300,29 @@ def _locations(root_uri: str, paths: list[str]) -> tuple[list[str], int]:
 
 
 def _record_files(
-    connection: duckdb.DuckDBPyConnection, table: str, listed: dict[str, ListedFile], paths: list[str], counts_sql: str
+    connection: duckdb.DuckDBPyConnection,
+    table: str,
+    listed: dict[str, ListedFile],
+    paths: list[str],
+    read_rows: str,
+    counts_sql: str,
 ) -> None:
-    files = pa.table(
-        {
-            "path": paths,
-            "size_bytes": pa.array([listed[p].size_bytes for p in paths], pa.int64()),
-            "fingerprint": [listed[p].fingerprint for p in paths],
-        }
-    )
-    connection.register("_catalog_listed", files)
-    try:
-        connection.execute(
-            f"INSERT INTO {table} SELECT l.path, l.size_bytes, l.fingerprint, coalesce(c.n, 0) "
-            f"FROM _catalog_listed AS l LEFT JOIN ({counts_sql}) AS c ON c.path = l.path"
-        )
-    finally:
-        connection.unregister("_catalog_listed")
-    recorded = connection.execute(
-        f"SELECT count(*) FROM {_CHILD_TABLE[table]} WHERE path NOT IN (SELECT path FROM {table})"
+    """Record the files at ``paths`` (read into the temp table ``read_rows``, one ``path`` per row)
+    in ``table``, with their counts from ``counts_sql`` (over ``read_rows``). Only the rows read
+    now are checked and looked at: the state already recorded is not scanned."""
+    unmatched = connection.execute(
+        f"SELECT count(*) FROM {read_rows} WHERE path NOT IN (SELECT unnest(?::VARCHAR[]))", [paths]
     ).fetchone()[0]
-    if recorded:  # the filename DuckDB reported did not map back onto a listed path
-        raise RuntimeError(f"catalog refresh: {recorded} rows of {_CHILD_TABLE[table]} name no listed file")
+    if unmatched:  # the filename DuckDB reported did not map back onto a listed path
+        raise RuntimeError(f"catalog refresh: {unmatched} rows of {_CHILD_TABLE[table]} name no listed file")
+    # Lists as parameters, not a registered Arrow table: registering one imports pandas.
+    connection.execute(
+        f"INSERT INTO {table} SELECT l.path, l.size_bytes, l.fingerprint, coalesce(c.n, 0) "
+        "FROM (SELECT unnest(?::VARCHAR[]) AS path, unnest(?::BIGINT[]) AS size_bytes, "
+        "unnest(?::VARCHAR[]) AS fingerprint) AS l "
+        f"LEFT JOIN ({counts_sql}) AS c ON c.path = l.path",
+        [paths, [listed[p].size_bytes for p in paths], [listed[p].fingerprint for p in paths]],
+    )
 
 
 def sync_manifests(
@@ -338,20 +338,26 @@ def sync_manifests(
     if to_read:
         locations, prefix_chars = _locations(root_uri, to_read)
         connection.execute(
-            "INSERT INTO catalog_manifest_groups "
+            "CREATE OR REPLACE TEMP TABLE _catalog_read_groups AS "
             "SELECT substr(filename, ?) AS path, shard, language, country, count(*) AS samples, "
-            "sum(duration_s), sum(alignment_score), count(alignment_score) "
+            "sum(duration_s) AS duration_s, sum(alignment_score) AS alignment_score_sum, "
+            "count(alignment_score) AS alignment_scores "
             "FROM read_parquet(?, union_by_name = true, hive_partitioning = false, filename = true) "
             "GROUP BY ALL",
             [prefix_chars + 1, locations],
         )
-        _record_files(
-            connection,
-            "catalog_manifest_files",
-            listed,
-            to_read,
-            "SELECT path, sum(samples) AS n FROM catalog_manifest_groups GROUP BY path",
-        )
+        try:
+            _record_files(
+                connection,
+                "catalog_manifest_files",
+                listed,
+                to_read,
+                "_catalog_read_groups",
+                "SELECT path, sum(samples) AS n FROM _catalog_read_groups GROUP BY path",
+            )
+            connection.execute("INSERT INTO catalog_manifest_groups SELECT * FROM _catalog_read_groups")
+        finally:
+            connection.execute("DROP TABLE IF EXISTS _catalog_read_groups")
     return SyncCounts(len(to_read), stored_files(connection, "catalog_manifest_files") - len(to_read), gone)
 
 
@@ -390,6 +396,7 @@ def sync_rejects(
                 "catalog_rejects_files",
                 listed,
                 to_read,
+                "_catalog_read_rejects",
                 "SELECT path, count(*) AS n FROM _catalog_read_rejects GROUP BY path",
             )
         finally:
