@@ -209,12 +209,12 @@ def test_a_caller_that_cannot_say_what_changed_gets_a_full_listing(root, tmp_pat
     assert refresh_catalog_file(database_path, root).summary.manifests_dropped == 1
 
 
-@pytest.mark.parametrize("shard", ["../landing", "shard-a/../../x", "*", ""])
-def test_a_changed_shard_that_is_not_a_shard_id_is_refused_by_name(root, tmp_path, shard):
+def test_a_changed_shard_that_is_not_a_shard_id_is_refused_by_name(root, tmp_path):
     database_path = str(tmp_path / "catalog.duckdb")
     refresh_catalog_file(database_path, root)
-    with pytest.raises(ValueError, match="is not a shard id"):
-        refresh_catalog_file(database_path, root, shards=[shard])
+    for shard in ["../landing", "shard-a/../../x", "*", ""]:
+        with pytest.raises(ValueError, match="is not a shard id"):
+            refresh_catalog_file(database_path, root, shards=[shard])
 
 
 @pytest.mark.slow
@@ -253,7 +253,9 @@ def test_a_state_of_an_earlier_layout_is_rebuilt_whole_once_then_refreshed_scope
 
     rebuilt = refresh_catalog_file(database_path, root, shards=["shard-e"])
     assert rebuilt.summary.listed_shards is None and rebuilt.summary.manifests_read == 5, "every file read again"
-    assert_same_as_a_full_refresh(root, tmp_path, "full", rebuilt, database_path)
+    full, full_path = refresh_from_scratch(root, tmp_path, "full")
+    assert comparable(rebuilt.summary) == comparable(full.summary)
+    assert state_contents(database_path) == state_contents(full_path)
 
     again = refresh_catalog_file(database_path, root, shards=["shard-e"])
     assert (again.summary.listed_shards, again.summary.manifests_read) == (1, 0)
