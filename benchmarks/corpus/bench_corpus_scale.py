@@ -24,7 +24,10 @@ runs once for it (``wall_s`` is the step's own time from Dagster's event; ``cpu_
 
 Near duplicates are measured separately from synthetic index entries (``near_duplicates``: ``--nd-hours``,
 up to 100 000 h), since clones of one template are all exact copies of each other, plus the wait of
-the last of 16 shards that reach near duplicates at once against one alone.
+the last of 16 shards that reach near duplicates at once against one alone. ``--nd-index HOURS=DIR``:
+measure that size on hard-linked copies of an index built before (the 1 000 h one takes most of an
+hour to build), with the page faults, anonymous and file-backed RSS and bytes read that tell the
+lookup's terms apart.
 
 ``--stages``: a subset of the stages (``asr_manifest``, the combined files, is quadratic: leave it out
 past 1 000 h). ``--reuse-corpus``: keep the corpus a previous run cloned under ``--workdir`` (and each
@@ -558,31 +561,80 @@ NEAR_DUPLICATE_SECONDS_PER_UTTERANCE = 4.8
 
 
 def measure_near_duplicates(
-    hours: list, utterances: int, baseline_max_hours: float = 1000, simultaneous: int = 16
+    hours: list,
+    utterances: int,
+    baseline_max_hours: float = 1000,
+    simultaneous: int = 16,
+    prebuilt: dict[str, str] | None = None,
+    scratch: str | None = None,
 ) -> dict:
     """Near duplicates per new shard against a synthetic index of each size, the postings index
-    beside the whole-index scan it replaced (in the same run, on the same index)."""
+    beside the whole-index scan it replaced (in the same run, on the same index). ``prebuilt``: size
+    -> an index folder built before (``benchmarks.corpus.bench_near_duplicates_index.build_index``),
+    measured on a hard-linked copy made under ``scratch`` per measurement instead of an index built
+    here (a measurement commits its shard: the folder itself is never written)."""
     import tempfile
 
-    from benchmarks.corpus.bench_near_duplicates_index import _build, in_fresh_process, measure_simultaneous
+    from benchmarks.corpus.bench_near_duplicates_index import (
+        _build,
+        in_fresh_process,
+        indexed_shards,
+        measure_simultaneous,
+    )
     from benchmarks.corpus.bench_near_duplicates_index import measure as measure_index
 
+    prebuilt = prebuilt or {}
     per_hours = {}
-    with tempfile.TemporaryDirectory(prefix="bench-corpus-scale-near-dup-") as folder:
+    with tempfile.TemporaryDirectory(prefix="bench-corpus-scale-near-dup-", dir=scratch) as folder:
         for size in hours:
             shards = max(2, math.ceil(size * 3600 / (utterances * NEAR_DUPLICATE_SECONDS_PER_UTTERANCE)))
-            url = f"{folder}/h{size}"
-            built = in_fresh_process(_build, url, shards, utterances)
-            figures = {"shards": shards, **built}
+            source = prebuilt.get(str(size))
+            if source is None:
+                url = f"{folder}/h{size}"
+                built = in_fresh_process(_build, url, shards, utterances)
+                figures = {"shards": shards, **built}
+            else:
+                figures = {"shards": indexed_shards(source), "index": source}
+
             # The baseline first: the postings path commits the new shard to the index.
             paths = (["baseline_whole_index"] if size <= baseline_max_hours else []) + ["postings_index"]
             for path in paths:
-                figures.update(in_fresh_process(measure_index, url, utterances, path))
+                copy = _measured_copy(source, folder, size, path, figures)
+                figures.update(in_fresh_process(measure_index, copy, utterances, path))
+                if source is not None:
+                    shutil.rmtree(copy)
             if size == hours[-1] and simultaneous > 1:
-                figures["simultaneous"] = measure_simultaneous(url, utterances, simultaneous)
+                copy = _measured_copy(source, folder, size, "simultaneous", figures)
+                figures["simultaneous"] = measure_simultaneous(copy, utterances, simultaneous)
+                if source is not None:
+                    shutil.rmtree(copy)
             progress(f"near duplicates at {size} h ({shards} shards): {figures}")
             per_hours[str(size)] = figures
     return per_hours
+
+
+def _measured_copy(source: str | None, folder: str, size, label: str, figures: dict) -> str:
+    """Where to measure ``label`` at ``size``: the index built here (``source`` None), or a fresh
+    hard-linked copy of the prebuilt ``source`` (its seconds noted in ``figures``)."""
+    if source is None:
+        return f"{folder}/h{size}"
+    copy = f"{folder}/h{size}-{label}"
+    figures.setdefault("copy_s", {})[label] = link_copy(source, copy)
+    return copy
+
+
+def link_copy(source: str, destination: str) -> float:
+    """Copy the index folder ``source`` to ``destination`` as hard links (a new directory tree whose
+    files are the same inodes), falling back to a full copy across file systems; the seconds it took.
+    Safe for a near-duplicate index: every index write is a new file moved into place
+    (``speechdata.io.atomic_writes``) and every removal unlinks a name, so a measurement on the copy
+    never changes a file the source holds (docs/performance.md)."""
+    started = time.perf_counter()
+    completed = subprocess.run(["cp", "-al", source, destination], capture_output=True, text=True)
+    if completed.returncode != 0:
+        shutil.rmtree(destination, ignore_errors=True)
+        shutil.copytree(source, destination)
+    return round(time.perf_counter() - started, 2)
 
 
 def _key(spec: dict, keys: dict[str, str]) -> str | None:
@@ -630,6 +682,15 @@ def main(argv: list[str] | None = None) -> None:
         default=16,
         help="new shards reaching near duplicates at once, at the largest size",
     )
+    parser.add_argument(
+        "--nd-index",
+        action="append",
+        default=[],
+        metavar="HOURS=DIR",
+        help="measure the near-duplicate size HOURS on hard-linked copies of the index DIR (built before by "
+        "bench_near_duplicates_index.build_index) instead of building one; repeat per size",
+    )
+    parser.add_argument("--nd-scratch", help="where the near-duplicate indexes (or their copies) are made")
     parser.add_argument("--workdir", default=os.path.join(os.environ.get("TMPDIR", "/tmp"), "speechdata-corpus-scale"))
     parser.add_argument("--build-template", help=argparse.SUPPRESS)
     parser.add_argument("--run-stages", help=argparse.SUPPRESS)
@@ -674,7 +735,12 @@ def main(argv: list[str] | None = None) -> None:
             {}
             if args.skip_near_duplicates
             else measure_near_duplicates(
-                args.nd_hours, args.nd_utterances, args.nd_baseline_max_hours, args.nd_simultaneous
+                args.nd_hours,
+                args.nd_utterances,
+                args.nd_baseline_max_hours,
+                args.nd_simultaneous,
+                prebuilt=dict(_prebuilt(text, parser) for text in args.nd_index),
+                scratch=args.nd_scratch,
             )
         )
     per_hours = figures.get("per_hours", {})
@@ -694,9 +760,18 @@ def main(argv: list[str] | None = None) -> None:
             "utterances_per_shard": args.utterances,
             "nd_hours": args.nd_hours,
             "stages": args.stages,
+            "nd_index": args.nd_index,
+            "code": os.path.dirname(__import__("speechdata").__file__),
         },
         {**figures, "near_duplicates": near, "growth": growths, "growth_cpu": growths_cpu},
     )
+
+
+def _prebuilt(text: str, parser: argparse.ArgumentParser) -> tuple[str, str]:
+    hours, _, folder = text.partition("=")
+    if not folder or not os.path.isdir(os.path.join(folder, "index", "near_duplicates")):
+        parser.error(f"--nd-index {text}: not HOURS=DIR with a near-duplicate index in DIR")
+    return str(_sizes(hours)[0]), os.path.abspath(folder)
 
 
 def _sizes(text: str) -> list:

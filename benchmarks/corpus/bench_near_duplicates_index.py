@@ -127,6 +127,15 @@ def _new_shard(url: str, utterances: int, shard_id: str = "new", seed: int = 7):
 
 
 def measure(url: str, utterances: int, path: str, results) -> None:
+    """One new shard through ``path`` against the index at ``url``, in this (fresh) process: wall, CPU,
+    peak RSS and its anonymous / file-backed split, page faults, bytes read (the reader's own counts of
+    segment and filter bytes, and the process's ``rchar``), postings and entries rows read, and the
+    live segments' sizes. ``SPEECHDATA_BENCH_PROFILE_DIR``: the measured block profiled (cProfile) into
+    ``<dir>/near_duplicates-<path>-<indexed shards>.prof``."""
+    import cProfile
+    import os
+
+    from benchmarks.report import RssKindsSampler
     from speechdata.quality.near_dup_index import (
         IndexReader,
         commit_shard_entries,
@@ -141,30 +150,85 @@ def measure(url: str, utterances: int, path: str, results) -> None:
     root, signals = _new_shard(url, utterances)
     thresholds = NearDuplicateThresholds()
     _warm_up(url)
+    sizes = _segment_sizes(url)
+    profile_folder = os.environ.get(PROFILE_ENV)
+    profiler = cProfile.Profile() if profile_folder else None
     after_imports = resident_mb()
-    wall, cpu = time.perf_counter(), time.process_time()
-    if path == "baseline_whole_index":
-        indexed = [entry for shard in read_order(root) for entry in read_shard_entries(root, shard)]
-        source = MemorySource(indexed)
-        decisions = decide_shard(source.next_position, signals, source, thresholds)
-        touched, postings_read = len(indexed), None
-    else:
-        with reserve_position(root, "new") as reservation:
-            reader = IndexReader(root, reservation.position, wait_for_earlier(root, reservation))
-            decisions = decide_shard(reservation.position, signals, reader, thresholds)
-            commit_shard_entries(root, reservation, signals, decisions)
-        compact_index(root)
-        touched, postings_read = reader.rows_read, reader.postings_read
-    results[path] = {
-        "wall_s": round(time.perf_counter() - wall, 3),
-        "cpu_s": round(time.process_time() - cpu, 3),
+    reader = None
+    with RssKindsSampler() as kinds:
+        wall, cpu = time.perf_counter(), time.process_time()
+        if profiler is not None:
+            profiler.enable()
+        if path == "baseline_whole_index":
+            indexed = [entry for shard in read_order(root) for entry in read_shard_entries(root, shard)]
+            source = MemorySource(indexed)
+            decisions = decide_shard(source.next_position, signals, source, thresholds)
+            touched, postings_read = len(indexed), None
+        else:
+            with reserve_position(root, "new") as reservation:
+                reader = IndexReader(root, reservation.position, wait_for_earlier(root, reservation))
+                decisions = decide_shard(reservation.position, signals, reader, thresholds)
+                commit_shard_entries(root, reservation, signals, decisions)
+            compact_index(root)
+            touched, postings_read = reader.rows_read, reader.postings_read
+        if profiler is not None:
+            profiler.disable()
+        wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+    if profiler is not None:
+        profiler.dump_stats(os.path.join(profile_folder, f"near_duplicates-{path}-{indexed_shards(url)}.prof"))
+    figures = {
+        "wall_s": round(wall, 3),
+        "cpu_s": round(cpu, 3),
         "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
         "added_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024 - after_imports, 1),
+        **kinds.figures,
         "copies_found": sum(1 for d in decisions if d.kind),
         "indexed_utterances_read": touched,
         # What the lookup found in the segments: the postings its keys hit, chance hits included.
         "postings_read": postings_read,
     }
+    if reader is not None:
+        figures.update(_reader_figures(reader, sizes))
+    results[path] = figures
+
+
+PROFILE_ENV = "SPEECHDATA_BENCH_PROFILE_DIR"
+
+
+def indexed_shards(url: str) -> int:
+    """Entries files in the index at ``url`` (the shards indexed, the measured one included)."""
+    import os
+
+    folder = os.path.join(url, "index", "near_duplicates", "entries")
+    return len(os.listdir(folder)) if os.path.isdir(folder) else 0
+
+
+def _segment_sizes(url: str) -> dict[str, dict]:
+    """Each segment of the index at ``url``: its size and its key filter's, in MB."""
+    import os
+
+    folder = os.path.join(url, "index", "near_duplicates", "segments")
+    names = sorted(os.listdir(folder)) if os.path.isdir(folder) else []
+    sizes = {}
+    for name in names:
+        if name.endswith(".seg") and f"{name}.filter" in names:
+            sizes[name] = {
+                "mb": round(os.path.getsize(os.path.join(folder, name)) / 2**20, 1),
+                "filter_mb": round(os.path.getsize(os.path.join(folder, f"{name}.filter")) / 2**20, 1),
+            }
+    return sizes
+
+
+def _reader_figures(reader, sizes: dict[str, dict]) -> dict:
+    """What the reader counted (where the code measured counts it) and the live segments it read,
+    each with its size and its key filter's (``sizes``: taken before the shard committed)."""
+    figures = {
+        name: getattr(reader, name)
+        for name in ("entries_fetched", "filter_bytes_read", "segment_bytes_read")
+        if hasattr(reader, name)
+    }
+    figures["live_segments"] = {name: sizes.get(name) for name in sorted(getattr(reader, "_live", {}))}
+    return figures
 
 
 def _stage_flow(root, shard_id: str, signals, thresholds) -> dict:

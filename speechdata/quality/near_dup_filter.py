@@ -13,8 +13,10 @@ bits, so a torn, truncated, shifted or altered line is caught when it is read
 (:class:`DamagedFilter`), and the header names the segment the filter was built from. A present key
 is always found: a filter only ever sets bits.
 
-A lookup reads only the lines of the queried keys: through a memory map on a local data root, the
-whole file on an object store (:func:`keys_maybe_in`). Nothing is cached between lookups.
+A lookup reads only the lines of the queried keys: on a local data root the lines' own pages, read
+in line order (no memory map: a mapped page counts in the process's resident memory, and a new
+shard's keys touch most pages of a large filter), the whole file on an object store
+(:func:`keys_maybe_in`). Nothing is cached between lookups.
 """
 
 from __future__ import annotations
@@ -72,13 +74,40 @@ def line_count(records: int) -> int:
     return max(1, -(-records * BITS_PER_KEY // LINE_BITS))
 
 
+def _line_of_hashed(hashed: np.ndarray, lines: int) -> np.ndarray:
+    return (((hashed >> np.uint64(32)) * np.uint64(lines)) >> np.uint64(32)).astype(np.int64)
+
+
 def _lines_and_bits(keys: np.ndarray, lines: int) -> tuple[np.ndarray, np.ndarray]:
     """Each key's line, and its :data:`HASHES` bit numbers within the line (shape ``(len, HASHES)``)."""
     hashed = _mix(keys.astype(np.uint64) ^ _FILTER_SALT)
-    line = ((hashed >> np.uint64(32)) * np.uint64(lines)) >> np.uint64(32)
+    return _line_of_hashed(hashed, lines), _bits_of_hashed(hashed).astype(np.int64)
+
+
+def _bits_of_hashed(hashed: np.ndarray) -> np.ndarray:
     spread = _mix(hashed)
     bits = np.stack([(spread >> np.uint64(9 * j)) & np.uint64(511) for j in range(HASHES)], axis=1)
-    return line.astype(np.int64), (bits % np.uint64(LINE_BITS)).astype(np.int64)
+    return (bits % np.uint64(LINE_BITS)).astype(np.uint16)
+
+
+class KeyProbe:
+    """A shard's keys prepared once for every live segment's filter: their hash, their bit numbers,
+    and the order of the lines they pick. A key's line is its hash's high half scaled to the
+    filter's line count, so that order is the same in every filter, whatever its size: a lookup
+    sorts and hashes the keys once, not once per segment (a new shard tests ~434 000 keys against
+    each of the few live segments per level)."""
+
+    def __init__(self, keys: np.ndarray):
+        """``keys``: sorted, unique uint64."""
+        hashed = _mix(keys.astype(np.uint64) ^ _FILTER_SALT)
+        self.keys = keys
+        self.order = np.argsort(hashed >> np.uint64(32), kind="stable")
+        self.high = (hashed >> np.uint64(32))[self.order]
+        self.bits = _bits_of_hashed(hashed[self.order])
+
+    def lines(self, lines: int) -> np.ndarray:
+        """Each key's line in a filter of ``lines`` lines, in :attr:`order` (non-decreasing)."""
+        return ((self.high * np.uint64(lines)) >> np.uint64(32)).astype(np.int64)
 
 
 def _check_words(lines: np.ndarray, line_numbers: np.ndarray) -> np.ndarray:
@@ -155,44 +184,101 @@ def _check_lines(lines: np.ndarray, numbers: np.ndarray, path: str) -> None:
 
 
 def _present(lines_read: np.ndarray, at: np.ndarray, bits: np.ndarray) -> np.ndarray:
-    """Whether every bit of each key is set (``at``: each key's row in ``lines_read``)."""
-    words = lines_read[at[:, None], bits // 64]
-    return np.all((words >> (bits % 64).astype(np.uint64)) & np.uint64(1) == 1, axis=1)
+    """Whether every bit of each key is set (``at``: each key's row in ``lines_read``). One bit
+    number at a time, for the keys whose earlier bits were all set: most absent keys fail at the
+    first or second, so about 1.7 bits are looked at per key instead of :data:`HASHES`."""
+    alive = np.arange(len(at))
+    for j in range(bits.shape[1]):
+        bit = bits[alive, j]
+        words = lines_read[at[alive], bit // 64]
+        alive = alive[(words >> (bit % 64).astype(np.uint64)) & np.uint64(1) == 1]
+    present = np.zeros(len(at), bool)
+    present[alive] = True
+    return present
 
 
-def keys_maybe_in(data_root, relative: str, segment: str, keys: np.ndarray) -> tuple[np.ndarray, int]:
+RUN_GAP_LINES = 64
+"""Lines a local lookup reads through rather than starting another read: at most a page (4 KiB), so
+what it reads stays within about twice the pages its lines lie on, and a filter far larger than the
+keys' lines is never read whole."""
+RUN_LINES = 1 << 14
+"""Most lines one local read brings in (1 MiB)."""
+
+
+def _pread_lines(descriptor: int, wanted: np.ndarray) -> np.ndarray:
+    """The lines ``wanted`` (sorted, unique line numbers) of the filter open as ``descriptor``, read
+    in runs of nearby lines (``os.pread``): only the lines' own pages are read, into memory the
+    lookup owns, so a large filter's pages are neither mapped into the process (where each would
+    count in its resident memory) nor read for lines no key needs."""
+    out = np.empty((len(wanted), LINE_WORDS), "<u8")
+    breaks = np.flatnonzero(np.diff(wanted) > RUN_GAP_LINES) + 1
+    starts = np.concatenate([[0], breaks]).tolist()
+    ends = np.concatenate([breaks, [len(wanted)]]).tolist()
+    for first, end in zip(starts, ends, strict=True):
+        while first < end:
+            # A run wider than RUN_LINES is read in pieces, each starting at a wanted line.
+            last = first + int(np.searchsorted(wanted[first:end], wanted[first] + RUN_LINES, "left"))
+            low, high = int(wanted[first]), int(wanted[last - 1]) + 1
+            data = os.pread(descriptor, (high - low) * LINE_BYTES, _HEADER.size + low * LINE_BYTES)
+            if len(data) != (high - low) * LINE_BYTES:
+                raise EOFError
+            out[first:last] = np.frombuffer(data, "<u8").reshape(-1, LINE_WORDS)[wanted[first:last] - low]
+            first = last
+    return out
+
+
+def keys_maybe_in(
+    data_root, relative: str, segment: str, keys: np.ndarray, probe: KeyProbe | None = None
+) -> tuple[np.ndarray, int]:
     """The keys of ``keys`` (sorted, unique uint64) that the segment may hold (every key it holds is
-    among them), and how many filter bytes were read. Raises :class:`DamagedFilter` or
-    ``FileNotFoundError``."""
+    among them), and how many filter bytes were read. ``probe``: the keys' :class:`KeyProbe`, made
+    once for every segment a lookup tests them against. Raises :class:`DamagedFilter` or
+    ``FileNotFoundError``.
+
+    On a local root the keys are tested in the order of the lines they pick, a chunk at a time, and
+    each chunk's lines are read with :func:`_pread_lines`: the filter is read at most once, its
+    pages never mapped. On an object store the whole file is read once."""
     if len(keys) == 0:
         return keys, 0
+    probe = KeyProbe(keys) if probe is None else probe
     path = data_root.path(relative)
     if data_root.is_local:
-        size = os.path.getsize(path)
         with open(path, "rb") as handle:
+            size = os.fstat(handle.fileno()).st_size
             lines = _read_header(handle.read(_HEADER.size), relative, segment)
-        if size != _HEADER.size + lines * LINE_BYTES:
-            raise DamagedFilter(relative, f"{size} bytes, {_HEADER.size + lines * LINE_BYTES} expected")
-        table = np.memmap(path, "<u8", "r", offset=_HEADER.size, shape=(lines, LINE_WORDS))
-    else:
-        content = data_root.fs.cat_file(path)
-        lines = _read_header(content[: _HEADER.size], relative, segment)
-        if len(content) != _HEADER.size + lines * LINE_BYTES:
-            raise DamagedFilter(relative, f"{len(content)} bytes, {_HEADER.size + lines * LINE_BYTES} expected")
-        table = np.frombuffer(content, "<u8", offset=_HEADER.size).reshape(lines, LINE_WORDS)
-    present, read = [], _HEADER.size
-    # A chunk of keys at a time: the per-key arrays (a line and six bit numbers each) would otherwise
-    # hold about 150 bytes per key of the shard at once (65 MB for 434 000 keys).
-    for start in range(0, len(keys), LOOKUP_CHUNK):
-        chunk = keys[start : start + LOOKUP_CHUNK]
-        line, bits = _lines_and_bits(chunk, lines)
-        wanted, at = np.unique(line, return_inverse=True)
-        lines_read = np.array(table[wanted])
+            if size != _HEADER.size + lines * LINE_BYTES:
+                raise DamagedFilter(relative, f"{size} bytes, {_HEADER.size + lines * LINE_BYTES} expected")
+            descriptor = handle.fileno()
+            try:
+                return _tested(probe, lines, relative, lambda wanted: _pread_lines(descriptor, wanted))
+            except EOFError:
+                raise DamagedFilter(relative, "truncated while read") from None
+    content = data_root.fs.cat_file(path)
+    lines = _read_header(content[: _HEADER.size], relative, segment)
+    if len(content) != _HEADER.size + lines * LINE_BYTES:
+        raise DamagedFilter(relative, f"{len(content)} bytes, {_HEADER.size + lines * LINE_BYTES} expected")
+    table = np.frombuffer(content, "<u8", offset=_HEADER.size).reshape(lines, LINE_WORDS)
+    return _tested(probe, lines, relative, lambda wanted: table[wanted])
+
+
+def _tested(probe: KeyProbe, lines: int, relative: str, read_lines) -> tuple[np.ndarray, int]:
+    """:func:`keys_maybe_in` over a filter of ``lines`` lines whose lines ``read_lines`` returns."""
+    present, read = np.zeros(len(probe.keys), bool), _HEADER.size
+    # In line order, so that the chunks read disjoint stretches of the filter; a chunk of keys at a
+    # time, so that the per-key arrays stay small whatever the shard's size.
+    line_of = probe.lines(lines)
+    for start in range(0, len(line_of), LOOKUP_CHUNK):
+        line = line_of[start : start + LOOKUP_CHUNK]
+        starts_line = np.empty(len(line), bool)
+        starts_line[0] = True
+        np.not_equal(line[1:], line[:-1], out=starts_line[1:])
+        wanted, at = line[starts_line], np.cumsum(starts_line) - 1
+        lines_read = read_lines(wanted)
         _check_lines(lines_read, wanted, relative)
-        present.append(chunk[_present(lines_read, at.ravel(), bits)])
+        bits = probe.bits[start : start + LOOKUP_CHUNK].astype(np.int64)
+        present[start : start + len(line)] = _present(lines_read, at, bits)
         read += len(wanted) * LINE_BYTES
-    del table
-    return np.concatenate(present), read
+    return probe.keys[np.sort(probe.order[present])], read
 
 
 def verify_filter(handle, path: str, segment: str) -> None:

@@ -13,6 +13,7 @@ from speechdata.io.parquet_integrity import UnreadableIntermediate
 from speechdata.io.storage import DataRoot
 from speechdata.quality.near_dup_filter import (
     DamagedFilter,
+    KeyProbe,
     keys_maybe_in,
 )
 from speechdata.quality.near_dup_index_commit import (
@@ -38,7 +39,23 @@ from speechdata.quality.near_dup_postings import (
     lookup_segment,
     position_of,
     rank_of,
+    sorted_unique,
 )
+
+
+class _CountingHandle:
+    """A binary file handle that counts the bytes read through it."""
+
+    def __init__(self, handle):
+        self._handle, self.bytes_read = handle, 0
+
+    def read(self, size: int = -1) -> bytes:
+        data = self._handle.read(size)
+        self.bytes_read += len(data)
+        return data
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        return self._handle.seek(offset, whence)
 
 
 class IndexReader:
@@ -49,7 +66,8 @@ class IndexReader:
     mapped to them come from the head's part summaries, the owner of a posting from its segment's
     header; a part is read only where a segment holds a different number of its shards than the
     summary maps there (a shard re-indexed elsewhere since). Counts what it read
-    (``postings_read``, ``rows_read``, ``filter_bytes_read``, ``parts_read``). A key a segment's
+    (``postings_read``, ``rows_read`` with ``entries_fetched`` the utterances they were read for,
+    ``filter_bytes_read``, ``segment_bytes_read``, ``parts_read``). A key a segment's
     filter rules out reads nothing of that segment.
 
     :meth:`prefetch` then :meth:`settle` let a shard read the postings of its keys from what is
@@ -64,7 +82,11 @@ class IndexReader:
         self.postings_read = 0
         self.rows_read = 0
         self.filter_bytes_read = 0
+        self.segment_bytes_read = 0
+        self.entries_fetched = 0
         self._keys: np.ndarray | None = None
+        self._probe: tuple[np.ndarray, KeyProbe] | None = None
+        """The last keys looked up and their filter probe, made once for every segment."""
         self._read: dict[str, tuple[SegmentHeader | None, np.ndarray]] = {}
         """Segment -> its header (None: its filter ruled every key out) and its postings of ``_keys``."""
         self._owners: list[tuple[np.ndarray, Sequence[SegmentShard]]] = []
@@ -94,12 +116,12 @@ class IndexReader:
     def prefetch(self, keys: np.ndarray) -> None:
         """Read the postings of ``keys`` in every live segment now; a later :meth:`postings` of the
         same keys reads only the segments that were not live then."""
-        self._keys, self._read = np.unique(keys.astype(np.uint64)), {}
+        self._keys, self._read = sorted_unique(keys.astype(np.uint64)), {}
         for name in sorted(self._live):
             self._read[name] = self._segment_postings(name, self._keys)
 
     def postings(self, keys: np.ndarray) -> np.ndarray:
-        wanted = np.unique(keys.astype(np.uint64))
+        wanted = sorted_unique(keys.astype(np.uint64))
         if self._keys is None or not np.array_equal(wanted, self._keys):
             self._keys, self._read = wanted, {}
         for attempt in range(READ_ATTEMPTS):
@@ -126,7 +148,9 @@ class IndexReader:
         """The segment's header and its postings of ``keys`` (no header: its filter rules them all out)."""
         relative = _segment_relative(name)
         try:
-            present, read = keys_maybe_in(self.data_root, _filter_relative(name), name, keys)
+            if self._probe is None or self._probe[0] is not keys:
+                self._probe = (keys, KeyProbe(keys))
+            present, read = keys_maybe_in(self.data_root, _filter_relative(name), name, keys, self._probe[1])
         except FileNotFoundError as exc:
             raise IndexDamaged(f"the filter of segment {relative} is missing") from exc
         except DamagedFilter as exc:
@@ -138,7 +162,9 @@ class IndexReader:
             return None, np.empty(0, POSTING_DTYPE)
         try:
             with self.data_root.fs.open(self.data_root.path(relative), "rb") as handle:
-                header, postings = lookup_segment(handle, relative, present)
+                counted = _CountingHandle(handle)
+                header, postings = lookup_segment(counted, relative, present)
+            self.segment_bytes_read += counted.bytes_read
         except FileNotFoundError as exc:
             raise IndexDamaged(f"segment {relative} is missing") from exc
         except DamagedSegment as exc:
@@ -191,6 +217,7 @@ class IndexReader:
         for owner in owners:
             by_position[int(position_of(owner))].append(owner)
         fetched: dict[int, IndexEntry] = {}
+        self.entries_fetched += sum(len(wanted) for wanted in by_position.values())
         for position, wanted in sorted(by_position.items()):
             shard_id, version = self._owner(position)
             relative = layout.near_duplicates_index_entries(shard_id, version)
@@ -207,11 +234,17 @@ class IndexReader:
                 raise IndexDamaged(f"entries of {shard_id} ({relative}) unreadable: {exc}", shard_id) from exc
             if int(ranks.max()) >= int(starts[-1]):
                 raise IndexDamaged(f"entries of {shard_id} ({relative}) hold fewer rows than indexed", shard_id)
-            rows = table.to_pylist()
-            self.rows_read += len(rows)
+            self.rows_read += table.num_rows
             first_row = {
                 group: int(sum(starts[g + 1] - starts[g] for g in groups[:i])) for i, group in enumerate(groups)
             }
-            for owner, rank, group in zip(wanted, ranks.tolist(), of_rank.tolist(), strict=True):
-                fetched[owner] = _parse_entry(shard_id, rows[first_row[group] + rank - int(starts[group])])
+            at = [
+                first_row[group] + rank - int(starts[group])
+                for rank, group in zip(ranks.tolist(), of_rank.tolist(), strict=True)
+            ]
+            # Only the wanted rows become Python objects: a row group holds 64 utterances, most
+            # of them not candidates, and turning a row into objects is most of its cost.
+            rows = table.take(at).to_pylist()
+            for owner, row in zip(wanted, rows, strict=True):
+                fetched[owner] = _parse_entry(shard_id, row)
         return fetched

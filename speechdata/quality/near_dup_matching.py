@@ -241,10 +241,10 @@ def decide_shard(
 
     Reads ``earlier`` twice: once for the postings of every key of the shard, once for the
     candidates those postings name; memory and time follow the shard and what it touches."""
-    from speechdata.quality.near_dup_postings import index_keys, owner_of, sort_postings
+    from speechdata.quality.near_dup_postings import index_keys, owner_of, sort_postings, sorted_unique
 
     own = index_keys(new, position)
-    looked_up = earlier.postings(np.unique(own["key"]))
+    looked_up = earlier.postings(sorted_unique(own["key"]))
     first_own = owner_of(position, 0)
     if len(looked_up) and int(looked_up["owner"].max()) >= first_own:
         raise ValueError(f"the candidate source named an utterance at or after index position {position}")
@@ -324,6 +324,7 @@ def _candidates(
         neighbour_contexts,
         owner_of,
         sampled_audio_keys,
+        span_of_context,
         transcript_keys,
     )
 
@@ -360,10 +361,19 @@ def _candidates(
     if signals.shift is not None:
         _, found = _key_postings(postings, envelope_keys(signals.shift.envelope), me, posting_keys)
         if len(found):
-            owners, hits = np.unique(found["owner"], return_counts=True)
-            owners, hits = owners[hits >= MIN_SHARED_ENVELOPE_PAIRS], hits[hits >= MIN_SHARED_ENVELOPE_PAIRS]
+            owners, first, hits = np.unique(found["owner"], return_index=True, return_counts=True)
+            shared = hits >= MIN_SHARED_ENVELOPE_PAIRS
+            owners, first, hits = owners[shared], first[shared], hits[shared]
             # most shared pairs (so bands) first, the earliest on a tie
-            envelope = owners[np.lexsort((owners, -hits))][:ENVELOPE_CANDIDATES].tolist()
+            chosen = np.lexsort((owners, -hits))[:ENVELOPE_CANDIDATES]
+            # A candidate whose speech span (its postings' context) the tempo rule rules out is
+            # never fetched: _shifted_match would pass over it. Chosen first, so the others stay.
+            spans = [span_of_context(int(context)) for context in found["context"][first[chosen]].tolist()]
+            envelope = [
+                owner
+                for owner, span in zip(owners[chosen].tolist(), spans, strict=True)
+                if span is None or not _tempo_rules_out(signals.shift.span_s, span, thresholds)
+            ]
     return _Query(exact, audio, transcript, envelope)
 
 
@@ -403,8 +413,7 @@ def _shifted_match(
         other = known[owner][0].shift
         if other is None:
             continue
-        shorter, longer = sorted((mine.span_s, other.span_s))
-        if shorter <= 0 or longer > thresholds.max_tempo_change * shorter:
+        if _tempo_rules_out(mine.span_s, other.span_s, thresholds):
             continue
         if envelope_correlation(mine.envelope, other.envelope) < thresholds.min_envelope_correlation:
             continue
@@ -412,6 +421,13 @@ def _shifted_match(
         if shape >= thresholds.min_shape_correlation:
             return SHIFTED_AUDIO, owner, shape
     return None
+
+
+def _tempo_rules_out(first_span_s: float, second_span_s: float, thresholds: NearDuplicateThresholds) -> bool:
+    """No shifted copy of each other: a span not positive, or one more than ``max_tempo_change``
+    times the other."""
+    shorter, longer = sorted((first_span_s, second_span_s))
+    return shorter <= 0 or longer > thresholds.max_tempo_change * shorter
 
 
 def _transcript_matches(

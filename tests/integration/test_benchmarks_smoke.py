@@ -81,3 +81,38 @@ def test_benchmark_prints_one_json_record(name, keys):
     record = json.loads(lines[0])
     assert record["benchmark"] == name.removeprefix("bench_")
     assert keys <= set(record)
+
+
+def test_corpus_scale_measures_a_prebuilt_near_duplicate_index_on_a_copy_and_leaves_it_as_it_was(tmp_path):
+    """``--nd-index HOURS=DIR``: the new shard is measured on a hard-linked copy of DIR (its commit
+    and compaction replace and remove names in the copy only), with the counters that tell the
+    lookup's terms apart in the record."""
+    import hashlib
+
+    from benchmarks.corpus.bench_corpus_scale import measure_near_duplicates
+    from benchmarks.corpus.bench_near_duplicates_index import build_index
+
+    index = tmp_path / "index"
+    build_index(str(index), 2, 40)
+
+    def files() -> dict[str, str]:
+        return {
+            str(path.relative_to(index)): hashlib.sha256(path.read_bytes()).hexdigest()
+            for path in sorted(index.rglob("*"))
+            if path.is_file()
+        }
+
+    before = files()
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    measured = measure_near_duplicates(
+        [0.05], 40, baseline_max_hours=0, simultaneous=1, prebuilt={"0.05": str(index)}, scratch=str(scratch)
+    )["0.05"]
+    assert measured["shards"] == 2 and measured["index"] == str(index)
+    figures = measured["postings_index"]
+    assert figures["copies_found"] == 4  # a tenth of the new shard's 40 utterances are copies
+    for counter in ("minor_faults", "rss_anon_peak_mb", "rss_file_peak_mb", "filter_bytes_read", "segment_bytes_read"):
+        assert figures[counter] >= 0
+    assert figures["segment_bytes_read"] > 0 and figures["live_segments"]
+    assert files() == before
+    assert list(scratch.iterdir()) == []

@@ -142,3 +142,51 @@ def test_an_index_of_the_earlier_segment_format_is_rebuilt_from_its_entries_and_
     assert decided == decide_incrementally(corpus)[-1] and any(d.kind == SHIFTED_AUDIO for d in decided)
     for segment in root.glob("index/near_duplicates/segments/*.seg"):
         assert root.fs.cat_file(segment)[:8] == b"NDSEG03\n"
+
+
+def test_envelope_candidates_the_tempo_rule_rules_out_are_never_fetched_and_decide_the_same(corpus, monkeypatch):
+    """An envelope posting carries its utterance's speech span, so a candidate whose span the tempo
+    rule rules out is left out before its entries row is read; postings without a span (an index
+    written before spans were: context 0) are fetched as before. Same decisions either way."""
+    import dataclasses
+
+    from speechdata.quality.near_dup_matching import MemorySource
+
+    rng = np.random.default_rng(5)
+    # The family of near-equal envelopes at spans far apart: most of its candidates fail the tempo rule.
+    varied = [
+        [
+            dataclasses.replace(s, shift=dataclasses.replace(s.shift, span_s=float(rng.uniform(2.0, 8.0))))
+            if n % 4 == 3
+            else s
+            for n, s in enumerate(shard)
+        ]
+        for shard in corpus
+    ]
+
+    def decide_counting(shards):
+        indexed, decisions, fetched = [], [], 0
+        for signals in shards:
+            source = MemorySource(indexed)
+            entries = source.entries
+
+            def counted(owners, entries=entries):
+                nonlocal fetched
+                fetched += len(owners)
+                return entries(owners)
+
+            source.entries = counted
+            decided = decide_shard(source.next_position, signals, source, THRESHOLDS)
+            decisions.append(decided)
+            indexed += [
+                (s, (d.representative_shard, d.representative_utt)) for s, d in zip(signals, decided, strict=True)
+            ]
+        return decisions, fetched
+
+    with_spans, fetched_with_spans = decide_counting(varied)
+    with monkeypatch.context() as patched:
+        patched.setattr(near_dup_postings, "span_context", lambda span_s: np.uint64(0))
+        unknown, fetched_unknown = decide_counting(varied)
+    assert with_spans == unknown
+    assert [d.kind for shard in with_spans for d in shard].count(SHIFTED_AUDIO) >= 10
+    assert fetched_with_spans < fetched_unknown

@@ -64,6 +64,32 @@ def test_a_filter_built_a_chunk_at_a_time_is_the_one_built_at_once(monkeypatch):
     assert b"".join(builder.finish(SEGMENT)) == filter_bytes(keys, SEGMENT)
 
 
+@pytest.mark.parametrize("gap, run", [(0, 1), (3, 5), (64, 1 << 14)])
+def test_a_local_lookup_reads_the_lines_it_needs_and_answers_as_the_whole_file_does(data_root, monkeypatch, gap, run):
+    """The local lookup (lines read in runs, keys in line order, chunk by chunk) lets through exactly
+    the keys a lookup over the whole file in memory does, and reads only the lines its keys pick:
+    runs of one line, short runs split where they grow too wide, and the default."""
+    from speechdata.io.storage import DataRoot
+    from speechdata.quality import near_dup_filter
+
+    rng = np.random.default_rng(7)
+    keys = rng.integers(0, 2**64 - 1, 100_000, dtype=np.uint64)
+    content = filter_bytes(keys, SEGMENT)
+    relative = written(data_root, content)
+    query = np.unique(np.concatenate([keys[::100], rng.integers(0, 2**64 - 1, 600, dtype=np.uint64)]))
+    monkeypatch.setattr(near_dup_filter, "RUN_GAP_LINES", gap)
+    monkeypatch.setattr(near_dup_filter, "RUN_LINES", run)
+    monkeypatch.setattr(near_dup_filter, "LOOKUP_CHUNK", 256)
+    local, read = keys_maybe_in(data_root, relative, SEGMENT, query)
+    in_memory = DataRoot("memory://filter-lookup")
+    in_memory.write_bytes(relative, content)
+    whole, _ = keys_maybe_in(in_memory, relative, SEGMENT, query)
+    assert np.array_equal(local, whole)
+    assert np.all(local[1:] > local[:-1])
+    assert np.isin(keys[::100], local).all()
+    assert read < len(content) / 2  # the lines its keys pick, not every line
+
+
 @pytest.mark.parametrize(
     "damage",
     ["flip a bit", "truncate", "another segment", "swap two lines"],
@@ -150,9 +176,9 @@ def test_keys_absent_from_a_segment_read_none_of_its_blocks_but_false_positives(
     from speechdata.quality import near_dup_index_reader, near_dup_postings
 
     blocks_read = []
-    read_blocks = near_dup_postings.read_blocks
+    checked_blocks = near_dup_postings._checked_blocks
     monkeypatch.setattr(
-        near_dup_postings, "read_blocks", lambda *args: blocks_read.append(args[-2:]) or read_blocks(*args)
+        near_dup_postings, "_checked_blocks", lambda *args: blocks_read.append(args[-2:]) or checked_blocks(*args)
     )
     rng = np.random.default_rng(4)
     index_of(data_root, 3, rng)
@@ -164,7 +190,9 @@ def test_keys_absent_from_a_segment_read_none_of_its_blocks_but_false_positives(
     assert filtered <= 0.03 * keys * 3  # three segments
 
     blocks_read.clear()
-    monkeypatch.setattr(near_dup_index_reader, "keys_maybe_in", lambda root, relative, name, keys: (keys, 0))
+    monkeypatch.setattr(
+        near_dup_index_reader, "keys_maybe_in", lambda root, relative, name, keys, probe=None: (keys, 0)
+    )
     decide_new(data_root, new)
     assert len(blocks_read) > filtered
 

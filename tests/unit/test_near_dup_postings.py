@@ -40,11 +40,11 @@ def test_a_lookup_reads_only_the_blocks_of_its_keys_and_finds_every_posting_of_t
     content = segment_bytes(everything, 0, [SegmentShard(0, "s", "v")])
     keys = np.unique(np.concatenate([everything["key"][[5, 5_000, 9_999]], [10**9]]))
     blocks_read = []
-    read_blocks = postings_module.read_blocks
+    checked_blocks = postings_module._checked_blocks
     monkeypatch.setattr(
         postings_module,
-        "read_blocks",
-        lambda *args: blocks_read.append(args[4] - args[3]) or read_blocks(*args),
+        "_checked_blocks",
+        lambda *args: blocks_read.append(args[4] - args[3]) or checked_blocks(*args),
     )
     header, found = lookup_segment(io.BytesIO(content), "s.seg", keys)
     assert header.records == len(everything) and header.shards == (SegmentShard(0, "s", "v"),)
@@ -107,3 +107,17 @@ def test_an_envelope_pair_key_is_shared_exactly_when_both_of_its_bands_are():
         assert len(shared) == same_band.sum() * (same_band.sum() - 1) // 2
         shared_counts.add(int(same_band.sum()))
     assert {0, 1, 2, 3, LSH_BANDS} <= shared_counts  # no band, one, the two of a pair, three, all
+
+
+@pytest.mark.parametrize("batch_bytes", [1, 3 * BLOCK_RECORDS * 28, 8 << 20])
+def test_a_lookup_finds_the_same_postings_however_its_blocks_are_gathered(monkeypatch, batch_bytes):
+    """The blocks a lookup reads are searched for its keys a batch at a time: one block per batch,
+    a few, or all at once give the same postings in the same order."""
+    rng = np.random.default_rng(3)
+    everything = random_postings(rng, 0, 30 * BLOCK_RECORDS, 900)
+    content = segment_bytes(everything, 0, [SegmentShard(0, "s", "v")])
+    keys = np.unique(np.concatenate([everything["key"][::97], rng.integers(0, 2**63, 50, dtype=np.int64)]))
+    monkeypatch.setattr(postings_module, "LOOKUP_BATCH_BYTES", batch_bytes)
+    _, found = lookup_segment(io.BytesIO(content), "s.seg", keys.astype(np.uint64))
+    np.testing.assert_array_equal(found, postings_for(everything, keys.astype(np.uint64)))
+    assert len(found) >= len(everything["key"][::97])
