@@ -69,11 +69,13 @@ def changed_shards(context: dg.AssetExecutionContext) -> tuple[list[str] | None,
 
 def _asset_graph(context: dg.AssetExecutionContext):
     """Every asset of the code location (to tell the shard-partitioned catalogued assets); a run
-    outside one (``dg.materialize``) knows the assets it was given."""
+    outside one (``dg.materialize``) knows the assets it was given: the graph its job was selected
+    from, not the job's own (which holds the selected assets and their parents alone)."""
     try:
         return context.repository_def.asset_graph
     except CheckError:  # no repository: Dagster's own invariant, not an error of ours
-        return context.job_def.asset_layer.asset_graph
+        graph = context.job_def.asset_layer.asset_graph
+        return getattr(graph, "source_asset_graph", graph)
 
 
 class CatalogRefreshConfig(dg.Config):

@@ -33,8 +33,16 @@ lookup's terms apart.
 past 1 000 h). ``--reuse-corpus``: keep the corpus a previous run cloned under ``--workdir`` (and each
 stage's state over it) and measure one more new shard on it, cloning only what it lacks (10 000 h is
 20 minutes of cloning on two cores). ``SPEECHDATA_BENCH_PROFILE_DIR``: profile each stage's run.
-Each stage runs on a fresh Dagster instance, so the catalog's refresh is its first-refresh path (the
-root listed whole), not the scoped one a deployment's event log allows.
+
+Every stage runs on one Dagster instance per corpus (``corpus-<utterances>-dagster`` beside the
+corpus, kept with it by ``--reuse-corpus``), as in a deployment: its event log holds every stage's
+runs, and the measured new shard's catalogued assets (:func:`speechdata.products.catalogued_assets`,
+those partitioned by shard) are recorded in it as materialized, as the shard's own runs would have.
+So the catalog's measured refresh is the scoped one a deployment runs (only the shards materialized
+since the last refresh), run first for the new shard as in a deployment (:func:`new_shard_order`).
+Its catch-up, when shards were cloned since its last refresh, is the full listing of a first import
+(``full: true``, reported in ``catch_up``); with nothing cloned it is a refresh with no new shard.
+The catalog's figures say which (``listed``).
 
 ``--quick``: a template of 20 utterances and one long recording (0.05 h), corpora of one and two
 template shards plus the measured new one, for the smoke test.
@@ -319,6 +327,19 @@ def _run_child(arguments: list[str]) -> dict:
     return json.loads(lines[-1]) if lines else {}
 
 
+def new_shard_order(stages: list[str]) -> list[str]:
+    """The stages in the order a deployment runs them for a new shard: the catalog first (its sensor
+    follows the shard's manifest), before the country's HF build. A catalog refresh after an HF
+    build lists the root whole (the build's materialization names a country, not the shards it
+    touched), so run after it the catalog would measure that listing, not the new shard's refresh."""
+    return sorted(stages, key=lambda stage: stage != "manifest_catalog")
+
+
+def instance_folder(root: Path) -> Path:
+    """The corpus's Dagster instance (its ``DAGSTER_HOME``): beside the data root, not in it."""
+    return root.parent / f"{root.name}-dagster"
+
+
 def run_stages(
     root: Path,
     partitions: dict[str, list[str]],
@@ -326,19 +347,27 @@ def run_stages(
     *,
     one_process: bool,
     stages: list[str] | None = None,
+    first_import: bool = False,
+    new_shard: str | None = None,
 ) -> dict:
     """One run of each of ``stages`` (default: every stage; for the new shard's country or language),
-    each in a fresh interpreter (``one_process``: all in one, imports paid once): step wall, CPU,
-    peak and added RSS, and the machine's load averages (1, 5, 15 min) as each stage started."""
+    each in a fresh interpreter (``one_process``: all in one, imports paid once), on the corpus's
+    instance: step wall, CPU, peak and added RSS, and the machine's load averages (1, 5, 15 min) as
+    each stage started. ``first_import``: the catalog lists the root whole (``full: true``), as it
+    must after shards it was never told of; ``new_shard``: recorded as materialized first."""
     stages = stages or list(STAGES)
     groups = [stages] if one_process else [[stage] for stage in stages]
+    instance_folder(root).mkdir(exist_ok=True)
     figures = {}
     for group in groups:
         load = [round(value, 2) for value in os.getloadavg()]
         ran = _run_child(
             ["--run-stages", ",".join(group), "--root", str(root), "--partitions", json.dumps(partitions)]
-            + ["--keys", json.dumps(keys)]
+            + ["--keys", json.dumps(keys), "--instance-dir", str(instance_folder(root))]
+            + (["--first-import"] if first_import else [])
+            + (["--record-new-shard", new_shard] if new_shard else [])
         )
+        new_shard = None  # recorded once, by the first child
         figures.update({stage: {**stage_figures, "load_avg": load} for stage, stage_figures in ran.items()})
     return figures
 
@@ -348,11 +377,28 @@ PROFILE_ENV = "SPEECHDATA_BENCH_PROFILE_DIR"
 what a stage's time per new shard is spent on, at the size where it grows."""
 
 
-def _run_stages_child(stages: list[str], root: str, partitions: dict[str, list[str]], keys: dict[str, str]) -> dict:
+FIRST_IMPORT_RUN_CONFIG = {"manifest_catalog": {"ops": {"manifest_catalog": {"config": {"full": True}}}}}
+"""Per stage, its run config for a first import (the shards cloned since its last run were never
+materialized in the instance): the catalog lists the root whole."""
+
+
+def _run_stages_child(
+    stages: list[str],
+    root: str,
+    partitions: dict[str, list[str]],
+    keys: dict[str, str],
+    instance_dir: str,
+    *,
+    first_import: bool = False,
+    new_shard: str | None = None,
+) -> dict:
     folder = os.environ.get(PROFILE_ENV)
+    if new_shard:
+        record_materialized(instance_dir, new_shard)
     figures = {}
     for stage in stages:
-        run = (_run_stage, stage, root, partitions, _key(STAGES[stage], keys))
+        run_config = (first_import and FIRST_IMPORT_RUN_CONFIG.get(stage)) or STAGES[stage].get("run_config")
+        run = (_run_stage, stage, root, partitions, _key(STAGES[stage], keys), instance_dir, run_config)
         if not folder:
             figures[stage] = run[0](*run[1:])
             continue
@@ -364,27 +410,71 @@ def _run_stages_child(stages: list[str], root: str, partitions: dict[str, list[s
     return figures
 
 
-def _run_stage(stage: str, root: str, partitions: dict[str, list[str]], key: str | None) -> dict:
+def record_materialized(instance_dir: str, shard: str) -> None:
+    """``shard``'s catalogued assets partitioned by shard recorded as materialized in the corpus's
+    instance (runless events), as the shard's own runs would have: the catalog's next refresh reads
+    them from the event log and looks at that shard alone."""
     import dagster as dg
 
     from assets import ALL_ASSETS
+    from assets.partitions import shard_partitions
+    from speechdata import products
+
+    catalogued = set(products.catalogued_assets())
+    by_shard = sorted(
+        key.path[-1]
+        for asset in ALL_ASSETS
+        for key in asset.keys
+        if key.path[-1] in catalogued and asset.partitions_def == shard_partitions
+    )
+    with dg.instance_for_test(temp_dir=instance_dir) as instance:
+        instance.add_dynamic_partitions(shard_partitions.name, [shard])
+        for name in by_shard:
+            instance.report_runless_asset_event(dg.AssetMaterialization(asset_key=name, partition=shard))
+
+
+def _run_stage(
+    stage: str,
+    root: str,
+    partitions: dict[str, list[str]],
+    key: str | None,
+    instance_dir: str,
+    run_config: dict | None,
+) -> dict:
+    import dagster as dg
+
+    from assets import ALL_ASSETS
+    from speechdata import products
 
     wanted = set(STAGES[stage]["assets"])
-    assets = [asset for asset in ALL_ASSETS if {key.path[-1] for key in asset.keys} & wanted]
+    # The catalog tells the shard-partitioned catalogued assets from the assets its run was given,
+    # as from a code location's: they come along, unselected (every asset would cost each run 0.3 s).
+    given = wanted | (set(products.catalogued_assets()) if "manifest_catalog" in wanted else set())
+    assets = [asset for asset in ALL_ASSETS if {key.path[-1] for key in asset.keys} & given]
+    selected = [key for asset in assets for key in asset.keys if key.path[-1] in wanted]
     started_cpu = resource.getrusage(resource.RUSAGE_SELF)
     started = time.perf_counter()
-    with RssSampler() as rss, dg.instance_for_test() as instance:
+    # The corpus's instance, kept across runs: a stage that reads the event log (the catalog's
+    # changed shards) sees what a deployment's would.
+    with RssSampler() as rss, dg.instance_for_test(temp_dir=instance_dir) as instance:
         for kind, keys in partitions.items():
             instance.add_dynamic_partitions(kind, keys)
         result = dg.materialize(
             assets,
+            selection=selected,
             partition_key=key or None,
             instance=instance,
             resources=_resources(root),
-            run_config=STAGES[stage].get("run_config"),
+            run_config=run_config,
         )
         steps = [event for event in result.all_events if event.event_type_value == "STEP_SUCCESS"]
         step_seconds = sum(event.event_specific_data.duration_ms for event in steps) / 1000
+        listed = [
+            event.event_specific_data.materialization.metadata["listed"].value
+            for event in result.all_events
+            if event.event_type_value == "ASSET_MATERIALIZATION"
+            and "listed" in event.event_specific_data.materialization.metadata
+        ]
     wall = time.perf_counter() - started
     usage = resource.getrusage(resource.RUSAGE_SELF)
     cpu = usage.ru_utime + usage.ru_stime - started_cpu.ru_utime - started_cpu.ru_stime
@@ -396,6 +486,7 @@ def _run_stage(stage: str, root: str, partitions: dict[str, list[str]], key: str
         "cpu_s": round(cpu, 3),
         "peak_rss_mb": round(rss.peak_mb, 1),
         "added_rss_mb": round(rss.added_mb, 1),
+        **({"listed": listed[0]} if listed else {}),
     }
 
 
@@ -427,6 +518,7 @@ def measure(args: argparse.Namespace) -> dict:
         progress(f"re-using the corpus under {root}: {len(shards)} shards")
     else:
         shutil.rmtree(root, ignore_errors=True)
+        shutil.rmtree(instance_folder(root), ignore_errors=True)
         cloned_ledger(root).unlink(missing_ok=True)
         root.mkdir(parents=True)
     per_hours = {}
@@ -439,7 +531,9 @@ def measure(args: argparse.Namespace) -> dict:
         shards += added
         cloned_s = time.perf_counter() - started
         partitions = {"shard": shards, "country": [keys["country"]], "language": [keys["language"]]}
-        ran = run_stages(root, partitions, keys, one_process=args.quick, stages=args.stages)
+        # Shards cloned since the last runs were never materialized in the instance: a first import.
+        first_import = bool(added) or not instance_folder(root).exists()
+        ran = run_stages(root, partitions, keys, one_process=args.quick, stages=args.stages, first_import=first_import)
         catch_up = {stage: figures["wall_s"] for stage, figures in ran.items()}
         new = shard_name(len(shards))
         clone_shard(template, files, root, new, full=True)
@@ -447,13 +541,16 @@ def measure(args: argparse.Namespace) -> dict:
             ledger.write(new + "\n")
         shards.append(new)
         partitions["shard"] = shards
-        figures = run_stages(root, partitions, keys, one_process=args.quick, stages=args.stages)
+        figures = run_stages(
+            root, partitions, keys, one_process=args.quick, stages=new_shard_order(args.stages), new_shard=new
+        )
         progress(f"  new shard at {hours} h: {figures}")
         per_hours[str(hours)] = {
             "shards": len(shards),
             "hours": round(len(shards) * hours_per_shard, 2),
             "clone_s": round(cloned_s, 2),
             "catch_up_s": catch_up,
+            "catch_up": {stage: {k: v for k, v in f.items() if k != "load_avg"} for stage, f in ran.items()},
             "new_shard": figures,
         }
     return {"per_hours": per_hours, "hours_per_shard": round(hours_per_shard, 3)}
@@ -600,6 +697,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--root", help=argparse.SUPPRESS)
     parser.add_argument("--partitions", help=argparse.SUPPRESS)
     parser.add_argument("--keys", help=argparse.SUPPRESS)
+    parser.add_argument("--instance-dir", help=argparse.SUPPRESS)
+    parser.add_argument("--first-import", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--record-new-shard", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.build_template:
         with stdout_to_stderr():
@@ -608,7 +708,13 @@ def main(argv: list[str] | None = None) -> None:
     if args.run_stages:
         with stdout_to_stderr():
             figures = _run_stages_child(
-                args.run_stages.split(","), args.root, json.loads(args.partitions), json.loads(args.keys)
+                args.run_stages.split(","),
+                args.root,
+                json.loads(args.partitions),
+                json.loads(args.keys),
+                args.instance_dir,
+                first_import=args.first_import,
+                new_shard=args.record_new_shard,
             )
         print(json.dumps(figures), flush=True)
         leave_measured()

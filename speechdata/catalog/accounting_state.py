@@ -28,7 +28,6 @@ from collections import defaultdict
 from collections.abc import Collection, Mapping
 
 import duckdb
-import pyarrow as pa
 
 from speechdata import products
 from speechdata.catalog.accounting import (
@@ -217,19 +216,16 @@ def _read_sources(
     )
     lines = products.product_lines()
     built = [(line.name, path) for line in lines for path in paths.get(line.name, [])]
-    connection.register(
-        "_acct_built_paths", pa.table({"product": [b[0] for b in built], "path": [b[1] for b in built]})
-    )
-    try:
-        connection.execute(f"CREATE OR REPLACE TEMP TABLE {_TEMP['built']} (product VARCHAR, shard VARCHAR)")
-        for line in lines:
+    connection.execute(f"CREATE OR REPLACE TEMP TABLE {_TEMP['built']} (product VARCHAR, shard VARCHAR)")
+    for line in lines:
+        line_paths = [path for name, path in built if name == line.name]
+        if line_paths:
+            # A list parameter, not a registered Arrow table: registering one imports pandas.
             connection.execute(
-                f"INSERT INTO {_TEMP['built']} SELECT product, regexp_extract('/' || path, ?, 1) "
-                "FROM _acct_built_paths WHERE product = ?",
-                [line.shard_regex, line.name],
+                f"INSERT INTO {_TEMP['built']} SELECT ?, regexp_extract('/' || path, ?, 1) "
+                "FROM (SELECT unnest(?::VARCHAR[]) AS path)",
+                [line.name, line.shard_regex, line_paths],
             )
-    finally:
-        connection.unregister("_acct_built_paths")
     if paths.get(LANDED):
         connection.execute(
             f"INSERT INTO {_TEMP['landed']} SELECT regexp_extract(filename, ?, 1) AS shard, utt_id "

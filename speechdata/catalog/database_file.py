@@ -73,6 +73,7 @@ from speechdata.catalog.quality_state import HOURS_LOST, HOURS_LOST_FROM_STATE, 
 from speechdata.catalog.readonly import lock_down
 from speechdata.catalog.refresh_lock import fsync_folder, refresh_lock, remove_orphaned_builds
 from speechdata.catalog.root_paths import set_root_variable
+from speechdata.catalog.state_layout import state_predates_layout
 from speechdata.catalog.state_store import LEGACY_STATE_FILE, ObjectStoreState
 from speechdata.catalog.views import (
     CATALOG_STATE_TABLES,
@@ -247,7 +248,7 @@ def _refresh_state(
         try:
             dropped += [f"state {d}" for d in drop_foreign_objects(state, set(state_table_columns()), set())]
             ensure_catalog_published_record(state)
-            full = full or state_problem is not None
+            full = full or state_problem is not None or state_predates_layout(state)
             # The views' definitions of a scoped listing come from the synced state: sync first.
             summary, inputs = sync_catalog_inputs(state, listing.inputs(state, full), full=full)
             scope = inputs.shards

@@ -8,7 +8,11 @@ data root, what a refresh needs from it:
   ``catalog_manifest_groups``: the manifest's samples, seconds of audio and alignment-score sum and
   count per (``shard``, ``language``, ``country``);
 * ``catalog_rejects_files`` (``path``, ``size_bytes``, ``fingerprint``, ``rejects``) and
-  ``catalog_rejected_ids``: the ledger's distinct rejected ``(shard, utt_id)``.
+  ``catalog_rejected_ids``: the ledger's distinct rejected ``(shard, utt_id)``;
+* ``catalog_rejected_shards`` (``shard``, ``rejected_utterances``): per shard, its distinct rejected
+  utterances over all its ledgers, recounted for the shards whose ledgers a refresh read or forgot,
+  so that the total is a sum over one row per shard, not a DISTINCT over every rejected utterance
+  of the corpus at each refresh.
 
 A refresh lists the files (sizes and fingerprints come with the listing), reads only those that are
 new or whose size or fingerprint changed, and drops the rows of files that are gone (a re-landed or
@@ -29,7 +33,6 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
 import duckdb
-import pyarrow as pa
 
 from speechdata.catalog.root_paths import glob_root
 from speechdata.io import layout
@@ -44,6 +47,7 @@ STATE_TABLES = {
     ),
     "catalog_rejects_files": "path VARCHAR, size_bytes BIGINT, fingerprint VARCHAR, rejects BIGINT",
     "catalog_rejected_ids": "path VARCHAR, shard VARCHAR, utt_id VARCHAR",
+    "catalog_rejected_shards": "shard VARCHAR, rejected_utterances BIGINT",
 }
 """Per-file state, each table keyed (or grouped) by the file's path relative to the data root."""
 _CHILD_TABLE = {"catalog_manifest_files": "catalog_manifest_groups", "catalog_rejects_files": "catalog_rejected_ids"}
@@ -296,28 +300,29 @@ def _locations(root_uri: str, paths: list[str]) -> tuple[list[str], int]:
 
 
 def _record_files(
-    connection: duckdb.DuckDBPyConnection, table: str, listed: dict[str, ListedFile], paths: list[str], counts_sql: str
+    connection: duckdb.DuckDBPyConnection,
+    table: str,
+    listed: dict[str, ListedFile],
+    paths: list[str],
+    read_rows: str,
+    counts_sql: str,
 ) -> None:
-    files = pa.table(
-        {
-            "path": paths,
-            "size_bytes": pa.array([listed[p].size_bytes for p in paths], pa.int64()),
-            "fingerprint": [listed[p].fingerprint for p in paths],
-        }
-    )
-    connection.register("_catalog_listed", files)
-    try:
-        connection.execute(
-            f"INSERT INTO {table} SELECT l.path, l.size_bytes, l.fingerprint, coalesce(c.n, 0) "
-            f"FROM _catalog_listed AS l LEFT JOIN ({counts_sql}) AS c ON c.path = l.path"
-        )
-    finally:
-        connection.unregister("_catalog_listed")
-    recorded = connection.execute(
-        f"SELECT count(*) FROM {_CHILD_TABLE[table]} WHERE path NOT IN (SELECT path FROM {table})"
+    """Record the files at ``paths`` (read into the temp table ``read_rows``, one ``path`` per row)
+    in ``table``, with their counts from ``counts_sql`` (over ``read_rows``). Only the rows read
+    now are checked and looked at: the state already recorded is not scanned."""
+    unmatched = connection.execute(
+        f"SELECT count(*) FROM {read_rows} WHERE path NOT IN (SELECT unnest(?::VARCHAR[]))", [paths]
     ).fetchone()[0]
-    if recorded:  # the filename DuckDB reported did not map back onto a listed path
-        raise RuntimeError(f"catalog refresh: {recorded} rows of {_CHILD_TABLE[table]} name no listed file")
+    if unmatched:  # the filename DuckDB reported did not map back onto a listed path
+        raise RuntimeError(f"catalog refresh: {unmatched} rows of {_CHILD_TABLE[table]} name no listed file")
+    # Lists as parameters, not a registered Arrow table: registering one imports pandas.
+    connection.execute(
+        f"INSERT INTO {table} SELECT l.path, l.size_bytes, l.fingerprint, coalesce(c.n, 0) "
+        "FROM (SELECT unnest(?::VARCHAR[]) AS path, unnest(?::BIGINT[]) AS size_bytes, "
+        "unnest(?::VARCHAR[]) AS fingerprint) AS l "
+        f"LEFT JOIN ({counts_sql}) AS c ON c.path = l.path",
+        [paths, [listed[p].size_bytes for p in paths], [listed[p].fingerprint for p in paths]],
+    )
 
 
 def sync_manifests(
@@ -333,20 +338,26 @@ def sync_manifests(
     if to_read:
         locations, prefix_chars = _locations(root_uri, to_read)
         connection.execute(
-            "INSERT INTO catalog_manifest_groups "
+            "CREATE OR REPLACE TEMP TABLE _catalog_read_groups AS "
             "SELECT substr(filename, ?) AS path, shard, language, country, count(*) AS samples, "
-            "sum(duration_s), sum(alignment_score), count(alignment_score) "
+            "sum(duration_s) AS duration_s, sum(alignment_score) AS alignment_score_sum, "
+            "count(alignment_score) AS alignment_scores "
             "FROM read_parquet(?, union_by_name = true, hive_partitioning = false, filename = true) "
             "GROUP BY ALL",
             [prefix_chars + 1, locations],
         )
-        _record_files(
-            connection,
-            "catalog_manifest_files",
-            listed,
-            to_read,
-            "SELECT path, sum(samples) AS n FROM catalog_manifest_groups GROUP BY path",
-        )
+        try:
+            _record_files(
+                connection,
+                "catalog_manifest_files",
+                listed,
+                to_read,
+                "_catalog_read_groups",
+                "SELECT path, sum(samples) AS n FROM _catalog_read_groups GROUP BY path",
+            )
+            connection.execute("INSERT INTO catalog_manifest_groups SELECT * FROM _catalog_read_groups")
+        finally:
+            connection.execute("DROP TABLE IF EXISTS _catalog_read_groups")
     return SyncCounts(len(to_read), stored_files(connection, "catalog_manifest_files") - len(to_read), gone)
 
 
@@ -365,6 +376,7 @@ def sync_rejects(
     """Bring the rejects-ledger state up to ``listed`` (``shard_from_path``: the regex the view uses;
     ``scope``: as :func:`sync_manifests`)."""
     to_read, to_forget, gone = _changed(connection, "catalog_rejects_files", listed, scope)
+    recount = _shards_of_rejects(connection, to_forget)
     _forget(connection, "catalog_rejects_files", to_forget)
     if to_read:
         locations, prefix_chars = _locations(root_uri, to_read)
@@ -384,11 +396,36 @@ def sync_rejects(
                 "catalog_rejects_files",
                 listed,
                 to_read,
+                "_catalog_read_rejects",
                 "SELECT path, count(*) AS n FROM _catalog_read_rejects GROUP BY path",
             )
         finally:
             connection.execute("DROP TABLE IF EXISTS _catalog_read_rejects")
+    _count_rejected_shards(connection, recount | _shards_of_rejects(connection, to_read))
     return SyncCounts(len(to_read), stored_files(connection, "catalog_rejects_files") - len(to_read), gone)
+
+
+def _shards_of_rejects(connection: duckdb.DuckDBPyConnection, paths: list[str]) -> set[str]:
+    """The shards the stored rejected utterances of these ledgers belong to."""
+    if not paths:
+        return set()
+    rows = connection.execute(
+        "SELECT DISTINCT shard FROM catalog_rejected_ids WHERE path IN (SELECT unnest(?::VARCHAR[]))", [paths]
+    ).fetchall()
+    return {row[0] for row in rows}
+
+
+def _count_rejected_shards(connection: duckdb.DuckDBPyConnection, shards: set[str]) -> None:
+    """``catalog_rejected_shards`` of these shards recounted from their stored rejected utterances."""
+    if not shards:
+        return
+    chosen = sorted(shards)
+    connection.execute("DELETE FROM catalog_rejected_shards WHERE shard IN (SELECT unnest(?::VARCHAR[]))", [chosen])
+    connection.execute(
+        "INSERT INTO catalog_rejected_shards SELECT shard, count(DISTINCT utt_id) FROM catalog_rejected_ids "
+        "WHERE shard IN (SELECT unnest(?::VARCHAR[])) GROUP BY shard",
+        [chosen],
+    )
 
 
 def summary_totals(connection: duckdb.DuckDBPyConnection) -> dict:
@@ -398,8 +435,9 @@ def summary_totals(connection: duckdb.DuckDBPyConnection) -> dict:
         "FROM catalog_manifest_groups WHERE samples > 0"
     ).fetchone()
     rejects = connection.execute("SELECT coalesce(sum(rejects), 0) FROM catalog_rejects_files").fetchone()[0]
+    # Distinct (shard, utt_id) pairs: each shard's distinct utterances, summed.
     rejected = connection.execute(
-        "SELECT count(*) FROM (SELECT DISTINCT shard, utt_id FROM catalog_rejected_ids)"
+        "SELECT coalesce(sum(rejected_utterances), 0) FROM catalog_rejected_shards"
     ).fetchone()[0]
 
     def distinct(column: str) -> list[str]:

@@ -56,6 +56,13 @@ QUALITY_STATE_TABLES = {
     ),
 }
 
+QUALITY_TOTAL_TABLES = {
+    "catalog_quality_bin_totals": "language VARCHAR, signal VARCHAR, bin BIGINT, utterances BIGINT",
+}
+"""``catalog_quality_bins`` summed over the shards (``language``, ``signal``, ``bin``), kept as
+shards are counted and forgotten (exact: counts), so that the histograms a refresh shows read one row
+per bin in use, not one per shard and bin."""
+
 SIGNAL_BIN_WIDTHS: dict[str, float] = {
     "snr_db": 1.0,
     "bandwidth_hz": 250.0,
@@ -94,9 +101,7 @@ _WIDTHS = ", ".join(f"('{signal}', {width!r}::DOUBLE)" for signal, width in SIGN
 
 SIGNAL_HISTOGRAMS_FROM_STATE = f"""
     WITH widths(signal, width) AS (VALUES {_WIDTHS}),
-    bins AS (
-        SELECT language, signal, bin, sum(utterances)::BIGINT AS utterances FROM catalog_quality_bins GROUP BY ALL
-    ),
+    bins AS (SELECT language, signal, bin, utterances FROM catalog_quality_bin_totals),
     totals AS (
         SELECT language, signal, sum(missing)::BIGINT AS missing, min(low) AS low, max(high) AS high
         FROM catalog_quality_ranges GROUP BY ALL
@@ -159,6 +164,7 @@ def sync_quality(
     changed = sorted(shard for shard, digest in digests.items() if stored.get(shard) != digest)
     forget = sorted({*changed, *(shard for shard in stored if shard not in digests)})
     if forget:
+        _add_to_bin_totals(connection, forget, -1)
         for table in QUALITY_STATE_TABLES:
             connection.execute(f"DELETE FROM {table} WHERE shard IN (SELECT unnest(?::VARCHAR[]))", [forget])
     if changed:
@@ -167,11 +173,30 @@ def sync_quality(
             for name, listed in files_by_shard[shard]:
                 paths[name].append(listed.path)
         _count(connection, root_uri, paths)
+        _add_to_bin_totals(connection, changed, 1)
         connection.execute(
             "INSERT INTO catalog_quality_shards SELECT unnest(?::VARCHAR[]), unnest(?::VARCHAR[])",
             [changed, [digests[shard] for shard in changed]],
         )
     return len(changed)
+
+
+def _add_to_bin_totals(connection: duckdb.DuckDBPyConnection, shards: list[str], sign: int) -> None:
+    """``catalog_quality_bin_totals`` with these shards' stored bins added (``sign`` 1) or taken
+    out (-1, before their rows are deleted); a bin no utterance is left in is dropped."""
+    connection.execute(
+        "CREATE OR REPLACE TEMP TABLE _quality_bin_totals AS "
+        "SELECT language, signal, bin, sum(n)::BIGINT AS utterances FROM ("
+        "  SELECT language, signal, bin, utterances AS n FROM catalog_quality_bin_totals"
+        "  UNION ALL"
+        "  SELECT language, signal, bin, ? * utterances FROM catalog_quality_bins"
+        "  WHERE shard IN (SELECT unnest(?::VARCHAR[]))"
+        ") GROUP BY ALL HAVING sum(n) <> 0",
+        [sign, shards],
+    )
+    connection.execute("DELETE FROM catalog_quality_bin_totals")
+    connection.execute("INSERT INTO catalog_quality_bin_totals SELECT * FROM _quality_bin_totals")
+    connection.execute("DROP TABLE _quality_bin_totals")
 
 
 def _digest(files: list[tuple[str, ListedFile]]) -> str:

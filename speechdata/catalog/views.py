@@ -80,8 +80,15 @@ from speechdata.catalog.listing_state import (
     listing_scope,
     sync_listed_shards,
 )
-from speechdata.catalog.quality_state import QUALITY_GLOBS, QUALITY_STATE_TABLES, list_quality_inputs, sync_quality
+from speechdata.catalog.quality_state import (
+    QUALITY_GLOBS,
+    QUALITY_STATE_TABLES,
+    QUALITY_TOTAL_TABLES,
+    list_quality_inputs,
+    sync_quality,
+)
 from speechdata.catalog.root_paths import glob_root, set_root_variable
+from speechdata.catalog.state_layout import STATE_LAYOUT_TABLES, record_state_layout, state_predates_layout
 from speechdata.catalog.view_definitions import (
     ALIGNMENTS_GLOB,
     MANIFEST_GLOB,
@@ -116,7 +123,9 @@ CATALOG_STATE_TABLES = (
     STATE_TABLES,
     ACCOUNTING_STATE_TABLES,
     QUALITY_STATE_TABLES,
+    QUALITY_TOTAL_TABLES,
     {_VIEWS_STATE: "sha256 VARCHAR"},
+    STATE_LAYOUT_TABLES,
     LISTING_STATE_TABLES,
 )
 """Every state table (name -> column definitions), by module."""
@@ -272,6 +281,7 @@ def refresh_catalog(
     set_root_variable(connection, root_uri)
     connection.begin()
     try:
+        full = full or state_predates_layout(connection)
         scope = listing_scope(
             connection,
             shards,
@@ -314,8 +324,14 @@ def sync_catalog_inputs(
 ) -> tuple[CatalogSummary, CatalogInputs]:
     """:func:`sync_catalog_state`, and the inputs completed from the state (a scoped listing's views'
     definitions and file counts: what a full listing of the root would give)."""
-    ensure_catalog_state(connection)
     scope = inputs.shards
+    if state_predates_layout(connection):
+        if scope is not None:
+            raise ValueError(
+                "the catalog state predates its layout: refresh it in full (list_catalog_inputs without shards)"
+            )
+        full = True
+    ensure_catalog_state(connection)
     if full and scope is not None:
         raise ValueError("a full refresh lists the whole root: list_catalog_inputs without shards")
     if full:
@@ -337,6 +353,7 @@ def sync_catalog_inputs(
     )
     quality_shards_read = sync_quality(connection, root_uri, inputs.quality, shards=scope)
     matches = sync_listed_shards(connection, inputs)
+    record_state_layout(connection)
     if scope is not None:
         root = DataRoot(root_uri)
         with known_matches(matches):

@@ -16,6 +16,11 @@ def shard_manifest_event():
     """Stands in for the shard asset in the selection: only its materializations are reported."""
 
 
+@dg.asset(name="asr_flac", partitions_def=shard_partitions)
+def asr_flac_event():
+    """A catalogued shard asset the catalog does not depend on: outside its job's own graph."""
+
+
 @dg.asset(name="hf_dataset", partitions_def=country_partitions)
 def hf_dataset_event():
     """Stands in for the country asset: its materializations cannot be said by shard."""
@@ -32,7 +37,7 @@ def refresh(data_root, tmp_path):
 
         def materialize():
             result = dg.materialize(
-                [manifest_catalog, shard_manifest_event, hf_dataset_event],
+                [manifest_catalog, shard_manifest_event, asr_flac_event, hf_dataset_event],
                 selection=[manifest_catalog.key],
                 instance=instance,
                 resources=resources,
@@ -53,7 +58,9 @@ def test_the_refresh_lists_only_the_shards_materialized_since_the_last_one(refre
     assert first["listed"] == "whole root"  # no cursor recorded yet
     write_manifest(data_root, "shard-e", SHARD_D)
     report(instance, "shard_manifest", "shard-e")
-    report(instance, "shard_manifest", "shard-b")
+    # A catalogued shard asset outside the catalog job's own graph: its partitioning comes from
+    # every asset the run was given.
+    report(instance, "asr_flac", "shard-b")
     second = materialize()
     assert second["listed"] == "2 changed shards" and second["shards"] == first["shards"] + 1
     assert second[CATALOGUED_THROUGH] > first[CATALOGUED_THROUGH]

@@ -209,12 +209,12 @@ def test_a_caller_that_cannot_say_what_changed_gets_a_full_listing(root, tmp_pat
     assert refresh_catalog_file(database_path, root).summary.manifests_dropped == 1
 
 
-@pytest.mark.parametrize("shard", ["../landing", "shard-a/../../x", "*", ""])
-def test_a_changed_shard_that_is_not_a_shard_id_is_refused_by_name(root, tmp_path, shard):
+def test_a_changed_shard_that_is_not_a_shard_id_is_refused_by_name(root, tmp_path):
     database_path = str(tmp_path / "catalog.duckdb")
     refresh_catalog_file(database_path, root)
-    with pytest.raises(ValueError, match="is not a shard id"):
-        refresh_catalog_file(database_path, root, shards=[shard])
+    for shard in ["../landing", "shard-a/../../x", "*", ""]:
+        with pytest.raises(ValueError, match="is not a shard id"):
+            refresh_catalog_file(database_path, root, shards=[shard])
 
 
 @pytest.mark.slow
@@ -239,3 +239,24 @@ def test_a_worker_whose_state_is_behind_the_buckets_takes_the_buckets_before_a_s
     assert refreshed.summary.listed_shards == 1 and refreshed.summary.manifest_files == 6
     full, _ = refresh_from_scratch(bucket_root, tmp_path, "full")
     assert comparable(refreshed.summary) == comparable(full.summary)
+
+
+def test_a_state_of_an_earlier_layout_is_rebuilt_whole_once_then_refreshed_scoped(root, tmp_path):
+    database_path = str(tmp_path / "catalog" / "catalog.duckdb")
+    refresh_catalog_file(database_path, root)
+    # The state as a refresh before the per-shard rejected counts and histogram totals left it.
+    with duckdb.connect(state_path_of(database_path)) as state:
+        for table in ("catalog_state_layout", "catalog_rejected_shards", "catalog_quality_bin_totals"):
+            state.execute(f"DROP TABLE {table}")
+    write_manifest(root, "shard-e", SHARD_D)
+    write_rejects(root, "shard-e", "ingest", ["shard-e_x2"], reason="unreadable_audio")
+
+    rebuilt = refresh_catalog_file(database_path, root, shards=["shard-e"])
+    assert rebuilt.summary.listed_shards is None and rebuilt.summary.manifests_read == 5, "every file read again"
+    full, full_path = refresh_from_scratch(root, tmp_path, "full")
+    assert comparable(rebuilt.summary) == comparable(full.summary)
+    assert state_contents(database_path) == state_contents(full_path)
+
+    again = refresh_catalog_file(database_path, root, shards=["shard-e"])
+    assert (again.summary.listed_shards, again.summary.manifests_read) == (1, 0)
+    assert again.summary.rejected_utterances == rebuilt.summary.rejected_utterances > 0
