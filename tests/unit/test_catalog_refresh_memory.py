@@ -7,7 +7,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from benchmarks.corpus.bench_catalog_refresh import write_corpus_shard
-from speechdata.catalog import database_file
+from speechdata.catalog import accounting_state, database_file, incremental, quality_state
 from speechdata.catalog.database_file import CatalogRefreshOutOfMemory, refresh_catalog_file
 from speechdata.catalog.refresh_memory import (
     DEFAULT_MEMORY_LIMIT,
@@ -116,3 +116,22 @@ def test_the_memory_settings_come_from_the_environment():
     }
     with pytest.raises(ValueError, match=THREADS_ENV):
         refresh_memory_from_env({THREADS_ENV: "zero"})
+
+
+def test_a_first_import_read_and_recounted_in_turns_equals_one_in_a_single_go(data_root, tmp_path, monkeypatch):
+    root = data_root
+    rng = np.random.default_rng(0)
+    for index in range(7):
+        write_corpus_shard(root, rng, index, 20)
+    whole_path = str(tmp_path / "whole" / "catalog.duckdb")
+    whole = refresh_catalog_file(whole_path, root)
+    # Three turns of shards (2, 2, 2, 1) and reads of two files at a time.
+    monkeypatch.setattr(incremental, "FILES_PER_READ", 2)
+    monkeypatch.setattr(accounting_state, "SHARDS_PER_RECOUNT", 2)
+    monkeypatch.setattr(quality_state, "SHARDS_PER_RECOUNT", 2)
+    turns_path = str(tmp_path / "turns" / "catalog.duckdb")
+    turns = refresh_catalog_file(turns_path, root)
+    assert turns.summary.accounting_shards_read == turns.summary.quality_shards_read == 7
+    assert comparable(turns.summary) == comparable(whole.summary)
+    assert state_contents(turns_path) == state_contents(whole_path)
+    assert contents(turns_path, root) == contents(whole_path, root)
