@@ -172,6 +172,7 @@ def refresh_catalog_file(
     the refresh's own beside the catalog (:mod:`~speechdata.catalog.refresh_memory`; default: from
     the environment, 1 GB)."""
     memory = refresh_memory_from_env() if memory is None else memory
+    memory.check()
     database_path = os.path.abspath(database_path)
     folder = os.path.dirname(database_path)
     os.makedirs(folder, exist_ok=True)

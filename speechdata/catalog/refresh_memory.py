@@ -25,6 +25,8 @@ import uuid
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
+import duckdb
+
 from speechdata.io.storage import TEMP_PREFIX
 
 MEMORY_LIMIT_ENV = "SPEECHDATA_CATALOG_MEMORY_LIMIT"
@@ -52,6 +54,18 @@ class RefreshMemory:
         if self.threads is not None:
             config["threads"] = self.threads
         return config
+
+    def check(self) -> None:
+        """A ``ValueError`` naming the settings when DuckDB refuses them (a size it cannot read): said
+        before the state is opened, where a refused connection would read as an unreadable state."""
+        settings = {key: value for key, value in self.config("").items() if key != "temp_directory"}
+        try:
+            duckdb.connect(":memory:", config=settings).close()
+        except duckdb.Error as error:
+            raise ValueError(
+                f"catalog refresh memory settings {settings} ({MEMORY_LIMIT_ENV}, {THREADS_ENV}) refused by DuckDB: "
+                f"{str(error).strip().splitlines()[0]}"
+            ) from error
 
     def out_of_memory(self, database_path: str, error: Exception) -> str:
         """Why a refresh of the catalog at ``database_path`` failed, and what to set."""

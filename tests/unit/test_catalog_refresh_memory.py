@@ -135,3 +135,14 @@ def test_a_first_import_read_and_recounted_in_turns_equals_one_in_a_single_go(da
     assert comparable(turns.summary) == comparable(whole.summary)
     assert state_contents(turns_path) == state_contents(whole_path)
     assert contents(turns_path, root) == contents(whole_path, root)
+
+
+def test_a_memory_limit_duckdb_cannot_read_is_refused_by_name_before_the_state_is_touched(data_root, tmp_path):
+    root = data_root
+    write_corpus_shard(root, np.random.default_rng(0), 0, 10)
+    database = str(tmp_path / "catalog.duckdb")
+    refresh_catalog_file(database, root)
+    state = state_contents(database)
+    with pytest.raises(ValueError, match=f"lots of memory.*{MEMORY_LIMIT_ENV}"):
+        refresh_catalog_file(database, root, memory=RefreshMemory("lots of memory"))
+    assert state_contents(database) == state
