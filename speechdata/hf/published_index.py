@@ -90,9 +90,7 @@ def write_published_indexes(data_root: DataRoot, dataset: str, country: str) -> 
     return {shard_id: len(by_shard.get(shard_id, [])) for shard_id in present}
 
 
-def shards_to_report_to_the_catalog(
-    db: duckdb.DuckDBPyConnection, recorded_build: str | None, build: str
-) -> list[str]:
+def shards_to_report_to_the_catalog(db: duckdb.DuckDBPyConnection, recorded_build: str | None, build: str) -> list[str]:
     """The shards whose published index and ``hf_dataset`` rejects were written since a recorded build
     last named them, now marked as named by ``build`` (inside the caller's state transaction).
 

@@ -14,7 +14,7 @@ from assets.catalog import CATALOGUED_SHARDS_CHANGED, manifest_catalog
 from assets.publishing import hf_dataset, hf_split_assignments
 from speechdata.hf.published_index import UNREPORTED
 from speechdata.hf.shard_paths import published_index
-from tests.integration.test_attacks_publishing import DATASET, index_shard, land_granary_shard, publish, state_rows
+from tests.integration.test_attacks_publishing import index_shard, land_granary_shard, publish, state_rows
 from tests.integration.test_catalog_changed_shards import shard_manifest_event
 from tests.tiny_resources import tiny_resources_for
 from tests.unit.test_catalog_scoped_refresh import contents, refresh_from_scratch, state_contents
@@ -80,7 +80,8 @@ def test_the_refresh_after_a_countrys_build_reads_the_shards_it_wrote_even_after
     assert_same_as_a_full_rebuild(data_root, tmp_path / "after-b")
 
     # A build that fails once the published files are written (the state no longer marks shard-c's
-    # index as to write): the next build names shard-c all the same.
+    # index as to write), then one that fails after naming shard-c, before its materialization is
+    # recorded: the next build names shard-c all the same.
     land_and_index(instance, data_root, "shard-c")
     write_published_indexes = assets.publishing.write_published_indexes
 
@@ -88,22 +89,15 @@ def test_the_refresh_after_a_countrys_build_reads_the_shards_it_wrote_even_after
         write_published_indexes(*args)
         raise OSError("the worker died after writing the published indexes")
 
+    def fail(*args):
+        raise OSError("the worker died before its materialization was recorded")
+
     build_failing(instance, data_root, monkeypatch, "write_published_indexes", write_then_fail)
     assert data_root.exists(published_index("shard-c", "de"))
+    build_failing(instance, data_root, monkeypatch, "missing_split_reasons", fail)
+    [unreported] = state_rows(data_root, "de", f"SELECT * FROM {UNREPORTED}")
+    assert unreported["shard_id"] == "shard-c" and unreported["reported_by"] is not None  # by the failed run
     build = publish(instance, data_root, "de")
     assert build.success and named_for_the_catalog(build) == ["shard-c"]
     assert refresh_catalog(instance, data_root)["listed"] == "1 changed shards"
     assert_same_as_a_full_rebuild(data_root, tmp_path / "after-c")
-
-    # A build that fails after naming its shards, before its materialization is recorded.
-    land_and_index(instance, data_root, "shard-d")
-
-    def fail(*args):
-        raise OSError("the worker died before its materialization was recorded")
-
-    build_failing(instance, data_root, monkeypatch, "missing_split_reasons", fail)
-    assert [row["reported_by"] is not None for row in state_rows(data_root, "de", f"SELECT * FROM {UNREPORTED}")] == [
-        True
-    ]
-    build = publish(instance, data_root, "de")
-    assert build.success and named_for_the_catalog(build) == ["shard-d"]
