@@ -123,8 +123,9 @@ def manifest_catalog(
     `speechdata catalog "SELECT ..."`, or `duckdb.connect(path, read_only=True)`.
     A refresh reads only the manifests, ledgers and per-shard indexes changed since the last one
     (config `full: true`: all of them), and stats only the files of the shards whose catalogued
-    assets were materialized since (from the event log; the whole root is listed on the first
-    refresh, when a catalogued asset not partitioned by shard changed, and once in 100 refreshes:
+    assets were materialized since (from the event log, a country's `hf_dataset` naming the shards
+    it wrote in `shards_whose_catalogued_files_changed`; the whole root is listed on the first
+    refresh, when a catalogued asset not partitioned by shard changed without naming its shards:
     metadata `listed`); its metadata says how many were read and reused, and its
     accounting tables come from the per-shard state the refresh keeps. Per landed language, metadata
     `quality_histogram/<language>/<signal>` shows the distribution of `snr_db`, `bandwidth_hz`,

@@ -141,7 +141,9 @@ def hf_dataset(
     The card is assembled from each country's stored summary, never by opening dataset files. Metadata
     `missing_splits` says why a promised split (test, validation, train) has no file, and
     `input_fingerprint` names the segments built from: `country_dataset_sensor` requests the country
-    again only when its shards' rows differ from it. Only shards with ASR transcripts feed a country
+    again only when its shards' rows differ from it. Metadata `shards_whose_catalogued_files_changed`
+    names the shards whose published index and rejects were written since a recorded build last
+    named them (a failed build's too), so the catalog's next refresh reads those shards alone. Only shards with ASR transcripts feed a country
     (docs/hf-splits.md, "What is published").
     """
     country = context.partition_key
