@@ -44,7 +44,7 @@ def named_for_the_catalog(result, asset="hf_dataset") -> list[str]:
 
 
 def land_and_index(instance, data_root, shard_id):
-    land_granary_shard(data_root, shard_id, "de", 3, prefix=shard_id)
+    land_granary_shard(data_root, shard_id, "de", 1, prefix=shard_id)
     index_shard(instance, data_root, shard_id)
 
 
