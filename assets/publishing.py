@@ -143,8 +143,8 @@ def hf_dataset(
     `input_fingerprint` names the segments built from: `country_dataset_sensor` requests the country
     again only when its shards' rows differ from it. Metadata `shards_whose_catalogued_files_changed`
     names the shards whose published index and rejects were written since a recorded build last
-    named them (a failed build's too), so the catalog's next refresh reads those shards alone. Only shards with ASR transcripts feed a country
-    (docs/hf-splits.md, "What is published").
+    named them (a failed build's too), so the catalog's next refresh reads those shards alone. Only
+    shards with ASR transcripts feed a country (docs/hf-splits.md, "What is published").
     """
     country = context.partition_key
     root = data_root.get()
