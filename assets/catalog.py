@@ -29,13 +29,25 @@ CATALOGUED_THROUGH = "catalogued_events_through"
 the next refresh looks at the shards materialized after it."""
 MAX_CHANGED_SHARDS = 10_000
 """More changed shards than this and the refresh lists the root instead of naming each."""
+CATALOGUED_SHARDS_CHANGED = "shards_whose_catalogued_files_changed"
+"""Metadata of a catalogued asset not partitioned by shard (a country's ``hf_dataset``): the shards
+whose files the catalog reads it wrote, as a list, or :data:`EVERY_SHARD` when it cannot name them
+(more than :data:`MAX_CHANGED_SHARDS`). Without it the refresh after it lists the root."""
+EVERY_SHARD = "all"
+
+
+def catalogued_shards_changed(shards: list[str]) -> dg.MetadataValue:
+    """The value of :data:`CATALOGUED_SHARDS_CHANGED` for ``shards``: bounded by :data:`MAX_CHANGED_SHARDS`."""
+    return dg.MetadataValue.json(sorted(shards) if len(shards) <= MAX_CHANGED_SHARDS else EVERY_SHARD)
 
 
 def changed_shards(context: dg.AssetExecutionContext) -> tuple[list[str] | None, int]:
     """The shards whose catalogued assets (:func:`speechdata.products.catalogued_assets`) were
-    materialized since the last refresh, from the event log, and the storage id this covers. None
-    when that cannot be said by shard (no earlier refresh recorded one; a catalogued asset not
-    partitioned by shard, such as a country's HF dataset, was materialized): the root is listed."""
+    materialized since the last refresh, from the event log, and the storage id this covers; a
+    catalogued asset not partitioned by shard (a country's HF dataset) counts with the shards its
+    metadata :data:`CATALOGUED_SHARDS_CHANGED` names. None when that cannot be said by shard (no
+    earlier refresh recorded one; such an asset's materialization without that list, or saying
+    :data:`EVERY_SHARD`): the root is listed."""
     instance = context.instance
     keys = [dg.AssetKey(name) for name in products.catalogued_assets()]
     newest = [instance.fetch_materializations(key, limit=1).records for key in keys]
@@ -56,15 +68,23 @@ def changed_shards(context: dg.AssetExecutionContext) -> tuple[list[str] | None,
                 cursor=cursor,
             )
             for record in page.records:
-                if not shard_keyed or record.partition_key is None:
+                named = [record.partition_key] if shard_keyed else _shards_named(record)
+                if named is None or None in named:
                     return None, through
-                shards.add(record.partition_key)
+                shards.update(named)
             if len(shards) > MAX_CHANGED_SHARDS:
                 return None, through
             if not page.has_more:
                 break
             cursor = page.cursor
     return sorted(shards), through
+
+
+def _shards_named(record) -> list[str] | None:
+    """The shards a materialization not partitioned by shard says it changed, or None when it names none."""
+    value = record.asset_materialization.metadata.get(CATALOGUED_SHARDS_CHANGED)
+    named = value.value if value is not None else None
+    return named if isinstance(named, list) and all(isinstance(s, str) for s in named) else None
 
 
 def _asset_graph(context: dg.AssetExecutionContext):
@@ -103,8 +123,9 @@ def manifest_catalog(
     `speechdata catalog "SELECT ..."`, or `duckdb.connect(path, read_only=True)`.
     A refresh reads only the manifests, ledgers and per-shard indexes changed since the last one
     (config `full: true`: all of them), and stats only the files of the shards whose catalogued
-    assets were materialized since (from the event log; the whole root is listed on the first
-    refresh, when a catalogued asset not partitioned by shard changed, and once in 100 refreshes:
+    assets were materialized since (from the event log, a country's `hf_dataset` naming the shards
+    it wrote in `shards_whose_catalogued_files_changed`; the whole root is listed on the first
+    refresh, when a catalogued asset not partitioned by shard changed without naming its shards:
     metadata `listed`); its metadata says how many were read and reused, and its
     accounting tables come from the per-shard state the refresh keeps. Per landed language, metadata
     `quality_histogram/<language>/<signal>` shows the distribution of `snr_db`, `bandwidth_hz`,

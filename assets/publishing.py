@@ -3,6 +3,7 @@
 import dagster as dg
 
 from assets.asset_policy import group_asset, group_of
+from assets.catalog import CATALOGUED_SHARDS_CHANGED, catalogued_shards_changed
 from assets.ingest import raw_shards
 from assets.near_duplicates import near_duplicates
 from assets.partitions import country_partitions
@@ -16,7 +17,7 @@ from speechdata.hf.card import write_dataset_card
 from speechdata.hf.dataset import build_country_dataset
 from speechdata.hf.missing_splits import missing_split_reasons
 from speechdata.hf.publish import publish_country, register_card
-from speechdata.hf.published_index import write_published_indexes
+from speechdata.hf.published_index import shards_to_report_to_the_catalog, write_published_indexes
 from speechdata.hf.state import rows_as_dicts, state_connection
 from speechdata.io import layout
 
@@ -105,6 +106,8 @@ def hf_split_assignments(
             "splits": markdown_rows(table),
             "state_uri": dg.MetadataValue.path(root.uri(state_path)),
             INPUT_FINGERPRINT: summary.input_fingerprint,
+            # It writes no file the catalog reads: the catalog's refresh after it lists no shard.
+            CATALOGUED_SHARDS_CHANGED: catalogued_shards_changed([]),
         },
         check_results=[unplotted_check(check) for check in checks],
     )
@@ -138,8 +141,10 @@ def hf_dataset(
     The card is assembled from each country's stored summary, never by opening dataset files. Metadata
     `missing_splits` says why a promised split (test, validation, train) has no file, and
     `input_fingerprint` names the segments built from: `country_dataset_sensor` requests the country
-    again only when its shards' rows differ from it. Only shards with ASR transcripts feed a country
-    (docs/hf-splits.md, "What is published").
+    again only when its shards' rows differ from it. Metadata `shards_whose_catalogued_files_changed`
+    names the shards whose published index and rejects were written since a recorded build last
+    named them (a failed build's too), so the catalog's next refresh reads those shards alone. Only
+    shards with ASR transcripts feed a country (docs/hf-splits.md, "What is published").
     """
     country = context.partition_key
     root = data_root.get()
@@ -172,6 +177,11 @@ def hf_dataset(
             f"{country}: {len(summary.errors)} segments could not be cut, e.g. {next(iter(summary.errors.values()))}"
         )
     with state_connection(root, layout.hf_state_database(options.dataset, country)) as db:
+        # Named in this materialization, so the catalog's next refresh reads these shards, not the
+        # whole root; kept in the state until a recorded build names them (a failed one names none).
+        for_the_catalog = shards_to_report_to_the_catalog(
+            db, _latest_recorded_run(context.instance, country), context.run.run_id
+        )
         by_status = dict(db.execute("SELECT status, count(*) FROM segments GROUP BY status ORDER BY status").fetchall())
         files = rows_as_dicts(
             db, "SELECT path_in_repo, split, rows, round(bytes / 1e6, 2) AS mb, status FROM files ORDER BY path_in_repo"
@@ -203,8 +213,18 @@ def hf_dataset(
                 f'```python\ndatasets.load_dataset("{root.uri(dataset_dir)}", "{country}")\n```'
             ),
             **({INPUT_FINGERPRINT: input_fingerprint} if input_fingerprint else {}),
+            CATALOGUED_SHARDS_CHANGED: catalogued_shards_changed(for_the_catalog),
         }
     )
+
+
+def _latest_recorded_run(instance: dg.DagsterInstance, country: str) -> str | None:
+    """The run of the country's latest recorded ``hf_dataset`` materialization: the shards it named
+    reached the event log, and so the catalog."""
+    records = instance.fetch_materializations(
+        dg.AssetRecordsFilter(asset_key=hf_dataset.key, asset_partitions=[country]), limit=1, ascending=False
+    ).records
+    return records[0].run_id if records else None
 
 
 def _assigned_input_fingerprint(instance: dg.DagsterInstance, country: str) -> str | None:

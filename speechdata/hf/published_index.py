@@ -6,6 +6,11 @@ for each segment the country's state holds written, pending or failed) and its `
 rejects ledger (the segments any country's state filtered out, under the filter's reason). The
 ``hf`` product line counts the first and owns the second, so its ledger balances exactly when every
 landed utterance is in the dataset, filtered with a reason, or rejected at landing.
+
+The shards written are kept in the state (``catalog_unreported_shards``) from before their files are
+written until a build naming them is recorded: ``hf_dataset`` names them in its materialization, so
+the catalog's next refresh reads those shards alone instead of listing the root
+(:func:`shards_to_report_to_the_catalog`).
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ from __future__ import annotations
 from collections import defaultdict
 from pathlib import PurePosixPath
 
+import duckdb
 import pyarrow as pa
 
 from speechdata.accounting.rejects import Reject, rejects_table
@@ -31,6 +37,9 @@ PUBLISHED_INDEX_SCHEMA = pa.schema(
         pa.field("status", pa.string(), nullable=False),
     ]
 )
+
+UNREPORTED = "catalog_unreported_shards"
+"""The state's table of shards whose published files no recorded build has named to the catalog."""
 
 FILTERED = "filtered"
 NOT_PUBLISHED = ("withdrawn", FILTERED)
@@ -53,6 +62,12 @@ def write_published_indexes(data_root: DataRoot, dataset: str, country: str) -> 
             "ORDER BY shard_id, key",
             [list(NOT_PUBLISHED), shards],
         ).fetchall()
+        # Committed before any file is written: a build stopped after writing them still has them named.
+        execute_many(
+            db,
+            f"INSERT INTO {UNREPORTED} VALUES (?, NULL) ON CONFLICT (shard_id) DO UPDATE SET reported_by = NULL",
+            [[s] for s in shards],
+        )
     by_shard: dict[str, list[tuple]] = defaultdict(list)
     for shard_id, key, split, status in rows:
         by_shard[shard_id].append((key, split, status))
@@ -73,6 +88,20 @@ def write_published_indexes(data_root: DataRoot, dataset: str, country: str) -> 
     with state_connection(data_root, layout.hf_state_database(dataset, country)) as db:
         execute_many(db, "UPDATE shards SET needs_index = false WHERE shard_id = ?", [[s] for s in shards])
     return {shard_id: len(by_shard.get(shard_id, [])) for shard_id in present}
+
+
+def shards_to_report_to_the_catalog(db: duckdb.DuckDBPyConnection, recorded_build: str | None, build: str) -> list[str]:
+    """The shards whose published index and ``hf_dataset`` rejects were written since a recorded build
+    last named them, now marked as named by ``build`` (inside the caller's state transaction).
+
+    ``recorded_build`` is the country's latest build whose report was recorded (its materialization
+    stands in the event log): the shards it named and that were not written again since are
+    forgotten. Those named by a build that stopped before its report was recorded stay, so the next
+    build names them again: whatever point a build stops at, the catalog is told every shard written."""
+    if recorded_build is not None:
+        db.execute(f"DELETE FROM {UNREPORTED} WHERE reported_by = ?", [recorded_build])
+    db.execute(f"UPDATE {UNREPORTED} SET reported_by = ?", [build])
+    return sorted(s for (s,) in db.execute(f"SELECT shard_id FROM {UNREPORTED}").fetchall())
 
 
 def write_filtered_rejects(data_root: DataRoot, dataset: str, shard_ids: list[str]) -> None:

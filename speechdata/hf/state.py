@@ -20,6 +20,10 @@ parallel without contending for one writer. Three tables:
   are still to write and check. A refresh reads only the shards whose stamp changed.
 - ``part_writes``: the parts ``(split, shard_id)`` a build has started writing and not yet
   recorded; a killed build's part is written again (its stray files removed) by the next.
+- ``catalog_unreported_shards``: the shards whose published index and ``hf_dataset`` rejects were
+  written and that no recorded build has named to the catalog yet (``reported_by``: the build that
+  named them last, NULL while none has); written before the files, so a build that stops anywhere
+  leaves them for the next one to name (:mod:`speechdata.hf.published_index`).
 
 A data root on object storage keeps the database there too: it is copied to a local temp file,
 changed, and copied back atomically (DuckDB writes only to local files).
@@ -84,6 +88,10 @@ CREATE TABLE IF NOT EXISTS shards (
     fingerprint VARCHAR NOT NULL,
     needs_index BOOLEAN NOT NULL,
     needs_gate BOOLEAN NOT NULL
+);
+CREATE TABLE IF NOT EXISTS catalog_unreported_shards (
+    shard_id VARCHAR PRIMARY KEY,
+    reported_by VARCHAR
 );
 CREATE TABLE IF NOT EXISTS part_writes (
     split VARCHAR NOT NULL,

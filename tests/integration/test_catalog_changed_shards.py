@@ -4,7 +4,7 @@ import dagster as dg
 import pytest
 from dagster_duckdb import DuckDBResource
 
-from assets.catalog import CATALOGUED_THROUGH, manifest_catalog
+from assets.catalog import CATALOGUED_SHARDS_CHANGED, CATALOGUED_THROUGH, catalogued_shards_changed, manifest_catalog
 from assets.partitions import country_partitions, shard_partitions
 from resources.storage import DataRootResource
 from tests.unit.test_catalog import write_manifest
@@ -23,7 +23,7 @@ def asr_flac_event():
 
 @dg.asset(name="hf_dataset", partitions_def=country_partitions)
 def hf_dataset_event():
-    """Stands in for the country asset: its materializations cannot be said by shard."""
+    """Stands in for the country asset: its materializations name the shards they changed in their metadata."""
 
 
 @pytest.fixture
@@ -48,8 +48,8 @@ def refresh(data_root, tmp_path):
         yield instance, materialize
 
 
-def report(instance, asset, partition):
-    instance.report_runless_asset_event(dg.AssetMaterialization(asset, partition=partition))
+def report(instance, asset, partition, metadata=None):
+    instance.report_runless_asset_event(dg.AssetMaterialization(asset, partition=partition, metadata=metadata))
 
 
 def test_the_refresh_lists_only_the_shards_materialized_since_the_last_one(refresh, data_root):
@@ -65,9 +65,15 @@ def test_the_refresh_lists_only_the_shards_materialized_since_the_last_one(refre
     assert second["listed"] == "2 changed shards" and second["shards"] == first["shards"] + 1
     assert second[CATALOGUED_THROUGH] > first[CATALOGUED_THROUGH]
 
-    # A country's HF dataset touches shards it does not name: the refresh lists the root, and so
-    # finds a shard deleted by hand.
+    # A country's HF dataset names the shards whose files it wrote: the refresh reads those.
+    report(instance, "hf_dataset", "us", {CATALOGUED_SHARDS_CHANGED: catalogued_shards_changed(["shard-b"])})
+    assert materialize()["listed"] == "1 changed shards"
+
+    # One that does not name them (a build before it named them, or too many): the refresh lists
+    # the root, and so finds a shard deleted by hand.
     report(instance, "hf_dataset", "us")
     data_root.fs.rm(data_root.path("manifests/shard=shard-c"), recursive=True)
     third = materialize()
     assert third["listed"] == "whole root" and third["manifests_dropped"] == 1
+    report(instance, "hf_dataset", "us", {CATALOGUED_SHARDS_CHANGED: catalogued_shards_changed(["s"] * 10_001)})
+    assert materialize()["listed"] == "whole root"
