@@ -53,6 +53,13 @@ since its last refresh), so it stats that shard's files instead of listing the r
 ``baseline_scoped`` is the earlier code told which shard is new, and
 ``baseline_scoped_with_periodic_listing_s`` its wall with its full listing of the root once in 100
 refreshes spread over them (this code checks a few known shards per refresh instead).
+
+``--first-import N``: instead of the above, the first import (a full refresh of a new state) of a
+corpus of N built shards (``write_corpus_shard``, ``--new-shard-rows`` utterances each; kept in
+``--corpus DIR`` when given, so a second run reuses it) in a fresh interpreter per
+``--memory-limits`` entry (``SPEECHDATA_CATALOG_MEMORY_LIMIT``; ``LIMIT/THREADS`` sets
+``SPEECHDATA_CATALOG_THREADS`` too), this code and with ``--baseline`` the earlier one (no limit),
+in turn: wall seconds and peak RSS of each.
 """
 
 from __future__ import annotations
@@ -96,12 +103,22 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--new-shard-sizes", type=int, nargs="+", default=[100, 1_000], help="corpus sizes, shards")
     parser.add_argument("--new-shard-rows", type=int, default=1_000, help="utterances per shard (per_new_shard)")
     parser.add_argument("--baseline", metavar="DIR", help="a folder with an earlier speechdata package to compare")
+    parser.add_argument("--first-import", type=int, metavar="SHARDS", help="measure a first import at this size")
+    parser.add_argument("--memory-limits", default="none,1GB", help="with --first-import: LIMIT[/THREADS],...")
+    parser.add_argument("--corpus", metavar="DIR", help="with --first-import: where the corpus is built and kept")
     parser.add_argument("--measure", nargs=2, metavar=("DATABASE", "ROOT"), help=argparse.SUPPRESS)
     parser.add_argument("--changed-shards", help=argparse.SUPPRESS)  # with --measure: a JSON list
     args = parser.parse_args(argv)
     if args.measure:
         _measure_refresh(*args.measure, json.loads(args.changed_shards) if args.changed_shards else None)
         leave_measured()
+    if args.first_import:
+        with stdout_to_stderr():
+            figures = first_import(
+                args.first_import, args.new_shard_rows, args.memory_limits, args.corpus, args.baseline
+            )
+        emit("catalog_first_import", {"shards": args.first_import, "rows": args.new_shard_rows}, figures)
+        return
     if args.quick:
         # Small enough for the smoke test; every path (full, incremental, unchanged, new shard) still runs.
         args.sizes, args.repeats = [10, 40], 1
@@ -335,6 +352,38 @@ def per_new_shard(sizes: list[int], rows: int, repeats: int, baseline: str | Non
             for name in ("wall_s", "peak_rss_mb")
         }
     return result
+
+
+def first_import(shards: int, rows: int, limits: str, corpus: str | None, baseline: str | None) -> dict:
+    """The first import of ``shards`` built shards per memory limit (and the ``baseline`` code's)."""
+    with tempfile.TemporaryDirectory(prefix="bench-catalog-first-import-") as tmp:
+        root = DataRoot(os.path.join(corpus or tmp, "data"))
+        built = root.exists(manifest_path(f"shard-{shards - 1:06d}"))
+        if not built:
+            rng = np.random.default_rng(1)
+            for index in range(shards):
+                write_corpus_shard(root, rng, index, rows)
+        runs = [("baseline", f"{os.path.abspath(baseline)}{os.pathsep}{REPO_ROOT}", "none", "")] if baseline else []
+        for entry in limits.split(","):
+            limit, _, threads = entry.partition("/")
+            runs.append((f"limit {entry}", str(REPO_ROOT), limit, threads))
+        figures = {}
+        for name, path, limit, threads in runs:
+            database = os.path.join(tmp, name.replace(" ", "-").replace("/", "-"), "catalog.duckdb")
+            told = {"SPEECHDATA_CATALOG_MEMORY_LIMIT": limit, "SPEECHDATA_CATALOG_THREADS": threads}
+            saved = {key: os.environ.get(key) for key in told}
+            os.environ.update(told)
+            try:
+                measured = measure_refresh_subprocess(database, root, path)
+            finally:
+                for key, value in saved.items():
+                    if value is None:
+                        os.environ.pop(key)
+                    else:
+                        os.environ[key] = value
+            figures[name] = {key: round(value, 2) for key, value in measured.items()}
+            progress(f"first import of {shards} shards, {name}: {figures[name]}")
+    return figures
 
 
 def write_corpus_shard(root: DataRoot, rng: np.random.Generator, index: int, rows: int) -> str:

@@ -39,7 +39,14 @@ from speechdata.catalog.accounting import (
     product_rejects_sql,
     shard_expression,
 )
-from speechdata.catalog.incremental import ListedFile, list_files, list_shard_files, locations_of
+from speechdata.catalog.incremental import (
+    SHARDS_PER_RECOUNT,
+    ListedFile,
+    in_batches,
+    list_files,
+    list_shard_files,
+    locations_of,
+)
 from speechdata.io.storage import DataRoot
 
 ACCOUNTING_STATE_TABLES = {
@@ -118,7 +125,10 @@ def sync_accounting(
         for table in ACCOUNTING_STATE_TABLES:
             connection.execute(f"DELETE FROM {table} WHERE shard IN (SELECT unnest(?::VARCHAR[]))", [forget])
     if changed:
-        _recount(connection, root_uri, [f for shard in changed for f in files_by_shard[shard]], rejects_shard_from_path)
+        for turn in in_batches(changed, SHARDS_PER_RECOUNT):
+            _recount(
+                connection, root_uri, [f for shard in turn for f in files_by_shard[shard]], rejects_shard_from_path
+            )
         connection.execute(
             "INSERT INTO catalog_accounting_shards SELECT unnest(?::VARCHAR[]), unnest(?::VARCHAR[])",
             [changed, [digests[shard] for shard in changed]],
@@ -226,25 +236,23 @@ def _read_sources(
                 "FROM (SELECT unnest(?::VARCHAR[]) AS path)",
                 [line.name, line.shard_regex, line_paths],
             )
-    if paths.get(LANDED):
+    for batch in in_batches(locations_of(root_uri, paths.get(LANDED, []))):
         connection.execute(
             f"INSERT INTO {_TEMP['landed']} SELECT regexp_extract(filename, ?, 1) AS shard, utt_id "
             "FROM read_parquet(?, union_by_name = true, hive_partitioning = false, filename = true)",
-            [SHARD_FROM_LANDED_PATH, locations_of(root_uri, paths[LANDED])],
+            [SHARD_FROM_LANDED_PATH, batch],
         )
     for line in lines:
-        files = paths.get(line.name)
-        if not files:
-            continue
         # The same expressions as the view (a bridge row's shard is the manifest's own column).
-        connection.execute(
-            f"INSERT INTO {_TEMP['produced']} SELECT ?, {shard_expression(line)}, {ids_expression(line)} "
-            "FROM read_parquet(?, union_by_name = true, hive_partitioning = false, filename = true)",
-            [line.name, locations_of(root_uri, files)],
-        )
-    if paths.get(REJECTS):
+        for batch in in_batches(locations_of(root_uri, paths.get(line.name, []))):
+            connection.execute(
+                f"INSERT INTO {_TEMP['produced']} SELECT ?, {shard_expression(line)}, {ids_expression(line)} "
+                "FROM read_parquet(?, union_by_name = true, hive_partitioning = false, filename = true)",
+                [line.name, batch],
+            )
+    for batch in in_batches(locations_of(root_uri, paths.get(REJECTS, []))):
         connection.execute(
             f"INSERT INTO {_TEMP['rejects']} SELECT regexp_extract(filename, ?, 1), utt_id, stage, reason, detail "
             "FROM read_parquet(?, union_by_name = true, hive_partitioning = false, filename = true)",
-            [rejects_shard_from_path, locations_of(root_uri, paths[REJECTS])],
+            [rejects_shard_from_path, batch],
         )

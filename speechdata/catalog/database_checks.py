@@ -53,11 +53,13 @@ def unreadable(path: str, named: str, error: Exception) -> str:
     return f"{os.path.basename(named)} is unreadable ({detail})"
 
 
-def open_checked(path: str, named: str) -> tuple[duckdb.DuckDBPyConnection | None, str | None]:
-    """A connection to ``path`` whose every table reads, or None and why (naming ``named``)."""
+def open_checked(
+    path: str, named: str, config: dict | None = None
+) -> tuple[duckdb.DuckDBPyConnection | None, str | None]:
+    """A connection to ``path`` (with DuckDB ``config``) whose every table reads, or None and why (naming ``named``)."""
     connection = None
     try:
-        connection = duckdb.connect(path)
+        connection = duckdb.connect(path, config=config or {})
         read_every_table(connection)
         return connection, None
     except duckdb.Error as error:

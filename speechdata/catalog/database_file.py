@@ -72,6 +72,7 @@ from speechdata.catalog.listing_state import CHECKED_SHARDS_PER_REFRESH, FULL_LI
 from speechdata.catalog.quality_state import HOURS_LOST, HOURS_LOST_FROM_STATE, SIGNAL_HISTOGRAMS_FROM_STATE
 from speechdata.catalog.readonly import lock_down
 from speechdata.catalog.refresh_lock import fsync_folder, refresh_lock, remove_orphaned_builds
+from speechdata.catalog.refresh_memory import RefreshMemory, refresh_memory_from_env, spill_folder
 from speechdata.catalog.root_paths import set_root_variable
 from speechdata.catalog.state_layout import state_predates_layout
 from speechdata.catalog.state_store import LEGACY_STATE_FILE, ObjectStoreState
@@ -107,6 +108,10 @@ REFRESH_SUMMARY_QUERIES = {
 }
 """What ``manifest_catalog`` shows after a refresh, from the refresh's state alone (no file is read,
 whatever the corpus size): pass as ``queries`` to :func:`refresh_catalog_file`."""
+
+
+class CatalogRefreshOutOfMemory(MemoryError):
+    """A refresh needed more than its memory limit even spilling: the message names the setting to raise."""
 
 
 class CatalogNotBuilt(FileNotFoundError):
@@ -148,6 +153,7 @@ def refresh_catalog_file(
     shards: Collection[str] | None = None,
     full_listing_every: int | None = FULL_LISTING_EVERY,
     checked_per_refresh: int = CHECKED_SHARDS_PER_REFRESH,
+    memory: RefreshMemory | None = None,
 ) -> RefreshedCatalog:
     """Refresh the catalog at ``database_path`` (a local file) over ``root``: the state beside it in
     place, in one transaction, and the views into a new file swapped in atomically. ``queries``
@@ -160,7 +166,13 @@ def refresh_catalog_file(
     files are stat'ed (by literal path) with ``checked_per_refresh`` known shards in turn (the
     consistency check), and the root is listed whole only on ``full``, on the first refresh of a state
     and, when set, once in ``full_listing_every`` (:func:`~speechdata.catalog.listing_state.listing_scope`).
-    None: the caller cannot say what changed, and the root is listed."""
+    None: the caller cannot say what changed, and the root is listed.
+
+    ``memory``: how much the state connection's DuckDB may hold before it spills into a folder of
+    the refresh's own beside the catalog (:mod:`~speechdata.catalog.refresh_memory`; default: from
+    the environment, 1 GB)."""
+    memory = refresh_memory_from_env() if memory is None else memory
+    memory.check()
     database_path = os.path.abspath(database_path)
     folder = os.path.dirname(database_path)
     os.makedirs(folder, exist_ok=True)
@@ -180,7 +192,11 @@ def refresh_catalog_file(
             if store is not None:
                 store.begin(listing.shards)
             try:
-                refreshed = _refresh_state(state_path, database_path, build, root, listing, full, queries, dropped)
+                refreshed = _refresh_state(
+                    state_path, database_path, build, root, listing, full, queries, dropped, memory
+                )
+            except duckdb.OutOfMemoryException as error:
+                raise CatalogRefreshOutOfMemory(memory.out_of_memory(database_path, error)) from error
             except duckdb.Error:
                 problem = _state_problem(state_path)
                 if problem is None:
@@ -188,7 +204,9 @@ def refresh_catalog_file(
                 _remove(state_path)
                 _remove(build)
                 problems.append(problem)
-                refreshed = _refresh_state(state_path, database_path, build, root, listing, True, queries, dropped)
+                refreshed = _refresh_state(
+                    state_path, database_path, build, root, listing, True, queries, dropped, memory
+                )
             summary, tables, reads_through, more_problems, scope = refreshed
             problems += more_problems
             if store is not None:
@@ -236,36 +254,50 @@ def _refresh_state(
     full: bool,
     queries: Mapping[str, str] | None,
     dropped: list[str],
+    memory: RefreshMemory,
 ) -> tuple[CatalogSummary, dict[str, pa.Table], str, list[str], frozenset[str] | None]:
     """Bring the state up to the root's files in one transaction (listed whole or for the changed
     shards), then write the views file into ``build``; returns the summary, the ``queries``' tables,
     how the root was read, what was unusable and the shards listed (None: the whole root)."""
-    state, state_problem = _open_state(state_path)
-    problems = [state_problem] if state_problem else []
-    try:
-        reads_through = enable_data_root_reads(state, root)
-        state.begin()
+    with spill_folder(database_path) as spill:
+        # One folder per DuckDB instance: the state's and the views file's each name their own temp files.
+        state_config, views_config = (
+            memory.config(os.path.join(spill, "state")),
+            memory.config(os.path.join(spill, "views")),
+        )
+        state, state_problem = _open_state(state_path, state_config)
+        problems = [state_problem] if state_problem else []
         try:
-            dropped += [f"state {d}" for d in drop_foreign_objects(state, set(state_table_columns()), set())]
-            ensure_catalog_published_record(state)
-            full = full or state_problem is not None or state_predates_layout(state)
-            # The views' definitions of a scoped listing come from the synced state: sync first.
-            summary, inputs = sync_catalog_inputs(state, listing.inputs(state, full), full=full)
-            scope = inputs.shards
-            recorded = state.execute(f"SELECT definitions_sha256, views_sha256 FROM {_PUBLISHED_VIEWS}").fetchall()
-            published_problem, published = _build_published(
-                database_path, build, root, inputs, recorded[0] if len(recorded) == 1 else None, full, dropped
-            )
-            problems += [published_problem] if published_problem else []
-            state.execute(f"DELETE FROM {_PUBLISHED_VIEWS}")
-            state.execute(f"INSERT INTO {_PUBLISHED_VIEWS} VALUES (?, ?)", list(published))
-            state.commit()
-        except BaseException:
-            state.rollback()
-            raise
-        tables = {name: _arrow(state.sql(sql)) for name, sql in (queries or {}).items()}
-    finally:
-        state.close()
+            reads_through = enable_data_root_reads(state, root)
+            state.begin()
+            try:
+                dropped += [f"state {d}" for d in drop_foreign_objects(state, set(state_table_columns()), set())]
+                ensure_catalog_published_record(state)
+                full = full or state_problem is not None or state_predates_layout(state)
+                # The views' definitions of a scoped listing come from the synced state: sync first.
+                summary, inputs = sync_catalog_inputs(state, listing.inputs(state, full), full=full)
+                scope = inputs.shards
+                recorded = state.execute(f"SELECT definitions_sha256, views_sha256 FROM {_PUBLISHED_VIEWS}").fetchall()
+                published_problem, published = _build_published(
+                    database_path,
+                    build,
+                    root,
+                    inputs,
+                    recorded[0] if len(recorded) == 1 else None,
+                    full,
+                    dropped,
+                    views_config,
+                )
+                problems += [published_problem] if published_problem else []
+                state.execute(f"DELETE FROM {_PUBLISHED_VIEWS}")
+                state.execute(f"INSERT INTO {_PUBLISHED_VIEWS} VALUES (?, ?)", list(published))
+                state.commit()
+            except BaseException:
+                state.rollback()
+                raise
+            tables = {name: _arrow(state.sql(sql)) for name, sql in (queries or {}).items()}
+        finally:
+            state.close()
     return summary, tables, reads_through, problems, scope
 
 
@@ -284,19 +316,20 @@ def ensure_catalog_published_record(connection: duckdb.DuckDBPyConnection) -> No
     connection.execute(f"CREATE TABLE IF NOT EXISTS {_PUBLISHED_VIEWS} ({_PUBLISHED_VIEWS_COLUMNS})")
 
 
-def _open_state(state_path: str) -> tuple[duckdb.DuckDBPyConnection, str | None]:
-    """A connection to the state, in place; when DuckDB cannot open it, to a new empty one and why.
+def _open_state(state_path: str, config: dict) -> tuple[duckdb.DuckDBPyConnection, str | None]:
+    """A connection to the state, in place, with the refresh's memory ``config``; when DuckDB cannot
+    open it, to a new empty one and why.
 
     Its tables are not read whole here (the state grows with the corpus): DuckDB checks each block's
     checksum as it reads it, and a refresh that fails is followed by :func:`_state_problem`."""
     if not os.path.exists(state_path):
-        return duckdb.connect(state_path), None
+        return duckdb.connect(state_path, config=config), None
     try:
-        return duckdb.connect(state_path), None
+        return duckdb.connect(state_path, config=config), None
     except duckdb.Error as error:
         problem = unreadable(state_path, state_path, error)
     _remove(state_path)
-    return duckdb.connect(state_path), problem
+    return duckdb.connect(state_path, config=config), problem
 
 
 def _state_problem(state_path: str) -> str | None:
@@ -322,17 +355,19 @@ def _build_published(
     recorded: tuple[str, str] | None,
     full: bool,
     dropped: list[str],
+    config: dict,
 ) -> tuple[str | None, tuple[str, str]]:
     """Write the views file into ``build``: a copy of the current one when it holds nothing but the
     catalog's objects, else a new one; its views created again unless they are, as DuckDB stored
     them, those the last refresh published. Returns why the current file was unusable (or None) and
-    the (definitions, views) digests to record."""
+    the (definitions, views) digests to record. ``config``: the refresh's memory settings (binding
+    the views reads every listed file's schema)."""
     problem, connection = None, None
     if os.path.exists(database_path):
         # Small (views and catalog_info): the state that grows with the corpus is in a file of its own.
         # The WAL is not copied: the catalog is checkpointed before it is published, so one beside it is not ours.
         shutil.copyfile(database_path, build)
-        connection, problem = open_checked(build, database_path)
+        connection, problem = open_checked(build, database_path, config)
         if connection is not None:
             foreign = foreign_objects(connection, _PUBLISHED_TABLES, inputs.view_names)
             if foreign:
@@ -344,7 +379,7 @@ def _build_published(
             _remove(build)
     fresh = connection is None
     if fresh:
-        connection = duckdb.connect(build)
+        connection = duckdb.connect(build, config=config)
     try:
         enable_data_root_reads(connection, root)
         set_root_variable(connection, inputs.root_uri)

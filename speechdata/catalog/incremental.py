@@ -287,6 +287,34 @@ def _forget(connection: duckdb.DuckDBPyConnection, table: str, paths: list[str])
             connection.execute(f"DELETE FROM {name} WHERE path IN (SELECT unnest(?::VARCHAR[]))", [paths])
 
 
+FILES_PER_READ = 256
+"""Files one ``read_parquet`` of a refresh reads at most. DuckDB opens every file of the list (its
+metadata, for ``union_by_name``) before it reads a row, in memory its ``memory_limit`` does not
+bound: read in batches, that memory is a batch's, not the corpus's (docs/performance.md, "The
+catalog's first import within a memory limit")."""
+
+
+def in_batches(items: list[str], size: int | None = None) -> Iterator[list[str]]:
+    """``items`` in lists of at most ``size`` (default :data:`FILES_PER_READ`), in order."""
+    size = size or FILES_PER_READ
+    for start in range(0, len(items), size):
+        yield items[start : start + size]
+
+
+SHARDS_PER_RECOUNT = 256
+"""Shards whose accounting or quality a refresh recounts in one go (a first import: every shard, in
+turns). Their counts group and join per shard, so a turn's are its shards' alone; DuckDB's hash
+tables for them do not all spill, and under a memory limit a recount of the whole corpus at once
+fails where turns of this many shards succeed (docs/performance.md, "The catalog's first import
+within a memory limit")."""
+
+
+def into_temp_table(index: int, table: str) -> str:
+    """The statement head that fills temp ``table`` from the ``index``-th batch of files: the first
+    creates it (the columns the read gives), the others insert into it."""
+    return f"CREATE OR REPLACE TEMP TABLE {table} AS " if index == 0 else f"INSERT INTO {table} "
+
+
 def locations_of(root_uri: str, paths: list[str]) -> list[str]:
     """DuckDB's names of ``paths`` relative to the root, glob-escaped (DuckDB expands each list item)."""
     base = glob_root(root_uri)
@@ -337,15 +365,17 @@ def sync_manifests(
     _forget(connection, "catalog_manifest_files", to_forget)
     if to_read:
         locations, prefix_chars = _locations(root_uri, to_read)
-        connection.execute(
-            "CREATE OR REPLACE TEMP TABLE _catalog_read_groups AS "
-            "SELECT substr(filename, ?) AS path, shard, language, country, count(*) AS samples, "
-            "sum(duration_s) AS duration_s, sum(alignment_score) AS alignment_score_sum, "
-            "count(alignment_score) AS alignment_scores "
-            "FROM read_parquet(?, union_by_name = true, hive_partitioning = false, filename = true) "
-            "GROUP BY ALL",
-            [prefix_chars + 1, locations],
-        )
+        # Grouped by path among others: a batch's groups are its own files'.
+        for index, batch in enumerate(in_batches(locations)):
+            connection.execute(
+                into_temp_table(index, "_catalog_read_groups")
+                + "SELECT substr(filename, ?) AS path, shard, language, country, count(*) AS samples, "
+                "sum(duration_s) AS duration_s, sum(alignment_score) AS alignment_score_sum, "
+                "count(alignment_score) AS alignment_scores "
+                "FROM read_parquet(?, union_by_name = true, hive_partitioning = false, filename = true) "
+                "GROUP BY ALL",
+                [prefix_chars + 1, batch],
+            )
         try:
             _record_files(
                 connection,
@@ -380,12 +410,13 @@ def sync_rejects(
     _forget(connection, "catalog_rejects_files", to_forget)
     if to_read:
         locations, prefix_chars = _locations(root_uri, to_read)
-        connection.execute(
-            "CREATE OR REPLACE TEMP TABLE _catalog_read_rejects AS "
-            "SELECT substr(filename, ?) AS path, regexp_extract(filename, ?, 1) AS shard, utt_id "
-            "FROM read_parquet(?, union_by_name = true, hive_partitioning = false, filename = true)",
-            [prefix_chars + 1, shard_from_path, locations],
-        )
+        for index, batch in enumerate(in_batches(locations)):
+            connection.execute(
+                into_temp_table(index, "_catalog_read_rejects")
+                + "SELECT substr(filename, ?) AS path, regexp_extract(filename, ?, 1) AS shard, utt_id "
+                "FROM read_parquet(?, union_by_name = true, hive_partitioning = false, filename = true)",
+                [prefix_chars + 1, shard_from_path, batch],
+            )
         try:
             connection.execute(
                 "INSERT INTO catalog_rejected_ids SELECT DISTINCT path, shard, utt_id "

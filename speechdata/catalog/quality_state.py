@@ -34,7 +34,14 @@ from collections.abc import Collection, Mapping
 import duckdb
 
 from speechdata.catalog.accounting_state import stored_shards_sql
-from speechdata.catalog.incremental import ListedFile, list_files, list_shard_files, locations_of
+from speechdata.catalog.incremental import (
+    SHARDS_PER_RECOUNT,
+    ListedFile,
+    in_batches,
+    list_files,
+    list_shard_files,
+    locations_of,
+)
 from speechdata.catalog.quality import (
     DECISIONS_GLOB,
     NEAR_DUPLICATES_GLOB,
@@ -167,12 +174,13 @@ def sync_quality(
         _add_to_bin_totals(connection, forget, -1)
         for table in QUALITY_STATE_TABLES:
             connection.execute(f"DELETE FROM {table} WHERE shard IN (SELECT unnest(?::VARCHAR[]))", [forget])
-    if changed:
+    for turn in in_batches(changed, SHARDS_PER_RECOUNT):
         paths: dict[str, list[str]] = defaultdict(list)
-        for shard in changed:
+        for shard in turn:
             for name, listed in files_by_shard[shard]:
                 paths[name].append(listed.path)
         _count(connection, root_uri, paths)
+    if changed:
         _add_to_bin_totals(connection, changed, 1)
         connection.execute(
             "INSERT INTO catalog_quality_shards SELECT unnest(?::VARCHAR[]), unnest(?::VARCHAR[])",
@@ -216,26 +224,23 @@ def _count(connection: duckdb.DuckDBPyConnection, root_uri: str, paths: Mapping[
     }
     for name, table in _TEMP.items():
         connection.execute(f"CREATE OR REPLACE TEMP TABLE {table} (shard VARCHAR, {columns[name]})")
-        files = paths.get(name)
-        if not files:
-            continue
-        locations = locations_of(root_uri, files)
-        present = {
-            row[0]
-            for row in connection.execute(
-                "DESCRIBE SELECT * FROM read_parquet(?, union_by_name = true, hive_partitioning = false)", [locations]
-            ).fetchall()
-        }
-        # A signal added after a shard's file was written reads as not measured (NULL), not as an error.
-        names = ", ".join(
-            column if column in present else f"CAST(NULL AS {kind}) AS {column}"
-            for column, kind in (c.split() for c in columns[name].split(", "))
-        )
-        connection.execute(
-            f"INSERT INTO {table} SELECT regexp_extract(filename, ?, 1), {names} "
-            "FROM read_parquet(?, union_by_name = true, hive_partitioning = false, filename = true)",
-            [SHARD_FROM_QUALITY_PATH, locations],
-        )
+        for batch in in_batches(locations_of(root_uri, paths.get(name, []))):
+            present = {
+                row[0]
+                for row in connection.execute(
+                    "DESCRIBE SELECT * FROM read_parquet(?, union_by_name = true, hive_partitioning = false)", [batch]
+                ).fetchall()
+            }
+            # A signal added after a shard's file was written reads as not measured (NULL), not as an error.
+            names = ", ".join(
+                column if column in present else f"CAST(NULL AS {kind}) AS {column}"
+                for column, kind in (c.split() for c in columns[name].split(", "))
+            )
+            connection.execute(
+                f"INSERT INTO {table} SELECT regexp_extract(filename, ?, 1), {names} "
+                "FROM read_parquet(?, union_by_name = true, hive_partitioning = false, filename = true)",
+                [SHARD_FROM_QUALITY_PATH, batch],
+            )
     quality = _TEMP[QUALITY]
     for signal, width in SIGNAL_BIN_WIDTHS.items():
         finite = f"isfinite({signal})"

@@ -6,9 +6,11 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import shutil
 from collections.abc import Iterator
 
 from speechdata.catalog.database_checks import check_catalog_file
+from speechdata.catalog.refresh_memory import is_orphaned_spill
 from speechdata.io.storage import TEMP_PREFIX
 
 
@@ -31,9 +33,18 @@ def refresh_lock(database_path: str) -> Iterator[None]:
 
 
 def remove_orphaned_builds(database_path: str) -> None:
-    """Temps of refreshes that were killed (safe: this runs under the refresh lock)."""
+    """Temps and spill folders of refreshes that were killed (safe: this runs under the refresh lock)."""
     folder, name = os.path.split(database_path)
     for entry in os.listdir(folder):
+        if is_orphaned_spill(entry, name):
+            # Not followed if a link: only the link goes.
+            path = os.path.join(folder, entry)
+            if os.path.islink(path) or not os.path.isdir(path):
+                with contextlib.suppress(FileNotFoundError):
+                    os.remove(path)
+            else:
+                shutil.rmtree(path, ignore_errors=True)
+            continue
         if entry.startswith(TEMP_PREFIX) and (entry.endswith("-" + name) or entry.endswith("-" + name + ".wal")):
             with contextlib.suppress(FileNotFoundError):
                 os.remove(os.path.join(folder, entry))
