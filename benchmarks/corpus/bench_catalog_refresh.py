@@ -85,8 +85,9 @@ from benchmarks.report import timed_call as timed
 from speechdata.accounting.rejects import Reject, rejects_table
 from speechdata.bridge.manifest import manifest_path
 from speechdata.catalog.accounting_state import REJECTS_BY_PRODUCT_FROM_STATE, SHARD_ACCOUNTING_FROM_STATE
-from speechdata.catalog.database_file import open_catalog_read_only, refresh_catalog_file
+from speechdata.catalog.database_file import refresh_catalog_file
 from speechdata.catalog.queries import NAMED_QUERIES, run_query
+from speechdata.catalog.reading import open_catalog_read_only
 from speechdata.catalog.views import refresh_catalog
 from speechdata.io import layout
 from speechdata.io.duckdb_object_store import enable_data_root_reads

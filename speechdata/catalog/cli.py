@@ -25,18 +25,12 @@ from collections.abc import Iterator
 
 import duckdb
 
-from speechdata.catalog.database_file import (
-    BUILD_COMMAND,
-    CatalogNotBuilt,
-    RefreshedCatalog,
-    catalog_files,
-    check_catalog_file,
-    open_catalog_read_only,
-    refresh_catalog_file,
-)
+from speechdata.catalog.database_checks import BUILD_COMMAND, check_catalog_file
+from speechdata.catalog.database_file import RefreshedCatalog, catalog_files, refresh_catalog_file
 from speechdata.catalog.display import format_table
 from speechdata.catalog.exports import export_tar_urls
 from speechdata.catalog.queries import NAMED_QUERIES, run_query, select_samples
+from speechdata.catalog.reading import CatalogNotBuilt, open_catalog_read_only
 from speechdata.catalog.readonly import check_query_only
 from speechdata.catalog.views import CATALOG_FILE
 from speechdata.command_options import (

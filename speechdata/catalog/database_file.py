@@ -48,15 +48,17 @@ import contextlib
 import os
 import shutil
 import uuid
-from collections.abc import Collection, Iterator, Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 
 import duckdb
 import pyarrow as pa
 
 from speechdata.catalog.accounting_state import REJECTS_BY_PRODUCT_FROM_STATE, SHARD_ACCOUNTING_FROM_STATE
-from speechdata.catalog.database_checks import (  # CatalogFileRefused re-exported: raised by refresh and readers
-    BUILD_COMMAND,
+from speechdata.catalog.database_checks import (  # re-exported: raised by refresh and readers
+    CatalogFileRefused as CatalogFileRefused,
+)
+from speechdata.catalog.database_checks import (
     check_catalog_file,
     drop_foreign_objects,
     foreign_objects,
@@ -64,13 +66,9 @@ from speechdata.catalog.database_checks import (  # CatalogFileRefused re-export
     unreadable,
     views_digest,
 )
-from speechdata.catalog.database_checks import (
-    CatalogFileRefused as CatalogFileRefused,
-)
 from speechdata.catalog.incremental import HOURS_PER_LANGUAGE_FROM_STATE
 from speechdata.catalog.listing_state import CHECKED_SHARDS_PER_REFRESH, FULL_LISTING_EVERY, listing_scope
 from speechdata.catalog.quality_state import HOURS_LOST, HOURS_LOST_FROM_STATE, SIGNAL_HISTOGRAMS_FROM_STATE
-from speechdata.catalog.readonly import lock_down
 from speechdata.catalog.refresh_lock import fsync_folder, refresh_lock, remove_orphaned_builds
 from speechdata.catalog.refresh_memory import RefreshMemory, refresh_memory_from_env, spill_folder
 from speechdata.catalog.root_paths import set_root_variable
@@ -112,10 +110,6 @@ whatever the corpus size): pass as ``queries`` to :func:`refresh_catalog_file`."
 
 class CatalogRefreshOutOfMemory(MemoryError):
     """A refresh needed more than its memory limit even spilling: the message names the setting to raise."""
-
-
-class CatalogNotBuilt(FileNotFoundError):
-    """The catalog file does not exist: it names the path and how to build it."""
 
 
 @dataclass(frozen=True)
@@ -397,38 +391,3 @@ def _build_published(
 
 def _arrow(relation) -> pa.Table:
     return relation.to_arrow_table() if hasattr(relation, "to_arrow_table") else relation.fetch_arrow_table()
-
-
-def require_catalog(database_path: str, location: str | None = None) -> None:
-    """:class:`CatalogNotBuilt` naming ``location`` (default: the path) when no catalog file is there."""
-    if not os.path.isfile(database_path):
-        raise CatalogNotBuilt(
-            f"no catalog at {location or database_path}: build it with `{BUILD_COMMAND}` "
-            "(or materialize the manifest_catalog asset)"
-        )
-
-
-@contextlib.contextmanager
-def open_catalog_read_only(
-    database_path: str, root: DataRoot, location: str | None = None
-) -> Iterator[duckdb.DuckDBPyConnection]:
-    """A read-only connection to the catalog at ``database_path`` (a local file) whose views read
-    ``root`` and nothing else (:func:`~speechdata.catalog.readonly.lock_down`). :class:`CatalogNotBuilt`
-    names ``location`` (default: the path) when no refresh ever built it."""
-    for path in (database_path, database_path + ".wal"):
-        check_catalog_file(path)
-    require_catalog(database_path, location)
-    connection = duckdb.connect(database_path, read_only=True)
-    try:
-        # Every refresh writes ``catalog_info``: without it the file is a database no refresh built
-        # (a ``duckdb.connect(path)`` creates an empty one), and a query would only say "no table samples".
-        built = connection.execute("SELECT count(*) FROM duckdb_tables() WHERE table_name = 'catalog_info'").fetchone()
-        if not built[0]:
-            raise CatalogNotBuilt(
-                f"the catalog at {location or database_path} was never built (no catalog_info table): build it "
-                f"with `{BUILD_COMMAND}` (or materialize the manifest_catalog asset)"
-            )
-        lock_down(connection, root)
-        yield connection
-    finally:
-        connection.close()

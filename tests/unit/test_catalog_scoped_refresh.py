@@ -6,8 +6,9 @@ import pytest
 
 from speechdata import products
 from speechdata.catalog import accounting, accounting_state, incremental, quality, quality_state, views
-from speechdata.catalog.database_file import open_catalog_read_only, refresh_catalog_file, state_path_of
+from speechdata.catalog.database_file import refresh_catalog_file, state_path_of
 from speechdata.catalog.incremental import shard_segment
+from speechdata.catalog.reading import open_catalog_read_only
 from speechdata.io import layout
 from speechdata.io.storage import DataRoot
 from tests.unit.test_catalog import SHARD_B, land_ids, write_manifest, write_rejects
