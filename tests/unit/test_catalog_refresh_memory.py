@@ -39,7 +39,8 @@ def _spilled_files_while_refreshing(monkeypatch) -> list[list[str]]:
     build_published = database_file._build_published
 
     def spying(*args, **kwargs):
-        spill = os.path.dirname(args[-1]["temp_directory"])
+        config = next(arg for arg in args if isinstance(arg, dict))
+        spill = os.path.dirname(config["temp_directory"])
         seen.append(sorted(name for _, _, names in os.walk(spill) for name in names if name.endswith(".tmp")))
         return build_published(*args, **kwargs)
 
