@@ -356,10 +356,10 @@ def _build_published(
     """Write the views file into ``build``: a copy of the current one when it holds nothing but the
     catalog's objects, else a new one; its views created again unless they are, as DuckDB stored
     them, those the last refresh published. Returns why the current file was unusable (or None) and
-    the (definitions, views) digests to record. ``config``: the refresh's memory settings (binding
-    the views reads every listed file's schema); ``binding_folder``: where the views are bound over
-    stand-ins of the listed files (:mod:`~speechdata.catalog.view_binding`), inside the refresh's
-    spill folder."""
+    the (definitions, views) digests to record. ``config``: the refresh's memory settings;
+    ``binding_folder``: where the views are bound over one empty stand-in file per glob instead of
+    every file of the corpus (:mod:`~speechdata.catalog.view_binding`), inside the refresh's spill
+    folder."""
     problem, connection = None, None
     if os.path.exists(database_path):
         # Small (views and catalog_info): the state that grows with the corpus is in a file of its own.
