@@ -127,8 +127,9 @@ def sync_accounting(
         for table in ACCOUNTING_STATE_TABLES:
             connection.execute(f"DELETE FROM {table} WHERE shard IN (SELECT unnest(?::VARCHAR[]))", [forget])
     if changed:
-        with recount_scratch(connection) as scratch:
-            for turn in in_batches(changed, SHARDS_PER_RECOUNT):
+        turns = list(in_batches(changed, SHARDS_PER_RECOUNT))
+        with recount_scratch(connection, len(turns)) as scratch:
+            for turn in turns:
                 files = [f for shard in turn for f in files_by_shard[shard]]
                 _recount(connection, scratch, root_uri, files, rejects_shard_from_path)
         connection.execute(
@@ -196,8 +197,9 @@ def _recount(
     paths: dict[str, list[str]] = defaultdict(list)
     for name, listed in files:
         paths[name].append(listed.path)
-    # No cleanup on failure: the scratch's temp tables go when it is closed (and a statement on
-    # the refresh's aborted transaction would only hide the error that aborted it).
+    # No cleanup on failure: the scratch's temp tables go when it is closed, or the refresh's
+    # transaction rolls them back with everything else (a statement in an aborted transaction
+    # would only hide the error that aborted it).
     _read_sources(scratch, root_uri, paths, rejects_shard_from_path)
     insert_counted(
         connection,

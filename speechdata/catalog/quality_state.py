@@ -176,8 +176,9 @@ def sync_quality(
         _add_to_bin_totals(connection, forget, -1)
         for table in QUALITY_STATE_TABLES:
             connection.execute(f"DELETE FROM {table} WHERE shard IN (SELECT unnest(?::VARCHAR[]))", [forget])
-    with recount_scratch(connection) as scratch:
-        for turn in in_batches(changed, SHARDS_PER_RECOUNT):
+    turns = list(in_batches(changed, SHARDS_PER_RECOUNT))
+    with recount_scratch(connection, len(turns)) as scratch:
+        for turn in turns:
             paths: dict[str, list[str]] = defaultdict(list)
             for shard in turn:
                 for name, listed in files_by_shard[shard]:
@@ -225,7 +226,8 @@ def _count(
     """The bins and hours lost of the shards these files belong to, from these files alone: their
     rows read into temp tables of ``scratch`` (:func:`~speechdata.catalog.incremental.recount_scratch`),
     their counts inserted into the state on ``connection``."""
-    # No cleanup on failure: the scratch's temp tables go when it is closed.
+    # No cleanup on failure: the scratch's temp tables go when it is closed, or the refresh's
+    # transaction rolls them back with everything else.
     columns = {
         QUALITY: "utt_id VARCHAR, language VARCHAR, has_audio BOOLEAN, duration_s DOUBLE, "
         + ", ".join(f"{signal} DOUBLE" for signal in SIGNAL_BIN_WIDTHS),
@@ -252,23 +254,21 @@ def _count(
                 [SHARD_FROM_QUALITY_PATH, batch],
             )
     quality = _TEMP[QUALITY]
+    bins, ranges = [], []
     for signal, width in SIGNAL_BIN_WIDTHS.items():
         finite = f"isfinite({signal})"
-        insert_counted(
-            connection,
-            "catalog_quality_bins",
-            scratch,
+        bins.append(
             f"SELECT shard, coalesce(language, '(none)'), '{signal}', floor({signal} / {width!r})::BIGINT, count(*) "
-            f"FROM {quality} WHERE has_audio AND {finite} GROUP BY ALL",
+            f"FROM {quality} WHERE has_audio AND {finite} GROUP BY ALL"
         )
-        insert_counted(
-            connection,
-            "catalog_quality_ranges",
-            scratch,
+        ranges.append(
             f"SELECT shard, coalesce(language, '(none)'), '{signal}', count(*) FILTER (WHERE {finite} IS NOT TRUE), "
             f"min({signal}) FILTER (WHERE {finite}), max({signal}) FILTER (WHERE {finite}) "
-            f"FROM {quality} WHERE has_audio GROUP BY ALL",
+            f"FROM {quality} WHERE has_audio GROUP BY ALL"
         )
+    # One insert per table, every signal's rows in it: each insert from the scratch has a fixed cost.
+    insert_counted(connection, "catalog_quality_bins", scratch, " UNION ALL ".join(bins))
+    insert_counted(connection, "catalog_quality_ranges", scratch, " UNION ALL ".join(ranges))
     # The named query hours_lost_per_reason_per_language, per shard.
     insert_counted(
         connection,

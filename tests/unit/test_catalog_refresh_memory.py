@@ -138,6 +138,45 @@ def test_a_first_import_read_and_recounted_in_turns_equals_one_in_a_single_go(da
     assert contents(turns_path, root) == contents(whole_path, root)
 
 
+def _recount_inserts(monkeypatch) -> list[dict]:
+    """Each count a recount inserts into the state: whether it was read on the refresh's own
+    connection, and the temp tables that connection holds then."""
+    seen: list[dict] = []
+    for module in (accounting_state, quality_state):
+        insert_counted = module.insert_counted
+
+        def spying(connection, table, scratch, select_sql, parameters=None, insert_counted=insert_counted):
+            temp = connection.execute("SELECT table_name FROM duckdb_tables() WHERE temporary").fetchall()
+            seen.append({"table": table, "on_refresh": scratch is connection, "refresh_temp_tables": temp})
+            return insert_counted(connection, table, scratch, select_sql, parameters)
+
+        monkeypatch.setattr(module, "insert_counted", spying)
+    return seen
+
+
+def test_a_recount_in_turns_reads_its_rows_outside_the_refresh_s_transaction(data_root, tmp_path, monkeypatch):
+    # A transaction keeps every temp table it drops until it commits: a first import's turns would
+    # all stay. Read on a scratch connection, the refresh's transaction holds only the counts.
+    root = data_root
+    rng = np.random.default_rng(0)
+    for index in range(5):
+        write_corpus_shard(root, rng, index, 20)
+    inserts = _recount_inserts(monkeypatch)
+    refresh_catalog_file(str(tmp_path / "whole" / "catalog.duckdb"), root)
+    # One turn: read on the refresh's connection, as a refresh of the shards that changed does.
+    assert inserts and all(i["on_refresh"] for i in inserts)
+    assert any(i["refresh_temp_tables"] for i in inserts)
+
+    inserts.clear()
+    monkeypatch.setattr(accounting_state, "SHARDS_PER_RECOUNT", 2)
+    monkeypatch.setattr(quality_state, "SHARDS_PER_RECOUNT", 2)
+    refresh_catalog_file(str(tmp_path / "turns" / "catalog.duckdb"), root)
+    tables = {i["table"] for i in inserts}
+    assert {"catalog_product_accounting", "catalog_quality_bins", "catalog_quality_hours_lost"} <= tables
+    assert not any(i["on_refresh"] for i in inserts)
+    assert not any(i["refresh_temp_tables"] for i in inserts)
+
+
 def test_a_memory_limit_duckdb_cannot_read_is_refused_by_name_before_the_state_is_touched(data_root, tmp_path):
     root = data_root
     write_corpus_shard(root, np.random.default_rng(0), 0, 10)
