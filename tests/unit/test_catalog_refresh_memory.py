@@ -119,25 +119,6 @@ def test_the_memory_settings_come_from_the_environment():
         refresh_memory_from_env({THREADS_ENV: "zero"})
 
 
-def test_a_first_import_read_and_recounted_in_turns_equals_one_in_a_single_go(data_root, tmp_path, monkeypatch):
-    root = data_root
-    rng = np.random.default_rng(0)
-    for index in range(7):
-        write_corpus_shard(root, rng, index, 20)
-    whole_path = str(tmp_path / "whole" / "catalog.duckdb")
-    whole = refresh_catalog_file(whole_path, root)
-    # Three turns of shards (2, 2, 2, 1) and reads of two files at a time.
-    monkeypatch.setattr(incremental, "FILES_PER_READ", 2)
-    monkeypatch.setattr(accounting_state, "SHARDS_PER_RECOUNT", 2)
-    monkeypatch.setattr(quality_state, "SHARDS_PER_RECOUNT", 2)
-    turns_path = str(tmp_path / "turns" / "catalog.duckdb")
-    turns = refresh_catalog_file(turns_path, root)
-    assert turns.summary.accounting_shards_read == turns.summary.quality_shards_read == 7
-    assert comparable(turns.summary) == comparable(whole.summary)
-    assert state_contents(turns_path) == state_contents(whole_path)
-    assert contents(turns_path, root) == contents(whole_path, root)
-
-
 def _recount_inserts(monkeypatch) -> list[dict]:
     """Each count a recount inserts into the state: whether it was read on the refresh's own
     connection, and the temp tables that connection holds then."""
@@ -154,27 +135,34 @@ def _recount_inserts(monkeypatch) -> list[dict]:
     return seen
 
 
-def test_a_recount_in_turns_reads_its_rows_outside_the_refresh_s_transaction(data_root, tmp_path, monkeypatch):
-    # A transaction keeps every temp table it drops until it commits: a first import's turns would
-    # all stay. Read on a scratch connection, the refresh's transaction holds only the counts.
+def test_a_first_import_read_and_recounted_in_turns_equals_one_in_a_single_go(data_root, tmp_path, monkeypatch):
     root = data_root
     rng = np.random.default_rng(0)
-    for index in range(5):
+    for index in range(7):
         write_corpus_shard(root, rng, index, 20)
     inserts = _recount_inserts(monkeypatch)
-    refresh_catalog_file(str(tmp_path / "whole" / "catalog.duckdb"), root)
+    whole_path = str(tmp_path / "whole" / "catalog.duckdb")
+    whole = refresh_catalog_file(whole_path, root)
     # One turn: read on the refresh's connection, as a refresh of the shards that changed does.
     assert inserts and all(i["on_refresh"] for i in inserts)
     assert any(i["refresh_temp_tables"] for i in inserts)
-
     inserts.clear()
+    # Three turns of shards (2, 2, 2, 1) and reads of two files at a time.
+    monkeypatch.setattr(incremental, "FILES_PER_READ", 2)
     monkeypatch.setattr(accounting_state, "SHARDS_PER_RECOUNT", 2)
     monkeypatch.setattr(quality_state, "SHARDS_PER_RECOUNT", 2)
-    refresh_catalog_file(str(tmp_path / "turns" / "catalog.duckdb"), root)
-    tables = {i["table"] for i in inserts}
-    assert {"catalog_product_accounting", "catalog_quality_bins", "catalog_quality_hours_lost"} <= tables
-    assert not any(i["on_refresh"] for i in inserts)
-    assert not any(i["refresh_temp_tables"] for i in inserts)
+    turns_path = str(tmp_path / "turns" / "catalog.duckdb")
+    turns = refresh_catalog_file(turns_path, root)
+    # A transaction keeps every temp table it drops until it commits: the turns would all stay.
+    # Read on a scratch connection, the refresh's transaction holds only the counts.
+    assert {"catalog_product_accounting", "catalog_quality_bins", "catalog_quality_hours_lost"} <= {
+        i["table"] for i in inserts
+    }
+    assert not any(i["on_refresh"] or i["refresh_temp_tables"] for i in inserts)
+    assert turns.summary.accounting_shards_read == turns.summary.quality_shards_read == 7
+    assert comparable(turns.summary) == comparable(whole.summary)
+    assert state_contents(turns_path) == state_contents(whole_path)
+    assert contents(turns_path, root) == contents(whole_path, root)
 
 
 def test_a_memory_limit_duckdb_cannot_read_is_refused_by_name_before_the_state_is_touched(data_root, tmp_path):
