@@ -1,0 +1,80 @@
+"""The key-space benchmark's arithmetic: chance pairs counted only between unrelated utterances, the
+live segments of an 8-way merge, block reads that grow with the corpus and saturate, and the variant
+keys it measures (three-band keys inside groups, wider audio keys on today's frames)."""
+
+from __future__ import annotations
+
+from itertools import combinations
+
+import numpy as np
+
+from benchmarks.accuracy.bench_near_dup_keyspace import (
+    band_triples,
+    block_reads,
+    key_figures,
+    live_segments,
+    wider_audio_keys,
+)
+from speechdata.quality.near_dup_postings import sampled_audio_keys
+
+
+def test_chance_postings_count_only_pairs_of_unrelated_utterances():
+    keys = [np.array([1, 2], np.uint64), np.array([1, 3], np.uint64), np.array([1, 1], np.uint64)]
+    figures = key_figures(keys, np.array([0, 0, 1]))
+
+    # key 1: utterances 0 and 1 are related; utterance 2 holds it twice, against each of 0 and 1
+    assert figures["chance_postings"] == 4
+    assert figures["unrelated_utterance_pairs"] == 2
+    assert figures["chance_per_utterance_pair"] == 2.0
+    assert figures["chance_per_key_pair"] == 4 / 8
+    assert figures["top_value_shares"]["1"] == round(4 / 6, 5)
+
+
+def test_live_segments_are_the_base_8_digits_of_the_shard_count():
+    assert live_segments(8**2 * 2 + 3) == [1, 1, 1, 64, 64]
+    assert sum(live_segments(68_000)) == 68_000
+
+
+def test_block_reads_grow_with_the_corpus_and_a_key_kind_without_chance_reads_only_false_positives():
+    quiet = block_reads({"keys": (100.0, 0.0)}, 10_000, 100.0)
+    busy = [block_reads({"keys": (100.0, 1e-4)}, hours, 100.0) for hours in (10_000, 100_000)]
+
+    assert quiet["chance_postings_per_new_utterance"] == {"keys": 0}
+    # 100 000 keys a shard, 0.6 % false positives, in each of the live segments (fewer blocks in small ones)
+    assert quiet["blocks_per_new_shard"] <= 100_000 * 0.006 * quiet["live_segments"]
+    assert busy[0]["blocks_per_new_shard"] > quiet["blocks_per_new_shard"]
+    assert (
+        busy[1]["chance_postings_per_new_utterance"]["keys"]
+        == 10 * busy[0]["chance_postings_per_new_utterance"]["keys"]
+    )
+    assert busy[1]["blocks_per_new_shard"] > busy[0]["blocks_per_new_shard"]
+
+
+def test_band_triples_in_groups_cover_every_seven_bands():
+    every = band_triples(1)
+    grouped = band_triples(3)
+    assert len(every) == 2024 and len(grouped) == 3 * 56
+    assert all(len({int(band) // 8 for band in triple}) == 1 for triple in grouped)
+    as_sets = {frozenset(triple.tolist()) for triple in grouped}
+    rng = np.random.default_rng(0)
+    for _ in range(200):
+        seven = rng.choice(24, 7, replace=False).tolist()
+        assert any(frozenset(t) in as_sets for t in combinations(seven, 3))
+
+
+def test_wider_audio_keys_use_todays_sampled_frames_and_a_copy_keeps_them():
+    rng = np.random.default_rng(1)
+    values = rng.integers(0, 2**32, 400, dtype=np.uint64).astype(np.uint32)
+    active = np.ones(400, bool)
+    keys, frames = wider_audio_keys(1, 8)(values, active)
+    _, today = sampled_audio_keys(values, active)
+
+    assert set(frames.tolist()) == set(today.tolist()) - {399}
+    changed = values.copy()
+    changed[frames[0] + 1] ^= np.uint32(1)  # a bit of the next frame inside the key's 8 bits
+    other, other_frames = wider_audio_keys(1, 8)(changed, active)
+    before = dict(zip(frames.tolist(), keys.tolist(), strict=True))
+    after = dict(zip(other_frames.tolist(), other.tolist(), strict=True))
+    assert after[int(frames[0])] != before[int(frames[0])]
+    untouched = set(before) - {int(frames[0]), int(frames[0]) + 1}
+    assert all(after[frame] == before[frame] for frame in untouched)
