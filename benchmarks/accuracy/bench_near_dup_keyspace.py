@@ -20,7 +20,8 @@ and its look-alike; the readings of one sentence) or hash the same. Per key kind
 postings per utterance, the share of postings in the 1 / 10 / 100 most common values, the chance
 postings per unrelated utterance pair (how many postings of one utterance the other's keys find) and
 per key pair, the *effective bits* (``-log2`` of the per-key-pair rate: 31 for a uniform sampled audio
-key, 28 for a uniform band pair), for audio keys the share that passes the context check, and for
+key, 28 for a uniform band pair; a band pair only meets the same pair of bands, so its key pairs are
+counted per position), for audio keys the share that passes the context check, and for
 envelopes the chance that an unrelated utterance shares 3 bands (a candidate fetched). From these,
 computed for a corpus of 10^4, 10^5 and 10^6 hours (:data:`UTTERANCES_PER_HOUR`): the chance postings
 per new utterance, and the blocks a new shard of 1 000 utterances reads (:func:`block_reads`).
@@ -117,8 +118,11 @@ def key_figures(
     keys_per_utterance: Sequence[np.ndarray],
     groups: np.ndarray,
     contexts: Sequence[np.ndarray] | None = None,
+    positional: bool = False,
 ) -> dict:
-    """One key kind on one corpus: distribution and chance rates (see the module's docstring)."""
+    """One key kind on one corpus: distribution and chance rates (see the module's docstring).
+    ``positional``: the kind's keys carry their position (a band's number), so only the keys of one
+    position of two utterances can be equal: a key pair is two keys of one position."""
     from speechdata.quality.near_dup_matching import MAX_CONTEXT_BIT_ERRORS
     from speechdata.quality.near_dup_postings import context_bit_errors
 
@@ -128,6 +132,9 @@ def key_figures(
     counts = np.sort(counts)[::-1]
     first, second = _group_pairs(keys_per_utterance, groups)
     utterance_pairs, key_pairs = _unrelated_counts(sizes, groups)
+    if positional:
+        keyed_pairs, _ = _unrelated_counts(np.minimum(sizes, 1), groups)
+        key_pairs = keyed_pairs * float(sizes[sizes > 0].mean() if (sizes > 0).any() else 0)
     chance = len(first)
     figures = {
         "keys_per_utterance": round(float(sizes.mean()), 1) if len(sizes) else 0.0,
@@ -185,32 +192,71 @@ def block_reads(kinds: dict[str, tuple[float, float]], hours: int, postings_per_
     utterance pair)``. Per live segment of M utterances, a key finds ``M x rate`` chance postings
     (rate: per key, per indexed utterance), present with probability ``1 - exp(-that)`` (uniform
     values; a skew lowers it), and reads a block when present (one more per 256 postings), or with a
-    filter's false positive when absent; a segment's distinct blocks cap what it reads."""
+    filter's false positive when absent; a segment's distinct blocks cap what it reads.
+
+    Two layouts computed beside today's: ``audio_postings_capped``, each segment keeping a sampled
+    audio key's earliest ``MAX_KEY_OCCURRENCES + 1`` postings only (a key with more never votes, so
+    the postings past them are read for nothing); ``..._one_run_per_level``, besides, each level's
+    segments one run partitioned by key range, so a key reads one place per level, not per segment."""
+    from speechdata.quality.near_dup_matching import MAX_KEY_OCCURRENCES
     from speechdata.quality.near_dup_postings import BLOCK_RECORDS, POSTING_DTYPE
 
     shards = round(hours * UTTERANCES_PER_HOUR / SHARD_UTTERANCES)
     segments = live_segments(shards)
-    blocks = 0.0
-    chance = {kind: round(per_pair * hours * UTTERANCES_PER_HOUR) for kind, (_, per_pair) in kinds.items()}
+    runs_per_level = Counter()
     for held in segments:
-        utterances = held * SHARD_UTTERANCES
-        segment_blocks = utterances * postings_per_utterance / BLOCK_RECORDS
-        wanted = 0.0
-        for keys_per_utterance, per_pair in kinds.values():
-            found = utterances * per_pair / max(keys_per_utterance, 1e-9)
-            present = -math.expm1(-found)
-            per_key = present * (1 + found / BLOCK_RECORDS) + (1 - present) * FILTER_FALSE_POSITIVES
-            wanted += SHARD_UTTERANCES * keys_per_utterance * per_key
-        blocks += segment_blocks * -math.expm1(-wanted / segment_blocks)
-    block_bytes = BLOCK_RECORDS * POSTING_DTYPE.itemsize
+        runs_per_level[held] += held
+
+    def blocks_read(runs: list[int], capped: bool) -> float:
+        blocks = 0.0
+        for held in runs:
+            utterances = held * SHARD_UTTERANCES
+            segment_blocks = utterances * postings_per_utterance / BLOCK_RECORDS
+            wanted = 0.0
+            for kind, (keys_per_utterance, per_pair) in kinds.items():
+                found = utterances * per_pair / max(keys_per_utterance, 1e-9)
+                present = -math.expm1(-found)
+                read = min(found, MAX_KEY_OCCURRENCES + 1) if capped and kind == "audio_sampled" else found
+                per_key = present * (1 + read / BLOCK_RECORDS) + (1 - present) * FILTER_FALSE_POSITIVES
+                wanted += SHARD_UTTERANCES * keys_per_utterance * per_key
+            blocks += segment_blocks * -math.expm1(-wanted / segment_blocks)
+        return blocks
+
+    block_gb = BLOCK_RECORDS * POSTING_DTYPE.itemsize / 1e9
+    today = blocks_read(segments, capped=False)
+    audio = kinds.get("audio_sampled", (1.0, 0.0))
     return {
         "shards": shards,
         "live_segments": len(segments),
         "largest_segment_shards": max(segments, default=0),
-        "chance_postings_per_new_utterance": chance,
-        "blocks_per_new_shard": round(blocks),
-        "gb_read_per_new_shard": round(blocks * block_bytes / 1e9, 2),
+        "chance_postings_per_new_utterance": {
+            kind: round(per_pair * hours * UTTERANCES_PER_HOUR) for kind, (_, per_pair) in kinds.items()
+        },
+        "mean_chance_postings_per_audio_key": round(audio[1] / max(audio[0], 1e-9) * hours * UTTERANCES_PER_HOUR),
+        "blocks_per_new_shard": round(today),
+        "gb_read_per_new_shard": round(today * block_gb, 2),
+        "gb_read_audio_postings_capped": round(blocks_read(segments, capped=True) * block_gb, 2),
+        "gb_read_audio_postings_capped_one_run_per_level": round(
+            blocks_read(list(runs_per_level.values()), capped=True) * block_gb, 2
+        ),
     }
+
+
+def uniform_reads(keys: dict[str, dict]) -> dict:
+    """:func:`block_reads` had every key's value been uniform (what the corpus benchmark's synthetic
+    index holds): audio keys over 2^31 values, band pairs over 2^28 per pair, the same keys per utterance."""
+    from speechdata.quality.near_dup_postings import AUDIO_KEY_SAMPLING
+
+    audio = keys["audio_sampled"]["keys_per_utterance"]
+    pairs = keys["envelope_band_pairs"]["keys_per_utterance"]
+    rates = {
+        "exact": (1.0, 0.0),
+        "transcript_bands": (keys["transcript_bands"]["keys_per_utterance"], 0.0),
+        "envelope_band_pairs": (pairs, pairs * 2.0**-28),
+        "audio_sampled": (audio, audio * audio / (2.0**32 / AUDIO_KEY_SAMPLING)),
+    }
+    postings = sum(k for k, _ in rates.values())
+    return {str(hours): block_reads(rates, hours, postings) for hours in HOURS}
 
 
 # Keys of today and of the variants
@@ -349,7 +395,7 @@ def variant_key_figures(variant: Variant, corpus: Corpus) -> dict:
 
     if variant.envelope_keys is not None:
         keys = [variant.envelope_keys(s.shift.envelope) if s.shift else np.zeros(0, np.uint64) for s in corpus.signals]
-        return key_figures(keys, corpus.groups)
+        return key_figures(keys, corpus.groups, positional=True)
     if variant.probe_bits:
         keys, low = [], []
         for s in corpus.signals:
@@ -446,11 +492,10 @@ def _audio_transforms() -> tuple[str, ...]:
 
 
 def corpora(
-    originals: int, seed: int, espeak_folders: Sequence[str], speakers: bool = True
+    originals: int, seed: int, espeak_folders: Sequence[str], with_readings: bool = True
 ) -> tuple[list[Corpus], dict]:
-    """The two corpora and the planted sets their signals came from (for deciding). ``speakers``:
-    the readings with speaker embeddings (without, another voice's reading counts as the same
-    speaker's, so the readings' all-signals precision falls alike for every variant)."""
+    """The two corpora and the planted sets their signals came from (for deciding); the readings (with
+    their speaker embeddings) only ``with_readings``."""
     from speechdata.quality.near_dup_planted import planted_readings, planted_set
     from speechdata.quality.near_duplicates import utterance_signals
     from speechdata.quality.speakers import shipped_speaker_encoder
@@ -458,11 +503,10 @@ def corpora(
     planted = planted_set(originals, seed=seed, extended=True)
     synthetic = [utterance_signals("synthetic", u.utt_id, u.samples, 24_000, u.text) for u in planted]
     synthetic_groups = np.array([int(u.utt_id.rsplit("-", 1)[1]) for u in planted])
-    readings = planted_readings(FIXTURES / "readings")
-    encoder = shipped_speaker_encoder() if speakers else None
+    readings = planted_readings(FIXTURES / "readings") if with_readings else []
+    encoder = shipped_speaker_encoder() if with_readings else None
     reading_signals = [
-        utterance_signals("readings", u.utt_id, u.samples, 24_000, u.text, encoder and (lambda: encoder))
-        for u in readings
+        utterance_signals("readings", u.utt_id, u.samples, 24_000, u.text, lambda: encoder) for u in readings
     ]
     espeak = list(reading_signals)
     group_names = [u.utt_id.split("-")[1] for u in readings]
@@ -478,7 +522,10 @@ def corpora(
         Corpus("synthetic", synthetic, synthetic_groups),
         Corpus("espeak", espeak, np.array([numbered[n] for n in names])),
     ]
-    return made, {"synthetic": (planted, synthetic), "readings": (readings, reading_signals)}
+    planted_sets = {"synthetic": (planted, synthetic)}
+    if with_readings:
+        planted_sets["readings"] = (readings, reading_signals)
+    return made, planted_sets
 
 
 def _fixture_signals(folder: Path, group_names: list[str]) -> list:
@@ -499,6 +546,7 @@ def _fixture_signals(folder: Path, group_names: list[str]) -> list:
 
 
 def corpus_figures(corpus: Corpus) -> dict:
+    from speechdata.quality.fingerprint_envelope import envelope_band_keys
     from speechdata.quality.near_dup_postings import envelope_keys, exact_key, transcript_keys
 
     audio = [audio_keys_and_contexts(s) for s in corpus.signals]
@@ -514,9 +562,12 @@ def corpus_figures(corpus: Corpus) -> dict:
                 for s in corpus.signals
             ],
             corpus.groups,
+            positional=True,
         ),
         "envelope_band_pairs": key_figures(
-            [envelope_keys(s.shift.envelope) if s.shift is not None else no_keys for s in corpus.signals], corpus.groups
+            [envelope_keys(s.shift.envelope) if s.shift is not None else no_keys for s in corpus.signals],
+            corpus.groups,
+            positional=True,
         ),
         "audio_sampled": key_figures([k for k, _ in audio], corpus.groups, [c for _, c in audio]),
     }
@@ -527,6 +578,12 @@ def corpus_figures(corpus: Corpus) -> dict:
         ),
         "keys": kinds,
         "audio_every_active_sub_fingerprint": key_figures(every_frame, corpus.groups),
+        # Not a lookup key since band pairs: how far the envelope's 14-bit SimHash bands are from uniform.
+        "envelope_single_bands": key_figures(
+            [envelope_band_keys(s.shift.envelope) if s.shift is not None else no_keys for s in corpus.signals],
+            corpus.groups,
+            positional=True,
+        ),
         "envelope_bands_shared": shared_band_figures(corpus.signals, corpus.groups),
     }
     postings = sum(kind["keys_per_utterance"] for kind in kinds.values())
@@ -578,7 +635,7 @@ def variant_figures(
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
-        "--quick", action="store_true", help="8 originals, the speech fixtures only, 6 variants, no speaker embeddings"
+        "--quick", action="store_true", help="8 originals, the speech fixtures only (no readings), 6 variants"
     )
     parser.add_argument("--originals", type=int, default=300)
     parser.add_argument("--seed", type=int, default=0, help="of the planted set's generator")
@@ -589,12 +646,13 @@ def main(argv: list[str] | None = None) -> None:
     folders = ESPEAK_FOLDERS[:1] if args.quick else ESPEAK_FOLDERS
     with stdout_to_stderr():
         started = time.perf_counter()
-        made, planted_sets = corpora(args.originals, args.seed, folders, speakers=not args.quick)
+        made, planted_sets = corpora(args.originals, args.seed, folders, with_readings=not args.quick)
         progress(f"signals of {sum(len(c.signals) for c in made)} utterances in {time.perf_counter() - started:.1f} s")
         figures: dict = {"corpora": {}}
         for corpus in made:
             figures["corpora"][corpus.name] = corpus_figures(corpus)
         today_keys = {name: corpus["keys"] for name, corpus in figures["corpora"].items()}
+        figures["uniform_keys_at_hours"] = uniform_reads(figures["corpora"]["synthetic"]["keys"])
         if args.variants or args.quick:
             figures["variants"] = {}
             today = None

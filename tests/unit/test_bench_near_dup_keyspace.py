@@ -78,3 +78,20 @@ def test_wider_audio_keys_use_todays_sampled_frames_and_a_copy_keeps_them():
     assert after[int(frames[0])] != before[int(frames[0])]
     untouched = set(before) - {int(frames[0]), int(frames[0]) + 1}
     assert all(after[frame] == before[frame] for frame in untouched)
+
+
+def test_positional_keys_count_a_key_pair_per_position():
+    keys = [np.array([1, 2], np.uint64), np.array([1, 3], np.uint64)]
+    anywhere = key_figures(keys, np.array([0, 1]))
+    per_position = key_figures(keys, np.array([0, 1]), positional=True)
+
+    assert anywhere["chance_per_key_pair"] == 1 / 4
+    assert per_position["chance_per_key_pair"] == 1 / 2
+
+
+def test_capping_audio_postings_and_one_run_per_level_never_read_more():
+    for hours in (10_000, 1_000_000):
+        reads = block_reads({"audio_sampled": (100.0, 0.01), "envelope_band_pairs": (276.0, 5e-4)}, hours, 400.0)
+        assert reads["gb_read_audio_postings_capped"] <= reads["gb_read_per_new_shard"]
+        assert reads["gb_read_audio_postings_capped_one_run_per_level"] <= reads["gb_read_audio_postings_capped"]
+    assert reads["mean_chance_postings_per_audio_key"] == round(0.01 / 100 * 1_000_000 * 680)
