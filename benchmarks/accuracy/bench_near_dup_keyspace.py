@@ -529,17 +529,35 @@ def corpora(
 
 
 def _fixture_signals(folder: Path, group_names: list[str]) -> list:
+    made = []
+    for path in sorted(folder.glob("*.flac")):
+        made.append(_file_signals(path, f"{folder.name}/{path.stem}"))
+        group_names.append(f"{folder.name}/{path.stem}")
+    return made
+
+
+def _file_signals(path: Path, utt_id: str):
     import soundfile as sf
 
     from speechdata.quality.near_duplicates import utterance_signals
 
-    made = []
-    for path in sorted(folder.glob("*.flac")):
-        samples, rate = sf.read(path, dtype="float32")
-        samples = samples.mean(axis=1) if samples.ndim > 1 else samples
-        made.append(utterance_signals("espeak", f"{folder.name}/{path.stem}", samples, rate, None))
-        group_names.append(f"{folder.name}/{path.stem}")
-    return made
+    samples, rate = sf.read(path, dtype="float32")
+    samples = samples.mean(axis=1) if samples.ndim > 1 else samples
+    return utterance_signals("speech", utt_id, samples, rate, None)
+
+
+SPEECH_SUFFIXES = (".flac", ".wav", ".ogg", ".mp3")
+
+
+def speech_folder_corpus(folder: Path) -> Corpus:
+    """Every audio file under ``folder`` (``--speech-dir``: a sample of one's own corpus), each file
+    unrelated to the others but those with the same samples. No two files should be copies of each
+    other: a copy's hits would count as chance."""
+    paths = sorted(p for p in folder.rglob("*") if p.suffix.lower() in SPEECH_SUFFIXES)
+    signals = [_file_signals(path, str(path.relative_to(folder))) for path in paths]
+    first_of: dict[str, int] = {}
+    groups = [first_of.setdefault(s.exact_hash, i) if s.exact_hash else i for i, s in enumerate(signals)]
+    return Corpus(f"speech_dir:{folder.name}", signals, np.array(groups))
 
 
 # The record
@@ -640,6 +658,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--originals", type=int, default=300)
     parser.add_argument("--seed", type=int, default=0, help="of the planted set's generator")
     parser.add_argument("--variants", action="store_true", help="also measure and decide with wider keys")
+    parser.add_argument(
+        "--speech-dir",
+        action="append",
+        default=[],
+        type=Path,
+        help="a folder of speech files (FLAC, WAV, Ogg, MP3; no two copies of each other) measured as a corpus of its own",
+    )
     args = parser.parse_args(argv)
     if args.quick:
         args.originals = 8
@@ -647,6 +672,7 @@ def main(argv: list[str] | None = None) -> None:
     with stdout_to_stderr():
         started = time.perf_counter()
         made, planted_sets = corpora(args.originals, args.seed, folders, with_readings=not args.quick)
+        made += [speech_folder_corpus(folder) for folder in args.speech_dir]
         progress(f"signals of {sum(len(c.signals) for c in made)} utterances in {time.perf_counter() - started:.1f} s")
         figures: dict = {"corpora": {}}
         for corpus in made:
@@ -671,6 +697,7 @@ def main(argv: list[str] | None = None) -> None:
             "seed": args.seed,
             "variants": args.variants,
             "espeak_folders": list(folders),
+            "speech_dirs": [str(folder) for folder in args.speech_dir],
         },
         figures,
     )

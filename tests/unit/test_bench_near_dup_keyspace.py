@@ -95,3 +95,22 @@ def test_capping_audio_postings_and_one_run_per_level_never_read_more():
         assert reads["gb_read_audio_postings_capped"] <= reads["gb_read_per_new_shard"]
         assert reads["gb_read_audio_postings_capped_one_run_per_level"] <= reads["gb_read_audio_postings_capped"]
     assert reads["mean_chance_postings_per_audio_key"] == round(0.01 / 100 * 1_000_000 * 680)
+
+
+def test_a_speech_folder_is_a_corpus_whose_files_are_unrelated_but_those_with_the_same_samples(tmp_path):
+    import soundfile as sf
+
+    from benchmarks.accuracy.bench_near_dup_keyspace import speech_folder_corpus
+
+    rng = np.random.default_rng(2)
+    tone = (0.3 * np.sin(np.linspace(0, 900, 16_000)) * rng.uniform(0.5, 1, 16_000)).astype(np.float32)
+    sf.write(tmp_path / "a.wav", tone, 16_000)
+    (tmp_path / "more").mkdir()
+    sf.write(tmp_path / "more" / "b.wav", tone, 16_000)  # the same samples in another folder
+    sf.write(tmp_path / "c.wav", rng.uniform(-0.3, 0.3, 16_000).astype(np.float32), 16_000)
+    (tmp_path / "notes.txt").write_text("not audio")
+
+    corpus = speech_folder_corpus(tmp_path)
+
+    assert [s.utt_id for s in corpus.signals] == ["a.wav", "c.wav", "more/b.wav"]
+    assert corpus.groups.tolist() == [0, 1, 0]
