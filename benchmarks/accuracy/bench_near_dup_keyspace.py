@@ -75,6 +75,8 @@ class Corpus:
     """:class:`~speechdata.quality.near_dup_matching.UtteranceSignals`, in index order."""
     groups: np.ndarray
     """int per utterance: utterances of one group are related (a pair within a group is no chance pair)."""
+    reliabilities: list
+    """Per utterance, its fingerprint bits' reliabilities (:func:`~speechdata.quality.fingerprint_audio.bit_reliabilities`)."""
 
 
 # Measuring keys
@@ -299,6 +301,46 @@ def stop_listed_audio_keys(stop_list: np.ndarray) -> Callable:
     return keys
 
 
+def soft_probes(signals, reliabilities: np.ndarray, step: int, bits: int, flips: int) -> np.ndarray:
+    """The sorted unique keys a soft-decision lookup probes: for every active frame n with a frame
+    n + ``step``, the key of ``wider_audio_keys(step, bits)`` with each subset of its ``flips`` least
+    reliable bits toggled, kept where the probed sub-fingerprint n is one the index samples."""
+    from speechdata.quality.near_dup_postings import _AUDIO_SALT, AUDIO_KEY_SAMPLING, _mix
+
+    values = signals.fingerprint.sub_fingerprints.astype(np.uint64)
+    frames = np.flatnonzero(signals.fingerprint.active)
+    frames = frames[frames + step < len(values)]
+    if len(frames) == 0:
+        return np.zeros(0, np.uint64)
+    wide = values[frames] | ((values[frames + step] & np.uint64((1 << bits) - 1)) << np.uint64(32))
+    reliability = np.concatenate([reliabilities[frames], reliabilities[frames + step][:, :bits]], axis=1)
+    weakest = np.argsort(reliability, axis=1, kind="stable")[:, :flips].astype(np.uint64)
+    probes = []
+    for subset in range(1 << flips):
+        toggled = wide.copy()
+        for flip in range(flips):
+            if subset >> flip & 1:
+                toggled ^= np.uint64(1) << weakest[:, flip]
+        sampled = _mix(toggled & np.uint64(0xFFFFFFFF)) % np.uint64(AUDIO_KEY_SAMPLING) == 0
+        probes.append(_mix(toggled[sampled] ^ _AUDIO_SALT))
+    return np.unique(np.concatenate(probes))
+
+
+def _probes_finding(probes: Sequence[np.ndarray], keys: Sequence[np.ndarray], groups: np.ndarray) -> int:
+    """Postings (``keys``) of unrelated utterances that each utterance's ``probes`` find, summed."""
+    every_key = np.concatenate(keys)
+    owner_group = np.repeat(groups, [len(k) for k in keys])
+    order = np.argsort(every_key, kind="stable")
+    every_key, owner_group = every_key[order], owner_group[order]
+    found = 0
+    for group, probed in zip(groups, probes, strict=True):
+        starts = np.searchsorted(every_key, probed, "left")
+        counts = np.searchsorted(every_key, probed, "right") - starts
+        hits = np.repeat(starts - np.cumsum(counts) + counts, counts) + np.arange(counts.sum())
+        found += int((owner_group[hits] != group).sum())
+    return found
+
+
 def band_triples(groups_of_bands: int) -> np.ndarray:
     """``[triples, 3]`` band numbers: every triple inside each of ``groups_of_bands`` equal groups of
     the 24 bands (1: all 2 024 triples)."""
@@ -334,6 +376,10 @@ class Variant:
     """Replaces ``near_dup_postings.envelope_keys``; a candidate then needs one shared key (three bands)."""
     probe_bits: int = 0
     """Keys alone: ``audio_keys`` of n + these bits of n+1, looked up with every value within one bit of them."""
+    soft_probe: tuple[int, int, int] | None = None
+    """Keys alone: ``(step, bits, flips)``: the index holds ``wider_audio_keys(step, bits)``; a lookup
+    probes every active frame's key with each subset of its ``flips`` least reliable bits toggled
+    (:func:`soft_probes`)."""
     decided: bool = True
 
 
@@ -366,6 +412,15 @@ def variants(corpora: Sequence[Corpus], quick: bool) -> list[Variant]:
             decided=False,
         )
     )
+    soft = ((2, 16, 4),) if quick else ((2, 16, 4), (2, 32, 4), (2, 32, 6))
+    made += [
+        Variant(
+            f"audio_n_and_{bits}_bits_of_n+{step}_probing_the_{flips}_least_reliable",
+            soft_probe=(step, bits, flips),
+            decided=False,
+        )
+        for step, bits, flips in soft
+    ]
     # A stop-list of the values most common in the corpora themselves: the most it could remove.
     every_key = np.concatenate([audio_keys_and_contexts(s)[0] for corpus in corpora for s in corpus.signals])
     values, counts = np.unique(every_key, return_counts=True)
@@ -396,6 +451,28 @@ def variant_key_figures(variant: Variant, corpus: Corpus) -> dict:
     if variant.envelope_keys is not None:
         keys = [variant.envelope_keys(s.shift.envelope) if s.shift else np.zeros(0, np.uint64) for s in corpus.signals]
         return key_figures(keys, corpus.groups, positional=True)
+    if variant.soft_probe is not None:
+        step, bits, flips = variant.soft_probe
+        indexed = wider_audio_keys(step, bits)
+        keys = [indexed(s.fingerprint.sub_fingerprints, s.fingerprint.active)[0] for s in corpus.signals]
+        probes = [
+            soft_probes(s, r, step, bits, flips) for s, r in zip(corpus.signals, corpus.reliabilities, strict=True)
+        ]
+        figures = key_figures(keys, corpus.groups)
+        chance = _probes_finding(probes, keys, corpus.groups)
+        lookups = float(np.mean([len(p) for p in probes]))
+        ordered_pairs = 2 * figures["unrelated_utterance_pairs"]
+        per_pair = chance / max(ordered_pairs, 1)
+        figures.update(
+            chance_postings=chance,
+            chance_per_utterance_pair=float(f"{per_pair:.4g}"),
+            effective_bits=round(
+                -math.log2(max(chance, 1) / max(ordered_pairs, 1) / max(lookups * figures["keys_per_utterance"], 1)), 1
+            ),
+            effective_bits_is_lower_bound=chance == 0,
+            lookups_per_utterance=round(lookups, 1),
+        )
+        return figures
     if variant.probe_bits:
         keys, low = [], []
         for s in corpus.signals:
@@ -418,9 +495,10 @@ def variant_key_figures(variant: Variant, corpus: Corpus) -> dict:
     return key_figures(keys, corpus.groups)
 
 
-def copies_sharing_no_key(variant: Variant, planted, signals) -> dict[str, int]:
+def copies_sharing_no_key(variant: Variant, planted, signals, reliabilities: Sequence) -> dict[str, int]:
     """Per transform, the planted copies whose original shares none of the variant's audio keys (a
-    probed key: today's key, with its probed bits within one bit)."""
+    probed key: today's key, with its probed bits within one bit; soft probes: any probe of the copy
+    is a key of the original)."""
     from speechdata.quality.near_dup_postings import sampled_audio_keys
 
     audio = variant.audio_keys if variant.audio_keys is not None and not variant.probe_bits else sampled_audio_keys
@@ -430,6 +508,13 @@ def copies_sharing_no_key(variant: Variant, planted, signals) -> dict[str, int]:
         if utterance.copy_of is None:
             continue
         pair = [signals[i], signals[index[utterance.copy_of]]]
+        if variant.soft_probe is not None:
+            probes = soft_probes(pair[0], reliabilities[i], *variant.soft_probe)
+            original = wider_audio_keys(*variant.soft_probe[:2])(
+                pair[1].fingerprint.sub_fingerprints, pair[1].fingerprint.active
+            )[0]
+            lost[utterance.transform] += not np.isin(probes, original).any()
+            continue
         keys = [audio(s.fingerprint.sub_fingerprints, s.fingerprint.active) for s in pair]
         if variant.probe_bits:
             low = [_probed_bits(s, frames, variant.probe_bits) for s, (_, frames) in zip(pair, keys, strict=True)]
@@ -497,53 +582,49 @@ def corpora(
     """The two corpora and the planted sets their signals came from (for deciding); the readings (with
     their speaker embeddings) only ``with_readings``."""
     from speechdata.quality.near_dup_planted import planted_readings, planted_set
-    from speechdata.quality.near_duplicates import utterance_signals
     from speechdata.quality.speakers import shipped_speaker_encoder
 
     planted = planted_set(originals, seed=seed, extended=True)
-    synthetic = [utterance_signals("synthetic", u.utt_id, u.samples, 24_000, u.text) for u in planted]
+    synthetic = [_measured("synthetic", u.utt_id, u.samples, 24_000, u.text) for u in planted]
     synthetic_groups = np.array([int(u.utt_id.rsplit("-", 1)[1]) for u in planted])
     readings = planted_readings(FIXTURES / "readings") if with_readings else []
     encoder = shipped_speaker_encoder() if with_readings else None
-    reading_signals = [
-        utterance_signals("readings", u.utt_id, u.samples, 24_000, u.text, lambda: encoder) for u in readings
-    ]
-    espeak = list(reading_signals)
+    espeak = [_measured("readings", u.utt_id, u.samples, 24_000, u.text, lambda: encoder) for u in readings]
     group_names = [u.utt_id.split("-")[1] for u in readings]
     for folder in espeak_folders:
-        espeak += _fixture_signals(FIXTURES / folder, group_names)
-    hashes: dict[str | None, str] = {}
-    for signals, name in zip(espeak, list(group_names), strict=True):
+        for path in sorted((FIXTURES / folder).glob("*.flac")):
+            espeak.append(_file_measured(path, f"{folder}/{path.stem}"))
+            group_names.append(f"{folder}/{path.stem}")
+    hashes: dict[str, str] = {}
+    for (signals, _), name in zip(espeak, group_names, strict=True):
         if signals.exact_hash is not None:  # the same samples in two folders: one group
             hashes.setdefault(signals.exact_hash, name)
-    names = [hashes.get(s.exact_hash, n) if s.exact_hash else n for s, n in zip(espeak, group_names, strict=True)]
+    names = [hashes.get(s.exact_hash, n) if s.exact_hash else n for (s, _), n in zip(espeak, group_names, strict=True)]
     numbered = {name: number for number, name in enumerate(dict.fromkeys(names))}
     made = [
-        Corpus("synthetic", synthetic, synthetic_groups),
-        Corpus("espeak", espeak, np.array([numbered[n] for n in names])),
+        Corpus("synthetic", [s for s, _ in synthetic], synthetic_groups, [r for _, r in synthetic]),
+        Corpus("espeak", [s for s, _ in espeak], np.array([numbered[n] for n in names]), [r for _, r in espeak]),
     ]
-    planted_sets = {"synthetic": (planted, synthetic)}
+    planted_sets = {"synthetic": (planted, made[0].signals)}
     if with_readings:
-        planted_sets["readings"] = (readings, reading_signals)
+        planted_sets["readings"] = (readings, made[1].signals[: len(readings)])
     return made, planted_sets
 
 
-def _fixture_signals(folder: Path, group_names: list[str]) -> list:
-    made = []
-    for path in sorted(folder.glob("*.flac")):
-        made.append(_file_signals(path, f"{folder.name}/{path.stem}"))
-        group_names.append(f"{folder.name}/{path.stem}")
-    return made
-
-
-def _file_signals(path: Path, utt_id: str):
-    import soundfile as sf
-
+def _measured(shard_id: str, utt_id: str, samples, rate: int, text: str | None, speakers=None) -> tuple:
+    """The utterance's signals, as the stage computes them, and its fingerprint bits' reliabilities."""
+    from speechdata.quality.fingerprint_audio import bit_reliabilities
     from speechdata.quality.near_duplicates import utterance_signals
 
+    signals = utterance_signals(shard_id, utt_id, samples, rate, text, speakers)
+    return signals, bit_reliabilities(samples, rate)
+
+
+def _file_measured(path: Path, utt_id: str) -> tuple:
+    import soundfile as sf
+
     samples, rate = sf.read(path, dtype="float32")
-    samples = samples.mean(axis=1) if samples.ndim > 1 else samples
-    return utterance_signals("speech", utt_id, samples, rate, None)
+    return _measured("speech", utt_id, samples.mean(axis=1) if samples.ndim > 1 else samples, rate, None)
 
 
 SPEECH_SUFFIXES = (".flac", ".wav", ".ogg", ".mp3")
@@ -554,10 +635,10 @@ def speech_folder_corpus(folder: Path) -> Corpus:
     unrelated to the others but those with the same samples. No two files should be copies of each
     other: a copy's hits would count as chance."""
     paths = sorted(p for p in folder.rglob("*") if p.suffix.lower() in SPEECH_SUFFIXES)
-    signals = [_file_signals(path, str(path.relative_to(folder))) for path in paths]
+    measured = [_file_measured(path, str(path.relative_to(folder))) for path in paths]
     first_of: dict[str, int] = {}
-    groups = [first_of.setdefault(s.exact_hash, i) if s.exact_hash else i for i, s in enumerate(signals)]
-    return Corpus(f"speech_dir:{folder.name}", signals, np.array(groups))
+    groups = [first_of.setdefault(s.exact_hash, i) if s.exact_hash else i for i, (s, _) in enumerate(measured)]
+    return Corpus(f"speech_dir:{folder.name}", [s for s, _ in measured], np.array(groups), [r for _, r in measured])
 
 
 # The record
@@ -624,8 +705,8 @@ def variant_figures(
             name: (k["keys_per_utterance"], k["chance_per_utterance_pair"])
             for name, k in today_keys[corpus.name].items()
         }
-        rates[kind] = (keys["keys_per_utterance"], keys["chance_per_utterance_pair"])
-        postings = sum(k for k, _ in rates.values())
+        postings = sum(k for k, _ in rates.values()) - rates[kind][0] + keys["keys_per_utterance"]
+        rates[kind] = (keys.get("lookups_per_utterance", keys["keys_per_utterance"]), keys["chance_per_utterance_pair"])
         figures[corpus.name] = {
             "keys": {k: keys[k] for k in keys if k not in ("unrelated_utterance_pairs",)},
             "index_bytes_per_utterance": round(postings * (28 + FILTER_BYTES_PER_POSTING)),
@@ -633,7 +714,10 @@ def variant_figures(
         }
     if variant.envelope_keys is None:
         planted, signals = planted_sets["synthetic"]
-        figures["copies_sharing_no_audio_key"] = copies_sharing_no_key(variant, planted, signals)
+        synthetic = next(corpus for corpus in made if corpus.name == "synthetic")
+        figures["copies_sharing_no_audio_key"] = copies_sharing_no_key(
+            variant, planted, signals, synthetic.reliabilities
+        )
     if variant.decided:
         for set_name, (planted, signals) in planted_sets.items():
             scored = decided(variant, planted, signals)

@@ -5,6 +5,7 @@ keys it measures (three-band keys inside groups, wider audio keys on today's fra
 from __future__ import annotations
 
 from itertools import combinations
+from types import SimpleNamespace
 
 import numpy as np
 
@@ -114,3 +115,43 @@ def test_a_speech_folder_is_a_corpus_whose_files_are_unrelated_but_those_with_th
 
     assert [s.utt_id for s in corpus.signals] == ["a.wav", "c.wav", "more/b.wav"]
     assert corpus.groups.tolist() == [0, 1, 0]
+
+
+def test_bit_reliabilities_are_the_distance_of_each_fingerprint_bit_from_its_threshold():
+    from speechdata.quality.fingerprint_audio import audio_fingerprint, bit_reliabilities
+
+    rng = np.random.default_rng(3)
+    samples = (rng.standard_normal(16_000) * np.hanning(16_000)).astype(np.float32)
+    fingerprint = audio_fingerprint(samples, 16_000)
+    reliabilities = bit_reliabilities(samples, 16_000)
+
+    assert reliabilities.shape == (fingerprint.frames, 32)
+    assert (reliabilities >= 0).all() and not reliabilities[0].any()
+    # a tiny change of the audio flips only bits that were close to their threshold
+    nudged = audio_fingerprint(samples + rng.standard_normal(16_000).astype(np.float32) * 0.01, 16_000)
+    differing = (fingerprint.sub_fingerprints ^ nudged.sub_fingerprints).view(np.uint8).reshape(-1, 4)
+    flipped = np.unpackbits(differing, axis=1, bitorder="little").astype(bool)
+    assert flipped.sum() >= 3
+    assert np.median(reliabilities[flipped]) < np.median(reliabilities[1:]) / 10
+
+
+def test_soft_probes_hold_the_exact_key_and_find_a_copy_whose_weakest_bit_flipped():
+    from benchmarks.accuracy.bench_near_dup_keyspace import soft_probes
+
+    rng = np.random.default_rng(4)
+    frames = 60
+    values = rng.integers(0, 2**32, frames, dtype=np.uint64).astype(np.uint32)
+    reliabilities = rng.uniform(1, 2, (frames, 32))
+    original = SimpleNamespace(fingerprint=SimpleNamespace(sub_fingerprints=values, active=np.ones(frames, bool)))
+    indexed, _ = wider_audio_keys(2, 16)(values, np.ones(frames, bool))
+
+    assert np.isin(indexed, soft_probes(original, reliabilities, 2, 16, 2)).all()
+    copy_values = values.copy()
+    reliabilities[:, 5] = 0.01  # bit 5 is every frame's least reliable: the copy flips it everywhere
+    copy_values ^= np.uint32(1 << 5)
+    copy = SimpleNamespace(fingerprint=SimpleNamespace(sub_fingerprints=copy_values, active=np.ones(frames, bool)))
+    copy_keys, _ = wider_audio_keys(2, 16)(copy_values, np.ones(frames, bool))
+    assert not np.isin(copy_keys, indexed).any()
+    # the key holds bit 5 twice (of n and of n+2): both are the two least reliable, toggled together
+    assert not np.isin(indexed, soft_probes(copy, reliabilities, 2, 16, 1)).any()
+    assert np.isin(indexed, soft_probes(copy, reliabilities, 2, 16, 2)).all()
