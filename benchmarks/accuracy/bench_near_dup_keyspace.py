@@ -27,13 +27,14 @@ computed for a corpus of 10^4, 10^5 and 10^6 hours (:data:`UTTERANCES_PER_HOUR`)
 per new utterance, and the blocks a new shard of 1 000 utterances reads (:func:`block_reads`).
 
 Variants (``--variants``): wider audio keys (the sampled sub-fingerprint n with the low ``b`` bits of
-n+1 or n+2, looked up exactly; or with a probe of every value within one bit of them), a stop-list of
-the most common values, and envelope keys of three bands (all 2 024 triples, or the triples inside 3
+n+1 or n+2, looked up exactly; or with a probe of every value within one bit of them; or, Haitsma
+and Kalker's soft decision, every active frame's key probed with its least reliable bits toggled), a
+stop-list of the most common values, and envelope keys of three bands (all 2 024 triples, or the triples inside 3
 groups of 8 or 2 groups of 12 bands). For each: keys and index bytes per utterance, the chance
 figures above, and the precision and recall per transform that today's decision procedure
 (:func:`~speechdata.quality.near_dup_matching.find_representatives`) reaches with those keys on the
 extended planted set and the readings, all signals and audio alone, and how many decisions differ
-from today's keys. The probe and stop-list variants are measured on the keys alone (chance figures,
+from today's keys. The probe, soft-decision and stop-list variants are measured on the keys alone (chance figures,
 and the copies whose original shares no key), not decided.
 """
 
