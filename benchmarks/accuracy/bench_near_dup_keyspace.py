@@ -580,12 +580,13 @@ def _audio_transforms() -> tuple[str, ...]:
 def corpora(
     originals: int, seed: int, espeak_folders: Sequence[str], with_readings: bool = True
 ) -> tuple[list[Corpus], dict]:
-    """The two corpora and the planted sets their signals came from (for deciding); the readings (with
-    their speaker embeddings) only ``with_readings``."""
+    """The two corpora and the planted sets their signals came from (for deciding). Only
+    ``with_readings``: the readings (with their speaker embeddings) and the extended planted set
+    (tempo and pitch copies, made by librosa's phase vocoder: seconds to import and run)."""
     from speechdata.quality.near_dup_planted import planted_readings, planted_set
     from speechdata.quality.speakers import shipped_speaker_encoder
 
-    planted = planted_set(originals, seed=seed, extended=True)
+    planted = planted_set(originals, seed=seed, extended=with_readings)
     synthetic = [_measured("synthetic", u.utt_id, u.samples, 24_000, u.text) for u in planted]
     synthetic_groups = np.array([int(u.utt_id.rsplit("-", 1)[1]) for u in planted])
     readings = planted_readings(FIXTURES / "readings") if with_readings else []
@@ -738,7 +739,9 @@ def variant_figures(
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
-        "--quick", action="store_true", help="8 originals, the speech fixtures only (no readings), 6 variants"
+        "--quick",
+        action="store_true",
+        help="8 originals (not the extended set), the speech fixtures only (no readings), 7 variants",
     )
     parser.add_argument("--originals", type=int, default=300)
     parser.add_argument("--seed", type=int, default=0, help="of the planted set's generator")
