@@ -13,7 +13,11 @@ Corpora (the utterances' signals computed as the stage computes them, ``utteranc
   ``extended=True``): ``--originals`` originals, a copy and a look-alike of each;
 - ``espeak``: the espeak-ng fixtures (``tests/fixtures/{speech,demo_speech,quality_speech,
   synthesized_speech}``, 4 languages, many voices) and the readings (``tests/fixtures/readings``:
-  three sentences, several voices, with their planted copies).
+  three sentences, several voices, with their planted copies);
+- ``speech_dir:<name>`` for each ``--speech-dir DIR``: every speech file under DIR, none a copy of
+  another (a sample of a real corpus gives that corpus's rates).
+
+``--quick`` (the smoke test): 8 originals of the plain planted set, the ``speech`` fixtures, no readings.
 
 An utterance *pair* counts as unrelated unless both belong to one planted group (an original, its copy
 and its look-alike; the readings of one sentence) or hash the same. Per key kind, per corpus:
@@ -29,13 +33,13 @@ per new utterance, and the blocks a new shard of 1 000 utterances reads (:func:`
 Variants (``--variants``): wider audio keys (the sampled sub-fingerprint n with the low ``b`` bits of
 n+1 or n+2, looked up exactly; or with a probe of every value within one bit of them; or, Haitsma
 and Kalker's soft decision, every active frame's key probed with its least reliable bits toggled), a
-stop-list of the most common values, and envelope keys of three bands (all 2 024 triples, or the triples inside 3
-groups of 8 or 2 groups of 12 bands). For each: keys and index bytes per utterance, the chance
+stop-list of the most common values, and envelope keys of three bands (all 2 024 triples, or the
+triples inside 3 groups of 8 or 2 groups of 12 bands). For each: keys and index bytes per utterance, the chance
 figures above, and the precision and recall per transform that today's decision procedure
 (:func:`~speechdata.quality.near_dup_matching.find_representatives`) reaches with those keys on the
 extended planted set and the readings, all signals and audio alone, and how many decisions differ
-from today's keys. The probe, soft-decision and stop-list variants are measured on the keys alone (chance figures,
-and the copies whose original shares no key), not decided.
+from today's keys. The probe, soft-decision and stop-list variants are measured on the keys alone
+(chance figures, and the copies whose original shares no key), not decided.
 """
 
 from __future__ import annotations
