@@ -56,8 +56,13 @@ smaller one still due (docs/near-duplicates.md, Merges). Shards keep committing 
 takes the index lock only for its switch. Killed, it leaves the index usable; run it again.
 A line before and after each merge on stderr (unless --quiet), a summary on stdout."""
 
+COMPACT_EPILOG = """examples:
+  speechdata near-duplicates compact                       # every due merge
+  speechdata near-duplicates compact --max-merges 1 --quiet"""
+
 EPILOG = """examples:
   speechdata near-duplicates batch                         # every shard with normalized audio
+  speechdata near-duplicates compact                       # the index's merges too large for a shard's run
   speechdata near-duplicates batch --matching 'yodas-*' --ray-address ray://head:10001
   speechdata near-duplicates batch --min-transcript-jaccard 0.9 --signals-from index"""
 
@@ -135,6 +140,7 @@ def register(subparsers) -> None:
         "compact",
         help="run the index's due merges (those too large for a shard's run), with progress",
         description=COMPACT_DESCRIPTION,
+        epilog=COMPACT_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     compact.add_argument(
