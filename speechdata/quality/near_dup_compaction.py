@@ -30,7 +30,7 @@ from speechdata.quality.near_dup_order_directory import read_directory
 
 INLINE_MERGE_LEVEL_ENV = "SPEECHDATA_NEAR_DUP_INLINE_MERGE_LEVEL"
 DEFAULT_INLINE_MERGE_LEVEL = 2
-"""The highest level a shard's own run creates: L2 holds 64 shards' postings (about 0.8 GB for shards
+"""The highest level a shard's own run creates: L2 holds 64 shards' postings (about 0.83 GB for shards
 of 1 000 utterances), written once per 64 shards, so the demo and corpora up to 511 shards (about
 750 h of 1.5 h shards) stay fully compacted with no job at all, and no shard's run ever rewrites more."""
 
