@@ -17,6 +17,7 @@ change); each path runs its ``--new-shards`` consecutive shards (the same synthe
 of their utterances copies) through the stage's order (reserve, look up, wait, decide, commit,
 compact) in a fresh process, recording each shard's wall, CPU and bytes written (the process's
 ``wchar``); the bounded path then runs the compaction job. Both paths' decisions are compared.
+Then the compaction sensor's check, timed on shard lists of ``--sensor-shards`` shards.
 """
 
 from __future__ import annotations
@@ -121,6 +122,42 @@ def _summary(shards: list[dict]) -> dict:
     }
 
 
+def measure_sensor_check(url: str, listed: int, results) -> None:
+    """The sensor's check (:func:`merges_due_above`) on a shard list of ``listed`` committed shards
+    mapped to segments as tiered compaction leaves them, then 8 L2 segments of 64 shards each (an L3
+    merge due, above the default inline level; no segment files: the check opens none), with 40
+    records after the snapshot (commits of new shards at the end); the median of 9, ms."""
+    from benchmarks.corpus.bench_near_duplicates_order import _listed
+    from speechdata.io.storage import DataRoot
+    from speechdata.quality import near_dup_index_order as order
+    from speechdata.quality.near_dup_compaction import merges_due_above
+    from speechdata.quality.near_dup_order_directory import read_directory
+    from speechdata.quality.near_dup_order_fold import _append
+
+    root = DataRoot(url)
+    rows = _listed(listed)
+    rows += [
+        order.IndexedShard(
+            p, f"shard-{p:07d}", f"{p:016x}", 1_000, order.COMMITTED, f"L2-{listed + (p - listed) // 64:016x}.seg"
+        )
+        for p in range(listed, listed + 8 * 64)
+    ]
+    order._write_state(root, rows)
+    for number in range(40):
+        position = len(rows) + number
+        row = order.IndexedShard(
+            position, f"new-{position:07d}", f"{position:016x}", 1_000, order.COMMITTED, f"L0-{position:016x}.seg"
+        )
+        _append(root, read_directory(root), [row])
+    seconds = []
+    for _ in range(9):
+        started = time.perf_counter()
+        due = merges_due_above(root)
+        seconds.append(time.perf_counter() - started)
+    results["check_ms"] = round(statistics.median(seconds) * 1000, 2)
+    results["due_above_inline"] = [f"L{merge.level} ({merge.waiting})" for merge in due]
+
+
 def _build(url, shards, utterances, results):
     started = time.perf_counter()
     build_index(url, shards, utterances)
@@ -134,9 +171,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--utterances", type=int, default=100, help="per shard, indexed and new")
     parser.add_argument("--new-shards", type=int, default=12, help="consecutive new shards per path")
     parser.add_argument("--scratch", default=None, help="folder for the index and its copies (default: the temp dir)")
+    parser.add_argument(
+        "--sensor-shards", type=int, nargs=2, default=(100, 100_000), help="shard lists the sensor's check is timed on"
+    )
     args = parser.parse_args(argv)
     if args.quick:
-        args.level, args.utterances, args.new_shards = 1, 4, 4
+        args.level, args.utterances, args.new_shards, args.sensor_shards = 1, 4, 4, (100, 2_000)
     indexed = 8 ** (args.level + 1) - 1
     paths = {}
     with stdout_to_stderr(), tempfile.TemporaryDirectory(prefix="ndcompact-", dir=args.scratch) as folder:
@@ -146,7 +186,13 @@ def main(argv: list[str] | None = None) -> None:
             subprocess.run(["cp", "-al", f"{folder}/built", f"{folder}/{path}"], check=True)
             paths[path] = in_fresh_process(run_path, f"{folder}/{path}", args.utterances, args.new_shards, max_level)
             paths[path].update(_summary(paths[path]["shards"]))
+        sensor = {
+            listed: in_fresh_process(measure_sensor_check, f"{folder}/listed-{listed}", listed)
+            for listed in args.sensor_shards
+        }
+        progress(f"the sensor's check: {sensor}")
     baseline, bounded = paths[BASELINE], paths[BOUNDED]
+    small, large = args.sensor_shards
     emit(
         "near_duplicates_compaction",
         {
@@ -162,6 +208,8 @@ def main(argv: list[str] | None = None) -> None:
             "worst_wall_bounded_over_baseline": ratio(bounded["worst_wall_s"], baseline["worst_wall_s"]),
             "worst_written_bounded_over_baseline": ratio(bounded["worst_written_mb"], baseline["worst_written_mb"]),
             "decisions_identical": baseline["decisions_sha256"] == bounded["decisions_sha256"],
+            "sensor_check": {str(listed): figures for listed, figures in sensor.items()},
+            "sensor_check_growth": ratio(sensor[large]["check_ms"], sensor[small]["check_ms"]),
         },
     )
 
