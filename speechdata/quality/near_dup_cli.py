@@ -54,7 +54,7 @@ COMPACT_DESCRIPTION = """Run the near-duplicate index's due merges, lowest level
 a shard's own run (creating a level above $SPEECHDATA_NEAR_DUP_INLINE_MERGE_LEVEL, default 2), and any
 smaller one still due (docs/near-duplicates.md, Merges). Shards keep committing meanwhile: each merge
 takes the index lock only for its switch. Killed, it leaves the index usable; run it again.
-A line before and after each merge on stderr (unless --quiet), a summary on stdout."""
+A line before and after each merge on stderr (on a terminal), a summary on stdout."""
 
 COMPACT_EPILOG = """examples:
   speechdata near-duplicates compact                       # every due merge
@@ -207,8 +207,7 @@ def run_batch(args: argparse.Namespace) -> int:
 
 
 def run_compact(args: argparse.Namespace) -> int:
-    # A line per merge, not a bar: useful in a job's log too, so printed unless --quiet.
-    quiet = args.quiet
+    quiet = not progress_enabled(args.quiet)
     try:
         root = data_root_from_args(args, what="near-duplicates compact")
         summary = compact_pending(

@@ -303,8 +303,8 @@ def compact_index(
 
 
 def _due_merge(lowest: dict[str, int], max_level: int | None = None) -> tuple[int, list[str]] | None:
-    """``(level, the FANOUT earliest segments of it)`` for the lowest level that has that many (below
-    ``max_level``); ``lowest``: each live segment's lowest position."""
+    """``(level, the FANOUT earliest segments of it)`` for the lowest level that has that many (if
+    the merge creates at most ``max_level``); ``lowest``: each live segment's lowest position."""
     by_level: dict[int, list[str]] = defaultdict(list)
     for name in lowest:
         by_level[_level(name)].append(name)

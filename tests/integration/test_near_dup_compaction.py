@@ -100,9 +100,12 @@ def test_decisions_are_the_same_bytes_with_merges_inline_or_in_the_compaction_jo
             assert [due.level for due in merges_due_above(bounded)] == [1]
             assert compact_pending(bounded, max_merges=1).merges[0].level == 1
     assert [(due.level, due.waiting) for due in merges_due_above(bounded)] == [(1, 2)]
-    assert cli.run(["near-duplicates", "compact", "--data-root", bounded.root]) == 0
-    out, err = capsys.readouterr()
-    assert "merging 2 L1 segments" in err and "into one of L2" in err and "nothing more is due" in out
+    lines = []
+    summary = compact_pending(bounded, max_merges=1, on_progress=lines.append)
+    assert lines[0].startswith("merging 2 L1 segments (") and lines[0].endswith("MB) into one of L2")
+    assert lines[1].startswith("merged into L2-") and [m.level for m in summary.merges] == [1]
+    assert cli.run(["near-duplicates", "compact", "--data-root", bounded.root]) == 0  # the rest
+    assert "1 L2->L3" in (out := capsys.readouterr().out) and "nothing more is due" in out
     assert not merges_due(bounded) and levels(bounded) == ["L3"]
 
     assert decision_files(bounded, SHARDS) == decision_files(inline, SHARDS)
