@@ -187,16 +187,17 @@ def cap_postings(postings: np.ndarray) -> np.ndarray:
 
 def uncertain_capped_keys(postings: np.ndarray, stale: np.ndarray, after: np.ndarray | None = None) -> np.ndarray:
     """The sampled audio keys whose count before a bound one segment cannot give: ``postings`` (the
-    segment's postings of some keys, sorted by key, owner, frame) hold the cap of them, none at or
-    after the bound (``after``, bool per posting; None: no bound), and some of those are ``stale``
-    (bool per posting: a shard the segment no longer counts for). Left out, the stale ones leave
-    fewer than the cap, and the postings the cap dropped may have counted. Sorted unique."""
+    segment's postings of some keys, sorted by key, owner, frame) hold exactly the cap of them, none
+    at or after the bound (``after``, bool per posting; None: no bound), and some of those are
+    ``stale`` (bool per posting: a shard the segment no longer counts for). Left out, the stale ones
+    leave fewer than the cap, and the postings the cap dropped may have counted. (More than the cap:
+    a segment written before the cap, which holds them all.) Sorted unique."""
     capped = capped_postings_mask(postings)
     keys = postings["key"][capped]
     if len(keys) == 0 or not stale[capped].any():
         return np.empty(0, np.uint64)
-    full = sorted_unique(keys[_ranks_in_key(keys) >= key_posting_cap() - 1])
-    uncertain = np.intersect1d(full, keys[stale[capped]])
+    values, counts = np.unique(keys, return_counts=True)
+    uncertain = np.intersect1d(values[counts == key_posting_cap()], keys[stale[capped]])
     if after is not None:
         uncertain = np.setdiff1d(uncertain, keys[after[capped]])
     return uncertain
