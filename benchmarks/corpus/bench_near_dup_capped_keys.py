@@ -8,19 +8,21 @@ although a key with more than ``MAX_KEY_OCCURRENCES`` earlier postings never vot
 costs at most ``(MAX_KEY_OCCURRENCES + 1) / 256`` blocks more than its first per segment.
 
 The index is synthetic (``bench_near_duplicates_index.synthetic_signals``) except its audio: every
-sub-fingerprint is drawn from a pool of ``2^--pool-bits`` values (16: the synthetic corpus's 15.8
-effective bits; 21: espeak-ng's 20.7), so each sampled key holds about ``indexed audio keys / 2^(bits
-- 1)`` postings, as a key of speech does. At the few hundred thousand utterances that fit in minutes
-on this machine a key holds fewer postings than a 100 000-hour corpus gives it, so the cap is
-lowered with them (``--max-occurrences``, the vote's ``MAX_KEY_OCCURRENCES`` too): the ratio of a
-key's postings per segment to the cap is the one that decides what capping saves. Both indexes are
-built the same (``write_index``: the shards in order, merged 8 at a time), one with capped segments,
-one without; a new shard (a tenth of it copies of indexed utterances) then goes through each with
-the stage's path (reserve, read the postings of its keys and the entries they name, decide, commit)
-in a fresh process: the segment bytes and blocks it read, the postings, its CPU and wall time. The
-decisions must be the same. Beside them, what the keyspace model (:func:`modelled_blocks`: per
-live segment, a key present reads a block, one more per 256 postings read; absent, a filter's
-false positive) computes for the same segments, uncapped and capped.
+sub-fingerprint is drawn from a pool of ``2^--pool-bits`` values, so each sampled key holds about
+``indexed audio keys / 2^(bits - 1)`` postings, as a key of speech does. What capping saves depends
+on a key's postings per segment against the cap (and against a block's 256), and a 16-21-bit key
+reaches thousands of postings only at 10^4-10^5 hours; the few tens of thousands of utterances that
+fit in minutes on this machine reach them with a smaller pool: ``2^10`` values give a key about
+3 200 postings in 64 shards of 200 utterances (an espeak-like key at ~75 000 h, a synthetic-like one
+at ~2 000 h), ``2^12`` about 800 (espeak-like at ~19 000 h). The cap is the stage's own
+(``MAX_KEY_OCCURRENCES``), unless ``--max-occurrences`` lowers it (and the vote's limit with it).
+Both indexes are built the same (``write_index``: the shards in order, merged 8 at a time), one
+with capped segments, one without; a new shard (a tenth of it copies of indexed utterances) then
+goes through each with the stage's path (reserve, read the postings of its keys and the entries they
+name, decide, commit) in the same fresh process: the segment bytes and blocks it read, the postings,
+its CPU and wall time. The decisions must be the same. Beside them, what the keyspace model
+(:func:`modelled_blocks`: per live segment, a key present reads a block, one more per 256 postings
+read; absent, a filter's false positive) computes for the same segments, uncapped and capped.
 """
 
 from __future__ import annotations
@@ -38,11 +40,12 @@ from benchmarks.report import emit, progress, ratio, stdout_to_stderr
 BLOCK_BYTES = 256 * 28
 
 
-def _limits(max_occurrences: int, capped: bool) -> None:
-    """The vote's and the segments' limits in this (fresh) process."""
+def _limits(max_occurrences: int | None, capped: bool) -> None:
+    """The vote's and the segments' limits in this (fresh) process (None: the stage's)."""
     from speechdata.quality import near_dup_matching, near_dup_postings
 
-    near_dup_matching.MAX_KEY_OCCURRENCES = max_occurrences
+    if max_occurrences is not None:
+        near_dup_matching.MAX_KEY_OCCURRENCES = max_occurrences
     if not capped:
         near_dup_postings.key_posting_cap = lambda: 1 << 62
 
@@ -66,7 +69,9 @@ def _pool(bits: int) -> np.ndarray:
     return np.random.default_rng(bits).choice(2**32, 2**bits, replace=False).astype(np.uint32)
 
 
-def _build(url: str, shards: int, utterances: int, bits: int, max_occurrences: int, capped: bool, results) -> None:
+def _build(
+    url: str, shards: int, utterances: int, bits: int, max_occurrences: int | None, capped: bool, results
+) -> None:
     from speechdata.io.storage import DataRoot
     from speechdata.quality.near_dup_index import write_index
     from speechdata.quality.near_dup_matching import Decision
@@ -85,7 +90,9 @@ def _build(url: str, shards: int, utterances: int, bits: int, max_occurrences: i
     results["build_s"] = round(time.perf_counter() - started, 1)
 
 
-def _build_and_measure(url: str, shards: int, utterances: int, bits: int, max_occurrences: int, capped: bool, results):
+def _build_and_measure(
+    url: str, shards: int, utterances: int, bits: int, max_occurrences: int | None, capped: bool, results
+):
     """Both in one fresh process: the measurement's own figures are taken around the new shard only."""
     _build(url, shards, utterances, bits, max_occurrences, capped, results)
     _measure(url, utterances, bits, max_occurrences, capped, results)
@@ -104,7 +111,7 @@ def _new_shard(root, utterances: int, bits: int):
     return [pooled[n] if n % 10 else signals[n] for n in range(len(signals))]
 
 
-def _measure(url: str, utterances: int, bits: int, max_occurrences: int, capped: bool, results) -> None:
+def _measure(url: str, utterances: int, bits: int, max_occurrences: int | None, capped: bool, results) -> None:
     from speechdata.io.storage import DataRoot
     from speechdata.quality.near_dup_index import (
         IndexReader,
@@ -174,12 +181,17 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--quick", action="store_true", help="indexes of 2 and 4 shards of 30 utterances")
     parser.add_argument("--shards", type=int, nargs=2, default=(16, 64), help="the two index sizes")
     parser.add_argument("--utterances", type=int, default=200, help="per shard, and in the new shard")
-    parser.add_argument("--pool-bits", type=int, nargs="+", default=[16, 19], help="2^bits sub-fingerprint values")
-    parser.add_argument("--max-occurrences", type=int, default=4, help="the vote's limit (the cap: one more)")
+    parser.add_argument("--pool-bits", type=int, nargs="+", default=[10, 12], help="2^bits sub-fingerprint values")
+    parser.add_argument(
+        "--max-occurrences", type=int, default=None, help="the vote's limit (the cap: one more); default the stage's"
+    )
     args = parser.parse_args(argv)
     if args.quick:
         args.shards, args.utterances, args.pool_bits, args.max_occurrences = (2, 4), 30, [12], 3
+    from speechdata.quality.near_dup_matching import MAX_KEY_OCCURRENCES
     from speechdata.quality.near_dup_postings import AUDIO_KEY_SAMPLING
+
+    cap = MAX_KEY_OCCURRENCES if args.max_occurrences is None else args.max_occurrences
 
     per_pool: dict = {}
     with stdout_to_stderr(), tempfile.TemporaryDirectory(prefix="bench-near-dup-capped-") as folder:
@@ -211,7 +223,7 @@ def main(argv: list[str] | None = None) -> None:
                 keys = (new_keys, args.utterances * 309)
                 figures["modelled_blocks"] = {
                     "uncapped": modelled_blocks(records, audio_share, pool_keys, keys, None),
-                    "capped": modelled_blocks(records, audio_share, pool_keys, keys, args.max_occurrences + 1),
+                    "capped": modelled_blocks(records, audio_share, pool_keys, keys, cap + 1),
                 }
                 for layout in ("uncapped", "capped"):
                     figures[layout]["live_segments"] = len(figures[layout]["live_segments"])
@@ -223,7 +235,7 @@ def main(argv: list[str] | None = None) -> None:
             "shards": list(args.shards),
             "utterances": args.utterances,
             "pool_bits": args.pool_bits,
-            "max_occurrences": args.max_occurrences,
+            "max_occurrences": cap,
         },
         per_pool,
     )
