@@ -36,6 +36,7 @@ from speechdata.quality.near_dup_postings import (
     DamagedSegment,
     SegmentHeader,
     SegmentShard,
+    block_ranges,
     lookup_segment,
     position_of,
     rank_of,
@@ -67,8 +68,9 @@ class IndexReader:
     header; a part is read only where a segment holds a different number of its shards than the
     summary maps there (a shard re-indexed elsewhere since). Counts what it read
     (``postings_read``, ``rows_read`` with ``entries_fetched`` the utterances they were read for,
-    ``filter_bytes_read``, ``segment_bytes_read``, ``parts_read``). A key a segment's
-    filter rules out reads nothing of that segment.
+    ``filter_bytes_read``, ``segment_bytes_read``, ``parts_read``, ``blocks_read`` with
+    ``blocks_read_by_chance`` those read only for keys a filter let through that the segment does
+    not hold). A key a segment's filter rules out reads nothing of that segment.
 
     :meth:`prefetch` then :meth:`settle` let a shard read the postings of its keys from what is
     committed while shards reserved before it are still deciding, and then read only the segments
@@ -84,6 +86,8 @@ class IndexReader:
         self.filter_bytes_read = 0
         self.segment_bytes_read = 0
         self.entries_fetched = 0
+        self.blocks_read = 0
+        self.blocks_read_by_chance = 0
         self._keys: np.ndarray | None = None
         self._probe: tuple[np.ndarray, KeyProbe] | None = None
         """The last keys looked up and their filter probe, made once for every segment."""
@@ -165,12 +169,20 @@ class IndexReader:
                 counted = _CountingHandle(handle)
                 header, postings = lookup_segment(counted, relative, present)
             self.segment_bytes_read += counted.bytes_read
+            self._count_blocks(header, present, postings)
         except FileNotFoundError as exc:
             raise IndexDamaged(f"segment {relative} is missing") from exc
         except DamagedSegment as exc:
             raise IndexDamaged(str(exc)) from exc
         self.postings_read += len(postings)
         return header, postings
+
+    def _count_blocks(self, header: SegmentHeader, present: np.ndarray, postings: np.ndarray) -> None:
+        """Blocks read for the keys the filter let through, and of them those no key held needed."""
+        read = sum(end - first for first, end in block_ranges(header.fences, present))
+        needed = sum(end - first for first, end in block_ranges(header.fences, sorted_unique(postings["key"])))
+        self.blocks_read += read
+        self.blocks_read_by_chance += read - needed
 
     def _owners_in(self, name: str, header: SegmentHeader) -> np.ndarray:
         """The positions whose postings in segment ``name`` count: committed before the reader's
