@@ -179,7 +179,9 @@ class FilterBuilder:
         self.hashes = HASHES
         self._file = tempfile.TemporaryFile()  # noqa: SIM115 - closed by finish()
         self._file.truncate(self.lines * LINE_BYTES)
-        self._bits = np.memmap(self._file, np.uint64, "r+", shape=(self.lines, LINE_WORDS))
+        # A plain array over the mapped file: ``np.bitwise_or.at`` on the ``np.memmap`` subclass took
+        # about 4x as long (0.29 s against 0.06 s for a new shard's 3 M bits, measured).
+        self._bits = np.asarray(np.memmap(self._file, np.uint64, "r+", shape=(self.lines, LINE_WORDS)))
 
     def add(self, keys: np.ndarray) -> None:
         for start in range(0, len(keys), ADD_CHUNK):

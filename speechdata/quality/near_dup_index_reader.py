@@ -86,8 +86,8 @@ class IndexReader:
         self.filter_bytes_read = 0
         self.segment_bytes_read = 0
         self.entries_fetched = 0
-        self.blocks_read = 0
-        self.blocks_read_by_chance = 0
+        self._looked_up: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+        """Per segment read: its fences, the keys its filter let through, the keys of the postings found."""
         self._keys: np.ndarray | None = None
         self._probe: tuple[np.ndarray, KeyProbe] | None = None
         """The last keys looked up and their filter probe, made once for every segment."""
@@ -169,7 +169,7 @@ class IndexReader:
                 counted = _CountingHandle(handle)
                 header, postings = lookup_segment(counted, relative, present)
             self.segment_bytes_read += counted.bytes_read
-            self._count_blocks(header, present, postings)
+            self._looked_up.append((header.fences, present, postings["key"]))
         except FileNotFoundError as exc:
             raise IndexDamaged(f"segment {relative} is missing") from exc
         except DamagedSegment as exc:
@@ -177,12 +177,18 @@ class IndexReader:
         self.postings_read += len(postings)
         return header, postings
 
-    def _count_blocks(self, header: SegmentHeader, present: np.ndarray, postings: np.ndarray) -> None:
-        """Blocks read for the keys the filter let through, and of them those no key held needed."""
-        read = sum(end - first for first, end in block_ranges(header.fences, present))
-        needed = sum(end - first for first, end in block_ranges(header.fences, sorted_unique(postings["key"])))
-        self.blocks_read += read
-        self.blocks_read_by_chance += read - needed
+    @property
+    def blocks_read(self) -> int:
+        """Blocks read from the segments (counted when asked: a figure, not on a lookup's path)."""
+        return sum(_blocks(fences, keys) for fences, keys, _ in self._looked_up)
+
+    @property
+    def blocks_read_by_chance(self) -> int:
+        """Of :attr:`blocks_read`, those read only for keys a filter let through that the segment
+        does not hold (its false positives)."""
+        return sum(
+            _blocks(fences, keys) - _blocks(fences, sorted_unique(found)) for fences, keys, found in self._looked_up
+        )
 
     def _owners_in(self, name: str, header: SegmentHeader) -> np.ndarray:
         """The positions whose postings in segment ``name`` count: committed before the reader's
@@ -260,3 +266,7 @@ class IndexReader:
             for owner, row in zip(wanted, rows, strict=True):
                 fetched[owner] = _parse_entry(shard_id, row)
         return fetched
+
+
+def _blocks(fences: np.ndarray, keys: np.ndarray) -> int:
+    return sum(end - first for first, end in block_ranges(fences, keys))
