@@ -55,17 +55,27 @@ def _filter_relative(segment: str) -> str:
 
 
 def _write_level0(
-    data_root: DataRoot, shard_id: str, position: int, version: str, signals, postings: np.ndarray | None = None
+    data_root: DataRoot,
+    shard_id: str,
+    position: int,
+    version: str,
+    signals,
+    postings: np.ndarray | None = None,
+    *,
+    rewrite: bool = False,
 ) -> str:
     """The shard's level-0 segment, its key filter written first (a segment never lacks one for long:
     a run killed between the two leaves a filter no segment names, removed once old). ``postings``:
-    :func:`~.near_dup_postings.index_keys` of ``signals`` at ``position``, when built already."""
+    :func:`~.near_dup_postings.index_keys` of ``signals`` at ``position``, when built already.
+    ``rewrite``: written even where a file of that name is there (the same bytes, a new file), so
+    that a killed run's copy, perhaps nearly an hour old, is not taken for an orphan and removed
+    before the commit that names it."""
     postings = index_keys(signals, position) if postings is None else postings
     content = segment_bytes(postings, 0, [SegmentShard(position, shard_id, version)])
     name = segment_name(content, 0)
-    if not data_root.exists(_filter_relative(name)):
+    if rewrite or not data_root.exists(_filter_relative(name)):
         data_root.write_bytes(_filter_relative(name), filter_bytes(postings["key"], name))
-    if not data_root.exists(_segment_relative(name)):
+    if rewrite or not data_root.exists(_segment_relative(name)):
         data_root.write_bytes(_segment_relative(name), content)
     return name
 
@@ -108,7 +118,9 @@ def commit_shard_entries(
     planned = IndexedShard(reservation.position, reservation.shard_id, version, len(signals), COMMITTED)
     written = None
     if not _committed_as(data_root, planned):
-        written = _write_level0(data_root, reservation.shard_id, reservation.position, version, signals, postings)
+        written = _write_level0(
+            data_root, reservation.shard_id, reservation.position, version, signals, postings, rewrite=True
+        )
     with corpus_index_lock(data_root, timeout_s=timeout_s, run_id=run_id, holder_finished=holder_finished):
         head = _read_head(data_root, reservation.shard_id)
         mine = head.mine

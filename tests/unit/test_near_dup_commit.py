@@ -5,7 +5,9 @@ ever names is removed once old. Its postings are built once and give the same de
 ones the decision and the commit built for themselves."""
 
 import contextlib
+import os
 import shutil
+import time
 
 import numpy as np
 import pytest
@@ -116,6 +118,33 @@ def test_a_run_killed_between_its_level0_segment_and_its_commit_reruns_to_the_cl
     left = set(segment_files(killed)) - before
     assert len(left) == 2 and "new" not in {s.shard_id for s in read_order(killed)}  # a segment no row names
     assert index_shard(killed, new) == expected
+    assert index_files(killed) == index_files(clean)
+
+
+def test_a_killed_runs_level0_segment_an_hour_old_is_not_removed_between_the_reruns_write_and_commit(
+    corpus, monkeypatch
+):
+    (clean, killed), new = corpus
+    index_shard(clean, new)
+
+    def killed_at_the_commit(*args, **kwargs):
+        raise Killed("after its level-0 segment, before its commit")
+
+    with monkeypatch.context() as kill, pytest.raises(Killed):
+        kill.setattr(near_dup_index_commit, "_write_commit_record", killed_at_the_commit)
+        index_shard(killed, new)
+    for path in killed.glob(f"{layout.NEAR_DUPLICATES_INDEX}/segments/*"):
+        os.utime(path, (time.time() - 2 * near_dup_index_repair.ORPHAN_GRACE_S,) * 2)
+    lock = near_dup_index_commit.corpus_index_lock
+
+    @contextlib.contextmanager
+    def merge_checks_first(*args, **kwargs):  # another shard's merge, between the write and the commit
+        compact_index(killed)
+        with lock(*args, **kwargs) as holder:
+            yield holder
+
+    monkeypatch.setattr(near_dup_index_commit, "corpus_index_lock", merge_checks_first)
+    index_shard(killed, new)
     assert index_files(killed) == index_files(clean)
 
 
