@@ -114,5 +114,7 @@ def test_corpus_scale_measures_a_prebuilt_near_duplicate_index_on_a_copy_and_lea
     for counter in ("minor_faults", "rss_anon_peak_mb", "rss_file_peak_mb", "filter_bytes_read", "segment_bytes_read"):
         assert figures[counter] >= 0
     assert figures["segment_bytes_read"] > 0 and figures["live_segments"]
+    assert figures["blocks_read"] >= figures["blocks_read_by_chance"] >= 0 and figures["blocks_read"] > 0
+    assert figures["lock_held_ms"]["reserve"] > 0 and figures["lock_held_ms"]["commit"] > 0
     assert files() == before
     assert list(scratch.iterdir()) == []
