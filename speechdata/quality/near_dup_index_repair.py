@@ -256,18 +256,25 @@ def _level(name: str) -> int:
     return int(name.split("-", 1)[0].removeprefix("L"))
 
 
-def compact_index(data_root: DataRoot, *, timeout_s: float = DEFAULT_LOCK_TIMEOUT_S, **lock_options) -> str | None:
+def compact_index(
+    data_root: DataRoot,
+    *,
+    max_level: int | None = None,
+    timeout_s: float = DEFAULT_LOCK_TIMEOUT_S,
+    **lock_options,
+) -> str | None:
     """Merge the :data:`FANOUT` earliest segments of the lowest level that has that many into one
-    segment of the next level (one merge per call); return its name, or None when nothing was due.
-    The merge runs outside the index lock; the switch (shards remapped, only where they still point
-    at the merged segments with the same entries version) under it."""
+    segment of the next level (one merge per call; only one creating at most ``max_level``, None:
+    any); return its name, or None when nothing was due. The merge runs outside the index lock; the
+    switch (shards remapped, only where they still point at the merged segments with the same
+    entries version) under it."""
     try:
         directory = read_directory(data_root)
         lowest = directory.lowest_positions()
     except IndexDamaged:
         return None  # repaired by the next run that needs it
     _remove_orphan_segments(data_root, set(lowest))
-    due = _due_merge(lowest)
+    due = _due_merge(lowest, max_level)
     if due is None:
         return None
     level, inputs = due
@@ -295,13 +302,15 @@ def compact_index(data_root: DataRoot, *, timeout_s: float = DEFAULT_LOCK_TIMEOU
     return merged
 
 
-def _due_merge(lowest: dict[str, int]) -> tuple[int, list[str]] | None:
-    """``(level, the FANOUT earliest segments of it)`` for the lowest level that has that many;
-    ``lowest``: each live segment's lowest position."""
+def _due_merge(lowest: dict[str, int], max_level: int | None = None) -> tuple[int, list[str]] | None:
+    """``(level, the FANOUT earliest segments of it)`` for the lowest level that has that many (if
+    the merge creates at most ``max_level``); ``lowest``: each live segment's lowest position."""
     by_level: dict[int, list[str]] = defaultdict(list)
     for name in lowest:
         by_level[_level(name)].append(name)
     for level in sorted(by_level):
+        if max_level is not None and level + 1 > max_level:
+            return None
         names = sorted(by_level[level], key=lambda name: lowest[name])
         if len(names) >= FANOUT:
             return level, names[:FANOUT]

@@ -28,6 +28,7 @@ from speechdata.io.storage import DataRoot
 from speechdata.quality.fingerprint_audio import audio_fingerprint, exact_audio_hash
 from speechdata.quality.fingerprint_envelope import shift_signature
 from speechdata.quality.fingerprint_text import normalized_transcript, transcript_signature, word_count
+from speechdata.quality.near_dup_compaction import inline_merge_level
 from speechdata.quality.near_dup_index import (
     DEFAULT_LOCK_TIMEOUT_S,
     IndexDamaged,
@@ -325,7 +326,10 @@ def run_near_duplicates(
             )
     # One merge per shard keeps the segments logarithmic; a repair may have rebuilt many level-0
     # segments at once (an index of an earlier format is rebuilt whole), so it merges all that is due.
-    while compact_index(data_root, timeout_s=lock_timeout_s, **lock_options) and repairs:
+    # Only small merges: larger ones are the compaction job's (near_dup_compaction), so no shard's
+    # run rewrites a level that grows with the corpus.
+    max_level = inline_merge_level()
+    while compact_index(data_root, max_level=max_level, timeout_s=lock_timeout_s, **lock_options) and repairs:
         pass
     return NearDuplicatesSummary(
         shard_id=shard_id,

@@ -60,6 +60,10 @@ ROOT = Path(__file__).resolve().parents[2]
         ("bench_near_duplicates_index", {"per_size", "growth", "new_over_baseline_wall_at_largest"}),
         ("bench_near_duplicates_order", {"per_size", "growth", "partitioned_over_single_file_mean_at_largest"}),
         ("bench_near_dup_filter_rate", {"false_positive_percent", "computed", "now_over_baseline_rate_small_segments"}),
+        (
+            "bench_near_duplicates_compaction",
+            {"paths", "worst_wall_bounded_over_baseline", "worst_written_bounded_over_baseline", "decisions_identical"},
+        ),
         ("bench_write_fence", {"local", "s3_loopback"}),
         ("bench_root_confinement", {"shard_write", "glob"}),
         (
