@@ -37,8 +37,6 @@ import numpy as np
 from benchmarks.corpus.bench_near_duplicates_index import in_fresh_process, synthetic_signals
 from benchmarks.report import emit, progress, ratio, stdout_to_stderr
 
-BLOCK_BYTES = 256 * 28
-
 
 def _limits(max_occurrences: int | None, capped: bool) -> None:
     """The vote's and the segments' limits in this (fresh) process (None: the stage's)."""
@@ -143,7 +141,7 @@ def _measure(url: str, utterances: int, bits: int, max_occurrences: int | None, 
             "decide_wall_s": round(wall, 2),
             "decide_cpu_s": round(cpu, 2),
             "segment_bytes_read": reader.segment_bytes_read,
-            "blocks_read": round(reader.segment_bytes_read / BLOCK_BYTES),
+            "blocks_read": reader.blocks_read,
             "filter_bytes_read": reader.filter_bytes_read,
             "postings_read": reader.postings_read,
             "entries_fetched": reader.entries_fetched,

@@ -36,6 +36,7 @@ from speechdata.quality.near_dup_postings import (
     DamagedSegment,
     SegmentHeader,
     SegmentShard,
+    block_ranges,
     capped_postings_mask,
     key_posting_cap,
     lookup_segment,
@@ -70,8 +71,9 @@ class IndexReader:
     header; a part is read only where a segment holds a different number of its shards than the
     summary maps there (a shard re-indexed elsewhere since). Counts what it read
     (``postings_read``, ``rows_read`` with ``entries_fetched`` the utterances they were read for,
-    ``filter_bytes_read``, ``segment_bytes_read``, ``parts_read``). A key a segment's
-    filter rules out reads nothing of that segment.
+    ``filter_bytes_read``, ``segment_bytes_read``, ``parts_read``, ``blocks_read`` with
+    ``blocks_read_by_chance`` those read only for keys a filter let through that the segment does
+    not hold). A key a segment's filter rules out reads nothing of that segment.
 
     :meth:`prefetch` then :meth:`settle` let a shard read the postings of its keys from what is
     committed while shards reserved before it are still deciding, and then read only the segments
@@ -87,6 +89,8 @@ class IndexReader:
         self.filter_bytes_read = 0
         self.segment_bytes_read = 0
         self.entries_fetched = 0
+        self._looked_up: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+        """Per segment read: its fences, the keys its filter let through, the keys of the postings found."""
         self._keys: np.ndarray | None = None
         self._probe: tuple[np.ndarray, KeyProbe] | None = None
         """The last keys looked up and their filter probe, made once for every segment."""
@@ -189,12 +193,26 @@ class IndexReader:
                 counted = _CountingHandle(handle)
                 header, postings = lookup_segment(counted, relative, present)
             self.segment_bytes_read += counted.bytes_read
+            self._looked_up.append((header.fences, present, postings["key"]))
         except FileNotFoundError as exc:
             raise IndexDamaged(f"segment {relative} is missing") from exc
         except DamagedSegment as exc:
             raise IndexDamaged(str(exc)) from exc
         self.postings_read += len(postings)
         return header, postings
+
+    @property
+    def blocks_read(self) -> int:
+        """Blocks read from the segments (counted when asked: a figure, not on a lookup's path)."""
+        return sum(_blocks(fences, keys) for fences, keys, _ in self._looked_up)
+
+    @property
+    def blocks_read_by_chance(self) -> int:
+        """Of :attr:`blocks_read`, those read only for keys a filter let through that the segment
+        does not hold (its false positives)."""
+        return sum(
+            _blocks(fences, keys) - _blocks(fences, sorted_unique(found)) for fences, keys, found in self._looked_up
+        )
 
     def _owners_in(self, name: str, header: SegmentHeader) -> np.ndarray:
         """The positions whose postings in segment ``name`` count: committed before the reader's
@@ -272,3 +290,7 @@ class IndexReader:
             for owner, row in zip(wanted, rows, strict=True):
                 fetched[owner] = _parse_entry(shard_id, row)
         return fetched
+
+
+def _blocks(fences: np.ndarray, keys: np.ndarray) -> int:
+    return sum(end - first for first, end in block_ranges(fences, keys))

@@ -279,6 +279,23 @@ def sort_postings(postings: np.ndarray) -> np.ndarray:
     return postings[np.lexsort((postings["frame"], postings["owner"], postings["key"]))]
 
 
+def merge_earlier_postings(earlier: np.ndarray, own: np.ndarray) -> np.ndarray:
+    """``sort_postings(concatenate([earlier, own]))`` where ``own`` is sorted already (a shard's
+    :func:`index_keys`) and every owner of ``earlier`` comes before every owner of ``own``: only
+    ``earlier`` (the postings a lookup found, a few percent of ``own``) is sorted, and merged in by
+    key, ahead of ``own``'s postings of the same key."""
+    earlier = sort_postings(earlier)
+    if len(earlier) == 0:
+        return own
+    at = np.searchsorted(np.ascontiguousarray(own["key"]), earlier["key"], side="left") + np.arange(len(earlier))
+    merged = np.empty(len(earlier) + len(own), POSTING_DTYPE)
+    from_own = np.ones(len(merged), bool)
+    from_own[at] = False
+    merged[at] = earlier
+    merged[from_own] = own
+    return merged
+
+
 def sorted_unique(values: np.ndarray) -> np.ndarray:
     """``np.unique(values)`` of a 1-d integer array, by a sort. NumPy 2.3+ finds the unique values of
     an array through a hash table first: on a shard's 434 000 uint64 keys that took 0.27 s where a
