@@ -175,7 +175,7 @@ def test_a_shard_re_indexed_after_its_capped_postings_were_merged_is_rebuilt_not
     its members' entries, and every decision is the uncapped index's."""
     from speechdata.io.storage import DataRoot
 
-    rng = np.random.default_rng(11)
+    rng = np.random.default_rng(99)  # not the corpus pool's generator: a key of its own
     corpus = corpus_of(11, 5)
     hum = sampled_pool(rng, 1)[0]
     for number in (0, 1):  # s000 holds the key 4 times (the cap), s001 twice more: never merged whole
@@ -194,6 +194,40 @@ def test_a_shard_re_indexed_after_its_capped_postings_were_merged_is_rebuilt_not
         np.testing.assert_array_equal(capped_counts_of, full_counts_of)
     assert any("segment rebuilt from its entries" in line for line in capped[2])
     assert [s.position for s in read_state(capped_root)] == list(range(6))
+
+
+def test_a_merge_of_a_segment_whose_capped_postings_went_stale_repairs_it_first(tmp_path, monkeypatch):
+    """The same re-indexed s000, and no shard reads the key until a merge takes that segment in:
+    the compaction runs the repair instead of writing a merged segment short of the live postings,
+    and the shard that then reads the key decides and counts as the uncapped index does."""
+    from speechdata.io.storage import DataRoot
+
+    rng = np.random.default_rng(99)  # not the corpus pool's generator: a key of its own
+    corpus = corpus_of(11, 3)
+    hum = sampled_pool(rng, 1)[0]
+    for number in (0, 1):
+        for rank in range(4 if number == 0 else 2):
+            corpus[number][rank].fingerprint.sub_fingerprints[10] = hum
+    others = sampled_pool(rng, 24)  # keys the first shards' do not share: their readers find no stale key
+    corpus += [speech_like(f"s{number:03d}", 4, rng, others) for number in range(3, 9)]
+    corpus.append(speech_like("s009", 4, rng, others, originals=[corpus[1][0]]))
+    corpus[9][0].fingerprint.sub_fingerprints[10] = hum
+    replaced = speech_like("s000", 4, np.random.default_rng(12), sampled_pool(rng, 24))
+    repairs = []
+
+    def counted_repair(*args, **kwargs):
+        repairs.append(repair_index(*args, **kwargs))
+        return repairs[-1]
+
+    monkeypatch.setattr(near_dup_index_repair, "repair_index", counted_repair)
+    capped = build(DataRoot(str(tmp_path / "capped")), corpus, reindexed=(2, replaced))
+    assert any("segment rebuilt from its entries" in line for line in sum(repairs, []))
+    assert not capped[2]  # the compaction repaired it: no reader found it
+    uncapped(monkeypatch)
+    full = build(DataRoot(str(tmp_path / "full")), corpus, reindexed=(2, replaced))
+    assert capped[0] == full[0]
+    for capped_counts_of, full_counts_of in zip(capped[1], full[1], strict=True):
+        np.testing.assert_array_equal(capped_counts_of, full_counts_of)
 
 
 def test_only_sampled_audio_postings_are_capped_and_a_writer_fed_mid_key_caps_as_one_piece(monkeypatch):
