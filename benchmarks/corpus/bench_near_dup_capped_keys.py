@@ -19,7 +19,7 @@ at ~2 000 h), ``2^12`` about 800 (espeak-like at ~19 000 h). The cap is the stag
 Both indexes are built the same (``write_index``: the shards in order, merged 8 at a time), one
 with capped segments, one without; a new shard (a tenth of it copies of indexed utterances) then
 goes through each with the stage's path (reserve, read the postings of its keys and the entries they
-name, decide, commit) in the same fresh process: the segment bytes and blocks it read, the postings,
+name, decide, commit) in the same fresh process (``--quick``: all in one): the segment bytes and blocks it read, the postings,
 its CPU and wall time. The decisions must be the same. Beside them, what the keyspace model
 (:func:`modelled_blocks`: per live segment, a key present reads a block, one more per 256 postings
 read; absent, a filter's false positive) computes for the same segments, uncapped and capped.
@@ -28,9 +28,11 @@ read; absent, a filter's false positive) computes for the same segments, uncappe
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
 import tempfile
 import time
+from collections.abc import Iterator
 
 import numpy as np
 
@@ -38,14 +40,20 @@ from benchmarks.corpus.bench_near_duplicates_index import in_fresh_process, synt
 from benchmarks.report import emit, progress, ratio, stdout_to_stderr
 
 
-def _limits(max_occurrences: int | None, capped: bool) -> None:
-    """The vote's and the segments' limits in this (fresh) process (None: the stage's)."""
+@contextlib.contextmanager
+def _limits(max_occurrences: int | None, capped: bool) -> Iterator[None]:
+    """The vote's and the segments' limits while the block runs (None: the stage's)."""
     from speechdata.quality import near_dup_matching, near_dup_postings
 
+    saved = near_dup_matching.MAX_KEY_OCCURRENCES, near_dup_postings.key_posting_cap
     if max_occurrences is not None:
         near_dup_matching.MAX_KEY_OCCURRENCES = max_occurrences
     if not capped:
         near_dup_postings.key_posting_cap = lambda: 1 << 62
+    try:
+        yield
+    finally:
+        near_dup_matching.MAX_KEY_OCCURRENCES, near_dup_postings.key_posting_cap = saved
 
 
 def _pooled(signals, pool: np.ndarray, rng: np.random.Generator):
@@ -67,14 +75,11 @@ def _pool(bits: int) -> np.ndarray:
     return np.random.default_rng(bits).choice(2**32, 2**bits, replace=False).astype(np.uint32)
 
 
-def _build(
-    url: str, shards: int, utterances: int, bits: int, max_occurrences: int | None, capped: bool, results
-) -> None:
+def _build(url: str, shards: int, utterances: int, bits: int, results) -> None:
     from speechdata.io.storage import DataRoot
     from speechdata.quality.near_dup_index import write_index
     from speechdata.quality.near_dup_matching import Decision
 
-    _limits(max_occurrences, capped)
     rng, pool = np.random.default_rng(shards), _pool(bits)
 
     def corpus():
@@ -91,9 +96,10 @@ def _build(
 def _build_and_measure(
     url: str, shards: int, utterances: int, bits: int, max_occurrences: int | None, capped: bool, results
 ):
-    """Both in one fresh process: the measurement's own figures are taken around the new shard only."""
-    _build(url, shards, utterances, bits, max_occurrences, capped, results)
-    _measure(url, utterances, bits, max_occurrences, capped, results)
+    """Both in one process: the measurement's own figures are taken around the new shard only."""
+    with _limits(max_occurrences, capped):
+        _build(url, shards, utterances, bits, results)
+        _measure(url, utterances, bits, results)
 
 
 def _new_shard(root, utterances: int, bits: int):
@@ -109,7 +115,7 @@ def _new_shard(root, utterances: int, bits: int):
     return [pooled[n] if n % 10 else signals[n] for n in range(len(signals))]
 
 
-def _measure(url: str, utterances: int, bits: int, max_occurrences: int | None, capped: bool, results) -> None:
+def _measure(url: str, utterances: int, bits: int, results) -> None:
     from speechdata.io.storage import DataRoot
     from speechdata.quality.near_dup_index import (
         IndexReader,
@@ -121,7 +127,6 @@ def _measure(url: str, utterances: int, bits: int, max_occurrences: int | None, 
     from speechdata.quality.near_dup_matching import NearDuplicateThresholds, decide_shard
     from speechdata.quality.near_dup_postings import read_segment_header
 
-    _limits(max_occurrences, capped)
     root = DataRoot(url)
     signals = _new_shard(root, utterances, bits)
     read_order(root)
@@ -200,7 +205,11 @@ def main(argv: list[str] | None = None) -> None:
                     layout = "capped" if capped else "uncapped"
                     url = f"{folder}/b{bits}-n{shards}-{layout}"
                     limits = (bits, args.max_occurrences, capped)
-                    figures[layout] = in_fresh_process(_build_and_measure, url, shards, args.utterances, *limits)
+                    if args.quick:  # the smoke test: one process (the figures are not compared)
+                        figures[layout] = {}
+                        _build_and_measure(url, shards, args.utterances, *limits, figures[layout])
+                    else:
+                        figures[layout] = in_fresh_process(_build_and_measure, url, shards, args.utterances, *limits)
                     progress(f"2^{bits} values, {shards} shards, {layout}: {figures[layout]['blocks_read']} blocks")
                 decisions = [figures[layout].pop("decisions") for layout in ("uncapped", "capped")]
                 # per indexed posting: the audio share (frames 200-400, 85 % active, half sampled; the rest 309)
