@@ -192,6 +192,8 @@ def uncertain_capped_keys(postings: np.ndarray, stale: np.ndarray, after: np.nda
     ``stale`` (bool per posting: a shard the segment no longer counts for). Left out, the stale ones
     leave fewer than the cap, and the postings the cap dropped may have counted. (More than the cap:
     a segment written before the cap, which holds them all.) Sorted unique."""
+    if not stale.any():  # the common case: nothing to tell, no key inverted
+        return np.empty(0, np.uint64)
     capped = capped_postings_mask(postings)
     keys = postings["key"][capped]
     if len(keys) == 0 or not stale[capped].any():
