@@ -37,10 +37,13 @@ from speechdata.quality.near_dup_postings import (
     SegmentHeader,
     SegmentShard,
     block_ranges,
+    capped_postings_mask,
+    key_posting_cap,
     lookup_segment,
     position_of,
     rank_of,
     sorted_unique,
+    uncertain_capped_keys,
 )
 
 
@@ -138,15 +141,36 @@ class IndexReader:
         raise AssertionError("unreachable")
 
     def _counted(self, wanted: np.ndarray) -> np.ndarray:
-        found = []
+        found, uncertain = [], {}
         for name in sorted(self._live):
             if name not in self._read:
                 self._read[name] = self._segment_postings(name, wanted)
             header, postings = self._read[name]
             if header is None:
                 continue
-            found.append(postings[np.isin(position_of(postings["owner"]), self._owners_in(name, header))])
-        return np.concatenate(found) if found else np.empty(0, POSTING_DTYPE)
+            positions = position_of(postings["owner"])
+            counted = np.isin(positions, self._owners_in(name, header))
+            keys = uncertain_capped_keys(postings, ~counted & (positions < self.position), positions >= self.position)
+            if len(keys):
+                uncertain[name] = keys
+            found.append(postings[counted])
+        postings = np.concatenate(found) if found else np.empty(0, POSTING_DTYPE)
+        if uncertain:
+            self._check_capped_counts(postings, uncertain)
+        return postings
+
+    def _check_capped_counts(self, postings: np.ndarray, uncertain: dict[str, np.ndarray]) -> None:
+        """Raise :class:`IndexDamaged` (the stage repairs, which rebuilds the segment) where a
+        segment's capped postings of a sampled audio key hold a stale shard's and the postings
+        counted elsewhere do not already pass ``MAX_KEY_OCCURRENCES`` (the key never votes then,
+        whatever that segment dropped): its count is not known, and it is never guessed."""
+        capped = np.sort(postings["key"][capped_postings_mask(postings)])
+        for name, keys in sorted(uncertain.items()):
+            counts = np.searchsorted(capped, keys, "right") - np.searchsorted(capped, keys, "left")
+            if (counts < key_posting_cap()).any():
+                raise IndexDamaged(
+                    f"segment {_segment_relative(name)} holds capped audio postings of a shard re-indexed since"
+                )
 
     def _segment_postings(self, name: str, keys: np.ndarray) -> tuple[SegmentHeader | None, np.ndarray]:
         """The segment's header and its postings of ``keys`` (no header: its filter rules them all out)."""
