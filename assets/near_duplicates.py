@@ -20,6 +20,7 @@ from speechdata.quality.near_dup_batch import (
     shards_with_audio,
 )
 from speechdata.quality.near_dup_batch_ray import IN_PROCESS, LOCAL, RAY_ADDRESS_ENV, batch_engine
+from speechdata.quality.near_dup_compaction import compact_pending
 from speechdata.quality.near_dup_index import DEFAULT_LOCK_TIMEOUT_S
 from speechdata.quality.near_dup_matching import FLAG_KINDS, KINDS, NearDuplicateThresholds
 from speechdata.quality.near_duplicates import (
@@ -268,6 +269,45 @@ def near_duplicates_batch_job():
     near_duplicates_batch()
 
 
+# --- the index's large merges (docs/near-duplicates.md, "Merges: in the shard's run and in the compaction job")
+
+COMPACTION_JOB_NAME = "near_duplicates_compaction_job"
+
+
+class NearDuplicatesCompactionConfig(dg.Config):
+    max_merges: int = Field(0, ge=0, description="Stop after this many merges; 0: run every due merge.")
+    lock_timeout_s: float = Field(
+        DEFAULT_LOCK_TIMEOUT_S, description="Longest wait for the corpus index's lock (taken for each merge's switch)."
+    )
+
+
+@dg.op(
+    description="Run the near-duplicate index's due merges, lowest level first: those too large for a shard's own "
+    "run (above SPEECHDATA_NEAR_DUP_INLINE_MERGE_LEVEL); shards keep committing meanwhile.",
+)
+def near_duplicates_compaction(
+    context: dg.OpExecutionContext, config: NearDuplicatesCompactionConfig, data_root: DataRootResource
+) -> None:
+    summary = compact_pending(
+        data_root.get(),
+        max_merges=config.max_merges or None,
+        on_progress=lambda line: context.log.info(f"near-duplicates compact: {line}"),
+        timeout_s=config.lock_timeout_s,
+        run_id=context.run.run_id,
+        holder_finished=lambda holder: bool(holder.run_id) and run_ended_in(context)(holder.run_id),
+    )
+    context.log.info(summary.describe())
+
+
+@dg.job(
+    name=COMPACTION_JOB_NAME,
+    description="The near-duplicate index's large merges, off the shards' runs: launched by "
+    "near_duplicates_compaction_sensor when one is due, or from the Launchpad (docs/near-duplicates.md).",
+)
+def near_duplicates_compaction_job():
+    near_duplicates_compaction()
+
+
 # --- the group: its definitions (assembled by dagster_project/loader.py)
 
-defs = dg.Definitions(assets=[near_duplicates], jobs=[near_duplicates_batch_job])
+defs = dg.Definitions(assets=[near_duplicates], jobs=[near_duplicates_batch_job, near_duplicates_compaction_job])

@@ -25,7 +25,7 @@ COMMANDS = (
     "speechdata.alignment.mfa_corpus",  # speechdata mfa-corpus
     "speechdata.landing.cli",  # speechdata land
     "speechdata.export.command",  # speechdata export nemo|lhotse|moshi
-    "speechdata.quality.near_dup_cli",  # speechdata near-duplicates batch
+    "speechdata.quality.near_dup_cli",  # speechdata near-duplicates batch / compact
 )
 """The core's modules with a ``register(subparsers)``, in the order ``--help`` lists them."""
 

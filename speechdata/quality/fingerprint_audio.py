@@ -103,12 +103,24 @@ _BIT_WEIGHTS = (np.uint64(1) << np.arange(BITS_PER_SUB_FINGERPRINT, dtype=np.uin
 def audio_fingerprint(samples: np.ndarray, sample_rate: int) -> AudioFingerprint:
     """The fingerprint of mono float ``samples`` at ``sample_rate``; empty for audio shorter than
     two frames (about 0.3 s)."""
+    return _fingerprint_and_changes(samples, sample_rate)[0]
+
+
+def bit_reliabilities(samples: np.ndarray, sample_rate: int) -> np.ndarray:
+    """float ``[frames, 32]``: how far from its threshold each bit of :func:`audio_fingerprint` is
+    (the size of the change of log band-energy difference whose sign the bit is; 0 for frame 0).
+    A copy flips the bits with the smallest first: Haitsma and Kalker's soft-decision lookup probes
+    a key with those bits toggled."""
+    return _fingerprint_and_changes(samples, sample_rate)[1]
+
+
+def _fingerprint_and_changes(samples: np.ndarray, sample_rate: int) -> tuple[AudioFingerprint, np.ndarray]:
     audio = np.asarray(samples, np.float32)
     if sample_rate != FINGERPRINT_SAMPLE_RATE and len(audio):
         audio = soxr.resample(audio, sample_rate, FINGERPRINT_SAMPLE_RATE, quality="HQ").astype(np.float32)
     n_frames = 1 + (len(audio) - FRAME_SAMPLES) // HOP_SAMPLES if len(audio) >= FRAME_SAMPLES else 0
     if n_frames < 2:
-        return EMPTY_FINGERPRINT
+        return EMPTY_FINGERPRINT, np.zeros((0, BITS_PER_SUB_FINGERPRINT))
     windows = np.lib.stride_tricks.sliding_window_view(audio, FRAME_SAMPLES)[::HOP_SAMPLES][:n_frames]
     energy = np.empty((n_frames, len(_BAND_STARTS)), np.float64)
     # In windows of frames: the windowed frames and their spectra (about 24 KiB a frame) never exist
@@ -121,16 +133,17 @@ def audio_fingerprint(samples: np.ndarray, sample_rate: int) -> AudioFingerprint
     total = energy.sum(axis=1)
     loudest = float(total.max())
     if loudest <= 0.0:
-        return AudioFingerprint(np.zeros(n_frames, np.uint32), np.zeros(n_frames, bool))
+        silent = AudioFingerprint(np.zeros(n_frames, np.uint32), np.zeros(n_frames, bool))
+        return silent, np.zeros((n_frames, BITS_PER_SUB_FINGERPRINT))
     log_energy = np.log(energy + loudest * 1e-9)
     band_difference = log_energy[:, :-1] - log_energy[:, 1:]
-    bits = np.zeros((n_frames, BITS_PER_SUB_FINGERPRINT), bool)
-    bits[1:] = band_difference[1:] - band_difference[:-1] > 0
-    values = (bits.astype(np.uint64) @ _BIT_WEIGHTS).astype(np.uint32)
+    changes = np.zeros((n_frames, BITS_PER_SUB_FINGERPRINT))
+    changes[1:] = band_difference[1:] - band_difference[:-1]
+    values = ((changes > 0).astype(np.uint64) @ _BIT_WEIGHTS).astype(np.uint32)
     loud = total >= loudest * 10 ** (-ACTIVE_FLOOR_DB / 10)
     active = np.zeros(n_frames, bool)
     active[1:] = loud[1:] & loud[:-1]  # bits compare a frame with the one before it
-    return AudioFingerprint(values, active)
+    return AudioFingerprint(values, active), np.abs(changes)
 
 
 _POPCOUNT_8 = np.array([bin(value).count("1") for value in range(256)], np.uint8)

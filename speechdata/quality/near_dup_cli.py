@@ -1,4 +1,5 @@
-"""``speechdata near-duplicates batch``: the whole-corpus near-duplicate pass from a shell.
+"""``speechdata near-duplicates batch``: the whole-corpus near-duplicate pass from a shell; and
+``speechdata near-duplicates compact``: the index's merges too large for a shard's own run.
 
 Decides the selected shards at once (:mod:`speechdata.quality.near_dup_batch`) on a Ray cluster
 (``--ray-address``, default ``$SPEECHDATA_RAY_ADDRESS``, else a Ray instance started on this machine)
@@ -31,6 +32,7 @@ from speechdata.quality.near_dup_batch import (
     select_shards,
 )
 from speechdata.quality.near_dup_batch_ray import IN_PROCESS, LOCAL, RAY_ADDRESS_ENV, batch_engine
+from speechdata.quality.near_dup_compaction import compact_pending
 from speechdata.quality.near_dup_index import CorpusIndexBusy
 from speechdata.quality.near_dup_matching import NearDuplicateThresholds
 
@@ -48,8 +50,19 @@ corpus index stays locked for the pass: incremental runs wait for it.
 The tasks run on the Ray cluster at --ray-address (default ${RAY_ADDRESS_ENV}, else '{LOCAL}': a Ray
 instance on this machine, stopped after), or in this process with --in-process."""
 
+COMPACT_DESCRIPTION = """Run the near-duplicate index's due merges, lowest level first: those too large for
+a shard's own run (creating a level above $SPEECHDATA_NEAR_DUP_INLINE_MERGE_LEVEL, default 2), and any
+smaller one still due (docs/near-duplicates.md, Merges). Shards keep committing meanwhile: each merge
+takes the index lock only for its switch. Killed, it leaves the index usable; run it again.
+A line before and after each merge on stderr (on a terminal), a summary on stdout."""
+
+COMPACT_EPILOG = """examples:
+  speechdata near-duplicates compact                       # every due merge
+  speechdata near-duplicates compact --max-merges 1 --quiet"""
+
 EPILOG = """examples:
   speechdata near-duplicates batch                         # every shard with normalized audio
+  speechdata near-duplicates compact                       # the index's merges too large for a shard's run
   speechdata near-duplicates batch --matching 'yodas-*' --ray-address ray://head:10001
   speechdata near-duplicates batch --min-transcript-jaccard 0.9 --signals-from index"""
 
@@ -58,8 +71,8 @@ def register(subparsers) -> None:
     """The speechdata near-duplicates command."""
     parser = subparsers.add_parser(
         "near-duplicates",
-        help="decide near duplicates for a whole corpus at once (on Ray)",
-        description="Near duplicates across the corpus: the whole-corpus batch pass.",
+        help="decide near duplicates for a whole corpus at once (on Ray); merge the index's large segments",
+        description="Near duplicates across the corpus: the whole-corpus batch pass, the index's compaction.",
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -123,6 +136,22 @@ def register(subparsers) -> None:
     add_data_root_option(batch)
     add_quiet_option(batch)
     batch.set_defaults(run=run_batch)
+    compact = commands.add_parser(
+        "compact",
+        help="run the index's due merges (those too large for a shard's run), with progress",
+        description=COMPACT_DESCRIPTION,
+        epilog=COMPACT_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    compact.add_argument(
+        "--max-merges", type=positive_int, metavar="N", default=None, help="stop after N merges (default: all due)"
+    )
+    compact.add_argument(
+        "--lock-timeout-s", type=finite_float, metavar="S", default=60.0, help="longest wait for the index lock"
+    )
+    add_data_root_option(compact)
+    add_quiet_option(compact)
+    compact.set_defaults(run=run_compact)
 
 
 def thresholds_from_args(args: argparse.Namespace) -> NearDuplicateThresholds:
@@ -172,6 +201,23 @@ def run_batch(args: argparse.Namespace) -> int:
             summary = run_near_duplicates_batch(root, shards, thresholds, engine=engine, **options)
     except (ValueError, FileNotFoundError, CorpusIndexBusy, DataRootMissing) as error:
         print(f"speechdata near-duplicates batch: error: {error}", file=sys.stderr)
+        return EXIT_FAILED
+    print(summary.describe())
+    return 0
+
+
+def run_compact(args: argparse.Namespace) -> int:
+    quiet = not progress_enabled(args.quiet)
+    try:
+        root = data_root_from_args(args, what="near-duplicates compact")
+        summary = compact_pending(
+            root,
+            max_merges=args.max_merges,
+            on_progress=None if quiet else lambda line: print(f"near-duplicates compact: {line}", file=sys.stderr),
+            timeout_s=args.lock_timeout_s,
+        )
+    except (ValueError, CorpusIndexBusy, DataRootMissing) as error:
+        print(f"speechdata near-duplicates compact: error: {error}", file=sys.stderr)
         return EXIT_FAILED
     print(summary.describe())
     return 0

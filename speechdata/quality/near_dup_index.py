@@ -36,7 +36,8 @@ only for a reservation, a commit or a compaction's switch.
 Cost per new shard: the shard's keys tested against each live segment's key filter (one 64-byte
 line per key), the keys that pass looked up block by block in that segment (segments are merged in
 tiers of ``FANOUT``, so there are few), plus the entries row groups of the utterances those keys
-name. Nothing is cached between shards.
+name. Nothing is cached between shards. A shard's run merges only what creates a small level; the
+larger merges are the compaction job's (:mod:`.near_dup_compaction`).
 
 Repair (:func:`repair_index`, run by the stage whenever it finds damage): the shard list's head, a
 part or an order record that cannot be read (or a gap in the records) is rebuilt from the commit records; a key filter that is damaged or missing is
@@ -56,7 +57,8 @@ API for the whole-corpus batch pass (kept stable): :func:`read_order`, :func:`re
 
 The code, along its seams: the order, its locks and commit records (:mod:`.near_dup_index_order`),
 entries files (:mod:`.near_dup_index_entries`), committing a shard (:mod:`.near_dup_index_commit`),
-reading (:mod:`.near_dup_index_reader`), repair and compaction (:mod:`.near_dup_index_repair`). This
+reading (:mod:`.near_dup_index_reader`), repair and compaction (:mod:`.near_dup_index_repair`;
+which merges run where: :mod:`.near_dup_compaction`). This
 module names the public API of all of them.
 """
 

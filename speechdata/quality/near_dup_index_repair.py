@@ -54,12 +54,16 @@ from speechdata.quality.near_dup_order_directory import read_directory
 from speechdata.quality.near_dup_order_members import read_members
 from speechdata.quality.near_dup_postings import (
     BLOCK_RECORDS,
+    POSTING_DTYPE,
     DamagedSegment,
     SegmentShard,
     SegmentWriter,
+    UncertainCappedSegment,
     merge_segments,
+    position_of,
     read_blocks,
     read_segment_header,
+    uncertain_capped_keys,
     verify_segment,
 )
 
@@ -96,7 +100,7 @@ def repair_index(
             done.append(f"rebuilt shards.parquet from {len(state)} commit records ({exc})")
         else:
             done += _damaged_members(data_root)
-        held_by_segment = _healthy_segments(data_root)
+        held_by_segment = _healthy_segments(data_root, state)
         done += _repair_filters(data_root, list(held_by_segment))
         repaired = []
         for shard in state:
@@ -207,20 +211,46 @@ def _rebuild_entries(
     return replace(shard, entries_version=version, segment=segment, utterances=len(signals))
 
 
-def _healthy_segments(data_root: DataRoot) -> dict[str, set[tuple[int, str]]]:
+def _healthy_segments(data_root: DataRoot, state: Sequence[IndexedShard]) -> dict[str, set[tuple[int, str]]]:
     """Each segment file whose header and blocks check out, with the (position, version) it holds;
-    damaged ones are removed."""
+    damaged ones are removed, and so are those whose capped audio postings hold a shard ``state``
+    no longer maps to them (:class:`~.near_dup_postings.UncertainCappedSegment`: their members'
+    postings are rebuilt from their entries files)."""
+    members: dict[str, set[tuple[int, str]]] = defaultdict(set)
+    for shard in state:
+        if shard.state == COMMITTED and shard.segment is not None:
+            members[shard.segment].add((shard.position, shard.entries_version))
     healthy = {}
     for path in data_root.glob(f"{layout.NEAR_DUPLICATES_INDEX}/segments/*.seg"):
         name = posixpath.basename(path)
         try:
             with data_root.fs.open(path, "rb") as handle:
                 header = verify_segment(handle, name)
+                held = {(s.position, s.entries_version) for s in header.shards}
+                if held - members[name] and members[name]:
+                    live = np.array(sorted(position for position, _ in held & members[name]), np.int64)
+                    _check_capped_keys(handle, name, header, live)
         except DamagedSegment:
             _remove_segment(data_root, name)
             continue
-        healthy[name] = {(s.position, s.entries_version) for s in header.shards}
+        healthy[name] = held
     return healthy
+
+
+def _check_capped_keys(handle, name: str, header, live: np.ndarray) -> None:
+    """Raise :class:`UncertainCappedSegment` where a sampled audio key's capped postings in the
+    segment hold a position not in ``live``; read :data:`MERGE_CHUNK_POSTINGS` at a time, a key's
+    postings never split between two reads."""
+    step, blocks = max(MERGE_CHUNK_POSTINGS // BLOCK_RECORDS, 1), len(header.fences)
+    tail = np.empty(0, POSTING_DTYPE)
+    for first in range(0, blocks, step):
+        postings = np.concatenate([tail, read_blocks(handle, name, header, first, min(first + step, blocks))])
+        cut = len(postings)
+        if first + step < blocks:  # the last key may go on in the next blocks
+            cut = int(np.searchsorted(postings["key"], postings["key"][-1], "left"))
+        body, tail = postings[:cut], postings[cut:]
+        if len(uncertain_capped_keys(body, ~np.isin(position_of(body["owner"]), live))):
+            raise UncertainCappedSegment(name, "a capped audio key holds postings of a shard re-indexed since")
 
 
 def _repair_filters(data_root: DataRoot, segments: Sequence[str]) -> list[str]:
@@ -256,18 +286,25 @@ def _level(name: str) -> int:
     return int(name.split("-", 1)[0].removeprefix("L"))
 
 
-def compact_index(data_root: DataRoot, *, timeout_s: float = DEFAULT_LOCK_TIMEOUT_S, **lock_options) -> str | None:
+def compact_index(
+    data_root: DataRoot,
+    *,
+    max_level: int | None = None,
+    timeout_s: float = DEFAULT_LOCK_TIMEOUT_S,
+    **lock_options,
+) -> str | None:
     """Merge the :data:`FANOUT` earliest segments of the lowest level that has that many into one
-    segment of the next level (one merge per call); return its name, or None when nothing was due.
-    The merge runs outside the index lock; the switch (shards remapped, only where they still point
-    at the merged segments with the same entries version) under it."""
+    segment of the next level (one merge per call; only one creating at most ``max_level``, None:
+    any); return its name, or None when nothing was due. The merge runs outside the index lock; the
+    switch (shards remapped, only where they still point at the merged segments with the same
+    entries version) under it."""
     try:
         directory = read_directory(data_root)
         lowest = directory.lowest_positions()
     except IndexDamaged:
         return None  # repaired by the next run that needs it
     _remove_orphan_segments(data_root, set(lowest))
-    due = _due_merge(lowest)
+    due = _due_merge(lowest, max_level)
     if due is None:
         return None
     level, inputs = due
@@ -276,7 +313,13 @@ def compact_index(data_root: DataRoot, *, timeout_s: float = DEFAULT_LOCK_TIMEOU
     except _FoldedMeanwhile:
         return None  # the next shard's run merges them
     members = {(s.position, s.entries_version): s for s in directory.committed() if s.segment in inputs}
-    merged = _write_merged(data_root, inputs, members, level + 1)
+    try:
+        merged = _write_merged(data_root, inputs, members, level + 1)
+    except UncertainCappedSegment:
+        # An input's capped postings hold a shard re-indexed since: rebuilt by the repair (its
+        # members as level-0 segments again), merged by a later call.
+        repair_index(data_root, timeout_s=timeout_s, **lock_options)
+        return None
     if merged is None:
         return None
     with corpus_index_lock(data_root, timeout_s=timeout_s, **lock_options):
@@ -295,13 +338,15 @@ def compact_index(data_root: DataRoot, *, timeout_s: float = DEFAULT_LOCK_TIMEOU
     return merged
 
 
-def _due_merge(lowest: dict[str, int]) -> tuple[int, list[str]] | None:
-    """``(level, the FANOUT earliest segments of it)`` for the lowest level that has that many;
-    ``lowest``: each live segment's lowest position."""
+def _due_merge(lowest: dict[str, int], max_level: int | None = None) -> tuple[int, list[str]] | None:
+    """``(level, the FANOUT earliest segments of it)`` for the lowest level that has that many (if
+    the merge creates at most ``max_level``); ``lowest``: each live segment's lowest position."""
     by_level: dict[int, list[str]] = defaultdict(list)
     for name in lowest:
         by_level[_level(name)].append(name)
     for level in sorted(by_level):
+        if max_level is not None and level + 1 > max_level:
+            return None
         names = sorted(by_level[level], key=lambda name: lowest[name])
         if len(names) >= FANOUT:
             return level, names[:FANOUT]
@@ -333,6 +378,8 @@ def _write_merged(
         writer = SegmentWriter(key_filter=FilterBuilder(sum(header.records for _, _, header, _ in opened)))
         try:
             merge_segments(opened, writer, MERGE_CHUNK_POSTINGS)
+        except UncertainCappedSegment:
+            raise
         except DamagedSegment:
             return None
     merged, pieces = writer.finish(level, shards)

@@ -28,6 +28,7 @@ from speechdata.io.storage import DataRoot
 from speechdata.quality.fingerprint_audio import audio_fingerprint, exact_audio_hash
 from speechdata.quality.fingerprint_envelope import shift_signature
 from speechdata.quality.fingerprint_text import normalized_transcript, transcript_signature, word_count
+from speechdata.quality.near_dup_compaction import inline_merge_level
 from speechdata.quality.near_dup_index import (
     DEFAULT_LOCK_TIMEOUT_S,
     IndexDamaged,
@@ -291,12 +292,20 @@ def run_near_duplicates(
             with reserve_position(data_root, shard_id, timeout_s=lock_timeout_s, **lock_options) as reservation:
                 # The postings of the shard's keys are read from what is committed now, while shards
                 # reserved before it may still be deciding; then only theirs once they commit.
+                # The shard's own postings, built and sorted once: looked up, decided with, committed.
+                own = index_keys(signals, reservation.position)
                 earlier = IndexReader(data_root, reservation.position)
-                earlier.prefetch(index_keys(signals, reservation.position)["key"])
+                earlier.prefetch(own["key"])
                 earlier.settle(wait_for_earlier(data_root, reservation, timeout_s=lock_timeout_s, **lock_options))
-                decisions = decide_shard(reservation.position, signals, earlier, thresholds)
+                decisions = decide_shard(reservation.position, signals, earlier, thresholds, own_postings=own)
                 indexed = commit_shard_entries(
-                    data_root, reservation, signals, decisions, timeout_s=lock_timeout_s, **lock_options
+                    data_root,
+                    reservation,
+                    signals,
+                    decisions,
+                    postings=own,
+                    timeout_s=lock_timeout_s,
+                    **lock_options,
                 )
                 # After the commit: a run killed in between re-runs at the position it committed,
                 # with the same decisions, so the file written then is the one this run would have written.
@@ -317,7 +326,10 @@ def run_near_duplicates(
             )
     # One merge per shard keeps the segments logarithmic; a repair may have rebuilt many level-0
     # segments at once (an index of an earlier format is rebuilt whole), so it merges all that is due.
-    while compact_index(data_root, timeout_s=lock_timeout_s, **lock_options) and repairs:
+    # Only small merges: larger ones are the compaction job's (near_dup_compaction), so no shard's
+    # run rewrites a level that grows with the corpus.
+    max_level = inline_merge_level()
+    while compact_index(data_root, max_level=max_level, timeout_s=lock_timeout_s, **lock_options) and repairs:
         pass
     return NearDuplicatesSummary(
         shard_id=shard_id,

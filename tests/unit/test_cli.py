@@ -30,6 +30,7 @@ SUBCOMMANDS = [
     ["shard", "backfill"],
     ["near-duplicates"],
     ["near-duplicates", "batch"],
+    ["near-duplicates", "compact"],
 ]
 
 
