@@ -43,12 +43,11 @@ from speechdata.catalog.incremental import (
     SHARDS_PER_RECOUNT,
     ListedFile,
     in_batches,
-    insert_counted,
     list_files,
     list_shard_files,
     locations_of,
-    recount_scratch,
 )
+from speechdata.catalog.recount_scratch import insert_counted, recount_scratch
 from speechdata.io.storage import DataRoot
 
 ACCOUNTING_STATE_TABLES = {
@@ -193,7 +192,7 @@ def _recount(
 ) -> None:
     """Count the shards these ``(source, file)`` pairs belong to from these files alone, into the
     state on ``connection``: their rows read into temp tables of ``scratch``
-    (:func:`~speechdata.catalog.incremental.recount_scratch`)."""
+    (:func:`~speechdata.catalog.recount_scratch.recount_scratch`)."""
     paths: dict[str, list[str]] = defaultdict(list)
     for name, listed in files:
         paths[name].append(listed.path)

@@ -38,11 +38,9 @@ from speechdata.catalog.incremental import (
     SHARDS_PER_RECOUNT,
     ListedFile,
     in_batches,
-    insert_counted,
     list_files,
     list_shard_files,
     locations_of,
-    recount_scratch,
 )
 from speechdata.catalog.quality import (
     DECISIONS_GLOB,
@@ -51,6 +49,7 @@ from speechdata.catalog.quality import (
     SHARD_FROM_QUALITY_PATH,
     SIGNAL_UNITS,
 )
+from speechdata.catalog.recount_scratch import insert_counted, recount_scratch
 from speechdata.io.storage import DataRoot
 from speechdata.quality.near_duplicates import REJECT_REASON
 
@@ -224,7 +223,7 @@ def _count(
     paths: Mapping[str, list[str]],
 ) -> None:
     """The bins and hours lost of the shards these files belong to, from these files alone: their
-    rows read into temp tables of ``scratch`` (:func:`~speechdata.catalog.incremental.recount_scratch`),
+    rows read into temp tables of ``scratch`` (:func:`~speechdata.catalog.recount_scratch.recount_scratch`),
     their counts inserted into the state on ``connection``."""
     # No cleanup on failure: the scratch's temp tables go when it is closed, or the refresh's
     # transaction rolls them back with everything else.
