@@ -58,8 +58,8 @@ refreshes spread over them (this code checks a few known shards per refresh inst
 corpus of N built shards (``write_corpus_shard``, ``--new-shard-rows`` utterances each; kept in
 ``--corpus DIR`` when given, so a second run reuses it) in a fresh interpreter per
 ``--memory-limits`` entry (``SPEECHDATA_CATALOG_MEMORY_LIMIT``; ``LIMIT/THREADS`` sets
-``SPEECHDATA_CATALOG_THREADS`` too), this code and with ``--baseline`` the earlier one (no limit),
-in turn: wall seconds and peak RSS of each.
+``SPEECHDATA_CATALOG_THREADS`` too), this code and with ``--baseline`` the earlier one (under
+``--baseline-limit``, default none: DuckDB's own), in turn: wall seconds and peak RSS of each.
 """
 
 from __future__ import annotations
@@ -107,6 +107,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--first-import", type=int, metavar="SHARDS", help="measure a first import at this size")
     parser.add_argument("--memory-limits", default="none,1GB", help="with --first-import: LIMIT[/THREADS],...")
     parser.add_argument("--corpus", metavar="DIR", help="with --first-import: where the corpus is built and kept")
+    parser.add_argument(
+        "--baseline-limit", default="none", help="with --first-import: the baseline's LIMIT[/THREADS] (none: DuckDB's)"
+    )
     parser.add_argument("--measure", nargs=2, metavar=("DATABASE", "ROOT"), help=argparse.SUPPRESS)
     parser.add_argument("--changed-shards", help=argparse.SUPPRESS)  # with --measure: a JSON list
     args = parser.parse_args(argv)
@@ -116,7 +119,12 @@ def main(argv: list[str] | None = None) -> None:
     if args.first_import:
         with stdout_to_stderr():
             figures = first_import(
-                args.first_import, args.new_shard_rows, args.memory_limits, args.corpus, args.baseline
+                args.first_import,
+                args.new_shard_rows,
+                args.memory_limits,
+                args.corpus,
+                args.baseline,
+                args.baseline_limit,
             )
         emit("catalog_first_import", {"shards": args.first_import, "rows": args.new_shard_rows}, figures)
         return
@@ -355,8 +363,11 @@ def per_new_shard(sizes: list[int], rows: int, repeats: int, baseline: str | Non
     return result
 
 
-def first_import(shards: int, rows: int, limits: str, corpus: str | None, baseline: str | None) -> dict:
-    """The first import of ``shards`` built shards per memory limit (and the ``baseline`` code's)."""
+def first_import(
+    shards: int, rows: int, limits: str, corpus: str | None, baseline: str | None, baseline_limit: str = "none"
+) -> dict:
+    """The first import of ``shards`` built shards per memory limit (and the ``baseline`` code's,
+    under ``baseline_limit``)."""
     with tempfile.TemporaryDirectory(prefix="bench-catalog-first-import-") as tmp:
         root = DataRoot(os.path.join(corpus or tmp, "data"))
         built = root.exists(manifest_path(f"shard-{shards - 1:06d}"))
@@ -364,7 +375,9 @@ def first_import(shards: int, rows: int, limits: str, corpus: str | None, baseli
             rng = np.random.default_rng(1)
             for index in range(shards):
                 write_corpus_shard(root, rng, index, rows)
-        runs = [("baseline", f"{os.path.abspath(baseline)}{os.pathsep}{REPO_ROOT}", "none", "")] if baseline else []
+        base_limit, _, base_threads = baseline_limit.partition("/")
+        baseline_path = f"{os.path.abspath(baseline)}{os.pathsep}{REPO_ROOT}" if baseline else ""
+        runs = [(f"baseline {baseline_limit}", baseline_path, base_limit, base_threads)] if baseline else []
         for entry in limits.split(","):
             limit, _, threads = entry.partition("/")
             runs.append((f"limit {entry}", str(REPO_ROOT), limit, threads))

@@ -47,6 +47,7 @@ from speechdata.catalog.incremental import (
     list_shard_files,
     locations_of,
 )
+from speechdata.catalog.recount_scratch import insert_counted, recount_scratch
 from speechdata.io.storage import DataRoot
 
 ACCOUNTING_STATE_TABLES = {
@@ -125,10 +126,11 @@ def sync_accounting(
         for table in ACCOUNTING_STATE_TABLES:
             connection.execute(f"DELETE FROM {table} WHERE shard IN (SELECT unnest(?::VARCHAR[]))", [forget])
     if changed:
-        for turn in in_batches(changed, SHARDS_PER_RECOUNT):
-            _recount(
-                connection, root_uri, [f for shard in turn for f in files_by_shard[shard]], rejects_shard_from_path
-            )
+        turns = list(in_batches(changed, SHARDS_PER_RECOUNT))
+        with recount_scratch(connection, len(turns)) as scratch:
+            for turn in turns:
+                files = [f for shard in turn for f in files_by_shard[shard]]
+                _recount(connection, scratch, root_uri, files, rejects_shard_from_path)
         connection.execute(
             "INSERT INTO catalog_accounting_shards SELECT unnest(?::VARCHAR[]), unnest(?::VARCHAR[])",
             [changed, [digests[shard] for shard in changed]],
@@ -183,33 +185,43 @@ def _digest(files: list[tuple[str, ListedFile]], registry_digest: str) -> str:
 
 def _recount(
     connection: duckdb.DuckDBPyConnection,
+    scratch: duckdb.DuckDBPyConnection,
     root_uri: str,
     files: list[tuple[str, ListedFile]],
     rejects_shard_from_path: str,
 ) -> None:
-    """Count the shards these ``(source, file)`` pairs belong to from these files alone, into the state."""
+    """Count the shards these ``(source, file)`` pairs belong to from these files alone, into the
+    state on ``connection``: their rows read into temp tables of ``scratch``
+    (:func:`~speechdata.catalog.recount_scratch.recount_scratch`)."""
     paths: dict[str, list[str]] = defaultdict(list)
     for name, listed in files:
         paths[name].append(listed.path)
-    # No cleanup on failure: the refresh's transaction rolls the temp tables back with everything else
-    # (a statement in an aborted transaction would only hide the error that aborted it).
-    _read_sources(connection, root_uri, paths, rejects_shard_from_path)
-    connection.execute(
-        "INSERT INTO catalog_product_accounting SELECT shard, product, landed, produced, rejected, balanced FROM ("
+    # No cleanup on failure: the scratch's temp tables go when it is closed, or the refresh's
+    # transaction rolls them back with everything else (a statement in an aborted transaction
+    # would only hide the error that aborted it).
+    _read_sources(scratch, root_uri, paths, rejects_shard_from_path)
+    insert_counted(
+        connection,
+        "catalog_product_accounting",
+        scratch,
+        "SELECT shard, product, landed, produced, rejected, balanced FROM ("
         + accounting_select(
             landed_rows=f"SELECT * FROM {_TEMP['landed']}",
             produced_rows=f"SELECT * FROM {_TEMP['produced']}",
             built=f"SELECT * FROM {_TEMP['built']}",
             rejects=f"SELECT * FROM {_TEMP['rejects']}",
         )
-        + ")"
+        + ")",
     )
     rejected = product_rejects_sql("SELECT * FROM " + _TEMP["rejects"])
-    connection.execute(
-        f"INSERT INTO catalog_product_rejects SELECT shard, product, reason, count(*) FROM ({rejected}) GROUP BY ALL"
+    insert_counted(
+        connection,
+        "catalog_product_rejects",
+        scratch,
+        f"SELECT shard, product, reason, count(*) FROM ({rejected}) GROUP BY ALL",
     )
     for table in _TEMP.values():
-        connection.execute(f"DROP TABLE {table}")
+        scratch.execute(f"DROP TABLE {table}")
 
 
 def _read_sources(

@@ -74,11 +74,11 @@ from speechdata.catalog.refresh_memory import RefreshMemory, refresh_memory_from
 from speechdata.catalog.root_paths import set_root_variable
 from speechdata.catalog.state_layout import state_predates_layout
 from speechdata.catalog.state_store import LEGACY_STATE_FILE, ObjectStoreState
+from speechdata.catalog.view_binding import create_views_over_stand_ins
 from speechdata.catalog.views import (
     CATALOG_STATE_TABLES,
     CatalogInputs,
     CatalogSummary,
-    create_views,
     list_catalog_inputs,
     sync_catalog_inputs,
     write_catalog_info,
@@ -281,6 +281,7 @@ def _refresh_state(
                     full,
                     dropped,
                     views_config,
+                    os.path.join(spill, "binding"),
                 )
                 problems += [published_problem] if published_problem else []
                 state.execute(f"DELETE FROM {_PUBLISHED_VIEWS}")
@@ -350,12 +351,15 @@ def _build_published(
     full: bool,
     dropped: list[str],
     config: dict,
+    binding_folder: str,
 ) -> tuple[str | None, tuple[str, str]]:
     """Write the views file into ``build``: a copy of the current one when it holds nothing but the
     catalog's objects, else a new one; its views created again unless they are, as DuckDB stored
     them, those the last refresh published. Returns why the current file was unusable (or None) and
-    the (definitions, views) digests to record. ``config``: the refresh's memory settings (binding
-    the views reads every listed file's schema)."""
+    the (definitions, views) digests to record. ``config``: the refresh's memory settings;
+    ``binding_folder``: where the views are bound over one empty stand-in file per glob instead of
+    every file of the corpus (:mod:`~speechdata.catalog.view_binding`), inside the refresh's spill
+    folder."""
     problem, connection = None, None
     if os.path.exists(database_path):
         # Small (views and catalog_info): the state that grows with the corpus is in a file of its own.
@@ -379,7 +383,9 @@ def _build_published(
         set_root_variable(connection, inputs.root_uri)
         connection.begin()
         if fresh or full or recorded != (inputs.definitions_sha256, views_digest(connection)):
-            create_views(connection, inputs.definitions)
+            create_views_over_stand_ins(
+                connection, inputs.definitions, root, inputs.root_uri, inputs.listed_by_glob(), binding_folder
+            )
         write_catalog_info(connection, inputs)
         connection.commit()
         published = (inputs.definitions_sha256, views_digest(connection))

@@ -49,6 +49,7 @@ from speechdata.catalog.quality import (
     SHARD_FROM_QUALITY_PATH,
     SIGNAL_UNITS,
 )
+from speechdata.catalog.recount_scratch import insert_counted, recount_scratch
 from speechdata.io.storage import DataRoot
 from speechdata.quality.near_duplicates import REJECT_REASON
 
@@ -174,12 +175,14 @@ def sync_quality(
         _add_to_bin_totals(connection, forget, -1)
         for table in QUALITY_STATE_TABLES:
             connection.execute(f"DELETE FROM {table} WHERE shard IN (SELECT unnest(?::VARCHAR[]))", [forget])
-    for turn in in_batches(changed, SHARDS_PER_RECOUNT):
-        paths: dict[str, list[str]] = defaultdict(list)
-        for shard in turn:
-            for name, listed in files_by_shard[shard]:
-                paths[name].append(listed.path)
-        _count(connection, root_uri, paths)
+    turns = list(in_batches(changed, SHARDS_PER_RECOUNT))
+    with recount_scratch(connection, len(turns)) as scratch:
+        for turn in turns:
+            paths: dict[str, list[str]] = defaultdict(list)
+            for shard in turn:
+                for name, listed in files_by_shard[shard]:
+                    paths[name].append(listed.path)
+            _count(connection, scratch, root_uri, paths)
     if changed:
         _add_to_bin_totals(connection, changed, 1)
         connection.execute(
@@ -213,9 +216,17 @@ def _digest(files: list[tuple[str, ListedFile]]) -> str:
     return hashlib.sha256("\n".join(lines).encode("utf-8")).hexdigest()
 
 
-def _count(connection: duckdb.DuckDBPyConnection, root_uri: str, paths: Mapping[str, list[str]]) -> None:
-    """The bins and hours lost of the shards these files belong to, from these files alone."""
-    # No cleanup on failure: the refresh's transaction rolls the temp tables back with everything else.
+def _count(
+    connection: duckdb.DuckDBPyConnection,
+    scratch: duckdb.DuckDBPyConnection,
+    root_uri: str,
+    paths: Mapping[str, list[str]],
+) -> None:
+    """The bins and hours lost of the shards these files belong to, from these files alone: their
+    rows read into temp tables of ``scratch`` (:func:`~speechdata.catalog.recount_scratch.recount_scratch`),
+    their counts inserted into the state on ``connection``."""
+    # No cleanup on failure: the scratch's temp tables go when it is closed, or the refresh's
+    # transaction rolls them back with everything else.
     columns = {
         QUALITY: "utt_id VARCHAR, language VARCHAR, has_audio BOOLEAN, duration_s DOUBLE, "
         + ", ".join(f"{signal} DOUBLE" for signal in SIGNAL_BIN_WIDTHS),
@@ -223,11 +234,11 @@ def _count(connection: duckdb.DuckDBPyConnection, root_uri: str, paths: Mapping[
         NEAR_DUPLICATES: "utt_id VARCHAR",
     }
     for name, table in _TEMP.items():
-        connection.execute(f"CREATE OR REPLACE TEMP TABLE {table} (shard VARCHAR, {columns[name]})")
+        scratch.execute(f"CREATE OR REPLACE TEMP TABLE {table} (shard VARCHAR, {columns[name]})")
         for batch in in_batches(locations_of(root_uri, paths.get(name, []))):
             present = {
                 row[0]
-                for row in connection.execute(
+                for row in scratch.execute(
                     "DESCRIBE SELECT * FROM read_parquet(?, union_by_name = true, hive_partitioning = false)", [batch]
                 ).fetchall()
             }
@@ -236,32 +247,36 @@ def _count(connection: duckdb.DuckDBPyConnection, root_uri: str, paths: Mapping[
                 column if column in present else f"CAST(NULL AS {kind}) AS {column}"
                 for column, kind in (c.split() for c in columns[name].split(", "))
             )
-            connection.execute(
+            scratch.execute(
                 f"INSERT INTO {table} SELECT regexp_extract(filename, ?, 1), {names} "
                 "FROM read_parquet(?, union_by_name = true, hive_partitioning = false, filename = true)",
                 [SHARD_FROM_QUALITY_PATH, batch],
             )
     quality = _TEMP[QUALITY]
+    bins, ranges = [], []
     for signal, width in SIGNAL_BIN_WIDTHS.items():
         finite = f"isfinite({signal})"
-        connection.execute(
-            f"INSERT INTO catalog_quality_bins "
+        bins.append(
             f"SELECT shard, coalesce(language, '(none)'), '{signal}', floor({signal} / {width!r})::BIGINT, count(*) "
             f"FROM {quality} WHERE has_audio AND {finite} GROUP BY ALL"
         )
-        connection.execute(
-            f"INSERT INTO catalog_quality_ranges "
+        ranges.append(
             f"SELECT shard, coalesce(language, '(none)'), '{signal}', count(*) FILTER (WHERE {finite} IS NOT TRUE), "
             f"min({signal}) FILTER (WHERE {finite}), max({signal}) FILTER (WHERE {finite}) "
             f"FROM {quality} WHERE has_audio GROUP BY ALL"
         )
+    # One insert per table, every signal's rows in it: each insert from the scratch has a fixed cost.
+    insert_counted(connection, "catalog_quality_bins", scratch, " UNION ALL ".join(bins))
+    insert_counted(connection, "catalog_quality_ranges", scratch, " UNION ALL ".join(ranges))
     # The named query hours_lost_per_reason_per_language, per shard.
-    connection.execute(
-        "INSERT INTO catalog_quality_hours_lost "
+    insert_counted(
+        connection,
+        "catalog_quality_hours_lost",
+        scratch,
         f"SELECT d.shard, d.product, coalesce(d.reason, '{REJECT_REASON}'), q.language, count(*), sum(q.duration_s) "
         f"FROM {_TEMP[DECISIONS]} AS d JOIN {quality} AS q ON q.shard = d.shard AND q.utt_id = d.utt_id "
         f"LEFT JOIN {_TEMP[NEAR_DUPLICATES]} AS n ON n.shard = d.shard AND n.utt_id = d.utt_id "
-        "WHERE d.reason IS NOT NULL OR n.utt_id IS NOT NULL GROUP BY ALL"
+        "WHERE d.reason IS NOT NULL OR n.utt_id IS NOT NULL GROUP BY ALL",
     )
     for table in _TEMP.values():
-        connection.execute(f"DROP TABLE {table}")
+        scratch.execute(f"DROP TABLE {table}")

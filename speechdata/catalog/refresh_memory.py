@@ -6,7 +6,8 @@ then groups, joins and sorts them per shard). Left alone, DuckDB sizes its buffe
 the machine's memory and fills it: the first import at 10 000 h peaked at 4.45 GB. Bounded
 (``memory_limit``), DuckDB spills what its operators cannot hold (hash aggregates, joins, sorts,
 the rows an insert has not yet written) to ``temp_directory``: a folder of the refresh's own
-beside the catalog (``._tmp-<12 hex>-catalog.duckdb.spill``), removed after the refresh and,
+beside the catalog (``._tmp-<12 hex>-catalog.duckdb.spill``; it also holds the stand-ins the views
+are bound over, :mod:`~speechdata.catalog.view_binding`), removed after the refresh and,
 after a refresh that was killed, by the next one. ``preserve_insertion_order = false`` lets the
 inserts and scans stream without keeping rows in input order: every table of the state is keyed
 (and every query that shows rows orders them), so no result depends on that order.

@@ -39,7 +39,8 @@ def _spilled_files_while_refreshing(monkeypatch) -> list[list[str]]:
     build_published = database_file._build_published
 
     def spying(*args, **kwargs):
-        spill = os.path.dirname(args[-1]["temp_directory"])
+        config = next(arg for arg in args if isinstance(arg, dict))
+        spill = os.path.dirname(config["temp_directory"])
         seen.append(sorted(name for _, _, names in os.walk(spill) for name in names if name.endswith(".tmp")))
         return build_published(*args, **kwargs)
 
@@ -118,19 +119,46 @@ def test_the_memory_settings_come_from_the_environment():
         refresh_memory_from_env({THREADS_ENV: "zero"})
 
 
+def _recount_inserts(monkeypatch) -> list[dict]:
+    """Each count a recount inserts into the state: whether it was read on the refresh's own
+    connection, and the temp tables that connection holds then."""
+    seen: list[dict] = []
+    for module in (accounting_state, quality_state):
+        insert_counted = module.insert_counted
+
+        def spying(connection, table, scratch, select_sql, parameters=None, insert_counted=insert_counted):
+            temp = connection.execute("SELECT table_name FROM duckdb_tables() WHERE temporary").fetchall()
+            seen.append({"table": table, "on_refresh": scratch is connection, "refresh_temp_tables": temp})
+            return insert_counted(connection, table, scratch, select_sql, parameters)
+
+        monkeypatch.setattr(module, "insert_counted", spying)
+    return seen
+
+
 def test_a_first_import_read_and_recounted_in_turns_equals_one_in_a_single_go(data_root, tmp_path, monkeypatch):
     root = data_root
     rng = np.random.default_rng(0)
     for index in range(7):
         write_corpus_shard(root, rng, index, 20)
+    inserts = _recount_inserts(monkeypatch)
     whole_path = str(tmp_path / "whole" / "catalog.duckdb")
     whole = refresh_catalog_file(whole_path, root)
+    # One turn: read on the refresh's connection, as a refresh of the shards that changed does.
+    assert inserts and all(i["on_refresh"] for i in inserts)
+    assert any(i["refresh_temp_tables"] for i in inserts)
+    inserts.clear()
     # Three turns of shards (2, 2, 2, 1) and reads of two files at a time.
     monkeypatch.setattr(incremental, "FILES_PER_READ", 2)
     monkeypatch.setattr(accounting_state, "SHARDS_PER_RECOUNT", 2)
     monkeypatch.setattr(quality_state, "SHARDS_PER_RECOUNT", 2)
     turns_path = str(tmp_path / "turns" / "catalog.duckdb")
     turns = refresh_catalog_file(turns_path, root)
+    # A transaction keeps every temp table it drops until it commits: the turns would all stay.
+    # Read on a scratch connection, the refresh's transaction holds only the counts.
+    assert {"catalog_product_accounting", "catalog_quality_bins", "catalog_quality_hours_lost"} <= {
+        i["table"] for i in inserts
+    }
+    assert not any(i["on_refresh"] or i["refresh_temp_tables"] for i in inserts)
     assert turns.summary.accounting_shards_read == turns.summary.quality_shards_read == 7
     assert comparable(turns.summary) == comparable(whole.summary)
     assert state_contents(turns_path) == state_contents(whole_path)
