@@ -17,7 +17,7 @@ import dagster as dg
 from assets.near_duplicates import COMPACTION_JOB_NAME
 from resources.storage import DataRootResource
 from speechdata.io.confinement import require_existing_root
-from speechdata.quality.near_dup_compaction import inline_merge_level, merges_due_above
+from speechdata.quality.near_dup_compaction import index_damage, inline_merge_level, merges_due_above
 
 SENSOR_NAME = "near_duplicates_compaction_sensor"
 MERGE_TAG = "speechdata/near_duplicates_merge"
@@ -50,6 +50,12 @@ def near_duplicates_compaction_sensor(
         return dg.SkipReason(f"a {COMPACTION_JOB_NAME} run is in progress")
     due = merges_due_above(root)
     if not due:
+        damage = index_damage(root)  # read only when nothing is due: the same flat reads again
+        if damage is not None:
+            return dg.SkipReason(
+                f"the near-duplicate index's shard list cannot be read ({damage}): the next shard's "
+                f"near_duplicates run repairs it, then a due merge is launched"
+            )
         return dg.SkipReason(f"no merge above level {inline_merge_level()} is due")
     merge = due[0]
     earlier = context.instance.get_run_records(dg.RunsFilter(tags={MERGE_TAG: merge.key}), limit=MAX_ATTEMPTS)

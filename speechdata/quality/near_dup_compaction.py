@@ -41,7 +41,7 @@ def inline_merge_level() -> int:
     value = os.environ.get(INLINE_MERGE_LEVEL_ENV, "").strip()
     if not value:
         return DEFAULT_INLINE_MERGE_LEVEL
-    if not value.isdigit():
+    if not (value.isascii() and value.isdigit()):  # "²".isdigit() too, which int() refuses
         raise ValueError(f"{INLINE_MERGE_LEVEL_ENV}={value!r}: expected a whole level, 0 or more (default 2)")
     return int(value)
 
@@ -70,9 +70,23 @@ def merges_due(data_root: DataRoot) -> list[DueMerge]:
     every other part's segments): no segment, nothing that grows with the shards listed. An index
     that reads as damaged has nothing due (the next shard's run repairs it)."""
     try:
-        lowest = read_directory(data_root).lowest_positions()
+        return _merges_due(data_root)
     except IndexDamaged:
         return []
+
+
+def index_damage(data_root: DataRoot) -> str | None:
+    """Why the shard list cannot be read now (what :func:`merges_due` then takes for nothing due),
+    or None: for the sensor's skip reason."""
+    try:
+        read_directory(data_root)
+    except IndexDamaged as damaged:
+        return str(damaged)
+    return None
+
+
+def _merges_due(data_root: DataRoot) -> list[DueMerge]:
+    lowest = read_directory(data_root).lowest_positions()
     by_level: dict[int, list[str]] = {}
     for name in lowest:
         by_level.setdefault(_level(name), []).append(name)
@@ -150,6 +164,8 @@ def compact_pending(
         # Called even when nothing is due: it also removes the segments nobody names.
         merged = compact_index(data_root, timeout_s=timeout_s, **lock_options)
         if merged is None:
+            if due and due[0].key not in {other.key for other in merges_due(data_root)}:
+                continue  # another compaction ran it meanwhile: go on with what is due now
             break
         seconds = time.perf_counter() - merge_started
         written = _bytes_of(data_root, [merged])
@@ -177,6 +193,7 @@ __all__ = [
     "DueMerge",
     "Merge",
     "compact_pending",
+    "index_damage",
     "inline_merge_level",
     "merges_due",
     "merges_due_above",

@@ -9,6 +9,10 @@ several levels."""
 
 from __future__ import annotations
 
+import contextlib
+import os
+import time
+
 import dagster as dg
 import pytest
 
@@ -25,7 +29,9 @@ from speechdata.quality.near_dup_compaction import (
     merges_due,
     merges_due_above,
 )
-from speechdata.quality.near_dup_index import read_state, repair_index
+from speechdata.quality.near_dup_index import read_state, repair_index, write_index
+from speechdata.quality.near_dup_matching import Decision
+from speechdata.quality.near_dup_order_log import ORDER_LOG
 from speechdata.quality.near_dup_planted import SAMPLE_RATE, planted_set
 from speechdata.quality.near_duplicates import run_near_duplicates, utterance_signals
 from speechdata.quality.paths import near_duplicate_flags
@@ -200,3 +206,209 @@ def test_the_sensor_launches_one_compaction_per_due_merge_and_none_while_one_run
         assert result.success and not merges_due(root)
         done = near_duplicates_compaction_sensor(dg.build_sensor_context(instance=instance, resources=resources))
         assert isinstance(done, dg.SkipReason)
+
+
+# --- attacks from directions the tests above leave open: two compactions at once, a compaction
+# beside a long rebuild under the lock, torn files after a switch, bad settings, damaged shard lists
+
+
+def four_shards_with_an_l1_merge_due(root: DataRoot, monkeypatch) -> None:
+    monkeypatch.setenv(INLINE_MERGE_LEVEL_ENV, "1")
+    for shard in SHARDS[:4]:
+        run_near_duplicates(root, shard)
+    assert [due.level for due in merges_due_above(root)] == [1]
+
+
+def order_records(root: DataRoot) -> int:
+    return len(root.glob(f"{layout.NEAR_DUPLICATES_INDEX}/**/*.rec")) + len(
+        root.glob(f"{layout.NEAR_DUPLICATES_INDEX}/**/*.json")
+    )
+
+
+def test_two_compactions_of_the_same_merge_switch_it_in_once(tmp_path, small_fanout):
+    """The CLI and the job (or two job runs) pick the same due merge: the second, finishing after the
+    first switched and removed the inputs, switches nothing, records nothing and counts no merge."""
+    root = DataRoot(str(tmp_path / "root"))
+    four_shards_with_an_l1_merge_due(root, small_fanout)
+    merge_segments = near_dup_index_repair.merge_segments
+    other = []
+
+    def the_other_compaction_finishes_first(*args):
+        if not other:
+            small_fanout.setattr(near_dup_index_repair, "merge_segments", merge_segments)
+            other.append(compact_pending(root))
+        return merge_segments(*args)
+
+    small_fanout.setattr(near_dup_index_repair, "merge_segments", the_other_compaction_finishes_first)
+    log_before = sorted(root.glob(f"{layout.NEAR_DUPLICATES_INDEX}/**"))
+    late = compact_pending(root)
+    [first] = other
+    assert [merge.level for merge in first.merges] == [1] and late.merges == []
+    assert levels(root) == ["L2"] and not merges_due(root)
+    written = sorted(set(root.glob(f"{layout.NEAR_DUPLICATES_INDEX}/**")) - set(log_before))
+    assert len([path for path in written if "/segments/" not in path]) == len(
+        _one_compaction_writes(tmp_path, small_fanout)
+    )
+    assert_clean(root)
+
+
+def _one_compaction_writes(tmp_path, monkeypatch) -> list[str]:
+    """What one compaction alone adds to the index outside its segments (the order's records)."""
+    root = DataRoot(str(tmp_path / "alone"))
+    four_shards_with_an_l1_merge_due(root, monkeypatch)
+    before = set(root.glob(f"{layout.NEAR_DUPLICATES_INDEX}/**"))
+    compact_pending(root)
+    return [path for path in set(root.glob(f"{layout.NEAR_DUPLICATES_INDEX}/**")) - before if "/segments/" not in path]
+
+
+def an_hour_old(root: DataRoot, segment: str) -> None:
+    """Backdate a segment and its filter, as though written more than ``ORPHAN_GRACE_S`` ago."""
+    past = time.time() - 2 * near_dup_index_repair.ORPHAN_GRACE_S
+    for name in (segment, f"{segment}.filter"):
+        with contextlib.suppress(FileNotFoundError):
+            os.utime(root.path(f"{layout.NEAR_DUPLICATES_INDEX}/segments/{name}"), (past, past))
+
+
+def test_a_compaction_beside_a_long_rebuild_under_the_lock_removes_none_of_its_segments(
+    tmp_path, small_fanout, planted
+):
+    """The batch pass (``write_index``) and a shard's repair of an index of an earlier format write
+    level-0 segments under the index lock for as long as the corpus takes, naming them in the order
+    only at the end. A compaction that runs meanwhile, hours in, reads the order from before: it must
+    not take those segments for orphans."""
+    root = DataRoot(str(tmp_path / "root"))
+    write_level0 = near_dup_index_repair._write_level0
+    written, swept = [], []
+
+    def a_compaction_hours_in(data_root, shard_id, *args):
+        written.append(write_level0(data_root, shard_id, *args))
+        if shard_id == SHARDS[1]:
+            for name in written:
+                an_hour_old(root, name)
+            swept.append(compact_pending(root, timeout_s=0.0))
+        return written[-1]
+
+    small_fanout.setattr(near_dup_index_repair, "_write_level0", a_compaction_hours_in)
+    themselves = [
+        (shard, planted[shard], [Decision(s.utt_id, shard, s.utt_id, None, 1.0) for s in planted[shard]])
+        for shard in SHARDS[:4]
+    ]
+    write_index(root, themselves)
+    assert swept and levels(root) == ["L2"]
+    assert_clean(root)
+
+
+@contextlib.contextmanager
+def _pausing_in_merged_writes(open_atomic, data_root, relative, meanwhile):
+    """``open_atomic``; for a merged (L2) segment or filter, ``meanwhile(relative)`` once its first
+    piece is in its temporary file."""
+
+    class Handle:
+        def __init__(self, handle):
+            self.handle, self.called = handle, False
+
+        def write(self, piece):
+            written = self.handle.write(piece)
+            if not self.called:
+                self.called = True
+                self.handle.flush()
+                meanwhile(relative)
+            return written
+
+    with open_atomic(data_root, relative) as handle:
+        yield Handle(handle) if "/segments/L2-" in relative else handle
+
+
+def pause_merged_writes(monkeypatch, meanwhile) -> None:
+    """The compaction's own writes pause; what ``meanwhile`` writes does not."""
+    open_atomic = DataRoot.open_atomic
+    inside = []
+
+    def once_at_a_time(relative):
+        if not inside:
+            inside.append(relative)
+            try:
+                meanwhile(relative)
+            finally:
+                inside.clear()
+
+    monkeypatch.setattr(
+        DataRoot,
+        "open_atomic",
+        lambda self, relative: _pausing_in_merged_writes(
+            open_atomic, self, relative, once_at_a_time if not inside else lambda _: None
+        ),
+    )
+
+
+def test_a_repair_while_a_merged_segment_is_written_leaves_the_write_alone(tmp_path, small_fanout):
+    """A shard's run repairs the index (under the lock) while the job streams a merged segment into
+    its temporary file (outside it): the repair checks only segments under their final names."""
+    root = DataRoot(str(tmp_path / "root"))
+    four_shards_with_an_l1_merge_due(root, small_fanout)
+    repairs = []
+    pause_merged_writes(
+        small_fanout, lambda relative: repairs.append(repair_index(root)) if relative.endswith(".seg") else None
+    )
+    summary = compact_pending(root)
+    assert repairs == [[]] and [merge.level for merge in summary.merges] == [1]
+    assert levels(root) == ["L2"]
+    assert_clean(root)
+
+
+def test_a_merge_written_for_over_an_hour_is_never_switched_in_half_swept(tmp_path, small_fanout):
+    """A large merge writes its segment for longer than ``ORPHAN_GRACE_S``; a shard's run sweeps
+    orphans meanwhile. The segment is written before its filter (so the filter is young when the
+    switch names the pair); and whatever a sweep took, the switch names only a whole pair."""
+    root = DataRoot(str(tmp_path / "root"))
+    four_shards_with_an_l1_merge_due(root, small_fanout)
+    order = []
+
+    def a_shards_merge_step_hours_later(relative):
+        order.append(relative.rsplit(".", 1)[1])
+        if len(order) == 2:  # the first file of the pair is written: age it past the grace
+            an_hour_old(root, relative.rsplit("/", 1)[1].removesuffix(".filter"))
+            assert near_dup_index_repair.compact_index(root, max_level=1) is None
+
+    pause_merged_writes(small_fanout, a_shards_merge_step_hours_later)
+    assert compact_pending(root).merges == []  # its first file was swept: nothing switched in
+    assert order == ["seg", "filter"]
+    for segment in {shard.segment for shard in read_state(root)}:
+        assert root.exists(f"{layout.NEAR_DUPLICATES_INDEX}/segments/{segment}.filter"), segment
+    assert [merge.level for merge in compact_pending(root).merges] == [1]
+    assert levels(root) == ["L2"]
+    assert_clean(root)
+
+
+@pytest.mark.parametrize("value", ["-1", "1.5", "two", "²", "0x2"])
+def test_an_inline_level_that_is_not_a_whole_number_is_refused_naming_the_variable(monkeypatch, value):
+    monkeypatch.setenv(INLINE_MERGE_LEVEL_ENV, value)
+    with pytest.raises(ValueError, match=INLINE_MERGE_LEVEL_ENV):
+        merges_due_above(DataRoot("/nonexistent-root-never-read"))
+
+
+def test_the_sensor_skips_an_index_it_cannot_read_saying_why(tmp_path, small_fanout):
+    """No index yet, a torn record of the shard list, a record missing from its run: each tick is a
+    skip that says why, never a failed tick (a sensor failing every 300 s) or a launch."""
+    root = DataRoot(str(tmp_path / "root"))
+    root.fs.makedirs(root.root, exist_ok=True)
+    resources = {"data_root": DataRootResource(url=root.url)}
+    with dg.instance_for_test() as instance:
+
+        def tick():
+            return near_duplicates_compaction_sensor(dg.build_sensor_context(instance=instance, resources=resources))
+
+        assert "no merge above level 2" in tick().skip_message  # no index yet
+        four_shards_with_an_l1_merge_due(root, small_fanout)
+        records = sorted(root.glob(f"{ORDER_LOG}/*.json"))
+        last = root.fs.cat_file(records[-1])
+        root.fs.pipe_file(records[-1], last[: len(last) // 2])
+        torn = tick()
+        assert isinstance(torn, dg.SkipReason) and "cannot be read" in torn.skip_message, torn.skip_message
+        assert "repairs it" in torn.skip_message
+        root.fs.pipe_file(records[-1], last)
+        root.fs.rm_file(records[1])
+        assert "cannot be read" in tick().skip_message
+        small_fanout.setenv(INLINE_MERGE_LEVEL_ENV, "²")
+        with pytest.raises(ValueError, match=INLINE_MERGE_LEVEL_ENV):
+            tick()
