@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from speechdata.io.storage import DataRoot
 from speechdata.quality import near_dup_index_repair
 from speechdata.quality.near_dup_index_commit import _filter_relative, _segment_relative
-from speechdata.quality.near_dup_index_order import DEFAULT_LOCK_TIMEOUT_S, IndexDamaged
+from speechdata.quality.near_dup_index_order import DEFAULT_LOCK_TIMEOUT_S, CorpusIndexBusy, IndexDamaged
 from speechdata.quality.near_dup_index_repair import _level, compact_index
 from speechdata.quality.near_dup_order_directory import read_directory
 
@@ -100,9 +100,13 @@ def _merges_due(data_root: DataRoot) -> list[DueMerge]:
 
 def merges_due_above(data_root: DataRoot, level: int | None = None) -> list[DueMerge]:
     """The due merges creating a level above ``level`` (default :func:`inline_merge_level`): those no
-    shard's run does, the compaction job's."""
+    shard's run does, the compaction job's; and any due merge whose level has twice ``FANOUT`` live
+    segments. A shard's run does one due merge of its levels per commit, so a level never gets there
+    unless the shards' runs read a lower inline level than this process (the variable set
+    differently for the sensor's daemon and the run workers): those merges are then the job's too."""
     bound = inline_merge_level() if level is None else level
-    return [due for due in merges_due(data_root) if due.creates > bound]
+    overdue = 2 * near_dup_index_repair.FANOUT
+    return [due for due in merges_due(data_root) if due.creates > bound or due.waiting >= overdue]
 
 
 @dataclass(frozen=True)
@@ -162,10 +166,22 @@ def compact_pending(
             )
         merge_started = time.perf_counter()
         # Called even when nothing is due: it also removes the segments nobody names.
-        merged = compact_index(data_root, timeout_s=timeout_s, **lock_options)
+        try:
+            merged = compact_index(data_root, timeout_s=timeout_s, **lock_options)
+        except CorpusIndexBusy as busy:
+            raise CorpusIndexBusy(
+                f"{busy}; nothing was switched in: run the compaction again once that holder is done, or with a "
+                "longer lock timeout (the merge is written again, the same segment)"
+            ) from busy
         if merged is None:
             if due and due[0].key not in {other.key for other in merges_due(data_root)}:
-                continue  # another compaction ran it meanwhile: go on with what is due now
+                report(f"another compaction merged those L{due[0].level} segments meanwhile")
+                continue  # go on with what is due now
+            if due:
+                report(
+                    f"left the L{due[0].level} merge due: an input or the order was unreadable or folded "
+                    "meanwhile (the next shard's run repairs it), or its segment was swept before its switch"
+                )
             break
         seconds = time.perf_counter() - merge_started
         written = _bytes_of(data_root, [merged])

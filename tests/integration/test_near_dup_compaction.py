@@ -29,7 +29,7 @@ from speechdata.quality.near_dup_compaction import (
     merges_due,
     merges_due_above,
 )
-from speechdata.quality.near_dup_index import read_state, repair_index, write_index
+from speechdata.quality.near_dup_index import corpus_index_lock, read_state, repair_index, write_index
 from speechdata.quality.near_dup_matching import Decision
 from speechdata.quality.near_dup_order_log import ORDER_LOG
 from speechdata.quality.near_dup_planted import SAMPLE_RATE, planted_set
@@ -204,6 +204,10 @@ def test_the_sensor_launches_one_compaction_per_due_merge_and_none_while_one_run
             instance=instance, resources=resources, tags={**request.tags, "dagster/run_key": request.run_key}
         )
         assert result.success and not merges_due(root)
+        messages = [event.message for event in instance.all_logs(result.run_id)]  # what the run's page shows
+        assert any(message.startswith("near-duplicates compact: merging 2 L1 segments (") for message in messages)
+        assert any(message.startswith("near-duplicates compact: merged into L2-") for message in messages)
+        assert any("1 L1->L2" in message and "nothing more is due" in message for message in messages)
         done = near_duplicates_compaction_sensor(dg.build_sensor_context(instance=instance, resources=resources))
         assert isinstance(done, dg.SkipReason)
 
@@ -412,3 +416,81 @@ def test_the_sensor_skips_an_index_it_cannot_read_saying_why(tmp_path, small_fan
         small_fanout.setenv(INLINE_MERGE_LEVEL_ENV, "²")
         with pytest.raises(ValueError, match=INLINE_MERGE_LEVEL_ENV):
             tick()
+
+
+def test_the_sensor_launches_merges_the_shards_runs_left_when_its_inline_level_differs_from_theirs(
+    tmp_path, small_fanout
+):
+    """The daemon reads a higher inline level than the run workers: the merges between the two are
+    nobody's by level, so a level that reaches twice ``FANOUT`` segments is launched anyway."""
+    root = DataRoot(str(tmp_path / "root"))
+    resources = {"data_root": DataRootResource(url=root.url)}
+    small_fanout.setenv(INLINE_MERGE_LEVEL_ENV, "1")  # the run workers
+    for shard in SHARDS:
+        run_near_duplicates(root, shard)
+    assert levels(root) == ["L1"] * 4
+    small_fanout.setenv(INLINE_MERGE_LEVEL_ENV, "5")  # the daemon
+    with dg.instance_for_test() as instance:
+        request = near_duplicates_compaction_sensor(dg.build_sensor_context(instance=instance, resources=resources))
+    assert isinstance(request, dg.RunRequest), request
+    assert request.tags[MERGE_TAG] == merges_due(root)[0].key
+
+
+def test_a_compaction_that_waits_too_long_for_the_lock_fails_saying_what_to_do(tmp_path, small_fanout):
+    root = DataRoot(str(tmp_path / "root"))
+    resources = {"data_root": DataRootResource(url=root.url)}
+    four_shards_with_an_l1_merge_due(root, small_fanout)
+    with corpus_index_lock(root), dg.instance_for_test() as instance:
+        result = near_duplicates_compaction_job.execute_in_process(
+            instance=instance,
+            resources=resources,
+            run_config={"ops": {"near_duplicates_compaction": {"config": {"lock_timeout_s": 0.2}}}},
+            raise_on_error=False,
+        )
+    [failure] = [event for event in result.all_events if event.is_step_failure]
+    message = failure.step_failure_data.user_failure_data.description  # the run's page, not a traceback
+    assert "stayed locked" in message and "run the compaction again once that holder is done" in message
+    assert "lock_timeout_s" in message
+    assert levels(root) == ["L1", "L1", "L2"] and [due.level for due in merges_due(root)] == [
+        1
+    ]  # written, not switched
+    assert [merge.level for merge in compact_pending(root).merges] == [1]
+    assert levels(root) == ["L2"]
+
+
+@pytest.mark.parametrize("torn", [".seg", ".seg.filter"])
+def test_a_merged_segment_or_filter_torn_after_its_switch_leaves_the_decisions_as_they_were(
+    tmp_path, small_fanout, torn
+):
+    intact, damaged = DataRoot(str(tmp_path / "intact")), DataRoot(str(tmp_path / "damaged"))
+    for root in (intact, damaged):
+        four_shards_with_an_l1_merge_due(root, small_fanout)
+        compact_pending(root)
+    [merged] = [name for name in segment_files(damaged) if name.endswith(torn)]
+    path = damaged.path(f"{layout.NEAR_DUPLICATES_INDEX}/segments/{merged}")
+    content = damaged.fs.cat_file(path)
+    damaged.fs.pipe_file(path, content[: len(content) // 2])
+    for root in (intact, damaged):
+        run_near_duplicates(root, "during")  # copy-0005 of s2's orig-0005: found through the merged segment
+    assert decision_files(damaged, ["during"]) == decision_files(intact, ["during"])
+    assert b"s2" in decision_files(damaged, ["during"])["during/decisions"]
+    assert_clean(damaged)
+
+
+def test_a_compaction_killed_between_its_segment_and_its_filter_is_merged_again_whole(tmp_path, small_fanout):
+    root = DataRoot(str(tmp_path / "root"))
+    four_shards_with_an_l1_merge_due(root, small_fanout)
+
+    def killed(relative):
+        if relative.endswith(".filter"):
+            raise Killed(relative)
+
+    with small_fanout.context() as kill, pytest.raises(Killed):
+        pause_merged_writes(kill, killed)
+        compact_pending(root)
+    assert levels(root) == ["L1", "L1", "L2"]  # the merged segment alone, named by no row
+    assert [merge.level for merge in compact_pending(root).merges] == [1]
+    small_fanout.setattr(near_dup_index_repair, "ORPHAN_GRACE_S", 0.0)
+    compact_pending(root)
+    assert levels(root) == ["L2"]
+    assert_clean(root)
