@@ -17,6 +17,7 @@ import dagster as dg
 from assets.near_duplicates import COMPACTION_JOB_NAME
 from resources.storage import DataRootResource
 from speechdata.io.confinement import require_existing_root
+from speechdata.io.shard_lock import EXCLUSIVE_CREATE_PROTOCOLS
 from speechdata.quality.near_dup_compaction import index_damage, inline_merge_level, merges_due_above
 
 SENSOR_NAME = "near_duplicates_compaction_sensor"
@@ -46,6 +47,12 @@ def near_duplicates_compaction_sensor(
     root = data_root.get()
     # An unmounted root has no index: fail the tick, naming the root, rather than report nothing due.
     require_existing_root(root.root, local=root.is_local, what=SENSOR_NAME)
+    if not (root.is_local or root.protocol in EXCLUSIVE_CREATE_PROTOCOLS):
+        # There a compaction's switch is unlocked: it would race the shards' commits.
+        return dg.SkipReason(
+            f"the data root's store ({root.protocol}) has no exclusive create, so the index is updated without "
+            f"its lock: launch {COMPACTION_JOB_NAME} from the Launchpad while no near_duplicates step runs"
+        )
     if context.instance.get_run_records(dg.RunsFilter(job_name=COMPACTION_JOB_NAME, statuses=_IN_PROGRESS), limit=1):
         return dg.SkipReason(f"a {COMPACTION_JOB_NAME} run is in progress")
     due = merges_due_above(root)

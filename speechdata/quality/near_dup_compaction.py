@@ -79,7 +79,7 @@ def index_damage(data_root: DataRoot) -> str | None:
     """Why the shard list cannot be read now (what :func:`merges_due` then takes for nothing due),
     or None: for the sensor's skip reason."""
     try:
-        read_directory(data_root)
+        read_directory(data_root).lowest_positions()
     except IndexDamaged as damaged:
         return str(damaged)
     return None
