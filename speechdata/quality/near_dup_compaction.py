@@ -37,7 +37,8 @@ of 1 000 utterances), written once per 64 shards, so the demo and corpora up to 
 
 def inline_merge_level() -> int:
     """``SPEECHDATA_NEAR_DUP_INLINE_MERGE_LEVEL``, else :data:`DEFAULT_INLINE_MERGE_LEVEL`: read at each
-    call, the same value for every process sharing a data root (0: a shard's run merges nothing)."""
+    call, the same value for every process sharing a data root (0: a shard's run merges nothing; any
+    other value but ASCII digits: a ValueError naming the variable)."""
     value = os.environ.get(INLINE_MERGE_LEVEL_ENV, "").strip()
     if not value:
         return DEFAULT_INLINE_MERGE_LEVEL
@@ -151,8 +152,10 @@ def compact_pending(
     shards keep committing meanwhile; a shard committed during a merge keeps its own segment. A job
     killed anywhere leaves the index as it was or with one more merge switched in; the segments it
     wrote and never switched in, or switched out and never removed, are removed once an hour old by
-    the next compaction or shard (:func:`~.near_dup_index_repair.compact_index`). ``on_progress``
-    gets a line before and after each merge."""
+    the next compaction or shard, under the index lock (:func:`~.near_dup_index_repair.compact_index`).
+    A merge another compaction switched in first is not counted; one left due is said why.
+    ``on_progress`` gets a line before and after each merge. Raises :class:`CorpusIndexBusy` naming
+    what to do when the lock stayed taken."""
     report = on_progress or (lambda line: None)
     summary = CompactionSummary()
     started = time.perf_counter()
