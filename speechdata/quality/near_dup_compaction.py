@@ -76,14 +76,13 @@ def merges_due(data_root: DataRoot) -> list[DueMerge]:
         return []
 
 
-def index_damage(data_root: DataRoot) -> str | None:
-    """Why the shard list cannot be read now (what :func:`merges_due` then takes for nothing due),
-    or None: for the sensor's skip reason."""
+def merges_due_above_or_damage(data_root: DataRoot, level: int | None = None) -> tuple[list[DueMerge], str | None]:
+    """:func:`merges_due_above`, and why the shard list cannot be read (then nothing is due) or None,
+    from the same reads: for the sensor's skip reason."""
     try:
-        read_directory(data_root).lowest_positions()
+        return _above(_merges_due(data_root), level), None
     except IndexDamaged as damaged:
-        return str(damaged)
-    return None
+        return [], str(damaged)
 
 
 def _merges_due(data_root: DataRoot) -> list[DueMerge]:
@@ -105,9 +104,13 @@ def merges_due_above(data_root: DataRoot, level: int | None = None) -> list[DueM
     segments. A shard's run does one due merge of its levels per commit, so a level never gets there
     unless the shards' runs read a lower inline level than this process (the variable set
     differently for the sensor's daemon and the run workers): those merges are then the job's too."""
+    return _above(merges_due(data_root), level)
+
+
+def _above(due: list[DueMerge], level: int | None) -> list[DueMerge]:
     bound = inline_merge_level() if level is None else level
     overdue = 2 * near_dup_index_repair.FANOUT
-    return [due for due in merges_due(data_root) if due.creates > bound or due.waiting >= overdue]
+    return [merge for merge in due if merge.creates > bound or merge.waiting >= overdue]
 
 
 @dataclass(frozen=True)
@@ -212,8 +215,8 @@ __all__ = [
     "DueMerge",
     "Merge",
     "compact_pending",
-    "index_damage",
     "inline_merge_level",
     "merges_due",
     "merges_due_above",
+    "merges_due_above_or_damage",
 ]

@@ -419,6 +419,7 @@ def test_the_sensor_skips_an_index_it_cannot_read_saying_why(tmp_path, small_fan
         with pytest.raises(ValueError, match=INLINE_MERGE_LEVEL_ENV):  # a shard's run: before any work
             run_near_duplicates(root, "during")
         assert not root.exists(layout.near_duplicates("during"))
+        small_fanout.delenv(INLINE_MERGE_LEVEL_ENV)
         unlocked = {"data_root": DataRootResource(url="memory://speechdata-compaction-sensor")}
         skipped = near_duplicates_compaction_sensor(dg.build_sensor_context(instance=instance, resources=unlocked))
         assert "no exclusive create" in skipped.skip_message and "Launchpad" in skipped.skip_message
