@@ -294,7 +294,7 @@ def near_duplicates_compaction(
             max_merges=config.max_merges or None,
             on_progress=lambda line: context.log.info(f"near-duplicates compact: {line}"),
             timeout_s=config.lock_timeout_s,
-            run_id=context.run.run_id,
+            run_id=context.run_id,
             holder_finished=lambda holder: bool(holder.run_id) and run_ended_in(context)(holder.run_id),
         )
     except CorpusIndexBusy as busy:  # the run's failure says what to do, not a traceback

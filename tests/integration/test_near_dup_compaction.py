@@ -16,7 +16,7 @@ import time
 import dagster as dg
 import pytest
 
-from assets.near_duplicates import near_duplicates_compaction_job
+from assets.near_duplicates import near_duplicates_compaction, near_duplicates_compaction_job
 from resources.storage import DataRootResource
 from sensors.near_duplicates import MERGE_TAG, near_duplicates_compaction_sensor
 from speechdata import cli
@@ -56,6 +56,14 @@ def planted() -> dict[str, list]:
         )
         for shard, members in by_shard.items()
     }
+
+
+@pytest.fixture(scope="module")
+def instance():
+    """One Dagster instance for the sensor's and the job's tests (each asks only about its own merges'
+    runs, named by their inputs, or about runs in progress, which none leaves)."""
+    with dg.instance_for_test() as shared:
+        yield shared
 
 
 @pytest.fixture
@@ -181,35 +189,34 @@ def test_a_compaction_killed_midway_and_run_again_leaves_the_clean_index(tmp_pat
     assert decision_files(root, SHARDS[:4]) == expected
 
 
-def test_the_sensor_launches_one_compaction_per_due_merge_and_none_while_one_runs(tmp_path, small_fanout):
+def test_the_sensor_launches_one_compaction_per_due_merge_and_none_while_one_runs(tmp_path, small_fanout, instance):
     root = DataRoot(str(tmp_path / "root"))
     resources = {"data_root": DataRootResource(url=root.url)}
     small_fanout.setenv(INLINE_MERGE_LEVEL_ENV, "1")
     for shard in SHARDS[:2]:
         run_near_duplicates(root, shard)
-    with dg.instance_for_test() as instance:
-        tick = dg.build_sensor_context(instance=instance, resources=resources)
-        assert "no merge above level 1" in near_duplicates_compaction_sensor(tick).skip_message
-        for shard in SHARDS[2:4]:
-            run_near_duplicates(root, shard)
-        request = near_duplicates_compaction_sensor(dg.build_sensor_context(instance=instance, resources=resources))
-        assert request.tags[MERGE_TAG] == merges_due_above(root)[0].key
-        running = instance.create_run_for_job(
-            near_duplicates_compaction_job, run_config={}, tags=request.tags, status=dg.DagsterRunStatus.STARTED
-        )
-        skipped = near_duplicates_compaction_sensor(dg.build_sensor_context(instance=instance, resources=resources))
-        assert "in progress" in skipped.skip_message
-        instance.report_run_canceled(running)
-        result = near_duplicates_compaction_job.execute_in_process(
-            instance=instance, resources=resources, tags={**request.tags, "dagster/run_key": request.run_key}
-        )
-        assert result.success and not merges_due(root)
-        messages = [event.message for event in instance.all_logs(result.run_id)]  # what the run's page shows
-        assert any(message.startswith("near-duplicates compact: merging 2 L1 segments (") for message in messages)
-        assert any(message.startswith("near-duplicates compact: merged into L2-") for message in messages)
-        assert any("1 L1->L2" in message and "nothing more is due" in message for message in messages)
-        done = near_duplicates_compaction_sensor(dg.build_sensor_context(instance=instance, resources=resources))
-        assert isinstance(done, dg.SkipReason)
+    tick = dg.build_sensor_context(instance=instance, resources=resources)
+    assert "no merge above level 1" in near_duplicates_compaction_sensor(tick).skip_message
+    for shard in SHARDS[2:4]:
+        run_near_duplicates(root, shard)
+    request = near_duplicates_compaction_sensor(dg.build_sensor_context(instance=instance, resources=resources))
+    assert request.tags[MERGE_TAG] == merges_due_above(root)[0].key
+    running = instance.create_run_for_job(
+        near_duplicates_compaction_job, run_config={}, tags=request.tags, status=dg.DagsterRunStatus.STARTED
+    )
+    skipped = near_duplicates_compaction_sensor(dg.build_sensor_context(instance=instance, resources=resources))
+    assert "in progress" in skipped.skip_message
+    instance.report_run_canceled(running)
+    result = near_duplicates_compaction_job.execute_in_process(
+        instance=instance, resources=resources, tags={**request.tags, "dagster/run_key": request.run_key}
+    )
+    assert result.success and not merges_due(root)
+    messages = [event.message for event in instance.all_logs(result.run_id)]  # what the run's page shows
+    assert any(message.startswith("near-duplicates compact: merging 2 L1 segments (") for message in messages)
+    assert any(message.startswith("near-duplicates compact: merged into L2-") for message in messages)
+    assert any("1 L1->L2" in message and "nothing more is due" in message for message in messages)
+    done = near_duplicates_compaction_sensor(dg.build_sensor_context(instance=instance, resources=resources))
+    assert isinstance(done, dg.SkipReason)
 
 
 # --- attacks from directions the tests above leave open: two compactions at once, a compaction
@@ -391,54 +398,52 @@ def test_an_inline_level_that_is_not_a_whole_number_is_refused_naming_the_variab
         merges_due_above(DataRoot("/nonexistent-root-never-read"))
 
 
-def test_the_sensor_skips_an_index_it_cannot_read_saying_why(tmp_path, small_fanout):
+def test_the_sensor_skips_an_index_it_cannot_read_saying_why(tmp_path, small_fanout, instance):
     """No index yet, a torn record of the shard list, a record missing from its run: each tick is a
     skip that says why, never a failed tick (a sensor failing every 300 s) or a launch."""
     root = DataRoot(str(tmp_path / "root"))
     root.fs.makedirs(root.root, exist_ok=True)
     resources = {"data_root": DataRootResource(url=root.url)}
-    with dg.instance_for_test() as instance:
 
-        def tick():
-            return near_duplicates_compaction_sensor(dg.build_sensor_context(instance=instance, resources=resources))
+    def tick():
+        return near_duplicates_compaction_sensor(dg.build_sensor_context(instance=instance, resources=resources))
 
-        assert "no merge above level 2" in tick().skip_message  # no index yet
-        four_shards_with_an_l1_merge_due(root, small_fanout)
-        records = sorted(root.glob(f"{ORDER_LOG}/*.json"))
-        last = root.fs.cat_file(records[-1])
-        root.fs.pipe_file(records[-1], last[: len(last) // 2])
-        torn = tick()
-        assert isinstance(torn, dg.SkipReason) and "cannot be read" in torn.skip_message, torn.skip_message
-        assert "repairs it" in torn.skip_message
-        root.fs.pipe_file(records[-1], last)
-        root.fs.rm_file(records[1])
-        assert "cannot be read" in tick().skip_message
-        small_fanout.setenv(INLINE_MERGE_LEVEL_ENV, "²")
-        with pytest.raises(ValueError, match=INLINE_MERGE_LEVEL_ENV):
-            tick()
-        with pytest.raises(ValueError, match=INLINE_MERGE_LEVEL_ENV):  # a shard's run: before any work
-            run_near_duplicates(root, "during")
-        assert not root.exists(layout.near_duplicates("during"))
-        small_fanout.delenv(INLINE_MERGE_LEVEL_ENV)
-        unlocked = {"data_root": DataRootResource(url="memory://speechdata-compaction-sensor")}
-        skipped = near_duplicates_compaction_sensor(dg.build_sensor_context(instance=instance, resources=unlocked))
-        assert "no exclusive create" in skipped.skip_message and "Launchpad" in skipped.skip_message
+    assert "no merge above level 2" in tick().skip_message  # no index yet
+    four_shards_with_an_l1_merge_due(root, small_fanout)
+    records = sorted(root.glob(f"{ORDER_LOG}/*.json"))
+    last = root.fs.cat_file(records[-1])
+    root.fs.pipe_file(records[-1], last[: len(last) // 2])
+    torn = tick()
+    assert isinstance(torn, dg.SkipReason) and "cannot be read" in torn.skip_message, torn.skip_message
+    assert "repairs it" in torn.skip_message
+    root.fs.pipe_file(records[-1], last)
+    root.fs.rm_file(records[1])
+    assert "cannot be read" in tick().skip_message
+    small_fanout.setenv(INLINE_MERGE_LEVEL_ENV, "²")
+    with pytest.raises(ValueError, match=INLINE_MERGE_LEVEL_ENV):
+        tick()
+    with pytest.raises(ValueError, match=INLINE_MERGE_LEVEL_ENV):  # a shard's run: before any work
+        run_near_duplicates(root, "during")
+    assert not root.exists(layout.near_duplicates("during"))
+    small_fanout.delenv(INLINE_MERGE_LEVEL_ENV)
+    unlocked = {"data_root": DataRootResource(url="memory://speechdata-compaction-sensor")}
+    skipped = near_duplicates_compaction_sensor(dg.build_sensor_context(instance=instance, resources=unlocked))
+    assert "no exclusive create" in skipped.skip_message and "Launchpad" in skipped.skip_message
 
 
 def test_the_sensor_launches_merges_the_shards_runs_left_when_its_inline_level_differs_from_theirs(
-    tmp_path, small_fanout
+    tmp_path, small_fanout, instance
 ):
     """The daemon reads a higher inline level than the run workers: the merges between the two are
     nobody's by level, so a level that reaches twice ``FANOUT`` segments is launched anyway."""
     root = DataRoot(str(tmp_path / "root"))
     resources = {"data_root": DataRootResource(url=root.url)}
-    small_fanout.setenv(INLINE_MERGE_LEVEL_ENV, "1")  # the run workers
-    for shard in SHARDS:
+    small_fanout.setenv(INLINE_MERGE_LEVEL_ENV, "0")  # the run workers: no merge at all
+    for shard in SHARDS[:4]:
         run_near_duplicates(root, shard)
-    assert levels(root) == ["L1"] * 4
+    assert levels(root) == ["L0"] * 4
     small_fanout.setenv(INLINE_MERGE_LEVEL_ENV, "5")  # the daemon
-    with dg.instance_for_test() as instance:
-        request = near_duplicates_compaction_sensor(dg.build_sensor_context(instance=instance, resources=resources))
+    request = near_duplicates_compaction_sensor(dg.build_sensor_context(instance=instance, resources=resources))
     assert isinstance(request, dg.RunRequest), request
     assert request.tags[MERGE_TAG] == merges_due(root)[0].key
 
@@ -447,15 +452,10 @@ def test_a_compaction_that_waits_too_long_for_the_lock_fails_saying_what_to_do(t
     root = DataRoot(str(tmp_path / "root"))
     resources = {"data_root": DataRootResource(url=root.url)}
     four_shards_with_an_l1_merge_due(root, small_fanout)
-    with corpus_index_lock(root), dg.instance_for_test() as instance:
-        result = near_duplicates_compaction_job.execute_in_process(
-            instance=instance,
-            resources=resources,
-            run_config={"ops": {"near_duplicates_compaction": {"config": {"lock_timeout_s": 0.2}}}},
-            raise_on_error=False,
-        )
-    [failure] = [event for event in result.all_events if event.is_step_failure]
-    message = failure.step_failure_data.user_failure_data.description  # the run's page, not a traceback
+    context = dg.build_op_context(resources=resources, op_config={"lock_timeout_s": 0.2})
+    with corpus_index_lock(root), pytest.raises(dg.Failure) as failed:
+        near_duplicates_compaction(context)
+    message = failed.value.description  # the step's failure on the run's page, not a traceback
     assert "stayed locked" in message and "run the compaction again once that holder is done" in message
     assert "lock_timeout_s" in message
     assert levels(root) == ["L1", "L1", "L2"] and [due.level for due in merges_due(root)] == [
@@ -500,4 +500,40 @@ def test_a_compaction_killed_between_its_segment_and_its_filter_is_merged_again_
     small_fanout.setattr(near_dup_index_repair, "ORPHAN_GRACE_S", 0.0)
     compact_pending(root)
     assert levels(root) == ["L2"]
+    assert_clean(root)
+
+
+def test_a_compaction_while_a_shards_run_repairs_one_of_its_inputs_ends_clean(tmp_path, small_fanout):
+    """One of the merge's inputs is torn after the job opened it, and a shard's run repairs the index
+    (the input removed, its shards' level-0 segments rebuilt from their entries) before the job's
+    switch: the job switches in nothing that holds torn postings, and the index ends clean, deciding
+    as an intact one does."""
+    intact, root = DataRoot(str(tmp_path / "intact")), DataRoot(str(tmp_path / "root"))
+    for each in (intact, root):
+        four_shards_with_an_l1_merge_due(each, small_fanout)
+    compact_pending(intact)
+    merge_segments = near_dup_index_repair.merge_segments
+    repaired = []
+
+    def torn_and_repaired_meanwhile(opened, *args):
+        if not repaired:
+            _, relative, _, _ = opened[0]
+            path = root.path(relative)
+            content = root.fs.cat_file(path)
+            with open(path, "r+b") as handle:  # torn in place: the job's open handle reads it torn
+                handle.truncate(len(content) // 2)
+            repaired.append(repair_index(root))
+        return merge_segments(opened, *args)
+
+    small_fanout.setattr(near_dup_index_repair, "merge_segments", torn_and_repaired_meanwhile)
+    compact_pending(root)
+    small_fanout.setattr(near_dup_index_repair, "merge_segments", merge_segments)
+    assert any("segment rebuilt from its entries" in line for line in repaired[0])
+    small_fanout.setattr(near_dup_index_repair, "ORPHAN_GRACE_S", 0.0)
+    compact_pending(root)
+    assert repair_index(root) == []
+    for each in (intact, root):
+        run_near_duplicates(each, "during")
+    assert decision_files(root, ["during"]) == decision_files(intact, ["during"])
+    compact_pending(root)
     assert_clean(root)
