@@ -21,6 +21,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from speechdata.io.shard_lock import EXCLUSIVE_CREATE_PROTOCOLS
 from speechdata.io.storage import DataRoot
 from speechdata.quality import near_dup_index_repair
 from speechdata.quality.near_dup_index_commit import _filter_relative, _segment_relative
@@ -162,6 +163,11 @@ def compact_pending(
     report = on_progress or (lambda line: None)
     summary = CompactionSummary()
     started = time.perf_counter()
+    if not (data_root.is_local or data_root.protocol in EXCLUSIVE_CREATE_PROTOCOLS):
+        report(
+            f"warning: the data root's store ({data_root.protocol}) has no exclusive create: each merge's switch "
+            "runs without the index lock, so run this only while no near_duplicates step runs"
+        )
     while max_merges is None or len(summary.merges) < max_merges:
         due = merges_due(data_root)
         read = _bytes_of(data_root, due[0].inputs) if due else 0

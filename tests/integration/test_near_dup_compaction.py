@@ -429,6 +429,9 @@ def test_the_sensor_skips_an_index_it_cannot_read_saying_why(tmp_path, small_fan
     unlocked = {"data_root": DataRootResource(url="memory://speechdata-compaction-sensor")}
     skipped = near_duplicates_compaction_sensor(dg.build_sensor_context(instance=instance, resources=unlocked))
     assert "no exclusive create" in skipped.skip_message and "Launchpad" in skipped.skip_message
+    lines = []
+    assert not compact_pending(DataRoot("memory://speechdata-compaction-sensor"), on_progress=lines.append).merges
+    assert lines and "no exclusive create" in lines[0] and "no near_duplicates step runs" in lines[0]
 
 
 def test_the_sensor_launches_merges_the_shards_runs_left_when_its_inline_level_differs_from_theirs(
