@@ -540,3 +540,18 @@ def test_a_compaction_while_a_shards_run_repairs_one_of_its_inputs_ends_clean(tm
     assert decision_files(root, ["during"]) == decision_files(intact, ["during"])
     compact_pending(root)
     assert_clean(root)
+
+
+def test_a_killed_writes_temporary_segment_is_swept_once_old_and_a_young_one_left(tmp_path, small_fanout):
+    root = DataRoot(str(tmp_path / "root"))
+    four_shards_with_an_l1_merge_due(root, small_fanout)
+    folder = f"{layout.NEAR_DUPLICATES_INDEX}/segments"
+    for name in ("._tmp-0123456789ab-L2-0000000000000000.seg", "._tmp-ba9876543210-L2-1111111111111111.seg"):
+        root.write_bytes(f"{folder}/{name}", b"a merge killed while writing")
+    an_hour_old(root, "._tmp-0123456789ab-L2-0000000000000000.seg")
+    compact_pending(root)
+    assert repair_index(root) == []  # a repair leaves both: temporary files are their writer's
+    assert [name for name in segment_files(root) if name.startswith("._tmp-")] == [
+        "._tmp-ba9876543210-L2-1111111111111111.seg"
+    ]
+    assert [name.split("-")[0] for name in segment_files(root) if name.startswith("L")] == ["L2", "L2"]
