@@ -555,3 +555,31 @@ def test_a_killed_writes_temporary_segment_is_swept_once_old_and_a_young_one_lef
         "._tmp-ba9876543210-L2-1111111111111111.seg"
     ]
     assert [name.split("-")[0] for name in segment_files(root) if name.startswith("L")] == ["L2", "L2"]
+
+
+def test_the_sensor_on_an_index_of_the_earlier_layout_skips_and_the_job_leaves_it_to_the_shards(
+    tmp_path, small_fanout, instance
+):
+    """An index of the layout before the shard list (one ``shards.parquet``, no segments): the tick
+    skips, and a compaction run from the Launchpad anyway merges nothing and changes nothing (the
+    next shard's run takes the layout over)."""
+    import pyarrow as pa
+
+    from speechdata.quality import near_dup_index
+
+    root = DataRoot(str(tmp_path / "root"))
+    four_shards_with_an_l1_merge_due(root, small_fanout)
+    order = pa.Table.from_pylist([vars(s) for s in read_state(root)], schema=near_dup_index.ORDER_SCHEMA)
+    root.write_parquet(
+        layout.near_duplicates_index_order(), order.select(["position", "shard_id", "entries_version", "utterances"])
+    )
+    for folder in ("segments", "committed", "order"):
+        root.fs.rm(root.path(f"{layout.NEAR_DUPLICATES_INDEX}/{folder}"), recursive=True)
+    resources = {"data_root": DataRootResource(url=root.url)}
+    tick = near_duplicates_compaction_sensor(dg.build_sensor_context(instance=instance, resources=resources))
+    assert isinstance(tick, dg.SkipReason), tick
+    before = sorted(root.glob(f"{layout.NEAR_DUPLICATES_INDEX}/**"))
+    assert compact_pending(root).merges == []
+    assert sorted(root.glob(f"{layout.NEAR_DUPLICATES_INDEX}/**")) == before
+    run_near_duplicates(root, "during")
+    assert [s.shard_id for s in read_state(root)] == [*SHARDS[:4], "during"]
