@@ -201,9 +201,10 @@ def block_reads(kinds: dict[str, tuple[float, float]], hours: int, postings_per_
     values; a skew lowers it), and reads a block when present (one more per 256 postings), or with a
     filter's false positive when absent; a segment's distinct blocks cap what it reads.
 
-    Two layouts computed beside today's: ``audio_postings_capped``, each segment keeping a sampled
-    audio key's earliest ``MAX_KEY_OCCURRENCES + 1`` postings only (a key with more never votes, so
-    the postings past them are read for nothing); ``..._one_run_per_level``, besides, each level's
+    Two layouts computed beside uncapped segments: ``audio_postings_capped``, each segment keeping a
+    sampled audio key's earliest ``MAX_KEY_OCCURRENCES + 1`` postings only (a key with more never
+    votes, so the postings past them are read for nothing; what segments do now, measured by
+    ``bench_near_dup_capped_keys``); ``..._one_run_per_level``, besides, each level's
     segments one run partitioned by key range, so a key reads one place per level, not per segment."""
     from speechdata.quality.near_dup_matching import MAX_KEY_OCCURRENCES
     from speechdata.quality.near_dup_postings import BLOCK_RECORDS, POSTING_DTYPE

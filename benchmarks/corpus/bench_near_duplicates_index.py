@@ -24,9 +24,11 @@ above what the process held after its imports.
 from __future__ import annotations
 
 import argparse
+import inspect
 import multiprocessing
 import resource
 import secrets
+import statistics
 import tempfile
 import time
 
@@ -138,7 +140,6 @@ def measure(url: str, utterances: int, path: str, results) -> None:
     from benchmarks.report import RssKindsSampler
     from speechdata.quality.near_dup_index import (
         IndexReader,
-        commit_shard_entries,
         compact_index,
         read_order,
         read_shard_entries,
@@ -165,11 +166,11 @@ def measure(url: str, utterances: int, path: str, results) -> None:
             decisions = decide_shard(source.next_position, signals, source, thresholds)
             touched, postings_read = len(indexed), None
         else:
-            with reserve_position(root, "new") as reservation:
-                reader = IndexReader(root, reservation.position, wait_for_earlier(root, reservation))
-                decisions = decide_shard(reservation.position, signals, reader, thresholds)
-                commit_shard_entries(root, reservation, signals, decisions)
-            compact_index(root)
+            with IndexLockTimes() as lock_times:
+                with reserve_position(root, "new") as reservation:
+                    reader = IndexReader(root, reservation.position, wait_for_earlier(root, reservation))
+                    decisions = _decided_and_committed(root, reservation, signals, reader, thresholds)
+                compact_index(root)
             touched, postings_read = reader.rows_read, reader.postings_read
         if profiler is not None:
             profiler.disable()
@@ -189,7 +190,71 @@ def measure(url: str, utterances: int, path: str, results) -> None:
     }
     if reader is not None:
         figures.update(_reader_figures(reader, sizes))
+        figures["lock_held_ms"] = lock_times.figures()
     results[path] = figures
+
+
+def _decided_and_committed(root, reservation, signals, reader, thresholds, own=None):
+    """Decide the reserved shard against ``reader`` and commit it, as the stage does: its postings
+    (``own``, or built here) handed to the decision and the commit where the code measured takes
+    them (code from before that builds them again in each)."""
+    from speechdata.quality.near_dup_index import commit_shard_entries, index_keys
+    from speechdata.quality.near_dup_matching import decide_shard
+
+    if "own_postings" not in inspect.signature(decide_shard).parameters:
+        decisions = decide_shard(reservation.position, signals, reader, thresholds)
+        commit_shard_entries(root, reservation, signals, decisions)
+        return decisions
+    own = index_keys(signals, reservation.position) if own is None else own
+    decisions = decide_shard(reservation.position, signals, reader, thresholds, own_postings=own)
+    commit_shard_entries(root, reservation, signals, decisions, postings=own)
+    return decisions
+
+
+class IndexLockTimes:
+    """Milliseconds the corpus index lock was held in the block, by what took it: ``reserve``,
+    ``commit``, ``compact`` (each module's ``corpus_index_lock`` wrapped where it looks it up; the
+    time counted from the lock's acquisition to its release, the wait for it left out)."""
+
+    MODULES = {
+        "reserve": "speechdata.quality.near_dup_index_order",
+        "commit": "speechdata.quality.near_dup_index_commit",
+        "compact": "speechdata.quality.near_dup_index_repair",
+    }
+
+    def __init__(self):
+        self.held_s = dict.fromkeys(self.MODULES, 0.0)
+        self._saved = []
+
+    def _timed(self, label: str, lock):
+        import contextlib
+
+        @contextlib.contextmanager
+        def timed(*args, **kwargs):
+            with lock(*args, **kwargs) as holder:
+                started = time.perf_counter()
+                try:
+                    yield holder
+                finally:
+                    self.held_s[label] += time.perf_counter() - started
+
+        return timed
+
+    def __enter__(self):
+        import importlib
+
+        for label, name in self.MODULES.items():
+            module = importlib.import_module(name)
+            self._saved.append((module, module.corpus_index_lock))
+            module.corpus_index_lock = self._timed(label, module.corpus_index_lock)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for module, lock in self._saved:
+            module.corpus_index_lock = lock
+
+    def figures(self) -> dict[str, float]:
+        return {label: round(1_000 * seconds, 2) for label, seconds in self.held_s.items()}
 
 
 PROFILE_ENV = "SPEECHDATA_BENCH_PROFILE_DIR"
@@ -224,7 +289,13 @@ def _reader_figures(reader, sizes: dict[str, dict]) -> dict:
     each with its size and its key filter's (``sizes``: taken before the shard committed)."""
     figures = {
         name: getattr(reader, name)
-        for name in ("entries_fetched", "filter_bytes_read", "segment_bytes_read")
+        for name in (
+            "entries_fetched",
+            "filter_bytes_read",
+            "segment_bytes_read",
+            "blocks_read",
+            "blocks_read_by_chance",
+        )
         if hasattr(reader, name)
     }
     figures["live_segments"] = {name: sizes.get(name) for name in sorted(getattr(reader, "_live", {}))}
@@ -238,36 +309,40 @@ def _stage_flow(root, shard_id: str, signals, thresholds) -> dict:
     from speechdata.quality.near_dup_index import (
         IndexDamaged,
         IndexReader,
-        commit_shard_entries,
         compact_index,
         index_keys,
         repair_index,
         reserve_position,
         wait_for_earlier,
     )
-    from speechdata.quality.near_dup_matching import decide_shard
 
     started = time.perf_counter()
-    for attempt in range(3):
-        try:
-            with reserve_position(root, shard_id) as reservation:
-                reader = IndexReader(root, reservation.position)
-                reader.prefetch(index_keys(signals, reservation.position)["key"])
-                waiting = time.perf_counter()
-                state = wait_for_earlier(root, reservation)
-                waited = time.perf_counter() - waiting
-                reader.settle(state)
-                decisions = decide_shard(reservation.position, signals, reader, thresholds)
-                commit_shard_entries(root, reservation, signals, decisions)
-            break
-        except IndexDamaged:
-            # As the stage does: a segment merged away while this shard read the order before the
-            # switch reads as missing; repair finds it whole and the shard decides again.
-            if attempt == 2:
-                raise
-            repair_index(root)
-    compact_index(root)
-    return {"wall_s": time.perf_counter() - started, "waited_s": waited, "attempts": attempt + 1}
+    with IndexLockTimes() as lock_times:
+        for attempt in range(3):
+            try:
+                with reserve_position(root, shard_id) as reservation:
+                    reader = IndexReader(root, reservation.position)
+                    own = index_keys(signals, reservation.position)
+                    reader.prefetch(own["key"])
+                    waiting = time.perf_counter()
+                    state = wait_for_earlier(root, reservation)
+                    waited = time.perf_counter() - waiting
+                    reader.settle(state)
+                    _decided_and_committed(root, reservation, signals, reader, thresholds, own)
+                break
+            except IndexDamaged:
+                # As the stage does: a segment merged away while this shard read the order before the
+                # switch reads as missing; repair finds it whole and the shard decides again.
+                if attempt == 2:
+                    raise
+                repair_index(root)
+        compact_index(root)
+    return {
+        "wall_s": time.perf_counter() - started,
+        "waited_s": waited,
+        "attempts": attempt + 1,
+        "lock_held_ms": lock_times.figures(),
+    }
 
 
 def _one_of_many(url: str, utterances: int, number: int, ready, results) -> None:
@@ -319,6 +394,18 @@ def measure_simultaneous(url: str, utterances: int, shards: int = 16) -> dict:
         "decided_again": sum(figures["attempts"] - 1 for figures in finished.values()),
         "cores": cores,
         "cpu_bound_floor_s": round(single["wall_s"] * shards / min(cores, shards), 3),
+        # The index lock per shard (reservation, commit, compaction's switch): what serializes them.
+        "lock_held_ms": {
+            "one_alone": single["lock_held_ms"],
+            "mean_of_many": {
+                label: round(statistics.fmean(f["lock_held_ms"][label] for f in finished.values()), 2)
+                for label in IndexLockTimes.MODULES
+            },
+            "max_of_many": {
+                label: round(max(f["lock_held_ms"][label] for f in finished.values()), 2)
+                for label in IndexLockTimes.MODULES
+            },
+        },
     }
 
 

@@ -187,7 +187,9 @@ def compact_pending(
             ) from busy
         if merged is None:
             if due and due[0].key not in {other.key for other in merges_due(data_root)}:
-                report(f"another compaction merged those L{due[0].level} segments meanwhile")
+                report(
+                    f"those L{due[0].level} segments were merged or repaired meanwhile (another compaction, a repair)"
+                )
                 continue  # go on with what is due now
             if due:
                 report(

@@ -7,8 +7,11 @@ almost every absent key from one 64-byte line; only the keys that pass read a bl
 
 A filter (``index/near_duplicates/segments/<segment>.filter``) is a blocked Bloom filter: a 64-byte
 header, then lines of 64 bytes, each seven words of bits (448) and one check word. A key sets
-:data:`HASHES` bits in the one line its hash picks (:data:`BITS_PER_KEY` bits of lines per posting
-of the segment: about 1 % false positives). The check word of line ``i`` is a hash of ``i`` and its
+``hashes`` bits in the one line its hash picks; the header holds the line count and ``hashes``, so
+filters of every sizing are read alike. New filters: :data:`HASHES` bits per key, and
+:func:`bits_per_key` bits of lines per posting of the segment, 20 in a small segment (about 0.05 %
+false positives) and 12 in a large one (about 0.55 %): see :func:`bits_per_key` for why. Filters
+written before (12 bits, 6 hashes: about 0.6 %) are read as they are. The check word of line ``i`` is a hash of ``i`` and its
 bits, so a torn, truncated, shifted or altered line is caught when it is read
 (:class:`DamagedFilter`), and the header names the segment the filter was built from. A present key
 is always found: a filter only ever sets bits.
@@ -33,9 +36,18 @@ LINE_WORDS = 8
 BIT_WORDS = 7
 LINE_BITS = BIT_WORDS * 64
 LINE_BYTES = LINE_WORDS * 8
-HASHES = 6
+HASHES = 7
+"""Bits a new filter sets per key: seven 9-bit bit numbers of one 64-bit hash (the most it holds).
+Measured on 2 M random keys, 7 against 6 hashes: 0.55 % false positives against 0.59 % at 12 bits per
+key, 0.047 % against 0.068 % at 20 (docs/performance.md)."""
+MAX_HASHES = 7
+"""The most bits a filter's header may name (:data:`HASHES` of filters written before: 6)."""
 BITS_PER_KEY = 12
-"""Filter bits per posting the segment holds (distinct keys are fewer: the rate only falls)."""
+"""Filter bits per posting in a large segment (distinct keys are fewer: the rate only falls)."""
+SMALL_SEGMENT_BITS_PER_KEY = 20
+"""Filter bits per posting in a segment of at most :data:`SMALL_SEGMENT_RECORDS` postings."""
+SMALL_SEGMENT_RECORDS = 1 << 23
+"""About 19 shards of 1 000 utterances (434 000 postings each): levels 0 and 1 of the index."""
 ADD_CHUNK = 1 << 20
 """Keys set at once while a filter is built (bounds the memory of a merge's filter)."""
 LOOKUP_CHUNK = 1 << 16
@@ -70,24 +82,41 @@ def _mix(values: np.ndarray) -> np.ndarray:
         return z ^ (z >> np.uint64(31))
 
 
+def bits_per_key(records: int) -> int:
+    """Filter bits per posting for a segment of ``records`` postings. A new shard's lookup tests
+    its ~434 000 keys against every live segment; each key a filter lets through by chance costs a
+    7 KiB block read (and its search), each filter line a key picks a 64-byte line, read in pages.
+    A small segment's filter is read whole, and a few MB: 20 bits per key instead of 12 add
+    0.43 MB per 1 000-utterance shard it holds and save ~2 400 block reads (17 MB) per lookup,
+    the largest block term at 1 000 h (levels 0 and 1: 11 of its 15 live segments). A large
+    segment's filter is read page by page where the keys land, at least the ~434 000 keys' pages
+    (1.7 GB), so more bits per key make it larger and its pages more than the blocks they save
+    (computed per level: docs/performance.md)."""
+    return SMALL_SEGMENT_BITS_PER_KEY if records <= SMALL_SEGMENT_RECORDS else BITS_PER_KEY
+
+
 def line_count(records: int) -> int:
-    return max(1, -(-records * BITS_PER_KEY // LINE_BITS))
+    return max(1, -(-records * bits_per_key(records) // LINE_BITS))
 
 
 def _line_of_hashed(hashed: np.ndarray, lines: int) -> np.ndarray:
     return (((hashed >> np.uint64(32)) * np.uint64(lines)) >> np.uint64(32)).astype(np.int64)
 
 
-def _lines_and_bits(keys: np.ndarray, lines: int) -> tuple[np.ndarray, np.ndarray]:
-    """Each key's line, and its :data:`HASHES` bit numbers within the line (shape ``(len, HASHES)``)."""
+def _lines_and_bits(keys: np.ndarray, lines: int, hashes: int) -> tuple[np.ndarray, np.ndarray]:
+    """Each key's line, and its ``hashes`` bit numbers within the line (shape ``(len, hashes)``, uint16)."""
     hashed = _mix(keys.astype(np.uint64) ^ _FILTER_SALT)
-    return _line_of_hashed(hashed, lines), _bits_of_hashed(hashed).astype(np.int64)
+    return _line_of_hashed(hashed, lines), _bits_of_hashed(hashed, hashes)
 
 
-def _bits_of_hashed(hashed: np.ndarray) -> np.ndarray:
+def _bits_of_hashed(hashed: np.ndarray, hashes: int) -> np.ndarray:
+    """A key's first ``hashes`` bit numbers: the j-th is the same whatever ``hashes`` is, so a filter
+    set with fewer bits is tested with the first of them."""
     spread = _mix(hashed)
-    bits = np.stack([(spread >> np.uint64(9 * j)) & np.uint64(511) for j in range(HASHES)], axis=1)
-    return (bits % np.uint64(LINE_BITS)).astype(np.uint16)
+    bits = np.empty((len(hashed), hashes), np.uint16)  # filled a column at a time: no (keys, hashes) uint64
+    for j in range(hashes):
+        bits[:, j] = ((spread >> np.uint64(9 * j)) & np.uint64(511)) % np.uint64(LINE_BITS)
+    return bits
 
 
 class KeyProbe:
@@ -103,7 +132,7 @@ class KeyProbe:
         self.keys = keys
         self.order = np.argsort(hashed >> np.uint64(32), kind="stable")
         self.high = (hashed >> np.uint64(32))[self.order]
-        self.bits = _bits_of_hashed(hashed[self.order])
+        self.bits = _bits_of_hashed(hashed[self.order], MAX_HASHES)
 
     def lines(self, lines: int) -> np.ndarray:
         """Each key's line in a filter of ``lines`` lines, in :attr:`order` (non-decreasing)."""
@@ -118,25 +147,29 @@ def _check_words(lines: np.ndarray, line_numbers: np.ndarray) -> np.ndarray:
     return check
 
 
-def _header(lines: int, segment: str) -> bytes:
-    body = _HEADER.pack(_MAGIC, lines, HASHES, segment.encode()[:24], 0, 0)
+def _header(lines: int, segment: str, hashes: int) -> bytes:
+    body = _HEADER.pack(_MAGIC, lines, hashes, segment.encode()[:24], 0, 0)
     check = int(_mix(np.frombuffer(body[:-8], "<u8")).sum(dtype=np.uint64))
     return body[:-8] + struct.pack("<Q", check)
 
 
-def _read_header(header: bytes, path: str, segment: str) -> int:
-    """The filter's line count, once its header checks out and names ``segment``."""
+def _read_header(header: bytes, path: str, segment: str) -> tuple[int, int]:
+    """The filter's line count and bits per key, once its header checks out and names ``segment``."""
     if len(header) != _HEADER.size:
         raise DamagedFilter(path, "shorter than its header")
     magic, lines, hashes, named, _, _ = _HEADER.unpack(header)
     if magic[:5] == _MAGIC[:5] and magic != _MAGIC:
         raise DamagedFilter(path, f"written for an earlier index format ({magic[:7].decode(errors='replace')})")
-    if magic != _MAGIC or hashes != HASHES or header != _header(lines, named.rstrip(b"\0").decode(errors="replace")):
+    if (
+        magic != _MAGIC
+        or not 1 <= hashes <= MAX_HASHES
+        or header != _header(lines, named.rstrip(b"\0").decode(errors="replace"), hashes)
+    ):
         raise DamagedFilter(path, "header checksum mismatch")
     named = named.rstrip(b"\0")
     if named != segment.encode()[:24]:
         raise DamagedFilter(path, f"built for another segment ({named.decode(errors='replace')})")
-    return lines
+    return lines, hashes
 
 
 class FilterBuilder:
@@ -145,21 +178,28 @@ class FilterBuilder:
 
     def __init__(self, records: int):
         self.lines = line_count(records)
+        self.hashes = HASHES
         self._file = tempfile.TemporaryFile()  # noqa: SIM115 - closed by finish()
         self._file.truncate(self.lines * LINE_BYTES)
-        self._bits = np.memmap(self._file, np.uint64, "r+", shape=(self.lines, LINE_WORDS))
+        # A plain array over the mapped file: ``np.bitwise_or.at`` on the ``np.memmap`` subclass took
+        # about 4x as long (0.29 s against 0.06 s for a new shard's 3 M bits, measured).
+        self._bits = np.asarray(np.memmap(self._file, np.uint64, "r+", shape=(self.lines, LINE_WORDS)))
 
     def add(self, keys: np.ndarray) -> None:
         for start in range(0, len(keys), ADD_CHUNK):
-            line, bits = _lines_and_bits(keys[start : start + ADD_CHUNK], self.lines)
-            word = np.repeat(line * LINE_WORDS, HASHES) + (bits // 64).ravel()
-            masks = np.left_shift(np.uint64(1), (bits % 64).astype(np.uint64)).ravel()
-            np.bitwise_or.at(self._bits.reshape(-1), word, masks)
+            line, bits = _lines_and_bits(keys[start : start + ADD_CHUNK], self.lines, self.hashes)
+            first_word = line * LINE_WORDS
+            # One bit number at a time: the arrays of every key's words and masks at once took about
+            # 100 MB for a new shard's 434 000 keys, the peak of its commit (measured).
+            for j in range(self.hashes):
+                word = first_word + bits[:, j] // 64
+                mask = np.left_shift(np.uint64(1), (bits[:, j] % 64).astype(np.uint64))
+                np.bitwise_or.at(self._bits.reshape(-1), word, mask)
 
     def finish(self, segment: str) -> Iterator[bytes]:
         """The filter's bytes for ``segment``, in pieces (the temporary file is closed after the last)."""
         try:
-            yield _header(self.lines, segment)
+            yield _header(self.lines, segment, self.hashes)
             step = max(1, (4 << 20) // LINE_BYTES)
             for start in range(0, self.lines, step):
                 lines = np.array(self._bits[start : start + step])
@@ -245,23 +285,23 @@ def keys_maybe_in(
     if data_root.is_local:
         with open(path, "rb") as handle:
             size = os.fstat(handle.fileno()).st_size
-            lines = _read_header(handle.read(_HEADER.size), relative, segment)
+            lines, hashes = _read_header(handle.read(_HEADER.size), relative, segment)
             if size != _HEADER.size + lines * LINE_BYTES:
                 raise DamagedFilter(relative, f"{size} bytes, {_HEADER.size + lines * LINE_BYTES} expected")
             descriptor = handle.fileno()
             try:
-                return _tested(probe, lines, relative, lambda wanted: _pread_lines(descriptor, wanted))
+                return _tested(probe, lines, hashes, relative, lambda wanted: _pread_lines(descriptor, wanted))
             except EOFError:
                 raise DamagedFilter(relative, "truncated while read") from None
     content = data_root.fs.cat_file(path)
-    lines = _read_header(content[: _HEADER.size], relative, segment)
+    lines, hashes = _read_header(content[: _HEADER.size], relative, segment)
     if len(content) != _HEADER.size + lines * LINE_BYTES:
         raise DamagedFilter(relative, f"{len(content)} bytes, {_HEADER.size + lines * LINE_BYTES} expected")
     table = np.frombuffer(content, "<u8", offset=_HEADER.size).reshape(lines, LINE_WORDS)
-    return _tested(probe, lines, relative, lambda wanted: table[wanted])
+    return _tested(probe, lines, hashes, relative, lambda wanted: table[wanted])
 
 
-def _tested(probe: KeyProbe, lines: int, relative: str, read_lines) -> tuple[np.ndarray, int]:
+def _tested(probe: KeyProbe, lines: int, hashes: int, relative: str, read_lines) -> tuple[np.ndarray, int]:
     """:func:`keys_maybe_in` over a filter of ``lines`` lines whose lines ``read_lines`` returns."""
     present, read = np.zeros(len(probe.keys), bool), _HEADER.size
     # In line order, so that the chunks read disjoint stretches of the filter; a chunk of keys at a
@@ -275,7 +315,7 @@ def _tested(probe: KeyProbe, lines: int, relative: str, read_lines) -> tuple[np.
         wanted, at = line[starts_line], np.cumsum(starts_line) - 1
         lines_read = read_lines(wanted)
         _check_lines(lines_read, wanted, relative)
-        bits = probe.bits[start : start + LOOKUP_CHUNK].astype(np.int64)
+        bits = probe.bits[start : start + LOOKUP_CHUNK, :hashes].astype(np.int64)
         present[start : start + len(line)] = _present(lines_read, at, bits)
         read += len(wanted) * LINE_BYTES
     return probe.keys[np.sort(probe.order[present])], read
@@ -284,7 +324,7 @@ def _tested(probe: KeyProbe, lines: int, relative: str, read_lines) -> tuple[np.
 def verify_filter(handle, path: str, segment: str) -> None:
     """Raise :class:`DamagedFilter` unless every line of the filter open as ``handle`` checks out
     (read a few MB at a time)."""
-    lines = _read_header(handle.read(_HEADER.size), path, segment)
+    lines, _ = _read_header(handle.read(_HEADER.size), path, segment)
     step = max(1, (4 << 20) // LINE_BYTES)
     for start in range(0, lines, step):
         count = min(step, lines - start)

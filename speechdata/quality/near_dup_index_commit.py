@@ -1,10 +1,13 @@
 """Committing a shard to the near-duplicate index: its entries file, its level-0 segment with the
-segment's key filter, then its row in the order (one record) under the index lock."""
+segment's key filter (both before the index lock: content-addressed, written atomically), then its
+row in the order (one record) under the index lock."""
 
 from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Sequence
+
+import numpy as np
 
 from speechdata.io import layout
 from speechdata.io.shard_lock import LockHolder
@@ -27,6 +30,8 @@ from speechdata.quality.near_dup_index_order import (
     Reservation,
     ReservationLost,
     _append,
+    _commit_record,
+    _commit_record_relative,
     _read_head,
     _write_commit_record,
     corpus_index_lock,
@@ -49,15 +54,28 @@ def _filter_relative(segment: str) -> str:
     return _segment_relative(filter_name(segment))
 
 
-def _write_level0(data_root: DataRoot, shard_id: str, position: int, version: str, signals) -> str:
+def _write_level0(
+    data_root: DataRoot,
+    shard_id: str,
+    position: int,
+    version: str,
+    signals,
+    postings: np.ndarray | None = None,
+    *,
+    rewrite: bool = False,
+) -> str:
     """The shard's level-0 segment, its key filter written first (a segment never lacks one for long:
-    a run killed between the two leaves a filter no segment names, removed once old)."""
-    postings = index_keys(signals, position)
+    a run killed between the two leaves a filter no segment names, removed once old). ``postings``:
+    :func:`~.near_dup_postings.index_keys` of ``signals`` at ``position``, when built already.
+    ``rewrite``: written even where a file of that name is there (the same bytes, a new file), so
+    that a killed run's copy, perhaps nearly an hour old, is not taken for an orphan and removed
+    before the commit that names it."""
+    postings = index_keys(signals, position) if postings is None else postings
     content = segment_bytes(postings, 0, [SegmentShard(position, shard_id, version)])
     name = segment_name(content, 0)
-    if not data_root.exists(_filter_relative(name)):
+    if rewrite or not data_root.exists(_filter_relative(name)):
         data_root.write_bytes(_filter_relative(name), filter_bytes(postings["key"], name))
-    if not data_root.exists(_segment_relative(name)):
+    if rewrite or not data_root.exists(_segment_relative(name)):
         data_root.write_bytes(_segment_relative(name), content)
     return name
 
@@ -75,18 +93,34 @@ def commit_shard_entries(
     signals: Sequence[UtteranceSignals],
     decisions: Sequence[Decision],
     *,
+    postings: np.ndarray | None = None,
     timeout_s: float = DEFAULT_LOCK_TIMEOUT_S,
     run_id: str | None = None,
     holder_finished: Callable[[LockHolder], bool] | None = None,
 ) -> IndexedShard:
     """Write the shard's entries and level-0 segment, then its commit record and its row under the
-    index lock; remove what it replaced. Raises :class:`ReservationLost` when the
-    reservation was dropped meanwhile (nothing is committed: reserve and decide again)."""
+    index lock; remove what it replaced. ``postings``: the shard's
+    :func:`~.near_dup_postings.index_keys` at its position, when the caller built them. Raises
+    :class:`ReservationLost` when the reservation was dropped meanwhile (nothing is committed:
+    reserve and decide again; a level-0 segment written for it is removed once old, unless the
+    re-run at the same position names it)."""
     content, version = _entries_bytes(entries_table(signals, decisions))
     entries_relative = layout.near_duplicates_index_entries(reservation.shard_id, version)
     note_entries_written(data_root, reservation.shard_id, version)  # before the file: never left unnamed
     if not data_root.exists(entries_relative):
         data_root.write_bytes(entries_relative, content)
+    # The level-0 segment and its filter before the lock, so that the lock is held for the records
+    # only (writing them took most of a commit, and simultaneous shards queued behind it). Its name
+    # is its content's digest and each file is moved into place whole: a run killed before its
+    # commit leaves a segment no row names (removed once old, or named by the re-run, which writes
+    # the same bytes at the same position). Not for a re-run whose commit record already names
+    # this version: its segment is there, merged or not, and a new level-0 one would be an orphan.
+    planned = IndexedShard(reservation.position, reservation.shard_id, version, len(signals), COMMITTED)
+    written = None
+    if not _committed_as(data_root, planned):
+        written = _write_level0(
+            data_root, reservation.shard_id, reservation.position, version, signals, postings, rewrite=True
+        )
     with corpus_index_lock(data_root, timeout_s=timeout_s, run_id=run_id, holder_finished=holder_finished):
         head = _read_head(data_root, reservation.shard_id)
         mine = head.mine
@@ -101,7 +135,9 @@ def commit_shard_entries(
         else:
             if mine.state == COMMITTED and mine.entries_version:  # the version this commit replaces
                 note_entries_written(data_root, reservation.shard_id, mine.entries_version)
-            segment = _write_level0(data_root, reservation.shard_id, reservation.position, version, signals)
+            segment = written or _write_level0(
+                data_root, reservation.shard_id, reservation.position, version, signals, postings
+            )
             committed = IndexedShard(
                 reservation.position, reservation.shard_id, version, len(signals), COMMITTED, segment
             )
@@ -112,8 +148,19 @@ def commit_shard_entries(
             _append(data_root, head, [committed])
     if not unchanged and mine.state == COMMITTED:
         _remove_unreferenced_segments(data_root, {mine.segment} - {None})
+    if unchanged and written not in (None, mine.segment):  # its commit record was lost: written for nothing
+        _remove_unreferenced_segments(data_root, {written})
     remove_written_entries(data_root, reservation.shard_id, version)
     return committed
+
+
+def _committed_as(data_root: DataRoot, shard: IndexedShard) -> bool:
+    """Whether ``shard``'s commit record is there and names this very commit (read without the lock:
+    it only decides whether the level-0 segment is written before it)."""
+    try:
+        return data_root.fs.cat_file(data_root.path(_commit_record_relative(shard.shard_id))) == _commit_record(shard)
+    except FileNotFoundError:
+        return False
 
 
 def _segment_present(data_root: DataRoot, shard: IndexedShard) -> bool:

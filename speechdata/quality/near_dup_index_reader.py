@@ -36,10 +36,14 @@ from speechdata.quality.near_dup_postings import (
     DamagedSegment,
     SegmentHeader,
     SegmentShard,
+    block_ranges,
+    capped_postings_mask,
+    key_posting_cap,
     lookup_segment,
     position_of,
     rank_of,
     sorted_unique,
+    uncertain_capped_keys,
 )
 
 
@@ -67,8 +71,9 @@ class IndexReader:
     header; a part is read only where a segment holds a different number of its shards than the
     summary maps there (a shard re-indexed elsewhere since). Counts what it read
     (``postings_read``, ``rows_read`` with ``entries_fetched`` the utterances they were read for,
-    ``filter_bytes_read``, ``segment_bytes_read``, ``parts_read``). A key a segment's
-    filter rules out reads nothing of that segment.
+    ``filter_bytes_read``, ``segment_bytes_read``, ``parts_read``, ``blocks_read`` with
+    ``blocks_read_by_chance`` those read only for keys a filter let through that the segment does
+    not hold). A key a segment's filter rules out reads nothing of that segment.
 
     :meth:`prefetch` then :meth:`settle` let a shard read the postings of its keys from what is
     committed while shards reserved before it are still deciding, and then read only the segments
@@ -84,6 +89,8 @@ class IndexReader:
         self.filter_bytes_read = 0
         self.segment_bytes_read = 0
         self.entries_fetched = 0
+        self._looked_up: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+        """Per segment read: its fences, the keys its filter let through, the keys of the postings found."""
         self._keys: np.ndarray | None = None
         self._probe: tuple[np.ndarray, KeyProbe] | None = None
         """The last keys looked up and their filter probe, made once for every segment."""
@@ -134,15 +141,36 @@ class IndexReader:
         raise AssertionError("unreachable")
 
     def _counted(self, wanted: np.ndarray) -> np.ndarray:
-        found = []
+        found, uncertain = [], {}
         for name in sorted(self._live):
             if name not in self._read:
                 self._read[name] = self._segment_postings(name, wanted)
             header, postings = self._read[name]
             if header is None:
                 continue
-            found.append(postings[np.isin(position_of(postings["owner"]), self._owners_in(name, header))])
-        return np.concatenate(found) if found else np.empty(0, POSTING_DTYPE)
+            positions = position_of(postings["owner"])
+            counted = np.isin(positions, self._owners_in(name, header))
+            keys = uncertain_capped_keys(postings, ~counted & (positions < self.position), positions >= self.position)
+            if len(keys):
+                uncertain[name] = keys
+            found.append(postings[counted])
+        postings = np.concatenate(found) if found else np.empty(0, POSTING_DTYPE)
+        if uncertain:
+            self._check_capped_counts(postings, uncertain)
+        return postings
+
+    def _check_capped_counts(self, postings: np.ndarray, uncertain: dict[str, np.ndarray]) -> None:
+        """Raise :class:`IndexDamaged` (the stage repairs, which rebuilds the segment) where a
+        segment's capped postings of a sampled audio key hold a stale shard's and the postings
+        counted elsewhere do not already pass ``MAX_KEY_OCCURRENCES`` (the key never votes then,
+        whatever that segment dropped): its count is not known, and it is never guessed."""
+        capped = np.sort(postings["key"][capped_postings_mask(postings)])
+        for name, keys in sorted(uncertain.items()):
+            counts = np.searchsorted(capped, keys, "right") - np.searchsorted(capped, keys, "left")
+            if (counts < key_posting_cap()).any():
+                raise IndexDamaged(
+                    f"segment {_segment_relative(name)} holds capped audio postings of a shard re-indexed since"
+                )
 
     def _segment_postings(self, name: str, keys: np.ndarray) -> tuple[SegmentHeader | None, np.ndarray]:
         """The segment's header and its postings of ``keys`` (no header: its filter rules them all out)."""
@@ -165,12 +193,26 @@ class IndexReader:
                 counted = _CountingHandle(handle)
                 header, postings = lookup_segment(counted, relative, present)
             self.segment_bytes_read += counted.bytes_read
+            self._looked_up.append((header.fences, present, postings["key"]))
         except FileNotFoundError as exc:
             raise IndexDamaged(f"segment {relative} is missing") from exc
         except DamagedSegment as exc:
             raise IndexDamaged(str(exc)) from exc
         self.postings_read += len(postings)
         return header, postings
+
+    @property
+    def blocks_read(self) -> int:
+        """Blocks read from the segments (counted when asked: a figure, not on a lookup's path)."""
+        return sum(_blocks(fences, keys) for fences, keys, _ in self._looked_up)
+
+    @property
+    def blocks_read_by_chance(self) -> int:
+        """Of :attr:`blocks_read`, those read only for keys a filter let through that the segment
+        does not hold (its false positives)."""
+        return sum(
+            _blocks(fences, keys) - _blocks(fences, sorted_unique(found)) for fences, keys, found in self._looked_up
+        )
 
     def _owners_in(self, name: str, header: SegmentHeader) -> np.ndarray:
         """The positions whose postings in segment ``name`` count: committed before the reader's
@@ -248,3 +290,7 @@ class IndexReader:
             for owner, row in zip(wanted, rows, strict=True):
                 fetched[owner] = _parse_entry(shard_id, row)
         return fetched
+
+
+def _blocks(fences: np.ndarray, keys: np.ndarray) -> int:
+    return sum(end - first for first, end in block_ranges(fences, keys))

@@ -55,12 +55,16 @@ from speechdata.quality.near_dup_order_directory import read_directory
 from speechdata.quality.near_dup_order_members import read_members
 from speechdata.quality.near_dup_postings import (
     BLOCK_RECORDS,
+    POSTING_DTYPE,
     DamagedSegment,
     SegmentShard,
     SegmentWriter,
+    UncertainCappedSegment,
     merge_segments,
+    position_of,
     read_blocks,
     read_segment_header,
+    uncertain_capped_keys,
     verify_segment,
 )
 
@@ -97,7 +101,7 @@ def repair_index(
             done.append(f"rebuilt shards.parquet from {len(state)} commit records ({exc})")
         else:
             done += _damaged_members(data_root)
-        held_by_segment = _healthy_segments(data_root)
+        held_by_segment = _healthy_segments(data_root, state)
         done += _repair_filters(data_root, list(held_by_segment))
         repaired = []
         for shard in state:
@@ -208,9 +212,15 @@ def _rebuild_entries(
     return replace(shard, entries_version=version, segment=segment, utterances=len(signals))
 
 
-def _healthy_segments(data_root: DataRoot) -> dict[str, set[tuple[int, str]]]:
+def _healthy_segments(data_root: DataRoot, state: Sequence[IndexedShard]) -> dict[str, set[tuple[int, str]]]:
     """Each segment file whose header and blocks check out, with the (position, version) it holds;
-    damaged ones are removed."""
+    damaged ones are removed, and so are those whose capped audio postings hold a shard ``state``
+    no longer maps to them (:class:`~.near_dup_postings.UncertainCappedSegment`: their members'
+    postings are rebuilt from their entries files)."""
+    members: dict[str, set[tuple[int, str]]] = defaultdict(set)
+    for shard in state:
+        if shard.state == COMMITTED and shard.segment is not None:
+            members[shard.segment].add((shard.position, shard.entries_version))
     healthy = {}
     for path in data_root.glob(f"{layout.NEAR_DUPLICATES_INDEX}/segments/*.seg"):
         name = posixpath.basename(path)
@@ -219,11 +229,31 @@ def _healthy_segments(data_root: DataRoot) -> dict[str, set[tuple[int, str]]]:
         try:
             with data_root.fs.open(path, "rb") as handle:
                 header = verify_segment(handle, name)
+                held = {(s.position, s.entries_version) for s in header.shards}
+                if held - members[name] and members[name]:
+                    live = np.array(sorted(position for position, _ in held & members[name]), np.int64)
+                    _check_capped_keys(handle, name, header, live)
         except DamagedSegment:
             _remove_segment(data_root, name)
             continue
-        healthy[name] = {(s.position, s.entries_version) for s in header.shards}
+        healthy[name] = held
     return healthy
+
+
+def _check_capped_keys(handle, name: str, header, live: np.ndarray) -> None:
+    """Raise :class:`UncertainCappedSegment` where a sampled audio key's capped postings in the
+    segment hold a position not in ``live``; read :data:`MERGE_CHUNK_POSTINGS` at a time, a key's
+    postings never split between two reads."""
+    step, blocks = max(MERGE_CHUNK_POSTINGS // BLOCK_RECORDS, 1), len(header.fences)
+    tail = np.empty(0, POSTING_DTYPE)
+    for first in range(0, blocks, step):
+        postings = np.concatenate([tail, read_blocks(handle, name, header, first, min(first + step, blocks))])
+        cut = len(postings)
+        if first + step < blocks:  # the last key may go on in the next blocks
+            cut = int(np.searchsorted(postings["key"], postings["key"][-1], "left"))
+        body, tail = postings[:cut], postings[cut:]
+        if len(uncertain_capped_keys(body, ~np.isin(position_of(body["owner"]), live))):
+            raise UncertainCappedSegment(name, "a capped audio key holds postings of a shard re-indexed since")
 
 
 def _repair_filters(data_root: DataRoot, segments: Sequence[str]) -> list[str]:
@@ -286,7 +316,13 @@ def compact_index(
     except _FoldedMeanwhile:
         return None  # the next shard's run merges them
     members = {(s.position, s.entries_version): s for s in directory.committed() if s.segment in inputs}
-    merged = _write_merged(data_root, inputs, members, level + 1)
+    try:
+        merged = _write_merged(data_root, inputs, members, level + 1)
+    except UncertainCappedSegment:
+        # An input's capped postings hold a shard re-indexed since: rebuilt by the repair (its
+        # members as level-0 segments again), merged by a later call.
+        repair_index(data_root, timeout_s=timeout_s, **lock_options)
+        return None
     if merged is None:
         return None
     with corpus_index_lock(data_root, timeout_s=timeout_s, **lock_options):
@@ -349,6 +385,8 @@ def _write_merged(
         writer = SegmentWriter(key_filter=FilterBuilder(sum(header.records for _, _, header, _ in opened)))
         try:
             merge_segments(opened, writer, MERGE_CHUNK_POSTINGS)
+        except UncertainCappedSegment:
+            raise
         except DamagedSegment:
             return None
     merged, pieces = writer.finish(level, shards)

@@ -235,20 +235,24 @@ def decide_shard(
     new: Sequence[UtteranceSignals],
     earlier: CandidateSource,
     thresholds: NearDuplicateThresholds,
+    *,
+    own_postings: np.ndarray | None = None,
 ) -> list[Decision]:
     """A :class:`Decision` per ``new`` utterance (the shard at index ``position``, in ``utt_id``
     order) against ``earlier`` (everything indexed before the shard) and its own earlier utterances.
+    ``own_postings``: the shard's postings (:func:`~.near_dup_postings.index_keys` of ``new`` at
+    ``position``), when the caller built them already (they are looked up and committed too).
 
     Reads ``earlier`` twice: once for the postings of every key of the shard, once for the
     candidates those postings name; memory and time follow the shard and what it touches."""
-    from speechdata.quality.near_dup_postings import index_keys, owner_of, sort_postings, sorted_unique
+    from speechdata.quality.near_dup_postings import index_keys, merge_earlier_postings, owner_of, sorted_unique
 
-    own = index_keys(new, position)
+    own = index_keys(new, position) if own_postings is None else own_postings
     looked_up = earlier.postings(sorted_unique(own["key"]))
     first_own = owner_of(position, 0)
     if len(looked_up) and int(looked_up["owner"].max()) >= first_own:
         raise ValueError(f"the candidate source named an utterance at or after index position {position}")
-    postings = sort_postings(np.concatenate([looked_up, own]))
+    postings = merge_earlier_postings(looked_up, own)
     posting_keys = np.ascontiguousarray(postings["key"])
     queries = [
         _candidates(position, rank, signals, postings, posting_keys, thresholds) for rank, signals in enumerate(new)

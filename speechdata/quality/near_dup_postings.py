@@ -26,6 +26,13 @@ hold a queried key, and a torn or altered header or block is detected (:class:`D
 The header lists the shards (position, shard id, entries version) whose postings the segment
 holds, so the index can be rebuilt from whatever segments survive plus the shards' entries files.
 
+A segment keeps, for each sampled audio key, only its earliest :func:`key_posting_cap` postings
+(``MAX_KEY_OCCURRENCES + 1``, by owner then frame; :func:`cap_postings`): a key with more earlier
+postings never votes, so a reader at any owner bound P either finds every posting before P in
+the segment or learns there are more than ``MAX_KEY_OCCURRENCES`` (docs/near-duplicates.md,
+"Capped audio keys"). Other keys are never capped. The format is unchanged: a capped segment is
+a segment holding fewer postings.
+
 Nothing here touches the order of the index or decides anything: :mod:`.near_dup_index` does.
 """
 
@@ -104,13 +111,28 @@ def rank_of(owners: np.ndarray | int):
     return owners & ((1 << OWNER_RANK_BITS) - 1)
 
 
+_MIX_FIRST, _MIX_SECOND = 0xBF58476D1CE4E5B9, 0x94D049BB133111EB
+_UNMIX_FIRST, _UNMIX_SECOND = (np.uint64(pow(factor, -1, 1 << 64)) for factor in (_MIX_FIRST, _MIX_SECOND))
+
+
 def _mix(values: np.ndarray) -> np.ndarray:
     """splitmix64's finaliser: a fixed, well-spread uint64 of each value."""
     z = values.astype(np.uint64)
     with np.errstate(over="ignore"):
-        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(_MIX_FIRST)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(_MIX_SECOND)
         return z ^ (z >> np.uint64(31))
+
+
+def _unmix(mixed: np.ndarray) -> np.ndarray:
+    """The inverse of :func:`_mix` (each step of splitmix64's finaliser is a bijection of uint64)."""
+    z = mixed.astype(np.uint64)
+    with np.errstate(over="ignore"):
+        z = z ^ (z >> np.uint64(31)) ^ (z >> np.uint64(62))
+        z = z * _UNMIX_SECOND
+        z = z ^ (z >> np.uint64(27)) ^ (z >> np.uint64(54))
+        z = z * _UNMIX_FIRST
+        return z ^ (z >> np.uint64(30)) ^ (z >> np.uint64(60))
 
 
 def exact_key(exact_hash: str) -> np.uint64:
@@ -123,6 +145,64 @@ def sampled_audio_keys(sub_fingerprints: np.ndarray, active: np.ndarray) -> tupl
     values = sub_fingerprints[frames].astype(np.uint64)
     sampled = _mix(values) % np.uint64(AUDIO_KEY_SAMPLING) == 0
     return _mix(values[sampled] ^ _AUDIO_SALT), frames[sampled].astype(np.int32)
+
+
+def capped_postings_mask(postings: np.ndarray) -> np.ndarray:
+    """Which postings are sampled audio postings, the only ones a segment caps: the key is a
+    :func:`sampled_audio_keys` value (``_mix(v ^ salt)`` of a 32-bit sub-fingerprint ``v`` that the
+    sampling chooses: ``_mix`` is inverted, so this is exact for every key) and the context is not 0.
+    An envelope key is never such a value (its salt differs in the bits above its 38), and an exact
+    or transcript posting has context 0, so no posting of another kind is ever capped; an audio
+    posting whose two following frames are both 0 (context 0) is simply not capped."""
+    values = _unmix(postings["key"]) ^ _AUDIO_SALT
+    capped = (values >> np.uint64(32) == 0) & (postings["context"] != 0)
+    capped[capped] = _mix(values[capped]) % np.uint64(AUDIO_KEY_SAMPLING) == 0
+    return capped
+
+
+def key_posting_cap() -> int:
+    """The sampled audio postings a segment keeps per key: ``MAX_KEY_OCCURRENCES + 1`` (read when
+    called, so the vote and the segments always agree)."""
+    from speechdata.quality import near_dup_matching
+
+    return near_dup_matching.MAX_KEY_OCCURRENCES + 1
+
+
+def _ranks_in_key(keys: np.ndarray) -> np.ndarray:
+    """Each element's rank among the equal keys before it (``keys`` sorted)."""
+    return np.arange(len(keys)) - np.searchsorted(keys, keys, side="left")
+
+
+def cap_postings(postings: np.ndarray) -> np.ndarray:
+    """``postings`` (sorted by key, owner, frame) with each sampled audio key's postings beyond its
+    earliest :func:`key_posting_cap` left out; every other posting kept, in order."""
+    capped = np.flatnonzero(capped_postings_mask(postings))
+    beyond = capped[_ranks_in_key(postings["key"][capped]) >= key_posting_cap()]
+    if len(beyond) == 0:
+        return postings
+    keep = np.ones(len(postings), bool)
+    keep[beyond] = False
+    return postings[keep]
+
+
+def uncertain_capped_keys(postings: np.ndarray, stale: np.ndarray, after: np.ndarray | None = None) -> np.ndarray:
+    """The sampled audio keys whose count before a bound one segment cannot give: ``postings`` (the
+    segment's postings of some keys, sorted by key, owner, frame) hold exactly the cap of them, none
+    at or after the bound (``after``, bool per posting; None: no bound), and some of those are
+    ``stale`` (bool per posting: a shard the segment no longer counts for). Left out, the stale ones
+    leave fewer than the cap, and the postings the cap dropped may have counted. (More than the cap:
+    a segment written before the cap, which holds them all.) Sorted unique."""
+    if not stale.any():  # the common case: nothing to tell, no key inverted
+        return np.empty(0, np.uint64)
+    capped = capped_postings_mask(postings)
+    keys = postings["key"][capped]
+    if len(keys) == 0 or not stale[capped].any():
+        return np.empty(0, np.uint64)
+    values, counts = np.unique(keys, return_counts=True)
+    uncertain = np.intersect1d(values[counts == key_posting_cap()], keys[stale[capped]])
+    if after is not None:
+        uncertain = np.setdiff1d(uncertain, keys[after[capped]])
+    return uncertain
 
 
 def span_context(span_s: float) -> np.uint64:
@@ -201,6 +281,23 @@ def sort_postings(postings: np.ndarray) -> np.ndarray:
     return postings[np.lexsort((postings["frame"], postings["owner"], postings["key"]))]
 
 
+def merge_earlier_postings(earlier: np.ndarray, own: np.ndarray) -> np.ndarray:
+    """``sort_postings(concatenate([earlier, own]))`` where ``own`` is sorted already (a shard's
+    :func:`index_keys`) and every owner of ``earlier`` comes before every owner of ``own``: only
+    ``earlier`` (the postings a lookup found, a few percent of ``own``) is sorted, and merged in by
+    key, ahead of ``own``'s postings of the same key."""
+    earlier = sort_postings(earlier)
+    if len(earlier) == 0:
+        return own
+    at = np.searchsorted(np.ascontiguousarray(own["key"]), earlier["key"], side="left") + np.arange(len(earlier))
+    merged = np.empty(len(earlier) + len(own), POSTING_DTYPE)
+    from_own = np.ones(len(merged), bool)
+    from_own[at] = False
+    merged[at] = earlier
+    merged[from_own] = own
+    return merged
+
+
 def sorted_unique(values: np.ndarray) -> np.ndarray:
     """``np.unique(values)`` of a 1-d integer array, by a sort. NumPy 2.3+ finds the unique values of
     an array through a hash table first: on a shard's 434 000 uint64 keys that took 0.27 s where a
@@ -249,7 +346,8 @@ class SegmentHeader:
 
 
 def segment_bytes(postings: np.ndarray, level: int, shards: Sequence[SegmentShard]) -> bytes:
-    """The file of a segment holding ``postings`` (sorted by key)."""
+    """The file of a segment holding ``postings`` (sorted by key, owner, frame), capped (:func:`cap_postings`)."""
+    postings = cap_postings(postings)
     body = np.ascontiguousarray(postings, POSTING_DTYPE).tobytes()
     size = POSTING_DTYPE.itemsize
     blocks = [body[start : start + BLOCK_RECORDS * size] for start in range(0, len(body), BLOCK_RECORDS * size)]
@@ -383,7 +481,8 @@ def verify_segment(handle, path: str, blocks_at_once: int = 4_096) -> SegmentHea
 class SegmentWriter:
     """A segment built from postings added in order, a few MB at a time: the body goes to a local
     temporary file block by block, the header is written once every block is known. The file is the
-    one :func:`segment_bytes` gives for all the postings at once, byte for byte."""
+    one :func:`segment_bytes` gives for all the postings at once, byte for byte (capped as it caps:
+    a key's postings may come in several pieces)."""
 
     def __init__(self, key_filter=None) -> None:
         """``key_filter``: a :class:`~.near_dup_filter.FilterBuilder` given every key written."""
@@ -394,13 +493,34 @@ class SegmentWriter:
         self._fences: list[np.ndarray] = []
         self._crcs: list[int] = []
         self.records = 0
+        self._last_key: int | None = None
+        self._last_key_capped = 0
+        """The last key added and how many of its sampled audio postings came so far."""
 
     def add(self, postings: np.ndarray) -> None:
-        """Append ``postings`` (sorted by key, and after every posting added before)."""
+        """Append ``postings`` (sorted by key, owner, frame, and after every posting added before)."""
+        postings = self._capped(postings)
         combined = np.concatenate([self._pending, postings]) if len(self._pending) else postings
         full = len(combined) // BLOCK_RECORDS * BLOCK_RECORDS
         self._write(combined[:full])
         self._pending = combined[full:].copy()
+
+    def _capped(self, postings: np.ndarray) -> np.ndarray:
+        """:func:`cap_postings` of ``postings``, counting the postings of their first key added before."""
+        capped = np.flatnonzero(capped_postings_mask(postings))
+        if len(capped) == 0:
+            return postings
+        keys = postings["key"][capped]
+        ranks = _ranks_in_key(keys)
+        if self._last_key is not None:
+            ranks[keys == np.uint64(self._last_key)] += self._last_key_capped
+        self._last_key, self._last_key_capped = int(keys[-1]), int(ranks[-1]) + 1
+        beyond = capped[ranks >= key_posting_cap()]
+        if len(beyond) == 0:
+            return postings
+        keep = np.ones(len(postings), bool)
+        keep[beyond] = False
+        return postings[keep]
 
     def _write(self, postings: np.ndarray) -> None:
         if len(postings) == 0:
@@ -441,12 +561,20 @@ class SegmentWriter:
             self._body.close()
 
 
+class UncertainCappedSegment(DamagedSegment):
+    """A segment holding the cap of a sampled audio key's postings, some of a shard it no longer
+    counts for (re-indexed since it was written): the live postings the cap dropped are not in it,
+    so it is rebuilt from its members' entries files like a damaged segment."""
+
+
 def merge_segments(
     handles: Sequence[tuple[object, str, SegmentHeader, np.ndarray]], writer: SegmentWriter, chunk: int
 ) -> None:
     """Add to ``writer``, in key order, the postings of each segment (open ``handle``, its path, its
     checked header, the positions to keep from it) about ``chunk`` postings at a time: the key space
-    is cut at the segments' fences, so no more is held at once."""
+    is cut at the segments' fences, so no more is held at once (and a key's postings are in one
+    chunk). Raises :class:`UncertainCappedSegment` where an input's capped postings of a key hold
+    a position not kept: the merged segment could not keep that key's earliest postings."""
     fences = sorted_unique(np.concatenate([header.fences for _, _, header, _ in handles]))
     stride = max(chunk // BLOCK_RECORDS, 1)
     bounds = [None, *fences[stride::stride].tolist(), None]
@@ -466,6 +594,9 @@ def merge_segments(
             if high is not None:
                 inside &= postings["key"] < np.uint64(high)
             postings = postings[inside]
-            parts.append(postings[np.isin(position_of(postings["owner"]), positions)])
+            kept = np.isin(position_of(postings["owner"]), positions)
+            if len(uncertain_capped_keys(postings, ~kept)):
+                raise UncertainCappedSegment(path, "a capped audio key holds postings of a shard re-indexed since")
+            parts.append(postings[kept])
         if parts:
             writer.add(sort_postings(np.concatenate(parts)))

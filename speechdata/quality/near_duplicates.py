@@ -293,12 +293,20 @@ def run_near_duplicates(
             with reserve_position(data_root, shard_id, timeout_s=lock_timeout_s, **lock_options) as reservation:
                 # The postings of the shard's keys are read from what is committed now, while shards
                 # reserved before it may still be deciding; then only theirs once they commit.
+                # The shard's own postings, built and sorted once: looked up, decided with, committed.
+                own = index_keys(signals, reservation.position)
                 earlier = IndexReader(data_root, reservation.position)
-                earlier.prefetch(index_keys(signals, reservation.position)["key"])
+                earlier.prefetch(own["key"])
                 earlier.settle(wait_for_earlier(data_root, reservation, timeout_s=lock_timeout_s, **lock_options))
-                decisions = decide_shard(reservation.position, signals, earlier, thresholds)
+                decisions = decide_shard(reservation.position, signals, earlier, thresholds, own_postings=own)
                 indexed = commit_shard_entries(
-                    data_root, reservation, signals, decisions, timeout_s=lock_timeout_s, **lock_options
+                    data_root,
+                    reservation,
+                    signals,
+                    decisions,
+                    postings=own,
+                    timeout_s=lock_timeout_s,
+                    **lock_options,
                 )
                 # After the commit: a run killed in between re-runs at the position it committed,
                 # with the same decisions, so the file written then is the one this run would have written.

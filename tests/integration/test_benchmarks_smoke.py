@@ -58,8 +58,10 @@ ROOT = Path(__file__).resolve().parents[2]
             {"incremental_wall_s", "batch_in_process_wall_s", "batch_ray_wall_s", "ratio_batch_ray_over_incremental"},
         ),
         ("bench_near_dup_keyspace", {"corpora", "variants"}),
+        ("bench_near_dup_capped_keys", {"2^12"}),
         ("bench_near_duplicates_index", {"per_size", "growth", "new_over_baseline_wall_at_largest"}),
         ("bench_near_duplicates_order", {"per_size", "growth", "partitioned_over_single_file_mean_at_largest"}),
+        ("bench_near_dup_filter_rate", {"false_positive_percent", "computed", "now_over_baseline_rate_small_segments"}),
         (
             "bench_near_duplicates_compaction",
             {"paths", "worst_wall_bounded_over_baseline", "worst_written_bounded_over_baseline", "decisions_identical"},
@@ -119,5 +121,7 @@ def test_corpus_scale_measures_a_prebuilt_near_duplicate_index_on_a_copy_and_lea
     for counter in ("minor_faults", "rss_anon_peak_mb", "rss_file_peak_mb", "filter_bytes_read", "segment_bytes_read"):
         assert figures[counter] >= 0
     assert figures["segment_bytes_read"] > 0 and figures["live_segments"]
+    assert figures["blocks_read"] >= figures["blocks_read_by_chance"] >= 0 and figures["blocks_read"] > 0
+    assert figures["lock_held_ms"]["reserve"] > 0 and figures["lock_held_ms"]["commit"] > 0
     assert files() == before
     assert list(scratch.iterdir()) == []

@@ -15,6 +15,7 @@ from speechdata.quality.near_dup_postings import (
     SegmentShard,
     SegmentWriter,
     lookup_segment,
+    merge_earlier_postings,
     merge_segments,
     owner_of,
     postings_for,
@@ -121,3 +122,16 @@ def test_a_lookup_finds_the_same_postings_however_its_blocks_are_gathered(monkey
     _, found = lookup_segment(io.BytesIO(content), "s.seg", keys.astype(np.uint64))
     np.testing.assert_array_equal(found, postings_for(everything, keys.astype(np.uint64)))
     assert len(found) >= len(everything["key"][::97])
+
+
+@pytest.mark.parametrize("earlier_count", [0, 1, 3_000])
+def test_earlier_postings_merged_into_a_shards_own_are_what_sorting_both_gives(earlier_count):
+    rng = np.random.default_rng(earlier_count)
+    own = random_postings(rng, 9, 5_000, 600)
+    # In any order, from several segments; keys shared with the shard's own and repeated (context differs).
+    earlier = np.concatenate([random_postings(rng, position, earlier_count // 3, 600) for position in (4, 1, 7)])
+    earlier = np.concatenate([earlier, earlier[: len(earlier) // 5]])
+    earlier["context"][len(earlier) - len(earlier) // 5 :] += np.uint64(1)
+    rng.shuffle(earlier)
+    merged = merge_earlier_postings(earlier, own)
+    assert merged.tobytes() == sort_postings(np.concatenate([earlier, own])).tobytes()
