@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import time
 
 import dagster as dg
@@ -66,11 +67,32 @@ def instance():
         yield shared
 
 
-@pytest.fixture
-def small_fanout(monkeypatch, planted):
+def _fanout_two(monkeypatch, planted) -> None:
     monkeypatch.setattr(near_dup_index_repair, "FANOUT", 2)
     monkeypatch.setattr(near_duplicates, "shard_signals", lambda data_root, shard_id: (planted[shard_id], [], 0.0))
+
+
+@pytest.fixture(scope="module")
+def l1_merge_due(tmp_path_factory, planted) -> DataRoot:
+    """Four shards run at inline level 1, an L1 merge due: built once, copied by the tests that start there."""
+    root = DataRoot(str(tmp_path_factory.mktemp("l1-merge-due") / "root"))
+    with pytest.MonkeyPatch.context() as patch:
+        _fanout_two(patch, planted)
+        patch.setenv(INLINE_MERGE_LEVEL_ENV, "1")
+        for shard in SHARDS[:4]:
+            run_near_duplicates(root, shard)
+    return root
+
+
+@pytest.fixture
+def small_fanout(monkeypatch, planted, l1_merge_due):
+    _fanout_two(monkeypatch, planted)
+    _L1_MERGE_DUE[:] = [l1_merge_due]
     return monkeypatch
+
+
+_L1_MERGE_DUE: list[DataRoot] = []
+"""The module's :func:`l1_merge_due` index, for :func:`four_shards_with_an_l1_merge_due`."""
 
 
 def segment_files(root: DataRoot) -> list[str]:
@@ -131,10 +153,7 @@ def test_decisions_are_the_same_bytes_with_merges_inline_or_in_the_compaction_jo
 
 def test_a_shard_committed_during_a_large_merge_keeps_its_decisions_and_its_postings(tmp_path, small_fanout):
     root = DataRoot(str(tmp_path / "root"))
-    small_fanout.setenv(INLINE_MERGE_LEVEL_ENV, "1")
-    for shard in SHARDS[:4]:
-        run_near_duplicates(root, shard)
-    assert [due.level for due in merges_due_above(root)] == [1]
+    four_shards_with_an_l1_merge_due(root, small_fanout)
     merge_segments = near_dup_index_repair.merge_segments
     committed_during = []
 
@@ -169,9 +188,7 @@ def test_a_compaction_killed_midway_and_run_again_leaves_the_clean_index(tmp_pat
     """Killed after writing its merged segment and before switching it in (``_append``: the order's
     record), or after the switch and before removing its inputs."""
     root = DataRoot(str(tmp_path / "root"))
-    small_fanout.setenv(INLINE_MERGE_LEVEL_ENV, "1")
-    for shard in SHARDS[:4]:
-        run_near_duplicates(root, shard)
+    four_shards_with_an_l1_merge_due(root, small_fanout)
     expected = decision_files(root, SHARDS[:4])
 
     def killed(*args, **kwargs):
@@ -224,16 +241,12 @@ def test_the_sensor_launches_one_compaction_per_due_merge_and_none_while_one_run
 
 
 def four_shards_with_an_l1_merge_due(root: DataRoot, monkeypatch) -> None:
+    """``root``: s0-s3 run at inline level 1 (a copy of the module's, which ran them once), which
+    stays the level for what the test runs next."""
+    [built] = _L1_MERGE_DUE
+    shutil.copytree(built.root, root.root, dirs_exist_ok=True)
     monkeypatch.setenv(INLINE_MERGE_LEVEL_ENV, "1")
-    for shard in SHARDS[:4]:
-        run_near_duplicates(root, shard)
     assert [due.level for due in merges_due_above(root)] == [1]
-
-
-def order_records(root: DataRoot) -> int:
-    return len(root.glob(f"{layout.NEAR_DUPLICATES_INDEX}/**/*.rec")) + len(
-        root.glob(f"{layout.NEAR_DUPLICATES_INDEX}/**/*.json")
-    )
 
 
 def test_two_compactions_of_the_same_merge_switch_it_in_once(tmp_path, small_fanout):
