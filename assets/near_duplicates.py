@@ -21,7 +21,7 @@ from speechdata.quality.near_dup_batch import (
 )
 from speechdata.quality.near_dup_batch_ray import IN_PROCESS, LOCAL, RAY_ADDRESS_ENV, batch_engine
 from speechdata.quality.near_dup_compaction import compact_pending
-from speechdata.quality.near_dup_index import DEFAULT_LOCK_TIMEOUT_S
+from speechdata.quality.near_dup_index import DEFAULT_LOCK_TIMEOUT_S, CorpusIndexBusy
 from speechdata.quality.near_dup_matching import FLAG_KINDS, KINDS, NearDuplicateThresholds
 from speechdata.quality.near_duplicates import (
     COLUMN_DESCRIPTIONS,
@@ -288,14 +288,17 @@ class NearDuplicatesCompactionConfig(dg.Config):
 def near_duplicates_compaction(
     context: dg.OpExecutionContext, config: NearDuplicatesCompactionConfig, data_root: DataRootResource
 ) -> None:
-    summary = compact_pending(
-        data_root.get(),
-        max_merges=config.max_merges or None,
-        on_progress=lambda line: context.log.info(f"near-duplicates compact: {line}"),
-        timeout_s=config.lock_timeout_s,
-        run_id=context.run.run_id,
-        holder_finished=lambda holder: bool(holder.run_id) and run_ended_in(context)(holder.run_id),
-    )
+    try:
+        summary = compact_pending(
+            data_root.get(),
+            max_merges=config.max_merges or None,
+            on_progress=lambda line: context.log.info(f"near-duplicates compact: {line}"),
+            timeout_s=config.lock_timeout_s,
+            run_id=context.run_id,
+            holder_finished=lambda holder: bool(holder.run_id) and run_ended_in(context)(holder.run_id),
+        )
+    except CorpusIndexBusy as busy:  # the run's failure says what to do, not a traceback
+        raise dg.Failure(description=f"{busy} (this job's config: lock_timeout_s)") from busy
     context.log.info(summary.describe())
 
 

@@ -123,14 +123,14 @@ def _summary(shards: list[dict]) -> dict:
 
 
 def measure_sensor_check(url: str, listed: int, results) -> None:
-    """The sensor's check (:func:`merges_due_above`) on a shard list of ``listed`` committed shards
+    """The sensor's check (:func:`merges_due_above_or_damage`) on a shard list of ``listed`` committed shards
     mapped to segments as tiered compaction leaves them, then 8 L2 segments of 64 shards each (an L3
     merge due, above the default inline level; no segment files: the check opens none), with 40
     records after the snapshot (commits of new shards at the end); the median of 9, ms."""
     from benchmarks.corpus.bench_near_duplicates_order import _listed
     from speechdata.io.storage import DataRoot
     from speechdata.quality import near_dup_index_order as order
-    from speechdata.quality.near_dup_compaction import merges_due_above
+    from speechdata.quality.near_dup_compaction import merges_due_above_or_damage
     from speechdata.quality.near_dup_order_directory import read_directory
     from speechdata.quality.near_dup_order_fold import _append
 
@@ -152,7 +152,7 @@ def measure_sensor_check(url: str, listed: int, results) -> None:
     seconds = []
     for _ in range(9):
         started = time.perf_counter()
-        due = merges_due_above(root)
+        due, _ = merges_due_above_or_damage(root)
         seconds.append(time.perf_counter() - started)
     results["check_ms"] = round(statistics.median(seconds) * 1000, 2)
     results["due_above_inline"] = [f"L{merge.level} ({merge.waiting})" for merge in due]

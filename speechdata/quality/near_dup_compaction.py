@@ -21,10 +21,11 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from speechdata.io.shard_lock import EXCLUSIVE_CREATE_PROTOCOLS
 from speechdata.io.storage import DataRoot
 from speechdata.quality import near_dup_index_repair
 from speechdata.quality.near_dup_index_commit import _filter_relative, _segment_relative
-from speechdata.quality.near_dup_index_order import DEFAULT_LOCK_TIMEOUT_S, IndexDamaged
+from speechdata.quality.near_dup_index_order import DEFAULT_LOCK_TIMEOUT_S, CorpusIndexBusy, IndexDamaged
 from speechdata.quality.near_dup_index_repair import _level, compact_index
 from speechdata.quality.near_dup_order_directory import read_directory
 
@@ -37,11 +38,12 @@ of 1 000 utterances), written once per 64 shards, so the demo and corpora up to 
 
 def inline_merge_level() -> int:
     """``SPEECHDATA_NEAR_DUP_INLINE_MERGE_LEVEL``, else :data:`DEFAULT_INLINE_MERGE_LEVEL`: read at each
-    call, the same value for every process sharing a data root (0: a shard's run merges nothing)."""
+    call, the same value for every process sharing a data root (0: a shard's run merges nothing; any
+    other value but ASCII digits: a ValueError naming the variable)."""
     value = os.environ.get(INLINE_MERGE_LEVEL_ENV, "").strip()
     if not value:
         return DEFAULT_INLINE_MERGE_LEVEL
-    if not value.isdigit():
+    if not (value.isascii() and value.isdigit()):  # "²".isdigit() too, which int() refuses
         raise ValueError(f"{INLINE_MERGE_LEVEL_ENV}={value!r}: expected a whole level, 0 or more (default 2)")
     return int(value)
 
@@ -70,9 +72,22 @@ def merges_due(data_root: DataRoot) -> list[DueMerge]:
     every other part's segments): no segment, nothing that grows with the shards listed. An index
     that reads as damaged has nothing due (the next shard's run repairs it)."""
     try:
-        lowest = read_directory(data_root).lowest_positions()
+        return _merges_due(data_root)
     except IndexDamaged:
         return []
+
+
+def merges_due_above_or_damage(data_root: DataRoot, level: int | None = None) -> tuple[list[DueMerge], str | None]:
+    """:func:`merges_due_above`, and why the shard list cannot be read (then nothing is due) or None,
+    from the same reads: for the sensor's skip reason."""
+    try:
+        return _above(_merges_due(data_root), level), None
+    except IndexDamaged as damaged:
+        return [], str(damaged)
+
+
+def _merges_due(data_root: DataRoot) -> list[DueMerge]:
+    lowest = read_directory(data_root).lowest_positions()
     by_level: dict[int, list[str]] = {}
     for name in lowest:
         by_level.setdefault(_level(name), []).append(name)
@@ -86,9 +101,17 @@ def merges_due(data_root: DataRoot) -> list[DueMerge]:
 
 def merges_due_above(data_root: DataRoot, level: int | None = None) -> list[DueMerge]:
     """The due merges creating a level above ``level`` (default :func:`inline_merge_level`): those no
-    shard's run does, the compaction job's."""
+    shard's run does, the compaction job's; and any due merge whose level has twice ``FANOUT`` live
+    segments. A shard's run does one due merge of its levels per commit, so a level never gets there
+    unless the shards' runs read a lower inline level than this process (the variable set
+    differently for the sensor's daemon and the run workers): those merges are then the job's too."""
+    return _above(merges_due(data_root), level)
+
+
+def _above(due: list[DueMerge], level: int | None) -> list[DueMerge]:
     bound = inline_merge_level() if level is None else level
-    return [due for due in merges_due(data_root) if due.creates > bound]
+    overdue = 2 * near_dup_index_repair.FANOUT
+    return [merge for merge in due if merge.creates > bound or merge.waiting >= overdue]
 
 
 @dataclass(frozen=True)
@@ -133,11 +156,18 @@ def compact_pending(
     shards keep committing meanwhile; a shard committed during a merge keeps its own segment. A job
     killed anywhere leaves the index as it was or with one more merge switched in; the segments it
     wrote and never switched in, or switched out and never removed, are removed once an hour old by
-    the next compaction or shard (:func:`~.near_dup_index_repair.compact_index`). ``on_progress``
-    gets a line before and after each merge."""
+    the next compaction or shard, under the index lock (:func:`~.near_dup_index_repair.compact_index`).
+    A merge another compaction switched in first is not counted; one left due is said why.
+    ``on_progress`` gets a line before and after each merge. Raises :class:`CorpusIndexBusy` naming
+    what to do when the lock stayed taken."""
     report = on_progress or (lambda line: None)
     summary = CompactionSummary()
     started = time.perf_counter()
+    if not (data_root.is_local or data_root.protocol in EXCLUSIVE_CREATE_PROTOCOLS):
+        report(
+            f"warning: the data root's store ({data_root.protocol}) has no exclusive create: each merge's switch "
+            "runs without the index lock, so run this only while no near_duplicates step runs"
+        )
     while max_merges is None or len(summary.merges) < max_merges:
         due = merges_due(data_root)
         read = _bytes_of(data_root, due[0].inputs) if due else 0
@@ -148,8 +178,24 @@ def compact_pending(
             )
         merge_started = time.perf_counter()
         # Called even when nothing is due: it also removes the segments nobody names.
-        merged = compact_index(data_root, timeout_s=timeout_s, **lock_options)
+        try:
+            merged = compact_index(data_root, timeout_s=timeout_s, **lock_options)
+        except CorpusIndexBusy as busy:
+            raise CorpusIndexBusy(
+                f"{busy}; nothing was switched in: run the compaction again once that holder is done, or with a "
+                "longer lock timeout (the merge is written again, the same segment)"
+            ) from busy
         if merged is None:
+            if due and due[0].key not in {other.key for other in merges_due(data_root)}:
+                report(
+                    f"those L{due[0].level} segments were merged or repaired meanwhile (another compaction, a repair)"
+                )
+                continue  # go on with what is due now
+            if due:
+                report(
+                    f"left the L{due[0].level} merge due: an input or the order was unreadable or folded "
+                    "meanwhile (the next shard's run repairs it), or its segment was swept before its switch"
+                )
             break
         seconds = time.perf_counter() - merge_started
         written = _bytes_of(data_root, [merged])
@@ -180,4 +226,5 @@ __all__ = [
     "inline_merge_level",
     "merges_due",
     "merges_due_above",
+    "merges_due_above_or_damage",
 ]

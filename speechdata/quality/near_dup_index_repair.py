@@ -14,7 +14,7 @@ import numpy as np
 
 from speechdata.io import layout
 from speechdata.io.parquet_integrity import UnreadableIntermediate
-from speechdata.io.storage import DataRoot
+from speechdata.io.storage import TEMP_PREFIX, DataRoot
 from speechdata.quality.near_dup_filter import (
     DamagedFilter,
     FilterBuilder,
@@ -37,6 +37,7 @@ from speechdata.quality.near_dup_index_entries import (
 from speechdata.quality.near_dup_index_order import (
     COMMITTED,
     DEFAULT_LOCK_TIMEOUT_S,
+    CorpusIndexBusy,
     IndexDamaged,
     IndexedShard,
     _append,
@@ -223,6 +224,8 @@ def _healthy_segments(data_root: DataRoot, state: Sequence[IndexedShard]) -> dic
     healthy = {}
     for path in data_root.glob(f"{layout.NEAR_DUPLICATES_INDEX}/segments/*.seg"):
         name = posixpath.basename(path)
+        if name.startswith(TEMP_PREFIX):
+            continue  # a merge still writing it, outside the lock (a killed one's: an orphan, swept once old)
         try:
             with data_root.fs.open(path, "rb") as handle:
                 header = verify_segment(handle, name)
@@ -297,13 +300,13 @@ def compact_index(
     segment of the next level (one merge per call; only one creating at most ``max_level``, None:
     any); return its name, or None when nothing was due. The merge runs outside the index lock; the
     switch (shards remapped, only where they still point at the merged segments with the same
-    entries version) under it."""
+    entries version) under it. None also when another compaction switched the same inputs first."""
     try:
         directory = read_directory(data_root)
         lowest = directory.lowest_positions()
     except IndexDamaged:
         return None  # repaired by the next run that needs it
-    _remove_orphan_segments(data_root, set(lowest))
+    _sweep_orphans(data_root, **lock_options)
     due = _due_merge(lowest, max_level)
     if due is None:
         return None
@@ -333,9 +336,13 @@ def compact_index(
             for s in current.committed()
             if s.segment in inputs and (s.position, s.entries_version) in members
         ]
-        _append(data_root, current, switched)
+        # Under the lock, where orphans are swept: what is here now stays here once named. A sweep
+        # may have taken it meanwhile (a merge written over an hour); then the next call merges again.
+        written = all(data_root.exists(relative) for relative in (_segment_relative(merged), _filter_relative(merged)))
+        if switched and written:  # none: another compaction switched these inputs first
+            _append(data_root, current, switched)
     _remove_unreferenced_segments(data_root, set(inputs) | {merged})
-    return merged
+    return merged if switched and written else None
 
 
 def _due_merge(lowest: dict[str, int], max_level: int | None = None) -> tuple[int, list[str]] | None:
@@ -383,11 +390,13 @@ def _write_merged(
         except DamagedSegment:
             return None
     merged, pieces = writer.finish(level, shards)
-    with data_root.open_atomic(_filter_relative(merged)) as output:
-        for piece in writer.key_filter.finish(merged):
-            output.write(piece)
+    # The segment first, then its filter: both are then young when the switch names them, however
+    # long the segment took to write (an orphan sweep judges each file by its own age).
     with data_root.open_atomic(_segment_relative(merged)) as output:
         for piece in pieces:
+            output.write(piece)
+    with data_root.open_atomic(_filter_relative(merged)) as output:
+        for piece in writer.key_filter.finish(merged):
             output.write(piece)
     return merged
 
@@ -395,6 +404,18 @@ def _write_merged(
 ORPHAN_GRACE_S = 3_600.0
 """A segment no row names is removed once it is this old: younger ones may be a commit or a merge
 still on its way to naming it."""
+
+
+def _sweep_orphans(data_root: DataRoot, **lock_options) -> int:
+    """:func:`_remove_orphan_segments` against the order read under the index lock, if it is free now
+    (else nothing: the next call sweeps). Segments are written under the lock (a commit, a repair, a
+    whole-corpus rebuild, for as long as it takes) or by a merge, which names them only under it: a
+    sweep under the lock never takes one of those for an orphan, however old."""
+    try:
+        with corpus_index_lock(data_root, timeout_s=0.0, **lock_options):
+            return _remove_orphan_segments(data_root, set(read_directory(data_root).lowest_positions()))
+    except (CorpusIndexBusy, IndexDamaged):
+        return 0
 
 
 def _remove_orphan_segments(data_root: DataRoot, referenced: set[str]) -> int:

@@ -283,6 +283,7 @@ def run_near_duplicates(
     (:func:`~.near_dup_index.repair_index`) and the shard decided again.
     """
     thresholds = thresholds or NearDuplicateThresholds()
+    max_level = inline_merge_level()  # a bad value refused before any work, not after the commit
     started = time.perf_counter()
     signals, unchecked, audio_seconds = shard_signals(data_root, shard_id)
     lock_options = {"run_id": run_id, "holder_finished": holder_finished}
@@ -328,7 +329,6 @@ def run_near_duplicates(
     # segments at once (an index of an earlier format is rebuilt whole), so it merges all that is due.
     # Only small merges: larger ones are the compaction job's (near_dup_compaction), so no shard's
     # run rewrites a level that grows with the corpus.
-    max_level = inline_merge_level()
     while compact_index(data_root, max_level=max_level, timeout_s=lock_timeout_s, **lock_options) and repairs:
         pass
     return NearDuplicatesSummary(
