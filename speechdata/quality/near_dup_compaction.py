@@ -23,10 +23,10 @@ from dataclasses import dataclass, field
 
 from speechdata.io.shard_lock import EXCLUSIVE_CREATE_PROTOCOLS
 from speechdata.io.storage import DataRoot
-from speechdata.quality import near_dup_index_repair
+from speechdata.quality import near_dup_index_merge
 from speechdata.quality.near_dup_index_commit import _filter_relative, _segment_relative
+from speechdata.quality.near_dup_index_merge import _level, compact_index
 from speechdata.quality.near_dup_index_order import DEFAULT_LOCK_TIMEOUT_S, CorpusIndexBusy, IndexDamaged
-from speechdata.quality.near_dup_index_repair import _level, compact_index
 from speechdata.quality.near_dup_order_directory import read_directory
 
 INLINE_MERGE_LEVEL_ENV = "SPEECHDATA_NEAR_DUP_INLINE_MERGE_LEVEL"
@@ -91,7 +91,7 @@ def _merges_due(data_root: DataRoot) -> list[DueMerge]:
     by_level: dict[int, list[str]] = {}
     for name in lowest:
         by_level.setdefault(_level(name), []).append(name)
-    fanout = near_dup_index_repair.FANOUT
+    fanout = near_dup_index_merge.FANOUT
     return [
         DueMerge(level, tuple(sorted(names, key=lambda name: lowest[name])[:fanout]), len(names))
         for level, names in sorted(by_level.items())
@@ -110,7 +110,7 @@ def merges_due_above(data_root: DataRoot, level: int | None = None) -> list[DueM
 
 def _above(due: list[DueMerge], level: int | None) -> list[DueMerge]:
     bound = inline_merge_level() if level is None else level
-    overdue = 2 * near_dup_index_repair.FANOUT
+    overdue = 2 * near_dup_index_merge.FANOUT
     return [merge for merge in due if merge.creates > bound or merge.waiting >= overdue]
 
 
@@ -156,7 +156,7 @@ def compact_pending(
     shards keep committing meanwhile; a shard committed during a merge keeps its own segment. A job
     killed anywhere leaves the index as it was or with one more merge switched in; the segments it
     wrote and never switched in, or switched out and never removed, are removed once an hour old by
-    the next compaction or shard, under the index lock (:func:`~.near_dup_index_repair.compact_index`).
+    the next compaction or shard, under the index lock (:func:`~.near_dup_index_merge.compact_index`).
     A merge another compaction switched in first is not counted; one left due is said why.
     ``on_progress`` gets a line before and after each merge. Raises :class:`CorpusIndexBusy` naming
     what to do when the lock stayed taken."""

@@ -57,7 +57,7 @@ API for the whole-corpus batch pass (kept stable): :func:`read_order`, :func:`re
 
 The code, along its seams: the order, its locks and commit records (:mod:`.near_dup_index_order`),
 entries files (:mod:`.near_dup_index_entries`), committing a shard (:mod:`.near_dup_index_commit`),
-reading (:mod:`.near_dup_index_reader`), repair and compaction (:mod:`.near_dup_index_repair`;
+reading (:mod:`.near_dup_index_reader`), repair (:mod:`.near_dup_index_repair`), compaction (:mod:`.near_dup_index_merge`;
 which merges run where: :mod:`.near_dup_compaction`). This
 module names the public API of all of them.
 """
@@ -73,6 +73,11 @@ from speechdata.quality.near_dup_index_entries import (
     entries_table,
     read_shard_entries,
     remove_unlisted_entries,
+)
+from speechdata.quality.near_dup_index_merge import (
+    FANOUT,
+    compact_index,
+    write_index,
 )
 from speechdata.quality.near_dup_index_order import (
     COMMITTED,
@@ -99,10 +104,7 @@ from speechdata.quality.near_dup_index_reader import (
     IndexReader,
 )
 from speechdata.quality.near_dup_index_repair import (
-    FANOUT,
-    compact_index,
     repair_index,
-    write_index,
 )
 from speechdata.quality.near_dup_postings import (
     index_keys,

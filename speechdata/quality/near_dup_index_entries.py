@@ -138,7 +138,7 @@ def _noted_versions(data_root: DataRoot, relative: str) -> set[str]:
 def remove_unlisted_entries(data_root: DataRoot, shard_id: str, current_version: str) -> int:
     """Delete ``shard_id``'s entries files other than ``current_version`` (replaced ones, or one a
     killed run wrote before committing the order); return how many. Lists the whole entries folder:
-    a whole-corpus write's (:func:`.near_dup_index_repair.write_index`); a shard's commit removes
+    a whole-corpus write's (:func:`.near_dup_index_merge.write_index`); a shard's commit removes
     only what it noted (:func:`remove_written_entries`)."""
     folder = data_root.path(layout.near_duplicates_index_entries_dir())
     if not data_root.fs.exists(folder):

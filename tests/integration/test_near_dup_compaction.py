@@ -23,7 +23,7 @@ from sensors.near_duplicates import MERGE_TAG, near_duplicates_compaction_sensor
 from speechdata import cli
 from speechdata.io import layout
 from speechdata.io.storage import DataRoot
-from speechdata.quality import near_dup_index_repair, near_duplicates
+from speechdata.quality import near_dup_index_merge, near_duplicates
 from speechdata.quality.near_dup_compaction import (
     INLINE_MERGE_LEVEL_ENV,
     compact_pending,
@@ -68,7 +68,7 @@ def instance():
 
 
 def _fanout_two(monkeypatch, planted) -> None:
-    monkeypatch.setattr(near_dup_index_repair, "FANOUT", 2)
+    monkeypatch.setattr(near_dup_index_merge, "FANOUT", 2)
     monkeypatch.setattr(near_duplicates, "shard_signals", lambda data_root, shard_id: (planted[shard_id], [], 0.0))
 
 
@@ -154,7 +154,7 @@ def test_decisions_are_the_same_bytes_with_merges_inline_or_in_the_compaction_jo
 def test_a_shard_committed_during_a_large_merge_keeps_its_decisions_and_its_postings(tmp_path, small_fanout):
     root = DataRoot(str(tmp_path / "root"))
     four_shards_with_an_l1_merge_due(root, small_fanout)
-    merge_segments = near_dup_index_repair.merge_segments
+    merge_segments = near_dup_index_merge.merge_segments
     committed_during = []
 
     def a_shard_commits_meanwhile(*args):
@@ -162,7 +162,7 @@ def test_a_shard_committed_during_a_large_merge_keeps_its_decisions_and_its_post
             committed_during.append(run_near_duplicates(root, "during"))
         return merge_segments(*args)
 
-    small_fanout.setattr(near_dup_index_repair, "merge_segments", a_shard_commits_meanwhile)
+    small_fanout.setattr(near_dup_index_merge, "merge_segments", a_shard_commits_meanwhile)
     summary = compact_pending(root)
     [during] = committed_during
     assert [merge.level for merge in summary.merges] == [1]
@@ -195,9 +195,9 @@ def test_a_compaction_killed_midway_and_run_again_leaves_the_clean_index(tmp_pat
         raise Killed(where)
 
     with small_fanout.context() as kill, pytest.raises(Killed):
-        kill.setattr(near_dup_index_repair, where, killed)
+        kill.setattr(near_dup_index_merge, where, killed)
         compact_pending(root)
-    small_fanout.setattr(near_dup_index_repair, "ORPHAN_GRACE_S", 0.0)
+    small_fanout.setattr(near_dup_index_merge, "ORPHAN_GRACE_S", 0.0)
     assert not compact_pending(root).still_due
     assert levels(root) == ["L2"]
     assert_clean(root)
@@ -254,16 +254,16 @@ def test_two_compactions_of_the_same_merge_switch_it_in_once(tmp_path, small_fan
     first switched and removed the inputs, switches nothing, records nothing and counts no merge."""
     root = DataRoot(str(tmp_path / "root"))
     four_shards_with_an_l1_merge_due(root, small_fanout)
-    merge_segments = near_dup_index_repair.merge_segments
+    merge_segments = near_dup_index_merge.merge_segments
     other = []
 
     def the_other_compaction_finishes_first(*args):
         if not other:
-            small_fanout.setattr(near_dup_index_repair, "merge_segments", merge_segments)
+            small_fanout.setattr(near_dup_index_merge, "merge_segments", merge_segments)
             other.append(compact_pending(root))
         return merge_segments(*args)
 
-    small_fanout.setattr(near_dup_index_repair, "merge_segments", the_other_compaction_finishes_first)
+    small_fanout.setattr(near_dup_index_merge, "merge_segments", the_other_compaction_finishes_first)
     log_before = sorted(root.glob(f"{layout.NEAR_DUPLICATES_INDEX}/**"))
     late = compact_pending(root)
     [first] = other
@@ -287,7 +287,7 @@ def _one_compaction_writes(tmp_path, monkeypatch) -> list[str]:
 
 def an_hour_old(root: DataRoot, segment: str) -> None:
     """Backdate a segment and its filter, as though written more than ``ORPHAN_GRACE_S`` ago."""
-    past = time.time() - 2 * near_dup_index_repair.ORPHAN_GRACE_S
+    past = time.time() - 2 * near_dup_index_merge.ORPHAN_GRACE_S
     for name in (segment, f"{segment}.filter"):
         with contextlib.suppress(FileNotFoundError):
             os.utime(root.path(f"{layout.NEAR_DUPLICATES_INDEX}/segments/{name}"), (past, past))
@@ -301,7 +301,7 @@ def test_a_compaction_beside_a_long_rebuild_under_the_lock_removes_none_of_its_s
     only at the end. A compaction that runs meanwhile, hours in, reads the order from before: it must
     not take those segments for orphans."""
     root = DataRoot(str(tmp_path / "root"))
-    write_level0 = near_dup_index_repair._write_level0
+    write_level0 = near_dup_index_merge._write_level0
     written, swept = [], []
 
     def a_compaction_hours_in(data_root, shard_id, *args):
@@ -312,7 +312,7 @@ def test_a_compaction_beside_a_long_rebuild_under_the_lock_removes_none_of_its_s
             swept.append(compact_pending(root, timeout_s=0.0))
         return written[-1]
 
-    small_fanout.setattr(near_dup_index_repair, "_write_level0", a_compaction_hours_in)
+    small_fanout.setattr(near_dup_index_merge, "_write_level0", a_compaction_hours_in)
     themselves = [
         (shard, planted[shard], [Decision(s.utt_id, shard, s.utt_id, None, 1.0) for s in planted[shard]])
         for shard in SHARDS[:4]
@@ -392,7 +392,7 @@ def test_a_merge_written_for_over_an_hour_is_never_switched_in_half_swept(tmp_pa
         order.append(relative.rsplit(".", 1)[1])
         if len(order) == 2:  # the first file of the pair is written: age it past the grace
             an_hour_old(root, relative.rsplit("/", 1)[1].removesuffix(".filter"))
-            assert near_dup_index_repair.compact_index(root, max_level=1) is None
+            assert near_dup_index_merge.compact_index(root, max_level=1) is None
 
     pause_merged_writes(small_fanout, a_shards_merge_step_hours_later)
     assert compact_pending(root).merges == []  # its first file was swept: nothing switched in
@@ -513,7 +513,7 @@ def test_a_compaction_killed_between_its_segment_and_its_filter_is_merged_again_
         compact_pending(root)
     assert levels(root) == ["L1", "L1", "L2"]  # the merged segment alone, named by no row
     assert [merge.level for merge in compact_pending(root).merges] == [1]
-    small_fanout.setattr(near_dup_index_repair, "ORPHAN_GRACE_S", 0.0)
+    small_fanout.setattr(near_dup_index_merge, "ORPHAN_GRACE_S", 0.0)
     compact_pending(root)
     assert levels(root) == ["L2"]
     assert_clean(root)
@@ -528,7 +528,7 @@ def test_a_compaction_while_a_shards_run_repairs_one_of_its_inputs_ends_clean(tm
     for each in (intact, root):
         four_shards_with_an_l1_merge_due(each, small_fanout)
     compact_pending(intact)
-    merge_segments = near_dup_index_repair.merge_segments
+    merge_segments = near_dup_index_merge.merge_segments
     repaired = []
 
     def torn_and_repaired_meanwhile(opened, *args):
@@ -541,11 +541,11 @@ def test_a_compaction_while_a_shards_run_repairs_one_of_its_inputs_ends_clean(tm
             repaired.append(repair_index(root))
         return merge_segments(opened, *args)
 
-    small_fanout.setattr(near_dup_index_repair, "merge_segments", torn_and_repaired_meanwhile)
+    small_fanout.setattr(near_dup_index_merge, "merge_segments", torn_and_repaired_meanwhile)
     compact_pending(root)
-    small_fanout.setattr(near_dup_index_repair, "merge_segments", merge_segments)
+    small_fanout.setattr(near_dup_index_merge, "merge_segments", merge_segments)
     assert any("segment rebuilt from its entries" in line for line in repaired[0])
-    small_fanout.setattr(near_dup_index_repair, "ORPHAN_GRACE_S", 0.0)
+    small_fanout.setattr(near_dup_index_merge, "ORPHAN_GRACE_S", 0.0)
     compact_pending(root)
     assert repair_index(root) == []
     for each in (intact, root):

@@ -13,8 +13,8 @@ from speechdata.io import layout
 from speechdata.quality import (
     near_dup_filter,
     near_dup_index,
+    near_dup_index_merge,
     near_dup_index_order,
-    near_dup_index_repair,
     near_dup_order_fold,
     near_dup_order_members,
     near_dup_postings,
@@ -104,7 +104,7 @@ def test_a_dead_shards_reservation_is_dropped_and_a_live_one_waited_for(two_shar
 
 
 def test_merged_segments_change_no_decision(data_root, monkeypatch):
-    monkeypatch.setattr(near_dup_index_repair, "FANOUT", 2)
+    monkeypatch.setattr(near_dup_index_merge, "FANOUT", 2)
     shards = {f"s{n}": voice(40 + n) for n in range(3)}
     for shard_id, samples in shards.items():
         land_and_normalize(data_root, shard_id, {f"{shard_id}-0": (encoded(samples), "wav", f"words of {shard_id}")})
@@ -197,7 +197,7 @@ def test_a_segment_no_shard_names_is_removed_once_old(two_shards, monkeypatch):
     root.write_bytes(orphan, b"left by a run killed before its commit")
     run_near_duplicates(root, "b")
     assert root.exists(orphan)  # young: it may be a commit on its way
-    monkeypatch.setattr(near_dup_index_repair, "ORPHAN_GRACE_S", 0.0)
+    monkeypatch.setattr(near_dup_index_merge, "ORPHAN_GRACE_S", 0.0)
     run_near_duplicates(root, "b")
     assert not root.exists(orphan) and len(segments(root)) == 2
 

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from speechdata.io import layout
-from speechdata.quality import near_dup_index_repair, near_dup_matching, near_dup_postings
+from speechdata.quality import near_dup_index_merge, near_dup_matching, near_dup_postings
 from speechdata.quality.fingerprint_audio import AudioFingerprint
 from speechdata.quality.near_dup_index import (
     IndexDamaged,
@@ -42,7 +42,7 @@ CAP = 4
 @pytest.fixture(autouse=True)
 def small_cap_and_fanout(monkeypatch):
     monkeypatch.setattr(near_dup_matching, "MAX_KEY_OCCURRENCES", CAP - 1)
-    monkeypatch.setattr(near_dup_index_repair, "FANOUT", 3)
+    monkeypatch.setattr(near_dup_index_merge, "FANOUT", 3)
 
 
 def uncapped(monkeypatch) -> None:
@@ -219,7 +219,7 @@ def test_a_merge_of_a_segment_whose_capped_postings_went_stale_repairs_it_first(
         repairs.append(repair_index(*args, **kwargs))
         return repairs[-1]
 
-    monkeypatch.setattr(near_dup_index_repair, "repair_index", counted_repair)
+    monkeypatch.setattr(near_dup_index_merge, "repair_index", counted_repair)
     capped = build(DataRoot(str(tmp_path / "capped")), corpus, reindexed=(2, replaced))
     assert any("segment rebuilt from its entries" in line for line in sum(repairs, []))
     assert not capped[2]  # the compaction repaired it: no reader found it

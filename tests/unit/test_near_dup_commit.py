@@ -14,7 +14,7 @@ import pytest
 
 from speechdata.io import layout
 from speechdata.io.storage import DataRoot
-from speechdata.quality import near_dup_index_commit, near_dup_index_repair
+from speechdata.quality import near_dup_index_commit, near_dup_index_merge
 from speechdata.quality.near_dup_index import (
     IndexReader,
     commit_shard_entries,
@@ -134,7 +134,7 @@ def test_a_killed_runs_level0_segment_an_hour_old_is_not_removed_between_the_rer
         kill.setattr(near_dup_index_commit, "_write_commit_record", killed_at_the_commit)
         index_shard(killed, new)
     for path in killed.glob(f"{layout.NEAR_DUPLICATES_INDEX}/segments/*"):
-        os.utime(path, (time.time() - 2 * near_dup_index_repair.ORPHAN_GRACE_S,) * 2)
+        os.utime(path, (time.time() - 2 * near_dup_index_merge.ORPHAN_GRACE_S,) * 2)
     lock = near_dup_index_commit.corpus_index_lock
 
     @contextlib.contextmanager
@@ -161,14 +161,14 @@ def test_a_level0_segment_no_commit_names_is_removed_once_old(corpus, monkeypatc
     assert len(set(segment_files(root)) - before) == 2
     compact_index(root)
     assert len(set(segment_files(root)) - before) == 2  # young: it may be a commit on its way
-    monkeypatch.setattr(near_dup_index_repair, "ORPHAN_GRACE_S", 0.0)
+    monkeypatch.setattr(near_dup_index_merge, "ORPHAN_GRACE_S", 0.0)
     compact_index(root)
     assert set(segment_files(root)) == before
 
 
 def test_a_rerun_that_changes_nothing_writes_no_level0_segment(corpus, monkeypatch):
     (root, _), new = corpus
-    monkeypatch.setattr(near_dup_index_repair, "FANOUT", 2)
+    monkeypatch.setattr(near_dup_index_merge, "FANOUT", 2)
     decisions = index_shard(root, new)
     while compact_index(root):
         pass

@@ -10,7 +10,7 @@ import pytest
 
 from speechdata.io import layout
 from speechdata.io.storage import DataRoot
-from speechdata.quality import near_dup_index_repair
+from speechdata.quality import near_dup_index_merge
 from speechdata.quality.fingerprint_audio import AudioFingerprint
 from speechdata.quality.near_dup_filter import (
     DamagedFilter,
@@ -234,7 +234,7 @@ def test_keys_absent_from_a_segment_read_none_of_its_blocks_but_false_positives(
 
 
 def test_the_live_segments_stay_logarithmic_in_the_shards_committed(data_root, monkeypatch):
-    monkeypatch.setattr(near_dup_index_repair, "FANOUT", 2)
+    monkeypatch.setattr(near_dup_index_merge, "FANOUT", 2)
     rng = np.random.default_rng(5)
     index_of(data_root, 1, rng)
     for number in range(1, 12):
