@@ -468,8 +468,14 @@ def test_a_compaction_that_waits_too_long_for_the_lock_fails_saying_what_to_do(t
     root = DataRoot(str(tmp_path / "root"))
     resources = {"data_root": DataRootResource(url=root.url)}
     four_shards_with_an_l1_merge_due(root, small_fanout)
-    context = dg.build_op_context(resources=resources, op_config={"lock_timeout_s": 0.2})
-    with corpus_index_lock(root), pytest.raises(dg.Failure) as failed:
+    # Closed here, not by the garbage collector: the context's ephemeral Dagster instance is the process's
+    # current one until it is closed, and closed late (after the module's instance) it makes the module's
+    # deleted instance current again, where the next module's definitions read it.
+    with (
+        dg.build_op_context(resources=resources, op_config={"lock_timeout_s": 0.2}) as context,
+        corpus_index_lock(root),
+        pytest.raises(dg.Failure) as failed,
+    ):
         near_duplicates_compaction(context)
     message = failed.value.description  # the step's failure on the run's page, not a traceback
     assert "stayed locked" in message and "run the compaction again once that holder is done" in message
