@@ -10,12 +10,14 @@ several levels."""
 from __future__ import annotations
 
 import contextlib
+import gc
 import os
 import shutil
 import time
 
 import dagster as dg
 import pytest
+from dagster._core.storage.defs_state.base import DefsStateStorage
 
 from assets.near_duplicates import near_duplicates_compaction, near_duplicates_compaction_job
 from resources.storage import DataRootResource
@@ -63,8 +65,14 @@ def planted() -> dict[str, list]:
 def instance():
     """One Dagster instance for the sensor's and the job's tests (each asks only about its own merges'
     runs, named by their inputs, or about runs in progress, which none leaves)."""
+    current_before = DefsStateStorage.get()
     with dg.instance_for_test() as shared:
         yield shared
+    # A Dagster instance a test left open (an op context built without one) is closed by the collector,
+    # and its close makes current again the instance that was current when it opened: this deleted one,
+    # which the next module resolving definitions in this process would then read.
+    gc.collect()
+    assert DefsStateStorage.get() is current_before, "a test of this module left a Dagster instance open"
 
 
 def _fanout_two(monkeypatch, planted) -> None:
