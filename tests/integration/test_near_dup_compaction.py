@@ -10,12 +10,14 @@ several levels."""
 from __future__ import annotations
 
 import contextlib
+import gc
 import os
 import shutil
 import time
 
 import dagster as dg
 import pytest
+from dagster._core.storage.defs_state.base import DefsStateStorage
 
 from assets.near_duplicates import near_duplicates_compaction, near_duplicates_compaction_job
 from resources.storage import DataRootResource
@@ -63,8 +65,14 @@ def planted() -> dict[str, list]:
 def instance():
     """One Dagster instance for the sensor's and the job's tests (each asks only about its own merges'
     runs, named by their inputs, or about runs in progress, which none leaves)."""
+    current_before = DefsStateStorage.get()
     with dg.instance_for_test() as shared:
         yield shared
+    # A Dagster instance a test left open (an op context built without one) is closed by the collector,
+    # and its close makes current again the instance that was current when it opened: this deleted one,
+    # which the next module resolving definitions in this process would then read.
+    gc.collect()
+    assert DefsStateStorage.get() is current_before, "a test of this module left a Dagster instance open"
 
 
 def _fanout_two(monkeypatch, planted) -> None:
@@ -468,8 +476,14 @@ def test_a_compaction_that_waits_too_long_for_the_lock_fails_saying_what_to_do(t
     root = DataRoot(str(tmp_path / "root"))
     resources = {"data_root": DataRootResource(url=root.url)}
     four_shards_with_an_l1_merge_due(root, small_fanout)
-    context = dg.build_op_context(resources=resources, op_config={"lock_timeout_s": 0.2})
-    with corpus_index_lock(root), pytest.raises(dg.Failure) as failed:
+    # Closed here, not by the garbage collector: the context's ephemeral Dagster instance is the process's
+    # current one until it is closed, and closed late (after the module's instance) it makes the module's
+    # deleted instance current again, where the next module's definitions read it.
+    with (
+        dg.build_op_context(resources=resources, op_config={"lock_timeout_s": 0.2}) as context,
+        corpus_index_lock(root),
+        pytest.raises(dg.Failure) as failed,
+    ):
         near_duplicates_compaction(context)
     message = failed.value.description  # the step's failure on the run's page, not a traceback
     assert "stayed locked" in message and "run the compaction again once that holder is done" in message
