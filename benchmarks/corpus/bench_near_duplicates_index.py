@@ -422,15 +422,31 @@ def _warm_up(url: str) -> None:
 
 
 def in_fresh_process(target, *args):
+    """``target(*args, results)`` in a fresh (spawned) interpreter; the dict it filled. The dict comes
+    back through a pipe once the target returns: a manager process per call would be one more
+    interpreter start, paid on every measurement."""
     context = multiprocessing.get_context("spawn")
-    with context.Manager() as manager:
-        results = manager.dict()
-        worker = context.Process(target=target, args=(*args, results))
-        worker.start()
-        worker.join()
-        if worker.exitcode != 0:
-            raise RuntimeError(f"{target.__name__}{args} exited {worker.exitcode}")
-        return dict(results)
+    receiving, sending = context.Pipe(duplex=False)
+    worker = context.Process(target=_send_results, args=(target, args, sending))
+    worker.start()
+    sending.close()
+    try:
+        results = receiving.recv()  # before the join: a large dict would fill the pipe and block the worker
+    except EOFError:
+        results = None
+    finally:
+        receiving.close()
+    worker.join()
+    if worker.exitcode != 0 or results is None:
+        raise RuntimeError(f"{target.__name__}{args} exited {worker.exitcode}")
+    return results
+
+
+def _send_results(target, args: tuple, sending) -> None:
+    results: dict = {}
+    target(*args, results)
+    sending.send(results)
+    sending.close()
 
 
 def _build(url, shards, utterances, results):
