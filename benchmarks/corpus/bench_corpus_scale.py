@@ -580,12 +580,14 @@ def measure_near_duplicates(
     simultaneous: int = 16,
     prebuilt: dict[str, str] | None = None,
     scratch: str | None = None,
+    fresh_processes: bool = True,
 ) -> dict:
     """Near duplicates per new shard against a synthetic index of each size, the postings index
     beside the whole-index scan it replaced (in the same run, on the same index). ``prebuilt``: size
     -> an index folder built before (``benchmarks.corpus.bench_near_duplicates_index.build_index``),
     measured on a hard-linked copy made under ``scratch`` per measurement instead of an index built
-    here (a measurement commits its shard: the folder itself is never written)."""
+    here (a measurement commits its shard: the folder itself is never written). ``fresh_processes``
+    False (the smoke run's shortcut): each build and measurement runs in this process, imports paid once."""
     import tempfile
 
     from benchmarks.corpus.bench_near_duplicates_index import (
@@ -597,6 +599,7 @@ def measure_near_duplicates(
     from benchmarks.corpus.bench_near_duplicates_index import measure as measure_index
 
     prebuilt = prebuilt or {}
+    run = in_fresh_process if fresh_processes else _in_this_process
     per_hours = {}
     with tempfile.TemporaryDirectory(prefix="bench-corpus-scale-near-dup-", dir=scratch) as folder:
         for size in hours:
@@ -604,7 +607,7 @@ def measure_near_duplicates(
             source = prebuilt.get(str(size))
             if source is None:
                 url = f"{folder}/h{size}"
-                built = in_fresh_process(_build, url, shards, utterances)
+                built = run(_build, url, shards, utterances)
                 figures = {"shards": shards, **built}
             else:
                 figures = {"shards": indexed_shards(source), "index": source}
@@ -613,7 +616,7 @@ def measure_near_duplicates(
             paths = (["baseline_whole_index"] if size <= baseline_max_hours else []) + ["postings_index"]
             for path in paths:
                 copy = _measured_copy(source, folder, size, path, figures)
-                figures.update(in_fresh_process(measure_index, copy, utterances, path))
+                figures.update(run(measure_index, copy, utterances, path))
                 if source is not None:
                     shutil.rmtree(copy)
             if size == hours[-1] and simultaneous > 1:
@@ -624,6 +627,12 @@ def measure_near_duplicates(
             progress(f"near duplicates at {size} h ({shards} shards): {figures}")
             per_hours[str(size)] = figures
     return per_hours
+
+
+def _in_this_process(target, *args) -> dict:
+    results: dict = {}
+    target(*args, results)
+    return results
 
 
 def _measured_copy(source: str | None, folder: str, size, label: str, figures: dict) -> str:
@@ -755,6 +764,7 @@ def main(argv: list[str] | None = None) -> None:
                 args.nd_simultaneous,
                 prebuilt=dict(_prebuilt(text, parser) for text in args.nd_index),
                 scratch=args.nd_scratch,
+                fresh_processes=not args.quick,
             )
         )
     per_hours = figures.get("per_hours", {})
