@@ -593,13 +593,14 @@ def measure_near_duplicates(
     from benchmarks.corpus.bench_near_duplicates_index import (
         _build,
         in_fresh_process,
+        in_this_process,
         indexed_shards,
         measure_simultaneous,
     )
     from benchmarks.corpus.bench_near_duplicates_index import measure as measure_index
 
     prebuilt = prebuilt or {}
-    run = in_fresh_process if fresh_processes else _in_this_process
+    run = in_fresh_process if fresh_processes else in_this_process
     per_hours = {}
     with tempfile.TemporaryDirectory(prefix="bench-corpus-scale-near-dup-", dir=scratch) as folder:
         for size in hours:
@@ -627,12 +628,6 @@ def measure_near_duplicates(
             progress(f"near duplicates at {size} h ({shards} shards): {figures}")
             per_hours[str(size)] = figures
     return per_hours
-
-
-def _in_this_process(target, *args) -> dict:
-    results: dict = {}
-    target(*args, results)
-    return results
 
 
 def _measured_copy(source: str | None, folder: str, size, label: str, figures: dict) -> str:
