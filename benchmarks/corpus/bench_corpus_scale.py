@@ -45,8 +45,8 @@ Its catch-up, when shards were cloned since its last refresh, is the full listin
 The catalog's figures say which (``listed``).
 
 ``--quick``: a template of 20 utterances and one long recording (0.05 h), corpora of one and two
-template shards plus the measured new one, every stage run in the benchmark's own process (its imports
-paid once), for the smoke test.
+template shards plus the measured new one, the template's build and every stage run in the benchmark's
+own process (its imports paid once), for the smoke test.
 """
 
 from __future__ import annotations
@@ -106,17 +106,21 @@ def shard_name(k: int) -> str:
 # --- the template shard
 
 
-def build_template(workdir: Path, utterances: int, long_recordings: int = 4) -> Path:
-    """Land and build the template shard (once per ``utterances`` and ``long_recordings``); returns its data root."""
+def build_template(workdir: Path, utterances: int, long_recordings: int = 4, in_this_process: bool = False) -> Path:
+    """Land and build the template shard (once per ``utterances`` and ``long_recordings``); returns its
+    data root. In a fresh interpreter, or (``in_this_process``, the smoke run's shortcut) in this one."""
     root = workdir / f"template-{utterances}-{long_recordings}"
     stamp = root / ".built"
     if stamp.exists():
         return root
     shutil.rmtree(root, ignore_errors=True)
     progress(f"building the template shard ({utterances} utterances) through every shard asset")
-    _run_child(
-        ["--build-template", str(root), "--utterances", str(utterances), "--long-recordings", str(long_recordings)]
-    )
+    if in_this_process:
+        _build_template_child(str(root), utterances, long_recordings)
+    else:
+        _run_child(
+            ["--build-template", str(root), "--utterances", str(utterances), "--long-recordings", str(long_recordings)]
+        )
     stamp.write_text("ok")
     return root
 
@@ -518,7 +522,7 @@ def new_shard_partitions(template: Path) -> dict[str, str]:
 
 def measure(args: argparse.Namespace) -> dict:
     workdir = Path(args.workdir)
-    template = build_template(workdir, args.utterances, args.long_recordings)
+    template = build_template(workdir, args.utterances, args.long_recordings, in_this_process=args.quick)
     files = template_files(template)
     hours_per_shard = template_hours(template)
     keys = new_shard_partitions(template)
