@@ -356,41 +356,60 @@ def peak_rss_gb() -> float:
 
 def _child(argv: list[str]) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("action", choices=("write", "load"))
+    parser.add_argument("action", choices=("write", "load", "write-then-load"))
     parser.add_argument("cache_dir", type=Path)
     parser.add_argument("models", nargs="+", choices=tuple(MODELS_BY_NAME))
     parser.add_argument("--tiny", action="store_true")
     args = parser.parse_args(argv)
-    records = {}
     with stdout_to_stderr():
         started = time.perf_counter()
         import torch  # noqa: F401
         import transformers  # noqa: F401
 
         import_s = time.perf_counter() - started
-        for name in args.models:
-            folder = model_folder(name, args.tiny, args.cache_dir)
-            started = time.perf_counter()
-            if args.action == "write":
-                from speechdata.io.local_cache import build_once
+        if args.action == "write-then-load":
+            # The smoke run's shortcut: every missing model written, dropped from the page cache, then
+            # every model loaded, in this one interpreter (its imports paid once).
+            from benchmarks.stages.bench_packing import evict_from_page_cache
 
-                build_once(folder, lambda temp, name=name: write_model(name, temp, args.tiny))
-                records[name] = {"write_s": time.perf_counter() - started}
-            else:
-                model = load_model(name, folder)
-                from_pretrained_s = time.perf_counter() - started
-                read_every_weight(model)
-                records[name] = {
-                    "load_s": time.perf_counter() - started,
-                    "from_pretrained_s": from_pretrained_s,
-                    "import_s": import_s,
-                    "parameters": sum(p.numel() for p in model.parameters()),
-                    "dtype": str(next(model.parameters()).dtype).removeprefix("torch."),
-                    "class": type(model).__name__,
-                }
-                del model
-            records[name]["peak_rss_gb"] = peak_rss_gb()
+            missing = [name for name in args.models if not model_folder(name, args.tiny, args.cache_dir).exists()]
+            writes = _write_or_load("write", missing, args.tiny, args.cache_dir, import_s)
+            for name in args.models:
+                evict_from_page_cache(model_folder(name, args.tiny, args.cache_dir))
+            records = {
+                "write": writes,
+                "load": _write_or_load("load", args.models, args.tiny, args.cache_dir, import_s),
+            }
+        else:
+            records = _write_or_load(args.action, args.models, args.tiny, args.cache_dir, import_s)
     print(json.dumps(records), flush=True)
+
+
+def _write_or_load(action: str, names: list[str], tiny: bool, cache_dir: Path, import_s: float) -> dict:
+    records = {}
+    for name in names:
+        folder = model_folder(name, tiny, cache_dir)
+        started = time.perf_counter()
+        if action == "write":
+            from speechdata.io.local_cache import build_once
+
+            build_once(folder, lambda temp, name=name: write_model(name, temp, tiny))
+            records[name] = {"write_s": time.perf_counter() - started}
+        else:
+            model = load_model(name, folder)
+            from_pretrained_s = time.perf_counter() - started
+            read_every_weight(model)
+            records[name] = {
+                "load_s": time.perf_counter() - started,
+                "from_pretrained_s": from_pretrained_s,
+                "import_s": import_s,
+                "parameters": sum(p.numel() for p in model.parameters()),
+                "dtype": str(next(model.parameters()).dtype).removeprefix("torch."),
+                "class": type(model).__name__,
+            }
+            del model
+        records[name]["peak_rss_gb"] = peak_rss_gb()
+    return records
 
 
 def run_child(action: str, names: list[str], tiny: bool, cache_dir: Path, timeout_s: float = 3600) -> dict:
@@ -420,17 +439,22 @@ def measure_model_loads(
 ) -> dict:
     """Write each model once (reused after), then time a cold load and, if ``warm``, a warm one.
 
-    ``one_process``: every model's write, then every cold load, in one interpreter (a smoke run's
-    shortcut: the peak RSS then covers the models loaded before too). Otherwise one interpreter per
-    model and action, so each load starts from nothing imported and its peak RSS is its own.
+    ``one_process``: every model's write, then every cold load, all in one interpreter (a smoke run's
+    shortcut: the load is cold for the page cache only, and the peak RSS covers the models written and
+    loaded before too). Otherwise one interpreter per model and action, so each load starts from
+    nothing imported and its peak RSS is its own.
     """
     from benchmarks.stages.bench_packing import evict_from_page_cache
 
-    missing = [name for name in names if not model_folder(name, tiny, cache_dir).exists()]
-    writes = in_children("write", missing, tiny, cache_dir, one_process)
-    for name in names:
-        evict_from_page_cache(model_folder(name, tiny, cache_dir))
-    cold = in_children("load", names, tiny, cache_dir, one_process)
+    if one_process:
+        together = run_child("write-then-load", names, tiny, cache_dir)
+        writes, cold = together["write"], together["load"]
+    else:
+        missing = [name for name in names if not model_folder(name, tiny, cache_dir).exists()]
+        writes = in_children("write", missing, tiny, cache_dir, one_process)
+        for name in names:
+            evict_from_page_cache(model_folder(name, tiny, cache_dir))
+        cold = in_children("load", names, tiny, cache_dir, one_process)
     warm_loads = in_children("load", names, tiny, cache_dir, one_process) if warm else {}
     figures = {}
     for name in names:

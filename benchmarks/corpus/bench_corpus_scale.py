@@ -45,7 +45,8 @@ Its catch-up, when shards were cloned since its last refresh, is the full listin
 The catalog's figures say which (``listed``).
 
 ``--quick``: a template of 20 utterances and one long recording (0.05 h), corpora of one and two
-template shards plus the measured new one, for the smoke test.
+template shards plus the measured new one, the template's build and every stage run in the benchmark's
+own process (its imports paid once), for the smoke test.
 """
 
 from __future__ import annotations
@@ -105,17 +106,21 @@ def shard_name(k: int) -> str:
 # --- the template shard
 
 
-def build_template(workdir: Path, utterances: int, long_recordings: int = 4) -> Path:
-    """Land and build the template shard (once per ``utterances`` and ``long_recordings``); returns its data root."""
+def build_template(workdir: Path, utterances: int, long_recordings: int = 4, in_this_process: bool = False) -> Path:
+    """Land and build the template shard (once per ``utterances`` and ``long_recordings``); returns its
+    data root. In a fresh interpreter, or (``in_this_process``, the smoke run's shortcut) in this one."""
     root = workdir / f"template-{utterances}-{long_recordings}"
     stamp = root / ".built"
     if stamp.exists():
         return root
     shutil.rmtree(root, ignore_errors=True)
     progress(f"building the template shard ({utterances} utterances) through every shard asset")
-    _run_child(
-        ["--build-template", str(root), "--utterances", str(utterances), "--long-recordings", str(long_recordings)]
-    )
+    if in_this_process:
+        _build_template_child(str(root), utterances, long_recordings)
+    else:
+        _run_child(
+            ["--build-template", str(root), "--utterances", str(utterances), "--long-recordings", str(long_recordings)]
+        )
     stamp.write_text("ok")
     return root
 
@@ -351,15 +356,27 @@ def run_stages(
     new_shard: str | None = None,
 ) -> dict:
     """One run of each of ``stages`` (default: every stage; for the new shard's country or language),
-    each in a fresh interpreter (``one_process``: all in one, imports paid once), on the corpus's
-    instance: step wall, CPU, peak and added RSS, and the machine's load averages (1, 5, 15 min) as
-    each stage started. ``first_import``: the catalog lists the root whole (``full: true``), as it
-    must after shards it was never told of; ``new_shard``: recorded as materialized first."""
+    each in a fresh interpreter (``one_process``, the smoke run's shortcut: all in this process,
+    imports paid once per benchmark), on the corpus's instance: step wall, CPU, peak and added RSS,
+    and the machine's load averages (1, 5, 15 min) as each stage started. ``first_import``: the
+    catalog lists the root whole (``full: true``), as it must after shards it was never told of;
+    ``new_shard``: recorded as materialized first."""
     stages = stages or list(STAGES)
-    groups = [stages] if one_process else [[stage] for stage in stages]
     instance_folder(root).mkdir(exist_ok=True)
+    if one_process:
+        load = [round(value, 2) for value in os.getloadavg()]
+        ran = _run_stages_child(
+            stages,
+            str(root),
+            partitions,
+            keys,
+            str(instance_folder(root)),
+            first_import=first_import,
+            new_shard=new_shard,
+        )
+        return {stage: {**stage_figures, "load_avg": load} for stage, stage_figures in ran.items()}
     figures = {}
-    for group in groups:
+    for group in [[stage] for stage in stages]:
         load = [round(value, 2) for value in os.getloadavg()]
         ran = _run_child(
             ["--run-stages", ",".join(group), "--root", str(root), "--partitions", json.dumps(partitions)]
@@ -505,7 +522,7 @@ def new_shard_partitions(template: Path) -> dict[str, str]:
 
 def measure(args: argparse.Namespace) -> dict:
     workdir = Path(args.workdir)
-    template = build_template(workdir, args.utterances, args.long_recordings)
+    template = build_template(workdir, args.utterances, args.long_recordings, in_this_process=args.quick)
     files = template_files(template)
     hours_per_shard = template_hours(template)
     keys = new_shard_partitions(template)
@@ -567,23 +584,27 @@ def measure_near_duplicates(
     simultaneous: int = 16,
     prebuilt: dict[str, str] | None = None,
     scratch: str | None = None,
+    fresh_processes: bool = True,
 ) -> dict:
     """Near duplicates per new shard against a synthetic index of each size, the postings index
     beside the whole-index scan it replaced (in the same run, on the same index). ``prebuilt``: size
     -> an index folder built before (``benchmarks.corpus.bench_near_duplicates_index.build_index``),
     measured on a hard-linked copy made under ``scratch`` per measurement instead of an index built
-    here (a measurement commits its shard: the folder itself is never written)."""
+    here (a measurement commits its shard: the folder itself is never written). ``fresh_processes``
+    False (the smoke run's shortcut): each build and measurement runs in this process, imports paid once."""
     import tempfile
 
     from benchmarks.corpus.bench_near_duplicates_index import (
         _build,
         in_fresh_process,
+        in_this_process,
         indexed_shards,
         measure_simultaneous,
     )
     from benchmarks.corpus.bench_near_duplicates_index import measure as measure_index
 
     prebuilt = prebuilt or {}
+    run = in_fresh_process if fresh_processes else in_this_process
     per_hours = {}
     with tempfile.TemporaryDirectory(prefix="bench-corpus-scale-near-dup-", dir=scratch) as folder:
         for size in hours:
@@ -591,7 +612,7 @@ def measure_near_duplicates(
             source = prebuilt.get(str(size))
             if source is None:
                 url = f"{folder}/h{size}"
-                built = in_fresh_process(_build, url, shards, utterances)
+                built = run(_build, url, shards, utterances)
                 figures = {"shards": shards, **built}
             else:
                 figures = {"shards": indexed_shards(source), "index": source}
@@ -600,7 +621,7 @@ def measure_near_duplicates(
             paths = (["baseline_whole_index"] if size <= baseline_max_hours else []) + ["postings_index"]
             for path in paths:
                 copy = _measured_copy(source, folder, size, path, figures)
-                figures.update(in_fresh_process(measure_index, copy, utterances, path))
+                figures.update(run(measure_index, copy, utterances, path))
                 if source is not None:
                     shutil.rmtree(copy)
             if size == hours[-1] and simultaneous > 1:
@@ -723,6 +744,7 @@ def main(argv: list[str] | None = None) -> None:
         # former 40 utterances and four long recordings, with the corpus sizes halved to keep one and two shards.
         args.utterances, args.long_recordings, args.hours = 20, 1, "0.02,0.08"
         args.nd_hours, args.nd_utterances, args.nd_simultaneous = "0.05,0.2", 40, 2
+        os.environ["SPEECHDATA_PROFILE"] = "tiny"  # the stages run here, with the profile their children get
     args.hours = _sizes(args.hours)
     args.stages = args.stages.split(",")
     unknown = sorted(set(args.stages) - set(STAGES))
@@ -741,6 +763,7 @@ def main(argv: list[str] | None = None) -> None:
                 args.nd_simultaneous,
                 prebuilt=dict(_prebuilt(text, parser) for text in args.nd_index),
                 scratch=args.nd_scratch,
+                fresh_processes=not args.quick,
             )
         )
     per_hours = figures.get("per_hours", {})

@@ -201,7 +201,8 @@ def per_new_shard(workdir: str, shards: int, shard_recordings: int) -> dict:
 
     progress(f"per new shard: landing {shards} shards of {shard_recordings} recordings")
     land(0, shards * shard_recordings)
-    _step_in_fresh_interpreter(root)
+    # The country as it stands, untimed: in this process (a fresh interpreter is for the figure alone).
+    refresh_country_step(root.url, "bench", "de")
     land(100_000, shard_recordings)
     figures = _step_in_fresh_interpreter(root)
     return {"shards_before": shards, **figures}

@@ -29,7 +29,12 @@ import subprocess
 import tempfile
 import time
 
-from benchmarks.corpus.bench_near_duplicates_index import build_index, in_fresh_process, synthetic_signals
+from benchmarks.corpus.bench_near_duplicates_index import (
+    build_index,
+    in_fresh_process,
+    in_this_process,
+    synthetic_signals,
+)
 from benchmarks.report import emit, progress, ratio, stdout_to_stderr
 
 BASELINE = "every_merge_inline"
@@ -166,7 +171,9 @@ def _build(url, shards, utterances, results):
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="inline level 1: 63 shards of 4 utterances, 4 new")
+    parser.add_argument(
+        "--quick", action="store_true", help="inline level 1: 63 shards of 4 utterances, 4 new, all in this process"
+    )
     parser.add_argument("--level", type=int, default=2, help="the inline merge level of the bounded path")
     parser.add_argument("--utterances", type=int, default=100, help="per shard, indexed and new")
     parser.add_argument("--new-shards", type=int, default=12, help="consecutive new shards per path")
@@ -178,17 +185,17 @@ def main(argv: list[str] | None = None) -> None:
     if args.quick:
         args.level, args.utterances, args.new_shards, args.sensor_shards = 1, 4, 4, (100, 2_000)
     indexed = 8 ** (args.level + 1) - 1
+    run = in_this_process if args.quick else in_fresh_process
     paths = {}
     with stdout_to_stderr(), tempfile.TemporaryDirectory(prefix="ndcompact-", dir=args.scratch) as folder:
-        built = in_fresh_process(_build, f"{folder}/built", indexed, args.utterances)
+        built = run(_build, f"{folder}/built", indexed, args.utterances)
         progress(f"{indexed} shards of {args.utterances} utterances indexed in {built['build_s']} s")
         for path, max_level in ((BASELINE, None), (BOUNDED, args.level)):
             subprocess.run(["cp", "-al", f"{folder}/built", f"{folder}/{path}"], check=True)
-            paths[path] = in_fresh_process(run_path, f"{folder}/{path}", args.utterances, args.new_shards, max_level)
+            paths[path] = run(run_path, f"{folder}/{path}", args.utterances, args.new_shards, max_level)
             paths[path].update(_summary(paths[path]["shards"]))
         sensor = {
-            listed: in_fresh_process(measure_sensor_check, f"{folder}/listed-{listed}", listed)
-            for listed in args.sensor_shards
+            listed: run(measure_sensor_check, f"{folder}/listed-{listed}", listed) for listed in args.sensor_shards
         }
         progress(f"the sensor's check: {sensor}")
     baseline, bounded = paths[BASELINE], paths[BOUNDED]

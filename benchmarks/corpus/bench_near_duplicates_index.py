@@ -432,15 +432,39 @@ def _warm_up(url: str) -> None:
 
 
 def in_fresh_process(target, *args):
+    """``target(*args, results)`` in a fresh (spawned) interpreter; the dict it filled. The dict comes
+    back through a pipe once the target returns: a manager process per call would be one more
+    interpreter start, paid on every measurement."""
     context = multiprocessing.get_context("spawn")
-    with context.Manager() as manager:
-        results = manager.dict()
-        worker = context.Process(target=target, args=(*args, results))
-        worker.start()
-        worker.join()
-        if worker.exitcode != 0:
-            raise RuntimeError(f"{target.__name__}{args} exited {worker.exitcode}")
-        return dict(results)
+    receiving, sending = context.Pipe(duplex=False)
+    worker = context.Process(target=_send_results, args=(target, args, sending))
+    worker.start()
+    sending.close()
+    try:
+        results = receiving.recv()  # before the join: a large dict would fill the pipe and block the worker
+    except EOFError:
+        results = None
+    finally:
+        receiving.close()
+    worker.join()
+    if worker.exitcode != 0 or results is None:
+        raise RuntimeError(f"{target.__name__}{args} exited {worker.exitcode}")
+    return results
+
+
+def in_this_process(target, *args) -> dict:
+    """``target(*args, results)`` here, as :func:`in_fresh_process` runs it in a fresh interpreter: a
+    smoke run's shortcut (its figures then include what earlier measurements imported and kept)."""
+    results: dict = {}
+    target(*args, results)
+    return results
+
+
+def _send_results(target, args: tuple, sending) -> None:
+    results: dict = {}
+    target(*args, results)
+    sending.send(results)
+    sending.close()
 
 
 def _build(url, shards, utterances, results):
@@ -451,21 +475,24 @@ def _build(url, shards, utterances, results):
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="indexes of 2 and 8 shards of 40 utterances")
+    parser.add_argument(
+        "--quick", action="store_true", help="indexes of 2 and 8 shards of 40 utterances, all in this process"
+    )
     parser.add_argument("--shards", type=int, nargs=2, default=(10, 200), help="the two index sizes")
     parser.add_argument("--utterances", type=int, default=300, help="per shard, and in the new shard")
     args = parser.parse_args(argv)
     if args.quick:
         args.shards, args.utterances = (2, 8), 40
+    run = in_this_process if args.quick else in_fresh_process
     per_size = {}
     with stdout_to_stderr(), tempfile.TemporaryDirectory(prefix="bench-near-dup-index-") as folder:
         for shards in args.shards:
             url = f"{folder}/n{shards}"
-            built = in_fresh_process(_build, url, shards, args.utterances)
+            built = run(_build, url, shards, args.utterances)
             progress(f"{shards} shards indexed in {built['build_s']} s")
             figures = {"indexed_hours": round(shards * args.utterances * 4.8 / 3600, 1), **built}
             for path in ("baseline_whole_index", "postings_index"):
-                figures.update(in_fresh_process(measure, url, args.utterances, path))
+                figures.update(run(measure, url, args.utterances, path))
                 progress(f"{shards} shards, {path}: {figures[path]}")
             per_size[shards] = figures
     small, large = args.shards
