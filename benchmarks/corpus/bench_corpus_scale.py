@@ -595,11 +595,11 @@ def measure_near_duplicates(
     import tempfile
 
     from benchmarks.corpus.bench_near_duplicates_index import (
-        _build,
         in_fresh_process,
         in_this_process,
         indexed_shards,
         measure_simultaneous,
+        timed_build,
     )
     from benchmarks.corpus.bench_near_duplicates_index import measure as measure_index
 
@@ -612,7 +612,7 @@ def measure_near_duplicates(
             source = prebuilt.get(str(size))
             if source is None:
                 url = f"{folder}/h{size}"
-                built = run(_build, url, shards, utterances)
+                built = run(timed_build, url, shards, utterances)
                 figures = {"shards": shards, **built}
             else:
                 figures = {"shards": indexed_shards(source), "index": source}

@@ -30,10 +30,10 @@ import tempfile
 import time
 
 from benchmarks.corpus.bench_near_duplicates_index import (
-    build_index,
     in_fresh_process,
     in_this_process,
     synthetic_signals,
+    timed_build,
 )
 from benchmarks.report import emit, progress, ratio, stdout_to_stderr
 
@@ -163,12 +163,6 @@ def measure_sensor_check(url: str, listed: int, results) -> None:
     results["due_above_inline"] = [f"L{merge.level} ({merge.waiting})" for merge in due]
 
 
-def _build(url, shards, utterances, results):
-    started = time.perf_counter()
-    build_index(url, shards, utterances)
-    results["build_s"] = round(time.perf_counter() - started, 1)
-
-
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
@@ -188,7 +182,7 @@ def main(argv: list[str] | None = None) -> None:
     run = in_this_process if args.quick else in_fresh_process
     paths = {}
     with stdout_to_stderr(), tempfile.TemporaryDirectory(prefix="ndcompact-", dir=args.scratch) as folder:
-        built = run(_build, f"{folder}/built", indexed, args.utterances)
+        built = run(timed_build, f"{folder}/built", indexed, args.utterances)
         progress(f"{indexed} shards of {args.utterances} utterances indexed in {built['build_s']} s")
         for path, max_level in ((BASELINE, None), (BOUNDED, args.level)):
             subprocess.run(["cp", "-al", f"{folder}/built", f"{folder}/{path}"], check=True)
