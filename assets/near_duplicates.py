@@ -146,11 +146,15 @@ def _near_duplicates_result(context: dg.AssetExecutionContext, summary: NearDupl
     )
     for line in summary.repairs:
         context.log.warning(f"{summary.shard_id}: repaired the near-duplicate index: {line}")
+    recall_warning = summary.recall_warning()
+    if recall_warning is not None:
+        context.log.warning(recall_warning)
     if not summary.index_locked:
         context.log.warning(
             "the data root's store has no exclusive create (only local folders and S3 do): the corpus index "
             "was updated without its locks; run near_duplicates one step at a time there (docs/near-duplicates.md)"
         )
+    key_load = summary.audio_key_load
     pairs = [
         {
             "utt_id": d.utt_id,
@@ -176,6 +180,11 @@ def _near_duplicates_result(context: dg.AssetExecutionContext, summary: NearDupl
             "index_repairs": dg.MetadataValue.json(summary.repairs),
             "index_postings_read": summary.postings_read,
             "index_entries_read": summary.entries_read,
+            # What the fixed per-key cap kept out of the audio vote: it grows with the corpus.
+            "audio_keys_looked_up": key_load.keys,
+            "audio_keys_past_cap": key_load.keys_past_cap,
+            "audio_keys_past_cap_share": round(key_load.share_past_cap, 6),
+            "utterances_no_audio_key_voting": key_load.utterances_silenced,
             "dagster/column_schema": column_schema(NEAR_DUPLICATES_SCHEMA, COLUMN_DESCRIPTIONS),
         }
     )
