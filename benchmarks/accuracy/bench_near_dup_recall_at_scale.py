@@ -51,8 +51,8 @@ UTTERANCES_PER_HOUR = 680
 """1 000 utterances per 1.47 h: the shards of the corpus benchmark (as ``bench_near_dup_keyspace``)."""
 STAGE_CAP = 500
 """``MAX_KEY_OCCURRENCES`` as the stage runs it: what the lowered caps stand for."""
-CAPS = (500, 200, 100, 50, 30, 20, 14, 10, 7, 5, 3, 2, 1)
-EQUIVALENCE_CAPS = (20, 10, 6, 4, 2)
+CAPS = (500, 200, 100, 50, 20, 10, 5, 3, 2, 1)
+EQUIVALENCE_CAPS = (20, 10, 4, 2)
 """Decided again with half the background and half the cap: the same equivalent size."""
 ESPEAK_FOLDERS = ("speech", "demo_speech", "quality_speech", "synthesized_speech")
 FIXTURES = Path(__file__).resolve().parents[2] / "tests" / "fixtures"
@@ -116,10 +116,10 @@ def folder_signals(folder: Path) -> tuple[list, np.ndarray]:
     return made, np.array(groups)
 
 
-def espeak_rate(speech_dirs: Sequence[Path]) -> tuple[str, float]:
+def espeak_rate(speech_dirs: Sequence[Path], fixture_folders: Sequence[str] = ESPEAK_FOLDERS) -> tuple[str, float]:
     """``(name, chance postings per key per utterance)`` of espeak-like speech: the espeak-ng
     fixtures, or the folders given."""
-    folders = list(speech_dirs) or [FIXTURES / name for name in ESPEAK_FOLDERS]
+    folders = list(speech_dirs) or [FIXTURES / name for name in fixture_folders]
     signals, groups = [], []
     for folder in folders:
         found, grouped = folder_signals(folder)
@@ -168,6 +168,57 @@ def decided(background: Sequence, signals: Sequence, planted, cap: int) -> dict:
     return figures
 
 
+COST_CAPS = (500, 1_000, 2_000, 5_000, 20_000, 50_000)
+COST_HOURS = (10_000, 100_000, 1_000_000)
+
+
+def cap_cost(originals: int, seed: int) -> dict:
+    """What a larger cap costs per new shard of 1 000 utterances, computed with the key-space model
+    (``bench_near_dup_keyspace.block_reads``: per live segment a key reads at most ``cap + 1`` audio
+    postings) from the rates of its two corpora (the extended planted set; the espeak-ng fixtures and
+    readings), at :data:`COST_HOURS`. Also the audio postings a new shard's vote counts (CPU): per key
+    at most ``cap + 1`` per live segment."""
+    from benchmarks.accuracy.bench_near_dup_keyspace import (
+        ESPEAK_FOLDERS as KEYSPACE_FOLDERS,
+    )
+    from benchmarks.accuracy.bench_near_dup_keyspace import (
+        SHARD_UTTERANCES,
+        block_reads,
+        corpora,
+        corpus_figures,
+        live_segments,
+    )
+    from speechdata.quality import near_dup_matching
+
+    made, _ = corpora(originals, seed, KEYSPACE_FOLDERS, with_readings=True)
+    cost: dict = {}
+    for corpus in made:
+        keys = corpus_figures(corpus)["keys"]
+        rates = {name: (kind["keys_per_utterance"], kind["chance_per_utterance_pair"]) for name, kind in keys.items()}
+        postings = sum(kind["keys_per_utterance"] for kind in keys.values())
+        audio_keys, audio_per_pair = rates["audio_sampled"]
+        per_corpus = {}
+        for hours in COST_HOURS:
+            indexed = hours * UTTERANCES_PER_HOUR
+            segments = len(live_segments(round(indexed / SHARD_UTTERANCES)))
+            load = audio_per_pair / audio_keys * indexed
+            at_hours = {"chance_postings_per_audio_key": round(load)}
+            for cap in COST_CAPS:
+                with mock.patch.object(near_dup_matching, "MAX_KEY_OCCURRENCES", cap):
+                    reads = block_reads(rates, hours, postings)
+                at_hours[str(cap)] = {
+                    "gb_read_per_new_shard": reads["gb_read_audio_postings_capped"],
+                    "gb_read_one_run_per_level": reads["gb_read_audio_postings_capped_one_run_per_level"],
+                    "audio_postings_counted_per_new_shard": round(
+                        SHARD_UTTERANCES * audio_keys * min(load, (cap + 1) * segments)
+                    ),
+                    "mean_key_load_over_cap": round(load / cap, 2),
+                }
+            per_corpus[str(hours)] = at_hours
+        cost[corpus.name] = per_corpus
+    return cost
+
+
 def crossing(points: Sequence[dict], level: float, hours_key: str) -> float | None:
     """The equivalent hours where audio-alone recall first falls below ``level``, interpolated
     linearly in log hours between the two points around it; None when it never does."""
@@ -181,28 +232,62 @@ def crossing(points: Sequence[dict], level: float, hours_key: str) -> float | No
     return None
 
 
+def cached(path: Path | None, make):
+    """``make()``, kept in ``path`` (a pickle) when given, so a rerun skips computing the signals."""
+    import pickle
+
+    if path is not None and path.exists():
+        return pickle.loads(path.read_bytes())
+    made = make()
+    if path is not None:
+        path.write_bytes(pickle.dumps(made))
+    return made
+
+
 def main(argv: list[str] | None = None) -> None:
     from speechdata.quality.near_dup_planted import planted_set
     from speechdata.quality.near_duplicates import utterance_signals
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="8 originals, 200 background utterances, 3 caps")
+    parser.add_argument(
+        "--quick", action="store_true", help="6 originals, 100 background utterances, 3 caps, one fixture folder"
+    )
     parser.add_argument("--originals", type=int, default=300)
     parser.add_argument("--background", type=int, default=8_000, help="unrelated utterances indexed first")
     parser.add_argument("--seed", type=int, default=0, help="of the planted set; the background's is seed + 1")
     parser.add_argument("--speech-dir", type=Path, action="append", default=[], help="espeak-like rate from these")
+    parser.add_argument("--signals-cache", type=Path, help="a folder keeping the computed signals between runs")
+    parser.add_argument(
+        "--cap-cost", action="store_true", help="only the key-space model's reads per new shard at larger caps"
+    )
     args = parser.parse_args(argv)
+    if args.cap_cost:
+        with stdout_to_stderr():
+            cost = cap_cost(8 if args.quick else args.originals, args.seed)
+        emit(
+            "near_dup_cap_cost",
+            {"quick": args.quick, "originals": 8 if args.quick else args.originals, "seed": args.seed},
+            cost,
+        )
+        return
     caps, equivalence_caps = CAPS, EQUIVALENCE_CAPS
     if args.quick:
-        args.originals, args.background = 8, 200
+        args.originals, args.background = 6, 100
         caps, equivalence_caps = (500, 4, 2), (4,)
     with stdout_to_stderr():
         started = time.perf_counter()
         planted = planted_set(args.originals, seed=args.seed, extended=True)
-        signals = [utterance_signals("planted", u.utt_id, u.samples, 24_000, u.text) for u in planted]
-        background = background_signals(args.background, args.seed + 1)
+        cache = args.signals_cache
+        tag = f"{args.originals}-{args.background}-{args.seed}"
+        signals = cached(
+            cache and cache / f"planted-{tag}.pickle",
+            lambda: [utterance_signals("planted", u.utt_id, u.samples, 24_000, u.text) for u in planted],
+        )
+        background = cached(
+            cache and cache / f"background-{tag}.pickle", lambda: background_signals(args.background, args.seed + 1)
+        )
         progress(f"signals of {len(signals)} + {len(background)} utterances in {time.perf_counter() - started:.0f} s")
-        espeak_name, espeak_per_key = espeak_rate(args.speech_dir)
+        espeak_name, espeak_per_key = espeak_rate(args.speech_dir, ESPEAK_FOLDERS[:1] if args.quick else ESPEAK_FOLDERS)
         background_groups = np.arange(len(background))
         synthetic_per_key = chance_rate_per_key(background, background_groups)
         planted_keys, background_keys = audio_keys_of(signals), audio_keys_of(background)
@@ -232,6 +317,8 @@ def main(argv: list[str] | None = None) -> None:
             }
 
         curve = [point(len(background), cap) for cap in caps]
+        # The limit of an ever larger corpus: every key that meets an earlier posting is past the cap.
+        limit = decided(background, signals, planted, 0)
         check = [point(len(background) // 2, cap // 2) for cap in equivalence_caps]
         full_at = {p["cap"]: p for p in curve}
         equivalence = [
@@ -258,6 +345,7 @@ def main(argv: list[str] | None = None) -> None:
         "planted_key_load_on_background_prefixes": loads,
         "curve": curve,
         "equivalence_check": equivalence,
+        "every_key_past_cap": limit,
         "audio_alone_recall_below": {
             f"{level}": {
                 "hours_synthetic_like": crossing(curve, level, "equivalent_hours_synthetic_like"),
