@@ -200,7 +200,8 @@ def cap_cost(originals: int, seed: int) -> dict:
         per_corpus = {}
         for hours in COST_HOURS:
             indexed = hours * UTTERANCES_PER_HOUR
-            segments = len(live_segments(round(indexed / SHARD_UTTERANCES)))
+            shards = round(indexed / SHARD_UTTERANCES)
+            segments = live_segments(shards)
             load = audio_per_pair / audio_keys * indexed
             at_hours = {"chance_postings_per_audio_key": round(load)}
             for cap in COST_CAPS:
@@ -209,8 +210,9 @@ def cap_cost(originals: int, seed: int) -> dict:
                 at_hours[str(cap)] = {
                     "gb_read_per_new_shard": reads["gb_read_audio_postings_capped"],
                     "gb_read_one_run_per_level": reads["gb_read_audio_postings_capped_one_run_per_level"],
+                    # Per live segment, its share of the key's postings, at most cap + 1 of them.
                     "audio_postings_counted_per_new_shard": round(
-                        SHARD_UTTERANCES * audio_keys * min(load, (cap + 1) * segments)
+                        SHARD_UTTERANCES * audio_keys * sum(min(load * held / shards, cap + 1) for held in segments)
                     ),
                     "mean_key_load_over_cap": round(load / cap, 2),
                 }
