@@ -80,8 +80,8 @@ KEYS_PAST_CAP_WARNING_SHARE = 0.05
 """A shard whose sampled audio keys are past ``MAX_KEY_OCCURRENCES`` in more than this share warns in
 its run's log (:meth:`NearDuplicatesSummary.recall_warning`). Measured on the extended planted set
 inside a growing background of synthetic speech (``bench_near_dup_recall_at_scale``): no copy was
-lost with 3.8 % of the keys past the cap, the first ones (compound copies found by audio alone) at
-8.3 %; on keys whose loads sit at their mean (a Poisson count), 5 % is a mean load of 465 against
+lost with 3.7 % of the keys past the cap, the first one (a compound copy found by audio alone) at
+8.1 %; on keys whose loads sit at their mean (a Poisson count), 5 % is a mean load of 465 against
 500, where a copy voting with 2 keys loses both with probability 0.3 % (docs/deploying.md, "Near
 duplicates past N hours")."""
 RECALL_DOC = 'docs/deploying.md, "Near duplicates past N hours"'
