@@ -252,7 +252,7 @@ def main(argv: list[str] | None = None) -> None:
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
-        "--quick", action="store_true", help="6 originals, 100 background utterances, 3 caps, one fixture folder"
+        "--quick", action="store_true", help="6 originals, 40 background utterances, 3 caps, one fixture folder"
     )
     parser.add_argument("--originals", type=int, default=300)
     parser.add_argument("--background", type=int, default=8_000, help="unrelated utterances indexed first")
@@ -274,7 +274,7 @@ def main(argv: list[str] | None = None) -> None:
         return
     caps, equivalence_caps = CAPS, EQUIVALENCE_CAPS
     if args.quick:
-        args.originals, args.background = 6, 100
+        args.originals, args.background = 6, 40
         caps, equivalence_caps = (500, 4, 2), (4,)
     with stdout_to_stderr():
         started = time.perf_counter()
