@@ -22,11 +22,12 @@ from speechdata.quality.near_dup_batch import (
 from speechdata.quality.near_dup_batch_ray import IN_PROCESS, LOCAL, RAY_ADDRESS_ENV, batch_engine
 from speechdata.quality.near_dup_compaction import compact_pending
 from speechdata.quality.near_dup_index import DEFAULT_LOCK_TIMEOUT_S, CorpusIndexBusy
-from speechdata.quality.near_dup_matching import FLAG_KINDS, KINDS, NearDuplicateThresholds
+from speechdata.quality.near_dup_matching import FLAG_KINDS, KINDS, AudioKeyLoad, NearDuplicateThresholds
 from speechdata.quality.near_duplicates import (
     COLUMN_DESCRIPTIONS,
     NEAR_DUPLICATES_SCHEMA,
     NearDuplicatesSummary,
+    recall_warning,
     run_near_duplicates,
 )
 
@@ -154,7 +155,6 @@ def _near_duplicates_result(context: dg.AssetExecutionContext, summary: NearDupl
             "the data root's store has no exclusive create (only local folders and S3 do): the corpus index "
             "was updated without its locks; run near_duplicates one step at a time there (docs/near-duplicates.md)"
         )
-    key_load = summary.audio_key_load
     pairs = [
         {
             "utt_id": d.utt_id,
@@ -180,14 +180,21 @@ def _near_duplicates_result(context: dg.AssetExecutionContext, summary: NearDupl
             "index_repairs": dg.MetadataValue.json(summary.repairs),
             "index_postings_read": summary.postings_read,
             "index_entries_read": summary.entries_read,
-            # What the fixed per-key cap kept out of the audio vote: it grows with the corpus.
-            "audio_keys_looked_up": key_load.keys,
-            "audio_keys_past_cap": key_load.keys_past_cap,
-            "audio_keys_past_cap_share": round(key_load.share_past_cap, 6),
-            "utterances_no_audio_key_voting": key_load.utterances_silenced,
+            **key_load_metadata(summary.audio_key_load),
             "dagster/column_schema": column_schema(NEAR_DUPLICATES_SCHEMA, COLUMN_DESCRIPTIONS),
         }
     )
+
+
+def key_load_metadata(load: AudioKeyLoad) -> dict[str, int | float]:
+    """What the fixed per-key cap kept out of the shard's audio vote: it grows with the corpus
+    (docs/deploying.md, "Near duplicates past N hours")."""
+    return {
+        "audio_keys_looked_up": load.keys,
+        "audio_keys_past_cap": load.keys_past_cap,
+        "audio_keys_past_cap_share": round(load.share_past_cap, 6),
+        "utterances_no_audio_key_voting": load.utterances_silenced,
+    }
 
 
 # --- the whole-corpus batch pass (docs/near-duplicates.md, "Whole-corpus batch pass")
@@ -252,6 +259,9 @@ def near_duplicates_batch(
     context.log.info(f"near-duplicates batch: {summary.describe()}")
     known = set(registered)
     for shard in summary.shards:
+        warning = recall_warning(shard.shard_id, shard.audio_key_load)
+        if warning is not None:
+            context.log.warning(warning)
         if shard.shard_id in known:
             context.log_event(
                 dg.AssetMaterialization(
@@ -263,6 +273,7 @@ def near_duplicates_batch(
                         "utterances_checked": shard.utterances,
                         **{f"duplicates_{kind}": count for kind, count in shard.by_kind.items()},
                         "index_position": shard.index_position,
+                        **key_load_metadata(shard.audio_key_load),
                         "batch_run": True,
                     },
                 )

@@ -158,19 +158,23 @@ class NearDuplicatesSummary(StageSummary):
         return {kind: counts.get(kind, 0) for kind in KINDS + FLAG_KINDS}
 
     def recall_warning(self) -> str | None:
-        """A line for the run's log once the share of the shard's sampled audio keys past the cap
-        passes :data:`KEYS_PAST_CAP_WARNING_SHARE`; None below it."""
-        load = self.audio_key_load
-        if load.share_past_cap <= KEYS_PAST_CAP_WARNING_SHARE:
-            return None
-        cap = near_dup_matching.MAX_KEY_OCCURRENCES
-        return (
-            f"{self.shard_id}: {load.share_past_cap:.1%} of the shard's sampled audio keys had more than "
-            f"MAX_KEY_OCCURRENCES ({cap}) earlier postings and never voted (warning above "
-            f"{KEYS_PAST_CAP_WARNING_SHARE:.0%}); {load.utterances_silenced} of {load.utterances} utterances had no "
-            "audio key voting at all. Copies found only by their audio (clips, compound and trimmed copies) are "
-            f"being missed as the corpus grows: see {RECALL_DOC}"
-        )
+        """:func:`recall_warning` of this shard."""
+        return recall_warning(self.shard_id, self.audio_key_load)
+
+
+def recall_warning(shard_id: str, load: AudioKeyLoad) -> str | None:
+    """A line for the run's log once the share of the shard's sampled audio keys past the cap passes
+    :data:`KEYS_PAST_CAP_WARNING_SHARE`; None below it."""
+    if load.share_past_cap <= KEYS_PAST_CAP_WARNING_SHARE:
+        return None
+    cap = near_dup_matching.MAX_KEY_OCCURRENCES
+    return (
+        f"{shard_id}: {load.share_past_cap:.1%} of the shard's sampled audio keys had more than "
+        f"MAX_KEY_OCCURRENCES ({cap}) earlier postings and never voted (warning above "
+        f"{KEYS_PAST_CAP_WARNING_SHARE:.0%}); {load.utterances_silenced} of {load.utterances} utterances had no "
+        "audio key voting at all. Copies found only by their audio (clips, compound and trimmed copies) are "
+        f"being missed as the corpus grows: see {RECALL_DOC}"
+    )
 
 
 def utterance_signals(
