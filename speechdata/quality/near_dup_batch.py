@@ -364,10 +364,13 @@ class BatchSummary:
         utterances = sum(shard.utterances for shard in self.shards)
         unchecked = sum(len(shard.unchecked) for shard in self.shards)
         seconds = ", ".join(f"{stage} {value:.1f} s" for stage, value in self.stage_seconds.items())
+        keys = sum(shard.audio_key_load.keys for shard in self.shards)
+        past_cap = sum(shard.audio_key_load.keys_past_cap for shard in self.shards)
         return (
             f"{len(self.shards)} shards decided (index positions {min(positions)}-{max(positions)}), "
             f"{utterances} utterances, duplicates {self.by_kind}"
             + (f", {unchecked} not checked" if unchecked else "")
+            + (f", {past_cap / keys:.1%} of the audio keys past the cap" if keys else "")
             + (f", checked against {len(self.kept)} shards that kept their decisions" if self.kept else "")
             + f"; {seconds}"
         )
