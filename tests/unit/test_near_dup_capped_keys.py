@@ -87,26 +87,30 @@ def corpus_of(seed: int, shards: int) -> list[list[UtteranceSignals]]:
     return corpus
 
 
-def run_shard(data_root, signals) -> tuple[list, IndexReader, list[str]]:
+def run_shard(data_root, signals) -> tuple[list, np.ndarray, list[str]]:
     """The stage's path for one shard: decide against the index, repair and decide again where the
-    index is found damaged, commit, merge what is due."""
+    index is found damaged, commit, merge what is due. Returns the decisions, the earlier postings
+    of each of the shard's keys counted up to the cap (read before the commit, while the segments
+    the reader saw are still there), and the repairs."""
     repairs = []
     for _ in range(2):
         try:
             with reserve_position(data_root, signals[0].shard_id) as reservation:
                 reader = IndexReader(data_root, reservation.position, wait_for_earlier(data_root, reservation))
                 decisions = decide_shard(reservation.position, signals, reader, NearDuplicateThresholds())
+                counts = capped_counts(reader, signals)
                 commit_shard_entries(data_root, reservation, signals, decisions)
             break
         except IndexDamaged:
             repairs += repair_index(data_root)
     while compact_index(data_root):
         pass
-    return decisions, reader, repairs
+    return decisions, counts, repairs
 
 
 def capped_counts(reader: IndexReader, signals) -> np.ndarray:
-    """Per key of the shard: the earlier postings the reader gives, counted up to the cap."""
+    """Per key of the shard: the earlier postings the reader gives (every key looked up in every
+    segment: no ``audio_only``), counted up to the cap."""
     keys = np.unique(index_keys(signals, reader.position)["key"])
     postings = sort_postings(reader.postings(keys))
     counts = np.searchsorted(postings["key"], keys, "right") - np.searchsorted(postings["key"], keys, "left")
@@ -124,9 +128,9 @@ def segment_postings(data_root) -> dict[str, np.ndarray]:
 def build(data_root, corpus, reindexed=None):
     decided, counts, repairs = [], [], []
     for number, shard in enumerate(corpus):
-        decisions, reader, repaired = run_shard(data_root, shard)
+        decisions, counted, repaired = run_shard(data_root, shard)
         decided.append(decisions)
-        counts.append(capped_counts(reader, shard))
+        counts.append(counted)
         repairs += repaired
         if reindexed is not None and number == reindexed[0]:
             decisions, _, repaired = run_shard(data_root, reindexed[1])
