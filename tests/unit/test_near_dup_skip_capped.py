@@ -1,0 +1,224 @@
+"""A sampled audio key whose earlier postings pass the cap in one segment is not looked up in the
+other live segments (it never votes), and every shard decides byte for byte as when every key is
+read in every segment: with the cap lowered to 4 and keys drawn from a small pool, so that keys pass
+the cap in some segments and not in others, across merges and levels, a shard re-indexed since a
+merge (stale postings in a capped segment), and segments that became live or were merged between a
+shard's prefetch and its settled read."""
+
+import io
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+from speechdata.io import layout
+from speechdata.quality import near_dup_index_merge, near_dup_index_reader, near_dup_matching
+from speechdata.quality import near_dup_order_fold as order_fold
+from speechdata.quality.near_dup_filter import KeyProbe
+from speechdata.quality.near_dup_index import (
+    IndexDamaged,
+    IndexReader,
+    commit_shard_entries,
+    compact_index,
+    index_keys,
+    repair_index,
+    reserve_position,
+    wait_for_earlier,
+)
+from speechdata.quality.near_dup_matching import NearDuplicateThresholds, decide_shard
+from speechdata.quality.near_dup_postings import audio_only_keys, sampled_audio_keys
+from speechdata.quality.near_duplicates import write_near_duplicate_files
+from speechdata.quality.paths import near_duplicate_flags
+from tests.unit.test_near_dup_capped_keys import CAP, corpus_of, sampled_pool, speech_like
+
+
+@pytest.fixture(autouse=True)
+def small_cap_fanout_and_parts(monkeypatch):
+    monkeypatch.setattr(near_dup_matching, "MAX_KEY_OCCURRENCES", CAP - 1)
+    monkeypatch.setattr(near_dup_index_merge, "FANOUT", 3)
+    monkeypatch.setattr(order_fold, "FOLD_EVERY", 4)  # the shard list folds while shards decide
+    monkeypatch.setattr(order_fold, "PART_ROWS", 4)
+
+
+class LookupLog:
+    """Every segment lookup: the segment and the keys looked up in it."""
+
+    def __init__(self, monkeypatch):
+        self.lookups: list[tuple[str, np.ndarray]] = []
+        lookup = near_dup_index_reader.lookup_segment
+
+        def logged(handle, path, keys):
+            self.lookups.append((path.rsplit("/", 1)[-1], keys.copy()))
+            return lookup(handle, path, keys)
+
+        monkeypatch.setattr(near_dup_index_reader, "lookup_segment", logged)
+
+    def segments_looking_up(self, key) -> list[str]:
+        return [name for name, keys in self.lookups if key in keys]
+
+    @property
+    def keys_looked_up(self) -> int:
+        return sum(len(keys) for _, keys in self.lookups)
+
+
+def outputs(data_root, shard_id: str) -> tuple[bytes, bytes]:
+    return tuple(
+        data_root.fs.cat_file(data_root.path(relative))
+        for relative in (layout.near_duplicates(shard_id), near_duplicate_flags(shard_id))
+    )
+
+
+def run_shard(data_root, signals, meanwhile=None) -> tuple[tuple[bytes, bytes], list[str]]:
+    """The stage's path for one shard (prefetch before its earlier shards commit, settle, decide,
+    write its files, commit, merge what is due; repair and decide again where the index is found
+    damaged). ``meanwhile(data_root)``: what happens between the prefetch and the settled read."""
+    repairs = []
+    for _ in range(2):
+        try:
+            with reserve_position(data_root, signals[0].shard_id) as reservation:
+                own = index_keys(signals, reservation.position)
+                reader = IndexReader(data_root, reservation.position)
+                reader.prefetch(own["key"], audio_only_keys(own))
+                if meanwhile is not None:
+                    meanwhile(data_root)
+                    meanwhile = None
+                reader.settle(wait_for_earlier(data_root, reservation))
+                decisions = decide_shard(
+                    reservation.position, signals, reader, NearDuplicateThresholds(), own_postings=own
+                )
+                commit_shard_entries(data_root, reservation, signals, decisions, postings=own)
+                write_near_duplicate_files(data_root, signals[0].shard_id, decisions)
+            break
+        except IndexDamaged:
+            repairs += repair_index(data_root)
+    while compact_index(data_root):
+        pass
+    return outputs(data_root, signals[0].shard_id), repairs
+
+
+def build(data_root, corpus, reindexed_after: int, replaced) -> tuple[list, list[str]]:
+    written, repairs = [], []
+    for number, shard in enumerate(corpus):
+        files, repaired = run_shard(data_root, shard)
+        written.append(files)
+        repairs += repaired
+        if number == reindexed_after:
+            files, repaired = run_shard(data_root, replaced)
+            written.append(files)
+            repairs += repaired
+    return written, repairs
+
+
+def test_every_shard_writes_byte_for_byte_what_it_writes_with_every_segment_read(tmp_path, monkeypatch):
+    from speechdata.io.storage import DataRoot
+
+    corpus = corpus_of(5, 12)
+    rng = np.random.default_rng(99)
+    hum = sampled_pool(rng, 1)[0]
+    for number in (0, 1):  # s000 fills the cap, s001 adds 2: s000 re-indexed leaves stale postings
+        for rank in range(4 if number == 0 else 2):
+            corpus[number][rank].fingerprint.sub_fingerprints[10] = hum
+    corpus[11][0].fingerprint.sub_fingerprints[10] = hum
+    replaced = speech_like("s000", 4, np.random.default_rng(12), sampled_pool(rng, 24))
+    log = LookupLog(monkeypatch)
+    skipped = build(DataRoot(str(tmp_path / "skip")), corpus, 4, replaced)
+    looked_up_skipping = log.keys_looked_up
+    log.lookups.clear()
+    monkeypatch.setattr(near_dup_index_reader, "SKIP_CAPPED_KEYS", False)
+    every = build(DataRoot(str(tmp_path / "every")), corpus, 4, replaced)
+    assert skipped == every  # every shard's near_duplicates and flags files, and the repairs
+    assert any("segment rebuilt from its entries" in line for line in every[1])
+    assert sum(pq.read_metadata(io.BytesIO(files[0])).num_rows for files in every[0]) >= 10  # near copies found
+    assert looked_up_skipping < 0.8 * log.keys_looked_up
+
+
+def test_a_key_past_the_cap_in_the_largest_segment_is_looked_up_in_no_other(tmp_path, monkeypatch):
+    """Nine shards merged into one level-2 segment hold a key 9 times (4 kept: the cap), two
+    level-0 segments after it once each; a new shard holding the key reads it in the level-2
+    segment only, and decides as the reader that reads it everywhere."""
+    from speechdata.io.storage import DataRoot
+
+    rng = np.random.default_rng(3)
+    pool = sampled_pool(rng, 24)
+    hum = sampled_pool(np.random.default_rng(99), 1)[0]
+    corpus = [speech_like(f"s{number:03d}", 4, rng, pool) for number in range(11)]
+    for shard in corpus:
+        shard[0].fingerprint.sub_fingerprints[10] = hum
+    new = speech_like("new", 4, rng, pool, originals=[corpus[10][1]])
+    new[2].fingerprint.sub_fingerprints[10] = hum
+    data_root = DataRoot(str(tmp_path))
+    for shard in corpus:
+        run_shard(data_root, shard)
+    hum_key = sampled_audio_keys(np.array([hum], np.uint32), np.ones(1, bool))[0][0]
+    log = LookupLog(monkeypatch)
+    decided, blocks = {}, {}
+    for skip in (True, False):
+        monkeypatch.setattr(near_dup_index_reader, "SKIP_CAPPED_KEYS", skip)
+        log.lookups.clear()
+        with reserve_position(data_root, "new") as reservation:
+            reader = IndexReader(data_root, reservation.position, wait_for_earlier(data_root, reservation))
+            decided[skip] = decide_shard(reservation.position, new, reader, NearDuplicateThresholds())
+        holding = log.segments_looking_up(hum_key)
+        assert [name[:2] for name in holding] == (["L2"] if skip else ["L2", "L0", "L0"])
+        blocks[skip] = reader.blocks_read
+    assert decided[True] == decided[False]
+    assert decided[True][0].kind is not None  # the copy of s010's utterance found
+    # The pool's keys pass the cap in the level-2 segment too: the level-0 segments read fewer blocks.
+    assert blocks[True] < blocks[False]
+
+
+def test_a_probe_cut_from_the_shards_keys_is_the_probe_of_the_keys_left_and_audio_only_keys_leave_out_other_kinds():
+    rng = np.random.default_rng(1)
+    keys = np.unique(rng.integers(0, 2**63, 5_000, dtype=np.uint64))
+    keep = rng.random(len(keys)) < 0.3
+    cut, made = KeyProbe(keys).subset(keep), KeyProbe(keys[keep])
+    for field in ("keys", "order", "high", "bits"):
+        np.testing.assert_array_equal(getattr(cut, field), getattr(made, field))
+    signals = speech_like("s", 3, rng, sampled_pool(rng, 4))
+    own = index_keys(signals, 0)
+    audio = audio_only_keys(own)
+    sampled = np.unique(
+        np.concatenate([sampled_audio_keys(s.fingerprint.sub_fingerprints, s.fingerprint.active)[0] for s in signals])
+    )
+    assert set(audio.tolist()) <= set(sampled.tolist()) and len(audio) > 0.9 * len(sampled)
+    # A transcript key equal to one of them (a 64-bit collision) is read everywhere.
+    own_with_transcript = own.copy()
+    own_with_transcript["context"][own["key"] == audio[0]] = 0
+    assert audio[0] not in audio_only_keys(own_with_transcript)
+
+
+def test_segments_merged_and_a_shard_list_folded_between_the_prefetch_and_the_settled_read(tmp_path, monkeypatch):
+    """Shard a is reserved before b and commits while b waits: its level-0 segment makes a merge due
+    (the segments b prefetched from are merged away, the merged one is new to b) and its records
+    fold the shard list. b's settled read decides as a reader that reads every key everywhere, and
+    as a reader made after a committed."""
+    from speechdata.io.storage import DataRoot
+
+    rng = np.random.default_rng(21)
+    pool = sampled_pool(rng, 24)
+    corpus = [speech_like(f"s{number:03d}", 4, rng, pool) for number in range(8)]
+    late_a = speech_like("a", 4, rng, pool, originals=corpus[3][:2])
+    late_b = speech_like("b", 4, rng, pool, originals=late_a[2:])
+    decided = {}
+    for skip in (True, False):
+        monkeypatch.setattr(near_dup_index_reader, "SKIP_CAPPED_KEYS", skip)
+        data_root = DataRoot(str(tmp_path / str(skip)))
+        for shard in corpus:
+            run_shard(data_root, shard)
+        with reserve_position(data_root, "a") as first:
+
+            def a_commits(root):
+                reader = IndexReader(root, first.position, wait_for_earlier(root, first))
+                decisions = decide_shard(first.position, late_a, reader, NearDuplicateThresholds())
+                commit_shard_entries(root, first, late_a, decisions)
+                assert compact_index(root)  # the segments b read are merged away
+
+            decided[skip], _ = run_shard(data_root, late_b, meanwhile=a_commits)
+        with reserve_position(data_root, "b") as again:  # committed: its position again
+            after = IndexReader(data_root, again.position, wait_for_earlier(data_root, again))
+            fresh = decide_shard(again.position, late_b, after, NearDuplicateThresholds())
+        scratch = DataRoot(str(tmp_path / f"fresh-{skip}"))
+        write_near_duplicate_files(scratch, "b", fresh)
+        assert outputs(scratch, "b") == decided[skip]
+    assert decided[True] == decided[False]
+    assert pq.read_metadata(io.BytesIO(decided[True][0])).num_rows == 2  # the copies of a's utterances
