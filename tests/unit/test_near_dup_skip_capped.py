@@ -222,3 +222,52 @@ def test_segments_merged_and_a_shard_list_folded_between_the_prefetch_and_the_se
         assert outputs(scratch, "b") == decided[skip]
     assert decided[True] == decided[False]
     assert pq.read_metadata(io.BytesIO(decided[True][0])).num_rows == 2  # the copies of a's utterances
+
+
+def test_a_key_dropped_at_the_prefetch_is_read_where_the_settled_counts_need_it(tmp_path, monkeypatch):
+    """The level-2 segment holds a key 3 times (s000 twice, s001 once), s009 and s010 once each: at
+    the prefetch the key passes the cap after the level-2 segment and the first level-0 one, so the
+    second is not read for it. s001 is re-indexed without the key before the settled read: its
+    posting is stale, the key's count falls to 3 (it votes), and the settled read looks it up in the
+    level-0 segment the prefetch spared. Every decision is the one of the reader that reads every key."""
+    from speechdata.io.storage import DataRoot
+
+    rng = np.random.default_rng(8)
+    pool = sampled_pool(rng, 24)
+    hum = sampled_pool(np.random.default_rng(99), 1)[0]
+    corpus = [speech_like(f"s{number:03d}", 4, rng, pool) for number in range(11)]
+    for number, rank in ((0, 0), (0, 1), (1, 0), (9, 0), (10, 0)):
+        corpus[number][rank].fingerprint.sub_fingerprints[10] = hum
+    replaced = speech_like("s001", 4, np.random.default_rng(12), pool)
+    new = speech_like("new", 4, rng, pool, originals=[corpus[10][0]])
+    hum_key = sampled_audio_keys(np.array([hum], np.uint32), np.ones(1, bool))[0][0]
+
+    def re_index(data_root):  # committed, not merged: the level-0 segments stay live
+        prefetched.append(len(log.lookups))
+        with reserve_position(data_root, "s001") as reservation:
+            decisions = decide_shard(
+                reservation.position,
+                replaced,
+                IndexReader(data_root, reservation.position, wait_for_earlier(data_root, reservation)),
+                NearDuplicateThresholds(),
+            )
+            commit_shard_entries(data_root, reservation, replaced, decisions)
+
+    log, prefetched = LookupLog(monkeypatch), []
+    written = {}
+    for skip in (True, False):
+        monkeypatch.setattr(near_dup_index_reader, "SKIP_CAPPED_KEYS", skip)
+        data_root = DataRoot(str(tmp_path / str(skip)))
+        for shard in corpus:
+            run_shard(data_root, shard)
+        log.lookups.clear()
+        written[skip], repairs = run_shard(data_root, new, meanwhile=re_index)
+        assert not repairs
+        holding = log.segments_looking_up(hum_key)
+        assert [name[:2] for name in holding] == ["L2", "L0", "L0"]
+        # Skipping, the last of them is read for the key after s001 was re-indexed: in the
+        # settled read, not the prefetch.
+        after_prefetch = [at for at, (_, keys) in enumerate(log.lookups) if hum_key in keys][-1] > prefetched[-1]
+        assert after_prefetch == skip
+    assert written[True] == written[False]
+    assert pq.read_metadata(io.BytesIO(written[True][0])).num_rows == 1  # the copy of s010's utterance
