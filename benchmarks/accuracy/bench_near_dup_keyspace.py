@@ -518,10 +518,12 @@ def _frontier_copies(planted_sets: dict) -> tuple[np.ndarray, np.ndarray, np.nda
 _COPY_FIGURES = ("copies_found_mean", "weakest_copy_found", "every_reading_copy_found")
 
 
-def hashing_frontier(fits: dict[str, np.ndarray], planted_sets: dict, measured: Sequence[Corpus]) -> dict:
+def hashing_frontier(
+    fits: dict[str, np.ndarray], planted_sets: dict, measured: Sequence[Corpus], quick: bool = False
+) -> dict:
     """Expected over the draws of Gaussian hyperplanes, so free of one draw's luck: for each basis
     (:func:`envelope_basis`: fitted on each of ``fits``, strength 0 / 0.5 / 1, 16 / 32 / every
-    component, centred or not) and band shape (:data:`FRONTIER_SHAPES`), the chance postings of the
+    component, centred or not; ``quick``: whitened only) and band shape (:data:`FRONTIER_SHAPES`), the chance postings of the
     band-pair keys per unrelated pair of each ``measured`` corpus (``C(bands, 2)`` times the mean
     squared band agreement) and how the copies of :data:`FRONTIER_COPY_TRANSFORMS` fare (their
     chance of sharing 3 bands: the mean, the weakest copy's, and that of finding every reading's
@@ -550,9 +552,8 @@ def hashing_frontier(fits: dict[str, np.ndarray], planted_sets: dict, measured: 
 
     today = weighed(lambda envelopes: envelopes)[14, 24]
     rows = []
-    for (fitted_on, fit), centred, strength, components in product(
-        fits.items(), (False, True), (0.0, 0.5, 1.0), (16, 32, None)
-    ):
+    grid = ((True,), (1.0,), (None,)) if quick else ((False, True), (0.0, 0.5, 1.0), (16, 32, None))
+    for (fitted_on, fit), centred, strength, components in product(fits.items(), *grid):
         for (bits, bands), figures in weighed(envelope_basis(fit, strength, components, centred)).items():
             rate = figures["chance_per_unrelated_pair"]
             fewer = {
@@ -585,17 +586,14 @@ def hashing_frontier(fits: dict[str, np.ndarray], planted_sets: dict, measured: 
     return {"today": today, "copies_weighed": len(copies), "best_keeping_recall": best, "rows": rows}
 
 
-def envelope_hashing_keys(hashing: EnvelopeHashing) -> Callable:
-    return hashing.pair_keys
-
-
 @dataclass(frozen=True)
 class Variant:
     name: str
     audio_keys: Callable | None = None
     """Replaces ``near_dup_postings.sampled_audio_keys`` (index and lookup alike)."""
     envelope_keys: Callable | None = None
-    """Replaces ``near_dup_postings.envelope_keys``; a candidate then needs one shared key (three bands)."""
+    """Replaces ``near_dup_postings.envelope_keys``; a candidate then needs one shared key (three bands),
+    or, with ``envelope_hashing``, three shared band pairs as today."""
     probe_bits: int = 0
     """Keys alone: ``audio_keys`` of n + these bits of n+1, looked up with every value within one bit of them."""
     soft_probe: tuple[int, int, int] | None = None
@@ -646,7 +644,7 @@ def envelope_variants(fits: dict[str, np.ndarray], quick: bool) -> list[Variant]
             )
         )
     if quick:
-        return [replace(v, envelope_keys=envelope_hashing_keys(v.envelope_hashing)) for v in made]
+        return [replace(v, envelope_keys=v.envelope_hashing.pair_keys) for v in made]
     synthetic = fits["synthetic"]
     made += [
         Variant(
@@ -672,7 +670,7 @@ def envelope_variants(fits: dict[str, np.ndarray], quick: bool) -> list[Variant]
             )
         )
         made.append(Variant(f"envelope_{bands}_bands_of_{bits}", envelope_hashing=random_hashing(bands, bits)))
-    return [replace(v, envelope_keys=envelope_hashing_keys(v.envelope_hashing)) for v in made]
+    return [replace(v, envelope_keys=v.envelope_hashing.pair_keys) for v in made]
 
 
 def variants(corpora: Sequence[Corpus], quick: bool, fits: dict[str, np.ndarray] | None = None) -> list[Variant]:
@@ -1109,7 +1107,7 @@ def main(argv: list[str] | None = None) -> None:
                 for v in variants(made, args.quick, fits)
                 if v.name == "today" or not args.only or any(part in v.name for part in args.only)
             ]
-            figures["envelope_hashing_frontier"] = hashing_frontier(fits, planted_sets, made)
+            figures["envelope_hashing_frontier"] = hashing_frontier(fits, planted_sets, made, args.quick)
             progress(f"envelope hashing frontier: {time.perf_counter() - started:.1f} s")
             for variant in chosen:
                 started = time.perf_counter()
