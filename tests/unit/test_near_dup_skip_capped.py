@@ -7,6 +7,7 @@ meanwhile. (Across merges, levels and a shard re-indexed since a merge, every sh
 index read this way decides as an uncapped one read every key everywhere: ``test_near_dup_capped_keys``.)"""
 
 import io
+from dataclasses import replace
 
 import numpy as np
 import pyarrow.parquet as pq
@@ -15,6 +16,7 @@ import pytest
 from speechdata.io import layout
 from speechdata.quality import near_dup_index_merge, near_dup_index_reader, near_dup_matching
 from speechdata.quality import near_dup_order_fold as order_fold
+from speechdata.quality.fingerprint_envelope import ENVELOPE_POINTS, SHAPE_SEGMENTS, ShiftSignature
 from speechdata.quality.near_dup_filter import KeyProbe
 from speechdata.quality.near_dup_index import (
     IndexDamaged,
@@ -27,7 +29,7 @@ from speechdata.quality.near_dup_index import (
     wait_for_earlier,
 )
 from speechdata.quality.near_dup_matching import NearDuplicateThresholds, decide_shard
-from speechdata.quality.near_dup_postings import audio_only_keys, sampled_audio_keys
+from speechdata.quality.near_dup_postings import audio_only_keys, envelope_keys, sampled_audio_keys
 from speechdata.quality.near_duplicates import write_near_duplicate_files
 from speechdata.quality.paths import near_duplicate_flags
 from tests.unit.test_near_dup_capped_keys import CAP, sampled_pool, speech_like
@@ -100,23 +102,29 @@ def run_shard(data_root, signals, meanwhile=None) -> tuple[tuple[bytes, bytes], 
 def test_a_key_past_the_cap_in_the_largest_segment_is_looked_up_in_no_other(tmp_path, monkeypatch):
     """Nine shards merged into one level-2 segment hold a key 9 times (4 kept: the cap), two
     level-0 segments after it once each; a new shard holding the key reads it in the level-2
-    segment only, and decides as the reader that reads it everywhere."""
+    segment only, and decides as the reader that reads it everywhere. The same utterances share an
+    envelope: its band-pair keys, as common, are read in every segment."""
     from speechdata.io.storage import DataRoot
 
     rng = np.random.default_rng(3)
     pool = sampled_pool(rng, 24)
     hum = sampled_pool(np.random.default_rng(99), 1)[0]
     corpus = [speech_like(f"s{number:03d}", 4, rng, pool) for number in range(11)]
+    envelope = rng.standard_normal(ENVELOPE_POINTS).astype(np.float32)
+    shared = ShiftSignature(envelope / np.linalg.norm(envelope), np.zeros((SHAPE_SEGMENTS, 52), np.int8), 4.0)
     for shard in corpus:
         shard[0].fingerprint.sub_fingerprints[10] = hum
+        shard[0] = replace(shard[0], shift=shared)
     new = speech_like("new", 4, rng, pool, originals=[corpus[10][1]])
     new[2].fingerprint.sub_fingerprints[10] = hum
+    new[2] = replace(new[2], shift=shared)
+    envelope_key = envelope_keys(shared.envelope)[0]
     data_root = DataRoot(str(tmp_path))
     for shard in corpus:
         run_shard(data_root, shard)
     hum_key = sampled_audio_keys(np.array([hum], np.uint32), np.ones(1, bool))[0][0]
     log = LookupLog(monkeypatch)
-    decided, blocks = {}, {}
+    decided, read = {}, {}
     for skip in (True, False):
         monkeypatch.setattr(near_dup_index_reader, "SKIP_CAPPED_KEYS", skip)
         log.lookups.clear()
@@ -125,11 +133,12 @@ def test_a_key_past_the_cap_in_the_largest_segment_is_looked_up_in_no_other(tmp_
             decided[skip] = decide_shard(reservation.position, new, reader, NearDuplicateThresholds())
         holding = log.segments_looking_up(hum_key)
         assert [name[:2] for name in holding] == (["L2"] if skip else ["L2", "L0", "L0"])
-        blocks[skip] = reader.blocks_read
+        assert [name[:2] for name in log.segments_looking_up(envelope_key)] == ["L2", "L0", "L0"]
+        read[skip] = reader.postings_read
     assert decided[True] == decided[False]
     assert decided[True][0].kind is not None  # the copy of s010's utterance found
-    # The pool's keys pass the cap in the level-2 segment too: the level-0 segments read fewer blocks.
-    assert blocks[True] < blocks[False]
+    # The pool's keys pass the cap in the level-2 segment too: fewer of their postings read.
+    assert read[True] < read[False]
 
 
 def test_a_probe_cut_from_the_shards_keys_is_the_probe_of_the_keys_left_and_audio_only_keys_leave_out_other_kinds():
@@ -152,11 +161,29 @@ def test_a_probe_cut_from_the_shards_keys_is_the_probe_of_the_keys_left_and_audi
     assert audio[0] not in audio_only_keys(own_with_transcript)
 
 
+def segment_names(data_root) -> set[str]:
+    return {path.rsplit("/", 1)[-1] for path in data_root.glob(f"{layout.NEAR_DUPLICATES_INDEX}/segments/*.seg")}
+
+
+def decided_again_reading_every_key(tmp_path, data_root, signals, monkeypatch) -> tuple[bytes, bytes]:
+    """The files a committed shard's decisions make when a reader made now, at its position, reads
+    every key in every live segment (main's reader)."""
+    from speechdata.io.storage import DataRoot
+
+    monkeypatch.setattr(near_dup_index_reader, "SKIP_CAPPED_KEYS", False)
+    shard_id = signals[0].shard_id
+    with reserve_position(data_root, shard_id) as again:  # committed: its position again
+        reader = IndexReader(data_root, again.position, wait_for_earlier(data_root, again))
+        decisions = decide_shard(again.position, signals, reader, NearDuplicateThresholds())
+    scratch = DataRoot(str(tmp_path / f"again-{shard_id}"))
+    write_near_duplicate_files(scratch, shard_id, decisions)
+    return outputs(scratch, shard_id)
+
+
 def test_segments_merged_and_a_shard_list_folded_between_the_prefetch_and_the_settled_read(tmp_path, monkeypatch):
     """Shard a is reserved before b and commits while b waits: its level-0 segment makes a merge due
     (the segments b prefetched from are merged away, the merged one is new to b) and its records
-    fold the shard list. b's settled read decides as a reader that reads every key everywhere, and
-    as a reader made after a committed."""
+    fold the shard list. b writes what a reader that reads every key everywhere decides."""
     from speechdata.io.storage import DataRoot
 
     rng = np.random.default_rng(21)
@@ -164,37 +191,33 @@ def test_segments_merged_and_a_shard_list_folded_between_the_prefetch_and_the_se
     corpus = [speech_like(f"s{number:03d}", 4, rng, pool) for number in range(8)]
     late_a = speech_like("a", 4, rng, pool, originals=corpus[3][:2])
     late_b = speech_like("b", 4, rng, pool, originals=late_a[2:])
-    decided = {}
-    for skip in (True, False):
-        monkeypatch.setattr(near_dup_index_reader, "SKIP_CAPPED_KEYS", skip)
-        data_root = DataRoot(str(tmp_path / str(skip)))
-        for shard in corpus:
-            run_shard(data_root, shard)
-        with reserve_position(data_root, "a") as first:
+    data_root = DataRoot(str(tmp_path / "index"))
+    for shard in corpus:
+        run_shard(data_root, shard)
+    with reserve_position(data_root, "a") as first:
 
-            def a_commits(root):
-                reader = IndexReader(root, first.position, wait_for_earlier(root, first))
-                decisions = decide_shard(first.position, late_a, reader, NearDuplicateThresholds())
-                commit_shard_entries(root, first, late_a, decisions)
-                assert compact_index(root)  # the segments b read are merged away
+        def a_commits(root):
+            reader = IndexReader(root, first.position, wait_for_earlier(root, first))
+            decisions = decide_shard(first.position, late_a, reader, NearDuplicateThresholds())
+            commit_shard_entries(root, first, late_a, decisions)
+            live.append(segment_names(root))
+            assert compact_index(root)
+            live.append(segment_names(root))
 
-            decided[skip], _ = run_shard(data_root, late_b, meanwhile=a_commits)
-        with reserve_position(data_root, "b") as again:  # committed: its position again
-            after = IndexReader(data_root, again.position, wait_for_earlier(data_root, again))
-            fresh = decide_shard(again.position, late_b, after, NearDuplicateThresholds())
-        scratch = DataRoot(str(tmp_path / f"fresh-{skip}"))
-        write_near_duplicate_files(scratch, "b", fresh)
-        assert outputs(scratch, "b") == decided[skip]
-    assert decided[True] == decided[False]
-    assert pq.read_metadata(io.BytesIO(decided[True][0])).num_rows == 2  # the copies of a's utterances
+        live: list[set[str]] = []
+        written, _ = run_shard(data_root, late_b, meanwhile=a_commits)
+    assert live[0] - live[1] and live[1] - live[0]  # level-0 segments merged away, a level-1 one new
+    assert written == decided_again_reading_every_key(tmp_path, data_root, late_b, monkeypatch)
+    assert pq.read_metadata(io.BytesIO(written[0])).num_rows == 2  # the copies of a's utterances
 
 
 def test_a_key_dropped_at_the_prefetch_is_read_where_the_settled_counts_need_it(tmp_path, monkeypatch):
     """The level-2 segment holds a key 3 times (s000 twice, s001 once), s009 and s010 once each: at
-    the prefetch the key passes the cap after the level-2 segment and the first level-0 one, so the
-    second is not read for it. s001 is re-indexed without the key before the settled read: its
-    posting is stale, the key's count falls to 3 (it votes), and the settled read looks it up in the
-    level-0 segment the prefetch spared. Every decision is the one of the reader that reads every key."""
+    the prefetch the key reaches the cap (4) after the level-2 segment and the first level-0 one, so
+    the second is not read for it. s001 is re-indexed without the key before the settled read: its
+    posting is stale, the count after those two segments falls to 3, and the settled read looks the
+    key up in the level-0 segment the prefetch spared (4: it never votes). The shard writes what a
+    reader that reads every key everywhere decides."""
     from speechdata.io.storage import DataRoot
 
     rng = np.random.default_rng(8)
@@ -218,21 +241,15 @@ def test_a_key_dropped_at_the_prefetch_is_read_where_the_settled_counts_need_it(
             )
             commit_shard_entries(data_root, reservation, replaced, decisions)
 
+    data_root = DataRoot(str(tmp_path / "index"))
+    for shard in corpus:
+        run_shard(data_root, shard)
     log, prefetched = LookupLog(monkeypatch), []
-    written = {}
-    for skip in (True, False):
-        monkeypatch.setattr(near_dup_index_reader, "SKIP_CAPPED_KEYS", skip)
-        data_root = DataRoot(str(tmp_path / str(skip)))
-        for shard in corpus:
-            run_shard(data_root, shard)
-        log.lookups.clear()
-        written[skip], repairs = run_shard(data_root, new, meanwhile=re_index)
-        assert not repairs
-        holding = log.segments_looking_up(hum_key)
-        assert [name[:2] for name in holding] == ["L2", "L0", "L0"]
-        # Skipping, the last of them is read for the key after s001 was re-indexed: in the
-        # settled read, not the prefetch.
-        after_prefetch = [at for at, (_, keys) in enumerate(log.lookups) if hum_key in keys][-1] > prefetched[-1]
-        assert after_prefetch == skip
-    assert written[True] == written[False]
-    assert pq.read_metadata(io.BytesIO(written[True][0])).num_rows == 1  # the copy of s010's utterance
+    written, repairs = run_shard(data_root, new, meanwhile=re_index)
+    assert not repairs
+    holding = log.segments_looking_up(hum_key)
+    assert [name[:2] for name in holding] == ["L2", "L0", "L0"]
+    # The last of them is read for the key after s001 was re-indexed: in the settled read.
+    assert [at for at, (_, keys) in enumerate(log.lookups) if hum_key in keys][-1] > prefetched[-1]
+    assert written == decided_again_reading_every_key(tmp_path, data_root, new, monkeypatch)
+    assert pq.read_metadata(io.BytesIO(written[0])).num_rows == 1  # the copy of s010's utterance
