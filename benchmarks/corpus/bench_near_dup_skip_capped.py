@@ -70,7 +70,7 @@ def _measure(url: str, utterances: int, bits: int, max_occurrences: int | None, 
         live[name] = {
             "records": header.records,
             "shards": len(header.shards),
-            "keys_looked_up": 0 if read is None else len(read[2]),
+            "keys_looked_up": 0 if read is None else int(read[2].sum()),
         }
     results.update(
         {

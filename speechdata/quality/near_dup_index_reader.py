@@ -102,7 +102,8 @@ class IndexReader:
         """The last keys looked up and their filter probe, made once for every segment."""
         self._read: dict[str, tuple[SegmentHeader | None, np.ndarray, np.ndarray]] = {}
         """Segment -> its header (None: its filter ruled every key out), its postings of the keys
-        looked up in it, and those keys (``_keys``, or fewer: those still voting when it was read)."""
+        looked up in it, and which of ``_keys`` those are (bool per key: every one, or those still
+        voting when it was read)."""
         self._full_probe: tuple[np.ndarray, KeyProbe] | None = None
         """``_keys`` and their filter probe, which the probes of the keys still voting are cut from."""
         self._owners: list[tuple[np.ndarray, Sequence[SegmentShard]]] = []
@@ -176,7 +177,7 @@ class IndexReader:
         capped_counted = np.zeros(len(wanted), np.int64)
         looked_up, still_voting = wanted, np.ones(len(wanted), bool)
         for name in self._lookup_order():
-            header, postings = self._looked_up_in(name, looked_up)
+            header, postings = self._looked_up_in(name, wanted, looked_up, still_voting)
             if header is None:
                 continue
             positions = position_of(postings["owner"])
@@ -198,7 +199,7 @@ class IndexReader:
                 capped_counted += np.bincount(np.searchsorted(wanted, audio), minlength=len(wanted))
                 known_silent = droppable & (capped_counted >= key_posting_cap())
                 if known_silent.any():
-                    still_voting &= ~known_silent
+                    still_voting = still_voting & ~known_silent  # a new array: segments read keep theirs
                     droppable &= ~known_silent
                     looked_up = self._keys_still_voting(wanted, still_voting)
         postings = np.concatenate(found) if found else np.empty(0, POSTING_DTYPE)
@@ -222,20 +223,24 @@ class IndexReader:
         self._probe = (keys, KeyProbe(keys))
         return self._probe[1]
 
-    def _looked_up_in(self, name: str, keys: np.ndarray) -> tuple[SegmentHeader | None, np.ndarray]:
-        """The segment's header and postings of (at least) ``keys``: those read before (by
-        :meth:`prefetch`) and, for keys not looked up then, read now."""
+    def _looked_up_in(
+        self, name: str, wanted: np.ndarray, keys: np.ndarray, keep: np.ndarray
+    ) -> tuple[SegmentHeader | None, np.ndarray]:
+        """The segment's header and postings of (at least) ``keys`` (``wanted[keep]``): those read
+        before (by :meth:`prefetch`) and, for keys not looked up then, read now."""
         if name not in self._read:
             header, postings = self._segment_postings(name, keys)
-            self._read[name] = (header, postings, keys)
+            self._read[name] = (header, postings, keep)
             return header, postings
         header, postings, read = self._read[name]
-        missing = keys[~sorted_contains(read, keys)]
-        if len(missing):
-            more_header, more = self._segment_postings(name, missing)
+        missing = keep & ~read
+        if missing.any():
+            probe = self._probe  # a lookup of a few keys: the probe of those still voting stays
+            more_header, more = self._segment_postings(name, wanted[missing])
+            self._probe = probe
             header = header if header is not None else more_header
             postings = np.concatenate([postings, more]) if len(more) else postings
-            self._read[name] = (header, postings, sorted_unique(np.concatenate([read, missing])))
+            self._read[name] = (header, postings, read | missing)
         return header, postings
 
     def _check_capped_counts(self, postings: np.ndarray, uncertain: dict[str, np.ndarray]) -> None:
