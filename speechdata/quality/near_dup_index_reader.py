@@ -178,8 +178,8 @@ class IndexReader:
         looked_up, still_voting = wanted, np.ones(len(wanted), bool)
         for name in self._lookup_order():
             header, postings = self._looked_up_in(name, wanted, looked_up, still_voting)
-            if header is None:
-                continue
+            if header is None or (prefetching and not droppable.any()):
+                continue  # a prefetch counts only to drop keys: the settled read counts what is returned
             positions = position_of(postings["owner"])
             try:
                 counted = np.isin(positions, self._owners_in(name, header))
