@@ -117,6 +117,7 @@ def _new_shard(root, utterances: int, bits: int):
 
 def _measure(url: str, utterances: int, bits: int, results) -> None:
     from speechdata.io.storage import DataRoot
+    from speechdata.quality import near_dup_index_reader
     from speechdata.quality.near_dup_index import (
         IndexReader,
         commit_shard_entries,
@@ -125,7 +126,6 @@ def _measure(url: str, utterances: int, bits: int, results) -> None:
         wait_for_earlier,
     )
     from speechdata.quality.near_dup_matching import NearDuplicateThresholds, decide_shard
-    from speechdata.quality import near_dup_index_reader
     from speechdata.quality.near_dup_postings import read_segment_header
 
     # The cap alone: a key past it is read in every live segment, as before the reader stopped
