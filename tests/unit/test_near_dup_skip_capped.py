@@ -28,6 +28,7 @@ from speechdata.quality.near_dup_index import (
     reserve_position,
     wait_for_earlier,
 )
+from speechdata.quality.near_dup_index_order import _FoldedMeanwhile
 from speechdata.quality.near_dup_matching import NearDuplicateThresholds, decide_shard
 from speechdata.quality.near_dup_postings import audio_only_keys, envelope_keys, sampled_audio_keys
 from speechdata.quality.near_duplicates import write_near_duplicate_files
@@ -103,7 +104,8 @@ def test_a_key_past_the_cap_in_the_largest_segment_is_looked_up_in_no_other(tmp_
     """Nine shards merged into one level-2 segment hold a key 9 times (4 kept: the cap), two
     level-0 segments after it once each; a new shard holding the key reads it in the level-2
     segment only, and decides as the reader that reads it everywhere. The same utterances share an
-    envelope: its band-pair keys, as common, are read in every segment."""
+    envelope: its band-pair keys, as common, are read in every segment. A prefetch that meets a
+    folded shard list reads every key in every segment and decides the same."""
     from speechdata.io.storage import DataRoot
 
     rng = np.random.default_rng(3)
@@ -139,6 +141,31 @@ def test_a_key_past_the_cap_in_the_largest_segment_is_looked_up_in_no_other(tmp_
     assert decided[True][0].kind is not None  # the copy of s010's utterance found
     # The pool's keys pass the cap in the level-2 segment too: fewer of their postings read.
     assert read[True] < read[False]
+    # A prefetch whose first count meets a part of the shard list folded away stops dropping keys
+    # (the key is read in every segment then); the settled read decides the same.
+    monkeypatch.setattr(near_dup_index_reader, "SKIP_CAPPED_KEYS", True)
+    owners_in = IndexReader._owners_in
+
+    def folded_once(self, name, header):
+        if not folded:
+            folded.append(name)
+            raise _FoldedMeanwhile()
+        return owners_in(self, name, header)
+
+    folded: list[str] = []
+    monkeypatch.setattr(IndexReader, "_owners_in", folded_once)
+    log.lookups.clear()
+    with reserve_position(data_root, "new") as reservation:
+        own = index_keys(new, reservation.position)
+        reader = IndexReader(data_root, reservation.position)
+        reader.prefetch(own["key"], audio_only_keys(own))
+        assert [name[:2] for name in log.segments_looking_up(hum_key)] == ["L2", "L0", "L0"]
+        reader.settle(wait_for_earlier(data_root, reservation))
+        assert (
+            decide_shard(reservation.position, new, reader, NearDuplicateThresholds(), own_postings=own)
+            == decided[True]
+        )
+    assert folded
 
 
 def test_a_probe_cut_from_the_shards_keys_is_the_probe_of_the_keys_left_and_audio_only_keys_leave_out_other_kinds():
