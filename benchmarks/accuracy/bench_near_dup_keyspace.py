@@ -215,7 +215,13 @@ def block_reads(kinds: dict[str, tuple[float, float]], hours: int, postings_per_
     sampled audio key's earliest ``MAX_KEY_OCCURRENCES + 1`` postings only (a key with more never
     votes, so the postings past them are read for nothing; what segments do now, measured by
     ``bench_near_dup_capped_keys``); ``..._one_run_per_level``, besides, each level's
-    segments one run partitioned by key range, so a key reads one place per level, not per segment."""
+    segments one run partitioned by key range, so a key reads one place per level, not per segment;
+    ``..._one_segment``: capped, and a sampled audio key no longer looked up (no block, no filter
+    line) in the segments after those (largest first) where its postings passed the cap: a key of
+    ``L`` chance postings in the segments before is still looked up with probability ``P(Poisson(L)
+    <= MAX_KEY_OCCURRENCES)`` (the reader, measured by ``bench_near_dup_skip_capped``)."""
+    from scipy.special import gammaincc
+
     from speechdata.quality.near_dup_matching import MAX_KEY_OCCURRENCES
     from speechdata.quality.near_dup_postings import BLOCK_RECORDS, POSTING_DTYPE
 
@@ -225,9 +231,9 @@ def block_reads(kinds: dict[str, tuple[float, float]], hours: int, postings_per_
     for held in segments:
         runs_per_level[held] += held
 
-    def blocks_read(runs: list[int], capped: bool) -> float:
-        blocks = 0.0
-        for held in runs:
+    def blocks_read(runs: list[int], capped: bool, one_segment: bool = False) -> float:
+        blocks, audio_before = 0.0, 0.0
+        for held in sorted(runs, reverse=True):
             utterances = held * SHARD_UTTERANCES
             segment_blocks = utterances * postings_per_utterance / BLOCK_RECORDS
             wanted = 0.0
@@ -236,6 +242,9 @@ def block_reads(kinds: dict[str, tuple[float, float]], hours: int, postings_per_
                 present = -math.expm1(-found)
                 read = min(found, MAX_KEY_OCCURRENCES + 1) if capped and kind == "audio_sampled" else found
                 per_key = present * (1 + read / BLOCK_RECORDS) + (1 - present) * FILTER_FALSE_POSITIVES
+                if one_segment and kind == "audio_sampled":
+                    per_key *= float(gammaincc(MAX_KEY_OCCURRENCES + 1, audio_before)) if audio_before else 1.0
+                    audio_before += found
                 wanted += SHARD_UTTERANCES * keys_per_utterance * per_key
             blocks += segment_blocks * -math.expm1(-wanted / segment_blocks)
         return blocks
@@ -254,6 +263,9 @@ def block_reads(kinds: dict[str, tuple[float, float]], hours: int, postings_per_
         "blocks_per_new_shard": round(today),
         "gb_read_per_new_shard": round(today * block_gb, 2),
         "gb_read_audio_postings_capped": round(blocks_read(segments, capped=True) * block_gb, 2),
+        "gb_read_audio_postings_capped_one_segment": round(
+            blocks_read(segments, capped=True, one_segment=True) * block_gb, 2
+        ),
         "gb_read_audio_postings_capped_one_run_per_level": round(
             blocks_read(list(runs_per_level.values()), capped=True) * block_gb, 2
         ),

@@ -95,6 +95,9 @@ def test_capping_audio_postings_and_one_run_per_level_never_read_more():
         reads = block_reads({"audio_sampled": (100.0, 0.01), "envelope_band_pairs": (276.0, 5e-4)}, hours, 400.0)
         assert reads["gb_read_audio_postings_capped"] <= reads["gb_read_per_new_shard"]
         assert reads["gb_read_audio_postings_capped_one_run_per_level"] <= reads["gb_read_audio_postings_capped"]
+        assert reads["gb_read_audio_postings_capped_one_segment"] <= reads["gb_read_audio_postings_capped"]
+    # Past the cap in the largest segment (10^6 h: 6.8 M postings a key), a key is read there only.
+    assert reads["gb_read_audio_postings_capped_one_segment"] < 0.8 * reads["gb_read_audio_postings_capped"]
     assert reads["mean_chance_postings_per_audio_key"] == round(0.01 / 100 * 1_000_000 * 680)
 
 
