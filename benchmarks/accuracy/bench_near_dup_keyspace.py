@@ -34,12 +34,19 @@ Variants (``--variants``): wider audio keys (the sampled sub-fingerprint n with 
 n+1 or n+2, looked up exactly; or with a probe of every value within one bit of them; or, Haitsma
 and Kalker's soft decision, every active frame's key probed with its least reliable bits toggled), a
 stop-list of the most common values, and envelope keys of three bands (all 2 024 triples, or the
-triples inside 3 groups of 8 or 2 groups of 12 bands). For each: keys and index bytes per utterance, the chance
+triples inside 3 groups of 8 or 2 groups of 12 bands), and envelope band pairs of other hyperplanes
+(:class:`EnvelopeHashing`, the 3-band rule kept): drawn in a whitened basis of speech envelopes (every
+principal direction, or the 32 or 16 leading ones), with thresholds balanced at their medians, or
+other band counts and widths. A fitted hashing is fitted on the synthetic corpus or on a speech
+corpus (``--fit-dir DIR``, else the espeak one) and marked where its figures are in-sample. For each: keys and index bytes per utterance, the chance
 figures above, and the precision and recall per transform that today's decision procedure
 (:func:`~speechdata.quality.near_dup_matching.find_representatives`) reaches with those keys on the
 extended planted set and the readings, all signals and audio alone, and how many decisions differ
 from today's keys. The probe, soft-decision and stop-list variants are measured on the keys alone
-(chance figures, and the copies whose original shares no key), not decided.
+(chance figures, and the copies whose original shares no key), not decided. One draw of hyperplanes
+finds a copy that shares 3 bands by luck or not (the readings' x1.1 copies share exactly 3 of 24), so
+``envelope_hashing_frontier`` also weighs each basis and band shape in expectation over the draws
+(:func:`hashing_frontier`). ``--only NAME`` runs the variants whose name holds it (and today's).
 """
 
 from __future__ import annotations
@@ -50,8 +57,8 @@ import math
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
-from itertools import combinations
+from dataclasses import dataclass, replace
+from itertools import combinations, product
 from pathlib import Path
 from unittest import mock
 
@@ -163,12 +170,14 @@ def key_figures(
     return figures
 
 
-def shared_band_figures(signals: Sequence, groups: np.ndarray) -> dict:
-    """How often two unrelated envelopes share 1, 2 and at least 3 of their 24 bands (3: a candidate)."""
+def shared_band_figures(signals: Sequence, groups: np.ndarray, band_keys: Callable | None = None) -> dict:
+    """How often two unrelated envelopes share 1, 2 and at least 3 of their bands (3: a candidate);
+    ``band_keys``: of a variant's hashing (None: today's ``envelope_band_keys``)."""
     from speechdata.quality.fingerprint_envelope import envelope_band_keys
 
+    band_keys = band_keys or envelope_band_keys
     with_envelope = [i for i, s in enumerate(signals) if s.shift is not None]
-    bands = np.array([envelope_band_keys(signals[i].shift.envelope) for i in with_envelope])
+    bands = np.array([band_keys(signals[i].shift.envelope) for i in with_envelope])
     group = groups[with_envelope]
     shared = Counter()
     pairs = 0
@@ -180,6 +189,7 @@ def shared_band_figures(signals: Sequence, groups: np.ndarray) -> dict:
         "unrelated_pairs": pairs,
         **{f"share_sharing_{k}": float(f"{shared[k] / max(pairs, 1):.4g}") for k in (1, 2)},
         "share_sharing_3_or_more": float(f"{shared[3] / max(pairs, 1):.4g}"),
+        "pairs_sharing_3_or_more": shared[3],
     }
 
 
@@ -205,7 +215,13 @@ def block_reads(kinds: dict[str, tuple[float, float]], hours: int, postings_per_
     sampled audio key's earliest ``MAX_KEY_OCCURRENCES + 1`` postings only (a key with more never
     votes, so the postings past them are read for nothing; what segments do now, measured by
     ``bench_near_dup_capped_keys``); ``..._one_run_per_level``, besides, each level's
-    segments one run partitioned by key range, so a key reads one place per level, not per segment."""
+    segments one run partitioned by key range, so a key reads one place per level, not per segment;
+    ``..._one_segment``: capped, and a sampled audio key no longer looked up (no block, no filter
+    line) in the segments after those (largest first) where its postings passed the cap: a key of
+    ``L`` chance postings in the segments before is still looked up with probability ``P(Poisson(L)
+    <= MAX_KEY_OCCURRENCES)`` (the reader, measured by ``bench_near_dup_skip_capped``)."""
+    from scipy.special import gammaincc
+
     from speechdata.quality.near_dup_matching import MAX_KEY_OCCURRENCES
     from speechdata.quality.near_dup_postings import BLOCK_RECORDS, POSTING_DTYPE
 
@@ -215,9 +231,9 @@ def block_reads(kinds: dict[str, tuple[float, float]], hours: int, postings_per_
     for held in segments:
         runs_per_level[held] += held
 
-    def blocks_read(runs: list[int], capped: bool) -> float:
-        blocks = 0.0
-        for held in runs:
+    def blocks_read(runs: list[int], capped: bool, one_segment: bool = False) -> float:
+        blocks, audio_before = 0.0, 0.0
+        for held in sorted(runs, reverse=True):
             utterances = held * SHARD_UTTERANCES
             segment_blocks = utterances * postings_per_utterance / BLOCK_RECORDS
             wanted = 0.0
@@ -226,6 +242,9 @@ def block_reads(kinds: dict[str, tuple[float, float]], hours: int, postings_per_
                 present = -math.expm1(-found)
                 read = min(found, MAX_KEY_OCCURRENCES + 1) if capped and kind == "audio_sampled" else found
                 per_key = present * (1 + read / BLOCK_RECORDS) + (1 - present) * FILTER_FALSE_POSITIVES
+                if one_segment and kind == "audio_sampled":
+                    per_key *= float(gammaincc(MAX_KEY_OCCURRENCES + 1, audio_before)) if audio_before else 1.0
+                    audio_before += found
                 wanted += SHARD_UTTERANCES * keys_per_utterance * per_key
             blocks += segment_blocks * -math.expm1(-wanted / segment_blocks)
         return blocks
@@ -244,6 +263,9 @@ def block_reads(kinds: dict[str, tuple[float, float]], hours: int, postings_per_
         "blocks_per_new_shard": round(today),
         "gb_read_per_new_shard": round(today * block_gb, 2),
         "gb_read_audio_postings_capped": round(blocks_read(segments, capped=True) * block_gb, 2),
+        "gb_read_audio_postings_capped_one_segment": round(
+            blocks_read(segments, capped=True, one_segment=True) * block_gb, 2
+        ),
         "gb_read_audio_postings_capped_one_run_per_level": round(
             blocks_read(list(runs_per_level.values()), capped=True) * block_gb, 2
         ),
@@ -374,12 +396,216 @@ def triple_envelope_keys(triples: np.ndarray) -> Callable:
 
 
 @dataclass(frozen=True)
+class EnvelopeHashing:
+    """Envelope band keys from any hyperplanes: bit i of an envelope ``e`` is ``hyperplanes[i] @ e >
+    thresholds[i]``, ``bands`` bands of ``bits`` bits (today: :data:`~speechdata.quality.fingerprint_envelope.LSH_BANDS`
+    of 14, random Gaussian hyperplanes through the origin)."""
+
+    hyperplanes: np.ndarray
+    """float64 ``[bands * bits, ENVELOPE_POINTS]``."""
+    thresholds: np.ndarray
+    bands: int
+    bits: int
+
+    def band_keys(self, envelope: np.ndarray) -> np.ndarray:
+        """uint64 ``[bands]``: ``envelope_band_keys``'s layout (the band number above the bits)."""
+        signs = (self.hyperplanes @ envelope.astype(np.float64) > self.thresholds).reshape(self.bands, self.bits)
+        values = signs.astype(np.uint64) @ (np.uint64(1) << np.arange(self.bits, dtype=np.uint64))
+        return values | (np.arange(self.bands, dtype=np.uint64) << np.uint64(self.bits))
+
+    def pair_keys(self, envelope: np.ndarray) -> np.ndarray:
+        """The salted band-pair keys (``near_dup_postings.envelope_keys``'s signature): a candidate
+        still shares 3 bands (3 pairs)."""
+        from speechdata.quality.near_dup_postings import _ENVELOPE_SALT, _mix
+
+        bands = self.band_keys(envelope)
+        first, second = np.triu_indices(self.bands, k=1)
+        shift = np.uint64(self.bits + max(1, (self.bands - 1).bit_length()))
+        return _mix(((bands[first] << shift) | bands[second]) ^ _ENVELOPE_SALT)
+
+
+def envelopes_of(signals: Sequence) -> np.ndarray:
+    """float64 ``[n, ENVELOPE_POINTS]``: the envelopes of the utterances that have one."""
+    from speechdata.quality.fingerprint_envelope import ENVELOPE_POINTS
+
+    rows = [s.shift.envelope for s in signals if s.shift is not None]
+    return np.array(rows, np.float64).reshape(len(rows), ENVELOPE_POINTS)
+
+
+def random_hashing(bands: int, bits: int) -> EnvelopeHashing:
+    """Today's hashing with other band counts and widths (the same seed; 24 of 14: today's hyperplanes)."""
+    from speechdata.quality.fingerprint_envelope import ENVELOPE_POINTS, LSH_SEED
+
+    hyperplanes = np.random.default_rng(LSH_SEED).standard_normal((bands * bits, ENVELOPE_POINTS))
+    return EnvelopeHashing(hyperplanes, np.zeros(bands * bits), bands, bits)
+
+
+def balanced_hashing(fit: np.ndarray, bands: int, bits: int) -> EnvelopeHashing:
+    """Today's hyperplanes, each bit's threshold at its median over the envelopes ``fit``: every bit
+    balanced on that corpus (but still correlated with the others)."""
+    plain = random_hashing(bands, bits)
+    return EnvelopeHashing(plain.hyperplanes, np.median(fit @ plain.hyperplanes.T, axis=0), bands, bits)
+
+
+def whitened_hashing(fit: np.ndarray, bands: int, bits: int, components: int | None = None) -> EnvelopeHashing:
+    """Gaussian hyperplanes drawn in a whitened basis of the envelopes ``fit``: their mean removed,
+    projected on their ``components`` leading principal directions (None: every direction with
+    variance), each scaled to unit variance, so on that corpus every bit is balanced and, for
+    Gaussian envelopes, independent of the others. The bit is ``g @ W (e - mean) > 0``, that is a
+    hyperplane ``W^T g`` with threshold ``(W^T g) @ mean`` over the envelope itself."""
+    from speechdata.quality.fingerprint_envelope import LSH_SEED
+
+    mean = fit.mean(axis=0)
+    variances, directions = np.linalg.eigh(np.cov((fit - mean).T))
+    order = np.argsort(variances)[::-1]
+    # The envelopes have no mean and unit norm: two directions carry no variance (a small fit corpus more).
+    order = order[variances[order] > variances[order[0]] * 1e-9][:components]
+    whitening = (directions[:, order] / np.sqrt(variances[order])).T
+    hyperplanes = np.random.default_rng(LSH_SEED).standard_normal((bands * bits, len(order))) @ whitening
+    return EnvelopeHashing(hyperplanes, hyperplanes @ mean, bands, bits)
+
+
+FRONTIER_SHAPES = ((14, 24), (16, 32), (18, 40), (20, 48))
+"""``(bits, bands)`` of the band shapes the frontier weighs (today: 14 bits, 24 bands)."""
+FRONTIER_COPY_TRANSFORMS = ("tempo", "pitch", "padded", "gain", "same_speaker_reading", "tempo_of_reading")
+"""The copies the envelope keys are there to find (the others share audio keys, or no envelope)."""
+
+
+def envelope_basis(fit: np.ndarray, strength: float, components: int | None, centred: bool) -> Callable:
+    """``envelopes -> coordinates``: ``fit``'s principal directions (its ``components`` leading ones;
+    None: every one with variance), each scaled by its variance to the power ``-strength / 2`` (0:
+    a rotation, today's space; 1: whitened), the fit's mean removed first when ``centred``."""
+    mean = fit.mean(axis=0) if centred else np.zeros(fit.shape[1])
+    variances, directions = np.linalg.eigh(np.cov((fit - fit.mean(axis=0)).T))
+    order = np.argsort(variances)[::-1]
+    order = order[variances[order] > variances[order[0]] * 1e-9][:components]
+    projection = directions[:, order] * variances[order] ** (-strength / 2)
+    return lambda envelopes: (envelopes - mean) @ projection
+
+
+def _correlations(basis: Callable, first: np.ndarray, second: np.ndarray) -> np.ndarray:
+    x, y = basis(first), basis(second)
+    return (x * y).sum(axis=1) / np.maximum(np.linalg.norm(x, axis=1) * np.linalg.norm(y, axis=1), 1e-12)
+
+
+def _unrelated_correlations(basis: Callable, corpus: Corpus) -> np.ndarray:
+    with_envelope = [i for i, s in enumerate(corpus.signals) if s.shift is not None]
+    coordinates = basis(envelopes_of(corpus.signals))
+    coordinates /= np.maximum(np.linalg.norm(coordinates, axis=1, keepdims=True), 1e-12)
+    first, second = np.triu_indices(len(with_envelope), 1)
+    groups = corpus.groups[with_envelope]
+    unrelated = groups[first] != groups[second]
+    return (coordinates[first[unrelated]] * coordinates[second[unrelated]]).sum(axis=1)
+
+
+def _band_agreement(correlations: np.ndarray, bits: int) -> np.ndarray:
+    """The chance that two envelopes of these correlations (in the hashing's space) share a band of
+    ``bits`` Gaussian hyperplanes through the origin: each bit agrees with chance 1 - angle / pi."""
+    return (1 - np.arccos(np.clip(correlations, -1, 1)) / np.pi) ** bits
+
+
+def _at_least_3_of(bands: int, share: np.ndarray) -> np.ndarray:
+    """The chance that at least 3 of ``bands`` independent bands, each shared with chance ``share``, are."""
+    below = sum(math.comb(bands, k) * share**k * (1 - share) ** (bands - k) for k in range(3))
+    return 1 - below
+
+
+def _frontier_copies(planted_sets: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(copies' envelopes, their originals', which are readings)`` of :data:`FRONTIER_COPY_TRANSFORMS`."""
+    pairs = []
+    for planted, signals in planted_sets.values():
+        index = {u.utt_id: i for i, u in enumerate(planted)}
+        for i, utterance in enumerate(planted):
+            if utterance.transform in FRONTIER_COPY_TRANSFORMS and utterance.copy_of in index:
+                copy, original = signals[i].shift, signals[index[utterance.copy_of]].shift
+                if copy is not None and original is not None:
+                    pairs.append((utterance.transform, copy.envelope, original.envelope))
+    return (
+        np.array([c for _, c, _ in pairs], np.float64).reshape(len(pairs), -1),
+        np.array([o for _, _, o in pairs], np.float64).reshape(len(pairs), -1),
+        np.array([t in ("same_speaker_reading", "tempo_of_reading") for t, _, _ in pairs], bool),
+    )
+
+
+_COPY_FIGURES = ("copies_found_mean", "weakest_copy_found", "every_reading_copy_found")
+
+
+def hashing_frontier(
+    fits: dict[str, np.ndarray], planted_sets: dict, measured: Sequence[Corpus], quick: bool = False
+) -> dict:
+    """Expected over the draws of Gaussian hyperplanes, so free of one draw's luck: for each basis
+    (:func:`envelope_basis`: fitted on each of ``fits``, strength 0 / 0.5 / 1, 16 / 32 / every
+    component, centred or not; ``quick``: whitened only) and band shape (:data:`FRONTIER_SHAPES`), the chance postings of the
+    band-pair keys per unrelated pair of each ``measured`` corpus (``C(bands, 2)`` times the mean
+    squared band agreement) and how the copies of :data:`FRONTIER_COPY_TRANSFORMS` fare (their
+    chance of sharing 3 bands: the mean, the weakest copy's, and that of finding every reading's
+    copy). ``best_keeping_recall``: per fit, the basis and shape with the most fold fewer chance
+    postings on the least improved out-of-sample corpus, among those whose copies fare no worse than
+    today's on all three."""
+    copies, originals, readings = _frontier_copies(planted_sets)
+
+    def weighed(basis: Callable) -> dict[tuple[int, int], dict]:
+        copy_correlations = _correlations(basis, copies, originals)
+        unrelated = {corpus.name: _unrelated_correlations(basis, corpus) for corpus in measured}
+        made = {}
+        for bits, bands in FRONTIER_SHAPES:
+            found = _at_least_3_of(bands, _band_agreement(copy_correlations, bits))
+            made[bits, bands] = {
+                "keys_per_utterance": bands * (bands - 1) // 2,
+                "copies_found_mean": round(float(found.mean()), 4),
+                "weakest_copy_found": round(float(found.min()), 4),
+                "every_reading_copy_found": round(float(np.prod(found[readings])), 4),
+                "chance_per_unrelated_pair": {
+                    name: float(f"{bands * (bands - 1) / 2 * np.mean(_band_agreement(r, bits) ** 2):.4g}")
+                    for name, r in unrelated.items()
+                },
+            }
+        return made
+
+    today = weighed(lambda envelopes: envelopes)[14, 24]
+    rows = []
+    grid = ((True,), (1.0,), (None,)) if quick else ((False, True), (0.0, 0.5, 1.0), (16, 32, None))
+    for (fitted_on, fit), centred, strength, components in product(fits.items(), *grid):
+        for (bits, bands), figures in weighed(envelope_basis(fit, strength, components, centred)).items():
+            rate = figures["chance_per_unrelated_pair"]
+            fewer = {
+                name: round(today["chance_per_unrelated_pair"][name] / max(rate[name], 1e-300), 2) for name in rate
+            }
+            rows.append(
+                {
+                    "fitted_on": fitted_on,
+                    "centred": centred,
+                    "strength": strength,
+                    "components": components or "all",
+                    "bits": bits,
+                    "bands": bands,
+                    **figures,
+                    "times_fewer_chance_postings": fewer,
+                }
+            )
+    best = {}
+    for fitted_on in fits:
+        out_of_sample = [c.name for c in measured if c.name != fitted_on]
+        keeping = [
+            row
+            for row in rows
+            if row["fitted_on"] == fitted_on and all(row[k] >= today[k] - 1e-9 for k in _COPY_FIGURES)
+        ]
+        if keeping:
+            best[fitted_on] = max(
+                keeping, key=lambda row: min(row["times_fewer_chance_postings"][n] for n in out_of_sample)
+            )
+    return {"today": today, "copies_weighed": len(copies), "best_keeping_recall": best, "rows": rows}
+
+
+@dataclass(frozen=True)
 class Variant:
     name: str
     audio_keys: Callable | None = None
     """Replaces ``near_dup_postings.sampled_audio_keys`` (index and lookup alike)."""
     envelope_keys: Callable | None = None
-    """Replaces ``near_dup_postings.envelope_keys``; a candidate then needs one shared key (three bands)."""
+    """Replaces ``near_dup_postings.envelope_keys``; a candidate then needs one shared key (three bands),
+    or, with ``envelope_hashing``, three shared band pairs as today."""
     probe_bits: int = 0
     """Keys alone: ``audio_keys`` of n + these bits of n+1, looked up with every value within one bit of them."""
     soft_probe: tuple[int, int, int] | None = None
@@ -387,6 +613,11 @@ class Variant:
     probes every active frame's key with each subset of its ``flips`` least reliable bits toggled
     (:func:`soft_probes`)."""
     decided: bool = True
+    envelope_hashing: EnvelopeHashing | None = None
+    """Band-pair keys of these hyperplanes (``envelope_keys`` is its ``pair_keys``): a candidate still
+    shares 3 bands."""
+    fitted_on: str | None = None
+    """The corpus whose envelopes chose ``envelope_hashing`` (its figures there are in-sample)."""
 
 
 @contextlib.contextmanager
@@ -399,11 +630,62 @@ def keys_of(variant: Variant) -> Iterator[None]:
             stack.enter_context(mock.patch.object(near_dup_postings, "sampled_audio_keys", variant.audio_keys))
         if variant.envelope_keys is not None:
             stack.enter_context(mock.patch.object(near_dup_postings, "envelope_keys", variant.envelope_keys))
+        if variant.envelope_hashing is not None:
+            pairs = variant.envelope_hashing.bands * (variant.envelope_hashing.bands - 1) // 2
+            # where an utterance's envelope keys end before its audio keys (their span contexts)
+            stack.enter_context(mock.patch.object(near_dup_postings, "LSH_BAND_PAIRS", pairs))
+        elif variant.envelope_keys is not None:
             stack.enter_context(mock.patch.object(near_dup_matching, "MIN_SHARED_ENVELOPE_PAIRS", 1))
         yield
 
 
-def variants(corpora: Sequence[Corpus], quick: bool) -> list[Variant]:
+def envelope_variants(fits: dict[str, np.ndarray], quick: bool) -> list[Variant]:
+    """Envelope hashings that keep the band-pair keys and the 3-band rule: hyperplanes in a whitened
+    basis (every direction, or the leading ones), balanced thresholds, other band counts and widths.
+    ``fits``: the envelopes each fitted variant is fitted on, by corpus name ("synthetic", and a
+    speech corpus), so each is measured out of sample on the others."""
+    from speechdata.quality.fingerprint_envelope import LSH_BAND_BITS, LSH_BANDS
+
+    made = []
+    for fitted_on, fit in fits.items():
+        made.append(
+            Variant(
+                f"envelope_whitened_fit_{fitted_on}",
+                envelope_hashing=whitened_hashing(fit, LSH_BANDS, LSH_BAND_BITS),
+                fitted_on=fitted_on,
+            )
+        )
+    if quick:
+        return [replace(v, envelope_keys=v.envelope_hashing.pair_keys) for v in made]
+    synthetic = fits["synthetic"]
+    made += [
+        Variant(
+            f"envelope_whitened_top_{components}_fit_synthetic",
+            envelope_hashing=whitened_hashing(synthetic, LSH_BANDS, LSH_BAND_BITS, components),
+            fitted_on="synthetic",
+        )
+        for components in (32, 16)
+    ]
+    made.append(
+        Variant(
+            "envelope_balanced_fit_synthetic",
+            envelope_hashing=balanced_hashing(synthetic, LSH_BANDS, LSH_BAND_BITS),
+            fitted_on="synthetic",
+        )
+    )
+    for bands, bits in ((24, 12), (32, 16)):
+        made.append(
+            Variant(
+                f"envelope_whitened_{bands}_bands_of_{bits}_fit_synthetic",
+                envelope_hashing=whitened_hashing(synthetic, bands, bits),
+                fitted_on="synthetic",
+            )
+        )
+        made.append(Variant(f"envelope_{bands}_bands_of_{bits}", envelope_hashing=random_hashing(bands, bits)))
+    return [replace(v, envelope_keys=v.envelope_hashing.pair_keys) for v in made]
+
+
+def variants(corpora: Sequence[Corpus], quick: bool, fits: dict[str, np.ndarray] | None = None) -> list[Variant]:
     widths = ((1, 8), (2, 16)) if quick else ((1, 4), (1, 8), (1, 16), (1, 32), (2, 8), (2, 16), (2, 32))
     made = [Variant("today")]
     made += [
@@ -440,7 +722,7 @@ def variants(corpora: Sequence[Corpus], quick: bool) -> list[Variant]:
     for groups_of_bands in (3,) if quick else (1, 2, 3):
         name = "envelope_every_band_triple" if groups_of_bands == 1 else f"envelope_triples_in_{groups_of_bands}_groups"
         made.append(Variant(name, envelope_keys=triple_envelope_keys(band_triples(groups_of_bands))))
-    return made
+    return made + envelope_variants(fits or {}, quick)
 
 
 def _probe_pairs(keys_per_utterance, low_bits_per_utterance, groups, bits) -> int:
@@ -456,7 +738,18 @@ def variant_key_figures(variant: Variant, corpus: Corpus) -> dict:
 
     if variant.envelope_keys is not None:
         keys = [variant.envelope_keys(s.shift.envelope) if s.shift else np.zeros(0, np.uint64) for s in corpus.signals]
-        return key_figures(keys, corpus.groups, positional=True)
+        figures = key_figures(keys, corpus.groups, positional=True)
+        if variant.envelope_hashing is not None:
+            bands = variant.envelope_hashing.band_keys
+            single = key_figures(
+                [bands(s.shift.envelope) if s.shift else np.zeros(0, np.uint64) for s in corpus.signals],
+                corpus.groups,
+                positional=True,
+            )
+            figures["single_band_effective_bits"] = single["effective_bits"]
+            figures["bits_off_balance"] = round(bit_imbalance(variant.envelope_hashing, corpus.signals), 4)
+            figures["bands_shared"] = shared_band_figures(corpus.signals, corpus.groups, bands)
+        return figures
     if variant.soft_probe is not None:
         step, bits, flips = variant.soft_probe
         indexed = wider_audio_keys(step, bits)
@@ -531,6 +824,35 @@ def copies_sharing_no_key(variant: Variant, planted, signals, reliabilities: Seq
             shared = np.isin(keys[0][0], keys[1][0]).any()
         lost[utterance.transform] += not shared
     return dict(sorted(lost.items()))
+
+
+def bit_imbalance(hashing: EnvelopeHashing, signals: Sequence) -> float:
+    """The mean over the hashing's bits of ``|P(bit set) - 0.5|`` on these utterances' envelopes."""
+    envelopes = envelopes_of(signals)
+    return float(np.abs((envelopes @ hashing.hyperplanes.T > hashing.thresholds).mean(axis=0) - 0.5).mean())
+
+
+def copies_sharing_few_bands(hashing: EnvelopeHashing, planted_sets: dict) -> dict[str, dict]:
+    """Per planted set and transform, of the copies with an envelope (and an original with one), how
+    many share fewer than 3 of the hashing's bands with their original (no envelope candidate), and
+    the fewest shared."""
+    figures: dict[str, dict] = {}
+    for set_name, (planted, signals) in planted_sets.items():
+        index = {u.utt_id: i for i, u in enumerate(planted)}
+        shared_by: dict[str, list[int]] = {}
+        for i, utterance in enumerate(planted):
+            if utterance.copy_of is None:
+                continue
+            pair = signals[i].shift, signals[index[utterance.copy_of]].shift
+            if pair[0] is None or pair[1] is None:
+                continue
+            shared = int((hashing.band_keys(pair[0].envelope) == hashing.band_keys(pair[1].envelope)).sum())
+            shared_by.setdefault(utterance.transform, []).append(shared)
+        figures[set_name] = {
+            transform: {"under_3": sum(n < 3 for n in shared), "of": len(shared), "fewest": min(shared)}
+            for transform, shared in sorted(shared_by.items())
+        }
+    return figures
 
 
 def _probed_bits(signals, frames: np.ndarray, bits: int) -> np.ndarray:
@@ -715,6 +1037,7 @@ def variant_figures(
         postings = sum(k for k, _ in rates.values()) - rates[kind][0] + keys["keys_per_utterance"]
         rates[kind] = (keys.get("lookups_per_utterance", keys["keys_per_utterance"]), keys["chance_per_utterance_pair"])
         figures[corpus.name] = {
+            "fitted_on_this_corpus": variant.fitted_on == corpus.name if variant.fitted_on else None,
             "keys": {k: keys[k] for k in keys if k not in ("unrelated_utterance_pairs",)},
             "index_bytes_per_utterance": round(postings * (28 + FILTER_BYTES_PER_POSTING)),
             "at_hours": {str(hours): block_reads(rates, hours, postings) for hours in HOURS},
@@ -725,6 +1048,8 @@ def variant_figures(
         figures["copies_sharing_no_audio_key"] = copies_sharing_no_key(
             variant, planted, signals, synthetic.reliabilities
         )
+    if variant.envelope_hashing is not None:
+        figures["copies_sharing_under_3_bands"] = copies_sharing_few_bands(variant.envelope_hashing, planted_sets)
     if variant.decided:
         for set_name, (planted, signals) in planted_sets.items():
             scored = decided(variant, planted, signals)
@@ -758,6 +1083,18 @@ def main(argv: list[str] | None = None) -> None:
         type=Path,
         help="a folder of speech files (FLAC, WAV, Ogg, MP3; no two copies of each other) measured as a corpus of its own",
     )
+    parser.add_argument(
+        "--fit-dir",
+        type=Path,
+        help="a folder of speech files whose envelopes fit the speech-fitted envelope hashing (default: the"
+        " espeak corpus, then in-sample there); the synthetic-fitted ones fit the planted set",
+    )
+    parser.add_argument(
+        "--only",
+        action="append",
+        default=[],
+        help="with --variants: only the variants whose name contains this (repeatable; today's keys always)",
+    )
     args = parser.parse_args(argv)
     if args.quick:
         args.originals = 8
@@ -775,7 +1112,16 @@ def main(argv: list[str] | None = None) -> None:
         if args.variants or args.quick:
             figures["variants"] = {}
             today = None
-            for variant in variants(made, args.quick):
+            speech = speech_folder_corpus(args.fit_dir) if args.fit_dir else made[1]
+            fits = {"synthetic": envelopes_of(made[0].signals), speech.name: envelopes_of(speech.signals)}
+            chosen = [
+                v
+                for v in variants(made, args.quick, fits)
+                if v.name == "today" or not args.only or any(part in v.name for part in args.only)
+            ]
+            figures["envelope_hashing_frontier"] = hashing_frontier(fits, planted_sets, made, args.quick)
+            progress(f"envelope hashing frontier: {time.perf_counter() - started:.1f} s")
+            for variant in chosen:
                 started = time.perf_counter()
                 measured = variant_figures(variant, made, planted_sets, today_keys, today)
                 if today is None:
@@ -791,6 +1137,8 @@ def main(argv: list[str] | None = None) -> None:
             "variants": args.variants,
             "espeak_folders": list(folders),
             "speech_dirs": [str(folder) for folder in args.speech_dir],
+            "fit_dir": str(args.fit_dir) if args.fit_dir else None,
+            "only": args.only,
         },
         figures,
     )

@@ -174,10 +174,14 @@ COST_HOURS = (10_000, 100_000, 1_000_000)
 
 def cap_cost(originals: int, seed: int) -> dict:
     """What a larger cap costs per new shard of 1 000 utterances, computed with the key-space model
-    (``bench_near_dup_keyspace.block_reads``: per live segment a key reads at most ``cap + 1`` audio
-    postings) from the rates of its two corpora (the extended planted set; the espeak-ng fixtures and
-    readings), at :data:`COST_HOURS`. Also the audio postings a new shard's vote counts (CPU): per key
-    at most ``cap + 1`` per live segment."""
+    (``bench_near_dup_keyspace.block_reads``, with the reader as it is: per live segment a key reads
+    at most ``cap + 1`` audio postings, and none in the segments after those, largest first, where
+    its postings passed the cap) from the rates of its two corpora (the extended planted set; the
+    espeak-ng fixtures and readings), at :data:`COST_HOURS`. Also the audio postings a new shard's
+    vote counts (its CPU): per key and live segment, the segment's share of the key's chance postings,
+    at most ``cap + 1``, where the key is still looked up there (``P(Poisson(before) <= cap)``)."""
+    from scipy.special import gammaincc
+
     from benchmarks.accuracy.bench_near_dup_keyspace import (
         ESPEAK_FOLDERS as KEYSPACE_FOLDERS,
     )
@@ -199,21 +203,22 @@ def cap_cost(originals: int, seed: int) -> dict:
         audio_keys, audio_per_pair = rates["audio_sampled"]
         per_corpus = {}
         for hours in COST_HOURS:
-            indexed = hours * UTTERANCES_PER_HOUR
-            shards = round(indexed / SHARD_UTTERANCES)
-            segments = live_segments(shards)
-            load = audio_per_pair / audio_keys * indexed
+            shards = round(hours * UTTERANCES_PER_HOUR / SHARD_UTTERANCES)
+            load = audio_per_pair / audio_keys * hours * UTTERANCES_PER_HOUR
             at_hours = {"chance_postings_per_audio_key": round(load)}
             for cap in COST_CAPS:
                 with mock.patch.object(near_dup_matching, "MAX_KEY_OCCURRENCES", cap):
                     reads = block_reads(rates, hours, postings)
+                counted, before = 0.0, 0.0
+                for held in sorted(live_segments(shards), reverse=True):
+                    found = load * held / shards
+                    still_looked_up = float(gammaincc(cap + 1, before)) if before else 1.0
+                    counted += still_looked_up * min(found, cap + 1)
+                    before += found
                 at_hours[str(cap)] = {
-                    "gb_read_per_new_shard": reads["gb_read_audio_postings_capped"],
-                    "gb_read_one_run_per_level": reads["gb_read_audio_postings_capped_one_run_per_level"],
-                    # Per live segment, its share of the key's postings, at most cap + 1 of them.
-                    "audio_postings_counted_per_new_shard": round(
-                        SHARD_UTTERANCES * audio_keys * sum(min(load * held / shards, cap + 1) for held in segments)
-                    ),
+                    "gb_read_per_new_shard": reads["gb_read_audio_postings_capped_one_segment"],
+                    "gb_read_every_segment": reads["gb_read_audio_postings_capped"],
+                    "audio_postings_counted_per_new_shard": round(SHARD_UTTERANCES * audio_keys * counted),
                     "mean_key_load_over_cap": round(load / cap, 2),
                 }
             per_corpus[str(hours)] = at_hours

@@ -117,6 +117,7 @@ def _new_shard(root, utterances: int, bits: int):
 
 def _measure(url: str, utterances: int, bits: int, results) -> None:
     from speechdata.io.storage import DataRoot
+    from speechdata.quality import near_dup_index_reader
     from speechdata.quality.near_dup_index import (
         IndexReader,
         commit_shard_entries,
@@ -127,6 +128,9 @@ def _measure(url: str, utterances: int, bits: int, results) -> None:
     from speechdata.quality.near_dup_matching import NearDuplicateThresholds, decide_shard
     from speechdata.quality.near_dup_postings import read_segment_header
 
+    # The cap alone: a key past it is read in every live segment, as before the reader stopped
+    # reading it there (``bench_near_dup_skip_capped`` measures that).
+    near_dup_index_reader.SKIP_CAPPED_KEYS = False
     root = DataRoot(url)
     signals = _new_shard(root, utterances, bits)
     read_order(root)
@@ -158,22 +162,34 @@ def _measure(url: str, utterances: int, bits: int, results) -> None:
 
 
 def modelled_blocks(
-    records: list[int], audio_share: float, pool_keys: int, new_keys: tuple[float, float], cap: int | None
+    records: list[int],
+    audio_share: float,
+    pool_keys: int,
+    new_keys: tuple[float, float],
+    cap: int | None,
+    one_segment: bool = False,
 ) -> int:
     """The keyspace model's block reads for the new shard on live segments of ``records`` postings
     each (uncapped): a key of the pool holds ``audio postings / pool_keys`` of them (uniform over the
     pool), is present with probability ``1 - exp(-that)`` and then reads ``1 + min(postings, cap) /
     256`` blocks, absent a filter's false positive (0.6 %); the new shard's other keys
     (``new_keys``: its distinct audio keys, its other keys) are absent; a segment's blocks (capped:
-    its postings less what the cap drops) bound what it reads."""
-    blocks = 0.0
+    its postings less what the cap drops) bound what it reads. ``one_segment``: the segments read
+    largest first, a pool key no longer looked up (no block, no filter line) once the segments before
+    hold ``cap`` of its postings: it is still looked up with probability ``P(Poisson(L) < cap)``, ``L``
+    its mean postings in them (``bench_near_dup_skip_capped``)."""
+    from scipy.special import gammaincc
+
+    blocks, before = 0.0, 0.0
     audio, other = new_keys
     distinct = pool_keys * -math.expm1(-audio / pool_keys)
-    for postings in records:
+    for postings in sorted(records, reverse=True) if one_segment else records:
         per_key = postings * audio_share / pool_keys
         read = per_key if cap is None else min(per_key, cap)
         present = -math.expm1(-per_key)
-        wanted = distinct * (present * (1 + read / 256) + (1 - present) * 0.006) + other * 0.006
+        looked_up = float(gammaincc(cap, before)) if one_segment and before and cap is not None else 1.0
+        before += per_key
+        wanted = distinct * looked_up * (present * (1 + read / 256) + (1 - present) * 0.006) + other * 0.006
         kept = postings - (0 if cap is None else pool_keys * present * max(per_key - cap, 0))
         blocks += kept / 256 * -math.expm1(-wanted / (kept / 256))
     return round(blocks)

@@ -228,7 +228,7 @@ class GatheredSource:
         self._postings = sort_postings(postings)
         self._utterance = utterance
 
-    def postings(self, keys: np.ndarray) -> np.ndarray:
+    def postings(self, keys: np.ndarray, audio_only: np.ndarray | None = None) -> np.ndarray:
         return postings_for(self._postings, keys)
 
     def entries(self, owners: Sequence[int]) -> dict[int, IndexEntry]:

@@ -134,6 +134,17 @@ class KeyProbe:
         self.high = (hashed >> np.uint64(32))[self.order]
         self.bits = _bits_of_hashed(hashed[self.order], MAX_HASHES)
 
+    def subset(self, keep: np.ndarray) -> KeyProbe:
+        """The probe of ``keys[keep]`` (``keep``: bool per key), taken from this one: a lookup that
+        stops reading some keys part way through the segments probes the rest without hashing and
+        sorting them again."""
+        kept = keep[self.order]
+        probe = object.__new__(KeyProbe)
+        probe.keys = self.keys[keep]
+        probe.order = (np.cumsum(keep) - 1)[self.order[kept]]
+        probe.high, probe.bits = self.high[kept], self.bits[kept]
+        return probe
+
     def lines(self, lines: int) -> np.ndarray:
         """Each key's line in a filter of ``lines`` lines, in :attr:`order` (non-decreasing)."""
         return ((self.high * np.uint64(lines)) >> np.uint64(32)).astype(np.int64)

@@ -42,9 +42,15 @@ from speechdata.quality.near_dup_postings import (
     lookup_segment,
     position_of,
     rank_of,
+    sorted_contains,
     sorted_unique,
     uncertain_capped_keys,
 )
+
+SKIP_CAPPED_KEYS = True
+"""Whether a lookup stops reading a sampled audio key once more than ``MAX_KEY_OCCURRENCES`` of its
+postings before the position were counted (the key never votes): off, every key is read in every
+live segment, as before (the exactness tests and the benchmark compare the two)."""
 
 
 class _CountingHandle:
@@ -94,8 +100,12 @@ class IndexReader:
         self._keys: np.ndarray | None = None
         self._probe: tuple[np.ndarray, KeyProbe] | None = None
         """The last keys looked up and their filter probe, made once for every segment."""
-        self._read: dict[str, tuple[SegmentHeader | None, np.ndarray]] = {}
-        """Segment -> its header (None: its filter ruled every key out) and its postings of ``_keys``."""
+        self._read: dict[str, tuple[SegmentHeader | None, np.ndarray, np.ndarray]] = {}
+        """Segment -> its header (None: its filter ruled every key out), its postings of the keys
+        looked up in it, and which of ``_keys`` those are (bool per key: every one, or those still
+        voting when it was read)."""
+        self._full_probe: tuple[np.ndarray, KeyProbe] | None = None
+        """``_keys`` and their filter probe, which the probes of the keys still voting are cut from."""
         self._owners: list[tuple[np.ndarray, Sequence[SegmentShard]]] = []
         """Per segment read: the positions whose postings counted, and the header's shards."""
         self.settle(read_directory(data_root, position) if state is None else state)
@@ -120,44 +130,118 @@ class IndexReader:
     def parts_read(self) -> int:
         return len(self._directory.loaded)
 
-    def prefetch(self, keys: np.ndarray) -> None:
-        """Read the postings of ``keys`` in every live segment now; a later :meth:`postings` of the
-        same keys reads only the segments that were not live then."""
+    def prefetch(self, keys: np.ndarray, audio_only: np.ndarray | None = None) -> None:
+        """Read the postings of ``keys`` in every live segment now (``audio_only``: as
+        :meth:`postings` takes it); a later :meth:`postings` of the same keys reads only the
+        segments that were not live then, and the keys it dropped from a segment that it needs there
+        after all (the counts that dropped them are taken again against the settled state)."""
         self._keys, self._read = sorted_unique(keys.astype(np.uint64)), {}
-        for name in sorted(self._live):
-            self._read[name] = self._segment_postings(name, self._keys)
+        try:
+            self._counted(self._keys, audio_only, prefetching=True)
+        finally:
+            self._owners = []  # the state it counted against is not the one :meth:`settle` gives
 
-    def postings(self, keys: np.ndarray) -> np.ndarray:
+    def postings(self, keys: np.ndarray, audio_only: np.ndarray | None = None) -> np.ndarray:
+        """The postings of ``keys`` before the position, except a sampled audio key's in the
+        segments left once more than ``MAX_KEY_OCCURRENCES`` of its postings were counted, when it
+        is one of ``audio_only`` (sorted unique: keys the shard holds as sampled audio keys only,
+        :func:`~.near_dup_postings.audio_only_keys`): such a key never votes, and the postings
+        already counted say so (docs/near-duplicates.md, "A capped key read in one segment")."""
         wanted = sorted_unique(keys.astype(np.uint64))
         if self._keys is None or not np.array_equal(wanted, self._keys):
             self._keys, self._read = wanted, {}
+        wanted = self._keys  # the array the filter probe was made for
         for attempt in range(READ_ATTEMPTS):
             try:
-                return self._counted(wanted)
+                return self._counted(wanted, audio_only)
             except _FoldedMeanwhile:  # a part read lazily was folded away: the state after the fold
                 if attempt == READ_ATTEMPTS - 1:
                     raise IndexDamaged(f"the shard list moved on every one of {READ_ATTEMPTS} reads") from None
                 self.settle(read_directory(self.data_root, self.position))
         raise AssertionError("unreachable")
 
-    def _counted(self, wanted: np.ndarray) -> np.ndarray:
+    def _lookup_order(self) -> list[str]:
+        """The live segments, those mapped the most shards before the position first (then by
+        name): a key's postings before the position grow with the shards a segment holds, so the
+        largest segment is the likeliest to show a common key past the cap, and once it does every
+        smaller one is spared that key."""
+        return sorted(self._live, key=lambda name: (-sum(self._live[name].values()), name))
+
+    def _counted(self, wanted: np.ndarray, audio_only: np.ndarray | None, prefetching: bool = False) -> np.ndarray:
         found, uncertain = [], {}
-        for name in sorted(self._live):
-            if name not in self._read:
-                self._read[name] = self._segment_postings(name, wanted)
-            header, postings = self._read[name]
-            if header is None:
-                continue
+        droppable = (
+            sorted_contains(audio_only, wanted)
+            if SKIP_CAPPED_KEYS and audio_only is not None and len(audio_only)
+            else np.zeros(len(wanted), bool)
+        )
+        capped_counted = np.zeros(len(wanted), np.int64)
+        looked_up, still_voting = wanted, np.ones(len(wanted), bool)
+        for name in self._lookup_order():
+            header, postings = self._looked_up_in(name, wanted, looked_up, still_voting)
+            if header is None or (prefetching and not droppable.any()):
+                continue  # a prefetch counts only to drop keys: the settled read counts what is returned
             positions = position_of(postings["owner"])
-            counted = np.isin(positions, self._owners_in(name, header))
+            try:
+                counted = np.isin(positions, self._owners_in(name, header))
+            except _FoldedMeanwhile:
+                if not prefetching:
+                    raise
+                droppable[:] = False  # counted again after :meth:`settle`; read every key meanwhile
+                continue
             keys = uncertain_capped_keys(postings, ~counted & (positions < self.position), positions >= self.position)
             if len(keys):
                 uncertain[name] = keys
             found.append(postings[counted])
+            if droppable.any():
+                # Counted (live, before the position) audio postings: each one of a droppable key is
+                # a posting the vote counts, so a key past the cap in them never votes.
+                audio = postings[counted & (postings["context"] != 0)]["key"]
+                capped_counted += np.bincount(np.searchsorted(wanted, audio), minlength=len(wanted))
+                known_silent = droppable & (capped_counted >= key_posting_cap())
+                if known_silent.any():
+                    still_voting = still_voting & ~known_silent  # a new array: segments read keep theirs
+                    droppable &= ~known_silent
+                    looked_up = self._keys_still_voting(wanted, still_voting)
         postings = np.concatenate(found) if found else np.empty(0, POSTING_DTYPE)
-        if uncertain:
+        # Checked against the settled state only: shards committed meanwhile may count what a
+        # key's uncertain segment cannot.
+        if uncertain and not prefetching:
             self._check_capped_counts(postings, uncertain)
         return postings
+
+    def _keys_still_voting(self, wanted: np.ndarray, keep: np.ndarray) -> np.ndarray:
+        """``wanted[keep]``, with its filter probe taken from ``wanted``'s (made once)."""
+        self._full_probe = (wanted, self._probe_of(wanted))
+        probe = self._full_probe[1].subset(keep)
+        self._probe = (probe.keys, probe)
+        return probe.keys
+
+    def _probe_of(self, keys: np.ndarray) -> KeyProbe:
+        for cached in (self._probe, self._full_probe):
+            if cached is not None and cached[0] is keys:
+                return cached[1]
+        self._probe = (keys, KeyProbe(keys))
+        return self._probe[1]
+
+    def _looked_up_in(
+        self, name: str, wanted: np.ndarray, keys: np.ndarray, keep: np.ndarray
+    ) -> tuple[SegmentHeader | None, np.ndarray]:
+        """The segment's header and postings of (at least) ``keys`` (``wanted[keep]``): those read
+        before (by :meth:`prefetch`) and, for keys not looked up then, read now."""
+        if name not in self._read:
+            header, postings = self._segment_postings(name, keys)
+            self._read[name] = (header, postings, keep)
+            return header, postings
+        header, postings, read = self._read[name]
+        missing = keep & ~read
+        if missing.any():
+            probe = self._probe  # a lookup of a few keys: the probe of those still voting stays
+            more_header, more = self._segment_postings(name, wanted[missing])
+            self._probe = probe
+            header = header if header is not None else more_header
+            postings = np.concatenate([postings, more]) if len(more) else postings
+            self._read[name] = (header, postings, read | missing)
+        return header, postings
 
     def _check_capped_counts(self, postings: np.ndarray, uncertain: dict[str, np.ndarray]) -> None:
         """Raise :class:`IndexDamaged` (the stage repairs, which rebuilds the segment) where a
@@ -176,9 +260,7 @@ class IndexReader:
         """The segment's header and its postings of ``keys`` (no header: its filter rules them all out)."""
         relative = _segment_relative(name)
         try:
-            if self._probe is None or self._probe[0] is not keys:
-                self._probe = (keys, KeyProbe(keys))
-            present, read = keys_maybe_in(self.data_root, _filter_relative(name), name, keys, self._probe[1])
+            present, read = keys_maybe_in(self.data_root, _filter_relative(name), name, keys, self._probe_of(keys))
         except FileNotFoundError as exc:
             raise IndexDamaged(f"the filter of segment {relative} is missing") from exc
         except DamagedFilter as exc:

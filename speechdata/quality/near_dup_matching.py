@@ -169,9 +169,12 @@ IndexEntry = tuple[UtteranceSignals, tuple[str, str]]
 class CandidateSource(Protocol):
     """What is indexed before the shard being decided."""
 
-    def postings(self, keys: np.ndarray) -> np.ndarray:
+    def postings(self, keys: np.ndarray, audio_only: np.ndarray | None = None) -> np.ndarray:
         """The postings (:data:`~.near_dup_postings.POSTING_DTYPE`) of ``keys`` (sorted unique uint64)
-        held by utterances before the shard, in any order."""
+        held by utterances before the shard, in any order. ``audio_only`` (sorted unique): keys the
+        shard holds as sampled audio keys only (:func:`~.near_dup_postings.audio_only_keys`); of
+        such a key a source may give any more than ``MAX_KEY_OCCURRENCES`` of its postings instead
+        of all of them (it never votes either way)."""
         ...
 
     def entries(self, owners: Sequence[int]) -> dict[int, IndexEntry]:
@@ -200,7 +203,7 @@ class MemorySource:
         self.next_position = len(shards)
         self._postings = sort_postings(np.concatenate(parts)) if parts else None
 
-    def postings(self, keys: np.ndarray) -> np.ndarray:
+    def postings(self, keys: np.ndarray, audio_only: np.ndarray | None = None) -> np.ndarray:
         from speechdata.quality.near_dup_postings import POSTING_DTYPE, postings_for
 
         if self._postings is None:
@@ -284,10 +287,16 @@ def decide_shard(
 
     Reads ``earlier`` twice: once for the postings of every key of the shard, once for the
     candidates those postings name; memory and time follow the shard and what it touches."""
-    from speechdata.quality.near_dup_postings import index_keys, merge_earlier_postings, owner_of, sorted_unique
+    from speechdata.quality.near_dup_postings import (
+        audio_only_keys,
+        index_keys,
+        merge_earlier_postings,
+        owner_of,
+        sorted_unique,
+    )
 
     own = index_keys(new, position) if own_postings is None else own_postings
-    looked_up = earlier.postings(sorted_unique(own["key"]))
+    looked_up = earlier.postings(sorted_unique(own["key"]), audio_only_keys(own))
     first_own = owner_of(position, 0)
     if len(looked_up) and int(looked_up["owner"].max()) >= first_own:
         raise ValueError(f"the candidate source named an utterance at or after index position {position}")

@@ -168,6 +168,27 @@ def key_posting_cap() -> int:
     return near_dup_matching.MAX_KEY_OCCURRENCES + 1
 
 
+def audio_only_keys(own: np.ndarray) -> np.ndarray:
+    """The keys a shard's postings (:func:`index_keys`) hold as sampled audio keys only: every
+    posting of the key is one :func:`capped_postings_mask` tells (a sampled audio value, context not
+    0). Such a key is used only in the audio vote, which leaves it out once it has more than
+    ``MAX_KEY_OCCURRENCES`` earlier postings, so a lookup may stop reading it then
+    (:class:`~.near_dup_index_reader.IndexReader`). A key the shard also holds as another kind (a
+    64-bit collision of a transcript or exact key with an audio value), or as an audio posting of
+    context 0, is not one: its every posting is read. Sorted unique."""
+    audio = capped_postings_mask(own)
+    keys, others = sorted_unique(own["key"][audio]), sorted_unique(own["key"][~audio])
+    return keys[~sorted_contains(others, keys)]
+
+
+def sorted_contains(sorted_values: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """Bool per element of ``values``: whether it is in ``sorted_values`` (sorted)."""
+    if len(sorted_values) == 0:
+        return np.zeros(len(values), bool)
+    at = np.minimum(np.searchsorted(sorted_values, values), len(sorted_values) - 1)
+    return sorted_values[at] == values
+
+
 def _ranks_in_key(keys: np.ndarray) -> np.ndarray:
     """Each element's rank among the equal keys before it (``keys`` sorted)."""
     return np.arange(len(keys)) - np.searchsorted(keys, keys, side="left")

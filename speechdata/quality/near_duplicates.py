@@ -50,7 +50,7 @@ from speechdata.quality.near_dup_matching import (
     UtteranceSignals,
     decide_shard,
 )
-from speechdata.quality.near_dup_postings import index_keys
+from speechdata.quality.near_dup_postings import audio_only_keys, index_keys
 from speechdata.quality.paths import near_duplicate_flags
 from speechdata.quality.speakers import SpeakerEncoder, shipped_speaker_encoder
 
@@ -329,7 +329,7 @@ def run_near_duplicates(
                 # The shard's own postings, built and sorted once: looked up, decided with, committed.
                 own = index_keys(signals, reservation.position)
                 earlier = IndexReader(data_root, reservation.position)
-                earlier.prefetch(own["key"])
+                earlier.prefetch(own["key"], audio_only_keys(own))
                 earlier.settle(wait_for_earlier(data_root, reservation, timeout_s=lock_timeout_s, **lock_options))
                 decisions = decide_shard(
                     reservation.position, signals, earlier, thresholds, own_postings=own, key_load=key_load

@@ -95,6 +95,9 @@ def test_capping_audio_postings_and_one_run_per_level_never_read_more():
         reads = block_reads({"audio_sampled": (100.0, 0.01), "envelope_band_pairs": (276.0, 5e-4)}, hours, 400.0)
         assert reads["gb_read_audio_postings_capped"] <= reads["gb_read_per_new_shard"]
         assert reads["gb_read_audio_postings_capped_one_run_per_level"] <= reads["gb_read_audio_postings_capped"]
+        assert reads["gb_read_audio_postings_capped_one_segment"] <= reads["gb_read_audio_postings_capped"]
+    # Past the cap in the largest segment (10^6 h: 6.8 M postings a key), a key is read there only.
+    assert reads["gb_read_audio_postings_capped_one_segment"] < 0.8 * reads["gb_read_audio_postings_capped"]
     assert reads["mean_chance_postings_per_audio_key"] == round(0.01 / 100 * 1_000_000 * 680)
 
 
@@ -155,3 +158,75 @@ def test_soft_probes_hold_the_exact_key_and_find_a_copy_whose_weakest_bit_flippe
     # the key holds bit 5 twice (of n and of n+2): both are the two least reliable, toggled together
     assert not np.isin(indexed, soft_probes(copy, reliabilities, 2, 16, 1)).any()
     assert np.isin(indexed, soft_probes(copy, reliabilities, 2, 16, 2)).all()
+
+
+def _envelopes_with_a_shared_shape(rng: np.random.Generator, count: int) -> np.ndarray:
+    """Envelopes like speech's: a common onset rise and final fall, plus a little of each utterance's
+    own, mean removed and unit norm (as ``shift_signature`` stores them)."""
+    from speechdata.quality.fingerprint_envelope import ENVELOPE_POINTS
+
+    shape = np.sin(np.linspace(0, np.pi, ENVELOPE_POINTS))
+    own = np.cumsum(rng.standard_normal((count, ENVELOPE_POINTS)), axis=1) * 0.05
+    envelopes = shape + own
+    envelopes -= envelopes.mean(axis=1, keepdims=True)
+    return envelopes / np.linalg.norm(envelopes, axis=1, keepdims=True)
+
+
+def test_random_hashing_of_24_bands_of_14_bits_is_todays_envelope_keys():
+    from benchmarks.accuracy.bench_near_dup_keyspace import random_hashing
+    from speechdata.quality.fingerprint_envelope import envelope_band_keys
+    from speechdata.quality.near_dup_postings import envelope_keys
+
+    hashing = random_hashing(24, 14)
+    for envelope in _envelopes_with_a_shared_shape(np.random.default_rng(5), 4):
+        assert (hashing.band_keys(envelope) == envelope_band_keys(envelope)).all()
+        assert (hashing.pair_keys(envelope) == envelope_keys(envelope)).all()
+    assert len(random_hashing(32, 16).pair_keys(envelope)) == len(np.unique(random_hashing(32, 16).pair_keys(envelope)))
+
+
+def test_whitened_hashing_balances_and_decorrelates_the_bits_of_envelopes_that_share_a_shape():
+    from benchmarks.accuracy.bench_near_dup_keyspace import balanced_hashing, random_hashing, whitened_hashing
+
+    rng = np.random.default_rng(6)
+    fit, measured = _envelopes_with_a_shared_shape(rng, 600), _envelopes_with_a_shared_shape(rng, 600)
+
+    def off_balance_and_correlation(hashing):
+        bits = (measured @ hashing.hyperplanes.T > hashing.thresholds).astype(float)
+        varying = bits[:, bits.std(axis=0) > 0]
+        correlations = np.corrcoef(varying.T)[np.triu_indices(varying.shape[1], 1)]
+        return np.abs(bits.mean(axis=0) - 0.5).mean(), np.abs(correlations).mean()
+
+    plain = off_balance_and_correlation(random_hashing(24, 14))
+    balanced = off_balance_and_correlation(balanced_hashing(fit, 24, 14))
+    whitened = off_balance_and_correlation(whitened_hashing(fit, 24, 14))
+    assert plain[0] > 0.2  # most random hyperplanes see only the shared shape: their bit hardly changes
+    assert balanced[0] < 0.03 and balanced[1] > 0.2  # balanced thresholds centre the bits, leave them correlated
+    # out of sample, balanced and about as correlated as random hyperplanes on isotropic data (~0.08)
+    assert whitened[0] < 0.03 and whitened[1] < balanced[1] / 3
+    # its bit is g @ W (e - mean) > 0: the threshold is each hyperplane at the fit's mean
+    hashing = whitened_hashing(fit, 24, 14, components=8)
+    assert np.allclose(hashing.thresholds, hashing.hyperplanes @ fit.mean(axis=0))
+    assert np.linalg.matrix_rank(hashing.hyperplanes) == 8
+
+
+def test_the_frontier_weighs_a_band_as_random_hyperplanes_draw_it():
+    from math import comb
+
+    from benchmarks.accuracy.bench_near_dup_keyspace import _at_least_3_of, _band_agreement, envelope_basis
+
+    rng = np.random.default_rng(7)
+    first = rng.standard_normal(64)
+    second = 0.8 * first / np.linalg.norm(first) * 8 + rng.standard_normal(64)
+    correlation = first @ second / np.linalg.norm(first) / np.linalg.norm(second)
+    planes = rng.standard_normal((8_000, 4, 64))  # 8 000 draws of a band of 4 bits
+    agreeing = ((planes @ first > 0) == (planes @ second > 0)).all(axis=1).mean()
+    assert abs(agreeing - _band_agreement(np.array([correlation]), 4)[0]) < 0.015
+    assert _band_agreement(np.array([1.0, 0.0]), 14).tolist() == [1.0, 0.5**14]
+    share = np.array([0.2])
+    assert np.isclose(_at_least_3_of(24, share)[0], sum(comb(24, k) * 0.2**k * 0.8 ** (24 - k) for k in range(3, 25)))
+    # strength 0, every component, not centred: a rotation, so today's correlations
+    fit = _envelopes_with_a_shared_shape(rng, 500)
+    rotated = envelope_basis(fit, 0.0, None, False)(fit[:2])
+    assert np.isclose(rotated[0] @ rotated[1], fit[0] @ fit[1], atol=1e-6)
+    whitened = envelope_basis(fit, 1.0, None, True)(fit)
+    assert np.allclose(np.cov(whitened.T), np.eye(whitened.shape[1]), atol=1e-6)

@@ -1,7 +1,9 @@
 """Segments keep a sampled audio key's earliest ``MAX_KEY_OCCURRENCES + 1`` postings only, and the
 index decides exactly as an uncapped one: with the cap lowered to 4 so that a few shards of audio
 keys drawn from a small pool of values hit it in some segments and not in others, across merges and
-a shard re-indexed after its postings were merged."""
+a shard re-indexed after its postings were merged. The capped index's reader also stops reading a
+key once its postings pass the cap (``test_near_dup_skip_capped``); the uncapped one reads every key
+in every segment, as before both."""
 
 import io
 from dataclasses import replace
@@ -10,7 +12,7 @@ import numpy as np
 import pytest
 
 from speechdata.io import layout
-from speechdata.quality import near_dup_index_merge, near_dup_matching, near_dup_postings
+from speechdata.quality import near_dup_index_merge, near_dup_index_reader, near_dup_matching, near_dup_postings
 from speechdata.quality.fingerprint_audio import AudioFingerprint
 from speechdata.quality.near_dup_index import (
     IndexDamaged,
@@ -28,6 +30,7 @@ from speechdata.quality.near_dup_postings import (
     POSTING_DTYPE,
     SegmentShard,
     SegmentWriter,
+    audio_only_keys,
     capped_postings_mask,
     read_all_postings,
     read_segment_header,
@@ -46,9 +49,11 @@ def small_cap_and_fanout(monkeypatch):
 
 
 def uncapped(monkeypatch) -> None:
-    """Segments written as before the cap (every posting kept), read by today's reader."""
+    """Segments written as before the cap (every posting kept), read as before it: every key in
+    every live segment (the capped index's reader stops reading a key past the cap)."""
     monkeypatch.setattr(near_dup_postings, "cap_postings", lambda postings: postings)
     monkeypatch.setattr(near_dup_postings.SegmentWriter, "_capped", lambda self, postings: postings)
+    monkeypatch.setattr(near_dup_index_reader, "SKIP_CAPPED_KEYS", False)
 
 
 def sampled_pool(rng, size: int) -> np.ndarray:
@@ -87,26 +92,35 @@ def corpus_of(seed: int, shards: int) -> list[list[UtteranceSignals]]:
     return corpus
 
 
-def run_shard(data_root, signals) -> tuple[list, IndexReader, list[str]]:
-    """The stage's path for one shard: decide against the index, repair and decide again where the
-    index is found damaged, commit, merge what is due."""
+def run_shard(data_root, signals) -> tuple[list, np.ndarray, list[str]]:
+    """The stage's path for one shard: prefetch the postings of its keys, settle, decide against the
+    index, repair and decide again where the index is found damaged, commit, merge what is due.
+    Returns the decisions, the earlier postings of each of the shard's keys counted up to the cap
+    (read before the commit, while the segments the reader saw are still there), and the repairs."""
     repairs = []
     for _ in range(2):
         try:
             with reserve_position(data_root, signals[0].shard_id) as reservation:
-                reader = IndexReader(data_root, reservation.position, wait_for_earlier(data_root, reservation))
-                decisions = decide_shard(reservation.position, signals, reader, NearDuplicateThresholds())
-                commit_shard_entries(data_root, reservation, signals, decisions)
+                own = index_keys(signals, reservation.position)
+                reader = IndexReader(data_root, reservation.position)
+                reader.prefetch(own["key"], audio_only_keys(own))
+                reader.settle(wait_for_earlier(data_root, reservation))
+                decisions = decide_shard(
+                    reservation.position, signals, reader, NearDuplicateThresholds(), own_postings=own
+                )
+                counts = capped_counts(reader, signals)
+                commit_shard_entries(data_root, reservation, signals, decisions, postings=own)
             break
         except IndexDamaged:
             repairs += repair_index(data_root)
     while compact_index(data_root):
         pass
-    return decisions, reader, repairs
+    return decisions, counts, repairs
 
 
 def capped_counts(reader: IndexReader, signals) -> np.ndarray:
-    """Per key of the shard: the earlier postings the reader gives, counted up to the cap."""
+    """Per key of the shard: the earlier postings the reader gives (every key looked up in every
+    segment: no ``audio_only``), counted up to the cap."""
     keys = np.unique(index_keys(signals, reader.position)["key"])
     postings = sort_postings(reader.postings(keys))
     counts = np.searchsorted(postings["key"], keys, "right") - np.searchsorted(postings["key"], keys, "left")
@@ -124,9 +138,9 @@ def segment_postings(data_root) -> dict[str, np.ndarray]:
 def build(data_root, corpus, reindexed=None):
     decided, counts, repairs = [], [], []
     for number, shard in enumerate(corpus):
-        decisions, reader, repaired = run_shard(data_root, shard)
+        decisions, counted, repaired = run_shard(data_root, shard)
         decided.append(decisions)
-        counts.append(capped_counts(reader, shard))
+        counts.append(counted)
         repairs += repaired
         if reindexed is not None and number == reindexed[0]:
             decisions, _, repaired = run_shard(data_root, reindexed[1])
