@@ -1,0 +1,273 @@
+"""The capped index read with a key past the cap dropped decides every shard exactly as everything
+read everywhere, attacked from directions ``test_near_dup_skip_capped`` does not take: a re-run of
+an earlier shard (its reader's position in the middle of segments that hold later owners, some of
+them at the cap), any order of the segments (largest last included), keys at the cap exactly, the
+in-memory source and the batch pass on the same order, a run killed between its prefetch and its
+commit, a re-indexed shard's stale postings in the segment read first, and the figures the reader
+reports. The cap is lowered to 4 (``MAX_KEY_OCCURRENCES`` 3) and keys drawn from a pool large enough
+that many keys hold 2 to 6 postings, so the cap is crossed at every position of the order."""
+
+import numpy as np
+import pytest
+
+from speechdata.io.storage import DataRoot
+from speechdata.quality import near_dup_index_merge, near_dup_index_reader, near_dup_matching
+from speechdata.quality import near_dup_order_fold as order_fold
+from speechdata.quality.near_dup_batch import LocalEngine, ShardOutline, ShardSignals, decide_in_order
+from speechdata.quality.near_dup_index import (
+    IndexReader,
+    commit_shard_entries,
+    compact_index,
+    index_keys,
+    read_state,
+    reserve_position,
+    wait_for_earlier,
+)
+from speechdata.quality.near_dup_matching import NearDuplicateThresholds, decide_shard, find_representatives
+from speechdata.quality.near_dup_postings import (
+    audio_only_keys,
+    capped_postings_mask,
+    position_of,
+    sampled_audio_keys,
+)
+from speechdata.quality.near_duplicates import write_near_duplicate_files
+from tests.unit.test_near_dup_capped_keys import CAP, sampled_pool, segment_postings, speech_like, uncapped
+from tests.unit.test_near_dup_skip_capped import LookupLog, outputs, run_shard
+
+SHARDS = 14
+
+
+@pytest.fixture(autouse=True)
+def small_cap_fanout_and_parts(monkeypatch):
+    monkeypatch.setattr(near_dup_matching, "MAX_KEY_OCCURRENCES", CAP - 1)
+    monkeypatch.setattr(near_dup_index_merge, "FANOUT", 3)
+    monkeypatch.setattr(order_fold, "FOLD_EVERY", 4)
+    monkeypatch.setattr(order_fold, "PART_ROWS", 4)
+
+
+def hovering_corpus(seed: int, shards: int = SHARDS) -> list[list]:
+    """Shards of 3 utterances whose pool keys hold a few postings each (around the cap), the first
+    utterance of each shard after the second a near copy of an earlier one; one utterance holds the
+    same pool value in three frames (three postings of one key, one owner)."""
+    rng = np.random.default_rng(seed)
+    pool = sampled_pool(rng, 160)
+    corpus = []
+    for number in range(shards):
+        earlier = [s for shard in corpus for s in shard]
+        originals = [earlier[int(rng.integers(0, len(earlier)))]] if number >= 2 else []
+        corpus.append(speech_like(f"s{number:03d}", 3, rng, pool, originals))
+    corpus[4][2].fingerprint.sub_fingerprints[[10, 20, 30]] = pool[0]
+    return corpus
+
+
+def thresholds() -> NearDuplicateThresholds:
+    return NearDuplicateThresholds()
+
+
+def files_of(tmp_path, shard_id: str, decisions) -> tuple[bytes, bytes]:
+    scratch = DataRoot(str(tmp_path / f"files-{shard_id}"))
+    write_near_duplicate_files(scratch, shard_id, decisions)
+    return outputs(scratch, shard_id)
+
+
+def decided_at_own_position(data_root, signals):
+    """A committed shard decided again at its position (the re-run's path, read as the stage reads:
+    prefetch, settle)."""
+    with reserve_position(data_root, signals[0].shard_id) as again:
+        own = index_keys(signals, again.position)
+        reader = IndexReader(data_root, again.position)
+        reader.prefetch(own["key"], audio_only_keys(own))
+        reader.settle(wait_for_earlier(data_root, again))
+        return decide_shard(again.position, signals, reader, thresholds(), own_postings=own), reader
+
+
+def earlier_counts(corpus) -> set[int]:
+    """Every count of earlier postings (other shards only) an audio key of a shard has."""
+    every = np.concatenate([index_keys(shard, position) for position, shard in enumerate(corpus)])
+    every = every[capped_postings_mask(every)]
+    seen = set()
+    for position, shard in enumerate(corpus):
+        keys = audio_only_keys(index_keys(shard, position))
+        before = np.sort(every["key"][position_of(every["owner"]) < position])
+        counts = np.searchsorted(before, keys, "right") - np.searchsorted(before, keys, "left")
+        seen |= set(counts.tolist())
+    return seen
+
+
+def test_re_runs_in_the_middle_in_any_segment_order_decide_as_the_memory_source_and_the_batch_pass(
+    tmp_path, monkeypatch
+):
+    """Fourteen shards built by the stage (a level-2, a level-1 and two level-0 segments); every shard
+    re-run afterwards at its own position, where the segments hold later owners (which do not count)
+    and keys at the cap whose kept postings reach past the position, reads as the first run decided:
+    largest segment first, smallest first, and with the skipping off. The first runs' files are
+    what the in-memory source decides and the batch pass's decisions on the same order are those."""
+    corpus = hovering_corpus(31)
+    assert {CAP - 1, CAP, CAP + 1} <= earlier_counts(corpus)  # keys at the cap exactly, each side
+    data_root = DataRoot(str(tmp_path / "index"))
+    first = [run_shard(data_root, shard) for shard in corpus]
+    assert not any(repairs for _, repairs in first)
+    segments = segment_postings(data_root)
+    assert sorted(name[:2] for name in segments if any(s.segment == name for s in read_state(data_root))) == [
+        "L0",
+        "L0",
+        "L1",
+        "L2",
+    ]
+    # A segment at the cap for a key with kept postings on both sides of some shard's position.
+    level2 = next(postings for name, postings in segments.items() if name.startswith("L2"))
+    audio = level2[capped_postings_mask(level2)]
+    keys, counts = np.unique(audio["key"], return_counts=True)
+    at_cap = audio[np.isin(audio["key"], keys[counts == CAP])]
+    straddling = {
+        position
+        for position in range(1, 9)
+        for key in np.unique(at_cap["key"])
+        if 0 < (position_of(at_cap["owner"][at_cap["key"] == key]) < position).sum() < CAP
+    }
+    assert straddling
+
+    memory, indexed = [], []
+    for shard in corpus:
+        memory.append(find_representatives(indexed, shard, thresholds()))
+        indexed += [(s, (d.representative_shard, d.representative_utt)) for s, d in zip(shard, memory[-1], strict=True)]
+    for shard, decisions, (written, _) in zip(corpus, memory, first, strict=True):
+        assert files_of(tmp_path, shard[0].shard_id, decisions) == written
+    assert sum(d.kind is not None for shard in memory for d in shard) >= 8  # the near copies found
+    ids = [shard[0].shard_id for shard in corpus]
+    handles = [ShardSignals(shard_id, shard, None) for shard_id, shard in zip(ids, corpus, strict=True)]
+    outlines = [ShardOutline(shard[0].shard_id, [s.utt_id for s in shard], None, [], 0.0) for shard in corpus]
+    batch = decide_in_order(
+        LocalEngine(), ids, np.arange(len(ids), dtype=np.int64), set(ids), handles, outlines, thresholds(), 3
+    )
+    assert [batch[shard_id] for shard_id in ids] == memory
+
+    log = LookupLog(monkeypatch)
+    largest_first = IndexReader._lookup_order
+    orders = {
+        "largest first": largest_first,
+        "smallest first": lambda self: largest_first(self)[::-1],
+    }
+    looked_up = {}
+    for skip in (True, False):
+        monkeypatch.setattr(near_dup_index_reader, "SKIP_CAPPED_KEYS", skip)
+        for label, order in orders.items():
+            monkeypatch.setattr(IndexReader, "_lookup_order", order)
+            log.lookups.clear()
+            for shard, decisions in zip(corpus, memory, strict=True):
+                again, reader = decided_at_own_position(data_root, shard)
+                assert again == decisions, (label, skip, shard[0].shard_id)
+            looked_up[skip, label] = log.keys_looked_up
+    # The largest first spares the most lookups (smallest first, a key passes the cap mostly in the
+    # last segment read, which spares nothing).
+    assert looked_up[True, "largest first"] < looked_up[True, "smallest first"] <= looked_up[False, "largest first"]
+
+
+def test_a_run_killed_between_its_prefetch_and_its_commit_re_runs_to_the_same_files(tmp_path, monkeypatch):
+    """s006 is killed after its prefetch (a compaction runs before it is re-run) and s007 after its
+    decisions, before its commit; s008 after its commit, before its files. Their re-runs write, byte
+    for byte, what a run never killed writes."""
+    corpus = hovering_corpus(32, 9)
+    clean_root = DataRoot(str(tmp_path / "clean"))
+    clean = [run_shard(clean_root, shard)[0] for shard in corpus]
+
+    class Killed(Exception):
+        pass
+
+    def killed_run(data_root, signals, at: str) -> None:
+        with reserve_position(data_root, signals[0].shard_id) as reservation:
+            own = index_keys(signals, reservation.position)
+            reader = IndexReader(data_root, reservation.position)
+            reader.prefetch(own["key"], audio_only_keys(own))
+            if at == "prefetch":
+                raise Killed
+            reader.settle(wait_for_earlier(data_root, reservation))
+            decisions = decide_shard(reservation.position, signals, reader, thresholds(), own_postings=own)
+            if at == "decided":
+                raise Killed
+            commit_shard_entries(data_root, reservation, signals, decisions, postings=own)
+            raise Killed
+
+    data_root = DataRoot(str(tmp_path / "index"))
+    kills = {6: "prefetch", 7: "decided", 8: "committed"}
+    for number, shard in enumerate(corpus):
+        if number in kills:
+            with pytest.raises(Killed):
+                killed_run(data_root, shard, kills[number])
+            while compact_index(data_root):
+                pass
+        written, repairs = run_shard(data_root, shard)
+        assert not repairs
+        assert written == clean[number], shard[0].shard_id
+
+
+def test_a_stale_capped_segment_read_first_and_a_re_indexed_shards_posting_in_a_smaller_segment(tmp_path, monkeypatch):
+    """The level-2 segment (read first) holds a key at the cap: s000 twice, s001 and s002 once (s003
+    to s005 beyond the cap). s001 is re-indexed still holding the key: its kept posting in the
+    level-2 segment is stale (the key counts 3 there, uncertain), its live one lands in a level-0
+    segment read after. The next level-0 segment (s001's or s009's, both hold the key) brings the
+    count to the cap: the key is dropped, the third segment is not read for it, no repair is
+    needed (the postings counted pass the cap), and the new shard decides as the uncapped index read
+    everywhere. Another key below the cap in the level-2 segment (3) passes it summed with a
+    level-0 segment's, and is dropped alike."""
+    rng = np.random.default_rng(41)
+    pool = sampled_pool(rng, 160)
+    hum, low = sampled_pool(np.random.default_rng(99), 2)
+    private = sampled_pool(np.random.default_rng(7), 160)
+    # s001's keys are its own (not the pool's): its stale postings leave no other key uncertain.
+    corpus = [speech_like(f"s{number:03d}", 3, rng, pool if number != 1 else private) for number in range(10)]
+    for number, rank in ((0, 0), (0, 1), (1, 0), (2, 0), (3, 0), (4, 0), (5, 0), (9, 0)):
+        corpus[number][rank].fingerprint.sub_fingerprints[10] = hum
+    for number, rank in ((0, 2), (3, 2), (6, 2), (9, 1), (9, 2)):
+        corpus[number][rank].fingerprint.sub_fingerprints[12] = low
+    relisted = speech_like("s001", 3, np.random.default_rng(12), private)
+    relisted[1].fingerprint.sub_fingerprints[10] = hum
+    relisted[2].fingerprint.sub_fingerprints[12] = low
+    new = speech_like("new", 3, rng, pool, originals=[corpus[9][0], corpus[3][2]])
+    new[2].fingerprint.sub_fingerprints[[10, 12]] = [hum, low]
+    hum_key, low_key = sampled_audio_keys(np.array([hum, low], np.uint32), np.ones(2, bool))[0]
+    assert {hum_key, low_key} <= set(audio_only_keys(index_keys(new, 0)).tolist())
+
+    def built(root):
+        for shard in [*corpus, relisted]:
+            run_shard(root, shard)
+
+    data_root = DataRoot(str(tmp_path / "capped"))
+    built(data_root)
+    live = sorted({s.segment.rsplit("/", 1)[-1][:2] for s in read_state(data_root)})
+    assert live == ["L0", "L2"] and len({s.segment for s in read_state(data_root)}) == 3
+    level2 = next(postings for name, postings in segment_postings(data_root).items() if name.startswith("L2"))
+    kept = level2[level2["key"] == hum_key]
+    assert position_of(kept["owner"]).tolist() == [0, 0, 1, 2]  # at the cap, s001's stale among them
+    log = LookupLog(monkeypatch)
+    written, repairs = run_shard(data_root, new)
+    assert not repairs
+    for key in (hum_key, low_key):
+        assert [name[:2] for name in log.segments_looking_up(key)] == ["L2", "L0"]
+    uncapped(monkeypatch)
+    full_root = DataRoot(str(tmp_path / "full"))
+    built(full_root)
+    assert run_shard(full_root, new)[0] == written
+
+
+def test_the_reported_figures_count_what_was_read(tmp_path, monkeypatch):
+    """postings_read, blocks_read and the filter and segment bytes count what the reader read: with
+    a key dropped they are lower, never below what the postings it returned hold, and the
+    utterances it was checked against do not change."""
+    corpus = hovering_corpus(33, 14)
+    data_root = DataRoot(str(tmp_path / "index"))
+    for shard in corpus[:-1]:
+        run_shard(data_root, shard)
+    figures = {}
+    for skip in (True, False):
+        monkeypatch.setattr(near_dup_index_reader, "SKIP_CAPPED_KEYS", skip)
+        with reserve_position(data_root, corpus[-1][0].shard_id) as again:
+            reader = IndexReader(data_root, again.position, wait_for_earlier(data_root, again))
+            own = index_keys(corpus[-1], again.position)
+            returned = reader.postings(np.unique(own["key"]), audio_only_keys(own))
+        assert reader.postings_read >= len(returned)
+        assert reader.blocks_read >= reader.blocks_read_by_chance >= 0
+        figures[skip] = (reader.postings_read, reader.blocks_read, reader.segment_bytes_read, reader.utterances)
+    assert figures[True][3] == figures[False][3]
+    assert figures[True][0] < figures[False][0] and figures[True][1] <= figures[False][1]
+    assert figures[True][2] <= figures[False][2]
