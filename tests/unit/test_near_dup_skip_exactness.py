@@ -7,11 +7,15 @@ commit, a re-indexed shard's stale postings in the segment read first, and the f
 reports. The cap is lowered to 4 (``MAX_KEY_OCCURRENCES`` 3) and keys drawn from a pool large enough
 that many keys hold 2 to 6 postings, so the cap is crossed at every position of the order."""
 
+import io
+from dataclasses import replace
+
 import numpy as np
+import pyarrow.parquet as pq
 import pytest
 
 from speechdata.io.storage import DataRoot
-from speechdata.quality import near_dup_index_merge, near_dup_index_reader, near_dup_matching
+from speechdata.quality import near_dup_index_merge, near_dup_index_reader, near_dup_matching, near_dup_postings
 from speechdata.quality import near_dup_order_fold as order_fold
 from speechdata.quality.near_dup_batch import LocalEngine, ShardOutline, ShardSignals, decide_in_order
 from speechdata.quality.near_dup_index import (
@@ -27,12 +31,19 @@ from speechdata.quality.near_dup_matching import NearDuplicateThresholds, decide
 from speechdata.quality.near_dup_postings import (
     audio_only_keys,
     capped_postings_mask,
+    exact_key,
     position_of,
     sampled_audio_keys,
 )
 from speechdata.quality.near_duplicates import write_near_duplicate_files
 from tests.unit.test_near_dup_capped_keys import CAP, sampled_pool, segment_postings, speech_like, uncapped
-from tests.unit.test_near_dup_skip_capped import LookupLog, outputs, run_shard
+from tests.unit.test_near_dup_skip_capped import (
+    LookupLog,
+    decided_again_reading_every_key,
+    outputs,
+    run_shard,
+    segment_names,
+)
 
 SHARDS = 14
 
@@ -271,3 +282,87 @@ def test_the_reported_figures_count_what_was_read(tmp_path, monkeypatch):
     assert figures[True][3] == figures[False][3]
     assert figures[True][0] < figures[False][0] and figures[True][1] <= figures[False][1]
     assert figures[True][2] <= figures[False][2]
+
+
+def test_an_audio_key_that_is_another_utterances_exact_key_is_read_in_every_segment(tmp_path, monkeypatch):
+    """The new shard holds a key as one utterance's sampled audio key and as another's exact key
+    (a 64-bit collision, made here: an exact key is its hash's first 8 bytes, salted). Its audio
+    postings pass the cap in the level-2 segment, read first, yet it is read in the level-0 segment
+    after it too, where s009's utterance holds it as its exact key: the new shard's copy of that
+    utterance is found, as the uncapped index read everywhere finds it."""
+    rng = np.random.default_rng(51)
+    pool = sampled_pool(rng, 160)
+    hum = sampled_pool(np.random.default_rng(99), 1)[0]
+    hum_key = sampled_audio_keys(np.array([hum], np.uint32), np.ones(1, bool))[0][0]
+    colliding = f"{int(hum_key ^ near_dup_postings._EXACT_SALT):016x}" + "0" * 48
+    assert exact_key(colliding) == hum_key
+    corpus = [speech_like(f"s{number:03d}", 3, rng, pool) for number in range(10)]
+    for number in range(6):
+        corpus[number][0].fingerprint.sub_fingerprints[10] = hum
+    corpus[9][0] = replace(corpus[9][0], exact_hash=colliding)
+    new = speech_like("new", 3, rng, pool)
+    new[0] = replace(new[0], exact_hash=colliding, fingerprint=corpus[9][0].fingerprint)
+    new[1].fingerprint.sub_fingerprints[10] = hum
+    assert hum_key not in audio_only_keys(index_keys(new, 10))
+
+    def built(root):
+        for shard in corpus:
+            run_shard(root, shard)
+
+    data_root = DataRoot(str(tmp_path / "capped"))
+    built(data_root)
+    log = LookupLog(monkeypatch)
+    written, _ = run_shard(data_root, new)
+    assert [name[:2] for name in log.segments_looking_up(hum_key)] == ["L2", "L0"]
+    copies = pq.read_table(io.BytesIO(written[0])).to_pylist()
+    assert [(row["utt_id"], row["kind"], row["representative_utt"]) for row in copies] == [
+        ("new-000", "exact_audio", "s009-000")
+    ]
+    uncapped(monkeypatch)
+    full_root = DataRoot(str(tmp_path / "full"))
+    built(full_root)
+    assert run_shard(full_root, new)[0] == written
+
+
+def test_every_segment_the_prefetch_read_merged_and_swept_before_the_settled_read(tmp_path, monkeypatch):
+    """b prefetches from two level-1 segments of 3 shards each (a tie in the order, broken by name)
+    and two level-0 ones, dropping keys past the cap; a, reserved before b, commits meanwhile, the
+    compaction merges everything into one level-2 segment and sweeps the five segments b read as
+    orphans. b's settled read finds none of them live, reads the level-2 segment with every key, and
+    writes what a reader that reads every key everywhere decides."""
+    monkeypatch.setattr(near_dup_index_merge, "ORPHAN_GRACE_S", 0.0)
+    rng = np.random.default_rng(61)
+    pool = sampled_pool(rng, 40)  # common keys: several pass the cap in the first level-1 segment
+    corpus = [speech_like(f"s{number:03d}", 3, rng, pool) for number in range(8)]
+    late_a = speech_like("a", 3, rng, pool, originals=corpus[7][:1])
+    late_b = speech_like("b", 3, rng, pool, originals=[corpus[1][0], late_a[1]])
+    data_root = DataRoot(str(tmp_path / "index"))
+    for shard in corpus:
+        run_shard(data_root, shard)
+    prefetched = segment_names(data_root)
+    assert sorted(name[:2] for name in prefetched) == ["L0", "L0", "L1", "L1"]
+    log = LookupLog(monkeypatch)
+    own_b = index_keys(late_b, 9)
+    monkeypatch.setattr(near_dup_index_reader, "SKIP_CAPPED_KEYS", False)
+    IndexReader(data_root, 9).prefetch(own_b["key"], audio_only_keys(own_b))
+    every_key_everywhere = log.keys_looked_up
+    monkeypatch.setattr(near_dup_index_reader, "SKIP_CAPPED_KEYS", True)
+    log.lookups.clear()
+    with reserve_position(data_root, "a") as first:
+
+        def a_commits_and_all_is_merged(root):
+            looked_up_at_prefetch.append(log.keys_looked_up)
+            reader = IndexReader(root, first.position, wait_for_earlier(root, first))
+            decisions = decide_shard(first.position, late_a, reader, thresholds())
+            commit_shard_entries(root, first, late_a, decisions)
+            while compact_index(root):
+                pass
+            compact_index(root)  # the sweep of what the last merge left
+
+        looked_up_at_prefetch: list[int] = []
+        written, repairs = run_shard(data_root, late_b, meanwhile=a_commits_and_all_is_merged)
+    assert not repairs
+    assert not prefetched & segment_names(data_root)  # every segment b prefetched from: gone
+    assert looked_up_at_prefetch[0] < every_key_everywhere  # the prefetch dropped keys
+    assert written == decided_again_reading_every_key(tmp_path, data_root, late_b, monkeypatch)
+    assert pq.read_metadata(io.BytesIO(written[0])).num_rows == 2
