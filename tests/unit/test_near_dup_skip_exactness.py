@@ -366,3 +366,41 @@ def test_every_segment_the_prefetch_read_merged_and_swept_before_the_settled_rea
     assert looked_up_at_prefetch[0] < every_key_everywhere  # the prefetch dropped keys
     assert written == decided_again_reading_every_key(tmp_path, data_root, late_b, monkeypatch)
     assert pq.read_metadata(io.BytesIO(written[0])).num_rows == 2
+
+
+def test_the_parts_the_prefetch_reads_to_count_are_in_parts_read(tmp_path, monkeypatch):
+    """s001 is re-indexed (its postings in the level-2 segment go stale) and the shard list folded
+    since, so counting that segment's postings reads the shard list's part 0: the prefetch reads it
+    against the state it started from, the settled read again. ``parts_read`` counts both reads."""
+    from speechdata.quality.near_dup_order_directory import ShardDirectory
+
+    corpus = hovering_corpus(34, 15)
+    # s001's keys are its own, before and after: no pool key of the level-2 segment goes stale.
+    private = sampled_pool(np.random.default_rng(7), 160)
+    corpus[1] = speech_like("s001", 3, np.random.default_rng(11), private)
+    relisted = speech_like("s001", 3, np.random.default_rng(12), private)
+    data_root = DataRoot(str(tmp_path / "index"))
+    for shard in [*corpus[:10], relisted, *corpus[10:14]]:  # the shard list folded since the re-index
+        run_shard(data_root, shard)
+    assert {s.shard_id: s.segment.rsplit("/", 1)[-1][:2] for s in read_state(data_root)}["s001"] == "L1"
+    loads: list[tuple[int, int]] = []
+    load = ShardDirectory.load
+
+    def logged(directory, part):
+        if part not in directory.loaded:
+            loads.append((id(directory), part))
+        load(directory, part)
+
+    new = corpus[14]
+    with reserve_position(data_root, new[0].shard_id) as reservation:
+        own = index_keys(new, reservation.position)
+        reader = IndexReader(data_root, reservation.position)
+        monkeypatch.setattr(ShardDirectory, "load", logged)
+        reader.prefetch(own["key"], audio_only_keys(own))
+        monkeypatch.setattr(ShardDirectory, "load", load)
+        prefetched = list(loads)
+        reader.settle(wait_for_earlier(data_root, reservation))
+        decide_shard(reservation.position, new, reader, thresholds(), own_postings=own)
+    assert [part for _, part in prefetched] == [0]
+    assert reader.parts_read == len(reader._directory.loaded) + 1
+    assert 0 in reader._directory.loaded
