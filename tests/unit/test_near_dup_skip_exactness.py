@@ -19,6 +19,7 @@ from speechdata.quality import near_dup_index_merge, near_dup_index_reader, near
 from speechdata.quality import near_dup_order_fold as order_fold
 from speechdata.quality.near_dup_batch import LocalEngine, ShardOutline, ShardSignals, decide_in_order
 from speechdata.quality.near_dup_index import (
+    IndexDamaged,
     IndexReader,
     commit_shard_entries,
     compact_index,
@@ -27,6 +28,7 @@ from speechdata.quality.near_dup_index import (
     reserve_position,
     wait_for_earlier,
 )
+from speechdata.quality.near_dup_index_order import READ_ATTEMPTS, _FoldedMeanwhile
 from speechdata.quality.near_dup_matching import NearDuplicateThresholds, decide_shard, find_representatives
 from speechdata.quality.near_dup_postings import (
     audio_only_keys,
@@ -404,3 +406,42 @@ def test_the_parts_the_prefetch_reads_to_count_are_in_parts_read(tmp_path, monke
     assert [part for _, part in prefetched] == [0]
     assert reader.parts_read == len(reader._directory.loaded) + 1
     assert 0 in reader._directory.loaded
+
+
+@pytest.mark.parametrize("folds", [READ_ATTEMPTS - 1, READ_ATTEMPTS])
+def test_a_settled_read_that_meets_a_fold_after_dropping_keys_reads_again_and_decides_the_same(
+    tmp_path, monkeypatch, folds
+):
+    """The settled read meets a part of the shard list folded away while counting the second
+    segment, after the first made keys drop (the second was read for the rest only): it reads again
+    from the state after the fold, with what it read kept, and decides as every key read everywhere;
+    a fold on every one of ``READ_ATTEMPTS`` reads is damage (the stage repairs)."""
+    corpus = hovering_corpus(35, 11)
+    data_root = DataRoot(str(tmp_path / "index"))
+    for shard in corpus[:-1]:
+        run_shard(data_root, shard)
+    new = corpus[-1]
+    decided = {}
+    for skip in (False, True):
+        monkeypatch.setattr(near_dup_index_reader, "SKIP_CAPPED_KEYS", skip)
+        calls = []
+        owners_in = IndexReader._owners_in
+
+        def folded(self, name, header):
+            calls.append(name)
+            if skip and len(calls) % 2 == 0 and len(calls) <= 2 * folds:
+                raise _FoldedMeanwhile()
+            return owners_in(self, name, header)
+
+        monkeypatch.setattr(IndexReader, "_owners_in", folded)
+        with reserve_position(data_root, new[0].shard_id) as reservation:
+            reader = IndexReader(data_root, reservation.position, wait_for_earlier(data_root, reservation))
+            assert len(reader._live) == 2
+            if skip and folds == READ_ATTEMPTS:
+                with pytest.raises(IndexDamaged, match="moved on every one"):
+                    decide_shard(reservation.position, new, reader, thresholds())
+                return
+            decided[skip] = decide_shard(reservation.position, new, reader, thresholds())
+        assert not skip or (calls[1] == calls[-1] and not reader._read[calls[1]][2].all())  # keys dropped there
+        monkeypatch.setattr(IndexReader, "_owners_in", owners_in)
+    assert decided[True] == decided[False]
