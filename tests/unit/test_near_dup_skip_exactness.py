@@ -35,7 +35,9 @@ from speechdata.quality.near_dup_postings import (
     capped_postings_mask,
     exact_key,
     position_of,
+    postings_for,
     sampled_audio_keys,
+    sort_postings,
 )
 from speechdata.quality.near_duplicates import write_near_duplicate_files
 from tests.unit.test_near_dup_capped_keys import CAP, sampled_pool, segment_postings, speech_like, uncapped
@@ -92,6 +94,26 @@ def decided_at_own_position(data_root, signals):
         reader.prefetch(own["key"], audio_only_keys(own))
         reader.settle(wait_for_earlier(data_root, again))
         return decide_shard(again.position, signals, reader, thresholds(), own_postings=own), reader
+
+
+def assert_the_vote_sees_what_every_posting_shows(reader, shard, every: np.ndarray) -> None:
+    """The postings ``reader`` gives for the shard's keys, against ``every`` posting of the corpus:
+    a key with at most ``MAX_KEY_OCCURRENCES`` earlier postings gets every one of them; a key with
+    more gets more (a subset of them), and every one of another kind than a sampled audio one."""
+    own = index_keys(shard, reader.position)
+    keys = np.unique(own["key"])
+    returned = sort_postings(reader.postings(keys, audio_only_keys(own)))
+    earlier = postings_for(every[position_of(every["owner"]) < reader.position], keys)
+    counts = np.searchsorted(earlier["key"], keys, "right") - np.searchsorted(earlier["key"], keys, "left")
+    few, many = keys[counts <= CAP - 1], keys[counts > CAP - 1]
+    np.testing.assert_array_equal(postings_for(returned, few), postings_for(earlier, few))
+    common = postings_for(returned, many)
+    got = np.searchsorted(common["key"], many, "right") - np.searchsorted(common["key"], many, "left")
+    assert (got > CAP - 1).all()
+    fields = ("key", "owner", "frame")
+    assert set(zip(*(common[f].tolist() for f in fields))) <= set(zip(*(earlier[f].tolist() for f in fields)))
+    others = postings_for(earlier, many)
+    np.testing.assert_array_equal(common[~capped_postings_mask(common)], others[~capped_postings_mask(others)])
 
 
 def earlier_counts(corpus) -> set[int]:
@@ -155,6 +177,7 @@ def test_re_runs_in_the_middle_in_any_segment_order_decide_as_the_memory_source_
     )
     assert [batch[shard_id] for shard_id in ids] == memory
 
+    every = sort_postings(np.concatenate([index_keys(shard, position) for position, shard in enumerate(corpus)]))
     log = LookupLog(monkeypatch)
     largest_first = IndexReader._lookup_order
     orders = {
@@ -170,6 +193,7 @@ def test_re_runs_in_the_middle_in_any_segment_order_decide_as_the_memory_source_
             for shard, decisions in zip(corpus, memory, strict=True):
                 again, reader = decided_at_own_position(data_root, shard)
                 assert again == decisions, (label, skip, shard[0].shard_id)
+                assert_the_vote_sees_what_every_posting_shows(reader, shard, every)
             looked_up[skip, label] = log.keys_looked_up
     # The largest first spares the most lookups (smallest first, a key passes the cap mostly in the
     # last segment read, which spares nothing).
@@ -421,6 +445,7 @@ def test_a_settled_read_that_meets_a_fold_after_dropping_keys_reads_again_and_de
     for shard in corpus[:-1]:
         run_shard(data_root, shard)
     new = corpus[-1]
+    every = sort_postings(np.concatenate([index_keys(shard, position) for position, shard in enumerate(corpus[:-1])]))
     decided = {}
     for skip in (False, True):
         monkeypatch.setattr(near_dup_index_reader, "SKIP_CAPPED_KEYS", skip)
@@ -442,6 +467,7 @@ def test_a_settled_read_that_meets_a_fold_after_dropping_keys_reads_again_and_de
                     decide_shard(reservation.position, new, reader, thresholds())
                 return
             decided[skip] = decide_shard(reservation.position, new, reader, thresholds())
+            assert_the_vote_sees_what_every_posting_shows(reader, new, every)
         assert not skip or (calls[1] == calls[-1] and not reader._read[calls[1]][2].all())  # keys dropped there
         monkeypatch.setattr(IndexReader, "_owners_in", owners_in)
     assert decided[True] == decided[False]
