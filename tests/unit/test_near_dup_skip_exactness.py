@@ -52,12 +52,29 @@ from tests.unit.test_near_dup_skip_capped import (
 SHARDS = 14
 
 
-@pytest.fixture(autouse=True)
-def small_cap_fanout_and_parts(monkeypatch):
+def lowered(monkeypatch) -> None:
     monkeypatch.setattr(near_dup_matching, "MAX_KEY_OCCURRENCES", CAP - 1)
     monkeypatch.setattr(near_dup_index_merge, "FANOUT", 3)
     monkeypatch.setattr(order_fold, "FOLD_EVERY", 4)
     monkeypatch.setattr(order_fold, "PART_ROWS", 4)
+
+
+@pytest.fixture(autouse=True)
+def small_cap_fanout_and_parts(monkeypatch):
+    lowered(monkeypatch)
+
+
+@pytest.fixture(scope="module")
+def hovering_index(tmp_path_factory):
+    """``hovering_corpus(31)``'s first fourteen shards indexed by the stage (a level-2, a level-1 and
+    two level-0 segments), each shard's files from its first run, and a fifteenth shard not indexed.
+    Tests read it only (a committed shard re-run without committing changes nothing)."""
+    corpus = hovering_corpus(31, SHARDS + 1)
+    data_root = DataRoot(str(tmp_path_factory.mktemp("hovering") / "index"))
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        lowered(monkeypatch)
+        first = [run_shard(data_root, shard) for shard in corpus[:SHARDS]]
+    return data_root, corpus[:SHARDS], first, corpus[SHARDS]
 
 
 def hovering_corpus(seed: int, shards: int = SHARDS) -> list[list]:
@@ -130,17 +147,15 @@ def earlier_counts(corpus) -> set[int]:
 
 
 def test_re_runs_in_the_middle_in_any_segment_order_decide_as_the_memory_source_and_the_batch_pass(
-    tmp_path, monkeypatch
+    tmp_path, monkeypatch, hovering_index
 ):
     """Fourteen shards built by the stage (a level-2, a level-1 and two level-0 segments); every shard
     re-run afterwards at its own position, where the segments hold later owners (which do not count)
     and keys at the cap whose kept postings reach past the position, reads as the first run decided:
     largest segment first, smallest first, and with the skipping off. The first runs' files are
     what the in-memory source decides and the batch pass's decisions on the same order are those."""
-    corpus = hovering_corpus(31)
+    data_root, corpus, first, _ = hovering_index
     assert {CAP - 1, CAP, CAP + 1} <= earlier_counts(corpus)  # keys at the cap exactly, each side
-    data_root = DataRoot(str(tmp_path / "index"))
-    first = [run_shard(data_root, shard) for shard in corpus]
     assert not any(repairs for _, repairs in first)
     segments = segment_postings(data_root)
     assert sorted(name[:2] for name in segments if any(s.segment == name for s in read_state(data_root))) == [
@@ -200,13 +215,12 @@ def test_re_runs_in_the_middle_in_any_segment_order_decide_as_the_memory_source_
     assert looked_up[True, "largest first"] < looked_up[True, "smallest first"] <= looked_up[False, "largest first"]
 
 
-def test_a_run_killed_between_its_prefetch_and_its_commit_re_runs_to_the_same_files(tmp_path, monkeypatch):
+def test_a_run_killed_between_its_prefetch_and_its_commit_re_runs_to_the_same_files(tmp_path, hovering_index):
     """s006 is killed after its prefetch (a compaction runs before it is re-run) and s007 after its
     decisions, before its commit; s008 after its commit, before its files. Their re-runs write, byte
-    for byte, what a run never killed writes."""
-    corpus = hovering_corpus(32, 9)
-    clean_root = DataRoot(str(tmp_path / "clean"))
-    clean = [run_shard(clean_root, shard)[0] for shard in corpus]
+    for byte, what the runs never killed wrote."""
+    _, corpus, first, _ = hovering_index
+    corpus, clean = corpus[:9], [written for written, _ in first[:9]]
 
     class Killed(Exception):
         pass
@@ -287,25 +301,21 @@ def test_a_stale_capped_segment_read_first_and_a_re_indexed_shards_posting_in_a_
     assert run_shard(full_root, new)[0] == written
 
 
-def test_the_reported_figures_count_what_was_read(tmp_path, monkeypatch):
+def test_the_reported_figures_count_what_was_read(monkeypatch, hovering_index):
     """postings_read, blocks_read and the filter and segment bytes count what the reader read: with
     a key dropped they are lower, never below what the postings it returned hold, and the
     utterances it was checked against do not change."""
-    corpus = hovering_corpus(33, 14)
-    data_root = DataRoot(str(tmp_path / "index"))
-    for shard in corpus[:-1]:
-        run_shard(data_root, shard)
+    data_root, corpus, _, new = hovering_index
     figures = {}
     for skip in (True, False):
         monkeypatch.setattr(near_dup_index_reader, "SKIP_CAPPED_KEYS", skip)
-        with reserve_position(data_root, corpus[-1][0].shard_id) as again:
-            reader = IndexReader(data_root, again.position, wait_for_earlier(data_root, again))
-            own = index_keys(corpus[-1], again.position)
-            returned = reader.postings(np.unique(own["key"]), audio_only_keys(own))
+        reader = IndexReader(data_root, len(corpus))
+        own = index_keys(new, len(corpus))
+        returned = reader.postings(np.unique(own["key"]), audio_only_keys(own))
         assert reader.postings_read >= len(returned)
         assert reader.blocks_read >= reader.blocks_read_by_chance >= 0
         figures[skip] = (reader.postings_read, reader.blocks_read, reader.segment_bytes_read, reader.utterances)
-    assert figures[True][3] == figures[False][3]
+    assert figures[True][3] == figures[False][3] == 3 * len(corpus)
     assert figures[True][0] < figures[False][0] and figures[True][1] <= figures[False][1]
     assert figures[True][2] <= figures[False][2]
 
@@ -432,42 +442,36 @@ def test_the_parts_the_prefetch_reads_to_count_are_in_parts_read(tmp_path, monke
     assert 0 in reader._directory.loaded
 
 
-@pytest.mark.parametrize("folds", [READ_ATTEMPTS - 1, READ_ATTEMPTS])
 def test_a_settled_read_that_meets_a_fold_after_dropping_keys_reads_again_and_decides_the_same(
-    tmp_path, monkeypatch, folds
+    monkeypatch, hovering_index
 ):
-    """The settled read meets a part of the shard list folded away while counting the second
-    segment, after the first made keys drop (the second was read for the rest only): it reads again
-    from the state after the fold, with what it read kept, and decides as every key read everywhere;
-    a fold on every one of ``READ_ATTEMPTS`` reads is damage (the stage repairs)."""
-    corpus = hovering_corpus(35, 11)
-    data_root = DataRoot(str(tmp_path / "index"))
-    for shard in corpus[:-1]:
-        run_shard(data_root, shard)
-    new = corpus[-1]
-    every = sort_postings(np.concatenate([index_keys(shard, position) for position, shard in enumerate(corpus[:-1])]))
-    decided = {}
-    for skip in (False, True):
-        monkeypatch.setattr(near_dup_index_reader, "SKIP_CAPPED_KEYS", skip)
-        calls = []
-        owners_in = IndexReader._owners_in
+    """The read meets a part of the shard list folded away while counting the second segment, after
+    the first made keys drop (the second was read for the rest only): it reads again from the state
+    after the fold, with what it read kept, and decides as every key read everywhere; a fold on
+    every one of ``READ_ATTEMPTS`` reads is damage (the stage repairs)."""
+    data_root, corpus, _, new = hovering_index
+    every = sort_postings(np.concatenate([index_keys(shard, position) for position, shard in enumerate(corpus)]))
+    owners_in = IndexReader._owners_in
+    monkeypatch.setattr(near_dup_index_reader, "SKIP_CAPPED_KEYS", False)
+    every_key_everywhere = decide_shard(len(corpus), new, IndexReader(data_root, len(corpus)), thresholds())
+    monkeypatch.setattr(near_dup_index_reader, "SKIP_CAPPED_KEYS", True)
+    for folds in (READ_ATTEMPTS - 1, READ_ATTEMPTS):
+        reader = IndexReader(data_root, len(corpus))
+        second = reader._lookup_order()[1]
+        raised = []
 
-        def folded(self, name, header):
-            calls.append(name)
-            if skip and len(calls) % 2 == 0 and len(calls) <= 2 * folds:
+        def folded(self, name, header, raised=raised, folds=folds, second=second):
+            if name == second and len(raised) < folds:
+                raised.append(name)
                 raise _FoldedMeanwhile()
             return owners_in(self, name, header)
 
         monkeypatch.setattr(IndexReader, "_owners_in", folded)
-        with reserve_position(data_root, new[0].shard_id) as reservation:
-            reader = IndexReader(data_root, reservation.position, wait_for_earlier(data_root, reservation))
-            assert len(reader._live) == 2
-            if skip and folds == READ_ATTEMPTS:
-                with pytest.raises(IndexDamaged, match="moved on every one"):
-                    decide_shard(reservation.position, new, reader, thresholds())
-                return
-            decided[skip] = decide_shard(reservation.position, new, reader, thresholds())
-            assert_the_vote_sees_what_every_posting_shows(reader, new, every)
-        assert not skip or (calls[1] == calls[-1] and not reader._read[calls[1]][2].all())  # keys dropped there
+        if folds == READ_ATTEMPTS:
+            with pytest.raises(IndexDamaged, match="moved on every one"):
+                decide_shard(len(corpus), new, reader, thresholds())
+            continue
+        assert decide_shard(len(corpus), new, reader, thresholds()) == every_key_everywhere
+        assert len(raised) == folds and not reader._read[second][2].all()  # keys dropped before it
         monkeypatch.setattr(IndexReader, "_owners_in", owners_in)
-    assert decided[True] == decided[False]
+        assert_the_vote_sees_what_every_posting_shows(reader, new, every)
