@@ -22,11 +22,12 @@ from speechdata.quality.near_dup_batch import (
 from speechdata.quality.near_dup_batch_ray import IN_PROCESS, LOCAL, RAY_ADDRESS_ENV, batch_engine
 from speechdata.quality.near_dup_compaction import compact_pending
 from speechdata.quality.near_dup_index import DEFAULT_LOCK_TIMEOUT_S, CorpusIndexBusy
-from speechdata.quality.near_dup_matching import FLAG_KINDS, KINDS, NearDuplicateThresholds
+from speechdata.quality.near_dup_matching import FLAG_KINDS, KINDS, AudioKeyLoad, NearDuplicateThresholds
 from speechdata.quality.near_duplicates import (
     COLUMN_DESCRIPTIONS,
     NEAR_DUPLICATES_SCHEMA,
     NearDuplicatesSummary,
+    recall_warning,
     run_near_duplicates,
 )
 
@@ -146,6 +147,9 @@ def _near_duplicates_result(context: dg.AssetExecutionContext, summary: NearDupl
     )
     for line in summary.repairs:
         context.log.warning(f"{summary.shard_id}: repaired the near-duplicate index: {line}")
+    recall_warning = summary.recall_warning()
+    if recall_warning is not None:
+        context.log.warning(recall_warning)
     if not summary.index_locked:
         context.log.warning(
             "the data root's store has no exclusive create (only local folders and S3 do): the corpus index "
@@ -176,9 +180,21 @@ def _near_duplicates_result(context: dg.AssetExecutionContext, summary: NearDupl
             "index_repairs": dg.MetadataValue.json(summary.repairs),
             "index_postings_read": summary.postings_read,
             "index_entries_read": summary.entries_read,
+            **key_load_metadata(summary.audio_key_load),
             "dagster/column_schema": column_schema(NEAR_DUPLICATES_SCHEMA, COLUMN_DESCRIPTIONS),
         }
     )
+
+
+def key_load_metadata(load: AudioKeyLoad) -> dict[str, int | float]:
+    """What the fixed per-key cap kept out of the shard's audio vote: it grows with the corpus
+    (docs/deploying.md, "Near duplicates past N hours")."""
+    return {
+        "audio_keys_looked_up": load.keys,
+        "audio_keys_past_cap": load.keys_past_cap,
+        "audio_keys_past_cap_share": round(load.share_past_cap, 6),
+        "utterances_no_audio_key_voting": load.utterances_silenced,
+    }
 
 
 # --- the whole-corpus batch pass (docs/near-duplicates.md, "Whole-corpus batch pass")
@@ -243,6 +259,9 @@ def near_duplicates_batch(
     context.log.info(f"near-duplicates batch: {summary.describe()}")
     known = set(registered)
     for shard in summary.shards:
+        warning = recall_warning(shard.shard_id, shard.audio_key_load)
+        if warning is not None:
+            context.log.warning(warning)
         if shard.shard_id in known:
             context.log_event(
                 dg.AssetMaterialization(
@@ -254,6 +273,7 @@ def near_duplicates_batch(
                         "utterances_checked": shard.utterances,
                         **{f"duplicates_{kind}": count for kind, count in shard.by_kind.items()},
                         "index_position": shard.index_position,
+                        **key_load_metadata(shard.audio_key_load),
                         "batch_run": True,
                     },
                 )

@@ -41,7 +41,7 @@ import fnmatch
 import posixpath
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
 import numpy as np
@@ -68,6 +68,7 @@ from speechdata.quality.near_dup_index import (
 from speechdata.quality.near_dup_matching import (
     FLAG_KINDS,
     KINDS,
+    AudioKeyLoad,
     Decision,
     IndexEntry,
     NearDuplicateThresholds,
@@ -241,9 +242,10 @@ def decide_group(
     ranks: Sequence[int],
     thresholds: NearDuplicateThresholds,
     *pieces: dict[int, np.ndarray],
-) -> dict[int, list[Decision]]:
+) -> dict[int, tuple[list[Decision], AudioKeyLoad]]:
     """The decisions of the shards ``ranks`` (:func:`decide_shard`, each against the postings the
-    join gathered for it), by rank; representatives still unresolved."""
+    join gathered for it), by rank, representatives still unresolved, and what the per-key cap kept
+    out of each shard's audio vote."""
     rank_of_position = {int(position): rank for rank, position in enumerate(positions)}
     fetched: dict[int, ShardSignals] = {}
 
@@ -264,7 +266,11 @@ def decide_group(
         gathered = [piece[rank] for piece in pieces if rank in piece]
         postings = np.concatenate(gathered) if gathered else np.empty(0, POSTING_DTYPE)
         source = GatheredSource(postings, utterance)
-        decided[rank] = decide_shard(int(positions[rank]), shard(rank).signals, source, thresholds)
+        load = AudioKeyLoad()
+        decided[rank] = (
+            decide_shard(int(positions[rank]), shard(rank).signals, source, thresholds, key_load=load),
+            load,
+        )
     return decided
 
 
@@ -332,6 +338,8 @@ class BatchShardResult:
     duplicates: list[Decision]
     unchecked: list[Unchecked]
     audio_seconds: float
+    audio_key_load: AudioKeyLoad = field(default_factory=AudioKeyLoad)
+    """What the per-key cap kept out of the shard's audio vote, as the incremental stage reports it."""
 
     @property
     def by_kind(self) -> dict[str, int]:
@@ -356,10 +364,13 @@ class BatchSummary:
         utterances = sum(shard.utterances for shard in self.shards)
         unchecked = sum(len(shard.unchecked) for shard in self.shards)
         seconds = ", ".join(f"{stage} {value:.1f} s" for stage, value in self.stage_seconds.items())
+        keys = sum(shard.audio_key_load.keys for shard in self.shards)
+        past_cap = sum(shard.audio_key_load.keys_past_cap for shard in self.shards)
         return (
             f"{len(self.shards)} shards decided (index positions {min(positions)}-{max(positions)}), "
             f"{utterances} utterances, duplicates {self.by_kind}"
             + (f", {unchecked} not checked" if unchecked else "")
+            + (f", {past_cap / keys:.1%} of the audio keys past the cap" if keys else "")
             + (f", checked against {len(self.kept)} shards that kept their decisions" if self.kept else "")
             + f"; {seconds}"
         )
@@ -497,6 +508,7 @@ def run_near_duplicates_batch(
             outlines: list[ShardOutline] = [engine.fetch(handles[1]) for handles in signal_tasks]
             seconds["signals"] = time.perf_counter() - started
 
+            key_loads: dict[str, AudioKeyLoad] = {}
             decisions = decide_in_order(
                 engine,
                 shards,
@@ -508,6 +520,7 @@ def run_near_duplicates_batch(
                 partitions,
                 on_progress,
                 seconds,
+                key_loads,
             )
 
             started = time.perf_counter()
@@ -542,6 +555,7 @@ def run_near_duplicates_batch(
             duplicates=[d for d in decisions[shards[rank]] if d.kind in KINDS],
             unchecked=outlines[rank].unchecked,
             audio_seconds=outlines[rank].audio_seconds,
+            audio_key_load=key_loads[shards[rank]],
         )
         for rank, indexed_shard in zip(decided_ranks, committed, strict=True)
     ]
@@ -580,9 +594,11 @@ def decide_in_order(
     partitions: int = DEFAULT_PARTITIONS,
     on_progress: Progress | None = None,
     seconds: dict[str, float] | None = None,
+    key_loads: dict[str, AudioKeyLoad] | None = None,
 ) -> dict[str, list[Decision]]:
     """Stages 2 to 4 and the representatives: the decisions of every shard of ``decided``, in
-    ``utt_id`` order (``shards`` in the order, at index ``positions``, their signals behind ``shard_handles``)."""
+    ``utt_id`` order (``shards`` in the order, at index ``positions``, their signals behind ``shard_handles``).
+    ``key_loads``: filled with each decided shard's :class:`~.near_dup_matching.AudioKeyLoad`, when given."""
     seconds = {} if seconds is None else seconds
     sizes = [len(outline.utt_ids) for outline in outlines]
     decided_ranks = [rank for rank, shard_id in enumerate(shards) if shard_id in decided]
@@ -622,7 +638,10 @@ def decide_in_order(
     _track(engine, "decide", decide_tasks, on_progress)
     unresolved: dict[int, list[Decision]] = {}
     for handle in decide_tasks:
-        unresolved.update(engine.fetch(handle))
+        for rank, (decisions, load) in engine.fetch(handle).items():
+            unresolved[rank] = decisions
+            if key_loads is not None:
+                key_loads[shards[rank]] = load
     seconds["decide"] = time.perf_counter() - started
     return _resolve(shards, outlines, unresolved)
 

@@ -35,6 +35,7 @@ from speechdata.quality.near_dup_batch_ray import IN_PROCESS, LOCAL, RAY_ADDRESS
 from speechdata.quality.near_dup_compaction import compact_pending
 from speechdata.quality.near_dup_index import CorpusIndexBusy
 from speechdata.quality.near_dup_matching import NearDuplicateThresholds
+from speechdata.quality.near_duplicates import recall_warning
 
 EXIT_FAILED = 1
 PROGRESS_EVERY_S = 2.0
@@ -202,6 +203,10 @@ def run_batch(args: argparse.Namespace) -> int:
     except (ValueError, FileNotFoundError, CorpusIndexBusy, DataRootMissing) as error:
         print(f"speechdata near-duplicates batch: error: {error}", file=sys.stderr)
         return EXIT_FAILED
+    for shard in summary.shards:
+        warning = recall_warning(shard.shard_id, shard.audio_key_load)
+        if warning is not None:
+            print(f"speechdata near-duplicates batch: warning: {warning}", file=sys.stderr)
     print(summary.describe())
     return 0
 

@@ -225,12 +225,49 @@ def find_representatives(
 
 @dataclass
 class _Query:
-    """One new utterance's candidates, gathered before any decision is made."""
+    """One new utterance's candidates, gathered before any decision is made, and what the cap kept
+    out of its audio vote (:class:`AudioKeyLoad`)."""
 
     exact: list[int]
     audio: list[int]
     transcript: list[int]
     envelope: list[int]
+    audio_keys: int = 0
+    audio_keys_met: int = 0
+    audio_keys_past_cap: int = 0
+
+
+@dataclass
+class AudioKeyLoad:
+    """How much of a shard's audio lookup :data:`MAX_KEY_OCCURRENCES` kept out of the vote, counted
+    by :func:`decide_shard`. The cap is fixed while every key's chance postings grow with the corpus,
+    so these figures grow with it; past a share of keys, copies found only by their audio (clips,
+    compound and trimmed copies, which keep 2-3 exact keys) stop being found (docs/deploying.md,
+    "Near duplicates past N hours")."""
+
+    utterances: int = 0
+    """New utterances with at least one sampled audio key."""
+    keys: int = 0
+    """Sampled audio keys looked up (one per sampled frame of each new utterance)."""
+    keys_met: int = 0
+    """Of those, keys with at least one posting of an utterance before theirs."""
+    keys_past_cap: int = 0
+    """Of those, keys with more than :data:`MAX_KEY_OCCURRENCES` such postings: they never voted."""
+    utterances_silenced: int = 0
+    """Utterances whose every key that met an earlier posting was past the cap (at least one met
+    one): no audio key of theirs voted, so an earlier copy could be found by no audio key."""
+
+    def add(self, query: _Query) -> None:
+        self.utterances += query.audio_keys > 0
+        self.keys += query.audio_keys
+        self.keys_met += query.audio_keys_met
+        self.keys_past_cap += query.audio_keys_past_cap
+        self.utterances_silenced += query.audio_keys_met > 0 and query.audio_keys_met == query.audio_keys_past_cap
+
+    @property
+    def share_past_cap(self) -> float:
+        """Of the sampled audio keys looked up, the share past the cap (0 when none was looked up)."""
+        return self.keys_past_cap / self.keys if self.keys else 0.0
 
 
 def decide_shard(
@@ -240,11 +277,13 @@ def decide_shard(
     thresholds: NearDuplicateThresholds,
     *,
     own_postings: np.ndarray | None = None,
+    key_load: AudioKeyLoad | None = None,
 ) -> list[Decision]:
     """A :class:`Decision` per ``new`` utterance (the shard at index ``position``, in ``utt_id``
     order) against ``earlier`` (everything indexed before the shard) and its own earlier utterances.
     ``own_postings``: the shard's postings (:func:`~.near_dup_postings.index_keys` of ``new`` at
     ``position``), when the caller built them already (they are looked up and committed too).
+    ``key_load``: counts what the cap kept out of the shard's audio vote, when given.
 
     Reads ``earlier`` twice: once for the postings of every key of the shard, once for the
     candidates those postings name; memory and time follow the shard and what it touches."""
@@ -266,6 +305,9 @@ def decide_shard(
     queries = [
         _candidates(position, rank, signals, postings, posting_keys, thresholds) for rank, signals in enumerate(new)
     ]
+    if key_load is not None:
+        for query in queries:
+            key_load.add(query)
     wanted = sorted({o for q in queries for o in (*q.exact, *q.audio, *q.transcript, *q.envelope) if o < first_own})
     fetched = earlier.entries(wanted)
     known: dict[int, IndexEntry] = dict(fetched)
@@ -347,11 +389,14 @@ def _candidates(
         _, found = _key_postings(postings, np.array([exact_key(signals.exact_hash)], np.uint64), me, posting_keys)
         exact = sorted(set(found["owner"].tolist()))
     audio: list[int] = []
+    keys_met = keys_past_cap = 0
     keys, frames = sampled_audio_keys(signals.fingerprint.sub_fingerprints, signals.fingerprint.active)
     if len(keys):
         which, found = _key_postings(postings, keys, me, posting_keys)
         if len(found):
             per_key = np.bincount(which, minlength=len(keys))
+            keys_met = int(np.count_nonzero(per_key))
+            keys_past_cap = int(np.count_nonzero(per_key > MAX_KEY_OCCURRENCES))
             contexts = neighbour_contexts(signals.fingerprint.sub_fingerprints, frames)
             alike = context_bit_errors(contexts[which], found["context"]) <= MAX_CONTEXT_BIT_ERRORS
             usable = (per_key[which] <= MAX_KEY_OCCURRENCES) & alike
@@ -387,7 +432,7 @@ def _candidates(
                 for owner, span in zip(owners[chosen].tolist(), spans, strict=True)
                 if span is None or not _tempo_rules_out(signals.shift.span_s, span, thresholds)
             ]
-    return _Query(exact, audio, transcript, envelope)
+    return _Query(exact, audio, transcript, envelope, len(keys), keys_met, keys_past_cap)
 
 
 def _decide_one(

@@ -25,6 +25,7 @@ from speechdata.audio.codec import decode_audio
 from speechdata.io import layout
 from speechdata.io.shard_lock import EXCLUSIVE_CREATE_PROTOCOLS, LockHolder
 from speechdata.io.storage import DataRoot
+from speechdata.quality import near_dup_matching
 from speechdata.quality.fingerprint_audio import audio_fingerprint, exact_audio_hash
 from speechdata.quality.fingerprint_envelope import shift_signature
 from speechdata.quality.fingerprint_text import normalized_transcript, transcript_signature, word_count
@@ -43,6 +44,7 @@ from speechdata.quality.near_dup_index import (
 from speechdata.quality.near_dup_matching import (
     FLAG_KINDS,
     KINDS,
+    AudioKeyLoad,
     Decision,
     NearDuplicateThresholds,
     UtteranceSignals,
@@ -74,6 +76,15 @@ transcripts are never compared. A shard checked with a lower ``min_transcript_wo
 shorter transcripts without speakers (as the same speaker: duplicates, as before speakers existed)."""
 SIGNALS_BATCH_S = 300.0
 """Decoded audio held at once while computing signals: its speaker windows go through the encoder together."""
+KEYS_PAST_CAP_WARNING_SHARE = 0.05
+"""A shard whose sampled audio keys are past ``MAX_KEY_OCCURRENCES`` in more than this share warns in
+its run's log (:meth:`NearDuplicatesSummary.recall_warning`). Measured on the extended planted set
+inside a growing background of synthetic speech (``bench_near_dup_recall_at_scale``): no copy was
+lost with 3.7 % of the keys past the cap, the first one (a compound copy found by audio alone) at
+8.1 %; on keys whose loads sit at their mean (a Poisson count), 5 % is a mean load of 465 against
+500, where a copy voting with 2 keys loses both with probability 0.3 % (docs/deploying.md, "Near
+duplicates past N hours")."""
+RECALL_DOC = 'docs/deploying.md, "Near duplicates past N hours"'
 REJECT_REASON = "near_duplicate"
 """The reason the quality filter records for every utterance listed in ``near_duplicates.parquet``."""
 
@@ -138,11 +149,32 @@ class NearDuplicatesSummary(StageSummary):
     """What this run rebuilt of a damaged index (:func:`~.near_dup_index.repair_index`)."""
     postings_read: int = 0
     entries_read: int = 0
+    audio_key_load: AudioKeyLoad = field(default_factory=AudioKeyLoad)
+    """What ``MAX_KEY_OCCURRENCES`` kept out of the shard's audio vote (:class:`~.near_dup_matching.AudioKeyLoad`)."""
 
     @property
     def by_kind(self) -> dict[str, int]:
         counts = Counter(decision.kind for decision in self.duplicates + self.flags)
         return {kind: counts.get(kind, 0) for kind in KINDS + FLAG_KINDS}
+
+    def recall_warning(self) -> str | None:
+        """:func:`recall_warning` of this shard."""
+        return recall_warning(self.shard_id, self.audio_key_load)
+
+
+def recall_warning(shard_id: str, load: AudioKeyLoad) -> str | None:
+    """A line for the run's log once the share of the shard's sampled audio keys past the cap passes
+    :data:`KEYS_PAST_CAP_WARNING_SHARE`; None below it."""
+    if load.share_past_cap <= KEYS_PAST_CAP_WARNING_SHARE:
+        return None
+    cap = near_dup_matching.MAX_KEY_OCCURRENCES
+    return (
+        f"{shard_id}: {load.share_past_cap:.1%} of the shard's sampled audio keys had more than "
+        f"MAX_KEY_OCCURRENCES ({cap}) earlier postings and never voted (warning above "
+        f"{KEYS_PAST_CAP_WARNING_SHARE:.0%}); {load.utterances_silenced} of {load.utterances} utterances had no "
+        "audio key voting at all. Copies found only by their audio (clips, compound and trimmed copies) are "
+        f"being missed as the corpus grows: see {RECALL_DOC}"
+    )
 
 
 def utterance_signals(
@@ -289,6 +321,7 @@ def run_near_duplicates(
     lock_options = {"run_id": run_id, "holder_finished": holder_finished}
     repairs: list[str] = []
     for attempt in range(INDEX_ATTEMPTS):
+        key_load = AudioKeyLoad()  # a repaired index decides again: only the last decision's count stands
         try:
             with reserve_position(data_root, shard_id, timeout_s=lock_timeout_s, **lock_options) as reservation:
                 # The postings of the shard's keys are read from what is committed now, while shards
@@ -298,7 +331,9 @@ def run_near_duplicates(
                 earlier = IndexReader(data_root, reservation.position)
                 earlier.prefetch(own["key"], audio_only_keys(own))
                 earlier.settle(wait_for_earlier(data_root, reservation, timeout_s=lock_timeout_s, **lock_options))
-                decisions = decide_shard(reservation.position, signals, earlier, thresholds, own_postings=own)
+                decisions = decide_shard(
+                    reservation.position, signals, earlier, thresholds, own_postings=own, key_load=key_load
+                )
                 indexed = commit_shard_entries(
                     data_root,
                     reservation,
@@ -348,4 +383,5 @@ def run_near_duplicates(
         repairs=repairs,
         postings_read=earlier.postings_read,
         entries_read=earlier.rows_read,
+        audio_key_load=key_load,
     )

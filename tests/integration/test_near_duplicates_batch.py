@@ -72,8 +72,7 @@ def rows(root: DataRoot, shard_id: str) -> list[tuple[str, str, str]]:
 
 @pytest.mark.slow  # a Dagster instance and an in-process run: about 15 s on the shared build machine
 def test_the_batch_job_records_each_shards_materialization_and_writes_what_the_asset_writes(corpus):
-    for shard_id in SHARDS:
-        run_near_duplicates(corpus, shard_id)
+    key_loads = {shard_id: run_near_duplicates(corpus, shard_id).audio_key_load for shard_id in SHARDS}
     incremental, incremental_order = without_order_records(written_bytes(corpus)), read_state(corpus)
     forget(corpus)
     with dg.instance_for_test() as instance:
@@ -93,12 +92,19 @@ def test_the_batch_job_records_each_shards_materialization_and_writes_what_the_a
     recorded = {e.materialization.partition: e.materialization.metadata for e in events}
     assert set(recorded) == set(SHARDS) and all(e.asset_key.path == ["near_duplicates"] for e in events)
     assert recorded["b1"]["duplicates_exact_audio"].value == 1 and recorded["b1"]["index_position"].value == 1
+    # What the per-key cap kept out of each shard's audio vote, as the shard-by-shard stage counted it
+    for shard_id, load in key_loads.items():
+        assert recorded[shard_id]["audio_keys_looked_up"].value == load.keys > 0
+        assert recorded[shard_id]["audio_keys_past_cap"].value == load.keys_past_cap
     assert any("signals 2/2" in line for line in logs) and any("2 shards decided" in line for line in logs)
 
 
 def test_the_command_decides_a_selection_and_later_shards_continue_from_its_index(corpus, capsys):
     assert run(["near-duplicates", "batch", "--in-process", "--data-root", corpus.url, "--partitions", "3"]) == 0
-    assert "2 shards decided (index positions 0-1)" in capsys.readouterr().out
+    printed = capsys.readouterr()
+    assert "2 shards decided (index positions 0-1)" in printed.out
+    # Two small shards: no audio key is near the cap, so no warning
+    assert "0.0% of the audio keys past the cap" in printed.out and "warning" not in printed.err
     assert rows(corpus, "b1") == [("b1-a", "exact_audio", "b0-a"), ("b1-b", "near_transcript", "b0-b")]
 
     # A shard landing afterwards, through the incremental stage: the next position, against the pass's index.

@@ -13,8 +13,11 @@ from speechdata.quality.near_dup_batch import LocalEngine, ShardOutline, ShardSi
 from speechdata.quality.near_dup_matching import (
     MAX_KEY_OCCURRENCES,
     MAX_TRANSCRIPT_CANDIDATES,
+    AudioKeyLoad,
+    MemorySource,
     NearDuplicateThresholds,
     UtteranceSignals,
+    decide_shard,
     find_representatives,
 )
 from speechdata.quality.near_dup_planted import SAMPLE_RATE, planted_set
@@ -160,6 +163,26 @@ def test_the_batch_pass_decides_every_synthetic_shard_as_the_incremental_path(th
     for partitions in (1, 5):
         got = batch(corpus, thresholds, [f"s{n}" for n in range(len(corpus))], partitions)
         assert [got[f"s{n}"] for n in range(len(corpus))] == expected
+
+
+def test_the_batch_pass_counts_each_shards_audio_keys_past_the_cap_as_the_incremental_path():
+    corpus, _ = synthetic_corpus(seed=2)
+    thresholds = NearDuplicateThresholds()
+    expected = []
+    for position, signals in enumerate(corpus):
+        source = MemorySource([(s, (s.shard_id, s.utt_id)) for shard in corpus[:position] for s in shard])
+        load = AudioKeyLoad()
+        decide_shard(position, signals, source, thresholds, key_load=load)
+        expected.append(load)
+    assert expected[-1].keys_past_cap > 0  # the common sub-fingerprint passes the cap from the second shard on
+
+    loads: dict = {}
+    ids = [f"s{n}" for n in range(len(corpus))]
+    handles = [ShardSignals(shard[0].shard_id, shard, None) for shard in corpus]
+    outlines = [ShardOutline(shard[0].shard_id, [s.utt_id for s in shard], None, [], 0.0) for shard in corpus]
+    positions = np.arange(len(ids), dtype=np.int64)
+    decide_in_order(LocalEngine(), ids, positions, set(ids), handles, outlines, thresholds, 3, key_loads=loads)
+    assert [loads[shard_id] for shard_id in ids] == expected
 
 
 def test_shards_outside_the_selection_keep_their_stored_decisions_and_are_matched_against():
