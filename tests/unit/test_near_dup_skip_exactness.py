@@ -29,7 +29,7 @@ from speechdata.quality.near_dup_index import (
     wait_for_earlier,
 )
 from speechdata.quality.near_dup_index_order import READ_ATTEMPTS, _FoldedMeanwhile
-from speechdata.quality.near_dup_matching import NearDuplicateThresholds, decide_shard, find_representatives
+from speechdata.quality.near_dup_matching import AudioKeyLoad, MemorySource, NearDuplicateThresholds, decide_shard
 from speechdata.quality.near_dup_postings import (
     audio_only_keys,
     capped_postings_mask,
@@ -104,13 +104,15 @@ def files_of(tmp_path, shard_id: str, decisions) -> tuple[bytes, bytes]:
 
 def decided_at_own_position(data_root, signals):
     """A committed shard decided again at its position (the re-run's path, read as the stage reads:
-    prefetch, settle)."""
+    prefetch, settle), with its reader and its keys past the cap."""
     with reserve_position(data_root, signals[0].shard_id) as again:
         own = index_keys(signals, again.position)
         reader = IndexReader(data_root, again.position)
         reader.prefetch(own["key"], audio_only_keys(own))
         reader.settle(wait_for_earlier(data_root, again))
-        return decide_shard(again.position, signals, reader, thresholds(), own_postings=own), reader
+        load = AudioKeyLoad()
+        decided = decide_shard(again.position, signals, reader, thresholds(), own_postings=own, key_load=load)
+        return decided, reader, load
 
 
 def assert_the_vote_sees_what_every_posting_shows(reader, shard, every: np.ndarray) -> None:
@@ -150,10 +152,11 @@ def test_re_runs_in_the_middle_in_any_segment_order_decide_as_the_memory_source_
     tmp_path, monkeypatch, hovering_index
 ):
     """Fourteen shards built by the stage (a level-2, a level-1 and two level-0 segments); every shard
-    re-run afterwards at its own position, where the segments hold later owners (which do not count)
-    and keys at the cap whose kept postings reach past the position, reads as the first run decided:
-    largest segment first, smallest first, and with the skipping off. The first runs' files are
-    what the in-memory source decides and the batch pass's decisions on the same order are those."""
+        re-run afterwards at its own position, where the segments hold later owners (which do not count)
+        and keys at the cap whose kept postings reach past the position, reads as the first run decided:
+        largest segment first, smallest first, and with the skipping off. The first runs' files are
+        what the in-memory source decides and the batch pass's decisions on the same order are those; the
+    keys past the cap each counts (``AudioKeyLoad``) are the same everywhere."""
     data_root, corpus, first, _ = hovering_index
     assert {CAP - 1, CAP, CAP + 1} <= earlier_counts(corpus)  # keys at the cap exactly, each side
     assert not any(repairs for _, repairs in first)
@@ -177,9 +180,10 @@ def test_re_runs_in_the_middle_in_any_segment_order_decide_as_the_memory_source_
     }
     assert straddling
 
-    memory, indexed = [], []
+    memory, loads, indexed = [], [], []
     for shard in corpus:
-        memory.append(find_representatives(indexed, shard, thresholds()))
+        source, loads = MemorySource(indexed), [*loads, AudioKeyLoad()]
+        memory.append(decide_shard(source.next_position, shard, source, thresholds(), key_load=loads[-1]))
         indexed += [(s, (d.representative_shard, d.representative_utt)) for s, d in zip(shard, memory[-1], strict=True)]
     for shard, decisions, (written, _) in zip(corpus, memory, first, strict=True):
         assert files_of(tmp_path, shard[0].shard_id, decisions) == written
@@ -187,10 +191,21 @@ def test_re_runs_in_the_middle_in_any_segment_order_decide_as_the_memory_source_
     ids = [shard[0].shard_id for shard in corpus]
     handles = [ShardSignals(shard_id, shard, None) for shard_id, shard in zip(ids, corpus, strict=True)]
     outlines = [ShardOutline(shard[0].shard_id, [s.utt_id for s in shard], None, [], 0.0) for shard in corpus]
+    batch_loads = {}
     batch = decide_in_order(
-        LocalEngine(), ids, np.arange(len(ids), dtype=np.int64), set(ids), handles, outlines, thresholds(), 3
+        LocalEngine(),
+        ids,
+        np.arange(len(ids), dtype=np.int64),
+        set(ids),
+        handles,
+        outlines,
+        thresholds(),
+        3,
+        key_loads=batch_loads,
     )
     assert [batch[shard_id] for shard_id in ids] == memory
+    assert [batch_loads[shard_id] for shard_id in ids] == loads
+    assert sum(load.keys_past_cap for load in loads) > 0
 
     every = sort_postings(np.concatenate([index_keys(shard, position) for position, shard in enumerate(corpus)]))
     log = LookupLog(monkeypatch)
@@ -205,9 +220,10 @@ def test_re_runs_in_the_middle_in_any_segment_order_decide_as_the_memory_source_
         for label, order in orders.items():
             monkeypatch.setattr(IndexReader, "_lookup_order", order)
             log.lookups.clear()
-            for shard, decisions in zip(corpus, memory, strict=True):
-                again, reader = decided_at_own_position(data_root, shard)
+            for shard, decisions, load in zip(corpus, memory, loads, strict=True):
+                again, reader, again_load = decided_at_own_position(data_root, shard)
                 assert again == decisions, (label, skip, shard[0].shard_id)
+                assert again_load == load  # a key dropped is still counted past the cap
                 assert_the_vote_sees_what_every_posting_shows(reader, shard, every)
             looked_up[skip, label] = log.keys_looked_up
     # The largest first spares the most lookups (smallest first, a key passes the cap mostly in the
