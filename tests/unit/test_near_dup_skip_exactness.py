@@ -152,10 +152,10 @@ def test_re_runs_in_the_middle_in_any_segment_order_decide_as_the_memory_source_
     tmp_path, monkeypatch, hovering_index
 ):
     """Fourteen shards built by the stage (a level-2, a level-1 and two level-0 segments); every shard
-        re-run afterwards at its own position, where the segments hold later owners (which do not count)
-        and keys at the cap whose kept postings reach past the position, reads as the first run decided:
-        largest segment first, smallest first, and with the skipping off. The first runs' files are
-        what the in-memory source decides and the batch pass's decisions on the same order are those; the
+    re-run afterwards at its own position, where the segments hold later owners (which do not count)
+    and keys at the cap whose kept postings reach past the position, reads as the first run decided:
+    largest segment first, smallest first, and with the skipping off. The first runs' files are
+    what the in-memory source decides and the batch pass's decisions on the same order are those; the
     keys past the cap each counts (``AudioKeyLoad``) are the same everywhere."""
     data_root, corpus, first, _ = hovering_index
     assert {CAP - 1, CAP, CAP + 1} <= earlier_counts(corpus)  # keys at the cap exactly, each side
