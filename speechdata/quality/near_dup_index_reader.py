@@ -210,7 +210,7 @@ class IndexReader:
             if droppable.any():
                 # Counted (live, before the position) audio postings: each one of a droppable key is
                 # a posting the vote counts, so a key past the cap in them never votes.
-                audio = postings[counted & (postings["context"] != 0)]["key"]
+                audio = postings["key"][counted & (postings["context"] != 0)]
                 capped_counted += np.bincount(np.searchsorted(wanted, audio), minlength=len(wanted))
                 known_silent = droppable & (capped_counted >= key_posting_cap())
                 if known_silent.any():

@@ -290,7 +290,7 @@ def decide_shard(
     from speechdata.quality.near_dup_postings import (
         audio_only_keys,
         index_keys,
-        merge_earlier_postings,
+        merged_fields,
         owner_of,
         sorted_unique,
     )
@@ -300,7 +300,7 @@ def decide_shard(
     first_own = owner_of(position, 0)
     if len(looked_up) and int(looked_up["owner"].max()) >= first_own:
         raise ValueError(f"the candidate source named an utterance at or after index position {position}")
-    columns = _PostingColumns.of(merge_earlier_postings(looked_up, own))
+    columns = _PostingColumns.of(merged_fields(looked_up, own))
     queries = [_candidates(position, rank, signals, columns, thresholds) for rank, signals in enumerate(new)]
     if key_load is not None:
         for query in queries:
@@ -356,7 +356,9 @@ class _PostingColumns:
     starts: np.ndarray
 
     @classmethod
-    def of(cls, postings: np.ndarray) -> _PostingColumns:
+    def of(cls, postings: np.ndarray | dict[str, np.ndarray]) -> _PostingColumns:
+        """The columns of ``postings`` (sorted by key): a structured array, or its fields
+        (:func:`~.near_dup_postings.merged_fields`)."""
         keys = np.ascontiguousarray(postings["key"])
         new_key = np.ones(len(keys), bool)
         new_key[1:] = keys[1:] != keys[:-1]

@@ -307,6 +307,11 @@ def sort_postings(postings: np.ndarray) -> np.ndarray:
     built utterance by utterance; the postings a lookup found, segment by segment, earliest first):
     a stable sort by key alone is then the same order, and a contiguous key column sorts about 10x
     faster than the three-key ``np.lexsort`` (which stays for every other input)."""
+    return postings[posting_order(postings)]
+
+
+def posting_order(postings: np.ndarray) -> np.ndarray:
+    """The permutation :func:`sort_postings` applies."""
     keys = np.ascontiguousarray(postings["key"])
     order = np.argsort(keys, kind="stable")
     owners, frames = postings["owner"][order], postings["frame"][order]
@@ -315,7 +320,7 @@ def sort_postings(postings: np.ndarray) -> np.ndarray:
     earlier_frame = (owners[1:] == owners[:-1]) & (frames[1:] < frames[:-1])
     if (same_key & (earlier_owner | earlier_frame)).any():
         order = np.lexsort((postings["frame"], postings["owner"], postings["key"]))
-    return postings[order]
+    return order
 
 
 def merge_earlier_postings(earlier: np.ndarray, own: np.ndarray) -> np.ndarray:
@@ -333,6 +338,24 @@ def merge_earlier_postings(earlier: np.ndarray, own: np.ndarray) -> np.ndarray:
     merged[at] = earlier
     merged[from_own] = own
     return merged
+
+
+def merged_fields(earlier: np.ndarray, own: np.ndarray) -> dict[str, np.ndarray]:
+    """Each field of :func:`merge_earlier_postings` as a contiguous array, placed field by field: no
+    merged copy of the records is made, and each field is gathered and placed once."""
+    order = posting_order(earlier)
+    own_keys = np.ascontiguousarray(own["key"])
+    earlier_keys = np.ascontiguousarray(earlier["key"])[order]
+    # Each earlier posting goes before own's postings of its key; each of own's after those earlier.
+    earlier_at = np.searchsorted(own_keys, earlier_keys, side="left") + np.arange(len(earlier))
+    own_at = np.searchsorted(earlier_keys, own_keys, side="right") + np.arange(len(own))
+    fields = {}
+    for name in POSTING_DTYPE.names:
+        field = np.empty(len(earlier) + len(own), POSTING_DTYPE[name])
+        field[earlier_at] = earlier_keys if name == "key" else earlier[name][order]
+        field[own_at] = own_keys if name == "key" else own[name]
+        fields[name] = field
+    return fields
 
 
 def sorted_unique(values: np.ndarray) -> np.ndarray:

@@ -14,7 +14,13 @@ from speechdata.quality.near_dup_matching import (
     _pair_votes,
     _PostingColumns,
 )
-from speechdata.quality.near_dup_postings import POSTING_DTYPE, context_bit_errors, sort_postings
+from speechdata.quality.near_dup_postings import (
+    POSTING_DTYPE,
+    context_bit_errors,
+    merge_earlier_postings,
+    merged_fields,
+    sort_postings,
+)
 
 
 def _postings(rng: np.random.Generator, count: int, keys: int, owners: int) -> np.ndarray:
@@ -90,3 +96,16 @@ def test_pair_votes_and_best_offsets_are_np_unique_and_the_first_by_votes_then_o
             expected.append((int(pairs[index, 0]), int(pairs[index, 1])))
     assert _best_offset_per_owner(pairs, votes, 3) == expected
     assert _best_offset_per_owner(pairs, votes, 10_000) == []
+
+
+def test_merged_fields_are_the_merged_postings_field_by_field():
+    rng = np.random.default_rng(3)
+    own = _lexsorted(_postings(rng, 1_500, 60, 5))
+    own["owner"] += 100  # every owner of the shard after every earlier one
+    earlier = _postings(rng, 2_000, 80, 100)
+    for found in (earlier, earlier[:0]):
+        merged = merge_earlier_postings(found, own)
+        fields = merged_fields(found, own)
+        assert {name: fields[name].tobytes() for name in POSTING_DTYPE.names} == {
+            name: np.ascontiguousarray(merged[name]).tobytes() for name in POSTING_DTYPE.names
+        }
