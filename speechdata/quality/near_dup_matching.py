@@ -450,14 +450,16 @@ def _candidates(
     if signals.shift is not None:
         _, found = _key_postings(columns, envelope_keys(signals.shift.envelope), me)
         if len(found):
-            owners, first, hits = np.unique(columns.owner[found], return_index=True, return_counts=True)
+            found_owners = columns.owner[found]
+            owners, hits = _value_counts(found_owners)
             shared = hits >= MIN_SHARED_ENVELOPE_PAIRS
-            owners, first, hits = owners[shared], first[shared], hits[shared]
+            owners, hits = owners[shared], hits[shared]
             # most shared pairs (so bands) first, the earliest on a tie
             chosen = np.lexsort((owners, -hits))[:ENVELOPE_CANDIDATES]
-            # A candidate whose speech span (its postings' context) the tempo rule rules out is
-            # never fetched: _shifted_match would pass over it. Chosen first, so the others stay.
-            spans = [span_of_context(int(context)) for context in columns.context[found[first[chosen]]].tolist()]
+            # A candidate whose speech span (its postings' context: its first one's) the tempo rule
+            # rules out is never fetched: _shifted_match would pass over it. Chosen first, so the others stay.
+            first = _first_places(found_owners, owners[chosen])
+            spans = [span_of_context(int(context)) for context in columns.context[found[first]].tolist()]
             envelope = [
                 owner
                 for owner, span in zip(owners[chosen].tolist(), spans, strict=True)
@@ -636,6 +638,24 @@ def _verify(
     if reference_covered and reference_active >= least_contained:
         return CONTAINS_EARLIER, comparison.bit_error_rate
     return None
+
+
+def _value_counts(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``np.unique(values, return_counts=True)`` by one sort: the envelope's chance postings, tens
+    of thousands an utterance at 10^5 hours, counted by owner for each new utterance."""
+    ordered = np.sort(values)
+    new_value = np.ones(len(ordered), bool)
+    new_value[1:] = ordered[1:] != ordered[:-1]
+    starts = np.flatnonzero(new_value)
+    return ordered[starts], np.diff(np.append(starts, len(ordered)))
+
+
+def _first_places(values: np.ndarray, wanted: np.ndarray) -> np.ndarray:
+    """The index of each of ``wanted``'s first occurrence in ``values`` (each one occurs): found among
+    the occurrences of ``wanted`` only, a few of ``values``."""
+    places = np.flatnonzero(np.isin(values, wanted))
+    distinct, first = np.unique(values[places], return_index=True)
+    return places[first[np.searchsorted(distinct, wanted)]]
 
 
 def _pair_votes(first: np.ndarray, second: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -10,9 +10,11 @@ import pytest
 
 from speechdata.quality.near_dup_matching import (
     _best_offset_per_owner,
+    _first_places,
     _key_postings,
     _pair_votes,
     _PostingColumns,
+    _value_counts,
 )
 from speechdata.quality.near_dup_postings import (
     POSTING_DTYPE,
@@ -109,3 +111,16 @@ def test_merged_fields_are_the_merged_postings_field_by_field():
         assert {name: fields[name].tobytes() for name in POSTING_DTYPE.names} == {
             name: np.ascontiguousarray(merged[name]).tobytes() for name in POSTING_DTYPE.names
         }
+
+
+def test_envelope_owner_counts_and_first_places_are_np_uniques():
+    rng = np.random.default_rng(9)
+    owners = np.concatenate([np.sort(rng.integers(0, 300, 40)) for _ in range(20)]).astype(np.int64)
+    values, counts = _value_counts(owners)
+    expected_values, expected_first, expected_counts = np.unique(owners, return_index=True, return_counts=True)
+    assert values.tolist() == expected_values.tolist() and counts.tolist() == expected_counts.tolist()
+    wanted = expected_values[rng.permutation(len(expected_values))[:16]]
+    first_of = dict(zip(expected_values.tolist(), expected_first.tolist(), strict=True))
+    assert _first_places(owners, wanted).tolist() == [first_of[owner] for owner in wanted.tolist()]
+    assert [len(part) for part in _value_counts(owners[:0])] == [0, 0]
+    assert len(_first_places(owners, wanted[:0])) == 0
