@@ -211,7 +211,8 @@ class IndexReader:
                 # Counted (live, before the position) audio postings: each one of a droppable key is
                 # a posting the vote counts, so a key past the cap in them never votes.
                 audio = postings["key"][counted & (postings["context"] != 0)]
-                capped_counted += np.bincount(np.searchsorted(wanted, audio), minlength=len(wanted))
+                runs = np.flatnonzero(np.append(len(audio) > 0, audio[1:] != audio[:-1]))  # one search a run of a key
+                np.add.at(capped_counted, np.searchsorted(wanted, audio[runs]), np.diff(np.append(runs, len(audio))))
                 known_silent = droppable & (capped_counted >= key_posting_cap())
                 if known_silent.any():
                     still_voting = still_voting & ~known_silent  # a new array: segments read keep theirs
