@@ -96,9 +96,9 @@ class IndexReader:
         self.segment_bytes_read = 0
         self.entries_fetched = 0
         self._looked_up: list[tuple[str, np.ndarray, np.ndarray]] = []
-        """Per segment lookup: the segment, the keys its filter let through, the keys found (unique)."""
+        """Per segment lookup: the segment, the keys its filter let through, the keys found (unique:
+        no view that would keep every chunk's postings alive); ``_fences``: each segment's, once."""
         self._fences: dict[str, np.ndarray] = {}
-        """Per segment read: its block fences (once, however many lookups read it)."""
         self._keys: np.ndarray | None = None
         self._probe: tuple[np.ndarray, KeyProbe] | None = None
         """The last keys looked up and their filter probe, made once for every segment."""
@@ -110,9 +110,8 @@ class IndexReader:
         """``_keys`` and their filter probe, which the probes of the keys still voting are cut from."""
         self._owners: dict[str, tuple[np.ndarray, Sequence[SegmentShard]]] = {}
         """Per segment read: the positions whose postings counted, and the header's shards (once per
-        settled state, however many lookups read the segment)."""
+        settled state); ``_over_limit``: the keys and limit a :meth:`prefetch` passed."""
         self._over_limit: tuple[np.ndarray, int] | None = None
-        """The keys a :meth:`prefetch` stopped reading for once it held more than its limit, and the limit."""
         self.settle(read_directory(data_root, position) if state is None else state)
 
     def settle(self, state: Sequence[IndexedShard]) -> None:
@@ -141,7 +140,7 @@ class IndexReader:
         segments that were not live then, and the keys it dropped from a segment that it needs there
         after all (the counts that dropped them are taken again against the settled state).
         ``limit``: once more than this many postings are read, they are dropped and reading stops;
-        a later :meth:`postings` of the same keys with that limit or less then answers None at once
+        a later :meth:`postings` of the same keys with that limit then answers None at once
         (the caller looks them up in chunks)."""
         self._keys, self._read, self._over_limit = sorted_unique(keys.astype(np.uint64)), {}, None
         try:
@@ -150,9 +149,7 @@ class IndexReader:
         finally:
             self._owners = {}  # the state it counted against is not the one :meth:`settle` gives
 
-    def postings(
-        self, keys: np.ndarray, audio_only: np.ndarray | None = None, limit: int | None = None
-    ) -> np.ndarray | None:
+    def postings(self, keys: np.ndarray, audio_only=None, limit: int | None = None) -> np.ndarray | None:
         """The postings of ``keys`` before the position, except a sampled audio key's in the
         segments left once more than ``MAX_KEY_OCCURRENCES`` of its postings were counted, when it
         is one of ``audio_only`` (sorted unique: keys the shard holds as sampled audio keys only,
@@ -164,10 +161,8 @@ class IndexReader:
         if self._keys is None or not np.array_equal(wanted, self._keys):
             self._keys, self._read = wanted, {}
         wanted = self._keys  # the array the filter probe was made for
-        if limit is not None and self._over_limit is not None:
-            keys, passed = self._over_limit
-            if keys is wanted and limit <= passed:
-                return None  # the prefetch held more than that already
+        if self._over_limit is not None and self._over_limit[0] is wanted and limit == self._over_limit[1]:
+            return None  # the prefetch held more than that already
         for attempt in range(READ_ATTEMPTS):
             try:
                 return self._counted(wanted, audio_only, limit=limit)
