@@ -329,10 +329,10 @@ def _chunk_candidates(
     earlier: CandidateSource,
     thresholds: NearDuplicateThresholds,
     budget: int | None,
-) -> list[_Query] | None:
+) -> tuple[list[_Query], int] | None:
     """The :class:`_Query` of ``new[first:end]``, from the earlier postings of their keys and the
-    shard's own; None when those earlier postings pass ``budget`` (a single utterance is never
-    refused: it holds its own keys' postings, whatever they are)."""
+    shard's own, and how many earlier postings those were; None when the lookup passed ``budget`` (a
+    single utterance is never refused: it holds its own keys' postings, whatever they are)."""
     from speechdata.quality.near_dup_postings import merge_earlier_postings, owner_of, sorted_unique
 
     if first == 0 and end == len(new):
@@ -345,10 +345,12 @@ def _chunk_candidates(
         return None
     if len(looked_up) and int(looked_up["owner"].max()) >= owner_of(position, 0):
         raise ValueError(f"the candidate source named an utterance at or after index position {position}")
+    held = len(looked_up)
     postings = merge_earlier_postings(looked_up, own)
     del looked_up  # the merged copy holds them
     posting_keys = np.ascontiguousarray(postings["key"])
-    return [_candidates(position, rank, new[rank], postings, posting_keys, thresholds) for rank in range(first, end)]
+    queries = [_candidates(position, rank, new[rank], postings, posting_keys, thresholds) for rank in range(first, end)]
+    return queries, held
 
 
 def decide_shard(
@@ -381,16 +383,21 @@ def decide_shard(
     first_own = owner_of(position, 0)
     queries: list[_Query] = []
     # Every utterance at once when the shard's earlier postings fit the budget (one lookup, as a
-    # prefetch read it); else in chunks that fit, halved until they do. A key's postings do not
-    # depend on the other keys looked up with it, so each utterance gets the same candidates.
-    chunk = len(new)
+    # prefetch read it); else in chunks that fit: halved until one does, doubled after one that held
+    # less than half of it (never back to a size refused: a refusal reads up to the budget for
+    # nothing). A key's postings do not depend on the other keys looked up with it, so each
+    # utterance gets the same candidates whatever the chunks.
+    chunk = refused = len(new)
     while len(queries) < len(new):
         first, end = len(queries), min(len(new), len(queries) + chunk)
-        held = _chunk_candidates(position, new, first, end, own, audio_only, earlier, thresholds, budget)
-        if held is None:
-            chunk = max(1, (end - first) // 2)
+        gathered = _chunk_candidates(position, new, first, end, own, audio_only, earlier, thresholds, budget)
+        if gathered is None:
+            refused = end - first
+            chunk = max(1, refused // 2)
             continue
-        queries += held
+        queries += gathered[0]
+        if budget is not None and gathered[1] < budget // 2:
+            chunk = max(chunk, min(2 * chunk, refused - 1))
     if key_load is not None:
         for query in queries:
             key_load.add(query)

@@ -205,3 +205,12 @@ def test_a_bad_budget_is_refused_naming_the_setting(monkeypatch, value):
     monkeypatch.setenv(POSTINGS_BUDGET_ENV, value)
     with pytest.raises(ValueError, match=POSTINGS_BUDGET_ENV):
         postings_budget()
+
+
+def test_a_shards_run_refuses_a_bad_budget_before_any_work(tmp_path, monkeypatch):
+    from speechdata.quality.near_duplicates import run_near_duplicates
+
+    monkeypatch.setenv(POSTINGS_BUDGET_ENV, "half")
+    with pytest.raises(ValueError, match=POSTINGS_BUDGET_ENV):  # not the missing shard's error
+        run_near_duplicates(DataRoot(str(tmp_path)), "no-such-shard")
+    assert list(tmp_path.iterdir()) == []
