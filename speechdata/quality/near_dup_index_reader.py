@@ -8,8 +8,6 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from speechdata.io import layout
-from speechdata.io.parquet_integrity import UnreadableIntermediate
 from speechdata.io.storage import DataRoot
 from speechdata.quality.near_dup_filter import (
     DamagedFilter,
@@ -20,9 +18,7 @@ from speechdata.quality.near_dup_index_commit import (
     _filter_relative,
     _segment_relative,
 )
-from speechdata.quality.near_dup_index_entries import (
-    _parse_entry,
-)
+from speechdata.quality.near_dup_index_entries import _parse_entry, read_entry_rows
 from speechdata.quality.near_dup_index_order import (
     READ_ATTEMPTS,
     IndexDamaged,
@@ -112,19 +108,31 @@ class IndexReader:
         """Per segment read: the positions whose postings counted, and the header's shards (once per
         settled state); ``_over_limit``: the keys and limit a :meth:`prefetch` passed."""
         self._over_limit: tuple[np.ndarray, int] | None = None
+        self._directory: ShardDirectory | None = None
+        self._parts_given: set[int] = set()
+        """The parts the directory held when this reader took it (read by whoever read it)."""
+        self._parts_read_before = 0
+        """Parts this reader read into directories it has since replaced (the prefetch's counts)."""
         self.settle(read_directory(data_root, position) if state is None else state)
 
     def settle(self, state: Sequence[IndexedShard]) -> None:
         """Decide against the committed shards before the position in ``state`` from now on: a
         :class:`~.near_dup_order_directory.ShardDirectory` (what :func:`.wait_for_earlier` returns)
         or every row (:func:`.read_state`)."""
-        self._directory = state if isinstance(state, ShardDirectory) else ShardDirectory.of_rows(self.data_root, state)
+        self._take(state if isinstance(state, ShardDirectory) else ShardDirectory.of_rows(self.data_root, state))
         try:
             self._live = self._directory.segments(self.position)
         except _FoldedMeanwhile:  # its own part folded away since ``state`` was read: read it again
-            self._directory = read_directory(self.data_root, self.position)
+            self._take(read_directory(self.data_root, self.position))
             self._live = self._directory.segments(self.position)
         self._owners = {}
+
+    def _take(self, directory: ShardDirectory) -> None:
+        if directory is self._directory:
+            return
+        if self._directory is not None:
+            self._parts_read_before += len(self._directory.loaded - self._parts_given)
+        self._directory, self._parts_given = directory, set(directory.loaded)
 
     @property
     def utterances(self) -> int:
@@ -132,7 +140,10 @@ class IndexReader:
 
     @property
     def parts_read(self) -> int:
-        return len(self._directory.loaded)
+        """The parts of the shard list the directory decided against holds, and those this reader
+        read into a directory it replaced since (the prefetch counts against the state it started
+        from, a part it reads there is read again after :meth:`settle`)."""
+        return len(self._directory.loaded) + self._parts_read_before
 
     def prefetch(self, keys: np.ndarray, audio_only: np.ndarray | None = None, limit: int | None = None) -> None:
         """Read the postings of ``keys`` in every live segment now (``audio_only``: as
@@ -365,31 +376,9 @@ class IndexReader:
         self.entries_fetched += sum(len(wanted) for wanted in by_position.values())
         for position, wanted in sorted(by_position.items()):
             shard_id, version = self._owner(position)
-            relative = layout.near_duplicates_index_entries(shard_id, version)
             ranks = np.array([int(rank_of(owner)) for owner in wanted], np.int64)
-            try:
-                with self.data_root.open_parquet(relative) as parquet:
-                    # Row groups as the file has them (64 rows; one for files written before that).
-                    metadata = parquet.metadata
-                    starts = np.cumsum([0] + [metadata.row_group(g).num_rows for g in range(metadata.num_row_groups)])
-                    of_rank = np.searchsorted(starts, ranks, side="right") - 1
-                    groups = sorted(set(of_rank.tolist()))
-                    table = parquet.read_row_groups(groups)
-            except (UnreadableIntermediate, FileNotFoundError) as exc:
-                raise IndexDamaged(f"entries of {shard_id} ({relative}) unreadable: {exc}", shard_id) from exc
-            if int(ranks.max()) >= int(starts[-1]):
-                raise IndexDamaged(f"entries of {shard_id} ({relative}) hold fewer rows than indexed", shard_id)
-            self.rows_read += table.num_rows
-            first_row = {
-                group: int(sum(starts[g + 1] - starts[g] for g in groups[:i])) for i, group in enumerate(groups)
-            }
-            at = [
-                first_row[group] + rank - int(starts[group])
-                for rank, group in zip(ranks.tolist(), of_rank.tolist(), strict=True)
-            ]
-            # Only the wanted rows become Python objects: a row group holds 64 utterances, most
-            # of them not candidates, and turning a row into objects is most of its cost.
-            rows = table.take(at).to_pylist()
+            rows, read = read_entry_rows(self.data_root, shard_id, version, ranks)
+            self.rows_read += read
             for owner, row in zip(wanted, rows, strict=True):
                 fetched[owner] = _parse_entry(shard_id, row)
         return fetched
