@@ -90,10 +90,10 @@ FRAME_SECONDS = HOP_SAMPLES / FINGERPRINT_SAMPLE_RATE
 POSTINGS_BUDGET_ENV = "SPEECHDATA_NEAR_DUP_POSTINGS_BUDGET_MB"
 DEFAULT_POSTINGS_BUDGET_MB = 256.0
 """Earlier postings a shard's lookup holds at once before its candidates are gathered in chunks of
-utterances (docs/near-duplicates.md, "Postings held"). 256 MB is 9.6 M postings: every corpus of
-uniform keys measured, and speech-like ones to about 1 000 h, stay below it and read in one lookup;
-past it the stage holds about three times the budget (the postings read, those counted, the merged
-copy), well under 2 GB."""
+utterances (docs/near-duplicates.md, "Postings held"). 256 MiB is 9.6 M postings: every index
+measured so far stays below it (uniform keys: ~29 000 postings a new shard at 1 000 h), read in one
+lookup; past it the stage holds about three times the budget (the postings read, those counted, the
+merged copy) above its ~300 MB, well under 2 GB."""
 
 
 def postings_budget() -> int | None:
