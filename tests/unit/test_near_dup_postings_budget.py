@@ -214,3 +214,26 @@ def test_a_shards_run_refuses_a_bad_budget_before_any_work(tmp_path, monkeypatch
     with pytest.raises(ValueError, match=POSTINGS_BUDGET_ENV):  # not the missing shard's error
         run_near_duplicates(DataRoot(str(tmp_path)), "no-such-shard")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_the_batch_pass_decides_in_chunks_as_in_one_lookup(monkeypatch):
+    from tests.unit.test_near_dup_batch import batch, synthetic_corpus
+
+    monkeypatch.setattr(near_dup_matching, "MAX_KEY_OCCURRENCES", 500)  # the stage's: the corpus is built for it
+    corpus, _ = synthetic_corpus(seed=2)
+    thresholds = NearDuplicateThresholds()
+    ids = [shard[0].shard_id for shard in corpus]
+    whole = batch(corpus, thresholds, ids)
+    refused = []
+    within = near_dup_matching.within
+
+    def counted(postings, limit):
+        found = within(postings, limit)
+        refused.append(found is None)
+        return found
+
+    monkeypatch.setattr("speechdata.quality.near_dup_batch.within", counted)
+    monkeypatch.setenv(POSTINGS_BUDGET_ENV, TINY_BUDGET_MB)
+    assert batch(corpus, thresholds, ids) == whole
+    assert sum(refused) >= len(corpus) - 1 and len(refused) > 2 * sum(refused)
+    assert sum(d.kind is not None for shard in whole.values() for d in shard) > 0
