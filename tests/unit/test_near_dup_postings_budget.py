@@ -3,8 +3,8 @@ candidates in chunks of utterances that fit it, and decides byte for byte as one
 does: with a budget of a few postings (many chunks, the prefetch stopped), on a capped index of
 pooled keys (the cap lowered to 4) across merges, a fold of the shard list, a shard committed and
 merged between a prefetch and its settled read, and a shard re-indexed after its capped postings
-were merged (the repair found in the chunked read as in the whole one); the in-memory source the
-batch pass decides with likewise."""
+were merged (the repair found in the chunked read as in the whole one); the in-memory source and
+the batch pass likewise; the setting read and refused."""
 
 import numpy as np
 import pytest
