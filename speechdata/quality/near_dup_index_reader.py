@@ -108,19 +108,31 @@ class IndexReader:
         """``_keys`` and their filter probe, which the probes of the keys still voting are cut from."""
         self._owners: list[tuple[np.ndarray, Sequence[SegmentShard]]] = []
         """Per segment read: the positions whose postings counted, and the header's shards."""
+        self._directory: ShardDirectory | None = None
+        self._parts_given: set[int] = set()
+        """The parts the directory held when this reader took it (read by whoever read it)."""
+        self._parts_read_before = 0
+        """Parts this reader read into directories it has since replaced (the prefetch's counts)."""
         self.settle(read_directory(data_root, position) if state is None else state)
 
     def settle(self, state: Sequence[IndexedShard]) -> None:
         """Decide against the committed shards before the position in ``state`` from now on: a
         :class:`~.near_dup_order_directory.ShardDirectory` (what :func:`.wait_for_earlier` returns)
         or every row (:func:`.read_state`)."""
-        self._directory = state if isinstance(state, ShardDirectory) else ShardDirectory.of_rows(self.data_root, state)
+        self._take(state if isinstance(state, ShardDirectory) else ShardDirectory.of_rows(self.data_root, state))
         try:
             self._live = self._directory.segments(self.position)
         except _FoldedMeanwhile:  # its own part folded away since ``state`` was read: read it again
-            self._directory = read_directory(self.data_root, self.position)
+            self._take(read_directory(self.data_root, self.position))
             self._live = self._directory.segments(self.position)
         self._owners = []
+
+    def _take(self, directory: ShardDirectory) -> None:
+        if directory is self._directory:
+            return
+        if self._directory is not None:
+            self._parts_read_before += len(self._directory.loaded - self._parts_given)
+        self._directory, self._parts_given = directory, set(directory.loaded)
 
     @property
     def utterances(self) -> int:
@@ -128,7 +140,10 @@ class IndexReader:
 
     @property
     def parts_read(self) -> int:
-        return len(self._directory.loaded)
+        """The parts of the shard list the directory decided against holds, and those this reader
+        read into a directory it replaced since (the prefetch counts against the state it started
+        from, a part it reads there is read again after :meth:`settle`)."""
+        return len(self._directory.loaded) + self._parts_read_before
 
     def prefetch(self, keys: np.ndarray, audio_only: np.ndarray | None = None) -> None:
         """Read the postings of ``keys`` in every live segment now (``audio_only``: as
