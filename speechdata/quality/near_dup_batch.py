@@ -74,6 +74,7 @@ from speechdata.quality.near_dup_matching import (
     NearDuplicateThresholds,
     UtteranceSignals,
     decide_shard,
+    within,
 )
 from speechdata.quality.near_dup_postings import (
     POSTING_DTYPE,
@@ -236,8 +237,10 @@ class GatheredSource:
         self._postings = sort_postings(postings)
         self._utterance = utterance
 
-    def postings(self, keys: np.ndarray, audio_only: np.ndarray | None = None) -> np.ndarray:
-        return postings_for(self._postings, keys)
+    def postings(
+        self, keys: np.ndarray, audio_only: np.ndarray | None = None, limit: int | None = None
+    ) -> np.ndarray | None:
+        return within(postings_for(self._postings, keys), limit)
 
     def entries(self, owners: Sequence[int]) -> dict[int, IndexEntry]:
         return {int(owner): self._utterance(int(owner)) for owner in owners}

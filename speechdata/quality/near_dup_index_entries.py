@@ -14,11 +14,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from speechdata.io import layout
-from speechdata.io.parquet_integrity import WRITE_OPTIONS
+from speechdata.io.parquet_integrity import WRITE_OPTIONS, UnreadableIntermediate
 from speechdata.io.storage import DataRoot
 from speechdata.quality.fingerprint_audio import AudioFingerprint
 from speechdata.quality.fingerprint_envelope import SHAPE_SEGMENTS, ShiftSignature
 from speechdata.quality.near_dup_index_order import (
+    IndexDamaged,
     IndexedShard,
 )
 from speechdata.quality.near_dup_matching import Decision, IndexEntry, UtteranceSignals
@@ -181,3 +182,30 @@ def read_shard_entries(data_root: DataRoot, shard: IndexedShard) -> list[IndexEn
     """Every utterance of one committed shard, in rank order."""
     relative = layout.near_duplicates_index_entries(shard.shard_id, shard.entries_version)
     return [_parse_entry(shard.shard_id, row) for row in data_root.read_parquet(relative).to_pylist()]
+
+
+def read_entry_rows(data_root: DataRoot, shard_id: str, version: str, ranks: np.ndarray) -> tuple[list[dict], int]:
+    """The entries rows of a shard's utterances ``ranks`` (as Python dicts, in that order) and the rows
+    read for them: only the row groups that hold them. :class:`IndexDamaged` where the file cannot be
+    read or holds fewer rows than indexed."""
+    relative = layout.near_duplicates_index_entries(shard_id, version)
+    try:
+        with data_root.open_parquet(relative) as parquet:
+            # Row groups as the file has them (64 rows; one for files written before that).
+            metadata = parquet.metadata
+            starts = np.cumsum([0] + [metadata.row_group(g).num_rows for g in range(metadata.num_row_groups)])
+            of_rank = np.searchsorted(starts, ranks, side="right") - 1
+            groups = sorted(set(of_rank.tolist()))
+            table = parquet.read_row_groups(groups)
+    except (UnreadableIntermediate, FileNotFoundError) as exc:
+        raise IndexDamaged(f"entries of {shard_id} ({relative}) unreadable: {exc}", shard_id) from exc
+    if int(ranks.max()) >= int(starts[-1]):
+        raise IndexDamaged(f"entries of {shard_id} ({relative}) hold fewer rows than indexed", shard_id)
+    first_row = {group: int(sum(starts[g + 1] - starts[g] for g in groups[:i])) for i, group in enumerate(groups)}
+    at = [
+        first_row[group] + rank - int(starts[group])
+        for rank, group in zip(ranks.tolist(), of_rank.tolist(), strict=True)
+    ]
+    # Only the wanted rows become Python objects: a row group holds 64 utterances, most of them not
+    # candidates, and turning a row into objects is most of its cost.
+    return table.take(at).to_pylist(), table.num_rows

@@ -8,8 +8,6 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from speechdata.io import layout
-from speechdata.io.parquet_integrity import UnreadableIntermediate
 from speechdata.io.storage import DataRoot
 from speechdata.quality.near_dup_filter import (
     DamagedFilter,
@@ -20,9 +18,7 @@ from speechdata.quality.near_dup_index_commit import (
     _filter_relative,
     _segment_relative,
 )
-from speechdata.quality.near_dup_index_entries import (
-    _parse_entry,
-)
+from speechdata.quality.near_dup_index_entries import _parse_entry, read_entry_rows
 from speechdata.quality.near_dup_index_order import (
     READ_ATTEMPTS,
     IndexDamaged,
@@ -95,8 +91,10 @@ class IndexReader:
         self.filter_bytes_read = 0
         self.segment_bytes_read = 0
         self.entries_fetched = 0
-        self._looked_up: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
-        """Per segment read: its fences, the keys its filter let through, the keys of the postings found."""
+        self._looked_up: list[tuple[str, np.ndarray, np.ndarray]] = []
+        """Per segment lookup: the segment, the keys its filter let through, the keys found (unique:
+        no view that would keep every chunk's postings alive); ``_fences``: each segment's, once."""
+        self._fences: dict[str, np.ndarray] = {}
         self._keys: np.ndarray | None = None
         self._probe: tuple[np.ndarray, KeyProbe] | None = None
         """The last keys looked up and their filter probe, made once for every segment."""
@@ -106,8 +104,10 @@ class IndexReader:
         voting when it was read)."""
         self._full_probe: tuple[np.ndarray, KeyProbe] | None = None
         """``_keys`` and their filter probe, which the probes of the keys still voting are cut from."""
-        self._owners: list[tuple[np.ndarray, Sequence[SegmentShard]]] = []
-        """Per segment read: the positions whose postings counted, and the header's shards."""
+        self._owners: dict[str, tuple[np.ndarray, Sequence[SegmentShard]]] = {}
+        """Per segment read: the positions whose postings counted, and the header's shards (once per
+        settled state); ``_over_limit``: the keys and limit a :meth:`prefetch` passed."""
+        self._over_limit: tuple[np.ndarray, int] | None = None
         self._directory: ShardDirectory | None = None
         self._parts_given: set[int] = set()
         """The parts the directory held when this reader took it (read by whoever read it)."""
@@ -125,7 +125,7 @@ class IndexReader:
         except _FoldedMeanwhile:  # its own part folded away since ``state`` was read: read it again
             self._take(read_directory(self.data_root, self.position))
             self._live = self._directory.segments(self.position)
-        self._owners = []
+        self._owners = {}
 
     def _take(self, directory: ShardDirectory) -> None:
         if directory is self._directory:
@@ -145,30 +145,38 @@ class IndexReader:
         from, a part it reads there is read again after :meth:`settle`)."""
         return len(self._directory.loaded) + self._parts_read_before
 
-    def prefetch(self, keys: np.ndarray, audio_only: np.ndarray | None = None) -> None:
+    def prefetch(self, keys: np.ndarray, audio_only: np.ndarray | None = None, limit: int | None = None) -> None:
         """Read the postings of ``keys`` in every live segment now (``audio_only``: as
         :meth:`postings` takes it); a later :meth:`postings` of the same keys reads only the
         segments that were not live then, and the keys it dropped from a segment that it needs there
-        after all (the counts that dropped them are taken again against the settled state)."""
-        self._keys, self._read = sorted_unique(keys.astype(np.uint64)), {}
+        after all (the counts that dropped them are taken again against the settled state).
+        ``limit``: once more than this many postings are read, they are dropped and reading stops;
+        a later :meth:`postings` of the same keys with that limit then answers None at once
+        (the caller looks them up in chunks)."""
+        self._keys, self._read, self._over_limit = sorted_unique(keys.astype(np.uint64)), {}, None
         try:
-            self._counted(self._keys, audio_only, prefetching=True)
+            if self._counted(self._keys, audio_only, prefetching=True, limit=limit) is None:
+                self._over_limit, self._read = (self._keys, limit), {}
         finally:
-            self._owners = []  # the state it counted against is not the one :meth:`settle` gives
+            self._owners = {}  # the state it counted against is not the one :meth:`settle` gives
 
-    def postings(self, keys: np.ndarray, audio_only: np.ndarray | None = None) -> np.ndarray:
+    def postings(self, keys: np.ndarray, audio_only=None, limit: int | None = None) -> np.ndarray | None:
         """The postings of ``keys`` before the position, except a sampled audio key's in the
         segments left once more than ``MAX_KEY_OCCURRENCES`` of its postings were counted, when it
         is one of ``audio_only`` (sorted unique: keys the shard holds as sampled audio keys only,
         :func:`~.near_dup_postings.audio_only_keys`): such a key never votes, and the postings
-        already counted say so (docs/near-duplicates.md, "A capped key read in one segment")."""
+        already counted say so (docs/near-duplicates.md, "A capped key read in one segment").
+        ``limit``: None instead, once more than this many postings are read (reading stops then;
+        the postings read for other keys before are dropped)."""
         wanted = sorted_unique(keys.astype(np.uint64))
         if self._keys is None or not np.array_equal(wanted, self._keys):
             self._keys, self._read = wanted, {}
         wanted = self._keys  # the array the filter probe was made for
+        if self._over_limit is not None and self._over_limit[0] is wanted and limit == self._over_limit[1]:
+            return None  # the prefetch held more than that already
         for attempt in range(READ_ATTEMPTS):
             try:
-                return self._counted(wanted, audio_only)
+                return self._counted(wanted, audio_only, limit=limit)
             except _FoldedMeanwhile:  # a part read lazily was folded away: the state after the fold
                 if attempt == READ_ATTEMPTS - 1:
                     raise IndexDamaged(f"the shard list moved on every one of {READ_ATTEMPTS} reads") from None
@@ -182,7 +190,9 @@ class IndexReader:
         smaller one is spared that key."""
         return sorted(self._live, key=lambda name: (-sum(self._live[name].values()), name))
 
-    def _counted(self, wanted: np.ndarray, audio_only: np.ndarray | None, prefetching: bool = False) -> np.ndarray:
+    def _counted(
+        self, wanted: np.ndarray, audio_only: np.ndarray | None, prefetching: bool = False, limit: int | None = None
+    ) -> np.ndarray | None:
         found, uncertain = [], {}
         droppable = (
             sorted_contains(audio_only, wanted)
@@ -193,6 +203,9 @@ class IndexReader:
         looked_up, still_voting = wanted, np.ones(len(wanted), bool)
         for name in self._lookup_order():
             header, postings = self._looked_up_in(name, wanted, looked_up, still_voting)
+            if limit is not None and sum(len(read[1]) for read in self._read.values()) > limit:
+                self._read = {}
+                return None
             if header is None or (prefetching and not droppable.any()):
                 continue  # a prefetch counts only to drop keys: the settled read counts what is returned
             positions = position_of(postings["owner"])
@@ -290,7 +303,8 @@ class IndexReader:
                 counted = _CountingHandle(handle)
                 header, postings = lookup_segment(counted, relative, present)
             self.segment_bytes_read += counted.bytes_read
-            self._looked_up.append((header.fences, present, postings["key"]))
+            self._fences[name] = header.fences
+            self._looked_up.append((name, present, sorted_unique(postings["key"])))
         except FileNotFoundError as exc:
             raise IndexDamaged(f"segment {relative} is missing") from exc
         except DamagedSegment as exc:
@@ -301,14 +315,15 @@ class IndexReader:
     @property
     def blocks_read(self) -> int:
         """Blocks read from the segments (counted when asked: a figure, not on a lookup's path)."""
-        return sum(_blocks(fences, keys) for fences, keys, _ in self._looked_up)
+        return sum(_blocks(self._fences[name], keys) for name, keys, _ in self._looked_up)
 
     @property
     def blocks_read_by_chance(self) -> int:
         """Of :attr:`blocks_read`, those read only for keys a filter let through that the segment
         does not hold (its false positives)."""
         return sum(
-            _blocks(fences, keys) - _blocks(fences, sorted_unique(found)) for fences, keys, found in self._looked_up
+            _blocks(self._fences[name], keys) - _blocks(self._fences[name], found)
+            for name, keys, found in self._looked_up
         )
 
     def _owners_in(self, name: str, header: SegmentHeader) -> np.ndarray:
@@ -316,6 +331,8 @@ class IndexReader:
         position and mapped to this segment at the entries version it holds. A part whose count of
         rows mapped here equals the count of its shards the segment holds: every one it holds (a
         mapped row is always held); otherwise its rows, read, each checked against the header."""
+        if name in self._owners:
+            return self._owners[name][0]
         directory, relative = self._directory, _segment_relative(name)
         held = header.shards.positions
         held = held[held < self.position]
@@ -339,12 +356,12 @@ class IndexReader:
                 chosen.append(row.position)
             owners.append(np.array(chosen, np.int64))
         valid = np.sort(np.concatenate(owners)) if owners else np.empty(0, np.int64)
-        self._owners.append((valid, header.shards))
+        self._owners[name] = (valid, header.shards)
         return valid
 
     def _owner(self, position: int) -> tuple[str, str]:
         """(shard id, entries version) of a position some segment's postings counted for."""
-        for valid, shards in self._owners:
+        for valid, shards in self._owners.values():
             at = int(np.searchsorted(valid, position))
             if at < len(valid) and valid[at] == position:
                 shard = shards.at(position)
@@ -359,31 +376,9 @@ class IndexReader:
         self.entries_fetched += sum(len(wanted) for wanted in by_position.values())
         for position, wanted in sorted(by_position.items()):
             shard_id, version = self._owner(position)
-            relative = layout.near_duplicates_index_entries(shard_id, version)
             ranks = np.array([int(rank_of(owner)) for owner in wanted], np.int64)
-            try:
-                with self.data_root.open_parquet(relative) as parquet:
-                    # Row groups as the file has them (64 rows; one for files written before that).
-                    metadata = parquet.metadata
-                    starts = np.cumsum([0] + [metadata.row_group(g).num_rows for g in range(metadata.num_row_groups)])
-                    of_rank = np.searchsorted(starts, ranks, side="right") - 1
-                    groups = sorted(set(of_rank.tolist()))
-                    table = parquet.read_row_groups(groups)
-            except (UnreadableIntermediate, FileNotFoundError) as exc:
-                raise IndexDamaged(f"entries of {shard_id} ({relative}) unreadable: {exc}", shard_id) from exc
-            if int(ranks.max()) >= int(starts[-1]):
-                raise IndexDamaged(f"entries of {shard_id} ({relative}) hold fewer rows than indexed", shard_id)
-            self.rows_read += table.num_rows
-            first_row = {
-                group: int(sum(starts[g + 1] - starts[g] for g in groups[:i])) for i, group in enumerate(groups)
-            }
-            at = [
-                first_row[group] + rank - int(starts[group])
-                for rank, group in zip(ranks.tolist(), of_rank.tolist(), strict=True)
-            ]
-            # Only the wanted rows become Python objects: a row group holds 64 utterances, most
-            # of them not candidates, and turning a row into objects is most of its cost.
-            rows = table.take(at).to_pylist()
+            rows, read = read_entry_rows(self.data_root, shard_id, version, ranks)
+            self.rows_read += read
             for owner, row in zip(wanted, rows, strict=True):
                 fetched[owner] = _parse_entry(shard_id, row)
         return fetched

@@ -25,6 +25,8 @@ so a shard touches only the postings of its own keys and the utterances they nam
 
 from __future__ import annotations
 
+import math
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
@@ -84,6 +86,38 @@ the chance candidates (and the entries row groups they cost) flat as the corpus 
 MIN_SHARED_ENVELOPE_PAIRS = MIN_SHARED_ENVELOPE_BANDS * (MIN_SHARED_ENVELOPE_BANDS - 1) // 2
 """The same rule on the band-pair keys the index holds: k shared bands are k (k - 1) / 2 shared pairs."""
 FRAME_SECONDS = HOP_SAMPLES / FINGERPRINT_SAMPLE_RATE
+
+POSTINGS_BUDGET_ENV = "SPEECHDATA_NEAR_DUP_POSTINGS_BUDGET_MB"
+DEFAULT_POSTINGS_BUDGET_MB = 256.0
+"""Earlier postings a shard's lookup holds at once before its candidates are gathered in chunks of
+utterances (docs/near-duplicates.md, "Postings held"). 256 MiB is 9.6 M postings: every index
+measured so far stays below it (uniform keys: ~29 000 postings a new shard at 1 000 h), read in one
+lookup; past it the stage holds about three times the budget (the postings read, those counted, the
+merged copy) above its ~300 MB, well under 2 GB."""
+
+
+def postings_budget() -> int | None:
+    """``SPEECHDATA_NEAR_DUP_POSTINGS_BUDGET_MB`` (a decimal number of MiB, default
+    :data:`DEFAULT_POSTINGS_BUDGET_MB`) as a count of postings held at once, at least one; None when
+    it is 0 (no budget: every key in one lookup, whatever it holds). Read at each call; anything but
+    a number 0 or more: a ValueError naming the variable."""
+    from speechdata.quality.near_dup_postings import POSTING_DTYPE
+
+    value = os.environ.get(POSTINGS_BUDGET_ENV, "").strip()
+    megabytes = DEFAULT_POSTINGS_BUDGET_MB
+    if value:
+        try:
+            megabytes = float(value) if value.isascii() else math.nan
+        except ValueError:
+            megabytes = math.nan
+        if not (math.isfinite(megabytes) and megabytes >= 0):
+            raise ValueError(
+                f"{POSTINGS_BUDGET_ENV}={value!r}: expected MiB of postings, a number 0 or more "
+                f"(0: no budget; default {DEFAULT_POSTINGS_BUDGET_MB:g})"
+            )
+    if megabytes == 0:
+        return None
+    return max(1, int(megabytes * 2**20) // POSTING_DTYPE.itemsize)
 
 
 @dataclass(frozen=True)
@@ -169,12 +203,16 @@ IndexEntry = tuple[UtteranceSignals, tuple[str, str]]
 class CandidateSource(Protocol):
     """What is indexed before the shard being decided."""
 
-    def postings(self, keys: np.ndarray, audio_only: np.ndarray | None = None) -> np.ndarray:
+    def postings(
+        self, keys: np.ndarray, audio_only: np.ndarray | None = None, limit: int | None = None
+    ) -> np.ndarray | None:
         """The postings (:data:`~.near_dup_postings.POSTING_DTYPE`) of ``keys`` (sorted unique uint64)
         held by utterances before the shard, in any order. ``audio_only`` (sorted unique): keys the
         shard holds as sampled audio keys only (:func:`~.near_dup_postings.audio_only_keys`); of
         such a key a source may give any more than ``MAX_KEY_OCCURRENCES`` of its postings instead
-        of all of them (it never votes either way)."""
+        of all of them (it never votes either way). The postings of a key never depend on which
+        other keys are looked up with it. ``limit``: None instead, once the lookup holds more than
+        this many postings (it stops reading then)."""
         ...
 
     def entries(self, owners: Sequence[int]) -> dict[int, IndexEntry]:
@@ -203,15 +241,23 @@ class MemorySource:
         self.next_position = len(shards)
         self._postings = sort_postings(np.concatenate(parts)) if parts else None
 
-    def postings(self, keys: np.ndarray, audio_only: np.ndarray | None = None) -> np.ndarray:
+    def postings(
+        self, keys: np.ndarray, audio_only: np.ndarray | None = None, limit: int | None = None
+    ) -> np.ndarray | None:
         from speechdata.quality.near_dup_postings import POSTING_DTYPE, postings_for
 
         if self._postings is None:
             return np.empty(0, POSTING_DTYPE)
-        return postings_for(self._postings, keys)
+        return within(postings_for(self._postings, keys), limit)
 
     def entries(self, owners: Sequence[int]) -> dict[int, IndexEntry]:
         return {owner: self._entries[owner] for owner in owners}
+
+
+def within(postings: np.ndarray, limit: int | None) -> np.ndarray | None:
+    """``postings``, or None when they are more than ``limit`` (a :class:`CandidateSource`'s lookup
+    that holds them all already)."""
+    return None if limit is not None and len(postings) > limit else postings
 
 
 def find_representatives(
@@ -270,6 +316,43 @@ class AudioKeyLoad:
         return self.keys_past_cap / self.keys if self.keys else 0.0
 
 
+_FROM_SETTING = object()
+
+
+def _chunk_candidates(
+    position: int,
+    new: Sequence[UtteranceSignals],
+    first: int,
+    end: int,
+    own: np.ndarray,
+    audio_only: np.ndarray,
+    earlier: CandidateSource,
+    thresholds: NearDuplicateThresholds,
+    budget: int | None,
+) -> tuple[list[_Query], int] | None:
+    """The :class:`_Query` of ``new[first:end]``, from the earlier postings of their keys and the
+    shard's own, and how many earlier postings those were; None when the lookup passed ``budget`` (a
+    single utterance is never refused: it holds its own keys' postings, whatever they are)."""
+    from speechdata.quality.near_dup_postings import merge_earlier_postings, owner_of, sorted_unique
+
+    if first == 0 and end == len(new):
+        keys = sorted_unique(own["key"])
+    else:
+        owners = own["owner"]
+        keys = sorted_unique(own["key"][(owners >= owner_of(position, first)) & (owners < owner_of(position, end))])
+    looked_up = earlier.postings(keys, audio_only, limit=budget if end - first > 1 else None)
+    if looked_up is None:
+        return None
+    if len(looked_up) and int(looked_up["owner"].max()) >= owner_of(position, 0):
+        raise ValueError(f"the candidate source named an utterance at or after index position {position}")
+    held = len(looked_up)
+    postings = merge_earlier_postings(looked_up, own)
+    del looked_up  # the merged copy holds them
+    posting_keys = np.ascontiguousarray(postings["key"])
+    queries = [_candidates(position, rank, new[rank], postings, posting_keys, thresholds) for rank in range(first, end)]
+    return queries, held
+
+
 def decide_shard(
     position: int,
     new: Sequence[UtteranceSignals],
@@ -278,33 +361,43 @@ def decide_shard(
     *,
     own_postings: np.ndarray | None = None,
     key_load: AudioKeyLoad | None = None,
+    budget: int | None | object = _FROM_SETTING,
 ) -> list[Decision]:
     """A :class:`Decision` per ``new`` utterance (the shard at index ``position``, in ``utt_id``
     order) against ``earlier`` (everything indexed before the shard) and its own earlier utterances.
     ``own_postings``: the shard's postings (:func:`~.near_dup_postings.index_keys` of ``new`` at
     ``position``), when the caller built them already (they are looked up and committed too).
     ``key_load``: counts what the cap kept out of the shard's audio vote, when given.
+    ``budget``: the earlier postings held at once (None: no budget; default
+    :func:`postings_budget`).
 
-    Reads ``earlier`` twice: once for the postings of every key of the shard, once for the
-    candidates those postings name; memory and time follow the shard and what it touches."""
-    from speechdata.quality.near_dup_postings import (
-        audio_only_keys,
-        index_keys,
-        merge_earlier_postings,
-        owner_of,
-        sorted_unique,
-    )
+    Reads ``earlier`` for the postings of every key of the shard (in one lookup, or chunk by chunk
+    of utterances where they pass the budget), then once for the candidates those postings name;
+    memory and time follow the shard and what it touches, memory at most the budget."""
+    from speechdata.quality.near_dup_postings import audio_only_keys, index_keys, owner_of
 
     own = index_keys(new, position) if own_postings is None else own_postings
-    looked_up = earlier.postings(sorted_unique(own["key"]), audio_only_keys(own))
+    if budget is _FROM_SETTING:
+        budget = postings_budget()
+    audio_only = audio_only_keys(own)
     first_own = owner_of(position, 0)
-    if len(looked_up) and int(looked_up["owner"].max()) >= first_own:
-        raise ValueError(f"the candidate source named an utterance at or after index position {position}")
-    postings = merge_earlier_postings(looked_up, own)
-    posting_keys = np.ascontiguousarray(postings["key"])
-    queries = [
-        _candidates(position, rank, signals, postings, posting_keys, thresholds) for rank, signals in enumerate(new)
-    ]
+    queries: list[_Query] = []
+    # Every utterance at once when the shard's earlier postings fit the budget (one lookup, as a
+    # prefetch read it); else in chunks that fit: halved until one does, doubled after one that held
+    # less than half of it (never back to a size refused: a refusal reads up to the budget for
+    # nothing). A key's postings do not depend on the other keys looked up with it, so each
+    # utterance gets the same candidates whatever the chunks.
+    chunk = refused = len(new)
+    while len(queries) < len(new):
+        first, end = len(queries), min(len(new), len(queries) + chunk)
+        gathered = _chunk_candidates(position, new, first, end, own, audio_only, earlier, thresholds, budget)
+        if gathered is None:
+            refused = end - first
+            chunk = max(1, refused // 2)
+            continue
+        queries += gathered[0]
+        if budget is not None and gathered[1] < budget // 2:
+            chunk = max(chunk, min(2 * chunk, refused - 1))
     if key_load is not None:
         for query in queries:
             key_load.add(query)

@@ -49,6 +49,7 @@ from speechdata.quality.near_dup_matching import (
     NearDuplicateThresholds,
     UtteranceSignals,
     decide_shard,
+    postings_budget,
 )
 from speechdata.quality.near_dup_postings import audio_only_keys, index_keys
 from speechdata.quality.paths import near_duplicate_flags
@@ -316,6 +317,7 @@ def run_near_duplicates(
     """
     thresholds = thresholds or NearDuplicateThresholds()
     max_level = inline_merge_level()  # a bad value refused before any work, not after the commit
+    budget = postings_budget()
     started = time.perf_counter()
     signals, unchecked, audio_seconds = shard_signals(data_root, shard_id)
     lock_options = {"run_id": run_id, "holder_finished": holder_finished}
@@ -329,10 +331,17 @@ def run_near_duplicates(
                 # The shard's own postings, built and sorted once: looked up, decided with, committed.
                 own = index_keys(signals, reservation.position)
                 earlier = IndexReader(data_root, reservation.position)
-                earlier.prefetch(own["key"], audio_only_keys(own))
+                # Past the budget the prefetch stops and drops what it read: the settled read goes chunk by chunk.
+                earlier.prefetch(own["key"], audio_only_keys(own), limit=budget)
                 earlier.settle(wait_for_earlier(data_root, reservation, timeout_s=lock_timeout_s, **lock_options))
                 decisions = decide_shard(
-                    reservation.position, signals, earlier, thresholds, own_postings=own, key_load=key_load
+                    reservation.position,
+                    signals,
+                    earlier,
+                    thresholds,
+                    own_postings=own,
+                    key_load=key_load,
+                    budget=budget,
                 )
                 indexed = commit_shard_entries(
                     data_root,

@@ -60,6 +60,7 @@ ROOT = Path(__file__).resolve().parents[2]
         ("bench_near_dup_keyspace", {"corpora", "variants"}),
         ("bench_near_dup_capped_keys", {"2^12"}),
         ("bench_near_dup_skip_capped", {"2^12"}),
+        ("bench_near_dup_postings_budget", {"off", "on", "on_over_off", "same_decisions"}),
         ("bench_near_dup_recall_at_scale", {"curve", "equivalence_check", "audio_alone_recall_below"}),
         ("bench_near_duplicates_index", {"per_size", "growth", "new_over_baseline_wall_at_largest"}),
         ("bench_near_duplicates_order", {"per_size", "growth", "partitioned_over_single_file_mean_at_largest"}),
