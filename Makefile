@@ -62,11 +62,13 @@ postgres-server:
 demo: setup instance
 	$(BIN)/python -m dagster_project.demo
 
+# The demo's profile (small): the UI shows the demo's runs under the code versions that built them (with
+# tiny, every alignment read as changed code) and aligns new shards with the same trained aligner.
 # exec: the recipe's shell becomes dagster dev, so the SIGTERM or SIGINT that make passes on reaches it
 # and it stops its daemon, webserver and code servers; a shell in between would die alone and leave them.
 dev: setup instance
 	$(BIN)/dagster instance concurrency set gpu 1
-	export SPEECHDATA_PROFILE=$${SPEECHDATA_PROFILE:-tiny}; exec $(BIN)/dagster dev -w workspace.yaml -p $(PORT)
+	export SPEECHDATA_PROFILE=$${SPEECHDATA_PROFILE:-small}; exec $(BIN)/dagster dev -w workspace.yaml -p $(PORT)
 
 # The browser test drives Debian's Chromium (never a downloaded browser); CI has Debian's registry.
 CHROMIUM := /usr/bin/chromium

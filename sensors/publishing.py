@@ -112,10 +112,12 @@ def country_dataset_sensor(
             limit=1,
         )
     )
+    # Shards, not events: each shard has a raw_shards and a near_duplicates event, and every re-run more.
+    shard_count = len({record.partition_key for record in records})
     if oldest_age_s < max_wait_s and (newest_age_s < settle_s or shard_runs_pending):
         # The cursor stays: the next tick sees this batch again, with whatever joined it.
         return dg.SkipReason(
-            f"{len(records)} shard(s) indexed, batch still settling "
+            f"{shard_count} shard(s) indexed, batch still settling "
             f"(last {newest_age_s:.0f} s ago, settle {settle_s:.0f} s"
             f"{', per_shard_job runs queued' if shard_runs_pending else ''})"
         )
@@ -137,7 +139,7 @@ def country_dataset_sensor(
     }
     if not countries - waiting:
         return dg.SensorResult(
-            skip_reason=f"{len(records)} shard(s) indexed; no country's inputs changed since its last build",
+            skip_reason=f"{shard_count} shard(s) indexed; no country's inputs changed since its last build",
             cursor=str(latest),
         )
     job_name = HF_PUBLISH_JOB_NAME if hub.enabled else HF_DATASET_JOB_NAME

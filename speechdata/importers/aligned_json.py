@@ -128,6 +128,13 @@ def import_aligned_countries(
     source_fs, source_root = filesystem_for(countries_dir)
     if countries is None:
         countries = sorted(PurePosixPath(p).name for p in source_fs.ls(source_root, detail=False) if source_fs.isdir(p))
+    # A mistyped path or country found no JSON and reported success with nothing landed.
+    missing = [folder for folder in countries if not source_fs.isdir(f"{source_root}/{folder}")]
+    if missing:
+        raise FileNotFoundError(
+            f"{countries_dir}: no country folder {', '.join(map(repr, missing))} "
+            f"(COUNTRIES_DIR holds one folder per country, e.g. germany/{ALIGNMENT_SUBDIR}/*_aligned.json)"
+        )
     codes = {}
     for folder in countries:
         language_for_country(folder, country_languages)

@@ -151,7 +151,15 @@ class ShardOutline:
 
 
 def signals_from_audio(data_root: DataRoot, shard_id: str) -> tuple[ShardSignals, ShardOutline]:
-    signals, unchecked, audio_seconds = shard_signals(data_root, shard_id)
+    try:
+        signals, unchecked, audio_seconds = shard_signals(data_root, shard_id)
+    except FileNotFoundError as missing:
+        # The pass reads what normalized_audio wrote; a bare errno line left the user to guess that.
+        raise FileNotFoundError(
+            f"shard {shard_id!r} has no normalized audio ({missing.filename or missing} is missing): "
+            f"materialize raw_shards and normalized_audio for it first (speechdata shard run --shards "
+            f"{shard_id} --select raw_shards,normalized_audio --wait), or leave it out of the selection"
+        ) from missing
     return ShardSignals(shard_id, signals), ShardOutline(
         shard_id, [s.utt_id for s in signals], None, unchecked, audio_seconds
     )

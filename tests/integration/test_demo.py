@@ -133,3 +133,28 @@ def test_the_demo_shows_where_each_pseudo_label_went(demo_run):
     # The small aligner's labels fail honest filters today: the demo says so rather than loosen one.
     if not any(where == "published" for *_, where in labels):
         assert "no label passed" in section and "no threshold is lowered" in section
+
+
+def _first_python_block(markdown: Path, after_heading: str) -> str:
+    section = markdown.read_text().split(f"\n{after_heading}\n", 1)[1]
+    return section.split("```python\n", 1)[1].split("\n```", 1)[0]
+
+
+@pytest.mark.slow
+def test_the_readers_snippets_of_the_readme_and_quickstart_run_as_printed_on_the_demo_root(demo_run, tmp_path):
+    # A new user copies these into a shell at the checkout after `make demo`: `.data` is the demo's root.
+    _, root, home = demo_run
+    (tmp_path / ".data").symlink_to(root.root)
+    # One interpreter for both (each its own scope through exec): the imports cost more than the reads.
+    snippets = [
+        _first_python_block(REPO / "README.md", "## Where the outputs are"),
+        _first_python_block(REPO / "docs" / "quickstart.md", "## Reading the outputs"),
+    ]
+    program = "\n".join(
+        f"ns = {{}}; exec({snippet!r}, ns); print(ns['sample']['json']['words'][:1])" for snippet in snippets
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", program], cwd=tmp_path, env=_env(home), capture_output=True, text=True, timeout=300
+    )
+    assert proc.returncode == 0, f"{program}\n{proc.stderr[-3000:]}"
+    assert proc.stdout.count("'start_ms'") == 2, proc.stdout  # each snippet read a sample with its words

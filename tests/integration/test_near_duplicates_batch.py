@@ -129,7 +129,8 @@ def test_a_pass_that_fails_writes_nothing_and_gives_its_positions_back(corpus, c
     before = written_bytes(corpus)
     # "gone" has no normalized audio: the pass fails before it commits anything.
     assert run(["near-duplicates", "batch", "b1", "gone", "--in-process", "--data-root", corpus.url]) == 1
-    assert "gone" in capsys.readouterr().err
+    [line] = capsys.readouterr().err.strip().splitlines()
+    assert "'gone' has no normalized audio" in line and "--select raw_shards,normalized_audio" in line, line
     assert written_bytes(corpus) == before
     assert not [s for s in read_state(corpus) if s.state == RESERVED]
     assert run_near_duplicates(corpus, "b1").index_position == 1

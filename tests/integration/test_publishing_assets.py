@@ -312,7 +312,11 @@ def test_country_refresh_is_one_run_per_country_per_settled_batch(tmp_path, data
     shards = land(corpus, data_root, instance)
     build_aligned_json_corpus(corpus, {"de": 1, "fr": 1}, clips=clips, audio_format="flac", first_recording=4)
     shards += land(corpus, data_root, instance)
-    assert len(shards) == 4  # four shard events, two countries
+    assert len(shards) == 4  # four shards, two countries
+    # One shard's ingest run again: five events of four shards.
+    assert dg.materialize(
+        [raw_shards], partition_key=shards[0], instance=instance, resources=tiny_resources_for(data_root.url)
+    ).success
 
     def tick(cursor=None):
         return country_dataset_sensor(
@@ -326,6 +330,7 @@ def test_country_refresh_is_one_run_per_country_per_settled_batch(tmp_path, data
     monkeypatch.setenv("SPEECHDATA_PUBLISHING_SETTLE_S", "3600")  # the batch is still arriving
     waiting = tick()
     assert isinstance(waiting, dg.SkipReason) and "settling" in str(waiting.skip_message)
+    assert str(waiting.skip_message).startswith("4 shard(s) indexed"), waiting.skip_message  # shards, not events
     monkeypatch.setenv("SPEECHDATA_PUBLISHING_SETTLE_S", "0")
     # A shard run still queued means more of the batch is coming.
     queued = instance.create_run_for_job(defs.resolve_job_def("per_shard_job"), status=dg.DagsterRunStatus.NOT_STARTED)

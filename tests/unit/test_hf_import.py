@@ -73,6 +73,14 @@ def test_unknown_country_is_an_error_that_lists_the_map(corpus, data_root):
         language_for_country("is")
 
 
+def test_a_missing_country_folder_is_an_error_naming_it_and_nothing_lands(corpus, data_root, tmp_path):
+    with pytest.raises(FileNotFoundError, match=r"no country folder 'spain'"):
+        import_aligned_countries(str(corpus), data_root, ["germany", "spain"])
+    with pytest.raises(FileNotFoundError, match=r"no country folder 'germany'"):
+        import_aligned_countries(str(tmp_path / "no-such-dir"), data_root, ["germany"])
+    assert not data_root.exists(layout.LANDING)
+
+
 def test_malformed_json_is_reported_with_its_file_and_the_rest_lands(corpus, data_root):
     broken = corpus / "france/Alignment/alignment_output/broken_t9_aligned.json"
     broken.write_text('{"audio_file": "audio/x.flac", "segments": [{"start": 1.0}]}')
