@@ -20,7 +20,6 @@ from speechdata.quality.near_dup_batch import LocalEngine, ShardOutline, ShardSi
 from speechdata.quality.near_dup_index import (
     IndexDamaged,
     IndexReader,
-    commit_shard_entries,
     compact_index,
     index_keys,
     read_state,
@@ -43,6 +42,7 @@ from tests.unit.near_dup_stage_path import (
     CAP,
     LookupLog,
     decide_and_commit,
+    decide_as_the_stage,
     decided_again_reading_every_key,
     lower_cap_and_fanout,
     outputs,
@@ -239,19 +239,20 @@ def test_a_run_killed_between_its_prefetch_and_its_commit_re_runs_to_the_same_fi
     class Killed(Exception):
         pass
 
+    def killed(*_) -> None:
+        raise Killed
+
+    def decided_then_killed(*stage) -> None:
+        decide_as_the_stage(*stage)
+        raise Killed
+
     def killed_run(data_root, signals, at: str) -> None:
-        with reserve_position(data_root, signals[0].shard_id) as reservation:
-            own = index_keys(signals, reservation.position)
-            reader = IndexReader(data_root, reservation.position)
-            reader.prefetch(own["key"], audio_only_keys(own))
-            if at == "prefetch":
-                raise Killed
-            reader.settle(wait_for_earlier(data_root, reservation))
-            decisions = decide_shard(reservation.position, signals, reader, thresholds(), own_postings=own)
-            if at == "decided":
-                raise Killed
-            commit_shard_entries(data_root, reservation, signals, decisions, postings=own)
-            raise Killed
+        if at == "prefetch":
+            run_shard(data_root, signals, meanwhile=killed)
+        elif at == "decided":
+            run_shard(data_root, signals, decide=decided_then_killed)
+        run_shard(data_root, signals, returning=("decisions",))  # committed, its files never written
+        raise Killed
 
     data_root = DataRoot(str(tmp_path / "index"))
     kills = {6: "prefetch", 7: "decided", 8: "committed"}
