@@ -133,3 +133,21 @@ def test_a_command_line_without_one_shard_choice_is_bad_usage(args, tmp_path):
     with pytest.raises(SystemExit) as exit_:
         run(["shard", "backfill", *args, "--data-root", str(tmp_path)])
     assert exit_.value.code == 2
+
+
+def test_every_query_is_valid_against_the_installed_dagster_graphql_schema():
+    """The fields asked for (an asset's dependencyKeys and jobNames among them) are the webserver's."""
+    from dagster_graphql.schema import create_schema
+    from graphql import parse, validate
+
+    from dagster_project import webserver_launch
+
+    schema = create_schema().graphql_schema
+    queries = {
+        name: value
+        for name, value in vars(webserver_launch).items()
+        if name.isupper() and isinstance(value, str) and value.split()[:1] in (["query"], ["mutation"])
+    }
+    assert "ASSET_NODES" in queries and "LAUNCH_BACKFILL" in queries and len(queries) == 7
+    for name, query in queries.items():
+        assert validate(schema, parse(query)) == [], name
