@@ -219,17 +219,20 @@ class IndexReader:
             keys = uncertain_capped_keys(postings, ~counted & (positions < self.position), positions >= self.position)
             if len(keys):
                 uncertain[name] = keys
-            found.append(postings[counted])
+            found.append(postings if counted.all() else postings[counted])
             if droppable.any():
                 # Counted (live, before the position) audio postings: each one of a droppable key is
                 # a posting the vote counts, so a key past the cap in them never votes.
-                audio = postings[counted & (postings["context"] != 0)]["key"]
-                capped_counted += np.bincount(np.searchsorted(wanted, audio), minlength=len(wanted))
+                audio = postings["key"][counted & (postings["context"] != 0)]
+                runs = np.flatnonzero(np.append(len(audio) > 0, audio[1:] != audio[:-1]))  # one search a run of a key
+                np.add.at(capped_counted, np.searchsorted(wanted, audio[runs]), np.diff(np.append(runs, len(audio))))
                 known_silent = droppable & (capped_counted >= key_posting_cap())
                 if known_silent.any():
                     still_voting = still_voting & ~known_silent  # a new array: segments read keep theirs
                     droppable &= ~known_silent
                     looked_up = self._keys_still_voting(wanted, still_voting)
+        # Earliest owners first: the merge with the shard's own postings then sorts runs (sort_postings).
+        found.sort(key=lambda part: int(part["owner"].min()) if len(part) else -1)
         postings = np.concatenate(found) if found else np.empty(0, POSTING_DTYPE)
         # Checked against the settled state only: shards committed meanwhile may count what a
         # key's uncertain segment cannot.

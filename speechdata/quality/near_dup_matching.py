@@ -333,7 +333,7 @@ def _chunk_candidates(
     """The :class:`_Query` of ``new[first:end]``, from the earlier postings of their keys and the
     shard's own, and how many earlier postings those were; None when the lookup passed ``budget`` (a
     single utterance is never refused: it holds its own keys' postings, whatever they are)."""
-    from speechdata.quality.near_dup_postings import merge_earlier_postings, owner_of, sorted_unique
+    from speechdata.quality.near_dup_postings import merged_fields, owner_of, sorted_unique
 
     if first == 0 and end == len(new):
         keys = sorted_unique(own["key"])
@@ -346,10 +346,9 @@ def _chunk_candidates(
     if len(looked_up) and int(looked_up["owner"].max()) >= owner_of(position, 0):
         raise ValueError(f"the candidate source named an utterance at or after index position {position}")
     held = len(looked_up)
-    postings = merge_earlier_postings(looked_up, own)
-    del looked_up  # the merged copy holds them
-    posting_keys = np.ascontiguousarray(postings["key"])
-    queries = [_candidates(position, rank, new[rank], postings, posting_keys, thresholds) for rank in range(first, end)]
+    columns = _PostingColumns.of(merged_fields(looked_up, own))
+    del looked_up  # the merged columns hold them
+    queries = [_candidates(position, rank, new[rank], columns, thresholds) for rank in range(first, end)]
     return queries, held
 
 
@@ -437,32 +436,63 @@ def decide_shard(
     return decisions
 
 
-def _key_postings(
-    postings: np.ndarray, keys: np.ndarray, before: int, posting_keys: np.ndarray | None = None
-) -> tuple[np.ndarray, np.ndarray]:
-    """``(index into keys, posting)`` pairs for every posting of ``keys`` owned before ``before``.
-    ``posting_keys``: ``postings["key"]`` as one contiguous array, made once per shard (searching the
-    strided field copies it whole on every call, a cost that grew with the postings looked up)."""
-    if posting_keys is None:
-        posting_keys = np.ascontiguousarray(postings["key"])
-    starts = np.searchsorted(posting_keys, keys, side="left")
-    ends = np.searchsorted(posting_keys, keys, side="right")
-    counts = ends - starts
-    if counts.sum() == 0:
-        return np.zeros(0, np.int64), postings[:0]
+@dataclass(frozen=True)
+class _PostingColumns:
+    """The postings a shard decides against (sorted by key), one contiguous array per field, made
+    once per shard: an utterance's lookups gather only the fields they use from them, where gathering
+    whole 28-byte records and then a strided field of them cost about 0.5 us a posting read. Its
+    keys are searched among the distinct ones (``distinct``; the postings of ``distinct[i]`` are
+    ``[starts[i], starts[i + 1])``), a table a twentieth the size of the postings on speech."""
+
+    owner: np.ndarray
+    frame: np.ndarray
+    context: np.ndarray
+    distinct: np.ndarray
+    starts: np.ndarray
+
+    @classmethod
+    def of(cls, postings: np.ndarray | dict[str, np.ndarray]) -> _PostingColumns:
+        """The columns of ``postings`` (sorted by key): a structured array, or its fields
+        (:func:`~.near_dup_postings.merged_fields`)."""
+        keys = np.ascontiguousarray(postings["key"])
+        new_key = np.ones(len(keys), bool)
+        new_key[1:] = keys[1:] != keys[:-1]
+        starts = np.flatnonzero(new_key)
+        return cls(
+            *(np.ascontiguousarray(postings[name]) for name in ("owner", "frame", "context")),
+            distinct=keys[starts],
+            starts=np.append(starts, len(keys)),
+        )
+
+
+def _key_postings(columns: _PostingColumns, keys: np.ndarray, before: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(index into keys, index into the postings)`` pairs for every posting of ``keys`` owned
+    before ``before``, by key in ``keys`` order then in the postings' order."""
+    if len(columns.distinct) == 0:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    # Searched in ascending order (each search starts from the last one's place), put back after.
+    ascending = np.argsort(keys, kind="stable")
+    at = np.empty(len(keys), np.int64)
+    at[ascending] = np.searchsorted(columns.distinct, keys[ascending])
+    present = at < len(columns.distinct)
+    present[present] = columns.distinct[at[present]] == keys[present]
+    at[~present] = 0
+    starts = columns.starts[at]
+    counts = np.where(present, columns.starts[at + 1] - starts, 0)
+    total = int(counts.sum())
+    if total == 0:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
     which = np.repeat(np.arange(len(keys)), counts)
-    hits = np.repeat(starts - np.cumsum(counts) + counts, counts) + np.arange(counts.sum())
-    found = postings[hits]
-    earlier = found["owner"] < before
-    return which[earlier], found[earlier]
+    hits = np.repeat(starts - np.cumsum(counts) + counts, counts) + np.arange(total)
+    earlier = columns.owner[hits] < before
+    return which[earlier], hits[earlier]
 
 
 def _candidates(
     position: int,
     rank: int,
     signals: UtteranceSignals,
-    postings: np.ndarray,
-    posting_keys: np.ndarray,
+    columns: _PostingColumns,
     thresholds: NearDuplicateThresholds,
 ) -> _Query:
     from speechdata.quality.near_dup_postings import (
@@ -479,24 +509,27 @@ def _candidates(
     me = owner_of(position, rank)
     exact: list[int] = []
     if signals.exact_hash is not None:
-        _, found = _key_postings(postings, np.array([exact_key(signals.exact_hash)], np.uint64), me, posting_keys)
-        exact = sorted(set(found["owner"].tolist()))
+        _, found = _key_postings(columns, np.array([exact_key(signals.exact_hash)], np.uint64), me)
+        exact = sorted(set(columns.owner[found].tolist()))
     audio: list[int] = []
     keys_met = keys_past_cap = 0
     keys, frames = sampled_audio_keys(signals.fingerprint.sub_fingerprints, signals.fingerprint.active)
     if len(keys):
-        which, found = _key_postings(postings, keys, me, posting_keys)
+        which, found = _key_postings(columns, keys, me)
         if len(found):
             per_key = np.bincount(which, minlength=len(keys))
             keys_met = int(np.count_nonzero(per_key))
             keys_past_cap = int(np.count_nonzero(per_key > MAX_KEY_OCCURRENCES))
             contexts = neighbour_contexts(signals.fingerprint.sub_fingerprints, frames)
-            alike = context_bit_errors(contexts[which], found["context"]) <= MAX_CONTEXT_BIT_ERRORS
-            usable = (per_key[which] <= MAX_KEY_OCCURRENCES) & alike
-            owners = found["owner"][usable]
-            offsets = found["frame"][usable].astype(np.int64) - frames[which[usable]]
+            # The cap first: a key past it never votes, so its postings' contexts are never compared.
+            voting = np.flatnonzero(per_key[which] <= MAX_KEY_OCCURRENCES)
+            which, found = which[voting], found[voting]
+            alike = context_bit_errors(contexts[which], columns.context[found]) <= MAX_CONTEXT_BIT_ERRORS
+            which, found = which[alike], found[alike]
+            owners = columns.owner[found]
+            offsets = columns.frame[found].astype(np.int64) - frames[which]
             if len(owners):
-                pairs, votes = np.unique(np.stack([owners, offsets], axis=1), axis=0, return_counts=True)
+                pairs, votes = _pair_votes(owners, offsets)
                 best = _best_offset_per_owner(pairs, votes, 1)
                 audio = [owner for owner, _ in best[:AUDIO_CANDIDATES_FETCHED]]
     transcript: list[int] = []
@@ -505,21 +538,23 @@ def _candidates(
         and signals.transcript_signature is not None
         and signals.transcript_words >= thresholds.min_transcript_words
     ):
-        _, found = _key_postings(postings, transcript_keys(signals.transcript_signature), me, posting_keys)
-        comparable = found["owner"][found["frame"] >= thresholds.min_transcript_words]
+        _, found = _key_postings(columns, transcript_keys(signals.transcript_signature), me)
+        comparable = columns.owner[found][columns.frame[found] >= thresholds.min_transcript_words]
         transcript = sorted(set(comparable.tolist()))[:MAX_TRANSCRIPT_CANDIDATES]
     envelope: list[int] = []
     if signals.shift is not None:
-        _, found = _key_postings(postings, envelope_keys(signals.shift.envelope), me, posting_keys)
+        _, found = _key_postings(columns, envelope_keys(signals.shift.envelope), me)
         if len(found):
-            owners, first, hits = np.unique(found["owner"], return_index=True, return_counts=True)
+            found_owners = columns.owner[found]
+            owners, hits = _value_counts(found_owners)
             shared = hits >= MIN_SHARED_ENVELOPE_PAIRS
-            owners, first, hits = owners[shared], first[shared], hits[shared]
+            owners, hits = owners[shared], hits[shared]
             # most shared pairs (so bands) first, the earliest on a tie
             chosen = np.lexsort((owners, -hits))[:ENVELOPE_CANDIDATES]
-            # A candidate whose speech span (its postings' context) the tempo rule rules out is
-            # never fetched: _shifted_match would pass over it. Chosen first, so the others stay.
-            spans = [span_of_context(int(context)) for context in found["context"][first[chosen]].tolist()]
+            # A candidate whose speech span (its postings' context: its first one's) the tempo rule
+            # rules out is never fetched: _shifted_match would pass over it. Chosen first, so the others stay.
+            first = _first_places(found_owners, owners[chosen])
+            spans = [span_of_context(int(context)) for context in columns.context[found[first]].tolist()]
             envelope = [
                 owner
                 for owner, span in zip(owners[chosen].tolist(), spans, strict=True)
@@ -626,7 +661,7 @@ def _full_votes(query: AudioFingerprint, references: Sequence[AudioFingerprint])
         return result
     hits = np.repeat(starts - np.cumsum(counts) + counts, counts) + np.arange(counts.sum())
     offsets = all_frames[hits].astype(np.int64) - np.repeat(query_frames, counts)
-    pairs, votes = np.unique(np.stack([all_which[hits], offsets], axis=1), axis=0, return_counts=True)
+    pairs, votes = _pair_votes(all_which[hits], offsets)
     # Pairs come sorted by (reference, offset): a stable sort by votes, most first, keeps the
     # smallest offset first among a reference's ties.
     by_votes = np.argsort(-votes, kind="stable")
@@ -700,16 +735,43 @@ def _verify(
     return None
 
 
+def _value_counts(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``np.unique(values, return_counts=True)`` by one sort: the envelope's chance postings, tens
+    of thousands an utterance at 10^5 hours, counted by owner for each new utterance."""
+    ordered = np.sort(values)
+    new_value = np.ones(len(ordered), bool)
+    new_value[1:] = ordered[1:] != ordered[:-1]
+    starts = np.flatnonzero(new_value)
+    return ordered[starts], np.diff(np.append(starts, len(ordered)))
+
+
+def _first_places(values: np.ndarray, wanted: np.ndarray) -> np.ndarray:
+    """The index of each of ``wanted``'s first occurrence in ``values`` (each one occurs): found among
+    the occurrences of ``wanted`` only, a few of ``values``."""
+    places = np.flatnonzero(np.isin(values, wanted))
+    distinct, first = np.unique(values[places], return_index=True)
+    return places[first[np.searchsorted(distinct, wanted)]]
+
+
+def _pair_votes(first: np.ndarray, second: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``np.unique(np.stack([first, second], axis=1), axis=0, return_counts=True)`` of two int64
+    arrays: the distinct pairs in ascending (first, second) order and how often each occurs. One
+    two-key sort: ``np.unique(axis=0)`` sorts the rows as a structured view, several times slower."""
+    order = np.lexsort((second, first))
+    first, second = first[order], second[order]
+    new_pair = np.ones(len(first), bool)
+    new_pair[1:] = (first[1:] != first[:-1]) | (second[1:] != second[:-1])
+    starts = np.flatnonzero(new_pair)
+    return np.stack([first[starts], second[starts]], axis=1), np.diff(np.append(starts, len(first)))
+
+
 def _best_offset_per_owner(pairs: np.ndarray, votes: np.ndarray, min_votes: int) -> list[tuple[int, int]]:
-    """``(owner, offset)`` with the most votes per owner, most voted first, at least ``min_votes``."""
+    """``(owner, offset)`` with the most votes per owner, most voted first (then the smallest owner),
+    at least ``min_votes``; of an owner's offsets tied on votes, the first in ``pairs``' order (the
+    smallest, ``pairs`` ascending as :func:`_pair_votes` gives them)."""
     by_votes = np.lexsort((pairs[:, 0], -votes))
-    seen: set[int] = set()
-    best = []
-    for index in by_votes:
-        if votes[index] < min_votes:
-            break
-        owner = int(pairs[index, 0])
-        if owner not in seen:
-            seen.add(owner)
-            best.append((owner, int(pairs[index, 1])))
-    return best
+    by_votes = by_votes[votes[by_votes] >= min_votes]
+    # Each owner's first place in that order (a stable sort keeps the first of equal owners).
+    _, first = np.unique(pairs[by_votes, 0], return_index=True)
+    chosen = by_votes[np.sort(first)]
+    return list(zip(pairs[chosen, 0].tolist(), pairs[chosen, 1].tolist(), strict=True))

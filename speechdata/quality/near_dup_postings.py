@@ -256,8 +256,11 @@ def neighbour_contexts(sub_fingerprints: np.ndarray, frames: np.ndarray) -> np.n
 
 
 def context_bit_errors(first: np.ndarray, second: np.ndarray) -> np.ndarray:
-    """Differing bits of two arrays of contexts (0-64 each)."""
+    """Differing bits of two arrays of contexts (0-64 each). One popcount per element where NumPy has
+    it (2.0+): unpacking every bit and summing them cost about 0.2 us a posting read."""
     differing = np.bitwise_xor(first.astype(np.uint64), second.astype(np.uint64))
+    if hasattr(np, "bitwise_count"):
+        return np.bitwise_count(differing)
     return np.unpackbits(differing.view(np.uint8).reshape(-1, 8), axis=1).sum(axis=1)
 
 
@@ -299,7 +302,25 @@ def index_keys(signals: Sequence[UtteranceSignals], position: int) -> np.ndarray
 
 
 def sort_postings(postings: np.ndarray) -> np.ndarray:
-    return postings[np.lexsort((postings["frame"], postings["owner"], postings["key"]))]
+    """``postings`` sorted by (key, owner, frame), ties in their given order (a stable sort). Most
+    arrays sorted come as runs already in (owner, frame) order within each key (a shard's postings
+    built utterance by utterance; the postings a lookup found, segment by segment, earliest first):
+    a stable sort by key alone is then the same order, and a contiguous key column sorts about 10x
+    faster than the three-key ``np.lexsort`` (which stays for every other input)."""
+    return postings[posting_order(postings)]
+
+
+def posting_order(postings: np.ndarray) -> np.ndarray:
+    """The permutation :func:`sort_postings` applies."""
+    keys = np.ascontiguousarray(postings["key"])
+    order = np.argsort(keys, kind="stable")
+    owners, frames = postings["owner"][order], postings["frame"][order]
+    same_key = keys[order[1:]] == keys[order[:-1]]
+    earlier_owner = owners[1:] < owners[:-1]
+    earlier_frame = (owners[1:] == owners[:-1]) & (frames[1:] < frames[:-1])
+    if (same_key & (earlier_owner | earlier_frame)).any():
+        order = np.lexsort((postings["frame"], postings["owner"], postings["key"]))
+    return order
 
 
 def merge_earlier_postings(earlier: np.ndarray, own: np.ndarray) -> np.ndarray:
@@ -317,6 +338,24 @@ def merge_earlier_postings(earlier: np.ndarray, own: np.ndarray) -> np.ndarray:
     merged[at] = earlier
     merged[from_own] = own
     return merged
+
+
+def merged_fields(earlier: np.ndarray, own: np.ndarray) -> dict[str, np.ndarray]:
+    """Each field of :func:`merge_earlier_postings` as a contiguous array, placed field by field: no
+    merged copy of the records is made, and each field is gathered and placed once."""
+    order = posting_order(earlier)
+    own_keys = np.ascontiguousarray(own["key"])
+    earlier_keys = np.ascontiguousarray(earlier["key"])[order]
+    # Each earlier posting goes before own's postings of its key; each of own's after those earlier.
+    earlier_at = np.searchsorted(own_keys, earlier_keys, side="left") + np.arange(len(earlier))
+    own_at = np.searchsorted(earlier_keys, own_keys, side="right") + np.arange(len(own))
+    fields = {}
+    for name in POSTING_DTYPE.names:
+        field = np.empty(len(earlier) + len(own), POSTING_DTYPE[name])
+        field[earlier_at] = earlier_keys if name == "key" else earlier[name][order]
+        field[own_at] = own_keys if name == "key" else own[name]
+        fields[name] = field
+    return fields
 
 
 def sorted_unique(values: np.ndarray) -> np.ndarray:
