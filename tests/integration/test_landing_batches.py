@@ -190,9 +190,9 @@ def asset_nodes_of_the_snapshot() -> dict[str, AssetNode]:
     }
 
 
-@pytest.mark.slow  # both flows over two one-utterance shards, every per-shard asset: about 30 s here
+@pytest.mark.slow  # both flows over two one-utterance shards, every per-shard asset: about 17 s here
 def test_a_first_import_around_the_batch_pass_builds_what_the_landing_runs_build_deciding_each_shard_once(
-    instance, tmp_path
+    instance, tmp_path, model_cache_dir
 ):
     # The landing flow: one run over the batch's range, every per-shard asset once per shard.
     landed = DataRoot(str(tmp_path / "landed"))
@@ -200,7 +200,7 @@ def test_a_first_import_around_the_batch_pass_builds_what_the_landing_runs_build
     land(landed, "f0", "f1")  # the same recording twice: f1's is an exact copy of f0's
     [request] = tick(sensor, instance, landed).run_requests
     result = dg.materialize(
-        SHARD_ASSETS, instance=instance, tags=request.tags, resources=tiny_resources_for(landed.url)
+        SHARD_ASSETS, instance=instance, tags=request.tags, resources=tiny_resources_for(landed.url, model_cache_dir)
     )
     assert result.success
     for asset in SHARD_ASSETS:
@@ -224,7 +224,7 @@ def test_a_first_import_around_the_batch_pass_builds_what_the_landing_runs_build
         )
         before, after = first_import_commands()
         nodes = asset_nodes_of_the_snapshot()
-        resources = tiny_resources_for(root.url)
+        resources = tiny_resources_for(root.url, model_cache_dir)  # the models the landing run built, reused
         everything = {RANGE_START_TAG: "f0", RANGE_END_TAG: "f1"}  # what a backfill run over both carries
         for command in (before, "batch", after):
             if command == "batch":
