@@ -76,7 +76,9 @@ def register(subparsers) -> None:
         "in the code location's environment sets another figure).",
         "  speechdata shard backfill --all --select frame_grids,qwen_hidden_states,wavlm_features\n"
         "  speechdata shard backfill --missing --wait\n"
-        "  speechdata shard backfill --shards a-0001,a-0002 --group packaging --launched-by alice",
+        "  speechdata shard backfill --shards a-0001,a-0002 --group packaging --launched-by alice\n"
+        "  speechdata shard backfill --all --before near_duplicates --wait   # a first import: docs/deploying.md\n"
+        "  speechdata shard backfill --all --after near_duplicates --wait",
     )
 
 
@@ -125,6 +127,19 @@ def _register_launch(commands, name: str, summary: str, description: str, exampl
     )
     parser.add_argument(
         "--group", metavar="GROUP,...", type=_comma_list, default=[], help="every shard asset of these groups"
+    )
+    split = parser.add_mutually_exclusive_group()
+    split.add_argument(
+        "--before",
+        metavar="ASSET",
+        default=None,
+        help="only the selected assets ASSET reads, directly or not (default selection: per_shard_job's)",
+    )
+    split.add_argument(
+        "--after",
+        metavar="ASSET",
+        default=None,
+        help="the selected assets but ASSET and those it reads (default selection: per_shard_job's)",
     )
     parser.add_argument(
         "--url",
@@ -241,7 +256,7 @@ def run_launch(args: argparse.Namespace) -> int:
     web = launch.Webserver(args.url or os.environ.get(WEBSERVER_URL_ENV) or DEFAULT_WEBSERVER_URL)
     try:
         nodes = launch.asset_nodes(web)
-        assets = launch.select_assets(nodes, args.select, args.group)
+        assets = launch.select_assets(nodes, args.select, args.group, before=args.before, after=args.after)
         registered = launch.registered_shards(web, assets[0])
         shards = launch.choose_shards(
             registered,

@@ -17,7 +17,7 @@ import urllib.request
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from assets.partitions import shard_partitions
+from assets.partitions import PER_SHARD_JOB_NAME, shard_partitions
 
 ASSET_JOB = "__ASSET_JOB"
 """The job Dagster builds over every asset: what the UI launches a selection of assets in."""
@@ -42,6 +42,10 @@ class AssetNode:
     shard_partitioned: bool
     location: str
     repository: str
+    deps: tuple[str, ...] = ()
+    """The assets it reads (its upstream), by name."""
+    jobs: tuple[str, ...] = ()
+    """The named jobs it is in (``per_shard_job`` for what the landing sensor runs)."""
 
 
 class Webserver:
@@ -91,12 +95,27 @@ def asset_nodes(web: Webserver) -> dict[str, AssetNode]:
             shard_partitioned=[d["dynamicPartitionsDefinitionName"] for d in dimensions] == [shard_partitions.name],
             location=node["repository"]["location"]["name"],
             repository=node["repository"]["name"],
+            deps=tuple("/".join(dep["path"]) for dep in node["dependencyKeys"]),
+            jobs=tuple(node["jobNames"]),
         )
     return nodes
 
 
-def select_assets(nodes: dict[str, AssetNode], names: Iterable[str] = (), groups: Iterable[str] = ()) -> list[str]:
-    """The shard assets named, plus those of the groups named; every shard asset when neither is given."""
+def select_assets(
+    nodes: dict[str, AssetNode],
+    names: Iterable[str] = (),
+    groups: Iterable[str] = (),
+    *,
+    before: str | None = None,
+    after: str | None = None,
+) -> list[str]:
+    """The shard assets named, plus those of the groups named; every shard asset when neither is given.
+
+    ``before`` / ``after`` (an asset's name) split the landing flow at that asset: ``before`` keeps
+    the assets it reads, directly or not; ``after`` keeps every other one but the asset itself, so the
+    two sides and the asset make the whole. With neither names nor groups they split ``per_shard_job``
+    (what the landing sensor runs), so a first import can run the two sides around a whole-corpus pass
+    of the asset (docs/deploying.md)."""
     names, groups = list(names), list(groups)
     unknown = [name for name in names if name not in nodes]
     if unknown:
@@ -114,9 +133,43 @@ def select_assets(nodes: dict[str, AssetNode], names: Iterable[str] = (), groups
     selected = set(names) | {n for n, node in nodes.items() if node.group in groups and node.shard_partitioned}
     if not names and not groups:
         selected = {n for n, node in nodes.items() if node.shard_partitioned}
+        if before is not None or after is not None:
+            selected = {n for n in selected if PER_SHARD_JOB_NAME in nodes[n].jobs}
     if not selected:
         raise SelectionError(f"no shard asset in the groups {', '.join(groups)}")
+    if before is not None or after is not None:
+        selected = _split_at(nodes, selected, before, after)
     return sorted(selected)
+
+
+def _split_at(nodes: dict[str, AssetNode], selected: set[str], before: str | None, after: str | None) -> set[str]:
+    """``selected`` cut at ``before`` (what it reads) or ``after`` (the rest, but it)."""
+    if before is not None and after is not None:
+        raise SelectionError("--before and --after: name one of them")
+    pivot, option = (before, "--before") if before is not None else (after, "--after")
+    if pivot in nodes and not nodes[pivot].shard_partitioned:
+        raise SelectionError(f"{option} {pivot}: {pivot} is not partitioned by shard")
+    if pivot not in nodes:
+        known = ", ".join(sorted(n for n, node in nodes.items() if node.shard_partitioned))
+        raise SelectionError(f"{option} {pivot}: no shard asset of that name (the shard assets: {known})")
+    upstream = _upstream_of(nodes, pivot)
+    chosen = selected & upstream if before is not None else selected - upstream - {pivot}
+    if not chosen:
+        side = "upstream of" if before is not None else "after"
+        raise SelectionError(f"{option} {pivot}: no selected shard asset is {side} {pivot}")
+    return chosen
+
+
+def _upstream_of(nodes: dict[str, AssetNode], name: str) -> set[str]:
+    """Every asset ``name`` reads, directly or through others."""
+    upstream: set[str] = set()
+    waiting = list(nodes[name].deps)
+    while waiting:
+        dep = waiting.pop()
+        if dep not in upstream:
+            upstream.add(dep)
+            waiting.extend(nodes[dep].deps if dep in nodes else ())
+    return upstream
 
 
 def registered_shards(web: Webserver, asset: str) -> list[str]:
@@ -265,7 +318,7 @@ def _error_of(result: dict) -> str:
 
 
 ASSET_NODES = """
-query { assetNodes { assetKey { path } groupName isMaterializable
+query { assetNodes { assetKey { path } groupName isMaterializable dependencyKeys { path } jobNames
   partitionDefinition { dimensionTypes { dynamicPartitionsDefinitionName } }
   repository { name location { name } } } }
 """

@@ -33,6 +33,12 @@ DEFAULT_BATCH_SHARDS = int(os.environ.get("SPEECHDATA_LANDING_BATCH_SHARDS", "16
 """Shards per landing run: a batch this full launches at once."""
 DEFAULT_BATCH_WAIT_S = float(os.environ.get("SPEECHDATA_LANDING_BATCH_WAIT_S", "120"))
 """Seconds the oldest waiting shard may wait for its batch to fill before the batch launches anyway."""
+REGISTER_ONLY_ENV = "SPEECHDATA_LANDING_REGISTER_ONLY"
+if os.environ.get(REGISTER_ONLY_ENV, "0") not in ("0", "1"):
+    raise ValueError(f"{REGISTER_ONLY_ENV} must be 0 or 1, got {os.environ[REGISTER_ONLY_ENV]!r}")
+DEFAULT_REGISTER_ONLY = os.environ.get(REGISTER_ONLY_ENV, "0") == "1"
+"""``1``: register shards and launch nothing (a first import's shards are run around the whole-corpus
+near-duplicate pass instead, docs/deploying.md); the shards registered meanwhile are never launched."""
 LAUNCHED_BY_TAG = "speechdata/launched_by"
 RELANDED_TAG = "speechdata/relanded"
 BATCH_SHARDS_TAG = "speechdata/batch_shards"
@@ -126,6 +132,16 @@ def batch_run_request(shards: list[WaitingShard]) -> dg.RunRequest:
     )
 
 
+def _left_to_launch(pending: list[WaitingShard], register_only: bool, log) -> list[WaitingShard]:
+    """``pending``; none when registering only: a first import runs its shards itself (around the
+    batch pass), so none is kept waiting and turning the setting off later launches nothing for them."""
+    if not register_only:
+        return pending
+    if pending:
+        log.info(f"{len(pending)} shards registered, no run launched ({REGISTER_ONLY_ENV}=1)")
+    return []
+
+
 def build_landing_sensor(
     max_shards_per_tick: int = DEFAULT_MAX_SHARDS_PER_TICK,
     minimum_interval_seconds: int = DEFAULT_INTERVAL_SECONDS,
@@ -133,8 +149,10 @@ def build_landing_sensor(
     batch_shards: int = DEFAULT_BATCH_SHARDS,
     batch_wait_s: float = DEFAULT_BATCH_WAIT_S,
     clock=time.time,
+    register_only: bool = DEFAULT_REGISTER_ONLY,
 ) -> dg.SensorDefinition:
-    """``clock``: seconds since the epoch, the time a shard's wait is measured in (tests pass their own)."""
+    """``clock``: seconds since the epoch, the time a shard's wait is measured in (tests pass their own).
+    ``register_only``: register the shards, launch no run (``SPEECHDATA_LANDING_REGISTER_ONLY=1``)."""
     if batch_shards < 1:
         raise ValueError(f"SPEECHDATA_LANDING_BATCH_SHARDS must be at least 1, got {batch_shards}")
 
@@ -150,6 +168,7 @@ def build_landing_sensor(
             f"{batch_wait_s:g} s, over a partition range of adjacent shards. A registered shard whose content "
             "fingerprint changed (landed again) joins a batch again, its run key carrying <shard>@<fingerprint>. "
             f"At most {max_shards_per_tick} shards registered per tick. A data root that does not exist fails the tick."
+            + (f" {REGISTER_ONLY_ENV}=1: registers only, launches no run." if register_only else "")
         ),
     )
     def landing_sensor(context: dg.SensorEvaluationContext, data_root: DataRootResource) -> dg.SensorResult:
@@ -222,6 +241,7 @@ def build_landing_sensor(
             WaitingShard(shard_id, now_s, fingerprint) for shard_id, fingerprint in relandings.relanded
         ]
         pending = enqueue(pending_from_cursor(context.cursor), arrivals)
+        pending = _left_to_launch(pending, register_only, context.log)
         # A waiting shard deleted from the partitions by hand has nothing left to run.
         pending = [entry for entry in pending if entry.shard in registered or entry.shard in scan.complete]
         batches, still_waiting = batches_due(pending, now_s, batch_shards, batch_wait_s)

@@ -1,9 +1,15 @@
 """The landing sensor batches shards into runs: by count, by waiting time, across restarts, once each."""
 
+import shlex
+from pathlib import Path
+
 import dagster as dg
 import pytest
 
 from assets import SHARD_ASSETS
+from assets.near_duplicates import near_duplicates_batch_job
+from dagster_project.webserver_launch import AssetNode, select_assets
+from resources.storage import DataRootResource
 from sensors.landing import (
     BATCH_SHARDS_TAG,
     RANGE_END_TAG,
@@ -12,12 +18,19 @@ from sensors.landing import (
     build_landing_sensor,
 )
 from speechdata.bridge.manifest import manifest_path
+from speechdata.cli import build_parser
 from speechdata.io import layout
+from speechdata.io.storage import DataRoot
+from speechdata.landing.fingerprint import FINGERPRINT_STATE
 from speechdata.landing.scan import landing_fingerprint
+from speechdata.quality import near_dup_index_order
 from speechdata.testing.shards import build_sample_shard
+from tests import spec_snapshot
 from tests.integration.test_attacks_relanding import touch_later
 from tests.integration.test_landing_sensor import tick
 from tests.tiny_resources import tiny_resources_for
+
+FIRST_IMPORT_HEADING = "### A first import with the batch pass"
 
 
 class Clock:
@@ -134,19 +147,105 @@ def test_a_relanded_shard_joins_a_batch_under_its_new_fingerprint(instance, data
     assert request.run_key == f"e0@{landing_fingerprint(data_root, 'e0')}"
 
 
-def test_a_landing_run_over_a_range_materializes_each_shard_once_per_asset(instance, data_root):
+def files_under(root) -> dict[str, bytes]:
+    """Every file the runs wrote, by path under the root. Left out: what was landed (and the landed
+    files' identities, which name their modification times), and the records of how the index order
+    got where it is (one shard after another, or a pass's reservations then commits)."""
+    base = Path(root.root)
+    return {
+        path.relative_to(base).as_posix(): path.read_bytes()
+        for path in sorted(base.rglob("*"))
+        if path.is_file()
+        and path.relative_to(base).parts[0] != "landing"
+        and path.relative_to(base).as_posix() != FINGERPRINT_STATE
+        and f"/{near_dup_index_order.ORDER_LOG}/" not in path.as_posix()
+    }
+
+
+def first_import_commands() -> list:
+    """The ``speechdata shard`` command lines of docs/deploying.md's first-import recipe, parsed."""
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "deploying.md").read_text()
+    recipe = docs[docs.index(FIRST_IMPORT_HEADING) :]
+    recipe = recipe[: recipe.index("\n## ", 1) if "\n## " in recipe else None]
+    recipe = recipe[: recipe.index("\n### ", 1) if "\n### " in recipe else None]
+    lines = [line.strip() for line in recipe.splitlines() if line.strip().startswith("speechdata shard ")]
+    return [build_parser().parse_args(shlex.split(line, comments=True)[1:]) for line in lines]
+
+
+def asset_nodes_of_the_snapshot() -> dict[str, AssetNode]:
+    """The asset nodes the webserver lists (dagster_project.webserver_launch.asset_nodes), from the
+    reviewed definitions snapshot: group, by shard or not, upstream assets and jobs."""
+    spec = spec_snapshot.stored_spec()
+    return {
+        name: AssetNode(
+            name,
+            asset["group"],
+            (asset["partitions"] or {}).get("name") == "shard",
+            "speech_data_platform",
+            "__repository__",
+            deps=tuple(asset["deps"]),
+            jobs=tuple(job for job, entry in spec["jobs"].items() if name in entry["assets"]),
+        )
+        for name, asset in spec["assets"].items()
+    }
+
+
+@pytest.mark.slow  # both flows over two one-utterance shards, every per-shard asset: about 17 s here
+def test_a_first_import_around_the_batch_pass_builds_what_the_landing_runs_build_deciding_each_shard_once(
+    instance, tmp_path, model_cache_dir
+):
+    # The landing flow: one run over the batch's range, every per-shard asset once per shard.
+    landed = DataRoot(str(tmp_path / "landed"))
     sensor = build_landing_sensor(batch_shards=2, batch_wait_s=3_600, clock=Clock())
-    land(data_root, "f0", "f1")
-    [request] = tick(sensor, instance, data_root).run_requests
+    land(landed, "f0", "f1")  # the same recording twice: f1's is an exact copy of f0's
+    [request] = tick(sensor, instance, landed).run_requests
     result = dg.materialize(
-        SHARD_ASSETS, instance=instance, tags=request.tags, resources=tiny_resources_for(data_root.url)
+        SHARD_ASSETS, instance=instance, tags=request.tags, resources=tiny_resources_for(landed.url, model_cache_dir)
     )
     assert result.success
     for asset in SHARD_ASSETS:
         events = result.asset_materializations_for_node(asset.key.to_python_identifier())
         assert sorted(e.partition for e in events) == ["f0", "f1"], asset.key
     for shard_id in ("f0", "f1"):
-        assert data_root.exists(manifest_path(shard_id)), shard_id
+        assert landed.exists(manifest_path(shard_id)), shard_id
+
+    # The first import (docs/deploying.md): registered without a run, the assets before
+    # near_duplicates, the batch pass, then the rest, as the recipe's command lines select them.
+    with dg.instance_for_test() as imported:
+        root = DataRoot(str(tmp_path / "imported"))
+        register_only = build_landing_sensor(batch_shards=1, batch_wait_s=0, clock=Clock(), register_only=True)
+        land(root, "f0", "f1")
+        registered = tick(register_only, imported, root)
+        assert registered.run_requests == [] and imported.get_dynamic_partitions("shard") == ["f0", "f1"]
+        # Turned off again, the sensor launches nothing for the shards it registered meanwhile.
+        assert (
+            tick(build_landing_sensor(batch_shards=1, batch_wait_s=0), imported, root, registered.cursor).run_requests
+            == []
+        )
+        before, after = first_import_commands()
+        nodes = asset_nodes_of_the_snapshot()
+        resources = tiny_resources_for(root.url, model_cache_dir)  # the models the landing run built, reused
+        everything = {RANGE_START_TAG: "f0", RANGE_END_TAG: "f1"}  # what a backfill run over both carries
+        for command in (before, "batch", after):
+            if command == "batch":
+                ran = near_duplicates_batch_job.execute_in_process(
+                    run_config={"ops": {"near_duplicates_batch": {"config": {"ray_address": "in-process"}}}},
+                    instance=imported,
+                    resources={"data_root": DataRootResource(url=root.url)},
+                )
+            else:
+                assert command.all and not command.select and not command.group
+                selected = select_assets(nodes, before=command.before, after=command.after)
+                ran = dg.materialize(
+                    SHARD_ASSETS, selection=selected, instance=imported, tags=everything, resources=resources
+                )
+            assert ran.success
+        decided = imported.fetch_materializations(dg.AssetKey("near_duplicates"), limit=100).records
+        assert sorted(record.partition_key for record in decided) == ["f0", "f1"]
+        for asset in SHARD_ASSETS:
+            assert imported.get_materialized_partitions(asset.key) == {"f0", "f1"}, asset.key
+        assert root.read_parquet(layout.near_duplicates("f1")).column("kind").to_pylist() == ["exact_audio"]
+        assert files_under(root) == files_under(landed)
 
 
 def test_the_sensor_daemon_queues_one_per_shard_job_run_over_the_batchs_range(tmp_path, monkeypatch):

@@ -90,3 +90,19 @@ def test_shard_with_unreadable_metadata_is_still_registered_so_the_failure_shows
     mark_landed(data_root, "broken")
     result = tick(build_landing_sensor(batch_shards=1), instance, data_root)
     assert [r.run_key for r in result.run_requests] == ["broken"]
+
+
+def test_a_register_only_setting_other_than_0_or_1_stops_the_code_location_naming_it():
+    """Read when the code location loads: a typo must not silently launch (or hold back) a corpus."""
+    import os
+    import subprocess
+    import sys
+
+    value = "yes"
+    env = {**os.environ, "SPEECHDATA_LANDING_REGISTER_ONLY": value}
+    loaded = subprocess.run(
+        [sys.executable, "-c", "import sensors.landing"], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert loaded.returncode != 0
+    assert "SPEECHDATA_LANDING_REGISTER_ONLY must be 0 or 1" in loaded.stderr
+    assert repr(value) in loaded.stderr
