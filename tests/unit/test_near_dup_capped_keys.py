@@ -11,139 +11,43 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from speechdata.io import layout
-from speechdata.quality import near_dup_index_merge, near_dup_index_reader, near_dup_matching, near_dup_postings
-from speechdata.quality.fingerprint_audio import AudioFingerprint
-from speechdata.quality.near_dup_index import (
-    IndexDamaged,
-    IndexReader,
-    commit_shard_entries,
-    compact_index,
-    index_keys,
-    read_state,
-    repair_index,
-    reserve_position,
-    wait_for_earlier,
-)
-from speechdata.quality.near_dup_matching import NearDuplicateThresholds, UtteranceSignals, decide_shard
+from speechdata.quality import near_dup_index_merge, near_dup_postings
+from speechdata.quality.near_dup_index import index_keys, read_state, repair_index
 from speechdata.quality.near_dup_postings import (
     POSTING_DTYPE,
     SegmentShard,
     SegmentWriter,
-    audio_only_keys,
     capped_postings_mask,
     read_all_postings,
     read_segment_header,
     segment_bytes,
-    sort_postings,
 )
-
-CAP = 4
-"""``MAX_KEY_OCCURRENCES`` 3: a key with 4 earlier postings never votes."""
+from tests.unit.near_dup_stage_path import (
+    CAP,
+    corpus_of,
+    lower_cap_and_fanout,
+    run_shard,
+    sampled_pool,
+    segment_postings,
+    speech_like,
+    uncapped,
+)
 
 
 @pytest.fixture(autouse=True)
 def small_cap_and_fanout(monkeypatch):
-    monkeypatch.setattr(near_dup_matching, "MAX_KEY_OCCURRENCES", CAP - 1)
-    monkeypatch.setattr(near_dup_index_merge, "FANOUT", 3)
-
-
-def uncapped(monkeypatch) -> None:
-    """Segments written as before the cap (every posting kept), read as before it: every key in
-    every live segment (the capped index's reader stops reading a key past the cap)."""
-    monkeypatch.setattr(near_dup_postings, "cap_postings", lambda postings: postings)
-    monkeypatch.setattr(near_dup_postings.SegmentWriter, "_capped", lambda self, postings: postings)
-    monkeypatch.setattr(near_dup_index_reader, "SKIP_CAPPED_KEYS", False)
-
-
-def sampled_pool(rng, size: int) -> np.ndarray:
-    values = rng.integers(1, 2**32, 8 * size, dtype=np.uint64)
-    chosen = near_dup_postings._mix(values) % np.uint64(near_dup_postings.AUDIO_KEY_SAMPLING) == 0
-    return values[chosen][:size].astype(np.uint32)
-
-
-def speech_like(shard_id: str, count: int, rng, pool: np.ndarray, originals=()) -> list[UtteranceSignals]:
-    """Utterances whose sub-fingerprints come from ``pool`` one frame in four (common keys) and are
-    random otherwise; the first ones near copies of ``originals`` (a few bits flipped in a tenth of
-    the frames, another exact hash)."""
-    made = []
-    for number in range(count):
-        if number < len(originals):
-            values = originals[number].fingerprint.sub_fingerprints.copy()
-            flipped = rng.random(len(values)) < 0.1
-            values[flipped] ^= np.uint32(0b1011)
-        else:
-            values = rng.integers(0, 2**32, int(rng.integers(60, 90)), dtype=np.uint32)
-            common = rng.random(len(values)) < 0.25
-            values[common] = rng.choice(pool, int(common.sum()))
-        fingerprint = AudioFingerprint(values, np.ones(len(values), bool))
-        made.append(UtteranceSignals(shard_id, f"{shard_id}-{number:03d}", rng.bytes(32).hex(), fingerprint, None, 0))
-    return made
-
-
-def corpus_of(seed: int, shards: int) -> list[list[UtteranceSignals]]:
-    rng = np.random.default_rng(seed)
-    pool = sampled_pool(rng, 24)
-    corpus = []
-    for number in range(shards):
-        earlier = [s for shard in corpus for s in shard]
-        originals = [earlier[i] for i in rng.choice(len(earlier), 2, replace=False)] if earlier else []
-        corpus.append(speech_like(f"s{number:03d}", 4, rng, pool, originals))
-    return corpus
-
-
-def run_shard(data_root, signals) -> tuple[list, np.ndarray, list[str]]:
-    """The stage's path for one shard: prefetch the postings of its keys, settle, decide against the
-    index, repair and decide again where the index is found damaged, commit, merge what is due.
-    Returns the decisions, the earlier postings of each of the shard's keys counted up to the cap
-    (read before the commit, while the segments the reader saw are still there), and the repairs."""
-    repairs = []
-    for _ in range(2):
-        try:
-            with reserve_position(data_root, signals[0].shard_id) as reservation:
-                own = index_keys(signals, reservation.position)
-                reader = IndexReader(data_root, reservation.position)
-                reader.prefetch(own["key"], audio_only_keys(own))
-                reader.settle(wait_for_earlier(data_root, reservation))
-                decisions = decide_shard(
-                    reservation.position, signals, reader, NearDuplicateThresholds(), own_postings=own
-                )
-                counts = capped_counts(reader, signals)
-                commit_shard_entries(data_root, reservation, signals, decisions, postings=own)
-            break
-        except IndexDamaged:
-            repairs += repair_index(data_root)
-    while compact_index(data_root):
-        pass
-    return decisions, counts, repairs
-
-
-def capped_counts(reader: IndexReader, signals) -> np.ndarray:
-    """Per key of the shard: the earlier postings the reader gives (every key looked up in every
-    segment: no ``audio_only``), counted up to the cap."""
-    keys = np.unique(index_keys(signals, reader.position)["key"])
-    postings = sort_postings(reader.postings(keys))
-    counts = np.searchsorted(postings["key"], keys, "right") - np.searchsorted(postings["key"], keys, "left")
-    return np.minimum(counts, CAP)
-
-
-def segment_postings(data_root) -> dict[str, np.ndarray]:
-    found = {}
-    for path in sorted(data_root.glob(f"{layout.NEAR_DUPLICATES_INDEX}/segments/*.seg")):
-        with data_root.fs.open(path, "rb") as handle:
-            found[path.rsplit("/", 1)[-1]] = read_all_postings(handle, path)[1]
-    return found
+    lower_cap_and_fanout(monkeypatch, fold=False)
 
 
 def build(data_root, corpus, reindexed=None):
     decided, counts, repairs = [], [], []
     for number, shard in enumerate(corpus):
-        decisions, counted, repaired = run_shard(data_root, shard)
+        decisions, counted, repaired = run_shard(data_root, shard, returning=("decisions", "counts", "repairs"))
         decided.append(decisions)
         counts.append(counted)
         repairs += repaired
         if reindexed is not None and number == reindexed[0]:
-            decisions, _, repaired = run_shard(data_root, reindexed[1])
+            decisions, repaired = run_shard(data_root, reindexed[1], returning=("decisions", "repairs"))
             decided.append(decisions)
             repairs += repaired
     return decided, counts, repairs

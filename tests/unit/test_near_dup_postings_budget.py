@@ -10,15 +10,12 @@ import numpy as np
 import pytest
 
 from speechdata.io.storage import DataRoot
-from speechdata.quality import near_dup_index_merge, near_dup_matching
-from speechdata.quality import near_dup_order_fold as order_fold
+from speechdata.quality import near_dup_matching
 from speechdata.quality.near_dup_index import (
     IndexDamaged,
     IndexReader,
-    commit_shard_entries,
     compact_index,
     index_keys,
-    repair_index,
     reserve_position,
     wait_for_earlier,
 )
@@ -32,8 +29,15 @@ from speechdata.quality.near_dup_matching import (
 )
 from speechdata.quality.near_dup_postings import POSTING_DTYPE, audio_only_keys
 from speechdata.quality.near_duplicates import write_near_duplicate_files
-from tests.unit.test_near_dup_capped_keys import CAP, corpus_of, sampled_pool, speech_like
-from tests.unit.test_near_dup_skip_capped import outputs
+from tests.unit.near_dup_stage_path import (
+    corpus_of,
+    decide_and_commit,
+    lower_cap_and_fanout,
+    outputs,
+    run_shard,
+    sampled_pool,
+    speech_like,
+)
 
 TINY_BUDGET_MB = "0.0005"
 """18 postings: every shard's earlier postings pass it, most chunks of two utterances do."""
@@ -41,10 +45,7 @@ TINY_BUDGET_MB = "0.0005"
 
 @pytest.fixture(autouse=True)
 def small_cap_fanout_and_parts(monkeypatch):
-    monkeypatch.setattr(near_dup_matching, "MAX_KEY_OCCURRENCES", CAP - 1)
-    monkeypatch.setattr(near_dup_index_merge, "FANOUT", 3)
-    monkeypatch.setattr(order_fold, "FOLD_EVERY", 4)  # the shard list folds while shards decide
-    monkeypatch.setattr(order_fold, "PART_ROWS", 4)
+    lower_cap_and_fanout(monkeypatch)
 
 
 class Lookups:
@@ -78,38 +79,32 @@ def decided(data_root, position, signals, reader, budget) -> tuple[str, object]:
     return "decided", (found, load)
 
 
-def run_shard(tmp_path, data_root, signals, meanwhile=None) -> list[str]:
+def run_shard_checked(tmp_path, data_root, signals, meanwhile=None) -> list[str]:
     """The stage's path for one shard under the budget the setting gives (prefetch stopped past it,
     settle, decide chunk by chunk, commit, merge what is due), each decision checked against a reader
     of the same settled state reading every key at once, written files compared byte for byte."""
-    repairs = []
-    budget = postings_budget()
-    for _ in range(2):
-        with reserve_position(data_root, signals[0].shard_id) as reservation:
-            own = index_keys(signals, reservation.position)
-            reader = IndexReader(data_root, reservation.position)
-            reader.prefetch(own["key"], audio_only_keys(own), limit=budget)
-            if meanwhile is not None:
-                meanwhile(data_root)
-                meanwhile = None
-            reader.settle(wait_for_earlier(data_root, reservation))
-            chunked = decided(data_root, reservation.position, signals, reader, budget)
-            whole_reader = IndexReader(data_root, reservation.position, wait_for_earlier(data_root, reservation))
-            whole = decided(data_root, reservation.position, signals, whole_reader, None)
-            assert chunked[0] == whole[0]
-            if chunked[0] == "decided":
-                (decisions, load), (whole_decisions, whole_load) = chunked[1], whole[1]
-                assert decisions == whole_decisions and load == whole_load
-                assert reader.utterances == whole_reader.utterances
-                commit_shard_entries(data_root, reservation, signals, decisions, postings=own)
-                write_near_duplicate_files(data_root, signals[0].shard_id, decisions)
-                scratch = DataRoot(str(tmp_path / f"whole-{signals[0].shard_id}-{len(repairs)}"))
-                write_near_duplicate_files(scratch, signals[0].shard_id, whole_decisions)
-                assert outputs(data_root, signals[0].shard_id) == outputs(scratch, signals[0].shard_id)
-                break
-        repairs += repair_index(data_root)
-    while compact_index(data_root):
-        pass
+    shard_id = signals[0].shard_id
+    whole_files = []
+
+    def chunked_as_whole(data_root, reservation, signals, reader, own, budget):
+        chunked = decided(data_root, reservation.position, signals, reader, budget)
+        whole_reader = IndexReader(data_root, reservation.position, wait_for_earlier(data_root, reservation))
+        whole = decided(data_root, reservation.position, signals, whole_reader, None)
+        assert chunked[0] == whole[0]
+        if chunked[0] == "damaged":
+            raise IndexDamaged(chunked[1])
+        (decisions, load), (whole_decisions, whole_load) = chunked[1], whole[1]
+        assert decisions == whole_decisions and load == whole_load
+        assert reader.utterances == whole_reader.utterances
+        scratch = DataRoot(str(tmp_path / f"whole-{shard_id}-{len(whole_files)}"))
+        write_near_duplicate_files(scratch, shard_id, whole_decisions)
+        whole_files.append(outputs(scratch, shard_id))
+        return decisions
+
+    written, repairs = run_shard(
+        data_root, signals, meanwhile=meanwhile, budget=postings_budget(), decide=chunked_as_whole
+    )
+    assert written == whole_files[-1]
     return repairs
 
 
@@ -128,9 +123,9 @@ def test_a_shard_past_the_budget_decides_in_chunks_as_in_one_lookup(tmp_path, mo
     data_root = DataRoot(str(tmp_path / "index"))
     repairs = []
     for number, shard in enumerate(corpus):
-        repairs += run_shard(tmp_path, data_root, shard)
+        repairs += run_shard_checked(tmp_path, data_root, shard)
         if number == 3:  # after its capped postings were merged
-            repairs += run_shard(tmp_path, data_root, replaced)
+            repairs += run_shard_checked(tmp_path, data_root, replaced)
     assert any("segment rebuilt from its entries" in line for line in repairs)
     # b is reserved after a, prefetches, then a commits and merges before b's settled read.
     late_a = speech_like("a", 4, rng, sampled_pool(rng, 24), originals=corpus[3][:2])
@@ -138,12 +133,10 @@ def test_a_shard_past_the_budget_decides_in_chunks_as_in_one_lookup(tmp_path, mo
     with reserve_position(data_root, "a") as first:
 
         def a_commits(root):
-            reader = IndexReader(root, first.position, wait_for_earlier(root, first))
-            decisions = decide_shard(first.position, late_a, reader, NearDuplicateThresholds())
-            commit_shard_entries(root, first, late_a, decisions)
+            decide_and_commit(root, first, late_a)
             assert compact_index(root)
 
-        repairs += run_shard(tmp_path, data_root, late_b, meanwhile=a_commits)
+        repairs += run_shard_checked(tmp_path, data_root, late_b, meanwhile=a_commits)
     assert lookups.refused >= len(corpus) and lookups.answered > 2 * lookups.refused  # chunks, many
     assert sum(d.kind is not None for d in decide_again(data_root, late_b)) == 2  # the copies of a's
 
@@ -158,7 +151,7 @@ def test_a_prefetch_past_its_limit_keeps_nothing_and_the_settled_read_is_refused
     data_root = DataRoot(str(tmp_path / "index"))
     *corpus, new = corpus_of(5, 4)
     for shard in corpus:
-        run_shard(tmp_path, data_root, shard)
+        run_shard_checked(tmp_path, data_root, shard)
     with reserve_position(data_root, "s003") as reservation:
         own = index_keys(new, reservation.position)
         whole = IndexReader(data_root, reservation.position, wait_for_earlier(data_root, reservation))

@@ -13,91 +13,28 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from speechdata.io import layout
-from speechdata.quality import near_dup_index_merge, near_dup_index_reader, near_dup_matching
-from speechdata.quality import near_dup_order_fold as order_fold
+from speechdata.quality import near_dup_index_reader
 from speechdata.quality.fingerprint_envelope import ENVELOPE_POINTS, SHAPE_SEGMENTS, ShiftSignature
 from speechdata.quality.near_dup_filter import KeyProbe
-from speechdata.quality.near_dup_index import (
-    IndexDamaged,
-    IndexReader,
-    commit_shard_entries,
-    compact_index,
-    index_keys,
-    repair_index,
-    reserve_position,
-    wait_for_earlier,
-)
+from speechdata.quality.near_dup_index import IndexReader, compact_index, index_keys, reserve_position, wait_for_earlier
 from speechdata.quality.near_dup_index_order import _FoldedMeanwhile
 from speechdata.quality.near_dup_matching import NearDuplicateThresholds, decide_shard
 from speechdata.quality.near_dup_postings import audio_only_keys, envelope_keys, sampled_audio_keys
-from speechdata.quality.near_duplicates import write_near_duplicate_files
-from speechdata.quality.paths import near_duplicate_flags
-from tests.unit.test_near_dup_capped_keys import CAP, sampled_pool, speech_like
+from tests.unit.near_dup_stage_path import (
+    LookupLog,
+    decide_and_commit,
+    decided_again_reading_every_key,
+    lower_cap_and_fanout,
+    run_shard,
+    sampled_pool,
+    segment_names,
+    speech_like,
+)
 
 
 @pytest.fixture(autouse=True)
 def small_cap_fanout_and_parts(monkeypatch):
-    monkeypatch.setattr(near_dup_matching, "MAX_KEY_OCCURRENCES", CAP - 1)
-    monkeypatch.setattr(near_dup_index_merge, "FANOUT", 3)
-    monkeypatch.setattr(order_fold, "FOLD_EVERY", 4)  # the shard list folds while shards decide
-    monkeypatch.setattr(order_fold, "PART_ROWS", 4)
-
-
-class LookupLog:
-    """Every segment lookup: the segment and the keys looked up in it."""
-
-    def __init__(self, monkeypatch):
-        self.lookups: list[tuple[str, np.ndarray]] = []
-        lookup = near_dup_index_reader.lookup_segment
-
-        def logged(handle, path, keys):
-            self.lookups.append((path.rsplit("/", 1)[-1], keys.copy()))
-            return lookup(handle, path, keys)
-
-        monkeypatch.setattr(near_dup_index_reader, "lookup_segment", logged)
-
-    def segments_looking_up(self, key) -> list[str]:
-        return [name for name, keys in self.lookups if key in keys]
-
-    @property
-    def keys_looked_up(self) -> int:
-        return sum(len(keys) for _, keys in self.lookups)
-
-
-def outputs(data_root, shard_id: str) -> tuple[bytes, bytes]:
-    return tuple(
-        data_root.fs.cat_file(data_root.path(relative))
-        for relative in (layout.near_duplicates(shard_id), near_duplicate_flags(shard_id))
-    )
-
-
-def run_shard(data_root, signals, meanwhile=None) -> tuple[tuple[bytes, bytes], list[str]]:
-    """The stage's path for one shard (prefetch before its earlier shards commit, settle, decide,
-    write its files, commit, merge what is due; repair and decide again where the index is found
-    damaged). ``meanwhile(data_root)``: what happens between the prefetch and the settled read."""
-    repairs = []
-    for _ in range(2):
-        try:
-            with reserve_position(data_root, signals[0].shard_id) as reservation:
-                own = index_keys(signals, reservation.position)
-                reader = IndexReader(data_root, reservation.position)
-                reader.prefetch(own["key"], audio_only_keys(own))
-                if meanwhile is not None:
-                    meanwhile(data_root)
-                    meanwhile = None
-                reader.settle(wait_for_earlier(data_root, reservation))
-                decisions = decide_shard(
-                    reservation.position, signals, reader, NearDuplicateThresholds(), own_postings=own
-                )
-                commit_shard_entries(data_root, reservation, signals, decisions, postings=own)
-                write_near_duplicate_files(data_root, signals[0].shard_id, decisions)
-            break
-        except IndexDamaged:
-            repairs += repair_index(data_root)
-    while compact_index(data_root):
-        pass
-    return outputs(data_root, signals[0].shard_id), repairs
+    lower_cap_and_fanout(monkeypatch)
 
 
 def test_a_key_past_the_cap_in_the_largest_segment_is_looked_up_in_no_other(tmp_path, monkeypatch):
@@ -188,25 +125,6 @@ def test_a_probe_cut_from_the_shards_keys_is_the_probe_of_the_keys_left_and_audi
     assert audio[0] not in audio_only_keys(own_with_transcript)
 
 
-def segment_names(data_root) -> set[str]:
-    return {path.rsplit("/", 1)[-1] for path in data_root.glob(f"{layout.NEAR_DUPLICATES_INDEX}/segments/*.seg")}
-
-
-def decided_again_reading_every_key(tmp_path, data_root, signals, monkeypatch) -> tuple[bytes, bytes]:
-    """The files a committed shard's decisions make when a reader made now, at its position, reads
-    every key in every live segment (main's reader)."""
-    from speechdata.io.storage import DataRoot
-
-    monkeypatch.setattr(near_dup_index_reader, "SKIP_CAPPED_KEYS", False)
-    shard_id = signals[0].shard_id
-    with reserve_position(data_root, shard_id) as again:  # committed: its position again
-        reader = IndexReader(data_root, again.position, wait_for_earlier(data_root, again))
-        decisions = decide_shard(again.position, signals, reader, NearDuplicateThresholds())
-    scratch = DataRoot(str(tmp_path / f"again-{shard_id}"))
-    write_near_duplicate_files(scratch, shard_id, decisions)
-    return outputs(scratch, shard_id)
-
-
 def test_segments_merged_and_a_shard_list_folded_between_the_prefetch_and_the_settled_read(tmp_path, monkeypatch):
     """Shard a is reserved before b and commits while b waits: its level-0 segment makes a merge due
     (the segments b prefetched from are merged away, the merged one is new to b) and its records
@@ -224,9 +142,7 @@ def test_segments_merged_and_a_shard_list_folded_between_the_prefetch_and_the_se
     with reserve_position(data_root, "a") as first:
 
         def a_commits(root):
-            reader = IndexReader(root, first.position, wait_for_earlier(root, first))
-            decisions = decide_shard(first.position, late_a, reader, NearDuplicateThresholds())
-            commit_shard_entries(root, first, late_a, decisions)
+            decide_and_commit(root, first, late_a)
             live.append(segment_names(root))
             assert compact_index(root)
             live.append(segment_names(root))
@@ -260,13 +176,7 @@ def test_a_key_dropped_at_the_prefetch_is_read_where_the_settled_counts_need_it(
     def re_index(data_root):  # committed, not merged: the level-0 segments stay live
         prefetched.append(len(log.lookups))
         with reserve_position(data_root, "s001") as reservation:
-            decisions = decide_shard(
-                reservation.position,
-                replaced,
-                IndexReader(data_root, reservation.position, wait_for_earlier(data_root, reservation)),
-                NearDuplicateThresholds(),
-            )
-            commit_shard_entries(data_root, reservation, replaced, decisions)
+            decide_and_commit(data_root, reservation, replaced)
 
     data_root = DataRoot(str(tmp_path / "index"))
     for shard in corpus:

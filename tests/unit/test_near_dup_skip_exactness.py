@@ -15,13 +15,11 @@ import pyarrow.parquet as pq
 import pytest
 
 from speechdata.io.storage import DataRoot
-from speechdata.quality import near_dup_index_merge, near_dup_index_reader, near_dup_matching, near_dup_postings
-from speechdata.quality import near_dup_order_fold as order_fold
+from speechdata.quality import near_dup_index_merge, near_dup_index_reader, near_dup_postings
 from speechdata.quality.near_dup_batch import LocalEngine, ShardOutline, ShardSignals, decide_in_order
 from speechdata.quality.near_dup_index import (
     IndexDamaged,
     IndexReader,
-    commit_shard_entries,
     compact_index,
     index_keys,
     read_state,
@@ -40,28 +38,28 @@ from speechdata.quality.near_dup_postings import (
     sort_postings,
 )
 from speechdata.quality.near_duplicates import write_near_duplicate_files
-from tests.unit.test_near_dup_capped_keys import CAP, sampled_pool, segment_postings, speech_like, uncapped
-from tests.unit.test_near_dup_skip_capped import (
+from tests.unit.near_dup_stage_path import (
+    CAP,
     LookupLog,
+    decide_and_commit,
+    decide_as_the_stage,
     decided_again_reading_every_key,
+    lower_cap_and_fanout,
     outputs,
     run_shard,
+    sampled_pool,
     segment_names,
+    segment_postings,
+    speech_like,
+    uncapped,
 )
 
 SHARDS = 14
 
 
-def lowered(monkeypatch) -> None:
-    monkeypatch.setattr(near_dup_matching, "MAX_KEY_OCCURRENCES", CAP - 1)
-    monkeypatch.setattr(near_dup_index_merge, "FANOUT", 3)
-    monkeypatch.setattr(order_fold, "FOLD_EVERY", 4)
-    monkeypatch.setattr(order_fold, "PART_ROWS", 4)
-
-
 @pytest.fixture(autouse=True)
 def small_cap_fanout_and_parts(monkeypatch):
-    lowered(monkeypatch)
+    lower_cap_and_fanout(monkeypatch)
 
 
 @pytest.fixture(scope="module")
@@ -72,7 +70,7 @@ def hovering_index(tmp_path_factory):
     corpus = hovering_corpus(31, SHARDS + 1)
     data_root = DataRoot(str(tmp_path_factory.mktemp("hovering") / "index"))
     with pytest.MonkeyPatch.context() as monkeypatch:
-        lowered(monkeypatch)
+        lower_cap_and_fanout(monkeypatch)
         first = [run_shard(data_root, shard) for shard in corpus[:SHARDS]]
     return data_root, corpus[:SHARDS], first, corpus[SHARDS]
 
@@ -241,19 +239,20 @@ def test_a_run_killed_between_its_prefetch_and_its_commit_re_runs_to_the_same_fi
     class Killed(Exception):
         pass
 
+    def killed(*_) -> None:
+        raise Killed
+
+    def decided_then_killed(*stage) -> None:
+        decide_as_the_stage(*stage)
+        raise Killed
+
     def killed_run(data_root, signals, at: str) -> None:
-        with reserve_position(data_root, signals[0].shard_id) as reservation:
-            own = index_keys(signals, reservation.position)
-            reader = IndexReader(data_root, reservation.position)
-            reader.prefetch(own["key"], audio_only_keys(own))
-            if at == "prefetch":
-                raise Killed
-            reader.settle(wait_for_earlier(data_root, reservation))
-            decisions = decide_shard(reservation.position, signals, reader, thresholds(), own_postings=own)
-            if at == "decided":
-                raise Killed
-            commit_shard_entries(data_root, reservation, signals, decisions, postings=own)
-            raise Killed
+        if at == "prefetch":
+            run_shard(data_root, signals, meanwhile=killed)
+        elif at == "decided":
+            run_shard(data_root, signals, decide=decided_then_killed)
+        run_shard(data_root, signals, returning=("decisions",))  # committed, its files never written
+        raise Killed
 
     data_root = DataRoot(str(tmp_path / "index"))
     kills = {6: "prefetch", 7: "decided", 8: "committed"}
@@ -404,9 +403,7 @@ def test_every_segment_the_prefetch_read_merged_and_swept_before_the_settled_rea
 
         def a_commits_and_all_is_merged(root):
             looked_up_at_prefetch.append(log.keys_looked_up)
-            reader = IndexReader(root, first.position, wait_for_earlier(root, first))
-            decisions = decide_shard(first.position, late_a, reader, thresholds())
-            commit_shard_entries(root, first, late_a, decisions)
+            decide_and_commit(root, first, late_a)
             while compact_index(root):
                 pass
             compact_index(root)  # the sweep of what the last merge left
