@@ -37,9 +37,9 @@ class _Query:
 class AudioKeyLoad:
     """How much of a shard's audio lookup :data:`~.near_dup_matching.MAX_KEY_OCCURRENCES` kept out of
     the vote, counted by :func:`~.near_dup_matching.decide_shard`. The cap is fixed while every key's
-    chance postings grow with the corpus, so these figures grow with it; past a share of keys, copies found only by their audio (clips,
-    compound and trimmed copies, which keep 2-3 exact keys) stop being found (docs/deploying.md,
-    "Near duplicates past N hours")."""
+    chance postings grow with the corpus, so these figures grow with it; past a share of keys, copies
+    found only by their audio (clips, compound and trimmed copies, which keep 2-3 exact keys) stop
+    being found (docs/deploying.md, "Near duplicates past N hours")."""
 
     utterances: int = 0
     """New utterances with at least one sampled audio key."""
