@@ -20,9 +20,10 @@ from speechdata.quality.near_dup_batch import (
     shards_with_audio,
 )
 from speechdata.quality.near_dup_batch_ray import IN_PROCESS, LOCAL, RAY_ADDRESS_ENV, batch_engine
+from speechdata.quality.near_dup_candidates import AudioKeyLoad
 from speechdata.quality.near_dup_compaction import compact_pending
 from speechdata.quality.near_dup_index import DEFAULT_LOCK_TIMEOUT_S, CorpusIndexBusy
-from speechdata.quality.near_dup_matching import FLAG_KINDS, KINDS, AudioKeyLoad, NearDuplicateThresholds
+from speechdata.quality.near_dup_matching import FLAG_KINDS, KINDS, NearDuplicateThresholds
 from speechdata.quality.near_duplicates import (
     COLUMN_DESCRIPTIONS,
     NEAR_DUPLICATES_SCHEMA,

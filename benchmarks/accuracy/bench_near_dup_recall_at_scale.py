@@ -30,7 +30,7 @@ more uniform (20.7 against 15.8 effective bits), so on espeak-like speech the dr
 
 Per point: recall and precision audio alone and with every signal, recall per transform, the share
 of the planted shard's sampled audio keys past the cap and the utterances whose audio lookup the cap
-silenced (:class:`~speechdata.quality.near_dup_matching.AudioKeyLoad`, the figures the stage reports
+silenced (:class:`~speechdata.quality.near_dup_candidates.AudioKeyLoad`, the figures the stage reports
 per shard), and where audio-alone recall falls below 0.9 and 0.5.
 """
 
@@ -134,7 +134,8 @@ def decided(background: Sequence, signals: Sequence, planted, cap: int) -> dict:
     """The planted set decided after ``background`` with the vote's cap at ``cap``: audio alone and
     with every signal, and what the cap kept out of the audio vote."""
     from speechdata.quality import near_dup_matching
-    from speechdata.quality.near_dup_matching import KINDS, AudioKeyLoad, MemorySource, NearDuplicateThresholds
+    from speechdata.quality.near_dup_candidates import AudioKeyLoad
+    from speechdata.quality.near_dup_matching import KINDS, MemorySource, NearDuplicateThresholds
     from speechdata.quality.near_dup_planted import AUDIO_TRANSFORMS, EXTENDED_AUDIO_TRANSFORMS, score
 
     source = MemorySource([(s, (s.shard_id, s.utt_id)) for s in background])

@@ -49,6 +49,7 @@ import numpy as np
 from speechdata.io import layout
 from speechdata.io.shard_lock import LockHolder, ShardLocked
 from speechdata.io.storage import DataRoot
+from speechdata.quality.near_dup_candidates import AudioKeyLoad
 from speechdata.quality.near_dup_index import (
     COMMITTED,
     DEFAULT_LOCK_TIMEOUT_S,
@@ -68,7 +69,6 @@ from speechdata.quality.near_dup_index import (
 from speechdata.quality.near_dup_matching import (
     FLAG_KINDS,
     KINDS,
-    AudioKeyLoad,
     Decision,
     IndexEntry,
     NearDuplicateThresholds,
@@ -609,7 +609,7 @@ def decide_in_order(
 ) -> dict[str, list[Decision]]:
     """Stages 2 to 4 and the representatives: the decisions of every shard of ``decided``, in
     ``utt_id`` order (``shards`` in the order, at index ``positions``, their signals behind ``shard_handles``).
-    ``key_loads``: filled with each decided shard's :class:`~.near_dup_matching.AudioKeyLoad`, when given."""
+    ``key_loads``: filled with each decided shard's :class:`~.near_dup_candidates.AudioKeyLoad`, when given."""
     seconds = {} if seconds is None else seconds
     sizes = [len(outline.utt_ids) for outline in outlines]
     decided_ranks = [rank for rank, shard_id in enumerate(shards) if shard_id in decided]

@@ -29,6 +29,7 @@ from speechdata.quality import near_dup_matching
 from speechdata.quality.fingerprint_audio import audio_fingerprint, exact_audio_hash
 from speechdata.quality.fingerprint_envelope import shift_signature
 from speechdata.quality.fingerprint_text import normalized_transcript, transcript_signature, word_count
+from speechdata.quality.near_dup_candidates import AudioKeyLoad
 from speechdata.quality.near_dup_compaction import inline_merge_level
 from speechdata.quality.near_dup_index import (
     DEFAULT_LOCK_TIMEOUT_S,
@@ -44,7 +45,6 @@ from speechdata.quality.near_dup_index import (
 from speechdata.quality.near_dup_matching import (
     FLAG_KINDS,
     KINDS,
-    AudioKeyLoad,
     Decision,
     NearDuplicateThresholds,
     UtteranceSignals,
@@ -151,7 +151,7 @@ class NearDuplicatesSummary(StageSummary):
     postings_read: int = 0
     entries_read: int = 0
     audio_key_load: AudioKeyLoad = field(default_factory=AudioKeyLoad)
-    """What ``MAX_KEY_OCCURRENCES`` kept out of the shard's audio vote (:class:`~.near_dup_matching.AudioKeyLoad`)."""
+    """What ``MAX_KEY_OCCURRENCES`` kept out of the shard's audio vote (:class:`~.near_dup_candidates.AudioKeyLoad`)."""
 
     @property
     def by_kind(self) -> dict[str, int]:

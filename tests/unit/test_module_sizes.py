@@ -17,7 +17,6 @@ OVER_THE_LIMIT = {
     # The one declaration of paths under the data root: it takes the product registry's paths next.
     "speechdata/io/layout.py",
     "speechdata/quality/near_dup_batch.py",
-    "speechdata/quality/near_dup_matching.py",
     "speechdata/quality/near_dup_postings.py",
 }
 

@@ -10,10 +10,10 @@ import pytest
 from speechdata.io.storage import DataRoot
 from speechdata.quality.fingerprint_audio import AudioFingerprint
 from speechdata.quality.near_dup_batch import LocalEngine, ShardOutline, ShardSignals, decide_in_order, select_shards
+from speechdata.quality.near_dup_candidates import AudioKeyLoad
 from speechdata.quality.near_dup_matching import (
     MAX_KEY_OCCURRENCES,
     MAX_TRANSCRIPT_CANDIDATES,
-    AudioKeyLoad,
     MemorySource,
     NearDuplicateThresholds,
     UtteranceSignals,

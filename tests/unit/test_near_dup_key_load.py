@@ -10,13 +10,8 @@ import pytest
 
 from speechdata.quality import near_dup_matching, near_duplicates
 from speechdata.quality.fingerprint_audio import AudioFingerprint
-from speechdata.quality.near_dup_matching import (
-    AudioKeyLoad,
-    MemorySource,
-    NearDuplicateThresholds,
-    UtteranceSignals,
-    decide_shard,
-)
+from speechdata.quality.near_dup_candidates import AudioKeyLoad
+from speechdata.quality.near_dup_matching import MemorySource, NearDuplicateThresholds, UtteranceSignals, decide_shard
 from speechdata.quality.near_dup_postings import AUDIO_KEY_SAMPLING, _mix
 
 

@@ -11,6 +11,7 @@ import pytest
 
 from speechdata.io.storage import DataRoot
 from speechdata.quality import near_dup_matching
+from speechdata.quality.near_dup_candidates import AudioKeyLoad
 from speechdata.quality.near_dup_index import (
     IndexDamaged,
     IndexReader,
@@ -21,7 +22,6 @@ from speechdata.quality.near_dup_index import (
 )
 from speechdata.quality.near_dup_matching import (
     POSTINGS_BUDGET_ENV,
-    AudioKeyLoad,
     MemorySource,
     NearDuplicateThresholds,
     decide_shard,

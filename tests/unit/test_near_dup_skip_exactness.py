@@ -17,6 +17,7 @@ import pytest
 from speechdata.io.storage import DataRoot
 from speechdata.quality import near_dup_index_merge, near_dup_index_reader, near_dup_postings
 from speechdata.quality.near_dup_batch import LocalEngine, ShardOutline, ShardSignals, decide_in_order
+from speechdata.quality.near_dup_candidates import AudioKeyLoad
 from speechdata.quality.near_dup_index import (
     IndexDamaged,
     IndexReader,
@@ -27,7 +28,7 @@ from speechdata.quality.near_dup_index import (
     wait_for_earlier,
 )
 from speechdata.quality.near_dup_index_order import READ_ATTEMPTS, _FoldedMeanwhile
-from speechdata.quality.near_dup_matching import AudioKeyLoad, MemorySource, NearDuplicateThresholds, decide_shard
+from speechdata.quality.near_dup_matching import MemorySource, NearDuplicateThresholds, decide_shard
 from speechdata.quality.near_dup_postings import (
     audio_only_keys,
     capped_postings_mask,

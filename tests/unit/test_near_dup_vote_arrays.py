@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from speechdata.quality.near_dup_matching import (
+from speechdata.quality.near_dup_candidates import (
     _best_offset_per_owner,
     _first_places,
     _key_postings,
