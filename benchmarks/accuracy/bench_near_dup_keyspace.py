@@ -870,6 +870,7 @@ def _bit_counts(values: np.ndarray) -> np.ndarray:
 
 def decided(variant: Variant, planted, signals) -> dict:
     """Precision, recall per transform and the decisions, all signals and audio alone."""
+    from benchmarks.accuracy.bench_near_duplicates import recall_by_transform
     from speechdata.quality.near_dup_matching import KINDS, NearDuplicateThresholds, find_representatives
     from speechdata.quality.near_dup_planted import score
 
@@ -883,13 +884,10 @@ def decided(variant: Variant, planted, signals) -> dict:
             flagged = {d.utt_id: (d.kind, d.representative_utt) for d in decisions if d.kind in KINDS}
             counted = () if label == "all_signals" else _audio_transforms()
             measured = score(planted, flagged, counted)
-            transform_of = {u.utt_id: u.transform for u in planted}
-            found = Counter(transform_of[u] for u, outcome in measured.outcome.items() if outcome == "found")
-            counted_by = Counter(transform_of[u] for u in measured.outcome)
             figures[label] = {
                 "precision": round(measured.precision, 4),
                 "recall": round(measured.recall, 4),
-                "recall_by_transform": {t: round(found[t] / n, 4) for t, n in sorted(counted_by.items())},
+                "recall_by_transform": recall_by_transform(planted, measured),
                 "decisions": [(d.utt_id, d.kind, d.representative_shard, d.representative_utt) for d in decisions],
             }
     return figures

@@ -133,13 +133,13 @@ def espeak_rate(speech_dirs: Sequence[Path], fixture_folders: Sequence[str] = ES
 def decided(background: Sequence, signals: Sequence, planted, cap: int) -> dict:
     """The planted set decided after ``background`` with the vote's cap at ``cap``: audio alone and
     with every signal, and what the cap kept out of the audio vote."""
+    from benchmarks.accuracy.bench_near_duplicates import recall_by_transform
     from speechdata.quality import near_dup_matching
     from speechdata.quality.near_dup_candidates import AudioKeyLoad
     from speechdata.quality.near_dup_matching import KINDS, MemorySource, NearDuplicateThresholds
     from speechdata.quality.near_dup_planted import AUDIO_TRANSFORMS, EXTENDED_AUDIO_TRANSFORMS, score
 
     source = MemorySource([(s, (s.shard_id, s.utt_id)) for s in background])
-    transforms = {u.utt_id: u.transform for u in planted}
     figures = {}
     for label, thresholds, counted in (
         ("audio_alone", NearDuplicateThresholds(check_transcripts=False), AUDIO_TRANSFORMS + EXTENDED_AUDIO_TRANSFORMS),
@@ -151,12 +151,10 @@ def decided(background: Sequence, signals: Sequence, planted, cap: int) -> dict:
             decisions = near_dup_matching.decide_shard(source.next_position, signals, source, thresholds, key_load=load)
         flagged = {d.utt_id: (d.kind, d.representative_utt) for d in decisions if d.kind in KINDS}
         measured = score(planted, flagged, counted)
-        found = Counter(transforms[u] for u, outcome in measured.outcome.items() if outcome == "found")
-        total = Counter(transforms[u] for u in measured.outcome)
         figures[label] = {
             "recall": round(measured.recall, 4),
             "precision": round(measured.precision, 4),
-            "recall_by_transform": {t: round(found[t] / n, 3) for t, n in sorted(total.items())},
+            "recall_by_transform": recall_by_transform(planted, measured, digits=3),
             "found_by_kind": dict(
                 sorted(Counter(flagged[u][0] for u, outcome in measured.outcome.items() if outcome == "found").items())
             ),

@@ -81,11 +81,11 @@ def postings_hit(signals) -> dict[str, int]:
     }
 
 
-def recall_by_transform(planted, measured) -> dict[str, float]:
+def recall_by_transform(planted, measured, digits: int = 4) -> dict[str, float]:
     transforms = {u.utt_id: u.transform for u in planted}
     found = Counter(transforms[utt] for utt, outcome in measured.outcome.items() if outcome == "found")
     counted = Counter(transforms[utt] for utt in measured.outcome)
-    return {transform: round(found[transform] / count, 4) for transform, count in sorted(counted.items())}
+    return {transform: round(found[transform] / count, digits) for transform, count in sorted(counted.items())}
 
 
 def figures_of(measured) -> dict:
